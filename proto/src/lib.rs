@@ -1,0 +1,26 @@
+//! I/O-free iWARP protocol core.
+//!
+//! The three iWARP layers as state machines that take bytes in and give bytes,
+//! completions and events out, never touching a socket or a clock:
+//!
+//! * [`wire`]: header formats of MPA (RFC 5044/6581), DDP (RFC 5041) and RDMAP
+//!   (RFC 5040), as zero-copy views plus plain representations;
+//! * [`crc`]: CRC32c in MPA's byte order;
+//! * [`mpa`]: FPDU framing (length, PAD, CRC, markers) and the streaming
+//!   deframer that hands DDP headers and payload pieces to placement as they
+//!   arrive, across any TCP segmentation;
+//! * [`mem`]: protection domains, memory registration and STag checks;
+//! * [`qp`]: the DDP/RDMAP endpoint (one RDMAP stream): untagged queues, tagged
+//!   placement, Read Request/Response with IRD/ORD, Send variants, Terminate,
+//!   and the completion ordering of RFC 5040 §5.5.
+//!
+//! The same code runs inline in a pinned poll loop, under DPDK, and inside the
+//! deterministic simulator (`iwarp-sim`).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod crc;
+pub mod mem;
+pub mod mpa;
+pub mod qp;
+pub mod wire;

@@ -1,0 +1,684 @@
+//! MPA full-operation framing (RFC 5044 §4-§6, summarised in wire-facts.md).
+//!
+//! [`Framer`] turns ULPDUs (DDP segments) into FPDUs: ULPDU_LENGTH, PAD, CRC32c
+//! and — when negotiated for that direction — markers every 512 octets of the
+//! stream. [`Deframer`] does the reverse over a byte stream cut at any points:
+//! it removes and checks markers, checks the CRC, and hands each DDP header and
+//! each payload piece to an [`UlpduSink`] as soon as it has arrived, so DDP can
+//! place payload straight into registered memory without a reassembly buffer.
+//!
+//! Marker semantics (RFC 5044 §4.3, wire-facts.md): markers sit at stream
+//! offsets that are multiples of 512 counted from the first octet of the first
+//! FPDU. FPDUPTR is the distance from the current FPDU's ULPDU_LENGTH field to
+//! the marker; a marker that falls exactly where an FPDU begins precedes that
+//! FPDU's length field, carries FPDUPTR 0, and is covered by that FPDU's CRC
+//! (Wireshark's `iwarp_mpa` computes the CRC the same way). A marker can fall
+//! between PAD and CRC; it never splits a field because FPDUs are 4-aligned.
+
+use crate::crc::Crc32c;
+use crate::wire::ddp::DdpControl;
+use crate::wire::fpdu::{pad_len, CRC_LEN, LEN_FIELD, MARKER_INTERVAL, MARKER_LEN};
+use crate::wire::{Marker, TermCode, WireError};
+
+/// Largest ULPDU that fits an FPDU in one TCP segment of `emss` octets
+/// (wire-facts.md "Size"): without markers `EMSS - 6 - (EMSS mod 4)`, with
+/// markers `EMSS - (6 + 4 * ceil(EMSS / 512) + EMSS mod 4)`.
+pub fn mulpdu(emss: u16, markers: bool) -> u16 {
+    let e = emss as usize;
+    let overhead = if markers {
+        6 + 4 * e.div_ceil(MARKER_INTERVAL as usize) + e % 4
+    } else {
+        6 + e % 4
+    };
+    e.saturating_sub(overhead) as u16
+}
+
+/// Octets of the stream an FPDU carrying `ulpdu_len` occupies when it starts at
+/// stream offset `pos` (markers counted when `markers` is on).
+pub fn wire_len_at(pos: u64, ulpdu_len: usize, markers: bool) -> usize {
+    let body = LEN_FIELD + ulpdu_len + pad_len(ulpdu_len);
+    if !markers {
+        return body + CRC_LEN;
+    }
+    // Walk the marker positions the framer would insert.
+    let mut p = pos;
+    let mut n = 0usize;
+    if p % MARKER_INTERVAL == 0 {
+        p += MARKER_LEN as u64;
+        n += MARKER_LEN;
+    }
+    let mut left = body;
+    while left > 0 {
+        let room = (MARKER_INTERVAL - p % MARKER_INTERVAL) as usize;
+        let k = room.min(left);
+        p += k as u64;
+        n += k;
+        left -= k;
+        if left > 0 && p % MARKER_INTERVAL == 0 {
+            p += MARKER_LEN as u64;
+            n += MARKER_LEN;
+        }
+    }
+    if p % MARKER_INTERVAL == 0 {
+        n += MARKER_LEN; // between PAD and CRC
+    }
+    n + CRC_LEN
+}
+
+/// Transmit-side framing state for one direction of a connection.
+#[derive(Debug, Clone)]
+pub struct Framer {
+    crc: bool,
+    markers: bool,
+    /// Octets emitted since the first FPDU (marker phase).
+    pos: u64,
+}
+
+impl Framer {
+    /// A framer at the start of full operation.
+    pub fn new(crc: bool, markers: bool) -> Self {
+        Framer { crc, markers, pos: 0 }
+    }
+
+    /// Stream offset of the next octet (since the first FPDU).
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether markers are inserted.
+    pub fn markers(&self) -> bool {
+        self.markers
+    }
+
+    /// Octets the next FPDU will take for a ULPDU of `ulpdu_len`.
+    pub fn next_wire_len(&self, ulpdu_len: usize) -> usize {
+        wire_len_at(self.pos, ulpdu_len, self.markers)
+    }
+
+    /// Append one FPDU whose ULPDU is the concatenation of `parts` to `out`.
+    /// Returns the octets appended.
+    pub fn emit(&mut self, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<usize, WireError> {
+        let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
+        if ulpdu_len > u16::MAX as usize {
+            return Err(WireError::Malformed {
+                what: "MPA FPDU",
+                field: "ULPDU_LENGTH",
+                value: ulpdu_len as u32,
+            });
+        }
+        let start = out.len();
+        let mut crc = Crc32c::new();
+        // A marker that falls where this FPDU begins precedes its length field
+        // and carries FPDUPTR 0 (RFC 5044 §4.3).
+        if self.markers && self.pos % MARKER_INTERVAL == 0 {
+            self.put_marker(out, &mut crc, 0);
+        }
+        let len_pos = self.pos;
+        self.put(out, &mut crc, &(ulpdu_len as u16).to_be_bytes(), len_pos);
+        for p in parts {
+            self.put(out, &mut crc, p, len_pos);
+        }
+        let pad = [0u8; 3];
+        self.put(out, &mut crc, &pad[..pad_len(ulpdu_len)], len_pos);
+        // A marker can fall between PAD and CRC; it is inside this FPDU.
+        if self.markers && self.pos % MARKER_INTERVAL == 0 {
+            let ptr = (self.pos - len_pos) as u16;
+            self.put_marker(out, &mut crc, ptr);
+        }
+        let value = if self.crc { crc.value() } else { 0 };
+        out.extend_from_slice(&Crc32c::to_wire(value));
+        self.pos += CRC_LEN as u64;
+        Ok(out.len() - start)
+    }
+
+    fn put(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, mut data: &[u8], len_pos: u64) {
+        while !data.is_empty() {
+            if self.markers && self.pos % MARKER_INTERVAL == 0 {
+                let ptr = (self.pos - len_pos) as u16;
+                self.put_marker(out, crc, ptr);
+            }
+            let room = if self.markers {
+                (MARKER_INTERVAL - self.pos % MARKER_INTERVAL) as usize
+            } else {
+                data.len()
+            };
+            let n = room.min(data.len());
+            out.extend_from_slice(&data[..n]);
+            crc.update(&data[..n]);
+            self.pos += n as u64;
+            data = &data[n..];
+        }
+    }
+
+    fn put_marker(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, fpduptr: u16) {
+        let m = Marker { reserved: 0, fpduptr }.to_bytes();
+        out.extend_from_slice(&m);
+        crc.update(&m);
+        self.pos += MARKER_LEN as u64;
+    }
+}
+
+/// Receives the ULPDUs a [`Deframer`] recovers, piece by piece.
+///
+/// Call order per FPDU: `segment_begin` once (with the DDP header, or fewer
+/// octets if the ULPDU is shorter than the header its control octet announces),
+/// `segment_data` zero or more times with consecutive payload pieces, then
+/// `segment_end` — only if the CRC (when negotiated) matched. If the CRC fails,
+/// the deframer returns [`MpaError::Crc`] instead of calling `segment_end`.
+pub trait UlpduSink {
+    /// A new ULPDU of `ulpdu_len` octets begins; `header` holds its DDP header.
+    fn segment_begin(&mut self, ulpdu_len: u16, header: &[u8]);
+    /// The next piece of the ULPDU's payload (after the header).
+    fn segment_data(&mut self, data: &[u8]);
+    /// The FPDU ended and its CRC checked out.
+    fn segment_end(&mut self);
+}
+
+/// A stream-fatal MPA receive error; each maps to one LLP Terminate code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpaError {
+    /// CRC mismatch (RFC 5044 §6: LLP Terminate code 0x02).
+    Crc {
+        /// Value in the FPDU.
+        received: u32,
+        /// Value computed.
+        computed: u32,
+        /// Stream offset of the CRC field.
+        at: u64,
+    },
+    /// A marker's FPDUPTR disagrees with the FPDU boundaries that ULPDU_LENGTH
+    /// implies (LLP Terminate code 0x03).
+    Marker {
+        /// Stream offset of the marker.
+        at: u64,
+        /// FPDUPTR received.
+        fpduptr: u16,
+        /// FPDUPTR expected.
+        expected: u16,
+    },
+}
+
+impl MpaError {
+    /// The Terminate code this error is reported with.
+    pub fn term_code(&self) -> TermCode {
+        match self {
+            MpaError::Crc { .. } => TermCode::MPA_CRC,
+            MpaError::Marker { .. } => TermCode::MPA_MARKER,
+        }
+    }
+}
+
+impl core::fmt::Display for MpaError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MpaError::Crc { received, computed, at } => write!(
+                f,
+                "MPA CRC mismatch at stream offset {at}: received {received:#010x}, computed {computed:#010x}"
+            ),
+            MpaError::Marker { at, fpduptr, expected } => write!(
+                f,
+                "MPA marker at stream offset {at} has FPDUPTR {fpduptr}, expected {expected}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MpaError {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Len,
+    Header,
+    Payload,
+    Pad,
+    Crc,
+}
+
+/// Receive-side deframing state for one direction of a connection.
+#[derive(Debug, Clone)]
+pub struct Deframer {
+    crc_on: bool,
+    markers: bool,
+    pos: u64,
+    phase: Phase,
+    /// Whether the current FPDU has begun (its leading marker or first length octet seen).
+    open: bool,
+    len_pos: u64,
+    crc: Crc32c,
+    /// Length field (2) then DDP header (up to 18).
+    buf: [u8; 20],
+    have: usize,
+    ulpdu_len: usize,
+    hdr_len: usize,
+    ulpdu_done: usize,
+    pad_left: usize,
+    crc_buf: [u8; 4],
+    crc_have: usize,
+    marker_buf: [u8; 4],
+    marker_have: usize,
+    failed: Option<MpaError>,
+    fpdus: u64,
+}
+
+impl Deframer {
+    /// A deframer at the start of full operation.
+    pub fn new(crc: bool, markers: bool) -> Self {
+        Deframer {
+            crc_on: crc,
+            markers,
+            pos: 0,
+            phase: Phase::Len,
+            open: false,
+            len_pos: 0,
+            crc: Crc32c::new(),
+            buf: [0; 20],
+            have: 0,
+            ulpdu_len: 0,
+            hdr_len: 0,
+            ulpdu_done: 0,
+            pad_left: 0,
+            crc_buf: [0; 4],
+            crc_have: 0,
+            marker_buf: [0; 4],
+            marker_have: 0,
+            failed: None,
+            fpdus: 0,
+        }
+    }
+
+    /// Octets consumed since the first FPDU.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// FPDUs completed.
+    pub fn fpdus(&self) -> u64 {
+        self.fpdus
+    }
+
+    /// True between FPDUs (nothing of a next FPDU consumed yet).
+    pub fn at_boundary(&self) -> bool {
+        self.phase == Phase::Len && !self.open && self.marker_have == 0
+    }
+
+    /// The error that stopped this deframer, if any (errors are sticky).
+    pub fn error(&self) -> Option<MpaError> {
+        self.failed
+    }
+
+    /// Consume stream octets, driving `sink`. After an error every call returns it again.
+    pub fn feed<S: UlpduSink + ?Sized>(&mut self, mut data: &[u8], sink: &mut S) -> Result<(), MpaError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        while !data.is_empty() {
+            if self.markers && (self.marker_have > 0 || self.pos % MARKER_INTERVAL == 0) {
+                let n = (MARKER_LEN - self.marker_have).min(data.len());
+                self.marker_buf[self.marker_have..self.marker_have + n].copy_from_slice(&data[..n]);
+                self.marker_have += n;
+                self.pos += n as u64;
+                data = &data[n..];
+                if self.marker_have == MARKER_LEN {
+                    self.marker_have = 0;
+                    self.finish_marker()?;
+                }
+                continue;
+            }
+            let run = if self.markers {
+                ((MARKER_INTERVAL - self.pos % MARKER_INTERVAL) as usize).min(data.len())
+            } else {
+                data.len()
+            };
+            let used = self.step(&data[..run], sink)?;
+            self.pos += used as u64;
+            data = &data[used..];
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: MpaError) -> Result<(), MpaError> {
+        self.failed = Some(e);
+        Err(e)
+    }
+
+    fn finish_marker(&mut self) -> Result<(), MpaError> {
+        let at = self.pos - MARKER_LEN as u64;
+        let m = match Marker::parse(&self.marker_buf) {
+            Ok(m) => m,
+            Err(_) => return Ok(()), // cannot happen: four octets are present
+        };
+        let leading = self.phase == Phase::Len && !self.open;
+        let expected = if leading {
+            // The marker precedes this FPDU's length field (RFC 5044 §4.3).
+            self.crc = Crc32c::new();
+            self.open = true;
+            0u16
+        } else {
+            (at - self.len_pos) as u16
+        };
+        self.crc.update(&self.marker_buf);
+        if m.fpduptr != expected {
+            return self.fail(MpaError::Marker { at, fpduptr: m.fpduptr, expected });
+        }
+        Ok(())
+    }
+
+    fn enter_pad(&mut self) {
+        self.pad_left = pad_len(self.ulpdu_len);
+        self.phase = if self.pad_left == 0 { Phase::Crc } else { Phase::Pad };
+    }
+
+    /// Consume up to `chunk.len()` octets of the current phase (no marker inside).
+    fn step<S: UlpduSink + ?Sized>(&mut self, chunk: &[u8], sink: &mut S) -> Result<usize, MpaError> {
+        match self.phase {
+            Phase::Len => {
+                if !self.open {
+                    self.crc = Crc32c::new();
+                    self.open = true;
+                }
+                if self.have == 0 {
+                    self.len_pos = self.pos;
+                }
+                let n = (LEN_FIELD - self.have).min(chunk.len());
+                self.buf[self.have..self.have + n].copy_from_slice(&chunk[..n]);
+                self.crc.update(&chunk[..n]);
+                self.have += n;
+                if self.have == LEN_FIELD {
+                    self.ulpdu_len = u16::from_be_bytes([self.buf[0], self.buf[1]]) as usize;
+                    self.ulpdu_done = 0;
+                    if self.ulpdu_len == 0 {
+                        sink.segment_begin(0, &[]);
+                        self.enter_pad();
+                    } else {
+                        self.hdr_len = 0;
+                        self.phase = Phase::Header;
+                    }
+                }
+                Ok(n)
+            }
+            Phase::Header => {
+                if self.hdr_len == 0 {
+                    // The control octet says which header follows.
+                    let want = DdpControl(chunk[0]).header_len();
+                    self.hdr_len = want.min(self.ulpdu_len);
+                }
+                let got = self.have - LEN_FIELD;
+                let n = (self.hdr_len - got).min(chunk.len());
+                self.buf[self.have..self.have + n].copy_from_slice(&chunk[..n]);
+                self.crc.update(&chunk[..n]);
+                self.have += n;
+                if self.have - LEN_FIELD == self.hdr_len {
+                    sink.segment_begin(self.ulpdu_len as u16, &self.buf[LEN_FIELD..self.have]);
+                    self.ulpdu_done = self.hdr_len;
+                    if self.ulpdu_done == self.ulpdu_len {
+                        self.enter_pad();
+                    } else {
+                        self.phase = Phase::Payload;
+                    }
+                }
+                Ok(n)
+            }
+            Phase::Payload => {
+                let n = (self.ulpdu_len - self.ulpdu_done).min(chunk.len());
+                self.crc.update(&chunk[..n]);
+                sink.segment_data(&chunk[..n]);
+                self.ulpdu_done += n;
+                if self.ulpdu_done == self.ulpdu_len {
+                    self.enter_pad();
+                }
+                Ok(n)
+            }
+            Phase::Pad => {
+                let n = self.pad_left.min(chunk.len());
+                self.crc.update(&chunk[..n]);
+                self.pad_left -= n;
+                if self.pad_left == 0 {
+                    self.phase = Phase::Crc;
+                }
+                Ok(n)
+            }
+            Phase::Crc => {
+                let n = (CRC_LEN - self.crc_have).min(chunk.len());
+                self.crc_buf[self.crc_have..self.crc_have + n].copy_from_slice(&chunk[..n]);
+                self.crc_have += n;
+                if self.crc_have == CRC_LEN {
+                    self.crc_have = 0;
+                    let received = Crc32c::from_wire(self.crc_buf);
+                    let computed = self.crc.value();
+                    // RFC 5044 §6: with CRC negotiated, a mismatch fails the stream.
+                    if self.crc_on && received != computed {
+                        let at = self.pos + n as u64 - CRC_LEN as u64;
+                        self.pos += n as u64;
+                        self.fail(MpaError::Crc { received, computed, at })?;
+                    }
+                    sink.segment_end();
+                    self.fpdus += 1;
+                    self.phase = Phase::Len;
+                    self.open = false;
+                    self.have = 0;
+                }
+                Ok(n)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Collects what the deframer hands up.
+    #[derive(Default, Debug)]
+    struct Collect {
+        segs: Vec<(u16, Vec<u8>, Vec<u8>, bool)>,
+    }
+    impl UlpduSink for Collect {
+        fn segment_begin(&mut self, ulpdu_len: u16, header: &[u8]) {
+            self.segs.push((ulpdu_len, header.to_vec(), Vec::new(), false));
+        }
+        fn segment_data(&mut self, data: &[u8]) {
+            self.segs.last_mut().unwrap().2.extend_from_slice(data);
+        }
+        fn segment_end(&mut self) {
+            self.segs.last_mut().unwrap().3 = true;
+        }
+    }
+
+    fn ulpdu(i: usize, len: usize) -> Vec<u8> {
+        // a tagged header (14) then payload
+        let mut v = vec![0xc1, 0x40, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, i as u8];
+        v.extend((0..len).map(|k| (k * 31 + i) as u8));
+        v
+    }
+
+    #[test]
+    fn mulpdu_matches_wire_facts() {
+        assert_eq!(mulpdu(1448, false), 1442);
+        assert_eq!(mulpdu(1460, false), 1454);
+        assert_eq!(mulpdu(1450, false), 1442);
+        assert_eq!(mulpdu(1448, true), 1448 - (6 + 12));
+        // An FPDU of MULPDU octets never exceeds EMSS, wherever it starts.
+        for emss in [536u16, 1024, 1448, 1460, 8960] {
+            for markers in [false, true] {
+                let m = mulpdu(emss, markers) as usize;
+                for pos in (0..1024u64).step_by(4) {
+                    assert!(wire_len_at(pos, m, markers) <= emss as usize, "emss {emss} pos {pos}");
+                }
+            }
+        }
+    }
+
+    /// First FPDU of a marker stream: marker 00000000 precedes the length.
+    #[test]
+    fn leading_marker_literal() {
+        let mut f = Framer::new(true, true);
+        let mut out = Vec::new();
+        let u = [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        let n = f.emit(&[&u], &mut out).unwrap();
+        assert_eq!(n, 24);
+        assert_eq!(&out[..6], &[0, 0, 0, 0, 0x00, 0x0e]);
+        // CRC covers the marker too.
+        let c = crate::crc::crc32c(&out[..20]);
+        assert_eq!(&out[20..], &Crc32c::to_wire(c));
+        assert_eq!(n, wire_len_at(0, 14, true));
+    }
+
+    /// A marker that lands between PAD and CRC.
+    #[test]
+    fn marker_between_pad_and_crc() {
+        let mut f = Framer::new(true, true);
+        let mut out = Vec::new();
+        // First FPDU: 4 (marker) + 2 + 502 + 0 pad = 508, crc 4 -> ends at 512.
+        f.emit(&[&vec![7u8; 502]], &mut out).unwrap();
+        assert_eq!(out.len(), 512);
+        // Second FPDU starts at 512 with a leading marker.
+        let mut out2 = Vec::new();
+        f.emit(&[&vec![9u8; 498]], &mut out2).unwrap();
+        assert_eq!(&out2[..4], &[0, 0, 0, 0]);
+        // Third FPDU sized so its PAD ends exactly at 1536.
+        let start = f.position();
+        assert_eq!(start, 512 + 4 + 2 + 498 + 0 + 4);
+        let body = (1536 - start) as usize - 2; // len field + ulpdu (+pad) up to 1536
+        let mut out3 = Vec::new();
+        f.emit(&[&vec![1u8; body - 4]], &mut out3).unwrap(); // -4 for the marker at 1024
+        // marker at 1536 (between PAD and CRC) with FPDUPTR = 1536 - start
+        let m_at = out3.len() - 8;
+        let m = Marker::parse(&out3[m_at..m_at + 4]).unwrap();
+        assert_eq!(m.fpduptr as u64, 1536 - start);
+        let mut all = out;
+        all.extend(out2);
+        all.extend(out3);
+        let mut d = Deframer::new(true, true);
+        let mut c = Collect::default();
+        d.feed(&all, &mut c).unwrap();
+        assert_eq!(c.segs.len(), 3);
+        assert!(c.segs.iter().all(|s| s.3));
+        // 0x01 as control octet announces an untagged (18-octet) header.
+        assert_eq!(c.segs[2].1.len(), 18);
+        assert_eq!(c.segs[2].1.len() + c.segs[2].2.len(), body - 4);
+    }
+
+    fn roundtrip(crc: bool, markers: bool, sizes: &[usize], cuts: &[usize]) {
+        let mut f = Framer::new(crc, markers);
+        let mut stream = Vec::new();
+        let mut want = Vec::new();
+        for (i, &s) in sizes.iter().enumerate() {
+            let u = ulpdu(i, s);
+            let before = stream.len();
+            let pos = f.position();
+            f.emit(&[&u[..5], &u[5..]], &mut stream).unwrap();
+            assert_eq!(stream.len() - before, wire_len_at(pos, u.len(), markers));
+            want.push(u);
+        }
+        let mut d = Deframer::new(crc, markers);
+        let mut c = Collect::default();
+        let mut at = 0;
+        let mut k = 0;
+        while at < stream.len() {
+            let n = cuts[k % cuts.len()].max(1).min(stream.len() - at);
+            d.feed(&stream[at..at + n], &mut c).unwrap();
+            at += n;
+            k += 1;
+        }
+        assert_eq!(c.segs.len(), want.len());
+        for (s, w) in c.segs.iter().zip(&want) {
+            assert_eq!(s.0 as usize, w.len());
+            let mut got = s.1.clone();
+            got.extend_from_slice(&s.2);
+            assert_eq!(&got, w);
+            assert!(s.3);
+        }
+        assert!(d.at_boundary());
+    }
+
+    #[test]
+    fn roundtrip_all_cuts() {
+        let sizes = [0usize, 1, 2, 3, 4, 5, 100, 497, 498, 499, 500, 1000, 1430, 3];
+        for crc in [false, true] {
+            for markers in [false, true] {
+                for cut in [1usize, 2, 3, 4, 5, 7, 13, 64, 511, 512, 513, 1500, 100000] {
+                    roundtrip(crc, markers, &sizes, &[cut]);
+                }
+                roundtrip(crc, markers, &sizes, &[1, 9, 2, 700, 3, 5, 4]);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_length_ulpdu() {
+        let mut f = Framer::new(true, false);
+        let mut s = Vec::new();
+        f.emit(&[], &mut s).unwrap();
+        assert_eq!(s.len(), 8);
+        let mut d = Deframer::new(true, false);
+        let mut c = Collect::default();
+        d.feed(&s, &mut c).unwrap();
+        assert_eq!(c.segs, vec![(0, vec![], vec![], true)]);
+    }
+
+    #[test]
+    fn crc_error_is_reported_and_sticky() {
+        let mut f = Framer::new(true, true);
+        let mut s = Vec::new();
+        f.emit(&[&ulpdu(1, 600)], &mut s).unwrap();
+        let good = s.clone();
+        for i in 0..good.len() {
+            let mut s = good.clone();
+            s[i] ^= 0x80;
+            let mut d = Deframer::new(true, true);
+            let mut c = Collect::default();
+            let r = d.feed(&s, &mut c);
+            // Either the marker check or the CRC check catches every single-bit flip,
+            // or the length field grew and the FPDU is still incomplete.
+            match r {
+                Err(MpaError::Crc { .. }) | Err(MpaError::Marker { .. }) => {
+                    assert!(c.segs.iter().all(|s| !s.3));
+                    assert_eq!(d.feed(&[0], &mut c), r);
+                }
+                Ok(()) => assert!(!d.at_boundary() && c.segs.iter().all(|s| !s.3), "flip at {i}"),
+            }
+        }
+        // Without CRC negotiated the field is not checked.
+        let mut s = good.clone();
+        let l = s.len();
+        s[l - 1] ^= 0xff;
+        let mut d = Deframer::new(false, true);
+        let mut c = Collect::default();
+        d.feed(&s, &mut c).unwrap();
+        assert!(c.segs[0].3);
+    }
+
+    #[test]
+    fn marker_mismatch_is_llp_0x03() {
+        let mut f = Framer::new(false, true);
+        let mut s = Vec::new();
+        f.emit(&[&ulpdu(1, 600)], &mut s).unwrap();
+        // the marker at 512 carries FPDUPTR 508; make it 512
+        assert_eq!(&s[512..516], &[0, 0, 0x01, 0xfc]);
+        s[514] = 0x02;
+        s[515] = 0x00;
+        let mut d = Deframer::new(false, true);
+        let mut c = Collect::default();
+        let e = d.feed(&s, &mut c).unwrap_err();
+        assert_eq!(e, MpaError::Marker { at: 512, fpduptr: 512, expected: 508 });
+        assert_eq!(e.term_code(), TermCode::MPA_MARKER);
+        // A leading marker that is not 0
+        let mut f = Framer::new(false, true);
+        let mut s = Vec::new();
+        f.emit(&[&ulpdu(1, 10)], &mut s).unwrap();
+        s[3] = 4;
+        let mut d = Deframer::new(false, true);
+        assert!(matches!(d.feed(&s, &mut c), Err(MpaError::Marker { at: 0, fpduptr: 4, expected: 0 })));
+    }
+
+    #[test]
+    fn short_ulpdu_hands_partial_header() {
+        let mut f = Framer::new(true, false);
+        let mut s = Vec::new();
+        f.emit(&[&[0xc1, 0x40, 0, 0]], &mut s).unwrap();
+        let mut d = Deframer::new(true, false);
+        let mut c = Collect::default();
+        d.feed(&s, &mut c).unwrap();
+        assert_eq!(c.segs, vec![(4, vec![0xc1, 0x40, 0, 0], vec![], true)]);
+    }
+}
