@@ -1,0 +1,366 @@
+//! A deterministic two-node iWARP simulator.
+//!
+//! Two endpoints — `a`, the MPA initiator, and `b`, the responder — each with
+//! its own memory table and [`Connection`], joined by one reliable in-memory
+//! byte stream per direction. Each direction delivers its octets in pieces
+//! whose sizes a seeded RNG picks, so FPDUs arrive split at arbitrary points
+//! and several at once, exactly as TCP may hand them up. Time is virtual
+//! (nanoseconds, advanced by a fixed tick per step); a given seed always gives
+//! the same run. Optionally every transmitted segment is recorded as an
+//! Ethernet/IPv4/TCP frame for a pcap that Wireshark decodes.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod pcap;
+
+use std::collections::VecDeque;
+
+use iwarp_control::MpaConfig;
+use iwarp_datapath::{ConnState, Connection, StreamParams};
+use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
+use iwarp_proto::qp::{Completion, Qp, QpEvent};
+use pcap::{FlowEndpoint, TcpFlowRecorder};
+
+/// SplitMix64: small, fast, and deterministic across platforms.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            return lo;
+        }
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+    /// True with probability `num / den`.
+    pub fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.next_u64() % den.max(1) < num
+    }
+    /// Fill a buffer.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+}
+
+/// Simulation settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// RNG seed: same seed, same run.
+    pub seed: u64,
+    /// Effective MSS of the simulated TCP connection.
+    pub emss: u16,
+    /// MPA settings of the initiator (`a`).
+    pub initiator: MpaConfig,
+    /// MPA settings of the responder (`b`).
+    pub responder: MpaConfig,
+    /// Largest piece a direction delivers at once (pieces are 1..=this, random).
+    pub max_piece: usize,
+    /// One-way delay.
+    pub latency_ns: u64,
+    /// Virtual time per step.
+    pub tick_ns: u64,
+    /// Queue depths.
+    pub sq_depth: usize,
+    /// Queue depths.
+    pub rq_depth: usize,
+    /// Put one FPDU per TCP segment (as deployed peers do; Wireshark needs it with markers).
+    pub one_fpdu_per_segment: bool,
+    /// Record frames for a pcap.
+    pub capture: bool,
+    /// TCP ports of `a` and `b` in the capture.
+    pub ports: (u16, u16),
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            emss: 1448,
+            initiator: MpaConfig::default(),
+            responder: MpaConfig::default(),
+            max_piece: 3000,
+            latency_ns: 5_000,
+            tick_ns: 1_000,
+            sq_depth: 4096,
+            rq_depth: 4096,
+            one_fpdu_per_segment: false,
+            capture: false,
+            ports: (40000, 7174),
+        }
+    }
+}
+
+/// One simulated host.
+#[derive(Debug)]
+pub struct Node {
+    /// Its memory table.
+    pub mem: MemoryTable,
+    /// The protection domain its QP uses.
+    pub pd: PdId,
+    /// The connection.
+    pub conn: Connection,
+    /// Completions drained from the QP, in order.
+    pub completions: Vec<Completion>,
+    /// Events drained from the QP, in order.
+    pub events: Vec<QpEvent>,
+}
+
+impl Node {
+    /// Register a zero-filled buffer of `len` octets (zero-based TO).
+    pub fn register(&mut self, len: usize, access: Access) -> STag {
+        self.register_buf(vec![0; len], access, 0)
+    }
+    /// Register `buf` with base TO `base_to`.
+    pub fn register_buf(&mut self, buf: Vec<u8>, access: Access, base_to: u64) -> STag {
+        match self.mem.register(self.pd, buf, access, base_to) {
+            Ok(s) => s,
+            Err(e) => panic!("simulator registration failed: {e}"),
+        }
+    }
+    /// The queue pair (panics before full operation: a test-harness helper).
+    pub fn qp(&mut self) -> &mut Qp {
+        let state = self.conn.state();
+        match self.conn.qp() {
+            Some(q) => q,
+            None => panic!("connection not in full operation: {state:?}"),
+        }
+    }
+    /// Post to the send queue.
+    pub fn post_send(&mut self, wr: iwarp_proto::qp::WorkRequest) -> Result<(), iwarp_proto::qp::PostError> {
+        match self.conn.qp() {
+            Some(q) => q.post_send(&self.mem, wr),
+            None => Err(iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error)),
+        }
+    }
+    /// Post a receive buffer.
+    pub fn post_recv(&mut self, wr_id: u64, sge: iwarp_proto::qp::Sge) -> Result<(), iwarp_proto::qp::PostError> {
+        match self.conn.qp() {
+            Some(q) => q.post_recv(&self.mem, wr_id, sge),
+            None => Err(iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error)),
+        }
+    }
+    fn drain(&mut self) {
+        if let Some(q) = self.conn.qp() {
+            while let Some(c) = q.poll_completion() {
+                self.completions.push(c);
+            }
+            while let Some(e) = q.poll_event() {
+                self.events.push(e);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Link {
+    /// Segments in flight: (ready time, octets).
+    flight: VecDeque<(u64, Vec<u8>)>,
+    /// Octets that have arrived and wait to be handed up.
+    ready: Vec<u8>,
+    /// Total octets carried.
+    carried: u64,
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimError {
+    /// Still busy after the step budget.
+    Stuck {
+        /// Steps taken.
+        steps: u64,
+    },
+}
+
+/// The simulator.
+#[derive(Debug)]
+pub struct Sim {
+    /// The initiator.
+    pub a: Node,
+    /// The responder.
+    pub b: Node,
+    /// Virtual time.
+    pub now_ns: u64,
+    cfg: SimConfig,
+    rng: Rng,
+    links: [Link; 2],
+    flow: Option<TcpFlowRecorder>,
+    frames: Vec<(u64, Vec<u8>)>,
+    /// TCP segments sent, both directions.
+    pub segments: u64,
+}
+
+fn node(conn: Connection, mem: MemoryTable, pd: PdId) -> Node {
+    Node { mem, pd, conn, completions: Vec::new(), events: Vec::new() }
+}
+
+impl Sim {
+    /// Build both endpoints; the MPA Request is queued at `a`.
+    pub fn new(cfg: SimConfig) -> Self {
+        let mut mem_a = MemoryTable::new();
+        let pd_a = mem_a.alloc_pd();
+        let mut mem_b = MemoryTable::new();
+        let pd_b = mem_b.alloc_pd();
+        let params = |pd| StreamParams { pd, emss: cfg.emss, sq_depth: cfg.sq_depth, rq_depth: cfg.rq_depth };
+        let conn_a = match Connection::initiator(cfg.initiator.clone(), params(pd_a)) {
+            Ok(c) => c,
+            Err(e) => panic!("initiator config rejected: {e}"),
+        };
+        let conn_b = Connection::responder(cfg.responder.clone(), params(pd_b));
+        let mut frames = Vec::new();
+        let flow = cfg.capture.then(|| {
+            let ea = FlowEndpoint { mac: [0x02, 0, 0, 0, 0, 0x0a], ip: [10, 0, 0, 1], port: cfg.ports.0 };
+            let eb = FlowEndpoint { mac: [0x02, 0, 0, 0, 0, 0x0b], ip: [10, 0, 0, 2], port: cfg.ports.1 };
+            let isn_a = (cfg.seed as u32).wrapping_mul(2_654_435_761);
+            let isn_b = isn_a.rotate_left(13) ^ 0x5a5a_5a5a;
+            let mut f = TcpFlowRecorder::new(ea, eb, isn_a, isn_b, cfg.emss);
+            for fr in f.handshake() {
+                frames.push((0, fr));
+            }
+            f
+        });
+        Sim {
+            a: node(conn_a, mem_a, pd_a),
+            b: node(conn_b, mem_b, pd_b),
+            now_ns: 0,
+            rng: Rng::new(cfg.seed),
+            links: [Link::default(), Link::default()],
+            flow,
+            frames,
+            segments: 0,
+            cfg,
+        }
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    /// The simulator's RNG (for test data that must follow the seed).
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    /// Inject raw octets into the stream towards `b` (from_a) or `a`, as if the
+    /// peer had sent them: how hostile-peer tests send crafted FPDUs.
+    pub fn inject(&mut self, from_a: bool, bytes: &[u8]) {
+        let ready = self.now_ns + self.cfg.latency_ns;
+        self.record(from_a, bytes);
+        self.links[usize::from(!from_a)].flight.push_back((ready, bytes.to_vec()));
+    }
+
+    fn record(&mut self, from_a: bool, seg: &[u8]) {
+        self.segments += 1;
+        if let Some(f) = &mut self.flow {
+            // Split anything over the MSS (injected bytes) into several frames.
+            for chunk in seg.chunks(usize::from(f.mss()).max(1)) {
+                if let Ok(fr) = f.data(from_a, chunk) {
+                    self.frames.push((self.now_ns, fr));
+                }
+            }
+        }
+    }
+
+    /// One tick: both sides transmit what they can, links deliver what is due.
+    pub fn step(&mut self) {
+        self.now_ns += self.cfg.tick_ns;
+        let max_fpdus = if self.cfg.one_fpdu_per_segment { 1 } else { usize::MAX };
+        let emss = self.cfg.emss as usize;
+        for from_a in [true, false] {
+            for _ in 0..256 {
+                let mut seg = Vec::with_capacity(emss);
+                let n = {
+                    let node = if from_a { &mut self.a } else { &mut self.b };
+                    node.conn.poll_transmit(&node.mem, &mut seg, emss, max_fpdus)
+                };
+                if n == 0 {
+                    break;
+                }
+                self.record(from_a, &seg);
+                let ready = self.now_ns + self.cfg.latency_ns;
+                let link = &mut self.links[usize::from(!from_a)];
+                link.carried += seg.len() as u64;
+                link.flight.push_back((ready, seg));
+            }
+        }
+        for to_b in [true, false] {
+            let li = usize::from(!to_b);
+            while let Some((t, _)) = self.links[li].flight.front() {
+                if *t > self.now_ns {
+                    break;
+                }
+                if let Some((_, seg)) = self.links[li].flight.pop_front() {
+                    self.links[li].ready.extend_from_slice(&seg);
+                }
+            }
+            let ready = core::mem::take(&mut self.links[li].ready);
+            let mut at = 0;
+            while at < ready.len() {
+                let piece = self.rng.range(1, self.cfg.max_piece.max(1) as u64) as usize;
+                let end = (at + piece).min(ready.len());
+                let node = if to_b { &mut self.b } else { &mut self.a };
+                node.conn.receive(&ready[at..end], &mut node.mem);
+                at = end;
+            }
+        }
+        self.a.drain();
+        self.b.drain();
+    }
+
+    /// True when nothing is in flight and neither side has anything to send.
+    pub fn idle(&self) -> bool {
+        self.links.iter().all(|l| l.flight.is_empty() && l.ready.is_empty())
+            && self.a.conn.tx_idle()
+            && self.b.conn.tx_idle()
+    }
+
+    /// Step until idle, at most `max_steps` steps.
+    pub fn run_until_idle(&mut self, max_steps: u64) -> Result<u64, SimError> {
+        for i in 0..max_steps {
+            self.step();
+            if self.idle() {
+                return Ok(i + 1);
+            }
+        }
+        Err(SimError::Stuck { steps: max_steps })
+    }
+
+    /// Run the MPA exchange to full operation (or failure).
+    pub fn connect(&mut self) -> Result<(), SimError> {
+        self.run_until_idle(10_000)?;
+        Ok(())
+    }
+
+    /// Both sides in full operation?
+    pub fn connected(&self) -> bool {
+        matches!(self.a.conn.state(), ConnState::Rdma(_)) && matches!(self.b.conn.state(), ConnState::Rdma(_))
+    }
+
+    /// Close the capture with FIN from each side and return its frames
+    /// (timestamp ns, Ethernet frame).
+    pub fn finish_capture(&mut self) -> Vec<(u64, Vec<u8>)> {
+        if let Some(f) = &mut self.flow {
+            let t = self.now_ns + self.cfg.tick_ns;
+            self.frames.push((t, f.fin(true)));
+            self.frames.push((t, f.fin(false)));
+            self.frames.push((t, f.ack(true)));
+        }
+        core::mem::take(&mut self.frames)
+    }
+}
