@@ -211,6 +211,12 @@ impl Connection {
         }
     }
 
+    /// Setup octets (MPA Request/Reply) wait to be sent; the next
+    /// [`poll_transmit`](Self::poll_transmit) returns them, not FPDUs.
+    pub fn pending_setup(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Nothing waiting to be sent.
     pub fn tx_idle(&self) -> bool {
         self.out.is_empty()
