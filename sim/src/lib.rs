@@ -12,13 +12,16 @@
 #![warn(missing_docs)]
 
 pub mod pcap;
+pub mod scenario;
 
 use std::collections::VecDeque;
 
 use iwarp_control::MpaConfig;
 use iwarp_datapath::{ConnState, Connection, StreamParams};
 use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
+use iwarp_proto::mpa::{Deframer, UlpduSink};
 use iwarp_proto::qp::{Completion, Qp, QpEvent};
+use iwarp_proto::wire::DdpHeader;
 use pcap::{FlowEndpoint, TcpFlowRecorder};
 
 /// SplitMix64: small, fast, and deterministic across platforms.
@@ -167,6 +170,42 @@ impl Node {
     }
 }
 
+/// One FPDU as a wiretap saw it on the sender's side of the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapFpdu {
+    /// ULPDU_LENGTH.
+    pub ulpdu_len: u16,
+    /// Its DDP header (`None` for a zero-length or truncated ULPDU).
+    pub header: Option<DdpHeader>,
+}
+
+/// A transmitted TCP segment as captured.
+#[derive(Debug, Clone)]
+pub struct CapturedFrame {
+    /// Virtual time.
+    pub ts_ns: u64,
+    /// The Ethernet frame.
+    pub frame: Vec<u8>,
+    /// Sent by the initiator.
+    pub from_a: bool,
+    /// The FPDUs it carries, in order (empty for handshake, setup and control frames).
+    pub fpdus: Vec<TapFpdu>,
+}
+
+#[derive(Debug, Default)]
+struct TapSink {
+    got: Vec<TapFpdu>,
+}
+
+impl UlpduSink for TapSink {
+    fn segment_begin(&mut self, ulpdu_len: u16, header: &[u8]) {
+        let header = DdpHeader::parse(header).ok().map(|(h, _)| h);
+        self.got.push(TapFpdu { ulpdu_len, header });
+    }
+    fn segment_data(&mut self, _data: &[u8]) {}
+    fn segment_end(&mut self) {}
+}
+
 #[derive(Debug, Default)]
 struct Link {
     /// Segments in flight: (ready time, octets).
@@ -200,7 +239,9 @@ pub struct Sim {
     rng: Rng,
     links: [Link; 2],
     flow: Option<TcpFlowRecorder>,
-    frames: Vec<(u64, Vec<u8>)>,
+    frames: Vec<CapturedFrame>,
+    /// Per direction (a->b, b->a): a deframer over the transmitted FPDU stream.
+    taps: [Option<Deframer>; 2],
     /// TCP segments sent, both directions.
     pub segments: u64,
 }
@@ -229,8 +270,8 @@ impl Sim {
             let isn_a = (cfg.seed as u32).wrapping_mul(2_654_435_761);
             let isn_b = isn_a.rotate_left(13) ^ 0x5a5a_5a5a;
             let mut f = TcpFlowRecorder::new(ea, eb, isn_a, isn_b, cfg.emss);
-            for fr in f.handshake() {
-                frames.push((0, fr));
+            for (i, fr) in f.handshake().into_iter().enumerate() {
+                frames.push(CapturedFrame { ts_ns: 0, frame: fr, from_a: i != 1, fpdus: Vec::new() });
             }
             f
         });
@@ -242,6 +283,7 @@ impl Sim {
             links: [Link::default(), Link::default()],
             flow,
             frames,
+            taps: [None, None],
             segments: 0,
             cfg,
         }
@@ -261,18 +303,35 @@ impl Sim {
     /// peer had sent them: how hostile-peer tests send crafted FPDUs.
     pub fn inject(&mut self, from_a: bool, bytes: &[u8]) {
         let ready = self.now_ns + self.cfg.latency_ns;
-        self.record(from_a, bytes);
+        self.record(from_a, bytes, false);
         self.links[usize::from(!from_a)].flight.push_back((ready, bytes.to_vec()));
     }
 
-    fn record(&mut self, from_a: bool, seg: &[u8]) {
+    fn record(&mut self, from_a: bool, seg: &[u8], fpdus: bool) {
         self.segments += 1;
-        if let Some(f) = &mut self.flow {
-            // Split anything over the MSS (injected bytes) into several frames.
-            for chunk in seg.chunks(usize::from(f.mss()).max(1)) {
-                if let Ok(fr) = f.data(from_a, chunk) {
-                    self.frames.push((self.now_ns, fr));
+        let Some(f) = &mut self.flow else { return };
+        let mut tapped = Vec::new();
+        if fpdus {
+            let dir = usize::from(!from_a);
+            if self.taps[dir].is_none() {
+                let node = if from_a { &self.a } else { &self.b };
+                if let Some(n) = node.conn.negotiated() {
+                    self.taps[dir] = Some(Deframer::new(n.crc, n.markers_tx));
                 }
+            }
+            if let Some(tap) = &mut self.taps[dir] {
+                let mut sink = TapSink::default();
+                let _ = tap.feed(seg, &mut sink);
+                tapped = sink.got;
+            }
+        }
+        // Split anything over the MSS (injected bytes) into several frames.
+        let mut first = true;
+        for chunk in seg.chunks(usize::from(f.mss()).max(1)) {
+            if let Ok(fr) = f.data(from_a, chunk) {
+                let fpdus = if first { core::mem::take(&mut tapped) } else { Vec::new() };
+                first = false;
+                self.frames.push(CapturedFrame { ts_ns: self.now_ns, frame: fr, from_a, fpdus });
             }
         }
     }
@@ -285,14 +344,15 @@ impl Sim {
         for from_a in [true, false] {
             for _ in 0..256 {
                 let mut seg = Vec::with_capacity(emss);
-                let n = {
+                let (n, setup) = {
                     let node = if from_a { &mut self.a } else { &mut self.b };
-                    node.conn.poll_transmit(&node.mem, &mut seg, emss, max_fpdus)
+                    let setup = node.conn.pending_setup();
+                    (node.conn.poll_transmit(&node.mem, &mut seg, emss, max_fpdus), setup)
                 };
                 if n == 0 {
                     break;
                 }
-                self.record(from_a, &seg);
+                self.record(from_a, &seg, !setup);
                 let ready = self.now_ns + self.cfg.latency_ns;
                 let link = &mut self.links[usize::from(!from_a)];
                 link.carried += seg.len() as u64;
@@ -352,14 +412,13 @@ impl Sim {
         matches!(self.a.conn.state(), ConnState::Rdma(_)) && matches!(self.b.conn.state(), ConnState::Rdma(_))
     }
 
-    /// Close the capture with FIN from each side and return its frames
-    /// (timestamp ns, Ethernet frame).
-    pub fn finish_capture(&mut self) -> Vec<(u64, Vec<u8>)> {
+    /// Close the capture with FIN from each side and return its frames.
+    pub fn finish_capture(&mut self) -> Vec<CapturedFrame> {
         if let Some(f) = &mut self.flow {
             let t = self.now_ns + self.cfg.tick_ns;
-            self.frames.push((t, f.fin(true)));
-            self.frames.push((t, f.fin(false)));
-            self.frames.push((t, f.ack(true)));
+            for (fr, from_a) in [(f.fin(true), true), (f.fin(false), false), (f.ack(true), true)] {
+                self.frames.push(CapturedFrame { ts_ns: t, frame: fr, from_a, fpdus: Vec::new() });
+            }
         }
         core::mem::take(&mut self.frames)
     }
