@@ -61,7 +61,11 @@ impl Default for MpaConfig {
             ird: 16,
             ord: 16,
             peer_to_peer: false,
-            rtr: RtrOffer { zero_length_fpdu: true, write: true, read: true },
+            rtr: RtrOffer {
+                zero_length_fpdu: true,
+                write: true,
+                read: true,
+            },
             private_data: Vec::new(),
         }
     }
@@ -154,7 +158,11 @@ impl FrameBuf {
         if pd > MAX_PRIVATE_DATA {
             return Err(fail(
                 TermCode::MPA_BAD_REQ_REP,
-                SetupFailure::Malformed(WireError::Malformed { what: "MPA frame", field: "PD_Length", value: pd as u32 }),
+                SetupFailure::Malformed(WireError::Malformed {
+                    what: "MPA frame",
+                    field: "PD_Length",
+                    value: pd as u32,
+                }),
             ));
         }
         let total = HEADER_LEN + pd;
@@ -172,13 +180,20 @@ fn parse(buf: &[u8], want: FrameKind) -> Result<MpaFrameRepr<'_>, SetupError> {
         return Err(fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::WrongKind));
     }
     if !(1..=2).contains(&r.rev) {
-        return Err(fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::BadRevision(r.rev)));
+        return Err(fail(
+            TermCode::MPA_BAD_REQ_REP,
+            SetupFailure::BadRevision(r.rev),
+        ));
     }
     Ok(r)
 }
 
 fn rtr_of(e: &EnhancedParams) -> RtrOffer {
-    RtrOffer { zero_length_fpdu: e.rtr_zero_len_fpdu, write: e.rtr_write, read: e.rtr_read }
+    RtrOffer {
+        zero_length_fpdu: e.rtr_zero_len_fpdu,
+        write: e.rtr_write,
+        read: e.rtr_read,
+    }
 }
 
 /// The active side: sends the Request, waits for the Reply.
@@ -191,7 +206,7 @@ pub struct Initiator {
 impl Initiator {
     /// Start; returns the state and the Request octets to send.
     pub fn new(cfg: MpaConfig) -> Result<(Self, Vec<u8>), SetupError> {
-        let enhanced = (cfg.rev >= 2).then(|| EnhancedParams {
+        let enhanced = (cfg.rev >= 2).then_some(EnhancedParams {
             ird: cfg.ird,
             ord: cfg.ord,
             peer_to_peer: cfg.peer_to_peer,
@@ -206,8 +221,16 @@ impl Initiator {
             enhanced,
             ulp_data: &cfg.private_data,
         };
-        let bytes = req.to_vec().map_err(|_| fail(TermCode::MPA_LOCAL_CATASTROPHIC, SetupFailure::BadConfig))?;
-        Ok((Initiator { cfg, frame: FrameBuf::default() }, bytes))
+        let bytes = req
+            .to_vec()
+            .map_err(|_| fail(TermCode::MPA_LOCAL_CATASTROPHIC, SetupFailure::BadConfig))?;
+        Ok((
+            Initiator {
+                cfg,
+                frame: FrameBuf::default(),
+            },
+            bytes,
+        ))
     }
 
     /// Feed octets received. Returns `Ok(None)` while the Reply is incomplete,
@@ -223,7 +246,10 @@ impl Initiator {
             return Err(fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::Rejected));
         }
         if rep.flags.marker() && !self.cfg.allow_markers_tx {
-            return Err(fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::MarkersRefused));
+            return Err(fail(
+                TermCode::MPA_BAD_REQ_REP,
+                SetupFailure::MarkersRefused,
+            ));
         }
         let mut n = Negotiated {
             rev: rep.rev.min(self.cfg.rev),
@@ -238,7 +264,10 @@ impl Initiator {
         if let (Some(e), true) = (rep.enhanced, self.cfg.rev >= 2) {
             // RFC 6581: the responder's ORD must fit our IRD; our ORD is capped by its IRD.
             if e.ord > self.cfg.ird {
-                return Err(fail(TermCode::MPA_INSUFFICIENT_IRD, SetupFailure::InsufficientIrd));
+                return Err(fail(
+                    TermCode::MPA_INSUFFICIENT_IRD,
+                    SetupFailure::InsufficientIrd,
+                ));
             }
             n.ord = self.cfg.ord.min(e.ird);
             if self.cfg.peer_to_peer {
@@ -247,11 +276,20 @@ impl Initiator {
                     write: self.cfg.rtr.write,
                     read: self.cfg.rtr.read,
                 };
-                n.rtr = Some(pick_one(rtr_of(&e), offered).ok_or(fail(TermCode::MPA_NO_MATCHING_RTR, SetupFailure::NoMatchingRtr))?);
+                n.rtr = Some(pick_one(rtr_of(&e), offered).ok_or(fail(
+                    TermCode::MPA_NO_MATCHING_RTR,
+                    SetupFailure::NoMatchingRtr,
+                ))?);
                 // The responder must choose exactly one type.
-                let chosen = [e.rtr_zero_len_fpdu, e.rtr_write, e.rtr_read].iter().filter(|b| **b).count();
+                let chosen = [e.rtr_zero_len_fpdu, e.rtr_write, e.rtr_read]
+                    .iter()
+                    .filter(|b| **b)
+                    .count();
                 if chosen != 1 || !e.peer_to_peer {
-                    return Err(fail(TermCode::MPA_NO_MATCHING_RTR, SetupFailure::NoMatchingRtr));
+                    return Err(fail(
+                        TermCode::MPA_NO_MATCHING_RTR,
+                        SetupFailure::NoMatchingRtr,
+                    ));
                 }
             }
         }
@@ -303,7 +341,10 @@ pub struct Responder {
 impl Responder {
     /// Start waiting for a Request.
     pub fn new(cfg: MpaConfig) -> Self {
-        Responder { cfg, frame: FrameBuf::default() }
+        Responder {
+            cfg,
+            frame: FrameBuf::default(),
+        }
     }
 
     /// Feed octets. `Ok(None)` while the Request is incomplete. A malformed
@@ -325,7 +366,10 @@ impl Responder {
                 enhanced: enhanced.then_some(EnhancedParams::default()),
                 ulp_data: &[],
             };
-            ResponderOutcome::Rejected { error, reply: r.to_vec().unwrap_or_default() }
+            ResponderOutcome::Rejected {
+                error,
+                reply: r.to_vec().unwrap_or_default(),
+            }
         };
         let enhanced_in = req.enhanced.filter(|_| rev >= 2);
         // wire-facts.md: Linux siw answers a Request with M = 1 with R = 1.
@@ -352,7 +396,11 @@ impl Responder {
             // each capped by our own limits.
             n.ord = self.cfg.ord.min(e.ird);
             n.ird = self.cfg.ird.min(e.ord);
-            let mut enh = EnhancedParams { ird: n.ird, ord: n.ord, ..Default::default() };
+            let mut enh = EnhancedParams {
+                ird: n.ird,
+                ord: n.ord,
+                ..Default::default()
+            };
             if e.peer_to_peer {
                 if !self.cfg.peer_to_peer {
                     return Ok(Some(reject(
@@ -389,8 +437,14 @@ impl Responder {
             enhanced: reply_enh,
             ulp_data: &self.cfg.private_data,
         };
-        let reply = r.to_vec().map_err(|_| fail(TermCode::MPA_LOCAL_CATASTROPHIC, SetupFailure::BadConfig))?;
-        Ok(Some(ResponderOutcome::Accepted { negotiated: n, reply, consumed: used }))
+        let reply = r
+            .to_vec()
+            .map_err(|_| fail(TermCode::MPA_LOCAL_CATASTROPHIC, SetupFailure::BadConfig))?;
+        Ok(Some(ResponderOutcome::Accepted {
+            negotiated: n,
+            reply,
+            consumed: used,
+        }))
     }
 }
 
@@ -398,7 +452,15 @@ impl Responder {
 mod tests {
     use super::*;
 
-    fn run(ic: MpaConfig, rc: MpaConfig) -> (Result<Negotiated, SetupError>, Option<Negotiated>, Vec<u8>, Vec<u8>) {
+    fn run(
+        ic: MpaConfig,
+        rc: MpaConfig,
+    ) -> (
+        Result<Negotiated, SetupError>,
+        Option<Negotiated>,
+        Vec<u8>,
+        Vec<u8>,
+    ) {
         let (mut ini, req) = Initiator::new(ic).unwrap();
         let mut resp = Responder::new(rc);
         // byte at a time, to exercise every cut
@@ -410,7 +472,11 @@ mod tests {
             }
         }
         match out.unwrap() {
-            ResponderOutcome::Accepted { negotiated, reply, consumed } => {
+            ResponderOutcome::Accepted {
+                negotiated,
+                reply,
+                consumed,
+            } => {
                 assert_eq!(consumed, 1);
                 let mut extra = reply.clone();
                 extra.extend_from_slice(&[0xaa, 0xbb]);
@@ -427,12 +493,22 @@ mod tests {
 
     #[test]
     fn siw_default_exchange_bytes() {
-        let cfg = MpaConfig { ird: 1, ord: 1, ..Default::default() };
+        let cfg = MpaConfig {
+            ird: 1,
+            ord: 1,
+            ..Default::default()
+        };
         let (i, r, req, rep) = run(cfg.clone(), cfg);
         // shared/interop README: "MPA ID Req Frame" 10 02 0004 0001 0001 and the same Reply.
-        assert_eq!(&req[16..], &[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]);
+        assert_eq!(
+            &req[16..],
+            &[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]
+        );
         assert_eq!(&rep[..16], b"MPA ID Rep Frame");
-        assert_eq!(&rep[16..], &[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]);
+        assert_eq!(
+            &rep[16..],
+            &[0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01]
+        );
         let i = i.unwrap();
         let r = r.unwrap();
         assert_eq!((i.ird, i.ord, r.ird, r.ord), (1, 1, 1, 1));
@@ -441,8 +517,16 @@ mod tests {
 
     #[test]
     fn crc_either_side_and_markers_per_direction() {
-        let ic = MpaConfig { crc: false, markers_rx: true, ..Default::default() };
-        let rc = MpaConfig { crc: true, markers_rx: false, ..Default::default() };
+        let ic = MpaConfig {
+            crc: false,
+            markers_rx: true,
+            ..Default::default()
+        };
+        let rc = MpaConfig {
+            crc: true,
+            markers_rx: false,
+            ..Default::default()
+        };
         let (i, r, _, rep) = run(ic, rc);
         let (i, r) = (i.unwrap(), r.unwrap());
         assert!(i.crc && r.crc);
@@ -453,8 +537,14 @@ mod tests {
 
     #[test]
     fn markers_refused_like_siw() {
-        let ic = MpaConfig { markers_rx: true, ..Default::default() };
-        let rc = MpaConfig { allow_markers_tx: false, ..Default::default() };
+        let ic = MpaConfig {
+            markers_rx: true,
+            ..Default::default()
+        };
+        let rc = MpaConfig {
+            allow_markers_tx: false,
+            ..Default::default()
+        };
         let (i, _, _, rep) = run(ic, rc);
         assert_eq!(i.unwrap_err().reason, SetupFailure::Rejected);
         // siw: reply flags 0x30 (R + enhanced) and IRD/ORD 0/0
@@ -463,8 +553,16 @@ mod tests {
 
     #[test]
     fn ird_ord_negotiation() {
-        let ic = MpaConfig { ird: 8, ord: 32, ..Default::default() };
-        let rc = MpaConfig { ird: 4, ord: 128, ..Default::default() };
+        let ic = MpaConfig {
+            ird: 8,
+            ord: 32,
+            ..Default::default()
+        };
+        let rc = MpaConfig {
+            ird: 4,
+            ord: 128,
+            ..Default::default()
+        };
         let (i, r, _, _) = run(ic, rc);
         let (i, r) = (i.unwrap(), r.unwrap());
         // responder: ORD = min(128, ini IRD 8) = 8, IRD = min(4, ini ORD 32) = 4
@@ -480,10 +578,19 @@ mod tests {
             ird: 1,
             ord: 1,
             peer_to_peer: true,
-            rtr: RtrOffer { zero_length_fpdu: false, write: true, read: true },
+            rtr: RtrOffer {
+                zero_length_fpdu: false,
+                write: true,
+                read: true,
+            },
             ..Default::default()
         };
-        let rc = MpaConfig { ird: 1, ord: 1, peer_to_peer: true, ..Default::default() };
+        let rc = MpaConfig {
+            ird: 1,
+            ord: 1,
+            peer_to_peer: true,
+            ..Default::default()
+        };
         let (i, r, req, rep) = run(ic, rc);
         assert_eq!(&req[20..24], &[0x80, 0x01, 0xc0, 0x01]);
         assert_eq!(&rep[20..24], &[0x80, 0x01, 0x80, 0x01]);
@@ -495,26 +602,44 @@ mod tests {
     fn p2p_without_common_rtr_is_0x07() {
         let ic = MpaConfig {
             peer_to_peer: true,
-            rtr: RtrOffer { zero_length_fpdu: true, write: false, read: false },
+            rtr: RtrOffer {
+                zero_length_fpdu: true,
+                write: false,
+                read: false,
+            },
             ..Default::default()
         };
         let rc = MpaConfig {
             peer_to_peer: true,
-            rtr: RtrOffer { zero_length_fpdu: false, write: true, read: true },
+            rtr: RtrOffer {
+                zero_length_fpdu: false,
+                write: true,
+                read: true,
+            },
             ..Default::default()
         };
         let mut resp = Responder::new(rc);
         let (_, req) = Initiator::new(ic).unwrap();
         match resp.receive(&req).unwrap().unwrap() {
-            ResponderOutcome::Rejected { error, .. } => assert_eq!(error.code, TermCode::MPA_NO_MATCHING_RTR),
+            ResponderOutcome::Rejected { error, .. } => {
+                assert_eq!(error.code, TermCode::MPA_NO_MATCHING_RTR)
+            }
             o => panic!("{o:?}"),
         }
     }
 
     #[test]
     fn rev1_has_no_enhanced_words() {
-        let ic = MpaConfig { rev: 1, private_data: b"hello".to_vec(), ..Default::default() };
-        let rc = MpaConfig { rev: 2, private_data: b"hi".to_vec(), ..Default::default() };
+        let ic = MpaConfig {
+            rev: 1,
+            private_data: b"hello".to_vec(),
+            ..Default::default()
+        };
+        let rc = MpaConfig {
+            rev: 2,
+            private_data: b"hi".to_vec(),
+            ..Default::default()
+        };
         let (i, r, req, rep) = run(ic, rc);
         assert_eq!(&req[16..20], &[0x00, 0x01, 0x00, 0x05]);
         assert_eq!(&rep[16..20], &[0x00, 0x01, 0x00, 0x02]);
@@ -527,32 +652,54 @@ mod tests {
         let mut resp = Responder::new(MpaConfig::default());
         let mut bad = b"MPA ID Rep Frame".to_vec();
         bad.extend_from_slice(&[0, 1, 0, 0]);
-        assert_eq!(resp.receive(&bad).unwrap_err().reason, SetupFailure::WrongKind);
+        assert_eq!(
+            resp.receive(&bad).unwrap_err().reason,
+            SetupFailure::WrongKind
+        );
         let mut resp = Responder::new(MpaConfig::default());
         let mut bad = b"MPA ID Req Frame".to_vec();
         bad.extend_from_slice(&[0, 3, 0, 0]);
-        assert_eq!(resp.receive(&bad).unwrap_err().reason, SetupFailure::BadRevision(3));
+        assert_eq!(
+            resp.receive(&bad).unwrap_err().reason,
+            SetupFailure::BadRevision(3)
+        );
         let mut resp = Responder::new(MpaConfig::default());
         let mut bad = b"MPA ID Req Frame".to_vec();
         bad.extend_from_slice(&[0, 1, 0x02, 0x01]);
-        assert_eq!(resp.receive(&bad).unwrap_err().code, TermCode::MPA_BAD_REQ_REP);
+        assert_eq!(
+            resp.receive(&bad).unwrap_err().code,
+            TermCode::MPA_BAD_REQ_REP
+        );
         let mut resp = Responder::new(MpaConfig::default());
-        let e = resp.receive(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap_err();
+        let e = resp
+            .receive(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap_err();
         assert!(matches!(e.reason, SetupFailure::Malformed(_)));
     }
 
     #[test]
     fn responder_ord_above_our_ird_is_0x06() {
-        let (mut ini, _) = Initiator::new(MpaConfig { ird: 2, ..Default::default() }).unwrap();
+        let (mut ini, _) = Initiator::new(MpaConfig {
+            ird: 2,
+            ..Default::default()
+        })
+        .unwrap();
         let rep = MpaFrameRepr {
             kind: FrameKind::Reply,
             flags: MpaFlags::default(),
             rev: 2,
-            enhanced: Some(EnhancedParams { ird: 4, ord: 9, ..Default::default() }),
+            enhanced: Some(EnhancedParams {
+                ird: 4,
+                ord: 9,
+                ..Default::default()
+            }),
             ulp_data: &[],
         }
         .to_vec()
         .unwrap();
-        assert_eq!(ini.receive(&rep).unwrap_err().code, TermCode::MPA_INSUFFICIENT_IRD);
+        assert_eq!(
+            ini.receive(&rep).unwrap_err().code,
+            TermCode::MPA_INSUFFICIENT_IRD
+        );
     }
 }

@@ -164,7 +164,11 @@ impl Connection {
             },
             Phase::AwaitRequest(resp) => match resp.receive(rest) {
                 Ok(None) => return,
-                Ok(Some(ResponderOutcome::Accepted { negotiated, reply, consumed })) => {
+                Ok(Some(ResponderOutcome::Accepted {
+                    negotiated,
+                    reply,
+                    consumed,
+                })) => {
                     rest = &rest[consumed..];
                     self.out.extend_from_slice(&reply);
                     self.enter_rdma(negotiated, false);
@@ -196,7 +200,13 @@ impl Connection {
     /// Append what should go on the wire next: pending setup frames (each
     /// returned alone, as a segment of its own), else FPDUs within
     /// `max_bytes` / `max_fpdus`. Returns octets appended.
-    pub fn poll_transmit(&mut self, mem: &MemoryTable, out: &mut Vec<u8>, max_bytes: usize, max_fpdus: usize) -> usize {
+    pub fn poll_transmit(
+        &mut self,
+        mem: &MemoryTable,
+        out: &mut Vec<u8>,
+        max_bytes: usize,
+        max_fpdus: usize,
+    ) -> usize {
         if !self.out.is_empty() {
             let n = self.out.len().min(max_bytes);
             out.extend(self.out.drain(..n));

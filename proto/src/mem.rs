@@ -170,7 +170,11 @@ const MAX_INDEX: u32 = (1 << 24) - 1;
 impl MemoryTable {
     /// An empty table.
     pub fn new() -> Self {
-        MemoryTable { pds: Vec::new(), slots: vec![Slot::default()], free: Vec::new() }
+        MemoryTable {
+            pds: Vec::new(),
+            slots: vec![Slot::default()],
+            free: Vec::new(),
+        }
     }
 
     /// Allocate a protection domain.
@@ -188,7 +192,11 @@ impl MemoryTable {
         if !self.pds.get(pd.0 as usize).copied().unwrap_or(false) {
             return Err(MemError::NoSuchPd);
         }
-        if self.slots.iter().any(|s| s.region.as_ref().is_some_and(|r| r.pd == pd)) {
+        if self
+            .slots
+            .iter()
+            .any(|s| s.region.as_ref().is_some_and(|r| r.pd == pd))
+        {
             return Err(MemError::PdBusy);
         }
         self.pds[pd.0 as usize] = false;
@@ -197,7 +205,13 @@ impl MemoryTable {
 
     /// Register `buf` in `pd`. Tagged offsets `base_to .. base_to + len`
     /// address it (0 for zero-based, or e.g. the buffer's virtual address).
-    pub fn register(&mut self, pd: PdId, buf: Vec<u8>, access: Access, base_to: u64) -> Result<STag, MemError> {
+    pub fn register(
+        &mut self,
+        pd: PdId,
+        buf: Vec<u8>,
+        access: Access,
+        base_to: u64,
+    ) -> Result<STag, MemError> {
         if !self.pds.get(pd.0 as usize).copied().unwrap_or(false) {
             return Err(MemError::NoSuchPd);
         }
@@ -218,7 +232,13 @@ impl MemoryTable {
         let slot = &mut self.slots[index as usize];
         // A reused index gets a new key, so stale STags stop matching.
         slot.key = slot.key.wrapping_add(1);
-        slot.region = Some(Region { pd, access, base_to, buf, valid: true });
+        slot.region = Some(Region {
+            pd,
+            access,
+            base_to,
+            buf,
+            valid: true,
+        });
         Ok(STag::new(index, slot.key))
     }
 
@@ -285,7 +305,14 @@ impl MemoryTable {
     /// Validate an access of `len` octets at tagged offset `to` through `stag`
     /// by a stream in `pd` needing `need`. Checks in RFC 5041 §7.1 order:
     /// STag valid, associated (PD), rights, TO wrap, bounds.
-    pub fn check(&self, stag: STag, pd: PdId, need: Access, to: u64, len: u64) -> Result<Range, AccessError> {
+    pub fn check(
+        &self,
+        stag: STag,
+        pd: PdId,
+        need: Access,
+        to: u64,
+        len: u64,
+    ) -> Result<Range, AccessError> {
         let r = self.region(stag).ok_or(AccessError::InvalidStag)?;
         if !r.valid {
             return Err(AccessError::InvalidStag);
@@ -301,17 +328,27 @@ impl MemoryTable {
         if to < r.base_to || end > region_end {
             return Err(AccessError::Bounds);
         }
-        Ok(Range { slot: stag.index(), offset: (to - r.base_to) as usize, len: len as usize })
+        Ok(Range {
+            slot: stag.index(),
+            offset: (to - r.base_to) as usize,
+            len: len as usize,
+        })
     }
 
     /// Write `data` at `offset` within a range from [`check`](Self::check).
     /// Refuses (returns false) anything that would leave the range or the region.
     pub fn write(&mut self, range: &Range, offset: usize, data: &[u8]) -> bool {
-        let Some(end) = offset.checked_add(data.len()) else { return false };
+        let Some(end) = offset.checked_add(data.len()) else {
+            return false;
+        };
         if end > range.len {
             return false;
         }
-        let Some(r) = self.slots.get_mut(range.slot as usize).and_then(|s| s.region.as_mut()) else {
+        let Some(r) = self
+            .slots
+            .get_mut(range.slot as usize)
+            .and_then(|s| s.region.as_mut())
+        else {
             return false;
         };
         let start = range.offset + offset;
@@ -369,22 +406,55 @@ mod tests {
         let mut m = MemoryTable::new();
         let pd = m.alloc_pd();
         let other = m.alloc_pd();
-        let s = m.register(pd, vec![0; 100], Access::REMOTE_WRITE, 1000).unwrap();
+        let s = m
+            .register(pd, vec![0; 100], Access::REMOTE_WRITE, 1000)
+            .unwrap();
         assert!(m.check(s, pd, Access::REMOTE_WRITE, 1000, 100).is_ok());
-        assert_eq!(m.check(STag(s.0 ^ 1), pd, Access::REMOTE_WRITE, 1000, 1), Err(AccessError::InvalidStag));
-        assert_eq!(m.check(STag(0), pd, Access::REMOTE_WRITE, 1000, 1), Err(AccessError::InvalidStag));
-        assert_eq!(m.check(s, other, Access::REMOTE_WRITE, 1000, 1), Err(AccessError::PdMismatch));
-        assert_eq!(m.check(s, pd, Access::REMOTE_READ, 1000, 1), Err(AccessError::Access));
-        assert_eq!(m.check(s, pd, Access::REMOTE_WRITE, u64::MAX, 2), Err(AccessError::ToWrap));
-        assert_eq!(m.check(s, pd, Access::REMOTE_WRITE, 999, 1), Err(AccessError::Bounds));
-        assert_eq!(m.check(s, pd, Access::REMOTE_WRITE, 1000, 101), Err(AccessError::Bounds));
-        assert_eq!(m.check(s, pd, Access::REMOTE_WRITE, 1100, 0).map(|r| r.offset), Ok(100));
+        assert_eq!(
+            m.check(STag(s.0 ^ 1), pd, Access::REMOTE_WRITE, 1000, 1),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(
+            m.check(STag(0), pd, Access::REMOTE_WRITE, 1000, 1),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(
+            m.check(s, other, Access::REMOTE_WRITE, 1000, 1),
+            Err(AccessError::PdMismatch)
+        );
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_READ, 1000, 1),
+            Err(AccessError::Access)
+        );
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_WRITE, u64::MAX, 2),
+            Err(AccessError::ToWrap)
+        );
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_WRITE, 999, 1),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_WRITE, 1000, 101),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_WRITE, 1100, 0)
+                .map(|r| r.offset),
+            Ok(100)
+        );
         m.invalidate(s).unwrap();
-        assert_eq!(m.check(s, pd, Access::REMOTE_WRITE, 1000, 1), Err(AccessError::InvalidStag));
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_WRITE, 1000, 1),
+            Err(AccessError::InvalidStag)
+        );
         let s2 = m.revalidate(s, 0x42).unwrap();
         assert_eq!(s2.key(), 0x42);
         assert!(m.check(s2, pd, Access::REMOTE_WRITE, 1000, 1).is_ok());
-        assert_eq!(m.check(s, pd, Access::REMOTE_WRITE, 1000, 1), Err(AccessError::InvalidStag));
+        assert_eq!(
+            m.check(s, pd, Access::REMOTE_WRITE, 1000, 1),
+            Err(AccessError::InvalidStag)
+        );
     }
 
     #[test]
@@ -396,7 +466,10 @@ mod tests {
         assert!(m.write(&r, 0, &[1; 8]));
         assert!(!m.write(&r, 1, &[2; 8]));
         assert!(!m.write(&r, usize::MAX, &[2; 2]));
-        assert_eq!(m.bytes(s).unwrap(), &[0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
+        assert_eq!(
+            m.bytes(s).unwrap(),
+            &[0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]
+        );
         assert_eq!(m.read(&r, 6, 2), Some(&[1u8, 1][..]));
         assert_eq!(m.read(&r, 7, 2), None);
     }
@@ -412,10 +485,16 @@ mod tests {
         assert_eq!(s2.index(), s.index());
         assert_ne!(s2, s);
         assert!(!m.is_valid(s));
-        assert_eq!(m.register(pd, vec![0; 4], Access::ALL, u64::MAX), Err(MemError::TooLarge));
+        assert_eq!(
+            m.register(pd, vec![0; 4], Access::ALL, u64::MAX),
+            Err(MemError::TooLarge)
+        );
         m.deregister(s2).unwrap();
         m.dealloc_pd(pd).unwrap();
-        assert_eq!(m.register(pd, vec![], Access::ALL, 0), Err(MemError::NoSuchPd));
+        assert_eq!(
+            m.register(pd, vec![], Access::ALL, 0),
+            Err(MemError::NoSuchPd)
+        );
     }
 
     #[test]
@@ -427,6 +506,9 @@ mod tests {
         assert_eq!(m.invalidate_remote(s, other), Err(AccessError::PdMismatch));
         assert_eq!(m.invalidate_remote(s, pd), Ok(()));
         assert_eq!(m.invalidate_remote(s, pd), Err(AccessError::InvalidStag));
-        assert_eq!(m.invalidate_remote(STag(0x999), pd), Err(AccessError::InvalidStag));
+        assert_eq!(
+            m.invalidate_remote(STag(0x999), pd),
+            Err(AccessError::InvalidStag)
+        );
     }
 }

@@ -43,7 +43,7 @@ pub fn wire_len_at(pos: u64, ulpdu_len: usize, markers: bool) -> usize {
     // Walk the marker positions the framer would insert.
     let mut p = pos;
     let mut n = 0usize;
-    if p % MARKER_INTERVAL == 0 {
+    if p.is_multiple_of(MARKER_INTERVAL) {
         p += MARKER_LEN as u64;
         n += MARKER_LEN;
     }
@@ -54,12 +54,12 @@ pub fn wire_len_at(pos: u64, ulpdu_len: usize, markers: bool) -> usize {
         p += k as u64;
         n += k;
         left -= k;
-        if left > 0 && p % MARKER_INTERVAL == 0 {
+        if left > 0 && p.is_multiple_of(MARKER_INTERVAL) {
             p += MARKER_LEN as u64;
             n += MARKER_LEN;
         }
     }
-    if p % MARKER_INTERVAL == 0 {
+    if p.is_multiple_of(MARKER_INTERVAL) {
         n += MARKER_LEN; // between PAD and CRC
     }
     n + CRC_LEN
@@ -77,7 +77,11 @@ pub struct Framer {
 impl Framer {
     /// A framer at the start of full operation.
     pub fn new(crc: bool, markers: bool) -> Self {
-        Framer { crc, markers, pos: 0 }
+        Framer {
+            crc,
+            markers,
+            pos: 0,
+        }
     }
 
     /// Stream offset of the next octet (since the first FPDU).
@@ -110,7 +114,7 @@ impl Framer {
         let mut crc = Crc32c::new();
         // A marker that falls where this FPDU begins precedes its length field
         // and carries FPDUPTR 0 (RFC 5044 §4.3).
-        if self.markers && self.pos % MARKER_INTERVAL == 0 {
+        if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
             self.put_marker(out, &mut crc, 0);
         }
         let len_pos = self.pos;
@@ -121,7 +125,7 @@ impl Framer {
         let pad = [0u8; 3];
         self.put(out, &mut crc, &pad[..pad_len(ulpdu_len)], len_pos);
         // A marker can fall between PAD and CRC; it is inside this FPDU.
-        if self.markers && self.pos % MARKER_INTERVAL == 0 {
+        if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
             let ptr = (self.pos - len_pos) as u16;
             self.put_marker(out, &mut crc, ptr);
         }
@@ -133,7 +137,7 @@ impl Framer {
 
     fn put(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, mut data: &[u8], len_pos: u64) {
         while !data.is_empty() {
-            if self.markers && self.pos % MARKER_INTERVAL == 0 {
+            if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
                 let ptr = (self.pos - len_pos) as u16;
                 self.put_marker(out, crc, ptr);
             }
@@ -151,7 +155,11 @@ impl Framer {
     }
 
     fn put_marker(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, fpduptr: u16) {
-        let m = Marker { reserved: 0, fpduptr }.to_bytes();
+        let m = Marker {
+            reserved: 0,
+            fpduptr,
+        }
+        .to_bytes();
         out.extend_from_slice(&m);
         crc.update(&m);
         self.pos += MARKER_LEN as u64;
@@ -307,12 +315,16 @@ impl Deframer {
     }
 
     /// Consume stream octets, driving `sink`. After an error every call returns it again.
-    pub fn feed<S: UlpduSink + ?Sized>(&mut self, mut data: &[u8], sink: &mut S) -> Result<(), MpaError> {
+    pub fn feed<S: UlpduSink + ?Sized>(
+        &mut self,
+        mut data: &[u8],
+        sink: &mut S,
+    ) -> Result<(), MpaError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
         while !data.is_empty() {
-            if self.markers && (self.marker_have > 0 || self.pos % MARKER_INTERVAL == 0) {
+            if self.markers && (self.marker_have > 0 || self.pos.is_multiple_of(MARKER_INTERVAL)) {
                 let n = (MARKER_LEN - self.marker_have).min(data.len());
                 self.marker_buf[self.marker_have..self.marker_have + n].copy_from_slice(&data[..n]);
                 self.marker_have += n;
@@ -358,18 +370,30 @@ impl Deframer {
         };
         self.crc.update(&self.marker_buf);
         if m.fpduptr != expected {
-            return self.fail(MpaError::Marker { at, fpduptr: m.fpduptr, expected });
+            return self.fail(MpaError::Marker {
+                at,
+                fpduptr: m.fpduptr,
+                expected,
+            });
         }
         Ok(())
     }
 
     fn enter_pad(&mut self) {
         self.pad_left = pad_len(self.ulpdu_len);
-        self.phase = if self.pad_left == 0 { Phase::Crc } else { Phase::Pad };
+        self.phase = if self.pad_left == 0 {
+            Phase::Crc
+        } else {
+            Phase::Pad
+        };
     }
 
     /// Consume up to `chunk.len()` octets of the current phase (no marker inside).
-    fn step<S: UlpduSink + ?Sized>(&mut self, chunk: &[u8], sink: &mut S) -> Result<usize, MpaError> {
+    fn step<S: UlpduSink + ?Sized>(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut S,
+    ) -> Result<usize, MpaError> {
         match self.phase {
             Phase::Len => {
                 if !self.open {
@@ -449,7 +473,11 @@ impl Deframer {
                     if self.crc_on && received != computed {
                         let at = self.pos + n as u64 - CRC_LEN as u64;
                         self.pos += n as u64;
-                        self.fail(MpaError::Crc { received, computed, at })?;
+                        self.fail(MpaError::Crc {
+                            received,
+                            computed,
+                            at,
+                        })?;
                     }
                     sink.segment_end();
                     self.fpdus += 1;
@@ -474,7 +502,8 @@ mod tests {
     }
     impl UlpduSink for Collect {
         fn segment_begin(&mut self, ulpdu_len: u16, header: &[u8]) {
-            self.segs.push((ulpdu_len, header.to_vec(), Vec::new(), false));
+            self.segs
+                .push((ulpdu_len, header.to_vec(), Vec::new(), false));
         }
         fn segment_data(&mut self, data: &[u8]) {
             self.segs.last_mut().unwrap().2.extend_from_slice(data);
@@ -502,7 +531,10 @@ mod tests {
             for markers in [false, true] {
                 let m = mulpdu(emss, markers) as usize;
                 for pos in (0..1024u64).step_by(4) {
-                    assert!(wire_len_at(pos, m, markers) <= emss as usize, "emss {emss} pos {pos}");
+                    assert!(
+                        wire_len_at(pos, m, markers) <= emss as usize,
+                        "emss {emss} pos {pos}"
+                    );
                 }
             }
         }
@@ -537,11 +569,11 @@ mod tests {
         assert_eq!(&out2[..4], &[0, 0, 0, 0]);
         // Third FPDU sized so its PAD ends exactly at 1536.
         let start = f.position();
-        assert_eq!(start, 512 + 4 + 2 + 498 + 0 + 4);
+        assert_eq!(start, 512 + 4 + 2 + 498 + 4); // marker, length, ULPDU (no PAD), CRC
         let body = (1536 - start) as usize - 2; // len field + ulpdu (+pad) up to 1536
         let mut out3 = Vec::new();
         f.emit(&[&vec![1u8; body - 4]], &mut out3).unwrap(); // -4 for the marker at 1024
-        // marker at 1536 (between PAD and CRC) with FPDUPTR = 1536 - start
+                                                             // marker at 1536 (between PAD and CRC) with FPDUPTR = 1536 - start
         let m_at = out3.len() - 8;
         let m = Marker::parse(&out3[m_at..m_at + 4]).unwrap();
         assert_eq!(m.fpduptr as u64, 1536 - start);
@@ -593,7 +625,9 @@ mod tests {
 
     #[test]
     fn roundtrip_all_cuts() {
-        let sizes = [0usize, 1, 2, 3, 4, 5, 100, 497, 498, 499, 500, 1000, 1430, 3];
+        let sizes = [
+            0usize, 1, 2, 3, 4, 5, 100, 497, 498, 499, 500, 1000, 1430, 3,
+        ];
         for crc in [false, true] {
             for markers in [false, true] {
                 for cut in [1usize, 2, 3, 4, 5, 7, 13, 64, 511, 512, 513, 1500, 100000] {
@@ -635,7 +669,10 @@ mod tests {
                     assert!(c.segs.iter().all(|s| !s.3));
                     assert_eq!(d.feed(&[0], &mut c), r);
                 }
-                Ok(()) => assert!(!d.at_boundary() && c.segs.iter().all(|s| !s.3), "flip at {i}"),
+                Ok(()) => assert!(
+                    !d.at_boundary() && c.segs.iter().all(|s| !s.3),
+                    "flip at {i}"
+                ),
             }
         }
         // Without CRC negotiated the field is not checked.
@@ -660,7 +697,14 @@ mod tests {
         let mut d = Deframer::new(false, true);
         let mut c = Collect::default();
         let e = d.feed(&s, &mut c).unwrap_err();
-        assert_eq!(e, MpaError::Marker { at: 512, fpduptr: 512, expected: 508 });
+        assert_eq!(
+            e,
+            MpaError::Marker {
+                at: 512,
+                fpduptr: 512,
+                expected: 508
+            }
+        );
         assert_eq!(e.term_code(), TermCode::MPA_MARKER);
         // A leading marker that is not 0
         let mut f = Framer::new(false, true);
@@ -668,7 +712,14 @@ mod tests {
         f.emit(&[&ulpdu(1, 10)], &mut s).unwrap();
         s[3] = 4;
         let mut d = Deframer::new(false, true);
-        assert!(matches!(d.feed(&s, &mut c), Err(MpaError::Marker { at: 0, fpduptr: 4, expected: 0 })));
+        assert!(matches!(
+            d.feed(&s, &mut c),
+            Err(MpaError::Marker {
+                at: 0,
+                fpduptr: 4,
+                expected: 0
+            })
+        ));
     }
 
     #[test]

@@ -80,7 +80,11 @@ pub struct Sge {
 
 impl Sge {
     /// A zero-length buffer (never validated, RFC 5041 §5.2).
-    pub const EMPTY: Sge = Sge { stag: STag(0), to: 0, len: 0 };
+    pub const EMPTY: Sge = Sge {
+        stag: STag(0),
+        to: 0,
+        len: 0,
+    };
 }
 
 /// Work for the send queue.
@@ -514,7 +518,8 @@ impl Qp {
         self.tx.job.is_none()
             && self.tx.terminate.is_none()
             && self.tx.resp.is_empty()
-            && (self.state != QpState::Rts || self.tx.next_seq == self.tx.head_seq + self.tx.sq.len() as u64)
+            && (self.state != QpState::Rts
+                || self.tx.next_seq == self.tx.head_seq + self.tx.sq.len() as u64)
     }
 
     /// Post a receive buffer (needs local write).
@@ -526,8 +531,14 @@ impl Qp {
             return Err(PostError::QueueFull);
         }
         if sge.len > 0 {
-            mem.check(sge.stag, self.cfg.pd, Access::LOCAL_WRITE, sge.to, sge.len as u64)
-                .map_err(PostError::Local)?;
+            mem.check(
+                sge.stag,
+                self.cfg.pd,
+                Access::LOCAL_WRITE,
+                sge.to,
+                sge.len as u64,
+            )
+            .map_err(PostError::Local)?;
         }
         self.rx.rq.push_back(RecvWr { wr_id, sge });
         Ok(())
@@ -556,7 +567,10 @@ impl Qp {
             mem.check(local.stag, self.cfg.pd, need, local.to, local.len as u64)
                 .map_err(PostError::Local)?;
         }
-        self.tx.sq.push_back(SqEntry { work: SqWork::Wr(wr), state: SqState::Queued });
+        self.tx.sq.push_back(SqEntry {
+            work: SqWork::Wr(wr),
+            state: SqState::Queued,
+        });
         Ok(())
     }
 
@@ -566,13 +580,21 @@ impl Qp {
         if self.state != QpState::Rts {
             return Err(PostError::NotReady(self.state));
         }
-        self.tx.sq.push_back(SqEntry { work: SqWork::Rtr(kind), state: SqState::Queued });
+        self.tx.sq.push_back(SqEntry {
+            work: SqWork::Rtr(kind),
+            state: SqState::Queued,
+        });
         Ok(())
     }
 
     /// Abort the stream locally with a Terminate of `code` (no headers).
     pub fn terminate(&mut self, code: TermCode) {
-        self.raise(TermInfo { code, hdr: None, seg_len: 0, rdma: None });
+        self.raise(TermInfo {
+            code,
+            hdr: None,
+            seg_len: 0,
+            rdma: None,
+        });
     }
 
     /// The LLP failed underneath (connection lost): everything is flushed, no
@@ -619,7 +641,12 @@ impl Qp {
         if let Err(e) = r {
             self.rx.dead = true;
             if raised.is_none() {
-                self.raise(TermInfo { code: e.term_code(), hdr: None, seg_len: 0, rdma: None });
+                self.raise(TermInfo {
+                    code: e.term_code(),
+                    hdr: None,
+                    seg_len: 0,
+                    rdma: None,
+                });
             }
         }
         if let Some(t) = raised {
@@ -676,7 +703,9 @@ impl Qp {
     /// RFC 5040 §5.5 rule 15: complete strictly in submission order.
     fn drain_sq(&mut self) {
         while let Some(e) = self.tx.sq.front() {
-            let SqState::Done(status) = e.state else { break };
+            let SqState::Done(status) = e.state else {
+                break;
+            };
             let e = *e;
             self.tx.sq.pop_front();
             self.tx.head_seq += 1;
@@ -729,7 +758,13 @@ impl Qp {
             let (inline, n) = t.to_array();
             let msn = self.tx.msn[2];
             self.tx.msn[2] = msn.wrapping_add(1);
-            return Some(Job { qn: queue::TERMINATE, msn, inline, inline_len: n, ..blank });
+            return Some(Job {
+                qn: queue::TERMINATE,
+                msn,
+                inline,
+                inline_len: n,
+                ..blank
+            });
         }
         if self.state != QpState::Rts {
             return None;
@@ -741,7 +776,11 @@ impl Qp {
                 opcode: Opcode::ReadResponse,
                 stag: req.sink_stag,
                 to: req.sink_to,
-                src: (req.size > 0).then_some((STag(req.src_stag), req.src_to, Access::REMOTE_READ)),
+                src: (req.size > 0).then_some((
+                    STag(req.src_stag),
+                    req.src_to,
+                    Access::REMOTE_READ,
+                )),
                 len: req.size as u64,
                 ..blank
             });
@@ -749,7 +788,12 @@ impl Qp {
         let seq = self.tx.next_seq;
         let entry = *self.sq_entry(seq)?;
         let job = match entry.work {
-            SqWork::Wr(WorkRequest::Send { local, solicited, invalidate, .. }) => {
+            SqWork::Wr(WorkRequest::Send {
+                local,
+                solicited,
+                invalidate,
+                ..
+            }) => {
                 let opcode = match (solicited, invalidate.is_some()) {
                     (false, false) => Opcode::Send,
                     (true, false) => Opcode::SendSe,
@@ -769,7 +813,12 @@ impl Qp {
                     ..blank
                 }
             }
-            SqWork::Wr(WorkRequest::Write { local, remote_stag, remote_to, .. }) => Job {
+            SqWork::Wr(WorkRequest::Write {
+                local,
+                remote_stag,
+                remote_to,
+                ..
+            }) => Job {
                 origin: JobOrigin::Sq(seq),
                 opcode: Opcode::Write,
                 stag: remote_stag.0,
@@ -778,24 +827,46 @@ impl Qp {
                 len: local.len as u64,
                 ..blank
             },
-            SqWork::Wr(WorkRequest::Read { local, remote_stag, remote_to, .. }) => {
+            SqWork::Wr(WorkRequest::Read {
+                local,
+                remote_stag,
+                remote_to,
+                ..
+            }) => {
                 if self.tx.reads.len() >= self.cfg.ord as usize {
                     return None;
                 }
                 self.read_request_job(seq, local, remote_stag, remote_to, blank)
             }
-            SqWork::Rtr(RtrKind::ZeroLengthFpdu) => {
-                Job { origin: JobOrigin::Sq(seq), zero_fpdu: true, ..blank }
-            }
+            SqWork::Rtr(RtrKind::ZeroLengthFpdu) => Job {
+                origin: JobOrigin::Sq(seq),
+                zero_fpdu: true,
+                ..blank
+            },
             SqWork::Rtr(RtrKind::Write) => {
                 // wire-facts.md: Linux uses STag 1 because Chelsio rejects STag 0.
-                Job { origin: JobOrigin::Sq(seq), opcode: Opcode::Write, stag: 1, ..blank }
+                Job {
+                    origin: JobOrigin::Sq(seq),
+                    opcode: Opcode::Write,
+                    stag: 1,
+                    ..blank
+                }
             }
             SqWork::Rtr(RtrKind::Read) => {
                 if self.tx.reads.len() >= self.cfg.ord.max(1) as usize {
                     return None;
                 }
-                self.read_request_job(seq, Sge { stag: STag(1), to: 0, len: 0 }, STag(1), 0, blank)
+                self.read_request_job(
+                    seq,
+                    Sge {
+                        stag: STag(1),
+                        to: 0,
+                        len: 0,
+                    },
+                    STag(1),
+                    0,
+                    blank,
+                )
             }
         };
         self.tx.next_seq += 1;
@@ -805,7 +876,14 @@ impl Qp {
         Some(job)
     }
 
-    fn read_request_job(&mut self, seq: u64, local: Sge, remote_stag: STag, remote_to: u64, blank: Job) -> Job {
+    fn read_request_job(
+        &mut self,
+        seq: u64,
+        local: Sge,
+        remote_stag: STag,
+        remote_to: u64,
+        blank: Job,
+    ) -> Job {
         let req = ReadRequest {
             sink_stag: local.stag.0,
             sink_to: local.to,
@@ -818,7 +896,11 @@ impl Qp {
         let mut inline = [0u8; MAX_TERMINATE_LEN];
         let _ = req.emit(&mut inline);
         // RFC 5040 §6.1: counted against ORD from the moment it is sent.
-        self.tx.reads.push_back(PendingRead { seq, sink: local, received: 0 });
+        self.tx.reads.push_back(PendingRead {
+            seq,
+            sink: local,
+            received: 0,
+        });
         Job {
             origin: JobOrigin::Sq(seq),
             opcode: Opcode::ReadRequest,
@@ -833,7 +915,13 @@ impl Qp {
     /// Append FPDUs to `out`: at most `max_fpdus`, and at most `max_bytes`
     /// octets (callers pass the EMSS to get one TCP segment's worth; every
     /// FPDU fits in one EMSS by construction of MULPDU). Returns the octets added.
-    pub fn poll_transmit(&mut self, mem: &MemoryTable, out: &mut Vec<u8>, max_bytes: usize, max_fpdus: usize) -> usize {
+    pub fn poll_transmit(
+        &mut self,
+        mem: &MemoryTable,
+        out: &mut Vec<u8>,
+        max_bytes: usize,
+        max_fpdus: usize,
+    ) -> usize {
         let start = out.len();
         let mut fpdus = 0;
         while fpdus < max_fpdus {
@@ -934,7 +1022,11 @@ impl Qp {
                 if let Some(e) = self.sq_entry(seq) {
                     // RFC 5040 §5.5 rule 14: a Send or Write completes once DDP
                     // has handed it to the LLP; a Read waits for its response (rule 19).
-                    e.state = if is_read { SqState::AwaitResponse } else { SqState::Done(WcStatus::Success) };
+                    e.state = if is_read {
+                        SqState::AwaitResponse
+                    } else {
+                        SqState::Done(WcStatus::Success)
+                    };
                 }
             }
         }
@@ -949,12 +1041,19 @@ impl Qp {
                 if let Some(entry) = self.sq_entry(seq) {
                     entry.state = SqState::Done(WcStatus::LocalProtection(e));
                 }
-                self.raise(TermInfo { code: TermCode::RDMAP_LOCAL_CATASTROPHIC, hdr: None, seg_len: 0, rdma: None });
+                self.raise(TermInfo {
+                    code: TermCode::RDMAP_LOCAL_CATASTROPHIC,
+                    hdr: None,
+                    seg_len: 0,
+                    rdma: None,
+                });
             }
             JobOrigin::ReadResp => {
                 // The source went away mid-response: report where we stopped
                 // (RFC 5040 §4.8, Terminated RDMA Header updated to the current position).
-                let Some(r) = self.tx.resp.front().copied() else { return };
+                let Some(r) = self.tx.resp.front().copied() else {
+                    return;
+                };
                 let mut req = r.req;
                 req.sink_to = req.sink_to.wrapping_add(job.off);
                 req.src_to = req.src_to.wrapping_add(job.off);
@@ -974,7 +1073,12 @@ impl Qp {
 impl RxCtx<'_> {
     fn error(&mut self, code: TermCode, rdma: Option<ReadRequest>) {
         if self.rx.pending.is_none() {
-            self.rx.pending = Some(TermInfo { code, hdr: self.rx.hdr, seg_len: self.rx.seg_len, rdma });
+            self.rx.pending = Some(TermInfo {
+                code,
+                hdr: self.rx.hdr,
+                seg_len: self.rx.seg_len,
+                rdma,
+            });
         }
         self.rx.target = Target::Discard;
     }
@@ -1030,7 +1134,13 @@ impl RxCtx<'_> {
                             return;
                         }
                         // RFC 5041 §7.1 tagged checks 1-5.
-                        match self.mem.check(STag(t.stag), pd, Access::REMOTE_WRITE, t.to, payload as u64) {
+                        match self.mem.check(
+                            STag(t.stag),
+                            pd,
+                            Access::REMOTE_WRITE,
+                            t.to,
+                            payload as u64,
+                        ) {
                             Ok(range) => self.rx.target = Target::Tagged { range },
                             Err(e) => self.error(ddp_tagged_code(e), None),
                         }
@@ -1055,7 +1165,13 @@ impl RxCtx<'_> {
                         if t.to < sink.to || end > sink.to + sink.len as u64 {
                             return self.error(TermCode::DDP_T_BASE_BOUNDS, None);
                         }
-                        match self.mem.check(sink.stag, pd, Access::LOCAL_WRITE, t.to, payload as u64) {
+                        match self.mem.check(
+                            sink.stag,
+                            pd,
+                            Access::LOCAL_WRITE,
+                            t.to,
+                            payload as u64,
+                        ) {
                             Ok(range) => self.rx.target = Target::ReadResp { range },
                             Err(e) => self.error(ddp_tagged_code(e), None),
                         }
@@ -1114,10 +1230,18 @@ impl RxCtx<'_> {
                         if payload == 0 {
                             Target::None
                         } else {
-                            match self.mem.check(sge.stag, pd, Access::LOCAL_WRITE, sge.to + mo as u64, payload as u64) {
+                            match self.mem.check(
+                                sge.stag,
+                                pd,
+                                Access::LOCAL_WRITE,
+                                sge.to + mo as u64,
+                                payload as u64,
+                            ) {
                                 Ok(range) => Target::Recv { range },
                                 // The posted buffer went away underneath us.
-                                Err(_) => return self.error(TermCode::DDP_LOCAL_CATASTROPHIC, None),
+                                Err(_) => {
+                                    return self.error(TermCode::DDP_LOCAL_CATASTROPHIC, None)
+                                }
                             }
                         }
                     }
@@ -1164,7 +1288,9 @@ impl RxCtx<'_> {
         match hdr {
             DdpHeader::Tagged(t) => {
                 if t.rdmap.opcode() == Opcode::ReadResponse {
-                    let Some(p) = self.tx.reads.front_mut() else { return };
+                    let Some(p) = self.tx.reads.front_mut() else {
+                        return;
+                    };
                     p.received += payload as u64;
                     if t.ddp.last() {
                         // RFC 5040 §5.5 rule 19: the Read completes on delivery of its response.
@@ -1197,12 +1323,19 @@ impl RxCtx<'_> {
                                     AccessError::PdMismatch => TermCode::RDMAP_CANNOT_INVALIDATE,
                                     _ => TermCode::RDMAP_INVALID_STAG,
                                 };
-                                return self.raise(TermInfo { code, hdr: Some(hdr), seg_len: self.rx.seg_len, rdma: None });
+                                return self.raise(TermInfo {
+                                    code,
+                                    hdr: Some(hdr),
+                                    seg_len: self.rx.seg_len,
+                                    rdma: None,
+                                });
                             }
                             invalidated = Some(stag);
                         }
                         self.rx.expected_msn[0] = self.rx.expected_msn[0].wrapping_add(1);
-                        let Some(r) = self.rx.rq.pop_front() else { return };
+                        let Some(r) = self.rx.rq.pop_front() else {
+                            return;
+                        };
                         self.completions.push_back(Completion {
                             wr_id: r.wr_id,
                             opcode: WcOpcode::Recv,
@@ -1220,7 +1353,9 @@ impl RxCtx<'_> {
                         }
                         let len = core::mem::take(&mut self.rx.read_req_len);
                         self.rx.expected_msn[1] = self.rx.expected_msn[1].wrapping_add(1);
-                        let Ok(req) = ReadRequest::parse(&self.rx.read_req[..len.min(READ_REQUEST_LEN)]) else {
+                        let Ok(req) =
+                            ReadRequest::parse(&self.rx.read_req[..len.min(READ_REQUEST_LEN)])
+                        else {
                             // A Read Request without its 28-octet header.
                             return self.raise(TermInfo {
                                 code: TermCode::RDMAP_OP_UNSPECIFIED,
@@ -1231,7 +1366,13 @@ impl RxCtx<'_> {
                         };
                         // RFC 5040 §5.2.1 / §7.2: validate the source only for non-zero sizes.
                         if req.size > 0 {
-                            if let Err(e) = self.mem.check(STag(req.src_stag), self.cfg.pd, Access::REMOTE_READ, req.src_to, req.size as u64) {
+                            if let Err(e) = self.mem.check(
+                                STag(req.src_stag),
+                                self.cfg.pd,
+                                Access::REMOTE_READ,
+                                req.src_to,
+                                req.size as u64,
+                            ) {
                                 return self.raise(TermInfo {
                                     code: rdmap_protection_code(e),
                                     hdr: Some(hdr),

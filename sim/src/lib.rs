@@ -145,17 +145,28 @@ impl Node {
         }
     }
     /// Post to the send queue.
-    pub fn post_send(&mut self, wr: iwarp_proto::qp::WorkRequest) -> Result<(), iwarp_proto::qp::PostError> {
+    pub fn post_send(
+        &mut self,
+        wr: iwarp_proto::qp::WorkRequest,
+    ) -> Result<(), iwarp_proto::qp::PostError> {
         match self.conn.qp() {
             Some(q) => q.post_send(&self.mem, wr),
-            None => Err(iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error)),
+            None => Err(iwarp_proto::qp::PostError::NotReady(
+                iwarp_proto::qp::QpState::Error,
+            )),
         }
     }
     /// Post a receive buffer.
-    pub fn post_recv(&mut self, wr_id: u64, sge: iwarp_proto::qp::Sge) -> Result<(), iwarp_proto::qp::PostError> {
+    pub fn post_recv(
+        &mut self,
+        wr_id: u64,
+        sge: iwarp_proto::qp::Sge,
+    ) -> Result<(), iwarp_proto::qp::PostError> {
         match self.conn.qp() {
             Some(q) => q.post_recv(&self.mem, wr_id, sge),
-            None => Err(iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error)),
+            None => Err(iwarp_proto::qp::PostError::NotReady(
+                iwarp_proto::qp::QpState::Error,
+            )),
         }
     }
     fn drain(&mut self) {
@@ -247,7 +258,13 @@ pub struct Sim {
 }
 
 fn node(conn: Connection, mem: MemoryTable, pd: PdId) -> Node {
-    Node { mem, pd, conn, completions: Vec::new(), events: Vec::new() }
+    Node {
+        mem,
+        pd,
+        conn,
+        completions: Vec::new(),
+        events: Vec::new(),
+    }
 }
 
 impl Sim {
@@ -257,7 +274,12 @@ impl Sim {
         let pd_a = mem_a.alloc_pd();
         let mut mem_b = MemoryTable::new();
         let pd_b = mem_b.alloc_pd();
-        let params = |pd| StreamParams { pd, emss: cfg.emss, sq_depth: cfg.sq_depth, rq_depth: cfg.rq_depth };
+        let params = |pd| StreamParams {
+            pd,
+            emss: cfg.emss,
+            sq_depth: cfg.sq_depth,
+            rq_depth: cfg.rq_depth,
+        };
         let conn_a = match Connection::initiator(cfg.initiator.clone(), params(pd_a)) {
             Ok(c) => c,
             Err(e) => panic!("initiator config rejected: {e}"),
@@ -265,13 +287,26 @@ impl Sim {
         let conn_b = Connection::responder(cfg.responder.clone(), params(pd_b));
         let mut frames = Vec::new();
         let flow = cfg.capture.then(|| {
-            let ea = FlowEndpoint { mac: [0x02, 0, 0, 0, 0, 0x0a], ip: [10, 0, 0, 1], port: cfg.ports.0 };
-            let eb = FlowEndpoint { mac: [0x02, 0, 0, 0, 0, 0x0b], ip: [10, 0, 0, 2], port: cfg.ports.1 };
+            let ea = FlowEndpoint {
+                mac: [0x02, 0, 0, 0, 0, 0x0a],
+                ip: [10, 0, 0, 1],
+                port: cfg.ports.0,
+            };
+            let eb = FlowEndpoint {
+                mac: [0x02, 0, 0, 0, 0, 0x0b],
+                ip: [10, 0, 0, 2],
+                port: cfg.ports.1,
+            };
             let isn_a = (cfg.seed as u32).wrapping_mul(2_654_435_761);
             let isn_b = isn_a.rotate_left(13) ^ 0x5a5a_5a5a;
             let mut f = TcpFlowRecorder::new(ea, eb, isn_a, isn_b, cfg.emss);
             for (i, fr) in f.handshake().into_iter().enumerate() {
-                frames.push(CapturedFrame { ts_ns: 0, frame: fr, from_a: i != 1, fpdus: Vec::new() });
+                frames.push(CapturedFrame {
+                    ts_ns: 0,
+                    frame: fr,
+                    from_a: i != 1,
+                    fpdus: Vec::new(),
+                });
             }
             f
         });
@@ -304,7 +339,9 @@ impl Sim {
     pub fn inject(&mut self, from_a: bool, bytes: &[u8]) {
         let ready = self.now_ns + self.cfg.latency_ns;
         self.record(from_a, bytes, false);
-        self.links[usize::from(!from_a)].flight.push_back((ready, bytes.to_vec()));
+        self.links[usize::from(!from_a)]
+            .flight
+            .push_back((ready, bytes.to_vec()));
     }
 
     fn record(&mut self, from_a: bool, seg: &[u8], fpdus: bool) {
@@ -329,9 +366,18 @@ impl Sim {
         let mut first = true;
         for chunk in seg.chunks(usize::from(f.mss()).max(1)) {
             if let Ok(fr) = f.data(from_a, chunk) {
-                let fpdus = if first { core::mem::take(&mut tapped) } else { Vec::new() };
+                let fpdus = if first {
+                    core::mem::take(&mut tapped)
+                } else {
+                    Vec::new()
+                };
                 first = false;
-                self.frames.push(CapturedFrame { ts_ns: self.now_ns, frame: fr, from_a, fpdus });
+                self.frames.push(CapturedFrame {
+                    ts_ns: self.now_ns,
+                    frame: fr,
+                    from_a,
+                    fpdus,
+                });
             }
         }
     }
@@ -339,7 +385,11 @@ impl Sim {
     /// One tick: both sides transmit what they can, links deliver what is due.
     pub fn step(&mut self) {
         self.now_ns += self.cfg.tick_ns;
-        let max_fpdus = if self.cfg.one_fpdu_per_segment { 1 } else { usize::MAX };
+        let max_fpdus = if self.cfg.one_fpdu_per_segment {
+            1
+        } else {
+            usize::MAX
+        };
         let emss = self.cfg.emss as usize;
         for from_a in [true, false] {
             for _ in 0..256 {
@@ -347,7 +397,11 @@ impl Sim {
                 let (n, setup) = {
                     let node = if from_a { &mut self.a } else { &mut self.b };
                     let setup = node.conn.pending_setup();
-                    (node.conn.poll_transmit(&node.mem, &mut seg, emss, max_fpdus), setup)
+                    (
+                        node.conn
+                            .poll_transmit(&node.mem, &mut seg, emss, max_fpdus),
+                        setup,
+                    )
                 };
                 if n == 0 {
                     break;
@@ -385,7 +439,9 @@ impl Sim {
 
     /// True when nothing is in flight and neither side has anything to send.
     pub fn idle(&self) -> bool {
-        self.links.iter().all(|l| l.flight.is_empty() && l.ready.is_empty())
+        self.links
+            .iter()
+            .all(|l| l.flight.is_empty() && l.ready.is_empty())
             && self.a.conn.tx_idle()
             && self.b.conn.tx_idle()
     }
@@ -409,15 +465,25 @@ impl Sim {
 
     /// Both sides in full operation?
     pub fn connected(&self) -> bool {
-        matches!(self.a.conn.state(), ConnState::Rdma(_)) && matches!(self.b.conn.state(), ConnState::Rdma(_))
+        matches!(self.a.conn.state(), ConnState::Rdma(_))
+            && matches!(self.b.conn.state(), ConnState::Rdma(_))
     }
 
     /// Close the capture with FIN from each side and return its frames.
     pub fn finish_capture(&mut self) -> Vec<CapturedFrame> {
         if let Some(f) = &mut self.flow {
             let t = self.now_ns + self.cfg.tick_ns;
-            for (fr, from_a) in [(f.fin(true), true), (f.fin(false), false), (f.ack(true), true)] {
-                self.frames.push(CapturedFrame { ts_ns: t, frame: fr, from_a, fpdus: Vec::new() });
+            for (fr, from_a) in [
+                (f.fin(true), true),
+                (f.fin(false), false),
+                (f.ack(true), true),
+            ] {
+                self.frames.push(CapturedFrame {
+                    ts_ns: t,
+                    frame: fr,
+                    from_a,
+                    fpdus: Vec::new(),
+                });
             }
         }
         core::mem::take(&mut self.frames)

@@ -16,7 +16,9 @@ fn usage() -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else { return usage() };
+    let Some(cmd) = args.first() else {
+        return usage();
+    };
     let mut out: Option<String> = None;
     let mut seed = 1u64;
     let mut i = 1;
@@ -47,7 +49,12 @@ fn main() -> ExitCode {
             }
         }
         "demo" => {
-            let path = out.unwrap_or_else(|| std::env::temp_dir().join("iwarp-sim-demo.pcap").display().to_string());
+            let path = out.unwrap_or_else(|| {
+                std::env::temp_dir()
+                    .join("iwarp-sim-demo.pcap")
+                    .display()
+                    .to_string()
+            });
             let sessions = match run(&path, seed) {
                 Ok(s) => s,
                 Err(e) => {
@@ -55,7 +62,9 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            println!("iWARP over a simulated TCP stream: two nodes, seeded segmentation (seed {seed})\n");
+            println!(
+                "iWARP over a simulated TCP stream: two nodes, seeded segmentation (seed {seed})\n"
+            );
             summary(&sessions);
             println!("\ncapture: {path}");
             tshark(&path, &sessions);
@@ -73,7 +82,10 @@ fn run(path: &str, seed: u64) -> Result<Vec<SessionReport>, Box<dyn std::error::
 }
 
 fn summary(sessions: &[SessionReport]) {
-    println!("{:<28} {:>5} {:>7} {:>12} {:>10}  settings", "session", "ops", "FPDUs", "bytes ok", "virt. ms");
+    println!(
+        "{:<28} {:>5} {:>7} {:>12} {:>10}  settings",
+        "session", "ops", "FPDUs", "bytes ok", "virt. ms"
+    );
     for s in sessions {
         println!(
             "{:<28} {:>5} {:>7} {:>12} {:>10.3}  {}",
@@ -92,7 +104,15 @@ fn summary(sessions: &[SessionReport]) {
 
 fn tshark(path: &str, sessions: &[SessionReport]) {
     let run = std::process::Command::new("tshark")
-        .args(["-r", path, "-V", "--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"])
+        .args([
+            "-r",
+            path,
+            "-V",
+            "--disable-heuristic",
+            "rpcrdma_iwarp",
+            "--disable-heuristic",
+            "smb_direct_iwarp",
+        ])
         .output();
     let Ok(o) = run else {
         println!("tshark not installed: skipping the Wireshark decode");

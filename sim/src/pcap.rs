@@ -32,14 +32,16 @@ impl<W: Write> PcapWriter<W> {
 
     /// Append one frame.
     pub fn write_frame(&mut self, ts_ns: u64, frame: &[u8]) -> std::io::Result<()> {
-        let len = u32::try_from(frame.len()).map_err(|_| std::io::Error::other("frame too large"))?;
+        let len =
+            u32::try_from(frame.len()).map_err(|_| std::io::Error::other("frame too large"))?;
         let mut h = [0u8; 16];
         h[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
         h[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
         h[8..12].copy_from_slice(&len.min(SNAPLEN).to_le_bytes());
         h[12..16].copy_from_slice(&len.to_le_bytes());
         self.out.write_all(&h)?;
-        self.out.write_all(&frame[..frame.len().min(SNAPLEN as usize)])
+        self.out
+            .write_all(&frame[..frame.len().min(SNAPLEN as usize)])
     }
 
     /// The underlying writer.
@@ -65,7 +67,11 @@ pub struct FrameTooLarge(pub usize);
 
 impl core::fmt::Display for FrameTooLarge {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "TCP payload of {} octets does not fit one IPv4 packet", self.0)
+        write!(
+            f,
+            "TCP payload of {} octets does not fit one IPv4 packet",
+            self.0
+        )
     }
 }
 
@@ -117,8 +123,16 @@ impl TcpFlowRecorder {
     /// A connection about to open; `mss` is announced in the SYNs.
     pub fn new(a: FlowEndpoint, b: FlowEndpoint, isn_a: u32, isn_b: u32, mss: u16) -> Self {
         TcpFlowRecorder {
-            a: Half { ep: a, next_seq: isn_a, ip_id: 1 },
-            b: Half { ep: b, next_seq: isn_b, ip_id: 1 },
+            a: Half {
+                ep: a,
+                next_seq: isn_a,
+                ip_id: 1,
+            },
+            b: Half {
+                ep: b,
+                next_seq: isn_b,
+                ip_id: 1,
+            },
             mss,
         }
     }
@@ -129,7 +143,11 @@ impl TcpFlowRecorder {
     }
 
     fn frame(&mut self, from_a: bool, flags: u8, payload: &[u8], options: &[u8]) -> Vec<u8> {
-        let (src, dst) = if from_a { (self.a, self.b) } else { (self.b, self.a) };
+        let (src, dst) = if from_a {
+            (self.a, self.b)
+        } else {
+            (self.b, self.a)
+        };
         let ack = if flags & ACK != 0 { dst.next_seq } else { 0 };
         let tcp_len = TCP + options.len() + payload.len();
         let total = IP + tcp_len;
@@ -177,7 +195,11 @@ impl TcpFlowRecorder {
     pub fn handshake(&mut self) -> Vec<Vec<u8>> {
         let mut mss = [2u8, 4, 0, 0];
         mss[2..4].copy_from_slice(&self.mss.to_be_bytes());
-        vec![self.frame(true, SYN, &[], &mss), self.frame(false, SYN | ACK, &[], &mss), self.frame(true, ACK, &[], &[])]
+        vec![
+            self.frame(true, SYN, &[], &mss),
+            self.frame(false, SYN | ACK, &[], &mss),
+            self.frame(true, ACK, &[], &[]),
+        ]
     }
 
     /// One PSH|ACK data segment carrying `payload` verbatim.
@@ -213,7 +235,11 @@ mod tests {
     }
 
     fn ep(last: u8, port: u16) -> FlowEndpoint {
-        FlowEndpoint { mac: [2, 0, 0, 0, 0, last], ip: [10, 0, 0, last], port }
+        FlowEndpoint {
+            mac: [2, 0, 0, 0, 0, last],
+            ip: [10, 0, 0, last],
+            port,
+        }
     }
 
     #[test]

@@ -53,7 +53,9 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), ScenarioError> {
 }
 
 fn data(len: usize, salt: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(salt) ^ ((i >> 8) as u8)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(salt) ^ ((i >> 8) as u8))
+        .collect()
 }
 
 struct Script<'a> {
@@ -64,36 +66,77 @@ struct Script<'a> {
 
 impl Script<'_> {
     fn run(&mut self) -> Result<(), ScenarioError> {
-        self.s.run_until_idle(2_000_000).map(|_| ()).map_err(|e| ScenarioError(format!("simulation stuck: {e:?}")))
+        self.s
+            .run_until_idle(2_000_000)
+            .map(|_| ())
+            .map_err(|e| ScenarioError(format!("simulation stuck: {e:?}")))
     }
 
     /// RDMA Write a -> b of `len` octets and check it.
     fn write(&mut self, len: usize, salt: u8) -> Result<(), ScenarioError> {
         let d = data(len, salt);
         let src = self.s.a.register_buf(d.clone(), Access::LOCAL_READ, 0);
-        let dst = self.s.b.register_buf(vec![0; len.max(1)], Access::REMOTE_WRITE, 0x0001_0000_0000);
-        let local = if len == 0 { Sge::EMPTY } else { Sge { stag: src, to: 0, len: len as u32 } };
+        let dst =
+            self.s
+                .b
+                .register_buf(vec![0; len.max(1)], Access::REMOTE_WRITE, 0x0001_0000_0000);
+        let local = if len == 0 {
+            Sge::EMPTY
+        } else {
+            Sge {
+                stag: src,
+                to: 0,
+                len: len as u32,
+            }
+        };
         self.s
             .a
-            .post_send(WorkRequest::Write { wr_id: self.ops as u64, local, remote_stag: dst, remote_to: 0x0001_0000_0000 })
+            .post_send(WorkRequest::Write {
+                wr_id: self.ops as u64,
+                local,
+                remote_stag: dst,
+                remote_to: 0x0001_0000_0000,
+            })
             .map_err(|e| ScenarioError(format!("post write: {e}")))?;
         self.run()?;
-        check(self.s.b.mem.bytes(dst).map(|b| &b[..len]) == Some(&d[..]), || format!("write of {len} octets corrupted"))?;
+        check(
+            self.s.b.mem.bytes(dst).map(|b| &b[..len]) == Some(&d[..]),
+            || format!("write of {len} octets corrupted"),
+        )?;
         self.done(len)
     }
 
     /// RDMA Read by a from b.
     fn read(&mut self, len: usize, salt: u8) -> Result<(), ScenarioError> {
         let d = data(len, salt);
-        let src = self.s.b.register_buf(d.clone(), Access::REMOTE_READ, 0x4000);
+        let src = self
+            .s
+            .b
+            .register_buf(d.clone(), Access::REMOTE_READ, 0x4000);
         let sink = self.s.a.register(len.max(1), Access::LOCAL_WRITE);
-        let local = if len == 0 { Sge::EMPTY } else { Sge { stag: sink, to: 0, len: len as u32 } };
+        let local = if len == 0 {
+            Sge::EMPTY
+        } else {
+            Sge {
+                stag: sink,
+                to: 0,
+                len: len as u32,
+            }
+        };
         self.s
             .a
-            .post_send(WorkRequest::Read { wr_id: self.ops as u64, local, remote_stag: src, remote_to: 0x4000 })
+            .post_send(WorkRequest::Read {
+                wr_id: self.ops as u64,
+                local,
+                remote_stag: src,
+                remote_to: 0x4000,
+            })
             .map_err(|e| ScenarioError(format!("post read: {e}")))?;
         self.run()?;
-        check(self.s.a.mem.bytes(sink).map(|b| &b[..len]) == Some(&d[..]), || format!("read of {len} octets corrupted"))?;
+        check(
+            self.s.a.mem.bytes(sink).map(|b| &b[..len]) == Some(&d[..]),
+            || format!("read of {len} octets corrupted"),
+        )?;
         self.done(len)
     }
 
@@ -104,30 +147,64 @@ impl Script<'_> {
         let rbuf = self.s.b.register(len.max(1), Access::LOCAL_WRITE);
         self.s
             .b
-            .post_recv(self.ops as u64, Sge { stag: rbuf, to: 0, len: len as u32 })
+            .post_recv(
+                self.ops as u64,
+                Sge {
+                    stag: rbuf,
+                    to: 0,
+                    len: len as u32,
+                },
+            )
             .map_err(|e| ScenarioError(format!("post recv: {e}")))?;
-        let inv = if invalidate { Some(self.s.b.register(64, Access::REMOTE_WRITE)) } else { None };
-        let local = if len == 0 { Sge::EMPTY } else { Sge { stag: src, to: 0, len: len as u32 } };
+        let inv = if invalidate {
+            Some(self.s.b.register(64, Access::REMOTE_WRITE))
+        } else {
+            None
+        };
+        let local = if len == 0 {
+            Sge::EMPTY
+        } else {
+            Sge {
+                stag: src,
+                to: 0,
+                len: len as u32,
+            }
+        };
         self.s
             .a
-            .post_send(WorkRequest::Send { wr_id: self.ops as u64, local, solicited, invalidate: inv })
+            .post_send(WorkRequest::Send {
+                wr_id: self.ops as u64,
+                local,
+                solicited,
+                invalidate: inv,
+            })
             .map_err(|e| ScenarioError(format!("post send: {e}")))?;
         self.run()?;
         let c = self.s.b.completions.last().copied();
         check(
-            c.is_some_and(|c| c.status == WcStatus::Success && c.byte_len as usize == len && c.solicited == solicited && c.invalidated == inv),
+            c.is_some_and(|c| {
+                c.status == WcStatus::Success
+                    && c.byte_len as usize == len
+                    && c.solicited == solicited
+                    && c.invalidated == inv
+            }),
             || format!("send completion wrong: {c:?}"),
         )?;
         if let Some(i) = inv {
             check(!self.s.b.mem.is_valid(i), || "STag not invalidated".into())?;
         }
-        check(self.s.b.mem.bytes(rbuf).map(|b| &b[..len]) == Some(&d[..]), || "send payload corrupted".into())?;
+        check(
+            self.s.b.mem.bytes(rbuf).map(|b| &b[..len]) == Some(&d[..]),
+            || "send payload corrupted".into(),
+        )?;
         self.done(len)
     }
 
     fn done(&mut self, len: usize) -> Result<(), ScenarioError> {
         let c = self.s.a.completions.last().copied();
-        check(c.is_some_and(|c| c.status == WcStatus::Success), || format!("completion: {c:?}; events {:?}", self.s.a.events))?;
+        check(c.is_some_and(|c| c.status == WcStatus::Success), || {
+            format!("completion: {c:?}; events {:?}", self.s.a.events)
+        })?;
         self.verified += len as u64;
         self.ops += 1;
         Ok(())
@@ -153,9 +230,16 @@ fn session(
         ..Default::default()
     };
     let mut s = Sim::new(cfg);
-    s.connect().map_err(|e| ScenarioError(format!("{name}: connect: {e:?}")))?;
-    check(s.connected(), || format!("{name}: not connected: {:?}", s.a.conn.setup_error()))?;
-    let n = s.a.conn.negotiated().cloned().ok_or_else(|| ScenarioError("no negotiation".into()))?;
+    s.connect()
+        .map_err(|e| ScenarioError(format!("{name}: connect: {e:?}")))?;
+    check(s.connected(), || {
+        format!("{name}: not connected: {:?}", s.a.conn.setup_error())
+    })?;
+    let n =
+        s.a.conn
+            .negotiated()
+            .cloned()
+            .ok_or_else(|| ScenarioError("no negotiation".into()))?;
     let settings = format!(
         "MPA rev {}, CRC {}, markers a->b {} b->a {}, IRD/ORD {}/{}, RTR {:?}",
         n.rev,
@@ -166,75 +250,145 @@ fn session(
         n.ord,
         n.rtr
     );
-    let mut sc = Script { s: &mut s, verified: 0, ops: 0 };
+    let mut sc = Script {
+        s: &mut s,
+        verified: 0,
+        ops: 0,
+    };
     body(&mut sc).map_err(|e| ScenarioError(format!("{name}: {e}")))?;
     let (verified, ops) = (sc.verified, sc.ops);
-    let terminates = s
-        .a
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            QpEvent::TerminateReceived(t) => Some(t.code),
-            _ => None,
-        })
-        .collect();
+    let terminates =
+        s.a.events
+            .iter()
+            .filter_map(|e| match e {
+                QpEvent::TerminateReceived(t) => Some(t.code),
+                _ => None,
+            })
+            .collect();
     let virtual_ns = s.now_ns;
     let frames = s.finish_capture();
     let fpdus = frames.iter().map(|f| f.fpdus.len()).sum();
-    Ok(SessionReport { name, settings, frames, fpdus, bytes_verified: verified, ops, crc: n.crc, virtual_ns, terminates })
+    Ok(SessionReport {
+        name,
+        settings,
+        frames,
+        fpdus,
+        bytes_verified: verified,
+        ops,
+        crc: n.crc,
+        virtual_ns,
+        terminates,
+    })
 }
 
 /// Run every scripted session. Session `i` starts `i` virtual seconds in, on
 /// its own initiator port, so they merge into one capture.
 pub fn all_sessions(seed: u64) -> Result<Vec<SessionReport>, ScenarioError> {
-    let rev1 = MpaConfig { rev: 1, ..Default::default() };
-    let crc = MpaConfig { crc: true, ird: 8, ord: 8, ..Default::default() };
-    let markers = MpaConfig { crc: true, markers_rx: true, ird: 8, ord: 8, ..Default::default() };
+    let rev1 = MpaConfig {
+        rev: 1,
+        ..Default::default()
+    };
+    let crc = MpaConfig {
+        crc: true,
+        ird: 8,
+        ord: 8,
+        ..Default::default()
+    };
+    let markers = MpaConfig {
+        crc: true,
+        markers_rx: true,
+        ird: 8,
+        ord: 8,
+        ..Default::default()
+    };
     let p2p_ini = MpaConfig {
         crc: true,
         peer_to_peer: true,
-        rtr: RtrOffer { zero_length_fpdu: false, write: false, read: true },
+        rtr: RtrOffer {
+            zero_length_fpdu: false,
+            write: false,
+            read: true,
+        },
         ird: 32,
         ord: 32,
         ..Default::default()
     };
-    let p2p_resp = MpaConfig { crc: true, peer_to_peer: true, ird: 32, ord: 32, ..Default::default() };
+    let p2p_resp = MpaConfig {
+        crc: true,
+        peer_to_peer: true,
+        ird: 32,
+        ord: 32,
+        ..Default::default()
+    };
     let mut out = vec![
         session("rev1-no-crc", seed, 40001, rev1.clone(), rev1, false, |s| {
             s.send(100, false, false)?;
             s.write(1024, 1)
         })?,
-        session("rev2-crc-every-opcode", seed + 1, 40002, crc.clone(), crc.clone(), false, |s| {
-            s.write(0, 0)?;
-            s.write(1, 1)?;
-            s.write(100_000, 2)?;
-            s.write(1 << 20, 3)?;
-            s.read(0, 4)?;
-            s.read(1 << 20, 5)?;
-            s.send(0, false, false)?;
-            s.send(8, false, false)?;
-            s.send(3000, true, false)?;
-            s.send(64, false, true)?;
-            s.send(64, true, true)?;
-            // An RDMA Write to an STag the peer never registered: the peer
-            // answers with a Terminate (DDP tagged, invalid STag).
-            let src = s.s.a.register(32, Access::LOCAL_READ);
-            s.s.a
-                .post_send(WorkRequest::Write { wr_id: 999, local: Sge { stag: src, to: 0, len: 32 }, remote_stag: STag(0x00ee_ee00), remote_to: 0 })
-                .map_err(|e| ScenarioError(format!("post: {e}")))?;
-            s.run()
-        })?,
-        session("rev2-crc-markers-both-ways", seed + 2, 40003, markers.clone(), markers, true, |s| {
-            s.write(70_000, 6)?;
-            s.read(65_536, 7)?;
-            s.send(2000, false, false)?;
-            s.send(10, true, true)?;
-            s.write(0, 8)
-        })?,
-        session("rev2-p2p-read-rtr", seed + 3, 40004, p2p_ini, p2p_resp, false, |s| {
-            s.send(32, false, false)?;
-            s.read(4096, 9)
-        })?,
+        session(
+            "rev2-crc-every-opcode",
+            seed + 1,
+            40002,
+            crc.clone(),
+            crc.clone(),
+            false,
+            |s| {
+                s.write(0, 0)?;
+                s.write(1, 1)?;
+                s.write(100_000, 2)?;
+                s.write(1 << 20, 3)?;
+                s.read(0, 4)?;
+                s.read(1 << 20, 5)?;
+                s.send(0, false, false)?;
+                s.send(8, false, false)?;
+                s.send(3000, true, false)?;
+                s.send(64, false, true)?;
+                s.send(64, true, true)?;
+                // An RDMA Write to an STag the peer never registered: the peer
+                // answers with a Terminate (DDP tagged, invalid STag).
+                let src = s.s.a.register(32, Access::LOCAL_READ);
+                s.s.a
+                    .post_send(WorkRequest::Write {
+                        wr_id: 999,
+                        local: Sge {
+                            stag: src,
+                            to: 0,
+                            len: 32,
+                        },
+                        remote_stag: STag(0x00ee_ee00),
+                        remote_to: 0,
+                    })
+                    .map_err(|e| ScenarioError(format!("post: {e}")))?;
+                s.run()
+            },
+        )?,
+        session(
+            "rev2-crc-markers-both-ways",
+            seed + 2,
+            40003,
+            markers.clone(),
+            markers,
+            true,
+            |s| {
+                s.write(70_000, 6)?;
+                s.read(65_536, 7)?;
+                s.send(2000, false, false)?;
+                s.send(10, true, true)?;
+                s.write(0, 8)
+            },
+        )?,
+        session(
+            "rev2-p2p-read-rtr",
+            seed + 3,
+            40004,
+            p2p_ini,
+            p2p_resp,
+            false,
+            |s| {
+                s.send(32, false, false)?;
+                s.read(4096, 9)
+            },
+        )?,
     ];
     for (i, r) in out.iter_mut().enumerate() {
         for f in &mut r.frames {

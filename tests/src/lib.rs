@@ -5,7 +5,9 @@
 
 use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::mpa::Framer;
-use iwarp_proto::wire::ddp::{DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader};
+use iwarp_proto::wire::ddp::{
+    DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader,
+};
 
 /// Frames segments the way a (possibly hostile) peer would, continuing the
 /// stream position of a peer that has not sent any FPDU yet.
@@ -18,7 +20,9 @@ pub struct Hostile {
 impl Hostile {
     /// A hostile sender at the start of full operation.
     pub fn new(crc: bool, markers: bool) -> Self {
-        Hostile { framer: Framer::new(crc, markers) }
+        Hostile {
+            framer: Framer::new(crc, markers),
+        }
     }
 
     /// One FPDU around a raw ULPDU.
@@ -30,13 +34,27 @@ impl Hostile {
 
     /// A tagged segment.
     pub fn tagged(&mut self, ddp: u8, rdmap: u8, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
-        let h = DdpHeader::Tagged(TaggedHeader { ddp: DdpControl(ddp), rdmap: RdmapControl(rdmap), stag, to });
+        let h = DdpHeader::Tagged(TaggedHeader {
+            ddp: DdpControl(ddp),
+            rdmap: RdmapControl(rdmap),
+            stag,
+            to,
+        });
         self.with_header(h, payload)
     }
 
     /// An untagged segment.
     #[allow(clippy::too_many_arguments)]
-    pub fn untagged(&mut self, ddp: u8, rdmap: u8, inval: u32, qn: u32, msn: u32, mo: u32, payload: &[u8]) -> Vec<u8> {
+    pub fn untagged(
+        &mut self,
+        ddp: u8,
+        rdmap: u8,
+        inval: u32,
+        qn: u32,
+        msn: u32,
+        mo: u32,
+        payload: &[u8],
+    ) -> Vec<u8> {
         let h = DdpHeader::Untagged(UntaggedHeader {
             ddp: DdpControl(ddp),
             rdmap: RdmapControl(rdmap),
@@ -52,7 +70,9 @@ impl Hostile {
     pub fn with_header(&mut self, h: DdpHeader, payload: &[u8]) -> Vec<u8> {
         let (hb, n) = h.to_array();
         let mut out = Vec::new();
-        self.framer.emit(&[&hb[..n], payload], &mut out).expect("ulpdu fits");
+        self.framer
+            .emit(&[&hb[..n], payload], &mut out)
+            .expect("ulpdu fits");
         out
     }
 }
@@ -64,5 +84,8 @@ pub fn ctrl(tagged: bool, op: Opcode) -> (u8, u8) {
 
 /// Copies of the listed regions.
 pub fn snapshot(mem: &MemoryTable, stags: &[STag]) -> Vec<Vec<u8>> {
-    stags.iter().map(|s| mem.bytes(*s).map(|b| b.to_vec()).unwrap_or_default()).collect()
+    stags
+        .iter()
+        .map(|s| mem.bytes(*s).map(|b| b.to_vec()).unwrap_or_default())
+        .collect()
 }

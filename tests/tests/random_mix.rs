@@ -4,6 +4,8 @@
 //! single octet). Every placed byte, every received message and the order of
 //! every completion are checked against a model.
 
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
 use iwarp_control::MpaConfig;
 use iwarp_proto::mem::{Access, STag};
 use iwarp_proto::qp::{Sge, WcOpcode, WcStatus, WorkRequest};
@@ -35,15 +37,39 @@ fn setup(n: &mut Node, rng: &mut Rng) -> Side {
     let read_src = n.register_buf(read_data.clone(), Access::REMOTE_READ, 0x10);
     let sink = n.register(REMOTE, Access::LOCAL_WRITE);
     let recv = n.register(RECV_SLOT * RECV_SLOTS, Access::LOCAL_WRITE);
-    let inval = (0..8).map(|_| n.register(16, Access::REMOTE_WRITE)).collect();
-    Side { src, src_data, remote, read_src, read_data, sink, recv, inval }
+    let inval = (0..8)
+        .map(|_| n.register(16, Access::REMOTE_WRITE))
+        .collect();
+    Side {
+        src,
+        src_data,
+        remote,
+        read_src,
+        read_data,
+        sink,
+        recv,
+        inval,
+    }
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Write { off: usize, len: usize, at: usize },
-    Read { off: usize, len: usize, at: usize },
-    Send { off: usize, len: usize, se: bool, inval: Option<usize> },
+    Write {
+        off: usize,
+        len: usize,
+        at: usize,
+    },
+    Read {
+        off: usize,
+        len: usize,
+        at: usize,
+    },
+    Send {
+        off: usize,
+        len: usize,
+        se: bool,
+        inval: Option<usize>,
+    },
 }
 
 fn size(rng: &mut Rng, big: &mut bool) -> usize {
@@ -75,12 +101,20 @@ fn plan(rng: &mut Rng, count: usize) -> Plan {
         let off = rng.range(0, ((2 << 20) - len) as u64) as usize;
         match rng.range(0, 5) {
             0 | 1 if write_at + len <= REMOTE => {
-                ops.push(Op::Write { off, len, at: write_at });
+                ops.push(Op::Write {
+                    off,
+                    len,
+                    at: write_at,
+                });
                 write_at += len;
             }
             2 if read_at + len <= REMOTE && len <= READ_SRC => {
                 let off = rng.range(0, (READ_SRC - len) as u64) as usize;
-                ops.push(Op::Read { off, len, at: read_at });
+                ops.push(Op::Read {
+                    off,
+                    len,
+                    at: read_at,
+                });
                 read_at += len;
             }
             _ => {
@@ -91,7 +125,12 @@ fn plan(rng: &mut Rng, count: usize) -> Plan {
                 } else {
                     None
                 };
-                ops.push(Op::Send { off, len, se: rng.chance(1, 2), inval });
+                ops.push(Op::Send {
+                    off,
+                    len,
+                    se: rng.chance(1, 2),
+                    inval,
+                });
             }
         }
     }
@@ -103,19 +142,36 @@ fn post(from: &mut Node, me: &Side, peer: &Side, plan: &Plan) {
         let wr = match *op {
             Op::Write { off, len, at } => WorkRequest::Write {
                 wr_id: i as u64,
-                local: Sge { stag: me.src, to: off as u64, len: len as u32 },
+                local: Sge {
+                    stag: me.src,
+                    to: off as u64,
+                    len: len as u32,
+                },
                 remote_stag: peer.remote,
                 remote_to: 0x7000_0000_0000 + at as u64,
             },
             Op::Read { off, len, at } => WorkRequest::Read {
                 wr_id: i as u64,
-                local: Sge { stag: me.sink, to: at as u64, len: len as u32 },
+                local: Sge {
+                    stag: me.sink,
+                    to: at as u64,
+                    len: len as u32,
+                },
                 remote_stag: peer.read_src,
                 remote_to: 0x10 + off as u64,
             },
-            Op::Send { off, len, se, inval } => WorkRequest::Send {
+            Op::Send {
+                off,
+                len,
+                se,
+                inval,
+            } => WorkRequest::Send {
                 wr_id: i as u64,
-                local: Sge { stag: me.src, to: off as u64, len: len as u32 },
+                local: Sge {
+                    stag: me.src,
+                    to: off as u64,
+                    len: len as u32,
+                },
                 solicited: se,
                 invalidate: inval.map(|k| peer.inval[k]),
             },
@@ -126,16 +182,32 @@ fn post(from: &mut Node, me: &Side, peer: &Side, plan: &Plan) {
 
 fn post_recvs(n: &mut Node, me: &Side, count: usize) {
     for i in 0..count {
-        n.post_recv(i as u64, Sge { stag: me.recv, to: ((i % RECV_SLOTS) * RECV_SLOT) as u64, len: RECV_SLOT as u32 })
-            .expect("post recv");
+        n.post_recv(
+            i as u64,
+            Sge {
+                stag: me.recv,
+                to: ((i % RECV_SLOTS) * RECV_SLOT) as u64,
+                len: RECV_SLOT as u32,
+            },
+        )
+        .expect("post recv");
     }
 }
 
 /// Check what `sender` did to `receiver`, by the plan.
 fn verify(tag: &str, sender: &Node, s: &Side, receiver: &Node, r: &Side, plan: &Plan) {
     // Sender completions: every op, in order, successful.
-    let c: Vec<_> = sender.completions.iter().filter(|c| c.opcode != WcOpcode::Recv).collect();
-    assert_eq!(c.len(), plan.ops.len(), "{tag}: completions {:?}", sender.events);
+    let c: Vec<_> = sender
+        .completions
+        .iter()
+        .filter(|c| c.opcode != WcOpcode::Recv)
+        .collect();
+    assert_eq!(
+        c.len(),
+        plan.ops.len(),
+        "{tag}: completions {:?}",
+        sender.events
+    );
     for (i, (op, c)) in plan.ops.iter().zip(&c).enumerate() {
         assert_eq!(c.wr_id, i as u64, "{tag}: order");
         assert_eq!(c.status, WcStatus::Success, "{tag}: op {i} {op:?}");
@@ -148,31 +220,60 @@ fn verify(tag: &str, sender: &Node, s: &Side, receiver: &Node, r: &Side, plan: &
     }
     let remote = receiver.mem.bytes(r.remote).unwrap();
     let sink = sender.mem.bytes(s.sink).unwrap();
-    let recvs: Vec<_> = receiver.completions.iter().filter(|c| c.opcode == WcOpcode::Recv).collect();
+    let recvs: Vec<_> = receiver
+        .completions
+        .iter()
+        .filter(|c| c.opcode == WcOpcode::Recv)
+        .collect();
     let recv_mem = receiver.mem.bytes(r.recv).unwrap();
     let mut k = 0;
     let mut write_end = 0;
     for op in &plan.ops {
         match *op {
             Op::Write { off, len, at } => {
-                assert_eq!(&remote[at..at + len], &s.src_data[off..off + len], "{tag}: write at {at}");
+                assert_eq!(
+                    &remote[at..at + len],
+                    &s.src_data[off..off + len],
+                    "{tag}: write at {at}"
+                );
                 write_end = at + len;
             }
             Op::Read { off, len, at } => {
-                assert_eq!(&sink[at..at + len], &r.read_data[off..off + len], "{tag}: read at {at}");
+                assert_eq!(
+                    &sink[at..at + len],
+                    &r.read_data[off..off + len],
+                    "{tag}: read at {at}"
+                );
             }
-            Op::Send { off, len, se, inval } => {
+            Op::Send {
+                off,
+                len,
+                se,
+                inval,
+            } => {
                 let c = recvs[k];
-                assert_eq!((c.wr_id, c.status, c.byte_len as usize, c.solicited), (k as u64, WcStatus::Success, len, se), "{tag}");
+                assert_eq!(
+                    (c.wr_id, c.status, c.byte_len as usize, c.solicited),
+                    (k as u64, WcStatus::Success, len, se),
+                    "{tag}"
+                );
                 assert_eq!(c.invalidated, inval.map(|i| r.inval[i]));
                 if let Some(i) = inval {
                     assert!(!receiver.mem.is_valid(r.inval[i]));
                 }
                 let slot = (k % RECV_SLOTS) * RECV_SLOT;
                 // Slots are reused after RECV_SLOTS messages; check only the latest user.
-                let last_user = plan.ops.iter().filter(|o| matches!(o, Op::Send { .. })).count();
+                let last_user = plan
+                    .ops
+                    .iter()
+                    .filter(|o| matches!(o, Op::Send { .. }))
+                    .count();
                 if k + RECV_SLOTS >= last_user {
-                    assert_eq!(&recv_mem[slot..slot + len], &s.src_data[off..off + len], "{tag}: send {k}");
+                    assert_eq!(
+                        &recv_mem[slot..slot + len],
+                        &s.src_data[off..off + len],
+                        "{tag}: send {k}"
+                    );
                 }
                 k += 1;
             }
@@ -180,7 +281,10 @@ fn verify(tag: &str, sender: &Node, s: &Side, receiver: &Node, r: &Side, plan: &
     }
     assert_eq!(recvs.len(), k, "{tag}: receive count");
     // Nothing beyond the written range changed.
-    assert!(remote[write_end..].iter().all(|b| *b == 0), "{tag}: stray bytes past the writes");
+    assert!(
+        remote[write_end..].iter().all(|b| *b == 0),
+        "{tag}: stray bytes past the writes"
+    );
 }
 
 /// What one seed exercised.
@@ -194,7 +298,7 @@ struct Covered {
 
 fn run_seed(seed: u64, cov: &mut Covered) {
     let mut rng = Rng::new(seed ^ 0xabcdef);
-    let crc = seed % 2 == 0;
+    let crc = seed.is_multiple_of(2);
     let (ma, mb) = match seed % 4 {
         0 => (false, false),
         1 => (true, true),
@@ -213,24 +317,47 @@ fn run_seed(seed: u64, cov: &mut Covered) {
         seed,
         emss,
         max_piece,
-        initiator: MpaConfig { crc, markers_rx: ma, ird: 4, ord: 4, ..Default::default() },
-        responder: MpaConfig { markers_rx: mb, ird: 4, ord: 4, ..Default::default() },
+        initiator: MpaConfig {
+            crc,
+            markers_rx: ma,
+            ird: 4,
+            ord: 4,
+            ..Default::default()
+        },
+        responder: MpaConfig {
+            markers_rx: mb,
+            ird: 4,
+            ord: 4,
+            ..Default::default()
+        },
         ..Default::default()
     };
-    let tag = format!("seed {seed} crc {crc} markers a<-{ma} b<-{mb} emss {emss} piece {max_piece}");
+    let tag =
+        format!("seed {seed} crc {crc} markers a<-{ma} b<-{mb} emss {emss} piece {max_piece}");
     let mut s = Sim::new(cfg);
     s.connect().expect("connect");
     let sa = setup(&mut s.a, &mut rng);
     let sb = setup(&mut s.b, &mut rng);
     let pa = plan(&mut rng, 40);
     let pb = plan(&mut rng, 40);
-    let sends = |p: &Plan| p.ops.iter().filter(|o| matches!(o, Op::Send { .. })).count();
+    let sends = |p: &Plan| {
+        p.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Send { .. }))
+            .count()
+    };
     post_recvs(&mut s.b, &sb, sends(&pa));
     post_recvs(&mut s.a, &sa, sends(&pb));
     post(&mut s.a, &sa, &sb, &pa);
     post(&mut s.b, &sb, &sa, &pb);
-    s.run_until_idle(5_000_000).unwrap_or_else(|e| panic!("{tag}: {e:?}"));
-    assert!(s.a.events.is_empty() && s.b.events.is_empty(), "{tag}: {:?} {:?}", s.a.events, s.b.events);
+    s.run_until_idle(5_000_000)
+        .unwrap_or_else(|e| panic!("{tag}: {e:?}"));
+    assert!(
+        s.a.events.is_empty() && s.b.events.is_empty(),
+        "{tag}: {:?} {:?}",
+        s.a.events,
+        s.b.events
+    );
     verify(&format!("{tag} a->b"), &s.a, &sa, &s.b, &sb, &pa);
     verify(&format!("{tag} b->a"), &s.b, &sb, &s.a, &sa, &pb);
     for op in pa.ops.iter().chain(&pb.ops) {
@@ -247,7 +374,10 @@ fn run_seed(seed: u64, cov: &mut Covered) {
 
 #[test]
 fn many_seeds() {
-    let n: u64 = std::env::var("IWARP_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
+    let n: u64 = std::env::var("IWARP_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48);
     let mut cov = Covered::default();
     for seed in 0..n {
         run_seed(seed, &mut cov);

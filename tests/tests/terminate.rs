@@ -4,10 +4,14 @@
 //! headers are right, move the stream to error, place nothing anywhere, and
 //! drop everything that follows.
 
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
 use iwarp_control::MpaConfig;
 use iwarp_proto::mem::{Access, STag};
 use iwarp_proto::qp::{QpEvent, QpState, Sge, WcStatus, WorkRequest};
-use iwarp_proto::wire::ddp::{DdpHeader, Opcode, TaggedHeader, UntaggedHeader, DdpControl, RdmapControl};
+use iwarp_proto::wire::ddp::{
+    DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader,
+};
 use iwarp_proto::wire::{ReadRequest, TermCode, TerminateRepr};
 use iwarp_sim::{Sim, SimConfig};
 use iwarp_tests::{ctrl, snapshot, Hostile};
@@ -26,23 +30,54 @@ struct Victim {
 fn victim(crc: bool, markers_to_b: bool, post_recv: bool, ird: u16) -> Victim {
     let cfg = SimConfig {
         seed: 99,
-        initiator: MpaConfig { crc, ird: 8, ord: 8, ..Default::default() },
-        responder: MpaConfig { markers_rx: markers_to_b, ird, ord: 8, ..Default::default() },
+        initiator: MpaConfig {
+            crc,
+            ird: 8,
+            ord: 8,
+            ..Default::default()
+        },
+        responder: MpaConfig {
+            markers_rx: markers_to_b,
+            ird,
+            ord: 8,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut s = Sim::new(cfg);
     s.connect().unwrap();
-    let w = s.b.register_buf(vec![0x11; 4096], Access::REMOTE_WRITE, 0x10000);
+    let w =
+        s.b.register_buf(vec![0x11; 4096], Access::REMOTE_WRITE, 0x10000);
     let r = s.b.register_buf(vec![0x22; 4096], Access::REMOTE_READ, 0);
     let wo = s.b.register_buf(vec![0x33; 256], Access::REMOTE_WRITE, 0);
     let other_pd = s.b.mem.alloc_pd();
-    let foreign = s.b.mem.register(other_pd, vec![0x44; 256], Access::ALL, 0).unwrap();
+    let foreign =
+        s.b.mem
+            .register(other_pd, vec![0x44; 256], Access::ALL, 0)
+            .unwrap();
     let rbuf = s.b.register_buf(vec![0x55; 64], Access::LOCAL_WRITE, 0);
     if post_recv {
-        s.b.post_recv(1, Sge { stag: rbuf, to: 0, len: 64 }).unwrap();
+        s.b.post_recv(
+            1,
+            Sge {
+                stag: rbuf,
+                to: 0,
+                len: 64,
+            },
+        )
+        .unwrap();
     }
     let all = vec![w, r, wo, foreign, rbuf];
-    Victim { s, w, r, wo, foreign, rbuf, all, hostile: Hostile::new(crc, markers_to_b) }
+    Victim {
+        s,
+        w,
+        r,
+        wo,
+        foreign,
+        rbuf,
+        all,
+        hostile: Hostile::new(crc, markers_to_b),
+    }
 }
 
 /// Inject, run, and return the Terminate `a` received, after checking that b
@@ -57,7 +92,8 @@ fn provoke(v: &mut Victim, bytes: &[u8]) -> TerminateRepr {
         QpEvent::TerminateReceived(t) => Some(*t),
         _ => None,
     });
-    let got = got.unwrap_or_else(|| panic!("no Terminate reached the peer; b events {:?}", v.s.b.events));
+    let got =
+        got.unwrap_or_else(|| panic!("no Terminate reached the peer; b events {:?}", v.s.b.events));
     let local = v.s.b.events.iter().find_map(|e| match e {
         QpEvent::LocalError(t) => Some(*t),
         _ => None,
@@ -70,16 +106,32 @@ fn provoke(v: &mut Victim, bytes: &[u8]) -> TerminateRepr {
     let late = v.hostile.tagged(d, r, v.w.0, 0x10000, &[0xee; 16]);
     v.s.inject(true, &late);
     v.s.run_until_idle(10_000).unwrap();
-    assert_eq!(snapshot(&v.s.b.mem, &v.all), before, "a segment after the error was placed");
+    assert_eq!(
+        snapshot(&v.s.b.mem, &v.all),
+        before,
+        "a segment after the error was placed"
+    );
     got
 }
 
 fn tagged_hdr(ddp: u8, rdmap: u8, stag: u32, to: u64) -> DdpHeader {
-    DdpHeader::Tagged(TaggedHeader { ddp: DdpControl(ddp), rdmap: RdmapControl(rdmap), stag, to })
+    DdpHeader::Tagged(TaggedHeader {
+        ddp: DdpControl(ddp),
+        rdmap: RdmapControl(rdmap),
+        stag,
+        to,
+    })
 }
 
 fn untagged_hdr(ddp: u8, rdmap: u8, inval: u32, qn: u32, msn: u32, mo: u32) -> DdpHeader {
-    DdpHeader::Untagged(UntaggedHeader { ddp: DdpControl(ddp), rdmap: RdmapControl(rdmap), inval_stag: inval, qn, msn, mo })
+    DdpHeader::Untagged(UntaggedHeader {
+        ddp: DdpControl(ddp),
+        rdmap: RdmapControl(rdmap),
+        inval_stag: inval,
+        qn,
+        msn,
+        mo,
+    })
 }
 
 fn expect_ddp(t: &TerminateRepr, code: TermCode, hdr: DdpHeader, seg_len: usize) {
@@ -114,14 +166,22 @@ fn ddp_tagged_invalid_stag_for_missing_remote_write_right() {
 #[test]
 fn ddp_tagged_base_or_bounds() {
     let (d, r) = ctrl(true, Opcode::Write);
-    tagged_case(TermCode::DDP_T_BASE_BOUNDS, |v| (d, r, v.w.0, 0x10000 + 4090), 10);
+    tagged_case(
+        TermCode::DDP_T_BASE_BOUNDS,
+        |v| (d, r, v.w.0, 0x10000 + 4090),
+        10,
+    );
     tagged_case(TermCode::DDP_T_BASE_BOUNDS, |v| (d, r, v.w.0, 0xffff), 10);
 }
 
 #[test]
 fn ddp_tagged_stag_not_associated() {
     let (d, r) = ctrl(true, Opcode::Write);
-    tagged_case(TermCode::DDP_T_STAG_NOT_ASSOC, |v| (d, r, v.foreign.0, 0), 10);
+    tagged_case(
+        TermCode::DDP_T_STAG_NOT_ASSOC,
+        |v| (d, r, v.foreign.0, 0),
+        10,
+    );
 }
 
 #[test]
@@ -133,18 +193,29 @@ fn ddp_tagged_to_wrap() {
 #[test]
 fn ddp_tagged_invalid_version() {
     let (_, r) = ctrl(true, Opcode::Write);
-    tagged_case(TermCode::DDP_T_INVALID_VERSION, |v| (0xc2, r, v.wo.0, 0), 10);
+    tagged_case(
+        TermCode::DDP_T_INVALID_VERSION,
+        |v| (0xc2, r, v.wo.0, 0),
+        10,
+    );
 }
 
 fn untagged_case(code: TermCode, post_recv: bool, hdr: (u8, u8, u32, u32, u32, u32), len: usize) {
     let mut v = victim(false, false, post_recv, 4);
     let (d, r, inval, qn, msn, mo) = hdr;
-    let bytes = v.hostile.untagged(d, r, inval, qn, msn, mo, &vec![0xcd; len]);
+    let bytes = v
+        .hostile
+        .untagged(d, r, inval, qn, msn, mo, &vec![0xcd; len]);
     let t = provoke(&mut v, &bytes);
     expect_ddp(&t, code, untagged_hdr(d, r, inval, qn, msn, mo), 18 + len);
     if post_recv {
         // The posted buffer is flushed, not completed.
-        assert!(v.s.b.completions.iter().all(|c| c.status == WcStatus::Flushed));
+        assert!(v
+            .s
+            .b
+            .completions
+            .iter()
+            .all(|c| c.status == WcStatus::Flushed));
         let _ = v.rbuf;
     }
 }
@@ -167,11 +238,23 @@ fn ddp_untagged_no_buffer() {
 fn ddp_untagged_no_buffer_beyond_ird() {
     let mut v = victim(false, false, true, 1);
     let (d, r) = ctrl(false, Opcode::ReadRequest);
-    let rr = ReadRequest { sink_stag: 0x100, sink_to: 0, size: 16, src_stag: v.r.0, src_to: 0 }.to_bytes();
+    let rr = ReadRequest {
+        sink_stag: 0x100,
+        sink_to: 0,
+        size: 16,
+        src_stag: v.r.0,
+        src_to: 0,
+    }
+    .to_bytes();
     let mut bytes = v.hostile.untagged(d, r, 0, 1, 1, 0, &rr);
     bytes.extend(v.hostile.untagged(d, r, 0, 1, 2, 0, &rr));
     let t = provoke(&mut v, &bytes);
-    expect_ddp(&t, TermCode::DDP_U_NO_BUFFER, untagged_hdr(d, r, 0, 1, 2, 0), 18 + 28);
+    expect_ddp(
+        &t,
+        TermCode::DDP_U_NO_BUFFER,
+        untagged_hdr(d, r, 0, 1, 2, 0),
+        18 + 28,
+    );
 }
 
 #[test]
@@ -197,37 +280,75 @@ fn ddp_untagged_message_too_long() {
 #[test]
 fn ddp_untagged_invalid_version() {
     let (_, r) = ctrl(false, Opcode::Send);
-    untagged_case(TermCode::DDP_U_INVALID_VERSION, true, (0x40, r, 0, 0, 1, 0), 8);
+    untagged_case(
+        TermCode::DDP_U_INVALID_VERSION,
+        true,
+        (0x40, r, 0, 0, 1, 0),
+        8,
+    );
 }
 
 #[test]
 fn rdmap_invalid_version() {
     let (d, _) = ctrl(false, Opcode::Send);
-    untagged_case(TermCode::RDMAP_INVALID_VERSION, true, (d, 0x83, 0, 0, 1, 0), 8);
+    untagged_case(
+        TermCode::RDMAP_INVALID_VERSION,
+        true,
+        (d, 0x83, 0, 0, 1, 0),
+        8,
+    );
     let (d, _) = ctrl(true, Opcode::Write);
-    tagged_case(TermCode::RDMAP_INVALID_VERSION, |v| (d, 0x00, v.w.0, 0x10000), 8);
+    tagged_case(
+        TermCode::RDMAP_INVALID_VERSION,
+        |v| (d, 0x00, v.w.0, 0x10000),
+        8,
+    );
 }
 
 #[test]
 fn rdmap_unexpected_opcode() {
     let (d, _) = ctrl(false, Opcode::Send);
     // reserved opcode 1000b on QN 0
-    untagged_case(TermCode::RDMAP_UNEXPECTED_OPCODE, true, (d, 0x48, 0, 0, 1, 0), 8);
+    untagged_case(
+        TermCode::RDMAP_UNEXPECTED_OPCODE,
+        true,
+        (d, 0x48, 0, 0, 1, 0),
+        8,
+    );
     // a Send on QN 1
     let (_, r) = ctrl(false, Opcode::Send);
-    untagged_case(TermCode::RDMAP_UNEXPECTED_OPCODE, true, (d, r, 0, 1, 1, 0), 8);
+    untagged_case(
+        TermCode::RDMAP_UNEXPECTED_OPCODE,
+        true,
+        (d, r, 0, 1, 1, 0),
+        8,
+    );
     // a Send with T = 1
     let (dt, _) = ctrl(true, Opcode::Write);
-    tagged_case(TermCode::RDMAP_UNEXPECTED_OPCODE, |v| (dt, r, v.w.0, 0x10000), 8);
+    tagged_case(
+        TermCode::RDMAP_UNEXPECTED_OPCODE,
+        |v| (dt, r, v.w.0, 0x10000),
+        8,
+    );
     // a Read Response with no Read outstanding
     let (_, rr) = ctrl(true, Opcode::ReadResponse);
-    tagged_case(TermCode::RDMAP_UNEXPECTED_OPCODE, |v| (dt, rr, v.w.0, 0x10000), 8);
+    tagged_case(
+        TermCode::RDMAP_UNEXPECTED_OPCODE,
+        |v| (dt, rr, v.w.0, 0x10000),
+        8,
+    );
 }
 
 fn read_case(code: TermCode, pick: impl Fn(&Victim) -> (u32, u64, u32)) {
     let mut v = victim(true, true, true, 4);
     let (src_stag, src_to, size) = pick(&v);
-    let req = ReadRequest { sink_stag: 0x0102_0300, sink_to: 0x40, size, src_stag, src_to };
+    let req = ReadRequest {
+        sink_stag: 0x0102_0300,
+        sink_to: 0x40,
+        size,
+        src_stag,
+        src_to,
+    };
     let (d, r) = ctrl(false, Opcode::ReadRequest);
     let bytes = v.hostile.untagged(d, r, 0, 1, 1, 0, &req.to_bytes());
     let t = provoke(&mut v, &bytes);
@@ -267,13 +388,26 @@ fn rdmap_read_to_wrap() {
 #[test]
 fn rdmap_zero_length_read_is_not_validated() {
     let mut v = victim(false, false, true, 4);
-    let req = ReadRequest { sink_stag: 1, sink_to: 0, size: 0, src_stag: 0xdead_beef, src_to: u64::MAX };
+    let req = ReadRequest {
+        sink_stag: 1,
+        sink_to: 0,
+        size: 0,
+        src_stag: 0xdead_beef,
+        src_to: u64::MAX,
+    };
     let (d, r) = ctrl(false, Opcode::ReadRequest);
     let bytes = v.hostile.untagged(d, r, 0, 1, 1, 0, &req.to_bytes());
     v.s.inject(true, &bytes);
     v.s.run_until_idle(10_000).unwrap();
     // b answered with a zero-length Read Response to sink STag 1 / TO 0 ...
-    assert!(!v.s.b.events.iter().any(|e| matches!(e, QpEvent::LocalError(_))), "{:?}", v.s.b.events);
+    assert!(
+        !v.s.b
+            .events
+            .iter()
+            .any(|e| matches!(e, QpEvent::LocalError(_))),
+        "{:?}",
+        v.s.b.events
+    );
     // ... which a, whose QP never asked for it, refuses as an unexpected opcode,
     // quoting the header b sent.
     let t = v.s.a.events.iter().find_map(|e| match e {
@@ -299,9 +433,16 @@ fn invalidate_case(code: TermCode, pick: impl Fn(&Victim) -> u32) {
     assert_eq!(t.code, code, "{}", t.code);
     assert_eq!(t.ddp_header, Some(untagged_hdr(d, r, stag, 0, 1, 0)));
     assert_eq!(t.ddp_segment_len, Some(21));
-    assert!(v.s.b.mem.bytes(rbuf).unwrap()[3..].iter().all(|b| *b == 0x55));
+    assert!(v.s.b.mem.bytes(rbuf).unwrap()[3..]
+        .iter()
+        .all(|b| *b == 0x55));
     // No successful receive completion became visible.
-    assert!(v.s.b.completions.iter().all(|c| c.status == WcStatus::Flushed));
+    assert!(v
+        .s
+        .b
+        .completions
+        .iter()
+        .all(|c| c.status == WcStatus::Flushed));
 }
 
 #[test]
@@ -329,7 +470,12 @@ fn rdmap_short_read_request_body() {
     let (d, r) = ctrl(false, Opcode::ReadRequest);
     let bytes = v.hostile.untagged(d, r, 0, 1, 1, 0, &[0u8; 20]);
     let t = provoke(&mut v, &bytes);
-    expect_ddp(&t, TermCode::RDMAP_OP_UNSPECIFIED, untagged_hdr(d, r, 0, 1, 1, 0), 38);
+    expect_ddp(
+        &t,
+        TermCode::RDMAP_OP_UNSPECIFIED,
+        untagged_hdr(d, r, 0, 1, 1, 0),
+        38,
+    );
 }
 
 #[test]
@@ -360,14 +506,26 @@ fn mpa_marker_mismatch_is_llp_0x03() {
     v.all.retain(|s| *s != w);
     let t = provoke(&mut v, &bytes);
     assert_eq!(t, TerminateRepr::bare(TermCode::MPA_MARKER));
-    assert!(v.s.b.mem.bytes(w).unwrap()[700..].iter().all(|b| *b == 0x11));
+    assert!(v.s.b.mem.bytes(w).unwrap()[700..]
+        .iter()
+        .all(|b| *b == 0x11));
 }
 
 #[test]
 fn local_build_error_sends_rdmap_local_catastrophic() {
     let mut v = victim(false, false, true, 4);
     let src = v.s.a.register(64, Access::LOCAL_READ);
-    v.s.a.post_send(WorkRequest::Write { wr_id: 7, local: Sge { stag: src, to: 0, len: 64 }, remote_stag: v.w, remote_to: 0x10000 })
+    v.s.a
+        .post_send(WorkRequest::Write {
+            wr_id: 7,
+            local: Sge {
+                stag: src,
+                to: 0,
+                len: 64,
+            },
+            remote_stag: v.w,
+            remote_to: 0x10000,
+        })
         .unwrap();
     // The source goes away before the message is built (RFC 5040 §7.1 case 1).
     v.s.a.mem.deregister(src).unwrap();
@@ -376,8 +534,14 @@ fn local_build_error_sends_rdmap_local_catastrophic() {
         QpEvent::TerminateReceived(t) => Some(*t),
         _ => None,
     });
-    assert_eq!(t, Some(TerminateRepr::bare(TermCode::RDMAP_LOCAL_CATASTROPHIC)));
-    assert!(matches!(v.s.a.completions[0].status, WcStatus::LocalProtection(_)));
+    assert_eq!(
+        t,
+        Some(TerminateRepr::bare(TermCode::RDMAP_LOCAL_CATASTROPHIC))
+    );
+    assert!(matches!(
+        v.s.a.completions[0].status,
+        WcStatus::LocalProtection(_)
+    ));
     assert!(v.s.b.mem.bytes(v.w).unwrap().iter().all(|b| *b == 0x11));
 }
 
@@ -387,7 +551,17 @@ fn llp_lost_flushes_everything_without_a_terminate() {
     // connection; the stream flushes and reports it locally.
     let mut v = victim(false, false, true, 4);
     let src = v.s.a.register(64, Access::LOCAL_READ);
-    v.s.a.post_send(WorkRequest::Write { wr_id: 1, local: Sge { stag: src, to: 0, len: 64 }, remote_stag: v.w, remote_to: 0x10000 })
+    v.s.a
+        .post_send(WorkRequest::Write {
+            wr_id: 1,
+            local: Sge {
+                stag: src,
+                to: 0,
+                len: 64,
+            },
+            remote_stag: v.w,
+            remote_to: 0x10000,
+        })
         .unwrap();
     v.s.b.qp().llp_lost();
     v.s.a.qp().llp_lost();
@@ -395,7 +569,10 @@ fn llp_lost_flushes_everything_without_a_terminate() {
     assert_eq!(v.s.a.completions.len(), 1);
     assert_eq!(v.s.a.completions[0].status, WcStatus::Flushed);
     assert_eq!(v.s.b.completions[0].status, WcStatus::Flushed);
-    assert_eq!(TermCode::MPA_CONN_LOST.describe(), "MPA: TCP connection closed, terminated or lost");
+    assert_eq!(
+        TermCode::MPA_CONN_LOST.describe(),
+        "MPA: TCP connection closed, terminated or lost"
+    );
 }
 
 #[test]

@@ -225,7 +225,15 @@ impl DdpHeader {
         need("DDP header", buf, 1)?;
         let ddp = DdpControl(buf[field::DDP_CTRL]);
         let len = ddp.header_len();
-        need(if ddp.tagged() { "DDP tagged header" } else { "DDP untagged header" }, buf, len)?;
+        need(
+            if ddp.tagged() {
+                "DDP tagged header"
+            } else {
+                "DDP untagged header"
+            },
+            buf,
+            len,
+        )?;
         let rdmap = RdmapControl(buf[field::RDMAP_CTRL]);
         let h = if ddp.tagged() {
             DdpHeader::Tagged(TaggedHeader {
@@ -377,7 +385,10 @@ impl<T: AsRef<[u8]>> DdpSegment<T> {
     }
     /// The ULP payload after the header.
     pub fn payload(&self) -> &[u8] {
-        self.buffer.as_ref().get(self.control().header_len()..).unwrap_or(&[])
+        self.buffer
+            .as_ref()
+            .get(self.control().header_len()..)
+            .unwrap_or(&[])
     }
 }
 
@@ -432,7 +443,10 @@ mod tests {
         });
         let mut b = [0u8; 18];
         h.emit(&mut b).unwrap();
-        assert_eq!(b, [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(
+            b,
+            [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+        );
         let seg = DdpSegment::new_checked(&b[..]).unwrap();
         assert_eq!((seg.qn(), seg.msn(), seg.mo()), (0, 1, 0));
         assert_eq!(seg.rdmap_control().opcode(), Opcode::Send);
@@ -461,7 +475,9 @@ mod tests {
 
     #[test]
     fn send_invalidate_carries_stag() {
-        let b = [0x41, 0x44, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 1, 0];
+        let b = [
+            0x41, 0x44, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 1, 0,
+        ];
         let (h, _) = DdpHeader::parse(&b).unwrap();
         let DdpHeader::Untagged(u) = h else { panic!() };
         assert_eq!(u.inval_stag, 0xdead_beef);
@@ -473,12 +489,18 @@ mod tests {
     fn every_truncation_is_an_error() {
         let t = [0xc1u8, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
         for n in 0..t.len() {
-            assert!(matches!(DdpHeader::parse(&t[..n]), Err(WireError::Truncated { .. })));
+            assert!(matches!(
+                DdpHeader::parse(&t[..n]),
+                Err(WireError::Truncated { .. })
+            ));
             assert!(DdpSegment::new_checked(&t[..n]).is_err());
         }
         let u = [0x41u8; 18];
         for n in 0..u.len() {
-            assert!(matches!(DdpHeader::parse(&u[..n]), Err(WireError::Truncated { .. })));
+            assert!(matches!(
+                DdpHeader::parse(&u[..n]),
+                Err(WireError::Truncated { .. })
+            ));
         }
     }
 }

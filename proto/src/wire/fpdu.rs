@@ -62,7 +62,10 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
     /// The ULPDU (the DDP segment).
     pub fn ulpdu(&self) -> &[u8] {
         let n = self.ulpdu_length() as usize;
-        self.buffer.as_ref().get(LEN_FIELD..LEN_FIELD + n).unwrap_or(&[])
+        self.buffer
+            .as_ref()
+            .get(LEN_FIELD..LEN_FIELD + n)
+            .unwrap_or(&[])
     }
     /// The CRC field value.
     pub fn crc(&self) -> u32 {
@@ -118,7 +121,10 @@ impl Marker {
     /// Parse four octets.
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
         need("MPA marker", buf, MARKER_LEN)?;
-        Ok(Marker { reserved: be16(buf, 0), fpduptr: be16(buf, 2) })
+        Ok(Marker {
+            reserved: be16(buf, 0),
+            fpduptr: be16(buf, 2),
+        })
     }
     /// The four octets.
     pub fn to_bytes(self) -> [u8; 4] {
@@ -179,7 +185,10 @@ mod tests {
 
     #[test]
     fn marker_bytes() {
-        let m = Marker { reserved: 0, fpduptr: 0x01fc };
+        let m = Marker {
+            reserved: 0,
+            fpduptr: 0x01fc,
+        };
         assert_eq!(m.to_bytes(), [0, 0, 0x01, 0xfc]);
         assert_eq!(Marker::parse(&[0, 0, 0x01, 0xfc]).unwrap(), m);
         assert!(Marker::parse(&[0, 0, 1]).is_err());

@@ -11,7 +11,9 @@ pub mod mpa_frame;
 pub mod rdmap;
 pub mod terminate;
 
-pub use ddp::{DdpControl, DdpHeader, DdpSegment, RdmapControl, Opcode, TaggedHeader, UntaggedHeader};
+pub use ddp::{
+    DdpControl, DdpHeader, DdpSegment, Opcode, RdmapControl, TaggedHeader, UntaggedHeader,
+};
 pub use fpdu::{Fpdu, Marker};
 pub use mpa_frame::{EnhancedParams, FrameKind, MpaFlags, MpaFrame, MpaFrameRepr};
 pub use rdmap::ReadRequest;
@@ -58,7 +60,11 @@ impl std::error::Error for WireError {}
 
 pub(crate) fn need(what: &'static str, buf: &[u8], needed: usize) -> Result<(), WireError> {
     if buf.len() < needed {
-        Err(WireError::Truncated { what, needed, have: buf.len() })
+        Err(WireError::Truncated {
+            what,
+            needed,
+            have: buf.len(),
+        })
     } else {
         Ok(())
     }

@@ -155,7 +155,10 @@ impl<T: AsRef<[u8]>> MpaFrame<T> {
     /// The private data (all of it, including RFC 6581 words).
     pub fn private_data(&self) -> &[u8] {
         let end = field::PRIVATE_DATA + self.pd_length() as usize;
-        self.buffer.as_ref().get(field::PRIVATE_DATA..end).unwrap_or(&[])
+        self.buffer
+            .as_ref()
+            .get(field::PRIVATE_DATA..end)
+            .unwrap_or(&[])
     }
     /// Octets this frame occupies in the stream.
     pub fn total_len(&self) -> usize {
@@ -258,12 +261,26 @@ impl<'a> MpaFrameRepr<'a> {
         } else {
             (None, pd)
         };
-        Ok((MpaFrameRepr { kind, flags, rev, enhanced, ulp_data }, len))
+        Ok((
+            MpaFrameRepr {
+                kind,
+                flags,
+                rev,
+                enhanced,
+                ulp_data,
+            },
+            len,
+        ))
     }
 
     /// PD_Length this frame will carry.
     pub fn pd_length(&self) -> usize {
-        self.ulp_data.len() + if self.enhanced.is_some() { EnhancedParams::LEN } else { 0 }
+        self.ulp_data.len()
+            + if self.enhanced.is_some() {
+                EnhancedParams::LEN
+            } else {
+                0
+            }
     }
 
     /// Octets [`emit`](Self::emit) writes.
@@ -282,7 +299,11 @@ impl<'a> MpaFrameRepr<'a> {
             });
         }
         if buf.len() < len {
-            return Err(WireError::Truncated { what: "MPA frame", needed: len, have: buf.len() });
+            return Err(WireError::Truncated {
+                what: "MPA frame",
+                needed: len,
+                have: buf.len(),
+            });
         }
         let key = match self.kind {
             FrameKind::Request => REQUEST_KEY,
@@ -386,7 +407,11 @@ mod tests {
         f[19] = 0x01; // 513
         assert!(matches!(
             MpaFrame::new_checked(&f[..]),
-            Err(WireError::Malformed { field: "PD_Length", value: 513, .. })
+            Err(WireError::Malformed {
+                field: "PD_Length",
+                value: 513,
+                ..
+            })
         ));
     }
 
@@ -394,7 +419,10 @@ mod tests {
     fn every_truncation_is_an_error() {
         for n in 0..SIW_REQ.len() {
             assert!(
-                matches!(MpaFrameRepr::parse_bytes(&SIW_REQ[..n]), Err(WireError::Truncated { .. })),
+                matches!(
+                    MpaFrameRepr::parse_bytes(&SIW_REQ[..n]),
+                    Err(WireError::Truncated { .. })
+                ),
                 "length {n}"
             );
         }

@@ -40,7 +40,11 @@ pub struct TermCode {
 #[allow(missing_docs)]
 impl TermCode {
     pub const fn new(layer: u8, etype: u8, ecode: u8) -> Self {
-        TermCode { layer, etype, ecode }
+        TermCode {
+            layer,
+            etype,
+            ecode,
+        }
     }
     // RDMAP (RFC 5040 §4.8 figure 9)
     pub const RDMAP_LOCAL_CATASTROPHIC: Self = Self::new(0, 0, 0);
@@ -205,7 +209,14 @@ impl TerminateRepr {
         } else {
             None
         };
-        Ok(TerminateRepr { code, flag_m: m, ddp_segment_len, ddp_header, rdma_header, reserved })
+        Ok(TerminateRepr {
+            code,
+            flag_m: m,
+            ddp_segment_len,
+            ddp_header,
+            rdma_header,
+            reserved,
+        })
     }
 
     /// Octets [`emit`](Self::emit) writes.
@@ -286,7 +297,10 @@ mod tests {
         assert_eq!(&a[..n], &[0x20, 0x02, 0x00, 0x00]);
         assert_eq!(TerminateRepr::parse(&a[..n]).unwrap(), t);
         // siw sends 02 02 00 00 for the same error.
-        assert_eq!(TerminateRepr::siw_swapped(&[0x02, 0x02, 0, 0]), Some(TermCode::MPA_CRC));
+        assert_eq!(
+            TerminateRepr::siw_swapped(&[0x02, 0x02, 0, 0]),
+            Some(TermCode::MPA_CRC)
+        );
         // ...which an RFC reader decodes as RDMAP / remote operation / code 2.
         let misread = TerminateRepr::parse(&[0x02, 0x02, 0, 0]).unwrap();
         assert_eq!(misread.code, TermCode::new(0, 2, 2));
@@ -310,8 +324,8 @@ mod tests {
         };
         let (a, n) = t.to_array();
         let want: [u8; 20] = [
-            0x11, 0x01, 0xc0, 0x00, 0x00, 0x72, 0xc1, 0x40, 0x00, 0x00, 0x01, 0x05, 0, 0, 0, 0,
-            0, 0, 0x10, 0x00,
+            0x11, 0x01, 0xc0, 0x00, 0x00, 0x72, 0xc1, 0x40, 0x00, 0x00, 0x01, 0x05, 0, 0, 0, 0, 0,
+            0, 0x10, 0x00,
         ];
         assert_eq!(&a[..n], &want);
         assert_eq!(TerminateRepr::parse(&want).unwrap(), t);
@@ -330,7 +344,13 @@ mod tests {
             msn: 3,
             mo: 0,
         });
-        let rr = ReadRequest { sink_stag: 9, sink_to: 8, size: 7, src_stag: 6, src_to: 5 };
+        let rr = ReadRequest {
+            sink_stag: 9,
+            sink_to: 8,
+            size: 7,
+            src_stag: 6,
+            src_to: 5,
+        };
         let t = TerminateRepr {
             code: TermCode::RDMAP_ACCESS,
             flag_m: true,
