@@ -88,16 +88,14 @@ fn summary(sessions: &[SessionReport]) {
     );
     for s in sessions {
         println!(
-            "{:<28} {:>5} {:>7} {:>12} {:>10.3}  {}",
-            s.name,
-            s.ops,
-            s.fpdus,
-            s.bytes_verified,
-            s.virtual_ns as f64 / 1e6,
-            s.settings
+            "{:<28} {:>5} {:>7} {:>12}  {}",
+            s.name, s.ops, s.fpdus, s.bytes_verified, s.settings
         );
         for t in &s.terminates {
-            println!("{:<28} Terminate received: {t}", "");
+            println!(
+                "{:<28} deliberate Write to an unregistered STag -> Terminate received: {t}",
+                ""
+            );
         }
     }
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, every test, and a short run
+# of every fuzz target. Installs what it needs first (scripts/deps.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/deps.sh --fuzz
+
+echo "== rustfmt"
+cargo fmt --all -- --check
+echo "== clippy"
+cargo clippy --all-targets -- -D warnings
+echo "== tests"
+cargo test --workspace
+echo "== fuzz targets (build, then ${FUZZ_SECONDS:=10} s each)"
+# cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP lets the stable toolchain take them.
+export RUSTC_BOOTSTRAP=1
+(cd fuzz && cargo fuzz build)
+for t in $(cd fuzz && cargo fuzz list); do
+    (cd fuzz && cargo fuzz run "$t" -- -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 2>&1 | grep -E "^Done|ERROR|panicked" || true)
+    # A crash leaves an artifact; fail on it.
+    if compgen -G "fuzz/artifacts/$t/crash-*" >/dev/null; then
+        echo "fuzz target $t crashed: see fuzz/artifacts/$t" >&2
+        exit 1
+    fi
+done
+echo "== all checks passed"
