@@ -24,8 +24,15 @@ struct Stream {
 /// each connection by sequence number. Returns connections as (first direction, reverse).
 fn tcp_streams(path: &str) -> Vec<(Key, Vec<u8>, Vec<u8>)> {
     let raw = std::fs::read(path).unwrap();
-    assert!(matches!(u32::from_le_bytes(raw[0..4].try_into().unwrap()), 0xa1b2_c3d4 | 0xa1b2_3c4d));
-    assert_eq!(u32::from_le_bytes(raw[20..24].try_into().unwrap()), 1, "Ethernet link type");
+    assert!(matches!(
+        u32::from_le_bytes(raw[0..4].try_into().unwrap()),
+        0xa1b2_c3d4 | 0xa1b2_3c4d
+    ));
+    assert_eq!(
+        u32::from_le_bytes(raw[20..24].try_into().unwrap()),
+        1,
+        "Ethernet link type"
+    );
     let mut at = 24;
     let mut open: HashMap<Key, Stream> = HashMap::new();
     let mut order: Vec<Key> = Vec::new();
@@ -54,11 +61,19 @@ fn tcp_streams(path: &str) -> Vec<(Key, Vec<u8>, Vec<u8>)> {
             if let Some(old) = open.remove(&key) {
                 done.push((key, old));
             }
-            open.insert(key, Stream { next: seq.wrapping_add(1), data: Vec::new() });
+            open.insert(
+                key,
+                Stream {
+                    next: seq.wrapping_add(1),
+                    data: Vec::new(),
+                },
+            );
             order.push(key);
             continue;
         }
-        let Some(s) = open.get_mut(&key) else { continue };
+        let Some(s) = open.get_mut(&key) else {
+            continue;
+        };
         let off = s.next.wrapping_sub(seq) as usize; // octets of this segment already seen
         if off < payload.len() {
             s.data.extend_from_slice(&payload[off..]);
@@ -77,7 +92,11 @@ fn tcp_streams(path: &str) -> Vec<(Key, Vec<u8>, Vec<u8>)> {
         if let Some(j) = (0..done.len()).find(|&j| !used[j] && j != i && done[j].0 == rev) {
             used[i] = true;
             used[j] = true;
-            conns.push((k, std::mem::take(&mut done[i].1.data), std::mem::take(&mut done[j].1.data)));
+            conns.push((
+                k,
+                std::mem::take(&mut done[i].1.data),
+                std::mem::take(&mut done[j].1.data),
+            ));
         }
     }
     conns
@@ -90,7 +109,8 @@ struct Collect {
 
 impl UlpduSink for Collect {
     fn segment_begin(&mut self, l: u16, h: &[u8]) {
-        self.hdrs.push((l, DdpHeader::parse(h).ok().map(|x| x.0), Vec::new()));
+        self.hdrs
+            .push((l, DdpHeader::parse(h).ok().map(|x| x.0), Vec::new()));
     }
     fn segment_data(&mut self, d: &[u8]) {
         if let Some(x) = self.hdrs.last_mut() {
@@ -109,7 +129,13 @@ struct Decoded {
 }
 
 fn decode(a: &[u8], b: &[u8]) -> Option<Decoded> {
-    let (ini, resp) = if a.starts_with(b"MPA ID Req Frame") { (a, b) } else if b.starts_with(b"MPA ID Req Frame") { (b, a) } else { return None };
+    let (ini, resp) = if a.starts_with(b"MPA ID Req Frame") {
+        (a, b)
+    } else if b.starts_with(b"MPA ID Req Frame") {
+        (b, a)
+    } else {
+        return None;
+    };
     let (req, rl) = MpaFrameRepr::parse_bytes(ini).ok()?;
     let (rep, pl) = MpaFrameRepr::parse_bytes(resp).ok()?;
     assert_eq!((req.kind, rep.kind), (FrameKind::Request, FrameKind::Reply));
@@ -121,8 +147,16 @@ fn decode(a: &[u8], b: &[u8]) -> Option<Decoded> {
         let r = d.feed(bytes, &mut c);
         (c, r)
     };
-    let dirs = [run(&ini[rl..], rep.flags.marker()), run(&resp[pl..], req.flags.marker())];
-    Some(Decoded { crc, rejected, dirs, request: ini[..rl].to_vec() })
+    let dirs = [
+        run(&ini[rl..], rep.flags.marker()),
+        run(&resp[pl..], req.flags.marker()),
+    ];
+    Some(Decoded {
+        crc,
+        rejected,
+        dirs,
+        request: ini[..rl].to_vec(),
+    })
 }
 
 fn check_clean(path: &str, want_crc: bool) -> usize {
@@ -130,9 +164,15 @@ fn check_clean(path: &str, want_crc: bool) -> usize {
     for (_, a, b) in tcp_streams(path) {
         let Some(d) = decode(&a, &b) else { continue };
         assert_eq!(d.crc, want_crc, "{path}");
-        // Our responder accepts siw's Request.
-        let mut r = Responder::new(MpaConfig::default());
-        assert!(matches!(r.receive(&d.request).unwrap(), Some(ResponderOutcome::Accepted { .. })));
+        // Our responder (willing to do peer-to-peer) accepts siw's Request.
+        let mut r = Responder::new(MpaConfig {
+            peer_to_peer: true,
+            ..Default::default()
+        });
+        assert!(matches!(
+            r.receive(&d.request).unwrap(),
+            Some(ResponderOutcome::Accepted { .. })
+        ));
         for (c, res) in &d.dirs {
             assert_eq!(*res, Ok(()), "{path}: siw stream rejected");
             for (len, h, _) in &c.hdrs {
@@ -151,22 +191,45 @@ fn check_clean(path: &str, want_crc: bool) -> usize {
 
 #[test]
 fn siw_crc_rping_and_read_bandwidth_decode_cleanly() {
-    let n = check_clean("fixtures/siw/crc-rping.pcap", true);
+    let n = check_clean(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/siw/crc-rping.pcap"),
+        true,
+    );
     assert!(n >= 60, "{n} FPDUs");
     // RDMA Read Responses whose first FPDU is split 1444 + 4 octets across segments.
-    let n = check_clean("fixtures/siw/crc-ib_read_bw.pcap", true);
+    let n = check_clean(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/siw/crc-ib_read_bw.pcap"
+        ),
+        true,
+    );
     assert!(n >= 200, "{n} FPDUs");
 }
 
 #[test]
 fn siw_p2p_rtr_and_no_crc_decode_cleanly() {
-    assert!(check_clean("fixtures/siw/p2p-ib_write_lat.pcap", false) > 0);
+    assert!(
+        check_clean(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/fixtures/siw/p2p-ib_write_lat.pcap"
+            ),
+            false
+        ) > 0
+    );
     let mut rtr = 0;
-    for (_, a, b) in tcp_streams("fixtures/siw/crcp2p-rping.pcap") {
+    for (_, a, b) in tcp_streams(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/siw/crcp2p-rping.pcap"
+    )) {
         let Some(d) = decode(&a, &b) else { continue };
         // The initiator's first FPDU is the RTR: a zero-length RDMA Write to STag 1.
         if let Some((14, Some(DdpHeader::Tagged(t)), p)) = d.dirs[0].0.hdrs.first() {
-            assert_eq!((t.stag, t.to, t.rdmap.opcode(), p.len()), (1, 0, Opcode::Write, 0));
+            assert_eq!(
+                (t.stag, t.to, t.rdmap.opcode(), p.len()),
+                (1, 0, Opcode::Write, 0)
+            );
             rtr += 1;
         }
     }
@@ -178,7 +241,10 @@ fn siw_mpa_probe_faults_are_recognised() {
     let mut crc_errors = 0;
     let mut siw_terminates = 0;
     let mut rejected = 0;
-    for (_, a, b) in tcp_streams("fixtures/siw/crc-mpa-probe.pcap") {
+    for (_, a, b) in tcp_streams(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/siw/crc-mpa-probe.pcap"
+    )) {
         let Some(d) = decode(&a, &b) else { continue };
         rejected += usize::from(d.rejected);
         // The probe's deliberately bad CRC is caught.
@@ -190,7 +256,9 @@ fn siw_mpa_probe_faults_are_recognised() {
                 matches!(h, Some(DdpHeader::Untagged(u)) if u.rdmap.opcode() == Opcode::Terminate)
             });
             let (_, h, body) = term.expect("siw Terminate");
-            let Some(DdpHeader::Untagged(u)) = h else { unreachable!() };
+            let Some(DdpHeader::Untagged(u)) = h else {
+                unreachable!()
+            };
             assert_eq!((u.qn, u.msn), (2, 1));
             assert_eq!(&body[..4], &[0x02, 0x02, 0x00, 0x00]);
             assert_eq!(TerminateRepr::siw_swapped(body), Some(TermCode::MPA_CRC));
