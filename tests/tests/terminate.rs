@@ -596,3 +596,17 @@ fn received_terminate_is_surfaced_decoded() {
     // b does not answer a Terminate with a Terminate.
     assert!(v.s.a.events.is_empty());
 }
+
+#[test]
+fn ddp_local_catastrophic_when_the_posted_buffer_vanished() {
+    let mut v = victim(false, false, true, 4);
+    // The application deregisters the buffer it had posted for receive.
+    let rbuf = v.rbuf;
+    v.s.b.mem.deregister(rbuf).unwrap();
+    v.all.retain(|s| *s != rbuf);
+    let (d, r) = ctrl(false, Opcode::Send);
+    let bytes = v.hostile.untagged(d, r, 0, 0, 1, 0, b"data");
+    let t = provoke(&mut v, &bytes);
+    // RFC 5040 §4.8 figure 10: local catastrophic errors carry no headers.
+    assert_eq!(t, TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC));
+}
