@@ -255,6 +255,8 @@ pub struct Sim {
     taps: [Option<Deframer>; 2],
     /// TCP segments sent, both directions.
     pub segments: u64,
+    /// Largest segment either side produced (must never exceed the EMSS).
+    pub max_segment: usize,
 }
 
 fn node(conn: Connection, mem: MemoryTable, pd: PdId) -> Node {
@@ -320,6 +322,7 @@ impl Sim {
             frames,
             taps: [None, None],
             segments: 0,
+            max_segment: 0,
             cfg,
         }
     }
@@ -406,6 +409,7 @@ impl Sim {
                 if n == 0 {
                     break;
                 }
+                self.max_segment = self.max_segment.max(seg.len());
                 self.record(from_a, &seg, !setup);
                 let ready = self.now_ns + self.cfg.latency_ns;
                 let link = &mut self.links[usize::from(!from_a)];
