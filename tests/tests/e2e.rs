@@ -476,24 +476,48 @@ fn mpa_setup_failures_close_without_full_operation() {
     use iwarp_datapath::ConnState;
     // A responder that does not send markers rejects a Request with M = 1 (as siw does).
     let cfg = SimConfig {
-        initiator: MpaConfig { markers_rx: true, ..Default::default() },
-        responder: MpaConfig { allow_markers_tx: false, ..Default::default() },
+        initiator: MpaConfig {
+            markers_rx: true,
+            ..Default::default()
+        },
+        responder: MpaConfig {
+            allow_markers_tx: false,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut s = Sim::new(cfg);
     s.run_until_idle(1000).unwrap();
     assert_eq!(s.a.conn.state(), ConnState::Failed);
-    assert_eq!(s.a.conn.setup_error().unwrap().reason, SetupFailure::Rejected);
-    assert_eq!(s.b.conn.setup_error().unwrap().reason, SetupFailure::MarkersRefused);
+    assert_eq!(
+        s.a.conn.setup_error().unwrap().reason,
+        SetupFailure::Rejected
+    );
+    assert_eq!(
+        s.b.conn.setup_error().unwrap().reason,
+        SetupFailure::MarkersRefused
+    );
     // Garbage instead of a Request: the responder fails with MPA code 0x04.
     let mut s = Sim::new(SimConfig::default());
     let mut b = iwarp_datapath::Connection::responder(
         MpaConfig::default(),
-        iwarp_datapath::StreamParams { pd: s.b.pd, emss: 1448, sq_depth: 8, rq_depth: 8 },
+        iwarp_datapath::StreamParams {
+            pd: s.b.pd,
+            emss: 1448,
+            sq_depth: 8,
+            rq_depth: 8,
+        },
     );
     b.receive(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n", &mut s.b.mem);
     assert_eq!(b.state(), ConnState::Failed);
-    assert_eq!(b.setup_error().unwrap().code, iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP);
+    assert_eq!(
+        b.setup_error().unwrap().code,
+        iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP
+    );
     let mut out = Vec::new();
-    assert_eq!(b.poll_transmit(&s.b.mem, &mut out, 1448, 1), 0, "nothing is sent on a malformed Request");
+    assert_eq!(
+        b.poll_transmit(&s.b.mem, &mut out, 1448, 1),
+        0,
+        "nothing is sent on a malformed Request"
+    );
 }

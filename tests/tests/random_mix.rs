@@ -359,7 +359,11 @@ fn run_seed(seed: u64, cov: &mut Covered) {
         s.b.events
     );
     // Every FPDU fits one TCP segment of the EMSS (MULPDU from the EMSS, wire-facts.md).
-    assert!(s.max_segment <= usize::from(emss), "{tag}: segment of {} octets", s.max_segment);
+    assert!(
+        s.max_segment <= usize::from(emss),
+        "{tag}: segment of {} octets",
+        s.max_segment
+    );
     verify(&format!("{tag} a->b"), &s.a, &sa, &s.b, &sb, &pa);
     verify(&format!("{tag} b->a"), &s.b, &sb, &s.a, &sa, &pb);
     for op in pa.ops.iter().chain(&pb.ops) {

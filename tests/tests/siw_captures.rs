@@ -141,7 +141,7 @@ fn decode(a: &[u8], b: &[u8]) -> Option<Decoded> {
     assert_eq!((req.kind, rep.kind), (FrameKind::Request, FrameKind::Reply));
     let crc = req.flags.crc() || rep.flags.crc();
     let rejected = rep.flags.reject();
-    let mut run = |bytes: &[u8], markers: bool| {
+    let run = |bytes: &[u8], markers: bool| {
         let mut d = Deframer::new(crc, markers);
         let mut c = Collect::default();
         let r = d.feed(bytes, &mut c);
