@@ -148,7 +148,9 @@ impl Framer {
             };
             let n = room.min(data.len());
             out.extend_from_slice(&data[..n]);
-            crc.update(&data[..n]);
+            if self.crc {
+                crc.update(&data[..n]);
+            }
             self.pos += n as u64;
             data = &data[n..];
         }
@@ -161,7 +163,9 @@ impl Framer {
         }
         .to_bytes();
         out.extend_from_slice(&m);
-        crc.update(&m);
+        if self.crc {
+            crc.update(&m);
+        }
         self.pos += MARKER_LEN as u64;
     }
 }
@@ -368,7 +372,9 @@ impl Deframer {
         } else {
             (at - self.len_pos) as u16
         };
-        self.crc.update(&self.marker_buf);
+        if self.crc_on {
+            self.crc.update(&self.marker_buf);
+        }
         if m.fpduptr != expected {
             return self.fail(MpaError::Marker {
                 at,
@@ -405,7 +411,9 @@ impl Deframer {
                 }
                 let n = (LEN_FIELD - self.have).min(chunk.len());
                 self.buf[self.have..self.have + n].copy_from_slice(&chunk[..n]);
-                self.crc.update(&chunk[..n]);
+                if self.crc_on {
+                    self.crc.update(&chunk[..n]);
+                }
                 self.have += n;
                 if self.have == LEN_FIELD {
                     self.ulpdu_len = u16::from_be_bytes([self.buf[0], self.buf[1]]) as usize;
@@ -429,7 +437,9 @@ impl Deframer {
                 let got = self.have - LEN_FIELD;
                 let n = (self.hdr_len - got).min(chunk.len());
                 self.buf[self.have..self.have + n].copy_from_slice(&chunk[..n]);
-                self.crc.update(&chunk[..n]);
+                if self.crc_on {
+                    self.crc.update(&chunk[..n]);
+                }
                 self.have += n;
                 if self.have - LEN_FIELD == self.hdr_len {
                     sink.segment_begin(self.ulpdu_len as u16, &self.buf[LEN_FIELD..self.have]);
@@ -444,7 +454,9 @@ impl Deframer {
             }
             Phase::Payload => {
                 let n = (self.ulpdu_len - self.ulpdu_done).min(chunk.len());
-                self.crc.update(&chunk[..n]);
+                if self.crc_on {
+                    self.crc.update(&chunk[..n]);
+                }
                 sink.segment_data(&chunk[..n]);
                 self.ulpdu_done += n;
                 if self.ulpdu_done == self.ulpdu_len {
@@ -454,7 +466,9 @@ impl Deframer {
             }
             Phase::Pad => {
                 let n = self.pad_left.min(chunk.len());
-                self.crc.update(&chunk[..n]);
+                if self.crc_on {
+                    self.crc.update(&chunk[..n]);
+                }
                 self.pad_left -= n;
                 if self.pad_left == 0 {
                     self.phase = Phase::Crc;
