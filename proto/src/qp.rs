@@ -153,8 +153,6 @@ pub enum WcOpcode {
     Read,
     /// A Send variant was delivered into a posted receive buffer.
     Recv,
-    /// Internal RTR message (never surfaced).
-    Rtr,
 }
 
 /// Outcome of a work request.
