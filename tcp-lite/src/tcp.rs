@@ -1,0 +1,1326 @@
+//! One TCP connection as an I/O-free state machine (RFC 9293), with the
+//! RFC 6298 retransmission timer, RFC 5681/6582 fast retransmit and NewReno
+//! recovery, RFC 7323 window scaling and timestamps, and RFC 5961 challenge
+//! ACKs.
+//!
+//! Call order: [`Connection::handle_segment`] for each received segment
+//! (in-order payload is handed to the caller's `deliver` closure as a slice of
+//! the received frame — no stream buffer on the common path; only
+//! out-of-order data is copied and held until the gap fills);
+//! [`Connection::poll_transmit`] to get segments to send;
+//! [`Connection::poll_timeout`] / [`Connection::handle_timeout`] for timers.
+//! Calling `handle_timeout` early or twice is harmless. Time is `now` in
+//! nanoseconds, supplied by the caller.
+
+use std::collections::BTreeMap;
+
+use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
+
+/// Sequence-space comparisons (RFC 9293 §3.4, modulo 2^32).
+#[inline]
+fn lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+#[inline]
+fn le(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) <= 0
+}
+
+/// Tunables.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// MSS we announce (and the most we send before hearing the peer's).
+    pub mss: u16,
+    /// Receive buffer: the window we offer (octets).
+    pub rcv_buf: u32,
+    /// Our window-scale shift (RFC 7323 §2.2; at most 14).
+    pub window_shift: u8,
+    /// Offer timestamps (RFC 7323 §3).
+    pub timestamps: bool,
+    /// Initial RTO (RFC 6298 §2.1: one second).
+    pub rto_initial: u64,
+    /// Lower bound of the RTO (RFC 6298 §2.4 says 1 s; configurable for LANs).
+    pub rto_min: u64,
+    /// Upper bound of the RTO.
+    pub rto_max: u64,
+    /// Delay ACKs by this much (`None`: ACK at once, for latency).
+    pub delayed_ack: Option<u64>,
+    /// TIME-WAIT duration (2 MSL).
+    pub time_wait: u64,
+    /// Retransmissions of one segment before the connection is aborted.
+    pub max_retransmits: u32,
+    /// Send buffer size (octets accepted by [`Connection::send`]).
+    pub snd_buf: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mss: 1460,
+            rcv_buf: 1 << 20,
+            window_shift: 7,
+            timestamps: true,
+            rto_initial: 1_000_000_000,
+            rto_min: 200_000_000,
+            rto_max: 60_000_000_000,
+            delayed_ack: None,
+            time_wait: 60_000_000_000,
+            max_retransmits: 12,
+            snd_buf: 4 << 20,
+        }
+    }
+}
+
+/// RFC 9293 §3.3.2 states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No connection.
+    Closed,
+    /// SYN sent, waiting for SYN-ACK.
+    SynSent,
+    /// SYN received and answered.
+    SynReceived,
+    /// Data flows both ways.
+    Established,
+    /// We closed; our FIN is not acknowledged yet.
+    FinWait1,
+    /// We closed and our FIN was acknowledged; waiting for the peer's FIN.
+    FinWait2,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// Both closed at once; waiting for the ACK of our FIN.
+    Closing,
+    /// The peer closed, then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// Both FINs acknowledged; lingering 2 MSL.
+    TimeWait,
+}
+
+/// Why a connection ended abnormally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpError {
+    /// RST in answer to our SYN: "connection refused".
+    Refused,
+    /// The peer reset an established connection.
+    Reset,
+    /// Retransmissions exhausted.
+    TimedOut,
+}
+
+impl core::fmt::Display for TcpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            TcpError::Refused => "connection refused",
+            TcpError::Reset => "connection reset by peer",
+            TcpError::TimedOut => "connection timed out",
+        })
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Segments retransmitted on RTO.
+    pub rto_retransmits: u64,
+    /// Fast retransmits (3 duplicate ACKs or NewReno partial ACKs).
+    pub fast_retransmits: u64,
+    /// Out-of-order segments stored.
+    pub ooo_segments: u64,
+    /// Challenge ACKs sent (RFC 5961).
+    pub challenge_acks: u64,
+    /// Octets delivered in order.
+    pub delivered: u64,
+}
+
+/// One TCP connection.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Config,
+    state: State,
+    local_port: u16,
+    remote_port: u16,
+    error: Option<TcpError>,
+    // Send side.
+    iss: u32,
+    snd_una: u32,
+    snd_nxt: u32,
+    snd_max: u32,
+    snd_wnd: u32,
+    snd_wl1: u32,
+    snd_wl2: u32,
+    snd_shift: u8,
+    snd_mss: usize,
+    /// Octets from sequence `buf_seq` on: acknowledged ones are dropped.
+    snd_buf: Vec<u8>,
+    buf_seq: u32,
+    fin_queued: bool,
+    // Receive side.
+    irs: u32,
+    rcv_nxt: u32,
+    rcv_shift: u8,
+    /// Out-of-order data by sequence offset from `rcv_nxt` at insertion,
+    /// kept as absolute 64-bit stream offsets.
+    ooo: BTreeMap<u64, Vec<u8>>,
+    ooo_bytes: usize,
+    rcv_off: u64,
+    peer_fin_off: Option<u64>,
+    // Timestamps.
+    ts_on: bool,
+    ts_recent: u32,
+    // RTT / RTO (RFC 6298).
+    srtt: Option<u64>,
+    rttvar: u64,
+    rto: u64,
+    rtt_probe: Option<(u32, u64)>,
+    retries: u32,
+    // Congestion control (RFC 5681, RFC 6582).
+    cwnd: usize,
+    ssthresh: usize,
+    dupacks: u32,
+    recover: u32,
+    in_recovery: bool,
+    // Timers (absolute deadlines).
+    t_rtx: Option<u64>,
+    t_persist: Option<u64>,
+    t_ack: Option<u64>,
+    t_tw: Option<u64>,
+    // Pending output.
+    ack_now: bool,
+    rst: Option<(u32, u32, bool)>,
+    persist_probe: bool,
+    syn_unsent: bool,
+    stats: Stats,
+}
+
+/// A segment to transmit: the header fields and a borrowed payload.
+pub type Segment<'a> = TcpRepr<'a>;
+
+impl Connection {
+    fn blank(cfg: Config, local_port: u16, remote_port: u16, iss: u32, state: State) -> Self {
+        let mss = usize::from(cfg.mss.max(64));
+        Connection {
+            cfg,
+            state,
+            local_port,
+            remote_port,
+            error: None,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            snd_wl1: 0,
+            snd_wl2: 0,
+            snd_shift: 0,
+            snd_mss: mss,
+            snd_buf: Vec::new(),
+            buf_seq: iss.wrapping_add(1),
+            fin_queued: false,
+            irs: 0,
+            rcv_nxt: 0,
+            rcv_shift: 0,
+            ooo: BTreeMap::new(),
+            ooo_bytes: 0,
+            rcv_off: 0,
+            peer_fin_off: None,
+            ts_on: false,
+            ts_recent: 0,
+            srtt: None,
+            rttvar: 0,
+            rto: cfg.rto_initial,
+            rtt_probe: None,
+            retries: 0,
+            // RFC 5681 §3.1: IW of up to 4 segments for small MSS; we use 10 (RFC 6928).
+            cwnd: 10 * mss,
+            ssthresh: usize::MAX,
+            dupacks: 0,
+            recover: iss,
+            in_recovery: false,
+            t_rtx: None,
+            t_persist: None,
+            t_ack: None,
+            t_tw: None,
+            ack_now: false,
+            rst: None,
+            persist_probe: false,
+            syn_unsent: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Active open: the SYN goes out on the next [`poll_transmit`](Self::poll_transmit).
+    /// `iss` should come from an RFC 6528 generator.
+    pub fn connect(cfg: Config, local_port: u16, remote_port: u16, iss: u32) -> Self {
+        let mut c = Self::blank(cfg, local_port, remote_port, iss, State::SynSent);
+        c.syn_unsent = true;
+        c
+    }
+
+    /// Passive open from a received SYN (the listener has checked the port and
+    /// its backlog). The SYN-ACK goes out on the next `poll_transmit`.
+    pub fn accept(cfg: Config, syn: &TcpRepr<'_>, iss: u32) -> Self {
+        let mut c = Self::blank(cfg, syn.dst_port, syn.src_port, iss, State::SynReceived);
+        c.irs = syn.seq_number;
+        c.rcv_nxt = syn.seq_number.wrapping_add(1);
+        c.take_syn_options(syn);
+        c.snd_wnd = u32::from(syn.window); // RFC 7323 §2.2: never scaled in a SYN
+        c.snd_wl1 = syn.seq_number;
+        c.syn_unsent = true;
+        c
+    }
+
+    fn take_syn_options(&mut self, syn: &TcpRepr<'_>) {
+        if let Some(m) = syn.max_seg_size {
+            self.snd_mss = usize::from(m).clamp(64, usize::from(self.cfg.mss.max(64)));
+        } else {
+            self.snd_mss = 536.min(usize::from(self.cfg.mss)); // RFC 9293 §3.7.1 default
+        }
+        self.cwnd = 10 * self.snd_mss;
+        // RFC 7323 §2.2: scaling only if both sides sent the option.
+        match syn.window_scale {
+            Some(s) => {
+                self.snd_shift = s.min(14);
+                self.rcv_shift = self.cfg.window_shift.min(14);
+            }
+            None => {
+                self.snd_shift = 0;
+                self.rcv_shift = 0;
+            }
+        }
+        if let (true, Some(ts)) = (self.cfg.timestamps, syn.timestamp) {
+            self.ts_on = true;
+            self.ts_recent = ts.tsval;
+        } else {
+            self.ts_on = false;
+        }
+    }
+
+    /// State.
+    pub fn state(&self) -> State {
+        self.state
+    }
+    /// Why the connection failed, if it did.
+    pub fn error(&self) -> Option<TcpError> {
+        self.error
+    }
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    /// Effective send MSS.
+    pub fn mss(&self) -> usize {
+        self.snd_mss
+    }
+    /// Octets accepted by `send` and not yet acknowledged.
+    pub fn unacked(&self) -> usize {
+        self.snd_buf.len()
+    }
+    /// Current RTO.
+    pub fn rto(&self) -> u64 {
+        self.rto
+    }
+
+    /// Queue data; returns octets accepted (bounded by the send buffer).
+    pub fn send(&mut self, data: &[u8]) -> usize {
+        if self.fin_queued
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return 0;
+        }
+        let n = data
+            .len()
+            .min(self.cfg.snd_buf.saturating_sub(self.snd_buf.len()));
+        self.snd_buf.extend_from_slice(&data[..n]);
+        n
+    }
+
+    /// Graceful close: a FIN follows the queued data.
+    pub fn close(&mut self) {
+        match self.state {
+            State::SynSent => self.state = State::Closed,
+            State::SynReceived | State::Established => {
+                self.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Abortive close: send RST, drop everything.
+    pub fn abort(&mut self) {
+        if matches!(self.state, State::Closed | State::TimeWait | State::SynSent) {
+            self.state = State::Closed;
+            return;
+        }
+        self.rst = Some((self.snd_nxt, 0, false));
+        self.enter_closed();
+    }
+
+    fn enter_closed(&mut self) {
+        self.state = State::Closed;
+        self.t_rtx = None;
+        self.t_persist = None;
+        self.t_ack = None;
+        self.t_tw = None;
+    }
+
+    fn data_end(&self) -> u32 {
+        self.buf_seq.wrapping_add(self.snd_buf.len() as u32)
+    }
+
+    fn fin_seq(&self) -> Option<u32> {
+        self.fin_queued.then(|| self.data_end())
+    }
+
+    fn fin_acked(&self) -> bool {
+        self.fin_seq().is_some_and(|f| lt(f, self.snd_una))
+    }
+
+    fn window_field(&self) -> u16 {
+        let wnd = self.cfg.rcv_buf.saturating_sub(self.ooo_bytes as u32);
+        (wnd >> self.rcv_shift).min(65535) as u16
+    }
+
+    fn rcv_wnd(&self) -> u32 {
+        u32::from(self.window_field()) << self.rcv_shift
+    }
+
+    fn ts_now(&self, now: u64) -> u32 {
+        (now / 1_000_000) as u32
+    }
+
+    /// Process one received segment addressed to this connection. In-order
+    /// payload goes to `deliver` straight from `seg.payload`.
+    pub fn handle_segment(&mut self, seg: &TcpRepr<'_>, now: u64, deliver: &mut dyn FnMut(&[u8])) {
+        let f = seg.flags;
+        match self.state {
+            State::Closed => return,
+            State::SynSent => return self.handle_syn_sent(seg, now),
+            _ => {}
+        }
+        // RFC 9293 §3.10.7.4 first: sequence number acceptability.
+        let seg_len = seg.payload.len() as u32
+            + u32::from(f.contains(Flags::SYN))
+            + u32::from(f.contains(Flags::FIN));
+        let wnd = self.rcv_wnd();
+        let seq = seg.seq_number;
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seq == self.rcv_nxt,
+            (0, _) => le(self.rcv_nxt, seq) && lt(seq, self.rcv_nxt.wrapping_add(wnd)),
+            (_, 0) => false,
+            (_, _) => {
+                let end = seq.wrapping_add(seg_len - 1);
+                (le(self.rcv_nxt, seq) && lt(seq, self.rcv_nxt.wrapping_add(wnd)))
+                    || (le(self.rcv_nxt, end) && lt(end, self.rcv_nxt.wrapping_add(wnd)))
+            }
+        };
+        // RFC 7323 §5: PAWS.
+        if self.ts_on && !f.contains(Flags::RST) {
+            if let Some(ts) = seg.timestamp {
+                if lt(ts.tsval, self.ts_recent) && acceptable {
+                    self.ack_now = true;
+                    return;
+                }
+            }
+        }
+        if !acceptable {
+            if self.state == State::TimeWait && f.contains(Flags::FIN) {
+                self.t_tw = Some(now + self.cfg.time_wait);
+            }
+            if !f.contains(Flags::RST) {
+                self.ack_now = true;
+            }
+            return;
+        }
+        // Second: RST (RFC 5961 §3.2: only an exact match resets).
+        if f.contains(Flags::RST) {
+            if seq == self.rcv_nxt {
+                self.error = Some(if self.state == State::SynReceived {
+                    TcpError::Refused
+                } else {
+                    TcpError::Reset
+                });
+                self.enter_closed();
+            } else {
+                self.challenge_ack();
+            }
+            return;
+        }
+        // Fourth: SYN in a synchronized state (RFC 5961 §4).
+        if f.contains(Flags::SYN) {
+            self.challenge_ack();
+            return;
+        }
+        if self.ts_on {
+            if let Some(ts) = seg.timestamp {
+                // RFC 7323 §4.3: remember the timestamp of the left-most in-window segment.
+                if le(seq, self.rcv_nxt) {
+                    self.ts_recent = ts.tsval;
+                }
+            }
+        }
+        // Fifth: ACK.
+        if !f.contains(Flags::ACK) {
+            return;
+        }
+        let ack = seg.ack_number;
+        if self.state == State::SynReceived {
+            if lt(self.snd_una, ack) && le(ack, self.snd_nxt) {
+                self.state = State::Established;
+                self.snd_wnd = u32::from(seg.window) << self.snd_shift;
+                self.snd_wl1 = seq;
+                self.snd_wl2 = ack;
+            } else {
+                self.rst = Some((ack, 0, false));
+                return;
+            }
+        }
+        if lt(self.snd_max, ack) {
+            // Acknowledges something not yet sent (RFC 9293 §3.10.7.4, RFC 5961 §5).
+            self.ack_now = true;
+            return;
+        }
+        self.process_ack(seg, now);
+        if self.state == State::Closed {
+            return;
+        }
+        // Seventh: payload.
+        if !seg.payload.is_empty()
+            && matches!(
+                self.state,
+                State::Established | State::FinWait1 | State::FinWait2
+            )
+        {
+            self.receive_payload(seq, seg.payload, now, deliver);
+        }
+        // Eighth: FIN.
+        if f.contains(Flags::FIN) {
+            let fin_off = self.off_of(seq.wrapping_add(seg.payload.len() as u32));
+            self.peer_fin_off = Some(fin_off);
+            self.ack_now = true;
+        }
+        self.try_peer_fin(now);
+    }
+
+    fn off_of(&self, seq: u32) -> u64 {
+        (self.rcv_off as i64 + i64::from(seq.wrapping_sub(self.rcv_nxt) as i32)) as u64
+    }
+
+    fn try_peer_fin(&mut self, now: u64) {
+        if self.peer_fin_off != Some(self.rcv_off) {
+            return;
+        }
+        if !matches!(
+            self.state,
+            State::SynReceived | State::Established | State::FinWait1 | State::FinWait2
+        ) {
+            return;
+        }
+        self.peer_fin_off = None;
+        self.rcv_off += 1;
+        self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+        self.ack_now = true;
+        self.state = match self.state {
+            State::Established | State::SynReceived => State::CloseWait,
+            State::FinWait1 if self.fin_acked() => self.enter_time_wait(now),
+            State::FinWait1 => State::Closing,
+            State::FinWait2 => self.enter_time_wait(now),
+            s => s,
+        };
+    }
+
+    fn enter_time_wait(&mut self, now: u64) -> State {
+        self.t_rtx = None;
+        self.t_persist = None;
+        self.t_tw = Some(now + self.cfg.time_wait);
+        State::TimeWait
+    }
+
+    fn challenge_ack(&mut self) {
+        self.stats.challenge_acks += 1;
+        self.ack_now = true;
+    }
+
+    fn handle_syn_sent(&mut self, seg: &TcpRepr<'_>, now: u64) {
+        let f = seg.flags;
+        let ack_ok = f.contains(Flags::ACK)
+            && lt(self.iss, seg.ack_number)
+            && le(seg.ack_number, self.snd_nxt);
+        if f.contains(Flags::ACK) && !ack_ok {
+            if !f.contains(Flags::RST) {
+                self.rst = Some((seg.ack_number, 0, false));
+            }
+            return;
+        }
+        if f.contains(Flags::RST) {
+            if ack_ok {
+                self.error = Some(TcpError::Refused);
+                self.enter_closed();
+            }
+            return;
+        }
+        if !f.contains(Flags::SYN) {
+            return;
+        }
+        self.irs = seg.seq_number;
+        self.rcv_nxt = seg.seq_number.wrapping_add(1);
+        self.take_syn_options(seg);
+        self.snd_wl1 = seg.seq_number;
+        if ack_ok {
+            self.snd_una = seg.ack_number;
+            self.snd_wnd = u32::from(seg.window) << self.snd_shift;
+            self.snd_wl2 = seg.ack_number;
+            self.sample_rtt_probe(seg.ack_number, now);
+            self.t_rtx = None;
+            self.retries = 0;
+            self.state = State::Established;
+            self.ack_now = true;
+        } else {
+            // Simultaneous open (RFC 9293 §3.5).
+            self.snd_wnd = u32::from(seg.window);
+            self.state = State::SynReceived;
+            self.syn_unsent = true;
+        }
+    }
+
+    fn sample_rtt_probe(&mut self, ack: u32, now: u64) {
+        if let Some((seq, t)) = self.rtt_probe {
+            if lt(seq, ack) {
+                self.rtt_probe = None;
+                self.rtt_sample(now.saturating_sub(t));
+            }
+        }
+    }
+
+    /// RFC 6298 §2.2-2.3.
+    fn rtt_sample(&mut self, r: u64) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let d = s.abs_diff(r);
+                self.rttvar = (3 * self.rttvar + d) / 4;
+                self.srtt = Some((7 * s + r) / 8);
+            }
+        }
+        let s = self.srtt.unwrap_or(r);
+        self.rto = (s + (4 * self.rttvar).max(1_000_000)).clamp(self.cfg.rto_min, self.cfg.rto_max);
+    }
+
+    fn flight(&self) -> usize {
+        self.snd_nxt.wrapping_sub(self.snd_una) as usize
+    }
+
+    fn process_ack(&mut self, seg: &TcpRepr<'_>, now: u64) {
+        let ack = seg.ack_number;
+        let new_wnd = u32::from(seg.window) << self.snd_shift;
+        if lt(self.snd_una, ack) {
+            // New data acknowledged.
+            let acked = ack.wrapping_sub(self.snd_una) as usize;
+            let data_acked = ack
+                .wrapping_sub(self.buf_seq)
+                .min(self.snd_buf.len() as u32) as usize;
+            if lt(self.buf_seq, ack) {
+                self.snd_buf.drain(..data_acked);
+                self.buf_seq = self.buf_seq.wrapping_add(data_acked as u32);
+            }
+            self.snd_una = ack;
+            if lt(self.snd_nxt, ack) {
+                self.snd_nxt = ack;
+            }
+            self.retries = 0;
+            if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
+                let r = u64::from(self.ts_now(now).wrapping_sub(ts.tsecr)) * 1_000_000;
+                self.rtt_sample(r.max(1));
+            } else {
+                self.sample_rtt_probe(ack, now);
+            }
+            // NewReno (RFC 6582 §3.2).
+            if self.in_recovery {
+                if le(self.recover, ack) {
+                    self.in_recovery = false;
+                    self.cwnd = self
+                        .ssthresh
+                        .min(self.flight() + self.snd_mss)
+                        .max(self.snd_mss);
+                } else {
+                    // Partial ACK: retransmit the next hole, deflate.
+                    self.snd_nxt = self.snd_una;
+                    self.stats.fast_retransmits += 1;
+                    self.cwnd = self.cwnd.saturating_sub(acked).saturating_add(self.snd_mss);
+                }
+            } else if self.cwnd < self.ssthresh {
+                self.cwnd += acked.min(self.snd_mss); // slow start (RFC 5681 §3.1)
+            } else {
+                self.cwnd += (self.snd_mss * self.snd_mss / self.cwnd).max(1); // congestion avoidance
+            }
+            self.dupacks = 0;
+            // RFC 6298 §5.2/5.3: restart or stop the timer.
+            self.t_rtx = if self.snd_una == self.snd_max {
+                None
+            } else {
+                Some(now + self.rto)
+            };
+            match self.state {
+                State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
+                State::Closing if self.fin_acked() => self.state = self.enter_time_wait(now),
+                State::LastAck if self.fin_acked() => {
+                    self.enter_closed();
+                    return;
+                }
+                _ => {}
+            }
+        } else if ack == self.snd_una
+            && seg.payload.is_empty()
+            && !seg.flags.contains(Flags::FIN)
+            && new_wnd == self.snd_wnd
+            && self.snd_una != self.snd_max
+        {
+            // Duplicate ACK (RFC 5681 §2).
+            self.dupacks += 1;
+            if self.dupacks == 3 && !(self.in_recovery) && lt(self.recover, ack.wrapping_add(1)) {
+                self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
+                self.cwnd = self.ssthresh + 3 * self.snd_mss;
+                self.recover = self.snd_max;
+                self.in_recovery = true;
+                self.stats.fast_retransmits += 1;
+                self.snd_nxt = self.snd_una; // resend from the hole
+            } else if self.in_recovery {
+                self.cwnd += self.snd_mss;
+            }
+        }
+        // Window update (RFC 9293 §3.10.7.4).
+        if lt(self.snd_wl1, seg.seq_number)
+            || (self.snd_wl1 == seg.seq_number && le(self.snd_wl2, ack))
+        {
+            self.snd_wnd = new_wnd;
+            self.snd_wl1 = seg.seq_number;
+            self.snd_wl2 = ack;
+            if self.snd_wnd > 0 {
+                self.t_persist = None;
+            }
+        }
+    }
+
+    fn receive_payload(
+        &mut self,
+        seq: u32,
+        payload: &[u8],
+        now: u64,
+        deliver: &mut dyn FnMut(&[u8]),
+    ) {
+        let off = self.off_of(seq);
+        let end = off + payload.len() as u64;
+        if end <= self.rcv_off {
+            self.ack_now = true; // duplicate
+            return;
+        }
+        if off <= self.rcv_off {
+            let fresh = &payload[(self.rcv_off - off) as usize..];
+            deliver(fresh);
+            self.advance(fresh.len());
+            self.drain_ooo(deliver);
+            self.schedule_ack(now, !self.ooo.is_empty());
+        } else {
+            // Out of order: hold a copy until the gap fills (bounded by the window).
+            let room = self.cfg.rcv_buf as usize - self.ooo_bytes.min(self.cfg.rcv_buf as usize);
+            if payload.len() <= room && !self.ooo.contains_key(&off) {
+                self.ooo.insert(off, payload.to_vec());
+                self.ooo_bytes += payload.len();
+                self.stats.ooo_segments += 1;
+            }
+            self.ack_now = true; // immediate duplicate ACK (RFC 5681 §4.2)
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.rcv_off += n as u64;
+        self.rcv_nxt = self.rcv_nxt.wrapping_add(n as u32);
+        self.stats.delivered += n as u64;
+    }
+
+    fn drain_ooo(&mut self, deliver: &mut dyn FnMut(&[u8])) {
+        while let Some((&off, _)) = self.ooo.first_key_value() {
+            if off > self.rcv_off {
+                break;
+            }
+            let Some(data) = self.ooo.remove(&off) else {
+                break;
+            };
+            self.ooo_bytes -= data.len();
+            let end = off + data.len() as u64;
+            if end > self.rcv_off {
+                let fresh = &data[(self.rcv_off - off) as usize..];
+                deliver(fresh);
+                self.advance(fresh.len());
+            }
+        }
+    }
+
+    fn schedule_ack(&mut self, now: u64, immediate: bool) {
+        match self.cfg.delayed_ack {
+            Some(d) if !immediate => {
+                if self.t_ack.is_some() {
+                    self.ack_now = true; // every second segment (RFC 5681 §4.2)
+                } else {
+                    self.t_ack = Some(now + d);
+                }
+            }
+            _ => self.ack_now = true,
+        }
+    }
+
+    /// Earliest timer deadline.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        [self.t_rtx, self.t_persist, self.t_ack, self.t_tw]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Run expired timers.
+    pub fn handle_timeout(&mut self, now: u64) {
+        if self.t_tw.is_some_and(|t| t <= now) {
+            self.t_tw = None;
+            self.enter_closed();
+            return;
+        }
+        if self.t_ack.is_some_and(|t| t <= now) {
+            self.t_ack = None;
+            self.ack_now = true;
+        }
+        if self.t_persist.is_some_and(|t| t <= now) {
+            self.t_persist = Some(now + self.rto);
+            self.rto = (self.rto * 2).min(self.cfg.rto_max);
+            self.persist_probe = true;
+        }
+        if self.t_rtx.is_some_and(|t| t <= now) {
+            // RFC 6298 §5.4-5.6.
+            self.retries += 1;
+            if self.retries > self.cfg.max_retransmits {
+                self.error = Some(TcpError::TimedOut);
+                self.rst = Some((self.snd_nxt, 0, false));
+                self.enter_closed();
+                return;
+            }
+            self.stats.rto_retransmits += 1;
+            self.rto = (self.rto * 2).min(self.cfg.rto_max);
+            self.t_rtx = Some(now + self.rto);
+            self.rtt_probe = None; // Karn
+                                   // RFC 5681 §3.1 eq. 4: after a timeout the window is one segment.
+            self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
+            self.cwnd = self.snd_mss;
+            self.in_recovery = false;
+            self.dupacks = 0;
+            match self.state {
+                State::SynSent | State::SynReceived => self.syn_unsent = true,
+                _ => self.snd_nxt = self.snd_una, // go back to the first unacknowledged octet
+            }
+        }
+    }
+
+    /// Header fields common to every non-SYN segment. Pure ACKs are sent with
+    /// `snd_max`, not `snd_nxt`: after a timeout rewinds `snd_nxt`, an ACK
+    /// carrying the rewound number would fall left of the peer's window and
+    /// be dropped unprocessed (RFC 9293 §3.10.7.4), and both sides would stall.
+    fn base(&self, now: u64, seq: u32, flags: Flags) -> TcpRepr<'static> {
+        let mut r = TcpRepr::new(self.local_port, self.remote_port, seq, flags);
+        if flags.contains(Flags::ACK) {
+            r.ack_number = self.rcv_nxt;
+        }
+        r.window = self.window_field();
+        if self.ts_on {
+            r.timestamp = Some(TcpTimestamp {
+                tsval: self.ts_now(now),
+                tsecr: self.ts_recent,
+            });
+        }
+        r
+    }
+
+    /// Hand up to `max` segments to `emit`, in order. Returns how many.
+    pub fn poll_transmit(
+        &mut self,
+        now: u64,
+        max: usize,
+        emit: &mut dyn FnMut(&TcpRepr<'_>),
+    ) -> usize {
+        let mut n = 0;
+        if let Some((seq, ack, with_ack)) = self.rst.take() {
+            let mut r = TcpRepr::new(
+                self.local_port,
+                self.remote_port,
+                seq,
+                if with_ack {
+                    Flags::RST | Flags::ACK
+                } else {
+                    Flags::RST
+                },
+            );
+            r.ack_number = ack;
+            emit(&r);
+            n += 1;
+        }
+        if self.state == State::Closed || n >= max {
+            return n;
+        }
+        if self.syn_unsent {
+            self.syn_unsent = false;
+            let flags = if self.state == State::SynReceived {
+                Flags::SYN | Flags::ACK
+            } else {
+                Flags::SYN
+            };
+            let mut r = TcpRepr::new(self.local_port, self.remote_port, self.iss, flags);
+            if flags.contains(Flags::ACK) {
+                r.ack_number = self.rcv_nxt;
+            }
+            r.window = self.cfg.rcv_buf.min(65535) as u16; // RFC 7323 §2.2: unscaled in SYNs
+            r.max_seg_size = Some(self.cfg.mss);
+            let offer_ws = self.state == State::SynSent || self.rcv_shift > 0 || self.snd_shift > 0;
+            r.window_scale = offer_ws.then_some(self.cfg.window_shift.min(14));
+            if self.cfg.timestamps && (self.state == State::SynSent || self.ts_on) {
+                r.timestamp = Some(TcpTimestamp {
+                    tsval: self.ts_now(now),
+                    tsecr: self.ts_recent,
+                });
+            }
+            emit(&r);
+            n += 1;
+            self.snd_nxt = self.iss.wrapping_add(1);
+            if lt(self.snd_max, self.snd_nxt) {
+                self.snd_max = self.snd_nxt;
+            }
+            if self.rtt_probe.is_none() && self.retries == 0 {
+                self.rtt_probe = Some((self.iss, now));
+            }
+            self.t_rtx.get_or_insert(now + self.rto);
+            return n;
+        }
+        if matches!(
+            self.state,
+            State::SynSent | State::SynReceived | State::TimeWait
+        ) {
+            if self.ack_now && self.state == State::TimeWait {
+                self.ack_now = false;
+                let r = self.base(now, self.snd_max, Flags::ACK);
+                emit(&r);
+                n += 1;
+            }
+            return n;
+        }
+        // Data and FIN, limited by the peer's window and cwnd; no Nagle delay.
+        while n < max {
+            let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
+            let avail = self.snd_buf.len().saturating_sub(sent);
+            let wnd_end = self
+                .snd_una
+                .wrapping_add(self.snd_wnd.min(self.cwnd.min(u32::MAX as usize) as u32));
+            let room = wnd_end.wrapping_sub(self.snd_nxt);
+            let room = if lt(wnd_end, self.snd_nxt) {
+                0
+            } else {
+                room as usize
+            };
+            let mut len = avail.min(self.snd_mss).min(room);
+            if len == 0 && avail > 0 && self.persist_probe {
+                len = 1; // window probe (RFC 9293 §3.8.6.1)
+            }
+            // The FIN goes with (or right after) the last data octet, once per pass.
+            let fin_now = self.fin_queued && sent + len == self.snd_buf.len();
+            if len == 0 && !fin_now {
+                if avail > 0
+                    && self.snd_wnd == 0
+                    && self.t_persist.is_none()
+                    && self.t_rtx.is_none()
+                {
+                    self.t_persist = Some(now + self.rto);
+                }
+                break;
+            }
+            self.persist_probe = false;
+            let mut flags = Flags::ACK;
+            if len > 0 {
+                flags |= Flags::PSH;
+            }
+            if fin_now {
+                flags |= Flags::FIN;
+            }
+            let seq = self.snd_nxt;
+            let mut r = self.base(now, seq, flags);
+            r.payload = &self.snd_buf[sent..sent + len];
+            emit(&r);
+            n += 1;
+            self.ack_now = false;
+            self.t_ack = None;
+            let adv = len as u32 + u32::from(fin_now);
+            self.snd_nxt = self.snd_nxt.wrapping_add(adv);
+            if lt(self.snd_max, self.snd_nxt) {
+                self.snd_max = self.snd_nxt;
+                if self.rtt_probe.is_none() && !self.ts_on {
+                    self.rtt_probe = Some((seq, now));
+                }
+            }
+            if self.t_rtx.is_none() {
+                self.t_rtx = Some(now + self.rto);
+            }
+            if fin_now {
+                break;
+            }
+        }
+        if self.ack_now && n < max {
+            self.ack_now = false;
+            self.t_ack = None;
+            let r = self.base(now, self.snd_max, Flags::ACK);
+            emit(&r);
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Ipv4Address, TcpPacket};
+
+    const A: Ipv4Address = Ipv4Address([10, 0, 0, 1]);
+    const B: Ipv4Address = Ipv4Address([10, 0, 0, 2]);
+
+    /// SplitMix64 for seeded faults.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn pct(&mut self, p: u64) -> bool {
+            self.next() % 1000 < p
+        }
+    }
+
+    #[derive(Default, Clone, Copy)]
+    struct Faults {
+        loss: u64,
+        reorder: u64,
+        dup: u64,
+    }
+
+    /// Two connections over a lossy in-memory link; segments go through the
+    /// wire encoder and parser (checksums included).
+    struct Pair {
+        a: Connection,
+        b: Connection,
+        now: u64,
+        flight: Vec<(u64, bool, Vec<u8>)>,
+        got_a: Vec<u8>,
+        got_b: Vec<u8>,
+        rng: Rng,
+        faults: Faults,
+        latency: u64,
+    }
+
+    fn encode(r: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
+        let mut buf = vec![0u8; r.buffer_len()];
+        let mut p = TcpPacket::new_unchecked(&mut buf[..]);
+        r.emit(&mut p, &src, &dst).unwrap();
+        buf
+    }
+
+    impl Pair {
+        fn new(cfg: Config, iss_a: u32, iss_b: u32, seed: u64, faults: Faults) -> Pair {
+            let mut a = Connection::connect(cfg, 40000, 80, iss_a);
+            // Deliver the SYN by hand to create the passive side.
+            let mut syn = Vec::new();
+            a.poll_transmit(0, 1, &mut |r| syn = encode(r, A, B));
+            let p = TcpPacket::new_checked(&syn[..]).unwrap();
+            let r = TcpRepr::parse(&p, &A, &B).unwrap();
+            let b = Connection::accept(cfg, &r, iss_b);
+            Pair {
+                a,
+                b,
+                now: 0,
+                flight: Vec::new(),
+                got_a: Vec::new(),
+                got_b: Vec::new(),
+                rng: Rng(seed),
+                faults,
+                latency: 50_000,
+            }
+        }
+
+        fn step(&mut self) {
+            self.now += 10_000;
+            for from_a in [true, false] {
+                let (c, src, dst) = if from_a {
+                    (&mut self.a, A, B)
+                } else {
+                    (&mut self.b, B, A)
+                };
+                c.handle_timeout(self.now);
+                let mut out = Vec::new();
+                c.poll_transmit(self.now, 64, &mut |r| out.push(encode(r, src, dst)));
+                for seg in out {
+                    if self.rng.pct(self.faults.loss) {
+                        continue;
+                    }
+                    let extra = if self.rng.pct(self.faults.reorder) {
+                        300_000
+                    } else {
+                        0
+                    };
+                    if self.rng.pct(self.faults.dup) {
+                        self.flight
+                            .push((self.now + self.latency + 20_000, from_a, seg.clone()));
+                    }
+                    self.flight
+                        .push((self.now + self.latency + extra, from_a, seg));
+                }
+            }
+            let now = self.now;
+            let mut due: Vec<_> = Vec::new();
+            self.flight.retain(|x| {
+                if x.0 <= now {
+                    due.push(x.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            due.sort_by_key(|x| x.0);
+            for (_, from_a, seg) in due {
+                let (src, dst) = if from_a { (A, B) } else { (B, A) };
+                let p = TcpPacket::new_checked(&seg[..]).unwrap();
+                let r = TcpRepr::parse(&p, &src, &dst).unwrap();
+                if from_a {
+                    let got = &mut self.got_b;
+                    self.b
+                        .handle_segment(&r, now, &mut |d| got.extend_from_slice(d));
+                } else {
+                    let got = &mut self.got_a;
+                    self.a
+                        .handle_segment(&r, now, &mut |d| got.extend_from_slice(d));
+                }
+            }
+        }
+
+        fn run(&mut self, steps: usize, mut until: impl FnMut(&Pair) -> bool) -> bool {
+            for _ in 0..steps {
+                self.step();
+                if until(self) {
+                    return true;
+                }
+            }
+            false
+        }
+    }
+
+    fn cfg() -> Config {
+        Config {
+            rto_min: 1_000_000,
+            rto_initial: 20_000_000,
+            time_wait: 5_000_000,
+            rcv_buf: 256 << 10,
+            ..Config::default()
+        }
+    }
+
+    fn data(n: usize, salt: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(salt) ^ (i >> 9) as u8)
+            .collect()
+    }
+
+    fn transfer(
+        iss_a: u32,
+        iss_b: u32,
+        seed: u64,
+        faults: Faults,
+        n_ab: usize,
+        n_ba: usize,
+    ) -> Pair {
+        let da = data(n_ab, 1);
+        let db = data(n_ba, 2);
+        let (mut sa, mut sb) = (0, 0);
+        let mut p = Pair::new(cfg(), iss_a, iss_b, seed, faults);
+        let mut closed = (false, false);
+        for _ in 0..3_000_000 {
+            if sa < da.len() {
+                sa += p.a.send(&da[sa..]);
+            } else if !closed.0 && matches!(p.a.state(), State::Established | State::CloseWait) {
+                p.a.close();
+                closed.0 = true;
+            }
+            if sb < db.len() {
+                sb += p.b.send(&db[sb..]);
+            } else if !closed.1 && matches!(p.b.state(), State::Established | State::CloseWait) {
+                p.b.close();
+                closed.1 = true;
+            }
+            p.step();
+            if closed == (true, true)
+                && p.a.state() == State::Closed
+                && p.b.state() == State::Closed
+            {
+                break;
+            }
+        }
+        assert_eq!(
+            p.got_b.len(),
+            da.len(),
+            "a->b length, seed {seed}: errs {:?} {:?} a {:?} una {} nxt {} max {} wnd {} cwnd {} rtx {:?} buf {} | b {:?} rcv_nxt {} ooo {}",
+            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.len()
+        );
+        assert!(p.got_b == da, "a->b data, seed {seed}");
+        assert!(p.got_a == db, "b->a data, seed {seed}");
+        assert_eq!(
+            (p.a.state(), p.b.state()),
+            (State::Closed, State::Closed),
+            "seed {seed}"
+        );
+        assert_eq!((p.a.error(), p.b.error()), (None, None));
+        p
+    }
+
+    #[test]
+    fn handshake_negotiates_options() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        assert_eq!(p.a.mss(), 1460);
+        assert!(p.a.ts_on && p.b.ts_on);
+        assert_eq!((p.a.snd_shift, p.b.snd_shift), (7, 7));
+    }
+
+    #[test]
+    fn clean_transfer_both_ways_and_graceful_close() {
+        transfer(1, 2, 1, Faults::default(), 3 << 20, 1 << 20);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let p = transfer(
+            u32::MAX - 5000,
+            u32::MAX - 10,
+            2,
+            Faults::default(),
+            1 << 20,
+            1 << 20,
+        );
+        assert!(lt(u32::MAX - 5000, p.a.snd_una.wrapping_sub(1 << 20)) || p.a.snd_una < 1 << 21);
+    }
+
+    #[test]
+    fn lossy_link_many_seeds() {
+        let faults = Faults {
+            loss: 30,
+            reorder: 30,
+            dup: 10,
+        };
+        let mut rtx = 0;
+        for seed in 0..12 {
+            let p = transfer(seed as u32 * 7919, 77, seed, faults, 300_000, 100_000);
+            rtx += p.a.stats().rto_retransmits
+                + p.a.stats().fast_retransmits
+                + p.b.stats().fast_retransmits;
+        }
+        assert!(rtx > 0, "the faults must have caused retransmissions");
+    }
+
+    #[test]
+    fn rst_to_syn_is_connection_refused() {
+        let mut a = Connection::connect(cfg(), 40000, 81, 500);
+        let mut syn_seq = 0;
+        a.poll_transmit(0, 1, &mut |r| syn_seq = r.seq_number);
+        let mut rst = TcpRepr::new(81, 40000, 0, Flags::RST | Flags::ACK);
+        rst.ack_number = syn_seq.wrapping_add(1);
+        a.handle_segment(&rst, 1, &mut |_| {});
+        assert_eq!(
+            (a.state(), a.error()),
+            (State::Closed, Some(TcpError::Refused))
+        );
+        assert_eq!(a.error().unwrap().to_string(), "connection refused");
+    }
+
+    #[test]
+    fn rst_and_syn_in_window_get_challenge_acks() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        let nxt = p.a.rcv_nxt;
+        let now = p.now;
+        // RST inside the window but not at rcv_nxt: challenge ACK, no reset (RFC 5961 §3.2).
+        let mut rst = TcpRepr::new(80, 40000, nxt.wrapping_add(100), Flags::RST);
+        rst.window = 0;
+        p.a.handle_segment(&rst, now, &mut |_| {});
+        assert_eq!(p.a.state(), State::Established);
+        assert_eq!(p.a.stats().challenge_acks, 1);
+        // SYN in a synchronized state: challenge ACK (RFC 5961 §4).
+        let syn = TcpRepr::new(80, 40000, nxt, Flags::SYN);
+        p.a.handle_segment(&syn, now, &mut |_| {});
+        assert_eq!(p.a.stats().challenge_acks, 2);
+        // Exact RST: reset.
+        let rst = TcpRepr::new(80, 40000, nxt, Flags::RST);
+        p.a.handle_segment(&rst, now, &mut |_| {});
+        assert_eq!(
+            (p.a.state(), p.a.error()),
+            (State::Closed, Some(TcpError::Reset))
+        );
+    }
+
+    #[test]
+    fn retransmission_timeout_aborts_when_the_peer_vanishes() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p.faults.loss = 1000; // everything lost from now on
+        p.a.send(b"hello");
+        assert!(p.run(2_000_000, |p| p.a.state() == State::Closed));
+        assert_eq!(p.a.error(), Some(TcpError::TimedOut));
+        assert_eq!(
+            p.a.stats().rto_retransmits,
+            u64::from(cfg().max_retransmits)
+        );
+    }
+
+    #[test]
+    fn simultaneous_close_goes_through_closing() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 3, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p.a.close();
+        p.b.close();
+        let mut seen_closing = false;
+        assert!(p.run(100_000, |p| {
+            seen_closing |= p.a.state() == State::Closing
+                || p.b.state() == State::Closing
+                || p.a.state() == State::TimeWait;
+            p.a.state() == State::Closed && p.b.state() == State::Closed
+        }));
+        assert!(seen_closing);
+    }
+
+    #[test]
+    fn rto_follows_rfc6298() {
+        let mut c = Connection::connect(cfg(), 1, 2, 0);
+        c.rtt_sample(10_000_000);
+        // first sample: SRTT = R, RTTVAR = R/2, RTO = SRTT + 4 RTTVAR
+        assert_eq!(c.rto(), 30_000_000);
+        c.rtt_sample(10_000_000);
+        assert_eq!(c.srtt, Some(10_000_000));
+        assert_eq!(c.rttvar, 3_750_000);
+        assert_eq!(c.rto(), 25_000_000);
+    }
+}
