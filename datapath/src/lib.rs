@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod over_tcp;
+
 use iwarp_control::{Initiator, MpaConfig, Negotiated, Responder, ResponderOutcome, SetupError};
 use iwarp_proto::mem::{MemoryTable, PdId};
 use iwarp_proto::mpa::mulpdu;

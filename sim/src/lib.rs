@@ -13,6 +13,7 @@
 
 pub mod pcap;
 pub mod scenario;
+pub mod tcp_link;
 
 use std::collections::VecDeque;
 

@@ -320,6 +320,19 @@ impl Connection {
         self.rto
     }
 
+    /// Octets [`send`](Self::send) would accept now.
+    pub fn send_room(&self) -> usize {
+        if self.fin_queued
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return 0;
+        }
+        self.cfg.snd_buf.saturating_sub(self.snd_buf.len())
+    }
+
     /// Queue data; returns octets accepted (bounded by the send buffer).
     pub fn send(&mut self, data: &[u8]) -> usize {
         if self.fin_queued
