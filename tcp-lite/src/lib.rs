@@ -11,5 +11,6 @@
 //!   payload handed straight from the received frame to the caller.
 #![warn(missing_docs)]
 
+pub mod listen;
 pub mod tcp;
 pub mod wire;

@@ -295,6 +295,15 @@ impl Connection {
         }
     }
 
+    /// The peer's port.
+    pub fn remote_port(&self) -> u16 {
+        self.remote_port
+    }
+    /// Our port.
+    pub fn local_port(&self) -> u16 {
+        self.local_port
+    }
+
     /// State.
     pub fn state(&self) -> State {
         self.state
@@ -1335,5 +1344,80 @@ mod tests {
         assert_eq!(c.srtt, Some(10_000_000));
         assert_eq!(c.rttvar, 3_750_000);
         assert_eq!(c.rto(), 25_000_000);
+    }
+
+    #[test]
+    fn zero_window_gets_persist_probes() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 5, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        // The peer announces a zero window.
+        let mut ack = TcpRepr::new(80, 40000, p.a.rcv_nxt, Flags::ACK);
+        ack.ack_number = p.a.snd_una;
+        ack.window = 0;
+        let now = p.now;
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!(p.a.snd_wnd, 0);
+        p.a.send(b"blocked");
+        let mut sent = 0;
+        p.a.poll_transmit(now, 8, &mut |r| sent += r.payload.len());
+        assert_eq!(sent, 0, "nothing goes into a zero window");
+        let deadline = p.a.poll_timeout().unwrap();
+        p.a.handle_timeout(deadline);
+        let mut probe = Vec::new();
+        p.a.poll_transmit(deadline, 8, &mut |r| probe.push(r.payload.len()));
+        assert_eq!(probe, vec![1], "one-octet window probe (RFC 9293 §3.8.6.1)");
+    }
+
+    #[test]
+    fn delayed_ack_waits_then_acks() {
+        let c = Config {
+            delayed_ack: Some(40_000_000),
+            ..cfg()
+        };
+        let mut p = Pair::new(c, 1000, 9000, 6, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        let seq = p.b.rcv_nxt;
+        let mut seg = TcpRepr::new(40000, 80, seq, Flags::ACK | Flags::PSH);
+        seg.ack_number = p.b.snd_nxt;
+        seg.window = 1000;
+        seg.payload = b"x";
+        let now = p.now;
+        p.b.handle_segment(&seg, now, &mut |_| {});
+        let mut n = 0;
+        p.b.poll_transmit(now, 4, &mut |_| n += 1);
+        assert_eq!(n, 0, "ACK delayed");
+        assert_eq!(p.b.poll_timeout(), Some(now + 40_000_000));
+        p.b.handle_timeout(now + 40_000_000);
+        let mut acks = Vec::new();
+        p.b.poll_transmit(now + 40_000_000, 4, &mut |r| acks.push(r.ack_number));
+        assert_eq!(acks, vec![seq.wrapping_add(1)]);
+    }
+
+    #[test]
+    fn time_wait_reacknowledges_a_retransmitted_fin() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 7, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p.a.close();
+        assert!(p.run(10_000, |p| p.b.state() == State::CloseWait));
+        p.b.close();
+        assert!(p.run(10_000, |p| p.a.state() == State::TimeWait));
+        // b's FIN again (as if our ACK were lost).
+        let mut fin = TcpRepr::new(
+            80,
+            40000,
+            p.a.rcv_nxt.wrapping_sub(1),
+            Flags::FIN | Flags::ACK,
+        );
+        fin.ack_number = p.a.snd_nxt;
+        fin.window = 1000;
+        let now = p.now;
+        p.a.handle_segment(&fin, now, &mut |_| {});
+        let mut acks = Vec::new();
+        p.a.poll_transmit(now, 4, &mut |r| acks.push((r.flags, r.ack_number)));
+        assert_eq!(acks, vec![(Flags::ACK, p.a.rcv_nxt)]);
+        assert_eq!(p.a.state(), State::TimeWait);
     }
 }
