@@ -37,6 +37,8 @@ pub struct Config {
     pub window_shift: u8,
     /// Offer timestamps (RFC 7323 §3).
     pub timestamps: bool,
+    /// Offer SACK (RFC 2018): report out-of-order blocks, skip what the peer reports.
+    pub sack: bool,
     /// Initial RTO (RFC 6298 §2.1: one second).
     pub rto_initial: u64,
     /// Lower bound of the RTO (RFC 6298 §2.4 says 1 s; configurable for LANs).
@@ -60,6 +62,7 @@ impl Default for Config {
             rcv_buf: 1 << 20,
             window_shift: 7,
             timestamps: true,
+            sack: true,
             rto_initial: 1_000_000_000,
             rto_min: 200_000_000,
             rto_max: 60_000_000_000,
@@ -130,6 +133,8 @@ pub struct Stats {
     pub challenge_acks: u64,
     /// Octets delivered in order.
     pub delivered: u64,
+    /// Retransmission runs skipped because the peer SACKed them.
+    pub sack_skipped: u64,
 }
 
 /// One TCP connection.
@@ -164,6 +169,9 @@ pub struct Connection {
     ooo_bytes: usize,
     rcv_off: u64,
     peer_fin_off: Option<u64>,
+    // SACK (RFC 2018): in use, and the peer's reported blocks above snd_una.
+    sack_on: bool,
+    sacked: Vec<(u32, u32)>,
     // Timestamps.
     ts_on: bool,
     ts_recent: u32,
@@ -186,6 +194,9 @@ pub struct Connection {
     t_tw: Option<u64>,
     // Pending output.
     ack_now: bool,
+    /// Out-of-order arrivals since the last ACK: each gets its own duplicate
+    /// ACK (RFC 5681 §4.2), or the sender never counts three.
+    dupacks_owed: u32,
     rst: Option<(u32, u32, bool)>,
     persist_probe: bool,
     syn_unsent: bool,
@@ -223,6 +234,8 @@ impl Connection {
             ooo_bytes: 0,
             rcv_off: 0,
             peer_fin_off: None,
+            sack_on: false,
+            sacked: Vec::new(),
             ts_on: false,
             ts_recent: 0,
             srtt: None,
@@ -241,6 +254,7 @@ impl Connection {
             t_ack: None,
             t_tw: None,
             ack_now: false,
+            dupacks_owed: 0,
             rst: None,
             persist_probe: false,
             syn_unsent: false,
@@ -287,6 +301,7 @@ impl Connection {
                 self.rcv_shift = 0;
             }
         }
+        self.sack_on = self.cfg.sack && syn.sack_permitted;
         if let (true, Some(ts)) = (self.cfg.timestamps, syn.timestamp) {
             self.ts_on = true;
             self.ts_recent = ts.tsval;
@@ -405,9 +420,13 @@ impl Connection {
         self.fin_seq().is_some_and(|f| lt(f, self.snd_una))
     }
 
+    /// The window we offer. In-order data leaves at once (inline delivery),
+    /// so the buffer only ever holds out-of-order data, all of it inside the
+    /// window: the offer stays constant. It never shrinks (RFC 9293 §3.8.6.2.2)
+    /// and duplicate ACKs keep the same window, as fast retransmit needs
+    /// (RFC 5681 §2).
     fn window_field(&self) -> u16 {
-        let wnd = self.cfg.rcv_buf.saturating_sub(self.ooo_bytes as u32);
-        (wnd >> self.rcv_shift).min(65535) as u16
+        (self.cfg.rcv_buf >> self.rcv_shift).min(65535) as u16
     }
 
     fn rcv_wnd(&self) -> u32 {
@@ -597,7 +616,7 @@ impl Connection {
         self.snd_wl1 = seg.seq_number;
         if ack_ok {
             self.snd_una = seg.ack_number;
-            self.snd_wnd = u32::from(seg.window) << self.snd_shift;
+            self.snd_wnd = u32::from(seg.window); // RFC 7323 §2.2: a SYN's window is never scaled
             self.snd_wl2 = seg.ack_number;
             self.sample_rtt_probe(seg.ack_number, now);
             self.t_rtx = None;
@@ -644,6 +663,14 @@ impl Connection {
 
     fn process_ack(&mut self, seg: &TcpRepr<'_>, now: u64) {
         let ack = seg.ack_number;
+        if self.sack_on {
+            for (l, r) in seg.sack_ranges.iter().flatten().copied() {
+                // RFC 2018 §3: only blocks above the cumulative ACK and below snd_max mean anything.
+                if lt(ack, r) && le(r, self.snd_max) && lt(l, r) {
+                    self.sacked.push((l, r));
+                }
+            }
+        }
         let new_wnd = u32::from(seg.window) << self.snd_shift;
         if lt(self.snd_una, ack) {
             // New data acknowledged.
@@ -659,6 +686,7 @@ impl Connection {
             if lt(self.snd_nxt, ack) {
                 self.snd_nxt = ack;
             }
+            self.sacked.retain(|&(_, r)| lt(ack, r));
             self.retries = 0;
             if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
                 let r = u64::from(self.ts_now(now).wrapping_sub(ts.tsecr)) * 1_000_000;
@@ -761,6 +789,7 @@ impl Connection {
                 self.stats.ooo_segments += 1;
             }
             self.ack_now = true; // immediate duplicate ACK (RFC 5681 §4.2)
+            self.dupacks_owed += 1;
         }
     }
 
@@ -866,7 +895,30 @@ impl Connection {
                 tsecr: self.ts_recent,
             });
         }
+        if self.sack_on && flags.contains(Flags::ACK) {
+            // RFC 2018 §4: report the out-of-order data we hold.
+            let mut blocks = self.ooo_blocks();
+            for slot in r.sack_ranges.iter_mut() {
+                *slot = blocks.next();
+            }
+        }
         r
+    }
+
+    /// Contiguous out-of-order ranges as (left, right) sequence numbers.
+    fn ooo_blocks(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let base = self.rcv_nxt.wrapping_sub(self.rcv_off as u32);
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (&off, d) in &self.ooo {
+            let end = off + d.len() as u64;
+            match merged.last_mut() {
+                Some(last) if off <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((off, end)),
+            }
+        }
+        merged
+            .into_iter()
+            .map(move |(a, b)| (base.wrapping_add(a as u32), base.wrapping_add(b as u32)))
     }
 
     /// Hand up to `max` segments to `emit`, in order. Returns how many.
@@ -910,6 +962,7 @@ impl Connection {
             r.max_seg_size = Some(self.cfg.mss);
             let offer_ws = self.state == State::SynSent || self.rcv_shift > 0 || self.snd_shift > 0;
             r.window_scale = offer_ws.then_some(self.cfg.window_shift.min(14));
+            r.sack_permitted = self.cfg.sack && (self.state == State::SynSent || self.sack_on);
             if self.cfg.timestamps && (self.state == State::SynSent || self.ts_on) {
                 r.timestamp = Some(TcpTimestamp {
                     tsval: self.ts_now(now),
@@ -942,6 +995,18 @@ impl Connection {
         }
         // Data and FIN, limited by the peer's window and cwnd; no Nagle delay.
         while n < max {
+            // When resending, skip what the peer reported holding (SACK).
+            if lt(self.snd_nxt, self.snd_max) {
+                if let Some(&(_, r)) = self
+                    .sacked
+                    .iter()
+                    .find(|&&(l, r)| le(l, self.snd_nxt) && lt(self.snd_nxt, r))
+                {
+                    self.snd_nxt = if lt(self.snd_max, r) { self.snd_max } else { r };
+                    self.stats.sack_skipped += 1;
+                    continue;
+                }
+            }
             let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
             let avail = self.snd_buf.len().saturating_sub(sent);
             let wnd_end = self
@@ -1003,9 +1068,14 @@ impl Connection {
             self.ack_now = false;
             self.t_ack = None;
             let r = self.base(now, self.snd_max, Flags::ACK);
-            emit(&r);
-            n += 1;
+            // One ACK per out-of-order arrival (at most 4 at once).
+            let copies = self.dupacks_owed.clamp(1, 4) as usize;
+            for _ in 0..copies.min(max - n) {
+                emit(&r);
+                n += 1;
+            }
         }
+        self.dupacks_owed = 0;
         n
     }
 }
@@ -1223,6 +1293,7 @@ mod tests {
             && p.b.state() == State::Established));
         assert_eq!(p.a.mss(), 1460);
         assert!(p.a.ts_on && p.b.ts_on);
+        assert!(p.a.sack_on && p.b.sack_on);
         assert_eq!((p.a.snd_shift, p.b.snd_shift), (7, 7));
     }
 
@@ -1251,14 +1322,19 @@ mod tests {
             reorder: 30,
             dup: 10,
         };
-        let mut rtx = 0;
+        let (mut rtx, mut skipped) = (0, 0);
         for seed in 0..12 {
             let p = transfer(seed as u32 * 7919, 77, seed, faults, 300_000, 100_000);
             rtx += p.a.stats().rto_retransmits
                 + p.a.stats().fast_retransmits
                 + p.b.stats().fast_retransmits;
+            skipped += p.a.stats().sack_skipped + p.b.stats().sack_skipped;
         }
         assert!(rtx > 0, "the faults must have caused retransmissions");
+        assert!(
+            skipped > 0,
+            "SACKed data must have been skipped when resending"
+        );
     }
 
     #[test]
@@ -1419,5 +1495,50 @@ mod tests {
         p.a.poll_transmit(now, 4, &mut |r| acks.push((r.flags, r.ack_number)));
         assert_eq!(acks, vec![(Flags::ACK, p.a.rcv_nxt)]);
         assert_eq!(p.a.state(), State::TimeWait);
+    }
+
+    #[test]
+    fn sack_blocks_reported_and_used() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 8, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        // One exchange first, so that a knows b's (scaled) window: a duplicate
+        // ACK must carry an unchanged window (RFC 5681 §2).
+        p.a.send(b"x");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        p.a.send(&data(4 * 1460, 3));
+        let mut segs = Vec::new();
+        p.a.poll_transmit(now, 8, &mut |r| segs.push(encode(r, A, B)));
+        assert_eq!(segs.len(), 4);
+        // The first segment is lost; the other three arrive.
+        let mut acks = Vec::new();
+        for seg in &segs[1..] {
+            let pk = TcpPacket::new_checked(&seg[..]).unwrap();
+            let r = TcpRepr::parse(&pk, &A, &B).unwrap();
+            p.b.handle_segment(&r, now, &mut |_| panic!("nothing is in order yet"));
+            p.b.poll_transmit(now, 8, &mut |r| acks.push(encode(r, B, A)));
+        }
+        assert_eq!(acks.len(), 3, "one duplicate ACK per out-of-order segment");
+        let last = TcpPacket::new_checked(&acks[2][..]).unwrap();
+        let last = TcpRepr::parse(&last, &B, &A).unwrap();
+        let left = p.a.snd_una.wrapping_add(1460);
+        assert_eq!(
+            last.sack_ranges[0],
+            Some((left, left.wrapping_add(3 * 1460)))
+        );
+        for ack in &acks {
+            let pk = TcpPacket::new_checked(&ack[..]).unwrap();
+            let r = TcpRepr::parse(&pk, &B, &A).unwrap();
+            p.a.handle_segment(&r, now, &mut |_| {});
+        }
+        // Three duplicate ACKs: fast retransmit of the hole only; the SACKed rest is skipped.
+        let mut resent = Vec::new();
+        p.a.poll_transmit(now, 8, &mut |r| {
+            resent.push((r.seq_number, r.payload.len()))
+        });
+        assert_eq!(p.a.stats().fast_retransmits, 1);
+        assert_eq!(resent, vec![(p.a.snd_una, 1460)]);
+        assert!(p.a.stats().sack_skipped >= 1);
     }
 }
