@@ -83,12 +83,12 @@ fn run(path: &str, seed: u64) -> Result<Vec<SessionReport>, Box<dyn std::error::
 
 fn summary(sessions: &[SessionReport]) {
     println!(
-        "{:<28} {:>5} {:>7} {:>12} {:>10}  settings",
-        "session", "ops", "FPDUs", "bytes ok", "virt. ms"
+        "{:<28} {:>6} {:>7} {:>12}  settings",
+        "session", "ops ok", "FPDUs", "bytes ok"
     );
     for s in sessions {
         println!(
-            "{:<28} {:>5} {:>7} {:>12}  {}",
+            "{:<28} {:>6} {:>7} {:>12}  {}",
             s.name, s.ops, s.fpdus, s.bytes_verified, s.settings
         );
         for t in &s.terminates {
