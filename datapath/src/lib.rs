@@ -4,12 +4,14 @@
 //! simulator, AF_XDP/DPDK-fed tcp-lite later): it runs the MPA Request/Reply
 //! exchange through `iwarp-control`, then hands every received octet straight
 //! to the queue pair's deframer, which places payload into registered memory
-//! as it arrives. It is I/O-free like the layers below it; the poll loops that
-//! drive it from NIC rings land with the AF_XDP backend.
+//! as it arrives. [`over_tcp`] runs it over tcp-lite's TCP; [`runtime`] holds
+//! the core-pinned poll loops that drive engines from frame devices, with
+//! lock-free queues to application threads.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod over_tcp;
+pub mod runtime;
 
 use iwarp_control::{Initiator, MpaConfig, Negotiated, Responder, ResponderOutcome, SetupError};
 use iwarp_proto::mem::{MemoryTable, PdId};

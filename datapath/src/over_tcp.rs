@@ -114,3 +114,114 @@ impl IwarpOverTcp {
         self.tcp.poll_timeout()
     }
 }
+
+/// Work an application thread hands to a [`TcpHost`] running in a poll loop.
+#[derive(Debug, Clone, Copy)]
+pub enum HostCommand {
+    /// Post to the send queue.
+    PostSend(iwarp_proto::qp::WorkRequest),
+    /// Post a receive buffer.
+    PostRecv(u64, iwarp_proto::qp::Sge),
+}
+
+/// What a [`TcpHost`] hands back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostOutput {
+    /// A work completion.
+    Completion(iwarp_proto::qp::Completion),
+    /// A stream event.
+    Event(iwarp_proto::qp::QpEvent),
+    /// A post the QP refused (or made before full operation).
+    Refused(iwarp_proto::qp::PostError),
+}
+
+/// One host for a poll loop: an iWARP-over-TCP stack and its memory. Frames
+/// are TCP segments with checksums over a fixed pseudo-header (the in-memory
+/// link has no Ethernet/IPv4 layer yet).
+#[derive(Debug)]
+pub struct TcpHost {
+    /// The stack.
+    pub stack: IwarpOverTcp,
+    /// Registered memory.
+    pub mem: MemoryTable,
+    local: tcp_lite::wire::Ipv4Address,
+    remote: tcp_lite::wire::Ipv4Address,
+    pending: std::collections::VecDeque<HostCommand>,
+}
+
+impl TcpHost {
+    /// A host with its stack, memory, and the addresses used for checksums.
+    pub fn new(stack: IwarpOverTcp, mem: MemoryTable, local: [u8; 4], remote: [u8; 4]) -> Self {
+        TcpHost {
+            stack,
+            mem,
+            local: tcp_lite::wire::Ipv4Address(local),
+            remote: tcp_lite::wire::Ipv4Address(remote),
+            pending: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl crate::runtime::Engine for TcpHost {
+    type Command = HostCommand;
+    type Output = HostOutput;
+
+    fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        use tcp_lite::wire::TcpPacket;
+        let Ok(p) = TcpPacket::new_checked(frame) else {
+            return;
+        };
+        let Ok(r) = TcpRepr::parse(&p, &self.remote, &self.local) else {
+            return;
+        };
+        self.stack.handle_segment(&r, now, &mut self.mem);
+    }
+
+    fn handle_command(&mut self, cmd: HostCommand, _now: u64) {
+        // Commands that arrive before the MPA exchange finished wait here.
+        self.pending.push_back(cmd);
+    }
+
+    fn poll(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+        out: &mut dyn FnMut(HostOutput),
+    ) -> bool {
+        let mut busy = false;
+        if let Some(qp) = self.stack.iwarp.as_mut().and_then(|c| c.qp()) {
+            while let Some(cmd) = self.pending.pop_front() {
+                let r = match cmd {
+                    HostCommand::PostSend(wr) => qp.post_send(&self.mem, wr),
+                    HostCommand::PostRecv(id, sge) => qp.post_recv(&self.mem, id, sge),
+                };
+                if let Err(e) = r {
+                    out(HostOutput::Refused(e));
+                }
+                busy = true;
+            }
+        }
+        let (local, remote) = (self.local, self.remote);
+        let mut buf = Vec::new();
+        let n = self.stack.poll(now, &self.mem, 64, &mut |r| {
+            buf.clear();
+            buf.resize(r.buffer_len(), 0);
+            let mut p = tcp_lite::wire::TcpPacket::new_unchecked(&mut buf[..]);
+            if r.emit(&mut p, &local, &remote).is_ok() {
+                tx(&buf);
+            }
+        });
+        busy |= n > 0;
+        if let Some(qp) = self.stack.iwarp.as_mut().and_then(|c| c.qp()) {
+            while let Some(c) = qp.poll_completion() {
+                out(HostOutput::Completion(c));
+                busy = true;
+            }
+            while let Some(e) = qp.poll_event() {
+                out(HostOutput::Event(e));
+                busy = true;
+            }
+        }
+        busy
+    }
+}

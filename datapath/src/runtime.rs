@@ -1,0 +1,236 @@
+//! Core-pinned, run-to-completion poll loops.
+//!
+//! One thread per configured core runs: receive burst → engine (TCP → MPA →
+//! DDP/RDMAP) → commands from application threads → engine poll (timers,
+//! transmissions) → transmit. Application threads talk to the loop only
+//! through bounded lock-free queues (`crossbeam_queue::ArrayQueue`), so a post
+//! or a poll is a queue operation, never a syscall. Two modes: busy polling,
+//! and an adaptive mode that spins a while, then yields, then sleeps with a
+//! growing (bounded) pause when idle — this machine has two cores to share.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+/// A frame device (AF_XDP rings, DPDK, or an in-memory link), batch-first.
+pub trait FrameDevice: Send {
+    /// Hand up to `max` received frames to `sink`; returns how many.
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize;
+    /// Queue one frame for transmission; false if the device is full (dropped).
+    fn tx(&mut self, frame: &[u8]) -> bool;
+    /// Push queued frames out (a kick, where the device needs one).
+    fn flush(&mut self) {}
+}
+
+/// What runs inside a loop.
+pub trait Engine: Send + 'static {
+    /// Work posted by application threads.
+    type Command: Send + 'static;
+    /// Results handed back (completions, events).
+    type Output: Send + 'static;
+    /// One received frame.
+    fn handle_frame(&mut self, frame: &[u8], now: u64);
+    /// One command from an application thread.
+    fn handle_command(&mut self, cmd: Self::Command, now: u64);
+    /// Run timers, emit frames through `tx` and outputs through `out`.
+    /// Returns true if it did anything.
+    fn poll(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+        out: &mut dyn FnMut(Self::Output),
+    ) -> bool;
+}
+
+/// How a loop waits when idle.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// Never sleep (a core of its own).
+    BusyPoll,
+    /// Spin `spins` idle rounds, then yield, then sleep, doubling up to `max_sleep`.
+    Adaptive {
+        /// Idle rounds before yielding.
+        spins: u32,
+        /// Longest sleep.
+        max_sleep: Duration,
+    },
+}
+
+/// Counters a loop returns when it stops.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoopStats {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Frames the device refused.
+    pub tx_dropped: u64,
+    /// Outputs dropped because the application did not drain the queue.
+    pub out_dropped: u64,
+    /// Times the loop slept.
+    pub sleeps: u64,
+    /// Whether the thread was pinned to the requested core.
+    pub pinned: bool,
+}
+
+/// The application's side of a running loop.
+#[derive(Debug)]
+pub struct LoopHandle<E: Engine> {
+    commands: Arc<ArrayQueue<E::Command>>,
+    outputs: Arc<ArrayQueue<E::Output>>,
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<(E, LoopStats)>>,
+}
+
+impl<E: Engine> LoopHandle<E> {
+    /// Post a command; gives it back if the queue is full.
+    pub fn post(&self, cmd: E::Command) -> Result<(), E::Command> {
+        self.commands.push(cmd)
+    }
+    /// Take one output, if any.
+    pub fn poll(&self) -> Option<E::Output> {
+        self.outputs.pop()
+    }
+    /// Stop the loop and get the engine back (with its memory) and the counters.
+    pub fn stop(mut self) -> Option<(E, LoopStats)> {
+        self.stop.store(true, Ordering::Release);
+        self.join.take().and_then(|j| j.join().ok())
+    }
+}
+
+impl<E: Engine> Drop for LoopHandle<E> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Start a loop on its own thread, pinned to `core` when given.
+pub fn spawn<E: Engine, D: FrameDevice + 'static>(
+    mut engine: E,
+    mut dev: D,
+    core: Option<usize>,
+    mode: Mode,
+    queue_depth: usize,
+) -> LoopHandle<E> {
+    let commands = Arc::new(ArrayQueue::new(queue_depth.max(1)));
+    let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c, o, s) = (commands.clone(), outputs.clone(), stop.clone());
+    let join = std::thread::spawn(move || {
+        let mut st = LoopStats::default();
+        if let Some(id) = core {
+            st.pinned = core_affinity::set_for_current(core_affinity::CoreId { id });
+        }
+        let start = Instant::now();
+        let mut idle = 0u32;
+        let mut sleep = Duration::from_micros(1);
+        let mut txbuf: Vec<Vec<u8>> = Vec::new();
+        while !s.load(Ordering::Acquire) {
+            st.rounds += 1;
+            let now = start.elapsed().as_nanos() as u64;
+            let mut busy = false;
+            let n = dev.rx_burst(64, &mut |f| engine.handle_frame(f, now));
+            st.rx_frames += n as u64;
+            busy |= n > 0;
+            for _ in 0..64 {
+                match c.pop() {
+                    Some(cmd) => {
+                        engine.handle_command(cmd, now);
+                        busy = true;
+                    }
+                    None => break,
+                }
+            }
+            busy |= engine.poll(now, &mut |f| txbuf.push(f.to_vec()), &mut |out| {
+                if o.push(out).is_err() {
+                    st.out_dropped += 1;
+                }
+            });
+            for f in txbuf.drain(..) {
+                if dev.tx(&f) {
+                    st.tx_frames += 1;
+                } else {
+                    st.tx_dropped += 1;
+                }
+                busy = true;
+            }
+            dev.flush();
+            if busy {
+                idle = 0;
+                sleep = Duration::from_micros(1);
+                continue;
+            }
+            if let Mode::Adaptive { spins, max_sleep } = mode {
+                idle += 1;
+                if idle > spins * 2 {
+                    std::thread::sleep(sleep);
+                    st.sleeps += 1;
+                    sleep = (sleep * 2).min(max_sleep);
+                } else if idle > spins {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        (engine, st)
+    });
+    LoopHandle {
+        commands,
+        outputs,
+        stop,
+        join: Some(join),
+    }
+}
+
+/// One end of an in-memory frame link (for tests and examples without
+/// privileges): frames cross in bounded lock-free queues.
+#[derive(Debug)]
+pub struct MemDevice {
+    rx: Arc<ArrayQueue<Vec<u8>>>,
+    tx: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+impl MemDevice {
+    /// Two connected ends, each direction holding up to `depth` frames.
+    pub fn pair(depth: usize) -> (MemDevice, MemDevice) {
+        let ab = Arc::new(ArrayQueue::new(depth.max(1)));
+        let ba = Arc::new(ArrayQueue::new(depth.max(1)));
+        (
+            MemDevice {
+                rx: ba.clone(),
+                tx: ab.clone(),
+            },
+            MemDevice { rx: ab, tx: ba },
+        )
+    }
+}
+
+impl FrameDevice for MemDevice {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            match self.rx.pop() {
+                Some(f) => {
+                    sink(&f);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        self.tx.push(frame.to_vec()).is_ok()
+    }
+}
