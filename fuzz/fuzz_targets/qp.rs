@@ -35,9 +35,9 @@ fuzz_target!(|data: &[u8]| {
         let sge = Sge { stag: buf, to: n as u64 * 7, len: (n * 13) as u32 };
         match k {
             0 => { let _ = qp.post_recv(&mem, n as u64, sge); }
-            1 => { let _ = qp.post_send(&mem, WorkRequest::Write { wr_id: 1, local: sge, remote_stag: STag(n as u32), remote_to: 0 }); }
-            2 => { let _ = qp.post_send(&mem, WorkRequest::Read { wr_id: 2, local: sge, remote_stag: STag(n as u32), remote_to: 0 }); }
-            3 => { let _ = qp.post_send(&mem, WorkRequest::Send { wr_id: 3, local: sge, solicited: n & 1 != 0, invalidate: (n & 2 != 0).then_some(buf) }); }
+            1 => { let _ = qp.post_send(&mem, WorkRequest::Write { wr_id: 1, signaled: true, local: sge.into(), remote_stag: STag(n as u32), remote_to: 0 }); }
+            2 => { let _ = qp.post_send(&mem, WorkRequest::Read { wr_id: 2, signaled: true, local: sge.into(), remote_stag: STag(n as u32), remote_to: 0 }); }
+            3 => { let _ = qp.post_send(&mem, WorkRequest::Send { wr_id: 3, signaled: true, local: sge.into(), solicited: n & 1 != 0, invalidate: (n & 2 != 0).then_some(buf) }); }
             4 => {
                 let mut seg = Vec::new();
                 let _ = framer.emit(&[&op[1..]], &mut seg);

@@ -9,10 +9,13 @@
 //! * [`mpa`]: FPDU framing (length, PAD, CRC, markers) and the streaming
 //!   deframer that hands DDP headers and payload pieces to placement as they
 //!   arrive, across any TCP segmentation;
-//! * [`mem`]: protection domains, memory registration and STag checks;
+//! * [`mem`]: protection domains, memory registration, memory windows and
+//!   STag checks;
 //! * [`qp`]: the DDP/RDMAP endpoint (one RDMAP stream): untagged queues, tagged
 //!   placement, Read Request/Response with IRD/ORD, Send variants, Terminate,
-//!   and the completion ordering of RFC 5040 §5.5.
+//!   and the completion ordering of RFC 5040 §5.5; scatter/gather lists,
+//!   signaled and unsignaled requests, verbs completion statuses;
+//! * [`srq`]: the shared receive queue several QPs take receive buffers from.
 //!
 //! The same code runs inline in a pinned poll loop, under DPDK, and inside the
 //! deterministic simulator (`iwarp-sim`).
@@ -23,4 +26,5 @@ pub mod crc;
 pub mod mem;
 pub mod mpa;
 pub mod qp;
+pub mod srq;
 pub mod wire;

@@ -1,9 +1,10 @@
-//! Protection domains, memory registration and STag checks (RFC 5040 §8,
-//! RFC 5041 §8.2-§8.3).
+//! Protection domains, memory registration, memory windows and STag checks
+//! (RFC 5040 §8, RFC 5041 §8.2-§8.3).
 //!
-//! An STag is a 24-bit index into the region table plus an 8-bit consumer key
-//! (`index << 8 | key`). A region belongs to one protection domain; a stream
-//! (QP) may only touch regions of its own PD — an STag of another PD is "not
+//! An STag is a 24-bit index into the table plus an 8-bit consumer key
+//! (`index << 8 | key`). An index names either a memory region (MR) or a
+//! memory window (MW). Both belong to one protection domain; a stream (QP)
+//! may only touch STags of its own PD — an STag of another PD is "not
 //! associated with this stream". Regions own their memory in this crate (it
 //! has no `unsafe`): callers hand a buffer over at registration and read or
 //! write it through [`MemoryTable::bytes`] / [`MemoryTable::bytes_mut`]. A
@@ -11,7 +12,38 @@
 //!
 //! Every placement goes through [`MemoryTable::check`], which validates STag,
 //! PD, access rights, TO wrap and bounds with checked arithmetic, so a write
-//! can only ever land inside a registered region.
+//! can only ever land inside a registered region (and, through a window,
+//! inside that window).
+//!
+//! # Memory windows
+//!
+//! A window (RFC 5040 §2.1 terminology, verbs semantics) is an STag that
+//! grants remote access to part of a region: [`MemoryTable::alloc_mw`] gives
+//! an STag that is not valid until [`MemoryTable::bind_mw`] binds it to
+//! `len` octets at octet `offset` of a region registered with
+//! [`Access::MW_BIND`]. Each bind rotates the window's key, so the STag of an
+//! earlier binding stops matching.
+//!
+//! **Tagged offsets through a window** follow the region's: a window bound at
+//! octet `offset` of a region registered with base TO `b` answers to TOs
+//! `b + offset .. b + offset + len` (so a TO names the same octet through the
+//! region and through any window onto it; for a zero-based region the
+//! window's TOs are region offsets). [`MemoryTable::base_to`] tells which TO
+//! to advertise. [`MemoryTable::check`] checks base and bounds against the
+//! window's range and rights against the window's rights, never the
+//! region's.
+//!
+//! Local invalidation ([`MemoryTable::invalidate`]) and remote invalidation
+//! by Send with Invalidate ([`MemoryTable::invalidate_remote`], RFC 5040
+//! §5.3) unbind a window; its STag then fails every check with
+//! [`AccessError::InvalidStag`], as an invalidated region's does. A window
+//! also stops resolving when its region is invalidated.
+//!
+//! **Deregistering a region with bound windows fails** with
+//! [`MemError::RegionHasWindows`]: silently revoking windows the consumer may
+//! have advertised would hide a bug, and failing keeps every window's memory
+//! alive for as long as the window can be used (RFC 5040 §8.1.1 item 6).
+//! Invalidate or deallocate the windows first.
 
 /// A protection domain handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,7 +74,7 @@ impl core::fmt::Display for STag {
     }
 }
 
-/// Access rights of a region.
+/// Access rights of a region or window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Access(pub u8);
 
@@ -55,8 +87,10 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// Remote write (target of an inbound RDMA Write).
     pub const REMOTE_WRITE: Access = Access(8);
+    /// Memory windows may be bound to the region.
+    pub const MW_BIND: Access = Access(16);
     /// All rights.
-    pub const ALL: Access = Access(15);
+    pub const ALL: Access = Access(31);
 
     /// Whether all of `other`'s rights are present.
     pub const fn contains(self, other: Access) -> bool {
@@ -76,15 +110,15 @@ impl core::ops::BitOr for Access {
 /// detected it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccessError {
-    /// No such region, key mismatch, or region invalidated.
+    /// No such region or window, key mismatch, invalidated, or an unbound window.
     InvalidStag,
-    /// The region belongs to another protection domain.
+    /// The region or window belongs to another protection domain.
     PdMismatch,
-    /// The region lacks the needed right.
+    /// The region or window lacks the needed right.
     Access,
     /// TO + length overflows 64 bits.
     ToWrap,
-    /// The range is outside the region.
+    /// The range is outside the region or window.
     Bounds,
 }
 
@@ -102,29 +136,58 @@ impl core::fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
-/// Errors of the registration API.
+/// Errors of the registration and window API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemError {
     /// Unknown protection domain.
     NoSuchPd,
-    /// The PD still has regions.
+    /// The PD still has regions or windows.
     PdBusy,
-    /// The table is full (2^24 - 1 regions).
+    /// The table is full (2^24 - 1 regions and windows).
     TableFull,
     /// Unknown STag (index/key).
     NoSuchStag,
     /// base TO + length overflows.
     TooLarge,
+    /// The STag names a memory window where a region is needed.
+    NotARegion,
+    /// The STag names a memory region where a window is needed.
+    NotAWindow,
+    /// The region has been invalidated.
+    RegionInvalid,
+    /// The region and the window belong to different protection domains.
+    PdMismatch,
+    /// The region was not registered with [`Access::MW_BIND`].
+    NoBindRight,
+    /// A window may carry only [`Access::REMOTE_READ`] and [`Access::REMOTE_WRITE`].
+    BadWindowAccess,
+    /// Remote write on a window needs local write on its region.
+    NeedsLocalWrite,
+    /// `offset + len` of a bind is outside the region (or overflows).
+    OutOfRange,
+    /// The region still has memory windows bound to it.
+    RegionHasWindows,
 }
 
 impl core::fmt::Display for MemError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
             MemError::NoSuchPd => "no such protection domain",
-            MemError::PdBusy => "protection domain still has registered regions",
+            MemError::PdBusy => "protection domain still has registered regions or windows",
             MemError::TableFull => "memory region table is full",
             MemError::NoSuchStag => "no such STag",
             MemError::TooLarge => "base tagged offset plus length overflows",
+            MemError::NotARegion => "STag names a memory window, not a memory region",
+            MemError::NotAWindow => "STag names a memory region, not a memory window",
+            MemError::RegionInvalid => "memory region has been invalidated",
+            MemError::PdMismatch => "memory region and window are in different protection domains",
+            MemError::NoBindRight => "memory region was not registered with the MW_BIND right",
+            MemError::BadWindowAccess => "a memory window may grant only remote read and write",
+            MemError::NeedsLocalWrite => {
+                "remote write on a memory window needs local write on its region"
+            }
+            MemError::OutOfRange => "window range is outside the memory region",
+            MemError::RegionHasWindows => "memory region still has memory windows bound to it",
         })
     }
 }
@@ -138,12 +201,51 @@ struct Region {
     base_to: u64,
     buf: Vec<u8>,
     valid: bool,
+    /// Windows currently bound to this region.
+    windows: u32,
+}
+
+/// What a bound window grants.
+#[derive(Debug, Clone, Copy)]
+struct Binding {
+    /// The region: its index, and its key at bind time (a region made valid
+    /// again under another key does not revive the window).
+    mr_index: u32,
+    mr_key: u8,
+    /// Octet offset of the window in the region's buffer.
+    offset: u64,
+    len: u64,
+    /// TO of the window's first octet (the region's TO there).
+    base_to: u64,
+    access: Access,
+}
+
+#[derive(Debug)]
+struct Window {
+    pd: PdId,
+    /// `None`: allocated but not bound, or invalidated.
+    binding: Option<Binding>,
+}
+
+#[derive(Debug)]
+enum Object {
+    Region(Region),
+    Window(Window),
+}
+
+impl Object {
+    fn pd(&self) -> PdId {
+        match self {
+            Object::Region(r) => r.pd,
+            Object::Window(w) => w.pd,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Slot {
     key: u8,
-    region: Option<Region>,
+    obj: Option<Object>,
 }
 
 /// A validated range inside a region, returned by [`MemoryTable::check`].
@@ -156,7 +258,16 @@ pub struct Range {
     pub len: usize,
 }
 
-/// The region table of one device (shared by all its QPs).
+impl Range {
+    /// A placeholder range of length 0 (fills unused entries of fixed arrays).
+    pub(crate) const EMPTY: Range = Range {
+        slot: 0,
+        offset: 0,
+        len: 0,
+    };
+}
+
+/// The region and window table of one device (shared by all its QPs).
 #[derive(Debug, Default)]
 pub struct MemoryTable {
     pds: Vec<bool>,
@@ -187,15 +298,15 @@ impl MemoryTable {
         PdId(self.pds.len() as u32 - 1)
     }
 
-    /// Free a protection domain that has no regions.
+    /// Free a protection domain that has no regions and no windows.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), MemError> {
-        if !self.pds.get(pd.0 as usize).copied().unwrap_or(false) {
+        if !self.pd_exists(pd) {
             return Err(MemError::NoSuchPd);
         }
         if self
             .slots
             .iter()
-            .any(|s| s.region.as_ref().is_some_and(|r| r.pd == pd))
+            .any(|s| s.obj.as_ref().is_some_and(|o| o.pd() == pd))
         {
             return Err(MemError::PdBusy);
         }
@@ -212,99 +323,248 @@ impl MemoryTable {
         access: Access,
         base_to: u64,
     ) -> Result<STag, MemError> {
-        if !self.pds.get(pd.0 as usize).copied().unwrap_or(false) {
+        if !self.pd_exists(pd) {
             return Err(MemError::NoSuchPd);
         }
         if base_to.checked_add(buf.len() as u64).is_none() {
             return Err(MemError::TooLarge);
         }
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = self.slots.len() as u32;
-                if i > MAX_INDEX {
-                    return Err(MemError::TableFull);
-                }
-                self.slots.push(Slot::default());
-                i
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        // A reused index gets a new key, so stale STags stop matching.
-        slot.key = slot.key.wrapping_add(1);
-        slot.region = Some(Region {
+        self.alloc_slot(Object::Region(Region {
             pd,
             access,
             base_to,
             buf,
             valid: true,
-        });
-        Ok(STag::new(index, slot.key))
+            windows: 0,
+        }))
     }
 
-    /// Deregister and hand the buffer back.
+    /// Deregister and hand the buffer back. Refused while windows are bound
+    /// to the region ([`MemError::RegionHasWindows`]).
     pub fn deregister(&mut self, stag: STag) -> Result<Vec<u8>, MemError> {
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
-        let r = slot.region.take().ok_or(MemError::NoSuchStag)?;
+        match &slot.obj {
+            Some(Object::Region(r)) if r.windows > 0 => return Err(MemError::RegionHasWindows),
+            Some(Object::Region(_)) => {}
+            Some(Object::Window(_)) => return Err(MemError::NotARegion),
+            None => return Err(MemError::NoSuchStag),
+        }
+        let Some(Object::Region(r)) = slot.obj.take() else {
+            return Err(MemError::NoSuchStag);
+        };
         self.free.push(stag.index());
         Ok(r.buf)
     }
 
     /// Local invalidate: the STag stops working for remote and local access.
+    /// A window is unbound (its memory stays registered).
     pub fn invalidate(&mut self, stag: STag) -> Result<(), MemError> {
-        let r = self.region_mut(stag).ok_or(MemError::NoSuchStag)?;
-        r.valid = false;
-        Ok(())
+        match self.slot_mut(stag).and_then(|s| s.obj.as_mut()) {
+            Some(Object::Region(r)) => {
+                r.valid = false;
+                Ok(())
+            }
+            Some(Object::Window(_)) => {
+                self.unbind(stag.index());
+                Ok(())
+            }
+            None => Err(MemError::NoSuchStag),
+        }
     }
 
-    /// Remote invalidate (Send with Invalidate, RFC 5040 §5.3): only a valid
-    /// STag of the stream's own PD can be invalidated.
+    /// Remote invalidate (Send with Invalidate, RFC 5040 §5.3, §7.2 items
+    /// 4-5): only a valid STag (region, or bound window) of the stream's own
+    /// PD can be invalidated.
     pub fn invalidate_remote(&mut self, stag: STag, pd: PdId) -> Result<(), AccessError> {
-        let r = self.region_mut(stag).ok_or(AccessError::InvalidStag)?;
-        if !r.valid {
-            return Err(AccessError::InvalidStag);
+        match self.slot_mut(stag).and_then(|s| s.obj.as_mut()) {
+            Some(Object::Region(r)) => {
+                if !r.valid {
+                    return Err(AccessError::InvalidStag);
+                }
+                if r.pd != pd {
+                    return Err(AccessError::PdMismatch);
+                }
+                r.valid = false;
+                Ok(())
+            }
+            Some(Object::Window(w)) => {
+                if w.binding.is_none() {
+                    return Err(AccessError::InvalidStag);
+                }
+                if w.pd != pd {
+                    return Err(AccessError::PdMismatch);
+                }
+                self.unbind(stag.index());
+                Ok(())
+            }
+            None => Err(AccessError::InvalidStag),
         }
-        if r.pd != pd {
-            return Err(AccessError::PdMismatch);
-        }
-        r.valid = false;
-        Ok(())
     }
 
     /// Make an invalidated region valid again under a new consumer key
-    /// (as a fast-register would); returns the new STag.
+    /// (as a fast-register would); returns the new STag. Windows bound under
+    /// the old key stay dead.
     pub fn revalidate(&mut self, stag: STag, key: u8) -> Result<STag, MemError> {
         let index = stag.index();
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
-        let r = slot.region.as_mut().ok_or(MemError::NoSuchStag)?;
-        r.valid = true;
+        match slot.obj.as_mut() {
+            Some(Object::Region(r)) => r.valid = true,
+            Some(Object::Window(_)) => return Err(MemError::NotARegion),
+            None => return Err(MemError::NoSuchStag),
+        }
         slot.key = key;
         Ok(STag::new(index, key))
     }
 
-    /// Whether `stag` names a registered, valid region.
+    /// Allocate a memory window in `pd`. Its STag is not valid until
+    /// [`bind_mw`](Self::bind_mw).
+    pub fn alloc_mw(&mut self, pd: PdId) -> Result<STag, MemError> {
+        if !self.pd_exists(pd) {
+            return Err(MemError::NoSuchPd);
+        }
+        self.alloc_slot(Object::Window(Window { pd, binding: None }))
+    }
+
+    /// Bind window `mw` to `len` octets at octet `offset` of region
+    /// `mr_stag`, granting `access` (remote read and/or remote write) to the
+    /// peer. Returns the window's new STag (the key rotates on every bind, so
+    /// the STag of an earlier binding stops working). A bound window may be
+    /// bound again (moved); an invalidated one too.
+    ///
+    /// Checks: `mw` is a window and `mr_stag` a valid region of the same PD;
+    /// the region has [`Access::MW_BIND`]; `access` holds only remote rights,
+    /// and remote write needs local write on the region; `offset + len` lies
+    /// inside the region (checked arithmetic).
+    pub fn bind_mw(
+        &mut self,
+        mw: STag,
+        mr_stag: STag,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<STag, MemError> {
+        let wpd = match self.object(mw) {
+            Some(Object::Window(w)) => w.pd,
+            Some(Object::Region(_)) => return Err(MemError::NotAWindow),
+            None => return Err(MemError::NoSuchStag),
+        };
+        let r = match self.object(mr_stag) {
+            Some(Object::Region(r)) => r,
+            Some(Object::Window(_)) => return Err(MemError::NotARegion),
+            None => return Err(MemError::NoSuchStag),
+        };
+        if !r.valid {
+            return Err(MemError::RegionInvalid);
+        }
+        if r.pd != wpd {
+            return Err(MemError::PdMismatch);
+        }
+        if !r.access.contains(Access::MW_BIND) {
+            return Err(MemError::NoBindRight);
+        }
+        if !(Access::REMOTE_READ | Access::REMOTE_WRITE).contains(access) {
+            return Err(MemError::BadWindowAccess);
+        }
+        if access.contains(Access::REMOTE_WRITE) && !r.access.contains(Access::LOCAL_WRITE) {
+            return Err(MemError::NeedsLocalWrite);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= r.buf.len() as u64 => {}
+            _ => return Err(MemError::OutOfRange),
+        }
+        // Cannot overflow: offset <= buf.len() and base_to + buf.len() was checked at register.
+        let binding = Binding {
+            mr_index: mr_stag.index(),
+            mr_key: mr_stag.key(),
+            offset,
+            len,
+            base_to: r.base_to + offset,
+            access,
+        };
+        self.unbind(mw.index());
+        if let Some(Object::Region(r)) = self.obj_at_mut(mr_stag.index()) {
+            r.windows += 1;
+        }
+        let slot = &mut self.slots[mw.index() as usize];
+        if let Some(Object::Window(w)) = slot.obj.as_mut() {
+            w.binding = Some(binding);
+        }
+        slot.key = slot.key.wrapping_add(1);
+        Ok(STag::new(mw.index(), slot.key))
+    }
+
+    /// Free a window (bound or not).
+    pub fn dealloc_mw(&mut self, mw: STag) -> Result<(), MemError> {
+        match self.object(mw) {
+            Some(Object::Window(_)) => {}
+            Some(Object::Region(_)) => return Err(MemError::NotAWindow),
+            None => return Err(MemError::NoSuchStag),
+        }
+        self.unbind(mw.index());
+        self.slots[mw.index() as usize].obj = None;
+        self.free.push(mw.index());
+        Ok(())
+    }
+
+    /// Whether `stag` names a valid region or a bound, usable window.
     pub fn is_valid(&self, stag: STag) -> bool {
-        self.region(stag).is_some_and(|r| r.valid)
+        match self.object(stag) {
+            Some(Object::Region(r)) => r.valid,
+            Some(Object::Window(w)) => self.resolve(w).is_some(),
+            None => false,
+        }
     }
 
-    /// Length of the region.
+    /// Whether `stag` names a memory window (bound or not).
+    pub fn is_window(&self, stag: STag) -> bool {
+        matches!(self.object(stag), Some(Object::Window(_)))
+    }
+
+    /// Tagged offset of the first octet: the region's base TO, or for a bound
+    /// window the region's TO at the window's first octet.
+    pub fn base_to(&self, stag: STag) -> Option<u64> {
+        match self.object(stag)? {
+            Object::Region(r) => Some(r.base_to),
+            Object::Window(w) => w.binding.map(|b| b.base_to),
+        }
+    }
+
+    /// Length of the region, or of a bound window.
     pub fn len(&self, stag: STag) -> Option<usize> {
-        self.region(stag).map(|r| r.buf.len())
+        self.bytes(stag).map(<[u8]>::len)
     }
 
-    /// The region's memory (the owner's view; no access-right check).
+    /// The memory (the owner's view; no access-right check): a region's
+    /// buffer, or the part of its region a bound window covers.
     pub fn bytes(&self, stag: STag) -> Option<&[u8]> {
-        self.region(stag).map(|r| &r.buf[..])
+        match self.object(stag)? {
+            Object::Region(r) => Some(&r.buf[..]),
+            Object::Window(w) => {
+                let (r, b) = self.resolve(w)?;
+                r.buf.get(b.offset as usize..(b.offset + b.len) as usize)
+            }
+        }
     }
 
-    /// The region's memory, writable (the owner's view).
+    /// The memory, writable (the owner's view).
     pub fn bytes_mut(&mut self, stag: STag) -> Option<&mut [u8]> {
-        self.region_mut(stag).map(|r| &mut r.buf[..])
+        let (index, lo, hi) = match self.object(stag)? {
+            Object::Region(r) => (stag.index(), 0, r.buf.len()),
+            Object::Window(w) => {
+                let (_, b) = self.resolve(w)?;
+                (b.mr_index, b.offset as usize, (b.offset + b.len) as usize)
+            }
+        };
+        match self.obj_at_mut(index)? {
+            Object::Region(r) => r.buf.get_mut(lo..hi),
+            Object::Window(_) => None,
+        }
     }
 
     /// Validate an access of `len` octets at tagged offset `to` through `stag`
     /// by a stream in `pd` needing `need`. Checks in RFC 5041 §7.1 order:
-    /// STag valid, associated (PD), rights, TO wrap, bounds.
+    /// STag valid, associated (PD), rights, TO wrap, bounds. Through a
+    /// window, rights and bounds are the window's.
     pub fn check(
         &self,
         stag: STag,
@@ -313,24 +573,40 @@ impl MemoryTable {
         to: u64,
         len: u64,
     ) -> Result<Range, AccessError> {
-        let r = self.region(stag).ok_or(AccessError::InvalidStag)?;
-        if !r.valid {
-            return Err(AccessError::InvalidStag);
-        }
-        if r.pd != pd {
+        let (slot, obj_pd, access, base_to, size, first) = match self.object(stag) {
+            Some(Object::Region(r)) => {
+                if !r.valid {
+                    return Err(AccessError::InvalidStag);
+                }
+                (
+                    stag.index(),
+                    r.pd,
+                    r.access,
+                    r.base_to,
+                    r.buf.len() as u64,
+                    0,
+                )
+            }
+            Some(Object::Window(w)) => {
+                let (_, b) = self.resolve(w).ok_or(AccessError::InvalidStag)?;
+                (b.mr_index, w.pd, b.access, b.base_to, b.len, b.offset)
+            }
+            None => return Err(AccessError::InvalidStag),
+        };
+        if obj_pd != pd {
             return Err(AccessError::PdMismatch);
         }
-        if !r.access.contains(need) {
+        if !access.contains(need) {
             return Err(AccessError::Access);
         }
         let end = to.checked_add(len).ok_or(AccessError::ToWrap)?;
-        let region_end = r.base_to + r.buf.len() as u64; // cannot overflow: checked at register
-        if to < r.base_to || end > region_end {
+        let limit = base_to + size; // cannot overflow: checked at register (and bind)
+        if to < base_to || end > limit {
             return Err(AccessError::Bounds);
         }
         Ok(Range {
-            slot: stag.index(),
-            offset: (to - r.base_to) as usize,
+            slot,
+            offset: (first + (to - base_to)) as usize,
             len: len as usize,
         })
     }
@@ -344,11 +620,7 @@ impl MemoryTable {
         if end > range.len {
             return false;
         }
-        let Some(r) = self
-            .slots
-            .get_mut(range.slot as usize)
-            .and_then(|s| s.region.as_mut())
-        else {
+        let Some(Object::Region(r)) = self.obj_at_mut(range.slot) else {
             return false;
         };
         let start = range.offset + offset;
@@ -367,26 +639,76 @@ impl MemoryTable {
         if end > range.len {
             return None;
         }
-        let r = self.slots.get(range.slot as usize)?.region.as_ref()?;
+        let Some(Object::Region(r)) = self.slots.get(range.slot as usize)?.obj.as_ref() else {
+            return None;
+        };
         let start = range.offset + offset;
         r.buf.get(start..start + len)
     }
 
-    fn slot_mut(&mut self, stag: STag) -> Option<&mut Slot> {
-        let s = self.slots.get_mut(stag.index() as usize)?;
-        (stag.index() != 0 && s.key == stag.key() && s.region.is_some()).then_some(s)
+    fn pd_exists(&self, pd: PdId) -> bool {
+        self.pds.get(pd.0 as usize).copied().unwrap_or(false)
     }
 
-    fn region(&self, stag: STag) -> Option<&Region> {
+    fn alloc_slot(&mut self, obj: Object) -> Result<STag, MemError> {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                if i > MAX_INDEX {
+                    return Err(MemError::TableFull);
+                }
+                self.slots.push(Slot::default());
+                i
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        // A reused index gets a new key, so stale STags stop matching.
+        slot.key = slot.key.wrapping_add(1);
+        slot.obj = Some(obj);
+        Ok(STag::new(index, slot.key))
+    }
+
+    /// Drop the binding of the window at `index`, if any.
+    fn unbind(&mut self, index: u32) {
+        let Some(Object::Window(w)) = self.obj_at_mut(index) else {
+            return;
+        };
+        let Some(b) = w.binding.take() else { return };
+        // Deregistration waits for `windows` to reach 0, so the region is still there.
+        if let Some(Object::Region(r)) = self.obj_at_mut(b.mr_index) {
+            r.windows = r.windows.saturating_sub(1);
+        }
+    }
+
+    /// The region a window is bound to, while both are usable.
+    fn resolve(&self, w: &Window) -> Option<(&Region, Binding)> {
+        let b = w.binding?;
+        let slot = self.slots.get(b.mr_index as usize)?;
+        match slot.obj.as_ref()? {
+            Object::Region(r) if r.valid && slot.key == b.mr_key => Some((r, b)),
+            _ => None,
+        }
+    }
+
+    fn slot_mut(&mut self, stag: STag) -> Option<&mut Slot> {
+        let s = self.slots.get_mut(stag.index() as usize)?;
+        (stag.index() != 0 && s.key == stag.key() && s.obj.is_some()).then_some(s)
+    }
+
+    fn object(&self, stag: STag) -> Option<&Object> {
         let s = self.slots.get(stag.index() as usize)?;
         if stag.index() == 0 || s.key != stag.key() {
             return None;
         }
-        s.region.as_ref()
+        s.obj.as_ref()
     }
 
-    fn region_mut(&mut self, stag: STag) -> Option<&mut Region> {
-        self.slot_mut(stag)?.region.as_mut()
+    fn obj_at_mut(&mut self, index: u32) -> Option<&mut Object> {
+        if index == 0 {
+            return None;
+        }
+        self.slots.get_mut(index as usize)?.obj.as_mut()
     }
 }
 
@@ -510,5 +832,224 @@ mod tests {
             m.invalidate_remote(STag(0x999), pd),
             Err(AccessError::InvalidStag)
         );
+    }
+
+    fn window_setup() -> (MemoryTable, PdId, STag, STag) {
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let mr = m
+            .register(
+                pd,
+                (0..100).collect(),
+                Access::LOCAL_WRITE | Access::MW_BIND,
+                1000,
+            )
+            .unwrap();
+        let mw = m.alloc_mw(pd).unwrap();
+        (m, pd, mr, mw)
+    }
+
+    #[test]
+    fn window_is_invalid_until_bound() {
+        let (m, pd, _, mw) = window_setup();
+        assert!(m.is_window(mw));
+        assert!(!m.is_valid(mw));
+        assert_eq!(m.bytes(mw), None);
+        assert_eq!(m.base_to(mw), None);
+        assert_eq!(
+            m.check(mw, pd, Access::REMOTE_READ, 0, 0),
+            Err(AccessError::InvalidStag)
+        );
+    }
+
+    #[test]
+    fn bind_checks() {
+        let (mut m, pd, mr, mw) = window_setup();
+        let rr = Access::REMOTE_READ;
+        let other = m.alloc_pd();
+        let foreign_mw = m.alloc_mw(other).unwrap();
+        let no_bind = m.register(
+            pd,
+            vec![0; 10],
+            Access(Access::ALL.0 & !Access::MW_BIND.0),
+            0,
+        );
+        let no_bind = no_bind.unwrap();
+        let read_only = m
+            .register(pd, vec![0; 10], Access::LOCAL_READ | Access::MW_BIND, 0)
+            .unwrap();
+        assert_eq!(m.bind_mw(mr, mr, 0, 1, rr), Err(MemError::NotAWindow));
+        assert_eq!(m.bind_mw(mw, mw, 0, 1, rr), Err(MemError::NotARegion));
+        assert_eq!(
+            m.bind_mw(STag(mw.0 ^ 1), mr, 0, 1, rr),
+            Err(MemError::NoSuchStag)
+        );
+        assert_eq!(
+            m.bind_mw(mw, STag(mr.0 ^ 1), 0, 1, rr),
+            Err(MemError::NoSuchStag)
+        );
+        assert_eq!(
+            m.bind_mw(foreign_mw, mr, 0, 1, rr),
+            Err(MemError::PdMismatch)
+        );
+        assert_eq!(m.bind_mw(mw, no_bind, 0, 1, rr), Err(MemError::NoBindRight));
+        assert_eq!(
+            m.bind_mw(mw, mr, 0, 1, rr | Access::LOCAL_READ),
+            Err(MemError::BadWindowAccess)
+        );
+        assert_eq!(
+            m.bind_mw(mw, read_only, 0, 1, Access::REMOTE_WRITE),
+            Err(MemError::NeedsLocalWrite)
+        );
+        let mw = m.bind_mw(mw, read_only, 0, 1, rr).unwrap();
+        assert_eq!(m.bind_mw(mw, mr, 90, 11, rr), Err(MemError::OutOfRange));
+        assert_eq!(
+            m.bind_mw(mw, mr, u64::MAX, 2, rr),
+            Err(MemError::OutOfRange)
+        );
+        assert_eq!(m.bind_mw(mw, mr, 101, 0, rr), Err(MemError::OutOfRange));
+        let mw = m.bind_mw(mw, mr, 100, 0, rr).unwrap();
+        m.invalidate(mr).unwrap();
+        assert_eq!(m.bind_mw(mw, mr, 0, 1, rr), Err(MemError::RegionInvalid));
+        // The window onto the invalidated region stops resolving.
+        assert!(!m.is_valid(mw));
+    }
+
+    #[test]
+    fn window_restricts_range_and_rights() {
+        let (mut m, pd, mr, mw) = window_setup();
+        let other = m.alloc_pd();
+        let w = m.bind_mw(mw, mr, 10, 20, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(w.index(), mw.index());
+        assert_ne!(w, mw);
+        assert_eq!(m.base_to(w), Some(1010));
+        assert_eq!(m.len(w), Some(20));
+        assert_eq!(m.bytes(w).unwrap()[0], 10);
+        let r = m.check(w, pd, Access::REMOTE_WRITE, 1010, 20).unwrap();
+        assert_eq!((r.offset, r.len), (10, 20));
+        assert!(m.write(&r, 0, &[0xee; 20]));
+        assert!(!m.write(&r, 1, &[0xee; 20]));
+        let all = m.bytes(mr).unwrap();
+        assert!(all[10..30].iter().all(|b| *b == 0xee));
+        assert_eq!((all[9], all[30]), (9, 30));
+        assert_eq!(
+            m.check(w, pd, Access::REMOTE_WRITE, 1009, 1),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            m.check(w, pd, Access::REMOTE_WRITE, 1029, 2),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            m.check(w, pd, Access::REMOTE_READ, 1010, 1),
+            Err(AccessError::Access)
+        );
+        // A window is never a local key.
+        assert_eq!(
+            m.check(w, pd, Access::LOCAL_WRITE, 1010, 1),
+            Err(AccessError::Access)
+        );
+        assert_eq!(
+            m.check(w, other, Access::REMOTE_WRITE, 1010, 1),
+            Err(AccessError::PdMismatch)
+        );
+        assert_eq!(
+            m.check(w, pd, Access::REMOTE_WRITE, u64::MAX, 2),
+            Err(AccessError::ToWrap)
+        );
+        // The region itself has no remote rights.
+        assert_eq!(
+            m.check(mr, pd, Access::REMOTE_WRITE, 1010, 1),
+            Err(AccessError::Access)
+        );
+    }
+
+    #[test]
+    fn window_invalidation_rebind_and_lifecycle() {
+        let (mut m, pd, mr, mw) = window_setup();
+        let other = m.alloc_pd();
+        let rr = Access::REMOTE_READ;
+        let w1 = m.bind_mw(mw, mr, 0, 10, rr).unwrap();
+        // Deregistration waits for the window.
+        assert_eq!(m.deregister(mr), Err(MemError::RegionHasWindows));
+        assert_eq!(m.deregister(w1), Err(MemError::NotARegion));
+        assert_eq!(m.revalidate(w1, 7), Err(MemError::NotARegion));
+        // Rebinding rotates the key: the old STag stops working.
+        let w2 = m.bind_mw(w1, mr, 5, 10, rr).unwrap();
+        assert_eq!(w2.key(), w1.key().wrapping_add(1));
+        assert_eq!(m.check(w1, pd, rr, 0, 1), Err(AccessError::InvalidStag));
+        assert!(m.check(w2, pd, rr, 1005, 10).is_ok());
+        assert_eq!(m.deregister(mr), Err(MemError::RegionHasWindows));
+        // Remote invalidation: same rules and codes as for a region.
+        assert_eq!(m.invalidate_remote(w2, other), Err(AccessError::PdMismatch));
+        assert_eq!(m.invalidate_remote(w2, pd), Ok(()));
+        assert_eq!(m.invalidate_remote(w2, pd), Err(AccessError::InvalidStag));
+        assert_eq!(m.check(w2, pd, rr, 1005, 1), Err(AccessError::InvalidStag));
+        // Unbound, the region can go; a new bind needs a region again.
+        let w3 = m.bind_mw(w2, mr, 0, 1, rr).unwrap();
+        m.invalidate(w3).unwrap();
+        assert!(!m.is_valid(w3));
+        assert_eq!(m.check(w3, pd, rr, 1000, 1), Err(AccessError::InvalidStag));
+        let w4 = m.bind_mw(w3, mr, 0, 1, rr).unwrap();
+        assert_eq!(m.dealloc_pd(pd), Err(MemError::PdBusy));
+        m.dealloc_mw(w4).unwrap();
+        assert_eq!(m.dealloc_mw(w4), Err(MemError::NoSuchStag));
+        assert!(!m.is_valid(w4));
+        assert_eq!(m.dealloc_mw(mr), Err(MemError::NotAWindow));
+        m.deregister(mr).unwrap();
+        m.dealloc_pd(pd).unwrap();
+        assert_eq!(m.alloc_mw(pd), Err(MemError::NoSuchPd));
+    }
+
+    #[test]
+    fn region_revalidated_under_a_new_key_does_not_revive_windows() {
+        let (mut m, pd, mr, mw) = window_setup();
+        let w = m.bind_mw(mw, mr, 0, 10, Access::REMOTE_READ).unwrap();
+        m.invalidate(mr).unwrap();
+        let mr2 = m.revalidate(mr, mr.key().wrapping_add(9)).unwrap();
+        assert!(m.check(mr2, pd, Access::LOCAL_WRITE, 1000, 1).is_ok());
+        assert_eq!(
+            m.check(w, pd, Access::REMOTE_READ, 1000, 1),
+            Err(AccessError::InvalidStag)
+        );
+        // Still counted as bound until the window lets go.
+        assert_eq!(m.deregister(mr2), Err(MemError::RegionHasWindows));
+        m.invalidate(w).unwrap();
+        assert!(m.deregister(mr2).is_ok());
+    }
+
+    proptest::proptest! {
+        /// Through a window, an access succeeds exactly when it lies inside the
+        /// window, and then names the same octets as the region at that TO.
+        #[test]
+        fn window_check_matches_a_model(
+            base in 0u64..1 << 40,
+            size in 1usize..300,
+            off in 0u64..300,
+            len in 0u64..300,
+            to_delta in 0u64..700,
+            alen in 0u64..300,
+        ) {
+            let mut m = MemoryTable::new();
+            let pd = m.alloc_pd();
+            let mr = m.register(pd, vec![0; size], Access::ALL, base).unwrap();
+            let mw = m.alloc_mw(pd).unwrap();
+            let bound = m.bind_mw(mw, mr, off, len, Access::REMOTE_READ);
+            if off + len > size as u64 {
+                proptest::prop_assert_eq!(bound, Err(MemError::OutOfRange));
+                return Ok(());
+            }
+            let w = bound.unwrap();
+            let to = (base + off).saturating_sub(200) + to_delta;
+            let got = m.check(w, pd, Access::REMOTE_READ, to, alen);
+            let inside = to >= base + off && to + alen <= base + off + len;
+            if inside {
+                let r = got.unwrap();
+                let via_mr = m.check(mr, pd, Access::REMOTE_READ, to, alen).unwrap();
+                proptest::prop_assert_eq!(r, via_mr);
+            } else {
+                proptest::prop_assert_eq!(got, Err(AccessError::Bounds));
+            }
+        }
     }
 }

@@ -16,18 +16,29 @@
 //!   completes strictly from its head;
 //! * RFC 5040 §4.8, §7.1 Terminate contents: [`TermInfo`] builders;
 //! * RFC 5040 §6.1 ORD/IRD limits: `Tx::next_job` and the QN 1 buffer check.
+//!
+//! Verbs features on top of the RFC model:
+//! * scatter/gather lists ([`SgList`], up to [`MAX_SGE`] entries) for the local
+//!   side of every work request and for receive buffers;
+//! * signaled and unsignaled send-queue requests ([`WorkRequest`]);
+//! * a shared receive queue ([`Srq`], [`Qp::with_srq`]);
+//! * memory windows (in [`crate::mem`]), usable wherever an STag is checked;
+//! * completion statuses mapped from local errors and from the peer's
+//!   Terminate ([`WcStatus`]).
 
 use std::collections::VecDeque;
 
-use crate::mem::{Access, AccessError, MemoryTable, PdId, STag};
+use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
 use crate::mpa::{Deframer, Framer, MpaError, UlpduSink};
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use crate::wire::rdmap::{ReadRequest, READ_REQUEST_LEN};
-use crate::wire::terminate::MAX_TERMINATE_LEN;
+use crate::wire::terminate::{layer, MAX_TERMINATE_LEN};
 use crate::wire::{TermCode, TerminateRepr, WireError};
+
+pub use crate::srq::Srq;
 
 /// Untagged queue numbers (RFC 5040 §4.1 figure 4).
 pub mod queue {
@@ -87,15 +98,225 @@ impl Sge {
     };
 }
 
+/// Size of a job's inline body: a Terminate or inline data.
+const INLINE_BODY: usize = if MAX_INLINE > MAX_TERMINATE_LEN {
+    MAX_INLINE
+} else {
+    MAX_TERMINATE_LEN
+};
+
+/// Most octets a work request can carry inline (verbs' `IBV_SEND_INLINE`):
+/// they are copied into the send-queue entry at post time, so the caller's
+/// buffer is free at once and needs no registration.
+pub const MAX_INLINE: usize = 128;
+
+/// Octets carried in a work request itself ([`WorkRequest::SendInline`],
+/// [`WorkRequest::WriteInline`]). Fixed size, no allocation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct InlineData {
+    len: u8,
+    bytes: [u8; MAX_INLINE],
+}
+
+impl InlineData {
+    /// Copy `data` (at most [`MAX_INLINE`] octets).
+    pub fn new(data: &[u8]) -> Result<InlineData, PostError> {
+        if data.len() > MAX_INLINE {
+            return Err(PostError::InlineTooLong);
+        }
+        let mut bytes = [0u8; MAX_INLINE];
+        bytes[..data.len()].copy_from_slice(data);
+        Ok(InlineData {
+            len: data.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The octets.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl core::fmt::Debug for InlineData {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "InlineData({} octets)", self.len)
+    }
+}
+
+/// Most entries in one [`SgList`].
+pub const MAX_SGE: usize = 4;
+
+/// A scatter/gather list: up to [`MAX_SGE`] local buffers, used in order.
+///
+/// As a source (Send, RDMA Write) the message is the concatenation of the
+/// entries; as a sink (receive buffer, RDMA Read) incoming data fills them in
+/// order. Zero-length entries are skipped and never validated (RFC 5041
+/// §5.2). Every list has at most [`MAX_SGE`] entries and a total length that
+/// fits the 32-bit message sizes of RDMAP (RFC 5040 §4.4 RDMA Read Message
+/// Size), which [`SgList::new`] and [`SgList::push`] enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SgList {
+    sges: [Sge; MAX_SGE],
+    count: u8,
+}
+
+impl SgList {
+    /// No buffers: a zero-length message.
+    pub const EMPTY: SgList = SgList {
+        sges: [Sge::EMPTY; MAX_SGE],
+        count: 0,
+    };
+
+    /// A list of `sges`, in order. Refuses more than [`MAX_SGE`] entries
+    /// ([`PostError::TooManySge`]) and a total above `u32::MAX`
+    /// ([`PostError::TooLong`]).
+    pub fn new(sges: &[Sge]) -> Result<SgList, PostError> {
+        if sges.len() > MAX_SGE {
+            return Err(PostError::TooManySge);
+        }
+        let mut l = SgList::EMPTY;
+        for s in sges {
+            l.push(*s)?;
+        }
+        Ok(l)
+    }
+
+    /// Append one entry.
+    pub fn push(&mut self, sge: Sge) -> Result<(), PostError> {
+        let n = self.count as usize;
+        if n >= MAX_SGE {
+            return Err(PostError::TooManySge);
+        }
+        if self.total_len().checked_add(sge.len).is_none() {
+            return Err(PostError::TooLong);
+        }
+        self.sges[n] = sge;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// The entries.
+    pub fn as_slice(&self) -> &[Sge] {
+        &self.sges[..self.count as usize]
+    }
+
+    /// Number of entries.
+    pub fn num_sge(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Sum of the entries' lengths: the message length.
+    pub fn total_len(&self) -> u32 {
+        // Cannot saturate: push refuses totals above u32::MAX.
+        self.as_slice()
+            .iter()
+            .fold(0u32, |t, s| t.saturating_add(s.len))
+    }
+
+    /// STag and TO a Read Request advertises as its Data Sink: those of the
+    /// first non-empty entry (or of the first entry, or of [`Sge::EMPTY`]).
+    fn advertised(&self) -> Sge {
+        let first = self.as_slice().first().copied().unwrap_or(Sge::EMPTY);
+        self.as_slice()
+            .iter()
+            .copied()
+            .find(|s| s.len > 0)
+            .unwrap_or(first)
+    }
+
+    /// Validate `len` octets at message offset `off` against the memory
+    /// table, entry by entry, and return the pieces in order.
+    fn locate(
+        &self,
+        mem: &MemoryTable,
+        pd: PdId,
+        need: Access,
+        off: u64,
+        len: u64,
+    ) -> Result<Pieces, AccessError> {
+        let mut p = Pieces::EMPTY;
+        let mut skip = off;
+        let mut left = len;
+        for sge in self.as_slice() {
+            if left == 0 {
+                break;
+            }
+            let l = sge.len as u64;
+            if skip >= l {
+                skip -= l;
+                continue;
+            }
+            let take = (l - skip).min(left);
+            let to = sge.to.checked_add(skip).ok_or(AccessError::ToWrap)?;
+            p.r[p.n] = mem.check(sge.stag, pd, need, to, take)?;
+            p.n += 1;
+            skip = 0;
+            left -= take;
+        }
+        if left > 0 {
+            return Err(AccessError::Bounds);
+        }
+        Ok(p)
+    }
+}
+
+impl Default for SgList {
+    fn default() -> Self {
+        SgList::EMPTY
+    }
+}
+
+impl From<Sge> for SgList {
+    fn from(sge: Sge) -> Self {
+        let mut l = SgList::EMPTY;
+        l.sges[0] = sge;
+        l.count = 1;
+        l
+    }
+}
+
+/// Validated ranges of one segment's payload, in order (at most one per SGE).
+#[derive(Debug, Clone, Copy)]
+struct Pieces {
+    r: [Range; MAX_SGE],
+    n: usize,
+}
+
+impl Pieces {
+    const EMPTY: Pieces = Pieces {
+        r: [Range::EMPTY; MAX_SGE],
+        n: 0,
+    };
+    fn as_slice(&self) -> &[Range] {
+        &self.r[..self.n]
+    }
+}
+
 /// Work for the send queue.
+///
+/// Every variant carries `wr_id`, `signaled` and its local [`SgList`]. An
+/// enum with the common fields repeated (rather than `struct { wr_id,
+/// signaled, op }`) keeps each request one flat literal at call sites and
+/// lets existing patterns like `WorkRequest::Send { local, .. }` stay as
+/// they are; [`wr_id`](Self::wr_id), [`signaled`](Self::signaled) and
+/// [`local`](Self::local) read the common fields.
+///
+/// `signaled: false` asks for no completion when the request succeeds. The
+/// request still holds its place in the send queue until it is done, so a
+/// later signaled completion still implies every earlier request finished
+/// (RFC 5040 §5.5 rule 15). A request that fails or is flushed completes
+/// whatever `signaled` says, as verbs do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkRequest {
     /// Send, Send with SE, Send with Invalidate, Send with SE and Invalidate.
     Send {
         /// Caller's id, returned in the completion.
         wr_id: u64,
-        /// Source buffer.
-        local: Sge,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Source buffers (gathered in order).
+        local: SgList,
         /// Solicited Event.
         solicited: bool,
         /// STag for the peer to invalidate.
@@ -105,19 +326,55 @@ pub enum WorkRequest {
     Write {
         /// Caller's id.
         wr_id: u64,
-        /// Source buffer.
-        local: Sge,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Source buffers (gathered in order).
+        local: SgList,
         /// Peer's STag.
         remote_stag: STag,
         /// Peer's tagged offset.
         remote_to: u64,
     },
-    /// RDMA Read: `local` is the data sink (its STag is advertised to the peer).
+    /// A Send (any of the four kinds) whose payload travels in the request
+    /// ([`InlineData`]): one FPDU, no local buffer.
+    SendInline {
+        /// Caller's id.
+        wr_id: u64,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// The payload.
+        data: InlineData,
+        /// Solicited Event.
+        solicited: bool,
+        /// STag for the peer to invalidate.
+        invalidate: Option<STag>,
+    },
+    /// An RDMA Write whose payload travels in the request.
+    WriteInline {
+        /// Caller's id.
+        wr_id: u64,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// The payload.
+        data: InlineData,
+        /// Peer's STag.
+        remote_stag: STag,
+        /// Peer's tagged offset.
+        remote_to: u64,
+    },
+    /// RDMA Read: `local` is the data sink. The Read Request advertises the
+    /// STag and TO of its first non-empty entry with the list's total size;
+    /// Read Response segments at TO `sink TO + k` are placed at offset `k` of
+    /// the list (scatter). That STag is ours, so how we map its TOs is the
+    /// Data Sink's own business; a one-entry Read is the plain RFC 5040
+    /// §4.4 Read Request.
     Read {
         /// Caller's id.
         wr_id: u64,
-        /// Sink buffer.
-        local: Sge,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Sink buffers (scattered in order).
+        local: SgList,
         /// Peer's source STag.
         remote_stag: STag,
         /// Peer's source tagged offset.
@@ -126,19 +383,58 @@ pub enum WorkRequest {
 }
 
 impl WorkRequest {
-    fn wr_id(&self) -> u64 {
+    /// The caller's id.
+    pub fn wr_id(&self) -> u64 {
         match *self {
             WorkRequest::Send { wr_id, .. }
             | WorkRequest::Write { wr_id, .. }
+            | WorkRequest::SendInline { wr_id, .. }
+            | WorkRequest::WriteInline { wr_id, .. }
             | WorkRequest::Read { wr_id, .. } => wr_id,
         }
     }
-    fn local(&self) -> Sge {
+    /// Whether success produces a completion.
+    pub fn signaled(&self) -> bool {
+        match *self {
+            WorkRequest::Send { signaled, .. }
+            | WorkRequest::Write { signaled, .. }
+            | WorkRequest::SendInline { signaled, .. }
+            | WorkRequest::WriteInline { signaled, .. }
+            | WorkRequest::Read { signaled, .. } => signaled,
+        }
+    }
+    /// The local buffers (empty for inline requests).
+    pub fn local(&self) -> SgList {
         match *self {
             WorkRequest::Send { local, .. }
             | WorkRequest::Write { local, .. }
             | WorkRequest::Read { local, .. } => local,
+            WorkRequest::SendInline { .. } | WorkRequest::WriteInline { .. } => SgList::EMPTY,
         }
+    }
+    /// The same request, signaled or not.
+    pub fn with_signaled(mut self, on: bool) -> WorkRequest {
+        match &mut self {
+            WorkRequest::Send { signaled, .. }
+            | WorkRequest::Write { signaled, .. }
+            | WorkRequest::SendInline { signaled, .. }
+            | WorkRequest::WriteInline { signaled, .. }
+            | WorkRequest::Read { signaled, .. } => *signaled = on,
+        }
+        self
+    }
+    /// Octets the request moves.
+    pub fn len(&self) -> u32 {
+        match *self {
+            WorkRequest::SendInline { data, .. } | WorkRequest::WriteInline { data, .. } => {
+                data.as_slice().len() as u32
+            }
+            _ => self.local().total_len(),
+        }
+    }
+    /// Moves no octets.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -156,14 +452,55 @@ pub enum WcOpcode {
 }
 
 /// Outcome of a work request.
+///
+/// | status | send queue (Send, Write, Read) | receive (`Recv`) |
+/// |---|---|---|
+/// | `Success` | handed to the LLP (Send, Write: RFC 5040 §5.5 rule 14) or response delivered (Read: rule 19) | Send delivered |
+/// | `LocalProtection(e)` | a local SGE failed its re-check while the message was built; RDMAP local catastrophic Terminate sent instead (RFC 5040 §7.1 case 1) | the buffer failed its check at placement, or an SRQ buffer failed the post checks when this QP took it; DDP local catastrophic Terminate sent (RFC 5041 §7.2 0x0/0x00) |
+/// | `LocalLength` | — | the incoming Send is longer than the buffer; DDP untagged *invalid MO* (0x04) or *message too long* (0x05) Terminate sent (RFC 5041 §7.1 checks 3-4) |
+/// | `RemoteAccess` | the peer's Terminate quotes this request's message with an RDMAP remote protection error (layer 0, type 1: invalid STag, bounds, access rights, not associated, TO wrap, cannot invalidate; RFC 5040 §7.2) | — |
+/// | `RemoteOperation` | the peer's Terminate quotes this request's message with an RDMAP remote operation error (layer 0, type 2: version, unexpected opcode, unspecified) | — |
+/// | `RemoteInvalidRequest` | the peer's Terminate quotes this request's message with a DDP untagged buffer error (layer 1, type 2, RFC 5041 §7.2: e.g. no buffer — a Read beyond the peer's IRD — MSN, MO, too long) | — |
+/// | `Flushed` | the stream went to error before the request finished, and the error is not attributable to it | the stream went to error before a Send filled it |
+///
+/// A peer Terminate is attributed when its Terminated DDP Header is an
+/// untagged header whose QN and MSN are those of a message of a request
+/// still in the send queue. Sends and Writes leave the queue when handed to
+/// the LLP (rule 14), so in practice this is an RDMA Read — the one
+/// operation the sender can tie to an error (RFC 5040 §7) — or a Send held
+/// behind an outstanding Read. Requests after it are `Flushed`, also those
+/// already handed to the LLP: the peer dropped everything after the message
+/// in error (RFC 5041 §7.1). A tagged
+/// header (an RDMA Write's) does not name one request and is not attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WcStatus {
     /// Done.
     Success,
-    /// The local buffer failed its checks when the message was built.
+    /// A local buffer failed its checks.
     LocalProtection(AccessError),
+    /// A received Send did not fit the receive buffer.
+    LocalLength,
+    /// The peer refused the request's message with a remote protection error.
+    RemoteAccess,
+    /// The peer refused the request's message with a remote operation error.
+    RemoteOperation,
+    /// The peer's DDP refused the request's untagged message.
+    RemoteInvalidRequest,
     /// The stream went to error before this request finished.
     Flushed,
+}
+
+impl WcStatus {
+    /// The status of a send-queue request whose message the peer's
+    /// Terminate quotes with `code` (see the table above).
+    fn from_peer_terminate(code: TermCode) -> Option<WcStatus> {
+        match (code.layer, code.etype) {
+            (layer::RDMAP, 1) => Some(WcStatus::RemoteAccess),
+            (layer::RDMAP, 2) => Some(WcStatus::RemoteOperation),
+            (layer::DDP, 2) => Some(WcStatus::RemoteInvalidRequest),
+            _ => None,
+        }
+    }
 }
 
 /// A work completion.
@@ -195,6 +532,10 @@ pub enum QpEvent {
     TerminateReceived(TerminateRepr),
     /// The peer sent a Terminate message that does not decode.
     MalformedTerminate(WireError),
+    /// This QP took a buffer from its shared receive queue, which then held
+    /// fewer buffers than the limit armed with [`Srq::arm_limit`] (verbs'
+    /// SRQ limit event; fires once per arming).
+    SrqLimitReached,
 }
 
 /// Stream state.
@@ -219,6 +560,14 @@ pub enum PostError {
     Local(AccessError),
     /// An RDMA Read with ORD 0.
     NoOrd,
+    /// More than [`MAX_SGE`] entries in a scatter/gather list.
+    TooManySge,
+    /// The entries of a scatter/gather list add up to more than `u32::MAX`.
+    TooLong,
+    /// The QP takes its receive buffers from a shared receive queue: post there.
+    UsesSrq,
+    /// Inline data longer than [`MAX_INLINE`], or than one FPDU holds.
+    InlineTooLong,
 }
 
 impl core::fmt::Display for PostError {
@@ -228,6 +577,14 @@ impl core::fmt::Display for PostError {
             PostError::QueueFull => f.write_str("queue full"),
             PostError::Local(e) => write!(f, "local buffer rejected: {e}"),
             PostError::NoOrd => f.write_str("RDMA Read posted but ORD is 0"),
+            PostError::TooManySge => write!(f, "more than {MAX_SGE} scatter/gather entries"),
+            PostError::TooLong => f.write_str("scatter/gather list longer than 2^32 - 1 octets"),
+            PostError::UsesSrq => {
+                f.write_str("queue pair uses a shared receive queue; post receives there")
+            }
+            PostError::InlineTooLong => {
+                write!(f, "inline data over {MAX_INLINE} octets or over one FPDU")
+            }
         }
     }
 }
@@ -306,6 +663,15 @@ fn rdmap_protection_code(e: AccessError) -> TermCode {
     }
 }
 
+/// Check every non-empty entry of `sgl` for `need` (zero-length entries
+/// are never validated, RFC 5041 §5.2).
+fn check_sgl(mem: &MemoryTable, pd: PdId, need: Access, sgl: &SgList) -> Result<(), AccessError> {
+    for sge in sgl.as_slice().iter().filter(|s| s.len > 0) {
+        mem.check(sge.stag, pd, need, sge.to, sge.len as u64)?;
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SqState {
     Queued,
@@ -324,12 +690,28 @@ enum SqWork {
 struct SqEntry {
     work: SqWork,
     state: SqState,
+    /// QN and MSN of its untagged message once sent (Send, Read Request):
+    /// what a peer Terminate's DDP header names it by.
+    untagged: Option<(u32, u32)>,
+}
+
+impl SqEntry {
+    fn new(work: SqWork) -> Self {
+        SqEntry {
+            work,
+            state: SqState::Queued,
+            untagged: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
 struct PendingRead {
     seq: u64,
+    /// The Data Sink STag and TO the Read Request advertised.
     sink: Sge,
+    /// Where the response goes: message offset k lands at offset k of the list.
+    sgl: SgList,
     received: u64,
 }
 
@@ -357,29 +739,33 @@ struct Job {
     qn: u32,
     msn: u32,
     inval: u32,
-    /// Inline body (Read Request or Terminate).
-    inline: [u8; MAX_TERMINATE_LEN],
+    /// Inline body (Read Request, Terminate, or inline Send/Write data),
+    /// repeated in every FPDU of the job (so only one-FPDU jobs carry data
+    /// this way).
+    inline: [u8; INLINE_BODY],
     inline_len: usize,
-    /// Memory source: STag, TO, needed right.
-    src: Option<(STag, u64, Access)>,
+    /// Memory source (gathered in order) and the right it needs.
+    src: Option<(SgList, Access)>,
     len: u64,
     off: u64,
     zero_fpdu: bool,
 }
 
+/// A posted receive (on the QP's own queue or on a shared one).
 #[derive(Debug, Clone, Copy)]
-struct RecvWr {
-    wr_id: u64,
-    sge: Sge,
+pub(crate) struct RecvWr {
+    pub(crate) wr_id: u64,
+    pub(crate) sgl: SgList,
 }
 
+/// Where the payload of the current segment goes. `Scatter`: a Read
+/// Response or Send payload spread over the sink's entries.
 #[derive(Debug, Clone, Copy)]
 enum Target {
     None,
     Discard,
-    Tagged { range: crate::mem::Range },
-    ReadResp { range: crate::mem::Range },
-    Recv { range: crate::mem::Range },
+    Tagged { range: Range },
+    Scatter(Pieces),
     ReadReq { mo: usize },
     Term { mo: usize },
 }
@@ -387,6 +773,13 @@ enum Target {
 #[derive(Debug)]
 struct Rx {
     rq: VecDeque<RecvWr>,
+    /// The buffer of the QN 0 message being received, taken from `rq` or the
+    /// SRQ when its first segment arrived (RFC 5041 §7.1 check 2).
+    cur: Option<RecvWr>,
+    /// How `cur` completes if the stream goes to error (else `Flushed`).
+    cur_status: Option<WcStatus>,
+    /// Goes with `pending`: the status the error gives `cur`.
+    pending_status: Option<WcStatus>,
     expected_msn: [u32; 3],
     hdr: Option<DdpHeader>,
     seg_len: u16,
@@ -419,6 +812,7 @@ struct Tx {
 #[derive(Debug)]
 pub struct Qp {
     cfg: QpConfig,
+    srq: Option<Srq>,
     state: QpState,
     framer: Framer,
     deframer: Deframer,
@@ -432,6 +826,7 @@ pub struct Qp {
 /// Everything the receive path needs, borrowed apart from the deframer.
 struct RxCtx<'a> {
     cfg: &'a QpConfig,
+    srq: Option<&'a Srq>,
     rx: &'a mut Rx,
     tx: &'a mut Tx,
     mem: &'a mut MemoryTable,
@@ -442,11 +837,30 @@ struct RxCtx<'a> {
     raised: Option<TermInfo>,
     /// The peer's Terminate was delivered during this call.
     peer_terminated: bool,
+    /// Its decoded contents, if it decoded.
+    peer_terminate: Option<TerminateRepr>,
 }
 
 impl Qp {
     /// A stream in full operation (after the MPA exchange).
     pub fn new(cfg: QpConfig) -> Self {
+        Self::build(cfg, None)
+    }
+
+    /// A stream in full operation that takes the buffers of incoming Sends
+    /// (untagged QN 0) from `srq` instead of its own receive queue;
+    /// [`post_recv`](Self::post_recv) then fails with [`PostError::UsesSrq`].
+    /// Several QPs may share one SRQ. A buffer is validated against the
+    /// memory table (local write, this QP's PD) when this QP takes it; its
+    /// completion appears on this QP with the `wr_id` posted to the SRQ.
+    ///
+    /// The SRQ is a constructor argument rather than a [`QpConfig`] field so
+    /// that `QpConfig` stays `Copy` and its literals elsewhere stay valid.
+    pub fn with_srq(cfg: QpConfig, srq: Srq) -> Self {
+        Self::build(cfg, Some(srq))
+    }
+
+    fn build(cfg: QpConfig, srq: Option<Srq>) -> Self {
         let mut cfg = cfg;
         cfg.mulpdu = cfg.mulpdu.max(QpConfig::MIN_MULPDU);
         Qp {
@@ -454,6 +868,9 @@ impl Qp {
             deframer: Deframer::new(cfg.crc, cfg.markers_rx),
             rx: Rx {
                 rq: VecDeque::new(),
+                cur: None,
+                cur_status: None,
+                pending_status: None,
                 // RFC 5041 §4.3: the first MSN on each queue is one.
                 expected_msn: [1; 3],
                 hdr: None,
@@ -479,6 +896,7 @@ impl Qp {
                 terminate: None,
             },
             cfg,
+            srq,
             state: QpState::Rts,
             completions: VecDeque::new(),
             events: VecDeque::new(),
@@ -506,9 +924,15 @@ impl Qp {
     pub fn inbound_reads(&self) -> usize {
         self.tx.resp.len()
     }
-    /// Posted receive buffers not yet consumed.
+    /// Posted receive buffers not yet consumed (on this QP's own queue,
+    /// counting one an incoming Send is filling).
     pub fn posted_recvs(&self) -> usize {
-        self.rx.rq.len()
+        self.rx.rq.len() + usize::from(self.rx.cur.is_some())
+    }
+
+    /// The shared receive queue this QP takes its buffers from.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.srq.as_ref()
     }
 
     /// True when nothing is queued to transmit.
@@ -520,30 +944,34 @@ impl Qp {
                 || self.tx.next_seq == self.tx.head_seq + self.tx.sq.len() as u64)
     }
 
-    /// Post a receive buffer (needs local write).
-    pub fn post_recv(&mut self, mem: &MemoryTable, wr_id: u64, sge: Sge) -> Result<(), PostError> {
+    /// Post a receive buffer: an [`Sge`] or an [`SgList`] that an incoming
+    /// Send fills in order. Every non-empty entry needs local write; a Send
+    /// longer than the list's total completes it with
+    /// [`WcStatus::LocalLength`].
+    pub fn post_recv(
+        &mut self,
+        mem: &MemoryTable,
+        wr_id: u64,
+        sgl: impl Into<SgList>,
+    ) -> Result<(), PostError> {
+        let sgl = sgl.into();
+        if self.srq.is_some() {
+            return Err(PostError::UsesSrq);
+        }
         if self.state != QpState::Rts {
             return Err(PostError::NotReady(self.state));
         }
-        if self.rx.rq.len() >= self.cfg.rq_depth {
+        if self.posted_recvs() >= self.cfg.rq_depth {
             return Err(PostError::QueueFull);
         }
-        if sge.len > 0 {
-            mem.check(
-                sge.stag,
-                self.cfg.pd,
-                Access::LOCAL_WRITE,
-                sge.to,
-                sge.len as u64,
-            )
-            .map_err(PostError::Local)?;
-        }
-        self.rx.rq.push_back(RecvWr { wr_id, sge });
+        check_sgl(mem, self.cfg.pd, Access::LOCAL_WRITE, &sgl).map_err(PostError::Local)?;
+        self.rx.rq.push_back(RecvWr { wr_id, sgl });
         Ok(())
     }
 
-    /// Post a send-queue request. The local buffer is checked now and again
-    /// when the message is built.
+    /// Post a send-queue request. Every local entry is checked now (local
+    /// read for Send and Write, local write for a Read sink) and again for
+    /// each segment when the message is built.
     pub fn post_send(&mut self, mem: &MemoryTable, wr: WorkRequest) -> Result<(), PostError> {
         if self.state != QpState::Rts {
             return Err(PostError::NotReady(self.state));
@@ -559,16 +987,17 @@ impl Qp {
                 }
                 Access::LOCAL_WRITE
             }
+            WorkRequest::SendInline { data, .. } | WorkRequest::WriteInline { data, .. } => {
+                // One FPDU: header + payload within the MULPDU.
+                if UNTAGGED_HEADER_LEN + data.as_slice().len() > usize::from(self.cfg.mulpdu) {
+                    return Err(PostError::InlineTooLong);
+                }
+                Access::LOCAL_READ
+            }
             _ => Access::LOCAL_READ,
         };
-        if local.len > 0 {
-            mem.check(local.stag, self.cfg.pd, need, local.to, local.len as u64)
-                .map_err(PostError::Local)?;
-        }
-        self.tx.sq.push_back(SqEntry {
-            work: SqWork::Wr(wr),
-            state: SqState::Queued,
-        });
+        check_sgl(mem, self.cfg.pd, need, &local).map_err(PostError::Local)?;
+        self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr)));
         Ok(())
     }
 
@@ -578,10 +1007,7 @@ impl Qp {
         if self.state != QpState::Rts {
             return Err(PostError::NotReady(self.state));
         }
-        self.tx.sq.push_back(SqEntry {
-            work: SqWork::Rtr(kind),
-            state: SqState::Queued,
-        });
+        self.tx.sq.push_back(SqEntry::new(SqWork::Rtr(kind)));
         Ok(())
     }
 
@@ -624,6 +1050,7 @@ impl Qp {
         }
         let mut ctx = RxCtx {
             cfg: &self.cfg,
+            srq: self.srq.as_ref(),
             rx: &mut self.rx,
             tx: &mut self.tx,
             mem,
@@ -632,10 +1059,12 @@ impl Qp {
             stats: &mut self.stats,
             raised: None,
             peer_terminated: false,
+            peer_terminate: None,
         };
         let r = self.deframer.feed(data, &mut ctx);
         let raised = ctx.raised;
         let term_rx = ctx.peer_terminated;
+        let peer_terminate = ctx.peer_terminate;
         if let Err(e) = r {
             self.rx.dead = true;
             if raised.is_none() {
@@ -650,12 +1079,42 @@ impl Qp {
         if let Some(t) = raised {
             self.raise(t);
         } else if term_rx && self.state != QpState::Error {
+            if let Some(t) = peer_terminate {
+                self.attribute_terminate(&t);
+            }
             // RFC 5040 §5.4: after a Terminate the stream is done; we stop sending.
             self.state = QpState::Error;
             self.tx.terminate = None;
             self.flush();
         }
         self.drain_sq();
+    }
+
+    /// Give the send-queue request whose untagged message the peer's
+    /// Terminate quotes the matching status (table at [`WcStatus`]).
+    fn attribute_terminate(&mut self, t: &TerminateRepr) {
+        let Some(DdpHeader::Untagged(u)) = t.ddp_header else {
+            return;
+        };
+        let Some(status) = WcStatus::from_peer_terminate(t.code) else {
+            return;
+        };
+        let Some(i) = self
+            .tx
+            .sq
+            .iter()
+            .position(|e| matches!(e.work, SqWork::Wr(_)) && e.untagged == Some((u.qn, u.msn)))
+        else {
+            return;
+        };
+        self.tx.sq[i].state = SqState::Done(status);
+        // RFC 5041 §7.1: the peer dropped every segment after the one in error,
+        // so what we handed to the LLP after it did not arrive either.
+        for e in self.tx.sq.iter_mut().skip(i + 1) {
+            if e.state == SqState::Done(WcStatus::Success) {
+                e.state = SqState::Done(WcStatus::Flushed);
+            }
+        }
     }
 
     /// The MPA error that stopped reception, if any.
@@ -685,6 +1144,18 @@ impl Qp {
         self.tx.resp.clear();
         self.tx.job = None;
         self.tx.next_seq = self.tx.head_seq + self.tx.sq.len() as u64;
+        // The buffer a Send was filling goes first (it was posted first). With
+        // an SRQ, only that one is this QP's: the rest stay for other QPs.
+        if let Some(r) = self.rx.cur.take() {
+            self.completions.push_back(Completion {
+                wr_id: r.wr_id,
+                opcode: WcOpcode::Recv,
+                status: self.rx.cur_status.take().unwrap_or(WcStatus::Flushed),
+                byte_len: 0,
+                solicited: false,
+                invalidated: None,
+            });
+        }
         while let Some(r) = self.rx.rq.pop_front() {
             self.completions.push_back(Completion {
                 wr_id: r.wr_id,
@@ -708,11 +1179,16 @@ impl Qp {
             self.tx.sq.pop_front();
             self.tx.head_seq += 1;
             if let SqWork::Wr(wr) = e.work {
-                let (opcode, len) = match wr {
-                    WorkRequest::Send { local, .. } => (WcOpcode::Send, local.len),
-                    WorkRequest::Write { local, .. } => (WcOpcode::Write, local.len),
-                    WorkRequest::Read { local, .. } => (WcOpcode::Read, local.len),
+                if status == WcStatus::Success && !wr.signaled() {
+                    // Unsignaled: done, in order, silently.
+                    continue;
+                }
+                let opcode = match wr {
+                    WorkRequest::Send { .. } | WorkRequest::SendInline { .. } => WcOpcode::Send,
+                    WorkRequest::Write { .. } | WorkRequest::WriteInline { .. } => WcOpcode::Write,
+                    WorkRequest::Read { .. } => WcOpcode::Read,
                 };
+                let len = wr.len();
                 self.completions.push_back(Completion {
                     wr_id: wr.wr_id(),
                     opcode,
@@ -745,7 +1221,7 @@ impl Qp {
             qn: 0,
             msn: 0,
             inval: 0,
-            inline: [0; MAX_TERMINATE_LEN],
+            inline: [0; INLINE_BODY],
             inline_len: 0,
             src: None,
             len: 0,
@@ -753,7 +1229,9 @@ impl Qp {
             zero_fpdu: false,
         };
         if let Some(t) = self.tx.terminate {
-            let (inline, n) = t.to_array();
+            let (body, n) = t.to_array();
+            let mut inline = [0; INLINE_BODY];
+            inline[..n].copy_from_slice(&body[..n]);
             let msn = self.tx.msn[2];
             self.tx.msn[2] = msn.wrapping_add(1);
             return Some(Job {
@@ -775,8 +1253,11 @@ impl Qp {
                 stag: req.sink_stag,
                 to: req.sink_to,
                 src: (req.size > 0).then_some((
-                    STag(req.src_stag),
-                    req.src_to,
+                    SgList::from(Sge {
+                        stag: STag(req.src_stag),
+                        to: req.src_to,
+                        len: req.size,
+                    }),
                     Access::REMOTE_READ,
                 )),
                 len: req.size as u64,
@@ -806,8 +1287,53 @@ impl Qp {
                     qn: queue::SEND,
                     msn,
                     inval: invalidate.map_or(0, |s| s.0),
-                    src: (local.len > 0).then_some((local.stag, local.to, Access::LOCAL_READ)),
-                    len: local.len as u64,
+                    src: Some((local, Access::LOCAL_READ)),
+                    len: local.total_len() as u64,
+                    ..blank
+                }
+            }
+            SqWork::Wr(WorkRequest::SendInline {
+                data,
+                solicited,
+                invalidate,
+                ..
+            }) => {
+                let opcode = match (solicited, invalidate.is_some()) {
+                    (false, false) => Opcode::Send,
+                    (true, false) => Opcode::SendSe,
+                    (false, true) => Opcode::SendInvalidate,
+                    (true, true) => Opcode::SendSeInvalidate,
+                };
+                let msn = self.tx.msn[0];
+                self.tx.msn[0] = msn.wrapping_add(1);
+                let mut inline = [0; INLINE_BODY];
+                inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
+                Job {
+                    origin: JobOrigin::Sq(seq),
+                    opcode,
+                    qn: queue::SEND,
+                    msn,
+                    inval: invalidate.map_or(0, |s| s.0),
+                    inline,
+                    inline_len: data.as_slice().len(),
+                    ..blank
+                }
+            }
+            SqWork::Wr(WorkRequest::WriteInline {
+                data,
+                remote_stag,
+                remote_to,
+                ..
+            }) => {
+                let mut inline = [0; INLINE_BODY];
+                inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
+                Job {
+                    origin: JobOrigin::Sq(seq),
+                    opcode: Opcode::Write,
+                    stag: remote_stag.0,
+                    to: remote_to,
+                    inline,
+                    inline_len: data.as_slice().len(),
                     ..blank
                 }
             }
@@ -821,8 +1347,8 @@ impl Qp {
                 opcode: Opcode::Write,
                 stag: remote_stag.0,
                 to: remote_to,
-                src: (local.len > 0).then_some((local.stag, local.to, Access::LOCAL_READ)),
-                len: local.len as u64,
+                src: Some((local, Access::LOCAL_READ)),
+                len: local.total_len() as u64,
                 ..blank
             },
             SqWork::Wr(WorkRequest::Read {
@@ -856,11 +1382,11 @@ impl Qp {
                 }
                 self.read_request_job(
                     seq,
-                    Sge {
+                    SgList::from(Sge {
                         stag: STag(1),
                         to: 0,
                         len: 0,
-                    },
+                    }),
                     STag(1),
                     0,
                     blank,
@@ -870,6 +1396,9 @@ impl Qp {
         self.tx.next_seq += 1;
         if let Some(e) = self.sq_entry(seq) {
             e.state = SqState::Sending;
+            if job.opcode.tagged() == Some(false) && !job.zero_fpdu {
+                e.untagged = Some((job.qn, job.msn));
+            }
         }
         Some(job)
     }
@@ -877,26 +1406,31 @@ impl Qp {
     fn read_request_job(
         &mut self,
         seq: u64,
-        local: Sge,
+        local: SgList,
         remote_stag: STag,
         remote_to: u64,
         blank: Job,
     ) -> Job {
+        let sink = local.advertised();
         let req = ReadRequest {
-            sink_stag: local.stag.0,
-            sink_to: local.to,
-            size: local.len,
+            sink_stag: sink.stag.0,
+            sink_to: sink.to,
+            size: local.total_len(),
             src_stag: remote_stag.0,
             src_to: remote_to,
         };
         let msn = self.tx.msn[1];
         self.tx.msn[1] = msn.wrapping_add(1);
-        let mut inline = [0u8; MAX_TERMINATE_LEN];
+        let mut inline = [0u8; INLINE_BODY];
         let _ = req.emit(&mut inline);
         // RFC 5040 §6.1: counted against ORD from the moment it is sent.
         self.tx.reads.push_back(PendingRead {
             seq,
-            sink: local,
+            sink: Sge {
+                len: req.size,
+                ..sink
+            },
+            sgl: local,
             received: 0,
         });
         Job {
@@ -943,21 +1477,25 @@ impl Qp {
                 break;
             }
             let last = job.off + chunk == job.len;
-            // Source bytes, re-checked now (the region may have changed since posting).
-            let mut payload: &[u8] = &[];
-            if let Some((stag, to, need)) = job.src {
+            // Source bytes, re-checked now (the region may have changed since
+            // posting), gathered from as many entries as the segment spans.
+            let mut payload: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
+            let mut np = 0;
+            if let Some((sgl, need)) = job.src {
                 if chunk > 0 {
-                    let checked = to
-                        .checked_add(job.off)
-                        .ok_or(AccessError::ToWrap)
-                        .and_then(|at| mem.check(stag, self.cfg.pd, need, at, chunk));
-                    match checked.map(|r| mem.read(&r, 0, chunk as usize)) {
-                        Ok(Some(b)) => payload = b,
-                        Ok(None) | Err(_) => {
-                            let e = checked.err().unwrap_or(AccessError::InvalidStag);
-                            self.local_build_error(job, e);
-                            continue;
-                        }
+                    let gathered =
+                        sgl.locate(mem, self.cfg.pd, need, job.off, chunk)
+                            .and_then(|p| {
+                                for r in p.as_slice() {
+                                    payload[np] =
+                                        mem.read(r, 0, r.len).ok_or(AccessError::InvalidStag)?;
+                                    np += 1;
+                                }
+                                Ok(())
+                            });
+                    if let Err(e) = gathered {
+                        self.local_build_error(job, e);
+                        continue;
                     }
                 }
             }
@@ -982,8 +1520,11 @@ impl Qp {
                 };
                 let _ = h.emit(&mut hdr);
             }
-            let parts: [&[u8]; 3] = [&hdr[..hdr_len], &job.inline[..job.inline_len], payload];
-            if self.framer.emit(&parts, out).is_err() {
+            let mut parts: [&[u8]; 2 + MAX_SGE] = [&[]; 2 + MAX_SGE];
+            parts[0] = &hdr[..hdr_len];
+            parts[1] = &job.inline[..job.inline_len];
+            parts[2..2 + np].copy_from_slice(&payload[..np]);
+            if self.framer.emit(&parts[..2 + np], out).is_err() {
                 break; // cannot happen: ulpdu_len <= mulpdu <= u16::MAX
             }
             fpdus += 1;
@@ -1081,6 +1622,35 @@ impl RxCtx<'_> {
         self.rx.target = Target::Discard;
     }
 
+    /// An error that also decides how the receive buffer being filled
+    /// completes (once the error is raised).
+    fn recv_error(&mut self, code: TermCode, status: WcStatus) {
+        if self.rx.pending.is_none() {
+            self.rx.pending_status = Some(status);
+        }
+        self.error(code, None);
+    }
+
+    /// The buffer for the next QN 0 message: the head of our receive queue,
+    /// or one from the SRQ, checked now against the memory table (its post
+    /// could not be: an SRQ has no PD of its own).
+    fn take_recv(&mut self) -> Option<Result<RecvWr, (RecvWr, AccessError)>> {
+        let Some(srq) = self.srq else {
+            return self.rx.rq.pop_front().map(Ok);
+        };
+        let (wr, limit) = srq.take();
+        if limit {
+            self.events.push_back(QpEvent::SrqLimitReached);
+        }
+        let wr = wr?;
+        Some(
+            match check_sgl(self.mem, self.cfg.pd, Access::LOCAL_WRITE, &wr.sgl) {
+                Ok(()) => Ok(wr),
+                Err(e) => Err((wr, e)),
+            },
+        )
+    }
+
     fn raise(&mut self, t: TermInfo) {
         if self.raised.is_none() {
             self.raised = Some(t);
@@ -1093,6 +1663,7 @@ impl RxCtx<'_> {
         self.rx.seg_len = ulpdu_len;
         self.rx.placed = 0;
         self.rx.pending = None;
+        self.rx.pending_status = None;
         self.rx.target = Target::Discard;
         if self.rx.dead {
             return;
@@ -1160,17 +1731,18 @@ impl RxCtx<'_> {
                         let Some(end) = t.to.checked_add(payload as u64) else {
                             return self.error(TermCode::DDP_T_TO_WRAP, None);
                         };
-                        if t.to < sink.to || end > sink.to + sink.len as u64 {
+                        if t.to < sink.to || end > sink.to.saturating_add(sink.len as u64) {
                             return self.error(TermCode::DDP_T_BASE_BOUNDS, None);
                         }
-                        match self.mem.check(
-                            sink.stag,
+                        // Message offset t.to - sink.to, scattered over the sink list.
+                        match pending.sgl.locate(
+                            self.mem,
                             pd,
                             Access::LOCAL_WRITE,
-                            t.to,
+                            t.to - sink.to,
                             payload as u64,
                         ) {
-                            Ok(range) => self.rx.target = Target::ReadResp { range },
+                            Ok(p) => self.rx.target = Target::Scatter(p),
                             Err(e) => self.error(ddp_tagged_code(e), None),
                         }
                     }
@@ -1198,11 +1770,28 @@ impl RxCtx<'_> {
                 }
                 let mo = u.mo as usize;
                 let capacity = match u.qn {
-                    queue::SEND => match self.rx.rq.front() {
-                        Some(r) => r.sge.len as usize,
-                        // RFC 5041 §7.1 check 2 (and RFC 5040 §5.3: even a zero-length Send consumes a buffer).
-                        None => return self.error(TermCode::DDP_U_NO_BUFFER, None),
-                    },
+                    queue::SEND => {
+                        if self.rx.cur.is_none() {
+                            // RFC 5041 §7.1 check 2 (and RFC 5040 §5.3: even a
+                            // zero-length Send consumes a buffer).
+                            match self.take_recv() {
+                                Some(Ok(r)) => self.rx.cur = Some(r),
+                                None => return self.error(TermCode::DDP_U_NO_BUFFER, None),
+                                Some(Err((r, e))) => {
+                                    // An SRQ buffer that fails the post checks: our
+                                    // fault, not the peer's, so DDP local catastrophic
+                                    // (RFC 5041 §7.2 0x0/0x00), as for a posted buffer
+                                    // that went away underneath us (below).
+                                    self.rx.cur = Some(r);
+                                    return self.recv_error(
+                                        TermCode::DDP_LOCAL_CATASTROPHIC,
+                                        WcStatus::LocalProtection(e),
+                                    );
+                                }
+                            }
+                        }
+                        self.rx.cur.map_or(0, |r| r.sgl.total_len() as usize)
+                    }
                     queue::READ_REQUEST => {
                         // The QN 1 buffers are the IRD we advertised (RFC 5040 §5.2.2, §6.1).
                         if mo == 0 && self.tx.resp.len() >= self.cfg.ird as usize {
@@ -1213,32 +1802,39 @@ impl RxCtx<'_> {
                     _ => MAX_TERMINATE_LEN,
                 };
                 // RFC 5041 §7.1 checks 3 and 4.
-                if mo > capacity {
-                    return self.error(TermCode::DDP_U_INVALID_MO, None);
-                }
-                if mo + payload > capacity {
-                    return self.error(TermCode::DDP_U_TOO_LONG, None);
+                if mo > capacity || mo + payload > capacity {
+                    let code = if mo > capacity {
+                        TermCode::DDP_U_INVALID_MO
+                    } else {
+                        TermCode::DDP_U_TOO_LONG
+                    };
+                    if u.qn == queue::SEND {
+                        return self.recv_error(code, WcStatus::LocalLength);
+                    }
+                    return self.error(code, None);
                 }
                 self.rx.target = match u.qn {
                     queue::SEND => {
-                        let sge = match self.rx.rq.front() {
-                            Some(r) => r.sge,
-                            None => return self.error(TermCode::DDP_U_NO_BUFFER, None),
+                        let Some(r) = self.rx.cur else {
+                            return self.error(TermCode::DDP_U_NO_BUFFER, None);
                         };
                         if payload == 0 {
                             Target::None
                         } else {
-                            match self.mem.check(
-                                sge.stag,
+                            match r.sgl.locate(
+                                self.mem,
                                 pd,
                                 Access::LOCAL_WRITE,
-                                sge.to + mo as u64,
+                                mo as u64,
                                 payload as u64,
                             ) {
-                                Ok(range) => Target::Recv { range },
+                                Ok(p) => Target::Scatter(p),
                                 // The posted buffer went away underneath us.
-                                Err(_) => {
-                                    return self.error(TermCode::DDP_LOCAL_CATASTROPHIC, None)
+                                Err(e) => {
+                                    return self.recv_error(
+                                        TermCode::DDP_LOCAL_CATASTROPHIC,
+                                        WcStatus::LocalProtection(e),
+                                    )
                                 }
                             }
                         }
@@ -1254,9 +1850,28 @@ impl RxCtx<'_> {
         let at = self.rx.placed;
         self.rx.placed += data.len();
         match self.rx.target {
-            Target::Tagged { range } | Target::ReadResp { range } | Target::Recv { range } => {
+            Target::Tagged { range } => {
                 if self.mem.write(&range, at, data) {
                     self.stats.bytes_placed += data.len() as u64;
+                }
+            }
+            Target::Scatter(p) => {
+                // `at` is the offset of `data` in this segment's payload.
+                let (mut at, mut data) = (at, data);
+                for r in p.as_slice() {
+                    if data.is_empty() {
+                        break;
+                    }
+                    if at >= r.len {
+                        at -= r.len;
+                        continue;
+                    }
+                    let n = (r.len - at).min(data.len());
+                    if self.mem.write(r, at, &data[..n]) {
+                        self.stats.bytes_placed += n as u64;
+                    }
+                    data = &data[n..];
+                    at = 0;
                 }
             }
             Target::ReadReq { mo } => {
@@ -1279,6 +1894,9 @@ impl RxCtx<'_> {
             return;
         }
         if let Some(p) = self.rx.pending.take() {
+            if let Some(st) = self.rx.pending_status.take() {
+                self.rx.cur_status = Some(st);
+            }
             return self.raise(p);
         }
         let Some(hdr) = self.rx.hdr else { return };
@@ -1331,7 +1949,7 @@ impl RxCtx<'_> {
                             invalidated = Some(stag);
                         }
                         self.rx.expected_msn[0] = self.rx.expected_msn[0].wrapping_add(1);
-                        let Some(r) = self.rx.rq.pop_front() else {
+                        let Some(r) = self.rx.cur.take() else {
                             return;
                         };
                         self.completions.push_back(Completion {
@@ -1391,7 +2009,10 @@ impl RxCtx<'_> {
                         self.rx.expected_msn[2] = self.rx.expected_msn[2].wrapping_add(1);
                         // RFC 5040 §5.4: deliver the Terminate to the ULP, then stop.
                         match TerminateRepr::parse(&self.rx.term[..len.min(MAX_TERMINATE_LEN)]) {
-                            Ok(t) => self.events.push_back(QpEvent::TerminateReceived(t)),
+                            Ok(t) => {
+                                self.peer_terminate = Some(t);
+                                self.events.push_back(QpEvent::TerminateReceived(t));
+                            }
                             Err(e) => self.events.push_back(QpEvent::MalformedTerminate(e)),
                         }
                         self.rx.dead = true;
@@ -1414,3 +2035,6 @@ impl UlpduSink for RxCtx<'_> {
         self.end();
     }
 }
+
+#[cfg(test)]
+mod tests;

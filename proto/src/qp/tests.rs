@@ -1,0 +1,1195 @@
+//! Unit tests of the verbs features of [`Qp`]: scatter/gather lists,
+//! signaled and unsignaled requests, memory windows through the wire,
+//! shared receive queues and completion statuses. Two QPs talk through
+//! `poll_transmit` / `receive`; Terminate cases follow
+//! `tests/tests/terminate.rs`: the offending request, the Terminate both
+//! sides see, and memory that did not change.
+
+use super::*;
+use crate::mem::{Access, MemoryTable, PdId, STag};
+use crate::wire::ddp::{DdpControl, RdmapControl, TaggedHeader};
+use proptest::prelude::*;
+
+const MR_BASE: u64 = 0x5000;
+
+fn cfg(pd: PdId, mulpdu: u16) -> QpConfig {
+    QpConfig {
+        pd,
+        ird: 4,
+        ord: 4,
+        mulpdu,
+        crc: true,
+        markers_tx: false,
+        markers_rx: false,
+        sq_depth: 64,
+        rq_depth: 64,
+    }
+}
+
+struct End {
+    mem: MemoryTable,
+    pd: PdId,
+    qp: Qp,
+}
+
+impl End {
+    fn new(mulpdu: u16) -> End {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        End {
+            qp: Qp::new(cfg(pd, mulpdu)),
+            mem,
+            pd,
+        }
+    }
+    fn reg(&mut self, buf: Vec<u8>, access: Access) -> STag {
+        self.mem.register(self.pd, buf, access, 0).unwrap()
+    }
+}
+
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(salt))
+        .collect()
+}
+
+fn sge(stag: STag, to: u64, len: u32) -> Sge {
+    Sge { stag, to, len }
+}
+
+/// Move what `from` transmits into `to`, in pieces of at most `cut` octets.
+fn xfer(
+    from: &mut Qp,
+    fmem: &MemoryTable,
+    to: &mut Qp,
+    tmem: &mut MemoryTable,
+    cut: usize,
+) -> bool {
+    let mut out = Vec::new();
+    from.poll_transmit(fmem, &mut out, usize::MAX, usize::MAX);
+    for piece in out.chunks(cut.max(1)) {
+        to.receive(piece, tmem);
+    }
+    !out.is_empty()
+}
+
+fn pump_raw(qa: &mut Qp, ma: &mut MemoryTable, qb: &mut Qp, mb: &mut MemoryTable, cut: usize) {
+    for _ in 0..100_000 {
+        let x = xfer(qa, ma, qb, mb, cut);
+        let y = xfer(qb, mb, qa, ma, cut);
+        if !x && !y {
+            return;
+        }
+    }
+    panic!("no quiescence");
+}
+
+fn pump(a: &mut End, b: &mut End) {
+    pump_raw(&mut a.qp, &mut a.mem, &mut b.qp, &mut b.mem, usize::MAX);
+}
+
+fn comps(q: &mut Qp) -> Vec<Completion> {
+    core::iter::from_fn(|| q.poll_completion()).collect()
+}
+
+fn events(q: &mut Qp) -> Vec<QpEvent> {
+    core::iter::from_fn(|| q.poll_event()).collect()
+}
+
+fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
+    c.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// Run until idle; return the Terminate `a` received after checking that `b`
+/// reported the same one and went to error.
+fn terminate_seen(a: &mut End, b: &mut End) -> TerminateRepr {
+    terminate_seen_by(a, b, true)
+}
+
+/// The same, with `a` the one that detects the error when `!peer_detects`.
+fn terminate_seen_by(a: &mut End, b: &mut End, peer_detects: bool) -> TerminateRepr {
+    pump(a, b);
+    if !peer_detects {
+        return terminate_seen_by(b, a, true);
+    }
+    let ea = events(&mut a.qp);
+    let eb = events(&mut b.qp);
+    let got = ea
+        .iter()
+        .find_map(|e| match e {
+            QpEvent::TerminateReceived(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Terminate reached a; b events {eb:?}"));
+    assert!(eb.contains(&QpEvent::LocalError(got)), "{eb:?}");
+    assert!(eb.contains(&QpEvent::TerminateSent(got)), "{eb:?}");
+    assert_eq!(b.qp.state(), QpState::Error);
+    assert_eq!(a.qp.state(), QpState::Error);
+    got
+}
+
+fn write(wr_id: u64, local: impl Into<SgList>, remote_stag: STag, remote_to: u64) -> WorkRequest {
+    WorkRequest::Write {
+        wr_id,
+        signaled: true,
+        local: local.into(),
+        remote_stag,
+        remote_to,
+    }
+}
+
+fn read(wr_id: u64, local: impl Into<SgList>, remote_stag: STag, remote_to: u64) -> WorkRequest {
+    WorkRequest::Read {
+        wr_id,
+        signaled: true,
+        local: local.into(),
+        remote_stag,
+        remote_to,
+    }
+}
+
+fn send(wr_id: u64, local: impl Into<SgList>, invalidate: Option<STag>) -> WorkRequest {
+    WorkRequest::Send {
+        wr_id,
+        signaled: true,
+        local: local.into(),
+        solicited: false,
+        invalidate,
+    }
+}
+
+fn unsignaled(wr: WorkRequest) -> WorkRequest {
+    wr.with_signaled(false)
+}
+
+// ---------------------------------------------------------------- SgList
+
+#[test]
+fn sglist_limits_and_length() {
+    let s = sge(STag(0x100), 0, 10);
+    assert_eq!(SgList::new(&[s; 5]), Err(PostError::TooManySge));
+    let l = SgList::new(&[s; 4]).unwrap();
+    assert_eq!((l.num_sge(), l.total_len()), (4, 40));
+    assert_eq!(l.as_slice(), &[s; 4]);
+    let mut full = l;
+    assert_eq!(full.push(s), Err(PostError::TooManySge));
+    let big = sge(STag(0x200), 0, u32::MAX);
+    assert_eq!(SgList::new(&[big]).map(|l| l.total_len()), Ok(u32::MAX));
+    assert_eq!(
+        SgList::new(&[big, sge(STag(0x100), 0, 1)]),
+        Err(PostError::TooLong)
+    );
+    assert_eq!(SgList::new(&[s, big]), Err(PostError::TooLong));
+    assert_eq!(SgList::from(s).as_slice(), &[s]);
+    assert_eq!(SgList::EMPTY.total_len(), 0);
+    assert_eq!(SgList::new(&[]), Ok(SgList::EMPTY));
+    assert_eq!(SgList::default(), SgList::EMPTY);
+}
+
+/// Where each message octet lands: (region index, offset) for a list of
+/// (region index, offset, len).
+fn scatter_model(images: &mut [Vec<u8>], list: &[(usize, u64, u32)], msg: &[u8]) {
+    let mut k = 0;
+    for &(r, off, len) in list {
+        for i in 0..len as usize {
+            if k == msg.len() {
+                return;
+            }
+            images[r][off as usize + i] = msg[k];
+            k += 1;
+        }
+    }
+}
+
+fn gather_model(images: &[Vec<u8>], list: &[(usize, u64, u32)]) -> Vec<u8> {
+    list.iter()
+        .flat_map(|&(r, off, len)| images[r][off as usize..(off + len as u64) as usize].to_vec())
+        .collect()
+}
+
+const REGION: usize = 1024;
+
+/// Send, Write and Read with `gather` as a's local list and `scatter` as
+/// b's receive list / a's Read sink list, over `mulpdu` and stream `cut`.
+fn sgl_round(gather: &[(usize, u64, u32)], scatter: &[(usize, u64, u32)], mulpdu: u16, cut: usize) {
+    let mut a = End::new(mulpdu);
+    let mut b = End::new(mulpdu);
+    let src_img = [pattern(REGION, 1), pattern(REGION, 2)];
+    let src = [
+        a.reg(src_img[0].clone(), Access::LOCAL_READ),
+        a.reg(src_img[1].clone(), Access::LOCAL_READ),
+    ];
+    let sink = [
+        a.reg(vec![0xee; REGION], Access::LOCAL_WRITE),
+        a.reg(vec![0xee; REGION], Access::LOCAL_WRITE),
+    ];
+    let rbuf = [
+        b.reg(vec![0xdd; REGION], Access::LOCAL_WRITE),
+        b.reg(vec![0xdd; REGION], Access::LOCAL_WRITE),
+    ];
+    let rsrc_img = pattern(4 * REGION, 3);
+    let rsrc = b
+        .mem
+        .register(b.pd, rsrc_img.clone(), Access::REMOTE_READ, 0x9000)
+        .unwrap();
+    let rdst = b
+        .mem
+        .register(b.pd, vec![0xcc; 4 * REGION], Access::REMOTE_WRITE, 0x7000)
+        .unwrap();
+    let to_sgl = |stags: &[STag; 2], list: &[(usize, u64, u32)]| {
+        let v: Vec<Sge> = list
+            .iter()
+            .map(|&(r, off, len)| sge(stags[r], off, len))
+            .collect();
+        SgList::new(&v).unwrap()
+    };
+    let g = to_sgl(&src, gather);
+    let s_recv = to_sgl(&rbuf, scatter);
+    let s_read = to_sgl(&sink, scatter);
+    let msg = gather_model(&src_img, gather);
+    assert!(msg.len() <= s_recv.total_len() as usize);
+    b.qp.post_recv(&b.mem, 77, s_recv).unwrap();
+    a.qp.post_send(&a.mem, send(1, g, None)).unwrap();
+    a.qp.post_send(&a.mem, write(2, g, rdst, 0x7000 + 5))
+        .unwrap();
+    a.qp.post_send(&a.mem, read(3, s_read, rsrc, 0x9000 + 11))
+        .unwrap();
+    pump_raw(&mut a.qp, &mut a.mem, &mut b.qp, &mut b.mem, cut);
+
+    let n = msg.len() as u32;
+    let t = s_read.total_len();
+    let ca = comps(&mut a.qp);
+    assert_eq!(
+        ca.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcOpcode::Send, WcStatus::Success, n),
+            (2, WcOpcode::Write, WcStatus::Success, n),
+            (3, WcOpcode::Read, WcStatus::Success, t),
+        ]
+    );
+    let cb = comps(&mut b.qp);
+    assert_eq!(
+        cb.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(77, WcOpcode::Recv, WcStatus::Success, n)]
+    );
+    // Send: scattered over b's receive list, nothing else touched.
+    let mut want = vec![vec![0xdd; REGION], vec![0xdd; REGION]];
+    scatter_model(&mut want, scatter, &msg);
+    assert_eq!(b.mem.bytes(rbuf[0]).unwrap(), &want[0][..]);
+    assert_eq!(b.mem.bytes(rbuf[1]).unwrap(), &want[1][..]);
+    // Write: gathered, contiguous at the remote TO.
+    let mut wd = vec![0xcc; 4 * REGION];
+    wd[5..5 + msg.len()].copy_from_slice(&msg);
+    assert_eq!(b.mem.bytes(rdst).unwrap(), &wd[..]);
+    // Read: the response scattered over a's sink list.
+    let mut want = vec![vec![0xee; REGION], vec![0xee; REGION]];
+    scatter_model(&mut want, scatter, &rsrc_img[11..11 + t as usize]);
+    assert_eq!(a.mem.bytes(sink[0]).unwrap(), &want[0][..]);
+    assert_eq!(a.mem.bytes(sink[1]).unwrap(), &want[1][..]);
+    assert!(events(&mut a.qp).is_empty() && events(&mut b.qp).is_empty());
+}
+
+#[test]
+fn segments_gather_and_scatter_across_entries() {
+    // 90 octets from four entries (one empty) into 99 octets of four others;
+    // 52-octet Send payloads and 56-octet tagged payloads straddle entries on
+    // both sides.
+    sgl_round(
+        &[(0, 3, 7), (1, 10, 50), (0, 0, 0), (0, 60, 33)],
+        &[(0, 5, 20), (1, 0, 5), (0, 40, 24), (1, 10, 50)],
+        QpConfig::MIN_MULPDU,
+        7,
+    );
+    // One entry each: the plain case.
+    sgl_round(&[(0, 0, 1000)], &[(1, 24, 1000)], 1000, 3000);
+    // Zero-length message.
+    sgl_round(&[(0, 0, 0)], &[(0, 0, 0)], 200, 1);
+}
+
+fn entries() -> impl Strategy<Value = Vec<(usize, u64, u32)>> {
+    prop::collection::vec((0usize..2, 0u64..200, 0u32..200), 1..=MAX_SGE)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Any lists, any MULPDU, any stream cut: the receiver sees exactly the
+    /// concatenation, laid out over its list, and nothing else changes.
+    #[test]
+    fn scatter_gather_matches_the_model(
+        gather in entries(),
+        mut scatter in entries(),
+        mulpdu in QpConfig::MIN_MULPDU..400,
+        cut in 1usize..2000,
+    ) {
+        let need: u32 = gather.iter().map(|e| e.2).sum();
+        let have: u32 = scatter.iter().map(|e| e.2).sum();
+        if have < need {
+            // Room for the whole message (a region holds REGION = 1024 octets).
+            if let Some(last) = scatter.last_mut() {
+                last.2 += need - have;
+            }
+        }
+        sgl_round(&gather, &scatter, mulpdu, cut);
+    }
+}
+
+#[test]
+fn post_checks_every_entry() {
+    let mut a = End::new(200);
+    let ok = a.reg(vec![0; 64], Access::LOCAL_READ | Access::LOCAL_WRITE);
+    let ro = a.reg(vec![0; 64], Access::LOCAL_READ);
+    let good = sge(ok, 0, 64);
+    let bad = SgList::new(&[good, sge(STag(0x0bad_0000), 0, 4)]).unwrap();
+    assert_eq!(
+        a.qp.post_send(&a.mem, send(1, bad, None)),
+        Err(PostError::Local(AccessError::InvalidStag))
+    );
+    let no_write = SgList::new(&[good, sge(ro, 0, 4)]).unwrap();
+    assert_eq!(
+        a.qp.post_send(&a.mem, read(2, no_write, STag(0x100), 0)),
+        Err(PostError::Local(AccessError::Access))
+    );
+    assert_eq!(
+        a.qp.post_recv(&a.mem, 3, no_write),
+        Err(PostError::Local(AccessError::Access))
+    );
+    let beyond = SgList::new(&[good, sge(ok, 60, 8)]).unwrap();
+    assert_eq!(
+        a.qp.post_send(&a.mem, write(4, beyond, STag(0x100), 0)),
+        Err(PostError::Local(AccessError::Bounds))
+    );
+    // Zero-length entries are never validated (RFC 5041 §5.2).
+    let with_empty = SgList::new(&[good, sge(STag(0x0bad_0000), 0, 0)]).unwrap();
+    assert_eq!(a.qp.post_send(&a.mem, send(5, with_empty, None)), Ok(()));
+    assert_eq!(a.qp.post_recv(&a.mem, 6, with_empty), Ok(()));
+}
+
+#[test]
+fn entry_that_goes_away_fails_the_segment_that_reaches_it() {
+    let mut a = End::new(QpConfig::MIN_MULPDU);
+    let mut b = End::new(QpConfig::MIN_MULPDU);
+    let s1 = a.reg(pattern(100, 1), Access::LOCAL_READ);
+    let s2 = a.reg(pattern(100, 2), Access::LOCAL_READ);
+    let dst = b.reg(vec![0; 300], Access::REMOTE_WRITE);
+    let list = SgList::new(&[sge(s1, 0, 100), sge(s2, 0, 100)]).unwrap();
+    a.qp.post_send(&a.mem, write(1, list, dst, 0)).unwrap();
+    a.mem.deregister(s2).unwrap();
+    let t = terminate_seen_by(&mut a, &mut b, false);
+    // RFC 5040 §7.1 case 1: no headers.
+    assert_eq!(t, TerminateRepr::bare(TermCode::RDMAP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+    // The segments from the first entry went out (56 octets each) before the
+    // one reaching into the second entry failed.
+    let got = b.mem.bytes(dst).unwrap();
+    assert_eq!(&got[..56], &pattern(100, 1)[..56]);
+    assert!(got[112..].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn send_longer_than_the_receive_list_is_a_length_error() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let src = a.reg(pattern(40, 1), Access::LOCAL_READ);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let list = SgList::new(&[sge(r, 0, 10), sge(r, 30, 20)]).unwrap();
+    b.qp.post_recv(&b.mem, 9, list).unwrap();
+    b.qp.post_recv(&b.mem, 10, sge(r, 0, 64)).unwrap();
+    a.qp.post_send(&a.mem, send(1, sge(src, 0, 40), None))
+        .unwrap();
+    let t = terminate_seen(&mut a, &mut b);
+    assert_eq!(t.code, TermCode::DDP_U_TOO_LONG);
+    assert_eq!(
+        statuses(&comps(&mut b.qp)),
+        vec![(9, WcStatus::LocalLength), (10, WcStatus::Flushed)]
+    );
+}
+
+#[test]
+fn vanished_receive_buffer_completes_with_local_protection() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let src = a.reg(pattern(8, 1), Access::LOCAL_READ);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 64)).unwrap();
+    b.mem.deregister(r).unwrap();
+    a.qp.post_send(&a.mem, send(1, sge(src, 0, 8), None))
+        .unwrap();
+    let t = terminate_seen(&mut a, &mut b);
+    assert_eq!(t, TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        statuses(&comps(&mut b.qp)),
+        vec![(4, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+}
+
+// ---------------------------------------------------------------- signaled
+
+#[test]
+fn unsignaled_success_is_silent_but_keeps_its_place() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let src = a.reg(pattern(64, 1), Access::LOCAL_READ);
+    let sink = a.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let dst = b.reg(vec![0; 64], Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 50, sge(r, 0, 64)).unwrap();
+    b.qp.post_recv(&b.mem, 51, sge(r, 0, 64)).unwrap();
+    a.qp.post_send(&a.mem, unsignaled(write(1, sge(src, 0, 16), dst, 0)))
+        .unwrap();
+    a.qp.post_send(&a.mem, unsignaled(send(2, sge(src, 0, 4), None)))
+        .unwrap();
+    a.qp.post_send(&a.mem, unsignaled(read(3, sge(sink, 0, 16), dst, 0)))
+        .unwrap();
+    a.qp.post_send(&a.mem, send(4, sge(src, 4, 4), None))
+        .unwrap();
+    // Everything is on the wire, the Send too, but its completion waits for
+    // the unsignaled Read ahead of it (RFC 5040 §5.5 rules 15, 19).
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    assert!(comps(&mut a.qp).is_empty());
+    b.qp.receive(&out, &mut b.mem);
+    pump(&mut a, &mut b);
+    let c = comps(&mut a.qp);
+    assert_eq!(statuses(&c), vec![(4, WcStatus::Success)]);
+    assert_eq!(c[0].byte_len, 4);
+    assert_eq!(&a.mem.bytes(sink).unwrap()[..16], &pattern(64, 1)[..16]);
+    assert_eq!(comps(&mut b.qp).len(), 2);
+}
+
+#[test]
+fn unsignaled_failure_and_flush_complete() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let src = a.reg(pattern(64, 1), Access::LOCAL_READ);
+    let gone = a.reg(pattern(64, 1), Access::LOCAL_READ);
+    let dst = b.reg(vec![0; 64], Access::REMOTE_WRITE);
+    a.qp.post_send(&a.mem, unsignaled(write(1, sge(src, 0, 8), dst, 0)))
+        .unwrap();
+    a.qp.post_send(&a.mem, unsignaled(write(2, sge(gone, 0, 8), dst, 0)))
+        .unwrap();
+    a.qp.post_send(&a.mem, unsignaled(write(3, sge(src, 0, 8), dst, 0)))
+        .unwrap();
+    a.mem.deregister(gone).unwrap();
+    let t = terminate_seen_by(&mut a, &mut b, false);
+    assert_eq!(t.code, TermCode::RDMAP_LOCAL_CATASTROPHIC);
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![
+            (2, WcStatus::LocalProtection(AccessError::InvalidStag)),
+            (3, WcStatus::Flushed)
+        ]
+    );
+}
+
+#[test]
+fn unsignaled_requests_flush_on_connection_loss() {
+    let mut a = End::new(200);
+    let src = a.reg(pattern(64, 1), Access::LOCAL_READ);
+    a.qp.post_send(&a.mem, unsignaled(send(1, sge(src, 0, 8), None)))
+        .unwrap();
+    a.qp.post_send(&a.mem, unsignaled(write(2, sge(src, 0, 8), STag(0x100), 0)))
+        .unwrap();
+    a.qp.llp_lost();
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::Flushed), (2, WcStatus::Flushed)]
+    );
+}
+
+// ---------------------------------------------------------------- windows
+
+struct WinFix {
+    a: End,
+    b: End,
+    mr: STag,
+    /// Remote read and write, MR octets 64..128.
+    w: STag,
+    /// Remote read only, 128..160.
+    w_ro: STag,
+    /// Remote write only, 192..224.
+    w_wo: STag,
+    /// A window of another PD.
+    foreign: STag,
+    src: STag,
+    sink: STag,
+    recv: STag,
+}
+
+impl WinFix {
+    fn new() -> WinFix {
+        let mut a = End::new(200);
+        let mut b = End::new(200);
+        // The region itself grants no remote access.
+        let mr = b
+            .mem
+            .register(
+                b.pd,
+                pattern(256, 9),
+                Access::LOCAL_WRITE | Access::MW_BIND,
+                MR_BASE,
+            )
+            .unwrap();
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let bind = |m: &mut MemoryTable, pd, off, len, acc| {
+            let mw = m.alloc_mw(pd).unwrap();
+            m.bind_mw(mw, mr, off, len, acc).unwrap()
+        };
+        let w = bind(&mut b.mem, b.pd, 64, 64, rw);
+        let w_ro = bind(&mut b.mem, b.pd, 128, 32, Access::REMOTE_READ);
+        let w_wo = bind(&mut b.mem, b.pd, 192, 32, Access::REMOTE_WRITE);
+        let other = b.mem.alloc_pd();
+        let omr = b
+            .mem
+            .register(other, vec![0x44; 64], Access::ALL, 0)
+            .unwrap();
+        let ow = b.mem.alloc_mw(other).unwrap();
+        let foreign = b.mem.bind_mw(ow, omr, 0, 64, rw).unwrap();
+        let recv = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+        b.qp.post_recv(&b.mem, 100, sge(recv, 0, 64)).unwrap();
+        let src = a.reg(pattern(256, 1), Access::LOCAL_READ);
+        let sink = a.reg(vec![0; 256], Access::LOCAL_WRITE);
+        WinFix {
+            a,
+            b,
+            mr,
+            w,
+            w_ro,
+            w_wo,
+            foreign,
+            src,
+            sink,
+            recv,
+        }
+    }
+    fn image(&self) -> Vec<u8> {
+        self.b.mem.bytes(self.mr).unwrap().to_vec()
+    }
+    fn post(&mut self, wr: WorkRequest) {
+        self.a.qp.post_send(&self.a.mem, wr).unwrap();
+    }
+    /// Provoke: run, check the MR did not change, return the Terminate.
+    fn provoke(&mut self) -> TerminateRepr {
+        let before = self.image();
+        let foreign = self.b.mem.bytes(self.foreign).unwrap().to_vec();
+        let t = terminate_seen(&mut self.a, &mut self.b);
+        assert_eq!(self.image(), before, "memory changed");
+        assert_eq!(self.b.mem.bytes(self.foreign).unwrap(), &foreign[..]);
+        t
+    }
+}
+
+#[test]
+fn window_write_and_read_land_inside_the_window() {
+    let mut f = WinFix::new();
+    let mut want = f.image();
+    let base = f.b.mem.base_to(f.w).unwrap();
+    assert_eq!(base, MR_BASE + 64);
+    f.post(write(1, sge(f.src, 0, 16), f.w, base + 8));
+    f.post(read(2, sge(f.sink, 0, 20), f.w, base + 30));
+    f.post(read(3, sge(f.sink, 32, 32), f.w_ro, MR_BASE + 128));
+    // The whole window, first to last octet.
+    f.post(write(4, sge(f.src, 100, 64), f.w, base));
+    f.post(write(5, sge(f.src, 200, 32), f.w_wo, MR_BASE + 192));
+    pump(&mut f.a, &mut f.b);
+    assert!(statuses(&comps(&mut f.a.qp))
+        .iter()
+        .all(|c| c.1 == WcStatus::Success));
+    let src = pattern(256, 1);
+    want[72..88].copy_from_slice(&src[..16]);
+    want[64..128].copy_from_slice(&src[100..164]);
+    // RFC 5040 §5.5 rule 12 note: the Read may see the later Write (b placed
+    // it before answering, as everything arrived at once).
+    let read_back = want[94..114].to_vec();
+    want[192..224].copy_from_slice(&src[200..232]);
+    assert_eq!(f.image(), want);
+    assert_eq!(&f.a.mem.bytes(f.sink).unwrap()[..20], &read_back[..]);
+    assert_eq!(
+        &f.a.mem.bytes(f.sink).unwrap()[32..64],
+        &pattern(256, 9)[128..160]
+    );
+    assert!(events(&mut f.b.qp).is_empty());
+}
+
+fn tagged_write_hdr(stag: STag, to: u64) -> Option<DdpHeader> {
+    Some(DdpHeader::Tagged(TaggedHeader {
+        ddp: DdpControl::new(true, true),
+        rdmap: RdmapControl::new(Opcode::Write),
+        stag: stag.0,
+        to,
+    }))
+}
+
+#[test]
+fn window_write_terminates() {
+    type Pick = fn(&WinFix) -> (STag, u64, u32);
+    let cases: [(TermCode, Pick); 6] = [
+        (TermCode::DDP_T_BASE_BOUNDS, |f| (f.w, MR_BASE + 63, 4)),
+        (TermCode::DDP_T_BASE_BOUNDS, |f| (f.w, MR_BASE + 124, 8)),
+        // RFC 5041 has no access code: a missing right is Invalid STag.
+        (TermCode::DDP_T_INVALID_STAG, |f| (f.w_ro, MR_BASE + 128, 4)),
+        // The region's own STag has no remote rights; windows do not lend theirs.
+        (TermCode::DDP_T_INVALID_STAG, |f| (f.mr, MR_BASE + 64, 4)),
+        (TermCode::DDP_T_STAG_NOT_ASSOC, |f| (f.foreign, 0, 4)),
+        (TermCode::DDP_T_TO_WRAP, |f| (f.w, u64::MAX - 1, 4)),
+    ];
+    for (code, pick) in cases {
+        let mut f = WinFix::new();
+        let (stag, to, len) = pick(&f);
+        f.post(write(1, sge(f.src, 0, len), stag, to));
+        let t = f.provoke();
+        assert_eq!(t.code, code, "{} for {stag} at {to:#x}", t.code);
+        assert_eq!(t.ddp_header, tagged_write_hdr(stag, to));
+        assert_eq!(t.ddp_segment_len, Some(14 + len as u16));
+    }
+}
+
+#[test]
+fn window_read_terminates_and_the_read_completes_with_remote_access() {
+    type Pick = fn(&WinFix) -> (STag, u64, u32);
+    let cases: [(TermCode, Pick); 5] = [
+        (TermCode::RDMAP_ACCESS, |f| (f.w_wo, MR_BASE + 192, 4)),
+        (TermCode::RDMAP_BASE_BOUNDS, |f| (f.w, MR_BASE + 120, 9)),
+        (TermCode::RDMAP_BASE_BOUNDS, |f| (f.w_ro, MR_BASE + 127, 1)),
+        (TermCode::RDMAP_STAG_NOT_ASSOC, |f| (f.foreign, 0, 4)),
+        (TermCode::RDMAP_TO_WRAP, |f| (f.w, u64::MAX - 1, 4)),
+    ];
+    for (code, pick) in cases {
+        let mut f = WinFix::new();
+        let (stag, to, len) = pick(&f);
+        let src = f.src;
+        let dst = f.w;
+        f.post(write(1, sge(src, 0, 4), dst, MR_BASE + 64));
+        f.post(read(2, sge(f.sink, 0, len), stag, to));
+        f.post(write(3, sge(src, 0, 4), dst, MR_BASE + 64));
+        let mut want = f.image();
+        want[64..68].copy_from_slice(&pattern(256, 1)[..4]);
+        let before = f.b.mem.bytes(f.foreign).unwrap().to_vec();
+        let t = terminate_seen(&mut f.a, &mut f.b);
+        // Only the first Write landed: the one after the Read was dropped.
+        assert_eq!(f.image(), want);
+        assert_eq!(f.b.mem.bytes(f.foreign).unwrap(), &before[..]);
+        assert_eq!(t.code, code, "{}", t.code);
+        // RFC 5040 §7.1 case 3: DDP and RDMA headers of the Read Request.
+        let rr = t.rdma_header.unwrap();
+        assert_eq!((rr.src_stag, rr.src_to, rr.size), (stag.0, to, len));
+        let Some(DdpHeader::Untagged(u)) = t.ddp_header else {
+            panic!("{t:?}")
+        };
+        assert_eq!((u.qn, u.msn), (queue::READ_REQUEST, 1));
+        assert_eq!(
+            statuses(&comps(&mut f.a.qp)),
+            vec![
+                (1, WcStatus::Success),
+                (2, WcStatus::RemoteAccess),
+                (3, WcStatus::Flushed)
+            ]
+        );
+    }
+}
+
+#[test]
+fn invalidated_window_refuses_access() {
+    let mut f = WinFix::new();
+    let w = f.w;
+    f.b.mem.invalidate(w).unwrap();
+    f.post(write(1, sge(f.src, 0, 4), w, MR_BASE + 64));
+    assert_eq!(f.provoke().code, TermCode::DDP_T_INVALID_STAG);
+
+    let mut f = WinFix::new();
+    let w = f.w;
+    f.b.mem.invalidate(w).unwrap();
+    f.post(read(1, sge(f.sink, 0, 4), w, MR_BASE + 64));
+    assert_eq!(f.provoke().code, TermCode::RDMAP_INVALID_STAG);
+    assert_eq!(
+        statuses(&comps(&mut f.a.qp)),
+        vec![(1, WcStatus::RemoteAccess)]
+    );
+}
+
+#[test]
+fn send_with_invalidate_revokes_a_window() {
+    let mut f = WinFix::new();
+    let (w, src) = (f.w, f.src);
+    f.post(send(1, sge(src, 0, 3), Some(w)));
+    f.post(write(2, sge(src, 0, 4), w, MR_BASE + 64));
+    let t = f.provoke();
+    assert_eq!(t.code, TermCode::DDP_T_INVALID_STAG);
+    let c = comps(&mut f.b.qp);
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].invalidated),
+        (100, WcStatus::Success, Some(w))
+    );
+    assert!(!f.b.mem.is_valid(w));
+    assert_eq!(&f.b.mem.bytes(f.recv).unwrap()[..3], &pattern(256, 1)[..3]);
+
+    // A window of another PD cannot be invalidated through this stream.
+    let mut f = WinFix::new();
+    let (foreign, src) = (f.foreign, f.src);
+    f.post(send(1, sge(src, 0, 3), Some(foreign)));
+    let t = f.provoke();
+    assert_eq!(t.code, TermCode::RDMAP_CANNOT_INVALIDATE);
+    assert!(f.b.mem.is_valid(foreign));
+    // Nor twice.
+    let mut f = WinFix::new();
+    let w = f.w;
+    f.b.mem.invalidate(w).unwrap();
+    f.post(send(1, sge(src, 0, 3), Some(w)));
+    assert_eq!(f.provoke().code, TermCode::RDMAP_INVALID_STAG);
+}
+
+#[test]
+fn rebinding_rotates_the_key() {
+    let mut f = WinFix::new();
+    let old = f.w;
+    let new =
+        f.b.mem
+            .bind_mw(old, f.mr, 0, 16, Access::REMOTE_WRITE)
+            .unwrap();
+    assert_eq!(new.index(), old.index());
+    assert_ne!(new, old);
+    assert_eq!(f.b.mem.base_to(new), Some(MR_BASE));
+    let mut want = f.image();
+    want[..16].copy_from_slice(&pattern(256, 1)[..16]);
+    f.post(write(1, sge(f.src, 0, 16), new, MR_BASE));
+    pump(&mut f.a, &mut f.b);
+    assert_eq!(f.image(), want);
+    f.post(write(2, sge(f.src, 0, 4), old, MR_BASE + 64));
+    assert_eq!(f.provoke().code, TermCode::DDP_T_INVALID_STAG);
+}
+
+// ---------------------------------------------------------------- SRQ
+
+struct SrqHost {
+    mem: MemoryTable,
+    pd: PdId,
+    srq: Srq,
+    qps: Vec<Qp>,
+}
+
+impl SrqHost {
+    fn new(n: usize, depth: usize) -> SrqHost {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let srq = Srq::new(depth);
+        let qps = (0..n)
+            .map(|_| Qp::with_srq(cfg(pd, QpConfig::MIN_MULPDU), srq.clone()))
+            .collect();
+        SrqHost { mem, pd, srq, qps }
+    }
+}
+
+/// A sender that posts one Send of `msg`.
+fn sender(msg: &[u8]) -> End {
+    let mut a = End::new(QpConfig::MIN_MULPDU);
+    let src = a.reg(msg.to_vec(), Access::LOCAL_READ);
+    a.qp.post_send(&a.mem, send(1, sge(src, 0, msg.len() as u32), None))
+        .unwrap();
+    a
+}
+
+#[test]
+fn srq_is_shared_between_queue_pairs() {
+    let mut h = SrqHost::new(2, 8);
+    let buf = h
+        .mem
+        .register(h.pd, vec![0; 400], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    for i in 0..4u64 {
+        // Two entries per buffer: 40 + 60 octets, 100 octets apart.
+        let l = SgList::new(&[sge(buf, i * 100, 40), sge(buf, i * 100 + 40, 60)]).unwrap();
+        h.srq.post_recv(10 + i, l).unwrap();
+    }
+    assert_eq!(h.srq.len(), 4);
+    assert_eq!(
+        h.qps[0].post_recv(&h.mem, 1, sge(buf, 0, 8)),
+        Err(PostError::UsesSrq)
+    );
+    let msgs = [pattern(70, 1), pattern(100, 2), pattern(1, 3)];
+    let mut a0 = sender(&msgs[0]);
+    pump_raw(&mut a0.qp, &mut a0.mem, &mut h.qps[0], &mut h.mem, 5);
+    let mut a1 = sender(&msgs[1]);
+    pump_raw(&mut a1.qp, &mut a1.mem, &mut h.qps[1], &mut h.mem, 5);
+    let third = a0.reg(msgs[2].clone(), Access::LOCAL_READ);
+    a0.qp
+        .post_send(&a0.mem, send(2, sge(third, 0, 1), None))
+        .unwrap();
+    pump_raw(&mut a0.qp, &mut a0.mem, &mut h.qps[0], &mut h.mem, 5);
+    let c0 = comps(&mut h.qps[0]);
+    let c1 = comps(&mut h.qps[1]);
+    // Buffers are taken in post order, whichever QP receives.
+    assert_eq!(
+        c0.iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(10, WcStatus::Success, 70), (12, WcStatus::Success, 1)]
+    );
+    assert_eq!(
+        c1.iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(11, WcStatus::Success, 100)]
+    );
+    let mem = h.mem.bytes(buf).unwrap();
+    assert_eq!(&mem[..70], &msgs[0][..]);
+    assert_eq!(&mem[100..200], &msgs[1][..]);
+    assert_eq!(mem[200], msgs[2][0]);
+    assert!(mem[70..100].iter().chain(&mem[201..]).all(|b| *b == 0));
+    assert_eq!(h.srq.len(), 1);
+    // Going to error flushes nothing of the SRQ: its buffers are not this QP's.
+    h.qps[0].llp_lost();
+    assert!(comps(&mut h.qps[0]).is_empty());
+    assert_eq!(h.srq.len(), 1);
+}
+
+#[test]
+fn srq_is_postable_from_another_thread() {
+    let mut h = SrqHost::new(1, 64);
+    let buf = h
+        .mem
+        .register(h.pd, vec![0; 64 * 8], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    let poster = h.srq.clone();
+    std::thread::spawn(move || {
+        for i in 0..64u64 {
+            poster.post_recv(i, sge(buf, i * 8, 8)).unwrap();
+        }
+        assert_eq!(poster.post_recv(64, Sge::EMPTY), Err(PostError::QueueFull));
+    })
+    .join()
+    .unwrap();
+    let mut a = End::new(200);
+    let src = a.reg(pattern(8 * 64, 4), Access::LOCAL_READ);
+    for i in 0..64u64 {
+        a.qp.post_send(&a.mem, send(i, sge(src, i * 8, 8), None))
+            .unwrap();
+    }
+    pump_raw(&mut a.qp, &mut a.mem, &mut h.qps[0], &mut h.mem, 1000);
+    let c = comps(&mut h.qps[0]);
+    assert_eq!(c.len(), 64);
+    assert!(c
+        .iter()
+        .enumerate()
+        .all(|(i, c)| c.wr_id == i as u64 && c.status == WcStatus::Success));
+    assert_eq!(h.mem.bytes(buf).unwrap(), &pattern(8 * 64, 4)[..]);
+    assert!(h.srq.is_empty());
+}
+
+#[test]
+fn empty_srq_is_no_buffer() {
+    let mut h = SrqHost::new(1, 4);
+    let mut a = sender(b"hello");
+    pump_raw(&mut a.qp, &mut a.mem, &mut h.qps[0], &mut h.mem, 100);
+    let t = events(&mut a.qp).into_iter().find_map(|e| match e {
+        QpEvent::TerminateReceived(t) => Some(t),
+        _ => None,
+    });
+    assert_eq!(t.map(|t| t.code), Some(TermCode::DDP_U_NO_BUFFER));
+    assert_eq!(h.qps[0].state(), QpState::Error);
+}
+
+#[test]
+fn srq_buffer_failing_its_checks_is_a_local_protection_error() {
+    let mut h = SrqHost::new(1, 4);
+    let ro = h
+        .mem
+        .register(h.pd, vec![0x77; 64], Access::LOCAL_READ, 0)
+        .unwrap();
+    let ok = h
+        .mem
+        .register(h.pd, vec![0; 64], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    let list = SgList::new(&[sge(ok, 0, 8), sge(ro, 0, 8)]).unwrap();
+    h.srq.post_recv(5, list).unwrap();
+    h.srq.post_recv(6, sge(ok, 0, 64)).unwrap();
+    let mut a = sender(b"hi");
+    pump_raw(&mut a.qp, &mut a.mem, &mut h.qps[0], &mut h.mem, 100);
+    let t = events(&mut a.qp).into_iter().find_map(|e| match e {
+        QpEvent::TerminateReceived(t) => Some(t),
+        _ => None,
+    });
+    // Our fault, not the peer's: DDP local catastrophic, no headers.
+    assert_eq!(
+        t,
+        Some(TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC))
+    );
+    assert_eq!(
+        statuses(&comps(&mut h.qps[0])),
+        vec![(5, WcStatus::LocalProtection(AccessError::Access))]
+    );
+    assert!(h.mem.bytes(ok).unwrap().iter().all(|b| *b == 0));
+    assert!(h.mem.bytes(ro).unwrap().iter().all(|b| *b == 0x77));
+    // The next buffer stays for the other QPs.
+    assert_eq!(h.srq.len(), 1);
+}
+
+#[test]
+fn srq_limit_fires_once_per_arming() {
+    let mut h = SrqHost::new(1, 8);
+    let buf = h
+        .mem
+        .register(h.pd, vec![0; 64], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    for i in 0..5 {
+        h.srq.post_recv(i, sge(buf, 0, 64)).unwrap();
+    }
+    h.srq.arm_limit(3);
+    assert_eq!(h.srq.limit(), 3);
+    let mut a = End::new(200);
+    let src = a.reg(pattern(4, 1), Access::LOCAL_READ);
+    let mut fired = Vec::new();
+    for i in 0..4 {
+        a.qp.post_send(&a.mem, send(i, sge(src, 0, 4), None))
+            .unwrap();
+        pump_raw(&mut a.qp, &mut a.mem, &mut h.qps[0], &mut h.mem, 100);
+        fired.push(events(&mut h.qps[0]).contains(&QpEvent::SrqLimitReached));
+    }
+    // 4 left, 3 left, 2 left (below 3: fires), 1 left (disarmed).
+    assert_eq!(fired, vec![false, false, true, false]);
+    assert_eq!(h.srq.limit(), 0);
+    assert_eq!(comps(&mut h.qps[0]).len(), 4);
+}
+
+#[test]
+fn partly_received_srq_buffer_flushes_on_its_qp() {
+    let mut h = SrqHost::new(1, 4);
+    let buf = h
+        .mem
+        .register(h.pd, vec![0; 256], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    h.srq.post_recv(1, sge(buf, 0, 256)).unwrap();
+    h.srq.post_recv(2, sge(buf, 0, 256)).unwrap();
+    let mut a = sender(&pattern(200, 1));
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, 1);
+    h.qps[0].receive(&out, &mut h.mem);
+    assert_eq!(h.qps[0].posted_recvs(), 1);
+    h.qps[0].llp_lost();
+    assert_eq!(
+        statuses(&comps(&mut h.qps[0])),
+        vec![(1, WcStatus::Flushed)]
+    );
+    assert_eq!(h.srq.len(), 1);
+}
+
+// ---------------------------------------------------------------- statuses
+
+#[test]
+fn read_beyond_the_peer_ird_is_a_remote_invalid_request() {
+    let mut a = End::new(200);
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut b = End {
+        qp: Qp::new(QpConfig {
+            ird: 1,
+            ..cfg(pd, 200)
+        }),
+        mem,
+        pd,
+    };
+    let src = b.reg(pattern(64, 1), Access::REMOTE_READ);
+    let sink = a.reg(vec![0; 64], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(sink, 0, 8), src, 0))
+        .unwrap();
+    a.qp.post_send(&a.mem, read(2, sge(sink, 8, 8), src, 0))
+        .unwrap();
+    let t = terminate_seen(&mut a, &mut b);
+    assert_eq!(t.code, TermCode::DDP_U_NO_BUFFER);
+    // b sends its Terminate before answering the first Read.
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::Flushed), (2, WcStatus::RemoteInvalidRequest)]
+    );
+}
+
+#[test]
+fn peer_remote_operation_terminate_names_the_read() {
+    let mut a = End::new(200);
+    let sink = a.reg(vec![0; 64], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(sink, 0, 8), STag(0x100), 0))
+        .unwrap();
+    a.qp.post_send(&a.mem, read(2, sge(sink, 8, 8), STag(0x100), 0))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    // The peer quotes our second Read Request (QN 1, MSN 2).
+    let quoted = UntaggedHeader {
+        ddp: DdpControl::new(false, true),
+        rdmap: RdmapControl::new(Opcode::ReadRequest),
+        inval_stag: 0,
+        qn: queue::READ_REQUEST,
+        msn: 2,
+        mo: 0,
+    };
+    let body = TerminateRepr {
+        code: TermCode::RDMAP_UNEXPECTED_OPCODE,
+        flag_m: true,
+        ddp_segment_len: Some(46),
+        ddp_header: Some(DdpHeader::Untagged(quoted)),
+        rdma_header: None,
+        reserved: 0,
+    };
+    let (tb, n) = body.to_array();
+    let hdr = DdpHeader::Untagged(UntaggedHeader {
+        ddp: DdpControl::new(false, true),
+        rdmap: RdmapControl::new(Opcode::Terminate),
+        inval_stag: 0,
+        qn: queue::TERMINATE,
+        msn: 1,
+        mo: 0,
+    });
+    let (hb, hn) = hdr.to_array();
+    let mut framer = Framer::new(true, false);
+    let mut bytes = Vec::new();
+    framer.emit(&[&hb[..hn], &tb[..n]], &mut bytes).unwrap();
+    a.qp.receive(&bytes, &mut a.mem);
+    assert_eq!(events(&mut a.qp), vec![QpEvent::TerminateReceived(body)]);
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::Flushed), (2, WcStatus::RemoteOperation)]
+    );
+}
+
+#[test]
+fn status_mapping_from_terminate_codes() {
+    use WcStatus::*;
+    let cases = [
+        (TermCode::RDMAP_INVALID_STAG, Some(RemoteAccess)),
+        (TermCode::RDMAP_CANNOT_INVALIDATE, Some(RemoteAccess)),
+        (TermCode::RDMAP_UNEXPECTED_OPCODE, Some(RemoteOperation)),
+        (TermCode::RDMAP_OP_UNSPECIFIED, Some(RemoteOperation)),
+        (TermCode::DDP_U_TOO_LONG, Some(RemoteInvalidRequest)),
+        (TermCode::DDP_U_NO_BUFFER, Some(RemoteInvalidRequest)),
+        (TermCode::RDMAP_LOCAL_CATASTROPHIC, None),
+        (TermCode::DDP_LOCAL_CATASTROPHIC, None),
+        (TermCode::DDP_T_BASE_BOUNDS, None),
+        (TermCode::MPA_CRC, None),
+    ];
+    for (code, want) in cases {
+        assert_eq!(WcStatus::from_peer_terminate(code), want, "{code}");
+    }
+}
+
+#[test]
+fn srq_handles_cross_threads_and_qps_stay_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Srq>();
+    send::<Qp>();
+}
+
+// ------------------------------------------------------------------ inline
+
+#[test]
+fn inline_send_is_one_fpdu_with_the_payload_after_the_header() {
+    let mut a = End::new(200);
+    let data = InlineData::new(b"hello").unwrap();
+    a.qp.post_send(
+        &a.mem,
+        WorkRequest::SendInline {
+            wr_id: 7,
+            signaled: true,
+            data,
+            solicited: false,
+            invalidate: None,
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    // MPA length 23 (18-octet untagged header + 5), DDP untagged last
+    // (0x41), RDMAP Send (0x43), no Invalidate STag, QN 0, MSN 1, MO 0,
+    // the payload, 3 octets of PAD to a multiple of 4, then the CRC.
+    assert_eq!(out.len(), 2 + 23 + 3 + 4);
+    assert_eq!(
+        &out[..2 + 23],
+        &[
+            0x00, 0x17, 0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, b'h', b'e',
+            b'l', b'l', b'o'
+        ]
+    );
+    assert_eq!(&out[25..28], &[0, 0, 0]);
+    let crc = crate::crc::crc32c(&out[..28]).to_le_bytes();
+    assert_eq!(&out[28..], &crc);
+    let c = comps(&mut a.qp);
+    assert_eq!(
+        (c[0].wr_id, c[0].opcode, c[0].status, c[0].byte_len),
+        (7, WcOpcode::Send, WcStatus::Success, 5)
+    );
+}
+
+#[test]
+fn inline_send_and_write_land_without_a_registered_source() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let dst = b.reg(vec![0; 64], Access::REMOTE_WRITE);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 50, sge(r, 0, 64)).unwrap();
+    let msg: Vec<u8> = (0..MAX_INLINE as u8).collect();
+    a.qp.post_send(
+        &a.mem,
+        WorkRequest::WriteInline {
+            wr_id: 1,
+            signaled: false,
+            data: InlineData::new(&msg[..40]).unwrap(),
+            remote_stag: dst,
+            remote_to: 8,
+        },
+    )
+    .unwrap();
+    a.qp.post_send(
+        &a.mem,
+        WorkRequest::SendInline {
+            wr_id: 2,
+            signaled: true,
+            data: InlineData::new(&msg[..64]).unwrap(),
+            solicited: true,
+            invalidate: None,
+        },
+    )
+    .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(statuses(&comps(&mut a.qp)), vec![(2, WcStatus::Success)]);
+    let c = comps(&mut b.qp);
+    assert_eq!(
+        (c[0].wr_id, c[0].opcode, c[0].byte_len, c[0].solicited),
+        (50, WcOpcode::Recv, 64, true)
+    );
+    assert_eq!(&b.mem.bytes(r).unwrap()[..64], &msg[..64]);
+    let d = b.mem.bytes(dst).unwrap();
+    assert_eq!(&d[8..48], &msg[..40]);
+    assert!(d[..8].iter().chain(&d[48..]).all(|&x| x == 0));
+}
+
+#[test]
+fn inline_data_too_long_is_refused() {
+    assert_eq!(
+        InlineData::new(&[0; MAX_INLINE + 1]).unwrap_err(),
+        PostError::InlineTooLong
+    );
+    // At the smallest MULPDU (70) an inline Send of 60 octets cannot fit one
+    // FPDU with its 18-octet header.
+    let mut a = End::new(QpConfig::MIN_MULPDU);
+    let wr = WorkRequest::SendInline {
+        wr_id: 1,
+        signaled: true,
+        data: InlineData::new(&[1; 60]).unwrap(),
+        solicited: false,
+        invalidate: None,
+    };
+    assert_eq!(a.qp.post_send(&a.mem, wr), Err(PostError::InlineTooLong));
+    let wr = WorkRequest::SendInline {
+        wr_id: 1,
+        signaled: true,
+        data: InlineData::new(&[1; 52]).unwrap(),
+        solicited: false,
+        invalidate: None,
+    };
+    assert_eq!(a.qp.post_send(&a.mem, wr), Ok(()));
+}
