@@ -11,6 +11,8 @@
 //!   payload handed straight from the received frame to the caller.
 #![warn(missing_docs)]
 
+pub mod arp;
+pub mod iface;
 pub mod listen;
 pub mod tcp;
 pub mod wire;

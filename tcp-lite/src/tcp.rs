@@ -12,7 +12,7 @@
 //! Calling `handle_timeout` early or twice is harmless. Time is `now` in
 //! nanoseconds, supplied by the caller.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
 
@@ -137,6 +137,38 @@ pub struct Stats {
     pub sack_skipped: u64,
 }
 
+/// The send buffer: unacknowledged and unsent octets, contiguous so a
+/// segment's payload is one slice. Acknowledged octets are dropped from the
+/// front lazily (a move only once they are at least half the buffer), so an
+/// ACK costs O(1) amortized, not a move of everything still queued.
+#[derive(Debug, Default)]
+struct SendBuf {
+    data: Vec<u8>,
+    head: usize,
+}
+
+impl SendBuf {
+    fn len(&self) -> usize {
+        self.data.len() - self.head
+    }
+    fn extend(&mut self, d: &[u8]) {
+        self.data.extend_from_slice(d);
+    }
+    fn consume(&mut self, n: usize) {
+        self.head += n.min(self.len());
+        if self.head == self.data.len() {
+            self.data.clear();
+            self.head = 0;
+        } else if self.head >= 64 << 10 && self.head * 2 >= self.data.len() {
+            self.data.drain(..self.head);
+            self.head = 0;
+        }
+    }
+    fn get(&self, off: usize, len: usize) -> &[u8] {
+        &self.data[self.head + off..self.head + off + len]
+    }
+}
+
 /// One TCP connection.
 #[derive(Debug)]
 pub struct Connection {
@@ -156,7 +188,10 @@ pub struct Connection {
     snd_shift: u8,
     snd_mss: usize,
     /// Octets from sequence `buf_seq` on: acknowledged ones are dropped.
-    snd_buf: Vec<u8>,
+    snd_buf: SendBuf,
+    /// Sequence numbers just past each record queued by `send_record`
+    /// and not yet acknowledged (MPA-aware segmentation, RFC 5044 §8).
+    records: VecDeque<u32>,
     buf_seq: u32,
     fin_queued: bool,
     // Receive side.
@@ -224,7 +259,8 @@ impl Connection {
             snd_wl2: 0,
             snd_shift: 0,
             snd_mss: mss,
-            snd_buf: Vec::new(),
+            snd_buf: SendBuf::default(),
+            records: VecDeque::new(),
             buf_seq: iss.wrapping_add(1),
             fin_queued: false,
             irs: 0,
@@ -331,9 +367,15 @@ impl Connection {
     pub fn stats(&self) -> Stats {
         self.stats
     }
-    /// Effective send MSS.
+    /// Data octets one segment carries: the peer's MSS less the
+    /// timestamps option when it is on (RFC 6691; what Linux calls the
+    /// effective MSS). Size FPDUs to this so each fits one segment.
     pub fn mss(&self) -> usize {
-        self.snd_mss
+        if self.ts_on {
+            self.snd_mss.saturating_sub(12).max(1)
+        } else {
+            self.snd_mss
+        }
     }
     /// Octets accepted by `send` and not yet acknowledged.
     pub fn unacked(&self) -> usize {
@@ -370,8 +412,26 @@ impl Connection {
         let n = data
             .len()
             .min(self.cfg.snd_buf.saturating_sub(self.snd_buf.len()));
-        self.snd_buf.extend_from_slice(&data[..n]);
+        self.snd_buf.extend(&data[..n]);
         n
+    }
+
+    /// Queue `data` as one record, all or nothing: segments end on record
+    /// boundaries where they can, so a record no longer than a segment
+    /// travels whole in one segment (RFC 5044 §8: an MPA-aware sender puts
+    /// whole FPDUs in segments). Several records may share a segment; a
+    /// record longer than a segment is cut at the segment size. Returns
+    /// false, queueing nothing, when the send buffer lacks room.
+    pub fn send_record(&mut self, data: &[u8]) -> bool {
+        if data.len() > self.send_room() {
+            return false;
+        }
+        let n = self.send(data);
+        debug_assert_eq!(n, data.len());
+        if n > 0 {
+            self.records.push_back(self.data_end());
+        }
+        true
     }
 
     /// Graceful close: a FIN follows the queued data.
@@ -406,6 +466,49 @@ impl Connection {
         self.t_persist = None;
         self.t_ack = None;
         self.t_tw = None;
+    }
+
+    /// Where a segment of at most `len` octets from `snd_nxt` should end:
+    /// `Some(l)` with `l` the longest prefix ending on a record boundary, or
+    /// with `len` itself when no boundary falls inside and the record runs
+    /// past a full segment. `None`: the segment would end inside a record
+    /// that a longer segment could finish. `seg_max`: the most data this
+    /// segment may carry (the MSS less its options).
+    fn record_cut(&mut self, len: usize, seg_max: usize) -> Option<usize> {
+        let una = self.snd_una;
+        while let Some(&b) = self.records.front() {
+            if le(b, una) {
+                self.records.pop_front();
+            } else {
+                break;
+            }
+        }
+        if self.records.is_empty() || len == 0 {
+            return Some(len);
+        }
+        let from = self.snd_nxt.wrapping_sub(una);
+        let to = from.wrapping_add(len as u32);
+        // Offsets from snd_una grow along the queue.
+        let first_after = self
+            .records
+            .partition_point(|&b| b.wrapping_sub(una) <= from);
+        let last_within = self.records.partition_point(|&b| b.wrapping_sub(una) <= to);
+        if last_within > first_after {
+            let end = self.records[last_within - 1].wrapping_sub(una);
+            return Some((end - from) as usize);
+        }
+        match self.records.get(first_after) {
+            // Unrecorded data (plain `send`) beyond the last record.
+            None => Some(len),
+            Some(&b) => {
+                let rec_end = b.wrapping_sub(una);
+                if (rec_end - from) as usize > seg_max {
+                    Some(len)
+                } else {
+                    None
+                }
+            }
+        }
     }
 
     fn data_end(&self) -> u32 {
@@ -679,7 +782,7 @@ impl Connection {
                 .wrapping_sub(self.buf_seq)
                 .min(self.snd_buf.len() as u32) as usize;
             if lt(self.buf_seq, ack) {
-                self.snd_buf.drain(..data_acked);
+                self.snd_buf.consume(data_acked);
                 self.buf_seq = self.buf_seq.wrapping_add(data_acked as u32);
             }
             self.snd_una = ack;
@@ -905,6 +1008,20 @@ impl Connection {
         r
     }
 
+    /// Option octets a data segment carries now (an upper bound: SACK
+    /// blocks are counted before merging).
+    fn data_options_len(&self) -> usize {
+        let mut len = if self.ts_on { 12 } else { 0 };
+        if self.sack_on && !self.ooo.is_empty() {
+            let fit = crate::wire::tcp::MAX_OPTIONS_LEN.saturating_sub(len + 4) / 8;
+            let blocks = self.ooo.len().min(fit);
+            if blocks > 0 {
+                len += 4 + 8 * blocks;
+            }
+        }
+        len
+    }
+
     /// Contiguous out-of-order ranges as (left, right) sequence numbers.
     fn ooo_blocks(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         let base = self.rcv_nxt.wrapping_sub(self.rcv_off as u32);
@@ -1018,7 +1135,18 @@ impl Connection {
             } else {
                 room as usize
             };
-            let mut len = avail.min(self.snd_mss).min(room);
+            // RFC 9293 §3.7.1 / RFC 6691: the MSS counts data only, so
+            // the options this segment carries come off it.
+            let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
+            let mut len = avail.min(seg_max).min(room);
+            match self.record_cut(len, seg_max) {
+                Some(cut) => len = cut,
+                // The window, not the segment size, cuts a record: wait for
+                // ACKs to open it rather than split the record, unless
+                // nothing is in flight (then no ACK is coming).
+                None if len < seg_max.min(avail) && self.flight() > 0 => len = 0,
+                None => {}
+            }
             if len == 0 && avail > 0 && self.persist_probe {
                 len = 1; // window probe (RFC 9293 §3.8.6.1)
             }
@@ -1044,7 +1172,7 @@ impl Connection {
             }
             let seq = self.snd_nxt;
             let mut r = self.base(now, seq, flags);
-            r.payload = &self.snd_buf[sent..sent + len];
+            r.payload = self.snd_buf.get(sent, len);
             emit(&r);
             n += 1;
             self.ack_now = false;
@@ -1080,8 +1208,50 @@ impl Connection {
     }
 }
 
+/// The reset answering a segment that belongs to no connection (RFC 9293
+/// §3.10.7.1, "If the state is CLOSED"): nothing for a RST; for a segment
+/// with ACK, `<SEQ=SEG.ACK><CTL=RST>`; otherwise
+/// `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`. This is how a closed port
+/// refuses a connection.
+pub fn reset_for(seg: &TcpRepr<'_>) -> Option<TcpRepr<'static>> {
+    if seg.flags.contains(Flags::RST) {
+        return None;
+    }
+    if seg.flags.contains(Flags::ACK) {
+        return Some(TcpRepr::new(
+            seg.dst_port,
+            seg.src_port,
+            seg.ack_number,
+            Flags::RST,
+        ));
+    }
+    let mut r = TcpRepr::new(seg.dst_port, seg.src_port, 0, Flags::RST | Flags::ACK);
+    r.ack_number = seg.seq_number.wrapping_add(seg.segment_len() as u32);
+    Some(r)
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn reset_for_closed_port() {
+        let mut syn = TcpRepr::new(40000, 9, 1000, Flags::SYN);
+        let r = reset_for(&syn).unwrap();
+        assert_eq!((r.src_port, r.dst_port), (9, 40000));
+        assert_eq!(r.seq_number, 0);
+        assert_eq!(r.ack_number, 1001);
+        assert_eq!(r.flags, Flags::RST | Flags::ACK);
+        syn.flags = Flags::ACK;
+        syn.ack_number = 77;
+        syn.payload = b"xy";
+        let r = reset_for(&syn).unwrap();
+        assert_eq!((r.seq_number, r.flags), (77, Flags::RST));
+        syn.flags = Flags::RST;
+        assert!(reset_for(&syn).is_none());
+        let mut fin = TcpRepr::new(1, 2, u32::MAX, Flags::FIN);
+        fin.payload = b"z";
+        assert_eq!(reset_for(&fin).unwrap().ack_number, 1);
+    }
     use super::*;
     use crate::wire::{Ipv4Address, TcpPacket};
 
@@ -1287,12 +1457,60 @@ mod tests {
     }
 
     #[test]
+    fn records_travel_whole_in_segments() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 21, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        let seg = p.a.mss(); // 1448 with timestamps
+                             // Records of 1000, 1000, 400, 3000 and 40 octets.
+        for (len, salt) in [(1000, 1), (1000, 2), (400, 3), (3000, 4), (40, 5)] {
+            assert!(p.a.send_record(&data(len, salt)));
+        }
+        let mut lens = Vec::new();
+        let now = p.now;
+        p.a.poll_transmit(now, 16, &mut |r| lens.push(r.payload.len()));
+        // 1000 alone (1000 + 1000 > one segment), then 1000 + 400 together,
+        // then the long record cut at the segment size, then its tail with
+        // the 40-octet record.
+        assert_eq!(lens, vec![1000, 1400, seg, seg, 3000 - 2 * seg + 40]);
+        // Nothing left, all of it arrives in order.
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        assert_eq!(p.got_b.len(), 1000 + 1000 + 400 + 3000 + 40);
+        // A record that does not fit the send buffer is refused whole.
+        let big = vec![0u8; cfg().snd_buf + 1];
+        assert!(!p.a.send_record(&big));
+        assert_eq!(p.a.unacked(), 0);
+    }
+
+    #[test]
+    fn a_record_waits_for_window_rather_than_split() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 22, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        let seg = p.a.mss();
+        // Fill the congestion window (10 segments) with whole-segment
+        // records, then one more record: it must not go out in pieces.
+        p.a.cwnd = 10 * p.a.snd_mss;
+        for i in 0..11 {
+            assert!(p.a.send_record(&data(seg, i)));
+        }
+        let mut lens = Vec::new();
+        let now = p.now;
+        p.a.poll_transmit(now, 32, &mut |r| lens.push(r.payload.len()));
+        assert!(lens.iter().all(|&l| l == seg), "{lens:?}");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        assert_eq!(p.got_b.len(), 11 * seg);
+    }
+
+    #[test]
     fn handshake_negotiates_options() {
         let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
         assert!(p.run(100, |p| p.a.state() == State::Established
             && p.b.state() == State::Established));
-        assert_eq!(p.a.mss(), 1460);
+        assert_eq!(p.a.snd_mss, 1460);
         assert!(p.a.ts_on && p.b.ts_on);
+        // Timestamps take 12 octets of every segment.
+        assert_eq!(p.a.mss(), 1448);
         assert!(p.a.sack_on && p.b.sack_on);
         assert_eq!((p.a.snd_shift, p.b.snd_shift), (7, 7));
     }
@@ -1507,7 +1725,9 @@ mod tests {
         p.a.send(b"x");
         assert!(p.run(1000, |p| p.a.unacked() == 0));
         let now = p.now;
-        p.a.send(&data(4 * 1460, 3));
+        // Timestamps are on: 12 option octets come off the 1460-octet MSS.
+        const SEG: usize = 1448;
+        p.a.send(&data(4 * SEG, 3));
         let mut segs = Vec::new();
         p.a.poll_transmit(now, 8, &mut |r| segs.push(encode(r, A, B)));
         assert_eq!(segs.len(), 4);
@@ -1522,10 +1742,10 @@ mod tests {
         assert_eq!(acks.len(), 3, "one duplicate ACK per out-of-order segment");
         let last = TcpPacket::new_checked(&acks[2][..]).unwrap();
         let last = TcpRepr::parse(&last, &B, &A).unwrap();
-        let left = p.a.snd_una.wrapping_add(1460);
+        let left = p.a.snd_una.wrapping_add(SEG as u32);
         assert_eq!(
             last.sack_ranges[0],
-            Some((left, left.wrapping_add(3 * 1460)))
+            Some((left, left.wrapping_add(3 * SEG as u32)))
         );
         for ack in &acks {
             let pk = TcpPacket::new_checked(&ack[..]).unwrap();
@@ -1538,7 +1758,7 @@ mod tests {
             resent.push((r.seq_number, r.payload.len()))
         });
         assert_eq!(p.a.stats().fast_retransmits, 1);
-        assert_eq!(resent, vec![(p.a.snd_una, 1460)]);
+        assert_eq!(resent, vec![(p.a.snd_una, SEG)]);
         assert!(p.a.stats().sack_skipped >= 1);
     }
 }

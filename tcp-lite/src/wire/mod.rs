@@ -40,13 +40,23 @@
 
 use core::fmt;
 
+pub mod arp;
 pub mod ethernet;
+pub mod icmpv4;
 pub mod ipv4;
 pub mod tcp;
 
+pub use arp::{
+    Error as ArpError, Hardware as ArpHardware, Operation as ArpOperation, Packet as ArpPacket,
+    Repr as ArpRepr, PACKET_LEN as ARP_PACKET_LEN,
+};
 pub use ethernet::{
     Address as EthernetAddress, EtherType, Frame as EthernetFrame, Repr as EthernetRepr,
     HEADER_LEN as ETHERNET_HEADER_LEN,
+};
+pub use icmpv4::{
+    Error as Icmpv4Error, Message as Icmpv4Message, Packet as Icmpv4Packet, Repr as Icmpv4Repr,
+    HEADER_LEN as ICMPV4_HEADER_LEN,
 };
 pub use ipv4::{
     Address as Ipv4Address, Packet as Ipv4Packet, Protocol as IpProtocol, Repr as Ipv4Repr,

@@ -1,0 +1,753 @@
+//! One Ethernet/IPv4 interface: the layer between frames and TCP.
+//!
+//! I/O-free and clock-free like the rest of the crate: [`Interface::receive`]
+//! takes a received frame and returns the TCP segment it carries (borrowed
+//! from the frame, so the payload still goes straight to the MPA deframer),
+//! answering ARP and ICMP Echo itself through the `tx` callback;
+//! [`Interface::send_tcp`] wraps a segment in IPv4 and Ethernet, resolving the
+//! next hop through the [`ArpCache`] and holding the frame while resolution
+//! runs; [`Interface::poll`] retransmits ARP requests.
+//!
+//! What it refuses, counted in [`IfaceStats`] and never a panic:
+//! frames for another MAC, IPv4 datagrams for another address, fragments
+//! (RFC 791 §2.3: a host must reassemble, but an iWARP peer sends with DF and
+//! within the path MTU, so reassembly is left out and each fragment is
+//! dropped and counted), datagrams with IP options (RFC 1122 §3.2.1.8 lets a
+//! host ignore options it does not implement; we implement none and drop the
+//! datagram so nothing slips past a source route), bad header checksums
+//! (RFC 1122 §3.2.1.2 MUST silently discard), and protocols other than TCP
+//! and ICMP.
+
+use crate::arp::{self, ArpCache, Enqueue, Resolve};
+use crate::wire::{
+    ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
+    Icmpv4Repr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
+    ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+};
+
+/// Interface settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfaceConfig {
+    /// Our MAC address.
+    pub mac: EthernetAddress,
+    /// Our IPv4 address.
+    pub ip: Ipv4Address,
+    /// Prefix length of our subnet (0..=32).
+    pub prefix_len: u8,
+    /// Router for destinations outside the subnet.
+    pub gateway: Option<Ipv4Address>,
+    /// Largest IP datagram we send (the link MTU).
+    pub mtu: usize,
+    /// Time to live of what we send.
+    pub ttl: u8,
+    /// ARP cache tunables.
+    pub arp: arp::Config,
+}
+
+impl IfaceConfig {
+    /// An interface with a /24 subnet, MTU 1500, TTL 64, default ARP tunables.
+    pub fn new(mac: EthernetAddress, ip: Ipv4Address, prefix_len: u8) -> Self {
+        IfaceConfig {
+            mac,
+            ip,
+            prefix_len,
+            gateway: None,
+            mtu: 1500,
+            ttl: 64,
+            arp: arp::Config::default(),
+        }
+    }
+}
+
+/// Counters; they only go up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IfaceStats {
+    /// Frames handed to [`Interface::receive`].
+    pub rx_frames: u64,
+    /// Frames that failed to parse at the Ethernet, ARP, IPv4, ICMP or TCP layer.
+    pub rx_malformed: u64,
+    /// Frames addressed to another MAC.
+    pub rx_not_for_us_mac: u64,
+    /// IPv4 datagrams addressed to another host.
+    pub rx_not_for_us_ip: u64,
+    /// IPv4 fragments, dropped.
+    pub rx_fragments: u64,
+    /// IPv4 datagrams with options, dropped.
+    pub rx_options: u64,
+    /// IPv4 datagrams of protocols we do not serve.
+    pub rx_other_protocol: u64,
+    /// Frames of EtherTypes we do not serve.
+    pub rx_other_ethertype: u64,
+    /// TCP segments returned to the caller.
+    pub rx_tcp: u64,
+    /// ICMP Echo requests answered.
+    pub icmp_echo_replies: u64,
+    /// Frames handed to `tx`.
+    pub tx_frames: u64,
+    /// Frames held while ARP resolved their next hop.
+    pub tx_queued: u64,
+    /// Frames dropped: no route, resolution failed, or the hold queue overflowed.
+    pub tx_dropped: u64,
+    /// Segments too large for the MTU, refused.
+    pub tx_too_big: u64,
+}
+
+/// Why [`Interface::send_tcp`] did not send a segment now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The datagram would exceed the MTU.
+    TooBig,
+    /// The destination is off-link and there is no gateway.
+    NoRoute,
+    /// ARP resolution of the next hop failed recently; the segment was
+    /// dropped (TCP's retransmission will try again).
+    Unreachable,
+}
+
+impl core::fmt::Display for SendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            SendError::TooBig => "datagram larger than the MTU",
+            SendError::NoRoute => "no route to host",
+            SendError::Unreachable => "host unreachable (ARP resolution failed)",
+        })
+    }
+}
+
+/// A TCP segment received for our address.
+#[derive(Debug)]
+pub struct TcpIngress<'a> {
+    /// Sender's address.
+    pub src: Ipv4Address,
+    /// The sender's MAC (for diagnostics; replies go through ARP).
+    pub src_mac: EthernetAddress,
+    /// The segment, payload borrowed from the frame.
+    pub seg: TcpRepr<'a>,
+}
+
+/// One Ethernet/IPv4 interface. See the [module docs](self).
+#[derive(Debug)]
+pub struct Interface {
+    cfg: IfaceConfig,
+    arp: ArpCache<Vec<u8>>,
+    stats: IfaceStats,
+    ident: u16,
+    scratch: Vec<u8>,
+}
+
+impl Interface {
+    /// An interface with `cfg`.
+    pub fn new(cfg: IfaceConfig) -> Self {
+        Interface {
+            arp: ArpCache::new(cfg.mac, cfg.ip, cfg.arp),
+            cfg,
+            stats: IfaceStats::default(),
+            ident: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &IfaceConfig {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &IfaceStats {
+        &self.stats
+    }
+
+    /// The ARP cache (for counters and inspection).
+    pub fn arp(&self) -> &ArpCache<Vec<u8>> {
+        &self.arp
+    }
+
+    /// Largest TCP segment (header and payload) that fits the MTU.
+    pub fn max_tcp_len(&self) -> usize {
+        self.cfg.mtu.saturating_sub(IPV4_HEADER_LEN)
+    }
+
+    /// Whether `ip` is on our subnet.
+    pub fn on_link(&self, ip: Ipv4Address) -> bool {
+        let bits = u32::from(self.cfg.prefix_len.min(32));
+        let mask = if bits == 0 {
+            0
+        } else {
+            u32::MAX << (32 - bits)
+        };
+        (u32::from_be_bytes(ip.0) & mask) == (u32::from_be_bytes(self.cfg.ip.0) & mask)
+    }
+
+    /// Handle one received frame. ARP and ICMP Echo are answered through
+    /// `tx`; a TCP segment for our address comes back to the caller.
+    pub fn receive<'a>(
+        &mut self,
+        frame: &'a [u8],
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Option<TcpIngress<'a>> {
+        self.stats.rx_frames += 1;
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            self.stats.rx_malformed += 1;
+            return None;
+        };
+        let dst = eth.dst_addr();
+        if dst != self.cfg.mac && !dst.is_broadcast() {
+            self.stats.rx_not_for_us_mac += 1;
+            return None;
+        }
+        let src_mac = eth.src_addr();
+        match eth.ethertype() {
+            EtherType::ARP => {
+                self.receive_arp(eth.payload(), now, tx);
+                None
+            }
+            EtherType::IPV4 => self.receive_ipv4(eth.payload(), src_mac, tx),
+            _ => {
+                self.stats.rx_other_ethertype += 1;
+                None
+            }
+        }
+    }
+
+    fn receive_arp(&mut self, payload: &[u8], now: u64, tx: &mut dyn FnMut(&[u8])) {
+        let Ok(repr) = ArpPacket::new_checked(payload).and_then(|p| ArpRepr::parse(&p)) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        if let Some(reply) = self.arp.process(&repr, now) {
+            self.emit_arp(&reply, tx);
+        }
+        self.flush_ready(tx);
+    }
+
+    fn receive_ipv4<'a>(
+        &mut self,
+        payload: &'a [u8],
+        src_mac: EthernetAddress,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Option<TcpIngress<'a>> {
+        let Ok(ip) = Ipv4Packet::new_checked(payload) else {
+            self.stats.rx_malformed += 1;
+            return None;
+        };
+        let Ok(repr) = Ipv4Repr::parse(&ip) else {
+            self.stats.rx_malformed += 1;
+            return None;
+        };
+        if repr.dst_addr != self.cfg.ip {
+            self.stats.rx_not_for_us_ip += 1;
+            return None;
+        }
+        if repr.more_frags || repr.fragment_offset != 0 {
+            self.stats.rx_fragments += 1;
+            return None;
+        }
+        if repr.options_len != 0 {
+            self.stats.rx_options += 1;
+            return None;
+        }
+        // Ethernet pads short frames: the datagram ends at Total Length.
+        let body = ip.payload();
+        match repr.protocol {
+            IpProtocol::TCP => {
+                let Ok(tcp) = TcpPacket::new_checked(body) else {
+                    self.stats.rx_malformed += 1;
+                    return None;
+                };
+                // Checks the checksum over the pseudo-header.
+                let Ok(seg) = TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) else {
+                    self.stats.rx_malformed += 1;
+                    return None;
+                };
+                self.stats.rx_tcp += 1;
+                Some(TcpIngress {
+                    src: repr.src_addr,
+                    src_mac,
+                    seg,
+                })
+            }
+            IpProtocol::ICMP => {
+                self.receive_icmp(body, repr.src_addr, src_mac, tx);
+                None
+            }
+            _ => {
+                self.stats.rx_other_protocol += 1;
+                None
+            }
+        }
+    }
+
+    fn receive_icmp(
+        &mut self,
+        body: &[u8],
+        src: Ipv4Address,
+        src_mac: EthernetAddress,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let Ok(pkt) = Icmpv4Packet::new_checked(body) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Ok(Icmpv4Repr::EchoRequest {
+            ident,
+            seq_no,
+            data,
+        }) = Icmpv4Repr::parse(&pkt)
+        else {
+            // Echo replies and unsupported messages: nothing to do.
+            return;
+        };
+        let reply = Icmpv4Repr::EchoReply {
+            ident,
+            seq_no,
+            data,
+        };
+        let len = reply.buffer_len();
+        if IPV4_HEADER_LEN + len > self.cfg.mtu {
+            self.stats.tx_too_big += 1;
+            return;
+        }
+        // RFC 1122 §3.2.2.6: the reply goes back the way the request came,
+        // so answer the sender's MAC directly (no ARP round trip for a ping).
+        let mut buf = std::mem::take(&mut self.scratch);
+        let total = self.frame_header(&mut buf, src_mac, src, IpProtocol::ICMP, len);
+        let ok = reply
+            .emit(&mut Icmpv4Packet::new_unchecked(
+                &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..total],
+            ))
+            .is_ok();
+        if ok {
+            self.stats.icmp_echo_replies += 1;
+            self.stats.tx_frames += 1;
+            tx(&buf[..total]);
+        }
+        self.scratch = buf;
+    }
+
+    /// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram
+    /// into `buf` (resized), returning the frame length.
+    fn frame_header(
+        &mut self,
+        buf: &mut Vec<u8>,
+        dst_mac: EthernetAddress,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        payload_len: usize,
+    ) -> usize {
+        let total = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + payload_len;
+        buf.clear();
+        buf.resize(total, 0);
+        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
+        // Both emits write fixed-size headers into a buffer sized above.
+        let _ = EthernetRepr {
+            src_addr: self.cfg.mac,
+            dst_addr: dst_mac,
+            ethertype: EtherType::IPV4,
+        }
+        .emit(&mut eth);
+        self.ident = self.ident.wrapping_add(1);
+        let _ = Ipv4Repr {
+            src_addr: self.cfg.ip,
+            dst_addr: dst,
+            protocol,
+            payload_len,
+            ttl: self.cfg.ttl,
+            dscp: 0,
+            ecn: 0,
+            identification: self.ident,
+            // RFC 1122 §3.3.4: we never fragment, and set DF so path MTU
+            // discovery (RFC 1191) can work on routed paths.
+            dont_frag: true,
+            more_frags: false,
+            fragment_offset: 0,
+            options_len: 0,
+        }
+        .emit(&mut Ipv4Packet::new_unchecked(eth.payload_mut()));
+        total
+    }
+
+    fn emit_arp(&mut self, repr: &ArpRepr, tx: &mut dyn FnMut(&[u8])) {
+        let mut buf = [0u8; arp::FRAME_LEN];
+        if let Ok(n) = arp::emit_frame(repr, self.cfg.mac, &mut buf) {
+            self.stats.tx_frames += 1;
+            tx(&buf[..n]);
+        }
+    }
+
+    fn flush_ready(&mut self, tx: &mut dyn FnMut(&[u8])) {
+        while let Some((mac, mut frame)) = self.arp.pop_ready() {
+            if let Some(d) = frame.get_mut(..6) {
+                d.copy_from_slice(&mac.0);
+            }
+            self.stats.tx_frames += 1;
+            tx(&frame);
+        }
+    }
+
+    /// Send one TCP segment to `dst`: straight out through `tx` when the
+    /// next hop's MAC is known, or held (and an ARP request sent) until it
+    /// resolves. `Ok` means sent or held.
+    pub fn send_tcp(
+        &mut self,
+        dst: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), SendError> {
+        let len = seg.buffer_len();
+        if len > self.max_tcp_len() {
+            self.stats.tx_too_big += 1;
+            return Err(SendError::TooBig);
+        }
+        let hop = if self.on_link(dst) {
+            dst
+        } else if let Some(gw) = self.cfg.gateway {
+            gw
+        } else {
+            self.stats.tx_dropped += 1;
+            return Err(SendError::NoRoute);
+        };
+        let (mac, request) = match self.arp.resolve(hop, now) {
+            Resolve::Known(mac) => (Some(mac), None),
+            Resolve::SendRequest(r) => (None, Some(r)),
+            Resolve::Pending => (None, None),
+            Resolve::Failed => {
+                self.stats.tx_dropped += 1;
+                return Err(SendError::Unreachable);
+            }
+        };
+        if let Some(r) = request {
+            self.emit_arp(&r, tx);
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        let total = self.frame_header(
+            &mut buf,
+            mac.unwrap_or(EthernetAddress([0; 6])),
+            dst,
+            IpProtocol::TCP,
+            len,
+        );
+        let emitted = seg
+            .emit(
+                &mut TcpPacket::new_unchecked(
+                    &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..total],
+                ),
+                &self.cfg.ip,
+                &dst,
+            )
+            .is_ok();
+        let result = if !emitted {
+            self.stats.tx_dropped += 1;
+            Ok(())
+        } else if mac.is_some() {
+            self.stats.tx_frames += 1;
+            tx(&buf[..total]);
+            Ok(())
+        } else {
+            self.stats.tx_queued += 1;
+            match self.arp.enqueue(hop, buf[..total].to_vec()) {
+                Enqueue::Queued => Ok(()),
+                Enqueue::DroppedOldest(_) => {
+                    self.stats.tx_dropped += 1;
+                    Ok(())
+                }
+                Enqueue::Refused(_) => {
+                    self.stats.tx_dropped += 1;
+                    Err(SendError::Unreachable)
+                }
+            }
+        };
+        self.scratch = buf;
+        result
+    }
+
+    /// Retransmit due ARP requests (and fail addresses that never answered).
+    pub fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
+        while let Some(r) = self.arp.poll_request(now) {
+            self.emit_arp(&r, tx);
+        }
+    }
+
+    /// When [`poll`](Self::poll) next has work.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.arp.poll_timeout()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{ArpOperation, TcpFlags};
+
+    const MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
+    const IP: Ipv4Address = Ipv4Address::new(10, 9, 0, 1);
+    const PEER_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
+    const PEER: Ipv4Address = Ipv4Address::new(10, 9, 0, 2);
+
+    fn iface() -> Interface {
+        Interface::new(IfaceConfig::new(MAC, IP, 24))
+    }
+
+    fn arp_frame(op: ArpOperation, target_mac: EthernetAddress) -> Vec<u8> {
+        let repr = ArpRepr {
+            operation: op,
+            source_hardware_addr: PEER_MAC,
+            source_protocol_addr: PEER,
+            target_hardware_addr: target_mac,
+            target_protocol_addr: IP,
+        };
+        let mut buf = vec![0u8; arp::FRAME_LEN];
+        arp::emit_frame(&repr, PEER_MAC, &mut buf).unwrap();
+        buf
+    }
+
+    /// An IPv4 frame from the peer to `dst` carrying `body` as `proto`.
+    fn ip_frame(dst: Ipv4Address, proto: IpProtocol, body: &[u8]) -> Vec<u8> {
+        let mut buf = vec![0u8; ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + body.len()];
+        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
+        EthernetRepr {
+            src_addr: PEER_MAC,
+            dst_addr: MAC,
+            ethertype: EtherType::IPV4,
+        }
+        .emit(&mut eth)
+        .unwrap();
+        let mut ip = Ipv4Packet::new_unchecked(eth.payload_mut());
+        Ipv4Repr {
+            src_addr: PEER,
+            dst_addr: dst,
+            protocol: proto,
+            payload_len: body.len(),
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            identification: 7,
+            dont_frag: true,
+            more_frags: false,
+            fragment_offset: 0,
+            options_len: 0,
+        }
+        .emit(&mut ip)
+        .unwrap();
+        ip.payload_mut()[..body.len()].copy_from_slice(body);
+        buf
+    }
+
+    fn tcp_bytes(seg: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
+        let mut b = vec![0u8; seg.buffer_len()];
+        seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), &src, &dst)
+            .unwrap();
+        b
+    }
+
+    fn parse_out(frame: &[u8]) -> (EthernetRepr, Ipv4Repr, Vec<u8>) {
+        let eth = EthernetFrame::new_checked(frame).unwrap();
+        let e = EthernetRepr::parse(&eth).unwrap();
+        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        let r = Ipv4Repr::parse(&ip).unwrap();
+        (e, r, ip.payload().to_vec())
+    }
+
+    #[test]
+    fn answers_arp_request_for_us_and_learns_sender() {
+        let mut i = iface();
+        let mut out = Vec::new();
+        let req = arp_frame(ArpOperation::REQUEST, EthernetAddress([0; 6]));
+        assert!(i.receive(&req, 0, &mut |f| out.push(f.to_vec())).is_none());
+        assert_eq!(out.len(), 1);
+        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        assert_eq!(eth.dst_addr(), PEER_MAC);
+        let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+        assert_eq!(r.operation, ArpOperation::REPLY);
+        assert_eq!(r.source_hardware_addr, MAC);
+        assert_eq!(r.source_protocol_addr, IP);
+        assert_eq!(r.target_protocol_addr, PEER);
+        assert_eq!(i.arp().lookup(PEER, 0), Some(PEER_MAC));
+    }
+
+    #[test]
+    fn answers_echo_request_with_same_payload() {
+        let mut i = iface();
+        let req = Icmpv4Repr::EchoRequest {
+            ident: 0x1234,
+            seq_no: 9,
+            data: b"hello ping",
+        };
+        let mut body = vec![0u8; req.buffer_len()];
+        req.emit(&mut Icmpv4Packet::new_unchecked(&mut body[..]))
+            .unwrap();
+        let mut out = Vec::new();
+        let frame = ip_frame(IP, IpProtocol::ICMP, &body);
+        assert!(i
+            .receive(&frame, 0, &mut |f| out.push(f.to_vec()))
+            .is_none());
+        assert_eq!(out.len(), 1);
+        let (e, r, payload) = parse_out(&out[0]);
+        assert_eq!(e.dst_addr, PEER_MAC);
+        assert_eq!((r.src_addr, r.dst_addr), (IP, PEER));
+        assert!(r.dont_frag);
+        let p = Icmpv4Packet::new_checked(&payload[..]).unwrap();
+        assert_eq!(
+            Icmpv4Repr::parse(&p).unwrap(),
+            Icmpv4Repr::EchoReply {
+                ident: 0x1234,
+                seq_no: 9,
+                data: b"hello ping"
+            }
+        );
+        assert_eq!(i.stats().icmp_echo_replies, 1);
+    }
+
+    #[test]
+    fn tcp_for_us_comes_back_with_payload_borrowed() {
+        let mut i = iface();
+        let mut seg = TcpRepr::new(40000, 80, 1000, TcpFlags::ACK | TcpFlags::PSH);
+        seg.payload = b"abc";
+        let frame = ip_frame(IP, IpProtocol::TCP, &tcp_bytes(&seg, PEER, IP));
+        let got = i.receive(&frame, 0, &mut |_| panic!("no output")).unwrap();
+        assert_eq!(got.src, PEER);
+        assert_eq!(got.seg.payload, b"abc");
+        assert_eq!(got.seg.dst_port, 80);
+    }
+
+    #[test]
+    fn drops_and_counts_what_it_does_not_serve() {
+        let mut i = iface();
+        let seg = TcpRepr::new(1, 2, 3, TcpFlags::SYN);
+        let body = tcp_bytes(&seg, PEER, IP);
+        let mut none = |_: &[u8]| panic!("no output");
+        // Another host.
+        let other = Ipv4Address::new(10, 9, 0, 3);
+        assert!(i
+            .receive(&ip_frame(other, IpProtocol::TCP, &body), 0, &mut none)
+            .is_none());
+        assert_eq!(i.stats().rx_not_for_us_ip, 1);
+        // A fragment (MF set; checksum refilled).
+        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[ETHERNET_HEADER_LEN..]);
+            ip.set_more_frags(true);
+            ip.fill_checksum();
+        }
+        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_fragments, 1);
+        // A bad header checksum.
+        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
+        f[ETHERNET_HEADER_LEN + 10] ^= 0xff;
+        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_malformed, 1);
+        // A bad TCP checksum.
+        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
+        f[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + 16] ^= 1;
+        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_malformed, 2);
+        // UDP.
+        assert!(i
+            .receive(&ip_frame(IP, IpProtocol(17), &[0; 8]), 0, &mut none)
+            .is_none());
+        assert_eq!(i.stats().rx_other_protocol, 1);
+        // Another MAC.
+        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
+        f[5] = 0x77;
+        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_not_for_us_mac, 1);
+        // IP options: IHL 6 with a 4-octet NOP option.
+        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
+        let at = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+        f.splice(at..at, [1, 1, 1, 1]);
+        {
+            let total = (f.len() - ETHERNET_HEADER_LEN) as u16;
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[ETHERNET_HEADER_LEN..]);
+            ip.set_ihl(6);
+            ip.set_total_len(total);
+            ip.fill_checksum();
+        }
+        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_options, 1);
+        // Every truncation of a valid frame: never a panic, never a segment.
+        let good = ip_frame(IP, IpProtocol::TCP, &body);
+        for len in 0..good.len() {
+            assert!(i.receive(&good[..len], 0, &mut none).is_none(), "len {len}");
+        }
+    }
+
+    #[test]
+    fn send_holds_until_arp_resolves_then_flushes() {
+        let mut i = iface();
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
+        seg.payload = b"held";
+        i.send_tcp(PEER, &seg, 0, &mut |f| out.push(f.to_vec()))
+            .unwrap();
+        // Only the ARP request went out.
+        assert_eq!(out.len(), 1);
+        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        assert_eq!(eth.ethertype(), EtherType::ARP);
+        assert!(eth.dst_addr().is_broadcast());
+        // A retry after the interval, then the reply releases the segment.
+        out.clear();
+        i.poll(arp::SECOND, &mut |f| out.push(f.to_vec()));
+        assert_eq!(out.len(), 1);
+        out.clear();
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        assert!(i
+            .receive(&reply, arp::SECOND + 1, &mut |f| out.push(f.to_vec()))
+            .is_none());
+        assert_eq!(out.len(), 1);
+        let (e, r, payload) = parse_out(&out[0]);
+        assert_eq!(e.dst_addr, PEER_MAC);
+        assert_eq!(r.dst_addr, PEER);
+        let t = TcpPacket::new_checked(&payload[..]).unwrap();
+        let t = TcpRepr::parse(&t, &IP, &PEER).unwrap();
+        assert_eq!(t.payload, b"held");
+        // Now known: sent at once.
+        out.clear();
+        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f| out.push(f.to_vec()))
+            .unwrap();
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn routing_and_size_errors() {
+        let mut i = iface();
+        let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
+        let far = Ipv4Address::new(192, 0, 2, 1);
+        assert_eq!(
+            i.send_tcp(far, &seg, 0, &mut |_| ()),
+            Err(SendError::NoRoute)
+        );
+        let big = vec![0u8; 1500];
+        let mut s = seg;
+        s.payload = &big;
+        assert_eq!(i.send_tcp(PEER, &s, 0, &mut |_| ()), Err(SendError::TooBig));
+        // Off-link through a gateway: ARP asks for the gateway.
+        let mut cfg = IfaceConfig::new(MAC, IP, 24);
+        cfg.gateway = Some(Ipv4Address::new(10, 9, 0, 254));
+        let mut i = Interface::new(cfg);
+        let mut out = Vec::new();
+        i.send_tcp(far, &seg, 0, &mut |f| out.push(f.to_vec()))
+            .unwrap();
+        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+        assert_eq!(r.target_protocol_addr, Ipv4Address::new(10, 9, 0, 254));
+    }
+
+    #[test]
+    fn unanswered_arp_fails_and_reports_unreachable() {
+        let mut i = iface();
+        let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
+        i.send_tcp(PEER, &seg, 0, &mut |_| ()).unwrap();
+        let mut now = 0;
+        // Requests at 0, 1 s and 2 s (max_requests 3); at 3 s the address fails.
+        for _ in 0..3 {
+            now += arp::SECOND;
+            i.poll(now, &mut |_| ());
+        }
+        assert_eq!(
+            i.send_tcp(PEER, &seg, now, &mut |_| ()),
+            Err(SendError::Unreachable)
+        );
+        assert!(i.stats().tx_dropped >= 1);
+    }
+}
