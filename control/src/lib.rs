@@ -48,6 +48,17 @@ pub struct MpaConfig {
     pub rtr: RtrOffer,
     /// Application private data.
     pub private_data: Vec<u8>,
+    /// How long the initiator waits for the Reply (nanoseconds; Linux
+    /// waits 10 s, wire-facts.md). The caller's clock runs the timer.
+    pub reply_timeout: u64,
+    /// How long the responder waits for the Request (Linux: 5 s).
+    pub request_timeout: u64,
+    /// Initiator only: hold the first FPDU (the RTR included) this long
+    /// after the Reply (nanoseconds; 0: send at once). Linux siw 6.1 as
+    /// responder hooks its receive path to the QP only after sending the
+    /// Reply, so an FPDU arriving in between sits unread until more data
+    /// comes (interop README, finding 2); 50 ms avoids it.
+    pub first_fpdu_delay: u64,
 }
 
 impl Default for MpaConfig {
@@ -67,6 +78,9 @@ impl Default for MpaConfig {
                 read: true,
             },
             private_data: Vec::new(),
+            reply_timeout: 10_000_000_000,
+            request_timeout: 5_000_000_000,
+            first_fpdu_delay: 0,
         }
     }
 }
@@ -100,6 +114,9 @@ pub struct SetupError {
     pub code: TermCode,
     /// What went wrong.
     pub reason: SetupFailure,
+    /// The private data of a rejecting Reply (RFC 5044 §7.1.2: a rejecting
+    /// responder may explain itself there).
+    pub peer_private_data: Vec<u8>,
 }
 
 /// Kinds of setup failure.
@@ -121,6 +138,10 @@ pub enum SetupFailure {
     NoMatchingRtr,
     /// Our own configuration cannot be encoded (private data too long).
     BadConfig,
+    /// The peer's Request or Reply did not arrive in time.
+    TimedOut,
+    /// Our application rejected the peer's Request.
+    RejectedByUs,
 }
 
 impl core::fmt::Display for SetupError {
@@ -132,7 +153,11 @@ impl core::fmt::Display for SetupError {
 impl std::error::Error for SetupError {}
 
 fn fail(code: TermCode, reason: SetupFailure) -> SetupError {
-    SetupError { code, reason }
+    SetupError {
+        code,
+        reason,
+        peer_private_data: Vec::new(),
+    }
 }
 
 /// Collects one Request/Reply frame from a stream cut anywhere.
@@ -243,7 +268,9 @@ impl Initiator {
         }
         let rep = parse(&self.frame.buf, FrameKind::Reply)?;
         if rep.flags.reject() {
-            return Err(fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::Rejected));
+            let mut e = fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::Rejected);
+            e.peer_private_data = rep.ulp_data.to_vec();
+            return Err(e);
         }
         if rep.flags.marker() && !self.cfg.allow_markers_tx {
             return Err(fail(
@@ -331,6 +358,28 @@ pub enum ResponderOutcome {
     },
 }
 
+/// What a peer's Request asks for, before we answer it (what an
+/// rdma_cm-style connect request shows the application).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerRequest {
+    /// Revision the peer speaks.
+    pub rev: u8,
+    /// The peer asks for CRC.
+    pub crc: bool,
+    /// The peer asks us to send markers.
+    pub markers: bool,
+    /// The peer's IRD (Rev 2 enhanced only).
+    pub ird: Option<u16>,
+    /// The peer's ORD (Rev 2 enhanced only).
+    pub ord: Option<u16>,
+    /// The peer asks for peer-to-peer mode.
+    pub peer_to_peer: bool,
+    /// RTR types the peer offers.
+    pub rtr: RtrOffer,
+    /// The peer's private data (without the RFC 6581 words).
+    pub private_data: Vec<u8>,
+}
+
 /// The passive side: waits for the Request, answers with the Reply.
 #[derive(Debug, Clone)]
 pub struct Responder {
@@ -350,14 +399,93 @@ impl Responder {
     /// Feed octets. `Ok(None)` while the Request is incomplete. A malformed
     /// Request is an `Err` (close the connection: there is no frame to answer
     /// with); a well-formed one we cannot serve gets a rejecting Reply.
+    /// Accepts with this responder's configuration; to let the application
+    /// decide, use [`receive_request`](Self::receive_request) and then
+    /// [`accept`](Self::accept) or [`reject`](Self::reject).
     pub fn receive(&mut self, data: &[u8]) -> Result<Option<ResponderOutcome>, SetupError> {
         let (used, done) = self.frame.take(data)?;
         if !done {
             return Ok(None);
         }
+        self.decide(used, &self.cfg.clone()).map(Some)
+    }
+
+    /// Feed octets until the Request is whole; then return what the peer
+    /// asks for (and octets consumed) without answering yet.
+    pub fn receive_request(
+        &mut self,
+        data: &[u8],
+    ) -> Result<Option<(PeerRequest, usize)>, SetupError> {
+        let (used, done) = self.frame.take(data)?;
+        if !done {
+            return Ok(None);
+        }
+        let req = parse(&self.frame.buf, FrameKind::Request)?;
+        let e = req.enhanced.filter(|_| req.rev >= 2);
+        Ok(Some((
+            PeerRequest {
+                rev: req.rev,
+                crc: req.flags.crc(),
+                markers: req.flags.marker(),
+                ird: e.map(|e| e.ird),
+                ord: e.map(|e| e.ord),
+                peer_to_peer: e.is_some_and(|e| e.peer_to_peer),
+                rtr: e.map(|e| rtr_of(&e)).unwrap_or_default(),
+                private_data: req.ulp_data.to_vec(),
+            },
+            used,
+        )))
+    }
+
+    /// Answer a Request taken by [`receive_request`](Self::receive_request),
+    /// accepting with `private_data` and our IRD/ORD (capped per RFC 6581 by
+    /// the peer's). May still reject when the Request cannot be served
+    /// (markers we do not send, no common RTR type).
+    pub fn accept(
+        &self,
+        private_data: Vec<u8>,
+        ird: u16,
+        ord: u16,
+    ) -> Result<ResponderOutcome, SetupError> {
+        let cfg = MpaConfig {
+            private_data,
+            ird,
+            ord,
+            ..self.cfg.clone()
+        };
+        self.decide(0, &cfg)
+    }
+
+    /// Reject a Request taken by [`receive_request`](Self::receive_request):
+    /// the Reply octets (R = 1) carrying `private_data` (at most 512 octets,
+    /// RFC 5044 §7.1).
+    pub fn reject(&self, private_data: &[u8]) -> Result<Vec<u8>, SetupError> {
         let req = parse(&self.frame.buf, FrameKind::Request)?;
         let rev = req.rev.min(self.cfg.rev);
         let crc = self.cfg.crc || req.flags.crc();
+        // The RFC 6581 words count against PD_Length's 512 (RFC 5044
+        // §7.1); a rejection that needs all 512 octets for its reason goes
+        // without them (the connection is over either way).
+        let enhanced = req
+            .enhanced
+            .filter(|_| rev >= 2 && private_data.len() + 4 <= MAX_PRIVATE_DATA)
+            .map(|_| EnhancedParams::default());
+        MpaFrameRepr {
+            kind: FrameKind::Reply,
+            flags: MpaFlags::new(false, crc, true, false),
+            rev,
+            enhanced,
+            ulp_data: private_data,
+        }
+        .to_vec()
+        .map_err(|_| fail(TermCode::MPA_LOCAL_CATASTROPHIC, SetupFailure::BadConfig))
+    }
+
+    /// The answer to the whole Request held in `self.frame` under `cfg`.
+    fn decide(&self, used: usize, cfg: &MpaConfig) -> Result<ResponderOutcome, SetupError> {
+        let req = parse(&self.frame.buf, FrameKind::Request)?;
+        let rev = req.rev.min(cfg.rev);
+        let crc = cfg.crc || req.flags.crc();
         let reject = |error: SetupError, rev: u8, enhanced: bool| {
             let r = MpaFrameRepr {
                 kind: FrameKind::Reply,
@@ -373,20 +501,20 @@ impl Responder {
         };
         let enhanced_in = req.enhanced.filter(|_| rev >= 2);
         // wire-facts.md: Linux siw answers a Request with M = 1 with R = 1.
-        if req.flags.marker() && !self.cfg.allow_markers_tx {
-            return Ok(Some(reject(
+        if req.flags.marker() && !cfg.allow_markers_tx {
+            return Ok(reject(
                 fail(TermCode::MPA_BAD_REQ_REP, SetupFailure::MarkersRefused),
                 rev,
                 enhanced_in.is_some(),
-            )));
+            ));
         }
         let mut n = Negotiated {
             rev,
             crc,
             markers_tx: req.flags.marker(),
-            markers_rx: self.cfg.markers_rx,
-            ird: self.cfg.ird,
-            ord: self.cfg.ord,
+            markers_rx: cfg.markers_rx,
+            ird: cfg.ird,
+            ord: cfg.ord,
             rtr: None,
             peer_private_data: req.ulp_data.to_vec(),
         };
@@ -394,22 +522,22 @@ impl Responder {
         if let Some(e) = enhanced_in {
             // RFC 6581: our ORD from the peer's IRD, our IRD from the peer's ORD,
             // each capped by our own limits.
-            n.ord = self.cfg.ord.min(e.ird);
-            n.ird = self.cfg.ird.min(e.ord);
+            n.ord = cfg.ord.min(e.ird);
+            n.ird = cfg.ird.min(e.ord);
             let mut enh = EnhancedParams {
                 ird: n.ird,
                 ord: n.ord,
                 ..Default::default()
             };
             if e.peer_to_peer {
-                if !self.cfg.peer_to_peer {
-                    return Ok(Some(reject(
+                if !cfg.peer_to_peer {
+                    return Ok(reject(
                         fail(TermCode::MPA_NO_MATCHING_RTR, SetupFailure::NoMatchingRtr),
                         rev,
                         true,
-                    )));
+                    ));
                 }
-                match pick_one(rtr_of(&e), self.cfg.rtr) {
+                match pick_one(rtr_of(&e), cfg.rtr) {
                     Some(k) => {
                         enh.peer_to_peer = true;
                         match k {
@@ -420,11 +548,11 @@ impl Responder {
                         n.rtr = Some(k);
                     }
                     None => {
-                        return Ok(Some(reject(
+                        return Ok(reject(
                             fail(TermCode::MPA_NO_MATCHING_RTR, SetupFailure::NoMatchingRtr),
                             rev,
                             true,
-                        )))
+                        ))
                     }
                 }
             }
@@ -432,19 +560,19 @@ impl Responder {
         }
         let r = MpaFrameRepr {
             kind: FrameKind::Reply,
-            flags: MpaFlags::new(self.cfg.markers_rx, crc, false, false),
+            flags: MpaFlags::new(cfg.markers_rx, crc, false, false),
             rev,
             enhanced: reply_enh,
-            ulp_data: &self.cfg.private_data,
+            ulp_data: &cfg.private_data,
         };
         let reply = r
             .to_vec()
             .map_err(|_| fail(TermCode::MPA_LOCAL_CATASTROPHIC, SetupFailure::BadConfig))?;
-        Ok(Some(ResponderOutcome::Accepted {
+        Ok(ResponderOutcome::Accepted {
             negotiated: n,
             reply,
             consumed: used,
-        }))
+        })
     }
 }
 
@@ -489,6 +617,49 @@ mod tests {
                 (Err(e), None, req, reply)
             }
         }
+    }
+
+    #[test]
+    fn application_decides_accept_with_its_private_data_and_limits() {
+        let ic = MpaConfig {
+            ird: 8,
+            ord: 4,
+            private_data: b"hello from the initiator".to_vec(),
+            ..Default::default()
+        };
+        let (mut ini, req) = Initiator::new(ic).unwrap();
+        let mut resp = Responder::new(MpaConfig::default());
+        let (pr, used) = resp.receive_request(&req).unwrap().unwrap();
+        assert_eq!(used, req.len());
+        assert_eq!(pr.private_data, b"hello from the initiator");
+        assert_eq!((pr.ird, pr.ord, pr.rev), (Some(8), Some(4), 2));
+        let ResponderOutcome::Accepted {
+            negotiated, reply, ..
+        } = resp.accept(b"welcome".to_vec(), 2, 3).unwrap()
+        else {
+            panic!("rejected")
+        };
+        // RFC 6581: our IRD capped by the peer's ORD, our ORD by its IRD.
+        assert_eq!((negotiated.ird, negotiated.ord), (2, 3));
+        let (n, _) = ini.receive(&reply).unwrap().unwrap();
+        assert_eq!(n.peer_private_data, b"welcome");
+        // The initiator's ORD is capped by the responder's IRD (2).
+        assert_eq!((n.ird, n.ord), (8, 2));
+    }
+
+    #[test]
+    fn application_rejects_with_512_octets_of_private_data() {
+        let (mut ini, req) = Initiator::new(MpaConfig::default()).unwrap();
+        let mut resp = Responder::new(MpaConfig::default());
+        resp.receive_request(&req).unwrap().unwrap();
+        let why: Vec<u8> = (0..512u32).map(|i| (i * 7) as u8).collect();
+        let reply = resp.reject(&why).unwrap();
+        assert_eq!(reply.len(), 20 + 512);
+        let e = ini.receive(&reply).unwrap_err();
+        assert_eq!(e.reason, SetupFailure::Rejected);
+        assert_eq!(e.peer_private_data, why);
+        // 513 octets cannot be sent (RFC 5044 §7.1: PD_Length at most 512).
+        assert!(resp.reject(&[0; 513]).is_err());
     }
 
     #[test]

@@ -12,8 +12,12 @@
 
 pub mod over_tcp;
 pub mod runtime;
+pub mod stack;
 
-use iwarp_control::{Initiator, MpaConfig, Negotiated, Responder, ResponderOutcome, SetupError};
+use iwarp_control::{
+    Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,
+    SetupFailure,
+};
 use iwarp_proto::mem::{MemoryTable, PdId};
 use iwarp_proto::mpa::mulpdu;
 use iwarp_proto::qp::{Qp, QpConfig, QpState};
@@ -35,8 +39,18 @@ pub struct StreamParams {
 enum Phase {
     AwaitReply(Initiator),
     AwaitRequest(Responder),
+    /// The Request is in; the application decides.
+    AwaitDecision(Responder),
     Rdma(Box<Qp>),
     Failed,
+}
+
+fn no_request() -> SetupError {
+    SetupError {
+        code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
+        reason: SetupFailure::WrongKind,
+        peer_private_data: Vec::new(),
+    }
 }
 
 /// Connection phase as seen from outside.
@@ -61,11 +75,30 @@ pub struct Connection {
     /// for the RTR; RFC 5044 Rev 1: the initiator sends first).
     hold_until_rx: bool,
     setup_error: Option<SetupError>,
+    /// Let the application accept or reject the Request.
+    manual: bool,
+    request: Option<PeerRequest>,
+    /// Octets that followed the Request while the application decides.
+    early: Vec<u8>,
+    timeout: u64,
+    srq: Option<iwarp_proto::qp::Srq>,
+    /// Initiator: how long FPDUs wait after the Reply (ns); 0 once released.
+    tx_hold: u64,
+    /// The configured hold, armed when full operation starts.
+    first_fpdu_delay: u64,
+    /// Receives posted before full operation: posted to the new queue pair
+    /// before it processes a single received octet (an initiator's peer
+    /// may send right behind its Reply, in the same segment).
+    pre_posted: Vec<(u64, iwarp_proto::qp::SgList)>,
+    /// Pre-posted receives the new queue pair refused.
+    refused: Vec<(u64, iwarp_proto::qp::PostError)>,
 }
 
 impl Connection {
     /// Active side: the Request is queued for transmission at once.
     pub fn initiator(cfg: MpaConfig, params: StreamParams) -> Result<Self, SetupError> {
+        let timeout = cfg.reply_timeout;
+        let first_fpdu_delay = cfg.first_fpdu_delay;
         let (ini, req) = Initiator::new(cfg)?;
         Ok(Connection {
             phase: Phase::AwaitReply(ini),
@@ -74,11 +107,21 @@ impl Connection {
             negotiated: None,
             hold_until_rx: false,
             setup_error: None,
+            manual: false,
+            request: None,
+            early: Vec::new(),
+            timeout,
+            srq: None,
+            tx_hold: 0,
+            first_fpdu_delay,
+            pre_posted: Vec::new(),
+            refused: Vec::new(),
         })
     }
 
-    /// Passive side: waits for the Request.
+    /// Passive side: waits for the Request and accepts it with `cfg`.
     pub fn responder(cfg: MpaConfig, params: StreamParams) -> Self {
+        let timeout = cfg.request_timeout;
         Connection {
             phase: Phase::AwaitRequest(Responder::new(cfg)),
             params,
@@ -86,13 +129,143 @@ impl Connection {
             negotiated: None,
             hold_until_rx: false,
             setup_error: None,
+            manual: false,
+            request: None,
+            early: Vec::new(),
+            timeout,
+            srq: None,
+            tx_hold: 0,
+            first_fpdu_delay: 0,
+            pre_posted: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
+    /// Post a receive before full operation (it goes to the queue pair as it
+    /// is created). In full operation, post to [`qp`](Self::qp) instead.
+    pub fn pre_post_recv(&mut self, wr_id: u64, sgl: iwarp_proto::qp::SgList) {
+        self.pre_posted.push((wr_id, sgl));
+    }
+
+    /// Pre-posted receives that never reached a queue pair (the connection
+    /// is going away before full operation).
+    pub fn take_pre_posted(&mut self) -> Vec<(u64, iwarp_proto::qp::SgList)> {
+        std::mem::take(&mut self.pre_posted)
+    }
+
+    /// Pre-posted receives that the queue pair refused, with why.
+    pub fn take_refused(&mut self) -> Vec<(u64, iwarp_proto::qp::PostError)> {
+        std::mem::take(&mut self.refused)
+    }
+
+    /// Take receive buffers from `srq` instead of a receive queue of its own
+    /// (call before full operation).
+    pub fn set_srq(&mut self, srq: iwarp_proto::qp::Srq) {
+        self.srq = Some(srq);
+    }
+
+    /// Passive side that stops at the Request: [`pending_request`]
+    /// (Self::pending_request) shows it, then [`accept`](Self::accept) or
+    /// [`reject`](Self::reject) answers it.
+    pub fn responder_manual(cfg: MpaConfig, params: StreamParams) -> Self {
+        Connection {
+            manual: true,
+            ..Connection::responder(cfg, params)
+        }
+    }
+
+    /// The peer's Request, while the application has not answered it.
+    pub fn pending_request(&self) -> Option<&PeerRequest> {
+        match self.phase {
+            Phase::AwaitDecision(_) => self.request.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Accept the pending Request with our private data and IRD/ORD.
+    /// Octets that followed the Request are processed at once.
+    pub fn accept(
+        &mut self,
+        private_data: Vec<u8>,
+        ird: u16,
+        ord: u16,
+        mem: &mut MemoryTable,
+    ) -> Result<(), SetupError> {
+        let Phase::AwaitDecision(resp) = &self.phase else {
+            return Err(no_request());
+        };
+        match resp.accept(private_data, ird, ord) {
+            Ok(ResponderOutcome::Accepted {
+                negotiated, reply, ..
+            }) => {
+                self.out.extend_from_slice(&reply);
+                self.enter_rdma(negotiated, false, mem);
+                let early = std::mem::take(&mut self.early);
+                if !early.is_empty() {
+                    self.receive(&early, mem);
+                }
+                Ok(())
+            }
+            Ok(ResponderOutcome::Rejected { error, reply }) => {
+                self.out.extend_from_slice(&reply);
+                self.setup_error = Some(error.clone());
+                self.phase = Phase::Failed;
+                Err(error)
+            }
+            Err(e) => {
+                self.setup_error = Some(e.clone());
+                self.phase = Phase::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    /// Reject the pending Request; the rejecting Reply carries
+    /// `private_data` (at most 512 octets). Close the transport once it is sent.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
+        let Phase::AwaitDecision(resp) = &self.phase else {
+            return Err(no_request());
+        };
+        let reply = resp.reject(private_data)?;
+        self.out.extend_from_slice(&reply);
+        self.setup_error = Some(SetupError {
+            code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
+            reason: SetupFailure::RejectedByUs,
+            peer_private_data: Vec::new(),
+        });
+        self.phase = Phase::Failed;
+        Ok(())
+    }
+
+    /// How long the current setup phase may last (nanoseconds): the Reply
+    /// timeout for an initiator, the Request timeout for a responder;
+    /// `None` once there is nothing to wait for (decided, running, failed,
+    /// or waiting on our own application).
+    pub fn setup_timeout(&self) -> Option<u64> {
+        match self.phase {
+            Phase::AwaitReply(_) | Phase::AwaitRequest(_) => Some(self.timeout),
+            _ => None,
+        }
+    }
+
+    /// The setup timer ran out: fail the connection with `TimedOut`.
+    pub fn setup_timed_out(&mut self) {
+        if self.setup_timeout().is_some() {
+            self.setup_error = Some(SetupError {
+                code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
+                reason: SetupFailure::TimedOut,
+                peer_private_data: Vec::new(),
+            });
+            self.phase = Phase::Failed;
         }
     }
 
     /// Phase.
     pub fn state(&self) -> ConnState {
         match &self.phase {
-            Phase::AwaitReply(_) | Phase::AwaitRequest(_) => ConnState::Connecting,
+            Phase::AwaitReply(_) | Phase::AwaitRequest(_) | Phase::AwaitDecision(_) => {
+                ConnState::Connecting
+            }
             Phase::Rdma(q) => ConnState::Rdma(q.state()),
             Phase::Failed => ConnState::Failed,
         }
@@ -124,7 +297,7 @@ impl Connection {
         }
     }
 
-    fn enter_rdma(&mut self, n: Negotiated, initiator: bool) {
+    fn enter_rdma(&mut self, n: Negotiated, initiator: bool, mem: &MemoryTable) {
         let markers_tx = n.markers_tx;
         let cfg = QpConfig {
             pd: self.params.pd,
@@ -137,14 +310,23 @@ impl Connection {
             sq_depth: self.params.sq_depth,
             rq_depth: self.params.rq_depth,
         };
-        let mut qp = Qp::new(cfg);
+        let mut qp = match self.srq.clone() {
+            Some(srq) => Qp::with_srq(cfg, srq),
+            None => Qp::new(cfg),
+        };
         if initiator {
+            self.tx_hold = self.first_fpdu_delay;
             if let Some(kind) = n.rtr {
                 // RFC 6581: the initiator sends the RTR right after the Reply.
                 let _ = qp.post_rtr(kind);
             }
         } else {
             self.hold_until_rx = n.rtr.is_some() || n.rev < 2;
+        }
+        for (wr_id, sgl) in std::mem::take(&mut self.pre_posted) {
+            if let Err(e) = qp.post_recv(mem, wr_id, sgl) {
+                self.refused.push((wr_id, e));
+            }
         }
         self.negotiated = Some(n);
         self.phase = Phase::Rdma(Box::new(qp));
@@ -158,7 +340,7 @@ impl Connection {
                 Ok(None) => return,
                 Ok(Some((n, used))) => {
                     rest = &rest[used..];
-                    self.enter_rdma(n, true);
+                    self.enter_rdma(n, true, mem);
                 }
                 Err(e) => {
                     self.setup_error = Some(e);
@@ -166,6 +348,28 @@ impl Connection {
                     return;
                 }
             },
+            Phase::AwaitRequest(resp) if self.manual => match resp.receive_request(rest) {
+                Ok(None) => return,
+                Ok(Some((req, used))) => {
+                    self.request = Some(req);
+                    self.early.extend_from_slice(&rest[used..]);
+                    let Phase::AwaitRequest(r) = std::mem::replace(&mut self.phase, Phase::Failed)
+                    else {
+                        return;
+                    };
+                    self.phase = Phase::AwaitDecision(r);
+                    return;
+                }
+                Err(e) => {
+                    self.setup_error = Some(e);
+                    self.phase = Phase::Failed;
+                    return;
+                }
+            },
+            Phase::AwaitDecision(_) => {
+                self.early.extend_from_slice(rest);
+                return;
+            }
             Phase::AwaitRequest(resp) => match resp.receive(rest) {
                 Ok(None) => return,
                 Ok(Some(ResponderOutcome::Accepted {
@@ -175,7 +379,7 @@ impl Connection {
                 })) => {
                     rest = &rest[consumed..];
                     self.out.extend_from_slice(&reply);
-                    self.enter_rdma(negotiated, false);
+                    self.enter_rdma(negotiated, false, mem);
                 }
                 Ok(Some(ResponderOutcome::Rejected { error, reply })) => {
                     self.out.extend_from_slice(&reply);
@@ -216,13 +420,25 @@ impl Connection {
             out.extend(self.out.drain(..n));
             return n;
         }
-        if self.hold_until_rx {
+        if self.hold_until_rx || self.tx_hold > 0 {
             return 0;
         }
         match &mut self.phase {
             Phase::Rdma(qp) => qp.poll_transmit(mem, out, max_bytes, max_fpdus),
             _ => 0,
         }
+    }
+
+    /// How long FPDUs are still held after the Reply (ns; 0: not held).
+    /// The caller's clock runs it: call [`release_tx_hold`]
+    /// (Self::release_tx_hold) once that time has passed.
+    pub fn tx_hold(&self) -> u64 {
+        self.tx_hold
+    }
+
+    /// End the hold after the Reply.
+    pub fn release_tx_hold(&mut self) {
+        self.tx_hold = 0;
     }
 
     /// Setup octets (MPA Request/Reply) wait to be sent; the next

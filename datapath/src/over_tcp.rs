@@ -3,8 +3,12 @@
 //! placement) without a stream buffer; the send side moves whole FPDUs into
 //! TCP's send buffer, never more than it has room for.
 
-use iwarp_control::MpaConfig;
+use std::collections::VecDeque;
+
+use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError};
 use iwarp_proto::mem::MemoryTable;
+use iwarp_proto::qp::{PostError, QpState};
+use iwarp_proto::wire::TermCode;
 use tcp_lite::tcp::{Connection as Tcp, State as TcpState};
 use tcp_lite::wire::TcpRepr;
 
@@ -19,6 +23,31 @@ pub enum Role {
     Responder,
 }
 
+/// Connection-manager events of one iWARP connection (what rdma_cm
+/// reports), in the order they happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A manual responder holds the peer's Request: accept or reject it.
+    ConnectRequest(PeerRequest),
+    /// The MPA exchange finished: full operation with these settings.
+    Established(Negotiated),
+    /// Setup failed: rejected (by the peer, whose private data is in the
+    /// error, or by us), timed out, or incompatible.
+    SetupFailed(SetupError),
+    /// The stream is closed (either side, gracefully or not); posted work has
+    /// completed as flushed and nothing is placed any more.
+    Disconnected,
+}
+
+/// How we are closing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    /// Let outstanding work finish, then close TCP.
+    Graceful,
+    /// Terminate, then RST once it is out (or at `deadline`).
+    Abort { deadline: u64 },
+}
+
 /// iWARP over tcp-lite.
 #[derive(Debug)]
 pub struct IwarpOverTcp {
@@ -30,6 +59,19 @@ pub struct IwarpOverTcp {
     mpa: MpaConfig,
     params: StreamParams,
     scratch: Vec<u8>,
+    /// Work posted before the MPA exchange finished waits here.
+    pub(crate) pending: VecDeque<HostCommand>,
+    manual: bool,
+    setup_deadline: Option<u64>,
+    /// When the hold on FPDUs after the Reply ends.
+    hold_deadline: Option<u64>,
+    closing: Option<Closing>,
+    llp_done: bool,
+    reported_request: bool,
+    reported_established: bool,
+    reported_failure: bool,
+    events: VecDeque<CmEvent>,
+    srq: Option<iwarp_proto::qp::Srq>,
 }
 
 impl IwarpOverTcp {
@@ -42,7 +84,93 @@ impl IwarpOverTcp {
             mpa,
             params,
             scratch: Vec::new(),
+            pending: VecDeque::new(),
+            manual: false,
+            setup_deadline: None,
+            hold_deadline: None,
+            closing: None,
+            llp_done: false,
+            reported_request: false,
+            reported_established: false,
+            reported_failure: false,
+            events: VecDeque::new(),
+            srq: None,
         }
+    }
+
+    /// Receive into buffers from a shared receive queue.
+    pub fn with_srq(mut self, srq: iwarp_proto::qp::Srq) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// A responder that lets the application accept or reject the Request
+    /// ([`CmEvent::ConnectRequest`], then [`accept`](Self::accept) or
+    /// [`reject`](Self::reject)).
+    pub fn manual_accept(mut self) -> Self {
+        self.manual = true;
+        self
+    }
+
+    /// Accept the pending Request.
+    pub fn accept(
+        &mut self,
+        private_data: Vec<u8>,
+        ird: u16,
+        ord: u16,
+        mem: &mut MemoryTable,
+    ) -> Result<(), SetupError> {
+        match &mut self.iwarp {
+            Some(c) => c.accept(private_data, ird, ord, mem),
+            None => Err(SetupError {
+                code: TermCode::MPA_BAD_REQ_REP,
+                reason: iwarp_control::SetupFailure::WrongKind,
+                peer_private_data: Vec::new(),
+            }),
+        }
+    }
+
+    /// Reject the pending Request with `private_data`; the TCP stream
+    /// closes once the Reply is out.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
+        match &mut self.iwarp {
+            Some(c) => c.reject(private_data),
+            None => Err(SetupError {
+                code: TermCode::MPA_BAD_REQ_REP,
+                reason: iwarp_control::SetupFailure::WrongKind,
+                peer_private_data: Vec::new(),
+            }),
+        }
+    }
+
+    /// Graceful disconnect: outstanding work completes, then TCP closes;
+    /// what is still posted then completes as flushed.
+    pub fn disconnect(&mut self) {
+        if self.closing.is_none() {
+            self.closing = Some(Closing::Graceful);
+        }
+    }
+
+    /// Abortive disconnect: a Terminate (RDMAP local catastrophic error,
+    /// RFC 5040 §7.1 — the application gave up on the stream), then RST;
+    /// posted work completes as flushed.
+    pub fn abort(&mut self, now: u64) {
+        if matches!(self.closing, Some(Closing::Abort { .. })) {
+            return;
+        }
+        self.closing = Some(Closing::Abort {
+            deadline: now.saturating_add(100_000_000),
+        });
+        if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
+            if qp.state() == QpState::Rts {
+                qp.terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+            }
+        }
+    }
+
+    /// Next connection-manager event.
+    pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
     }
 
     fn ensure_iwarp(&mut self) {
@@ -60,8 +188,25 @@ impl IwarpOverTcp {
         };
         self.iwarp = match self.role {
             Role::Initiator => Connection::initiator(self.mpa.clone(), params).ok(),
+            Role::Responder if self.manual => {
+                Some(Connection::responder_manual(self.mpa.clone(), params))
+            }
             Role::Responder => Some(Connection::responder(self.mpa.clone(), params)),
         };
+        if let (Some(c), Some(srq)) = (&mut self.iwarp, &self.srq) {
+            c.set_srq(srq.clone());
+        }
+        // Receives posted while TCP was still connecting.
+        if let Some(c) = &mut self.iwarp {
+            let mut sends = VecDeque::new();
+            for cmd in self.pending.drain(..) {
+                match cmd {
+                    HostCommand::PostRecv(id, sgl) => c.pre_post_recv(id, sgl),
+                    other => sends.push_back(other),
+                }
+            }
+            self.pending = sends;
+        }
     }
 
     /// A received TCP segment for this connection.
@@ -85,6 +230,87 @@ impl IwarpOverTcp {
         }
     }
 
+    /// Stream octets that arrived before this connection existed (with the
+    /// handshake's last ACK, taken by a listener).
+    pub fn receive_early(&mut self, data: &[u8], mem: &mut MemoryTable) {
+        self.ensure_iwarp();
+        if let Some(c) = &mut self.iwarp {
+            c.receive(data, mem);
+        }
+    }
+
+    /// Post `cmd` now if the queue pair is in full operation (refusals go to
+    /// `out`), else hold it until it is.
+    pub fn post(&mut self, cmd: HostCommand, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) {
+        if self.closing.is_some() || self.llp_done {
+            out(HostOutput::Refused(
+                cmd.wr_id(),
+                PostError::NotReady(QpState::Error),
+            ));
+            return;
+        }
+        match (self.iwarp.as_mut(), cmd) {
+            (Some(c), cmd) if c.qp_ref().is_some() && self.pending.is_empty() => {
+                if let Some(qp) = c.qp() {
+                    if let Err(e) = cmd.post_to(qp, mem) {
+                        out(HostOutput::Refused(cmd.wr_id(), e));
+                    }
+                }
+            }
+            // Before full operation a receive goes to the connection, which
+            // posts it to the queue pair before any octet is processed.
+            (Some(c), HostCommand::PostRecv(id, sgl)) if c.qp_ref().is_none() => {
+                c.pre_post_recv(id, sgl)
+            }
+            (_, cmd) => self.pending.push_back(cmd),
+        }
+    }
+
+    /// Post work that waited for full operation, and hand completions,
+    /// events and refusals to `out`. Returns true if it did anything.
+    pub fn drain(&mut self, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) -> bool {
+        let mut busy = false;
+        if self.closing.is_some() || self.llp_done {
+            // After a disconnect request nothing new goes on the wire.
+            while let Some(cmd) = self.pending.pop_front() {
+                out(HostOutput::Refused(
+                    cmd.wr_id(),
+                    PostError::NotReady(QpState::Error),
+                ));
+                busy = true;
+            }
+            if let Some(c) = self.iwarp.as_mut().filter(|c| c.qp_ref().is_none()) {
+                for (id, _) in c.take_pre_posted() {
+                    out(HostOutput::Refused(id, PostError::NotReady(QpState::Error)));
+                    busy = true;
+                }
+            }
+        }
+        if let Some(c) = &mut self.iwarp {
+            for (id, e) in c.take_refused() {
+                out(HostOutput::Refused(id, e));
+                busy = true;
+            }
+        }
+        if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
+            while let Some(cmd) = self.pending.pop_front() {
+                if let Err(e) = cmd.post_to(qp, mem) {
+                    out(HostOutput::Refused(cmd.wr_id(), e));
+                }
+                busy = true;
+            }
+            while let Some(c) = qp.poll_completion() {
+                out(HostOutput::Completion(c));
+                busy = true;
+            }
+            while let Some(e) = qp.poll_event() {
+                out(HostOutput::Event(e));
+                busy = true;
+            }
+        }
+        busy
+    }
+
     /// Run timers, move FPDUs into TCP, and hand up to `max` segments to `emit`.
     pub fn poll(
         &mut self,
@@ -95,18 +321,119 @@ impl IwarpOverTcp {
     ) -> usize {
         self.tcp.handle_timeout(now);
         self.ensure_iwarp();
+        self.setup_progress(now);
         if let Some(c) = &mut self.iwarp {
-            let room = self.tcp.send_room();
-            if room > 0 {
-                self.scratch.clear();
-                let n = c.poll_transmit(mem, &mut self.scratch, room, usize::MAX);
-                if n > 0 {
-                    let took = self.tcp.send(&self.scratch);
-                    debug_assert_eq!(took, n);
+            if c.tx_hold() > 0 {
+                let end = *self
+                    .hold_deadline
+                    .get_or_insert(now.saturating_add(c.tx_hold()));
+                if now >= end {
+                    c.release_tx_hold();
                 }
             }
+            // One FPDU (or the MPA Request/Reply) per record, so TCP puts
+            // whole FPDUs in segments (RFC 5044 §8) and a receiver, or
+            // Wireshark, finds an FPDU header at the start of each segment.
+            loop {
+                let room = self.tcp.send_room();
+                if room == 0 {
+                    break;
+                }
+                self.scratch.clear();
+                let n = c.poll_transmit(mem, &mut self.scratch, room, 1);
+                if n == 0 {
+                    break;
+                }
+                let queued = self.tcp.send_record(&self.scratch);
+                debug_assert!(queued, "poll_transmit exceeded send_room");
+            }
         }
+        self.teardown_progress(now);
         self.tcp.poll_transmit(now, max, emit)
+    }
+
+    /// Setup timer and setup events.
+    fn setup_progress(&mut self, now: u64) {
+        let Some(c) = &mut self.iwarp else {
+            return;
+        };
+        match c.setup_timeout() {
+            Some(t) => {
+                let deadline = *self.setup_deadline.get_or_insert(now.saturating_add(t));
+                if now >= deadline {
+                    c.setup_timed_out();
+                }
+            }
+            None => self.setup_deadline = None,
+        }
+        if !self.reported_request {
+            if let Some(r) = c.pending_request() {
+                self.reported_request = true;
+                self.events.push_back(CmEvent::ConnectRequest(r.clone()));
+            }
+        }
+        if !self.reported_established {
+            if let Some(n) = c.negotiated() {
+                self.reported_established = true;
+                self.events.push_back(CmEvent::Established(n.clone()));
+            }
+        }
+        if !self.reported_failure {
+            if let Some(e) = c.setup_error() {
+                self.reported_failure = true;
+                self.events.push_back(CmEvent::SetupFailed(e.clone()));
+                // The rejecting Reply (if any) goes out before the FIN.
+                self.closing.get_or_insert(Closing::Graceful);
+            }
+        }
+    }
+
+    /// Close and abort sequencing, and the flush once TCP is done.
+    fn teardown_progress(&mut self, now: u64) {
+        let state = self.tcp.state();
+        // The peer closed (FIN) or the stream died: close our side too.
+        if state == TcpState::CloseWait {
+            self.closing.get_or_insert(Closing::Graceful);
+        }
+        match self.closing {
+            Some(Closing::Graceful) => {
+                let quiet = match &self.iwarp {
+                    None => true,
+                    Some(c) => {
+                        c.tx_idle() && c.qp_ref().is_none_or(|q| q.outstanding_reads() == 0)
+                            || c.qp_ref().is_some_and(|q| q.state() == QpState::Error)
+                            || c.setup_error().is_some()
+                    }
+                };
+                if quiet
+                    && matches!(
+                        state,
+                        TcpState::SynReceived | TcpState::Established | TcpState::CloseWait
+                    )
+                {
+                    self.tcp.close();
+                }
+            }
+            Some(Closing::Abort { deadline }) => {
+                let sent =
+                    self.iwarp.as_ref().is_none_or(|c| c.tx_idle()) && self.tcp.unacked() == 0;
+                if (sent || now >= deadline) && state != TcpState::Closed {
+                    self.tcp.abort();
+                }
+            }
+            None => {}
+        }
+        let llp_over = matches!(
+            self.tcp.state(),
+            TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
+        ) || (self.closing.is_some() && self.tcp.state() == TcpState::FinWait2);
+        if llp_over && !self.llp_done {
+            self.llp_done = true;
+            if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
+                qp.llp_lost();
+            }
+            self.events.push_back(CmEvent::Disconnected);
+        }
     }
 
     /// Next timer deadline.
@@ -121,7 +448,24 @@ pub enum HostCommand {
     /// Post to the send queue.
     PostSend(iwarp_proto::qp::WorkRequest),
     /// Post a receive buffer.
-    PostRecv(u64, iwarp_proto::qp::Sge),
+    PostRecv(u64, iwarp_proto::qp::SgList),
+}
+
+impl HostCommand {
+    /// The work request's id.
+    pub fn wr_id(&self) -> u64 {
+        match *self {
+            HostCommand::PostSend(wr) => wr.wr_id(),
+            HostCommand::PostRecv(wr_id, _) => wr_id,
+        }
+    }
+
+    fn post_to(&self, qp: &mut iwarp_proto::qp::Qp, mem: &MemoryTable) -> Result<(), PostError> {
+        match *self {
+            HostCommand::PostSend(wr) => qp.post_send(mem, wr),
+            HostCommand::PostRecv(id, sge) => qp.post_recv(mem, id, sge),
+        }
+    }
 }
 
 /// What a [`TcpHost`] hands back.
@@ -131,8 +475,8 @@ pub enum HostOutput {
     Completion(iwarp_proto::qp::Completion),
     /// A stream event.
     Event(iwarp_proto::qp::QpEvent),
-    /// A post the QP refused (or made before full operation).
-    Refused(iwarp_proto::qp::PostError),
+    /// A post the QP refused: the work request's id and why.
+    Refused(u64, iwarp_proto::qp::PostError),
 }
 
 /// One host for a poll loop: an iWARP-over-TCP stack and its memory. Frames
@@ -146,7 +490,6 @@ pub struct TcpHost {
     pub mem: MemoryTable,
     local: tcp_lite::wire::Ipv4Address,
     remote: tcp_lite::wire::Ipv4Address,
-    pending: std::collections::VecDeque<HostCommand>,
 }
 
 impl TcpHost {
@@ -157,7 +500,6 @@ impl TcpHost {
             mem,
             local: tcp_lite::wire::Ipv4Address(local),
             remote: tcp_lite::wire::Ipv4Address(remote),
-            pending: std::collections::VecDeque::new(),
         }
     }
 }
@@ -178,8 +520,8 @@ impl crate::runtime::Engine for TcpHost {
     }
 
     fn handle_command(&mut self, cmd: HostCommand, _now: u64) {
-        // Commands that arrive before the MPA exchange finished wait here.
-        self.pending.push_back(cmd);
+        // Commands that arrive before the MPA exchange finished wait there.
+        self.stack.pending.push_back(cmd);
     }
 
     fn poll(
@@ -189,18 +531,6 @@ impl crate::runtime::Engine for TcpHost {
         out: &mut dyn FnMut(HostOutput),
     ) -> bool {
         let mut busy = false;
-        if let Some(qp) = self.stack.iwarp.as_mut().and_then(|c| c.qp()) {
-            while let Some(cmd) = self.pending.pop_front() {
-                let r = match cmd {
-                    HostCommand::PostSend(wr) => qp.post_send(&self.mem, wr),
-                    HostCommand::PostRecv(id, sge) => qp.post_recv(&self.mem, id, sge),
-                };
-                if let Err(e) = r {
-                    out(HostOutput::Refused(e));
-                }
-                busy = true;
-            }
-        }
         let (local, remote) = (self.local, self.remote);
         let mut buf = Vec::new();
         let n = self.stack.poll(now, &self.mem, 64, &mut |r| {
@@ -212,16 +542,7 @@ impl crate::runtime::Engine for TcpHost {
             }
         });
         busy |= n > 0;
-        if let Some(qp) = self.stack.iwarp.as_mut().and_then(|c| c.qp()) {
-            while let Some(c) = qp.poll_completion() {
-                out(HostOutput::Completion(c));
-                busy = true;
-            }
-            while let Some(e) = qp.poll_event() {
-                out(HostOutput::Event(e));
-                busy = true;
-            }
-        }
+        busy |= self.stack.drain(&self.mem, out);
         busy
     }
 }

@@ -1,8 +1,8 @@
 //! Core-pinned, run-to-completion poll loops.
 //!
-//! One thread per configured core runs: receive burst → engine (TCP → MPA →
-//! DDP/RDMAP) → commands from application threads → engine poll (timers,
-//! transmissions) → transmit. Application threads talk to the loop only
+//! One thread per configured core runs: commands from application threads →
+//! receive burst (commands again, then each frame through the engine: TCP →
+//! MPA → DDP/RDMAP) → engine poll (timers, transmissions) → transmit. Application threads talk to the loop only
 //! through bounded lock-free queues (`crossbeam_queue::ArrayQueue`), so a post
 //! or a poll is a queue operation, never a syscall. Two modes: busy polling,
 //! and an adaptive mode that spins a while, then yields, then sleeps with a
@@ -96,6 +96,11 @@ impl<E: Engine> LoopHandle<E> {
     pub fn poll(&self) -> Option<E::Output> {
         self.outputs.pop()
     }
+    /// The loop's thread (for refusing calls that would wait on the loop
+    /// from inside it).
+    pub fn thread_id(&self) -> Option<std::thread::ThreadId> {
+        self.join.as_ref().map(|j| j.thread().id())
+    }
     /// Stop the loop and get the engine back (with its memory) and the counters.
     pub fn stop(mut self) -> Option<(E, LoopStats)> {
         self.stop.store(true, Ordering::Release);
@@ -110,6 +115,21 @@ impl<E: Engine> Drop for LoopHandle<E> {
             let _ = j.join();
         }
     }
+}
+
+/// Handle up to 64 queued commands; true if there were any.
+fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u64) -> bool {
+    let mut any = false;
+    for _ in 0..64 {
+        match c.pop() {
+            Some(cmd) => {
+                engine.handle_command(cmd, now);
+                any = true;
+            }
+            None => break,
+        }
+    }
+    any
 }
 
 /// Start a loop on its own thread, pinned to `core` when given.
@@ -132,36 +152,47 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
         let start = Instant::now();
         let mut idle = 0u32;
         let mut sleep = Duration::from_micros(1);
-        let mut txbuf: Vec<Vec<u8>> = Vec::new();
         while !s.load(Ordering::Acquire) {
             st.rounds += 1;
             let now = start.elapsed().as_nanos() as u64;
             let mut busy = false;
-            let n = dev.rx_burst(64, &mut |f| engine.handle_frame(f, now));
+            // Commands before frames: work an application posted before a
+            // frame arrived (a receive buffer, say) is in place when the
+            // frame is processed, as with a synchronous post. Drained again
+            // before each frame: a frame taken from the device now may have
+            // been sent after a post that came in after the drain above (the
+            // application posts, then makes the peer send).
+            busy |= drain_commands(&c, &mut engine, now);
+            let mut late = false;
+            let n = dev.rx_burst(64, &mut |f| {
+                late |= drain_commands(&c, &mut engine, now);
+                engine.handle_frame(f, now)
+            });
+            busy |= late;
             st.rx_frames += n as u64;
             busy |= n > 0;
-            for _ in 0..64 {
-                match c.pop() {
-                    Some(cmd) => {
-                        engine.handle_command(cmd, now);
-                        busy = true;
+            // Frames go straight from the engine to the device (no copy in
+            // between, no allocation per frame).
+            let (mut sent, mut refused, mut lost) = (0u64, 0u64, 0u64);
+            busy |= engine.poll(
+                now,
+                &mut |f| {
+                    if dev.tx(f) {
+                        sent += 1;
+                    } else {
+                        refused += 1;
                     }
-                    None => break,
-                }
-            }
-            busy |= engine.poll(now, &mut |f| txbuf.push(f.to_vec()), &mut |out| {
-                if o.push(out).is_err() {
-                    st.out_dropped += 1;
-                }
-            });
-            for f in txbuf.drain(..) {
-                if dev.tx(&f) {
-                    st.tx_frames += 1;
-                } else {
-                    st.tx_dropped += 1;
-                }
-                busy = true;
-            }
+                },
+                &mut |out| {
+                    if o.push(out).is_err() {
+                        lost += 1;
+                    }
+                },
+            );
+            st.tx_frames += sent;
+            st.tx_dropped += refused;
+            st.out_dropped += lost;
+            busy |= sent + refused > 0;
             dev.flush();
             if busy {
                 idle = 0;
@@ -232,5 +263,113 @@ impl FrameDevice for MemDevice {
     }
     fn tx(&mut self, frame: &[u8]) -> bool {
         self.tx.push(frame.to_vec()).is_ok()
+    }
+}
+
+/// Seeded faults for [`FaultyDevice`], each in parts per million of
+/// transmitted frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Frames dropped.
+    pub loss: u32,
+    /// Frames held back and sent after the next one (or a later one).
+    pub reorder: u32,
+    /// Frames sent twice.
+    pub dup: u32,
+    /// Frames with one bit flipped.
+    pub corrupt: u32,
+    /// Frames held for `delay` before they leave.
+    pub delayed: u32,
+    /// How long a delayed frame waits.
+    pub delay: Duration,
+}
+
+/// A simulated link end: a [`MemDevice`] whose transmissions suffer seeded
+/// loss, reordering, duplication, corruption and delay (SplitMix64, so a
+/// seed gives the same fault pattern for the same frame sequence). Needs no
+/// privileges; the host stack runs over it exactly as over AF_XDP.
+#[derive(Debug)]
+pub struct FaultyDevice {
+    dev: MemDevice,
+    faults: Faults,
+    state: u64,
+    held: Option<Vec<u8>>,
+    delayed: std::collections::VecDeque<(Instant, Vec<u8>)>,
+}
+
+impl FaultyDevice {
+    /// Wrap `dev`.
+    pub fn new(dev: MemDevice, faults: Faults, seed: u64) -> Self {
+        FaultyDevice {
+            dev,
+            faults,
+            state: seed,
+            held: None,
+            delayed: std::collections::VecDeque::new(),
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn chance(&mut self, ppm: u32) -> bool {
+        ppm > 0 && self.next() % 1_000_000 < u64::from(ppm)
+    }
+
+    fn release_due(&mut self) {
+        let now = Instant::now();
+        while let Some((at, _)) = self.delayed.front() {
+            if *at > now {
+                break;
+            }
+            if let Some((_, f)) = self.delayed.pop_front() {
+                self.dev.tx(&f);
+            }
+        }
+    }
+}
+
+impl FrameDevice for FaultyDevice {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.release_due();
+        self.dev.rx_burst(max, sink)
+    }
+
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        if self.chance(self.faults.loss) {
+            return true;
+        }
+        let mut f = frame.to_vec();
+        if self.chance(self.faults.corrupt) && !f.is_empty() {
+            let at = (self.next() % f.len() as u64) as usize;
+            f[at] ^= 1 << (self.next() % 8);
+        }
+        if self.chance(self.faults.delayed) {
+            self.delayed
+                .push_back((Instant::now() + self.faults.delay, f));
+            return true;
+        }
+        if self.chance(self.faults.reorder) && self.held.is_none() {
+            self.held = Some(f);
+            return true;
+        }
+        if self.chance(self.faults.dup) {
+            self.dev.tx(&f);
+        }
+        let ok = self.dev.tx(&f);
+        // A held frame leaves after the one that overtook it.
+        if let Some(h) = self.held.take() {
+            self.dev.tx(&h);
+        }
+        ok
+    }
+
+    fn flush(&mut self) {
+        self.release_due();
     }
 }

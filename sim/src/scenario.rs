@@ -93,7 +93,8 @@ impl Script<'_> {
             .a
             .post_send(WorkRequest::Write {
                 wr_id: self.ops as u64,
-                local,
+                signaled: true,
+                local: local.into(),
                 remote_stag: dst,
                 remote_to: 0x0001_0000_0000,
             })
@@ -127,7 +128,8 @@ impl Script<'_> {
             .a
             .post_send(WorkRequest::Read {
                 wr_id: self.ops as u64,
-                local,
+                signaled: true,
+                local: local.into(),
                 remote_stag: src,
                 remote_to: 0x4000,
             })
@@ -174,7 +176,8 @@ impl Script<'_> {
             .a
             .post_send(WorkRequest::Send {
                 wr_id: self.ops as u64,
-                local,
+                signaled: true,
+                local: local.into(),
                 solicited,
                 invalidate: inv,
             })
@@ -350,11 +353,13 @@ pub fn all_sessions(seed: u64) -> Result<Vec<SessionReport>, ScenarioError> {
                 s.s.a
                     .post_send(WorkRequest::Write {
                         wr_id: 999,
+                        signaled: true,
                         local: Sge {
                             stag: src,
                             to: 0,
                             len: 32,
-                        },
+                        }
+                        .into(),
                         remote_stag: STag(0x00ee_ee00),
                         remote_to: 0,
                     })

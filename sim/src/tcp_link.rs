@@ -181,8 +181,14 @@ impl TcpSim {
         let mut mem_b = MemoryTable::new();
         let pd_b = mem_b.alloc_pd();
         let mut rng = Rng::new(cfg.seed);
-        let iss_a = rng.next_u64() as u32;
-        let iss_b = rng.next_u64() as u32;
+        let mut iss_a = rng.next_u64() as u32;
+        let mut iss_b = rng.next_u64() as u32;
+        if cfg.seed % 2 == 1 {
+            // Odd seeds start both directions just below 2^32, so every such
+            // run's sequence numbers wrap early in the transfer.
+            iss_a = u32::MAX - (iss_a % 16_384);
+            iss_b = u32::MAX - (iss_b % 16_384);
+        }
         let params = |pd| StreamParams {
             pd,
             emss: 1460,

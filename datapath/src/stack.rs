@@ -1,0 +1,1101 @@
+//! A host stack on real frames: one Ethernet/IPv4 interface, TCP listeners
+//! and connections, and on each connection either a plain byte stream (for
+//! `tlnc` and tests against Linux) or an iWARP stream.
+//!
+//! [`Stack`] is an [`Engine`](crate::runtime::Engine): a poll loop feeds it
+//! received frames and application commands and takes frames and outputs
+//! back. Byte streams talk to the application through a pair of bounded
+//! lock-free rings per connection ([`StreamShared`]), so the application
+//! reads and writes without a command round trip and without a syscall.
+//!
+//! Receive flow control for byte streams: tcp-lite offers a constant window
+//! and delivers in-order payload straight from the frame, so when the
+//! application stops draining its ring, the stack stops taking that
+//! connection's data segments (they are dropped before TCP sees them, so
+//! they are neither acknowledged nor lost: the peer retransmits). ACK-only
+//! segments still pass, so the other direction keeps moving.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use iwarp_control::MpaConfig;
+use iwarp_proto::mem::{MemoryTable, STag};
+use iwarp_proto::qp::Completion;
+use tcp_lite::iface::{IfaceConfig, Interface};
+use tcp_lite::listen::{IsnGenerator, Listener};
+use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
+use tcp_lite::wire::{Ipv4Address, TcpRepr};
+
+use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
+use crate::StreamParams;
+use iwarp_control::SetupError;
+
+/// Identifies a connection inside one [`Stack`].
+pub type SockId = usize;
+
+/// Stack settings.
+#[derive(Debug, Clone)]
+pub struct StackConfig {
+    /// The interface.
+    pub iface: IfaceConfig,
+    /// TCP tunables (the MSS is clamped to what the MTU allows).
+    pub tcp: tcp::Config,
+    /// Secret for RFC 6528 initial sequence numbers.
+    pub isn_secret: [u8; 16],
+    /// Use this initial sequence number instead (tests of sequence wrap).
+    pub fixed_isn: Option<u32>,
+    /// Accept queue length per listener.
+    pub backlog: usize,
+    /// Half-open connections per listener.
+    pub max_half_open: usize,
+    /// Chunks a byte stream's receive and send rings hold.
+    pub ring_chunks: usize,
+    /// Octets a byte stream buffers inside the stack, beyond its ring,
+    /// before it stops taking data segments.
+    pub rx_backlog_limit: usize,
+    /// First ephemeral port for active opens.
+    pub ephemeral_base: u16,
+}
+
+impl StackConfig {
+    /// Defaults for `iface`.
+    pub fn new(iface: IfaceConfig) -> Self {
+        StackConfig {
+            iface,
+            tcp: tcp::Config::default(),
+            isn_secret: [0x5a; 16],
+            fixed_isn: None,
+            backlog: 64,
+            max_half_open: 64,
+            ring_chunks: 1024,
+            rx_backlog_limit: 1 << 20,
+            ephemeral_base: 49152,
+        }
+    }
+}
+
+/// What runs over a connection.
+#[derive(Debug, Clone)]
+pub enum Ulp {
+    /// A plain byte stream.
+    Stream,
+    /// iWARP: MPA, then DDP/RDMAP (responder on accepted connections).
+    Iwarp {
+        /// MPA settings.
+        mpa: MpaConfig,
+        /// Queue pair parameters (the EMSS is taken from TCP).
+        params: StreamParams,
+        /// Listeners: hand each Request to the application
+        /// ([`CmEvent::ConnectRequest`]) instead of accepting it with `mpa`.
+        manual: bool,
+        /// Where completions go (`None`: as [`Output::Iwarp`] outputs).
+        cq: Option<Arc<CqRing>>,
+        /// Shared receive queue for the connection(s).
+        srq: Option<iwarp_proto::qp::Srq>,
+    },
+}
+
+/// Work on the stack's memory table, run on the loop thread between
+/// frames (registration, deregistration, windows, reading or writing a
+/// region): the memory table is owned by the loop, so the application
+/// reaches it only this way. The closure answers through whatever channel
+/// it captured.
+pub struct MemoryOp(pub Box<dyn FnOnce(&mut MemoryTable) + Send>);
+
+impl std::fmt::Debug for MemoryOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryOp(..)")
+    }
+}
+
+/// What a [`LoopHook`] reports after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStatus {
+    /// It did work (the loop does not back off).
+    Busy,
+    /// Nothing to do this round.
+    Idle,
+    /// Finished: remove it.
+    Done,
+}
+
+/// Application code run inside the poll loop after every round
+/// (run-to-completion): it may post and poll (queue operations) but must
+/// not block.
+pub struct LoopHook(pub Box<dyn FnMut() -> HookStatus + Send>);
+
+impl std::fmt::Debug for LoopHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoopHook(..)")
+    }
+}
+
+/// Work for a [`Stack`].
+#[derive(Debug)]
+pub enum Command {
+    /// Open a connection to `remote:port`; answered with `Connected` or `Failed` carrying `token`.
+    Connect {
+        /// Caller's tag for the answer.
+        token: u64,
+        /// Peer address.
+        remote: Ipv4Address,
+        /// Peer port.
+        port: u16,
+        /// What runs over it.
+        ulp: Ulp,
+    },
+    /// Listen on `port`; accepted connections come out as `Accepted`.
+    Listen {
+        /// Port.
+        port: u16,
+        /// What runs over accepted connections.
+        ulp: Ulp,
+    },
+    /// Stop listening on a port (connections already accepted stay; those
+    /// still in the handshake are dropped). Answered by `Unlistened`.
+    Unlisten(u16),
+    /// Run `hook` after every round until it reports `Done`.
+    Hook(LoopHook),
+    /// Post iWARP work on a connection.
+    Iwarp(SockId, HostCommand),
+    /// Post iWARP work on the connection opened by the `Connect` with this
+    /// token (posted right behind it, before its id is known: receives in
+    /// place before the peer can send).
+    IwarpOpening(u64, HostCommand),
+    /// Disconnect an iWARP connection gracefully: outstanding work completes,
+    /// then TCP closes and what is still posted is flushed (byte streams close
+    /// through their handle).
+    Close(SockId),
+    /// Abort an iWARP connection: Terminate, then RST; posted work is flushed.
+    Abort(SockId),
+    /// Accept a pending connect request with our private data and IRD/ORD.
+    Accept {
+        /// The connection.
+        sock: SockId,
+        /// Our private data (at most 512 octets, less 4 in Rev 2 enhanced mode).
+        private_data: Vec<u8>,
+        /// Our inbound RDMA Read limit.
+        ird: u16,
+        /// Our outbound RDMA Read limit.
+        ord: u16,
+        /// Where the connection's completions go (`None`: the listener's).
+        cq: Option<Arc<CqRing>>,
+    },
+    /// Reject a pending connect request, explaining in `private_data`.
+    Reject {
+        /// The connection.
+        sock: SockId,
+        /// Why (at most 512 octets).
+        private_data: Vec<u8>,
+    },
+    /// Copy `len` octets of a registered region out (answered with `Memory`).
+    ReadMem {
+        /// Caller's tag.
+        token: u64,
+        /// Region.
+        stag: STag,
+        /// Offset in the region.
+        offset: usize,
+        /// Octets.
+        len: usize,
+    },
+    /// Run a closure on the memory table.
+    Memory(MemoryOp),
+    /// Overwrite part of a registered region (a local store, no access check).
+    WriteMem {
+        /// Region.
+        stag: STag,
+        /// Offset.
+        offset: usize,
+        /// Data.
+        data: Vec<u8>,
+    },
+}
+
+/// What a [`Stack`] hands back.
+#[derive(Debug)]
+pub enum Output {
+    /// An active open started: the connection's id, before it completes
+    /// (so it can be aborted).
+    Opening {
+        /// The `Connect` token.
+        token: u64,
+        /// The connection.
+        sock: SockId,
+    },
+    /// An active open completed.
+    Connected {
+        /// The `Connect` token.
+        token: u64,
+        /// The connection.
+        sock: SockId,
+        /// The byte-stream ends (for `Ulp::Stream`).
+        stream: Option<Arc<StreamShared>>,
+    },
+    /// An active open failed.
+    Failed {
+        /// The `Connect` token.
+        token: u64,
+        /// Why.
+        error: TcpError,
+    },
+    /// Answer to `Listen`: the port listens from now on (a SYN handled
+    /// after this output finds it), or why not.
+    Listening {
+        /// The port.
+        port: u16,
+        /// `Err(PortInUse)` if the port already has a listener (kept as it was).
+        result: Result<(), ListenError>,
+    },
+    /// Answer to `Unlisten`: the port no longer listens (`false`: it did not).
+    Unlistened {
+        /// The port.
+        port: u16,
+        /// Whether a listener was removed.
+        removed: bool,
+    },
+    /// A listener accepted a connection.
+    Accepted {
+        /// Local port.
+        port: u16,
+        /// The connection.
+        sock: SockId,
+        /// Peer address.
+        remote: Ipv4Address,
+        /// The byte-stream ends (for `Ulp::Stream`).
+        stream: Option<Arc<StreamShared>>,
+    },
+    /// A connection ended (after a clean close: `error` is `None`).
+    Closed {
+        /// The connection.
+        sock: SockId,
+        /// Why, if not clean.
+        error: Option<TcpError>,
+    },
+    /// Completions and events of an iWARP connection.
+    Iwarp(SockId, HostOutput),
+    /// Connection-manager events of an iWARP connection.
+    Cm(SockId, CmEvent),
+    /// An `Accept` or `Reject` that could not be done.
+    CmRefused(SockId, SetupError),
+    /// Answer to `ReadMem` (`None`: no such region or range).
+    Memory {
+        /// The token.
+        token: u64,
+        /// The octets.
+        data: Option<Vec<u8>>,
+    },
+}
+
+/// Why a `Listen` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenError {
+    /// The port already has a listener.
+    PortInUse,
+}
+
+impl core::fmt::Display for ListenError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ListenError::PortInUse => f.write_str("port already has a listener"),
+        }
+    }
+}
+
+/// One entry of a [`CqRing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqEntry {
+    /// A work completion.
+    Done(Completion),
+    /// A post the queue pair refused (queue full, bad local buffer, not
+    /// connected): verbs would fail the post call; here the post is
+    /// asynchronous, so the refusal arrives on the CQ with the request's id.
+    Refused {
+        /// The request's id.
+        wr_id: u64,
+        /// Why.
+        error: iwarp_proto::qp::PostError,
+    },
+}
+
+/// A completion queue the stack fills directly: one lock-free ring shared by
+/// the poll loop (producer) and the application (consumer), so polling a CQ
+/// is a queue operation, never a command round trip or a syscall.
+#[derive(Debug)]
+pub struct CqRing {
+    /// Completions, each with the connection it belongs to.
+    pub ring: ArrayQueue<(SockId, CqEntry)>,
+    /// Set when a completion found the ring full (verbs' CQ overrun: the
+    /// completion is lost, so the application must size the CQ for its
+    /// queues).
+    pub overrun: AtomicBool,
+}
+
+impl CqRing {
+    /// A ring of `depth` completions.
+    pub fn new(depth: usize) -> Self {
+        CqRing {
+            ring: ArrayQueue::new(depth.max(1)),
+            overrun: AtomicBool::new(false),
+        }
+    }
+
+    /// Push one entry; a full ring records an overrun.
+    fn push(&self, id: SockId, e: CqEntry) {
+        if self.ring.push((id, e)).is_err() {
+            self.overrun.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Send a connection's output on: completions and refusals to its CQ when it
+/// has one, everything else (and everything without a CQ) to `out`.
+fn route(id: SockId, o: HostOutput, cq: Option<&Arc<CqRing>>, out: &mut dyn FnMut(Output)) {
+    match (o, cq) {
+        (HostOutput::Completion(c), Some(cq)) => cq.push(id, CqEntry::Done(c)),
+        (HostOutput::Refused(wr_id, error), Some(cq)) => {
+            cq.push(id, CqEntry::Refused { wr_id, error })
+        }
+        (o, _) => out(Output::Iwarp(id, o)),
+    }
+}
+
+/// Byte-stream state bits in [`StreamShared::state`].
+pub mod flags {
+    /// The peer closed its direction and every octet is in the ring.
+    pub const RX_EOF: u8 = 1;
+    /// Both directions closed cleanly.
+    pub const CLOSED: u8 = 2;
+    /// The connection failed (reset or timed out).
+    pub const FAILED: u8 = 4;
+}
+
+/// The application's and the stack's shared ends of one byte stream.
+#[derive(Debug)]
+pub struct StreamShared {
+    /// Received data, in order.
+    pub rx: ArrayQueue<Vec<u8>>,
+    /// Data to send, in order.
+    pub tx: ArrayQueue<Vec<u8>>,
+    /// Set by the application after its last `tx` push: send FIN when drained.
+    pub close: AtomicBool,
+    /// Set by the application to reset the connection.
+    pub abort: AtomicBool,
+    /// [`flags`] bits set by the stack.
+    pub state: AtomicU8,
+}
+
+impl StreamShared {
+    fn new(chunks: usize) -> Self {
+        StreamShared {
+            rx: ArrayQueue::new(chunks.max(1)),
+            tx: ArrayQueue::new(chunks.max(1)),
+            close: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            state: AtomicU8::new(0),
+        }
+    }
+
+    /// Current [`flags`] bits.
+    pub fn flags(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Debug)]
+struct StreamSock {
+    tcp: Tcp,
+    shared: Arc<StreamShared>,
+    /// Received octets not yet in the ring.
+    rx_backlog: VecDeque<Vec<u8>>,
+    rx_backlog_len: usize,
+    /// A chunk partly moved into TCP's send buffer.
+    tx_partial: Option<(Vec<u8>, usize)>,
+    fin_sent: bool,
+}
+
+#[derive(Debug)]
+enum SockKind {
+    Stream(Box<StreamSock>),
+    Iwarp(Box<IwarpOverTcp>),
+}
+
+#[derive(Debug)]
+struct Sock {
+    remote: Ipv4Address,
+    cq: Option<Arc<CqRing>>,
+    kind: SockKind,
+    /// `Connect` token until established.
+    token: Option<u64>,
+    reported_closed: bool,
+}
+
+impl Sock {
+    fn tcp(&self) -> &Tcp {
+        match &self.kind {
+            SockKind::Stream(s) => &s.tcp,
+            SockKind::Iwarp(i) => &i.tcp,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Listening {
+    listener: Listener,
+    ulp: Ulp,
+    /// Payload that arrived with the handshake's last ACK, per (peer, port).
+    early: HashMap<(Ipv4Address, u16), Vec<u8>>,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Segments for no connection or listener (answered with RST).
+    pub rx_no_socket: u64,
+    /// Data segments dropped because the application was not reading.
+    pub rx_backpressure_drops: u64,
+    /// Segments the interface refused to send.
+    pub tx_errors: u64,
+    /// TCP counters summed over connections that have ended.
+    pub tcp_closed: tcp::Stats,
+}
+
+/// The host stack. See the [module docs](self).
+#[derive(Debug)]
+pub struct Stack {
+    cfg: StackConfig,
+    iface: Interface,
+    isn: IsnGenerator,
+    /// Registered memory of every iWARP connection on this stack.
+    pub mem: MemoryTable,
+    /// Connections by id; ids are never reused, so a stale id finds nothing.
+    socks: std::collections::BTreeMap<SockId, Sock>,
+    /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
+    by_token: HashMap<u64, SockId>,
+    /// Application code run after every round.
+    hooks: Vec<LoopHook>,
+    next_id: SockId,
+    ids: Vec<SockId>,
+    by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
+    listeners: HashMap<u16, Listening>,
+    next_port: u16,
+    pending_tx: Vec<Vec<u8>>,
+    pending_out: VecDeque<Output>,
+    resets: Vec<(Ipv4Address, TcpRepr<'static>)>,
+    stats: StackStats,
+}
+
+impl Stack {
+    /// A stack with `cfg` and the memory its iWARP connections use.
+    pub fn new(mut cfg: StackConfig, mem: MemoryTable) -> Self {
+        let mss = cfg.iface.mtu.saturating_sub(40).min(usize::from(u16::MAX)) as u16;
+        cfg.tcp.mss = cfg.tcp.mss.min(mss);
+        Stack {
+            iface: Interface::new(cfg.iface),
+            isn: IsnGenerator::new(cfg.isn_secret),
+            mem,
+            socks: std::collections::BTreeMap::new(),
+            by_token: HashMap::new(),
+            hooks: Vec::new(),
+            next_id: 0,
+            ids: Vec::new(),
+            by_tuple: HashMap::new(),
+            listeners: HashMap::new(),
+            next_port: cfg.ephemeral_base,
+            pending_tx: Vec::new(),
+            pending_out: VecDeque::new(),
+            resets: Vec::new(),
+            stats: StackStats::default(),
+            cfg,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StackStats {
+        self.stats
+    }
+
+    /// The interface (for its counters).
+    pub fn iface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// TCP counters of a connection.
+    pub fn tcp_stats(&self, sock: SockId) -> Option<tcp::Stats> {
+        self.socks.get(&sock).map(|s| s.tcp().stats())
+    }
+
+    fn isn_for(&self, remote: Ipv4Address, rport: u16, lport: u16, now: u64) -> u32 {
+        self.cfg.fixed_isn.unwrap_or_else(|| {
+            self.isn
+                .isn((self.cfg.iface.ip, lport), (remote, rport), now)
+        })
+    }
+
+    fn insert(&mut self, sock: Sock) -> SockId {
+        let key = (
+            sock.remote,
+            sock.tcp().remote_port(),
+            sock.tcp().local_port(),
+        );
+        let id = self.next_id;
+        self.next_id += 1;
+        self.socks.insert(id, sock);
+        self.by_tuple.insert(key, id);
+        id
+    }
+
+    fn make_sock(
+        &self,
+        tcp: Tcp,
+        remote: Ipv4Address,
+        ulp: &Ulp,
+        role: Role,
+    ) -> (Sock, Option<Arc<StreamShared>>) {
+        let (kind, shared) = match ulp {
+            Ulp::Stream => {
+                let shared = Arc::new(StreamShared::new(self.cfg.ring_chunks));
+                (
+                    SockKind::Stream(Box::new(StreamSock {
+                        tcp,
+                        shared: shared.clone(),
+                        rx_backlog: VecDeque::new(),
+                        rx_backlog_len: 0,
+                        tx_partial: None,
+                        fin_sent: false,
+                    })),
+                    Some(shared),
+                )
+            }
+            Ulp::Iwarp {
+                mpa,
+                params,
+                manual,
+                srq,
+                ..
+            } => {
+                let mut i = IwarpOverTcp::new(tcp, role, mpa.clone(), *params);
+                if let Some(srq) = srq {
+                    i = i.with_srq(srq.clone());
+                }
+                if *manual && role == Role::Responder {
+                    i = i.manual_accept();
+                }
+                (SockKind::Iwarp(Box::new(i)), None)
+            }
+        };
+        (
+            Sock {
+                remote,
+                cq: match ulp {
+                    Ulp::Iwarp { cq, .. } => cq.clone(),
+                    Ulp::Stream => None,
+                },
+                kind,
+                token: None,
+                reported_closed: false,
+            },
+            shared,
+        )
+    }
+
+    fn ephemeral_port(&mut self, remote: Ipv4Address, port: u16) -> u16 {
+        let base = self.cfg.ephemeral_base;
+        loop {
+            let p = self.next_port;
+            self.next_port = if p == u16::MAX { base } else { p + 1 };
+            if !self.by_tuple.contains_key(&(remote, port, p)) && !self.listeners.contains_key(&p) {
+                return p;
+            }
+        }
+    }
+
+    fn segment(&mut self, src: Ipv4Address, seg: &TcpRepr<'_>, now: u64) {
+        let key = (src, seg.src_port, seg.dst_port);
+        if let Some(&id) = self.by_tuple.get(&key) {
+            let Some(sock) = self.socks.get_mut(&id) else {
+                return;
+            };
+            match &mut sock.kind {
+                SockKind::Stream(s) => {
+                    if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
+                        self.stats.rx_backpressure_drops += 1;
+                        return;
+                    }
+                    let StreamSock {
+                        tcp,
+                        shared,
+                        rx_backlog,
+                        rx_backlog_len,
+                        ..
+                    } = &mut **s;
+                    tcp.handle_segment(seg, now, &mut |d| {
+                        if rx_backlog.is_empty() {
+                            if let Err(v) = shared.rx.push(d.to_vec()) {
+                                *rx_backlog_len += v.len();
+                                rx_backlog.push_back(v);
+                            }
+                        } else {
+                            *rx_backlog_len += d.len();
+                            rx_backlog.push_back(d.to_vec());
+                        }
+                    });
+                }
+                SockKind::Iwarp(i) => i.handle_segment(seg, now, &mut self.mem),
+            }
+            return;
+        }
+        let is_syn = seg.flags.contains(tcp_lite::wire::TcpFlags::SYN)
+            && !seg.flags.contains(tcp_lite::wire::TcpFlags::ACK);
+        // The ISN hash only for a SYN that may open a connection.
+        let isn = if is_syn && self.listeners.contains_key(&seg.dst_port) {
+            self.isn_for(src, seg.src_port, seg.dst_port, now)
+        } else {
+            0
+        };
+        if let Some(l) = self.listeners.get_mut(&seg.dst_port) {
+            if let Some(c) = l.listener.half_open_mut(src, seg.src_port) {
+                let mut early = Vec::new();
+                c.handle_segment(seg, now, &mut |d| early.extend_from_slice(d));
+                if !early.is_empty() {
+                    l.early
+                        .entry((src, seg.src_port))
+                        .or_default()
+                        .extend_from_slice(&early);
+                }
+            } else if is_syn {
+                // Refusals (backlog or half-open bound) stay silent: the
+                // peer retries its SYN.
+                let _ = l.listener.on_syn(src, seg, isn);
+            } else if let Some(rst) = tcp::reset_for(seg) {
+                self.stats.rx_no_socket += 1;
+                self.resets.push((src, rst));
+            }
+            self.accept_ready(seg.dst_port);
+            return;
+        }
+        self.stats.rx_no_socket += 1;
+        if let Some(rst) = tcp::reset_for(seg) {
+            self.resets.push((src, rst));
+        }
+    }
+
+    fn accept_ready(&mut self, port: u16) {
+        loop {
+            let Some(l) = self.listeners.get_mut(&port) else {
+                return;
+            };
+            let Some((remote, tcp)) = l.listener.accept() else {
+                return;
+            };
+            let early = l.early.remove(&(remote, tcp.remote_port()));
+            let ulp = l.ulp.clone();
+            let (mut sock, stream) = self.make_sock(tcp, remote, &ulp, Role::Responder);
+            if let Some(early) = early {
+                match &mut sock.kind {
+                    SockKind::Stream(s) => {
+                        if let Err(v) = s.shared.rx.push(early) {
+                            s.rx_backlog_len += v.len();
+                            s.rx_backlog.push_back(v);
+                        }
+                    }
+                    SockKind::Iwarp(i) => i.receive_early(&early, &mut self.mem),
+                }
+            }
+            let sock_id = self.insert(sock);
+            self.pending_out.push_back(Output::Accepted {
+                port,
+                sock: sock_id,
+                remote,
+                stream,
+            });
+        }
+    }
+
+    fn emit(
+        iface: &mut Interface,
+        stats: &mut StackStats,
+        dst: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        if iface.send_tcp(dst, seg, now, tx).is_err() {
+            stats.tx_errors += 1;
+        }
+    }
+
+    fn poll_stream(s: &mut StreamSock, now: u64) {
+        // Drain the backlog into the ring as room appears.
+        while let Some(v) = s.rx_backlog.pop_front() {
+            let len = v.len();
+            if let Err(v) = s.shared.rx.push(v) {
+                s.rx_backlog.push_front(v);
+                break;
+            }
+            s.rx_backlog_len -= len;
+        }
+        if s.shared.abort.load(Ordering::Acquire) && s.tcp.state() != TcpState::Closed {
+            s.tcp.abort();
+        }
+        // Move queued data into TCP's send buffer.
+        loop {
+            if s.tx_partial.is_none() {
+                s.tx_partial = s.shared.tx.pop().map(|v| (v, 0));
+            }
+            let Some((buf, off)) = s.tx_partial.as_mut() else {
+                break;
+            };
+            let took = s.tcp.send(&buf[*off..]);
+            *off += took;
+            if *off < buf.len() {
+                break;
+            }
+            s.tx_partial = None;
+        }
+        if !s.fin_sent
+            && s.tx_partial.is_none()
+            && s.shared.tx.is_empty()
+            && s.shared.close.load(Ordering::Acquire)
+        {
+            s.tcp.close();
+            s.fin_sent = true;
+        }
+        s.tcp.handle_timeout(now);
+    }
+
+    /// Report state changes of connection `id`; frees it once closed.
+    fn settle(&mut self, id: SockId) {
+        let Some(sock) = self.socks.get_mut(&id) else {
+            return;
+        };
+        let state = sock.tcp().state();
+        let error = sock.tcp().error();
+        if let Some(token) = sock.token {
+            if let Some(e) = error {
+                self.pending_out
+                    .push_back(Output::Failed { token, error: e });
+                sock.token = None;
+                sock.reported_closed = true;
+            } else if !matches!(
+                state,
+                TcpState::SynSent | TcpState::SynReceived | TcpState::Closed
+            ) {
+                sock.token = None;
+                let stream = match &sock.kind {
+                    SockKind::Stream(s) => Some(s.shared.clone()),
+                    SockKind::Iwarp(_) => None,
+                };
+                self.pending_out.push_back(Output::Connected {
+                    token,
+                    sock: id,
+                    stream,
+                });
+            }
+        }
+        if let SockKind::Stream(s) = &sock.kind {
+            let rx_done = matches!(
+                state,
+                TcpState::CloseWait
+                    | TcpState::LastAck
+                    | TcpState::Closing
+                    | TcpState::TimeWait
+                    | TcpState::Closed
+            );
+            if rx_done && s.rx_backlog.is_empty() {
+                s.shared.state.fetch_or(flags::RX_EOF, Ordering::AcqRel);
+            }
+            if error.is_some() {
+                s.shared.state.fetch_or(flags::FAILED, Ordering::AcqRel);
+            } else if matches!(state, TcpState::TimeWait | TcpState::Closed) && s.fin_sent {
+                s.shared.state.fetch_or(flags::CLOSED, Ordering::AcqRel);
+            }
+        }
+        let finished = matches!(state, TcpState::TimeWait | TcpState::Closed);
+        if finished && !sock.reported_closed {
+            sock.reported_closed = true;
+            self.pending_out
+                .push_back(Output::Closed { sock: id, error });
+        }
+        if state == TcpState::Closed {
+            let keep = matches!(&sock.kind, SockKind::Stream(s) if !s.rx_backlog.is_empty());
+            if !keep {
+                let t = sock.tcp().stats();
+                let sum = &mut self.stats.tcp_closed;
+                sum.rto_retransmits += t.rto_retransmits;
+                sum.fast_retransmits += t.fast_retransmits;
+                sum.ooo_segments += t.ooo_segments;
+                sum.challenge_acks += t.challenge_acks;
+                sum.delivered += t.delivered;
+                sum.sack_skipped += t.sack_skipped;
+                let key = (
+                    sock.remote,
+                    sock.tcp().remote_port(),
+                    sock.tcp().local_port(),
+                );
+                self.by_tuple.remove(&key);
+                self.by_token.retain(|_, s| *s != id);
+                self.socks.remove(&id);
+            }
+        }
+    }
+}
+
+impl crate::runtime::Engine for Stack {
+    type Command = Command;
+    type Output = Output;
+
+    fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        let pending = &mut self.pending_tx;
+        let Some(ing) = self
+            .iface
+            .receive(frame, now, &mut |f| pending.push(f.to_vec()))
+        else {
+            return;
+        };
+        self.segment(ing.src, &ing.seg, now);
+    }
+
+    fn handle_command(&mut self, cmd: Command, now: u64) {
+        match cmd {
+            Command::Connect {
+                token,
+                remote,
+                port,
+                ulp,
+            } => {
+                let lport = self.ephemeral_port(remote, port);
+                let isn = self.isn_for(remote, port, lport, now);
+                let tcp = Tcp::connect(self.cfg.tcp, lport, port, isn);
+                let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator);
+                sock.token = Some(token);
+                let id = self.insert(sock);
+                self.by_token.insert(token, id);
+                self.pending_out
+                    .push_back(Output::Opening { token, sock: id });
+            }
+            Command::Listen { port, ulp } => {
+                let result = if self.listeners.contains_key(&port) {
+                    Err(ListenError::PortInUse)
+                } else {
+                    let listener =
+                        Listener::new(self.cfg.tcp, port, self.cfg.backlog, self.cfg.max_half_open);
+                    self.listeners.insert(
+                        port,
+                        Listening {
+                            listener,
+                            ulp,
+                            early: HashMap::new(),
+                        },
+                    );
+                    Ok(())
+                };
+                self.pending_out
+                    .push_back(Output::Listening { port, result });
+            }
+            Command::Unlisten(port) => {
+                let removed = self.listeners.remove(&port).is_some();
+                self.pending_out
+                    .push_back(Output::Unlistened { port, removed });
+            }
+            Command::Hook(h) => self.hooks.push(h),
+            Command::IwarpOpening(token, cmd) => {
+                match self.by_token.get(&token).copied() {
+                    Some(id) => self.handle_command(Command::Iwarp(id, cmd), now),
+                    None => {
+                        // The connection already failed: refuse like a closed QP.
+                        self.pending_out.push_back(Output::Iwarp(
+                            usize::MAX,
+                            HostOutput::Refused(
+                                cmd.wr_id(),
+                                iwarp_proto::qp::PostError::NotReady(
+                                    iwarp_proto::qp::QpState::Error,
+                                ),
+                            ),
+                        ));
+                    }
+                }
+            }
+            Command::Iwarp(id, cmd) => {
+                if let Some(Sock {
+                    kind: SockKind::Iwarp(i),
+                    cq,
+                    ..
+                }) = self.socks.get_mut(&id)
+                {
+                    let out = &mut self.pending_out;
+                    i.post(cmd, &self.mem, &mut |o| {
+                        route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
+                    });
+                }
+            }
+            Command::Close(id) => {
+                if let Some(s) = self.socks.get_mut(&id) {
+                    match &mut s.kind {
+                        SockKind::Iwarp(i) => i.disconnect(),
+                        SockKind::Stream(st) => st.shared.close.store(true, Ordering::Release),
+                    }
+                }
+            }
+            Command::Abort(id) => {
+                if let Some(s) = self.socks.get_mut(&id) {
+                    match &mut s.kind {
+                        SockKind::Iwarp(i) => i.abort(now),
+                        SockKind::Stream(st) => st.shared.abort.store(true, Ordering::Release),
+                    }
+                }
+            }
+            Command::Accept {
+                sock,
+                private_data,
+                ird,
+                ord,
+                cq,
+            } => {
+                if let Some(Sock {
+                    kind: SockKind::Iwarp(i),
+                    cq: sock_cq,
+                    ..
+                }) = self.socks.get_mut(&sock)
+                {
+                    if cq.is_some() {
+                        *sock_cq = cq;
+                    }
+                    if let Err(e) = i.accept(private_data, ird, ord, &mut self.mem) {
+                        self.pending_out.push_back(Output::CmRefused(sock, e));
+                    }
+                }
+            }
+            Command::Reject { sock, private_data } => {
+                if let Some(Sock {
+                    kind: SockKind::Iwarp(i),
+                    ..
+                }) = self.socks.get_mut(&sock)
+                {
+                    if let Err(e) = i.reject(&private_data) {
+                        self.pending_out.push_back(Output::CmRefused(sock, e));
+                    }
+                }
+            }
+            Command::ReadMem {
+                token,
+                stag,
+                offset,
+                len,
+            } => {
+                let data = self
+                    .mem
+                    .bytes(stag)
+                    .and_then(|b| b.get(offset..offset.checked_add(len)?))
+                    .map(|b| b.to_vec());
+                self.pending_out.push_back(Output::Memory { token, data });
+            }
+            Command::Memory(op) => (op.0)(&mut self.mem),
+            Command::WriteMem { stag, offset, data } => {
+                if let Some(b) = self.mem.bytes_mut(stag) {
+                    if let Some(end) = offset.checked_add(data.len()) {
+                        if let Some(dst) = b.get_mut(offset..end) {
+                            dst.copy_from_slice(&data);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8]), out: &mut dyn FnMut(Output)) -> bool {
+        let mut busy = false;
+        for f in self.pending_tx.drain(..) {
+            tx(&f);
+            busy = true;
+        }
+        self.iface.poll(now, tx);
+        let Stack {
+            iface,
+            stats,
+            resets,
+            listeners,
+            socks,
+            mem,
+            ..
+        } = self;
+        for (dst, rst) in resets.drain(..) {
+            Self::emit(iface, stats, dst, &rst, now, tx);
+            busy = true;
+        }
+        for l in listeners.values_mut() {
+            for (remote, c) in l.listener.half_open_iter_mut() {
+                c.handle_timeout(now);
+                let dst = *remote;
+                busy |= c.poll_transmit(now, 16, &mut |seg| {
+                    Self::emit(iface, stats, dst, seg, now, tx)
+                }) > 0;
+            }
+            l.listener.settle();
+        }
+        for sock in socks.values_mut() {
+            let dst = sock.remote;
+            match &mut sock.kind {
+                SockKind::Stream(s) => {
+                    Self::poll_stream(s, now);
+                    busy |= s.tcp.poll_transmit(now, 64, &mut |seg| {
+                        Self::emit(iface, stats, dst, seg, now, tx)
+                    }) > 0;
+                }
+                SockKind::Iwarp(i) => {
+                    busy |= i.poll(now, mem, 64, &mut |seg| {
+                        Self::emit(iface, stats, dst, seg, now, tx)
+                    }) > 0;
+                }
+            }
+        }
+        let ports: Vec<u16> = self.listeners.keys().copied().collect();
+        for p in ports {
+            self.accept_ready(p);
+        }
+        // Opening/Accepted (and command answers) before any event of the
+        // connections they announce: an application learns of a
+        // connection before its first CM event.
+        while let Some(o) = self.pending_out.pop_front() {
+            out(o);
+            busy = true;
+        }
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        ids.extend(self.socks.keys().copied());
+        for &id in &ids {
+            if let Some(Sock {
+                kind: SockKind::Iwarp(i),
+                cq,
+                ..
+            }) = self.socks.get_mut(&id)
+            {
+                while let Some(e) = i.poll_cm_event() {
+                    out(Output::Cm(id, e));
+                    busy = true;
+                }
+                busy |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+            }
+            self.settle(id);
+        }
+        self.ids = ids;
+        while let Some(o) = self.pending_out.pop_front() {
+            out(o);
+            busy = true;
+        }
+        // Run-to-completion application code, after this round's
+        // completions reached their CQs; what it posts is handled at the
+        // start of the next round.
+        self.hooks.retain_mut(|h| match (h.0)() {
+            HookStatus::Busy => {
+                busy = true;
+                true
+            }
+            HookStatus::Idle => true,
+            HookStatus::Done => false,
+        });
+        busy
+    }
+}
