@@ -1,0 +1,275 @@
+//! The frame device: UMEM + socket + attached program, from a [`Config`].
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+
+use iwarp_datapath::runtime::FrameDevice;
+
+use crate::error::{Error, Warning};
+use crate::program::{AttachMode, Program, XdpAttachment};
+use crate::socket::{Counters, SocketConfig, XskSocket};
+use crate::sys;
+use crate::umem::Umem;
+
+/// How the socket binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XskMode {
+    /// Let the kernel try zero-copy and fall back to copy (bind flags 0);
+    /// [`XdpDevice::xsk_mode`] says which it got.
+    #[default]
+    Auto,
+    /// Copy mode (`XDP_COPY`): works on every driver.
+    Copy,
+    /// Zero-copy (`XDP_ZEROCOPY`): the NIC DMAs into the UMEM; needs driver
+    /// support and driver-mode XDP.
+    ZeroCopy,
+}
+
+/// Busy-poll settings (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`,
+/// `SO_BUSY_POLL_BUDGET`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// Microseconds to busy-poll per call.
+    pub usecs: u32,
+    /// Packets per busy-poll round.
+    pub budget: u32,
+}
+
+/// What to open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Interface name (looked up in the calling thread's network namespace).
+    pub iface: String,
+    /// Queue id.
+    pub queue: u32,
+    /// Frame size: 2048 or 4096.
+    pub frame_size: u32,
+    /// Number of frames in the UMEM.
+    pub frame_count: u32,
+    /// Frames given to the fill ring (RX) at start; the rest are for TX.
+    /// Must be ≤ `ring_size` and < `frame_count`.
+    pub rx_frames: u32,
+    /// Size of each ring (power of two).
+    pub ring_size: u32,
+    /// Bind mode.
+    pub mode: XskMode,
+    /// Where the XDP program runs.
+    pub attach: AttachMode,
+    /// Use `XDP_USE_NEED_WAKEUP` (syscalls only when the kernel asks).
+    pub need_wakeup: bool,
+    /// Busy polling; failures to set it are warnings.
+    pub busy_poll: Option<BusyPoll>,
+    /// Try huge pages for the UMEM.
+    pub hugepages: bool,
+    /// Size of the XSKMAP (queue ids must be below it).
+    pub max_queues: u32,
+    /// Our IPv4 address: ARP for it and IPv4 to it come to the socket.
+    pub our_ip: [u8; 4],
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            iface: String::new(),
+            queue: 0,
+            frame_size: 2048,
+            frame_count: 4096,
+            rx_frames: 2048,
+            ring_size: 2048,
+            mode: XskMode::Auto,
+            attach: AttachMode::Auto,
+            need_wakeup: true,
+            busy_poll: None,
+            hugepages: false,
+            max_queues: 64,
+            our_ip: [0; 4],
+        }
+    }
+}
+
+impl Config {
+    /// The defaults for interface `iface` and address `our_ip`.
+    pub fn new(iface: &str, our_ip: [u8; 4]) -> Config {
+        Config {
+            iface: iface.to_owned(),
+            our_ip,
+            ..Config::default()
+        }
+    }
+}
+
+/// Counters: ours and the kernel's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Kept by the socket.
+    pub ours: Counters,
+    /// `XDP_STATISTICS`.
+    pub kernel: sys::XdpStatistics,
+}
+
+/// An AF_XDP device on one queue of one interface.
+#[derive(Debug)]
+pub struct XdpDevice {
+    // The link first: detach before the socket closes.
+    attachment: XdpAttachment,
+    socket: XskSocket,
+    iface: String,
+    ifindex: u32,
+    queue: u32,
+    mac: [u8; 6],
+    mtu: u32,
+}
+
+impl XdpDevice {
+    /// Open: look up the interface, map the UMEM, create and bind the
+    /// socket, load and attach the program, and steer the queue to the
+    /// socket. Interface lookups, the socket and the link belong to the
+    /// calling thread's network namespace (see [`in_netns`]); afterwards the
+    /// device works from any thread.
+    pub fn open(cfg: &Config) -> Result<XdpDevice, Error> {
+        if cfg.queue >= cfg.max_queues {
+            return Err(Error::InvalidConfig {
+                reason: "queue must be below max_queues",
+            });
+        }
+        let ifindex = sys::if_nametoindex(&cfg.iface).ok_or_else(|| Error::NoInterface {
+            name: cfg.iface.clone(),
+        })?;
+        let (mac, mtu) = sys::if_hwaddr_mtu(&cfg.iface)
+            .map_err(|e| Error::sys("reading the interface's MAC address and MTU", e))?;
+        let umem = Umem::new(cfg.frame_count, cfg.frame_size, cfg.hugepages)?;
+        let socket = XskSocket::new(
+            umem,
+            &SocketConfig {
+                iface: cfg.iface.clone(),
+                ifindex,
+                queue: cfg.queue,
+                ring_size: cfg.ring_size,
+                rx_frames: cfg.rx_frames,
+                mode: cfg.mode,
+                need_wakeup: cfg.need_wakeup,
+                busy_poll: cfg.busy_poll,
+            },
+        )?;
+        let attachment =
+            Program::load(cfg.our_ip, cfg.max_queues)?.attach(&cfg.iface, ifindex, cfg.attach)?;
+        attachment.insert(cfg.queue, socket.as_fd())?;
+        Ok(XdpDevice {
+            attachment,
+            socket,
+            iface: cfg.iface.clone(),
+            ifindex,
+            queue: cfg.queue,
+            mac,
+            mtu,
+        })
+    }
+
+    /// The interface's MAC address (read when opened).
+    pub fn mac_address(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The interface's MTU (read when opened).
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Interface name.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// Interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Queue id.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Bind mode obtained (`Copy` or `ZeroCopy`).
+    pub fn xsk_mode(&self) -> XskMode {
+        self.socket.mode()
+    }
+
+    /// Attach mode obtained (`Driver` or `Skb`).
+    pub fn attach_mode(&self) -> AttachMode {
+        self.attachment.mode()
+    }
+
+    /// Non-fatal problems met while opening (busy-poll options refused).
+    pub fn warnings(&self) -> &[Warning] {
+        self.socket.warnings()
+    }
+
+    /// Our counters and the kernel's.
+    pub fn stats(&self) -> Result<Stats, Error> {
+        Ok(Stats {
+            ours: self.socket.counters(),
+            kernel: self.socket.kernel_stats()?,
+        })
+    }
+
+    /// The socket.
+    pub fn socket(&mut self) -> &mut XskSocket {
+        &mut self.socket
+    }
+
+    /// The socket's file descriptor (for poll(2)).
+    pub fn raw_fd(&self) -> i32 {
+        self.socket.as_fd().as_raw_fd()
+    }
+}
+
+impl FrameDevice for XdpDevice {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.socket.rx_burst(max, sink)
+    }
+
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        self.socket.tx(frame)
+    }
+
+    fn flush(&mut self) {
+        self.socket.flush()
+    }
+}
+
+/// Run `f` on a new thread that has entered the network namespace at `path`
+/// (e.g. `/var/run/netns/NAME`) and return its result. Sockets, BPF links
+/// and interface lookups made by `f` belong to that namespace; the objects
+/// keep working from any thread afterwards. A panic in `f` is re-raised.
+pub fn in_netns<T, F>(path: &Path, f: F) -> Result<T, Error>
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    let file = std::fs::File::open(path).map_err(|e| Error::Netns {
+        path: path.to_owned(),
+        errno: e.raw_os_error().unwrap_or(libc::EINVAL),
+    })?;
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            // SAFETY: setns takes a valid fd (kept open by `file` for the
+            // call) and a flag; it changes only this thread's network
+            // namespace (CLONE_NEWNET is allowed in multithreaded processes),
+            // and this thread ends when `f` returns, so no other code runs
+            // in the namespace by surprise.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            if r != 0 {
+                return Err(Error::Netns {
+                    path: path.to_owned(),
+                    errno: sys::errno(),
+                });
+            }
+            Ok(f())
+        });
+        match h.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}

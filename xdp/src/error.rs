@@ -1,0 +1,239 @@
+//! Errors, with messages that say what to do about them.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::AttachMode;
+
+/// What failed. `errno` fields hold the kernel's error number; `Display`
+/// adds its text and, where there is one, the usual fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// `if_nametoindex` found no such interface in the calling thread's
+    /// network namespace.
+    NoInterface {
+        /// The name asked for.
+        name: String,
+    },
+    /// The configuration cannot work.
+    InvalidConfig {
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// The kernel refused for lack of privileges (EPERM/EACCES).
+    Permission {
+        /// The operation refused.
+        op: &'static str,
+        /// EPERM or EACCES.
+        errno: i32,
+    },
+    /// Registering the UMEM failed for lack of lockable memory.
+    Memlock {
+        /// Size of the UMEM.
+        bytes: usize,
+        /// ENOMEM, EPERM or EAGAIN.
+        errno: i32,
+    },
+    /// Zero-copy was asked for and the driver or queue cannot do it.
+    ZeroCopyUnsupported {
+        /// Interface.
+        iface: String,
+        /// Queue.
+        queue: u32,
+        /// What bind returned.
+        errno: i32,
+    },
+    /// Binding the socket failed for another reason.
+    Bind {
+        /// Interface.
+        iface: String,
+        /// Queue.
+        queue: u32,
+        /// What bind returned.
+        errno: i32,
+    },
+    /// The verifier (or the kernel) refused the program.
+    ProgramLoad {
+        /// What BPF_PROG_LOAD returned.
+        errno: i32,
+        /// The verifier's log (may be empty).
+        log: String,
+    },
+    /// Another XDP program is already attached to the interface
+    /// (EBUSY/EEXIST).
+    AttachBusy {
+        /// Interface.
+        iface: String,
+        /// Mode tried.
+        mode: AttachMode,
+        /// EBUSY or EEXIST.
+        errno: i32,
+    },
+    /// Attaching failed for another reason.
+    Attach {
+        /// Interface.
+        iface: String,
+        /// Mode tried (in `Auto`, the last one).
+        mode: AttachMode,
+        /// What BPF_LINK_CREATE returned.
+        errno: i32,
+    },
+    /// Entering a network namespace failed.
+    Netns {
+        /// The namespace file.
+        path: PathBuf,
+        /// What open or setns returned.
+        errno: i32,
+    },
+    /// Another system call failed.
+    Sys {
+        /// Which.
+        op: &'static str,
+        /// Its errno.
+        errno: i32,
+    },
+}
+
+impl Error {
+    /// `Permission` for EPERM/EACCES, `Sys` otherwise.
+    pub(crate) fn sys(op: &'static str, errno: i32) -> Error {
+        if errno == libc::EPERM || errno == libc::EACCES {
+            Error::Permission { op, errno }
+        } else {
+            Error::Sys { op, errno }
+        }
+    }
+
+    /// The kernel's error number, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::NoInterface { .. } | Error::InvalidConfig { .. } => None,
+            Error::Permission { errno, .. }
+            | Error::Memlock { errno, .. }
+            | Error::ZeroCopyUnsupported { errno, .. }
+            | Error::Bind { errno, .. }
+            | Error::ProgramLoad { errno, .. }
+            | Error::AttachBusy { errno, .. }
+            | Error::Attach { errno, .. }
+            | Error::Netns { errno, .. }
+            | Error::Sys { errno, .. } => Some(*errno),
+        }
+    }
+}
+
+struct Errno(i32);
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoInterface { name } => write!(
+                f,
+                "no interface named {name:?} (in this network namespace); \
+                 check `ip link`, or enter the interface's namespace first"
+            ),
+            Error::InvalidConfig { reason } => write!(f, "invalid AF_XDP configuration: {reason}"),
+            Error::Permission { op, errno } => write!(
+                f,
+                "{op}: {}: AF_XDP needs root or CAP_NET_ADMIN+CAP_BPF+CAP_NET_RAW \
+                 (e.g. `sudo setcap cap_net_admin,cap_bpf,cap_net_raw+ep <binary>`)",
+                Errno(*errno)
+            ),
+            Error::Memlock { bytes, errno } => write!(
+                f,
+                "could not lock UMEM memory ({bytes} octets): {}: raise `ulimit -l` \
+                 (RLIMIT_MEMLOCK) or the memory cgroup limit, or use fewer/smaller frames",
+                Errno(*errno)
+            ),
+            Error::ZeroCopyUnsupported {
+                iface,
+                queue,
+                errno,
+            } => write!(
+                f,
+                "zero-copy AF_XDP is not supported on {iface} queue {queue}: {}: \
+                 use mode Copy or Auto",
+                Errno(*errno)
+            ),
+            Error::Bind {
+                iface,
+                queue,
+                errno,
+            } => {
+                write!(
+                    f,
+                    "binding AF_XDP socket to {iface} queue {queue}: {}",
+                    Errno(*errno)
+                )?;
+                if *errno == libc::EINVAL {
+                    write!(
+                        f,
+                        " (does the interface have that many queues? `ethtool -l {iface}`)"
+                    )?;
+                }
+                Ok(())
+            }
+            Error::ProgramLoad { errno, log } => {
+                write!(f, "the kernel refused the XDP program: {}", Errno(*errno))?;
+                if log.trim().is_empty() {
+                    Ok(())
+                } else {
+                    write!(f, "; verifier log:\n{}", log.trim_end())
+                }
+            }
+            Error::AttachBusy { iface, mode, errno } => write!(
+                f,
+                "another XDP program is already attached to {iface} ({mode:?} mode): {}: \
+                 see `ip link show dev {iface}` and detach it (`ip link set dev {iface} xdp off`) \
+                 if it is stale",
+                Errno(*errno)
+            ),
+            Error::Attach { iface, mode, errno } => write!(
+                f,
+                "attaching the XDP program to {iface} ({mode:?} mode): {}",
+                Errno(*errno)
+            ),
+            Error::Netns { path, errno } => write!(
+                f,
+                "entering network namespace {}: {}",
+                path.display(),
+                Errno(*errno)
+            ),
+            Error::Sys { op, errno } => write!(f, "{op}: {}", Errno(*errno)),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A non-fatal problem met while opening a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// A busy-poll socket option was refused (old kernel, or no privileges
+    /// for `SO_BUSY_POLL` above `net.core.busy_read`).
+    BusyPoll {
+        /// The option's name.
+        option: &'static str,
+        /// The errno.
+        errno: i32,
+    },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::BusyPoll { option, errno } => {
+                write!(
+                    f,
+                    "setting {option} failed: {}; busy polling is off",
+                    Errno(*errno)
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! One AF_XDP socket: its four rings, frame accounting, RX and TX.
+//!
+//! Ring protocol (as libxdp's `xsk.h`): each ring is a power-of-two array
+//! with a free-running 32-bit producer and consumer index shared with the
+//! kernel. We keep cached copies of the other side's index and only read the
+//! shared one (Acquire) when the cache says we are out of entries or space,
+//! and publish ours with a Release store after writing or reading the
+//! entries.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::{Error, Warning};
+use crate::sys::{self, XdpDesc, XdpRingOffset};
+use crate::umem::Umem;
+use crate::{BusyPoll, XskMode};
+
+/// One mmap'd ring.
+#[derive(Debug)]
+struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mmap {
+    fn new(fd: BorrowedFd<'_>, len: usize, pgoff: i64) -> Result<Mmap, i32> {
+        // SAFETY: a shared mapping of the socket's ring at an address of the
+        // kernel's choosing; it touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                pgoff,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(sys::errno());
+        }
+        NonNull::new(p as *mut u8)
+            .map(|ptr| Mmap { ptr, len })
+            .ok_or(libc::ENOMEM)
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`, unmapped once; the ring
+        // pointers into it live in the same `Ring` and die with it.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len);
+        }
+    }
+}
+
+/// A ring of `T` (u64 UMEM addresses for fill/completion, `XdpDesc` for
+/// RX/TX), with our cached view of both indexes.
+#[derive(Debug)]
+struct Ring<T> {
+    producer: NonNull<AtomicU32>,
+    consumer: NonNull<AtomicU32>,
+    flags: NonNull<AtomicU32>,
+    descs: NonNull<T>,
+    size: u32,
+    mask: u32,
+    /// Our producer position (producer rings) / last seen producer
+    /// (consumer rings).
+    cached_prod: u32,
+    /// Our consumer position (consumer rings) / last seen consumer + size
+    /// (producer rings).
+    cached_cons: u32,
+    _map: Mmap,
+}
+
+impl<T: Copy> Ring<T> {
+    fn map(
+        fd: BorrowedFd<'_>,
+        off: &XdpRingOffset,
+        size: u32,
+        pgoff: i64,
+        producer_side: bool,
+    ) -> Result<Ring<T>, i32> {
+        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
+        let map = Mmap::new(fd, len, pgoff)?;
+        let at = |o: u64, align: usize| -> Result<NonNull<u8>, i32> {
+            if (o as usize) < len && (o as usize) & (align - 1) == 0 {
+                // SAFETY: `o` is inside the mapping (checked), so the
+                // pointer stays in bounds and is non-null; the mapping is
+                // page aligned, so a multiple of `align` (a power of two) is aligned.
+                Ok(unsafe { NonNull::new_unchecked(map.ptr.as_ptr().add(o as usize)) })
+            } else {
+                Err(libc::EINVAL)
+            }
+        };
+        let a32 = std::mem::align_of::<AtomicU32>();
+        let producer = at(off.producer, a32)?.cast::<AtomicU32>();
+        let consumer = at(off.consumer, a32)?.cast::<AtomicU32>();
+        let flags = at(off.flags, a32)?.cast::<AtomicU32>();
+        let descs = at(off.desc, std::mem::align_of::<T>())?.cast::<T>();
+        let mut r = Ring {
+            producer,
+            consumer,
+            flags,
+            descs,
+            size,
+            mask: size - 1,
+            cached_prod: 0,
+            cached_cons: 0,
+            _map: map,
+        };
+        r.cached_prod = r.prod().load(Ordering::Relaxed);
+        r.cached_cons = r.cons().load(Ordering::Relaxed);
+        if producer_side {
+            r.cached_cons = r.cached_cons.wrapping_add(size);
+        }
+        Ok(r)
+    }
+
+    fn prod(&self) -> &AtomicU32 {
+        // SAFETY: the kernel's offsets point at u32 indexes inside our live
+        // mapping, checked in bounds and aligned in `map`; AtomicU32 has u32's layout, and all accesses by
+        // either side are atomic.
+        unsafe { self.producer.as_ref() }
+    }
+
+    fn cons(&self) -> &AtomicU32 {
+        // SAFETY: as in `prod`.
+        unsafe { self.consumer.as_ref() }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as in `prod`, for the flags word.
+        let f = unsafe { self.flags.as_ref() };
+        f.load(Ordering::Relaxed) & sys::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    fn slot(&self, idx: u32) -> *mut T {
+        // SAFETY: `idx & mask` < size, and the descriptor array holds `size`
+        // entries inside the mapping.
+        unsafe { self.descs.as_ptr().add((idx & self.mask) as usize) }
+    }
+
+    // ---- producer side (fill, TX)
+
+    /// Free entries, at least `want` if possible (re-reads the consumer).
+    fn prod_free(&mut self, want: u32) -> u32 {
+        let free = self.cached_cons.wrapping_sub(self.cached_prod);
+        if free >= want {
+            return free;
+        }
+        // Acquire: the kernel has finished reading entries before it moved
+        // its consumer index, so we may overwrite them.
+        self.cached_cons = self.cons().load(Ordering::Acquire).wrapping_add(self.size);
+        self.cached_cons.wrapping_sub(self.cached_prod)
+    }
+
+    /// Write an entry at our producer position and advance it (unpublished).
+    fn push(&mut self, v: T) {
+        // SAFETY: the caller checked `prod_free() >= 1`, so this slot is not
+        // being read by the kernel; it is a valid, aligned T slot.
+        unsafe { self.slot(self.cached_prod).write(v) };
+        self.cached_prod = self.cached_prod.wrapping_add(1);
+    }
+
+    /// Publish what `push` wrote.
+    fn submit(&mut self) {
+        // Release: the entries are written before the kernel sees the index.
+        self.prod().store(self.cached_prod, Ordering::Release);
+    }
+
+    /// Entries published but not yet consumed by the kernel.
+    fn in_flight(&self) -> u32 {
+        self.prod()
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.cons().load(Ordering::Acquire))
+    }
+
+    /// Entries pushed but not yet published.
+    fn unpublished(&self) -> u32 {
+        self.cached_prod
+            .wrapping_sub(self.prod().load(Ordering::Relaxed))
+    }
+
+    // ---- consumer side (RX, completion)
+
+    /// Entries available, up to `max` (re-reads the producer when empty).
+    fn cons_avail(&mut self, max: u32) -> u32 {
+        let mut n = self.cached_prod.wrapping_sub(self.cached_cons);
+        if n == 0 {
+            // Acquire: the entries are written before the index we read.
+            self.cached_prod = self.prod().load(Ordering::Acquire);
+            n = self.cached_prod.wrapping_sub(self.cached_cons);
+        }
+        n.min(max)
+    }
+
+    /// Read the entry `i` places after our consumer position.
+    fn peek(&self, i: u32) -> T {
+        // SAFETY: the caller got `i < cons_avail()`, so the kernel published
+        // this slot (Acquire above) and will not touch it until we release.
+        unsafe { self.slot(self.cached_cons.wrapping_add(i)).read() }
+    }
+
+    /// Hand `n` read entries back to the kernel.
+    fn release(&mut self, n: u32) {
+        self.cached_cons = self.cached_cons.wrapping_add(n);
+        // Release: our reads of the entries happen before the kernel reuses
+        // them.
+        self.cons().store(self.cached_cons, Ordering::Release);
+    }
+}
+
+/// Our own counters (the kernel's are in [`KernelStats`](crate::KernelStats)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames handed to the RX sink.
+    pub rx_frames: u64,
+    /// RX descriptors outside the UMEM (should never happen).
+    pub rx_bad_descs: u64,
+    /// Frames queued for TX.
+    pub tx_frames: u64,
+    /// Frames completed by the kernel.
+    pub tx_completed: u64,
+    /// TX refused: no free frame or no room in the TX ring.
+    pub tx_full: u64,
+    /// TX refused: longer than a frame.
+    pub tx_too_big: u64,
+    /// `sendto` kicks.
+    pub tx_kicks: u64,
+    /// Kicks answered with EAGAIN/EBUSY/ENOBUFS/ENETDOWN (retried later).
+    pub tx_kick_again: u64,
+    /// Kicks that failed otherwise.
+    pub tx_kick_errors: u64,
+    /// `recvfrom` wakeups of the RX/fill path.
+    pub rx_wakeups: u64,
+}
+
+/// Socket options, taken from [`Config`](crate::Config).
+#[derive(Debug, Clone)]
+pub struct SocketConfig {
+    /// Interface (for error messages).
+    pub iface: String,
+    /// Interface index.
+    pub ifindex: u32,
+    /// Queue id.
+    pub queue: u32,
+    /// Size of each of the four rings (power of two).
+    pub ring_size: u32,
+    /// Frames put on the fill ring at start (the rest are for TX).
+    pub rx_frames: u32,
+    /// Bind mode.
+    pub mode: XskMode,
+    /// `XDP_USE_NEED_WAKEUP`.
+    pub need_wakeup: bool,
+    /// Busy polling.
+    pub busy_poll: Option<BusyPoll>,
+}
+
+/// An AF_XDP socket bound to one queue, owning its UMEM.
+#[derive(Debug)]
+pub struct XskSocket {
+    // Rings first: they unmap before the socket closes.
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    rx: Ring<XdpDesc>,
+    tx: Ring<XdpDesc>,
+    fd: OwnedFd,
+    umem: Umem,
+    free: Vec<u64>,
+    refill: Vec<u64>,
+    mode: XskMode,
+    need_wakeup: bool,
+    busy_poll: bool,
+    warnings: Vec<Warning>,
+    counters: Counters,
+}
+
+// SAFETY: the socket owns its rings and UMEM exclusively; the raw pointers
+// point into mappings it owns and are used only through &mut self / &self;
+// the kernel side is synchronised with atomics. Nothing is thread-bound.
+unsafe impl Send for XskSocket {}
+
+impl XskSocket {
+    /// Create the socket, register `umem`, set up and map the rings, bind
+    /// to `cfg.queue`, and post `cfg.rx_frames` frames to the fill ring.
+    pub fn new(umem: Umem, cfg: &SocketConfig) -> Result<XskSocket, Error> {
+        let n = cfg.ring_size;
+        if !n.is_power_of_two() || n < 2 {
+            return Err(Error::InvalidConfig {
+                reason: "ring_size must be a power of two ≥ 2",
+            });
+        }
+        if cfg.rx_frames > n || cfg.rx_frames >= umem.frame_count() {
+            return Err(Error::InvalidConfig {
+                reason: "rx_frames must be ≤ ring_size and below frame_count",
+            });
+        }
+        let fd = sys::socket(sys::AF_XDP, libc::SOCK_RAW).map_err(|e| {
+            if e == libc::EAFNOSUPPORT {
+                Error::sys(
+                    "creating the AF_XDP socket (kernel without CONFIG_XDP_SOCKETS?)",
+                    e,
+                )
+            } else {
+                Error::sys("creating the AF_XDP socket", e)
+            }
+        })?;
+        let f = fd.as_fd();
+
+        sys::raise_memlock(umem.len() as u64);
+        let reg = sys::XdpUmemReg {
+            addr: umem.base() as u64,
+            len: umem.len() as u64,
+            chunk_size: umem.frame_size(),
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        sys::setsockopt(f, sys::SOL_XDP, sys::XDP_UMEM_REG, &reg).map_err(|e| {
+            if e == libc::ENOMEM || e == libc::EPERM || e == libc::EAGAIN {
+                Error::Memlock {
+                    bytes: umem.len(),
+                    errno: e,
+                }
+            } else {
+                Error::sys("registering the UMEM (XDP_UMEM_REG)", e)
+            }
+        })?;
+        let set = |name, what| {
+            sys::setsockopt(f, sys::SOL_XDP, name, &n).map_err(|e| Error::sys(what, e))
+        };
+        set(sys::XDP_UMEM_FILL_RING, "sizing the fill ring")?;
+        set(sys::XDP_UMEM_COMPLETION_RING, "sizing the completion ring")?;
+        set(sys::XDP_RX_RING, "sizing the RX ring")?;
+        set(sys::XDP_TX_RING, "sizing the TX ring")?;
+        let (off, _) =
+            sys::getsockopt::<sys::XdpMmapOffsets>(f, sys::SOL_XDP, sys::XDP_MMAP_OFFSETS)
+                .map_err(|e| Error::sys("reading the ring offsets", e))?;
+        let mmap_err = |e| Error::sys("mmap of an AF_XDP ring", e);
+        let fill =
+            Ring::map(f, &off.fr, n, sys::XDP_UMEM_PGOFF_FILL_RING, true).map_err(mmap_err)?;
+        let comp = Ring::map(f, &off.cr, n, sys::XDP_UMEM_PGOFF_COMPLETION_RING, false)
+            .map_err(mmap_err)?;
+        let rx = Ring::map(f, &off.rx, n, sys::XDP_PGOFF_RX_RING, false).map_err(mmap_err)?;
+        let tx = Ring::map(f, &off.tx, n, sys::XDP_PGOFF_TX_RING, true).map_err(mmap_err)?;
+
+        let mut warnings = Vec::new();
+        if let Some(bp) = cfg.busy_poll {
+            let one: i32 = 1;
+            let opts: [(&'static str, libc::c_int, i32); 3] = [
+                ("SO_PREFER_BUSY_POLL", sys::SO_PREFER_BUSY_POLL, one),
+                ("SO_BUSY_POLL", sys::SO_BUSY_POLL, bp.usecs as i32),
+                (
+                    "SO_BUSY_POLL_BUDGET",
+                    sys::SO_BUSY_POLL_BUDGET,
+                    bp.budget as i32,
+                ),
+            ];
+            for (option, name, v) in opts {
+                if let Err(errno) = sys::setsockopt(f, libc::SOL_SOCKET, name, &v) {
+                    warnings.push(Warning::BusyPoll { option, errno });
+                }
+            }
+        }
+
+        let wake = if cfg.need_wakeup {
+            sys::XDP_USE_NEED_WAKEUP
+        } else {
+            0
+        };
+        let mode_flags = match cfg.mode {
+            XskMode::Auto => 0,
+            XskMode::Copy => sys::XDP_COPY,
+            XskMode::ZeroCopy => sys::XDP_ZEROCOPY,
+        };
+        let addr = sys::SockaddrXdp {
+            sxdp_family: sys::AF_XDP as u16,
+            sxdp_flags: mode_flags | wake,
+            sxdp_ifindex: cfg.ifindex,
+            sxdp_queue_id: cfg.queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        sys::bind_xdp(f, &addr).map_err(|errno| match errno {
+            libc::EPERM | libc::EACCES => Error::Permission {
+                op: "binding the AF_XDP socket",
+                errno,
+            },
+            libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EINVAL
+                if cfg.mode == XskMode::ZeroCopy =>
+            {
+                Error::ZeroCopyUnsupported {
+                    iface: cfg.iface.clone(),
+                    queue: cfg.queue,
+                    errno,
+                }
+            }
+            _ => Error::Bind {
+                iface: cfg.iface.clone(),
+                queue: cfg.queue,
+                errno,
+            },
+        })?;
+        let mode = match sys::getsockopt::<sys::XdpOptions>(f, sys::SOL_XDP, sys::XDP_OPTIONS) {
+            Ok((o, _)) if o.flags & sys::XDP_OPTIONS_ZEROCOPY != 0 => XskMode::ZeroCopy,
+            Ok(_) => XskMode::Copy,
+            // Kernels before 5.3 have no XDP_OPTIONS: report what we forced.
+            Err(_) if cfg.mode == XskMode::ZeroCopy => XskMode::ZeroCopy,
+            Err(_) => XskMode::Copy,
+        };
+
+        let fs = umem.frame_size() as u64;
+        let all: Vec<u64> = (0..umem.frame_count() as u64).map(|i| i * fs).collect();
+        let (to_fill, free) = all.split_at(cfg.rx_frames as usize);
+        let mut s = XskSocket {
+            fill,
+            comp,
+            rx,
+            tx,
+            fd,
+            umem,
+            free: free.to_vec(),
+            refill: to_fill.to_vec(),
+            mode,
+            need_wakeup: cfg.need_wakeup,
+            busy_poll: cfg.busy_poll.is_some() && warnings.is_empty(),
+            warnings,
+            counters: Counters::default(),
+        };
+        s.post_fill();
+        Ok(s)
+    }
+
+    /// The mode obtained: `Copy` or `ZeroCopy`, never `Auto`.
+    pub fn mode(&self) -> XskMode {
+        self.mode
+    }
+
+    /// Non-fatal problems met while opening.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Our counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The kernel's counters (`XDP_STATISTICS`).
+    pub fn kernel_stats(&self) -> Result<sys::XdpStatistics, Error> {
+        sys::getsockopt::<sys::XdpStatistics>(self.fd.as_fd(), sys::SOL_XDP, sys::XDP_STATISTICS)
+            .map(|(s, _)| s)
+            .map_err(|e| Error::sys("reading XDP_STATISTICS", e))
+    }
+
+    /// The UMEM.
+    pub fn umem(&self) -> &Umem {
+        &self.umem
+    }
+
+    /// Frames free for TX right now (without reaping completions).
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Put frames waiting in `refill` on the fill ring.
+    fn post_fill(&mut self) {
+        if self.refill.is_empty() {
+            return;
+        }
+        let n = self.fill.prod_free(self.refill.len() as u32) as usize;
+        let n = n.min(self.refill.len());
+        for i in self.refill.len() - n..self.refill.len() {
+            self.fill.push(self.refill[i]);
+        }
+        self.refill.truncate(self.refill.len() - n);
+        if n > 0 {
+            self.fill.submit();
+        }
+    }
+
+    /// Hand up to `max` received frames to `sink` (slices of the UMEM),
+    /// then give their frames back to the fill ring. Returns how many.
+    pub fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let n = self.rx.cons_avail(max.min(u32::MAX as usize) as u32);
+        if n == 0 {
+            self.post_fill();
+            if self.busy_poll || (self.need_wakeup && self.fill.needs_wakeup()) {
+                self.counters.rx_wakeups += 1;
+                let _ = sys::kick_rx(self.fd.as_fd());
+            }
+            return 0;
+        }
+        let mut delivered = 0;
+        for i in 0..n {
+            let d = self.rx.peek(i);
+            match self.umem.slice(d.addr, d.len as usize) {
+                Some(frame) => {
+                    sink(frame);
+                    delivered += 1;
+                }
+                None => self.counters.rx_bad_descs += 1,
+            }
+            self.refill.push(self.umem.frame_base(d.addr));
+        }
+        self.rx.release(n);
+        self.counters.rx_frames += delivered;
+        self.post_fill();
+        delivered as usize
+    }
+
+    /// Move completed TX frames back to the free list.
+    fn reap(&mut self) {
+        let n = self.comp.cons_avail(self.comp.size);
+        for i in 0..n {
+            let a = self.comp.peek(i);
+            self.free.push(self.umem.frame_base(a));
+        }
+        if n > 0 {
+            self.comp.release(n);
+            self.counters.tx_completed += n as u64;
+        }
+    }
+
+    /// Copy `frame` into a free UMEM frame and queue a TX descriptor
+    /// (published by [`flush`](Self::flush)). False if it does not fit a
+    /// frame or no frame / TX slot is free.
+    pub fn tx(&mut self, frame: &[u8]) -> bool {
+        if frame.len() > self.umem.frame_size() as usize {
+            self.counters.tx_too_big += 1;
+            return false;
+        }
+        if self.free.is_empty() {
+            self.reap();
+            if self.free.is_empty() {
+                // Get the kernel going on what is queued, then try again.
+                self.flush();
+            }
+        }
+        if self.free.is_empty() || self.tx.prod_free(1) == 0 {
+            self.counters.tx_full += 1;
+            return false;
+        }
+        let Some(addr) = self.free.pop() else {
+            return false;
+        };
+        if !self.umem.write(addr, frame) {
+            self.free.push(addr);
+            self.counters.tx_full += 1;
+            return false;
+        }
+        self.tx.push(XdpDesc {
+            addr,
+            len: frame.len() as u32,
+            options: 0,
+        });
+        self.counters.tx_frames += 1;
+        true
+    }
+
+    /// Publish queued TX descriptors, kick the kernel when it needs it, and
+    /// reap completions.
+    pub fn flush(&mut self) {
+        if self.tx.unpublished() > 0 {
+            self.tx.submit();
+        }
+        if self.tx.in_flight() > 0 && (!self.need_wakeup || self.tx.needs_wakeup()) {
+            self.counters.tx_kicks += 1;
+            match sys::kick_tx(self.fd.as_fd()) {
+                Ok(()) => {}
+                Err(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN) => {
+                    self.counters.tx_kick_again += 1
+                }
+                Err(_) => self.counters.tx_kick_errors += 1,
+            }
+        }
+        self.reap();
+    }
+}
+
+impl AsFd for XskSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
