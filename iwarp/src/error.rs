@@ -1,0 +1,112 @@
+//! One typed error for the API's operations.
+
+use iwarp_control::{SetupError, SetupFailure};
+use iwarp_proto::mem::MemError;
+use tcp_lite::tcp::TcpError;
+
+/// What went wrong in an API call. No strings: each variant says what
+/// happened, and carries what the caller may need to react.
+#[derive(Debug)]
+pub enum Error {
+    /// The AF_XDP backend could not be opened (no interface, no privileges,
+    /// memlock, ...): the backend's own error says which.
+    Backend(iwarp_xdp::Error),
+    /// A memory table operation failed (unknown PD or STag, PD busy, ...).
+    Memory(MemError),
+    /// A region access outside its bounds.
+    OutOfBounds,
+    /// The peer rejected the connection; its private data says why.
+    Rejected {
+        /// The rejecting Reply's private data.
+        private_data: Vec<u8>,
+    },
+    /// The port already has a listener in this context.
+    AddrInUse,
+    /// The peer's TCP refused the connection (RST: nothing listens there).
+    ConnectionRefused,
+    /// TCP gave up (no answer to SYN or data): the peer is unreachable.
+    Unreachable,
+    /// The connection was reset.
+    ConnectionReset,
+    /// The MPA exchange did not finish in time, or a wait ran out.
+    TimedOut,
+    /// MPA setup failed for another reason (bad frame, no common RTR type,
+    /// markers refused, insufficient IRD).
+    Setup(SetupError),
+    /// The poll loop's command queue is full: retry after polling.
+    QueueFull,
+    /// A post refused at once (shared receive queue full, too many SGEs).
+    Post(iwarp_proto::qp::PostError),
+    /// The poll loop is gone (the context was dropped or stopped).
+    Stopped,
+    /// A call that waits for the poll loop (connect, accept, listen,
+    /// register, ...) was made from inside it, in a loop hook: it would
+    /// wait forever.
+    InLoop,
+    /// An argument out of range (private data over 512 octets, zero depth).
+    InvalidArgument(&'static str),
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Backend(e) => write!(f, "backend: {e}"),
+            Error::Memory(e) => write!(f, "memory: {e}"),
+            Error::OutOfBounds => f.write_str("access outside the region"),
+            Error::Rejected { private_data } => {
+                write!(
+                    f,
+                    "rejected by the peer ({} octets of private data)",
+                    private_data.len()
+                )
+            }
+            Error::AddrInUse => f.write_str("port already listening"),
+            Error::ConnectionRefused => f.write_str("connection refused"),
+            Error::Unreachable => f.write_str("peer unreachable"),
+            Error::ConnectionReset => f.write_str("connection reset"),
+            Error::TimedOut => f.write_str("timed out"),
+            Error::Setup(e) => write!(f, "{e}"),
+            Error::QueueFull => f.write_str("command queue full"),
+            Error::Post(e) => write!(f, "post refused: {e}"),
+            Error::Stopped => f.write_str("the poll loop has stopped"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::InLoop => f.write_str("a call that waits for the poll loop, made inside it"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<MemError> for Error {
+    fn from(e: MemError) -> Self {
+        Error::Memory(e)
+    }
+}
+
+impl From<iwarp_xdp::Error> for Error {
+    fn from(e: iwarp_xdp::Error) -> Self {
+        Error::Backend(e)
+    }
+}
+
+impl From<TcpError> for Error {
+    fn from(e: TcpError) -> Self {
+        match e {
+            TcpError::Refused => Error::ConnectionRefused,
+            TcpError::Reset => Error::ConnectionReset,
+            TcpError::TimedOut => Error::Unreachable,
+        }
+    }
+}
+
+impl From<SetupError> for Error {
+    fn from(e: SetupError) -> Self {
+        match e.reason {
+            SetupFailure::Rejected => Error::Rejected {
+                private_data: e.peer_private_data,
+            },
+            SetupFailure::TimedOut => Error::TimedOut,
+            _ => Error::Setup(e),
+        }
+    }
+}

@@ -1,0 +1,1203 @@
+//! The iWARP stack's public API, shaped after libibverbs and librdmacm.
+//!
+//! A [`Context`] is one stack instance: an interface (AF_XDP, or the
+//! simulated link for tests and examples without root), an address, and a
+//! core-pinned poll loop. From it come protection domains ([`Pd`]), memory
+//! regions ([`Mr`]), completion queues ([`Cq`]), and connections: the
+//! active side calls [`Context::connect`], the passive side
+//! [`Context::listen`] and takes [`ConnectRequest`]s it accepts or rejects,
+//! with private data both ways. A connected [`Qp`] posts work and its
+//! completions arrive on its CQ.
+//!
+//! Posting and polling never make a syscall: a post is a push on the loop's
+//! lock-free command queue, and a CQ is a lock-free ring the loop fills.
+//! Setup calls (register, connect, accept) wait for the loop's answer.
+//!
+//! ```
+//! use std::net::SocketAddrV4;
+//! use iwarp::{Access, ConnectOptions, Context, ListenOptions, WorkRequest, WcOpcode};
+//! # fn main() -> Result<(), iwarp::Error> {
+//! let (server, client) = Context::sim_pair();
+//! let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+//! let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE)?;
+//! let hello = cpd.register(b"hello".to_vec(), Access::LOCAL_READ)?;
+//! let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+//! let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+//! let remote = server.addr();
+//! let t = std::thread::spawn(move || {
+//!     client
+//!         .connect(SocketAddrV4::new(remote, 7000), &ConnectOptions::new(&cpd, &ccq))
+//!         .map(|qp| (client, qp, hello, ccq))
+//! });
+//! let req = listener.get_request(std::time::Duration::from_secs(5))?;
+//! assert_eq!(req.remote(), std::net::Ipv4Addr::new(10, 0, 0, 2));
+//! // Receives posted before accepting are in place before the peer can send.
+//! req.post_recv(1, inbox.sge(0, 64))?;
+//! let _sqp = req.accept(&Default::default(), &scq)?;
+//! let (_client, cqp, hello, ccq) = t.join().unwrap()?;
+//! cqp.post_send(WorkRequest::Send { wr_id: 2, signaled: true, local: hello.sge(0, 5).into(), solicited: false, invalidate: None })?;
+//! let wc = scq.wait(std::time::Duration::from_secs(5)).expect("a completion");
+//! assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (1, Some(WcOpcode::Recv), 5));
+//! assert_eq!(&inbox.read(0, 5)?, b"hello");
+//! # let _ = ccq;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use error::Error;
+pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer};
+pub use iwarp_proto::mem::{Access, PdId, STag};
+pub use iwarp_proto::qp::{
+    InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
+    MAX_INLINE, MAX_SGE,
+};
+pub use iwarp_proto::wire::TerminateRepr;
+
+use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
+use iwarp_datapath::runtime::{spawn, LoopHandle, MemDevice, Mode};
+pub use iwarp_datapath::stack::HookStatus;
+use iwarp_datapath::stack::{
+    Command, CqEntry, CqRing, ListenError, LoopHook, MemoryOp, Output, SockId, Stack, StackConfig,
+    Ulp,
+};
+use iwarp_datapath::StreamParams;
+use iwarp_proto::mem::MemoryTable;
+use tcp_lite::iface::IfaceConfig;
+use tcp_lite::tcp::TcpError;
+use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+/// How the poll loop waits when idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polling {
+    /// Spin forever: lowest latency, one core fully used.
+    Busy,
+    /// Spin a while, then yield, then sleep up to 200 µs: for shared cores.
+    Adaptive,
+}
+
+impl Polling {
+    fn mode(self) -> Mode {
+        match self {
+            Polling::Busy => Mode::BusyPoll,
+            Polling::Adaptive => Mode::Adaptive {
+                spins: 20_000,
+                max_sleep: Duration::from_micros(200),
+            },
+        }
+    }
+}
+
+/// Settings of an AF_XDP context.
+#[derive(Debug, Clone)]
+pub struct XdpOptions {
+    /// Interface to take over (queue 0).
+    pub iface: String,
+    /// Our address (not configured in the kernel).
+    pub ip: Ipv4Addr,
+    /// Prefix length of our subnet.
+    pub prefix_len: u8,
+    /// Router for off-link peers.
+    pub gateway: Option<Ipv4Addr>,
+    /// Core for the poll loop.
+    pub core: Option<usize>,
+    /// Idle behaviour of the poll loop.
+    pub polling: Polling,
+    /// Open the interface inside this network namespace (`/var/run/netns/NAME`).
+    pub netns: Option<PathBuf>,
+}
+
+impl XdpOptions {
+    /// `iface` with `ip/prefix_len`, adaptive polling, no pinning.
+    pub fn new(iface: &str, ip: Ipv4Addr, prefix_len: u8) -> Self {
+        XdpOptions {
+            iface: iface.to_owned(),
+            ip,
+            prefix_len,
+            gateway: None,
+            core: None,
+            polling: Polling::Adaptive,
+            netns: None,
+        }
+    }
+}
+
+/// Connection-level outputs of the loop, sorted per connection or listener.
+#[derive(Debug, Default)]
+struct Router {
+    opening: HashMap<u64, SockId>,
+    listening: HashMap<u16, Result<(), ListenError>>,
+    unlistened: HashSet<u16>,
+    /// Connections an application object (connect in progress, pending
+    /// request, `Qp`) still stands for: events of others are dropped, so
+    /// the per-connection queues below do not outlive their connection.
+    live: HashSet<SockId>,
+    connects: HashMap<u64, Result<SockId, TcpError>>,
+    accepted: HashMap<u16, VecDeque<(SockId, Ipv4Address)>>,
+    cm: HashMap<SockId, VecDeque<CmEvent>>,
+    qp_events: HashMap<SockId, VecDeque<QpEvent>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    lp: LoopHandle<Stack>,
+    router: Mutex<Router>,
+    addr: Ipv4Addr,
+    tokens: AtomicU64,
+    /// The poll loop's thread: calls that wait on the loop refuse to run
+    /// there (a loop hook calling them would wait forever).
+    loop_thread: Option<std::thread::ThreadId>,
+}
+
+impl Inner {
+    /// Move the loop's outputs into the router.
+    fn pump(&self) {
+        let mut r = match self.router.lock() {
+            Ok(r) => r,
+            Err(p) => p.into_inner(),
+        };
+        while let Some(o) = self.lp.poll() {
+            match o {
+                Output::Opening { token, sock } => {
+                    r.opening.insert(token, sock);
+                    r.live.insert(sock);
+                }
+                Output::Connected { token, sock, .. } => {
+                    r.opening.remove(&token);
+                    r.connects.insert(token, Ok(sock));
+                }
+                Output::Failed { token, error } => {
+                    if let Some(sock) = r.opening.remove(&token) {
+                        r.forget(sock);
+                    }
+                    r.connects.insert(token, Err(error));
+                }
+                Output::Listening { port, result } => {
+                    r.listening.insert(port, result);
+                }
+                Output::Unlistened { port, .. } => {
+                    r.unlistened.insert(port);
+                }
+                Output::Accepted {
+                    port, sock, remote, ..
+                } => {
+                    r.live.insert(sock);
+                    r.accepted
+                        .entry(port)
+                        .or_default()
+                        .push_back((sock, remote))
+                }
+                Output::Cm(sock, e) if r.live.contains(&sock) => {
+                    r.cm.entry(sock).or_default().push_back(e)
+                }
+                Output::CmRefused(sock, e) if r.live.contains(&sock) => {
+                    r.cm.entry(sock)
+                        .or_default()
+                        .push_back(CmEvent::SetupFailed(e))
+                }
+                Output::Iwarp(sock, HostOutput::Event(e)) if r.live.contains(&sock) => {
+                    r.qp_events.entry(sock).or_default().push_back(e)
+                }
+                Output::Closed {
+                    sock,
+                    error: Some(_),
+                } if r.live.contains(&sock) => {
+                    r.cm.entry(sock)
+                        .or_default()
+                        .push_back(CmEvent::Disconnected)
+                }
+                // Completions go to CQ rings; the rest is not used here.
+                _ => {}
+            }
+        }
+    }
+
+    fn post(&self, cmd: Command) -> Result<(), Error> {
+        self.lp.post(cmd).map_err(|_| Error::QueueFull)
+    }
+
+    /// Post a command and wait for its answer through a channel.
+    fn memory<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut MemoryTable) -> T + Send + 'static,
+    ) -> Result<T, Error> {
+        self.not_in_loop()?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.post(Command::Memory(MemoryOp(Box::new(move |m| {
+            let _ = tx.send(f(m));
+        }))))?;
+        rx.recv_timeout(Duration::from_secs(10))
+            .map_err(|_| Error::Stopped)
+    }
+
+    /// Wait (pumping the loop's outputs) until `f` finds what it wants in
+    /// the router, or `timeout` runs out.
+    fn wait<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&mut Router) -> Option<T>,
+    ) -> Result<T, Error> {
+        self.not_in_loop()?;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(1);
+        loop {
+            self.pump();
+            {
+                let mut r = match self.router.lock() {
+                    Ok(r) => r,
+                    Err(p) => p.into_inner(),
+                };
+                if let Some(v) = f(&mut r) {
+                    return Ok(v);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::TimedOut);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_micros(500));
+        }
+    }
+
+    fn not_in_loop(&self) -> Result<(), Error> {
+        if self.loop_thread == Some(std::thread::current().id()) {
+            Err(Error::InLoop)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn forget(&self, sock: SockId) {
+        match self.router.lock() {
+            Ok(mut r) => r.forget(sock),
+            Err(p) => p.into_inner().forget(sock),
+        }
+    }
+
+    fn next_cm(&self, sock: SockId, timeout: Duration) -> Result<CmEvent, Error> {
+        self.wait(timeout, |r| r.cm.get_mut(&sock).and_then(|q| q.pop_front()))
+    }
+}
+
+impl Router {
+    /// Nothing stands for `sock` any more: drop its queues and its future
+    /// events.
+    fn forget(&mut self, sock: SockId) {
+        self.live.remove(&sock);
+        self.cm.remove(&sock);
+        self.qp_events.remove(&sock);
+    }
+
+    /// Connections the router still keeps state for (tests: no leak).
+    fn tracked(&self) -> usize {
+        self.live.len().max(self.cm.len()).max(self.qp_events.len())
+    }
+}
+
+/// One stack instance: an interface, an address, a poll loop.
+#[derive(Debug, Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+impl Context {
+    fn start(
+        cfg: StackConfig,
+        dev: impl iwarp_datapath::runtime::FrameDevice + 'static,
+        core: Option<usize>,
+        polling: Polling,
+    ) -> Context {
+        let addr = Ipv4Addr::from(cfg.iface.ip.0);
+        let lp = spawn(
+            Stack::new(cfg, MemoryTable::new()),
+            dev,
+            core,
+            polling.mode(),
+            16_384,
+        );
+        let loop_thread = lp.thread_id();
+        Context {
+            inner: Arc::new(Inner {
+                lp,
+                router: Mutex::new(Router::default()),
+                addr,
+                tokens: AtomicU64::new(1),
+                loop_thread,
+            }),
+        }
+    }
+
+    /// Run `f` inside the poll loop after every round until it returns
+    /// [`HookStatus::Done`] (run-to-completion, as DPDK applications run):
+    /// no thread hand-off between the application and the stack. `f` may
+    /// post ([`Qp::post_send`], [`Qp::post_recv`]) and poll
+    /// ([`Cq::poll_one`]), which are queue operations; a post is handled
+    /// at the start of the next round. It must not block: calls that wait
+    /// for the loop (connect, accept, register, ...) fail there with
+    /// [`Error::InLoop`], and [`Cq::wait`] would stall the loop. With
+    /// [`Polling::Busy`] the loop, and so `f`, runs without pause.
+    pub fn run_in_loop(&self, f: impl FnMut() -> HookStatus + Send + 'static) -> Result<(), Error> {
+        self.inner.post(Command::Hook(LoopHook(Box::new(f))))
+    }
+
+    /// Two contexts joined by the simulated link (10.0.0.1 and 10.0.0.2, an
+    /// in-memory Ethernet link between two poll loops). Needs no privileges.
+    pub fn sim_pair() -> (Context, Context) {
+        let (da, db) = MemDevice::pair(8192);
+        let cfg = |last: u8| {
+            let mut c = StackConfig::new(IfaceConfig::new(
+                EthernetAddress([0x02, 0, 0, 0, 0, last]),
+                Ipv4Address::new(10, 0, 0, last),
+                24,
+            ));
+            c.tcp.rto_min = 5_000_000;
+            c.tcp.time_wait = 10_000_000;
+            c
+        };
+        (
+            Context::start(cfg(1), da, None, Polling::Adaptive),
+            Context::start(cfg(2), db, None, Polling::Adaptive),
+        )
+    }
+
+    /// A context on an interface through AF_XDP (needs root or
+    /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW).
+    pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
+        let xcfg = iwarp_xdp::Config::new(&opts.iface, opts.ip.octets());
+        let dev = match &opts.netns {
+            Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
+            None => iwarp_xdp::XdpDevice::open(&xcfg)?,
+        };
+        let mut icfg = IfaceConfig::new(
+            EthernetAddress(dev.mac_address()),
+            Ipv4Address(opts.ip.octets()),
+            opts.prefix_len,
+        );
+        icfg.mtu = dev.mtu() as usize;
+        icfg.gateway = opts.gateway.map(|g| Ipv4Address(g.octets()));
+        let mut cfg = StackConfig::new(icfg);
+        cfg.tcp.rto_min = 5_000_000;
+        // RFC 6528: the ISN secret must be unguessable; the kernel's RNG.
+        let mut seed = [0u8; 16];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed))
+            .map_err(|_| Error::InvalidArgument("cannot read /dev/urandom for the ISN secret"))?;
+        cfg.isn_secret = seed;
+        Ok(Context::start(cfg, dev, opts.core, opts.polling))
+    }
+
+    /// Our address.
+    pub fn addr(&self) -> Ipv4Addr {
+        self.inner.addr
+    }
+
+    /// A protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd, Error> {
+        let id = self.inner.memory(|m| m.alloc_pd())?;
+        Ok(Pd {
+            ctx: self.clone(),
+            id,
+        })
+    }
+
+    /// A completion queue of `depth` entries (size it for every queue that
+    /// completes on it: an overrun loses completions, see [`Cq::overrun`]).
+    pub fn create_cq(&self, depth: usize) -> Cq {
+        Cq {
+            ring: Arc::new(CqRing::new(depth)),
+        }
+    }
+
+    /// A shared receive queue of `depth` buffers: queue pairs created with it
+    /// ([`ConnectOptions::srq`], [`ListenOptions::srq`]) take their receive
+    /// buffers from it.
+    pub fn create_srq(&self, depth: usize) -> Srq {
+        Srq {
+            inner: iwarp_proto::qp::Srq::new(depth),
+        }
+    }
+
+    /// Listen on `port`; connection requests come from
+    /// [`Listener::get_request`]. The port listens once this returns (a
+    /// connect made afterwards is not refused); dropping the [`Listener`]
+    /// closes it. [`Error::AddrInUse`] if the port already listens.
+    pub fn listen(&self, port: u16, opts: &ListenOptions) -> Result<Listener, Error> {
+        self.inner.post(Command::Listen {
+            port,
+            ulp: Ulp::Iwarp {
+                mpa: opts.mpa.clone(),
+                params: opts.params(),
+                manual: true,
+                cq: None,
+                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+            },
+        })?;
+        self.inner
+            .wait(Duration::from_secs(10), |r| r.listening.remove(&port))?
+            .map_err(|ListenError::PortInUse| Error::AddrInUse)?;
+        Ok(Listener {
+            ctx: self.clone(),
+            port,
+        })
+    }
+
+    /// Connect to `to` and run the MPA exchange; returns the connected
+    /// queue pair once in full operation (or why not).
+    pub fn connect(&self, to: SocketAddrV4, opts: &ConnectOptions) -> Result<Qp, Error> {
+        if opts.mpa.private_data.len() > 512 {
+            return Err(Error::InvalidArgument("private data over 512 octets"));
+        }
+        let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
+        self.inner.post(Command::Connect {
+            token,
+            remote: Ipv4Address(to.ip().octets()),
+            port: to.port(),
+            ulp: Ulp::Iwarp {
+                mpa: opts.mpa.clone(),
+                params: opts.params(),
+                manual: false,
+                cq: Some(opts.cq.ring.clone()),
+                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+            },
+        })?;
+        for (wr_id, sgl) in &opts.recvs {
+            self.inner.post(Command::IwarpOpening(
+                token,
+                HostCommand::PostRecv(*wr_id, *sgl),
+            ))?;
+        }
+        let deadline = Instant::now() + opts.timeout;
+        let sock = match self.inner.wait(opts.timeout, |r| r.connects.remove(&token)) {
+            Ok(r) => r?,
+            Err(e) => {
+                // Give up on the half-open connection too, not just the wait.
+                self.cancel(token);
+                return Err(e);
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.established(sock, left) {
+            Ok(qp) => Ok(qp),
+            Err(e) => {
+                if matches!(e, Error::TimedOut) {
+                    let _ = self.inner.post(Command::Abort(sock));
+                }
+                self.inner.forget(sock);
+                Err(e)
+            }
+        }
+    }
+
+    /// How many connections the application side still keeps state for
+    /// (queued CM and QP events); for leak checks.
+    pub fn tracked_connections(&self) -> usize {
+        self.inner.pump();
+        match self.inner.router.lock() {
+            Ok(r) => r.tracked(),
+            Err(p) => p.into_inner().tracked(),
+        }
+    }
+
+    /// Abort the connection opened under `token`, if it exists.
+    fn cancel(&self, token: u64) {
+        self.inner.pump();
+        let sock = match self.inner.router.lock() {
+            Ok(mut r) => r.opening.remove(&token),
+            Err(p) => p.into_inner().opening.remove(&token),
+        };
+        if let Some(sock) = sock {
+            let _ = self.inner.post(Command::Abort(sock));
+            self.inner.forget(sock);
+        }
+    }
+
+    /// Wait for the MPA outcome of `sock`.
+    fn established(&self, sock: SockId, timeout: Duration) -> Result<Qp, Error> {
+        loop {
+            match self.inner.next_cm(sock, timeout)? {
+                CmEvent::Established(n) => {
+                    return Ok(Qp {
+                        ctx: self.clone(),
+                        sock,
+                        negotiated: n,
+                    })
+                }
+                CmEvent::SetupFailed(e) => return Err(e.into()),
+                CmEvent::Disconnected => return Err(Error::ConnectionReset),
+                CmEvent::ConnectRequest(_) => {}
+            }
+        }
+    }
+}
+
+/// A protection domain.
+#[derive(Debug, Clone)]
+pub struct Pd {
+    ctx: Context,
+    id: PdId,
+}
+
+impl Pd {
+    /// The domain's id.
+    pub fn id(&self) -> PdId {
+        self.id
+    }
+
+    /// A memory window in this domain (unbound until [`Mw::bind`]).
+    pub fn alloc_mw(&self) -> Result<Mw, Error> {
+        let pd = self.id;
+        let stag = self.ctx.inner.memory(move |m| m.alloc_mw(pd))??;
+        Ok(Mw {
+            ctx: self.ctx.clone(),
+            stag,
+        })
+    }
+
+    /// Register `buf` with `access` rights. The buffer moves into the
+    /// stack (the poll loop places into it); read and write it through the
+    /// returned [`Mr`], and get it back with [`Mr::deregister`].
+    pub fn register(&self, buf: Vec<u8>, access: Access) -> Result<Mr, Error> {
+        let pd = self.id;
+        let len = buf.len();
+        let stag = self
+            .ctx
+            .inner
+            .memory(move |m| m.register(pd, buf, access, 0))??;
+        Ok(Mr {
+            ctx: self.ctx.clone(),
+            stag,
+            len,
+        })
+    }
+}
+
+/// A shared receive queue: posting is a push on a lock-free ring that the
+/// queue pairs using it pop when a Send arrives; the receive completes on
+/// the CQ of the queue pair that took it.
+#[derive(Debug, Clone)]
+pub struct Srq {
+    inner: iwarp_proto::qp::Srq,
+}
+
+impl Srq {
+    /// Post a receive buffer (its SGEs are checked when a queue pair takes it).
+    pub fn post_recv(&self, wr_id: u64, sgl: impl Into<SgList>) -> Result<(), Error> {
+        self.inner.post_recv(wr_id, sgl).map_err(Error::Post)
+    }
+
+    /// Buffers posted and not yet taken.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// No buffer posted.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+}
+
+/// A memory window: remote access to part of a region, with its own rights,
+/// revocable without touching the region.
+#[derive(Debug)]
+pub struct Mw {
+    ctx: Context,
+    stag: STag,
+}
+
+impl Mw {
+    /// The window's current STag (changes with every bind).
+    pub fn stag(&self) -> STag {
+        self.stag
+    }
+
+    /// Bind the window to `len` octets at `offset` of `mr` (registered with
+    /// [`Access::MW_BIND`]) with `access` (remote read and/or write); a
+    /// previous binding ends. Returns the new STag to hand to the peer; the
+    /// peer addresses the window with TOs `offset..offset + len`.
+    pub fn bind(&mut self, mr: &Mr, offset: u64, len: u64, access: Access) -> Result<STag, Error> {
+        let (mw, region) = (self.stag, mr.stag);
+        self.stag = self
+            .ctx
+            .inner
+            .memory(move |m| m.bind_mw(mw, region, offset, len, access))??;
+        Ok(self.stag)
+    }
+
+    /// Invalidate the window locally: remote access with its STag fails.
+    pub fn invalidate(&self) -> Result<(), Error> {
+        let stag = self.stag;
+        Ok(self.ctx.inner.memory(move |m| m.invalidate(stag))??)
+    }
+
+    /// Free the window.
+    pub fn dealloc(self) -> Result<(), Error> {
+        let stag = self.stag;
+        Ok(self.ctx.inner.memory(move |m| m.dealloc_mw(stag))??)
+    }
+}
+
+/// A registered memory region. Its STag serves as both lkey and rkey.
+#[derive(Debug, Clone)]
+pub struct Mr {
+    ctx: Context,
+    stag: STag,
+    len: usize,
+}
+
+impl Mr {
+    /// The STag (send it to a peer for RDMA Write/Read; use it in local SGEs).
+    pub fn stag(&self) -> STag {
+        self.stag
+    }
+
+    /// Length in octets.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A scatter/gather element over `len` octets at `offset`.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            stag: self.stag,
+            to: offset,
+            len,
+        }
+    }
+
+    /// Copy `len` octets at `offset` out of the region.
+    pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, Error> {
+        let stag = self.stag;
+        self.ctx
+            .inner
+            .memory(move |m| {
+                m.bytes(stag)
+                    .and_then(|b| b.get(offset..offset.checked_add(len)?))
+                    .map(|b| b.to_vec())
+            })?
+            .ok_or(Error::OutOfBounds)
+    }
+
+    /// Copy `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        let stag = self.stag;
+        let data = data.to_vec();
+        self.ctx
+            .inner
+            .memory(move |m| {
+                let end = offset.checked_add(data.len())?;
+                m.bytes_mut(stag)?
+                    .get_mut(offset..end)
+                    .map(|d| d.copy_from_slice(&data))
+            })?
+            .ok_or(Error::OutOfBounds)
+    }
+
+    /// Invalidate the STag locally (remote access with it fails from now on).
+    pub fn invalidate(&self) -> Result<(), Error> {
+        let stag = self.stag;
+        Ok(self.ctx.inner.memory(move |m| m.invalidate(stag))??)
+    }
+
+    /// Deregister and get the buffer back.
+    pub fn deregister(self) -> Result<Vec<u8>, Error> {
+        let stag = self.stag;
+        Ok(self.ctx.inner.memory(move |m| m.deregister(stag))??)
+    }
+}
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// The queue pair it belongs to ([`Qp::id`]).
+    pub qp: usize,
+    /// What completed.
+    pub opcode: Option<WcOpcode>,
+    /// How.
+    pub status: Status,
+    /// Octets (received, for receives).
+    pub byte_len: u32,
+    /// A receive of a Send with Solicited Event.
+    pub solicited: bool,
+    /// The STag a Send with Invalidate invalidated here.
+    pub invalidated: Option<STag>,
+}
+
+/// How a work request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// As the queue pair reports it (success, local protection, flushed, ...).
+    Wc(WcStatus),
+    /// The post itself was refused (queue full, bad local buffer, not
+    /// connected): the request never started.
+    Refused(PostError),
+}
+
+impl Status {
+    /// Success.
+    pub fn is_ok(&self) -> bool {
+        *self == Status::Wc(WcStatus::Success)
+    }
+}
+
+/// A completion queue: a lock-free ring the poll loop fills.
+#[derive(Debug, Clone)]
+pub struct Cq {
+    ring: Arc<CqRing>,
+}
+
+impl Cq {
+    /// One completion, if any (no syscall, no lock).
+    pub fn poll_one(&self) -> Option<Wc> {
+        self.ring.ring.pop().map(|(qp, e)| match e {
+            CqEntry::Done(c) => Wc {
+                wr_id: c.wr_id,
+                qp,
+                opcode: Some(c.opcode),
+                status: Status::Wc(c.status),
+                byte_len: c.byte_len,
+                solicited: c.solicited,
+                invalidated: c.invalidated,
+            },
+            CqEntry::Refused { wr_id, error } => Wc {
+                wr_id,
+                qp,
+                opcode: None,
+                status: Status::Refused(error),
+                byte_len: 0,
+                solicited: false,
+                invalidated: None,
+            },
+        })
+    }
+
+    /// Up to `max` completions appended to `out`; returns how many.
+    pub fn poll(&self, out: &mut Vec<Wc>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            match self.poll_one() {
+                Some(wc) => {
+                    out.push(wc);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Wait for one completion: spin briefly, then sleep with a growing
+    /// pause (for callers that do not busy-poll). `None` on timeout.
+    pub fn wait(&self, timeout: Duration) -> Option<Wc> {
+        let deadline = Instant::now() + timeout;
+        let mut spins = 0u32;
+        let mut pause = Duration::from_micros(1);
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Some(wc);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            if spins < 10_000 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Whether a completion was lost because the ring was full.
+    pub fn overrun(&self) -> bool {
+        self.ring.overrun.load(Ordering::Acquire)
+    }
+}
+
+fn params(pd: &Pd, sq_depth: usize, rq_depth: usize) -> StreamParams {
+    StreamParams {
+        pd: pd.id,
+        emss: 1460,
+        sq_depth,
+        rq_depth,
+    }
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// MPA settings: revision, CRC, markers, IRD/ORD, peer-to-peer and RTR
+    /// types, private data. Default: what Linux siw does (Rev 2 enhanced,
+    /// no markers, no peer-to-peer) but with CRC on.
+    pub mpa: MpaConfig,
+    /// Protection domain of the queue pair.
+    pub pd: Pd,
+    /// Where completions go.
+    pub cq: Cq,
+    /// Send queue depth.
+    pub sq_depth: usize,
+    /// Receive queue depth.
+    pub rq_depth: usize,
+    /// Take receive buffers from this shared receive queue.
+    pub srq: Option<Srq>,
+    /// How long to wait for TCP and the MPA exchange.
+    pub timeout: Duration,
+    /// Receives (id, buffer) posted before the connection exists, as verbs
+    /// posts to a QP before `rdma_connect`: a peer may Send right behind
+    /// its MPA Reply, before [`Context::connect`] returns.
+    pub recvs: Vec<(u64, SgList)>,
+}
+
+/// Our defaults: siw's (Rev 2 enhanced, no markers, no peer-to-peer) with
+/// CRC on. As initiator, the first FPDU waits 50 ms after the MPA Reply:
+/// Linux siw 6.1 as responder can leave an FPDU that arrives right after
+/// its Reply unread (see [`MpaConfig::first_fpdu_delay`]); set it to 0 for
+/// peers without that race.
+pub fn default_mpa() -> MpaConfig {
+    MpaConfig {
+        crc: true,
+        first_fpdu_delay: 50_000_000,
+        ..MpaConfig::default()
+    }
+}
+
+/// The Chelsio profile: CRC on, peer-to-peer with a Read RTR.
+pub fn chelsio_mpa() -> MpaConfig {
+    MpaConfig {
+        crc: true,
+        peer_to_peer: true,
+        rtr: RtrOffer {
+            zero_length_fpdu: false,
+            write: false,
+            read: true,
+        },
+        ..MpaConfig::default()
+    }
+}
+
+impl ConnectOptions {
+    /// Defaults: [`default_mpa`], queues of 256, 15 s.
+    pub fn new(pd: &Pd, cq: &Cq) -> Self {
+        ConnectOptions {
+            mpa: default_mpa(),
+            pd: pd.clone(),
+            cq: cq.clone(),
+            sq_depth: 256,
+            rq_depth: 256,
+            srq: None,
+            timeout: Duration::from_secs(15),
+            recvs: Vec::new(),
+        }
+    }
+
+    fn params(&self) -> StreamParams {
+        params(&self.pd, self.sq_depth, self.rq_depth)
+    }
+}
+
+/// How to listen.
+#[derive(Debug, Clone)]
+pub struct ListenOptions {
+    /// MPA settings for accepted connections (private data, IRD/ORD are
+    /// given at accept time).
+    pub mpa: MpaConfig,
+    /// Protection domain of accepted queue pairs.
+    pub pd: Pd,
+    /// Send queue depth.
+    pub sq_depth: usize,
+    /// Receive queue depth.
+    pub rq_depth: usize,
+    /// Accepted queue pairs take receive buffers from this shared queue.
+    pub srq: Option<Srq>,
+}
+
+impl ListenOptions {
+    /// Defaults: [`default_mpa`], queues of 256.
+    pub fn new(pd: &Pd) -> Self {
+        ListenOptions {
+            mpa: default_mpa(),
+            pd: pd.clone(),
+            sq_depth: 256,
+            rq_depth: 256,
+            srq: None,
+        }
+    }
+
+    fn params(&self) -> StreamParams {
+        params(&self.pd, self.sq_depth, self.rq_depth)
+    }
+}
+
+/// A listening port; dropping it stops listening (connections already
+/// accepted stay).
+#[derive(Debug)]
+pub struct Listener {
+    ctx: Context,
+    port: u16,
+}
+
+impl Drop for Listener {
+    /// Closes the port before returning, like closing a listening socket: a
+    /// connect made afterwards is refused.
+    fn drop(&mut self) {
+        let port = self.port;
+        // Nothing to report from a destructor: a stopped loop listens no
+        // more, and the wait is bounded.
+        if self.ctx.inner.post(Command::Unlisten(port)).is_ok() {
+            let _ = self.ctx.inner.wait(Duration::from_secs(5), |r| {
+                r.unlistened.remove(&port).then_some(())
+            });
+        }
+        // Connections accepted by TCP that nobody asked for: abort them.
+        self.ctx.inner.pump();
+        let pending = match self.ctx.inner.router.lock() {
+            Ok(mut r) => r.accepted.remove(&port),
+            Err(p) => p.into_inner().accepted.remove(&port),
+        };
+        for (sock, _) in pending.into_iter().flatten() {
+            let _ = self.ctx.inner.post(Command::Abort(sock));
+            self.ctx.inner.forget(sock);
+        }
+    }
+}
+
+impl Listener {
+    /// The next connection request (the peer's MPA Request), waiting up to
+    /// `timeout`.
+    pub fn get_request(&self, timeout: Duration) -> Result<ConnectRequest, Error> {
+        let port = self.port;
+        let deadline = Instant::now() + timeout;
+        let (sock, remote) = self.ctx.inner.wait(timeout, |r| {
+            r.accepted.get_mut(&port).and_then(|q| q.pop_front())
+        })?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let fail = |e: Error| {
+            let _ = self.ctx.inner.post(Command::Abort(sock));
+            self.ctx.inner.forget(sock);
+            Err(e)
+        };
+        loop {
+            match self.ctx.inner.next_cm(sock, left) {
+                Ok(CmEvent::ConnectRequest(peer)) => {
+                    return Ok(ConnectRequest {
+                        ctx: self.ctx.clone(),
+                        sock,
+                        remote: Ipv4Addr::from(remote.0),
+                        peer,
+                        answered: false,
+                    })
+                }
+                Ok(CmEvent::SetupFailed(e)) => return fail(e.into()),
+                Ok(CmEvent::Disconnected) => return fail(Error::ConnectionReset),
+                Ok(CmEvent::Established(_)) => {}
+                Err(e) => return fail(e),
+            }
+        }
+    }
+}
+
+/// What to answer a connection request with.
+#[derive(Debug, Clone)]
+pub struct AcceptOptions {
+    /// Our private data (at most 508 octets with Rev 2 enhanced setup).
+    pub private_data: Vec<u8>,
+    /// Our inbound RDMA Read limit (capped by the peer's ORD).
+    pub ird: u16,
+    /// Our outbound RDMA Read limit (capped by the peer's IRD).
+    pub ord: u16,
+    /// How long to wait for full operation.
+    pub timeout: Duration,
+}
+
+impl Default for AcceptOptions {
+    fn default() -> Self {
+        AcceptOptions {
+            private_data: Vec::new(),
+            ird: 16,
+            ord: 16,
+            timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A peer's connection request, held until accepted or rejected.
+#[derive(Debug)]
+pub struct ConnectRequest {
+    ctx: Context,
+    sock: SockId,
+    remote: Ipv4Addr,
+    peer: PeerRequest,
+    /// Accepted or rejected (else dropping it rejects).
+    answered: bool,
+}
+
+impl Drop for ConnectRequest {
+    /// A request dropped unanswered is rejected (no private data).
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.ctx.inner.post(Command::Reject {
+                sock: self.sock,
+                private_data: Vec::new(),
+            });
+            self.ctx.inner.forget(self.sock);
+        }
+    }
+}
+
+impl ConnectRequest {
+    /// The peer's address.
+    pub fn remote(&self) -> Ipv4Addr {
+        self.remote
+    }
+
+    /// What the peer asks for: private data, IRD/ORD, CRC, markers, RTR.
+    pub fn peer(&self) -> &PeerRequest {
+        &self.peer
+    }
+
+    /// Post a receive buffer to the queue pair this request will become:
+    /// it is in place before the peer can send its first message.
+    pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), Error> {
+        self.post_recv_list(wr_id, sge.into())
+    }
+
+    /// [`post_recv`](Self::post_recv) with a scatter list.
+    pub fn post_recv_list(&self, wr_id: u64, sgl: SgList) -> Result<(), Error> {
+        self.ctx
+            .inner
+            .post(Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)))
+    }
+
+    /// Accept: completions of the new queue pair go to `cq`.
+    pub fn accept(mut self, opts: &AcceptOptions, cq: &Cq) -> Result<Qp, Error> {
+        self.ctx.inner.post(Command::Accept {
+            sock: self.sock,
+            private_data: opts.private_data.clone(),
+            ird: opts.ird,
+            ord: opts.ord,
+            cq: Some(cq.ring.clone()),
+        })?;
+        self.answered = true;
+        match self.ctx.established(self.sock, opts.timeout) {
+            Ok(qp) => Ok(qp),
+            Err(e) => {
+                let _ = self.ctx.inner.post(Command::Abort(self.sock));
+                self.ctx.inner.forget(self.sock);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reject with `private_data` (at most 512 octets) explaining why.
+    pub fn reject(mut self, private_data: &[u8]) -> Result<(), Error> {
+        if private_data.len() > 512 {
+            return Err(Error::InvalidArgument("private data over 512 octets"));
+        }
+        self.ctx.inner.post(Command::Reject {
+            sock: self.sock,
+            private_data: private_data.to_vec(),
+        })?;
+        self.answered = true;
+        self.ctx.inner.forget(self.sock);
+        Ok(())
+    }
+}
+
+/// A connected queue pair. Dropping it closes the connection gracefully
+/// (as closing a socket does; nothing happens if it is closed already)
+/// and forgets its events.
+#[derive(Debug)]
+pub struct Qp {
+    ctx: Context,
+    sock: SockId,
+    negotiated: Negotiated,
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let _ = self.ctx.inner.post(Command::Close(self.sock));
+        self.ctx.inner.forget(self.sock);
+    }
+}
+
+impl Qp {
+    /// This queue pair's id (as in [`Wc::qp`]).
+    pub fn id(&self) -> usize {
+        self.sock
+    }
+
+    /// What the MPA exchange settled (CRC, markers, IRD/ORD, RTR, the
+    /// peer's private data).
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.negotiated
+    }
+
+    /// Post to the send queue: one push on a lock-free queue, no syscall.
+    /// A refusal by the queue pair arrives on the CQ ([`Status::Refused`]).
+    pub fn post_send(&self, wr: WorkRequest) -> Result<(), Error> {
+        self.ctx
+            .inner
+            .post(Command::Iwarp(self.sock, HostCommand::PostSend(wr)))
+    }
+
+    /// Post a receive buffer made of several pieces (a scatter list).
+    pub fn post_recv_list(&self, wr_id: u64, sgl: SgList) -> Result<(), Error> {
+        self.ctx
+            .inner
+            .post(Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)))
+    }
+
+    /// Post a receive buffer.
+    pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), Error> {
+        self.ctx.inner.post(Command::Iwarp(
+            self.sock,
+            HostCommand::PostRecv(wr_id, sge.into()),
+        ))
+    }
+
+    /// The next stream event (Terminate received or sent, local error).
+    pub fn poll_event(&self) -> Option<QpEvent> {
+        self.ctx.inner.pump();
+        let mut r = match self.ctx.inner.router.lock() {
+            Ok(r) => r,
+            Err(p) => p.into_inner(),
+        };
+        r.qp_events.get_mut(&self.sock).and_then(|q| q.pop_front())
+    }
+
+    /// Graceful disconnect: outstanding work completes, TCP closes, what is
+    /// still posted completes as flushed.
+    pub fn disconnect(&self) -> Result<(), Error> {
+        self.ctx.inner.post(Command::Close(self.sock))
+    }
+
+    /// Abortive disconnect: Terminate, then RST; posted work is flushed.
+    pub fn abort(&self) -> Result<(), Error> {
+        self.ctx.inner.post(Command::Abort(self.sock))
+    }
+
+    /// Wait until the connection is closed (by either side).
+    pub fn wait_disconnected(&self, timeout: Duration) -> Result<(), Error> {
+        loop {
+            if let CmEvent::Disconnected = self.ctx.inner.next_cm(self.sock, timeout)? {
+                return Ok(());
+            }
+        }
+    }
+}
