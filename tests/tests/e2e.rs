@@ -71,22 +71,26 @@ fn write_then_send_signals_delivery() {
         .unwrap();
         s.a.post_send(WorkRequest::Write {
             wr_id: 1,
+            signaled: true,
             local: Sge {
                 stag: src,
                 to: 0,
                 len: data.len() as u32,
-            },
+            }
+            .into(),
             remote_stag: dst,
             remote_to: 0x1000_0008,
         })
         .unwrap();
         s.a.post_send(WorkRequest::Send {
             wr_id: 2,
+            signaled: true,
             local: Sge {
                 stag: msg,
                 to: 0,
                 len: 4,
-            },
+            }
+            .into(),
             solicited: true,
             invalidate: None,
         })
@@ -124,11 +128,13 @@ fn rdma_read_of_one_mebibyte_with_markers() {
     let sink = s.a.register((1 << 20) + 10, Access::LOCAL_WRITE);
     s.a.post_send(WorkRequest::Read {
         wr_id: 5,
+        signaled: true,
         local: Sge {
             stag: sink,
             to: 10,
             len: 1 << 20,
-        },
+        }
+        .into(),
         remote_stag: src,
         remote_to: 0xdead_0000,
     })
@@ -158,21 +164,24 @@ fn zero_length_operations() {
     .unwrap();
     s.a.post_send(WorkRequest::Write {
         wr_id: 1,
-        local: Sge::EMPTY,
+        signaled: true,
+        local: Sge::EMPTY.into(),
         remote_stag: STag(0x1234),
         remote_to: 99,
     })
     .unwrap();
     s.a.post_send(WorkRequest::Read {
         wr_id: 2,
-        local: Sge::EMPTY,
+        signaled: true,
+        local: Sge::EMPTY.into(),
         remote_stag: STag(0x777),
         remote_to: 5,
     })
     .unwrap();
     s.a.post_send(WorkRequest::Send {
         wr_id: 3,
-        local: Sge::EMPTY,
+        signaled: true,
+        local: Sge::EMPTY.into(),
         solicited: false,
         invalidate: None,
     })
@@ -224,11 +233,13 @@ fn send_with_invalidate_invalidates_before_completion() {
     let m = s.a.register_buf(b"bye".to_vec(), Access::LOCAL_READ, 0);
     s.a.post_send(WorkRequest::Send {
         wr_id: 1,
+        signaled: true,
         local: Sge {
             stag: m,
             to: 0,
             len: 3,
-        },
+        }
+        .into(),
         solicited: true,
         invalidate: Some(victim),
     })
@@ -244,11 +255,13 @@ fn send_with_invalidate_invalidates_before_completion() {
     let src = s.a.register(8, Access::LOCAL_READ);
     s.a.post_send(WorkRequest::Write {
         wr_id: 2,
+        signaled: true,
         local: Sge {
             stag: src,
             to: 0,
             len: 8,
-        },
+        }
+        .into(),
         remote_stag: victim,
         remote_to: 0,
     })
@@ -309,22 +322,26 @@ fn ord_limits_outstanding_reads_and_completions_stay_in_order() {
     for i in 0..8u64 {
         s.a.post_send(WorkRequest::Read {
             wr_id: i,
+            signaled: true,
             local: Sge {
                 stag: sink,
                 to: i * 4096,
                 len: 4096,
-            },
+            }
+            .into(),
             remote_stag: src,
             remote_to: 0,
         })
         .unwrap();
         s.a.post_send(WorkRequest::Send {
             wr_id: 1000 + i,
+            signaled: true,
             local: Sge {
                 stag: m,
                 to: 0,
                 len: 16,
-            },
+            }
+            .into(),
             solicited: false,
             invalidate: None,
         })
@@ -415,11 +432,13 @@ fn peer_to_peer_rtr_each_kind() {
         .unwrap();
         s.b.post_send(WorkRequest::Send {
             wr_id: 1,
+            signaled: true,
             local: Sge {
                 stag: m,
                 to: 0,
                 len: 5,
-            },
+            }
+            .into(),
             solicited: false,
             invalidate: None,
         })
@@ -457,11 +476,13 @@ fn responder_holds_fpdus_until_rtr_arrives() {
     let m = s.b.register_buf(b"x".to_vec(), Access::LOCAL_READ, 0);
     s.b.post_send(WorkRequest::Send {
         wr_id: 1,
+        signaled: true,
         local: Sge {
             stag: m,
             to: 0,
             len: 1,
-        },
+        }
+        .into(),
         solicited: false,
         invalidate: None,
     })

@@ -98,18 +98,21 @@ fn two_pinned_loops_move_eight_mebibytes() {
             stag: rbuf,
             to: 0,
             len: 16,
-        },
+        }
+        .into(),
     ))
     .unwrap();
     for i in 0..LEN / CHUNK {
         let off = (i * CHUNK) as u64;
         let wr = WorkRequest::Write {
             wr_id: i as u64,
+            signaled: true,
             local: Sge {
                 stag: src,
                 to: off,
                 len: CHUNK as u32,
-            },
+            }
+            .into(),
             remote_stag: dst,
             remote_to: off,
         };
@@ -117,11 +120,13 @@ fn two_pinned_loops_move_eight_mebibytes() {
     }
     a.post(HostCommand::PostSend(WorkRequest::Send {
         wr_id: 1000,
+        signaled: true,
         local: Sge {
             stag: msg,
             to: 0,
             len: 4,
-        },
+        }
+        .into(),
         solicited: true,
         invalidate: None,
     }))

@@ -142,21 +142,25 @@ fn post(from: &mut Node, me: &Side, peer: &Side, plan: &Plan) {
         let wr = match *op {
             Op::Write { off, len, at } => WorkRequest::Write {
                 wr_id: i as u64,
+                signaled: true,
                 local: Sge {
                     stag: me.src,
                     to: off as u64,
                     len: len as u32,
-                },
+                }
+                .into(),
                 remote_stag: peer.remote,
                 remote_to: 0x7000_0000_0000 + at as u64,
             },
             Op::Read { off, len, at } => WorkRequest::Read {
                 wr_id: i as u64,
+                signaled: true,
                 local: Sge {
                     stag: me.sink,
                     to: at as u64,
                     len: len as u32,
-                },
+                }
+                .into(),
                 remote_stag: peer.read_src,
                 remote_to: 0x10 + off as u64,
             },
@@ -167,11 +171,13 @@ fn post(from: &mut Node, me: &Side, peer: &Side, plan: &Plan) {
                 inval,
             } => WorkRequest::Send {
                 wr_id: i as u64,
+                signaled: true,
                 local: Sge {
                     stag: me.src,
                     to: off as u64,
                     len: len as u32,
-                },
+                }
+                .into(),
                 solicited: se,
                 invalidate: inval.map(|k| peer.inval[k]),
             },
