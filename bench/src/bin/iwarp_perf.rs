@@ -1,0 +1,634 @@
+//! `iwarp-perf`: perftest-style latency and bandwidth tests of the iWARP
+//! stack, with Linux TCP over the same namespaces and veth as the baseline
+//! in the same run (see `bench/README.md`).
+//!
+//! ```text
+//! iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
+//!                 [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
+//! TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
+//! ```
+//!
+//! Server and client run in this one process: two contexts (the simulated
+//! link, or AF_XDP on the two ends of a veth pair in two namespaces).
+
+#[path = "iwarp_perf/linux.rs"]
+mod linux;
+#[path = "iwarp_perf/ours.rs"]
+mod ours;
+#[path = "iwarp_perf/output.rs"]
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+/// One test kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    WriteLat,
+    ReadLat,
+    SendLat,
+    WriteBw,
+    ReadBw,
+    SendBw,
+}
+
+impl Test {
+    fn parse(s: &str) -> Option<Test> {
+        Some(match s {
+            "write_lat" => Test::WriteLat,
+            "read_lat" => Test::ReadLat,
+            "send_lat" => Test::SendLat,
+            "write_bw" => Test::WriteBw,
+            "read_bw" => Test::ReadBw,
+            "send_bw" => Test::SendBw,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+            Test::SendLat => "send_lat",
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::SendBw => "send_bw",
+        }
+    }
+
+    fn is_lat(self) -> bool {
+        matches!(self, Test::WriteLat | Test::ReadLat | Test::SendLat)
+    }
+}
+
+/// How long and how to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub iters: u64,
+    pub duration: Duration,
+    pub rate: Option<f64>,
+    pub busy: bool,
+    pub window: u64,
+    pub label: String,
+}
+
+/// Latency samples of one run (nanoseconds).
+#[derive(Debug)]
+pub struct LatRun {
+    pub hist: Histogram<u64>,
+}
+
+impl Default for LatRun {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatRun {
+    pub fn new() -> Self {
+        LatRun {
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
+        }
+    }
+
+    pub fn record(&mut self, ns: u64) {
+        self.hist.saturating_record(ns.max(1));
+    }
+
+    fn json(&self) -> Value {
+        let h = &self.hist;
+        let us = |v: u64| v as f64 / 1000.0;
+        json!({
+            "iterations": h.len(),
+            "t_min_us": us(h.min()),
+            "t_max_us": us(h.max()),
+            "t_typical_us": us(h.value_at_quantile(0.5)),
+            "t_avg_us": h.mean() / 1000.0,
+            "t_stdev_us": h.stdev() / 1000.0,
+            "p50_us": us(h.value_at_quantile(0.5)),
+            "p99_us": us(h.value_at_quantile(0.99)),
+            "p999_us": us(h.value_at_quantile(0.999)),
+        })
+    }
+}
+
+/// A bandwidth run.
+#[derive(Debug)]
+pub struct BwResult {
+    pub size: u32,
+    pub iters: u64,
+    pub secs: f64,
+    pub peak_mbs: f64,
+    pub avg_mbs: f64,
+    pub mpps: f64,
+    pub cpu_ns_per_byte: f64,
+    /// Time between consecutive completions (ns).
+    pub gaps: LatRun,
+}
+
+const MIB: f64 = 1_048_576.0;
+
+impl BwResult {
+    /// Peak: the best rate over any run of `max(4 × window, iters / 10)`
+    /// consecutive completions (completions arrive in bursts, so shorter
+    /// spans measure the burst, not the link); the average when there are
+    /// fewer completions than that.
+    pub fn new(
+        size: u32,
+        iters: u64,
+        secs: f64,
+        stamps: &[Instant],
+        start: Instant,
+        window: u64,
+        cpu: f64,
+    ) -> Self {
+        let bytes = iters as f64 * f64::from(size);
+        let avg = bytes / secs / MIB;
+        let w = (window.max(1) as usize * 4).max(stamps.len() / 10);
+        let mut peak = avg;
+        for i in w..stamps.len() {
+            let dt = stamps[i].duration_since(stamps[i - w]).as_secs_f64();
+            if dt > 0.0 {
+                peak = peak.max(w as f64 * f64::from(size) / dt / MIB);
+            }
+        }
+        let mut gaps = LatRun::new();
+        let mut prev = start;
+        for &s in stamps {
+            gaps.record(s.duration_since(prev).as_nanos() as u64);
+            prev = s;
+        }
+        BwResult {
+            size,
+            iters,
+            secs,
+            peak_mbs: peak,
+            avg_mbs: avg,
+            mpps: iters as f64 / secs / 1e6,
+            cpu_ns_per_byte: if bytes > 0.0 { cpu * 1e9 / bytes } else { 0.0 },
+            gaps,
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "bytes": self.size, "iterations": self.iters, "seconds": self.secs,
+            "bw_peak_mib_s": self.peak_mbs, "bw_avg_mib_s": self.avg_mbs,
+            "msg_rate_mpps": self.mpps, "cpu_ns_per_byte": self.cpu_ns_per_byte,
+            "completion_gap": self.gaps.json(),
+        })
+    }
+}
+
+/// Sleep, then spin, until `t` (for `--rate`).
+pub fn wait_until(t: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= t {
+            return;
+        }
+        let left = t - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Progress on stderr every 65536 operations.
+pub fn progress(i: u64, plan: &Plan) {
+    if i.is_multiple_of(65_536) {
+        eprintln!("  {}: {i} done", plan.label);
+    }
+}
+
+/// This process's CPU time in seconds (user + system, all threads), from
+/// /proc/self/stat.
+pub fn cpu_time() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // USER_HZ is 100 on Linux (sysconf(_SC_CLK_TCK)).
+    ticks / 100.0
+}
+
+struct Args {
+    tests: Vec<(Test, Vec<u32>)>,
+    iters: Option<u64>,
+    duration: Option<f64>,
+    rate: Option<f64>,
+    busy: bool,
+    core: Option<usize>,
+    netns: bool,
+    window: u64,
+    out: PathBuf,
+    demo: bool,
+}
+
+const USAGE: &str =
+    "usage: iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
+                  [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
+TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
+-a: sizes 2 B .. 64 KiB, powers of two. Default -n: 1000 (lat), 5000 (bw).
+--netns (root; default as root): two namespaces + veth + AF_XDP, Linux TCP baseline.
+--sim: the simulated link, no root, no baseline.";
+
+fn parse_args() -> Result<Args, String> {
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let test = v.first().ok_or(USAGE)?.clone();
+    let (mut size, mut all) = (None, false);
+    let mut a = Args {
+        tests: Vec::new(),
+        iters: None,
+        duration: None,
+        rate: None,
+        busy: false,
+        core: None,
+        netns: netns_harness::skip_reason().is_none(),
+        window: 64,
+        out: PathBuf::from("target/iwarp-perf"),
+        demo: test == "demo",
+    };
+    let mut i = 1;
+    let val = |i: usize| {
+        v.get(i + 1)
+            .cloned()
+            .ok_or(format!("{} needs a value", v[i]))
+    };
+    let num = |s: String| s.parse::<f64>().map_err(|_| format!("not a number: {s}"));
+    while i < v.len() {
+        match v[i].as_str() {
+            "-s" | "--size" => size = Some(num(val(i)?)? as u32),
+            "-a" | "--all" => all = true,
+            "-n" | "--iters" => a.iters = Some(num(val(i)?)? as u64),
+            "--duration" => a.duration = Some(num(val(i)?)?),
+            "--rate" => a.rate = Some(num(val(i)?)?),
+            "--core" => a.core = Some(num(val(i)?)? as usize),
+            "--window" => a.window = (num(val(i)?)? as u64).max(1),
+            "--out" => a.out = PathBuf::from(val(i)?),
+            "--busy" => a.busy = true,
+            "--sim" => a.netns = false,
+            "--netns" => a.netns = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            o => return Err(format!("unknown argument {o}\n{USAGE}")),
+        }
+        if matches!(
+            v[i].as_str(),
+            "-s" | "--size"
+                | "-n"
+                | "--iters"
+                | "--duration"
+                | "--rate"
+                | "--core"
+                | "--window"
+                | "--out"
+        ) {
+            i += 1;
+        }
+        i += 1;
+    }
+    if a.rate.is_some_and(|r| r <= 0.0) {
+        return Err("--rate must be positive".into());
+    }
+    if a.demo {
+        a.tests = vec![(Test::WriteLat, vec![64]), (Test::WriteBw, vec![65_536])];
+    } else {
+        let t = Test::parse(&test).ok_or(format!("unknown test {test}\n{USAGE}"))?;
+        let sizes = if all {
+            (1..=16).map(|k| 1u32 << k).collect()
+        } else {
+            vec![size.unwrap_or(if t.is_lat() { 2 } else { 65_536 })]
+        };
+        if sizes.iter().any(|&s| s == 0 || s > 1 << 24) {
+            return Err("SIZE must be 1 .. 16 MiB".into());
+        }
+        a.tests = vec![(t, sizes)];
+    }
+    Ok(a)
+}
+
+/// Namespaces, veth and the addresses of an AF_XDP run; removed on drop.
+struct Lab {
+    veth: netns_harness::VethPair,
+    a: netns_harness::Netns,
+    b: netns_harness::Netns,
+}
+
+fn lab() -> Result<Lab, String> {
+    use netns_harness::{End, Netns, VethPair};
+    let e = |e: netns_harness::Error| e.to_string();
+    let a = Netns::new("ipfa").map_err(e)?;
+    let b = Netns::new("ipfb").map_err(e)?;
+    let mut veth = VethPair::new("ipfv").map_err(e)?;
+    veth.move_to(End::A, &a).map_err(e)?;
+    veth.move_to(End::B, &b).map_err(e)?;
+    for end in [End::A, End::B] {
+        veth.disable_ipv6(end).map_err(e)?;
+        veth.set_up(end).map_err(e)?;
+    }
+    veth.add_addr(End::A, "10.78.0.1/24").map_err(e)?;
+    veth.add_addr(End::B, "10.78.0.2/24").map_err(e)?;
+    Ok(Lab { veth, a, b })
+}
+
+fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
+    let Some(lab) = lab else {
+        return Ok(iwarp::Context::sim_pair());
+    };
+    use netns_harness::End;
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let first = args.core.unwrap_or(0) % ncpu;
+    let opts = |end: End, ns: &netns_harness::Netns, last: u8, core: usize| {
+        let mut o = iwarp::XdpOptions::new(
+            lab.veth.name(end),
+            std::net::Ipv4Addr::new(10, 78, 0, last),
+            24,
+        );
+        o.netns = Some(ns.ns_path());
+        o.core = Some(core);
+        o.polling = if args.busy {
+            iwarp::Polling::Busy
+        } else {
+            iwarp::Polling::Adaptive
+        };
+        o
+    };
+    let s = iwarp::Context::af_xdp(&opts(End::A, &lab.a, 11, first))
+        .map_err(|e| format!("AF_XDP server: {e}"))?;
+    let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, (first + 1) % ncpu))
+        .map_err(|e| format!("AF_XDP client: {e}"))?;
+    Ok((s, c))
+}
+
+const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
+const BW_HEADER: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+const RULE: &str =
+    "---------------------------------------------------------------------------------------";
+
+fn lat_row(size: u32, r: &LatRun) -> String {
+    let h = &r.hist;
+    let us = |v: u64| v as f64 / 1000.0;
+    format!(
+        " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
+        size,
+        h.len(),
+        us(h.min()),
+        us(h.max()),
+        us(h.value_at_quantile(0.5)),
+        h.mean() / 1000.0,
+        h.stdev() / 1000.0,
+        us(h.value_at_quantile(0.99)),
+        us(h.value_at_quantile(0.999)),
+    )
+}
+
+fn bw_row(r: &BwResult) -> String {
+    format!(
+        " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+        r.size, r.iters, r.peak_mbs, r.avg_mbs, r.mpps
+    )
+}
+
+fn lat_title(test: Test, rate: Option<f64>) -> String {
+    match (test, rate) {
+        (_, Some(r)) => format!(
+            "open loop at {r} msg/s: each value is the full response time from the message's scheduled send time (coordinated-omission corrected), not halved"
+        ),
+        (Test::ReadLat, None) => "values: full round trip of one RDMA Read (as perftest's read_lat)".into(),
+        (Test::WriteLat, None) => "values: half the round trip of Write+0-octet-Send doorbell each way (as perftest's write_lat reports RTT/2)".into(),
+        _ => "values: half the round trip of a Send ping-pong (as perftest's send_lat reports RTT/2)".into(),
+    }
+}
+
+struct Job {
+    test: Test,
+    size: u32,
+    linux_lat: Option<LatRun>,
+    linux_bw: Option<BwResult>,
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let lab = if args.netns {
+        if let Some(why) = netns_harness::skip_reason() {
+            return Err(format!("--netns: {why}"));
+        }
+        Some(lab()?)
+    } else {
+        None
+    };
+    let transport = if lab.is_some() {
+        "AF_XDP across two network namespaces over a veth pair"
+    } else {
+        "the simulated link (in-memory Ethernet between two poll loops)"
+    };
+    println!("iwarp-perf over {transport}; server and client contexts in this one process");
+    if lab.is_none() {
+        println!(
+            "no Linux baseline: the simulated link has no kernel counterpart (use --netns as root)"
+        );
+    }
+    let plan_for = |t: Test, size: u32| Plan {
+        iters: args.iters.unwrap_or(match (args.duration, t.is_lat()) {
+            (Some(_), _) => u64::MAX,
+            (None, true) if args.demo => 5000,
+            (None, false) if args.demo => 20_000,
+            (None, true) => 1000,
+            (None, false) => 5000,
+        }),
+        duration: Duration::from_secs_f64(args.duration.unwrap_or(120.0)),
+        rate: if t.is_lat() { args.rate } else { None },
+        busy: args.busy,
+        window: args.window,
+        label: format!("{} {size} B", t.name()),
+    };
+    let mut jobs: Vec<Job> = args
+        .tests
+        .iter()
+        .flat_map(|(t, sizes)| {
+            sizes.iter().map(|&s| Job {
+                test: *t,
+                size: s,
+                linux_lat: None,
+                linux_bw: None,
+            })
+        })
+        .collect();
+
+    // Phase 1, the baseline: Linux TCP before our AF_XDP sockets and poll
+    // loops exist, so neither competes with the other for the 2 vCPUs.
+    if let Some(l) = &lab {
+        for (k, job) in jobs.iter_mut().enumerate() {
+            let w = linux::Where {
+                server_ns: l.a.ns_path(),
+                client_ns: l.b.ns_path(),
+                addr: std::net::SocketAddrV4::new(
+                    std::net::Ipv4Addr::new(10, 78, 0, 1),
+                    5400 + k as u16,
+                ),
+            };
+            let mut plan = plan_for(job.test, job.size);
+            plan.label = format!("linux {}", plan.label);
+            eprintln!("running {} ...", plan.label);
+            let iters = plan.iters;
+            if job.test.is_lat() {
+                job.linux_lat = Some(linux::latency(&w, job.test, job.size, &plan, iters)?);
+            } else {
+                job.linux_bw = Some(linux::bandwidth(&w, job.test, job.size, &plan, iters)?);
+            }
+        }
+    }
+
+    // Phase 2: ours.
+    let (server, client) = contexts(lab.as_ref(), &args)?;
+    let mut summary = Vec::new();
+    let mut files = Vec::new();
+    let mut last_test = None;
+    for (k, job) in jobs.iter().enumerate() {
+        let plan = plan_for(job.test, job.size);
+        eprintln!("running iwarp {} ...", plan.label);
+        let e = |e: iwarp::Error| format!("{}: {e}", plan.label);
+        let pair = ours::connect(
+            &server,
+            &client,
+            9100 + k as u16,
+            job.test,
+            job.size,
+            args.busy,
+        )
+        .map_err(e)?;
+        let base = args.out.join(format!("{}_{}", job.test.name(), job.size));
+        let hgrm = |suffix: &str| PathBuf::from(format!("{}_{suffix}.hgrm", base.display()));
+        if last_test != Some(job.test) {
+            println!(
+                "{RULE}\n {} ({})",
+                job.test.name(),
+                if job.test.is_lat() {
+                    lat_title(job.test, plan.rate)
+                } else {
+                    format!("window {} outstanding, MB = 2^20 octets; the time includes a final Send round trip confirming arrival", plan.window)
+                }
+            );
+            println!(
+                "{RULE}\n{}",
+                if job.test.is_lat() {
+                    LAT_HEADER
+                } else {
+                    BW_HEADER
+                }
+            );
+            last_test = Some(job.test);
+        }
+        let mut entry =
+            json!({ "test": job.test.name(), "bytes": job.size, "transport": transport });
+        if job.test.is_lat() {
+            let r = pair.latency(job.test, job.size, &plan).map_err(e)?;
+            pair.close().map_err(e)?;
+            println!("{}", lat_row(job.size, &r));
+            output::write_hgrm(&hgrm("iwarp"), &r.hist).map_err(|e| e.to_string())?;
+            files.push(hgrm("iwarp"));
+            entry["iwarp"] = r.json();
+            let mut curves = vec![output::Curve {
+                color: [20, 60, 200],
+                hist: &r.hist,
+            }];
+            if let Some(l) = &job.linux_lat {
+                println!("{}   <- Linux TCP baseline", lat_row(job.size, l));
+                output::write_hgrm(&hgrm("linux"), &l.hist).map_err(|e| e.to_string())?;
+                files.push(hgrm("linux"));
+                entry["linux"] = l.json();
+                let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64;
+                let ratio = |p: f64| q(&r.hist, p) / q(&l.hist, p).max(1.0);
+                println!(
+                    "   ratio ours/Linux: p50 {:.2}  p99 {:.2}  p99.9 {:.2}",
+                    ratio(0.5),
+                    ratio(0.99),
+                    ratio(0.999)
+                );
+                entry["ratio_ours_over_linux"] =
+                    json!({ "p50": ratio(0.5), "p99": ratio(0.99), "p999": ratio(0.999) });
+                curves.push(output::Curve {
+                    color: [210, 40, 40],
+                    hist: &l.hist,
+                });
+            }
+            let png = PathBuf::from(format!("{}.png", base.display()));
+            output::plot_percentiles(&png, &curves).map_err(|e| e.to_string())?;
+            entry["png"] = json!({ "file": png.display().to_string(), "blue": "iwarp", "red": "linux", "x": "log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%", "y": "usec, linear from 0" });
+            files.push(png);
+        } else {
+            let r = pair.bandwidth(job.test, job.size, &plan).map_err(e)?;
+            pair.close().map_err(e)?;
+            println!("{}", bw_row(&r));
+            output::write_hgrm(&hgrm("iwarp"), &r.gaps.hist).map_err(|e| e.to_string())?;
+            files.push(hgrm("iwarp"));
+            entry["iwarp"] = r.json();
+            if let Some(l) = &job.linux_bw {
+                println!("{}   <- Linux TCP baseline", bw_row(l));
+                output::write_hgrm(&hgrm("linux"), &l.gaps.hist).map_err(|e| e.to_string())?;
+                files.push(hgrm("linux"));
+                entry["linux"] = l.json();
+                println!(
+                    "   ratio ours/Linux: BW average {:.2}  BW peak {:.2}; CPU ns/octet ours {:.2}, Linux {:.2} (ratio {:.2})",
+                    r.avg_mbs / l.avg_mbs,
+                    r.peak_mbs / l.peak_mbs,
+                    r.cpu_ns_per_byte,
+                    l.cpu_ns_per_byte,
+                    r.cpu_ns_per_byte / l.cpu_ns_per_byte
+                );
+                entry["ratio_ours_over_linux"] = json!({ "bw_avg": r.avg_mbs / l.avg_mbs, "bw_peak": r.peak_mbs / l.peak_mbs, "cpu_per_byte": r.cpu_ns_per_byte / l.cpu_ns_per_byte });
+            } else {
+                println!("   CPU ns/octet ours {:.2}", r.cpu_ns_per_byte);
+            }
+        }
+        summary.push(entry);
+    }
+    drop((server, client));
+    let json_path = args.out.join(if args.demo {
+        "demo.json".to_string()
+    } else {
+        format!("{}.json", args.tests[0].0.name())
+    });
+    let doc = json!({
+        "tool": "iwarp-perf",
+        "transport": transport,
+        "busy_polling": args.busy,
+        "rate": args.rate,
+        "cpu_note": "process CPU (user+system, all threads, /proc/self/stat) over the bandwidth run; ours: both poll loops and both application threads; Linux: both socket threads' syscalls plus the softirq work the kernel charged to them (softirq run in ksoftirqd is not counted)",
+        "results": summary,
+    });
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    files.push(json_path);
+    println!("{RULE}");
+    if jobs.iter().any(|j| !j.test.is_lat()) {
+        println!("CPU per octet: process CPU over the bandwidth run, both ends (ours: two poll loops + two app threads; Linux: both socket threads incl. softirq charged to them)");
+    }
+    for f in &files {
+        println!("wrote {}", f.display());
+    }
+    drop(lab);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iwarp-perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

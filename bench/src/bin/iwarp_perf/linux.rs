@@ -1,0 +1,169 @@
+//! The baseline: Linux TCP sockets in the same two namespaces, over the same
+//! veth pair (kernel addresses on its ends), same sizes and counts.
+//!
+//! What is timed (client thread, blocking sockets, TCP_NODELAY):
+//! - `send_lat`/`write_lat`: write SIZE, the server reads SIZE and writes
+//!   SIZE back, read SIZE; recorded RTT/2 (a TCP ping-pong stands in for
+//!   both: the kernel has no one-sided Write).
+//! - `read_lat`: write an 8-octet request, read the SIZE answer; full RTT.
+//! - `write_bw`/`send_bw`: ITERS writes of SIZE, shutdown, wait for the
+//!   server's 1-octet "all received". `read_bw`: an 8-octet request, then
+//!   read ITERS × SIZE that the server writes.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::{BwResult, LatRun, Plan, Test};
+
+type Res<T> = Result<T, String>;
+
+fn io<T>(r: std::io::Result<T>, what: &str) -> Res<T> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Run `serve` on a connection accepted in `ns` while `client` runs in
+/// `cns`; returns the client's result.
+fn session<C: Send>(
+    ns: PathBuf,
+    cns: PathBuf,
+    addr: SocketAddrV4,
+    serve: impl FnOnce(TcpStream) -> Res<()> + Send + 'static,
+    client: impl FnOnce(TcpStream) -> Res<C> + Send,
+) -> Res<C> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || -> Res<()> {
+        iwarp_xdp::in_netns(&ns, move || -> Res<()> {
+            let l = io(TcpListener::bind(addr), "bind")?;
+            let _ = ready_tx.send(());
+            let (s, _) = io(l.accept(), "accept")?;
+            io(s.set_nodelay(true), "nodelay")?;
+            io(s.set_read_timeout(Some(Duration::from_secs(30))), "timeout")?;
+            serve(s)
+        })
+        .map_err(|e| format!("enter namespace: {e}"))?
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "server not ready".to_string())?;
+    let r = iwarp_xdp::in_netns(&cns, move || -> Res<C> {
+        let s = io(TcpStream::connect(addr), "connect")?;
+        io(s.set_nodelay(true), "nodelay")?;
+        io(s.set_read_timeout(Some(Duration::from_secs(30))), "timeout")?;
+        client(s)
+    })
+    .map_err(|e| format!("enter namespace: {e}"))?;
+    h.join().map_err(|_| "server panicked".to_string())??;
+    r
+}
+
+pub struct Where {
+    pub server_ns: PathBuf,
+    pub client_ns: PathBuf,
+    pub addr: SocketAddrV4,
+}
+
+pub fn latency(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res<LatRun> {
+    let size = size as usize;
+    let req = if test == Test::ReadLat { 8 } else { size };
+    let plan = plan.clone();
+    session(
+        w.server_ns.clone(),
+        w.client_ns.clone(),
+        w.addr,
+        move |mut s| {
+            let (mut a, b) = (vec![0u8; req], vec![0x5au8; size]);
+            for _ in 0..iters {
+                if s.read_exact(&mut a).is_err() {
+                    break;
+                }
+                io(s.write_all(&b), "echo")?;
+            }
+            Ok(())
+        },
+        move |mut s| {
+            let (a, mut b) = (vec![0xa5u8; req], vec![0u8; size]);
+            let mut run = LatRun::new();
+            let interval = plan.rate.map(|r| Duration::from_secs_f64(1.0 / r));
+            let start = Instant::now();
+            for i in 0..iters {
+                let t0 = match interval {
+                    Some(iv) => {
+                        let due = start + iv * i as u32;
+                        crate::wait_until(due);
+                        due
+                    }
+                    None => Instant::now(),
+                };
+                io(s.write_all(&a), "write")?;
+                io(s.read_exact(&mut b), "read")?;
+                let ns = t0.elapsed().as_nanos() as u64;
+                let half = test != Test::ReadLat && interval.is_none();
+                run.record(if half { ns / 2 } else { ns });
+                crate::progress(i + 1, &plan);
+            }
+            Ok(run)
+        },
+    )
+}
+
+pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res<BwResult> {
+    let len = size as usize;
+    let window = plan.window;
+    let plan = plan.clone();
+    let cpu0 = crate::cpu_time();
+    let read = test == Test::ReadBw;
+    let (secs, stamps, start) = session(
+        w.server_ns.clone(),
+        w.client_ns.clone(),
+        w.addr,
+        move |mut s| {
+            let mut buf = vec![0x5au8; len.max(1 << 16)];
+            if read {
+                let mut r = [0u8; 8];
+                io(s.read_exact(&mut r), "request")?;
+                for _ in 0..u64::from_le_bytes(r) {
+                    io(s.write_all(&buf[..len]), "write")?;
+                }
+            } else {
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) => return Err(format!("sink: {e}")),
+                    }
+                }
+                io(s.write_all(&[1]), "ack")?;
+            }
+            Ok(())
+        },
+        move |mut s| {
+            let mut buf = vec![0xa5u8; len];
+            let mut stamps = Vec::with_capacity(iters.min(1 << 22) as usize);
+            let start = Instant::now();
+            if read {
+                io(s.write_all(&iters.to_le_bytes()), "request")?;
+                for i in 0..iters {
+                    io(s.read_exact(&mut buf), "read")?;
+                    stamps.push(Instant::now());
+                    crate::progress(i + 1, &plan);
+                }
+            } else {
+                for i in 0..iters {
+                    io(s.write_all(&buf), "write")?;
+                    stamps.push(Instant::now());
+                    crate::progress(i + 1, &plan);
+                }
+                io(s.shutdown(Shutdown::Write), "shutdown")?;
+                let mut a = [0u8; 1];
+                io(s.read_exact(&mut a), "ack")?;
+            }
+            Ok((start.elapsed().as_secs_f64(), stamps, start))
+        },
+    )?;
+    let cpu = crate::cpu_time() - cpu0;
+    Ok(BwResult::new(
+        size, iters, secs, &stamps, start, window, cpu,
+    ))
+}

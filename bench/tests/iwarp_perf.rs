@@ -1,0 +1,119 @@
+//! `iwarp-perf` over the simulated link: the perftest header, numeric rows,
+//! and the .hgrm / JSON / PNG files. No timing thresholds.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn run(args: &[&str], out: &Path) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_iwarp-perf"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run iwarp-perf");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "iwarp-perf {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The row after `header`: `cols` numbers, the first equal to `bytes`.
+fn row_after(stdout: &str, header: &str, cols: usize, bytes: f64) -> Vec<f64> {
+    let mut lines = stdout.lines().skip_while(|l| *l != header);
+    assert!(lines.next().is_some(), "no header {header:?} in\n{stdout}");
+    let row = lines.next().expect("a row after the header");
+    let nums: Vec<f64> = row
+        .split_whitespace()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("not a number: {v:?} in {row:?}"))
+        })
+        .collect();
+    assert_eq!(nums.len(), cols, "row {row:?}");
+    assert_eq!(nums[0], bytes);
+    assert!(nums.iter().all(|v| v.is_finite() && *v >= 0.0), "{row:?}");
+    nums
+}
+
+/// Data lines of an .hgrm: value, percentile, cumulative count, ending at `count`.
+fn check_hgrm(path: &Path, count: u64) {
+    let text = std::fs::read_to_string(path).expect("hgrm file");
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
+    assert_eq!(
+        head,
+        ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]
+    );
+    let rows: Vec<(f64, f64, u64)> = lines
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().expect("a number"),
+                f[1].parse().expect("a number"),
+                f[2].parse().expect("a number"),
+            )
+        })
+        .collect();
+    assert!(rows.len() > 2, "{text}");
+    assert!(rows
+        .windows(2)
+        .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1 && w[0].2 <= w[1].2));
+    let last = rows.last().expect("a row");
+    assert_eq!((last.1, last.2), (1.0, count), "{text}");
+    assert!(text.contains("#[Max     ="), "{text}");
+}
+
+#[test]
+fn send_lat_on_the_simulated_link() {
+    let out = out_dir("perf_send_lat");
+    let stdout = run(&["send_lat", "--sim", "-n", "200"], &out);
+    let header = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
+    let row = row_after(&stdout, header, 9, 2.0);
+    assert_eq!(row[1], 200.0);
+    assert!(
+        row[2] <= row[4] && row[4] <= row[3],
+        "min <= typical <= max: {row:?}"
+    );
+    assert!(stdout.contains("no Linux baseline"), "{stdout}");
+    check_hgrm(&out.join("send_lat_2_iwarp.hgrm"), 200);
+    let png = std::fs::read(out.join("send_lat_2.png")).expect("png");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("send_lat.json")).expect("json"))
+            .expect("json file");
+    let r = &doc["results"][0];
+    assert_eq!(r["test"], "send_lat");
+    assert_eq!(r["iwarp"]["iterations"], 200);
+    assert!(r["iwarp"]["p99_us"].as_f64().is_some());
+}
+
+#[test]
+fn write_bw_on_the_simulated_link() {
+    let out = out_dir("perf_write_bw");
+    let stdout = run(&["write_bw", "--sim", "-n", "200", "-s", "4096"], &out);
+    let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+    let row = row_after(&stdout, header, 5, 4096.0);
+    assert_eq!(row[1], 200.0);
+    assert!(
+        row[3] > 0.0 && row[2] >= row[3],
+        "peak >= average > 0: {row:?}"
+    );
+    check_hgrm(&out.join("write_bw_4096_iwarp.hgrm"), 200);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
+            .expect("json file");
+    let r = &doc["results"][0];
+    assert_eq!(r["bytes"], 4096);
+    assert_eq!(r["iwarp"]["iterations"], 200);
+    assert!(r["iwarp"]["bw_avg_mib_s"].as_f64().expect("number") > 0.0);
+}

@@ -1,0 +1,312 @@
+//! `tlnc`: netcat over tcp-lite on AF_XDP.
+//!
+//! ```text
+//! tlnc --iface IF --ip ADDR/PREFIX (--connect ADDR:PORT | --listen PORT)
+//!      [--input FILE] [--output FILE]
+//! ```
+//!
+//! Sends the input (default stdin) and writes what arrives to the output
+//! (default stdout) until both directions are closed. Exit status 0 only
+//! after a clean close; 1 for a connection error (refused, reset, timed
+//! out); 2 for a usage or setup error (no interface, no privileges).
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
+use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
+use iwarp_proto::mem::MemoryTable;
+use iwarp_tools::Cidr;
+use iwarp_xdp::{Config as XdpConfig, XdpDevice, XskMode};
+use tcp_lite::iface::IfaceConfig;
+use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+/// Netcat over tcp-lite on AF_XDP.
+#[derive(Debug, Parser)]
+#[command(name = "tlnc", version)]
+struct Args {
+    /// Interface to take over (its XDP hook and queue 0).
+    #[arg(long)]
+    iface: String,
+    /// Our address and prefix, e.g. 10.0.0.1/24 (not configured in the kernel).
+    #[arg(long)]
+    ip: Cidr,
+    /// Connect to ADDR:PORT.
+    #[arg(long, conflicts_with = "listen", required_unless_present = "listen")]
+    connect: Option<SocketAddrV4>,
+    /// Accept one connection on PORT.
+    #[arg(long)]
+    listen: Option<u16>,
+    /// Send this file instead of stdin.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Write what arrives here instead of stdout.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Router for off-link destinations.
+    #[arg(long)]
+    gateway: Option<Ipv4Addr>,
+    /// Pin the poll loop to this core.
+    #[arg(long)]
+    core: Option<usize>,
+    /// Busy-poll (never sleep) instead of backing off when idle.
+    #[arg(long)]
+    busy: bool,
+    /// AF_XDP bind mode: auto, copy or zerocopy.
+    #[arg(long, default_value = "auto")]
+    xdp_mode: String,
+    /// Give up after this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    timeout: u64,
+    /// Minimum retransmission timeout in milliseconds (RFC 6298 says 1000; LANs use less).
+    #[arg(long, default_value_t = 200)]
+    rto_min_ms: u64,
+    /// Initial sequence number to use instead of RFC 6528's (to test sequence wrap).
+    #[arg(long)]
+    isn: Option<u32>,
+    /// Print counters and throughput to stderr at the end.
+    #[arg(long)]
+    stats: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Setup(e)) => {
+            eprintln!("tlnc: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Connection(e)) => {
+            eprintln!("tlnc: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+enum Failure {
+    Setup(String),
+    Connection(String),
+}
+
+fn run(args: &Args) -> Result<(), Failure> {
+    let mode = match args.xdp_mode.as_str() {
+        "auto" => XskMode::Auto,
+        "copy" => XskMode::Copy,
+        "zerocopy" => XskMode::ZeroCopy,
+        other => {
+            return Err(Failure::Setup(format!(
+                "--xdp-mode must be auto, copy or zerocopy, not {other:?}"
+            )))
+        }
+    };
+    let mut xcfg = XdpConfig::new(&args.iface, args.ip.addr.octets());
+    xcfg.mode = mode;
+    let dev = XdpDevice::open(&xcfg).map_err(|e| Failure::Setup(e.to_string()))?;
+    for w in dev.warnings() {
+        eprintln!("tlnc: warning: {w}");
+    }
+    let mut icfg = IfaceConfig::new(
+        EthernetAddress(dev.mac_address()),
+        Ipv4Address(args.ip.addr.octets()),
+        args.ip.prefix,
+    );
+    icfg.mtu = dev.mtu() as usize;
+    icfg.gateway = args.gateway.map(|g| Ipv4Address(g.octets()));
+    let mut scfg = StackConfig::new(icfg);
+    scfg.tcp.rto_min = args.rto_min_ms * 1_000_000;
+    scfg.tcp.delayed_ack = None;
+    scfg.fixed_isn = args.isn;
+    let mut seed = [0u8; 16];
+    if let Ok(mut f) = File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut seed);
+    }
+    scfg.isn_secret = seed;
+    let loop_mode = if args.busy {
+        Mode::BusyPoll
+    } else {
+        Mode::Adaptive {
+            spins: 20_000,
+            max_sleep: Duration::from_micros(500),
+        }
+    };
+    let h = spawn(
+        Stack::new(scfg, MemoryTable::new()),
+        dev,
+        args.core,
+        loop_mode,
+        1024,
+    );
+    let deadline = (args.timeout > 0).then(|| Instant::now() + Duration::from_secs(args.timeout));
+    let start = Instant::now();
+    let stream = open(args, &h, deadline)?;
+    let result = transfer(args, &stream, deadline);
+    let elapsed = start.elapsed();
+    let stopped = h.stop();
+    if args.stats {
+        if let Ok((sent, received)) = &result {
+            let secs = elapsed.as_secs_f64().max(1e-9);
+            eprintln!(
+                "tlnc: sent {sent} B, received {received} B in {secs:.3} s ({:.1} MB/s out, {:.1} MB/s in)",
+                *sent as f64 / secs / 1e6,
+                *received as f64 / secs / 1e6
+            );
+        }
+        if let Some((stack, st)) = stopped {
+            eprintln!(
+                "tlnc: loop: rounds {} rx {} tx {} tx_dropped {} sleeps {} pinned {}",
+                st.rounds, st.rx_frames, st.tx_frames, st.tx_dropped, st.sleeps, st.pinned
+            );
+            eprintln!("tlnc: iface: {:?}", stack.iface().stats());
+            eprintln!("tlnc: stack: {:?}", stack.stats());
+        }
+    }
+    result.map(|_| ())
+}
+
+fn timed_out(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Connect or accept; returns the stream's shared rings.
+fn open(
+    args: &Args,
+    h: &LoopHandle<Stack>,
+    deadline: Option<Instant>,
+) -> Result<Arc<StreamShared>, Failure> {
+    let cmd = match (args.connect, args.listen) {
+        (Some(to), _) => Command::Connect {
+            token: 1,
+            remote: Ipv4Address(to.ip().octets()),
+            port: to.port(),
+            ulp: Ulp::Stream,
+        },
+        (None, Some(port)) => Command::Listen {
+            port,
+            ulp: Ulp::Stream,
+        },
+        (None, None) => return Err(Failure::Setup("give --connect or --listen".into())),
+    };
+    h.post(cmd)
+        .map_err(|_| Failure::Setup("command queue full".into()))?;
+    loop {
+        if timed_out(deadline) {
+            return Err(Failure::Connection("timed out before connecting".into()));
+        }
+        match h.poll() {
+            Some(Output::Connected {
+                stream: Some(s), ..
+            })
+            | Some(Output::Accepted {
+                stream: Some(s), ..
+            }) => return Ok(s),
+            Some(Output::Failed { error, .. }) => {
+                return Err(Failure::Connection(error.to_string()))
+            }
+            Some(_) => {}
+            None => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+}
+
+/// Pump input into the stream and the stream into the output until both
+/// directions are closed. Returns (sent, received).
+fn transfer(
+    args: &Args,
+    s: &Arc<StreamShared>,
+    deadline: Option<Instant>,
+) -> Result<(u64, u64), Failure> {
+    const CHUNK: usize = 64 << 10;
+    let input: Box<dyn Read + Send> = match &args.input {
+        Some(p) => {
+            Box::new(File::open(p).map_err(|e| Failure::Setup(format!("{}: {e}", p.display())))?)
+        }
+        None => Box::new(io::stdin()),
+    };
+    let mut output: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            File::create(p).map_err(|e| Failure::Setup(format!("{}: {e}", p.display())))?,
+        )),
+        None => Box::new(BufWriter::with_capacity(1 << 20, io::stdout())),
+    };
+    // The reader runs on its own thread: stdin may block.
+    let tx_side = s.clone();
+    let reader = std::thread::spawn(move || -> io::Result<u64> {
+        let mut input = input;
+        let mut sent = 0u64;
+        loop {
+            let mut buf = vec![0u8; CHUNK];
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            buf.truncate(n);
+            sent += n as u64;
+            let mut item = buf;
+            loop {
+                match tx_side.tx.push(item) {
+                    Ok(()) => break,
+                    Err(back) => {
+                        if tx_side.flags() & flags::FAILED != 0 {
+                            return Ok(sent);
+                        }
+                        item = back;
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+            }
+        }
+        tx_side.close.store(true, Ordering::Release);
+        Ok(sent)
+    });
+    let mut received = 0u64;
+    loop {
+        let mut idle = true;
+        while let Some(v) = s.rx.pop() {
+            output
+                .write_all(&v)
+                .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
+            received += v.len() as u64;
+            idle = false;
+        }
+        if !idle {
+            // Interactive use sees data as it arrives; a reader waiting for
+            // the peer's last octet gets it before the connection closes.
+            output
+                .flush()
+                .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
+        }
+        let f = s.flags();
+        if f & flags::FAILED != 0 {
+            s.abort.store(true, Ordering::Release);
+            return Err(Failure::Connection("connection reset or timed out".into()));
+        }
+        if f & flags::CLOSED != 0 && f & flags::RX_EOF != 0 && s.rx.is_empty() {
+            break;
+        }
+        if timed_out(deadline) {
+            s.abort.store(true, Ordering::Release);
+            return Err(Failure::Connection("timed out".into()));
+        }
+        if idle {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    output
+        .flush()
+        .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
+    let sent = match reader.join() {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => return Err(Failure::Setup(format!("reading input: {e}"))),
+        Err(_) => return Err(Failure::Setup("input thread panicked".into())),
+    };
+    Ok((sent, received))
+}
