@@ -1,0 +1,262 @@
+//! A driver for the siw lab (`interop/lab/lab.sh`): boot one qemu guest
+//! running a given siw build, attach a veth to the lab bridge for our
+//! AF_XDP stack, run commands in the guest, capture, and tear it all down
+//! on drop. Only one lab exists at a time (it owns the netns `iwlab`).
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::Duration;
+
+use iwarp::{Context, Polling, XdpOptions};
+
+/// Guest A's address on the lab link.
+pub const GUEST: Ipv4Addr = Ipv4Addr::new(192, 168, 177, 2);
+/// Our stack's address on the lab link (not configured in any kernel).
+pub const HOST: Ipv4Addr = Ipv4Addr::new(192, 168, 177, 10);
+/// The lab's network namespace.
+pub const NETNS: &str = "iwlab";
+/// The veth our stack opens with AF_XDP (its peer is on the lab bridge).
+pub const VETH: &str = "iwhost0";
+/// The guest kernel the lab boots.
+pub const GUEST_KERNEL: &str = "/boot/vmlinuz-6.1.0-56-amd64";
+
+/// The siw builds the lab offers (`lab.sh up --siw NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// Stock siw: CRC not requested, no peer-to-peer.
+    Std,
+    /// `mpa_crc_required = true`.
+    Crc,
+    /// `peer_to_peer = true` (MPA Rev 2 RTR).
+    P2p,
+    /// Both.
+    CrcP2p,
+}
+
+impl Variant {
+    /// All four.
+    pub const ALL: [Variant; 4] = [Variant::Std, Variant::Crc, Variant::P2p, Variant::CrcP2p];
+
+    /// The lab's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Std => "std",
+            Variant::Crc => "crc",
+            Variant::P2p => "p2p",
+            Variant::CrcP2p => "crcp2p",
+        }
+    }
+
+    /// Whether this build asks for CRC.
+    pub fn crc(self) -> bool {
+        matches!(self, Variant::Crc | Variant::CrcP2p)
+    }
+
+    /// Whether this build speaks peer-to-peer (RTR) mode.
+    pub fn p2p(self) -> bool {
+        matches!(self, Variant::P2p | Variant::CrcP2p)
+    }
+}
+
+/// The lab script: `$IWARP_LAB`, else the vendored copy.
+pub fn script() -> PathBuf {
+    match std::env::var_os("IWARP_LAB") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lab/lab.sh"),
+    }
+}
+
+/// Where the lab keeps its cache and run state (`$LAB_STATE`).
+pub fn state_dir() -> PathBuf {
+    match std::env::var_os("LAB_STATE") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from("/var/tmp/iwarp-lab"),
+    }
+}
+
+/// Why the lab cannot run here, or `None` when it can.
+pub fn skip_reason() -> Option<String> {
+    if let Some(r) = netns_harness::skip_reason() {
+        return Some(r);
+    }
+    if !script().exists() {
+        return Some(format!("no lab script at {}", script().display()));
+    }
+    if !std::path::Path::new(GUEST_KERNEL).exists() {
+        return Some(format!(
+            "{GUEST_KERNEL} is missing (install linux-image-6.1.0-56-amd64; scripts/deps.sh does)"
+        ));
+    }
+    let cache = state_dir().join("cache");
+    for f in ["initramfs.cpio.gz", "siw-std.ko", "siw-crcp2p.ko"] {
+        if !cache.join(f).exists() {
+            return Some(format!(
+                "the lab is not set up ({} missing: run `{} setup`)",
+                cache.join(f).display(),
+                script().display()
+            ));
+        }
+    }
+    None
+}
+
+/// Run the lab script with `args`, under `timeout`.
+fn lab(args: &[&str], timeout: Duration) -> Result<Output, String> {
+    let s = script();
+    let s = s.to_string_lossy();
+    let mut v = vec![s.as_ref()];
+    v.extend_from_slice(args);
+    let out = netns_harness::run(&v, timeout).map_err(|e| format!("lab.sh {args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(format!(
+            "lab.sh {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A booted lab with one guest; `lab.sh down` on drop.
+#[derive(Debug)]
+pub struct Lab {
+    variant: Variant,
+    /// Exclusive lock on `suite.lock` in the state folder: one lab per
+    /// machine (a second suite, say CI beside a developer's run, waits
+    /// instead of tearing the first one's namespace down).
+    _lock: std::fs::File,
+}
+
+/// Take the machine-wide lab lock, waiting up to `timeout`.
+fn lock(timeout: Duration) -> Result<std::fs::File, String> {
+    let dir = state_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("suite.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(format!("{}: {e}", path.display())),
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "another lab held {} for {timeout:?}",
+                path.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+impl Lab {
+    /// Boot guest A with siw build `variant`, running `cmd` (for example a
+    /// server under `lab-serve`) once siw0 is up, and attach our veth.
+    pub fn up(variant: Variant, cmd: &str) -> Result<Lab, String> {
+        let mut args = vec!["up", "-n", "1", "--siw", variant.name()];
+        if !cmd.is_empty() {
+            args.extend_from_slice(&["--cmd", cmd]);
+        }
+        let lab_handle = Lab {
+            variant,
+            _lock: lock(Duration::from_secs(1200))?,
+        };
+        lab(&args, Duration::from_secs(180))?;
+        lab(&["attach-veth", VETH], Duration::from_secs(30))?;
+        // Our stack builds every frame and checks every checksum: keep the
+        // kernel side of the veth from handing us unfinished checksums or
+        // aggregated segments.
+        let peer = format!("{VETH}-br");
+        for dev in [VETH, peer.as_str()] {
+            let _ = netns_harness::run(
+                &[
+                    "ip", "netns", "exec", NETNS, "ethtool", "-K", dev, "tx", "off", "rx", "off",
+                    "tso", "off", "gso", "off", "gro", "off",
+                ],
+                Duration::from_secs(10),
+            );
+        }
+        Ok(lab_handle)
+    }
+
+    /// The siw build running in the guest.
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Run a shell command in guest A; its exit status and output.
+    pub fn exec(&self, cmd: &str, timeout: Duration) -> Result<Output, String> {
+        let s = script();
+        let s = s.to_string_lossy();
+        netns_harness::run(&[s.as_ref(), "exec", "A", cmd], timeout)
+            .map_err(|e| format!("lab.sh exec {cmd:?}: {e}"))
+    }
+
+    /// Wait until a socket in the guest listens on `port` (asked with
+    /// netstat in the guest, never by connecting: siw can lose a listener
+    /// to a connect-and-close, lab README finding 3).
+    pub fn wait_listening(&self, port: u16, timeout: Duration) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let cmd = format!("netstat -tln | grep -q ':{port} '");
+        loop {
+            if let Ok(o) = self.exec(&cmd, Duration::from_secs(20)) {
+                if o.status.success() {
+                    return Ok(());
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "nothing listens on guest port {port} after {timeout:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Guest A's serial console so far (the output of the `up` command and
+    /// the kernel's log, siw's messages included).
+    pub fn console(&self) -> String {
+        std::fs::read(state_dir().join("run/A.console.log"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Start a capture on guest A's bridge port into `results/NAME.pcap`.
+    pub fn capture_start(&self, name: &str) -> Result<PathBuf, String> {
+        lab(&["capture", "start", name], Duration::from_secs(30))?;
+        Ok(state_dir().join("results").join(format!("{name}.pcap")))
+    }
+
+    /// Stop the capture.
+    pub fn capture_stop(&self) -> Result<(), String> {
+        lab(&["capture", "stop"], Duration::from_secs(30)).map(|_| ())
+    }
+
+    /// Our stack on the lab link: AF_XDP on the veth inside the lab's
+    /// namespace, address [`HOST`].
+    pub fn context(&self) -> Result<Context, iwarp::Error> {
+        let mut o = XdpOptions::new(VETH, HOST, 24);
+        o.netns = Some(PathBuf::from(format!("/var/run/netns/{NETNS}")));
+        o.polling = Polling::Adaptive;
+        Context::af_xdp(&o)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // Teardown is best effort: `down` only kills the lab's own pids
+        // and deletes its namespace. IWARP_LAB_KEEP leaves the lab up for
+        // inspection (a debugging aid; `lab.sh down` then cleans up).
+        if std::env::var_os("IWARP_LAB_KEEP").is_none() {
+            let _ = lab(&["down"], Duration::from_secs(60));
+        }
+    }
+}
