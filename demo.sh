@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The main job: run two simulated iWARP nodes through every operation, check
-# every byte, write the session as a pcap and decode it with Wireshark.
+# The main job, in two parts:
+# 1. two simulated iWARP nodes run every operation, every byte is checked, the
+#    session is written as a pcap and decoded by Wireshark;
+# 2. `iwarp-perf demo`: 64-octet RDMA Write latency and 64 KiB Write bandwidth
+#    between two of our stacks, beside Linux TCP on the same link, with
+#    ratios, .hgrm, JSON and a PNG plot (AF_XDP across two network namespaces
+#    as root; over the simulated link otherwise, and it says so).
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
 out="${1:-$PWD/target/iwarp-sim-demo.pcap}"
 mkdir -p "$(dirname "$out")"
 cargo run --quiet --release -p iwarp-sim -- demo --out "$out"
+echo
+cargo run --quiet --release -p iwarp-bench --bin iwarp-perf -- demo --out "$PWD/target/iwarp-perf"

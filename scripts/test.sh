@@ -12,6 +12,13 @@ echo "== clippy"
 cargo clippy --all-targets -- -D warnings
 echo "== tests"
 cargo test --workspace
+echo "== examples (simulated link; then AF_XDP across two namespaces when root)"
+for ex in pingpong pingpong_in_loop remote_read fanout; do
+    cargo run --release -q -p iwarp --example "$ex"
+    if [ "$(id -u)" = 0 ]; then
+        cargo run --release -q -p iwarp --example "$ex" -- --netns
+    fi
+done
 echo "== fuzz targets (build, then ${FUZZ_SECONDS:=10} s each)"
 # cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP lets the stable toolchain take them.
 export RUSTC_BOOTSTRAP=1
