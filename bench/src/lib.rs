@@ -6,6 +6,8 @@
 //! same thing before their speed is compared.
 #![forbid(unsafe_code)]
 
+pub mod perftest;
+
 /// Buffer sizes (octets) of the CRC benchmarks: a tiny FPDU, a small one, one
 /// MPA FPDU at MSS 1448, a jumbo frame, and a 64 KiB (max ULPDU-sized) buffer.
 pub const CRC_SIZES: [usize; 5] = [64, 512, 1448, 9000, 65536];

@@ -238,7 +238,8 @@ const USAGE: &str =
 TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
 -a: sizes 2 B .. 64 KiB, powers of two. Default -n: 1000 (lat), 5000 (bw).
 --netns (root; default as root): two namespaces + veth + AF_XDP, Linux TCP baseline.
---sim: the simulated link, no root, no baseline.";
+--sim: the simulated link, no root, no baseline.
+With -R: perftest mode, the client or server of rdma-core's perftest (iwarp-perf TEST -R --help).";
 
 fn parse_args() -> Result<Args, String> {
     let v: Vec<String> = std::env::args().skip(1).collect();
@@ -623,7 +624,51 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// perftest mode: `iwarp-perf TEST -R [perftest flags] --iface IF --ip ADDR
+/// [SERVER]`, or the binary called (by a link) as `ib_write_lat` and so on.
+/// `None` when the command line is not one.
+fn perftest_mode() -> Option<Result<(), String>> {
+    use iwarp_bench::perftest::{self, Kind};
+    let argv: Vec<String> = std::env::args().collect();
+    let prog = std::path::Path::new(argv.first()?)
+        .file_name()?
+        .to_string_lossy()
+        .into_owned();
+    let (kind, rest) = match Kind::parse(&prog) {
+        Some(k) if prog.starts_with("ib_") => (k, &argv[1..]),
+        _ => {
+            let k = Kind::parse(argv.get(1)?)?;
+            if !argv[2..].iter().any(|a| a == "-R" || a == "--rdma_cm") {
+                return None;
+            }
+            (k, &argv[2..])
+        }
+    };
+    Some((|| {
+        let (o, stack) =
+            perftest::parse(kind, rest).map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
+        let x = stack.xdp().map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
+        let ctx = iwarp::Context::af_xdp(&x).map_err(|e| format!("AF_XDP on {}: {e}", x.iface))?;
+        perftest::run(&ctx, &o).map(|_| ())
+    })())
+}
+
+const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SIZE | -a] [-n ITERS] [-t TX] [-r RX] [-o READS]
+                  [--report_gbits] --iface IFACE --ip ADDR[/PREFIX] [--gateway GW] [--in-netns NS]
+                  [--core N] [--busy] [--no-crc] [SERVER]
+  Client or server of rdma-core's ib_TEST -R (perftest's other flags, such as -d or -F, are accepted and
+  ignored). Without SERVER it waits for a perftest client.";
+
 fn main() -> ExitCode {
+    if let Some(r) = perftest_mode() {
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("iwarp-perf: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

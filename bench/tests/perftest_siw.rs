@@ -1,0 +1,197 @@
+//! `iwarp-perf` in perftest mode against rdma-core's perftest over Linux
+//! siw in the lab guest, both roles, all six tools: each side must finish
+//! and print perftest's columns. Needs root and the lab (`scripts/deps.sh`);
+//! skips with the reason elsewhere, never under CI.
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use iwarp_interop::lab::{self, Lab, Variant, GUEST, HOST, NETNS, VETH};
+
+const LAT: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+const BW: &str = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+
+/// (tool, size, iterations): small counts keep the suite short; perftest's
+/// minimum is 5.
+const RUNS: [(&str, u32, u32); 6] = [
+    ("write_lat", 64, 100),
+    ("read_lat", 64, 100),
+    ("send_lat", 64, 100),
+    ("write_bw", 65536, 50),
+    ("read_bw", 65536, 50),
+    ("send_bw", 65536, 50),
+];
+
+fn lab_or_skip() -> bool {
+    match lab::skip_reason() {
+        None => true,
+        Some(r) if std::env::var_os("CI").is_some() => {
+            panic!("the perftest interop test must run in CI, but: {r}")
+        }
+        Some(r) => {
+            eprintln!("SKIP: {r}");
+            false
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// Our binary inside the lab's namespace, on its veth.
+fn ours(tool: &str, size: u32, iters: u32, port: u16, server: Option<&str>) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["120", "ip", "netns", "exec", NETNS])
+        .arg(env!("CARGO_BIN_EXE_iwarp-perf"))
+        .args([tool, "-R", "-d", "siw0", "-F"])
+        .args([
+            "-p",
+            &port.to_string(),
+            "-s",
+            &size.to_string(),
+            "-n",
+            &iters.to_string(),
+        ])
+        .args(["--iface", VETH, "--ip", &format!("{HOST}/24")]);
+    if let Some(s) = server {
+        c.arg(s);
+    }
+    c
+}
+
+/// The row under `header` in `out`: its first column must be `size` and
+/// every column a number.
+fn check_row(out: &str, header: &str, size: u32, who: &str) {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| l.trim_end() != header.trim_end());
+    assert!(
+        lines.next().is_some(),
+        "{who}: no perftest header in\n{out}"
+    );
+    let row = lines.next().unwrap_or("");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let want = if header == LAT { 9 } else { 5 };
+    assert_eq!(cols.len(), want, "{who}: row {row:?} in\n{out}");
+    assert_eq!(cols[0], size.to_string(), "{who}: row {row:?}");
+    for c in &cols {
+        assert!(c.parse::<f64>().is_ok(), "{who}: {c:?} in {row:?}");
+    }
+}
+
+fn header(tool: &str) -> &'static str {
+    if tool.ends_with("_lat") {
+        LAT
+    } else {
+        BW
+    }
+}
+
+/// perftest in the guest is the server; we connect.
+fn we_are_client(lab: &Lab, tool: &str, size: u32, iters: u32, port: u16) {
+    let cmd = format!("ib_{tool} -R -d siw0 -F -p {port} -s {size} -n {iters}");
+    let (guest, us) = std::thread::scope(|s| {
+        let g = s.spawn(|| lab.exec(&cmd, Duration::from_secs(150)));
+        lab.wait_listening(port, Duration::from_secs(30)).unwrap();
+        let us = ours(tool, size, iters, port, Some(&GUEST.to_string()))
+            .output()
+            .unwrap();
+        (g.join().unwrap().unwrap(), us)
+    });
+    let (g, u) = (text(&guest), text(&us));
+    assert!(
+        us.status.success(),
+        "{tool}: iwarp-perf client failed\n{u}\nguest:\n{g}"
+    );
+    assert!(
+        guest.status.success(),
+        "{tool}: guest ib_{tool} server failed\n{g}\nours:\n{u}"
+    );
+    if tool != "read_lat" {
+        // perftest's read_lat server prints no numbers.
+        check_row(&g, header(tool), size, &format!("guest ib_{tool} server"));
+    }
+    check_row(&u, header(tool), size, &format!("iwarp-perf {tool} client"));
+    eprintln!("ours as {tool} client:\n{u}");
+}
+
+/// We are the server; perftest in the guest connects.
+fn we_are_server(lab: &Lab, tool: &str, size: u32, iters: u32, port: u16) {
+    let mut child = ours(tool, size, iters, port, None)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Start the guest once we listen (we print perftest's banner then).
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("Waiting for client") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let listening = rx.recv_timeout(Duration::from_secs(30)).is_ok();
+    let guest = if listening {
+        Some(lab.exec(
+            &format!("ib_{tool} -R -d siw0 -F -p {port} -s {size} -n {iters} {HOST}"),
+            Duration::from_secs(150),
+        ))
+    } else {
+        None
+    };
+    let status = child.wait().unwrap();
+    let mut u = reader.join().unwrap();
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    u.push_str(&err);
+    assert!(listening, "{tool}: iwarp-perf server never listened\n{u}");
+    let guest = guest.unwrap().unwrap();
+    let g = text(&guest);
+    assert!(
+        status.success(),
+        "{tool}: iwarp-perf server failed\n{u}\nguest:\n{g}"
+    );
+    assert!(
+        guest.status.success(),
+        "{tool}: guest ib_{tool} client failed\n{g}\nours:\n{u}"
+    );
+    check_row(&g, header(tool), size, &format!("guest ib_{tool} client"));
+    if tool != "read_lat" {
+        check_row(&u, header(tool), size, &format!("iwarp-perf {tool} server"));
+    }
+    eprintln!("guest ib_{tool} client against us:\n{g}");
+}
+
+#[test]
+fn perftest_against_siw_both_roles() {
+    if !lab_or_skip() {
+        return;
+    }
+    let lab = Lab::up(Variant::Std, "").unwrap();
+    let have = lab
+        .exec("command -v ib_write_lat", Duration::from_secs(20))
+        .unwrap();
+    assert!(have.status.success(), "the lab guest has no perftest");
+    for (i, (tool, size, iters)) in RUNS.iter().enumerate() {
+        let port = 18515 + 2 * i as u16;
+        we_are_client(&lab, tool, *size, *iters, port);
+        we_are_server(&lab, tool, *size, *iters, port + 1);
+    }
+}
