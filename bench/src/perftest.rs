@@ -503,31 +503,42 @@ fn err(what: &str) -> impl Fn(Error) -> String + '_ {
 
 /// Completions of one queue pair, waited for by id.
 struct Waiter {
+    /// "comm" or "test", for error messages.
+    name: &'static str,
+    /// The queue pair whose completions count ([`Qp::id`]).
+    qp: usize,
     cq: Cq,
     busy: bool,
     step: Duration,
 }
 
 impl Waiter {
+    /// The next completion of our queue pair. A connect attempt that was
+    /// refused leaves its pre-posted receive on the CQ as refused: that
+    /// queue pair is gone, so completions of other queue pairs are skipped.
     fn next(&self, timeout: Duration) -> Result<Wc, String> {
-        let wc = if self.busy {
-            let deadline = Instant::now() + timeout;
-            loop {
-                if let Some(wc) = self.cq.poll_one() {
-                    break wc;
+        let deadline = Instant::now() + timeout;
+        let wc = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wc = if self.busy {
+                self.cq.poll_one()
+            } else {
+                self.cq.wait(left)
+            };
+            match wc {
+                Some(wc) if wc.qp == self.qp => break wc,
+                Some(_) => {}
+                None if left.is_zero() || !self.busy => {
+                    return Err(format!("{}: no completion in {timeout:?}", self.name))
                 }
-                if Instant::now() >= deadline {
-                    return Err(format!("no completion in {timeout:?}"));
-                }
-                std::hint::spin_loop();
+                None => std::hint::spin_loop(),
             }
-        } else {
-            self.cq
-                .wait(timeout)
-                .ok_or_else(|| format!("no completion in {timeout:?}"))?
         };
         if wc.status != Status::Wc(iwarp::WcStatus::Success) {
-            return Err(format!("work request {} failed: {:?}", wc.wr_id, wc.status));
+            return Err(format!(
+                "{}: work request {} failed: {:?}",
+                self.name, wc.wr_id, wc.status
+            ));
         }
         Ok(wc)
     }
@@ -650,6 +661,9 @@ struct Test {
 
 const CREDIT_OFF: u64 = 4;
 
+/// How long the peer gets to retire its last work request before our FIN.
+const TEARDOWN_GRACE: Duration = Duration::from_millis(100);
+
 fn connect_retry(
     ctx: &Context,
     to: SocketAddrV4,
@@ -696,7 +710,9 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
     mpa.crc = o.crc;
     // C2's IRD/ORD: out_reads for Read tests, 0/0 otherwise (§1).
     let c2_rd = if o.kind.is_read() { o.out_reads } else { 0 };
-    let comm_waiter = |cq: &Cq| Waiter {
+    let comm_waiter = |cq: &Cq, qp: &Qp| Waiter {
+        name: "comm",
+        qp: qp.id(),
         cq: cq.clone(),
         busy: false,
         step: o.step_timeout,
@@ -716,9 +732,10 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
             co.rq_depth = depth;
             co.recvs = vec![(COMM_RECV, comm_recv.sge(0, DEST_LEN as u32).into())];
             let c1 = connect_retry(ctx, to, &co, o.step_timeout)?;
+            let w = comm_waiter(&comm_cq, &c1);
             let mut comm = Comm {
                 qp: c1,
-                w: comm_waiter(&comm_cq),
+                w,
                 send: comm_send,
                 recv: comm_recv,
                 client: true,
@@ -760,9 +777,10 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
                     &comm_cq,
                 )
                 .map_err(err("accept C1"))?;
+            let w = comm_waiter(&comm_cq, &c1);
             let mut comm = Comm {
                 qp: c1,
-                w: comm_waiter(&comm_cq),
+                w,
                 send: comm_send,
                 recv: comm_recv,
                 client: false,
@@ -795,6 +813,8 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
     let half = o.half();
     let t = Test {
         w: Waiter {
+            name: "test",
+            qp: test_qp.id(),
             cq: test_cq,
             busy: o.busy,
             step: o.step_timeout,
@@ -830,11 +850,32 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
     };
     out.local = local;
     banner(o, &t);
-    let result = run_test(o, &mut comm, &t, local, &mut out);
-    // Teardown (§5): FINs on both connections, whoever starts.
+    let result = run_test(o, &mut comm, &t, local, &mut out).map_err(|e| {
+        // What the stack saw (a Terminate, a protection error) says why.
+        let mut ev = Vec::new();
+        while let Some(x) = t.qp.poll_event() {
+            ev.push(format!("test QP: {x:?}"));
+        }
+        while let Some(x) = comm.qp.poll_event() {
+            ev.push(format!("comm QP: {x:?}"));
+        }
+        if ev.is_empty() {
+            e
+        } else {
+            format!("{e} ({})", ev.join("; "))
+        }
+    });
+    // Teardown (§5): as perftest's destroy_ctx, the test connection first,
+    // then the comm channel, each a graceful close. siw retires a work
+    // request a little after its last octet has left, and a FIN arriving
+    // in that window makes it flush the request with a local QP operation
+    // error (perftest then reports "status 2" for its last Write of a
+    // write_lat, or its last comm Send): so the peer gets a grace to retire
+    // its last request first.
+    std::thread::sleep(TEARDOWN_GRACE);
     let _ = t.qp.disconnect();
-    let _ = comm.qp.disconnect();
     let _ = t.qp.wait_disconnected(Duration::from_secs(5));
+    let _ = comm.qp.disconnect();
     let _ = comm.qp.wait_disconnected(Duration::from_secs(5));
     result?;
     Ok(out)
@@ -1390,6 +1431,24 @@ pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String
     }
     o.validate()?;
     Ok((o, s))
+}
+
+/// Open the AF_XDP context, waiting up to `wait` while the interface's
+/// queue is still held: the kernel lets go of an AF_XDP socket (and the XDP
+/// program) of a process that just exited a moment later, so a benchmark
+/// started right after another one would otherwise fail with EBUSY.
+pub fn open_context(x: &iwarp::XdpOptions, wait: Duration) -> Result<Context, String> {
+    const EBUSY: i32 = 16;
+    let deadline = Instant::now() + wait;
+    loop {
+        match Context::af_xdp(x) {
+            Ok(c) => return Ok(c),
+            Err(Error::Backend(
+                iwarp_xdp::Error::Bind { errno: EBUSY, .. } | iwarp_xdp::Error::AttachBusy { .. },
+            )) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => return Err(format!("AF_XDP on {}: {e}", x.iface)),
+        }
+    }
 }
 
 /// Where our stack runs (the flags perftest does not have).
