@@ -95,6 +95,78 @@ fn send_lat_on_the_simulated_link() {
     assert_eq!(r["test"], "send_lat");
     assert_eq!(r["iwarp"]["iterations"], 200);
     assert!(r["iwarp"]["p99_us"].as_f64().is_some());
+    // In-loop is the default, and the title line says so.
+    assert_eq!(doc["latency_path"], "in_loop");
+    assert_eq!(r["path"], "in_loop");
+    assert!(title(&stdout, "send_lat").contains("in-loop"), "{stdout}");
+}
+
+const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
+
+/// The title line of `test` (" TEST (...)").
+fn title<'a>(stdout: &'a str, test: &str) -> &'a str {
+    let head = format!(" {test} (");
+    stdout
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no title line for {test} in\n{stdout}"))
+}
+
+/// A latency run: its row, .hgrm and JSON agree on `iters`; returns the
+/// JSON summary.
+fn check_lat(stdout: &str, out: &Path, test: &str, size: u32, iters: u64) -> serde_json::Value {
+    let row = row_after(stdout, LAT_HEADER, 9, f64::from(size));
+    assert_eq!(row[1], iters as f64);
+    assert!(
+        row[2] <= row[4] && row[4] <= row[3],
+        "min <= typical <= max: {row:?}"
+    );
+    check_hgrm(&out.join(format!("{test}_{size}_iwarp.hgrm")), iters);
+    let png = std::fs::read(out.join(format!("{test}_{size}.png"))).expect("png");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join(format!("{test}.json"))).expect("json"),
+    )
+    .expect("json file");
+    assert_eq!(doc["results"][0]["test"], test);
+    assert_eq!(doc["results"][0]["iwarp"]["iterations"], iters);
+    doc
+}
+
+#[test]
+fn write_and_read_lat_in_loop_on_the_simulated_link() {
+    for test in ["write_lat", "read_lat"] {
+        let out = out_dir(&format!("perf_{test}_in_loop"));
+        let stdout = run(&[test, "--sim", "-n", "150", "-s", "256"], &out);
+        let doc = check_lat(&stdout, &out, test, 256, 150);
+        assert_eq!(doc["latency_path"], "in_loop");
+        assert!(title(&stdout, test).contains("in-loop"), "{stdout}");
+    }
+}
+
+#[test]
+fn write_lat_with_threads_on_the_simulated_link() {
+    let out = out_dir("perf_write_lat_threads");
+    let stdout = run(&["write_lat", "--sim", "-n", "150", "--threads"], &out);
+    let doc = check_lat(&stdout, &out, "write_lat", 2, 150);
+    assert_eq!(doc["latency_path"], "threads");
+    assert_eq!(doc["results"][0]["path"], "threads");
+    let t = title(&stdout, "write_lat");
+    assert!(t.contains("threads") && !t.contains("in-loop"), "{t}");
+}
+
+#[test]
+fn send_lat_open_loop_in_loop_on_the_simulated_link() {
+    let out = out_dir("perf_send_lat_rate");
+    let stdout = run(&["send_lat", "--sim", "-n", "100", "--rate", "2000"], &out);
+    let doc = check_lat(&stdout, &out, "send_lat", 2, 100);
+    assert_eq!(doc["latency_path"], "in_loop");
+    assert_eq!(doc["rate"], 2000.0);
+    let t = title(&stdout, "send_lat");
+    assert!(
+        t.contains("open loop at 2000") && t.contains("in-loop"),
+        "{t}"
+    );
 }
 
 #[test]

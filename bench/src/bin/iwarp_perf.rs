@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-//!                 [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
+//!                 [--threads] [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
 //! TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
 //! ```
 //!
 //! Server and client run in this one process: two contexts (the simulated
 //! link, or AF_XDP on the two ends of a veth pair in two namespaces).
+//! Latency tests run both ends inside their poll loops (`run_in_loop`);
+//! `--threads` runs them from application threads instead.
 
 #[path = "iwarp_perf/linux.rs"]
 mod linux;
@@ -72,6 +74,9 @@ pub struct Plan {
     pub duration: Duration,
     pub rate: Option<f64>,
     pub busy: bool,
+    /// Latency tests from application threads (`--threads`) instead of
+    /// in-loop hooks.
+    pub threads: bool,
     pub window: u64,
     pub label: String,
 }
@@ -225,6 +230,7 @@ struct Args {
     duration: Option<f64>,
     rate: Option<f64>,
     busy: bool,
+    threads: bool,
     core: Option<usize>,
     netns: bool,
     window: u64,
@@ -234,9 +240,11 @@ struct Args {
 
 const USAGE: &str =
     "usage: iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-                  [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
+                  [--threads] [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
 TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
 -a: sizes 2 B .. 64 KiB, powers of two. Default -n: 1000 (lat), 5000 (bw).
+Latency tests run both ends inside their poll loops (run_in_loop hooks);
+--threads: from application threads that post and wait on the CQ instead.
 --netns (root; default as root): two namespaces + veth + AF_XDP, Linux TCP baseline.
 --sim: the simulated link, no root, no baseline.
 With -R: perftest mode, the client or server of rdma-core's perftest (iwarp-perf TEST -R --help).";
@@ -251,6 +259,7 @@ fn parse_args() -> Result<Args, String> {
         duration: None,
         rate: None,
         busy: false,
+        threads: false,
         core: None,
         netns: netns_harness::skip_reason().is_none(),
         window: 64,
@@ -275,6 +284,7 @@ fn parse_args() -> Result<Args, String> {
             "--window" => a.window = (num(val(i)?)? as u64).max(1),
             "--out" => a.out = PathBuf::from(val(i)?),
             "--busy" => a.busy = true,
+            "--threads" => a.threads = true,
             "--sim" => a.netns = false,
             "--netns" => a.netns = true,
             "-h" | "--help" => return Err(USAGE.into()),
@@ -398,15 +408,30 @@ fn bw_row(r: &BwResult) -> String {
     )
 }
 
-fn lat_title(test: Test, rate: Option<f64>) -> String {
-    match (test, rate) {
+/// What the latency path is called in the JSON summary.
+fn path_name(threads: bool) -> &'static str {
+    if threads {
+        "threads"
+    } else {
+        "in_loop"
+    }
+}
+
+fn lat_title(test: Test, rate: Option<f64>, threads: bool) -> String {
+    let path = if threads {
+        "threads (--threads): application threads post and wait on the CQ"
+    } else {
+        "in-loop: both ends run as run_in_loop hooks inside their poll loops"
+    };
+    let values = match (test, rate) {
         (_, Some(r)) => format!(
             "open loop at {r} msg/s: each value is the full response time from the message's scheduled send time (coordinated-omission corrected), not halved"
         ),
         (Test::ReadLat, None) => "values: full round trip of one RDMA Read (as perftest's read_lat)".into(),
         (Test::WriteLat, None) => "values: half the round trip of Write+0-octet-Send doorbell each way (as perftest's write_lat reports RTT/2)".into(),
         _ => "values: half the round trip of a Send ping-pong (as perftest's send_lat reports RTT/2)".into(),
-    }
+    };
+    format!("{path}; {values}")
 }
 
 struct Job {
@@ -449,6 +474,7 @@ fn run() -> Result<(), String> {
         duration: Duration::from_secs_f64(args.duration.unwrap_or(120.0)),
         rate: if t.is_lat() { args.rate } else { None },
         busy: args.busy,
+        threads: args.threads,
         window: args.window,
         label: format!("{} {size} B", t.name()),
     };
@@ -505,6 +531,8 @@ fn run() -> Result<(), String> {
             job.test,
             job.size,
             args.busy,
+            // The server answers on a thread unless the latency test runs in-loop.
+            !job.test.is_lat() || args.threads,
         )
         .map_err(e)?;
         let base = args.out.join(format!("{}_{}", job.test.name(), job.size));
@@ -514,7 +542,7 @@ fn run() -> Result<(), String> {
                 "{RULE}\n {} ({})",
                 job.test.name(),
                 if job.test.is_lat() {
-                    lat_title(job.test, plan.rate)
+                    lat_title(job.test, plan.rate, plan.threads)
                 } else {
                     format!("window {} outstanding, MB = 2^20 octets; the time includes a final Send round trip confirming arrival", plan.window)
                 }
@@ -532,13 +560,22 @@ fn run() -> Result<(), String> {
         let mut entry =
             json!({ "test": job.test.name(), "bytes": job.size, "transport": transport });
         if job.test.is_lat() {
-            let r = pair.latency(job.test, job.size, &plan).map_err(e)?;
+            entry["path"] = json!(path_name(plan.threads));
+            let r = pair
+                .latency(job.test, job.size, &plan)
+                .map_err(|m| format!("{}: {m}", plan.label))?;
             pair.close().map_err(e)?;
             println!("{}", lat_row(job.size, &r));
             output::write_hgrm(&hgrm("iwarp"), &r.hist).map_err(|e| e.to_string())?;
             files.push(hgrm("iwarp"));
             entry["iwarp"] = r.json();
+            let ours_label = if plan.threads {
+                "iWARP (ours, threads)"
+            } else {
+                "iWARP (ours, in-loop)"
+            };
             let mut curves = vec![output::Curve {
+                label: ours_label,
                 color: [20, 60, 200],
                 hist: &r.hist,
             }];
@@ -558,13 +595,14 @@ fn run() -> Result<(), String> {
                 entry["ratio_ours_over_linux"] =
                     json!({ "p50": ratio(0.5), "p99": ratio(0.99), "p999": ratio(0.999) });
                 curves.push(output::Curve {
+                    label: "Linux TCP",
                     color: [210, 40, 40],
                     hist: &l.hist,
                 });
             }
             let png = PathBuf::from(format!("{}.png", base.display()));
             output::plot_percentiles(&png, &curves).map_err(|e| e.to_string())?;
-            entry["png"] = json!({ "file": png.display().to_string(), "blue": "iwarp", "red": "linux", "x": "log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%", "y": "usec, linear from 0" });
+            entry["png"] = json!({ "file": png.display().to_string(), "blue": ours_label, "red": "Linux TCP", "x": "percentile, log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%", "y": "latency (usec), linear from 0" });
             files.push(png);
         } else {
             let r = pair.bandwidth(job.test, job.size, &plan).map_err(e)?;
@@ -603,6 +641,8 @@ fn run() -> Result<(), String> {
         "tool": "iwarp-perf",
         "transport": transport,
         "busy_polling": args.busy,
+        "latency_path": path_name(args.threads),
+        "latency_path_note": if args.threads { "latency tests from application threads that post and wait on the CQ (--threads)" } else { "latency tests with both ends inside their poll loops (run_in_loop hooks)" },
         "rate": args.rate,
         "cpu_note": "process CPU (user+system, all threads, /proc/self/stat) over the bandwidth run; ours: both poll loops and both application threads; Linux: both socket threads' syscalls plus the softirq work the kernel charged to them (softirq run in ksoftirqd is not counted)",
         "results": summary,
@@ -648,7 +688,7 @@ fn perftest_mode() -> Option<Result<(), String>> {
         let (o, stack) =
             perftest::parse(kind, rest).map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
         let x = stack.xdp().map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
-        let ctx = iwarp::Context::af_xdp(&x).map_err(|e| format!("AF_XDP on {}: {e}", x.iface))?;
+        let ctx = perftest::open_context(&x, Duration::from_secs(5))?;
         perftest::run(&ctx, &o).map(|_| ())
     })())
 }

@@ -1,7 +1,16 @@
 //! The iWARP side: one connection per test between a server context and a
-//! client context (same process), the server answering on its own thread.
+//! client context (same process).
 //!
-//! What is timed (client thread, `Instant` around post and poll):
+//! Latency tests run in-loop by default: the client's and the server's
+//! ping-pong logic are [`Context::run_in_loop`] hooks, so a round trip has
+//! no thread hand-off between the application and the poll loop. The hooks
+//! only post and [`Cq::poll_one`]; the result comes back through a channel.
+//! With `--threads` (and always for bandwidth tests) the client posts from
+//! the calling thread and waits on the CQ, and the server answers on its own
+//! thread.
+//!
+//! What is timed (`Instant` around post and poll; the same definitions on
+//! both paths):
 //! - `send_lat`: Send of SIZE, the server answers with a Send of SIZE from
 //!   its own buffer as soon as the Recv completes; RTT = post of our Send to
 //!   our Recv completion; recorded RTT/2.
@@ -11,18 +20,21 @@
 //!   our region + 0-octet Send). RTT = post of our Write to the Recv of the
 //!   server's doorbell; recorded RTT/2.
 //! - `read_lat`: one RDMA Read of SIZE; post to Read completion, full RTT.
+//! - with `--rate`: message *i* is due at start + *i*/rate; the value is the
+//!   completion time minus the due time, not halved.
 //! - `*_bw`: up to WINDOW operations outstanding, ITERS in all, then a
 //!   0-octet Send that the server answers (so every octet has arrived);
 //!   the whole span is timed.
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iwarp::{
-    AcceptOptions, Access, ConnectOptions, Context, Cq, Error, ListenOptions, Mr, Qp, Wc, WcOpcode,
-    WorkRequest,
+    AcceptOptions, Access, ConnectOptions, Context, Cq, Error, HookStatus, ListenOptions, Mr, Qp,
+    Wc, WcOpcode, WorkRequest,
 };
 
 use crate::{BwResult, LatRun, Plan, Test};
@@ -32,6 +44,10 @@ const T: Duration = Duration::from_secs(10);
 const SRV_RECVS: u64 = 512;
 const CREDIT_BATCH: u64 = 64;
 const CLIENT_RECVS: u64 = 64;
+/// In-loop `--rate`: how long before a message is due the client hook keeps
+/// its loop spinning (reports Busy), so that an adaptive loop's sleep (at
+/// most 200 µs) does not make the send late.
+const SPIN_AHEAD: Duration = Duration::from_micros(300);
 
 fn fail(what: &str, wc: &Wc) -> Error {
     eprintln!("iwarp-perf: {what}: {wc:?}");
@@ -76,21 +92,78 @@ fn write(qp: &Qp, wr_id: u64, mr: &Mr, len: u32, to: &Mr) -> Result<(), Error> {
     })
 }
 
+fn read(qp: &Qp, wr_id: u64, mr: &Mr, len: u32, from: &Mr) -> Result<(), Error> {
+    qp.post_send(WorkRequest::Read {
+        wr_id,
+        signaled: true,
+        local: mr.sge(0, len).into(),
+        remote_stag: from.stag(),
+        remote_to: 0,
+    })
+}
+
+/// The server's end of one connection.
+#[derive(Clone)]
+struct Server {
+    ctx: Context,
+    qp: Arc<Qp>,
+    cq: Cq,
+    /// Data region (target of Writes, source of Reads and of write_lat's
+    /// answer).
+    buf: Mr,
+    /// `SRV_RECVS` receive slots of `len` octets.
+    slots: Mr,
+    /// Source of the answering Sends.
+    reply: Mr,
+    len: u32,
+}
+
+impl Server {
+    fn slot(&self, i: u64) -> iwarp::Sge {
+        self.slots.sge(i * u64::from(self.len), self.len)
+    }
+
+    /// Answer one Recv completion as the test asks, then re-post its slot.
+    /// `got`: Recv completions so far, this one included.
+    fn answer(&self, test: Test, size: u32, wc: &Wc, got: u64, peer: &Mr) -> Result<(), Error> {
+        match test {
+            Test::SendLat => send(&self.qp, 1 << 40, &self.reply, size)?,
+            Test::WriteLat => {
+                write(&self.qp, 1 << 40, &self.buf, size, peer)?;
+                send(&self.qp, 1 << 41, &self.reply, 0)?;
+            }
+            Test::SendBw if wc.byte_len > 0 => {
+                if got.is_multiple_of(CREDIT_BATCH) {
+                    send(&self.qp, 1 << 41, &self.reply, 4.min(size))?;
+                }
+            }
+            // A 0-octet Send: the end of a bandwidth run; answer it.
+            _ => send(&self.qp, 1 << 41, &self.reply, 0)?,
+        }
+        self.qp.post_recv(wc.wr_id, self.slot(wc.wr_id))
+    }
+}
+
 /// Both ends of one test's connection.
 pub struct Pair {
-    qp: Qp,
+    ctx: Context,
+    qp: Arc<Qp>,
     cq: Cq,
     /// Client buffers: data source/sink of SIZE, and small receive slots.
     buf: Mr,
     small: Mr,
     slot_len: u32,
-    /// The server's data region (target of Writes, source of Reads).
-    remote: Mr,
+    /// The server's end; `srv.buf` is the remote region of Writes and Reads.
+    srv: Server,
+    /// The answering thread (`--threads` and bandwidth tests).
     server: Option<std::thread::JoinHandle<Result<(), Error>>>,
     done: Arc<AtomicBool>,
 }
 
 /// Connect a client to a fresh server on `port` for `test` with SIZE `size`.
+/// With `answer_thread` the server answers on a thread of its own (the
+/// `--threads` path and bandwidth tests); without, [`Pair::latency`] runs
+/// both ends in their poll loops.
 pub fn connect(
     server: &Context,
     client: &Context,
@@ -98,14 +171,18 @@ pub fn connect(
     test: Test,
     size: u32,
     busy: bool,
+    answer_thread: bool,
 ) -> Result<Pair, Error> {
-    let len = size.max(1) as usize;
+    let len = size.max(1);
     let spd = server.alloc_pd()?;
     let scq = server.create_cq(8192);
     let rw = Access::LOCAL_WRITE | Access::LOCAL_READ | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let sbuf = spd.register(vec![0x5a; len], rw)?;
-    let slots = spd.register(vec![0; len * SRV_RECVS as usize], Access::LOCAL_WRITE)?;
-    let sreply = spd.register(vec![0; len], Access::LOCAL_READ)?;
+    let sbuf = spd.register(vec![0x5a; len as usize], rw)?;
+    let slots = spd.register(
+        vec![0; len as usize * SRV_RECVS as usize],
+        Access::LOCAL_WRITE,
+    )?;
+    let sreply = spd.register(vec![0; len as usize], Access::LOCAL_READ)?;
     let mut lopts = ListenOptions::new(&spd);
     lopts.rq_depth = 1024;
     lopts.sq_depth = 1024;
@@ -114,82 +191,283 @@ pub fn connect(
 
     let cpd = client.alloc_pd()?;
     let ccq = client.create_cq(8192);
-    let cbuf = cpd.register(vec![0xa5; len], rw)?;
+    let cbuf = cpd.register(vec![0xa5; len as usize], rw)?;
     let slot_len = len.max(64);
     let small = cpd.register(
-        vec![0; slot_len * CLIENT_RECVS as usize],
+        vec![0; slot_len as usize * CLIENT_RECVS as usize],
         Access::LOCAL_WRITE | Access::LOCAL_READ,
     )?;
-    let done = Arc::new(AtomicBool::new(false));
 
-    let (tx, rx) = std::sync::mpsc::channel::<Mr>();
-    let sdone = done.clone();
-    let sremote = sbuf.clone();
-    let h = std::thread::spawn(move || -> Result<(), Error> {
+    // The server accepts on a thread while this one connects.
+    let (acq, aslots) = (scq.clone(), slots.clone());
+    let accept = std::thread::spawn(move || -> Result<Qp, Error> {
         let req = listener.get_request(T)?;
-        let slot = |i: u64| slots.sge(i * len as u64, len as u32);
         for i in 0..SRV_RECVS {
-            req.post_recv(i, slot(i))?;
+            req.post_recv(i, aslots.sge(i * u64::from(len), len))?;
         }
-        let qp = req.accept(&AcceptOptions::default(), &scq)?;
-        let peer = rx.recv_timeout(T).map_err(|_| Error::TimedOut)?;
-        let mut got = 0u64;
-        while !sdone.load(Ordering::Acquire) {
-            let wc = match if busy {
-                poll(&scq, true).ok()
-            } else {
-                scq.wait(Duration::from_millis(50))
-            } {
-                Some(wc) => wc,
-                None => continue,
-            };
-            if !wc.status.is_ok() {
-                if sdone.load(Ordering::Acquire) {
-                    break;
-                }
-                return Err(fail("server", &wc));
-            }
-            if wc.opcode != Some(WcOpcode::Recv) {
-                continue;
-            }
-            got += 1;
-            match test {
-                Test::SendLat => send(&qp, 1 << 40, &sreply, size)?,
-                Test::WriteLat => {
-                    write(&qp, 1 << 40, &sbuf, size, &peer)?;
-                    send(&qp, 1 << 41, &sreply, 0)?;
-                }
-                Test::SendBw if wc.byte_len > 0 => {
-                    if got.is_multiple_of(CREDIT_BATCH) {
-                        send(&qp, 1 << 41, &sreply, 4.min(size))?;
-                    }
-                }
-                // A 0-octet Send: the end of a bandwidth run; answer it.
-                _ => send(&qp, 1 << 41, &sreply, 0)?,
-            }
-            qp.post_recv(wc.wr_id, slot(wc.wr_id))?;
-        }
-        qp.wait_disconnected(T)
+        req.accept(&AcceptOptions::default(), &acq)
     });
-
     let mut copts = ConnectOptions::new(&cpd, &ccq);
     copts.rq_depth = 1024;
     copts.sq_depth = 1024;
     let qp = client.connect(addr, &copts)?;
     for i in 0..CLIENT_RECVS {
-        qp.post_recv(i, small.sge(i * slot_len as u64, slot_len as u32))?;
+        qp.post_recv(i, small.sge(i * u64::from(slot_len), slot_len))?;
     }
-    tx.send(cbuf.clone()).map_err(|_| Error::Stopped)?;
+    let sqp = accept.join().map_err(|_| Error::Stopped)??;
+    let srv = Server {
+        ctx: server.clone(),
+        qp: Arc::new(sqp),
+        cq: scq,
+        buf: sbuf,
+        slots,
+        reply: sreply,
+        len,
+    };
+
+    let done = Arc::new(AtomicBool::new(false));
+    let handle = answer_thread.then(|| {
+        let (s, sdone, peer) = (srv.clone(), done.clone(), cbuf.clone());
+        std::thread::spawn(move || -> Result<(), Error> {
+            let mut got = 0u64;
+            while !sdone.load(Ordering::Acquire) {
+                let wc = match if busy {
+                    poll(&s.cq, true).ok()
+                } else {
+                    s.cq.wait(Duration::from_millis(50))
+                } {
+                    Some(wc) => wc,
+                    None => continue,
+                };
+                if !wc.status.is_ok() {
+                    if sdone.load(Ordering::Acquire) {
+                        break;
+                    }
+                    return Err(fail("server", &wc));
+                }
+                if wc.opcode != Some(WcOpcode::Recv) {
+                    continue;
+                }
+                got += 1;
+                s.answer(test, size, &wc, got, &peer)?;
+            }
+            s.qp.wait_disconnected(T)
+        })
+    });
     Ok(Pair {
-        qp,
+        ctx: client.clone(),
+        qp: Arc::new(qp),
         cq: ccq,
         buf: cbuf,
         small,
-        slot_len: slot_len as u32,
-        remote: sremote,
-        server: Some(h),
+        slot_len,
+        srv,
+        server: handle,
         done,
     })
+}
+
+/// The completion that ends an iteration of a latency test.
+fn wanted(test: Test) -> WcOpcode {
+    if test == Test::ReadLat {
+        WcOpcode::Read
+    } else {
+        WcOpcode::Recv
+    }
+}
+
+/// Post iteration `i` of a latency test.
+fn post_lat(test: Test, qp: &Qp, i: u64, buf: &Mr, size: u32, remote: &Mr) -> Result<(), Error> {
+    match test {
+        Test::SendLat => send(qp, i, buf, size),
+        Test::WriteLat => {
+            write(qp, i, buf, size, remote)?;
+            send(qp, i, buf, 0)
+        }
+        Test::ReadLat => read(qp, i, buf, size, remote),
+        _ => unreachable!("not a latency test"),
+    }
+}
+
+/// The client's ping-pong as a poll-loop hook: one iteration in flight at a
+/// time; stops by itself after `plan.iters` iterations, at `plan.duration`,
+/// or when a reply is `T` late.
+struct ClientLoop {
+    qp: Arc<Qp>,
+    cq: Cq,
+    buf: Mr,
+    small: Mr,
+    slot_len: u32,
+    remote: Mr,
+    test: Test,
+    size: u32,
+    plan: Plan,
+    stop: Arc<AtomicBool>,
+    start: Option<Instant>,
+    /// The iteration in flight: its start (the intended send time with
+    /// `--rate`) and when it was posted.
+    in_flight: Option<(Instant, Instant)>,
+    i: u64,
+    run: LatRun,
+}
+
+impl ClientLoop {
+    /// One run of the hook: `Ok(Some(status))` while running, `Ok(None)`
+    /// when finished.
+    fn step(&mut self) -> Result<Option<HookStatus>, String> {
+        if self.stop.load(Ordering::Acquire) {
+            return Err(
+                "stopped from outside (the server hook failed or the run timed out)".into(),
+            );
+        }
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let mut busy = false;
+        if let Some((t0, posted)) = self.in_flight {
+            let want = wanted(self.test);
+            // Bounded: the CQ holds at most its depth.
+            while let Some(wc) = self.cq.poll_one() {
+                busy = true;
+                if !wc.status.is_ok() {
+                    return Err(format!(
+                        "client: work completion failed in iteration {}: {wc:?}",
+                        self.i
+                    ));
+                }
+                if wc.opcode == Some(WcOpcode::Recv) {
+                    let at = wc.wr_id * u64::from(self.slot_len);
+                    self.qp
+                        .post_recv(wc.wr_id, self.small.sge(at, self.slot_len))
+                        .map_err(|e| format!("client: re-post receive: {e}"))?;
+                }
+                if wc.opcode == Some(want) {
+                    let ns = t0.elapsed().as_nanos() as u64;
+                    let half = self.test != Test::ReadLat && self.plan.rate.is_none();
+                    self.run.record(if half { ns / 2 } else { ns });
+                    self.i += 1;
+                    crate::progress(self.i, &self.plan);
+                    self.in_flight = None;
+                    break;
+                }
+            }
+            if self.in_flight.is_some() {
+                if now.duration_since(posted) > T {
+                    return Err(format!(
+                        "timed out: no {want:?} completion for iteration {} within {T:?} of its post (a lost message?); {} of {} iterations done",
+                        self.i, self.i, self.plan.iters
+                    ));
+                }
+                return Ok(Some(if busy {
+                    HookStatus::Busy
+                } else {
+                    HookStatus::Idle
+                }));
+            }
+        }
+        let now = Instant::now();
+        if self.i >= self.plan.iters || now.duration_since(start) >= self.plan.duration {
+            return Ok(None);
+        }
+        let t0 = match self.plan.rate {
+            Some(r) => {
+                let due = start + Duration::from_secs_f64(self.i as f64 / r);
+                if now < due {
+                    // Keep the loop awake just before the due time.
+                    return Ok(Some(if busy || due - now <= SPIN_AHEAD {
+                        HookStatus::Busy
+                    } else {
+                        HookStatus::Idle
+                    }));
+                }
+                due
+            }
+            None => now,
+        };
+        post_lat(
+            self.test,
+            &self.qp,
+            self.i,
+            &self.buf,
+            self.size,
+            &self.remote,
+        )
+        .map_err(|e| format!("client: post iteration {}: {e}", self.i))?;
+        self.in_flight = Some((t0, Instant::now()));
+        Ok(Some(HookStatus::Busy))
+    }
+}
+
+/// The server's answers as a poll-loop hook: stops when told to, after
+/// answering `limit` messages, or at `deadline`.
+struct ServerLoop {
+    srv: Server,
+    peer: Mr,
+    test: Test,
+    size: u32,
+    limit: u64,
+    deadline: Instant,
+    stop: Arc<AtomicBool>,
+    got: u64,
+}
+
+impl ServerLoop {
+    fn step(&mut self) -> Result<Option<HookStatus>, String> {
+        if self.stop.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let mut busy = false;
+        // Bounded: the CQ holds at most its depth.
+        while let Some(wc) = self.srv.cq.poll_one() {
+            busy = true;
+            if !wc.status.is_ok() {
+                return Err(format!(
+                    "server: work completion failed after {} answers: {wc:?}",
+                    self.got
+                ));
+            }
+            if wc.opcode != Some(WcOpcode::Recv) {
+                continue;
+            }
+            self.got += 1;
+            self.srv
+                .answer(self.test, self.size, &wc, self.got, &self.peer)
+                .map_err(|e| format!("server: answer {}: {e}", self.got))?;
+            if self.got >= self.limit {
+                return Ok(None);
+            }
+        }
+        if Instant::now() >= self.deadline {
+            return Err(format!(
+                "server: deadline passed after {} answers",
+                self.got
+            ));
+        }
+        Ok(Some(if busy {
+            HookStatus::Busy
+        } else {
+            HookStatus::Idle
+        }))
+    }
+}
+
+/// Wrap a stepping state machine as a hook that reports its end on `tx`.
+fn hook<S: Send + 'static, R: Send + 'static>(
+    mut state: S,
+    mut step: impl FnMut(&mut S) -> Result<Option<HookStatus>, String> + Send + 'static,
+    mut finish: impl FnMut(&mut S) -> R + Send + 'static,
+    tx: Sender<Result<R, String>>,
+) -> impl FnMut() -> HookStatus + Send + 'static {
+    move || match step(&mut state) {
+        Ok(Some(st)) => st,
+        Ok(None) => {
+            let _ = tx.send(Ok(finish(&mut state)));
+            HookStatus::Done
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e));
+            HookStatus::Done
+        }
+    }
 }
 
 impl Pair {
@@ -204,7 +482,117 @@ impl Pair {
     /// Ping-pong (or one Read) per iteration, `plan.iters` times or until
     /// `plan.duration`. Values are RTT/2 for send/write, RTT for read; with
     /// `plan.rate` each is measured from its scheduled start instead.
-    pub fn latency(&self, test: Test, size: u32, plan: &Plan) -> Result<LatRun, Error> {
+    /// In-loop unless `plan.threads`.
+    pub fn latency(&self, test: Test, size: u32, plan: &Plan) -> Result<LatRun, String> {
+        if plan.threads {
+            self.latency_threads(test, size, plan)
+                .map_err(|e| e.to_string())
+        } else {
+            self.latency_in_loop(test, size, plan)
+        }
+    }
+
+    /// Both ends as poll-loop hooks; this thread only waits for the result.
+    fn latency_in_loop(&self, test: Test, size: u32, plan: &Plan) -> Result<LatRun, String> {
+        if self.server.is_some() {
+            return Err("in-loop latency needs a pair connected without an answer thread".into());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        // Upper bound of the whole run: the hooks stop by themselves well
+        // before (no new iteration after `plan.duration`, each reply `T`).
+        let bound = plan.duration.saturating_add(T * 3);
+        let deadline = Instant::now()
+            .checked_add(bound)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        // Read is answered by the server's stack: no server hook.
+        let srx = if test == Test::ReadLat {
+            None
+        } else {
+            let (tx, rx) = mpsc::channel();
+            let st = ServerLoop {
+                srv: self.srv.clone(),
+                peer: self.buf.clone(),
+                test,
+                size,
+                limit: plan.iters,
+                deadline,
+                stop: stop.clone(),
+                got: 0,
+            };
+            let f = hook(
+                st,
+                |s: &mut ServerLoop| {
+                    let r = s.step();
+                    if r.is_err() {
+                        // Let the client hook end now, not at its timeout.
+                        s.stop.store(true, Ordering::Release);
+                    }
+                    r
+                },
+                |s: &mut ServerLoop| s.got,
+                tx,
+            );
+            self.srv
+                .ctx
+                .run_in_loop(f)
+                .map_err(|e| format!("server run_in_loop: {e}"))?;
+            Some(rx)
+        };
+        let (tx, crx) = mpsc::channel();
+        let cl = ClientLoop {
+            qp: self.qp.clone(),
+            cq: self.cq.clone(),
+            buf: self.buf.clone(),
+            small: self.small.clone(),
+            slot_len: self.slot_len,
+            remote: self.srv.buf.clone(),
+            test,
+            size,
+            plan: plan.clone(),
+            stop: stop.clone(),
+            start: None,
+            in_flight: None,
+            i: 0,
+            run: LatRun::new(),
+        };
+        let f = hook(
+            cl,
+            ClientLoop::step,
+            |c: &mut ClientLoop| std::mem::take(&mut c.run),
+            tx,
+        );
+        if let Err(e) = self.ctx.run_in_loop(f) {
+            stop.store(true, Ordering::Release);
+            return Err(format!("client run_in_loop: {e}"));
+        }
+        let client = crx.recv_timeout(bound.saturating_add(T));
+        // Whatever happened, the server hook ends now.
+        stop.store(true, Ordering::Release);
+        let server = match &srx {
+            Some(rx) => rx
+                .recv_timeout(T)
+                .unwrap_or_else(|_| Err(format!("server hook did not stop within {T:?}"))),
+            None => Ok(0),
+        };
+        match (client, server) {
+            (_, Err(s)) => Err(format!("in-loop {s}")),
+            (Ok(Ok(run)), Ok(_)) => Ok(run),
+            (Ok(Err(c)), Ok(_)) => Err(format!("in-loop client: {c}")),
+            (Err(_), Ok(_)) => Err(format!(
+                "timed out: the in-loop client hook reported nothing within {:?} (poll loop stalled?)",
+                bound.saturating_add(T)
+            )),
+        }
+    }
+
+    /// The thread path (`--threads`): this thread posts and waits on the CQ,
+    /// the server answers on its thread.
+    fn latency_threads(&self, test: Test, size: u32, plan: &Plan) -> Result<LatRun, Error> {
+        if self.server.is_none() {
+            return Err(Error::InvalidArgument(
+                "--threads latency needs the server's answer thread",
+            ));
+        }
         let mut run = LatRun::new();
         let start = Instant::now();
         let interval = plan.rate.map(|r| Duration::from_secs_f64(1.0 / r));
@@ -218,26 +606,8 @@ impl Pair {
                 }
                 None => Instant::now(),
             };
-            match test {
-                Test::SendLat => send(&self.qp, i, &self.buf, size)?,
-                Test::WriteLat => {
-                    write(&self.qp, i, &self.buf, size, &self.remote)?;
-                    send(&self.qp, i, &self.buf, 0)?;
-                }
-                Test::ReadLat => self.qp.post_send(WorkRequest::Read {
-                    wr_id: i,
-                    signaled: true,
-                    local: self.buf.sge(0, size).into(),
-                    remote_stag: self.remote.stag(),
-                    remote_to: 0,
-                })?,
-                _ => unreachable!("not a latency test"),
-            }
-            let want = if test == Test::ReadLat {
-                WcOpcode::Read
-            } else {
-                WcOpcode::Recv
-            };
+            post_lat(test, &self.qp, i, &self.buf, size, &self.srv.buf)?;
+            let want = wanted(test);
             loop {
                 let wc = poll(&self.cq, plan.busy)?;
                 if !wc.status.is_ok() {
@@ -278,15 +648,9 @@ impl Pair {
         while completed < n {
             while outstanding < window && posted < n && credits > 0 {
                 match test {
-                    Test::WriteBw => write(&self.qp, posted, &self.buf, size, &self.remote)?,
+                    Test::WriteBw => write(&self.qp, posted, &self.buf, size, &self.srv.buf)?,
                     Test::SendBw => send(&self.qp, posted, &self.buf, size.max(1))?,
-                    Test::ReadBw => self.qp.post_send(WorkRequest::Read {
-                        wr_id: posted,
-                        signaled: true,
-                        local: self.buf.sge(0, size).into(),
-                        remote_stag: self.remote.stag(),
-                        remote_to: 0,
-                    })?,
+                    Test::ReadBw => read(&self.qp, posted, &self.buf, size, &self.srv.buf)?,
                     _ => unreachable!("not a bandwidth test"),
                 }
                 posted += 1;
@@ -336,8 +700,9 @@ impl Pair {
         self.done.store(true, Ordering::Release);
         self.qp.disconnect()?;
         let r = self.qp.wait_disconnected(T);
-        if let Some(h) = self.server.take() {
-            h.join().map_err(|_| Error::Stopped)??;
+        match self.server.take() {
+            Some(h) => h.join().map_err(|_| Error::Stopped)??,
+            None => self.srv.qp.wait_disconnected(T)?,
         }
         r
     }

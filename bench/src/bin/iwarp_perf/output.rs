@@ -1,8 +1,8 @@
 //! What a run leaves behind: HdrHistogram percentile-distribution text
 //! (`.hgrm`), and a PNG of latency-by-percentile curves drawn into an RGB
 //! buffer and written with a minimal PNG encoder (stored deflate blocks,
-//! zlib Adler-32, CRC-32 per chunk). No fonts: the legend is in the run's
-//! output and in the JSON summary.
+//! zlib Adler-32, CRC-32 per chunk). Text (axis labels, tick values, the
+//! legend) is drawn with a small built-in 5×7 bitmap font.
 
 use std::io::Write;
 use std::path::Path;
@@ -66,6 +66,39 @@ impl Canvas {
             w,
             h,
             px: vec![255; w * h * 3],
+        }
+    }
+
+    /// A filled rectangle, corners included.
+    pub fn fill(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, c: [u8; 3]) {
+        for y in y0.max(0)..=y1.min(self.h as i64 - 1) {
+            for x in x0.max(0)..=x1.min(self.w as i64 - 1) {
+                self.set(x, y, c);
+            }
+        }
+    }
+
+    /// Text in the 5×7 font, each font pixel `scale` pixels square, one
+    /// font column between glyphs. Horizontal: (x, y) is the top-left
+    /// corner. `up`: rotated a quarter turn counter-clockwise (read from
+    /// bottom to top); (x, y) is then the bottom-left corner.
+    pub fn text(&mut self, x: i64, y: i64, s: &str, c: [u8; 3], scale: i64, up: bool) {
+        for (k, ch) in s.chars().enumerate() {
+            let g = glyph(ch);
+            for (gy, row) in g.iter().enumerate() {
+                for gx in 0..5i64 {
+                    if row & (0x10 >> gx) == 0 {
+                        continue;
+                    }
+                    let (u, v) = ((k as i64 * 6 + gx) * scale, gy as i64 * scale);
+                    let (px, py) = if up {
+                        (x + v, y - u - scale + 1)
+                    } else {
+                        (x + u, y + v)
+                    };
+                    self.fill(px, py, px + scale - 1, py + scale - 1, c);
+                }
+            }
         }
     }
 
@@ -172,19 +205,114 @@ fn adler32(data: &[u8]) -> u32 {
     (b << 16) | a
 }
 
-/// One curve: a label (for the caller's legend), a colour, a histogram.
+/// Width in pixels of `s` drawn by [`Canvas::text`] at `scale`.
+pub fn text_width(s: &str, scale: i64) -> i64 {
+    (s.chars().count() as i64 * 6 - 1).max(0) * scale
+}
+
+/// A 5×7 glyph, one row per octet (top first), bit 4 the leftmost column.
+/// Characters without a glyph are drawn as a hollow box.
+fn glyph(c: char) -> [u8; 7] {
+    match c {
+        ' ' => [0; 7],
+        '0' => [0x0e, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0e],
+        '1' => [0x04, 0x0c, 0x04, 0x04, 0x04, 0x04, 0x0e],
+        '2' => [0x0e, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1f],
+        '3' => [0x1f, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0e],
+        '4' => [0x02, 0x06, 0x0a, 0x12, 0x1f, 0x02, 0x02],
+        '5' => [0x1f, 0x10, 0x1e, 0x01, 0x01, 0x11, 0x0e],
+        '6' => [0x06, 0x08, 0x10, 0x1e, 0x11, 0x11, 0x0e],
+        '7' => [0x1f, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08],
+        '8' => [0x0e, 0x11, 0x11, 0x0e, 0x11, 0x11, 0x0e],
+        '9' => [0x0e, 0x11, 0x11, 0x0f, 0x01, 0x02, 0x0c],
+        '.' => [0, 0, 0, 0, 0, 0x0c, 0x0c],
+        ',' => [0, 0, 0, 0, 0x0c, 0x04, 0x08],
+        ':' => [0, 0x0c, 0x0c, 0, 0x0c, 0x0c, 0],
+        '-' => [0, 0, 0, 0x1f, 0, 0, 0],
+        '_' => [0, 0, 0, 0, 0, 0, 0x1f],
+        '=' => [0, 0, 0x1f, 0, 0x1f, 0, 0],
+        '/' => [0, 0x01, 0x02, 0x04, 0x08, 0x10, 0],
+        '%' => [0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03],
+        '(' => [0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02],
+        ')' => [0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08],
+        'a' => [0, 0, 0x0e, 0x01, 0x0f, 0x11, 0x0f],
+        'b' => [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1e],
+        'c' => [0, 0, 0x0e, 0x10, 0x10, 0x11, 0x0e],
+        'd' => [0x01, 0x01, 0x0d, 0x13, 0x11, 0x11, 0x0f],
+        'e' => [0, 0, 0x0e, 0x11, 0x1f, 0x10, 0x0e],
+        'f' => [0x06, 0x09, 0x08, 0x1c, 0x08, 0x08, 0x08],
+        'g' => [0, 0x0f, 0x11, 0x11, 0x0f, 0x01, 0x0e],
+        'h' => [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11],
+        'i' => [0x04, 0, 0x0c, 0x04, 0x04, 0x04, 0x0e],
+        'j' => [0x02, 0, 0x06, 0x02, 0x02, 0x12, 0x0c],
+        'k' => [0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12],
+        'l' => [0x0c, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0e],
+        'm' => [0, 0, 0x1a, 0x15, 0x15, 0x11, 0x11],
+        'n' => [0, 0, 0x16, 0x19, 0x11, 0x11, 0x11],
+        'o' => [0, 0, 0x0e, 0x11, 0x11, 0x11, 0x0e],
+        'p' => [0, 0, 0x1e, 0x11, 0x11, 0x1e, 0x10],
+        'q' => [0, 0, 0x0f, 0x11, 0x11, 0x0f, 0x01],
+        'r' => [0, 0, 0x16, 0x19, 0x10, 0x10, 0x10],
+        's' => [0, 0, 0x0e, 0x10, 0x0e, 0x01, 0x1e],
+        't' => [0x08, 0x08, 0x1c, 0x08, 0x08, 0x09, 0x06],
+        'u' => [0, 0, 0x11, 0x11, 0x11, 0x13, 0x0d],
+        'v' => [0, 0, 0x11, 0x11, 0x11, 0x0a, 0x04],
+        'w' => [0, 0, 0x11, 0x11, 0x15, 0x15, 0x0a],
+        'x' => [0, 0, 0x11, 0x0a, 0x04, 0x0a, 0x11],
+        'y' => [0, 0, 0x11, 0x11, 0x0f, 0x01, 0x0e],
+        'z' => [0, 0, 0x1f, 0x02, 0x04, 0x08, 0x1f],
+        'µ' => [0, 0, 0x11, 0x11, 0x13, 0x1d, 0x10],
+        'A' => [0x0e, 0x11, 0x11, 0x1f, 0x11, 0x11, 0x11],
+        'C' => [0x0e, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0e],
+        'I' => [0x0e, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0e],
+        'L' => [0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1f],
+        'P' => [0x1e, 0x11, 0x11, 0x1e, 0x10, 0x10, 0x10],
+        'R' => [0x1e, 0x11, 0x11, 0x1e, 0x14, 0x12, 0x11],
+        'T' => [0x1f, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04],
+        'W' => [0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0a],
+        _ => [0x1f, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1f],
+    }
+}
+
+/// A round step for about `n` intervals over `0..range`: 1, 2 or 5 × 10^k.
+fn nice_step(range: f64, n: f64) -> f64 {
+    let raw = (range / n).max(1e-9);
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    mag * if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
+}
+
+/// One curve: its legend label, a colour, a histogram.
 pub struct Curve<'a> {
+    pub label: &'a str,
     pub color: [u8; 3],
     pub hist: &'a Histogram<u64>,
 }
 
+/// The x axis: log10(1/(1-p)) from 0 to this (p = 99.999%).
+const XMAX: f64 = 5.0;
+const X_TICKS: [&str; 6] = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
+pub const X_LABEL: &str = "percentile";
+pub const Y_LABEL: &str = "latency (µs)";
+
 /// Latency by percentile: x = log10(1/(1-p)) from 0 (p=0) to 5
-/// (p=99.999%), y = latency in µs, linear from 0 to the largest value
-/// shown. Grid lines at 90%, 99%, 99.9%, 99.99% and at 10 equal y steps.
+/// (p=99.999%), labelled in percent; y = latency in µs, linear from 0,
+/// with round tick values. Grid lines at 90%, 99%, 99.9%, 99.99% and at
+/// every y tick; axis labels; a legend naming each curve in its colour.
 pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()> {
-    let (w, h, m) = (900usize, 540usize, 40f64);
+    let (w, h) = (900usize, 560usize);
+    // Margins: left for the y tick values and label, bottom for the x
+    // tick values and label.
+    let (ml, mr, mt, mb) = (96f64, 40f64, 24f64, 70f64);
     let mut cv = Canvas::new(w, h);
-    let xmax = 5.0;
     let pts: Vec<Vec<(f64, f64)>> = curves
         .iter()
         .map(|c| {
@@ -193,9 +321,9 @@ pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()
                 for it in c.hist.iter_quantiles(5) {
                     let q = it.quantile_iterated_to();
                     let x = if q >= 1.0 {
-                        xmax
+                        XMAX
                     } else {
-                        (1.0 / (1.0 - q)).log10().min(xmax)
+                        (1.0 / (1.0 - q)).log10().min(XMAX)
                     };
                     v.push((
                         x,
@@ -206,28 +334,98 @@ pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()
             v
         })
         .collect();
-    let ymax = pts.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max) * 1.05;
-    let to_px = |x: f64, y: f64| {
-        (
-            m + x / xmax * (w as f64 - 2.0 * m),
-            h as f64 - m - y / ymax * (h as f64 - 2.0 * m),
-        )
-    };
-    let grey = [220, 220, 220];
-    for k in 1..5 {
+    let top = pts.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max) * 1.05;
+    let step = nice_step(top, 8.0);
+    let steps = (top / step).ceil().clamp(1.0, 20.0) as i64;
+    let ymax = step * steps as f64;
+    let (pw, ph) = (w as f64 - ml - mr, h as f64 - mt - mb);
+    let to_px = |x: f64, y: f64| (ml + x / XMAX * pw, mt + ph - y / ymax * ph);
+    let (grey, black) = ([220, 220, 220], [0, 0, 0]);
+    for k in 1..=XMAX as i64 {
         cv.line(to_px(k as f64, 0.0), to_px(k as f64, ymax), grey, 1);
     }
-    for k in 1..=10 {
-        let y = ymax * k as f64 / 10.0;
-        cv.line(to_px(0.0, y), to_px(xmax, y), grey, 1);
+    for k in 1..=steps {
+        let y = step * k as f64;
+        cv.line(to_px(0.0, y), to_px(XMAX, y), grey, 1);
     }
-    cv.line(to_px(0.0, 0.0), to_px(xmax, 0.0), [0, 0, 0], 2);
-    cv.line(to_px(0.0, 0.0), to_px(0.0, ymax), [0, 0, 0], 2);
+    cv.line(to_px(0.0, 0.0), to_px(XMAX, 0.0), black, 2);
+    cv.line(to_px(0.0, 0.0), to_px(0.0, ymax), black, 2);
+    // Tick values.
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10()).ceil() as usize
+    };
+    for k in 0..=steps {
+        let y = step * k as f64;
+        let (px, py) = to_px(0.0, y);
+        cv.line((px - 6.0, py), (px, py), black, 1);
+        let s = format!("{y:.decimals$}");
+        cv.text(
+            px as i64 - 10 - text_width(&s, 2),
+            py as i64 - 7,
+            &s,
+            black,
+            2,
+            false,
+        );
+    }
+    for (k, s) in X_TICKS.iter().enumerate() {
+        let (px, py) = to_px(k as f64, 0.0);
+        cv.line((px, py), (px, py + 6.0), black, 1);
+        // The last value is kept inside the image.
+        let x = (px as i64 - text_width(s, 2) / 2).min(w as i64 - 4 - text_width(s, 2));
+        cv.text(x, py as i64 + 10, s, black, 2, false);
+    }
+    // Axis labels.
+    let (cx, _) = to_px(XMAX / 2.0, 0.0);
+    cv.text(
+        cx as i64 - text_width(X_LABEL, 2) / 2,
+        h as i64 - 26,
+        X_LABEL,
+        black,
+        2,
+        false,
+    );
+    let (_, cy) = to_px(0.0, ymax / 2.0);
+    cv.text(
+        8,
+        cy as i64 + text_width(Y_LABEL, 2) / 2,
+        Y_LABEL,
+        black,
+        2,
+        true,
+    );
+    // The curves.
     for (c, p) in curves.iter().zip(&pts) {
         for s in p.windows(2) {
             // Step shape, as HdrHistogram plots: flat, then up.
             cv.line(to_px(s[0].0, s[0].1), to_px(s[1].0, s[0].1), c.color, 3);
             cv.line(to_px(s[1].0, s[0].1), to_px(s[1].0, s[1].1), c.color, 3);
+        }
+    }
+    // Legend, top left inside the plot: a swatch and the label per curve.
+    if !curves.is_empty() {
+        let (x0, y0) = (ml as i64 + 14, mt as i64 + 10);
+        let tw = curves
+            .iter()
+            .map(|c| text_width(c.label, 2))
+            .max()
+            .unwrap_or(0);
+        let (bw, bh) = (tw + 56, curves.len() as i64 * 24 + 8);
+        cv.fill(x0, y0, x0 + bw, y0 + bh, [255, 255, 255]);
+        for (a, b) in [
+            ((x0, y0), (x0 + bw, y0)),
+            ((x0 + bw, y0), (x0 + bw, y0 + bh)),
+            ((x0 + bw, y0 + bh), (x0, y0 + bh)),
+            ((x0, y0 + bh), (x0, y0)),
+        ] {
+            cv.line((a.0 as f64, a.1 as f64), (b.0 as f64, b.1 as f64), black, 1);
+        }
+        for (k, c) in curves.iter().enumerate() {
+            let y = y0 + 10 + k as i64 * 24;
+            cv.fill(x0 + 8, y + 5, x0 + 38, y + 8, c.color);
+            cv.text(x0 + 46, y, c.label, black, 2, false);
         }
     }
     std::fs::File::create(path)?.write_all(&cv.png())
@@ -241,5 +439,31 @@ mod tests {
     fn checksums_match_known_values() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(adler32(b"Wikipedia"), 0x11E6_0398);
+    }
+
+    #[test]
+    fn labels_have_glyphs() {
+        let boxed = glyph('\u{1}');
+        let labels = [
+            X_LABEL,
+            Y_LABEL,
+            "iWARP (ours, in-loop)",
+            "iWARP (ours, threads)",
+            "Linux TCP",
+            "0123456789.",
+        ];
+        for s in labels.iter().chain(X_TICKS.iter()) {
+            for c in s.chars() {
+                assert!(c == ' ' || glyph(c) != boxed, "no glyph for {c:?} in {s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(10.0, 10.0), 1.0);
+        assert_eq!(nice_step(1500.0, 8.0), 200.0);
+        assert_eq!(nice_step(33.0, 8.0), 5.0);
+        assert!((nice_step(0.3, 8.0) - 0.05).abs() < 1e-12);
     }
 }
