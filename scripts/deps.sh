@@ -18,6 +18,10 @@ command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 # the host and runs it in the guest, which has the same libraries.
 [ -e /usr/include/rdma/rdma_verbs.h ] || need_apt+=(librdmacm-dev)
 [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+# The DPDK backend (dpdk/): Debian's DPDK 22.11, found by build.rs through
+# pkg-config (without it the crate builds as a stub).
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+pkg-config --exists libdpdk 2>/dev/null || need_apt+=(libdpdk-dev)
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" = 0 ]; then
         export DEBIAN_FRONTEND=noninteractive

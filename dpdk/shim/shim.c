@@ -1,0 +1,144 @@
+/* See shim.h. Every function is a thin wrapper; no state lives here. */
+#include "shim.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include <rte_dev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+int shim_eal_init(int argc, char **argv) {
+    int rc = rte_eal_init(argc, argv);
+    return rc < 0 ? -rte_errno : rc;
+}
+
+int shim_eal_cleanup(void) { return rte_eal_cleanup(); }
+
+int shim_errno(void) { return rte_errno; }
+
+struct rte_mempool *shim_pool_create(const char *name, uint32_t n, uint32_t cache,
+                                     uint16_t data_room) {
+    return rte_pktmbuf_pool_create(name, n, cache, 0, data_room, (int)rte_socket_id());
+}
+
+void shim_pool_free(struct rte_mempool *pool) { rte_mempool_free(pool); }
+
+uint32_t shim_pool_avail(const struct rte_mempool *pool) {
+    return rte_mempool_avail_count(pool);
+}
+
+int shim_dev_probe(const char *devargs) { return rte_dev_probe(devargs); }
+
+int shim_port_by_name(const char *name, uint16_t *port) {
+    return rte_eth_dev_get_port_by_name(name, port);
+}
+
+int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd) {
+    struct rte_eth_conf conf;
+    struct rte_eth_dev_info info;
+    int rc;
+
+    if (!rte_eth_dev_is_valid_port(port))
+        return -ENODEV;
+    rc = rte_eth_dev_info_get(port, &info);
+    if (rc != 0)
+        return rc;
+    memset(&conf, 0, sizeof(conf));
+    /* Fast free: every mbuf we send comes from one pool and has refcnt 1. */
+    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
+        conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+    rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    if (rc != 0)
+        return rc;
+    rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rxd, &nb_txd);
+    if (rc != 0)
+        return rc;
+    rc = rte_eth_rx_queue_setup(port, 0, nb_rxd, (unsigned)rte_eth_dev_socket_id(port), NULL,
+                                pool);
+    if (rc != 0)
+        return rc;
+    rc = rte_eth_tx_queue_setup(port, 0, nb_txd, (unsigned)rte_eth_dev_socket_id(port), NULL);
+    if (rc != 0)
+        return rc;
+    return rte_eth_dev_start(port);
+}
+
+int shim_port_mac(uint16_t port, uint8_t mac[6]) {
+    struct rte_ether_addr a;
+    int rc = rte_eth_macaddr_get(port, &a);
+    if (rc == 0)
+        memcpy(mac, a.addr_bytes, 6);
+    return rc;
+}
+
+int shim_port_mtu(uint16_t port, uint16_t *mtu) { return rte_eth_dev_get_mtu(port, mtu); }
+
+int shim_port_stats(uint16_t port, uint64_t *ipackets, uint64_t *opackets, uint64_t *imissed,
+                    uint64_t *ierrors, uint64_t *oerrors, uint64_t *rx_nombuf) {
+    struct rte_eth_stats s;
+    int rc = rte_eth_stats_get(port, &s);
+    if (rc != 0)
+        return rc;
+    *ipackets = s.ipackets;
+    *opackets = s.opackets;
+    *imissed = s.imissed;
+    *ierrors = s.ierrors;
+    *oerrors = s.oerrors;
+    *rx_nombuf = s.rx_nombuf;
+    return 0;
+}
+
+int shim_port_close(uint16_t port) {
+    int stop = rte_eth_dev_stop(port);
+    int close = rte_eth_dev_close(port);
+    return stop != 0 ? stop : close;
+}
+
+uint16_t shim_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n) {
+    return rte_eth_rx_burst(port, 0, pkts, n);
+}
+
+uint16_t shim_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n) {
+    return rte_eth_tx_burst(port, 0, pkts, n);
+}
+
+const uint8_t *shim_mbuf_data(const struct rte_mbuf *m, uint16_t *seg_len, uint32_t *pkt_len) {
+    *seg_len = m->data_len;
+    *pkt_len = m->pkt_len;
+    return rte_pktmbuf_mtod(m, const uint8_t *);
+}
+
+uint32_t shim_mbuf_copy(const struct rte_mbuf *m, uint8_t *buf, uint32_t cap) {
+    uint32_t len = m->pkt_len;
+    if (len > cap)
+        return 0;
+    const void *p = rte_pktmbuf_read(m, 0, len, buf);
+    if (p == NULL)
+        return 0;
+    if (p != buf)
+        memcpy(buf, p, len);
+    return len;
+}
+
+struct rte_mbuf *shim_mbuf_from(struct rte_mempool *pool, const uint8_t *data, uint16_t len) {
+    struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+    if (m == NULL) {
+        rte_errno = ENOBUFS;
+        return NULL;
+    }
+    char *dst = rte_pktmbuf_append(m, len);
+    if (dst == NULL) {
+        rte_pktmbuf_free(m);
+        rte_errno = EMSGSIZE;
+        return NULL;
+    }
+    memcpy(dst, data, len);
+    return m;
+}
+
+void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n) { rte_pktmbuf_free_bulk(pkts, n); }

@@ -1,0 +1,73 @@
+/*
+ * The C side of iwarp-dpdk: the only DPDK calls the Rust crate makes.
+ *
+ * This header is the binding. The Rust `extern "C"` block in src/sys.rs
+ * declares exactly these functions with the same types; change both together.
+ *
+ * Why a shim: the hot-path calls (rte_eth_rx_burst, rte_eth_tx_burst,
+ * rte_pktmbuf_alloc, rte_pktmbuf_mtod, ...) are `static inline` in DPDK's
+ * headers and have no symbol to link against, and port configuration takes
+ * large, version-dependent structs (rte_eth_conf, rte_eth_dev_info). Here they
+ * become 19 functions over integers, byte pointers and two opaque handles.
+ *
+ * Conventions: functions returning int return 0 on success and a negative
+ * errno value on failure (DPDK's own convention); pointers returned NULL
+ * mean failure with the reason in shim_errno().
+ */
+#ifndef IWARP_DPDK_SHIM_H
+#define IWARP_DPDK_SHIM_H
+
+#include <stdint.h>
+
+struct rte_mempool;
+struct rte_mbuf;
+
+/* rte_eal_init. Returns the number of arguments parsed or -errno. */
+int shim_eal_init(int argc, char **argv);
+/* rte_eal_cleanup. */
+int shim_eal_cleanup(void);
+/* rte_errno of the calling thread. */
+int shim_errno(void);
+
+/* A packet mbuf pool (rte_pktmbuf_pool_create) on the caller's socket. */
+struct rte_mempool *shim_pool_create(const char *name, uint32_t n, uint32_t cache,
+                                     uint16_t data_room);
+void shim_pool_free(struct rte_mempool *pool);
+/* Mbufs currently free in the pool (rte_mempool_avail_count). */
+uint32_t shim_pool_avail(const struct rte_mempool *pool);
+
+/* Hot-plug a device from a devargs string ("net_af_packet0,iface=veth0"). */
+int shim_dev_probe(const char *devargs);
+/* rte_eth_dev_get_port_by_name. */
+int shim_port_by_name(const char *name, uint16_t *port);
+/*
+ * Configure one RX and one TX queue with nb_rxd/nb_txd descriptors (RX
+ * buffers from pool), start the port. Returns 0 or -errno.
+ */
+int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd);
+int shim_port_mac(uint16_t port, uint8_t mac[6]);
+int shim_port_mtu(uint16_t port, uint16_t *mtu);
+/* rte_eth_stats_get, flattened. */
+int shim_port_stats(uint16_t port, uint64_t *ipackets, uint64_t *opackets, uint64_t *imissed,
+                    uint64_t *ierrors, uint64_t *oerrors, uint64_t *rx_nombuf);
+/* rte_eth_dev_stop then rte_eth_dev_close (which releases the port). */
+int shim_port_close(uint16_t port);
+
+/* rte_eth_rx_burst / rte_eth_tx_burst on queue 0. */
+uint16_t shim_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
+uint16_t shim_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
+
+/*
+ * The first segment's data: pointer, its length, and the whole packet's
+ * length (larger when the packet is chained over several segments).
+ */
+const uint8_t *shim_mbuf_data(const struct rte_mbuf *m, uint16_t *seg_len, uint32_t *pkt_len);
+/* Copy the whole packet (all segments) into buf; returns octets copied or 0. */
+uint32_t shim_mbuf_copy(const struct rte_mbuf *m, uint8_t *buf, uint32_t cap);
+/* Allocate an mbuf from pool holding a copy of data[0..len]; NULL if the
+ * pool is empty or len exceeds one segment's room. */
+struct rte_mbuf *shim_mbuf_from(struct rte_mempool *pool, const uint8_t *data, uint16_t len);
+/* rte_pktmbuf_free_bulk. */
+void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n);
+
+#endif

@@ -1,0 +1,198 @@
+//! DPDK frame device for the iWARP stack, over Debian's DPDK 22.11.
+//!
+//! [`Eal::init`] starts DPDK's environment abstraction layer (once per
+//! process); [`Port::open`] opens an ethdev port — a `--vdev` given to the
+//! EAL, a PCI device, or devargs such as `net_af_packet0,iface=veth0` that it
+//! hot-plugs — with one RX and one TX queue and an mbuf pool of its own, and
+//! starts it. [`Port`] implements
+//! [`iwarp_datapath::runtime::FrameDevice`]: `rx_burst` hands each mbuf's
+//! octets to the sink and frees it; `tx` copies the frame into a fresh mbuf
+//! and queues it; `flush` (or a full batch of 32) calls `rte_eth_tx_burst`,
+//! and whatever the driver does not take is freed and counted in
+//! [`Counters::tx_dropped`].
+//!
+//! # Why a C shim, not `dpdk-sys` or bindgen
+//!
+//! `dpdk-sys` 0.1.5 targets DPDK 16.07 and is unmaintained. bindgen against
+//! 22.11 would not help where it matters: the per-packet calls
+//! (`rte_eth_rx_burst`, `rte_eth_tx_burst`, `rte_pktmbuf_alloc`,
+//! `rte_pktmbuf_mtod`, `rte_pktmbuf_append`) are `static inline` functions in
+//! DPDK's headers, with no symbol to link against, and port setup goes through
+//! large structs (`rte_eth_conf`, `rte_eth_dev_info`) whose layout changes
+//! between releases. `shim/shim.c` wraps exactly what this crate needs in 19
+//! small functions over integers, byte pointers and two opaque handles
+//! (`shim/shim.h` is the binding; [`sys`] mirrors it by hand), compiled by
+//! `build.rs` with the flags `pkg-config --cflags libdpdk` gives. The Rust
+//! side never sees a DPDK struct.
+//!
+//! # Drivers
+//!
+//! Debian's DPDK is a shared build: `rte_eal_init` loads every poll-mode
+//! driver in `/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0` by itself, so
+//! `net_af_packet`, `net_af_xdp`, `net_tap` and `net_ring` work with no `-d`
+//! argument and no `--whole-archive` linking.
+//!
+//! # Without DPDK
+//!
+//! When `pkg-config libdpdk` finds nothing at build time, `build.rs` sets
+//! `cfg(iwarp_dpdk_missing)`: the crate still compiles, [`AVAILABLE`] is
+//! false, and [`Eal::init`] and [`Port::open`] return [`Error::Unavailable`].
+//!
+//! Only this crate (with `iwarp-xdp`) of the workspace uses `unsafe`; every
+//! block says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+pub use error::Error;
+
+#[cfg(not(iwarp_dpdk_missing))]
+mod eal;
+#[cfg(not(iwarp_dpdk_missing))]
+mod port;
+#[cfg(not(iwarp_dpdk_missing))]
+pub mod sys;
+#[cfg(not(iwarp_dpdk_missing))]
+pub use eal::Eal;
+#[cfg(not(iwarp_dpdk_missing))]
+pub use port::{Port, MAX_FRAME};
+
+#[cfg(iwarp_dpdk_missing)]
+mod stub;
+#[cfg(iwarp_dpdk_missing)]
+pub use stub::{Eal, Port, MAX_FRAME};
+
+/// Whether this build has DPDK (false: everything returns
+/// [`Error::Unavailable`]).
+pub const AVAILABLE: bool = cfg!(not(iwarp_dpdk_missing));
+
+/// The DPDK version built against (`pkg-config --modversion libdpdk`), if any.
+pub const DPDK_VERSION: Option<&str> = option_env!("IWARP_DPDK_VERSION");
+
+/// See `Eal::vdev_args`.
+fn vdev_args(vdevs: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "-l",
+        "0",
+        "--no-huge",
+        "-m",
+        "256",
+        "--no-pci",
+        "--no-shconf",
+        "--no-telemetry",
+        "--log-level=lib.eal:warning",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for d in vdevs {
+        v.push(format!("--vdev={d}"));
+    }
+    v
+}
+
+/// Descriptor ring sizes of the port's queue 0 (the driver may round them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queues {
+    /// RX descriptors.
+    pub rx_desc: u16,
+    /// TX descriptors.
+    pub tx_desc: u16,
+}
+
+impl Default for Queues {
+    fn default() -> Queues {
+        Queues {
+            rx_desc: 1024,
+            tx_desc: 1024,
+        }
+    }
+}
+
+/// What a [`Port`] counted itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames handed to the sink.
+    pub rx_frames: u64,
+    /// Chained frames that could not be linearised (dropped).
+    pub rx_dropped: u64,
+    /// Frames the driver took.
+    pub tx_frames: u64,
+    /// Frames the driver did not take within a few tries (freed).
+    pub tx_dropped: u64,
+    /// `tx` refusals: the pool had no free mbuf.
+    pub tx_no_mbuf: u64,
+    /// `tx` refusals: the frame exceeds [`MAX_FRAME`].
+    pub tx_too_big: u64,
+}
+
+/// The driver's counters (`struct rte_eth_stats`, in part).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub ipackets: u64,
+    /// Packets sent.
+    pub opackets: u64,
+    /// Packets the hardware (or kernel ring) dropped for lack of room.
+    pub imissed: u64,
+    /// Receive errors.
+    pub ierrors: u64,
+    /// Transmit errors.
+    pub oerrors: u64,
+    /// Receive failures for lack of mbufs.
+    pub rx_nombuf: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_and_eal_can_move_to_the_poll_loop_thread() {
+        fn send<T: Send>() {}
+        fn frame_device<T: iwarp_datapath::runtime::FrameDevice + 'static>() {}
+        send::<Port>();
+        send::<Eal>();
+        frame_device::<Port>();
+    }
+
+    #[test]
+    fn vdev_args_need_no_hugepages_or_pci() {
+        let a = Eal::vdev_args(&["net_af_packet0,iface=v0"]);
+        for must in ["--no-huge", "--no-pci", "--no-shconf"] {
+            assert!(a.iter().any(|x| x == must), "{a:?}");
+        }
+        assert_eq!(
+            a.last().map(String::as_str),
+            Some("--vdev=net_af_packet0,iface=v0")
+        );
+    }
+
+    #[cfg(iwarp_dpdk_missing)]
+    #[test]
+    fn stub_reports_unavailable() {
+        const { assert!(!AVAILABLE) };
+        let e = Eal::init(["--no-huge"]).unwrap_err();
+        assert_eq!(e, Error::Unavailable);
+        assert!(e.to_string().contains("install libdpdk-dev"), "{e}");
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        let e = Error::Probe {
+            devargs: "net_af_packet0,iface=x".into(),
+            code: -1,
+        };
+        assert_eq!(e.errno(), None);
+        let m = e.to_string();
+        assert!(
+            m.contains("net_af_packet0,iface=x") && m.contains("check the driver name"),
+            "{m}"
+        );
+        let e = Error::Probe {
+            devargs: "d".into(),
+            code: -19,
+        };
+        assert_eq!(e.errno(), Some(19));
+        assert!(Error::AlreadyInitialised.to_string().contains("once"));
+    }
+}

@@ -1,0 +1,356 @@
+//! One ethdev port with one RX and one TX queue, as a [`FrameDevice`].
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use iwarp_datapath::runtime::FrameDevice;
+
+use crate::eal::Eal;
+use crate::sys::{self, RteMbuf, RteMempool};
+use crate::{Counters, Error, PortStats, Queues};
+
+/// Mbufs handled per rx/tx burst call.
+const BURST: usize = 32;
+/// Data room of one mbuf after DPDK's 128-octet headroom
+/// (RTE_MBUF_DEFAULT_DATAROOM): the largest frame we transmit.
+pub const MAX_FRAME: usize = 2048;
+const HEADROOM: u16 = 128;
+/// tx_burst attempts per flush before the rest is dropped.
+const TX_TRIES: usize = 4;
+
+static POOLS: AtomicU32 = AtomicU32::new(0);
+
+/// An ethdev port opened by name (`net_af_packet0`) or hot-plugged from
+/// devargs (`net_af_packet0,iface=veth0`), started with queue 0 for RX and
+/// TX and an mbuf pool of its own. Dropping it stops and closes the port and
+/// frees the pool.
+#[derive(Debug)]
+pub struct Port {
+    name: String,
+    id: u16,
+    pool: NonNull<RteMempool>,
+    mac: [u8; 6],
+    mtu: u16,
+    /// Frames copied into mbufs, waiting for `flush` (≤ BURST).
+    pending: Vec<*mut RteMbuf>,
+    /// For frames spread over several mbuf segments.
+    scratch: Vec<u8>,
+    counters: Counters,
+    /// Dropped last: the EAL outlives the port.
+    _eal: Eal,
+}
+
+// SAFETY: a Port owns its port's queue 0 and its pool outright: nothing else
+// in the process holds the port id it was opened with (ports are opened by
+// this type only, and DPDK refuses a second hot-plug of the same name), and the
+// raw pointers are to DPDK's shared memory, not to thread-local state. DPDK's
+// rule is that one lcore/thread uses a queue at a time; moving the Port to
+// another thread (the poll loop) moves that single user with it, and Port is
+// not Sync, so two threads never use it at once. The pool is created with
+// DPDK's default multi-producer/multi-consumer ring, and threads that are not
+// EAL lcores (like the poll loop's) use it without a per-lcore cache, so
+// allocating and freeing from whichever thread owns the Port is sound.
+unsafe impl Send for Port {}
+
+impl Port {
+    /// Open and start a port. `name_or_vdev` is either an existing port's
+    /// name (from `--vdev` or a PCI device) or devargs with a comma
+    /// (`net_af_packet0,iface=veth0`), which hot-plug the virtual device
+    /// first; its port name is the part before the comma.
+    pub fn open(eal: &Eal, name_or_vdev: &str, queues: Queues) -> Result<Port, Error> {
+        if queues.rx_desc == 0 || queues.tx_desc == 0 {
+            return Err(Error::InvalidArgument {
+                reason: "descriptor counts must be positive",
+            });
+        }
+        let name = name_or_vdev
+            .split(',')
+            .next()
+            .unwrap_or(name_or_vdev)
+            .to_owned();
+        let cname = CString::new(name.as_str()).map_err(|_| Error::InvalidArgument {
+            reason: "the port name contains a NUL byte",
+        })?;
+        let mut id = 0u16;
+        // SAFETY: cname is NUL-terminated and outlives the call; id is a
+        // valid u16 to write to.
+        let mut rc = unsafe { sys::shim_port_by_name(cname.as_ptr(), &mut id) };
+        if rc != 0 && name_or_vdev.contains(',') {
+            let dev = CString::new(name_or_vdev).map_err(|_| Error::InvalidArgument {
+                reason: "the devargs contain a NUL byte",
+            })?;
+            // SAFETY: dev is a NUL-terminated string that outlives the call;
+            // the EAL is initialised (we hold an Eal).
+            let p = unsafe { sys::shim_dev_probe(dev.as_ptr()) };
+            if p != 0 {
+                return Err(Error::Probe {
+                    devargs: name_or_vdev.to_owned(),
+                    code: p,
+                });
+            }
+            // SAFETY: as for the first lookup.
+            rc = unsafe { sys::shim_port_by_name(cname.as_ptr(), &mut id) };
+        }
+        if rc != 0 {
+            return Err(Error::NoSuchPort { name });
+        }
+
+        // RX ring + TX ring + one burst in flight each way + our pending
+        // batch, plus slack; 2^n − 1 is the size DPDK's ring likes best.
+        let want = u32::from(queues.rx_desc) + u32::from(queues.tx_desc) + 4 * BURST as u32 + 512;
+        let mbufs = want.next_power_of_two() - 1;
+        let pool_name = CString::new(format!("iwd{}", POOLS.fetch_add(1, Ordering::Relaxed)))
+            .map_err(|_| Error::InvalidArgument {
+                reason: "pool name",
+            })?;
+        // SAFETY: pool_name is NUL-terminated and outlives the call (DPDK
+        // copies it); the EAL is initialised.
+        let pool = unsafe {
+            sys::shim_pool_create(pool_name.as_ptr(), mbufs, 0, MAX_FRAME as u16 + HEADROOM)
+        };
+        let Some(pool) = NonNull::new(pool) else {
+            // SAFETY: reads the calling thread's rte_errno; no arguments.
+            let errno = unsafe { sys::shim_errno() };
+            return Err(Error::Mempool { mbufs, errno });
+        };
+        // From here on, a failure must free the pool (and close the port).
+        let fail = |errno: i32, what: Option<&'static str>| {
+            // SAFETY: the port id is valid (looked up above) and nothing
+            // else uses it; the pool was created above and, the port being
+            // closed first, no mbuf of it is in use.
+            unsafe {
+                sys::shim_port_close(id);
+                sys::shim_pool_free(pool.as_ptr());
+            }
+            match what {
+                None => Error::PortInit {
+                    name: name.clone(),
+                    errno,
+                },
+                Some(op) => Error::Dpdk { op, errno },
+            }
+        };
+        // SAFETY: id is a valid port, pool a live mbuf pool whose mbufs are
+        // large enough for a standard frame; the port is not started yet.
+        let rc = unsafe { sys::shim_port_init(id, pool.as_ptr(), queues.rx_desc, queues.tx_desc) };
+        if rc != 0 {
+            return Err(fail(-rc, None));
+        }
+        let mut mac = [0u8; 6];
+        // SAFETY: mac has the 6 octets the shim writes.
+        let rc = unsafe { sys::shim_port_mac(id, mac.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(fail(-rc, Some("rte_eth_macaddr_get")));
+        }
+        let mut mtu = 0u16;
+        // SAFETY: mtu is a valid u16 to write to.
+        let rc = unsafe { sys::shim_port_mtu(id, &mut mtu) };
+        if rc != 0 {
+            return Err(fail(-rc, Some("rte_eth_dev_get_mtu")));
+        }
+        Ok(Port {
+            name,
+            id,
+            pool,
+            mac,
+            mtu,
+            pending: Vec::with_capacity(BURST),
+            scratch: Vec::new(),
+            counters: Counters::default(),
+            _eal: eal.clone(),
+        })
+    }
+
+    /// The port's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// DPDK's port id.
+    pub fn port_id(&self) -> u16 {
+        self.id
+    }
+
+    /// The port's MAC address.
+    pub fn mac_address(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The port's MTU (IP packet size).
+    pub fn mtu(&self) -> u16 {
+        self.mtu.min((MAX_FRAME - 14) as u16)
+    }
+
+    /// What this side counted.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Mbufs free in the port's pool.
+    pub fn pool_available(&self) -> u32 {
+        // SAFETY: the pool lives as long as self.
+        unsafe { sys::shim_pool_avail(self.pool.as_ptr()) }
+    }
+
+    /// The driver's counters (`rte_eth_stats_get`).
+    pub fn stats(&self) -> Result<PortStats, Error> {
+        let mut s = PortStats::default();
+        // SAFETY: every pointer is to a distinct u64 field of `s`.
+        let rc = unsafe {
+            sys::shim_port_stats(
+                self.id,
+                &mut s.ipackets,
+                &mut s.opackets,
+                &mut s.imissed,
+                &mut s.ierrors,
+                &mut s.oerrors,
+                &mut s.rx_nombuf,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::Dpdk {
+                op: "rte_eth_stats_get",
+                errno: -rc,
+            });
+        }
+        Ok(s)
+    }
+
+    /// Send the pending batch; what the driver does not take after a few
+    /// tries is freed and counted in `tx_dropped`.
+    fn send_pending(&mut self) {
+        let n = self.pending.len();
+        let mut sent = 0usize;
+        for _ in 0..TX_TRIES {
+            if sent == n {
+                break;
+            }
+            // SAFETY: pending[sent..n] are mbufs we allocated and still own;
+            // tx_burst takes ownership of the first k it returns.
+            let k = unsafe {
+                sys::shim_tx_burst(
+                    self.id,
+                    self.pending.as_mut_ptr().add(sent),
+                    (n - sent) as u16,
+                )
+            };
+            sent += usize::from(k);
+        }
+        if sent < n {
+            // SAFETY: pending[sent..n] are still ours (the driver did not
+            // take them); freed here and forgotten below.
+            unsafe {
+                sys::shim_mbuf_free_bulk(self.pending.as_mut_ptr().add(sent), (n - sent) as u32)
+            };
+            self.counters.tx_dropped += (n - sent) as u64;
+        }
+        self.counters.tx_frames += sent as u64;
+        self.pending.clear();
+    }
+}
+
+/// Frees received mbufs when dropped, so a panicking sink leaks none.
+struct RxBatch {
+    mbufs: [*mut RteMbuf; BURST],
+    n: usize,
+}
+
+impl Drop for RxBatch {
+    fn drop(&mut self) {
+        if self.n > 0 {
+            // SAFETY: mbufs[..n] came from rx_burst and are ours; none was
+            // freed before.
+            unsafe { sys::shim_mbuf_free_bulk(self.mbufs.as_mut_ptr(), self.n as u32) };
+        }
+    }
+}
+
+impl FrameDevice for Port {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut total = 0;
+        while total < max {
+            let want = (max - total).min(BURST);
+            let mut batch = RxBatch {
+                mbufs: [std::ptr::null_mut(); BURST],
+                n: 0,
+            };
+            // SAFETY: the array has room for `want` ≤ BURST pointers; queue 0
+            // is used by this Port only (see `impl Send`).
+            batch.n = usize::from(unsafe {
+                sys::shim_rx_burst(self.id, batch.mbufs.as_mut_ptr(), want as u16)
+            });
+            for &m in &batch.mbufs[..batch.n] {
+                let (mut seg, mut len) = (0u16, 0u32);
+                // SAFETY: m is a received mbuf we own until the batch drops.
+                let data = unsafe { sys::shim_mbuf_data(m, &mut seg, &mut len) };
+                if u32::from(seg) == len {
+                    // SAFETY: the first segment holds `seg` octets at `data`,
+                    // valid and unchanged until the mbuf is freed when
+                    // `batch` drops, after the sink has returned.
+                    let frame = unsafe { std::slice::from_raw_parts(data, usize::from(seg)) };
+                    sink(frame);
+                } else {
+                    // A chained mbuf: linearise it.
+                    self.scratch.resize(len as usize, 0);
+                    // SAFETY: scratch has `len` writable octets.
+                    let got = unsafe { sys::shim_mbuf_copy(m, self.scratch.as_mut_ptr(), len) };
+                    if got == len {
+                        sink(&self.scratch);
+                    } else {
+                        self.counters.rx_dropped += 1;
+                        continue;
+                    }
+                }
+                self.counters.rx_frames += 1;
+            }
+            total += batch.n;
+            let short = batch.n < want;
+            drop(batch);
+            if short {
+                break;
+            }
+        }
+        total
+    }
+
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        if frame.len() > MAX_FRAME {
+            self.counters.tx_too_big += 1;
+            return false;
+        }
+        // SAFETY: frame is readable for its length (≤ MAX_FRAME fits u16);
+        // the pool lives as long as self.
+        let m =
+            unsafe { sys::shim_mbuf_from(self.pool.as_ptr(), frame.as_ptr(), frame.len() as u16) };
+        if m.is_null() {
+            self.counters.tx_no_mbuf += 1;
+            return false;
+        }
+        self.pending.push(m);
+        if self.pending.len() == BURST {
+            self.send_pending();
+        }
+        true
+    }
+
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.send_pending();
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // Queued frames go out (or are freed and counted), never leak.
+        self.flush();
+        // SAFETY: the port is ours and no other handle uses it; closing it
+        // returns its RX/TX mbufs to the pool, which then has no user left
+        // and is freed. The EAL (self._eal) is dropped after this.
+        unsafe {
+            sys::shim_port_close(self.id);
+            sys::shim_pool_free(self.pool.as_ptr());
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The crate without DPDK: same API, every constructor fails with
+//! [`Error::Unavailable`], and no value of [`Port`] can exist.
+
+use iwarp_datapath::runtime::FrameDevice;
+
+use crate::{Counters, Error, PortStats, Queues};
+
+/// The largest frame a port sends.
+pub const MAX_FRAME: usize = 2048;
+
+#[derive(Debug, Clone, Copy)]
+enum Never {}
+
+/// The EAL; cannot be initialised in this build.
+#[derive(Debug, Clone)]
+pub struct Eal(Never);
+
+impl Eal {
+    /// Always [`Error::Unavailable`]: built without DPDK.
+    pub fn init<I, S>(_args: I) -> Result<Eal, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Err(Error::Unavailable)
+    }
+
+    /// The arguments the real build would use (see the DPDK build's docs).
+    pub fn vdev_args(vdevs: &[&str]) -> Vec<String> {
+        crate::vdev_args(vdevs)
+    }
+
+    /// Unreachable: no `Eal` exists.
+    pub fn parsed_args(&self) -> usize {
+        match self.0 {}
+    }
+}
+
+/// A port; cannot be opened in this build.
+#[derive(Debug)]
+pub struct Port(Never);
+
+impl Port {
+    /// Always [`Error::Unavailable`]: built without DPDK.
+    pub fn open(_eal: &Eal, _name_or_vdev: &str, _queues: Queues) -> Result<Port, Error> {
+        Err(Error::Unavailable)
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn name(&self) -> &str {
+        match self.0 {}
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn port_id(&self) -> u16 {
+        match self.0 {}
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn mac_address(&self) -> [u8; 6] {
+        match self.0 {}
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn mtu(&self) -> u16 {
+        match self.0 {}
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn counters(&self) -> Counters {
+        match self.0 {}
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn pool_available(&self) -> u32 {
+        match self.0 {}
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn stats(&self) -> Result<PortStats, Error> {
+        match self.0 {}
+    }
+}
+
+impl FrameDevice for Port {
+    fn rx_burst(&mut self, _max: usize, _sink: &mut dyn FnMut(&[u8])) -> usize {
+        match self.0 {}
+    }
+    fn tx(&mut self, _frame: &[u8]) -> bool {
+        match self.0 {}
+    }
+}

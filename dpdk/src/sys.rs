@@ -1,0 +1,56 @@
+//! The C shim's functions (`shim/shim.h` is the binding; keep the two in
+//! step). Hand-written rather than generated: see the crate docs.
+
+use std::ffi::c_char;
+
+/// `struct rte_mempool`, opaque.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RteMempool {
+    _opaque: [u8; 0],
+}
+
+/// `struct rte_mbuf`, opaque.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RteMbuf {
+    _opaque: [u8; 0],
+}
+
+extern "C" {
+    pub fn shim_eal_init(argc: i32, argv: *mut *mut c_char) -> i32;
+    pub fn shim_eal_cleanup() -> i32;
+    pub fn shim_errno() -> i32;
+
+    pub fn shim_pool_create(
+        name: *const c_char,
+        n: u32,
+        cache: u32,
+        data_room: u16,
+    ) -> *mut RteMempool;
+    pub fn shim_pool_free(pool: *mut RteMempool);
+    pub fn shim_pool_avail(pool: *const RteMempool) -> u32;
+
+    pub fn shim_dev_probe(devargs: *const c_char) -> i32;
+    pub fn shim_port_by_name(name: *const c_char, port: *mut u16) -> i32;
+    pub fn shim_port_init(port: u16, pool: *mut RteMempool, nb_rxd: u16, nb_txd: u16) -> i32;
+    pub fn shim_port_mac(port: u16, mac: *mut u8) -> i32;
+    pub fn shim_port_mtu(port: u16, mtu: *mut u16) -> i32;
+    pub fn shim_port_stats(
+        port: u16,
+        ipackets: *mut u64,
+        opackets: *mut u64,
+        imissed: *mut u64,
+        ierrors: *mut u64,
+        oerrors: *mut u64,
+        rx_nombuf: *mut u64,
+    ) -> i32;
+    pub fn shim_port_close(port: u16) -> i32;
+
+    pub fn shim_rx_burst(port: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn shim_tx_burst(port: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn shim_mbuf_data(m: *const RteMbuf, seg_len: *mut u16, pkt_len: *mut u32) -> *const u8;
+    pub fn shim_mbuf_copy(m: *const RteMbuf, buf: *mut u8, cap: u32) -> u32;
+    pub fn shim_mbuf_from(pool: *mut RteMempool, data: *const u8, len: u16) -> *mut RteMbuf;
+    pub fn shim_mbuf_free_bulk(pkts: *mut *mut RteMbuf, n: u32);
+}
