@@ -27,45 +27,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-/// One test kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Test {
-    WriteLat,
-    ReadLat,
-    SendLat,
-    WriteBw,
-    ReadBw,
-    SendBw,
-}
-
-impl Test {
-    fn parse(s: &str) -> Option<Test> {
-        Some(match s {
-            "write_lat" => Test::WriteLat,
-            "read_lat" => Test::ReadLat,
-            "send_lat" => Test::SendLat,
-            "write_bw" => Test::WriteBw,
-            "read_bw" => Test::ReadBw,
-            "send_bw" => Test::SendBw,
-            _ => return None,
-        })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Test::WriteLat => "write_lat",
-            Test::ReadLat => "read_lat",
-            Test::SendLat => "send_lat",
-            Test::WriteBw => "write_bw",
-            Test::ReadBw => "read_bw",
-            Test::SendBw => "send_bw",
-        }
-    }
-
-    fn is_lat(self) -> bool {
-        matches!(self, Test::WriteLat | Test::ReadLat | Test::SendLat)
-    }
-}
+/// One test kind (perftest's six tools; shared with perftest mode).
+pub use iwarp_bench::perftest::Kind as Test;
 
 /// How long and how to run.
 #[derive(Debug, Clone)]
