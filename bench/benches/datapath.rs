@@ -5,12 +5,15 @@
 //! markers, validates, and places into registered memory. Measured in the
 //! same run beside two baselines: a plain `memcpy` of the payload octets, and
 //! the floor of the work that cannot be avoided — CRC32c over each FPDU's
-//! octets plus a `memcpy` of its payload. Report ratios, not absolute
-//! numbers (the machine is shared).
+//! octets plus a `memcpy` of its payload. `qp_crc_inplace` is `qp_crc` with
+//! the region in caller memory shared with the application (`iwarp-memreg`,
+//! placement by atomic word stores) instead of a `Vec` the table owns.
+//! Report ratios, not absolute numbers (the machine is shared).
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use iwarp_memreg::Region;
 use iwarp_proto::mem::{Access, MemoryTable};
 use iwarp_proto::mpa::{mulpdu, Framer};
 use iwarp_proto::qp::{Qp, QpConfig};
@@ -87,16 +90,22 @@ fn bench(c: &mut Criterion) {
             })
         });
 
-        for (name, crc, markers) in [
-            ("qp_no_crc", false, false),
-            ("qp_crc", true, false),
-            ("qp_crc_markers", true, true),
+        // `inplace`: the region is caller memory shared with the application
+        // (`iwarp-memreg`, atomic word copies) instead of a Vec the table owns.
+        for (name, crc, markers, inplace) in [
+            ("qp_no_crc", false, false, false),
+            ("qp_crc", true, false, false),
+            ("qp_crc_inplace", true, false, true),
+            ("qp_crc_markers", true, true, false),
         ] {
             let mut mem = MemoryTable::new();
             let pd = mem.alloc_pd();
-            let stag = mem
-                .register(pd, vec![0; MSG * MSGS], Access::REMOTE_WRITE, 0)
-                .expect("register");
+            let stag = if inplace {
+                mem.register(pd, Region::zeroed(MSG * MSGS), Access::REMOTE_WRITE, 0)
+            } else {
+                mem.register(pd, vec![0; MSG * MSGS], Access::REMOTE_WRITE, 0)
+            }
+            .expect("register");
             let (wire, segs) = stream(emss, crc, markers, stag.0);
             let cfg = QpConfig {
                 pd,

@@ -1064,7 +1064,7 @@ fn write_lat(
             wait_octet(o, t, watch, want)?;
         }
         t.buf
-            .write(size as usize - 1, &[tag])
+            .store(size as usize - 1, tag)
             .map_err(err("test buffer"))?;
         posts.push(Instant::now());
         t.qp.post_send(WorkRequest::Write {
@@ -1090,8 +1090,8 @@ fn write_lat(
 fn wait_octet(o: &Options, t: &Test, at: usize, want: u8) -> Result<(), String> {
     let deadline = Instant::now() + o.step_timeout;
     loop {
-        let v = t.buf.read(at, 1).map_err(err("test buffer"))?;
-        if v.first() == Some(&want) {
+        // In place: an acquiring load of the octet, no trip to the loop.
+        if t.buf.load(at).map_err(err("test buffer"))? == want {
             return Ok(());
         }
         if let Some(e) = t.qp.poll_event() {

@@ -987,20 +987,13 @@ impl crate::runtime::Engine for Stack {
             } => {
                 let data = self
                     .mem
-                    .bytes(stag)
-                    .and_then(|b| b.get(offset..offset.checked_add(len)?))
-                    .map(|b| b.to_vec());
+                    .snapshot(stag)
+                    .and_then(|b| b.get(offset..offset.checked_add(len)?).map(<[u8]>::to_vec));
                 self.pending_out.push_back(Output::Memory { token, data });
             }
             Command::Memory(op) => (op.0)(&mut self.mem),
             Command::WriteMem { stag, offset, data } => {
-                if let Some(b) = self.mem.bytes_mut(stag) {
-                    if let Some(end) = offset.checked_add(data.len()) {
-                        if let Some(dst) = b.get_mut(offset..end) {
-                            dst.copy_from_slice(&data);
-                        }
-                    }
-                }
+                self.mem.write_at(stag, offset, &data);
             }
         }
     }

@@ -50,6 +50,6 @@ fuzz_target!(|data: &[u8]| {
         while qp.poll_completion().is_some() {}
         while qp.poll_event().is_some() {}
     }
-    assert!(mem.bytes(guard_a).expect("guard").iter().all(|b| *b == 0xa5));
-    assert!(mem.bytes(guard_b).expect("guard").iter().all(|b| *b == 0x5a));
+    assert!(mem.snapshot(guard_a).expect("guard").iter().all(|b| *b == 0xa5));
+    assert!(mem.snapshot(guard_b).expect("guard").iter().all(|b| *b == 0x5a));
 });

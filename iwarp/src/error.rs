@@ -11,10 +11,13 @@ pub enum Error {
     /// The AF_XDP backend could not be opened (no interface, no privileges,
     /// memlock, ...): the backend's own error says which.
     Backend(iwarp_xdp::Error),
+    /// The DPDK backend failed (EAL, port, pool; or this build has no
+    /// DPDK): its own error says which.
+    Dpdk(iwarp_dpdk::Error),
     /// A memory table operation failed (unknown PD or STag, PD busy, ...).
     Memory(MemError),
     /// A region access outside its bounds.
-    OutOfBounds,
+    OutOfBounds(iwarp_memreg::OutOfBounds),
     /// The peer rejected the connection; its private data says why.
     Rejected {
         /// The rejecting Reply's private data.
@@ -51,8 +54,9 @@ impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Error::Backend(e) => write!(f, "backend: {e}"),
+            Error::Dpdk(e) => write!(f, "DPDK: {e}"),
             Error::Memory(e) => write!(f, "memory: {e}"),
-            Error::OutOfBounds => f.write_str("access outside the region"),
+            Error::OutOfBounds(e) => write!(f, "{e}"),
             Error::Rejected { private_data } => {
                 write!(
                     f,
@@ -80,6 +84,18 @@ impl std::error::Error for Error {}
 impl From<MemError> for Error {
     fn from(e: MemError) -> Self {
         Error::Memory(e)
+    }
+}
+
+impl From<iwarp_dpdk::Error> for Error {
+    fn from(e: iwarp_dpdk::Error) -> Self {
+        Error::Dpdk(e)
+    }
+}
+
+impl From<iwarp_memreg::OutOfBounds> for Error {
+    fn from(e: iwarp_memreg::OutOfBounds) -> Self {
+        Error::OutOfBounds(e)
     }
 }
 

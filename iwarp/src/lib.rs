@@ -56,6 +56,9 @@ use std::time::{Duration, Instant};
 
 pub use error::Error;
 pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer};
+/// The DPDK backend (`iwarp-dpdk`): [`dpdk::Eal`], [`dpdk::Queues`], its errors.
+pub use iwarp_dpdk as dpdk;
+pub use iwarp_memreg::Region;
 pub use iwarp_proto::mem::{Access, PdId, STag};
 pub use iwarp_proto::qp::{
     InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
@@ -129,6 +132,68 @@ impl XdpOptions {
             netns: None,
         }
     }
+}
+
+/// Settings of a DPDK context.
+#[derive(Debug, Clone)]
+pub struct DpdkOptions {
+    /// Port name (`net_af_packet0`, a PCI address) or devargs to hot-plug
+    /// (`net_af_packet0,iface=eth1`).
+    pub port: String,
+    /// Descriptor ring sizes of the port's queue 0.
+    pub queues: dpdk::Queues,
+    /// Our address (not configured in the kernel).
+    pub ip: Ipv4Addr,
+    /// Prefix length of our subnet.
+    pub prefix_len: u8,
+    /// Router for off-link peers.
+    pub gateway: Option<Ipv4Addr>,
+    /// Core for the poll loop.
+    pub core: Option<usize>,
+    /// Idle behaviour of the poll loop.
+    pub polling: Polling,
+    /// Open (hot-plug) the port inside this network namespace
+    /// (`/var/run/netns/NAME`): where `net_af_packet`/`net_af_xdp` find
+    /// their interface.
+    pub netns: Option<PathBuf>,
+}
+
+impl DpdkOptions {
+    /// `port` with `ip/prefix_len`, default queues, adaptive polling, no pinning.
+    pub fn new(port: &str, ip: Ipv4Addr, prefix_len: u8) -> Self {
+        DpdkOptions {
+            port: port.to_owned(),
+            queues: dpdk::Queues::default(),
+            ip,
+            prefix_len,
+            gateway: None,
+            core: None,
+            polling: Polling::Adaptive,
+            netns: None,
+        }
+    }
+}
+
+/// The stack's configuration on a real interface.
+fn device_config(
+    mac: [u8; 6],
+    mtu: usize,
+    ip: Ipv4Addr,
+    prefix_len: u8,
+    gateway: Option<Ipv4Addr>,
+) -> Result<StackConfig, Error> {
+    let mut icfg = IfaceConfig::new(EthernetAddress(mac), Ipv4Address(ip.octets()), prefix_len);
+    icfg.mtu = mtu;
+    icfg.gateway = gateway.map(|g| Ipv4Address(g.octets()));
+    let mut cfg = StackConfig::new(icfg);
+    cfg.tcp.rto_min = 5_000_000;
+    // RFC 6528: the ISN secret must be unguessable; the kernel's RNG.
+    let mut seed = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed))
+        .map_err(|_| Error::InvalidArgument("cannot read /dev/urandom for the ISN secret"))?;
+    cfg.isn_secret = seed;
+    Ok(cfg)
 }
 
 /// Connection-level outputs of the loop, sorted per connection or listener.
@@ -377,21 +442,43 @@ impl Context {
             Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
             None => iwarp_xdp::XdpDevice::open(&xcfg)?,
         };
-        let mut icfg = IfaceConfig::new(
-            EthernetAddress(dev.mac_address()),
-            Ipv4Address(opts.ip.octets()),
+        let cfg = device_config(
+            dev.mac_address(),
+            dev.mtu() as usize,
+            opts.ip,
             opts.prefix_len,
-        );
-        icfg.mtu = dev.mtu() as usize;
-        icfg.gateway = opts.gateway.map(|g| Ipv4Address(g.octets()));
-        let mut cfg = StackConfig::new(icfg);
-        cfg.tcp.rto_min = 5_000_000;
-        // RFC 6528: the ISN secret must be unguessable; the kernel's RNG.
-        let mut seed = [0u8; 16];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed))
-            .map_err(|_| Error::InvalidArgument("cannot read /dev/urandom for the ISN secret"))?;
-        cfg.isn_secret = seed;
+            opts.gateway,
+        )?;
+        Ok(Context::start(cfg, dev, opts.core, opts.polling))
+    }
+
+    /// A context on a DPDK ethdev port: a PCI device or `--vdev` the EAL
+    /// knows, or devargs such as `net_af_packet0,iface=eth1` that are
+    /// hot-plugged now. `eal` is the process's one EAL
+    /// ([`dpdk::Eal::init`], once per process); several contexts (ports)
+    /// share it.
+    ///
+    /// ```no_run
+    /// use iwarp::{dpdk::Eal, Context, DpdkOptions};
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let eal = Eal::init(Eal::vdev_args(&[]))?;
+    /// let opts = DpdkOptions::new("net_af_packet0,iface=eth1", "10.0.0.1".parse().unwrap(), 24);
+    /// let ctx = Context::dpdk(&eal, &opts)?;
+    /// # let _ = ctx; Ok(()) }
+    /// ```
+    pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
+        let open = || dpdk::Port::open(eal, &opts.port, opts.queues);
+        let dev = match &opts.netns {
+            Some(p) => iwarp_xdp::in_netns(p, open)??,
+            None => open()?,
+        };
+        let cfg = device_config(
+            dev.mac_address(),
+            usize::from(dev.mtu()),
+            opts.ip,
+            opts.prefix_len,
+            opts.gateway,
+        )?;
         Ok(Context::start(cfg, dev, opts.core, opts.polling))
     }
 
@@ -562,20 +649,43 @@ impl Pd {
         })
     }
 
-    /// Register `buf` with `access` rights. The buffer moves into the
-    /// stack (the poll loop places into it); read and write it through the
-    /// returned [`Mr`], and get it back with [`Mr::deregister`].
+    /// Register `buf` with `access` rights, in place: the vector's buffer
+    /// does not move, the poll loop places into it and sends from it, and
+    /// the application reads and writes it through the returned [`Mr`]
+    /// (from any thread, no round trip to the loop). [`Mr::deregister`]
+    /// gives the memory back.
     pub fn register(&self, buf: Vec<u8>, access: Access) -> Result<Mr, Error> {
+        self.register_region(Region::from_vec(buf), access)
+    }
+
+    /// Register memory the caller already shares as a [`Region`]: a
+    /// `&'static mut [u8]` ([`Region::from_static`]), hugepages or another
+    /// mapping ([`Region::from_raw`]), or a region registered before (two
+    /// MRs, e.g. with different rights, over the same memory). The caller
+    /// may keep its own handle and use the memory through it.
+    ///
+    /// ```
+    /// use iwarp::{Access, Context, Region};
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let (ctx, _peer) = Context::sim_pair();
+    /// let pd = ctx.alloc_pd()?;
+    /// let mem = Region::from_static(Box::leak(vec![0u8; 4096].into_boxed_slice()));
+    /// let mr = pd.register_region(mem.clone(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    /// mem.write(0, b"in place")?;
+    /// assert_eq!(mr.read(0, 8)?, b"in place");
+    /// # Ok(()) }
+    /// ```
+    pub fn register_region(&self, mem: Region, access: Access) -> Result<Mr, Error> {
         let pd = self.id;
-        let len = buf.len();
+        let shared = mem.clone();
         let stag = self
             .ctx
             .inner
-            .memory(move |m| m.register(pd, buf, access, 0))??;
+            .memory(move |m| m.register(pd, shared, access, 0))??;
         Ok(Mr {
             ctx: self.ctx.clone(),
             stag,
-            len,
+            mem,
         })
     }
 }
@@ -646,11 +756,20 @@ impl Mw {
 }
 
 /// A registered memory region. Its STag serves as both lkey and rkey.
+///
+/// The memory is used in place by both the poll loop and the application:
+/// [`read`](Self::read), [`write`](Self::write), [`load`](Self::load) and
+/// [`store`](Self::store) go straight to it from the calling thread (also
+/// from inside a loop hook), with no command to the loop. They are atomic
+/// copies (see `iwarp-memreg`), so racing a peer's RDMA Write gives
+/// unspecified octets, never undefined behaviour; order through completions,
+/// or poll an octet with [`load`](Self::load), which acquires everything
+/// placed before it.
 #[derive(Debug, Clone)]
 pub struct Mr {
     ctx: Context,
     stag: STag,
-    len: usize,
+    mem: Region,
 }
 
 impl Mr {
@@ -661,12 +780,17 @@ impl Mr {
 
     /// Length in octets.
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len()
     }
 
     /// Zero-length region.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.is_empty()
+    }
+
+    /// The registered memory itself (a handle the application may keep).
+    pub fn memory(&self) -> &Region {
+        &self.mem
     }
 
     /// A scatter/gather element over `len` octets at `offset`.
@@ -680,30 +804,28 @@ impl Mr {
 
     /// Copy `len` octets at `offset` out of the region.
     pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, Error> {
-        let stag = self.stag;
-        self.ctx
-            .inner
-            .memory(move |m| {
-                m.bytes(stag)
-                    .and_then(|b| b.get(offset..offset.checked_add(len)?))
-                    .map(|b| b.to_vec())
-            })?
-            .ok_or(Error::OutOfBounds)
+        Ok(self.mem.to_vec(offset, len)?)
+    }
+
+    /// Copy `dst.len()` octets at `offset` into `dst`.
+    pub fn read_into(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        Ok(self.mem.read(offset, dst)?)
     }
 
     /// Copy `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
-        let stag = self.stag;
-        let data = data.to_vec();
-        self.ctx
-            .inner
-            .memory(move |m| {
-                let end = offset.checked_add(data.len())?;
-                m.bytes_mut(stag)?
-                    .get_mut(offset..end)
-                    .map(|d| d.copy_from_slice(&data))
-            })?
-            .ok_or(Error::OutOfBounds)
+        Ok(self.mem.write(offset, data)?)
+    }
+
+    /// One octet, acquiring: poll it for the last octet of a peer's Write,
+    /// then read the rest.
+    pub fn load(&self, offset: usize) -> Result<u8, Error> {
+        Ok(self.mem.load(offset)?)
+    }
+
+    /// Store one octet, releasing.
+    pub fn store(&self, offset: usize, value: u8) -> Result<(), Error> {
+        Ok(self.mem.store(offset, value)?)
     }
 
     /// Invalidate the STag locally (remote access with it fails from now on).
@@ -712,10 +834,17 @@ impl Mr {
         Ok(self.ctx.inner.memory(move |m| m.invalidate(stag))??)
     }
 
-    /// Deregister and get the buffer back.
-    pub fn deregister(self) -> Result<Vec<u8>, Error> {
+    /// Deregister: the stack drops its handle (nothing is placed into or
+    /// sent from the memory afterwards) and the memory comes back as its
+    /// [`Region`]. [`Region::into_vec`] turns it back into the registered
+    /// `Vec` once no other handle (a clone of this `Mr`, a second
+    /// registration) is left.
+    pub fn deregister(self) -> Result<Region, Error> {
         let stag = self.stag;
-        Ok(self.ctx.inner.memory(move |m| m.deregister(stag))??)
+        self.ctx
+            .inner
+            .memory(move |m| m.deregister(stag).map(drop))??;
+        Ok(self.mem)
     }
 }
 

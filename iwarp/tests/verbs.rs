@@ -24,6 +24,9 @@ struct Pair {
     // Client memory: a source and a sink.
     src: Mr,
     sink: Mr,
+    /// The protection domains the server's and the client's QPs are in.
+    spd: iwarp::Pd,
+    cpd: iwarp::Pd,
     _ctx: (Context, Context),
 }
 
@@ -72,6 +75,8 @@ fn pair(port: u16, client_ord: u16, server_ird: u16, recvs: u64) -> Pair {
         inbox,
         src,
         sink,
+        spd,
+        cpd,
         _ctx: (server, client),
     }
 }
@@ -728,7 +733,9 @@ fn memory_window_bounds_remote_access_and_invalidation_revokes_it() {
     );
     // Invalidating the window unbinds it; then the region can go.
     mw.invalidate().unwrap();
-    assert_eq!(region.deregister().unwrap().len(), 16384);
+    let mem = region.deregister().unwrap();
+    assert_eq!(mem.len(), 16384);
+    assert_eq!(mem.into_vec().expect("the last handle").len(), 16384);
 }
 
 #[test]
@@ -795,4 +802,136 @@ fn connecting_to_nobody_times_out_when_asked() {
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
+}
+
+/// Wait for the client's Terminate (decoded) event.
+fn terminate_of(qp: &Qp) -> iwarp::TerminateRepr {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        if let Some(QpEvent::TerminateReceived(t)) = qp.poll_event() {
+            return t;
+        }
+        assert!(std::time::Instant::now() < deadline, "no Terminate");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_peers_write_is_seen_in_place_by_polling_its_last_octet() {
+    // The server application watches its registered memory directly, from
+    // its own thread, without completions or any call into the poll loop:
+    // when the last octet of the client's Write shows up (acquire), all
+    // 64 KiB before it are there too.
+    let p = pair(9110, 4, 4, 0);
+    let mem = p.target.memory().clone();
+    let (at, len) = (4096usize, 65536usize);
+    let old_last = mem.load(at + len - 1).unwrap();
+    let data: Vec<u8> = (0..len).map(|i| (i % 13) as u8 + 100).collect();
+    assert_ne!(data[len - 1], old_last);
+    let src = p.cpd.register(data.clone(), Access::LOCAL_READ).unwrap();
+    let watcher = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + T;
+        while mem.load(at + len - 1).unwrap() != 100 + ((len - 1) % 13) as u8 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the Write never arrived"
+            );
+            std::hint::spin_loop();
+        }
+        mem.to_vec(at, len).unwrap()
+    });
+    p.client
+        .post_send(WorkRequest::Write {
+            wr_id: 1,
+            signaled: false,
+            local: src.sge(0, len as u32).into(),
+            remote_stag: p.target.stag(),
+            remote_to: at as u64,
+        })
+        .unwrap();
+    assert_eq!(watcher.join().unwrap(), data);
+    // The octets around it are untouched.
+    assert_eq!(p.target.read(at - 1, 1).unwrap(), [((at - 1) % 251) as u8]);
+    assert_eq!(
+        p.target.read(at + len, 1).unwrap(),
+        [((at + len) % 251) as u8]
+    );
+}
+
+#[test]
+fn caller_memory_is_sent_from_in_place_and_comes_back_unmoved() {
+    // Memory the application keeps a handle to (here a leaked static
+    // buffer), registered as is: what the application writes through its
+    // handle is what the peer's RDMA Read gets, with no copy into the stack.
+    let p = pair(9111, 4, 4, 0);
+    let buf: &'static mut [u8] = Box::leak(vec![0u8; 8192].into_boxed_slice());
+    let addr = buf.as_ptr();
+    let mem = iwarp::Region::from_static(buf);
+    let mr = p
+        .spd
+        .register_region(mem.clone(), Access::REMOTE_READ)
+        .unwrap();
+    assert_eq!(
+        mr.memory().as_ptr().cast_const(),
+        addr,
+        "registered in place"
+    );
+    let data: Vec<u8> = (0..8192).map(|i| (i * 7 % 256) as u8).collect();
+    mem.write(0, &data).unwrap();
+    p.client
+        .post_send(WorkRequest::Read {
+            wr_id: 5,
+            signaled: true,
+            local: p.sink.sge(0, 8192).into(),
+            remote_stag: mr.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    let wc = p.ccq.wait(T).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (5, Status::Wc(WcStatus::Success)));
+    assert_eq!(p.sink.read(0, 8192).unwrap(), data);
+    let back = mr.deregister().unwrap();
+    assert_eq!(back.as_ptr().cast_const(), addr);
+    assert!(back.into_vec().is_err(), "static memory is not a Vec");
+}
+
+#[test]
+fn a_registered_vec_comes_back_as_the_same_buffer() {
+    let (ctx, _peer) = Context::sim_pair();
+    let pd = ctx.alloc_pd().unwrap();
+    let v = vec![3u8; 1000];
+    let addr = v.as_ptr();
+    let mr = pd.register(v, Access::LOCAL_WRITE).unwrap();
+    mr.write(10, b"abc").unwrap();
+    let other = mr.clone();
+    let mem = mr.deregister().unwrap();
+    // Another handle (the clone) keeps the memory: no Vec yet.
+    let mem = mem.into_vec().unwrap_err();
+    drop(other);
+    let v = mem.into_vec().unwrap();
+    assert_eq!(v.as_ptr(), addr, "never copied or moved");
+    assert_eq!(&v[9..14], &[3, b'a', b'b', b'c', 3]);
+}
+
+#[test]
+fn nothing_is_placed_into_a_deregistered_region() {
+    let p = pair(9112, 4, 4, 0);
+    let (stag, before) = (p.target.stag(), p.target.read(0, 1 << 20).unwrap());
+    let mem = p.target.clone().deregister().unwrap();
+    p.client
+        .post_send(WorkRequest::Write {
+            wr_id: 1,
+            signaled: true,
+            local: p.src.sge(0, 4096).into(),
+            remote_stag: stag,
+            remote_to: 0,
+        })
+        .unwrap();
+    let term = terminate_of(&p.client);
+    // RFC 5041 §7.2: DDP layer, tagged buffer error, invalid STag.
+    assert_eq!(
+        (term.code.layer, term.code.etype, term.code.ecode),
+        (1, 1, 0)
+    );
+    assert_eq!(mem.to_vec(0, 1 << 20).unwrap(), before);
 }

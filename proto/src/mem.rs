@@ -5,10 +5,12 @@
 //! (`index << 8 | key`). An index names either a memory region (MR) or a
 //! memory window (MW). Both belong to one protection domain; a stream (QP)
 //! may only touch STags of its own PD — an STag of another PD is "not
-//! associated with this stream". Regions own their memory in this crate (it
-//! has no `unsafe`): callers hand a buffer over at registration and read or
-//! write it through [`MemoryTable::bytes`] / [`MemoryTable::bytes_mut`]. A
-//! backend crate with pinned user memory can replace the buffer type later.
+//! associated with this stream". A region's memory is anything that
+//! implements [`RegionMemory`]: a plain `Vec<u8>` the table owns (the
+//! simulator and tests), or memory shared with the application that it
+//! reads and writes in place while it is registered (`iwarp-memreg`, the
+//! one crate with the `unsafe` this needs). This crate only ever copies into
+//! and out of it through that trait, after its own bounds checks.
 //!
 //! Every placement goes through [`MemoryTable::check`], which validates STag,
 //! PD, access rights, TO wrap and bounds with checked arithmetic, so a write
@@ -194,12 +196,106 @@ impl core::fmt::Display for MemError {
 
 impl std::error::Error for MemError {}
 
+/// The memory behind a registered region.
+///
+/// The table checks every access against the region's bounds before it calls
+/// these, and implementations check again (returning `false`, never
+/// panicking): a placement can only land inside the region.
+pub trait RegionMemory: Send + core::fmt::Debug {
+    /// Length in octets (fixed for the life of the registration).
+    fn len(&self) -> usize;
+
+    /// Zero length.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copy `src` to octet `offset`. `false` (and nothing written) if the
+    /// range is not inside the memory.
+    fn write_at(&mut self, offset: usize, src: &[u8]) -> bool;
+
+    /// Copy `dst.len()` octets at `offset` into `dst`. `false` (and `dst`
+    /// untouched) if the range is not inside the memory.
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool;
+}
+
+impl RegionMemory for Vec<u8> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
+        let Some(end) = offset.checked_add(src.len()) else {
+            return false;
+        };
+        match self.get_mut(offset..end) {
+            Some(d) => {
+                d.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        let Some(end) = offset.checked_add(dst.len()) else {
+            return false;
+        };
+        match self.get(offset..end) {
+            Some(s) => {
+                dst.copy_from_slice(s);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A checked, readable slice of a region: the source of an outbound FPDU's
+/// payload (see [`crate::mpa::Part`]).
+#[derive(Clone, Copy)]
+pub struct RegionSlice<'a> {
+    mem: &'a dyn RegionMemory,
+    offset: usize,
+    len: usize,
+}
+
+impl core::fmt::Debug for RegionSlice<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RegionSlice")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl RegionSlice<'_> {
+    /// Length in octets.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Zero length.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copy `dst.len()` octets starting `at` octets into the slice. `false`
+    /// (nothing copied) if that leaves the slice.
+    pub fn copy_to(&self, at: usize, dst: &mut [u8]) -> bool {
+        match at.checked_add(dst.len()) {
+            Some(end) if end <= self.len => self.mem.read_at(self.offset + at, dst),
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Region {
     pd: PdId,
     access: Access,
     base_to: u64,
-    buf: Vec<u8>,
+    buf: Box<dyn RegionMemory>,
     valid: bool,
     /// Windows currently bound to this region.
     windows: u32,
@@ -319,7 +415,18 @@ impl MemoryTable {
     pub fn register(
         &mut self,
         pd: PdId,
-        buf: Vec<u8>,
+        buf: impl RegionMemory + 'static,
+        access: Access,
+        base_to: u64,
+    ) -> Result<STag, MemError> {
+        self.register_boxed(pd, Box::new(buf), access, base_to)
+    }
+
+    /// [`register`](Self::register) for memory that is already boxed.
+    pub fn register_boxed(
+        &mut self,
+        pd: PdId,
+        buf: Box<dyn RegionMemory>,
         access: Access,
         base_to: u64,
     ) -> Result<STag, MemError> {
@@ -339,9 +446,9 @@ impl MemoryTable {
         }))
     }
 
-    /// Deregister and hand the buffer back. Refused while windows are bound
+    /// Deregister and hand the memory back. Refused while windows are bound
     /// to the region ([`MemError::RegionHasWindows`]).
-    pub fn deregister(&mut self, stag: STag) -> Result<Vec<u8>, MemError> {
+    pub fn deregister(&mut self, stag: STag) -> Result<Box<dyn RegionMemory>, MemError> {
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
         match &slot.obj {
             Some(Object::Region(r)) if r.windows > 0 => return Err(MemError::RegionHasWindows),
@@ -531,33 +638,44 @@ impl MemoryTable {
 
     /// Length of the region, or of a bound window.
     pub fn len(&self, stag: STag) -> Option<usize> {
-        self.bytes(stag).map(<[u8]>::len)
+        self.span(stag).map(|(_, lo, hi)| hi - lo)
     }
 
-    /// The memory (the owner's view; no access-right check): a region's
-    /// buffer, or the part of its region a bound window covers.
-    pub fn bytes(&self, stag: STag) -> Option<&[u8]> {
-        match self.object(stag)? {
-            Object::Region(r) => Some(&r.buf[..]),
-            Object::Window(w) => {
-                let (r, b) = self.resolve(w)?;
-                r.buf.get(b.offset as usize..(b.offset + b.len) as usize)
-            }
+    /// A copy of the memory (the owner's view; no access-right check): a
+    /// region's, or the part of its region a bound window covers.
+    pub fn snapshot(&self, stag: STag) -> Option<Vec<u8>> {
+        let (index, lo, hi) = self.span(stag)?;
+        let Some(Object::Region(r)) = self.slots.get(index as usize)?.obj.as_ref() else {
+            return None;
+        };
+        let mut out = vec![0; hi - lo];
+        r.buf.read_at(lo, &mut out).then_some(out)
+    }
+
+    /// Copy `data` to octet `offset` of a region or bound window (the
+    /// owner's view; no access-right check). `false` if it does not fit.
+    pub fn write_at(&mut self, stag: STag, offset: usize, data: &[u8]) -> bool {
+        let Some((index, lo, hi)) = self.span(stag) else {
+            return false;
+        };
+        match offset.checked_add(data.len()) {
+            Some(end) if end <= hi - lo => {}
+            _ => return false,
+        }
+        match self.obj_at_mut(index) {
+            Some(Object::Region(r)) => r.buf.write_at(lo + offset, data),
+            _ => false,
         }
     }
 
-    /// The memory, writable (the owner's view).
-    pub fn bytes_mut(&mut self, stag: STag) -> Option<&mut [u8]> {
-        let (index, lo, hi) = match self.object(stag)? {
-            Object::Region(r) => (stag.index(), 0, r.buf.len()),
+    /// Region index and octet range `lo..hi` in its memory that `stag` covers.
+    fn span(&self, stag: STag) -> Option<(u32, usize, usize)> {
+        match self.object(stag)? {
+            Object::Region(r) => Some((stag.index(), 0, r.buf.len())),
             Object::Window(w) => {
                 let (_, b) = self.resolve(w)?;
-                (b.mr_index, b.offset as usize, (b.offset + b.len) as usize)
+                Some((b.mr_index, b.offset as usize, (b.offset + b.len) as usize))
             }
-        };
-        match self.obj_at_mut(index)? {
-            Object::Region(r) => r.buf.get_mut(lo..hi),
-            Object::Window(_) => None,
         }
     }
 
@@ -623,18 +741,12 @@ impl MemoryTable {
         let Some(Object::Region(r)) = self.obj_at_mut(range.slot) else {
             return false;
         };
-        let start = range.offset + offset;
-        match r.buf.get_mut(start..start + data.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(data);
-                true
-            }
-            None => false,
-        }
+        r.buf.write_at(range.offset + offset, data)
     }
 
-    /// Read `len` octets at `offset` within a range from [`check`](Self::check).
-    pub fn read(&self, range: &Range, offset: usize, len: usize) -> Option<&[u8]> {
+    /// `len` octets at `offset` within a range from [`check`](Self::check),
+    /// as a source to copy from (`None` if that leaves the range).
+    pub fn read(&self, range: &Range, offset: usize, len: usize) -> Option<RegionSlice<'_>> {
         let end = offset.checked_add(len)?;
         if end > range.len {
             return None;
@@ -643,7 +755,14 @@ impl MemoryTable {
             return None;
         };
         let start = range.offset + offset;
-        r.buf.get(start..start + len)
+        if start.checked_add(len)? > r.buf.len() {
+            return None;
+        }
+        Some(RegionSlice {
+            mem: &*r.buf,
+            offset: start,
+            len,
+        })
     }
 
     fn pd_exists(&self, pd: PdId) -> bool {
@@ -789,11 +908,15 @@ mod tests {
         assert!(!m.write(&r, 1, &[2; 8]));
         assert!(!m.write(&r, usize::MAX, &[2; 2]));
         assert_eq!(
-            m.bytes(s).unwrap(),
+            m.snapshot(s).unwrap(),
             &[0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]
         );
-        assert_eq!(m.read(&r, 6, 2), Some(&[1u8, 1][..]));
-        assert_eq!(m.read(&r, 7, 2), None);
+        let mut two = [9u8; 2];
+        assert!(m.read(&r, 6, 2).expect("inside").copy_to(0, &mut two));
+        assert_eq!(two, [1, 1]);
+        assert!(m.read(&r, 7, 2).is_none());
+        let slice = m.read(&r, 0, 8).expect("inside");
+        assert!(!slice.copy_to(7, &mut two), "leaves the slice");
     }
 
     #[test]
@@ -840,7 +963,7 @@ mod tests {
         let mr = m
             .register(
                 pd,
-                (0..100).collect(),
+                (0..100).collect::<Vec<u8>>(),
                 Access::LOCAL_WRITE | Access::MW_BIND,
                 1000,
             )
@@ -854,7 +977,7 @@ mod tests {
         let (m, pd, _, mw) = window_setup();
         assert!(m.is_window(mw));
         assert!(!m.is_valid(mw));
-        assert_eq!(m.bytes(mw), None);
+        assert_eq!(m.snapshot(mw), None);
         assert_eq!(m.base_to(mw), None);
         assert_eq!(
             m.check(mw, pd, Access::REMOTE_READ, 0, 0),
@@ -924,12 +1047,12 @@ mod tests {
         assert_ne!(w, mw);
         assert_eq!(m.base_to(w), Some(1010));
         assert_eq!(m.len(w), Some(20));
-        assert_eq!(m.bytes(w).unwrap()[0], 10);
+        assert_eq!(m.snapshot(w).unwrap()[0], 10);
         let r = m.check(w, pd, Access::REMOTE_WRITE, 1010, 20).unwrap();
         assert_eq!((r.offset, r.len), (10, 20));
         assert!(m.write(&r, 0, &[0xee; 20]));
         assert!(!m.write(&r, 1, &[0xee; 20]));
-        let all = m.bytes(mr).unwrap();
+        let all = m.snapshot(mr).unwrap();
         assert!(all[10..30].iter().all(|b| *b == 0xee));
         assert_eq!((all[9], all[30]), (9, 30));
         assert_eq!(
@@ -971,15 +1094,15 @@ mod tests {
         let rr = Access::REMOTE_READ;
         let w1 = m.bind_mw(mw, mr, 0, 10, rr).unwrap();
         // Deregistration waits for the window.
-        assert_eq!(m.deregister(mr), Err(MemError::RegionHasWindows));
-        assert_eq!(m.deregister(w1), Err(MemError::NotARegion));
+        assert_eq!(m.deregister(mr).err(), Some(MemError::RegionHasWindows));
+        assert_eq!(m.deregister(w1).err(), Some(MemError::NotARegion));
         assert_eq!(m.revalidate(w1, 7), Err(MemError::NotARegion));
         // Rebinding rotates the key: the old STag stops working.
         let w2 = m.bind_mw(w1, mr, 5, 10, rr).unwrap();
         assert_eq!(w2.key(), w1.key().wrapping_add(1));
         assert_eq!(m.check(w1, pd, rr, 0, 1), Err(AccessError::InvalidStag));
         assert!(m.check(w2, pd, rr, 1005, 10).is_ok());
-        assert_eq!(m.deregister(mr), Err(MemError::RegionHasWindows));
+        assert_eq!(m.deregister(mr).err(), Some(MemError::RegionHasWindows));
         // Remote invalidation: same rules and codes as for a region.
         assert_eq!(m.invalidate_remote(w2, other), Err(AccessError::PdMismatch));
         assert_eq!(m.invalidate_remote(w2, pd), Ok(()));
@@ -1013,7 +1136,7 @@ mod tests {
             Err(AccessError::InvalidStag)
         );
         // Still counted as bound until the window lets go.
-        assert_eq!(m.deregister(mr2), Err(MemError::RegionHasWindows));
+        assert_eq!(m.deregister(mr2).err(), Some(MemError::RegionHasWindows));
         m.invalidate(w).unwrap();
         assert!(m.deregister(mr2).is_ok());
     }

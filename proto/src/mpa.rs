@@ -16,6 +16,7 @@
 //! between PAD and CRC; it never splits a field because FPDUs are 4-aligned.
 
 use crate::crc::Crc32c;
+use crate::mem::RegionSlice;
 use crate::wire::ddp::DdpControl;
 use crate::wire::fpdu::{pad_len, CRC_LEN, LEN_FIELD, MARKER_INTERVAL, MARKER_LEN};
 use crate::wire::{Marker, TermCode, WireError};
@@ -102,7 +103,26 @@ impl Framer {
     /// Append one FPDU whose ULPDU is the concatenation of `parts` to `out`.
     /// Returns the octets appended.
     pub fn emit(&mut self, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<usize, WireError> {
-        let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut p: [Part<'_>; 8] = [Part::Bytes(&[]); 8];
+        if parts.len() > p.len() {
+            let joined: Vec<u8> = parts.concat();
+            return self.emit_parts(&[Part::Bytes(&joined)], out);
+        }
+        for (d, s) in p.iter_mut().zip(parts) {
+            *d = Part::Bytes(s);
+        }
+        self.emit_parts(&p[..parts.len()], out)
+    }
+
+    /// [`emit`](Self::emit) with parts that may be slices of registered
+    /// memory: those are copied once, straight from the region into `out`,
+    /// and the CRC runs over the copy (so it covers exactly what goes out).
+    pub fn emit_parts(
+        &mut self,
+        parts: &[Part<'_>],
+        out: &mut Vec<u8>,
+    ) -> Result<usize, WireError> {
+        let ulpdu_len: usize = parts.iter().map(Part::len).sum();
         if ulpdu_len > u16::MAX as usize {
             return Err(WireError::Malformed {
                 what: "MPA FPDU",
@@ -118,12 +138,18 @@ impl Framer {
             self.put_marker(out, &mut crc, 0);
         }
         let len_pos = self.pos;
-        self.put(out, &mut crc, &(ulpdu_len as u16).to_be_bytes(), len_pos);
+        let len_field = (ulpdu_len as u16).to_be_bytes();
+        self.put(out, &mut crc, Part::Bytes(&len_field), len_pos);
         for p in parts {
-            self.put(out, &mut crc, p, len_pos);
+            self.put(out, &mut crc, *p, len_pos);
         }
         let pad = [0u8; 3];
-        self.put(out, &mut crc, &pad[..pad_len(ulpdu_len)], len_pos);
+        self.put(
+            out,
+            &mut crc,
+            Part::Bytes(&pad[..pad_len(ulpdu_len)]),
+            len_pos,
+        );
         // A marker can fall between PAD and CRC; it is inside this FPDU.
         if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
             let ptr = (self.pos - len_pos) as u16;
@@ -135,8 +161,9 @@ impl Framer {
         Ok(out.len() - start)
     }
 
-    fn put(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, mut data: &[u8], len_pos: u64) {
-        while !data.is_empty() {
+    fn put(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, data: Part<'_>, len_pos: u64) {
+        let (len, mut done) = (data.len(), 0);
+        while done < len {
             if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
                 let ptr = (self.pos - len_pos) as u16;
                 self.put_marker(out, crc, ptr);
@@ -144,15 +171,23 @@ impl Framer {
             let room = if self.markers {
                 (MARKER_INTERVAL - self.pos % MARKER_INTERVAL) as usize
             } else {
-                data.len()
+                len - done
             };
-            let n = room.min(data.len());
-            out.extend_from_slice(&data[..n]);
+            let n = room.min(len - done);
+            let at = out.len();
+            match data {
+                Part::Bytes(b) => out.extend_from_slice(&b[done..done + n]),
+                Part::Region(r) => {
+                    out.resize(at + n, 0);
+                    // Cannot fail: done + n <= r.len(), checked when the slice was made.
+                    let _ = r.copy_to(done, &mut out[at..]);
+                }
+            }
             if self.crc {
-                crc.update(&data[..n]);
+                crc.update(&out[at..]);
             }
             self.pos += n as u64;
-            data = &data[n..];
+            done += n;
         }
     }
 
@@ -167,6 +202,30 @@ impl Framer {
             crc.update(&m);
         }
         self.pos += MARKER_LEN as u64;
+    }
+}
+
+/// One piece of an outbound ULPDU.
+#[derive(Debug, Clone, Copy)]
+pub enum Part<'a> {
+    /// Octets the caller holds (headers, inline data).
+    Bytes(&'a [u8]),
+    /// Octets of a registered region, copied from it as the FPDU is built.
+    Region(RegionSlice<'a>),
+}
+
+impl Part<'_> {
+    /// Length in octets.
+    pub fn len(&self) -> usize {
+        match self {
+            Part::Bytes(b) => b.len(),
+            Part::Region(r) => r.len(),
+        }
+    }
+
+    /// Zero length.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

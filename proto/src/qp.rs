@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
-use crate::mpa::{Deframer, Framer, MpaError, UlpduSink};
+use crate::mpa::{Deframer, Framer, MpaError, Part, UlpduSink};
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -1479,7 +1479,7 @@ impl Qp {
             let last = job.off + chunk == job.len;
             // Source bytes, re-checked now (the region may have changed since
             // posting), gathered from as many entries as the segment spans.
-            let mut payload: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
+            let mut payload: [Part<'_>; MAX_SGE] = [Part::Bytes(&[]); MAX_SGE];
             let mut np = 0;
             if let Some((sgl, need)) = job.src {
                 if chunk > 0 {
@@ -1487,8 +1487,9 @@ impl Qp {
                         sgl.locate(mem, self.cfg.pd, need, job.off, chunk)
                             .and_then(|p| {
                                 for r in p.as_slice() {
-                                    payload[np] =
-                                        mem.read(r, 0, r.len).ok_or(AccessError::InvalidStag)?;
+                                    payload[np] = Part::Region(
+                                        mem.read(r, 0, r.len).ok_or(AccessError::InvalidStag)?,
+                                    );
                                     np += 1;
                                 }
                                 Ok(())
@@ -1520,11 +1521,11 @@ impl Qp {
                 };
                 let _ = h.emit(&mut hdr);
             }
-            let mut parts: [&[u8]; 2 + MAX_SGE] = [&[]; 2 + MAX_SGE];
-            parts[0] = &hdr[..hdr_len];
-            parts[1] = &job.inline[..job.inline_len];
+            let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
+            parts[0] = Part::Bytes(&hdr[..hdr_len]);
+            parts[1] = Part::Bytes(&job.inline[..job.inline_len]);
             parts[2..2 + np].copy_from_slice(&payload[..np]);
-            if self.framer.emit(&parts[..2 + np], out).is_err() {
+            if self.framer.emit_parts(&parts[..2 + np], out).is_err() {
                 break; // cannot happen: ulpdu_len <= mulpdu <= u16::MAX
             }
             fpdus += 1;

@@ -101,7 +101,11 @@ impl Script<'_> {
             .map_err(|e| ScenarioError(format!("post write: {e}")))?;
         self.run()?;
         check(
-            self.s.b.mem.bytes(dst).map(|b| &b[..len]) == Some(&d[..]),
+            self.s
+                .b
+                .mem
+                .snapshot(dst)
+                .is_some_and(|b| b.get(..len) == Some(&d[..])),
             || format!("write of {len} octets corrupted"),
         )?;
         self.done(len)
@@ -136,7 +140,11 @@ impl Script<'_> {
             .map_err(|e| ScenarioError(format!("post read: {e}")))?;
         self.run()?;
         check(
-            self.s.a.mem.bytes(sink).map(|b| &b[..len]) == Some(&d[..]),
+            self.s
+                .a
+                .mem
+                .snapshot(sink)
+                .is_some_and(|b| b.get(..len) == Some(&d[..])),
             || format!("read of {len} octets corrupted"),
         )?;
         self.done(len)
@@ -197,7 +205,11 @@ impl Script<'_> {
             check(!self.s.b.mem.is_valid(i), || "STag not invalidated".into())?;
         }
         check(
-            self.s.b.mem.bytes(rbuf).map(|b| &b[..len]) == Some(&d[..]),
+            self.s
+                .b
+                .mem
+                .snapshot(rbuf)
+                .is_some_and(|b| b.get(..len) == Some(&d[..])),
             || "send payload corrupted".into(),
         )?;
         self.done(len)

@@ -86,6 +86,6 @@ pub fn ctrl(tagged: bool, op: Opcode) -> (u8, u8) {
 pub fn snapshot(mem: &MemoryTable, stags: &[STag]) -> Vec<Vec<u8>> {
     stags
         .iter()
-        .map(|s| mem.bytes(*s).map(|b| b.to_vec()).unwrap_or_default())
+        .map(|s| mem.snapshot(*s).map(|b| b.to_vec()).unwrap_or_default())
         .collect()
 }

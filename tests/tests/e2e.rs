@@ -96,7 +96,7 @@ fn write_then_send_signals_delivery() {
         })
         .unwrap();
         s.run_until_idle(100_000).unwrap();
-        let got = s.b.mem.bytes(dst).unwrap();
+        let got = s.b.mem.snapshot(dst).unwrap();
         assert_eq!(&got[8..100_008], &data[..], "crc {crc} markers {ma}/{mb}");
         assert!(got[..8].iter().all(|b| *b == 0) && got[100_008..].iter().all(|b| *b == 0));
         assert_eq!(
@@ -114,7 +114,7 @@ fn write_then_send_signals_delivery() {
             (r.wr_id, r.opcode, r.status, r.byte_len, r.solicited),
             (9, WcOpcode::Recv, WcStatus::Success, 4, true)
         );
-        assert_eq!(&s.b.mem.bytes(rbuf).unwrap()[..4], b"done");
+        assert_eq!(&s.b.mem.snapshot(rbuf).unwrap()[..4], b"done");
         assert!(s.a.events.is_empty() && s.b.events.is_empty());
     }
 }
@@ -140,7 +140,7 @@ fn rdma_read_of_one_mebibyte_with_markers() {
     })
     .unwrap();
     s.run_until_idle(1_000_000).unwrap();
-    assert_eq!(&s.a.mem.bytes(sink).unwrap()[10..], &data[..]);
+    assert_eq!(&s.a.mem.snapshot(sink).unwrap()[10..], &data[..]);
     assert_eq!(s.a.completions.len(), 1);
     assert_eq!(
         (s.a.completions[0].opcode, s.a.completions[0].status),
@@ -364,7 +364,7 @@ fn ord_limits_outstanding_reads_and_completions_stay_in_order() {
     assert_eq!(ids, want);
     for i in 0..8 {
         assert_eq!(
-            &s.a.mem.bytes(sink).unwrap()[i * 4096..(i + 1) * 4096],
+            &s.a.mem.snapshot(sink).unwrap()[i * 4096..(i + 1) * 4096],
             &pattern(4096, 1)[..]
         );
     }

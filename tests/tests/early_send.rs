@@ -76,7 +76,7 @@ fn a_receive_posted_before_connecting_takes_a_send_that_follows_the_reply() {
         assert_eq!(c.status, WcStatus::Success, "seed {seed}: {c:?}");
         assert_eq!((c.opcode, c.byte_len), (WcOpcode::Recv, 64), "seed {seed}");
         assert_eq!(
-            s.a.mem.bytes(dst).unwrap(),
+            s.a.mem.snapshot(dst).unwrap(),
             (0..64).collect::<Vec<u8>>().as_slice(),
             "seed {seed}"
         );

@@ -131,21 +131,21 @@ fn run(seed: u64) -> (u64, u64) {
             .all(|(i, c)| c.wr_id == i as u64 && c.status == WcStatus::Success),
         "seed {seed}"
     );
-    let rm = s.b.mem.bytes(remote).unwrap();
+    let rm = s.b.mem.snapshot(remote).unwrap();
     for &(off, at, len) in &writes {
         if rm[at..at + len] != src[off..off + len] {
             let first = (0..len).find(|&k| rm[at + k] != src[off + k]).unwrap_or(0);
             panic!("seed {seed}: write mismatch at {at}+{first} of {len} (writes {writes:?}); got {:?} want {:?}", &rm[at + first..(at + first + 8).min(at + len)], &src[off + first..(off + first + 8).min(off + len)]);
         }
     }
-    let sk = s.a.mem.bytes(sink).unwrap();
+    let sk = s.a.mem.snapshot(sink).unwrap();
     for &(roff, at, len) in &reads {
         assert!(
             sk[at..at + len] == rsrc[roff..roff + len],
             "seed {seed}: read mismatch"
         );
     }
-    let rb = s.b.mem.bytes(rbuf).unwrap();
+    let rb = s.b.mem.snapshot(rbuf).unwrap();
     for (k, &(off, len)) in sends.iter().enumerate() {
         assert_eq!(s.b.completions[k].byte_len as usize, len);
         assert!(

@@ -159,10 +159,10 @@ fn two_pinned_loops_move_eight_mebibytes() {
     let (hb, sb) = b.stop().unwrap();
     let (_ha, sa) = a.stop().unwrap();
     assert!(
-        hb.mem.bytes(dst).unwrap() == &data[..],
+        hb.mem.snapshot(dst).unwrap() == data[..],
         "written data differs"
     );
-    assert_eq!(&hb.mem.bytes(rbuf).unwrap()[..4], b"done");
+    assert_eq!(&hb.mem.snapshot(rbuf).unwrap()[..4], b"done");
     assert!(
         a_done
             .iter()

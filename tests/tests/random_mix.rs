@@ -224,14 +224,14 @@ fn verify(tag: &str, sender: &Node, s: &Side, receiver: &Node, r: &Side, plan: &
         };
         assert_eq!(c.opcode, want);
     }
-    let remote = receiver.mem.bytes(r.remote).unwrap();
-    let sink = sender.mem.bytes(s.sink).unwrap();
+    let remote = receiver.mem.snapshot(r.remote).unwrap();
+    let sink = sender.mem.snapshot(s.sink).unwrap();
     let recvs: Vec<_> = receiver
         .completions
         .iter()
         .filter(|c| c.opcode == WcOpcode::Recv)
         .collect();
-    let recv_mem = receiver.mem.bytes(r.recv).unwrap();
+    let recv_mem = receiver.mem.snapshot(r.recv).unwrap();
     let mut k = 0;
     let mut write_end = 0;
     for op in &plan.ops {

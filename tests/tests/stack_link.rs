@@ -548,7 +548,7 @@ fn connected(
     let src = mem_a
         .register(
             pd_a,
-            (0..4096).map(|i| i as u8).collect(),
+            (0..4096).map(|i| i as u8).collect::<Vec<u8>>(),
             Access::LOCAL_READ,
             0,
         )

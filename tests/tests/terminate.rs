@@ -435,7 +435,7 @@ fn invalidate_case(code: TermCode, pick: impl Fn(&Victim) -> u32) {
     assert_eq!(t.code, code, "{}", t.code);
     assert_eq!(t.ddp_header, Some(untagged_hdr(d, r, stag, 0, 1, 0)));
     assert_eq!(t.ddp_segment_len, Some(21));
-    assert!(v.s.b.mem.bytes(rbuf).unwrap()[3..]
+    assert!(v.s.b.mem.snapshot(rbuf).unwrap()[3..]
         .iter()
         .all(|b| *b == 0x55));
     // No successful receive completion became visible.
@@ -492,7 +492,7 @@ fn mpa_crc_error_is_llp_0x02_without_headers() {
     v.all.retain(|s| *s != w);
     let t = provoke(&mut v, &bytes);
     assert_eq!(t, TerminateRepr::bare(TermCode::MPA_CRC));
-    let wb = v.s.b.mem.bytes(w).unwrap();
+    let wb = v.s.b.mem.snapshot(w).unwrap();
     assert!(wb[100..].iter().all(|b| *b == 0x11));
 }
 
@@ -508,7 +508,7 @@ fn mpa_marker_mismatch_is_llp_0x03() {
     v.all.retain(|s| *s != w);
     let t = provoke(&mut v, &bytes);
     assert_eq!(t, TerminateRepr::bare(TermCode::MPA_MARKER));
-    assert!(v.s.b.mem.bytes(w).unwrap()[700..]
+    assert!(v.s.b.mem.snapshot(w).unwrap()[700..]
         .iter()
         .all(|b| *b == 0x11));
 }
@@ -546,7 +546,7 @@ fn local_build_error_sends_rdmap_local_catastrophic() {
         v.s.a.completions[0].status,
         WcStatus::LocalProtection(_)
     ));
-    assert!(v.s.b.mem.bytes(v.w).unwrap().iter().all(|b| *b == 0x11));
+    assert!(v.s.b.mem.snapshot(v.w).unwrap().iter().all(|b| *b == 0x11));
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! What the examples share: two contexts, over the simulated link (no
-//! arguments) or over AF_XDP across two network namespaces (`--netns`,
-//! needs root).
+//! arguments), over AF_XDP across two network namespaces (`--netns`, needs
+//! root), or over DPDK (`--dpdk`: DPDK's `net_af_packet` driver on the same
+//! two namespaces' veth ends, one EAL for both ports; needs root and
+//! libdpdk).
 
 use std::net::Ipv4Addr;
 
-use iwarp::{Context, Polling, XdpOptions};
+use iwarp::{dpdk::Eal, Context, DpdkOptions, Polling, XdpOptions};
 use netns_harness::{End, Netns, VethPair};
 
 /// Namespaces and veth of an AF_XDP run; removed on drop.
@@ -17,12 +19,13 @@ pub struct Lab {
 
 /// The server's and the client's context, and the lab if namespaces are used.
 pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
-    if !std::env::args().any(|a| a == "--netns") {
+    let dpdk = std::env::args().any(|a| a == "--dpdk");
+    if !dpdk && !std::env::args().any(|a| a == "--netns") {
         let (s, c) = Context::sim_pair();
         return (s, c, None, "simulated link");
     }
     if let Some(why) = netns_harness::skip_reason() {
-        eprintln!("--netns: {why}");
+        eprintln!("--netns/--dpdk: {why}");
         std::process::exit(2);
     }
     let a = Netns::new("exa").expect("namespace");
@@ -34,26 +37,53 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
         veth.disable_ipv6(end).expect("ipv6");
         veth.set_up(end).expect("up");
     }
-    let opts = |end: End, ns: &Netns, last: u8, core: usize| {
-        let mut o = XdpOptions::new(veth.name(end), Ipv4Addr::new(10, 77, 7, last), 24);
-        o.netns = Some(ns.ns_path());
-        o.core = Some(core);
-        // `--busy`: loops spin without pause (one core each).
-        o.polling = if std::env::args().any(|a| a == "--busy") {
-            Polling::Busy
-        } else {
-            Polling::Adaptive
-        };
-        o
+    // `--busy`: loops spin without pause (one core each).
+    let polling = if std::env::args().any(|a| a == "--busy") {
+        Polling::Busy
+    } else {
+        Polling::Adaptive
     };
-    let server = Context::af_xdp(&opts(End::A, &a, 1, 0)).expect("AF_XDP server");
-    let client = Context::af_xdp(&opts(End::B, &b, 2, 1)).expect("AF_XDP client");
-    (
-        server,
-        client,
-        Some(Lab { veth, a, b }),
-        "AF_XDP across two namespaces",
-    )
+    let ip = |last: u8| Ipv4Addr::new(10, 77, 7, last);
+    let (server, client, how) = if dpdk {
+        // EAL pins the thread that initialises it to its main lcore, and
+        // threads spawned later inherit that: float it over all cores.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut args = Eal::vdev_args(&[]);
+        if let Some(i) = args.iter().position(|a| a == "-l") {
+            args.splice(
+                i..i + 2,
+                ["--lcores".to_owned(), format!("0@(0-{})", cores - 1)],
+            );
+        }
+        let eal = Eal::init(args).expect("EAL");
+        let opts = |end: End, ns: &Netns, n: u8, core: usize| {
+            let dev = format!("net_af_packet{n},iface={}", veth.name(end));
+            let mut o = DpdkOptions::new(&dev, ip(n + 1), 24);
+            o.netns = Some(ns.ns_path());
+            o.core = Some(core);
+            o.polling = polling;
+            o
+        };
+        (
+            Context::dpdk(&eal, &opts(End::A, &a, 0, 0)).expect("DPDK server"),
+            Context::dpdk(&eal, &opts(End::B, &b, 1, 1)).expect("DPDK client"),
+            "DPDK (net_af_packet) across two namespaces",
+        )
+    } else {
+        let opts = |end: End, ns: &Netns, last: u8, core: usize| {
+            let mut o = XdpOptions::new(veth.name(end), ip(last), 24);
+            o.netns = Some(ns.ns_path());
+            o.core = Some(core);
+            o.polling = polling;
+            o
+        };
+        (
+            Context::af_xdp(&opts(End::A, &a, 1, 0)).expect("AF_XDP server"),
+            Context::af_xdp(&opts(End::B, &b, 2, 1)).expect("AF_XDP client"),
+            "AF_XDP across two namespaces",
+        )
+    };
+    (server, client, Some(Lab { veth, a, b }), how)
 }
 
 /// Percentile of sorted nanoseconds, in microseconds.

@@ -279,17 +279,17 @@ fn sgl_round(gather: &[(usize, u64, u32)], scatter: &[(usize, u64, u32)], mulpdu
     // Send: scattered over b's receive list, nothing else touched.
     let mut want = vec![vec![0xdd; REGION], vec![0xdd; REGION]];
     scatter_model(&mut want, scatter, &msg);
-    assert_eq!(b.mem.bytes(rbuf[0]).unwrap(), &want[0][..]);
-    assert_eq!(b.mem.bytes(rbuf[1]).unwrap(), &want[1][..]);
+    assert_eq!(b.mem.snapshot(rbuf[0]).unwrap(), &want[0][..]);
+    assert_eq!(b.mem.snapshot(rbuf[1]).unwrap(), &want[1][..]);
     // Write: gathered, contiguous at the remote TO.
     let mut wd = vec![0xcc; 4 * REGION];
     wd[5..5 + msg.len()].copy_from_slice(&msg);
-    assert_eq!(b.mem.bytes(rdst).unwrap(), &wd[..]);
+    assert_eq!(b.mem.snapshot(rdst).unwrap(), &wd[..]);
     // Read: the response scattered over a's sink list.
     let mut want = vec![vec![0xee; REGION], vec![0xee; REGION]];
     scatter_model(&mut want, scatter, &rsrc_img[11..11 + t as usize]);
-    assert_eq!(a.mem.bytes(sink[0]).unwrap(), &want[0][..]);
-    assert_eq!(a.mem.bytes(sink[1]).unwrap(), &want[1][..]);
+    assert_eq!(a.mem.snapshot(sink[0]).unwrap(), &want[0][..]);
+    assert_eq!(a.mem.snapshot(sink[1]).unwrap(), &want[1][..]);
     assert!(events(&mut a.qp).is_empty() && events(&mut b.qp).is_empty());
 }
 
@@ -387,7 +387,7 @@ fn entry_that_goes_away_fails_the_segment_that_reaches_it() {
     );
     // The segments from the first entry went out (56 octets each) before the
     // one reaching into the second entry failed.
-    let got = b.mem.bytes(dst).unwrap();
+    let got = b.mem.snapshot(dst).unwrap();
     assert_eq!(&got[..56], &pattern(100, 1)[..56]);
     assert!(got[112..].iter().all(|b| *b == 0));
 }
@@ -459,7 +459,7 @@ fn unsignaled_success_is_silent_but_keeps_its_place() {
     let c = comps(&mut a.qp);
     assert_eq!(statuses(&c), vec![(4, WcStatus::Success)]);
     assert_eq!(c[0].byte_len, 4);
-    assert_eq!(&a.mem.bytes(sink).unwrap()[..16], &pattern(64, 1)[..16]);
+    assert_eq!(&a.mem.snapshot(sink).unwrap()[..16], &pattern(64, 1)[..16]);
     assert_eq!(comps(&mut b.qp).len(), 2);
 }
 
@@ -569,7 +569,7 @@ impl WinFix {
         }
     }
     fn image(&self) -> Vec<u8> {
-        self.b.mem.bytes(self.mr).unwrap().to_vec()
+        self.b.mem.snapshot(self.mr).unwrap().to_vec()
     }
     fn post(&mut self, wr: WorkRequest) {
         self.a.qp.post_send(&self.a.mem, wr).unwrap();
@@ -577,10 +577,10 @@ impl WinFix {
     /// Provoke: run, check the MR did not change, return the Terminate.
     fn provoke(&mut self) -> TerminateRepr {
         let before = self.image();
-        let foreign = self.b.mem.bytes(self.foreign).unwrap().to_vec();
+        let foreign = self.b.mem.snapshot(self.foreign).unwrap().to_vec();
         let t = terminate_seen(&mut self.a, &mut self.b);
         assert_eq!(self.image(), before, "memory changed");
-        assert_eq!(self.b.mem.bytes(self.foreign).unwrap(), &foreign[..]);
+        assert_eq!(self.b.mem.snapshot(self.foreign).unwrap(), &foreign[..]);
         t
     }
 }
@@ -609,9 +609,9 @@ fn window_write_and_read_land_inside_the_window() {
     let read_back = want[94..114].to_vec();
     want[192..224].copy_from_slice(&src[200..232]);
     assert_eq!(f.image(), want);
-    assert_eq!(&f.a.mem.bytes(f.sink).unwrap()[..20], &read_back[..]);
+    assert_eq!(&f.a.mem.snapshot(f.sink).unwrap()[..20], &read_back[..]);
     assert_eq!(
-        &f.a.mem.bytes(f.sink).unwrap()[32..64],
+        &f.a.mem.snapshot(f.sink).unwrap()[32..64],
         &pattern(256, 9)[128..160]
     );
     assert!(events(&mut f.b.qp).is_empty());
@@ -670,11 +670,11 @@ fn window_read_terminates_and_the_read_completes_with_remote_access() {
         f.post(write(3, sge(src, 0, 4), dst, MR_BASE + 64));
         let mut want = f.image();
         want[64..68].copy_from_slice(&pattern(256, 1)[..4]);
-        let before = f.b.mem.bytes(f.foreign).unwrap().to_vec();
+        let before = f.b.mem.snapshot(f.foreign).unwrap().to_vec();
         let t = terminate_seen(&mut f.a, &mut f.b);
         // Only the first Write landed: the one after the Read was dropped.
         assert_eq!(f.image(), want);
-        assert_eq!(f.b.mem.bytes(f.foreign).unwrap(), &before[..]);
+        assert_eq!(f.b.mem.snapshot(f.foreign).unwrap(), &before[..]);
         assert_eq!(t.code, code, "{}", t.code);
         // RFC 5040 §7.1 case 3: DDP and RDMA headers of the Read Request.
         let rr = t.rdma_header.unwrap();
@@ -727,7 +727,10 @@ fn send_with_invalidate_revokes_a_window() {
         (100, WcStatus::Success, Some(w))
     );
     assert!(!f.b.mem.is_valid(w));
-    assert_eq!(&f.b.mem.bytes(f.recv).unwrap()[..3], &pattern(256, 1)[..3]);
+    assert_eq!(
+        &f.b.mem.snapshot(f.recv).unwrap()[..3],
+        &pattern(256, 1)[..3]
+    );
 
     // A window of another PD cannot be invalidated through this stream.
     let mut f = WinFix::new();
@@ -836,7 +839,7 @@ fn srq_is_shared_between_queue_pairs() {
             .collect::<Vec<_>>(),
         vec![(11, WcStatus::Success, 100)]
     );
-    let mem = h.mem.bytes(buf).unwrap();
+    let mem = h.mem.snapshot(buf).unwrap();
     assert_eq!(&mem[..70], &msgs[0][..]);
     assert_eq!(&mem[100..200], &msgs[1][..]);
     assert_eq!(mem[200], msgs[2][0]);
@@ -877,7 +880,7 @@ fn srq_is_postable_from_another_thread() {
         .iter()
         .enumerate()
         .all(|(i, c)| c.wr_id == i as u64 && c.status == WcStatus::Success));
-    assert_eq!(h.mem.bytes(buf).unwrap(), &pattern(8 * 64, 4)[..]);
+    assert_eq!(h.mem.snapshot(buf).unwrap(), &pattern(8 * 64, 4)[..]);
     assert!(h.srq.is_empty());
 }
 
@@ -923,8 +926,8 @@ fn srq_buffer_failing_its_checks_is_a_local_protection_error() {
         statuses(&comps(&mut h.qps[0])),
         vec![(5, WcStatus::LocalProtection(AccessError::Access))]
     );
-    assert!(h.mem.bytes(ok).unwrap().iter().all(|b| *b == 0));
-    assert!(h.mem.bytes(ro).unwrap().iter().all(|b| *b == 0x77));
+    assert!(h.mem.snapshot(ok).unwrap().iter().all(|b| *b == 0));
+    assert!(h.mem.snapshot(ro).unwrap().iter().all(|b| *b == 0x77));
     // The next buffer stays for the other QPs.
     assert_eq!(h.srq.len(), 1);
 }
@@ -1161,8 +1164,8 @@ fn inline_send_and_write_land_without_a_registered_source() {
         (c[0].wr_id, c[0].opcode, c[0].byte_len, c[0].solicited),
         (50, WcOpcode::Recv, 64, true)
     );
-    assert_eq!(&b.mem.bytes(r).unwrap()[..64], &msg[..64]);
-    let d = b.mem.bytes(dst).unwrap();
+    assert_eq!(&b.mem.snapshot(r).unwrap()[..64], &msg[..64]);
+    let d = b.mem.snapshot(dst).unwrap();
     assert_eq!(&d[8..48], &msg[..40]);
     assert!(d[..8].iter().chain(&d[48..]).all(|&x| x == 0));
 }
