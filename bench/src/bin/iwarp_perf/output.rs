@@ -274,20 +274,33 @@ fn glyph(c: char) -> [u8; 7] {
     }
 }
 
-/// A round step for about `n` intervals over `0..range`: 1, 2 or 5 × 10^k.
-fn nice_step(range: f64, n: f64) -> f64 {
-    let raw = (range / n).max(1e-9);
-    let mag = 10f64.powf(raw.log10().floor());
-    let f = raw / mag;
-    mag * if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
+/// The y axis's decades: `10^lo` at or below the smallest positive value,
+/// `10^hi` above the largest (at least one decade apart; 1..10 µs when
+/// there is nothing to plot).
+fn y_decades(values: impl Iterator<Item = f64>) -> (i32, i32) {
+    let (mut min, mut max) = (f64::INFINITY, 0f64);
+    for v in values.filter(|v| *v > 0.0 && v.is_finite()) {
+        min = min.min(v);
+        max = max.max(v);
     }
+    if max <= 0.0 {
+        return (0, 1);
+    }
+    let lo = min.log10().floor() as i32;
+    let hi = ((max * 1.05).log10().ceil() as i32).max(lo + 1);
+    (lo, hi)
+}
+
+/// Tick values 1, 2, 5 × 10^k from `10^lo` to `10^hi`.
+fn y_ticks(lo: i32, hi: i32) -> Vec<f64> {
+    let mut v = Vec::new();
+    for k in lo..hi {
+        for d in [1.0, 2.0, 5.0] {
+            v.push(d * 10f64.powi(k));
+        }
+    }
+    v.push(10f64.powi(hi));
+    v
 }
 
 /// One curve: its legend label, a colour, a histogram.
@@ -301,11 +314,13 @@ pub struct Curve<'a> {
 const XMAX: f64 = 5.0;
 const X_TICKS: [&str; 6] = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
 pub const X_LABEL: &str = "percentile";
-pub const Y_LABEL: &str = "latency (µs)";
+pub const Y_LABEL: &str = "latency (µs, log scale)";
 
 /// Latency by percentile: x = log10(1/(1-p)) from 0 (p=0) to 5
-/// (p=99.999%), labelled in percent; y = latency in µs, linear from 0,
-/// with round tick values. Grid lines at 90%, 99%, 99.9%, 99.99% and at
+/// (p=99.999%), labelled in percent; y = latency in µs on a log scale from
+/// the decade below the smallest value to the decade above the largest,
+/// ticks at 1, 2 and 5 per decade (so one multi-millisecond outlier does
+/// not flatten the curves). Grid lines at 90%, 99%, 99.9%, 99.99% and at
 /// every y tick; axis labels; a legend naming each curve in its colour.
 pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()> {
     let (w, h) = (900usize, 560usize);
@@ -334,32 +349,30 @@ pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()
             v
         })
         .collect();
-    let top = pts.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max) * 1.05;
-    let step = nice_step(top, 8.0);
-    let steps = (top / step).ceil().clamp(1.0, 20.0) as i64;
-    let ymax = step * steps as f64;
+    let (lo, hi) = y_decades(pts.iter().flatten().map(|p| p.1));
     let (pw, ph) = (w as f64 - ml - mr, h as f64 - mt - mb);
-    let to_px = |x: f64, y: f64| (ml + x / XMAX * pw, mt + ph - y / ymax * ph);
+    let ylog = |y: f64| (y.max(10f64.powi(lo)).log10() - f64::from(lo)) / f64::from(hi - lo);
+    let to_px = |x: f64, y: f64| (ml + x / XMAX * pw, mt + ph - ylog(y) * ph);
+    let (ymin, ymax) = (10f64.powi(lo), 10f64.powi(hi));
     let (grey, black) = ([220, 220, 220], [0, 0, 0]);
     for k in 1..=XMAX as i64 {
-        cv.line(to_px(k as f64, 0.0), to_px(k as f64, ymax), grey, 1);
+        cv.line(to_px(k as f64, ymin), to_px(k as f64, ymax), grey, 1);
     }
-    for k in 1..=steps {
-        let y = step * k as f64;
+    let ticks = y_ticks(lo, hi);
+    for &y in &ticks {
         cv.line(to_px(0.0, y), to_px(XMAX, y), grey, 1);
     }
-    cv.line(to_px(0.0, 0.0), to_px(XMAX, 0.0), black, 2);
-    cv.line(to_px(0.0, 0.0), to_px(0.0, ymax), black, 2);
+    cv.line(to_px(0.0, ymin), to_px(XMAX, ymin), black, 2);
+    cv.line(to_px(0.0, ymin), to_px(0.0, ymax), black, 2);
     // Tick values.
-    let decimals = if step >= 1.0 {
-        0
-    } else {
-        (-step.log10()).ceil() as usize
-    };
-    for k in 0..=steps {
-        let y = step * k as f64;
+    for &y in &ticks {
         let (px, py) = to_px(0.0, y);
         cv.line((px - 6.0, py), (px, py), black, 1);
+        let decimals = if y >= 1.0 {
+            0
+        } else {
+            (-y.log10()).ceil() as usize
+        };
         let s = format!("{y:.decimals$}");
         cv.text(
             px as i64 - 10 - text_width(&s, 2),
@@ -371,14 +384,14 @@ pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()
         );
     }
     for (k, s) in X_TICKS.iter().enumerate() {
-        let (px, py) = to_px(k as f64, 0.0);
+        let (px, py) = to_px(k as f64, ymin);
         cv.line((px, py), (px, py + 6.0), black, 1);
         // The last value is kept inside the image.
         let x = (px as i64 - text_width(s, 2) / 2).min(w as i64 - 4 - text_width(s, 2));
         cv.text(x, py as i64 + 10, s, black, 2, false);
     }
     // Axis labels.
-    let (cx, _) = to_px(XMAX / 2.0, 0.0);
+    let (cx, _) = to_px(XMAX / 2.0, ymin);
     cv.text(
         cx as i64 - text_width(X_LABEL, 2) / 2,
         h as i64 - 26,
@@ -387,7 +400,7 @@ pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()
         2,
         false,
     );
-    let (_, cy) = to_px(0.0, ymax / 2.0);
+    let (_, cy) = to_px(0.0, (ymin * ymax).sqrt());
     cv.text(
         8,
         cy as i64 + text_width(Y_LABEL, 2) / 2,
@@ -460,10 +473,11 @@ mod tests {
     }
 
     #[test]
-    fn nice_steps() {
-        assert_eq!(nice_step(10.0, 10.0), 1.0);
-        assert_eq!(nice_step(1500.0, 8.0), 200.0);
-        assert_eq!(nice_step(33.0, 8.0), 5.0);
-        assert!((nice_step(0.3, 8.0) - 0.05).abs() < 1e-12);
+    fn log_axis_spans_whole_decades_around_the_data() {
+        assert_eq!(y_decades([7.4, 13.2, 25_000.0].into_iter()), (0, 5));
+        assert_eq!(y_decades([0.3, 0.9].into_iter()), (-1, 0));
+        assert_eq!(y_decades([10.0].into_iter()), (1, 2));
+        assert_eq!(y_decades(std::iter::empty()), (0, 1));
+        assert_eq!(y_ticks(0, 1), [1.0, 2.0, 5.0, 10.0]);
     }
 }
