@@ -1484,16 +1484,16 @@ impl StackArgs {
         let addr: Ipv4Addr = addr.parse().map_err(|_| format!("--ip {ip}: not IPv4"))?;
         let mut x = iwarp::XdpOptions::new(iface, addr, prefix);
         if let Some(g) = &self.gateway {
-            x.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
+            x.host.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
         }
-        x.core = self.core;
-        x.polling = if self.busy {
+        x.host.core = self.core;
+        x.host.polling = if self.busy {
             iwarp::Polling::Busy
         } else {
             iwarp::Polling::Adaptive
         };
         if let Some(ns) = &self.netns {
-            x.netns = Some(if ns.contains('/') {
+            x.host.netns = Some(if ns.contains('/') {
                 ns.into()
             } else {
                 format!("/var/run/netns/{ns}").into()
@@ -1618,7 +1618,7 @@ mod tests {
         assert_eq!(o.server, Some(Ipv4Addr::new(10, 0, 0, 2)));
         let x = s.xdp().unwrap();
         assert_eq!(x.iface, "veth0");
-        assert_eq!(x.ip, Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(x.host.ip, Ipv4Addr::new(10, 0, 0, 1));
         let (o, _) = parse(Kind::WriteBw, &a("-R")).unwrap();
         assert_eq!(
             (o.size, o.iters, o.tx_depth, o.server),

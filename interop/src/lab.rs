@@ -244,8 +244,8 @@ impl Lab {
     /// namespace, address [`HOST`].
     pub fn context(&self) -> Result<Context, iwarp::Error> {
         let mut o = XdpOptions::new(VETH, HOST, 24);
-        o.netns = Some(PathBuf::from(format!("/var/run/netns/{NETNS}")));
-        o.polling = Polling::Adaptive;
+        o.host.netns = Some(PathBuf::from(format!("/var/run/netns/{NETNS}")));
+        o.host.polling = Polling::Adaptive;
         Context::af_xdp(&o)
     }
 }

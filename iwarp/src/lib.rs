@@ -100,11 +100,11 @@ impl Polling {
     }
 }
 
-/// Settings of an AF_XDP context.
+/// Where and how a context on a real interface runs: our address, the
+/// poll loop's core and idle behaviour, the namespace to open the device in.
+/// Shared by [`XdpOptions`] and [`DpdkOptions`].
 #[derive(Debug, Clone)]
-pub struct XdpOptions {
-    /// Interface to take over (queue 0).
-    pub iface: String,
+pub struct HostOptions {
     /// Our address (not configured in the kernel).
     pub ip: Ipv4Addr,
     /// Prefix length of our subnet.
@@ -115,8 +115,31 @@ pub struct XdpOptions {
     pub core: Option<usize>,
     /// Idle behaviour of the poll loop.
     pub polling: Polling,
-    /// Open the interface inside this network namespace (`/var/run/netns/NAME`).
+    /// Open the device inside this network namespace (`/var/run/netns/NAME`).
     pub netns: Option<PathBuf>,
+}
+
+impl HostOptions {
+    /// `ip/prefix_len`, no gateway, adaptive polling, no pinning, this namespace.
+    pub fn new(ip: Ipv4Addr, prefix_len: u8) -> Self {
+        HostOptions {
+            ip,
+            prefix_len,
+            gateway: None,
+            core: None,
+            polling: Polling::Adaptive,
+            netns: None,
+        }
+    }
+}
+
+/// Settings of an AF_XDP context.
+#[derive(Debug, Clone)]
+pub struct XdpOptions {
+    /// Interface to take over (queue 0).
+    pub iface: String,
+    /// Address, core, polling, namespace.
+    pub host: HostOptions,
 }
 
 impl XdpOptions {
@@ -124,12 +147,7 @@ impl XdpOptions {
     pub fn new(iface: &str, ip: Ipv4Addr, prefix_len: u8) -> Self {
         XdpOptions {
             iface: iface.to_owned(),
-            ip,
-            prefix_len,
-            gateway: None,
-            core: None,
-            polling: Polling::Adaptive,
-            netns: None,
+            host: HostOptions::new(ip, prefix_len),
         }
     }
 }
@@ -138,24 +156,13 @@ impl XdpOptions {
 #[derive(Debug, Clone)]
 pub struct DpdkOptions {
     /// Port name (`net_af_packet0`, a PCI address) or devargs to hot-plug
-    /// (`net_af_packet0,iface=eth1`).
+    /// (`net_af_packet0,iface=eth1`); with `host.netns`, hot-plugged inside
+    /// that namespace, where `net_af_packet`/`net_af_xdp` find their interface.
     pub port: String,
     /// Descriptor ring sizes of the port's queue 0.
     pub queues: dpdk::Queues,
-    /// Our address (not configured in the kernel).
-    pub ip: Ipv4Addr,
-    /// Prefix length of our subnet.
-    pub prefix_len: u8,
-    /// Router for off-link peers.
-    pub gateway: Option<Ipv4Addr>,
-    /// Core for the poll loop.
-    pub core: Option<usize>,
-    /// Idle behaviour of the poll loop.
-    pub polling: Polling,
-    /// Open (hot-plug) the port inside this network namespace
-    /// (`/var/run/netns/NAME`): where `net_af_packet`/`net_af_xdp` find
-    /// their interface.
-    pub netns: Option<PathBuf>,
+    /// Address, core, polling, namespace.
+    pub host: HostOptions,
 }
 
 impl DpdkOptions {
@@ -164,27 +171,20 @@ impl DpdkOptions {
         DpdkOptions {
             port: port.to_owned(),
             queues: dpdk::Queues::default(),
-            ip,
-            prefix_len,
-            gateway: None,
-            core: None,
-            polling: Polling::Adaptive,
-            netns: None,
+            host: HostOptions::new(ip, prefix_len),
         }
     }
 }
 
 /// The stack's configuration on a real interface.
-fn device_config(
-    mac: [u8; 6],
-    mtu: usize,
-    ip: Ipv4Addr,
-    prefix_len: u8,
-    gateway: Option<Ipv4Addr>,
-) -> Result<StackConfig, Error> {
-    let mut icfg = IfaceConfig::new(EthernetAddress(mac), Ipv4Address(ip.octets()), prefix_len);
+fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackConfig, Error> {
+    let mut icfg = IfaceConfig::new(
+        EthernetAddress(mac),
+        Ipv4Address(host.ip.octets()),
+        host.prefix_len,
+    );
     icfg.mtu = mtu;
-    icfg.gateway = gateway.map(|g| Ipv4Address(g.octets()));
+    icfg.gateway = host.gateway.map(|g| Ipv4Address(g.octets()));
     let mut cfg = StackConfig::new(icfg);
     cfg.tcp.rto_min = 5_000_000;
     // RFC 6528: the ISN secret must be unguessable; the kernel's RNG.
@@ -437,19 +437,14 @@ impl Context {
     /// A context on an interface through AF_XDP (needs root or
     /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW).
     pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
-        let xcfg = iwarp_xdp::Config::new(&opts.iface, opts.ip.octets());
-        let dev = match &opts.netns {
+        let host = &opts.host;
+        let xcfg = iwarp_xdp::Config::new(&opts.iface, host.ip.octets());
+        let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
             None => iwarp_xdp::XdpDevice::open(&xcfg)?,
         };
-        let cfg = device_config(
-            dev.mac_address(),
-            dev.mtu() as usize,
-            opts.ip,
-            opts.prefix_len,
-            opts.gateway,
-        )?;
-        Ok(Context::start(cfg, dev, opts.core, opts.polling))
+        let cfg = device_config(dev.mac_address(), dev.mtu() as usize, host)?;
+        Ok(Context::start(cfg, dev, host.core, host.polling))
     }
 
     /// A context on a DPDK ethdev port: a PCI device or `--vdev` the EAL
@@ -467,19 +462,14 @@ impl Context {
     /// # let _ = ctx; Ok(()) }
     /// ```
     pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
+        let host = &opts.host;
         let open = || dpdk::Port::open(eal, &opts.port, opts.queues);
-        let dev = match &opts.netns {
+        let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, open)??,
             None => open()?,
         };
-        let cfg = device_config(
-            dev.mac_address(),
-            usize::from(dev.mtu()),
-            opts.ip,
-            opts.prefix_len,
-            opts.gateway,
-        )?;
-        Ok(Context::start(cfg, dev, opts.core, opts.polling))
+        let cfg = device_config(dev.mac_address(), usize::from(dev.mtu()), host)?;
+        Ok(Context::start(cfg, dev, host.core, host.polling))
     }
 
     /// Our address.

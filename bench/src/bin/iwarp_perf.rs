@@ -325,9 +325,9 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
             std::net::Ipv4Addr::new(10, 78, 0, last),
             24,
         );
-        o.netns = Some(ns.ns_path());
-        o.core = Some(core);
-        o.polling = if args.busy {
+        o.host.netns = Some(ns.ns_path());
+        o.host.core = Some(core);
+        o.host.polling = if args.busy {
             iwarp::Polling::Busy
         } else {
             iwarp::Polling::Adaptive

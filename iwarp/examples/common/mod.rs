@@ -59,9 +59,9 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
         let opts = |end: End, ns: &Netns, n: u8, core: usize| {
             let dev = format!("net_af_packet{n},iface={}", veth.name(end));
             let mut o = DpdkOptions::new(&dev, ip(n + 1), 24);
-            o.netns = Some(ns.ns_path());
-            o.core = Some(core);
-            o.polling = polling;
+            o.host.netns = Some(ns.ns_path());
+            o.host.core = Some(core);
+            o.host.polling = polling;
             o
         };
         (
@@ -72,9 +72,9 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
     } else {
         let opts = |end: End, ns: &Netns, last: u8, core: usize| {
             let mut o = XdpOptions::new(veth.name(end), ip(last), 24);
-            o.netns = Some(ns.ns_path());
-            o.core = Some(core);
-            o.polling = polling;
+            o.host.netns = Some(ns.ns_path());
+            o.host.core = Some(core);
+            o.host.polling = polling;
             o
         };
         (
