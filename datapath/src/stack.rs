@@ -985,10 +985,7 @@ impl crate::runtime::Engine for Stack {
                 offset,
                 len,
             } => {
-                let data = self
-                    .mem
-                    .snapshot(stag)
-                    .and_then(|b| b.get(offset..offset.checked_add(len)?).map(<[u8]>::to_vec));
+                let data = self.mem.copy_out(stag, offset, len);
                 self.pending_out.push_back(Output::Memory { token, data });
             }
             Command::Memory(op) => (op.0)(&mut self.mem),

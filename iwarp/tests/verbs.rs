@@ -173,14 +173,7 @@ fn a_write_outside_the_region_draws_a_terminate_and_flushes() {
         let wc = p.scq.wait(T).unwrap();
         assert_eq!((wc.wr_id, wc.status), (i, Status::Wc(WcStatus::Flushed)));
     }
-    let deadline = std::time::Instant::now() + T;
-    let term = loop {
-        if let Some(QpEvent::TerminateReceived(t)) = p.client.poll_event() {
-            break t;
-        }
-        assert!(std::time::Instant::now() < deadline, "no Terminate");
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let term = terminate_of(&p.client);
     // RFC 5041 §7.2: DDP layer, tagged buffer error, base or bounds violation.
     assert_eq!(
         (term.code.layer, term.code.etype, term.code.ecode),
@@ -708,14 +701,7 @@ fn memory_window_bounds_remote_access_and_invalidation_revokes_it() {
         remote_to: 4096,
     })
     .unwrap();
-    let deadline = std::time::Instant::now() + T;
-    let term = loop {
-        if let Some(QpEvent::TerminateReceived(t)) = cqp.poll_event() {
-            break t;
-        }
-        assert!(std::time::Instant::now() < deadline, "no Terminate");
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let term = terminate_of(&cqp);
     // RFC 5041 §7.2: tagged buffer error, invalid STag.
     assert_eq!(
         (term.code.layer, term.code.etype, term.code.ecode),
@@ -804,7 +790,7 @@ fn connecting_to_nobody_times_out_when_asked() {
     );
 }
 
-/// Wait for the client's Terminate (decoded) event.
+/// Wait for `qp`'s Terminate-received event (decoded).
 fn terminate_of(qp: &Qp) -> iwarp::TerminateRepr {
     let deadline = std::time::Instant::now() + T;
     loop {

@@ -644,12 +644,21 @@ impl MemoryTable {
     /// A copy of the memory (the owner's view; no access-right check): a
     /// region's, or the part of its region a bound window covers.
     pub fn snapshot(&self, stag: STag) -> Option<Vec<u8>> {
+        self.copy_out(stag, 0, self.len(stag)?)
+    }
+
+    /// A copy of `len` octets at `offset` of a region or bound window (the
+    /// owner's view; no access-right check). `None` if it does not fit.
+    pub fn copy_out(&self, stag: STag, offset: usize, len: usize) -> Option<Vec<u8>> {
         let (index, lo, hi) = self.span(stag)?;
+        if offset.checked_add(len)? > hi - lo {
+            return None;
+        }
         let Some(Object::Region(r)) = self.slots.get(index as usize)?.obj.as_ref() else {
             return None;
         };
-        let mut out = vec![0; hi - lo];
-        r.buf.read_at(lo, &mut out).then_some(out)
+        let mut out = vec![0; len];
+        r.buf.read_at(lo + offset, &mut out).then_some(out)
     }
 
     /// Copy `data` to octet `offset` of a region or bound window (the
