@@ -566,7 +566,13 @@ impl XskSocket {
         if self.tx.unpublished() > 0 {
             self.tx.submit();
         }
-        if self.tx.in_flight() > 0 && (!self.need_wakeup || self.tx.needs_wakeup()) {
+        // Copy mode: only sendto moves the TX ring (the kernel's generic
+        // transmit takes at most 32 descriptors a call and answers EAGAIN
+        // for the rest), so kick whenever descriptors wait, whatever the
+        // need_wakeup flag says; zero-copy drivers clear the flag while
+        // their NAPI loop drains the ring.
+        let kick = self.mode == XskMode::Copy || !self.need_wakeup || self.tx.needs_wakeup();
+        if self.tx.in_flight() > 0 && kick {
             self.counters.tx_kicks += 1;
             match sys::kick_tx(self.fd.as_fd()) {
                 Ok(()) => {}
