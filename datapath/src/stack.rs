@@ -830,6 +830,7 @@ impl Stack {
                 sum.challenge_acks += t.challenge_acks;
                 sum.delivered += t.delivered;
                 sum.sack_skipped += t.sack_skipped;
+                sum.spurious_rto_undone += t.spurious_rto_undone;
                 let key = (
                     sock.remote,
                     sock.tcp().remote_port(),

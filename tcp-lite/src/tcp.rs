@@ -135,6 +135,9 @@ pub struct Stats {
     pub delivered: u64,
     /// Retransmission runs skipped because the peer SACKed them.
     pub sack_skipped: u64,
+    /// Retransmission timeouts found spurious by their timestamps and
+    /// undone (RFC 3522 detection, RFC 4015 response).
+    pub spurious_rto_undone: u64,
 }
 
 /// The send buffer: unacknowledged and unsent octets, contiguous so a
@@ -219,6 +222,13 @@ pub struct Connection {
     // Congestion control (RFC 5681, RFC 6582).
     cwnd: usize,
     ssthresh: usize,
+    /// Octets acknowledged in congestion avoidance since cwnd last grew
+    /// (byte counting, RFC 3465 §2.1).
+    ca_acked: usize,
+    /// Set by a retransmission timeout: cwnd and ssthresh before it, and
+    /// our timestamp when it fired. An ACK echoing an older timestamp was
+    /// for the original transmission: the timeout was spurious (RFC 3522).
+    rto_undo: Option<(usize, usize, u32)>,
     dupacks: u32,
     recover: u32,
     in_recovery: bool,
@@ -282,6 +292,8 @@ impl Connection {
             // RFC 5681 §3.1: IW of up to 4 segments for small MSS; we use 10 (RFC 6928).
             cwnd: 10 * mss,
             ssthresh: usize::MAX,
+            ca_acked: 0,
+            rto_undo: None,
             dupacks: 0,
             recover: iss,
             in_recovery: false,
@@ -380,6 +392,10 @@ impl Connection {
     /// Octets accepted by `send` and not yet acknowledged.
     pub fn unacked(&self) -> usize {
         self.snd_buf.len()
+    }
+    /// Congestion window (octets).
+    pub fn cwnd(&self) -> usize {
+        self.cwnd
     }
     /// Current RTO.
     pub fn rto(&self) -> u64 {
@@ -789,6 +805,21 @@ impl Connection {
             if lt(self.snd_nxt, ack) {
                 self.snd_nxt = ack;
             }
+            // Eifel detection (RFC 3522 §3.2): the first ACK after a
+            // timeout echoes a timestamp older than the retransmission, so
+            // it acknowledges the original: the timeout was spurious (a
+            // stalled peer or a descheduled loop, not loss). Undo its
+            // window reduction (RFC 4015 §4) and go on with new data.
+            if let Some((cwnd, ssthresh, rto_ts)) = self.rto_undo.take() {
+                if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
+                    if (ts.tsecr.wrapping_sub(rto_ts) as i32) < 0 {
+                        self.cwnd = cwnd;
+                        self.ssthresh = ssthresh;
+                        self.snd_nxt = self.snd_max;
+                        self.stats.spurious_rto_undone += 1;
+                    }
+                }
+            }
             self.sacked.retain(|&(_, r)| lt(ack, r));
             self.retries = 0;
             if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
@@ -812,9 +843,19 @@ impl Connection {
                     self.cwnd = self.cwnd.saturating_sub(acked).saturating_add(self.snd_mss);
                 }
             } else if self.cwnd < self.ssthresh {
-                self.cwnd += acked.min(self.snd_mss); // slow start (RFC 5681 §3.1)
+                // Slow start, counting octets (RFC 3465 §2.2): a stretch
+                // ACK (the receiver acknowledges once per poll round, often
+                // dozens of segments) grows the window by what it covers,
+                // as Linux does, not by one segment.
+                self.cwnd = (self.cwnd + acked).min(self.ssthresh.max(self.cwnd + self.snd_mss));
             } else {
-                self.cwnd += (self.snd_mss * self.snd_mss / self.cwnd).max(1); // congestion avoidance
+                // Congestion avoidance by byte counting (RFC 5681 §3.1,
+                // RFC 3465 §2.1): one segment per window acknowledged.
+                self.ca_acked += acked;
+                while self.ca_acked >= self.cwnd {
+                    self.ca_acked -= self.cwnd;
+                    self.cwnd += self.snd_mss;
+                }
             }
             self.dupacks = 0;
             // RFC 6298 §5.2/5.3: restart or stop the timer.
@@ -967,12 +1008,16 @@ impl Connection {
                 return;
             }
             self.stats.rto_retransmits += 1;
+            if self.retries == 1 && self.ts_on {
+                self.rto_undo = Some((self.cwnd, self.ssthresh, self.ts_now(now)));
+            }
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.t_rtx = Some(now + self.rto);
             self.rtt_probe = None; // Karn
                                    // RFC 5681 §3.1 eq. 4: after a timeout the window is one segment.
             self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
             self.cwnd = self.snd_mss;
+            self.ca_acked = 0;
             self.in_recovery = false;
             self.dupacks = 0;
             match self.state {
@@ -1513,6 +1558,64 @@ mod tests {
         assert_eq!(p.a.mss(), 1448);
         assert!(p.a.sack_on && p.b.sack_on);
         assert_eq!((p.a.snd_shift, p.b.snd_shift), (7, 7));
+    }
+
+    #[test]
+    fn slow_start_counts_the_octets_a_stretch_ack_covers() {
+        // RFC 3465 §2.2: one ACK for the whole initial window (the receiver
+        // acknowledges once per poll round) doubles the window, where
+        // counting ACKs would add one segment.
+        let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        let iw = p.a.cwnd();
+        assert_eq!(iw, 10 * p.a.snd_mss);
+        p.a.send(&data(64 << 10, 3));
+        // Let a send its window, b take all of it and answer once.
+        assert!(p.run(100, |p| p.a.snd_una != p.a.iss.wrapping_add(1)));
+        assert_eq!(p.a.cwnd(), 2 * iw, "one stretch ACK for ten segments");
+    }
+
+    #[test]
+    fn a_spurious_timeout_is_detected_by_timestamps_and_undone() {
+        // The peer is slow, not lossy: its ACK (50 ms away) arrives after a
+        // 1 ms RTO fired. The ACK echoes the original segment's timestamp,
+        // older than the retransmission (RFC 3522), so the window comes
+        // back (RFC 4015) instead of restarting from one segment.
+        let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p.latency = 50_000_000;
+        let before = p.a.cwnd();
+        p.a.send(&data(8 << 10, 4));
+        assert!(p.run(20_000, |p| p.a.unacked() == 0));
+        let st = p.a.stats();
+        assert!(st.rto_retransmits >= 1, "the RTO fired: {st:?}");
+        assert_eq!(st.spurious_rto_undone, 1, "{st:?}");
+        assert!(
+            p.a.cwnd() >= before,
+            "window restored: {} < {before}",
+            p.a.cwnd()
+        );
+        assert_eq!(p.got_b, data(8 << 10, 4));
+    }
+
+    #[test]
+    fn a_genuine_timeout_keeps_its_window_reduction() {
+        // The segment really is lost: the ACK that finally comes answers
+        // the retransmission (its echo is not older), so nothing is undone.
+        let mut p = Pair::new(cfg(), 1000, 9000, 1, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p.faults.loss = 1000;
+        p.a.send(&data(4 << 10, 5));
+        p.run(300, |_| false);
+        p.faults.loss = 0;
+        assert!(p.run(20_000, |p| p.a.unacked() == 0));
+        let st = p.a.stats();
+        assert!(st.rto_retransmits >= 1);
+        assert_eq!(st.spurious_rto_undone, 0, "{st:?}");
+        assert_eq!(p.got_b, data(4 << 10, 5));
     }
 
     #[test]
