@@ -94,6 +94,9 @@ pub struct BwResult {
     pub avg_mbs: f64,
     pub mpps: f64,
     pub cpu_ns_per_byte: f64,
+    /// Throughput per core of CPU spent: Gb/s divided by the cores busy
+    /// (process CPU seconds over wall seconds).
+    pub gbps_per_core: f64,
     /// Time between consecutive completions (ns).
     pub gaps: LatRun,
 }
@@ -138,6 +141,11 @@ impl BwResult {
             avg_mbs: avg,
             mpps: iters as f64 / secs / 1e6,
             cpu_ns_per_byte: if bytes > 0.0 { cpu * 1e9 / bytes } else { 0.0 },
+            gbps_per_core: if cpu > 0.0 {
+                bytes * 8.0 / cpu / 1e9
+            } else {
+                0.0
+            },
             gaps,
         }
     }
@@ -147,6 +155,7 @@ impl BwResult {
             "bytes": self.size, "iterations": self.iters, "seconds": self.secs,
             "bw_peak_mib_s": self.peak_mbs, "bw_avg_mib_s": self.avg_mbs,
             "msg_rate_mpps": self.mpps, "cpu_ns_per_byte": self.cpu_ns_per_byte,
+            "gbit_s_per_core": self.gbps_per_core,
             "completion_gap": self.gaps.json(),
         })
     }
@@ -312,13 +321,20 @@ fn lab() -> Result<Lab, String> {
     Ok(Lab { veth, a, b })
 }
 
+/// The CPUs of the server's and the client's end: our two poll loops and
+/// the Linux baseline's two socket threads are pinned alike.
+fn placement(args: &Args) -> (usize, usize) {
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let first = args.core.unwrap_or(0) % ncpu;
+    (first, (first + 1) % ncpu)
+}
+
 fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
     let Some(lab) = lab else {
         return Ok(iwarp::Context::sim_pair());
     };
     use netns_harness::End;
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let first = args.core.unwrap_or(0) % ncpu;
+    let (first, second) = placement(args);
     let opts = |end: End, ns: &netns_harness::Netns, last: u8, core: usize| {
         let mut o = iwarp::XdpOptions::new(
             lab.veth.name(end),
@@ -336,14 +352,14 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
     };
     let s = iwarp::Context::af_xdp(&opts(End::A, &lab.a, 11, first))
         .map_err(|e| format!("AF_XDP server: {e}"))?;
-    let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, (first + 1) % ncpu))
+    let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, second))
         .map_err(|e| format!("AF_XDP client: {e}"))?;
     Ok((s, c))
 }
 
 const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
 const BW_HEADER: &str =
-    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   Gb/s per core";
 const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
@@ -366,8 +382,8 @@ fn lat_row(size: u32, r: &LatRun) -> String {
 
 fn bw_row(r: &BwResult) -> String {
     format!(
-        " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-        r.size, r.iters, r.peak_mbs, r.avg_mbs, r.mpps
+        " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.2}",
+        r.size, r.iters, r.peak_mbs, r.avg_mbs, r.mpps, r.gbps_per_core
     )
 }
 
@@ -421,6 +437,12 @@ fn run() -> Result<(), String> {
         "the simulated link (in-memory Ethernet between two poll loops)"
     };
     println!("iwarp-perf over {transport}; server and client contexts in this one process");
+    if lab.is_some() {
+        let (s, c) = placement(&args);
+        println!(
+            "placement: server end on CPU {s}, client end on CPU {c} (our poll loops, and the Linux baseline's socket threads)"
+        );
+    }
     if lab.is_none() {
         println!(
             "no Linux baseline: the simulated link has no kernel counterpart (use --netns as root)"
@@ -465,6 +487,7 @@ fn run() -> Result<(), String> {
                     std::net::Ipv4Addr::new(10, 78, 0, 1),
                     5400 + k as u16,
                 ),
+                cores: placement(&args),
             };
             let mut plan = plan_for(job.test, job.size);
             plan.label = format!("linux {}", plan.label);
@@ -494,8 +517,9 @@ fn run() -> Result<(), String> {
             job.test,
             job.size,
             args.busy,
-            // The server answers on a thread unless the latency test runs in-loop.
-            !job.test.is_lat() || args.threads,
+            // The server answers on a thread only with --threads; otherwise
+            // both ends run in their poll loops.
+            args.threads,
         )
         .map_err(e)?;
         let base = args.out.join(format!("{}_{}", job.test.name(), job.size));
@@ -568,7 +592,10 @@ fn run() -> Result<(), String> {
             entry["png"] = json!({ "file": png.display().to_string(), "blue": ours_label, "red": "Linux TCP", "x": "percentile, log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%", "y": "latency (usec), linear from 0" });
             files.push(png);
         } else {
-            let r = pair.bandwidth(job.test, job.size, &plan).map_err(e)?;
+            entry["path"] = json!(path_name(plan.threads));
+            let r = pair
+                .bandwidth(job.test, job.size, &plan)
+                .map_err(|m| format!("{}: {m}", plan.label))?;
             pair.close().map_err(e)?;
             println!("{}", bw_row(&r));
             output::write_hgrm(&hgrm("iwarp"), &r.gaps.hist).map_err(|e| e.to_string())?;

@@ -29,12 +29,14 @@ fn session<C: Send>(
     ns: PathBuf,
     cns: PathBuf,
     addr: SocketAddrV4,
+    cores: (usize, usize),
     serve: impl FnOnce(TcpStream) -> Res<()> + Send + 'static,
     client: impl FnOnce(TcpStream) -> Res<C> + Send,
 ) -> Res<C> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || -> Res<()> {
         iwarp_xdp::in_netns(&ns, move || -> Res<()> {
+            pin(cores.0)?;
             let l = io(TcpListener::bind(addr), "bind")?;
             let _ = ready_tx.send(());
             let (s, _) = io(l.accept(), "accept")?;
@@ -48,6 +50,7 @@ fn session<C: Send>(
         .recv_timeout(Duration::from_secs(10))
         .map_err(|_| "server not ready".to_string())?;
     let r = iwarp_xdp::in_netns(&cns, move || -> Res<C> {
+        pin(cores.1)?;
         let s = io(TcpStream::connect(addr), "connect")?;
         io(s.set_nodelay(true), "nodelay")?;
         io(s.set_read_timeout(Some(Duration::from_secs(30))), "timeout")?;
@@ -58,10 +61,21 @@ fn session<C: Send>(
     r
 }
 
+/// Pin the calling thread to `core`, as our poll loops are.
+fn pin(core: usize) -> Res<()> {
+    if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        Ok(())
+    } else {
+        Err(format!("could not pin a baseline thread to CPU {core}"))
+    }
+}
+
 pub struct Where {
     pub server_ns: PathBuf,
     pub client_ns: PathBuf,
     pub addr: SocketAddrV4,
+    /// CPUs of the server's and the client's socket thread.
+    pub cores: (usize, usize),
 }
 
 pub fn latency(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res<LatRun> {
@@ -72,6 +86,7 @@ pub fn latency(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res
         w.server_ns.clone(),
         w.client_ns.clone(),
         w.addr,
+        w.cores,
         move |mut s| {
             let (mut a, b) = (vec![0u8; req], vec![0x5au8; size]);
             for _ in 0..iters {
@@ -118,6 +133,7 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
         w.server_ns.clone(),
         w.client_ns.clone(),
         w.addr,
+        w.cores,
         move |mut s| {
             let mut buf = vec![0x5au8; len.max(1 << 16)];
             if read {

@@ -405,6 +405,8 @@ struct ServerLoop {
     test: Test,
     size: u32,
     limit: u64,
+    /// Bandwidth runs: stop after answering the 0-octet end marker.
+    until_marker: bool,
     deadline: Instant,
     stop: Arc<AtomicBool>,
     got: u64,
@@ -432,7 +434,7 @@ impl ServerLoop {
             self.srv
                 .answer(self.test, self.size, &wc, self.got, &self.peer)
                 .map_err(|e| format!("server: answer {}: {e}", self.got))?;
-            if self.got >= self.limit {
+            if self.got >= self.limit || (self.until_marker && wc.byte_len == 0) {
                 return Ok(None);
             }
         }
@@ -467,6 +469,129 @@ fn hook<S: Send + 'static, R: Send + 'static>(
             let _ = tx.send(Err(e));
             HookStatus::Done
         }
+    }
+}
+
+/// The client's bandwidth run as a poll-loop hook: keeps `plan.window`
+/// operations outstanding, `plan.iters` in all (or until `plan.duration`),
+/// then sends the 0-octet end marker and waits for the server's answer, so
+/// every octet has arrived when the clock stops. One clock read per run of
+/// the hook: every completion of a burst gets the same stamp.
+struct ClientBw {
+    qp: Arc<Qp>,
+    cq: Cq,
+    buf: Mr,
+    small: Mr,
+    slot_len: u32,
+    remote: Mr,
+    test: Test,
+    size: u32,
+    plan: Plan,
+    stop: Arc<AtomicBool>,
+    start: Option<Instant>,
+    /// The last time a completion arrived (stall detection).
+    last_progress: Option<Instant>,
+    posted: u64,
+    completed: u64,
+    outstanding: u64,
+    /// send_bw: receives the server has posted for us.
+    credits: u64,
+    /// Operations in the run (cut to `posted` at `plan.duration`).
+    n: u64,
+    stamps: Vec<Instant>,
+    marker_sent: bool,
+}
+
+impl ClientBw {
+    fn step(&mut self) -> Result<Option<HookStatus>, String> {
+        if self.stop.load(Ordering::Acquire) {
+            return Err("stopped from outside (the server hook failed)".into());
+        }
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let last = *self.last_progress.get_or_insert(now);
+        if !self.marker_sent {
+            while self.outstanding < self.plan.window && self.posted < self.n && self.credits > 0 {
+                let (qp, i, buf, size, remote) =
+                    (&self.qp, self.posted, &self.buf, self.size, &self.remote);
+                match self.test {
+                    Test::WriteBw => write(qp, i, buf, size, remote),
+                    Test::SendBw => send(qp, i, buf, size.max(1)),
+                    Test::ReadBw => read(qp, i, buf, size, remote),
+                    _ => unreachable!("not a bandwidth test"),
+                }
+                .map_err(|e| format!("client: post {i}: {e}"))?;
+                self.posted += 1;
+                self.outstanding += 1;
+                if self.test == Test::SendBw {
+                    self.credits -= 1;
+                }
+            }
+        }
+        let mut got = 0u64;
+        let mut marker_back = false;
+        // Bounded: the CQ holds at most its depth.
+        while let Some(wc) = self.cq.poll_one() {
+            if !wc.status.is_ok() {
+                return Err(format!(
+                    "client: work completion failed after {} completions: {wc:?}",
+                    self.completed
+                ));
+            }
+            if wc.opcode == Some(WcOpcode::Recv) {
+                let at = wc.wr_id * u64::from(self.slot_len);
+                self.qp
+                    .post_recv(wc.wr_id, self.small.sge(at, self.slot_len))
+                    .map_err(|e| format!("client: re-post receive: {e}"))?;
+                if wc.byte_len == 0 && self.marker_sent {
+                    marker_back = true;
+                } else {
+                    self.credits += CREDIT_BATCH;
+                }
+                continue;
+            }
+            if wc.wr_id == u64::MAX {
+                continue; // the marker's own Send completion
+            }
+            self.outstanding -= 1;
+            self.completed += 1;
+            got += 1;
+            crate::progress(self.completed, &self.plan);
+        }
+        if got > 0 {
+            let t = Instant::now();
+            self.stamps
+                .extend(std::iter::repeat_n(t, got.min(1 << 22) as usize));
+            self.last_progress = Some(t);
+        }
+        if marker_back {
+            return Ok(None);
+        }
+        if now.duration_since(start) >= self.plan.duration && self.n == self.plan.iters {
+            self.n = self.posted; // --duration: finish what is in flight
+        }
+        if !self.marker_sent && self.completed >= self.n {
+            send(&self.qp, u64::MAX, &self.buf, 0)
+                .map_err(|e| format!("client: post end marker: {e}"))?;
+            self.marker_sent = true;
+        }
+        if got == 0 && now.duration_since(last) > T {
+            return Err(format!(
+                "timed out: no completion within {T:?} ({} of {} done, {} outstanding)",
+                self.completed, self.n, self.outstanding
+            ));
+        }
+        Ok(Some(HookStatus::Busy))
+    }
+
+    fn finish(&mut self) -> (u64, f64, Vec<Instant>, Instant) {
+        let start = self.start.unwrap_or_else(Instant::now);
+        (
+            self.completed,
+            start.elapsed().as_secs_f64(),
+            std::mem::take(&mut self.stamps),
+            start,
+        )
     }
 }
 
@@ -515,6 +640,7 @@ impl Pair {
                 test,
                 size,
                 limit: plan.iters,
+                until_marker: false,
                 deadline,
                 stop: stop.clone(),
                 got: 0,
@@ -630,7 +756,115 @@ impl Pair {
     }
 
     /// Keep `window` operations outstanding; see the module comment.
-    pub fn bandwidth(&self, test: Test, size: u32, plan: &Plan) -> Result<BwResult, Error> {
+    /// In-loop unless `plan.threads`.
+    pub fn bandwidth(&self, test: Test, size: u32, plan: &Plan) -> Result<BwResult, String> {
+        if plan.threads {
+            self.bandwidth_threads(test, size, plan)
+                .map_err(|e| e.to_string())
+        } else {
+            self.bandwidth_in_loop(test, size, plan)
+        }
+    }
+
+    /// Both ends as poll-loop hooks (see [`ClientBw`]); this thread only
+    /// waits for the result.
+    fn bandwidth_in_loop(&self, test: Test, size: u32, plan: &Plan) -> Result<BwResult, String> {
+        if self.server.is_some() {
+            return Err("in-loop bandwidth needs a pair connected without an answer thread".into());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let bound = plan.duration.saturating_add(T * 3);
+        let deadline = Instant::now()
+            .checked_add(bound)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        let (stx, srx) = mpsc::channel();
+        let st = ServerLoop {
+            srv: self.srv.clone(),
+            peer: self.buf.clone(),
+            test,
+            size,
+            limit: u64::MAX,
+            until_marker: true,
+            deadline,
+            stop: stop.clone(),
+            got: 0,
+        };
+        let f = hook(
+            st,
+            |s: &mut ServerLoop| {
+                let r = s.step();
+                if r.is_err() {
+                    s.stop.store(true, Ordering::Release);
+                }
+                r
+            },
+            |s: &mut ServerLoop| s.got,
+            stx,
+        );
+        self.srv
+            .ctx
+            .run_in_loop(f)
+            .map_err(|e| format!("server run_in_loop: {e}"))?;
+        let cpu0 = crate::cpu_time();
+        let (tx, crx) = mpsc::channel();
+        let cl = ClientBw {
+            qp: self.qp.clone(),
+            cq: self.cq.clone(),
+            buf: self.buf.clone(),
+            small: self.small.clone(),
+            slot_len: self.slot_len,
+            remote: self.srv.buf.clone(),
+            test,
+            size,
+            plan: plan.clone(),
+            stop: stop.clone(),
+            start: None,
+            last_progress: None,
+            posted: 0,
+            completed: 0,
+            outstanding: 0,
+            credits: if test == Test::SendBw {
+                SRV_RECVS - 1
+            } else {
+                u64::MAX
+            },
+            n: plan.iters,
+            stamps: Vec::with_capacity(plan.iters.min(1 << 22) as usize),
+            marker_sent: false,
+        };
+        let f = hook(cl, ClientBw::step, ClientBw::finish, tx);
+        if let Err(e) = self.ctx.run_in_loop(f) {
+            stop.store(true, Ordering::Release);
+            return Err(format!("client run_in_loop: {e}"));
+        }
+        let client = crx.recv_timeout(bound.saturating_add(T));
+        stop.store(true, Ordering::Release);
+        let server = srx
+            .recv_timeout(T)
+            .unwrap_or_else(|_| Err(format!("server hook did not stop within {T:?}")));
+        let cpu = crate::cpu_time() - cpu0;
+        match (client, server) {
+            (_, Err(s)) => Err(format!("in-loop {s}")),
+            (Ok(Ok((completed, secs, stamps, start))), Ok(_)) => Ok(BwResult::new(
+                size,
+                completed,
+                secs,
+                &stamps,
+                start,
+                plan.window,
+                cpu,
+            )),
+            (Ok(Err(c)), Ok(_)) => Err(format!("in-loop client: {c}")),
+            (Err(_), Ok(_)) => Err(format!(
+                "timed out: the in-loop client hook reported nothing within {:?} (poll loop stalled?)",
+                bound.saturating_add(T)
+            )),
+        }
+    }
+
+    /// The thread path (`--threads`): this thread posts and waits on the
+    /// CQ, the server answers on its thread.
+    fn bandwidth_threads(&self, test: Test, size: u32, plan: &Plan) -> Result<BwResult, Error> {
         let window = plan.window;
         let (mut posted, mut completed, mut outstanding) = (0u64, 0u64, 0u64);
         // send_bw: the server's posted receives, refilled in batches.
