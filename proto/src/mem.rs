@@ -341,13 +341,34 @@ impl Object {
 #[derive(Debug, Default)]
 struct Slot {
     key: u8,
+    /// Generation: bumped every time what this slot grants may shrink
+    /// (deregistration, invalidation, (re)binding or unbinding a window,
+    /// reuse by a new registration). A [`Range`] remembers the generations it
+    /// was validated under and is refused once either has moved on.
+    gen: u64,
     obj: Option<Object>,
 }
 
 /// A validated range inside a region, returned by [`MemoryTable::check`].
+///
+/// It stays usable only while the region (and the window it was validated
+/// through, if any) is in the state it was checked in: deregistering or
+/// invalidating the region, unbinding or rebinding the window, or reusing
+/// the slot for a new registration makes [`MemoryTable::write`] and
+/// [`MemoryTable::read`] refuse it ([`MemoryTable::is_live`] tells). So a
+/// range kept across `receive()` calls for the rest of a segment cannot
+/// outlive the access the peer had when the segment's header was checked
+/// (RFC 5040 §8.1.1 item 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {
+    /// Slot of the region whose memory this is.
     slot: u32,
+    /// The region slot's generation at check time.
+    gen: u64,
+    /// Slot of the STag that was checked (the window's, or `slot`).
+    via: u32,
+    /// Its generation at check time.
+    via_gen: u64,
     /// Offset from the region's first octet.
     pub offset: usize,
     /// Length.
@@ -356,8 +377,12 @@ pub struct Range {
 
 impl Range {
     /// A placeholder range of length 0 (fills unused entries of fixed arrays).
+    /// Slot 0 never holds an object, so it is never live.
     pub(crate) const EMPTY: Range = Range {
         slot: 0,
+        gen: 0,
+        via: 0,
+        via_gen: 0,
         offset: 0,
         len: 0,
     };
@@ -459,6 +484,7 @@ impl MemoryTable {
         let Some(Object::Region(r)) = slot.obj.take() else {
             return Err(MemError::NoSuchStag);
         };
+        slot.gen += 1;
         self.free.push(stag.index());
         Ok(r.buf)
     }
@@ -466,9 +492,13 @@ impl MemoryTable {
     /// Local invalidate: the STag stops working for remote and local access.
     /// A window is unbound (its memory stays registered).
     pub fn invalidate(&mut self, stag: STag) -> Result<(), MemError> {
-        match self.slot_mut(stag).and_then(|s| s.obj.as_mut()) {
+        let Some(slot) = self.slot_mut(stag) else {
+            return Err(MemError::NoSuchStag);
+        };
+        match slot.obj.as_mut() {
             Some(Object::Region(r)) => {
                 r.valid = false;
+                slot.gen += 1;
                 Ok(())
             }
             Some(Object::Window(_)) => {
@@ -483,7 +513,10 @@ impl MemoryTable {
     /// 4-5): only a valid STag (region, or bound window) of the stream's own
     /// PD can be invalidated.
     pub fn invalidate_remote(&mut self, stag: STag, pd: PdId) -> Result<(), AccessError> {
-        match self.slot_mut(stag).and_then(|s| s.obj.as_mut()) {
+        let Some(slot) = self.slot_mut(stag) else {
+            return Err(AccessError::InvalidStag);
+        };
+        match slot.obj.as_mut() {
             Some(Object::Region(r)) => {
                 if !r.valid {
                     return Err(AccessError::InvalidStag);
@@ -492,6 +525,7 @@ impl MemoryTable {
                     return Err(AccessError::PdMismatch);
                 }
                 r.valid = false;
+                slot.gen += 1;
                 Ok(())
             }
             Some(Object::Window(w)) => {
@@ -520,6 +554,7 @@ impl MemoryTable {
             None => return Err(MemError::NoSuchStag),
         }
         slot.key = key;
+        slot.gen += 1;
         Ok(STag::new(index, key))
     }
 
@@ -596,6 +631,7 @@ impl MemoryTable {
         if let Some(Object::Window(w)) = slot.obj.as_mut() {
             w.binding = Some(binding);
         }
+        slot.gen += 1;
         slot.key = slot.key.wrapping_add(1);
         Ok(STag::new(mw.index(), slot.key))
     }
@@ -608,7 +644,9 @@ impl MemoryTable {
             None => return Err(MemError::NoSuchStag),
         }
         self.unbind(mw.index());
-        self.slots[mw.index() as usize].obj = None;
+        let slot = &mut self.slots[mw.index() as usize];
+        slot.obj = None;
+        slot.gen += 1;
         self.free.push(mw.index());
         Ok(())
     }
@@ -731,20 +769,36 @@ impl MemoryTable {
         if to < base_to || end > limit {
             return Err(AccessError::Bounds);
         }
+        let via = stag.index();
         Ok(Range {
             slot,
+            gen: self.slots[slot as usize].gen,
+            via,
+            via_gen: self.slots[via as usize].gen,
             offset: (first + (to - base_to)) as usize,
             len: len as usize,
         })
     }
 
+    /// Whether `range` still grants what it granted when
+    /// [`check`](Self::check) returned it: neither its region nor the
+    /// window it came through has been deregistered, invalidated, unbound,
+    /// rebound or replaced since.
+    pub fn is_live(&self, range: &Range) -> bool {
+        let gen_of = |i: u32| self.slots.get(i as usize).map(|s| s.gen);
+        range.slot != 0
+            && gen_of(range.slot) == Some(range.gen)
+            && gen_of(range.via) == Some(range.via_gen)
+    }
+
     /// Write `data` at `offset` within a range from [`check`](Self::check).
-    /// Refuses (returns false) anything that would leave the range or the region.
+    /// Refuses (returns false) anything that would leave the range or the
+    /// region, and any range that is no longer [live](Self::is_live).
     pub fn write(&mut self, range: &Range, offset: usize, data: &[u8]) -> bool {
         let Some(end) = offset.checked_add(data.len()) else {
             return false;
         };
-        if end > range.len {
+        if end > range.len || !self.is_live(range) {
             return false;
         }
         let Some(Object::Region(r)) = self.obj_at_mut(range.slot) else {
@@ -754,10 +808,11 @@ impl MemoryTable {
     }
 
     /// `len` octets at `offset` within a range from [`check`](Self::check),
-    /// as a source to copy from (`None` if that leaves the range).
+    /// as a source to copy from (`None` if that leaves the range, or the
+    /// range is no longer [live](Self::is_live)).
     pub fn read(&self, range: &Range, offset: usize, len: usize) -> Option<RegionSlice<'_>> {
         let end = offset.checked_add(len)?;
-        if end > range.len {
+        if end > range.len || !self.is_live(range) {
             return None;
         }
         let Some(Object::Region(r)) = self.slots.get(range.slot as usize)?.obj.as_ref() else {
@@ -791,8 +846,10 @@ impl MemoryTable {
             }
         };
         let slot = &mut self.slots[index as usize];
-        // A reused index gets a new key, so stale STags stop matching.
+        // A reused index gets a new key, so stale STags stop matching, and a
+        // new generation, so ranges checked against the old object die.
         slot.key = slot.key.wrapping_add(1);
+        slot.gen += 1;
         slot.obj = Some(obj);
         Ok(STag::new(index, slot.key))
     }
@@ -803,6 +860,7 @@ impl MemoryTable {
             return;
         };
         let Some(b) = w.binding.take() else { return };
+        self.slots[index as usize].gen += 1;
         // Deregistration waits for `windows` to reach 0, so the region is still there.
         if let Some(Object::Region(r)) = self.obj_at_mut(b.mr_index) {
             r.windows = r.windows.saturating_sub(1);
@@ -964,6 +1022,58 @@ mod tests {
             m.invalidate_remote(STag(0x999), pd),
             Err(AccessError::InvalidStag)
         );
+    }
+
+    /// A range dies with the access it was checked under: deregistration,
+    /// invalidation, window unbind/rebind, and reuse of the slot.
+    #[test]
+    fn ranges_die_when_their_access_is_revoked() {
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let other = m.alloc_pd();
+        let s = m.register(pd, vec![0; 16], Access::ALL, 0).unwrap();
+        let r = m.check(s, pd, Access::REMOTE_WRITE, 0, 16).unwrap();
+        assert!(m.is_live(&r) && m.write(&r, 0, &[1; 4]));
+        m.deregister(s).unwrap();
+        // The slot is reused by a region of another PD without remote rights.
+        let s2 = m
+            .register(other, vec![0; 16], Access::LOCAL_WRITE, 0)
+            .unwrap();
+        assert_eq!(s2.index(), s.index());
+        assert!(!m.is_live(&r));
+        assert!(!m.write(&r, 4, &[2; 4]));
+        assert!(m.read(&r, 0, 4).is_none());
+        assert_eq!(m.snapshot(s2).unwrap(), vec![0; 16]);
+
+        let r2 = m.check(s2, other, Access::LOCAL_WRITE, 0, 16).unwrap();
+        m.invalidate(s2).unwrap();
+        let s3 = m.revalidate(s2, 7).unwrap();
+        assert!(
+            !m.write(&r2, 0, &[3]),
+            "invalidated, even if revalidated since"
+        );
+        assert!(m.write(
+            &m.check(s3, other, Access::LOCAL_WRITE, 0, 1).unwrap(),
+            0,
+            &[3]
+        ));
+
+        let (mut m, pd, mr, mw) = window_setup();
+        let w = m.bind_mw(mw, mr, 0, 10, Access::REMOTE_WRITE).unwrap();
+        let r = m.check(w, pd, Access::REMOTE_WRITE, 1000, 10).unwrap();
+        let w2 = m.bind_mw(w, mr, 0, 10, Access::REMOTE_WRITE).unwrap();
+        assert!(
+            !m.write(&r, 0, &[9]),
+            "rebinding revokes the old binding's ranges"
+        );
+        let r = m.check(w2, pd, Access::REMOTE_WRITE, 1000, 10).unwrap();
+        m.invalidate(w2).unwrap();
+        assert!(!m.write(&r, 0, &[9]));
+        let w3 = m.bind_mw(w2, mr, 0, 10, Access::REMOTE_WRITE).unwrap();
+        let r = m.check(w3, pd, Access::REMOTE_WRITE, 1000, 10).unwrap();
+        m.invalidate(mr).unwrap();
+        assert!(!m.write(&r, 0, &[9]), "the region under the window went");
+        assert!(!m.is_live(&Range::EMPTY));
     }
 
     fn window_setup() -> (MemoryTable, PdId, STag, STag) {
@@ -1178,7 +1288,7 @@ mod tests {
             if inside {
                 let r = got.unwrap();
                 let via_mr = m.check(mr, pd, Access::REMOTE_READ, to, alen).unwrap();
-                proptest::prop_assert_eq!(r, via_mr);
+                proptest::prop_assert_eq!((r.slot, r.offset, r.len), (via_mr.slot, via_mr.offset, via_mr.len));
             } else {
                 proptest::prop_assert_eq!(got, Err(AccessError::Bounds));
             }

@@ -780,6 +780,9 @@ struct Rx {
     cur_status: Option<WcStatus>,
     /// Goes with `pending`: the status the error gives `cur`.
     pending_status: Option<WcStatus>,
+    /// Goes with `pending`: the status the error gives the outstanding
+    /// RDMA Read at the head of `Tx::reads` (else it is `Flushed`).
+    pending_read: Option<WcStatus>,
     expected_msn: [u32; 3],
     hdr: Option<DdpHeader>,
     seg_len: u16,
@@ -871,6 +874,7 @@ impl Qp {
                 cur: None,
                 cur_status: None,
                 pending_status: None,
+                pending_read: None,
                 // RFC 5041 §4.3: the first MSN on each queue is one.
                 expected_msn: [1; 3],
                 hdr: None,
@@ -1632,6 +1636,43 @@ impl RxCtx<'_> {
         self.error(code, None);
     }
 
+    /// An error that also decides how the outstanding RDMA Read whose
+    /// response is arriving completes (once the error is raised).
+    fn read_error(&mut self, code: TermCode, status: WcStatus) {
+        if self.rx.pending.is_none() {
+            self.rx.pending_read = Some(status);
+        }
+        self.error(code, None);
+    }
+
+    /// Complete the RDMA Read at the head of the outstanding list with
+    /// `status` (the stream is going to error: nothing more arrives for it).
+    fn fail_read(&mut self, status: WcStatus) {
+        let Some(p) = self.tx.reads.pop_front() else {
+            return;
+        };
+        if let Some(i) = p.seq.checked_sub(self.tx.head_seq) {
+            if let Some(e) = self.tx.sq.get_mut(i as usize) {
+                e.state = SqState::Done(status);
+            }
+        }
+    }
+
+    /// The local buffer that the current segment's payload goes to (a
+    /// receive buffer, or the sink of our RDMA Read) was deregistered or
+    /// invalidated by the application after the segment's header was
+    /// checked. Place nothing more (RFC 5041 §7.1: cease placing the rest of
+    /// the segment; RFC 5040 §8.1.1 item 6). The buffer is ours, not the
+    /// peer's, so this is a DDP local catastrophic error (RFC 5041 §7.2
+    /// 0x0/0x00), as for a buffer found gone when a segment begins.
+    fn local_sink_revoked(&mut self) {
+        let status = WcStatus::LocalProtection(AccessError::InvalidStag);
+        match self.rx.hdr {
+            Some(DdpHeader::Tagged(_)) => self.read_error(TermCode::DDP_LOCAL_CATASTROPHIC, status),
+            _ => self.recv_error(TermCode::DDP_LOCAL_CATASTROPHIC, status),
+        }
+    }
+
     /// The buffer for the next QN 0 message: the head of our receive queue,
     /// or one from the SRQ, checked now against the memory table (its post
     /// could not be: an SRQ has no PD of its own).
@@ -1665,6 +1706,7 @@ impl RxCtx<'_> {
         self.rx.placed = 0;
         self.rx.pending = None;
         self.rx.pending_status = None;
+        self.rx.pending_read = None;
         self.rx.target = Target::Discard;
         if self.rx.dead {
             return;
@@ -1744,7 +1786,14 @@ impl RxCtx<'_> {
                             payload as u64,
                         ) {
                             Ok(p) => self.rx.target = Target::Scatter(p),
-                            Err(e) => self.error(ddp_tagged_code(e), None),
+                            // The sink was checked at post time and the peer named
+                            // it correctly: the application revoked it since. Our
+                            // fault, so DDP local catastrophic (RFC 5041 §7.2
+                            // 0x0/0x00), as for a receive buffer that went away.
+                            Err(e) => self.read_error(
+                                TermCode::DDP_LOCAL_CATASTROPHIC,
+                                WcStatus::LocalProtection(e),
+                            ),
                         }
                     }
                     _ => self.error(TermCode::RDMAP_UNEXPECTED_OPCODE, None),
@@ -1852,11 +1901,23 @@ impl RxCtx<'_> {
         self.rx.placed += data.len();
         match self.rx.target {
             Target::Tagged { range } => {
+                // The range was validated when the segment began, possibly in
+                // an earlier `receive` call: the application may have
+                // deregistered or invalidated the STag since (RFC 5040 §8.1.1
+                // item 6: no more placement once access is revoked). Stop
+                // here and report the STag as invalid (RFC 5041 §7.1 tagged
+                // check 1, §7.2 0x1/0x00) when the segment ends.
+                if !self.mem.is_live(&range) {
+                    return self.error(TermCode::DDP_T_INVALID_STAG, None);
+                }
                 if self.mem.write(&range, at, data) {
                     self.stats.bytes_placed += data.len() as u64;
                 }
             }
             Target::Scatter(p) => {
+                if !p.as_slice().iter().all(|r| self.mem.is_live(r)) {
+                    return self.local_sink_revoked();
+                }
                 // `at` is the offset of `data` in this segment's payload.
                 let (mut at, mut data) = (at, data);
                 for r in p.as_slice() {
@@ -1897,6 +1958,9 @@ impl RxCtx<'_> {
         if let Some(p) = self.rx.pending.take() {
             if let Some(st) = self.rx.pending_status.take() {
                 self.rx.cur_status = Some(st);
+            }
+            if let Some(st) = self.rx.pending_read.take() {
+                self.fail_read(st);
             }
             return self.raise(p);
         }

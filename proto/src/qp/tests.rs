@@ -1196,3 +1196,181 @@ fn inline_data_too_long_is_refused() {
     };
     assert_eq!(a.qp.post_send(&a.mem, wr), Ok(()));
 }
+
+// ---------------------------------------------------------------- hostile peers
+//
+// Attacks sent as literal FPDUs (built with the crate's own header builders
+// and framer) straight into `Qp::receive`, in pieces, with local memory
+// operations done between the pieces as a poll loop would.
+
+/// One FPDU (CRC on, no markers) carrying `hdr` and `payload`.
+fn fpdu(framer: &mut Framer, hdr: DdpHeader, payload: &[u8]) -> Vec<u8> {
+    let (hb, hn) = hdr.to_array();
+    let mut out = Vec::new();
+    framer.emit(&[&hb[..hn], payload], &mut out).unwrap();
+    out
+}
+
+fn write_hdr(stag: STag, to: u64, last: bool) -> DdpHeader {
+    DdpHeader::Tagged(TaggedHeader {
+        ddp: DdpControl::new(true, last),
+        rdmap: RdmapControl::new(Opcode::Write),
+        stag: stag.0,
+        to,
+    })
+}
+
+fn read_resp_hdr(stag: STag, to: u64, last: bool) -> DdpHeader {
+    DdpHeader::Tagged(TaggedHeader {
+        ddp: DdpControl::new(true, last),
+        rdmap: RdmapControl::new(Opcode::ReadResponse),
+        stag: stag.0,
+        to,
+    })
+}
+
+fn untagged_hdr(op: Opcode, inval: u32, msn: u32, mo: u32, last: bool) -> DdpHeader {
+    DdpHeader::Untagged(UntaggedHeader {
+        ddp: DdpControl::new(false, last),
+        rdmap: RdmapControl::new(op),
+        inval_stag: inval,
+        qn: op.queue().unwrap(),
+        msn,
+        mo,
+    })
+}
+
+/// The Terminate `q` queued for a local error (exactly one), after checking
+/// that it is what `poll_transmit` sends.
+fn queued_terminate(q: &mut Qp, mem: &MemoryTable) -> TerminateRepr {
+    let ev = events(q);
+    let t = ev
+        .iter()
+        .find_map(|e| match e {
+            QpEvent::LocalError(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Terminate queued: {ev:?}"));
+    assert_eq!(q.state(), QpState::Terminating);
+    let mut out = Vec::new();
+    q.poll_transmit(mem, &mut out, usize::MAX, usize::MAX);
+    assert!(!out.is_empty());
+    assert_eq!(events(q), vec![QpEvent::TerminateSent(t)]);
+    t
+}
+
+/// Finding 1: a Write header and 10 octets arrive, the application
+/// deregisters the target and registers a new region (another PD, no remote
+/// rights) that reuses its slot, then the rest of the Write arrives. Nothing
+/// of it may land in the new region.
+#[test]
+fn write_after_deregistration_mid_segment_places_nothing() {
+    let mut b = End::new(200);
+    let dst = b.reg(vec![0; 128], Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(&mut framer, write_hdr(dst, 0, true), &pattern(100, 3));
+    let cut = 2 + TAGGED_HEADER_LEN + 10;
+    b.qp.receive(&bytes[..cut], &mut b.mem);
+    assert_eq!(&b.mem.snapshot(dst).unwrap()[..10], &pattern(100, 3)[..10]);
+
+    b.mem.deregister(dst).unwrap();
+    let other = b.mem.alloc_pd();
+    let fresh = b
+        .mem
+        .register(other, vec![0x5a; 128], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    assert_eq!(fresh.index(), dst.index(), "the slot is reused");
+    for piece in bytes[cut..].chunks(7) {
+        b.qp.receive(piece, &mut b.mem);
+    }
+    assert_eq!(b.mem.snapshot(fresh).unwrap(), vec![0x5a; 128]);
+    assert_eq!(b.qp.stats().bytes_placed, 10);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::DDP_T_INVALID_STAG);
+    assert_eq!(t.ddp_header, Some(write_hdr(dst, 0, true)));
+    assert_eq!(t.ddp_segment_len, Some(14 + 100));
+}
+
+/// Finding 1, invalidation: the same through local invalidation of a window.
+#[test]
+fn write_after_invalidation_mid_segment_places_nothing() {
+    let mut b = End::new(200);
+    let mr = b.reg(vec![0; 128], Access::LOCAL_WRITE | Access::MW_BIND);
+    let mw = b.mem.alloc_mw(b.pd).unwrap();
+    let w = b.mem.bind_mw(mw, mr, 0, 128, Access::REMOTE_WRITE).unwrap();
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(&mut framer, write_hdr(w, 0, true), &pattern(100, 3));
+    let cut = 2 + TAGGED_HEADER_LEN + 10;
+    b.qp.receive(&bytes[..cut], &mut b.mem);
+    b.mem.invalidate(w).unwrap();
+    b.qp.receive(&bytes[cut..], &mut b.mem);
+    let got = b.mem.snapshot(mr).unwrap();
+    assert_eq!(&got[..10], &pattern(100, 3)[..10]);
+    assert!(got[10..].iter().all(|x| *x == 0));
+    assert_eq!(
+        queued_terminate(&mut b.qp, &b.mem).code,
+        TermCode::DDP_T_INVALID_STAG
+    );
+}
+
+/// Finding 1 for a Send: the receive buffer is deregistered mid-message.
+#[test]
+fn send_after_receive_buffer_deregistration_places_nothing() {
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 128], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 128)).unwrap();
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(
+        &mut framer,
+        untagged_hdr(Opcode::Send, 0, 1, 0, true),
+        &pattern(100, 3),
+    );
+    let cut = 2 + UNTAGGED_HEADER_LEN + 10;
+    b.qp.receive(&bytes[..cut], &mut b.mem);
+    b.mem.deregister(r).unwrap();
+    let other = b.mem.alloc_pd();
+    let fresh = b
+        .mem
+        .register(other, vec![0x5a; 128], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    assert_eq!(fresh.index(), r.index());
+    b.qp.receive(&bytes[cut..], &mut b.mem);
+    assert_eq!(b.mem.snapshot(fresh).unwrap(), vec![0x5a; 128]);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t, TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        statuses(&comps(&mut b.qp)),
+        vec![(4, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+}
+
+/// Finding 1 for a Read Response: the Read's sink is deregistered while
+/// the response is arriving.
+#[test]
+fn read_response_after_sink_deregistration_places_nothing() {
+    let mut a = End::new(200);
+    let sink = a.reg(vec![0; 128], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(sink, 0, 100), STag(0x4242_4200), 0))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(&mut framer, read_resp_hdr(sink, 0, true), &pattern(100, 3));
+    let cut = 2 + TAGGED_HEADER_LEN + 10;
+    a.qp.receive(&bytes[..cut], &mut a.mem);
+    a.mem.deregister(sink).unwrap();
+    let other = a.mem.alloc_pd();
+    let fresh = a
+        .mem
+        .register(other, vec![0x5a; 128], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    assert_eq!(fresh.index(), sink.index());
+    a.qp.receive(&bytes[cut..], &mut a.mem);
+    assert_eq!(a.mem.snapshot(fresh).unwrap(), vec![0x5a; 128]);
+    let t = queued_terminate(&mut a.qp, &a.mem);
+    assert_eq!(t, TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+}
