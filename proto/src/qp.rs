@@ -1843,16 +1843,31 @@ impl RxCtx<'_> {
                         self.rx.cur.map_or(0, |r| r.sgl.total_len() as usize)
                     }
                     queue::READ_REQUEST => {
-                        // The QN 1 buffers are the IRD we advertised (RFC 5040 §5.2.2, §6.1).
-                        if mo == 0 && self.tx.resp.len() >= self.cfg.ird as usize {
+                        // The QN 1 buffers are the IRD we advertised (RFC 5040
+                        // §5.2.2, §6.1: inbound Read Requests MUST NOT exceed
+                        // it). Every QN 1 segment starts a Read Request (MO 0,
+                        // below), so each one is counted, whatever else is
+                        // wrong with it (RFC 5041 §7.1 check 2 before 3-4).
+                        if self.tx.resp.len() >= self.cfg.ird as usize {
                             return self.error(TermCode::DDP_U_NO_BUFFER, None);
+                        }
+                        // RFC 5040 §4.4, §5.2.1: a Read Request is one
+                        // untagged message whose only content is the 28-octet
+                        // Read Request Header, one QN 1 buffer each. We take
+                        // it in one segment (MULPDU is never below 46 octets
+                        // on a real stream), so the only legal MO is 0
+                        // (RFC 5041 §7.1 check 3, §7.2 0x2/0x04).
+                        if mo != 0 {
+                            return self.error(TermCode::DDP_U_INVALID_MO, None);
                         }
                         READ_REQUEST_LEN
                     }
                     _ => MAX_TERMINATE_LEN,
                 };
-                // RFC 5041 §7.1 checks 3 and 4.
-                if mo > capacity || mo + payload > capacity {
+                // RFC 5041 §7.1 checks 3 and 4 (`payload` < 2^16, so on any
+                // target of 32 bits or more `mo + payload` cannot overflow;
+                // checked anyway).
+                if mo > capacity || mo.checked_add(payload).is_none_or(|end| end > capacity) {
                     let code = if mo > capacity {
                         TermCode::DDP_U_INVALID_MO
                     } else {

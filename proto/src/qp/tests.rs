@@ -1374,3 +1374,102 @@ fn read_response_after_sink_deregistration_places_nothing() {
         vec![(1, WcStatus::LocalProtection(AccessError::InvalidStag))]
     );
 }
+
+/// A Read Request body (28 octets) reading `size` octets at TO 0 of `src`
+/// into TO 0 of `sink`.
+fn read_req_body(sink: STag, size: u32, src: STag) -> [u8; READ_REQUEST_LEN] {
+    let mut b = [0u8; READ_REQUEST_LEN];
+    ReadRequest {
+        sink_stag: sink.0,
+        sink_to: 0,
+        size,
+        src_stag: src.0,
+        src_to: 0,
+    }
+    .emit(&mut b)
+    .unwrap();
+    b
+}
+
+fn ird_end(ird: u16) -> (End, STag) {
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut b = End {
+        qp: Qp::new(QpConfig {
+            ird,
+            ..cfg(pd, 200)
+        }),
+        mem,
+        pd,
+    };
+    let src = b.reg(pattern(4096, 1), Access::REMOTE_READ);
+    (b, src)
+}
+
+/// Finding 2: Read Requests with MO != 0 were not counted against the IRD
+/// and queued without limit. Now MO != 0 is an invalid MO (RFC 5041 §7.1
+/// check 3) and nothing is queued.
+#[test]
+fn read_requests_with_nonzero_mo_are_refused_not_queued() {
+    let (mut b, src) = ird_end(2);
+    let mut framer = Framer::new(true, false);
+    let body = read_req_body(STag(0x77_0000), u32::MAX, src);
+    let mut bytes = Vec::new();
+    for i in 0..10_000u32 {
+        let hdr = untagged_hdr(Opcode::ReadRequest, 0, i + 1, 1 + i % 1000, true);
+        bytes.extend(fpdu(&mut framer, hdr, &body));
+    }
+    for piece in bytes.chunks(1460) {
+        b.qp.receive(piece, &mut b.mem);
+        assert!(b.qp.inbound_reads() <= 2);
+    }
+    assert_eq!(b.qp.inbound_reads(), 0);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::DDP_U_INVALID_MO);
+    assert_eq!(
+        t.ddp_header,
+        Some(untagged_hdr(Opcode::ReadRequest, 0, 1, 1, true))
+    );
+}
+
+/// Finding 2: every Read Request counts against the IRD; the one beyond it
+/// is DDP untagged "no buffer" (RFC 5040 §6.1, RFC 5041 §7.2 0x2/0x02).
+#[test]
+fn read_requests_beyond_ird_are_no_buffer() {
+    let (mut b, src) = ird_end(2);
+    let mut framer = Framer::new(true, false);
+    let body = read_req_body(STag(0x77_0000), 4096, src);
+    let mut bytes = Vec::new();
+    for i in 0..10_000u32 {
+        let hdr = untagged_hdr(Opcode::ReadRequest, 0, i + 1, 0, true);
+        bytes.extend(fpdu(&mut framer, hdr, &body));
+    }
+    for piece in bytes.chunks(1460) {
+        b.qp.receive(piece, &mut b.mem);
+        assert!(b.qp.inbound_reads() <= 2);
+    }
+    assert_eq!(b.qp.inbound_reads(), 2);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::DDP_U_NO_BUFFER);
+    assert_eq!(
+        t.ddp_header,
+        Some(untagged_hdr(Opcode::ReadRequest, 0, 3, 0, true))
+    );
+}
+
+/// Finding 2: a Read Request longer than its 28-octet header is "message too
+/// long" (RFC 5041 §7.1 check 4, §7.2 0x2/0x05); nothing is queued.
+#[test]
+fn read_request_longer_than_its_header_is_too_long() {
+    let (mut b, src) = ird_end(2);
+    let mut framer = Framer::new(true, false);
+    let mut body = read_req_body(STag(0x77_0000), 8, src).to_vec();
+    body.extend([0; 4]);
+    let hdr = untagged_hdr(Opcode::ReadRequest, 0, 1, 0, true);
+    b.qp.receive(&fpdu(&mut framer, hdr, &body), &mut b.mem);
+    assert_eq!(b.qp.inbound_reads(), 0);
+    assert_eq!(
+        queued_terminate(&mut b.qp, &b.mem).code,
+        TermCode::DDP_U_TOO_LONG
+    );
+}
