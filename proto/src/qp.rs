@@ -460,6 +460,7 @@ pub enum WcOpcode {
 /// | `LocalLength` | — | the incoming Send is longer than the buffer; DDP untagged *invalid MO* (0x04) or *message too long* (0x05) Terminate sent (RFC 5041 §7.1 checks 3-4) |
 /// | `RemoteAccess` | the peer's Terminate quotes this request's message with an RDMAP remote protection error (layer 0, type 1: invalid STag, bounds, access rights, not associated, TO wrap, cannot invalidate; RFC 5040 §7.2) | — |
 /// | `RemoteOperation` | the peer's Terminate quotes this request's message with an RDMAP remote operation error (layer 0, type 2: version, unexpected opcode, unspecified) | — |
+/// | `BadResponse` | a Read whose response ended short of the requested length (a zero-length response to a non-zero Read included) or skipped or repeated octets; RDMAP remote operation *unspecified* Terminate sent (RFC 5040 §5.2.2, §7.1 case 2) | — |
 /// | `RemoteInvalidRequest` | the peer's Terminate quotes this request's message with a DDP untagged buffer error (layer 1, type 2, RFC 5041 §7.2: e.g. no buffer — a Read beyond the peer's IRD — MSN, MO, too long) | — |
 /// | `Flushed` | the stream went to error before the request finished, and the error is not attributable to it | the stream went to error before a Send filled it |
 ///
@@ -486,6 +487,10 @@ pub enum WcStatus {
     RemoteOperation,
     /// The peer's DDP refused the request's untagged message.
     RemoteInvalidRequest,
+    /// The peer's RDMA Read Response did not match the Read Request (it
+    /// ended short of the requested length, or its segments were not
+    /// contiguous); we sent an RDMAP remote operation Terminate.
+    BadResponse,
     /// The stream went to error before this request finished.
     Flushed,
 }
@@ -1777,6 +1782,19 @@ impl RxCtx<'_> {
                         if t.to < sink.to || end > sink.to.saturating_add(sink.len as u64) {
                             return self.error(TermCode::DDP_T_BASE_BOUNDS, None);
                         }
+                        // RFC 5041 §5.2: each segment's TO is the message's first
+                        // TO plus the segment's offset in the message, and MPA/TCP
+                        // delivers the segments in order; so the next segment
+                        // must start where the previous one ended. Anything else
+                        // (a gap, or octets written twice) would let a response
+                        // reach the requested length without filling the sink.
+                        // The response does not match its request (RFC 5040
+                        // §5.2.2): RDMAP remote operation error, and the Read
+                        // fails.
+                        if t.to - sink.to != pending.received {
+                            return self
+                                .read_error(TermCode::RDMAP_OP_UNSPECIFIED, WcStatus::BadResponse);
+                        }
                         // Message offset t.to - sink.to, scattered over the sink list.
                         match pending.sgl.locate(
                             self.mem,
@@ -1989,6 +2007,23 @@ impl RxCtx<'_> {
                     };
                     p.received += payload as u64;
                     if t.ddp.last() {
+                        // RFC 5040 §5.2.2: the Data Sink may check that the
+                        // response's length is the one requested; we do, so a
+                        // Read succeeds only when every requested octet was
+                        // placed (segments are contiguous, checked at begin, and
+                        // never pass the end). A short or zero-length response
+                        // to a non-zero Read is an invalid Read Response
+                        // (RFC 5040 §7.1 case 2: Terminate with the DDP header,
+                        // RDMAP remote operation error) and the Read fails.
+                        if p.received != u64::from(p.sink.len) {
+                            self.fail_read(WcStatus::BadResponse);
+                            return self.raise(TermInfo {
+                                code: TermCode::RDMAP_OP_UNSPECIFIED,
+                                hdr: Some(hdr),
+                                seg_len: self.rx.seg_len,
+                                rdma: None,
+                            });
+                        }
                         // RFC 5040 §5.5 rule 19: the Read completes on delivery of its response.
                         let seq = p.seq;
                         self.tx.reads.pop_front();

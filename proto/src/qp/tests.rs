@@ -1473,3 +1473,85 @@ fn read_request_longer_than_its_header_is_too_long() {
         TermCode::DDP_U_TOO_LONG
     );
 }
+
+/// `a` with one RDMA Read of `len` octets into `sink` sent (its Read
+/// Request handed to the LLP), awaiting the response.
+fn read_outstanding(len: u32) -> (End, STag) {
+    let mut a = End::new(200);
+    let sink = a.reg(vec![0; len as usize], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(sink, 0, len), STag(0x4242_4200), 0))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    assert_eq!(a.qp.outstanding_reads(), 1);
+    (a, sink)
+}
+
+/// Finding 9: a Read of 4096 answered by a 0-octet or 100-octet Read
+/// Response with L = 1 completed as a success of 4096 octets. It is an
+/// invalid Read Response now: RDMAP remote operation Terminate with the DDP
+/// header, and the Read fails.
+#[test]
+fn short_read_response_fails_the_read() {
+    for n in [0usize, 100] {
+        let (mut a, sink) = read_outstanding(4096);
+        let mut framer = Framer::new(true, false);
+        let hdr = read_resp_hdr(sink, 0, true);
+        let bytes = fpdu(&mut framer, hdr, &pattern(n, 3));
+        for piece in bytes.chunks(9) {
+            a.qp.receive(piece, &mut a.mem);
+        }
+        let t = queued_terminate(&mut a.qp, &a.mem);
+        assert_eq!(t.code, TermCode::RDMAP_OP_UNSPECIFIED, "{n} octets");
+        assert_eq!(t.ddp_header, Some(hdr));
+        assert_eq!(t.ddp_segment_len, Some((14 + n) as u16));
+        let c = comps(&mut a.qp);
+        assert_eq!(statuses(&c), vec![(1, WcStatus::BadResponse)]);
+        assert_eq!(c[0].byte_len, 0);
+        assert_eq!(a.qp.outstanding_reads(), 0);
+    }
+}
+
+/// Finding 9: response segments that overlap (or leave a gap) cannot add up
+/// to a complete response: the segment that does not start where the last
+/// one ended is refused before placement.
+#[test]
+fn read_response_segments_must_be_contiguous() {
+    let (mut a, sink) = read_outstanding(200);
+    let mut framer = Framer::new(true, false);
+    let mut bytes = fpdu(&mut framer, read_resp_hdr(sink, 0, false), &[1; 100]);
+    bytes.extend(fpdu(&mut framer, read_resp_hdr(sink, 0, true), &[2; 100]));
+    a.qp.receive(&bytes, &mut a.mem);
+    let t = queued_terminate(&mut a.qp, &a.mem);
+    assert_eq!(t.code, TermCode::RDMAP_OP_UNSPECIFIED);
+    assert_eq!(t.ddp_header, Some(read_resp_hdr(sink, 0, true)));
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::BadResponse)]
+    );
+    let got = a.mem.snapshot(sink).unwrap();
+    assert!(got[..100].iter().all(|x| *x == 1) && got[100..].iter().all(|x| *x == 0));
+}
+
+/// The exact response, in several segments, still completes the Read.
+#[test]
+fn complete_read_response_in_segments_succeeds() {
+    let (mut a, sink) = read_outstanding(200);
+    let mut framer = Framer::new(true, false);
+    let mut bytes = fpdu(&mut framer, read_resp_hdr(sink, 0, false), &pattern(120, 3));
+    bytes.extend(fpdu(
+        &mut framer,
+        read_resp_hdr(sink, 120, true),
+        &pattern(80, 4),
+    ));
+    for piece in bytes.chunks(5) {
+        a.qp.receive(piece, &mut a.mem);
+    }
+    assert!(events(&mut a.qp).is_empty());
+    let c = comps(&mut a.qp);
+    assert_eq!(statuses(&c), vec![(1, WcStatus::Success)]);
+    assert_eq!(c[0].byte_len, 200);
+    let got = a.mem.snapshot(sink).unwrap();
+    assert_eq!(&got[..120], &pattern(120, 3)[..]);
+    assert_eq!(&got[120..], &pattern(80, 4)[..]);
+}
