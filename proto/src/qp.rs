@@ -2050,8 +2050,16 @@ impl RxCtx<'_> {
                             // the completion becomes visible.
                             let stag = STag(u.inval_stag);
                             if let Err(e) = self.mem.invalidate_remote(stag, self.cfg.pd) {
+                                // RFC 5040 §7.2 items 4-5, §4.8: an STag that is
+                                // not valid is Invalid STag (0x00); one that is
+                                // valid but not ours to invalidate -- another
+                                // PD's, or a local-only buffer never enabled
+                                // for remote access (§8.1.1 item 7) -- is "STag
+                                // cannot be invalidated" (0x09).
                                 let code = match e {
-                                    AccessError::PdMismatch => TermCode::RDMAP_CANNOT_INVALIDATE,
+                                    AccessError::PdMismatch | AccessError::Access => {
+                                        TermCode::RDMAP_CANNOT_INVALIDATE
+                                    }
                                     _ => TermCode::RDMAP_INVALID_STAG,
                                 };
                                 return self.raise(TermInfo {

@@ -1555,3 +1555,43 @@ fn complete_read_response_in_segments_succeeds() {
     assert_eq!(&got[..120], &pattern(120, 3)[..]);
     assert_eq!(&got[120..], &pattern(80, 4)[..]);
 }
+
+/// Finding 7: a Send with Invalidate naming a local-only region (STags are
+/// guessable) must not revoke it: "STag cannot be invalidated" (RFC 5040
+/// §7.2 items 4-5, §8.1.1 item 7), and the region stays valid.
+#[test]
+fn send_with_invalidate_of_a_local_only_region_is_refused() {
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let local = b.reg(vec![0; 64], Access::LOCAL_READ | Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 64)).unwrap();
+    let mut framer = Framer::new(true, false);
+    let hdr = untagged_hdr(Opcode::SendInvalidate, local.0, 1, 0, true);
+    let bytes = fpdu(&mut framer, hdr, &pattern(8, 3));
+    for piece in bytes.chunks(3) {
+        b.qp.receive(piece, &mut b.mem);
+    }
+    assert!(b.mem.is_valid(local));
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::RDMAP_CANNOT_INVALIDATE);
+    assert_eq!(t.ddp_header, Some(hdr));
+    // The receive buffer did not complete as a success.
+    assert_eq!(statuses(&comps(&mut b.qp)), vec![(4, WcStatus::Flushed)]);
+
+    // A region enabled for remote access can be invalidated.
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let exposed = b.reg(vec![0; 64], Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 64)).unwrap();
+    let hdr = untagged_hdr(Opcode::SendInvalidate, exposed.0, 1, 0, true);
+    b.qp.receive(
+        &fpdu(&mut Framer::new(true, false), hdr, &[1; 8]),
+        &mut b.mem,
+    );
+    assert!(!b.mem.is_valid(exposed));
+    let c = comps(&mut b.qp);
+    assert_eq!(
+        (c[0].status, c[0].invalidated),
+        (WcStatus::Success, Some(exposed))
+    );
+}
