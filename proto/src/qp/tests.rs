@@ -1595,3 +1595,87 @@ fn send_with_invalidate_of_a_local_only_region_is_refused() {
         (WcStatus::Success, Some(exposed))
     );
 }
+
+/// Any single FPDU with a good CRC, whatever its header fields (extreme MO,
+/// TO, MSN, lengths, opcodes), cut anywhere: no arithmetic overflow or
+/// panic (overflow checks are on in tests), nothing placed into a local-only
+/// region, and at most IRD Read Requests queued.
+fn any_header() -> impl Strategy<Value = DdpHeader> {
+    let edge32 = prop_oneof![Just(0u32), Just(1), Just(28), Just(u32::MAX), any::<u32>()];
+    let edge64 = prop_oneof![Just(0u64), Just(u64::MAX), Just(u64::MAX - 3), any::<u64>()];
+    let ctrl = (any::<bool>(), any::<u8>(), 0u8..4);
+    prop_oneof![
+        (ctrl.clone(), any::<u8>(), edge32.clone(), edge64).prop_map(
+            |((last, rsvd, dv), rdmap, stag, to)| {
+                let mut ddp = DdpControl::new(true, last);
+                ddp.0 = (ddp.0 & !0x3f) | (rsvd & 0x3c) | (dv & 3);
+                DdpHeader::Tagged(TaggedHeader {
+                    ddp,
+                    rdmap: RdmapControl(rdmap),
+                    stag,
+                    to,
+                })
+            }
+        ),
+        (
+            ctrl,
+            any::<u8>(),
+            edge32.clone(),
+            0u32..4,
+            prop_oneof![Just(0u32), Just(1), Just(2), Just(u32::MAX)],
+            edge32
+        )
+            .prop_map(|((last, rsvd, dv), rdmap, inval, qn, msn, mo)| {
+                let mut ddp = DdpControl::new(false, last);
+                ddp.0 = (ddp.0 & !0x3f) | (rsvd & 0x3c) | (dv & 3);
+                DdpHeader::Untagged(UntaggedHeader {
+                    ddp,
+                    rdmap: RdmapControl(rdmap),
+                    inval_stag: inval,
+                    qn,
+                    msn,
+                    mo,
+                })
+            }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn hostile_headers_never_overflow(
+        hdrs in proptest::collection::vec((any_header(), 0usize..120), 1..6),
+        cut in 1usize..40,
+    ) {
+        let mut b = End::new(200);
+        let local = b.reg(vec![0x11; 256], Access::LOCAL_READ | Access::LOCAL_WRITE);
+        let exposed = b.reg(vec![0; 256], Access::ALL);
+        b.qp.post_recv(&b.mem, 1, sge(local, 0, 64)).unwrap();
+        b.qp.post_send(&b.mem, read(2, sge(local, 64, 100), exposed, 0)).unwrap();
+        let mut out = Vec::new();
+        b.qp.poll_transmit(&b.mem, &mut out, usize::MAX, usize::MAX);
+        let mut framer = Framer::new(true, false);
+        let mut bytes = Vec::new();
+        for (i, (h, n)) in hdrs.iter().enumerate() {
+            // Aim some headers at the real STags.
+            let h = match *h {
+                DdpHeader::Tagged(mut t) if i % 2 == 0 => {
+                    t.stag = if i % 4 == 0 { exposed.0 } else { local.0 };
+                    DdpHeader::Tagged(t)
+                }
+                h => h,
+            };
+            bytes.extend(fpdu(&mut framer, h, &pattern(*n, i as u8)));
+        }
+        for piece in bytes.chunks(cut) {
+            b.qp.receive(piece, &mut b.mem);
+            prop_assert!(b.qp.inbound_reads() <= 4);
+        }
+        // The receive buffer and the Read sink are local: only a Send or the
+        // Read Response may fill them, never a tagged Write.
+        let img = b.mem.snapshot(local).unwrap();
+        prop_assert!(img[164..].iter().all(|x| *x == 0x11));
+        let _ = comps(&mut b.qp);
+        let _ = events(&mut b.qp);
+        b.qp.poll_transmit(&b.mem, &mut out, usize::MAX, usize::MAX);
+    }
+}
