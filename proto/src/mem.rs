@@ -1,8 +1,10 @@
 //! Protection domains, memory registration, memory windows and STag checks
 //! (RFC 5040 §8, RFC 5041 §8.2-§8.3).
 //!
-//! An STag is a 24-bit index into the table plus an 8-bit consumer key
-//! (`index << 8 | key`). An index names either a memory region (MR) or a
+//! An STag is a 24-bit index plus an 8-bit consumer key (`index << 8 |
+//! key`); the index names a table slot through a seeded permutation and the
+//! key is drawn per slot life (see [`MemoryTable`]), so STags are hard to
+//! guess (RFC 5040 §8.1.1 item 8). An index names either a memory region (MR) or a
 //! memory window (MW). Both belong to one protection domain; a stream (QP)
 //! may only touch STags of its own PD — an STag of another PD is "not
 //! associated with this stream". A region's memory is anything that
@@ -93,10 +95,17 @@ impl Access {
     pub const MW_BIND: Access = Access(16);
     /// All rights.
     pub const ALL: Access = Access(31);
+    /// The rights that expose memory to the peer.
+    pub const REMOTE: Access = Access(4 | 8);
 
     /// Whether all of `other`'s rights are present.
     pub const fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// Whether any of `other`'s rights is present.
+    pub const fn intersects(self, other: Access) -> bool {
+        self.0 & other.0 != 0
     }
 }
 
@@ -341,13 +350,34 @@ impl Object {
 #[derive(Debug, Default)]
 struct Slot {
     key: u8,
+    /// Generation: bumped every time what this slot grants may shrink
+    /// (deregistration, invalidation, (re)binding or unbinding a window,
+    /// reuse by a new registration). A [`Range`] remembers the generations it
+    /// was validated under and is refused once either has moved on.
+    gen: u64,
     obj: Option<Object>,
 }
 
 /// A validated range inside a region, returned by [`MemoryTable::check`].
+///
+/// It stays usable only while the region (and the window it was validated
+/// through, if any) is in the state it was checked in: deregistering or
+/// invalidating the region, unbinding or rebinding the window, or reusing
+/// the slot for a new registration makes [`MemoryTable::write`] and
+/// [`MemoryTable::read`] refuse it ([`MemoryTable::is_live`] tells). So a
+/// range kept across `receive()` calls for the rest of a segment cannot
+/// outlive the access the peer had when the segment's header was checked
+/// (RFC 5040 §8.1.1 item 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {
+    /// Slot of the region whose memory this is.
     slot: u32,
+    /// The region slot's generation at check time.
+    gen: u64,
+    /// Slot of the STag that was checked (the window's, or `slot`).
+    via: u32,
+    /// Its generation at check time.
+    via_gen: u64,
     /// Offset from the region's first octet.
     pub offset: usize,
     /// Length.
@@ -356,31 +386,133 @@ pub struct Range {
 
 impl Range {
     /// A placeholder range of length 0 (fills unused entries of fixed arrays).
+    /// Slot 0 never holds an object, so it is never live.
     pub(crate) const EMPTY: Range = Range {
         slot: 0,
+        gen: 0,
+        via: 0,
+        via_gen: 0,
         offset: 0,
         len: 0,
     };
 }
 
 /// The region and window table of one device (shared by all its QPs).
-#[derive(Debug, Default)]
+///
+/// **STag values** (RFC 5040 §8.1.1 item 8: an RNIC MUST choose them in a
+/// way difficult to predict, sparsely over the whole range). Slots are
+/// numbered densely inside the table, but the 24-bit STag index is a
+/// seeded permutation of the slot number, so consecutive registrations get
+/// unrelated-looking indices spread over the 2^24 range; and the 8-bit key
+/// of a slot is drawn from a seeded generator when the slot is created and
+/// again whenever it is reused or its window rebound. Give each table a
+/// secret random seed ([`with_seed`](Self::with_seed)); [`new`](Self::new)
+/// uses a fixed seed, which suits tests and the deterministic simulator but
+/// makes STags predictable to anyone who knows it.
+#[derive(Debug)]
 pub struct MemoryTable {
     pds: Vec<bool>,
-    /// Slot 0 is never used, so no valid STag has index 0.
+    /// Slot 0 is never used, so no valid STag has index 0 (the permutation
+    /// maps 0 to 0).
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Slot number ↔ STag index.
+    map: IndexMap,
+    /// SplitMix64 state for consumer keys.
+    rng: u64,
 }
 
 const MAX_INDEX: u32 = (1 << 24) - 1;
 
+/// Fixed seed of [`MemoryTable::new`].
+const DEFAULT_SEED: u64 = 0x6977_6172_702d_6d72;
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A seeded bijection of the 24-bit numbers that keeps 0 at 0: multiply
+/// by an odd constant, xor-shift, multiply, xor-shift (each step is
+/// invertible modulo 2^24).
+#[derive(Debug, Clone, Copy)]
+struct IndexMap {
+    m1: u32,
+    m2: u32,
+    m1_inv: u32,
+    m2_inv: u32,
+}
+
+impl IndexMap {
+    fn new(rng: &mut u64) -> IndexMap {
+        let m1 = (splitmix64(rng) as u32 | 1) & MAX_INDEX;
+        let m2 = (splitmix64(rng) as u32 | 1) & MAX_INDEX;
+        IndexMap {
+            m1,
+            m2,
+            m1_inv: Self::inverse(m1),
+            m2_inv: Self::inverse(m2),
+        }
+    }
+
+    /// The inverse of odd `m` modulo 2^24 (Newton: each step doubles the
+    /// correct low bits, from 3).
+    fn inverse(m: u32) -> u32 {
+        let mut x = m;
+        for _ in 0..4 {
+            x = x.wrapping_mul(2u32.wrapping_sub(m.wrapping_mul(x)));
+        }
+        x & MAX_INDEX
+    }
+
+    fn mul(x: u32, m: u32) -> u32 {
+        x.wrapping_mul(m) & MAX_INDEX
+    }
+
+    /// Its own inverse on 24-bit values (the shift is half the width).
+    fn xorshift(x: u32) -> u32 {
+        x ^ (x >> 12)
+    }
+
+    fn scramble(&self, slot: u32) -> u32 {
+        let x = Self::xorshift(Self::mul(slot & MAX_INDEX, self.m1));
+        Self::xorshift(Self::mul(x, self.m2))
+    }
+
+    fn unscramble(&self, index: u32) -> u32 {
+        let x = Self::mul(Self::xorshift(index & MAX_INDEX), self.m2_inv);
+        Self::mul(Self::xorshift(x), self.m1_inv)
+    }
+}
+
+impl Default for MemoryTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl MemoryTable {
-    /// An empty table.
+    /// An empty table with a fixed seed (deterministic STags: for tests and
+    /// the simulator; see [`with_seed`](Self::with_seed)).
     pub fn new() -> Self {
+        Self::with_seed(DEFAULT_SEED)
+    }
+
+    /// An empty table whose STag indices and keys derive from `seed`
+    /// (RFC 5040 §8.1.1 item 8). Pass a secret random value in production:
+    /// this crate reads no clock and no entropy source itself.
+    pub fn with_seed(seed: u64) -> Self {
+        let mut rng = seed;
+        let map = IndexMap::new(&mut rng);
         MemoryTable {
             pds: Vec::new(),
             slots: vec![Slot::default()],
             free: Vec::new(),
+            map,
+            rng,
         }
     }
 
@@ -449,6 +581,7 @@ impl MemoryTable {
     /// Deregister and hand the memory back. Refused while windows are bound
     /// to the region ([`MemError::RegionHasWindows`]).
     pub fn deregister(&mut self, stag: STag) -> Result<Box<dyn RegionMemory>, MemError> {
+        let index = self.slot_of(stag);
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
         match &slot.obj {
             Some(Object::Region(r)) if r.windows > 0 => return Err(MemError::RegionHasWindows),
@@ -459,20 +592,26 @@ impl MemoryTable {
         let Some(Object::Region(r)) = slot.obj.take() else {
             return Err(MemError::NoSuchStag);
         };
-        self.free.push(stag.index());
+        slot.gen += 1;
+        self.free.push(index);
         Ok(r.buf)
     }
 
     /// Local invalidate: the STag stops working for remote and local access.
     /// A window is unbound (its memory stays registered).
     pub fn invalidate(&mut self, stag: STag) -> Result<(), MemError> {
-        match self.slot_mut(stag).and_then(|s| s.obj.as_mut()) {
+        let index = self.slot_of(stag);
+        let Some(slot) = self.slot_mut(stag) else {
+            return Err(MemError::NoSuchStag);
+        };
+        match slot.obj.as_mut() {
             Some(Object::Region(r)) => {
                 r.valid = false;
+                slot.gen += 1;
                 Ok(())
             }
             Some(Object::Window(_)) => {
-                self.unbind(stag.index());
+                self.unbind(index);
                 Ok(())
             }
             None => Err(MemError::NoSuchStag),
@@ -481,9 +620,20 @@ impl MemoryTable {
 
     /// Remote invalidate (Send with Invalidate, RFC 5040 §5.3, §7.2 items
     /// 4-5): only a valid STag (region, or bound window) of the stream's own
-    /// PD can be invalidated.
+    /// PD can be invalidated ([`AccessError::InvalidStag`],
+    /// [`AccessError::PdMismatch`]), and only one enabled for remote access:
+    /// a region registered with [`Access::REMOTE_READ`] or
+    /// [`Access::REMOTE_WRITE`], or a window bound with one of them
+    /// ([`AccessError::Access`] otherwise). A local-only buffer was never
+    /// exposed to a peer, so no peer may revoke it (RFC 5040 §8.1.1 item 7
+    /// asks this for STags shared between streams; a local key is used by
+    /// every stream of its PD).
     pub fn invalidate_remote(&mut self, stag: STag, pd: PdId) -> Result<(), AccessError> {
-        match self.slot_mut(stag).and_then(|s| s.obj.as_mut()) {
+        let index = self.slot_of(stag);
+        let Some(slot) = self.slot_mut(stag) else {
+            return Err(AccessError::InvalidStag);
+        };
+        match slot.obj.as_mut() {
             Some(Object::Region(r)) => {
                 if !r.valid {
                     return Err(AccessError::InvalidStag);
@@ -491,17 +641,24 @@ impl MemoryTable {
                 if r.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
+                if !r.access.intersects(Access::REMOTE) {
+                    return Err(AccessError::Access);
+                }
                 r.valid = false;
+                slot.gen += 1;
                 Ok(())
             }
             Some(Object::Window(w)) => {
-                if w.binding.is_none() {
+                let Some(b) = w.binding else {
                     return Err(AccessError::InvalidStag);
-                }
+                };
                 if w.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
-                self.unbind(stag.index());
+                if !b.access.intersects(Access::REMOTE) {
+                    return Err(AccessError::Access);
+                }
+                self.unbind(index);
                 Ok(())
             }
             None => Err(AccessError::InvalidStag),
@@ -512,7 +669,7 @@ impl MemoryTable {
     /// (as a fast-register would); returns the new STag. Windows bound under
     /// the old key stay dead.
     pub fn revalidate(&mut self, stag: STag, key: u8) -> Result<STag, MemError> {
-        let index = stag.index();
+        let index = self.slot_of(stag);
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
         match slot.obj.as_mut() {
             Some(Object::Region(r)) => r.valid = true,
@@ -520,7 +677,8 @@ impl MemoryTable {
             None => return Err(MemError::NoSuchStag),
         }
         slot.key = key;
-        Ok(STag::new(index, key))
+        slot.gen += 1;
+        Ok(self.stag_at(index, key))
     }
 
     /// Allocate a memory window in `pd`. Its STag is not valid until
@@ -581,23 +739,27 @@ impl MemoryTable {
         }
         // Cannot overflow: offset <= buf.len() and base_to + buf.len() was checked at register.
         let binding = Binding {
-            mr_index: mr_stag.index(),
+            mr_index: self.slot_of(mr_stag),
             mr_key: mr_stag.key(),
             offset,
             len,
             base_to: r.base_to + offset,
             access,
         };
-        self.unbind(mw.index());
-        if let Some(Object::Region(r)) = self.obj_at_mut(mr_stag.index()) {
+        let mw_index = self.slot_of(mw);
+        self.unbind(mw_index);
+        if let Some(Object::Region(r)) = self.obj_at_mut(binding.mr_index) {
             r.windows += 1;
         }
-        let slot = &mut self.slots[mw.index() as usize];
+        let old = self.slots[mw_index as usize].key;
+        let key = self.next_key(old);
+        let slot = &mut self.slots[mw_index as usize];
         if let Some(Object::Window(w)) = slot.obj.as_mut() {
             w.binding = Some(binding);
         }
-        slot.key = slot.key.wrapping_add(1);
-        Ok(STag::new(mw.index(), slot.key))
+        slot.gen += 1;
+        slot.key = key;
+        Ok(self.stag_at(mw_index, key))
     }
 
     /// Free a window (bound or not).
@@ -607,9 +769,12 @@ impl MemoryTable {
             Some(Object::Region(_)) => return Err(MemError::NotAWindow),
             None => return Err(MemError::NoSuchStag),
         }
-        self.unbind(mw.index());
-        self.slots[mw.index() as usize].obj = None;
-        self.free.push(mw.index());
+        let index = self.slot_of(mw);
+        self.unbind(index);
+        let slot = &mut self.slots[index as usize];
+        slot.obj = None;
+        slot.gen += 1;
+        self.free.push(index);
         Ok(())
     }
 
@@ -680,7 +845,7 @@ impl MemoryTable {
     /// Region index and octet range `lo..hi` in its memory that `stag` covers.
     fn span(&self, stag: STag) -> Option<(u32, usize, usize)> {
         match self.object(stag)? {
-            Object::Region(r) => Some((stag.index(), 0, r.buf.len())),
+            Object::Region(r) => Some((self.slot_of(stag), 0, r.buf.len())),
             Object::Window(w) => {
                 let (_, b) = self.resolve(w)?;
                 Some((b.mr_index, b.offset as usize, (b.offset + b.len) as usize))
@@ -706,7 +871,7 @@ impl MemoryTable {
                     return Err(AccessError::InvalidStag);
                 }
                 (
-                    stag.index(),
+                    self.slot_of(stag),
                     r.pd,
                     r.access,
                     r.base_to,
@@ -731,20 +896,36 @@ impl MemoryTable {
         if to < base_to || end > limit {
             return Err(AccessError::Bounds);
         }
+        let via = self.slot_of(stag);
         Ok(Range {
             slot,
+            gen: self.slots[slot as usize].gen,
+            via,
+            via_gen: self.slots[via as usize].gen,
             offset: (first + (to - base_to)) as usize,
             len: len as usize,
         })
     }
 
+    /// Whether `range` still grants what it granted when
+    /// [`check`](Self::check) returned it: neither its region nor the
+    /// window it came through has been deregistered, invalidated, unbound,
+    /// rebound or replaced since.
+    pub fn is_live(&self, range: &Range) -> bool {
+        let gen_of = |i: u32| self.slots.get(i as usize).map(|s| s.gen);
+        range.slot != 0
+            && gen_of(range.slot) == Some(range.gen)
+            && gen_of(range.via) == Some(range.via_gen)
+    }
+
     /// Write `data` at `offset` within a range from [`check`](Self::check).
-    /// Refuses (returns false) anything that would leave the range or the region.
+    /// Refuses (returns false) anything that would leave the range or the
+    /// region, and any range that is no longer [live](Self::is_live).
     pub fn write(&mut self, range: &Range, offset: usize, data: &[u8]) -> bool {
         let Some(end) = offset.checked_add(data.len()) else {
             return false;
         };
-        if end > range.len {
+        if end > range.len || !self.is_live(range) {
             return false;
         }
         let Some(Object::Region(r)) = self.obj_at_mut(range.slot) else {
@@ -754,10 +935,11 @@ impl MemoryTable {
     }
 
     /// `len` octets at `offset` within a range from [`check`](Self::check),
-    /// as a source to copy from (`None` if that leaves the range).
+    /// as a source to copy from (`None` if that leaves the range, or the
+    /// range is no longer [live](Self::is_live)).
     pub fn read(&self, range: &Range, offset: usize, len: usize) -> Option<RegionSlice<'_>> {
         let end = offset.checked_add(len)?;
-        if end > range.len {
+        if end > range.len || !self.is_live(range) {
             return None;
         }
         let Some(Object::Region(r)) = self.slots.get(range.slot as usize)?.obj.as_ref() else {
@@ -786,15 +968,25 @@ impl MemoryTable {
                 if i > MAX_INDEX {
                     return Err(MemError::TableFull);
                 }
-                self.slots.push(Slot::default());
+                // A new slot starts from a drawn key too.
+                let key = splitmix64(&mut self.rng) as u8;
+                self.slots.push(Slot {
+                    key,
+                    ..Slot::default()
+                });
                 i
             }
         };
+        // A reused index gets a new key, so stale STags stop matching
+        // (drawn, so that the next one is hard to guess: RFC 5040 §8.1.1
+        // item 8), and a new generation, so ranges checked against the old
+        // object die.
+        let key = self.next_key(self.slots[index as usize].key);
         let slot = &mut self.slots[index as usize];
-        // A reused index gets a new key, so stale STags stop matching.
-        slot.key = slot.key.wrapping_add(1);
+        slot.key = key;
+        slot.gen += 1;
         slot.obj = Some(obj);
-        Ok(STag::new(index, slot.key))
+        Ok(self.stag_at(index, key))
     }
 
     /// Drop the binding of the window at `index`, if any.
@@ -803,6 +995,7 @@ impl MemoryTable {
             return;
         };
         let Some(b) = w.binding.take() else { return };
+        self.slots[index as usize].gen += 1;
         // Deregistration waits for `windows` to reach 0, so the region is still there.
         if let Some(Object::Region(r)) = self.obj_at_mut(b.mr_index) {
             r.windows = r.windows.saturating_sub(1);
@@ -820,16 +1013,38 @@ impl MemoryTable {
     }
 
     fn slot_mut(&mut self, stag: STag) -> Option<&mut Slot> {
-        let s = self.slots.get_mut(stag.index() as usize)?;
-        (stag.index() != 0 && s.key == stag.key() && s.obj.is_some()).then_some(s)
+        let index = self.slot_of(stag);
+        let s = self.slots.get_mut(index as usize)?;
+        (index != 0 && s.key == stag.key() && s.obj.is_some()).then_some(s)
     }
 
     fn object(&self, stag: STag) -> Option<&Object> {
-        let s = self.slots.get(stag.index() as usize)?;
-        if stag.index() == 0 || s.key != stag.key() {
+        let index = self.slot_of(stag);
+        let s = self.slots.get(index as usize)?;
+        if index == 0 || s.key != stag.key() {
             return None;
         }
         s.obj.as_ref()
+    }
+
+    /// The table slot an STag's index names.
+    fn slot_of(&self, stag: STag) -> u32 {
+        self.map.unscramble(stag.index())
+    }
+
+    /// The STag of table slot `index` under `key`.
+    fn stag_at(&self, index: u32, key: u8) -> STag {
+        STag::new(self.map.scramble(index), key)
+    }
+
+    /// A fresh consumer key, different from `old`.
+    fn next_key(&mut self, old: u8) -> u8 {
+        loop {
+            let k = splitmix64(&mut self.rng) as u8;
+            if k != old {
+                return k;
+            }
+        }
     }
 
     fn obj_at_mut(&mut self, index: u32) -> Option<&mut Object> {
@@ -964,6 +1179,132 @@ mod tests {
             m.invalidate_remote(STag(0x999), pd),
             Err(AccessError::InvalidStag)
         );
+    }
+
+    /// A range dies with the access it was checked under: deregistration,
+    /// invalidation, window unbind/rebind, and reuse of the slot.
+    #[test]
+    fn ranges_die_when_their_access_is_revoked() {
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let other = m.alloc_pd();
+        let s = m.register(pd, vec![0; 16], Access::ALL, 0).unwrap();
+        let r = m.check(s, pd, Access::REMOTE_WRITE, 0, 16).unwrap();
+        assert!(m.is_live(&r) && m.write(&r, 0, &[1; 4]));
+        m.deregister(s).unwrap();
+        // The slot is reused by a region of another PD without remote rights.
+        let s2 = m
+            .register(other, vec![0; 16], Access::LOCAL_WRITE, 0)
+            .unwrap();
+        assert_eq!(s2.index(), s.index());
+        assert!(!m.is_live(&r));
+        assert!(!m.write(&r, 4, &[2; 4]));
+        assert!(m.read(&r, 0, 4).is_none());
+        assert_eq!(m.snapshot(s2).unwrap(), vec![0; 16]);
+
+        let r2 = m.check(s2, other, Access::LOCAL_WRITE, 0, 16).unwrap();
+        m.invalidate(s2).unwrap();
+        let s3 = m.revalidate(s2, 7).unwrap();
+        assert!(
+            !m.write(&r2, 0, &[3]),
+            "invalidated, even if revalidated since"
+        );
+        assert!(m.write(
+            &m.check(s3, other, Access::LOCAL_WRITE, 0, 1).unwrap(),
+            0,
+            &[3]
+        ));
+
+        let (mut m, pd, mr, mw) = window_setup();
+        let w = m.bind_mw(mw, mr, 0, 10, Access::REMOTE_WRITE).unwrap();
+        let r = m.check(w, pd, Access::REMOTE_WRITE, 1000, 10).unwrap();
+        let w2 = m.bind_mw(w, mr, 0, 10, Access::REMOTE_WRITE).unwrap();
+        assert!(
+            !m.write(&r, 0, &[9]),
+            "rebinding revokes the old binding's ranges"
+        );
+        let r = m.check(w2, pd, Access::REMOTE_WRITE, 1000, 10).unwrap();
+        m.invalidate(w2).unwrap();
+        assert!(!m.write(&r, 0, &[9]));
+        let w3 = m.bind_mw(w2, mr, 0, 10, Access::REMOTE_WRITE).unwrap();
+        let r = m.check(w3, pd, Access::REMOTE_WRITE, 1000, 10).unwrap();
+        m.invalidate(mr).unwrap();
+        assert!(!m.write(&r, 0, &[9]), "the region under the window went");
+        assert!(!m.is_live(&Range::EMPTY));
+    }
+
+    /// RFC 5040 §8.1.1 item 7: a peer may invalidate only what was enabled
+    /// for remote access.
+    #[test]
+    fn remote_invalidate_needs_remote_rights() {
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let local = m
+            .register(pd, vec![0; 4], Access::LOCAL_READ | Access::LOCAL_WRITE, 0)
+            .unwrap();
+        assert_eq!(m.invalidate_remote(local, pd), Err(AccessError::Access));
+        assert!(m.is_valid(local));
+        let rr = m.register(pd, vec![0; 4], Access::REMOTE_READ, 0).unwrap();
+        assert_eq!(m.invalidate_remote(rr, pd), Ok(()));
+        let mr = m
+            .register(pd, vec![0; 4], Access::LOCAL_WRITE | Access::MW_BIND, 0)
+            .unwrap();
+        let mw = m.alloc_mw(pd).unwrap();
+        let none = m.bind_mw(mw, mr, 0, 4, Access(0)).unwrap();
+        assert_eq!(m.invalidate_remote(none, pd), Err(AccessError::Access));
+        assert!(m.is_valid(none));
+        // The region under a window has no remote rights of its own.
+        assert_eq!(m.invalidate_remote(mr, pd), Err(AccessError::Access));
+        let w = m.bind_mw(none, mr, 0, 4, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(m.invalidate_remote(w, pd), Ok(()));
+    }
+
+    /// RFC 5040 §8.1.1 item 8: STags depend on the table's seed, spread over
+    /// the index range, and the key changes on every reuse of a slot.
+    #[test]
+    fn stags_depend_on_the_seed() {
+        let first = |seed| {
+            let mut m = MemoryTable::with_seed(seed);
+            let pd = m.alloc_pd();
+            m.register(pd, vec![0; 4], Access::ALL, 0).unwrap()
+        };
+        assert_ne!(first(1), first(2));
+        assert_eq!(first(1), first(1), "deterministic for a given seed");
+        assert_ne!(first(1).0, 0x101);
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let s = m.register(pd, vec![0; 4], Access::ALL, 0).unwrap();
+        assert_ne!(s, STag(0x101), "the default seed too");
+        let mut m = MemoryTable::with_seed(7);
+        let pd = m.alloc_pd();
+        let stags: Vec<STag> = (0..64)
+            .map(|_| m.register(pd, vec![0; 1], Access::ALL, 0).unwrap())
+            .collect();
+        // Not consecutive: indices are spread over the 24-bit range.
+        assert!(stags
+            .windows(2)
+            .all(|w| w[1].index().abs_diff(w[0].index()) > 1));
+        assert!(stags.iter().any(|s| s.index() > 1 << 20));
+        // Reuse: same slot, same index, a key not seen just before.
+        let s = stags[10];
+        m.deregister(s).unwrap();
+        let s2 = m.register(pd, vec![0; 1], Access::ALL, 0).unwrap();
+        assert_eq!(s2.index(), s.index());
+        assert_ne!(s2.key(), s.key());
+        assert!(!m.is_valid(s) && m.is_valid(s2));
+    }
+
+    proptest::proptest! {
+        /// The index permutation is a bijection of the 24-bit values that
+        /// keeps 0 at 0.
+        #[test]
+        fn index_map_is_a_bijection(seed in proptest::prelude::any::<u64>(), x in 0u32..1 << 24) {
+            let map = IndexMap::new(&mut seed.clone());
+            proptest::prop_assert_eq!(map.unscramble(map.scramble(x)), x);
+            proptest::prop_assert_eq!(map.scramble(map.unscramble(x)), x);
+            proptest::prop_assert!(map.scramble(x) <= MAX_INDEX);
+            proptest::prop_assert_eq!(map.scramble(0), 0);
+        }
     }
 
     fn window_setup() -> (MemoryTable, PdId, STag, STag) {
@@ -1108,7 +1449,7 @@ mod tests {
         assert_eq!(m.revalidate(w1, 7), Err(MemError::NotARegion));
         // Rebinding rotates the key: the old STag stops working.
         let w2 = m.bind_mw(w1, mr, 5, 10, rr).unwrap();
-        assert_eq!(w2.key(), w1.key().wrapping_add(1));
+        assert_ne!(w2.key(), w1.key());
         assert_eq!(m.check(w1, pd, rr, 0, 1), Err(AccessError::InvalidStag));
         assert!(m.check(w2, pd, rr, 1005, 10).is_ok());
         assert_eq!(m.deregister(mr).err(), Some(MemError::RegionHasWindows));
@@ -1178,7 +1519,7 @@ mod tests {
             if inside {
                 let r = got.unwrap();
                 let via_mr = m.check(mr, pd, Access::REMOTE_READ, to, alen).unwrap();
-                proptest::prop_assert_eq!(r, via_mr);
+                proptest::prop_assert_eq!((r.slot, r.offset, r.len), (via_mr.slot, via_mr.offset, via_mr.len));
             } else {
                 proptest::prop_assert_eq!(got, Err(AccessError::Bounds));
             }

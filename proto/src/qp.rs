@@ -460,6 +460,7 @@ pub enum WcOpcode {
 /// | `LocalLength` | — | the incoming Send is longer than the buffer; DDP untagged *invalid MO* (0x04) or *message too long* (0x05) Terminate sent (RFC 5041 §7.1 checks 3-4) |
 /// | `RemoteAccess` | the peer's Terminate quotes this request's message with an RDMAP remote protection error (layer 0, type 1: invalid STag, bounds, access rights, not associated, TO wrap, cannot invalidate; RFC 5040 §7.2) | — |
 /// | `RemoteOperation` | the peer's Terminate quotes this request's message with an RDMAP remote operation error (layer 0, type 2: version, unexpected opcode, unspecified) | — |
+/// | `BadResponse` | a Read whose response ended short of the requested length (a zero-length response to a non-zero Read included) or skipped or repeated octets; RDMAP remote operation *unspecified* Terminate sent (RFC 5040 §5.2.2, §7.1 case 2) | — |
 /// | `RemoteInvalidRequest` | the peer's Terminate quotes this request's message with a DDP untagged buffer error (layer 1, type 2, RFC 5041 §7.2: e.g. no buffer — a Read beyond the peer's IRD — MSN, MO, too long) | — |
 /// | `Flushed` | the stream went to error before the request finished, and the error is not attributable to it | the stream went to error before a Send filled it |
 ///
@@ -486,6 +487,10 @@ pub enum WcStatus {
     RemoteOperation,
     /// The peer's DDP refused the request's untagged message.
     RemoteInvalidRequest,
+    /// The peer's RDMA Read Response did not match the Read Request (it
+    /// ended short of the requested length, or its segments were not
+    /// contiguous); we sent an RDMAP remote operation Terminate.
+    BadResponse,
     /// The stream went to error before this request finished.
     Flushed,
 }
@@ -780,6 +785,9 @@ struct Rx {
     cur_status: Option<WcStatus>,
     /// Goes with `pending`: the status the error gives `cur`.
     pending_status: Option<WcStatus>,
+    /// Goes with `pending`: the status the error gives the outstanding
+    /// RDMA Read at the head of `Tx::reads` (else it is `Flushed`).
+    pending_read: Option<WcStatus>,
     expected_msn: [u32; 3],
     hdr: Option<DdpHeader>,
     seg_len: u16,
@@ -871,6 +879,7 @@ impl Qp {
                 cur: None,
                 cur_status: None,
                 pending_status: None,
+                pending_read: None,
                 // RFC 5041 §4.3: the first MSN on each queue is one.
                 expected_msn: [1; 3],
                 hdr: None,
@@ -1632,6 +1641,43 @@ impl RxCtx<'_> {
         self.error(code, None);
     }
 
+    /// An error that also decides how the outstanding RDMA Read whose
+    /// response is arriving completes (once the error is raised).
+    fn read_error(&mut self, code: TermCode, status: WcStatus) {
+        if self.rx.pending.is_none() {
+            self.rx.pending_read = Some(status);
+        }
+        self.error(code, None);
+    }
+
+    /// Complete the RDMA Read at the head of the outstanding list with
+    /// `status` (the stream is going to error: nothing more arrives for it).
+    fn fail_read(&mut self, status: WcStatus) {
+        let Some(p) = self.tx.reads.pop_front() else {
+            return;
+        };
+        if let Some(i) = p.seq.checked_sub(self.tx.head_seq) {
+            if let Some(e) = self.tx.sq.get_mut(i as usize) {
+                e.state = SqState::Done(status);
+            }
+        }
+    }
+
+    /// The local buffer that the current segment's payload goes to (a
+    /// receive buffer, or the sink of our RDMA Read) was deregistered or
+    /// invalidated by the application after the segment's header was
+    /// checked. Place nothing more (RFC 5041 §7.1: cease placing the rest of
+    /// the segment; RFC 5040 §8.1.1 item 6). The buffer is ours, not the
+    /// peer's, so this is a DDP local catastrophic error (RFC 5041 §7.2
+    /// 0x0/0x00), as for a buffer found gone when a segment begins.
+    fn local_sink_revoked(&mut self) {
+        let status = WcStatus::LocalProtection(AccessError::InvalidStag);
+        match self.rx.hdr {
+            Some(DdpHeader::Tagged(_)) => self.read_error(TermCode::DDP_LOCAL_CATASTROPHIC, status),
+            _ => self.recv_error(TermCode::DDP_LOCAL_CATASTROPHIC, status),
+        }
+    }
+
     /// The buffer for the next QN 0 message: the head of our receive queue,
     /// or one from the SRQ, checked now against the memory table (its post
     /// could not be: an SRQ has no PD of its own).
@@ -1665,6 +1711,7 @@ impl RxCtx<'_> {
         self.rx.placed = 0;
         self.rx.pending = None;
         self.rx.pending_status = None;
+        self.rx.pending_read = None;
         self.rx.target = Target::Discard;
         if self.rx.dead {
             return;
@@ -1735,6 +1782,19 @@ impl RxCtx<'_> {
                         if t.to < sink.to || end > sink.to.saturating_add(sink.len as u64) {
                             return self.error(TermCode::DDP_T_BASE_BOUNDS, None);
                         }
+                        // RFC 5041 §5.2: each segment's TO is the message's first
+                        // TO plus the segment's offset in the message, and MPA/TCP
+                        // delivers the segments in order; so the next segment
+                        // must start where the previous one ended. Anything else
+                        // (a gap, or octets written twice) would let a response
+                        // reach the requested length without filling the sink.
+                        // The response does not match its request (RFC 5040
+                        // §5.2.2): RDMAP remote operation error, and the Read
+                        // fails.
+                        if t.to - sink.to != pending.received {
+                            return self
+                                .read_error(TermCode::RDMAP_OP_UNSPECIFIED, WcStatus::BadResponse);
+                        }
                         // Message offset t.to - sink.to, scattered over the sink list.
                         match pending.sgl.locate(
                             self.mem,
@@ -1744,7 +1804,14 @@ impl RxCtx<'_> {
                             payload as u64,
                         ) {
                             Ok(p) => self.rx.target = Target::Scatter(p),
-                            Err(e) => self.error(ddp_tagged_code(e), None),
+                            // The sink was checked at post time and the peer named
+                            // it correctly: the application revoked it since. Our
+                            // fault, so DDP local catastrophic (RFC 5041 §7.2
+                            // 0x0/0x00), as for a receive buffer that went away.
+                            Err(e) => self.read_error(
+                                TermCode::DDP_LOCAL_CATASTROPHIC,
+                                WcStatus::LocalProtection(e),
+                            ),
                         }
                     }
                     _ => self.error(TermCode::RDMAP_UNEXPECTED_OPCODE, None),
@@ -1794,16 +1861,31 @@ impl RxCtx<'_> {
                         self.rx.cur.map_or(0, |r| r.sgl.total_len() as usize)
                     }
                     queue::READ_REQUEST => {
-                        // The QN 1 buffers are the IRD we advertised (RFC 5040 §5.2.2, §6.1).
-                        if mo == 0 && self.tx.resp.len() >= self.cfg.ird as usize {
+                        // The QN 1 buffers are the IRD we advertised (RFC 5040
+                        // §5.2.2, §6.1: inbound Read Requests MUST NOT exceed
+                        // it). Every QN 1 segment starts a Read Request (MO 0,
+                        // below), so each one is counted, whatever else is
+                        // wrong with it (RFC 5041 §7.1 check 2 before 3-4).
+                        if self.tx.resp.len() >= self.cfg.ird as usize {
                             return self.error(TermCode::DDP_U_NO_BUFFER, None);
+                        }
+                        // RFC 5040 §4.4, §5.2.1: a Read Request is one
+                        // untagged message whose only content is the 28-octet
+                        // Read Request Header, one QN 1 buffer each. We take
+                        // it in one segment (MULPDU is never below 46 octets
+                        // on a real stream), so the only legal MO is 0
+                        // (RFC 5041 §7.1 check 3, §7.2 0x2/0x04).
+                        if mo != 0 {
+                            return self.error(TermCode::DDP_U_INVALID_MO, None);
                         }
                         READ_REQUEST_LEN
                     }
                     _ => MAX_TERMINATE_LEN,
                 };
-                // RFC 5041 §7.1 checks 3 and 4.
-                if mo > capacity || mo + payload > capacity {
+                // RFC 5041 §7.1 checks 3 and 4 (`payload` < 2^16, so on any
+                // target of 32 bits or more `mo + payload` cannot overflow;
+                // checked anyway).
+                if mo > capacity || mo.checked_add(payload).is_none_or(|end| end > capacity) {
                     let code = if mo > capacity {
                         TermCode::DDP_U_INVALID_MO
                     } else {
@@ -1852,11 +1934,23 @@ impl RxCtx<'_> {
         self.rx.placed += data.len();
         match self.rx.target {
             Target::Tagged { range } => {
+                // The range was validated when the segment began, possibly in
+                // an earlier `receive` call: the application may have
+                // deregistered or invalidated the STag since (RFC 5040 §8.1.1
+                // item 6: no more placement once access is revoked). Stop
+                // here and report the STag as invalid (RFC 5041 §7.1 tagged
+                // check 1, §7.2 0x1/0x00) when the segment ends.
+                if !self.mem.is_live(&range) {
+                    return self.error(TermCode::DDP_T_INVALID_STAG, None);
+                }
                 if self.mem.write(&range, at, data) {
                     self.stats.bytes_placed += data.len() as u64;
                 }
             }
             Target::Scatter(p) => {
+                if !p.as_slice().iter().all(|r| self.mem.is_live(r)) {
+                    return self.local_sink_revoked();
+                }
                 // `at` is the offset of `data` in this segment's payload.
                 let (mut at, mut data) = (at, data);
                 for r in p.as_slice() {
@@ -1898,6 +1992,9 @@ impl RxCtx<'_> {
             if let Some(st) = self.rx.pending_status.take() {
                 self.rx.cur_status = Some(st);
             }
+            if let Some(st) = self.rx.pending_read.take() {
+                self.fail_read(st);
+            }
             return self.raise(p);
         }
         let Some(hdr) = self.rx.hdr else { return };
@@ -1910,6 +2007,23 @@ impl RxCtx<'_> {
                     };
                     p.received += payload as u64;
                     if t.ddp.last() {
+                        // RFC 5040 §5.2.2: the Data Sink may check that the
+                        // response's length is the one requested; we do, so a
+                        // Read succeeds only when every requested octet was
+                        // placed (segments are contiguous, checked at begin, and
+                        // never pass the end). A short or zero-length response
+                        // to a non-zero Read is an invalid Read Response
+                        // (RFC 5040 §7.1 case 2: Terminate with the DDP header,
+                        // RDMAP remote operation error) and the Read fails.
+                        if p.received != u64::from(p.sink.len) {
+                            self.fail_read(WcStatus::BadResponse);
+                            return self.raise(TermInfo {
+                                code: TermCode::RDMAP_OP_UNSPECIFIED,
+                                hdr: Some(hdr),
+                                seg_len: self.rx.seg_len,
+                                rdma: None,
+                            });
+                        }
                         // RFC 5040 §5.5 rule 19: the Read completes on delivery of its response.
                         let seq = p.seq;
                         self.tx.reads.pop_front();
@@ -1936,8 +2050,16 @@ impl RxCtx<'_> {
                             // the completion becomes visible.
                             let stag = STag(u.inval_stag);
                             if let Err(e) = self.mem.invalidate_remote(stag, self.cfg.pd) {
+                                // RFC 5040 §7.2 items 4-5, §4.8: an STag that is
+                                // not valid is Invalid STag (0x00); one that is
+                                // valid but not ours to invalidate -- another
+                                // PD's, or a local-only buffer never enabled
+                                // for remote access (§8.1.1 item 7) -- is "STag
+                                // cannot be invalidated" (0x09).
                                 let code = match e {
-                                    AccessError::PdMismatch => TermCode::RDMAP_CANNOT_INVALIDATE,
+                                    AccessError::PdMismatch | AccessError::Access => {
+                                        TermCode::RDMAP_CANNOT_INVALIDATE
+                                    }
                                     _ => TermCode::RDMAP_INVALID_STAG,
                                 };
                                 return self.raise(TermInfo {

@@ -1196,3 +1196,486 @@ fn inline_data_too_long_is_refused() {
     };
     assert_eq!(a.qp.post_send(&a.mem, wr), Ok(()));
 }
+
+// ---------------------------------------------------------------- hostile peers
+//
+// Attacks sent as literal FPDUs (built with the crate's own header builders
+// and framer) straight into `Qp::receive`, in pieces, with local memory
+// operations done between the pieces as a poll loop would.
+
+/// One FPDU (CRC on, no markers) carrying `hdr` and `payload`.
+fn fpdu(framer: &mut Framer, hdr: DdpHeader, payload: &[u8]) -> Vec<u8> {
+    let (hb, hn) = hdr.to_array();
+    let mut out = Vec::new();
+    framer.emit(&[&hb[..hn], payload], &mut out).unwrap();
+    out
+}
+
+fn write_hdr(stag: STag, to: u64, last: bool) -> DdpHeader {
+    DdpHeader::Tagged(TaggedHeader {
+        ddp: DdpControl::new(true, last),
+        rdmap: RdmapControl::new(Opcode::Write),
+        stag: stag.0,
+        to,
+    })
+}
+
+fn read_resp_hdr(stag: STag, to: u64, last: bool) -> DdpHeader {
+    DdpHeader::Tagged(TaggedHeader {
+        ddp: DdpControl::new(true, last),
+        rdmap: RdmapControl::new(Opcode::ReadResponse),
+        stag: stag.0,
+        to,
+    })
+}
+
+fn untagged_hdr(op: Opcode, inval: u32, msn: u32, mo: u32, last: bool) -> DdpHeader {
+    DdpHeader::Untagged(UntaggedHeader {
+        ddp: DdpControl::new(false, last),
+        rdmap: RdmapControl::new(op),
+        inval_stag: inval,
+        qn: op.queue().unwrap(),
+        msn,
+        mo,
+    })
+}
+
+/// The Terminate `q` queued for a local error (exactly one), after checking
+/// that it is what `poll_transmit` sends.
+fn queued_terminate(q: &mut Qp, mem: &MemoryTable) -> TerminateRepr {
+    let ev = events(q);
+    let t = ev
+        .iter()
+        .find_map(|e| match e {
+            QpEvent::LocalError(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Terminate queued: {ev:?}"));
+    assert_eq!(q.state(), QpState::Terminating);
+    let mut out = Vec::new();
+    q.poll_transmit(mem, &mut out, usize::MAX, usize::MAX);
+    assert!(!out.is_empty());
+    assert_eq!(events(q), vec![QpEvent::TerminateSent(t)]);
+    t
+}
+
+/// Finding 1: a Write header and 10 octets arrive, the application
+/// deregisters the target and registers a new region (another PD, no remote
+/// rights) that reuses its slot, then the rest of the Write arrives. Nothing
+/// of it may land in the new region.
+#[test]
+fn write_after_deregistration_mid_segment_places_nothing() {
+    let mut b = End::new(200);
+    let dst = b.reg(vec![0; 128], Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(&mut framer, write_hdr(dst, 0, true), &pattern(100, 3));
+    let cut = 2 + TAGGED_HEADER_LEN + 10;
+    b.qp.receive(&bytes[..cut], &mut b.mem);
+    assert_eq!(&b.mem.snapshot(dst).unwrap()[..10], &pattern(100, 3)[..10]);
+
+    b.mem.deregister(dst).unwrap();
+    let other = b.mem.alloc_pd();
+    let fresh = b
+        .mem
+        .register(other, vec![0x5a; 128], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    assert_eq!(fresh.index(), dst.index(), "the slot is reused");
+    for piece in bytes[cut..].chunks(7) {
+        b.qp.receive(piece, &mut b.mem);
+    }
+    assert_eq!(b.mem.snapshot(fresh).unwrap(), vec![0x5a; 128]);
+    assert_eq!(b.qp.stats().bytes_placed, 10);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::DDP_T_INVALID_STAG);
+    assert_eq!(t.ddp_header, Some(write_hdr(dst, 0, true)));
+    assert_eq!(t.ddp_segment_len, Some(14 + 100));
+}
+
+/// Finding 1, invalidation: the same through local invalidation of a window.
+#[test]
+fn write_after_invalidation_mid_segment_places_nothing() {
+    let mut b = End::new(200);
+    let mr = b.reg(vec![0; 128], Access::LOCAL_WRITE | Access::MW_BIND);
+    let mw = b.mem.alloc_mw(b.pd).unwrap();
+    let w = b.mem.bind_mw(mw, mr, 0, 128, Access::REMOTE_WRITE).unwrap();
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(&mut framer, write_hdr(w, 0, true), &pattern(100, 3));
+    let cut = 2 + TAGGED_HEADER_LEN + 10;
+    b.qp.receive(&bytes[..cut], &mut b.mem);
+    b.mem.invalidate(w).unwrap();
+    b.qp.receive(&bytes[cut..], &mut b.mem);
+    let got = b.mem.snapshot(mr).unwrap();
+    assert_eq!(&got[..10], &pattern(100, 3)[..10]);
+    assert!(got[10..].iter().all(|x| *x == 0));
+    assert_eq!(
+        queued_terminate(&mut b.qp, &b.mem).code,
+        TermCode::DDP_T_INVALID_STAG
+    );
+}
+
+/// Finding 1 for a Send: the receive buffer is deregistered mid-message.
+#[test]
+fn send_after_receive_buffer_deregistration_places_nothing() {
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 128], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 128)).unwrap();
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(
+        &mut framer,
+        untagged_hdr(Opcode::Send, 0, 1, 0, true),
+        &pattern(100, 3),
+    );
+    let cut = 2 + UNTAGGED_HEADER_LEN + 10;
+    b.qp.receive(&bytes[..cut], &mut b.mem);
+    b.mem.deregister(r).unwrap();
+    let other = b.mem.alloc_pd();
+    let fresh = b
+        .mem
+        .register(other, vec![0x5a; 128], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    assert_eq!(fresh.index(), r.index());
+    b.qp.receive(&bytes[cut..], &mut b.mem);
+    assert_eq!(b.mem.snapshot(fresh).unwrap(), vec![0x5a; 128]);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t, TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        statuses(&comps(&mut b.qp)),
+        vec![(4, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+}
+
+/// Finding 1 for a Read Response: the Read's sink is deregistered while
+/// the response is arriving.
+#[test]
+fn read_response_after_sink_deregistration_places_nothing() {
+    let mut a = End::new(200);
+    let sink = a.reg(vec![0; 128], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(sink, 0, 100), STag(0x4242_4200), 0))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    let mut framer = Framer::new(true, false);
+    let bytes = fpdu(&mut framer, read_resp_hdr(sink, 0, true), &pattern(100, 3));
+    let cut = 2 + TAGGED_HEADER_LEN + 10;
+    a.qp.receive(&bytes[..cut], &mut a.mem);
+    a.mem.deregister(sink).unwrap();
+    let other = a.mem.alloc_pd();
+    let fresh = a
+        .mem
+        .register(other, vec![0x5a; 128], Access::LOCAL_WRITE, 0)
+        .unwrap();
+    assert_eq!(fresh.index(), sink.index());
+    a.qp.receive(&bytes[cut..], &mut a.mem);
+    assert_eq!(a.mem.snapshot(fresh).unwrap(), vec![0x5a; 128]);
+    let t = queued_terminate(&mut a.qp, &a.mem);
+    assert_eq!(t, TerminateRepr::bare(TermCode::DDP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+}
+
+/// A Read Request body (28 octets) reading `size` octets at TO 0 of `src`
+/// into TO 0 of `sink`.
+fn read_req_body(sink: STag, size: u32, src: STag) -> [u8; READ_REQUEST_LEN] {
+    let mut b = [0u8; READ_REQUEST_LEN];
+    ReadRequest {
+        sink_stag: sink.0,
+        sink_to: 0,
+        size,
+        src_stag: src.0,
+        src_to: 0,
+    }
+    .emit(&mut b)
+    .unwrap();
+    b
+}
+
+fn ird_end(ird: u16) -> (End, STag) {
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut b = End {
+        qp: Qp::new(QpConfig {
+            ird,
+            ..cfg(pd, 200)
+        }),
+        mem,
+        pd,
+    };
+    let src = b.reg(pattern(4096, 1), Access::REMOTE_READ);
+    (b, src)
+}
+
+/// Finding 2: Read Requests with MO != 0 were not counted against the IRD
+/// and queued without limit. Now MO != 0 is an invalid MO (RFC 5041 §7.1
+/// check 3) and nothing is queued.
+#[test]
+fn read_requests_with_nonzero_mo_are_refused_not_queued() {
+    let (mut b, src) = ird_end(2);
+    let mut framer = Framer::new(true, false);
+    let body = read_req_body(STag(0x77_0000), u32::MAX, src);
+    let mut bytes = Vec::new();
+    for i in 0..10_000u32 {
+        let hdr = untagged_hdr(Opcode::ReadRequest, 0, i + 1, 1 + i % 1000, true);
+        bytes.extend(fpdu(&mut framer, hdr, &body));
+    }
+    for piece in bytes.chunks(1460) {
+        b.qp.receive(piece, &mut b.mem);
+        assert!(b.qp.inbound_reads() <= 2);
+    }
+    assert_eq!(b.qp.inbound_reads(), 0);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::DDP_U_INVALID_MO);
+    assert_eq!(
+        t.ddp_header,
+        Some(untagged_hdr(Opcode::ReadRequest, 0, 1, 1, true))
+    );
+}
+
+/// Finding 2: every Read Request counts against the IRD; the one beyond it
+/// is DDP untagged "no buffer" (RFC 5040 §6.1, RFC 5041 §7.2 0x2/0x02).
+#[test]
+fn read_requests_beyond_ird_are_no_buffer() {
+    let (mut b, src) = ird_end(2);
+    let mut framer = Framer::new(true, false);
+    let body = read_req_body(STag(0x77_0000), 4096, src);
+    let mut bytes = Vec::new();
+    for i in 0..10_000u32 {
+        let hdr = untagged_hdr(Opcode::ReadRequest, 0, i + 1, 0, true);
+        bytes.extend(fpdu(&mut framer, hdr, &body));
+    }
+    for piece in bytes.chunks(1460) {
+        b.qp.receive(piece, &mut b.mem);
+        assert!(b.qp.inbound_reads() <= 2);
+    }
+    assert_eq!(b.qp.inbound_reads(), 2);
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::DDP_U_NO_BUFFER);
+    assert_eq!(
+        t.ddp_header,
+        Some(untagged_hdr(Opcode::ReadRequest, 0, 3, 0, true))
+    );
+}
+
+/// Finding 2: a Read Request longer than its 28-octet header is "message too
+/// long" (RFC 5041 §7.1 check 4, §7.2 0x2/0x05); nothing is queued.
+#[test]
+fn read_request_longer_than_its_header_is_too_long() {
+    let (mut b, src) = ird_end(2);
+    let mut framer = Framer::new(true, false);
+    let mut body = read_req_body(STag(0x77_0000), 8, src).to_vec();
+    body.extend([0; 4]);
+    let hdr = untagged_hdr(Opcode::ReadRequest, 0, 1, 0, true);
+    b.qp.receive(&fpdu(&mut framer, hdr, &body), &mut b.mem);
+    assert_eq!(b.qp.inbound_reads(), 0);
+    assert_eq!(
+        queued_terminate(&mut b.qp, &b.mem).code,
+        TermCode::DDP_U_TOO_LONG
+    );
+}
+
+/// `a` with one RDMA Read of `len` octets into `sink` sent (its Read
+/// Request handed to the LLP), awaiting the response.
+fn read_outstanding(len: u32) -> (End, STag) {
+    let mut a = End::new(200);
+    let sink = a.reg(vec![0; len as usize], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(sink, 0, len), STag(0x4242_4200), 0))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    assert_eq!(a.qp.outstanding_reads(), 1);
+    (a, sink)
+}
+
+/// Finding 9: a Read of 4096 answered by a 0-octet or 100-octet Read
+/// Response with L = 1 completed as a success of 4096 octets. It is an
+/// invalid Read Response now: RDMAP remote operation Terminate with the DDP
+/// header, and the Read fails.
+#[test]
+fn short_read_response_fails_the_read() {
+    for n in [0usize, 100] {
+        let (mut a, sink) = read_outstanding(4096);
+        let mut framer = Framer::new(true, false);
+        let hdr = read_resp_hdr(sink, 0, true);
+        let bytes = fpdu(&mut framer, hdr, &pattern(n, 3));
+        for piece in bytes.chunks(9) {
+            a.qp.receive(piece, &mut a.mem);
+        }
+        let t = queued_terminate(&mut a.qp, &a.mem);
+        assert_eq!(t.code, TermCode::RDMAP_OP_UNSPECIFIED, "{n} octets");
+        assert_eq!(t.ddp_header, Some(hdr));
+        assert_eq!(t.ddp_segment_len, Some((14 + n) as u16));
+        let c = comps(&mut a.qp);
+        assert_eq!(statuses(&c), vec![(1, WcStatus::BadResponse)]);
+        assert_eq!(c[0].byte_len, 0);
+        assert_eq!(a.qp.outstanding_reads(), 0);
+    }
+}
+
+/// Finding 9: response segments that overlap (or leave a gap) cannot add up
+/// to a complete response: the segment that does not start where the last
+/// one ended is refused before placement.
+#[test]
+fn read_response_segments_must_be_contiguous() {
+    let (mut a, sink) = read_outstanding(200);
+    let mut framer = Framer::new(true, false);
+    let mut bytes = fpdu(&mut framer, read_resp_hdr(sink, 0, false), &[1; 100]);
+    bytes.extend(fpdu(&mut framer, read_resp_hdr(sink, 0, true), &[2; 100]));
+    a.qp.receive(&bytes, &mut a.mem);
+    let t = queued_terminate(&mut a.qp, &a.mem);
+    assert_eq!(t.code, TermCode::RDMAP_OP_UNSPECIFIED);
+    assert_eq!(t.ddp_header, Some(read_resp_hdr(sink, 0, true)));
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::BadResponse)]
+    );
+    let got = a.mem.snapshot(sink).unwrap();
+    assert!(got[..100].iter().all(|x| *x == 1) && got[100..].iter().all(|x| *x == 0));
+}
+
+/// The exact response, in several segments, still completes the Read.
+#[test]
+fn complete_read_response_in_segments_succeeds() {
+    let (mut a, sink) = read_outstanding(200);
+    let mut framer = Framer::new(true, false);
+    let mut bytes = fpdu(&mut framer, read_resp_hdr(sink, 0, false), &pattern(120, 3));
+    bytes.extend(fpdu(
+        &mut framer,
+        read_resp_hdr(sink, 120, true),
+        &pattern(80, 4),
+    ));
+    for piece in bytes.chunks(5) {
+        a.qp.receive(piece, &mut a.mem);
+    }
+    assert!(events(&mut a.qp).is_empty());
+    let c = comps(&mut a.qp);
+    assert_eq!(statuses(&c), vec![(1, WcStatus::Success)]);
+    assert_eq!(c[0].byte_len, 200);
+    let got = a.mem.snapshot(sink).unwrap();
+    assert_eq!(&got[..120], &pattern(120, 3)[..]);
+    assert_eq!(&got[120..], &pattern(80, 4)[..]);
+}
+
+/// Finding 7: a Send with Invalidate naming a local-only region (STags are
+/// guessable) must not revoke it: "STag cannot be invalidated" (RFC 5040
+/// §7.2 items 4-5, §8.1.1 item 7), and the region stays valid.
+#[test]
+fn send_with_invalidate_of_a_local_only_region_is_refused() {
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let local = b.reg(vec![0; 64], Access::LOCAL_READ | Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 64)).unwrap();
+    let mut framer = Framer::new(true, false);
+    let hdr = untagged_hdr(Opcode::SendInvalidate, local.0, 1, 0, true);
+    let bytes = fpdu(&mut framer, hdr, &pattern(8, 3));
+    for piece in bytes.chunks(3) {
+        b.qp.receive(piece, &mut b.mem);
+    }
+    assert!(b.mem.is_valid(local));
+    let t = queued_terminate(&mut b.qp, &b.mem);
+    assert_eq!(t.code, TermCode::RDMAP_CANNOT_INVALIDATE);
+    assert_eq!(t.ddp_header, Some(hdr));
+    // The receive buffer did not complete as a success.
+    assert_eq!(statuses(&comps(&mut b.qp)), vec![(4, WcStatus::Flushed)]);
+
+    // A region enabled for remote access can be invalidated.
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let exposed = b.reg(vec![0; 64], Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 4, sge(r, 0, 64)).unwrap();
+    let hdr = untagged_hdr(Opcode::SendInvalidate, exposed.0, 1, 0, true);
+    b.qp.receive(
+        &fpdu(&mut Framer::new(true, false), hdr, &[1; 8]),
+        &mut b.mem,
+    );
+    assert!(!b.mem.is_valid(exposed));
+    let c = comps(&mut b.qp);
+    assert_eq!(
+        (c[0].status, c[0].invalidated),
+        (WcStatus::Success, Some(exposed))
+    );
+}
+
+/// Any single FPDU with a good CRC, whatever its header fields (extreme MO,
+/// TO, MSN, lengths, opcodes), cut anywhere: no arithmetic overflow or
+/// panic (overflow checks are on in tests), nothing placed into a local-only
+/// region, and at most IRD Read Requests queued.
+fn any_header() -> impl Strategy<Value = DdpHeader> {
+    let edge32 = prop_oneof![Just(0u32), Just(1), Just(28), Just(u32::MAX), any::<u32>()];
+    let edge64 = prop_oneof![Just(0u64), Just(u64::MAX), Just(u64::MAX - 3), any::<u64>()];
+    let ctrl = (any::<bool>(), any::<u8>(), 0u8..4);
+    prop_oneof![
+        (ctrl.clone(), any::<u8>(), edge32.clone(), edge64).prop_map(
+            |((last, rsvd, dv), rdmap, stag, to)| {
+                let mut ddp = DdpControl::new(true, last);
+                ddp.0 = (ddp.0 & !0x3f) | (rsvd & 0x3c) | (dv & 3);
+                DdpHeader::Tagged(TaggedHeader {
+                    ddp,
+                    rdmap: RdmapControl(rdmap),
+                    stag,
+                    to,
+                })
+            }
+        ),
+        (
+            ctrl,
+            any::<u8>(),
+            edge32.clone(),
+            0u32..4,
+            prop_oneof![Just(0u32), Just(1), Just(2), Just(u32::MAX)],
+            edge32
+        )
+            .prop_map(|((last, rsvd, dv), rdmap, inval, qn, msn, mo)| {
+                let mut ddp = DdpControl::new(false, last);
+                ddp.0 = (ddp.0 & !0x3f) | (rsvd & 0x3c) | (dv & 3);
+                DdpHeader::Untagged(UntaggedHeader {
+                    ddp,
+                    rdmap: RdmapControl(rdmap),
+                    inval_stag: inval,
+                    qn,
+                    msn,
+                    mo,
+                })
+            }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn hostile_headers_never_overflow(
+        hdrs in proptest::collection::vec((any_header(), 0usize..120), 1..6),
+        cut in 1usize..40,
+    ) {
+        let mut b = End::new(200);
+        let local = b.reg(vec![0x11; 256], Access::LOCAL_READ | Access::LOCAL_WRITE);
+        let exposed = b.reg(vec![0; 256], Access::ALL);
+        b.qp.post_recv(&b.mem, 1, sge(local, 0, 64)).unwrap();
+        b.qp.post_send(&b.mem, read(2, sge(local, 64, 100), exposed, 0)).unwrap();
+        let mut out = Vec::new();
+        b.qp.poll_transmit(&b.mem, &mut out, usize::MAX, usize::MAX);
+        let mut framer = Framer::new(true, false);
+        let mut bytes = Vec::new();
+        for (i, (h, n)) in hdrs.iter().enumerate() {
+            // Aim some headers at the real STags.
+            let h = match *h {
+                DdpHeader::Tagged(mut t) if i % 2 == 0 => {
+                    t.stag = if i % 4 == 0 { exposed.0 } else { local.0 };
+                    DdpHeader::Tagged(t)
+                }
+                h => h,
+            };
+            bytes.extend(fpdu(&mut framer, h, &pattern(*n, i as u8)));
+        }
+        for piece in bytes.chunks(cut) {
+            b.qp.receive(piece, &mut b.mem);
+            prop_assert!(b.qp.inbound_reads() <= 4);
+        }
+        // The receive buffer and the Read sink are local: only a Send or the
+        // Read Response may fill them, never a tagged Write.
+        let img = b.mem.snapshot(local).unwrap();
+        prop_assert!(img[164..].iter().all(|x| *x == 0x11));
+        let _ = comps(&mut b.qp);
+        let _ = events(&mut b.qp);
+        b.qp.poll_transmit(&b.mem, &mut out, usize::MAX, usize::MAX);
+    }
+}
