@@ -635,26 +635,61 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
-        // Seventh: payload.
-        if !seg.payload.is_empty()
+        // Seventh: payload, trimmed to the window first, so that no octet
+        // before RCV.NXT ever gets a stream offset.
+        let (seq, payload, fin) = self.trim_to_window(seq, seg.payload, f.contains(Flags::FIN));
+        if !payload.is_empty()
             && matches!(
                 self.state,
                 State::Established | State::FinWait1 | State::FinWait2
             )
         {
-            self.receive_payload(seq, seg.payload, now, deliver);
+            self.receive_payload(seq, payload, now, deliver);
         }
         // Eighth: FIN.
-        if f.contains(Flags::FIN) {
-            let fin_off = self.off_of(seq.wrapping_add(seg.payload.len() as u32));
+        if fin {
+            let fin_off = self.off_of(seq.wrapping_add(payload.len() as u32));
             self.peer_fin_off = Some(fin_off);
             self.ack_now = true;
         }
         self.try_peer_fin(now);
     }
 
+    /// RFC 9293 §3.10.7.4: an acceptable segment is trimmed to the window —
+    /// octets before RCV.NXT are old duplicates and go, and so do octets at
+    /// or past RCV.NXT + RCV.WND (with a FIN after them). What is left
+    /// starts at or after RCV.NXT, so [`off_of`](Self::off_of) never goes
+    /// below the stream start: a segment starting at the SYN's sequence
+    /// number (RCV.NXT - 1 before any data) loses its first octet here.
+    fn trim_to_window<'p>(&self, seq: u32, payload: &'p [u8], fin: bool) -> (u32, &'p [u8], bool) {
+        let (mut seq, mut payload, mut fin) = (seq, payload, fin);
+        if lt(seq, self.rcv_nxt) {
+            let old = self.rcv_nxt.wrapping_sub(seq) as usize;
+            if old > payload.len() {
+                // Everything, FIN included, lies before RCV.NXT.
+                return (self.rcv_nxt, &[], false);
+            }
+            payload = &payload[old..];
+            seq = self.rcv_nxt;
+        }
+        let wnd_end = self.rcv_nxt.wrapping_add(self.rcv_wnd());
+        let room = if lt(seq, wnd_end) {
+            wnd_end.wrapping_sub(seq) as usize
+        } else {
+            0
+        };
+        if payload.len() > room {
+            payload = &payload[..room];
+            fin = false;
+        }
+        (seq, payload, fin)
+    }
+
+    /// The stream offset of `seq`, which must not lie before RCV.NXT
+    /// (callers trim with [`trim_to_window`](Self::trim_to_window) first).
     fn off_of(&self, seq: u32) -> u64 {
-        (self.rcv_off as i64 + i64::from(seq.wrapping_sub(self.rcv_nxt) as i32)) as u64
+        debug_assert!(le(self.rcv_nxt, seq), "offset of an octet before RCV.NXT");
+        self.rcv_off + u64::from(seq.wrapping_sub(self.rcv_nxt))
     }
 
     fn try_peer_fin(&mut self, now: u64) {
@@ -1387,6 +1422,73 @@ mod tests {
             }
             false
         }
+    }
+
+    /// A pair with the handshake done.
+    fn established(c: Config, seed: u64) -> Pair {
+        let mut p = Pair::new(c, 1000, 9000, seed, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p
+    }
+
+    /// A literal segment from `c`'s peer: it acknowledges all `c` sent,
+    /// keeps `c`'s send window, and carries a timestamp when they are on.
+    fn from_peer<'p>(
+        c: &Connection,
+        seq: u32,
+        flags: Flags,
+        payload: &'p [u8],
+        now: u64,
+    ) -> TcpRepr<'p> {
+        let mut r = TcpRepr::new(c.remote_port, c.local_port, seq, flags);
+        r.ack_number = c.snd_max;
+        r.window = (c.snd_wnd >> c.snd_shift).min(65535) as u16;
+        if c.ts_on {
+            r.timestamp = Some(TcpTimestamp {
+                tsval: c.ts_recent,
+                tsecr: c.ts_now(now),
+            });
+        }
+        r.payload = payload;
+        r
+    }
+
+    #[test]
+    fn segment_from_the_syn_sequence_number_is_trimmed_to_rcv_nxt() {
+        let mut p = established(cfg(), 31);
+        // No data has arrived yet: RCV.NXT is the SYN's sequence number + 1.
+        let syn_seq = p.b.irs;
+        assert_eq!(p.b.rcv_nxt, syn_seq.wrapping_add(1));
+        assert_eq!(p.b.rcv_off, 0);
+        let now = p.now;
+        let mut got = Vec::new();
+        // One octet at the SYN's sequence number, then new data.
+        let seg = from_peer(&p.b, syn_seq, Flags::ACK | Flags::PSH, b"Shello", now);
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"hello");
+        assert_eq!(p.b.rcv_nxt, syn_seq.wrapping_add(6));
+        assert_eq!(p.b.rcv_off, 5);
+        // Old octets only, with a FIN before RCV.NXT: nothing delivered,
+        // no FIN taken, an ACK in answer.
+        let seg = from_peer(&p.b, syn_seq, Flags::ACK | Flags::FIN, b"Shell", now);
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"hello");
+        assert_eq!((p.b.state(), p.b.peer_fin_off), (State::Established, None));
+        // Running past the window's end: the octets past it go, and so does
+        // the FIN after them.
+        let wnd = p.b.rcv_wnd() as usize;
+        let long = vec![7u8; wnd + 10];
+        let seg = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK | Flags::FIN, &long, now);
+        got.clear();
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got.len(), wnd);
+        assert_eq!((p.b.state(), p.b.peer_fin_off), (State::Established, None));
+        // The stream goes on in order.
+        let seg = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK | Flags::FIN, b"!", now);
+        got.clear();
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!((&got[..], p.b.state()), (&b"!"[..], State::CloseWait));
     }
 
     fn cfg() -> Config {
