@@ -14,5 +14,6 @@
 pub mod arp;
 pub mod iface;
 pub mod listen;
+mod reasm;
 pub mod tcp;
 pub mod wire;

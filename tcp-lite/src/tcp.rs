@@ -12,8 +12,9 @@
 //! Calling `handle_timeout` early or twice is harmless. Time is `now` in
 //! nanoseconds, supplied by the caller.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::reasm::{Insert, Reassembly};
 use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
 
 /// Sequence-space comparisons (RFC 9293 §3.4, modulo 2^32).
@@ -53,6 +54,10 @@ pub struct Config {
     pub max_retransmits: u32,
     /// Send buffer size (octets accepted by [`Connection::send`]).
     pub snd_buf: usize,
+    /// Most distinct ranges of out-of-order data held; a segment that would
+    /// open one more is dropped (the peer sends it again). Bounds the work
+    /// and bookkeeping a peer can cause by scattering small segments.
+    pub max_ooo_ranges: usize,
 }
 
 impl Default for Config {
@@ -70,6 +75,7 @@ impl Default for Config {
             time_wait: 60_000_000_000,
             max_retransmits: 12,
             snd_buf: 4 << 20,
+            max_ooo_ranges: 64,
         }
     }
 }
@@ -129,6 +135,9 @@ pub struct Stats {
     pub fast_retransmits: u64,
     /// Out-of-order segments stored.
     pub ooo_segments: u64,
+    /// Out-of-order segments dropped: they would have opened a range beyond
+    /// [`Config::max_ooo_ranges`].
+    pub ooo_dropped: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
     /// Octets delivered in order.
@@ -198,10 +207,9 @@ pub struct Connection {
     irs: u32,
     rcv_nxt: u32,
     rcv_shift: u8,
-    /// Out-of-order data by sequence offset from `rcv_nxt` at insertion,
-    /// kept as absolute 64-bit stream offsets.
-    ooo: BTreeMap<u64, Vec<u8>>,
-    ooo_bytes: usize,
+    /// Out-of-order data by stream offset, in bounded coalesced ranges.
+    ooo: Reassembly,
+    /// RCV.NXT as a stream offset: octets delivered so far (and the FIN).
     rcv_off: u64,
     peer_fin_off: Option<u64>,
     // SACK (RFC 2018): in use, and the peer's reported blocks above snd_una.
@@ -266,8 +274,7 @@ impl Connection {
             irs: 0,
             rcv_nxt: 0,
             rcv_shift: 0,
-            ooo: BTreeMap::new(),
-            ooo_bytes: 0,
+            ooo: Reassembly::default(),
             rcv_off: 0,
             peer_fin_off: None,
             sack_on: false,
@@ -899,6 +906,8 @@ impl Connection {
         }
     }
 
+    /// `payload` starts at or after RCV.NXT and ends inside the window
+    /// ([`trim_to_window`](Self::trim_to_window) saw to both).
     fn receive_payload(
         &mut self,
         seq: u32,
@@ -907,27 +916,30 @@ impl Connection {
         deliver: &mut dyn FnMut(&[u8]),
     ) {
         let off = self.off_of(seq);
-        let end = off + payload.len() as u64;
-        if end <= self.rcv_off {
-            self.ack_now = true; // duplicate
-            return;
-        }
-        if off <= self.rcv_off {
-            let fresh = &payload[(self.rcv_off - off) as usize..];
-            deliver(fresh);
-            self.advance(fresh.len());
-            self.drain_ooo(deliver);
+        if off == self.rcv_off {
+            deliver(payload);
+            self.advance(payload.len());
+            loop {
+                let n = self.ooo.pop(self.rcv_off, deliver);
+                if n == 0 {
+                    break;
+                }
+                self.advance(n);
+            }
             self.schedule_ack(now, !self.ooo.is_empty());
         } else {
-            // Out of order: hold a copy until the gap fills (bounded by the window).
-            let room = self.cfg.rcv_buf as usize - self.ooo_bytes.min(self.cfg.rcv_buf as usize);
-            if payload.len() <= room && !self.ooo.contains_key(&off) {
-                self.ooo.insert(off, payload.to_vec());
-                self.ooo_bytes += payload.len();
-                self.stats.ooo_segments += 1;
+            // Out of order: hold a copy until the gap fills, in at most
+            // `max_ooo_ranges` ranges and a window of octets.
+            let wnd = self.rcv_wnd() as usize;
+            match self
+                .ooo
+                .insert(self.rcv_off, off, payload, self.cfg.max_ooo_ranges, wnd)
+            {
+                Insert::Held => self.stats.ooo_segments += 1,
+                Insert::Dropped => self.stats.ooo_dropped += 1,
             }
             self.ack_now = true; // immediate duplicate ACK (RFC 5681 §4.2)
-            self.dupacks_owed += 1;
+            self.dupacks_owed = self.dupacks_owed.saturating_add(1);
         }
     }
 
@@ -935,24 +947,6 @@ impl Connection {
         self.rcv_off += n as u64;
         self.rcv_nxt = self.rcv_nxt.wrapping_add(n as u32);
         self.stats.delivered += n as u64;
-    }
-
-    fn drain_ooo(&mut self, deliver: &mut dyn FnMut(&[u8])) {
-        while let Some((&off, _)) = self.ooo.first_key_value() {
-            if off > self.rcv_off {
-                break;
-            }
-            let Some(data) = self.ooo.remove(&off) else {
-                break;
-            };
-            self.ooo_bytes -= data.len();
-            let end = off + data.len() as u64;
-            if end > self.rcv_off {
-                let fresh = &data[(self.rcv_off - off) as usize..];
-                deliver(fresh);
-                self.advance(fresh.len());
-            }
-        }
     }
 
     fn schedule_ack(&mut self, now: u64, immediate: bool) {
@@ -1034,8 +1028,14 @@ impl Connection {
             });
         }
         if self.sack_on && flags.contains(Flags::ACK) {
-            // RFC 2018 §4: report the out-of-order data we hold.
-            let mut blocks = self.ooo_blocks();
+            // RFC 2018 §4: report the out-of-order data we hold, the block
+            // with the latest arrival first.
+            let (nxt, base) = (self.rcv_nxt, self.rcv_off);
+            let seq_of = |off: u64| nxt.wrapping_add((off - base) as u32);
+            let mut blocks = self
+                .ooo
+                .sack_blocks(base)
+                .map(|(a, b)| (seq_of(a), seq_of(b)));
             for slot in r.sack_ranges.iter_mut() {
                 *slot = blocks.next();
             }
@@ -1049,28 +1049,12 @@ impl Connection {
         let mut len = if self.ts_on { 12 } else { 0 };
         if self.sack_on && !self.ooo.is_empty() {
             let fit = crate::wire::tcp::MAX_OPTIONS_LEN.saturating_sub(len + 4) / 8;
-            let blocks = self.ooo.len().min(fit);
+            let blocks = self.ooo.sack_len().min(fit);
             if blocks > 0 {
                 len += 4 + 8 * blocks;
             }
         }
         len
-    }
-
-    /// Contiguous out-of-order ranges as (left, right) sequence numbers.
-    fn ooo_blocks(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        let base = self.rcv_nxt.wrapping_sub(self.rcv_off as u32);
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (&off, d) in &self.ooo {
-            let end = off + d.len() as u64;
-            match merged.last_mut() {
-                Some(last) if off <= last.1 => last.1 = last.1.max(end),
-                _ => merged.push((off, end)),
-            }
-        }
-        merged
-            .into_iter()
-            .map(move |(a, b)| (base.wrapping_add(a as u32), base.wrapping_add(b as u32)))
     }
 
     /// Hand up to `max` segments to `emit`, in order. Returns how many.
@@ -1491,6 +1475,55 @@ mod tests {
         assert_eq!((&got[..], p.b.state()), (&b"!"[..], State::CloseWait));
     }
 
+    #[test]
+    fn flood_of_scattered_octets_is_bounded_and_still_delivers() {
+        let mut p = established(cfg(), 32);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        let wnd = p.b.rcv_wnd() as usize;
+        let stream = data(wnd, 9);
+        // One octet at every other offset across the window, offset 0 missing.
+        let mut sent = 0u64;
+        for off in (1..wnd).step_by(2) {
+            let seq = nxt.wrapping_add(off as u32);
+            let seg = from_peer(&p.b, seq, Flags::ACK, &stream[off..off + 1], now);
+            p.b.handle_segment(&seg, now, &mut |_| panic!("nothing is in order"));
+            // Each draws a duplicate ACK whose SACK blocks come from the range
+            // set, newest first (RFC 2018 §4).
+            let mut first = None;
+            p.b.poll_transmit(now, 4, &mut |r| first = r.sack_ranges[0]);
+            if off < 2 * cfg().max_ooo_ranges {
+                assert_eq!(first, Some((seq, seq.wrapping_add(1))));
+            }
+            sent += 1;
+        }
+        let cap = cfg().max_ooo_ranges;
+        assert_eq!(p.b.ooo.ranges(), cap);
+        assert!(p.b.ooo.buffered() <= 2 * cap, "{}", p.b.ooo.buffered());
+        assert_eq!(p.b.stats().ooo_segments, cap as u64);
+        assert_eq!(p.b.stats().ooo_dropped, sent - cap as u64);
+        // A constant number of range-set steps per segment, not one per
+        // segment held.
+        assert!(p.b.ooo.steps <= 2 * sent, "{} steps", p.b.ooo.steps);
+        // The gaps fill: each even octet brings the odd one held after it.
+        let mut got = Vec::new();
+        for off in (0..2 * cap).step_by(2) {
+            let seq = nxt.wrapping_add(off as u32);
+            let seg = from_peer(&p.b, seq, Flags::ACK, &stream[off..off + 1], now);
+            p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        }
+        assert_eq!(got, &stream[..2 * cap]);
+        assert!(p.b.ooo.is_empty());
+        // The peer resends the rest (what was dropped) in order.
+        for (i, chunk) in stream[2 * cap..].chunks(1448).enumerate() {
+            let seq = nxt.wrapping_add((2 * cap + i * 1448) as u32);
+            let seg = from_peer(&p.b, seq, Flags::ACK, chunk, now);
+            p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        }
+        assert!(got == stream);
+        assert_eq!(p.b.ooo.buffered(), 0);
+    }
+
     fn cfg() -> Config {
         Config {
             rto_min: 1_000_000,
@@ -1545,7 +1578,7 @@ mod tests {
             p.got_b.len(),
             da.len(),
             "a->b length, seed {seed}: errs {:?} {:?} a {:?} una {} nxt {} max {} wnd {} cwnd {} rtx {:?} buf {} | b {:?} rcv_nxt {} ooo {}",
-            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.len()
+            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.ranges()
         );
         assert!(p.got_b == da, "a->b data, seed {seed}");
         assert!(p.got_a == db, "b->a data, seed {seed}");
