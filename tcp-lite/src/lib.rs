@@ -15,5 +15,6 @@ pub mod arp;
 pub mod iface;
 pub mod listen;
 mod reasm;
+mod sack;
 pub mod tcp;
 pub mod wire;

@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 
 use crate::reasm::{Insert, Reassembly};
+use crate::sack::Scoreboard;
 use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
 
 /// Sequence-space comparisons (RFC 9293 §3.4, modulo 2^32).
@@ -58,6 +59,9 @@ pub struct Config {
     /// open one more is dropped (the peer sends it again). Bounds the work
     /// and bookkeeping a peer can cause by scattering small segments.
     pub max_ooo_ranges: usize,
+    /// Most distinct ranges of the peer's SACK blocks remembered; when full,
+    /// the shortest range is forgotten (that data may be resent needlessly).
+    pub max_sack_ranges: usize,
 }
 
 impl Default for Config {
@@ -76,6 +80,7 @@ impl Default for Config {
             max_retransmits: 12,
             snd_buf: 4 << 20,
             max_ooo_ranges: 64,
+            max_sack_ranges: 32,
         }
     }
 }
@@ -214,7 +219,7 @@ pub struct Connection {
     peer_fin_off: Option<u64>,
     // SACK (RFC 2018): in use, and the peer's reported blocks above snd_una.
     sack_on: bool,
-    sacked: Vec<(u32, u32)>,
+    sacked: Scoreboard,
     // Timestamps.
     ts_on: bool,
     ts_recent: u32,
@@ -278,7 +283,7 @@ impl Connection {
             rcv_off: 0,
             peer_fin_off: None,
             sack_on: false,
-            sacked: Vec::new(),
+            sacked: Scoreboard::default(),
             ts_on: false,
             ts_recent: 0,
             srtt: None,
@@ -809,11 +814,18 @@ impl Connection {
     fn process_ack(&mut self, seg: &TcpRepr<'_>, now: u64) {
         let ack = seg.ack_number;
         if self.sack_on {
+            // SND.UNA as this ACK leaves it (it is acceptable: at most SND.MAX).
+            let una = if lt(self.snd_una, ack) {
+                ack
+            } else {
+                self.snd_una
+            };
+            self.sacked.advance(una);
             for (l, r) in seg.sack_ranges.iter().flatten().copied() {
-                // RFC 2018 §3: only blocks above the cumulative ACK and below snd_max mean anything.
-                if lt(ack, r) && le(r, self.snd_max) && lt(l, r) {
-                    self.sacked.push((l, r));
-                }
+                // RFC 2018 §3: only blocks above the cumulative ACK and at
+                // most SND.MAX mean anything; the scoreboard drops the rest.
+                self.sacked
+                    .add(una, self.snd_max, l, r, self.cfg.max_sack_ranges);
             }
         }
         let new_wnd = u32::from(seg.window) << self.snd_shift;
@@ -831,7 +843,7 @@ impl Connection {
             if lt(self.snd_nxt, ack) {
                 self.snd_nxt = ack;
             }
-            self.sacked.retain(|&(_, r)| lt(ack, r));
+            self.sacked.advance(ack);
             self.retries = 0;
             if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
                 let r = u64::from(self.ts_now(now).wrapping_sub(ts.tsecr)) * 1_000_000;
@@ -1004,6 +1016,8 @@ impl Connection {
             self.cwnd = self.snd_mss;
             self.in_recovery = false;
             self.dupacks = 0;
+            // RFC 2018 §8: the receiver may have reneged; resend it all.
+            self.sacked.clear();
             match self.state {
                 State::SynSent | State::SynReceived => self.syn_unsent = true,
                 _ => self.snd_nxt = self.snd_una, // go back to the first unacknowledged octet
@@ -1133,11 +1147,7 @@ impl Connection {
         while n < max {
             // When resending, skip what the peer reported holding (SACK).
             if lt(self.snd_nxt, self.snd_max) {
-                if let Some(&(_, r)) = self
-                    .sacked
-                    .iter()
-                    .find(|&&(l, r)| le(l, self.snd_nxt) && lt(self.snd_nxt, r))
-                {
+                if let Some(r) = self.sacked.covering(self.snd_una, self.snd_nxt) {
                     self.snd_nxt = if lt(self.snd_max, r) { self.snd_max } else { r };
                     self.stats.sack_skipped += 1;
                     continue;
@@ -1522,6 +1532,74 @@ mod tests {
         }
         assert!(got == stream);
         assert_eq!(p.b.ooo.buffered(), 0);
+    }
+
+    #[test]
+    fn thousands_of_sack_blocks_keep_the_scoreboard_bounded() {
+        let mut p = established(cfg(), 33);
+        // One exchange first, so that a knows b's window (a duplicate ACK
+        // must carry an unchanged window, RFC 5681 §2).
+        p.a.send(b"x");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        const SEG: u32 = 1448;
+        p.a.send(&data(10 * SEG as usize, 4));
+        let mut n = 0;
+        p.a.poll_transmit(now, 16, &mut |_| n += 1);
+        assert_eq!(n, 10, "ten segments in flight, none delivered");
+        let (una, max) = (p.a.snd_una, p.a.snd_max);
+        let cap = cfg().max_sack_ranges;
+        // Duplicate ACKs, each with three distinct one-octet blocks, at
+        // every other octet in flight; among them blocks below SND.UNA and
+        // above SND.MAX, which mean nothing (RFC 2018 §3).
+        let mut blocks = (1..max.wrapping_sub(una))
+            .step_by(2)
+            .map(|o| (una.wrapping_add(o), una.wrapping_add(o + 1)))
+            .collect::<Vec<_>>();
+        blocks.push((una.wrapping_sub(100), una));
+        blocks.push((max, max.wrapping_add(1)));
+        blocks.push((max.wrapping_sub(1), max.wrapping_add(1000)));
+        assert!(blocks.len() > 7000);
+        for three in blocks.chunks(3) {
+            let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+            ack.ack_number = una;
+            for (slot, &b) in ack.sack_ranges.iter_mut().zip(three) {
+                *slot = Some(b);
+            }
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            assert!(p.a.sacked.len() <= cap);
+        }
+        assert_eq!(p.a.sacked.len(), cap);
+        assert_eq!(p.a.snd_una, una, "SACK blocks move nothing cumulative");
+        // The lowest ranges are kept; none is outside (SND.UNA, SND.MAX].
+        assert_eq!(
+            p.a.sacked.ranges()[0],
+            (una.wrapping_add(1), una.wrapping_add(2))
+        );
+        assert!(p
+            .a
+            .sacked
+            .ranges()
+            .iter()
+            .all(|&(l, r)| lt(una, l) && le(r, max)));
+        // One block covering all but the first segment merges what it covers.
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        ack.ack_number = una;
+        ack.sack_ranges[0] = Some((una.wrapping_add(SEG), max));
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert!(p.a.sacked.len() <= cap);
+        // Fast retransmit resends the first segment only; the rest is skipped.
+        assert_eq!(p.a.stats().fast_retransmits, 1);
+        let mut resent = Vec::new();
+        p.a.poll_transmit(now, 16, &mut |r| {
+            resent.push((r.seq_number, r.payload.len()))
+        });
+        assert_eq!(resent, vec![(una, SEG as usize)]);
+        assert!(p.a.stats().sack_skipped >= 1);
+        // The cumulative ACK of it all empties the scoreboard.
+        let ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!((p.a.snd_una, p.a.sacked.len()), (max, 0));
     }
 
     fn cfg() -> Config {
