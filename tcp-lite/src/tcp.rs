@@ -149,6 +149,9 @@ pub struct Stats {
     pub delivered: u64,
     /// Retransmission runs skipped because the peer SACKed them.
     pub sack_skipped: u64,
+    /// Segments dropped for lacking the timestamps option once timestamps
+    /// are in use (RFC 7323 §3.2).
+    pub no_timestamp_drops: u64,
 }
 
 /// The send buffer: unacknowledged and unsent octets, contiguous so a
@@ -197,6 +200,8 @@ pub struct Connection {
     snd_nxt: u32,
     snd_max: u32,
     snd_wnd: u32,
+    /// The largest window the peer ever offered (MAX.SND.WND, RFC 5961 §5.2).
+    max_snd_wnd: u32,
     snd_wl1: u32,
     snd_wl2: u32,
     snd_shift: u8,
@@ -268,6 +273,7 @@ impl Connection {
             snd_nxt: iss,
             snd_max: iss,
             snd_wnd: 0,
+            max_snd_wnd: 0,
             snd_wl1: 0,
             snd_wl2: 0,
             snd_shift: 0,
@@ -325,7 +331,7 @@ impl Connection {
         c.irs = syn.seq_number;
         c.rcv_nxt = syn.seq_number.wrapping_add(1);
         c.take_syn_options(syn);
-        c.snd_wnd = u32::from(syn.window); // RFC 7323 §2.2: never scaled in a SYN
+        c.set_snd_wnd(u32::from(syn.window)); // RFC 7323 §2.2: never scaled in a SYN
         c.snd_wl1 = syn.seq_number;
         c.syn_unsent = true;
         c
@@ -561,6 +567,13 @@ impl Connection {
             State::SynSent => return self.handle_syn_sent(seg, now),
             _ => {}
         }
+        // RFC 7323 §3.2: once timestamps are in use, "if a non-<RST> segment
+        // is received without a TSopt, a TCP SHOULD silently drop the
+        // segment". A RST goes on to the RFC 5961 §3.2 checks below.
+        if self.ts_on && seg.timestamp.is_none() && !f.contains(Flags::RST) {
+            self.stats.no_timestamp_drops += 1;
+            return;
+        }
         // RFC 9293 §3.10.7.4 first: sequence number acceptability.
         let seg_len = seg.payload.len() as u32
             + u32::from(f.contains(Flags::SYN))
@@ -630,7 +643,7 @@ impl Connection {
         if self.state == State::SynReceived {
             if lt(self.snd_una, ack) && le(ack, self.snd_nxt) {
                 self.state = State::Established;
-                self.snd_wnd = u32::from(seg.window) << self.snd_shift;
+                self.set_snd_wnd(u32::from(seg.window) << self.snd_shift);
                 self.snd_wl1 = seq;
                 self.snd_wl2 = ack;
             } else {
@@ -638,9 +651,12 @@ impl Connection {
                 return;
             }
         }
-        if lt(self.snd_max, ack) {
-            // Acknowledges something not yet sent (RFC 9293 §3.10.7.4, RFC 5961 §5).
-            self.ack_now = true;
+        // RFC 5961 §5.2: the ACK is acceptable only if
+        // SND.UNA - MAX.SND.WND =< SEG.ACK =< SND.NXT (SND.MAX here: after a
+        // timeout rewinds SND.NXT the peer may still acknowledge up to
+        // SND.MAX); any other segment MUST be discarded and an ACK sent back.
+        if lt(self.snd_max, ack) || lt(ack, self.snd_una.wrapping_sub(self.max_snd_wnd)) {
+            self.challenge_ack();
             return;
         }
         self.process_ack(seg, now);
@@ -766,7 +782,7 @@ impl Connection {
         self.snd_wl1 = seg.seq_number;
         if ack_ok {
             self.snd_una = seg.ack_number;
-            self.snd_wnd = u32::from(seg.window); // RFC 7323 §2.2: a SYN's window is never scaled
+            self.set_snd_wnd(u32::from(seg.window)); // RFC 7323 §2.2: a SYN's window is never scaled
             self.snd_wl2 = seg.ack_number;
             self.sample_rtt_probe(seg.ack_number, now);
             self.t_rtx = None;
@@ -775,10 +791,16 @@ impl Connection {
             self.ack_now = true;
         } else {
             // Simultaneous open (RFC 9293 §3.5).
-            self.snd_wnd = u32::from(seg.window);
+            self.set_snd_wnd(u32::from(seg.window));
             self.state = State::SynReceived;
             self.syn_unsent = true;
         }
+    }
+
+    /// SND.WND, and MAX.SND.WND with it (RFC 5961 §5.2).
+    fn set_snd_wnd(&mut self, w: u32) {
+        self.snd_wnd = w;
+        self.max_snd_wnd = self.max_snd_wnd.max(w);
     }
 
     fn sample_rtt_probe(&mut self, ack: u32, now: u64) {
@@ -827,6 +849,11 @@ impl Connection {
                 self.sacked
                     .add(una, self.snd_max, l, r, self.cfg.max_sack_ranges);
             }
+        }
+        if lt(ack, self.snd_una) {
+            // RFC 9293 §3.10.7.4: an old ACK (SEG.ACK < SND.UNA) is ignored,
+            // window included; the segment's text is still processed.
+            return;
         }
         let new_wnd = u32::from(seg.window) << self.snd_shift;
         if lt(self.snd_una, ack) {
@@ -909,7 +936,7 @@ impl Connection {
         if lt(self.snd_wl1, seg.seq_number)
             || (self.snd_wl1 == seg.seq_number && le(self.snd_wl2, ack))
         {
-            self.snd_wnd = new_wnd;
+            self.set_snd_wnd(new_wnd);
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
             if self.snd_wnd > 0 {
@@ -1602,6 +1629,88 @@ mod tests {
         assert_eq!((p.a.snd_una, p.a.sacked.len()), (max, 0));
     }
 
+    #[test]
+    fn ack_below_snd_una_less_max_snd_wnd_draws_a_challenge_ack() {
+        let mut p = established(cfg(), 34);
+        p.a.send(&data(5000, 5));
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        let (una, wnd, nxt) = (p.a.snd_una, p.a.snd_wnd, p.a.rcv_nxt);
+        assert!(p.a.max_snd_wnd >= wnd && wnd > 0);
+        let challenges = p.a.stats().challenge_acks;
+        // An ACK far older than any window the peer offered, with data and a
+        // zero window: discarded whole (RFC 5961 §5.2).
+        let mut old = from_peer(&p.a, nxt, Flags::ACK | Flags::PSH, b"evil", now);
+        old.ack_number = una.wrapping_sub(p.a.max_snd_wnd).wrapping_sub(1000);
+        old.window = 0;
+        p.a.handle_segment(&old, now, &mut |_| panic!("discarded segment delivered"));
+        assert_eq!((p.a.snd_una, p.a.snd_wnd, p.a.rcv_nxt), (una, wnd, nxt));
+        assert_eq!(p.a.stats().challenge_acks, challenges + 1);
+        let mut out = Vec::new();
+        p.a.poll_transmit(now, 4, &mut |r| {
+            out.push((r.flags, r.seq_number, r.ack_number))
+        });
+        assert_eq!(out, vec![(Flags::ACK, p.a.snd_max, nxt)]);
+        // An ACK above SND.MAX: the same.
+        let mut ahead = from_peer(&p.a, nxt, Flags::ACK | Flags::PSH, b"evil", now);
+        ahead.ack_number = p.a.snd_max.wrapping_add(1);
+        p.a.handle_segment(&ahead, now, &mut |_| panic!("discarded segment delivered"));
+        assert_eq!(p.a.stats().challenge_acks, challenges + 2);
+        // An old ACK inside MAX.SND.WND is only ignored: its data is taken,
+        // its window is not (RFC 9293 §3.10.7.4).
+        let mut stale = from_peer(&p.a, nxt, Flags::ACK | Flags::PSH, b"ok", now);
+        stale.ack_number = una.wrapping_sub(100);
+        stale.window = 0;
+        let mut got = Vec::new();
+        p.a.handle_segment(&stale, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"ok");
+        assert_eq!((p.a.snd_una, p.a.snd_wnd), (una, wnd));
+        assert_eq!(p.a.stats().challenge_acks, challenges + 2);
+    }
+
+    #[test]
+    fn segment_without_timestamp_after_negotiation_is_dropped() {
+        let mut p = established(cfg(), 35);
+        assert!(p.b.ts_on);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        let mut seg = from_peer(&p.b, nxt, Flags::ACK | Flags::PSH, b"no tsopt", now);
+        seg.timestamp = None;
+        p.b.handle_segment(&seg, now, &mut |_| panic!("delivered without TSopt"));
+        assert_eq!(p.b.rcv_nxt, nxt);
+        assert_eq!(p.b.stats().no_timestamp_drops, 1);
+        // Silently (RFC 7323 §3.2): no ACK in answer.
+        assert_eq!(p.b.poll_transmit(now, 4, &mut |_| {}), 0);
+        // With the option it goes through.
+        let seg = from_peer(&p.b, nxt, Flags::ACK | Flags::PSH, b"tsopt", now);
+        let mut got = Vec::new();
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"tsopt");
+    }
+
+    #[test]
+    fn rst_without_timestamp_still_follows_rfc5961() {
+        let mut p = established(cfg(), 36);
+        assert!(p.b.ts_on);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        // In the window but not at RCV.NXT: a challenge ACK (RFC 5961 §3.2).
+        let mut rst = from_peer(&p.b, nxt.wrapping_add(10), Flags::RST, &[], now);
+        rst.timestamp = None;
+        p.b.handle_segment(&rst, now, &mut |_| {});
+        assert_eq!(p.b.state(), State::Established);
+        assert_eq!(p.b.stats().challenge_acks, 1);
+        assert_eq!(p.b.stats().no_timestamp_drops, 0);
+        // At RCV.NXT: the reset is taken.
+        let mut rst = from_peer(&p.b, nxt, Flags::RST, &[], now);
+        rst.timestamp = None;
+        p.b.handle_segment(&rst, now, &mut |_| {});
+        assert_eq!(
+            (p.b.state(), p.b.error()),
+            (State::Closed, Some(TcpError::Reset))
+        );
+    }
+
     fn cfg() -> Config {
         Config {
             rto_min: 1_000_000,
@@ -1797,7 +1906,7 @@ mod tests {
         assert_eq!(p.a.state(), State::Established);
         assert_eq!(p.a.stats().challenge_acks, 1);
         // SYN in a synchronized state: challenge ACK (RFC 5961 §4).
-        let syn = TcpRepr::new(80, 40000, nxt, Flags::SYN);
+        let syn = from_peer(&p.a, nxt, Flags::SYN, &[], now);
         p.a.handle_segment(&syn, now, &mut |_| {});
         assert_eq!(p.a.stats().challenge_acks, 2);
         // Exact RST: reset.
@@ -1859,10 +1968,10 @@ mod tests {
         assert!(p.run(100, |p| p.a.state() == State::Established
             && p.b.state() == State::Established));
         // The peer announces a zero window.
-        let mut ack = TcpRepr::new(80, 40000, p.a.rcv_nxt, Flags::ACK);
+        let now = p.now;
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
         ack.ack_number = p.a.snd_una;
         ack.window = 0;
-        let now = p.now;
         p.a.handle_segment(&ack, now, &mut |_| {});
         assert_eq!(p.a.snd_wnd, 0);
         p.a.send(b"blocked");
@@ -1886,11 +1995,9 @@ mod tests {
         assert!(p.run(100, |p| p.a.state() == State::Established
             && p.b.state() == State::Established));
         let seq = p.b.rcv_nxt;
-        let mut seg = TcpRepr::new(40000, 80, seq, Flags::ACK | Flags::PSH);
-        seg.ack_number = p.b.snd_nxt;
-        seg.window = 1000;
-        seg.payload = b"x";
         let now = p.now;
+        let mut seg = from_peer(&p.b, seq, Flags::ACK | Flags::PSH, b"x", now);
+        seg.window = 1000;
         p.b.handle_segment(&seg, now, &mut |_| {});
         let mut n = 0;
         p.b.poll_transmit(now, 4, &mut |_| n += 1);
@@ -1912,15 +2019,12 @@ mod tests {
         p.b.close();
         assert!(p.run(10_000, |p| p.a.state() == State::TimeWait));
         // b's FIN again (as if our ACK were lost).
-        let mut fin = TcpRepr::new(
-            80,
-            40000,
-            p.a.rcv_nxt.wrapping_sub(1),
-            Flags::FIN | Flags::ACK,
-        );
-        fin.ack_number = p.a.snd_nxt;
-        fin.window = 1000;
         let now = p.now;
+        // Nothing owed before it arrives.
+        p.a.poll_transmit(now, 4, &mut |_| {});
+        let seq = p.a.rcv_nxt.wrapping_sub(1);
+        let mut fin = from_peer(&p.a, seq, Flags::FIN | Flags::ACK, &[], now);
+        fin.window = 1000;
         p.a.handle_segment(&fin, now, &mut |_| {});
         let mut acks = Vec::new();
         p.a.poll_transmit(now, 4, &mut |r| acks.push((r.flags, r.ack_number)));
