@@ -253,6 +253,9 @@ pub struct Connection {
     rst: Option<(u32, u32, bool)>,
     persist_probe: bool,
     syn_unsent: bool,
+    /// SYN-ACK retransmissions before a half-open connection gives up
+    /// (`None`: `cfg.max_retransmits`); a listener sets it (RFC 4987 §3.2).
+    syn_ack_retries: Option<u32>,
     stats: Stats,
 }
 
@@ -312,6 +315,7 @@ impl Connection {
             rst: None,
             persist_probe: false,
             syn_unsent: false,
+            syn_ack_retries: None,
             stats: Stats::default(),
         }
     }
@@ -362,6 +366,13 @@ impl Connection {
         } else {
             self.ts_on = false;
         }
+    }
+
+    /// Give up a passive open after `n` SYN-ACK retransmissions (with the
+    /// RTO doubling from `rto_initial`, 5 gives up after about 63 s with the
+    /// default one-second RTO, as Linux's `tcp_synack_retries`).
+    pub(crate) fn set_syn_ack_retries(&mut self, n: u32) {
+        self.syn_ack_retries = Some(n);
     }
 
     /// The peer's port.
@@ -1028,7 +1039,11 @@ impl Connection {
         if self.t_rtx.is_some_and(|t| t <= now) {
             // RFC 6298 §5.4-5.6.
             self.retries += 1;
-            if self.retries > self.cfg.max_retransmits {
+            let limit = match (self.state, self.syn_ack_retries) {
+                (State::SynReceived, Some(n)) => n,
+                _ => self.cfg.max_retransmits,
+            };
+            if self.retries > limit {
                 self.error = Some(TcpError::TimedOut);
                 self.rst = Some((self.snd_nxt, 0, false));
                 self.enter_closed();
