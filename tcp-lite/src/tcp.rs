@@ -345,7 +345,7 @@ impl Connection {
         if let Some(m) = syn.max_seg_size {
             self.snd_mss = usize::from(m).clamp(64, usize::from(self.cfg.mss.max(64)));
         } else {
-            self.snd_mss = 536.min(usize::from(self.cfg.mss)); // RFC 9293 §3.7.1 default
+            self.snd_mss = 536.min(usize::from(self.cfg.mss.max(64))); // RFC 9293 §3.7.1 default
         }
         self.cwnd = 10 * self.snd_mss;
         // RFC 7323 §2.2: scaling only if both sides sent the option.
@@ -586,9 +586,10 @@ impl Connection {
             return;
         }
         // RFC 9293 §3.10.7.4 first: sequence number acceptability.
-        let seg_len = seg.payload.len() as u32
-            + u32::from(f.contains(Flags::SYN))
-            + u32::from(f.contains(Flags::FIN));
+        let seg_len = u32::try_from(seg.payload.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(u32::from(f.contains(Flags::SYN)))
+            .saturating_add(u32::from(f.contains(Flags::FIN)));
         let wnd = self.rcv_wnd();
         let seq = seg.seq_number;
         let acceptable = match (seg_len, wnd) {
@@ -884,8 +885,13 @@ impl Connection {
             self.sacked.advance(ack);
             self.retries = 0;
             if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
-                let r = u64::from(self.ts_now(now).wrapping_sub(ts.tsecr)) * 1_000_000;
-                self.rtt_sample(r.max(1));
+                // RFC 7323 §4.1: RTT = now - TSecr; an echo from our future
+                // is forged or stale (wrapped) and would only inflate the RTO.
+                let ts_now = self.ts_now(now);
+                if le(ts.tsecr, ts_now) {
+                    let r = u64::from(ts_now.wrapping_sub(ts.tsecr)) * 1_000_000;
+                    self.rtt_sample(r.max(1));
+                }
             } else {
                 self.sample_rtt_probe(ack, now);
             }
@@ -904,9 +910,12 @@ impl Connection {
                     self.cwnd = self.cwnd.saturating_sub(acked).saturating_add(self.snd_mss);
                 }
             } else if self.cwnd < self.ssthresh {
-                self.cwnd += acked.min(self.snd_mss); // slow start (RFC 5681 §3.1)
+                // Slow start (RFC 5681 §3.1).
+                self.cwnd = self.cwnd.saturating_add(acked.min(self.snd_mss));
             } else {
-                self.cwnd += (self.snd_mss * self.snd_mss / self.cwnd).max(1); // congestion avoidance
+                // Congestion avoidance.
+                let inc = (self.snd_mss * self.snd_mss / self.cwnd.max(1)).max(1);
+                self.cwnd = self.cwnd.saturating_add(inc);
             }
             self.dupacks = 0;
             // RFC 6298 §5.2/5.3: restart or stop the timer.
@@ -931,16 +940,18 @@ impl Connection {
             && self.snd_una != self.snd_max
         {
             // Duplicate ACK (RFC 5681 §2).
-            self.dupacks += 1;
+            // The peer decides how many duplicate ACKs come: saturate.
+            self.dupacks = self.dupacks.saturating_add(1);
             if self.dupacks == 3 && !(self.in_recovery) && lt(self.recover, ack.wrapping_add(1)) {
                 self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
-                self.cwnd = self.ssthresh + 3 * self.snd_mss;
+                self.cwnd = self.ssthresh.saturating_add(3 * self.snd_mss);
                 self.recover = self.snd_max;
                 self.in_recovery = true;
                 self.stats.fast_retransmits += 1;
                 self.snd_nxt = self.snd_una; // resend from the hole
             } else if self.in_recovery {
-                self.cwnd += self.snd_mss;
+                // RFC 5681 §3.2 step 4: inflate by one segment per duplicate ACK.
+                self.cwnd = self.cwnd.saturating_add(self.snd_mss);
             }
         }
         // Window update (RFC 9293 §3.10.7.4).
@@ -1724,6 +1735,37 @@ mod tests {
             (p.b.state(), p.b.error()),
             (State::Closed, Some(TcpError::Reset))
         );
+    }
+
+    #[test]
+    fn peer_driven_counters_saturate_and_forged_echoes_are_not_rtt_samples() {
+        let mut p = established(cfg(), 37);
+        p.a.send(b"x");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        p.a.send(&data(3000, 6));
+        p.a.poll_transmit(now, 4, &mut |_| {});
+        let una = p.a.snd_una;
+        // As if the peer had sent four billion duplicate ACKs already.
+        p.a.dupacks = u32::MAX - 1;
+        p.a.in_recovery = true;
+        p.a.cwnd = usize::MAX - 10;
+        for _ in 0..4 {
+            let mut dup = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+            dup.ack_number = una;
+            p.a.handle_segment(&dup, now, &mut |_| {});
+        }
+        assert_eq!((p.a.dupacks, p.a.cwnd), (u32::MAX, usize::MAX));
+        // An ACK of new data echoing a timestamp from our future: no sample.
+        let rto = p.a.rto();
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        ack.ack_number = una.wrapping_add(100);
+        ack.timestamp = Some(TcpTimestamp {
+            tsval: p.a.ts_recent,
+            tsecr: p.a.ts_now(now).wrapping_add(1 << 30),
+        });
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!((p.a.snd_una, p.a.rto()), (una.wrapping_add(100), rto));
     }
 
     fn cfg() -> Config {
