@@ -831,6 +831,8 @@ impl Stack {
                 sum.delivered += t.delivered;
                 sum.sack_skipped += t.sack_skipped;
                 sum.spurious_rto_undone += t.spurious_rto_undone;
+                sum.ooo_dropped += t.ooo_dropped;
+                sum.no_timestamp_drops += t.no_timestamp_drops;
                 let key = (
                     sock.remote,
                     sock.tcp().remote_port(),

@@ -9,10 +9,42 @@
 //! * [`tcp`]: one TCP connection (RFC 9293) with RFC 6298 timers, NewReno,
 //!   window scaling and timestamps, RFC 5961 challenge ACKs, and in-order
 //!   payload handed straight from the received frame to the caller.
+//!
+//! # What a peer can make us hold
+//!
+//! Every store a remote peer can fill is bounded, and no per-segment work
+//! walks a list the peer grows:
+//!
+//! * **Out-of-order data** (per connection): at most
+//!   [`tcp::Config::max_ooo_ranges`] (default 64) coalesced ranges, in a
+//!   buffer of at most one receive window (at most [`tcp::Config::rcv_buf`],
+//!   default 1 MiB). A segment that would open one more range is dropped
+//!   unacknowledged (the peer sends it again). A segment costs O(log ranges)
+//!   plus its length; SACK blocks come from a four-entry list.
+//! * **SACK scoreboard** (per connection): at most
+//!   [`tcp::Config::max_sack_ranges`] (default 32) merged ranges, all inside
+//!   (SND.UNA, SND.MAX]; blocks outside are ignored, and when full the
+//!   shortest range is forgotten (we may resend data the peer holds). It is
+//!   cleared on a retransmission timeout. Lookups are a binary search.
+//! * **Half-open connections** (per listener): at most `max_half_open`, and
+//!   with the accept queue at most `backlog`; each is one
+//!   [`tcp::Connection`] with no data buffered, alive at most through
+//!   [`listen::Listener::SYN_ACK_RETRIES`] (default 5) SYN-ACK
+//!   retransmissions, about 63 s with the default 1 s initial RTO. When full,
+//!   a new SYN evicts the oldest one whose SYN-ACK was already retransmitted
+//!   (RFC 4987 §3.4); while all are younger than one RTO, new SYNs are
+//!   refused. Lookups are linear in `max_half_open`.
+//! * **Established, not yet accepted connections** (per listener): within
+//!   `backlog`.
+//!
+//! What the application queues ([`tcp::Config::snd_buf`]) and the in-order
+//! data it is handed are its own to bound.
 #![warn(missing_docs)]
 
 pub mod arp;
 pub mod iface;
 pub mod listen;
+mod reasm;
+mod sack;
 pub mod tcp;
 pub mod wire;

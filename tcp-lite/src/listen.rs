@@ -1,5 +1,18 @@
 //! Passive opens: a listener with a bounded backlog and a bound on half-open
 //! connections, and RFC 6528 initial sequence numbers.
+//!
+//! SYN floods (RFC 4987): a half-open connection costs one [`Connection`]
+//! until its handshake completes or its SYN-ACK retries run out — 5 by
+//! default, about 63 s with a one-second initial RTO, where a full
+//! connection's limit would keep it some 7 minutes. When the half-open table
+//! (or the backlog) is full, a new SYN evicts the oldest half-open
+//! connection that has already had its SYN-ACK retransmitted: RFC 4987 §3.4
+//! ("SYN cache"), oldest-first eviction. A client that answers within one RTO
+//! is never evicted, while a flood of spoofed SYNs recycles its own entries
+//! once each has waited one RTO unanswered; only while every entry is
+//! younger than that are new SYNs refused. We chose this over SYN cookies
+//! (RFC 4987 §3.6), which would need the MSS, window scale, SACK and
+//! timestamp choices encoded in the ISN or the timestamp, for its simplicity.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -52,12 +65,16 @@ pub struct Listener {
     port: u16,
     backlog: usize,
     max_half_open: usize,
+    syn_ack_retries: u32,
+    /// Half-open connections, oldest first.
     half_open: Vec<(Ipv4Address, Connection)>,
     ready: VecDeque<(Ipv4Address, Connection)>,
     /// SYNs refused for a full half-open table.
     pub refused_half_open: u64,
     /// SYNs refused for a full backlog.
     pub refused_backlog: u64,
+    /// Half-open connections evicted to make room for a new SYN.
+    pub evicted_half_open: u64,
 }
 
 impl Listener {
@@ -68,11 +85,25 @@ impl Listener {
             port,
             backlog,
             max_half_open,
+            syn_ack_retries: Self::SYN_ACK_RETRIES,
             half_open: Vec::new(),
             ready: VecDeque::new(),
             refused_half_open: 0,
             refused_backlog: 0,
+            evicted_half_open: 0,
         }
+    }
+
+    /// SYN-ACK retransmissions before a half-open connection is dropped,
+    /// unless [`set_syn_ack_retries`](Self::set_syn_ack_retries) says
+    /// otherwise (Linux's `tcp_synack_retries` default).
+    pub const SYN_ACK_RETRIES: u32 = 5;
+
+    /// Retransmit a half-open connection's SYN-ACK at most `n` times (the
+    /// RTO doubling each time) before dropping it; applies to SYNs taken
+    /// from now on.
+    pub fn set_syn_ack_retries(&mut self, n: u32) {
+        self.syn_ack_retries = n;
     }
 
     /// Port.
@@ -94,16 +125,40 @@ impl Listener {
         {
             return Ok(());
         }
-        if self.half_open.len() >= self.max_half_open {
-            self.refused_half_open += 1;
-            return Err(Refusal::HalfOpenFull);
+        let room = |half_open: usize| {
+            if half_open >= self.max_half_open {
+                Err(Refusal::HalfOpenFull)
+            } else if self.ready.len() + half_open >= self.backlog {
+                Err(Refusal::BacklogFull)
+            } else {
+                Ok(())
+            }
+        };
+        if let Err(why) = room(self.half_open.len()) {
+            // RFC 4987 §3.4: make room by dropping the oldest half-open
+            // connection whose SYN-ACK already went unanswered for an RTO,
+            // if that is enough.
+            let victim = self
+                .half_open
+                .iter()
+                .position(|(_, c)| c.stats().rto_retransmits > 0);
+            match victim {
+                Some(i) if room(self.half_open.len() - 1).is_ok() => {
+                    self.half_open.remove(i);
+                    self.evicted_half_open += 1;
+                }
+                _ => {
+                    match why {
+                        Refusal::HalfOpenFull => self.refused_half_open += 1,
+                        _ => self.refused_backlog += 1,
+                    }
+                    return Err(why);
+                }
+            }
         }
-        if self.ready.len() + self.half_open.len() >= self.backlog {
-            self.refused_backlog += 1;
-            return Err(Refusal::BacklogFull);
-        }
-        self.half_open
-            .push((src, Connection::accept(self.cfg, syn, isn)));
+        let mut c = Connection::accept(self.cfg, syn, isn);
+        c.set_syn_ack_retries(self.syn_ack_retries);
+        self.half_open.push((src, c));
         Ok(())
     }
 
@@ -120,19 +175,20 @@ impl Listener {
         self.half_open.iter_mut()
     }
 
-    /// Move established connections to the accept queue; drop dead ones.
+    /// Move established connections to the accept queue; drop dead ones
+    /// (those whose SYN-ACK retries ran out, or that were reset).
     pub fn settle(&mut self) {
-        let mut i = 0;
-        while i < self.half_open.len() {
-            match self.half_open[i].1.state() {
-                State::SynReceived => i += 1,
-                State::Closed => {
-                    self.half_open.swap_remove(i);
-                }
-                _ => {
-                    let c = self.half_open.swap_remove(i);
-                    self.ready.push_back(c);
-                }
+        // Keep the half-open ones in order (oldest first), in place.
+        let mut keep = 0;
+        for i in 0..self.half_open.len() {
+            if self.half_open[i].1.state() == State::SynReceived {
+                self.half_open.swap(keep, i);
+                keep += 1;
+            }
+        }
+        for (a, c) in self.half_open.drain(keep..) {
+            if c.state() != State::Closed {
+                self.ready.push_back((a, c));
             }
         }
     }
@@ -170,6 +226,101 @@ mod tests {
         assert_ne!(a, g.isn(l, (PEER, 1001), 0));
         assert_ne!(a, IsnGenerator::new([8; 16]).isn(l, (PEER, 1000), 0));
         assert_eq!(g.isn(l, (PEER, 1000), 4_000_000).wrapping_sub(a), 1000); // M ticks every 4 µs
+    }
+
+    /// What a stack does each round: run the half-open connections' timers,
+    /// send their SYN-ACKs, settle. Returns the SYN-ACKs sent, by port.
+    fn drive(l: &mut Listener, now: u64) -> Vec<(u16, u32)> {
+        let mut out = Vec::new();
+        for (_, c) in l.half_open_iter_mut() {
+            c.handle_timeout(now);
+            let port = c.remote_port();
+            c.poll_transmit(now, 4, &mut |r| {
+                if r.flags.contains(TcpFlags::SYN | TcpFlags::ACK) {
+                    out.push((port, r.seq_number));
+                }
+            });
+        }
+        l.settle();
+        out
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn syn_flood_is_bounded_and_a_late_client_gets_in() {
+        let mut l = Listener::new(Config::default(), 80, 64, 64);
+        let mut now = 0;
+        // 1000 SYNs from distinct ports, one every 10 ms.
+        for i in 0..1000u16 {
+            let _ = l.on_syn(PEER, &syn(2000 + i), u32::from(i) * 7919);
+            assert!(l.half_open_len() <= 64);
+            drive(&mut l, now);
+            assert!(l.half_open_len() <= 64);
+            now += 10 * MS;
+        }
+        assert_eq!(l.half_open_len(), 64);
+        // Until the first SYN-ACK timer ran out (1 s), SYNs were refused;
+        // after that each new SYN pushed out the oldest unanswered one.
+        assert!(l.refused_half_open > 0 && l.evicted_half_open > 0);
+        assert_eq!(l.refused_half_open + l.evicted_half_open + 64, 1000);
+        let (refused, evicted) = (l.refused_half_open, l.evicted_half_open);
+        // A legitimate client now: every entry is younger than an RTO, so
+        // its SYN is refused; its own SYN retransmission one second later
+        // (RFC 6298 §2.1) finds them all stale, gets in, and its handshake
+        // completes.
+        let client = syn(1000);
+        assert_eq!(l.on_syn(PEER, &client, 555), Err(Refusal::HalfOpenFull));
+        while now < 10_000 * MS + 1000 * MS {
+            drive(&mut l, now);
+            now += 10 * MS;
+        }
+        assert_eq!(l.on_syn(PEER, &client, 555), Ok(()));
+        assert_eq!(l.half_open_len(), 64);
+        let sent = drive(&mut l, now);
+        assert!(sent.contains(&(1000, 555)), "the client's SYN-ACK");
+        let mut ack = TcpRepr::new(1000, 80, 1001, TcpFlags::ACK);
+        ack.ack_number = 556;
+        ack.window = 100;
+        l.half_open_mut(PEER, 1000)
+            .unwrap()
+            .handle_segment(&ack, now, &mut |_| {});
+        let (a, c) = l.accept().unwrap();
+        assert_eq!(
+            (a, c.remote_port(), c.state()),
+            (PEER, 1000, State::Established)
+        );
+        assert_eq!(l.half_open_len(), 63);
+        assert_eq!(
+            (l.refused_half_open, l.evicted_half_open),
+            (refused + 1, evicted + 1)
+        );
+    }
+
+    #[test]
+    fn half_open_connections_expire_after_the_syn_ack_retries() {
+        for (retries, lifetime_s) in [(Listener::SYN_ACK_RETRIES, 63), (2, 7)] {
+            let mut l = Listener::new(Config::default(), 80, 64, 64);
+            l.set_syn_ack_retries(retries);
+            for i in 0..10 {
+                assert_eq!(l.on_syn(PEER, &syn(3000 + i), 1), Ok(()));
+            }
+            let mut syn_acks = 0;
+            let mut now = 0;
+            // Initial RTO 1 s, doubling: gone after 1 + 2 + ... + 2^retries s.
+            while now < (lifetime_s - 1) * 1000 * MS {
+                syn_acks += drive(&mut l, now).len();
+                now += 100 * MS;
+            }
+            assert_eq!(l.half_open_len(), 10, "alive at {} s", now / (1000 * MS));
+            while now <= (lifetime_s + 1) * 1000 * MS {
+                syn_acks += drive(&mut l, now).len();
+                now += 100 * MS;
+            }
+            assert_eq!(l.half_open_len(), 0, "retries {retries}");
+            // The first SYN-ACK and `retries` retransmissions of it, each.
+            assert_eq!(syn_acks, 10 * (1 + retries as usize));
+        }
     }
 
     #[test]

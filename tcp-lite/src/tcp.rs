@@ -12,8 +12,10 @@
 //! Calling `handle_timeout` early or twice is harmless. Time is `now` in
 //! nanoseconds, supplied by the caller.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::reasm::{Insert, Reassembly};
+use crate::sack::Scoreboard;
 use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
 
 /// Sequence-space comparisons (RFC 9293 §3.4, modulo 2^32).
@@ -53,6 +55,13 @@ pub struct Config {
     pub max_retransmits: u32,
     /// Send buffer size (octets accepted by [`Connection::send`]).
     pub snd_buf: usize,
+    /// Most distinct ranges of out-of-order data held; a segment that would
+    /// open one more is dropped (the peer sends it again). Bounds the work
+    /// and bookkeeping a peer can cause by scattering small segments.
+    pub max_ooo_ranges: usize,
+    /// Most distinct ranges of the peer's SACK blocks remembered; when full,
+    /// the shortest range is forgotten (that data may be resent needlessly).
+    pub max_sack_ranges: usize,
 }
 
 impl Default for Config {
@@ -70,6 +79,8 @@ impl Default for Config {
             time_wait: 60_000_000_000,
             max_retransmits: 12,
             snd_buf: 4 << 20,
+            max_ooo_ranges: 64,
+            max_sack_ranges: 32,
         }
     }
 }
@@ -129,6 +140,9 @@ pub struct Stats {
     pub fast_retransmits: u64,
     /// Out-of-order segments stored.
     pub ooo_segments: u64,
+    /// Out-of-order segments dropped: they would have opened a range beyond
+    /// [`Config::max_ooo_ranges`].
+    pub ooo_dropped: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
     /// Octets delivered in order.
@@ -138,6 +152,9 @@ pub struct Stats {
     /// Retransmission timeouts found spurious by their timestamps and
     /// undone (RFC 3522 detection, RFC 4015 response).
     pub spurious_rto_undone: u64,
+    /// Segments dropped for lacking the timestamps option once timestamps
+    /// are in use (RFC 7323 §3.2).
+    pub no_timestamp_drops: u64,
 }
 
 /// The send buffer: unacknowledged and unsent octets, contiguous so a
@@ -186,6 +203,8 @@ pub struct Connection {
     snd_nxt: u32,
     snd_max: u32,
     snd_wnd: u32,
+    /// The largest window the peer ever offered (MAX.SND.WND, RFC 5961 §5.2).
+    max_snd_wnd: u32,
     snd_wl1: u32,
     snd_wl2: u32,
     snd_shift: u8,
@@ -201,15 +220,14 @@ pub struct Connection {
     irs: u32,
     rcv_nxt: u32,
     rcv_shift: u8,
-    /// Out-of-order data by sequence offset from `rcv_nxt` at insertion,
-    /// kept as absolute 64-bit stream offsets.
-    ooo: BTreeMap<u64, Vec<u8>>,
-    ooo_bytes: usize,
+    /// Out-of-order data by stream offset, in bounded coalesced ranges.
+    ooo: Reassembly,
+    /// RCV.NXT as a stream offset: octets delivered so far (and the FIN).
     rcv_off: u64,
     peer_fin_off: Option<u64>,
     // SACK (RFC 2018): in use, and the peer's reported blocks above snd_una.
     sack_on: bool,
-    sacked: Vec<(u32, u32)>,
+    sacked: Scoreboard,
     // Timestamps.
     ts_on: bool,
     ts_recent: u32,
@@ -245,6 +263,9 @@ pub struct Connection {
     rst: Option<(u32, u32, bool)>,
     persist_probe: bool,
     syn_unsent: bool,
+    /// SYN-ACK retransmissions before a half-open connection gives up
+    /// (`None`: `cfg.max_retransmits`); a listener sets it (RFC 4987 §3.2).
+    syn_ack_retries: Option<u32>,
     stats: Stats,
 }
 
@@ -265,6 +286,7 @@ impl Connection {
             snd_nxt: iss,
             snd_max: iss,
             snd_wnd: 0,
+            max_snd_wnd: 0,
             snd_wl1: 0,
             snd_wl2: 0,
             snd_shift: 0,
@@ -276,12 +298,11 @@ impl Connection {
             irs: 0,
             rcv_nxt: 0,
             rcv_shift: 0,
-            ooo: BTreeMap::new(),
-            ooo_bytes: 0,
+            ooo: Reassembly::default(),
             rcv_off: 0,
             peer_fin_off: None,
             sack_on: false,
-            sacked: Vec::new(),
+            sacked: Scoreboard::default(),
             ts_on: false,
             ts_recent: 0,
             srtt: None,
@@ -306,6 +327,7 @@ impl Connection {
             rst: None,
             persist_probe: false,
             syn_unsent: false,
+            syn_ack_retries: None,
             stats: Stats::default(),
         }
     }
@@ -325,7 +347,7 @@ impl Connection {
         c.irs = syn.seq_number;
         c.rcv_nxt = syn.seq_number.wrapping_add(1);
         c.take_syn_options(syn);
-        c.snd_wnd = u32::from(syn.window); // RFC 7323 §2.2: never scaled in a SYN
+        c.set_snd_wnd(u32::from(syn.window)); // RFC 7323 §2.2: never scaled in a SYN
         c.snd_wl1 = syn.seq_number;
         c.syn_unsent = true;
         c
@@ -335,7 +357,7 @@ impl Connection {
         if let Some(m) = syn.max_seg_size {
             self.snd_mss = usize::from(m).clamp(64, usize::from(self.cfg.mss.max(64)));
         } else {
-            self.snd_mss = 536.min(usize::from(self.cfg.mss)); // RFC 9293 §3.7.1 default
+            self.snd_mss = 536.min(usize::from(self.cfg.mss.max(64))); // RFC 9293 §3.7.1 default
         }
         self.cwnd = 10 * self.snd_mss;
         // RFC 7323 §2.2: scaling only if both sides sent the option.
@@ -356,6 +378,13 @@ impl Connection {
         } else {
             self.ts_on = false;
         }
+    }
+
+    /// Give up a passive open after `n` SYN-ACK retransmissions (with the
+    /// RTO doubling from `rto_initial`, 5 gives up after about 63 s with the
+    /// default one-second RTO, as Linux's `tcp_synack_retries`).
+    pub(crate) fn set_syn_ack_retries(&mut self, n: u32) {
+        self.syn_ack_retries = Some(n);
     }
 
     /// The peer's port.
@@ -565,10 +594,18 @@ impl Connection {
             State::SynSent => return self.handle_syn_sent(seg, now),
             _ => {}
         }
+        // RFC 7323 §3.2: once timestamps are in use, "if a non-<RST> segment
+        // is received without a TSopt, a TCP SHOULD silently drop the
+        // segment". A RST goes on to the RFC 5961 §3.2 checks below.
+        if self.ts_on && seg.timestamp.is_none() && !f.contains(Flags::RST) {
+            self.stats.no_timestamp_drops += 1;
+            return;
+        }
         // RFC 9293 §3.10.7.4 first: sequence number acceptability.
-        let seg_len = seg.payload.len() as u32
-            + u32::from(f.contains(Flags::SYN))
-            + u32::from(f.contains(Flags::FIN));
+        let seg_len = u32::try_from(seg.payload.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(u32::from(f.contains(Flags::SYN)))
+            .saturating_add(u32::from(f.contains(Flags::FIN)));
         let wnd = self.rcv_wnd();
         let seq = seg.seq_number;
         let acceptable = match (seg_len, wnd) {
@@ -634,7 +671,7 @@ impl Connection {
         if self.state == State::SynReceived {
             if lt(self.snd_una, ack) && le(ack, self.snd_nxt) {
                 self.state = State::Established;
-                self.snd_wnd = u32::from(seg.window) << self.snd_shift;
+                self.set_snd_wnd(u32::from(seg.window) << self.snd_shift);
                 self.snd_wl1 = seq;
                 self.snd_wl2 = ack;
             } else {
@@ -642,35 +679,73 @@ impl Connection {
                 return;
             }
         }
-        if lt(self.snd_max, ack) {
-            // Acknowledges something not yet sent (RFC 9293 §3.10.7.4, RFC 5961 §5).
-            self.ack_now = true;
+        // RFC 5961 §5.2: the ACK is acceptable only if
+        // SND.UNA - MAX.SND.WND =< SEG.ACK =< SND.NXT (SND.MAX here: after a
+        // timeout rewinds SND.NXT the peer may still acknowledge up to
+        // SND.MAX); any other segment MUST be discarded and an ACK sent back.
+        if lt(self.snd_max, ack) || lt(ack, self.snd_una.wrapping_sub(self.max_snd_wnd)) {
+            self.challenge_ack();
             return;
         }
         self.process_ack(seg, now);
         if self.state == State::Closed {
             return;
         }
-        // Seventh: payload.
-        if !seg.payload.is_empty()
+        // Seventh: payload, trimmed to the window first, so that no octet
+        // before RCV.NXT ever gets a stream offset.
+        let (seq, payload, fin) = self.trim_to_window(seq, seg.payload, f.contains(Flags::FIN));
+        if !payload.is_empty()
             && matches!(
                 self.state,
                 State::Established | State::FinWait1 | State::FinWait2
             )
         {
-            self.receive_payload(seq, seg.payload, now, deliver);
+            self.receive_payload(seq, payload, now, deliver);
         }
         // Eighth: FIN.
-        if f.contains(Flags::FIN) {
-            let fin_off = self.off_of(seq.wrapping_add(seg.payload.len() as u32));
+        if fin {
+            let fin_off = self.off_of(seq.wrapping_add(payload.len() as u32));
             self.peer_fin_off = Some(fin_off);
             self.ack_now = true;
         }
         self.try_peer_fin(now);
     }
 
+    /// RFC 9293 §3.10.7.4: an acceptable segment is trimmed to the window —
+    /// octets before RCV.NXT are old duplicates and go, and so do octets at
+    /// or past RCV.NXT + RCV.WND (with a FIN after them). What is left
+    /// starts at or after RCV.NXT, so [`off_of`](Self::off_of) never goes
+    /// below the stream start: a segment starting at the SYN's sequence
+    /// number (RCV.NXT - 1 before any data) loses its first octet here.
+    fn trim_to_window<'p>(&self, seq: u32, payload: &'p [u8], fin: bool) -> (u32, &'p [u8], bool) {
+        let (mut seq, mut payload, mut fin) = (seq, payload, fin);
+        if lt(seq, self.rcv_nxt) {
+            let old = self.rcv_nxt.wrapping_sub(seq) as usize;
+            if old > payload.len() {
+                // Everything, FIN included, lies before RCV.NXT.
+                return (self.rcv_nxt, &[], false);
+            }
+            payload = &payload[old..];
+            seq = self.rcv_nxt;
+        }
+        let wnd_end = self.rcv_nxt.wrapping_add(self.rcv_wnd());
+        let room = if lt(seq, wnd_end) {
+            wnd_end.wrapping_sub(seq) as usize
+        } else {
+            0
+        };
+        if payload.len() > room {
+            payload = &payload[..room];
+            fin = false;
+        }
+        (seq, payload, fin)
+    }
+
+    /// The stream offset of `seq`, which must not lie before RCV.NXT
+    /// (callers trim with [`trim_to_window`](Self::trim_to_window) first).
     fn off_of(&self, seq: u32) -> u64 {
-        (self.rcv_off as i64 + i64::from(seq.wrapping_sub(self.rcv_nxt) as i32)) as u64
+        debug_assert!(le(self.rcv_nxt, seq), "offset of an octet before RCV.NXT");
+        self.rcv_off + u64::from(seq.wrapping_sub(self.rcv_nxt))
     }
 
     fn try_peer_fin(&mut self, now: u64) {
@@ -735,7 +810,7 @@ impl Connection {
         self.snd_wl1 = seg.seq_number;
         if ack_ok {
             self.snd_una = seg.ack_number;
-            self.snd_wnd = u32::from(seg.window); // RFC 7323 §2.2: a SYN's window is never scaled
+            self.set_snd_wnd(u32::from(seg.window)); // RFC 7323 §2.2: a SYN's window is never scaled
             self.snd_wl2 = seg.ack_number;
             self.sample_rtt_probe(seg.ack_number, now);
             self.t_rtx = None;
@@ -744,10 +819,16 @@ impl Connection {
             self.ack_now = true;
         } else {
             // Simultaneous open (RFC 9293 §3.5).
-            self.snd_wnd = u32::from(seg.window);
+            self.set_snd_wnd(u32::from(seg.window));
             self.state = State::SynReceived;
             self.syn_unsent = true;
         }
+    }
+
+    /// SND.WND, and MAX.SND.WND with it (RFC 5961 §5.2).
+    fn set_snd_wnd(&mut self, w: u32) {
+        self.snd_wnd = w;
+        self.max_snd_wnd = self.max_snd_wnd.max(w);
     }
 
     fn sample_rtt_probe(&mut self, ack: u32, now: u64) {
@@ -783,12 +864,24 @@ impl Connection {
     fn process_ack(&mut self, seg: &TcpRepr<'_>, now: u64) {
         let ack = seg.ack_number;
         if self.sack_on {
+            // SND.UNA as this ACK leaves it (it is acceptable: at most SND.MAX).
+            let una = if lt(self.snd_una, ack) {
+                ack
+            } else {
+                self.snd_una
+            };
+            self.sacked.advance(una);
             for (l, r) in seg.sack_ranges.iter().flatten().copied() {
-                // RFC 2018 §3: only blocks above the cumulative ACK and below snd_max mean anything.
-                if lt(ack, r) && le(r, self.snd_max) && lt(l, r) {
-                    self.sacked.push((l, r));
-                }
+                // RFC 2018 §3: only blocks above the cumulative ACK and at
+                // most SND.MAX mean anything; the scoreboard drops the rest.
+                self.sacked
+                    .add(una, self.snd_max, l, r, self.cfg.max_sack_ranges);
             }
+        }
+        if lt(ack, self.snd_una) {
+            // RFC 9293 §3.10.7.4: an old ACK (SEG.ACK < SND.UNA) is ignored,
+            // window included; the segment's text is still processed.
+            return;
         }
         let new_wnd = u32::from(seg.window) << self.snd_shift;
         if lt(self.snd_una, ack) {
@@ -820,11 +913,16 @@ impl Connection {
                     }
                 }
             }
-            self.sacked.retain(|&(_, r)| lt(ack, r));
+            self.sacked.advance(ack);
             self.retries = 0;
             if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
-                let r = u64::from(self.ts_now(now).wrapping_sub(ts.tsecr)) * 1_000_000;
-                self.rtt_sample(r.max(1));
+                // RFC 7323 §4.1: RTT = now - TSecr; an echo from our future
+                // is forged or stale (wrapped) and would only inflate the RTO.
+                let ts_now = self.ts_now(now);
+                if le(ts.tsecr, ts_now) {
+                    let r = u64::from(ts_now.wrapping_sub(ts.tsecr)) * 1_000_000;
+                    self.rtt_sample(r.max(1));
+                }
             } else {
                 self.sample_rtt_probe(ack, now);
             }
@@ -847,14 +945,17 @@ impl Connection {
                 // ACK (the receiver acknowledges once per poll round, often
                 // dozens of segments) grows the window by what it covers,
                 // as Linux does, not by one segment.
-                self.cwnd = (self.cwnd + acked).min(self.ssthresh.max(self.cwnd + self.snd_mss));
+                self.cwnd = self
+                    .cwnd
+                    .saturating_add(acked)
+                    .min(self.ssthresh.max(self.cwnd.saturating_add(self.snd_mss)));
             } else {
                 // Congestion avoidance by byte counting (RFC 5681 §3.1,
                 // RFC 3465 §2.1): one segment per window acknowledged.
-                self.ca_acked += acked;
+                self.ca_acked = self.ca_acked.saturating_add(acked);
                 while self.ca_acked >= self.cwnd {
                     self.ca_acked -= self.cwnd;
-                    self.cwnd += self.snd_mss;
+                    self.cwnd = self.cwnd.saturating_add(self.snd_mss);
                 }
             }
             self.dupacks = 0;
@@ -880,23 +981,25 @@ impl Connection {
             && self.snd_una != self.snd_max
         {
             // Duplicate ACK (RFC 5681 §2).
-            self.dupacks += 1;
+            // The peer decides how many duplicate ACKs come: saturate.
+            self.dupacks = self.dupacks.saturating_add(1);
             if self.dupacks == 3 && !(self.in_recovery) && lt(self.recover, ack.wrapping_add(1)) {
                 self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
-                self.cwnd = self.ssthresh + 3 * self.snd_mss;
+                self.cwnd = self.ssthresh.saturating_add(3 * self.snd_mss);
                 self.recover = self.snd_max;
                 self.in_recovery = true;
                 self.stats.fast_retransmits += 1;
                 self.snd_nxt = self.snd_una; // resend from the hole
             } else if self.in_recovery {
-                self.cwnd += self.snd_mss;
+                // RFC 5681 §3.2 step 4: inflate by one segment per duplicate ACK.
+                self.cwnd = self.cwnd.saturating_add(self.snd_mss);
             }
         }
         // Window update (RFC 9293 §3.10.7.4).
         if lt(self.snd_wl1, seg.seq_number)
             || (self.snd_wl1 == seg.seq_number && le(self.snd_wl2, ack))
         {
-            self.snd_wnd = new_wnd;
+            self.set_snd_wnd(new_wnd);
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
             if self.snd_wnd > 0 {
@@ -905,6 +1008,8 @@ impl Connection {
         }
     }
 
+    /// `payload` starts at or after RCV.NXT and ends inside the window
+    /// ([`trim_to_window`](Self::trim_to_window) saw to both).
     fn receive_payload(
         &mut self,
         seq: u32,
@@ -913,27 +1018,30 @@ impl Connection {
         deliver: &mut dyn FnMut(&[u8]),
     ) {
         let off = self.off_of(seq);
-        let end = off + payload.len() as u64;
-        if end <= self.rcv_off {
-            self.ack_now = true; // duplicate
-            return;
-        }
-        if off <= self.rcv_off {
-            let fresh = &payload[(self.rcv_off - off) as usize..];
-            deliver(fresh);
-            self.advance(fresh.len());
-            self.drain_ooo(deliver);
+        if off == self.rcv_off {
+            deliver(payload);
+            self.advance(payload.len());
+            loop {
+                let n = self.ooo.pop(self.rcv_off, deliver);
+                if n == 0 {
+                    break;
+                }
+                self.advance(n);
+            }
             self.schedule_ack(now, !self.ooo.is_empty());
         } else {
-            // Out of order: hold a copy until the gap fills (bounded by the window).
-            let room = self.cfg.rcv_buf as usize - self.ooo_bytes.min(self.cfg.rcv_buf as usize);
-            if payload.len() <= room && !self.ooo.contains_key(&off) {
-                self.ooo.insert(off, payload.to_vec());
-                self.ooo_bytes += payload.len();
-                self.stats.ooo_segments += 1;
+            // Out of order: hold a copy until the gap fills, in at most
+            // `max_ooo_ranges` ranges and a window of octets.
+            let wnd = self.rcv_wnd() as usize;
+            match self
+                .ooo
+                .insert(self.rcv_off, off, payload, self.cfg.max_ooo_ranges, wnd)
+            {
+                Insert::Held => self.stats.ooo_segments += 1,
+                Insert::Dropped => self.stats.ooo_dropped += 1,
             }
             self.ack_now = true; // immediate duplicate ACK (RFC 5681 §4.2)
-            self.dupacks_owed += 1;
+            self.dupacks_owed = self.dupacks_owed.saturating_add(1);
         }
     }
 
@@ -941,24 +1049,6 @@ impl Connection {
         self.rcv_off += n as u64;
         self.rcv_nxt = self.rcv_nxt.wrapping_add(n as u32);
         self.stats.delivered += n as u64;
-    }
-
-    fn drain_ooo(&mut self, deliver: &mut dyn FnMut(&[u8])) {
-        while let Some((&off, _)) = self.ooo.first_key_value() {
-            if off > self.rcv_off {
-                break;
-            }
-            let Some(data) = self.ooo.remove(&off) else {
-                break;
-            };
-            self.ooo_bytes -= data.len();
-            let end = off + data.len() as u64;
-            if end > self.rcv_off {
-                let fresh = &data[(self.rcv_off - off) as usize..];
-                deliver(fresh);
-                self.advance(fresh.len());
-            }
-        }
     }
 
     fn schedule_ack(&mut self, now: u64, immediate: bool) {
@@ -1001,7 +1091,11 @@ impl Connection {
         if self.t_rtx.is_some_and(|t| t <= now) {
             // RFC 6298 §5.4-5.6.
             self.retries += 1;
-            if self.retries > self.cfg.max_retransmits {
+            let limit = match (self.state, self.syn_ack_retries) {
+                (State::SynReceived, Some(n)) => n,
+                _ => self.cfg.max_retransmits,
+            };
+            if self.retries > limit {
                 self.error = Some(TcpError::TimedOut);
                 self.rst = Some((self.snd_nxt, 0, false));
                 self.enter_closed();
@@ -1020,6 +1114,8 @@ impl Connection {
             self.ca_acked = 0;
             self.in_recovery = false;
             self.dupacks = 0;
+            // RFC 2018 §8: the receiver may have reneged; resend it all.
+            self.sacked.clear();
             match self.state {
                 State::SynSent | State::SynReceived => self.syn_unsent = true,
                 _ => self.snd_nxt = self.snd_una, // go back to the first unacknowledged octet
@@ -1044,8 +1140,14 @@ impl Connection {
             });
         }
         if self.sack_on && flags.contains(Flags::ACK) {
-            // RFC 2018 §4: report the out-of-order data we hold.
-            let mut blocks = self.ooo_blocks();
+            // RFC 2018 §4: report the out-of-order data we hold, the block
+            // with the latest arrival first.
+            let (nxt, base) = (self.rcv_nxt, self.rcv_off);
+            let seq_of = |off: u64| nxt.wrapping_add((off - base) as u32);
+            let mut blocks = self
+                .ooo
+                .sack_blocks(base)
+                .map(|(a, b)| (seq_of(a), seq_of(b)));
             for slot in r.sack_ranges.iter_mut() {
                 *slot = blocks.next();
             }
@@ -1059,28 +1161,12 @@ impl Connection {
         let mut len = if self.ts_on { 12 } else { 0 };
         if self.sack_on && !self.ooo.is_empty() {
             let fit = crate::wire::tcp::MAX_OPTIONS_LEN.saturating_sub(len + 4) / 8;
-            let blocks = self.ooo.len().min(fit);
+            let blocks = self.ooo.sack_len().min(fit);
             if blocks > 0 {
                 len += 4 + 8 * blocks;
             }
         }
         len
-    }
-
-    /// Contiguous out-of-order ranges as (left, right) sequence numbers.
-    fn ooo_blocks(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        let base = self.rcv_nxt.wrapping_sub(self.rcv_off as u32);
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (&off, d) in &self.ooo {
-            let end = off + d.len() as u64;
-            match merged.last_mut() {
-                Some(last) if off <= last.1 => last.1 = last.1.max(end),
-                _ => merged.push((off, end)),
-            }
-        }
-        merged
-            .into_iter()
-            .map(move |(a, b)| (base.wrapping_add(a as u32), base.wrapping_add(b as u32)))
     }
 
     /// Hand up to `max` segments to `emit`, in order. Returns how many.
@@ -1159,11 +1245,7 @@ impl Connection {
         while n < max {
             // When resending, skip what the peer reported holding (SACK).
             if lt(self.snd_nxt, self.snd_max) {
-                if let Some(&(_, r)) = self
-                    .sacked
-                    .iter()
-                    .find(|&&(l, r)| le(l, self.snd_nxt) && lt(self.snd_nxt, r))
-                {
+                if let Some(r) = self.sacked.covering(self.snd_una, self.snd_nxt) {
                     self.snd_nxt = if lt(self.snd_max, r) { self.snd_max } else { r };
                     self.stats.sack_skipped += 1;
                     continue;
@@ -1434,6 +1516,303 @@ mod tests {
         }
     }
 
+    /// A pair with the handshake done.
+    fn established(c: Config, seed: u64) -> Pair {
+        let mut p = Pair::new(c, 1000, 9000, seed, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        p
+    }
+
+    /// A literal segment from `c`'s peer: it acknowledges all `c` sent,
+    /// keeps `c`'s send window, and carries a timestamp when they are on.
+    fn from_peer<'p>(
+        c: &Connection,
+        seq: u32,
+        flags: Flags,
+        payload: &'p [u8],
+        now: u64,
+    ) -> TcpRepr<'p> {
+        let mut r = TcpRepr::new(c.remote_port, c.local_port, seq, flags);
+        r.ack_number = c.snd_max;
+        r.window = (c.snd_wnd >> c.snd_shift).min(65535) as u16;
+        if c.ts_on {
+            r.timestamp = Some(TcpTimestamp {
+                tsval: c.ts_recent,
+                tsecr: c.ts_now(now),
+            });
+        }
+        r.payload = payload;
+        r
+    }
+
+    #[test]
+    fn segment_from_the_syn_sequence_number_is_trimmed_to_rcv_nxt() {
+        let mut p = established(cfg(), 31);
+        // No data has arrived yet: RCV.NXT is the SYN's sequence number + 1.
+        let syn_seq = p.b.irs;
+        assert_eq!(p.b.rcv_nxt, syn_seq.wrapping_add(1));
+        assert_eq!(p.b.rcv_off, 0);
+        let now = p.now;
+        let mut got = Vec::new();
+        // One octet at the SYN's sequence number, then new data.
+        let seg = from_peer(&p.b, syn_seq, Flags::ACK | Flags::PSH, b"Shello", now);
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"hello");
+        assert_eq!(p.b.rcv_nxt, syn_seq.wrapping_add(6));
+        assert_eq!(p.b.rcv_off, 5);
+        // Old octets only, with a FIN before RCV.NXT: nothing delivered,
+        // no FIN taken, an ACK in answer.
+        let seg = from_peer(&p.b, syn_seq, Flags::ACK | Flags::FIN, b"Shell", now);
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"hello");
+        assert_eq!((p.b.state(), p.b.peer_fin_off), (State::Established, None));
+        // Running past the window's end: the octets past it go, and so does
+        // the FIN after them.
+        let wnd = p.b.rcv_wnd() as usize;
+        let long = vec![7u8; wnd + 10];
+        let seg = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK | Flags::FIN, &long, now);
+        got.clear();
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got.len(), wnd);
+        assert_eq!((p.b.state(), p.b.peer_fin_off), (State::Established, None));
+        // The stream goes on in order.
+        let seg = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK | Flags::FIN, b"!", now);
+        got.clear();
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!((&got[..], p.b.state()), (&b"!"[..], State::CloseWait));
+    }
+
+    #[test]
+    fn flood_of_scattered_octets_is_bounded_and_still_delivers() {
+        let mut p = established(cfg(), 32);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        let wnd = p.b.rcv_wnd() as usize;
+        let stream = data(wnd, 9);
+        // One octet at every other offset across the window, offset 0 missing.
+        let mut sent = 0u64;
+        for off in (1..wnd).step_by(2) {
+            let seq = nxt.wrapping_add(off as u32);
+            let seg = from_peer(&p.b, seq, Flags::ACK, &stream[off..off + 1], now);
+            p.b.handle_segment(&seg, now, &mut |_| panic!("nothing is in order"));
+            // Each draws a duplicate ACK whose SACK blocks come from the range
+            // set, newest first (RFC 2018 §4).
+            let mut first = None;
+            p.b.poll_transmit(now, 4, &mut |r| first = r.sack_ranges[0]);
+            if off < 2 * cfg().max_ooo_ranges {
+                assert_eq!(first, Some((seq, seq.wrapping_add(1))));
+            }
+            sent += 1;
+        }
+        let cap = cfg().max_ooo_ranges;
+        assert_eq!(p.b.ooo.ranges(), cap);
+        assert!(p.b.ooo.buffered() <= 2 * cap, "{}", p.b.ooo.buffered());
+        assert_eq!(p.b.stats().ooo_segments, cap as u64);
+        assert_eq!(p.b.stats().ooo_dropped, sent - cap as u64);
+        // A constant number of range-set steps per segment, not one per
+        // segment held.
+        assert!(p.b.ooo.steps <= 2 * sent, "{} steps", p.b.ooo.steps);
+        // The gaps fill: each even octet brings the odd one held after it.
+        let mut got = Vec::new();
+        for off in (0..2 * cap).step_by(2) {
+            let seq = nxt.wrapping_add(off as u32);
+            let seg = from_peer(&p.b, seq, Flags::ACK, &stream[off..off + 1], now);
+            p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        }
+        assert_eq!(got, &stream[..2 * cap]);
+        assert!(p.b.ooo.is_empty());
+        // The peer resends the rest (what was dropped) in order.
+        for (i, chunk) in stream[2 * cap..].chunks(1448).enumerate() {
+            let seq = nxt.wrapping_add((2 * cap + i * 1448) as u32);
+            let seg = from_peer(&p.b, seq, Flags::ACK, chunk, now);
+            p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        }
+        assert!(got == stream);
+        assert_eq!(p.b.ooo.buffered(), 0);
+    }
+
+    #[test]
+    fn thousands_of_sack_blocks_keep_the_scoreboard_bounded() {
+        let mut p = established(cfg(), 33);
+        // One exchange first, so that a knows b's window (a duplicate ACK
+        // must carry an unchanged window, RFC 5681 §2).
+        p.a.send(b"x");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        const SEG: u32 = 1448;
+        p.a.send(&data(10 * SEG as usize, 4));
+        let mut n = 0;
+        p.a.poll_transmit(now, 16, &mut |_| n += 1);
+        assert_eq!(n, 10, "ten segments in flight, none delivered");
+        let (una, max) = (p.a.snd_una, p.a.snd_max);
+        let cap = cfg().max_sack_ranges;
+        // Duplicate ACKs, each with three distinct one-octet blocks, at
+        // every other octet in flight; among them blocks below SND.UNA and
+        // above SND.MAX, which mean nothing (RFC 2018 §3).
+        let mut blocks = (1..max.wrapping_sub(una))
+            .step_by(2)
+            .map(|o| (una.wrapping_add(o), una.wrapping_add(o + 1)))
+            .collect::<Vec<_>>();
+        blocks.push((una.wrapping_sub(100), una));
+        blocks.push((max, max.wrapping_add(1)));
+        blocks.push((max.wrapping_sub(1), max.wrapping_add(1000)));
+        assert!(blocks.len() > 7000);
+        for three in blocks.chunks(3) {
+            let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+            ack.ack_number = una;
+            for (slot, &b) in ack.sack_ranges.iter_mut().zip(three) {
+                *slot = Some(b);
+            }
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            assert!(p.a.sacked.len() <= cap);
+        }
+        assert_eq!(p.a.sacked.len(), cap);
+        assert_eq!(p.a.snd_una, una, "SACK blocks move nothing cumulative");
+        // The lowest ranges are kept; none is outside (SND.UNA, SND.MAX].
+        assert_eq!(
+            p.a.sacked.ranges()[0],
+            (una.wrapping_add(1), una.wrapping_add(2))
+        );
+        assert!(p
+            .a
+            .sacked
+            .ranges()
+            .iter()
+            .all(|&(l, r)| lt(una, l) && le(r, max)));
+        // One block covering all but the first segment merges what it covers.
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        ack.ack_number = una;
+        ack.sack_ranges[0] = Some((una.wrapping_add(SEG), max));
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert!(p.a.sacked.len() <= cap);
+        // Fast retransmit resends the first segment only; the rest is skipped.
+        assert_eq!(p.a.stats().fast_retransmits, 1);
+        let mut resent = Vec::new();
+        p.a.poll_transmit(now, 16, &mut |r| {
+            resent.push((r.seq_number, r.payload.len()))
+        });
+        assert_eq!(resent, vec![(una, SEG as usize)]);
+        assert!(p.a.stats().sack_skipped >= 1);
+        // The cumulative ACK of it all empties the scoreboard.
+        let ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!((p.a.snd_una, p.a.sacked.len()), (max, 0));
+    }
+
+    #[test]
+    fn ack_below_snd_una_less_max_snd_wnd_draws_a_challenge_ack() {
+        let mut p = established(cfg(), 34);
+        p.a.send(&data(5000, 5));
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        let (una, wnd, nxt) = (p.a.snd_una, p.a.snd_wnd, p.a.rcv_nxt);
+        assert!(p.a.max_snd_wnd >= wnd && wnd > 0);
+        let challenges = p.a.stats().challenge_acks;
+        // An ACK far older than any window the peer offered, with data and a
+        // zero window: discarded whole (RFC 5961 §5.2).
+        let mut old = from_peer(&p.a, nxt, Flags::ACK | Flags::PSH, b"evil", now);
+        old.ack_number = una.wrapping_sub(p.a.max_snd_wnd).wrapping_sub(1000);
+        old.window = 0;
+        p.a.handle_segment(&old, now, &mut |_| panic!("discarded segment delivered"));
+        assert_eq!((p.a.snd_una, p.a.snd_wnd, p.a.rcv_nxt), (una, wnd, nxt));
+        assert_eq!(p.a.stats().challenge_acks, challenges + 1);
+        let mut out = Vec::new();
+        p.a.poll_transmit(now, 4, &mut |r| {
+            out.push((r.flags, r.seq_number, r.ack_number))
+        });
+        assert_eq!(out, vec![(Flags::ACK, p.a.snd_max, nxt)]);
+        // An ACK above SND.MAX: the same.
+        let mut ahead = from_peer(&p.a, nxt, Flags::ACK | Flags::PSH, b"evil", now);
+        ahead.ack_number = p.a.snd_max.wrapping_add(1);
+        p.a.handle_segment(&ahead, now, &mut |_| panic!("discarded segment delivered"));
+        assert_eq!(p.a.stats().challenge_acks, challenges + 2);
+        // An old ACK inside MAX.SND.WND is only ignored: its data is taken,
+        // its window is not (RFC 9293 §3.10.7.4).
+        let mut stale = from_peer(&p.a, nxt, Flags::ACK | Flags::PSH, b"ok", now);
+        stale.ack_number = una.wrapping_sub(100);
+        stale.window = 0;
+        let mut got = Vec::new();
+        p.a.handle_segment(&stale, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"ok");
+        assert_eq!((p.a.snd_una, p.a.snd_wnd), (una, wnd));
+        assert_eq!(p.a.stats().challenge_acks, challenges + 2);
+    }
+
+    #[test]
+    fn segment_without_timestamp_after_negotiation_is_dropped() {
+        let mut p = established(cfg(), 35);
+        assert!(p.b.ts_on);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        let mut seg = from_peer(&p.b, nxt, Flags::ACK | Flags::PSH, b"no tsopt", now);
+        seg.timestamp = None;
+        p.b.handle_segment(&seg, now, &mut |_| panic!("delivered without TSopt"));
+        assert_eq!(p.b.rcv_nxt, nxt);
+        assert_eq!(p.b.stats().no_timestamp_drops, 1);
+        // Silently (RFC 7323 §3.2): no ACK in answer.
+        assert_eq!(p.b.poll_transmit(now, 4, &mut |_| {}), 0);
+        // With the option it goes through.
+        let seg = from_peer(&p.b, nxt, Flags::ACK | Flags::PSH, b"tsopt", now);
+        let mut got = Vec::new();
+        p.b.handle_segment(&seg, now, &mut |d| got.extend_from_slice(d));
+        assert_eq!(got, b"tsopt");
+    }
+
+    #[test]
+    fn rst_without_timestamp_still_follows_rfc5961() {
+        let mut p = established(cfg(), 36);
+        assert!(p.b.ts_on);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        // In the window but not at RCV.NXT: a challenge ACK (RFC 5961 §3.2).
+        let mut rst = from_peer(&p.b, nxt.wrapping_add(10), Flags::RST, &[], now);
+        rst.timestamp = None;
+        p.b.handle_segment(&rst, now, &mut |_| {});
+        assert_eq!(p.b.state(), State::Established);
+        assert_eq!(p.b.stats().challenge_acks, 1);
+        assert_eq!(p.b.stats().no_timestamp_drops, 0);
+        // At RCV.NXT: the reset is taken.
+        let mut rst = from_peer(&p.b, nxt, Flags::RST, &[], now);
+        rst.timestamp = None;
+        p.b.handle_segment(&rst, now, &mut |_| {});
+        assert_eq!(
+            (p.b.state(), p.b.error()),
+            (State::Closed, Some(TcpError::Reset))
+        );
+    }
+
+    #[test]
+    fn peer_driven_counters_saturate_and_forged_echoes_are_not_rtt_samples() {
+        let mut p = established(cfg(), 37);
+        p.a.send(b"x");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        let now = p.now;
+        p.a.send(&data(3000, 6));
+        p.a.poll_transmit(now, 4, &mut |_| {});
+        let una = p.a.snd_una;
+        // As if the peer had sent four billion duplicate ACKs already.
+        p.a.dupacks = u32::MAX - 1;
+        p.a.in_recovery = true;
+        p.a.cwnd = usize::MAX - 10;
+        for _ in 0..4 {
+            let mut dup = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+            dup.ack_number = una;
+            p.a.handle_segment(&dup, now, &mut |_| {});
+        }
+        assert_eq!((p.a.dupacks, p.a.cwnd), (u32::MAX, usize::MAX));
+        // An ACK of new data echoing a timestamp from our future: no sample.
+        let rto = p.a.rto();
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        ack.ack_number = una.wrapping_add(100);
+        ack.timestamp = Some(TcpTimestamp {
+            tsval: p.a.ts_recent,
+            tsecr: p.a.ts_now(now).wrapping_add(1 << 30),
+        });
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!((p.a.snd_una, p.a.rto()), (una.wrapping_add(100), rto));
+    }
+
     fn cfg() -> Config {
         Config {
             rto_min: 1_000_000,
@@ -1488,7 +1867,7 @@ mod tests {
             p.got_b.len(),
             da.len(),
             "a->b length, seed {seed}: errs {:?} {:?} a {:?} una {} nxt {} max {} wnd {} cwnd {} rtx {:?} buf {} | b {:?} rcv_nxt {} ooo {}",
-            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.len()
+            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.ranges()
         );
         assert!(p.got_b == da, "a->b data, seed {seed}");
         assert!(p.got_a == db, "b->a data, seed {seed}");
@@ -1687,7 +2066,7 @@ mod tests {
         assert_eq!(p.a.state(), State::Established);
         assert_eq!(p.a.stats().challenge_acks, 1);
         // SYN in a synchronized state: challenge ACK (RFC 5961 §4).
-        let syn = TcpRepr::new(80, 40000, nxt, Flags::SYN);
+        let syn = from_peer(&p.a, nxt, Flags::SYN, &[], now);
         p.a.handle_segment(&syn, now, &mut |_| {});
         assert_eq!(p.a.stats().challenge_acks, 2);
         // Exact RST: reset.
@@ -1749,10 +2128,10 @@ mod tests {
         assert!(p.run(100, |p| p.a.state() == State::Established
             && p.b.state() == State::Established));
         // The peer announces a zero window.
-        let mut ack = TcpRepr::new(80, 40000, p.a.rcv_nxt, Flags::ACK);
+        let now = p.now;
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
         ack.ack_number = p.a.snd_una;
         ack.window = 0;
-        let now = p.now;
         p.a.handle_segment(&ack, now, &mut |_| {});
         assert_eq!(p.a.snd_wnd, 0);
         p.a.send(b"blocked");
@@ -1776,11 +2155,9 @@ mod tests {
         assert!(p.run(100, |p| p.a.state() == State::Established
             && p.b.state() == State::Established));
         let seq = p.b.rcv_nxt;
-        let mut seg = TcpRepr::new(40000, 80, seq, Flags::ACK | Flags::PSH);
-        seg.ack_number = p.b.snd_nxt;
-        seg.window = 1000;
-        seg.payload = b"x";
         let now = p.now;
+        let mut seg = from_peer(&p.b, seq, Flags::ACK | Flags::PSH, b"x", now);
+        seg.window = 1000;
         p.b.handle_segment(&seg, now, &mut |_| {});
         let mut n = 0;
         p.b.poll_transmit(now, 4, &mut |_| n += 1);
@@ -1802,15 +2179,12 @@ mod tests {
         p.b.close();
         assert!(p.run(10_000, |p| p.a.state() == State::TimeWait));
         // b's FIN again (as if our ACK were lost).
-        let mut fin = TcpRepr::new(
-            80,
-            40000,
-            p.a.rcv_nxt.wrapping_sub(1),
-            Flags::FIN | Flags::ACK,
-        );
-        fin.ack_number = p.a.snd_nxt;
-        fin.window = 1000;
         let now = p.now;
+        // Nothing owed before it arrives.
+        p.a.poll_transmit(now, 4, &mut |_| {});
+        let seq = p.a.rcv_nxt.wrapping_sub(1);
+        let mut fin = from_peer(&p.a, seq, Flags::FIN | Flags::ACK, &[], now);
+        fin.window = 1000;
         p.a.handle_segment(&fin, now, &mut |_| {});
         let mut acks = Vec::new();
         p.a.poll_transmit(now, 4, &mut |r| acks.push((r.flags, r.ack_number)));

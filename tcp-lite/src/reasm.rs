@@ -1,0 +1,313 @@
+//! The receive side's out-of-order store: data that arrived above a gap,
+//! held until the gap fills.
+//!
+//! Octets live in one buffer indexed by stream offset (a copy per octet,
+//! never a move of what is already held), and which octets are held is a
+//! set of coalesced ranges: overlapping and adjacent arrivals merge, so a
+//! peer holds at most `max_ranges` ranges (a segment that would open one
+//! more is dropped — it is unacknowledged, the peer sends it again) and at
+//! most a receive window of octets. A segment costs O(log n) in the range
+//! set plus its own length; SACK blocks (RFC 2018 §4) come from a short
+//! most-recently-received list, not from a walk of the store.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// SACK blocks remembered for reporting (RFC 2018 §3: at most four fit).
+const REPORTED: usize = 4;
+
+/// Out-of-order data by stream offset (offsets count octets from the first
+/// data octet; the caller's `base` is its RCV.NXT as such an offset).
+#[derive(Debug, Default)]
+pub(crate) struct Reassembly {
+    /// Octets from stream offset `buf_base` on; octets in gaps are filler.
+    buf: VecDeque<u8>,
+    buf_base: u64,
+    /// Held ranges, start → end (exclusive): disjoint, not adjacent, all
+    /// ending above the caller's `base` once [`sync`](Self::sync) ran.
+    ranges: BTreeMap<u64, u64>,
+    /// One offset inside each range to report in SACK, the range of the
+    /// most recent arrival first (RFC 2018 §4). Ranges only grow until they
+    /// are delivered, so an offset stays inside its (possibly merged) range.
+    reported: [Option<u64>; REPORTED],
+    /// Range-set entries visited, for the tests' cost bounds.
+    #[cfg(test)]
+    pub(crate) steps: u64,
+}
+
+/// What [`Reassembly::insert`] did with a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Insert {
+    /// Held (alone or merged with held data).
+    Held,
+    /// Dropped: it would have opened a range beyond the bound.
+    Dropped,
+}
+
+impl Reassembly {
+    /// Nothing held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Distinct ranges held.
+    #[cfg(test)]
+    pub(crate) fn ranges(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Octets of buffer in use (held octets and the gaps between them).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Forget what lies below `base` (delivered in order meanwhile).
+    fn sync(&mut self, base: u64) {
+        if base <= self.buf_base {
+            return;
+        }
+        let k = usize::try_from(base - self.buf_base).unwrap_or(usize::MAX);
+        self.buf.drain(..k.min(self.buf.len()));
+        self.buf_base = base;
+        while let Some((_, &end)) = self.ranges.first_key_value() {
+            if end > base {
+                break;
+            }
+            self.ranges.pop_first();
+            #[cfg(test)]
+            {
+                self.steps += 1;
+            }
+        }
+        if self.ranges.is_empty() {
+            self.buf.clear();
+        }
+        self.reported = compact(self.reported.map(|o| o.filter(|&o| o >= base)));
+    }
+
+    /// Hold `data`, found at stream offset `off` above `base`; the caller has
+    /// trimmed it to the window, and `limit` is the window in octets (the
+    /// most buffer the store grows to).
+    pub(crate) fn insert(
+        &mut self,
+        base: u64,
+        off: u64,
+        data: &[u8],
+        max_ranges: usize,
+        limit: usize,
+    ) -> Insert {
+        debug_assert!(off > base && !data.is_empty());
+        self.sync(base);
+        if self.ranges.is_empty() {
+            self.buf_base = base;
+        }
+        let end = off + data.len() as u64;
+        // The ranges this one touches are a run: the last one starting at or
+        // before `off` (if it reaches `off`), and those starting in (off, end].
+        let pred = self
+            .ranges
+            .range(..=off)
+            .next_back()
+            .filter(|&(_, &e)| e >= off)
+            .map(|(&s, &e)| (s, e));
+        let touches = pred.is_some() || self.ranges.range(off..=end).next().is_some();
+        if !touches && self.ranges.len() >= max_ranges {
+            return Insert::Dropped;
+        }
+        // Copy the octets in.
+        let (at, need) = (
+            (off - self.buf_base) as usize,
+            (end - self.buf_base) as usize,
+        );
+        if need > self.buf.len() {
+            if need > self.buf.capacity() {
+                let want = (2 * self.buf.capacity()).clamp(need, limit.max(need));
+                self.buf.reserve_exact(want - self.buf.len());
+            }
+            self.buf.resize(need, 0);
+        }
+        let (a, b) = self.buf.as_mut_slices();
+        if at < a.len() {
+            let k = (a.len() - at).min(data.len());
+            a[at..at + k].copy_from_slice(&data[..k]);
+            b[..data.len() - k].copy_from_slice(&data[k..]);
+        } else {
+            let at = at - a.len();
+            b[at..at + data.len()].copy_from_slice(data);
+        }
+        // Merge the run into one range.
+        let (mut start, mut stop) = (off, end);
+        if let Some((s, e)) = pred {
+            self.ranges.remove(&s);
+            (start, stop) = (s, stop.max(e));
+        }
+        while let Some((&s, &e)) = self.ranges.range(off..=end).next() {
+            self.ranges.remove(&s);
+            stop = stop.max(e);
+            #[cfg(test)]
+            {
+                self.steps += 1;
+            }
+        }
+        self.ranges.insert(start, stop);
+        #[cfg(test)]
+        {
+            self.steps += 1;
+        }
+        // RFC 2018 §4: the block holding the newest segment first, then the
+        // most recently reported others that are not part of it.
+        let mut reported = [None; REPORTED];
+        reported[0] = Some(off);
+        let others = self
+            .reported
+            .into_iter()
+            .flatten()
+            .filter(|&o| !(start..stop).contains(&o));
+        for (slot, o) in reported[1..].iter_mut().zip(others) {
+            *slot = Some(o);
+        }
+        self.reported = reported;
+        Insert::Held
+    }
+
+    /// Hand `deliver` the held octets that now continue the stream at
+    /// `base`, if any; returns how many.
+    pub(crate) fn pop(&mut self, base: u64, deliver: &mut dyn FnMut(&[u8])) -> usize {
+        self.sync(base);
+        let Some((&start, &end)) = self.ranges.first_key_value() else {
+            return 0;
+        };
+        if start > base {
+            return 0;
+        }
+        let n = (end - base) as usize;
+        let (a, b) = self.buf.as_slices();
+        if a.len() >= n {
+            deliver(&a[..n]);
+        } else {
+            deliver(a);
+            deliver(&b[..n - a.len()]);
+        }
+        self.sync(end);
+        n
+    }
+
+    /// The blocks to report in SACK as (start, end) stream offsets, the one
+    /// holding the most recent arrival first (RFC 2018 §4). The caller
+    /// passes its `base` as it stands (ranges below it were delivered).
+    pub(crate) fn sack_blocks(&self, base: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut seen: [Option<u64>; REPORTED] = [None; REPORTED];
+        self.reported
+            .into_iter()
+            .flatten()
+            .filter(move |&o| o >= base)
+            .filter_map(|o| {
+                let (&s, &e) = self.ranges.range(..=o).next_back()?;
+                (o < e).then_some((s, e))
+            })
+            .enumerate()
+            .filter_map(move |(i, (s, e))| {
+                if seen.contains(&Some(s)) {
+                    return None;
+                }
+                seen[i] = Some(s);
+                Some((s.max(base), e))
+            })
+    }
+
+    /// How many SACK blocks [`sack_blocks`](Self::sack_blocks) gives at most.
+    pub(crate) fn sack_len(&self) -> usize {
+        self.reported.iter().flatten().count()
+    }
+}
+
+/// Move the `Some`s to the front, keeping their order.
+fn compact<const N: usize>(a: [Option<u64>; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    for (slot, v) in out.iter_mut().zip(a.into_iter().flatten()) {
+        *slot = Some(v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(r: &mut Reassembly, base: u64) -> Vec<u8> {
+        let mut got = Vec::new();
+        r.pop(base, &mut |d| got.extend_from_slice(d));
+        got
+    }
+
+    #[test]
+    fn merges_overlapping_and_adjacent_arrivals() {
+        let mut r = Reassembly::default();
+        assert_eq!(r.insert(0, 10, b"klm", 8, 100), Insert::Held);
+        assert_eq!(r.insert(0, 13, b"no", 8, 100), Insert::Held); // adjacent
+        assert_eq!(r.insert(0, 5, b"fgh", 8, 100), Insert::Held); // apart
+        assert_eq!(r.ranges(), 2);
+        assert_eq!(r.insert(0, 7, b"hijk", 8, 100), Insert::Held); // bridges both
+        assert_eq!(r.ranges(), 1);
+        assert_eq!(r.sack_blocks(0).collect::<Vec<_>>(), vec![(5, 15)]);
+        assert_eq!(collect(&mut r, 3), b"");
+        assert_eq!(collect(&mut r, 5), b"fghijklmno");
+        assert!(r.is_empty());
+        assert_eq!(r.buffered(), 0);
+    }
+
+    #[test]
+    fn bound_on_ranges_drops_what_would_open_one_more() {
+        let mut r = Reassembly::default();
+        for i in 0..4 {
+            assert_eq!(r.insert(0, 2 + 2 * i, b"x", 4, 100), Insert::Held);
+        }
+        assert_eq!(r.insert(0, 20, b"y", 4, 100), Insert::Dropped);
+        // Extending a held range is still fine.
+        assert_eq!(r.insert(0, 9, b"z", 4, 100), Insert::Held);
+        assert_eq!(r.ranges(), 4);
+    }
+
+    #[test]
+    fn sack_blocks_newest_first_then_recently_reported() {
+        let mut r = Reassembly::default();
+        for off in [10, 20, 30, 40, 50] {
+            r.insert(0, off, b"ab", 8, 100);
+        }
+        let blocks: Vec<_> = r.sack_blocks(0).collect();
+        assert_eq!(blocks, vec![(50, 52), (40, 42), (30, 32), (20, 22)]);
+        // An arrival extending an older range brings it to the front.
+        r.insert(0, 22, b"c", 8, 100);
+        let blocks: Vec<_> = r.sack_blocks(0).collect();
+        assert_eq!(blocks, vec![(20, 23), (50, 52), (40, 42), (30, 32)]);
+        // One joining two reported ranges reports the merged range once.
+        r.insert(0, 32, b"12345678", 8, 100);
+        let blocks: Vec<_> = r.sack_blocks(0).collect();
+        assert_eq!(blocks, vec![(30, 42), (20, 23), (50, 52)]);
+        // Delivered ranges are no longer reported.
+        assert_eq!(collect(&mut r, 20), b"abc");
+        let blocks: Vec<_> = r.sack_blocks(23).collect();
+        assert_eq!(blocks, vec![(30, 42), (50, 52)]);
+    }
+
+    #[test]
+    fn wraps_in_the_ring_and_copes_with_in_order_overlap() {
+        let mut r = Reassembly::default();
+        let mut base = 0;
+        let mut out = Vec::new();
+        // Keep the buffer busy across many bases so its ring wraps.
+        for round in 0..50u64 {
+            let chunk: Vec<u8> = (0..7).map(|i| (round * 7 + i) as u8).collect();
+            r.insert(base, base + 3, &chunk[3..], 4, 64);
+            // In-order data covering part of the held range arrives inline.
+            out.extend_from_slice(&chunk[..4]);
+            base += 4;
+            let mut got = Vec::new();
+            base += r.pop(base, &mut |d| got.extend_from_slice(d)) as u64;
+            out.extend_from_slice(&got);
+            assert!(r.is_empty());
+        }
+        let want: Vec<u8> = (0..350u64).map(|i| i as u8).collect();
+        assert_eq!(out, want);
+    }
+}

@@ -1,0 +1,161 @@
+//! The sender's SACK scoreboard: what the peer reported holding above
+//! SND.UNA (RFC 2018 §3), merged into a bounded set of ranges.
+//!
+//! Blocks are taken only when they lie in (SND.UNA, SND.MAX] (RFC 2018 §3
+//! and RFC 6675 §5: others mean nothing or are forged), overlapping and
+//! adjacent ones merge, and at most `cap` ranges are kept: when full, the
+//! shortest range goes (the highest of equals). Forgetting a block only makes the sender resend data
+//! the peer has, so the bound costs a hostile peer bandwidth, never us
+//! memory or time. Lookups are a binary search; an insertion moves at most
+//! `cap` entries.
+
+/// RFC 9293 §3.4: `a` before `b`, modulo 2^32.
+fn lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Sequence-space ranges `[left, right)` above SND.UNA, sorted, disjoint
+/// and not adjacent. Ordered by distance from the SND.UNA each call passes:
+/// every range lies within (SND.UNA, SND.MAX], less than 2^31 apart, so the
+/// order stays the same as SND.UNA advances.
+#[derive(Debug, Default)]
+pub(crate) struct Scoreboard {
+    ranges: Vec<(u32, u32)>,
+}
+
+impl Scoreboard {
+    /// Ranges held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Forget everything (RFC 2018 §8: after a retransmission timeout the
+    /// sender turns off the SACKed bits, as the receiver may renege).
+    pub(crate) fn clear(&mut self) {
+        self.ranges.clear();
+    }
+
+    /// SND.UNA moved to `una`: drop what it covers, cut what it splits.
+    pub(crate) fn advance(&mut self, una: u32) {
+        // Ranges left below `una` have right edges at "negative" distance,
+        // which wrap to the top: they are a prefix in the old order.
+        let gone = self
+            .ranges
+            .iter()
+            .take_while(|&&(_, r)| !lt(una, r))
+            .count();
+        self.ranges.drain(..gone);
+        if let Some(first) = self.ranges.first_mut() {
+            if lt(first.0, una) {
+                first.0 = una;
+            }
+        }
+    }
+
+    /// Take one reported block `[l, r)`, given SND.UNA and SND.MAX. Returns
+    /// whether it was valid.
+    pub(crate) fn add(&mut self, una: u32, max: u32, l: u32, r: u32, cap: usize) -> bool {
+        let d = |x: u32| x.wrapping_sub(una);
+        // RFC 2018 §3 / RFC 6675 §5: only blocks above SND.UNA, at most SND.MAX.
+        let dr = d(r);
+        if dr == 0 || dr > d(max) || !lt(l, r) {
+            return false;
+        }
+        // A left edge below SND.UNA (a D-SACK, RFC 2883, or a block
+        // straddling it) is cut to SND.UNA.
+        let dl = if lt(l, una) { 0 } else { d(l) };
+        if cap == 0 {
+            return true;
+        }
+        // The run of ranges touching [dl, dr].
+        let i = self.ranges.partition_point(|&(_, b)| d(b) < dl);
+        let j = self.ranges.partition_point(|&(a, _)| d(a) <= dr);
+        if i == j {
+            self.ranges
+                .insert(i, (una.wrapping_add(dl), una.wrapping_add(dr)));
+            if self.ranges.len() > cap {
+                // Forget the range saying least: the shortest, the highest
+                // of equals (the last to be resent).
+                let k = (0..self.ranges.len())
+                    .min_by_key(|&k| {
+                        let (a, b) = self.ranges[k];
+                        (b.wrapping_sub(a), core::cmp::Reverse(k))
+                    })
+                    .unwrap_or(0);
+                self.ranges.remove(k);
+            }
+        } else {
+            let lo = dl.min(d(self.ranges[i].0));
+            let hi = dr.max(d(self.ranges[j - 1].1));
+            self.ranges[i] = (una.wrapping_add(lo), una.wrapping_add(hi));
+            self.ranges.drain(i + 1..j);
+        }
+        true
+    }
+
+    /// The right edge of the range holding `seq`, if the peer reported it.
+    pub(crate) fn covering(&self, una: u32, seq: u32) -> Option<u32> {
+        let d = |x: u32| x.wrapping_sub(una);
+        let ds = d(seq);
+        let i = self.ranges.partition_point(|&(_, b)| d(b) <= ds);
+        self.ranges
+            .get(i)
+            .filter(|&&(a, _)| d(a) <= ds)
+            .map(|&(_, b)| b)
+    }
+
+    /// Ranges in order, for tests.
+    #[cfg(test)]
+    pub(crate) fn ranges(&self) -> &[(u32, u32)] {
+        &self.ranges
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_validates_and_bounds() {
+        let una = u32::MAX - 100; // across the wrap
+        let at = |x: u32| una.wrapping_add(x);
+        let mut s = Scoreboard::default();
+        let max = at(10_000);
+        assert!(s.add(una, max, at(200), at(300), 3));
+        assert!(s.add(una, max, at(300), at(400), 3)); // adjacent: merged
+        assert!(s.add(una, max, at(600), at(700), 3));
+        assert_eq!(s.ranges(), &[(at(200), at(400)), (at(600), at(700))]);
+        // Invalid: at or below SND.UNA, above SND.MAX, empty or inverted.
+        assert!(!s.add(una, max, at(0).wrapping_sub(50), at(0), 3));
+        assert!(!s.add(una, max, at(9_000), at(10_001), 3));
+        assert!(!s.add(una, max, at(500), at(500), 3));
+        assert!(!s.add(una, max, at(550), at(500), 3));
+        // Straddling SND.UNA: cut to it.
+        assert!(s.add(una, max, at(0).wrapping_sub(10), at(50), 3));
+        assert_eq!(s.ranges()[0], (at(0), at(50)));
+        // Full: the shortest goes.
+        assert!(s.add(una, max, at(100), at(130), 3));
+        assert_eq!(s.len(), 3);
+        assert_eq!(
+            s.ranges(),
+            &[(at(0), at(50)), (at(200), at(400)), (at(600), at(700))]
+        );
+        assert!(s.add(una, max, at(100), at(199), 3));
+        assert_eq!(
+            s.ranges(),
+            &[(at(100), at(199)), (at(200), at(400)), (at(600), at(700))]
+        );
+        // Bridging two.
+        assert!(s.add(una, max, at(0), at(250), 3));
+        assert_eq!(s.ranges(), &[(at(0), at(400)), (at(600), at(700))]);
+        assert_eq!(s.covering(una, at(0)), Some(at(400)));
+        assert_eq!(s.covering(una, at(399)), Some(at(400)));
+        assert_eq!(s.covering(una, at(400)), None);
+        assert_eq!(s.covering(una, at(650)), Some(at(700)));
+        s.advance(at(150));
+        assert_eq!(s.ranges(), &[(at(150), at(400)), (at(600), at(700))]);
+        s.advance(at(400));
+        assert_eq!(s.ranges(), &[(at(600), at(700))]);
+    }
+}
