@@ -186,6 +186,9 @@ fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackCo
     icfg.mtu = mtu;
     icfg.gateway = host.gateway.map(|g| Ipv4Address(g.octets()));
     let mut cfg = StackConfig::new(icfg);
+    // The MSS follows the interface's MTU (IPv4 and TCP headers off), as
+    // Linux's does: jumbo frames carry jumbo segments and FPDUs.
+    cfg.tcp.mss = mtu.saturating_sub(40).clamp(536, usize::from(u16::MAX)) as u16;
     cfg.tcp.rto_min = 5_000_000;
     // RFC 6528: the ISN secret must be unguessable; the kernel's RNG.
     let mut seed = [0u8; 16];

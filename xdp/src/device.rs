@@ -11,6 +11,11 @@ use crate::socket::{Counters, SocketConfig, XskSocket};
 use crate::sys;
 use crate::umem::Umem;
 
+/// Octets of an Ethernet header (no VLAN tag): a frame is MTU + this.
+const ETHERNET_HEADER: usize = 14;
+/// Room the kernel keeps before received data in each chunk.
+const XDP_PACKET_HEADROOM: usize = 256;
+
 /// How the socket binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum XskMode {
@@ -42,7 +47,8 @@ pub struct Config {
     pub iface: String,
     /// Queue id.
     pub queue: u32,
-    /// Frame size: 2048 or 4096.
+    /// Frame (chunk) size: 2048 or 4096 (the default: a 1500-octet MTU fits
+    /// one chunk, a 9000-octet one three).
     pub frame_size: u32,
     /// Number of frames in the UMEM.
     pub frame_count: u32,
@@ -72,7 +78,7 @@ impl Default for Config {
         Config {
             iface: String::new(),
             queue: 0,
-            frame_size: 2048,
+            frame_size: 4096,
             frame_count: 4096,
             rx_frames: 2048,
             ring_size: 2048,
@@ -118,6 +124,7 @@ pub struct XdpDevice {
     queue: u32,
     mac: [u8; 6],
     mtu: u32,
+    multi_buffer: bool,
 }
 
 impl XdpDevice {
@@ -138,6 +145,18 @@ impl XdpDevice {
         let (mac, mtu) = sys::if_hwaddr_mtu(&cfg.iface)
             .map_err(|e| Error::sys("reading the interface's MAC address and MTU", e))?;
         let umem = Umem::new(cfg.frame_count, cfg.frame_size, cfg.hugepages)?;
+        // A frame (MTU + Ethernet header) longer than a chunk needs
+        // multi-buffer descriptors, and a program that declares it handles
+        // them (veth refuses a larger MTU under a single-buffer program).
+        // In copy mode the kernel keeps XDP_PACKET_HEADROOM (256 octets) at
+        // the start of each receive chunk.
+        let max_frame = mtu as usize + ETHERNET_HEADER;
+        let multi_buffer = max_frame > cfg.frame_size as usize - XDP_PACKET_HEADROOM;
+        if multi_buffer && max_frame > cfg.frame_size as usize * crate::socket::MAX_TX_PARTS {
+            return Err(Error::InvalidConfig {
+                reason: "the interface's MTU needs more than 17 UMEM chunks per frame",
+            });
+        }
         let socket = XskSocket::new(
             umem,
             &SocketConfig {
@@ -149,10 +168,11 @@ impl XdpDevice {
                 mode: cfg.mode,
                 need_wakeup: cfg.need_wakeup,
                 busy_poll: cfg.busy_poll,
+                multi_buffer,
             },
         )?;
-        let attachment =
-            Program::load(cfg.our_ip, cfg.max_queues)?.attach(&cfg.iface, ifindex, cfg.attach)?;
+        let attachment = Program::load(cfg.our_ip, cfg.max_queues, multi_buffer)?
+            .attach(&cfg.iface, ifindex, cfg.attach)?;
         attachment.insert(cfg.queue, socket.as_fd())?;
         Ok(XdpDevice {
             attachment,
@@ -162,6 +182,7 @@ impl XdpDevice {
             queue: cfg.queue,
             mac,
             mtu,
+            multi_buffer,
         })
     }
 
@@ -173,6 +194,12 @@ impl XdpDevice {
     /// The interface's MTU (read when opened).
     pub fn mtu(&self) -> u32 {
         self.mtu
+    }
+
+    /// Whether frames span several UMEM chunks (`XDP_USE_SG`): chosen when
+    /// MTU + 14 exceeds the chunk size.
+    pub fn multi_buffer(&self) -> bool {
+        self.multi_buffer
     }
 
     /// Interface name.

@@ -43,6 +43,14 @@ pub enum Error {
         /// What bind returned.
         errno: i32,
     },
+    /// The interface's MTU needs multi-buffer frames (`XDP_USE_SG`,
+    /// Linux 6.6) and the kernel refused them.
+    MultiBufferUnsupported {
+        /// Interface.
+        iface: String,
+        /// What bind returned.
+        errno: i32,
+    },
     /// Binding the socket failed for another reason.
     Bind {
         /// Interface.
@@ -111,6 +119,7 @@ impl Error {
             Error::Permission { errno, .. }
             | Error::Memlock { errno, .. }
             | Error::ZeroCopyUnsupported { errno, .. }
+            | Error::MultiBufferUnsupported { errno, .. }
             | Error::Bind { errno, .. }
             | Error::ProgramLoad { errno, .. }
             | Error::AttachBusy { errno, .. }
@@ -158,6 +167,13 @@ impl fmt::Display for Error {
                 f,
                 "zero-copy AF_XDP is not supported on {iface} queue {queue}: {}: \
                  use mode Copy or Auto",
+                Errno(*errno)
+            ),
+            Error::MultiBufferUnsupported { iface, errno } => write!(
+                f,
+                "{iface}'s MTU needs frames longer than a UMEM chunk, and binding with \
+                 multi-buffer support (XDP_USE_SG, Linux 6.6) failed: {}: lower the MTU \
+                 to 3498 or less, or use a newer kernel",
                 Errno(*errno)
             ),
             Error::Bind {

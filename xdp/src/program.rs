@@ -110,11 +110,15 @@ const LICENSE: &std::ffi::CStr = c"Dual MIT/GPL";
 
 impl Program {
     /// Create an XSKMAP for `max_queues` queues and load the filter for
-    /// `our_ip`. On a verifier refusal the error carries the verifier log.
-    pub fn load(our_ip: [u8; 4], max_queues: u32) -> Result<Program, Error> {
+    /// `our_ip`. With `frags`, the program is loaded as multi-buffer aware
+    /// (`BPF_F_XDP_HAS_FRAGS`: it reads only the Ethernet, ARP and IPv4
+    /// headers, which are always in the first buffer), so it may attach to
+    /// an interface with jumbo frames. On a verifier refusal the error
+    /// carries the verifier log.
+    pub fn load(our_ip: [u8; 4], max_queues: u32, frags: bool) -> Result<Program, Error> {
         let map = XskMap::new(max_queues)?;
         let insns = xdp_filter_program(our_ip, map.fd.as_raw_fd());
-        let fd = load_xdp(&insns)?;
+        let fd = load_xdp(&insns, if frags { sys::BPF_F_XDP_HAS_FRAGS } else { 0 })?;
         Ok(Program {
             fd,
             map,
@@ -194,7 +198,7 @@ impl Program {
     }
 }
 
-fn load_xdp(insns: &[Insn]) -> Result<OwnedFd, Error> {
+fn load_xdp(insns: &[Insn], prog_flags: u32) -> Result<OwnedFd, Error> {
     let attempt = |log: Option<&mut Vec<u8>>| {
         let mut attr = sys::ProgLoadAttr {
             prog_type: sys::BPF_PROG_TYPE_XDP,
@@ -203,6 +207,7 @@ fn load_xdp(insns: &[Insn]) -> Result<OwnedFd, Error> {
             license: sys::cstr_ptr(LICENSE),
             prog_name: sys::obj_name("iwarp_xdp"),
             expected_attach_type: sys::BPF_XDP,
+            prog_flags,
             ..Default::default()
         };
         if let Some(buf) = log {

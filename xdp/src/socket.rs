@@ -222,7 +222,8 @@ pub struct Counters {
     pub rx_bad_descs: u64,
     /// Frames queued for TX.
     pub tx_frames: u64,
-    /// Frames completed by the kernel.
+    /// TX descriptors completed by the kernel (a multi-buffer frame
+    /// completes one per chunk).
     pub tx_completed: u64,
     /// TX refused: no free frame or no room in the TX ring.
     pub tx_full: u64,
@@ -236,7 +237,14 @@ pub struct Counters {
     pub tx_kick_errors: u64,
     /// `recvfrom` wakeups of the RX/fill path.
     pub rx_wakeups: u64,
+    /// Received frames that spanned several descriptors (multi-buffer).
+    pub rx_multi_buffer: u64,
 }
+
+/// Descriptors one transmitted frame may span: the kernel's copy-mode
+/// transmit builds one skb per frame, with at most MAX_SKB_FRAGS (17)
+/// fragments.
+pub const MAX_TX_PARTS: usize = 17;
 
 /// Socket options, taken from [`Config`](crate::Config).
 #[derive(Debug, Clone)]
@@ -257,6 +265,9 @@ pub struct SocketConfig {
     pub need_wakeup: bool,
     /// Busy polling.
     pub busy_poll: Option<BusyPoll>,
+    /// Multi-buffer frames (`XDP_USE_SG`): frames longer than a UMEM chunk
+    /// span several descriptors both ways.
+    pub multi_buffer: bool,
 }
 
 /// An AF_XDP socket bound to one queue, owning its UMEM.
@@ -276,6 +287,10 @@ pub struct XskSocket {
     busy_poll: bool,
     warnings: Vec<Warning>,
     counters: Counters,
+    multi_buffer: bool,
+    /// A multi-buffer frame gathered from its chunks (copy-mode RX hands
+    /// the sink one contiguous slice).
+    gather: Vec<u8>,
 }
 
 // SAFETY: the socket owns its rings and UMEM exclusively; the raw pointers
@@ -376,9 +391,10 @@ impl XskSocket {
             XskMode::Copy => sys::XDP_COPY,
             XskMode::ZeroCopy => sys::XDP_ZEROCOPY,
         };
+        let sg = if cfg.multi_buffer { sys::XDP_USE_SG } else { 0 };
         let addr = sys::SockaddrXdp {
             sxdp_family: sys::AF_XDP as u16,
-            sxdp_flags: mode_flags | wake,
+            sxdp_flags: mode_flags | wake | sg,
             sxdp_ifindex: cfg.ifindex,
             sxdp_queue_id: cfg.queue,
             sxdp_shared_umem_fd: 0,
@@ -388,6 +404,14 @@ impl XskSocket {
                 op: "binding the AF_XDP socket",
                 errno,
             },
+            libc::EINVAL | libc::EOPNOTSUPP
+                if cfg.multi_buffer && cfg.mode != XskMode::ZeroCopy =>
+            {
+                Error::MultiBufferUnsupported {
+                    iface: cfg.iface.clone(),
+                    errno,
+                }
+            }
             libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EINVAL
                 if cfg.mode == XskMode::ZeroCopy =>
             {
@@ -428,6 +452,8 @@ impl XskSocket {
             busy_poll: cfg.busy_poll.is_some() && warnings.is_empty(),
             warnings,
             counters: Counters::default(),
+            multi_buffer: cfg.multi_buffer,
+            gather: Vec::new(),
         };
         s.post_fill();
         Ok(s)
@@ -481,11 +507,12 @@ impl XskSocket {
         }
     }
 
-    /// Hand up to `max` received frames to `sink` (slices of the UMEM),
-    /// then give their frames back to the fill ring. Returns how many.
+    /// Hand up to `max` received frames to `sink` (slices of the UMEM; a
+    /// multi-buffer frame is gathered into one buffer first), then give
+    /// their chunks back to the fill ring. Returns how many.
     pub fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let n = self.rx.cons_avail(max.min(u32::MAX as usize) as u32);
-        if n == 0 {
+        let avail = self.rx.cons_avail(self.rx.size);
+        if avail == 0 {
             self.post_fill();
             if self.busy_poll || (self.need_wakeup && self.fill.needs_wakeup()) {
                 self.counters.rx_wakeups += 1;
@@ -493,22 +520,55 @@ impl XskSocket {
             }
             return 0;
         }
-        let mut delivered = 0;
-        for i in 0..n {
-            let d = self.rx.peek(i);
-            match self.umem.slice(d.addr, d.len as usize) {
-                Some(frame) => {
-                    sink(frame);
-                    delivered += 1;
+        let mut delivered = 0usize;
+        let mut used = 0u32;
+        while used < avail && delivered < max {
+            let d = self.rx.peek(used);
+            if d.options & sys::XDP_PKT_CONTD == 0 {
+                // One descriptor, one frame: straight from the UMEM.
+                match self.umem.slice(d.addr, d.len as usize) {
+                    Some(frame) => {
+                        sink(frame);
+                        delivered += 1;
+                    }
+                    None => self.counters.rx_bad_descs += 1,
                 }
-                None => self.counters.rx_bad_descs += 1,
+                self.refill.push(self.umem.frame_base(d.addr));
+                used += 1;
+                continue;
             }
-            self.refill.push(self.umem.frame_base(d.addr));
+            // A multi-buffer frame: its descriptors are published together
+            // (the kernel reserves them all or drops the frame); if this
+            // batch ends inside one, take it next time.
+            let Some(n) = (used..avail)
+                .find(|&i| self.rx.peek(i).options & sys::XDP_PKT_CONTD == 0)
+                .map(|last| last - used + 1)
+            else {
+                break;
+            };
+            self.gather.clear();
+            let mut bad = false;
+            for i in used..used + n {
+                let d = self.rx.peek(i);
+                match self.umem.slice(d.addr, d.len as usize) {
+                    Some(part) => self.gather.extend_from_slice(part),
+                    None => bad = true,
+                }
+                self.refill.push(self.umem.frame_base(d.addr));
+            }
+            used += n;
+            if bad {
+                self.counters.rx_bad_descs += 1;
+            } else {
+                sink(&self.gather);
+                delivered += 1;
+                self.counters.rx_multi_buffer += 1;
+            }
         }
-        self.rx.release(n);
-        self.counters.rx_frames += delivered;
+        self.rx.release(used);
+        self.counters.rx_frames += delivered as u64;
         self.post_fill();
-        delivered as usize
+        delivered
     }
 
     /// Move completed TX frames back to the free list.
@@ -524,38 +584,54 @@ impl XskSocket {
         }
     }
 
-    /// Copy `frame` into a free UMEM frame and queue a TX descriptor
-    /// (published by [`flush`](Self::flush)). False if it does not fit a
-    /// frame or no frame / TX slot is free.
+    /// Copy `frame` into free UMEM chunks and queue its TX descriptors
+    /// (published by [`flush`](Self::flush)): one chunk, or with
+    /// multi-buffer on, as many as the frame needs, chained with
+    /// `XDP_PKT_CONTD`. False if it is too long or no chunk / TX slot is free.
     pub fn tx(&mut self, frame: &[u8]) -> bool {
-        if frame.len() > self.umem.frame_size() as usize {
+        let chunk = self.umem.frame_size() as usize;
+        let parts = frame.len().div_ceil(chunk).max(1);
+        if parts > 1 && (!self.multi_buffer || parts > MAX_TX_PARTS) {
             self.counters.tx_too_big += 1;
             return false;
         }
-        if self.free.is_empty() {
+        if self.free.len() < parts {
             self.reap();
-            if self.free.is_empty() {
+            if self.free.len() < parts {
                 // Get the kernel going on what is queued, then try again.
                 self.flush();
             }
         }
-        if self.free.is_empty() || self.tx.prod_free(1) == 0 {
+        if self.free.len() < parts || self.tx.prod_free(parts as u32) < parts as u32 {
             self.counters.tx_full += 1;
             return false;
         }
-        let Some(addr) = self.free.pop() else {
-            return false;
-        };
-        if !self.umem.write(addr, frame) {
-            self.free.push(addr);
-            self.counters.tx_full += 1;
-            return false;
+        for (i, part) in frame.chunks(chunk).enumerate() {
+            let Some(addr) = self.free.pop() else {
+                return false; // checked above
+            };
+            if !self.umem.write(addr, part) {
+                self.free.push(addr);
+                self.counters.tx_full += 1;
+                return false;
+            }
+            self.tx.push(XdpDesc {
+                addr,
+                len: part.len() as u32,
+                options: if i + 1 < parts { sys::XDP_PKT_CONTD } else { 0 },
+            });
         }
-        self.tx.push(XdpDesc {
-            addr,
-            len: frame.len() as u32,
-            options: 0,
-        });
+        if frame.is_empty() {
+            // A zero-length frame still takes one descriptor.
+            let Some(addr) = self.free.pop() else {
+                return false;
+            };
+            self.tx.push(XdpDesc {
+                addr,
+                len: 0,
+                options: 0,
+            });
+        }
         self.counters.tx_frames += 1;
         true
     }

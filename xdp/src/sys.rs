@@ -44,6 +44,14 @@ pub const XDP_COPY: u16 = 1 << 1;
 pub const XDP_ZEROCOPY: u16 = 1 << 2;
 /// `sxdp_flags`: the kernel may sleep; wake it when a ring says so.
 pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+/// `sxdp_flags`: multi-buffer frames (Linux 6.6): a frame longer than a
+/// UMEM chunk spans several descriptors.
+pub const XDP_USE_SG: u16 = 1 << 4;
+/// `xdp_desc.options` bit: more descriptors of this frame follow.
+pub const XDP_PKT_CONTD: u32 = 1 << 0;
+/// `BPF_PROG_LOAD` flag: the XDP program handles multi-buffer frames
+/// (Linux 5.18); needed to attach to an interface whose MTU exceeds a page.
+pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 /// Ring `flags` bit: the kernel needs a wakeup (sendto / recvfrom / poll).
 pub const XDP_RING_NEED_WAKEUP: u32 = 1 << 0;
 /// `xdp_options.flags` bit: the socket is bound in zero-copy mode.
