@@ -206,17 +206,23 @@ struct Args {
     core: Option<usize>,
     netns: bool,
     window: u64,
+    /// MTU of both veth ends (our stack and the Linux baseline alike).
+    mtu: Option<u32>,
     out: PathBuf,
     demo: bool,
 }
 
 const USAGE: &str =
     "usage: iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-                  [--threads] [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
+                  [--threads] [--busy] [--core N] [--sim | --netns] [--window W] [--mtu N] [--out DIR]
 TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
 -a: sizes 2 B .. 64 KiB, powers of two. Default -n: 1000 (lat), 5000 (bw).
 Latency tests run both ends inside their poll loops (run_in_loop hooks);
---threads: from application threads that post and wait on the CQ instead.
+Bandwidth tests also run in-loop; --threads: from application threads that
+post and wait on the CQ instead (both kinds of test).
+--mtu N (with --netns): MTU of both veth ends, for our stack and the Linux
+baseline alike (default 1500; above ~3500 our AF_XDP sockets use
+multi-buffer frames).
 --netns (root; default as root): two namespaces + veth + AF_XDP, Linux TCP baseline.
 --sim: the simulated link, no root, no baseline.
 With -R: perftest mode, the client or server of rdma-core's perftest (iwarp-perf TEST -R --help).";
@@ -235,6 +241,7 @@ fn parse_args() -> Result<Args, String> {
         core: None,
         netns: netns_harness::skip_reason().is_none(),
         window: 64,
+        mtu: None,
         out: PathBuf::from("target/iwarp-perf"),
         demo: test == "demo",
     };
@@ -254,6 +261,13 @@ fn parse_args() -> Result<Args, String> {
             "--rate" => a.rate = Some(num(val(i)?)?),
             "--core" => a.core = Some(num(val(i)?)? as usize),
             "--window" => a.window = (num(val(i)?)? as u64).max(1),
+            "--mtu" => {
+                let m = num(val(i)?)?;
+                if !(576.0..=65_000.0).contains(&m) {
+                    return Err("--mtu must be 576 .. 65000".into());
+                }
+                a.mtu = Some(m as u32);
+            }
             "--out" => a.out = PathBuf::from(val(i)?),
             "--busy" => a.busy = true,
             "--threads" => a.threads = true,
@@ -271,6 +285,7 @@ fn parse_args() -> Result<Args, String> {
                 | "--rate"
                 | "--core"
                 | "--window"
+                | "--mtu"
                 | "--out"
         ) {
             i += 1;
@@ -304,7 +319,7 @@ struct Lab {
     b: netns_harness::Netns,
 }
 
-fn lab() -> Result<Lab, String> {
+fn lab(mtu: Option<u32>) -> Result<Lab, String> {
     use netns_harness::{End, Netns, VethPair};
     let e = |e: netns_harness::Error| e.to_string();
     let a = Netns::new("ipfa").map_err(e)?;
@@ -314,6 +329,9 @@ fn lab() -> Result<Lab, String> {
     veth.move_to(End::B, &b).map_err(e)?;
     for end in [End::A, End::B] {
         veth.disable_ipv6(end).map_err(e)?;
+        if let Some(m) = mtu {
+            veth.set_mtu(end, m).map_err(e)?;
+        }
         veth.set_up(end).map_err(e)?;
     }
     veth.add_addr(End::A, "10.78.0.1/24").map_err(e)?;
@@ -427,7 +445,7 @@ fn run() -> Result<(), String> {
         if let Some(why) = netns_harness::skip_reason() {
             return Err(format!("--netns: {why}"));
         }
-        Some(lab()?)
+        Some(lab(args.mtu)?)
     } else {
         None
     };
@@ -440,7 +458,8 @@ fn run() -> Result<(), String> {
     if lab.is_some() {
         let (s, c) = placement(&args);
         println!(
-            "placement: server end on CPU {s}, client end on CPU {c} (our poll loops, and the Linux baseline's socket threads)"
+            "placement: server end on CPU {s}, client end on CPU {c} (our poll loops, and the Linux baseline's socket threads); MTU {} on both veth ends",
+            args.mtu.unwrap_or(1500)
         );
     }
     if lab.is_none() {
