@@ -706,7 +706,9 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
     let comm_recv = pd
         .register(vec![0; DEST_LEN], Access::LOCAL_WRITE)
         .map_err(err("register"))?;
-    let mut mpa = iwarp::default_mpa();
+    // perftest's peers are Linux siw (the interop lab): its profile, with
+    // the hold on our first FPDU as initiator.
+    let mut mpa = iwarp::siw_mpa();
     mpa.crc = o.crc;
     // C2's IRD/ORD: out_reads for Read tests, 0/0 otherwise (§1).
     let c2_rd = if o.kind.is_read() { o.out_reads } else { 0 };

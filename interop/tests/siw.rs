@@ -35,7 +35,7 @@ fn lab_or_skip() -> bool {
 
 /// Our MPA settings against build `v`: what it asks for.
 fn mpa_for(v: Variant, crc: bool) -> iwarp::MpaConfig {
-    let mut m = iwarp::default_mpa();
+    let mut m = iwarp::siw_mpa();
     m.crc = crc;
     m.peer_to_peer = v.p2p();
     m
