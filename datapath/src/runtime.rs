@@ -15,15 +15,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
-/// A frame device (AF_XDP rings, DPDK, or an in-memory link), batch-first.
-pub trait FrameDevice: Send {
-    /// Hand up to `max` received frames to `sink`; returns how many.
-    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize;
-    /// Queue one frame for transmission; false if the device is full (dropped).
-    fn tx(&mut self, frame: &[u8]) -> bool;
-    /// Push queued frames out (a kick, where the device needs one).
-    fn flush(&mut self) {}
-}
+pub use iwarp_frame::FrameDevice;
 
 /// What runs inside a loop.
 pub trait Engine: Send + 'static {

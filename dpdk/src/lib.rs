@@ -5,7 +5,7 @@
 //! EAL, a PCI device, or devargs such as `net_af_packet0,iface=veth0` that it
 //! hot-plugs — with one RX and one TX queue and an mbuf pool of its own, and
 //! starts it. [`Port`] implements
-//! [`iwarp_datapath::runtime::FrameDevice`]: `rx_burst` hands each mbuf's
+//! [`iwarp_frame::FrameDevice`]: `rx_burst` hands each mbuf's
 //! octets to the sink and frees it; `tx` copies the frame into a fresh mbuf
 //! and queues it; `flush` (or a full batch of 32) calls `rte_eth_tx_burst`,
 //! and whatever the driver does not take is freed and counted in
@@ -149,7 +149,7 @@ mod tests {
     #[test]
     fn port_and_eal_can_move_to_the_poll_loop_thread() {
         fn send<T: Send>() {}
-        fn frame_device<T: iwarp_datapath::runtime::FrameDevice + 'static>() {}
+        fn frame_device<T: iwarp_frame::FrameDevice + 'static>() {}
         send::<Port>();
         send::<Eal>();
         frame_device::<Port>();

@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use iwarp_datapath::runtime::FrameDevice;
+use iwarp_frame::FrameDevice;
 
 use crate::eal::Eal;
 use crate::sys::{self, RteMbuf, RteMempool};

@@ -1,7 +1,7 @@
 //! The crate without DPDK: same API, every constructor fails with
 //! [`Error::Unavailable`], and no value of [`Port`] can exist.
 
-use iwarp_datapath::runtime::FrameDevice;
+use iwarp_frame::FrameDevice;
 
 use crate::{Counters, Error, PortStats, Queues};
 

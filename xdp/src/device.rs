@@ -3,7 +3,7 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
-use iwarp_datapath::runtime::FrameDevice;
+use iwarp_frame::FrameDevice;
 
 use crate::error::{Error, Warning};
 use crate::program::{AttachMode, Program, XdpAttachment};

@@ -5,7 +5,7 @@
 //! it: ARP whose target is our IPv4 address and IPv4 whose destination is our
 //! address. Everything else goes on to the kernel (`XDP_PASS`), so the host
 //! keeps its SSH, DHCP, IPv6 and whatever else shares the interface. It
-//! implements [`iwarp_datapath::runtime::FrameDevice`].
+//! implements [`iwarp_frame::FrameDevice`].
 //!
 //! # Why no `afxdp`/libbpf
 //!

@@ -10,7 +10,7 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use iwarp_datapath::runtime::FrameDevice;
+use iwarp_frame::FrameDevice;
 use iwarp_xdp::{in_netns, AttachMode, BusyPoll, Config, Error, Program, XdpDevice, XskMode};
 use netns_harness::{
     command_available, link_exists, list_netns, skip_reason, spawn_in, End, Netns, Spawned,

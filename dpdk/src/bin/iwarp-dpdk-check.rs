@@ -30,8 +30,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use iwarp_datapath::runtime::FrameDevice;
 use iwarp_dpdk::{Eal, Port, Queues};
+use iwarp_frame::FrameDevice;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
