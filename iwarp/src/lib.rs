@@ -385,8 +385,17 @@ impl Context {
         polling: Polling,
     ) -> Context {
         let addr = Ipv4Addr::from(cfg.iface.ip.0);
+        // STag indexes and keys must not be guessable by a peer (RFC 5040
+        // §8.1.1 item 8): seed the memory table from std's per-process
+        // random hasher keys.
+        let seed = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
         let lp = spawn(
-            Stack::new(cfg, MemoryTable::new()),
+            Stack::new(cfg, MemoryTable::with_seed(seed)),
             dev,
             core,
             polling.mode(),
