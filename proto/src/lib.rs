@@ -23,6 +23,8 @@
 #![warn(missing_docs)]
 
 pub mod crc;
+#[doc(hidden)]
+pub mod hostile;
 pub mod mem;
 pub mod mpa;
 pub mod qp;

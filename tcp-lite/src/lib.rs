@@ -36,6 +36,12 @@
 //!   refused. Lookups are linear in `max_half_open`.
 //! * **Established, not yet accepted connections** (per listener): within
 //!   `backlog`.
+//! * **A closed receive window** (per connection): while the peer keeps
+//!   its window at zero with our data or FIN waiting, we probe; the
+//!   connection is aborted ([`tcp::TcpError::TimedOut`]) after
+//!   [`tcp::Config::max_retransmits`] probes in a row without any ACK, or
+//!   once the window has stayed closed for [`tcp::Config::persist_timeout`]
+//!   (default 120 s) however the peer answers, so a graceful close ends.
 //!
 //! What the application queues ([`tcp::Config::snd_buf`]) and the in-order
 //! data it is handed are its own to bound.

@@ -51,8 +51,20 @@ pub struct Config {
     pub delayed_ack: Option<u64>,
     /// TIME-WAIT duration (2 MSL).
     pub time_wait: u64,
-    /// Retransmissions of one segment before the connection is aborted.
+    /// Retransmissions of one segment before the connection is aborted;
+    /// also the most window probes in a row that bring no ACK at all.
     pub max_retransmits: u32,
+    /// Longest the peer may keep its window closed while we have data or a
+    /// FIN to send (ns) before the connection is aborted with
+    /// [`TcpError::TimedOut`], however it answers our probes. Counted from
+    /// when the window was found closed; only a window that opens restarts
+    /// it. Linux bounds the same wait with TCP_USER_TIMEOUT or, once the
+    /// application has closed, tcp_orphan_retries (`tcp_probe_timer`);
+    /// RFC 1122 §4.2.2.17 lets a connection stay open while the peer
+    /// answers, but then a peer that answers every probe (or takes one
+    /// octet per probe) holds the connection, and a graceful close,
+    /// forever.
+    pub persist_timeout: u64,
     /// Send buffer size (octets accepted by [`Connection::send`]).
     pub snd_buf: usize,
     /// Most distinct ranges of out-of-order data held; a segment that would
@@ -78,6 +90,7 @@ impl Default for Config {
             delayed_ack: None,
             time_wait: 60_000_000_000,
             max_retransmits: 12,
+            persist_timeout: 120_000_000_000,
             snd_buf: 4 << 20,
             max_ooo_ranges: 64,
             max_sack_ranges: 32,
@@ -155,6 +168,9 @@ pub struct Stats {
     /// Segments dropped for lacking the timestamps option once timestamps
     /// are in use (RFC 7323 §3.2).
     pub no_timestamp_drops: u64,
+    /// Connections aborted because the peer kept its window closed too
+    /// long ([`Config::persist_timeout`]) or left probes unanswered.
+    pub persist_aborts: u64,
 }
 
 /// The send buffer: unacknowledged and unsent octets, contiguous so a
@@ -262,6 +278,10 @@ pub struct Connection {
     dupacks_owed: u32,
     rst: Option<(u32, u32, bool)>,
     persist_probe: bool,
+    /// Window probes sent since the last ACK arrived.
+    persist_probes: u32,
+    /// When the window was found closed with data waiting (`None`: open).
+    zero_wnd_since: Option<u64>,
     syn_unsent: bool,
     /// SYN-ACK retransmissions before a half-open connection gives up
     /// (`None`: `cfg.max_retransmits`); a listener sets it (RFC 4987 §3.2).
@@ -326,6 +346,8 @@ impl Connection {
             dupacks_owed: 0,
             rst: None,
             persist_probe: false,
+            persist_probes: 0,
+            zero_wnd_since: None,
             syn_unsent: false,
             syn_ack_retries: None,
             stats: Stats::default(),
@@ -883,6 +905,9 @@ impl Connection {
             // window included; the segment's text is still processed.
             return;
         }
+        // The peer answers: the probes so far were not lost (Linux resets
+        // icsk_probes_out on every ACK).
+        self.persist_probes = 0;
         let new_wnd = u32::from(seg.window) << self.snd_shift;
         if lt(self.snd_una, ack) {
             // New data acknowledged.
@@ -1004,6 +1029,7 @@ impl Connection {
             self.snd_wl2 = ack;
             if self.snd_wnd > 0 {
                 self.t_persist = None;
+                self.zero_wnd_since = None;
             }
         }
     }
@@ -1084,7 +1110,20 @@ impl Connection {
             self.ack_now = true;
         }
         if self.t_persist.is_some_and(|t| t <= now) {
-            self.t_persist = Some(now + self.rto);
+            // Bounded zero-window wait (see `Config::persist_timeout`): give
+            // up after `max_retransmits` probes in a row without any ACK, or
+            // once the window has been closed for `persist_timeout`.
+            let since = *self.zero_wnd_since.get_or_insert(now);
+            let deadline = since.saturating_add(self.cfg.persist_timeout);
+            if self.persist_probes >= self.cfg.max_retransmits || now >= deadline {
+                self.stats.persist_aborts += 1;
+                self.error = Some(TcpError::TimedOut);
+                self.rst = Some((self.snd_nxt, 0, false));
+                self.enter_closed();
+                return;
+            }
+            self.persist_probes += 1;
+            self.t_persist = Some((now + self.rto).min(deadline));
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.persist_probe = true;
         }
@@ -1285,7 +1324,9 @@ impl Connection {
                     && self.t_persist.is_none()
                     && self.t_rtx.is_none()
                 {
-                    self.t_persist = Some(now + self.rto);
+                    let since = *self.zero_wnd_since.get_or_insert(now);
+                    let deadline = since.saturating_add(self.cfg.persist_timeout);
+                    self.t_persist = Some((now + self.rto).min(deadline));
                 }
                 break;
             }
@@ -2143,6 +2184,164 @@ mod tests {
         let mut probe = Vec::new();
         p.a.poll_transmit(deadline, 8, &mut |r| probe.push(r.payload.len()));
         assert_eq!(probe, vec![1], "one-octet window probe (RFC 9293 §3.8.6.1)");
+    }
+
+    /// How the zero-window peer of [`hold_zero_window`] answers each segment.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Answer {
+        /// Not at all.
+        Never,
+        /// ACK = SND.UNA: it takes nothing.
+        Refuse,
+        /// ACK = SND.MAX: it takes the probe octet, and the window stays shut.
+        TakeOne,
+    }
+
+    /// The peer holds its window at zero while `a` has `queued` octets to
+    /// send (and, with `close`, its FIN behind them). `a` is driven by its
+    /// own deadlines; each segment it sends gets a literal ACK with a zero
+    /// window as `answer` says. Returns the probes sent, the virtual time
+    /// when the window closed, the time of the last deadline run, and the
+    /// connection once it gave up (or after 2^21 deadlines).
+    fn hold_zero_window(
+        c: Config,
+        queued: usize,
+        close: bool,
+        answer: Answer,
+    ) -> (u32, u64, u64, Connection) {
+        let mut p = established(c, 41);
+        let start = p.now;
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], start);
+        ack.ack_number = p.a.snd_una;
+        ack.window = 0;
+        p.a.handle_segment(&ack, start, &mut |_| {});
+        assert_eq!(p.a.snd_wnd, 0);
+        assert_eq!(p.a.send(&data(queued, 3)), queued);
+        if close {
+            p.a.close();
+        }
+        let mut a = p.a;
+        let mut probes = 0;
+        let mut now = start;
+        let mut sent = 0;
+        a.poll_transmit(now, 8, &mut |_| sent += 1);
+        assert_eq!(sent, 0, "nothing goes into a zero window");
+        for _ in 0..1 << 21 {
+            if a.state() == State::Closed {
+                break;
+            }
+            let Some(t) = a.poll_timeout() else { break };
+            now = now.max(t);
+            a.handle_timeout(now);
+            let mut segs = Vec::new();
+            a.poll_transmit(now, 8, &mut |r| segs.push((r.payload.len(), r.flags)));
+            probes += segs.iter().filter(|(n, _)| *n > 0).count() as u32;
+            if answer != Answer::Never && segs.iter().any(|(n, f)| *n > 0 || f.contains(Flags::FIN))
+            {
+                let mut ack = from_peer(&a, a.rcv_nxt, Flags::ACK, &[], now);
+                if answer == Answer::Refuse {
+                    ack.ack_number = a.snd_una;
+                }
+                ack.window = 0;
+                a.handle_segment(&ack, now, &mut |_| {});
+            }
+        }
+        (probes, start, now, a)
+    }
+
+    #[test]
+    fn zero_window_peer_that_takes_one_octet_per_probe_is_cut_off() {
+        // A graceful close behind 1 MiB the peer takes one octet per probe:
+        // without a bound that is 2^20 probes, one per RTO.
+        let c = cfg();
+        let (probes, start, end, a) = hold_zero_window(c, 1 << 20, true, Answer::TakeOne);
+        assert_eq!(a.error(), Some(TcpError::TimedOut));
+        assert_eq!(a.state(), State::Closed);
+        assert_eq!(a.stats().persist_aborts, 1);
+        assert_eq!(a.poll_timeout(), None, "no timer left");
+        assert!(probes > 1 && probes < 1 << 20, "{probes} probes");
+        // Aborted at the persist deadline exactly (the timer is clamped to it).
+        assert_eq!(end, start + c.persist_timeout);
+    }
+
+    #[test]
+    fn zero_window_peer_that_refuses_every_probe_is_cut_off() {
+        for close in [false, true] {
+            let c = cfg();
+            let (_, _, _, a) = hold_zero_window(c, 7, close, Answer::Refuse);
+            assert_eq!(
+                (a.error(), a.state()),
+                (Some(TcpError::TimedOut), State::Closed)
+            );
+        }
+    }
+
+    #[test]
+    fn unanswered_window_probes_abort_after_max_retransmits() {
+        let c = Config {
+            max_retransmits: 3,
+            ..cfg()
+        };
+        let (probes, start, end, a) = hold_zero_window(c, 7, true, Answer::Never);
+        assert_eq!(
+            (a.error(), a.state()),
+            (Some(TcpError::TimedOut), State::Closed)
+        );
+        assert!(probes <= 4, "{probes} probes");
+        assert!(
+            end < start + c.persist_timeout,
+            "gave up on the probe count"
+        );
+    }
+
+    #[test]
+    fn window_that_opens_restarts_the_persist_clock() {
+        let c = Config {
+            persist_timeout: 1_000_000_000,
+            ..cfg()
+        };
+        let mut p = established(c, 42);
+        let now = p.now;
+        let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+        ack.ack_number = p.a.snd_una;
+        ack.window = 0;
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        p.a.send(b"waiting");
+        p.a.poll_transmit(now, 8, &mut |_| {});
+        assert_eq!(p.a.zero_wnd_since, Some(now));
+        // 0.9 s later the window opens.
+        let later = now + 900_000_000;
+        let mut open = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], later);
+        open.ack_number = p.a.snd_una;
+        open.window = 1000;
+        p.a.handle_segment(&open, later, &mut |_| {});
+        assert_eq!((p.a.zero_wnd_since, p.a.t_persist), (None, None));
+        let mut sent = Vec::new();
+        p.a.poll_transmit(later, 8, &mut |r| sent.push(r.payload.to_vec()));
+        assert_eq!(sent, vec![b"waiting".to_vec()]);
+        assert_eq!(p.a.error(), None);
+    }
+
+    #[test]
+    fn close_wait_still_sends_queued_data() {
+        // The peer's FIN arrives while most of our data is still unsent
+        // (cwnd-limited): CLOSE-WAIT may send (RFC 9293 §3.10.4), so all of
+        // it goes out, then our FIN.
+        let mut p = established(cfg(), 43);
+        let payload = data(200_000, 9);
+        assert_eq!(p.a.send(&payload), payload.len());
+        p.b.close();
+        assert!(p.run(10_000, |p| p.a.state() == State::CloseWait));
+        assert!(
+            p.got_b.len() < payload.len(),
+            "data still unsent at the FIN"
+        );
+        assert!(p.run(100_000, |p| p.got_b.len() == payload.len()));
+        assert_eq!(p.got_b, payload);
+        assert_eq!(p.a.state(), State::CloseWait);
+        p.a.close();
+        assert!(p.run(100_000, |p| p.a.state() == State::Closed
+            && p.b.state() == State::TimeWait));
     }
 
     #[test]
