@@ -173,13 +173,14 @@ fn send_lat_open_loop_in_loop_on_the_simulated_link() {
 fn write_bw_on_the_simulated_link() {
     let out = out_dir("perf_write_bw");
     let stdout = run(&["write_bw", "--sim", "-n", "200", "-s", "4096"], &out);
-    let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
-    let row = row_after(&stdout, header, 5, 4096.0);
+    let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   Gb/s per core";
+    let row = row_after(&stdout, header, 6, 4096.0);
     assert_eq!(row[1], 200.0);
     assert!(
         row[3] > 0.0 && row[2] >= row[3],
         "peak >= average > 0: {row:?}"
     );
+    assert!(row[5] > 0.0, "Gb/s per core: {row:?}");
     check_hgrm(&out.join("write_bw_4096_iwarp.hgrm"), 200);
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
@@ -188,4 +189,21 @@ fn write_bw_on_the_simulated_link() {
     assert_eq!(r["bytes"], 4096);
     assert_eq!(r["iwarp"]["iterations"], 200);
     assert!(r["iwarp"]["bw_avg_mib_s"].as_f64().expect("number") > 0.0);
+    assert_eq!(r["path"], "in_loop", "bandwidth runs in-loop by default");
+}
+
+#[test]
+fn write_bw_with_threads_on_the_simulated_link() {
+    let out = out_dir("perf_write_bw_threads");
+    let stdout = run(
+        &["write_bw", "--sim", "--threads", "-n", "100", "-s", "8192"],
+        &out,
+    );
+    let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   Gb/s per core";
+    let row = row_after(&stdout, header, 6, 8192.0);
+    assert_eq!(row[1], 100.0);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
+            .expect("json file");
+    assert_eq!(doc["results"][0]["path"], "threads");
 }

@@ -653,7 +653,7 @@ fn run() -> Result<(), String> {
         "latency_path": path_name(args.threads),
         "latency_path_note": if args.threads { "latency tests from application threads that post and wait on the CQ (--threads)" } else { "latency tests with both ends inside their poll loops (run_in_loop hooks)" },
         "rate": args.rate,
-        "cpu_note": "process CPU (user+system, all threads, /proc/self/stat) over the bandwidth run; ours: both poll loops and both application threads; Linux: both socket threads' syscalls plus the softirq work the kernel charged to them (softirq run in ksoftirqd is not counted)",
+        "cpu_note": "process CPU (user+system, all threads, /proc/self/stat) over the bandwidth run; ours: both poll loops (and both application threads with --threads); Linux: both socket threads' syscalls plus the softirq work the kernel charged to them (softirq run in ksoftirqd is not counted)",
         "results": summary,
     });
     std::fs::write(
@@ -664,7 +664,7 @@ fn run() -> Result<(), String> {
     files.push(json_path);
     println!("{RULE}");
     if jobs.iter().any(|j| !j.test.is_lat()) {
-        println!("CPU per octet: process CPU over the bandwidth run, both ends (ours: two poll loops + two app threads; Linux: both socket threads incl. softirq charged to them)");
+        println!("CPU per octet and Gb/s per core: process CPU over the bandwidth run, both ends (ours: two poll loops, plus two application threads with --threads; Linux: both socket threads incl. softirq charged to them)");
     }
     for f in &files {
         println!("wrote {}", f.display());
