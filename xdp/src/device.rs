@@ -112,9 +112,9 @@ pub struct Stats {
 /// kernel releases the AF_XDP socket (and the XDP link) of a process that
 /// just exited a moment later, so a second run straight after a first one
 /// would otherwise fail with EBUSY.
-pub const BUSY_RETRY: Duration = Duration::from_secs(2);
+const BUSY_RETRY: Duration = Duration::from_secs(2);
 
-/// The message for a queue still busy after [`BUSY_RETRY`].
+/// The message for a queue still busy after `BUSY_RETRY`.
 const STILL_BUSY: &str = "binding the AF_XDP socket: the interface queue was still busy after \
      retrying for 2 s (another AF_XDP socket is bound to it; one closed a moment ago is \
      released well within that time)";
@@ -148,7 +148,7 @@ impl XdpDevice {
     ///
     /// While the queue is busy (bind EBUSY) or the interface still carries
     /// an XDP program, `open` retries with backoff for up to
-    /// [`BUSY_RETRY`]; a queue that stays busy is reported as an
+    /// 2 s (`BUSY_RETRY`); a queue that stays busy is reported as an
     /// [`Error::Sys`] with EBUSY whose message says so.
     pub fn open(cfg: &Config) -> Result<XdpDevice, Error> {
         if cfg.queue >= cfg.max_queues {
