@@ -8,7 +8,8 @@
 #    as root; over the simulated link otherwise, and it says so).
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/deps.sh
+# Only what the demo uses (gcc, tshark, iproute2, ethtool); never the siw lab.
+scripts/deps.sh --demo
 out="${1:-$PWD/target/iwarp-sim-demo.pcap}"
 mkdir -p "$(dirname "$out")"
 cargo run --quiet --release -p iwarp-sim -- demo --out "$out"

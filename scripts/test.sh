@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/deps.sh --fuzz
+# Everything the tests use, the siw lab (the interop suite fails under CI
+# without it) and cargo-fuzz.
+scripts/deps.sh --test --lab --fuzz
 
 echo "== rustfmt"
 cargo fmt --all -- --check

@@ -4,57 +4,64 @@
 //! iwarp-sim pcap --out FILE [--seed N]   write the scripted sessions as a pcap
 //! iwarp-sim demo [--out FILE] [--seed N] run them, print what was checked, decode with tshark if present
 //! ```
+//!
+//! Exit status: 0 when every transfer was checked; 1 when a session failed
+//! or the capture could not be written; 2 for a usage error (clap's).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
 use iwarp_sim::scenario::{all_sessions, write_pcap, SessionReport};
 
-fn usage() -> ExitCode {
-    eprintln!("usage: iwarp-sim pcap --out FILE [--seed N]\n       iwarp-sim demo [--out FILE] [--seed N]");
-    ExitCode::from(2)
+/// Deterministic two-node iWARP simulator: scripted sessions over a seeded
+/// byte stream, every transfer checked, written as a pcap.
+#[derive(Debug, Parser)]
+#[command(name = "iwarp-sim", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the scripted sessions and write them into one pcap.
+    Pcap {
+        /// The capture file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Seed of the stream segmentation (same seed, same capture).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        seed: u64,
+    },
+    /// Run them, print what was checked, and decode the capture with tshark
+    /// when it is installed.
+    Demo {
+        /// The capture file to write [default: iwarp-sim-demo.pcap in the
+        /// temporary directory].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Seed of the stream segmentation (same seed, same capture).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        return usage();
-    };
-    let mut out: Option<String> = None;
-    let mut seed = 1u64;
-    let mut i = 1;
-    while i < args.len() {
-        match (args[i].as_str(), args.get(i + 1)) {
-            ("--out", Some(v)) => out = Some(v.clone()),
-            ("--seed", Some(v)) => match v.parse() {
-                Ok(s) => seed = s,
-                Err(_) => return usage(),
-            },
-            _ => return usage(),
-        }
-        i += 2;
-    }
-    match cmd.as_str() {
-        "pcap" => {
-            let Some(path) = out else { return usage() };
-            match run(&path, seed) {
-                Ok(sessions) => {
-                    summary(&sessions);
-                    println!("wrote {path}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("iwarp-sim: {e}");
-                    ExitCode::FAILURE
-                }
+    match Cli::parse().cmd {
+        Cmd::Pcap { out, seed } => match run(&out, seed) {
+            Ok(sessions) => {
+                summary(&sessions);
+                println!("wrote {}", out.display());
+                ExitCode::SUCCESS
             }
-        }
-        "demo" => {
-            let path = out.unwrap_or_else(|| {
-                std::env::temp_dir()
-                    .join("iwarp-sim-demo.pcap")
-                    .display()
-                    .to_string()
-            });
+            Err(e) => {
+                eprintln!("iwarp-sim: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Demo { out, seed } => {
+            let path = out.unwrap_or_else(|| std::env::temp_dir().join("iwarp-sim-demo.pcap"));
             let sessions = match run(&path, seed) {
                 Ok(s) => s,
                 Err(e) => {
@@ -66,21 +73,20 @@ fn main() -> ExitCode {
                 "iWARP over a simulated TCP stream: two nodes, seeded segmentation (seed {seed})\n"
             );
             summary(&sessions);
-            println!("\ncapture: {path}");
+            println!("\ncapture: {}", path.display());
             tshark(&path, &sessions);
             ExitCode::SUCCESS
         }
-        _ => usage(),
     }
 }
 
-fn run(path: &str, seed: u64) -> Result<Vec<SessionReport>, Box<dyn std::error::Error>> {
+fn run(path: &Path, seed: u64) -> Result<Vec<SessionReport>, Box<dyn std::error::Error>> {
     let sessions = all_sessions(seed)?;
-    let f = std::fs::File::create(path).map_err(|e| format!("cannot create {path}: {e}"))?;
+    let f = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     write_pcap(std::io::BufWriter::new(f), &sessions)?;
     Ok(sessions)
 }
-
 fn summary(sessions: &[SessionReport]) {
     println!(
         "{:<28} {:>6} {:>7} {:>12}  settings",
@@ -100,11 +106,11 @@ fn summary(sessions: &[SessionReport]) {
     }
 }
 
-fn tshark(path: &str, sessions: &[SessionReport]) {
+fn tshark(path: &Path, sessions: &[SessionReport]) {
     let run = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(path)
         .args([
-            "-r",
-            path,
             "-V",
             "--disable-heuristic",
             "rpcrdma_iwarp",

@@ -2,6 +2,7 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use iwarp_frame::FrameDevice;
 
@@ -113,6 +114,24 @@ pub struct Stats {
     pub kernel: sys::XdpStatistics,
 }
 
+/// How long [`XdpDevice::open`] keeps trying while the queue is busy: the
+/// kernel releases the AF_XDP socket (and the XDP link) of a process that
+/// just exited a moment later, so a second run straight after a first one
+/// would otherwise fail with EBUSY.
+const BUSY_RETRY: Duration = Duration::from_secs(2);
+
+/// The message for a queue still busy after `BUSY_RETRY`.
+const STILL_BUSY: &str = "binding the AF_XDP socket: the interface queue was still busy after \
+     retrying for 2 s (another AF_XDP socket is bound to it; one closed a moment ago is \
+     released well within that time)";
+
+/// Errors that a socket or link closed a moment ago causes, and that go
+/// away by themselves.
+fn is_busy(e: &Error) -> bool {
+    matches!(e, Error::Bind { errno, .. } if *errno == libc::EBUSY)
+        || matches!(e, Error::AttachBusy { .. })
+}
+
 /// An AF_XDP device on one queue of one interface.
 #[derive(Debug)]
 pub struct XdpDevice {
@@ -133,6 +152,11 @@ impl XdpDevice {
     /// socket. Interface lookups, the socket and the link belong to the
     /// calling thread's network namespace (see [`in_netns`]); afterwards the
     /// device works from any thread.
+    ///
+    /// While the queue is busy (bind EBUSY) or the interface still carries
+    /// an XDP program, `open` retries with backoff for up to
+    /// 2 s (`BUSY_RETRY`); a queue that stays busy is reported as an
+    /// [`Error::Sys`] with EBUSY whose message says so.
     pub fn open(cfg: &Config) -> Result<XdpDevice, Error> {
         if cfg.queue >= cfg.max_queues {
             return Err(Error::InvalidConfig {
@@ -144,6 +168,27 @@ impl XdpDevice {
         })?;
         let (mac, mtu) = sys::if_hwaddr_mtu(&cfg.iface)
             .map_err(|e| Error::sys("reading the interface's MAC address and MTU", e))?;
+        let deadline = Instant::now() + BUSY_RETRY;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match Self::open_once(cfg, ifindex, mac, mtu) {
+                Err(e) if is_busy(&e) && Instant::now() + pause < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                Err(Error::Bind { errno, .. }) if errno == libc::EBUSY => {
+                    return Err(Error::Sys {
+                        op: STILL_BUSY,
+                        errno,
+                    })
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One attempt of [`XdpDevice::open`] after the interface lookups.
+    fn open_once(cfg: &Config, ifindex: u32, mac: [u8; 6], mtu: u32) -> Result<XdpDevice, Error> {
         let umem = Umem::new(cfg.frame_count, cfg.frame_size, cfg.hugepages)?;
         // A frame (MTU + Ethernet header) longer than a chunk needs
         // multi-buffer descriptors, and a program that declares it handles

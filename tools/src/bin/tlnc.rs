@@ -8,7 +8,9 @@
 //! Sends the input (default stdin) and writes what arrives to the output
 //! (default stdout) until both directions are closed. Exit status 0 only
 //! after a clean close; 1 for a connection error (refused, reset, timed
-//! out); 2 for a usage or setup error (no interface, no privileges).
+//! out); 2 for a usage or setup error (no interface, no privileges). Usage
+//! errors (clap's) name the flag and the reason; `--help` and `--version`
+//! exit 0.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -19,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
 use iwarp_proto::mem::MemoryTable;
@@ -28,7 +30,12 @@ use iwarp_xdp::{Config as XdpConfig, XdpDevice, XskMode};
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
-/// Netcat over tcp-lite on AF_XDP.
+/// Netcat over tcp-lite on AF_XDP: sends stdin (or --input) and writes what
+/// arrives to stdout (or --output) until both directions are closed.
+///
+/// Exit status: 0 after a clean close; 1 for a connection error (refused,
+/// reset, timed out); 2 for a usage or setup error (no such interface, no
+/// privileges, memlock).
 #[derive(Debug, Parser)]
 #[command(name = "tlnc", version)]
 struct Args {
@@ -36,13 +43,19 @@ struct Args {
     #[arg(long)]
     iface: String,
     /// Our address and prefix, e.g. 10.0.0.1/24 (not configured in the kernel).
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR/PREFIX", value_parser = parse_ip)]
     ip: Cidr,
     /// Connect to ADDR:PORT.
-    #[arg(long, conflicts_with = "listen", required_unless_present = "listen")]
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        conflicts_with = "listen",
+        required_unless_present = "listen",
+        value_parser = parse_peer
+    )]
     connect: Option<SocketAddrV4>,
-    /// Accept one connection on PORT.
-    #[arg(long)]
+    /// Accept one connection on PORT (1-65535).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     listen: Option<u16>,
     /// Send this file instead of stdin.
     #[arg(long)]
@@ -59,14 +72,16 @@ struct Args {
     /// Busy-poll (never sleep) instead of backing off when idle.
     #[arg(long)]
     busy: bool,
-    /// AF_XDP bind mode: auto, copy or zerocopy.
-    #[arg(long, default_value = "auto")]
-    xdp_mode: String,
+    /// AF_XDP bind mode.
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+    xdp_mode: XdpMode,
     /// Give up after this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
     timeout: u64,
-    /// Minimum retransmission timeout in milliseconds (RFC 6298 says 1000; LANs use less).
-    #[arg(long, default_value_t = 200)]
+    /// Minimum retransmission timeout in milliseconds, 1 to 60000 (RFC 6298
+    /// says 1000; LANs use less).
+    #[arg(long, value_name = "MS", default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     rto_min_ms: u64,
     /// Initial sequence number to use instead of RFC 6528's (to test sequence wrap).
     #[arg(long)]
@@ -74,6 +89,40 @@ struct Args {
     /// Print counters and throughput to stderr at the end.
     #[arg(long)]
     stats: bool,
+}
+
+/// `--xdp-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum XdpMode {
+    /// Zero-copy where the driver can, copy otherwise.
+    Auto,
+    /// Copy mode (every driver).
+    Copy,
+    /// Zero-copy only (fails where the driver cannot).
+    Zerocopy,
+}
+
+/// `--ip`: an address we may own (not 0.0.0.0, multicast or broadcast).
+fn parse_ip(s: &str) -> Result<Cidr, String> {
+    let c: Cidr = s.parse().map_err(|e| format!("{e}"))?;
+    if c.addr.is_unspecified() || c.addr.is_multicast() || c.addr.is_broadcast() {
+        return Err(format!("{} cannot be an interface address", c.addr));
+    }
+    Ok(c)
+}
+
+/// `--connect`: a unicast address and a port other than 0.
+fn parse_peer(s: &str) -> Result<SocketAddrV4, String> {
+    let a: SocketAddrV4 = s
+        .parse()
+        .map_err(|_| format!("expected ADDRESS:PORT such as 10.0.0.2:5201, got {s:?}"))?;
+    if a.port() == 0 {
+        return Err("port 0 cannot be connected to".into());
+    }
+    if a.ip().is_unspecified() || a.ip().is_multicast() || a.ip().is_broadcast() {
+        return Err(format!("{} is not a unicast address", a.ip()));
+    }
+    Ok(a)
 }
 
 fn main() -> ExitCode {
@@ -97,15 +146,10 @@ enum Failure {
 }
 
 fn run(args: &Args) -> Result<(), Failure> {
-    let mode = match args.xdp_mode.as_str() {
-        "auto" => XskMode::Auto,
-        "copy" => XskMode::Copy,
-        "zerocopy" => XskMode::ZeroCopy,
-        other => {
-            return Err(Failure::Setup(format!(
-                "--xdp-mode must be auto, copy or zerocopy, not {other:?}"
-            )))
-        }
+    let mode = match args.xdp_mode {
+        XdpMode::Auto => XskMode::Auto,
+        XdpMode::Copy => XskMode::Copy,
+        XdpMode::Zerocopy => XskMode::ZeroCopy,
     };
     let mut xcfg = XdpConfig::new(&args.iface, args.ip.addr.octets());
     xcfg.mode = mode;

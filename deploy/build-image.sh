@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build the container image `iwarp-rs` (deploy/Dockerfile). Idempotent.
+#
+#   deploy/build-image.sh            # image iwarp-rs:latest
+#
+# 1. Base image: $IWARP_BASE (default iwarp-base:bookworm) if present; else
+#    debian:bookworm-slim from a registry if one answers within 30 s; else a
+#    Debian 12 minbase made with debootstrap and `docker import`ed (~20 s
+#    plus the download; needs root and the Debian mirror).
+# 2. Binaries: iwarp-perf, tlnc, iwarp-sim in release mode, in their own
+#    target directory (target/image) and without DPDK (PKG_CONFIG=false:
+#    the DPDK backend builds as its stub, so the image needs no librte_*),
+#    so that this build does not rebuild the tests' target/ and back.
+# 3. A build context of four files (target/image-context), stripped
+#    binaries, then `docker build`.
+#
+# Needs a running Docker engine (see deploy/README.md to start one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+image="${IWARP_IMAGE:-iwarp-rs}"
+base="${IWARP_BASE:-iwarp-base:bookworm}"
+
+command -v docker >/dev/null || { echo "build-image: docker not installed (apt-get install docker.io)" >&2; exit 2; }
+timeout 20 docker info >/dev/null 2>&1 || { echo "build-image: no Docker engine answers (start dockerd)" >&2; exit 2; }
+
+if ! docker image inspect "$base" >/dev/null 2>&1; then
+    if timeout 30 docker pull -q debian:bookworm-slim >/dev/null 2>&1; then
+        docker tag debian:bookworm-slim "$base"
+        echo "build-image: base $base = debian:bookworm-slim from the registry"
+    else
+        [ "$(id -u)" = 0 ] || { echo "build-image: no registry; debootstrap needs root" >&2; exit 2; }
+        command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+        root="$(mktemp -d /var/tmp/iwarp-base.XXXXXX)"
+        trap 'rm -rf "$root"' EXIT
+        echo "build-image: no registry; debootstrap --variant=minbase bookworm (log: /tmp/iwarp-debootstrap.log)"
+        timeout 900 debootstrap --variant=minbase bookworm "$root" >/tmp/iwarp-debootstrap.log 2>&1
+        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+        tar -C "$root" -c . | docker import - "$base" >/dev/null
+        rm -rf "$root"
+        trap - EXIT
+        echo "build-image: base $base imported"
+    fi
+fi
+
+bins=(iwarp-perf tlnc iwarp-sim)
+export CARGO_TARGET_DIR="$PWD/target/image"
+PKG_CONFIG=false cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc -p iwarp-sim --bin iwarp-sim
+
+ctx="$PWD/target/image-context"
+rm -rf "$ctx"
+mkdir -p "$ctx"
+cp deploy/Dockerfile "$ctx/"
+for b in "${bins[@]}"; do
+    objcopy --strip-debug "$CARGO_TARGET_DIR/release/$b" "$ctx/$b"
+done
+docker build -q --build-arg BASE="$base" -t "$image" "$ctx" >/dev/null
+echo "build-image: built $image ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
