@@ -604,6 +604,50 @@ impl Pair {
         )
     }
 
+    /// Run the server's answers as a hook in its poll loop (see
+    /// [`ServerLoop`]); its answer count (or error) arrives on the returned
+    /// channel. On an error it sets `stop`, so the client hook ends now,
+    /// not at its timeout.
+    fn server_hook(
+        &self,
+        test: Test,
+        size: u32,
+        limit: u64,
+        until_marker: bool,
+        deadline: Instant,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<mpsc::Receiver<Result<u64, String>>, String> {
+        let (tx, rx) = mpsc::channel();
+        let st = ServerLoop {
+            srv: self.srv.clone(),
+            peer: self.buf.clone(),
+            test,
+            size,
+            limit,
+            until_marker,
+            deadline,
+            stop: stop.clone(),
+            got: 0,
+        };
+        let f = hook(
+            st,
+            |s: &mut ServerLoop| {
+                let r = s.step();
+                if r.is_err() {
+                    s.stop.store(true, Ordering::Release);
+                }
+                r
+            },
+            |s: &mut ServerLoop| s.got,
+            tx,
+        );
+        self.srv
+            .ctx
+            .run_in_loop(f)
+            .map_err(|e| format!("server run_in_loop: {e}"))?;
+        Ok(rx)
+    }
+
     /// Ping-pong (or one Read) per iteration, `plan.iters` times or until
     /// `plan.duration`. Values are RTT/2 for send/write, RTT for read; with
     /// `plan.rate` each is measured from its scheduled start instead.
@@ -633,36 +677,7 @@ impl Pair {
         let srx = if test == Test::ReadLat {
             None
         } else {
-            let (tx, rx) = mpsc::channel();
-            let st = ServerLoop {
-                srv: self.srv.clone(),
-                peer: self.buf.clone(),
-                test,
-                size,
-                limit: plan.iters,
-                until_marker: false,
-                deadline,
-                stop: stop.clone(),
-                got: 0,
-            };
-            let f = hook(
-                st,
-                |s: &mut ServerLoop| {
-                    let r = s.step();
-                    if r.is_err() {
-                        // Let the client hook end now, not at its timeout.
-                        s.stop.store(true, Ordering::Release);
-                    }
-                    r
-                },
-                |s: &mut ServerLoop| s.got,
-                tx,
-            );
-            self.srv
-                .ctx
-                .run_in_loop(f)
-                .map_err(|e| format!("server run_in_loop: {e}"))?;
-            Some(rx)
+            Some(self.server_hook(test, size, plan.iters, false, deadline, &stop)?)
         };
         let (tx, crx) = mpsc::channel();
         let cl = ClientLoop {
@@ -777,34 +792,7 @@ impl Pair {
         let deadline = Instant::now()
             .checked_add(bound)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
-        let (stx, srx) = mpsc::channel();
-        let st = ServerLoop {
-            srv: self.srv.clone(),
-            peer: self.buf.clone(),
-            test,
-            size,
-            limit: u64::MAX,
-            until_marker: true,
-            deadline,
-            stop: stop.clone(),
-            got: 0,
-        };
-        let f = hook(
-            st,
-            |s: &mut ServerLoop| {
-                let r = s.step();
-                if r.is_err() {
-                    s.stop.store(true, Ordering::Release);
-                }
-                r
-            },
-            |s: &mut ServerLoop| s.got,
-            stx,
-        );
-        self.srv
-            .ctx
-            .run_in_loop(f)
-            .map_err(|e| format!("server run_in_loop: {e}"))?;
+        let srx = self.server_hook(test, size, u64::MAX, true, deadline, &stop)?;
         let cpu0 = crate::cpu_time();
         let (tx, crx) = mpsc::channel();
         let cl = ClientBw {
