@@ -172,22 +172,24 @@ fn send_lat_open_loop_in_loop_on_the_simulated_link() {
 #[test]
 fn write_bw_on_the_simulated_link() {
     let out = out_dir("perf_write_bw");
-    let stdout = run(&["write_bw", "--sim", "-n", "200", "-s", "4096"], &out);
+    // Long enough (~100 ms) for process CPU time, counted in 10 ms ticks,
+    // to register: Gb/s per core is 0 for runs shorter than a tick.
+    let stdout = run(&["write_bw", "--sim", "-n", "2000", "-s", "16384"], &out);
     let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   Gb/s per core";
-    let row = row_after(&stdout, header, 6, 4096.0);
-    assert_eq!(row[1], 200.0);
+    let row = row_after(&stdout, header, 6, 16384.0);
+    assert_eq!(row[1], 2000.0);
     assert!(
         row[3] > 0.0 && row[2] >= row[3],
         "peak >= average > 0: {row:?}"
     );
     assert!(row[5] > 0.0, "Gb/s per core: {row:?}");
-    check_hgrm(&out.join("write_bw_4096_iwarp.hgrm"), 200);
+    check_hgrm(&out.join("write_bw_16384_iwarp.hgrm"), 2000);
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
             .expect("json file");
     let r = &doc["results"][0];
-    assert_eq!(r["bytes"], 4096);
-    assert_eq!(r["iwarp"]["iterations"], 200);
+    assert_eq!(r["bytes"], 16384);
+    assert_eq!(r["iwarp"]["iterations"], 2000);
     assert!(r["iwarp"]["bw_avg_mib_s"].as_f64().expect("number") > 0.0);
     assert_eq!(r["path"], "in_loop", "bandwidth runs in-loop by default");
 }

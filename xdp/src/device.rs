@@ -192,7 +192,7 @@ impl XdpDevice {
         let umem = Umem::new(cfg.frame_count, cfg.frame_size, cfg.hugepages)?;
         // A frame (MTU + Ethernet header) longer than a chunk needs
         // multi-buffer descriptors, and a program that declares it handles
-        // them (veth refuses a larger MTU under a single-buffer program).
+        // them (veth caps the MTU under a single-buffer program).
         // In copy mode the kernel keeps XDP_PACKET_HEADROOM (256 octets) at
         // the start of each receive chunk.
         let max_frame = mtu as usize + ETHERNET_HEADER;

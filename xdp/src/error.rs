@@ -173,7 +173,8 @@ impl fmt::Display for Error {
                 f,
                 "{iface}'s MTU needs frames longer than a UMEM chunk, and binding with \
                  multi-buffer support (XDP_USE_SG, Linux 6.6) failed: {}: lower the MTU \
-                 to 3498 or less, or use a newer kernel",
+                 so that MTU + 14 fits a chunk less 256 octets (3826 with 4096-octet \
+                 chunks), or use a newer kernel",
                 Errno(*errno)
             ),
             Error::Bind {

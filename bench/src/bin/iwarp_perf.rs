@@ -221,7 +221,7 @@ Latency tests run both ends inside their poll loops (run_in_loop hooks);
 Bandwidth tests also run in-loop; --threads: from application threads that
 post and wait on the CQ instead (both kinds of test).
 --mtu N (with --netns): MTU of both veth ends, for our stack and the Linux
-baseline alike (default 1500; above ~3500 our AF_XDP sockets use
+baseline alike (default 1500; above 3826 our AF_XDP sockets use
 multi-buffer frames).
 --netns (root; default as root): two namespaces + veth + AF_XDP, Linux TCP baseline.
 --sim: the simulated link, no root, no baseline.

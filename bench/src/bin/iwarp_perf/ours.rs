@@ -452,6 +452,17 @@ impl ServerLoop {
     }
 }
 
+/// Upper bound of an in-loop run, as a span and a deadline: the hooks stop
+/// by themselves well before (no new operation after `plan.duration`, each
+/// reply or completion within `T`).
+fn run_bound(plan: &Plan) -> (Duration, Instant) {
+    let bound = plan.duration.saturating_add(T * 3);
+    let deadline = Instant::now()
+        .checked_add(bound)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+    (bound, deadline)
+}
+
 /// Wrap a stepping state machine as a hook that reports its end on `tx`.
 fn hook<S: Send + 'static, R: Send + 'static>(
     mut state: S,
@@ -667,12 +678,7 @@ impl Pair {
             return Err("in-loop latency needs a pair connected without an answer thread".into());
         }
         let stop = Arc::new(AtomicBool::new(false));
-        // Upper bound of the whole run: the hooks stop by themselves well
-        // before (no new iteration after `plan.duration`, each reply `T`).
-        let bound = plan.duration.saturating_add(T * 3);
-        let deadline = Instant::now()
-            .checked_add(bound)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        let (bound, deadline) = run_bound(plan);
         // Read is answered by the server's stack: no server hook.
         let srx = if test == Test::ReadLat {
             None
@@ -788,10 +794,7 @@ impl Pair {
             return Err("in-loop bandwidth needs a pair connected without an answer thread".into());
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let bound = plan.duration.saturating_add(T * 3);
-        let deadline = Instant::now()
-            .checked_add(bound)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        let (bound, deadline) = run_bound(plan);
         let srx = self.server_hook(test, size, u64::MAX, true, deadline, &stop)?;
         let cpu0 = crate::cpu_time();
         let (tx, crx) = mpsc::channel();
