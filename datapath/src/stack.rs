@@ -385,6 +385,8 @@ pub struct StreamShared {
     pub abort: AtomicBool,
     /// [`flags`] bits set by the stack.
     pub state: AtomicU8,
+    /// Why the connection failed, set once before [`flags::FAILED`].
+    error: std::sync::OnceLock<TcpError>,
 }
 
 impl StreamShared {
@@ -395,12 +397,18 @@ impl StreamShared {
             close: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             state: AtomicU8::new(0),
+            error: std::sync::OnceLock::new(),
         }
     }
 
     /// Current [`flags`] bits.
     pub fn flags(&self) -> u8 {
         self.state.load(Ordering::Acquire)
+    }
+
+    /// Why the connection failed, once [`flags::FAILED`] is set.
+    pub fn error(&self) -> Option<TcpError> {
+        self.error.get().copied()
     }
 }
 
@@ -807,7 +815,8 @@ impl Stack {
             if rx_done && s.rx_backlog.is_empty() {
                 s.shared.state.fetch_or(flags::RX_EOF, Ordering::AcqRel);
             }
-            if error.is_some() {
+            if let Some(e) = error {
+                let _ = s.shared.error.set(e);
                 s.shared.state.fetch_or(flags::FAILED, Ordering::AcqRel);
             } else if matches!(state, TcpState::TimeWait | TcpState::Closed) && s.fin_sent {
                 s.shared.state.fetch_or(flags::CLOSED, Ordering::AcqRel);

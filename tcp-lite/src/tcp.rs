@@ -661,11 +661,23 @@ impl Connection {
         // Second: RST (RFC 5961 §3.2: only an exact match resets).
         if f.contains(Flags::RST) {
             if seq == self.rcv_nxt {
-                self.error = Some(if self.state == State::SynReceived {
-                    TcpError::Refused
+                // RFC 9293 §3.10.7.4: in CLOSING, LAST-ACK and TIME-WAIT a
+                // reset just closes. Both FINs have been exchanged; when
+                // every octet we sent is acknowledged too (a peer whose
+                // TIME-WAIT ended answers our retransmitted FIN with RST)
+                // nothing was lost and the close is clean. Data still
+                // unacknowledged is reported as a reset.
+                let both_closed = matches!(
+                    self.state,
+                    State::Closing | State::LastAck | State::TimeWait
+                );
+                self.error = if both_closed && self.snd_buf.len() == 0 {
+                    None
+                } else if self.state == State::SynReceived {
+                    Some(TcpError::Refused)
                 } else {
-                    TcpError::Reset
-                });
+                    Some(TcpError::Reset)
+                };
                 self.enter_closed();
             } else {
                 self.challenge_ack();
@@ -1821,6 +1833,38 @@ mod tests {
             (p.b.state(), p.b.error()),
             (State::Closed, Some(TcpError::Reset))
         );
+    }
+
+    #[test]
+    fn reset_after_both_fins_is_clean_only_when_every_octet_was_acknowledged() {
+        // A peer whose TIME-WAIT has ended answers our retransmitted FIN
+        // with RST (RFC 9293 §3.10.7.4): that closes, and it is no error
+        // when nothing we sent is outstanding.
+        for acked in [true, false] {
+            let mut p = established(cfg(), 38);
+            p.a.close();
+            assert!(p.run(1000, |p| p.b.state() == State::CloseWait));
+            p.b.send(b"last words");
+            p.b.close();
+            let now = p.now;
+            let mut sent = 0;
+            p.b.poll_transmit(now, 64, &mut |_| sent += 1);
+            assert!(sent >= 1);
+            assert_eq!(p.b.state(), State::LastAck);
+            if acked {
+                // Acknowledges the data but not the FIN.
+                let mut ack = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK, &[], now);
+                ack.ack_number = p.b.snd_max.wrapping_sub(1);
+                p.b.handle_segment(&ack, now, &mut |_| {});
+                assert_eq!((p.b.unacked(), p.b.state()), (0, State::LastAck));
+            } else {
+                assert_eq!(p.b.unacked(), 10);
+            }
+            let rst = from_peer(&p.b, p.b.rcv_nxt, Flags::RST, &[], now);
+            p.b.handle_segment(&rst, now, &mut |_| {});
+            let want = if acked { None } else { Some(TcpError::Reset) };
+            assert_eq!((p.b.state(), p.b.error()), (State::Closed, want));
+        }
     }
 
     #[test]
