@@ -527,7 +527,7 @@ impl crate::runtime::Engine for TcpHost {
     fn poll(
         &mut self,
         now: u64,
-        tx: &mut dyn FnMut(&[u8]),
+        tx: &mut dyn FnMut(&[&[u8]]),
         out: &mut dyn FnMut(HostOutput),
     ) -> bool {
         let mut busy = false;
@@ -538,7 +538,7 @@ impl crate::runtime::Engine for TcpHost {
             buf.resize(r.buffer_len(), 0);
             let mut p = tcp_lite::wire::TcpPacket::new_unchecked(&mut buf[..]);
             if r.emit(&mut p, &local, &remote).is_ok() {
-                tx(&buf);
+                tx(&[&buf]);
             }
         });
         busy |= n > 0;

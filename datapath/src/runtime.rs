@@ -28,11 +28,13 @@ pub trait Engine: Send + 'static {
     /// One command from an application thread.
     fn handle_command(&mut self, cmd: Self::Command, now: u64);
     /// Run timers, emit frames through `tx` and outputs through `out`.
-    /// Returns true if it did anything.
+    /// A frame goes to `tx` as consecutive parts (headers, then the payload
+    /// where it lies), which the device copies into its buffer in one pass
+    /// ([`FrameDevice::tx_parts`]). Returns true if it did anything.
     fn poll(
         &mut self,
         now: u64,
-        tx: &mut dyn FnMut(&[u8]),
+        tx: &mut dyn FnMut(&[&[u8]]),
         out: &mut dyn FnMut(Self::Output),
     ) -> bool;
 }
@@ -169,7 +171,7 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
             busy |= engine.poll(
                 now,
                 &mut |f| {
-                    if dev.tx(f) {
+                    if dev.tx_parts(f) {
                         sent += 1;
                     } else {
                         refused += 1;

@@ -728,7 +728,7 @@ impl Stack {
         dst: Ipv4Address,
         seg: &TcpRepr<'_>,
         now: u64,
-        tx: &mut dyn FnMut(&[u8]),
+        tx: &mut dyn FnMut(&[&[u8]]),
     ) {
         if iface.send_tcp(dst, seg, now, tx).is_err() {
             stats.tx_errors += 1;
@@ -1013,13 +1013,18 @@ impl crate::runtime::Engine for Stack {
         }
     }
 
-    fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8]), out: &mut dyn FnMut(Output)) -> bool {
+    fn poll(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FnMut(&[&[u8]]),
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
         let mut busy = false;
         for f in self.pending_tx.drain(..) {
-            tx(&f);
+            tx(&[&f]);
             busy = true;
         }
-        self.iface.poll(now, tx);
+        self.iface.poll(now, &mut |f| tx(&[f]));
         let Stack {
             iface,
             stats,

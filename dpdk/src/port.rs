@@ -36,6 +36,8 @@ pub struct Port {
     pending: Vec<*mut RteMbuf>,
     /// For frames spread over several mbuf segments.
     scratch: Vec<u8>,
+    /// Where a frame given in parts is joined before its mbuf copy.
+    tx_scratch: Vec<u8>,
     counters: Counters,
     /// Dropped last: the EAL outlives the port.
     _eal: Eal,
@@ -157,6 +159,7 @@ impl Port {
             mtu,
             pending: Vec::with_capacity(BURST),
             scratch: Vec::new(),
+            tx_scratch: Vec::new(),
             counters: Counters::default(),
             _eal: eal.clone(),
         })
@@ -332,6 +335,22 @@ impl FrameDevice for Port {
             self.send_pending();
         }
         true
+    }
+
+    fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
+        if let [frame] = parts {
+            return self.tx(frame);
+        }
+        // The shim copies one contiguous buffer into the mbuf: join the
+        // parts in a reused buffer (no allocation per frame).
+        let mut buf = std::mem::take(&mut self.tx_scratch);
+        buf.clear();
+        for p in parts {
+            buf.extend_from_slice(p);
+        }
+        let ok = self.tx(&buf);
+        self.tx_scratch = buf;
+        ok
     }
 
     fn flush(&mut self) {

@@ -10,7 +10,9 @@
 //!   buffers go back to the device once the sink returns, so the caller
 //!   copies out only what it keeps.
 //! - **transmit**: [`FrameDevice::tx`] queues a frame (copied into a device
-//!   buffer); [`FrameDevice::flush`] publishes the batch with one kick.
+//!   buffer), [`FrameDevice::tx_parts`] one given as consecutive parts
+//!   (headers built on the stack's side, payload where it lies), copied in
+//!   one pass; [`FrameDevice::flush`] publishes the batch with one kick.
 //!
 //! This crate holds no `unsafe`; lending device memory safely is each
 //! backend's job.
@@ -25,6 +27,17 @@ pub trait FrameDevice: Send {
     /// if the device is full or the frame too long (dropped, as a full NIC
     /// queue drops it; TCP retransmits).
     fn tx(&mut self, frame: &[u8]) -> bool;
+    /// Queue one frame given as consecutive parts (for example Ethernet,
+    /// IPv4 and TCP headers, then the payload from the TCP send buffer),
+    /// copied straight into a device buffer. The default joins the parts
+    /// first and calls [`tx`](Self::tx); backends with their own buffers
+    /// copy each part in place and save that copy.
+    fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
+        match parts {
+            [frame] => self.tx(frame),
+            _ => self.tx(&parts.concat()),
+        }
+    }
     /// Publish the frames queued since the last flush, with one kick where
     /// the device needs one, and reclaim completed transmit buffers.
     fn flush(&mut self) {}
@@ -69,5 +82,16 @@ mod tests {
         assert_eq!(dev.rx_burst(2, &mut |f| got.push(f.to_vec())), 2);
         assert_eq!(dev.rx_burst(8, &mut |f| got.push(f.to_vec())), 1);
         assert_eq!(got, [&b"one"[..], b"two", b"three"]);
+    }
+
+    #[test]
+    fn parts_are_one_frame_in_order() {
+        let mut d = Loopback::default();
+        assert!(d.tx_parts(&[b"head", b"", b"er", b"payload"]));
+        assert!(d.tx_parts(&[b"whole"]));
+        d.flush();
+        let mut got = Vec::new();
+        d.rx_burst(8, &mut |f| got.push(f.to_vec()));
+        assert_eq!(got, [&b"headerpayload"[..], b"whole"]);
     }
 }

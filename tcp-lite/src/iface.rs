@@ -311,7 +311,7 @@ impl Interface {
         // RFC 1122 §3.2.2.6: the reply goes back the way the request came,
         // so answer the sender's MAC directly (no ARP round trip for a ping).
         let mut buf = std::mem::take(&mut self.scratch);
-        let total = self.frame_header(&mut buf, src_mac, src, IpProtocol::ICMP, len);
+        let total = self.frame_header(&mut buf, src_mac, src, IpProtocol::ICMP, len, len);
         let ok = reply
             .emit(&mut Icmpv4Packet::new_unchecked(
                 &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..total],
@@ -326,7 +326,9 @@ impl Interface {
     }
 
     /// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram
-    /// into `buf` (resized), returning the frame length.
+    /// into `buf`, resized to the headers plus `room` octets (the whole
+    /// payload, or only the part written here when the rest is gathered
+    /// from elsewhere), returning that length.
     fn frame_header(
         &mut self,
         buf: &mut Vec<u8>,
@@ -334,8 +336,9 @@ impl Interface {
         dst: Ipv4Address,
         protocol: IpProtocol,
         payload_len: usize,
+        room: usize,
     ) -> usize {
-        let total = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + payload_len;
+        let total = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + room;
         buf.clear();
         buf.resize(total, 0);
         let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
@@ -388,12 +391,17 @@ impl Interface {
     /// Send one TCP segment to `dst`: straight out through `tx` when the
     /// next hop's MAC is known, or held (and an ARP request sent) until it
     /// resolves. `Ok` means sent or held.
+    ///
+    /// `tx` takes a frame as consecutive parts, the headers and then the
+    /// payload where it lies (the TCP send buffer): a device copies both
+    /// into its own buffer in one pass, so the data is not first copied into
+    /// a frame here.
     pub fn send_tcp(
         &mut self,
         dst: Ipv4Address,
         seg: &TcpRepr<'_>,
         now: u64,
-        tx: &mut dyn FnMut(&[u8]),
+        tx: &mut dyn FnMut(&[&[u8]]),
     ) -> Result<(), SendError> {
         let len = seg.buffer_len();
         if len > self.max_tcp_len() {
@@ -418,21 +426,21 @@ impl Interface {
             }
         };
         if let Some(r) = request {
-            self.emit_arp(&r, tx);
+            self.emit_arp(&r, &mut |f| tx(&[f]));
         }
         let mut buf = std::mem::take(&mut self.scratch);
-        let total = self.frame_header(
+        let header_len = seg.header_len();
+        let headers = self.frame_header(
             &mut buf,
             mac.unwrap_or(EthernetAddress([0; 6])),
             dst,
             IpProtocol::TCP,
             len,
+            header_len,
         );
         let emitted = seg
-            .emit(
-                &mut TcpPacket::new_unchecked(
-                    &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..total],
-                ),
+            .emit_header(
+                &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..headers],
                 &self.cfg.ip,
                 &dst,
             )
@@ -442,11 +450,14 @@ impl Interface {
             Ok(())
         } else if mac.is_some() {
             self.stats.tx_frames += 1;
-            tx(&buf[..total]);
+            tx(&[&buf[..headers], seg.payload]);
             Ok(())
         } else {
             self.stats.tx_queued += 1;
-            match self.arp.enqueue(hop, buf[..total].to_vec()) {
+            match self
+                .arp
+                .enqueue(hop, [&buf[..headers], seg.payload].concat())
+            {
                 Enqueue::Queued => Ok(()),
                 Enqueue::DroppedOldest(_) => {
                     self.stats.tx_dropped += 1;
@@ -678,7 +689,7 @@ mod tests {
         let mut out: Vec<Vec<u8>> = Vec::new();
         let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
         seg.payload = b"held";
-        i.send_tcp(PEER, &seg, 0, &mut |f| out.push(f.to_vec()))
+        i.send_tcp(PEER, &seg, 0, &mut |f| out.push(f.concat()))
             .unwrap();
         // Only the ARP request went out.
         assert_eq!(out.len(), 1);
@@ -703,7 +714,7 @@ mod tests {
         assert_eq!(t.payload, b"held");
         // Now known: sent at once.
         out.clear();
-        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f| out.push(f.to_vec()))
+        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f| out.push(f.concat()))
             .unwrap();
         assert_eq!(out.len(), 1);
     }
@@ -726,7 +737,7 @@ mod tests {
         cfg.gateway = Some(Ipv4Address::new(10, 9, 0, 254));
         let mut i = Interface::new(cfg);
         let mut out = Vec::new();
-        i.send_tcp(far, &seg, 0, &mut |f| out.push(f.to_vec()))
+        i.send_tcp(far, &seg, 0, &mut |f| out.push(f.concat()))
             .unwrap();
         let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
         let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();

@@ -305,6 +305,10 @@ impl FrameDevice for XdpDevice {
         self.socket.tx(frame)
     }
 
+    fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
+        self.socket.tx_parts(parts)
+    }
+
     fn flush(&mut self) {
         self.socket.flush()
     }

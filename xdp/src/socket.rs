@@ -589,8 +589,17 @@ impl XskSocket {
     /// multi-buffer on, as many as the frame needs, chained with
     /// `XDP_PKT_CONTD`. False if it is too long or no chunk / TX slot is free.
     pub fn tx(&mut self, frame: &[u8]) -> bool {
+        self.tx_parts(&[frame])
+    }
+
+    /// [`tx`](Self::tx) for a frame given as consecutive parts (headers,
+    /// then the payload where it lies): each part is copied straight into
+    /// the UMEM chunks, filling one before the next, so the frame is never
+    /// assembled anywhere else first.
+    pub fn tx_parts(&mut self, frame: &[&[u8]]) -> bool {
         let chunk = self.umem.frame_size() as usize;
-        let parts = frame.len().div_ceil(chunk).max(1);
+        let len: usize = frame.iter().map(|p| p.len()).sum();
+        let parts = len.div_ceil(chunk).max(1);
         if parts > 1 && (!self.multi_buffer || parts > MAX_TX_PARTS) {
             self.counters.tx_too_big += 1;
             return false;
@@ -606,30 +615,32 @@ impl XskSocket {
             self.counters.tx_full += 1;
             return false;
         }
-        for (i, part) in frame.chunks(chunk).enumerate() {
+        // The source: part `src`, from octet `at`.
+        let (mut src, mut at) = (0, 0);
+        for i in 0..parts {
             let Some(addr) = self.free.pop() else {
                 return false; // checked above
             };
-            if !self.umem.write(addr, part) {
-                self.free.push(addr);
-                self.counters.tx_full += 1;
-                return false;
+            let fill = (len - i * chunk).min(chunk);
+            let mut off = 0;
+            while off < fill {
+                let Some(part) = frame.get(src) else {
+                    break; // the lengths add up: not reached
+                };
+                let n = (part.len() - at).min(fill - off);
+                // In the chunk by construction (off + n <= fill <= chunk).
+                let _ = self.umem.write(addr + off as u64, &part[at..at + n]);
+                off += n;
+                at += n;
+                if at == part.len() {
+                    src += 1;
+                    at = 0;
+                }
             }
             self.tx.push(XdpDesc {
                 addr,
-                len: part.len() as u32,
+                len: fill as u32,
                 options: if i + 1 < parts { sys::XDP_PKT_CONTD } else { 0 },
-            });
-        }
-        if frame.is_empty() {
-            // A zero-length frame still takes one descriptor.
-            let Some(addr) = self.free.pop() else {
-                return false;
-            };
-            self.tx.push(XdpDesc {
-                addr,
-                len: 0,
-                options: 0,
             });
         }
         self.counters.tx_frames += 1;

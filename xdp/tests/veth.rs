@@ -195,7 +195,18 @@ fn serve(dev: &mut XdpDevice, ip: [u8; 4], child: Spawned, limit: Duration) -> (
             }
         });
         for r in replies.drain(..) {
-            assert!(dev.tx(&r), "tx refused");
+            // Sent as parts, the way the stack gathers headers and payload:
+            // cut at the Ethernet header, and for jumbo frames across a
+            // chunk boundary (4096) too, with an empty part between.
+            let cuts = [14, 4000.min(r.len()), 4100.min(r.len())];
+            let parts = [
+                &r[..cuts[0]],
+                &r[cuts[0]..cuts[1]],
+                &[][..],
+                &r[cuts[1]..cuts[2]],
+                &r[cuts[2]..],
+            ];
+            assert!(dev.tx_parts(&parts), "tx refused");
         }
         dev.flush();
         if child.try_wait().expect("try_wait").is_some() || Instant::now() >= deadline {

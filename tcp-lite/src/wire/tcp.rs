@@ -929,14 +929,35 @@ impl<'a> Repr<'a> {
     ) -> Result<(), Error> {
         let header_len = self.header_len();
         let len = self.buffer_len();
-        let got = packet.buffer.as_ref().len();
-        if got < len {
+        let buf = packet.buffer.as_mut();
+        let got = buf.len();
+        let Some(segment) = buf.get_mut(..len) else {
             return Err(Error::Truncated {
                 layer: Layer::Tcp,
                 needed: len,
                 got,
             });
-        }
+        };
+        let (header, payload) = segment.split_at_mut(header_len);
+        self.emit_header(header, src_addr, dst_addr)?;
+        payload.copy_from_slice(self.payload);
+        Ok(())
+    }
+
+    /// Write only the header ([`header_len`](Self::header_len) octets, into
+    /// the start of `buffer`), with a Checksum that covers the payload where
+    /// it lies: a sender that gathers header and payload into the frame
+    /// (one copy of the data, not two) emits the header alone. Fails, writing
+    /// nothing, as [`emit`](Self::emit) does.
+    pub fn emit_header(
+        &self,
+        buffer: &mut [u8],
+        src_addr: &Address,
+        dst_addr: &Address,
+    ) -> Result<(), Error> {
+        let header_len = self.header_len();
+        let len = self.buffer_len();
+        let got = buffer.len();
         // The pseudo-header's TCP length is 16 bits (RFC 9293 §3.1).
         let seg_len = u16::try_from(len).map_err(|_| Error::TooLarge {
             layer: Layer::Tcp,
@@ -955,16 +976,14 @@ impl<'a> Repr<'a> {
                 });
             }
         }
-
-        let buf = packet.buffer.as_mut();
-        let Some(segment) = buf.get_mut(..len) else {
+        let Some(header) = buffer.get_mut(..header_len) else {
             return Err(Error::Truncated {
                 layer: Layer::Tcp,
-                needed: len,
+                needed: header_len,
                 got,
             });
         };
-        let mut packet = Packet::new_unchecked(segment);
+        let mut packet = Packet::new_unchecked(header);
         packet.set_src_port(self.src_port);
         packet.set_dst_port(self.dst_port);
         packet.set_seq_number(self.seq_number);
@@ -976,13 +995,15 @@ impl<'a> Repr<'a> {
         packet.set_window(self.window);
         packet.set_urgent_pointer(self.urgent_pointer);
         self.emit_options(packet.options_mut())?;
-        packet.payload_mut().copy_from_slice(self.payload);
         // RFC 9293 §3.1: the checksum covers the pseudo-header, the header
-        // and the data, with the checksum field itself taken as zero.
+        // and the data, with the checksum field itself taken as zero. The
+        // header is a whole number of 32-bit words, so the data's sum adds
+        // in as it stands (RFC 1071 §2 (C)).
         packet.set_checksum(0);
         let sum = checksum::combine(&[
             checksum::pseudo_header(src_addr, dst_addr, Protocol::TCP, seg_len),
             checksum::data(packet.buffer),
+            checksum::data(self.payload),
         ]);
         packet.set_checksum(!sum);
         Ok(())
@@ -1269,6 +1290,28 @@ mod tests {
             .emit(&mut Packet::new_unchecked(&mut buf[..]), &B, &A)
             .unwrap();
         assert_eq!(buf, DATA_SEGMENT);
+    }
+
+    #[test]
+    fn header_alone_carries_the_checksum_of_the_payload_where_it_lies() {
+        // Gathered transmit: the header is written on its own, the payload
+        // ("hello", odd length) stays in the caller's buffer; together they
+        // are the literal segment, checksum included.
+        let mut header = [0u8; 32];
+        data_repr().emit_header(&mut header, &B, &A).unwrap();
+        assert_eq!(header, DATA_SEGMENT[..32]);
+        assert_eq!(&DATA_SEGMENT[32..], b"hello");
+        // A buffer shorter than the header: an error, nothing written.
+        let mut short = [0u8; 31];
+        assert_eq!(
+            data_repr().emit_header(&mut short, &B, &A),
+            Err(Error::Truncated {
+                layer: Layer::Tcp,
+                needed: 32,
+                got: 31
+            })
+        );
+        assert_eq!(short, [0u8; 31]);
     }
 
     #[test]

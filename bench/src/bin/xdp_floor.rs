@@ -1,0 +1,221 @@
+//! The frame floor: how fast copy-mode AF_XDP moves frames across a veth
+//! between two of our sockets with no protocol work at all. One pinned
+//! thread transmits full-MTU IPv4 frames through one `XdpDevice` as fast as
+//! the ring takes them, another receives them through the other end's
+//! device; the receiver's count is the figure. Whatever the kernel does per
+//! frame and per octet in copy mode (an skb per frame, the copies into it and
+//! into the receiving UMEM, veth, the XDP program) is in it, and nothing of
+//! ours but the copy into the transmit UMEM that `FrameDevice::tx` makes.
+//! `iwarp-perf write_bw` at the same MTU, divided by this, says how much of
+//! the ceiling our TCP, MPA, DDP and RDMAP leave unused.
+//!
+//! Root only: it creates two namespaces and a veth pair (removed on exit).
+//!
+//! ```text
+//! xdp-floor [--mtu N[,N...]] [--secs S] [--core C]
+//! ```
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iwarp_datapath::runtime::FrameDevice;
+use iwarp_xdp::{in_netns, Config, XdpDevice};
+use netns_harness::{End, Netns, VethPair};
+
+const USAGE: &str = "usage: xdp-floor [--mtu N[,N...]] [--secs S] [--core C]
+  --mtu   MTUs of both veth ends, one run each (default 1500,9000)
+  --secs  seconds of transmission per run, 1..=30 (default 2)
+  --core  first CPU: the sender there, the receiver on the next (default 0)";
+
+struct Args {
+    mtus: Vec<u32>,
+    secs: u64,
+    core: usize,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        mtus: vec![1500, 9000],
+        secs: 2,
+        core: 0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--mtu" => {
+                a.mtus = value()?
+                    .split(',')
+                    .map(|m| match m.parse::<u32>() {
+                        Ok(m) if (68..=65_000).contains(&m) => Ok(m),
+                        _ => Err(format!("--mtu: {m} is not an MTU in 68..=65000")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--secs" => {
+                a.secs = match value()?.parse() {
+                    Ok(s) if (1..=30).contains(&s) => s,
+                    _ => return Err("--secs takes 1..=30".into()),
+                }
+            }
+            "--core" => {
+                a.core = value()?
+                    .parse()
+                    .map_err(|_| "--core takes a CPU number".to_string())?
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+/// One IPv4 frame of `mtu` octets (protocol 253, RFC 3692 experimentation)
+/// from `src` to `dst`, with a valid header checksum.
+fn frame(mtu: u32, src: ([u8; 6], Ipv4Addr), dst: ([u8; 6], Ipv4Addr)) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + mtu as usize];
+    f[0..6].copy_from_slice(&dst.0);
+    f[6..12].copy_from_slice(&src.0);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(mtu as u16).to_be_bytes());
+    ip[6] = 0x40; // don't fragment
+    ip[8] = 64;
+    ip[9] = 253;
+    ip[12..16].copy_from_slice(&src.1.octets());
+    ip[16..20].copy_from_slice(&dst.1.octets());
+    let mut sum: u32 = ip
+        .chunks_exact(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f
+}
+
+struct Run {
+    sent: u64,
+    got: u64,
+    octets: u64,
+    secs: f64,
+}
+
+fn pin(core: usize) {
+    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().nth(core)) {
+        core_affinity::set_for_current(id);
+    }
+}
+
+fn run_one(mtu: u32, secs: u64, core: usize) -> Result<Run, String> {
+    let e = |e: netns_harness::Error| e.to_string();
+    let na = Netns::new("xfa").map_err(e)?;
+    let nb = Netns::new("xfb").map_err(e)?;
+    let mut veth = VethPair::new("xfv").map_err(e)?;
+    veth.move_to(End::A, &na).map_err(e)?;
+    veth.move_to(End::B, &nb).map_err(e)?;
+    for end in [End::A, End::B] {
+        veth.disable_ipv6(end).map_err(e)?;
+        veth.set_mtu(end, mtu).map_err(e)?;
+        veth.set_up(end).map_err(e)?;
+    }
+    let (ip_a, ip_b) = (Ipv4Addr::new(10, 79, 0, 1), Ipv4Addr::new(10, 79, 0, 2));
+    let open = |ns: &Netns, end: End, ip: Ipv4Addr| {
+        let cfg = Config::new(veth.name(end), ip.octets());
+        in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
+            .and_then(|r| r)
+            .map_err(|err| format!("AF_XDP on {}: {err}", veth.name(end)))
+    };
+    let mut tx = open(&na, End::A, ip_a)?;
+    let mut rx = open(&nb, End::B, ip_b)?;
+    let f = frame(mtu, (tx.mac_address(), ip_a), (rx.mac_address(), ip_b));
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (c_tx, c_rx) = (core % ncpu, (core + 1) % ncpu);
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let receiver = std::thread::spawn(move || {
+        pin(c_rx);
+        let (mut got, mut octets) = (0u64, 0u64);
+        let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
+        // Until the sender is done and nothing has come for 100 ms.
+        loop {
+            let n = rx.rx_burst(64, &mut |fr| octets += fr.len() as u64);
+            if n > 0 {
+                got += n as u64;
+                last = Instant::now();
+                first.get_or_insert(last);
+            } else if d.load(Ordering::Acquire) && last.elapsed() > Duration::from_millis(100) {
+                break;
+            }
+        }
+        let secs = first.map_or(0.0, |t| last.duration_since(t).as_secs_f64());
+        (got, octets, secs)
+    });
+    pin(c_tx);
+    let mut sent = 0u64;
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        for _ in 0..64 {
+            if !tx.tx(&f) {
+                break;
+            }
+            sent += 1;
+        }
+        tx.flush();
+    }
+    done.store(true, Ordering::Release);
+    let (got, octets, secs) = receiver
+        .join()
+        .map_err(|_| "receiver panicked".to_string())?;
+    Ok(Run {
+        sent,
+        got,
+        octets,
+        secs,
+    })
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("xdp-floor: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(why) = netns_harness::skip_reason() {
+        eprintln!("xdp-floor: needs namespaces and veth: {why}");
+        std::process::exit(1);
+    }
+    println!(" MTU   frames sent   frames got   Mpps got   Gb/s got (frames)");
+    for &mtu in &args.mtus {
+        match run_one(mtu, args.secs, args.core) {
+            Ok(r) if r.secs > 0.0 => println!(
+                "{mtu:>5} {:>13} {:>12} {:>10.3} {:>10.2}",
+                r.sent,
+                r.got,
+                r.got as f64 / r.secs / 1e6,
+                r.octets as f64 * 8.0 / r.secs / 1e9
+            ),
+            Ok(r) => {
+                eprintln!(
+                    "xdp-floor: MTU {mtu}: {} frames sent, none received",
+                    r.sent
+                );
+                std::process::exit(1);
+            }
+            Err(e) => {
+                eprintln!("xdp-floor: MTU {mtu}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
