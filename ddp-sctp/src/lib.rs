@@ -1,0 +1,2 @@
+#![forbid(unsafe_code)]
+//! The DDP adaptation of SCTP (RFC 5043).
