@@ -12,6 +12,6 @@
 //!   the verification tags / initial TSNs this crate derives.
 //! * [`assoc`]: one association (single path) and the [`assoc::Listener`]
 //!   that answers INITs statelessly with a State Cookie.
-// pub mod assoc;
+pub mod assoc;
 pub mod mac;
 pub mod wire;
