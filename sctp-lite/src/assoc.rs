@@ -255,6 +255,25 @@ pub enum Event {
     Closed(CloseReason),
 }
 
+/// Counters, for tests and monitoring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// DATA chunks sent for the first time.
+    pub data_chunks_sent: u64,
+    /// DATA chunks retransmitted (T3 or fast retransmit).
+    pub retransmits: u64,
+    /// Times fast retransmit marked chunks (§7.2.4).
+    pub fast_retransmits: u64,
+    /// T3-rtx expiries (§6.3.3).
+    pub t3_expiries: u64,
+    /// Duplicate DATA chunks received.
+    pub dup_data_received: u64,
+    /// Received packets discarded (checksum, malformed, wrong tag or ports).
+    pub packets_discarded: u64,
+    /// DATA chunks delivered out of TSN order (a gap existed).
+    pub out_of_order_data: u64,
+}
+
 /// Why [`Association::send`] refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
@@ -707,6 +726,7 @@ pub struct Association {
     last_activity: u64,
     /// One packet of retransmissions may ignore cwnd (§6.3.3 E3, §7.2.4 3).
     rtx_burst: bool,
+    stats: Stats,
     // Receiving.
     rx_cum: u64,
     rx_received: BTreeSet<u64>,
@@ -790,6 +810,7 @@ impl Association {
             hb_outstanding: None,
             last_activity: now,
             rtx_burst: false,
+            stats: Stats::default(),
             rx_cum: 0,
             rx_received: BTreeSet::new(),
             rx_chunks: BTreeMap::new(),
@@ -836,6 +857,10 @@ impl Association {
         self.peer_adaptation = c.peer_adaptation;
     }
 
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
     /// Current state.
     pub fn state(&self) -> State {
         self.state
@@ -1128,6 +1153,7 @@ impl Association {
 
     fn t3_expired(&mut self, now: u64) {
         // §6.3.3 E1-E3.
+        self.stats.t3_expiries += 1;
         let mtu = self.cfg.max_packet;
         self.ssthresh = (self.cwnd / 2).max(4 * mtu);
         self.cwnd = mtu;
@@ -1168,50 +1194,49 @@ impl Association {
             .clamp(self.cfg.rto_min, self.cfg.rto_max);
     }
 
+    /// RFC 9260 §8.5.1 verification tag rules, ports, and §6.10 (INIT is
+    /// never bundled).
+    fn packet_acceptable(&self, h: &HeaderRepr, chunks: &[ChunkRepr<'_>]) -> bool {
+        if h.dst_port != self.local_port || h.src_port != self.peer_port {
+            return false;
+        }
+        let Some(first) = chunks.first() else {
+            return false;
+        };
+        let vt = h.verification_tag;
+        let tag_ok = match first {
+            ChunkRepr::Init(_) => vt == 0 && chunks.len() == 1,
+            ChunkRepr::Abort { t_bit, .. } | ChunkRepr::ShutdownComplete { t_bit } => {
+                if *t_bit {
+                    vt == self.peer_tag && self.peer_tag != 0
+                } else {
+                    vt == self.local_tag
+                }
+            }
+            // COOKIE-ECHO too: its tag is the one in our INIT-ACK (our own).
+            _ => vt == self.local_tag,
+        };
+        tag_ok
+            && !chunks
+                .iter()
+                .skip(1)
+                .any(|c| matches!(c, ChunkRepr::Init(_)))
+    }
+
     /// Handles one received SCTP packet (the IP payload).
     pub fn handle_packet(&mut self, now: u64, bytes: &[u8]) {
         if self.state == State::Closed {
             return;
         }
         let Some((h, chunks)) = parse_all(bytes) else {
+            self.stats.packets_discarded += 1;
             return;
         };
-        if h.dst_port != self.local_port || h.src_port != self.peer_port {
+        if !self.packet_acceptable(&h, &chunks) {
+            self.stats.packets_discarded += 1;
             return;
         }
-        // §8.5.1: verification tag rules.
-        let Some(first) = chunks.first() else { return };
         let vt = h.verification_tag;
-        match first {
-            ChunkRepr::Init(_) => {
-                if vt != 0 || chunks.len() != 1 {
-                    return;
-                }
-            }
-            ChunkRepr::Abort { t_bit, .. } | ChunkRepr::ShutdownComplete { t_bit } => {
-                let ok = if *t_bit {
-                    vt == self.peer_tag && self.peer_tag != 0
-                } else {
-                    vt == self.local_tag
-                };
-                if !ok {
-                    return;
-                }
-            }
-            // COOKIE-ECHO too: its tag is the one in our INIT-ACK (our own).
-            _ => {
-                if vt != self.local_tag {
-                    return;
-                }
-            }
-        }
-        if chunks
-            .iter()
-            .skip(1)
-            .any(|c| matches!(c, ChunkRepr::Init(_)))
-        {
-            return; // §6.10: INIT is never bundled.
-        }
         self.last_activity = now;
         let mut had_data = false;
         let mut immediate = false;
@@ -1494,6 +1519,7 @@ impl Association {
     fn on_data(&mut self, d: &DataRepr<'_>) -> bool {
         let t = self.unwrap_rx(d.tsn);
         if t <= self.rx_cum || self.rx_received.contains(&t) {
+            self.stats.dup_data_received += 1;
             if self.dups.len() < MAX_DUP_TSNS {
                 self.dups.push(d.tsn);
             }
@@ -1512,6 +1538,9 @@ impl Association {
         };
         if self.rx_bytes.saturating_add(len) > limit {
             return true; // dropped: tell the peer our window at once
+        }
+        if t != self.rx_cum + 1 {
+            self.stats.out_of_order_data += 1;
         }
         self.rx_received.insert(t);
         while self.rx_received.remove(&(self.rx_cum + 1)) {
@@ -1751,6 +1780,7 @@ impl Association {
                 if c.sent_count > 0 && !c.gap_acked && !c.fast_rtx_done {
                     c.missing = c.missing.saturating_add(1);
                     if c.missing >= 3 {
+                        self.stats.fast_retransmits += 1;
                         self.rtx_burst = true;
                         c.needs_rtx = true;
                         c.fast_rtx_done = true;
@@ -2043,6 +2073,7 @@ impl Association {
             let Ok(n) = r.emit(&mut buf[at..]) else { break };
             at += n;
             let c = &mut self.out[i];
+            self.stats.retransmits += 1;
             c.needs_rtx = false;
             c.sent_count += 1;
             c.missing = 0;
@@ -2088,6 +2119,7 @@ impl Association {
                 at += n;
                 let tsn = c.tsn;
                 let c = &mut self.out[i];
+                self.stats.data_chunks_sent += 1;
                 c.sent_count = 1;
                 c.in_flight = true;
                 self.flight += len;
@@ -2123,4 +2155,268 @@ fn unrecognized_chunk_cause(c: &ChunkRepr<'_>, max: usize) -> Vec<u8> {
     v.extend_from_slice(&((chunk.len() + 4).min(usize::from(u16::MAX)) as u16).to_be_bytes());
     v.extend_from_slice(&chunk);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(secret: u8) -> Config {
+        Config {
+            secret: [secret; 16],
+            ..Config::default()
+        }
+    }
+
+    /// Runs the handshake by hand; returns (client, server).
+    fn pair() -> (Association, Association) {
+        let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!("no INIT-ACK")
+        };
+        c.handle_packet(0, &out[..m]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Accept(mut s) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!("no accept")
+        };
+        let n = s.poll_transmit(0, &mut buf).unwrap();
+        c.handle_packet(0, &buf[..n]);
+        assert_eq!(c.state(), State::Established);
+        (c, *s)
+    }
+
+    #[test]
+    fn cookie_round_trips_and_rejects_forgery_and_age() {
+        let key = [7u8; 16];
+        let c = Cookie {
+            created: 1_000,
+            local_tag: 1,
+            peer_tag: 2,
+            local_tsn: 3,
+            peer_tsn: 4,
+            peer_rwnd: 5,
+            out_streams: 6,
+            in_streams: 7,
+            local_port: 8,
+            peer_port: 9,
+            peer_adaptation: Some(1),
+        };
+        let b = c.encode(&key);
+        assert_eq!(Cookie::decode(&b, &key, 2_000, 10_000), Some(c));
+        // Another key: MAC fails (RFC 9260 §5.1.5 step 2).
+        assert_eq!(Cookie::decode(&b, &[8u8; 16], 2_000, 10_000), None);
+        // Any flipped bit: MAC fails.
+        for i in 0..COOKIE_LEN {
+            let mut f = b;
+            f[i] ^= 0x10;
+            assert_eq!(
+                Cookie::decode(&f, &key, 2_000, 10_000),
+                None,
+                "bit flip at {i} accepted"
+            );
+        }
+        // Stale (step 3), and from the future.
+        assert_eq!(Cookie::decode(&b, &key, 20_000, 10_000), None);
+        assert_eq!(Cookie::decode(&b, &key, 999, 10_000), None);
+        // Wrong length.
+        assert_eq!(
+            Cookie::decode(&b[..COOKIE_LEN - 1], &key, 2_000, 10_000),
+            None
+        );
+    }
+
+    #[test]
+    fn handshake_agrees_on_tags_and_listener_checks_the_cookie_key() {
+        let (c, s) = pair();
+        assert_eq!(c.peer_tag(), s.local_tag());
+        assert_eq!(s.peer_tag(), c.local_tag());
+        assert_ne!(c.local_tag(), 0);
+        // A COOKIE-ECHO for a listener with another secret is dropped.
+        let mut c2 = Association::connect(cfg(1), 1000, 2000, 0, 5).unwrap();
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let mut other = Listener::new(cfg(3)).unwrap();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = c2.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        c2.handle_packet(0, &out[..m]);
+        let n = c2.poll_transmit(0, &mut buf).unwrap();
+        assert!(matches!(
+            other.handle_packet(0, &buf[..n], &mut out),
+            ListenOutcome::Drop
+        ));
+        // And the right listener refuses it once stale (Valid.Cookie.Life 60 s).
+        assert!(matches!(
+            l.handle_packet(61 * SEC, &buf[..n], &mut out),
+            ListenOutcome::Drop
+        ));
+        assert!(matches!(
+            l.handle_packet(SEC, &buf[..n], &mut out),
+            ListenOutcome::Accept(_)
+        ));
+    }
+
+    #[test]
+    fn wrong_verification_tag_is_discarded() {
+        let (mut c, mut s) = pair();
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        c.send(0, 1, false, b"x").unwrap();
+        let mut buf = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let mut bad = buf[..n].to_vec();
+        let mut p = SctpPacket::new_unchecked(&mut bad[..]);
+        p.set_verification_tag(s.local_tag() ^ 1);
+        p.fill_checksum();
+        s.handle_packet(0, &bad);
+        assert_eq!(s.stats().packets_discarded, 1);
+        assert!(s.poll_event().is_none());
+        // ABORT with the T bit must carry the peer's tag, not ours.
+        let (ab, m) = wire::error_cause(cause_code::USER_INITIATED_ABORT, &[]);
+        let h = HeaderRepr {
+            src_port: 1000,
+            dst_port: 2000,
+            verification_tag: s.local_tag(),
+        };
+        let k = emit_one(
+            h,
+            &ChunkRepr::Abort {
+                t_bit: true,
+                causes: &ab[..m],
+            },
+            &mut buf,
+        )
+        .unwrap();
+        s.handle_packet(0, &buf[..k]);
+        assert_eq!(s.state(), State::Established);
+        // The right one is accepted.
+        let h = HeaderRepr {
+            src_port: 1000,
+            dst_port: 2000,
+            verification_tag: c.local_tag(),
+        };
+        let k = emit_one(
+            h,
+            &ChunkRepr::Abort {
+                t_bit: true,
+                causes: &ab[..m],
+            },
+            &mut buf,
+        )
+        .unwrap();
+        s.handle_packet(0, &buf[..k]);
+        assert_eq!(s.state(), State::Closed);
+    }
+
+    #[test]
+    fn slow_start_grows_cwnd_and_t3_collapses_it() {
+        let (mut c, mut s) = pair();
+        let mtu = c.cfg.max_packet;
+        let initial = c.cwnd();
+        assert_eq!(initial, (4 * mtu).min((2 * mtu).max(4380)));
+        let mut buf = vec![0u8; 2048];
+        let mut now = 0;
+        for i in 0..40u32 {
+            c.send(0, i, false, &[i as u8; 1000]).unwrap();
+        }
+        for _ in 0..20 {
+            while let Some(n) = c.poll_transmit(now, &mut buf) {
+                s.handle_packet(now, &buf[..n]);
+            }
+            now += 300 * MS;
+            s.handle_timeout(now);
+            while let Some(n) = s.poll_transmit(now, &mut buf) {
+                c.handle_packet(now, &buf[..n]);
+            }
+        }
+        assert!(
+            c.cwnd() > initial,
+            "cwnd {} did not grow from {initial}",
+            c.cwnd()
+        );
+        assert_eq!(c.send_buffered(), 0);
+        // Now lose everything: T3 fires, cwnd drops to one MTU (§6.3.3 E1).
+        c.send(0, 99, false, &[1; 500]).unwrap();
+        assert!(c.poll_transmit(now, &mut buf).is_some());
+        let rto = c.rto();
+        let t = c.poll_timeout().unwrap();
+        assert!(t <= now + rto);
+        c.handle_timeout(t);
+        assert_eq!(c.cwnd(), mtu);
+        assert_eq!(c.stats().t3_expiries, 1);
+        assert_eq!(c.rto(), (rto * 2).min(c.cfg.rto_max));
+        // The retransmission goes out at once.
+        assert!(c.poll_transmit(t, &mut buf).is_some());
+        assert_eq!(c.stats().retransmits, 1);
+    }
+
+    #[test]
+    fn oversized_message_from_peer_aborts_instead_of_stalling() {
+        let mut sc = cfg(2);
+        sc.max_message = 4000;
+        sc.recv_buffer = 64 * 1024;
+        let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+        let mut l = Listener::new(sc).unwrap();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        c.handle_packet(0, &out[..m]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Accept(mut s) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        let n = s.poll_transmit(0, &mut buf).unwrap();
+        c.handle_packet(0, &buf[..n]);
+        c.send(1, 0, false, &[0; 10_000]).unwrap();
+        while let Some(n) = c.poll_transmit(0, &mut buf) {
+            s.handle_packet(0, &buf[..n]);
+        }
+        assert_eq!(s.state(), State::Closed);
+        let mut reason = None;
+        while let Some(e) = s.poll_event() {
+            if let Event::Closed(r) = e {
+                reason = Some(r);
+            }
+        }
+        assert_eq!(
+            reason,
+            Some(CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE))
+        );
+    }
+
+    #[test]
+    fn send_checks_stream_size_and_state() {
+        let (mut c, _s) = pair();
+        let (os, _) = c.streams();
+        assert_eq!(
+            c.send(os, 0, false, b"x"),
+            Err(SendError::InvalidStream {
+                stream: os,
+                streams: os
+            })
+        );
+        assert_eq!(c.send(0, 0, false, b""), Err(SendError::Empty));
+        let big = vec![0u8; c.cfg.max_message + 1];
+        assert!(matches!(
+            c.send(0, 0, false, &big),
+            Err(SendError::TooLarge { .. })
+        ));
+        c.abort();
+        assert_eq!(c.send(0, 0, false, b"x"), Err(SendError::NotEstablished));
+    }
+
+    #[test]
+    fn tsn_serial_arithmetic_wraps() {
+        assert!(tsn_lt(u32::MAX, 0));
+        assert!(tsn_lt(5, 6));
+        assert!(!tsn_lt(6, 5));
+        assert!(tsn_le(7, 7));
+        assert!(tsn_lt(0x7fff_ffff, 0x8000_0000));
+    }
 }
