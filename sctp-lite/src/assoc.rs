@@ -1239,7 +1239,8 @@ impl Association {
         let vt = h.verification_tag;
         self.last_activity = now;
         let mut had_data = false;
-        let mut immediate = false;
+        // §6.7: a SACK goes out at once when a gap is filled.
+        let mut immediate = !self.rx_received.is_empty();
         for c in &chunks {
             if self.state == State::Closed {
                 return;
@@ -1777,7 +1778,9 @@ impl Association {
                 if !tsn_lt(c.tsn, h) {
                     break;
                 }
-                if c.sent_count > 0 && !c.gap_acked && !c.fast_rtx_done {
+                // Only chunks in flight: those T3 already marked are
+                // being resent anyway.
+                if c.in_flight && !c.gap_acked && !c.fast_rtx_done {
                     c.missing = c.missing.saturating_add(1);
                     if c.missing >= 3 {
                         self.stats.fast_retransmits += 1;
