@@ -272,6 +272,10 @@ pub struct Stats {
     pub packets_discarded: u64,
     /// DATA chunks delivered out of TSN order (a gap existed).
     pub out_of_order_data: u64,
+    /// HEARTBEATs sent (§8.3).
+    pub heartbeats_sent: u64,
+    /// HEARTBEAT-ACKs matching our outstanding HEARTBEAT.
+    pub heartbeat_acks: u64,
 }
 
 /// Why [`Association::send`] refused a message.
@@ -901,6 +905,11 @@ impl Association {
     pub fn rto(&self) -> u64 {
         self.rto
     }
+    /// Received user data octets held: in reassembly, or delivered as
+    /// events the user has not taken yet. At most [`Config::recv_buffer`].
+    pub fn recv_buffered(&self) -> usize {
+        self.rx_bytes
+    }
     /// User data octets queued and not yet acknowledged.
     pub fn send_buffered(&self) -> usize {
         self.out_bytes
@@ -1482,6 +1491,7 @@ impl Association {
             return;
         }
         self.hb_outstanding = None;
+        self.stats.heartbeat_acks += 1;
         self.error_count = 0;
         if now >= sent {
             self.rtt_sample(now - sent);
@@ -1765,6 +1775,14 @@ impl Association {
             if advanced && highest_newly_acked.is_none() {
                 highest_newly_acked = Some(cum);
             }
+            // A SACK that shows the peer's window closed below one chunk
+            // answers our zero window probe: the peer is alive and reading
+            // is what it lacks, so it does not count toward
+            // Association.Max.Retrans (§8.1 counts unanswered
+            // retransmissions; §6.1 A asks us to keep probing).
+            if (s.a_rwnd as usize) < self.cfg.max_packet {
+                self.error_count = 0;
+            }
             // §6.2.1 D iv / E: peer rwnd less what is still in flight.
             self.peer_rwnd = (s.a_rwnd as usize).saturating_sub(self.flight) as u32;
         }
@@ -1993,6 +2011,7 @@ impl Association {
             if put!(ChunkRepr::Heartbeat { info: &info }) {
                 self.pending.heartbeat = false;
                 self.hb_outstanding = Some((nonce, now));
+                self.stats.heartbeats_sent += 1;
             }
         }
         let data_ok = matches!(

@@ -140,6 +140,8 @@ struct Side {
     to_send: u32,
     got: BTreeMap<u32, ()>,
     last_ordered: BTreeMap<u16, u32>,
+    /// Whether the application takes what arrives.
+    reading: bool,
 }
 
 impl Side {
@@ -153,12 +155,14 @@ impl Side {
             to_send,
             got: BTreeMap::new(),
             last_ordered: BTreeMap::new(),
+            reading: true,
         }
     }
 
     fn pump_app(&mut self) {
         let Some(a) = self.assoc.as_mut() else { return };
-        while let Some(e) = a.poll_event() {
+        while self.reading {
+            let Some(e) = a.poll_event() else { break };
             if let Event::Message(m) = &e {
                 let idx = m.ppid;
                 let (stream, unordered, data) = msg(1 - self.name, idx);
@@ -570,4 +574,68 @@ fn simultaneous_open_collides_into_one_association() {
         }
     }
     assert_eq!(got.as_deref(), Some(&b"hello"[..]));
+}
+
+#[test]
+fn receiver_that_stops_reading_is_bounded_then_resumes() {
+    let mut sim = Sim::new(21, CLEAN, 30, 0, cfg(1), cfg(2));
+    sim.b.reading = false;
+    // Nothing is taken for a minute of virtual time: B holds at most its
+    // receive buffer, A keeps the rest, and the association survives
+    // (zero window probes are answered).
+    let limit = 60_000 * MS;
+    sim.run(limit, |s| s.now >= limit);
+    let (a, b) = (sim.a.assoc.as_ref().unwrap(), sim.b.assoc.as_ref().unwrap());
+    assert_eq!(b.state(), State::Established);
+    assert_eq!(a.state(), State::Established);
+    assert!(
+        b.recv_buffered() <= 256 * 1024,
+        "B holds {}",
+        b.recv_buffered()
+    );
+    assert!(
+        b.recv_buffered() > 128 * 1024,
+        "B's buffer should have filled: {}",
+        b.recv_buffered()
+    );
+    assert!(a.send_buffered() > 0, "A should be stalled");
+    assert!(sim.a.got.is_empty() && sim.b.got.is_empty());
+    sim.b.reading = true;
+    assert!(
+        sim.run(sim.now + 600_000 * MS, |s| s.all_delivered()),
+        "b got {}/30",
+        sim.b.got.len()
+    );
+}
+
+#[test]
+fn idle_association_exchanges_heartbeats() {
+    let mut sim = Sim::new(22, CLEAN, 2, 2, cfg(1), cfg(2));
+    assert!(sim.run(60_000 * MS, |s| s.all_delivered()));
+    let until = sim.now + 10_000 * MS;
+    sim.run(until, |s| s.now >= until);
+    for side in [&sim.a, &sim.b] {
+        let a = side.assoc.as_ref().unwrap();
+        assert_eq!(a.state(), State::Established);
+        let st = a.stats();
+        assert!(st.heartbeats_sent >= 5, "{st:?}");
+        assert!(st.heartbeat_acks >= 5, "{st:?}");
+        // RTT samples from heartbeats: 10 ms round trips, so RTO.Min.
+        assert_eq!(a.rto(), 50 * MS);
+    }
+}
+
+/// A longer sweep; run with `cargo test -p sctp-lite --test sim -- --ignored`.
+#[test]
+#[ignore]
+fn soak_many_seeds() {
+    for seed in 100..300 {
+        let f = Faults {
+            loss: seed % 7 * 15,
+            dup: seed % 5 * 10,
+            reorder: seed % 3 * 50,
+            corrupt: seed % 4 * 5,
+        };
+        transfer_and_shutdown(seed, f, 25);
+    }
 }
