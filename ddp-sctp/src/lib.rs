@@ -82,6 +82,9 @@ pub enum SessionState {
     /// Terminate received; the session ends once every DDP-SSN before it
     /// has arrived.
     Terminating,
+    /// We sent (or hold) Terminate: what the peer sent before seeing it
+    /// is discarded quietly, and a new Initiate may start a session.
+    Terminated,
 }
 
 /// Why a session ended.
@@ -385,14 +388,15 @@ impl DdpAssociation {
     pub fn initiate(&mut self, stream: u16, private_data: &[u8]) -> Result<(), DdpError> {
         self.prune_acked(stream);
         let s = self.session(stream)?;
-        if s.state != SessionState::Idle {
+        if !matches!(s.state, SessionState::Idle | SessionState::Terminated) {
             return Err(DdpError::WrongState {
                 state: s.state,
                 op: "initiate",
             });
         }
-        // §6.6: no reuse while a prior session's chunk may be outstanding.
-        if !s.unacked.is_empty() {
+        // §6.6: no reuse while a prior session's chunk may be outstanding
+        // (a Terminate still held counts).
+        if !s.unacked.is_empty() || s.held_terminate {
             return Err(DdpError::StreamBusy);
         }
         if private_data.len() > MAX_PRIVATE_DATA {
@@ -461,7 +465,7 @@ impl DdpAssociation {
             });
         }
         s.held_terminate = true;
-        s.state = SessionState::Idle;
+        s.state = SessionState::Terminated;
         self.flush_held(now);
         self.events.push_back(DdpEvent::SessionEnded {
             stream,
@@ -558,8 +562,10 @@ impl DdpAssociation {
         if s.state == SessionState::InitiateReceived {
             self.pending_requests = self.pending_requests.saturating_sub(1);
         }
-        let was_idle = s.state == SessionState::Idle;
-        s.state = SessionState::Idle;
+        let was_idle = matches!(s.state, SessionState::Idle | SessionState::Terminated);
+        if !was_idle {
+            s.state = SessionState::Terminated;
+        }
         // §6.1: terminate the session. An Idle stream has no session to
         // terminate; the stray chunk is only reported.
         if !was_idle {
@@ -638,6 +644,9 @@ impl DdpAssociation {
                     // active side may see the passive side's segments
                     // (DDP-SSN >= 1) before the Accept (DDP-SSN 0): they
                     // are legal in the normative DDP-SSN order.
+                    if state == SessionState::Terminated {
+                        return; // sent before the peer saw our Terminate
+                    }
                     let legal = match state {
                         SessionState::Established => true,
                         SessionState::InitiateSent => sc.ddp_ssn != 0,
@@ -647,7 +656,9 @@ impl DdpAssociation {
                                 sc.ddp_ssn.wrapping_sub(s.rx_next) < t.wrapping_sub(s.rx_next)
                             })
                         }
-                        SessionState::Idle | SessionState::InitiateReceived => false,
+                        SessionState::Idle
+                        | SessionState::InitiateReceived
+                        | SessionState::Terminated => false,
                     };
                     if !legal {
                         self.illegal(
@@ -678,7 +689,12 @@ impl DdpAssociation {
         let state = self.sessions[usize::from(stream)].state;
         match (state, c.function) {
             // §6.2 / §6.4: a new session request starts with DDP-SSN 0.
-            (SessionState::Idle, FunctionCode::Initiate) if c.ddp_ssn == 0 => {
+            // After our Terminate, the peer's own Terminate (or any control
+            // message it sent before seeing ours) ends quietly.
+            (SessionState::Terminated, f) if f != FunctionCode::Initiate || c.ddp_ssn != 0 => {}
+            (SessionState::Idle | SessionState::Terminated, FunctionCode::Initiate)
+                if c.ddp_ssn == 0 =>
+            {
                 let s = &mut self.sessions[usize::from(stream)];
                 s.reset_rx();
                 s.tx_ssn = 0;

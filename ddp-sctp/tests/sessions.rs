@@ -43,17 +43,21 @@ impl Ep for Association {
 type Log = Vec<Vec<u8>>;
 
 fn exchange(a: &mut dyn Ep, b: &mut dyn Ep, log: &mut Log) {
+    exchange_at(0, a, b, log)
+}
+
+fn exchange_at(now: u64, a: &mut dyn Ep, b: &mut dyn Ep, log: &mut Log) {
     let mut buf = vec![0u8; 2048];
     for _ in 0..20 {
         let mut moved = false;
-        while let Some(n) = a.tx(0, &mut buf) {
+        while let Some(n) = a.tx(now, &mut buf) {
             log.push(buf[..n].to_vec());
-            b.rx(0, &buf[..n]);
+            b.rx(now, &buf[..n]);
             moved = true;
         }
-        while let Some(n) = b.tx(0, &mut buf) {
+        while let Some(n) = b.tx(now, &mut buf) {
             log.push(buf[..n].to_vec());
-            a.rx(0, &buf[..n]);
+            a.rx(now, &buf[..n]);
             moved = true;
         }
         if !moved {
@@ -376,5 +380,64 @@ fn peers_without_the_ddp_indication_are_refused() {
     assert_eq!(
         events(&mut a),
         vec![DdpEvent::Closed(CloseReason::AdaptationRefused)]
+    );
+}
+
+#[test]
+fn crossing_terminates_and_late_segments_are_quiet() {
+    let mut log = Log::new();
+    let (mut a, mut b) = pair(&mut log);
+    a.initiate(0, b"").unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    let _ = events(&mut b);
+    b.accept(0, b"").unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    let _ = events(&mut a);
+    // B sends segments and terminates while A terminates too: neither side
+    // may see an illegal sequence (§6.2: each side's final chunk MAY be a
+    // Terminate; at least one side MUST send one).
+    b.send_segment(0, b"late 1").unwrap();
+    b.send_segment(0, b"late 2").unwrap();
+    a.terminate(0, 0).unwrap();
+    b.terminate(0, 0).unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    for (name, ev) in [("a", events(&mut a)), ("b", events(&mut b))] {
+        assert!(
+            !ev.iter().any(|e| matches!(
+                e,
+                DdpEvent::SessionEnded {
+                    why: SessionEnd::IllegalSequence(_),
+                    ..
+                }
+            )),
+            "{name}: {ev:?}"
+        );
+        assert!(
+            ev.contains(&DdpEvent::SessionEnded {
+                stream: 0,
+                why: SessionEnd::LocalTerminated,
+                private_data: vec![]
+            }),
+            "{name}: {ev:?}"
+        );
+    }
+    assert_eq!(a.session_state(0), Some(SessionState::Terminated));
+    // §6.6: not while B's Terminate is unacknowledged (the SACK for it is
+    // delayed)...
+    assert_eq!(b.initiate(0, b"next"), Err(DdpError::StreamBusy));
+    // ...but once the delayed SACK went out, either side may start the next
+    // session on the stream (§6.1: DDP-SSN from zero again).
+    let later = 300_000_000;
+    a.handle_timeout(later);
+    b.handle_timeout(later);
+    exchange_at(later, &mut a, &mut b, &mut log);
+    b.initiate(0, b"next").unwrap();
+    exchange_at(later, &mut a, &mut b, &mut log);
+    assert_eq!(
+        events(&mut a),
+        vec![DdpEvent::SessionRequested {
+            stream: 0,
+            private_data: b"next".to_vec()
+        }]
     );
 }

@@ -525,6 +525,11 @@ fn build_init_ack(
 
 /// Answers INITs with a State Cookie and turns valid COOKIE-ECHOs into
 /// associations (RFC 9260 §5.1.3, §5.1.5). Keeps no per-INIT state.
+///
+/// The caller demultiplexes first: a packet whose ports (and verification
+/// tag) belong to a live association goes to that association, and only
+/// the rest to the listener. Otherwise a retransmitted COOKIE-ECHO (its
+/// COOKIE-ACK lost) would make a second association.
 #[derive(Debug)]
 pub struct Listener {
     cfg: Config,
