@@ -225,6 +225,7 @@ pub struct DdpAssociation {
     pending_requests: usize,
     max_pending_requests: usize,
     connected: bool,
+    early_terminates: u64,
 }
 
 /// Most Initiates pending a ULP decision by default (§6.4: "There MUST be
@@ -258,12 +259,19 @@ impl DdpAssociation {
             pending_requests: 0,
             max_pending_requests: DEFAULT_MAX_PENDING,
             connected: false,
+            early_terminates: 0,
         }
     }
 
     /// Sets the limit on Initiates pending a ULP decision (§6.4).
     pub fn set_max_pending_requests(&mut self, n: usize) {
         self.max_pending_requests = n;
+    }
+
+    /// How many received Terminates arrived before some DDP Segment with
+    /// a lower DDP-SSN (and so waited for it, §6.1 normative order).
+    pub fn early_terminates(&self) -> u64 {
+        self.early_terminates
     }
 
     /// The SCTP association underneath.
@@ -764,6 +772,9 @@ impl DdpAssociation {
                 let s = &mut self.sessions[usize::from(stream)];
                 s.terminate_at = Some(c.ddp_ssn);
                 s.state = SessionState::Terminating;
+                if s.rx_next != c.ddp_ssn.wrapping_add(1) {
+                    self.early_terminates += 1;
+                }
                 self.maybe_finish_terminate(stream);
                 let _ = now;
             }
