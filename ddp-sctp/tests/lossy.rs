@@ -273,5 +273,8 @@ fn sessions_survive_a_faulty_link() {
             st.out_of_order_data > 0 && st.dup_data_received > 0,
             "seed {seed}: {st:?}"
         );
+        early += w.b.as_ref().unwrap().early_terminates();
     }
+    // Some Terminate did overtake its segments, and waited for them.
+    assert!(early > 0);
 }
