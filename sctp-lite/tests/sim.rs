@@ -405,34 +405,44 @@ fn clean_link_every_message_both_ways() {
 
 #[test]
 fn lossy_link_every_message_both_ways() {
-    for seed in 1..=6 {
-        transfer_and_shutdown(
-            seed,
-            Faults {
-                loss: 50,
-                dup: 0,
-                reorder: 0,
-                corrupt: 0,
-            },
-            40,
-        );
-    }
+    let f = Faults {
+        loss: 50,
+        dup: 0,
+        reorder: 0,
+        corrupt: 0,
+    };
+    let st: Vec<_> = (1..=6)
+        .map(|seed| transfer_and_shutdown(seed, f, 40))
+        .collect();
+    // The recovery paths ran: fast retransmit and the T3 timer both.
+    assert!(total(&st, |s| s.fast_retransmits) > 0, "{st:?}");
+    assert!(total(&st, |s| s.t3_expiries) > 0, "{st:?}");
+    assert!(total(&st, |s| s.retransmits) > 0, "{st:?}");
 }
 
 #[test]
 fn duplicating_reordering_corrupting_link() {
-    for seed in 10..=15 {
-        transfer_and_shutdown(
-            seed,
-            Faults {
-                loss: 20,
-                dup: 50,
-                reorder: 100,
-                corrupt: 20,
-            },
-            40,
-        );
-    }
+    let f = Faults {
+        loss: 20,
+        dup: 50,
+        reorder: 100,
+        corrupt: 20,
+    };
+    let st: Vec<_> = (10..=15)
+        .map(|seed| transfer_and_shutdown(seed, f, 40))
+        .collect();
+    assert!(
+        total(&st, |s| s.dup_data_received) > 0,
+        "duplicates were seen"
+    );
+    assert!(
+        total(&st, |s| s.packets_discarded) > 0,
+        "corrupted packets were discarded"
+    );
+    assert!(
+        total(&st, |s| s.out_of_order_data) > 0,
+        "reordered data was seen"
+    );
 }
 
 #[test]
