@@ -2438,6 +2438,119 @@ mod tests {
         assert_eq!(c.send(0, 0, false, b"x"), Err(SendError::NotEstablished));
     }
 
+    /// Packet from `c` to `s` with `chunks`, tag and ports right.
+    fn packet_to(s: &Association, chunks: &[ChunkRepr<'_>]) -> Vec<u8> {
+        let h = HeaderRepr {
+            src_port: s.peer_port(),
+            dst_port: s.local_port(),
+            verification_tag: s.local_tag(),
+        };
+        let mut b = vec![0u8; 2048];
+        let n = wire::emit_packet(&h, chunks, &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    /// Chunks of the next packet `a` sends.
+    fn sent_chunk_types(a: &mut Association) -> Vec<u8> {
+        let mut b = vec![0u8; 2048];
+        let Some(n) = a.poll_transmit(0, &mut b) else {
+            return vec![];
+        };
+        let p = SctpPacket::new_checked(&b[..n]).unwrap();
+        p.chunks().map(|c| c.unwrap().ty).collect()
+    }
+
+    #[test]
+    fn unknown_chunks_follow_their_upper_two_bits() {
+        // RFC 9260 §3.2: 00 stop, 01 stop + report, 10 skip, 11 skip + report.
+        for (ty, delivered, reported) in [
+            (0x3f, false, false),
+            (0x7f, false, true),
+            (0xbf, true, false),
+            (0xff, true, true),
+        ] {
+            let (c, mut s) = pair();
+            while s.poll_event().is_some() {}
+            let data = ChunkRepr::Data(DataRepr {
+                flags: DataFlags {
+                    immediate: true,
+                    unordered: true,
+                    begin: true,
+                    end: true,
+                },
+                tsn: c.init_tsn,
+                stream_id: 0,
+                ssn: 0,
+                ppid: 1,
+                payload: b"after",
+            });
+            let p = packet_to(
+                &s,
+                &[
+                    ChunkRepr::Unknown {
+                        ty,
+                        flags: 0,
+                        value: b"??",
+                    },
+                    data,
+                ],
+            );
+            s.handle_packet(0, &p);
+            let got = matches!(s.poll_event(), Some(Event::Message(_)));
+            assert_eq!(got, delivered, "type {ty:#x}");
+            let types = sent_chunk_types(&mut s);
+            assert_eq!(
+                types.contains(&chunk_type::ERROR),
+                reported,
+                "type {ty:#x}: {types:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn init_ack_reports_unrecognized_parameters() {
+        let mut l = Listener::new(cfg(2)).unwrap();
+        // An INIT with Forward-TSN-Supported (0xC000: skip and report).
+        let b = [
+            0x13, 0x88, 0x00, 0x50, 0, 0, 0, 0, 0, 0, 0, 0, // header
+            0x01, 0x00, 0x00, 0x18, 0x11, 0x22, 0x33, 0x44, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02,
+            0x00, 0x02, 0x00, 0x00, 0x00, 0x01, 0xc0, 0x00, 0x00, 0x04,
+        ];
+        let mut b = b.to_vec();
+        let mut p = SctpPacket::new_unchecked(&mut b[..]);
+        p.fill_checksum();
+        let mut out = vec![0u8; 2048];
+        let ListenOutcome::Reply(n) = l.handle_packet(0, &b, &mut out) else {
+            panic!("no INIT-ACK")
+        };
+        let p = SctpPacket::new_checked(&out[..n]).unwrap();
+        p.verify_checksum().unwrap();
+        assert_eq!(
+            p.verification_tag(),
+            0x1122_3344,
+            "§8.5.1: the INIT's Initiate Tag"
+        );
+        let c = p.chunks().next().unwrap().unwrap();
+        let ChunkRepr::InitAck(ia) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT-ACK")
+        };
+        assert_eq!(
+            ia.params.unrecognized_reported,
+            Some(&[0xc0, 0x00, 0x00, 0x04][..])
+        );
+        assert_eq!(ia.params.state_cookie.map(|c| c.len()), Some(COOKIE_LEN));
+        // The INIT-ACK offers our own counts; the cookie records what both
+        // sides will use, min(our OS, their MIS) and min(our MIS, their OS)
+        // (§5.1.1): 2 each.
+        assert_eq!(ia.num_outbound_streams, 16);
+        let ck = Cookie::decode(ia.params.state_cookie.unwrap(), &cfg(2).secret, 0, SEC).unwrap();
+        assert_eq!(
+            (ck.out_streams, ck.in_streams, ck.peer_tag, ck.peer_tsn),
+            (2, 2, 0x1122_3344, 1)
+        );
+    }
+
     #[test]
     fn tsn_serial_arithmetic_wraps() {
         assert!(tsn_lt(u32::MAX, 0));
