@@ -226,7 +226,14 @@ pub struct DdpAssociation {
     max_pending_requests: usize,
     connected: bool,
     early_terminates: u64,
+    /// Octets of DDP Segments in `events`, and the most we pull from SCTP
+    /// before the ULP takes some (beyond it, SCTP's receive window closes).
+    held: usize,
+    max_held: usize,
 }
+
+/// Default for [`DdpAssociation::set_max_held`]: 1 MiB.
+pub const DEFAULT_MAX_HELD: usize = 1 << 20;
 
 /// Most Initiates pending a ULP decision by default (§6.4: "There MUST be
 /// a finite limit").
@@ -260,6 +267,8 @@ impl DdpAssociation {
             max_pending_requests: DEFAULT_MAX_PENDING,
             connected: false,
             early_terminates: 0,
+            held: 0,
+            max_held: DEFAULT_MAX_HELD,
         }
     }
 
@@ -317,7 +326,22 @@ impl DdpAssociation {
     /// Next event.
     pub fn poll_event(&mut self) -> Option<DdpEvent> {
         self.drain(0);
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        if let Some(DdpEvent::Segment { segment, .. }) = &e {
+            self.held = self.held.saturating_sub(segment.len());
+        }
+        e
+    }
+
+    /// Octets of received DDP Segments waiting in events for the ULP.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Sets how many octets of received segments may wait for the ULP
+    /// before SCTP is left to hold the rest (and close its window).
+    pub fn set_max_held(&mut self, n: usize) {
+        self.max_held = n;
     }
     /// Graceful SCTP shutdown (§11.3: association-level termination is
     /// SCTP's; no per-stream Terminate is sent for it).
@@ -541,7 +565,12 @@ impl DdpAssociation {
     }
 
     fn drain(&mut self, now: u64) {
-        while let Some(e) = self.sctp.poll_event() {
+        // Bounded: a ULP that does not take its events stops the flow here,
+        // and SCTP's receive window does the rest.
+        while self.held < self.max_held {
+            let Some(e) = self.sctp.poll_event() else {
+                break;
+            };
             match e {
                 assoc::Event::Connected => {
                     // sctp-lite refuses peers without the indication
@@ -679,6 +708,7 @@ impl DdpAssociation {
                         self.illegal(stream, "DDP-SSN fails the validity check (RFC 5043 §10)");
                         return;
                     }
+                    self.held += sc.segment.len();
                     self.events.push_back(DdpEvent::Segment {
                         stream,
                         ddp_ssn: sc.ddp_ssn,

@@ -441,3 +441,39 @@ fn crossing_terminates_and_late_segments_are_quiet() {
         }]
     );
 }
+
+#[test]
+fn a_ulp_that_does_not_read_is_bounded() {
+    let mut log = Log::new();
+    let (mut a, mut b) = pair(&mut log);
+    b.set_max_held(8 * 1024);
+    a.initiate(0, b"").unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    let _ = events(&mut b);
+    b.accept(0, b"").unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    let _ = events(&mut a);
+    let seg = vec![5u8; 1000];
+    for _ in 0..200 {
+        let _ = a.send_segment(0, &seg);
+    }
+    // B's ULP takes nothing: B holds at most 8 KiB (plus one segment) of
+    // events, and SCTP's receive buffer the rest.
+    for _ in 0..50 {
+        exchange(&mut a, &mut b, &mut log);
+    }
+    assert!(b.held() <= 8 * 1024 + 1000, "held {}", b.held());
+    assert!(b.held() >= 8 * 1024, "held {}", b.held());
+    assert!(b.sctp().recv_buffered() <= cfg(2).recv_buffer as usize);
+    // Taking the events lets the rest flow.
+    let mut n = 0;
+    for _ in 0..200 {
+        while let Some(e) = b.poll_event() {
+            if matches!(e, DdpEvent::Segment { .. }) {
+                n += 1;
+            }
+        }
+        exchange(&mut a, &mut b, &mut log);
+    }
+    assert_eq!(n, 200);
+}
