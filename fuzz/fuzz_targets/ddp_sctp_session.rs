@@ -10,7 +10,11 @@ use sctp_lite::assoc::{Association, Config, ListenOutcome};
 use sctp_lite::wire::{ChunkRepr, SctpPacket};
 
 fn cfg(s: u8) -> Config {
-    Config { secret: [s; 16], streams: 4, ..Config::default() }
+    Config {
+        secret: [s; 16],
+        streams: 4,
+        ..Config::default()
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -18,21 +22,34 @@ fuzz_target!(|data: &[u8]| {
     let mut l = listener(cfg(2)).expect("config");
     let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
     let n = peer.poll_transmit(0, &mut buf).expect("INIT");
-    let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else { return };
+    let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+        return;
+    };
     peer.handle_packet(0, &out[..m]);
     let n = peer.poll_transmit(0, &mut buf).expect("COOKIE-ECHO");
-    let ListenOutcome::Accept(s) = l.handle_packet(0, &buf[..n], &mut out) else { return };
+    let ListenOutcome::Accept(s) = l.handle_packet(0, &buf[..n], &mut out) else {
+        return;
+    };
     let mut d = DdpAssociation::wrap(*s, cfg(2).max_packet);
     let mut i = 0;
     while i + 3 <= data.len() {
-        let (op, stream, len) = (data[i], u16::from(data[i + 1] & 7), usize::from(data[i + 2]));
+        let (op, stream, len) = (
+            data[i],
+            u16::from(data[i + 1] & 7),
+            usize::from(data[i + 2]),
+        );
         i += 3;
         let body = &data[i..(i + len).min(data.len())];
         i += body.len();
         match op & 7 {
             0 => {
                 let ppid = if op & 8 != 0 { 16 } else { 17 };
-                let _ = peer.send(stream, ppid, op & 16 == 0, if body.is_empty() { &[0] } else { body });
+                let _ = peer.send(
+                    stream,
+                    ppid,
+                    op & 16 == 0,
+                    if body.is_empty() { &[0] } else { body },
+                );
             }
             1 => {
                 let _ = d.initiate(stream, body);

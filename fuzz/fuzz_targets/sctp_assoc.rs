@@ -25,7 +25,8 @@ fn cfg(s: u8) -> Config {
 
 fn check(p: &[u8]) {
     let v = SctpPacket::new_checked(p).expect("emitted packet has a header");
-    v.verify_checksum().expect("emitted packet has a good checksum");
+    v.verify_checksum()
+        .expect("emitted packet has a good checksum");
     for c in v.chunks() {
         ChunkRepr::parse(&c.expect("emitted chunk parses")).expect("emitted chunk has a repr");
     }
@@ -36,10 +37,14 @@ fuzz_target!(|data: &[u8]| {
     let mut l = Listener::new(cfg(2)).expect("config");
     let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
     let n = a.poll_transmit(0, &mut buf).expect("INIT");
-    let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else { return };
+    let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+        return;
+    };
     a.handle_packet(0, &out[..m]);
     let n = a.poll_transmit(0, &mut buf).expect("COOKIE-ECHO");
-    let ListenOutcome::Accept(b) = l.handle_packet(0, &buf[..n], &mut out) else { return };
+    let ListenOutcome::Accept(b) = l.handle_packet(0, &buf[..n], &mut out) else {
+        return;
+    };
     let mut b = *b;
     let mut now = 0u64;
     let mut sides = [&mut a, &mut b];
@@ -70,7 +75,12 @@ fuzz_target!(|data: &[u8]| {
             }
             2 => {
                 let len = usize::from(arg) * 97;
-                let _ = sides[who].send(u16::from(arg & 3), u32::from(arg), arg & 4 != 0, &vec![arg; len.max(1)]);
+                let _ = sides[who].send(
+                    u16::from(arg & 3),
+                    u32::from(arg),
+                    arg & 4 != 0,
+                    &vec![arg; len.max(1)],
+                );
             }
             3 => {
                 now = now.saturating_add(u64::from(arg) * 50_000_000);
@@ -84,7 +94,9 @@ fuzz_target!(|data: &[u8]| {
                 // Forward up to `arg` packets from `who` to the other side,
                 // dropping those whose index bit says so.
                 for k in 0..usize::from(arg % 16) {
-                    let Some(n) = sides[who].poll_transmit(now, &mut buf) else { break };
+                    let Some(n) = sides[who].poll_transmit(now, &mut buf) else {
+                        break;
+                    };
                     check(&buf[..n]);
                     if arg & (1 << (k % 8)) == 0 || k >= 8 {
                         let pkt = buf[..n].to_vec();

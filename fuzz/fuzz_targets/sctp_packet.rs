@@ -15,7 +15,8 @@ fn same(a: &ChunkRepr<'_>, b: &ChunkRepr<'_>) -> bool {
         }
         // INIT / INIT-ACK keep only the parameters this stack knows, so
         // compare the fixed part and what is re-emitted.
-        (ChunkRepr::Init(x), ChunkRepr::Init(y)) | (ChunkRepr::InitAck(x), ChunkRepr::InitAck(y)) => {
+        (ChunkRepr::Init(x), ChunkRepr::Init(y))
+        | (ChunkRepr::InitAck(x), ChunkRepr::InitAck(y)) => {
             x.initiate_tag == y.initiate_tag
                 && x.a_rwnd == y.a_rwnd
                 && x.initial_tsn == y.initial_tsn
@@ -28,13 +29,19 @@ fn same(a: &ChunkRepr<'_>, b: &ChunkRepr<'_>) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     let _ = wire::checksum(data);
-    let Ok(p) = SctpPacket::new_checked(data) else { return };
+    let Ok(p) = SctpPacket::new_checked(data) else {
+        return;
+    };
     let _ = p.verify_checksum();
     for c in p.chunks() {
         let Ok(c) = c else { break };
-        let Ok(r) = ChunkRepr::parse(&c) else { continue };
+        let Ok(r) = ChunkRepr::parse(&c) else {
+            continue;
+        };
         match r {
-            ChunkRepr::Abort { causes, .. } | ChunkRepr::Error { causes } => for _ in Params::new(causes) {},
+            ChunkRepr::Abort { causes, .. } | ChunkRepr::Error { causes } => {
+                for _ in Params::new(causes) {}
+            }
             ChunkRepr::Data(d) => {
                 let _ = ddp_sctp::ControlMessage::parse(d.payload);
                 let _ = ddp_sctp::SegmentChunk::parse(d.payload);

@@ -1300,7 +1300,9 @@ mod tests {
         // RFC 3720 Appendix B.4: 32 octets of zeros -> CRC 0x8a9136aa
         // (the same CRC32c RFC 9260 Appendix A specifies).
         assert_eq!(crc32c::crc32c(&[0u8; 32]), 0x8a91_36aa);
-        // And the checksum octet order: least significant first.
+        // And the checksum octet order: least significant first, as Linux
+        // writes it (net/sctp/checksum.h: `cpu_to_le32(~crc32)` into an
+        // `__le32` field) and as RFC 4960 Appendix B's sample code does.
         let mut p = [0u8; 12];
         let mut v = SctpPacket::new_unchecked(&mut p[..]);
         v.set_checksum(0x8a91_36aa);
