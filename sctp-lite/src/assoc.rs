@@ -520,7 +520,13 @@ fn build_init_ack(
         dst_port: h.src_port,
         verification_tag: init.initiate_tag,
     };
-    emit_one(rh, &ChunkRepr::InitAck(ack), out)
+    // The report of unrecognized parameters is the peer's to size: when it
+    // would not fit the packet, the INIT-ACK goes without it.
+    emit_one(rh, &ChunkRepr::InitAck(ack), out).or_else(|| {
+        let mut bare = ack;
+        bare.params.unrecognized_reported = None;
+        emit_one(rh, &ChunkRepr::InitAck(bare), out)
+    })
 }
 
 /// Answers INITs with a State Cookie and turns valid COOKIE-ECHOs into
@@ -2622,6 +2628,35 @@ mod tests {
             .collect();
         assert_eq!(got, want);
         assert_eq!(c.send_buffered(), 0);
+    }
+
+    #[test]
+    fn oversized_unrecognized_parameter_is_not_reported_but_init_is_answered() {
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let mut b = vec![0x13, 0x88, 0x00, 0x50, 0, 0, 0, 0, 0, 0, 0, 0];
+        let param_len = 1500usize;
+        let chunk_len = 20 + param_len;
+        b.extend_from_slice(&[0x01, 0x00]);
+        b.extend_from_slice(&(chunk_len as u16).to_be_bytes());
+        b.extend_from_slice(&[
+            0x11, 0x22, 0x33, 0x44, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x00, 0x02, 0, 0, 0, 1,
+        ]);
+        b.extend_from_slice(&[0xc0, 0x99]);
+        b.extend_from_slice(&(param_len as u16).to_be_bytes());
+        b.resize(12 + chunk_len, 0xab);
+        let mut p = SctpPacket::new_unchecked(&mut b[..]);
+        p.fill_checksum();
+        let mut out = vec![0u8; 1480];
+        let ListenOutcome::Reply(n) = l.handle_packet(0, &b, &mut out) else {
+            panic!("INIT not answered")
+        };
+        let p = SctpPacket::new_checked(&out[..n]).unwrap();
+        let c = p.chunks().next().unwrap().unwrap();
+        let ChunkRepr::InitAck(ia) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT-ACK")
+        };
+        assert_eq!(ia.params.unrecognized_reported, None);
+        assert!(ia.params.state_cookie.is_some());
     }
 
     #[test]
