@@ -1,0 +1,2670 @@
+//! One SCTP association (RFC 9260), single path, and the [`Listener`] that
+//! answers INITs without keeping state (§5.1.3).
+//!
+//! Sans-IO, in the style of quinn-proto: feed received packets with
+//! [`Association::handle_packet`], take packets to send with
+//! [`Association::poll_transmit`], events with [`Association::poll_event`],
+//! and call [`Association::handle_timeout`] once `now` reaches
+//! [`Association::poll_timeout`]. Time is `now: u64` in nanoseconds from any
+//! origin the caller likes, never read from a clock here.
+//!
+//! # What is implemented
+//!
+//! * Setup with INIT / INIT-ACK / COOKIE-ECHO / COOKIE-ACK (§5.1), the
+//!   State Cookie MAC'd with SipHash-2-4 under the caller's secret
+//!   ([`crate::mac`]) and checked for lifetime and ports (§5.1.5);
+//!   T1-init / T1-cookie retransmission with back-off (§5.1.6).
+//! * Verification tags (§8.5, §8.5.1): every received packet must carry
+//!   our tag, except INIT (tag 0, alone in its packet), ABORT and
+//!   SHUTDOWN COMPLETE (ours, or the peer's with the T bit).
+//! * INIT collision, simplified (§5.2): an INIT in COOKIE-WAIT /
+//!   COOKIE-ECHOED is answered with an INIT-ACK carrying our existing tag
+//!   (§5.2.1); an INIT in ESTABLISHED with one carrying both existing tags
+//!   (§5.2.2). A COOKIE-ECHO whose cookie holds our tag is accepted in
+//!   COOKIE-WAIT / COOKIE-ECHOED (case B) and answered with COOKIE-ACK
+//!   in ESTABLISHED when both tags match (case D). **Not implemented:**
+//!   peer restart (case A) and case C; such cookies are discarded.
+//! * DATA / SACK (§6): TSNs, per-stream SSNs, ordered and unordered
+//!   delivery, fragmentation and reassembly (§6.9) of messages up to
+//!   [`Config::max_message`], gap ack blocks and duplicate TSNs, delayed
+//!   SACK (every second packet or after [`Config::sack_delay`]) and
+//!   immediate SACK on gaps, duplicates and the I bit (RFC 7053).
+//! * Retransmission timer with RFC 9260 §6.3 RTO estimation (Karn), T3
+//!   back-off, fast retransmit on the third miss indication with the HTNA
+//!   rule (§7.2.4), and congestion control (§7.2: cwnd, ssthresh, slow
+//!   start, congestion avoidance with partial_bytes_acked, fast recovery).
+//! * HEARTBEAT (§8.3) on an idle path with RTT sampling, HEARTBEAT-ACK.
+//! * Graceful SHUTDOWN (§9.2) with T2-shutdown, and ABORT (§9.1).
+//! * Unknown chunk types handled by their upper two bits (§3.2): stop or
+//!   skip, with an ERROR "Unrecognized Chunk Type" when asked.
+//! * The Adaptation Layer Indication (RFC 5061 §4.2.7) offered with
+//!   [`Config::adaptation`], and associations refused without the value
+//!   [`Config::require_adaptation`] (RFC 5043 §7.1, §11.1).
+//!
+//! Not implemented: multi-homing and path management (one path),
+//! PR-SCTP, I-DATA, stream reconfiguration, ECN, the T5 shutdown guard
+//! timer, PMTU discovery (the caller gives [`Config::max_packet`]),
+//! reneging (gap-acked data is never dropped), Stale Cookie recovery.
+//!
+//! # What a peer can make us hold
+//!
+//! * Received data not yet read: at most [`Config::recv_buffer`] octets
+//!   (DATA beyond it is dropped unacknowledged); TSNs accepted at most
+//!   [`Config::max_tsn_window`] above the cumulative TSN; a message being
+//!   reassembled at most [`Config::max_message`] octets and
+//!   [`Config::max_fragments`] chunks, beyond which the association is
+//!   aborted (Out of Resource).
+//! * One pending HEARTBEAT-ACK (at most one packet), one pending ERROR,
+//!   at most [`MAX_DUP_TSNS`] duplicate TSNs per SACK, at most
+//!   [`MAX_GAP_BLOCKS`] gap blocks per SACK, events: at most the messages
+//!   the receive buffer holds plus a handful of state events.
+//! * The Listener holds nothing per INIT.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::mac::{self, Key};
+use crate::wire::{
+    self, cause_code, chunk_type, param_type, ChunkRepr, DataFlags, DataRepr, DupTsns, GapBlocks,
+    HeaderRepr, InitParams, InitRepr, Params, SackRepr, SctpPacket, UnknownAction,
+    COMMON_HEADER_LEN, DATA_HEADER_LEN,
+};
+
+/// Most duplicate TSNs reported in one SACK.
+pub const MAX_DUP_TSNS: usize = 16;
+/// Most gap ack blocks sent in one SACK.
+pub const MAX_GAP_BLOCKS: usize = 64;
+/// Length of the State Cookie this crate issues.
+pub const COOKIE_LEN: usize = 56;
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+/// Association parameters.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Secret key for the State Cookie MAC and the derivation of tags and
+    /// initial TSNs ([`crate::mac`]). Must be secret and random.
+    pub secret: Key,
+    /// Number of outbound streams offered, and of inbound streams accepted.
+    pub streams: u16,
+    /// Receive buffer, octets: the a_rwnd we start with.
+    pub recv_buffer: u32,
+    /// Send buffer, octets of user data queued and not yet acknowledged.
+    pub send_buffer: usize,
+    /// Largest user message, octets (both directions).
+    pub max_message: usize,
+    /// Most DATA chunks one received message may take.
+    pub max_fragments: usize,
+    /// Largest SCTP packet (path MTU less the IP header), octets.
+    pub max_packet: usize,
+    /// Most TSNs accepted above the cumulative TSN (at most 65535, so gap
+    /// block offsets fit their 16 bits).
+    pub max_tsn_window: u32,
+    /// RTO.Initial (§6.3.1, §16: 1 s).
+    pub rto_initial: u64,
+    /// RTO.Min (1 s).
+    pub rto_min: u64,
+    /// RTO.Max (60 s).
+    pub rto_max: u64,
+    /// Max.Init.Retransmits (8).
+    pub max_init_retransmits: u32,
+    /// Association.Max.Retrans (10).
+    pub max_retransmits: u32,
+    /// HB.interval (30 s); 0 turns heartbeats off.
+    pub heartbeat_interval: u64,
+    /// Delayed SACK timeout (§6.2: at most 500 ms, 200 ms default).
+    pub sack_delay: u64,
+    /// Valid.Cookie.Life (60 s).
+    pub cookie_lifetime: u64,
+    /// Adaptation Layer Indication to send in INIT / INIT-ACK.
+    pub adaptation: Option<u32>,
+    /// When set, associations whose peer does not indicate this value
+    /// are refused (RFC 5043 §7.1, §11.1).
+    pub require_adaptation: Option<u32>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            secret: [0; 16],
+            streams: 16,
+            recv_buffer: 1 << 20,
+            send_buffer: 1 << 20,
+            max_message: 256 * 1024,
+            max_fragments: 1024,
+            max_packet: 1480,
+            max_tsn_window: 8192,
+            rto_initial: SEC,
+            rto_min: SEC,
+            rto_max: 60 * SEC,
+            max_init_retransmits: 8,
+            max_retransmits: 10,
+            heartbeat_interval: 30 * SEC,
+            sack_delay: 200 * MS,
+            cookie_lifetime: 60 * SEC,
+            adaptation: None,
+            require_adaptation: None,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the limits hang together; returns the offending field.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.streams == 0 {
+            return Err("streams must be at least 1");
+        }
+        if self.max_packet < 256 || self.max_packet > 65_535 {
+            return Err("max_packet must be within 256..=65535");
+        }
+        if self.max_tsn_window == 0 || self.max_tsn_window > 65_535 {
+            return Err("max_tsn_window must be within 1..=65535");
+        }
+        let reserve = self.max_packet;
+        if self.max_message == 0
+            || self.max_message.saturating_add(reserve) > self.recv_buffer as usize
+        {
+            return Err("max_message plus max_packet must fit in recv_buffer");
+        }
+        if self.max_message > self.send_buffer {
+            return Err("max_message must fit in send_buffer");
+        }
+        if self.max_fragments == 0 {
+            return Err("max_fragments must be at least 1");
+        }
+        if self.rto_min == 0 || self.rto_min > self.rto_max {
+            return Err("rto_min must be within 1..=rto_max");
+        }
+        Ok(())
+    }
+
+    /// User data octets one DATA chunk carries in a packet of
+    /// [`Config::max_packet`] octets.
+    pub fn max_chunk_payload(&self) -> usize {
+        self.max_packet
+            .saturating_sub(COMMON_HEADER_LEN + DATA_HEADER_LEN)
+    }
+}
+
+/// Association state (RFC 9260 §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// INIT sent.
+    CookieWait,
+    /// COOKIE-ECHO sent.
+    CookieEchoed,
+    /// Data flows both ways.
+    Established,
+    /// Local shutdown asked for; waiting for our data to be acknowledged.
+    ShutdownPending,
+    /// SHUTDOWN sent.
+    ShutdownSent,
+    /// SHUTDOWN received; sending what is left.
+    ShutdownReceived,
+    /// SHUTDOWN-ACK sent.
+    ShutdownAckSent,
+    /// Finished.
+    Closed,
+}
+
+/// Why an association ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// SHUTDOWN sequence completed.
+    Shutdown,
+    /// We sent ABORT at the user's request.
+    LocalAbort,
+    /// The peer sent ABORT; its first error cause code, if any.
+    PeerAbort(Option<u16>),
+    /// Too many retransmissions of INIT / COOKIE-ECHO / DATA / SHUTDOWN /
+    /// HEARTBEAT (§8.1, §5.1.6).
+    Timeout,
+    /// The peer did not indicate the adaptation layer we require
+    /// (RFC 5043 §11.1); we sent ABORT.
+    AdaptationRefused,
+    /// We aborted on a peer's protocol violation or resource exhaustion;
+    /// the cause code we sent.
+    ProtocolError(u16),
+}
+
+/// A received user message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Stream Identifier.
+    pub stream: u16,
+    /// Payload Protocol Identifier.
+    pub ppid: u32,
+    /// Delivered unordered.
+    pub unordered: bool,
+    /// The message.
+    pub data: Vec<u8>,
+}
+
+/// Something the user should know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The association is established.
+    Connected,
+    /// A user message arrived.
+    Message(Message),
+    /// The peer sent an ERROR chunk; its first cause code.
+    PeerError(u16),
+    /// The peer started a shutdown: it sends no new data.
+    ShutdownReceived,
+    /// The association is closed.
+    Closed(CloseReason),
+}
+
+/// Counters, for tests and monitoring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// DATA chunks sent for the first time.
+    pub data_chunks_sent: u64,
+    /// DATA chunks retransmitted (T3 or fast retransmit).
+    pub retransmits: u64,
+    /// Times fast retransmit marked chunks (§7.2.4).
+    pub fast_retransmits: u64,
+    /// T3-rtx expiries (§6.3.3).
+    pub t3_expiries: u64,
+    /// Duplicate DATA chunks received.
+    pub dup_data_received: u64,
+    /// Received packets discarded (checksum, malformed, wrong tag or ports).
+    pub packets_discarded: u64,
+    /// DATA chunks delivered out of TSN order (a gap existed).
+    pub out_of_order_data: u64,
+    /// HEARTBEATs sent (§8.3).
+    pub heartbeats_sent: u64,
+    /// HEARTBEAT-ACKs matching our outstanding HEARTBEAT.
+    pub heartbeat_acks: u64,
+}
+
+/// Why [`Association::send`] refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// Not in ESTABLISHED (or shutting down).
+    NotEstablished,
+    /// Stream number at or above the negotiated outbound stream count.
+    InvalidStream {
+        /// Stream asked for.
+        stream: u16,
+        /// Negotiated outbound streams.
+        streams: u16,
+    },
+    /// Empty message (SCTP carries no empty DATA chunks, §3.3.1).
+    Empty,
+    /// Larger than [`Config::max_message`].
+    TooLarge {
+        /// Message length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Send buffer full; try again after acknowledgements.
+    BufferFull,
+}
+
+/// Timers (RFC 9260 §5.1.6, §6.3, §6.2, §8.3, §9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Timer {
+    /// T1-init / T1-cookie.
+    T1 = 0,
+    /// T2-shutdown.
+    T2 = 1,
+    /// T3-rtx.
+    T3 = 2,
+    /// Delayed SACK.
+    Sack = 3,
+    /// Heartbeat.
+    Heartbeat = 4,
+}
+
+const TIMERS: [Timer; 5] = [
+    Timer::T1,
+    Timer::T2,
+    Timer::T3,
+    Timer::Sack,
+    Timer::Heartbeat,
+];
+
+#[derive(Debug)]
+struct OutChunk {
+    tsn: u32,
+    stream: u16,
+    ssn: u16,
+    ppid: u32,
+    flags: DataFlags,
+    data: Vec<u8>,
+    sent_count: u32,
+    in_flight: bool,
+    gap_acked: bool,
+    needs_rtx: bool,
+    missing: u8,
+    fast_rtx_done: bool,
+}
+
+#[derive(Debug)]
+struct InChunk {
+    stream: u16,
+    ssn: u16,
+    ppid: u32,
+    flags: DataFlags,
+    data: Vec<u8>,
+}
+
+/// What the peer told us in its INIT / INIT-ACK, and what we agreed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cookie {
+    created: u64,
+    local_tag: u32,
+    peer_tag: u32,
+    local_tsn: u32,
+    peer_tsn: u32,
+    peer_rwnd: u32,
+    out_streams: u16,
+    in_streams: u16,
+    local_port: u16,
+    peer_port: u16,
+    peer_adaptation: Option<u32>,
+}
+
+impl Cookie {
+    fn encode(&self, key: &Key) -> [u8; COOKIE_LEN] {
+        let mut b = [0u8; COOKIE_LEN];
+        b[0..4].copy_from_slice(b"SLC1");
+        b[4..12].copy_from_slice(&self.created.to_be_bytes());
+        b[12..16].copy_from_slice(&self.local_tag.to_be_bytes());
+        b[16..20].copy_from_slice(&self.peer_tag.to_be_bytes());
+        b[20..24].copy_from_slice(&self.local_tsn.to_be_bytes());
+        b[24..28].copy_from_slice(&self.peer_tsn.to_be_bytes());
+        b[28..32].copy_from_slice(&self.peer_rwnd.to_be_bytes());
+        b[32..34].copy_from_slice(&self.out_streams.to_be_bytes());
+        b[34..36].copy_from_slice(&self.in_streams.to_be_bytes());
+        b[36..38].copy_from_slice(&self.local_port.to_be_bytes());
+        b[38..40].copy_from_slice(&self.peer_port.to_be_bytes());
+        b[40] = u8::from(self.peer_adaptation.is_some());
+        b[44..48].copy_from_slice(&self.peer_adaptation.unwrap_or(0).to_be_bytes());
+        let m = mac::siphash24(key, &b[..48]);
+        b[48..56].copy_from_slice(&m.to_be_bytes());
+        b
+    }
+
+    /// RFC 9260 §5.1.5 steps 1-3: MAC, then lifetime.
+    fn decode(b: &[u8], key: &Key, now: u64, lifetime: u64) -> Option<Cookie> {
+        if b.len() != COOKIE_LEN || &b[0..4] != b"SLC1" {
+            return None;
+        }
+        let m = mac::siphash24(key, &b[..48]);
+        // Not constant time in the comparison of two u64, which is a single
+        // instruction: no timing channel worth the name.
+        if m.to_be_bytes() != b[48..56] {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u16_at = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+        let mut c8 = [0u8; 8];
+        c8.copy_from_slice(&b[4..12]);
+        let created = u64::from_be_bytes(c8);
+        // RFC 9260 §5.1.5 step 3: a cookie older than its lifespan is stale.
+        if created > now || now - created > lifetime {
+            return None;
+        }
+        Some(Cookie {
+            created,
+            local_tag: u32_at(12),
+            peer_tag: u32_at(16),
+            local_tsn: u32_at(20),
+            peer_tsn: u32_at(24),
+            peer_rwnd: u32_at(28),
+            out_streams: u16_at(32),
+            in_streams: u16_at(34),
+            local_port: u16_at(36),
+            peer_port: u16_at(38),
+            peer_adaptation: if b[40] != 0 { Some(u32_at(44)) } else { None },
+        })
+    }
+}
+
+fn tag_key(secret: &Key) -> Key {
+    mac::derive(secret, b"sctp-lite tags and TSNs")
+}
+
+fn random_pair(key: &Key, now: u64, nonce: u64, ports: (u16, u16)) -> (u32, u32) {
+    let mut m = [0u8; 20];
+    m[..8].copy_from_slice(&now.to_be_bytes());
+    m[8..16].copy_from_slice(&nonce.to_be_bytes());
+    m[16..18].copy_from_slice(&ports.0.to_be_bytes());
+    m[18..20].copy_from_slice(&ports.1.to_be_bytes());
+    let h = mac::siphash24(key, &m);
+    let tag = (h >> 32) as u32;
+    // RFC 9260 §5.3.1: the tag MUST NOT be 0.
+    (if tag == 0 { 1 } else { tag }, h as u32)
+}
+
+/// Serial-number comparison of TSNs (RFC 9260 §1.6, RFC 1982).
+fn tsn_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+fn tsn_le(a: u32, b: u32) -> bool {
+    a == b || tsn_lt(a, b)
+}
+
+/// Checks a packet and returns its chunks, parsed. `None` when it is to
+/// be silently discarded (bad checksum, malformed chunk, §6.8, §3.2).
+fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Vec<ChunkRepr<'_>>)> {
+    let p = SctpPacket::new_checked(bytes).ok()?;
+    p.verify_checksum().ok()?;
+    let h = HeaderRepr::parse(&p);
+    let mut v = Vec::new();
+    // Chunks borrow the original slice, not the view.
+    let mut rest = bytes.get(COMMON_HEADER_LEN..)?;
+    while !rest.is_empty() {
+        let (c, used) = wire::parse_chunk(rest).ok()?;
+        v.push(ChunkRepr::parse(&c).ok()?);
+        rest = rest.get(used..)?;
+        // Bound the per-packet work a peer can ask for.
+        if v.len() > 4096 {
+            return None;
+        }
+    }
+    Some((h, v))
+}
+
+fn emit_one(h: HeaderRepr, c: &ChunkRepr<'_>, out: &mut [u8]) -> Option<usize> {
+    wire::emit_packet(&h, core::slice::from_ref(c), out).ok()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_init_ack(
+    cfg: &Config,
+    now: u64,
+    local_tag: u32,
+    local_tsn: u32,
+    peer_tag_existing: Option<u32>,
+    init: &InitRepr<'_>,
+    h: &HeaderRepr,
+    out: &mut [u8],
+) -> Option<usize> {
+    let cookie = Cookie {
+        created: now,
+        local_tag,
+        peer_tag: peer_tag_existing.unwrap_or(init.initiate_tag),
+        local_tsn,
+        peer_tsn: init.initial_tsn,
+        peer_rwnd: init.a_rwnd,
+        // RFC 9260 §5.1.1: each side uses min(own OS, peer MIS).
+        out_streams: cfg.streams.min(init.num_inbound_streams),
+        in_streams: cfg.streams.min(init.num_outbound_streams),
+        local_port: h.dst_port,
+        peer_port: h.src_port,
+        peer_adaptation: init.params.adaptation,
+    }
+    .encode(&cfg.secret);
+    let ack = InitRepr {
+        initiate_tag: local_tag,
+        a_rwnd: cfg.recv_buffer,
+        num_outbound_streams: cfg.streams,
+        num_inbound_streams: cfg.streams,
+        initial_tsn: local_tsn,
+        params: InitParams {
+            state_cookie: Some(&cookie),
+            adaptation: cfg.adaptation,
+            // §3.3.3: report unknown INIT parameters whose type asks for it.
+            unrecognized_reported: init.params.unrecognized,
+            ..Default::default()
+        },
+    };
+    // §8.5.1: the INIT-ACK carries the INIT's Initiate Tag.
+    let rh = HeaderRepr {
+        src_port: h.dst_port,
+        dst_port: h.src_port,
+        verification_tag: init.initiate_tag,
+    };
+    // The report of unrecognized parameters is the peer's to size: when it
+    // would not fit the packet, the INIT-ACK goes without it.
+    emit_one(rh, &ChunkRepr::InitAck(ack), out).or_else(|| {
+        let mut bare = ack;
+        bare.params.unrecognized_reported = None;
+        emit_one(rh, &ChunkRepr::InitAck(bare), out)
+    })
+}
+
+/// Answers INITs with a State Cookie and turns valid COOKIE-ECHOs into
+/// associations (RFC 9260 §5.1.3, §5.1.5). Keeps no per-INIT state.
+///
+/// The caller demultiplexes first: a packet whose ports (and verification
+/// tag) belong to a live association goes to that association, and only
+/// the rest to the listener. Otherwise a retransmitted COOKIE-ECHO (its
+/// COOKIE-ACK lost) would make a second association.
+#[derive(Debug)]
+pub struct Listener {
+    cfg: Config,
+    key: Key,
+    counter: u64,
+}
+
+/// What a [`Listener`] made of a packet.
+#[derive(Debug)]
+pub enum ListenOutcome {
+    /// Nothing to do (discarded, §8.4).
+    Drop,
+    /// Send the first `n` octets of `out` back to the packet's source.
+    Reply(usize),
+    /// A valid COOKIE-ECHO: the new association, already fed the whole
+    /// packet (COOKIE-ACK and any bundled DATA are in it).
+    Accept(Box<Association>),
+}
+
+impl Listener {
+    /// A listener; `cfg` must pass [`Config::validate`].
+    pub fn new(cfg: Config) -> Result<Self, &'static str> {
+        cfg.validate()?;
+        let key = tag_key(&cfg.secret);
+        Ok(Listener {
+            cfg,
+            key,
+            counter: 0,
+        })
+    }
+
+    /// Handles a packet that belongs to no association.
+    pub fn handle_packet(&mut self, now: u64, bytes: &[u8], out: &mut [u8]) -> ListenOutcome {
+        let Some((h, chunks)) = parse_all(bytes) else {
+            return ListenOutcome::Drop;
+        };
+        let Some(first) = chunks.first() else {
+            return ListenOutcome::Drop;
+        };
+        match first {
+            ChunkRepr::Init(init) => {
+                // §8.5.1 A, §6.10: INIT has tag 0 and is alone in its packet.
+                if h.verification_tag != 0 || chunks.len() != 1 {
+                    return ListenOutcome::Drop;
+                }
+                if let Some(want) = self.cfg.require_adaptation {
+                    if init.params.adaptation != Some(want) {
+                        // RFC 5043 §7.1, §11.1: refuse, with ABORT carrying
+                        // the INIT's Initiate Tag (§8.4, §5.1 note).
+                        let (cause, n) = adaptation_cause(init.params.adaptation);
+                        let rh = HeaderRepr {
+                            src_port: h.dst_port,
+                            dst_port: h.src_port,
+                            verification_tag: init.initiate_tag,
+                        };
+                        return match emit_one(
+                            rh,
+                            &ChunkRepr::Abort {
+                                t_bit: false,
+                                causes: &cause[..n],
+                            },
+                            out,
+                        ) {
+                            Some(n) => ListenOutcome::Reply(n),
+                            None => ListenOutcome::Drop,
+                        };
+                    }
+                }
+                self.counter = self.counter.wrapping_add(1);
+                let (tag, tsn) =
+                    random_pair(&self.key, now, self.counter, (h.dst_port, h.src_port));
+                match build_init_ack(&self.cfg, now, tag, tsn, None, init, &h, out) {
+                    Some(n) => ListenOutcome::Reply(n),
+                    None => ListenOutcome::Drop,
+                }
+            }
+            ChunkRepr::CookieEcho { cookie } => {
+                let Some(c) =
+                    Cookie::decode(cookie, &self.cfg.secret, now, self.cfg.cookie_lifetime)
+                else {
+                    return ListenOutcome::Drop;
+                };
+                // §5.1.5 / §8.5.1: tag and ports must be the cookie's.
+                if h.verification_tag != c.local_tag
+                    || h.dst_port != c.local_port
+                    || h.src_port != c.peer_port
+                {
+                    return ListenOutcome::Drop;
+                }
+                let mut a = Association::from_cookie(self.cfg.clone(), &c, now);
+                a.handle_packet(now, bytes);
+                ListenOutcome::Accept(Box::new(a))
+            }
+            _ => match out_of_the_blue(bytes, out) {
+                Some(n) => ListenOutcome::Reply(n),
+                None => ListenOutcome::Drop,
+            },
+        }
+    }
+}
+
+/// The answer to an out-of-the-blue packet (RFC 9260 §8.4), one that
+/// belongs to no association (or to one already closed): SHUTDOWN COMPLETE
+/// to a SHUTDOWN ACK (item 5), nothing to ABORT, SHUTDOWN COMPLETE, COOKIE
+/// ACK (items 2, 6, 7) or INIT / COOKIE ECHO (left to a [`Listener`]), and
+/// ABORT to anything else (item 8); both with the packet's tag reflected
+/// and the T bit set. Returns the reply's length in `out`.
+pub fn out_of_the_blue(bytes: &[u8], out: &mut [u8]) -> Option<usize> {
+    let (h, chunks) = parse_all(bytes)?;
+    let has = |t: u8| chunks.iter().any(|c| c.chunk_type() == t);
+    if chunks.is_empty()
+        || has(chunk_type::ABORT)
+        || has(chunk_type::SHUTDOWN_COMPLETE)
+        || has(chunk_type::COOKIE_ACK)
+        || has(chunk_type::INIT)
+        || has(chunk_type::COOKIE_ECHO)
+    {
+        return None;
+    }
+    let rh = HeaderRepr {
+        src_port: h.dst_port,
+        dst_port: h.src_port,
+        verification_tag: h.verification_tag,
+    };
+    let reply = if has(chunk_type::SHUTDOWN_ACK) {
+        ChunkRepr::ShutdownComplete { t_bit: true }
+    } else {
+        ChunkRepr::Abort {
+            t_bit: true,
+            causes: &[],
+        }
+    };
+    emit_one(rh, &reply, out)
+}
+
+fn adaptation_cause(got: Option<u32>) -> ([u8; 16], usize) {
+    match got {
+        // Missing Mandatory Parameter: count 1, the missing type.
+        None => {
+            let mut v = [0u8; 6];
+            v[0..4].copy_from_slice(&1u32.to_be_bytes());
+            v[4..6].copy_from_slice(&param_type::ADAPTATION_LAYER_INDICATION.to_be_bytes());
+            wire::error_cause(cause_code::MISSING_MANDATORY_PARAMETER, &v)
+        }
+        Some(_) => wire::error_cause(cause_code::INVALID_MANDATORY_PARAMETER, &[]),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    init: bool,
+    cookie_echo: bool,
+    cookie_ack: bool,
+    sack: bool,
+    shutdown: bool,
+    shutdown_ack: bool,
+    shutdown_complete: bool,
+    heartbeat: bool,
+    abort: Option<([u8; 16], usize)>,
+    heartbeat_ack: Option<Vec<u8>>,
+    error: Option<Vec<u8>>,
+    init_ack: Option<Vec<u8>>,
+}
+
+/// One SCTP association.
+#[derive(Debug)]
+pub struct Association {
+    cfg: Config,
+    state: State,
+    local_port: u16,
+    peer_port: u16,
+    local_tag: u32,
+    peer_tag: u32,
+    tag_key: Key,
+    nonce: u64,
+    timers: [Option<u64>; 5],
+    pending: Pending,
+    events: VecDeque<Event>,
+    init_retries: u32,
+    cookie: Vec<u8>,
+    init_tsn: u32,
+    peer_adaptation: Option<u32>,
+    out_streams: u16,
+    in_streams: u16,
+    // Sending.
+    next_tsn: u32,
+    /// Highest TSN the peer acknowledged cumulatively.
+    peer_cum_ack: u32,
+    out: VecDeque<OutChunk>,
+    out_bytes: usize,
+    next_ssn_out: Vec<u16>,
+    peer_rwnd: u32,
+    cwnd: usize,
+    ssthresh: usize,
+    partial_bytes_acked: usize,
+    flight: usize,
+    fast_recovery_exit: Option<u32>,
+    rto: u64,
+    srtt: Option<(u64, u64)>,
+    rtt_probe: Option<(u32, u64)>,
+    error_count: u32,
+    hb_outstanding: Option<(u64, u64)>,
+    last_activity: u64,
+    /// One packet of retransmissions may ignore cwnd (§6.3.3 E3, §7.2.4 3).
+    rtx_burst: bool,
+    stats: Stats,
+    // Receiving.
+    rx_cum: u64,
+    rx_received: BTreeSet<u64>,
+    rx_chunks: BTreeMap<u64, InChunk>,
+    rx_bytes: usize,
+    next_ssn_in: Vec<u16>,
+    ready: BTreeMap<(u16, u16), (u64, u64)>,
+    dups: Vec<u32>,
+    data_packets_unacked: u32,
+    last_rwnd_sent: u32,
+}
+
+impl Association {
+    /// Starts an association: the first [`Association::poll_transmit`]
+    /// gives the INIT. `nonce` makes tags differ between associations
+    /// opened at the same `now`.
+    pub fn connect(
+        cfg: Config,
+        local_port: u16,
+        peer_port: u16,
+        now: u64,
+        nonce: u64,
+    ) -> Result<Self, &'static str> {
+        cfg.validate()?;
+        let key = tag_key(&cfg.secret);
+        let (tag, tsn) = random_pair(&key, now, nonce, (local_port, peer_port));
+        let mut a = Self::blank(cfg, key, local_port, peer_port, tag, tsn, now);
+        a.state = State::CookieWait;
+        a.pending.init = true;
+        a.set_timer(Timer::T1, now.saturating_add(a.rto));
+        Ok(a)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn blank(
+        cfg: Config,
+        tag_key: Key,
+        local_port: u16,
+        peer_port: u16,
+        tag: u32,
+        tsn: u32,
+        now: u64,
+    ) -> Self {
+        let rto = cfg.rto_initial.clamp(cfg.rto_min, cfg.rto_max);
+        let mtu = cfg.max_packet;
+        let rwnd = cfg.recv_buffer;
+        let streams = usize::from(cfg.streams);
+        Association {
+            state: State::Closed,
+            local_port,
+            peer_port,
+            local_tag: tag,
+            peer_tag: 0,
+            tag_key,
+            nonce: 0,
+            timers: [None; 5],
+            pending: Pending::default(),
+            events: VecDeque::new(),
+            init_retries: 0,
+            cookie: Vec::new(),
+            init_tsn: tsn,
+            peer_adaptation: None,
+            out_streams: cfg.streams,
+            in_streams: cfg.streams,
+            next_tsn: tsn,
+            peer_cum_ack: tsn.wrapping_sub(1),
+            out: VecDeque::new(),
+            out_bytes: 0,
+            next_ssn_out: vec![0; streams],
+            peer_rwnd: 0,
+            // §7.2.1: initial cwnd.
+            cwnd: (4 * mtu).min((2 * mtu).max(4380)),
+            ssthresh: usize::MAX,
+            partial_bytes_acked: 0,
+            flight: 0,
+            fast_recovery_exit: None,
+            rto,
+            srtt: None,
+            rtt_probe: None,
+            error_count: 0,
+            hb_outstanding: None,
+            last_activity: now,
+            rtx_burst: false,
+            stats: Stats::default(),
+            rx_cum: 0,
+            rx_received: BTreeSet::new(),
+            rx_chunks: BTreeMap::new(),
+            rx_bytes: 0,
+            next_ssn_in: vec![0; streams],
+            ready: BTreeMap::new(),
+            dups: Vec::new(),
+            data_packets_unacked: 0,
+            last_rwnd_sent: rwnd,
+            cfg,
+        }
+    }
+
+    fn from_cookie(cfg: Config, c: &Cookie, now: u64) -> Self {
+        let key = tag_key(&cfg.secret);
+        let mut a = Self::blank(
+            cfg,
+            key,
+            c.local_port,
+            c.peer_port,
+            c.local_tag,
+            c.local_tsn,
+            now,
+        );
+        a.adopt(c);
+        a.state = State::Established;
+        a.pending.cookie_ack = true;
+        a.events.push_back(Event::Connected);
+        a.arm_heartbeat(now);
+        a
+    }
+
+    fn adopt(&mut self, c: &Cookie) {
+        self.peer_tag = c.peer_tag;
+        self.peer_rwnd = c.peer_rwnd;
+        // §7.2.1: initial ssthresh may be arbitrarily high; we use a_rwnd.
+        self.ssthresh = c.peer_rwnd as usize;
+        self.out_streams = c.out_streams;
+        self.in_streams = c.in_streams;
+        self.next_ssn_out = vec![0; usize::from(c.out_streams)];
+        self.next_ssn_in = vec![0; usize::from(c.in_streams)];
+        // Unwrapped TSN space: start at 2^32 so that cum - 1 never underflows.
+        self.rx_cum = (1u64 << 32) | u64::from(c.peer_tsn.wrapping_sub(1));
+        self.peer_adaptation = c.peer_adaptation;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    /// Current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+    /// Whether the association has ended.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+    /// Our verification tag (packets to us carry it).
+    pub fn local_tag(&self) -> u32 {
+        self.local_tag
+    }
+    /// The peer's verification tag (0 until known).
+    pub fn peer_tag(&self) -> u32 {
+        self.peer_tag
+    }
+    /// Local port.
+    pub fn local_port(&self) -> u16 {
+        self.local_port
+    }
+    /// Peer port.
+    pub fn peer_port(&self) -> u16 {
+        self.peer_port
+    }
+    /// The peer's Adaptation Layer Indication, once known.
+    pub fn peer_adaptation(&self) -> Option<u32> {
+        self.peer_adaptation
+    }
+    /// Negotiated (outbound, inbound) stream counts.
+    pub fn streams(&self) -> (u16, u16) {
+        (self.out_streams, self.in_streams)
+    }
+    /// Congestion window, octets.
+    pub fn cwnd(&self) -> usize {
+        self.cwnd
+    }
+    /// Current RTO, ns.
+    pub fn rto(&self) -> u64 {
+        self.rto
+    }
+    /// Received user data octets held: in reassembly, or delivered as
+    /// events the user has not taken yet. At most [`Config::recv_buffer`].
+    pub fn recv_buffered(&self) -> usize {
+        self.rx_bytes
+    }
+    /// User data octets queued and not yet acknowledged.
+    pub fn send_buffered(&self) -> usize {
+        self.out_bytes
+    }
+    /// User data one DATA chunk carries without fragmentation.
+    pub fn max_chunk_payload(&self) -> usize {
+        self.cfg.max_chunk_payload()
+    }
+    /// Whether a TSN we sent is still unacknowledged cumulatively. TSNs
+    /// come from [`Association::send`]'s return value.
+    pub fn is_acked(&self, tsn: u32) -> bool {
+        tsn_le(tsn, self.peer_cum_ack)
+    }
+
+    fn set_timer(&mut self, t: Timer, at: u64) {
+        self.timers[t as usize] = Some(at);
+    }
+    fn stop_timer(&mut self, t: Timer) {
+        self.timers[t as usize] = None;
+    }
+    fn arm_heartbeat(&mut self, now: u64) {
+        if self.cfg.heartbeat_interval > 0 {
+            self.set_timer(
+                Timer::Heartbeat,
+                now.saturating_add(self.cfg.heartbeat_interval)
+                    .saturating_add(self.rto),
+            );
+        }
+    }
+
+    /// Earliest deadline, if any timer runs.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.timers.iter().flatten().copied().min()
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let e = self.events.pop_front()?;
+        if let Event::Message(m) = &e {
+            self.rx_bytes = self.rx_bytes.saturating_sub(m.data.len());
+            // §6.2: tell the peer when the window opened a lot.
+            if self.last_rwnd_sent < self.cfg.recv_buffer / 2
+                && self.a_rwnd() >= self.cfg.recv_buffer / 2
+            {
+                self.pending.sack = true;
+            }
+        }
+        Some(e)
+    }
+
+    fn a_rwnd(&self) -> u32 {
+        (self.cfg.recv_buffer as usize).saturating_sub(self.rx_bytes) as u32
+    }
+
+    fn close(&mut self, r: CloseReason) {
+        if self.state != State::Closed {
+            self.state = State::Closed;
+            self.timers = [None; 5];
+            self.events.push_back(Event::Closed(r));
+        }
+    }
+
+    /// Sends ABORT (§9.1) and closes.
+    pub fn abort(&mut self) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.pending.abort = Some(wire::error_cause(cause_code::USER_INITIATED_ABORT, &[]));
+        self.close(CloseReason::LocalAbort);
+    }
+
+    fn abort_with(&mut self, code: u16, reason: CloseReason) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.pending.abort = Some(wire::error_cause(code, &[]));
+        self.close(reason);
+    }
+
+    /// Starts a graceful shutdown (§9.2): queued data is still delivered.
+    pub fn shutdown(&mut self, now: u64) {
+        match self.state {
+            State::Established => {
+                self.state = State::ShutdownPending;
+                self.progress_shutdown(now);
+            }
+            State::CookieWait | State::CookieEchoed => self.close(CloseReason::Shutdown),
+            _ => {}
+        }
+    }
+
+    fn progress_shutdown(&mut self, now: u64) {
+        if !self.out.is_empty() {
+            return;
+        }
+        match self.state {
+            State::ShutdownPending => {
+                self.state = State::ShutdownSent;
+                self.pending.shutdown = true;
+                self.stop_timer(Timer::T3);
+                self.set_timer(Timer::T2, now.saturating_add(self.rto));
+            }
+            State::ShutdownReceived => {
+                self.state = State::ShutdownAckSent;
+                self.pending.shutdown_ack = true;
+                self.stop_timer(Timer::T3);
+                self.set_timer(Timer::T2, now.saturating_add(self.rto));
+            }
+            _ => {}
+        }
+    }
+
+    /// Queues a user message; returns the TSN of its last chunk.
+    pub fn send(
+        &mut self,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        data: &[u8],
+    ) -> Result<u32, SendError> {
+        if self.state != State::Established {
+            return Err(SendError::NotEstablished);
+        }
+        if stream >= self.out_streams {
+            return Err(SendError::InvalidStream {
+                stream,
+                streams: self.out_streams,
+            });
+        }
+        if data.is_empty() {
+            return Err(SendError::Empty);
+        }
+        if data.len() > self.cfg.max_message {
+            return Err(SendError::TooLarge {
+                len: data.len(),
+                max: self.cfg.max_message,
+            });
+        }
+        if self.out_bytes.saturating_add(data.len()) > self.cfg.send_buffer {
+            return Err(SendError::BufferFull);
+        }
+        let ssn = if unordered {
+            0
+        } else {
+            let s = &mut self.next_ssn_out[usize::from(stream)];
+            let v = *s;
+            *s = s.wrapping_add(1);
+            v
+        };
+        let per = self.cfg.max_chunk_payload().max(1);
+        let n = data.len().div_ceil(per);
+        let mut last = self.next_tsn;
+        for (i, part) in data.chunks(per).enumerate() {
+            last = self.next_tsn;
+            self.next_tsn = self.next_tsn.wrapping_add(1);
+            self.out.push_back(OutChunk {
+                tsn: last,
+                stream,
+                ssn,
+                ppid,
+                flags: DataFlags {
+                    immediate: false,
+                    unordered,
+                    begin: i == 0,
+                    end: i + 1 == n,
+                },
+                data: part.to_vec(),
+                sent_count: 0,
+                in_flight: false,
+                gap_acked: false,
+                needs_rtx: false,
+                missing: 0,
+                fast_rtx_done: false,
+            });
+        }
+        self.out_bytes += data.len();
+        Ok(last)
+    }
+
+    /// Handles expired timers.
+    pub fn handle_timeout(&mut self, now: u64) {
+        for t in TIMERS {
+            match self.timers[t as usize] {
+                Some(at) if at <= now => {}
+                _ => continue,
+            }
+            self.stop_timer(t);
+            match t {
+                Timer::T1 => {
+                    // §5.1.6: retransmit INIT / COOKIE-ECHO, back off.
+                    self.init_retries += 1;
+                    if self.init_retries > self.cfg.max_init_retransmits {
+                        self.close(CloseReason::Timeout);
+                        return;
+                    }
+                    self.rto = self.rto.saturating_mul(2).min(self.cfg.rto_max);
+                    match self.state {
+                        State::CookieWait => self.pending.init = true,
+                        State::CookieEchoed => self.pending.cookie_echo = true,
+                        _ => continue,
+                    }
+                    self.set_timer(Timer::T1, now.saturating_add(self.rto));
+                }
+                Timer::T2 => {
+                    // §9.2: resend SHUTDOWN / SHUTDOWN-ACK; counts as an error.
+                    if self.count_error() {
+                        return;
+                    }
+                    self.rto = self.rto.saturating_mul(2).min(self.cfg.rto_max);
+                    match self.state {
+                        State::ShutdownSent => self.pending.shutdown = true,
+                        State::ShutdownAckSent => self.pending.shutdown_ack = true,
+                        _ => continue,
+                    }
+                    self.set_timer(Timer::T2, now.saturating_add(self.rto));
+                }
+                Timer::T3 => self.t3_expired(now),
+                Timer::Sack => self.pending.sack = true,
+                Timer::Heartbeat => {
+                    if self.state == State::CookieWait || self.state == State::CookieEchoed {
+                        continue;
+                    }
+                    // §8.3: an unanswered heartbeat counts as an error.
+                    if self.hb_outstanding.is_some() {
+                        self.rto = self.rto.saturating_mul(2).min(self.cfg.rto_max);
+                        if self.count_error() {
+                            return;
+                        }
+                    }
+                    if self.flight == 0 {
+                        self.pending.heartbeat = true;
+                    }
+                    self.arm_heartbeat(now);
+                }
+            }
+        }
+    }
+
+    /// §8.1: returns true when the association was closed.
+    fn count_error(&mut self) -> bool {
+        self.error_count += 1;
+        if self.error_count > self.cfg.max_retransmits {
+            self.abort_with(cause_code::PROTOCOL_VIOLATION, CloseReason::Timeout);
+            // RFC 9260 §8.1 allows sending ABORT; the peer is likely gone,
+            // but it costs one packet.
+            return true;
+        }
+        false
+    }
+
+    fn t3_expired(&mut self, now: u64) {
+        // §6.3.3 E1-E3.
+        self.stats.t3_expiries += 1;
+        let mtu = self.cfg.max_packet;
+        self.ssthresh = (self.cwnd / 2).max(4 * mtu);
+        self.cwnd = mtu;
+        self.partial_bytes_acked = 0;
+        self.rto = self.rto.saturating_mul(2).min(self.cfg.rto_max);
+        self.fast_recovery_exit = None;
+        self.rtt_probe = None;
+        self.rtx_burst = true;
+        for c in self.out.iter_mut() {
+            if c.in_flight && !c.gap_acked {
+                c.needs_rtx = true;
+                c.in_flight = false;
+                self.flight = self.flight.saturating_sub(c.data.len());
+            }
+        }
+        if self.count_error() {
+            return;
+        }
+        if self.out.iter().any(|c| c.sent_count > 0 && !c.gap_acked) {
+            self.set_timer(Timer::T3, now.saturating_add(self.rto));
+        }
+    }
+
+    fn rtt_sample(&mut self, r: u64) {
+        // §6.3.1 C2-C3, alpha 1/8, beta 1/4.
+        let (srtt, rttvar) = match self.srtt {
+            None => (r, r / 2),
+            Some((s, v)) => {
+                let d = s.abs_diff(r);
+                let v = v - v / 4 + d / 4;
+                let s = s - s / 8 + r / 8;
+                (s, v)
+            }
+        };
+        self.srtt = Some((srtt, rttvar));
+        self.rto = srtt
+            .saturating_add(rttvar.saturating_mul(4).max(1))
+            .clamp(self.cfg.rto_min, self.cfg.rto_max);
+    }
+
+    /// RFC 9260 §8.5.1 verification tag rules, ports, and §6.10 (INIT is
+    /// never bundled).
+    fn packet_acceptable(&self, h: &HeaderRepr, chunks: &[ChunkRepr<'_>]) -> bool {
+        if h.dst_port != self.local_port || h.src_port != self.peer_port {
+            return false;
+        }
+        let Some(first) = chunks.first() else {
+            return false;
+        };
+        let vt = h.verification_tag;
+        let tag_ok = match first {
+            ChunkRepr::Init(_) => vt == 0 && chunks.len() == 1,
+            ChunkRepr::Abort { t_bit, .. } | ChunkRepr::ShutdownComplete { t_bit } => {
+                if *t_bit {
+                    vt == self.peer_tag && self.peer_tag != 0
+                } else {
+                    vt == self.local_tag
+                }
+            }
+            // COOKIE-ECHO too: its tag is the one in our INIT-ACK (our own).
+            _ => vt == self.local_tag,
+        };
+        tag_ok
+            && !chunks
+                .iter()
+                .skip(1)
+                .any(|c| matches!(c, ChunkRepr::Init(_)))
+    }
+
+    /// Handles one received SCTP packet (the IP payload).
+    pub fn handle_packet(&mut self, now: u64, bytes: &[u8]) {
+        if self.state == State::Closed {
+            return;
+        }
+        let Some((h, chunks)) = parse_all(bytes) else {
+            self.stats.packets_discarded += 1;
+            return;
+        };
+        if !self.packet_acceptable(&h, &chunks) {
+            self.stats.packets_discarded += 1;
+            return;
+        }
+        let vt = h.verification_tag;
+        self.last_activity = now;
+        let mut had_data = false;
+        // §6.7: a SACK goes out at once when a gap is filled.
+        let mut immediate = !self.rx_received.is_empty();
+        for c in &chunks {
+            if self.state == State::Closed {
+                return;
+            }
+            match c {
+                ChunkRepr::Data(d) => {
+                    if matches!(
+                        self.state,
+                        State::Established
+                            | State::ShutdownPending
+                            | State::ShutdownSent
+                            | State::ShutdownReceived
+                    ) {
+                        had_data = true;
+                        immediate |= d.flags.immediate;
+                        immediate |= self.on_data(d);
+                    }
+                }
+                ChunkRepr::Init(i) => self.on_init(now, &h, i),
+                ChunkRepr::InitAck(i) => self.on_init_ack(now, i),
+                ChunkRepr::CookieEcho { cookie } => self.on_cookie_echo(now, vt, cookie),
+                ChunkRepr::CookieAck => {
+                    if self.state == State::CookieEchoed {
+                        self.stop_timer(Timer::T1);
+                        self.state = State::Established;
+                        self.rto = self
+                            .cfg
+                            .rto_initial
+                            .clamp(self.cfg.rto_min, self.cfg.rto_max);
+                        self.cookie = Vec::new();
+                        self.events.push_back(Event::Connected);
+                        self.arm_heartbeat(now);
+                    }
+                }
+                ChunkRepr::Sack(s) => {
+                    if !matches!(self.state, State::CookieWait | State::CookieEchoed) {
+                        self.on_sack(now, s.cum_tsn_ack, Some(s));
+                    }
+                }
+                ChunkRepr::Heartbeat { info } => {
+                    // §8.3: echo the info unchanged; bounded to one packet.
+                    if info.len() + COMMON_HEADER_LEN + 4 <= self.cfg.max_packet {
+                        self.pending.heartbeat_ack = Some(info.to_vec());
+                    }
+                }
+                ChunkRepr::HeartbeatAck { info } => self.on_heartbeat_ack(now, info),
+                ChunkRepr::Abort { causes, .. } => {
+                    let code = Params::new(causes)
+                        .next()
+                        .and_then(|p| p.ok())
+                        .map(|p| p.ty);
+                    self.close(CloseReason::PeerAbort(code));
+                    return;
+                }
+                ChunkRepr::Shutdown { cum_tsn_ack } => self.on_shutdown(now, *cum_tsn_ack),
+                ChunkRepr::ShutdownAck => {
+                    if matches!(self.state, State::ShutdownSent | State::ShutdownAckSent) {
+                        // §9.2: reply SHUTDOWN COMPLETE and close.
+                        self.pending.shutdown_complete = true;
+                        self.close(CloseReason::Shutdown);
+                        return;
+                    }
+                }
+                ChunkRepr::ShutdownComplete { .. } => {
+                    if self.state == State::ShutdownAckSent {
+                        self.close(CloseReason::Shutdown);
+                        return;
+                    }
+                }
+                ChunkRepr::Error { causes } => {
+                    if let Some(Ok(p)) = Params::new(causes).next() {
+                        if self.events.len() < 64 {
+                            self.events.push_back(Event::PeerError(p.ty));
+                        }
+                    }
+                }
+                ChunkRepr::Unknown { ty, .. } => {
+                    let act = UnknownAction::for_chunk(*ty);
+                    if act.reports() && self.pending.error.is_none() {
+                        // §3.2: "Unrecognized Chunk Type" with the chunk.
+                        let max = self.cfg.max_packet.saturating_sub(COMMON_HEADER_LEN + 8);
+                        self.pending.error = Some(unrecognized_chunk_cause(c, max));
+                    }
+                    if !act.continues() {
+                        break;
+                    }
+                }
+            }
+        }
+        if had_data {
+            self.data_packets_unacked += 1;
+            // §6.2: SACK at least every second packet, at once on gaps or
+            // duplicates (§6.7), or when asked by the I bit (RFC 7053).
+            if immediate
+                || self.data_packets_unacked >= 2
+                || !self.rx_received.is_empty()
+                || !self.dups.is_empty()
+            {
+                self.pending.sack = true;
+            } else if self.timers[Timer::Sack as usize].is_none() {
+                self.set_timer(Timer::Sack, now.saturating_add(self.cfg.sack_delay));
+            }
+            if self.state == State::ShutdownSent {
+                // §9.2: answer each DATA packet with SHUTDOWN, restart T2.
+                self.pending.shutdown = true;
+                self.set_timer(Timer::T2, now.saturating_add(self.rto));
+            }
+        }
+    }
+
+    fn on_init(&mut self, now: u64, h: &HeaderRepr, init: &InitRepr<'_>) {
+        let existing = match self.state {
+            // §5.2.1: INIT-ACK with our original tag; the peer's stays unknown.
+            State::CookieWait | State::CookieEchoed => None,
+            // §5.2.2: unexpected INIT; the cookie holds both existing tags.
+            State::Established
+            | State::ShutdownPending
+            | State::ShutdownReceived
+            | State::ShutdownSent => Some(self.peer_tag),
+            // §9.2: in SHUTDOWN-ACK-SENT an INIT is answered with SHUTDOWN-ACK.
+            State::ShutdownAckSent => {
+                self.pending.shutdown_ack = true;
+                return;
+            }
+            State::Closed => return,
+        };
+        if let Some(want) = self.cfg.require_adaptation {
+            if init.params.adaptation != Some(want) {
+                return;
+            }
+        }
+        let mut buf = vec![0u8; self.cfg.max_packet.max(COMMON_HEADER_LEN + 128)];
+        if let Some(n) = build_init_ack(
+            &self.cfg,
+            now,
+            self.local_tag,
+            self.init_tsn,
+            existing,
+            init,
+            h,
+            &mut buf,
+        ) {
+            buf.truncate(n);
+            self.pending.init_ack = Some(buf);
+        }
+    }
+
+    fn on_init_ack(&mut self, now: u64, i: &InitRepr<'_>) {
+        if self.state != State::CookieWait {
+            return; // §5.2.3: discard.
+        }
+        let Some(cookie) = i.params.state_cookie else {
+            return;
+        };
+        self.peer_tag = i.initiate_tag;
+        if let Some(want) = self.cfg.require_adaptation {
+            if i.params.adaptation != Some(want) {
+                // RFC 5043 §11.1: the peer does not do DDP; no DDP
+                // procedure may run on this association. We end it.
+                let (cause, n) = adaptation_cause(i.params.adaptation);
+                self.pending.abort = Some((cause, n));
+                self.close(CloseReason::AdaptationRefused);
+                return;
+            }
+        }
+        // Bounded: the cookie goes back in one packet.
+        if cookie.len() + COMMON_HEADER_LEN + 4 > self.cfg.max_packet {
+            self.abort_with(
+                cause_code::OUT_OF_RESOURCE,
+                CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE),
+            );
+            return;
+        }
+        let c = Cookie {
+            created: now,
+            local_tag: self.local_tag,
+            peer_tag: i.initiate_tag,
+            local_tsn: self.init_tsn,
+            peer_tsn: i.initial_tsn,
+            peer_rwnd: i.a_rwnd,
+            out_streams: self.cfg.streams.min(i.num_inbound_streams),
+            in_streams: self.cfg.streams.min(i.num_outbound_streams),
+            local_port: self.local_port,
+            peer_port: self.peer_port,
+            peer_adaptation: i.params.adaptation,
+        };
+        self.adopt(&c);
+        self.cookie = cookie.to_vec();
+        self.state = State::CookieEchoed;
+        self.pending.init = false;
+        self.pending.cookie_echo = true;
+        self.init_retries = 0;
+        self.set_timer(Timer::T1, now.saturating_add(self.rto));
+    }
+
+    fn on_cookie_echo(&mut self, now: u64, vt: u32, cookie: &[u8]) {
+        let Some(c) = Cookie::decode(cookie, &self.cfg.secret, now, self.cfg.cookie_lifetime)
+        else {
+            return;
+        };
+        if vt != c.local_tag
+            || c.local_tag != self.local_tag
+            || c.local_port != self.local_port
+            || c.peer_port != self.peer_port
+        {
+            return;
+        }
+        match self.state {
+            // §5.2.4 case B (and the simultaneous-open D): take the
+            // peer's tag from the cookie, establish.
+            State::CookieWait | State::CookieEchoed => {
+                self.adopt(&c);
+                self.stop_timer(Timer::T1);
+                self.state = State::Established;
+                self.cookie = Vec::new();
+                self.pending.init = false;
+                self.pending.cookie_echo = false;
+                self.pending.cookie_ack = true;
+                self.events.push_back(Event::Connected);
+                self.arm_heartbeat(now);
+            }
+            // §5.2.4 case D: both tags match, ack again.
+            State::Closed => {}
+            _ => {
+                if c.peer_tag == self.peer_tag {
+                    self.pending.cookie_ack = true;
+                }
+                // Case A (peer restart) and C: not implemented, discarded.
+            }
+        }
+    }
+
+    fn on_heartbeat_ack(&mut self, now: u64, info: &[u8]) {
+        let Some((nonce, sent)) = self.hb_outstanding else {
+            return;
+        };
+        // Our info: type 1, length 20, nonce, send time.
+        if info.len() != 20 || info[4..12] != nonce.to_be_bytes() {
+            return;
+        }
+        self.hb_outstanding = None;
+        self.stats.heartbeat_acks += 1;
+        self.error_count = 0;
+        if now >= sent {
+            self.rtt_sample(now - sent);
+        }
+    }
+
+    fn on_shutdown(&mut self, now: u64, cum: u32) {
+        match self.state {
+            State::Established | State::ShutdownPending => {
+                self.on_sack(now, cum, None);
+                if self.state == State::Closed {
+                    return;
+                }
+                self.state = State::ShutdownReceived;
+                self.events.push_back(Event::ShutdownReceived);
+                self.progress_shutdown(now);
+            }
+            State::ShutdownReceived => self.on_sack(now, cum, None),
+            State::ShutdownSent => {
+                // §9.2: SHUTDOWN collision, answer with SHUTDOWN-ACK.
+                self.on_sack(now, cum, None);
+                self.state = State::ShutdownAckSent;
+                self.pending.shutdown_ack = true;
+                self.set_timer(Timer::T2, now.saturating_add(self.rto));
+            }
+            _ => {}
+        }
+    }
+
+    fn unwrap_rx(&self, tsn: u32) -> u64 {
+        let d = tsn.wrapping_sub(self.rx_cum as u32) as i32;
+        self.rx_cum.wrapping_add_signed(i64::from(d))
+    }
+
+    /// Handles one DATA chunk; returns whether a SACK is due at once.
+    fn on_data(&mut self, d: &DataRepr<'_>) -> bool {
+        let t = self.unwrap_rx(d.tsn);
+        if t <= self.rx_cum || self.rx_received.contains(&t) {
+            self.stats.dup_data_received += 1;
+            if self.dups.len() < MAX_DUP_TSNS {
+                self.dups.push(d.tsn);
+            }
+            return true;
+        }
+        if t - self.rx_cum > u64::from(self.cfg.max_tsn_window) {
+            return false; // outside the window: dropped, not acknowledged
+        }
+        let len = d.payload.len();
+        // Keep room for the next in-sequence chunk so a full buffer of
+        // out-of-order data cannot stall the association.
+        let limit = if t == self.rx_cum + 1 {
+            self.cfg.recv_buffer as usize
+        } else {
+            (self.cfg.recv_buffer as usize).saturating_sub(self.cfg.max_packet)
+        };
+        if self.rx_bytes.saturating_add(len) > limit {
+            return true; // dropped: tell the peer our window at once
+        }
+        if t != self.rx_cum + 1 {
+            self.stats.out_of_order_data += 1;
+        }
+        self.rx_received.insert(t);
+        while self.rx_received.remove(&(self.rx_cum + 1)) {
+            self.rx_cum += 1;
+        }
+        if d.stream_id >= self.in_streams {
+            // §6.5: acknowledge the TSN, report Invalid Stream Identifier,
+            // discard the data.
+            if self.pending.error.is_none() {
+                let mut v = [0u8; 4];
+                v[0..2].copy_from_slice(&d.stream_id.to_be_bytes());
+                let (b, n) = wire::error_cause(cause_code::INVALID_STREAM_IDENTIFIER, &v);
+                self.pending.error = Some(b[..n].to_vec());
+            }
+            return true;
+        }
+        self.rx_bytes += len;
+        self.rx_chunks.insert(
+            t,
+            InChunk {
+                stream: d.stream_id,
+                ssn: d.ssn,
+                ppid: d.ppid,
+                flags: d.flags,
+                data: d.payload.to_vec(),
+            },
+        );
+        self.try_deliver(t);
+        false
+    }
+
+    fn same_message(a: &InChunk, b: &InChunk) -> bool {
+        a.stream == b.stream
+            && a.flags.unordered == b.flags.unordered
+            && (a.flags.unordered || a.ssn == b.ssn)
+    }
+
+    /// Looks for the whole message around TSN `t`.
+    fn find_message(&mut self, t: u64) -> Option<(u64, u64)> {
+        let mut first = t;
+        let mut count = 1usize;
+        let mut bytes = self.rx_chunks.get(&t)?.data.len();
+        loop {
+            let c = self.rx_chunks.get(&first)?;
+            if c.flags.begin {
+                break;
+            }
+            let p = self.rx_chunks.get(&(first - 1))?;
+            if p.flags.end || !Self::same_message(c, p) {
+                return None; // hole or mismatch: not complete (yet)
+            }
+            first -= 1;
+            count += 1;
+            bytes += p.data.len();
+            if count > self.cfg.max_fragments || bytes > self.cfg.max_message {
+                self.too_big();
+                return None;
+            }
+        }
+        let mut last = t;
+        loop {
+            let c = self.rx_chunks.get(&last)?;
+            if c.flags.end {
+                break;
+            }
+            let n = self.rx_chunks.get(&(last + 1))?;
+            if n.flags.begin || !Self::same_message(c, n) {
+                return None;
+            }
+            last += 1;
+            count += 1;
+            bytes += n.data.len();
+            if count > self.cfg.max_fragments || bytes > self.cfg.max_message {
+                self.too_big();
+                return None;
+            }
+        }
+        Some((first, last))
+    }
+
+    fn too_big(&mut self) {
+        // A message beyond our reassembly limits: abort (§3.3.10.4 Out of
+        // Resource), as it could never be delivered.
+        self.abort_with(
+            cause_code::OUT_OF_RESOURCE,
+            CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE),
+        );
+    }
+
+    fn deliver(&mut self, first: u64, last: u64) {
+        let mut data = Vec::new();
+        let mut head = None;
+        for t in first..=last {
+            if let Some(c) = self.rx_chunks.remove(&t) {
+                if head.is_none() {
+                    head = Some((c.stream, c.ppid, c.flags.unordered));
+                }
+                data.extend_from_slice(&c.data);
+            }
+        }
+        if let Some((stream, ppid, unordered)) = head {
+            // rx_bytes keeps counting these octets until the user takes them.
+            self.events.push_back(Event::Message(Message {
+                stream,
+                ppid,
+                unordered,
+                data,
+            }));
+        }
+    }
+
+    fn try_deliver(&mut self, t: u64) {
+        let Some((first, last)) = self.find_message(t) else {
+            return;
+        };
+        let Some(c) = self.rx_chunks.get(&first) else {
+            return;
+        };
+        if c.flags.unordered {
+            self.deliver(first, last);
+            return;
+        }
+        let (stream, ssn) = (c.stream, c.ssn);
+        let s = usize::from(stream);
+        if ssn != self.next_ssn_in[s] {
+            self.ready.insert((stream, ssn), (first, last));
+            return;
+        }
+        self.deliver(first, last);
+        self.next_ssn_in[s] = ssn.wrapping_add(1);
+        while let Some((f, l)) = self.ready.remove(&(stream, self.next_ssn_in[s])) {
+            self.deliver(f, l);
+            self.next_ssn_in[s] = self.next_ssn_in[s].wrapping_add(1);
+        }
+    }
+
+    fn on_sack(&mut self, now: u64, cum: u32, sack: Option<&SackRepr<'_>>) {
+        // §6.2.1 D i: a SACK older than the cumulative ack point is ignored.
+        if tsn_lt(cum, self.peer_cum_ack) {
+            return;
+        }
+        // A cum ack beyond anything we sent is a protocol violation.
+        if !tsn_lt(cum, self.next_tsn) {
+            self.abort_with(
+                cause_code::PROTOCOL_VIOLATION,
+                CloseReason::ProtocolError(cause_code::PROTOCOL_VIOLATION),
+            );
+            return;
+        }
+        let flight_before = self.flight;
+        let mut bytes_acked = 0usize;
+        let mut rtt = None;
+        let advanced = cum != self.peer_cum_ack;
+        // Cumulatively acknowledged chunks leave the queue.
+        while let Some(c) = self.out.front() {
+            if !tsn_le(c.tsn, cum) {
+                break;
+            }
+            let Some(c) = self.out.pop_front() else { break };
+            if c.in_flight {
+                self.flight = self.flight.saturating_sub(c.data.len());
+            }
+            if !c.gap_acked {
+                bytes_acked += c.data.len();
+            }
+            if let Some((pt, at)) = self.rtt_probe {
+                if pt == c.tsn && c.sent_count == 1 {
+                    rtt = Some(now.saturating_sub(at));
+                    self.rtt_probe = None;
+                }
+            }
+            self.out_bytes = self.out_bytes.saturating_sub(c.data.len());
+        }
+        self.peer_cum_ack = cum;
+        if advanced {
+            self.error_count = 0;
+        }
+        // Gap blocks: mark what they cover; unmark what they no longer do.
+        let mut highest_newly_acked: Option<u32> = None;
+        if let Some(s) = sack {
+            let mut blocks = [(0u32, 0u32); MAX_GAP_BLOCKS];
+            let mut nb = 0;
+            for (a, b) in s.gap_blocks.iter().take(MAX_GAP_BLOCKS) {
+                if a == 0 || a > b {
+                    continue; // malformed block: ignored
+                }
+                blocks[nb] = (
+                    cum.wrapping_add(u32::from(a)),
+                    cum.wrapping_add(u32::from(b)),
+                );
+                nb += 1;
+            }
+            let blocks = &blocks[..nb];
+            for c in self.out.iter_mut() {
+                if c.sent_count == 0 {
+                    break; // never sent: and nothing after it was either
+                }
+                let covered = blocks
+                    .iter()
+                    .any(|&(a, b)| tsn_le(a, c.tsn) && tsn_le(c.tsn, b));
+                if covered && !c.gap_acked {
+                    c.gap_acked = true;
+                    c.needs_rtx = false;
+                    bytes_acked += c.data.len();
+                    if c.in_flight {
+                        c.in_flight = false;
+                        self.flight = self.flight.saturating_sub(c.data.len());
+                    }
+                    highest_newly_acked = Some(c.tsn);
+                    if let Some((pt, at)) = self.rtt_probe {
+                        if pt == c.tsn && c.sent_count == 1 {
+                            rtt = Some(now.saturating_sub(at));
+                            self.rtt_probe = None;
+                        }
+                    }
+                } else if !covered && c.gap_acked {
+                    // Reneged (§6.2.1 D iii): back to outstanding.
+                    c.gap_acked = false;
+                }
+            }
+            if advanced && highest_newly_acked.is_none() {
+                highest_newly_acked = Some(cum);
+            }
+            // A SACK that shows the peer's window closed below one chunk
+            // answers our zero window probe: the peer is alive and reading
+            // is what it lacks, so it does not count toward
+            // Association.Max.Retrans (§8.1 counts unanswered
+            // retransmissions; §6.1 A asks us to keep probing).
+            if (s.a_rwnd as usize) < self.cfg.max_packet {
+                self.error_count = 0;
+            }
+            // §6.2.1 D iv / E: peer rwnd less what is still in flight.
+            self.peer_rwnd = (s.a_rwnd as usize).saturating_sub(self.flight) as u32;
+        }
+        if let Some(r) = rtt {
+            self.rtt_sample(r);
+        }
+        // §7.2.4: miss indications (HTNA), fast retransmit.
+        let mut start_fr = false;
+        if let Some(h) = highest_newly_acked {
+            for c in self.out.iter_mut() {
+                if !tsn_lt(c.tsn, h) {
+                    break;
+                }
+                // Only chunks in flight: those T3 already marked are
+                // being resent anyway.
+                if c.in_flight && !c.gap_acked && !c.fast_rtx_done {
+                    c.missing = c.missing.saturating_add(1);
+                    if c.missing >= 3 {
+                        self.stats.fast_retransmits += 1;
+                        self.rtx_burst = true;
+                        c.needs_rtx = true;
+                        c.fast_rtx_done = true;
+                        start_fr = true;
+                    }
+                }
+            }
+        }
+        let mtu = self.cfg.max_packet;
+        if let Some(exit) = self.fast_recovery_exit {
+            if tsn_le(exit, cum) {
+                self.fast_recovery_exit = None;
+            }
+        }
+        if start_fr && self.fast_recovery_exit.is_none() {
+            // §7.2.4 step 1-2: enter fast recovery.
+            self.ssthresh = (self.cwnd / 2).max(4 * mtu);
+            self.cwnd = self.ssthresh;
+            self.partial_bytes_acked = 0;
+            self.fast_recovery_exit = Some(self.next_tsn.wrapping_sub(1));
+        } else if bytes_acked > 0 && self.fast_recovery_exit.is_none() {
+            // §7.2.1 / §7.2.2.
+            if self.cwnd <= self.ssthresh {
+                if advanced && flight_before >= self.cwnd.saturating_sub(mtu) {
+                    self.cwnd += bytes_acked.min(mtu);
+                }
+            } else {
+                self.partial_bytes_acked += bytes_acked;
+                if self.partial_bytes_acked >= self.cwnd
+                    && flight_before >= self.cwnd.saturating_sub(mtu)
+                {
+                    self.partial_bytes_acked -= self.cwnd;
+                    self.cwnd += mtu;
+                }
+            }
+        }
+        if self.flight == 0 {
+            self.partial_bytes_acked = 0;
+        }
+        // §6.3.2 R2 / R3: timer.
+        if self.out.iter().all(|c| c.sent_count == 0 || c.gap_acked) {
+            self.stop_timer(Timer::T3);
+        } else if advanced {
+            self.set_timer(Timer::T3, now.saturating_add(self.rto));
+        }
+        self.progress_shutdown(now);
+    }
+
+    fn header(&self) -> HeaderRepr {
+        HeaderRepr {
+            src_port: self.local_port,
+            dst_port: self.peer_port,
+            verification_tag: self.peer_tag,
+        }
+    }
+
+    fn sack_parts(&self) -> (u32, Vec<(u16, u16)>) {
+        let cum = self.rx_cum as u32;
+        let mut gaps: Vec<(u16, u16)> = Vec::new();
+        for &t in &self.rx_received {
+            let off = (t - self.rx_cum).min(u64::from(u16::MAX)) as u16;
+            match gaps.last_mut() {
+                Some(g) if g.1.wrapping_add(1) == off => g.1 = off,
+                _ => {
+                    if gaps.len() == MAX_GAP_BLOCKS {
+                        break;
+                    }
+                    gaps.push((off, off));
+                }
+            }
+        }
+        (cum, gaps)
+    }
+
+    /// Writes the next packet to send into `buf` (at least
+    /// [`Config::max_packet`] octets make every packet fit); returns its
+    /// length, or `None` when there is nothing to send now.
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        let cap = buf.len().min(self.cfg.max_packet);
+        if cap < COMMON_HEADER_LEN + 64 {
+            return None;
+        }
+        let buf = &mut buf[..cap];
+        if let Some((cause, n)) = self.pending.abort.take() {
+            // §8.5.1: ABORT carries the peer's tag; before it is known, the
+            // T bit with our own.
+            let (vt, t_bit) = if self.peer_tag != 0 {
+                (self.peer_tag, false)
+            } else {
+                (self.local_tag, true)
+            };
+            let h = HeaderRepr {
+                verification_tag: vt,
+                ..self.header()
+            };
+            return emit_one(
+                h,
+                &ChunkRepr::Abort {
+                    t_bit,
+                    causes: &cause[..n],
+                },
+                buf,
+            );
+        }
+        if self.pending.shutdown_complete {
+            self.pending.shutdown_complete = false;
+            return emit_one(
+                self.header(),
+                &ChunkRepr::ShutdownComplete { t_bit: false },
+                buf,
+            );
+        }
+        if let Some(p) = self.pending.init_ack.take() {
+            if p.len() <= buf.len() {
+                buf[..p.len()].copy_from_slice(&p);
+                return Some(p.len());
+            }
+        }
+        if self.state == State::Closed {
+            return None;
+        }
+        if self.pending.init {
+            self.pending.init = false;
+            let init = InitRepr {
+                initiate_tag: self.local_tag,
+                a_rwnd: self.cfg.recv_buffer,
+                num_outbound_streams: self.cfg.streams,
+                num_inbound_streams: self.cfg.streams,
+                initial_tsn: self.init_tsn,
+                params: InitParams {
+                    adaptation: self.cfg.adaptation,
+                    ..Default::default()
+                },
+            };
+            let h = HeaderRepr {
+                verification_tag: 0,
+                ..self.header()
+            };
+            return emit_one(h, &ChunkRepr::Init(init), buf);
+        }
+        let h = self.header();
+        let mut at = COMMON_HEADER_LEN;
+        let mut any = false;
+        // Control chunks first (§6.10 bundling order: COOKIE-ECHO first).
+        macro_rules! put {
+            ($c:expr) => {{
+                let c = $c;
+                match c.buffer_len() {
+                    Some(l) if at + l <= buf.len() => {
+                        if let Ok(n) = c.emit(&mut buf[at..]) {
+                            at += n;
+                            any = true;
+                            true
+                        } else {
+                            false
+                        }
+                    }
+                    _ => false,
+                }
+            }};
+        }
+        if self.pending.cookie_echo {
+            let cookie = core::mem::take(&mut self.cookie);
+            if put!(ChunkRepr::CookieEcho { cookie: &cookie }) {
+                self.pending.cookie_echo = false;
+            }
+            self.cookie = cookie;
+        }
+        if self.pending.cookie_ack && put!(ChunkRepr::CookieAck) {
+            self.pending.cookie_ack = false;
+        }
+        if self.pending.shutdown_ack && put!(ChunkRepr::ShutdownAck) {
+            self.pending.shutdown_ack = false;
+        }
+        if self.pending.shutdown
+            && put!(ChunkRepr::Shutdown {
+                cum_tsn_ack: self.rx_cum as u32
+            })
+        {
+            self.pending.shutdown = false;
+            // SHUTDOWN carries the cumulative ack (§9.2).
+            self.after_sack_sent();
+        }
+        if let Some(e) = self.pending.error.take() {
+            if !put!(ChunkRepr::Error { causes: &e }) {
+                self.pending.error = Some(e);
+            }
+        }
+        if let Some(i) = self.pending.heartbeat_ack.take() {
+            if !put!(ChunkRepr::HeartbeatAck { info: &i }) {
+                self.pending.heartbeat_ack = Some(i);
+            }
+        }
+        if self.pending.heartbeat
+            && matches!(
+                self.state,
+                State::Established | State::ShutdownPending | State::ShutdownReceived
+            )
+        {
+            let nonce = mac::siphash24(&self.tag_key, &now.to_be_bytes()) ^ self.nonce;
+            self.nonce = self.nonce.wrapping_add(1);
+            let mut info = [0u8; 20];
+            info[0..2].copy_from_slice(&param_type::HEARTBEAT_INFO.to_be_bytes());
+            info[2..4].copy_from_slice(&20u16.to_be_bytes());
+            info[4..12].copy_from_slice(&nonce.to_be_bytes());
+            info[12..20].copy_from_slice(&now.to_be_bytes());
+            if put!(ChunkRepr::Heartbeat { info: &info }) {
+                self.pending.heartbeat = false;
+                self.hb_outstanding = Some((nonce, now));
+                self.stats.heartbeats_sent += 1;
+            }
+        }
+        let data_ok = matches!(
+            self.state,
+            State::Established | State::ShutdownPending | State::ShutdownReceived
+        );
+        let have_data = data_ok && self.has_sendable();
+        // SACK: when due, or bundled with outgoing data when one is owed.
+        let owe_sack = self.timers[Timer::Sack as usize].is_some() || self.pending.sack;
+        if (self.pending.sack || (have_data && owe_sack))
+            && !matches!(self.state, State::CookieWait | State::CookieEchoed)
+        {
+            let (cum, gaps) = self.sack_parts();
+            let dups = core::mem::take(&mut self.dups);
+            let rwnd = self.a_rwnd();
+            let s = SackRepr {
+                cum_tsn_ack: cum,
+                a_rwnd: rwnd,
+                gap_blocks: GapBlocks::List(&gaps),
+                dup_tsns: DupTsns::List(&dups),
+            };
+            if put!(ChunkRepr::Sack(s)) {
+                self.pending.sack = false;
+                self.last_rwnd_sent = rwnd;
+                self.after_sack_sent();
+            } else {
+                self.dups = dups;
+            }
+        }
+        if data_ok {
+            at = self.put_data(now, buf, at, &mut any);
+        }
+        if !any {
+            return None;
+        }
+        let mut p = SctpPacket::new_unchecked(&mut buf[..at]);
+        p.set_src_port(h.src_port);
+        p.set_dst_port(h.dst_port);
+        p.set_verification_tag(h.verification_tag);
+        p.fill_checksum();
+        Some(at)
+    }
+
+    fn after_sack_sent(&mut self) {
+        self.stop_timer(Timer::Sack);
+        self.data_packets_unacked = 0;
+        self.dups.clear();
+    }
+
+    fn has_sendable(&self) -> bool {
+        self.out.iter().any(|c| c.needs_rtx || c.sent_count == 0)
+    }
+
+    fn put_data(&mut self, now: u64, buf: &mut [u8], mut at: usize, any: &mut bool) -> usize {
+        let mut sent_any = false;
+        // Retransmissions first (§6.3.3 E3, §7.2.4 step 3): the first
+        // packet regardless of cwnd, as those rules allow; later ones within it.
+        let mut rtx_in_packet = false;
+        let burst = core::mem::take(&mut self.rtx_burst);
+        for i in 0..self.out.len() {
+            let c = &self.out[i];
+            if !c.needs_rtx {
+                continue;
+            }
+            if !burst && self.flight >= self.cwnd {
+                break;
+            }
+            let l = DATA_HEADER_LEN + c.data.len();
+            let lp = (l + 3) & !3;
+            if at + lp > buf.len() {
+                break;
+            }
+            let r = ChunkRepr::Data(DataRepr {
+                flags: c.flags,
+                tsn: c.tsn,
+                stream_id: c.stream,
+                ssn: c.ssn,
+                ppid: c.ppid,
+                payload: &c.data,
+            });
+            let Ok(n) = r.emit(&mut buf[at..]) else { break };
+            at += n;
+            let c = &mut self.out[i];
+            self.stats.retransmits += 1;
+            c.needs_rtx = false;
+            c.sent_count += 1;
+            c.missing = 0;
+            if !c.in_flight {
+                c.in_flight = true;
+                self.flight += c.data.len();
+            }
+            if self.rtt_probe.is_some_and(|(t, _)| t == c.tsn) {
+                self.rtt_probe = None; // Karn: no sample from a retransmission
+            }
+            rtx_in_packet = true;
+            sent_any = true;
+        }
+        // New data within cwnd and the peer's window (§6.1 A, B).
+        if !rtx_in_packet {
+            for i in 0..self.out.len() {
+                let c = &self.out[i];
+                if c.sent_count > 0 {
+                    continue;
+                }
+                let len = c.data.len();
+                if self.flight >= self.cwnd {
+                    break;
+                }
+                // §6.1 A: zero window probe when nothing is in flight.
+                if (self.peer_rwnd as usize) < len && self.flight > 0 {
+                    break;
+                }
+                let l = DATA_HEADER_LEN + len;
+                let lp = (l + 3) & !3;
+                if at + lp > buf.len() {
+                    break;
+                }
+                let r = ChunkRepr::Data(DataRepr {
+                    flags: c.flags,
+                    tsn: c.tsn,
+                    stream_id: c.stream,
+                    ssn: c.ssn,
+                    ppid: c.ppid,
+                    payload: &c.data,
+                });
+                let Ok(n) = r.emit(&mut buf[at..]) else { break };
+                at += n;
+                let tsn = c.tsn;
+                let c = &mut self.out[i];
+                self.stats.data_chunks_sent += 1;
+                c.sent_count = 1;
+                c.in_flight = true;
+                self.flight += len;
+                self.peer_rwnd = (self.peer_rwnd as usize).saturating_sub(len) as u32;
+                if self.rtt_probe.is_none() {
+                    self.rtt_probe = Some((tsn, now));
+                }
+                sent_any = true;
+            }
+        }
+        if sent_any {
+            *any = true;
+            self.last_activity = now;
+            // §6.3.2 R1.
+            if self.timers[Timer::T3 as usize].is_none() {
+                self.set_timer(Timer::T3, now.saturating_add(self.rto));
+            }
+            self.arm_heartbeat(now);
+        }
+        at
+    }
+}
+
+fn unrecognized_chunk_cause(c: &ChunkRepr<'_>, max: usize) -> Vec<u8> {
+    // §3.3.10.6: the cause holds the unrecognized chunk; we cut it to
+    // what fits one packet (bounded), keeping the chunk header.
+    let n = c.buffer_len().unwrap_or(0);
+    let mut chunk = vec![0u8; n];
+    let n = c.emit(&mut chunk).unwrap_or(0);
+    chunk.truncate(n.min(max & !3));
+    let mut v = Vec::with_capacity(n + 4);
+    v.extend_from_slice(&cause_code::UNRECOGNIZED_CHUNK_TYPE.to_be_bytes());
+    v.extend_from_slice(&((chunk.len() + 4).min(usize::from(u16::MAX)) as u16).to_be_bytes());
+    v.extend_from_slice(&chunk);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(secret: u8) -> Config {
+        Config {
+            secret: [secret; 16],
+            ..Config::default()
+        }
+    }
+
+    /// Runs the handshake by hand; returns (client, server).
+    fn pair() -> (Association, Association) {
+        let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!("no INIT-ACK")
+        };
+        c.handle_packet(0, &out[..m]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Accept(mut s) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!("no accept")
+        };
+        let n = s.poll_transmit(0, &mut buf).unwrap();
+        c.handle_packet(0, &buf[..n]);
+        assert_eq!(c.state(), State::Established);
+        (c, *s)
+    }
+
+    #[test]
+    fn cookie_round_trips_and_rejects_forgery_and_age() {
+        let key = [7u8; 16];
+        let c = Cookie {
+            created: 1_000,
+            local_tag: 1,
+            peer_tag: 2,
+            local_tsn: 3,
+            peer_tsn: 4,
+            peer_rwnd: 5,
+            out_streams: 6,
+            in_streams: 7,
+            local_port: 8,
+            peer_port: 9,
+            peer_adaptation: Some(1),
+        };
+        let b = c.encode(&key);
+        assert_eq!(Cookie::decode(&b, &key, 2_000, 10_000), Some(c));
+        // Another key: MAC fails (RFC 9260 §5.1.5 step 2).
+        assert_eq!(Cookie::decode(&b, &[8u8; 16], 2_000, 10_000), None);
+        // Any flipped bit: MAC fails.
+        for i in 0..COOKIE_LEN {
+            let mut f = b;
+            f[i] ^= 0x10;
+            assert_eq!(
+                Cookie::decode(&f, &key, 2_000, 10_000),
+                None,
+                "bit flip at {i} accepted"
+            );
+        }
+        // Stale (step 3), and from the future.
+        assert_eq!(Cookie::decode(&b, &key, 20_000, 10_000), None);
+        assert_eq!(Cookie::decode(&b, &key, 999, 10_000), None);
+        // Wrong length.
+        assert_eq!(
+            Cookie::decode(&b[..COOKIE_LEN - 1], &key, 2_000, 10_000),
+            None
+        );
+    }
+
+    #[test]
+    fn handshake_agrees_on_tags_and_listener_checks_the_cookie_key() {
+        let (c, s) = pair();
+        assert_eq!(c.peer_tag(), s.local_tag());
+        assert_eq!(s.peer_tag(), c.local_tag());
+        assert_ne!(c.local_tag(), 0);
+        // A COOKIE-ECHO for a listener with another secret is dropped.
+        let mut c2 = Association::connect(cfg(1), 1000, 2000, 0, 5).unwrap();
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let mut other = Listener::new(cfg(3)).unwrap();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = c2.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        c2.handle_packet(0, &out[..m]);
+        let n = c2.poll_transmit(0, &mut buf).unwrap();
+        assert!(matches!(
+            other.handle_packet(0, &buf[..n], &mut out),
+            ListenOutcome::Drop
+        ));
+        // And the right listener refuses it once stale (Valid.Cookie.Life 60 s).
+        assert!(matches!(
+            l.handle_packet(61 * SEC, &buf[..n], &mut out),
+            ListenOutcome::Drop
+        ));
+        assert!(matches!(
+            l.handle_packet(SEC, &buf[..n], &mut out),
+            ListenOutcome::Accept(_)
+        ));
+    }
+
+    #[test]
+    fn wrong_verification_tag_is_discarded() {
+        let (mut c, mut s) = pair();
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        c.send(0, 1, false, b"x").unwrap();
+        let mut buf = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let mut bad = buf[..n].to_vec();
+        let mut p = SctpPacket::new_unchecked(&mut bad[..]);
+        p.set_verification_tag(s.local_tag() ^ 1);
+        p.fill_checksum();
+        s.handle_packet(0, &bad);
+        assert_eq!(s.stats().packets_discarded, 1);
+        assert!(s.poll_event().is_none());
+        // ABORT with the T bit must carry the peer's tag, not ours.
+        let (ab, m) = wire::error_cause(cause_code::USER_INITIATED_ABORT, &[]);
+        let h = HeaderRepr {
+            src_port: 1000,
+            dst_port: 2000,
+            verification_tag: s.local_tag(),
+        };
+        let k = emit_one(
+            h,
+            &ChunkRepr::Abort {
+                t_bit: true,
+                causes: &ab[..m],
+            },
+            &mut buf,
+        )
+        .unwrap();
+        s.handle_packet(0, &buf[..k]);
+        assert_eq!(s.state(), State::Established);
+        // The right one is accepted.
+        let h = HeaderRepr {
+            src_port: 1000,
+            dst_port: 2000,
+            verification_tag: c.local_tag(),
+        };
+        let k = emit_one(
+            h,
+            &ChunkRepr::Abort {
+                t_bit: true,
+                causes: &ab[..m],
+            },
+            &mut buf,
+        )
+        .unwrap();
+        s.handle_packet(0, &buf[..k]);
+        assert_eq!(s.state(), State::Closed);
+    }
+
+    #[test]
+    fn slow_start_grows_cwnd_and_t3_collapses_it() {
+        let (mut c, mut s) = pair();
+        let mtu = c.cfg.max_packet;
+        let initial = c.cwnd();
+        assert_eq!(initial, (4 * mtu).min((2 * mtu).max(4380)));
+        let mut buf = vec![0u8; 2048];
+        let mut now = 0;
+        for i in 0..40u32 {
+            c.send(0, i, false, &[i as u8; 1000]).unwrap();
+        }
+        for _ in 0..20 {
+            while let Some(n) = c.poll_transmit(now, &mut buf) {
+                s.handle_packet(now, &buf[..n]);
+            }
+            now += 300 * MS;
+            s.handle_timeout(now);
+            while let Some(n) = s.poll_transmit(now, &mut buf) {
+                c.handle_packet(now, &buf[..n]);
+            }
+        }
+        assert!(
+            c.cwnd() > initial,
+            "cwnd {} did not grow from {initial}",
+            c.cwnd()
+        );
+        assert_eq!(c.send_buffered(), 0);
+        // Now lose everything: T3 fires, cwnd drops to one MTU (§6.3.3 E1).
+        c.send(0, 99, false, &[1; 500]).unwrap();
+        assert!(c.poll_transmit(now, &mut buf).is_some());
+        let rto = c.rto();
+        let t = c.poll_timeout().unwrap();
+        assert!(t <= now + rto);
+        c.handle_timeout(t);
+        assert_eq!(c.cwnd(), mtu);
+        assert_eq!(c.stats().t3_expiries, 1);
+        assert_eq!(c.rto(), (rto * 2).min(c.cfg.rto_max));
+        // The retransmission goes out at once.
+        assert!(c.poll_transmit(t, &mut buf).is_some());
+        assert_eq!(c.stats().retransmits, 1);
+    }
+
+    #[test]
+    fn oversized_message_from_peer_aborts_instead_of_stalling() {
+        let mut sc = cfg(2);
+        sc.max_message = 4000;
+        sc.recv_buffer = 64 * 1024;
+        let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+        let mut l = Listener::new(sc).unwrap();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        c.handle_packet(0, &out[..m]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Accept(mut s) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        let n = s.poll_transmit(0, &mut buf).unwrap();
+        c.handle_packet(0, &buf[..n]);
+        c.send(1, 0, false, &[0; 10_000]).unwrap();
+        while let Some(n) = c.poll_transmit(0, &mut buf) {
+            s.handle_packet(0, &buf[..n]);
+        }
+        assert_eq!(s.state(), State::Closed);
+        let mut reason = None;
+        while let Some(e) = s.poll_event() {
+            if let Event::Closed(r) = e {
+                reason = Some(r);
+            }
+        }
+        assert_eq!(
+            reason,
+            Some(CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE))
+        );
+    }
+
+    #[test]
+    fn send_checks_stream_size_and_state() {
+        let (mut c, _s) = pair();
+        let (os, _) = c.streams();
+        assert_eq!(
+            c.send(os, 0, false, b"x"),
+            Err(SendError::InvalidStream {
+                stream: os,
+                streams: os
+            })
+        );
+        assert_eq!(c.send(0, 0, false, b""), Err(SendError::Empty));
+        let big = vec![0u8; c.cfg.max_message + 1];
+        assert!(matches!(
+            c.send(0, 0, false, &big),
+            Err(SendError::TooLarge { .. })
+        ));
+        c.abort();
+        assert_eq!(c.send(0, 0, false, b"x"), Err(SendError::NotEstablished));
+    }
+
+    /// Packet from `c` to `s` with `chunks`, tag and ports right.
+    fn packet_to(s: &Association, chunks: &[ChunkRepr<'_>]) -> Vec<u8> {
+        let h = HeaderRepr {
+            src_port: s.peer_port(),
+            dst_port: s.local_port(),
+            verification_tag: s.local_tag(),
+        };
+        let mut b = vec![0u8; 2048];
+        let n = wire::emit_packet(&h, chunks, &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    /// Chunks of the next packet `a` sends.
+    fn sent_chunk_types(a: &mut Association) -> Vec<u8> {
+        let mut b = vec![0u8; 2048];
+        let Some(n) = a.poll_transmit(0, &mut b) else {
+            return vec![];
+        };
+        let p = SctpPacket::new_checked(&b[..n]).unwrap();
+        p.chunks().map(|c| c.unwrap().ty).collect()
+    }
+
+    #[test]
+    fn unknown_chunks_follow_their_upper_two_bits() {
+        // RFC 9260 §3.2: 00 stop, 01 stop + report, 10 skip, 11 skip + report.
+        for (ty, delivered, reported) in [
+            (0x3f, false, false),
+            (0x7f, false, true),
+            (0xbf, true, false),
+            (0xff, true, true),
+        ] {
+            let (c, mut s) = pair();
+            while s.poll_event().is_some() {}
+            let data = ChunkRepr::Data(DataRepr {
+                flags: DataFlags {
+                    immediate: true,
+                    unordered: true,
+                    begin: true,
+                    end: true,
+                },
+                tsn: c.init_tsn,
+                stream_id: 0,
+                ssn: 0,
+                ppid: 1,
+                payload: b"after",
+            });
+            let p = packet_to(
+                &s,
+                &[
+                    ChunkRepr::Unknown {
+                        ty,
+                        flags: 0,
+                        value: b"??",
+                    },
+                    data,
+                ],
+            );
+            s.handle_packet(0, &p);
+            let got = matches!(s.poll_event(), Some(Event::Message(_)));
+            assert_eq!(got, delivered, "type {ty:#x}");
+            let types = sent_chunk_types(&mut s);
+            assert_eq!(
+                types.contains(&chunk_type::ERROR),
+                reported,
+                "type {ty:#x}: {types:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn init_ack_reports_unrecognized_parameters() {
+        let mut l = Listener::new(cfg(2)).unwrap();
+        // An INIT with Forward-TSN-Supported (0xC000: skip and report).
+        let b = [
+            0x13, 0x88, 0x00, 0x50, 0, 0, 0, 0, 0, 0, 0, 0, // header
+            0x01, 0x00, 0x00, 0x18, 0x11, 0x22, 0x33, 0x44, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02,
+            0x00, 0x02, 0x00, 0x00, 0x00, 0x01, 0xc0, 0x00, 0x00, 0x04,
+        ];
+        let mut b = b.to_vec();
+        let mut p = SctpPacket::new_unchecked(&mut b[..]);
+        p.fill_checksum();
+        let mut out = vec![0u8; 2048];
+        let ListenOutcome::Reply(n) = l.handle_packet(0, &b, &mut out) else {
+            panic!("no INIT-ACK")
+        };
+        let p = SctpPacket::new_checked(&out[..n]).unwrap();
+        p.verify_checksum().unwrap();
+        assert_eq!(
+            p.verification_tag(),
+            0x1122_3344,
+            "§8.5.1: the INIT's Initiate Tag"
+        );
+        let c = p.chunks().next().unwrap().unwrap();
+        let ChunkRepr::InitAck(ia) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT-ACK")
+        };
+        assert_eq!(
+            ia.params.unrecognized_reported,
+            Some(&[0xc0, 0x00, 0x00, 0x04][..])
+        );
+        assert_eq!(ia.params.state_cookie.map(|c| c.len()), Some(COOKIE_LEN));
+        // The INIT-ACK offers our own counts; the cookie records what both
+        // sides will use, min(our OS, their MIS) and min(our MIS, their OS)
+        // (§5.1.1): 2 each.
+        assert_eq!(ia.num_outbound_streams, 16);
+        let ck = Cookie::decode(ia.params.state_cookie.unwrap(), &cfg(2).secret, 0, SEC).unwrap();
+        assert_eq!(
+            (ck.out_streams, ck.in_streams, ck.peer_tag, ck.peer_tsn),
+            (2, 2, 0x1122_3344, 1)
+        );
+    }
+
+    #[test]
+    fn data_crosses_the_tsn_wrap() {
+        // The client's initial TSN just below 2^32: its DATA chunks wrap to
+        // 0, exercising the sender's serial arithmetic and the receiver's
+        // unwrapping, with fragmented and unfragmented, ordered and
+        // unordered messages, and a lost packet in the middle.
+        let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+        let start = u32::MAX - 3;
+        c.init_tsn = start;
+        c.next_tsn = start;
+        c.peer_cum_ack = start.wrapping_sub(1);
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        c.handle_packet(0, &out[..m]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Accept(s) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        let mut s = *s;
+        let n = s.poll_transmit(0, &mut buf).unwrap();
+        c.handle_packet(0, &buf[..n]);
+        let msgs: Vec<Vec<u8>> = (0..12u32)
+            .map(|i| vec![i as u8; 1 + (i as usize * 997) % 4000])
+            .collect();
+        for (i, m) in msgs.iter().enumerate() {
+            c.send(0, i as u32, i % 2 == 0, m).unwrap();
+        }
+        let mut now = 0;
+        let mut dropped = false;
+        let mut got = Vec::new();
+        for _ in 0..40 {
+            while let Some(n) = c.poll_transmit(now, &mut buf) {
+                if !dropped && c.next_tsn.wrapping_sub(start) > 3 {
+                    dropped = true; // lose one packet around the wrap
+                    continue;
+                }
+                s.handle_packet(now, &buf[..n]);
+            }
+            while let Some(n) = s.poll_transmit(now, &mut buf) {
+                c.handle_packet(now, &buf[..n]);
+            }
+            while let Some(e) = s.poll_event() {
+                if let Event::Message(m) = e {
+                    got.push((m.ppid, m.data));
+                }
+            }
+            now += 300 * MS;
+            c.handle_timeout(now);
+            s.handle_timeout(now);
+        }
+        assert!(dropped);
+        // Ordered ones (odd PPIDs, stream 0) in order despite the loss.
+        let ordered: Vec<u32> = got.iter().map(|g| g.0).filter(|p| p % 2 == 1).collect();
+        assert_eq!(ordered, vec![1, 3, 5, 7, 9, 11]);
+        assert!(
+            tsn_lt(start, c.next_tsn) && c.next_tsn < 100,
+            "TSNs wrapped: next {}",
+            c.next_tsn
+        );
+        got.sort();
+        let want: Vec<_> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i as u32, m.clone()))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(c.send_buffered(), 0);
+    }
+
+    #[test]
+    fn oversized_unrecognized_parameter_is_not_reported_but_init_is_answered() {
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let mut b = vec![0x13, 0x88, 0x00, 0x50, 0, 0, 0, 0, 0, 0, 0, 0];
+        let param_len = 1500usize;
+        let chunk_len = 20 + param_len;
+        b.extend_from_slice(&[0x01, 0x00]);
+        b.extend_from_slice(&(chunk_len as u16).to_be_bytes());
+        b.extend_from_slice(&[
+            0x11, 0x22, 0x33, 0x44, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x00, 0x02, 0, 0, 0, 1,
+        ]);
+        b.extend_from_slice(&[0xc0, 0x99]);
+        b.extend_from_slice(&(param_len as u16).to_be_bytes());
+        b.resize(12 + chunk_len, 0xab);
+        let mut p = SctpPacket::new_unchecked(&mut b[..]);
+        p.fill_checksum();
+        let mut out = vec![0u8; 1480];
+        let ListenOutcome::Reply(n) = l.handle_packet(0, &b, &mut out) else {
+            panic!("INIT not answered")
+        };
+        let p = SctpPacket::new_checked(&out[..n]).unwrap();
+        let c = p.chunks().next().unwrap().unwrap();
+        let ChunkRepr::InitAck(ia) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT-ACK")
+        };
+        assert_eq!(ia.params.unrecognized_reported, None);
+        assert!(ia.params.state_cookie.is_some());
+    }
+
+    #[test]
+    fn tsn_serial_arithmetic_wraps() {
+        assert!(tsn_lt(u32::MAX, 0));
+        assert!(tsn_lt(5, 6));
+        assert!(!tsn_lt(6, 5));
+        assert!(tsn_le(7, 7));
+        assert!(tsn_lt(0x7fff_ffff, 0x8000_0000));
+    }
+}
