@@ -6,13 +6,15 @@
 //! to the queue pair's deframer, which places payload into registered memory
 //! as it arrives. [`over_tcp`] runs it over tcp-lite's TCP; [`runtime`] holds
 //! the core-pinned poll loops that drive engines from frame devices, with
-//! lock-free queues to application threads.
+//! lock-free queues to application threads; [`virtual_link`] runs two
+//! engines on a simulated link in virtual time, deterministically.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod over_tcp;
 pub mod runtime;
 pub mod stack;
+pub mod virtual_link;
 
 use iwarp_control::{
     Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,
