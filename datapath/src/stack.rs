@@ -590,6 +590,8 @@ pub struct Stack {
     pending_out: VecDeque<Output>,
     resets: Vec<(Ipv4Address, TcpRepr<'static>)>,
     stats: StackStats,
+    /// The partial-checksum diagnosis was logged.
+    checksum_warned: bool,
 }
 
 impl Stack {
@@ -613,6 +615,7 @@ impl Stack {
             pending_out: VecDeque::new(),
             resets: Vec::new(),
             stats: StackStats::default(),
+            checksum_warned: false,
             cfg,
         }
     }
@@ -1001,6 +1004,12 @@ impl crate::runtime::Engine for Stack {
             .iface
             .receive(frame, now, &mut |f| pending.push(f.to_vec()))
         else {
+            if !self.checksum_warned && self.iface.stats().rx_partial_checksum >= 3 {
+                if let Some(why) = self.iface.stats().checksum_diagnosis() {
+                    tracing::warn!("{why}");
+                    self.checksum_warned = true;
+                }
+            }
             return;
         };
         self.segment(ing.src, &ing.seg, now);

@@ -896,7 +896,10 @@ mod tests {
         assert_eq!(ing.src, PEER);
         let seg = &ing.seg;
         assert_eq!((seg.src_port, seg.dst_port), (40000, 5001));
-        assert_eq!((seg.seq_number, seg.ack_number, seg.window), (1000, 77, 8192));
+        assert_eq!(
+            (seg.seq_number, seg.ack_number, seg.window),
+            (1000, 77, 8192)
+        );
         assert_eq!(seg.flags, TcpFlags::ACK | TcpFlags::PSH);
         assert_eq!(seg.payload, b"hi");
         let st = *i.stats();
@@ -923,5 +926,4 @@ mod tests {
             assert!(i.receive(&f, 0, &mut |_| {}).is_some());
         }
     }
-
 }
