@@ -67,6 +67,9 @@ pub use iwarp_proto::qp::{
 };
 pub use iwarp_proto::wire::TerminateRepr;
 pub use iwarp_xdp::BusyPoll;
+/// A small epoll set and an eventfd (for waiting on [`Cq::notify_fd`] with
+/// other descriptors); any epoll or reactor works as well.
+pub use iwarp_xdp::{Epoll, EventFd};
 pub use stats::{
     AttachMode, ContextStats, DeviceStats, DpdkDeviceStats, IfaceStats, LoopStats, QpCounters,
     QpStats, StackStats, TcpStats, XdpDeviceStats, XskMode,
