@@ -156,6 +156,16 @@ impl HostOptions {
     }
 }
 
+impl HostOptions {
+    /// Refuse bad values before a device is opened.
+    fn check(&self) -> Result<(), Error> {
+        if self.mtu.is_some_and(|m| m < 576) {
+            return Err(Error::InvalidArgument("MTU below 576"));
+        }
+        self.tcp.apply(&mut tcp_lite::tcp::Config::default())
+    }
+}
+
 /// TCP timers and buffers of a context's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpOptions {
@@ -607,6 +617,7 @@ impl Context {
     /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW).
     pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
         let host = &opts.host;
+        host.check()?;
         let xcfg = opts.config();
         let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
@@ -666,6 +677,7 @@ impl Context {
     /// ```
     pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
         let host = &opts.host;
+        host.check()?;
         let open = || dpdk::Port::open(eal, &opts.port, opts.queues);
         let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, open)??,

@@ -161,3 +161,97 @@ fn the_notify_fd_fires_once_per_arming_and_only_for_new_completions() {
         (3, Status::Wc(iwarp::WcStatus::Success))
     );
 }
+
+#[test]
+fn bad_host_options_are_refused_before_a_device_is_opened() {
+    // No such interface either: the options are checked first.
+    let base = iwarp::XdpOptions::new("nosuchif0", std::net::Ipv4Addr::new(10, 0, 0, 1), 24);
+    let mut o = base.clone();
+    o.host.tcp.rto_min = Duration::from_secs(2);
+    o.host.tcp.rto_initial = Duration::from_secs(1);
+    let mut z = base.clone();
+    z.host.tcp.rto_min = Duration::ZERO;
+    let mut b = base.clone();
+    b.host.tcp.rcv_buf = 10;
+    let mut m = base.clone();
+    m.host.mtu = Some(500);
+    for bad in [o, z, b, m] {
+        match Context::af_xdp(&bad) {
+            Err(iwarp::Error::InvalidArgument(_)) => {}
+            other => panic!("{:?}: {other:?}", bad.host),
+        }
+    }
+    // The defaults pass the check and fail at the interface.
+    assert!(matches!(
+        Context::af_xdp(&base),
+        Err(iwarp::Error::Backend(_))
+    ));
+}
+
+/// AF_XDP on a veth pair across two namespaces (root): the options reach
+/// the device, and the stats say what the bind obtained.
+#[test]
+fn af_xdp_options_apply_and_stats_report_the_bind_obtained() {
+    use netns_harness::{End, Netns, VethPair};
+    if let Some(why) = netns_harness::skip_reason() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    // Field order: the veth goes before the namespaces (dropped first).
+    let mut veth = VethPair::new("opsv").unwrap();
+    let (a, b) = (Netns::new("opsa").unwrap(), Netns::new("opsb").unwrap());
+    veth.move_to(End::A, &a).unwrap();
+    veth.move_to(End::B, &b).unwrap();
+    for end in [End::A, End::B] {
+        veth.disable_ipv6(end).unwrap();
+        veth.disable_tx_offload(end).unwrap();
+        veth.set_up(end).unwrap();
+    }
+    let opts = |end: End, ns: &Netns, last: u8| {
+        let mut o =
+            iwarp::XdpOptions::new(veth.name(end), std::net::Ipv4Addr::new(10, 79, 0, last), 24);
+        o.host.netns = Some(ns.ns_path());
+        o.bind = iwarp::XskMode::Copy;
+        o.ring_size = 512;
+        o.rx_frames = 512;
+        o.frame_count = 2048;
+        o.host.mtu = Some(1400);
+        o.host.tcp.rto_min = Duration::from_millis(20);
+        o
+    };
+    let server = Context::af_xdp(&opts(End::A, &a, 1)).unwrap();
+    let client = Context::af_xdp(&opts(End::B, &b, 2)).unwrap();
+    // An option the stack refuses.
+    let mut bad = opts(End::A, &a, 3);
+    bad.host.tcp.rto_min = Duration::from_secs(2);
+    bad.host.tcp.rto_initial = Duration::from_secs(1);
+    assert!(matches!(
+        Context::af_xdp(&bad),
+        Err(iwarp::Error::InvalidArgument(_))
+    ));
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(16), client.create_cq(16));
+    let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
+    let src = cpd.register(vec![3; 64], Access::LOCAL_READ).unwrap();
+    let listener = server.listen(9303, &ListenOptions::new(&spd)).unwrap();
+    let addr = SocketAddrV4::new(server.addr(), 9303);
+    let (c2, co) = (client.clone(), ConnectOptions::new(&cpd, &ccq));
+    let t = std::thread::spawn(move || c2.connect(addr, &co));
+    let req = listener.get_request(T).unwrap();
+    req.post_recv(1, inbox.sge(0, 64)).unwrap();
+    let _sqp = req.accept(&AcceptOptions::default(), &scq).unwrap();
+    let cqp = t.join().unwrap().unwrap();
+    send(&cqp, &src, 7, 64);
+    assert!(scq.wait(T).unwrap().status.is_ok());
+    let st = server.stats().unwrap();
+    let DeviceStats::Xdp(x) = &st.device else {
+        panic!("{st:?}")
+    };
+    assert_eq!(x.bind, iwarp::XskMode::Copy);
+    assert_eq!((x.iface.as_str(), x.queue), (veth.name(End::A), 0));
+    assert!(!x.multi_buffer);
+    assert!(x.socket.rx_frames > 0 && x.socket.tx_frames > 0, "{x:?}");
+    assert!(x.kernel.is_some());
+    assert!(st.to_string().contains("bind Copy"), "{st}");
+    drop((cqp, _sqp, listener, server, client));
+}
