@@ -123,7 +123,8 @@ impl<E: Engine> LoopHandle<E> {
     /// The loop's counters so far and what its device reader returned
     /// (`()` without one), read by the loop at the end of its next round;
     /// `None` if that takes longer than `timeout` (the loop stopped or
-    /// stalls).
+    /// stalls). One caller at a time: two racing callers share one
+    /// published snapshot, and the second may get `None`.
     pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
         let want = self.probe.requested.fetch_add(1, Ordering::AcqRel) + 1;
         let deadline = Instant::now() + timeout;
