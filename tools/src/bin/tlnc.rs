@@ -127,6 +127,14 @@ struct Args {
     /// (turns XDP_USE_NEED_WAKEUP off).
     #[arg(long)]
     no_need_wakeup: bool,
+    /// Busy-poll the socket for this many microseconds per call
+    /// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL; refusals are warnings).
+    #[arg(long, value_name = "USECS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    busy_poll_usecs: Option<u32>,
+    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET), with --busy-poll-usecs.
+    #[arg(long, value_name = "PACKETS", default_value_t = 64, requires = "busy_poll_usecs",
+          value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    busy_poll_budget: u32,
     /// Take TCP segments whose checksum holds only the pseudo-header sum
     /// (a veth peer with TX checksum offload on; the other fix is
     /// `ethtool -K <peer> tx off`).
@@ -238,6 +246,10 @@ fn run(args: &Args) -> Result<(), Failure> {
     xcfg.frame_count = args.frame_count;
     xcfg.rx_frames = args.ring_size.min(args.frame_count / 2);
     xcfg.need_wakeup = !args.no_need_wakeup;
+    xcfg.busy_poll = args.busy_poll_usecs.map(|usecs| iwarp_xdp::BusyPoll {
+        usecs,
+        budget: args.busy_poll_budget,
+    });
     let dev = XdpDevice::open(&xcfg).map_err(|e| Failure::Setup(e.to_string()))?;
     for w in dev.warnings() {
         eprintln!("tlnc: warning: {w}");
