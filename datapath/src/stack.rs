@@ -894,10 +894,16 @@ impl Stack {
             }
             s.tx_partial = None;
         }
+        // `close` first: the application sets it after its last push
+        // (Release), so once it reads true (Acquire) every push is visible
+        // and an empty ring means all was taken. Checking the ring first
+        // would race: pushes and `close` could both land between the two
+        // reads, and the FIN would go out ahead of data the application
+        // was told was sent.
         if !s.fin_sent
+            && s.shared.close.load(Ordering::Acquire)
             && s.tx_partial.is_none()
             && s.shared.tx.is_empty()
-            && s.shared.close.load(Ordering::Acquire)
         {
             s.tcp.close();
             s.fin_sent = true;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use iwarp_control::{MpaConfig, PeerRequest, SetupFailure};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
+use iwarp_datapath::runtime::FrameDevice;
 use iwarp_datapath::runtime::{spawn, Faults, FaultyDevice, LoopHandle, MemDevice, Mode};
 use iwarp_datapath::stack::{
     flags, Command, Output, SockId, Stack, StackConfig, StreamShared, Ulp,
@@ -18,6 +19,7 @@ use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, STag};
 use iwarp_proto::qp::{QpEvent, Sge, WcOpcode, WcStatus, WorkRequest};
 use iwarp_proto::wire::TermCode;
+use std::sync::{Arc, Mutex};
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
@@ -47,12 +49,89 @@ fn mode() -> Mode {
     }
 }
 
+/// Control segments (SYN, FIN, RST) each stack received, and per-tuple
+/// data counts: printed when a transfer goes wrong.
+type Trace = Arc<Mutex<Vec<String>>>;
+
+struct Traced {
+    dev: FaultyDevice,
+    side: char,
+    trace: Trace,
+}
+
+fn describe(f: &[u8]) -> Option<(bool, String)> {
+    if f.len() < 34 || f[12..14] != [8, 0] || f[23] != 6 {
+        return None;
+    }
+    let ihl = usize::from(f[14] & 0xf) * 4;
+    let total = usize::from(u16::from_be_bytes([f[16], f[17]]));
+    let t = f.get(14 + ihl..14 + total)?;
+    if t.len() < 20 {
+        return None;
+    }
+    let word = |i: usize| u32::from_be_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
+    let doff = usize::from(t[12] >> 4) * 4;
+    let flags = t[13];
+    let names: String = [(2, 'S'), (1, 'F'), (4, 'R'), (16, '.')]
+        .iter()
+        .filter(|(b, _)| flags & b != 0)
+        .map(|(_, c)| *c)
+        .collect();
+    Some((
+        flags & 7 != 0,
+        format!(
+            "{}>{} [{names}] seq {} ack {} len {}",
+            u16::from_be_bytes([t[0], t[1]]),
+            u16::from_be_bytes([t[2], t[3]]),
+            word(4),
+            word(8),
+            t.len().saturating_sub(doff)
+        ),
+    ))
+}
+
+impl FrameDevice for Traced {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let (side, trace) = (self.side, &self.trace);
+        self.dev.rx_burst(max, &mut |f| {
+            if let Some((control, d)) = describe(f) {
+                if control {
+                    trace.lock().unwrap().push(format!("{side} got {d}"));
+                }
+            }
+            sink(f)
+        })
+    }
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        if let Some((control, d)) = describe(frame) {
+            let mut t = self.trace.lock().unwrap();
+            if control || t.len() < 400 {
+                t.push(format!("{} sent {d}", self.side));
+            }
+        }
+        self.dev.tx(frame)
+    }
+    fn flush(&mut self) {
+        self.dev.flush()
+    }
+}
+
 fn pair(
     seed: u64,
     loss: u32,
     mem_a: MemoryTable,
     mem_b: MemoryTable,
 ) -> (LoopHandle<Stack>, LoopHandle<Stack>) {
+    let (a, b, _) = traced_pair(seed, loss, mem_a, mem_b);
+    (a, b)
+}
+
+fn traced_pair(
+    seed: u64,
+    loss: u32,
+    mem_a: MemoryTable,
+    mem_b: MemoryTable,
+) -> (LoopHandle<Stack>, LoopHandle<Stack>, Trace) {
     let (da, db) = MemDevice::pair(4096);
     let faults = Faults {
         loss,
@@ -62,8 +141,17 @@ fn pair(
         delayed: loss / 2,
         delay: Duration::from_micros(300),
     };
-    let fa = FaultyDevice::new(da, faults, seed);
-    let fb = FaultyDevice::new(db, faults, seed ^ 0xdead_beef);
+    let trace = Trace::default();
+    let fa = Traced {
+        dev: FaultyDevice::new(da, faults, seed),
+        side: 'a',
+        trace: trace.clone(),
+    };
+    let fb = Traced {
+        dev: FaultyDevice::new(db, faults, seed ^ 0xdead_beef),
+        side: 'b',
+        trace: trace.clone(),
+    };
     let a = spawn(
         Stack::new(config(IP_A, 1), mem_a),
         fa,
@@ -78,7 +166,7 @@ fn pair(
         mode(),
         4096,
     );
-    (a, b)
+    (a, b, trace)
 }
 
 fn wait_output(h: &LoopHandle<Stack>, what: &str, mut f: impl FnMut(&Output) -> bool) -> Output {
@@ -144,7 +232,7 @@ fn pump(s: &StreamShared, len: usize, offset: usize) -> Vec<u8> {
 }
 
 fn streams_both_ways(seed: u64, loss: u32, len: usize) {
-    let (a, b) = pair(seed, loss, MemoryTable::new(), MemoryTable::new());
+    let (a, b, trace) = traced_pair(seed, loss, MemoryTable::new(), MemoryTable::new());
     a.post(Command::Listen {
         port: 5001,
         ulp: Ulp::Stream,
@@ -180,7 +268,14 @@ fn streams_both_ways(seed: u64, loss: u32, len: usize) {
     let got_a = t.join().unwrap();
     let (sa, _) = a.stop().unwrap();
     let (sb, _) = b.stop().unwrap();
-    let why = || format!("seed {seed}: a {:?}\nb {:?}", sa.stats(), sb.stats());
+    let why = || {
+        format!(
+            "seed {seed}: a {:?}\nb {:?}\n{}",
+            sa.stats(),
+            sb.stats(),
+            trace.lock().unwrap().join("\n")
+        )
+    };
     let first_bad = |got: &[u8], offset: usize| {
         got.iter()
             .enumerate()
@@ -234,7 +329,11 @@ fn closed_port_is_refused() {
         _ => unreachable!(),
     }
     let (sa, _) = a.stop().unwrap();
-    assert_eq!(sa.stats().rx_no_socket, 1);
+    let (sb, _) = b.stop().unwrap();
+    // Every SYN B sent (the first and any its timer resent before the RST
+    // came back on a loaded machine) met the closed port.
+    let syns = 1 + sb.stats().tcp_closed.rto_retransmits;
+    assert_eq!(sa.stats().rx_no_socket, syns);
 }
 
 #[test]
