@@ -197,9 +197,10 @@ fn af_xdp_options_apply_and_stats_report_the_bind_obtained() {
         eprintln!("SKIP: {why}");
         return;
     }
-    // Field order: the veth goes before the namespaces (dropped first).
-    let mut veth = VethPair::new("opsv").unwrap();
+    // Locals drop in reverse order: the veth (declared last) goes first,
+    // then the namespaces, also when an assertion fails.
     let (a, b) = (Netns::new("opsa").unwrap(), Netns::new("opsb").unwrap());
+    let mut veth = VethPair::new("opsv").unwrap();
     veth.move_to(End::A, &a).unwrap();
     veth.move_to(End::B, &b).unwrap();
     for end in [End::A, End::B] {
