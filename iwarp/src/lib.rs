@@ -13,6 +13,14 @@
 //! lock-free command queue, and a CQ is a lock-free ring the loop fills.
 //! Setup calls (register, connect, accept) wait for the loop's answer.
 //!
+//! A running context shows what it does: [`Context::stats`] and
+//! [`Qp::stats`] read live counters (stack, TCP, interface, poll loop,
+//! device and the bind mode it obtained), and the stack emits `tracing`
+//! events (connect, accept, reject, Terminate, flush, CQ overrun,
+//! retransmission timeouts) to whatever subscriber the application
+//! installs. A thread that sleeps rather than polls waits on a CQ's
+//! eventfd ([`Cq::notify_fd`], armed by [`Cq::req_notify`]).
+//!
 //! ```
 //! use std::net::SocketAddrV4;
 //! use iwarp::{Access, ConnectOptions, Context, ListenOptions, WorkRequest, WcOpcode};
