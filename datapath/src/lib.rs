@@ -166,8 +166,8 @@ impl Connection {
         self.srq = Some(srq);
     }
 
-    /// Passive side that stops at the Request: [`pending_request`]
-    /// (Self::pending_request) shows it, then [`accept`](Self::accept) or
+    /// Passive side that stops at the Request:
+    /// [`pending_request`](Self::pending_request) shows it, then [`accept`](Self::accept) or
     /// [`reject`](Self::reject) answers it.
     pub fn responder_manual(cfg: MpaConfig, params: StreamParams) -> Self {
         Connection {
@@ -432,8 +432,8 @@ impl Connection {
     }
 
     /// How long FPDUs are still held after the Reply (ns; 0: not held).
-    /// The caller's clock runs it: call [`release_tx_hold`]
-    /// (Self::release_tx_hold) once that time has passed.
+    /// The caller's clock runs it: call
+    /// [`release_tx_hold`](Self::release_tx_hold) once that time has passed.
     pub fn tx_hold(&self) -> u64 {
         self.tx_hold
     }

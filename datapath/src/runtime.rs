@@ -8,8 +8,9 @@
 //! and an adaptive mode that spins a while, then yields, then sleeps with a
 //! growing (bounded) pause when idle — this machine has two cores to share.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -76,12 +77,38 @@ pub struct LoopStats {
     pub pinned: bool,
 }
 
+/// Reads a device's counters on the loop thread (see [`spawn_probed`]).
+pub type DeviceReader<D> = Box<dyn FnMut(&D) -> Box<dyn Any + Send> + Send>;
+
+/// What a running loop publishes when asked ([`LoopHandle::snapshot`]).
+pub type Snapshot = (LoopStats, Box<dyn Any + Send>);
+
+/// Requests for a snapshot and the latest one, shared by the loop and its
+/// handle: the loop checks one counter per round and reads the device
+/// only when asked.
+#[derive(Default)]
+struct Probe {
+    requested: AtomicU64,
+    served: AtomicU64,
+    latest: Mutex<Option<Snapshot>>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("requested", &self.requested)
+            .field("served", &self.served)
+            .finish()
+    }
+}
+
 /// The application's side of a running loop.
 #[derive(Debug)]
 pub struct LoopHandle<E: Engine> {
     commands: Arc<ArrayQueue<E::Command>>,
     outputs: Arc<ArrayQueue<E::Output>>,
     stop: Arc<AtomicBool>,
+    probe: Arc<Probe>,
     join: Option<JoinHandle<(E, LoopStats)>>,
 }
 
@@ -99,6 +126,28 @@ impl<E: Engine> LoopHandle<E> {
     pub fn thread_id(&self) -> Option<std::thread::ThreadId> {
         self.join.as_ref().map(|j| j.thread().id())
     }
+    /// The loop's counters so far and what its device reader returned
+    /// (`()` without one), read by the loop at the end of its next round;
+    /// `None` if that takes longer than `timeout` (the loop stopped or
+    /// stalls). One caller at a time: two racing callers share one
+    /// published snapshot, and the second may get `None`.
+    pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
+        let want = self.probe.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(5);
+        while self.probe.served.load(Ordering::Acquire) < want {
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+        match self.probe.latest.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        }
+    }
+
     /// Stop the loop and get the engine back (with its memory) and the counters.
     pub fn stop(mut self) -> Option<(E, LoopStats)> {
         self.stop.store(true, Ordering::Release);
@@ -139,17 +188,39 @@ fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u6
 
 /// Start a loop on its own thread, pinned to `core` when given.
 pub fn spawn<E: Engine, D: FrameDevice + 'static>(
+    engine: E,
+    dev: D,
+    core: Option<usize>,
+    mode: Mode,
+    queue_depth: usize,
+) -> LoopHandle<E> {
+    spawn_probed(engine, dev, core, mode, queue_depth, None)
+}
+
+/// [`spawn`], with a `reader` the loop calls on its device (between
+/// rounds, on its own thread) when the application asks for a
+/// [`LoopHandle::snapshot`]: live device counters without sharing the
+/// device.
+pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     mut engine: E,
     mut dev: D,
     core: Option<usize>,
     mode: Mode,
     queue_depth: usize,
+    mut reader: Option<DeviceReader<D>>,
 ) -> LoopHandle<E> {
     let commands = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
-    let (c, o, s) = (commands.clone(), outputs.clone(), stop.clone());
+    let probe = Arc::new(Probe::default());
+    let (c, o, s, pr) = (
+        commands.clone(),
+        outputs.clone(),
+        stop.clone(),
+        probe.clone(),
+    );
     let join = std::thread::spawn(move || {
+        let mut served = 0u64;
         let mut st = LoopStats::default();
         if let Some(id) = core {
             st.pinned = core_affinity::set_for_current(core_affinity::CoreId { id });
@@ -223,6 +294,19 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
             st.out_dropped += lost;
             busy |= sent + refused > 0;
             dev.flush();
+            let asked = pr.requested.load(Ordering::Acquire);
+            if asked != served {
+                let d: Box<dyn Any + Send> = match reader.as_mut() {
+                    Some(r) => r(&dev),
+                    None => Box::new(()),
+                };
+                match pr.latest.lock() {
+                    Ok(mut g) => *g = Some((st, d)),
+                    Err(p) => *p.into_inner() = Some((st, d)),
+                }
+                served = asked;
+                pr.served.store(asked, Ordering::Release);
+            }
             if busy {
                 idle = 0;
                 sleep = Duration::from_micros(1);
@@ -249,6 +333,7 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
         commands,
         outputs,
         stop,
+        probe,
         join: Some(join),
     }
 }
