@@ -842,6 +842,12 @@ impl Stack {
                 sum.spurious_rto_undone += t.spurious_rto_undone;
                 sum.ooo_dropped += t.ooo_dropped;
                 sum.no_timestamp_drops += t.no_timestamp_drops;
+                sum.sack_recoveries += t.sack_recoveries;
+                sum.rack_losses += t.rack_losses;
+                sum.lost_retransmits += t.lost_retransmits;
+                sum.tlp_probes += t.tlp_probes;
+                sum.dsacks_received += t.dsacks_received;
+                sum.dsack_undos += t.dsack_undos;
                 let key = (
                     sock.remote,
                     sock.tcp().remote_port(),

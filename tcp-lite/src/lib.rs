@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 pub mod arp;
+pub mod cc;
 pub mod iface;
 pub mod listen;
 mod reasm;

@@ -1,7 +1,11 @@
 //! One TCP connection as an I/O-free state machine (RFC 9293), with the
-//! RFC 6298 retransmission timer, RFC 5681/6582 fast retransmit and NewReno
-//! recovery, RFC 7323 window scaling and timestamps, and RFC 5961 challenge
-//! ACKs.
+//! RFC 6298 retransmission timer, RFC 7323 window scaling and timestamps,
+//! RFC 5961 challenge ACKs, and loss recovery: with SACK, RFC 6675
+//! SACK-based recovery (pipe, NextSeg) paced by RFC 6937 PRR, RFC 3042
+//! limited transmit, RFC 8985 RACK-style time-based loss marking and tail
+//! loss probes, and RFC 2883 D-SACK to undo spurious retransmissions;
+//! without SACK, RFC 5681/6582 fast retransmit and NewReno. The window's
+//! size is up to a [`cc::CongestionControl`] (CUBIC or NewReno).
 //!
 //! Call order: [`Connection::handle_segment`] for each received segment
 //! (in-order payload is handed to the caller's `deliver` closure as a slice of
@@ -14,6 +18,7 @@
 
 use std::collections::VecDeque;
 
+use crate::cc::{self, Algorithm, CongestionControl};
 use crate::reasm::{Insert, Reassembly};
 use crate::sack::Scoreboard;
 use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
@@ -74,7 +79,20 @@ pub struct Config {
     /// Most distinct ranges of the peer's SACK blocks remembered; when full,
     /// the shortest range is forgotten (that data may be resent needlessly).
     pub max_sack_ranges: usize,
+    /// Congestion control (RFC 9438 CUBIC by default, or NewReno).
+    pub congestion: Algorithm,
 }
+
+/// RFC 6675 §2 / RFC 5681 §3.2: duplicate ACKs (or SACKed segments above
+/// a hole) that mean loss.
+const DUP_THRESH: u32 = 3;
+/// RFC 8985 §7.2: the worst-case delayed-ACK time added to the probe
+/// timeout when only one segment is in flight.
+const WC_DEL_ACK: u64 = 200_000_000;
+/// Floor of the probe timeout and the reordering window: our RTT samples
+/// come from millisecond timestamps (RFC 7323), so a LAN's RTT reads as
+/// (almost) zero; timers shorter than this would fire on every ACK gap.
+const TIMER_GRANULARITY: u64 = 1_000_000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -94,6 +112,7 @@ impl Default for Config {
             snd_buf: 4 << 20,
             max_ooo_ranges: 64,
             max_sack_ranges: 32,
+            congestion: Algorithm::Cubic,
         }
     }
 }
@@ -171,6 +190,21 @@ pub struct Stats {
     /// Connections aborted because the peer kept its window closed too
     /// long ([`Config::persist_timeout`]) or left probes unanswered.
     pub persist_aborts: u64,
+    /// SACK-based loss recoveries entered (RFC 6675 §5).
+    pub sack_recoveries: u64,
+    /// Losses marked by the RACK reordering timer (RFC 8985 §6), not by
+    /// duplicate-ACK counting.
+    pub rack_losses: u64,
+    /// Retransmissions found lost themselves and sent again (RFC 8985
+    /// §6.2 detects them; RFC 6675 alone would wait for the RTO).
+    pub lost_retransmits: u64,
+    /// Tail loss probes sent (RFC 8985 §7).
+    pub tlp_probes: u64,
+    /// D-SACK blocks received (RFC 2883 §4).
+    pub dsacks_received: u64,
+    /// Window reductions undone because D-SACK showed every retransmission
+    /// of the episode was needless (RFC 2883 §5, RFC 3708).
+    pub dsack_undos: u64,
 }
 
 /// The send buffer: unacknowledged and unsent octets, contiguous so a
@@ -253,19 +287,54 @@ pub struct Connection {
     rto: u64,
     rtt_probe: Option<(u32, u64)>,
     retries: u32,
-    // Congestion control (RFC 5681, RFC 6582).
-    cwnd: usize,
-    ssthresh: usize,
-    /// Octets acknowledged in congestion avoidance since cwnd last grew
-    /// (byte counting, RFC 3465 §2.1).
-    ca_acked: usize,
-    /// Set by a retransmission timeout: cwnd and ssthresh before it, and
-    /// our timestamp when it fired. An ACK echoing an older timestamp was
-    /// for the original transmission: the timeout was spurious (RFC 3522).
-    rto_undo: Option<(usize, usize, u32)>,
+    // Congestion control: the window's size (RFC 5681, RFC 9438).
+    cc: Box<dyn CongestionControl>,
+    /// Set by a retransmission timeout: our timestamp when it fired. An ACK
+    /// echoing an older timestamp was for the original transmission: the
+    /// timeout was spurious (RFC 3522) and `cc` undoes it.
+    rto_undo: Option<u32>,
     dupacks: u32,
+    /// RecoveryPoint (RFC 6675 §5) / "recover" (RFC 6582).
     recover: u32,
     in_recovery: bool,
+    // SACK-based loss recovery (RFC 6675, RFC 6937, RFC 8985).
+    /// UnSACKed octets in [SND.UNA, lost_end) are deemed lost.
+    lost_end: u32,
+    /// HighRxt (RFC 6675 §2): lost octets below it were retransmitted.
+    high_rxt: u32,
+    /// SND.MAX when the current round of retransmissions began: data above
+    /// it was sent after them, so once enough of it is SACKed while the
+    /// first retransmitted octet is still missing, that retransmission was
+    /// lost (RFC 8985 §6.2, send order read from sequence order).
+    rxt_mark: Option<u32>,
+    /// RFC 6937 §3: prr_delivered, prr_out, RecoverFS.
+    prr_delivered: usize,
+    prr_out: usize,
+    recover_fs: usize,
+    /// Octets the sender may still send on the last ACK (PRR's sndcnt).
+    prr_allow: usize,
+    /// Smallest RTT seen (RFC 8985 §6.2.1: the reordering window is a
+    /// quarter of it), and the D-SACK-driven multiplier (§6.2.4).
+    min_rtt: Option<u64>,
+    reo_wnd_mult: u32,
+    /// RACK reordering timer: when SACKed data sits above holes not yet
+    /// deemed lost, they are deemed lost when it expires (RFC 8985 §6.2).
+    t_rack: Option<u64>,
+    /// Tail loss probe timer (RFC 8985 §7.2), a probe due, and the SND.MAX
+    /// covered by a retransmitted probe not yet acknowledged.
+    t_tlp: Option<u64>,
+    tlp_due: bool,
+    tlp_high: Option<u32>,
+    /// The probe's retransmission came back in a D-SACK: it was needless.
+    tlp_dsacked: bool,
+    /// This recovery episode's retransmitted octets and the octets D-SACK
+    /// reported as needless (RFC 3708 §3: undo when all were).
+    episode_rxt: u64,
+    episode_dsacked: u64,
+    /// The episode's reduction may still be undone.
+    undo_armed: bool,
+    /// A D-SACK block to report in the next ACK (RFC 2883 §4).
+    dsack: Option<(u32, u32)>,
     // Timers (absolute deadlines).
     t_rtx: Option<u64>,
     t_persist: Option<u64>,
@@ -331,13 +400,29 @@ impl Connection {
             rtt_probe: None,
             retries: 0,
             // RFC 5681 §3.1: IW of up to 4 segments for small MSS; we use 10 (RFC 6928).
-            cwnd: 10 * mss,
-            ssthresh: usize::MAX,
-            ca_acked: 0,
+            cc: cc::new(cfg.congestion, 10 * mss),
             rto_undo: None,
             dupacks: 0,
             recover: iss,
             in_recovery: false,
+            lost_end: iss,
+            high_rxt: iss,
+            rxt_mark: None,
+            prr_delivered: 0,
+            prr_out: 0,
+            recover_fs: 0,
+            prr_allow: 0,
+            min_rtt: None,
+            reo_wnd_mult: 1,
+            t_rack: None,
+            t_tlp: None,
+            tlp_due: false,
+            tlp_high: None,
+            tlp_dsacked: false,
+            episode_rxt: 0,
+            episode_dsacked: 0,
+            undo_armed: false,
+            dsack: None,
             t_rtx: None,
             t_persist: None,
             t_ack: None,
@@ -381,7 +466,7 @@ impl Connection {
         } else {
             self.snd_mss = 536.min(usize::from(self.cfg.mss.max(64))); // RFC 9293 §3.7.1 default
         }
-        self.cwnd = 10 * self.snd_mss;
+        self.cc = cc::new(self.cfg.congestion, 10 * self.snd_mss);
         // RFC 7323 §2.2: scaling only if both sides sent the option.
         match syn.window_scale {
             Some(s) => {
@@ -446,7 +531,11 @@ impl Connection {
     }
     /// Congestion window (octets).
     pub fn cwnd(&self) -> usize {
-        self.cwnd
+        self.cc.cwnd()
+    }
+    /// Slow-start threshold.
+    pub fn ssthresh(&self) -> usize {
+        self.cc.ssthresh()
     }
     /// Current RTO.
     pub fn rto(&self) -> u64 {
@@ -530,6 +619,8 @@ impl Connection {
     fn enter_closed(&mut self) {
         self.state = State::Closed;
         self.t_rtx = None;
+        self.t_rack = None;
+        self.t_tlp = None;
         self.t_persist = None;
         self.t_ack = None;
         self.t_tw = None;
@@ -541,7 +632,7 @@ impl Connection {
     /// past a full segment. `None`: the segment would end inside a record
     /// that a longer segment could finish. `seg_max`: the most data this
     /// segment may carry (the MSS less its options).
-    fn record_cut(&mut self, len: usize, seg_max: usize) -> Option<usize> {
+    fn record_cut(&mut self, from_seq: u32, len: usize, seg_max: usize) -> Option<usize> {
         let una = self.snd_una;
         while let Some(&b) = self.records.front() {
             if le(b, una) {
@@ -553,7 +644,7 @@ impl Connection {
         if self.records.is_empty() || len == 0 {
             return Some(len);
         }
-        let from = self.snd_nxt.wrapping_sub(una);
+        let from = from_seq.wrapping_sub(una);
         let to = from.wrapping_add(len as u32);
         // Offsets from snd_una grow along the queue.
         let first_after = self
@@ -650,6 +741,12 @@ impl Connection {
             }
         }
         if !acceptable {
+            // RFC 2883 §4: data wholly below RCV.NXT arrived again: report
+            // it in a D-SACK block.
+            let end = seq.wrapping_add(seg.payload.len() as u32);
+            if self.sack_on && !seg.payload.is_empty() && le(end, self.rcv_nxt) {
+                self.dsack = Some((seq, end));
+            }
             if self.state == State::TimeWait && f.contains(Flags::FIN) {
                 self.t_tw = Some(now + self.cfg.time_wait);
             }
@@ -726,7 +823,17 @@ impl Connection {
             return;
         }
         // Seventh: payload, trimmed to the window first, so that no octet
-        // before RCV.NXT ever gets a stream offset.
+        // before RCV.NXT ever gets a stream offset. Octets before RCV.NXT
+        // arrived twice: report them in a D-SACK block (RFC 2883 §4).
+        if self.sack_on && !seg.payload.is_empty() && lt(seq, self.rcv_nxt) {
+            let end = seq.wrapping_add(seg.payload.len() as u32);
+            let end = if lt(self.rcv_nxt, end) {
+                self.rcv_nxt
+            } else {
+                end
+            };
+            self.dsack = Some((seq, end));
+        }
         let (seq, payload, fin) = self.trim_to_window(seq, seg.payload, f.contains(Flags::FIN));
         if !payload.is_empty()
             && matches!(
@@ -876,6 +983,7 @@ impl Connection {
 
     /// RFC 6298 §2.2-2.3.
     fn rtt_sample(&mut self, r: u64) {
+        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -897,6 +1005,8 @@ impl Connection {
 
     fn process_ack(&mut self, seg: &TcpRepr<'_>, now: u64) {
         let ack = seg.ack_number;
+        let sacked_before = self.sacked.total() as usize;
+        let mut dsack = None;
         if self.sack_on {
             // SND.UNA as this ACK leaves it (it is acceptable: at most SND.MAX).
             let una = if lt(self.snd_una, ack) {
@@ -905,7 +1015,19 @@ impl Connection {
                 self.snd_una
             };
             self.sacked.advance(una);
-            for (l, r) in seg.sack_ranges.iter().flatten().copied() {
+            // RFC 2883 §4: a D-SACK block is the first one, and lies below
+            // the cumulative ACK or inside the second block.
+            if let Some((l, r)) = seg.sack_ranges[0] {
+                let in_second = seg.sack_ranges[1].is_some_and(|(l2, r2)| le(l2, l) && le(r, r2));
+                if lt(l, r) && (le(r, ack) || in_second) && le(r, self.snd_max) {
+                    dsack = Some((l, r));
+                }
+            }
+            for (i, block) in seg.sack_ranges.iter().enumerate() {
+                let Some((l, r)) = *block else { continue };
+                if i == 0 && dsack.is_some() {
+                    continue;
+                }
                 // RFC 2018 §3: only blocks above the cumulative ACK and at
                 // most SND.MAX mean anything; the scoreboard drops the rest.
                 self.sacked
@@ -917,13 +1039,17 @@ impl Connection {
             // window included; the segment's text is still processed.
             return;
         }
+        if let Some((l, r)) = dsack {
+            self.on_dsack(l, r);
+        }
         // The peer answers: the probes so far were not lost (Linux resets
         // icsk_probes_out on every ACK).
         self.persist_probes = 0;
         let new_wnd = u32::from(seg.window) << self.snd_shift;
-        if lt(self.snd_una, ack) {
+        let advanced = lt(self.snd_una, ack);
+        let acked = ack.wrapping_sub(self.snd_una) as usize;
+        if advanced {
             // New data acknowledged.
-            let acked = ack.wrapping_sub(self.snd_una) as usize;
             let data_acked = ack
                 .wrapping_sub(self.buf_seq)
                 .min(self.snd_buf.len() as u32) as usize;
@@ -935,17 +1061,25 @@ impl Connection {
             if lt(self.snd_nxt, ack) {
                 self.snd_nxt = ack;
             }
+            for p in [&mut self.lost_end, &mut self.high_rxt] {
+                if lt(*p, ack) {
+                    *p = ack;
+                }
+            }
             // Eifel detection (RFC 3522 §3.2): the first ACK after a
             // timeout echoes a timestamp older than the retransmission, so
             // it acknowledges the original: the timeout was spurious (a
             // stalled peer or a descheduled loop, not loss). Undo its
             // window reduction (RFC 4015 §4) and go on with new data.
-            if let Some((cwnd, ssthresh, rto_ts)) = self.rto_undo.take() {
+            if let Some(rto_ts) = self.rto_undo.take() {
                 if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
                     if (ts.tsecr.wrapping_sub(rto_ts) as i32) < 0 {
-                        self.cwnd = cwnd;
-                        self.ssthresh = ssthresh;
+                        self.cc.undo();
                         self.snd_nxt = self.snd_max;
+                        // Nothing was lost: stop resending.
+                        self.lost_end = self.snd_una;
+                        self.high_rxt = self.snd_una;
+                        self.rxt_mark = None;
                         self.stats.spurious_rto_undone += 1;
                     }
                 }
@@ -963,54 +1097,21 @@ impl Connection {
             } else {
                 self.sample_rtt_probe(ack, now);
             }
-            // NewReno (RFC 6582 §3.2).
-            if self.in_recovery {
-                if le(self.recover, ack) {
-                    self.in_recovery = false;
-                    self.cwnd = self
-                        .ssthresh
-                        .min(self.flight() + self.snd_mss)
-                        .max(self.snd_mss);
-                } else {
-                    // Partial ACK: retransmit the next hole, deflate.
-                    self.snd_nxt = self.snd_una;
-                    self.stats.fast_retransmits += 1;
-                    self.cwnd = self.cwnd.saturating_sub(acked).saturating_add(self.snd_mss);
-                }
-            } else if self.cwnd < self.ssthresh {
-                // Slow start, counting octets (RFC 3465 §2.2): a stretch
-                // ACK (the receiver acknowledges once per poll round, often
-                // dozens of segments) grows the window by what it covers,
-                // as Linux does, not by one segment.
-                self.cwnd = self
-                    .cwnd
-                    .saturating_add(acked)
-                    .min(self.ssthresh.max(self.cwnd.saturating_add(self.snd_mss)));
-            } else {
-                // Congestion avoidance by byte counting (RFC 5681 §3.1,
-                // RFC 3465 §2.1): one segment per window acknowledged.
-                self.ca_acked = self.ca_acked.saturating_add(acked);
-                while self.ca_acked >= self.cwnd {
-                    self.ca_acked -= self.cwnd;
-                    self.cwnd = self.cwnd.saturating_add(self.snd_mss);
+            // RFC 8985 §7.4: the ACK of a retransmitted tail probe. Unless a
+            // D-SACK said the probe was needless, it repaired a loss: the
+            // window comes down as for one.
+            if let Some(h) = self.tlp_high {
+                if le(h, ack) {
+                    self.tlp_high = None;
+                    if !self.tlp_dsacked && !self.in_recovery {
+                        let flight = self.flight();
+                        self.cc.on_loss(flight, self.snd_mss, now);
+                        let ss = self.cc.ssthresh();
+                        self.cc.set_cwnd(ss);
+                    }
                 }
             }
             self.dupacks = 0;
-            // RFC 6298 §5.2/5.3: restart or stop the timer.
-            self.t_rtx = if self.snd_una == self.snd_max {
-                None
-            } else {
-                Some(now + self.rto)
-            };
-            match self.state {
-                State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
-                State::Closing if self.fin_acked() => self.state = self.enter_time_wait(now),
-                State::LastAck if self.fin_acked() => {
-                    self.enter_closed();
-                    return;
-                }
-                _ => {}
-            }
         } else if ack == self.snd_una
             && seg.payload.is_empty()
             && !seg.flags.contains(Flags::FIN)
@@ -1020,16 +1121,32 @@ impl Connection {
             // Duplicate ACK (RFC 5681 §2).
             // The peer decides how many duplicate ACKs come: saturate.
             self.dupacks = self.dupacks.saturating_add(1);
-            if self.dupacks == 3 && !(self.in_recovery) && lt(self.recover, ack.wrapping_add(1)) {
-                self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
-                self.cwnd = self.ssthresh.saturating_add(3 * self.snd_mss);
-                self.recover = self.snd_max;
-                self.in_recovery = true;
-                self.stats.fast_retransmits += 1;
-                self.snd_nxt = self.snd_una; // resend from the hole
-            } else if self.in_recovery {
-                // RFC 5681 §3.2 step 4: inflate by one segment per duplicate ACK.
-                self.cwnd = self.cwnd.saturating_add(self.snd_mss);
+        }
+        if self.sack_on {
+            // RFC 6937 §3: DeliveredData = change in SND.UNA plus change
+            // in SACKed octets.
+            let sacked_after = self.sacked.total() as usize;
+            let delivered = (acked + sacked_after).saturating_sub(sacked_before);
+            self.sack_ack(advanced, acked, delivered, now);
+        } else {
+            self.newreno_ack(advanced, acked, now);
+        }
+        if advanced {
+            // RFC 6298 §5.2/5.3: restart or stop the timer.
+            self.t_rtx = if self.snd_una == self.snd_max {
+                None
+            } else {
+                Some(now + self.rto)
+            };
+            self.arm_tlp(now);
+            match self.state {
+                State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
+                State::Closing if self.fin_acked() => self.state = self.enter_time_wait(now),
+                State::LastAck if self.fin_acked() => {
+                    self.enter_closed();
+                    return;
+                }
+                _ => {}
             }
         }
         // Window update (RFC 9293 §3.10.7.4).
@@ -1046,6 +1163,307 @@ impl Connection {
         }
     }
 
+    /// Without SACK: RFC 5681 fast retransmit and RFC 6582 NewReno.
+    fn newreno_ack(&mut self, advanced: bool, acked: usize, now: u64) {
+        let mss = self.snd_mss;
+        if advanced {
+            if self.in_recovery {
+                if le(self.recover, self.snd_una) {
+                    // RFC 6582 §3.2 step 3: full acknowledgment.
+                    self.in_recovery = false;
+                    let w = self.cc.ssthresh().min(self.flight() + mss).max(mss);
+                    self.cc.set_cwnd(w);
+                } else {
+                    // Partial ACK: retransmit the next hole, deflate.
+                    self.snd_nxt = self.snd_una;
+                    self.stats.fast_retransmits += 1;
+                    let w = self.cc.cwnd().saturating_sub(acked).saturating_add(mss);
+                    self.cc.set_cwnd(w);
+                }
+            } else {
+                self.cc.on_ack(acked, mss, now, self.srtt);
+            }
+        } else if self.dupacks == DUP_THRESH
+            && !self.in_recovery
+            && lt(self.recover, self.snd_una.wrapping_add(1))
+        {
+            let flight = self.flight();
+            self.cc.on_loss(flight, mss, now);
+            let w = self.cc.ssthresh().saturating_add(3 * mss);
+            self.cc.set_cwnd(w);
+            self.recover = self.snd_max;
+            self.in_recovery = true;
+            self.stats.fast_retransmits += 1;
+            self.snd_nxt = self.snd_una; // resend from the hole
+        } else if self.in_recovery && self.dupacks > DUP_THRESH {
+            // RFC 5681 §3.2 step 4: inflate by one segment per duplicate ACK.
+            let w = self.cc.cwnd().saturating_add(mss);
+            self.cc.set_cwnd(w);
+        }
+    }
+
+    /// With SACK: RFC 6675 loss recovery paced by RFC 6937 PRR.
+    fn sack_ack(&mut self, advanced: bool, acked: usize, delivered: usize, now: u64) {
+        let mss = self.snd_mss;
+        if self.in_recovery && le(self.recover, self.snd_una) {
+            // RFC 6675 §5: a cumulative ACK of RecoveryPoint ends recovery;
+            // RFC 6937 §3.1: cwnd = ssthresh on exit.
+            self.in_recovery = false;
+            let ss = self.cc.ssthresh();
+            self.cc.set_cwnd(ss);
+            self.rxt_mark = None;
+        } else if self.in_recovery {
+            self.prr_update(delivered);
+        } else if advanced {
+            // Open, or after a timeout retransmitting what was deemed lost
+            // (slow start, RFC 5681 §3.1).
+            self.cc.on_ack(acked, mss, now, self.srtt);
+        }
+        self.detect_losses(now);
+        // RFC 6675 §5 step 4 / §5.1: start recovery once a loss is known,
+        // but not again until RecoveryPoint is acknowledged.
+        if !self.in_recovery && lt(self.snd_una, self.lost_end) && le(self.recover, self.snd_una) {
+            self.enter_recovery(delivered, now);
+        }
+    }
+
+    /// Mark losses: RFC 6675 §5 step 4 (DupThresh duplicate ACKs) and §4
+    /// IsLost, lost retransmissions (RFC 8985 §6.2), and arm the RACK
+    /// reordering timer for holes the rules cannot decide yet.
+    fn detect_losses(&mut self, now: u64) {
+        let una = self.snd_una;
+        let seg = self.mss() as u32;
+        let raise = |p: &mut u32, to: u32| {
+            if lt(*p, to) {
+                *p = to;
+            }
+        };
+        if self.dupacks >= DUP_THRESH {
+            // RFC 6675 §5 step 4: DupThresh duplicate ACKs: the first
+            // unacknowledged segment is lost.
+            let first = una.wrapping_add(seg);
+            let end = if lt(self.snd_max, first) {
+                self.snd_max
+            } else {
+                first
+            };
+            raise(&mut self.lost_end, end);
+        }
+        // RFC 6675 §4 IsLost: more than (DupThresh - 1) * SMSS octets, or
+        // DupThresh discontiguous ranges, SACKed above.
+        if let Some(f) = self
+            .sacked
+            .lost_frontier((DUP_THRESH - 1) * seg, DUP_THRESH as usize)
+        {
+            raise(&mut self.lost_end, f);
+        }
+        // A retransmission is lost when data sent after it (above the
+        // round's SND.MAX) is SACKed by the same rule while the first
+        // retransmitted octet is still missing (RFC 8985 §6.2; RFC 6675
+        // would leave it to the RTO).
+        if let Some(mark) = self.rxt_mark {
+            if !lt(una, self.high_rxt) {
+                self.rxt_mark = None;
+            } else if self.sacked.sacked_in(una, mark, self.snd_max) > (DUP_THRESH - 1) * seg {
+                self.high_rxt = una;
+                self.rxt_mark = None;
+                self.stats.lost_retransmits += 1;
+            }
+        }
+        // RFC 8985 §6.2: holes below SACKed data that the rules above do
+        // not yet call lost are lost once the reordering window passes.
+        let undecided = self
+            .sacked
+            .highest()
+            .is_some_and(|(l, _)| lt(self.lost_end, l));
+        let rxt_undecided = self.rxt_mark.is_some_and(|m| {
+            lt(una, self.high_rxt) && self.sacked.sacked_in(una, m, self.snd_max) > 0
+        });
+        if undecided || rxt_undecided {
+            if self.t_rack.is_none() {
+                self.t_rack = Some(now + self.reo_wnd());
+            }
+        } else {
+            self.t_rack = None;
+        }
+    }
+
+    /// RFC 8985 §6.2.1: min_RTT / 4 times the D-SACK multiplier, at most
+    /// SRTT, and not below the timer granularity.
+    fn reo_wnd(&self) -> u64 {
+        let base = self.min_rtt.unwrap_or(0) / 4 * u64::from(self.reo_wnd_mult);
+        base.min(self.srtt.unwrap_or(u64::MAX))
+            .max(TIMER_GRANULARITY)
+    }
+
+    /// The RACK timer expired: every unSACKed octet below the highest SACK
+    /// was sent before data that arrived a reordering window ago: lost.
+    fn rack_timeout(&mut self, now: u64) {
+        self.t_rack = None;
+        if !self.sack_on || !self.established_data_state() {
+            return;
+        }
+        let una = self.snd_una;
+        let mut marked = false;
+        if let Some((l, _)) = self.sacked.highest() {
+            if lt(self.lost_end, l) {
+                self.lost_end = l;
+                marked = true;
+            }
+        }
+        if let Some(mark) = self.rxt_mark {
+            if lt(una, self.high_rxt) && self.sacked.sacked_in(una, mark, self.snd_max) > 0 {
+                self.high_rxt = una;
+                self.rxt_mark = None;
+                self.stats.lost_retransmits += 1;
+                marked = true;
+            }
+        }
+        if marked {
+            self.stats.rack_losses += 1;
+            if !self.in_recovery && lt(una, self.lost_end) && le(self.recover, una) {
+                self.enter_recovery(0, now);
+            } else if self.in_recovery {
+                // Let PRR send what the marking freed (at least one segment,
+                // as on entry, RFC 6675 §5 step 4.3).
+                self.prr_allow = self.prr_allow.max(self.snd_mss);
+            }
+        }
+    }
+
+    fn established_data_state(&self) -> bool {
+        matches!(
+            self.state,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        )
+    }
+
+    /// RFC 6675 §5 step 4 with RFC 6937 §3.1's initialization.
+    fn enter_recovery(&mut self, delivered: usize, now: u64) {
+        self.in_recovery = true;
+        self.stats.sack_recoveries += 1;
+        // Step 4.1: RecoveryPoint = HighData.
+        self.recover = self.snd_max;
+        let flight = self.flight();
+        // Step 4.2: ssthresh from FlightSize (RFC 5681 eq. 4), or CUBIC's beta.
+        self.cc.on_loss(flight, self.snd_mss, now);
+        self.prr_delivered = 0;
+        self.prr_out = 0;
+        self.recover_fs = flight;
+        self.episode_rxt = 0;
+        self.episode_dsacked = 0;
+        self.undo_armed = true;
+        self.tlp_high = None;
+        self.t_tlp = None;
+        self.prr_update(delivered);
+        // Step 4.3: the first lost segment goes out now, whatever the window.
+        self.prr_allow = self.prr_allow.max(self.snd_mss);
+    }
+
+    /// RFC 6937 §3.1, on every ACK in recovery.
+    fn prr_update(&mut self, delivered: usize) {
+        self.prr_delivered = self.prr_delivered.saturating_add(delivered);
+        let pipe = self.pipe();
+        let ssthresh = self.cc.ssthresh();
+        let sndcnt = if pipe > ssthresh {
+            // Proportional rate reduction.
+            let num = (self.prr_delivered as u128) * (ssthresh as u128);
+            let fs = self.recover_fs.max(1) as u128;
+            let target = num.div_ceil(fs).min(usize::MAX as u128) as usize;
+            target.saturating_sub(self.prr_out)
+        } else {
+            // PRR-SSRB: slow start back to ssthresh.
+            let limit = self
+                .prr_delivered
+                .saturating_sub(self.prr_out)
+                .max(delivered)
+                .saturating_add(self.snd_mss);
+            (ssthresh - pipe).min(limit)
+        };
+        self.prr_allow = sndcnt;
+        self.cc.set_cwnd(pipe.saturating_add(sndcnt));
+    }
+
+    /// A D-SACK block `[l, r)` (RFC 2883): data we sent twice arrived twice.
+    fn on_dsack(&mut self, l: u32, r: u32) {
+        self.stats.dsacks_received = self.stats.dsacks_received.saturating_add(1);
+        let len = u64::from(r.wrapping_sub(l));
+        if self.tlp_high == Some(r) {
+            self.tlp_dsacked = true;
+        }
+        // RFC 8985 §6.2.4: reordering seen: widen the reordering window.
+        self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1).min(16);
+        if self.undo_armed && self.episode_rxt > 0 {
+            self.episode_dsacked = self.episode_dsacked.saturating_add(len);
+            // RFC 3708 §3 (the D-SACK response of RFC 2883 §5): every
+            // octet retransmitted in the episode came back as a
+            // duplicate: nothing was lost, the reduction is undone.
+            if self.episode_dsacked >= self.episode_rxt {
+                self.undo_armed = false;
+                if self.cc.undo() {
+                    self.stats.dsack_undos += 1;
+                }
+                if self.in_recovery {
+                    self.in_recovery = false;
+                    self.lost_end = self.snd_una;
+                    self.high_rxt = self.snd_una;
+                    self.rxt_mark = None;
+                }
+            }
+        }
+    }
+
+    /// RFC 6675 §4 SetPipe: octets outstanding, less those SACKed and those
+    /// deemed lost and not yet retransmitted (a retransmitted lost octet
+    /// counts once, for its retransmission).
+    fn pipe(&self) -> usize {
+        let una = self.snd_una;
+        let out = self.snd_max.wrapping_sub(una);
+        let out = out.saturating_sub(self.sacked.total());
+        let from = if lt(self.high_rxt, una) {
+            una
+        } else {
+            self.high_rxt
+        };
+        let lost_unsent = if lt(from, self.lost_end) {
+            let span = self.lost_end.wrapping_sub(from);
+            span - self.sacked.sacked_in(una, from, self.lost_end).min(span)
+        } else {
+            0
+        };
+        out.saturating_sub(lost_unsent) as usize
+    }
+
+    /// RFC 8985 §7.2: arm the probe timeout when data is outstanding, no
+    /// loss is known and no probe is outstanding.
+    fn arm_tlp(&mut self, now: u64) {
+        self.t_tlp = None;
+        if !self.sack_on
+            || self.in_recovery
+            || self.tlp_high.is_some()
+            || self.snd_una == self.snd_max
+            || self.snd_wnd == 0
+            || lt(self.snd_una, self.lost_end)
+            || !self.established_data_state()
+        {
+            return;
+        }
+        let Some(srtt) = self.srtt else { return };
+        let mut pto = (2 * srtt).max(2 * TIMER_GRANULARITY);
+        if self.flight() <= self.mss() {
+            pto = pto.saturating_add(WC_DEL_ACK);
+        }
+        // Never later than the RTO would fire.
+        let t = now.saturating_add(pto);
+        self.t_tlp = Some(match self.t_rtx {
+            Some(r) if r <= t => return,
+            _ => t,
+        });
+    }
     /// `payload` starts at or after RCV.NXT and ends inside the window
     /// ([`trim_to_window`](Self::trim_to_window) saw to both).
     fn receive_payload(
@@ -1057,6 +1475,9 @@ impl Connection {
     ) {
         let off = self.off_of(seq);
         if off == self.rcv_off {
+            // RFC 5681 §4.2: a segment that fills (part of) a gap is
+            // acknowledged at once.
+            let filled_gap = !self.ooo.is_empty();
             deliver(payload);
             self.advance(payload.len());
             loop {
@@ -1066,11 +1487,16 @@ impl Connection {
                 }
                 self.advance(n);
             }
-            self.schedule_ack(now, !self.ooo.is_empty());
+            self.schedule_ack(now, filled_gap);
         } else {
             // Out of order: hold a copy until the gap fills, in at most
             // `max_ooo_ranges` ranges and a window of octets.
             let wnd = self.rcv_wnd() as usize;
+            let end = off + payload.len() as u64;
+            if self.sack_on && self.ooo.holds(off, end) {
+                // Held already: a duplicate (RFC 2883 §4).
+                self.dsack = Some((seq, seq.wrapping_add(payload.len() as u32)));
+            }
             match self
                 .ooo
                 .insert(self.rcv_off, off, payload, self.cfg.max_ooo_ranges, wnd)
@@ -1104,10 +1530,17 @@ impl Connection {
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<u64> {
-        [self.t_rtx, self.t_persist, self.t_ack, self.t_tw]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.t_rtx,
+            self.t_persist,
+            self.t_ack,
+            self.t_tw,
+            self.t_rack,
+            self.t_tlp,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Run expired timers.
@@ -1139,6 +1572,20 @@ impl Connection {
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.persist_probe = true;
         }
+        if self.t_rack.is_some_and(|t| t <= now) {
+            self.rack_timeout(now);
+        }
+        if self.t_tlp.is_some_and(|t| t <= now) {
+            // RFC 8985 §7.3: send a probe; the RTO is re-armed after it.
+            self.t_tlp = None;
+            if self.sack_on
+                && self.snd_una != self.snd_max
+                && self.snd_wnd > 0
+                && self.established_data_state()
+            {
+                self.tlp_due = true;
+            }
+        }
         if self.t_rtx.is_some_and(|t| t <= now) {
             // RFC 6298 §5.4-5.6.
             self.retries += 1;
@@ -1153,22 +1600,48 @@ impl Connection {
                 return;
             }
             self.stats.rto_retransmits += 1;
-            if self.retries == 1 && self.ts_on {
-                self.rto_undo = Some((self.cwnd, self.ssthresh, self.ts_now(now)));
-            }
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.t_rtx = Some(now + self.rto);
             self.rtt_probe = None; // Karn
-                                   // RFC 5681 §3.1 eq. 4: after a timeout the window is one segment.
-            self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
-            self.cwnd = self.snd_mss;
-            self.ca_acked = 0;
+                                   // RFC 5681 §3.1 eq. 4 (RFC 9438 §4.8 for CUBIC): after a
+                                   // timeout the window is one segment.
+            let flight = self.flight();
+            let synced = !matches!(self.state, State::SynSent | State::SynReceived);
+            if synced && self.retries == 1 {
+                if self.ts_on {
+                    self.rto_undo = Some(self.ts_now(now));
+                }
+                self.cc.on_rto(flight, self.snd_mss, now);
+            } else {
+                // A repeated timeout backs off but keeps the threshold the
+                // first one set (as Linux's tcp_enter_loss), so that undo
+                // restores the window from before the first.
+                self.cc.set_cwnd(self.snd_mss);
+            }
             self.in_recovery = false;
             self.dupacks = 0;
-            // RFC 2018 §8: the receiver may have reneged; resend it all.
-            self.sacked.clear();
+            self.t_rack = None;
+            self.t_tlp = None;
+            self.tlp_due = false;
+            self.tlp_high = None;
+            self.undo_armed = false;
             match self.state {
                 State::SynSent | State::SynReceived => self.syn_unsent = true,
+                _ if self.sack_on => {
+                    // RFC 6675 §5.1: everything unSACKed is resent, and
+                    // no new recovery starts before RecoveryPoint is
+                    // acknowledged. What SACK shows arrived is not resent
+                    // (the scoreboard stays), unless the peer reneged: a
+                    // SACKed range at SND.UNA that the cumulative ACK
+                    // should have covered (RFC 2018 §8).
+                    if self.sacked.covering(self.snd_una, self.snd_una).is_some() {
+                        self.sacked.clear();
+                    }
+                    self.recover = self.snd_max;
+                    self.lost_end = self.snd_max;
+                    self.high_rxt = self.snd_una;
+                    self.rxt_mark = None;
+                }
                 _ => self.snd_nxt = self.snd_una, // go back to the first unacknowledged octet
             }
         }
@@ -1199,7 +1672,14 @@ impl Connection {
                 .ooo
                 .sack_blocks(base)
                 .map(|(a, b)| (seq_of(a), seq_of(b)));
-            for slot in r.sack_ranges.iter_mut() {
+            // RFC 2883 §4: a D-SACK block goes first, once.
+            let mut slots = r.sack_ranges.iter_mut();
+            if let Some(d) = self.dsack {
+                if let Some(slot) = slots.next() {
+                    *slot = Some(d);
+                }
+            }
+            for slot in slots {
                 *slot = blocks.next();
             }
         }
@@ -1210,14 +1690,180 @@ impl Connection {
     /// blocks are counted before merging).
     fn data_options_len(&self) -> usize {
         let mut len = if self.ts_on { 12 } else { 0 };
-        if self.sack_on && !self.ooo.is_empty() {
+        if self.sack_on && (!self.ooo.is_empty() || self.dsack.is_some()) {
             let fit = crate::wire::tcp::MAX_OPTIONS_LEN.saturating_sub(len + 4) / 8;
-            let blocks = self.ooo.sack_len().min(fit);
+            let blocks = (self.ooo.sack_len() + usize::from(self.dsack.is_some())).min(fit);
             if blocks > 0 {
                 len += 4 + 8 * blocks;
             }
         }
         len
+    }
+
+    /// RFC 6675 §4 NextSeg rule 1: the first octet at or above HighRxt
+    /// (and SND.UNA) that is deemed lost and not SACKed, with the length of
+    /// its run (at most `seg_max`, cut at a record boundary where one
+    /// falls, RFC 5044 §8) and whether the FIN is part of it.
+    fn next_lost(&mut self, seg_max: usize) -> Option<(u32, usize, bool)> {
+        let una = self.snd_una;
+        let mut s = if lt(self.high_rxt, una) {
+            una
+        } else {
+            self.high_rxt
+        };
+        // Each step passes one SACKed range: bounded by the scoreboard.
+        for _ in 0..=self.cfg.max_sack_ranges + 1 {
+            match self.sacked.covering(una, s) {
+                Some(r) => {
+                    s = r;
+                    self.stats.sack_skipped += 1;
+                }
+                None => break,
+            }
+        }
+        if !lt(s, self.lost_end) || self.sacked.covering(una, s).is_some() {
+            self.high_rxt = self.lost_end;
+            return None;
+        }
+        // The run ends where the loss marking ends, or at the next SACKed
+        // range: that is a segment boundary with a receiver that SACKs what
+        // it holds. A SACKed range starting less than half a segment in is
+        // sent over instead, so that a peer SACKing scattered octets gets
+        // whole segments back, not one segment per octet.
+        let mut end = self.lost_end;
+        if let Some(ns) = self.sacked.next_start_after(una, s) {
+            if lt(ns, end) && ns.wrapping_sub(s) as usize >= seg_max.div_ceil(2) {
+                end = ns;
+            }
+        }
+        // Nothing goes beyond the peer's window (a closed window is the
+        // persist timer's to probe).
+        let wnd_end = una.wrapping_add(self.snd_wnd);
+        if !lt(s, wnd_end) {
+            return None;
+        }
+        if lt(wnd_end, end) {
+            end = wnd_end;
+        }
+        let data_end = self.data_end();
+        let mut len = if lt(s, data_end) {
+            data_end
+                .wrapping_sub(s)
+                .min(end.wrapping_sub(s))
+                .min(seg_max as u32) as usize
+        } else {
+            0
+        };
+        if len > 0 {
+            len = self.record_cut(s, len, seg_max).unwrap_or(len);
+        }
+        let fin = self.fin_queued && s.wrapping_add(len as u32) == data_end && lt(data_end, end);
+        if len == 0 && !fin {
+            self.high_rxt = self.lost_end;
+            return None;
+        }
+        Some((s, len, fin))
+    }
+
+    /// Retransmit what is deemed lost while the window (PRR in recovery,
+    /// cwnd - pipe otherwise: RFC 6675 §5 (C)) allows. Returns how many
+    /// segments went.
+    fn send_lost(
+        &mut self,
+        now: u64,
+        max: usize,
+        pipe: &mut usize,
+        emit: &mut dyn FnMut(&TcpRepr<'_>),
+    ) -> usize {
+        let mut n = 0;
+        while n < max && lt(self.snd_una, self.lost_end) {
+            let budget = if self.in_recovery {
+                self.prr_allow
+            } else {
+                self.cc.cwnd().saturating_sub(*pipe)
+            };
+            if budget == 0 {
+                break;
+            }
+            let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
+            let Some((seq, len, fin)) = self.next_lost(seg_max) else {
+                break;
+            };
+            let mut flags = Flags::ACK;
+            if len > 0 {
+                flags |= Flags::PSH;
+            }
+            if fin {
+                flags |= Flags::FIN;
+            }
+            let mut r = self.base(now, seq, flags);
+            let off = seq.wrapping_sub(self.buf_seq) as usize;
+            r.payload = self.snd_buf.get(off, len);
+            emit(&r);
+            n += 1;
+            self.ack_now = false;
+            self.t_ack = None;
+            self.dsack = None;
+            let adv = len + usize::from(fin);
+            self.high_rxt = seq.wrapping_add(adv as u32);
+            *pipe += adv;
+            if self.in_recovery {
+                self.prr_allow = self.prr_allow.saturating_sub(adv);
+                self.prr_out = self.prr_out.saturating_add(adv);
+                self.stats.fast_retransmits += 1;
+            }
+            self.episode_rxt = self.episode_rxt.saturating_add(adv as u64);
+            self.rxt_mark.get_or_insert(self.snd_max);
+            self.rtt_probe = None; // Karn
+            if self.t_rtx.is_none() {
+                self.t_rtx = Some(now + self.rto);
+            }
+        }
+        n
+    }
+
+    /// RFC 8985 §7.3: the tail loss probe. New data if the peer's window
+    /// has room for it (`Some(false)`: the caller sends one segment beyond
+    /// cwnd), else the last segment sent again (`Some(true)`: sent).
+    fn send_probe(&mut self, now: u64, emit: &mut dyn FnMut(&TcpRepr<'_>)) -> Option<bool> {
+        let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
+        let avail = self.snd_buf.len().saturating_sub(sent);
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        if avail > 0 && lt(self.snd_nxt, wnd_end) && !self.fin_queued_sent() {
+            self.t_rtx = Some(now + self.rto);
+            return Some(false);
+        }
+        if self.snd_una == self.snd_max {
+            return None;
+        }
+        let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1) as u32;
+        let fin = self.fin_queued_sent();
+        let data_hi = if fin { self.data_end() } else { self.snd_max };
+        let span = data_hi.wrapping_sub(self.snd_una);
+        let start = data_hi.wrapping_sub(span.min(seg_max));
+        let len = data_hi.wrapping_sub(start) as usize;
+        let mut flags = Flags::ACK;
+        if fin {
+            flags |= Flags::FIN;
+        }
+        let mut r = self.base(now, start, flags);
+        let off = start.wrapping_sub(self.buf_seq) as usize;
+        r.payload = self.snd_buf.get(off, len);
+        emit(&r);
+        self.ack_now = false;
+        self.t_ack = None;
+        self.dsack = None;
+        self.stats.tlp_probes += 1;
+        self.tlp_high = Some(self.snd_max);
+        self.tlp_dsacked = false;
+        self.rtt_probe = None;
+        self.t_rtx = Some(now + self.rto);
+        Some(true)
+    }
+
+    /// Our FIN was sent (it lies below SND.MAX).
+    fn fin_queued_sent(&self) -> bool {
+        self.fin_queued && lt(self.data_end(), self.snd_max)
     }
 
     /// Hand up to `max` segments to `emit`, in order. Returns how many.
@@ -1292,6 +1938,25 @@ impl Connection {
             }
             return n;
         }
+        // With SACK: what is deemed lost goes first (RFC 6675 §5 (C),
+        // NextSeg rule 1), then a tail loss probe if one is due, then new
+        // data, all within what the window (or PRR) allows.
+        let sack_mode = self.sack_on;
+        let mut pipe = if sack_mode { self.pipe() } else { 0 };
+        let sent_before = n;
+        if sack_mode {
+            n += self.send_lost(now, max - n, &mut pipe, emit);
+        }
+        let mut probe_new = false;
+        if sack_mode && self.tlp_due && n < max {
+            self.tlp_due = false;
+            match self.send_probe(now, emit) {
+                Some(true) => n += 1,
+                Some(false) => probe_new = true,
+                None => {}
+            }
+        }
+        let new_from = self.snd_max;
         // Data and FIN, limited by the peer's window and cwnd; no Nagle delay.
         while n < max {
             // When resending, skip what the peer reported holding (SACK).
@@ -1304,20 +1969,46 @@ impl Connection {
             }
             let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
             let avail = self.snd_buf.len().saturating_sub(sent);
-            let wnd_end = self
-                .snd_una
-                .wrapping_add(self.snd_wnd.min(self.cwnd.min(u32::MAX as usize) as u32));
-            let room = wnd_end.wrapping_sub(self.snd_nxt);
-            let room = if lt(wnd_end, self.snd_nxt) {
-                0
-            } else {
-                room as usize
-            };
             // RFC 9293 §3.7.1 / RFC 6691: the MSS counts data only, so
             // the options this segment carries come off it.
             let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
+            let room = if sack_mode {
+                let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+                let wnd_room = if lt(wnd_end, self.snd_nxt) {
+                    0
+                } else {
+                    wnd_end.wrapping_sub(self.snd_nxt) as usize
+                };
+                let cc_room = if probe_new {
+                    // RFC 8985 §7.3: a probe of new data goes whatever cwnd says.
+                    seg_max
+                } else if self.in_recovery {
+                    self.prr_allow
+                } else {
+                    // RFC 3042 §2: the first two duplicate ACKs each let
+                    // one new segment go beyond cwnd.
+                    let extra = if self.dupacks < DUP_THRESH {
+                        self.dupacks.min(2) as usize * self.mss()
+                    } else {
+                        0
+                    };
+                    self.cc.cwnd().saturating_add(extra).saturating_sub(pipe)
+                };
+                wnd_room.min(cc_room)
+            } else {
+                let wnd_end = self.snd_una.wrapping_add(
+                    self.snd_wnd
+                        .min(self.cc.cwnd().min(u32::MAX as usize) as u32),
+                );
+                let room = wnd_end.wrapping_sub(self.snd_nxt);
+                if lt(wnd_end, self.snd_nxt) {
+                    0
+                } else {
+                    room as usize
+                }
+            };
             let mut len = avail.min(seg_max).min(room);
-            match self.record_cut(len, seg_max) {
+            match self.record_cut(self.snd_nxt, len, seg_max) {
                 Some(cut) => len = cut,
                 // The window, not the segment size, cuts a record: wait for
                 // ACKs to open it rather than split the record, unless
@@ -1343,6 +2034,10 @@ impl Connection {
                 break;
             }
             self.persist_probe = false;
+            if probe_new {
+                probe_new = false;
+                self.stats.tlp_probes += 1;
+            }
             let mut flags = Flags::ACK;
             if len > 0 {
                 flags |= Flags::PSH;
@@ -1357,7 +2052,13 @@ impl Connection {
             n += 1;
             self.ack_now = false;
             self.t_ack = None;
+            self.dsack = None;
             let adv = len as u32 + u32::from(fin_now);
+            pipe += adv as usize;
+            if self.in_recovery && sack_mode {
+                self.prr_allow = self.prr_allow.saturating_sub(adv as usize);
+                self.prr_out = self.prr_out.saturating_add(adv as usize);
+            }
             self.snd_nxt = self.snd_nxt.wrapping_add(adv);
             if lt(self.snd_max, self.snd_nxt) {
                 self.snd_max = self.snd_nxt;
@@ -1372,10 +2073,15 @@ impl Connection {
                 break;
             }
         }
+        // RFC 8985 §7.2: (re)start the probe timer after sending new data.
+        if sack_mode && n > sent_before && lt(new_from, self.snd_max) {
+            self.arm_tlp(now);
+        }
         if self.ack_now && n < max {
             self.ack_now = false;
             self.t_ack = None;
             let r = self.base(now, self.snd_max, Flags::ACK);
+            self.dsack = None;
             // One ACK per out-of-order arrival (at most 4 at once).
             let copies = self.dupacks_owed.clamp(1, 4) as usize;
             for _ in 0..copies.min(max - n) {
@@ -1740,12 +2446,12 @@ mod tests {
         p.a.handle_segment(&ack, now, &mut |_| {});
         assert!(p.a.sacked.len() <= cap);
         // Fast retransmit resends the first segment only; the rest is skipped.
-        assert_eq!(p.a.stats().fast_retransmits, 1);
         let mut resent = Vec::new();
         p.a.poll_transmit(now, 16, &mut |r| {
             resent.push((r.seq_number, r.payload.len()))
         });
         assert_eq!(resent, vec![(una, SEG as usize)]);
+        assert_eq!(p.a.stats().fast_retransmits, 1);
         assert!(p.a.stats().sack_skipped >= 1);
         // The cumulative ACK of it all empties the scoreboard.
         let ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
@@ -1869,7 +2575,15 @@ mod tests {
 
     #[test]
     fn peer_driven_counters_saturate_and_forged_echoes_are_not_rtt_samples() {
-        let mut p = established(cfg(), 37);
+        // Without SACK, so that duplicate ACKs inflate the window (RFC
+        // 5681 §3.2 step 4); with SACK, PRR sets it from pipe instead.
+        let mut p = established(
+            Config {
+                sack: false,
+                ..cfg()
+            },
+            37,
+        );
         p.a.send(b"x");
         assert!(p.run(1000, |p| p.a.unacked() == 0));
         let now = p.now;
@@ -1879,13 +2593,13 @@ mod tests {
         // As if the peer had sent four billion duplicate ACKs already.
         p.a.dupacks = u32::MAX - 1;
         p.a.in_recovery = true;
-        p.a.cwnd = usize::MAX - 10;
+        p.a.cc.set_cwnd(usize::MAX - 10);
         for _ in 0..4 {
             let mut dup = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
             dup.ack_number = una;
             p.a.handle_segment(&dup, now, &mut |_| {});
         }
-        assert_eq!((p.a.dupacks, p.a.cwnd), (u32::MAX, usize::MAX));
+        assert_eq!((p.a.dupacks, p.a.cwnd()), (u32::MAX, usize::MAX));
         // An ACK of new data echoing a timestamp from our future: no sample.
         let rto = p.a.rto();
         let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
@@ -1952,7 +2666,7 @@ mod tests {
             p.got_b.len(),
             da.len(),
             "a->b length, seed {seed}: errs {:?} {:?} a {:?} una {} nxt {} max {} wnd {} cwnd {} rtx {:?} buf {} | b {:?} rcv_nxt {} ooo {}",
-            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.ranges()
+            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd(), p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.ranges()
         );
         assert!(p.got_b == da, "a->b data, seed {seed}");
         assert!(p.got_a == db, "b->a data, seed {seed}");
@@ -1999,7 +2713,7 @@ mod tests {
         let seg = p.a.mss();
         // Fill the congestion window (10 segments) with whole-segment
         // records, then one more record: it must not go out in pieces.
-        p.a.cwnd = 10 * p.a.snd_mss;
+        p.a.cc.set_cwnd(10 * p.a.snd_mss);
         for i in 0..11 {
             assert!(p.a.send_record(&data(seg, i)));
         }
