@@ -154,15 +154,6 @@ impl Scoreboard {
         None
     }
 
-    /// Ranges relative to `una`, for debugging tests.
-    #[cfg(test)]
-    pub(crate) fn iter_rel(&self, una: u32) -> Vec<(u32, u32)> {
-        self.ranges
-            .iter()
-            .map(|&(a, b)| (a.wrapping_sub(una), b.wrapping_sub(una)))
-            .collect()
-    }
-
     /// Ranges in order, for tests.
     #[cfg(test)]
     pub(crate) fn ranges(&self) -> &[(u32, u32)] {
