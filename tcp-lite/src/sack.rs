@@ -30,8 +30,8 @@ impl Scoreboard {
         self.ranges.len()
     }
 
-    /// Forget everything (RFC 2018 §8: after a retransmission timeout the
-    /// sender turns off the SACKed bits, as the receiver may renege).
+    /// Forget everything (RFC 2018 §8: the receiver may renege; the sender
+    /// calls this on a retransmission timeout when it did).
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }

@@ -1030,7 +1030,11 @@ impl Connection {
             // the cumulative ACK or inside the second block.
             if let Some((l, r)) = seg.sack_ranges[0] {
                 let in_second = seg.sack_ranges[1].is_some_and(|(l2, r2)| le(l2, l) && le(r, r2));
-                if lt(l, r) && (le(r, ack) || in_second) && le(r, self.snd_max) {
+                // Only blocks inside what we could have sent twice: at most
+                // SND.MAX, at least SND.UNA - MAX.SND.WND (RFC 5961 §5.2's
+                // bound on old ACKs).
+                let oldest = self.snd_una.wrapping_sub(self.max_snd_wnd);
+                if lt(l, r) && (le(r, ack) || in_second) && le(r, self.snd_max) && le(oldest, l) {
                     dsack = Some((l, r));
                 }
             }
