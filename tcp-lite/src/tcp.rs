@@ -89,7 +89,9 @@ const DUP_THRESH: u32 = 3;
 /// RFC 8985 §7.2: the worst-case delayed-ACK time added to the probe
 /// timeout when only one segment is in flight.
 const WC_DEL_ACK: u64 = 200_000_000;
-/// Floor of the probe timeout (twice this) and the reordering window: a
+/// Added to a probe timeout with more than one segment out (see `arm_tlp`).
+const PTO_SLACK: u64 = 2_000_000;
+/// Floor of the reordering window: a
 /// LAN's RTT is tens of microseconds, and timers much shorter than a poll
 /// round would fire on every gap between ACKs.
 const TIMER_GRANULARITY: u64 = 50_000;
@@ -329,6 +331,12 @@ pub struct Connection {
     tlp_high: Option<u32>,
     /// The probe's retransmission came back in a D-SACK: it was needless.
     tlp_dsacked: bool,
+    /// Our timestamp on the probe, if it was later (by the clock's tick)
+    /// than every original transmission it covers: an ACK echoing it was
+    /// caused by the probe (RFC 7323 §4.3), so the probe repaired a loss.
+    tlp_ts: Option<u32>,
+    /// Our timestamp when SND.MAX last grew.
+    max_ts: u32,
     /// This recovery episode's retransmitted octets and the octets D-SACK
     /// reported as needless (RFC 3708 §3: undo when all were).
     episode_rxt: u64,
@@ -422,6 +430,8 @@ impl Connection {
             tlp_due: false,
             tlp_high: None,
             tlp_dsacked: false,
+            tlp_ts: None,
+            max_ts: 0,
             episode_rxt: 0,
             episode_dsacked: 0,
             undo_armed: false,
@@ -1113,13 +1123,20 @@ impl Connection {
             } else if let Some(r) = fine {
                 self.rtt_sample(r);
             }
-            // RFC 8985 §7.4: the ACK of a retransmitted tail probe. Unless a
-            // D-SACK said the probe was needless, it repaired a loss: the
-            // window comes down as for one.
+            // RFC 8985 §7.4: the ACK of a retransmitted tail probe. If the
+            // probe repaired a loss, the window comes down as for one. A
+            // D-SACK says it did not; with timestamps, an ACK echoing an
+            // original transmission (older than the probe) says so too
+            // (the D-SACK for the probe comes after it); without them, or
+            // when the clock did not tick in between, assume a loss.
             if let Some(h) = self.tlp_high {
                 if le(h, ack) {
                     self.tlp_high = None;
-                    if !self.tlp_dsacked && !self.in_recovery {
+                    let for_original = match (self.tlp_ts, seg.timestamp) {
+                        (Some(p), Some(ts)) if self.ts_on => lt(ts.tsecr, p),
+                        _ => false,
+                    };
+                    if !self.tlp_dsacked && !for_original && !self.in_recovery {
                         let flight = self.flight();
                         self.cc.on_loss(flight, self.snd_mss, now);
                         let ss = self.cc.ssthresh();
@@ -1488,10 +1505,15 @@ impl Connection {
         let Some(srtt) = self.fine_srtt.or(self.srtt) else {
             return;
         };
-        let mut pto = (2 * srtt).max(2 * TIMER_GRANULARITY);
-        if self.flight() <= self.mss() {
-            pto = pto.saturating_add(WC_DEL_ACK);
-        }
+        // RFC 8985 §7.2: 2 SRTT, plus the worst-case delayed ACK with one
+        // segment out; else plus a slack for ACKs the receiver's own timing
+        // spreads (Linux adds TCP_TIMEOUT_MIN, 2 ms, the same way).
+        let mut pto = 2 * srtt;
+        pto = pto.saturating_add(if self.flight() <= self.mss() {
+            WC_DEL_ACK
+        } else {
+            PTO_SLACK
+        });
         // RFC 8985 §7.2: never later than the RTO would fire; a probe due
         // then goes instead of the timeout (which is re-armed after it).
         let t = now.saturating_add(pto);
@@ -1897,6 +1919,8 @@ impl Connection {
         self.stats.tlp_probes += 1;
         self.tlp_high = Some(self.snd_max);
         self.tlp_dsacked = false;
+        let ts = self.ts_now(now);
+        self.tlp_ts = lt(self.max_ts, ts).then_some(ts);
         self.rtt_probe = None;
         self.t_rtx = Some(now + self.rto);
         Some(true)
@@ -2110,6 +2134,7 @@ impl Connection {
             self.snd_nxt = self.snd_nxt.wrapping_add(adv);
             if lt(self.snd_max, self.snd_nxt) {
                 self.snd_max = self.snd_nxt;
+                self.max_ts = self.ts_now(now);
                 if self.rtt_probe.is_none() {
                     self.rtt_probe = Some((seq, now));
                 }
@@ -3569,7 +3594,13 @@ mod tests {
 
     #[test]
     fn rfc8985_tail_loss_probe_goes_before_the_rto() {
-        let (mut p, una) = in_flight(cfg(), 3, 3);
+        // An RTO floor above 2 SRTT + 2 ms, as on a real link (cfg()'s 1 ms
+        // floor would have the probe go at the RTO's time, in its place).
+        let c = Config {
+            rto_min: 10_000_000,
+            ..cfg()
+        };
+        let (mut p, una) = in_flight(c, 3, 3);
         let tlp = p.a.t_tlp.expect("probe timer armed after new data");
         assert!(tlp < p.a.t_rtx.unwrap());
         assert_eq!(p.a.poll_timeout(), Some(tlp));
