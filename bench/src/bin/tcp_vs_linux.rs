@@ -438,8 +438,8 @@ fn loss_table(
         bulk >> 20
     );
     println!(
-        "{:>7} {:>14} {:>14} {:>7} {:>6} {:>10} {:>6} {:>6}",
-        "loss %", "Linux MB/s", "ours MB/s", "ratio", "RTOs", "recoveries", "TLPs", "undos"
+        "{:>7} {:>14} {:>14} {:>7} {:>6} {:>10} {:>6} {:>12}",
+        "loss %", "Linux MB/s", "ours MB/s", "ratio", "RTOs", "recoveries", "TLPs", "undos DS/RTO"
     );
     struct Cleanup<'a>(&'a Netns);
     impl Drop for Cleanup<'_> {
@@ -476,7 +476,7 @@ fn loss_table(
         let our_rx = server.join().expect("server");
         assert_eq!(our_rx as usize, bulk);
         println!(
-            "{:>7.1} {:>14.0} {:>14.0} {:>7.2} {:>6} {:>10} {:>6} {:>6}",
+            "{:>7.1} {:>14.0} {:>14.0} {:>7.2} {:>6} {:>10} {:>6} {:>12}",
             f64::from(permille) / 10.0,
             lin_bw,
             our_bw,
@@ -484,7 +484,7 @@ fn loss_table(
             st.rto_retransmits,
             st.sack_recoveries,
             st.tlp_probes,
-            st.dsack_undos + st.spurious_rto_undone
+            format!("{}/{}", st.dsack_undos, st.spurious_rto_undone)
         );
     }
 }
