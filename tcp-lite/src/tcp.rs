@@ -170,7 +170,8 @@ impl core::fmt::Display for TcpError {
 pub struct Stats {
     /// Segments retransmitted on RTO.
     pub rto_retransmits: u64,
-    /// Fast retransmits (3 duplicate ACKs or NewReno partial ACKs).
+    /// Fast retransmits: without SACK, 3 duplicate ACKs or NewReno partial
+    /// ACKs; with SACK, segments resent during recovery (RFC 6675).
     pub fast_retransmits: u64,
     /// Out-of-order segments stored.
     pub ooo_segments: u64,
@@ -319,6 +320,8 @@ pub struct Connection {
     /// quarter of it), and the D-SACK-driven multiplier (§6.2.4).
     min_rtt: Option<u64>,
     reo_wnd_mult: u32,
+    /// Recoveries left before `reo_wnd_mult` goes back to 1 (§6.2.4).
+    reo_wnd_persist: u32,
     /// Smoothed RTT from timed segments (ns), for the probe timeout.
     fine_srtt: Option<u64>,
     /// RACK reordering timer: when SACKed data sits above holes not yet
@@ -424,6 +427,7 @@ impl Connection {
             prr_allow: 0,
             min_rtt: None,
             reo_wnd_mult: 1,
+            reo_wnd_persist: 0,
             fine_srtt: None,
             t_rack: None,
             t_tlp: None,
@@ -1244,6 +1248,12 @@ impl Connection {
             self.in_recovery = false;
             let ss = self.cc.ssthresh();
             self.cc.set_cwnd(ss);
+            // RFC 8985 §6.2.4: the widened reordering window lasts 16
+            // recoveries.
+            self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+            if self.reo_wnd_persist == 0 {
+                self.reo_wnd_mult = 1;
+            }
             // Retransmissions still unacknowledged keep their mark: one
             // lost now is found as in recovery.
         } else if self.in_recovery {
@@ -1445,8 +1455,10 @@ impl Connection {
         if self.tlp_high == Some(r) {
             self.tlp_dsacked = true;
         }
-        // RFC 8985 §6.2.4: reordering seen: widen the reordering window.
+        // RFC 8985 §6.2.4: reordering seen: widen the reordering window,
+        // for the next 16 recoveries.
         self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1).min(16);
+        self.reo_wnd_persist = 16;
         if self.undo_armed && self.episode_rxt > 0 {
             self.episode_dsacked = self.episode_dsacked.saturating_add(len);
             // RFC 3708 §3 (the D-SACK response of RFC 2883 §5): every
@@ -3685,6 +3697,8 @@ mod tests {
         p.a.handle_segment(&ack, now, &mut |_| {});
         assert_eq!(p.a.stats().dsacks_received, 1);
         assert_eq!(p.a.stats().dsack_undos, 1);
+        // RFC 8985 §6.2.4: reordering seen: the reordering window widens.
+        assert_eq!(p.a.reo_wnd_mult, 2);
         assert_eq!(p.a.ssthresh(), ssthresh);
         assert!(p.a.cwnd() >= cwnd, "{} < {cwnd}", p.a.cwnd());
     }
