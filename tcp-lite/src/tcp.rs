@@ -3876,4 +3876,56 @@ mod tests {
             }
         }
     }
+
+    mod hostile_acks {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Whatever ACKs, SACK and D-SACK blocks and timer firings a
+            /// peer (or the clock) produces, the sender does not panic,
+            /// its loss markers stay inside what it sent, and pipe never
+            /// exceeds what is outstanding.
+            #[test]
+            fn any_acks_and_sack_blocks_keep_the_sender_sane(
+                steps in proptest::collection::vec(
+                    (0u32..30, proptest::collection::vec((0u32..40_000, 0u32..40_000), 0..5), any::<bool>(), 0u64..3_000_000),
+                    1..60,
+                ),
+                algo in prop_oneof![Just(Algorithm::Cubic), Just(Algorithm::NewReno)],
+            ) {
+                let c = Config { congestion: algo, ..cfg() };
+                let (mut p, una0) = in_flight(c, 10, 30);
+                let mut now = p.now;
+                for (ack, blocks, fire, dt) in steps {
+                    now += dt;
+                    let mut r = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+                    r.ack_number = una0.wrapping_add(ack * 1000);
+                    for (slot, &(l, len)) in r.sack_ranges.iter_mut().zip(&blocks) {
+                        let l = una0.wrapping_add(l).wrapping_sub(2000);
+                        *slot = Some((l, l.wrapping_add(len)));
+                    }
+                    p.a.handle_segment(&r, now, &mut |_| {});
+                    if fire {
+                        if let Some(t) = p.a.poll_timeout() {
+                            now = now.max(t);
+                            p.a.handle_timeout(now);
+                        }
+                    }
+                    p.a.poll_transmit(now, 64, &mut |_| {});
+                    let a = &p.a;
+                    if a.state() == State::Closed {
+                        break;
+                    }
+                    let out = a.snd_max.wrapping_sub(a.snd_una) as usize;
+                    prop_assert!(a.pipe() <= out, "pipe {} > {out}", a.pipe());
+                    prop_assert!(le(a.lost_end, a.snd_max) || le(a.lost_end, a.snd_una));
+                    prop_assert!(le(a.high_rxt, a.snd_max) || le(a.high_rxt, a.snd_una));
+                    prop_assert!(a.sacked.total() as usize <= out);
+                }
+            }
+        }
+    }
 }
