@@ -216,6 +216,8 @@ fn our_client(
     let s = connect_ours(&h, to, 2);
     let cpu0 = cpu_time();
     let t = Instant::now();
+    // Bounded: a transfer that stalls for two minutes fails the run.
+    let give_up = t + Duration::from_secs(120);
     let mut left = bulk;
     while left > 0 {
         let n = left.min(64 << 10);
@@ -224,6 +226,7 @@ fn our_client(
             match s.tx.push(v) {
                 Ok(()) => break,
                 Err(back) => {
+                    assert!(Instant::now() < give_up, "bulk send stalled");
                     v = back;
                     std::thread::yield_now();
                 }
