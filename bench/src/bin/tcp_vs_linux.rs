@@ -345,6 +345,121 @@ fn main() {
     println!("our process CPU during bulk: {our_cpu:.2} ns/octet (poll loop busy-polls one core)");
 }
 
+/// Linux sends `bulk` octets from `ns` to `to` (the bulk phase of
+/// [`linux_client`] alone, on a thread); returns octets per second.
+fn linux_sender(ns: &Netns, to: SocketAddrV4, bulk: usize) -> std::thread::JoinHandle<Option<f64>> {
+    let path = ns.ns_path();
+    std::thread::spawn(move || {
+        iwarp_xdp::in_netns(&path, move || {
+            let mut s = TcpStream::connect_timeout(&to.into(), Duration::from_secs(10)).ok()?;
+            s.set_write_timeout(Some(Duration::from_secs(60))).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+            let chunk = vec![0x5au8; 1 << 20];
+            let t = Instant::now();
+            let mut left = bulk;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                s.write_all(&chunk[..n]).ok()?;
+                left -= n;
+            }
+            s.shutdown(std::net::Shutdown::Write).ok()?;
+            let mut b = [0u8; 16];
+            let _ = s.read(&mut b); // our close
+            Some(bulk as f64 / t.elapsed().as_secs_f64() / 1e6)
+        })
+        .ok()
+        .flatten()
+    })
+}
+
+/// tcp-lite on AF_XDP listening on `port` at `ip`: Linux in `linux_ns`
+/// sends `bulk` octets to it. Returns MB/s at our end (first octet
+/// accepted to last octet received) and our counters.
+fn our_server(
+    ns: &Netns,
+    linux_ns: &Netns,
+    iface: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    bulk: usize,
+) -> (f64, tcp_lite::tcp::Stats) {
+    let cfg = XdpConfig::new(iface, ip.octets());
+    let dev = iwarp_xdp::in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
+        .expect("enter namespace")
+        .expect("open AF_XDP");
+    let mut icfg = IfaceConfig::new(
+        EthernetAddress(dev.mac_address()),
+        Ipv4Address(ip.octets()),
+        24,
+    );
+    icfg.mtu = dev.mtu() as usize;
+    let mut scfg = StackConfig::new(icfg);
+    scfg.tcp.rto_min = 5_000_000;
+    scfg.tcp.time_wait = 1_000_000;
+    let h = spawn(
+        Stack::new(scfg, MemoryTable::new()),
+        dev,
+        Some(0),
+        Mode::BusyPoll,
+        4096,
+    );
+    h.post(Command::Listen {
+        port,
+        ulp: Ulp::Stream,
+    })
+    .expect("post");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "listen timed out");
+        match h.poll() {
+            Some(Output::Listening { result, .. }) => {
+                result.expect("listen");
+                break;
+            }
+            _ => std::hint::spin_loop(),
+        }
+    }
+    let sender = linux_sender(linux_ns, SocketAddrV4::new(ip, port), bulk);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        assert!(Instant::now() < deadline, "accept timed out");
+        match h.poll() {
+            Some(Output::Accepted {
+                stream: Some(s), ..
+            }) => break s,
+            _ => std::hint::spin_loop(),
+        }
+    };
+    let mut got = 0usize;
+    let mut t = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while got < bulk && Instant::now() < deadline {
+        match s.rx.pop() {
+            Some(v) => {
+                t.get_or_insert_with(Instant::now);
+                got += v.len();
+            }
+            None => std::hint::spin_loop(),
+        }
+    }
+    let secs = t.map_or(f64::NAN, |t| t.elapsed().as_secs_f64());
+    assert_eq!(got, bulk, "Linux -> ours delivered {got} of {bulk} octets");
+    s.close.store(true, Ordering::Release);
+    let lin = sender.join().expect("sender");
+    assert!(lin.is_some(), "Linux sender failed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.flags() & (flags::CLOSED | flags::FAILED) == 0 && Instant::now() < deadline {
+        while s.rx.pop().is_some() {}
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let tcp = h
+        .stop()
+        .map(|(stack, _)| stack.stats().tcp_closed)
+        .unwrap_or_default();
+    (bulk as f64 / secs / 1e6, tcp)
+}
+
 /// `--loss-permille a,b,c` or 0, 0.1, 1, 2 and 5%.
 fn permille_list() -> Vec<u32> {
     let args: Vec<String> = std::env::args().collect();
@@ -441,8 +556,17 @@ fn loss_table(
         bulk >> 20
     );
     println!(
-        "{:>7} {:>14} {:>14} {:>7} {:>6} {:>10} {:>6} {:>12}",
-        "loss %", "Linux MB/s", "ours MB/s", "ratio", "RTOs", "recoveries", "TLPs", "undos DS/RTO"
+        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>12} {:>13} {:>6}",
+        "loss %",
+        "Linux MB/s",
+        "ours->L",
+        "ratio",
+        "RTOs",
+        "recoveries",
+        "TLPs",
+        "undos DS/RTO",
+        "L->ours MB/s",
+        "ratio"
     );
     struct Cleanup<'a>(&'a Netns);
     impl Drop for Cleanup<'_> {
@@ -478,8 +602,17 @@ fn loss_table(
         );
         let our_rx = server.join().expect("server");
         assert_eq!(our_rx as usize, bulk);
+        // Linux -> ours: our stack listens at the same end.
+        let (rx_bw, _) = our_server(
+            ours_ns,
+            linux_ns,
+            veth.name(End::A),
+            Ipv4Addr::new(10, 211, 0, 1),
+            port + 1000,
+            bulk,
+        );
         println!(
-            "{:>7.1} {:>14.0} {:>14.0} {:>7.2} {:>6} {:>10} {:>6} {:>12}",
+            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>12} {:>13.0} {:>6.2}",
             f64::from(permille) / 10.0,
             lin_bw,
             our_bw,
@@ -487,7 +620,9 @@ fn loss_table(
             st.rto_retransmits,
             st.sack_recoveries,
             st.tlp_probes,
-            format!("{}/{}", st.dsack_undos, st.spurious_rto_undone)
+            format!("{}/{}", st.dsack_undos, st.spurious_rto_undone),
+            rx_bw,
+            rx_bw / lin_bw
         );
     }
 }
