@@ -4,12 +4,14 @@
 //! our stack as the client and Linux as the server. Prints both and the
 //! ratios ours/Linux. Needs root.
 //!
-//! With `--loss`, it measures loss recovery instead: nftables in the
-//! listener's namespace drops packets at random both ways (`numgen random
-//! mod 1000 < N`) at 0, 0.1, 1, 2 and 5% (or the per-mille rates listed
-//! after `--loss-permille`), with TSO, GSO and GRO off on both ends so both
-//! stacks send 1500-octet frames, and prints bulk throughput Linux -> Linux
-//! and tcp-lite -> Linux, their ratio, and our retransmission timeouts.
+//! With `--loss`, it measures loss recovery instead: nftables in the Linux
+//! end's namespace (the listener's, for the two transfers to Linux)
+//! drops packets at random both ways (`numgen random mod 1000 < N`) at 0,
+//! 0.1, 1, 2 and 5% (or the per-mille rates listed after
+//! `--loss-permille`), with TSO, GSO and GRO off on both ends so both stacks
+//! send 1500-octet frames, and prints bulk throughput Linux -> Linux,
+//! tcp-lite -> Linux and Linux -> tcp-lite, the ratios to Linux -> Linux,
+//! and our sender's retransmission timeouts, recoveries, probes and undos.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
@@ -552,7 +554,7 @@ fn loss_table(
     no_segmentation_offload(ours_ns, veth.name(End::A));
     no_segmentation_offload(linux_ns, veth.name(End::B));
     println!(
-        "{} MiB one-way bulk, random loss both ways in the listener's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off",
+        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off",
         bulk >> 20
     );
     println!(
