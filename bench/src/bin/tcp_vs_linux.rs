@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
-//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno]
 //! ```
 
 use std::io::{Read, Write};
@@ -188,6 +188,7 @@ fn our_client(
     icfg.mtu = dev.mtu() as usize;
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
+    scfg.tcp.congestion = congestion();
     if count_tcp {
         // A connection's counters are summed when it reaches CLOSED: keep
         // TIME-WAIT short so that the bulk connection gets there.
@@ -397,6 +398,7 @@ fn our_server(
     icfg.mtu = dev.mtu() as usize;
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
+    scfg.tcp.congestion = congestion();
     scfg.tcp.time_wait = 1_000_000;
     let h = spawn(
         Stack::new(scfg, MemoryTable::new()),
@@ -460,6 +462,15 @@ fn our_server(
         .map(|(stack, _)| stack.stats().tcp_closed)
         .unwrap_or_default();
     (bulk as f64 / secs / 1e6, tcp)
+}
+
+/// `--newreno`: NewReno instead of the default CUBIC.
+fn congestion() -> tcp_lite::cc::Algorithm {
+    if std::env::args().any(|a| a == "--newreno") {
+        tcp_lite::cc::Algorithm::NewReno
+    } else {
+        tcp_lite::cc::Algorithm::Cubic
+    }
 }
 
 /// `--loss-permille a,b,c` or 0, 0.1, 1, 2 and 5%.
