@@ -91,9 +91,9 @@ const DUP_THRESH: u32 = 3;
 const WC_DEL_ACK: u64 = 200_000_000;
 /// Added to a probe timeout with more than one segment out (see `arm_tlp`).
 const PTO_SLACK: u64 = 2_000_000;
-/// Floor of the reordering window: a
-/// LAN's RTT is tens of microseconds, and timers much shorter than a poll
-/// round would fire on every gap between ACKs.
+/// Floor of the reordering window: a LAN's RTT is tens of microseconds,
+/// and timers much shorter than a poll round would fire on every gap
+/// between ACKs.
 const TIMER_GRANULARITY: u64 = 50_000;
 
 impl Default for Config {
@@ -305,10 +305,11 @@ pub struct Connection {
     lost_end: u32,
     /// HighRxt (RFC 6675 §2): lost octets below it were retransmitted.
     high_rxt: u32,
-    /// SND.MAX when the current round of retransmissions began: data above
-    /// it was sent after them, so once enough of it is SACKed while the
-    /// first retransmitted octet is still missing, that retransmission was
-    /// lost (RFC 8985 §6.2, send order read from sequence order).
+    /// SND.MAX when the current round of retransmissions began, and the
+    /// end of its first retransmission: new data above the one and octets
+    /// resent above the other were sent after that retransmission, so once
+    /// enough of them is SACKed while SND.UNA is still missing, it was lost
+    /// (RFC 8985 §6.2, send order read from sequence order).
     rxt_mark: Option<(u32, u32)>,
     /// RFC 6937 §3: prr_delivered, prr_out, RecoverFS.
     prr_delivered: usize,
