@@ -455,6 +455,12 @@ fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.ooo_dropped += t.ooo_dropped;
     sum.no_timestamp_drops += t.no_timestamp_drops;
     sum.persist_aborts += t.persist_aborts;
+    sum.sack_recoveries += t.sack_recoveries;
+    sum.rack_losses += t.rack_losses;
+    sum.lost_retransmits += t.lost_retransmits;
+    sum.tlp_probes += t.tlp_probes;
+    sum.dsacks_received += t.dsacks_received;
+    sum.dsack_undos += t.dsack_undos;
 }
 
 /// Byte-stream state bits in [`StreamShared::state`].
