@@ -57,6 +57,13 @@ pub struct StackConfig {
     pub rx_backlog_limit: usize,
     /// First ephemeral port for active opens.
     pub ephemeral_base: u16,
+    /// Longest an idle iWARP connection goes unvisited (ns). A round polls
+    /// only the connections with something to do (a segment or a command
+    /// arrived, or their last poll sent or reported something); the others
+    /// are visited at least this often, for their timers (retransmission,
+    /// probe, MPA and close deadlines fire at most this late). Byte streams
+    /// are polled every round (their application side is a ring).
+    pub idle_sweep: u64,
 }
 
 impl StackConfig {
@@ -72,6 +79,7 @@ impl StackConfig {
             ring_chunks: 1024,
             rx_backlog_limit: 1 << 20,
             ephemeral_base: 49152,
+            idle_sweep: 1_000_000,
         }
     }
 }
@@ -541,6 +549,13 @@ struct Sock {
     reported_closed: bool,
     /// RTO retransmissions already reported as `tracing` events.
     rto_seen: u64,
+    /// Poll in the next round: a segment or command arrived, or the last
+    /// poll did something (see `StackConfig::idle_sweep`).
+    wake: bool,
+    /// When it was last polled.
+    polled_at: u64,
+    /// Polled in this round (its events and state are settled after).
+    polled: bool,
 }
 
 impl Sock {
@@ -740,6 +755,9 @@ impl Stack {
                 token: None,
                 reported_closed: false,
                 rto_seen: 0,
+                wake: true,
+                polled_at: 0,
+                polled: false,
             },
             shared,
         )
@@ -762,6 +780,7 @@ impl Stack {
             let Some(sock) = self.socks.get_mut(&id) else {
                 return;
             };
+            sock.wake = true;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
@@ -1028,6 +1047,16 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
+        // A command for a connection wakes it for the next round.
+        let target = match &cmd {
+            Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
+            Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
+            Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
+            _ => None,
+        };
+        if let Some(s) = target.and_then(|id| self.socks.get_mut(&id)) {
+            s.wake = true;
+        }
         match cmd {
             Command::Connect {
                 token,
@@ -1213,19 +1242,30 @@ impl crate::runtime::Engine for Stack {
             }
             l.listener.settle();
         }
+        let sweep = self.cfg.idle_sweep;
         for sock in socks.values_mut() {
             let dst = sock.remote;
+            sock.polled = false;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     Self::poll_stream(s, now);
                     busy |= s.tcp.poll_transmit(now, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     }) > 0;
+                    sock.polled = true;
                 }
                 SockKind::Iwarp(i) => {
-                    busy |= i.poll(now, mem, 64, &mut |seg| {
+                    // Idle connections wait for the sweep (their timers).
+                    if !sock.wake && now.saturating_sub(sock.polled_at) < sweep {
+                        continue;
+                    }
+                    let sent = i.poll(now, mem, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
-                    }) > 0;
+                    });
+                    busy |= sent > 0;
+                    sock.wake = sent > 0;
+                    sock.polled_at = now;
+                    sock.polled = true;
                 }
             }
         }
@@ -1247,14 +1287,23 @@ impl crate::runtime::Engine for Stack {
             if let Some(Sock {
                 kind: SockKind::Iwarp(i),
                 cq,
+                wake,
+                polled,
                 ..
             }) = self.socks.get_mut(&id)
             {
+                if !*polled {
+                    continue;
+                }
+                let mut did = false;
                 while let Some(e) = i.poll_cm_event() {
                     out(Output::Cm(id, e));
-                    busy = true;
+                    did = true;
                 }
-                busy |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+                did |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+                // Something happened: look again next round.
+                *wake |= did;
+                busy |= did;
             }
             self.settle(id);
         }
