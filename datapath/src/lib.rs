@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod over_sctp;
 pub mod over_tcp;
 pub mod runtime;
 pub mod stack;
