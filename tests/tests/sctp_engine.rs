@@ -16,14 +16,13 @@
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
-use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, Instant};
+mod sctp_util;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
-use iwarp_datapath::over_sctp::{AssocId, SctpCommand, SctpHost, SctpHostConfig, SctpOutput};
-use iwarp_datapath::runtime::{spawn, LoopHandle, MemDevice, Mode};
-use iwarp_frame::FrameDevice;
+use iwarp_datapath::over_sctp::{SctpCommand, SctpHost, SctpOutput};
+use iwarp_datapath::runtime::{LoopHandle, MemDevice};
 use sctp_lite::assoc::CloseReason;
+use sctp_util::{receive, segment, start, Host};
 
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0x5c, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0x5c, 0x0b];
@@ -32,113 +31,11 @@ const PORT_B: u16 = 5_001;
 /// Segments A→B and B→A, and their size.
 const A_TO_B: usize = 200;
 const B_TO_A: usize = 50;
-const SEG: usize = 1000;
-/// How long any one step may take before the test fails (a bound on the
-/// wait loops, not a measurement).
-const STEP: Duration = Duration::from_secs(20);
-
-fn start<D: FrameDevice + 'static>(mac: [u8; 6], ip: [u8; 4], dev: D) -> LoopHandle<SctpHost> {
-    let mut cfg = SctpHostConfig::new(mac, ip, [mac[5]; 16]);
-    cfg.sctp.streams = 4;
-    // Short RTO.Min so a frame a busy host drops is resent quickly.
-    cfg.sctp.rto_min = 50_000_000;
-    cfg.sctp.rto_initial = 200_000_000;
-    spawn(
-        SctpHost::new(cfg).unwrap(),
-        dev,
-        None,
-        Mode::Adaptive {
-            spins: 1_000,
-            max_sleep: Duration::from_micros(200),
-        },
-        4096,
-    )
-}
-
-/// Waits for outputs of one host, keeping those not asked for.
-struct Host {
-    h: LoopHandle<SctpHost>,
-    name: &'static str,
-    kept: VecDeque<SctpOutput>,
-}
-
-impl Host {
-    fn post(&self, c: SctpCommand) {
-        // Bounded: the loop drains 64 commands per round.
-        for _ in 0..100_000 {
-            match self.h.post(c.clone()) {
-                Ok(()) => return,
-                Err(_) => std::thread::yield_now(),
-            }
-        }
-        panic!("{}: command queue stays full", self.name);
-    }
-
-    /// The first output `pick` accepts, waiting up to [`STEP`].
-    fn wait<T>(&mut self, what: &str, mut pick: impl FnMut(&SctpOutput) -> Option<T>) -> T {
-        if let Some(i) = self.kept.iter().position(|o| pick(o).is_some()) {
-            let o = self.kept.remove(i).unwrap();
-            return pick(&o).unwrap();
-        }
-        let end = Instant::now() + STEP;
-        while Instant::now() < end {
-            match self.h.poll() {
-                Some(o) => match pick(&o) {
-                    Some(t) => return t,
-                    None => self.kept.push_back(o),
-                },
-                None => std::thread::sleep(Duration::from_micros(100)),
-            }
-        }
-        panic!(
-            "{}: no {what} within {STEP:?}; outputs so far: {:?}",
-            self.name, self.kept
-        );
-    }
-}
-
-fn segment(from: u8, i: usize) -> Vec<u8> {
-    (0..SEG)
-        .map(|k| (k as u8) ^ (i as u8).wrapping_mul(31) ^ from)
-        .collect()
-}
-
-/// Collects `n` segments on stream 0 for association `id`: DDP-SSN → bytes.
-fn receive(h: &mut Host, id: AssocId, n: usize) -> BTreeMap<u16, Vec<u8>> {
-    let mut got = BTreeMap::new();
-    while got.len() < n {
-        let (ssn, seg) = h.wait("segment", |o| match o {
-            SctpOutput::Event(
-                a,
-                DdpEvent::Segment {
-                    stream: 0,
-                    ddp_ssn,
-                    segment,
-                },
-            ) if *a == id => Some((*ddp_ssn, segment.clone())),
-            _ => None,
-        });
-        assert!(
-            got.insert(ssn, seg).is_none(),
-            "{}: DDP-SSN {ssn} twice",
-            h.name
-        );
-    }
-    got
-}
 
 /// The whole exchange between `a` (initiator) and `b` (listener at `ip_b`).
 fn exchange(a: LoopHandle<SctpHost>, b: LoopHandle<SctpHost>, ip_b: [u8; 4]) {
-    let mut a = Host {
-        h: a,
-        name: "A",
-        kept: VecDeque::new(),
-    };
-    let mut b = Host {
-        h: b,
-        name: "B",
-        kept: VecDeque::new(),
-    };
+    let mut a = Host::new(a, "A");
+    let mut b = Host::new(b, "B");
     b.post(SctpCommand::Listen { port: PORT_B });
     let ok = b.wait("Listening", |o| match o {
         SctpOutput::Listening { port, ok } if *port == PORT_B => Some(*ok),

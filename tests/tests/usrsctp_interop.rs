@@ -1,0 +1,295 @@
+//! DDP over SCTP (RFC 5043) between our `SctpHost` on AF_XDP and an
+//! independent SCTP stack, usrsctp (Debian `libusrsctp-dev`), over raw
+//! IPv4 protocol 132 on a veth pair between two namespaces the test makes
+//! (removed on drop, failure included).
+//!
+//! `interop/sctp/usrsctp_ddp_peer.c` is built here with `cc` and run in
+//! namespace B on the kernel's address; our engine owns namespace A's veth
+//! end through AF_XDP. Both roles:
+//!
+//! * `usrsctp_associates_with_us`: usrsctp connects, we accept;
+//! * `we_associate_with_usrsctp`: we connect, usrsctp accepts.
+//!
+//! Each side offers and checks the Adaptation Layer Indication 1 (our side
+//! reports `Connected` only once the peer indicated it, RFC 5043 §7.1; the
+//! C side checks `SCTP_ADAPTATION_INDICATION`), the initiator opens a DDP
+//! Stream Session (PPID 17), 64 segments of 1000 octets go each way (PPID
+//! 16, unordered, every DDP-SSN and octet checked on both sides), a
+//! Terminate, and a graceful SHUTDOWN.
+//!
+//! Prints `SKIP:` and passes without root, `cc`, or `usrsctp.h`.
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+mod sctp_util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ddp_sctp::{DdpEvent, SessionEnd};
+use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
+use iwarp_xdp::{in_netns, Config as XdpConfig, XdpDevice};
+use netns_harness::{spawn_in, End, Netns, VethPair};
+use sctp_lite::assoc::CloseReason;
+use sctp_util::{receive, segment, start, Host};
+
+const N: usize = 64;
+
+fn skip() -> Option<String> {
+    if let Some(why) = netns_harness::skip_reason() {
+        return Some(why);
+    }
+    if !Path::new("/usr/include/usrsctp.h").exists() {
+        return Some("usrsctp.h missing (apt-get install libusrsctp-dev)".into());
+    }
+    if !netns_harness::command_available("cc") {
+        return Some("no C compiler `cc`".into());
+    }
+    None
+}
+
+/// Builds the C peer into a fresh directory; returns its path.
+fn build_peer(tag: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/sctp/usrsctp_ddp_peer.c");
+    let dir = std::env::temp_dir().join(format!("iwarp-usrsctp-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("usrsctp_ddp_peer");
+    let o = Command::new("cc")
+        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .args(["-lusrsctp", "-lpthread"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    bin
+}
+
+/// Namespace A (ours, AF_XDP, .1) and B (kernel .2/24, usrsctp). Fields
+/// drop in order: the veth, then the namespaces.
+struct Lab {
+    veth: VethPair,
+    b: Netns,
+    a: Netns,
+    ip_a: [u8; 4],
+    ip_b: [u8; 4],
+}
+
+fn lab(tag: &str) -> Lab {
+    let a = Netns::new(tag).unwrap();
+    let b = Netns::new(tag).unwrap();
+    let mut veth = VethPair::new(tag).unwrap();
+    veth.move_to(End::A, &a).unwrap();
+    veth.move_to(End::B, &b).unwrap();
+    let id = a.id();
+    let net = [10, (id >> 8) as u8, id as u8];
+    let (ip_a, ip_b) = ([net[0], net[1], net[2], 1], [net[0], net[1], net[2], 2]);
+    veth.add_addr(End::B, &format!("{}.{}.{}.2/24", net[0], net[1], net[2]))
+        .unwrap();
+    for end in [End::A, End::B] {
+        veth.disable_ipv6(end).unwrap();
+        veth.set_up(end).unwrap();
+    }
+    Lab {
+        veth,
+        b,
+        a,
+        ip_a,
+        ip_b,
+    }
+}
+
+fn our_host(lab: &Lab) -> Host {
+    let cfg = XdpConfig::new(lab.veth.name(End::A), lab.ip_a);
+    let dev = in_netns(&lab.a.ns_path(), || XdpDevice::open(&cfg))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("open {}: {e}", cfg.iface));
+    let mac = dev.mac_address();
+    Host::new(start(mac, lab.ip_a, dev), "ours")
+}
+
+fn ip_str(ip: [u8; 4]) -> String {
+    format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3])
+}
+
+fn check_peer(p: netns_harness::Spawned, role: &str) {
+    let o = p.wait_timeout(Duration::from_secs(30)).unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    println!(
+        "usrsctp peer ({role}):\n{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "usrsctp peer failed: {out}");
+    assert!(
+        out.contains(&format!("OK {role}: adaptation 0x00000001")),
+        "{out}"
+    );
+}
+
+#[test]
+fn usrsctp_associates_with_us() {
+    if let Some(why) = skip() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let bin = build_peer("c");
+    let lab = lab("usa");
+    let mut us = our_host(&lab);
+    us.post(SctpCommand::Listen { port: 5002 });
+    let ok = us.wait("Listening", |o| match o {
+        SctpOutput::Listening { port: 5002, ok } => Some(*ok),
+        _ => None,
+    });
+    assert!(ok);
+    let peer = spawn_in(
+        &lab.b,
+        &[
+            bin.to_str().unwrap(),
+            "client",
+            &ip_str(lab.ip_a),
+            "5002",
+            &N.to_string(),
+        ],
+    )
+    .unwrap();
+    let id = us.wait("Accepted", |o| match o {
+        SctpOutput::Accepted { assoc, remote, .. } => {
+            assert_eq!(*remote, lab.ip_b);
+            Some(*assoc)
+        }
+        _ => None,
+    });
+    us.wait("Connected", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Connected) if *x == id => Some(()),
+        _ => None,
+    });
+    let pd = us.wait("SessionRequested", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::SessionRequested {
+                stream: 0,
+                private_data,
+            },
+        ) if *x == id => Some(private_data.clone()),
+        _ => None,
+    });
+    assert_eq!(pd, b"from usrsctp");
+    us.post(SctpCommand::Accept {
+        assoc: id,
+        stream: 0,
+        private_data: b"welcome usrsctp".to_vec(),
+    });
+    let got = receive(&mut us, id, N);
+    for (i, (ssn, seg)) in got.iter().enumerate() {
+        assert_eq!(usize::from(*ssn), i + 1);
+        assert_eq!(seg, &segment(0xc, i), "segment {i} from usrsctp");
+    }
+    for i in 0..N {
+        us.post(SctpCommand::Segment {
+            assoc: id,
+            stream: 0,
+            segment: segment(0xa, i),
+        });
+    }
+    let why = us.wait("SessionEnded", |o| match o {
+        SctpOutput::Event(x, DdpEvent::SessionEnded { stream: 0, why, .. }) if *x == id => {
+            Some(*why)
+        }
+        _ => None,
+    });
+    assert_eq!(why, SessionEnd::PeerTerminated);
+    let why = us.wait("Closed", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Closed(why)) if *x == id => Some(*why),
+        _ => None,
+    });
+    assert_eq!(why, CloseReason::Shutdown);
+    check_peer(peer, "client");
+    assert!(
+        !us.kept.iter().any(|o| matches!(o, SctpOutput::Refused(..))),
+        "{:?}",
+        us.kept
+    );
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
+
+#[test]
+fn we_associate_with_usrsctp() {
+    if let Some(why) = skip() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let bin = build_peer("s");
+    let lab = lab("usb");
+    let mut us = our_host(&lab);
+    let peer = spawn_in(
+        &lab.b,
+        &[bin.to_str().unwrap(), "server", "5003", &N.to_string()],
+    )
+    .unwrap();
+    // The INIT may reach B before usrsctp listens: T1-init resends it
+    // (RFC 9260 §5.1), up to Max.Init.Retransmits.
+    us.post(SctpCommand::Connect {
+        token: 1,
+        remote: lab.ip_b,
+        port: 5003,
+        local_port: 40_003,
+    });
+    let id = us.wait("Opening", |o| match o {
+        SctpOutput::Opening { token: 1, result } => Some(result.unwrap()),
+        _ => None,
+    });
+    us.wait("Connected", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Connected) if *x == id => Some(()),
+        _ => None,
+    });
+    us.post(SctpCommand::Initiate {
+        assoc: id,
+        stream: 0,
+        private_data: b"from SctpHost".to_vec(),
+    });
+    let pd = us.wait("SessionAccepted", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::SessionAccepted {
+                stream: 0,
+                private_data,
+            },
+        ) if *x == id => Some(private_data.clone()),
+        _ => None,
+    });
+    assert_eq!(pd, b"welcome SctpHost");
+    for i in 0..N {
+        us.post(SctpCommand::Segment {
+            assoc: id,
+            stream: 0,
+            segment: segment(0xa, i),
+        });
+    }
+    let got = receive(&mut us, id, N);
+    for (i, (ssn, seg)) in got.iter().enumerate() {
+        assert_eq!(usize::from(*ssn), i + 1);
+        assert_eq!(seg, &segment(0xc, i), "segment {i} from usrsctp");
+    }
+    us.post(SctpCommand::Terminate {
+        assoc: id,
+        stream: 0,
+    });
+    us.post(SctpCommand::Shutdown(id));
+    let why = us.wait("Closed", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Closed(why)) if *x == id => Some(*why),
+        _ => None,
+    });
+    assert_eq!(why, CloseReason::Shutdown);
+    check_peer(peer, "server");
+    assert!(
+        !us.kept.iter().any(|o| matches!(o, SctpOutput::Refused(..))),
+        "{:?}",
+        us.kept
+    );
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
