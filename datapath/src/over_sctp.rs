@@ -18,6 +18,17 @@
 //!   still being resolved wait in the ARP cache's bounded queue (SCTP
 //!   retransmits what is dropped).
 //!
+//! UDP encapsulation (RFC 6951): with [`SctpHostConfig::udp_port`] set,
+//! SCTP packets also arrive inside UDP datagrams to that port; an
+//! association created from one (or a [`SctpCommand::Connect`] with
+//! `udp_port`) sends its packets inside UDP from our port to the peer's,
+//! and follows the UDP source port of the peer's latest packet that its
+//! association accepted (RFC 6951 §5.4, updated only after the
+//! verification tag check, which is the association's). The SCTP CRC32c is
+//! unchanged inside UDP; the UDP checksum is computed on send and, when
+//! non-zero, verified on receive (RFC 768; zero means none for IPv4). Set
+//! `sctp.max_packet` to MTU − 28 when UDP is in use (§5.6: 8 octets less).
+//!
 //! Only directly attached peers (one subnet, no gateway) and one address per
 //! association (RFC 5043 §7.2 allows one) are handled. Application work
 //! arrives as [`SctpCommand`]s; everything `ddp_sctp` reports goes out as
@@ -29,8 +40,8 @@ use ddp_sctp::{listener, DdpAssociation, DdpError, DdpEvent};
 use sctp_lite::assoc::{out_of_the_blue, Config as SctpConfig, ListenOutcome, Listener};
 use tcp_lite::arp::{self, ArpCache, Enqueue, Resolve};
 use tcp_lite::wire::{
-    ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, IpProtocol,
-    Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+    checksum, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
+    IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
 use crate::runtime::Engine;
@@ -53,7 +64,17 @@ pub struct SctpHostConfig {
     /// Most live associations; INITs and COOKIE-ECHOs beyond it are
     /// dropped (the Listener holds nothing per INIT).
     pub max_assocs: usize,
+    /// Our UDP encapsulation port (RFC 6951; IANA's is 9899), or `None`
+    /// for raw IPv4 only.
+    pub udp_port: Option<u16>,
 }
+
+/// IANA's SCTP-over-UDP tunneling port (RFC 6951 §5.1).
+pub const SCTP_UDP_PORT: u16 = 9899;
+/// Octets of a UDP header.
+const UDP_HEADER_LEN: usize = 8;
+/// Ethernet + IPv4 + UDP headers.
+const MAX_HEADERS: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
 
 impl SctpHostConfig {
     /// Defaults for `mac` / `ip`; `secret` keys cookies, tags and TSNs.
@@ -67,6 +88,7 @@ impl SctpHostConfig {
             },
             arp: arp::Config::default(),
             max_assocs: 1024,
+            udp_port: None,
         }
     }
 }
@@ -90,6 +112,9 @@ pub enum SctpCommand {
         port: u16,
         /// Our port.
         local_port: u16,
+        /// The peer's UDP encapsulation port (RFC 6951), or `None` for raw
+        /// IPv4. Needs [`SctpHostConfig::udp_port`].
+        udp_port: Option<u16>,
     },
     /// DDP Stream Session Initiate (RFC 5043 §6.2).
     Initiate {
@@ -186,6 +211,8 @@ pub struct SctpHostStats {
     /// Frames dropped on receive: not for us, malformed, fragmented, or
     /// not IPv4/ARP.
     pub rx_dropped: u64,
+    /// UDP datagrams to our encapsulation port with a bad checksum.
+    pub udp_bad_checksum: u64,
     /// Out-of-the-blue answers sent (RFC 9260 §8.4).
     pub ootb_replies: u64,
     /// SCTP packets dropped for want of ARP resolution.
@@ -194,6 +221,8 @@ pub struct SctpHostStats {
 
 struct Entry {
     remote: Ipv4Address,
+    /// The peer's UDP encapsulation port when the association runs over UDP.
+    udp: Option<u16>,
     ddp: DdpAssociation,
 }
 
@@ -201,6 +230,7 @@ impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Entry")
             .field("remote", &self.remote)
+            .field("udp", &self.udp)
             .field("state", &self.ddp.sctp().state())
             .finish()
     }
@@ -212,7 +242,7 @@ pub struct SctpHost {
     cfg: SctpHostConfig,
     mac: EthernetAddress,
     ip: Ipv4Address,
-    arp: ArpCache<(Ipv4Address, Vec<u8>)>,
+    arp: ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
     listeners: HashMap<u16, Listener>,
     assocs: BTreeMap<AssocId, Entry>,
     /// (peer address, peer port, our port) → association.
@@ -264,12 +294,20 @@ impl SctpHost {
         self.assocs.get(&id).map(|e| &e.ddp)
     }
 
-    /// Ethernet + IPv4 headers for an SCTP packet of `len` octets.
-    fn headers(&mut self, dst_mac: EthernetAddress, dst: Ipv4Address, len: usize) -> [u8; 34] {
-        let mut h = [0u8; ETHERNET_HEADER_LEN + IPV4_HEADER_LEN];
+    /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
+    /// port) headers for the SCTP packet `pkt`; returns them and their
+    /// length.
+    fn headers(
+        &mut self,
+        dst_mac: EthernetAddress,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+    ) -> ([u8; MAX_HEADERS], usize) {
+        let mut h = [0u8; MAX_HEADERS];
         let mut eth = EthernetFrame::new_unchecked(&mut h[..]);
         // Both emits only fail on a short buffer or out-of-range fields;
-        // the buffer is exactly the headers and `len` ≤ max_packet ≤ 65535.
+        // the buffer holds the headers and `pkt` ≤ max_packet ≤ 65535 - 28.
         let _ = EthernetRepr {
             src_addr: self.mac,
             dst_addr: dst_mac,
@@ -277,11 +315,15 @@ impl SctpHost {
         }
         .emit(&mut eth);
         self.ip_ident = self.ip_ident.wrapping_add(1);
+        let (protocol, payload_len) = match udp {
+            Some(_) => (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len()),
+            None => (IpProtocol::SCTP, pkt.len()),
+        };
         let _ = Ipv4Repr {
             src_addr: self.ip,
             dst_addr: dst,
-            protocol: IpProtocol::SCTP,
-            payload_len: len,
+            protocol,
+            payload_len,
             ttl: 64,
             dscp: 0,
             ecn: 0,
@@ -294,7 +336,31 @@ impl SctpHost {
         .emit(&mut Ipv4Packet::new_unchecked(
             &mut h[ETHERNET_HEADER_LEN..],
         ));
-        h
+        let ip_end = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+        match (udp, self.cfg.udp_port) {
+            (Some(dport), Some(sport)) => {
+                // RFC 6951 §5.3: source port ours, destination the peer's
+                // encapsulation port, length covering the SCTP packet.
+                let len = payload_len as u16;
+                let u = &mut h[ip_end..ip_end + UDP_HEADER_LEN];
+                u[0..2].copy_from_slice(&sport.to_be_bytes());
+                u[2..4].copy_from_slice(&dport.to_be_bytes());
+                u[4..6].copy_from_slice(&len.to_be_bytes());
+                let sum = checksum::combine(&[
+                    checksum::pseudo_header(&self.ip, &dst, IpProtocol::UDP, len),
+                    checksum::data(u),
+                    checksum::data(pkt),
+                ]);
+                // RFC 768: an all-zero result is sent as all ones.
+                let c = match !sum {
+                    0 => 0xffff,
+                    c => c,
+                };
+                u[6..8].copy_from_slice(&c.to_be_bytes());
+                (h, MAX_HEADERS)
+            }
+            _ => (h, ip_end),
+        }
     }
 
     fn arp_frame(&self, repr: &ArpRepr) -> Option<Vec<u8>> {
@@ -304,42 +370,63 @@ impl SctpHost {
     }
 
     /// Send one SCTP packet to `dst`, resolving its MAC first.
-    fn send(&mut self, dst: Ipv4Address, pkt: &[u8], now: u64, tx: &mut dyn FnMut(&[&[u8]])) {
+    fn send(
+        &mut self,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+        now: u64,
+        tx: &mut dyn FnMut(&[&[u8]]),
+    ) {
         match self.arp.resolve(dst, now) {
             Resolve::Known(mac) => {
-                let h = self.headers(mac, dst, pkt.len());
-                tx(&[&h, pkt]);
+                let (h, n) = self.headers(mac, dst, udp, pkt);
+                tx(&[&h[..n], pkt]);
                 self.stats.tx_packets += 1;
             }
             Resolve::SendRequest(req) => {
                 if let Some(f) = self.arp_frame(&req) {
                     tx(&[&f]);
                 }
-                self.queue(dst, pkt);
+                self.queue(dst, udp, pkt);
             }
-            Resolve::Pending => self.queue(dst, pkt),
+            Resolve::Pending => self.queue(dst, udp, pkt),
             Resolve::Failed => self.stats.arp_drops += 1,
         }
     }
 
-    fn queue(&mut self, dst: Ipv4Address, pkt: &[u8]) {
-        match self.arp.enqueue(dst, (dst, pkt.to_vec())) {
+    fn queue(&mut self, dst: Ipv4Address, udp: Option<u16>, pkt: &[u8]) {
+        match self.arp.enqueue(dst, (dst, udp, pkt.to_vec())) {
             Enqueue::Queued => {}
             Enqueue::DroppedOldest(_) | Enqueue::Refused(_) => self.stats.arp_drops += 1,
         }
     }
 
     /// Frame an SCTP packet made while receiving (sent at the next poll).
-    fn reply_later(&mut self, dst: Ipv4Address, dst_mac: EthernetAddress, pkt: &[u8]) {
-        let h = self.headers(dst_mac, dst, pkt.len());
-        let mut f = Vec::with_capacity(h.len() + pkt.len());
-        f.extend_from_slice(&h);
+    fn reply_later(
+        &mut self,
+        dst: Ipv4Address,
+        dst_mac: EthernetAddress,
+        udp: Option<u16>,
+        pkt: &[u8],
+    ) {
+        let (h, n) = self.headers(dst_mac, dst, udp, pkt);
+        let mut f = Vec::with_capacity(n + pkt.len());
+        f.extend_from_slice(&h[..n]);
         f.extend_from_slice(pkt);
         self.pending_tx.push(f);
         self.stats.tx_packets += 1;
     }
 
-    fn handle_sctp(&mut self, src_mac: EthernetAddress, src: Ipv4Address, pkt: &[u8], now: u64) {
+    /// One SCTP packet from `src`, inside UDP from port `udp` or raw.
+    fn handle_sctp(
+        &mut self,
+        src_mac: EthernetAddress,
+        src: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+        now: u64,
+    ) {
         // RFC 9260 §3.1: Source Port, Destination Port, the first four
         // octets of the common header.
         let (Some(sp), Some(dp)) = (pkt.get(0..2), pkt.get(2..4)) else {
@@ -351,7 +438,18 @@ impl SctpHost {
         self.stats.rx_packets += 1;
         if let Some(id) = self.by_tuple.get(&(src, peer_port, our_port)) {
             if let Some(e) = self.assocs.get_mut(id) {
+                let discarded = e.ddp.sctp().stats().packets_discarded;
                 e.ddp.handle_packet(now, pkt);
+                // RFC 6951 §5.4: the remote encapsulation port follows the
+                // UDP source port of packets the association accepted
+                // (verification tag checked, §8.5: not counted discarded).
+                // An association keeps
+                // its encapsulation (raw or UDP) for life here.
+                if let (Some(p), Some(_)) = (udp, e.udp) {
+                    if e.ddp.sctp().stats().packets_discarded == discarded {
+                        e.udp = Some(p);
+                    }
+                }
                 return;
             }
         }
@@ -360,14 +458,21 @@ impl SctpHost {
             match l.handle_packet(now, pkt, &mut out) {
                 ListenOutcome::Reply(n) => {
                     if let Some(r) = out.get(..n) {
-                        self.reply_later(src, src_mac, r);
+                        self.reply_later(src, src_mac, udp, r);
                     }
                 }
                 ListenOutcome::Accept(a) if self.assocs.len() < self.cfg.max_assocs => {
                     let id = self.next_id;
                     self.next_id += 1;
                     let ddp = DdpAssociation::wrap(*a, self.cfg.sctp.max_packet);
-                    self.assocs.insert(id, Entry { remote: src, ddp });
+                    self.assocs.insert(
+                        id,
+                        Entry {
+                            remote: src,
+                            udp,
+                            ddp,
+                        },
+                    );
                     self.by_tuple.insert((src, peer_port, our_port), id);
                     self.pending_out.push_back(SctpOutput::Accepted {
                         assoc: id,
@@ -381,11 +486,38 @@ impl SctpHost {
             // §8.4: INIT / COOKIE-ECHO to a port nobody listens on get no
             // answer from `out_of_the_blue`; the rest as it says.
             if let Some(r) = out.get(..n) {
-                self.reply_later(src, src_mac, r);
+                self.reply_later(src, src_mac, udp, r);
                 self.stats.ootb_replies += 1;
             }
         }
         self.buf = out;
+    }
+
+    /// The UDP source port and SCTP packet of a datagram to our
+    /// encapsulation port (RFC 6951 §5.4), its checksum verified when
+    /// non-zero (RFC 768).
+    fn decapsulate<'a>(&mut self, ip: &Ipv4Repr, udp: &'a [u8]) -> Option<(u16, &'a [u8])> {
+        let ours = self.cfg.udp_port?;
+        let h = udp.get(..UDP_HEADER_LEN)?;
+        let sport = u16::from_be_bytes([h[0], h[1]]);
+        let dport = u16::from_be_bytes([h[2], h[3]]);
+        let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+        let sum = u16::from_be_bytes([h[6], h[7]]);
+        if dport != ours || len < UDP_HEADER_LEN || len > udp.len() {
+            return None;
+        }
+        let dgram = &udp[..len];
+        if sum != 0 {
+            let total = checksum::combine(&[
+                checksum::pseudo_header(&ip.src_addr, &ip.dst_addr, IpProtocol::UDP, len as u16),
+                checksum::data(dgram),
+            ]);
+            if total != 0xffff {
+                self.stats.udp_bad_checksum += 1;
+                return None;
+            }
+        }
+        Some((sport, &dgram[UDP_HEADER_LEN..]))
     }
 
     fn with_assoc(
@@ -431,9 +563,9 @@ impl Engine for SctpHost {
                         self.pending_tx.push(f);
                     }
                 }
-                while let Some((mac, (dst, pkt))) = self.arp.pop_ready() {
-                    let h = self.headers(mac, dst, pkt.len());
-                    let mut f = h.to_vec();
+                while let Some((mac, (dst, udp, pkt))) = self.arp.pop_ready() {
+                    let (h, n) = self.headers(mac, dst, udp, &pkt);
+                    let mut f = h[..n].to_vec();
                     f.extend_from_slice(&pkt);
                     self.pending_tx.push(f);
                     self.stats.tx_packets += 1;
@@ -448,15 +580,22 @@ impl Engine for SctpHost {
                     self.stats.rx_dropped += 1;
                     return;
                 };
-                if repr.dst_addr != self.ip
-                    || repr.protocol != IpProtocol::SCTP
-                    || repr.more_frags
-                    || repr.fragment_offset != 0
-                {
+                if repr.dst_addr != self.ip || repr.more_frags || repr.fragment_offset != 0 {
                     self.stats.rx_dropped += 1;
                     return;
                 }
-                self.handle_sctp(src_mac, repr.src_addr, ip.payload(), now);
+                match repr.protocol {
+                    IpProtocol::SCTP => {
+                        self.handle_sctp(src_mac, repr.src_addr, None, ip.payload(), now)
+                    }
+                    IpProtocol::UDP => match self.decapsulate(&repr, ip.payload()) {
+                        Some((sport, pkt)) => {
+                            self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now)
+                        }
+                        None => self.stats.rx_dropped += 1,
+                    },
+                    _ => self.stats.rx_dropped += 1,
+                }
             }
             _ => self.stats.rx_dropped += 1,
         }
@@ -486,6 +625,7 @@ impl Engine for SctpHost {
                 remote,
                 port,
                 local_port,
+                udp_port,
             } => {
                 let remote = Ipv4Address(remote);
                 let key = (remote, port, local_port);
@@ -493,6 +633,8 @@ impl Engine for SctpHost {
                     Err("an association with this peer and ports exists")
                 } else if self.assocs.len() >= self.cfg.max_assocs {
                     Err("too many associations")
+                } else if udp_port.is_some() && self.cfg.udp_port.is_none() {
+                    Err("UDP encapsulation asked for, but no local udp_port configured")
                 } else {
                     let id = self.next_id;
                     // The nonce makes tags and initial TSNs differ per
@@ -501,7 +643,14 @@ impl Engine for SctpHost {
                     DdpAssociation::connect(self.cfg.sctp.clone(), local_port, port, now, nonce)
                         .map(|ddp| {
                             self.next_id += 1;
-                            self.assocs.insert(id, Entry { remote, ddp });
+                            self.assocs.insert(
+                                id,
+                                Entry {
+                                    remote,
+                                    udp: udp_port,
+                                    ddp,
+                                },
+                            );
                             self.by_tuple.insert(key, id);
                             id
                         })
@@ -573,7 +722,7 @@ impl Engine for SctpHost {
             if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
                 e.ddp.handle_timeout(now);
             }
-            let remote = e.remote;
+            let (remote, udp) = (e.remote, e.udp);
             // Bounded: at most 256 packets per association per round (the
             // congestion and peer windows bound what it has anyway). Copied
             // out because sending borrows the whole host (ARP, counters).
@@ -596,7 +745,7 @@ impl Engine for SctpHost {
                 self.assocs.remove(&id);
             }
             for p in pkts {
-                self.send(remote, &p, now, tx);
+                self.send(remote, udp, &p, now, tx);
                 busy = true;
             }
         }

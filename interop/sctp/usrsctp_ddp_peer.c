@@ -2,10 +2,12 @@
  * An independent DDP-over-SCTP (RFC 5043) peer on usrsctp, for interop
  * with iwarp_datapath::over_sctp::SctpHost (tests/tests/usrsctp_interop.rs).
  *
- *   usrsctp_ddp_peer client ADDR PORT N   associate with ADDR:PORT
- *   usrsctp_ddp_peer server PORT N        accept one association
+ *   usrsctp_ddp_peer client ADDR PORT N [udp]   associate with ADDR:PORT
+ *   usrsctp_ddp_peer server PORT N [udp]        accept one association
  *
- * SCTP over raw IPv4 (usrsctp_init(0, ...): no UDP encapsulation). Both
+ * SCTP over raw IPv4, or with `udp` inside UDP (RFC 6951): usrsctp_init(9899)
+ * and, for the client, SCTP_REMOTE_UDP_ENCAPS_PORT 9899 (the server answers
+ * on the port an INIT came from). Both
  * roles offer the Adaptation Layer Indication 0x00000001 (SCTP_ADAPTATION_LAYER,
  * RFC 5061 / RFC 5043 §5.1), and fail unless the peer's indication arrives
  * with the same value. 4 streams in and out (RFC 5043 §8). Every message is
@@ -221,10 +223,12 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		fail("usage");
 	int client = strcmp(argv[1], "client") == 0;
-	if ((client && argc != 5) || (!client && argc != 4))
-		fail("usage: client ADDR PORT N | server PORT N");
-	int n = atoi(argv[argc - 1]);
-	usrsctp_init(0, NULL, NULL);
+	int udp = strcmp(argv[argc - 1], "udp") == 0;
+	int nargs = argc - udp;
+	if ((client && nargs != 5) || (!client && nargs != 4))
+		fail("usage: client ADDR PORT N [udp] | server PORT N [udp]");
+	int n = atoi(argv[nargs - 1]);
+	usrsctp_init(udp ? 9899 : 0, NULL, NULL);
 	struct socket *s = usrsctp_socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP, NULL, NULL, 0, NULL);
 	if (!s)
 		fail("usrsctp_socket: %s", strerror(errno));
@@ -234,6 +238,14 @@ int main(int argc, char **argv)
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[3])) };
 		if (inet_pton(AF_INET, argv[2], &sa.sin_addr) != 1)
 			fail("address %s", argv[2]);
+		if (udp) {
+			struct sctp_udpencaps ue;
+			memset(&ue, 0, sizeof(ue));
+			/* No address: the default for future associations. */
+			ue.sue_assoc_id = SCTP_FUTURE_ASSOC;
+			ue.sue_port = htons(9899);
+			setopt(s, SCTP_REMOTE_UDP_ENCAPS_PORT, &ue, sizeof(ue), "SCTP_REMOTE_UDP_ENCAPS_PORT");
+		}
 		if (usrsctp_connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 			fail("connect: %s", strerror(errno));
 		printf("associated\n");
@@ -279,8 +291,8 @@ int main(int argc, char **argv)
 		if (r != 0)
 			fail("expected the peer's SHUTDOWN, got %zd (ppid %u)", r, ppid);
 	}
-	printf("OK %s: adaptation 0x%08x, %d segments each way\n", client ? "client" : "server",
-	       adaptation_value, n);
+	printf("OK %s: adaptation 0x%08x, %d segments each way over %s\n", client ? "client" : "server",
+	       adaptation_value, n, udp ? "UDP" : "raw IPv4");
 	usrsctp_close(c);
 	if (c != s)
 		usrsctp_close(s);

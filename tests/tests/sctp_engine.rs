@@ -19,7 +19,7 @@
 mod sctp_util;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
-use iwarp_datapath::over_sctp::{SctpCommand, SctpHost, SctpOutput};
+use iwarp_datapath::over_sctp::{SctpCommand, SctpHost, SctpOutput, SCTP_UDP_PORT};
 use iwarp_datapath::runtime::{LoopHandle, MemDevice};
 use sctp_lite::assoc::CloseReason;
 use sctp_util::{receive, segment, start, Host};
@@ -33,7 +33,8 @@ const A_TO_B: usize = 200;
 const B_TO_A: usize = 50;
 
 /// The whole exchange between `a` (initiator) and `b` (listener at `ip_b`).
-fn exchange(a: LoopHandle<SctpHost>, b: LoopHandle<SctpHost>, ip_b: [u8; 4]) {
+/// `udp`: the peer's UDP encapsulation port, when both run over UDP.
+fn exchange(a: LoopHandle<SctpHost>, b: LoopHandle<SctpHost>, ip_b: [u8; 4], udp: Option<u16>) {
     let mut a = Host::new(a, "A");
     let mut b = Host::new(b, "B");
     b.post(SctpCommand::Listen { port: PORT_B });
@@ -47,6 +48,7 @@ fn exchange(a: LoopHandle<SctpHost>, b: LoopHandle<SctpHost>, ip_b: [u8; 4]) {
         remote: ip_b,
         port: PORT_B,
         local_port: PORT_A,
+        udp_port: udp,
     });
     let ia = a.wait("Opening", |o| match o {
         SctpOutput::Opening { token: 7, result } => Some(result.unwrap()),
@@ -176,7 +178,28 @@ fn sctp_engines_over_memory_link() {
     let (da, db) = MemDevice::pair(4096);
     let ip_a = [10, 77, 0, 1];
     let ip_b = [10, 77, 0, 2];
-    exchange(start(MAC_A, ip_a, da), start(MAC_B, ip_b, db), ip_b);
+    exchange(
+        start(MAC_A, ip_a, da, false),
+        start(MAC_B, ip_b, db, false),
+        ip_b,
+        None,
+    );
+}
+
+#[test]
+fn sctp_engines_over_memory_link_in_udp() {
+    // RFC 6951: the same exchange with every SCTP packet inside UDP
+    // 9899 -> 9899; a frame that is raw SCTP would not reach an
+    // association (each keeps its encapsulation for life).
+    let (da, db) = MemDevice::pair(4096);
+    let ip_a = [10, 77, 1, 1];
+    let ip_b = [10, 77, 1, 2];
+    exchange(
+        start(MAC_A, ip_a, da, true),
+        start(MAC_B, ip_b, db, true),
+        ip_b,
+        Some(SCTP_UDP_PORT),
+    );
 }
 
 #[test]
@@ -211,5 +234,10 @@ fn sctp_engines_over_af_xdp_veth() {
     let da = open(&a, veth.name(End::A), ip_a);
     let db = open(&b, veth.name(End::B), ip_b);
     let (ma, mb) = (da.mac_address(), db.mac_address());
-    exchange(start(ma, ip_a, da), start(mb, ip_b, db), ip_b);
+    exchange(
+        start(ma, ip_a, da, false),
+        start(mb, ip_b, db, false),
+        ip_b,
+        None,
+    );
 }

@@ -1,14 +1,19 @@
 //! DDP over SCTP (RFC 5043) between our `SctpHost` on AF_XDP and an
 //! independent SCTP stack, usrsctp (Debian `libusrsctp-dev`), over raw
-//! IPv4 protocol 132 on a veth pair between two namespaces the test makes
+//! IPv4 protocol 132, and inside UDP (RFC 6951, port 9899 both sides), on a veth pair between two namespaces the test makes
 //! (removed on drop, failure included).
 //!
 //! `interop/sctp/usrsctp_ddp_peer.c` is built here with `cc` and run in
 //! namespace B on the kernel's address; our engine owns namespace A's veth
 //! end through AF_XDP. Both roles:
 //!
-//! * `usrsctp_associates_with_us`: usrsctp connects, we accept;
-//! * `we_associate_with_usrsctp`: we connect, usrsctp accepts.
+//! * `usrsctp_associates_with_us` (raw) and `..._in_udp`: usrsctp
+//!   connects, we accept;
+//! * `we_associate_with_usrsctp` (raw) and `..._in_udp`: we connect,
+//!   usrsctp accepts.
+//!
+//! Over UDP the kernel of namespace B checks our UDP checksums (a bad one
+//! is dropped before usrsctp sees it) and usrsctp our CRC32c.
 //!
 //! Each side offers and checks the Adaptation Layer Indication 1 (our side
 //! reports `Connected` only once the peer indicated it, RFC 5043 §7.1; the
@@ -17,7 +22,7 @@
 //! 16, unordered, every DDP-SSN and octet checked on both sides), a
 //! Terminate, and a graceful SHUTDOWN.
 //!
-//! Prints `SKIP:` and passes without root, `cc`, or `usrsctp.h`.
+//! Prints `SKIP:` and passes without root, `cc`, `ethtool` or `usrsctp.h`.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
@@ -28,7 +33,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
-use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
+use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput, SCTP_UDP_PORT};
 use iwarp_xdp::{in_netns, Config as XdpConfig, XdpDevice};
 use netns_harness::{spawn_in, End, Netns, VethPair};
 use sctp_lite::assoc::CloseReason;
@@ -45,6 +50,9 @@ fn skip() -> Option<String> {
     }
     if !netns_harness::command_available("cc") {
         return Some("no C compiler `cc`".into());
+    }
+    if !netns_harness::command_available("ethtool") {
+        return Some("`ethtool` missing (UDP checksum offload must go off)".into());
     }
     None
 }
@@ -95,6 +103,10 @@ fn lab(tag: &str) -> Lab {
         veth.disable_ipv6(end).unwrap();
         veth.set_up(end).unwrap();
     }
+    // B's kernel would leave UDP checksums partial (veth TX offload), and
+    // our AF_XDP end receives the frames as they are: seen with tshark on a
+    // capture of B's INIT-ACKs, which our engine rightly dropped.
+    veth.disable_tx_offload(End::B).unwrap();
     Lab {
         veth,
         b,
@@ -104,20 +116,20 @@ fn lab(tag: &str) -> Lab {
     }
 }
 
-fn our_host(lab: &Lab) -> Host {
+fn our_host(lab: &Lab, udp: bool) -> Host {
     let cfg = XdpConfig::new(lab.veth.name(End::A), lab.ip_a);
     let dev = in_netns(&lab.a.ns_path(), || XdpDevice::open(&cfg))
         .unwrap()
         .unwrap_or_else(|e| panic!("open {}: {e}", cfg.iface));
     let mac = dev.mac_address();
-    Host::new(start(mac, lab.ip_a, dev), "ours")
+    Host::new(start(mac, lab.ip_a, dev, udp), "ours")
 }
 
 fn ip_str(ip: [u8; 4]) -> String {
     format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3])
 }
 
-fn check_peer(p: netns_harness::Spawned, role: &str) {
+fn check_peer(p: netns_harness::Spawned, role: &str, udp: bool) {
     let o = p.wait_timeout(Duration::from_secs(30)).unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     println!(
@@ -126,37 +138,62 @@ fn check_peer(p: netns_harness::Spawned, role: &str) {
     );
     assert!(o.status.success(), "usrsctp peer failed: {out}");
     assert!(
-        out.contains(&format!("OK {role}: adaptation 0x00000001")),
+        out.contains(&format!(
+            "OK {role}: adaptation 0x00000001, {N} segments each way over {}",
+            if udp { "UDP" } else { "raw IPv4" }
+        )),
         "{out}"
     );
 }
 
 #[test]
 fn usrsctp_associates_with_us() {
+    usrsctp_client(false);
+}
+
+#[test]
+fn usrsctp_associates_with_us_in_udp() {
+    usrsctp_client(true);
+}
+
+#[test]
+fn we_associate_with_usrsctp() {
+    usrsctp_server(false);
+}
+
+#[test]
+fn we_associate_with_usrsctp_in_udp() {
+    usrsctp_server(true);
+}
+
+fn peer_args(mut v: Vec<&str>, udp: bool) -> Vec<&str> {
+    if udp {
+        v.push("udp");
+    }
+    v
+}
+
+/// usrsctp connects, we accept.
+fn usrsctp_client(udp: bool) {
     if let Some(why) = skip() {
         println!("SKIP: {why}");
         return;
     }
-    let bin = build_peer("c");
-    let lab = lab("usa");
-    let mut us = our_host(&lab);
+    let bin = build_peer(if udp { "cu" } else { "c" });
+    let lab = lab(if udp { "usau" } else { "usa" });
+    let mut us = our_host(&lab, udp);
     us.post(SctpCommand::Listen { port: 5002 });
     let ok = us.wait("Listening", |o| match o {
         SctpOutput::Listening { port: 5002, ok } => Some(*ok),
         _ => None,
     });
     assert!(ok);
-    let peer = spawn_in(
-        &lab.b,
-        &[
-            bin.to_str().unwrap(),
-            "client",
-            &ip_str(lab.ip_a),
-            "5002",
-            &N.to_string(),
-        ],
-    )
-    .unwrap();
+    let (ip_a, n) = (ip_str(lab.ip_a), N.to_string());
+    let args = peer_args(
+        vec![bin.to_str().unwrap(), "client", &ip_a, "5002", &n],
+        udp,
+    );
+    let peer = spawn_in(&lab.b, &args).unwrap();
     let id = us.wait("Accepted", |o| match o {
         SctpOutput::Accepted { assoc, remote, .. } => {
             assert_eq!(*remote, lab.ip_b);
@@ -208,7 +245,7 @@ fn usrsctp_associates_with_us() {
         _ => None,
     });
     assert_eq!(why, CloseReason::Shutdown);
-    check_peer(peer, "client");
+    check_peer(peer, "client", udp);
     assert!(
         !us.kept.iter().any(|o| matches!(o, SctpOutput::Refused(..))),
         "{:?}",
@@ -217,20 +254,18 @@ fn usrsctp_associates_with_us() {
     let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
-#[test]
-fn we_associate_with_usrsctp() {
+/// We connect, usrsctp accepts.
+fn usrsctp_server(udp: bool) {
     if let Some(why) = skip() {
         println!("SKIP: {why}");
         return;
     }
-    let bin = build_peer("s");
-    let lab = lab("usb");
-    let mut us = our_host(&lab);
-    let peer = spawn_in(
-        &lab.b,
-        &[bin.to_str().unwrap(), "server", "5003", &N.to_string()],
-    )
-    .unwrap();
+    let bin = build_peer(if udp { "su" } else { "s" });
+    let lab = lab(if udp { "usbu" } else { "usb" });
+    let mut us = our_host(&lab, udp);
+    let n = N.to_string();
+    let args = peer_args(vec![bin.to_str().unwrap(), "server", "5003", &n], udp);
+    let peer = spawn_in(&lab.b, &args).unwrap();
     // The INIT may reach B before usrsctp listens: T1-init resends it
     // (RFC 9260 §5.1), up to Max.Init.Retransmits.
     us.post(SctpCommand::Connect {
@@ -238,6 +273,7 @@ fn we_associate_with_usrsctp() {
         remote: lab.ip_b,
         port: 5003,
         local_port: 40_003,
+        udp_port: udp.then_some(SCTP_UDP_PORT),
     });
     let id = us.wait("Opening", |o| match o {
         SctpOutput::Opening { token: 1, result } => Some(result.unwrap()),
@@ -285,7 +321,7 @@ fn we_associate_with_usrsctp() {
         _ => None,
     });
     assert_eq!(why, CloseReason::Shutdown);
-    check_peer(peer, "server");
+    check_peer(peer, "server", udp);
     assert!(
         !us.kept.iter().any(|o| matches!(o, SctpOutput::Refused(..))),
         "{:?}",

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ddp_sctp::DdpEvent;
-use iwarp_datapath::over_sctp::{AssocId, SctpCommand, SctpHost, SctpHostConfig, SctpOutput};
+use iwarp_datapath::over_sctp::{
+    AssocId, SctpCommand, SctpHost, SctpHostConfig, SctpOutput, SCTP_UDP_PORT,
+};
 use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_frame::FrameDevice;
 
@@ -17,9 +19,20 @@ pub const SEG: usize = 1000;
 /// wait loops, not a measurement).
 pub const STEP: Duration = Duration::from_secs(20);
 
-pub fn start<D: FrameDevice + 'static>(mac: [u8; 6], ip: [u8; 4], dev: D) -> LoopHandle<SctpHost> {
+/// Starts an engine; `udp` turns on UDP encapsulation on port 9899
+/// (RFC 6951), with SCTP packets 8 octets smaller.
+pub fn start<D: FrameDevice + 'static>(
+    mac: [u8; 6],
+    ip: [u8; 4],
+    dev: D,
+    udp: bool,
+) -> LoopHandle<SctpHost> {
     let mut cfg = SctpHostConfig::new(mac, ip, [mac[5]; 16]);
     cfg.sctp.streams = 4;
+    if udp {
+        cfg.udp_port = Some(SCTP_UDP_PORT);
+        cfg.sctp.max_packet -= 8;
+    }
     // Short RTO.Min so a frame a busy host drops is resent quickly.
     cfg.sctp.rto_min = 50_000_000;
     cfg.sctp.rto_initial = 200_000_000;
