@@ -217,6 +217,12 @@ pub struct SctpHostStats {
     pub ootb_replies: u64,
     /// SCTP packets dropped for want of ARP resolution.
     pub arp_drops: u64,
+    /// DATA chunks retransmitted (T3 or fast retransmit), summed over the
+    /// associations that have closed.
+    pub closed_retransmits: u64,
+    /// Packets the closed associations discarded (checksum, malformed,
+    /// wrong tag or ports), summed.
+    pub closed_discarded: u64,
 }
 
 struct Entry {
@@ -742,6 +748,9 @@ impl Engine for SctpHost {
             if closed || e.ddp.sctp().is_closed() {
                 let (lp, pp) = (e.ddp.sctp().local_port(), e.ddp.sctp().peer_port());
                 self.by_tuple.remove(&(remote, pp, lp));
+                let st = e.ddp.sctp().stats();
+                self.stats.closed_retransmits += st.retransmits;
+                self.stats.closed_discarded += st.packets_discarded;
                 self.assocs.remove(&id);
             }
             for p in pkts {
