@@ -2,8 +2,13 @@
  * An independent DDP-over-SCTP (RFC 5043) peer on usrsctp, for interop
  * with iwarp_datapath::over_sctp::SctpHost (tests/tests/usrsctp_interop.rs).
  *
- *   usrsctp_ddp_peer client ADDR PORT N [udp]   associate with ADDR:PORT
- *   usrsctp_ddp_peer server PORT N [udp]        accept one association
+ *   usrsctp_ddp_peer client ADDR PORT N [udp] [noadapt]
+ *   usrsctp_ddp_peer server PORT N [udp] [noadapt]
+ *
+ * `noadapt` leaves the Adaptation Layer Indication out: a DDP peer must
+ * refuse the association (RFC 5043 §7.1, §11.1). The client then expects
+ * its connect to fail and prints "OK refused"; the server just waits for an
+ * association that must never come (the test kills it).
  *
  * SCTP over raw IPv4, or with `udp` inside UDP (RFC 6951): usrsctp_init(9899)
  * and, for the client, SCTP_REMOTE_UDP_ENCAPS_PORT 9899 (the server answers
@@ -70,10 +75,12 @@ static void setopt(struct socket *s, int opt, const void *v, socklen_t len, cons
 		fail("setsockopt %s: %s", what, strerror(errno));
 }
 
-static void configure(struct socket *s)
+static void configure(struct socket *s, int adapt)
 {
-	struct sctp_setadaptation ad = { .ssb_adaptation_ind = 1 };
-	setopt(s, SCTP_ADAPTATION_LAYER, &ad, sizeof(ad), "SCTP_ADAPTATION_LAYER");
+	if (adapt) {
+		struct sctp_setadaptation ad = { .ssb_adaptation_ind = 1 };
+		setopt(s, SCTP_ADAPTATION_LAYER, &ad, sizeof(ad), "SCTP_ADAPTATION_LAYER");
+	}
 	struct sctp_initmsg im = { .sinit_num_ostreams = STREAMS, .sinit_max_instreams = STREAMS };
 	setopt(s, SCTP_INITMSG, &im, sizeof(im), "SCTP_INITMSG");
 	int on = 1;
@@ -223,8 +230,15 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		fail("usage");
 	int client = strcmp(argv[1], "client") == 0;
-	int udp = strcmp(argv[argc - 1], "udp") == 0;
-	int nargs = argc - udp;
+	int udp = 0, noadapt = 0, nargs = argc;
+	for (; nargs > 2; nargs--) {
+		if (strcmp(argv[nargs - 1], "udp") == 0)
+			udp = 1;
+		else if (strcmp(argv[nargs - 1], "noadapt") == 0)
+			noadapt = 1;
+		else
+			break;
+	}
 	if ((client && nargs != 5) || (!client && nargs != 4))
 		fail("usage: client ADDR PORT N [udp] | server PORT N [udp]");
 	int n = atoi(argv[nargs - 1]);
@@ -232,7 +246,7 @@ int main(int argc, char **argv)
 	struct socket *s = usrsctp_socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP, NULL, NULL, 0, NULL);
 	if (!s)
 		fail("usrsctp_socket: %s", strerror(errno));
-	configure(s);
+	configure(s, !noadapt);
 	struct socket *c = s;
 	if (client) {
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[3])) };
@@ -246,8 +260,18 @@ int main(int argc, char **argv)
 			ue.sue_port = htons(9899);
 			setopt(s, SCTP_REMOTE_UDP_ENCAPS_PORT, &ue, sizeof(ue), "SCTP_REMOTE_UDP_ENCAPS_PORT");
 		}
-		if (usrsctp_connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		if (usrsctp_connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			if (noadapt) {
+				printf("OK refused: connect: %s\n", strerror(errno));
+				usrsctp_close(s);
+				for (int i = 0; i < 100 && usrsctp_finish() != 0; i++)
+					usleep(50000);
+				return 0;
+			}
 			fail("connect: %s", strerror(errno));
+		}
+		if (noadapt)
+			fail("associated without an adaptation indication");
 		printf("associated\n");
 		send_control(c, 0, FC_INITIATE, "from usrsctp");
 		expect_control(c, 0, FC_ACCEPT, "welcome usrsctp");

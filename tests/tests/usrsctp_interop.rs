@@ -12,6 +12,11 @@
 //! * `we_associate_with_usrsctp` (raw) and `..._in_udp`: we connect,
 //!   usrsctp accepts.
 //!
+//! And refusal (RFC 5043 §7.1, §11.1) against a usrsctp that leaves the
+//! indication out: `usrsctp_without_adaptation_is_refused` (its connect
+//! fails on our ABORT) and `we_refuse_usrsctp_without_adaptation` (we
+//! ABORT on its INIT-ACK and report `AdaptationRefused`).
+//!
 //! Over UDP the kernel of namespace B checks our UDP checksums (a bad one
 //! is dropped before usrsctp sees it) and usrsctp our CRC32c.
 //!
@@ -526,4 +531,97 @@ fn usrsctp_server(udp: bool) {
         us.kept
     );
     let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
+
+#[test]
+fn usrsctp_without_adaptation_is_refused() {
+    if let Some(why) = skip() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let bin = build_peer("cn");
+    let lab = lab("usan");
+    let mut us = our_host(&lab, false);
+    us.post(SctpCommand::Listen { port: 5004 });
+    let ok = us.wait("Listening", |o| match o {
+        SctpOutput::Listening { port: 5004, ok } => Some(*ok),
+        _ => None,
+    });
+    assert!(ok);
+    let ip_a = ip_str(lab.ip_a);
+    let peer = spawn_in(
+        &lab.b,
+        &[
+            bin.to_str().unwrap(),
+            "client",
+            &ip_a,
+            "5004",
+            "1",
+            "noadapt",
+        ],
+    )
+    .unwrap();
+    let o = peer.wait_timeout(Duration::from_secs(30)).unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    println!("usrsctp peer (client, no indication):\n{out}");
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("OK refused: connect:"), "{out}");
+    // The Listener answered the INIT with ABORT and made no association.
+    let (host, _) = us.h.stop().unwrap();
+    assert_eq!(host.assoc_count(), 0);
+    assert!(
+        !us.kept
+            .iter()
+            .any(|o| matches!(o, SctpOutput::Accepted { .. })),
+        "{:?}",
+        us.kept
+    );
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
+
+#[test]
+fn we_refuse_usrsctp_without_adaptation() {
+    if let Some(why) = skip() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let bin = build_peer("sn");
+    let lab = lab("usbn");
+    let mut us = our_host(&lab, false);
+    let _peer = spawn_in(
+        &lab.b,
+        &[bin.to_str().unwrap(), "server", "5005", "1", "noadapt"],
+    )
+    .unwrap();
+    // As in we_associate_with_usrsctp: connect again while usrsctp is not
+    // listening yet (bounded).
+    for token in 1..=50u64 {
+        us.post(SctpCommand::Connect {
+            token,
+            remote: lab.ip_b,
+            port: 5005,
+            local_port: 40_005,
+            udp_port: None,
+        });
+        let a = us.wait("Opening", |o| match o {
+            SctpOutput::Opening { token: t, result } if *t == token => Some(result.unwrap()),
+            _ => None,
+        });
+        let why = us.wait("Closed", |o| match o {
+            SctpOutput::Event(x, DdpEvent::Closed(why)) if *x == a => Some(*why),
+            SctpOutput::Event(x, DdpEvent::Connected) if *x == a => {
+                panic!("associated with a peer without the DDP indication")
+            }
+            _ => None,
+        });
+        match why {
+            CloseReason::AdaptationRefused => {
+                println!("refused after {token} attempt(s)");
+                return;
+            }
+            CloseReason::PeerAbort(_) => std::thread::sleep(Duration::from_millis(20)),
+            other => panic!("closed for {other:?}"),
+        }
+    }
+    panic!("usrsctp never answered the INIT");
 }
