@@ -209,3 +209,67 @@ fn write_bw_with_threads_on_the_simulated_link() {
             .expect("json file");
     assert_eq!(doc["results"][0]["path"], "threads");
 }
+
+/// Run with `args` only (no `--out`); (exit code, stdout, stderr).
+fn run_raw(args: &[&str]) -> (Option<i32>, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_iwarp-perf"))
+        .args(args)
+        .output()
+        .expect("run iwarp-perf");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_and_version_exit_0_and_usage_errors_exit_2_with_the_reason() {
+    let (code, out, _) = run_raw(&["--help"]);
+    assert_eq!(code, Some(0));
+    for flag in [
+        "--stats",
+        "--iters",
+        "--sim",
+        "--ring-size",
+        "--rto-min-ms",
+        "--xdp-mode",
+    ] {
+        assert!(out.contains(flag), "{flag} in\n{out}");
+    }
+    let (code, out, _) = run_raw(&["-V"]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("iwarp-perf "), "{out}");
+    for (args, reason) in [
+        (&["write_lat", "--sim", "-n", "0"][..], "--iters"),
+        (&["nosuchtest", "--sim"][..], "unknown test"),
+        (&["write_bw", "--sim", "-s", "0"][..], "--size"),
+        (&["send_lat", "--sim", "--rate=0"][..], "--rate"),
+        (&["write_bw", "--sim", "--window", "0"][..], "--window"),
+        (&["write_lat", "--sim", "--netns"][..], "--netns"),
+        (&[][..], "TEST"),
+    ] {
+        let (code, out, err) = run_raw(args);
+        assert_eq!(code, Some(2), "{args:?}: stdout {out} stderr {err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} ran: {out}");
+    }
+}
+
+#[test]
+fn stats_prints_both_contexts_counters() {
+    let out = out_dir("stats");
+    let stdout = run(&["send_lat", "--sim", "-n", "50", "--stats"], &out);
+    let at = stdout.find("counters (--stats)").expect(&stdout);
+    let tail = &stdout[at..];
+    for part in [
+        "server context (10.0.0.1):",
+        "client context (10.0.0.2):",
+        "tcp: delivered",
+        "iface: rx_frames",
+        "loop: rounds",
+        "device: simulated link",
+    ] {
+        assert!(tail.contains(part), "{part:?} in\n{tail}");
+    }
+}

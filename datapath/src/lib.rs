@@ -6,7 +6,8 @@
 //! to the queue pair's deframer, which places payload into registered memory
 //! as it arrives. [`over_tcp`] runs it over tcp-lite's TCP; [`runtime`] holds
 //! the core-pinned poll loops that drive engines from frame devices, with
-//! lock-free queues to application threads.
+//! lock-free queues to application threads; [`virtual_link`] runs two
+//! engines on a simulated link in virtual time, deterministically.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -14,6 +15,7 @@ pub mod over_sctp;
 pub mod over_tcp;
 pub mod runtime;
 pub mod stack;
+pub mod virtual_link;
 
 use iwarp_control::{
     Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,
@@ -165,8 +167,8 @@ impl Connection {
         self.srq = Some(srq);
     }
 
-    /// Passive side that stops at the Request: [`pending_request`]
-    /// (Self::pending_request) shows it, then [`accept`](Self::accept) or
+    /// Passive side that stops at the Request:
+    /// [`pending_request`](Self::pending_request) shows it, then [`accept`](Self::accept) or
     /// [`reject`](Self::reject) answers it.
     pub fn responder_manual(cfg: MpaConfig, params: StreamParams) -> Self {
         Connection {
@@ -431,8 +433,8 @@ impl Connection {
     }
 
     /// How long FPDUs are still held after the Reply (ns; 0: not held).
-    /// The caller's clock runs it: call [`release_tx_hold`]
-    /// (Self::release_tx_hold) once that time has passed.
+    /// The caller's clock runs it: call
+    /// [`release_tx_hold`](Self::release_tx_hold) once that time has passed.
     pub fn tx_hold(&self) -> u64 {
         self.tx_hold
     }

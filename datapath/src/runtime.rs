@@ -8,8 +8,9 @@
 //! and an adaptive mode that spins a while, then yields, then sleeps with a
 //! growing (bounded) pause when idle — this machine has two cores to share.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,12 +65,41 @@ pub struct LoopStats {
     pub tx_frames: u64,
     /// Frames the device refused.
     pub tx_dropped: u64,
-    /// Outputs dropped because the application did not drain the queue.
+    /// Outputs dropped because the application did not drain the queue
+    /// and the loop's own backlog ([`HELD_OUTPUTS_PER_SLOT`] × the queue
+    /// depth) was full too (the newest are dropped).
     pub out_dropped: u64,
+    /// Most outputs the loop held at once, waiting for room in the queue.
+    pub out_held_max: u64,
     /// Times the loop slept.
     pub sleeps: u64,
     /// Whether the thread was pinned to the requested core.
     pub pinned: bool,
+}
+
+/// Reads a device's counters on the loop thread (see [`spawn_probed`]).
+pub type DeviceReader<D> = Box<dyn FnMut(&D) -> Box<dyn Any + Send> + Send>;
+
+/// What a running loop publishes when asked ([`LoopHandle::snapshot`]).
+pub type Snapshot = (LoopStats, Box<dyn Any + Send>);
+
+/// Requests for a snapshot and the latest one, shared by the loop and its
+/// handle: the loop checks one counter per round and reads the device
+/// only when asked.
+#[derive(Default)]
+struct Probe {
+    requested: AtomicU64,
+    served: AtomicU64,
+    latest: Mutex<Option<Snapshot>>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("requested", &self.requested)
+            .field("served", &self.served)
+            .finish()
+    }
 }
 
 /// The application's side of a running loop.
@@ -78,6 +108,7 @@ pub struct LoopHandle<E: Engine> {
     commands: Arc<ArrayQueue<E::Command>>,
     outputs: Arc<ArrayQueue<E::Output>>,
     stop: Arc<AtomicBool>,
+    probe: Arc<Probe>,
     join: Option<JoinHandle<(E, LoopStats)>>,
 }
 
@@ -95,6 +126,28 @@ impl<E: Engine> LoopHandle<E> {
     pub fn thread_id(&self) -> Option<std::thread::ThreadId> {
         self.join.as_ref().map(|j| j.thread().id())
     }
+    /// The loop's counters so far and what its device reader returned
+    /// (`()` without one), read by the loop at the end of its next round;
+    /// `None` if that takes longer than `timeout` (the loop stopped or
+    /// stalls). One caller at a time: two racing callers share one
+    /// published snapshot, and the second may get `None`.
+    pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
+        let want = self.probe.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(5);
+        while self.probe.served.load(Ordering::Acquire) < want {
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+        match self.probe.latest.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        }
+    }
+
     /// Stop the loop and get the engine back (with its memory) and the counters.
     pub fn stop(mut self) -> Option<(E, LoopStats)> {
         self.stop.store(true, Ordering::Release);
@@ -110,6 +163,13 @@ impl<E: Engine> Drop for LoopHandle<E> {
         }
     }
 }
+
+/// Outputs (connection events, answers to commands) the loop keeps, per slot
+/// of the output queue, while the application is slow to drain it: they are
+/// handed over in order as room appears. Only beyond this many is an output
+/// dropped (and counted in [`LoopStats::out_dropped`]), so a burst of events
+/// an application would act on is not lost to a short stall.
+pub const HELD_OUTPUTS_PER_SLOT: usize = 16;
 
 /// Handle up to 64 queued commands; true if there were any.
 fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u64) -> bool {
@@ -128,22 +188,46 @@ fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u6
 
 /// Start a loop on its own thread, pinned to `core` when given.
 pub fn spawn<E: Engine, D: FrameDevice + 'static>(
+    engine: E,
+    dev: D,
+    core: Option<usize>,
+    mode: Mode,
+    queue_depth: usize,
+) -> LoopHandle<E> {
+    spawn_probed(engine, dev, core, mode, queue_depth, None)
+}
+
+/// [`spawn`], with a `reader` the loop calls on its device (between
+/// rounds, on its own thread) when the application asks for a
+/// [`LoopHandle::snapshot`]: live device counters without sharing the
+/// device.
+pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     mut engine: E,
     mut dev: D,
     core: Option<usize>,
     mode: Mode,
     queue_depth: usize,
+    mut reader: Option<DeviceReader<D>>,
 ) -> LoopHandle<E> {
     let commands = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
-    let (c, o, s) = (commands.clone(), outputs.clone(), stop.clone());
+    let probe = Arc::new(Probe::default());
+    let (c, o, s, pr) = (
+        commands.clone(),
+        outputs.clone(),
+        stop.clone(),
+        probe.clone(),
+    );
     let join = std::thread::spawn(move || {
+        let mut served = 0u64;
         let mut st = LoopStats::default();
         if let Some(id) = core {
             st.pinned = core_affinity::set_for_current(core_affinity::CoreId { id });
         }
         let start = Instant::now();
+        let mut held: std::collections::VecDeque<E::Output> = std::collections::VecDeque::new();
+        let held_limit = queue_depth.max(1) * HELD_OUTPUTS_PER_SLOT;
         let mut idle = 0u32;
         let mut sleep = Duration::from_micros(1);
         while !s.load(Ordering::Acquire) {
@@ -178,16 +262,51 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
                     }
                 },
                 &mut |out| {
-                    if o.push(out).is_err() {
+                    // In order: nothing passes what is already held; past
+                    // the bound the newest is dropped (counted), as a full
+                    // completion queue overruns.
+                    let out = if held.is_empty() {
+                        match o.push(out) {
+                            Ok(()) => return,
+                            Err(out) => out,
+                        }
+                    } else {
+                        out
+                    };
+                    if held.len() < held_limit {
+                        held.push_back(out);
+                    } else {
                         lost += 1;
                     }
                 },
             );
+            st.out_held_max = st.out_held_max.max(held.len() as u64);
+            // Hand over what was held as room appears.
+            while let Some(out) = held.pop_front() {
+                if let Err(out) = o.push(out) {
+                    held.push_front(out);
+                    break;
+                }
+                busy = true;
+            }
             st.tx_frames += sent;
             st.tx_dropped += refused;
             st.out_dropped += lost;
             busy |= sent + refused > 0;
             dev.flush();
+            let asked = pr.requested.load(Ordering::Acquire);
+            if asked != served {
+                let d: Box<dyn Any + Send> = match reader.as_mut() {
+                    Some(r) => r(&dev),
+                    None => Box::new(()),
+                };
+                match pr.latest.lock() {
+                    Ok(mut g) => *g = Some((st, d)),
+                    Err(p) => *p.into_inner() = Some((st, d)),
+                }
+                served = asked;
+                pr.served.store(asked, Ordering::Release);
+            }
             if busy {
                 idle = 0;
                 sleep = Duration::from_micros(1);
@@ -214,6 +333,7 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
         commands,
         outputs,
         stop,
+        probe,
         join: Some(join),
     }
 }
@@ -365,5 +485,96 @@ impl FrameDevice for FaultyDevice {
 
     fn flush(&mut self) {
         self.release_due();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Emits `n` numbered outputs in one poll when told to.
+    struct Burst {
+        n: u32,
+        go: bool,
+    }
+
+    impl Engine for Burst {
+        type Command = ();
+        type Output = u32;
+        fn handle_frame(&mut self, _frame: &[u8], _now: u64) {}
+        fn handle_command(&mut self, _cmd: (), _now: u64) {
+            self.go = true;
+        }
+        fn poll(
+            &mut self,
+            _now: u64,
+            _tx: &mut dyn FnMut(&[&[u8]]),
+            out: &mut dyn FnMut(u32),
+        ) -> bool {
+            if !std::mem::take(&mut self.go) {
+                return false;
+            }
+            for i in 0..self.n {
+                out(i);
+            }
+            true
+        }
+    }
+
+    fn burst(n: u32, depth: usize) -> LoopHandle<Burst> {
+        let (dev, _peer) = MemDevice::pair(1);
+        let h = spawn(Burst { n, go: false }, dev, None, Mode::BusyPoll, depth);
+        assert!(h.post(()).is_ok());
+        h
+    }
+
+    #[test]
+    fn outputs_beyond_the_queue_wait_in_order_for_a_slow_reader() {
+        // 200 outputs at once into a queue of 16: the loop holds the rest
+        // (within its bound of 16 × 16) and hands them over as the reader
+        // makes room.
+        let h = burst(200, 16);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Nothing is read until the queue is full.
+        while h.outputs.len() < 16 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        while got.len() < 200 && Instant::now() < deadline {
+            match h.poll() {
+                Some(x) => got.push(x),
+                None => std::thread::yield_now(),
+            }
+        }
+        assert_eq!(got, (0..200).collect::<Vec<_>>());
+        let (_, st) = h.stop().expect("loop");
+        assert_eq!(st.out_dropped, 0);
+        // At most all but the 16 that fit (fewer if the reader took some
+        // while the loop was still emitting).
+        assert!((1..=184).contains(&st.out_held_max), "{st:?}");
+    }
+
+    #[test]
+    fn past_the_bound_the_newest_are_dropped_and_counted() {
+        let depth = 2;
+        let limit = depth * HELD_OUTPUTS_PER_SLOT;
+        let n = (depth + limit + 10) as u32;
+        let h = burst(n, depth);
+        // The round that emits fills the queue; nothing reads until then.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while h.outputs.len() < depth && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let outputs = h.outputs.clone();
+        let (_, st) = h.stop().expect("loop");
+        assert_eq!(st.out_dropped, 10);
+        assert_eq!(st.out_held_max, limit as u64);
+        let mut got = Vec::new();
+        while let Some(x) = outputs.pop() {
+            got.push(x);
+        }
+        // The queue holds the first ones, in order (the loop stopped with
+        // the held ones still waiting).
+        assert_eq!(got, (0..depth as u32).collect::<Vec<_>>());
     }
 }

@@ -57,6 +57,13 @@ pub struct StackConfig {
     pub rx_backlog_limit: usize,
     /// First ephemeral port for active opens.
     pub ephemeral_base: u16,
+    /// Longest an idle iWARP connection goes unvisited (ns). A round polls
+    /// only the connections with something to do (a segment or a command
+    /// arrived, or their last poll sent or reported something); the others
+    /// are visited at least this often, for their timers (retransmission,
+    /// probe, MPA and close deadlines fire at most this late). Byte streams
+    /// are polled every round (their application side is a ring).
+    pub idle_sweep: u64,
 }
 
 impl StackConfig {
@@ -72,6 +79,7 @@ impl StackConfig {
             ring_chunks: 1024,
             rx_backlog_limit: 1 << 20,
             ephemeral_base: 49152,
+            idle_sweep: 1_000_000,
         }
     }
 }
@@ -107,6 +115,17 @@ pub struct MemoryOp(pub Box<dyn FnOnce(&mut MemoryTable) + Send>);
 impl std::fmt::Debug for MemoryOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MemoryOp(..)")
+    }
+}
+
+/// A look at the stack from the loop thread, between frames (a snapshot of
+/// counters, say): the closure answers through whatever channel it
+/// captured. It must not block.
+pub struct InspectOp(pub Box<dyn FnOnce(&Stack) + Send>);
+
+impl std::fmt::Debug for InspectOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InspectOp(..)")
     }
 }
 
@@ -203,6 +222,8 @@ pub enum Command {
     },
     /// Run a closure on the memory table.
     Memory(MemoryOp),
+    /// Run a closure that reads the stack (counters, connection state).
+    Inspect(InspectOp),
     /// Overwrite part of a registered region (a local store, no access check).
     WriteMem {
         /// Region.
@@ -323,7 +344,6 @@ pub enum CqEntry {
 /// A completion queue the stack fills directly: one lock-free ring shared by
 /// the poll loop (producer) and the application (consumer), so polling a CQ
 /// is a queue operation, never a command round trip or a syscall.
-#[derive(Debug)]
 pub struct CqRing {
     /// Completions, each with the connection it belongs to.
     pub ring: ArrayQueue<(SockId, CqEntry)>,
@@ -331,6 +351,23 @@ pub struct CqRing {
     /// completion is lost, so the application must size the CQ for its
     /// queues).
     pub overrun: AtomicBool,
+    /// Armed by [`CqRing::arm`]: the next entry pushed calls the notifier
+    /// and disarms (one shot, as `ibv_req_notify_cq`).
+    armed: AtomicBool,
+    /// Called (on the loop thread) when an entry arrives on an armed ring.
+    notifier: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for CqRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqRing")
+            .field("len", &self.ring.len())
+            .field("capacity", &self.ring.capacity())
+            .field("overrun", &self.overrun)
+            .field("armed", &self.armed)
+            .field("notifier", &self.notifier.get().is_some())
+            .finish()
+    }
 }
 
 impl CqRing {
@@ -339,13 +376,40 @@ impl CqRing {
         CqRing {
             ring: ArrayQueue::new(depth.max(1)),
             overrun: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
+            notifier: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Install the function called when an entry arrives on an armed ring
+    /// (once; false if one is installed already). It runs on the poll
+    /// loop's thread and must not block (write to an eventfd, say).
+    pub fn set_notifier(&self, f: Box<dyn Fn() + Send + Sync>) -> bool {
+        self.notifier.set(f).is_ok()
+    }
+
+    /// Arm: the next entry pushed calls the notifier once, then the ring
+    /// disarms. Entries already in the ring do not fire it, so poll once
+    /// more after arming (as with `ibv_req_notify_cq`).
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Release);
     }
 
     /// Push one entry; a full ring records an overrun.
     fn push(&self, id: SockId, e: CqEntry) {
         if self.ring.push((id, e)).is_err() {
-            self.overrun.store(true, Ordering::Release);
+            if !self.overrun.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    qp = id,
+                    capacity = self.ring.capacity(),
+                    "CQ overrun: a completion found the completion queue full and was lost \
+                     (size the CQ for every queue that completes on it)"
+                );
+            }
+        } else if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::AcqRel) {
+            if let Some(f) = self.notifier.get() {
+                f();
+            }
         }
     }
 }
@@ -353,6 +417,7 @@ impl CqRing {
 /// Send a connection's output on: completions and refusals to its CQ when it
 /// has one, everything else (and everything without a CQ) to `out`.
 fn route(id: SockId, o: HostOutput, cq: Option<&Arc<CqRing>>, out: &mut dyn FnMut(Output)) {
+    trace_output(id, &o);
     match (o, cq) {
         (HostOutput::Completion(c), Some(cq)) => cq.push(id, CqEntry::Done(c)),
         (HostOutput::Refused(wr_id, error), Some(cq)) => {
@@ -360,6 +425,50 @@ fn route(id: SockId, o: HostOutput, cq: Option<&Arc<CqRing>>, out: &mut dyn FnMu
         }
         (o, _) => out(Output::Iwarp(id, o)),
     }
+}
+
+/// `tracing` events for what a connection reports: Terminates sent and
+/// received, local errors, flushed work requests.
+fn trace_output(id: SockId, o: &HostOutput) {
+    use iwarp_proto::qp::{QpEvent, WcStatus};
+    match o {
+        HostOutput::Event(QpEvent::TerminateSent(t)) => {
+            tracing::info!(qp = id, terminate = ?t, "Terminate sent")
+        }
+        HostOutput::Event(QpEvent::TerminateReceived(t)) => {
+            tracing::info!(qp = id, terminate = ?t, "Terminate received")
+        }
+        HostOutput::Event(QpEvent::LocalError(t)) => {
+            tracing::info!(qp = id, terminate = ?t, "local error: Terminate queued")
+        }
+        HostOutput::Event(QpEvent::MalformedTerminate(e)) => {
+            tracing::info!(qp = id, error = ?e, "malformed Terminate received")
+        }
+        HostOutput::Completion(c) if c.status == WcStatus::Flushed => {
+            tracing::debug!(qp = id, wr_id = c.wr_id, opcode = ?c.opcode, "work request flushed")
+        }
+        _ => {}
+    }
+}
+
+/// Add the counters of `t` to `sum`.
+fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
+    sum.rto_retransmits += t.rto_retransmits;
+    sum.fast_retransmits += t.fast_retransmits;
+    sum.ooo_segments += t.ooo_segments;
+    sum.challenge_acks += t.challenge_acks;
+    sum.delivered += t.delivered;
+    sum.sack_skipped += t.sack_skipped;
+    sum.spurious_rto_undone += t.spurious_rto_undone;
+    sum.ooo_dropped += t.ooo_dropped;
+    sum.no_timestamp_drops += t.no_timestamp_drops;
+    sum.persist_aborts += t.persist_aborts;
+    sum.sack_recoveries += t.sack_recoveries;
+    sum.rack_losses += t.rack_losses;
+    sum.lost_retransmits += t.lost_retransmits;
+    sum.tlp_probes += t.tlp_probes;
+    sum.dsacks_received += t.dsacks_received;
+    sum.dsack_undos += t.dsack_undos;
 }
 
 /// Byte-stream state bits in [`StreamShared::state`].
@@ -438,6 +547,15 @@ struct Sock {
     /// `Connect` token until established.
     token: Option<u64>,
     reported_closed: bool,
+    /// RTO retransmissions already reported as `tracing` events.
+    rto_seen: u64,
+    /// Poll in the next round: a segment or command arrived, or the last
+    /// poll did something (see `StackConfig::idle_sweep`).
+    wake: bool,
+    /// When it was last polled.
+    polled_at: u64,
+    /// Polled in this round (its events and state are settled after).
+    polled: bool,
 }
 
 impl Sock {
@@ -493,6 +611,8 @@ pub struct Stack {
     pending_out: VecDeque<Output>,
     resets: Vec<(Ipv4Address, TcpRepr<'static>)>,
     stats: StackStats,
+    /// The partial-checksum diagnosis was logged.
+    checksum_warned: bool,
 }
 
 impl Stack {
@@ -516,6 +636,7 @@ impl Stack {
             pending_out: VecDeque::new(),
             resets: Vec::new(),
             stats: StackStats::default(),
+            checksum_warned: false,
             cfg,
         }
     }
@@ -533,6 +654,35 @@ impl Stack {
     /// TCP counters of a connection.
     pub fn tcp_stats(&self, sock: SockId) -> Option<tcp::Stats> {
         self.socks.get(&sock).map(|s| s.tcp().stats())
+    }
+
+    /// TCP counters summed over every connection: those still open and
+    /// those that have ended ([`StackStats::tcp_closed`]).
+    pub fn tcp_totals(&self) -> tcp::Stats {
+        let mut sum = self.stats.tcp_closed;
+        for s in self.socks.values() {
+            add_tcp_stats(&mut sum, &s.tcp().stats());
+        }
+        sum
+    }
+
+    /// Connections the stack holds (opening, open, closing, in TIME-WAIT).
+    pub fn connections(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// Ports with a listener.
+    pub fn listening_ports(&self) -> usize {
+        self.listeners.len()
+    }
+
+    /// Counters of an iWARP connection's queue pair (`None`: no such
+    /// connection, a byte stream, or the MPA exchange has not finished).
+    pub fn qp_stats(&self, sock: SockId) -> Option<iwarp_proto::qp::QpStats> {
+        match &self.socks.get(&sock)?.kind {
+            SockKind::Iwarp(i) => i.iwarp.as_ref()?.qp_ref().map(|q| q.stats()),
+            SockKind::Stream(_) => None,
+        }
     }
 
     fn isn_for(&self, remote: Ipv4Address, rport: u16, lport: u16, now: u64) -> u32 {
@@ -604,6 +754,10 @@ impl Stack {
                 kind,
                 token: None,
                 reported_closed: false,
+                rto_seen: 0,
+                wake: true,
+                polled_at: 0,
+                polled: false,
             },
             shared,
         )
@@ -626,6 +780,7 @@ impl Stack {
             let Some(sock) = self.socks.get_mut(&id) else {
                 return;
             };
+            sock.wake = true;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
@@ -713,6 +868,7 @@ impl Stack {
                 }
             }
             let sock_id = self.insert(sock);
+            tracing::debug!(sock = sock_id, %remote, port, "TCP connection accepted");
             self.pending_out.push_back(Output::Accepted {
                 port,
                 sock: sock_id,
@@ -787,8 +943,20 @@ impl Stack {
         };
         let state = sock.tcp().state();
         let error = sock.tcp().error();
+        let rto = sock.tcp().stats().rto_retransmits;
+        if rto > sock.rto_seen {
+            tracing::info!(
+                sock = id,
+                remote = %sock.remote,
+                new = rto - sock.rto_seen,
+                total = rto,
+                "TCP retransmission timeout"
+            );
+            sock.rto_seen = rto;
+        }
         if let Some(token) = sock.token {
             if let Some(e) = error {
+                tracing::info!(sock = id, remote = %sock.remote, error = %e, "connect failed");
                 self.pending_out
                     .push_back(Output::Failed { token, error: e });
                 sock.token = None;
@@ -798,6 +966,7 @@ impl Stack {
                 TcpState::SynSent | TcpState::SynReceived | TcpState::Closed
             ) {
                 sock.token = None;
+                tracing::info!(sock = id, remote = %sock.remote, "connected (TCP established)");
                 let stream = match &sock.kind {
                     SockKind::Stream(s) => Some(s.shared.clone()),
                     SockKind::Iwarp(_) => None,
@@ -831,6 +1000,10 @@ impl Stack {
         let finished = matches!(state, TcpState::TimeWait | TcpState::Closed);
         if finished && !sock.reported_closed {
             sock.reported_closed = true;
+            match error {
+                Some(e) => tracing::info!(sock = id, error = %e, "connection failed"),
+                None => tracing::debug!(sock = id, "connection closed"),
+            }
             self.pending_out
                 .push_back(Output::Closed { sock: id, error });
         }
@@ -838,16 +1011,7 @@ impl Stack {
             let keep = matches!(&sock.kind, SockKind::Stream(s) if !s.rx_backlog.is_empty());
             if !keep {
                 let t = sock.tcp().stats();
-                let sum = &mut self.stats.tcp_closed;
-                sum.rto_retransmits += t.rto_retransmits;
-                sum.fast_retransmits += t.fast_retransmits;
-                sum.ooo_segments += t.ooo_segments;
-                sum.challenge_acks += t.challenge_acks;
-                sum.delivered += t.delivered;
-                sum.sack_skipped += t.sack_skipped;
-                sum.spurious_rto_undone += t.spurious_rto_undone;
-                sum.ooo_dropped += t.ooo_dropped;
-                sum.no_timestamp_drops += t.no_timestamp_drops;
+                add_tcp_stats(&mut self.stats.tcp_closed, &t);
                 let key = (
                     sock.remote,
                     sock.tcp().remote_port(),
@@ -871,12 +1035,28 @@ impl crate::runtime::Engine for Stack {
             .iface
             .receive(frame, now, &mut |f| pending.push(f.to_vec()))
         else {
+            if !self.checksum_warned && self.iface.stats().rx_partial_checksum >= 3 {
+                if let Some(why) = self.iface.stats().checksum_diagnosis() {
+                    tracing::warn!("{why}");
+                    self.checksum_warned = true;
+                }
+            }
             return;
         };
         self.segment(ing.src, &ing.seg, now);
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
+        // A command for a connection wakes it for the next round.
+        let target = match &cmd {
+            Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
+            Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
+            Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
+            _ => None,
+        };
+        if let Some(s) = target.and_then(|id| self.socks.get_mut(&id)) {
+            s.wake = true;
+        }
         match cmd {
             Command::Connect {
                 token,
@@ -891,6 +1071,7 @@ impl crate::runtime::Engine for Stack {
                 sock.token = Some(token);
                 let id = self.insert(sock);
                 self.by_token.insert(token, id);
+                tracing::debug!(sock = id, %remote, port, local_port = lport, "connecting");
                 self.pending_out
                     .push_back(Output::Opening { token, sock: id });
             }
@@ -981,8 +1162,12 @@ impl crate::runtime::Engine for Stack {
                     if cq.is_some() {
                         *sock_cq = cq;
                     }
-                    if let Err(e) = i.accept(private_data, ird, ord, &mut self.mem) {
-                        self.pending_out.push_back(Output::CmRefused(sock, e));
+                    match i.accept(private_data, ird, ord, &mut self.mem) {
+                        Ok(()) => tracing::info!(sock, ird, ord, "connection request accepted"),
+                        Err(e) => {
+                            tracing::info!(sock, error = ?e, "accept refused");
+                            self.pending_out.push_back(Output::CmRefused(sock, e));
+                        }
                     }
                 }
             }
@@ -992,8 +1177,16 @@ impl crate::runtime::Engine for Stack {
                     ..
                 }) = self.socks.get_mut(&sock)
                 {
-                    if let Err(e) = i.reject(&private_data) {
-                        self.pending_out.push_back(Output::CmRefused(sock, e));
+                    match i.reject(&private_data) {
+                        Ok(()) => tracing::info!(
+                            sock,
+                            private_data_len = private_data.len(),
+                            "connection request rejected"
+                        ),
+                        Err(e) => {
+                            tracing::info!(sock, error = ?e, "reject refused");
+                            self.pending_out.push_back(Output::CmRefused(sock, e));
+                        }
                     }
                 }
             }
@@ -1007,6 +1200,7 @@ impl crate::runtime::Engine for Stack {
                 self.pending_out.push_back(Output::Memory { token, data });
             }
             Command::Memory(op) => (op.0)(&mut self.mem),
+            Command::Inspect(op) => (op.0)(self),
             Command::WriteMem { stag, offset, data } => {
                 self.mem.write_at(stag, offset, &data);
             }
@@ -1048,19 +1242,30 @@ impl crate::runtime::Engine for Stack {
             }
             l.listener.settle();
         }
+        let sweep = self.cfg.idle_sweep;
         for sock in socks.values_mut() {
             let dst = sock.remote;
+            sock.polled = false;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     Self::poll_stream(s, now);
                     busy |= s.tcp.poll_transmit(now, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     }) > 0;
+                    sock.polled = true;
                 }
                 SockKind::Iwarp(i) => {
-                    busy |= i.poll(now, mem, 64, &mut |seg| {
+                    // Idle connections wait for the sweep (their timers).
+                    if !sock.wake && now.saturating_sub(sock.polled_at) < sweep {
+                        continue;
+                    }
+                    let sent = i.poll(now, mem, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
-                    }) > 0;
+                    });
+                    busy |= sent > 0;
+                    sock.wake = sent > 0;
+                    sock.polled_at = now;
+                    sock.polled = true;
                 }
             }
         }
@@ -1082,14 +1287,23 @@ impl crate::runtime::Engine for Stack {
             if let Some(Sock {
                 kind: SockKind::Iwarp(i),
                 cq,
+                wake,
+                polled,
                 ..
             }) = self.socks.get_mut(&id)
             {
+                if !*polled {
+                    continue;
+                }
+                let mut did = false;
                 while let Some(e) = i.poll_cm_event() {
                     out(Output::Cm(id, e));
-                    busy = true;
+                    did = true;
                 }
-                busy |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+                did |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+                // Something happened: look again next round.
+                *wake |= did;
+                busy |= did;
             }
             self.settle(id);
         }

@@ -48,6 +48,9 @@ pub enum Error {
     InLoop,
     /// An argument out of range (private data over 512 octets, zero depth).
     InvalidArgument(&'static str),
+    /// A system call of the API's own failed (creating a CQ's
+    /// notification eventfd, waiting on it).
+    Io(std::io::Error),
 }
 
 impl core::fmt::Display for Error {
@@ -75,6 +78,7 @@ impl core::fmt::Display for Error {
             Error::Stopped => f.write_str("the poll loop has stopped"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::InLoop => f.write_str("a call that waits for the poll loop, made inside it"),
+            Error::Io(e) => write!(f, "CQ notification descriptor: {e}"),
         }
     }
 }

@@ -13,6 +13,14 @@
 //! lock-free command queue, and a CQ is a lock-free ring the loop fills.
 //! Setup calls (register, connect, accept) wait for the loop's answer.
 //!
+//! A running context shows what it does: [`Context::stats`] and
+//! [`Qp::stats`] read live counters (stack, TCP, interface, poll loop,
+//! device and the bind mode it obtained), and the stack emits `tracing`
+//! events (connect, accept, reject, Terminate, flush, CQ overrun,
+//! retransmission timeouts) to whatever subscriber the application
+//! installs. A thread that sleeps rather than polls waits on a CQ's
+//! eventfd ([`Cq::notify_fd`], armed by [`Cq::req_notify`]).
+//!
 //! ```
 //! use std::net::SocketAddrV4;
 //! use iwarp::{Access, ConnectOptions, Context, ListenOptions, WorkRequest, WcOpcode};
@@ -46,12 +54,13 @@
 #![warn(missing_docs)]
 
 mod error;
+mod stats;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use error::Error;
@@ -65,13 +74,21 @@ pub use iwarp_proto::qp::{
     MAX_INLINE, MAX_SGE,
 };
 pub use iwarp_proto::wire::TerminateRepr;
+pub use iwarp_xdp::BusyPoll;
+/// A small epoll set and an eventfd (for waiting on [`Cq::notify_fd`] with
+/// other descriptors); any epoll or reactor works as well.
+pub use iwarp_xdp::{Epoll, EventFd};
+pub use stats::{
+    AttachMode, ContextStats, DeviceStats, DpdkDeviceStats, IfaceStats, LoopStats, QpCounters,
+    QpStats, StackStats, TcpStats, XdpDeviceStats, XskMode,
+};
 
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
-use iwarp_datapath::runtime::{spawn, LoopHandle, MemDevice, Mode};
+use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, MemDevice, Mode};
 pub use iwarp_datapath::stack::HookStatus;
 use iwarp_datapath::stack::{
-    Command, CqEntry, CqRing, ListenError, LoopHook, MemoryOp, Output, SockId, Stack, StackConfig,
-    Ulp,
+    Command, CqEntry, CqRing, InspectOp, ListenError, LoopHook, MemoryOp, Output, SockId, Stack,
+    StackConfig, Ulp,
 };
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::MemoryTable;
@@ -117,10 +134,21 @@ pub struct HostOptions {
     pub polling: Polling,
     /// Open the device inside this network namespace (`/var/run/netns/NAME`).
     pub netns: Option<PathBuf>,
+    /// Largest IP datagram to send (`None`: the interface's MTU; a larger
+    /// value is capped to it). The TCP MSS follows it.
+    pub mtu: Option<usize>,
+    /// TCP timers and buffer sizes.
+    pub tcp: TcpOptions,
+    /// Take TCP segments whose checksum holds only the pseudo-header sum
+    /// (a veth peer with TX checksum offload on sends them so; the other
+    /// fix is `ethtool -K <peer> tx off`). [`ContextStats::iface`] counts
+    /// them either way.
+    pub accept_partial_checksum: bool,
 }
 
 impl HostOptions {
-    /// `ip/prefix_len`, no gateway, adaptive polling, no pinning, this namespace.
+    /// `ip/prefix_len`, no gateway, adaptive polling, no pinning, this
+    /// namespace, the interface's MTU, [`TcpOptions::default`].
     pub fn new(ip: Ipv4Addr, prefix_len: u8) -> Self {
         HostOptions {
             ip,
@@ -129,25 +157,146 @@ impl HostOptions {
             core: None,
             polling: Polling::Adaptive,
             netns: None,
+            mtu: None,
+            tcp: TcpOptions::default(),
+            accept_partial_checksum: false,
         }
+    }
+}
+
+impl HostOptions {
+    /// Refuse bad values before a device is opened.
+    fn check(&self) -> Result<(), Error> {
+        if self.mtu.is_some_and(|m| m < 576) {
+            return Err(Error::InvalidArgument("MTU below 576"));
+        }
+        self.tcp.apply(&mut tcp_lite::tcp::Config::default())
+    }
+}
+
+/// TCP timers and buffers of a context's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// Lower bound of the retransmission timeout (RFC 6298 says 1 s; LANs
+    /// use less). Default 5 ms.
+    pub rto_min: Duration,
+    /// Retransmission timeout before the first RTT sample (RFC 6298 §2.1).
+    /// Default 1 s.
+    pub rto_initial: Duration,
+    /// How long a closed connection lingers in TIME-WAIT (2 MSL). Default 60 s.
+    pub time_wait: Duration,
+    /// Receive window offered, in octets. Default 1 MiB.
+    pub rcv_buf: u32,
+    /// Send buffer, in octets. Default 4 MiB.
+    pub snd_buf: usize,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        let d = tcp_lite::tcp::Config::default();
+        TcpOptions {
+            rto_min: Duration::from_millis(5),
+            rto_initial: Duration::from_nanos(d.rto_initial),
+            time_wait: Duration::from_nanos(d.time_wait),
+            rcv_buf: d.rcv_buf,
+            snd_buf: d.snd_buf,
+        }
+    }
+}
+
+impl TcpOptions {
+    /// Check the values and apply them to `cfg`.
+    fn apply(&self, cfg: &mut tcp_lite::tcp::Config) -> Result<(), Error> {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        if self.rto_min.is_zero() || self.rto_initial.is_zero() {
+            return Err(Error::InvalidArgument("TCP RTO bounds must be above zero"));
+        }
+        if self.rto_min > self.rto_initial || ns(self.rto_initial) > cfg.rto_max {
+            return Err(Error::InvalidArgument(
+                "TCP rto_min must not exceed rto_initial, nor rto_initial 60 s",
+            ));
+        }
+        if self.rcv_buf < 1024 || self.snd_buf < 1024 {
+            return Err(Error::InvalidArgument("TCP buffers must be at least 1 KiB"));
+        }
+        cfg.rto_min = ns(self.rto_min);
+        cfg.rto_initial = ns(self.rto_initial);
+        cfg.time_wait = ns(self.time_wait);
+        cfg.rcv_buf = self.rcv_buf;
+        cfg.snd_buf = self.snd_buf;
+        Ok(())
     }
 }
 
 /// Settings of an AF_XDP context.
 #[derive(Debug, Clone)]
 pub struct XdpOptions {
-    /// Interface to take over (queue 0).
+    /// Interface to take over.
     pub iface: String,
-    /// Address, core, polling, namespace.
+    /// Its queue whose traffic the socket takes (default 0; steer the
+    /// stack's flows there, e.g. with `ethtool -N` or a single queue).
+    pub queue: u32,
+    /// Bind mode to ask for: `Auto` (zero-copy where the driver can, the
+    /// default), `Copy` or `ZeroCopy` (fails where the driver cannot).
+    /// [`XdpDeviceStats::bind`] says what was obtained.
+    pub bind: XskMode,
+    /// Where the XDP program runs (`Auto`: driver mode where supported).
+    pub attach: AttachMode,
+    /// `XDP_USE_NEED_WAKEUP`: syscalls only when the kernel asks (default on).
+    pub need_wakeup: bool,
+    /// Busy polling on the socket (`SO_BUSY_POLL` and budget); refusals are
+    /// warnings, not errors.
+    pub busy_poll: Option<BusyPoll>,
+    /// Entries of each of the four rings (power of two; default 2048).
+    pub ring_size: u32,
+    /// UMEM chunk size: 2048 or 4096 (default 4096).
+    pub frame_size: u32,
+    /// UMEM chunks (default 4096).
+    pub frame_count: u32,
+    /// Chunks given to the fill ring at start (≤ `ring_size`, <
+    /// `frame_count`; default 2048); the rest are for transmission.
+    pub rx_frames: u32,
+    /// Try huge pages for the UMEM.
+    pub hugepages: bool,
+    /// Address, core, polling, namespace, MTU, TCP.
     pub host: HostOptions,
 }
 
 impl XdpOptions {
-    /// `iface` with `ip/prefix_len`, adaptive polling, no pinning.
+    /// `iface` (queue 0, the backend's default rings and UMEM) with
+    /// `ip/prefix_len`, adaptive polling, no pinning.
     pub fn new(iface: &str, ip: Ipv4Addr, prefix_len: u8) -> Self {
+        let d = iwarp_xdp::Config::default();
         XdpOptions {
             iface: iface.to_owned(),
+            queue: d.queue,
+            bind: d.mode,
+            attach: d.attach,
+            need_wakeup: d.need_wakeup,
+            busy_poll: d.busy_poll,
+            ring_size: d.ring_size,
+            frame_size: d.frame_size,
+            frame_count: d.frame_count,
+            rx_frames: d.rx_frames,
+            hugepages: d.hugepages,
             host: HostOptions::new(ip, prefix_len),
+        }
+    }
+
+    /// The backend's configuration.
+    fn config(&self) -> iwarp_xdp::Config {
+        iwarp_xdp::Config {
+            queue: self.queue,
+            mode: self.bind,
+            attach: self.attach,
+            need_wakeup: self.need_wakeup,
+            busy_poll: self.busy_poll,
+            ring_size: self.ring_size,
+            frame_size: self.frame_size,
+            frame_count: self.frame_count,
+            rx_frames: self.rx_frames,
+            hugepages: self.hugepages,
+            ..iwarp_xdp::Config::new(&self.iface, self.host.ip.octets())
         }
     }
 }
@@ -161,7 +310,7 @@ pub struct DpdkOptions {
     pub port: String,
     /// Descriptor ring sizes of the port's queue 0.
     pub queues: dpdk::Queues,
-    /// Address, core, polling, namespace.
+    /// Address, core, polling, namespace, MTU, TCP.
     pub host: HostOptions,
 }
 
@@ -178,6 +327,11 @@ impl DpdkOptions {
 
 /// The stack's configuration on a real interface.
 fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackConfig, Error> {
+    let mtu = match host.mtu {
+        Some(m) if m < 576 => return Err(Error::InvalidArgument("MTU below 576")),
+        Some(m) => m.min(mtu),
+        None => mtu,
+    };
     let mut icfg = IfaceConfig::new(
         EthernetAddress(mac),
         Ipv4Address(host.ip.octets()),
@@ -185,11 +339,12 @@ fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackCo
     );
     icfg.mtu = mtu;
     icfg.gateway = host.gateway.map(|g| Ipv4Address(g.octets()));
+    icfg.accept_partial_checksum = host.accept_partial_checksum;
     let mut cfg = StackConfig::new(icfg);
     // The MSS follows the interface's MTU (IPv4 and TCP headers off), as
     // Linux's does: jumbo frames carry jumbo segments and FPDUs.
     cfg.tcp.mss = mtu.saturating_sub(40).clamp(536, usize::from(u16::MAX)) as u16;
-    cfg.tcp.rto_min = 5_000_000;
+    host.tcp.apply(&mut cfg.tcp)?;
     // RFC 6528: the ISN secret must be unguessable; the kernel's RNG.
     let mut seed = [0u8; 16];
     std::fs::File::open("/dev/urandom")
@@ -224,6 +379,9 @@ struct Inner {
     /// The poll loop's thread: calls that wait on the loop refuse to run
     /// there (a loop hook calling them would wait forever).
     loop_thread: Option<std::thread::ThreadId>,
+    /// One [`Context::stats`] at a time (the loop publishes one snapshot
+    /// per request).
+    stats_lock: Mutex<()>,
 }
 
 impl Inner {
@@ -351,6 +509,20 @@ impl Inner {
         }
     }
 
+    /// Run `f` on the stack in the loop thread and wait for its answer.
+    fn inspect<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Stack) -> T + Send + 'static,
+    ) -> Result<T, Error> {
+        self.not_in_loop()?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.post(Command::Inspect(InspectOp(Box::new(move |s| {
+            let _ = tx.send(f(s));
+        }))))?;
+        rx.recv_timeout(Duration::from_secs(10))
+            .map_err(|_| Error::Stopped)
+    }
+
     fn next_cm(&self, sock: SockId, timeout: Duration) -> Result<CmEvent, Error> {
         self.wait(timeout, |r| r.cm.get_mut(&sock).and_then(|q| q.pop_front()))
     }
@@ -378,11 +550,12 @@ pub struct Context {
 }
 
 impl Context {
-    fn start(
+    fn start<D: iwarp_datapath::runtime::FrameDevice + 'static>(
         cfg: StackConfig,
-        dev: impl iwarp_datapath::runtime::FrameDevice + 'static,
+        dev: D,
         core: Option<usize>,
         polling: Polling,
+        reader: Option<DeviceReader<D>>,
     ) -> Context {
         let addr = Ipv4Addr::from(cfg.iface.ip.0);
         // STag indexes and keys must not be guessable by a peer (RFC 5040
@@ -394,12 +567,13 @@ impl Context {
                 .build_hasher()
                 .finish()
         };
-        let lp = spawn(
+        let lp = spawn_probed(
             Stack::new(cfg, MemoryTable::with_seed(seed)),
             dev,
             core,
             polling.mode(),
             16_384,
+            reader,
         );
         let loop_thread = lp.thread_id();
         Context {
@@ -409,6 +583,7 @@ impl Context {
                 addr,
                 tokens: AtomicU64::new(1),
                 loop_thread,
+                stats_lock: Mutex::new(()),
             }),
         }
     }
@@ -441,8 +616,8 @@ impl Context {
             c
         };
         (
-            Context::start(cfg(1), da, None, Polling::Adaptive),
-            Context::start(cfg(2), db, None, Polling::Adaptive),
+            Context::start(cfg(1), da, None, Polling::Adaptive, None),
+            Context::start(cfg(2), db, None, Polling::Adaptive, None),
         )
     }
 
@@ -450,13 +625,48 @@ impl Context {
     /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW).
     pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
         let host = &opts.host;
-        let xcfg = iwarp_xdp::Config::new(&opts.iface, host.ip.octets());
+        host.check()?;
+        let xcfg = opts.config();
         let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
             None => iwarp_xdp::XdpDevice::open(&xcfg)?,
         };
         let cfg = device_config(dev.mac_address(), dev.mtu() as usize, host)?;
-        Ok(Context::start(cfg, dev, host.core, host.polling))
+        tracing::info!(
+            iface = dev.iface(),
+            queue = dev.queue(),
+            bind = ?dev.xsk_mode(),
+            attach = ?dev.attach_mode(),
+            multi_buffer = dev.multi_buffer(),
+            mtu = cfg.iface.mtu,
+            ip = %host.ip,
+            "AF_XDP device open"
+        );
+        for w in dev.warnings() {
+            tracing::warn!("AF_XDP: {w}");
+        }
+        let reader: DeviceReader<iwarp_xdp::XdpDevice> = Box::new(|d| {
+            let (socket, kernel) = match d.stats() {
+                Ok(s) => (s.ours, Some(s.kernel)),
+                Err(_) => (Default::default(), None),
+            };
+            Box::new(DeviceStats::Xdp(XdpDeviceStats {
+                iface: d.iface().to_owned(),
+                queue: d.queue(),
+                bind: d.xsk_mode(),
+                attach: d.attach_mode(),
+                multi_buffer: d.multi_buffer(),
+                socket,
+                kernel,
+            }))
+        });
+        Ok(Context::start(
+            cfg,
+            dev,
+            host.core,
+            host.polling,
+            Some(reader),
+        ))
     }
 
     /// A context on a DPDK ethdev port: a PCI device or `--vdev` the EAL
@@ -475,18 +685,72 @@ impl Context {
     /// ```
     pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
         let host = &opts.host;
+        host.check()?;
         let open = || dpdk::Port::open(eal, &opts.port, opts.queues);
         let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, open)??,
             None => open()?,
         };
         let cfg = device_config(dev.mac_address(), usize::from(dev.mtu()), host)?;
-        Ok(Context::start(cfg, dev, host.core, host.polling))
+        tracing::info!(port = dev.name(), mtu = cfg.iface.mtu, ip = %host.ip, "DPDK port open");
+        let reader: DeviceReader<dpdk::Port> = Box::new(|d| {
+            Box::new(DeviceStats::Dpdk(DpdkDeviceStats {
+                port: d.name().to_owned(),
+                counters: d.counters(),
+                driver: d.stats().ok(),
+            }))
+        });
+        Ok(Context::start(
+            cfg,
+            dev,
+            host.core,
+            host.polling,
+            Some(reader),
+        ))
     }
 
     /// Our address.
     pub fn addr(&self) -> Ipv4Addr {
         self.inner.addr
+    }
+
+    /// The running stack's counters: the host stack's, TCP's (summed over
+    /// open and ended connections), the interface's, the poll loop's and
+    /// the device's (with the bind mode obtained). Two round trips to the
+    /// loop (a command, then a snapshot at the end of a round); nothing is
+    /// reset. Not from inside the loop ([`Error::InLoop`]).
+    pub fn stats(&self) -> Result<ContextStats, Error> {
+        let _one = match self.inner.stats_lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let (stack, tcp, iface, connections, listeners) = self.inner.inspect(|s| {
+            (
+                s.stats(),
+                s.tcp_totals(),
+                *s.iface().stats(),
+                s.connections(),
+                s.listening_ports(),
+            )
+        })?;
+        let (poll_loop, device) = self
+            .inner
+            .lp
+            .snapshot(Duration::from_secs(10))
+            .ok_or(Error::Stopped)?;
+        let device = match device.downcast::<DeviceStats>() {
+            Ok(d) => *d,
+            Err(_) => DeviceStats::Sim,
+        };
+        Ok(ContextStats {
+            stack,
+            tcp,
+            iface,
+            connections,
+            listeners,
+            poll_loop,
+            device,
+        })
     }
 
     /// A protection domain.
@@ -503,6 +767,7 @@ impl Context {
     pub fn create_cq(&self, depth: usize) -> Cq {
         Cq {
             ring: Arc::new(CqRing::new(depth)),
+            notify: Arc::new(OnceLock::new()),
         }
     }
 
@@ -887,9 +1152,29 @@ impl Status {
 }
 
 /// A completion queue: a lock-free ring the poll loop fills.
+///
+/// # Waiting from an event loop
+///
+/// [`notify_fd`](Self::notify_fd) gives an eventfd to put in an epoll set
+/// (or a tokio `AsyncFd`). It follows `ibv_req_notify_cq`: notification is
+/// one-shot and must be armed.
+///
+/// 1. [`req_notify`](Self::req_notify) arms the CQ: the next completion
+///    that arrives makes the descriptor readable, and disarms.
+/// 2. Poll the CQ once more after arming: completions that arrived before
+///    the arm do not fire it.
+/// 3. When the descriptor is readable, [`ack_notify`](Self::ack_notify)
+///    (reads the eventfd back to zero), then poll the CQ until empty, then
+///    arm again.
+///
+/// The descriptor stays readable until acknowledged, so a level-triggered
+/// epoll set wakes until then. Polling never needs the descriptor: it is
+/// for callers that sleep.
 #[derive(Debug, Clone)]
 pub struct Cq {
     ring: Arc<CqRing>,
+    /// The notification eventfd, created by the first `notify_fd`.
+    notify: Arc<OnceLock<Arc<iwarp_xdp::EventFd>>>,
 }
 
 impl Cq {
@@ -955,9 +1240,62 @@ impl Cq {
         }
     }
 
+    /// Completions waiting to be polled.
+    pub fn len(&self) -> usize {
+        self.ring.ring.len()
+    }
+
+    /// No completion waiting.
+    pub fn is_empty(&self) -> bool {
+        self.ring.ring.is_empty()
+    }
+
     /// Whether a completion was lost because the ring was full.
     pub fn overrun(&self) -> bool {
         self.ring.overrun.load(Ordering::Acquire)
+    }
+
+    /// The eventfd that becomes readable when a completion arrives on an
+    /// armed CQ (see [the type's docs](Self#waiting-from-an-event-loop));
+    /// created on first use, the same descriptor for every clone of this
+    /// CQ. It stays open as long as the CQ (any clone) lives.
+    pub fn notify_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>, Error> {
+        use std::os::fd::AsFd;
+        Ok(self.event_fd()?.as_fd())
+    }
+
+    fn event_fd(&self) -> Result<&Arc<iwarp_xdp::EventFd>, Error> {
+        if let Some(e) = self.notify.get() {
+            return Ok(e);
+        }
+        let fresh = Arc::new(iwarp_xdp::EventFd::new().map_err(Error::Io)?);
+        if self.notify.set(fresh.clone()).is_ok() {
+            // Only the winner of the race installs its notifier.
+            self.ring.set_notifier(Box::new(move || fresh.signal()));
+        }
+        self.notify.get().ok_or(Error::Stopped)
+    }
+
+    /// Arm the CQ: the next completion makes [`notify_fd`](Self::notify_fd)
+    /// readable (once). Creates the descriptor if needed. Poll once more
+    /// after arming.
+    pub fn req_notify(&self) -> Result<(), Error> {
+        self.event_fd()?;
+        self.ring.arm();
+        Ok(())
+    }
+
+    /// Acknowledge notifications: read the eventfd back to zero; returns
+    /// how many were pending (0 if none, or no descriptor yet).
+    pub fn ack_notify(&self) -> u64 {
+        self.notify.get().map_or(0, |e| e.drain())
+    }
+
+    /// Sleep until the descriptor is readable (a completion arrived on the
+    /// armed CQ) or `timeout` passes; true if readable. Does not
+    /// acknowledge. For a thread that waits on one CQ without an epoll set.
+    pub fn wait_notify(&self, timeout: Duration) -> Result<bool, Error> {
+        self.event_fd()?.wait(Some(timeout)).map_err(Error::Io)
     }
 }
 
@@ -1320,6 +1658,22 @@ impl Qp {
             Err(p) => p.into_inner(),
         };
         r.qp_events.get_mut(&self.sock).and_then(|q| q.pop_front())
+    }
+
+    /// This queue pair's counters (FPDUs, octets placed, stream octets) and
+    /// its TCP connection's, read from the running loop. [`Error::Stopped`]
+    /// once the connection is gone from the stack (closed and freed).
+    pub fn stats(&self) -> Result<QpCounters, Error> {
+        let sock = self.sock;
+        self.ctx
+            .inner
+            .inspect(move |s| {
+                s.tcp_stats(sock).map(|tcp| QpCounters {
+                    qp: s.qp_stats(sock),
+                    tcp,
+                })
+            })?
+            .ok_or(Error::Stopped)
     }
 
     /// Graceful disconnect: outstanding work completes, TCP closes, what is

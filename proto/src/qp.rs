@@ -14,7 +14,7 @@
 //!   `Rx::segment_end`;
 //! * RFC 5040 §5.5 completion ordering (rules 14, 15, 19): the send queue
 //!   completes strictly from its head;
-//! * RFC 5040 §4.8, §7.1 Terminate contents: [`TermInfo`] builders;
+//! * RFC 5040 §4.8, §7.1 Terminate contents: `TermInfo` builders;
 //! * RFC 5040 §6.1 ORD/IRD limits: `Tx::next_job` and the QN 1 buffer check.
 //!
 //! Verbs features on top of the RFC model:

@@ -17,6 +17,16 @@
 //! datagram so nothing slips past a source route), bad header checksums
 //! (RFC 1122 §3.2.1.2 MUST silently discard), and protocols other than TCP
 //! and ICMP.
+//!
+//! TCP segments that fail their checksum are dropped and counted
+//! ([`IfaceStats::rx_bad_checksum`]). Those whose Checksum field holds only
+//! the folded pseudo-header sum are counted apart
+//! ([`IfaceStats::rx_partial_checksum`]): that is what a Linux sender with
+//! TX checksum offload leaves for the NIC to finish (`CHECKSUM_PARTIAL`),
+//! and a veth peer hands such frames to an XDP program unfinished. With
+//! [`IfaceConfig::accept_partial_checksum`] they are taken (the kernel
+//! trusts them too: they never left the host); otherwise
+//! [`IfaceStats::checksum_diagnosis`] names the cause and the fix.
 
 use crate::arp::{self, ArpCache, Enqueue, Resolve};
 use crate::wire::{
@@ -42,6 +52,11 @@ pub struct IfaceConfig {
     pub ttl: u8,
     /// ARP cache tunables.
     pub arp: arp::Config,
+    /// Take TCP segments whose Checksum field holds only the pseudo-header
+    /// sum (a veth peer with TX checksum offload on delivers them so; see
+    /// the [module docs](self)). Off by default: on a wire, such a
+    /// segment is as corrupt as any other.
+    pub accept_partial_checksum: bool,
 }
 
 impl IfaceConfig {
@@ -55,6 +70,7 @@ impl IfaceConfig {
             mtu: 1500,
             ttl: 64,
             arp: arp::Config::default(),
+            accept_partial_checksum: false,
         }
     }
 }
@@ -80,6 +96,14 @@ pub struct IfaceStats {
     pub rx_other_ethertype: u64,
     /// TCP segments returned to the caller.
     pub rx_tcp: u64,
+    /// TCP segments dropped because their checksum did not verify (partial
+    /// checksums included, unless accepted).
+    pub rx_bad_checksum: u64,
+    /// TCP segments whose Checksum field held only the pseudo-header sum
+    /// (TX checksum offload on the sender): dropped (and also counted in
+    /// `rx_bad_checksum`), or taken with
+    /// [`IfaceConfig::accept_partial_checksum`].
+    pub rx_partial_checksum: u64,
     /// ICMP Echo requests answered.
     pub icmp_echo_replies: u64,
     /// Frames handed to `tx`.
@@ -90,6 +114,26 @@ pub struct IfaceStats {
     pub tx_dropped: u64,
     /// Segments too large for the MTU, refused.
     pub tx_too_big: u64,
+}
+
+impl IfaceStats {
+    /// When most TCP segments dropped for a bad checksum carried a partial
+    /// one (and none was accepted), the likely cause and the fix; `None`
+    /// otherwise.
+    pub fn checksum_diagnosis(&self) -> Option<String> {
+        let bad = self.rx_bad_checksum;
+        let partial = self.rx_partial_checksum;
+        if bad == 0 || partial == 0 || partial > bad || partial * 2 < bad {
+            return None;
+        }
+        Some(format!(
+            "{partial} of {bad} TCP segments dropped for a bad checksum carried only the \
+             pseudo-header sum: the sender has TX checksum offload on and the frames never \
+             reached a NIC that would finish the checksum (typically the peer end of a veth \
+             pair). Fix: turn it off on the sending interface (`ethtool -K <peer> tx off`), \
+             or accept such segments (IfaceConfig::accept_partial_checksum)"
+        ))
+    }
 }
 
 /// Why [`Interface::send_tcp`] did not send a segment now.
@@ -256,9 +300,31 @@ impl Interface {
                     return None;
                 };
                 // Checks the checksum over the pseudo-header.
-                let Ok(seg) = TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) else {
-                    self.stats.rx_malformed += 1;
-                    return None;
+                let seg = match TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) {
+                    Ok(seg) => seg,
+                    Err(crate::wire::Error::BadChecksum { found, .. }) => {
+                        self.stats.rx_bad_checksum += 1;
+                        let partial = crate::wire::checksum::pseudo_header(
+                            &repr.src_addr,
+                            &repr.dst_addr,
+                            IpProtocol::TCP,
+                            body.len().min(usize::from(u16::MAX)) as u16,
+                        );
+                        if found != partial {
+                            return None;
+                        }
+                        self.stats.rx_partial_checksum += 1;
+                        if !self.cfg.accept_partial_checksum {
+                            return None;
+                        }
+                        let seg = self.parse_partial(&tcp, &repr.src_addr, &repr.dst_addr)?;
+                        self.stats.rx_bad_checksum -= 1;
+                        seg
+                    }
+                    Err(_) => {
+                        self.stats.rx_malformed += 1;
+                        return None;
+                    }
                 };
                 self.stats.rx_tcp += 1;
                 Some(TcpIngress {
@@ -276,6 +342,46 @@ impl Interface {
                 None
             }
         }
+    }
+
+    /// Parse a segment whose checksum is partial (already matched): the
+    /// header is checked on a copy with its checksum filled in, the payload
+    /// stays borrowed from the frame.
+    fn parse_partial<'a>(
+        &mut self,
+        tcp: &TcpPacket<&'a [u8]>,
+        src: &Ipv4Address,
+        dst: &Ipv4Address,
+    ) -> Option<TcpRepr<'a>> {
+        let hdr_len = tcp.header_len();
+        let raw: &'a [u8] = tcp.clone().into_inner();
+        let mut hdr = std::mem::take(&mut self.scratch);
+        hdr.clear();
+        hdr.extend_from_slice(raw.get(..hdr_len)?);
+        TcpPacket::new_unchecked(&mut hdr[..]).fill_checksum(src, dst);
+        let parsed = TcpPacket::new_checked(&hdr[..])
+            .ok()
+            .and_then(|p| TcpRepr::parse(&p, src, dst).ok())
+            .map(|h| TcpRepr {
+                src_port: h.src_port,
+                dst_port: h.dst_port,
+                seq_number: h.seq_number,
+                ack_number: h.ack_number,
+                flags: h.flags,
+                window: h.window,
+                urgent_pointer: h.urgent_pointer,
+                max_seg_size: h.max_seg_size,
+                window_scale: h.window_scale,
+                sack_permitted: h.sack_permitted,
+                sack_ranges: h.sack_ranges,
+                timestamp: h.timestamp,
+                payload: tcp.payload(),
+            });
+        self.scratch = hdr;
+        if parsed.is_none() {
+            self.stats.rx_malformed += 1;
+        }
+        parsed
     }
 
     fn receive_icmp(
@@ -648,11 +754,12 @@ mod tests {
         f[ETHERNET_HEADER_LEN + 10] ^= 0xff;
         assert!(i.receive(&f, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_malformed, 1);
-        // A bad TCP checksum.
+        // A bad TCP checksum: counted apart from malformed frames.
         let mut f = ip_frame(IP, IpProtocol::TCP, &body);
         f[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + 16] ^= 1;
         assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_malformed, 2);
+        assert_eq!(i.stats().rx_malformed, 1);
+        assert_eq!(i.stats().rx_bad_checksum, 1);
         // UDP.
         assert!(i
             .receive(&ip_frame(IP, IpProtocol(17), &[0; 8]), 0, &mut none)
@@ -760,5 +867,74 @@ mod tests {
             Err(SendError::Unreachable)
         );
         assert!(i.stats().tx_dropped >= 1);
+    }
+
+    /// 10.9.0.2:40000 → 10.9.0.1:5001, ACK|PSH, seq 1000, ack 77, window
+    /// 8192, payload "hi", as a Linux sender with TX checksum offload hands
+    /// it to a veth peer: the Checksum field (offset 50, 0x1431) holds only
+    /// the folded pseudo-header sum (10.9.0.2 + 10.9.0.1 + 6 + 22 octets);
+    /// the finished checksum would be 0x5f4e. The IPv4 header checksum is
+    /// complete (the kernel always fills it in).
+    const PARTIAL_CSUM_FRAME: [u8; 56] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x08, 0x00, //
+        0x45, 0x00, 0x00, 0x2a, 0x00, 0x01, 0x40, 0x00, 0x40, 0x06, 0x26, 0xb9, 0x0a, 0x09, //
+        0x00, 0x02, 0x0a, 0x09, 0x00, 0x01, 0x9c, 0x40, 0x13, 0x89, 0x00, 0x00, 0x03, 0xe8, //
+        0x00, 0x00, 0x00, 0x4d, 0x50, 0x18, 0x20, 0x00, 0x14, 0x31, 0x00, 0x00, 0x68, 0x69, //
+    ];
+
+    #[test]
+    fn partial_checksum_is_dropped_counted_and_diagnosed_by_default() {
+        let mut i = iface();
+        assert!(i
+            .receive(&PARTIAL_CSUM_FRAME, 0, &mut |_| panic!("nothing to send"))
+            .is_none());
+        let st = *i.stats();
+        assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (1, 1));
+        assert_eq!((st.rx_tcp, st.rx_malformed), (0, 0));
+        let why = st.checksum_diagnosis().expect("a diagnosis");
+        assert!(why.contains("ethtool -K <peer> tx off"), "{why}");
+        assert!(why.contains("accept_partial_checksum"), "{why}");
+    }
+
+    #[test]
+    fn partial_checksum_is_accepted_when_configured() {
+        let mut cfg = IfaceConfig::new(MAC, IP, 24);
+        cfg.accept_partial_checksum = true;
+        let mut i = Interface::new(cfg);
+        let ing = i
+            .receive(&PARTIAL_CSUM_FRAME, 0, &mut |_| panic!("nothing to send"))
+            .expect("the segment");
+        assert_eq!(ing.src, PEER);
+        let seg = &ing.seg;
+        assert_eq!((seg.src_port, seg.dst_port), (40000, 5001));
+        assert_eq!(
+            (seg.seq_number, seg.ack_number, seg.window),
+            (1000, 77, 8192)
+        );
+        assert_eq!(seg.flags, TcpFlags::ACK | TcpFlags::PSH);
+        assert_eq!(seg.payload, b"hi");
+        let st = *i.stats();
+        assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (0, 1));
+        assert_eq!(st.rx_tcp, 1);
+        assert_eq!(st.checksum_diagnosis(), None);
+    }
+
+    #[test]
+    fn a_corrupt_checksum_is_not_taken_for_a_partial_one() {
+        for accept in [false, true] {
+            let mut cfg = IfaceConfig::new(MAC, IP, 24);
+            cfg.accept_partial_checksum = accept;
+            let mut i = Interface::new(cfg);
+            let mut f = PARTIAL_CSUM_FRAME;
+            // Neither the finished checksum (0x5f4e) nor the partial one.
+            f[50..52].copy_from_slice(&[0x14, 0x32]);
+            assert!(i.receive(&f, 0, &mut |_| {}).is_none());
+            let st = *i.stats();
+            assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (1, 0));
+            assert_eq!(st.checksum_diagnosis(), None);
+            // The finished checksum passes either way.
+            f[50..52].copy_from_slice(&[0x5f, 0x4e]);
+            assert!(i.receive(&f, 0, &mut |_| {}).is_some());
+        }
     }
 }

@@ -6,9 +6,11 @@
 //! AF_XDP loop, a DPDK loop and the deterministic simulator alike.
 //!
 //! * [`wire`]: Ethernet II, IPv4, TCP with its options, and the RFC 1071 checksum;
-//! * [`tcp`]: one TCP connection (RFC 9293) with RFC 6298 timers, NewReno,
+//! * [`tcp`]: one TCP connection (RFC 9293) with RFC 6298 timers, SACK loss
+//!   recovery (RFC 6675, RFC 6937, RFC 8985 RACK-TLP, RFC 2883 D-SACK),
 //!   window scaling and timestamps, RFC 5961 challenge ACKs, and in-order
-//!   payload handed straight from the received frame to the caller.
+//!   payload handed straight from the received frame to the caller;
+//! * [`cc`]: congestion control behind a trait, NewReno and CUBIC (RFC 9438).
 //!
 //! # What a peer can make us hold
 //!
@@ -24,8 +26,10 @@
 //! * **SACK scoreboard** (per connection): at most
 //!   [`tcp::Config::max_sack_ranges`] (default 32) merged ranges, all inside
 //!   (SND.UNA, SND.MAX]; blocks outside are ignored, and when full the
-//!   shortest range is forgotten (we may resend data the peer holds). It is
-//!   cleared on a retransmission timeout. Lookups are a binary search.
+//!   shortest range is forgotten (we may resend data the peer holds). A
+//!   retransmission timeout keeps it (what SACK shows arrived is not resent)
+//!   unless the peer reneged. Lookups are a binary search; loss marking and
+//!   pipe are one pass over it.
 //! * **Half-open connections** (per listener): at most `max_half_open`, and
 //!   with the accept queue at most `backlog`; each is one
 //!   [`tcp::Connection`] with no data buffered, alive at most through
@@ -48,6 +52,7 @@
 #![warn(missing_docs)]
 
 pub mod arp;
+pub mod cc;
 pub mod iface;
 pub mod listen;
 mod reasm;

@@ -170,6 +170,15 @@ impl Reassembly {
         Insert::Held
     }
 
+    /// Whether every octet of `[off, end)` is held already (a duplicate,
+    /// to be reported in a D-SACK block, RFC 2883 §4).
+    pub(crate) fn holds(&self, off: u64, end: u64) -> bool {
+        self.ranges
+            .range(..=off)
+            .next_back()
+            .is_some_and(|(_, &e)| e >= end)
+    }
+
     /// Hand `deliver` the held octets that now continue the stream at
     /// `base`, if any; returns how many.
     pub(crate) fn pop(&mut self, base: u64, deliver: &mut dyn FnMut(&[u8])) -> usize {

@@ -30,8 +30,8 @@ impl Scoreboard {
         self.ranges.len()
     }
 
-    /// Forget everything (RFC 2018 §8: after a retransmission timeout the
-    /// sender turns off the SACKed bits, as the receiver may renege).
+    /// Forget everything (RFC 2018 §8: the receiver may renege; the sender
+    /// calls this on a retransmission timeout when it did).
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }
@@ -105,6 +105,55 @@ impl Scoreboard {
             .map(|&(_, b)| b)
     }
 
+    /// Octets SACKed in all (every range lies in (SND.UNA, SND.MAX]).
+    pub(crate) fn total(&self) -> u32 {
+        self.ranges
+            .iter()
+            .fold(0u32, |t, &(a, b)| t.saturating_add(b.wrapping_sub(a)))
+    }
+
+    /// Octets SACKed in `[a, b)`, both at or above `una`.
+    pub(crate) fn sacked_in(&self, una: u32, a: u32, b: u32) -> u32 {
+        let d = |x: u32| x.wrapping_sub(una);
+        let (da, db) = (d(a), d(b));
+        self.ranges
+            .iter()
+            .map(|&(l, r)| {
+                let (l, r) = (d(l).max(da), d(r).min(db));
+                r.saturating_sub(l)
+            })
+            .fold(0u32, u32::saturating_add)
+    }
+
+    /// The highest range, if any.
+    pub(crate) fn highest(&self) -> Option<(u32, u32)> {
+        self.ranges.last().copied()
+    }
+
+    /// The left edge of the first range starting above `seq`, if any.
+    pub(crate) fn next_start_after(&self, una: u32, seq: u32) -> Option<u32> {
+        let d = |x: u32| x.wrapping_sub(una);
+        let ds = d(seq);
+        let i = self.ranges.partition_point(|&(a, _)| d(a) <= ds);
+        self.ranges.get(i).map(|&(a, _)| a)
+    }
+
+    /// RFC 6675 §4 IsLost as a frontier: every unSACKed octet below the
+    /// returned sequence number has more than `bytes` octets, or at least
+    /// `count` discontiguous SACKed ranges, above it, so it is deemed lost.
+    /// `None`: no octet is lost by that rule. One pass over the (bounded)
+    /// ranges, from the top.
+    pub(crate) fn lost_frontier(&self, bytes: u32, count: usize) -> Option<u32> {
+        let mut above = 0u32;
+        for (k, &(a, b)) in self.ranges.iter().rev().enumerate() {
+            above = above.saturating_add(b.wrapping_sub(a));
+            if above > bytes || k + 1 >= count {
+                return Some(a);
+            }
+        }
+        None
+    }
+
     /// Ranges in order, for tests.
     #[cfg(test)]
     pub(crate) fn ranges(&self) -> &[(u32, u32)] {
@@ -157,5 +206,32 @@ mod tests {
         assert_eq!(s.ranges(), &[(at(150), at(400)), (at(600), at(700))]);
         s.advance(at(400));
         assert_eq!(s.ranges(), &[(at(600), at(700))]);
+    }
+
+    #[test]
+    fn totals_holes_and_the_rfc6675_lost_frontier() {
+        let una = u32::MAX - 1000; // across the wrap
+        let at = |x: u32| una.wrapping_add(x);
+        let max = at(100_000);
+        let mut s = Scoreboard::default();
+        assert_eq!(s.lost_frontier(2000, 3), None);
+        for (l, r) in [(1000, 2000), (3000, 4000), (5000, 5500), (6000, 6100)] {
+            assert!(s.add(una, max, at(l), at(r), 8));
+        }
+        assert_eq!(s.total(), 2600);
+        assert_eq!(s.sacked_in(una, at(1500), at(3500)), 1000);
+        assert_eq!(s.sacked_in(una, at(0), at(1000)), 0);
+        assert_eq!(s.highest(), Some((at(6000), at(6100))));
+        assert_eq!(s.next_start_after(una, at(0)), Some(at(1000)));
+        assert_eq!(s.next_start_after(una, at(1000)), Some(at(3000)));
+        assert_eq!(s.next_start_after(una, at(6000)), None);
+        // RFC 6675 §4 IsLost: more than (DupThresh - 1) * SMSS octets
+        // above, or DupThresh discontiguous ranges above.
+        // Three ranges from the top: 6000, 5000, 3000 -> frontier 3000.
+        assert_eq!(s.lost_frontier(10_000, 3), Some(at(3000)));
+        // More than 1500 octets from the top: 100 + 500 + 1000 at 3000.
+        assert_eq!(s.lost_frontier(1500, 10), Some(at(3000)));
+        assert_eq!(s.lost_frontier(500, 10), Some(at(5000)));
+        assert_eq!(s.lost_frontier(10_000, 10), None);
     }
 }

@@ -1,7 +1,11 @@
 //! One TCP connection as an I/O-free state machine (RFC 9293), with the
-//! RFC 6298 retransmission timer, RFC 5681/6582 fast retransmit and NewReno
-//! recovery, RFC 7323 window scaling and timestamps, and RFC 5961 challenge
-//! ACKs.
+//! RFC 6298 retransmission timer, RFC 7323 window scaling and timestamps,
+//! RFC 5961 challenge ACKs, and loss recovery: with SACK, RFC 6675
+//! SACK-based recovery (pipe, NextSeg) paced by RFC 6937 PRR, RFC 3042
+//! limited transmit, RFC 8985 RACK-style time-based loss marking and tail
+//! loss probes, and RFC 2883 D-SACK to undo spurious retransmissions;
+//! without SACK, RFC 5681/6582 fast retransmit and NewReno. The window's
+//! size is up to a [`cc::CongestionControl`] (CUBIC or NewReno).
 //!
 //! Call order: [`Connection::handle_segment`] for each received segment
 //! (in-order payload is handed to the caller's `deliver` closure as a slice of
@@ -14,6 +18,7 @@
 
 use std::collections::VecDeque;
 
+use crate::cc::{self, Algorithm, CongestionControl};
 use crate::reasm::{Insert, Reassembly};
 use crate::sack::Scoreboard;
 use crate::wire::{TcpFlags as Flags, TcpRepr, TcpTimestamp};
@@ -74,7 +79,22 @@ pub struct Config {
     /// Most distinct ranges of the peer's SACK blocks remembered; when full,
     /// the shortest range is forgotten (that data may be resent needlessly).
     pub max_sack_ranges: usize,
+    /// Congestion control (RFC 9438 CUBIC by default, or NewReno).
+    pub congestion: Algorithm,
 }
+
+/// RFC 6675 §2 / RFC 5681 §3.2: duplicate ACKs (or SACKed segments above
+/// a hole) that mean loss.
+const DUP_THRESH: u32 = 3;
+/// RFC 8985 §7.2: the worst-case delayed-ACK time added to the probe
+/// timeout when only one segment is in flight.
+const WC_DEL_ACK: u64 = 200_000_000;
+/// Added to a probe timeout with more than one segment out (see `arm_tlp`).
+const PTO_SLACK: u64 = 2_000_000;
+/// Floor of the reordering window: a LAN's RTT is tens of microseconds,
+/// and timers much shorter than a poll round would fire on every gap
+/// between ACKs.
+const TIMER_GRANULARITY: u64 = 50_000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -94,6 +114,7 @@ impl Default for Config {
             snd_buf: 4 << 20,
             max_ooo_ranges: 64,
             max_sack_ranges: 32,
+            congestion: Algorithm::Cubic,
         }
     }
 }
@@ -149,7 +170,8 @@ impl core::fmt::Display for TcpError {
 pub struct Stats {
     /// Segments retransmitted on RTO.
     pub rto_retransmits: u64,
-    /// Fast retransmits (3 duplicate ACKs or NewReno partial ACKs).
+    /// Fast retransmits: without SACK, 3 duplicate ACKs or NewReno partial
+    /// ACKs; with SACK, segments resent during recovery (RFC 6675).
     pub fast_retransmits: u64,
     /// Out-of-order segments stored.
     pub ooo_segments: u64,
@@ -171,6 +193,21 @@ pub struct Stats {
     /// Connections aborted because the peer kept its window closed too
     /// long ([`Config::persist_timeout`]) or left probes unanswered.
     pub persist_aborts: u64,
+    /// SACK-based loss recoveries entered (RFC 6675 §5).
+    pub sack_recoveries: u64,
+    /// Losses marked by the RACK reordering timer (RFC 8985 §6), not by
+    /// duplicate-ACK counting.
+    pub rack_losses: u64,
+    /// Retransmissions found lost themselves and sent again (RFC 8985
+    /// §6.2 detects them; RFC 6675 alone would wait for the RTO).
+    pub lost_retransmits: u64,
+    /// Tail loss probes sent (RFC 8985 §7).
+    pub tlp_probes: u64,
+    /// D-SACK blocks received (RFC 2883 §4).
+    pub dsacks_received: u64,
+    /// Window reductions undone because D-SACK showed every retransmission
+    /// of the episode was needless (RFC 2883 §5, RFC 3708).
+    pub dsack_undos: u64,
 }
 
 /// The send buffer: unacknowledged and unsent octets, contiguous so a
@@ -253,19 +290,65 @@ pub struct Connection {
     rto: u64,
     rtt_probe: Option<(u32, u64)>,
     retries: u32,
-    // Congestion control (RFC 5681, RFC 6582).
-    cwnd: usize,
-    ssthresh: usize,
-    /// Octets acknowledged in congestion avoidance since cwnd last grew
-    /// (byte counting, RFC 3465 §2.1).
-    ca_acked: usize,
-    /// Set by a retransmission timeout: cwnd and ssthresh before it, and
-    /// our timestamp when it fired. An ACK echoing an older timestamp was
-    /// for the original transmission: the timeout was spurious (RFC 3522).
-    rto_undo: Option<(usize, usize, u32)>,
+    // Congestion control: the window's size (RFC 5681, RFC 9438).
+    cc: Box<dyn CongestionControl>,
+    /// Set by a retransmission timeout: our timestamp when it fired. An ACK
+    /// echoing an older timestamp was for the original transmission: the
+    /// timeout was spurious (RFC 3522) and `cc` undoes it.
+    rto_undo: Option<u32>,
     dupacks: u32,
+    /// RecoveryPoint (RFC 6675 §5) / "recover" (RFC 6582).
     recover: u32,
     in_recovery: bool,
+    // SACK-based loss recovery (RFC 6675, RFC 6937, RFC 8985).
+    /// UnSACKed octets in [SND.UNA, lost_end) are deemed lost.
+    lost_end: u32,
+    /// HighRxt (RFC 6675 §2): lost octets below it were retransmitted.
+    high_rxt: u32,
+    /// SND.MAX when the current round of retransmissions began, and the
+    /// end of its first retransmission: new data above the one and octets
+    /// resent above the other were sent after that retransmission, so once
+    /// enough of them is SACKed while SND.UNA is still missing, it was lost
+    /// (RFC 8985 §6.2, send order read from sequence order).
+    rxt_mark: Option<(u32, u32)>,
+    /// RFC 6937 §3: prr_delivered, prr_out, RecoverFS.
+    prr_delivered: usize,
+    prr_out: usize,
+    recover_fs: usize,
+    /// Octets the sender may still send on the last ACK (PRR's sndcnt).
+    prr_allow: usize,
+    /// Smallest RTT seen (RFC 8985 §6.2.1: the reordering window is a
+    /// quarter of it), and the D-SACK-driven multiplier (§6.2.4).
+    min_rtt: Option<u64>,
+    reo_wnd_mult: u32,
+    /// Recoveries left before `reo_wnd_mult` goes back to 1 (§6.2.4).
+    reo_wnd_persist: u32,
+    /// Smoothed RTT from timed segments (ns), for the probe timeout.
+    fine_srtt: Option<u64>,
+    /// RACK reordering timer: when SACKed data sits above holes not yet
+    /// deemed lost, they are deemed lost when it expires (RFC 8985 §6.2).
+    t_rack: Option<u64>,
+    /// Tail loss probe timer (RFC 8985 §7.2), a probe due, and the SND.MAX
+    /// covered by a retransmitted probe not yet acknowledged.
+    t_tlp: Option<u64>,
+    tlp_due: bool,
+    tlp_high: Option<u32>,
+    /// The probe's retransmission came back in a D-SACK: it was needless.
+    tlp_dsacked: bool,
+    /// Our timestamp on the probe, if it was later (by the clock's tick)
+    /// than every original transmission it covers: an ACK echoing it was
+    /// caused by the probe (RFC 7323 §4.3), so the probe repaired a loss.
+    tlp_ts: Option<u32>,
+    /// Our timestamp when SND.MAX last grew.
+    max_ts: u32,
+    /// This recovery episode's retransmitted octets and the octets D-SACK
+    /// reported as needless (RFC 3708 §3: undo when all were).
+    episode_rxt: u64,
+    episode_dsacked: u64,
+    /// The episode's reduction may still be undone.
+    undo_armed: bool,
+    /// A D-SACK block to report in the next ACK (RFC 2883 §4).
+    dsack: Option<(u32, u32)>,
     // Timers (absolute deadlines).
     t_rtx: Option<u64>,
     t_persist: Option<u64>,
@@ -331,13 +414,33 @@ impl Connection {
             rtt_probe: None,
             retries: 0,
             // RFC 5681 §3.1: IW of up to 4 segments for small MSS; we use 10 (RFC 6928).
-            cwnd: 10 * mss,
-            ssthresh: usize::MAX,
-            ca_acked: 0,
+            cc: cc::new(cfg.congestion, 10 * mss),
             rto_undo: None,
             dupacks: 0,
             recover: iss,
             in_recovery: false,
+            lost_end: iss,
+            high_rxt: iss,
+            rxt_mark: None,
+            prr_delivered: 0,
+            prr_out: 0,
+            recover_fs: 0,
+            prr_allow: 0,
+            min_rtt: None,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: 0,
+            fine_srtt: None,
+            t_rack: None,
+            t_tlp: None,
+            tlp_due: false,
+            tlp_high: None,
+            tlp_dsacked: false,
+            tlp_ts: None,
+            max_ts: 0,
+            episode_rxt: 0,
+            episode_dsacked: 0,
+            undo_armed: false,
+            dsack: None,
             t_rtx: None,
             t_persist: None,
             t_ack: None,
@@ -381,7 +484,7 @@ impl Connection {
         } else {
             self.snd_mss = 536.min(usize::from(self.cfg.mss.max(64))); // RFC 9293 §3.7.1 default
         }
-        self.cwnd = 10 * self.snd_mss;
+        self.cc = cc::new(self.cfg.congestion, 10 * self.snd_mss);
         // RFC 7323 §2.2: scaling only if both sides sent the option.
         match syn.window_scale {
             Some(s) => {
@@ -446,7 +549,11 @@ impl Connection {
     }
     /// Congestion window (octets).
     pub fn cwnd(&self) -> usize {
-        self.cwnd
+        self.cc.cwnd()
+    }
+    /// Slow-start threshold.
+    pub fn ssthresh(&self) -> usize {
+        self.cc.ssthresh()
     }
     /// Current RTO.
     pub fn rto(&self) -> u64 {
@@ -530,6 +637,8 @@ impl Connection {
     fn enter_closed(&mut self) {
         self.state = State::Closed;
         self.t_rtx = None;
+        self.t_rack = None;
+        self.t_tlp = None;
         self.t_persist = None;
         self.t_ack = None;
         self.t_tw = None;
@@ -541,7 +650,7 @@ impl Connection {
     /// past a full segment. `None`: the segment would end inside a record
     /// that a longer segment could finish. `seg_max`: the most data this
     /// segment may carry (the MSS less its options).
-    fn record_cut(&mut self, len: usize, seg_max: usize) -> Option<usize> {
+    fn record_cut(&mut self, from_seq: u32, len: usize, seg_max: usize) -> Option<usize> {
         let una = self.snd_una;
         while let Some(&b) = self.records.front() {
             if le(b, una) {
@@ -553,7 +662,7 @@ impl Connection {
         if self.records.is_empty() || len == 0 {
             return Some(len);
         }
-        let from = self.snd_nxt.wrapping_sub(una);
+        let from = from_seq.wrapping_sub(una);
         let to = from.wrapping_add(len as u32);
         // Offsets from snd_una grow along the queue.
         let first_after = self
@@ -650,6 +759,12 @@ impl Connection {
             }
         }
         if !acceptable {
+            // RFC 2883 §4: data wholly below RCV.NXT arrived again: report
+            // it in a D-SACK block.
+            let end = seq.wrapping_add(seg.payload.len() as u32);
+            if self.sack_on && !seg.payload.is_empty() && le(end, self.rcv_nxt) {
+                self.dsack = Some((seq, end));
+            }
             if self.state == State::TimeWait && f.contains(Flags::FIN) {
                 self.t_tw = Some(now + self.cfg.time_wait);
             }
@@ -726,7 +841,17 @@ impl Connection {
             return;
         }
         // Seventh: payload, trimmed to the window first, so that no octet
-        // before RCV.NXT ever gets a stream offset.
+        // before RCV.NXT ever gets a stream offset. Octets before RCV.NXT
+        // arrived twice: report them in a D-SACK block (RFC 2883 §4).
+        if self.sack_on && !seg.payload.is_empty() && lt(seq, self.rcv_nxt) {
+            let end = seq.wrapping_add(seg.payload.len() as u32);
+            let end = if lt(self.rcv_nxt, end) {
+                self.rcv_nxt
+            } else {
+                end
+            };
+            self.dsack = Some((seq, end));
+        }
         let (seq, payload, fin) = self.trim_to_window(seq, seg.payload, f.contains(Flags::FIN));
         if !payload.is_empty()
             && matches!(
@@ -846,7 +971,9 @@ impl Connection {
             self.snd_una = seg.ack_number;
             self.set_snd_wnd(u32::from(seg.window)); // RFC 7323 §2.2: a SYN's window is never scaled
             self.snd_wl2 = seg.ack_number;
-            self.sample_rtt_probe(seg.ack_number, now);
+            if let Some(r) = self.sample_rtt_probe(seg.ack_number, now) {
+                self.rtt_sample(r);
+            }
             self.t_rtx = None;
             self.retries = 0;
             self.state = State::Established;
@@ -865,13 +992,20 @@ impl Connection {
         self.max_snd_wnd = self.max_snd_wnd.max(w);
     }
 
-    fn sample_rtt_probe(&mut self, ack: u32, now: u64) {
-        if let Some((seq, t)) = self.rtt_probe {
-            if lt(seq, ack) {
-                self.rtt_probe = None;
-                self.rtt_sample(now.saturating_sub(t));
-            }
+    /// The timed segment (Karn: never a retransmitted one) is
+    /// acknowledged: its RTT in nanoseconds. It also feeds the fine RTT
+    /// estimates RACK and TLP run on (RFC 8985 §6.2, §7.2): timestamps
+    /// tick in milliseconds, coarser than a LAN's RTT.
+    fn sample_rtt_probe(&mut self, ack: u32, now: u64) -> Option<u64> {
+        let (seq, t) = self.rtt_probe?;
+        if !lt(seq, ack) {
+            return None;
         }
+        self.rtt_probe = None;
+        let r = now.saturating_sub(t).max(1);
+        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        self.fine_srtt = Some(self.fine_srtt.map_or(r, |s| (7 * s + r) / 8));
+        Some(r)
     }
 
     /// RFC 6298 §2.2-2.3.
@@ -897,6 +1031,8 @@ impl Connection {
 
     fn process_ack(&mut self, seg: &TcpRepr<'_>, now: u64) {
         let ack = seg.ack_number;
+        let sacked_before = self.sacked.total() as usize;
+        let mut dsack = None;
         if self.sack_on {
             // SND.UNA as this ACK leaves it (it is acceptable: at most SND.MAX).
             let una = if lt(self.snd_una, ack) {
@@ -905,7 +1041,23 @@ impl Connection {
                 self.snd_una
             };
             self.sacked.advance(una);
-            for (l, r) in seg.sack_ranges.iter().flatten().copied() {
+            // RFC 2883 §4: a D-SACK block is the first one, and lies below
+            // the cumulative ACK or inside the second block.
+            if let Some((l, r)) = seg.sack_ranges[0] {
+                let in_second = seg.sack_ranges[1].is_some_and(|(l2, r2)| le(l2, l) && le(r, r2));
+                // Only blocks inside what we could have sent twice: at most
+                // SND.MAX, at least SND.UNA - MAX.SND.WND (RFC 5961 §5.2's
+                // bound on old ACKs).
+                let oldest = self.snd_una.wrapping_sub(self.max_snd_wnd);
+                if lt(l, r) && (le(r, ack) || in_second) && le(r, self.snd_max) && le(oldest, l) {
+                    dsack = Some((l, r));
+                }
+            }
+            for (i, block) in seg.sack_ranges.iter().enumerate() {
+                let Some((l, r)) = *block else { continue };
+                if i == 0 && dsack.is_some() {
+                    continue;
+                }
                 // RFC 2018 §3: only blocks above the cumulative ACK and at
                 // most SND.MAX mean anything; the scoreboard drops the rest.
                 self.sacked
@@ -917,13 +1069,17 @@ impl Connection {
             // window included; the segment's text is still processed.
             return;
         }
+        if let Some((l, r)) = dsack {
+            self.on_dsack(l, r);
+        }
         // The peer answers: the probes so far were not lost (Linux resets
         // icsk_probes_out on every ACK).
         self.persist_probes = 0;
         let new_wnd = u32::from(seg.window) << self.snd_shift;
-        if lt(self.snd_una, ack) {
+        let advanced = lt(self.snd_una, ack);
+        let acked = ack.wrapping_sub(self.snd_una) as usize;
+        if advanced {
             // New data acknowledged.
-            let acked = ack.wrapping_sub(self.snd_una) as usize;
             let data_acked = ack
                 .wrapping_sub(self.buf_seq)
                 .min(self.snd_buf.len() as u32) as usize;
@@ -935,23 +1091,32 @@ impl Connection {
             if lt(self.snd_nxt, ack) {
                 self.snd_nxt = ack;
             }
+            for p in [&mut self.lost_end, &mut self.high_rxt] {
+                if lt(*p, ack) {
+                    *p = ack;
+                }
+            }
             // Eifel detection (RFC 3522 §3.2): the first ACK after a
             // timeout echoes a timestamp older than the retransmission, so
             // it acknowledges the original: the timeout was spurious (a
             // stalled peer or a descheduled loop, not loss). Undo its
             // window reduction (RFC 4015 §4) and go on with new data.
-            if let Some((cwnd, ssthresh, rto_ts)) = self.rto_undo.take() {
+            if let Some(rto_ts) = self.rto_undo.take() {
                 if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
                     if (ts.tsecr.wrapping_sub(rto_ts) as i32) < 0 {
-                        self.cwnd = cwnd;
-                        self.ssthresh = ssthresh;
+                        self.cc.undo();
                         self.snd_nxt = self.snd_max;
+                        // Nothing was lost: stop resending.
+                        self.lost_end = self.snd_una;
+                        self.high_rxt = self.snd_una;
+                        self.rxt_mark = None;
                         self.stats.spurious_rto_undone += 1;
                     }
                 }
             }
             self.sacked.advance(ack);
             self.retries = 0;
+            let fine = self.sample_rtt_probe(ack, now);
             if let (true, Some(ts)) = (self.ts_on, seg.timestamp) {
                 // RFC 7323 §4.1: RTT = now - TSecr; an echo from our future
                 // is forged or stale (wrapped) and would only inflate the RTO.
@@ -960,57 +1125,31 @@ impl Connection {
                     let r = u64::from(ts_now.wrapping_sub(ts.tsecr)) * 1_000_000;
                     self.rtt_sample(r.max(1));
                 }
-            } else {
-                self.sample_rtt_probe(ack, now);
+            } else if let Some(r) = fine {
+                self.rtt_sample(r);
             }
-            // NewReno (RFC 6582 §3.2).
-            if self.in_recovery {
-                if le(self.recover, ack) {
-                    self.in_recovery = false;
-                    self.cwnd = self
-                        .ssthresh
-                        .min(self.flight() + self.snd_mss)
-                        .max(self.snd_mss);
-                } else {
-                    // Partial ACK: retransmit the next hole, deflate.
-                    self.snd_nxt = self.snd_una;
-                    self.stats.fast_retransmits += 1;
-                    self.cwnd = self.cwnd.saturating_sub(acked).saturating_add(self.snd_mss);
-                }
-            } else if self.cwnd < self.ssthresh {
-                // Slow start, counting octets (RFC 3465 §2.2): a stretch
-                // ACK (the receiver acknowledges once per poll round, often
-                // dozens of segments) grows the window by what it covers,
-                // as Linux does, not by one segment.
-                self.cwnd = self
-                    .cwnd
-                    .saturating_add(acked)
-                    .min(self.ssthresh.max(self.cwnd.saturating_add(self.snd_mss)));
-            } else {
-                // Congestion avoidance by byte counting (RFC 5681 §3.1,
-                // RFC 3465 §2.1): one segment per window acknowledged.
-                self.ca_acked = self.ca_acked.saturating_add(acked);
-                while self.ca_acked >= self.cwnd {
-                    self.ca_acked -= self.cwnd;
-                    self.cwnd = self.cwnd.saturating_add(self.snd_mss);
+            // RFC 8985 §7.4: the ACK of a retransmitted tail probe. If the
+            // probe repaired a loss, the window comes down as for one. A
+            // D-SACK says it did not; with timestamps, an ACK echoing an
+            // original transmission (older than the probe) says so too
+            // (the D-SACK for the probe comes after it); without them, or
+            // when the clock did not tick in between, assume a loss.
+            if let Some(h) = self.tlp_high {
+                if le(h, ack) {
+                    self.tlp_high = None;
+                    let for_original = match (self.tlp_ts, seg.timestamp) {
+                        (Some(p), Some(ts)) if self.ts_on => lt(ts.tsecr, p),
+                        _ => false,
+                    };
+                    if !self.tlp_dsacked && !for_original && !self.in_recovery {
+                        let flight = self.flight();
+                        self.cc.on_loss(flight, self.snd_mss, now);
+                        let ss = self.cc.ssthresh();
+                        self.cc.set_cwnd(ss);
+                    }
                 }
             }
             self.dupacks = 0;
-            // RFC 6298 §5.2/5.3: restart or stop the timer.
-            self.t_rtx = if self.snd_una == self.snd_max {
-                None
-            } else {
-                Some(now + self.rto)
-            };
-            match self.state {
-                State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
-                State::Closing if self.fin_acked() => self.state = self.enter_time_wait(now),
-                State::LastAck if self.fin_acked() => {
-                    self.enter_closed();
-                    return;
-                }
-                _ => {}
-            }
         } else if ack == self.snd_una
             && seg.payload.is_empty()
             && !seg.flags.contains(Flags::FIN)
@@ -1020,16 +1159,32 @@ impl Connection {
             // Duplicate ACK (RFC 5681 §2).
             // The peer decides how many duplicate ACKs come: saturate.
             self.dupacks = self.dupacks.saturating_add(1);
-            if self.dupacks == 3 && !(self.in_recovery) && lt(self.recover, ack.wrapping_add(1)) {
-                self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
-                self.cwnd = self.ssthresh.saturating_add(3 * self.snd_mss);
-                self.recover = self.snd_max;
-                self.in_recovery = true;
-                self.stats.fast_retransmits += 1;
-                self.snd_nxt = self.snd_una; // resend from the hole
-            } else if self.in_recovery {
-                // RFC 5681 §3.2 step 4: inflate by one segment per duplicate ACK.
-                self.cwnd = self.cwnd.saturating_add(self.snd_mss);
+        }
+        if self.sack_on {
+            // RFC 6937 §3: DeliveredData = change in SND.UNA plus change
+            // in SACKed octets.
+            let sacked_after = self.sacked.total() as usize;
+            let delivered = (acked + sacked_after).saturating_sub(sacked_before);
+            self.sack_ack(advanced, acked, delivered, now);
+        } else {
+            self.newreno_ack(advanced, acked, now);
+        }
+        if advanced {
+            // RFC 6298 §5.2/5.3: restart or stop the timer.
+            self.t_rtx = if self.snd_una == self.snd_max {
+                None
+            } else {
+                Some(now + self.rto)
+            };
+            self.arm_tlp(now);
+            match self.state {
+                State::FinWait1 if self.fin_acked() => self.state = State::FinWait2,
+                State::Closing if self.fin_acked() => self.state = self.enter_time_wait(now),
+                State::LastAck if self.fin_acked() => {
+                    self.enter_closed();
+                    return;
+                }
+                _ => {}
             }
         }
         // Window update (RFC 9293 §3.10.7.4).
@@ -1046,6 +1201,340 @@ impl Connection {
         }
     }
 
+    /// Without SACK: RFC 5681 fast retransmit and RFC 6582 NewReno.
+    fn newreno_ack(&mut self, advanced: bool, acked: usize, now: u64) {
+        let mss = self.snd_mss;
+        if advanced {
+            if self.in_recovery {
+                if le(self.recover, self.snd_una) {
+                    // RFC 6582 §3.2 step 3: full acknowledgment.
+                    self.in_recovery = false;
+                    let w = self.cc.ssthresh().min(self.flight() + mss).max(mss);
+                    self.cc.set_cwnd(w);
+                } else {
+                    // Partial ACK: retransmit the next hole, deflate.
+                    self.snd_nxt = self.snd_una;
+                    self.stats.fast_retransmits += 1;
+                    let w = self.cc.cwnd().saturating_sub(acked).saturating_add(mss);
+                    self.cc.set_cwnd(w);
+                }
+            } else {
+                self.cc.on_ack(acked, mss, now, self.srtt);
+            }
+        } else if self.dupacks == DUP_THRESH
+            && !self.in_recovery
+            && lt(self.recover, self.snd_una.wrapping_add(1))
+        {
+            let flight = self.flight();
+            self.cc.on_loss(flight, mss, now);
+            let w = self.cc.ssthresh().saturating_add(3 * mss);
+            self.cc.set_cwnd(w);
+            self.recover = self.snd_max;
+            self.in_recovery = true;
+            self.stats.fast_retransmits += 1;
+            self.snd_nxt = self.snd_una; // resend from the hole
+        } else if self.in_recovery && self.dupacks > DUP_THRESH {
+            // RFC 5681 §3.2 step 4: inflate by one segment per duplicate ACK.
+            let w = self.cc.cwnd().saturating_add(mss);
+            self.cc.set_cwnd(w);
+        }
+    }
+
+    /// With SACK: RFC 6675 loss recovery paced by RFC 6937 PRR.
+    fn sack_ack(&mut self, advanced: bool, acked: usize, delivered: usize, now: u64) {
+        let mss = self.snd_mss;
+        if self.in_recovery && le(self.recover, self.snd_una) {
+            // RFC 6675 §5: a cumulative ACK of RecoveryPoint ends recovery;
+            // RFC 6937 §3.1: cwnd = ssthresh on exit.
+            self.in_recovery = false;
+            let ss = self.cc.ssthresh();
+            self.cc.set_cwnd(ss);
+            // RFC 8985 §6.2.4: the widened reordering window lasts 16
+            // recoveries.
+            self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+            if self.reo_wnd_persist == 0 {
+                self.reo_wnd_mult = 1;
+            }
+            // Retransmissions still unacknowledged keep their mark: one
+            // lost now is found as in recovery.
+        } else if self.in_recovery {
+            self.prr_update(delivered);
+        } else if advanced {
+            // Open, or after a timeout retransmitting what was deemed lost
+            // (slow start, RFC 5681 §3.1).
+            self.cc.on_ack(acked, mss, now, self.srtt);
+        }
+        self.detect_losses(now);
+        // RFC 6675 §5 step 4 / §5.1: start recovery once a loss is known,
+        // but not again until RecoveryPoint is acknowledged.
+        if !self.in_recovery && lt(self.snd_una, self.lost_end) && le(self.recover, self.snd_una) {
+            self.enter_recovery(delivered, now);
+        }
+    }
+
+    /// Mark losses: RFC 6675 §5 step 4 (DupThresh duplicate ACKs) and §4
+    /// IsLost, lost retransmissions (RFC 8985 §6.2), and arm the RACK
+    /// reordering timer for holes the rules cannot decide yet.
+    fn detect_losses(&mut self, now: u64) {
+        let una = self.snd_una;
+        let seg = self.mss() as u32;
+        let raise = |p: &mut u32, to: u32| {
+            if lt(*p, to) {
+                *p = to;
+            }
+        };
+        if self.dupacks >= DUP_THRESH {
+            // RFC 6675 §5 step 4: DupThresh duplicate ACKs: the first
+            // unacknowledged segment is lost.
+            let first = una.wrapping_add(seg);
+            let end = if lt(self.snd_max, first) {
+                self.snd_max
+            } else {
+                first
+            };
+            raise(&mut self.lost_end, end);
+        }
+        // RFC 6675 §4 IsLost: more than (DupThresh - 1) * SMSS octets, or
+        // DupThresh discontiguous ranges, SACKed above.
+        if let Some(f) = self
+            .sacked
+            .lost_frontier((DUP_THRESH - 1) * seg, DUP_THRESH as usize)
+        {
+            raise(&mut self.lost_end, f);
+        }
+        // A retransmission is lost when data sent after it (above the
+        // round's SND.MAX) is SACKed by the same rule while the first
+        // retransmitted octet is still missing (RFC 8985 §6.2; RFC 6675
+        // would leave it to the RTO).
+        if self.rxt_mark.is_some() {
+            if !lt(una, self.high_rxt) {
+                self.rxt_mark = None;
+            } else if self.sent_after_rxt_sacked() > (DUP_THRESH - 1) * seg {
+                self.high_rxt = una;
+                self.rxt_mark = None;
+                self.stats.lost_retransmits += 1;
+            }
+        }
+        // RFC 8985 §6.2: holes below SACKed data that the rules above do
+        // not yet call lost are lost once the reordering window passes.
+        let undecided = self
+            .sacked
+            .highest()
+            .is_some_and(|(l, _)| lt(self.lost_end, l));
+        let rxt_undecided = lt(una, self.high_rxt) && self.sent_after_rxt_sacked() > 0;
+        if undecided || rxt_undecided {
+            if self.t_rack.is_none() {
+                self.t_rack = Some(now + self.reo_wnd());
+            }
+        } else {
+            self.t_rack = None;
+        }
+    }
+
+    /// Octets SACKed that were sent after the first retransmission of the
+    /// current round: new data above the round's SND.MAX, and octets
+    /// retransmitted after the first one (between its end and HighRxt).
+    /// Retransmissions go in sequence order, so this is RACK's "sent
+    /// later" (RFC 8985 §6.2) without a timestamp per segment.
+    fn sent_after_rxt_sacked(&self) -> u32 {
+        let Some((max, first_end)) = self.rxt_mark else {
+            return 0;
+        };
+        let una = self.snd_una;
+        let later_new = self.sacked.sacked_in(una, max, self.snd_max);
+        let from = if lt(first_end, una) { una } else { first_end };
+        let later_rxt = if lt(from, self.high_rxt) && le(self.high_rxt, max) {
+            self.sacked.sacked_in(una, from, self.high_rxt)
+        } else {
+            0
+        };
+        later_new.saturating_add(later_rxt)
+    }
+
+    /// RFC 8985 §6.2.1: min_RTT / 4 times the D-SACK multiplier, at most
+    /// SRTT, and not below the timer granularity.
+    fn reo_wnd(&self) -> u64 {
+        let base = self.min_rtt.unwrap_or(0) / 4 * u64::from(self.reo_wnd_mult);
+        base.min(self.fine_srtt.or(self.srtt).unwrap_or(u64::MAX))
+            .max(TIMER_GRANULARITY)
+    }
+
+    /// The RACK timer expired: every unSACKed octet below the highest SACK
+    /// was sent before data that arrived a reordering window ago: lost.
+    fn rack_timeout(&mut self, now: u64) {
+        self.t_rack = None;
+        if !self.sack_on || !self.established_data_state() {
+            return;
+        }
+        let una = self.snd_una;
+        let mut marked = false;
+        if let Some((l, _)) = self.sacked.highest() {
+            if lt(self.lost_end, l) {
+                self.lost_end = l;
+                marked = true;
+            }
+        }
+        if self.rxt_mark.is_some() && lt(una, self.high_rxt) && self.sent_after_rxt_sacked() > 0 {
+            self.high_rxt = una;
+            self.rxt_mark = None;
+            self.stats.lost_retransmits += 1;
+            marked = true;
+        }
+        if marked {
+            self.stats.rack_losses += 1;
+            if !self.in_recovery && lt(una, self.lost_end) && le(self.recover, una) {
+                self.enter_recovery(0, now);
+            } else if self.in_recovery {
+                // Let PRR send what the marking freed (at least one segment,
+                // as on entry, RFC 6675 §5 step 4.3).
+                self.prr_allow = self.prr_allow.max(self.snd_mss);
+            }
+        }
+    }
+
+    fn established_data_state(&self) -> bool {
+        matches!(
+            self.state,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        )
+    }
+
+    /// RFC 6675 §5 step 4 with RFC 6937 §3.1's initialization.
+    fn enter_recovery(&mut self, delivered: usize, now: u64) {
+        self.in_recovery = true;
+        self.stats.sack_recoveries += 1;
+        // Step 4.1: RecoveryPoint = HighData.
+        self.recover = self.snd_max;
+        let flight = self.flight();
+        // Step 4.2: ssthresh from FlightSize (RFC 5681 eq. 4), or CUBIC's beta.
+        self.cc.on_loss(flight, self.snd_mss, now);
+        self.prr_delivered = 0;
+        self.prr_out = 0;
+        self.recover_fs = flight;
+        self.episode_rxt = 0;
+        self.episode_dsacked = 0;
+        self.undo_armed = true;
+        self.tlp_high = None;
+        self.t_tlp = None;
+        self.prr_update(delivered);
+        // Step 4.3: the first lost segment goes out now, whatever the window.
+        self.prr_allow = self.prr_allow.max(self.snd_mss);
+    }
+
+    /// RFC 6937 §3.1, on every ACK in recovery.
+    fn prr_update(&mut self, delivered: usize) {
+        self.prr_delivered = self.prr_delivered.saturating_add(delivered);
+        let pipe = self.pipe();
+        let ssthresh = self.cc.ssthresh();
+        let sndcnt = if pipe > ssthresh {
+            // Proportional rate reduction.
+            let num = (self.prr_delivered as u128) * (ssthresh as u128);
+            let fs = self.recover_fs.max(1) as u128;
+            let target = num.div_ceil(fs).min(usize::MAX as u128) as usize;
+            target.saturating_sub(self.prr_out)
+        } else {
+            // PRR-SSRB: slow start back to ssthresh.
+            let limit = self
+                .prr_delivered
+                .saturating_sub(self.prr_out)
+                .max(delivered)
+                .saturating_add(self.snd_mss);
+            (ssthresh - pipe).min(limit)
+        };
+        self.prr_allow = sndcnt;
+        self.cc.set_cwnd(pipe.saturating_add(sndcnt));
+    }
+
+    /// A D-SACK block `[l, r)` (RFC 2883): data we sent twice arrived twice.
+    fn on_dsack(&mut self, l: u32, r: u32) {
+        self.stats.dsacks_received = self.stats.dsacks_received.saturating_add(1);
+        let len = u64::from(r.wrapping_sub(l));
+        if self.tlp_high == Some(r) {
+            self.tlp_dsacked = true;
+        }
+        // RFC 8985 §6.2.4: reordering seen: widen the reordering window,
+        // for the next 16 recoveries.
+        self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1).min(16);
+        self.reo_wnd_persist = 16;
+        if self.undo_armed && self.episode_rxt > 0 {
+            self.episode_dsacked = self.episode_dsacked.saturating_add(len);
+            // RFC 3708 §3 (the D-SACK response of RFC 2883 §5): every
+            // octet retransmitted in the episode came back as a
+            // duplicate: nothing was lost, the reduction is undone.
+            if self.episode_dsacked >= self.episode_rxt {
+                self.undo_armed = false;
+                if self.cc.undo() {
+                    self.stats.dsack_undos += 1;
+                }
+                if self.in_recovery {
+                    self.in_recovery = false;
+                    self.lost_end = self.snd_una;
+                    self.high_rxt = self.snd_una;
+                    self.rxt_mark = None;
+                }
+            }
+        }
+    }
+
+    /// RFC 6675 §4 SetPipe: octets outstanding, less those SACKed and those
+    /// deemed lost and not yet retransmitted (a retransmitted lost octet
+    /// counts once, for its retransmission).
+    fn pipe(&self) -> usize {
+        let una = self.snd_una;
+        let out = self.snd_max.wrapping_sub(una);
+        let out = out.saturating_sub(self.sacked.total());
+        let from = if lt(self.high_rxt, una) {
+            una
+        } else {
+            self.high_rxt
+        };
+        let lost_unsent = if lt(from, self.lost_end) {
+            let span = self.lost_end.wrapping_sub(from);
+            span - self.sacked.sacked_in(una, from, self.lost_end).min(span)
+        } else {
+            0
+        };
+        out.saturating_sub(lost_unsent) as usize
+    }
+
+    /// RFC 8985 §7.2: arm the probe timeout when data is outstanding, no
+    /// loss is known and no probe is outstanding.
+    fn arm_tlp(&mut self, now: u64) {
+        self.t_tlp = None;
+        if !self.sack_on
+            || self.in_recovery
+            || self.tlp_high.is_some()
+            || self.snd_una == self.snd_max
+            || self.snd_wnd == 0
+            || lt(self.snd_una, self.lost_end)
+            || !self.established_data_state()
+        {
+            return;
+        }
+        let Some(srtt) = self.fine_srtt.or(self.srtt) else {
+            return;
+        };
+        // RFC 8985 §7.2: 2 SRTT, plus the worst-case delayed ACK with one
+        // segment out; else plus a slack for ACKs the receiver's own timing
+        // spreads (Linux adds TCP_TIMEOUT_MIN, 2 ms, the same way).
+        let mut pto = 2 * srtt;
+        pto = pto.saturating_add(if self.flight() <= self.mss() {
+            WC_DEL_ACK
+        } else {
+            PTO_SLACK
+        });
+        // RFC 8985 §7.2: never later than the RTO would fire; a probe due
+        // then goes instead of the timeout (which is re-armed after it).
+        let t = now.saturating_add(pto);
+        self.t_tlp = Some(match self.t_rtx {
+            Some(r) if r <= t => r,
+            _ => t,
+        });
+    }
     /// `payload` starts at or after RCV.NXT and ends inside the window
     /// ([`trim_to_window`](Self::trim_to_window) saw to both).
     fn receive_payload(
@@ -1057,6 +1546,9 @@ impl Connection {
     ) {
         let off = self.off_of(seq);
         if off == self.rcv_off {
+            // RFC 5681 §4.2: a segment that fills (part of) a gap is
+            // acknowledged at once.
+            let filled_gap = !self.ooo.is_empty();
             deliver(payload);
             self.advance(payload.len());
             loop {
@@ -1066,11 +1558,16 @@ impl Connection {
                 }
                 self.advance(n);
             }
-            self.schedule_ack(now, !self.ooo.is_empty());
+            self.schedule_ack(now, filled_gap);
         } else {
             // Out of order: hold a copy until the gap fills, in at most
             // `max_ooo_ranges` ranges and a window of octets.
             let wnd = self.rcv_wnd() as usize;
+            let end = off + payload.len() as u64;
+            if self.sack_on && self.ooo.holds(off, end) {
+                // Held already: a duplicate (RFC 2883 §4).
+                self.dsack = Some((seq, seq.wrapping_add(payload.len() as u32)));
+            }
             match self
                 .ooo
                 .insert(self.rcv_off, off, payload, self.cfg.max_ooo_ranges, wnd)
@@ -1104,10 +1601,17 @@ impl Connection {
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<u64> {
-        [self.t_rtx, self.t_persist, self.t_ack, self.t_tw]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.t_rtx,
+            self.t_persist,
+            self.t_ack,
+            self.t_tw,
+            self.t_rack,
+            self.t_tlp,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Run expired timers.
@@ -1139,6 +1643,21 @@ impl Connection {
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.persist_probe = true;
         }
+        if self.t_rack.is_some_and(|t| t <= now) {
+            self.rack_timeout(now);
+        }
+        if self.t_tlp.is_some_and(|t| t <= now) {
+            // RFC 8985 §7.3: send a probe; the RTO is re-armed after it.
+            self.t_tlp = None;
+            if self.sack_on
+                && self.snd_una != self.snd_max
+                && self.snd_wnd > 0
+                && self.established_data_state()
+            {
+                self.tlp_due = true;
+                self.t_rtx = Some(now + self.rto);
+            }
+        }
         if self.t_rtx.is_some_and(|t| t <= now) {
             // RFC 6298 §5.4-5.6.
             self.retries += 1;
@@ -1153,22 +1672,48 @@ impl Connection {
                 return;
             }
             self.stats.rto_retransmits += 1;
-            if self.retries == 1 && self.ts_on {
-                self.rto_undo = Some((self.cwnd, self.ssthresh, self.ts_now(now)));
-            }
             self.rto = (self.rto * 2).min(self.cfg.rto_max);
             self.t_rtx = Some(now + self.rto);
             self.rtt_probe = None; // Karn
-                                   // RFC 5681 §3.1 eq. 4: after a timeout the window is one segment.
-            self.ssthresh = (self.flight() / 2).max(2 * self.snd_mss);
-            self.cwnd = self.snd_mss;
-            self.ca_acked = 0;
+                                   // RFC 5681 §3.1 eq. 4 (RFC 9438 §4.8 for CUBIC): after a
+                                   // timeout the window is one segment.
+            let flight = self.flight();
+            let synced = !matches!(self.state, State::SynSent | State::SynReceived);
+            if synced && self.retries == 1 {
+                if self.ts_on {
+                    self.rto_undo = Some(self.ts_now(now));
+                }
+                self.cc.on_rto(flight, self.snd_mss, now);
+            } else {
+                // A repeated timeout backs off but keeps the threshold the
+                // first one set (as Linux's tcp_enter_loss), so that undo
+                // restores the window from before the first.
+                self.cc.set_cwnd(self.snd_mss);
+            }
             self.in_recovery = false;
             self.dupacks = 0;
-            // RFC 2018 §8: the receiver may have reneged; resend it all.
-            self.sacked.clear();
+            self.t_rack = None;
+            self.t_tlp = None;
+            self.tlp_due = false;
+            self.tlp_high = None;
+            self.undo_armed = false;
             match self.state {
                 State::SynSent | State::SynReceived => self.syn_unsent = true,
+                _ if self.sack_on => {
+                    // RFC 6675 §5.1: everything unSACKed is resent, and
+                    // no new recovery starts before RecoveryPoint is
+                    // acknowledged. What SACK shows arrived is not resent
+                    // (the scoreboard stays), unless the peer reneged: a
+                    // SACKed range at SND.UNA that the cumulative ACK
+                    // should have covered (RFC 2018 §8).
+                    if self.sacked.covering(self.snd_una, self.snd_una).is_some() {
+                        self.sacked.clear();
+                    }
+                    self.recover = self.snd_max;
+                    self.lost_end = self.snd_max;
+                    self.high_rxt = self.snd_una;
+                    self.rxt_mark = None;
+                }
                 _ => self.snd_nxt = self.snd_una, // go back to the first unacknowledged octet
             }
         }
@@ -1199,7 +1744,14 @@ impl Connection {
                 .ooo
                 .sack_blocks(base)
                 .map(|(a, b)| (seq_of(a), seq_of(b)));
-            for slot in r.sack_ranges.iter_mut() {
+            // RFC 2883 §4: a D-SACK block goes first, once.
+            let mut slots = r.sack_ranges.iter_mut();
+            if let Some(d) = self.dsack {
+                if let Some(slot) = slots.next() {
+                    *slot = Some(d);
+                }
+            }
+            for slot in slots {
                 *slot = blocks.next();
             }
         }
@@ -1210,14 +1762,186 @@ impl Connection {
     /// blocks are counted before merging).
     fn data_options_len(&self) -> usize {
         let mut len = if self.ts_on { 12 } else { 0 };
-        if self.sack_on && !self.ooo.is_empty() {
+        if self.sack_on && (!self.ooo.is_empty() || self.dsack.is_some()) {
             let fit = crate::wire::tcp::MAX_OPTIONS_LEN.saturating_sub(len + 4) / 8;
-            let blocks = self.ooo.sack_len().min(fit);
+            let blocks = (self.ooo.sack_len() + usize::from(self.dsack.is_some())).min(fit);
             if blocks > 0 {
                 len += 4 + 8 * blocks;
             }
         }
         len
+    }
+
+    /// RFC 6675 §4 NextSeg rule 1: the first octet at or above HighRxt
+    /// (and SND.UNA) that is deemed lost and not SACKed, with the length of
+    /// its run (at most `seg_max`, cut at a record boundary where one
+    /// falls, RFC 5044 §8) and whether the FIN is part of it.
+    fn next_lost(&mut self, seg_max: usize) -> Option<(u32, usize, bool)> {
+        let una = self.snd_una;
+        let mut s = if lt(self.high_rxt, una) {
+            una
+        } else {
+            self.high_rxt
+        };
+        // Each step passes one SACKed range: bounded by the scoreboard.
+        for _ in 0..=self.cfg.max_sack_ranges + 1 {
+            match self.sacked.covering(una, s) {
+                Some(r) => {
+                    s = r;
+                    self.stats.sack_skipped += 1;
+                }
+                None => break,
+            }
+        }
+        if !lt(s, self.lost_end) || self.sacked.covering(una, s).is_some() {
+            self.high_rxt = self.lost_end;
+            return None;
+        }
+        // The run ends where the loss marking ends, or at the next SACKed
+        // range: that is a segment boundary with a receiver that SACKs what
+        // it holds. A SACKed range starting less than half a segment in is
+        // sent over instead, so that a peer SACKing scattered octets gets
+        // whole segments back, not one segment per octet.
+        let mut end = self.lost_end;
+        if let Some(ns) = self.sacked.next_start_after(una, s) {
+            if lt(ns, end) && ns.wrapping_sub(s) as usize >= seg_max.div_ceil(2) {
+                end = ns;
+            }
+        }
+        // Nothing goes beyond the peer's window (a closed window is the
+        // persist timer's to probe).
+        let wnd_end = una.wrapping_add(self.snd_wnd);
+        if !lt(s, wnd_end) {
+            return None;
+        }
+        if lt(wnd_end, end) {
+            end = wnd_end;
+        }
+        let data_end = self.data_end();
+        let mut len = if lt(s, data_end) {
+            data_end
+                .wrapping_sub(s)
+                .min(end.wrapping_sub(s))
+                .min(seg_max as u32) as usize
+        } else {
+            0
+        };
+        if len > 0 {
+            len = self.record_cut(s, len, seg_max).unwrap_or(len);
+        }
+        let fin = self.fin_queued && s.wrapping_add(len as u32) == data_end && lt(data_end, end);
+        if len == 0 && !fin {
+            self.high_rxt = self.lost_end;
+            return None;
+        }
+        Some((s, len, fin))
+    }
+
+    /// Retransmit what is deemed lost while the window (PRR in recovery,
+    /// cwnd - pipe otherwise: RFC 6675 §5 (C)) allows. Returns how many
+    /// segments went.
+    fn send_lost(
+        &mut self,
+        now: u64,
+        max: usize,
+        pipe: &mut usize,
+        emit: &mut dyn FnMut(&TcpRepr<'_>),
+    ) -> usize {
+        let mut n = 0;
+        while n < max && lt(self.snd_una, self.lost_end) {
+            let budget = if self.in_recovery {
+                self.prr_allow
+            } else {
+                self.cc.cwnd().saturating_sub(*pipe)
+            };
+            let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
+            let Some((seq, len, fin)) = self.next_lost(seg_max) else {
+                break;
+            };
+            // RFC 6675 §5 (C): only while the window has room for it
+            // (PRR's sndcnt in recovery, RFC 6937 §3.1).
+            if budget < (len + usize::from(fin)).max(1) {
+                break;
+            }
+            let mut flags = Flags::ACK;
+            if len > 0 {
+                flags |= Flags::PSH;
+            }
+            if fin {
+                flags |= Flags::FIN;
+            }
+            let mut r = self.base(now, seq, flags);
+            let off = seq.wrapping_sub(self.buf_seq) as usize;
+            r.payload = self.snd_buf.get(off, len);
+            emit(&r);
+            n += 1;
+            self.ack_now = false;
+            self.t_ack = None;
+            self.dsack = None;
+            let adv = len + usize::from(fin);
+            self.high_rxt = seq.wrapping_add(adv as u32);
+            *pipe += adv;
+            if self.in_recovery {
+                self.prr_allow = self.prr_allow.saturating_sub(adv);
+                self.prr_out = self.prr_out.saturating_add(adv);
+                self.stats.fast_retransmits += 1;
+            }
+            self.episode_rxt = self.episode_rxt.saturating_add(adv as u64);
+            let max = self.snd_max;
+            self.rxt_mark
+                .get_or_insert((max, seq.wrapping_add(adv as u32)));
+            self.rtt_probe = None; // Karn
+            if self.t_rtx.is_none() {
+                self.t_rtx = Some(now + self.rto);
+            }
+        }
+        n
+    }
+
+    /// RFC 8985 §7.3: the tail loss probe. New data if the peer's window
+    /// has room for it (`Some(false)`: the caller sends one segment beyond
+    /// cwnd), else the last segment sent again (`Some(true)`: sent).
+    fn send_probe(&mut self, now: u64, emit: &mut dyn FnMut(&TcpRepr<'_>)) -> Option<bool> {
+        let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
+        let avail = self.snd_buf.len().saturating_sub(sent);
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        if avail > 0 && lt(self.snd_nxt, wnd_end) && !self.fin_queued_sent() {
+            self.t_rtx = Some(now + self.rto);
+            return Some(false);
+        }
+        if self.snd_una == self.snd_max {
+            return None;
+        }
+        let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1) as u32;
+        let fin = self.fin_queued_sent();
+        let data_hi = if fin { self.data_end() } else { self.snd_max };
+        let span = data_hi.wrapping_sub(self.snd_una);
+        let start = data_hi.wrapping_sub(span.min(seg_max));
+        let len = data_hi.wrapping_sub(start) as usize;
+        let mut flags = Flags::ACK;
+        if fin {
+            flags |= Flags::FIN;
+        }
+        let mut r = self.base(now, start, flags);
+        let off = start.wrapping_sub(self.buf_seq) as usize;
+        r.payload = self.snd_buf.get(off, len);
+        emit(&r);
+        self.ack_now = false;
+        self.t_ack = None;
+        self.dsack = None;
+        self.stats.tlp_probes += 1;
+        self.tlp_high = Some(self.snd_max);
+        self.tlp_dsacked = false;
+        let ts = self.ts_now(now);
+        self.tlp_ts = lt(self.max_ts, ts).then_some(ts);
+        self.rtt_probe = None;
+        self.t_rtx = Some(now + self.rto);
+        Some(true)
+    }
+
+    /// Our FIN was sent (it lies below SND.MAX).
+    fn fin_queued_sent(&self) -> bool {
+        self.fin_queued && lt(self.data_end(), self.snd_max)
     }
 
     /// Hand up to `max` segments to `emit`, in order. Returns how many.
@@ -1292,6 +2016,25 @@ impl Connection {
             }
             return n;
         }
+        // With SACK: what is deemed lost goes first (RFC 6675 §5 (C),
+        // NextSeg rule 1), then a tail loss probe if one is due, then new
+        // data, all within what the window (or PRR) allows.
+        let sack_mode = self.sack_on;
+        let mut pipe = if sack_mode { self.pipe() } else { 0 };
+        let sent_before = n;
+        if sack_mode {
+            n += self.send_lost(now, max - n, &mut pipe, emit);
+        }
+        let mut probe_new = false;
+        if sack_mode && self.tlp_due && n < max {
+            self.tlp_due = false;
+            match self.send_probe(now, emit) {
+                Some(true) => n += 1,
+                Some(false) => probe_new = true,
+                None => {}
+            }
+        }
+        let new_from = self.snd_max;
         // Data and FIN, limited by the peer's window and cwnd; no Nagle delay.
         while n < max {
             // When resending, skip what the peer reported holding (SACK).
@@ -1304,20 +2047,53 @@ impl Connection {
             }
             let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
             let avail = self.snd_buf.len().saturating_sub(sent);
-            let wnd_end = self
-                .snd_una
-                .wrapping_add(self.snd_wnd.min(self.cwnd.min(u32::MAX as usize) as u32));
-            let room = wnd_end.wrapping_sub(self.snd_nxt);
-            let room = if lt(wnd_end, self.snd_nxt) {
-                0
-            } else {
-                room as usize
-            };
             // RFC 9293 §3.7.1 / RFC 6691: the MSS counts data only, so
             // the options this segment carries come off it.
             let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
+            let room = if sack_mode {
+                let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+                let wnd_room = if lt(wnd_end, self.snd_nxt) {
+                    0
+                } else {
+                    wnd_end.wrapping_sub(self.snd_nxt) as usize
+                };
+                let cc_room = if probe_new {
+                    // RFC 8985 §7.3: a probe of new data goes whatever cwnd says.
+                    seg_max
+                } else if self.in_recovery {
+                    self.prr_allow
+                } else {
+                    // RFC 3042 §2: the first two duplicate ACKs each let
+                    // one new segment go beyond cwnd.
+                    let extra = if self.dupacks < DUP_THRESH {
+                        self.dupacks.min(2) as usize * self.mss()
+                    } else {
+                        0
+                    };
+                    self.cc.cwnd().saturating_add(extra).saturating_sub(pipe)
+                };
+                wnd_room.min(cc_room)
+            } else {
+                let wnd_end = self.snd_una.wrapping_add(
+                    self.snd_wnd
+                        .min(self.cc.cwnd().min(u32::MAX as usize) as u32),
+                );
+                let room = wnd_end.wrapping_sub(self.snd_nxt);
+                if lt(wnd_end, self.snd_nxt) {
+                    0
+                } else {
+                    room as usize
+                }
+            };
             let mut len = avail.min(seg_max).min(room);
-            match self.record_cut(len, seg_max) {
+            if sack_mode && len < seg_max.min(avail) && pipe > 0 && !self.persist_probe {
+                // The window has room for part of a segment only: wait for
+                // ACKs to open it to a whole one (RFC 9293 §3.8.6.2.1's
+                // sender-side silly window avoidance), rather than send
+                // runts that SACK and loss detection count as segments.
+                len = 0;
+            }
+            match self.record_cut(self.snd_nxt, len, seg_max) {
                 Some(cut) => len = cut,
                 // The window, not the segment size, cuts a record: wait for
                 // ACKs to open it rather than split the record, unless
@@ -1343,6 +2119,10 @@ impl Connection {
                 break;
             }
             self.persist_probe = false;
+            if probe_new {
+                probe_new = false;
+                self.stats.tlp_probes += 1;
+            }
             let mut flags = Flags::ACK;
             if len > 0 {
                 flags |= Flags::PSH;
@@ -1357,11 +2137,18 @@ impl Connection {
             n += 1;
             self.ack_now = false;
             self.t_ack = None;
+            self.dsack = None;
             let adv = len as u32 + u32::from(fin_now);
+            pipe += adv as usize;
+            if self.in_recovery && sack_mode {
+                self.prr_allow = self.prr_allow.saturating_sub(adv as usize);
+                self.prr_out = self.prr_out.saturating_add(adv as usize);
+            }
             self.snd_nxt = self.snd_nxt.wrapping_add(adv);
             if lt(self.snd_max, self.snd_nxt) {
                 self.snd_max = self.snd_nxt;
-                if self.rtt_probe.is_none() && !self.ts_on {
+                self.max_ts = self.ts_now(now);
+                if self.rtt_probe.is_none() {
                     self.rtt_probe = Some((seq, now));
                 }
             }
@@ -1372,10 +2159,15 @@ impl Connection {
                 break;
             }
         }
+        // RFC 8985 §7.2: (re)start the probe timer after sending new data.
+        if sack_mode && n > sent_before && lt(new_from, self.snd_max) {
+            self.arm_tlp(now);
+        }
         if self.ack_now && n < max {
             self.ack_now = false;
             self.t_ack = None;
             let r = self.base(now, self.snd_max, Flags::ACK);
+            self.dsack = None;
             // One ACK per out-of-order arrival (at most 4 at once).
             let copies = self.dupacks_owed.clamp(1, 4) as usize;
             for _ in 0..copies.min(max - n) {
@@ -1453,11 +2245,19 @@ mod tests {
         }
     }
 
+    /// Per-mille rates of the link's faults.
     #[derive(Default, Clone, Copy)]
     struct Faults {
+        /// Random loss, both ways (b to a: `loss_ba` when set).
         loss: u64,
         reorder: u64,
         dup: u64,
+        /// Random loss b to a (ACKs, for a one-way transfer), if not `loss`.
+        loss_ba: Option<u64>,
+        /// Chance that a segment a to b starts a burst: it and the next
+        /// `burst_len - 1` segments a to b are lost.
+        burst: u64,
+        burst_len: u32,
     }
 
     /// Two connections over a lossy in-memory link; segments go through the
@@ -1472,6 +2272,19 @@ mod tests {
         rng: Rng,
         faults: Faults,
         latency: u64,
+        /// Segments a to b still to lose in the current burst.
+        burst_left: u32,
+        /// Segments a to b so far, and which of them (by that count) to lose.
+        sent_ab: usize,
+        drop_ab: Vec<usize>,
+        /// Segments a to b starting at these sequence numbers are lost, each
+        /// as many times as its count says.
+        drop_seq: Vec<(u32, u32)>,
+        /// When a sent what to b: (time, first, end) of each data segment.
+        tx_ab: Vec<(u64, u32, u32)>,
+        /// a's retransmission timeouts that SACK information could have
+        /// spared (see `rto_avoidable`).
+        avoidable_rtos: Vec<String>,
     }
 
     fn encode(r: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
@@ -1500,6 +2313,12 @@ mod tests {
                 rng: Rng(seed),
                 faults,
                 latency: 50_000,
+                burst_left: 0,
+                sent_ab: 0,
+                drop_ab: Vec::new(),
+                drop_seq: Vec::new(),
+                tx_ab: Vec::new(),
+                avoidable_rtos: Vec::new(),
             }
         }
 
@@ -1511,11 +2330,55 @@ mod tests {
                 } else {
                     (&mut self.b, B, A)
                 };
+                let rtos = c.stats().rto_retransmits;
                 c.handle_timeout(self.now);
+                if from_a && self.a.stats().rto_retransmits > rtos {
+                    if let Some(why) = self.rto_avoidable() {
+                        self.avoidable_rtos.push(why);
+                    }
+                }
+                let c = if from_a { &mut self.a } else { &mut self.b };
                 let mut out = Vec::new();
-                c.poll_transmit(self.now, 64, &mut |r| out.push(encode(r, src, dst)));
-                for seg in out {
-                    if self.rng.pct(self.faults.loss) {
+                let mut sent = Vec::new();
+                c.poll_transmit(self.now, 64, &mut |r| {
+                    out.push(encode(r, src, dst));
+                    let len = r.payload.len() as u32 + u32::from(r.flags.contains(Flags::FIN));
+                    sent.push((r.seq_number, r.seq_number.wrapping_add(len)));
+                });
+                if from_a {
+                    let now = self.now;
+                    self.tx_ab.extend(
+                        sent.iter()
+                            .filter(|(s, e)| s != e)
+                            .map(|&(s, e)| (now, s, e)),
+                    );
+                }
+                for (seg, (seq, _)) in out.into_iter().zip(sent) {
+                    let loss = match (from_a, self.faults.loss_ba) {
+                        (false, Some(l)) => l,
+                        _ => self.faults.loss,
+                    };
+                    if from_a {
+                        self.sent_ab += 1;
+                        if self.drop_ab.contains(&self.sent_ab) {
+                            continue;
+                        }
+                        if let Some(d) = self.drop_seq.iter_mut().find(|d| d.0 == seq && d.1 > 0) {
+                            d.1 -= 1;
+                            continue;
+                        }
+                        if self.faults.burst > 0
+                            && self.burst_left == 0
+                            && self.rng.pct(self.faults.burst)
+                        {
+                            self.burst_left = self.faults.burst_len;
+                        }
+                        if self.burst_left > 0 {
+                            self.burst_left -= 1;
+                            continue;
+                        }
+                    }
+                    if self.rng.pct(loss) {
                         continue;
                     }
                     let extra = if self.rng.pct(self.faults.reorder) {
@@ -1556,6 +2419,42 @@ mod tests {
                         .handle_segment(&r, now, &mut |d| got.extend_from_slice(d));
                 }
             }
+        }
+
+        /// a's retransmission timer just fired: could SACK have spared it?
+        /// Yes if the peer SACKed a segment that a sent after its last
+        /// transmission of the octet at SND.UNA, early enough (500 µs, five
+        /// RTTs of this link) for the SACK to arrive and the reordering
+        /// window to pass (RFC 8985 §6.2: that octet is lost; RACK should
+        /// have resent it). `Some` says what happened.
+        fn rto_avoidable(&self) -> Option<String> {
+            let a = &self.a;
+            let una = a.snd_una;
+            if !a.sack_on || una == a.snd_max || !a.established_data_state() {
+                return None;
+            }
+            let (t_hole, _, _) = *self
+                .tx_ab
+                .iter()
+                .rev()
+                .find(|&&(_, s, e)| le(s, una) && lt(una, e))?;
+            self.tx_ab
+                .iter()
+                .rev()
+                .take_while(|&&(t, _, _)| t > t_hole)
+                .filter(|&&(t, _, _)| t + 500_000 <= self.now)
+                .find(|&&(_, s, e)| {
+                    lt(una, s)
+                        && a.sacked.covering(una, s).is_some_and(|r| le(e, r))
+                })
+                .map(|&(t, s, e)| {
+                    format!(
+                        "RTO at {} us: SND.UNA {una} last sent at {} us, but [{s}, {e}) sent at {} us was SACKed",
+                        self.now / 1000,
+                        t_hole / 1000,
+                        t / 1000
+                    )
+                })
         }
 
         fn run(&mut self, steps: usize, mut until: impl FnMut(&Pair) -> bool) -> bool {
@@ -1740,12 +2639,12 @@ mod tests {
         p.a.handle_segment(&ack, now, &mut |_| {});
         assert!(p.a.sacked.len() <= cap);
         // Fast retransmit resends the first segment only; the rest is skipped.
-        assert_eq!(p.a.stats().fast_retransmits, 1);
         let mut resent = Vec::new();
         p.a.poll_transmit(now, 16, &mut |r| {
             resent.push((r.seq_number, r.payload.len()))
         });
         assert_eq!(resent, vec![(una, SEG as usize)]);
+        assert_eq!(p.a.stats().fast_retransmits, 1);
         assert!(p.a.stats().sack_skipped >= 1);
         // The cumulative ACK of it all empties the scoreboard.
         let ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
@@ -1869,7 +2768,15 @@ mod tests {
 
     #[test]
     fn peer_driven_counters_saturate_and_forged_echoes_are_not_rtt_samples() {
-        let mut p = established(cfg(), 37);
+        // Without SACK, so that duplicate ACKs inflate the window (RFC
+        // 5681 §3.2 step 4); with SACK, PRR sets it from pipe instead.
+        let mut p = established(
+            Config {
+                sack: false,
+                ..cfg()
+            },
+            37,
+        );
         p.a.send(b"x");
         assert!(p.run(1000, |p| p.a.unacked() == 0));
         let now = p.now;
@@ -1879,13 +2786,13 @@ mod tests {
         // As if the peer had sent four billion duplicate ACKs already.
         p.a.dupacks = u32::MAX - 1;
         p.a.in_recovery = true;
-        p.a.cwnd = usize::MAX - 10;
+        p.a.cc.set_cwnd(usize::MAX - 10);
         for _ in 0..4 {
             let mut dup = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
             dup.ack_number = una;
             p.a.handle_segment(&dup, now, &mut |_| {});
         }
-        assert_eq!((p.a.dupacks, p.a.cwnd), (u32::MAX, usize::MAX));
+        assert_eq!((p.a.dupacks, p.a.cwnd()), (u32::MAX, usize::MAX));
         // An ACK of new data echoing a timestamp from our future: no sample.
         let rto = p.a.rto();
         let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
@@ -1922,10 +2829,16 @@ mod tests {
         n_ab: usize,
         n_ba: usize,
     ) -> Pair {
+        let p = Pair::new(cfg(), iss_a, iss_b, seed, faults);
+        drive(p, seed, n_ab, n_ba)
+    }
+
+    /// Send `n_ab` octets a to b and `n_ba` b to a over `p`, close both,
+    /// and check that every octet arrived, in order, and both closed.
+    fn drive(mut p: Pair, seed: u64, n_ab: usize, n_ba: usize) -> Pair {
         let da = data(n_ab, 1);
         let db = data(n_ba, 2);
         let (mut sa, mut sb) = (0, 0);
-        let mut p = Pair::new(cfg(), iss_a, iss_b, seed, faults);
         let mut closed = (false, false);
         for _ in 0..3_000_000 {
             if sa < da.len() {
@@ -1952,7 +2865,7 @@ mod tests {
             p.got_b.len(),
             da.len(),
             "a->b length, seed {seed}: errs {:?} {:?} a {:?} una {} nxt {} max {} wnd {} cwnd {} rtx {:?} buf {} | b {:?} rcv_nxt {} ooo {}",
-            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd, p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.ranges()
+            p.a.error, p.b.error, p.a.state, p.a.snd_una, p.a.snd_nxt, p.a.snd_max, p.a.snd_wnd, p.a.cwnd(), p.a.t_rtx, p.a.snd_buf.len(), p.b.state, p.b.rcv_nxt, p.b.ooo.ranges()
         );
         assert!(p.got_b == da, "a->b data, seed {seed}");
         assert!(p.got_a == db, "b->a data, seed {seed}");
@@ -1999,7 +2912,7 @@ mod tests {
         let seg = p.a.mss();
         // Fill the congestion window (10 segments) with whole-segment
         // records, then one more record: it must not go out in pieces.
-        p.a.cwnd = 10 * p.a.snd_mss;
+        p.a.cc.set_cwnd(10 * p.a.snd_mss);
         for i in 0..11 {
             assert!(p.a.send_record(&data(seg, i)));
         }
@@ -2037,7 +2950,11 @@ mod tests {
         p.a.send(&data(64 << 10, 3));
         // Let a send its window, b take all of it and answer once.
         assert!(p.run(100, |p| p.a.snd_una != p.a.iss.wrapping_add(1)));
-        assert_eq!(p.a.cwnd(), 2 * iw, "one stretch ACK for ten segments");
+        // Ten whole segments (the window's last 120 octets would have been a
+        // runt: not sent), acknowledged at once.
+        let acked = p.a.snd_una.wrapping_sub(p.a.iss.wrapping_add(1)) as usize;
+        assert_eq!(acked, 10 * p.a.mss());
+        assert_eq!(p.a.cwnd(), iw + acked, "one stretch ACK for ten segments");
     }
 
     #[test]
@@ -2106,6 +3023,7 @@ mod tests {
             loss: 30,
             reorder: 30,
             dup: 10,
+            ..Faults::default()
         };
         let (mut rtx, mut skipped) = (0, 0);
         for seed in 0..12 {
@@ -2480,5 +3398,535 @@ mod tests {
         assert_eq!(p.a.stats().fast_retransmits, 1);
         assert_eq!(resent, vec![(p.a.snd_una, SEG)]);
         assert!(p.a.stats().sack_skipped >= 1);
+    }
+
+    // ---- Loss recovery: literal segments, one RFC rule each ----
+
+    /// Timestamps on: 12 option octets off the 1460-octet MSS.
+    const SEG: u32 = 1448;
+
+    /// An established pair whose a has sent `n` whole segments of a
+    /// longer queue (`queued` segments) that b has not seen. a knows b's
+    /// window and has an RTT sample. Returns the pair and SND.UNA.
+    fn in_flight(c: Config, n: usize, queued: usize) -> (Pair, u32) {
+        let mut p = established(c, 51);
+        p.a.send(b"x");
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        p.a.cc.set_cwnd(n * SEG as usize);
+        p.a.send(&data(queued * SEG as usize, 7));
+        let now = p.now;
+        let mut sent = 0;
+        p.a.poll_transmit(now, 64, &mut |r| {
+            assert_eq!(r.payload.len(), SEG as usize);
+            sent += 1;
+        });
+        assert_eq!(sent, n);
+        let una = p.a.snd_una;
+        (p, una)
+    }
+
+    /// An ACK from b of `ack` with SACK `blocks` (offsets in segments from
+    /// `una`).
+    fn sack_ack<'p>(c: &Connection, una: u32, ack: u32, blocks: &[(u32, u32)]) -> TcpRepr<'p> {
+        let mut r = from_peer(c, c.rcv_nxt, Flags::ACK, &[], 0);
+        r.timestamp = r.timestamp.map(|t| TcpTimestamp {
+            tsecr: t.tsecr.wrapping_sub(1),
+            ..t
+        });
+        r.ack_number = una.wrapping_add(ack * SEG);
+        for (slot, &(l, h)) in r.sack_ranges.iter_mut().zip(blocks) {
+            *slot = Some((una.wrapping_add(l * SEG), una.wrapping_add(h * SEG)));
+        }
+        r
+    }
+
+    /// What a sends now, as (segment offset from `una`, length).
+    fn sends(p: &mut Pair, una: u32) -> Vec<(u32, usize)> {
+        let now = p.now;
+        let mut out = Vec::new();
+        p.a.poll_transmit(now, 64, &mut |r| {
+            if !r.payload.is_empty() {
+                out.push((r.seq_number.wrapping_sub(una) / SEG, r.payload.len()));
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn rfc6675_is_lost_needs_more_than_two_segments_sacked_above_a_hole() {
+        for algo in [Algorithm::NewReno, Algorithm::Cubic] {
+            let c = Config {
+                congestion: algo,
+                ..cfg()
+            };
+            let (mut p, una) = in_flight(c, 10, 10);
+            let now = p.now;
+            let cwnd = p.a.cwnd();
+            // Two segments SACKed above segment 0: not yet lost (RFC 6675
+            // §4 IsLost: more than (DupThresh - 1) * SMSS octets, or
+            // DupThresh ranges, above it).
+            let ack = sack_ack(&p.a, una, 0, &[(1, 3)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            assert_eq!(p.a.stats().sack_recoveries, 0);
+            assert!(sends(&mut p, una).is_empty(), "nothing lost, no room");
+            // A third: segment 0 is lost; recovery starts on one ACK,
+            // with no count of duplicate ACKs (§5 step 4).
+            let ack = sack_ack(&p.a, una, 0, &[(1, 4)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            assert_eq!(p.a.stats().sack_recoveries, 1);
+            assert!(p.a.dupacks < DUP_THRESH);
+            // Step 4.2: ssthresh from the loss; CUBIC keeps 0.7 of cwnd
+            // (RFC 9438 §4.6), NewReno half the flight (RFC 5681 eq. 4).
+            let want = match algo {
+                Algorithm::NewReno => 5 * SEG as usize,
+                Algorithm::Cubic => cwnd * 7 / 10,
+            };
+            assert_eq!(p.a.ssthresh(), want, "{algo:?}");
+            // Step 4.3: the hole goes first, alone (nothing else is lost).
+            let out = sends(&mut p, una);
+            assert_eq!(out[0], (0, SEG as usize), "{algo:?}: {out:?}");
+            assert!(out[1..].iter().all(|&(s, _)| s >= 10), "{out:?}");
+        }
+    }
+
+    #[test]
+    fn rfc3042_limited_transmit_then_dupthresh_fast_retransmit() {
+        // Duplicate ACKs without SACK blocks (pipe stays the same): the
+        // first two each let one new segment go beyond cwnd (RFC 3042 §2),
+        // the third starts recovery with the first segment (RFC 6675 §5
+        // step 4, RFC 5681 §3.2).
+        let (mut p, una) = in_flight(cfg(), 10, 20);
+        let now = p.now;
+        let dup = |p: &Pair| sack_ack(&p.a, una, 0, &[]);
+        let d = dup(&p);
+        p.a.handle_segment(&d, now, &mut |_| {});
+        assert_eq!(sends(&mut p, una), vec![(10, SEG as usize)]);
+        let d = dup(&p);
+        p.a.handle_segment(&d, now, &mut |_| {});
+        assert_eq!(sends(&mut p, una), vec![(11, SEG as usize)]);
+        assert_eq!(p.a.stats().sack_recoveries, 0);
+        let d = dup(&p);
+        p.a.handle_segment(&d, now, &mut |_| {});
+        assert_eq!(p.a.stats().sack_recoveries, 1);
+        let out = sends(&mut p, una);
+        assert_eq!(out.first(), Some(&(0, SEG as usize)), "{out:?}");
+    }
+
+    #[test]
+    fn rfc6937_prr_sends_in_proportion_and_ends_at_ssthresh() {
+        let c = Config {
+            congestion: Algorithm::NewReno,
+            ..cfg()
+        };
+        let (mut p, una) = in_flight(c, 20, 60);
+        let now = p.now;
+        // Segment 0 is lost; the other 19 are SACKed one per ACK.
+        let mut sent_in_recovery = 0;
+        for k in 2..=20 {
+            let ack = sack_ack(&p.a, una, 0, &[(1, k)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            let in_rec = p.a.in_recovery;
+            let out = sends(&mut p, una);
+            if in_rec {
+                sent_in_recovery += out.len();
+                // RFC 6937 §3.1: while pipe > ssthresh, prr_out stays
+                // within ceil(prr_delivered * ssthresh / RecoverFS).
+                let bound = (p.a.prr_delivered * p.a.ssthresh()).div_ceil(p.a.recover_fs);
+                assert!(
+                    p.a.prr_out <= bound.max(SEG as usize),
+                    "k {k}: {} > {bound}",
+                    p.a.prr_out
+                );
+            }
+        }
+        assert!(p.a.in_recovery);
+        let ss = p.a.ssthresh();
+        let fs = p.a.recover_fs;
+        // About ssthresh/RecoverFS (one half) of what was delivered went out.
+        let delivered = p.a.prr_delivered / SEG as usize;
+        assert!(
+            sent_in_recovery >= 1 && sent_in_recovery <= (delivered * ss).div_ceil(fs) + 1,
+            "{sent_in_recovery} sent for {delivered} delivered"
+        );
+        // The retransmission arrives: everything up to SND.MAX is ACKed.
+        let all = p.a.snd_max.wrapping_sub(una) / SEG;
+        let ack = sack_ack(&p.a, una, all, &[]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert!(!p.a.in_recovery);
+        assert_eq!(p.a.cwnd(), ss, "cwnd = ssthresh on exit (RFC 6937 §3.1)");
+    }
+
+    #[test]
+    fn a_timeout_resends_only_what_sack_does_not_show_arrived() {
+        let (mut p, una) = in_flight(cfg(), 10, 10);
+        let now = p.now;
+        // Segments 2..10 SACKed: 0 and 1 lost, resent, and lost again.
+        let ack = sack_ack(&p.a, una, 0, &[(2, 10)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        let mut all = sends(&mut p, una);
+        assert_eq!(all, vec![(0, SEG as usize), (1, SEG as usize)]);
+        // No more ACKs: run the timers until the RTO has fired and a has
+        // resent for a while, the window growing with nothing acknowledged.
+        let mut t = now;
+        for _ in 0..50 {
+            let Some(next) = p.a.poll_timeout() else {
+                break;
+            };
+            t = t.max(next);
+            p.a.handle_timeout(t);
+            p.now = t;
+            all.extend(sends(&mut p, una));
+        }
+        assert!(p.a.stats().rto_retransmits >= 1);
+        // RFC 6675 §5.1 / issue 12: the scoreboard outlives the timeout;
+        // nothing SACKed is ever resent.
+        assert!(all.iter().all(|&(s, _)| s < 2), "{all:?}");
+        assert_eq!(p.a.sacked.total(), 8 * SEG);
+    }
+
+    #[test]
+    fn a_timeout_forgets_sack_when_the_peer_reneged() {
+        let (mut p, una) = in_flight(cfg(), 10, 10);
+        let now = p.now;
+        let ack = sack_ack(&p.a, una, 0, &[(2, 10)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        sends(&mut p, una);
+        // The peer ACKs segments 0 and 1 only, though its scoreboard said
+        // it holds 2..10: a range now starts at SND.UNA.
+        let ack = sack_ack(&p.a, una, 2, &[]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert!(p.a.sacked.covering(p.a.snd_una, p.a.snd_una).is_some());
+        let t = p.a.t_rtx.unwrap();
+        p.a.handle_timeout(t);
+        assert_eq!(p.a.stats().rto_retransmits, 1);
+        // RFC 2018 §8: it may have reneged: everything is resent.
+        assert_eq!(p.a.sacked.total(), 0);
+        p.now = t;
+        assert_eq!(sends(&mut p, una), vec![(2, SEG as usize)]);
+    }
+
+    #[test]
+    fn rfc8985_tail_loss_probe_goes_before_the_rto() {
+        // An RTO floor above 2 SRTT + 2 ms, as on a real link (cfg()'s 1 ms
+        // floor would have the probe go at the RTO's time, in its place).
+        let c = Config {
+            rto_min: 10_000_000,
+            ..cfg()
+        };
+        let (mut p, una) = in_flight(c, 3, 3);
+        let tlp = p.a.t_tlp.expect("probe timer armed after new data");
+        assert!(tlp < p.a.t_rtx.unwrap());
+        assert_eq!(p.a.poll_timeout(), Some(tlp));
+        p.a.handle_timeout(tlp);
+        p.now = tlp;
+        // Nothing new to send: the last segment goes again (§7.3).
+        assert_eq!(sends(&mut p, una), vec![(2, SEG as usize)]);
+        assert_eq!(p.a.stats().tlp_probes, 1);
+        assert_eq!(p.a.stats().rto_retransmits, 0);
+        // Its SACK shows segments 0 and 1 missing; the RACK timer (one
+        // reordering window later) marks them lost (§6.2).
+        let ack = sack_ack(&p.a, una, 0, &[(2, 3)]);
+        p.a.handle_segment(&ack, tlp, &mut |_| {});
+        let t = p.a.t_rack.expect("reordering timer");
+        assert!(t < p.a.t_rtx.unwrap());
+        p.a.handle_timeout(t);
+        p.now = t;
+        assert_eq!(p.a.stats().rack_losses, 1);
+        // Recovery starts with pipe (0) below ssthresh: PRR-SSRB lets one
+        // segment go, and one more per segment delivered (RFC 6937 §3.1).
+        assert_eq!(sends(&mut p, una), vec![(0, SEG as usize)]);
+        let ack = sack_ack(&p.a, una, 1, &[(2, 3)]);
+        p.a.handle_segment(&ack, t, &mut |_| {});
+        assert_eq!(sends(&mut p, una), vec![(1, SEG as usize)]);
+        assert_eq!(p.a.stats().rto_retransmits, 0);
+    }
+
+    #[test]
+    fn rfc2883_duplicates_are_reported_in_dsack_blocks_once() {
+        let mut p = established(cfg(), 52);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        let d = data(4 * SEG as usize, 3);
+        let seg = |k: u32| &d[(k * SEG) as usize..((k + 1) * SEG) as usize];
+        let at = |k: u32| nxt.wrapping_add(k * SEG);
+        let ack_of = |p: &mut Pair| {
+            let mut acks = Vec::new();
+            let now = p.now;
+            p.b.poll_transmit(now, 8, &mut |r| acks.push((r.ack_number, r.sack_ranges)));
+            acks
+        };
+        // Segment 0 twice: the second is below RCV.NXT (§4, case 1).
+        for _ in 0..2 {
+            let s = from_peer(&p.b, at(0), Flags::ACK, seg(0), now);
+            p.b.handle_segment(&s, now, &mut |_| {});
+        }
+        let acks = ack_of(&mut p);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].0, at(1));
+        assert_eq!(acks[0].1[0], Some((at(0), at(1))));
+        // Reported once.
+        let s = from_peer(&p.b, at(3), Flags::ACK, seg(3), now);
+        p.b.handle_segment(&s, now, &mut |_| {});
+        let acks = ack_of(&mut p);
+        assert_eq!(acks[0].1[0], Some((at(3), at(4))));
+        assert_eq!(acks[0].1[1], None);
+        // Out-of-order segment 3 again: the D-SACK block first, then the
+        // block holding it (§4, case 2).
+        let s = from_peer(&p.b, at(3), Flags::ACK, seg(3), now);
+        p.b.handle_segment(&s, now, &mut |_| {});
+        let acks = ack_of(&mut p);
+        assert_eq!(acks[0].1[0], Some((at(3), at(4))));
+        assert_eq!(acks[0].1[1], Some((at(3), at(4))));
+    }
+
+    #[test]
+    fn dsack_of_every_retransmission_undoes_the_reduction() {
+        // Reordering, not loss: segment 0 is late. Three SACKed segments
+        // start recovery and resend it; then the original arrives, and the
+        // retransmission comes back as a duplicate (RFC 2883 §5, RFC 3708).
+        let (mut p, una) = in_flight(cfg(), 10, 10);
+        let now = p.now;
+        let (cwnd, ssthresh) = (p.a.cwnd(), p.a.ssthresh());
+        let ack = sack_ack(&p.a, una, 0, &[(1, 4)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!(sends(&mut p, una).first(), Some(&(0, SEG as usize)));
+        assert!(p.a.ssthresh() < ssthresh);
+        let ack = sack_ack(&p.a, una, 10, &[]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!(p.a.stats().dsack_undos, 0);
+        let ack = sack_ack(&p.a, una, 10, &[(0, 1)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!(p.a.stats().dsacks_received, 1);
+        assert_eq!(p.a.stats().dsack_undos, 1);
+        // RFC 8985 §6.2.4: reordering seen: the reordering window widens.
+        assert_eq!(p.a.reo_wnd_mult, 2);
+        assert_eq!(p.a.ssthresh(), ssthresh);
+        assert!(p.a.cwnd() >= cwnd, "{} < {cwnd}", p.a.cwnd());
+    }
+
+    #[test]
+    fn a_dsack_for_part_of_the_retransmissions_undoes_nothing() {
+        let (mut p, una) = in_flight(cfg(), 10, 10);
+        let now = p.now;
+        let ssthresh = p.a.ssthresh();
+        // Segments 0 and 1 resent; only segment 0's copy was needless.
+        let ack = sack_ack(&p.a, una, 0, &[(2, 5)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!(
+            sends(&mut p, una)[..2],
+            [(0, SEG as usize), (1, SEG as usize)]
+        );
+        let ack = sack_ack(&p.a, una, 10, &[(0, 1)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert_eq!(p.a.stats().dsack_undos, 0);
+        assert!(p.a.ssthresh() < ssthresh);
+    }
+
+    #[test]
+    fn a_segment_filling_a_gap_is_acknowledged_at_once() {
+        // RFC 5681 §4.2: even with delayed ACKs on.
+        let c = Config {
+            delayed_ack: Some(40_000_000),
+            ..cfg()
+        };
+        let mut p = established(c, 53);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        let d = data(2 * SEG as usize, 4);
+        let s1 = from_peer(
+            &p.b,
+            nxt.wrapping_add(SEG),
+            Flags::ACK,
+            &d[SEG as usize..],
+            now,
+        );
+        p.b.handle_segment(&s1, now, &mut |_| {});
+        let mut n = 0;
+        p.b.poll_transmit(now, 8, &mut |_| n += 1);
+        assert_eq!(n, 1, "out of order: at once");
+        let s0 = from_peer(&p.b, nxt, Flags::ACK, &d[..SEG as usize], now);
+        let mut got = Vec::new();
+        p.b.handle_segment(&s0, now, &mut |x| got.extend_from_slice(x));
+        assert_eq!(got, d);
+        let mut acks = Vec::new();
+        p.b.poll_transmit(now, 8, &mut |r| acks.push(r.ack_number));
+        assert_eq!(acks, vec![nxt.wrapping_add(2 * SEG)], "gap filled: at once");
+        // In-order data with nothing missing waits for the delayed ACK.
+        let s2 = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK, b"more", now);
+        p.b.handle_segment(&s2, now, &mut |_| {});
+        let mut n = 0;
+        p.b.poll_transmit(now, 8, &mut |_| n += 1);
+        assert_eq!(n, 0);
+    }
+
+    // ---- Loss recovery over the faulty link ----
+
+    /// A one-way transfer of `n` octets over `p` with its `drop_seq` set to
+    /// lose the segments (counted from the first data octet) in `lose`,
+    /// each `times` times.
+    fn lose_segments(seed: u64, n_segs: u32, lose: &[u32], times: u32) -> Pair {
+        let mut p = Pair::new(cfg(), 1000, 9000, seed, Faults::default());
+        p.drop_seq = lose
+            .iter()
+            .map(|&k| (1001u32.wrapping_add(k * SEG), times))
+            .collect();
+        drive(p, seed, (n_segs * SEG) as usize, 0)
+    }
+
+    #[test]
+    fn tail_losses_are_recovered_by_probe_and_sack_without_a_timeout() {
+        // The last one, two, three and ten segments of a transfer.
+        for tail in [1u32, 2, 3, 10] {
+            let lose: Vec<u32> = (100 - tail..100).collect();
+            let p = lose_segments(60 + u64::from(tail), 100, &lose, 1);
+            let st = p.a.stats();
+            assert_eq!(st.rto_retransmits, 0, "tail {tail}: {st:?}");
+            assert!(st.tlp_probes >= 1, "tail {tail}: {st:?}");
+            assert!(p.avoidable_rtos.is_empty());
+        }
+    }
+
+    #[test]
+    fn bursts_and_lost_retransmissions_are_recovered_without_a_timeout() {
+        // A burst of eight mid-stream.
+        let p = lose_segments(70, 200, &(40..48).collect::<Vec<_>>(), 1);
+        let st = p.a.stats();
+        assert_eq!(st.rto_retransmits, 0, "{st:?}");
+        assert!(st.sack_recoveries >= 1);
+        // One segment lost, and lost again when resent: data sent after the
+        // retransmission is SACKed, so it is found lost (RFC 8985 §6.2).
+        let p = lose_segments(71, 200, &[50], 2);
+        let st = p.a.stats();
+        assert_eq!(st.rto_retransmits, 0, "{st:?}");
+        assert!(st.lost_retransmits >= 1, "{st:?}");
+        // Three times.
+        let p = lose_segments(72, 200, &[50, 51], 3);
+        let st = p.a.stats();
+        assert_eq!(st.rto_retransmits, 0, "{st:?}");
+    }
+
+    /// Per-mille loss rates from 0.1% to 10%.
+    const LOSS_RATES: [u64; 5] = [1, 10, 20, 50, 100];
+
+    #[test]
+    fn random_loss_one_way_times_out_only_when_sack_could_not_help() {
+        // Loss (random and in bursts of four) and reordering on the data
+        // path only: every ACK arrives, so SACK sees every loss but one: a
+        // retransmission lost with nothing sent after it (the end of the
+        // stream) shows in no SACK (and RFC 8985 §7.2 sends no probe in
+        // recovery). No timeout may fire while SACK showed a loss; up to
+        // 2% loss, none fires at all.
+        for loss in LOSS_RATES {
+            let mut rtos = 0;
+            for seed in 0..6 {
+                let f = Faults {
+                    loss,
+                    loss_ba: Some(0),
+                    reorder: 5,
+                    burst: loss / 10,
+                    burst_len: 4,
+                    ..Faults::default()
+                };
+                let p = transfer(seed as u32 * 7919, 77, seed, f, 300_000, 0);
+                assert!(
+                    p.avoidable_rtos.is_empty(),
+                    "{loss}‰ seed {seed}: {:?}",
+                    p.avoidable_rtos
+                );
+                rtos += p.a.stats().rto_retransmits;
+            }
+            eprintln!("one way, loss {loss}‰: {rtos} RTOs");
+            if loss <= 20 {
+                assert_eq!(rtos, 0, "loss {loss}‰");
+            }
+        }
+    }
+
+    #[test]
+    fn random_loss_both_ways_times_out_only_when_sack_could_not_help() {
+        // ACKs are lost too, so some timeouts cannot be helped (every ACK of
+        // a round lost); none may fire while the peer's SACKs showed a
+        // loss a reordering window earlier (`Pair::rto_avoidable`).
+        for algo in [Algorithm::Cubic, Algorithm::NewReno] {
+            let c = Config {
+                congestion: algo,
+                ..cfg()
+            };
+            for loss in LOSS_RATES {
+                let mut rtos = 0;
+                let mut recoveries = 0;
+                for seed in 0..6 {
+                    let f = Faults {
+                        loss,
+                        reorder: 10,
+                        dup: 5,
+                        ..Faults::default()
+                    };
+                    let p = Pair::new(c, seed as u32 * 7919, 77, seed, f);
+                    let p = drive(p, seed, 300_000, 20_000);
+                    assert!(
+                        p.avoidable_rtos.is_empty(),
+                        "{algo:?} {loss}‰ seed {seed}: {:?}",
+                        p.avoidable_rtos
+                    );
+                    rtos += p.a.stats().rto_retransmits;
+                    recoveries += p.a.stats().sack_recoveries;
+                }
+                eprintln!("{algo:?} loss {loss}‰: {recoveries} SACK recoveries, {rtos} RTOs");
+                assert!(recoveries > 0);
+            }
+        }
+    }
+
+    mod hostile_acks {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Whatever ACKs, SACK and D-SACK blocks and timer firings a
+            /// peer (or the clock) produces, the sender does not panic,
+            /// its loss markers stay inside what it sent, and pipe never
+            /// exceeds what is outstanding.
+            #[test]
+            fn any_acks_and_sack_blocks_keep_the_sender_sane(
+                steps in proptest::collection::vec(
+                    (0u32..30, proptest::collection::vec((0u32..40_000, 0u32..40_000), 0..5), any::<bool>(), 0u64..3_000_000),
+                    1..60,
+                ),
+                algo in prop_oneof![Just(Algorithm::Cubic), Just(Algorithm::NewReno)],
+            ) {
+                let c = Config { congestion: algo, ..cfg() };
+                let (mut p, una0) = in_flight(c, 10, 30);
+                let mut now = p.now;
+                for (ack, blocks, fire, dt) in steps {
+                    now += dt;
+                    let mut r = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], now);
+                    r.ack_number = una0.wrapping_add(ack * 1000);
+                    for (slot, &(l, len)) in r.sack_ranges.iter_mut().zip(&blocks) {
+                        let l = una0.wrapping_add(l).wrapping_sub(2000);
+                        *slot = Some((l, l.wrapping_add(len)));
+                    }
+                    p.a.handle_segment(&r, now, &mut |_| {});
+                    if fire {
+                        if let Some(t) = p.a.poll_timeout() {
+                            now = now.max(t);
+                            p.a.handle_timeout(now);
+                        }
+                    }
+                    p.a.poll_transmit(now, 64, &mut |_| {});
+                    let a = &p.a;
+                    if a.state() == State::Closed {
+                        break;
+                    }
+                    let out = a.snd_max.wrapping_sub(a.snd_una) as usize;
+                    prop_assert!(a.pipe() <= out, "pipe {} > {out}", a.pipe());
+                    prop_assert!(le(a.lost_end, a.snd_max) || le(a.lost_end, a.snd_una));
+                    prop_assert!(le(a.high_rxt, a.snd_max) || le(a.high_rxt, a.snd_una));
+                    prop_assert!(a.sacked.total() as usize <= out);
+                }
+            }
+        }
     }
 }

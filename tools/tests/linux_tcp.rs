@@ -44,6 +44,12 @@ struct Lab {
 
 impl Lab {
     fn new() -> Option<Lab> {
+        Lab::build(false)
+    }
+
+    /// With `linux_offload`, the Linux end keeps TX checksum offload on:
+    /// its TCP segments reach our AF_XDP socket with partial checksums.
+    fn build(linux_offload: bool) -> Option<Lab> {
         if let Some(why) = netns_harness::skip_reason() {
             eprintln!("SKIP: {why}");
             return None;
@@ -63,7 +69,9 @@ impl Lab {
             // Full checksums and no TSO on the wire: a frame that leaves a
             // veth with a partial checksum or as a 64 KiB super-segment is
             // not what a NIC would deliver to an AF_XDP socket.
-            veth.disable_tx_offload(end).unwrap();
+            if !(linux_offload && end == End::B) {
+                veth.disable_tx_offload(end).unwrap();
+            }
             veth.set_up(end).unwrap();
         }
         veth.add_addr(End::B, &format!("{linux_ip}/24")).unwrap();
@@ -99,10 +107,11 @@ impl Lab {
             self.veth.name(End::A),
             "--ip",
             &ip,
-            "--timeout",
-            "300",
             "--stats",
         ];
+        if !extra.contains(&"--timeout") {
+            args.extend_from_slice(&["--timeout", "300"]);
+        }
         args.extend_from_slice(extra);
         let child = Command::new("ip")
             .args(&args)
@@ -443,4 +452,38 @@ fn missing_interface_is_a_clear_setup_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains("nosuchif0"), "stderr: {err}");
+}
+
+/// A Linux peer with TX checksum offload on (the veth default): without
+/// `--accept-partial-checksum` nothing gets through and tlnc says why and
+/// what to do; with it, a transfer completes.
+#[test]
+fn a_checksum_offloading_peer_is_diagnosed_and_accepted_on_request() {
+    let Some(lab) = Lab::build(true) else { return };
+    let mut t = lab.tlnc(&["--listen", "5203", "--timeout", "4"]);
+    let target = SocketAddrV4::new(lab.our_ip, 5203);
+    let client = lab.in_linux(move || {
+        // Give tlnc time to attach, then one connect attempt.
+        std::thread::sleep(Duration::from_millis(500));
+        TcpStream::connect_timeout(&target.into(), Duration::from_secs(3)).map(|_| ())
+    });
+    let child = t.child.as_mut().unwrap();
+    drop(child.stdin.take());
+    let status = wait_bounded(child, Duration::from_secs(30));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(client.join().unwrap().is_err(), "stderr: {err}");
+    assert_eq!(status.code(), Some(1), "stderr: {err}");
+    assert!(err.contains("ethtool -K <peer> tx off"), "stderr: {err}");
+    assert!(
+        err.contains("rx_partial_checksum"),
+        "--stats counters: {err}"
+    );
+    drop(t);
+    linux_client_our_server(&lab, 1 << 20, false, &["--accept-partial-checksum"]);
 }

@@ -27,6 +27,8 @@
 //! - [`Program`] / [`XdpAttachment`]: the XSKMAP, the loaded program, and the
 //!   BPF link that keeps it attached (dropping it detaches).
 //! - [`XdpDevice`]: all of the above from a [`Config`].
+//! - [`EventFd`] / [`Epoll`]: readiness descriptors for event loops (the
+//!   iWARP API's completion-queue notification).
 //! - [`in_netns`]: run a closure on a thread inside a network namespace
 //!   (tests open devices on veths in namespaces this way).
 //!
@@ -37,6 +39,7 @@
 pub mod bpf;
 mod device;
 mod error;
+mod notify;
 mod program;
 mod socket;
 pub mod sys;
@@ -44,6 +47,7 @@ mod umem;
 
 pub use device::{in_netns, BusyPoll, Config, Stats, XdpDevice, XskMode};
 pub use error::{Error, Warning};
+pub use notify::{Epoll, EventFd};
 pub use program::{AttachMode, Program, XdpAttachment, XskMap};
 pub use socket::{Counters, SocketConfig, XskSocket};
 pub use sys::XdpStatistics as KernelStats;

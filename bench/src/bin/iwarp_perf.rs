@@ -4,9 +4,12 @@
 //!
 //! ```text
 //! iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-//!                 [--threads] [--busy] [--core N] [--sim | --netns] [--window W] [--out DIR]
+//!                 [--threads] [--busy] [--core N] [--sim | --netns] [--window W]
+//!                 [--mtu N] [--out DIR] [--stats] [AF_XDP and TCP tuning flags]
 //! TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
 //! ```
+//!
+//! `iwarp-perf --help` lists every flag.
 //!
 //! Server and client run in this one process: two contexts (the simulated
 //! link, or AF_XDP on the two ends of a veth pair in two namespaces).
@@ -210,106 +213,248 @@ struct Args {
     mtu: Option<u32>,
     out: PathBuf,
     demo: bool,
+    /// Print both contexts' counters at the end.
+    stats: bool,
+    /// AF_XDP and TCP settings of our contexts (`--netns`).
+    tuning: Tuning,
 }
 
-const USAGE: &str =
-    "usage: iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-                  [--threads] [--busy] [--core N] [--sim | --netns] [--window W] [--mtu N] [--out DIR]
-TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
--a: sizes 2 B .. 64 KiB, powers of two. Default -n: 1000 (lat), 5000 (bw).
+/// AF_XDP and TCP settings applied to both of our contexts under `--netns`.
+#[derive(Debug, Clone, clap::Args)]
+struct Tuning {
+    /// AF_XDP bind mode (--netns).
+    #[arg(long, value_enum, default_value_t = BindMode::Auto)]
+    xdp_mode: BindMode,
+    /// Entries of each AF_XDP ring, a power of two from 64 to 32768 (--netns).
+    #[arg(long, value_name = "N", value_parser = parse_ring)]
+    ring_size: Option<u32>,
+    /// UMEM chunk size, 2048 or 4096 (--netns).
+    #[arg(long, value_name = "OCTETS", value_parser = parse_frame_size)]
+    frame_size: Option<u32>,
+    /// UMEM chunks, more than the ring size (--netns).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(128..=1 << 20))]
+    frame_count: Option<u32>,
+    /// Kick the kernel on every transmit (XDP_USE_NEED_WAKEUP off) (--netns).
+    #[arg(long)]
+    no_need_wakeup: bool,
+    /// Minimum TCP retransmission timeout in ms (default 5) (--netns).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    rto_min_ms: Option<u64>,
+    /// Initial TCP retransmission timeout in ms (default 1000) (--netns).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    rto_initial_ms: Option<u64>,
+    /// TIME-WAIT duration in ms (default 60000) (--netns).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    time_wait_ms: Option<u64>,
+    /// TCP receive window in octets (default 1 MiB) (--netns).
+    #[arg(long, value_name = "OCTETS", value_parser = clap::value_parser!(u32).range(1024..=(1 << 30)))]
+    rcv_buf: Option<u32>,
+    /// TCP send buffer in octets (default 4 MiB) (--netns).
+    #[arg(long, value_name = "OCTETS", value_parser = clap::value_parser!(u32).range(1024..=(1 << 30)))]
+    snd_buf: Option<u32>,
+}
+
+/// `--xdp-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BindMode {
+    /// Zero-copy where the driver can, copy otherwise.
+    Auto,
+    /// Copy mode (every driver).
+    Copy,
+    /// Zero-copy only (fails where the driver cannot).
+    Zerocopy,
+}
+
+impl Tuning {
+    /// Apply to one context's options.
+    fn apply(&self, o: &mut iwarp::XdpOptions) -> Result<(), String> {
+        o.bind = match self.xdp_mode {
+            BindMode::Auto => iwarp::XskMode::Auto,
+            BindMode::Copy => iwarp::XskMode::Copy,
+            BindMode::Zerocopy => iwarp::XskMode::ZeroCopy,
+        };
+        if let Some(n) = self.ring_size {
+            o.ring_size = n;
+            o.rx_frames = o.rx_frames.min(n);
+        }
+        if let Some(n) = self.frame_size {
+            o.frame_size = n;
+        }
+        if let Some(n) = self.frame_count {
+            o.frame_count = n;
+        }
+        if o.frame_count <= o.ring_size {
+            return Err("--frame-count must exceed --ring-size".into());
+        }
+        o.rx_frames = o.rx_frames.min(o.frame_count / 2);
+        o.need_wakeup = !self.no_need_wakeup;
+        let t = &mut o.host.tcp;
+        let ms = Duration::from_millis;
+        if let Some(v) = self.rto_min_ms {
+            t.rto_min = ms(v);
+        }
+        if let Some(v) = self.rto_initial_ms {
+            t.rto_initial = ms(v);
+        }
+        if let Some(v) = self.time_wait_ms {
+            t.time_wait = ms(v);
+        }
+        if let Some(v) = self.rcv_buf {
+            t.rcv_buf = v;
+        }
+        if let Some(v) = self.snd_buf {
+            t.snd_buf = v as usize;
+        }
+        if t.rto_min > t.rto_initial {
+            return Err("--rto-min-ms must not exceed --rto-initial-ms".into());
+        }
+        Ok(())
+    }
+}
+
+fn parse_ring(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("not a number: {s:?}"))?;
+    if !n.is_power_of_two() || !(64..=32_768).contains(&n) {
+        return Err(format!("{n} is not a power of two from 64 to 32768"));
+    }
+    Ok(n)
+}
+
+fn parse_frame_size(s: &str) -> Result<u32, String> {
+    match s {
+        "2048" => Ok(2048),
+        "4096" => Ok(4096),
+        _ => Err(format!("{s:?}: the UMEM chunk size is 2048 or 4096")),
+    }
+}
+
+/// `TEST`: one of perftest's six, or `demo`.
+fn parse_test(s: &str) -> Result<String, String> {
+    if s == "demo" || Test::parse(s).is_some() {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "unknown test {s:?}: one of write_lat read_lat send_lat write_bw read_bw send_bw demo"
+        ))
+    }
+}
+
+/// A positive number of seconds or messages per second.
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+const AFTER_HELP: &str =
+    "-a: sizes 2 B .. 64 KiB, powers of two. Default -n: 1000 (lat), 5000 (bw).
 Latency tests run both ends inside their poll loops (run_in_loop hooks);
-Bandwidth tests also run in-loop; --threads: from application threads that
+bandwidth tests also run in-loop; --threads: from application threads that
 post and wait on the CQ instead (both kinds of test).
---mtu N (with --netns): MTU of both veth ends, for our stack and the Linux
-baseline alike (default 1500; above 3826 our AF_XDP sockets use
-multi-buffer frames).
 --netns (root; default as root): two namespaces + veth + AF_XDP, Linux TCP baseline.
 --sim: the simulated link, no root, no baseline.
+The stack's tracing events go to stderr (RUST_LOG, default warn).
 With -R: perftest mode, the client or server of rdma-core's perftest (iwarp-perf TEST -R --help).";
 
-fn parse_args() -> Result<Args, String> {
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let test = v.first().ok_or(USAGE)?.clone();
-    let (mut size, mut all) = (None, false);
-    let mut a = Args {
-        tests: Vec::new(),
-        iters: None,
-        duration: None,
-        rate: None,
-        busy: false,
-        threads: false,
-        core: None,
-        netns: netns_harness::skip_reason().is_none(),
-        window: 64,
-        mtu: None,
-        out: PathBuf::from("target/iwarp-perf"),
-        demo: test == "demo",
-    };
-    let mut i = 1;
-    let val = |i: usize| {
-        v.get(i + 1)
-            .cloned()
-            .ok_or(format!("{} needs a value", v[i]))
-    };
-    let num = |s: String| s.parse::<f64>().map_err(|_| format!("not a number: {s}"));
-    while i < v.len() {
-        match v[i].as_str() {
-            "-s" | "--size" => size = Some(num(val(i)?)? as u32),
-            "-a" | "--all" => all = true,
-            "-n" | "--iters" => a.iters = Some(num(val(i)?)? as u64),
-            "--duration" => a.duration = Some(num(val(i)?)?),
-            "--rate" => a.rate = Some(num(val(i)?)?),
-            "--core" => a.core = Some(num(val(i)?)? as usize),
-            "--window" => a.window = (num(val(i)?)? as u64).max(1),
-            "--mtu" => {
-                let m = num(val(i)?)?;
-                if !(576.0..=65_000.0).contains(&m) {
-                    return Err("--mtu must be 576 .. 65000".into());
-                }
-                a.mtu = Some(m as u32);
-            }
-            "--out" => a.out = PathBuf::from(val(i)?),
-            "--busy" => a.busy = true,
-            "--threads" => a.threads = true,
-            "--sim" => a.netns = false,
-            "--netns" => a.netns = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            o => return Err(format!("unknown argument {o}\n{USAGE}")),
-        }
-        if matches!(
-            v[i].as_str(),
-            "-s" | "--size"
-                | "-n"
-                | "--iters"
-                | "--duration"
-                | "--rate"
-                | "--core"
-                | "--window"
-                | "--mtu"
-                | "--out"
-        ) {
-            i += 1;
-        }
-        i += 1;
-    }
-    if a.rate.is_some_and(|r| r <= 0.0) {
-        return Err("--rate must be positive".into());
-    }
-    if a.demo {
-        a.tests = vec![(Test::WriteLat, vec![64]), (Test::WriteBw, vec![65_536])];
+/// perftest-style latency and bandwidth tests of the iWARP stack, with
+/// Linux TCP over the same namespaces and veth as the baseline in the same
+/// run.
+#[derive(Debug, clap::Parser)]
+#[command(name = "iwarp-perf", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// write_lat, read_lat, send_lat, write_bw, read_bw, send_bw or demo.
+    #[arg(value_name = "TEST", value_parser = parse_test)]
+    test: String,
+    /// Message size in octets (1 .. 16 MiB; default 2 for latency, 65536 for bandwidth).
+    #[arg(short = 's', long = "size", value_name = "SIZE", conflicts_with = "all",
+          value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
+    size: Option<u32>,
+    /// All sizes from 2 B to 64 KiB (powers of two).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Iterations (at least 1).
+    #[arg(short = 'n', long = "iters", value_name = "ITERS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    iters: Option<u64>,
+    /// Run each test this many seconds instead of a number of iterations.
+    #[arg(long, value_name = "SECS", value_parser = positive)]
+    duration: Option<f64>,
+    /// Latency tests: open loop at this many messages per second.
+    #[arg(long, value_name = "MSGS_PER_SEC", value_parser = positive)]
+    rate: Option<f64>,
+    /// Run from application threads instead of inside the poll loops.
+    #[arg(long)]
+    threads: bool,
+    /// Busy-poll (loops never sleep).
+    #[arg(long)]
+    busy: bool,
+    /// First CPU of the placement (server end; the client end takes the next).
+    #[arg(long, value_name = "N")]
+    core: Option<usize>,
+    /// The simulated link (no root, no baseline).
+    #[arg(long, conflicts_with = "netns")]
+    sim: bool,
+    /// Two namespaces + veth + AF_XDP, with the Linux TCP baseline (root).
+    #[arg(long)]
+    netns: bool,
+    /// Bandwidth tests: messages outstanding (at least 1).
+    #[arg(long, value_name = "W", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    window: u64,
+    /// With --netns: MTU of both veth ends, for our stack and the Linux
+    /// baseline alike, 576 .. 65000 (default 1500; above 3826 our AF_XDP
+    /// sockets use multi-buffer frames).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(576..=65_000))]
+    mtu: Option<u32>,
+    /// Directory for the .hgrm, .png and .json files.
+    #[arg(long, value_name = "DIR", default_value = "target/iwarp-perf")]
+    out: PathBuf,
+    /// Print both contexts' counters (stack, TCP, interface, poll loop,
+    /// device and bind mode) at the end.
+    #[arg(long)]
+    stats: bool,
+    #[command(flatten)]
+    tuning: Tuning,
+}
+
+/// Parse the command line; usage errors exit 2 with the reason, `--help`
+/// and `--version` exit 0 (clap's convention, as tlnc).
+fn parse_args() -> Args {
+    let c = <Cli as clap::Parser>::parse();
+    let demo = c.test == "demo";
+    let tests = if demo {
+        vec![(Test::WriteLat, vec![64]), (Test::WriteBw, vec![65_536])]
     } else {
-        let t = Test::parse(&test).ok_or(format!("unknown test {test}\n{USAGE}"))?;
-        let sizes = if all {
+        // parse_test accepted it.
+        let t = Test::parse(&c.test).unwrap_or(Test::WriteLat);
+        let sizes = if c.all {
             (1..=16).map(|k| 1u32 << k).collect()
         } else {
-            vec![size.unwrap_or(if t.is_lat() { 2 } else { 65_536 })]
+            vec![c.size.unwrap_or(if t.is_lat() { 2 } else { 65_536 })]
         };
-        if sizes.iter().any(|&s| s == 0 || s > 1 << 24) {
-            return Err("SIZE must be 1 .. 16 MiB".into());
-        }
-        a.tests = vec![(t, sizes)];
+        vec![(t, sizes)]
+    };
+    Args {
+        tests,
+        iters: c.iters,
+        duration: c.duration,
+        rate: c.rate,
+        busy: c.busy,
+        threads: c.threads,
+        core: c.core,
+        netns: if c.sim {
+            false
+        } else {
+            c.netns || netns_harness::skip_reason().is_none()
+        },
+        window: c.window,
+        mtu: c.mtu,
+        out: c.out,
+        demo,
+        stats: c.stats,
+        tuning: c.tuning,
     }
-    Ok(a)
 }
 
 /// Namespaces, veth and the addresses of an AF_XDP run; removed on drop.
@@ -366,11 +511,11 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
         } else {
             iwarp::Polling::Adaptive
         };
-        o
+        args.tuning.apply(&mut o).map(|()| o)
     };
-    let s = iwarp::Context::af_xdp(&opts(End::A, &lab.a, 11, first))
+    let s = iwarp::Context::af_xdp(&opts(End::A, &lab.a, 11, first)?)
         .map_err(|e| format!("AF_XDP server: {e}"))?;
-    let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, second))
+    let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, second)?)
         .map_err(|e| format!("AF_XDP client: {e}"))?;
     Ok((s, c))
 }
@@ -439,7 +584,7 @@ struct Job {
 }
 
 fn run() -> Result<(), String> {
-    let args = parse_args()?;
+    let args = parse_args();
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let lab = if args.netns {
         if let Some(why) = netns_harness::skip_reason() {
@@ -640,6 +785,14 @@ fn run() -> Result<(), String> {
         }
         summary.push(entry);
     }
+    if args.stats {
+        println!("{RULE}\ncounters (--stats)");
+        for (who, ctx) in [("server", &server), ("client", &client)] {
+            let st = ctx.stats().map_err(|e| format!("{who} stats: {e}"))?;
+            println!("{who} context ({}):", ctx.addr());
+            print!("{st}");
+        }
+    }
     drop((server, client));
     let json_path = args.out.join(if args.demo {
         "demo.json".to_string()
@@ -709,6 +862,14 @@ const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SI
   ignored). Without SERVER it waits for a perftest client.";
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     if let Some(r) = perftest_mode() {
         return match r {
             Ok(()) => ExitCode::SUCCESS,

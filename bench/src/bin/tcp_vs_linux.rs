@@ -4,8 +4,18 @@
 //! our stack as the client and Linux as the server. Prints both and the
 //! ratios ours/Linux. Needs root.
 //!
+//! With `--loss`, it measures loss recovery instead: nftables in the Linux
+//! end's namespace (the listener's, for the two transfers to Linux)
+//! drops packets at random both ways (`numgen random mod 1000 < N`) at 0,
+//! 0.1, 1, 2 and 5% (or the per-mille rates listed after
+//! `--loss-permille`), with TSO, GSO and GRO off on both ends so both stacks
+//! send 1500-octet frames, and prints bulk throughput Linux -> Linux,
+//! tcp-lite -> Linux and Linux -> tcp-lite, the ratios to Linux -> Linux,
+//! and our sender's retransmission timeouts, recoveries, probes and undos.
+//!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno]
 //! ```
 
 use std::io::{Read, Write};
@@ -18,7 +28,7 @@ use iwarp_datapath::runtime::{spawn, Mode};
 use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_xdp::{Config as XdpConfig, XdpDevice};
-use netns_harness::{End, Netns, VethPair};
+use netns_harness::{run_in, End, Netns, VethPair};
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
@@ -78,6 +88,9 @@ fn linux_server(
             }
             drop(s);
             let (mut s, _) = l.accept().expect("accept bulk");
+            // Bounded: a stalled transfer ends the read with an error.
+            s.set_read_timeout(Some(Duration::from_secs(60)))
+                .expect("read timeout");
             let mut big = vec![0u8; 1 << 20];
             let mut n = 0u64;
             loop {
@@ -109,6 +122,10 @@ fn linux_client(ns: &Netns, addr: SocketAddrV4, iters: usize, bulk: usize) -> (V
         }
         drop(s);
         let mut s = TcpStream::connect(addr).expect("connect bulk");
+        s.set_write_timeout(Some(Duration::from_secs(60)))
+            .expect("write timeout");
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
         let chunk = vec![0x5au8; 1 << 20];
         let t = Instant::now();
         let mut left = bulk;
@@ -157,7 +174,8 @@ fn our_client(
     to: SocketAddrV4,
     iters: usize,
     bulk: usize,
-) -> (Vec<u64>, f64, f64) {
+    count_tcp: bool,
+) -> (Vec<u64>, f64, f64, tcp_lite::tcp::Stats) {
     let cfg = XdpConfig::new(iface, ip.octets());
     let dev = iwarp_xdp::in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
         .expect("enter namespace")
@@ -170,6 +188,12 @@ fn our_client(
     icfg.mtu = dev.mtu() as usize;
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
+    scfg.tcp.congestion = congestion();
+    if count_tcp {
+        // A connection's counters are summed when it reaches CLOSED: keep
+        // TIME-WAIT short so that the bulk connection gets there.
+        scfg.tcp.time_wait = 1_000_000;
+    }
     let h = spawn(
         Stack::new(scfg, MemoryTable::new()),
         dev,
@@ -195,6 +219,8 @@ fn our_client(
     let s = connect_ours(&h, to, 2);
     let cpu0 = cpu_time();
     let t = Instant::now();
+    // Bounded: a transfer that stalls for two minutes fails the run.
+    let give_up = t + Duration::from_secs(120);
     let mut left = bulk;
     while left > 0 {
         let n = left.min(64 << 10);
@@ -203,6 +229,7 @@ fn our_client(
             match s.tx.push(v) {
                 Ok(()) => break,
                 Err(back) => {
+                    assert!(Instant::now() < give_up, "bulk send stalled");
                     v = back;
                     std::thread::yield_now();
                 }
@@ -218,12 +245,18 @@ fn our_client(
     }
     let secs = t.elapsed().as_secs_f64();
     let cpu = cpu_time() - cpu0;
+    if count_tcp {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(
         s.flags() & flags::CLOSED != 0,
         "bulk connection did not close cleanly"
     );
-    drop(h);
-    (rtts, bulk as f64 / secs / 1e6, cpu / bulk as f64 * 1e9)
+    let tcp = h
+        .stop()
+        .map(|(stack, _)| stack.stats().tcp_closed)
+        .unwrap_or_default();
+    (rtts, bulk as f64 / secs / 1e6, cpu / bulk as f64 * 1e9, tcp)
 }
 
 /// This process's CPU time in seconds (user + system), from /proc.
@@ -242,7 +275,8 @@ fn main() {
         std::process::exit(2);
     }
     let iters = arg("--iters", 20_000);
-    let bulk = arg("--bulk-mib", 512) << 20;
+    let loss = std::env::args().any(|a| a == "--loss");
+    let bulk = arg("--bulk-mib", if loss { 64 } else { 512 }) << 20;
     let ours_ns = Netns::new("bvo").expect("netns");
     let linux_ns = Netns::new("bvl").expect("netns");
     let mut veth = VethPair::new("bvv").expect("veth");
@@ -255,6 +289,11 @@ fn main() {
     }
     let server_ip = Ipv4Addr::new(10, 211, 0, 2);
     veth.add_addr(End::B, "10.211.0.2/24").expect("addr");
+    if loss {
+        let rates = permille_list();
+        loss_table(&veth, &ours_ns, &linux_ns, server_ip, bulk, &rates);
+        return;
+    }
 
     // Baseline: the kernel at both ends, same veth, same namespaces.
     veth.add_addr(End::A, "10.211.0.3/24").expect("addr");
@@ -272,13 +311,14 @@ fn main() {
     let addr = SocketAddrV4::new(server_ip, 5302);
     let (ready, server) = linux_server(&linux_ns, addr, iters);
     ready.recv().expect("server ready");
-    let (our_rtt, our_bw, our_cpu) = our_client(
+    let (our_rtt, our_bw, our_cpu, _) = our_client(
         &ours_ns,
         veth.name(End::A),
         Ipv4Addr::new(10, 211, 0, 1),
         addr,
         iters,
         bulk,
+        false,
     );
     let our_rx = server.join().expect("server");
     assert_eq!(our_rx as usize, bulk);
@@ -306,4 +346,296 @@ fn main() {
         our_bw / lin_bw
     );
     println!("our process CPU during bulk: {our_cpu:.2} ns/octet (poll loop busy-polls one core)");
+}
+
+/// Linux sends `bulk` octets from `ns` to `to` (the bulk phase of
+/// [`linux_client`] alone, on a thread); returns octets per second.
+fn linux_sender(ns: &Netns, to: SocketAddrV4, bulk: usize) -> std::thread::JoinHandle<Option<f64>> {
+    let path = ns.ns_path();
+    std::thread::spawn(move || {
+        iwarp_xdp::in_netns(&path, move || {
+            let mut s = TcpStream::connect_timeout(&to.into(), Duration::from_secs(10)).ok()?;
+            s.set_write_timeout(Some(Duration::from_secs(60))).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+            let chunk = vec![0x5au8; 1 << 20];
+            let t = Instant::now();
+            let mut left = bulk;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                s.write_all(&chunk[..n]).ok()?;
+                left -= n;
+            }
+            s.shutdown(std::net::Shutdown::Write).ok()?;
+            let mut b = [0u8; 16];
+            let _ = s.read(&mut b); // our close
+            Some(bulk as f64 / t.elapsed().as_secs_f64() / 1e6)
+        })
+        .ok()
+        .flatten()
+    })
+}
+
+/// tcp-lite on AF_XDP listening on `port` at `ip`: Linux in `linux_ns`
+/// sends `bulk` octets to it. Returns MB/s at our end (first octet
+/// accepted to last octet received) and our counters.
+fn our_server(
+    ns: &Netns,
+    linux_ns: &Netns,
+    iface: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    bulk: usize,
+) -> (f64, tcp_lite::tcp::Stats) {
+    let cfg = XdpConfig::new(iface, ip.octets());
+    let dev = iwarp_xdp::in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
+        .expect("enter namespace")
+        .expect("open AF_XDP");
+    let mut icfg = IfaceConfig::new(
+        EthernetAddress(dev.mac_address()),
+        Ipv4Address(ip.octets()),
+        24,
+    );
+    icfg.mtu = dev.mtu() as usize;
+    let mut scfg = StackConfig::new(icfg);
+    scfg.tcp.rto_min = 5_000_000;
+    scfg.tcp.congestion = congestion();
+    scfg.tcp.time_wait = 1_000_000;
+    let h = spawn(
+        Stack::new(scfg, MemoryTable::new()),
+        dev,
+        Some(0),
+        Mode::BusyPoll,
+        4096,
+    );
+    h.post(Command::Listen {
+        port,
+        ulp: Ulp::Stream,
+    })
+    .expect("post");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "listen timed out");
+        match h.poll() {
+            Some(Output::Listening { result, .. }) => {
+                result.expect("listen");
+                break;
+            }
+            _ => std::hint::spin_loop(),
+        }
+    }
+    let sender = linux_sender(linux_ns, SocketAddrV4::new(ip, port), bulk);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        assert!(Instant::now() < deadline, "accept timed out");
+        match h.poll() {
+            Some(Output::Accepted {
+                stream: Some(s), ..
+            }) => break s,
+            _ => std::hint::spin_loop(),
+        }
+    };
+    let mut got = 0usize;
+    let mut t = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while got < bulk && Instant::now() < deadline {
+        match s.rx.pop() {
+            Some(v) => {
+                t.get_or_insert_with(Instant::now);
+                got += v.len();
+            }
+            None => std::hint::spin_loop(),
+        }
+    }
+    let secs = t.map_or(f64::NAN, |t| t.elapsed().as_secs_f64());
+    assert_eq!(got, bulk, "Linux -> ours delivered {got} of {bulk} octets");
+    s.close.store(true, Ordering::Release);
+    let lin = sender.join().expect("sender");
+    assert!(lin.is_some(), "Linux sender failed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.flags() & (flags::CLOSED | flags::FAILED) == 0 && Instant::now() < deadline {
+        while s.rx.pop().is_some() {}
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let tcp = h
+        .stop()
+        .map(|(stack, _)| stack.stats().tcp_closed)
+        .unwrap_or_default();
+    (bulk as f64 / secs / 1e6, tcp)
+}
+
+/// `--newreno`: NewReno instead of the default CUBIC.
+fn congestion() -> tcp_lite::cc::Algorithm {
+    if std::env::args().any(|a| a == "--newreno") {
+        tcp_lite::cc::Algorithm::NewReno
+    } else {
+        tcp_lite::cc::Algorithm::Cubic
+    }
+}
+
+/// `--loss-permille a,b,c` or 0, 0.1, 1, 2 and 5%.
+fn permille_list() -> Vec<u32> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--loss-permille")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_else(|| vec![0, 1, 10, 20, 50])
+}
+
+const NFT_TABLE: &str = "tcpvslinux_loss";
+
+/// Drop `permille`/1000 of the packets entering and leaving `ns` at random
+/// (none: no rule). Replaces the previous rule.
+fn set_loss(ns: &Netns, permille: u32) {
+    let t = Duration::from_secs(10);
+    let _ = run_in(ns, &["nft", "delete", "table", "inet", NFT_TABLE], t);
+    if permille == 0 {
+        return;
+    }
+    let n = permille.to_string();
+    let cmds: [Vec<&str>; 3] = [
+        vec!["nft", "add", "table", "inet", NFT_TABLE],
+        vec![
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            NFT_TABLE,
+            "in",
+            "{ type filter hook input priority 0 ; }",
+        ],
+        vec![
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            NFT_TABLE,
+            "out",
+            "{ type filter hook output priority 0 ; }",
+        ],
+    ];
+    for c in &cmds {
+        let out = run_in(ns, c, t).expect("nft");
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for chain in ["in", "out"] {
+        let rule = [
+            "nft", "add", "rule", "inet", NFT_TABLE, chain, "numgen", "random", "mod", "1000", "<",
+            &n, "drop",
+        ];
+        let out = run_in(ns, &rule, t).expect("nft");
+        assert!(
+            out.status.success(),
+            "{rule:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Offloads that would let Linux send more than one MTU per packet off.
+fn no_segmentation_offload(ns: &Netns, iface: &str) {
+    let out = run_in(
+        ns,
+        &[
+            "ethtool", "-K", iface, "tso", "off", "gso", "off", "gro", "off",
+        ],
+        Duration::from_secs(10),
+    )
+    .expect("ethtool");
+    assert!(
+        out.status.success(),
+        "ethtool: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn loss_table(
+    veth: &VethPair,
+    ours_ns: &Netns,
+    linux_ns: &Netns,
+    server_ip: Ipv4Addr,
+    bulk: usize,
+    rates: &[u32],
+) {
+    no_segmentation_offload(ours_ns, veth.name(End::A));
+    no_segmentation_offload(linux_ns, veth.name(End::B));
+    println!(
+        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off",
+        bulk >> 20
+    );
+    println!(
+        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>12} {:>13} {:>6}",
+        "loss %",
+        "Linux MB/s",
+        "ours->L",
+        "ratio",
+        "RTOs",
+        "recoveries",
+        "TLPs",
+        "undos DS/RTO",
+        "L->ours MB/s",
+        "ratio"
+    );
+    struct Cleanup<'a>(&'a Netns);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            set_loss(self.0, 0);
+        }
+    }
+    let _cleanup = Cleanup(linux_ns);
+    for (i, &permille) in rates.iter().enumerate() {
+        set_loss(linux_ns, permille);
+        let port = 5400 + 2 * i as u16;
+        veth.add_addr(End::A, "10.211.0.3/24").expect("addr");
+        let addr = SocketAddrV4::new(server_ip, port);
+        let (ready, server) = linux_server(linux_ns, addr, 0);
+        ready.recv().expect("server ready");
+        let (_, lin_bw) = linux_client(ours_ns, addr, 0, bulk);
+        let lin_rx = server.join().expect("server");
+        assert_eq!(lin_rx as usize, bulk);
+        ours_ns
+            .ip(&["addr", "del", "10.211.0.3/24", "dev", veth.name(End::A)])
+            .expect("addr del");
+        let addr = SocketAddrV4::new(server_ip, port + 1);
+        let (ready, server) = linux_server(linux_ns, addr, 0);
+        ready.recv().expect("server ready");
+        let (_, our_bw, _, st) = our_client(
+            ours_ns,
+            veth.name(End::A),
+            Ipv4Addr::new(10, 211, 0, 1),
+            addr,
+            0,
+            bulk,
+            true,
+        );
+        let our_rx = server.join().expect("server");
+        assert_eq!(our_rx as usize, bulk);
+        // Linux -> ours: our stack listens at the same end.
+        let (rx_bw, _) = our_server(
+            ours_ns,
+            linux_ns,
+            veth.name(End::A),
+            Ipv4Addr::new(10, 211, 0, 1),
+            port + 1000,
+            bulk,
+        );
+        println!(
+            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>12} {:>13.0} {:>6.2}",
+            f64::from(permille) / 10.0,
+            lin_bw,
+            our_bw,
+            our_bw / lin_bw,
+            st.rto_retransmits,
+            st.sack_recoveries,
+            st.tlp_probes,
+            format!("{}/{}", st.dsack_undos, st.spurious_rto_undone),
+            rx_bw,
+            rx_bw / lin_bw
+        );
+    }
 }

@@ -198,9 +198,9 @@ pub struct TaggedHeader {
 pub struct UntaggedHeader {
     /// DDP control octet.
     pub ddp: DdpControl,
-    /// RDMAP control octet (RsvdULP[0:7]).
+    /// RDMAP control octet (RsvdULP\[0:7\]).
     pub rdmap: RdmapControl,
-    /// Invalidate STag (RsvdULP[8:39]); zero unless Send with Invalidate.
+    /// Invalidate STag (RsvdULP\[8:39\]); zero unless Send with Invalidate.
     pub inval_stag: u32,
     /// Queue number.
     pub qn: u32,

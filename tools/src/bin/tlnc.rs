@@ -11,6 +11,10 @@
 //! out); 2 for a usage or setup error (no interface, no privileges). Usage
 //! errors (clap's) name the flag and the reason; `--help` and `--version`
 //! exit 0.
+//!
+//! The stack's `tracing` events (connect, accept, retransmission timeouts,
+//! a checksum-offload diagnosis) go to stderr, filtered by `RUST_LOG`
+//! (default `warn`).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
+use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, Mode};
 use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_tools::Cidr;
@@ -86,9 +90,78 @@ struct Args {
     /// Initial sequence number to use instead of RFC 6528's (to test sequence wrap).
     #[arg(long)]
     isn: Option<u32>,
-    /// Print counters and throughput to stderr at the end.
+    /// Initial retransmission timeout in milliseconds (before an RTT
+    /// sample; RFC 6298: 1000).
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    rto_initial_ms: u64,
+    /// TIME-WAIT duration in milliseconds (2 MSL).
+    #[arg(long, value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    time_wait_ms: u64,
+    /// TCP receive window offered, in octets (1 KiB to 1 GiB).
+    #[arg(long, value_name = "OCTETS", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u32).range(1024..=(1 << 30)))]
+    rcv_buf: u32,
+    /// TCP send buffer, in octets (1 KiB to 1 GiB).
+    #[arg(long, value_name = "OCTETS", default_value_t = 4 << 20,
+          value_parser = clap::value_parser!(u32).range(1024..=(1 << 30)))]
+    snd_buf: u32,
+    /// Largest IP datagram to send (default: the interface's MTU; larger
+    /// values are capped to it).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(576..=65_535))]
+    mtu: Option<u32>,
+    /// Interface queue to bind.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..64))]
+    queue: u32,
+    /// Entries of each AF_XDP ring (a power of two, 64 to 32768).
+    #[arg(long, default_value_t = 2048, value_parser = parse_ring)]
+    ring_size: u32,
+    /// UMEM chunk size.
+    #[arg(long, default_value_t = 4096, value_parser = parse_frame_size)]
+    frame_size: u32,
+    /// UMEM chunks (more than --ring-size).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(128..=1 << 20))]
+    frame_count: u32,
+    /// Kick the kernel on every transmit instead of only when it asks
+    /// (turns XDP_USE_NEED_WAKEUP off).
+    #[arg(long)]
+    no_need_wakeup: bool,
+    /// Busy-poll the socket for this many microseconds per call
+    /// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL; refusals are warnings).
+    #[arg(long, value_name = "USECS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    busy_poll_usecs: Option<u32>,
+    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET), with --busy-poll-usecs.
+    #[arg(long, value_name = "PACKETS", default_value_t = 64, requires = "busy_poll_usecs",
+          value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    busy_poll_budget: u32,
+    /// Take TCP segments whose checksum holds only the pseudo-header sum
+    /// (a veth peer with TX checksum offload on; the other fix is
+    /// `ethtool -K <peer> tx off`).
+    #[arg(long)]
+    accept_partial_checksum: bool,
+    /// Print counters (stack, TCP, interface, poll loop, AF_XDP socket and
+    /// kernel, bind mode obtained) and throughput to stderr at the end.
     #[arg(long)]
     stats: bool,
+}
+
+/// `--ring-size`: a power of two the kernel accepts.
+fn parse_ring(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("not a number: {s:?}"))?;
+    if !n.is_power_of_two() || !(64..=32_768).contains(&n) {
+        return Err(format!("{n} is not a power of two from 64 to 32768"));
+    }
+    Ok(n)
+}
+
+/// `--frame-size`: 2048 or 4096.
+fn parse_frame_size(s: &str) -> Result<u32, String> {
+    match s {
+        "2048" => Ok(2048),
+        "4096" => Ok(4096),
+        _ => Err(format!("{s:?}: the UMEM chunk size is 2048 or 4096")),
+    }
 }
 
 /// `--xdp-mode`.
@@ -127,6 +200,20 @@ fn parse_peer(s: &str) -> Result<SocketAddrV4, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .init();
+    if args.frame_count <= args.ring_size {
+        eprintln!(
+            "tlnc: --frame-count must exceed --ring-size (half the chunks are for receiving)"
+        );
+        return ExitCode::from(2);
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Setup(e)) => {
@@ -153,6 +240,16 @@ fn run(args: &Args) -> Result<(), Failure> {
     };
     let mut xcfg = XdpConfig::new(&args.iface, args.ip.addr.octets());
     xcfg.mode = mode;
+    xcfg.queue = args.queue;
+    xcfg.ring_size = args.ring_size;
+    xcfg.frame_size = args.frame_size;
+    xcfg.frame_count = args.frame_count;
+    xcfg.rx_frames = args.ring_size.min(args.frame_count / 2);
+    xcfg.need_wakeup = !args.no_need_wakeup;
+    xcfg.busy_poll = args.busy_poll_usecs.map(|usecs| iwarp_xdp::BusyPoll {
+        usecs,
+        budget: args.busy_poll_budget,
+    });
     let dev = XdpDevice::open(&xcfg).map_err(|e| Failure::Setup(e.to_string()))?;
     for w in dev.warnings() {
         eprintln!("tlnc: warning: {w}");
@@ -162,10 +259,15 @@ fn run(args: &Args) -> Result<(), Failure> {
         Ipv4Address(args.ip.addr.octets()),
         args.ip.prefix,
     );
-    icfg.mtu = dev.mtu() as usize;
+    icfg.mtu = args.mtu.map_or(dev.mtu(), |m| m.min(dev.mtu())) as usize;
     icfg.gateway = args.gateway.map(|g| Ipv4Address(g.octets()));
+    icfg.accept_partial_checksum = args.accept_partial_checksum;
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = args.rto_min_ms * 1_000_000;
+    scfg.tcp.rto_initial = (args.rto_initial_ms * 1_000_000).max(scfg.tcp.rto_min);
+    scfg.tcp.time_wait = args.time_wait_ms * 1_000_000;
+    scfg.tcp.rcv_buf = args.rcv_buf;
+    scfg.tcp.snd_buf = args.snd_buf as usize;
     scfg.tcp.delayed_ack = None;
     scfg.fixed_isn = args.isn;
     let mut seed = [0u8; 16];
@@ -181,19 +283,40 @@ fn run(args: &Args) -> Result<(), Failure> {
             max_sleep: Duration::from_micros(500),
         }
     };
-    let h = spawn(
+    let bind = format!(
+        "{} queue {} bind {:?} attach {:?} multi_buffer {}",
+        dev.iface(),
+        dev.queue(),
+        dev.xsk_mode(),
+        dev.attach_mode(),
+        dev.multi_buffer()
+    );
+    let reader: DeviceReader<XdpDevice> = Box::new(|d| Box::new(d.stats().ok()));
+    let h = spawn_probed(
         Stack::new(scfg, MemoryTable::new()),
         dev,
         args.core,
         loop_mode,
         1024,
+        Some(reader),
     );
     let deadline = (args.timeout > 0).then(|| Instant::now() + Duration::from_secs(args.timeout));
     let start = Instant::now();
-    let stream = open(args, &h, deadline)?;
-    let result = transfer(args, &stream, deadline);
+    let result = open(args, &h, deadline).and_then(|stream| transfer(args, &stream, deadline));
     let elapsed = start.elapsed();
+    let device = h
+        .snapshot(Duration::from_secs(2))
+        .and_then(|(_, d)| d.downcast::<Option<iwarp_xdp::Stats>>().ok())
+        .and_then(|d| *d);
     let stopped = h.stop();
+    // Whatever the outcome: a checksum-offload peer is the likely reason
+    // for a connection that never gets anywhere.
+    if let Some(why) = stopped
+        .as_ref()
+        .and_then(|(stack, _)| stack.iface().stats().checksum_diagnosis())
+    {
+        eprintln!("tlnc: warning: {why}");
+    }
     if args.stats {
         if let Ok((sent, received)) = &result {
             let secs = elapsed.as_secs_f64().max(1e-9);
@@ -210,6 +333,12 @@ fn run(args: &Args) -> Result<(), Failure> {
             );
             eprintln!("tlnc: iface: {:?}", stack.iface().stats());
             eprintln!("tlnc: stack: {:?}", stack.stats());
+            eprintln!("tlnc: tcp: {:?}", stack.tcp_totals());
+        }
+        eprintln!("tlnc: device: {bind}");
+        if let Some(d) = device {
+            eprintln!("tlnc: xsk: {:?}", d.ours);
+            eprintln!("tlnc: xsk kernel: {:?}", d.kernel);
         }
     }
     result.map(|_| ())

@@ -1,0 +1,218 @@
+//! Live counters of a running context ([`Context::stats`](crate::Context::stats))
+//! and of a queue pair ([`Qp::stats`](crate::Qp::stats)).
+
+use std::fmt;
+
+pub use iwarp_datapath::runtime::LoopStats;
+pub use iwarp_datapath::stack::StackStats;
+pub use iwarp_proto::qp::QpStats;
+pub use iwarp_xdp::{AttachMode, XskMode};
+pub use tcp_lite::iface::IfaceStats;
+pub use tcp_lite::tcp::Stats as TcpStats;
+
+/// Counters of a whole context, read while it runs.
+#[derive(Debug, Clone)]
+pub struct ContextStats {
+    /// The host stack's own counters (segments for no socket, backpressure
+    /// drops, send errors; `tcp_closed` sums connections that ended).
+    pub stack: StackStats,
+    /// TCP counters summed over every connection, open and ended.
+    pub tcp: TcpStats,
+    /// The Ethernet/IPv4 interface's counters (parse drops, bad and partial
+    /// TCP checksums, ARP, ICMP).
+    pub iface: IfaceStats,
+    /// Connections the stack holds now (in any TCP state, TIME-WAIT included).
+    pub connections: usize,
+    /// Ports listening now.
+    pub listeners: usize,
+    /// The poll loop's counters (rounds, frames, sleeps, pinning).
+    pub poll_loop: LoopStats,
+    /// The device's counters and how it is bound.
+    pub device: DeviceStats,
+}
+
+impl ContextStats {
+    /// The likely cause and the fix when most TCP segments dropped for a
+    /// bad checksum carried a partial one (see
+    /// [`IfaceStats::checksum_diagnosis`]).
+    pub fn checksum_diagnosis(&self) -> Option<String> {
+        self.iface.checksum_diagnosis()
+    }
+}
+
+/// A device's counters.
+#[derive(Debug, Clone)]
+pub enum DeviceStats {
+    /// The simulated link (in-memory queues; no counters of its own).
+    Sim,
+    /// An AF_XDP socket.
+    Xdp(XdpDeviceStats),
+    /// A DPDK port.
+    Dpdk(DpdkDeviceStats),
+}
+
+/// An AF_XDP device: what it obtained when it opened, and its counters.
+#[derive(Debug, Clone)]
+pub struct XdpDeviceStats {
+    /// Interface.
+    pub iface: String,
+    /// Queue id.
+    pub queue: u32,
+    /// Bind mode obtained: `Copy` or `ZeroCopy`.
+    pub bind: XskMode,
+    /// Where the XDP program runs: `Driver` or `Skb` (generic).
+    pub attach: AttachMode,
+    /// Frames span several UMEM chunks (`XDP_USE_SG`).
+    pub multi_buffer: bool,
+    /// The socket's own counters (frames, kicks, wakeups, refusals).
+    pub socket: iwarp_xdp::Counters,
+    /// `XDP_STATISTICS` (ring-full and invalid-descriptor drops); `None`
+    /// if the kernel refused the query.
+    pub kernel: Option<iwarp_xdp::KernelStats>,
+}
+
+/// A DPDK port's counters.
+#[derive(Debug, Clone)]
+pub struct DpdkDeviceStats {
+    /// The port's name.
+    pub port: String,
+    /// Ours (frames, drops, refusals).
+    pub counters: iwarp_dpdk::Counters,
+    /// The driver's (`rte_eth_stats_get`); `None` if it failed.
+    pub driver: Option<iwarp_dpdk::PortStats>,
+}
+
+impl fmt::Display for ContextStats {
+    /// One `name value` pair per line, grouped by layer (for `--stats`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.stack;
+        writeln!(
+            f,
+            "stack: connections {} listeners {} rx_no_socket {} rx_backpressure_drops {} tx_errors {}",
+            self.connections, self.listeners, s.rx_no_socket, s.rx_backpressure_drops, s.tx_errors
+        )?;
+        let t = &self.tcp;
+        writeln!(
+            f,
+            "tcp: delivered {} rto_retransmits {} fast_retransmits {} spurious_rto_undone {} \
+             ooo_segments {} ooo_dropped {} sack_skipped {} challenge_acks {} \
+             no_timestamp_drops {} persist_aborts {}",
+            t.delivered,
+            t.rto_retransmits,
+            t.fast_retransmits,
+            t.spurious_rto_undone,
+            t.ooo_segments,
+            t.ooo_dropped,
+            t.sack_skipped,
+            t.challenge_acks,
+            t.no_timestamp_drops,
+            t.persist_aborts
+        )?;
+        let i = &self.iface;
+        writeln!(
+            f,
+            "iface: rx_frames {} rx_tcp {} rx_bad_checksum {} rx_partial_checksum {} \
+             rx_malformed {} rx_not_for_us_mac {} rx_not_for_us_ip {} rx_fragments {} \
+             rx_other_protocol {} rx_other_ethertype {} icmp_echo_replies {} tx_frames {} \
+             tx_queued {} tx_dropped {} tx_too_big {}",
+            i.rx_frames,
+            i.rx_tcp,
+            i.rx_bad_checksum,
+            i.rx_partial_checksum,
+            i.rx_malformed,
+            i.rx_not_for_us_mac,
+            i.rx_not_for_us_ip,
+            i.rx_fragments,
+            i.rx_other_protocol,
+            i.rx_other_ethertype,
+            i.icmp_echo_replies,
+            i.tx_frames,
+            i.tx_queued,
+            i.tx_dropped,
+            i.tx_too_big
+        )?;
+        let l = &self.poll_loop;
+        writeln!(
+            f,
+            "loop: rounds {} rx_frames {} tx_frames {} tx_refused {} outputs_dropped {} sleeps {} pinned {}",
+            l.rounds, l.rx_frames, l.tx_frames, l.tx_dropped, l.out_dropped, l.sleeps, l.pinned
+        )?;
+        match &self.device {
+            DeviceStats::Sim => writeln!(f, "device: simulated link")?,
+            DeviceStats::Xdp(x) => {
+                let c = &x.socket;
+                writeln!(
+                    f,
+                    "device: AF_XDP {} queue {} bind {:?} attach {:?} multi_buffer {}",
+                    x.iface, x.queue, x.bind, x.attach, x.multi_buffer
+                )?;
+                writeln!(
+                    f,
+                    "xsk: rx_frames {} rx_multi_buffer {} rx_wakeups {} rx_bad_descs {} \
+                     tx_frames {} tx_completed {} tx_full {} tx_too_big {} tx_kicks {} \
+                     tx_kick_again {} tx_kick_errors {}",
+                    c.rx_frames,
+                    c.rx_multi_buffer,
+                    c.rx_wakeups,
+                    c.rx_bad_descs,
+                    c.tx_frames,
+                    c.tx_completed,
+                    c.tx_full,
+                    c.tx_too_big,
+                    c.tx_kicks,
+                    c.tx_kick_again,
+                    c.tx_kick_errors
+                )?;
+                if let Some(k) = &x.kernel {
+                    writeln!(
+                        f,
+                        "xsk kernel: rx_dropped {} rx_invalid_descs {} rx_ring_full {} \
+                         rx_fill_ring_empty_descs {} tx_invalid_descs {} tx_ring_empty_descs {}",
+                        k.rx_dropped,
+                        k.rx_invalid_descs,
+                        k.rx_ring_full,
+                        k.rx_fill_ring_empty_descs,
+                        k.tx_invalid_descs,
+                        k.tx_ring_empty_descs
+                    )?;
+                }
+            }
+            DeviceStats::Dpdk(d) => {
+                let c = &d.counters;
+                writeln!(
+                    f,
+                    "device: DPDK {} rx_frames {} rx_dropped {} tx_frames {} tx_dropped {} \
+                     tx_no_mbuf {} tx_too_big {}",
+                    d.port,
+                    c.rx_frames,
+                    c.rx_dropped,
+                    c.tx_frames,
+                    c.tx_dropped,
+                    c.tx_no_mbuf,
+                    c.tx_too_big
+                )?;
+                if let Some(p) = &d.driver {
+                    writeln!(
+                        f,
+                        "port: ipackets {} opackets {} imissed {} ierrors {} oerrors {} rx_nombuf {}",
+                        p.ipackets, p.opackets, p.imissed, p.ierrors, p.oerrors, p.rx_nombuf
+                    )?;
+                }
+            }
+        }
+        if let Some(why) = self.checksum_diagnosis() {
+            writeln!(f, "warning: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Counters of one queue pair and its TCP connection, read while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCounters {
+    /// DDP/RDMAP counters (FPDUs, octets placed, stream octets); `None`
+    /// before the MPA exchange has finished.
+    pub qp: Option<QpStats>,
+    /// The connection's TCP counters.
+    pub tcp: TcpStats,
+}
