@@ -69,8 +69,27 @@ fn skip() -> Option<String> {
     None
 }
 
-/// Builds the C peer into a fresh directory; returns its path.
-fn build_peer(tag: &str) -> PathBuf {
+/// The built C peer in a directory of its own (with the capture), removed
+/// on drop, failure included.
+struct Prog {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl Prog {
+    fn bin(&self) -> &str {
+        self.bin.to_str().unwrap()
+    }
+}
+
+impl Drop for Prog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Builds the C peer into a fresh directory.
+fn build_peer(tag: &str) -> Prog {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/sctp/usrsctp_ddp_peer.c");
     let dir = std::env::temp_dir().join(format!("iwarp-usrsctp-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -87,7 +106,7 @@ fn build_peer(tag: &str) -> PathBuf {
         "cc failed: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    bin
+    Prog { dir, bin }
 }
 
 /// Namespace A (ours, AF_XDP, .1) and B (kernel .2/24, usrsctp). Fields
@@ -361,10 +380,10 @@ fn usrsctp_client(udp: bool) {
         println!("SKIP: {why}");
         return;
     }
-    let bin = build_peer(if udp { "cu" } else { "c" });
+    let prog = build_peer(if udp { "cu" } else { "c" });
     let lab = lab(if udp { "usau" } else { "usa" });
     let mut us = our_host(&lab, udp);
-    let cap = capture(&lab, bin.parent().unwrap());
+    let cap = capture(&lab, &prog.dir);
     us.post(SctpCommand::Listen { port: 5002 });
     let ok = us.wait("Listening", |o| match o {
         SctpOutput::Listening { port: 5002, ok } => Some(*ok),
@@ -372,10 +391,7 @@ fn usrsctp_client(udp: bool) {
     });
     assert!(ok);
     let (ip_a, n) = (ip_str(lab.ip_a), N.to_string());
-    let args = peer_args(
-        vec![bin.to_str().unwrap(), "client", &ip_a, "5002", &n],
-        udp,
-    );
+    let args = peer_args(vec![prog.bin(), "client", &ip_a, "5002", &n], udp);
     let peer = spawn_in(&lab.b, &args).unwrap();
     let id = us.wait("Accepted", |o| match o {
         SctpOutput::Accepted { assoc, remote, .. } => {
@@ -437,7 +453,6 @@ fn usrsctp_client(udp: bool) {
         "{:?}",
         us.kept
     );
-    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
 /// We connect, usrsctp accepts.
@@ -446,12 +461,12 @@ fn usrsctp_server(udp: bool) {
         println!("SKIP: {why}");
         return;
     }
-    let bin = build_peer(if udp { "su" } else { "s" });
+    let prog = build_peer(if udp { "su" } else { "s" });
     let lab = lab(if udp { "usbu" } else { "usb" });
     let mut us = our_host(&lab, udp);
-    let cap = capture(&lab, bin.parent().unwrap());
+    let cap = capture(&lab, &prog.dir);
     let n = N.to_string();
-    let args = peer_args(vec![bin.to_str().unwrap(), "server", "5003", &n], udp);
+    let args = peer_args(vec![prog.bin(), "server", "5003", &n], udp);
     let peer = spawn_in(&lab.b, &args).unwrap();
     // The INIT may reach B before usrsctp listens: B's kernel then answers
     // ICMP (T1-init resends the INIT, RFC 9260 §5.1), or usrsctp, up but
@@ -530,7 +545,6 @@ fn usrsctp_server(udp: bool) {
         "{:?}",
         us.kept
     );
-    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
 #[test]
@@ -539,7 +553,7 @@ fn usrsctp_without_adaptation_is_refused() {
         println!("SKIP: {why}");
         return;
     }
-    let bin = build_peer("cn");
+    let prog = build_peer("cn");
     let lab = lab("usan");
     let mut us = our_host(&lab, false);
     us.post(SctpCommand::Listen { port: 5004 });
@@ -551,14 +565,7 @@ fn usrsctp_without_adaptation_is_refused() {
     let ip_a = ip_str(lab.ip_a);
     let peer = spawn_in(
         &lab.b,
-        &[
-            bin.to_str().unwrap(),
-            "client",
-            &ip_a,
-            "5004",
-            "1",
-            "noadapt",
-        ],
+        &[prog.bin(), "client", &ip_a, "5004", "1", "noadapt"],
     )
     .unwrap();
     let o = peer.wait_timeout(Duration::from_secs(30)).unwrap();
@@ -576,7 +583,6 @@ fn usrsctp_without_adaptation_is_refused() {
         "{:?}",
         us.kept
     );
-    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
 #[test]
@@ -585,14 +591,10 @@ fn we_refuse_usrsctp_without_adaptation() {
         println!("SKIP: {why}");
         return;
     }
-    let bin = build_peer("sn");
+    let prog = build_peer("sn");
     let lab = lab("usbn");
     let mut us = our_host(&lab, false);
-    let _peer = spawn_in(
-        &lab.b,
-        &[bin.to_str().unwrap(), "server", "5005", "1", "noadapt"],
-    )
-    .unwrap();
+    let _peer = spawn_in(&lab.b, &[prog.bin(), "server", "5005", "1", "noadapt"]).unwrap();
     // As in we_associate_with_usrsctp: connect again while usrsctp is not
     // listening yet (bounded).
     for token in 1..=50u64 {
