@@ -27,7 +27,7 @@
 //! verification tag check, which is the association's). The SCTP CRC32c is
 //! unchanged inside UDP; the UDP checksum is computed on send and, when
 //! non-zero, verified on receive (RFC 768; zero means none for IPv4). Set
-//! `sctp.max_packet` to MTU − 28 when UDP is in use (§5.6: 8 octets less).
+//! `sctp.max_packet` to MTU − 28 when UDP is in use (the UDP header takes 8 octets).
 //!
 //! Only directly attached peers (one subnet, no gateway) and one address per
 //! association (RFC 5043 §7.2 allows one) are handled. Application work
@@ -69,7 +69,7 @@ pub struct SctpHostConfig {
     pub udp_port: Option<u16>,
 }
 
-/// IANA's SCTP-over-UDP tunneling port (RFC 6951 §5.1).
+/// The UDP port IANA registered for SCTP over UDP (sctp-tunneling, RFC 6951).
 pub const SCTP_UDP_PORT: u16 = 9899;
 /// Octets of a UDP header.
 const UDP_HEADER_LEN: usize = 8;
