@@ -1,0 +1,764 @@
+//! DDP over SCTP (RFC 5043) on a frame device: an [`Engine`] that runs
+//! `ddp_sctp` associations over Ethernet II / IPv4 protocol 132, with ARP
+//! from `tcp_lite::arp` and framing from `tcp_lite::wire`.
+//!
+//! `sctp-lite` and `ddp-sctp` stay I/O-free; this module is the glue that
+//! moves their packets in and out of frames:
+//!
+//! * receive: Ethernet → ARP (answered, learned through [`ArpCache`]) or
+//!   IPv4 to our address with protocol 132, unfragmented (we send with DF
+//!   and reassemble nothing; an SCTP packet never needs it at our
+//!   `max_packet`) → the association of (peer address, peer port, our port),
+//!   else the [`Listener`] of our port (INIT, COOKIE-ECHO), else the
+//!   out-of-the-blue answer of RFC 9260 §8.4. Verification tags are checked
+//!   by the association (§8.5).
+//! * transmit: each association's packets get a 20-octet IPv4 header (DF,
+//!   TTL 64) and an Ethernet header to the next hop's MAC; the frame goes to
+//!   the device as two parts (headers, SCTP packet). Packets to an address
+//!   still being resolved wait in the ARP cache's bounded queue (SCTP
+//!   retransmits what is dropped).
+//!
+//! UDP encapsulation (RFC 6951): with [`SctpHostConfig::udp_port`] set,
+//! SCTP packets also arrive inside UDP datagrams to that port; an
+//! association created from one (or a [`SctpCommand::Connect`] with
+//! `udp_port`) sends its packets inside UDP from our port to the peer's,
+//! and follows the UDP source port of the peer's latest packet that its
+//! association accepted (RFC 6951 §5.4, updated only after the
+//! verification tag check, which is the association's). The SCTP CRC32c is
+//! unchanged inside UDP; the UDP checksum is computed on send and, when
+//! non-zero, verified on receive (RFC 768; zero means none for IPv4). Set
+//! `sctp.max_packet` to MTU − 28 when UDP is in use (the UDP header takes 8 octets).
+//!
+//! Only directly attached peers (one subnet, no gateway) and one address per
+//! association (RFC 5043 §7.2 allows one) are handled. Application work
+//! arrives as [`SctpCommand`]s; everything `ddp_sctp` reports goes out as
+//! [`SctpOutput`]s.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use ddp_sctp::{listener, DdpAssociation, DdpError, DdpEvent};
+use sctp_lite::assoc::{out_of_the_blue, Config as SctpConfig, ListenOutcome, Listener};
+use tcp_lite::arp::{self, ArpCache, Enqueue, Resolve};
+use tcp_lite::wire::{
+    checksum, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
+    IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+};
+
+use crate::runtime::Engine;
+
+/// Names one association of a [`SctpHost`].
+pub type AssocId = u64;
+
+/// Settings of a [`SctpHost`].
+#[derive(Debug, Clone)]
+pub struct SctpHostConfig {
+    /// Our MAC address.
+    pub mac: [u8; 6],
+    /// Our IPv4 address.
+    pub ip: [u8; 4],
+    /// SCTP settings of every association (`ddp_sctp` adds the adaptation
+    /// indication). `max_packet` must fit the link: MTU − 20.
+    pub sctp: SctpConfig,
+    /// ARP settings.
+    pub arp: arp::Config,
+    /// Most live associations; INITs and COOKIE-ECHOs beyond it are
+    /// dropped (the Listener holds nothing per INIT).
+    pub max_assocs: usize,
+    /// Our UDP encapsulation port (RFC 6951; IANA's is 9899), or `None`
+    /// for raw IPv4 only.
+    pub udp_port: Option<u16>,
+}
+
+/// The UDP port IANA registered for SCTP over UDP (sctp-tunneling, RFC 6951).
+pub const SCTP_UDP_PORT: u16 = 9899;
+/// Octets of a UDP header.
+const UDP_HEADER_LEN: usize = 8;
+/// Ethernet + IPv4 + UDP headers.
+const MAX_HEADERS: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
+
+impl SctpHostConfig {
+    /// Defaults for `mac` / `ip`; `secret` keys cookies, tags and TSNs.
+    pub fn new(mac: [u8; 6], ip: [u8; 4], secret: [u8; 16]) -> Self {
+        SctpHostConfig {
+            mac,
+            ip,
+            sctp: SctpConfig {
+                secret,
+                ..SctpConfig::default()
+            },
+            arp: arp::Config::default(),
+            max_assocs: 1024,
+            udp_port: None,
+        }
+    }
+}
+
+/// Work for a [`SctpHost`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SctpCommand {
+    /// Accept associations on `port`.
+    Listen {
+        /// Our SCTP port.
+        port: u16,
+    },
+    /// Open an association to `remote:port` from `local_port`; answered
+    /// by [`SctpOutput::Opening`] with `token`.
+    Connect {
+        /// The caller's name for the answer.
+        token: u64,
+        /// Peer address.
+        remote: [u8; 4],
+        /// Peer port.
+        port: u16,
+        /// Our port.
+        local_port: u16,
+        /// The peer's UDP encapsulation port (RFC 6951), or `None` for raw
+        /// IPv4. Needs [`SctpHostConfig::udp_port`].
+        udp_port: Option<u16>,
+    },
+    /// DDP Stream Session Initiate (RFC 5043 §6.2).
+    Initiate {
+        /// Association.
+        assoc: AssocId,
+        /// DDP stream.
+        stream: u16,
+        /// Private Data.
+        private_data: Vec<u8>,
+    },
+    /// Accept a requested session.
+    Accept {
+        /// Association.
+        assoc: AssocId,
+        /// DDP stream.
+        stream: u16,
+        /// Private Data.
+        private_data: Vec<u8>,
+    },
+    /// Reject a requested session.
+    Reject {
+        /// Association.
+        assoc: AssocId,
+        /// DDP stream.
+        stream: u16,
+        /// Private Data.
+        private_data: Vec<u8>,
+    },
+    /// Send one DDP Segment (PPID 16).
+    Segment {
+        /// Association.
+        assoc: AssocId,
+        /// DDP stream.
+        stream: u16,
+        /// The segment.
+        segment: Vec<u8>,
+    },
+    /// DDP Stream Session Terminate.
+    Terminate {
+        /// Association.
+        assoc: AssocId,
+        /// DDP stream.
+        stream: u16,
+    },
+    /// Graceful SCTP shutdown.
+    Shutdown(AssocId),
+    /// SCTP ABORT.
+    Abort(AssocId),
+}
+
+/// What a [`SctpHost`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SctpOutput {
+    /// Answer to [`SctpCommand::Listen`].
+    Listening {
+        /// The port.
+        port: u16,
+        /// False when the port was taken already.
+        ok: bool,
+    },
+    /// Answer to [`SctpCommand::Connect`]: the association's id, or the
+    /// configuration error.
+    Opening {
+        /// The caller's token.
+        token: u64,
+        /// The new association.
+        result: Result<AssocId, &'static str>,
+    },
+    /// A peer's COOKIE-ECHO made an association on a listening port.
+    Accepted {
+        /// The new association.
+        assoc: AssocId,
+        /// Peer address.
+        remote: [u8; 4],
+        /// Peer port.
+        port: u16,
+    },
+    /// Something `ddp_sctp` reported (`Connected`, session events,
+    /// segments, `Closed`). After `Closed` the id is gone.
+    Event(AssocId, DdpEvent),
+    /// A command was refused.
+    Refused(AssocId, DdpError),
+    /// A command named no live association.
+    NoSuchAssoc(AssocId),
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SctpHostStats {
+    /// SCTP packets handed to an association or listener.
+    pub rx_packets: u64,
+    /// SCTP packets sent (ARP-queued ones counted when they leave).
+    pub tx_packets: u64,
+    /// Frames dropped on receive: not for us, malformed, fragmented, or
+    /// not IPv4/ARP.
+    pub rx_dropped: u64,
+    /// UDP datagrams to our encapsulation port with a bad checksum.
+    pub udp_bad_checksum: u64,
+    /// Out-of-the-blue answers sent (RFC 9260 §8.4).
+    pub ootb_replies: u64,
+    /// SCTP packets dropped for want of ARP resolution.
+    pub arp_drops: u64,
+    /// DATA chunks retransmitted (T3 or fast retransmit), summed over the
+    /// associations that have closed.
+    pub closed_retransmits: u64,
+    /// Packets the closed associations discarded (checksum, malformed,
+    /// wrong tag or ports), summed.
+    pub closed_discarded: u64,
+}
+
+struct Entry {
+    remote: Ipv4Address,
+    /// The peer's UDP encapsulation port when the association runs over UDP.
+    udp: Option<u16>,
+    ddp: DdpAssociation,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("remote", &self.remote)
+            .field("udp", &self.udp)
+            .field("state", &self.ddp.sctp().state())
+            .finish()
+    }
+}
+
+/// DDP-over-SCTP associations on one Ethernet/IPv4 interface.
+#[derive(Debug)]
+pub struct SctpHost {
+    cfg: SctpHostConfig,
+    mac: EthernetAddress,
+    ip: Ipv4Address,
+    arp: ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
+    listeners: HashMap<u16, Listener>,
+    assocs: BTreeMap<AssocId, Entry>,
+    /// (peer address, peer port, our port) → association.
+    by_tuple: HashMap<(Ipv4Address, u16, u16), AssocId>,
+    next_id: AssocId,
+    ip_ident: u16,
+    /// Frames made while handling received frames, sent at the next poll.
+    pending_tx: Vec<Vec<u8>>,
+    pending_out: VecDeque<SctpOutput>,
+    buf: Vec<u8>,
+    stats: SctpHostStats,
+}
+
+impl SctpHost {
+    /// A host with no associations and no listeners.
+    pub fn new(cfg: SctpHostConfig) -> Result<Self, &'static str> {
+        cfg.sctp.validate()?;
+        let mac = EthernetAddress(cfg.mac);
+        let ip = Ipv4Address(cfg.ip);
+        Ok(SctpHost {
+            arp: ArpCache::new(mac, ip, cfg.arp),
+            buf: vec![0; cfg.sctp.max_packet],
+            cfg,
+            mac,
+            ip,
+            listeners: HashMap::new(),
+            assocs: BTreeMap::new(),
+            by_tuple: HashMap::new(),
+            next_id: 1,
+            ip_ident: 0,
+            pending_tx: Vec::new(),
+            pending_out: VecDeque::new(),
+            stats: SctpHostStats::default(),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SctpHostStats {
+        self.stats
+    }
+
+    /// Live associations.
+    pub fn assoc_count(&self) -> usize {
+        self.assocs.len()
+    }
+
+    /// One association, for inspection.
+    pub fn assoc(&self, id: AssocId) -> Option<&DdpAssociation> {
+        self.assocs.get(&id).map(|e| &e.ddp)
+    }
+
+    /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
+    /// port) headers for the SCTP packet `pkt`; returns them and their
+    /// length.
+    fn headers(
+        &mut self,
+        dst_mac: EthernetAddress,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+    ) -> ([u8; MAX_HEADERS], usize) {
+        let mut h = [0u8; MAX_HEADERS];
+        let mut eth = EthernetFrame::new_unchecked(&mut h[..]);
+        // Both emits only fail on a short buffer or out-of-range fields;
+        // the buffer holds the headers and `pkt` ≤ max_packet ≤ 65535 - 28.
+        let _ = EthernetRepr {
+            src_addr: self.mac,
+            dst_addr: dst_mac,
+            ethertype: EtherType::IPV4,
+        }
+        .emit(&mut eth);
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let (protocol, payload_len) = match udp {
+            Some(_) => (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len()),
+            None => (IpProtocol::SCTP, pkt.len()),
+        };
+        let _ = Ipv4Repr {
+            src_addr: self.ip,
+            dst_addr: dst,
+            protocol,
+            payload_len,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            identification: self.ip_ident,
+            dont_frag: true,
+            more_frags: false,
+            fragment_offset: 0,
+            options_len: 0,
+        }
+        .emit(&mut Ipv4Packet::new_unchecked(
+            &mut h[ETHERNET_HEADER_LEN..],
+        ));
+        let ip_end = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+        match (udp, self.cfg.udp_port) {
+            (Some(dport), Some(sport)) => {
+                // RFC 6951 §5.3: source port ours, destination the peer's
+                // encapsulation port, length covering the SCTP packet.
+                let len = payload_len as u16;
+                let u = &mut h[ip_end..ip_end + UDP_HEADER_LEN];
+                u[0..2].copy_from_slice(&sport.to_be_bytes());
+                u[2..4].copy_from_slice(&dport.to_be_bytes());
+                u[4..6].copy_from_slice(&len.to_be_bytes());
+                let sum = checksum::combine(&[
+                    checksum::pseudo_header(&self.ip, &dst, IpProtocol::UDP, len),
+                    checksum::data(u),
+                    checksum::data(pkt),
+                ]);
+                // RFC 768: an all-zero result is sent as all ones.
+                let c = match !sum {
+                    0 => 0xffff,
+                    c => c,
+                };
+                u[6..8].copy_from_slice(&c.to_be_bytes());
+                (h, MAX_HEADERS)
+            }
+            _ => (h, ip_end),
+        }
+    }
+
+    fn arp_frame(&self, repr: &ArpRepr) -> Option<Vec<u8>> {
+        let mut f = vec![0u8; arp::FRAME_LEN];
+        arp::emit_frame(repr, self.mac, &mut f).ok()?;
+        Some(f)
+    }
+
+    /// Send one SCTP packet to `dst`, resolving its MAC first.
+    fn send(
+        &mut self,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+        now: u64,
+        tx: &mut dyn FnMut(&[&[u8]]),
+    ) {
+        match self.arp.resolve(dst, now) {
+            Resolve::Known(mac) => {
+                let (h, n) = self.headers(mac, dst, udp, pkt);
+                tx(&[&h[..n], pkt]);
+                self.stats.tx_packets += 1;
+            }
+            Resolve::SendRequest(req) => {
+                if let Some(f) = self.arp_frame(&req) {
+                    tx(&[&f]);
+                }
+                self.queue(dst, udp, pkt);
+            }
+            Resolve::Pending => self.queue(dst, udp, pkt),
+            Resolve::Failed => self.stats.arp_drops += 1,
+        }
+    }
+
+    fn queue(&mut self, dst: Ipv4Address, udp: Option<u16>, pkt: &[u8]) {
+        match self.arp.enqueue(dst, (dst, udp, pkt.to_vec())) {
+            Enqueue::Queued => {}
+            Enqueue::DroppedOldest(_) | Enqueue::Refused(_) => self.stats.arp_drops += 1,
+        }
+    }
+
+    /// Frame an SCTP packet made while receiving (sent at the next poll).
+    fn reply_later(
+        &mut self,
+        dst: Ipv4Address,
+        dst_mac: EthernetAddress,
+        udp: Option<u16>,
+        pkt: &[u8],
+    ) {
+        let (h, n) = self.headers(dst_mac, dst, udp, pkt);
+        let mut f = Vec::with_capacity(n + pkt.len());
+        f.extend_from_slice(&h[..n]);
+        f.extend_from_slice(pkt);
+        self.pending_tx.push(f);
+        self.stats.tx_packets += 1;
+    }
+
+    /// One SCTP packet from `src`, inside UDP from port `udp` or raw.
+    fn handle_sctp(
+        &mut self,
+        src_mac: EthernetAddress,
+        src: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+        now: u64,
+    ) {
+        // RFC 9260 §3.1: Source Port, Destination Port, the first four
+        // octets of the common header.
+        let (Some(sp), Some(dp)) = (pkt.get(0..2), pkt.get(2..4)) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        let peer_port = u16::from_be_bytes([sp[0], sp[1]]);
+        let our_port = u16::from_be_bytes([dp[0], dp[1]]);
+        self.stats.rx_packets += 1;
+        if let Some(id) = self.by_tuple.get(&(src, peer_port, our_port)) {
+            if let Some(e) = self.assocs.get_mut(id) {
+                let discarded = e.ddp.sctp().stats().packets_discarded;
+                e.ddp.handle_packet(now, pkt);
+                // RFC 6951 §5.4: the remote encapsulation port follows the
+                // UDP source port of packets the association accepted
+                // (verification tag checked, §8.5: not counted discarded).
+                // An association keeps
+                // its encapsulation (raw or UDP) for life here.
+                if let (Some(p), Some(_)) = (udp, e.udp) {
+                    if e.ddp.sctp().stats().packets_discarded == discarded {
+                        e.udp = Some(p);
+                    }
+                }
+                return;
+            }
+        }
+        let mut out = std::mem::take(&mut self.buf);
+        if let Some(l) = self.listeners.get_mut(&our_port) {
+            match l.handle_packet(now, pkt, &mut out) {
+                ListenOutcome::Reply(n) => {
+                    if let Some(r) = out.get(..n) {
+                        self.reply_later(src, src_mac, udp, r);
+                    }
+                }
+                ListenOutcome::Accept(a) if self.assocs.len() < self.cfg.max_assocs => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let ddp = DdpAssociation::wrap(*a, self.cfg.sctp.max_packet);
+                    self.assocs.insert(
+                        id,
+                        Entry {
+                            remote: src,
+                            udp,
+                            ddp,
+                        },
+                    );
+                    self.by_tuple.insert((src, peer_port, our_port), id);
+                    self.pending_out.push_back(SctpOutput::Accepted {
+                        assoc: id,
+                        remote: src.0,
+                        port: peer_port,
+                    });
+                }
+                ListenOutcome::Accept(_) | ListenOutcome::Drop => {}
+            }
+        } else if let Some(n) = out_of_the_blue(pkt, &mut out) {
+            // §8.4: INIT / COOKIE-ECHO to a port nobody listens on get no
+            // answer from `out_of_the_blue`; the rest as it says.
+            if let Some(r) = out.get(..n) {
+                self.reply_later(src, src_mac, udp, r);
+                self.stats.ootb_replies += 1;
+            }
+        }
+        self.buf = out;
+    }
+
+    /// The UDP source port and SCTP packet of a datagram to our
+    /// encapsulation port (RFC 6951 §5.4), its checksum verified when
+    /// non-zero (RFC 768).
+    fn decapsulate<'a>(&mut self, ip: &Ipv4Repr, udp: &'a [u8]) -> Option<(u16, &'a [u8])> {
+        let ours = self.cfg.udp_port?;
+        let h = udp.get(..UDP_HEADER_LEN)?;
+        let sport = u16::from_be_bytes([h[0], h[1]]);
+        let dport = u16::from_be_bytes([h[2], h[3]]);
+        let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+        let sum = u16::from_be_bytes([h[6], h[7]]);
+        if dport != ours || len < UDP_HEADER_LEN || len > udp.len() {
+            return None;
+        }
+        let dgram = &udp[..len];
+        if sum != 0 {
+            let total = checksum::combine(&[
+                checksum::pseudo_header(&ip.src_addr, &ip.dst_addr, IpProtocol::UDP, len as u16),
+                checksum::data(dgram),
+            ]);
+            if total != 0xffff {
+                self.stats.udp_bad_checksum += 1;
+                return None;
+            }
+        }
+        Some((sport, &dgram[UDP_HEADER_LEN..]))
+    }
+
+    fn with_assoc(
+        &mut self,
+        id: AssocId,
+        f: impl FnOnce(&mut DdpAssociation) -> Result<(), DdpError>,
+    ) {
+        match self.assocs.get_mut(&id) {
+            Some(e) => {
+                if let Err(err) = f(&mut e.ddp) {
+                    self.pending_out.push_back(SctpOutput::Refused(id, err));
+                }
+            }
+            None => self.pending_out.push_back(SctpOutput::NoSuchAssoc(id)),
+        }
+    }
+}
+
+impl Engine for SctpHost {
+    type Command = SctpCommand;
+    type Output = SctpOutput;
+
+    fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        if eth.dst_addr() != self.mac && eth.dst_addr() != EthernetAddress::BROADCAST {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        let src_mac = eth.src_addr();
+        match eth.ethertype() {
+            EtherType::ARP => {
+                let Ok(repr) =
+                    ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
+                else {
+                    self.stats.rx_dropped += 1;
+                    return;
+                };
+                if let Some(reply) = self.arp.process(&repr, now) {
+                    if let Some(f) = self.arp_frame(&reply) {
+                        self.pending_tx.push(f);
+                    }
+                }
+                while let Some((mac, (dst, udp, pkt))) = self.arp.pop_ready() {
+                    let (h, n) = self.headers(mac, dst, udp, &pkt);
+                    let mut f = h[..n].to_vec();
+                    f.extend_from_slice(&pkt);
+                    self.pending_tx.push(f);
+                    self.stats.tx_packets += 1;
+                }
+            }
+            EtherType::IPV4 => {
+                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+                    self.stats.rx_dropped += 1;
+                    return;
+                };
+                let Ok(repr) = Ipv4Repr::parse(&ip) else {
+                    self.stats.rx_dropped += 1;
+                    return;
+                };
+                if repr.dst_addr != self.ip || repr.more_frags || repr.fragment_offset != 0 {
+                    self.stats.rx_dropped += 1;
+                    return;
+                }
+                match repr.protocol {
+                    IpProtocol::SCTP => {
+                        self.handle_sctp(src_mac, repr.src_addr, None, ip.payload(), now)
+                    }
+                    IpProtocol::UDP => match self.decapsulate(&repr, ip.payload()) {
+                        Some((sport, pkt)) => {
+                            self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now)
+                        }
+                        None => self.stats.rx_dropped += 1,
+                    },
+                    _ => self.stats.rx_dropped += 1,
+                }
+            }
+            _ => self.stats.rx_dropped += 1,
+        }
+    }
+
+    fn handle_command(&mut self, cmd: SctpCommand, now: u64) {
+        match cmd {
+            SctpCommand::Listen { port } => {
+                let ok = !self.listeners.contains_key(&port);
+                if ok {
+                    match listener(self.cfg.sctp.clone()) {
+                        Ok(l) => {
+                            self.listeners.insert(port, l);
+                        }
+                        Err(_) => {
+                            self.pending_out
+                                .push_back(SctpOutput::Listening { port, ok: false });
+                            return;
+                        }
+                    }
+                }
+                self.pending_out
+                    .push_back(SctpOutput::Listening { port, ok });
+            }
+            SctpCommand::Connect {
+                token,
+                remote,
+                port,
+                local_port,
+                udp_port,
+            } => {
+                let remote = Ipv4Address(remote);
+                let key = (remote, port, local_port);
+                let result = if self.by_tuple.contains_key(&key) {
+                    Err("an association with this peer and ports exists")
+                } else if self.assocs.len() >= self.cfg.max_assocs {
+                    Err("too many associations")
+                } else if udp_port.is_some() && self.cfg.udp_port.is_none() {
+                    Err("UDP encapsulation asked for, but no local udp_port configured")
+                } else {
+                    let id = self.next_id;
+                    // The nonce makes tags and initial TSNs differ per
+                    // association under one secret.
+                    let nonce = id ^ (u64::from(local_port) << 48) ^ now;
+                    DdpAssociation::connect(self.cfg.sctp.clone(), local_port, port, now, nonce)
+                        .map(|ddp| {
+                            self.next_id += 1;
+                            self.assocs.insert(
+                                id,
+                                Entry {
+                                    remote,
+                                    udp: udp_port,
+                                    ddp,
+                                },
+                            );
+                            self.by_tuple.insert(key, id);
+                            id
+                        })
+                };
+                self.pending_out
+                    .push_back(SctpOutput::Opening { token, result });
+            }
+            SctpCommand::Initiate {
+                assoc,
+                stream,
+                private_data,
+            } => self.with_assoc(assoc, |d| d.initiate(stream, &private_data)),
+            SctpCommand::Accept {
+                assoc,
+                stream,
+                private_data,
+            } => self.with_assoc(assoc, |d| d.accept(stream, &private_data)),
+            SctpCommand::Reject {
+                assoc,
+                stream,
+                private_data,
+            } => self.with_assoc(assoc, |d| d.reject(stream, &private_data)),
+            SctpCommand::Segment {
+                assoc,
+                stream,
+                segment,
+            } => self.with_assoc(assoc, |d| d.send_segment(stream, &segment).map(|_| ())),
+            SctpCommand::Terminate { assoc, stream } => {
+                self.with_assoc(assoc, |d| d.terminate(now, stream))
+            }
+            SctpCommand::Shutdown(assoc) => self.with_assoc(assoc, |d| {
+                d.shutdown(now);
+                Ok(())
+            }),
+            SctpCommand::Abort(assoc) => self.with_assoc(assoc, |d| {
+                d.abort();
+                Ok(())
+            }),
+        }
+    }
+
+    fn poll(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FnMut(&[&[u8]]),
+        out: &mut dyn FnMut(SctpOutput),
+    ) -> bool {
+        let mut busy = false;
+        for f in self.pending_tx.drain(..) {
+            tx(&[&f]);
+            busy = true;
+        }
+        while let Some(req) = self.arp.poll_request(now) {
+            if let Some(f) = self.arp_frame(&req) {
+                tx(&[&f]);
+                busy = true;
+            }
+        }
+        while let Some(o) = self.pending_out.pop_front() {
+            out(o);
+            busy = true;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let ids: Vec<AssocId> = self.assocs.keys().copied().collect();
+        for id in ids {
+            let Some(e) = self.assocs.get_mut(&id) else {
+                continue;
+            };
+            if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
+                e.ddp.handle_timeout(now);
+            }
+            let (remote, udp) = (e.remote, e.udp);
+            // Bounded: at most 256 packets per association per round (the
+            // congestion and peer windows bound what it has anyway). Copied
+            // out because sending borrows the whole host (ARP, counters).
+            let mut pkts: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..256 {
+                match e.ddp.poll_transmit(now, &mut buf) {
+                    Some(n) => pkts.push(buf[..n].to_vec()),
+                    None => break,
+                }
+            }
+            let mut closed = false;
+            while let Some(ev) = e.ddp.poll_event() {
+                closed |= matches!(ev, DdpEvent::Closed(_));
+                out(SctpOutput::Event(id, ev));
+                busy = true;
+            }
+            if closed || e.ddp.sctp().is_closed() {
+                let (lp, pp) = (e.ddp.sctp().local_port(), e.ddp.sctp().peer_port());
+                self.by_tuple.remove(&(remote, pp, lp));
+                let st = e.ddp.sctp().stats();
+                self.stats.closed_retransmits += st.retransmits;
+                self.stats.closed_discarded += st.packets_discarded;
+                self.assocs.remove(&id);
+            }
+            for p in pkts {
+                self.send(remote, udp, &p, now, tx);
+                busy = true;
+            }
+        }
+        self.buf = buf;
+        busy
+    }
+}
