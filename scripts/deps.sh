@@ -55,6 +55,9 @@ if ((test)); then
     # the host and runs it in the guest, which has the same libraries.
     [ -e /usr/include/rdma/rdma_verbs.h ] || need_apt+=(librdmacm-dev)
     [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+    # usrsctp, the independent SCTP peer of the DDP-over-SCTP interop tests
+    # (tests/tests/usrsctp_interop.rs builds interop/sctp/*.c against it).
+    [ -e /usr/include/usrsctp.h ] || need_apt+=(libusrsctp-dev)
     # The DPDK backend (dpdk/): Debian's DPDK 22.11, found by build.rs through
     # pkg-config (without it the crate builds as a stub, which the demo uses).
     command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
