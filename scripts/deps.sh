@@ -9,7 +9,8 @@
 #            iproute2 and ethtool (iwarp-perf demo's namespaces and veths)
 #   --test   what scripts/test.sh's tests use besides: nftables, tcpdump,
 #            ping, pkg-config and libdpdk-dev (DPDK backend), the rdma-core
-#            headers (the siw suite's iwtest.c)
+#            headers (the siw suite's iwtest.c), libusrsctp-dev (the SCTP
+#            interop tests' usrsctp peer)
 #   --lab    the siw interop lab: Debian's 6.1.0-56 kernel image, then
 #            interop/lab/lab.sh setup (qemu, rdma-core, perftest, four siw
 #            builds under /var/tmp/iwarp-lab). Only scripts/test.sh asks
