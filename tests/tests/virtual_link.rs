@@ -99,7 +99,9 @@ fn take<T>(link: &mut VirtualLink<Stack>, side: Side, f: impl Fn(Output) -> Opti
     found.unwrap()
 }
 
-fn streams_both_ways(cfg: LinkConfig, len: usize) -> LinkStats {
+/// Two stacks on a link with `cfg`, A listening, B connected to it: the
+/// link and the stream ends of A and B.
+fn open(cfg: LinkConfig) -> (VirtualLink<Stack>, Arc<StreamShared>, Arc<StreamShared>) {
     let mut link = VirtualLink::new(stack(IP_A, 1), stack(IP_B, 2), cfg);
     link.command(
         Side::A,
@@ -129,6 +131,11 @@ fn streams_both_ways(cfg: LinkConfig, len: usize) -> LinkStats {
         } => Some(s),
         _ => None,
     });
+    (link, sa, sb)
+}
+
+fn streams_both_ways(cfg: LinkConfig, len: usize) -> LinkStats {
+    let (mut link, sa, sb) = open(cfg);
     let (mut a, mut b) = (App::new(sa, len, 7), App::new(sb, len, 0));
     let done = link.run_until(MAX_STEPS, |_| {
         let (x, y) = (a.turn(), b.turn());
@@ -213,45 +220,12 @@ fn lossy_links_many_seeds() {
 #[test]
 fn the_same_seed_replays_the_same_run() {
     let run = || {
-        let cfg = lossy(99, 20_000);
-        let mut link = VirtualLink::new(stack(IP_A, 1), stack(IP_B, 2), cfg);
-        link.command(
-            Side::A,
-            Command::Listen {
-                port: 5001,
-                ulp: Ulp::Stream,
-            },
-        );
-        link.command(
-            Side::B,
-            Command::Connect {
-                token: 1,
-                remote: IP_A,
-                port: 5001,
-                ulp: Ulp::Stream,
-            },
-        );
-        let sb = take(&mut link, Side::B, |o| match o {
-            Output::Connected {
-                stream: Some(s), ..
-            } => Some(s),
-            _ => None,
-        });
-        let mut b = App::new(sb, 128 << 10, 0);
-        let mut a: Option<App> = None;
-        link.run_until(MAX_STEPS, |l| {
-            while let Some(o) = l.outputs(Side::A).pop_front() {
-                if let Output::Accepted {
-                    stream: Some(s), ..
-                } = o
-                {
-                    a = Some(App::new(s, 128 << 10, 7));
-                }
-            }
-            let x = a.as_mut().is_some_and(App::turn);
-            let y = b.turn();
+        let (mut link, sa, sb) = open(lossy(99, 20_000));
+        let (mut a, mut b) = (App::new(sa, 128 << 10, 7), App::new(sb, 128 << 10, 0));
+        assert!(link.run_until(MAX_STEPS, |_| {
+            let (x, y) = (a.turn(), b.turn());
             x && y
-        });
+        }));
         (link.now(), link.stats())
     };
     let first = run();
