@@ -409,8 +409,9 @@ fn iwtest_both_roles(lab: &Lab, ctx: &Context, v: Variant) {
     }
 }
 
-/// Decode `pcap` with tshark: (FPDUs, "Good CRC32" verdicts, bad verdicts).
-fn tshark_crc(pcap: &std::path::Path) -> (usize, usize, usize) {
+/// Decode `pcap` with tshark: (FPDUs, "Good CRC32" verdicts, bad verdicts,
+/// gaps where the capture missed segments).
+fn tshark_crc(pcap: &std::path::Path) -> (usize, usize, usize, usize) {
     let base = [
         "tshark",
         "-r",
@@ -440,6 +441,7 @@ fn tshark_crc(pcap: &std::path::Path) -> (usize, usize, usize) {
         fpdus,
         text.matches("(Good CRC32)").count(),
         text.matches("Bad CRC32").count(),
+        text.matches("[Previous segment(s) not captured").count(),
     )
 }
 
@@ -461,14 +463,25 @@ fn suite(v: Variant) {
     we_respond(&lab, &ctx, v);
     if let Some(pcap) = pcap {
         lab.capture_stop().unwrap();
-        let (fpdus, good, bad) = tshark_crc(&pcap);
-        eprintln!("{v:?}: tshark: {fpdus} FPDUs, {good} Good CRC32, {bad} bad");
+        let (fpdus, good, bad, gaps) = tshark_crc(&pcap);
+        eprintln!(
+            "{v:?}: tshark: {fpdus} FPDUs, {good} Good CRC32, {bad} bad, {gaps} capture gaps"
+        );
         assert!(
             fpdus > 100,
             "{v:?}: only {fpdus} FPDUs in {}",
             pcap.display()
         );
-        assert_eq!((good, bad), (fpdus, 0), "{v:?}: {}", pcap.display());
+        // Where tcpdump missed segments (a loaded machine), tshark loses the
+        // FPDU framing at the gap and reads a length out of payload: the PDU
+        // it then "reassembles" fails its CRC though every FPDU on the wire
+        // was good (siw checks them too, and would have terminated). One
+        // such verdict per gap at most; with a complete capture, none.
+        assert!(
+            bad <= gaps && good + bad == fpdus && good >= fpdus.saturating_sub(gaps),
+            "{v:?}: {bad} bad CRC32 verdicts with {gaps} capture gaps: {}",
+            pcap.display()
+        );
     }
     let bin = iwtest::build(&std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))).unwrap();
     iwtest::install(&lab, &bin).unwrap();
