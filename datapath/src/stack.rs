@@ -1243,7 +1243,9 @@ impl crate::runtime::Engine for Stack {
             l.listener.settle();
         }
         let sweep = self.cfg.idle_sweep;
-        for sock in socks.values_mut() {
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        for (&id, sock) in socks.iter_mut() {
             let dst = sock.remote;
             sock.polled = false;
             match &mut sock.kind {
@@ -1253,6 +1255,7 @@ impl crate::runtime::Engine for Stack {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     }) > 0;
                     sock.polled = true;
+                    ids.push(id);
                 }
                 SockKind::Iwarp(i) => {
                     // Idle connections wait for the sweep (their timers).
@@ -1266,6 +1269,7 @@ impl crate::runtime::Engine for Stack {
                     sock.wake = sent > 0;
                     sock.polled_at = now;
                     sock.polled = true;
+                    ids.push(id);
                 }
             }
         }
@@ -1280,9 +1284,8 @@ impl crate::runtime::Engine for Stack {
             out(o);
             busy = true;
         }
-        let mut ids = std::mem::take(&mut self.ids);
-        ids.clear();
-        ids.extend(self.socks.keys().copied());
+        // The connections polled this round (in id order): their events,
+        // completions and state changes.
         for &id in &ids {
             if let Some(Sock {
                 kind: SockKind::Iwarp(i),
