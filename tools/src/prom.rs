@@ -78,6 +78,9 @@ fn one(out: &mut String, name: &str, kind: Kind, help: &str, v: u64) {
     family(out, name, kind, help, &[(String::new(), v)]);
 }
 
+/// Reads one of a queue pair's counters.
+type QpField = fn(&iwarp::QpStats) -> u64;
+
 /// The TCP counters as (suffix, help, value).
 fn tcp_fields(t: &TcpStats) -> [(&'static str, &'static str, u64); 16] {
     [
@@ -375,7 +378,7 @@ pub fn render(stats: &ContextStats, conns: &[ConnStats]) -> String {
         conns.len() as u64,
     );
     let label = |c: &ConnStats| format!("qp=\"{}\",peer=\"{}\"", c.qp, c.peer);
-    let qp_fields: [(&str, &str, fn(&iwarp::QpStats) -> u64); 5] = [
+    let qp_fields: [(&str, &str, QpField); 5] = [
         ("fpdus_tx", "FPDUs sent", |q| q.fpdus_tx),
         ("fpdus_rx", "FPDUs received", |q| q.fpdus_rx),
         (

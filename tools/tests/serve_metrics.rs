@@ -18,8 +18,9 @@ impl Drop for Server {
 
 fn get(addr: &str, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).expect("connect to the stats endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send the request");
     let mut resp = String::new();
     s.read_to_string(&mut resp).expect("read the response");
     let (head, body) = resp.split_once("\r\n\r\n").expect("a header end");
@@ -52,14 +53,14 @@ fn sim_server_serves_metrics_that_move() {
         .spawn()
         .expect("start iwarp-serve");
     let mut server = Server(child);
-    let mut out = BufReader::new(server.0.stdout.take().unwrap());
+    let mut out = BufReader::new(server.0.stdout.take().expect("piped stdout"));
     let mut addr = None;
     let mut accepted = false;
     let mut line = String::new();
     // The banner, the stats address and the accept come first (bounded).
     for _ in 0..10 {
         line.clear();
-        if out.read_line(&mut line).unwrap() == 0 {
+        if out.read_line(&mut line).expect("read stdout") == 0 {
             break;
         }
         if let Some(a) = line.trim().strip_prefix("stats: http://") {
@@ -118,7 +119,7 @@ fn usage_errors_exit_2_and_help_exits_0() {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .unwrap()
+            .expect("run iwarp-serve")
             .code()
     };
     assert_eq!(code(&["--help"]), Some(0));
