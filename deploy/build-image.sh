@@ -7,11 +7,11 @@
 #    debian:bookworm-slim from a registry if one answers within 30 s; else a
 #    Debian 12 minbase made with debootstrap and `docker import`ed (~20 s
 #    plus the download; needs root and the Debian mirror).
-# 2. Binaries: iwarp-perf, tlnc, iwarp-sim in release mode, in their own
+# 2. Binaries: iwarp-perf, tlnc, iwarp-serve, iwarp-sim in release mode, in their own
 #    target directory (target/image) and without DPDK (PKG_CONFIG=false:
 #    the DPDK backend builds as its stub, so the image needs no librte_*),
 #    so that this build does not rebuild the tests' target/ and back.
-# 3. A build context of four files (target/image-context), stripped
+# 3. A build context of five files (target/image-context), stripped
 #    binaries, then `docker build`.
 #
 # Needs a running Docker engine (see deploy/README.md to start one).
@@ -43,9 +43,9 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
     fi
 fi
 
-bins=(iwarp-perf tlnc iwarp-sim)
+bins=(iwarp-perf tlnc iwarp-serve iwarp-sim)
 export CARGO_TARGET_DIR="$PWD/target/image"
-PKG_CONFIG=false cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc -p iwarp-sim --bin iwarp-sim
+PKG_CONFIG=false cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc --bin iwarp-serve -p iwarp-sim --bin iwarp-sim
 
 ctx="$PWD/target/image-context"
 rm -rf "$ctx"

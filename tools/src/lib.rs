@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod prom;
+
 use std::fmt;
 use std::net::Ipv4Addr;
 
