@@ -457,6 +457,7 @@ fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.fast_retransmits += t.fast_retransmits;
     sum.ooo_segments += t.ooo_segments;
     sum.challenge_acks += t.challenge_acks;
+    sum.challenge_acks_suppressed += t.challenge_acks_suppressed;
     sum.delivered += t.delivered;
     sum.sack_skipped += t.sack_skipped;
     sum.spurious_rto_undone += t.spurious_rto_undone;
