@@ -397,10 +397,17 @@ impl IwarpOverTcp {
         }
         match self.closing {
             Some(Closing::Graceful) => {
+                // A graceful close waits for the responses to our RDMA
+                // Reads, but not once the peer's FIN arrived: every octet
+                // it sent is before the FIN (RFC 9293 §3.10.7.4), so an
+                // answer still missing never comes, and waiting would hold
+                // the connection forever (the Read completes flushed).
+                let peer_done = state == TcpState::CloseWait;
                 let quiet = match &self.iwarp {
                     None => true,
                     Some(c) => {
-                        c.tx_idle() && c.qp_ref().is_none_or(|q| q.outstanding_reads() == 0)
+                        c.tx_idle()
+                            && (peer_done || c.qp_ref().is_none_or(|q| q.outstanding_reads() == 0))
                             || c.qp_ref().is_some_and(|q| q.state() == QpState::Error)
                             || c.setup_error().is_some()
                     }
@@ -544,5 +551,212 @@ impl crate::runtime::Engine for TcpHost {
         busy |= n > 0;
         busy |= self.stack.drain(&self.mem, out);
         busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test: a failed unwrap is a failed test
+
+    use super::*;
+    use iwarp_proto::mem::Access;
+    use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
+    use tcp_lite::tcp::Config;
+    use tcp_lite::wire::{Ipv4Address, TcpPacket};
+
+    const IP_A: Ipv4Address = Ipv4Address([10, 9, 0, 1]);
+    const IP_B: Ipv4Address = Ipv4Address([10, 9, 0, 2]);
+
+    /// Segments `from` sends at `now`, as owned frames.
+    fn take(
+        from: &mut IwarpOverTcp,
+        now: u64,
+        mem: &MemoryTable,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+    ) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        from.poll(now, mem, 64, &mut |r| {
+            let mut b = vec![0; r.buffer_len()];
+            r.emit(&mut TcpPacket::new_unchecked(&mut b[..]), &src, &dst)
+                .unwrap();
+            out.push(b);
+        });
+        out
+    }
+
+    fn give(
+        to: &mut IwarpOverTcp,
+        f: &[u8],
+        now: u64,
+        mem: &mut MemoryTable,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+    ) {
+        let r = TcpRepr::parse(&TcpPacket::new_checked(f).unwrap(), &src, &dst).unwrap();
+        to.handle_segment(&r, now, mem);
+    }
+
+    fn reads(s: &IwarpOverTcp) -> usize {
+        s.iwarp
+            .as_ref()
+            .and_then(|c| c.qp_ref())
+            .map_or(0, |q| q.outstanding_reads())
+    }
+
+    fn payload_len(f: &[u8]) -> usize {
+        f.len() - usize::from(f[12] >> 4) * 4
+    }
+
+    /// A posts a 64-octet RDMA Read once established. `peer_closes`: B
+    /// never sees A's data after that (so never answers) and disconnects
+    /// while the Read is out; otherwise A disconnects right after posting
+    /// and every segment gets through. Returns A's outputs, whether A
+    /// reported Disconnected, and A's sink contents.
+    fn read_then_close(peer_closes: bool) -> (Vec<HostOutput>, bool, Vec<u8>) {
+        let cfg = Config {
+            rto_min: 5_000_000,
+            rto_initial: 50_000_000,
+            ..Config::default()
+        };
+        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
+        let mut syn = Vec::new();
+        tcp_a.poll_transmit(0, 1, &mut |r| {
+            syn = vec![0; r.buffer_len()];
+            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
+                .unwrap();
+        });
+        let syn_r =
+            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
+        let tcp_b = Tcp::accept(cfg, &syn_r, 99);
+        let mut mem_a = MemoryTable::new();
+        let pd_a = mem_a.alloc_pd();
+        let sink = mem_a
+            .register(pd_a, vec![0; 64], Access::LOCAL_WRITE, 0)
+            .unwrap();
+        let mut mem_b = MemoryTable::new();
+        let pd_b = mem_b.alloc_pd();
+        let src = mem_b
+            .register(pd_b, vec![7; 64], Access::REMOTE_READ, 0)
+            .unwrap();
+        let params = |pd| StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 16,
+            rq_depth: 16,
+        };
+        let mpa = MpaConfig {
+            crc: true,
+            ..Default::default()
+        };
+        let mut a = IwarpOverTcp::new(tcp_a, Role::Initiator, mpa.clone(), params(pd_a));
+        let mut b = IwarpOverTcp::new(tcp_b, Role::Responder, mpa, params(pd_b));
+        let mut now = 1_000_000;
+        let mut a_out = Vec::new();
+        let mut established = false;
+        let mut posted = false;
+        let mut disconnected = false;
+        let mut acked_first = false;
+        for _ in 0..400 {
+            now += 1_000_000;
+            for f in take(&mut a, now, &mem_a, IP_A, IP_B) {
+                // Once the Read is posted, the peer never sees our data (so
+                // never answers), only our ACKs and FIN.
+                if !peer_closes || !posted || payload_len(&f) == 0 {
+                    give(&mut b, &f, now, &mut mem_b, IP_A, IP_B);
+                }
+            }
+            let mut slow_round = false;
+            if !peer_closes && posted && !acked_first {
+                acked_first = true;
+                slow_round = true;
+                // The peer's TCP acknowledges what it got before its RDMAP
+                // layer answers (a busy peer): an ACK with no response.
+                let mut acks = Vec::new();
+                b.tcp.poll_transmit(now, 4, &mut |r| {
+                    let mut f = vec![0; r.buffer_len()];
+                    r.emit(&mut TcpPacket::new_unchecked(&mut f[..]), &IP_B, &IP_A)
+                        .unwrap();
+                    acks.push(f);
+                });
+                for f in acks {
+                    give(&mut a, &f, now, &mut mem_a, IP_B, IP_A);
+                }
+            }
+            // In that round its answer waits.
+            let from_b = if slow_round {
+                Vec::new()
+            } else {
+                take(&mut b, now, &mem_b, IP_B, IP_A)
+            };
+            for f in from_b {
+                give(&mut a, &f, now, &mut mem_a, IP_B, IP_A);
+            }
+            a.drain(&mem_a, &mut |o| a_out.push(o));
+            b.drain(&mem_b, &mut |_| {});
+            while let Some(e) = a.poll_cm_event() {
+                match e {
+                    CmEvent::Established(_) => established = true,
+                    CmEvent::Disconnected => disconnected = true,
+                    _ => {}
+                }
+            }
+            while b.poll_cm_event().is_some() {}
+            if established && !posted {
+                posted = true;
+                let wr = WorkRequest::Read {
+                    wr_id: 5,
+                    signaled: true,
+                    local: Sge {
+                        stag: sink,
+                        to: 0,
+                        len: 64,
+                    }
+                    .into(),
+                    remote_stag: src,
+                    remote_to: 0,
+                };
+                a.post(HostCommand::PostSend(wr), &mem_a, &mut |o| a_out.push(o));
+                if !peer_closes {
+                    a.disconnect();
+                }
+            } else if peer_closes && posted && reads(&a) == 1 && b.closing.is_none() {
+                // The peer closes gracefully while our Read is out.
+                b.disconnect();
+            }
+            if disconnected {
+                break;
+            }
+        }
+        assert!(established && posted);
+        let got = mem_a.snapshot(sink).unwrap();
+        (a_out, disconnected, got)
+    }
+
+    fn read_status(out: &[HostOutput]) -> Option<WcStatus> {
+        out.iter().find_map(|o| match o {
+            HostOutput::Completion(c) if c.wr_id == 5 => Some(c.status),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn graceful_disconnect_waits_for_the_read_response() {
+        let (out, disconnected, got) = read_then_close(false);
+        assert!(disconnected);
+        assert_eq!(read_status(&out), Some(WcStatus::Success));
+        assert_eq!(got, vec![7; 64]);
+    }
+
+    #[test]
+    fn peer_fin_with_our_read_outstanding_closes_and_flushes_the_read() {
+        // Before the fix the close waited forever for the response.
+        let (out, disconnected, got) = read_then_close(true);
+        assert!(
+            disconnected,
+            "a waits forever on a Read the peer can no longer answer"
+        );
+        assert_eq!(read_status(&out), Some(WcStatus::Flushed));
+        assert_eq!(got, vec![0; 64], "nothing placed");
     }
 }

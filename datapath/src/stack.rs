@@ -457,6 +457,7 @@ fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.fast_retransmits += t.fast_retransmits;
     sum.ooo_segments += t.ooo_segments;
     sum.challenge_acks += t.challenge_acks;
+    sum.challenge_acks_suppressed += t.challenge_acks_suppressed;
     sum.delivered += t.delivered;
     sum.sack_skipped += t.sack_skipped;
     sum.spurious_rto_undone += t.spurious_rto_undone;
@@ -830,8 +831,18 @@ impl Stack {
                 }
             } else if is_syn {
                 // Refusals (backlog or half-open bound) stay silent: the
-                // peer retries its SYN.
-                let _ = l.listener.on_syn(src, seg, isn);
+                // peer retries its SYN. A full half-open table answers with
+                // a stateless SYN cookie instead.
+                if let Ok(Some(syn_ack)) = l.listener.on_syn_at(src, seg, isn, now) {
+                    self.resets.push((src, syn_ack));
+                }
+            } else if l.listener.on_cookie_ack(src, seg, now, &mut |d| {
+                l.early
+                    .entry((src, seg.src_port))
+                    .or_default()
+                    .extend_from_slice(d)
+            }) {
+                // An ACK for a SYN cookie: established, in the accept queue.
             } else if let Some(rst) = tcp::reset_for(seg) {
                 self.stats.rx_no_socket += 1;
                 self.resets.push((src, rst));
@@ -1079,8 +1090,11 @@ impl crate::runtime::Engine for Stack {
                 let result = if self.listeners.contains_key(&port) {
                     Err(ListenError::PortInUse)
                 } else {
-                    let listener =
+                    let mut listener =
                         Listener::new(self.cfg.tcp, port, self.cfg.backlog, self.cfg.max_half_open);
+                    // SYN cookies once the half-open table is full (RFC 4987
+                    // §3.6), keyed apart from the ISN hash.
+                    listener.enable_syn_cookies(self.cfg.isn_secret.map(|b| b ^ 0x3c));
                     self.listeners.insert(
                         port,
                         Listening {

@@ -10,9 +10,19 @@
 //! ("SYN cache"), oldest-first eviction. A client that answers within one RTO
 //! is never evicted, while a flood of spoofed SYNs recycles its own entries
 //! once each has waited one RTO unanswered; only while every entry is
-//! younger than that are new SYNs refused. We chose this over SYN cookies
-//! (RFC 4987 §3.6), which would need the MSS, window scale, SACK and
-//! timestamp choices encoded in the ISN or the timestamp, for its simplicity.
+//! younger than that are new SYNs refused.
+//!
+//! Then, if [`Listener::enable_syn_cookies`] was called, a SYN that finds no
+//! room is answered with a stateless SYN cookie (RFC 4987 §3.6, see
+//! [`Listener::on_syn_at`]): the SYN-ACK's ISN is a keyed hash of the
+//! 4-tuple, the peer's ISN, a 64-second time counter and a 2-bit MSS index,
+//! and the listener keeps nothing. An ACK that acknowledges such an ISN
+//! ([`Listener::on_cookie_ack`]) rebuilds the connection. Only the MSS
+//! survives a cookie, from a table of four values: the cookie SYN-ACK
+//! offers no window scaling, SACK or timestamps (we do not encode them in
+//! the timestamp value as Linux does), so the peer uses none of them either
+//! (RFC 7323 §2.2, §3.2; RFC 2018 §2) and the connection runs with a 64 KiB
+//! window.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -75,7 +85,24 @@ pub struct Listener {
     pub refused_backlog: u64,
     /// Half-open connections evicted to make room for a new SYN.
     pub evicted_half_open: u64,
+    /// Key of the SYN cookie hash (`None`: no cookies).
+    cookie_secret: Option<[u8; 16]>,
+    /// SYN-ACKs sent with a cookie instead of a half-open entry.
+    pub syn_cookies_sent: u64,
+    /// Connections created from a valid cookie.
+    pub syn_cookies_accepted: u64,
+    /// ACKs for no half-open connection whose cookie did not check (forged,
+    /// too old, or a stray ACK), or that found the accept queue full.
+    pub syn_cookies_rejected: u64,
 }
+
+/// The MSS values a cookie can carry (a 2-bit index): the largest not above
+/// the peer's is chosen; 536 is RFC 9293 §3.7.1's default.
+const COOKIE_MSS: [u16; 4] = [536, 1220, 1440, 1460];
+/// Length of one step of the cookie's time counter (ns). A cookie is valid
+/// in the step it was made in and the next: 64 to 128 s (Linux's counter is
+/// the same 64 s, with MAX_SYNCOOKIE_AGE 2).
+pub const COOKIE_PERIOD: u64 = 64_000_000_000;
 
 impl Listener {
     /// Listen on `port`.
@@ -91,7 +118,144 @@ impl Listener {
             refused_half_open: 0,
             refused_backlog: 0,
             evicted_half_open: 0,
+            cookie_secret: None,
+            syn_cookies_sent: 0,
+            syn_cookies_accepted: 0,
+            syn_cookies_rejected: 0,
         }
+    }
+
+    /// Answer SYNs that find no room with SYN cookies keyed by `secret`
+    /// (drawn by the caller from a good random source).
+    pub fn enable_syn_cookies(&mut self, secret: [u8; 16]) {
+        self.cookie_secret = Some(secret);
+    }
+
+    /// The cookie hash: 30 bits over the secret, the peer's address and
+    /// port, our port, the peer's ISN, the time counter and the MSS index.
+    /// The local address is left out: a stack serves one address.
+    fn cookie(
+        &self,
+        secret: &[u8; 16],
+        src: Ipv4Address,
+        syn: &TcpRepr<'_>,
+        peer_isn: u32,
+        t: u64,
+        idx: u32,
+    ) -> u32 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        secret.hash(&mut h);
+        src.0.hash(&mut h);
+        syn.src_port.hash(&mut h);
+        self.port.hash(&mut h);
+        peer_isn.hash(&mut h);
+        t.hash(&mut h);
+        idx.hash(&mut h);
+        ((h.finish() as u32) << 2) | idx
+    }
+
+    /// The SYN as the cookie remembers it: its sequence number, ports and
+    /// the MSS from the table; no other option.
+    fn cookie_syn(syn: &TcpRepr<'_>, peer_isn: u32, idx: u32) -> TcpRepr<'static> {
+        let mut r = TcpRepr::new(syn.src_port, syn.dst_port, peer_isn, TcpFlags::SYN);
+        r.window = syn.window;
+        r.max_seg_size = Some(COOKIE_MSS[idx as usize & 3]);
+        r
+    }
+
+    /// [`on_syn`](Self::on_syn), then, when SYN cookies are enabled and the
+    /// SYN found no room (half-open table or backlog) while the accept queue
+    /// itself has room, a stateless SYN-ACK carrying a cookie
+    /// (RFC 4987 §3.6): `Ok(Some(syn_ack))` for the caller to send.
+    /// `Ok(None)`: the SYN took a half-open entry as with `on_syn`.
+    pub fn on_syn_at(
+        &mut self,
+        src: Ipv4Address,
+        syn: &TcpRepr<'_>,
+        isn: u32,
+        now: u64,
+    ) -> Result<Option<TcpRepr<'static>>, Refusal> {
+        let why = match self.on_syn(src, syn, isn) {
+            Ok(()) => return Ok(None),
+            Err(Refusal::NotSyn) => return Err(Refusal::NotSyn),
+            Err(why) => why,
+        };
+        let Some(secret) = self.cookie_secret else {
+            return Err(why);
+        };
+        if self.ready.len() >= self.backlog {
+            return Err(why);
+        }
+        let peer_mss = syn.max_seg_size.unwrap_or(536);
+        let idx = COOKIE_MSS.iter().rposition(|&m| m <= peer_mss).unwrap_or(0) as u32;
+        let t = now / COOKIE_PERIOD;
+        let iss = self.cookie(&secret, src, syn, syn.seq_number, t, idx);
+        // The SYN-ACK a half-open connection would send for the SYN as the
+        // cookie remembers it; the connection is then dropped.
+        let mut c = Connection::accept(self.cfg, &Self::cookie_syn(syn, syn.seq_number, idx), iss);
+        let mut out = None;
+        c.poll_transmit(now, 1, &mut |r| {
+            let mut s = TcpRepr::new(r.src_port, r.dst_port, r.seq_number, r.flags);
+            s.ack_number = r.ack_number;
+            s.window = r.window;
+            s.max_seg_size = r.max_seg_size;
+            s.window_scale = r.window_scale;
+            s.sack_permitted = r.sack_permitted;
+            s.timestamp = r.timestamp;
+            out = Some(s);
+        });
+        match out {
+            Some(s) => {
+                self.syn_cookies_sent += 1;
+                Ok(Some(s))
+            }
+            None => Err(why),
+        }
+    }
+
+    /// An ACK from `src` for no half-open connection: if it acknowledges a
+    /// SYN cookie made in this or the previous time step (RFC 4987 §3.6),
+    /// the connection is created established, its payload passed to
+    /// `deliver`, and it waits in the accept queue; returns whether it was.
+    /// Anything else (cookies off, RST or SYN set, a wrong or old cookie, a
+    /// full accept queue) creates nothing.
+    pub fn on_cookie_ack(
+        &mut self,
+        src: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        now: u64,
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> bool {
+        let Some(secret) = self.cookie_secret else {
+            return false;
+        };
+        if !seg.flags.contains(TcpFlags::ACK) || seg.flags.intersects(TcpFlags::SYN | TcpFlags::RST)
+        {
+            return false;
+        }
+        let iss = seg.ack_number.wrapping_sub(1);
+        let peer_isn = seg.seq_number.wrapping_sub(1);
+        let idx = iss & 3;
+        let t = now / COOKIE_PERIOD;
+        let valid = [t, t.wrapping_sub(1)]
+            .iter()
+            .any(|&t| self.cookie(&secret, src, seg, peer_isn, t, idx) == iss);
+        if !valid || self.ready.len() >= self.backlog {
+            self.syn_cookies_rejected += 1;
+            return false;
+        }
+        let syn = Self::cookie_syn(seg, peer_isn, idx);
+        let mut c = Connection::accept(self.cfg, &syn, iss);
+        // The SYN-ACK went out already (statelessly): mark it sent.
+        c.poll_transmit(now, 1, &mut |_| {});
+        c.handle_segment(seg, now, deliver);
+        if c.state() == State::SynReceived || c.state() == State::Closed {
+            self.syn_cookies_rejected += 1;
+            return false;
+        }
+        self.syn_cookies_accepted += 1;
+        self.ready.push_back((src, c));
+        true
     }
 
     /// SYN-ACK retransmissions before a half-open connection is dropped,
@@ -351,5 +515,133 @@ mod tests {
             l.on_syn(PEER, &TcpRepr::new(6, 80, 0, TcpFlags::ACK), 1),
             Err(Refusal::NotSyn)
         );
+    }
+
+    /// A listener with cookies on and its half-open table (2) full.
+    fn full_with_cookies() -> Listener {
+        let mut l = Listener::new(Config::default(), 80, 8, 2);
+        l.enable_syn_cookies([3; 16]);
+        assert_eq!(l.on_syn_at(PEER, &syn(1), 1, 0), Ok(None));
+        assert_eq!(l.on_syn_at(PEER, &syn(2), 1, 0), Ok(None));
+        l
+    }
+
+    /// The peer's SYN, with every option, and the cookie SYN-ACK for it.
+    fn cookie_syn_ack(l: &mut Listener, port: u16, now: u64) -> TcpRepr<'static> {
+        let mut s = syn(port);
+        s.max_seg_size = Some(1400);
+        s.window_scale = Some(7);
+        s.sack_permitted = true;
+        s.timestamp = Some(crate::wire::TcpTimestamp { tsval: 5, tsecr: 0 });
+        l.on_syn_at(PEER, &s, 1, now)
+            .unwrap()
+            .expect("a cookie SYN-ACK")
+    }
+
+    fn ack_for(sa: &TcpRepr<'_>, payload: &'static [u8]) -> TcpRepr<'static> {
+        let mut ack = TcpRepr::new(sa.dst_port, 80, 1001, TcpFlags::ACK | TcpFlags::PSH);
+        ack.ack_number = sa.seq_number.wrapping_add(1);
+        ack.window = 1000;
+        ack.payload = payload;
+        ack
+    }
+
+    #[test]
+    fn syn_cookie_completes_the_handshake_when_half_open_is_full() {
+        let mut l = full_with_cookies();
+        let sa = cookie_syn_ack(&mut l, 7000, 10 * MS);
+        // Stateless: no entry was taken (RFC 4987 §3.6).
+        assert_eq!((l.half_open_len(), l.syn_cookies_sent), (2, 1));
+        assert_eq!(sa.flags, TcpFlags::SYN | TcpFlags::ACK);
+        assert_eq!((sa.src_port, sa.dst_port, sa.ack_number), (80, 7000, 1001));
+        // Only the MSS survives, rounded down to the table (1400 -> 1220);
+        // the other options are not offered.
+        assert_eq!(sa.max_seg_size, Some(Config::default().mss));
+        assert_eq!(
+            (sa.window_scale, sa.sack_permitted, sa.timestamp),
+            (None, false, None)
+        );
+        // The peer's ACK, with data, some time later.
+        let mut got = Vec::new();
+        let ack = ack_for(&sa, b"hello");
+        assert!(l.on_cookie_ack(PEER, &ack, 900 * MS, &mut |d| got.extend_from_slice(d)));
+        assert_eq!(got, b"hello");
+        let (a, c) = l.accept().unwrap();
+        assert_eq!(
+            (a, c.remote_port(), c.state(), c.mss()),
+            (PEER, 7000, State::Established, 1220)
+        );
+        assert_eq!((l.syn_cookies_accepted, l.half_open_len()), (1, 2));
+    }
+
+    #[test]
+    fn forged_cookie_ack_creates_nothing() {
+        let mut l = full_with_cookies();
+        let sa = cookie_syn_ack(&mut l, 7000, 0);
+        let never = &mut |_: &[u8]| panic!("delivered");
+        // A wrong cookie: one bit off in the hash, or in the MSS index.
+        for flip in [1u32 << 20, 1, 2] {
+            let mut ack = ack_for(&sa, b"evil");
+            ack.ack_number ^= flip;
+            assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        }
+        // The right cookie for another port, address or peer ISN.
+        let mut ack = ack_for(&sa, b"evil");
+        ack.src_port = 7001;
+        assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        let ack = ack_for(&sa, b"evil");
+        assert!(!l.on_cookie_ack(Ipv4Address([10, 0, 0, 8]), &ack, 0, never));
+        let mut ack = ack_for(&sa, b"evil");
+        ack.seq_number = 5001;
+        assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        // A RST carrying the right cookie creates nothing either.
+        let mut ack = ack_for(&sa, b"");
+        ack.flags = TcpFlags::RST | TcpFlags::ACK;
+        assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        assert!(l.accept().is_none());
+        assert_eq!((l.syn_cookies_accepted, l.syn_cookies_rejected), (0, 6));
+        // Another listener's secret: no cookies at all without one.
+        let mut other = Listener::new(Config::default(), 80, 8, 2);
+        assert!(!other.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, never));
+        // The genuine ACK still works.
+        assert!(l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, never));
+    }
+
+    #[test]
+    fn old_cookie_is_refused() {
+        let mut l = full_with_cookies();
+        // Made late in one time step: valid through the next step...
+        let made = COOKIE_PERIOD - 1;
+        let sa = cookie_syn_ack(&mut l, 7000, made);
+        let ok = |l: &mut Listener, at| l.on_cookie_ack(PEER, &ack_for(&sa, b""), at, &mut |_| {});
+        assert!(!ok(&mut l, 2 * COOKIE_PERIOD), "two steps later");
+        assert!(!ok(&mut l, 100 * COOKIE_PERIOD));
+        assert_eq!(l.syn_cookies_rejected, 2);
+        assert!(ok(&mut l, 2 * COOKIE_PERIOD - 1), "the next step");
+        assert_eq!(l.syn_cookies_accepted, 1);
+    }
+
+    #[test]
+    fn no_cookie_while_the_accept_queue_is_full() {
+        let mut l = Listener::new(Config::default(), 80, 1, 1);
+        l.enable_syn_cookies([3; 16]);
+        let sa = {
+            assert_eq!(l.on_syn_at(PEER, &syn(1), 1, 0), Ok(None));
+            cookie_syn_ack(&mut l, 7000, 0)
+        };
+        // Complete the half-open one: the accept queue (1) is full.
+        for (_, c) in l.half_open_iter_mut() {
+            c.poll_transmit(0, 1, &mut |_| {});
+        }
+        let mut ack = TcpRepr::new(1, 80, 1001, TcpFlags::ACK);
+        ack.ack_number = 2;
+        ack.window = 100;
+        l.half_open_mut(PEER, 1)
+            .unwrap()
+            .handle_segment(&ack, 0, &mut |_| {});
+        l.settle();
+        assert_eq!(l.on_syn_at(PEER, &syn(3), 1, 0), Err(Refusal::BacklogFull));
+        assert!(!l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, &mut |_| {}));
+        assert_eq!(l.syn_cookies_sent, 1);
     }
 }

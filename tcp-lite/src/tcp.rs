@@ -79,6 +79,17 @@ pub struct Config {
     /// Most distinct ranges of the peer's SACK blocks remembered; when full,
     /// the shortest range is forgotten (that data may be resent needlessly).
     pub max_sack_ranges: usize,
+    /// Most challenge ACKs (RFC 5961 §3.2, §4.2, §5.2) sent per
+    /// [`challenge_ack_interval`](Self::challenge_ack_interval) on one
+    /// connection; the rest are counted in
+    /// [`Stats::challenge_acks_suppressed`] and not sent. RFC 5961 §7: an
+    /// implementation SHOULD throttle challenge ACKs. The limit is per
+    /// connection, not global as Linux's tcp_challenge_ack_limit once was:
+    /// a global counter is a side channel that tells an off-path attacker
+    /// when its guess hit some connection (CVE-2016-5696).
+    pub challenge_ack_limit: u32,
+    /// Length of the challenge-ACK counting interval (ns).
+    pub challenge_ack_interval: u64,
     /// Congestion control (RFC 9438 CUBIC by default, or NewReno).
     pub congestion: Algorithm,
 }
@@ -114,6 +125,8 @@ impl Default for Config {
             snd_buf: 4 << 20,
             max_ooo_ranges: 64,
             max_sack_ranges: 32,
+            challenge_ack_limit: 10,
+            challenge_ack_interval: 1_000_000_000,
             congestion: Algorithm::Cubic,
         }
     }
@@ -180,6 +193,9 @@ pub struct Stats {
     pub ooo_dropped: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
+    /// Challenge ACKs not sent: over [`Config::challenge_ack_limit`] in
+    /// their interval (RFC 5961 §7).
+    pub challenge_acks_suppressed: u64,
     /// Octets delivered in order.
     pub delivered: u64,
     /// Retransmission runs skipped because the peer SACKed them.
@@ -369,6 +385,10 @@ pub struct Connection {
     /// SYN-ACK retransmissions before a half-open connection gives up
     /// (`None`: `cfg.max_retransmits`); a listener sets it (RFC 4987 §3.2).
     syn_ack_retries: Option<u32>,
+    /// Start of the current challenge-ACK interval and the challenge ACKs
+    /// sent in it (RFC 5961 §7).
+    challenge_since: u64,
+    challenge_sent: u32,
     stats: Stats,
 }
 
@@ -453,6 +473,8 @@ impl Connection {
             zero_wnd_since: None,
             syn_unsent: false,
             syn_ack_retries: None,
+            challenge_since: 0,
+            challenge_sent: 0,
             stats: Stats::default(),
         }
     }
@@ -795,13 +817,13 @@ impl Connection {
                 };
                 self.enter_closed();
             } else {
-                self.challenge_ack();
+                self.challenge_ack(now);
             }
             return;
         }
         // Fourth: SYN in a synchronized state (RFC 5961 §4).
         if f.contains(Flags::SYN) {
-            self.challenge_ack();
+            self.challenge_ack(now);
             return;
         }
         if self.ts_on {
@@ -833,7 +855,7 @@ impl Connection {
         // timeout rewinds SND.NXT the peer may still acknowledge up to
         // SND.MAX); any other segment MUST be discarded and an ACK sent back.
         if lt(self.snd_max, ack) || lt(ack, self.snd_una.wrapping_sub(self.max_snd_wnd)) {
-            self.challenge_ack();
+            self.challenge_ack(now);
             return;
         }
         self.process_ack(seg, now);
@@ -937,7 +959,22 @@ impl Connection {
         State::TimeWait
     }
 
-    fn challenge_ack(&mut self) {
+    /// Sends a challenge ACK unless this connection already sent
+    /// `challenge_ack_limit` of them in the current interval (RFC 5961 §7:
+    /// an ACK throttling mechanism SHOULD be used). The segment that drew
+    /// it is discarded either way.
+    fn challenge_ack(&mut self, now: u64) {
+        if self.challenge_sent == 0
+            || now.saturating_sub(self.challenge_since) >= self.cfg.challenge_ack_interval
+        {
+            self.challenge_since = now;
+            self.challenge_sent = 0;
+        }
+        if self.challenge_sent >= self.cfg.challenge_ack_limit {
+            self.stats.challenge_acks_suppressed += 1;
+            return;
+        }
+        self.challenge_sent += 1;
         self.stats.challenge_acks += 1;
         self.ack_now = true;
     }
@@ -3053,6 +3090,74 @@ mod tests {
             (State::Closed, Some(TcpError::Refused))
         );
         assert_eq!(a.error().unwrap().to_string(), "connection refused");
+    }
+
+    #[test]
+    fn challenge_ack_flood_is_rate_limited_per_interval() {
+        let mut c = cfg();
+        c.challenge_ack_limit = 4;
+        c.challenge_ack_interval = 1_000_000_000;
+        let mut p = established(c, 37);
+        let now = p.now;
+        let nxt = p.b.rcv_nxt;
+        // Counts the ACKs the connection sends for one hostile segment.
+        let hit = |conn: &mut Connection, seg: &TcpRepr<'_>, at: u64| {
+            conn.handle_segment(seg, at, &mut |_| panic!("delivered"));
+            let mut acks = 0;
+            conn.poll_transmit(at, 4, &mut |r| {
+                assert_eq!(r.flags, Flags::ACK);
+                acks += 1;
+            });
+            acks
+        };
+        // 50 in-window RSTs not at RCV.NXT (RFC 5961 §3.2), each polled on
+        // its own so that no two challenges share one ACK: only the limit
+        // is answered in the interval (RFC 5961 §7).
+        let rst = from_peer(&p.b, nxt.wrapping_add(10), Flags::RST, &[], now);
+        let sent: usize = (0..50).map(|i| hit(&mut p.b, &rst, now + i)).sum();
+        assert_eq!(sent, 4);
+        assert_eq!(p.b.stats().challenge_acks, 4);
+        assert_eq!(p.b.stats().challenge_acks_suppressed, 46);
+        assert_eq!(p.b.state(), State::Established);
+        // SYNs and unacceptable ACKs draw on the same budget (§4.2, §5.2).
+        let syn = from_peer(&p.b, nxt, Flags::SYN, &[], now);
+        assert_eq!(hit(&mut p.b, &syn, now + 100), 0);
+        let mut ahead = from_peer(&p.b, nxt, Flags::ACK, &[], now);
+        ahead.ack_number = p.b.snd_max.wrapping_add(1000);
+        assert_eq!(hit(&mut p.b, &ahead, now + 200), 0);
+        assert_eq!(p.b.stats().challenge_acks_suppressed, 48);
+        // Just before the interval ends: still silent.
+        assert_eq!(hit(&mut p.b, &rst, now + 999_999_999), 0);
+        // A new interval: the limit again, then silence.
+        let later = now + 1_000_000_000;
+        let sent: usize = (0..10).map(|i| hit(&mut p.b, &rst, later + i)).sum();
+        assert_eq!(sent, 4);
+        assert_eq!(p.b.stats().challenge_acks, 8);
+        assert_eq!(p.b.stats().challenge_acks_suppressed, 55);
+        // The exact RST still resets: throttling only drops our answers.
+        let rst = from_peer(&p.b, p.b.rcv_nxt, Flags::RST, &[], later);
+        p.b.handle_segment(&rst, later, &mut |_| {});
+        assert_eq!(p.b.state(), State::Closed);
+    }
+
+    #[test]
+    fn challenge_acks_per_connection_not_shared() {
+        // One connection's exhausted budget leaves another's intact (no
+        // global counter to probe, CVE-2016-5696).
+        let mut c = cfg();
+        c.challenge_ack_limit = 1;
+        let mut p = established(c, 38);
+        let mut q = established(c, 39);
+        let rst = from_peer(&p.b, p.b.rcv_nxt.wrapping_add(10), Flags::RST, &[], p.now);
+        for i in 0..5 {
+            p.b.handle_segment(&rst, p.now + i, &mut |_| {});
+        }
+        assert_eq!(p.b.stats().challenge_acks, 1);
+        assert_eq!(p.b.stats().challenge_acks_suppressed, 4);
+        let rst = from_peer(&q.b, q.b.rcv_nxt.wrapping_add(10), Flags::RST, &[], q.now);
+        q.b.handle_segment(&rst, q.now, &mut |_| {});
+        assert_eq!(q.b.stats().challenge_acks, 1);
+        assert_eq!(q.b.stats().challenge_acks_suppressed, 0);
     }
 
     #[test]

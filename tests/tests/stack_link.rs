@@ -132,6 +132,17 @@ fn traced_pair(
     mem_a: MemoryTable,
     mem_b: MemoryTable,
 ) -> (LoopHandle<Stack>, LoopHandle<Stack>, Trace) {
+    traced_pair_with(seed, loss, mem_a, mem_b, |_| {})
+}
+
+/// [`traced_pair`] with `tweak_a` applied to A's configuration.
+fn traced_pair_with(
+    seed: u64,
+    loss: u32,
+    mem_a: MemoryTable,
+    mem_b: MemoryTable,
+    tweak_a: fn(&mut StackConfig),
+) -> (LoopHandle<Stack>, LoopHandle<Stack>, Trace) {
     let (da, db) = MemDevice::pair(4096);
     let faults = Faults {
         loss,
@@ -152,13 +163,9 @@ fn traced_pair(
         side: 'b',
         trace: trace.clone(),
     };
-    let a = spawn(
-        Stack::new(config(IP_A, 1), mem_a),
-        fa,
-        Some(0),
-        mode(),
-        4096,
-    );
+    let mut cfg_a = config(IP_A, 1);
+    tweak_a(&mut cfg_a);
+    let a = spawn(Stack::new(cfg_a, mem_a), fa, Some(0), mode(), 4096);
     let b = spawn(
         Stack::new(config(IP_B, 2), mem_b),
         fb,
@@ -232,7 +239,13 @@ fn pump(s: &StreamShared, len: usize, offset: usize) -> Vec<u8> {
 }
 
 fn streams_both_ways(seed: u64, loss: u32, len: usize) {
-    let (a, b, trace) = traced_pair(seed, loss, MemoryTable::new(), MemoryTable::new());
+    streams_both_ways_with(seed, loss, len, |_| {})
+}
+
+/// [`streams_both_ways`] with `tweak_a` applied to the listener's stack.
+fn streams_both_ways_with(seed: u64, loss: u32, len: usize, tweak_a: fn(&mut StackConfig)) {
+    let (a, b, trace) =
+        traced_pair_with(seed, loss, MemoryTable::new(), MemoryTable::new(), tweak_a);
     a.post(Command::Listen {
         port: 5001,
         ulp: Ulp::Stream,
@@ -308,6 +321,14 @@ fn byte_streams_both_ways_over_a_lossy_link() {
     for seed in 0..3 {
         streams_both_ways(seed, 20_000, 1 << 20);
     }
+}
+
+#[test]
+fn a_listener_without_half_open_room_accepts_through_syn_cookies() {
+    // No half-open entry at all: every SYN is answered with a stateless
+    // SYN cookie (RFC 4987 §3.6), and the handshake completes only if the
+    // cookie ACK rebuilds the connection; data then flows both ways.
+    streams_both_ways_with(31, 0, 200_000, |c| c.max_half_open = 0);
 }
 
 #[test]
