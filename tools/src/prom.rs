@@ -78,6 +78,19 @@ fn one(out: &mut String, name: &str, kind: Kind, help: &str, v: u64) {
     family(out, name, kind, help, &[(String::new(), v)]);
 }
 
+/// Unlabelled counters `{prefix}{name}_total`, each helped as `{what}: {name}`.
+fn counters(out: &mut String, prefix: &str, what: &str, items: &[(&str, u64)]) {
+    for &(k, v) in items {
+        one(
+            out,
+            &format!("{prefix}{k}_total"),
+            Kind::Counter,
+            &format!("{what}: {k}"),
+            v,
+        );
+    }
+}
+
 /// Reads one of a queue pair's counters.
 type QpField = fn(&iwarp::QpStats) -> u64;
 
@@ -301,44 +314,38 @@ pub fn render(stats: &ContextStats, conns: &[ConnStats]) -> String {
                 &[(labels, 1)],
             );
             let c = &x.socket;
-            for (k, v) in [
-                ("rx_frames", c.rx_frames),
-                ("rx_multi_buffer", c.rx_multi_buffer),
-                ("rx_wakeups", c.rx_wakeups),
-                ("rx_bad_descs", c.rx_bad_descs),
-                ("tx_frames", c.tx_frames),
-                ("tx_completed", c.tx_completed),
-                ("tx_full", c.tx_full),
-                ("tx_too_big", c.tx_too_big),
-                ("tx_kicks", c.tx_kicks),
-                ("tx_kick_again", c.tx_kick_again),
-                ("tx_kick_errors", c.tx_kick_errors),
-            ] {
-                one(
-                    &mut out,
-                    &format!("iwarp_xsk_{k}_total"),
-                    Counter,
-                    &format!("AF_XDP socket: {k}"),
-                    v,
-                );
-            }
+            counters(
+                &mut out,
+                "iwarp_xsk_",
+                "AF_XDP socket",
+                &[
+                    ("rx_frames", c.rx_frames),
+                    ("rx_multi_buffer", c.rx_multi_buffer),
+                    ("rx_wakeups", c.rx_wakeups),
+                    ("rx_bad_descs", c.rx_bad_descs),
+                    ("tx_frames", c.tx_frames),
+                    ("tx_completed", c.tx_completed),
+                    ("tx_full", c.tx_full),
+                    ("tx_too_big", c.tx_too_big),
+                    ("tx_kicks", c.tx_kicks),
+                    ("tx_kick_again", c.tx_kick_again),
+                    ("tx_kick_errors", c.tx_kick_errors),
+                ],
+            );
             if let Some(k) = &x.kernel {
-                for (n, v) in [
-                    ("rx_dropped", k.rx_dropped),
-                    ("rx_invalid_descs", k.rx_invalid_descs),
-                    ("rx_ring_full", k.rx_ring_full),
-                    ("rx_fill_ring_empty_descs", k.rx_fill_ring_empty_descs),
-                    ("tx_invalid_descs", k.tx_invalid_descs),
-                    ("tx_ring_empty_descs", k.tx_ring_empty_descs),
-                ] {
-                    one(
-                        &mut out,
-                        &format!("iwarp_xsk_kernel_{n}_total"),
-                        Counter,
-                        &format!("XDP_STATISTICS: {n}"),
-                        v,
-                    );
-                }
+                counters(
+                    &mut out,
+                    "iwarp_xsk_kernel_",
+                    "XDP_STATISTICS",
+                    &[
+                        ("rx_dropped", k.rx_dropped),
+                        ("rx_invalid_descs", k.rx_invalid_descs),
+                        ("rx_ring_full", k.rx_ring_full),
+                        ("rx_fill_ring_empty_descs", k.rx_fill_ring_empty_descs),
+                        ("tx_invalid_descs", k.tx_invalid_descs),
+                        ("tx_ring_empty_descs", k.tx_ring_empty_descs),
+                    ],
+                );
             }
         }
         DeviceStats::Dpdk(d) => {
@@ -351,22 +358,19 @@ pub fn render(stats: &ContextStats, conns: &[ConnStats]) -> String {
                 &[(labels, 1)],
             );
             let c = &d.counters;
-            for (k, v) in [
-                ("rx_frames", c.rx_frames),
-                ("rx_dropped", c.rx_dropped),
-                ("tx_frames", c.tx_frames),
-                ("tx_dropped", c.tx_dropped),
-                ("tx_no_mbuf", c.tx_no_mbuf),
-                ("tx_too_big", c.tx_too_big),
-            ] {
-                one(
-                    &mut out,
-                    &format!("iwarp_dpdk_{k}_total"),
-                    Counter,
-                    &format!("DPDK port: {k}"),
-                    v,
-                );
-            }
+            counters(
+                &mut out,
+                "iwarp_dpdk_",
+                "DPDK port",
+                &[
+                    ("rx_frames", c.rx_frames),
+                    ("rx_dropped", c.rx_dropped),
+                    ("tx_frames", c.tx_frames),
+                    ("tx_dropped", c.tx_dropped),
+                    ("tx_no_mbuf", c.tx_no_mbuf),
+                    ("tx_too_big", c.tx_too_big),
+                ],
+            );
         }
     }
     // Per connection.
