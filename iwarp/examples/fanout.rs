@@ -69,8 +69,24 @@ fn main() -> Result<(), iwarp::Error> {
     // Let the receives reach the subscribers' queue pairs.
     std::thread::sleep(Duration::from_millis(50));
 
+    // A send queue holds `sq_depth` work requests (256 by default); one
+    // posted past that completes as `Refused(QueueFull)`. So the publisher
+    // keeps at most WINDOW Sends outstanding per queue pair, as a verbs
+    // application must, and reaps completions to make room.
+    const WINDOW: usize = 128;
+    let mut done = vec![0usize; SUBSCRIBERS];
+    let reap = |done: &mut Vec<usize>| -> Result<(), iwarp::Error> {
+        let wc = pcq.wait(T).ok_or(iwarp::Error::TimedOut)?;
+        assert!(wc.status.is_ok(), "publisher: {wc:?}");
+        let n = qps.iter().position(|q| q.id() == wc.qp).expect("our qp");
+        done[n] += 1;
+        Ok(())
+    };
     let started = Instant::now();
     for seq in 0..UPDATES {
+        while done.iter().any(|&d| seq - d >= WINDOW) {
+            reap(&mut done)?;
+        }
         for qp in &qps {
             qp.post_send(WorkRequest::Send {
                 wr_id: seq as u64,
@@ -81,9 +97,8 @@ fn main() -> Result<(), iwarp::Error> {
             })?;
         }
     }
-    for _ in 0..SUBSCRIBERS * UPDATES {
-        let wc = pcq.wait(T).ok_or(iwarp::Error::TimedOut)?;
-        assert!(wc.status.is_ok(), "publisher: {wc:?}");
+    while done.iter().any(|&d| d < UPDATES) {
+        reap(&mut done)?;
     }
     for (n, (_, cq, inbox)) in subs.iter().enumerate() {
         for want in 0..UPDATES as u64 {

@@ -1629,6 +1629,10 @@ impl Qp {
 
     /// Post to the send queue: one push on a lock-free queue, no syscall.
     /// A refusal by the queue pair arrives on the CQ ([`Status::Refused`]).
+    /// The send queue holds `sq_depth` work requests that are posted and
+    /// not yet completed; as in verbs, the application keeps within it
+    /// (reaping completions), and one posted past it completes as
+    /// `Refused(QueueFull)`.
     pub fn post_send(&self, wr: WorkRequest) -> Result<(), Error> {
         self.ctx
             .inner
