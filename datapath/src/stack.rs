@@ -555,8 +555,6 @@ struct Sock {
     wake: bool,
     /// When it was last polled.
     polled_at: u64,
-    /// Polled in this round (its events and state are settled after).
-    polled: bool,
 }
 
 impl Sock {
@@ -758,7 +756,6 @@ impl Stack {
                 rto_seen: 0,
                 wake: true,
                 polled_at: 0,
-                polled: false,
             },
             shared,
         )
@@ -1261,14 +1258,12 @@ impl crate::runtime::Engine for Stack {
         ids.clear();
         for (&id, sock) in socks.iter_mut() {
             let dst = sock.remote;
-            sock.polled = false;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     Self::poll_stream(s, now);
                     busy |= s.tcp.poll_transmit(now, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     }) > 0;
-                    sock.polled = true;
                     ids.push(id);
                 }
                 SockKind::Iwarp(i) => {
@@ -1282,7 +1277,6 @@ impl crate::runtime::Engine for Stack {
                     busy |= sent > 0;
                     sock.wake = sent > 0;
                     sock.polled_at = now;
-                    sock.polled = true;
                     ids.push(id);
                 }
             }
@@ -1305,13 +1299,9 @@ impl crate::runtime::Engine for Stack {
                 kind: SockKind::Iwarp(i),
                 cq,
                 wake,
-                polled,
                 ..
             }) = self.socks.get_mut(&id)
             {
-                if !*polled {
-                    continue;
-                }
                 let mut did = false;
                 while let Some(e) = i.poll_cm_event() {
                     out(Output::Cm(id, e));
