@@ -103,6 +103,9 @@ pub fn latency(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res
             let interval = plan.rate.map(|r| Duration::from_secs_f64(1.0 / r));
             let start = Instant::now();
             for i in 0..iters {
+                if start.elapsed() >= plan.duration {
+                    break; // --duration; dropping the socket ends the echo side
+                }
                 let t0 = match interval {
                     Some(iv) => {
                         let due = start + iv * i as u32;
@@ -140,7 +143,21 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
                 let mut r = [0u8; 8];
                 io(s.read_exact(&mut r), "request")?;
                 for _ in 0..u64::from_le_bytes(r) {
-                    io(s.write_all(&buf[..len]), "write")?;
+                    match s.write_all(&buf[..len]) {
+                        Ok(()) => {}
+                        // --duration: the reader stops when time is up and
+                        // closes its socket.
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::BrokenPipe
+                                    | std::io::ErrorKind::ConnectionReset
+                            ) =>
+                        {
+                            break
+                        }
+                        Err(e) => return Err(format!("write: {e}")),
+                    }
                 }
             } else {
                 loop {
@@ -161,12 +178,18 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
             if read {
                 io(s.write_all(&iters.to_le_bytes()), "request")?;
                 for i in 0..iters {
+                    if start.elapsed() >= plan.duration {
+                        break;
+                    }
                     io(s.read_exact(&mut buf), "read")?;
                     stamps.push(Instant::now());
                     crate::progress(i + 1, &plan);
                 }
             } else {
                 for i in 0..iters {
+                    if start.elapsed() >= plan.duration {
+                        break;
+                    }
                     io(s.write_all(&buf), "write")?;
                     stamps.push(Instant::now());
                     crate::progress(i + 1, &plan);
@@ -179,7 +202,7 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
         },
     )?;
     let cpu = crate::cpu_time() - cpu0;
-    Ok(BwResult::new(
-        size, iters, secs, &stamps, start, window, cpu,
-    ))
+    // With --duration the run ends early: count what was done.
+    let done = stamps.len() as u64;
+    Ok(BwResult::new(size, done, secs, &stamps, start, window, cpu))
 }
