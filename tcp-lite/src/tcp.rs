@@ -226,35 +226,85 @@ pub struct Stats {
     pub dsack_undos: u64,
 }
 
-/// The send buffer: unacknowledged and unsent octets, contiguous so a
-/// segment's payload is one slice. Acknowledged octets are dropped from the
-/// front lazily (a move only once they are at least half the buffer), so an
-/// ACK costs O(1) amortized, not a move of everything still queued.
+/// The send buffer: unacknowledged and unsent octets in a ring, so an ACK
+/// only moves the head and no octet is ever moved inside the buffer (the
+/// earlier contiguous buffer moved what was left on the ACKs that crossed
+/// its half: up to one extra copy per octet sent, 9% of a bulk transfer's
+/// time in `stack-cost`). A segment's payload is one slice, so where the
+/// unsent data wraps around the ring's end a segment ends there
+/// ([`SendBuf::contiguous`]): once per trip round the ring.
 #[derive(Debug, Default)]
 struct SendBuf {
-    data: Vec<u8>,
+    /// The ring; its length is the capacity, grown on demand.
+    ring: Vec<u8>,
+    /// Index of the oldest octet.
     head: usize,
+    /// Octets held.
+    len: usize,
 }
 
 impl SendBuf {
     fn len(&self) -> usize {
-        self.data.len() - self.head
+        self.len
+    }
+    /// Ring index of stream offset `off` (from the oldest octet).
+    fn at(&self, off: usize) -> usize {
+        let i = self.head + off;
+        if i >= self.ring.len() {
+            i - self.ring.len()
+        } else {
+            i
+        }
     }
     fn extend(&mut self, d: &[u8]) {
-        self.data.extend_from_slice(d);
+        if self.len + d.len() > self.ring.len() {
+            // Grow (rarely: to the largest amount ever queued), laying the
+            // octets held out from index 0.
+            let cap = (self.len + d.len()).next_power_of_two().max(4096);
+            let mut ring = vec![0u8; cap];
+            let (a, b) = self.slices();
+            ring[..a.len()].copy_from_slice(a);
+            ring[a.len()..a.len() + b.len()].copy_from_slice(b);
+            self.ring = ring;
+            self.head = 0;
+        }
+        let tail = self.at(self.len);
+        let first = d.len().min(self.ring.len() - tail);
+        self.ring[tail..tail + first].copy_from_slice(&d[..first]);
+        self.ring[..d.len() - first].copy_from_slice(&d[first..]);
+        self.len += d.len();
+    }
+    /// The octets held, oldest first, as the ring's two pieces.
+    fn slices(&self) -> (&[u8], &[u8]) {
+        let first = self.len.min(self.ring.len() - self.head);
+        (
+            &self.ring[self.head..self.head + first],
+            &self.ring[..self.len - first],
+        )
     }
     fn consume(&mut self, n: usize) {
-        self.head += n.min(self.len());
-        if self.head == self.data.len() {
-            self.data.clear();
-            self.head = 0;
-        } else if self.head >= 64 << 10 && self.head * 2 >= self.data.len() {
-            self.data.drain(..self.head);
+        let n = n.min(self.len);
+        self.head = self.at(n);
+        self.len -= n;
+        if self.len == 0 {
             self.head = 0;
         }
     }
+    /// Octets from offset `off` on that are contiguous in the ring.
+    fn contiguous(&self, off: usize) -> usize {
+        match self.len.saturating_sub(off) {
+            0 => 0,
+            avail => avail.min(self.ring.len() - self.at(off)),
+        }
+    }
+    /// `len` octets from offset `off`; `len` must be within
+    /// [`contiguous`](Self::contiguous)`(off)`.
     fn get(&self, off: usize, len: usize) -> &[u8] {
-        &self.data[self.head + off..self.head + off + len]
+        if len == 0 {
+            return &[];
+        }
+        let i = self.at(off);
+        &self.ring[i..i + len]
     }
 }
 
@@ -1865,6 +1915,11 @@ impl Connection {
         };
         if len > 0 {
             len = self.record_cut(s, len, seg_max).unwrap_or(len);
+            // One slice of the ring per segment.
+            len = len.min(
+                self.snd_buf
+                    .contiguous(s.wrapping_sub(self.buf_seq) as usize),
+            );
         }
         let fin = self.fin_queued && s.wrapping_add(len as u32) == data_end && lt(data_end, end);
         if len == 0 && !fin {
@@ -1954,13 +2009,15 @@ impl Connection {
         let data_hi = if fin { self.data_end() } else { self.snd_max };
         let span = data_hi.wrapping_sub(self.snd_una);
         let start = data_hi.wrapping_sub(span.min(seg_max));
-        let len = data_hi.wrapping_sub(start) as usize;
+        let off = start.wrapping_sub(self.buf_seq) as usize;
+        // One slice of the ring; the FIN only with the last data octet.
+        let len = (data_hi.wrapping_sub(start) as usize).min(self.snd_buf.contiguous(off));
+        let fin = fin && start.wrapping_add(len as u32) == data_hi;
         let mut flags = Flags::ACK;
         if fin {
             flags |= Flags::FIN;
         }
         let mut r = self.base(now, start, flags);
-        let off = start.wrapping_sub(self.buf_seq) as usize;
         r.payload = self.snd_buf.get(off, len);
         emit(&r);
         self.ack_now = false;
@@ -2141,6 +2198,9 @@ impl Connection {
             if len == 0 && avail > 0 && self.persist_probe {
                 len = 1; // window probe (RFC 9293 §3.8.6.1)
             }
+            // One slice of the ring per segment: where the unsent data
+            // wraps, the segment ends (once per trip round the ring).
+            len = len.min(self.snd_buf.contiguous(sent));
             // The FIN goes with (or right after) the last data octet, once per pass.
             let fin_now = self.fin_queued && sent + len == self.snd_buf.len();
             if len == 0 && !fin_now {
@@ -2241,6 +2301,52 @@ pub fn reset_for(seg: &TcpRepr<'_>) -> Option<TcpRepr<'static>> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The send ring against a plain queue: random appends, acknowledgements
+    /// and reads at every offset, across many trips round the ring and its
+    /// growth; every read is one slice that ends at the wrap at the latest
+    /// and holds the model's octets.
+    #[test]
+    fn send_ring_matches_a_queue_across_wraps() {
+        use std::collections::VecDeque;
+        let mut ring = SendBuf::default();
+        let mut model: VecDeque<u8> = VecDeque::new();
+        let mut x: u32 = 7;
+        let mut next = |m: u32| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (x >> 8) % m
+        };
+        let mut octet = 0u8;
+        let mut wraps = 0;
+        for _ in 0..20_000 {
+            if next(3) > 0 && model.len() < 9000 {
+                let n = next(1500) as usize;
+                let d: Vec<u8> = (0..n)
+                    .map(|_| {
+                        octet = octet.wrapping_add(1);
+                        octet
+                    })
+                    .collect();
+                ring.extend(&d);
+                model.extend(&d);
+            } else {
+                let n = next(2000) as usize;
+                ring.consume(n);
+                model.drain(..n.min(model.len()));
+            }
+            assert_eq!(ring.len(), model.len());
+            let off = next(model.len() as u32 + 1) as usize;
+            let c = ring.contiguous(off);
+            assert!(c <= model.len() - off);
+            assert_eq!(c == 0, off == model.len(), "only the end is empty");
+            if c < model.len() - off {
+                wraps += 1;
+            }
+            let got = ring.get(off, c);
+            assert!(got.iter().eq(model.range(off..off + c)));
+        }
+        assert!(wraps > 100, "the ring wrapped only {wraps} times");
+    }
 
     #[test]
     fn reset_for_closed_port() {
