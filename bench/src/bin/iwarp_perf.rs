@@ -187,18 +187,6 @@ pub fn progress(i: u64, plan: &Plan) {
     }
 }
 
-/// This process's CPU time in seconds (user + system, all threads), from
-/// /proc/self/stat.
-pub fn cpu_time() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    // USER_HZ is 100 on Linux (sysconf(_SC_CLK_TCK)).
-    ticks / 100.0
-}
-
 struct Args {
     tests: Vec<(Test, Vec<u32>)>,
     iters: Option<u64>,
@@ -887,3 +875,5 @@ fn main() -> ExitCode {
         }
     }
 }
+
+pub use iwarp_bench::cpu_time;

@@ -217,7 +217,7 @@ fn our_client(
     }
     s.close.store(true, Ordering::Release);
     let s = connect_ours(&h, to, 2);
-    let cpu0 = cpu_time();
+    let cpu0 = iwarp_bench::cpu_time();
     let t = Instant::now();
     // Bounded: a transfer that stalls for two minutes fails the run.
     let give_up = t + Duration::from_secs(120);
@@ -244,7 +244,7 @@ fn our_client(
         std::thread::sleep(Duration::from_micros(50));
     }
     let secs = t.elapsed().as_secs_f64();
-    let cpu = cpu_time() - cpu0;
+    let cpu = iwarp_bench::cpu_time() - cpu0;
     if count_tcp {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -257,16 +257,6 @@ fn our_client(
         .map(|(stack, _)| stack.stats().tcp_closed)
         .unwrap_or_default();
     (rtts, bulk as f64 / secs / 1e6, cpu / bulk as f64 * 1e9, tcp)
-}
-
-/// This process's CPU time in seconds (user + system), from /proc.
-fn cpu_time() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    ticks / 100.0
 }
 
 fn main() {

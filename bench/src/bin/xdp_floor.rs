@@ -1,22 +1,35 @@
 //! The frame floor: how fast copy-mode AF_XDP moves frames across a veth
-//! between two of our sockets with no protocol work at all. One pinned
-//! thread transmits full-MTU IPv4 frames through one `XdpDevice` as fast as
-//! the ring takes them, another receives them through the other end's
-//! device; the receiver's count is the figure. Whatever the kernel does per
-//! frame and per octet in copy mode (an skb per frame, the copies into it and
-//! into the receiving UMEM, veth, the XDP program) is in it, and nothing of
-//! ours but the copy into the transmit UMEM that `FrameDevice::tx` makes.
-//! `iwarp-perf write_bw` at the same MTU, divided by this, says how much of
-//! the ceiling our TCP, MPA, DDP and RDMAP leave unused.
+//! between two of our sockets, with no protocol, and with only the work no
+//! iWARP stack can avoid. One pinned thread transmits full-MTU IPv4 frames
+//! through one `XdpDevice`, another receives them through the other end's
+//! device; the receiver's count is the figure. Two runs per MTU:
+//!
+//! * `frames`: the frame is built once and only handed to `FrameDevice::tx`
+//!   (its one copy into the transmit UMEM); the receiver counts. What the
+//!   kernel does per frame and per octet in copy mode (an skb per frame, the
+//!   copies into it and into the receiving UMEM, veth, the XDP program) is
+//!   in it, and nothing else.
+//! * `copy+crc`: what an iWARP sender and receiver must add at the least:
+//!   the sender gathers each frame's payload from a 16 MiB source buffer
+//!   (the registered region) into the UMEM and computes its CRC32c; the
+//!   receiver computes the CRC32c of each payload and copies it into a
+//!   16 MiB destination buffer (DDP placement).
+//!
+//! The sender keeps at most `--window` frames in flight (sent and not yet
+//! counted by the receiver, read from a shared counter: an acknowledgement
+//! that costs nothing), so frames are not sent only to be dropped at a full
+//! receive ring; drops are still counted and printed.
+//! `iwarp-perf write_bw` at the same MTU, divided by the `copy+crc` rate,
+//! says how much of the ceiling our TCP, MPA, DDP and RDMAP leave unused.
 //!
 //! Root only: it creates two namespaces and a veth pair (removed on exit).
 //!
 //! ```text
-//! xdp-floor [--mtu N[,N...]] [--secs S] [--core C]
+//! xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--window W]
 //! ```
 
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,15 +37,17 @@ use iwarp_datapath::runtime::FrameDevice;
 use iwarp_xdp::{in_netns, Config, XdpDevice};
 use netns_harness::{End, Netns, VethPair};
 
-const USAGE: &str = "usage: xdp-floor [--mtu N[,N...]] [--secs S] [--core C]
-  --mtu   MTUs of both veth ends, one run each (default 1500,9000)
-  --secs  seconds of transmission per run, 1..=30 (default 2)
-  --core  first CPU: the sender there, the receiver on the next (default 0)";
+const USAGE: &str = "usage: xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--window W]
+  --mtu     MTUs of both veth ends, one run each (default 1500,9000)
+  --secs    seconds of transmission per run, 1..=30 (default 2)
+  --core    first CPU: the sender there, the receiver on the next (default 0)
+  --window  frames in flight at most, 1..=512 (default 128)";
 
 struct Args {
     mtus: Vec<u32>,
     secs: u64,
     core: usize,
+    window: u64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -40,6 +55,7 @@ fn parse() -> Result<Args, String> {
         mtus: vec![1500, 9000],
         secs: 2,
         core: 0,
+        window: 128,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -64,6 +80,12 @@ fn parse() -> Result<Args, String> {
                 a.core = value()?
                     .parse()
                     .map_err(|_| "--core takes a CPU number".to_string())?
+            }
+            "--window" => {
+                a.window = match value()?.parse() {
+                    Ok(w) if (1..=512).contains(&w) => w,
+                    _ => return Err("--window takes 1..=512".into()),
+                }
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -106,6 +128,9 @@ struct Run {
     got: u64,
     octets: u64,
     secs: f64,
+    /// Frames the receiving socket's kernel side dropped (ring full, no
+    /// fill buffer, other).
+    dropped: u64,
 }
 
 fn pin(core: usize) {
@@ -114,7 +139,20 @@ fn pin(core: usize) {
     }
 }
 
-fn run_one(mtu: u32, secs: u64, core: usize) -> Result<Run, String> {
+/// CRC32c as the stack computes it.
+fn crc(p: &[u8]) -> u32 {
+    let mut c = iwarp_proto::crc::Crc32c::new();
+    c.update(p);
+    c.value()
+}
+
+/// The source and destination buffers of a `copy+crc` run (the registered
+/// regions of an iWARP transfer).
+const REGION: usize = 16 << 20;
+/// Ethernet + IPv4 header octets in each frame.
+const HEADERS: usize = 34;
+
+fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
     let e = |e: netns_harness::Error| e.to_string();
     let na = Netns::new("xfa").map_err(e)?;
     let nb = Netns::new("xfb").map_err(e)?;
@@ -136,20 +174,36 @@ fn run_one(mtu: u32, secs: u64, core: usize) -> Result<Run, String> {
     let mut tx = open(&na, End::A, ip_a)?;
     let mut rx = open(&nb, End::B, ip_b)?;
     let f = frame(mtu, (tx.mac_address(), ip_a), (rx.mac_address(), ip_b));
+    let payload = f.len() - HEADERS;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (c_tx, c_rx) = (core % ncpu, (core + 1) % ncpu);
+    let (c_tx, c_rx) = (args.core % ncpu, (args.core + 1) % ncpu);
     let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
+    // Frames the receiver has counted: the sender's (free) acknowledgement.
+    let counted = Arc::new(AtomicU64::new(0));
+    let (d, c) = (done.clone(), counted.clone());
     let receiver = std::thread::spawn(move || {
         pin(c_rx);
-        let (mut got, mut octets) = (0u64, 0u64);
+        let mut region = if work { vec![0u8; REGION] } else { Vec::new() };
+        let (mut got, mut octets, mut at, mut crcs) = (0u64, 0u64, 0usize, 0u32);
         let mut first: Option<Instant> = None;
         let mut last = Instant::now();
         // Until the sender is done and nothing has come for 100 ms.
         loop {
-            let n = rx.rx_burst(64, &mut |fr| octets += fr.len() as u64);
+            let n = rx.rx_burst(64, &mut |fr| {
+                octets += fr.len() as u64;
+                if work && fr.len() > HEADERS {
+                    let p = &fr[HEADERS..];
+                    crcs ^= crc(p);
+                    if at + p.len() > region.len() {
+                        at = 0;
+                    }
+                    region[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
+            });
             if n > 0 {
                 got += n as u64;
+                c.store(got, Ordering::Release);
                 last = Instant::now();
                 first.get_or_insert(last);
             } else if d.load(Ordering::Acquire) && last.elapsed() > Duration::from_millis(100) {
@@ -157,22 +211,60 @@ fn run_one(mtu: u32, secs: u64, core: usize) -> Result<Run, String> {
             }
         }
         let secs = first.map_or(0.0, |t| last.duration_since(t).as_secs_f64());
-        (got, octets, secs)
+        let k = rx.stats().map(|s| s.kernel).unwrap_or_default();
+        let dropped = k.rx_dropped + k.rx_ring_full + k.rx_fill_ring_empty_descs;
+        std::hint::black_box((crcs, &region));
+        (got, octets, secs, dropped)
     });
     pin(c_tx);
-    let mut sent = 0u64;
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
+    let source: Vec<u8> = if work {
+        (0..REGION).map(|i| (i * 31 + 7) as u8).collect()
+    } else {
+        Vec::new()
+    };
+    let (mut sent, mut at, mut crcs) = (0u64, 0usize, 0u32);
+    // Frames taken as lost (dropped by the kernel): a window that has not
+    // moved for 20 ms is given back, as a retransmission timeout would.
+    let (mut lost, mut moved, mut last_counted) = (0u64, Instant::now(), 0u64);
+    let end = Instant::now() + Duration::from_secs(args.secs);
+    let mut now = Instant::now();
+    'run: while now < end {
+        let c = counted.load(Ordering::Acquire);
+        if c != last_counted {
+            (last_counted, moved) = (c, now);
+        } else if now.duration_since(moved) > Duration::from_millis(20) {
+            (lost, moved) = (sent - c, now);
+        }
         for _ in 0..64 {
-            if !tx.tx(&f) {
+            if sent - lost - counted.load(Ordering::Acquire) >= args.window {
+                break;
+            }
+            let ok = if work {
+                if at + payload > source.len() {
+                    at = 0;
+                }
+                let p = &source[at..at + payload];
+                crcs ^= crc(p);
+                at += payload;
+                tx.tx_parts(&[&f[..HEADERS], p])
+            } else {
+                tx.tx(&f)
+            };
+            if !ok {
                 break;
             }
             sent += 1;
         }
         tx.flush();
+        // One clock read per burst.
+        now = Instant::now();
+        if receiver.is_finished() {
+            break 'run;
+        }
     }
+    std::hint::black_box(crcs);
     done.store(true, Ordering::Release);
-    let (got, octets, secs) = receiver
+    let (got, octets, secs, dropped) = receiver
         .join()
         .map_err(|_| "receiver panicked".to_string())?;
     Ok(Run {
@@ -180,6 +272,7 @@ fn run_one(mtu: u32, secs: u64, core: usize) -> Result<Run, String> {
         got,
         octets,
         secs,
+        dropped,
     })
 }
 
@@ -195,26 +288,35 @@ fn main() {
         eprintln!("xdp-floor: needs namespaces and veth: {why}");
         std::process::exit(1);
     }
-    println!(" MTU   frames sent   frames got   Mpps got   Gb/s got (frames)");
+    println!(
+        "window {} frames; frames: no protocol work; copy+crc: one copy and a CRC32c per payload at each end",
+        args.window
+    );
+    println!(" MTU  run        frames sent  frames got  dropped   Mpps got  Gb/s got (frames)  MB/s payload");
     for &mtu in &args.mtus {
-        match run_one(mtu, args.secs, args.core) {
-            Ok(r) if r.secs > 0.0 => println!(
-                "{mtu:>5} {:>13} {:>12} {:>10.3} {:>10.2}",
-                r.sent,
-                r.got,
-                r.got as f64 / r.secs / 1e6,
-                r.octets as f64 * 8.0 / r.secs / 1e9
-            ),
-            Ok(r) => {
-                eprintln!(
-                    "xdp-floor: MTU {mtu}: {} frames sent, none received",
-                    r.sent
-                );
-                std::process::exit(1);
-            }
-            Err(e) => {
-                eprintln!("xdp-floor: MTU {mtu}: {e}");
-                std::process::exit(1);
+        for work in [false, true] {
+            let name = if work { "copy+crc" } else { "frames" };
+            match run_one(mtu, &args, work) {
+                Ok(r) if r.secs > 0.0 => println!(
+                    "{mtu:>5} {name:<9} {:>12} {:>11} {:>8} {:>10.3} {:>18.2} {:>13.0}",
+                    r.sent,
+                    r.got,
+                    r.dropped,
+                    r.got as f64 / r.secs / 1e6,
+                    r.octets as f64 * 8.0 / r.secs / 1e9,
+                    (r.octets - r.got * HEADERS as u64) as f64 / r.secs / (1u64 << 20) as f64
+                ),
+                Ok(r) => {
+                    eprintln!(
+                        "xdp-floor: MTU {mtu}: {} frames sent, none received",
+                        r.sent
+                    );
+                    std::process::exit(1);
+                }
+                Err(e) => {
+                    eprintln!("xdp-floor: MTU {mtu}: {e}");
+                    std::process::exit(1);
+                }
             }
         }
     }

@@ -1,0 +1,265 @@
+//! What our protocol code costs per octet, without the kernel: two host
+//! `Stack`s on the virtual-time link (`iwarp_datapath::virtual_link`, no
+//! threads, no sockets, no clock), one iWARP connection, RDMA Writes of
+//! `-s` octets with `--window` outstanding until `--mib` MiB have moved.
+//! Beside it, in the same run, the floor every iWARP stack pays: one copy
+//! and one CRC32c per octet at each end (the sender gathering from the
+//! region, the receiver placing into it).
+//!
+//! Both are timed in CPU seconds of this (single-threaded) process, not
+//! wall time, so a busy machine that keeps us off the CPU moves them less.
+//! Ours includes the link's own copy of each frame into its queue. Run it
+//! under `perf record` to see where the time goes.
+//!
+//! ```text
+//! stack-cost [--mtu N] [-s SIZE] [--window W] [--mib M]
+//! ```
+
+use iwarp_control::MpaConfig;
+use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
+use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+use iwarp_datapath::virtual_link::{LinkConfig, Side, VirtualLink};
+use iwarp_datapath::StreamParams;
+use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
+use iwarp_proto::qp::{Sge, WorkRequest};
+use tcp_lite::iface::IfaceConfig;
+use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+const USAGE: &str = "usage: stack-cost [--mtu N] [-s SIZE] [--window W] [--mib M]
+  --mtu     link MTU, 576..=9000 (default 9000)
+  -s        RDMA Write size, 1..=1048576 (default 65536)
+  --window  Writes outstanding, 1..=64 (default 16)
+  --mib     MiB to move, 1..=65536 (default 1024)";
+
+struct Args {
+    mtu: usize,
+    size: usize,
+    window: u64,
+    mib: u64,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        mtu: 9000,
+        size: 65536,
+        window: 16,
+        mib: 1024,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut num = |lo: u64, hi: u64| -> Result<u64, String> {
+            match it.next().and_then(|v| v.parse::<u64>().ok()) {
+                Some(v) if (lo..=hi).contains(&v) => Ok(v),
+                _ => Err(format!("{arg} takes {lo}..={hi}")),
+            }
+        };
+        match arg.as_str() {
+            "--mtu" => a.mtu = num(576, 9000)? as usize,
+            "-s" => a.size = num(1, 1 << 20)? as usize,
+            "--window" => a.window = num(1, 64)?,
+            "--mib" => a.mib = num(1, 65536)?,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+/// One end: a stack with one region of `len` octets, remotely writable.
+fn stack(last: u8, mtu: usize, len: usize) -> (Stack, PdId, STag) {
+    let mut iface = IfaceConfig::new(
+        EthernetAddress([0x02, 0, 0, 0, 0, last]),
+        Ipv4Address::new(10, 5, 0, last),
+        24,
+    );
+    iface.mtu = mtu;
+    let mut c = StackConfig::new(iface);
+    c.tcp.rto_min = 5_000_000;
+    c.tcp.rto_initial = 50_000_000;
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i * 7 + usize::from(last)) as u8)
+        .collect();
+    let stag = mem
+        .register(
+            pd,
+            data,
+            Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            0,
+        )
+        .expect("register");
+    (Stack::new(c, mem), pd, stag)
+}
+
+fn ulp(pd: PdId, mtu: usize) -> Ulp {
+    Ulp::Iwarp {
+        mpa: MpaConfig::default(),
+        params: StreamParams {
+            pd,
+            emss: (mtu - 40) as u16,
+            sq_depth: 128,
+            rq_depth: 16,
+        },
+        manual: false,
+        cq: None,
+        srq: None,
+    }
+}
+
+/// CPU seconds to move `a.mib` MiB of Writes, and the number of Writes.
+fn ours(a: &Args) -> Result<(f64, u64), String> {
+    let (sa, pd_a, stag_a) = stack(1, a.mtu, a.size);
+    let (sb, pd_b, stag_b) = stack(2, a.mtu, a.size);
+    let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
+    link.command(
+        Side::A,
+        Command::Listen {
+            port: 7000,
+            ulp: ulp(pd_a, a.mtu),
+        },
+    );
+    link.command(
+        Side::B,
+        Command::Connect {
+            token: 1,
+            remote: Ipv4Address::new(10, 5, 0, 1),
+            port: 7000,
+            ulp: ulp(pd_b, a.mtu),
+        },
+    );
+    // Both ends in full operation.
+    let (mut sock_b, mut up_a) = (None, false);
+    let ok = link.run_until(10_000_000, |l| {
+        while let Some(o) = l.outputs(Side::A).pop_front() {
+            if let Output::Cm(_, CmEvent::Established(_)) = o {
+                up_a = true;
+            }
+        }
+        while let Some(o) = l.outputs(Side::B).pop_front() {
+            if let Output::Cm(id, CmEvent::Established(_)) = o {
+                sock_b = Some(id);
+            }
+        }
+        up_a && sock_b.is_some()
+    });
+    let sock = match (ok, sock_b) {
+        (true, Some(s)) => s,
+        _ => return Err("the connection did not come up".into()),
+    };
+    let total = (a.mib << 20) / a.size as u64;
+    let (mut posted, mut done) = (0u64, 0u64);
+    let write = |wr_id: u64| WorkRequest::Write {
+        wr_id,
+        signaled: true,
+        local: Sge {
+            stag: stag_b,
+            to: 0,
+            len: a.size as u32,
+        }
+        .into(),
+        remote_stag: stag_a,
+        remote_to: 0,
+    };
+    let cpu0 = iwarp_bench::cpu_time();
+    let mut steps = 0u64;
+    while done < total {
+        while posted < total && posted - done < a.window {
+            link.command(
+                Side::B,
+                Command::Iwarp(sock, HostCommand::PostSend(write(posted))),
+            );
+            posted += 1;
+        }
+        link.step();
+        steps += 1;
+        while let Some(o) = link.outputs(Side::B).pop_front() {
+            match o {
+                Output::Iwarp(_, HostOutput::Completion(c))
+                    if c.status == iwarp_proto::qp::WcStatus::Success =>
+                {
+                    done += 1
+                }
+                Output::Iwarp(_, other) => return Err(format!("sender: {other:?}")),
+                _ => {}
+            }
+        }
+        link.outputs(Side::A).clear();
+        if steps > 1_000_000_000 {
+            return Err(format!("stuck after {done} of {total} Writes"));
+        }
+    }
+    Ok((iwarp_bench::cpu_time() - cpu0, total))
+}
+
+/// The floor: per octet, one copy and one CRC32c at each end, over the same
+/// amount of data cut into frames of `payload` octets.
+fn floor(a: &Args, payload: usize) -> f64 {
+    let src: Vec<u8> = (0..a.size).map(|i| (i * 13) as u8).collect();
+    let mut wire = vec![0u8; payload];
+    let mut dst = vec![0u8; a.size];
+    let mut crcs = 0u32;
+    let total = (a.mib << 20) as usize;
+    let cpu0 = iwarp_bench::cpu_time();
+    let mut moved = 0;
+    while moved < total {
+        let mut at = 0;
+        while at < a.size {
+            let n = payload.min(a.size - at);
+            // Sender: gather from the region into the frame, CRC over it.
+            wire[..n].copy_from_slice(&src[at..at + n]);
+            let mut c = iwarp_proto::crc::Crc32c::new();
+            c.update(&wire[..n]);
+            // Receiver: CRC over the frame, place into the region.
+            let mut r = iwarp_proto::crc::Crc32c::new();
+            r.update(&wire[..n]);
+            dst[at..at + n].copy_from_slice(&wire[..n]);
+            crcs ^= c.value() ^ r.value();
+            at += n;
+        }
+        moved += a.size;
+    }
+    std::hint::black_box((crcs, &dst));
+    iwarp_bench::cpu_time() - cpu0
+}
+
+fn main() {
+    let a = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("stack-cost: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let (secs, writes) = match ours(&a) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stack-cost: {e}");
+            std::process::exit(1);
+        }
+    };
+    // FPDU payload per frame: EMSS less MPA/DDP headers and CRC (tagged).
+    let payload = a.mtu - 40 - 2 - 14 - 4;
+    let fsecs = floor(&a, payload);
+    let octets = (writes * a.size as u64) as f64;
+    println!(
+        "stack-cost: {} Writes of {} B, window {}, MTU {} (both ends on one thread, virtual link)",
+        writes, a.size, a.window, a.mtu
+    );
+    println!(
+        "  ours:  {:>7.3} s  {:>7.2} ns/octet  {:>8.0} MB/s",
+        secs,
+        secs * 1e9 / octets,
+        octets / secs / 1048576.0
+    );
+    println!(
+        "  floor: {:>7.3} s  {:>7.2} ns/octet  {:>8.0} MB/s  (copy + CRC32c at each end)",
+        fsecs,
+        fsecs * 1e9 / octets,
+        octets / fsecs / 1048576.0
+    );
+    println!("  ratio ours/floor (CPU time): {:.2}", secs / fsecs);
+}
