@@ -53,6 +53,19 @@ pub struct MpaConfig {
     pub reply_timeout: u64,
     /// How long the responder waits for the Request (Linux: 5 s).
     pub request_timeout: u64,
+    /// How long a responder whose application decides (a manual listener)
+    /// holds a peer's Request unanswered (nanoseconds; default 10 s, the
+    /// time Linux's initiator waits for the Reply). Then the Request is
+    /// rejected (a Reply with R = 1, RFC 5044 §7.1.2) and the stream
+    /// closes; locally the setup fails with [`SetupFailure::TimedOut`].
+    pub decision_timeout: u64,
+    /// Octets after the Request a responder holds while its application
+    /// decides (default 4096). RFC 5044 §7.1: the initiator sends no FPDU
+    /// before it has the Reply, so a conforming peer sends none; one more
+    /// octet than this rejects the Request (R = 1) with
+    /// [`SetupFailure::EarlyData`], so a peer cannot make us buffer what
+    /// it streams while the application is slow.
+    pub max_early_data: usize,
     /// Initiator only: hold the first FPDU (the RTR included) this long
     /// after the Reply (nanoseconds; 0: send at once). Linux siw 6.1 as
     /// responder hooks its receive path to the QP only after sending the
@@ -80,6 +93,8 @@ impl Default for MpaConfig {
             private_data: Vec::new(),
             reply_timeout: 10_000_000_000,
             request_timeout: 5_000_000_000,
+            decision_timeout: 10_000_000_000,
+            max_early_data: 4096,
             first_fpdu_delay: 0,
         }
     }
@@ -142,6 +157,10 @@ pub enum SetupFailure {
     TimedOut,
     /// Our application rejected the peer's Request.
     RejectedByUs,
+    /// The peer sent more than [`MpaConfig::max_early_data`] octets after
+    /// its Request before our Reply (RFC 5044 §7.1: no FPDU before the
+    /// Reply); we rejected the Request.
+    EarlyData,
 }
 
 impl core::fmt::Display for SetupError {

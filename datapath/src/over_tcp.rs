@@ -62,7 +62,9 @@ pub struct IwarpOverTcp {
     /// Work posted before the MPA exchange finished waits here.
     pub(crate) pending: VecDeque<HostCommand>,
     manual: bool,
-    setup_deadline: Option<u64>,
+    /// The setup timer: whether it runs for our application's decision
+    /// (else for the peer's Request or Reply), and when it fires.
+    setup_deadline: Option<(bool, u64)>,
     /// When the hold on FPDUs after the Reply ends.
     hold_deadline: Option<u64>,
     closing: Option<Closing>,
@@ -357,9 +359,18 @@ impl IwarpOverTcp {
         let Some(c) = &mut self.iwarp else {
             return;
         };
+        // The timer restarts when the Request is in and the wait becomes
+        // one for our application (MpaConfig::decision_timeout): an
+        // undecided Request is rejected on the wire when it runs out.
+        let deciding = c.pending_request().is_some();
         match c.setup_timeout() {
             Some(t) => {
-                let deadline = *self.setup_deadline.get_or_insert(now.saturating_add(t));
+                let (_, deadline) = match self.setup_deadline {
+                    Some((d, at)) if d == deciding => (d, at),
+                    _ => *self
+                        .setup_deadline
+                        .insert((deciding, now.saturating_add(t))),
+                };
                 if now >= deadline {
                     c.setup_timed_out();
                 }
@@ -443,9 +454,10 @@ impl IwarpOverTcp {
         }
     }
 
-    /// Next timer deadline.
+    /// Next timer deadline: TCP's, and the MPA setup timer's.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.tcp.poll_timeout()
+        let setup = self.setup_deadline.map(|(_, at)| at);
+        [self.tcp.poll_timeout(), setup].into_iter().flatten().min()
     }
 }
 
