@@ -66,6 +66,14 @@ pub struct MpaConfig {
     /// [`SetupFailure::EarlyData`], so a peer cannot make us buffer what
     /// it streams while the application is slow.
     pub max_early_data: usize,
+    /// How long a graceful close waits for the answers to our RDMA Reads
+    /// while the peer sends no FPDU at all (nanoseconds; default 5 s; 0
+    /// waits for ever). Then the close becomes abortive: a Terminate, then
+    /// RST, and the Reads complete flushed. (A peer FIN ends the wait at
+    /// once; our own queued FPDUs drain under TCP's timers, not this one.)
+    /// Used by the transport (`iwarp_datapath::over_tcp`), not by the
+    /// exchange.
+    pub close_timeout: u64,
     /// Initiator only: hold the first FPDU (the RTR included) this long
     /// after the Reply (nanoseconds; 0: send at once). Linux siw 6.1 as
     /// responder hooks its receive path to the QP only after sending the
@@ -95,6 +103,7 @@ impl Default for MpaConfig {
             request_timeout: 5_000_000_000,
             decision_timeout: 10_000_000_000,
             max_early_data: 4096,
+            close_timeout: 5_000_000_000,
             first_fpdu_delay: 0,
         }
     }
