@@ -461,6 +461,11 @@ impl Listener {
     pub fn half_open_len(&self) -> usize {
         self.half_open.len()
     }
+
+    /// Established connections waiting in the accept queue.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
 }
 
 #[cfg(test)]
