@@ -71,8 +71,10 @@ pub struct MpaConfig {
     /// waits for ever). Then the close becomes abortive: a Terminate, then
     /// RST, and the Reads complete flushed. (A peer FIN ends the wait at
     /// once; our own queued FPDUs drain under TCP's timers, not this one.)
-    /// Used by the transport (`iwarp_datapath::over_tcp`), not by the
-    /// exchange.
+    /// The same limit applies after our FIN is acknowledged (TCP
+    /// FIN-WAIT-2, which RFC 9293 does not bound): a peer whose FIN has not
+    /// come by then gets RST. Used by the transport
+    /// (`iwarp_datapath::over_tcp`), not by the exchange.
     pub close_timeout: u64,
     /// Initiator only: hold the first FPDU (the RTR included) this long
     /// after the Reply (nanoseconds; 0: send at once). Linux siw 6.1 as

@@ -73,14 +73,17 @@ pub struct IwarpOverTcp {
     /// when the close gives up and aborts (`MpaConfig::close_timeout`
     /// later).
     close_deadline: Option<(u64, u64)>,
+    /// When FIN-WAIT-2 gives up on the peer's FIN and resets.
+    fin_wait2_deadline: Option<u64>,
     llp_done: bool,
     reported_request: bool,
     reported_established: bool,
     reported_failure: bool,
     events: VecDeque<CmEvent>,
     srq: Option<iwarp_proto::qp::Srq>,
-    /// Graceful closes that ran out of `MpaConfig::close_timeout` and
-    /// aborted (0 or 1).
+    /// Closes that ran out of `MpaConfig::close_timeout` and reset the
+    /// connection: waiting for Read responses, or in FIN-WAIT-2 for the
+    /// peer's FIN (0 or 1).
     pub close_timeouts: u64,
 }
 
@@ -100,6 +103,7 @@ impl IwarpOverTcp {
             hold_deadline: None,
             closing: None,
             close_deadline: None,
+            fin_wait2_deadline: None,
             llp_done: false,
             reported_request: false,
             reported_established: false,
@@ -480,6 +484,19 @@ impl IwarpOverTcp {
             self.tcp.state(),
             TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
         ) || (self.closing.is_some() && self.tcp.state() == TcpState::FinWait2);
+        // RFC 9293 puts no limit on FIN-WAIT-2: a peer that acknowledges
+        // our FIN but never sends its own would hold the connection for
+        // ever (Linux bounds it with tcp_fin_timeout). The iWARP stream is
+        // over once our FIN is out, so after close_timeout more, RST.
+        if self.llp_done && self.tcp.state() == TcpState::FinWait2 && self.mpa.close_timeout > 0 {
+            let end = *self
+                .fin_wait2_deadline
+                .get_or_insert(now.saturating_add(self.mpa.close_timeout));
+            if now >= end {
+                self.close_timeouts += 1;
+                self.tcp.abort();
+            }
+        }
         if llp_over && !self.llp_done {
             self.llp_done = true;
             if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
@@ -490,14 +507,17 @@ impl IwarpOverTcp {
     }
 
     /// Next timer deadline: TCP's, the MPA setup timer's and the close
-    /// timer's.
+    /// timers' (Reads unanswered, FIN-WAIT-2).
     pub fn poll_timeout(&self) -> Option<u64> {
         let setup = self.setup_deadline.map(|(_, at)| at);
         let close = self
             .close_deadline
             .filter(|_| self.closing == Some(Closing::Graceful))
             .map(|(_, at)| at);
-        [self.tcp.poll_timeout(), setup, close]
+        let fin_wait2 = self
+            .fin_wait2_deadline
+            .filter(|_| self.tcp.state() == TcpState::FinWait2);
+        [self.tcp.poll_timeout(), setup, close, fin_wait2]
             .into_iter()
             .flatten()
             .min()
@@ -836,6 +856,81 @@ mod tests {
         assert_eq!(read_status(&out), Some(WcStatus::Flushed));
         assert_eq!(got, vec![0; 64], "nothing placed");
         assert_eq!(a.close_timeouts, 0, "the FIN ended the wait, not the timer");
+    }
+
+    #[test]
+    fn fin_wait_2_without_the_peer_fin_ends_in_rst_after_the_close_timer() {
+        // A (ours) opens MPA against a raw TCP peer B that answers with a
+        // literal Reply, acknowledges A's FIN, and never sends its own.
+        let cfg = Config::default();
+        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
+        let mut syn = Vec::new();
+        tcp_a.poll_transmit(0, 1, &mut |r| {
+            syn = vec![0; r.buffer_len()];
+            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
+                .unwrap();
+        });
+        let syn_r =
+            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
+        let mut b = Tcp::accept(cfg, &syn_r, 99);
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mpa = MpaConfig {
+            close_timeout: 50_000_000,
+            ..Default::default()
+        };
+        let params = StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 4,
+            rq_depth: 4,
+        };
+        let mut a = IwarpOverTcp::new(tcp_a, Role::Initiator, mpa, params);
+        let mut got = Vec::new();
+        let mut replied = false;
+        let (mut fin_wait2_at, mut rst) = (None, false);
+        let mut now = 0;
+        while now < 1_000_000_000 && a.tcp.state() != TcpState::Closed {
+            now += 1_000_000;
+            for f in take(&mut a, now, &mem, IP_A, IP_B) {
+                let r =
+                    TcpRepr::parse(&TcpPacket::new_checked(&f[..]).unwrap(), &IP_A, &IP_B).unwrap();
+                rst |= r.flags.contains(tcp_lite::wire::TcpFlags::RST);
+                b.handle_segment(&r, now, &mut |d| got.extend_from_slice(d));
+            }
+            if got.len() >= 24 && !replied {
+                replied = true;
+                assert!(b.send_record(b"MPA ID Rep Frame\x10\x02\x00\x04\x00\x10\x00\x10"));
+            }
+            let mut from_b = Vec::new();
+            b.poll_transmit(now, 8, &mut |r| {
+                let mut f = vec![0; r.buffer_len()];
+                r.emit(&mut TcpPacket::new_unchecked(&mut f[..]), &IP_B, &IP_A)
+                    .unwrap();
+                from_b.push(f);
+            });
+            for f in from_b {
+                give(&mut a, &f, now, &mut mem, IP_B, IP_A);
+            }
+            while let Some(e) = a.poll_cm_event() {
+                if let CmEvent::Established(_) = e {
+                    a.disconnect();
+                }
+            }
+            if a.tcp.state() == TcpState::FinWait2 {
+                fin_wait2_at.get_or_insert(now);
+            }
+        }
+        let since = fin_wait2_at.expect("A never reached FIN-WAIT-2");
+        assert_eq!(a.tcp.state(), TcpState::Closed, "still waiting for the FIN");
+        assert!(
+            (50_000_000..60_000_000).contains(&(now - since)),
+            "reset {} ns into FIN-WAIT-2",
+            now - since
+        );
+        assert!(rst, "the peer is told: RST");
+        assert_eq!(a.close_timeouts, 1);
+        assert_eq!(b.state(), tcp_lite::tcp::State::Closed, "B took the RST");
     }
 
     #[test]
