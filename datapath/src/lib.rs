@@ -267,14 +267,17 @@ impl Connection {
     /// Request our application never answered is rejected on the wire (a
     /// Reply with R = 1, RFC 5044 §7.1.2), so the peer learns why.
     pub fn setup_timed_out(&mut self) {
-        if self.setup_timeout().is_some() {
-            self.fail_undecided(SetupFailure::TimedOut);
-            self.setup_error = Some(SetupError {
-                code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
-                reason: SetupFailure::TimedOut,
-                peer_private_data: Vec::new(),
-            });
-            self.phase = Phase::Failed;
+        match self.phase {
+            Phase::AwaitDecision(_) => self.fail_undecided(SetupFailure::TimedOut),
+            Phase::AwaitReply(_) | Phase::AwaitRequest(_) => {
+                self.setup_error = Some(SetupError {
+                    code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
+                    reason: SetupFailure::TimedOut,
+                    peer_private_data: Vec::new(),
+                });
+                self.phase = Phase::Failed;
+            }
+            Phase::Rdma(_) | Phase::Failed => {}
         }
     }
 

@@ -29,7 +29,9 @@
 //! none either (RFC 7323 §2.2, §3.2; RFC 2018 §2) and the connection runs
 //! with a 64 KiB window. The option bits are not covered by the cookie's
 //! hash: a peer that alters them can only give its own connection options
-//! it could have asked for in its SYN.
+//! it could have asked for in its SYN. The TSval is moved back by up to 31
+//! ticks (ms) to carry them, so an RTT sample taken from its echo can read
+//! up to 31 ms long (Linux's cookies have the same skew).
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
