@@ -53,6 +53,29 @@ pub struct MpaConfig {
     pub reply_timeout: u64,
     /// How long the responder waits for the Request (Linux: 5 s).
     pub request_timeout: u64,
+    /// How long a responder whose application decides (a manual listener)
+    /// holds a peer's Request unanswered (nanoseconds; default 10 s, the
+    /// time Linux's initiator waits for the Reply). Then the Request is
+    /// rejected (a Reply with R = 1, RFC 5044 §7.1.2) and the stream
+    /// closes; locally the setup fails with [`SetupFailure::TimedOut`].
+    pub decision_timeout: u64,
+    /// Octets after the Request a responder holds while its application
+    /// decides (default 4096). RFC 5044 §7.1: the initiator sends no FPDU
+    /// before it has the Reply, so a conforming peer sends none; one more
+    /// octet than this rejects the Request (R = 1) with
+    /// [`SetupFailure::EarlyData`], so a peer cannot make us buffer what
+    /// it streams while the application is slow.
+    pub max_early_data: usize,
+    /// How long a graceful close waits for the answers to our RDMA Reads
+    /// while the peer sends no FPDU at all (nanoseconds; default 5 s; 0
+    /// waits for ever). Then the close becomes abortive: a Terminate, then
+    /// RST, and the Reads complete flushed. (A peer FIN ends the wait at
+    /// once; our own queued FPDUs drain under TCP's timers, not this one.)
+    /// The same limit applies after our FIN is acknowledged (TCP
+    /// FIN-WAIT-2, which RFC 9293 does not bound): a peer whose FIN has not
+    /// come by then gets RST. Used by the transport
+    /// (`iwarp_datapath::over_tcp`), not by the exchange.
+    pub close_timeout: u64,
     /// Initiator only: hold the first FPDU (the RTR included) this long
     /// after the Reply (nanoseconds; 0: send at once). Linux siw 6.1 as
     /// responder hooks its receive path to the QP only after sending the
@@ -80,6 +103,9 @@ impl Default for MpaConfig {
             private_data: Vec::new(),
             reply_timeout: 10_000_000_000,
             request_timeout: 5_000_000_000,
+            decision_timeout: 10_000_000_000,
+            max_early_data: 4096,
+            close_timeout: 5_000_000_000,
             first_fpdu_delay: 0,
         }
     }
@@ -142,6 +168,10 @@ pub enum SetupFailure {
     TimedOut,
     /// Our application rejected the peer's Request.
     RejectedByUs,
+    /// The peer sent more than [`MpaConfig::max_early_data`] octets after
+    /// its Request before our Reply (RFC 5044 §7.1: no FPDU before the
+    /// Reply); we rejected the Request.
+    EarlyData,
 }
 
 impl core::fmt::Display for SetupError {

@@ -81,9 +81,13 @@ pub struct Connection {
     /// Let the application accept or reject the Request.
     manual: bool,
     request: Option<PeerRequest>,
-    /// Octets that followed the Request while the application decides.
+    /// Octets that followed the Request while the application decides
+    /// (at most `max_early`).
     early: Vec<u8>,
+    max_early: usize,
     timeout: u64,
+    /// How long the application may take to answer a Request.
+    decision_timeout: u64,
     srq: Option<iwarp_proto::qp::Srq>,
     /// Initiator: how long FPDUs wait after the Reply (ns); 0 once released.
     tx_hold: u64,
@@ -113,7 +117,9 @@ impl Connection {
             manual: false,
             request: None,
             early: Vec::new(),
+            max_early: 0,
             timeout,
+            decision_timeout: 0,
             srq: None,
             tx_hold: 0,
             first_fpdu_delay,
@@ -125,6 +131,7 @@ impl Connection {
     /// Passive side: waits for the Request and accepts it with `cfg`.
     pub fn responder(cfg: MpaConfig, params: StreamParams) -> Self {
         let timeout = cfg.request_timeout;
+        let (max_early, decision_timeout) = (cfg.max_early_data, cfg.decision_timeout);
         Connection {
             phase: Phase::AwaitRequest(Responder::new(cfg)),
             params,
@@ -135,7 +142,9 @@ impl Connection {
             manual: false,
             request: None,
             early: Vec::new(),
+            max_early,
             timeout,
+            decision_timeout,
             srq: None,
             tx_hold: 0,
             first_fpdu_delay: 0,
@@ -241,26 +250,71 @@ impl Connection {
     }
 
     /// How long the current setup phase may last (nanoseconds): the Reply
-    /// timeout for an initiator, the Request timeout for a responder;
-    /// `None` once there is nothing to wait for (decided, running, failed,
-    /// or waiting on our own application).
+    /// timeout for an initiator, the Request timeout for a responder, the
+    /// decision timeout ([`MpaConfig::decision_timeout`]) while our
+    /// application holds a Request; `None` once there is nothing to wait
+    /// for (running or failed). A caller re-arms its timer when
+    /// [`pending_request`](Self::pending_request) appears.
     pub fn setup_timeout(&self) -> Option<u64> {
         match self.phase {
             Phase::AwaitReply(_) | Phase::AwaitRequest(_) => Some(self.timeout),
+            Phase::AwaitDecision(_) => Some(self.decision_timeout),
             _ => None,
         }
     }
 
-    /// The setup timer ran out: fail the connection with `TimedOut`.
+    /// The setup timer ran out: fail the connection with `TimedOut`. A
+    /// Request our application never answered is rejected on the wire (a
+    /// Reply with R = 1, RFC 5044 §7.1.2), so the peer learns why.
     pub fn setup_timed_out(&mut self) {
-        if self.setup_timeout().is_some() {
+        match self.phase {
+            Phase::AwaitDecision(_) => self.fail_undecided(SetupFailure::TimedOut),
+            Phase::AwaitReply(_) | Phase::AwaitRequest(_) => {
+                self.setup_error = Some(SetupError {
+                    code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
+                    reason: SetupFailure::TimedOut,
+                    peer_private_data: Vec::new(),
+                });
+                self.phase = Phase::Failed;
+            }
+            Phase::Rdma(_) | Phase::Failed => {}
+        }
+    }
+
+    /// While a Request waits for our application: queue a rejecting Reply,
+    /// drop the held octets and record `why`.
+    fn fail_undecided(&mut self, why: SetupFailure) {
+        if let Phase::AwaitDecision(resp) = &self.phase {
+            if let Ok(reply) = resp.reject(&[]) {
+                self.out.extend_from_slice(&reply);
+            }
+            self.early = Vec::new();
             self.setup_error = Some(SetupError {
                 code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
-                reason: SetupFailure::TimedOut,
+                reason: why,
                 peer_private_data: Vec::new(),
             });
             self.phase = Phase::Failed;
         }
+    }
+
+    /// Hold `data`, which followed the Request, until the application
+    /// decides; past `max_early` octets reject the Request instead
+    /// (RFC 5044 §7.1: the initiator sends no FPDU before the Reply).
+    fn hold_early(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if self.early.len().saturating_add(data.len()) > self.max_early {
+            self.fail_undecided(SetupFailure::EarlyData);
+        } else {
+            self.early.extend_from_slice(data);
+        }
+    }
+
+    /// Octets held after a Request while the application decides.
+    pub fn early_len(&self) -> usize {
+        self.early.len()
     }
 
     /// Phase.
@@ -355,12 +409,12 @@ impl Connection {
                 Ok(None) => return,
                 Ok(Some((req, used))) => {
                     self.request = Some(req);
-                    self.early.extend_from_slice(&rest[used..]);
                     let Phase::AwaitRequest(r) = std::mem::replace(&mut self.phase, Phase::Failed)
                     else {
                         return;
                     };
                     self.phase = Phase::AwaitDecision(r);
+                    self.hold_early(&rest[used..]);
                     return;
                 }
                 Err(e) => {
@@ -370,7 +424,7 @@ impl Connection {
                 }
             },
             Phase::AwaitDecision(_) => {
-                self.early.extend_from_slice(rest);
+                self.hold_early(rest);
                 return;
             }
             Phase::AwaitRequest(resp) => match resp.receive(rest) {

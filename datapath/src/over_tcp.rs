@@ -62,16 +62,29 @@ pub struct IwarpOverTcp {
     /// Work posted before the MPA exchange finished waits here.
     pub(crate) pending: VecDeque<HostCommand>,
     manual: bool,
-    setup_deadline: Option<u64>,
+    /// The setup timer: whether it runs for our application's decision
+    /// (else for the peer's Request or Reply), and when it fires.
+    setup_deadline: Option<(bool, u64)>,
     /// When the hold on FPDUs after the Reply ends.
     hold_deadline: Option<u64>,
     closing: Option<Closing>,
+    /// While a graceful close waits for the peer's answers to our Reads:
+    /// the FPDUs received when the wait (or the last progress) began, and
+    /// when the close gives up and aborts (`MpaConfig::close_timeout`
+    /// later).
+    close_deadline: Option<(u64, u64)>,
+    /// When FIN-WAIT-2 gives up on the peer's FIN and resets.
+    fin_wait2_deadline: Option<u64>,
     llp_done: bool,
     reported_request: bool,
     reported_established: bool,
     reported_failure: bool,
     events: VecDeque<CmEvent>,
     srq: Option<iwarp_proto::qp::Srq>,
+    /// Closes that ran out of `MpaConfig::close_timeout` and reset the
+    /// connection: waiting for Read responses, or in FIN-WAIT-2 for the
+    /// peer's FIN (0 or 1).
+    pub close_timeouts: u64,
 }
 
 impl IwarpOverTcp {
@@ -89,12 +102,15 @@ impl IwarpOverTcp {
             setup_deadline: None,
             hold_deadline: None,
             closing: None,
+            close_deadline: None,
+            fin_wait2_deadline: None,
             llp_done: false,
             reported_request: false,
             reported_established: false,
             reported_failure: false,
             events: VecDeque::new(),
             srq: None,
+            close_timeouts: 0,
         }
     }
 
@@ -357,9 +373,18 @@ impl IwarpOverTcp {
         let Some(c) = &mut self.iwarp else {
             return;
         };
+        // The timer restarts when the Request is in and the wait becomes
+        // one for our application (MpaConfig::decision_timeout): an
+        // undecided Request is rejected on the wire when it runs out.
+        let deciding = c.pending_request().is_some();
         match c.setup_timeout() {
             Some(t) => {
-                let deadline = *self.setup_deadline.get_or_insert(now.saturating_add(t));
+                let (_, deadline) = match self.setup_deadline {
+                    Some((d, at)) if d == deciding => (d, at),
+                    _ => *self
+                        .setup_deadline
+                        .insert((deciding, now.saturating_add(t))),
+                };
                 if now >= deadline {
                     c.setup_timed_out();
                 }
@@ -412,13 +437,38 @@ impl IwarpOverTcp {
                             || c.setup_error().is_some()
                     }
                 };
-                if quiet
-                    && matches!(
-                        state,
-                        TcpState::SynReceived | TcpState::Established | TcpState::CloseWait
-                    )
-                {
+                let open = matches!(
+                    state,
+                    TcpState::SynReceived | TcpState::Established | TcpState::CloseWait
+                );
+                // What the close still waits for is only the peer's
+                // answers to our Reads (our own FPDUs drain under TCP's
+                // timers): FPDUs received so far, to see progress.
+                let reads_wait = match &self.iwarp {
+                    Some(c) if !quiet && c.tx_idle() => c.qp_ref().map(|q| q.stats().fpdus_rx),
+                    _ => None,
+                };
+                if quiet && open {
                     self.tcp.close();
+                } else if let (true, Some(seen), t @ 1..) =
+                    (open, reads_wait, self.mpa.close_timeout)
+                {
+                    // A peer that neither answers our Reads nor sends its
+                    // FIN would hold the close for ever: once it has sent
+                    // no FPDU for MpaConfig::close_timeout the close
+                    // becomes abortive (Terminate, RST) and the Reads
+                    // complete flushed.
+                    let end = match self.close_deadline {
+                        Some((n, end)) if n == seen => end,
+                        _ => self.close_deadline.insert((seen, now.saturating_add(t))).1,
+                    };
+                    if now >= end {
+                        self.close_timeouts += 1;
+                        self.abort(now);
+                        return self.teardown_progress(now);
+                    }
+                } else {
+                    self.close_deadline = None;
                 }
             }
             Some(Closing::Abort { deadline }) => {
@@ -434,6 +484,19 @@ impl IwarpOverTcp {
             self.tcp.state(),
             TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
         ) || (self.closing.is_some() && self.tcp.state() == TcpState::FinWait2);
+        // RFC 9293 puts no limit on FIN-WAIT-2: a peer that acknowledges
+        // our FIN but never sends its own would hold the connection for
+        // ever (Linux bounds it with tcp_fin_timeout). The iWARP stream is
+        // over once our FIN is out, so after close_timeout more, RST.
+        if self.llp_done && self.tcp.state() == TcpState::FinWait2 && self.mpa.close_timeout > 0 {
+            let end = *self
+                .fin_wait2_deadline
+                .get_or_insert(now.saturating_add(self.mpa.close_timeout));
+            if now >= end {
+                self.close_timeouts += 1;
+                self.tcp.abort();
+            }
+        }
         if llp_over && !self.llp_done {
             self.llp_done = true;
             if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
@@ -443,9 +506,21 @@ impl IwarpOverTcp {
         }
     }
 
-    /// Next timer deadline.
+    /// Next timer deadline: TCP's, the MPA setup timer's and the close
+    /// timers' (Reads unanswered, FIN-WAIT-2).
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.tcp.poll_timeout()
+        let setup = self.setup_deadline.map(|(_, at)| at);
+        let close = self
+            .close_deadline
+            .filter(|_| self.closing == Some(Closing::Graceful))
+            .map(|(_, at)| at);
+        let fin_wait2 = self
+            .fin_wait2_deadline
+            .filter(|_| self.tcp.state() == TcpState::FinWait2);
+        [self.tcp.poll_timeout(), setup, close, fin_wait2]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 
@@ -608,12 +683,25 @@ mod tests {
         f.len() - usize::from(f[12] >> 4) * 4
     }
 
-    /// A posts a 64-octet RDMA Read once established. `peer_closes`: B
-    /// never sees A's data after that (so never answers) and disconnects
-    /// while the Read is out; otherwise A disconnects right after posting
-    /// and every segment gets through. Returns A's outputs, whether A
-    /// reported Disconnected, and A's sink contents.
-    fn read_then_close(peer_closes: bool) -> (Vec<HostOutput>, bool, Vec<u8>) {
+    /// What the peer B does about A's Read.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Peer {
+        /// Every segment gets through; A disconnects right after posting.
+        Answers,
+        /// B never sees A's data after the Read is posted (so never
+        /// answers) and disconnects while the Read is out.
+        Closes,
+        /// B's TCP acknowledges A's data but its RDMAP layer never sees
+        /// it, and B never closes; A disconnects right after posting.
+        Silent,
+    }
+
+    /// A posts a 64-octet RDMA Read once established; B behaves as `peer`
+    /// says. A's close timer is 50 ms. Returns A's outputs, when A
+    /// reported Disconnected (ns after the Read was posted), and A's sink
+    /// contents.
+    fn read_then_close(peer: Peer) -> (Vec<HostOutput>, Option<u64>, Vec<u8>, IwarpOverTcp) {
+        let peer_closes = peer == Peer::Closes;
         let cfg = Config {
             rto_min: 5_000_000,
             rto_initial: 50_000_000,
@@ -647,6 +735,7 @@ mod tests {
         };
         let mpa = MpaConfig {
             crc: true,
+            close_timeout: 50_000_000,
             ..Default::default()
         };
         let mut a = IwarpOverTcp::new(tcp_a, Role::Initiator, mpa.clone(), params(pd_a));
@@ -655,19 +744,25 @@ mod tests {
         let mut a_out = Vec::new();
         let mut established = false;
         let mut posted = false;
-        let mut disconnected = false;
+        let mut disconnected = None;
+        let mut posted_at = 0;
         let mut acked_first = false;
         for _ in 0..400 {
             now += 1_000_000;
             for f in take(&mut a, now, &mem_a, IP_A, IP_B) {
-                // Once the Read is posted, the peer never sees our data (so
-                // never answers), only our ACKs and FIN.
-                if !peer_closes || !posted || payload_len(&f) == 0 {
+                if peer == Peer::Silent && posted {
+                    // B's TCP takes the Read Request; RDMAP never sees it.
+                    let r = TcpRepr::parse(&TcpPacket::new_checked(&f[..]).unwrap(), &IP_A, &IP_B)
+                        .unwrap();
+                    b.tcp.handle_segment(&r, now, &mut |_| {});
+                } else if !peer_closes || !posted || payload_len(&f) == 0 {
+                    // Once the Read is posted, a closing peer never sees
+                    // our data (so never answers), only our ACKs and FIN.
                     give(&mut b, &f, now, &mut mem_b, IP_A, IP_B);
                 }
             }
             let mut slow_round = false;
-            if !peer_closes && posted && !acked_first {
+            if peer == Peer::Answers && posted && !acked_first {
                 acked_first = true;
                 slow_round = true;
                 // The peer's TCP acknowledges what it got before its RDMAP
@@ -697,7 +792,7 @@ mod tests {
             while let Some(e) = a.poll_cm_event() {
                 match e {
                     CmEvent::Established(_) => established = true,
-                    CmEvent::Disconnected => disconnected = true,
+                    CmEvent::Disconnected => disconnected = Some(now - posted_at),
                     _ => {}
                 }
             }
@@ -717,6 +812,7 @@ mod tests {
                     remote_to: 0,
                 };
                 a.post(HostCommand::PostSend(wr), &mem_a, &mut |o| a_out.push(o));
+                posted_at = now;
                 if !peer_closes {
                     a.disconnect();
                 }
@@ -724,13 +820,13 @@ mod tests {
                 // The peer closes gracefully while our Read is out.
                 b.disconnect();
             }
-            if disconnected {
+            if disconnected.is_some() {
                 break;
             }
         }
         assert!(established && posted);
         let got = mem_a.snapshot(sink).unwrap();
-        (a_out, disconnected, got)
+        (a_out, disconnected, got, a)
     }
 
     fn read_status(out: &[HostOutput]) -> Option<WcStatus> {
@@ -742,21 +838,115 @@ mod tests {
 
     #[test]
     fn graceful_disconnect_waits_for_the_read_response() {
-        let (out, disconnected, got) = read_then_close(false);
-        assert!(disconnected);
+        let (out, disconnected, got, a) = read_then_close(Peer::Answers);
+        assert!(disconnected.is_some());
         assert_eq!(read_status(&out), Some(WcStatus::Success));
         assert_eq!(got, vec![7; 64]);
+        assert_eq!(a.close_timeouts, 0);
     }
 
     #[test]
     fn peer_fin_with_our_read_outstanding_closes_and_flushes_the_read() {
         // Before the fix the close waited forever for the response.
-        let (out, disconnected, got) = read_then_close(true);
+        let (out, disconnected, got, a) = read_then_close(Peer::Closes);
         assert!(
-            disconnected,
+            disconnected.is_some(),
             "a waits forever on a Read the peer can no longer answer"
         );
         assert_eq!(read_status(&out), Some(WcStatus::Flushed));
         assert_eq!(got, vec![0; 64], "nothing placed");
+        assert_eq!(a.close_timeouts, 0, "the FIN ended the wait, not the timer");
+    }
+
+    #[test]
+    fn fin_wait_2_without_the_peer_fin_ends_in_rst_after_the_close_timer() {
+        // A (ours) opens MPA against a raw TCP peer B that answers with a
+        // literal Reply, acknowledges A's FIN, and never sends its own.
+        let cfg = Config::default();
+        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
+        let mut syn = Vec::new();
+        tcp_a.poll_transmit(0, 1, &mut |r| {
+            syn = vec![0; r.buffer_len()];
+            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
+                .unwrap();
+        });
+        let syn_r =
+            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
+        let mut b = Tcp::accept(cfg, &syn_r, 99);
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mpa = MpaConfig {
+            close_timeout: 50_000_000,
+            ..Default::default()
+        };
+        let params = StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 4,
+            rq_depth: 4,
+        };
+        let mut a = IwarpOverTcp::new(tcp_a, Role::Initiator, mpa, params);
+        let mut got = Vec::new();
+        let mut replied = false;
+        let (mut fin_wait2_at, mut rst) = (None, false);
+        let mut now = 0;
+        while now < 1_000_000_000 && a.tcp.state() != TcpState::Closed {
+            now += 1_000_000;
+            for f in take(&mut a, now, &mem, IP_A, IP_B) {
+                let r =
+                    TcpRepr::parse(&TcpPacket::new_checked(&f[..]).unwrap(), &IP_A, &IP_B).unwrap();
+                rst |= r.flags.contains(tcp_lite::wire::TcpFlags::RST);
+                b.handle_segment(&r, now, &mut |d| got.extend_from_slice(d));
+            }
+            if got.len() >= 24 && !replied {
+                replied = true;
+                assert!(b.send_record(b"MPA ID Rep Frame\x10\x02\x00\x04\x00\x10\x00\x10"));
+            }
+            let mut from_b = Vec::new();
+            b.poll_transmit(now, 8, &mut |r| {
+                let mut f = vec![0; r.buffer_len()];
+                r.emit(&mut TcpPacket::new_unchecked(&mut f[..]), &IP_B, &IP_A)
+                    .unwrap();
+                from_b.push(f);
+            });
+            for f in from_b {
+                give(&mut a, &f, now, &mut mem, IP_B, IP_A);
+            }
+            while let Some(e) = a.poll_cm_event() {
+                if let CmEvent::Established(_) = e {
+                    a.disconnect();
+                }
+            }
+            if a.tcp.state() == TcpState::FinWait2 {
+                fin_wait2_at.get_or_insert(now);
+            }
+        }
+        let since = fin_wait2_at.expect("A never reached FIN-WAIT-2");
+        assert_eq!(a.tcp.state(), TcpState::Closed, "still waiting for the FIN");
+        assert!(
+            (50_000_000..60_000_000).contains(&(now - since)),
+            "reset {} ns into FIN-WAIT-2",
+            now - since
+        );
+        assert!(rst, "the peer is told: RST");
+        assert_eq!(a.close_timeouts, 1);
+        assert_eq!(b.state(), tcp_lite::tcp::State::Closed, "B took the RST");
+    }
+
+    #[test]
+    fn a_read_the_peer_neither_answers_nor_ends_with_a_fin_is_flushed_by_the_close_timer() {
+        // Before the close timer, A's graceful close waited for ever here.
+        let (out, disconnected, got, a) = read_then_close(Peer::Silent);
+        let after = disconnected.expect("the close never ended");
+        // Not before the 50 ms close timer; then abortive (Terminate, RST
+        // within the 100 ms abort grace).
+        assert!(
+            (50_000_000..200_000_000).contains(&after),
+            "disconnected {after} ns after the close began"
+        );
+        assert_eq!(a.close_timeouts, 1);
+        assert_eq!(read_status(&out), Some(WcStatus::Flushed));
+        assert_eq!(got, vec![0; 64], "nothing placed");
+        assert_eq!(a.tcp.state(), TcpState::Closed, "RST, not FIN");
     }
 }

@@ -675,6 +675,16 @@ impl Stack {
         self.listeners.len()
     }
 
+    /// What listeners hold for connections not handed out yet: half-open
+    /// handshakes, and established connections in their accept queues
+    /// plus the payload kept for them (entries), summed over listeners.
+    pub fn listener_holds(&self) -> (usize, usize) {
+        let l = self.listeners.values();
+        let half_open = l.clone().map(|l| l.listener.half_open_len()).sum();
+        let ready = l.map(|l| l.listener.ready_len() + l.early.len()).sum();
+        (half_open, ready)
+    }
+
     /// Counters of an iWARP connection's queue pair (`None`: no such
     /// connection, a byte stream, or the MPA exchange has not finished).
     pub fn qp_stats(&self, sock: SockId) -> Option<iwarp_proto::qp::QpStats> {

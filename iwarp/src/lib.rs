@@ -1515,7 +1515,11 @@ impl Default for AcceptOptions {
     }
 }
 
-/// A peer's connection request, held until accepted or rejected.
+/// A peer's connection request, held until accepted or rejected. The stack
+/// rejects it on the wire by itself (a Reply with R = 1) if it stays
+/// unanswered for [`MpaConfig::decision_timeout`] (10 s by default), or if
+/// the peer sends more than [`MpaConfig::max_early_data`] octets behind its
+/// Request meanwhile (RFC 5044 §7.1); accepting it then fails.
 #[derive(Debug)]
 pub struct ConnectRequest {
     ctx: Context,

@@ -17,18 +17,27 @@
 //! [`Listener::on_syn_at`]): the SYN-ACK's ISN is a keyed hash of the
 //! 4-tuple, the peer's ISN, a 64-second time counter and a 2-bit MSS index,
 //! and the listener keeps nothing. An ACK that acknowledges such an ISN
-//! ([`Listener::on_cookie_ack`]) rebuilds the connection. Only the MSS
-//! survives a cookie, from a table of four values: the cookie SYN-ACK
-//! offers no window scaling, SACK or timestamps (we do not encode them in
-//! the timestamp value as Linux does), so the peer uses none of them either
-//! (RFC 7323 §2.2, §3.2; RFC 2018 §2) and the connection runs with a 64 KiB
-//! window.
+//! ([`Listener::on_cookie_ack`]) rebuilds the connection. The MSS survives
+//! a cookie from a table of four values. When the peer's SYN carried the
+//! timestamps option (and ours are on), the other options survive too, as
+//! in Linux: the cookie SYN-ACK offers window scaling, SACK and timestamps
+//! as a half-open connection would, and the low 5 bits of its TSval carry
+//! the peer's window shift (4 bits, 15 for none) and SACK-permitted (1
+//! bit); the peer echoes the TSval in the TSecr of its ACK (RFC 7323 §3),
+//! which rebuilds them. Without timestamps in the SYN there is nowhere to
+//! keep them: the cookie SYN-ACK then offers none of them, so the peer uses
+//! none either (RFC 7323 §2.2, §3.2; RFC 2018 §2) and the connection runs
+//! with a 64 KiB window. The option bits are not covered by the cookie's
+//! hash: a peer that alters them can only give its own connection options
+//! it could have asked for in its SYN. The TSval is moved back by up to 31
+//! ticks (ms) to carry them, so an RTT sample taken from its echo can read
+//! up to 31 ms long (Linux's cookies have the same skew).
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 
 use crate::tcp::{Config, Connection, State};
-use crate::wire::{Ipv4Address, TcpFlags, TcpRepr};
+use crate::wire::{Ipv4Address, TcpFlags, TcpRepr, TcpTimestamp};
 
 /// RFC 6528 §3: ISN = M + F(localip, localport, remoteip, remoteport, secretkey),
 /// M a 4-microsecond timer. F here is SipHash (std's `DefaultHasher`) keyed
@@ -96,6 +105,52 @@ pub struct Listener {
     pub syn_cookies_rejected: u64,
 }
 
+/// What a SYN cookie keeps in the low bits of the SYN-ACK's TSval when the
+/// peer's SYN had timestamps (Linux's `cookie_init_timestamp` layout, less
+/// the ECN bit: shift in bits 0-3, 15 for none; SACK-permitted in bit 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CookieOptions {
+    window_scale: Option<u8>,
+    sack_permitted: bool,
+    /// The TSval of the peer's SYN (or, rebuilt, of its ACK): TS.Recent.
+    peer_tsval: u32,
+}
+
+/// Low TSval bits that carry [`CookieOptions`].
+const COOKIE_TS_BITS: u32 = 5;
+const COOKIE_TS_MASK: u32 = (1 << COOKIE_TS_BITS) - 1;
+const COOKIE_NO_SHIFT: u32 = 0xf;
+/// RFC 7323 §2.3: a shift above 14 is taken as 14.
+const MAX_COOKIE_SHIFT: u8 = 14;
+const COOKIE_SACK: u32 = 0x10;
+
+impl CookieOptions {
+    /// Our TSval `ts` with its low bits replaced by the options, moved back
+    /// one step if that put it ahead of `ts`: the connection's later TSvals
+    /// (its clock) never go below it (RFC 7323 §5.3, the peer's PAWS).
+    fn encode(self, ts: u32) -> u32 {
+        let bits = u32::from(self.window_scale.map_or(0xf, |s| s.min(MAX_COOKIE_SHIFT)))
+            | if self.sack_permitted { COOKIE_SACK } else { 0 };
+        let v = (ts & !COOKIE_TS_MASK) | bits;
+        if (v.wrapping_sub(ts) as i32) > 0 {
+            v.wrapping_sub(1 << COOKIE_TS_BITS)
+        } else {
+            v
+        }
+    }
+
+    /// The options an echoed TSval (`tsecr`) carries; `peer_tsval` is the
+    /// TSval of the segment that echoed it.
+    fn decode(tsecr: u32, peer_tsval: u32) -> Self {
+        let shift = tsecr & COOKIE_NO_SHIFT;
+        CookieOptions {
+            window_scale: (shift != COOKIE_NO_SHIFT).then(|| (shift as u8).min(MAX_COOKIE_SHIFT)),
+            sack_permitted: tsecr & COOKIE_SACK != 0,
+            peer_tsval,
+        }
+    }
+}
+
 /// The MSS values a cookie can carry (a 2-bit index): the largest not above
 /// the peer's is chosen; 536 is RFC 9293 §3.7.1's default.
 const COOKIE_MSS: [u16; 4] = [536, 1220, 1440, 1460];
@@ -154,12 +209,25 @@ impl Listener {
         ((h.finish() as u32) << 2) | idx
     }
 
-    /// The SYN as the cookie remembers it: its sequence number, ports and
-    /// the MSS from the table; no other option.
-    fn cookie_syn(syn: &TcpRepr<'_>, peer_isn: u32, idx: u32) -> TcpRepr<'static> {
+    /// The SYN as the cookie remembers it: its sequence number, ports, the
+    /// MSS from the table, and `opts` when timestamps carried them.
+    fn cookie_syn(
+        syn: &TcpRepr<'_>,
+        peer_isn: u32,
+        idx: u32,
+        opts: Option<CookieOptions>,
+    ) -> TcpRepr<'static> {
         let mut r = TcpRepr::new(syn.src_port, syn.dst_port, peer_isn, TcpFlags::SYN);
         r.window = syn.window;
         r.max_seg_size = Some(COOKIE_MSS[idx as usize & 3]);
+        if let Some(o) = opts {
+            r.window_scale = o.window_scale;
+            r.sack_permitted = o.sack_permitted;
+            r.timestamp = Some(TcpTimestamp {
+                tsval: o.peer_tsval,
+                tsecr: 0,
+            });
+        }
         r
     }
 
@@ -190,9 +258,24 @@ impl Listener {
         let idx = COOKIE_MSS.iter().rposition(|&m| m <= peer_mss).unwrap_or(0) as u32;
         let t = now / COOKIE_PERIOD;
         let iss = self.cookie(&secret, src, syn, syn.seq_number, t, idx);
+        // RFC 7323 §3.2: the peer echoes our TSval only if its SYN had
+        // timestamps and we answer with them; only then can options ride
+        // in the TSval.
+        let opts = match (self.cfg.timestamps, syn.timestamp) {
+            (true, Some(ts)) => Some(CookieOptions {
+                window_scale: syn.window_scale.map(|s| s.min(MAX_COOKIE_SHIFT)),
+                sack_permitted: syn.sack_permitted,
+                peer_tsval: ts.tsval,
+            }),
+            _ => None,
+        };
         // The SYN-ACK a half-open connection would send for the SYN as the
         // cookie remembers it; the connection is then dropped.
-        let mut c = Connection::accept(self.cfg, &Self::cookie_syn(syn, syn.seq_number, idx), iss);
+        let mut c = Connection::accept(
+            self.cfg,
+            &Self::cookie_syn(syn, syn.seq_number, idx, opts),
+            iss,
+        );
         let mut out = None;
         c.poll_transmit(now, 1, &mut |r| {
             let mut s = TcpRepr::new(r.src_port, r.dst_port, r.seq_number, r.flags);
@@ -201,7 +284,13 @@ impl Listener {
             s.max_seg_size = r.max_seg_size;
             s.window_scale = r.window_scale;
             s.sack_permitted = r.sack_permitted;
-            s.timestamp = r.timestamp;
+            s.timestamp = match (r.timestamp, opts) {
+                (Some(ts), Some(o)) => Some(TcpTimestamp {
+                    tsval: o.encode(ts.tsval),
+                    tsecr: ts.tsecr,
+                }),
+                (ts, _) => ts,
+            };
             out = Some(s);
         });
         match out {
@@ -244,7 +333,14 @@ impl Listener {
             self.syn_cookies_rejected += 1;
             return false;
         }
-        let syn = Self::cookie_syn(seg, peer_isn, idx);
+        // The options the SYN-ACK's TSval kept, echoed in the TSecr. An
+        // ACK without timestamps gets the MSS-only connection (its SYN had
+        // none, or the peer dropped them, RFC 7323 §3.2).
+        let opts = match (self.cfg.timestamps, seg.timestamp) {
+            (true, Some(ts)) => Some(CookieOptions::decode(ts.tsecr, ts.tsval)),
+            _ => None,
+        };
+        let syn = Self::cookie_syn(seg, peer_isn, idx, opts);
         let mut c = Connection::accept(self.cfg, &syn, iss);
         // The SYN-ACK went out already (statelessly): mark it sent.
         c.poll_transmit(now, 1, &mut |_| {});
@@ -367,11 +463,17 @@ impl Listener {
     pub fn half_open_len(&self) -> usize {
         self.half_open.len()
     }
+
+    /// Established connections waiting in the accept queue.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::TcpTimestamp;
 
     const PEER: Ipv4Address = Ipv4Address([10, 0, 0, 9]);
 
@@ -526,16 +628,22 @@ mod tests {
         l
     }
 
-    /// The peer's SYN, with every option, and the cookie SYN-ACK for it.
-    fn cookie_syn_ack(l: &mut Listener, port: u16, now: u64) -> TcpRepr<'static> {
+    /// The peer's SYN, with MSS 1400, window shift 7, SACK-permitted and
+    /// (if `ts`) timestamps, and the cookie SYN-ACK for it.
+    fn cookie_syn_ack_ts(l: &mut Listener, port: u16, now: u64, ts: bool) -> TcpRepr<'static> {
         let mut s = syn(port);
         s.max_seg_size = Some(1400);
         s.window_scale = Some(7);
         s.sack_permitted = true;
-        s.timestamp = Some(crate::wire::TcpTimestamp { tsval: 5, tsecr: 0 });
+        s.timestamp = ts.then_some(TcpTimestamp { tsval: 5, tsecr: 0 });
         l.on_syn_at(PEER, &s, 1, now)
             .unwrap()
             .expect("a cookie SYN-ACK")
+    }
+
+    /// The same SYN without timestamps: the MSS-only cookie.
+    fn cookie_syn_ack(l: &mut Listener, port: u16, now: u64) -> TcpRepr<'static> {
+        cookie_syn_ack_ts(l, port, now, false)
     }
 
     fn ack_for(sa: &TcpRepr<'_>, payload: &'static [u8]) -> TcpRepr<'static> {
@@ -572,6 +680,123 @@ mod tests {
             (PEER, 7000, State::Established, 1220)
         );
         assert_eq!((l.syn_cookies_accepted, l.half_open_len()), (1, 2));
+    }
+
+    /// The segments `c` sends at `now`, as (seq, ack, window, SACK blocks,
+    /// timestamp).
+    #[allow(clippy::type_complexity)]
+    fn sent_by(
+        c: &mut Connection,
+        now: u64,
+    ) -> Vec<(u32, u32, u16, Vec<(u32, u32)>, Option<TcpTimestamp>)> {
+        let mut out = Vec::new();
+        c.poll_transmit(now, 8, &mut |r| {
+            let blocks = r.sack_ranges.iter().flatten().copied().collect();
+            out.push((r.seq_number, r.ack_number, r.window, blocks, r.timestamp));
+        });
+        out
+    }
+
+    #[test]
+    fn syn_cookie_keeps_window_scale_and_sack_in_the_timestamp() {
+        let mut l = full_with_cookies();
+        // 1000 ms: our TSval clock (1 ms ticks) reads 1000 = 0x3e8.
+        let sa = cookie_syn_ack_ts(&mut l, 7000, 1000 * MS, true);
+        assert_eq!(l.half_open_len(), 2, "stateless");
+        // Offered as a half-open connection would (RFC 7323 §2.2, §3.2,
+        // RFC 2018 §2)...
+        assert_eq!(
+            (sa.max_seg_size, sa.window_scale, sa.sack_permitted),
+            (Some(1460), Some(7), true)
+        );
+        // ...and the TSval keeps the peer's shift 7 and SACK-permitted:
+        // 0x3e0 | 0x17 = 0x3f7 is ahead of 0x3e8, so one step back: 0x3d7.
+        assert_eq!(
+            sa.timestamp,
+            Some(TcpTimestamp {
+                tsval: 0x3d7,
+                tsecr: 5
+            })
+        );
+        // The peer's ACK echoes it, with data.
+        let mut ack = ack_for(&sa, b"hello");
+        ack.timestamp = Some(TcpTimestamp {
+            tsval: 9,
+            tsecr: 0x3d7,
+        });
+        let mut got = Vec::new();
+        assert!(l.on_cookie_ack(PEER, &ack, 1100 * MS, &mut |d| got.extend_from_slice(d)));
+        assert_eq!(got, b"hello");
+        let (_, mut c) = l.accept().unwrap();
+        assert_eq!(c.state(), State::Established);
+        // Timestamps on: the 1220 of the MSS table less the option's 12.
+        assert_eq!(c.mss(), 1208);
+        // Our window is scaled by our shift (7): 1 MiB >> 7.
+        let acks = sent_by(&mut c, 1100 * MS);
+        let (_, ack_no, wnd, _, ts) = acks.last().unwrap().clone();
+        assert_eq!((ack_no, wnd), (1006, ((1 << 20) >> 7) as u16));
+        assert_eq!(ts.map(|t| t.tsecr), Some(9));
+        // SACK is on: an out-of-order segment draws a SACK block.
+        let mut ooo = TcpRepr::new(7000, 80, 1016, TcpFlags::ACK | TcpFlags::PSH);
+        ooo.ack_number = ack.ack_number;
+        ooo.window = 1000;
+        ooo.payload = b"world";
+        ooo.timestamp = Some(TcpTimestamp {
+            tsval: 10,
+            tsecr: 1100,
+        });
+        c.handle_segment(&ooo, 1101 * MS, &mut |_| panic!("out of order"));
+        let dup = sent_by(&mut c, 1101 * MS);
+        assert!(
+            dup.iter().any(|s| s.1 == 1006 && s.3 == vec![(1016, 1021)]),
+            "{dup:?}"
+        );
+    }
+
+    #[test]
+    fn syn_cookie_without_shift_or_sack_says_so_in_the_timestamp() {
+        let mut l = full_with_cookies();
+        let mut s = syn(7000);
+        s.timestamp = Some(TcpTimestamp { tsval: 5, tsecr: 0 });
+        let sa = l.on_syn_at(PEER, &s, 1, 1000 * MS).unwrap().unwrap();
+        assert_eq!((sa.window_scale, sa.sack_permitted), (None, false));
+        // Shift 15 (none), no SACK: 0x3e0 | 0x0f = 0x3ef, ahead: 0x3cf.
+        assert_eq!(
+            sa.timestamp,
+            Some(TcpTimestamp {
+                tsval: 0x3cf,
+                tsecr: 5
+            })
+        );
+        let mut ack = ack_for(&sa, b"");
+        ack.timestamp = Some(TcpTimestamp {
+            tsval: 9,
+            tsecr: 0x3cf,
+        });
+        assert!(l.on_cookie_ack(PEER, &ack, 1100 * MS, &mut |_| {}));
+        let (_, mut c) = l.accept().unwrap();
+        // No scaling: the window field is the buffer capped at 65535.
+        let mut data = ack_for(&sa, b"x");
+        data.timestamp = Some(TcpTimestamp {
+            tsval: 10,
+            tsecr: 1100,
+        });
+        c.handle_segment(&data, 1101 * MS, &mut |_| {});
+        let acks = sent_by(&mut c, 1101 * MS);
+        assert_eq!(acks.last().map(|a| (a.1, a.2)), Some((1002, 65535)));
+    }
+
+    #[test]
+    fn syn_cookie_without_timestamps_keeps_only_the_mss() {
+        let mut l = full_with_cookies();
+        let sa = cookie_syn_ack(&mut l, 7000, 1000 * MS);
+        assert_eq!(
+            (sa.window_scale, sa.sack_permitted, sa.timestamp),
+            (None, false, None)
+        );
+        assert!(l.on_cookie_ack(PEER, &ack_for(&sa, b""), 1100 * MS, &mut |_| {}));
+        let (_, c) = l.accept().unwrap();
+        assert_eq!(c.mss(), 1220);
     }
 
     #[test]
