@@ -506,8 +506,11 @@ impl IwarpOverTcp {
         }
     }
 
-    /// Next timer deadline: TCP's, the MPA setup timer's and the close
-    /// timers' (Reads unanswered, FIN-WAIT-2).
+    /// Next timer deadline: TCP's, the MPA setup timer's, the close
+    /// timers' (Reads unanswered, FIN-WAIT-2, an abort's wait for its
+    /// Terminate) and the first-FPDU hold's. The host polls the connection
+    /// when it passes (a deadline first set inside [`poll`](Self::poll) is
+    /// in this once that poll returns).
     pub fn poll_timeout(&self) -> Option<u64> {
         let setup = self.setup_deadline.map(|(_, at)| at);
         let close = self
@@ -517,10 +520,27 @@ impl IwarpOverTcp {
         let fin_wait2 = self
             .fin_wait2_deadline
             .filter(|_| self.tcp.state() == TcpState::FinWait2);
-        [self.tcp.poll_timeout(), setup, close, fin_wait2]
-            .into_iter()
-            .flatten()
-            .min()
+        // The first-FPDU hold, while FPDUs are held.
+        let hold = self
+            .hold_deadline
+            .filter(|_| self.iwarp.as_ref().is_some_and(|c| c.tx_hold() > 0));
+        let abort = match self.closing {
+            Some(Closing::Abort { deadline }) if self.tcp.state() != TcpState::Closed => {
+                Some(deadline)
+            }
+            _ => None,
+        };
+        [
+            self.tcp.poll_timeout(),
+            setup,
+            close,
+            fin_wait2,
+            hold,
+            abort,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 

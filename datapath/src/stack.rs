@@ -57,12 +57,15 @@ pub struct StackConfig {
     pub rx_backlog_limit: usize,
     /// First ephemeral port for active opens.
     pub ephemeral_base: u16,
-    /// Longest an idle iWARP connection goes unvisited (ns). A round polls
-    /// only the connections with something to do (a segment or a command
-    /// arrived, or their last poll sent or reported something); the others
-    /// are visited at least this often, for their timers (retransmission,
-    /// probe, MPA and close deadlines fire at most this late). Byte streams
-    /// are polled every round (their application side is a ring).
+    /// A safety net (ns): every iWARP connection is polled at least this
+    /// often. A round polls only the connections in the ready set (a
+    /// segment or a command arrived, or their last poll sent or reported
+    /// something) and those whose next deadline
+    /// ([`IwarpOverTcp::poll_timeout`]: retransmission, probe, MPA, hold
+    /// and close timers) has passed, so an idle connection costs a round
+    /// nothing; the sweep only bounds how late a deadline missing from
+    /// `poll_timeout` could fire. Byte streams are polled every round
+    /// (their application side is a ring).
     pub idle_sweep: u64,
 }
 
@@ -79,7 +82,7 @@ impl StackConfig {
             ring_chunks: 1024,
             rx_backlog_limit: 1 << 20,
             ephemeral_base: 49152,
-            idle_sweep: 1_000_000,
+            idle_sweep: 100_000_000,
         }
     }
 }
@@ -550,11 +553,20 @@ struct Sock {
     reported_closed: bool,
     /// RTO retransmissions already reported as `tracing` events.
     rto_seen: u64,
-    /// Poll in the next round: a segment or command arrived, or the last
-    /// poll did something (see `StackConfig::idle_sweep`).
-    wake: bool,
-    /// When it was last polled.
-    polled_at: u64,
+    /// In the ready set: polled next round (a segment or command arrived,
+    /// or the last poll did something; see `StackConfig::idle_sweep`).
+    ready: bool,
+    /// The deadline this connection has in the timer heap (the earliest,
+    /// if it has several: later ones are stale and only wake it early).
+    timer_at: Option<u64>,
+}
+
+/// Put `sock` (id `id`) in the ready set unless it is there already.
+fn mark_ready(ready: &mut Vec<SockId>, sock: &mut Sock, id: SockId) {
+    if !sock.ready {
+        sock.ready = true;
+        ready.push(id);
+    }
 }
 
 impl Sock {
@@ -602,7 +614,15 @@ pub struct Stack {
     /// Application code run after every round.
     hooks: Vec<LoopHook>,
     next_id: SockId,
+    /// The connections polled this round (scratch).
     ids: Vec<SockId>,
+    /// The ready set: connections to poll next round, each once (its
+    /// `Sock::ready` flag); byte streams are always in it.
+    ready: Vec<SockId>,
+    /// Connection deadlines, earliest first (`Sock::timer_at`).
+    timers: std::collections::BinaryHeap<std::cmp::Reverse<(u64, SockId)>>,
+    /// When every connection was last swept into the ready set.
+    last_sweep: u64,
     by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
     listeners: HashMap<u16, Listening>,
     next_port: u16,
@@ -628,6 +648,9 @@ impl Stack {
             hooks: Vec::new(),
             next_id: 0,
             ids: Vec::new(),
+            ready: Vec::new(),
+            timers: std::collections::BinaryHeap::new(),
+            last_sweep: 0,
             by_tuple: HashMap::new(),
             listeners: HashMap::new(),
             next_port: cfg.ephemeral_base,
@@ -701,7 +724,7 @@ impl Stack {
         })
     }
 
-    fn insert(&mut self, sock: Sock) -> SockId {
+    fn insert(&mut self, mut sock: Sock) -> SockId {
         let key = (
             sock.remote,
             sock.tcp().remote_port(),
@@ -709,6 +732,7 @@ impl Stack {
         );
         let id = self.next_id;
         self.next_id += 1;
+        mark_ready(&mut self.ready, &mut sock, id);
         self.socks.insert(id, sock);
         self.by_tuple.insert(key, id);
         id
@@ -764,8 +788,8 @@ impl Stack {
                 token: None,
                 reported_closed: false,
                 rto_seen: 0,
-                wake: true,
-                polled_at: 0,
+                ready: false,
+                timer_at: None,
             },
             shared,
         )
@@ -788,7 +812,7 @@ impl Stack {
             let Some(sock) = self.socks.get_mut(&id) else {
                 return;
             };
-            sock.wake = true;
+            mark_ready(&mut self.ready, sock, id);
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
@@ -1072,8 +1096,10 @@ impl crate::runtime::Engine for Stack {
             Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
             _ => None,
         };
-        if let Some(s) = target.and_then(|id| self.socks.get_mut(&id)) {
-            s.wake = true;
+        if let Some(id) = target {
+            if let Some(s) = self.socks.get_mut(&id) {
+                mark_ready(&mut self.ready, s, id);
+            }
         }
         match cmd {
             Command::Connect {
@@ -1247,8 +1273,30 @@ impl crate::runtime::Engine for Stack {
             listeners,
             socks,
             mem,
+            ready,
+            timers,
             ..
         } = self;
+        // Connections whose deadline has passed join the ready set.
+        while let Some(&std::cmp::Reverse((at, id))) = timers.peek() {
+            if at > now {
+                break;
+            }
+            timers.pop();
+            if let Some(sock) = socks.get_mut(&id) {
+                if sock.timer_at == Some(at) {
+                    sock.timer_at = None;
+                    mark_ready(ready, sock, id);
+                }
+            }
+        }
+        // The safety net (`StackConfig::idle_sweep`).
+        if now.saturating_sub(self.last_sweep) >= self.cfg.idle_sweep {
+            self.last_sweep = now;
+            for (&id, sock) in socks.iter_mut() {
+                mark_ready(ready, sock, id);
+            }
+        }
         for (dst, rst) in resets.drain(..) {
             Self::emit(iface, stats, dst, &rst, now, tx);
             busy = true;
@@ -1263,10 +1311,17 @@ impl crate::runtime::Engine for Stack {
             }
             l.listener.settle();
         }
-        let sweep = self.cfg.idle_sweep;
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
-        for (&id, sock) in socks.iter_mut() {
+        // This round polls the ready set (in id order), which fills again
+        // for the next round as it goes.
+        ids.append(ready);
+        ids.sort_unstable();
+        ids.retain(|&id| {
+            let Some(sock) = socks.get_mut(&id) else {
+                return false; // gone since it became ready
+            };
+            sock.ready = false;
             let dst = sock.remote;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
@@ -1274,23 +1329,28 @@ impl crate::runtime::Engine for Stack {
                     busy |= s.tcp.poll_transmit(now, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     }) > 0;
-                    ids.push(id);
+                    // Its application side is a ring: look every round.
+                    mark_ready(ready, sock, id);
                 }
                 SockKind::Iwarp(i) => {
-                    // Idle connections wait for the sweep (their timers).
-                    if !sock.wake && now.saturating_sub(sock.polled_at) < sweep {
-                        continue;
-                    }
                     let sent = i.poll(now, mem, 64, &mut |seg| {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     });
                     busy |= sent > 0;
-                    sock.wake = sent > 0;
-                    sock.polled_at = now;
-                    ids.push(id);
+                    let next = i.poll_timeout();
+                    if sent > 0 {
+                        mark_ready(ready, sock, id);
+                    }
+                    if let Some(t) = next {
+                        if sock.timer_at.is_none_or(|a| t < a) {
+                            sock.timer_at = Some(t);
+                            timers.push(std::cmp::Reverse((t, id)));
+                        }
+                    }
                 }
             }
-        }
+            true
+        });
         let ports: Vec<u16> = self.listeners.keys().copied().collect();
         for p in ports {
             self.accept_ready(p);
@@ -1305,22 +1365,21 @@ impl crate::runtime::Engine for Stack {
         // The connections polled this round (in id order): their events,
         // completions and state changes.
         for &id in &ids {
-            if let Some(Sock {
-                kind: SockKind::Iwarp(i),
-                cq,
-                wake,
-                ..
-            }) = self.socks.get_mut(&id)
-            {
-                let mut did = false;
-                while let Some(e) = i.poll_cm_event() {
-                    out(Output::Cm(id, e));
-                    did = true;
+            if let Some(sock) = self.socks.get_mut(&id) {
+                if let SockKind::Iwarp(i) = &mut sock.kind {
+                    let cq = &sock.cq;
+                    let mut did = false;
+                    while let Some(e) = i.poll_cm_event() {
+                        out(Output::Cm(id, e));
+                        did = true;
+                    }
+                    did |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+                    // Something happened: look again next round.
+                    if did {
+                        mark_ready(&mut self.ready, sock, id);
+                    }
+                    busy |= did;
                 }
-                did |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
-                // Something happened: look again next round.
-                *wake |= did;
-                busy |= did;
             }
             self.settle(id);
         }

@@ -260,7 +260,7 @@ impl SendBuf {
         if self.len + d.len() > self.ring.len() {
             // Grow (rarely: to the largest amount ever queued), laying the
             // octets held out from index 0.
-            let cap = (self.len + d.len()).next_power_of_two().max(4096);
+            let cap = (self.len + d.len()).next_power_of_two();
             let mut ring = vec![0u8; cap];
             let (a, b) = self.slices();
             ring[..a.len()].copy_from_slice(a);
