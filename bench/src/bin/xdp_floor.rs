@@ -41,7 +41,7 @@ const USAGE: &str = "usage: xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--
   --mtu     MTUs of both veth ends, one run each (default 1500,9000)
   --secs    seconds of transmission per run, 1..=30 (default 2)
   --core    first CPU: the sender there, the receiver on the next (default 0)
-  --window  frames in flight at most, 1..=512 (default 128)";
+  --window  frames in flight at most, 1..=512 (default 512)";
 
 struct Args {
     mtus: Vec<u32>,
@@ -55,7 +55,7 @@ fn parse() -> Result<Args, String> {
         mtus: vec![1500, 9000],
         secs: 2,
         core: 0,
-        window: 128,
+        window: 512,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
