@@ -60,18 +60,21 @@ impl Lab {
         // The shared address is the kernel's own, as a pod's is.
         veth.add_addr(End::A, &format!("{shared_ip}/24")).unwrap();
         veth.add_addr(End::B, &format!("{peer_ip}/24")).unwrap();
-        // Keep the kernel's ephemeral ports out of our range.
-        netns_harness::run_in(
-            &ours,
-            &[
-                "sysctl",
-                "-q",
-                "-w",
-                &format!("net.ipv4.ip_local_reserved_ports={LOCAL_FROM}-65535"),
-            ],
-            Duration::from_secs(20),
-        )
-        .unwrap();
+        // Keep the kernels' ephemeral ports out of our range (the peer's
+        // too: the iWARP test runs our stack there on its kernel's address).
+        for ns in [&ours, &peer] {
+            netns_harness::run_in(
+                ns,
+                &[
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    &format!("net.ipv4.ip_local_reserved_ports={LOCAL_FROM}-65535"),
+                ],
+                Duration::from_secs(20),
+            )
+            .unwrap();
+        }
         Some(Lab {
             veth,
             ours,
@@ -277,6 +280,97 @@ fn our_stack_connects_out_from_the_reserved_range() {
     assert!(
         neigh.contains(&format!("{} ", lab.peer_ip)) && neigh.contains("lladdr"),
         "{neigh}"
+    );
+}
+
+/// `iwarp-serve` in namespace `ns` on `iface` with `args`.
+fn serve(ns: &Netns, iface: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        ns.name(),
+        env!("CARGO_BIN_EXE_iwarp-serve"),
+    ])
+    .args(["--iface", iface, "--share-address"])
+    .args(args);
+    c
+}
+
+#[test]
+fn iwarp_server_and_client_each_on_their_kernels_address() {
+    let Some(lab) = Lab::new() else { return };
+    let server_ip = format!("{}/24", lab.shared_ip);
+    let mut server = serve(
+        &lab.ours,
+        lab.veth.name(End::A),
+        &["--ip", &server_ip, "--region-mib", "1", "--seconds", "60"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The client: our stack on the peer kernel's own address too.
+    let client_ip = format!("{}/24", lab.peer_ip);
+    let shared = lab.shared_ip.to_string();
+    let mut client = None;
+    for _ in 0..40 {
+        let out = serve(
+            &lab.peer,
+            lab.veth.name(End::B),
+            &["--ip", &client_ip, "--connect", &shared, "--blocks", "128"],
+        )
+        .output()
+        .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        // Refused: the server's XDP program is not attached yet and the
+        // kernel answered the SYN with a RST.
+        if !out.status.success() && err.contains("refused") {
+            std::thread::sleep(Duration::from_millis(250));
+            continue;
+        }
+        client = Some((
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            err,
+        ));
+        break;
+    }
+    let (status, stdout, stderr) = client.expect("the client connected within 40 tries");
+    // Stop the server (SIGTERM) before judging, so that it never outlives
+    // the test.
+    let _ = Command::new("kill")
+        .args(["-s", "TERM", &server.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = server.kill();
+    let out = server.wait_with_output().unwrap();
+    let server_out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.success(),
+        "client: {status}
+{stdout}
+{stderr}
+server:
+{server_out}"
+    );
+    assert!(
+        stdout.contains("client: 128 blocks written and read back"),
+        "{stdout}"
+    );
+    assert!(
+        server_out.contains(&format!("accepted {}", lab.peer_ip)),
+        "{server_out}"
+    );
+    // `ip netns exec` passes the exit status on.
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "server:
+{server_out}"
     );
 }
 
