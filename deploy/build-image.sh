@@ -45,6 +45,9 @@ fi
 
 bins=(iwarp-perf tlnc iwarp-serve iwarp-sim)
 export CARGO_TARGET_DIR="$PWD/target/image"
+# No debug info: it is stripped from the image anyway, and generating it
+# is a good part of the build's time on a small machine.
+export CARGO_PROFILE_RELEASE_DEBUG=0
 PKG_CONFIG=false cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc --bin iwarp-serve -p iwarp-sim --bin iwarp-sim
 
 ctx="$PWD/target/image-context"
@@ -54,5 +57,13 @@ cp deploy/Dockerfile "$ctx/"
 for b in "${bins[@]}"; do
     objcopy --strip-debug "$CARGO_TARGET_DIR/release/$b" "$ctx/$b"
 done
+# The context is the Dockerfile and the binaries, nothing else (about 11 MB):
+# a stray file or an unstripped binary would show here, not in the image.
+ctx_files=$(find "$ctx" -type f | wc -l)
+ctx_kib=$(du -sk "$ctx" | cut -f1)
+if [ "$ctx_files" != $((${#bins[@]} + 1)) ] || [ "$ctx_kib" -gt 65536 ]; then
+    echo "build-image: the build context ($ctx) holds $ctx_files files, $ctx_kib KiB: expected ${#bins[@]} binaries and the Dockerfile, under 64 MiB" >&2
+    exit 1
+fi
 docker build -q --build-arg BASE="$base" -t "$image" "$ctx" >/dev/null
-echo "build-image: built $image ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
+echo "build-image: built $image ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'); build context $ctx_files files, $((ctx_kib / 1024)) MiB)"

@@ -9,10 +9,18 @@
 #      compared;
 #   3. the container kernel's TCP (bash /dev/tcp) against tlnc --listen in
 #      the other container, with TX checksum offload turned off on the
-#      client's eth0 (deploy/README.md, "No route to host" and checksums).
+#      client's eth0 (deploy/README.md, "No route to host" and checksums);
+#   4. perftest mode: iwarp-perf write_bw -R and read_lat -R, server in one
+#      container, client in the other;
+#   5. iwarp-serve in one container, `iwarp-serve --connect` in the other
+#      (the region from the MPA Reply's private data; 256 blocks written,
+#      read back and compared), /metrics scraped over the kernel's TCP,
+#      then SIGTERM: the server closes its connections and exits 0.
 #
 # Needs root and a Docker engine (deploy/build-image.sh). Every wait is
-# bounded; the containers and the network are removed on any exit.
+# bounded. The containers, the network and the image this run built
+# (iwarp-rs-test:PID; kept when IWARP_IMAGE names one) are removed on any
+# exit; the base image iwarp-base:bookworm is kept as the build's cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -21,28 +29,39 @@ id="$$"
 net="iwarp-test-$id"
 a="iwarp-test-a-$id"
 b="iwarp-test-b-$id"
-image="${IWARP_IMAGE:-iwarp-rs}"
+if [ -n "${IWARP_IMAGE:-}" ]; then
+    image="$IWARP_IMAGE" own_image=0
+else
+    image="iwarp-rs-test:$id" own_image=1
+fi
 work="$(mktemp -d /tmp/iwarp-image-test.XXXXXX)"
 
 cleanup() {
     docker rm -f "$a" "$b" >/dev/null 2>&1 || true
     docker network rm "$net" >/dev/null 2>&1 || true
+    if [ "$own_image" = 1 ]; then
+        docker image rm -f "$image" >/dev/null 2>&1 || true
+    fi
     rm -rf "$work"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 fail() {
     echo "test-image: FAIL: $*" >&2
     for c in "$a" "$b"; do
         echo "--- $c: ip addr, ip neigh (host view of its netns)" >&2
         pid=$(docker inspect -f '{{.State.Pid}}' "$c" 2>/dev/null || echo 0)
-        [ "$pid" != 0 ] && nsenter -t "$pid" -n sh -c 'ip -br addr; ip neigh' >&2 || true
+        if [ "$pid" != 0 ]; then
+            nsenter -t "$pid" -n sh -c 'ip -br addr; ip neigh' >&2 || true
+        fi
     done
     exit 1
 }
 
 [ "$(id -u)" = 0 ] || { echo "test-image: needs root (nsenter, ethtool in the containers' namespaces)" >&2; exit 2; }
-deploy/build-image.sh
+IWARP_IMAGE="$image" deploy/build-image.sh
 
 # A /24 that no route on this machine uses yet.
 subnet=""
@@ -63,7 +82,6 @@ caps=(--cap-add NET_ADMIN --cap-add SYS_ADMIN --cap-add NET_RAW --cap-add IPC_LO
 docker run -d --name "$a" --hostname a --network "$net" --ip "$ip_a" "${caps[@]}" --user 0 "$image" sleep 600 >/dev/null
 docker run -d --name "$b" --hostname b --network "$net" --ip "$ip_b" "${caps[@]}" --user 0 "$image" sleep 600 >/dev/null
 pid_a=$(docker inspect -f '{{.State.Pid}}' "$a")
-pid_b=$(docker inspect -f '{{.State.Pid}}' "$b")
 
 echo "== 1. iwarp-sim demo (non-root, no capabilities)"
 out=$(timeout 120 docker run --rm --network none "$image" iwarp-sim demo) || fail "iwarp-sim demo"
@@ -116,5 +134,71 @@ wait "$server" || { cat "$work/b3.log" >&2; fail "tlnc --listen in $b (kernel cl
 [ "$(docker exec "$a" sh -c 'head -c 1048576 /tmp/tx | sha256sum' | cut -d' ' -f1)" = "$(sum "$b" /tmp/rx3)" ] \
     || fail "kernel->stack data differs"
 echo "1 MiB from the kernel's TCP, SHA-256 equal"
+
+echo "== 4. perftest mode: iwarp-perf write_bw -R and read_lat -R, $stack_a -> $stack_b"
+for t in "write_bw -s 65536 -n 2000" "read_lat -s 64 -n 1000"; do
+    # shellcheck disable=SC2086 # $t is the test and its flags
+    timeout 90 docker exec "$b" iwarp-perf $t -R --iface eth0 --ip "$stack_b/24" \
+        >"$work/pb.log" 2>&1 &
+    server=$!
+    # The client retries a refused connect while the server comes up.
+    # shellcheck disable=SC2086
+    timeout 90 docker exec "$a" iwarp-perf $t -R --iface eth0 --ip "$stack_a/24" "$stack_b" \
+        >"$work/pa.log" 2>&1 || { cat "$work/pa.log" "$work/pb.log" >&2; fail "iwarp-perf $t client"; }
+    wait "$server" || { cat "$work/pb.log" >&2; fail "iwarp-perf $t server"; }
+    # perftest's result table: a header row naming #bytes, then one row.
+    grep -q "#bytes" "$work/pa.log" || { cat "$work/pa.log" >&2; fail "iwarp-perf $t printed no result"; }
+    echo "iwarp-perf $t:"
+    grep -A1 "#bytes" "$work/pa.log"
+done
+
+echo "== 5. iwarp-serve in $b ($stack_b), iwarp-serve --connect in $a ($stack_a)"
+# The server runs until SIGTERM; sh records its pid (exec keeps it).
+timeout 130 docker exec "$b" sh -c 'echo $$ >/tmp/serve.pid; exec iwarp-serve --seconds 120 --iface eth0 --ip '"$stack_b"'/24 \
+    --region-mib 4 --stats-addr 0.0.0.0:9464' >"$work/sb.log" 2>&1 &
+server=$!
+ok=0
+for _ in $(seq 20); do
+    if timeout 60 docker exec "$a" iwarp-serve --connect "$stack_b" --iface eth0 --ip "$stack_a/24" \
+        --blocks 256 >"$work/sa.log" 2>&1; then
+        ok=1
+        break
+    fi
+    grep -q -i "refused\|busy" "$work/sa.log" || break # a server not up yet (or a queue not yet released) is retried
+    sleep 0.5
+done
+[ "$ok" = 1 ] || { cat "$work/sa.log" "$work/sb.log" >&2; fail "iwarp-serve --connect in $a"; }
+cat "$work/sa.log"
+grep -q "^client: 256 blocks written and read back" "$work/sa.log" || fail "the client did not check 256 blocks"
+# /metrics over the kernel's TCP, from the other container's kernel.
+timeout 20 docker exec "$a" bash -c \
+    "exec 3<>/dev/tcp/$ip_b/9464 && printf 'GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n' >&3 && cat <&3" \
+    >"$work/metrics" || fail "GET /metrics from $ip_b:9464"
+head -1 "$work/metrics" | grep -q "^HTTP/1.1 200" || { head -5 "$work/metrics" >&2; fail "/metrics answered no 200"; }
+delivered=$(awk '$1 == "iwarp_tcp_delivered_octets_total" { print $2 }' "$work/metrics")
+# 256 Writes of 16 KiB arrive at the server: more than 4 MiB in order.
+[ "${delivered:-0}" -gt 4194304 ] || fail "iwarp_tcp_delivered_octets_total is ${delivered:-missing}, not above 4 MiB"
+echo "/metrics: iwarp_tcp_delivered_octets_total $delivered"
+# SIGTERM while a client is connected: the server closes that connection
+# (the client sees it closed under its work and exits 1), prints its final
+# statistics and exits 0.
+timeout 60 docker exec "$a" iwarp-serve --connect "$stack_b" --iface eth0 --ip "$stack_a/24" \
+    --blocks 1000000 >"$work/sa2.log" 2>&1 &
+client=$!
+for _ in $(seq 50); do
+    [ "$(grep -c "iwarp-serve: accepted" "$work/sb.log")" -ge 2 ] && break
+    sleep 0.2
+done
+[ "$(grep -c "iwarp-serve: accepted" "$work/sb.log")" -ge 2 ] || { cat "$work/sa2.log" "$work/sb.log" >&2; fail "the second client did not connect"; }
+sleep 0.5
+docker exec "$b" sh -c 'kill -TERM "$(cat /tmp/serve.pid)"'
+rc=0
+wait "$server" || rc=$?
+[ "$rc" = 0 ] || { cat "$work/sb.log" >&2; fail "iwarp-serve exited $rc after SIGTERM"; }
+grep -q "^iwarp-serve: stopping by SIGTERM" "$work/sb.log" || { cat "$work/sb.log" >&2; fail "no graceful stop"; }
+grep -q "^iwarp-serve: closed 1 of 1 client connections" "$work/sb.log" || { cat "$work/sb.log" >&2; fail "the server did not close its client"; }
+grep -q "^iwarp-serve: final stats: 2 clients accepted" "$work/sb.log" || { cat "$work/sb.log" >&2; fail "no final stats"; }
+wait "$client" || true # it ends because the server closed; how is its own business
+grep "iwarp-serve: " "$work/sb.log" | tail -3 | cut -c1-160
 
 echo "== test-image: all passed in $(($(date +%s) - t0)) s"

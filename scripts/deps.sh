@@ -10,7 +10,9 @@
 #   --test   what scripts/test.sh's tests use besides: nftables, tcpdump,
 #            ping, pkg-config and libdpdk-dev (DPDK backend), the rdma-core
 #            headers (the siw suite's iwtest.c), libusrsctp-dev (the SCTP
-#            interop tests' usrsctp peer)
+#            interop tests' usrsctp peer), docker.io and debootstrap (the
+#            container image test, deploy/test-image.sh); as root it also
+#            starts dockerd when no Docker engine answers
 #   --lab    the siw interop lab: Debian's 6.1.0-56 kernel image, then
 #            interop/lab/lab.sh setup (qemu, rdma-core, perftest, four siw
 #            builds under /var/tmp/iwarp-lab). Only scripts/test.sh asks
@@ -27,7 +29,7 @@ for a in "$@"; do
         --lab) lab=1 ;;
         --fuzz) fuzz=1 ;;
         -h | --help)
-            sed -n '2,18s/^# \{0,1\}//p' "$0"
+            sed -n '2,20s/^# \{0,1\}//p' "$0"
             exit 0
             ;;
         *)
@@ -63,6 +65,10 @@ if ((test)); then
     # pkg-config (without it the crate builds as a stub, which the demo uses).
     command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
     pkg-config --exists libdpdk 2>/dev/null || need_apt+=(libdpdk-dev)
+    # The image test (deploy/test-image.sh): a Docker engine, and debootstrap
+    # for a base image where no registry answers.
+    command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+    command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 fi
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" = 0 ]; then
@@ -74,6 +80,23 @@ if ((${#need_apt[@]})); then
     else
         echo "note: not root; cannot install ${need_apt[*]}" >&2
     fi
+fi
+
+# A Docker engine for the image test: start one when none answers (the
+# service manager where there is one, else dockerd in the background, log
+# in /var/log/iwarp-dockerd.log), and wait for it, bounded.
+if ((test)) && [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1 \
+    && ! timeout 20 docker info >/dev/null 2>&1; then
+    echo "deps.sh: starting dockerd" >&2
+    if ! { command -v systemctl >/dev/null 2>&1 && systemctl start docker >/dev/null 2>&1; }; then
+        nohup setsid dockerd >/var/log/iwarp-dockerd.log 2>&1 </dev/null &
+    fi
+    for _ in $(seq 60); do
+        timeout 5 docker info >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    timeout 20 docker info >/dev/null 2>&1 \
+        || echo "warning: dockerd did not come up (see /var/log/iwarp-dockerd.log)" >&2
 fi
 
 # The siw interop lab (interop/lab, tests in interop/tests/siw.rs): qemu

@@ -27,6 +27,17 @@ for ex in pingpong pingpong_in_loop remote_read fanout; do
         fi
     fi
 done
+echo "== container image (deploy/test-image.sh: two containers, our stack on each eth0)"
+if [ "$(id -u)" = 0 ]; then
+    if command -v docker >/dev/null 2>&1 && timeout 20 docker info >/dev/null 2>&1; then
+        deploy/test-image.sh
+    elif [ -n "${CI:-}" ]; then
+        echo "CI without a Docker engine: scripts/deps.sh --test should have installed and started it" >&2
+        exit 1
+    else
+        echo "SKIP: no Docker engine answers (scripts/deps.sh --test installs and starts one)"
+    fi
+fi
 echo "== fuzz targets (build, then ${FUZZ_SECONDS:=10} s each)"
 # cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP lets the stable toolchain take them.
 export RUSTC_BOOTSTRAP=1

@@ -234,6 +234,9 @@ fn help_and_version_exit_0_and_usage_errors_exit_2_with_the_reason() {
         "--ring-size",
         "--rto-min-ms",
         "--xdp-mode",
+        "--queue",
+        "--busy-poll-usecs",
+        "--busy-poll-budget",
     ] {
         assert!(out.contains(flag), "{flag} in\n{out}");
     }
@@ -247,6 +250,15 @@ fn help_and_version_exit_0_and_usage_errors_exit_2_with_the_reason() {
         (&["send_lat", "--sim", "--rate=0"][..], "--rate"),
         (&["write_bw", "--sim", "--window", "0"][..], "--window"),
         (&["write_lat", "--sim", "--netns"][..], "--netns"),
+        (&["write_lat", "--queue", "64"][..], "--queue"),
+        (
+            &["write_lat", "--busy-poll-budget", "8"][..],
+            "--busy-poll-usecs",
+        ),
+        (
+            &["write_lat", "--busy-poll-usecs", "0"][..],
+            "--busy-poll-usecs",
+        ),
         (&[][..], "TEST"),
     ] {
         let (code, out, err) = run_raw(args);

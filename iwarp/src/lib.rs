@@ -75,6 +75,7 @@ pub use iwarp_proto::qp::{
 };
 pub use iwarp_proto::wire::TerminateRepr;
 pub use iwarp_xdp::BusyPoll;
+pub use iwarp_xdp::SharedPorts;
 /// A small epoll set and an eventfd (for waiting on [`Cq::notify_fd`] with
 /// other descriptors); any epoll or reactor works as well.
 pub use iwarp_xdp::{Epoll, EventFd};
@@ -260,6 +261,14 @@ pub struct XdpOptions {
     pub hugepages: bool,
     /// Address, core, polling, namespace, MTU, TCP.
     pub host: HostOptions,
+    /// Share `host.ip` with the kernel, which owns it (default `None`: the
+    /// address must be one the kernel does not have). Only TCP to these
+    /// ports reaches the stack: its listening ports (list every port it
+    /// will listen on) and `local_from..=65535`, from which it picks the
+    /// local ports of its connections (reserve them from the kernel with
+    /// `sysctl net.ipv4.ip_local_reserved_ports`). ARP stays with the
+    /// kernel; the stack resolves neighbours through the kernel's table.
+    pub share_address: Option<SharedPorts>,
 }
 
 impl XdpOptions {
@@ -280,6 +289,7 @@ impl XdpOptions {
             rx_frames: d.rx_frames,
             hugepages: d.hugepages,
             host: HostOptions::new(ip, prefix_len),
+            share_address: None,
         }
     }
 
@@ -296,6 +306,7 @@ impl XdpOptions {
             frame_count: self.frame_count,
             rx_frames: self.rx_frames,
             hugepages: self.hugepages,
+            share: self.share_address.clone(),
             ..iwarp_xdp::Config::new(&self.iface, self.host.ip.octets())
         }
     }
@@ -631,9 +642,15 @@ impl Context {
             Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
             None => iwarp_xdp::XdpDevice::open(&xcfg)?,
         };
-        let cfg = device_config(dev.mac_address(), dev.mtu() as usize, host)?;
+        let mut cfg = device_config(dev.mac_address(), dev.mtu() as usize, host)?;
+        if let Some(p) = &opts.share_address {
+            // Outgoing connections take their local ports from the range
+            // the XDP program steers.
+            cfg.ephemeral_base = p.local_from;
+        }
         tracing::info!(
             iface = dev.iface(),
+            shared_address = dev.shares_address(),
             queue = dev.queue(),
             bind = ?dev.xsk_mode(),
             attach = ?dev.attach_mode(),

@@ -26,6 +26,23 @@
 //! our address is ours whatever link address it was sent to. Our address
 //! must not also be configured on the kernel's side of the interface.
 //!
+//! # Sharing the kernel's address ([`SharedPorts`])
+//!
+//! [`xdp_shared_program`] is the variant for an address the kernel owns
+//! too (a Kubernetes pod's only address). It steers only TCP segments to
+//! the stack's ports and leaves everything else, ARP included, to the
+//! kernel:
+//!
+//! 1. Shorter than an Ethernet header, not IPv4 (ARP, IPv6, VLAN tags):
+//!    `XDP_PASS`.
+//! 2. IPv4 whose header is not exactly 20 octets (options), whose protocol
+//!    is not TCP (6), that is a fragment (MF set or a fragment offset), or
+//!    that does not hold the TCP ports (14 + 20 + 4 octets): `XDP_PASS`.
+//! 3. Destination address not ours: `XDP_PASS`.
+//! 4. TCP destination port ≥ [`SharedPorts::local_from`] (the stack's
+//!    outgoing connections) or one of [`SharedPorts::listen`]: redirect as
+//!    above. Any other port: `XDP_PASS`.
+//!
 //! Addresses are compared as they lie in the frame: a 32-bit load of the four
 //! network-order octets gives `u32::from_ne_bytes(octets)` on any host, and
 //! the comparisons are 32-bit (`BPF_JMP32`), so an address whose last octet is
@@ -98,21 +115,28 @@ pub const R5: Reg = Reg(5);
 // Opcode parts (linux/bpf_common.h, linux/bpf.h).
 const BPF_LD: u8 = 0x00;
 const BPF_LDX: u8 = 0x01;
+const BPF_ALU: u8 = 0x04;
 const BPF_ALU64: u8 = 0x07;
 const BPF_JMP: u8 = 0x05;
 const BPF_JMP32: u8 = 0x06;
 const BPF_W: u8 = 0x00;
 const BPF_H: u8 = 0x08;
+const BPF_B: u8 = 0x10;
 const BPF_DW: u8 = 0x18;
 const BPF_IMM: u8 = 0x00;
 const BPF_MEM: u8 = 0x60;
 const BPF_K: u8 = 0x00;
 const BPF_X: u8 = 0x08;
 const BPF_ADD: u8 = 0x00;
+const BPF_AND: u8 = 0x50;
 const BPF_MOV: u8 = 0xb0;
+const BPF_END: u8 = 0xd0;
+/// `BPF_END` source bit: convert to big endian.
+const BPF_TO_BE: u8 = 0x08;
 const BPF_JA: u8 = 0x00;
 const BPF_JEQ: u8 = 0x10;
 const BPF_JGT: u8 = 0x20;
+const BPF_JGE: u8 = 0x30;
 const BPF_JNE: u8 = 0x50;
 const BPF_CALL: u8 = 0x80;
 const BPF_EXIT: u8 = 0x90;
@@ -122,6 +146,8 @@ const BPF_PSEUDO_MAP_FD: u8 = 1;
 /// Memory access size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Size {
+    /// 8 bits.
+    Byte,
     /// 16 bits.
     Half,
     /// 32 bits.
@@ -137,6 +163,8 @@ pub enum Cond {
     Ne,
     /// Unsigned `>`.
     Gt,
+    /// Unsigned `>=`.
+    Ge,
 }
 
 impl Cond {
@@ -145,6 +173,7 @@ impl Cond {
             Cond::Eq => BPF_JEQ,
             Cond::Ne => BPF_JNE,
             Cond::Gt => BPF_JGT,
+            Cond::Ge => BPF_JGE,
         }
     }
 }
@@ -202,9 +231,22 @@ impl Asm {
         self.push(Insn::new(BPF_ALU64 | BPF_ADD | BPF_K, dst, R0, 0, imm))
     }
 
+    /// `dst &= imm` (64-bit, `imm` sign-extended).
+    pub fn and_imm(&mut self, dst: Reg, imm: i32) -> &mut Asm {
+        self.push(Insn::new(BPF_ALU64 | BPF_AND | BPF_K, dst, R0, 0, imm))
+    }
+
+    /// `dst = htobe16(dst)`: the low 16 bits in network order become a
+    /// number (a byte swap on little-endian hosts, a truncation on
+    /// big-endian ones), upper bits cleared.
+    pub fn be16(&mut self, dst: Reg) -> &mut Asm {
+        self.push(Insn::new(BPF_ALU | BPF_END | BPF_TO_BE, dst, R0, 0, 16))
+    }
+
     /// `dst = *(size *)(src + off)` (zero-extended).
     pub fn ldx(&mut self, size: Size, dst: Reg, src: Reg, off: i16) -> &mut Asm {
         let sz = match size {
+            Size::Byte => BPF_B,
             Size::Half => BPF_H,
             Size::Word => BPF_W,
         };
@@ -287,6 +329,16 @@ const ARP_TPA_OFF: i16 = 14 + 24;
 const IPV4_END: i32 = ETH_HLEN + 20;
 /// IPv4 destination address.
 const IPV4_DST_OFF: i16 = 14 + 16;
+/// IPv4 version and header length.
+const IPV4_VIHL_OFF: i16 = 14;
+/// IPv4 flags and fragment offset.
+const IPV4_FRAG_OFF: i16 = 14 + 6;
+/// IPv4 protocol.
+const IPV4_PROTO_OFF: i16 = 14 + 9;
+/// TCP destination port behind a 20-octet IPv4 header.
+const TCP_DPORT_OFF: i16 = 14 + 20 + 2;
+/// Ethernet + 20-octet IPv4 + TCP source and destination ports.
+const TCP_PORTS_END: i32 = 14 + 20 + 4;
 
 /// The filter program (see the module docs) for `our_ip`, redirecting to the
 /// XSKMAP `map_fd`.
@@ -336,6 +388,103 @@ pub fn xdp_filter_program(our_ip: [u8; 4], map_fd: i32) -> Vec<Insn> {
     a.place(pass);
     a.mov_imm(R0, sys::XDP_PASS).exit();
     // Every label above is placed and every jump is short.
+    a.finish().unwrap_or_default()
+}
+
+/// The ports the stack owns on an address it shares with the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedPorts {
+    /// Its listening ports (at most [`SharedPorts::MAX_LISTEN`]).
+    pub listen: Vec<u16>,
+    /// First local port of its outgoing connections: it picks them from
+    /// `local_from..=65535`, and every segment to a port in that range is
+    /// its. The operator keeps the kernel off the range with
+    /// `sysctl net.ipv4.ip_local_reserved_ports=LOCAL_FROM-65535` (and runs
+    /// no kernel server on a port in it).
+    pub local_from: u16,
+}
+
+impl SharedPorts {
+    /// Most listening ports the program checks.
+    pub const MAX_LISTEN: usize = 64;
+    /// The default `local_from`: the top 4096 ports.
+    pub const DEFAULT_LOCAL_FROM: u16 = 61440;
+
+    /// `listen` and the default range for outgoing connections.
+    pub fn new(listen: &[u16]) -> SharedPorts {
+        SharedPorts {
+            listen: listen.to_vec(),
+            local_from: Self::DEFAULT_LOCAL_FROM,
+        }
+    }
+
+    /// Why these ports cannot be steered, if they cannot.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.listen.len() > Self::MAX_LISTEN {
+            return Err("at most 64 listening ports on a shared address");
+        }
+        if self.listen.contains(&0) {
+            return Err("port 0 cannot be a listening port");
+        }
+        if self.local_from < 1024 {
+            return Err("the local port range of a shared address must start at 1024 or above");
+        }
+        Ok(())
+    }
+}
+
+/// The filter for an address shared with the kernel (see the module
+/// docs): TCP to `ports` at `our_ip` is redirected to the XSKMAP `map_fd`,
+/// everything else passes. `ports` must pass [`SharedPorts::check`]
+/// (extra listening ports are ignored).
+pub fn xdp_shared_program(our_ip: [u8; 4], ports: &SharedPorts, map_fd: i32) -> Vec<Insn> {
+    let ipv4 = u16::from_ne_bytes(0x0800u16.to_be_bytes()) as u32;
+    let ours = u32::from_ne_bytes(our_ip);
+    // MF and the fragment offset, as the 16-bit load sees them.
+    let frag_mask = i32::from(u16::from_ne_bytes(0x3fffu16.to_be_bytes()));
+
+    let mut a = Asm::new();
+    let pass = a.label();
+    let redirect = a.label();
+
+    // r2 = data, r3 = data_end; need Ethernet + IPv4 (20) + the TCP ports.
+    a.ldx(Size::Word, R2, R1, xdp_md::DATA)
+        .ldx(Size::Word, R3, R1, xdp_md::DATA_END)
+        .mov(R4, R2)
+        .add_imm(R4, ETH_HLEN)
+        .jmp_reg(Cond::Gt, R4, R3, pass)
+        .ldx(Size::Half, R5, R2, ETHERTYPE_OFF)
+        .jmp32_imm(Cond::Ne, R5, ipv4, pass)
+        .mov(R4, R2)
+        .add_imm(R4, TCP_PORTS_END)
+        .jmp_reg(Cond::Gt, R4, R3, pass)
+        // Version 4, header length 5 words.
+        .ldx(Size::Byte, R5, R2, IPV4_VIHL_OFF)
+        .jmp32_imm(Cond::Ne, R5, 0x45, pass)
+        .ldx(Size::Byte, R5, R2, IPV4_PROTO_OFF)
+        .jmp32_imm(Cond::Ne, R5, 6, pass)
+        .ldx(Size::Half, R5, R2, IPV4_FRAG_OFF)
+        .and_imm(R5, frag_mask)
+        .jmp32_imm(Cond::Ne, R5, 0, pass)
+        .ldx(Size::Word, R5, R2, IPV4_DST_OFF)
+        .jmp32_imm(Cond::Ne, R5, ours, pass)
+        // r5 = TCP destination port, as a number.
+        .ldx(Size::Half, R5, R2, TCP_DPORT_OFF)
+        .be16(R5)
+        .jmp32_imm(Cond::Ge, R5, u32::from(ports.local_from), redirect);
+    for &p in ports.listen.iter().take(SharedPorts::MAX_LISTEN) {
+        a.jmp32_imm(Cond::Eq, R5, u32::from(p), redirect);
+    }
+    a.ja(pass);
+    a.place(redirect);
+    a.ldx(Size::Word, R2, R1, xdp_md::RX_QUEUE_INDEX)
+        .ld_map_fd(R1, map_fd)
+        .mov_imm(R3, sys::XDP_PASS)
+        .call(sys::BPF_FUNC_REDIRECT_MAP)
+        .exit();
+    a.place(pass);
+    a.mov_imm(R0, sys::XDP_PASS).exit();
+    // Every label above is placed and every jump is short (< 100 insns).
     a.finish().unwrap_or_default()
 }
 
@@ -400,6 +549,7 @@ mod tests {
             let off = (addr - DATA) as usize;
             let b = &frame[off..off + size];
             match size {
+                1 => b[0] as u64,
                 2 => u16::from_ne_bytes([b[0], b[1]]) as u64,
                 4 => u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as u64,
                 _ => unreachable!(),
@@ -424,6 +574,19 @@ mod tests {
                 }
                 0x61 => r[d] = mem(r[s].wrapping_add(i.off as u64), 4),
                 0x69 => r[d] = mem(r[s].wrapping_add(i.off as u64), 2),
+                0x71 => r[d] = mem(r[s].wrapping_add(i.off as u64), 1),
+                0x57 => r[d] &= i.imm as i64 as u64,
+                // htobe16: as the kernel does it on this (little-endian
+                // or big-endian) host.
+                0xdc => {
+                    assert_eq!(i.imm, 16);
+                    r[d] = u16::from_ne_bytes((r[d] as u16).to_be_bytes()) as u64;
+                }
+                0x36 => {
+                    if r[d] as u32 >= i.imm as u32 {
+                        pc = (pc as i64 + i.off as i64) as usize;
+                    }
+                }
                 0x18 => {
                     r[d] = 0xdead_0000 | i.imm as u64;
                     pc += 1;
@@ -502,6 +665,81 @@ mod tests {
             assert!(!redirected(&ipv4(ours)[..33]));
             assert!(!redirected(&[0u8; 13]));
         }
+    }
+
+    /// An IPv4/TCP frame to `dst`:`dport`; `vihl`, `frag` (flags and
+    /// offset) and `proto` as given.
+    fn tcp(dst: [u8; 4], dport: u16, vihl: u8, frag: u16, proto: u8) -> Vec<u8> {
+        let mut p = vec![vihl, 0, 0, 40, 0, 0];
+        p.extend_from_slice(&frag.to_be_bytes());
+        p.extend_from_slice(&[64, proto, 0, 0, 10, 0, 0, 2]);
+        p.extend_from_slice(&dst);
+        p.extend_from_slice(&40000u16.to_be_bytes());
+        p.extend_from_slice(&dport.to_be_bytes());
+        p.extend_from_slice(&[0; 16]);
+        eth(0x0800, &p)
+    }
+
+    #[test]
+    fn shared_program_decisions() {
+        let ports = SharedPorts {
+            listen: vec![7471, 5201, 443],
+            local_from: 61000,
+        };
+        assert_eq!(ports.check(), Ok(()));
+        for ours in [[10, 1, 2, 1], [10, 1, 2, 200]] {
+            let prog = xdp_shared_program(ours, &ports, 9);
+            let redirected = |f: &[u8]| {
+                let (ret, call) = run(&prog, f, 1);
+                match call {
+                    Some((map, q, flags)) => {
+                        assert_eq!((map, q, flags, ret), (0xdead_0009u32 as i32, 1, 2, 4));
+                        true
+                    }
+                    None => {
+                        assert_eq!(ret, 2, "XDP_PASS");
+                        false
+                    }
+                }
+            };
+            // Our listening ports and the local range come to us.
+            for p in [7471, 5201, 443, 61000, 61001, 65535] {
+                assert!(redirected(&tcp(ours, p, 0x45, 0x4000, 6)), "port {p}");
+            }
+            // The kernel's ports, just below the range, and port numbers
+            // whose octets are swapped stay with the kernel.
+            for p in [22, 80, 8080, 60999, 7470, 7472, 0x2f1d, 0x5114] {
+                assert!(!redirected(&tcp(ours, p, 0x45, 0x4000, 6)), "port {p}");
+            }
+            // Another address, UDP, IP options, fragments: the kernel's.
+            assert!(!redirected(&tcp([10, 1, 2, 3], 7471, 0x45, 0, 6)));
+            assert!(!redirected(&tcp(ours, 7471, 0x45, 0, 17)));
+            assert!(!redirected(&tcp(ours, 7471, 0x46, 0, 6)));
+            assert!(!redirected(&tcp(ours, 7471, 0x45, 0x2000, 6)));
+            assert!(!redirected(&tcp(ours, 7471, 0x45, 0x0001, 6)));
+            // ARP for our address (the kernel's too) and other frames pass.
+            assert!(!redirected(&arp(ours)));
+            assert!(!redirected(&ipv4(ours)));
+            assert!(!redirected(&eth(0x86dd, &[0; 40])));
+            // Truncated: no room for the ports.
+            assert!(!redirected(&tcp(ours, 7471, 0x45, 0, 6)[..37]));
+            assert!(!redirected(&[0u8; 13]));
+        }
+    }
+
+    #[test]
+    fn shared_ports_checked() {
+        assert!(SharedPorts::new(&[1; 65]).check().is_err());
+        assert!(SharedPorts::new(&[0]).check().is_err());
+        let low = SharedPorts {
+            listen: vec![],
+            local_from: 1023,
+        };
+        assert!(low.check().is_err());
+        assert_eq!(SharedPorts::new(&[1; 64]).check(), Ok(()));
+        // The program stays within jump range with the most ports.
+        let p = xdp_shared_program([10, 0, 0, 1], &SharedPorts::new(&[1; 64]), 5);
+        assert!(!p.is_empty() && p.len() < 120, "{} instructions", p.len());
     }
 
     #[test]

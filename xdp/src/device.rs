@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use iwarp_frame::FrameDevice;
 
+use crate::bpf::SharedPorts;
 use crate::error::{Error, Warning};
+use crate::neigh::{self, KernelNeighbours};
 use crate::program::{AttachMode, Program, XdpAttachment};
 use crate::socket::{Counters, SocketConfig, XskSocket};
 use crate::sys;
@@ -72,6 +74,11 @@ pub struct Config {
     pub max_queues: u32,
     /// Our IPv4 address: ARP for it and IPv4 to it come to the socket.
     pub our_ip: [u8; 4],
+    /// Share `our_ip` with the kernel (it is the interface's own address):
+    /// only TCP to these ports comes to the socket, ARP stays with the
+    /// kernel, and the device resolves the stack's neighbours through the
+    /// kernel's table ([`crate::bpf::xdp_shared_program`]).
+    pub share: Option<SharedPorts>,
 }
 
 impl Default for Config {
@@ -90,6 +97,7 @@ impl Default for Config {
             hugepages: false,
             max_queues: 64,
             our_ip: [0; 4],
+            share: None,
         }
     }
 }
@@ -132,6 +140,77 @@ fn is_busy(e: &Error) -> bool {
         || matches!(e, Error::AttachBusy { .. })
 }
 
+/// How long one neighbour waits for the kernel before the device stops
+/// asking (the stack's own ARP retries ask again).
+const NEIGH_WAIT: Duration = Duration::from_secs(3);
+/// Least time between two looks at the kernel's table while a neighbour
+/// is pending.
+const NEIGH_POLL: Duration = Duration::from_millis(1);
+
+/// Neighbour resolution through the kernel, on a shared address.
+#[derive(Debug)]
+struct SharedNeigh {
+    kernel: KernelNeighbours,
+    /// Addresses the stack asked for, and since when.
+    pending: Vec<([u8; 4], Instant)>,
+    last_look: Instant,
+    our_ip: [u8; 4],
+    resolved: u64,
+    errors: u64,
+}
+
+impl SharedNeigh {
+    /// The stack sent `frame`: an ARP request starts a kernel resolution;
+    /// no ARP frame goes out (the kernel answers for the address).
+    /// Whether `frame` was ARP (and so consumed).
+    fn take_tx(&mut self, frame: &[u8]) -> bool {
+        if !neigh::is_arp(frame) {
+            return false;
+        }
+        if let Some(ip) = neigh::arp_request_target(frame) {
+            if !self.pending.iter().any(|(p, _)| *p == ip) {
+                if self.kernel.resolve(ip).is_err() {
+                    self.errors += 1;
+                }
+                self.pending.push((ip, Instant::now()));
+            }
+        }
+        true
+    }
+
+    /// Hand the stack a reply for every pending address the kernel has
+    /// resolved; forget those waited on too long. Frames handed over.
+    fn poll(&mut self, mac: [u8; 6], sink: &mut dyn FnMut(&[u8])) -> usize {
+        let now = Instant::now();
+        if self.pending.is_empty() || now.duration_since(self.last_look) < NEIGH_POLL {
+            return 0;
+        }
+        self.last_look = now;
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (ip, since) = self.pending[i];
+            match self.kernel.lookup(ip) {
+                Ok(Some(peer)) => {
+                    sink(&neigh::arp_reply(peer, ip, mac, self.our_ip));
+                    self.resolved += 1;
+                    n += 1;
+                    self.pending.swap_remove(i);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(_) => self.errors += 1,
+            }
+            if now.duration_since(since) > NEIGH_WAIT {
+                self.pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        n
+    }
+}
+
 /// An AF_XDP device on one queue of one interface.
 #[derive(Debug)]
 pub struct XdpDevice {
@@ -144,6 +223,7 @@ pub struct XdpDevice {
     mac: [u8; 6],
     mtu: u32,
     multi_buffer: bool,
+    shared: Option<SharedNeigh>,
 }
 
 impl XdpDevice {
@@ -216,8 +296,22 @@ impl XdpDevice {
                 multi_buffer,
             },
         )?;
-        let attachment = Program::load(cfg.our_ip, cfg.max_queues, multi_buffer)?
-            .attach(&cfg.iface, ifindex, cfg.attach)?;
+        // On a shared address, the rtnetlink socket for neighbours is made
+        // here, in the namespace the device opens in.
+        let shared = match &cfg.share {
+            Some(_) => Some(SharedNeigh {
+                kernel: KernelNeighbours::open(ifindex)?,
+                pending: Vec::new(),
+                last_look: Instant::now(),
+                our_ip: cfg.our_ip,
+                resolved: 0,
+                errors: 0,
+            }),
+            None => None,
+        };
+        let attachment =
+            Program::load(cfg.our_ip, cfg.max_queues, multi_buffer, cfg.share.as_ref())?
+                .attach(&cfg.iface, ifindex, cfg.attach)?;
         attachment.insert(cfg.queue, socket.as_fd())?;
         Ok(XdpDevice {
             attachment,
@@ -228,7 +322,21 @@ impl XdpDevice {
             mac,
             mtu,
             multi_buffer,
+            shared,
         })
+    }
+
+    /// Whether the address is shared with the kernel ([`Config::share`]).
+    pub fn shares_address(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// On a shared address: neighbours resolved through the kernel, and
+    /// failed rtnetlink calls. `(0, 0)` otherwise.
+    pub fn kernel_neighbour_counts(&self) -> (u64, u64) {
+        self.shared
+            .as_ref()
+            .map_or((0, 0), |s| (s.resolved, s.errors))
     }
 
     /// The interface's MAC address (read when opened).
@@ -298,14 +406,30 @@ impl XdpDevice {
 
 impl FrameDevice for XdpDevice {
     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        self.socket.rx_burst(max, sink)
+        let injected = match &mut self.shared {
+            Some(s) => s.poll(self.mac, sink),
+            None => 0,
+        };
+        injected + self.socket.rx_burst(max.saturating_sub(injected), sink)
     }
 
     fn tx(&mut self, frame: &[u8]) -> bool {
+        if let Some(s) = &mut self.shared {
+            if s.take_tx(frame) {
+                return true;
+            }
+        }
         self.socket.tx(frame)
     }
 
     fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
+        if let (Some(s), Some(first)) = (&mut self.shared, parts.first()) {
+            // The Ethernet header is in the first part; ARP frames are
+            // small, so gathering them costs nothing that matters.
+            if neigh::is_arp(first) {
+                return s.take_tx(&parts.concat());
+            }
+        }
         self.socket.tx_parts(parts)
     }
 

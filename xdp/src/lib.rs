@@ -7,6 +7,11 @@
 //! keeps its SSH, DHCP, IPv6 and whatever else shares the interface. It
 //! implements [`iwarp_frame::FrameDevice`].
 //!
+//! Where the stack must use the kernel's own address (a Kubernetes pod has
+//! one), [`Config::share`] steers only TCP to the stack's ports
+//! ([`SharedPorts`]), leaves ARP to the kernel, and resolves the stack's
+//! neighbours through the kernel's neighbour table (rtnetlink).
+//!
 //! # Why no `afxdp`/libbpf
 //!
 //! libbpf's (and hence the `afxdp` crate's) default XDP program redirects
@@ -39,12 +44,14 @@
 pub mod bpf;
 mod device;
 mod error;
+mod neigh;
 mod notify;
 mod program;
 mod socket;
 pub mod sys;
 mod umem;
 
+pub use bpf::SharedPorts;
 pub use device::{in_netns, BusyPoll, Config, Stats, XdpDevice, XskMode};
 pub use error::{Error, Warning};
 pub use notify::{Epoll, EventFd};

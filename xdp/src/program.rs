@@ -3,7 +3,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use crate::bpf::{xdp_filter_program, Insn};
+use crate::bpf::{xdp_filter_program, xdp_shared_program, Insn, SharedPorts};
 use crate::error::Error;
 use crate::sys;
 
@@ -115,9 +115,25 @@ impl Program {
     /// headers, which are always in the first buffer), so it may attach to
     /// an interface with jumbo frames. On a verifier refusal the error
     /// carries the verifier log.
-    pub fn load(our_ip: [u8; 4], max_queues: u32, frags: bool) -> Result<Program, Error> {
+    ///
+    /// With `shared`, the address is the kernel's too: the program steers
+    /// only TCP to those ports and leaves ARP to the kernel
+    /// ([`xdp_shared_program`]).
+    pub fn load(
+        our_ip: [u8; 4],
+        max_queues: u32,
+        frags: bool,
+        shared: Option<&SharedPorts>,
+    ) -> Result<Program, Error> {
+        if let Some(p) = shared {
+            p.check()
+                .map_err(|reason| Error::InvalidConfig { reason })?;
+        }
         let map = XskMap::new(max_queues)?;
-        let insns = xdp_filter_program(our_ip, map.fd.as_raw_fd());
+        let insns = match shared {
+            Some(p) => xdp_shared_program(our_ip, p, map.fd.as_raw_fd()),
+            None => xdp_filter_program(our_ip, map.fd.as_raw_fd()),
+        };
         let fd = load_xdp(&insns, if frags { sys::BPF_F_XDP_HAS_FRAGS } else { 0 })?;
         Ok(Program {
             fd,

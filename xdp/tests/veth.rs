@@ -353,7 +353,7 @@ fn busy_interface_and_zero_copy_errors() {
     let ifindex = lab.dev.ifindex();
     // A second program on the same interface: busy.
     let second = in_netns(&lab.a.ns_path(), || {
-        Program::load([10, 0, 0, 1], 4, false)
+        Program::load([10, 0, 0, 1], 4, false, None)
             .and_then(|p| p.attach(&iface, ifindex, AttachMode::Auto))
     })
     .expect("enter A");

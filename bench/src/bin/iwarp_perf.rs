@@ -225,6 +225,19 @@ struct Tuning {
     /// Kick the kernel on every transmit (XDP_USE_NEED_WAKEUP off) (--netns).
     #[arg(long)]
     no_need_wakeup: bool,
+    /// Interface queue the AF_XDP sockets bind, 0 to 63 (default 0; the
+    /// lab's veths deliver everything on queue 0) (--netns).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..64))]
+    queue: Option<u32>,
+    /// Busy-poll the AF_XDP sockets for this many microseconds per call
+    /// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL; refusals are warnings) (--netns).
+    #[arg(long, value_name = "USECS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    busy_poll_usecs: Option<u32>,
+    /// Packets per busy-poll round (SO_BUSY_POLL_BUDGET, default 64), with
+    /// --busy-poll-usecs (--netns).
+    #[arg(long, value_name = "PACKETS", requires = "busy_poll_usecs",
+          value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    busy_poll_budget: Option<u32>,
     /// Minimum TCP retransmission timeout in ms (default 5) (--netns).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
     rto_min_ms: Option<u64>,
@@ -276,6 +289,15 @@ impl Tuning {
         }
         o.rx_frames = o.rx_frames.min(o.frame_count / 2);
         o.need_wakeup = !self.no_need_wakeup;
+        if let Some(q) = self.queue {
+            o.queue = q;
+        }
+        if let Some(usecs) = self.busy_poll_usecs {
+            o.busy_poll = Some(iwarp::BusyPoll {
+                usecs,
+                budget: self.busy_poll_budget.unwrap_or(64),
+            });
+        }
         let t = &mut o.host.tcp;
         let ms = Duration::from_millis;
         if let Some(v) = self.rto_min_ms {

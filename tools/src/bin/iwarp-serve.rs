@@ -4,13 +4,17 @@
 //! ```text
 //! iwarp-serve (--sim | --iface IF --ip ADDR/PREFIX [--netns PATH])
 //!             [--port PORT] [--region-mib N] [--stats-addr ADDR:PORT] [--seconds N]
+//! iwarp-serve --connect SERVER --iface IF --ip ADDR/PREFIX [--netns PATH]
+//!             [--port PORT] [--blocks N]
 //! ```
 //!
 //! Listens for iWARP connections on `--port`, registers one memory region
 //! of `--region-mib` MiB that every connected client may RDMA Read and
 //! Write, and accepts any number of clients until `--seconds` have passed
-//! (or, without it, until the process is killed: SIGINT and SIGTERM end it
-//! with the default action, there is no handler).
+//! (or, without it, until SIGINT or SIGTERM). At the end, by either, it
+//! stops accepting, closes every client connection gracefully (waiting up
+//! to 5 s in all for the closes to finish), prints its final statistics
+//! and exits 0.
 //!
 //! The client learns the region from the MPA Reply's private data, 16
 //! octets: `IWSV`, the STag (u32, big endian) and the length (u64, big
@@ -28,13 +32,20 @@
 //! of the region until the end, checking every block (a self-test; needs
 //! no privileges).
 //!
-//! Exit status: 0 at the end of `--seconds`; 1 if the built-in client saw
-//! a failed or wrong Read; 2 for a usage or setup error.
+//! `--connect SERVER` is the client of a server elsewhere (another host,
+//! container or namespace): it connects to SERVER:`--port`, takes the
+//! region from the MPA Reply's private data, writes `--blocks` blocks of
+//! 16 KiB into it, Reads each back into another buffer and compares, then
+//! disconnects and exits (0 when every block came back equal).
+//!
+//! Exit status: 0 at the end of `--seconds`, or when every `--connect`
+//! block came back equal; 1 if a client (built-in or `--connect`) saw a
+//! failed or wrong Read; 2 for a usage or setup error.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,15 +63,27 @@ use iwarp_tools::Cidr;
 /// The MPA Reply's private data tells the client the region: "IWSV", STag
 /// (u32 BE), length (u64 BE); tagged offsets start at 0.
 ///
-/// Exit status: 0 at the end of --seconds; 1 if the --sim client saw a
-/// wrong Read; 2 for a usage or setup error. SIGINT/SIGTERM end it with
-/// the default action.
+/// With --connect SERVER it is a client instead: it writes --blocks blocks
+/// of 16 KiB into the server's region, Reads each back and compares.
+///
+/// Exit status: 0 at the end of --seconds, or when every --connect block
+/// came back equal; 1 if a client saw a failed or wrong Read; 2 for a
+/// usage or setup error. SIGINT/SIGTERM end the server gracefully: it
+/// closes every client connection, prints its final statistics and exits 0.
 #[derive(Debug, Parser)]
 #[command(name = "iwarp-serve", version)]
 struct Args {
     /// Run on the simulated link with a built-in client (self-test).
-    #[arg(long, conflicts_with_all = ["iface", "ip", "netns"])]
+    #[arg(long, conflicts_with_all = ["iface", "ip", "netns", "connect"])]
     sim: bool,
+    /// Be a client of the iwarp-serve at SERVER:--port: write, read back
+    /// and compare --blocks blocks of its region, then exit.
+    #[arg(long, value_name = "SERVER", conflicts_with_all = ["stats_addr", "seconds", "region_mib"])]
+    connect: Option<Ipv4Addr>,
+    /// Blocks of 16 KiB the --connect client writes and reads back (1-1000000).
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "connect",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    blocks: u64,
     /// Interface to take over through AF_XDP (its XDP hook and queue 0).
     #[arg(long, required_unless_present = "sim", requires = "ip")]
     iface: Option<String>,
@@ -80,7 +103,18 @@ struct Args {
     /// Serve Prometheus metrics on ADDR:PORT (port 0: any free port).
     #[arg(long, value_name = "ADDR:PORT")]
     stats_addr: Option<SocketAddr>,
-    /// Stop after N seconds (default: run until killed).
+    /// --ip is the interface's own address, which the kernel keeps: only
+    /// TCP to --port (server) or to --local-ports-from and up (client)
+    /// comes to the stack; ARP and all else stays with the kernel.
+    #[arg(long, requires = "iface")]
+    share_address: bool,
+    /// With --share-address: local ports of outgoing connections are
+    /// PORT..=65535 (reserve them: sysctl
+    /// net.ipv4.ip_local_reserved_ports=PORT-65535).
+    #[arg(long, value_name = "PORT", default_value_t = iwarp::SharedPorts::DEFAULT_LOCAL_FROM,
+          requires = "share_address", value_parser = clap::value_parser!(u16).range(1024..))]
+    local_ports_from: u16,
+    /// Stop after N seconds (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     seconds: Option<u64>,
 }
@@ -133,7 +167,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
+/// The name of a signal this program handles.
+fn signal_name(sig: usize) -> &'static str {
+    match i32::try_from(sig) {
+        Ok(signal_hook::consts::SIGINT) => "SIGINT",
+        Ok(signal_hook::consts::SIGTERM) => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
 fn run(args: &Args) -> Result<ExitCode, String> {
+    // SIGINT and SIGTERM store their number here; the loops below check it
+    // (the handler does nothing else, so it is async-signal-safe).
+    let signalled = Arc::new(AtomicUsize::new(0));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let s = usize::try_from(sig).map_err(|e| e.to_string())?;
+        signal_hook::flag::register_usize(sig, signalled.clone(), s)
+            .map_err(|e| format!("installing the {} handler: {e}", signal_name(s)))?;
+    }
     let (ctx, client_ctx) = if args.sim {
         let (a, b) = Context::sim_pair();
         (a, Some(b))
@@ -143,11 +194,39 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         };
         let mut o = XdpOptions::new(iface, ip.addr, ip.prefix);
         o.host.netns = args.netns.clone();
+        if args.share_address {
+            o.share_address = Some(iwarp::SharedPorts {
+                // A client listens on nothing.
+                listen: if args.connect.is_some() {
+                    Vec::new()
+                } else {
+                    vec![args.port]
+                },
+                local_from: args.local_ports_from,
+            });
+        }
         (
             Context::af_xdp(&o).map_err(|e| format!("opening {iface}: {e}"))?,
             None,
         )
     };
+    if let Some(server) = args.connect {
+        let to = SocketAddrV4::new(server, args.port);
+        return match client(&ctx, to, &signalled, Some(args.blocks)) {
+            Ok(n) if n < args.blocks => {
+                eprintln!("client: interrupted after {n} blocks");
+                Ok(ExitCode::from(1))
+            }
+            Ok(n) => {
+                println!("client: {n} blocks written and read back");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("client: {e}");
+                Ok(ExitCode::from(1))
+            }
+        };
+    }
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
     let len = (args.region_mib as usize) << 20;
     let mr = pd
@@ -177,17 +256,19 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
     let _ = std::io::stdout().flush();
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicUsize::new(0));
     let client = client_ctx.map(|c| {
         let (stop, to) = (stop.clone(), SocketAddrV4::new(ctx.addr(), args.port));
-        std::thread::spawn(move || sim_client(&c, to, &stop))
+        std::thread::spawn(move || client(&c, to, &stop, None))
     });
 
     let deadline = args
         .seconds
         .map(|s| Instant::now() + Duration::from_secs(s));
     let advert = advert(mr.stag(), len as u64);
-    while deadline.is_none_or(|d| Instant::now() < d) {
+    let started = Instant::now();
+    let mut accepted = 0u64;
+    while deadline.is_none_or(|d| Instant::now() < d) && signalled.load(Ordering::Relaxed) == 0 {
         match listener.get_request(Duration::from_millis(200)) {
             Ok(req) => {
                 let peer = req.remote();
@@ -198,6 +279,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 match req.accept(&opts, &cq) {
                     Ok(qp) => {
                         println!("iwarp-serve: accepted {peer} (qp {})", qp.id());
+                        accepted += 1;
                         lock(&conns).push((peer, qp));
                     }
                     Err(e) => eprintln!("iwarp-serve: accepting {peer}: {e}"),
@@ -210,7 +292,17 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         lock(&conns).retain(|(_, qp)| !matches!(qp.stats(), Err(Error::Stopped)));
         let _ = std::io::stdout().flush();
     }
-    stop.store(true, Ordering::Relaxed);
+    let why = match signalled.load(Ordering::Relaxed) {
+        0 => "at the end of --seconds".to_owned(),
+        sig => format!("by {}", signal_name(sig)),
+    };
+    println!(
+        "iwarp-serve: stopping {why} after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // No new clients; the built-in client finishes its block and leaves.
+    drop(listener);
+    stop.store(1, Ordering::Relaxed);
     let mut code = ExitCode::SUCCESS;
     if let Some(t) = client {
         match t.join() {
@@ -225,15 +317,49 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             }
         }
     }
-    drop(listener);
-    lock(&conns).clear();
+    // Close every client connection gracefully: all at once, then wait for
+    // the closes, 5 s in all (a peer that does not answer is left to the
+    // stack, which ends with the process).
+    let conns: Vec<(Ipv4Addr, Qp)> = std::mem::take(&mut *lock(&conns));
+    let live: Vec<&(Ipv4Addr, Qp)> = conns
+        .iter()
+        .filter(|(_, qp)| qp.disconnect().is_ok())
+        .collect();
+    let close_by = Instant::now() + Duration::from_secs(5);
+    let mut closed = 0;
+    for (peer, qp) in &live {
+        match qp.wait_disconnected(close_by.saturating_duration_since(Instant::now())) {
+            Ok(()) | Err(Error::Stopped) => closed += 1,
+            Err(e) => eprintln!("iwarp-serve: closing {peer}: {e}"),
+        }
+    }
+    println!(
+        "iwarp-serve: closed {closed} of {} client connections",
+        live.len()
+    );
+    match ctx.stats() {
+        Ok(st) => println!(
+            "iwarp-serve: final stats: {accepted} clients accepted, {} connections left, \
+             TCP {} octets delivered, {} RTO retransmits; stack {:?}",
+            st.connections, st.tcp.delivered, st.tcp.rto_retransmits, st.stack
+        ),
+        Err(e) => eprintln!("iwarp-serve: final stats: {e}"),
+    }
+    drop(conns);
     drop(mr);
+    let _ = std::io::stdout().flush();
     Ok(code)
 }
 
-/// The --sim client: Write a block, Read it back into another buffer,
-/// compare; over the whole region, until `stop`. Returns the blocks done.
-fn sim_client(ctx: &Context, to: SocketAddrV4, stop: &AtomicBool) -> Result<u64, String> {
+/// The client (`--sim`'s built-in one, or `--connect`): Write a block, Read
+/// it back into another buffer, compare; over the whole region, until
+/// `stop` is set (nonzero) or `max` blocks. Returns the blocks done.
+fn client(
+    ctx: &Context,
+    to: SocketAddrV4,
+    stop: &AtomicUsize,
+    max: Option<u64>,
+) -> Result<u64, String> {
     const BLOCK: u32 = 16 << 10;
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(64);
@@ -249,10 +375,18 @@ fn sim_client(ctx: &Context, to: SocketAddrV4, stop: &AtomicBool) -> Result<u64,
     let (stag, len) = parse_advert(&qp.negotiated().peer_private_data)
         .ok_or("the server's private data is not an IWSV advert")?;
     let blocks = len / u64::from(BLOCK);
+    if blocks == 0 {
+        return Err(format!("the server's region ({len} octets) holds no block"));
+    }
+    // The pattern differs between runs and clients: a block left over from
+    // an earlier client cannot pass for this one's.
+    let seed = u64::from(std::process::id()) << 32 ^ u64::from(ctx.addr().to_bits());
     let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
+    while stop.load(Ordering::Relaxed) == 0 && max.is_none_or(|m| n < m) {
         let off = (n % blocks) * u64::from(BLOCK);
-        let pattern: Vec<u8> = (0..BLOCK).map(|i| (i as u64 ^ n) as u8).collect();
+        let pattern: Vec<u8> = (0..BLOCK)
+            .map(|i| (u64::from(i) ^ n ^ seed.rotate_left(i % 64)) as u8)
+            .collect();
         local.write(0, &pattern).map_err(|e| e.to_string())?;
         qp.post_send(WorkRequest::Write {
             wr_id: 2 * n,
@@ -289,6 +423,7 @@ fn sim_client(ctx: &Context, to: SocketAddrV4, stop: &AtomicBool) -> Result<u64,
         n += 1;
     }
     let _ = qp.disconnect();
+    let _ = qp.wait_disconnected(Duration::from_secs(5));
     Ok(n)
 }
 

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! tlnc --iface IF --ip ADDR/PREFIX (--connect ADDR:PORT | --listen PORT)
-//!      [--input FILE] [--output FILE]
+//!      [--input FILE] [--output FILE] [--share-address [--local-ports-from PORT]]
 //! ```
 //!
 //! Sends the input (default stdin) and writes what arrives to the output
@@ -144,6 +144,18 @@ struct Args {
     /// kernel, bind mode obtained) and throughput to stderr at the end.
     #[arg(long)]
     stats: bool,
+    /// --ip is the interface's own address, which the kernel keeps: only
+    /// TCP to our port (--listen, or --local-ports-from and up for
+    /// --connect) comes to us; ARP and all else stays with the kernel,
+    /// which also resolves our neighbours.
+    #[arg(long)]
+    share_address: bool,
+    /// With --share-address: our connections' local ports are
+    /// PORT..=65535 (reserve them: sysctl
+    /// net.ipv4.ip_local_reserved_ports=PORT-65535).
+    #[arg(long, value_name = "PORT", default_value_t = iwarp_xdp::SharedPorts::DEFAULT_LOCAL_FROM,
+          requires = "share_address", value_parser = clap::value_parser!(u16).range(1024..))]
+    local_ports_from: u16,
 }
 
 /// `--ring-size`: a power of two the kernel accepts.
@@ -250,6 +262,12 @@ fn run(args: &Args) -> Result<(), Failure> {
         usecs,
         budget: args.busy_poll_budget,
     });
+    if args.share_address {
+        xcfg.share = Some(iwarp_xdp::SharedPorts {
+            listen: args.listen.into_iter().collect(),
+            local_from: args.local_ports_from,
+        });
+    }
     let dev = XdpDevice::open(&xcfg).map_err(|e| Failure::Setup(e.to_string()))?;
     for w in dev.warnings() {
         eprintln!("tlnc: warning: {w}");
@@ -270,6 +288,10 @@ fn run(args: &Args) -> Result<(), Failure> {
     scfg.tcp.snd_buf = args.snd_buf as usize;
     scfg.tcp.delayed_ack = None;
     scfg.fixed_isn = args.isn;
+    if args.share_address {
+        // Our local ports are in the range the XDP program steers to us.
+        scfg.ephemeral_base = args.local_ports_from;
+    }
     let mut seed = [0u8; 16];
     if let Ok(mut f) = File::open("/dev/urandom") {
         let _ = f.read_exact(&mut seed);
@@ -284,12 +306,13 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
     };
     let bind = format!(
-        "{} queue {} bind {:?} attach {:?} multi_buffer {}",
+        "{} queue {} bind {:?} attach {:?} multi_buffer {} shared_address {}",
         dev.iface(),
         dev.queue(),
         dev.xsk_mode(),
         dev.attach_mode(),
-        dev.multi_buffer()
+        dev.multi_buffer(),
+        dev.shares_address()
     );
     let reader: DeviceReader<XdpDevice> = Box::new(|d| Box::new(d.stats().ok()));
     let h = spawn_probed(
