@@ -141,4 +141,32 @@ struct rte_mbuf *shim_mbuf_from(struct rte_mempool *pool, const uint8_t *data, u
     return m;
 }
 
+struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shim_part *parts,
+                                      uint32_t n) {
+    uint32_t len = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        len += parts[i].len;
+        if (len > UINT16_MAX) {
+            rte_errno = EMSGSIZE;
+            return NULL;
+        }
+    }
+    struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+    if (m == NULL) {
+        rte_errno = ENOBUFS;
+        return NULL;
+    }
+    char *dst = rte_pktmbuf_append(m, (uint16_t)len);
+    if (dst == NULL) {
+        rte_pktmbuf_free(m);
+        rte_errno = EMSGSIZE;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        memcpy(dst, parts[i].data, parts[i].len);
+        dst += parts[i].len;
+    }
+    return m;
+}
+
 void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n) { rte_pktmbuf_free_bulk(pkts, n); }

@@ -67,6 +67,15 @@ uint32_t shim_mbuf_copy(const struct rte_mbuf *m, uint8_t *buf, uint32_t cap);
 /* Allocate an mbuf from pool holding a copy of data[0..len]; NULL if the
  * pool is empty or len exceeds one segment's room. */
 struct rte_mbuf *shim_mbuf_from(struct rte_mempool *pool, const uint8_t *data, uint16_t len);
+/* One piece of a frame gathered into an mbuf. */
+struct shim_part {
+    const uint8_t *data;
+    uint32_t len;
+};
+/* shim_mbuf_from with the frame given as n parts, copied in order straight
+ * into the mbuf (one copy, no joining first); NULL as shim_mbuf_from. */
+struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shim_part *parts,
+                                      uint32_t n);
 /* rte_pktmbuf_free_bulk. */
 void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n);
 

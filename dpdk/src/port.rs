@@ -12,6 +12,8 @@ use crate::{Counters, Error, PortStats, Queues};
 
 /// Mbufs handled per rx/tx burst call.
 const BURST: usize = 32;
+/// Parts a gathered frame may have (headers and payload take 2).
+const TX_PARTS: usize = 8;
 /// Data room of one mbuf after DPDK's 128-octet headroom
 /// (RTE_MBUF_DEFAULT_DATAROOM): the largest frame we transmit.
 pub const MAX_FRAME: usize = 2048;
@@ -36,8 +38,6 @@ pub struct Port {
     pending: Vec<*mut RteMbuf>,
     /// For frames spread over several mbuf segments.
     scratch: Vec<u8>,
-    /// Where a frame given in parts is joined before its mbuf copy.
-    tx_scratch: Vec<u8>,
     counters: Counters,
     /// Dropped last: the EAL outlives the port.
     _eal: Eal,
@@ -159,7 +159,6 @@ impl Port {
             mtu,
             pending: Vec::with_capacity(BURST),
             scratch: Vec::new(),
-            tx_scratch: Vec::new(),
             counters: Counters::default(),
             _eal: eal.clone(),
         })
@@ -341,16 +340,43 @@ impl FrameDevice for Port {
         if let [frame] = parts {
             return self.tx(frame);
         }
-        // The shim copies one contiguous buffer into the mbuf: join the
-        // parts in a reused buffer (no allocation per frame).
-        let mut buf = std::mem::take(&mut self.tx_scratch);
-        buf.clear();
-        for p in parts {
-            buf.extend_from_slice(p);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > MAX_FRAME {
+            self.counters.tx_too_big += 1;
+            return false;
         }
-        let ok = self.tx(&buf);
-        self.tx_scratch = buf;
-        ok
+        // The parts go straight into the mbuf, in order (one copy).
+        let mut iov = [sys::ShimPart {
+            data: std::ptr::null(),
+            len: 0,
+        }; TX_PARTS];
+        if parts.len() > TX_PARTS {
+            // More pieces than the table holds (no caller sends that
+            // many): join them first.
+            let joined = parts.concat();
+            return self.tx(&joined);
+        }
+        for (slot, p) in iov.iter_mut().zip(parts) {
+            *slot = sys::ShimPart {
+                data: p.as_ptr(),
+                len: p.len() as u32,
+            };
+        }
+        // SAFETY: each of the first parts.len() entries points at a live
+        // slice readable for its length (≤ MAX_FRAME in all); the pool
+        // lives as long as self.
+        let m = unsafe {
+            sys::shim_mbuf_from_parts(self.pool.as_ptr(), iov.as_ptr(), parts.len() as u32)
+        };
+        if m.is_null() {
+            self.counters.tx_no_mbuf += 1;
+            return false;
+        }
+        self.pending.push(m);
+        if self.pending.len() == BURST {
+            self.send_pending();
+        }
+        true
     }
 
     fn flush(&mut self) {

@@ -52,5 +52,20 @@ extern "C" {
     pub fn shim_mbuf_data(m: *const RteMbuf, seg_len: *mut u16, pkt_len: *mut u32) -> *const u8;
     pub fn shim_mbuf_copy(m: *const RteMbuf, buf: *mut u8, cap: u32) -> u32;
     pub fn shim_mbuf_from(pool: *mut RteMempool, data: *const u8, len: u16) -> *mut RteMbuf;
+    pub fn shim_mbuf_from_parts(
+        pool: *mut RteMempool,
+        parts: *const ShimPart,
+        n: u32,
+    ) -> *mut RteMbuf;
     pub fn shim_mbuf_free_bulk(pkts: *mut *mut RteMbuf, n: u32);
+}
+
+/// `struct shim_part`: one piece of a frame for `shim_mbuf_from_parts`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ShimPart {
+    /// First octet.
+    pub data: *const u8,
+    /// Octets.
+    pub len: u32,
 }
