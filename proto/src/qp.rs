@@ -1,9 +1,11 @@
 //! One RDMAP stream (a queue pair): DDP placement and RDMAP semantics over an
-//! MPA byte stream, I/O-free.
+//! MPA byte stream or over DDP/SCTP's whole segments ([`llp`]), I/O-free.
 //!
 //! Call order, per the style of quinn-proto: feed received stream octets with
-//! [`Qp::receive`]; post work with [`Qp::post_send`] / [`Qp::post_recv`]; pull
-//! octets to transmit with [`Qp::poll_transmit`]; drain [`Qp::poll_completion`]
+//! [`Qp::receive`] (MPA) or whole DDP Segments with [`Qp::receive_segment`]
+//! (SCTP); post work with [`Qp::post_send`] / [`Qp::post_recv`]; pull
+//! octets to transmit with [`Qp::poll_transmit`] (FPDUs) or
+//! [`Qp::poll_segment`] (one DDP Segment); drain [`Qp::poll_completion`]
 //! and [`Qp::poll_event`]. Nothing here reads a clock or does I/O.
 //!
 //! Where each RFC rule lives:
@@ -819,7 +821,7 @@ struct Tx {
     terminate: Option<TerminateRepr>,
 }
 
-/// One RDMAP stream over MPA.
+/// One RDMAP stream over MPA or over DDP/SCTP segments.
 #[derive(Debug)]
 pub struct Qp {
     cfg: QpConfig,
@@ -1587,6 +1589,8 @@ impl Qp {
     /// Append FPDUs to `out`: at most `max_fpdus`, and at most `max_bytes`
     /// octets (callers pass the EMSS to get one TCP segment's worth; every
     /// FPDU fits in one EMSS by construction of MULPDU). Returns the octets added.
+    /// Over [`LowerLayer::Segments`] it appends bare DDP Segments whose
+    /// boundaries the caller cannot see: use [`poll_segment`](Self::poll_segment).
     pub fn poll_transmit(
         &mut self,
         mem: &MemoryTable,
