@@ -18,6 +18,9 @@
 //!   completes strictly from its head;
 //! * RFC 5040 §4.8, §7.1 Terminate contents: `TermInfo` builders;
 //! * RFC 5040 §6.1 ORD/IRD limits: `Tx::next_job` and the QN 1 buffer check.
+//! * RFC 5043 §9 MULPDU over SCTP (set by the caller), §10 DDP-SSN
+//!   validity check and ordering of unordered segments: [`llp::SegmentOrder`],
+//!   [`Qp::receive_segment`].
 //!
 //! Verbs features on top of the RFC model:
 //! * scatter/gather lists ([`SgList`], up to [`MAX_SGE`] entries) for the local
@@ -32,8 +35,6 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
 use crate::mpa::{Deframer, Framer, MpaError, Part, UlpduSink};
-
-pub mod llp;
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -44,6 +45,8 @@ use crate::wire::{TermCode, TerminateRepr, WireError};
 use llp::{Arrival, Lower, LowerLayer, OrderError, SegmentStats};
 
 pub use crate::srq::Srq;
+
+pub mod llp;
 
 /// Untagged queue numbers (RFC 5040 §4.1 figure 4).
 pub mod queue {
