@@ -201,3 +201,228 @@ impl SctpQp {
         sent
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp_proto::mem::{Access, PdId};
+    use iwarp_proto::qp::{QpEvent, Sge, WcStatus, WorkRequest};
+    use iwarp_proto::wire::TermCode;
+    use sctp_lite::assoc::SendError;
+
+    /// What a sink was asked to do, in order.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Sent {
+        Segment(u16, Vec<u8>),
+        SessionTerminate(u16),
+    }
+
+    #[derive(Default)]
+    struct Fake {
+        sent: Vec<Sent>,
+        /// Refuse segments with this error.
+        refuse: Option<DdpError>,
+    }
+
+    impl SegmentSink for Fake {
+        fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError> {
+            if let Some(e) = self.refuse {
+                return Err(e);
+            }
+            self.sent.push(Sent::Segment(stream, segment.to_vec()));
+            Ok(())
+        }
+        fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
+            self.sent.push(Sent::SessionTerminate(stream));
+            Ok(())
+        }
+    }
+
+    fn cfg(pd: PdId) -> QpConfig {
+        QpConfig {
+            pd,
+            ird: 1,
+            ord: 1,
+            mulpdu: 0,
+            crc: true,
+            markers_tx: true,
+            markers_rx: true,
+            sq_depth: 8,
+            rq_depth: 8,
+        }
+    }
+
+    fn setup(established: bool) -> (SctpQp, MemoryTable, Sge) {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let stag = mem
+            .register(
+                pd,
+                (0..2000u32).map(|i| i as u8).collect::<Vec<u8>>(),
+                Access::ALL,
+                0,
+            )
+            .unwrap();
+        let q = SctpQp::new(cfg(pd), None, 3, 600, established);
+        (
+            q,
+            mem,
+            Sge {
+                stag,
+                to: 0,
+                len: 1500,
+            },
+        )
+    }
+
+    fn send(q: &mut SctpQp, mem: &MemoryTable, sge: Sge) {
+        q.qp()
+            .post_send(
+                mem,
+                WorkRequest::Send {
+                    wr_id: 1,
+                    signaled: true,
+                    local: sge.into(),
+                    solicited: false,
+                    invalidate: None,
+                },
+            )
+            .unwrap();
+    }
+
+    /// Message offset of an untagged segment.
+    fn mo(s: &Sent) -> u32 {
+        match s {
+            Sent::Segment(_, b) => u32::from_be_bytes([b[14], b[15], b[16], b[17]]),
+            Sent::SessionTerminate(_) => u32::MAX,
+        }
+    }
+
+    #[test]
+    fn segments_at_most_mulpdu_on_our_stream() {
+        let (mut q, mem, sge) = setup(true);
+        assert_eq!(q.qp_ref().config().mulpdu, 600);
+        send(&mut q, &mem, sge);
+        let mut sink = Fake::default();
+        assert_eq!(q.transmit(&mem, &mut sink), 3); // 1500 / (600 - 18)
+        for s in &sink.sent {
+            match s {
+                Sent::Segment(3, b) => assert!(b.len() <= 600),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            sink.sent.iter().map(mo).collect::<Vec<_>>(),
+            vec![0, 582, 1164]
+        );
+    }
+
+    #[test]
+    fn a_full_send_buffer_keeps_the_segment_for_later() {
+        let (mut q, mem, sge) = setup(true);
+        send(&mut q, &mem, sge);
+        let mut sink = Fake {
+            refuse: Some(DdpError::Sctp(SendError::BufferFull)),
+            ..Fake::default()
+        };
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        assert!(sink.sent.is_empty());
+        sink.refuse = None;
+        assert_eq!(q.transmit(&mem, &mut sink), 3);
+        // Nothing lost or repeated: offsets 0, 582, 1164 in order.
+        assert_eq!(
+            sink.sent.iter().map(mo).collect::<Vec<_>>(),
+            vec![0, 582, 1164]
+        );
+        assert_eq!(q.qp_ref().state(), QpState::Rts);
+    }
+
+    #[test]
+    fn nothing_goes_before_the_session_is_accepted() {
+        let (mut q, mut mem, sge) = setup(false);
+        send(&mut q, &mem, sge);
+        let mut sink = Fake::default();
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        let accepted = DdpEvent::SessionAccepted {
+            stream: 3,
+            private_data: Vec::new(),
+        };
+        // Another stream's Accept does not count; ours is left to the caller.
+        let other = DdpEvent::SessionAccepted {
+            stream: 2,
+            private_data: Vec::new(),
+        };
+        assert!(!q.handle_event(&other, &mut mem));
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        assert!(!q.handle_event(&accepted, &mut mem));
+        assert_eq!(q.transmit(&mem, &mut sink), 3);
+    }
+
+    #[test]
+    fn session_terminate_follows_the_rdmap_terminate() {
+        let (mut q, mem, _) = setup(true);
+        q.qp().terminate(TermCode::RDMAP_CATASTROPHIC_STREAM);
+        let mut sink = Fake::default();
+        assert_eq!(q.transmit(&mem, &mut sink), 1);
+        assert_eq!(sink.sent.len(), 2);
+        match &sink.sent[0] {
+            // Untagged, QN 2, opcode Terminate.
+            Sent::Segment(3, b) => assert_eq!((b[1] & 0x0f, b[9]), (7, 2)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(sink.sent[1], Sent::SessionTerminate(3));
+        assert!(q.session_over());
+        // Once only.
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        assert_eq!(sink.sent.len(), 2);
+        assert!(matches!(q.qp().poll_event(), Some(QpEvent::LocalError(_))));
+    }
+
+    #[test]
+    fn session_end_and_association_close_flush_the_qp() {
+        for ev in [
+            DdpEvent::SessionEnded {
+                stream: 3,
+                why: ddp_sctp::SessionEnd::PeerTerminated,
+                private_data: Vec::new(),
+            },
+            DdpEvent::Closed(sctp_lite::assoc::CloseReason::Shutdown),
+        ] {
+            let (mut q, mut mem, sge) = setup(true);
+            q.qp().post_recv(&mem, 9, sge).unwrap();
+            let other = DdpEvent::SessionEnded {
+                stream: 1,
+                why: ddp_sctp::SessionEnd::PeerTerminated,
+                private_data: Vec::new(),
+            };
+            assert!(!q.handle_event(&other, &mut mem));
+            assert_eq!(q.qp_ref().state(), QpState::Rts);
+            assert!(q.handle_event(&ev, &mut mem));
+            assert_eq!(q.qp_ref().state(), QpState::Error);
+            let c = q.qp().poll_completion().unwrap();
+            assert_eq!((c.wr_id, c.status), (9, WcStatus::Flushed));
+            // No Session Terminate for a session already over.
+            let mut sink = Fake::default();
+            assert_eq!(q.transmit(&mem, &mut sink), 0);
+            assert!(sink.sent.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_refusal_that_cannot_pass_ends_the_qp() {
+        let (mut q, mem, sge) = setup(true);
+        send(&mut q, &mem, sge);
+        let e = DdpError::SegmentTooLarge { len: 600, max: 500 };
+        let mut sink = Fake {
+            refuse: Some(e),
+            ..Fake::default()
+        };
+        q.transmit(&mem, &mut sink);
+        assert_eq!(q.last_refusal(), Some(e));
+        assert_eq!(q.qp_ref().state(), QpState::Error);
+        // The LLP is gone: the request is flushed, and the session ended.
+        let c = q.qp().poll_completion().unwrap();
+        assert_eq!(c.status, WcStatus::Flushed);
+        assert_eq!(sink.sent, vec![Sent::SessionTerminate(3)]);
+    }
+}
