@@ -29,10 +29,15 @@
 //! non-zero, verified on receive (RFC 768; zero means none for IPv4). Set
 //! `sctp.max_packet` to MTU − 28 when UDP is in use (the UDP header takes 8 octets).
 //!
+//! [`qp::SctpQp`] puts a queue pair (`proto::qp::Qp` over its segment
+//! lower layer) on one DDP stream of an association.
+//!
 //! Only directly attached peers (one subnet, no gateway) and one address per
 //! association (RFC 5043 §7.2 allows one) are handled. Application work
 //! arrives as [`SctpCommand`]s; everything `ddp_sctp` reports goes out as
 //! [`SctpOutput`]s.
+
+pub mod qp;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 

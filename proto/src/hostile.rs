@@ -14,6 +14,13 @@
 //!   bind, unbind and free windows, post receives, Sends, Writes and Reads,
 //!   transmit, Terminate, loss of the LLP.
 //!
+//! [`run_segments`] does the same to a QP over the segment lower layer
+//! (DDP over SCTP, RFC 5043): the peer's DDP Segments go whole to
+//! [`Qp::receive_segment`] with their DDP-SSN, and a segment may be held
+//! back and delivered later, in any order (RFC 5043 §10: every chunk is
+//! unordered); a hostile peer also repeats DDP-SSNs, skips them, sends
+//! them far ahead and sends raw or empty segments.
+//!
 //! It keeps a shadow copy of every region and, after every step, checks:
 //!
 //! * no octet of any region changed unless, when the step began, it was
@@ -35,6 +42,7 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, MemError, MemoryTable, PdId, STag};
 use crate::mpa::Framer;
+use crate::qp::llp::{LowerLayer, SegmentConfig};
 use crate::qp::{
     InlineData, Qp, QpConfig, QpEvent, QpState, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
 };
@@ -58,6 +66,8 @@ pub struct Summary {
     pub read_ok: usize,
     /// Read Responses the QP sent (inbound Read Requests accepted).
     pub fpdus_tx: u64,
+    /// Segments the QP held for an earlier DDP-SSN (segment mode).
+    pub segments_held: u64,
 }
 
 /// A broken invariant: what, and at which step.
@@ -189,7 +199,19 @@ struct Driver {
     polite: bool,
     summary: Summary,
     step: usize,
+    /// Over the segment lower layer: the peer's DDP-SSNs and what it holds back.
+    seg: Option<SegPeer>,
 }
+
+/// The peer's side of the segment lower layer.
+struct SegPeer {
+    next_ssn: u16,
+    /// Segments built but not yet delivered (delivered later, any order).
+    held: Vec<(u16, Vec<u8>)>,
+}
+
+/// Most segments the peer holds back at once.
+const MAX_PEER_HELD: usize = 12;
 
 const MAX_REGIONS: usize = 10;
 const MAX_WINDOWS: usize = 4;
@@ -201,6 +223,16 @@ fn fail<T>(msg: String) -> Result<T, Violation> {
 /// Drive one QP through the steps `data` describes, checking the invariants
 /// listed in the module documentation after each.
 pub fn run(data: &[u8]) -> Result<Summary, Violation> {
+    run_with(data, false)
+}
+
+/// [`run`] against a QP over the segment lower layer (DDP over SCTP),
+/// segments delivered out of order.
+pub fn run_segments(data: &[u8]) -> Result<Summary, Violation> {
+    run_with(data, true)
+}
+
+fn run_with(data: &[u8], segments: bool) -> Result<Summary, Violation> {
     let mut input = Input { data, pos: 0 };
     let mut mem = MemoryTable::with_seed(u64::from(input.u32()));
     let pds = [mem.alloc_pd(), mem.alloc_pd(), mem.alloc_pd()];
@@ -219,7 +251,19 @@ pub fn run(data: &[u8]) -> Result<Summary, Violation> {
     let mut d = Driver {
         mem,
         pds,
-        qp: Qp::new(cfg),
+        qp: if segments {
+            Qp::with_lower(
+                cfg,
+                None,
+                LowerLayer::Segments(SegmentConfig {
+                    first_ssn: 1,
+                    window: 64,
+                    max_held: 4096,
+                }),
+            )
+        } else {
+            Qp::new(cfg)
+        },
         cfg,
         regions: Vec::new(),
         windows: Vec::new(),
@@ -238,6 +282,10 @@ pub fn run(data: &[u8]) -> Result<Summary, Violation> {
         polite: flags & 0x80 != 0,
         summary: Summary::default(),
         step: 0,
+        seg: segments.then(|| SegPeer {
+            next_ssn: 1,
+            held: Vec::new(),
+        }),
     };
     // A few regions to start with: one remotely writable, one read-only,
     // one of another PD, one with bind rights for windows.
@@ -274,6 +322,7 @@ pub fn run(data: &[u8]) -> Result<Summary, Violation> {
     d.summary.fpdus_rx = st.fpdus_rx;
     d.summary.bytes_placed = st.bytes_placed;
     d.summary.fpdus_tx = st.fpdus_tx;
+    d.summary.segments_held = d.qp.segment_stats().map_or(0, |s| s.held);
     Ok(d.summary)
 }
 
@@ -941,6 +990,9 @@ impl Driver {
     /// Build one well-formed FPDU (as a hostile but protocol-speaking peer
     /// would), or continue the one in progress, and feed a piece of it.
     fn wire(&mut self, input: &mut Input<'_>) -> Result<(), Violation> {
+        if self.seg.is_some() {
+            return self.wire_segment(input);
+        }
         if self.pending.is_empty() {
             let Some(fpdu) = self.build_fpdu(input) else {
                 return Ok(());
@@ -959,7 +1011,68 @@ impl Driver {
         Ok(())
     }
 
+    /// Segment mode: build one segment and deliver it or hold it back, or
+    /// deliver one held back; now and then break the DDP-SSN rules.
+    fn wire_segment(&mut self, input: &mut Input<'_>) -> Result<(), Violation> {
+        let held = self.seg.as_ref().map_or(0, |p| p.held.len());
+        if held > 0 && (held >= MAX_PEER_HELD || input.chance(3)) {
+            let i = input.below(held);
+            if let Some(p) = self.seg.as_mut() {
+                let (ssn, s) = p.held.swap_remove(i);
+                self.qp.receive_segment(ssn, &s, &mut self.mem);
+            }
+            return Ok(());
+        }
+        let Some(ulpdu) = self.build_ulpdu(input) else {
+            return Ok(());
+        };
+        if ulpdu.is_empty() && !self.evil(input, 2) {
+            return Ok(()); // no RTR over SCTP: an empty segment is malformed
+        }
+        let evil_ssn = self.evil(input, 32);
+        let hold = input.chance(2);
+        let Some(p) = self.seg.as_mut() else {
+            return Ok(());
+        };
+        let mut ssn = p.next_ssn;
+        if evil_ssn {
+            // A repeated, skipped or far-ahead DDP-SSN.
+            ssn = ssn.wrapping_add(input.u16() % 200).wrapping_sub(100);
+        } else {
+            p.next_ssn = p.next_ssn.wrapping_add(1);
+        }
+        if hold {
+            p.held.push((ssn, ulpdu));
+        } else {
+            self.qp.receive_segment(ssn, &ulpdu, &mut self.mem);
+        }
+        Ok(())
+    }
+
     fn raw(&mut self, input: &mut Input<'_>) -> Result<(), Violation> {
+        if self.seg.is_some() {
+            // Raw octets, or a nearly-well-formed segment, as the next segment.
+            let bytes: Vec<u8> = if input.chance(2) {
+                let n = input.below(64);
+                (0..n).map(|_| input.byte()).collect()
+            } else {
+                let Some(mut f) = self.build_ulpdu(input) else {
+                    return Ok(());
+                };
+                let at = input.below(f.len());
+                let x = input.byte() | 1;
+                if let Some(b) = f.get_mut(at) {
+                    *b ^= x;
+                }
+                f
+            };
+            if let Some(p) = self.seg.as_mut() {
+                let ssn = p.next_ssn;
+                p.next_ssn = ssn.wrapping_add(1);
+                self.qp.receive_segment(ssn, &bytes, &mut self.mem);
+            }
+            return Ok(());
+        }
         let bytes = if input.chance(2) {
             let n = input.below(64);
             (0..n).map(|_| input.byte()).collect()
@@ -981,6 +1094,14 @@ impl Driver {
     }
 
     fn build_fpdu(&mut self, input: &mut Input<'_>) -> Option<Vec<u8>> {
+        let ulpdu = self.build_ulpdu(input)?;
+        let mut out = Vec::new();
+        self.framer.emit(&[&ulpdu], &mut out).ok()?;
+        Some(out)
+    }
+
+    /// One ULPDU (a DDP Segment): header and payload.
+    fn build_ulpdu(&mut self, input: &mut Input<'_>) -> Option<Vec<u8>> {
         let room = usize::from(self.cfg.mulpdu);
         let mut hdr = [0u8; 18];
         let mut body: Vec<u8> = Vec::new();
@@ -1184,8 +1305,8 @@ impl Driver {
                 h.emit(&mut hdr).ok()?
             }
         };
-        let mut out = Vec::new();
-        self.framer.emit(&[&hdr[..hlen], &body], &mut out).ok()?;
+        let mut out = hdr[..hlen].to_vec();
+        out.extend_from_slice(&body);
         Some(out)
     }
 }

@@ -14,7 +14,8 @@
 //! * [`qp`]: the DDP/RDMAP endpoint (one RDMAP stream): untagged queues, tagged
 //!   placement, Read Request/Response with IRD/ORD, Send variants, Terminate,
 //!   and the completion ordering of RFC 5040 §5.5; scatter/gather lists,
-//!   signaled and unsignaled requests, verbs completion statuses;
+//!   signaled and unsignaled requests, verbs completion statuses; over MPA
+//!   or over DDP/SCTP's whole, unordered segments (`qp::llp`);
 //! * [`srq`]: the shared receive queue several QPs take receive buffers from.
 //!
 //! The same code runs inline in a pinned poll loop, under DPDK, and inside the

@@ -1,9 +1,11 @@
 //! One RDMAP stream (a queue pair): DDP placement and RDMAP semantics over an
-//! MPA byte stream, I/O-free.
+//! MPA byte stream or over DDP/SCTP's whole segments ([`llp`]), I/O-free.
 //!
 //! Call order, per the style of quinn-proto: feed received stream octets with
-//! [`Qp::receive`]; post work with [`Qp::post_send`] / [`Qp::post_recv`]; pull
-//! octets to transmit with [`Qp::poll_transmit`]; drain [`Qp::poll_completion`]
+//! [`Qp::receive`] (MPA) or whole DDP Segments with [`Qp::receive_segment`]
+//! (SCTP); post work with [`Qp::post_send`] / [`Qp::post_recv`]; pull
+//! octets to transmit with [`Qp::poll_transmit`] (FPDUs) or
+//! [`Qp::poll_segment`] (one DDP Segment); drain [`Qp::poll_completion`]
 //! and [`Qp::poll_event`]. Nothing here reads a clock or does I/O.
 //!
 //! Where each RFC rule lives:
@@ -16,6 +18,9 @@
 //!   completes strictly from its head;
 //! * RFC 5040 §4.8, §7.1 Terminate contents: `TermInfo` builders;
 //! * RFC 5040 §6.1 ORD/IRD limits: `Tx::next_job` and the QN 1 buffer check.
+//! * RFC 5043 §9 MULPDU over SCTP (set by the caller), §10 DDP-SSN
+//!   validity check and ordering of unordered segments: [`llp::SegmentOrder`],
+//!   [`Qp::receive_segment`].
 //!
 //! Verbs features on top of the RFC model:
 //! * scatter/gather lists ([`SgList`], up to [`MAX_SGE`] entries) for the local
@@ -37,8 +42,11 @@ use crate::wire::ddp::{
 use crate::wire::rdmap::{ReadRequest, READ_REQUEST_LEN};
 use crate::wire::terminate::{layer, MAX_TERMINATE_LEN};
 use crate::wire::{TermCode, TerminateRepr, WireError};
+use llp::{Arrival, Lower, LowerLayer, OrderError, SegmentStats};
 
 pub use crate::srq::Srq;
+
+pub mod llp;
 
 /// Untagged queue numbers (RFC 5040 §4.1 figure 4).
 pub mod queue {
@@ -816,14 +824,13 @@ struct Tx {
     terminate: Option<TerminateRepr>,
 }
 
-/// One RDMAP stream over MPA.
+/// One RDMAP stream over MPA or over DDP/SCTP segments.
 #[derive(Debug)]
 pub struct Qp {
     cfg: QpConfig,
     srq: Option<Srq>,
     state: QpState,
-    framer: Framer,
-    deframer: Deframer,
+    llp: Lower,
     rx: Rx,
     tx: Tx,
     completions: VecDeque<Completion>,
@@ -868,12 +875,28 @@ impl Qp {
         Self::build(cfg, Some(srq))
     }
 
+    /// A stream in full operation over `lower`, with or without a shared
+    /// receive queue. [`LowerLayer::Mpa`] is [`Qp::new`] / [`Qp::with_srq`];
+    /// [`LowerLayer::Segments`] runs over DDP/SCTP (RFC 5043): segments go
+    /// in through [`receive_segment`](Self::receive_segment) and out through
+    /// [`poll_segment`](Self::poll_segment), and `cfg.crc` and the marker
+    /// flags are ignored.
+    pub fn with_lower(cfg: QpConfig, srq: Option<Srq>, lower: LowerLayer) -> Self {
+        let mut qp = Self::build(cfg, srq);
+        if let LowerLayer::Segments(s) = lower {
+            qp.llp = Lower::Segments(llp::SegmentOrder::new(s));
+        }
+        qp
+    }
+
     fn build(cfg: QpConfig, srq: Option<Srq>) -> Self {
         let mut cfg = cfg;
         cfg.mulpdu = cfg.mulpdu.max(QpConfig::MIN_MULPDU);
         Qp {
-            framer: Framer::new(cfg.crc, cfg.markers_tx),
-            deframer: Deframer::new(cfg.crc, cfg.markers_rx),
+            llp: Lower::Mpa {
+                framer: Framer::new(cfg.crc, cfg.markers_tx),
+                deframer: Deframer::new(cfg.crc, cfg.markers_rx),
+            },
             rx: Rx {
                 rq: VecDeque::new(),
                 cur: None,
@@ -1050,13 +1073,19 @@ impl Qp {
         self.events.pop_front()
     }
 
-    /// Feed octets received on the stream (any cut).
+    /// Feed octets received on the stream (any cut). Only for a QP over
+    /// [`LowerLayer::Mpa`]; on one over segments this is a local error
+    /// (RDMAP local catastrophic Terminate).
     pub fn receive(&mut self, data: &[u8], mem: &mut MemoryTable) {
         self.stats.stream_rx += data.len() as u64;
         if self.rx.dead || self.state == QpState::Error {
             // RFC 5041 §7.1: after an error DDP silently drops what follows.
             return;
         }
+        let Lower::Mpa { deframer, .. } = &mut self.llp else {
+            self.terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+            return;
+        };
         let mut ctx = RxCtx {
             cfg: &self.cfg,
             srq: self.srq.as_ref(),
@@ -1070,7 +1099,7 @@ impl Qp {
             peer_terminated: false,
             peer_terminate: None,
         };
-        let r = self.deframer.feed(data, &mut ctx);
+        let r = deframer.feed(data, &mut ctx);
         let raised = ctx.raised;
         let term_rx = ctx.peer_terminated;
         let peer_terminate = ctx.peer_terminate;
@@ -1085,6 +1114,110 @@ impl Qp {
                 });
             }
         }
+        self.after_receive(raised, term_rx, peer_terminate);
+    }
+
+    /// Feed one whole DDP Segment with its DDP-SSN, as DDP over SCTP
+    /// delivers it (RFC 5043 §5.2.2, §10: unordered). Segments are
+    /// processed in DDP-SSN order: one ahead of the next expected is held
+    /// until the gap fills (see [`llp`]). Only for a QP over
+    /// [`LowerLayer::Segments`]; on one over MPA this is a local error
+    /// (RDMAP local catastrophic Terminate).
+    pub fn receive_segment(&mut self, ddp_ssn: u16, segment: &[u8], mem: &mut MemoryTable) {
+        self.stats.stream_rx += segment.len() as u64;
+        if self.rx.dead || self.state == QpState::Error {
+            // RFC 5041 §7.1: after an error DDP silently drops what follows.
+            return;
+        }
+        let Lower::Segments(order) = &mut self.llp else {
+            self.terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+            return;
+        };
+        let mut ctx = RxCtx {
+            cfg: &self.cfg,
+            srq: self.srq.as_ref(),
+            rx: &mut self.rx,
+            tx: &mut self.tx,
+            mem,
+            completions: &mut self.completions,
+            events: &mut self.events,
+            stats: &mut self.stats,
+            raised: None,
+            peer_terminated: false,
+            peer_terminate: None,
+        };
+        match order.arrive(ddp_ssn, segment) {
+            Ok(Arrival::InOrder) => {
+                ctx.whole_segment(segment);
+                order.advance();
+                while !ctx.rx.dead {
+                    let Some(s) = order.pop_ready() else { break };
+                    ctx.whole_segment(&s);
+                    order.advance();
+                }
+            }
+            Ok(Arrival::Held) => {}
+            // RFC 5043 §10: an invalid DDP-SSN MAY terminate the DDP stream;
+            // so do a duplicate, too much held and a length no DDP Segment
+            // can have. RFC 5043 has no LLP error codes: RDMAP catastrophic,
+            // localized to the stream (RFC 5040 §4.8).
+            Err(OrderError::OutOfWindow { .. })
+            | Err(OrderError::Duplicate(_))
+            | Err(OrderError::TooMuchHeld)
+            | Err(OrderError::BadLength(_)) => ctx.raise(TermInfo {
+                code: TermCode::RDMAP_CATASTROPHIC_STREAM,
+                hdr: None,
+                seg_len: 0,
+                rdma: None,
+            }),
+        }
+        let raised = ctx.raised;
+        let term_rx = ctx.peer_terminated;
+        let peer_terminate = ctx.peer_terminate;
+        if self.rx.dead {
+            order.clear();
+        }
+        self.after_receive(raised, term_rx, peer_terminate);
+    }
+
+    /// Counters of the segment lower layer (`None` over MPA).
+    pub fn segment_stats(&self) -> Option<SegmentStats> {
+        match &self.llp {
+            Lower::Segments(o) => Some(o.stats()),
+            Lower::Mpa { .. } => None,
+        }
+    }
+
+    /// Segments and octets held waiting for an earlier DDP-SSN (zero over MPA).
+    pub fn segments_held(&self) -> (usize, usize) {
+        match &self.llp {
+            Lower::Segments(o) => o.held(),
+            Lower::Mpa { .. } => (0, 0),
+        }
+    }
+
+    /// The next DDP Segment to send, appended whole to `out` (no MPA
+    /// framing): at most MULPDU octets (RFC 5043 §9, RFC 5041 §5.2). Returns
+    /// its length, or `None` when there is nothing to send. Only for a QP
+    /// over [`LowerLayer::Segments`] (`None` over MPA).
+    pub fn poll_segment(&mut self, mem: &MemoryTable, out: &mut Vec<u8>) -> Option<usize> {
+        if !matches!(self.llp, Lower::Segments(_)) {
+            return None;
+        }
+        match self.poll_transmit(mem, out, usize::MAX, 1) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// Common end of [`receive`](Self::receive) and
+    /// [`receive_segment`](Self::receive_segment).
+    fn after_receive(
+        &mut self,
+        raised: Option<TermInfo>,
+        term_rx: bool,
+        peer_terminate: Option<TerminateRepr>,
+    ) {
         if let Some(t) = raised {
             self.raise(t);
         } else if term_rx && self.state != QpState::Error {
@@ -1128,7 +1261,10 @@ impl Qp {
 
     /// The MPA error that stopped reception, if any.
     pub fn mpa_error(&self) -> Option<MpaError> {
-        self.deframer.error()
+        match &self.llp {
+            Lower::Mpa { deframer, .. } => deframer.error(),
+            Lower::Segments(_) => None,
+        }
     }
 
     fn raise(&mut self, t: TermInfo) {
@@ -1456,6 +1592,8 @@ impl Qp {
     /// Append FPDUs to `out`: at most `max_fpdus`, and at most `max_bytes`
     /// octets (callers pass the EMSS to get one TCP segment's worth; every
     /// FPDU fits in one EMSS by construction of MULPDU). Returns the octets added.
+    /// Over [`LowerLayer::Segments`] it appends bare DDP Segments whose
+    /// boundaries the caller cannot see: use [`poll_segment`](Self::poll_segment).
     pub fn poll_transmit(
         &mut self,
         mem: &MemoryTable,
@@ -1481,7 +1619,7 @@ impl Qp {
             let room = (self.cfg.mulpdu as usize).saturating_sub(hdr_len + job.inline_len) as u64;
             let chunk = (job.len - job.off).min(room);
             let ulpdu_len = hdr_len + job.inline_len + chunk as usize;
-            let wire = self.framer.next_wire_len(ulpdu_len);
+            let wire = self.llp.wire_len(ulpdu_len);
             if out.len() - start + wire > max_bytes {
                 break;
             }
@@ -1534,7 +1672,7 @@ impl Qp {
             parts[0] = Part::Bytes(&hdr[..hdr_len]);
             parts[1] = Part::Bytes(&job.inline[..job.inline_len]);
             parts[2..2 + np].copy_from_slice(&payload[..np]);
-            if self.framer.emit_parts(&parts[..2 + np], out).is_err() {
+            if self.llp.emit_parts(&parts[..2 + np], out).is_err() {
                 break; // cannot happen: ulpdu_len <= mulpdu <= u16::MAX
             }
             fpdus += 1;
@@ -1703,6 +1841,27 @@ impl RxCtx<'_> {
             self.raised = Some(t);
         }
         self.rx.dead = true;
+    }
+
+    /// One whole DDP Segment (the segment lower layer): the same three
+    /// steps the MPA deframer drives, with the header taken in place.
+    fn whole_segment(&mut self, seg: &[u8]) {
+        // `SegmentOrder::arrive` refused empty and over-long segments.
+        let Ok(len) = u16::try_from(seg.len()) else {
+            return;
+        };
+        // RFC 5041 §4.2, §4.3: the T bit of the first octet selects the
+        // header length; a shorter segment gets what there is, and `begin`
+        // reports it as malformed.
+        let hlen = if seg.first().is_some_and(|c| c & DdpControl::T != 0) {
+            TAGGED_HEADER_LEN
+        } else {
+            UNTAGGED_HEADER_LEN
+        }
+        .min(seg.len());
+        self.begin(len, &seg[..hlen]);
+        self.data(&seg[hlen..]);
+        self.end();
     }
 
     fn begin(&mut self, ulpdu_len: u16, header: &[u8]) {
@@ -2159,5 +2318,7 @@ impl UlpduSink for RxCtx<'_> {
     }
 }
 
+#[cfg(test)]
+mod seg_tests;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@
 
 pub mod pcap;
 pub mod scenario;
+pub mod sctp;
 pub mod tcp_link;
 
 use std::collections::VecDeque;

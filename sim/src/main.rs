@@ -1,7 +1,10 @@
 //! `iwarp-sim`: run the deterministic two-node simulator.
 //!
 //! ```text
-//! iwarp-sim pcap --out FILE [--seed N]   write the scripted sessions as a pcap
+//! iwarp-sim pcap --out FILE [--seed N] [--transport mpa|sctp]
+//!                                        write the scripted sessions as a pcap
+//!                                        (sctp: one RDMAP session over DDP/SCTP,
+//!                                        RFC 5043, covering every opcode)
 //! iwarp-sim demo [--out FILE] [--seed N] run them, print what was checked, decode with tshark if present
 //! ```
 //!
@@ -11,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use iwarp_sim::scenario::{all_sessions, write_pcap, SessionReport};
 
 /// Deterministic two-node iWARP simulator: scripted sessions over a seeded
@@ -33,6 +36,9 @@ enum Cmd {
         /// Seed of the stream segmentation (same seed, same capture).
         #[arg(long, value_name = "N", default_value_t = 1)]
         seed: u64,
+        /// The lower layer: MPA over TCP, or DDP over SCTP (RFC 5043).
+        #[arg(long, value_enum, default_value_t = Transport::Mpa)]
+        transport: Transport,
     },
     /// Run them, print what was checked, and decode the capture with tshark
     /// when it is installed.
@@ -47,9 +53,36 @@ enum Cmd {
     },
 }
 
+/// Which lower layer `pcap` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    /// MPA over TCP (RFC 5044): the scripted sessions.
+    Mpa,
+    /// DDP over SCTP (RFC 5043): one session with every RDMAP opcode.
+    Sctp,
+}
+
 fn main() -> ExitCode {
     match Cli::parse().cmd {
-        Cmd::Pcap { out, seed } => match run(&out, seed) {
+        Cmd::Pcap {
+            out,
+            seed,
+            transport: Transport::Sctp,
+        } => match run_sctp(&out, seed) {
+            Ok(()) => {
+                println!("wrote {}", out.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("iwarp-sim: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Pcap {
+            out,
+            seed,
+            transport: Transport::Mpa,
+        } => match run(&out, seed) {
             Ok(sessions) => {
                 summary(&sessions);
                 println!("wrote {}", out.display());
@@ -87,6 +120,23 @@ fn run(path: &Path, seed: u64) -> Result<Vec<SessionReport>, Box<dyn std::error:
     write_pcap(std::io::BufWriter::new(f), &sessions)?;
     Ok(sessions)
 }
+fn run_sctp(path: &Path, seed: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let (cap, rep) = iwarp_sim::sctp::rdmap_session(seed)?;
+    let f = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    cap.write_pcap(std::io::BufWriter::new(f))?;
+    println!(
+        "RDMAP over DDP/SCTP (RFC 5043), seed {seed}: {} operations checked, {} octets verified, \
+         {} SCTP packets, {} DDP Segments (PPID 16), {} session control messages (PPID 17)",
+        rep.ops, rep.bytes_verified, rep.packets, rep.ppid16, rep.ppid17
+    );
+    for (op, n) in &rep.opcodes {
+        println!("  {op:<28} {n}");
+    }
+    println!("  Terminate received: {}", rep.terminate);
+    Ok(())
+}
+
 fn summary(sessions: &[SessionReport]) {
     println!(
         "{:<28} {:>6} {:>7} {:>12}  settings",

@@ -1,0 +1,428 @@
+//! One queue pair on one DDP stream of a DDP/SCTP association (RFC 5043):
+//! the glue between `proto::qp::Qp` over its segment lower layer and
+//! `ddp_sctp`, I/O-free like both.
+//!
+//! * Segments the QP gives ([`Qp::poll_segment`]) go to the association's
+//!   DDP stream as DDP Segment Chunks (PPID 16); one the association cannot
+//!   take yet (SCTP send buffer full) waits here and goes first next time.
+//! * [`DdpEvent::Segment`]s of our stream go to [`Qp::receive_segment`]
+//!   with their DDP-SSN, in whatever order SCTP delivered them (RFC 5043
+//!   §10); the QP orders them.
+//! * Errors (RFC 5043 §6.2, §11.3): once the QP is in error — it sent its
+//!   RDMAP Terminate, received the peer's, or lost the LLP — and has
+//!   nothing more to send, we end the DDP Stream Session with a DDP Stream
+//!   Session Terminate, which follows any RDMAP Terminate ("Note that this
+//!   would follow any RDMAP Terminate message"). The session ending under
+//!   us (the peer's Session Terminate with no RDMAP Terminate before it)
+//!   or the association closing (§11.3: every consumer of a DDP stream is
+//!   told) is a lost LLP for the QP: everything outstanding is flushed.
+//!   A stream's termination does not end the association.
+
+use ddp_sctp::{DdpAssociation, DdpError, DdpEvent};
+use iwarp_proto::mem::MemoryTable;
+use iwarp_proto::qp::llp::{LowerLayer, SegmentConfig};
+use iwarp_proto::qp::{Qp, QpConfig, QpState, Srq};
+
+/// Where the QP's segments go: a [`DdpAssociation`], or a host's command
+/// queue.
+pub trait SegmentSink {
+    /// Send one DDP Segment on `stream`.
+    fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError>;
+    /// Send DDP Stream Session Terminate on `stream`.
+    fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError>;
+}
+
+/// A [`DdpAssociation`] with the current time, as a [`SegmentSink`].
+#[derive(Debug)]
+pub struct AssocSink<'a> {
+    /// The association.
+    pub assoc: &'a mut DdpAssociation,
+    /// Now, in the association's clock.
+    pub now: u64,
+}
+
+impl SegmentSink for AssocSink<'_> {
+    fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError> {
+        self.assoc.send_segment(stream, segment).map(|_| ())
+    }
+    fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
+        self.assoc.terminate(self.now, stream)
+    }
+}
+
+/// A queue pair on one DDP stream.
+#[derive(Debug)]
+pub struct SctpQp {
+    stream: u16,
+    qp: Qp,
+    /// A segment the sink refused for now.
+    waiting: Option<Vec<u8>>,
+    /// We sent (or tried to send) the Session Terminate, or the session
+    /// already ended.
+    session_over: bool,
+    /// The sink's last refusal other than a full buffer.
+    last_refusal: Option<DdpError>,
+    /// The session is accepted: segments may go (RFC 5043 §6.6: the
+    /// active side sends none before the Accept).
+    established: bool,
+}
+
+impl SctpQp {
+    /// A QP on DDP stream `stream` of an association whose MULPDU is
+    /// `mulpdu` ([`DdpAssociation::mulpdu`], RFC 5043 §9): `cfg.mulpdu` is
+    /// set from it; CRC and marker settings do not apply. `established`:
+    /// the session is accepted already (the passive side, created when it
+    /// accepts); the active side creates its QP when it sends the Initiate,
+    /// so that the passive side's segments that overtake the Accept find
+    /// it, and the QP sends once [`DdpEvent::SessionAccepted`] arrives.
+    pub fn new(
+        mut cfg: QpConfig,
+        srq: Option<Srq>,
+        stream: u16,
+        mulpdu: usize,
+        established: bool,
+    ) -> Self {
+        cfg.mulpdu = u16::try_from(mulpdu).unwrap_or(u16::MAX);
+        SctpQp {
+            stream,
+            qp: Qp::with_lower(
+                cfg,
+                srq,
+                LowerLayer::Segments(SegmentConfig::rfc5043(cfg.mulpdu)),
+            ),
+            waiting: None,
+            session_over: false,
+            last_refusal: None,
+            established,
+        }
+    }
+
+    /// The DDP stream.
+    pub fn stream(&self) -> u16 {
+        self.stream
+    }
+    /// The queue pair (post work, poll completions and events here).
+    pub fn qp(&mut self) -> &mut Qp {
+        &mut self.qp
+    }
+    /// The queue pair, read-only.
+    pub fn qp_ref(&self) -> &Qp {
+        &self.qp
+    }
+    /// True once the DDP Stream Session is over (our Terminate sent, or
+    /// the peer's received).
+    pub fn session_over(&self) -> bool {
+        self.session_over
+    }
+    /// The sink's last refusal other than a full send buffer (a segment
+    /// over MULPDU, a session in the wrong state): the QP went to error.
+    pub fn last_refusal(&self) -> Option<DdpError> {
+        self.last_refusal
+    }
+
+    /// Take one association event; returns whether it was consumed (a
+    /// segment or the end of this stream's session, or the association's;
+    /// a [`DdpEvent::SessionAccepted`] is noted and left to the caller).
+    pub fn handle_event(&mut self, ev: &DdpEvent, mem: &mut MemoryTable) -> bool {
+        match ev {
+            DdpEvent::SessionAccepted { stream, .. } if *stream == self.stream => {
+                self.established = true;
+                false
+            }
+            DdpEvent::Segment {
+                stream,
+                ddp_ssn,
+                segment,
+            } if *stream == self.stream => {
+                self.qp.receive_segment(*ddp_ssn, segment, mem);
+                true
+            }
+            DdpEvent::SessionEnded { stream, .. } if *stream == self.stream => {
+                self.session_over = true;
+                // The peer's RDMAP Terminate, if any, came before (the
+                // session ends only once every lower DDP-SSN arrived).
+                self.qp.llp_lost();
+                self.waiting = None;
+                true
+            }
+            DdpEvent::Closed(_) => {
+                self.session_over = true;
+                self.qp.llp_lost();
+                self.waiting = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Hand the QP's segments to `sink` until it has none or the sink is
+    /// full; then end the session if the QP is in error. Returns the
+    /// segments sent.
+    pub fn transmit<S: SegmentSink>(&mut self, mem: &MemoryTable, sink: &mut S) -> usize {
+        let mut sent = 0;
+        if !self.established && !self.session_over {
+            return 0;
+        }
+        loop {
+            let seg = match self.waiting.take() {
+                Some(s) => s,
+                None => {
+                    if self.session_over {
+                        break;
+                    }
+                    let mut out = Vec::new();
+                    if self.qp.poll_segment(mem, &mut out).is_none() {
+                        break;
+                    }
+                    out
+                }
+            };
+            match sink.send_segment(self.stream, &seg) {
+                Ok(()) => sent += 1,
+                Err(DdpError::Sctp(sctp_lite::assoc::SendError::BufferFull))
+                | Err(DdpError::TooManyInFlight) => {
+                    self.waiting = Some(seg);
+                    return sent;
+                }
+                Err(e) => {
+                    // Cannot carry the stream any more: the QP's LLP is gone.
+                    self.last_refusal = Some(e);
+                    self.qp.llp_lost();
+                    break;
+                }
+            }
+        }
+        if self.qp.state() == QpState::Error && self.waiting.is_none() && !self.session_over {
+            // RFC 5043 §6.2: the DDP Stream Terminate follows any RDMAP
+            // Terminate; at least one side MUST send one.
+            self.session_over = true;
+            let _ = sink.terminate_session(self.stream);
+        }
+        sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp_proto::mem::{Access, PdId};
+    use iwarp_proto::qp::{QpEvent, Sge, WcStatus, WorkRequest};
+    use iwarp_proto::wire::TermCode;
+    use sctp_lite::assoc::SendError;
+
+    /// What a sink was asked to do, in order.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Sent {
+        Segment(u16, Vec<u8>),
+        SessionTerminate(u16),
+    }
+
+    #[derive(Default)]
+    struct Fake {
+        sent: Vec<Sent>,
+        /// Refuse segments with this error.
+        refuse: Option<DdpError>,
+    }
+
+    impl SegmentSink for Fake {
+        fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError> {
+            if let Some(e) = self.refuse {
+                return Err(e);
+            }
+            self.sent.push(Sent::Segment(stream, segment.to_vec()));
+            Ok(())
+        }
+        fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
+            self.sent.push(Sent::SessionTerminate(stream));
+            Ok(())
+        }
+    }
+
+    fn cfg(pd: PdId) -> QpConfig {
+        QpConfig {
+            pd,
+            ird: 1,
+            ord: 1,
+            mulpdu: 0,
+            crc: true,
+            markers_tx: true,
+            markers_rx: true,
+            sq_depth: 8,
+            rq_depth: 8,
+        }
+    }
+
+    fn setup(established: bool) -> (SctpQp, MemoryTable, Sge) {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let stag = mem
+            .register(
+                pd,
+                (0..2000u32).map(|i| i as u8).collect::<Vec<u8>>(),
+                Access::ALL,
+                0,
+            )
+            .unwrap();
+        let q = SctpQp::new(cfg(pd), None, 3, 600, established);
+        (
+            q,
+            mem,
+            Sge {
+                stag,
+                to: 0,
+                len: 1500,
+            },
+        )
+    }
+
+    fn send(q: &mut SctpQp, mem: &MemoryTable, sge: Sge) {
+        q.qp()
+            .post_send(
+                mem,
+                WorkRequest::Send {
+                    wr_id: 1,
+                    signaled: true,
+                    local: sge.into(),
+                    solicited: false,
+                    invalidate: None,
+                },
+            )
+            .unwrap();
+    }
+
+    /// Message offset of an untagged segment.
+    fn mo(s: &Sent) -> u32 {
+        match s {
+            Sent::Segment(_, b) => u32::from_be_bytes([b[14], b[15], b[16], b[17]]),
+            Sent::SessionTerminate(_) => u32::MAX,
+        }
+    }
+
+    #[test]
+    fn segments_at_most_mulpdu_on_our_stream() {
+        let (mut q, mem, sge) = setup(true);
+        assert_eq!(q.qp_ref().config().mulpdu, 600);
+        send(&mut q, &mem, sge);
+        let mut sink = Fake::default();
+        assert_eq!(q.transmit(&mem, &mut sink), 3); // 1500 / (600 - 18)
+        for s in &sink.sent {
+            match s {
+                Sent::Segment(3, b) => assert!(b.len() <= 600),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            sink.sent.iter().map(mo).collect::<Vec<_>>(),
+            vec![0, 582, 1164]
+        );
+    }
+
+    #[test]
+    fn a_full_send_buffer_keeps_the_segment_for_later() {
+        let (mut q, mem, sge) = setup(true);
+        send(&mut q, &mem, sge);
+        let mut sink = Fake {
+            refuse: Some(DdpError::Sctp(SendError::BufferFull)),
+            ..Fake::default()
+        };
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        assert!(sink.sent.is_empty());
+        sink.refuse = None;
+        assert_eq!(q.transmit(&mem, &mut sink), 3);
+        // Nothing lost or repeated: offsets 0, 582, 1164 in order.
+        assert_eq!(
+            sink.sent.iter().map(mo).collect::<Vec<_>>(),
+            vec![0, 582, 1164]
+        );
+        assert_eq!(q.qp_ref().state(), QpState::Rts);
+    }
+
+    #[test]
+    fn nothing_goes_before_the_session_is_accepted() {
+        let (mut q, mut mem, sge) = setup(false);
+        send(&mut q, &mem, sge);
+        let mut sink = Fake::default();
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        let accepted = DdpEvent::SessionAccepted {
+            stream: 3,
+            private_data: Vec::new(),
+        };
+        // Another stream's Accept does not count; ours is left to the caller.
+        let other = DdpEvent::SessionAccepted {
+            stream: 2,
+            private_data: Vec::new(),
+        };
+        assert!(!q.handle_event(&other, &mut mem));
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        assert!(!q.handle_event(&accepted, &mut mem));
+        assert_eq!(q.transmit(&mem, &mut sink), 3);
+    }
+
+    #[test]
+    fn session_terminate_follows_the_rdmap_terminate() {
+        let (mut q, mem, _) = setup(true);
+        q.qp().terminate(TermCode::RDMAP_CATASTROPHIC_STREAM);
+        let mut sink = Fake::default();
+        assert_eq!(q.transmit(&mem, &mut sink), 1);
+        assert_eq!(sink.sent.len(), 2);
+        match &sink.sent[0] {
+            // Untagged, QN 2, opcode Terminate.
+            Sent::Segment(3, b) => assert_eq!((b[1] & 0x0f, b[9]), (7, 2)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(sink.sent[1], Sent::SessionTerminate(3));
+        assert!(q.session_over());
+        // Once only.
+        assert_eq!(q.transmit(&mem, &mut sink), 0);
+        assert_eq!(sink.sent.len(), 2);
+        assert!(matches!(q.qp().poll_event(), Some(QpEvent::LocalError(_))));
+    }
+
+    #[test]
+    fn session_end_and_association_close_flush_the_qp() {
+        for ev in [
+            DdpEvent::SessionEnded {
+                stream: 3,
+                why: ddp_sctp::SessionEnd::PeerTerminated,
+                private_data: Vec::new(),
+            },
+            DdpEvent::Closed(sctp_lite::assoc::CloseReason::Shutdown),
+        ] {
+            let (mut q, mut mem, sge) = setup(true);
+            q.qp().post_recv(&mem, 9, sge).unwrap();
+            let other = DdpEvent::SessionEnded {
+                stream: 1,
+                why: ddp_sctp::SessionEnd::PeerTerminated,
+                private_data: Vec::new(),
+            };
+            assert!(!q.handle_event(&other, &mut mem));
+            assert_eq!(q.qp_ref().state(), QpState::Rts);
+            assert!(q.handle_event(&ev, &mut mem));
+            assert_eq!(q.qp_ref().state(), QpState::Error);
+            let c = q.qp().poll_completion().unwrap();
+            assert_eq!((c.wr_id, c.status), (9, WcStatus::Flushed));
+            // No Session Terminate for a session already over.
+            let mut sink = Fake::default();
+            assert_eq!(q.transmit(&mem, &mut sink), 0);
+            assert!(sink.sent.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_refusal_that_cannot_pass_ends_the_qp() {
+        let (mut q, mem, sge) = setup(true);
+        send(&mut q, &mem, sge);
+        let e = DdpError::SegmentTooLarge { len: 600, max: 500 };
+        let mut sink = Fake {
+            refuse: Some(e),
+            ..Fake::default()
+        };
+        q.transmit(&mem, &mut sink);
+        assert_eq!(q.last_refusal(), Some(e));
+        assert_eq!(q.qp_ref().state(), QpState::Error);
+        // The LLP is gone: the request is flushed, and the session ended.
+        let c = q.qp().poll_completion().unwrap();
+        assert_eq!(c.status, WcStatus::Flushed);
+        assert_eq!(sink.sent, vec![Sent::SessionTerminate(3)]);
+    }
+}
