@@ -1,0 +1,43 @@
+//! `stack-cost`: argument errors exit 2 with the reason; a short run moves
+//! its Writes and prints both rows and the ratio. No timing thresholds.
+
+use std::process::Command;
+
+fn stack_cost(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stack-cost"))
+        .args(args)
+        .output()
+        .expect("run stack-cost")
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_reason() {
+    for (args, why) in [
+        (&["--mtu", "100"][..], "--mtu takes"),
+        (&["--window", "0"][..], "--window takes"),
+        (&["--frobnicate"][..], "unknown argument"),
+    ] {
+        let o = stack_cost(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_short_run_moves_every_write_at_both_mtus() {
+    for mtu in ["1500", "9000"] {
+        let o = stack_cost(&["--mib", "2", "--mtu", mtu]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("32 Writes of 65536 B"), "{out}");
+        assert!(out.contains(&format!("MTU {mtu}")), "{out}");
+        for row in ["ours:", "floor:", "ratio ours/floor"] {
+            assert!(out.contains(row), "{out}");
+        }
+    }
+}
