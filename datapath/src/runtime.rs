@@ -5,8 +5,11 @@
 //! MPA → DDP/RDMAP) → engine poll (timers, transmissions) → transmit. Application threads talk to the loop only
 //! through bounded lock-free queues (`crossbeam_queue::ArrayQueue`), so a post
 //! or a poll is a queue operation, never a syscall. Two modes: busy polling,
-//! and an adaptive mode that spins a while, then yields, then sleeps with a
-//! growing (bounded) pause when idle — this machine has two cores to share.
+//! and an adaptive mode that spins a while, then yields, then parks with a
+//! growing (bounded) timeout when idle — this machine has two cores to
+//! share. A post to a parked loop unparks it (one `futex` wake, only when
+//! the loop is parked), so a command does not wait out the pause; frames
+//! arriving at a parked loop do wait for it.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,7 +48,8 @@ pub trait Engine: Send + 'static {
 pub enum Mode {
     /// Never sleep (a core of its own).
     BusyPoll,
-    /// Spin `spins` idle rounds, then yield, then sleep, doubling up to `max_sleep`.
+    /// Spin `spins` idle rounds, then yield, then park (a post wakes it),
+    /// doubling the timeout up to `max_sleep`.
     Adaptive {
         /// Idle rounds before yielding.
         spins: u32,
@@ -109,13 +113,31 @@ pub struct LoopHandle<E: Engine> {
     outputs: Arc<ArrayQueue<E::Output>>,
     stop: Arc<AtomicBool>,
     probe: Arc<Probe>,
+    /// The loop is (about to be) parked in an adaptive sleep.
+    sleeping: Arc<AtomicBool>,
     join: Option<JoinHandle<(E, LoopStats)>>,
 }
 
 impl<E: Engine> LoopHandle<E> {
-    /// Post a command; gives it back if the queue is full.
+    /// Post a command; gives it back if the queue is full. A loop asleep
+    /// in adaptive mode is woken (unparked), so a post does not wait out
+    /// the loop's sleep.
     pub fn post(&self, cmd: E::Command) -> Result<(), E::Command> {
-        self.commands.push(cmd)
+        self.commands.push(cmd)?;
+        // Pairs with the loop's fence between raising `sleeping` and
+        // looking at the queue: either it sees the command or we see the
+        // flag (and an unpark before its park makes the park return).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.wake();
+        }
+        Ok(())
+    }
+    /// Unpark the loop's thread.
+    fn wake(&self) {
+        if let Some(j) = &self.join {
+            j.thread().unpark();
+        }
     }
     /// Take one output, if any.
     pub fn poll(&self) -> Option<E::Output> {
@@ -133,6 +155,7 @@ impl<E: Engine> LoopHandle<E> {
     /// published snapshot, and the second may get `None`.
     pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
         let want = self.probe.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        self.wake();
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_micros(5);
         while self.probe.served.load(Ordering::Acquire) < want {
@@ -151,6 +174,7 @@ impl<E: Engine> LoopHandle<E> {
     /// Stop the loop and get the engine back (with its memory) and the counters.
     pub fn stop(mut self) -> Option<(E, LoopStats)> {
         self.stop.store(true, Ordering::Release);
+        self.wake();
         self.join.take().and_then(|j| j.join().ok())
     }
 }
@@ -158,6 +182,7 @@ impl<E: Engine> LoopHandle<E> {
 impl<E: Engine> Drop for LoopHandle<E> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.wake();
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
@@ -213,11 +238,13 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
     let probe = Arc::new(Probe::default());
-    let (c, o, s, pr) = (
+    let sleeping = Arc::new(AtomicBool::new(false));
+    let (c, o, s, pr, sl) = (
         commands.clone(),
         outputs.clone(),
         stop.clone(),
         probe.clone(),
+        sleeping.clone(),
     );
     let join = std::thread::spawn(move || {
         let mut served = 0u64;
@@ -315,9 +342,16 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
             if let Mode::Adaptive { spins, max_sleep } = mode {
                 idle += 1;
                 if idle > spins * 2 {
-                    std::thread::sleep(sleep);
-                    st.sleeps += 1;
-                    sleep = (sleep * 2).min(max_sleep);
+                    // Park rather than sleep: a post unparks us (see
+                    // `LoopHandle::post` for the ordering).
+                    sl.store(true, Ordering::Relaxed);
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    if c.is_empty() && !s.load(Ordering::Acquire) {
+                        std::thread::park_timeout(sleep);
+                        st.sleeps += 1;
+                        sleep = (sleep * 2).min(max_sleep);
+                    }
+                    sl.store(false, Ordering::Relaxed);
                 } else if idle > spins {
                     std::thread::yield_now();
                 } else {
@@ -334,6 +368,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         outputs,
         stop,
         probe,
+        sleeping,
         join: Some(join),
     }
 }
@@ -552,6 +587,32 @@ mod tests {
         // At most all but the 16 that fit (fewer if the reader took some
         // while the loop was still emitting).
         assert!((1..=184).contains(&st.out_held_max), "{st:?}");
+    }
+
+    /// A post wakes a loop parked in adaptive mode. Idle, the loop's pause
+    /// doubles from 1 µs, so 5 s in it is in a park that began about 4.2 s
+    /// in and lasts about as long: without the wake the command would wait
+    /// over 3 s; it must be handled within 2 s (in practice microseconds).
+    #[test]
+    fn a_post_unparks_a_sleeping_loop() {
+        let (dev, _peer) = MemDevice::pair(1);
+        let mode = Mode::Adaptive {
+            spins: 1,
+            max_sleep: Duration::from_secs(20),
+        };
+        let h = spawn(Burst { n: 1, go: false }, dev, None, mode, 4);
+        std::thread::sleep(Duration::from_secs(5));
+        let posted = Instant::now();
+        assert!(h.post(()).is_ok());
+        while h.poll().is_none() {
+            assert!(
+                posted.elapsed() < Duration::from_secs(2),
+                "the command waited for the loop's pause"
+            );
+            std::thread::yield_now();
+        }
+        let (_, st) = h.stop().expect("loop");
+        assert!(st.sleeps > 10, "{st:?}");
     }
 
     #[test]

@@ -1234,8 +1234,11 @@ impl Cq {
         n
     }
 
-    /// Wait for one completion: spin briefly, then sleep with a growing
-    /// pause (for callers that do not busy-poll). `None` on timeout.
+    /// Wait for one completion: spin briefly, then park with a growing
+    /// timeout (for callers that do not busy-poll); the poll loop unparks
+    /// the waiting thread when it pushes a completion (the last thread to
+    /// park, if several wait on one CQ; the others wake at their timeout,
+    /// at most 200 µs). `None` on timeout.
     pub fn wait(&self, timeout: Duration) -> Option<Wc> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
@@ -1251,7 +1254,9 @@ impl Cq {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(pause);
+                // The loop unparks us when it pushes a completion.
+                self.ring
+                    .park(pause.min(deadline.saturating_duration_since(Instant::now())));
                 pause = (pause * 2).min(Duration::from_micros(200));
             }
         }
