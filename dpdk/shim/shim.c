@@ -125,22 +125,6 @@ uint32_t shim_mbuf_copy(const struct rte_mbuf *m, uint8_t *buf, uint32_t cap) {
     return len;
 }
 
-struct rte_mbuf *shim_mbuf_from(struct rte_mempool *pool, const uint8_t *data, uint16_t len) {
-    struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
-    if (m == NULL) {
-        rte_errno = ENOBUFS;
-        return NULL;
-    }
-    char *dst = rte_pktmbuf_append(m, len);
-    if (dst == NULL) {
-        rte_pktmbuf_free(m);
-        rte_errno = EMSGSIZE;
-        return NULL;
-    }
-    memcpy(dst, data, len);
-    return m;
-}
-
 struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shim_part *parts,
                                       uint32_t n) {
     uint32_t len = 0;

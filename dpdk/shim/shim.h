@@ -64,16 +64,14 @@ uint16_t shim_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
 const uint8_t *shim_mbuf_data(const struct rte_mbuf *m, uint16_t *seg_len, uint32_t *pkt_len);
 /* Copy the whole packet (all segments) into buf; returns octets copied or 0. */
 uint32_t shim_mbuf_copy(const struct rte_mbuf *m, uint8_t *buf, uint32_t cap);
-/* Allocate an mbuf from pool holding a copy of data[0..len]; NULL if the
- * pool is empty or len exceeds one segment's room. */
-struct rte_mbuf *shim_mbuf_from(struct rte_mempool *pool, const uint8_t *data, uint16_t len);
 /* One piece of a frame gathered into an mbuf. */
 struct shim_part {
     const uint8_t *data;
     uint32_t len;
 };
-/* shim_mbuf_from with the frame given as n parts, copied in order straight
- * into the mbuf (one copy, no joining first); NULL as shim_mbuf_from. */
+/* Allocate an mbuf from pool holding the frame given as n parts, copied in
+ * order straight into it (one copy, no joining first); NULL if the pool is
+ * empty or the frame exceeds one segment's room. */
 struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shim_part *parts,
                                       uint32_t n);
 /* rte_pktmbuf_free_bulk. */

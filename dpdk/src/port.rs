@@ -317,29 +317,10 @@ impl FrameDevice for Port {
     }
 
     fn tx(&mut self, frame: &[u8]) -> bool {
-        if frame.len() > MAX_FRAME {
-            self.counters.tx_too_big += 1;
-            return false;
-        }
-        // SAFETY: frame is readable for its length (≤ MAX_FRAME fits u16);
-        // the pool lives as long as self.
-        let m =
-            unsafe { sys::shim_mbuf_from(self.pool.as_ptr(), frame.as_ptr(), frame.len() as u16) };
-        if m.is_null() {
-            self.counters.tx_no_mbuf += 1;
-            return false;
-        }
-        self.pending.push(m);
-        if self.pending.len() == BURST {
-            self.send_pending();
-        }
-        true
+        self.tx_parts(&[frame])
     }
 
     fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
-        if let [frame] = parts {
-            return self.tx(frame);
-        }
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > MAX_FRAME {
             self.counters.tx_too_big += 1;
@@ -354,7 +335,7 @@ impl FrameDevice for Port {
             // More pieces than the table holds (no caller sends that
             // many): join them first.
             let joined = parts.concat();
-            return self.tx(&joined);
+            return self.tx_parts(&[&joined]);
         }
         for (slot, p) in iov.iter_mut().zip(parts) {
             *slot = sys::ShimPart {

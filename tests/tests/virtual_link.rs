@@ -18,7 +18,8 @@ use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 const IP_A: Ipv4Address = Ipv4Address::new(10, 4, 0, 1);
 const IP_B: Ipv4Address = Ipv4Address::new(10, 4, 0, 2);
 
-fn stack(ip: Ipv4Address, last: u8) -> Stack {
+/// A host at `ip` with short TCP timers for the virtual link.
+fn config(ip: Ipv4Address, last: u8) -> StackConfig {
     let mut c = StackConfig::new(IfaceConfig::new(
         EthernetAddress([0x02, 0, 0, 0, 0, last]),
         ip,
@@ -27,7 +28,11 @@ fn stack(ip: Ipv4Address, last: u8) -> Stack {
     c.tcp.rto_min = 5_000_000;
     c.tcp.rto_initial = 50_000_000;
     c.tcp.time_wait = 2_000_000_000;
-    Stack::new(c, MemoryTable::new())
+    c
+}
+
+fn stack(ip: Ipv4Address, last: u8) -> Stack {
+    Stack::new(config(ip, last), MemoryTable::new())
 }
 
 fn pattern(i: usize) -> u8 {
@@ -242,13 +247,7 @@ fn iwarp_end(
     fill: impl Fn(usize) -> u8,
 ) -> (Stack, iwarp_proto::mem::PdId, iwarp_proto::mem::STag) {
     use iwarp_proto::mem::Access;
-    let mut c = StackConfig::new(IfaceConfig::new(
-        EthernetAddress([0x02, 0, 0, 0, 0, last]),
-        ip,
-        24,
-    ));
-    c.tcp.rto_min = 5_000_000;
-    c.tcp.rto_initial = 50_000_000;
+    let mut c = config(ip, last);
     c.idle_sweep = sweep;
     let mut mem = MemoryTable::new();
     let pd = mem.alloc_pd();
