@@ -58,6 +58,7 @@ pub struct IwarpOverTcp {
     role: Role,
     mpa: MpaConfig,
     params: StreamParams,
+    scratch: Vec<u8>,
     /// Work posted before the MPA exchange finished waits here.
     pub(crate) pending: VecDeque<HostCommand>,
     manual: bool,
@@ -95,6 +96,7 @@ impl IwarpOverTcp {
             role,
             mpa,
             params,
+            scratch: Vec::new(),
             pending: VecDeque::new(),
             manual: false,
             setup_deadline: None,
@@ -348,19 +350,18 @@ impl IwarpOverTcp {
             // One FPDU (or the MPA Request/Reply) per record, so TCP puts
             // whole FPDUs in segments (RFC 5044 §8) and a receiver, or
             // Wireshark, finds an FPDU header at the start of each segment.
-            // The framer writes each FPDU straight into TCP's send buffer
-            // (no scratch copy).
             loop {
                 let room = self.tcp.send_room();
                 if room == 0 {
                     break;
                 }
-                let n = self
-                    .tcp
-                    .send_record_with(room, &mut |out| c.poll_transmit(mem, out, room, 1));
+                self.scratch.clear();
+                let n = c.poll_transmit(mem, &mut self.scratch, room, 1);
                 if n == 0 {
                     break;
                 }
+                let queued = self.tcp.send_record(&self.scratch);
+                debug_assert!(queued, "poll_transmit exceeded send_room");
             }
         }
         self.teardown_progress(now);
