@@ -130,6 +130,14 @@ impl Scoreboard {
         self.ranges.last().copied()
     }
 
+    /// The right edge of the last range ending at or below `seq`, if any.
+    pub(crate) fn last_end_before(&self, una: u32, seq: u32) -> Option<u32> {
+        let d = |x: u32| x.wrapping_sub(una);
+        let ds = d(seq);
+        let i = self.ranges.partition_point(|&(_, b)| d(b) <= ds);
+        i.checked_sub(1).map(|k| self.ranges[k].1)
+    }
+
     /// The left edge of the first range starting above `seq`, if any.
     pub(crate) fn next_start_after(&self, una: u32, seq: u32) -> Option<u32> {
         let d = |x: u32| x.wrapping_sub(una);
@@ -225,6 +233,10 @@ mod tests {
         assert_eq!(s.next_start_after(una, at(0)), Some(at(1000)));
         assert_eq!(s.next_start_after(una, at(1000)), Some(at(3000)));
         assert_eq!(s.next_start_after(una, at(6000)), None);
+        assert_eq!(s.last_end_before(una, at(999)), None);
+        assert_eq!(s.last_end_before(una, at(2000)), Some(at(2000)));
+        assert_eq!(s.last_end_before(una, at(5999)), Some(at(5500)));
+        assert_eq!(s.last_end_before(una, at(9000)), Some(at(6100)));
         // RFC 6675 §4 IsLost: more than (DupThresh - 1) * SMSS octets
         // above, or DupThresh discontiguous ranges above.
         // Three ranges from the top: 6000, 5000, 3000 -> frontier 3000.

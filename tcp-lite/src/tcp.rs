@@ -183,6 +183,8 @@ impl core::fmt::Display for TcpError {
 pub struct Stats {
     /// Segments retransmitted on RTO.
     pub rto_retransmits: u64,
+    /// RFC 6675 §4 NextSeg rule 4 rescue retransmissions.
+    pub rescue_retransmits: u64,
     /// Fast retransmits: without SACK, 3 duplicate ACKs or NewReno partial
     /// ACKs; with SACK, segments resent during recovery (RFC 6675).
     pub fast_retransmits: u64,
@@ -401,6 +403,9 @@ pub struct Connection {
     tlp_high: Option<u32>,
     /// The probe's retransmission came back in a D-SACK: it was needless.
     tlp_dsacked: bool,
+    /// RFC 6675 §4 NextSeg rule 4: RescueRxt, the RecoveryPoint of the
+    /// episode whose rescue retransmission went (`None`: undefined).
+    rescue_rxt: Option<u32>,
     /// Our timestamp on the probe, if it was later (by the clock's tick)
     /// than every original transmission it covers: an ACK echoing it was
     /// caused by the probe (RFC 7323 §4.3), so the probe repaired a loss.
@@ -505,6 +510,7 @@ impl Connection {
             tlp_due: false,
             tlp_high: None,
             tlp_dsacked: false,
+            rescue_rxt: None,
             tlp_ts: None,
             max_ts: 0,
             episode_rxt: 0,
@@ -1859,6 +1865,70 @@ impl Connection {
         len
     }
 
+    /// RFC 6675 §4 NextSeg rule 4, the rescue retransmission: in recovery,
+    /// when nothing is deemed lost (rule 1), no new data can go (rule 2)
+    /// and no rule 3 candidate is kept, one segment of up to SMSS octets
+    /// holding the highest outstanding unSACKed octet goes, once per
+    /// recovery episode (while HighACK > RescueRxt or RescueRxt is
+    /// undefined), and within PRR's allowance (RFC 6675 §5 (C)). RescueRxt
+    /// becomes RecoveryPoint; HighRxt MUST NOT be updated (§4 rule 4).
+    /// It repairs a lost tail without waiting for the RTO. Returns the
+    /// segments sent (0 or 1).
+    fn send_rescue(&mut self, now: u64, emit: &mut dyn FnMut(&TcpRepr<'_>)) -> usize {
+        let una = self.snd_una;
+        if self.rescue_rxt.is_some_and(|r| !lt(r, una)) {
+            return 0;
+        }
+        // Rule 2 would send new data the window allows: not our turn.
+        if lt(self.snd_nxt, self.snd_max) || lt(self.snd_max, self.data_end()) {
+            return 0;
+        }
+        // The highest unSACKed data octet below SND.MAX (a FIN is left to
+        // the RTO; its octet carries no data).
+        let mut top = self.data_end();
+        if lt(self.snd_max, top) {
+            top = self.snd_max;
+        }
+        if let Some((l, r)) = self.sacked.highest() {
+            if !lt(r, top) {
+                top = l;
+            }
+        }
+        if !lt(una, top) {
+            return 0;
+        }
+        let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
+        let mut start = una;
+        if top.wrapping_sub(una) as usize > seg_max {
+            start = top.wrapping_sub(seg_max as u32);
+        }
+        if let Some(e) = self.sacked.last_end_before(una, top) {
+            if lt(start, e) {
+                start = e;
+            }
+        }
+        let len = top.wrapping_sub(start) as usize;
+        if len == 0 || self.prr_allow < len {
+            return 0;
+        }
+        let mut r = self.base(now, start, Flags::ACK | Flags::PSH);
+        let off = start.wrapping_sub(self.buf_seq) as usize;
+        // One slice of the ring per segment.
+        let len = len.min(self.snd_buf.contiguous(off));
+        r.payload = self.snd_buf.get(off, len);
+        emit(&r);
+        self.ack_now = false;
+        self.t_ack = None;
+        self.dsack = None;
+        self.rescue_rxt = Some(self.recover);
+        self.prr_allow = self.prr_allow.saturating_sub(len);
+        self.prr_out = self.prr_out.saturating_add(len);
+        self.episode_rxt = self.episode_rxt.saturating_add(len as u64);
+        self.stats.rescue_retransmits += 1;
+        self.rtt_probe = None; // Karn
+        1
+    }
+
     /// RFC 6675 §4 NextSeg rule 1: the first octet at or above HighRxt
     /// (and SND.UNA) that is deemed lost and not SACKed, with the length of
     /// its run (at most `seg_max`, cut at a record boundary where one
@@ -2255,6 +2325,9 @@ impl Connection {
             if fin_now {
                 break;
             }
+        }
+        if sack_mode && self.in_recovery && n == sent_before && n < max {
+            n += self.send_rescue(now, emit);
         }
         // RFC 8985 §7.2: (re)start the probe timer after sending new data.
         if sack_mode && n > sent_before && lt(new_from, self.snd_max) {
@@ -3661,6 +3734,70 @@ mod tests {
             }
         });
         out
+    }
+
+    #[test]
+    fn rfc6675_rule4_rescue_resends_the_tail_once_per_recovery() {
+        for algo in [Algorithm::NewReno, Algorithm::Cubic] {
+            let c = Config {
+                congestion: algo,
+                ..cfg()
+            };
+            // Ten segments in flight, nothing more queued; 0 and 9 lost.
+            let (mut p, una) = in_flight(c, 10, 10);
+            let now = p.now;
+            let mut all = Vec::new();
+            for k in 2..=9 {
+                let ack = sack_ack(&p.a, una, 0, &[(1, k)]);
+                p.a.handle_segment(&ack, now, &mut |_| {});
+                all.extend(sends(&mut p, una));
+            }
+            // Rule 1 resends segment 0 (three segments SACKed above it);
+            // nothing is SACKed above segment 9, so it is never deemed
+            // lost, and with no new data rule 4 resends it: the whole
+            // segment holding the highest unSACKed octet, once.
+            assert_eq!(all, vec![(0, SEG as usize), (9, SEG as usize)], "{algo:?}");
+            assert_eq!(p.a.stats().rescue_retransmits, 1);
+            assert_eq!(p.a.stats().rto_retransmits, 0);
+            // Another duplicate ACK in the same episode: no second rescue
+            // (HighACK has not passed RescueRxt).
+            let ack = sack_ack(&p.a, una, 0, &[(1, 9)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            assert!(sends(&mut p, una).is_empty());
+            assert_eq!(p.a.stats().rescue_retransmits, 1);
+        }
+    }
+
+    #[test]
+    fn rfc6675_rule4_rescue_skips_a_sacked_tail_and_needs_no_new_data() {
+        let (mut p, una) = in_flight(cfg(), 10, 10);
+        let now = p.now;
+        // 0 and 8 lost, 9 arrived: the highest unSACKed octet is in 8,
+        // and the rescue must not resend 9 (SACKed) nor run into 7.
+        let mut all = Vec::new();
+        for k in 2..=8 {
+            let ack = sack_ack(&p.a, una, 0, &[(9, 10), (1, k)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            all.extend(sends(&mut p, una));
+        }
+        // IsLost: segment 8 has one segment SACKed above it and the
+        // 1..8 range is a second discontiguous one: fewer than DupThresh
+        // ranges and not more than 2 segments, so rule 1 leaves it; the
+        // rescue takes it.
+        assert!(all.contains(&(0, SEG as usize)), "{all:?}");
+        assert!(all.contains(&(8, SEG as usize)), "{all:?}");
+        assert!(all.iter().all(|&(s, _)| s == 0 || s == 8), "{all:?}");
+        assert_eq!(p.a.stats().rescue_retransmits, 1);
+
+        // With unsent data queued, rule 2 sends it instead: no rescue.
+        let (mut p, una) = in_flight(cfg(), 10, 30);
+        let now = p.now;
+        for k in 2..=9 {
+            let ack = sack_ack(&p.a, una, 0, &[(1, k)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            sends(&mut p, una);
+        }
+        assert_eq!(p.a.stats().rescue_retransmits, 0);
     }
 
     #[test]

@@ -559,7 +559,7 @@ fn loss_table(
         bulk >> 20
     );
     println!(
-        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>12} {:>13} {:>6}",
+        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>7} {:>12} {:>13} {:>6}",
         "loss %",
         "Linux MB/s",
         "ours->L",
@@ -567,6 +567,7 @@ fn loss_table(
         "RTOs",
         "recoveries",
         "TLPs",
+        "rescues",
         "undos DS/RTO",
         "L->ours MB/s",
         "ratio"
@@ -615,7 +616,7 @@ fn loss_table(
             bulk,
         );
         println!(
-            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>12} {:>13.0} {:>6.2}",
+            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>7} {:>12} {:>13.0} {:>6.2}",
             f64::from(permille) / 10.0,
             lin_bw,
             our_bw,
@@ -623,6 +624,7 @@ fn loss_table(
             st.rto_retransmits,
             st.sack_recoveries,
             st.tlp_probes,
+            st.rescue_retransmits,
             format!("{}/{}", st.dsack_undos, st.spurious_rto_undone),
             rx_bw,
             rx_bw / lin_bw
