@@ -233,10 +233,13 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
         if c != last_counted {
             (last_counted, moved) = (c, now);
         } else if now.duration_since(moved) > Duration::from_millis(20) {
-            (lost, moved) = (sent - c, now);
+            (lost, moved) = (sent.saturating_sub(c), now);
         }
         for _ in 0..64 {
-            if sent - lost - counted.load(Ordering::Acquire) >= args.window {
+            // Frames taken as lost may still arrive late (and be counted):
+            // then nothing is in flight, not less than nothing.
+            let acked = lost.saturating_add(counted.load(Ordering::Acquire));
+            if sent.saturating_sub(acked) >= args.window {
                 break;
             }
             let ok = if work {
