@@ -22,7 +22,7 @@ use iwarp_control::{
     SetupFailure,
 };
 use iwarp_proto::mem::{MemoryTable, PdId};
-use iwarp_proto::mpa::mulpdu;
+use iwarp_proto::mpa::{mulpdu, put_all, TxBuf};
 use iwarp_proto::qp::{Qp, QpConfig, QpState};
 
 /// Per-stream parameters that do not come from the MPA exchange.
@@ -468,13 +468,14 @@ impl Connection {
     pub fn poll_transmit(
         &mut self,
         mem: &MemoryTable,
-        out: &mut Vec<u8>,
+        out: &mut dyn TxBuf,
         max_bytes: usize,
         max_fpdus: usize,
     ) -> usize {
         if !self.out.is_empty() {
             let n = self.out.len().min(max_bytes);
-            out.extend(self.out.drain(..n));
+            put_all(out, &self.out[..n]);
+            self.out.drain(..n);
             return n;
         }
         if self.hold_until_rx || self.tx_hold > 0 {

@@ -7,9 +7,10 @@ use std::collections::VecDeque;
 
 use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError};
 use iwarp_proto::mem::MemoryTable;
+use iwarp_proto::mpa::TxBuf;
 use iwarp_proto::qp::{PostError, QpState};
 use iwarp_proto::wire::TermCode;
-use tcp_lite::tcp::{Connection as Tcp, State as TcpState};
+use tcp_lite::tcp::{Connection as Tcp, RecordRoom, State as TcpState};
 use tcp_lite::wire::TcpRepr;
 
 use crate::{Connection, StreamParams};
@@ -48,6 +49,18 @@ enum Closing {
     Abort { deadline: u64 },
 }
 
+/// TCP's send-buffer room as the QP's transmit buffer.
+struct SendRoom<'r, 'b>(&'r mut RecordRoom<'b>);
+
+impl TxBuf for SendRoom<'_, '_> {
+    fn len(&self) -> usize {
+        self.0.written()
+    }
+    fn append(&mut self, max: usize) -> &mut [u8] {
+        self.0.append(max)
+    }
+}
+
 /// iWARP over tcp-lite.
 #[derive(Debug)]
 pub struct IwarpOverTcp {
@@ -58,7 +71,6 @@ pub struct IwarpOverTcp {
     role: Role,
     mpa: MpaConfig,
     params: StreamParams,
-    scratch: Vec<u8>,
     /// Work posted before the MPA exchange finished waits here.
     pub(crate) pending: VecDeque<HostCommand>,
     manual: bool,
@@ -96,7 +108,6 @@ impl IwarpOverTcp {
             role,
             mpa,
             params,
-            scratch: Vec::new(),
             pending: VecDeque::new(),
             manual: false,
             setup_deadline: None,
@@ -350,18 +361,17 @@ impl IwarpOverTcp {
             // One FPDU (or the MPA Request/Reply) per record, so TCP puts
             // whole FPDUs in segments (RFC 5044 §8) and a receiver, or
             // Wireshark, finds an FPDU header at the start of each segment.
+            // Each FPDU is framed (with its CRC) straight into TCP's send
+            // buffer: the one copy out of registered memory before the
+            // frame.
             loop {
-                let room = self.tcp.send_room();
-                if room == 0 {
-                    break;
-                }
-                self.scratch.clear();
-                let n = c.poll_transmit(mem, &mut self.scratch, room, 1);
+                let n = self.tcp.send_record_with(usize::MAX, |room| {
+                    let max = room.remaining();
+                    c.poll_transmit(mem, &mut SendRoom(room), max, 1);
+                });
                 if n == 0 {
                     break;
                 }
-                let queued = self.tcp.send_record(&self.scratch);
-                debug_assert!(queued, "poll_transmit exceeded send_room");
             }
         }
         self.teardown_progress(now);

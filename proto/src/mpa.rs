@@ -120,7 +120,7 @@ impl Framer {
     pub fn emit_parts(
         &mut self,
         parts: &[Part<'_>],
-        out: &mut Vec<u8>,
+        out: &mut dyn TxBuf,
     ) -> Result<usize, WireError> {
         let ulpdu_len: usize = parts.iter().map(Part::len).sum();
         if ulpdu_len > u16::MAX as usize {
@@ -156,12 +156,12 @@ impl Framer {
             self.put_marker(out, &mut crc, ptr);
         }
         let value = if self.crc { crc.value() } else { 0 };
-        out.extend_from_slice(&Crc32c::to_wire(value));
+        put_all(out, &Crc32c::to_wire(value));
         self.pos += CRC_LEN as u64;
         Ok(out.len() - start)
     }
 
-    fn put(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, data: Part<'_>, len_pos: u64) {
+    fn put(&mut self, out: &mut dyn TxBuf, crc: &mut Crc32c, data: Part<'_>, len_pos: u64) {
         let (len, mut done) = (data.len(), 0);
         while done < len {
             if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
@@ -174,34 +174,91 @@ impl Framer {
                 len - done
             };
             let n = room.min(len - done);
-            let at = out.len();
-            match data {
-                Part::Bytes(b) => out.extend_from_slice(&b[done..done + n]),
-                Part::Region(r) => {
-                    out.resize(at + n, 0);
-                    // Cannot fail: done + n <= r.len(), checked when the slice was made.
-                    let _ = r.copy_to(done, &mut out[at..]);
+            // The buffer may hand the n octets over in pieces (a ring that
+            // wraps); each is filled, then summed where it lies.
+            let mut k = 0;
+            while k < n {
+                let dst = out.append(n - k);
+                if dst.is_empty() {
+                    // The caller sized the FPDU against the room it gave;
+                    // a buffer that runs out anyway gets a short FPDU, not
+                    // a loop.
+                    debug_assert!(false, "TxBuf ran out inside an FPDU");
+                    return;
                 }
-            }
-            if self.crc {
-                crc.update(&out[at..]);
+                let at = done + k;
+                match data {
+                    Part::Bytes(b) => dst.copy_from_slice(&b[at..at + dst.len()]),
+                    Part::Region(r) => {
+                        // Cannot fail: at + dst.len() <= r.len(), checked
+                        // when the slice was made.
+                        let _ = r.copy_to(at, dst);
+                    }
+                }
+                if self.crc {
+                    crc.update(dst);
+                }
+                k += dst.len();
             }
             self.pos += n as u64;
             done += n;
         }
     }
 
-    fn put_marker(&mut self, out: &mut Vec<u8>, crc: &mut Crc32c, fpduptr: u16) {
+    fn put_marker(&mut self, out: &mut dyn TxBuf, crc: &mut Crc32c, fpduptr: u16) {
         let m = Marker {
             reserved: 0,
             fpduptr,
         }
         .to_bytes();
-        out.extend_from_slice(&m);
+        put_all(out, &m);
         if self.crc {
             crc.update(&m);
         }
         self.pos += MARKER_LEN as u64;
+    }
+}
+
+/// Where a [`Framer`] (and a queue pair's transmit side) writes: a `Vec`,
+/// or room a transport lends in its own send buffer, so that an FPDU is
+/// built where it will be sent from and never copied again before the
+/// frame.
+pub trait TxBuf {
+    /// Octets written so far.
+    fn len(&self) -> usize;
+    /// Nothing written so far.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The next piece to fill: at least one and at most `max` octets (fewer
+    /// only where the buffer is not contiguous), counted as written; the
+    /// caller fills all of it. Empty only when `max` is 0 or the buffer
+    /// has no room left.
+    fn append(&mut self, max: usize) -> &mut [u8];
+}
+
+impl TxBuf for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn append(&mut self, max: usize) -> &mut [u8] {
+        let at = Vec::len(self);
+        self.resize(at + max, 0);
+        &mut self[at..]
+    }
+}
+
+/// Write all of `data` to `out` (as many pieces as it takes).
+pub fn put_all(out: &mut dyn TxBuf, mut data: &[u8]) {
+    while !data.is_empty() {
+        let dst = out.append(data.len());
+        if dst.is_empty() {
+            debug_assert!(false, "TxBuf ran out");
+            return;
+        }
+        let n = dst.len();
+        dst.copy_from_slice(&data[..n]);
+        data = &data[n..];
     }
 }
 

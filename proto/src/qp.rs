@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
-use crate::mpa::{Deframer, Framer, MpaError, Part, UlpduSink};
+use crate::mpa::{Deframer, Framer, MpaError, Part, TxBuf, UlpduSink};
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -1597,7 +1597,7 @@ impl Qp {
     pub fn poll_transmit(
         &mut self,
         mem: &MemoryTable,
-        out: &mut Vec<u8>,
+        out: &mut dyn TxBuf,
         max_bytes: usize,
         max_fpdus: usize,
     ) -> usize {

@@ -258,31 +258,28 @@ impl SendBuf {
             i
         }
     }
-    fn extend(&mut self, d: &[u8]) {
-        if self.len + d.len() > self.ring.len() {
+    /// Make room for `need` octets beyond the first `held` (the octets
+    /// held, plus any a [`RecordRoom`] has written and not yet committed).
+    fn reserve(&mut self, held: usize, need: usize) {
+        if held + need > self.ring.len() {
             // Grow (rarely: to the largest amount ever queued), laying the
             // octets held out from index 0.
-            let cap = (self.len + d.len()).next_power_of_two();
+            let cap = (held + need).next_power_of_two();
             let mut ring = vec![0u8; cap];
-            let (a, b) = self.slices();
-            ring[..a.len()].copy_from_slice(a);
-            ring[a.len()..a.len() + b.len()].copy_from_slice(b);
+            let first = held.min(self.ring.len() - self.head);
+            ring[..first].copy_from_slice(&self.ring[self.head..self.head + first]);
+            ring[first..held].copy_from_slice(&self.ring[..held - first]);
             self.ring = ring;
             self.head = 0;
         }
+    }
+    fn extend(&mut self, d: &[u8]) {
+        self.reserve(self.len, d.len());
         let tail = self.at(self.len);
         let first = d.len().min(self.ring.len() - tail);
         self.ring[tail..tail + first].copy_from_slice(&d[..first]);
         self.ring[..d.len() - first].copy_from_slice(&d[first..]);
         self.len += d.len();
-    }
-    /// The octets held, oldest first, as the ring's two pieces.
-    fn slices(&self) -> (&[u8], &[u8]) {
-        let first = self.len.min(self.ring.len() - self.head);
-        (
-            &self.ring[self.head..self.head + first],
-            &self.ring[..self.len - first],
-        )
     }
     fn consume(&mut self, n: usize) {
         let n = n.min(self.len);
@@ -307,6 +304,47 @@ impl SendBuf {
         }
         let i = self.at(off);
         &self.ring[i..i + len]
+    }
+}
+
+/// Room for one record written in place in a connection's send buffer
+/// ([`Connection::send_record_with`]): the writer asks for pieces with
+/// [`append`](Self::append) and fills each one whole; nothing is copied
+/// again before the octets go into a frame.
+#[derive(Debug)]
+pub struct RecordRoom<'a> {
+    buf: &'a mut SendBuf,
+    /// Most octets this record may take.
+    limit: usize,
+    written: usize,
+}
+
+impl RecordRoom<'_> {
+    /// Octets written so far.
+    pub fn written(&self) -> usize {
+        self.written
+    }
+
+    /// Octets that may still be written.
+    pub fn remaining(&self) -> usize {
+        self.limit - self.written
+    }
+
+    /// Take the next piece of the record: at least one and at most `max`
+    /// octets, contiguous in the buffer (fewer where the ring wraps), to be
+    /// filled whole by the caller; empty only when `max` is 0 or the
+    /// record's limit is reached.
+    pub fn append(&mut self, max: usize) -> &mut [u8] {
+        let n = max.min(self.remaining());
+        if n == 0 {
+            return &mut [];
+        }
+        let held = self.buf.len + self.written;
+        self.buf.reserve(held, n);
+        let i = self.buf.at(held);
+        let n = n.min(self.buf.ring.len() - i);
+        self.written += n;
+        &mut self.buf.ring[i..i + n]
     }
 }
 
@@ -684,6 +722,34 @@ impl Connection {
             self.records.push_back(self.data_end());
         }
         true
+    }
+
+    /// [`send_record`](Self::send_record) with the record written in place:
+    /// `write` fills a [`RecordRoom`] of at most `max` octets (bounded by
+    /// the send buffer's room too) and whatever it wrote is queued as one
+    /// record. Saves the copy from a caller's buffer into the send buffer.
+    /// Returns the octets queued (0: no room, or nothing written).
+    pub fn send_record_with(
+        &mut self,
+        max: usize,
+        write: impl FnOnce(&mut RecordRoom<'_>),
+    ) -> usize {
+        let limit = max.min(self.send_room());
+        if limit == 0 {
+            return 0;
+        }
+        let mut room = RecordRoom {
+            buf: &mut self.snd_buf,
+            limit,
+            written: 0,
+        };
+        write(&mut room);
+        let n = room.written;
+        self.snd_buf.len += n;
+        if n > 0 {
+            self.records.push_back(self.data_end());
+        }
+        n
     }
 
     /// Graceful close: a FIN follows the queued data.
@@ -2400,7 +2466,27 @@ mod tests {
                         octet
                     })
                     .collect();
-                ring.extend(&d);
+                if next(2) == 0 {
+                    ring.extend(&d);
+                } else {
+                    // In place, as `send_record_with` writes: pieces of
+                    // random size, each filled whole, committed at the end.
+                    let mut room = RecordRoom {
+                        buf: &mut ring,
+                        limit: n,
+                        written: 0,
+                    };
+                    while room.remaining() > 0 {
+                        let at = room.written();
+                        let piece = room.append(next(700) as usize + 1);
+                        assert!(!piece.is_empty());
+                        let k = piece.len();
+                        piece.copy_from_slice(&d[at..at + k]);
+                    }
+                    assert!(room.append(1).is_empty(), "past the record's limit");
+                    let w = room.written();
+                    ring.len += w;
+                }
                 model.extend(&d);
             } else {
                 let n = next(2000) as usize;
@@ -3118,6 +3204,49 @@ mod tests {
         let big = vec![0u8; cfg().snd_buf + 1];
         assert!(!p.a.send_record(&big));
         assert_eq!(p.a.unacked(), 0);
+    }
+
+    #[test]
+    fn records_written_in_place_travel_like_copied_ones() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 23, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        let seg = p.a.mss();
+        let mut sent = Vec::new();
+        for (len, salt) in [(1000, 1), (1000, 2), (400, 3), (3000, 4), (40, 5)] {
+            let d = data(len, salt);
+            // The writer may ask for more than it writes; what it wrote is
+            // the record.
+            let n = p.a.send_record_with(usize::MAX, |room| {
+                let mut at = 0;
+                while at < d.len() {
+                    let piece = room.append(d.len() - at);
+                    let k = piece.len();
+                    piece.copy_from_slice(&d[at..at + k]);
+                    at += k;
+                }
+            });
+            assert_eq!(n, len);
+            sent.extend_from_slice(&d);
+        }
+        // Nothing written: nothing queued, no empty record.
+        assert_eq!(p.a.send_record_with(100, |_| {}), 0);
+        let mut lens = Vec::new();
+        let now = p.now;
+        p.a.poll_transmit(now, 16, &mut |r| lens.push(r.payload.len()));
+        // The same segments as `records_travel_whole_in_segments`.
+        assert_eq!(lens, vec![1000, 1400, seg, seg, 3000 - 2 * seg + 40]);
+        assert!(p.run(1000, |p| p.a.unacked() == 0));
+        assert_eq!(p.got_b, sent);
+        // The room never exceeds the send buffer's.
+        let room = p.a.send_room();
+        let n = p.a.send_record_with(usize::MAX, |r| {
+            assert_eq!(r.remaining(), room);
+            let k = r.append(10).len();
+            assert_eq!(k, 10);
+        });
+        assert_eq!(n, 10);
+        assert_eq!(p.a.send_room(), room - 10);
     }
 
     #[test]

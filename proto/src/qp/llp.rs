@@ -45,7 +45,7 @@
 
 use std::collections::VecDeque;
 
-use crate::mpa::{Deframer, Framer, Part};
+use crate::mpa::{put_all, Deframer, Framer, Part, TxBuf};
 use crate::wire::WireError;
 
 /// Which lower layer a QP runs over, with its settings.
@@ -248,7 +248,7 @@ impl Lower {
     pub(super) fn emit_parts(
         &mut self,
         parts: &[Part<'_>],
-        out: &mut Vec<u8>,
+        out: &mut dyn TxBuf,
     ) -> Result<usize, WireError> {
         match self {
             Lower::Mpa { framer, .. } => framer.emit_parts(parts, out),
@@ -256,12 +256,19 @@ impl Lower {
                 let start = out.len();
                 for p in parts {
                     match p {
-                        Part::Bytes(b) => out.extend_from_slice(b),
+                        Part::Bytes(b) => put_all(out, b),
                         Part::Region(r) => {
-                            let at = out.len();
-                            out.resize(at + r.len(), 0);
-                            // Cannot fail: the slice is exactly r.len() long.
-                            let _ = r.copy_to(0, &mut out[at..]);
+                            let mut at = 0;
+                            while at < r.len() {
+                                let dst = out.append(r.len() - at);
+                                if dst.is_empty() {
+                                    debug_assert!(false, "TxBuf ran out inside a segment");
+                                    break;
+                                }
+                                // Cannot fail: at + dst.len() <= r.len().
+                                let _ = r.copy_to(at, dst);
+                                at += dst.len();
+                            }
                         }
                     }
                 }
