@@ -444,6 +444,10 @@ impl Deframer {
             return Err(e);
         }
         while !data.is_empty() {
+            if let Some(used) = self.whole_fpdu(data, sink) {
+                data = &data[used?..];
+                continue;
+            }
             if self.markers && (self.marker_have > 0 || self.pos.is_multiple_of(MARKER_INTERVAL)) {
                 let n = (MARKER_LEN - self.marker_have).min(data.len());
                 self.marker_buf[self.marker_have..self.marker_have + n].copy_from_slice(&data[..n]);
@@ -466,6 +470,57 @@ impl Deframer {
             data = &data[used..];
         }
         Ok(())
+    }
+
+    /// The common case in one pass: a whole FPDU at the start of `data`,
+    /// between FPDUs, without markers (an MPA-aware sender puts one or more
+    /// whole FPDUs in each segment, RFC 5044 §8). The CRC is computed over
+    /// the whole FPDU in one call and checked *before* DDP sees the
+    /// segment, so a corrupted FPDU that arrives whole is never placed
+    /// (RFC 5044 §6: a CRC mismatch fails the stream). Returns `None`
+    /// (nothing consumed) where the octet-by-octet path must run: a
+    /// partial FPDU, markers, a zero-length ULPDU.
+    fn whole_fpdu<S: UlpduSink + ?Sized>(
+        &mut self,
+        data: &[u8],
+        sink: &mut S,
+    ) -> Option<Result<usize, MpaError>> {
+        if self.markers || self.phase != Phase::Len || self.open || data.len() < LEN_FIELD + 1 {
+            return None;
+        }
+        let ulpdu_len = usize::from(u16::from_be_bytes([data[0], data[1]]));
+        let body = LEN_FIELD + ulpdu_len + pad_len(ulpdu_len);
+        if ulpdu_len == 0 || data.len() < body + CRC_LEN {
+            return None;
+        }
+        if self.crc_on {
+            let received =
+                Crc32c::from_wire([data[body], data[body + 1], data[body + 2], data[body + 3]]);
+            let computed = crate::crc::crc32c(&data[..body]);
+            if received != computed {
+                let at = self.pos + body as u64;
+                self.pos += (body + CRC_LEN) as u64;
+                return Some(
+                    self.fail(MpaError::Crc {
+                        received,
+                        computed,
+                        at,
+                    })
+                    .map(|()| 0),
+                );
+            }
+        }
+        // The control octet says which header follows.
+        let hdr_len = DdpControl(data[LEN_FIELD]).header_len().min(ulpdu_len);
+        let end = LEN_FIELD + ulpdu_len;
+        sink.segment_begin(ulpdu_len as u16, &data[LEN_FIELD..LEN_FIELD + hdr_len]);
+        if LEN_FIELD + hdr_len < end {
+            sink.segment_data(&data[LEN_FIELD + hdr_len..end]);
+        }
+        sink.segment_end();
+        self.fpdus += 1;
+        self.pos += (body + CRC_LEN) as u64;
+        Some(Ok(body + CRC_LEN))
     }
 
     fn fail(&mut self, e: MpaError) -> Result<(), MpaError> {
@@ -778,6 +833,46 @@ mod tests {
         let mut c = Collect::default();
         d.feed(&s, &mut c).unwrap();
         assert_eq!(c.segs, vec![(0, vec![], vec![], true)]);
+    }
+
+    /// A whole FPDU in one piece goes the one-pass way: its CRC is checked
+    /// before DDP sees anything, so a corrupted one reaches no sink; fed
+    /// octet by octet the same stream fails with the same error (there the
+    /// header and payload have already gone up).
+    #[test]
+    fn a_whole_corrupt_fpdu_reaches_no_sink() {
+        let mut f = Framer::new(true, false);
+        let mut s = Vec::new();
+        f.emit(&[&ulpdu(1, 600)], &mut s).unwrap();
+        let first = s.len();
+        f.emit(&[&ulpdu(2, 300)], &mut s).unwrap();
+        for i in [2, 20, 400, first - 1, first + 30] {
+            let mut bad = s.clone();
+            bad[i] ^= 0x04;
+            let mut d = Deframer::new(true, false);
+            let mut c = Collect::default();
+            let whole = d.feed(&bad, &mut c);
+            let Err(MpaError::Crc { at, .. }) = whole else {
+                panic!("flip at {i}: {whole:?}");
+            };
+            // The FPDU before the corrupt one is delivered whole.
+            let delivered = if i < first { 0 } else { 1 };
+            assert_eq!(c.segs.len(), delivered, "flip at {i}");
+            assert!(c.segs.iter().all(|s| s.3));
+            let crc_at = if i < first { first - 4 } else { s.len() - 4 };
+            assert_eq!(at, crc_at as u64);
+            let mut d2 = Deframer::new(true, false);
+            let mut c2 = Collect::default();
+            let mut piecewise = Ok(());
+            for b in bad.chunks(1) {
+                piecewise = d2.feed(b, &mut c2);
+                if piecewise.is_err() {
+                    break;
+                }
+            }
+            assert_eq!(piecewise, whole, "flip at {i}");
+            assert!(c2.segs.len() > delivered, "piecewise, the segment began");
+        }
     }
 
     #[test]
