@@ -1,0 +1,374 @@
+//! Every RDMAP operation over SCTP (RFC 5043) through the public API:
+//! two `iwarp::Context`s, `Transport::Sctp` on both sides, the queue
+//! pairs inside the poll loops (placement there, completions on the CQ
+//! rings), the DDP Stream Session exchange carrying private data and
+//! IRD/ORD. Once over `Context::sim_pair` (no privileges), once over
+//! AF_XDP on a veth pair between two network namespaces (needs root;
+//! prints `SKIP:` without it, fails under `CI`).
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use iwarp::{
+    AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, QpEvent, STag, Status,
+    Transport, WcOpcode, WcStatus, WorkRequest, XdpOptions,
+};
+use netns_harness::{End, Netns, VethPair};
+
+const T: Duration = Duration::from_secs(10);
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn wait(cq: &iwarp::Cq, what: &str) -> iwarp::Wc {
+    cq.wait(T)
+        .unwrap_or_else(|| panic!("no completion for {what}"))
+}
+
+fn event(qp: &iwarp::Qp, what: &str, f: impl Fn(&QpEvent) -> bool) -> QpEvent {
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(e) = qp.poll_event() {
+            if f(&e) {
+                return e;
+            }
+            continue;
+        }
+        assert!(Instant::now() < deadline, "no {what} event");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A rejected request: the initiator gets the responder's private data.
+fn reject(server: &Context, client: &Context, port: u16) {
+    let spd = server.alloc_pd().unwrap();
+    let cpd = client.alloc_pd().unwrap();
+    let ccq = client.create_cq(16);
+    let mut lo = ListenOptions::new(&spd);
+    lo.transport = Transport::Sctp;
+    let listener = server.listen(port, &lo).unwrap();
+    let mut co = ConnectOptions::new(&cpd, &ccq);
+    co.transport = Transport::Sctp;
+    co.mpa.private_data = b"may I".to_vec();
+    let to = SocketAddrV4::new(server.addr(), port);
+    let c2 = client.clone();
+    let t = std::thread::spawn(move || c2.connect(to, &co));
+    let req = listener.get_request(T).unwrap();
+    assert_eq!(req.peer().private_data, b"may I");
+    req.reject(b"busy").unwrap();
+    match t.join().unwrap() {
+        Err(Error::Rejected { private_data }) => assert_eq!(private_data, b"busy"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+/// Every operation between `server` and `client` over SCTP on `port`.
+fn every_operation(server: &Context, client: &Context, port: u16) {
+    const BIG: usize = 100 << 10;
+    let spd = server.alloc_pd().unwrap();
+    let cpd = client.alloc_pd().unwrap();
+    let (scq, ccq) = (server.create_cq(256), client.create_cq(256));
+    // Server: an inbox for Sends, a region the client writes and reads,
+    // two regions for the client to invalidate, and one Send buffer.
+    let inbox = spd
+        .register(vec![0; 16 * 4096], Access::LOCAL_WRITE)
+        .unwrap();
+    let target = spd
+        .register(vec![0; BIG], Access::LOCAL_WRITE | Access::REMOTE)
+        .unwrap();
+    let source = pattern(7, BIG);
+    let readable = spd
+        .register(source.clone(), Access::LOCAL_READ | Access::REMOTE_READ)
+        .unwrap();
+    let inv1 = spd
+        .register(vec![0; 64], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let inv2 = spd
+        .register(vec![0; 64], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    // Client: what it sends and writes, where it reads to.
+    let out = pattern(1, BIG);
+    let src = cpd
+        .register(out.clone(), Access::LOCAL_READ | Access::LOCAL_WRITE)
+        .unwrap();
+    let sink = cpd.register(vec![0; BIG], Access::LOCAL_WRITE).unwrap();
+    let cinbox = cpd.register(vec![0; 4096], Access::LOCAL_WRITE).unwrap();
+
+    let mut lo = ListenOptions::new(&spd);
+    lo.transport = Transport::Sctp;
+    let listener = server.listen(port, &lo).unwrap();
+    let mut co = ConnectOptions::new(&cpd, &ccq);
+    co.transport = Transport::Sctp;
+    co.mpa.private_data = b"hello over SCTP".to_vec();
+    co.mpa.ird = 8;
+    co.mpa.ord = 4;
+    co.recvs = vec![(900, cinbox.sge(0, 4096).into())];
+    let to = SocketAddrV4::new(server.addr(), port);
+    let c2 = client.clone();
+    let t = std::thread::spawn(move || c2.connect(to, &co));
+    let req = listener.get_request(T).unwrap();
+    assert_eq!(req.remote(), client.addr());
+    assert_eq!(req.peer().private_data, b"hello over SCTP");
+    assert_eq!((req.peer().ird, req.peer().ord), (Some(8), Some(4)));
+    for i in 0..16u64 {
+        req.post_recv(i, inbox.sge(i * 4096, 4096)).unwrap();
+    }
+    let sqp = req
+        .accept(
+            &AcceptOptions {
+                private_data: b"welcome".to_vec(),
+                ird: 16,
+                ord: 16,
+                timeout: T,
+            },
+            &scq,
+        )
+        .unwrap();
+    let cqp = t.join().unwrap().unwrap();
+    // RFC 6581 caps: the responder's IRD by the initiator's ORD, its ORD
+    // by the initiator's IRD; the initiator's ORD by the responder's IRD.
+    assert_eq!((sqp.negotiated().ird, sqp.negotiated().ord), (4, 8));
+    assert_eq!((cqp.negotiated().ird, cqp.negotiated().ord), (8, 4));
+    assert_eq!(cqp.negotiated().peer_private_data, b"welcome");
+    assert_eq!(sqp.negotiated().peer_private_data, b"hello over SCTP");
+
+    // The server Sends first: the client's receive was given to connect.
+    sqp.post_send(WorkRequest::Send {
+        wr_id: 1,
+        signaled: true,
+        local: readable.sge(0, 3000).into(),
+        solicited: false,
+        invalidate: None,
+    })
+    .unwrap();
+    let wc = wait(&scq, "server Send");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (1, Status::Wc(WcStatus::Success), Some(WcOpcode::Send))
+    );
+    let wc = wait(&ccq, "client Recv");
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len),
+        (900, Some(WcOpcode::Recv), 3000)
+    );
+    assert_eq!(cinbox.read(0, 3000).unwrap(), &source[..3000]);
+
+    // The four Sends (plain, SE, Invalidate, SE + Invalidate), each of
+    // several segments.
+    let sends: [(u64, usize, bool, Option<STag>); 4] = [
+        (10, 4096, false, None),
+        (11, 2500, true, None),
+        (12, 1800, false, Some(inv1.stag())),
+        (13, 3333, true, Some(inv2.stag())),
+    ];
+    for (k, &(wr_id, len, solicited, invalidate)) in sends.iter().enumerate() {
+        cqp.post_send(WorkRequest::Send {
+            wr_id,
+            signaled: true,
+            local: src.sge((k * 5000) as u64, len as u32).into(),
+            solicited,
+            invalidate,
+        })
+        .unwrap();
+    }
+    for (k, &(wr_id, len, solicited, invalidate)) in sends.iter().enumerate() {
+        let wc = wait(&ccq, "client Send");
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (wr_id, Status::Wc(WcStatus::Success), Some(WcOpcode::Send))
+        );
+        let wc = wait(&scq, "server Recv");
+        assert_eq!(wc.wr_id, k as u64, "receives complete in order");
+        assert_eq!(
+            (wc.opcode, wc.status),
+            (Some(WcOpcode::Recv), Status::Wc(WcStatus::Success))
+        );
+        assert_eq!(wc.byte_len, len as u32);
+        assert_eq!(wc.solicited, solicited, "send {wr_id}");
+        assert_eq!(wc.invalidated, invalidate, "send {wr_id}");
+        assert_eq!(
+            inbox.read(k * 4096, len).unwrap(),
+            &out[k * 5000..k * 5000 + len],
+            "send {wr_id}"
+        );
+    }
+    // The invalidated STags are invalid now: inv1 is tried below.
+
+    // RDMA Write of 100 KiB, then a Send behind it: once the Send is
+    // delivered every written octet is placed (RFC 5040 §5.5).
+    cqp.post_send(WorkRequest::Write {
+        wr_id: 20,
+        signaled: true,
+        local: src.sge(0, BIG as u32).into(),
+        remote_stag: target.stag(),
+        remote_to: 0,
+    })
+    .unwrap();
+    cqp.post_send(WorkRequest::Send {
+        wr_id: 21,
+        signaled: true,
+        local: src.sge(0, 8).into(),
+        solicited: false,
+        invalidate: None,
+    })
+    .unwrap();
+    let wc = wait(&scq, "Recv behind the Write");
+    assert_eq!((wc.wr_id, wc.byte_len), (4, 8));
+    assert_eq!(target.read(0, BIG).unwrap(), out, "written octets");
+    for id in [20, 21] {
+        let wc = wait(&ccq, "Write/Send");
+        assert_eq!((wc.wr_id, wc.status), (id, Status::Wc(WcStatus::Success)));
+    }
+
+    // RDMA Read of 100 KiB from the server's region.
+    cqp.post_send(WorkRequest::Read {
+        wr_id: 30,
+        signaled: true,
+        local: sink.sge(0, BIG as u32).into(),
+        remote_stag: readable.stag(),
+        remote_to: 0,
+    })
+    .unwrap();
+    let wc = wait(&ccq, "Read");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+        (
+            30,
+            Status::Wc(WcStatus::Success),
+            Some(WcOpcode::Read),
+            BIG as u32
+        )
+    );
+    assert_eq!(sink.read(0, BIG).unwrap(), source, "read octets");
+    let counters = cqp.stats().unwrap().qp.unwrap();
+    assert!(counters.bytes_placed >= BIG as u64, "{counters:?}");
+
+    // Terminate: a Write to an STag the server invalidated (Send with
+    // Invalidate above). The server refuses it with an RDMAP Terminate
+    // (invalid STag); the client's Write
+    // is handed over, what the server still has posted is flushed, and the
+    // DDP Stream Session and then the association end on both sides.
+    cqp.post_send(WorkRequest::Write {
+        wr_id: 40,
+        signaled: true,
+        local: src.sge(0, 64).into(),
+        remote_stag: inv1.stag(),
+        remote_to: 0,
+    })
+    .unwrap();
+    // A Write completes once handed to the lower layer (as over TCP):
+    // the Terminate comes after it, as an event.
+    let wc = wait(&ccq, "Write to a bad STag");
+    assert_eq!((wc.wr_id, wc.status), (40, Status::Wc(WcStatus::Success)));
+    let sent = event(&sqp, "TerminateSent", |e| {
+        matches!(e, QpEvent::TerminateSent(_))
+    });
+    let got = event(&cqp, "TerminateReceived", |e| {
+        matches!(e, QpEvent::TerminateReceived(_))
+    });
+    match (sent, got) {
+        (QpEvent::TerminateSent(a), QpEvent::TerminateReceived(b)) => {
+            assert_eq!(a, b, "the Terminate arrives as sent");
+            // RFC 5041 §7.2: DDP layer, tagged buffer error, invalid STag,
+            // quoting the Write's DDP header.
+            let c = a.code;
+            assert_eq!((c.layer, c.etype, c.ecode), (1, 1, 0), "{a:?}");
+            match a.ddp_header {
+                Some(iwarp_proto::wire::DdpHeader::Tagged(h)) => {
+                    assert_eq!((h.stag, h.to), (inv1.stag().0, 0))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(inv1.read(0, 64).unwrap(), vec![0; 64], "nothing placed");
+    // Receives 5..16 were still posted: flushed, in order.
+    for i in 5..16u64 {
+        let wc = wait(&scq, "flushed receive");
+        assert_eq!((wc.wr_id, wc.status), (i, Status::Wc(WcStatus::Flushed)));
+    }
+    sqp.wait_disconnected(T).unwrap();
+    cqp.wait_disconnected(T).unwrap();
+    assert!(matches!(
+        cqp.post_send(WorkRequest::Send {
+            wr_id: 50,
+            signaled: true,
+            local: src.sge(0, 8).into(),
+            solicited: false,
+            invalidate: None,
+        }),
+        Ok(())
+    ));
+    let wc = wait(&ccq, "post after the end");
+    assert_eq!(wc.wr_id, 50);
+    assert!(!wc.status.is_ok(), "{wc:?}");
+    assert!(scq.poll_one().is_none() && ccq.poll_one().is_none());
+    assert!(!scq.overrun() && !ccq.overrun());
+}
+
+#[test]
+fn every_rdmap_operation_over_sctp_on_the_simulated_link() {
+    let (server, client) = Context::sim_pair();
+    every_operation(&server, &client, 7100);
+    reject(&server, &client, 7101);
+    // Both transports side by side on the same contexts.
+    every_operation(&server, &client, 7102);
+}
+
+#[test]
+fn mpa_and_sctp_listeners_share_no_port_number() {
+    let (server, _client) = Context::sim_pair();
+    let pd = server.alloc_pd().unwrap();
+    let mut lo = ListenOptions::new(&pd);
+    let _tcp = server.listen(7200, &lo).unwrap();
+    lo.transport = Transport::Sctp;
+    assert!(matches!(server.listen(7200, &lo), Err(Error::AddrInUse)));
+    let _sctp = server.listen(7201, &lo).unwrap();
+    lo.transport = Transport::Mpa;
+    assert!(matches!(server.listen(7201, &lo), Err(Error::AddrInUse)));
+}
+
+#[test]
+fn every_rdmap_operation_over_sctp_on_af_xdp_in_namespaces() {
+    if let Some(why) = netns_harness::skip_reason() {
+        assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let a = Netns::new("sca").unwrap();
+    let b = Netns::new("scb").unwrap();
+    let mut v = VethPair::new("scv").unwrap();
+    v.move_to(End::A, &a).unwrap();
+    v.move_to(End::B, &b).unwrap();
+    for end in [End::A, End::B] {
+        v.disable_ipv6(end).unwrap();
+        v.set_up(end).unwrap();
+    }
+    let id = a.id();
+    let (x, y) = ((id >> 8) as u8, id as u8);
+    let ip_a = Ipv4Addr::new(10, x, y, 1);
+    let ip_b = Ipv4Addr::new(10, x, y, 2);
+    let ctx = |end: End, ns: &Netns, ip: Ipv4Addr| {
+        let mut o = XdpOptions::new(v.name(end), ip, 24);
+        o.host.netns = Some(ns.ns_path());
+        Context::af_xdp(&o).unwrap()
+    };
+    let server = ctx(End::A, &a, ip_a);
+    let client = ctx(End::B, &b, ip_b);
+    every_operation(&server, &client, 7300);
+    reject(&server, &client, 7301);
+    drop((server, client));
+}
