@@ -798,8 +798,8 @@ impl Stack {
     }
 
     /// The SCTP part, made on first use: the interface's MAC and address,
-    /// SCTP packets of MTU − 20 octets, a secret derived from the ISN
-    /// secret (cookies, tags and TSNs).
+    /// SCTP packets of MTU − 20 octets, the TCP RTO bounds, a secret
+    /// derived from the ISN secret (cookies, tags and TSNs).
     fn sctp_part(&mut self) -> Option<&mut SctpConns> {
         if self.sctp.is_none() {
             let i = &self.cfg.iface;
@@ -809,6 +809,12 @@ impl Stack {
                 self.cfg.isn_secret.map(|b| b ^ 0xa5),
             );
             c.sctp.max_packet = i.mtu.saturating_sub(20).min(65_535);
+            // The retransmission timer follows the stack's TCP settings
+            // (RFC 9260 §6.3.1 suggests RTO.Min 1 s, as RFC 6298 does for
+            // TCP; the same LAN setting applies to both).
+            c.sctp.rto_initial = self.cfg.tcp.rto_initial;
+            c.sctp.rto_min = self.cfg.tcp.rto_min;
+            c.sctp.rto_max = self.cfg.tcp.rto_max.max(self.cfg.tcp.rto_min);
             match SctpConns::new(c, self.cfg.ephemeral_base) {
                 Ok(p) => self.sctp = Some(Box::new(p)),
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),

@@ -84,6 +84,8 @@ pub use stats::{
     QpStats, StackStats, TcpStats, XdpDeviceStats, XskMode,
 };
 
+/// Counters of a context's SCTP connections ([`Context::sctp_stats`]).
+pub use iwarp_datapath::over_sctp::conn::SctpCounters;
 use iwarp_datapath::over_sctp::conn::SctpUlp;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, MemDevice, Mode};
@@ -769,6 +771,14 @@ impl Context {
             poll_loop,
             device,
         })
+    }
+
+    /// The counters of the stack's SCTP part (`None` until the first
+    /// SCTP listen or connect): SCTP packets, retransmissions, T3
+    /// expiries, discards, summed over live associations, and those of
+    /// closed ones. Not from inside the loop ([`Error::InLoop`]).
+    pub fn sctp_stats(&self) -> Result<Option<SctpCounters>, Error> {
+        self.inner.inspect(|s| s.sctp().map(|c| c.counters()))
     }
 
     /// A protection domain.

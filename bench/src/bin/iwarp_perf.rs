@@ -867,6 +867,9 @@ fn run() -> Result<(), String> {
             let st = ctx.stats().map_err(|e| format!("{who} stats: {e}"))?;
             println!("{who} context ({}):", ctx.addr());
             print!("{st}");
+            if let Some(sc) = ctx.sctp_stats().map_err(|e| format!("{who} stats: {e}"))? {
+                println!("sctp: {sc:?}");
+            }
         }
     }
     drop((server, client));

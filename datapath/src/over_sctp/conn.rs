@@ -70,6 +70,18 @@ const STREAM: u16 = 0;
 /// How long an abort waits for its Terminate to be out before SCTP ABORT.
 const ABORT_WAIT: u64 = 100_000_000;
 
+/// Counters of the SCTP part of a stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SctpCounters {
+    /// Connections held (any phase).
+    pub connections: usize,
+    /// The engine's (frames, out-of-the-blue answers, ARP drops; the
+    /// retransmissions and discards of associations that have closed).
+    pub host: super::SctpHostStats,
+    /// The live associations' counters, summed.
+    pub assoc: sctp_lite::assoc::Stats,
+}
+
 /// What an SCTP connection or listener runs with.
 #[derive(Debug, Clone)]
 pub struct SctpUlp {
@@ -279,6 +291,30 @@ impl SctpConns {
     /// Live connections.
     pub fn connections(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Counters: the host's, and the live associations' summed.
+    pub fn counters(&self) -> SctpCounters {
+        let mut assoc = sctp_lite::assoc::Stats::default();
+        for id in self.by_assoc.keys() {
+            if let Some(a) = self.host.assoc(*id) {
+                let t = a.sctp().stats();
+                assoc.data_chunks_sent += t.data_chunks_sent;
+                assoc.retransmits += t.retransmits;
+                assoc.fast_retransmits += t.fast_retransmits;
+                assoc.t3_expiries += t.t3_expiries;
+                assoc.dup_data_received += t.dup_data_received;
+                assoc.packets_discarded += t.packets_discarded;
+                assoc.out_of_order_data += t.out_of_order_data;
+                assoc.heartbeats_sent += t.heartbeats_sent;
+                assoc.heartbeat_acks += t.heartbeat_acks;
+            }
+        }
+        SctpCounters {
+            connections: self.conns.len(),
+            host: self.host.stats(),
+            assoc,
+        }
     }
 
     /// Queue pair counters of a connection in full operation.
