@@ -319,13 +319,129 @@ fn every_operation(server: &Context, client: &Context, port: u16) {
     assert!(!scq.overrun() && !ccq.overrun());
 }
 
+/// An MPA/TCP connection on the same contexts: (server qp, client qp,
+/// server cq, client cq, server inbox, client source).
+#[allow(clippy::type_complexity)]
+fn mpa_pair(
+    server: &Context,
+    client: &Context,
+    port: u16,
+) -> (
+    iwarp::Qp,
+    iwarp::Qp,
+    iwarp::Cq,
+    iwarp::Cq,
+    iwarp::Mr,
+    iwarp::Mr,
+) {
+    let spd = server.alloc_pd().unwrap();
+    let cpd = client.alloc_pd().unwrap();
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let inbox = spd.register(vec![0; 4096], Access::LOCAL_WRITE).unwrap();
+    let src = cpd.register(pattern(3, 4096), Access::LOCAL_READ).unwrap();
+    let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
+    let co = ConnectOptions::new(&cpd, &ccq);
+    let to = SocketAddrV4::new(server.addr(), port);
+    let c2 = client.clone();
+    let t = std::thread::spawn(move || c2.connect(to, &co));
+    let req = listener.get_request(T).unwrap();
+    for i in 0..4u64 {
+        req.post_recv(i, inbox.sge(i * 1024, 1024)).unwrap();
+    }
+    let sqp = req.accept(&AcceptOptions::default(), &scq).unwrap();
+    let cqp = t.join().unwrap().unwrap();
+    (sqp, cqp, scq, ccq, inbox, src)
+}
+
+fn mpa_send(qp: &iwarp::Qp, src: &iwarp::Mr, scq: &iwarp::Cq, inbox: &iwarp::Mr, k: u64) {
+    qp.post_send(WorkRequest::Send {
+        wr_id: 100 + k,
+        signaled: true,
+        local: src.sge(k * 1024, 1000).into(),
+        solicited: false,
+        invalidate: None,
+    })
+    .unwrap();
+    let wc = wait(scq, "MPA Recv");
+    assert_eq!((wc.wr_id, wc.byte_len), (k, 1000));
+    let want = pattern(3, 4096);
+    assert_eq!(
+        inbox.read(k as usize * 1024, 1000).unwrap(),
+        &want[k as usize * 1024..k as usize * 1024 + 1000]
+    );
+}
+
 #[test]
 fn every_rdmap_operation_over_sctp_on_the_simulated_link() {
     let (server, client) = Context::sim_pair();
+    // An MPA/TCP connection stays up on the same contexts throughout.
+    let (_sqp, mqp, mscq, _mccq, minbox, msrc) = mpa_pair(&server, &client, 7000);
+    mpa_send(&mqp, &msrc, &mscq, &minbox, 0);
     every_operation(&server, &client, 7100);
+    mpa_send(&mqp, &msrc, &mscq, &minbox, 1);
     reject(&server, &client, 7101);
-    // Both transports side by side on the same contexts.
     every_operation(&server, &client, 7102);
+    mpa_send(&mqp, &msrc, &mscq, &minbox, 2);
+}
+
+/// Graceful close from the client: posted receives on both sides flush,
+/// both see the disconnect; an abort: the peer gets the Terminate (RDMAP
+/// local catastrophic error, RFC 5040 §7.1) and both disconnect.
+#[test]
+fn disconnect_and_abort_over_sctp() {
+    let (server, client) = Context::sim_pair();
+    for (port, abort) in [(7400u16, false), (7401, true)] {
+        let spd = server.alloc_pd().unwrap();
+        let cpd = client.alloc_pd().unwrap();
+        let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+        let sbuf = spd.register(vec![0; 1024], Access::LOCAL_WRITE).unwrap();
+        let cbuf = cpd.register(vec![0; 1024], Access::LOCAL_WRITE).unwrap();
+        let mut lo = ListenOptions::new(&spd);
+        lo.transport = Transport::Sctp;
+        let listener = server.listen(port, &lo).unwrap();
+        let mut co = ConnectOptions::new(&cpd, &ccq);
+        co.transport = Transport::Sctp;
+        let to = SocketAddrV4::new(server.addr(), port);
+        let c2 = client.clone();
+        let t = std::thread::spawn(move || c2.connect(to, &co));
+        let req = listener.get_request(T).unwrap();
+        req.post_recv(1, sbuf.sge(0, 1024)).unwrap();
+        let sqp = req.accept(&AcceptOptions::default(), &scq).unwrap();
+        let cqp = t.join().unwrap().unwrap();
+        cqp.post_recv(2, cbuf.sge(0, 1024)).unwrap();
+        if abort {
+            cqp.abort().unwrap();
+            let e = event(&sqp, "TerminateReceived", |e| {
+                matches!(e, QpEvent::TerminateReceived(_))
+            });
+            match e {
+                QpEvent::TerminateReceived(t) => {
+                    let c = t.code;
+                    assert_eq!((c.layer, c.etype, c.ecode), (0, 0, 0), "{t:?}");
+                }
+                other => panic!("{other:?}"),
+            }
+        } else {
+            cqp.disconnect().unwrap();
+        }
+        cqp.wait_disconnected(T).unwrap();
+        sqp.wait_disconnected(T).unwrap();
+        let wc = wait(&scq, "server receive flushed");
+        assert_eq!((wc.wr_id, wc.status), (1, Status::Wc(WcStatus::Flushed)));
+        let wc = wait(&ccq, "client receive flushed");
+        assert_eq!((wc.wr_id, wc.status), (2, Status::Wc(WcStatus::Flushed)));
+        drop((sqp, cqp));
+    }
+    // Every connection freed once the queue pairs are dropped.
+    let deadline = Instant::now() + T;
+    while server.sctp_stats().unwrap().map(|s| s.connections) != Some(0)
+        || client.sctp_stats().unwrap().map(|s| s.connections) != Some(0)
+    {
+        assert!(Instant::now() < deadline, "SCTP connections not freed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(server.tracked_connections(), 0);
+    assert_eq!(client.tracked_connections(), 0);
 }
 
 #[test]
