@@ -86,7 +86,7 @@ pub use stats::{
 
 /// Counters of a context's SCTP connections ([`Context::sctp_stats`]).
 pub use iwarp_datapath::over_sctp::conn::SctpCounters;
-use iwarp_datapath::over_sctp::conn::SctpUlp;
+use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, MemDevice, Mode};
 pub use iwarp_datapath::stack::HookStatus;
@@ -834,6 +834,7 @@ impl Context {
                     params: opts.params(),
                     cq: None,
                     srq,
+                    timeouts: timeouts(&opts.mpa),
                 },
             },
         })?;
@@ -1408,8 +1409,9 @@ pub enum Transport {
     /// SCTP (RFC 5043): one association per connection, one DDP Stream
     /// Session on stream 0 whose Initiate/Accept carry the RFC 6581
     /// IRD/ORD word then the private data (`iwarp_control::sctp`). Of
-    /// the `mpa` settings only `private_data` (at most 508 octets), `ird`
-    /// and `ord` apply; CRC, markers and RTR do not (SCTP's CRC32c covers
+    /// the `mpa` settings only `private_data` (at most 508 octets), `ird`,
+    /// `ord` and the setup timers (`reply_timeout`, `request_timeout`,
+    /// `decision_timeout`) apply; CRC, markers and RTR do not (SCTP's CRC32c covers
     /// every packet). A connection's SCTP port and TCP port are separate
     /// spaces, but one context listens on a port number over one
     /// transport at a time.
@@ -1481,7 +1483,17 @@ impl ConnectOptions {
             params: self.params(),
             cq: Some(self.cq.ring.clone()),
             srq: self.srq.as_ref().map(|s| s.inner.clone()),
+            timeouts: timeouts(&self.mpa),
         }
+    }
+}
+
+/// MPA's setup timers, applied to the DDP Stream Session exchange.
+fn timeouts(m: &MpaConfig) -> SetupTimeouts {
+    SetupTimeouts {
+        reply: m.reply_timeout,
+        request: m.request_timeout,
+        decision: m.decision_timeout,
     }
 }
 

@@ -488,3 +488,34 @@ fn every_rdmap_operation_over_sctp_on_af_xdp_in_namespaces() {
     reject(&server, &client, 7301);
     drop((server, client));
 }
+
+/// A request our application leaves unanswered past `decision_timeout`
+/// is rejected on the wire (as over MPA): the initiator sees a rejection,
+/// accepting afterwards fails with `TimedOut`.
+#[test]
+fn an_unanswered_sctp_request_is_rejected_after_the_decision_timeout() {
+    let (server, client) = Context::sim_pair();
+    let spd = server.alloc_pd().unwrap();
+    let cpd = client.alloc_pd().unwrap();
+    let (scq, ccq) = (server.create_cq(16), client.create_cq(16));
+    let mut lo = ListenOptions::new(&spd);
+    lo.transport = Transport::Sctp;
+    lo.mpa.decision_timeout = 200_000_000;
+    let listener = server.listen(7500, &lo).unwrap();
+    let mut co = ConnectOptions::new(&cpd, &ccq);
+    co.transport = Transport::Sctp;
+    let to = SocketAddrV4::new(server.addr(), 7500);
+    let c2 = client.clone();
+    let t = std::thread::spawn(move || c2.connect(to, &co));
+    let req = listener.get_request(T).unwrap();
+    let started = Instant::now();
+    match t.join().unwrap() {
+        Err(Error::Rejected { private_data }) => assert!(private_data.is_empty()),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(150), "too early");
+    assert!(matches!(
+        req.accept(&AcceptOptions::default(), &scq),
+        Err(Error::TimedOut)
+    ));
+}

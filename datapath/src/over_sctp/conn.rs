@@ -26,6 +26,10 @@
 //!   application, which accepts (Session Accept, the queue pair starts)
 //!   or rejects (Session Reject with its private data).
 //!
+//! Setup timers ([`SetupTimeouts`], MPA's values by default): no Accept
+//! in time fails the active side; no Initiate in time closes the
+//! association quietly; no decision in time rejects the request.
+//!
 //! Teardown: a graceful close waits until the queue pair has sent
 //! everything and has no RDMA Read outstanding, then shuts the
 //! association down (SCTP delivers what it holds first, RFC 9260 §9.2);
@@ -99,6 +103,34 @@ pub struct SctpUlp {
     pub cq: Option<Arc<CqRing>>,
     /// Shared receive queue.
     pub srq: Option<Srq>,
+    /// Setup timers (ns; 0: none), as over MPA: how long the active side
+    /// waits for the Accept once the Initiate is out (`reply_timeout`),
+    /// the passive side for the Initiate once the association is up
+    /// (`request_timeout`), and our application for its decision
+    /// (`decision_timeout`; the request is then rejected on the wire).
+    pub timeouts: SetupTimeouts,
+}
+
+/// Setup timers of an SCTP connection (nanoseconds; 0 turns one off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupTimeouts {
+    /// Active side: Initiate sent, until the Accept or Reject.
+    pub reply: u64,
+    /// Passive side: association up, until the Initiate.
+    pub request: u64,
+    /// Passive side: the application's answer to a request.
+    pub decision: u64,
+}
+
+impl Default for SetupTimeouts {
+    /// MPA's defaults (`iwarp_control::MpaConfig`): 10 s, 5 s, 10 s.
+    fn default() -> Self {
+        SetupTimeouts {
+            reply: 10_000_000_000,
+            request: 5_000_000_000,
+            decision: 10_000_000_000,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -147,6 +179,8 @@ struct Conn {
     closed: bool,
     /// `CmEvent::Disconnected` was reported.
     reported_closed: bool,
+    /// When the current setup phase times out.
+    setup_deadline: Option<u64>,
 }
 
 impl Conn {
@@ -168,10 +202,17 @@ impl Conn {
             shutdown_sent: false,
             closed: false,
             reported_closed: false,
+            setup_deadline: None,
         }
     }
 
+    /// Arm the setup timer for `t` ns from `now` (0: none).
+    fn arm(&mut self, now: u64, t: u64) {
+        self.setup_deadline = (t > 0).then(|| now.saturating_add(t));
+    }
+
     fn fail(&mut self, e: SetupError) {
+        self.setup_deadline = None;
         self.phase = Phase::Over;
         self.events.push_back(CmEvent::SetupFailed(e));
         self.closing.get_or_insert(Closing::Graceful);
@@ -209,6 +250,7 @@ impl Conn {
             post_to(&cmd, qp.qp(), mem, &mut self.outputs);
         }
         self.qp = Some(qp);
+        self.setup_deadline = None;
         self.phase = Phase::Rdma;
         self.events.push_back(CmEvent::Established(n));
     }
@@ -580,13 +622,14 @@ impl SctpConns {
                 };
                 let id = self.next_id;
                 self.next_id += 1;
-                let c = Conn::new(
+                let mut c = Conn::new(
                     assoc,
                     lport,
                     Ipv4Address(remote),
                     l.ulp.clone(),
                     Phase::AwaitInitiate,
                 );
+                c.arm(now, c.ulp.timeouts.request);
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, port = lport, "SCTP association accepted");
@@ -646,7 +689,10 @@ impl SctpConns {
                             .assoc_mut(assoc)
                             .map(|a| a.initiate(STREAM, &bytes))
                         {
-                            Some(Ok(())) => c.phase = Phase::Initiated,
+                            Some(Ok(())) => {
+                                c.phase = Phase::Initiated;
+                                c.arm(now, c.ulp.timeouts.reply);
+                            }
                             _ => c.fail(SetupError {
                                 code: TermCode::MPA_LOCAL_CATASTROPHIC,
                                 reason: SetupFailure::BadConfig,
@@ -679,6 +725,7 @@ impl SctpConns {
                         });
                         c.events.push_back(CmEvent::ConnectRequest(req.clone()));
                         c.phase = Phase::AwaitDecision(req);
+                        c.arm(now, c.ulp.timeouts.decision);
                     }
                     Err(e) => {
                         tracing::info!(sock = id, error = ?e, "SCTP Initiate refused");
@@ -790,6 +837,37 @@ impl SctpConns {
             return false;
         };
         let mut busy = false;
+        if c.setup_deadline.is_some_and(|t| now >= t) {
+            busy = true;
+            let timed_out = SetupError {
+                code: TermCode::MPA_BAD_REQ_REP,
+                reason: SetupFailure::TimedOut,
+                peer_private_data: Vec::new(),
+            };
+            match c.phase {
+                // The peer never asked: go quietly.
+                Phase::AwaitInitiate => {
+                    c.setup_deadline = None;
+                    c.phase = Phase::Over;
+                    c.closing = Some(Closing::Graceful);
+                }
+                // RFC 5043 §6.3: our application did not answer; the
+                // peer learns it from a Reject.
+                Phase::AwaitDecision(_) => {
+                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        let _ = a.reject(STREAM, b"");
+                    }
+                    c.fail(timed_out);
+                }
+                Phase::Initiated => {
+                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        let _ = a.terminate(now, STREAM);
+                    }
+                    c.fail(timed_out);
+                }
+                _ => c.setup_deadline = None,
+            }
+        }
         if let (Some(qp), false) = (c.qp.as_mut(), c.closed) {
             if let Some(a) = self.host.assoc_mut(c.assoc) {
                 busy |= qp.transmit(mem, &mut AssocSink { assoc: a, now }) > 0;
