@@ -17,6 +17,8 @@ use iwarp::{
 };
 use netns_harness::{End, Netns, VethPair};
 
+mod sctp_util;
+
 const T: Duration = Duration::from_secs(10);
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -518,4 +520,289 @@ fn an_unanswered_sctp_request_is_rejected_after_the_decision_timeout() {
         req.accept(&AcceptOptions::default(), &scq),
         Err(Error::TimedOut)
     ));
+}
+
+/// A raw RFC 5043 peer (our `SctpHost` engine, driven by hand) against a
+/// stack's SCTP part: what a peer must not send gets a clear answer, and
+/// the loop keeps running.
+///
+/// * an Initiate whose Private Data lacks the IRD/ORD word: rejected, the
+///   association shut down, nothing reported to the application;
+/// * an Initiate on stream 1: rejected (one session, on stream 0); the
+///   Initiate on stream 0 behind it: a connect request, accepted, the
+///   Accept carrying the capped IRD/ORD word;
+/// * a 3-octet DDP Segment: the queue pair sends an RDMAP Terminate (a
+///   segment on stream 0), then the DDP Stream Session Terminate; the
+///   association is shut down; the receive posted before is flushed and
+///   the application sees the disconnect.
+#[test]
+fn a_raw_peer_gets_clear_answers() {
+    use ddp_sctp::{DdpEvent, SessionEnd};
+    use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+    use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
+    use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
+    use iwarp_datapath::runtime::{spawn, MemDevice, Mode};
+    use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
+    use iwarp_datapath::StreamParams;
+    use iwarp_proto::mem::MemoryTable;
+    use iwarp_proto::qp::Sge;
+    use sctp_lite::assoc::CloseReason;
+    use std::sync::Arc;
+    use tcp_lite::iface::IfaceConfig;
+    use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+    let (da, db) = MemDevice::pair(4096);
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let stag = mem
+        .register(
+            pd,
+            vec![0u8; 4096],
+            iwarp_proto::mem::Access::LOCAL_WRITE,
+            0,
+        )
+        .unwrap();
+    let mut cfg = StackConfig::new(IfaceConfig::new(
+        EthernetAddress([0x02, 0, 0, 0, 0x77, 1]),
+        Ipv4Address::new(10, 0, 9, 1),
+        24,
+    ));
+    cfg.tcp.rto_min = 5_000_000;
+    let stack = spawn(
+        Stack::new(cfg, mem),
+        da,
+        None,
+        Mode::Adaptive {
+            spins: 1_000,
+            max_sleep: Duration::from_micros(200),
+        },
+        4096,
+    );
+    let mut peer = sctp_util::Host::new(
+        sctp_util::start([0x02, 0, 0, 0, 0x77, 2], [10, 0, 9, 2], db, false),
+        "peer",
+    );
+    let ring = Arc::new(CqRing::new(64));
+    let mut kept: Vec<Output> = Vec::new();
+    let mut wait_stack = |what: &str, pick: &mut dyn FnMut(&Output) -> bool| {
+        if let Some(i) = kept.iter().position(&mut *pick) {
+            return kept.remove(i);
+        }
+        let end = Instant::now() + T;
+        while Instant::now() < end {
+            match stack.poll() {
+                Some(o) if pick(&o) => return o,
+                Some(o) => kept.push(o),
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+        panic!("stack: no {what}; outputs: {kept:?}");
+    };
+    stack
+        .post(Command::SctpListen {
+            port: 5000,
+            ulp: SctpUlp {
+                ird: 8,
+                ord: 8,
+                private_data: Vec::new(),
+                params: StreamParams {
+                    pd,
+                    emss: 1460,
+                    sq_depth: 16,
+                    rq_depth: 16,
+                },
+                cq: None,
+                srq: None,
+                timeouts: SetupTimeouts::default(),
+            },
+        })
+        .unwrap();
+    wait_stack("Listening", &mut |o| {
+        matches!(
+            o,
+            Output::Listening {
+                port: 5000,
+                result: Ok(())
+            }
+        )
+    });
+    let open = |peer: &mut sctp_util::Host, token: u64, local_port: u16| {
+        peer.post(SctpCommand::Connect {
+            token,
+            remote: [10, 0, 9, 1],
+            port: 5000,
+            local_port,
+            udp_port: None,
+        });
+        let id = peer.wait("Opening", |o| match o {
+            SctpOutput::Opening { token: t, result } if *t == token => Some(result.unwrap()),
+            _ => None,
+        });
+        peer.wait("Connected", |o| match o {
+            SctpOutput::Event(x, DdpEvent::Connected) if *x == id => Some(()),
+            _ => None,
+        });
+        id
+    };
+
+    // 1. Private Data without the IRD/ORD word.
+    let a1 = open(&mut peer, 1, 40_000);
+    peer.post(SctpCommand::Initiate {
+        assoc: a1,
+        stream: 0,
+        private_data: vec![1, 2],
+    });
+    peer.wait("Reject", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::SessionEnded {
+                stream: 0,
+                why: SessionEnd::Rejected,
+                ..
+            },
+        ) if *x == a1 => Some(()),
+        _ => None,
+    });
+    peer.wait("shutdown", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Closed(CloseReason::Shutdown)) if *x == a1 => Some(()),
+        _ => None,
+    });
+
+    // 2. Stream 1, then stream 0.
+    let a2 = open(&mut peer, 2, 40_001);
+    let word = iwarp_control::sctp::initiate(2, 1, b"raw").unwrap();
+    peer.post(SctpCommand::Initiate {
+        assoc: a2,
+        stream: 1,
+        private_data: word.clone(),
+    });
+    peer.wait("Reject on stream 1", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::SessionEnded {
+                stream: 1,
+                why: SessionEnd::Rejected,
+                ..
+            },
+        ) if *x == a2 => Some(()),
+        _ => None,
+    });
+    peer.post(SctpCommand::Initiate {
+        assoc: a2,
+        stream: 0,
+        private_data: word,
+    });
+    let sock = match wait_stack("Accepted", &mut |o| {
+        matches!(o, Output::Accepted { port: 5000, .. })
+    }) {
+        Output::Accepted { sock, .. } => sock,
+        _ => unreachable!(),
+    };
+    match wait_stack(
+        "ConnectRequest",
+        &mut |o| matches!(o, Output::Cm(s, CmEvent::ConnectRequest(_)) if *s == sock),
+    ) {
+        Output::Cm(_, CmEvent::ConnectRequest(r)) => {
+            assert_eq!(
+                (r.ird, r.ord, &r.private_data[..]),
+                (Some(2), Some(1), &b"raw"[..])
+            );
+        }
+        _ => unreachable!(),
+    }
+    stack
+        .post(Command::Iwarp(
+            sock,
+            HostCommand::PostRecv(
+                77,
+                Sge {
+                    stag,
+                    to: 0,
+                    len: 4096,
+                }
+                .into(),
+            ),
+        ))
+        .unwrap();
+    stack
+        .post(Command::Accept {
+            sock,
+            private_data: b"fine".to_vec(),
+            ird: 8,
+            ord: 8,
+            cq: Some(ring.clone()),
+        })
+        .unwrap();
+    let pd_back = peer.wait("SessionAccepted", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::SessionAccepted {
+                stream: 0,
+                private_data,
+            },
+        ) if *x == a2 => Some(private_data.clone()),
+        _ => None,
+    });
+    // Our IRD capped by its ORD (1), our ORD by its IRD (2).
+    assert_eq!(pd_back, [0, 1, 0, 2, b'f', b'i', b'n', b'e']);
+    wait_stack(
+        "Established",
+        &mut |o| matches!(o, Output::Cm(s, CmEvent::Established(n)) if *s == sock && (n.ird, n.ord) == (1, 2)),
+    );
+
+    // 3. A segment too short to hold a DDP header.
+    peer.post(SctpCommand::Segment {
+        assoc: a2,
+        stream: 0,
+        segment: vec![0xff; 3],
+    });
+    let term = peer.wait("the RDMAP Terminate", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::Segment {
+                stream: 0, segment, ..
+            },
+        ) if *x == a2 => Some(segment.clone()),
+        _ => None,
+    });
+    // An untagged DDP segment whose RDMAP opcode is Terminate (0x7).
+    assert!(term.len() >= 18, "{term:?}");
+    assert_eq!(term[1] & 0x0f, 0x7, "RDMAP opcode Terminate: {term:?}");
+    peer.wait("Session Terminate", |o| match o {
+        SctpOutput::Event(
+            x,
+            DdpEvent::SessionEnded {
+                stream: 0,
+                why: SessionEnd::PeerTerminated,
+                ..
+            },
+        ) if *x == a2 => Some(()),
+        _ => None,
+    });
+    peer.wait("shutdown", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Closed(CloseReason::Shutdown)) if *x == a2 => Some(()),
+        _ => None,
+    });
+    wait_stack(
+        "Disconnected",
+        &mut |o| matches!(o, Output::Cm(s, CmEvent::Disconnected) if *s == sock),
+    );
+    match ring.ring.pop() {
+        Some((s, CqEntry::Done(c))) => {
+            assert_eq!((s, c.wr_id, c.status), (sock, 77, WcStatus::Flushed))
+        }
+        other => panic!("{other:?}"),
+    }
+    // The loop still answers; the connection stays (refusing posts) until
+    // the application closes it, then it is freed.
+    stack.post(Command::Close(sock)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    stack
+        .post(Command::Inspect(iwarp_datapath::stack::InspectOp(
+            Box::new(move |s| {
+                let _ = tx.send(s.sctp().map(|c| c.counters().connections));
+            }),
+        )))
+        .unwrap();
+    assert_eq!(rx.recv_timeout(T).unwrap(), Some(0));
 }
