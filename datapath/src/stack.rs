@@ -14,6 +14,12 @@
 //! connection's data segments (they are dropped before TCP sees them, so
 //! they are neither acknowledged nor lost: the peer retransmits). ACK-only
 //! segments still pass, so the other direction keeps moving.
+//!
+//! iWARP over SCTP (RFC 5043) shares the interface: the first SCTP command
+//! (`SctpConnect`, `SctpListen`) makes an SCTP part
+//! ([`crate::over_sctp::conn`]) that takes the frames it claims (IPv4
+//! protocol 132) and learns from ARP frames the interface answers; its
+//! connections are reached by id through the same commands and CQ rings.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
