@@ -12,6 +12,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod sctp;
+
 use iwarp_proto::qp::RtrKind;
 use iwarp_proto::wire::mpa_frame::{HEADER_LEN, MAX_PRIVATE_DATA};
 use iwarp_proto::wire::{EnhancedParams, FrameKind, MpaFlags, MpaFrameRepr, TermCode, WireError};

@@ -37,6 +37,7 @@
 //! arrives as [`SctpCommand`]s; everything `ddp_sctp` reports goes out as
 //! [`SctpOutput`]s.
 
+pub mod conn;
 pub mod qp;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -303,6 +304,137 @@ impl SctpHost {
     /// One association, for inspection.
     pub fn assoc(&self, id: AssocId) -> Option<&DdpAssociation> {
         self.assocs.get(&id).map(|e| &e.ddp)
+    }
+
+    /// Accept associations on `port` (what [`SctpCommand::Listen`] does);
+    /// false if the port listens already.
+    pub fn listen(&mut self, port: u16) -> bool {
+        if self.listeners.contains_key(&port) {
+            return false;
+        }
+        match listener(self.cfg.sctp.clone()) {
+            Ok(l) => {
+                self.listeners.insert(port, l);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Stop accepting associations on `port` (live ones stay); false if
+    /// it did not listen.
+    pub fn unlisten(&mut self, port: u16) -> bool {
+        self.listeners.remove(&port).is_some()
+    }
+
+    /// Whether an association with (peer address, peer port, our port)
+    /// exists, or our port listens.
+    pub fn port_taken(&self, remote: [u8; 4], port: u16, local_port: u16) -> bool {
+        self.by_tuple
+            .contains_key(&(Ipv4Address(remote), port, local_port))
+            || self.listeners.contains_key(&local_port)
+    }
+
+    /// Open an association (what [`SctpCommand::Connect`] does), returning
+    /// its id at once.
+    pub fn connect(
+        &mut self,
+        remote: [u8; 4],
+        port: u16,
+        local_port: u16,
+        udp_port: Option<u16>,
+        now: u64,
+    ) -> Result<AssocId, &'static str> {
+        let remote = Ipv4Address(remote);
+        let key = (remote, port, local_port);
+        if self.by_tuple.contains_key(&key) {
+            Err("an association with this peer and ports exists")
+        } else if self.assocs.len() >= self.cfg.max_assocs {
+            Err("too many associations")
+        } else if udp_port.is_some() && self.cfg.udp_port.is_none() {
+            Err("UDP encapsulation asked for, but no local udp_port configured")
+        } else {
+            let id = self.next_id;
+            // The nonce makes tags and initial TSNs differ per
+            // association under one secret.
+            let nonce = id ^ (u64::from(local_port) << 48) ^ now;
+            DdpAssociation::connect(self.cfg.sctp.clone(), local_port, port, now, nonce).map(
+                |ddp| {
+                    self.next_id += 1;
+                    self.assocs.insert(
+                        id,
+                        Entry {
+                            remote,
+                            udp: udp_port,
+                            ddp,
+                        },
+                    );
+                    self.by_tuple.insert(key, id);
+                    id
+                },
+            )
+        }
+    }
+
+    /// One association, to drive it (send segments, answer sessions).
+    pub fn assoc_mut(&mut self, id: AssocId) -> Option<&mut DdpAssociation> {
+        self.assocs.get_mut(&id).map(|e| &mut e.ddp)
+    }
+
+    /// Whether `frame` is ours to take when this host shares an interface
+    /// with a TCP stack: IPv4 to our address carrying SCTP (protocol 132),
+    /// or UDP to our encapsulation port. ARP is not: the interface answers
+    /// it, and [`learn_arp`](Self::learn_arp) sees a copy.
+    pub fn claims(&self, frame: &[u8]) -> bool {
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            return false;
+        };
+        if eth.ethertype() != EtherType::IPV4 {
+            return false;
+        }
+        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+            return false;
+        };
+        if ip.dst_addr() != self.ip {
+            return false;
+        }
+        match ip.protocol() {
+            IpProtocol::SCTP => true,
+            IpProtocol::UDP => match (self.cfg.udp_port, ip.payload().get(2..4)) {
+                (Some(ours), Some(d)) => u16::from_be_bytes([d[0], d[1]]) == ours,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Learn from an ARP frame that another part of the host answers
+    /// (the interface of a `Stack`): the cache takes the sender's address
+    /// and packets waiting for it leave at the next poll, but no reply is
+    /// made here, so a request is answered once.
+    pub fn learn_arp(&mut self, frame: &[u8], now: u64) {
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            return;
+        };
+        if eth.ethertype() != EtherType::ARP {
+            return;
+        }
+        let Ok(repr) = ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
+        else {
+            return;
+        };
+        let _reply_made_by_the_interface = self.arp.process(&repr, now);
+        self.flush_arp_ready();
+    }
+
+    fn flush_arp_ready(&mut self) {
+        while let Some((mac, (dst, udp, pkt))) = self.arp.pop_ready() {
+            let (h, n) = self.headers(mac, dst, udp, &pkt);
+            let mut f = h[..n].to_vec();
+            f.extend_from_slice(&pkt);
+            self.pending_tx.push(f);
+            self.stats.tx_packets += 1;
+        }
     }
 
     /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
@@ -574,13 +706,7 @@ impl Engine for SctpHost {
                         self.pending_tx.push(f);
                     }
                 }
-                while let Some((mac, (dst, udp, pkt))) = self.arp.pop_ready() {
-                    let (h, n) = self.headers(mac, dst, udp, &pkt);
-                    let mut f = h[..n].to_vec();
-                    f.extend_from_slice(&pkt);
-                    self.pending_tx.push(f);
-                    self.stats.tx_packets += 1;
-                }
+                self.flush_arp_ready();
             }
             EtherType::IPV4 => {
                 let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
@@ -615,19 +741,7 @@ impl Engine for SctpHost {
     fn handle_command(&mut self, cmd: SctpCommand, now: u64) {
         match cmd {
             SctpCommand::Listen { port } => {
-                let ok = !self.listeners.contains_key(&port);
-                if ok {
-                    match listener(self.cfg.sctp.clone()) {
-                        Ok(l) => {
-                            self.listeners.insert(port, l);
-                        }
-                        Err(_) => {
-                            self.pending_out
-                                .push_back(SctpOutput::Listening { port, ok: false });
-                            return;
-                        }
-                    }
-                }
+                let ok = self.listen(port);
                 self.pending_out
                     .push_back(SctpOutput::Listening { port, ok });
             }
@@ -638,34 +752,7 @@ impl Engine for SctpHost {
                 local_port,
                 udp_port,
             } => {
-                let remote = Ipv4Address(remote);
-                let key = (remote, port, local_port);
-                let result = if self.by_tuple.contains_key(&key) {
-                    Err("an association with this peer and ports exists")
-                } else if self.assocs.len() >= self.cfg.max_assocs {
-                    Err("too many associations")
-                } else if udp_port.is_some() && self.cfg.udp_port.is_none() {
-                    Err("UDP encapsulation asked for, but no local udp_port configured")
-                } else {
-                    let id = self.next_id;
-                    // The nonce makes tags and initial TSNs differ per
-                    // association under one secret.
-                    let nonce = id ^ (u64::from(local_port) << 48) ^ now;
-                    DdpAssociation::connect(self.cfg.sctp.clone(), local_port, port, now, nonce)
-                        .map(|ddp| {
-                            self.next_id += 1;
-                            self.assocs.insert(
-                                id,
-                                Entry {
-                                    remote,
-                                    udp: udp_port,
-                                    ddp,
-                                },
-                            );
-                            self.by_tuple.insert(key, id);
-                            id
-                        })
-                };
+                let result = self.connect(remote, port, local_port, udp_port, now);
                 self.pending_out
                     .push_back(SctpOutput::Opening { token, result });
             }

@@ -14,6 +14,12 @@
 //! connection's data segments (they are dropped before TCP sees them, so
 //! they are neither acknowledged nor lost: the peer retransmits). ACK-only
 //! segments still pass, so the other direction keeps moving.
+//!
+//! iWARP over SCTP (RFC 5043) shares the interface: the first SCTP command
+//! (`SctpConnect`, `SctpListen`) makes an SCTP part
+//! ([`crate::over_sctp::conn`]) that takes the frames it claims (IPv4
+//! protocol 132) and learns from ARP frames the interface answers; its
+//! connections are reached by id through the same commands and CQ rings.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -28,6 +34,7 @@ use tcp_lite::listen::{IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpRepr};
 
+use crate::over_sctp::conn::{SctpConns, SctpUlp};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
 use crate::StreamParams;
 use iwarp_control::SetupError;
@@ -178,6 +185,30 @@ pub enum Command {
     /// Stop listening on a port (connections already accepted stay; those
     /// still in the handshake are dropped). Answered by `Unlistened`.
     Unlisten(u16),
+    /// Open an iWARP connection over SCTP (RFC 5043) to `remote:port`:
+    /// answered like `Connect` (`Opening`, then `Connected` once the
+    /// association is up, or `Failed`), then CM events.
+    SctpConnect {
+        /// Caller's tag for the answer.
+        token: u64,
+        /// Peer address.
+        remote: Ipv4Address,
+        /// Peer SCTP port.
+        port: u16,
+        /// Queue pair and session settings.
+        ulp: SctpUlp,
+    },
+    /// Listen for iWARP-over-SCTP connections on SCTP port `port`
+    /// (answered by `Listening`; requests come as `Accepted`, then
+    /// `CmEvent::ConnectRequest`).
+    SctpListen {
+        /// Port.
+        port: u16,
+        /// Queue pair settings of accepted connections.
+        ulp: SctpUlp,
+    },
+    /// Stop listening on SCTP port `port` (answered by `Unlistened`).
+    SctpUnlisten(u16),
     /// Run `hook` after every round until it reports `Done`.
     Hook(LoopHook),
     /// Post iWARP work on a connection.
@@ -457,7 +488,12 @@ impl CqRing {
 
 /// Send a connection's output on: completions and refusals to its CQ when it
 /// has one, everything else (and everything without a CQ) to `out`.
-fn route(id: SockId, o: HostOutput, cq: Option<&Arc<CqRing>>, out: &mut dyn FnMut(Output)) {
+pub(crate) fn route(
+    id: SockId,
+    o: HostOutput,
+    cq: Option<&Arc<CqRing>>,
+    out: &mut dyn FnMut(Output),
+) {
     trace_output(id, &o);
     match (o, cq) {
         (HostOutput::Completion(c), Some(cq)) => cq.push(id, CqEntry::Done(c)),
@@ -670,6 +706,9 @@ pub struct Stack {
     stats: StackStats,
     /// The partial-checksum diagnosis was logged.
     checksum_warned: bool,
+    /// iWARP over SCTP on the same interface, made by the first SCTP
+    /// command ([`crate::over_sctp::conn`]).
+    sctp: Option<Box<SctpConns>>,
 }
 
 impl Stack {
@@ -697,6 +736,7 @@ impl Stack {
             resets: Vec::new(),
             stats: StackStats::default(),
             checksum_warned: false,
+            sctp: None,
             cfg,
         }
     }
@@ -749,10 +789,44 @@ impl Stack {
     /// Counters of an iWARP connection's queue pair (`None`: no such
     /// connection, a byte stream, or the MPA exchange has not finished).
     pub fn qp_stats(&self, sock: SockId) -> Option<iwarp_proto::qp::QpStats> {
+        if let Some(sc) = self.sctp.as_ref().filter(|sc| sc.owns(sock)) {
+            return sc.qp_stats(sock);
+        }
         match &self.socks.get(&sock)?.kind {
             SockKind::Iwarp(i) => i.iwarp.as_ref()?.qp_ref().map(|q| q.stats()),
             SockKind::Stream(_) => None,
         }
+    }
+
+    /// The SCTP part, once an SCTP command made it.
+    pub fn sctp(&self) -> Option<&SctpConns> {
+        self.sctp.as_deref()
+    }
+
+    /// The SCTP part, made on first use: the interface's MAC and address,
+    /// SCTP packets of MTU − 20 octets, the TCP RTO bounds, a secret
+    /// derived from the ISN secret (cookies, tags and TSNs).
+    fn sctp_part(&mut self) -> Option<&mut SctpConns> {
+        if self.sctp.is_none() {
+            let i = &self.cfg.iface;
+            let mut c = crate::over_sctp::SctpHostConfig::new(
+                i.mac.0,
+                i.ip.0,
+                self.cfg.isn_secret.map(|b| b ^ 0xa5),
+            );
+            c.sctp.max_packet = i.mtu.saturating_sub(20).min(65_535);
+            // The retransmission timer follows the stack's TCP settings
+            // (RFC 9260 §6.3.1 suggests RTO.Min 1 s, as RFC 6298 does for
+            // TCP; the same LAN setting applies to both).
+            c.sctp.rto_initial = self.cfg.tcp.rto_initial;
+            c.sctp.rto_min = self.cfg.tcp.rto_min;
+            c.sctp.rto_max = self.cfg.tcp.rto_max.max(self.cfg.tcp.rto_min);
+            match SctpConns::new(c, self.cfg.ephemeral_base) {
+                Ok(p) => self.sctp = Some(Box::new(p)),
+                Err(why) => tracing::warn!(why, "cannot start SCTP"),
+            }
+        }
+        self.sctp.as_deref_mut()
     }
 
     fn isn_for(&self, remote: Ipv4Address, rport: u16, lport: u16, now: u64) -> u32 {
@@ -831,6 +905,119 @@ impl Stack {
             },
             shared,
         )
+    }
+
+    /// Take the commands that are SCTP's (the SCTP ones, and those naming
+    /// an SCTP connection); give the others back.
+    fn sctp_command(&mut self, cmd: Command, now: u64) -> Option<Command> {
+        let ours = |s: &Self, id: SockId| s.sctp.as_ref().is_some_and(|sc| sc.owns(id));
+        match cmd {
+            Command::SctpConnect {
+                token,
+                remote,
+                port,
+                ulp,
+            } => {
+                let mut outs = std::mem::take(&mut self.pending_out);
+                match self.sctp_part() {
+                    Some(sc) => sc.connect(token, remote, port, ulp, now, &mut outs),
+                    None => outs.push_back(Output::Failed {
+                        token,
+                        error: TcpError::Refused,
+                    }),
+                }
+                self.pending_out = outs;
+                None
+            }
+            // One listener per port number over both transports: the
+            // answers (`Listening`, `Accepted`) name the port alone.
+            Command::SctpListen { port, ulp } => {
+                let ok = !self.listeners.contains_key(&port)
+                    && self.sctp_part().is_some_and(|sc| sc.listen(port, ulp));
+                let result = if ok {
+                    Ok(())
+                } else {
+                    Err(ListenError::PortInUse)
+                };
+                self.pending_out
+                    .push_back(Output::Listening { port, result });
+                None
+            }
+            Command::SctpUnlisten(port) => {
+                let removed = self.sctp.as_deref_mut().is_some_and(|sc| sc.unlisten(port));
+                self.pending_out
+                    .push_back(Output::Unlistened { port, removed });
+                None
+            }
+            Command::Listen { port, .. }
+                if self.sctp.as_ref().is_some_and(|sc| sc.listening(port)) =>
+            {
+                self.pending_out.push_back(Output::Listening {
+                    port,
+                    result: Err(ListenError::PortInUse),
+                });
+                None
+            }
+            Command::IwarpOpening(token, c) => {
+                match self.sctp.as_ref().and_then(|sc| sc.by_token(token)) {
+                    Some(id) => self.sctp_command(Command::Iwarp(id, c), now),
+                    None => Some(Command::IwarpOpening(token, c)),
+                }
+            }
+            Command::Iwarp(id, c) if ours(self, id) => {
+                let Stack {
+                    sctp,
+                    mem,
+                    pending_out,
+                    ..
+                } = self;
+                if let Some(sc) = sctp.as_deref_mut() {
+                    sc.post(id, c, mem, &mut |o| pending_out.push_back(o));
+                }
+                None
+            }
+            Command::Close(id) if ours(self, id) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    sc.close(id);
+                }
+                None
+            }
+            Command::Abort(id) if ours(self, id) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    sc.abort(id, now);
+                }
+                None
+            }
+            Command::Accept {
+                sock,
+                private_data,
+                ird,
+                ord,
+                cq,
+            } if ours(self, sock) => {
+                let Stack {
+                    sctp,
+                    mem,
+                    pending_out,
+                    ..
+                } = self;
+                if let Some(sc) = sctp.as_deref_mut() {
+                    if let Err(e) = sc.accept(sock, private_data, ird, ord, cq, mem) {
+                        pending_out.push_back(Output::CmRefused(sock, e));
+                    }
+                }
+                None
+            }
+            Command::Reject { sock, private_data } if ours(self, sock) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    if let Err(e) = sc.reject(sock, &private_data) {
+                        self.pending_out.push_back(Output::CmRefused(sock, e));
+                    }
+                }
+                None
+            }
+            other => Some(other),
+        }
     }
 
     fn ephemeral_port(&mut self, remote: Ipv4Address, port: u16) -> u16 {
@@ -1110,6 +1297,15 @@ impl crate::runtime::Engine for Stack {
     type Output = Output;
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        // SCTP (IPv4 protocol 132, or UDP to its port) goes to the SCTP
+        // part; it learns from ARP, which the interface alone answers.
+        if let Some(sc) = self.sctp.as_deref_mut() {
+            if sc.claims(frame) {
+                sc.handle_frame(frame, now);
+                return;
+            }
+            sc.learn_arp(frame, now);
+        }
         let pending = &mut self.pending_tx;
         let Some(ing) = self
             .iface
@@ -1139,6 +1335,10 @@ impl crate::runtime::Engine for Stack {
                 mark_ready(&mut self.ready, s, id);
             }
         }
+        let cmd = match self.sctp_command(cmd, now) {
+            Some(c) => c,
+            None => return,
+        };
         match cmd {
             Command::Connect {
                 token,
@@ -1185,6 +1385,9 @@ impl crate::runtime::Engine for Stack {
                     .push_back(Output::Unlistened { port, removed });
             }
             Command::Hook(h) => self.hooks.push(h),
+            // Taken by `sctp_command`.
+            Command::SctpConnect { .. } | Command::SctpListen { .. } | Command::SctpUnlisten(_) => {
+            }
             Command::IwarpOpening(token, cmd) => {
                 match self.by_token.get(&token).copied() {
                     Some(id) => self.handle_command(Command::Iwarp(id, cmd), now),
@@ -1425,6 +1628,9 @@ impl crate::runtime::Engine for Stack {
         while let Some(o) = self.pending_out.pop_front() {
             out(o);
             busy = true;
+        }
+        if let Some(sc) = self.sctp.as_deref_mut() {
+            busy |= sc.poll(now, &mut self.mem, tx, out);
         }
         // Run-to-completion application code, after this round's
         // completions reached their CQs; what it posts is handled at the

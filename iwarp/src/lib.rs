@@ -84,6 +84,9 @@ pub use stats::{
     QpStats, StackStats, TcpStats, XdpDeviceStats, XskMode,
 };
 
+/// Counters of a context's SCTP connections ([`Context::sctp_stats`]).
+pub use iwarp_datapath::over_sctp::conn::SctpCounters;
+use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, MemDevice, Mode};
 pub use iwarp_datapath::stack::HookStatus;
@@ -770,6 +773,14 @@ impl Context {
         })
     }
 
+    /// The counters of the stack's SCTP part (`None` until the first
+    /// SCTP listen or connect): SCTP packets, retransmissions, T3
+    /// expiries, discards, summed over live associations, and those of
+    /// closed ones. Not from inside the loop ([`Error::InLoop`]).
+    pub fn sctp_stats(&self) -> Result<Option<SctpCounters>, Error> {
+        self.inner.inspect(|s| s.sctp().map(|c| c.counters()))
+    }
+
     /// A protection domain.
     pub fn alloc_pd(&self) -> Result<Pd, Error> {
         let id = self.inner.memory(|m| m.alloc_pd())?;
@@ -802,14 +813,29 @@ impl Context {
     /// connect made afterwards is not refused); dropping the [`Listener`]
     /// closes it. [`Error::AddrInUse`] if the port already listens.
     pub fn listen(&self, port: u16, opts: &ListenOptions) -> Result<Listener, Error> {
-        self.inner.post(Command::Listen {
-            port,
-            ulp: Ulp::Iwarp {
-                mpa: opts.mpa.clone(),
-                params: opts.params(),
-                manual: true,
-                cq: None,
-                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+        let srq = opts.srq.as_ref().map(|s| s.inner.clone());
+        self.inner.post(match opts.transport {
+            Transport::Mpa => Command::Listen {
+                port,
+                ulp: Ulp::Iwarp {
+                    mpa: opts.mpa.clone(),
+                    params: opts.params(),
+                    manual: true,
+                    cq: None,
+                    srq,
+                },
+            },
+            Transport::Sctp => Command::SctpListen {
+                port,
+                ulp: SctpUlp {
+                    ird: opts.mpa.ird,
+                    ord: opts.mpa.ord,
+                    private_data: Vec::new(),
+                    params: opts.params(),
+                    cq: None,
+                    srq,
+                    timeouts: timeouts(&opts.mpa),
+                },
             },
         })?;
         self.inner
@@ -818,6 +844,7 @@ impl Context {
         Ok(Listener {
             ctx: self.clone(),
             port,
+            transport: opts.transport,
         })
     }
 
@@ -828,17 +855,33 @@ impl Context {
             return Err(Error::InvalidArgument("private data over 512 octets"));
         }
         let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
-        self.inner.post(Command::Connect {
-            token,
-            remote: Ipv4Address(to.ip().octets()),
-            port: to.port(),
-            ulp: Ulp::Iwarp {
-                mpa: opts.mpa.clone(),
-                params: opts.params(),
-                manual: false,
-                cq: Some(opts.cq.ring.clone()),
-                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+        let remote = Ipv4Address(to.ip().octets());
+        self.inner.post(match opts.transport {
+            Transport::Mpa => Command::Connect {
+                token,
+                remote,
+                port: to.port(),
+                ulp: Ulp::Iwarp {
+                    mpa: opts.mpa.clone(),
+                    params: opts.params(),
+                    manual: false,
+                    cq: Some(opts.cq.ring.clone()),
+                    srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+                },
             },
+            Transport::Sctp => {
+                if opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA {
+                    return Err(Error::InvalidArgument(
+                        "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
+                    ));
+                }
+                Command::SctpConnect {
+                    token,
+                    remote,
+                    port: to.port(),
+                    ulp: opts.sctp_ulp(),
+                }
+            }
         })?;
         for (wr_id, sgl) in &opts.recvs {
             self.inner.post(Command::IwarpOpening(
@@ -1353,6 +1396,26 @@ pub struct ConnectOptions {
     /// posts to a QP before `rdma_connect`: a peer may Send right behind
     /// its MPA Reply, before [`Context::connect`] returns.
     pub recvs: Vec<(u64, SgList)>,
+    /// The lower layer: MPA over TCP (default) or SCTP (RFC 5043).
+    pub transport: Transport,
+}
+
+/// What carries DDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// MPA over TCP (RFC 5044, RFC 6581): `mpa` settings apply.
+    #[default]
+    Mpa,
+    /// SCTP (RFC 5043): one association per connection, one DDP Stream
+    /// Session on stream 0 whose Initiate/Accept carry the RFC 6581
+    /// IRD/ORD word then the private data (`iwarp_control::sctp`). Of
+    /// the `mpa` settings only `private_data` (at most 508 octets), `ird`,
+    /// `ord` and the setup timers (`reply_timeout`, `request_timeout`,
+    /// `decision_timeout`) apply; CRC, markers and RTR do not (SCTP's CRC32c covers
+    /// every packet). A connection's SCTP port and TCP port are separate
+    /// spaces, but one context listens on a port number over one
+    /// transport at a time.
+    Sctp,
 }
 
 /// Our defaults: Rev 2 enhanced, no markers, no peer-to-peer, CRC on (what
@@ -1404,11 +1467,33 @@ impl ConnectOptions {
             srq: None,
             timeout: Duration::from_secs(15),
             recvs: Vec::new(),
+            transport: Transport::Mpa,
         }
     }
 
     fn params(&self) -> StreamParams {
         params(&self.pd, self.sq_depth, self.rq_depth)
+    }
+
+    fn sctp_ulp(&self) -> SctpUlp {
+        SctpUlp {
+            ird: self.mpa.ird,
+            ord: self.mpa.ord,
+            private_data: self.mpa.private_data.clone(),
+            params: self.params(),
+            cq: Some(self.cq.ring.clone()),
+            srq: self.srq.as_ref().map(|s| s.inner.clone()),
+            timeouts: timeouts(&self.mpa),
+        }
+    }
+}
+
+/// MPA's setup timers, applied to the DDP Stream Session exchange.
+fn timeouts(m: &MpaConfig) -> SetupTimeouts {
+    SetupTimeouts {
+        reply: m.reply_timeout,
+        request: m.request_timeout,
+        decision: m.decision_timeout,
     }
 }
 
@@ -1426,6 +1511,8 @@ pub struct ListenOptions {
     pub rq_depth: usize,
     /// Accepted queue pairs take receive buffers from this shared queue.
     pub srq: Option<Srq>,
+    /// The lower layer to listen on: MPA over TCP (default) or SCTP.
+    pub transport: Transport,
 }
 
 impl ListenOptions {
@@ -1437,6 +1524,7 @@ impl ListenOptions {
             sq_depth: 256,
             rq_depth: 256,
             srq: None,
+            transport: Transport::Mpa,
         }
     }
 
@@ -1451,6 +1539,7 @@ impl ListenOptions {
 pub struct Listener {
     ctx: Context,
     port: u16,
+    transport: Transport,
 }
 
 impl Drop for Listener {
@@ -1460,7 +1549,11 @@ impl Drop for Listener {
         let port = self.port;
         // Nothing to report from a destructor: a stopped loop listens no
         // more, and the wait is bounded.
-        if self.ctx.inner.post(Command::Unlisten(port)).is_ok() {
+        let cmd = match self.transport {
+            Transport::Mpa => Command::Unlisten(port),
+            Transport::Sctp => Command::SctpUnlisten(port),
+        };
+        if self.ctx.inner.post(cmd).is_ok() {
             let _ = self.ctx.inner.wait(Duration::from_secs(5), |r| {
                 r.unlistened.remove(&port).then_some(())
             });
@@ -1698,7 +1791,13 @@ impl Qp {
         self.ctx
             .inner
             .inspect(move |s| {
-                s.tcp_stats(sock).map(|tcp| QpCounters {
+                // Over SCTP there is no TCP connection: its counters read 0.
+                let tcp = s.tcp_stats(sock).or_else(|| {
+                    s.sctp()
+                        .filter(|c| c.owns(sock))
+                        .map(|_| Default::default())
+                });
+                tcp.map(|tcp| QpCounters {
                     qp: s.qp_stats(sock),
                     tcp,
                 })

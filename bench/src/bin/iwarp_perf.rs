@@ -5,7 +5,8 @@
 //! ```text
 //! iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
 //!                 [--threads] [--busy] [--core N] [--sim | --netns] [--window W]
-//!                 [--mtu N] [--out DIR] [--stats] [AF_XDP and TCP tuning flags]
+//!                 [--mtu N] [--out DIR] [--stats] [--transport mpa|sctp]
+//!                 [AF_XDP and TCP tuning flags]
 //! TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
 //! ```
 //!
@@ -203,6 +204,8 @@ struct Args {
     demo: bool,
     /// Print both contexts' counters at the end.
     stats: bool,
+    /// Also run each test over SCTP (RFC 5043), right after MPA/TCP.
+    sctp: bool,
     /// AF_XDP and TCP settings of our contexts (`--netns`).
     tuning: Tuning,
 }
@@ -424,6 +427,12 @@ struct Cli {
     /// device and bind mode) at the end.
     #[arg(long)]
     stats: bool,
+    /// sctp: after each test over MPA/TCP, run it over SCTP (RFC 5043) on
+    /// the same contexts and print both, with the ratio SCTP/MPA (write_lat,
+    /// write_bw and the others alike). mpa (default): MPA/TCP only.
+    #[arg(long, value_name = "mpa|sctp", default_value = "mpa",
+          value_parser = ["mpa", "sctp"])]
+    transport: String,
     #[command(flatten)]
     tuning: Tuning,
 }
@@ -463,6 +472,7 @@ fn parse_args() -> Args {
         out: c.out,
         demo,
         stats: c.stats,
+        sctp: c.transport == "sctp",
         tuning: c.tuning,
     }
 }
@@ -694,8 +704,24 @@ fn run() -> Result<(), String> {
             // The server answers on a thread only with --threads; otherwise
             // both ends run in their poll loops.
             args.threads,
+            iwarp::Transport::Mpa,
         )
         .map_err(e)?;
+        // With --transport sctp: the same test over SCTP once the MPA/TCP
+        // run is over, on the same contexts, printed beside it.
+        let connect_sctp = || {
+            ours::connect(
+                &server,
+                &client,
+                9400 + k as u16,
+                job.test,
+                job.size,
+                args.busy,
+                args.threads,
+                iwarp::Transport::Sctp,
+            )
+            .map_err(|x| format!("{} over SCTP: {x}", plan.label))
+        };
         let base = args.out.join(format!("{}_{}", job.test.name(), job.size));
         let hgrm = |suffix: &str| PathBuf::from(format!("{}_{suffix}.hgrm", base.display()));
         if last_test != Some(job.test) {
@@ -761,6 +787,27 @@ fn run() -> Result<(), String> {
                     hist: &l.hist,
                 });
             }
+            if args.sctp {
+                let sp = connect_sctp()?;
+                let s = sp
+                    .latency(job.test, job.size, &plan)
+                    .map_err(|m| format!("{} over SCTP: {m}", plan.label))?;
+                sp.close().map_err(e)?;
+                println!("{}   <- iWARP over SCTP (ours)", lat_row(job.size, &s));
+                let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64;
+                let ratio = |p: f64| q(&s.hist, p) / q(&r.hist, p).max(1.0);
+                println!(
+                    "   ratio SCTP/MPA (ours): p50 {:.2}  p99 {:.2}  p99.9 {:.2}",
+                    ratio(0.5),
+                    ratio(0.99),
+                    ratio(0.999)
+                );
+                output::write_hgrm(&hgrm("sctp"), &s.hist).map_err(|e| e.to_string())?;
+                files.push(hgrm("sctp"));
+                entry["sctp"] = s.json();
+                entry["ratio_sctp_over_mpa"] =
+                    json!({ "p50": ratio(0.5), "p99": ratio(0.99), "p999": ratio(0.999) });
+            }
             let png = PathBuf::from(format!("{}.png", base.display()));
             output::plot_percentiles(&png, &curves).map_err(|e| e.to_string())?;
             entry["png"] = json!({ "file": png.display().to_string(), "blue": ours_label, "red": "Linux TCP", "x": "percentile, log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%", "y": "latency (usec), linear from 0" });
@@ -792,6 +839,25 @@ fn run() -> Result<(), String> {
             } else {
                 println!("   CPU ns/octet ours {:.2}", r.cpu_ns_per_byte);
             }
+            if args.sctp {
+                let sp = connect_sctp()?;
+                let s = sp
+                    .bandwidth(job.test, job.size, &plan)
+                    .map_err(|m| format!("{} over SCTP: {m}", plan.label))?;
+                sp.close().map_err(e)?;
+                println!("{}   <- iWARP over SCTP (ours)", bw_row(&s));
+                println!(
+                    "   ratio SCTP/MPA (ours): BW average {:.2}  BW peak {:.2}; CPU ns/octet {:.2} (ratio {:.2})",
+                    s.avg_mbs / r.avg_mbs,
+                    s.peak_mbs / r.peak_mbs,
+                    s.cpu_ns_per_byte,
+                    s.cpu_ns_per_byte / r.cpu_ns_per_byte
+                );
+                output::write_hgrm(&hgrm("sctp"), &s.gaps.hist).map_err(|e| e.to_string())?;
+                files.push(hgrm("sctp"));
+                entry["sctp"] = s.json();
+                entry["ratio_sctp_over_mpa"] = json!({ "bw_avg": s.avg_mbs / r.avg_mbs, "bw_peak": s.peak_mbs / r.peak_mbs, "cpu_per_byte": s.cpu_ns_per_byte / r.cpu_ns_per_byte });
+            }
         }
         summary.push(entry);
     }
@@ -801,6 +867,9 @@ fn run() -> Result<(), String> {
             let st = ctx.stats().map_err(|e| format!("{who} stats: {e}"))?;
             println!("{who} context ({}):", ctx.addr());
             print!("{st}");
+            if let Some(sc) = ctx.sctp_stats().map_err(|e| format!("{who} stats: {e}"))? {
+                println!("sctp: {sc:?}");
+            }
         }
     }
     drop((server, client));

@@ -114,6 +114,11 @@ impl SctpQp {
     pub fn session_over(&self) -> bool {
         self.session_over
     }
+    /// Nothing waits to be sent: no segment held back by a full SCTP send
+    /// buffer and none in the queue pair.
+    pub fn tx_idle(&self) -> bool {
+        self.waiting.is_none() && self.qp.tx_idle()
+    }
     /// The sink's last refusal other than a full send buffer (a segment
     /// over MULPDU, a session in the wrong state): the QP went to error.
     pub fn last_refusal(&self) -> Option<DdpError> {

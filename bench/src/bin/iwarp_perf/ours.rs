@@ -164,6 +164,7 @@ pub struct Pair {
 /// With `answer_thread` the server answers on a thread of its own (the
 /// `--threads` path and bandwidth tests); without, [`Pair::latency`] runs
 /// both ends in their poll loops.
+#[allow(clippy::too_many_arguments)] // one call site; the settings of one run
 pub fn connect(
     server: &Context,
     client: &Context,
@@ -172,6 +173,7 @@ pub fn connect(
     size: u32,
     busy: bool,
     answer_thread: bool,
+    transport: iwarp::Transport,
 ) -> Result<Pair, Error> {
     let len = size.max(1);
     let spd = server.alloc_pd()?;
@@ -186,6 +188,7 @@ pub fn connect(
     let mut lopts = ListenOptions::new(&spd);
     lopts.rq_depth = 1024;
     lopts.sq_depth = 1024;
+    lopts.transport = transport;
     let listener = server.listen(port, &lopts)?;
     let addr = SocketAddrV4::new(server.addr(), port);
 
@@ -210,6 +213,7 @@ pub fn connect(
     let mut copts = ConnectOptions::new(&cpd, &ccq);
     copts.rq_depth = 1024;
     copts.sq_depth = 1024;
+    copts.transport = transport;
     let qp = client.connect(addr, &copts)?;
     for i in 0..CLIENT_RECVS {
         qp.post_recv(i, small.sge(i * u64::from(slot_len), slot_len))?;

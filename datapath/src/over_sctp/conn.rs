@@ -1,0 +1,952 @@
+//! iWARP connections over SCTP inside a [`Stack`](crate::stack::Stack)'s
+//! poll loop: the SCTP part of the stack, beside its TCP connections.
+//!
+//! One connection is one SCTP association carrying one DDP Stream
+//! Session on DDP stream 0 (RFC 5043 §6), with one queue pair
+//! ([`SctpQp`]) on it. The stack hands this part the frames it claims
+//! ([`SctpHost::claims`]: IPv4 protocol 132, or UDP to the encapsulation
+//! port) and a copy of each ARP frame to learn from; the interface alone
+//! answers ARP. Connections get ids from a range of their own
+//! ([`SCTP_SOCK_BASE`] up), so the stack's commands (`Iwarp`, `Close`,
+//! `Abort`, `Accept`, `Reject`) reach them by id like TCP connections,
+//! and completions go to the same CQ rings.
+//!
+//! Setup is the DDP Stream Session exchange ([`iwarp_control::sctp`]):
+//!
+//! * active side: the association comes up (`Output::Connected`), we send
+//!   Session Initiate with our IRD/ORD and private data; the peer's
+//!   Accept makes the queue pair (with the negotiated ORD) and reports
+//!   `CmEvent::Established`; its Reject reports `CmEvent::SetupFailed`
+//!   with its private data. Segments the peer sent behind its Accept can
+//!   arrive before it (every chunk is unordered, RFC 5043 §10): they are
+//!   held, up to [`MAX_EARLY`] octets, and given to the queue pair first.
+//! * passive side: an association on a listening port waits for the
+//!   peer's Initiate on stream 0 (one on another stream is rejected);
+//!   then `Output::Accepted` and `CmEvent::ConnectRequest` go to the
+//!   application, which accepts (Session Accept, the queue pair starts)
+//!   or rejects (Session Reject with its private data).
+//!
+//! Setup timers ([`SetupTimeouts`], MPA's values by default): no Accept
+//! in time fails the active side; no Initiate in time closes the
+//! association quietly; no decision in time rejects the request.
+//!
+//! Teardown: a graceful close waits until the queue pair has sent
+//! everything and has no RDMA Read outstanding, then shuts the
+//! association down (SCTP delivers what it holds first, RFC 9260 §9.2);
+//! an abort queues an RDMAP Terminate (local catastrophic error) and
+//! shuts down once it is out, or sends SCTP ABORT after 100 ms. A queue
+//! pair in error ends its session with a DDP Stream Session Terminate
+//! (RFC 5043 §6.2, in [`SctpQp`]), then the association is shut down. The
+//! association's end flushes the queue pair and reports
+//! `CmEvent::Disconnected`.
+//!
+//! Every connection is visited every round (no ready set yet, unlike
+//! TCP's): fine for a few connections, to be changed before many.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use ddp_sctp::{DdpEvent, SessionEnd};
+use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupFailure};
+use iwarp_proto::mem::MemoryTable;
+use iwarp_proto::qp::{PostError, QpConfig, QpState, Srq};
+use iwarp_proto::wire::TermCode;
+use sctp_lite::assoc::CloseReason;
+use tcp_lite::tcp::TcpError;
+use tcp_lite::wire::Ipv4Address;
+
+use super::qp::{AssocSink, SctpQp};
+use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
+use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
+use crate::runtime::Engine;
+use crate::stack::{route, CqRing, Output, SockId};
+use crate::StreamParams;
+
+/// The first id of an SCTP connection (TCP connections count up from 0).
+pub const SCTP_SOCK_BASE: SockId = (SockId::MAX >> 1) + 1;
+
+/// Octets of segments an initiator holds that arrived before the Accept.
+pub const MAX_EARLY: usize = 1 << 20;
+
+/// The DDP stream the API's connections use.
+const STREAM: u16 = 0;
+
+/// How long an abort waits for its Terminate to be out before SCTP ABORT.
+const ABORT_WAIT: u64 = 100_000_000;
+
+/// Counters of the SCTP part of a stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SctpCounters {
+    /// Connections held (any phase).
+    pub connections: usize,
+    /// The engine's (frames, out-of-the-blue answers, ARP drops; the
+    /// retransmissions and discards of associations that have closed).
+    pub host: super::SctpHostStats,
+    /// The live associations' counters, summed.
+    pub assoc: sctp_lite::assoc::Stats,
+}
+
+/// What an SCTP connection or listener runs with.
+#[derive(Debug, Clone)]
+pub struct SctpUlp {
+    /// Our inbound RDMA Read limit (offered in the Initiate; the
+    /// responder gives its own at accept time).
+    pub ird: u16,
+    /// Our outbound RDMA Read limit.
+    pub ord: u16,
+    /// Initiate private data (at most 508 octets).
+    pub private_data: Vec<u8>,
+    /// Queue pair parameters (the EMSS is not used: MULPDU comes from
+    /// the association, RFC 5043 §9).
+    pub params: StreamParams,
+    /// Where completions go (`None`: as `Output::Iwarp` outputs).
+    pub cq: Option<Arc<CqRing>>,
+    /// Shared receive queue.
+    pub srq: Option<Srq>,
+    /// Setup timers (ns; 0: none), as over MPA: how long the active side
+    /// waits for the Accept once the Initiate is out (`reply_timeout`),
+    /// the passive side for the Initiate once the association is up
+    /// (`request_timeout`), and our application for its decision
+    /// (`decision_timeout`; the request is then rejected on the wire).
+    pub timeouts: SetupTimeouts,
+}
+
+/// Setup timers of an SCTP connection (nanoseconds; 0 turns one off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupTimeouts {
+    /// Active side: Initiate sent, until the Accept or Reject.
+    pub reply: u64,
+    /// Passive side: association up, until the Initiate.
+    pub request: u64,
+    /// Passive side: the application's answer to a request.
+    pub decision: u64,
+}
+
+impl Default for SetupTimeouts {
+    /// MPA's defaults (`iwarp_control::MpaConfig`): 10 s, 5 s, 10 s.
+    fn default() -> Self {
+        SetupTimeouts {
+            reply: 10_000_000_000,
+            request: 5_000_000_000,
+            decision: 10_000_000_000,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Active: the SCTP handshake is under way.
+    Associating,
+    /// Active: Initiate sent, waiting for Accept or Reject.
+    Initiated,
+    /// Passive: the association is up, waiting for the peer's Initiate.
+    AwaitInitiate,
+    /// Passive: the Initiate is in; our application decides.
+    AwaitDecision(PeerRequest),
+    /// Full operation (or the queue pair in error).
+    Rdma,
+    /// Setup failed or the association ended.
+    Over,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    Graceful,
+    Abort { deadline: u64 },
+}
+
+#[derive(Debug)]
+struct Conn {
+    assoc: AssocId,
+    /// Local port of a passive connection (for `Output::Accepted`).
+    port: u16,
+    remote: Ipv4Address,
+    /// The `Connect` token until the association is up or failed.
+    token: Option<u64>,
+    ulp: SctpUlp,
+    phase: Phase,
+    qp: Option<SctpQp>,
+    /// Posts made before full operation.
+    pending: VecDeque<HostCommand>,
+    /// Segments that overtook the Accept (active side), and their octets.
+    early: Vec<(u16, Vec<u8>)>,
+    early_len: usize,
+    events: VecDeque<CmEvent>,
+    outputs: VecDeque<HostOutput>,
+    closing: Option<Closing>,
+    shutdown_sent: bool,
+    /// The association ended (it is gone from the host).
+    closed: bool,
+    /// `CmEvent::Disconnected` was reported.
+    reported_closed: bool,
+    /// When the current setup phase times out.
+    setup_deadline: Option<u64>,
+}
+
+impl Conn {
+    fn new(assoc: AssocId, port: u16, remote: Ipv4Address, ulp: SctpUlp, phase: Phase) -> Self {
+        Conn {
+            assoc,
+            port,
+            remote,
+            token: None,
+            ulp,
+            phase,
+            qp: None,
+            pending: VecDeque::new(),
+            early: Vec::new(),
+            early_len: 0,
+            events: VecDeque::new(),
+            outputs: VecDeque::new(),
+            closing: None,
+            shutdown_sent: false,
+            closed: false,
+            reported_closed: false,
+            setup_deadline: None,
+        }
+    }
+
+    /// Arm the setup timer for `t` ns from `now` (0: none).
+    fn arm(&mut self, now: u64, t: u64) {
+        self.setup_deadline = (t > 0).then(|| now.saturating_add(t));
+    }
+
+    fn fail(&mut self, e: SetupError) {
+        self.setup_deadline = None;
+        self.phase = Phase::Over;
+        self.events.push_back(CmEvent::SetupFailed(e));
+        self.closing.get_or_insert(Closing::Graceful);
+    }
+
+    /// Make the queue pair (session accepted), post what waited, and
+    /// report full operation.
+    fn start(&mut self, n: Negotiated, mulpdu: usize, mem: &mut MemoryTable) {
+        let cfg = QpConfig {
+            pd: self.ulp.params.pd,
+            ird: n.ird,
+            ord: n.ord,
+            mulpdu: 0,
+            crc: false,
+            markers_tx: false,
+            markers_rx: false,
+            sq_depth: self.ulp.params.sq_depth,
+            rq_depth: self.ulp.params.rq_depth,
+        };
+        let mut qp = SctpQp::new(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true);
+        // Receives first, so the segments held and those behind them find
+        // their buffers; sends after.
+        let mut sends = VecDeque::new();
+        for cmd in self.pending.drain(..) {
+            match cmd {
+                HostCommand::PostRecv(..) => post_to(&cmd, qp.qp(), mem, &mut self.outputs),
+                other => sends.push_back(other),
+            }
+        }
+        for (ssn, seg) in std::mem::take(&mut self.early) {
+            qp.qp().receive_segment(ssn, &seg, mem);
+        }
+        self.early_len = 0;
+        for cmd in sends {
+            post_to(&cmd, qp.qp(), mem, &mut self.outputs);
+        }
+        self.qp = Some(qp);
+        self.setup_deadline = None;
+        self.phase = Phase::Rdma;
+        self.events.push_back(CmEvent::Established(n));
+    }
+}
+
+fn post_to(
+    cmd: &HostCommand,
+    qp: &mut iwarp_proto::qp::Qp,
+    mem: &MemoryTable,
+    out: &mut VecDeque<HostOutput>,
+) {
+    let r = match *cmd {
+        HostCommand::PostSend(wr) => qp.post_send(mem, wr),
+        HostCommand::PostRecv(id, sgl) => qp.post_recv(mem, id, sgl),
+    };
+    if let Err(e) = r {
+        out.push_back(HostOutput::Refused(cmd.wr_id(), e));
+    }
+}
+
+fn close_error(r: &CloseReason) -> TcpError {
+    match r {
+        CloseReason::Timeout => TcpError::TimedOut,
+        CloseReason::PeerAbort(_) | CloseReason::AdaptationRefused => TcpError::Refused,
+        _ => TcpError::Reset,
+    }
+}
+
+/// Listening port parameters.
+#[derive(Debug)]
+struct Listening {
+    ulp: SctpUlp,
+}
+
+/// The SCTP part of a stack. See the [module docs](self).
+#[derive(Debug)]
+pub struct SctpConns {
+    host: SctpHost,
+    conns: BTreeMap<SockId, Conn>,
+    by_assoc: HashMap<AssocId, SockId>,
+    by_token: HashMap<u64, SockId>,
+    listeners: HashMap<u16, Listening>,
+    next_id: SockId,
+    next_port: u16,
+    ephemeral_base: u16,
+    host_out: Vec<SctpOutput>,
+}
+
+impl SctpConns {
+    /// The part for one interface; ephemeral ports from `ephemeral_base`.
+    pub fn new(cfg: SctpHostConfig, ephemeral_base: u16) -> Result<Self, &'static str> {
+        Ok(SctpConns {
+            host: SctpHost::new(cfg)?,
+            conns: BTreeMap::new(),
+            by_assoc: HashMap::new(),
+            by_token: HashMap::new(),
+            listeners: HashMap::new(),
+            next_id: SCTP_SOCK_BASE,
+            next_port: ephemeral_base,
+            ephemeral_base,
+            host_out: Vec::new(),
+        })
+    }
+
+    /// The engine underneath (counters, associations).
+    pub fn host(&self) -> &SctpHost {
+        &self.host
+    }
+
+    /// Whether `id` names one of our connections.
+    pub fn owns(&self, id: SockId) -> bool {
+        self.conns.contains_key(&id)
+    }
+
+    /// The connection opened under `token`, while it exists.
+    pub fn by_token(&self, token: u64) -> Option<SockId> {
+        self.by_token.get(&token).copied()
+    }
+
+    /// Live connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Counters: the host's, and the live associations' summed.
+    pub fn counters(&self) -> SctpCounters {
+        let mut assoc = sctp_lite::assoc::Stats::default();
+        for id in self.by_assoc.keys() {
+            if let Some(a) = self.host.assoc(*id) {
+                let t = a.sctp().stats();
+                assoc.data_chunks_sent += t.data_chunks_sent;
+                assoc.retransmits += t.retransmits;
+                assoc.fast_retransmits += t.fast_retransmits;
+                assoc.t3_expiries += t.t3_expiries;
+                assoc.dup_data_received += t.dup_data_received;
+                assoc.packets_discarded += t.packets_discarded;
+                assoc.out_of_order_data += t.out_of_order_data;
+                assoc.heartbeats_sent += t.heartbeats_sent;
+                assoc.heartbeat_acks += t.heartbeat_acks;
+            }
+        }
+        SctpCounters {
+            connections: self.conns.len(),
+            host: self.host.stats(),
+            assoc,
+        }
+    }
+
+    /// Queue pair counters of a connection in full operation.
+    pub fn qp_stats(&self, id: SockId) -> Option<iwarp_proto::qp::QpStats> {
+        self.conns.get(&id)?.qp.as_ref().map(|q| q.qp_ref().stats())
+    }
+
+    /// Whether `frame` is SCTP's ([`SctpHost::claims`]).
+    pub fn claims(&self, frame: &[u8]) -> bool {
+        self.host.claims(frame)
+    }
+
+    /// A frame the stack found ours ([`SctpHost::claims`]).
+    pub fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        self.host.handle_frame(frame, now);
+    }
+
+    /// A copy of an ARP frame the interface answered.
+    pub fn learn_arp(&mut self, frame: &[u8], now: u64) {
+        self.host.learn_arp(frame, now);
+    }
+
+    /// Listen on `port`; false if it listens already.
+    pub fn listen(&mut self, port: u16, ulp: SctpUlp) -> bool {
+        if self.listeners.contains_key(&port) || !self.host.listen(port) {
+            return false;
+        }
+        self.listeners.insert(port, Listening { ulp });
+        true
+    }
+
+    /// Whether `port` listens.
+    pub fn listening(&self, port: u16) -> bool {
+        self.listeners.contains_key(&port)
+    }
+
+    /// Stop listening on `port`.
+    pub fn unlisten(&mut self, port: u16) -> bool {
+        self.host.unlisten(port);
+        self.listeners.remove(&port).is_some()
+    }
+
+    fn ephemeral_port(&mut self, remote: [u8; 4], port: u16) -> u16 {
+        let base = self.ephemeral_base;
+        for _ in 0..=u16::MAX {
+            let p = self.next_port;
+            self.next_port = if p == u16::MAX { base } else { p + 1 };
+            if !self.host.port_taken(remote, port, p) {
+                return p;
+            }
+        }
+        base
+    }
+
+    /// Open a connection: `Output::Opening`, then `Connected` (or `Failed`)
+    /// and CM events, through `out`.
+    pub fn connect(
+        &mut self,
+        token: u64,
+        remote: Ipv4Address,
+        port: u16,
+        ulp: SctpUlp,
+        now: u64,
+        out: &mut VecDeque<Output>,
+    ) {
+        let lport = self.ephemeral_port(remote.0, port);
+        match self.host.connect(remote.0, port, lport, None, now) {
+            Ok(assoc) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                let mut c = Conn::new(assoc, lport, remote, ulp, Phase::Associating);
+                c.token = Some(token);
+                self.conns.insert(id, c);
+                self.by_assoc.insert(assoc, id);
+                self.by_token.insert(token, id);
+                tracing::debug!(sock = id, %remote, port, local_port = lport, "SCTP connecting");
+                out.push_back(Output::Opening { token, sock: id });
+            }
+            Err(why) => {
+                tracing::info!(%remote, port, why, "SCTP connect refused locally");
+                out.push_back(Output::Failed {
+                    token,
+                    error: TcpError::Refused,
+                });
+            }
+        }
+    }
+
+    /// Work posted on connection `id`.
+    pub fn post(
+        &mut self,
+        id: SockId,
+        cmd: HostCommand,
+        mem: &MemoryTable,
+        out: &mut dyn FnMut(Output),
+    ) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let cq = c.ulp.cq.clone();
+        let mut refuse =
+            |e: PostError| route(id, HostOutput::Refused(cmd.wr_id(), e), cq.as_ref(), out);
+        if c.closing.is_some() || c.closed {
+            return refuse(PostError::NotReady(QpState::Error));
+        }
+        match (&c.phase, c.qp.as_mut()) {
+            (Phase::Rdma, Some(qp)) => {
+                let mut q = VecDeque::new();
+                post_to(&cmd, qp.qp(), mem, &mut q);
+                if let Some(HostOutput::Refused(_, e)) = q.pop_front() {
+                    refuse(e);
+                }
+            }
+            (Phase::Over, _) => refuse(PostError::NotReady(QpState::Error)),
+            _ => c.pending.push_back(cmd),
+        }
+    }
+
+    /// Accept a pending request.
+    pub fn accept(
+        &mut self,
+        id: SockId,
+        private_data: Vec<u8>,
+        ird: u16,
+        ord: u16,
+        cq: Option<Arc<CqRing>>,
+        mem: &mut MemoryTable,
+    ) -> Result<(), SetupError> {
+        let wrong = || SetupError {
+            code: TermCode::MPA_BAD_REQ_REP,
+            reason: SetupFailure::WrongKind,
+            peer_private_data: Vec::new(),
+        };
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Err(wrong());
+        };
+        let Phase::AwaitDecision(req) = &c.phase else {
+            return Err(wrong());
+        };
+        let (bytes, n) = session::accept(req, ird, ord, &private_data)?;
+        let Some(a) = self.host.assoc_mut(c.assoc) else {
+            return Err(wrong());
+        };
+        if let Err(e) = a.accept(STREAM, &bytes) {
+            tracing::info!(sock = id, error = ?e, "SCTP session accept refused");
+            return Err(wrong());
+        }
+        let mulpdu = a.mulpdu();
+        if cq.is_some() {
+            c.ulp.cq = cq;
+        }
+        c.start(n, mulpdu, mem);
+        tracing::info!(sock = id, ird, ord, "SCTP connection request accepted");
+        Ok(())
+    }
+
+    /// Reject a pending request with `private_data`.
+    pub fn reject(&mut self, id: SockId, private_data: &[u8]) -> Result<(), SetupError> {
+        let wrong = || SetupError {
+            code: TermCode::MPA_BAD_REQ_REP,
+            reason: SetupFailure::WrongKind,
+            peer_private_data: Vec::new(),
+        };
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Err(wrong());
+        };
+        if !matches!(c.phase, Phase::AwaitDecision(_)) {
+            return Err(wrong());
+        }
+        if let Some(a) = self.host.assoc_mut(c.assoc) {
+            let _ = a.reject(STREAM, private_data);
+        }
+        c.fail(SetupError {
+            code: TermCode::MPA_BAD_REQ_REP,
+            reason: SetupFailure::RejectedByUs,
+            peer_private_data: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Graceful close (of a connection already over: forget it).
+    pub fn close(&mut self, id: SockId) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.closing.get_or_insert(Closing::Graceful);
+            if c.reported_closed {
+                self.conns.remove(&id);
+            }
+        }
+    }
+
+    /// Abortive close: RDMAP Terminate, then shutdown (or SCTP ABORT).
+    pub fn abort(&mut self, id: SockId, now: u64) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            if c.reported_closed {
+                self.conns.remove(&id);
+                return;
+            }
+            if matches!(c.closing, Some(Closing::Abort { .. })) {
+                return;
+            }
+            c.closing = Some(Closing::Abort {
+                deadline: now.saturating_add(ABORT_WAIT),
+            });
+            if let Some(qp) = c.qp.as_mut() {
+                if qp.qp_ref().state() == QpState::Rts {
+                    qp.qp().terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+                }
+            }
+        }
+    }
+
+    /// One round: association events in (placement happens here),
+    /// segments out, completions to CQs, CM events and outputs to `out`.
+    /// Returns whether anything happened.
+    pub fn poll(
+        &mut self,
+        now: u64,
+        mem: &mut MemoryTable,
+        tx: &mut dyn FnMut(&[&[u8]]),
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
+        let mut host_out = std::mem::take(&mut self.host_out);
+        let mut busy = self.host.poll(now, tx, &mut |o| host_out.push(o));
+        busy |= !host_out.is_empty();
+        for o in host_out.drain(..) {
+            self.dispatch(o, now, mem, out);
+        }
+        let ids: Vec<SockId> = self.conns.keys().copied().collect();
+        for id in ids {
+            busy |= self.drive(id, now, mem, out);
+        }
+        // Send what the queue pairs just gave their associations this
+        // round rather than the next; events this makes wait for the next.
+        busy |= self.host.poll(now, tx, &mut |o| host_out.push(o));
+        self.host_out = host_out;
+        busy
+    }
+
+    fn dispatch(
+        &mut self,
+        o: SctpOutput,
+        now: u64,
+        mem: &mut MemoryTable,
+        out: &mut dyn FnMut(Output),
+    ) {
+        match o {
+            SctpOutput::Accepted {
+                assoc,
+                remote,
+                port: _,
+            } => {
+                // Which of our ports: the association knows.
+                let lport = self
+                    .host
+                    .assoc(assoc)
+                    .map(|a| a.sctp().local_port())
+                    .unwrap_or(0);
+                let Some(l) = self.listeners.get(&lport) else {
+                    if let Some(a) = self.host.assoc_mut(assoc) {
+                        a.abort();
+                    }
+                    return;
+                };
+                let id = self.next_id;
+                self.next_id += 1;
+                let mut c = Conn::new(
+                    assoc,
+                    lport,
+                    Ipv4Address(remote),
+                    l.ulp.clone(),
+                    Phase::AwaitInitiate,
+                );
+                c.arm(now, c.ulp.timeouts.request);
+                self.conns.insert(id, c);
+                self.by_assoc.insert(assoc, id);
+                tracing::debug!(sock = id, port = lport, "SCTP association accepted");
+            }
+            SctpOutput::Event(assoc, ev) => {
+                let Some(&id) = self.by_assoc.get(&assoc) else {
+                    return;
+                };
+                self.event(id, ev, now, mem, out);
+            }
+            SctpOutput::Refused(assoc, e) => {
+                tracing::debug!(assoc, error = ?e, "SCTP command refused");
+            }
+            SctpOutput::Listening { .. }
+            | SctpOutput::Opening { .. }
+            | SctpOutput::NoSuchAssoc(_) => {}
+        }
+    }
+
+    fn event(
+        &mut self,
+        id: SockId,
+        ev: DdpEvent,
+        now: u64,
+        mem: &mut MemoryTable,
+        out: &mut dyn FnMut(Output),
+    ) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let assoc = c.assoc;
+        if let Some(qp) = c.qp.as_mut() {
+            if qp.handle_event(&ev, mem) {
+                if let DdpEvent::Closed(_) = ev {
+                    c.closed = true;
+                    self.by_assoc.remove(&assoc);
+                }
+                return;
+            }
+        }
+        match ev {
+            DdpEvent::Connected => {
+                if let Some(token) = c.token.take() {
+                    self.by_token.remove(&token);
+                    out(Output::Connected {
+                        token,
+                        sock: id,
+                        stream: None,
+                    });
+                    tracing::info!(sock = id, remote = %c.remote, "SCTP association up");
+                }
+                if matches!(c.phase, Phase::Associating) {
+                    let r = session::initiate(c.ulp.ird, c.ulp.ord, &c.ulp.private_data);
+                    match r {
+                        Ok(bytes) => match self
+                            .host
+                            .assoc_mut(assoc)
+                            .map(|a| a.initiate(STREAM, &bytes))
+                        {
+                            Some(Ok(())) => {
+                                c.phase = Phase::Initiated;
+                                c.arm(now, c.ulp.timeouts.reply);
+                            }
+                            _ => c.fail(SetupError {
+                                code: TermCode::MPA_LOCAL_CATASTROPHIC,
+                                reason: SetupFailure::BadConfig,
+                                peer_private_data: Vec::new(),
+                            }),
+                        },
+                        Err(e) => c.fail(e),
+                    }
+                }
+            }
+            DdpEvent::SessionRequested {
+                stream,
+                private_data,
+            } => {
+                let a = self.host.assoc_mut(assoc);
+                if stream != STREAM || !matches!(c.phase, Phase::AwaitInitiate) {
+                    // One session per association, on stream 0.
+                    if let Some(a) = a {
+                        let _ = a.reject(stream, b"");
+                    }
+                    return;
+                }
+                match session::parse_initiate(&private_data) {
+                    Ok(req) => {
+                        out(Output::Accepted {
+                            port: c.port,
+                            sock: id,
+                            remote: c.remote,
+                            stream: None,
+                        });
+                        c.events.push_back(CmEvent::ConnectRequest(req.clone()));
+                        c.phase = Phase::AwaitDecision(req);
+                        c.arm(now, c.ulp.timeouts.decision);
+                    }
+                    Err(e) => {
+                        tracing::info!(sock = id, error = ?e, "SCTP Initiate refused");
+                        if let Some(a) = a {
+                            let _ = a.reject(stream, b"");
+                        }
+                        // The application never saw it: just go.
+                        c.phase = Phase::Over;
+                        c.closing = Some(Closing::Graceful);
+                    }
+                }
+            }
+            DdpEvent::SessionAccepted {
+                stream,
+                private_data,
+            } if stream == STREAM && matches!(c.phase, Phase::Initiated) => {
+                match session::parse_accept(&private_data, c.ulp.ird, c.ulp.ord) {
+                    Ok(n) => {
+                        let mulpdu = self.host.assoc(assoc).map(|a| a.mulpdu()).unwrap_or(0);
+                        c.start(n, mulpdu, mem);
+                        tracing::info!(sock = id, "SCTP session established");
+                    }
+                    Err(e) => {
+                        if let Some(a) = self.host.assoc_mut(assoc) {
+                            let _ = a.terminate(now, STREAM);
+                        }
+                        c.fail(e);
+                    }
+                }
+            }
+            DdpEvent::SessionEnded {
+                stream,
+                why,
+                private_data,
+            } if stream == STREAM => match c.phase {
+                Phase::Initiated => c.fail(match why {
+                    SessionEnd::Rejected => session::rejected(&private_data),
+                    _ => SetupError {
+                        code: TermCode::MPA_BAD_REQ_REP,
+                        reason: SetupFailure::WrongKind,
+                        peer_private_data: Vec::new(),
+                    },
+                }),
+                Phase::AwaitDecision(_) | Phase::AwaitInitiate => {
+                    c.fail(SetupError {
+                        code: TermCode::MPA_CONN_LOST,
+                        reason: SetupFailure::WrongKind,
+                        peer_private_data: Vec::new(),
+                    });
+                }
+                _ => {
+                    c.closing.get_or_insert(Closing::Graceful);
+                }
+            },
+            DdpEvent::Segment {
+                stream,
+                ddp_ssn,
+                segment,
+            } if stream == STREAM && matches!(c.phase, Phase::Initiated) => {
+                c.early_len += segment.len();
+                if c.early_len > MAX_EARLY || c.early.len() >= 4096 {
+                    if let Some(a) = self.host.assoc_mut(assoc) {
+                        let _ = a.terminate(now, STREAM);
+                    }
+                    c.early.clear();
+                    c.fail(SetupError {
+                        code: TermCode::MPA_BAD_REQ_REP,
+                        reason: SetupFailure::EarlyData,
+                        peer_private_data: Vec::new(),
+                    });
+                } else {
+                    c.early.push((ddp_ssn, segment));
+                }
+            }
+            DdpEvent::Closed(reason) => {
+                c.closed = true;
+                self.by_assoc.remove(&assoc);
+                if let Some(token) = c.token.take() {
+                    self.by_token.remove(&token);
+                    out(Output::Failed {
+                        token,
+                        error: close_error(&reason),
+                    });
+                    c.phase = Phase::Over;
+                    return;
+                }
+                match c.phase {
+                    Phase::Initiated | Phase::AwaitDecision(_) => c.fail(SetupError {
+                        code: TermCode::MPA_CONN_LOST,
+                        reason: SetupFailure::WrongKind,
+                        peer_private_data: Vec::new(),
+                    }),
+                    _ => c.phase = Phase::Over,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Posts, segments, teardown and reports of one connection.
+    fn drive(
+        &mut self,
+        id: SockId,
+        now: u64,
+        mem: &mut MemoryTable,
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        let mut busy = false;
+        if c.setup_deadline.is_some_and(|t| now >= t) {
+            busy = true;
+            let timed_out = SetupError {
+                code: TermCode::MPA_BAD_REQ_REP,
+                reason: SetupFailure::TimedOut,
+                peer_private_data: Vec::new(),
+            };
+            match c.phase {
+                // The peer never asked: go quietly.
+                Phase::AwaitInitiate => {
+                    c.setup_deadline = None;
+                    c.phase = Phase::Over;
+                    c.closing = Some(Closing::Graceful);
+                }
+                // RFC 5043 §6.3: our application did not answer; the
+                // peer learns it from a Reject.
+                Phase::AwaitDecision(_) => {
+                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        let _ = a.reject(STREAM, b"");
+                    }
+                    c.fail(timed_out);
+                }
+                Phase::Initiated => {
+                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        let _ = a.terminate(now, STREAM);
+                    }
+                    c.fail(timed_out);
+                }
+                _ => c.setup_deadline = None,
+            }
+        }
+        if let (Some(qp), false) = (c.qp.as_mut(), c.closed) {
+            if let Some(a) = self.host.assoc_mut(c.assoc) {
+                busy |= qp.transmit(mem, &mut AssocSink { assoc: a, now }) > 0;
+            }
+        }
+        // Teardown.
+        if !c.closed && !c.shutdown_sent {
+            let qp_done =
+                c.qp.as_ref()
+                    .is_none_or(|q| q.session_over() || q.qp_ref().state() == QpState::Error);
+            let go = match c.closing {
+                Some(Closing::Graceful) => c.qp.as_ref().is_none_or(|q| {
+                    q.session_over()
+                        || q.qp_ref().state() == QpState::Error
+                        || (q.tx_idle() && q.qp_ref().outstanding_reads() == 0)
+                }),
+                Some(Closing::Abort { deadline }) => {
+                    if now >= deadline {
+                        if let Some(a) = self.host.assoc_mut(c.assoc) {
+                            a.abort();
+                        }
+                        c.shutdown_sent = true;
+                    }
+                    qp_done
+                }
+                // The session ended (a Terminate either way): the
+                // association has nothing more to carry.
+                None => c.qp.as_ref().is_some_and(|q| q.session_over()),
+            };
+            if go && !c.shutdown_sent {
+                if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    a.shutdown(now);
+                }
+                c.shutdown_sent = true;
+                busy = true;
+            }
+        }
+        // Work posted after a close or before a failure.
+        if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {
+            for cmd in c.pending.drain(..) {
+                c.outputs.push_back(HostOutput::Refused(
+                    cmd.wr_id(),
+                    PostError::NotReady(QpState::Error),
+                ));
+            }
+        }
+        let cq = c.ulp.cq.clone();
+        while let Some(o) = c.outputs.pop_front() {
+            route(id, o, cq.as_ref(), out);
+            busy = true;
+        }
+        if let Some(qp) = c.qp.as_mut() {
+            while let Some(x) = qp.qp().poll_completion() {
+                route(id, HostOutput::Completion(x), cq.as_ref(), out);
+                busy = true;
+            }
+            while let Some(e) = qp.qp().poll_event() {
+                route(id, HostOutput::Event(e), cq.as_ref(), out);
+                busy = true;
+            }
+        }
+        while let Some(e) = c.events.pop_front() {
+            out(Output::Cm(id, e));
+            busy = true;
+        }
+        if c.closed && !c.reported_closed {
+            // Everything flushed and reported above.
+            c.reported_closed = true;
+            out(Output::Cm(id, CmEvent::Disconnected));
+            if let Some(t) = c.token.take() {
+                self.by_token.remove(&t);
+            }
+            busy = true;
+        }
+        // A queue pair the application holds stays (refusing posts) until
+        // it closes it; one it never had goes now.
+        if c.closed && (c.qp.is_none() || c.closing.is_some()) {
+            self.conns.remove(&id);
+        }
+        busy
+    }
+}
