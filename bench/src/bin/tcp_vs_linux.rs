@@ -11,7 +11,8 @@
 //! `--loss-permille`), with TSO, GSO and GRO off on both ends so both stacks
 //! send 1500-octet frames, and prints bulk throughput Linux -> Linux,
 //! tcp-lite -> Linux and Linux -> tcp-lite, the ratios to Linux -> Linux,
-//! and our sender's retransmission timeouts, recoveries, probes and undos.
+//! and our sender's retransmission timeouts, recoveries, probes (all, and
+//! those sent in recovery), rescue retransmissions and undos.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
@@ -559,7 +560,7 @@ fn loss_table(
         bulk >> 20
     );
     println!(
-        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>7} {:>12} {:>13} {:>6}",
+        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>13} {:>6}",
         "loss %",
         "Linux MB/s",
         "ours->L",
@@ -567,6 +568,7 @@ fn loss_table(
         "RTOs",
         "recoveries",
         "TLPs",
+        "in recov",
         "rescues",
         "undos DS/RTO",
         "L->ours MB/s",
@@ -616,7 +618,7 @@ fn loss_table(
             bulk,
         );
         println!(
-            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>7} {:>12} {:>13.0} {:>6.2}",
+            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>13.0} {:>6.2}",
             f64::from(permille) / 10.0,
             lin_bw,
             our_bw,
@@ -624,6 +626,7 @@ fn loss_table(
             st.rto_retransmits,
             st.sack_recoveries,
             st.tlp_probes,
+            st.recovery_probes,
             st.rescue_retransmits,
             format!("{}/{}", st.dsack_undos, st.spurious_rto_undone),
             rx_bw,
