@@ -2559,6 +2559,9 @@ mod tests {
         /// Segments a to b starting at these sequence numbers are lost, each
         /// as many times as its count says.
         drop_seq: Vec<(u32, u32)>,
+        /// Segments b to a acknowledging past this sequence number are
+        /// lost, as many as the count says (the ACKs ending a recovery).
+        drop_ack_past: Option<(u32, u32)>,
         /// When a sent what to b: (time, first, end) of each data segment.
         tx_ab: Vec<(u64, u32, u32)>,
         /// a's retransmission timeouts that SACK information could have
@@ -2596,6 +2599,7 @@ mod tests {
                 sent_ab: 0,
                 drop_ab: Vec::new(),
                 drop_seq: Vec::new(),
+                drop_ack_past: None,
                 tx_ab: Vec::new(),
                 avoidable_rtos: Vec::new(),
             }
@@ -2633,6 +2637,15 @@ mod tests {
                     );
                 }
                 for (seg, (seq, _)) in out.into_iter().zip(sent) {
+                    if !from_a {
+                        if let Some((past, n)) = self.drop_ack_past.as_mut() {
+                            let p = TcpPacket::new_checked(&seg[..]).unwrap();
+                            if *n > 0 && lt(*past, p.ack_number()) {
+                                *n -= 1;
+                                continue;
+                            }
+                        }
+                    }
                     let loss = match (from_a, self.faults.loss_ba) {
                         (false, Some(l)) => l,
                         _ => self.faults.loss,
@@ -4255,6 +4268,45 @@ mod tests {
             assert!(st.tlp_probes >= 1, "tail {tail}: {st:?}");
             assert!(p.avoidable_rtos.is_empty());
         }
+    }
+
+    #[test]
+    fn a_recovery_whose_ending_acks_are_lost_needs_no_timeout() {
+        // One segment lost mid-stream or near the end, and the first ACKs
+        // that acknowledge past it (those that would end the recovery)
+        // lost too. The probe in recovery draws another ACK before the
+        // RTO (its floor here 20 ms, far above 2 SRTT + 2 ms).
+        let c = Config {
+            rto_min: 20_000_000,
+            ..cfg()
+        };
+        let mut probes = 0;
+        for (seed, n_segs, lost, acks) in [
+            (80u64, 100u32, 95u32, 1u32),
+            (81, 100, 97, 1),
+            (82, 100, 90, 2),
+            (83, 200, 60, 1),
+            (84, 200, 120, 2),
+        ] {
+            let mut p = Pair::new(c, 1000, 9000, seed, Faults::default());
+            let hole = 1001u32.wrapping_add(lost * SEG);
+            p.drop_seq = vec![(hole, 1)];
+            p.drop_ack_past = Some((hole, acks));
+            let p = drive(p, seed, (n_segs * SEG) as usize, 0);
+            let st = p.a.stats();
+            assert_eq!(
+                p.drop_ack_past.map(|d| d.1),
+                Some(0),
+                "seed {seed}: no ACK dropped"
+            );
+            assert_eq!(st.rto_retransmits, 0, "seed {seed}: {st:?}");
+            assert!(st.sack_recoveries >= 1, "seed {seed}: {st:?}");
+            probes += st.recovery_probes;
+        }
+        assert!(
+            probes >= 1,
+            "no probe in recovery was needed: the test tests nothing"
+        );
     }
 
     #[test]
