@@ -4090,6 +4090,32 @@ mod tests {
     }
 
     #[test]
+    fn rfc8985_one_probe_then_the_rto_even_with_new_data_queued() {
+        // A peer that answers nothing, with new data queued and window
+        // room: one probe (new data), then the RTO (§7.3: after a probe the
+        // RTO is armed, not the probe timer). Re-arming the probe timer
+        // after a new-data probe sent a probe every PTO and pushed the RTO
+        // back each time: it never fired and the dead peer was never found.
+        let c = Config {
+            rto_min: 10_000_000,
+            ..cfg()
+        };
+        let (mut p, una) = in_flight(c, 3, 40);
+        for _ in 0..20 {
+            if p.a.stats().rto_retransmits > 0 {
+                break;
+            }
+            let t = p.a.poll_timeout().expect("a timer");
+            p.a.handle_timeout(t);
+            p.now = t;
+            sends(&mut p, una);
+        }
+        let st = p.a.stats();
+        assert_eq!(st.rto_retransmits, 1, "{st:?}");
+        assert_eq!(st.tlp_probes, 1, "{st:?}");
+    }
+
+    #[test]
     fn rfc8985_tail_loss_probe_goes_before_the_rto() {
         // An RTO floor above 2 SRTT + 2 ms, as on a real link (cfg()'s 1 ms
         // floor would have the probe go at the RTO's time, in its place).
