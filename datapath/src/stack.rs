@@ -531,6 +531,8 @@ fn trace_output(id: SockId, o: &HostOutput) {
 /// Add the counters of `t` to `sum`.
 fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.rto_retransmits += t.rto_retransmits;
+    sum.rescue_retransmits += t.rescue_retransmits;
+    sum.recovery_probes += t.recovery_probes;
     sum.fast_retransmits += t.fast_retransmits;
     sum.ooo_segments += t.ooo_segments;
     sum.challenge_acks += t.challenge_acks;

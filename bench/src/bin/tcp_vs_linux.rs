@@ -11,7 +11,8 @@
 //! `--loss-permille`), with TSO, GSO and GRO off on both ends so both stacks
 //! send 1500-octet frames, and prints bulk throughput Linux -> Linux,
 //! tcp-lite -> Linux and Linux -> tcp-lite, the ratios to Linux -> Linux,
-//! and our sender's retransmission timeouts, recoveries, probes and undos.
+//! and our sender's retransmission timeouts, recoveries, probes (all, and
+//! those sent in recovery), rescue retransmissions and undos.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
@@ -24,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use iwarp_datapath::runtime::{spawn, Mode};
+use iwarp_datapath::runtime::{spawn, LoopStats, Mode};
 use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_xdp::{Config as XdpConfig, XdpDevice};
@@ -375,7 +376,7 @@ fn our_server(
     ip: Ipv4Addr,
     port: u16,
     bulk: usize,
-) -> (f64, tcp_lite::tcp::Stats) {
+) -> (f64, tcp_lite::tcp::Stats, LoopStats) {
     let cfg = XdpConfig::new(iface, ip.octets());
     let dev = iwarp_xdp::in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
         .expect("enter namespace")
@@ -447,11 +448,11 @@ fn our_server(
         std::thread::sleep(Duration::from_micros(50));
     }
     std::thread::sleep(Duration::from_millis(100));
-    let tcp = h
+    let (tcp, ls) = h
         .stop()
-        .map(|(stack, _)| stack.stats().tcp_closed)
+        .map(|(stack, ls)| (stack.stats().tcp_closed, ls))
         .unwrap_or_default();
-    (bulk as f64 / secs / 1e6, tcp)
+    (bulk as f64 / secs / 1e6, tcp, ls)
 }
 
 /// `--newreno`: NewReno instead of the default CUBIC.
@@ -527,6 +528,25 @@ fn set_loss(ns: &Netns, permille: u32) {
     }
 }
 
+/// The namespace's TCP InSegs and OutSegs (`/proc/net/snmp`).
+fn tcp_segs(ns: &Netns) -> (u64, u64) {
+    let out = run_in(ns, &["cat", "/proc/net/snmp"], Duration::from_secs(10)).expect("snmp");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
+        return (0, 0);
+    };
+    let field = |name: &str| {
+        names
+            .split_whitespace()
+            .position(|n| n == name)
+            .and_then(|i| values.split_whitespace().nth(i))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("InSegs"), field("OutSegs"))
+}
+
 /// Offloads that would let Linux send more than one MTU per packet off.
 fn no_segmentation_offload(ns: &Netns, iface: &str) {
     let out = run_in(
@@ -559,7 +579,7 @@ fn loss_table(
         bulk >> 20
     );
     println!(
-        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>7} {:>12} {:>13} {:>6}",
+        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>13} {:>6} {:>9} {:>9}",
         "loss %",
         "Linux MB/s",
         "ours->L",
@@ -567,10 +587,13 @@ fn loss_table(
         "RTOs",
         "recoveries",
         "TLPs",
+        "in recov",
         "rescues",
         "undos DS/RTO",
         "L->ours MB/s",
-        "ratio"
+        "ratio",
+        "segs/ACK",
+        "Linux's"
     );
     struct Cleanup<'a>(&'a Netns);
     impl Drop for Cleanup<'_> {
@@ -586,8 +609,13 @@ fn loss_table(
         let addr = SocketAddrV4::new(server_ip, port);
         let (ready, server) = linux_server(linux_ns, addr, 0);
         ready.recv().expect("server ready");
+        let before = tcp_segs(linux_ns);
         let (_, lin_bw) = linux_client(ours_ns, addr, 0, bulk);
         let lin_rx = server.join().expect("server");
+        let after = tcp_segs(linux_ns);
+        // The Linux receiver's segments in per segment out.
+        let lin_per_ack =
+            (after.0 - before.0) as f64 / (after.1.saturating_sub(before.1)).max(1) as f64;
         assert_eq!(lin_rx as usize, bulk);
         ours_ns
             .ip(&["addr", "del", "10.211.0.3/24", "dev", veth.name(End::A)])
@@ -607,7 +635,7 @@ fn loss_table(
         let our_rx = server.join().expect("server");
         assert_eq!(our_rx as usize, bulk);
         // Linux -> ours: our stack listens at the same end.
-        let (rx_bw, _) = our_server(
+        let (rx_bw, _, rx_loop) = our_server(
             ours_ns,
             linux_ns,
             veth.name(End::A),
@@ -616,7 +644,7 @@ fn loss_table(
             bulk,
         );
         println!(
-            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>7} {:>12} {:>13.0} {:>6.2}",
+            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>13.0} {:>6.2} {:>9.1} {:>9.1}",
             f64::from(permille) / 10.0,
             lin_bw,
             our_bw,
@@ -624,10 +652,15 @@ fn loss_table(
             st.rto_retransmits,
             st.sack_recoveries,
             st.tlp_probes,
+            st.recovery_probes,
             st.rescue_retransmits,
             format!("{}/{}", st.dsack_undos, st.spurious_rto_undone),
             rx_bw,
-            rx_bw / lin_bw
+            rx_bw / lin_bw,
+            // Our receiver's frames in per frame out (nearly all pure
+            // ACKs): how many segments each ACK covers.
+            rx_loop.rx_frames as f64 / rx_loop.tx_frames.max(1) as f64,
+            lin_per_ack
         );
     }
 }
