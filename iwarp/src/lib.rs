@@ -148,6 +148,12 @@ pub struct HostOptions {
     /// fix is `ethtool -K <peer> tx off`). [`ContextStats::iface`] counts
     /// them either way.
     pub accept_partial_checksum: bool,
+    /// Testing: drop this many received frames per million at random
+    /// (seeded), before the stack sees them: loss for benchmarks and tests
+    /// of loss recovery on AF_XDP, where netfilter cannot drop what the
+    /// XDP program steers to the socket. Set it on both ends to lose
+    /// frames both ways. AF_XDP contexts only; default 0.
+    pub rx_drop_ppm: u32,
 }
 
 impl HostOptions {
@@ -164,6 +170,7 @@ impl HostOptions {
             mtu: None,
             tcp: TcpOptions::default(),
             accept_partial_checksum: false,
+            rx_drop_ppm: 0,
         }
     }
 }
@@ -173,6 +180,11 @@ impl HostOptions {
     fn check(&self) -> Result<(), Error> {
         if self.mtu.is_some_and(|m| m < 576) {
             return Err(Error::InvalidArgument("MTU below 576"));
+        }
+        if self.rx_drop_ppm > 1_000_000 {
+            return Err(Error::InvalidArgument(
+                "rx_drop_ppm above 1,000,000 (one million per million)",
+            ));
         }
         self.tcp.apply(&mut tcp_lite::tcp::Config::default())
     }
@@ -665,7 +677,7 @@ impl Context {
         for w in dev.warnings() {
             tracing::warn!("AF_XDP: {w}");
         }
-        let reader: DeviceReader<iwarp_xdp::XdpDevice> = Box::new(|d| {
+        let mut reader: DeviceReader<iwarp_xdp::XdpDevice> = Box::new(|d| {
             let (socket, kernel) = match d.stats() {
                 Ok(s) => (s.ours, Some(s.kernel)),
                 Err(_) => (Default::default(), None),
@@ -680,6 +692,23 @@ impl Context {
                 kernel,
             }))
         });
+        if host.rx_drop_ppm > 0 {
+            tracing::warn!(
+                ppm = host.rx_drop_ppm,
+                "AF_XDP: dropping received frames at random (HostOptions::rx_drop_ppm)"
+            );
+            let seed = u64::from(u32::from(host.ip)) ^ 0x6c6f_7373;
+            let dev = iwarp_frame::RxLoss::new(dev, host.rx_drop_ppm, seed);
+            let reader: DeviceReader<iwarp_frame::RxLoss<iwarp_xdp::XdpDevice>> =
+                Box::new(move |d| reader(d.inner()));
+            return Ok(Context::start(
+                cfg,
+                dev,
+                host.core,
+                host.polling,
+                Some(reader),
+            ));
+        }
         Ok(Context::start(
             cfg,
             dev,

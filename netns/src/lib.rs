@@ -385,6 +385,35 @@ impl Netns {
         v.extend_from_slice(args);
         run_ok(&v, IP_TIMEOUT)
     }
+
+    /// Drop `permille`/1000 of the IP packets entering and of those leaving
+    /// the namespace's stack at random (nftables `numgen random`, both
+    /// hooks), replacing any earlier rule of ours; 0 removes it. Frames an
+    /// XDP program steers to an AF_XDP socket never reach these hooks.
+    pub fn set_random_loss(&self, permille: u32) -> Result<(), Error> {
+        const TABLE: &str = "netns_harness_loss";
+        let nft = |args: &[&str]| {
+            let mut v = vec!["ip", "netns", "exec", self.name(), "nft"];
+            v.extend_from_slice(args);
+            run_ok(&v, IP_TIMEOUT)
+        };
+        // Absent the first time: nothing to delete.
+        let _ = nft(&["delete", "table", "inet", TABLE]);
+        if permille == 0 {
+            return Ok(());
+        }
+        let n = permille.min(1000).to_string();
+        nft(&["add", "table", "inet", TABLE])?;
+        for (chain, hook) in [("in", "input"), ("out", "output")] {
+            let spec = format!("{{ type filter hook {hook} priority 0 ; }}");
+            nft(&["add", "chain", "inet", TABLE, chain, &spec])?;
+            nft(&[
+                "add", "rule", "inet", TABLE, chain, "numgen", "random", "mod", "1000", "<", &n,
+                "drop",
+            ])?;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Netns {
@@ -519,6 +548,29 @@ impl VethPair {
             v.extend_from_slice(&["ip", "netns", "exec", ns]);
         }
         v.extend_from_slice(&["ethtool", "-K", self.name(end), "tx", "off"]);
+        run_ok(&v, IP_TIMEOUT).map(drop)
+    }
+
+    /// Turn off the offloads that let Linux move more than one MTU per
+    /// packet through `end` (`ethtool -K <if> tso off gso off gro off`):
+    /// for comparisons where both stacks must send, and lose, MTU-sized
+    /// packets.
+    pub fn disable_segmentation_offload(&self, end: End) -> Result<(), Error> {
+        let mut v = vec![];
+        if let Some(ns) = self.netns(end) {
+            v.extend_from_slice(&["ip", "netns", "exec", ns]);
+        }
+        v.extend_from_slice(&[
+            "ethtool",
+            "-K",
+            self.name(end),
+            "tso",
+            "off",
+            "gso",
+            "off",
+            "gro",
+            "off",
+        ]);
         run_ok(&v, IP_TIMEOUT).map(drop)
     }
 

@@ -206,6 +206,10 @@ struct Args {
     stats: bool,
     /// Also run each test over SCTP (RFC 5043), right after MPA/TCP.
     sctp: bool,
+    /// Packets per thousand dropped at random both ways (`--netns`), with
+    /// segmentation offloads off; `None`: no loss rule, offloads as the
+    /// veth has them.
+    loss_permille: Option<u32>,
     /// AF_XDP and TCP settings of our contexts (`--netns`).
     tuning: Tuning,
 }
@@ -433,6 +437,16 @@ struct Cli {
     #[arg(long, value_name = "mpa|sctp", default_value = "mpa",
           value_parser = ["mpa", "sctp"])]
     transport: String,
+    /// With --netns: drop this many packets per thousand at random, both
+    /// ways. The Linux baseline loses them to an nftables `numgen random`
+    /// rule on the server namespace's input and output hooks; our stacks,
+    /// whose frames an XDP program steers past netfilter, drop received
+    /// frames at both ends at the same rate (`HostOptions::rx_drop_ppm`).
+    /// Bandwidth tests then print our sender's retransmission counters.
+    /// Given at all (0 included), it also turns TSO, GSO and GRO off on
+    /// both veth ends, so that Linux sends and loses MTU-sized packets.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=500))]
+    loss_permille: Option<u32>,
     #[command(flatten)]
     tuning: Tuning,
 }
@@ -473,6 +487,7 @@ fn parse_args() -> Args {
         demo,
         stats: c.stats,
         sctp: c.transport == "sctp",
+        loss_permille: c.loss_permille,
         tuning: c.tuning,
     }
 }
@@ -526,6 +541,7 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
         );
         o.host.netns = Some(ns.ns_path());
         o.host.core = Some(core);
+        o.host.rx_drop_ppm = args.loss_permille.unwrap_or(0) * 1000;
         o.host.polling = if args.busy {
             iwarp::Polling::Busy
         } else {
@@ -660,6 +676,50 @@ fn run() -> Result<(), String> {
         })
         .collect();
 
+    if let Some(permille) = args.loss_permille {
+        match &lab {
+            Some(l) => {
+                println!(
+                    "loss: {permille} per thousand at random both ways (Linux: nftables in the server's namespace; ours: received frames dropped at both ends)",
+                );
+                l.a.set_random_loss(permille)
+                    .map_err(|e| format!("--loss-permille: {e}"))?;
+                // As tcp-vs-linux: Linux then sends (and loses) MTU-sized
+                // packets, not 64 KiB GSO ones.
+                for end in [netns_harness::End::A, netns_harness::End::B] {
+                    l.veth
+                        .disable_segmentation_offload(end)
+                        .map_err(|e| format!("--loss-permille: {e}"))?;
+                }
+                println!("offloads: TSO, GSO and GRO off on both veth ends (the Linux baseline sends MTU-sized packets, as ours)");
+                // The same RTO floor for both stacks: Linux's is 200 ms
+                // (TCP_RTO_MIN), ours 5 ms unless --rto-min-ms says
+                // otherwise; a per-route rto_min brings Linux's down.
+                let rto_min = format!("{}ms", args.tuning.rto_min_ms.unwrap_or(5));
+                for (ns, end, src) in [
+                    (&l.a, netns_harness::End::A, "10.78.0.1"),
+                    (&l.b, netns_harness::End::B, "10.78.0.2"),
+                ] {
+                    ns.ip(&[
+                        "route",
+                        "replace",
+                        "10.78.0.0/24",
+                        "dev",
+                        l.veth.name(end),
+                        "src",
+                        src,
+                        "rto_min",
+                        &rto_min,
+                    ])
+                    .map_err(|e| format!("--loss-permille: rto_min route: {e}"))?;
+                }
+                println!(
+                    "RTO floor: {rto_min} for both stacks (Linux through a per-route rto_min)"
+                );
+            }
+            None => return Err("--loss-permille needs --netns".into()),
+        }
+    }
     // Phase 1, the baseline: Linux TCP before our AF_XDP sockets and poll
     // loops exist, so neither competes with the other for the 2 vCPUs.
     if let Some(l) = &lab {
@@ -814,11 +874,25 @@ fn run() -> Result<(), String> {
             files.push(png);
         } else {
             entry["path"] = json!(path_name(plan.threads));
+            let tcp_before = client.stats().map(|s| s.tcp).ok();
             let r = pair
                 .bandwidth(job.test, job.size, &plan)
                 .map_err(|m| format!("{}: {m}", plan.label))?;
             pair.close().map_err(e)?;
             println!("{}", bw_row(&r));
+            if let (Some(permille), Some(b), Ok(a)) = (
+                args.loss_permille,
+                tcp_before,
+                client.stats().map(|s| s.tcp),
+            ) {
+                let rto = a.rto_retransmits - b.rto_retransmits;
+                let fast = a.fast_retransmits - b.fast_retransmits;
+                let undone = a.spurious_rto_undone - b.spurious_rto_undone;
+                println!(
+                    "   ours under loss (sender): RTOs {rto} ({undone} undone as spurious), fast retransmits {fast}"
+                );
+                entry["loss"] = json!({ "permille": permille, "rto_retransmits": rto, "spurious_rto_undone": undone, "fast_retransmits": fast });
+            }
             output::write_hgrm(&hgrm("iwarp"), &r.gaps.hist).map_err(|e| e.to_string())?;
             files.push(hgrm("iwarp"));
             entry["iwarp"] = r.json();

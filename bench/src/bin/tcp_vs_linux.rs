@@ -474,57 +474,11 @@ fn permille_list() -> Vec<u32> {
         .unwrap_or_else(|| vec![0, 1, 10, 20, 50])
 }
 
-const NFT_TABLE: &str = "tcpvslinux_loss";
-
 /// Drop `permille`/1000 of the packets entering and leaving `ns` at random
 /// (none: no rule). Replaces the previous rule.
 fn set_loss(ns: &Netns, permille: u32) {
-    let t = Duration::from_secs(10);
-    let _ = run_in(ns, &["nft", "delete", "table", "inet", NFT_TABLE], t);
-    if permille == 0 {
-        return;
-    }
-    let n = permille.to_string();
-    let cmds: [Vec<&str>; 3] = [
-        vec!["nft", "add", "table", "inet", NFT_TABLE],
-        vec![
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            NFT_TABLE,
-            "in",
-            "{ type filter hook input priority 0 ; }",
-        ],
-        vec![
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            NFT_TABLE,
-            "out",
-            "{ type filter hook output priority 0 ; }",
-        ],
-    ];
-    for c in &cmds {
-        let out = run_in(ns, c, t).expect("nft");
-        assert!(
-            out.status.success(),
-            "{c:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    for chain in ["in", "out"] {
-        let rule = [
-            "nft", "add", "rule", "inet", NFT_TABLE, chain, "numgen", "random", "mod", "1000", "<",
-            &n, "drop",
-        ];
-        let out = run_in(ns, &rule, t).expect("nft");
-        assert!(
-            out.status.success(),
-            "{rule:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if let Err(e) = ns.set_random_loss(permille) {
+        panic!("nftables loss rule in {}: {e}", ns.name());
     }
 }
 
@@ -547,23 +501,6 @@ fn tcp_segs(ns: &Netns) -> (u64, u64) {
     (field("InSegs"), field("OutSegs"))
 }
 
-/// Offloads that would let Linux send more than one MTU per packet off.
-fn no_segmentation_offload(ns: &Netns, iface: &str) {
-    let out = run_in(
-        ns,
-        &[
-            "ethtool", "-K", iface, "tso", "off", "gso", "off", "gro", "off",
-        ],
-        Duration::from_secs(10),
-    )
-    .expect("ethtool");
-    assert!(
-        out.status.success(),
-        "ethtool: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn loss_table(
     veth: &VethPair,
     ours_ns: &Netns,
@@ -572,8 +509,10 @@ fn loss_table(
     bulk: usize,
     rates: &[u32],
 ) {
-    no_segmentation_offload(ours_ns, veth.name(End::A));
-    no_segmentation_offload(linux_ns, veth.name(End::B));
+    // Offloads that would let Linux send more than one MTU per packet off.
+    for end in [End::A, End::B] {
+        veth.disable_segmentation_offload(end).expect("ethtool");
+    }
     println!(
         "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off",
         bulk >> 20
