@@ -602,6 +602,44 @@ impl Drop for VethPair {
     }
 }
 
+/// Two namespaces joined by a veth pair, end A in `a` and end B in `b`,
+/// both up with IPv6 off: where most namespace tests start. The veth is
+/// deleted before the namespaces (field order).
+#[derive(Debug)]
+pub struct NsPair {
+    /// The pair.
+    pub veth: VethPair,
+    /// End A's namespace.
+    pub a: Netns,
+    /// End B's namespace.
+    pub b: Netns,
+}
+
+impl NsPair {
+    /// Namespaces `<prefix>a…` and `<prefix>b…`, veth `<prefix>v…`
+    /// (`prefix`: at most 3 characters, for the interface names' limit).
+    pub fn new(prefix: &str) -> Result<NsPair, Error> {
+        let a = Netns::new(&format!("{prefix}a"))?;
+        let b = Netns::new(&format!("{prefix}b"))?;
+        let mut veth = VethPair::new(&format!("{prefix}v"))?;
+        veth.move_to(End::A, &a)?;
+        veth.move_to(End::B, &b)?;
+        for end in [End::A, End::B] {
+            veth.disable_ipv6(end)?;
+            veth.set_up(end)?;
+        }
+        Ok(NsPair { veth, a, b })
+    }
+
+    /// Host `host` of a /24 unique to this pair in this process
+    /// (10.x.y.0/24, from `a`'s id), for addresses that do not clash with
+    /// other tests running at the same time.
+    pub fn addr(&self, host: u8) -> std::net::Ipv4Addr {
+        let id = self.a.id();
+        std::net::Ipv4Addr::new(10, (id >> 8) as u8, id as u8, host)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use iwarp::{
     AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, QpEvent, STag, Status,
     Transport, WcOpcode, WcStatus, WorkRequest, XdpOptions,
 };
-use netns_harness::{End, Netns, VethPair};
+use netns_harness::{End, Netns, NsPair};
 
 mod sctp_util;
 
@@ -466,26 +466,14 @@ fn every_rdmap_operation_over_sctp_on_af_xdp_in_namespaces() {
         eprintln!("SKIP: {why}");
         return;
     }
-    let a = Netns::new("sca").unwrap();
-    let b = Netns::new("scb").unwrap();
-    let mut v = VethPair::new("scv").unwrap();
-    v.move_to(End::A, &a).unwrap();
-    v.move_to(End::B, &b).unwrap();
-    for end in [End::A, End::B] {
-        v.disable_ipv6(end).unwrap();
-        v.set_up(end).unwrap();
-    }
-    let id = a.id();
-    let (x, y) = ((id >> 8) as u8, id as u8);
-    let ip_a = Ipv4Addr::new(10, x, y, 1);
-    let ip_b = Ipv4Addr::new(10, x, y, 2);
+    let lab = NsPair::new("sc").unwrap();
     let ctx = |end: End, ns: &Netns, ip: Ipv4Addr| {
-        let mut o = XdpOptions::new(v.name(end), ip, 24);
+        let mut o = XdpOptions::new(lab.veth.name(end), ip, 24);
         o.host.netns = Some(ns.ns_path());
         Context::af_xdp(&o).unwrap()
     };
-    let server = ctx(End::A, &a, ip_a);
-    let client = ctx(End::B, &b, ip_b);
+    let server = ctx(End::A, &lab.a, lab.addr(1));
+    let client = ctx(End::B, &lab.b, lab.addr(2));
     every_operation(&server, &client, 7300);
     reject(&server, &client, 7301);
     drop((server, client));

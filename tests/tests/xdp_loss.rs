@@ -15,7 +15,7 @@ use iwarp::{
     AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, Status, WcOpcode,
     WcStatus, WorkRequest, XdpOptions,
 };
-use netns_harness::{End, Netns, VethPair};
+use netns_harness::{End, Netns, NsPair};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -50,25 +50,15 @@ fn rdma_writes_arrive_whole_with_two_percent_loss_both_ways() {
     }
     const CHUNK: usize = 64 << 10;
     const TOTAL: usize = 8 << 20;
-    let a = Netns::new("xla").unwrap();
-    let b = Netns::new("xlb").unwrap();
-    let mut v = VethPair::new("xlv").unwrap();
-    v.move_to(End::A, &a).unwrap();
-    v.move_to(End::B, &b).unwrap();
-    for end in [End::A, End::B] {
-        v.disable_ipv6(end).unwrap();
-        v.set_up(end).unwrap();
-    }
-    let id = a.id();
-    let (x, y) = ((id >> 8) as u8, id as u8);
+    let lab = NsPair::new("xl").unwrap();
     let ctx = |end: End, ns: &Netns, ip: Ipv4Addr| {
-        let mut o = XdpOptions::new(v.name(end), ip, 24);
+        let mut o = XdpOptions::new(lab.veth.name(end), ip, 24);
         o.host.netns = Some(ns.ns_path());
         o.host.rx_drop_ppm = 20_000;
         Context::af_xdp(&o).unwrap()
     };
-    let server = ctx(End::A, &a, Ipv4Addr::new(10, x, y, 1));
-    let client = ctx(End::B, &b, Ipv4Addr::new(10, x, y, 2));
+    let server = ctx(End::A, &lab.a, lab.addr(1));
+    let client = ctx(End::B, &lab.b, lab.addr(2));
 
     let spd = server.alloc_pd().unwrap();
     let cpd = client.alloc_pd().unwrap();
