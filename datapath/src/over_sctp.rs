@@ -219,6 +219,10 @@ pub struct SctpHostStats {
     pub rx_dropped: u64,
     /// UDP datagrams to our encapsulation port with a bad checksum.
     pub udp_bad_checksum: u64,
+    /// SCTP packets received inside UDP (RFC 6951), of `rx_packets`'s.
+    pub rx_udp: u64,
+    /// SCTP packets framed inside UDP (RFC 6951).
+    pub tx_udp: u64,
     /// Out-of-the-blue answers sent (RFC 9260 §8.4).
     pub ootb_replies: u64,
     /// SCTP packets dropped for want of ARP resolution.
@@ -459,7 +463,10 @@ impl SctpHost {
         .emit(&mut eth);
         self.ip_ident = self.ip_ident.wrapping_add(1);
         let (protocol, payload_len) = match udp {
-            Some(_) => (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len()),
+            Some(_) => {
+                self.stats.tx_udp += 1;
+                (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len())
+            }
             None => (IpProtocol::SCTP, pkt.len()),
         };
         let _ = Ipv4Repr {
@@ -727,6 +734,7 @@ impl Engine for SctpHost {
                     }
                     IpProtocol::UDP => match self.decapsulate(&repr, ip.payload()) {
                         Some((sport, pkt)) => {
+                            self.stats.rx_udp += 1;
                             self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now)
                         }
                         None => self.stats.rx_dropped += 1,

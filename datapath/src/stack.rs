@@ -195,6 +195,9 @@ pub enum Command {
         remote: Ipv4Address,
         /// Peer SCTP port.
         port: u16,
+        /// Inside UDP to the peer's port 9899 (RFC 6951) instead of raw
+        /// IPv4.
+        udp: bool,
         /// Queue pair and session settings.
         ulp: SctpUlp,
     },
@@ -816,7 +819,11 @@ impl Stack {
                 i.ip.0,
                 self.cfg.isn_secret.map(|b| b ^ 0xa5),
             );
-            c.sctp.max_packet = i.mtu.saturating_sub(20).min(65_535);
+            // SCTP packets arrive raw (IPv4 protocol 132) or inside UDP
+            // to IANA's encapsulation port (RFC 6951); the UDP header
+            // takes 8 octets of every packet's room, raw or not.
+            c.udp_port = Some(crate::over_sctp::SCTP_UDP_PORT);
+            c.sctp.max_packet = i.mtu.saturating_sub(28).min(65_535);
             // The retransmission timer follows the stack's TCP settings
             // (RFC 9260 §6.3.1 suggests RTO.Min 1 s, as RFC 6298 does for
             // TCP; the same LAN setting applies to both).
@@ -918,11 +925,13 @@ impl Stack {
                 token,
                 remote,
                 port,
+                udp,
                 ulp,
             } => {
                 let mut outs = std::mem::take(&mut self.pending_out);
+                let udp = udp.then_some(crate::over_sctp::SCTP_UDP_PORT);
                 match self.sctp_part() {
-                    Some(sc) => sc.connect(token, remote, port, ulp, now, &mut outs),
+                    Some(sc) => sc.connect(token, remote, port, udp, ulp, now, &mut outs),
                     None => outs.push_back(Output::Failed {
                         token,
                         error: TcpError::Refused,

@@ -854,7 +854,7 @@ impl Context {
                     srq,
                 },
             },
-            Transport::Sctp => Command::SctpListen {
+            Transport::Sctp | Transport::SctpOverUdp => Command::SctpListen {
                 port,
                 ulp: SctpUlp {
                     ird: opts.mpa.ird,
@@ -898,7 +898,7 @@ impl Context {
                     srq: opts.srq.as_ref().map(|s| s.inner.clone()),
                 },
             },
-            Transport::Sctp => {
+            Transport::Sctp | Transport::SctpOverUdp => {
                 if opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA {
                     return Err(Error::InvalidArgument(
                         "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
@@ -908,6 +908,7 @@ impl Context {
                     token,
                     remote,
                     port: to.port(),
+                    udp: opts.transport == Transport::SctpOverUdp,
                     ulp: opts.sctp_ulp(),
                 }
             }
@@ -1443,8 +1444,14 @@ pub enum Transport {
     /// `decision_timeout`) apply; CRC, markers and RTR do not (SCTP's CRC32c covers
     /// every packet). A connection's SCTP port and TCP port are separate
     /// spaces, but one context listens on a port number over one
-    /// transport at a time.
+    /// transport at a time. A listener over SCTP accepts associations
+    /// that arrive raw and inside UDP alike.
     Sctp,
+    /// [`Sctp`](Self::Sctp) inside UDP (RFC 6951), for paths where raw
+    /// SCTP (IPv4 protocol 132) cannot pass: connections go to the peer's
+    /// UDP port 9899 (IANA's `sctp-tunneling`), and our SCTP part takes
+    /// UDP to our port 9899. Listening, it is the same as `Sctp`.
+    SctpOverUdp,
 }
 
 /// Our defaults: Rev 2 enhanced, no markers, no peer-to-peer, CRC on (what
@@ -1580,7 +1587,7 @@ impl Drop for Listener {
         // more, and the wait is bounded.
         let cmd = match self.transport {
             Transport::Mpa => Command::Unlisten(port),
-            Transport::Sctp => Command::SctpUnlisten(port),
+            Transport::Sctp | Transport::SctpOverUdp => Command::SctpUnlisten(port),
         };
         if self.ctx.inner.post(cmd).is_ok() {
             let _ = self.ctx.inner.wait(Duration::from_secs(5), |r| {

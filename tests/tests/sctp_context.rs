@@ -77,7 +77,7 @@ fn reject(server: &Context, client: &Context, port: u16) {
 }
 
 /// Every operation between `server` and `client` over SCTP on `port`.
-fn every_operation(server: &Context, client: &Context, port: u16) {
+fn every_operation(server: &Context, client: &Context, port: u16, transport: Transport) {
     const BIG: usize = 100 << 10;
     let spd = server.alloc_pd().unwrap();
     let cpd = client.alloc_pd().unwrap();
@@ -112,7 +112,7 @@ fn every_operation(server: &Context, client: &Context, port: u16) {
     lo.transport = Transport::Sctp;
     let listener = server.listen(port, &lo).unwrap();
     let mut co = ConnectOptions::new(&cpd, &ccq);
-    co.transport = Transport::Sctp;
+    co.transport = transport;
     co.mpa.private_data = b"hello over SCTP".to_vec();
     co.mpa.ird = 8;
     co.mpa.ord = 4;
@@ -379,10 +379,10 @@ fn every_rdmap_operation_over_sctp_on_the_simulated_link() {
     // An MPA/TCP connection stays up on the same contexts throughout.
     let (_sqp, mqp, mscq, _mccq, minbox, msrc) = mpa_pair(&server, &client, 7000);
     mpa_send(&mqp, &msrc, &mscq, &minbox, 0);
-    every_operation(&server, &client, 7100);
+    every_operation(&server, &client, 7100, Transport::Sctp);
     mpa_send(&mqp, &msrc, &mscq, &minbox, 1);
     reject(&server, &client, 7101);
-    every_operation(&server, &client, 7102);
+    every_operation(&server, &client, 7102, Transport::SctpOverUdp);
     mpa_send(&mqp, &msrc, &mscq, &minbox, 2);
 }
 
@@ -474,7 +474,19 @@ fn every_rdmap_operation_over_sctp_on_af_xdp_in_namespaces() {
     };
     let server = ctx(End::A, &lab.a, lab.addr(1));
     let client = ctx(End::B, &lab.b, lab.addr(2));
-    every_operation(&server, &client, 7300);
+    every_operation(&server, &client, 7300, Transport::Sctp);
+    let udp = |c: &Context| {
+        let h = c.sctp_stats().unwrap().unwrap().host;
+        (h.rx_udp, h.tx_udp)
+    };
+    assert_eq!(udp(&server), (0, 0), "raw IPv4 only so far");
+    // The same inside UDP (RFC 6951): the client connects to port 9899,
+    // the server's listener takes the association as it arrives.
+    every_operation(&server, &client, 7302, Transport::SctpOverUdp);
+    for (who, c) in [("server", &server), ("client", &client)] {
+        let (rx, tx) = udp(c);
+        assert!(rx > 10 && tx > 10, "{who}: {rx} in, {tx} out inside UDP");
+    }
     reject(&server, &client, 7301);
     drop((server, client));
 }

@@ -412,18 +412,21 @@ impl SctpConns {
     }
 
     /// Open a connection: `Output::Opening`, then `Connected` (or `Failed`)
-    /// and CM events, through `out`.
+    /// and CM events, through `out`. `udp`: the peer's UDP encapsulation
+    /// port (RFC 6951), or `None` for raw IPv4.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
         token: u64,
         remote: Ipv4Address,
         port: u16,
+        udp: Option<u16>,
         ulp: SctpUlp,
         now: u64,
         out: &mut VecDeque<Output>,
     ) {
         let lport = self.ephemeral_port(remote.0, port);
-        match self.host.connect(remote.0, port, lport, None, now) {
+        match self.host.connect(remote.0, port, lport, udp, now) {
             Ok(assoc) => {
                 let id = self.next_id;
                 self.next_id += 1;
