@@ -48,6 +48,9 @@ struct Args {
     secs: u64,
     core: usize,
     window: u64,
+    /// CPUs this process may use, read before any thread is pinned (a
+    /// pinned thread's own count is 1).
+    ncpu: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -56,6 +59,7 @@ fn parse() -> Result<Args, String> {
         secs: 2,
         core: 0,
         window: 512,
+        ncpu: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -133,9 +137,11 @@ struct Run {
     dropped: u64,
 }
 
+/// Pin the calling thread to CPU `core`, by number (`get_core_ids` lists
+/// only the calling thread's own mask).
 fn pin(core: usize) {
-    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().nth(core)) {
-        core_affinity::set_for_current(id);
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        eprintln!("xdp-floor: could not pin a thread to CPU {core}");
     }
 }
 
@@ -175,7 +181,7 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
     let mut rx = open(&nb, End::B, ip_b)?;
     let f = frame(mtu, (tx.mac_address(), ip_a), (rx.mac_address(), ip_b));
     let payload = f.len() - HEADERS;
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ncpu = args.ncpu;
     let (c_tx, c_rx) = (args.core % ncpu, (args.core + 1) % ncpu);
     let done = Arc::new(AtomicBool::new(false));
     // Frames the receiver has counted: the sender's (free) acknowledgement.
