@@ -48,6 +48,7 @@ enum Phase {
     Failed,
 }
 
+/// The setup error for a call or event that does not fit the phase (no request pending, an unexpected session message).
 fn no_request() -> SetupError {
     SetupError {
         code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,

@@ -149,11 +149,7 @@ impl IwarpOverTcp {
     ) -> Result<(), SetupError> {
         match &mut self.iwarp {
             Some(c) => c.accept(private_data, ird, ord, mem),
-            None => Err(SetupError {
-                code: TermCode::MPA_BAD_REQ_REP,
-                reason: iwarp_control::SetupFailure::WrongKind,
-                peer_private_data: Vec::new(),
-            }),
+            None => Err(crate::no_request()),
         }
     }
 
@@ -162,11 +158,7 @@ impl IwarpOverTcp {
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
         match &mut self.iwarp {
             Some(c) => c.reject(private_data),
-            None => Err(SetupError {
-                code: TermCode::MPA_BAD_REQ_REP,
-                reason: iwarp_control::SetupFailure::WrongKind,
-                peer_private_data: Vec::new(),
-            }),
+            None => Err(crate::no_request()),
         }
     }
 

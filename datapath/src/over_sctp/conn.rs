@@ -488,24 +488,19 @@ impl SctpConns {
         cq: Option<Arc<CqRing>>,
         mem: &mut MemoryTable,
     ) -> Result<(), SetupError> {
-        let wrong = || SetupError {
-            code: TermCode::MPA_BAD_REQ_REP,
-            reason: SetupFailure::WrongKind,
-            peer_private_data: Vec::new(),
-        };
         let Some(c) = self.conns.get_mut(&id) else {
-            return Err(wrong());
+            return Err(crate::no_request());
         };
         let Phase::AwaitDecision(req) = &c.phase else {
-            return Err(wrong());
+            return Err(crate::no_request());
         };
         let (bytes, n) = session::accept(req, ird, ord, &private_data)?;
         let Some(a) = self.host.assoc_mut(c.assoc) else {
-            return Err(wrong());
+            return Err(crate::no_request());
         };
         if let Err(e) = a.accept(STREAM, &bytes) {
             tracing::info!(sock = id, error = ?e, "SCTP session accept refused");
-            return Err(wrong());
+            return Err(crate::no_request());
         }
         let mulpdu = a.mulpdu();
         if cq.is_some() {
@@ -518,16 +513,11 @@ impl SctpConns {
 
     /// Reject a pending request with `private_data`.
     pub fn reject(&mut self, id: SockId, private_data: &[u8]) -> Result<(), SetupError> {
-        let wrong = || SetupError {
-            code: TermCode::MPA_BAD_REQ_REP,
-            reason: SetupFailure::WrongKind,
-            peer_private_data: Vec::new(),
-        };
         let Some(c) = self.conns.get_mut(&id) else {
-            return Err(wrong());
+            return Err(crate::no_request());
         };
         if !matches!(c.phase, Phase::AwaitDecision(_)) {
-            return Err(wrong());
+            return Err(crate::no_request());
         }
         if let Some(a) = self.host.assoc_mut(c.assoc) {
             let _ = a.reject(STREAM, private_data);
@@ -766,11 +756,7 @@ impl SctpConns {
             } if stream == STREAM => match c.phase {
                 Phase::Initiated => c.fail(match why {
                     SessionEnd::Rejected => session::rejected(&private_data),
-                    _ => SetupError {
-                        code: TermCode::MPA_BAD_REQ_REP,
-                        reason: SetupFailure::WrongKind,
-                        peer_private_data: Vec::new(),
-                    },
+                    _ => crate::no_request(),
                 }),
                 Phase::AwaitDecision(_) | Phase::AwaitInitiate => {
                     c.fail(SetupError {
