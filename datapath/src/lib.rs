@@ -43,9 +43,11 @@ enum Phase {
     AwaitReply(Initiator),
     AwaitRequest(Responder),
     /// The Request is in; the application decides.
-    AwaitDecision(Responder),
-    Rdma(Box<Qp>),
-    Failed,
+    AwaitDecision(Responder, PeerRequest),
+    /// Full operation, with what the exchange settled.
+    Rdma(Box<Qp>, Negotiated),
+    /// Setup failed, and why.
+    Failed(SetupError),
 }
 
 /// The setup error for a call or event that does not fit the phase (no request pending, an unexpected session message).
@@ -74,14 +76,11 @@ pub struct Connection {
     phase: Phase,
     params: StreamParams,
     out: Vec<u8>,
-    negotiated: Option<Negotiated>,
     /// Hold FPDUs until the peer's first FPDU arrived (RFC 6581 responder waits
     /// for the RTR; RFC 5044 Rev 1: the initiator sends first).
     hold_until_rx: bool,
-    setup_error: Option<SetupError>,
     /// Let the application accept or reject the Request.
     manual: bool,
-    request: Option<PeerRequest>,
     /// Octets that followed the Request while the application decides
     /// (at most `max_early`).
     early: Vec<u8>,
@@ -112,11 +111,8 @@ impl Connection {
             phase: Phase::AwaitReply(ini),
             params,
             out: req,
-            negotiated: None,
             hold_until_rx: false,
-            setup_error: None,
             manual: false,
-            request: None,
             early: Vec::new(),
             max_early: 0,
             timeout,
@@ -137,11 +133,8 @@ impl Connection {
             phase: Phase::AwaitRequest(Responder::new(cfg)),
             params,
             out: Vec::new(),
-            negotiated: None,
             hold_until_rx: false,
-            setup_error: None,
             manual: false,
-            request: None,
             early: Vec::new(),
             max_early,
             timeout,
@@ -190,7 +183,7 @@ impl Connection {
     /// The peer's Request, while the application has not answered it.
     pub fn pending_request(&self) -> Option<&PeerRequest> {
         match self.phase {
-            Phase::AwaitDecision(_) => self.request.as_ref(),
+            Phase::AwaitDecision(_, ref r) => Some(r),
             _ => None,
         }
     }
@@ -204,7 +197,7 @@ impl Connection {
         ord: u16,
         mem: &mut MemoryTable,
     ) -> Result<(), SetupError> {
-        let Phase::AwaitDecision(resp) = &self.phase else {
+        let Phase::AwaitDecision(resp, _) = &self.phase else {
             return Err(no_request());
         };
         match resp.accept(private_data, ird, ord) {
@@ -221,13 +214,11 @@ impl Connection {
             }
             Ok(ResponderOutcome::Rejected { error, reply }) => {
                 self.out.extend_from_slice(&reply);
-                self.setup_error = Some(error.clone());
-                self.phase = Phase::Failed;
+                self.phase = Phase::Failed(error.clone());
                 Err(error)
             }
             Err(e) => {
-                self.setup_error = Some(e.clone());
-                self.phase = Phase::Failed;
+                self.phase = Phase::Failed(e.clone());
                 Err(e)
             }
         }
@@ -236,17 +227,16 @@ impl Connection {
     /// Reject the pending Request; the rejecting Reply carries
     /// `private_data` (at most 512 octets). Close the transport once it is sent.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
-        let Phase::AwaitDecision(resp) = &self.phase else {
+        let Phase::AwaitDecision(resp, _) = &self.phase else {
             return Err(no_request());
         };
         let reply = resp.reject(private_data)?;
         self.out.extend_from_slice(&reply);
-        self.setup_error = Some(SetupError {
+        self.phase = Phase::Failed(SetupError {
             code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
             reason: SetupFailure::RejectedByUs,
             peer_private_data: Vec::new(),
         });
-        self.phase = Phase::Failed;
         Ok(())
     }
 
@@ -259,7 +249,7 @@ impl Connection {
     pub fn setup_timeout(&self) -> Option<u64> {
         match self.phase {
             Phase::AwaitReply(_) | Phase::AwaitRequest(_) => Some(self.timeout),
-            Phase::AwaitDecision(_) => Some(self.decision_timeout),
+            Phase::AwaitDecision(..) => Some(self.decision_timeout),
             _ => None,
         }
     }
@@ -269,33 +259,31 @@ impl Connection {
     /// Reply with R = 1, RFC 5044 §7.1.2), so the peer learns why.
     pub fn setup_timed_out(&mut self) {
         match self.phase {
-            Phase::AwaitDecision(_) => self.fail_undecided(SetupFailure::TimedOut),
+            Phase::AwaitDecision(..) => self.fail_undecided(SetupFailure::TimedOut),
             Phase::AwaitReply(_) | Phase::AwaitRequest(_) => {
-                self.setup_error = Some(SetupError {
+                self.phase = Phase::Failed(SetupError {
                     code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
                     reason: SetupFailure::TimedOut,
                     peer_private_data: Vec::new(),
                 });
-                self.phase = Phase::Failed;
             }
-            Phase::Rdma(_) | Phase::Failed => {}
+            Phase::Rdma(..) | Phase::Failed(_) => {}
         }
     }
 
     /// While a Request waits for our application: queue a rejecting Reply,
     /// drop the held octets and record `why`.
     fn fail_undecided(&mut self, why: SetupFailure) {
-        if let Phase::AwaitDecision(resp) = &self.phase {
+        if let Phase::AwaitDecision(resp, _) = &self.phase {
             if let Ok(reply) = resp.reject(&[]) {
                 self.out.extend_from_slice(&reply);
             }
             self.early = Vec::new();
-            self.setup_error = Some(SetupError {
+            self.phase = Phase::Failed(SetupError {
                 code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
                 reason: why,
                 peer_private_data: Vec::new(),
             });
-            self.phase = Phase::Failed;
         }
     }
 
@@ -321,28 +309,34 @@ impl Connection {
     /// Phase.
     pub fn state(&self) -> ConnState {
         match &self.phase {
-            Phase::AwaitReply(_) | Phase::AwaitRequest(_) | Phase::AwaitDecision(_) => {
+            Phase::AwaitReply(_) | Phase::AwaitRequest(_) | Phase::AwaitDecision(..) => {
                 ConnState::Connecting
             }
-            Phase::Rdma(q) => ConnState::Rdma(q.state()),
-            Phase::Failed => ConnState::Failed,
+            Phase::Rdma(q, _) => ConnState::Rdma(q.state()),
+            Phase::Failed(_) => ConnState::Failed,
         }
     }
 
     /// What the exchange settled, once in full operation.
     pub fn negotiated(&self) -> Option<&Negotiated> {
-        self.negotiated.as_ref()
+        match &self.phase {
+            Phase::Rdma(_, n) => Some(n),
+            _ => None,
+        }
     }
 
     /// Why setup failed.
     pub fn setup_error(&self) -> Option<&SetupError> {
-        self.setup_error.as_ref()
+        match &self.phase {
+            Phase::Failed(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// The queue pair, once in full operation.
     pub fn qp(&mut self) -> Option<&mut Qp> {
         match &mut self.phase {
-            Phase::Rdma(q) => Some(q),
+            Phase::Rdma(q, _) => Some(q),
             _ => None,
         }
     }
@@ -350,7 +344,7 @@ impl Connection {
     /// The queue pair, read-only.
     pub fn qp_ref(&self) -> Option<&Qp> {
         match &self.phase {
-            Phase::Rdma(q) => Some(q),
+            Phase::Rdma(q, _) => Some(q),
             _ => None,
         }
     }
@@ -386,8 +380,7 @@ impl Connection {
                 self.refused.push((wr_id, e));
             }
         }
-        self.negotiated = Some(n);
-        self.phase = Phase::Rdma(Box::new(qp));
+        self.phase = Phase::Rdma(Box::new(qp), n);
     }
 
     /// Feed octets received from the transport.
@@ -401,30 +394,28 @@ impl Connection {
                     self.enter_rdma(n, true, mem);
                 }
                 Err(e) => {
-                    self.setup_error = Some(e);
-                    self.phase = Phase::Failed;
+                    self.phase = Phase::Failed(e);
                     return;
                 }
             },
             Phase::AwaitRequest(resp) if self.manual => match resp.receive_request(rest) {
                 Ok(None) => return,
                 Ok(Some((req, used))) => {
-                    self.request = Some(req);
-                    let Phase::AwaitRequest(r) = std::mem::replace(&mut self.phase, Phase::Failed)
+                    let Phase::AwaitRequest(r) =
+                        std::mem::replace(&mut self.phase, Phase::Failed(no_request()))
                     else {
                         return;
                     };
-                    self.phase = Phase::AwaitDecision(r);
+                    self.phase = Phase::AwaitDecision(r, req);
                     self.hold_early(&rest[used..]);
                     return;
                 }
                 Err(e) => {
-                    self.setup_error = Some(e);
-                    self.phase = Phase::Failed;
+                    self.phase = Phase::Failed(e);
                     return;
                 }
             },
-            Phase::AwaitDecision(_) => {
+            Phase::AwaitDecision(..) => {
                 self.hold_early(rest);
                 return;
             }
@@ -441,19 +432,17 @@ impl Connection {
                 }
                 Ok(Some(ResponderOutcome::Rejected { error, reply })) => {
                     self.out.extend_from_slice(&reply);
-                    self.setup_error = Some(error);
-                    self.phase = Phase::Failed;
+                    self.phase = Phase::Failed(error);
                     return;
                 }
                 Err(e) => {
-                    self.setup_error = Some(e);
-                    self.phase = Phase::Failed;
+                    self.phase = Phase::Failed(e);
                     return;
                 }
             },
-            Phase::Rdma(_) | Phase::Failed => {}
+            Phase::Rdma(..) | Phase::Failed(_) => {}
         }
-        if let Phase::Rdma(qp) = &mut self.phase {
+        if let Phase::Rdma(qp, _) = &mut self.phase {
             if !rest.is_empty() {
                 qp.receive(rest, mem);
                 if qp.stats().fpdus_rx > 0 {
@@ -483,7 +472,7 @@ impl Connection {
             return 0;
         }
         match &mut self.phase {
-            Phase::Rdma(qp) => qp.poll_transmit(mem, out, max_bytes, max_fpdus),
+            Phase::Rdma(qp, _) => qp.poll_transmit(mem, out, max_bytes, max_fpdus),
             _ => 0,
         }
     }
@@ -510,7 +499,7 @@ impl Connection {
     pub fn tx_idle(&self) -> bool {
         self.out.is_empty()
             && match &self.phase {
-                Phase::Rdma(q) => self.hold_until_rx || q.tx_idle(),
+                Phase::Rdma(q, _) => self.hold_until_rx || q.tx_idle(),
                 _ => true,
             }
     }

@@ -15,6 +15,10 @@ use tcp_lite::wire::TcpRepr;
 
 use crate::{Connection, StreamParams};
 
+/// How long an abort waits for its Terminate to be acknowledged before
+/// the RST (ns).
+const ABORT_GRACE_NS: u64 = 100_000_000;
+
 /// Which side opens MPA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -40,13 +44,89 @@ pub enum CmEvent {
     Disconnected,
 }
 
-/// How we are closing.
+/// Where one iWARP-over-TCP connection is in its life: one state for the
+/// TCP handshake, the MPA exchange, full operation and teardown together.
+/// Each transition that an application sees emits a [`CmEvent`].
+///
+/// ```text
+/// Opening ─► AwaitingMpa ─┬──────────────────────► Operational ─► Closing ─┐
+///                         └─► AwaitingDecision ─┘       │  ▲        │       │
+///        (setup failure: SetupFailed, then Closing)     ▼  └ Aborting ◄┘    │
+///                                          any state ─► Closed ◄─────────────┘
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Closing {
-    /// Let outstanding work finish, then close TCP.
-    Graceful,
-    /// Terminate, then RST once it is out (or at `deadline`).
-    Abort { deadline: u64 },
+pub enum State {
+    /// TCP's three-way handshake.
+    Opening,
+    /// MPA: the initiator waits for the Reply, the responder for the
+    /// Request (`MpaConfig::reply_timeout` / `request_timeout`).
+    AwaitingMpa,
+    /// A manual responder holds the Request ([`CmEvent::ConnectRequest`]):
+    /// the application accepts or rejects it
+    /// (`MpaConfig::decision_timeout`).
+    AwaitingDecision,
+    /// Full operation ([`CmEvent::Established`]): FPDUs flow.
+    Operational,
+    /// A graceful close: outstanding work (and the answers to our Reads)
+    /// finishes, then TCP closes. Entered on [`IwarpOverTcp::disconnect`],
+    /// on the peer's FIN, and after a setup failure
+    /// ([`CmEvent::SetupFailed`], the rejecting Reply going out first).
+    Closing,
+    /// An abortive close: a Terminate, then RST once TCP has it
+    /// acknowledged (or 100 ms later).
+    Aborting,
+    /// The iWARP stream is over ([`CmEvent::Disconnected`]): the queue pair
+    /// is flushed and places nothing more. TCP may linger (TIME-WAIT,
+    /// LAST-ACK, FIN-WAIT-2 under its own timer).
+    Closed,
+}
+
+impl State {
+    /// A close has begun or is over: new work is refused.
+    pub fn is_closing(self) -> bool {
+        matches!(self, State::Closing | State::Aborting | State::Closed)
+    }
+}
+
+/// The connection's own timers (TCP's are inside TCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// The MPA Request/Reply or the application's decision is late.
+    Setup,
+    /// The first-FPDU hold after the Reply ends (`first_fpdu_delay`).
+    Hold,
+    /// A graceful close has waited `close_timeout` for the answers to our
+    /// Reads without receiving an FPDU: it becomes abortive.
+    CloseReads,
+    /// FIN-WAIT-2 has waited `close_timeout` for the peer's FIN: RST.
+    FinWait2,
+    /// An abort's Terminate was not acknowledged in time: RST anyway.
+    Abort,
+}
+
+const TIMERS: usize = 5;
+
+/// One deadline (ns, the loop's clock) per [`Timer`]; `None` when not armed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Timers([Option<u64>; TIMERS]);
+
+impl Timers {
+    fn get(&self, t: Timer) -> Option<u64> {
+        self.0[t as usize]
+    }
+    fn set(&mut self, t: Timer, at: u64) {
+        self.0[t as usize] = Some(at);
+    }
+    fn clear(&mut self, t: Timer) {
+        self.0[t as usize] = None;
+    }
+    /// Armed and due at `now`.
+    fn due(&self, t: Timer, now: u64) -> bool {
+        self.get(t).is_some_and(|at| now >= at)
+    }
+    fn next(&self) -> Option<u64> {
+        self.0.iter().flatten().copied().min()
+    }
 }
 
 /// TCP's send-buffer room as the QP's transmit buffer.
@@ -61,36 +141,29 @@ impl TxBuf for SendRoom<'_, '_> {
     }
 }
 
-/// iWARP over tcp-lite.
+/// The engine of one iWARP connection over tcp-lite: it owns the TCP
+/// connection and, once TCP is established, the MPA exchange and the queue
+/// pair ([`Connection`]); one [`State`] and one timer table cover the whole
+/// life. I/O-free: segments and commands in, segments, completions and
+/// [`CmEvent`]s out, the clock passed in.
 #[derive(Debug)]
 pub struct IwarpOverTcp {
     /// The TCP connection.
     pub tcp: Tcp,
     /// The iWARP connection, created once TCP is established.
     pub iwarp: Option<Connection>,
+    state: State,
+    timers: Timers,
+    /// While a graceful close waits for the answers to our Reads: the
+    /// FPDUs received when [`Timer::CloseReads`] was last armed (progress
+    /// re-arms it).
+    close_reads_seen: u64,
     role: Role,
     mpa: MpaConfig,
     params: StreamParams,
     /// Work posted before the MPA exchange finished waits here.
     pub(crate) pending: VecDeque<HostCommand>,
     manual: bool,
-    /// The setup timer: whether it runs for our application's decision
-    /// (else for the peer's Request or Reply), and when it fires.
-    setup_deadline: Option<(bool, u64)>,
-    /// When the hold on FPDUs after the Reply ends.
-    hold_deadline: Option<u64>,
-    closing: Option<Closing>,
-    /// While a graceful close waits for the peer's answers to our Reads:
-    /// the FPDUs received when the wait (or the last progress) began, and
-    /// when the close gives up and aborts (`MpaConfig::close_timeout`
-    /// later).
-    close_deadline: Option<(u64, u64)>,
-    /// When FIN-WAIT-2 gives up on the peer's FIN and resets.
-    fin_wait2_deadline: Option<u64>,
-    llp_done: bool,
-    reported_request: bool,
-    reported_established: bool,
-    reported_failure: bool,
     events: VecDeque<CmEvent>,
     srq: Option<iwarp_proto::qp::Srq>,
     /// Closes that ran out of `MpaConfig::close_timeout` and reset the
@@ -105,24 +178,23 @@ impl IwarpOverTcp {
         IwarpOverTcp {
             tcp,
             iwarp: None,
+            state: State::Opening,
+            timers: Timers::default(),
+            close_reads_seen: 0,
             role,
             mpa,
             params,
             pending: VecDeque::new(),
             manual: false,
-            setup_deadline: None,
-            hold_deadline: None,
-            closing: None,
-            close_deadline: None,
-            fin_wait2_deadline: None,
-            llp_done: false,
-            reported_request: false,
-            reported_established: false,
-            reported_failure: false,
             events: VecDeque::new(),
             srq: None,
             close_timeouts: 0,
         }
+    }
+
+    /// Where the connection is.
+    pub fn state(&self) -> State {
+        self.state
     }
 
     /// Receive into buffers from a shared receive queue.
@@ -165,24 +237,34 @@ impl IwarpOverTcp {
     /// Graceful disconnect: outstanding work completes, then TCP closes;
     /// what is still posted then completes as flushed.
     pub fn disconnect(&mut self) {
-        if self.closing.is_none() {
-            self.closing = Some(Closing::Graceful);
+        if !self.state.is_closing() {
+            self.enter(State::Closing);
         }
     }
 
     /// Abortive disconnect: a Terminate (RDMAP local catastrophic error,
     /// RFC 5040 §7.1 — the application gave up on the stream), then RST;
-    /// posted work completes as flushed.
+    /// posted work completes as flushed. Once the stream is over
+    /// ([`State::Closed`]) what is left of TCP (FIN-WAIT-2, TIME-WAIT) is
+    /// reset at once.
     pub fn abort(&mut self, now: u64) {
-        if matches!(self.closing, Some(Closing::Abort { .. })) {
-            return;
-        }
-        self.closing = Some(Closing::Abort {
-            deadline: now.saturating_add(100_000_000),
-        });
-        if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
-            if qp.state() == QpState::Rts {
-                qp.terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+        match self.state {
+            State::Aborting => {}
+            State::Closed => {
+                if self.tcp.state() != TcpState::Closed {
+                    self.tcp.abort();
+                }
+                self.timers.clear(Timer::FinWait2);
+            }
+            _ => {
+                self.enter(State::Aborting);
+                self.timers
+                    .set(Timer::Abort, now.saturating_add(ABORT_GRACE_NS));
+                if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
+                    if qp.state() == QpState::Rts {
+                        qp.terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+                    }
+                }
             }
         }
     }
@@ -190,6 +272,29 @@ impl IwarpOverTcp {
     /// Next connection-manager event.
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()
+    }
+
+    /// Move to `next`: leave the old state's timers behind and report what
+    /// the application sees.
+    fn enter(&mut self, next: State) {
+        if next == self.state {
+            return;
+        }
+        match self.state {
+            State::AwaitingMpa | State::AwaitingDecision => self.timers.clear(Timer::Setup),
+            State::Closing => self.timers.clear(Timer::CloseReads),
+            State::Aborting => self.timers.clear(Timer::Abort),
+            _ => {}
+        }
+        if next == State::Closed {
+            // Nothing is sent from a closed stream: no hold to end.
+            self.timers.clear(Timer::Hold);
+            if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
+                qp.llp_lost();
+            }
+            self.events.push_back(CmEvent::Disconnected);
+        }
+        self.state = next;
     }
 
     fn ensure_iwarp(&mut self) {
@@ -261,7 +366,7 @@ impl IwarpOverTcp {
     /// Post `cmd` now if the queue pair is in full operation (refusals go to
     /// `out`), else hold it until it is.
     pub fn post(&mut self, cmd: HostCommand, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) {
-        if self.closing.is_some() || self.llp_done {
+        if self.state.is_closing() {
             out(HostOutput::Refused(
                 cmd.wr_id(),
                 PostError::NotReady(QpState::Error),
@@ -289,7 +394,7 @@ impl IwarpOverTcp {
     /// events and refusals to `out`. Returns true if it did anything.
     pub fn drain(&mut self, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) -> bool {
         let mut busy = false;
-        if self.closing.is_some() || self.llp_done {
+        if self.state.is_closing() {
             // After a disconnect request nothing new goes on the wire.
             while let Some(cmd) = self.pending.pop_front() {
                 out(HostOutput::Refused(
@@ -342,13 +447,9 @@ impl IwarpOverTcp {
         self.ensure_iwarp();
         self.setup_progress(now);
         if let Some(c) = &mut self.iwarp {
-            if c.tx_hold() > 0 {
-                let end = *self
-                    .hold_deadline
-                    .get_or_insert(now.saturating_add(c.tx_hold()));
-                if now >= end {
-                    c.release_tx_hold();
-                }
+            if self.timers.due(Timer::Hold, now) {
+                self.timers.clear(Timer::Hold);
+                c.release_tx_hold();
             }
             // One FPDU (or the MPA Request/Reply) per record, so TCP puts
             // whole FPDUs in segments (RFC 5044 §8) and a receiver, or
@@ -370,47 +471,48 @@ impl IwarpOverTcp {
         self.tcp.poll_transmit(now, max, emit)
     }
 
-    /// Setup timer and setup events.
+    /// The setup transitions (Opening → AwaitingMpa → AwaitingDecision →
+    /// Operational, or a failure → Closing) and their timer.
     fn setup_progress(&mut self, now: u64) {
         let Some(c) = &mut self.iwarp else {
             return;
         };
-        // The timer restarts when the Request is in and the wait becomes
-        // one for our application (MpaConfig::decision_timeout): an
-        // undecided Request is rejected on the wire when it runs out.
-        let deciding = c.pending_request().is_some();
-        match c.setup_timeout() {
-            Some(t) => {
-                let (_, deadline) = match self.setup_deadline {
-                    Some((d, at)) if d == deciding => (d, at),
-                    _ => *self
-                        .setup_deadline
-                        .insert((deciding, now.saturating_add(t))),
-                };
-                if now >= deadline {
-                    c.setup_timed_out();
-                }
+        if self.state == State::Opening {
+            // TCP is established and the MPA exchange has begun.
+            self.state = State::AwaitingMpa;
+            if let Some(t) = c.setup_timeout() {
+                self.timers.set(Timer::Setup, now.saturating_add(t));
             }
-            None => self.setup_deadline = None,
         }
-        if !self.reported_request {
+        if !matches!(self.state, State::AwaitingMpa | State::AwaitingDecision) {
+            return;
+        }
+        if self.timers.due(Timer::Setup, now) {
+            // An undecided Request is rejected on the wire.
+            self.timers.clear(Timer::Setup);
+            c.setup_timed_out();
+        }
+        if let Some(e) = c.setup_error() {
+            self.events.push_back(CmEvent::SetupFailed(e.clone()));
+            // The rejecting Reply (if any) goes out before the FIN.
+            self.enter(State::Closing);
+        } else if let Some(n) = c.negotiated() {
+            self.events.push_back(CmEvent::Established(n.clone()));
+            let hold = c.tx_hold();
+            self.enter(State::Operational);
+            if hold > 0 {
+                self.timers.set(Timer::Hold, now.saturating_add(hold));
+            }
+        } else if self.state == State::AwaitingMpa {
             if let Some(r) = c.pending_request() {
-                self.reported_request = true;
                 self.events.push_back(CmEvent::ConnectRequest(r.clone()));
-            }
-        }
-        if !self.reported_established {
-            if let Some(n) = c.negotiated() {
-                self.reported_established = true;
-                self.events.push_back(CmEvent::Established(n.clone()));
-            }
-        }
-        if !self.reported_failure {
-            if let Some(e) = c.setup_error() {
-                self.reported_failure = true;
-                self.events.push_back(CmEvent::SetupFailed(e.clone()));
-                // The rejecting Reply (if any) goes out before the FIN.
-                self.closing.get_or_insert(Closing::Graceful);
+                // The timer restarts for our application's decision
+                // (MpaConfig::decision_timeout).
+                let t = c.setup_timeout();
+                self.enter(State::AwaitingDecision);
+                if let Some(t) = t {
+                    self.timers.set(Timer::Setup, now.saturating_add(t));
+                }
             }
         }
     }
@@ -419,11 +521,11 @@ impl IwarpOverTcp {
     fn teardown_progress(&mut self, now: u64) {
         let state = self.tcp.state();
         // The peer closed (FIN) or the stream died: close our side too.
-        if state == TcpState::CloseWait {
-            self.closing.get_or_insert(Closing::Graceful);
+        if state == TcpState::CloseWait && !self.state.is_closing() {
+            self.enter(State::Closing);
         }
-        match self.closing {
-            Some(Closing::Graceful) => {
+        match self.state {
+            State::Closing => {
                 // A graceful close waits for the responses to our RDMA
                 // Reads, but not once the peer's FIN arrived: every octet
                 // it sent is before the FIN (RFC 9293 §3.10.7.4), so an
@@ -460,89 +562,70 @@ impl IwarpOverTcp {
                     // no FPDU for MpaConfig::close_timeout the close
                     // becomes abortive (Terminate, RST) and the Reads
                     // complete flushed.
-                    let end = match self.close_deadline {
-                        Some((n, end)) if n == seen => end,
-                        _ => self.close_deadline.insert((seen, now.saturating_add(t))).1,
-                    };
-                    if now >= end {
+                    if self.timers.get(Timer::CloseReads).is_none() || self.close_reads_seen != seen
+                    {
+                        self.close_reads_seen = seen;
+                        self.timers.set(Timer::CloseReads, now.saturating_add(t));
+                    }
+                    if self.timers.due(Timer::CloseReads, now) {
                         self.close_timeouts += 1;
                         self.abort(now);
                         return self.teardown_progress(now);
                     }
                 } else {
-                    self.close_deadline = None;
+                    self.timers.clear(Timer::CloseReads);
                 }
             }
-            Some(Closing::Abort { deadline }) => {
+            State::Aborting => {
                 let sent =
                     self.iwarp.as_ref().is_none_or(|c| c.tx_idle()) && self.tcp.unacked() == 0;
-                if (sent || now >= deadline) && state != TcpState::Closed {
+                if (sent || self.timers.due(Timer::Abort, now)) && state != TcpState::Closed {
                     self.tcp.abort();
                 }
             }
-            None => {}
+            _ => {}
         }
+        let tcp_state = self.tcp.state();
         let llp_over = matches!(
-            self.tcp.state(),
+            tcp_state,
             TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
-        ) || (self.closing.is_some() && self.tcp.state() == TcpState::FinWait2);
+        ) || (self.state.is_closing() && tcp_state == TcpState::FinWait2);
+        if llp_over {
+            self.enter(State::Closed);
+        }
         // RFC 9293 puts no limit on FIN-WAIT-2: a peer that acknowledges
         // our FIN but never sends its own would hold the connection for
         // ever (Linux bounds it with tcp_fin_timeout). The iWARP stream is
         // over once our FIN is out, so after close_timeout more, RST.
-        if self.llp_done && self.tcp.state() == TcpState::FinWait2 && self.mpa.close_timeout > 0 {
-            let end = *self
-                .fin_wait2_deadline
-                .get_or_insert(now.saturating_add(self.mpa.close_timeout));
-            if now >= end {
+        if self.state == State::Closed
+            && tcp_state == TcpState::FinWait2
+            && self.mpa.close_timeout > 0
+        {
+            if self.timers.get(Timer::FinWait2).is_none() {
+                self.timers
+                    .set(Timer::FinWait2, now.saturating_add(self.mpa.close_timeout));
+            }
+            if self.timers.due(Timer::FinWait2, now) {
+                self.timers.clear(Timer::FinWait2);
                 self.close_timeouts += 1;
                 self.tcp.abort();
             }
-        }
-        if llp_over && !self.llp_done {
-            self.llp_done = true;
-            if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
-                qp.llp_lost();
-            }
-            self.events.push_back(CmEvent::Disconnected);
+        } else {
+            self.timers.clear(Timer::FinWait2);
         }
     }
 
-    /// Next timer deadline: TCP's, the MPA setup timer's, the close
-    /// timers' (Reads unanswered, FIN-WAIT-2, an abort's wait for its
-    /// Terminate) and the first-FPDU hold's. The host polls the connection
-    /// when it passes (a deadline first set inside [`poll`](Self::poll) is
-    /// in this once that poll returns).
+    /// Next deadline: TCP's timers and the connection's own (the MPA setup
+    /// or decision timer, the first-FPDU hold, a close's wait for the
+    /// answers to our Reads, FIN-WAIT-2, an abort's wait for its
+    /// Terminate). The host polls the connection when it passes (a deadline
+    /// first set inside [`poll`](Self::poll) is in this once that poll
+    /// returns).
     pub fn poll_timeout(&self) -> Option<u64> {
-        let setup = self.setup_deadline.map(|(_, at)| at);
-        let close = self
-            .close_deadline
-            .filter(|_| self.closing == Some(Closing::Graceful))
-            .map(|(_, at)| at);
-        let fin_wait2 = self
-            .fin_wait2_deadline
-            .filter(|_| self.tcp.state() == TcpState::FinWait2);
-        // The first-FPDU hold, while FPDUs are held.
-        let hold = self
-            .hold_deadline
-            .filter(|_| self.iwarp.as_ref().is_some_and(|c| c.tx_hold() > 0));
-        let abort = match self.closing {
-            Some(Closing::Abort { deadline }) if self.tcp.state() != TcpState::Closed => {
-                Some(deadline)
-            }
-            _ => None,
-        };
-        [
-            self.tcp.poll_timeout(),
-            setup,
-            close,
-            fin_wait2,
-            hold,
-            abort,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [self.tcp.poll_timeout(), self.timers.next()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 
@@ -838,7 +921,7 @@ mod tests {
                 if !peer_closes {
                     a.disconnect();
                 }
-            } else if peer_closes && posted && reads(&a) == 1 && b.closing.is_none() {
+            } else if peer_closes && posted && reads(&a) == 1 && !b.state().is_closing() {
                 // The peer closes gracefully while our Read is out.
                 b.disconnect();
             }
@@ -849,6 +932,236 @@ mod tests {
         assert!(established && posted);
         let got = mem_a.snapshot(sink).unwrap();
         (a_out, disconnected, got, a)
+    }
+
+    /// A fresh initiator/responder pair (A opens) with the given MPA
+    /// settings; nothing exchanged yet.
+    fn fresh_pair(
+        mpa_a: MpaConfig,
+        mpa_b: MpaConfig,
+        manual_b: bool,
+    ) -> (IwarpOverTcp, IwarpOverTcp, MemoryTable) {
+        let cfg = Config::default();
+        let tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
+        let mut a = IwarpOverTcp::new(
+            tcp_a,
+            Role::Initiator,
+            mpa_a,
+            StreamParams {
+                pd: MemoryTable::new().alloc_pd(),
+                emss: 1460,
+                sq_depth: 4,
+                rq_depth: 4,
+            },
+        );
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let params = StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 4,
+            rq_depth: 4,
+        };
+        a.params = params;
+        let syn = take(&mut a, 0, &mem, IP_A, IP_B).remove(0);
+        let syn_r =
+            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
+        let tcp_b = Tcp::accept(cfg, &syn_r, 99);
+        let mut b = IwarpOverTcp::new(tcp_b, Role::Responder, mpa_b, params);
+        if manual_b {
+            b = b.manual_accept();
+        }
+        (a, b, mem)
+    }
+
+    /// One round at `now`: A's segments to B, then B's to A. Returns the
+    /// frames each sent.
+    fn round(
+        a: &mut IwarpOverTcp,
+        b: &mut IwarpOverTcp,
+        mem: &mut MemoryTable,
+        now: u64,
+    ) -> (usize, usize) {
+        let fa = take(a, now, mem, IP_A, IP_B);
+        for f in &fa {
+            give(b, f, now, mem, IP_A, IP_B);
+        }
+        let fb = take(b, now, mem, IP_B, IP_A);
+        for f in &fb {
+            give(a, f, now, mem, IP_B, IP_A);
+        }
+        (fa.len(), fb.len())
+    }
+
+    fn events(c: &mut IwarpOverTcp) -> Vec<CmEvent> {
+        std::iter::from_fn(|| c.poll_cm_event()).collect()
+    }
+
+    #[test]
+    fn one_state_walks_setup_operation_and_close_with_an_event_per_transition() {
+        let (mut a, mut b, mut mem) = fresh_pair(MpaConfig::default(), MpaConfig::default(), true);
+        assert_eq!((a.state(), b.state()), (State::Opening, State::Opening));
+        let mut now = 1_000;
+        let mut seen_a = vec![a.state()];
+        let mut seen_b = vec![b.state()];
+        let (mut ev_a, mut ev_b) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            now += 1_000;
+            round(&mut a, &mut b, &mut mem, now);
+            ev_a.extend(events(&mut a));
+            ev_b.extend(events(&mut b));
+            for (s, seen) in [(a.state(), &mut seen_a), (b.state(), &mut seen_b)] {
+                if seen.last() != Some(&s) {
+                    seen.push(s);
+                }
+            }
+            if b.state() == State::AwaitingDecision {
+                b.accept(Vec::new(), 1, 1, &mut mem).unwrap();
+            }
+            if a.state() == State::Operational && b.state() == State::Operational {
+                a.disconnect();
+                assert_eq!(a.state(), State::Closing, "disconnect is a transition");
+            }
+            if a.state() == State::Closed && b.state() == State::Closed {
+                break;
+            }
+        }
+        use State::*;
+        assert_eq!(seen_a, [Opening, AwaitingMpa, Operational, Closing, Closed]);
+        // B's handshake ends with A's Request in the same round: it passes
+        // AwaitingMpa inside one poll.
+        assert_eq!(seen_b, [Opening, AwaitingDecision, Operational, Closed]);
+        assert!(
+            matches!(ev_a[..], [CmEvent::Established(_), CmEvent::Disconnected]),
+            "{ev_a:?}"
+        );
+        assert!(
+            matches!(
+                ev_b[..],
+                [
+                    CmEvent::ConnectRequest(_),
+                    CmEvent::Established(_),
+                    CmEvent::Disconnected
+                ]
+            ),
+            "{ev_b:?}"
+        );
+    }
+
+    #[test]
+    fn poll_timeout_carries_the_setup_and_decision_timers() {
+        let mpa_b = MpaConfig {
+            request_timeout: 7_000_000,
+            decision_timeout: 3_000_000,
+            ..Default::default()
+        };
+        // A never sends its Request: B's handshake completes (A's ACK),
+        // then B waits request_timeout for the Request.
+        let (mut a, mut b, mut mem) = fresh_pair(MpaConfig::default(), mpa_b.clone(), true);
+        let now = 10_000;
+        let synack = take(&mut b, now, &mem, IP_B, IP_A);
+        for f in &synack {
+            give(&mut a, f, now, &mut mem, IP_B, IP_A);
+        }
+        let ack = take(&mut a, now, &mem, IP_A, IP_B);
+        // The handshake's ACK alone: A's Request (with it, or after it)
+        // is lost.
+        let mut r =
+            TcpRepr::parse(&TcpPacket::new_checked(&ack[0][..]).unwrap(), &IP_A, &IP_B).unwrap();
+        r.payload = &[];
+        b.handle_segment(&r, now, &mut mem);
+        take(&mut b, now, &mem, IP_B, IP_A);
+        assert_eq!(b.state(), State::AwaitingMpa);
+        let deadline = now + 7_000_000;
+        assert!(
+            b.poll_timeout().is_some_and(|t| t <= deadline),
+            "the Request timer is in poll_timeout: {:?}",
+            b.poll_timeout()
+        );
+        take(&mut b, deadline - 1, &mem, IP_B, IP_A);
+        assert_eq!(b.state(), State::AwaitingMpa, "not before its deadline");
+        take(&mut b, deadline, &mem, IP_B, IP_A);
+        assert_eq!(b.state(), State::Closing);
+        assert!(
+            matches!(&events(&mut b)[..], [CmEvent::SetupFailed(e)] if e.reason == iwarp_control::SetupFailure::TimedOut)
+        );
+
+        // The decision timer replaces it once the Request is in.
+        let (mut a, mut b, mut mem) = fresh_pair(MpaConfig::default(), mpa_b, true);
+        let mut now = 10_000;
+        while b.state() != State::AwaitingDecision {
+            now += 1_000;
+            round(&mut a, &mut b, &mut mem, now);
+            assert!(now < 1_000_000);
+        }
+        let decided_by = now + 3_000_000;
+        assert!(
+            b.poll_timeout().is_some_and(|t| t <= decided_by),
+            "the decision timer is in poll_timeout: {:?}",
+            b.poll_timeout()
+        );
+        take(&mut b, decided_by - 1, &mem, IP_B, IP_A);
+        assert_eq!(
+            b.state(),
+            State::AwaitingDecision,
+            "not before its deadline"
+        );
+        take(&mut b, decided_by, &mem, IP_B, IP_A);
+        assert_eq!(b.state(), State::Closing, "an undecided Request fails");
+    }
+
+    #[test]
+    fn the_first_fpdu_hold_is_a_timer_in_poll_timeout() {
+        let hold = 20_000_000;
+        let mpa_a = MpaConfig {
+            first_fpdu_delay: hold,
+            ..Default::default()
+        };
+        let (mut a, mut b, mut mem) = fresh_pair(mpa_a, MpaConfig::default(), false);
+        let mut now = 10_000;
+        while a.state() != State::Operational {
+            now += 1_000;
+            round(&mut a, &mut b, &mut mem, now);
+            assert!(now < 1_000_000);
+        }
+        let held_from = now;
+        let buf = mem
+            .register(a.params.pd, vec![5; 16], Access::LOCAL_READ, 0)
+            .unwrap();
+        let wr = WorkRequest::Send {
+            wr_id: 1,
+            signaled: true,
+            local: Sge {
+                stag: buf,
+                to: 0,
+                len: 16,
+            }
+            .into(),
+            solicited: false,
+            invalidate: None,
+        };
+        a.post(HostCommand::PostSend(wr), &mem, &mut |o| {
+            panic!("refused: {o:?}")
+        });
+        // Let everything but the held FPDU settle: nothing with payload goes.
+        for _ in 0..3 {
+            now += 1_000;
+            let sent = take(&mut a, now, &mem, IP_A, IP_B);
+            assert!(
+                sent.iter().all(|f| payload_len(f) == 0),
+                "an FPDU left during the hold"
+            );
+        }
+        assert_eq!(
+            a.poll_timeout(),
+            Some(held_from + hold),
+            "the hold is the next deadline"
+        );
+        let sent = take(&mut a, held_from + hold, &mem, IP_A, IP_B);
+        assert!(
+            sent.iter().any(|f| payload_len(f) > 0),
+            "the FPDU goes when the hold ends"
+        );
     }
 
     fn read_status(out: &[HostOutput]) -> Option<WcStatus> {
