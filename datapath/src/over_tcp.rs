@@ -706,6 +706,10 @@ impl crate::runtime::Engine for TcpHost {
         self.stack.handle_segment(&r, now, &mut self.mem);
     }
 
+    fn poll_timeout(&self) -> Option<u64> {
+        self.stack.poll_timeout()
+    }
+
     fn handle_command(&mut self, cmd: HostCommand, _now: u64) {
         // Commands that arrive before the MPA exchange finished wait there.
         self.stack.pending.push_back(cmd);

@@ -5,11 +5,15 @@
 //! MPA → DDP/RDMAP) → engine poll (timers, transmissions) → transmit. Application threads talk to the loop only
 //! through bounded lock-free queues (`crossbeam_queue::ArrayQueue`), so a post
 //! or a poll is a queue operation, never a syscall. Two modes: busy polling,
-//! and an adaptive mode that spins a while, then yields, then parks with a
+//! and an adaptive mode that spins a while, then yields, then sleeps with a
 //! growing (bounded) timeout when idle — this machine has two cores to
-//! share. A post to a parked loop unparks it (one `futex` wake, only when
-//! the loop is parked), so a command does not wait out the pause; frames
-//! arriving at a parked loop do wait for it.
+//! share. A sleep never runs past the engine's next deadline
+//! ([`Engine::poll_timeout`]). On a device that can wait for frames
+//! ([`FrameDevice::doorbell`]: AF_XDP, [`MemDevice`]) the loop sleeps in
+//! [`FrameDevice::wait`], so an arriving frame wakes it; elsewhere it parks
+//! and a frame waits out the pause. A post to a sleeping loop wakes it (one
+//! `futex` wake or doorbell ring, only when the loop sleeps), so a command
+//! does not wait out the pause.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +35,12 @@ pub trait Engine: Send + 'static {
     fn handle_frame(&mut self, frame: &[u8], now: u64);
     /// One command from an application thread.
     fn handle_command(&mut self, cmd: Self::Command, now: u64);
+    /// The engine's next deadline on the loop's clock (ns), if it knows
+    /// one: an idle loop sleeps no longer than until then. `None` (the
+    /// default): the loop's own bound alone.
+    fn poll_timeout(&self) -> Option<u64> {
+        None
+    }
     /// Run timers, emit frames through `tx` and outputs through `out`.
     /// A frame goes to `tx` as consecutive parts (headers, then the payload
     /// where it lies), which the device copies into its buffer in one pass
@@ -77,6 +87,9 @@ pub struct LoopStats {
     pub out_held_max: u64,
     /// Times the loop slept.
     pub sleeps: u64,
+    /// Of those, sleeps in the device's [`FrameDevice::wait`] (which a
+    /// frame ends), not a bounded park.
+    pub device_waits: u64,
     /// Whether the thread was pinned to the requested core.
     pub pinned: bool,
 }
@@ -115,6 +128,8 @@ pub struct LoopHandle<E: Engine> {
     probe: Arc<Probe>,
     /// The loop is (about to be) parked in an adaptive sleep.
     sleeping: Arc<AtomicBool>,
+    /// The device's doorbell, when the loop sleeps in the device's wait.
+    bell: Option<Arc<dyn iwarp_frame::Doorbell>>,
     join: Option<JoinHandle<(E, LoopStats)>>,
 }
 
@@ -133,8 +148,12 @@ impl<E: Engine> LoopHandle<E> {
         }
         Ok(())
     }
-    /// Unpark the loop's thread.
+    /// Wake the loop's thread: unpark it, and ring the device's doorbell
+    /// when it sleeps in the device's wait.
     fn wake(&self) {
+        if let Some(b) = &self.bell {
+            b.ring();
+        }
         if let Some(j) = &self.join {
             j.thread().unpark();
         }
@@ -239,6 +258,8 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     let stop = Arc::new(AtomicBool::new(false));
     let probe = Arc::new(Probe::default());
     let sleeping = Arc::new(AtomicBool::new(false));
+    let bell = dev.doorbell();
+    let waits = bell.is_some();
     let (c, o, s, pr, sl) = (
         commands.clone(),
         outputs.clone(),
@@ -342,12 +363,27 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
             if let Mode::Adaptive { spins, max_sleep } = mode {
                 idle += 1;
                 if idle > spins * 2 {
-                    // Park rather than sleep: a post unparks us (see
-                    // `LoopHandle::post` for the ordering).
+                    // Never past the engine's next deadline.
+                    let pause = match engine.poll_timeout() {
+                        Some(at) => {
+                            let now = start.elapsed().as_nanos() as u64;
+                            sleep.min(Duration::from_nanos(at.saturating_sub(now)))
+                        }
+                        None => sleep,
+                    };
+                    // Park (or wait on the device) rather than sleep: a
+                    // post wakes us (see `LoopHandle::post` for the
+                    // ordering; a doorbell rung before the wait ends it at
+                    // once).
                     sl.store(true, Ordering::Relaxed);
                     std::sync::atomic::fence(Ordering::SeqCst);
-                    if c.is_empty() && !s.load(Ordering::Acquire) {
-                        std::thread::park_timeout(sleep);
+                    if !pause.is_zero() && c.is_empty() && !s.load(Ordering::Acquire) {
+                        if waits {
+                            dev.wait(pause);
+                            st.device_waits += 1;
+                        } else {
+                            std::thread::park_timeout(pause);
+                        }
                         st.sleeps += 1;
                         sleep = (sleep * 2).min(max_sleep);
                     }
@@ -369,16 +405,39 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         stop,
         probe,
         sleeping,
+        bell,
         join: Some(join),
     }
 }
 
 /// One end of an in-memory frame link (for tests and examples without
-/// privileges): frames cross in bounded lock-free queues.
+/// privileges): frames cross in bounded lock-free queues. An end can sleep
+/// until a frame arrives ([`FrameDevice::wait`]): a transmission rings the
+/// other end's doorbell while that end sleeps.
 #[derive(Debug)]
 pub struct MemDevice {
     rx: Arc<ArrayQueue<Vec<u8>>>,
     tx: Arc<ArrayQueue<Vec<u8>>>,
+    bell: Arc<MemBell>,
+    peer_bell: Arc<MemBell>,
+}
+
+/// A [`MemDevice`] end's doorbell: whether its loop sleeps, and a rung
+/// flag under a mutex with a condition variable.
+#[derive(Debug, Default)]
+struct MemBell {
+    sleeping: AtomicBool,
+    rung: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl iwarp_frame::Doorbell for MemBell {
+    fn ring(&self) {
+        let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
+        *rung = true;
+        drop(rung);
+        self.cv.notify_one();
+    }
 }
 
 impl MemDevice {
@@ -386,12 +445,20 @@ impl MemDevice {
     pub fn pair(depth: usize) -> (MemDevice, MemDevice) {
         let ab = Arc::new(ArrayQueue::new(depth.max(1)));
         let ba = Arc::new(ArrayQueue::new(depth.max(1)));
+        let (bell_a, bell_b) = (Arc::new(MemBell::default()), Arc::new(MemBell::default()));
         (
             MemDevice {
                 rx: ba.clone(),
                 tx: ab.clone(),
+                bell: bell_a.clone(),
+                peer_bell: bell_b.clone(),
             },
-            MemDevice { rx: ab, tx: ba },
+            MemDevice {
+                rx: ab,
+                tx: ba,
+                bell: bell_b,
+                peer_bell: bell_a,
+            },
         )
     }
 }
@@ -411,7 +478,39 @@ impl FrameDevice for MemDevice {
         n
     }
     fn tx(&mut self, frame: &[u8]) -> bool {
-        self.tx.push(frame.to_vec()).is_ok()
+        if self.tx.push(frame.to_vec()).is_err() {
+            return false;
+        }
+        // Pairs with the fence in `wait`: either the sleeper sees this
+        // frame before it sleeps, or we see it sleeping and ring.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.peer_bell.sleeping.load(Ordering::Relaxed) {
+            iwarp_frame::Doorbell::ring(&*self.peer_bell);
+        }
+        true
+    }
+    fn doorbell(&self) -> Option<Arc<dyn iwarp_frame::Doorbell>> {
+        Some(self.bell.clone())
+    }
+    fn wait(&mut self, timeout: Duration) {
+        let bell = &*self.bell;
+        bell.sleeping.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let end = Instant::now() + timeout;
+        let mut rung = bell.rung.lock().unwrap_or_else(|p| p.into_inner());
+        while !*rung && self.rx.is_empty() {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            rung = match bell.cv.wait_timeout(rung, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        *rung = false;
+        drop(rung);
+        bell.sleeping.store(false, Ordering::Relaxed);
     }
 }
 
@@ -589,13 +688,206 @@ mod tests {
         assert!((1..=184).contains(&st.out_held_max), "{st:?}");
     }
 
+    /// A [`MemDevice`] that cannot wait for frames (no doorbell): the loop
+    /// parks its thread instead.
+    struct NoWait(MemDevice);
+
+    impl FrameDevice for NoWait {
+        fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+            self.0.rx_burst(max, sink)
+        }
+        fn tx(&mut self, frame: &[u8]) -> bool {
+            self.0.tx(frame)
+        }
+    }
+
+    /// A [`MemDevice`] end that shows when its loop sleeps in `wait`, and
+    /// for how long it asked to.
+    struct Probed {
+        inner: MemDevice,
+        waiting: Arc<Mutex<Option<(Instant, Duration)>>>,
+    }
+
+    impl FrameDevice for Probed {
+        fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+            self.inner.rx_burst(max, sink)
+        }
+        fn tx(&mut self, frame: &[u8]) -> bool {
+            self.inner.tx(frame)
+        }
+        fn doorbell(&self) -> Option<Arc<dyn iwarp_frame::Doorbell>> {
+            self.inner.doorbell()
+        }
+        fn wait(&mut self, timeout: Duration) {
+            *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((Instant::now(), timeout));
+            self.inner.wait(timeout);
+            *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    /// Sends back every frame it receives.
+    #[derive(Default)]
+    struct Echo {
+        got: Vec<Vec<u8>>,
+    }
+
+    impl Engine for Echo {
+        type Command = ();
+        type Output = ();
+        fn handle_frame(&mut self, frame: &[u8], _now: u64) {
+            self.got.push(frame.to_vec());
+        }
+        fn handle_command(&mut self, _cmd: (), _now: u64) {}
+        fn poll(
+            &mut self,
+            _now: u64,
+            tx: &mut dyn FnMut(&[&[u8]]),
+            _out: &mut dyn FnMut(()),
+        ) -> bool {
+            let busy = !self.got.is_empty();
+            for f in self.got.drain(..) {
+                tx(&[&f]);
+            }
+            busy
+        }
+    }
+
+    /// A frame wakes a loop asleep in its device's `wait`: the loop is
+    /// caught in a wait of at least 1 s with most of it left, a frame is
+    /// sent, and the echo must come back within 500 ms (without the wake
+    /// it would come when the wait ends, over 900 ms later).
+    #[test]
+    fn a_frame_wakes_a_loop_sleeping_on_its_device() {
+        let (dev, mut peer) = MemDevice::pair(4);
+        let waiting = Arc::new(Mutex::new(None));
+        let dev = Probed {
+            inner: dev,
+            waiting: waiting.clone(),
+        };
+        let mode = Mode::Adaptive {
+            spins: 1,
+            max_sleep: Duration::from_secs(20),
+        };
+        let h = spawn(Echo::default(), dev, None, mode, 4);
+        let give_up = Instant::now() + Duration::from_secs(30);
+        let sent = loop {
+            assert!(Instant::now() < give_up, "the loop never slept a second");
+            let w = *waiting.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((from, t)) = w {
+                if t >= Duration::from_secs(1) && from.elapsed() < Duration::from_millis(100) {
+                    assert!(peer.tx(b"ping"));
+                    break Instant::now();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let mut back = Vec::new();
+        while back.is_empty() {
+            assert!(
+                sent.elapsed() < Duration::from_millis(500),
+                "the frame waited for the loop's sleep"
+            );
+            peer.rx_burst(1, &mut |f| back.push(f.to_vec()));
+            std::thread::yield_now();
+        }
+        assert_eq!(back, [b"ping".to_vec()]);
+        let (_, st) = h.stop().expect("loop");
+        assert!(
+            st.device_waits > 10 && st.device_waits == st.sleeps,
+            "{st:?}"
+        );
+    }
+
+    /// Counts polls and says when the first poll at or after `due` came.
+    struct Due {
+        due: u64,
+        polled_at: Arc<Mutex<Option<u64>>>,
+    }
+
+    impl Engine for Due {
+        type Command = ();
+        type Output = ();
+        fn handle_frame(&mut self, _frame: &[u8], _now: u64) {}
+        fn handle_command(&mut self, _cmd: (), _now: u64) {}
+        fn poll_timeout(&self) -> Option<u64> {
+            Some(self.due)
+        }
+        fn poll(
+            &mut self,
+            now: u64,
+            _tx: &mut dyn FnMut(&[&[u8]]),
+            _out: &mut dyn FnMut(()),
+        ) -> bool {
+            if now >= self.due {
+                let mut g = self.polled_at.lock().unwrap_or_else(|p| p.into_inner());
+                if g.is_none() {
+                    *g = Some(now);
+                    // Next deadline far away: the loop may sleep again.
+                    self.due = u64::MAX;
+                }
+            }
+            false
+        }
+    }
+
+    /// An idle loop does not sleep past the engine's deadline. Idle, the
+    /// pause doubles from 1 µs: at 3 s into the loop it is in a sleep of
+    /// about 2.1 s that began near 2.1 s, so without the clamp the engine
+    /// would be polled about 1.2 s late; it must be within 500 ms.
+    #[test]
+    fn an_idle_loop_wakes_for_the_engines_deadline() {
+        for wait in [true, false] {
+            let (dev, _peer) = MemDevice::pair(1);
+            let polled_at = Arc::new(Mutex::new(None));
+            let due = 3_000_000_000;
+            let e = Due {
+                due,
+                polled_at: polled_at.clone(),
+            };
+            let mode = Mode::Adaptive {
+                spins: 1,
+                max_sleep: Duration::from_secs(20),
+            };
+            let h = if wait {
+                spawn(e, dev, None, mode, 4)
+            } else {
+                // Parked, not in the device's wait: the same bound.
+                spawn(e, NoWait(dev), None, mode, 4)
+            };
+            let give_up = Instant::now() + Duration::from_secs(10);
+            let at = loop {
+                if let Some(at) = *polled_at.lock().unwrap_or_else(|p| p.into_inner()) {
+                    break at;
+                }
+                assert!(Instant::now() < give_up, "never polled after the deadline");
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            assert!(
+                at - due < 500_000_000,
+                "polled {} ms late (device wait: {wait})",
+                (at - due) / 1_000_000
+            );
+            drop(h);
+        }
+    }
+
     /// A post wakes a loop parked in adaptive mode. Idle, the loop's pause
     /// doubles from 1 µs, so 5 s in it is in a park that began about 4.2 s
     /// in and lasts about as long: without the wake the command would wait
     /// over 3 s; it must be handled within 2 s (in practice microseconds).
+    /// Once parked on its thread (a device that cannot wait), once asleep
+    /// in the device's wait (rung by the post).
     #[test]
     fn a_post_unparks_a_sleeping_loop() {
-        let (dev, _peer) = MemDevice::pair(1);
+        std::thread::scope(|s| {
+            s.spawn(|| post_wakes(|| NoWait(MemDevice::pair(1).0), false));
+            s.spawn(|| post_wakes(|| MemDevice::pair(1).0, true));
+        });
+    }
+
+    fn post_wakes<D: FrameDevice + 'static>(dev: impl FnOnce() -> D, waits: bool) {
+        let dev = dev();
         let mode = Mode::Adaptive {
             spins: 1,
             max_sleep: Duration::from_secs(20),
@@ -613,6 +905,7 @@ mod tests {
         }
         let (_, st) = h.stop().expect("loop");
         assert!(st.sleeps > 10, "{st:?}");
+        assert_eq!(st.device_waits > 0, waits, "{st:?}");
     }
 
     #[test]

@@ -1307,6 +1307,14 @@ impl crate::runtime::Engine for Stack {
     type Command = Command;
     type Output = Output;
 
+    /// The earliest connection deadline in the timer heap (a stale entry
+    /// only wakes the loop early). What is visited every round regardless
+    /// (byte streams, the SCTP part, ARP) is bounded by the loop's own
+    /// sleep limit, as before.
+    fn poll_timeout(&self) -> Option<u64> {
+        self.timers.peek().map(|std::cmp::Reverse((at, _))| *at)
+    }
+
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
         // SCTP (IPv4 protocol 132, or UDP to its port) goes to the SCTP
         // part; it learns from ARP, which the interface alone answers.

@@ -41,6 +41,31 @@ pub trait FrameDevice: Send {
     /// Publish the frames queued since the last flush, with one kick where
     /// the device needs one, and reclaim completed transmit buffers.
     fn flush(&mut self) {}
+    /// The doorbell of a device that can sleep until a frame arrives
+    /// ([`wait`](Self::wait)): whoever must wake the sleeping loop (a
+    /// thread posting a command) rings it. `None` (the default): the device
+    /// cannot wait for frames, and an idle loop sleeps a bounded time
+    /// instead. Asked once, when a loop starts on the device.
+    fn doorbell(&self) -> Option<std::sync::Arc<dyn Doorbell>> {
+        None
+    }
+    /// Sleep until a received frame is ready for
+    /// [`rx_burst`](Self::rx_burst), the [`doorbell`](Self::doorbell) has
+    /// rung since the last `wait`, or `timeout` passes, whichever is first.
+    /// Only called on a device whose doorbell is `Some`; the default
+    /// returns at once.
+    fn wait(&mut self, timeout: std::time::Duration) {
+        let _ = timeout;
+    }
+}
+
+/// Wakes a poll loop sleeping in [`FrameDevice::wait`] from another thread.
+/// A ring with nobody waiting is kept: the next `wait` returns at once, so
+/// a ring between a loop's last look at its queues and its sleep is never
+/// lost.
+pub trait Doorbell: Send + Sync + std::fmt::Debug {
+    /// Wake the sleeper (or the next one).
+    fn ring(&self);
 }
 
 /// A device whose received frames are dropped at random, before the stack
@@ -121,6 +146,12 @@ impl<D: FrameDevice> FrameDevice for RxLoss<D> {
     }
     fn flush(&mut self) {
         self.inner.flush()
+    }
+    fn doorbell(&self) -> Option<std::sync::Arc<dyn Doorbell>> {
+        self.inner.doorbell()
+    }
+    fn wait(&mut self, timeout: std::time::Duration) {
+        self.inner.wait(timeout)
     }
 }
 

@@ -105,7 +105,9 @@ use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 pub enum Polling {
     /// Spin forever: lowest latency, one core fully used.
     Busy,
-    /// Spin a while, then yield, then sleep up to 200 µs: for shared cores.
+    /// Spin a while, then yield, then sleep up to 200 µs (never past the
+    /// next timer; on AF_XDP an arriving frame or a post ends the sleep):
+    /// for shared cores.
     Adaptive,
 }
 

@@ -2,13 +2,15 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iwarp_frame::FrameDevice;
+use iwarp_frame::{Doorbell, FrameDevice};
 
 use crate::bpf::SharedPorts;
 use crate::error::{Error, Warning};
 use crate::neigh::{self, KernelNeighbours};
+use crate::notify::{self, EventFd};
 use crate::program::{AttachMode, Program, XdpAttachment};
 use crate::socket::{Counters, SocketConfig, XskSocket};
 use crate::sys;
@@ -224,6 +226,10 @@ pub struct XdpDevice {
     mtu: u32,
     multi_buffer: bool,
     shared: Option<SharedNeigh>,
+    /// Rung to end a [`FrameDevice::wait`] early (`None` on a shared
+    /// address, whose neighbour frames arrive outside the socket, or if
+    /// the eventfd could not be made: the loop then sleeps bounded times).
+    bell: Option<Arc<EventFd>>,
 }
 
 impl XdpDevice {
@@ -322,6 +328,11 @@ impl XdpDevice {
             mac,
             mtu,
             multi_buffer,
+            bell: if shared.is_none() {
+                EventFd::new().ok().map(Arc::new)
+            } else {
+                None
+            },
             shared,
         })
     }
@@ -435,6 +446,22 @@ impl FrameDevice for XdpDevice {
 
     fn flush(&mut self) {
         self.socket.flush()
+    }
+
+    fn doorbell(&self) -> Option<Arc<dyn Doorbell>> {
+        self.bell.clone().map(|b| b as Arc<dyn Doorbell>)
+    }
+
+    /// Sleeps in `ppoll(2)` on the socket (readable once its RX ring holds
+    /// a frame) and the doorbell's eventfd.
+    fn wait(&mut self, timeout: Duration) {
+        let Some(bell) = &self.bell else {
+            return;
+        };
+        // An error (EINTR aside, which it retries) only ends the sleep
+        // early: the loop looks at its rings and comes back.
+        let _ = notify::wait_readable(&[self.socket.as_fd(), bell.as_fd()], timeout);
+        bell.drain();
     }
 }
 

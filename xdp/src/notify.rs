@@ -107,6 +107,45 @@ impl AsRawFd for EventFd {
 
 /// Milliseconds for poll/epoll_wait: -1 for no limit, rounded up so a short
 /// timeout does not become a busy loop.
+/// Wait until one of `fds` is readable or `timeout` passes (nanosecond
+/// precision, `ppoll(2)`); true if one is readable. At most 4 descriptors.
+pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<bool> {
+    const MAX: usize = 4;
+    let mut p = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; MAX];
+    let n = fds.len().min(MAX);
+    for (slot, fd) in p.iter_mut().zip(fds) {
+        slot.fd = fd.as_raw_fd();
+        slot.events = libc::POLLIN;
+    }
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    loop {
+        // SAFETY: `p` holds `n` initialised pollfds the kernel may write
+        // `revents` into; `ts` is a valid timespec read during the call;
+        // a null signal mask leaves the mask unchanged.
+        let r = unsafe { libc::ppoll(p.as_mut_ptr(), n as libc::nfds_t, &ts, std::ptr::null()) };
+        if r >= 0 {
+            return Ok(r > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+impl iwarp_frame::Doorbell for EventFd {
+    fn ring(&self) {
+        self.signal();
+    }
+}
+
 fn timeout_ms(t: Option<Duration>) -> libc::c_int {
     match t {
         None => -1,

@@ -473,3 +473,60 @@ fn unprivileged_is_reported() {
         other => panic!("expected a permission error, got {other:?}"),
     }
 }
+
+#[test]
+fn wait_returns_for_a_frame_and_for_the_doorbell() {
+    // An idle poll loop sleeps in `FrameDevice::wait`: a frame on the
+    // socket's RX ring must end the sleep, and so must the doorbell rung
+    // from another thread; with neither the sleep lasts its timeout.
+    if let Some(why) = skip() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let mut lab = lab("xdw", |_| {});
+    let bell = lab.dev.doorbell().expect("an AF_XDP device can wait");
+
+    // Nothing comes: the whole timeout.
+    let t = Instant::now();
+    lab.dev.wait(Duration::from_millis(50));
+    assert!(
+        t.elapsed() >= Duration::from_millis(50),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // The doorbell, 200 ms into a 10 s wait.
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let b = bell.clone();
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            b.ring();
+        });
+        lab.dev.wait(Duration::from_secs(10));
+    });
+    let woke = t.elapsed();
+    assert!(
+        (Duration::from_millis(200)..Duration::from_secs(5)).contains(&woke),
+        "the doorbell woke the wait after {woke:?}"
+    );
+
+    // A frame: B's ping asks for our address (ARP) about 300 ms in.
+    let to = lab.ip_str(1);
+    let _child = spawn_in(
+        &lab.b,
+        &["sh", "-c", &format!("sleep 0.3; ping -n -c 1 -w 3 {to}")],
+    )
+    .expect("spawn ping");
+    let t = Instant::now();
+    lab.dev.wait(Duration::from_secs(10));
+    let woke = t.elapsed();
+    let mut frames = 0;
+    lab.dev.rx_burst(64, &mut |_| frames += 1);
+    assert!(
+        woke < Duration::from_secs(5),
+        "a frame woke the wait after {woke:?}"
+    );
+    assert!(frames >= 1, "woken with no frame after {woke:?}");
+    println!("woken by the doorbell and by a frame ({woke:?}, {frames} frame(s))");
+}
