@@ -116,7 +116,7 @@ impl Polling {
         match self {
             Polling::Busy => Mode::BusyPoll,
             Polling::Adaptive => Mode::Adaptive {
-                spins: 20_000,
+                spins: 200,
                 max_sleep: Duration::from_micros(200),
             },
         }
@@ -1325,7 +1325,7 @@ impl Cq {
             if Instant::now() >= deadline {
                 return None;
             }
-            if spins < 10_000 {
+            if spins < 200 {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
