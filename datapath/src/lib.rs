@@ -6,16 +6,16 @@
 //! to the queue pair's deframer, which places payload into registered memory
 //! as it arrives. [`over_tcp`] runs it over tcp-lite's TCP; [`runtime`] holds
 //! the core-pinned poll loops that drive engines from frame devices, with
-//! lock-free queues to application threads; [`virtual_link`] runs two
-//! engines on a simulated link in virtual time, deterministically.
+//! lock-free queues to application threads; [`link`] holds the links tests
+//! run them over (in memory, with seeded faults, or in virtual time).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod link;
 pub mod over_sctp;
 pub mod over_tcp;
 pub mod runtime;
 pub mod stack;
-pub mod virtual_link;
 
 use iwarp_control::{
     Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,

@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
+use iwarp_datapath::link::virtual_link::{LinkConfig, LinkFaults, Side, VirtualLink};
 use iwarp_datapath::over_sctp::{SctpCommand, SctpHost, SctpHostConfig, SctpOutput};
-use iwarp_datapath::virtual_link::{LinkConfig, LinkFaults, Side, VirtualLink};
 use sctp_lite::assoc::CloseReason;
 
 const A_TO_B: usize = 120;

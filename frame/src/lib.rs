@@ -80,7 +80,7 @@ pub trait Doorbell: Send + Sync + std::fmt::Debug {
 pub struct RxLoss<D> {
     inner: D,
     ppm: u32,
-    state: u64,
+    rng: SplitMix64,
     dropped: u64,
 }
 
@@ -91,7 +91,7 @@ impl<D: FrameDevice> RxLoss<D> {
         RxLoss {
             inner,
             ppm: ppm.min(1_000_000),
-            state: seed,
+            rng: SplitMix64::new(seed),
             dropped: 0,
         }
     }
@@ -107,13 +107,41 @@ impl<D: FrameDevice> RxLoss<D> {
     }
 }
 
-/// SplitMix64's next value.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// SplitMix64: the seeded generator behind every fault decision of the
+/// test links (here, `iwarp-datapath`'s `link` module, the tests), so a
+/// seed replays the same pattern for the same frame sequence. Not for
+/// anything that needs unpredictability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator starting from `seed`.
+    pub const fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `ppm` / 1,000,000 (never for 0, and then no
+    /// value is drawn).
+    pub fn chance_ppm(&mut self, ppm: u32) -> bool {
+        ppm > 0 && self.next_u64() % 1_000_000 < u64::from(ppm)
+    }
+
+    /// A value below `n` (0 for `n` = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        match n {
+            0 => 0,
+            n => self.next_u64() % n,
+        }
+    }
 }
 
 impl<D: FrameDevice> FrameDevice for RxLoss<D> {
@@ -123,15 +151,15 @@ impl<D: FrameDevice> FrameDevice for RxLoss<D> {
         let RxLoss {
             inner,
             ppm,
-            state,
+            rng,
             dropped,
         } = self;
         if *ppm == 0 {
             return inner.rx_burst(max, sink);
         }
-        let ppm = u64::from(*ppm);
+        let ppm = *ppm;
         inner.rx_burst(max, &mut |f| {
-            if splitmix64(state) % 1_000_000 < ppm {
+            if rng.chance_ppm(ppm) {
                 *dropped += 1;
             } else {
                 sink(f);

@@ -84,11 +84,12 @@ pub use stats::{
     QpStats, StackStats, TcpStats, XdpDeviceStats, XskMode,
 };
 
+use iwarp_datapath::link::MemDevice;
 /// Counters of a context's SCTP connections ([`Context::sctp_stats`]).
 pub use iwarp_datapath::over_sctp::conn::SctpCounters;
 use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
-use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, MemDevice, Mode};
+use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, Mode};
 pub use iwarp_datapath::stack::HookStatus;
 use iwarp_datapath::stack::{
     Command, CqEntry, CqRing, InspectOp, ListenError, LoopHook, MemoryOp, Output, SockId, Stack,

@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use iwarp_control::MpaConfig;
-use iwarp_datapath::over_tcp::{HostCommand, HostOutput, IwarpOverTcp, Role, TcpHost};
-use iwarp_datapath::runtime::{spawn, MemDevice, Mode};
+use iwarp_datapath::link::{MemDevice, TcpHost};
+use iwarp_datapath::over_tcp::{HostCommand, HostOutput, IwarpOverTcp, Role};
+use iwarp_datapath::runtime::{spawn, Mode};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable};
 use iwarp_proto::qp::{Sge, WcOpcode, WcStatus, WorkRequest};

@@ -538,10 +538,11 @@ fn an_unanswered_sctp_request_is_rejected_after_the_decision_timeout() {
 #[test]
 fn a_raw_peer_gets_clear_answers() {
     use ddp_sctp::{DdpEvent, SessionEnd};
+    use iwarp_datapath::link::MemDevice;
     use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
     use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
     use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
-    use iwarp_datapath::runtime::{spawn, MemDevice, Mode};
+    use iwarp_datapath::runtime::{spawn, Mode};
     use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
     use iwarp_datapath::StreamParams;
     use iwarp_proto::mem::MemoryTable;

@@ -19,9 +19,10 @@
 mod sctp_util;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
+use iwarp_datapath::link::{Faults, FaultyDevice, MemDevice};
 use iwarp_datapath::over_sctp::SctpHostStats;
 use iwarp_datapath::over_sctp::{SctpCommand, SctpHost, SctpOutput, SCTP_UDP_PORT};
-use iwarp_datapath::runtime::{Faults, FaultyDevice, LoopHandle, MemDevice};
+use iwarp_datapath::runtime::LoopHandle;
 use sctp_lite::assoc::CloseReason;
 use sctp_util::{receive, segment, start, Host};
 

@@ -14,9 +14,10 @@ mod sctp_util;
 use std::time::{Duration, Instant};
 
 use ddp_sctp::{DdpError, DdpEvent, SessionEnd};
+use iwarp_datapath::link::{Faults, FaultyDevice, MemDevice};
 use iwarp_datapath::over_sctp::qp::{SctpQp, SegmentSink};
 use iwarp_datapath::over_sctp::{AssocId, SctpCommand, SctpHost, SctpHostConfig, SctpOutput};
-use iwarp_datapath::runtime::{Faults, FaultyDevice, LoopHandle, MemDevice};
+use iwarp_datapath::runtime::LoopHandle;
 use iwarp_proto::mem::{Access, AccessError, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{
     Completion, QpConfig, QpEvent, QpState, Sge, WcOpcode, WcStatus, WorkRequest,

@@ -1,6 +1,6 @@
 //! Two host stacks (Ethernet, ARP, IPv4, TCP, byte streams and iWARP) in
 //! pinned poll loops, joined by the simulated link backend
-//! (`runtime::FaultyDevice`): seeded loss, reordering, duplication,
+//! (`link::FaultyDevice`): seeded loss, reordering, duplication,
 //! corruption and delay. No privileges needed.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
@@ -9,9 +9,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use iwarp_control::{MpaConfig, PeerRequest, SetupFailure};
+use iwarp_datapath::link::{Faults, FaultyDevice, MemDevice};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::FrameDevice;
-use iwarp_datapath::runtime::{spawn, Faults, FaultyDevice, LoopHandle, MemDevice, Mode};
+use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{
     flags, Command, Output, SockId, Stack, StackConfig, StreamShared, Ulp,
 };

@@ -1,5 +1,5 @@
 //! Two host stacks (Ethernet, ARP, IPv4, TCP, byte streams and iWARP) on a simulated
-//! link in virtual time (`iwarp_datapath::virtual_link`): no threads, no
+//! link in virtual time (`iwarp_datapath::link::virtual_link`): no threads, no
 //! clock, so every run is a pure function of its seed and a failure replays
 //! exactly. Seeded loss, loss bursts, reordering, duplication and
 //! corruption; every octet checked both ways.
@@ -9,8 +9,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use iwarp_datapath::link::virtual_link::{LinkConfig, LinkFaults, LinkStats, Side, VirtualLink};
 use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
-use iwarp_datapath::virtual_link::{LinkConfig, LinkFaults, LinkStats, Side, VirtualLink};
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};

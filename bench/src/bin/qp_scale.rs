@@ -21,9 +21,9 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
 use iwarp_control::MpaConfig;
+use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::over_tcp::CmEvent;
 use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
-use iwarp_datapath::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{MemoryTable, PdId};
 use tcp_lite::iface::IfaceConfig;

@@ -16,9 +16,9 @@
 //! ```
 
 use iwarp_control::MpaConfig;
+use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
-use iwarp_datapath::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Sge, WorkRequest};

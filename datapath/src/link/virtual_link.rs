@@ -1,5 +1,5 @@
 //! Two engines on one simulated Ethernet link in virtual time: no threads,
-//! no clock, the same faults as [`FaultyDevice`](crate::runtime::FaultyDevice)
+//! no clock, the same faults as [`FaultyDevice`](crate::link::FaultyDevice)
 //! plus loss bursts, all from one seed. A run is a pure function of the seed
 //! and of what the test does between steps, so a failure replays exactly.
 //!
@@ -102,7 +102,7 @@ pub struct VirtualLink<E: Engine> {
     b: E,
     cfg: LinkConfig,
     now: u64,
-    rng: u64,
+    rng: iwarp_frame::SplitMix64,
     /// Frames still to drop in the current burst, per direction (to A, to B).
     burst_left: [u32; 2],
     flight: Vec<Flight>,
@@ -130,7 +130,7 @@ impl<E: Engine> VirtualLink<E> {
             b,
             cfg,
             now: cfg.tick_ns,
-            rng: cfg.seed,
+            rng: iwarp_frame::SplitMix64::new(cfg.seed),
             burst_left: [0; 2],
             flight: Vec::new(),
             sent_n: 0,
@@ -177,17 +177,8 @@ impl<E: Engine> VirtualLink<E> {
         }
     }
 
-    fn next(&mut self) -> u64 {
-        // SplitMix64, as FaultyDevice.
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn chance(&mut self, ppm: u32) -> bool {
-        ppm > 0 && self.next() % 1_000_000 < u64::from(ppm)
+        self.rng.chance_ppm(ppm)
     }
 
     /// Put one transmitted frame on the wire toward `to`, faults applied.
@@ -211,8 +202,8 @@ impl<E: Engine> VirtualLink<E> {
         }
         let mut frame = frame;
         if self.chance(f.corrupt) && !frame.is_empty() {
-            let at = (self.next() % frame.len() as u64) as usize;
-            let bit = self.next() % 8;
+            let at = self.rng.below(frame.len() as u64) as usize;
+            let bit = self.rng.below(8);
             frame[at] ^= 1 << bit;
             self.stats.corrupted += 1;
         }

@@ -1,0 +1,214 @@
+//! Frame links in memory, driven by real poll loops on the wall clock:
+//! [`MemDevice`] (two connected ends) and [`FaultyDevice`] (one end with
+//! seeded faults).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use iwarp_frame::{FrameDevice, SplitMix64};
+
+/// One end of an in-memory frame link (for tests and examples without
+/// privileges): frames cross in bounded lock-free queues. An end can sleep
+/// until a frame arrives ([`FrameDevice::wait`]): a transmission rings the
+/// other end's doorbell while that end sleeps.
+#[derive(Debug)]
+pub struct MemDevice {
+    rx: Arc<ArrayQueue<Vec<u8>>>,
+    tx: Arc<ArrayQueue<Vec<u8>>>,
+    bell: Arc<MemBell>,
+    peer_bell: Arc<MemBell>,
+}
+
+/// A [`MemDevice`] end's doorbell: whether its loop sleeps, and a rung
+/// flag under a mutex with a condition variable.
+#[derive(Debug, Default)]
+struct MemBell {
+    sleeping: AtomicBool,
+    rung: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl iwarp_frame::Doorbell for MemBell {
+    fn ring(&self) {
+        let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
+        *rung = true;
+        drop(rung);
+        self.cv.notify_one();
+    }
+}
+
+impl MemDevice {
+    /// Two connected ends, each direction holding up to `depth` frames.
+    pub fn pair(depth: usize) -> (MemDevice, MemDevice) {
+        let ab = Arc::new(ArrayQueue::new(depth.max(1)));
+        let ba = Arc::new(ArrayQueue::new(depth.max(1)));
+        let (bell_a, bell_b) = (Arc::new(MemBell::default()), Arc::new(MemBell::default()));
+        (
+            MemDevice {
+                rx: ba.clone(),
+                tx: ab.clone(),
+                bell: bell_a.clone(),
+                peer_bell: bell_b.clone(),
+            },
+            MemDevice {
+                rx: ab,
+                tx: ba,
+                bell: bell_b,
+                peer_bell: bell_a,
+            },
+        )
+    }
+}
+
+impl FrameDevice for MemDevice {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            match self.rx.pop() {
+                Some(f) => {
+                    sink(&f);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        if self.tx.push(frame.to_vec()).is_err() {
+            return false;
+        }
+        // Pairs with the fence in `wait`: either the sleeper sees this
+        // frame before it sleeps, or we see it sleeping and ring.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.peer_bell.sleeping.load(Ordering::Relaxed) {
+            iwarp_frame::Doorbell::ring(&*self.peer_bell);
+        }
+        true
+    }
+    fn doorbell(&self) -> Option<Arc<dyn iwarp_frame::Doorbell>> {
+        Some(self.bell.clone())
+    }
+    fn wait(&mut self, timeout: Duration) {
+        let bell = &*self.bell;
+        bell.sleeping.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let end = Instant::now() + timeout;
+        let mut rung = bell.rung.lock().unwrap_or_else(|p| p.into_inner());
+        while !*rung && self.rx.is_empty() {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            rung = match bell.cv.wait_timeout(rung, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        *rung = false;
+        drop(rung);
+        bell.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Seeded faults for [`FaultyDevice`], each in parts per million of
+/// transmitted frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Frames dropped.
+    pub loss: u32,
+    /// Frames held back and sent after the next one (or a later one).
+    pub reorder: u32,
+    /// Frames sent twice.
+    pub dup: u32,
+    /// Frames with one bit flipped.
+    pub corrupt: u32,
+    /// Frames held for `delay` before they leave.
+    pub delayed: u32,
+    /// How long a delayed frame waits.
+    pub delay: Duration,
+}
+
+/// A simulated link end: a [`MemDevice`] whose transmissions suffer seeded
+/// loss, reordering, duplication, corruption and delay (SplitMix64, so a
+/// seed gives the same fault pattern for the same frame sequence). Needs no
+/// privileges; the host stack runs over it exactly as over AF_XDP.
+#[derive(Debug)]
+pub struct FaultyDevice {
+    dev: MemDevice,
+    faults: Faults,
+    rng: SplitMix64,
+    held: Option<Vec<u8>>,
+    delayed: std::collections::VecDeque<(Instant, Vec<u8>)>,
+}
+
+impl FaultyDevice {
+    /// Wrap `dev`.
+    pub fn new(dev: MemDevice, faults: Faults, seed: u64) -> Self {
+        FaultyDevice {
+            dev,
+            faults,
+            rng: SplitMix64::new(seed),
+            held: None,
+            delayed: std::collections::VecDeque::new(),
+        }
+    }
+
+    fn chance(&mut self, ppm: u32) -> bool {
+        self.rng.chance_ppm(ppm)
+    }
+
+    fn release_due(&mut self) {
+        let now = Instant::now();
+        while let Some((at, _)) = self.delayed.front() {
+            if *at > now {
+                break;
+            }
+            if let Some((_, f)) = self.delayed.pop_front() {
+                self.dev.tx(&f);
+            }
+        }
+    }
+}
+
+impl FrameDevice for FaultyDevice {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.release_due();
+        self.dev.rx_burst(max, sink)
+    }
+
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        if self.chance(self.faults.loss) {
+            return true;
+        }
+        let mut f = frame.to_vec();
+        if self.chance(self.faults.corrupt) && !f.is_empty() {
+            let at = self.rng.below(f.len() as u64) as usize;
+            f[at] ^= 1 << self.rng.below(8);
+        }
+        if self.chance(self.faults.delayed) {
+            self.delayed
+                .push_back((Instant::now() + self.faults.delay, f));
+            return true;
+        }
+        if self.chance(self.faults.reorder) && self.held.is_none() {
+            self.held = Some(f);
+            return true;
+        }
+        if self.chance(self.faults.dup) {
+            self.dev.tx(&f);
+        }
+        let ok = self.dev.tx(&f);
+        // A held frame leaves after the one that overtook it.
+        if let Some(h) = self.held.take() {
+            self.dev.tx(&h);
+        }
+        ok
+    }
+
+    fn flush(&mut self) {
+        self.release_due();
+    }
+}
