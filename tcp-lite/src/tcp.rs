@@ -92,6 +92,12 @@ pub struct Config {
     pub challenge_ack_interval: u64,
     /// Congestion control (RFC 9438 CUBIC by default, or NewReno).
     pub congestion: Algorithm,
+    /// Acknowledge every this many full-sized in-order segments (RFC 5681
+    /// §4.2: at least every second one, SHOULD), each with its own ACK
+    /// even when they arrive in one poll round; 0: one ACK per poll
+    /// round, covering all that arrived (see ARCHITECTURE.md, "TCP loss
+    /// recovery", for the measurements behind the default).
+    pub ack_every: u32,
 }
 
 /// RFC 6675 §2 / RFC 5681 §3.2: duplicate ACKs (or SACKed segments above
@@ -102,6 +108,9 @@ const DUP_THRESH: u32 = 3;
 const WC_DEL_ACK: u64 = 200_000_000;
 /// Added to a probe timeout with more than one segment out (see `arm_tlp`).
 const PTO_SLACK: u64 = 2_000_000;
+/// Most ACK points (`Config::ack_every`) held between two polls: a poll
+/// round takes at most 64 frames.
+const MAX_ACK_POINTS: usize = 64;
 /// Floor of the reordering window: a LAN's RTT is tens of microseconds,
 /// and timers much shorter than a poll round would fire on every gap
 /// between ACKs.
@@ -128,6 +137,7 @@ impl Default for Config {
             challenge_ack_limit: 10,
             challenge_ack_interval: 1_000_000_000,
             congestion: Algorithm::Cubic,
+            ack_every: 0,
         }
     }
 }
@@ -476,6 +486,14 @@ pub struct Connection {
     /// Out-of-order arrivals since the last ACK: each gets its own duplicate
     /// ACK (RFC 5681 §4.2), or the sender never counts three.
     dupacks_owed: u32,
+    /// Full-sized in-order segments since the last ACK point, and the
+    /// RCV.NXT after every `Config::ack_every`-th of them: each gets its
+    /// own ACK on the next `poll_transmit` (bounded by `MAX_ACK_POINTS`).
+    ack_count: u32,
+    ack_points: Vec<u32>,
+    /// Largest segment payload received (the peer's segment size, for
+    /// "full-sized").
+    rcv_seg_max: usize,
     rst: Option<(u32, u32, bool)>,
     persist_probe: bool,
     /// Window probes sent since the last ACK arrived.
@@ -570,6 +588,9 @@ impl Connection {
             t_tw: None,
             ack_now: false,
             dupacks_owed: 0,
+            ack_count: 0,
+            ack_points: Vec::new(),
+            rcv_seg_max: 0,
             rst: None,
             persist_probe: false,
             persist_probes: 0,
@@ -1750,6 +1771,7 @@ impl Connection {
                 }
                 self.advance(n);
             }
+            self.count_for_ack(payload.len());
             self.schedule_ack(now, filled_gap);
         } else {
             // Out of order: hold a copy until the gap fills, in at most
@@ -1769,6 +1791,26 @@ impl Connection {
             }
             self.ack_now = true; // immediate duplicate ACK (RFC 5681 §4.2)
             self.dupacks_owed = self.dupacks_owed.saturating_add(1);
+        }
+    }
+
+    /// `Config::ack_every`: note an ACK point after every n-th full-sized
+    /// in-order segment (RFC 5681 §4.2).
+    fn count_for_ack(&mut self, len: usize) {
+        let every = self.cfg.ack_every;
+        if every == 0 {
+            return;
+        }
+        self.rcv_seg_max = self.rcv_seg_max.max(len.min(usize::from(self.cfg.mss)));
+        if len < self.rcv_seg_max {
+            return;
+        }
+        self.ack_count += 1;
+        if self.ack_count >= every {
+            self.ack_count = 0;
+            if self.ack_points.len() < MAX_ACK_POINTS {
+                self.ack_points.push(self.rcv_nxt);
+            }
         }
     }
 
@@ -2433,6 +2475,9 @@ impl Connection {
             self.ack_now = false;
             self.t_ack = None;
             self.dsack = None;
+            // The segment acknowledges everything: no ACK points owed.
+            self.ack_points.clear();
+            self.ack_count = 0;
             let adv = len as u32 + u32::from(fin_now);
             pipe += adv as usize;
             if self.in_recovery && sack_mode {
@@ -2463,6 +2508,24 @@ impl Connection {
             self.arm_tlp(now);
         }
         if self.ack_now && n < max {
+            // `Config::ack_every`: one ACK per point first, in order, the
+            // last one (for all that arrived) below.
+            // A D-SACK block goes once (RFC 2883 §4), on the last.
+            let mut points = std::mem::take(&mut self.ack_points);
+            let dsack = self.dsack.take();
+            for &p in &points {
+                if n >= max.saturating_sub(1) || p == self.rcv_nxt {
+                    break;
+                }
+                let mut r = self.base(now, self.snd_max, Flags::ACK);
+                r.ack_number = p;
+                emit(&r);
+                n += 1;
+            }
+            self.dsack = dsack;
+            points.clear();
+            self.ack_points = points;
+            self.ack_count = 0;
             self.ack_now = false;
             self.t_ack = None;
             let r = self.base(now, self.snd_max, Flags::ACK);
@@ -4415,6 +4478,48 @@ mod tests {
         let mut n = 0;
         p.b.poll_transmit(now, 8, &mut |_| n += 1);
         assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn rfc5681_ack_every_second_full_sized_segment_of_a_round() {
+        // `Config::ack_every` = 2: five full-sized segments and a short one
+        // arrive before the next poll: ACKs for 2 and 4 segments, then one
+        // for all (RFC 5681 §4.2: at least every second full-sized one).
+        // With 0, one ACK covers the round.
+        for (every, want) in [(2, vec![2, 4]), (0, vec![])] {
+            let c = Config {
+                ack_every: every,
+                ..cfg()
+            };
+            let mut p = established(c, 61);
+            let now = p.now;
+            let nxt = p.b.rcv_nxt;
+            let d = data(5 * SEG as usize + 100, 9);
+            for k in 0..6 {
+                let from = k * SEG as usize;
+                let to = (from + SEG as usize).min(d.len());
+                let s = from_peer(
+                    &p.b,
+                    nxt.wrapping_add(from as u32),
+                    Flags::ACK,
+                    &d[from..to],
+                    now,
+                );
+                p.b.handle_segment(&s, now, &mut |_| {});
+            }
+            let mut acks = Vec::new();
+            p.b.poll_transmit(now, 64, &mut |r| {
+                acks.push(r.ack_number.wrapping_sub(nxt));
+                assert!(r.payload.is_empty());
+            });
+            let mut want: Vec<u32> = want.iter().map(|k| k * SEG).collect();
+            want.push(d.len() as u32);
+            assert_eq!(acks, want, "ack_every {every}");
+            // The points are spent: the next poll sends nothing.
+            let mut n = 0;
+            p.b.poll_transmit(now, 64, &mut |_| n += 1);
+            assert_eq!(n, 0);
+        }
     }
 
     // ---- Loss recovery over the faulty link ----

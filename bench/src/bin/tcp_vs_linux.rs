@@ -18,11 +18,13 @@
 //! ring empty), losses that no nftables rule made. The Linux senders use
 //! the host's default congestion control (printed; often BBR, which does
 //! not slow down for random loss) unless `--linux-cc NAME` sets one for
-//! them through a per-route `congctl`.
+//! them through a per-route `congctl`. `--ack-every N` makes our receiver
+//! acknowledge every N full-sized segments (`tcp::Config::ack_every`)
+//! instead of once per poll round.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
-//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2]
 //! ```
 
 use std::io::{Read, Write};
@@ -48,6 +50,14 @@ fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+fn arg_opt(name: &str) -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
 }
 
 struct Summary {
@@ -403,6 +413,9 @@ fn our_server(
     scfg.tcp.rto_min = 5_000_000;
     scfg.tcp.congestion = congestion();
     scfg.tcp.time_wait = 1_000_000;
+    if let Some(n) = arg_opt("--ack-every") {
+        scfg.tcp.ack_every = n as u32;
+    }
     // The kernel's AF_XDP counters, read on the loop thread: frames the
     // kernel dropped before our loop saw them (RX ring full, fill ring
     // empty) are losses no nftables rule made.
