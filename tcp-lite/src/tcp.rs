@@ -494,6 +494,12 @@ pub struct Connection {
     /// Largest segment payload received (the peer's segment size, for
     /// "full-sized").
     rcv_seg_max: usize,
+    /// Octets delivered and still held for the application by the owner
+    /// (`set_rcv_held`), the right edge of the window last advertised,
+    /// and that window (octets).
+    rcv_held: u32,
+    rcv_adv: Option<u32>,
+    wnd_sent: u32,
     rst: Option<(u32, u32, bool)>,
     persist_probe: bool,
     /// Window probes sent since the last ACK arrived.
@@ -591,6 +597,9 @@ impl Connection {
             ack_count: 0,
             ack_points: Vec::new(),
             rcv_seg_max: 0,
+            rcv_held: 0,
+            rcv_adv: None,
+            wnd_sent: 0,
             rst: None,
             persist_probe: false,
             persist_probes: 0,
@@ -873,13 +882,49 @@ impl Connection {
         self.fin_seq().is_some_and(|f| lt(f, self.snd_una))
     }
 
-    /// The window we offer. In-order data leaves at once (inline delivery),
-    /// so the buffer only ever holds out-of-order data, all of it inside the
-    /// window: the offer stays constant. It never shrinks (RFC 9293 §3.8.6.2.2)
-    /// and duplicate ACKs keep the same window, as fast retransmit needs
-    /// (RFC 5681 §2).
+    /// What the receive buffer can take from RCV.NXT on: `rcv_buf` less
+    /// the octets the owner still holds for the application
+    /// ([`set_rcv_held`](Self::set_rcv_held)), counted in steps of a
+    /// sixteenth of the buffer, so that a small backlog leaves the offer
+    /// as it was and duplicate ACKs keep the same window, as fast
+    /// retransmit needs (RFC 5681 §2). In-order data leaves at once
+    /// (inline delivery) and the buffer only ever holds out-of-order data
+    /// inside the window: with nothing held, the offer is `rcv_buf`.
+    fn rcv_offer(&self) -> u32 {
+        let buf = self.cfg.rcv_buf;
+        let step = (buf / 16).max(1 << self.rcv_shift).max(1);
+        let held = self.rcv_held.min(buf);
+        buf - held / step * step
+    }
+
+    /// The window we offer: up to RCV.NXT + the offer, but never left of
+    /// the edge already advertised (RFC 9293 §3.8.6.2.2: the window SHOULD
+    /// NOT shrink), so a growing backlog closes it as data arrives.
     fn window_field(&self) -> u16 {
-        (self.cfg.rcv_buf >> self.rcv_shift).min(65535) as u16
+        let w = self.rcv_edge().wrapping_sub(self.rcv_nxt);
+        // Rounded up to the scale: rounding down would pull the edge left.
+        w.div_ceil(1 << self.rcv_shift).min(65535) as u16
+    }
+
+    /// The right edge of the window (before the scale's rounding, which
+    /// must not carry the edge right from one ACK to the next).
+    fn rcv_edge(&self) -> u32 {
+        let edge = self.rcv_nxt.wrapping_add(self.rcv_offer());
+        match self.rcv_adv {
+            Some(adv) if lt(edge, adv) => adv,
+            _ => edge,
+        }
+    }
+
+    /// The owner's queue toward the application holds `octets` delivered
+    /// in order and not taken yet: the offered window leaves room for
+    /// them (flow control, RFC 9293 §3.8.6.2), so a sender faster than the
+    /// application meets a closing window, not a full queue that drops.
+    /// When the application catches up and the window reopens past half
+    /// the buffer from below, the next [`poll_transmit`](Self::poll_transmit)
+    /// sends a window update.
+    pub fn set_rcv_held(&mut self, octets: usize) {
+        self.rcv_held = u32::try_from(octets).unwrap_or(u32::MAX);
     }
 
     fn rcv_wnd(&self) -> u32 {
@@ -2340,6 +2385,16 @@ impl Connection {
             }
             return n;
         }
+        // A window that reopens (the application caught up) past half the
+        // buffer from below is announced at once (RFC 9293 §3.8.6.2.2: an
+        // update once it can grow by a good part of the buffer); a sender
+        // facing a closed window learns of it without waiting to probe.
+        if self.rcv_adv.is_some() {
+            let half = self.cfg.rcv_buf / 2;
+            if self.wnd_sent < half && self.rcv_wnd() >= half {
+                self.ack_now = true;
+            }
+        }
         // With SACK: what is deemed lost goes first (RFC 6675 §5 (C),
         // NextSeg rule 1), then a tail loss probe if one is due, then new
         // data, all within what the window (or PRR) allows.
@@ -2538,6 +2593,11 @@ impl Connection {
             }
         }
         self.dupacks_owed = 0;
+        if n > 0 {
+            // What every segment of this call advertised.
+            self.wnd_sent = self.rcv_wnd();
+            self.rcv_adv = Some(self.rcv_edge());
+        }
         n
     }
 }
@@ -4520,6 +4580,62 @@ mod tests {
             p.b.poll_transmit(now, 64, &mut |_| n += 1);
             assert_eq!(n, 0);
         }
+    }
+
+    #[test]
+    fn rfc9293_the_window_closes_on_what_the_application_has_not_taken() {
+        // RFC 9293 §3.8.6.2: the window offers what the buffer can take;
+        // §3.8.6.2.2: its right edge never moves left.
+        let c = Config {
+            rcv_buf: 32 * 1024,
+            ..cfg()
+        };
+        let mut p = established(c, 71);
+        let shift = p.b.rcv_shift;
+        assert_eq!(shift, 7);
+        let now = p.now;
+        let d = data(40 * 1000, 3);
+        let mut off = 0;
+        let mut send = |p: &mut Pair, len: usize| -> Vec<(u32, u32)> {
+            let s = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK, &d[off..off + len], now);
+            off += len;
+            p.b.handle_segment(&s, now, &mut |_| {});
+            let mut acks = Vec::new();
+            p.b.poll_transmit(now, 8, &mut |r| {
+                acks.push((r.ack_number, u32::from(r.window) << shift))
+            });
+            acks
+        };
+        // Nothing held: the whole buffer.
+        let a = send(&mut p, 1000);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].1, 32768);
+        // A sixteenth of the buffer or less held: the same window (so that
+        // duplicate ACKs stay duplicates).
+        p.b.set_rcv_held(2000);
+        let a = send(&mut p, 1000);
+        assert_eq!(a[0].1, 32768);
+        let edge = a[0].0.wrapping_add(32768);
+        // The application takes nothing more: the edge stays where it was
+        // advertised, the window closes as data arrives (rounded up to the
+        // scale, 128 octets).
+        p.b.set_rcv_held(32 * 1024);
+        let a = send(&mut p, 1000);
+        assert_eq!(a[0].1, edge.wrapping_sub(a[0].0).div_ceil(128) * 128);
+        assert!(a[0].1 < 32768);
+        for _ in 0..29 {
+            send(&mut p, 1000);
+        }
+        let rest = edge.wrapping_sub(p.b.rcv_nxt) as usize;
+        let a = send(&mut p, rest);
+        assert_eq!(a[0], (edge, 0), "closed at the edge");
+        // The application catches up: a window update at once.
+        p.b.set_rcv_held(0);
+        let mut acks = Vec::new();
+        p.b.poll_transmit(now, 8, &mut |r| {
+            acks.push((r.ack_number, u32::from(r.window) << shift))
+        });
+        assert_eq!(acks, vec![(edge, 32768)]);
     }
 
     // ---- Loss recovery over the faulty link ----

@@ -485,11 +485,14 @@ fn our_server(
         std::thread::sleep(Duration::from_micros(50));
     }
     std::thread::sleep(Duration::from_millis(100));
-    let (tcp, ls) = h
+    let (tcp, ls, bp) = h
         .stop()
-        .map(|(stack, ls)| (stack.stats().tcp_closed, ls))
+        .map(|(stack, ls)| {
+            let st = stack.stats();
+            (st.tcp_closed, ls, st.rx_backpressure_drops)
+        })
         .unwrap_or_default();
-    (bulk as f64 / secs / 1e6, tcp, ls, xdp_drops)
+    (bulk as f64 / secs / 1e6, tcp, ls, xdp_drops + bp)
 }
 
 /// `--newreno`: NewReno instead of the default CUBIC.
