@@ -13,9 +13,10 @@
 //! tcp-lite -> Linux and Linux -> tcp-lite, the ratios to Linux -> Linux,
 //! and our sender's retransmission timeouts, recoveries, probes (all, and
 //! those sent in recovery), rescue retransmissions and undos, frames our
-//! AF_XDP device refused while sending (`tx refd`) and frames the kernel
-//! dropped before our receiver saw them (`XDP drops`: RX ring full, fill
-//! ring empty), losses that no nftables rule made. The Linux senders use
+//! AF_XDP device refused while sending (`tx refd`) and frames our receiving
+//! end dropped (`rx drops`: the kernel's before our loop saw them, RX ring
+//! full or fill ring empty, and the stack's for a full byte-stream
+//! backlog), losses that no nftables rule made. The Linux senders use
 //! the host's default congestion control (printed; often BBR, which does
 //! not slow down for random loss) unless `--linux-cc NAME` sets one for
 //! them through a per-route `congctl`. `--ack-every N` makes our receiver
@@ -623,7 +624,7 @@ fn loss_table(
         "ratio",
         "segs/ACK",
         "Linux's",
-        "XDP drops"
+        "rx drops"
     );
     struct Cleanup<'a>(&'a Netns);
     impl Drop for Cleanup<'_> {
@@ -665,7 +666,7 @@ fn loss_table(
         let our_rx = server.join().expect("server");
         assert_eq!(our_rx as usize, bulk);
         // Linux -> ours: our stack listens at the same end.
-        let (rx_bw, _, rx_loop, rx_xdp_drops) = our_server(
+        let (rx_bw, _, rx_loop, rx_drops) = our_server(
             ours_ns,
             linux_ns,
             veth.name(End::A),
@@ -692,7 +693,7 @@ fn loss_table(
             // ACKs): how many segments each ACK covers.
             rx_loop.rx_frames as f64 / rx_loop.tx_frames.max(1) as f64,
             lin_per_ack,
-            rx_xdp_drops
+            rx_drops
         );
     }
 }
