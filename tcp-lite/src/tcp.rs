@@ -920,9 +920,9 @@ impl Connection {
     /// in order and not taken yet: the offered window leaves room for
     /// them (flow control, RFC 9293 §3.8.6.2), so a sender faster than the
     /// application meets a closing window, not a full queue that drops.
-    /// When the application catches up and the window reopens past half
-    /// the buffer from below, the next [`poll_transmit`](Self::poll_transmit)
-    /// sends a window update.
+    /// When the application catches up and a window below half the buffer
+    /// reopens by a step (a sixteenth of the buffer), the next
+    /// [`poll_transmit`](Self::poll_transmit) sends a window update.
     pub fn set_rcv_held(&mut self, octets: usize) {
         self.rcv_held = u32::try_from(octets).unwrap_or(u32::MAX);
     }
@@ -2385,13 +2385,18 @@ impl Connection {
             }
             return n;
         }
-        // A window that reopens (the application caught up) past half the
-        // buffer from below is announced at once (RFC 9293 §3.8.6.2.2: an
-        // update once it can grow by a good part of the buffer); a sender
-        // facing a closed window learns of it without waiting to probe.
+        // A window below half the buffer that reopens (the application
+        // caught up) by a step of the offer (a sixteenth of the buffer), or
+        // to half, is announced at once (RFC 9293 §3.8.6.2.2: an update
+        // once the window can grow by a good part of the buffer, not by a
+        // few octets); a sender facing a closed window learns of it
+        // without waiting to probe.
         if self.rcv_adv.is_some() {
             let half = self.cfg.rcv_buf / 2;
-            if self.wnd_sent < half && self.rcv_wnd() >= half {
+            let step = (self.cfg.rcv_buf / 16).max(1 << self.rcv_shift);
+            if self.wnd_sent < half
+                && self.rcv_wnd() >= self.wnd_sent.saturating_add(step).min(half)
+            {
                 self.ack_now = true;
             }
         }
@@ -4629,13 +4634,24 @@ mod tests {
         let rest = edge.wrapping_sub(p.b.rcv_nxt) as usize;
         let a = send(&mut p, rest);
         assert_eq!(a[0], (edge, 0), "closed at the edge");
-        // The application catches up: a window update at once.
+        // The application takes one octet: the offer grows by a step
+        // (2048, the held octets count in whole steps): an update.
+        let poll = |p: &mut Pair| {
+            let mut acks = Vec::new();
+            p.b.poll_transmit(now, 8, &mut |r| {
+                acks.push((r.ack_number, u32::from(r.window) << shift))
+            });
+            acks
+        };
+        p.b.set_rcv_held(32768);
+        assert_eq!(poll(&mut p), vec![]);
+        p.b.set_rcv_held(32768 - 1);
+        assert_eq!(poll(&mut p), vec![(edge, 2048)]);
+        assert_eq!(poll(&mut p), vec![]);
+        // It catches up: a window update at once.
         p.b.set_rcv_held(0);
-        let mut acks = Vec::new();
-        p.b.poll_transmit(now, 8, &mut |r| {
-            acks.push((r.ack_number, u32::from(r.window) << shift))
-        });
-        assert_eq!(acks, vec![(edge, 32768)]);
+        assert_eq!(poll(&mut p), vec![(edge, 32768)]);
+        assert_eq!(poll(&mut p), vec![]);
     }
 
     // ---- Loss recovery over the faulty link ----
