@@ -1062,6 +1062,8 @@ impl Stack {
                         rx_backlog_len,
                         ..
                     } = &mut **s;
+                    // Flow control: the window leaves room for the backlog.
+                    tcp.set_rcv_held(*rx_backlog_len);
                     tcp.handle_segment(seg, now, &mut |d| {
                         if rx_backlog.is_empty() {
                             if let Err(v) = shared.rx.push(d.to_vec()) {
@@ -1179,6 +1181,7 @@ impl Stack {
             }
             s.rx_backlog_len -= len;
         }
+        s.tcp.set_rcv_held(s.rx_backlog_len);
         if s.shared.abort.load(Ordering::Acquire) && s.tcp.state() != TcpState::Closed {
             s.tcp.abort();
         }

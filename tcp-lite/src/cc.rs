@@ -137,10 +137,11 @@ const C: f64 = 0.4;
 struct CubicState {
     cwnd: usize,
     ssthresh: usize,
-    /// W_max in segments (RFC 9438 §4.2).
+    /// W_max in segments (RFC 9438 §4.2), after fast convergence (§4.7).
     w_max: f64,
-    /// The W_max before the last reduction, for fast convergence (§4.7).
-    w_last_max: f64,
+    /// cwnd_prior in segments: the window just before the last reduction
+    /// (§4.6); once W_est reaches it, alpha_cubic is 1 (§4.3).
+    cwnd_prior: f64,
     /// Start of the current congestion-avoidance epoch (ns), if begun.
     epoch: Option<u64>,
     /// K in seconds (§4.2, eq. 2).
@@ -164,7 +165,7 @@ impl Cubic {
                 cwnd: iw,
                 ssthresh: usize::MAX,
                 w_max: 0.0,
-                w_last_max: 0.0,
+                cwnd_prior: 0.0,
                 epoch: None,
                 k: 0.0,
                 w_est: 0.0,
@@ -173,20 +174,30 @@ impl Cubic {
         }
     }
 
-    fn reduce(&mut self, mss: usize) {
+    /// RFC 9438 §4.6 multiplicative decrease with §4.7 fast convergence,
+    /// `flight` octets outstanding when the congestion was detected.
+    fn reduce(&mut self, flight: usize, mss: usize) {
         self.saved = Some(self.s);
         let s = &mut self.s;
         let cwnd_seg = s.cwnd as f64 / mss as f64;
-        // §4.7 fast convergence: a flow whose W_max shrinks releases
-        // bandwidth for newer flows.
-        s.w_max = if cwnd_seg < s.w_last_max {
+        // §4.7: a congestion event below W_max (the one fast convergence
+        // may already have lowered, not the window of the last event:
+        // that was RFC 8312 §4.6) means the flow's share shrank: remember
+        // less, to release bandwidth for newer flows.
+        s.w_max = if cwnd_seg < s.w_max {
             cwnd_seg * (1.0 + BETA) / 2.0
         } else {
             cwnd_seg
         };
-        s.w_last_max = cwnd_seg;
-        // §4.6: ssthresh = cwnd * beta, at least two segments.
-        s.ssthresh = ((s.cwnd as f64 * BETA) as usize).max(2 * mss);
+        s.cwnd_prior = cwnd_seg;
+        // §4.6: ssthresh = flight_size * beta_cubic, at least two segments.
+        // Not cwnd * beta: our cwnd keeps growing while the sender is
+        // limited by the peer's window or the application (no RFC 7661
+        // validation), and an implementation that uses cwnd MUST keep it
+        // from growing beyond what is in flight (§4.6). With cwnd, a loss
+        // after a clean start took a window of thousands of segments
+        // that nothing filled down to 0.7 of that: no reduction at all.
+        s.ssthresh = ((flight as f64 * BETA) as usize).max(2 * mss);
         s.epoch = None;
     }
 }
@@ -233,8 +244,14 @@ impl CongestionControl for Cubic {
         let dt = t + rtt - s.k;
         let w_cubic = C * dt * dt * dt + s.w_max;
         let target = w_cubic.clamp(cwnd_seg, 1.5 * cwnd_seg);
-        // §4.3: the Reno-friendly estimate, alpha = 3(1-beta)/(1+beta).
-        let alpha = 3.0 * (1.0 - BETA) / (1.0 + BETA);
+        // §4.3: the Reno-friendly estimate, alpha = 3(1-beta)/(1+beta)
+        // until W_est reaches cwnd_prior, then 1 (SHOULD): past the
+        // window of the last congestion event, grow as fast as Reno.
+        let alpha = if s.w_est >= s.cwnd_prior {
+            1.0
+        } else {
+            3.0 * (1.0 - BETA) / (1.0 + BETA)
+        };
         let acked_seg = acked as f64 / mssf;
         s.w_est += alpha * acked_seg / cwnd_seg.max(1.0);
         let grow = if w_cubic < s.w_est {
@@ -247,12 +264,12 @@ impl CongestionControl for Cubic {
         let add = (grow.min(acked_seg) * mssf) as usize;
         s.cwnd = s.cwnd.saturating_add(add);
     }
-    fn on_loss(&mut self, _flight: usize, mss: usize, _now: u64) {
-        self.reduce(mss);
+    fn on_loss(&mut self, flight: usize, mss: usize, _now: u64) {
+        self.reduce(flight, mss);
     }
-    fn on_rto(&mut self, _flight: usize, mss: usize, _now: u64) {
+    fn on_rto(&mut self, flight: usize, mss: usize, _now: u64) {
         // §4.8: as a loss, then the window restarts from one segment.
-        self.reduce(mss);
+        self.reduce(flight, mss);
         self.s.cwnd = mss;
     }
     fn undo(&mut self) -> bool {
@@ -321,9 +338,9 @@ mod tests {
         assert!(c.cwnd() > 110 * MSS, "convex growth: {}", c.cwnd());
         // Fast convergence (§4.7): a loss below the last W_max remembers less.
         let mut c = Cubic::new(100 * MSS);
-        c.on_loss(0, MSS, 0);
+        c.on_loss(100 * MSS, MSS, 0);
         c.set_cwnd(80 * MSS);
-        c.on_loss(0, MSS, 0);
+        c.on_loss(80 * MSS, MSS, 0);
         assert!((c.s.w_max - 80.0 * 1.7 / 2.0).abs() < 1e-9);
         // Undo restores the state before the last reduction.
         assert!(c.undo());
@@ -338,7 +355,7 @@ mod tests {
         // §4.3: right after a loss with a small W_max, CUBIC grows at
         // least as fast as the Reno estimate (alpha ≈ 0.53 segments per RTT).
         let mut c = Cubic::new(10 * MSS);
-        c.on_loss(0, MSS, 0);
+        c.on_loss(10 * MSS, MSS, 0);
         c.set_cwnd(c.ssthresh());
         let start = c.cwnd();
         let mut now = 0;
@@ -349,5 +366,65 @@ mod tests {
         }
         // 20 RTTs at alpha = 3 * 0.3 / 1.7 ≈ 0.53 segments each: 10.6.
         assert!(c.cwnd() >= start + 10 * MSS, "{} from {start}", c.cwnd());
+    }
+
+    #[test]
+    fn rfc9438_fast_convergence_compares_with_w_max_not_the_last_window() {
+        // §4.7: W_max = cwnd * (1 + beta) / 2 only when cwnd < W_max.
+        let mut c = Cubic::new(100 * MSS);
+        c.on_loss(100 * MSS, MSS, 0);
+        assert_eq!(c.s.w_max, 100.0);
+        c.set_cwnd(90 * MSS);
+        c.on_loss(90 * MSS, MSS, 0);
+        // 90 < 100: fast convergence, 90 * 0.85.
+        assert!((c.s.w_max - 76.5).abs() < 1e-9, "{}", c.s.w_max);
+        c.set_cwnd(80 * MSS);
+        c.on_loss(80 * MSS, MSS, 0);
+        // 80 >= 76.5: no fast convergence. RFC 8312 compared with the
+        // window of the last event (90) and remembered 68.
+        assert_eq!(c.s.w_max, 80.0);
+    }
+
+    #[test]
+    fn rfc9438_ssthresh_is_beta_times_the_flight_size() {
+        // §4.6: ssthresh = flight_size * beta_cubic. A window that grew
+        // while the sender was limited by something else (1000 segments,
+        // 100 in flight) is not the measure.
+        let mut c = Cubic::new(1000 * MSS);
+        c.on_loss(100 * MSS, MSS, 0);
+        assert_eq!(c.ssthresh(), 70 * MSS);
+        // At least two segments.
+        c.on_loss(MSS, MSS, 0);
+        assert_eq!(c.ssthresh(), 2 * MSS);
+        // A timeout likewise, and the window restarts at one segment (§4.8).
+        let mut c = Cubic::new(1000 * MSS);
+        c.on_rto(50 * MSS, MSS, 0);
+        assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 35 * MSS));
+    }
+
+    #[test]
+    fn rfc9438_reno_friendly_alpha_is_one_past_the_prior_window() {
+        // §4.3: W_est grows by alpha_cubic = 0.529 segments per RTT until it
+        // reaches cwnd_prior (10 here), then by 1 (SHOULD). Loss at 10
+        // segments, restart at 7; K = cbrt(3 / 0.4) ≈ 1.96 s, so at a 1 ms
+        // RTT the cubic stays near 7 and the Reno estimate leads.
+        let mut c = Cubic::new(10 * MSS);
+        c.on_loss(10 * MSS, MSS, 0);
+        c.set_cwnd(c.ssthresh());
+        assert_eq!(c.cwnd(), 7 * MSS);
+        let rtt = 1_000_000u64;
+        let mut now = 0;
+        let mut after = Vec::new();
+        for _ in 0..16 {
+            now += rtt;
+            let w = c.cwnd();
+            c.on_ack(w, MSS, now, Some(rtt));
+            after.push(c.cwnd());
+        }
+        // 7 + 6 * 0.529 = 10.17 after 6 RTTs: cwnd_prior reached.
+        assert_eq!(after[5] / MSS, 10, "{after:?}");
+        // Then one segment per RTT: 10 more RTTs, about 20 (with 0.529
+        // throughout it would be 7 + 16 * 0.529 = 15.5).
+        assert_eq!(after[15] / MSS, 20, "{after:?}");
     }
 }

@@ -12,11 +12,20 @@
 //! send 1500-octet frames, and prints bulk throughput Linux -> Linux,
 //! tcp-lite -> Linux and Linux -> tcp-lite, the ratios to Linux -> Linux,
 //! and our sender's retransmission timeouts, recoveries, probes (all, and
-//! those sent in recovery), rescue retransmissions and undos.
+//! those sent in recovery), rescue retransmissions and undos, frames our
+//! AF_XDP device refused while sending (`tx refd`) and frames our receiving
+//! end dropped (`rx drops`: the kernel's before our loop saw them, RX ring
+//! full or fill ring empty, and the stack's for a full byte-stream
+//! backlog), losses that no nftables rule made. The Linux senders use
+//! the host's default congestion control (printed; often BBR, which does
+//! not slow down for random loss) unless `--linux-cc NAME` sets one for
+//! them through a per-route `congctl`. `--ack-every N` makes our receiver
+//! acknowledge every N full-sized segments (`tcp::Config::ack_every`)
+//! instead of once per poll round.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
-//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2]
 //! ```
 
 use std::io::{Read, Write};
@@ -25,7 +34,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use iwarp_datapath::runtime::{spawn, LoopStats, Mode};
+use iwarp_datapath::runtime::{spawn, spawn_probed, LoopStats, Mode};
 use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_xdp::{Config as XdpConfig, XdpDevice};
@@ -42,6 +51,14 @@ fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+fn arg_opt(name: &str) -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
 }
 
 struct Summary {
@@ -176,7 +193,7 @@ fn our_client(
     iters: usize,
     bulk: usize,
     count_tcp: bool,
-) -> (Vec<u64>, f64, f64, tcp_lite::tcp::Stats) {
+) -> (Vec<u64>, f64, f64, tcp_lite::tcp::Stats, u64) {
     let cfg = XdpConfig::new(iface, ip.octets());
     let dev = iwarp_xdp::in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
         .expect("enter namespace")
@@ -253,11 +270,17 @@ fn our_client(
         s.flags() & flags::CLOSED != 0,
         "bulk connection did not close cleanly"
     );
-    let tcp = h
+    let (tcp, refused) = h
         .stop()
-        .map(|(stack, _)| stack.stats().tcp_closed)
+        .map(|(stack, ls)| (stack.stats().tcp_closed, ls.tx_dropped))
         .unwrap_or_default();
-    (rtts, bulk as f64 / secs / 1e6, cpu / bulk as f64 * 1e9, tcp)
+    (
+        rtts,
+        bulk as f64 / secs / 1e6,
+        cpu / bulk as f64 * 1e9,
+        tcp,
+        refused,
+    )
 }
 
 fn main() {
@@ -302,7 +325,7 @@ fn main() {
     let addr = SocketAddrV4::new(server_ip, 5302);
     let (ready, server) = linux_server(&linux_ns, addr, iters);
     ready.recv().expect("server ready");
-    let (our_rtt, our_bw, our_cpu, _) = our_client(
+    let (our_rtt, our_bw, our_cpu, _, _) = our_client(
         &ours_ns,
         veth.name(End::A),
         Ipv4Addr::new(10, 211, 0, 1),
@@ -376,7 +399,7 @@ fn our_server(
     ip: Ipv4Addr,
     port: u16,
     bulk: usize,
-) -> (f64, tcp_lite::tcp::Stats, LoopStats) {
+) -> (f64, tcp_lite::tcp::Stats, LoopStats, u64) {
     let cfg = XdpConfig::new(iface, ip.octets());
     let dev = iwarp_xdp::in_netns(&ns.ns_path(), || XdpDevice::open(&cfg))
         .expect("enter namespace")
@@ -391,12 +414,23 @@ fn our_server(
     scfg.tcp.rto_min = 5_000_000;
     scfg.tcp.congestion = congestion();
     scfg.tcp.time_wait = 1_000_000;
-    let h = spawn(
+    if let Some(n) = arg_opt("--ack-every") {
+        scfg.tcp.ack_every = n as u32;
+    }
+    // The kernel's AF_XDP counters, read on the loop thread: frames the
+    // kernel dropped before our loop saw them (RX ring full, fill ring
+    // empty) are losses no nftables rule made.
+    let reader: iwarp_datapath::runtime::DeviceReader<XdpDevice> = Box::new(|d: &XdpDevice| {
+        let k = d.stats().map(|s| s.kernel).unwrap_or_default();
+        Box::new(k.rx_dropped + k.rx_ring_full + k.rx_fill_ring_empty_descs)
+    });
+    let h = spawn_probed(
         Stack::new(scfg, MemoryTable::new()),
         dev,
         Some(0),
         Mode::BusyPoll,
         4096,
+        Some(reader),
     );
     h.post(Command::Listen {
         port,
@@ -439,6 +473,10 @@ fn our_server(
     }
     let secs = t.map_or(f64::NAN, |t| t.elapsed().as_secs_f64());
     assert_eq!(got, bulk, "Linux -> ours delivered {got} of {bulk} octets");
+    let xdp_drops = h
+        .snapshot(Duration::from_secs(5))
+        .and_then(|(_, d)| d.downcast::<u64>().ok())
+        .map_or(u64::MAX, |d| *d);
     s.close.store(true, Ordering::Release);
     let lin = sender.join().expect("sender");
     assert!(lin.is_some(), "Linux sender failed");
@@ -448,11 +486,14 @@ fn our_server(
         std::thread::sleep(Duration::from_micros(50));
     }
     std::thread::sleep(Duration::from_millis(100));
-    let (tcp, ls) = h
+    let (tcp, ls, bp) = h
         .stop()
-        .map(|(stack, ls)| (stack.stats().tcp_closed, ls))
+        .map(|(stack, ls)| {
+            let st = stack.stats();
+            (st.tcp_closed, ls, st.rx_backpressure_drops)
+        })
         .unwrap_or_default();
-    (bulk as f64 / secs / 1e6, tcp, ls)
+    (bulk as f64 / secs / 1e6, tcp, ls, xdp_drops + bp)
 }
 
 /// `--newreno`: NewReno instead of the default CUBIC.
@@ -480,6 +521,28 @@ fn set_loss(ns: &Netns, permille: u32) {
     if let Err(e) = ns.set_random_loss(permille) {
         panic!("nftables loss rule in {}: {e}", ns.name());
     }
+}
+
+/// `--linux-cc NAME`: the kernel's congestion control for the Linux
+/// senders (the host's default otherwise, often not CUBIC: BBR does not
+/// reduce its rate on random loss).
+fn linux_cc_arg() -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--linux-cc")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// The congestion control new connections get in `ns`.
+fn linux_cc(ns: &Netns) -> String {
+    run_in(
+        ns,
+        &["sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+        Duration::from_secs(10),
+    )
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 /// The namespace's TCP InSegs and OutSegs (`/proc/net/snmp`).
@@ -513,12 +576,39 @@ fn loss_table(
     for end in [End::A, End::B] {
         veth.disable_segmentation_offload(end).expect("ethtool");
     }
+    // The kernel's congestion control, per namespace (the host's default
+    // unless `--linux-cc` names one): the Linux sender of Linux -> Linux
+    // is in `ours_ns`, that of Linux -> ours in `linux_ns`.
+    // A per-route `congctl`: a namespace may only default to the
+    // algorithms the host allows (tcp_allowed_congestion_control), a
+    // route may name any the kernel has.
+    let cc = linux_cc_arg();
+    if let Some(cc) = &cc {
+        for (ns, end, peer) in [
+            (ours_ns, End::A, server_ip),
+            (linux_ns, End::B, Ipv4Addr::new(10, 211, 0, 1)),
+        ] {
+            let dst = format!("{peer}/32");
+            ns.ip(&[
+                "route",
+                "replace",
+                &dst,
+                "dev",
+                veth.name(end),
+                "congctl",
+                cc,
+            ])
+            .unwrap_or_else(|e| panic!("route congctl {cc} in {}: {e}", ns.name()));
+        }
+    }
     println!(
-        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off",
-        bulk >> 20
+        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off; Linux congestion control: {} (ours: {:?})",
+        bulk >> 20,
+        cc.unwrap_or_else(|| linux_cc(ours_ns)),
+        congestion()
     );
     println!(
-        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>13} {:>6} {:>9} {:>9}",
+        "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>8} {:>13} {:>6} {:>9} {:>9} {:>9}",
         "loss %",
         "Linux MB/s",
         "ours->L",
@@ -529,10 +619,12 @@ fn loss_table(
         "in recov",
         "rescues",
         "undos DS/RTO",
+        "tx refd",
         "L->ours MB/s",
         "ratio",
         "segs/ACK",
-        "Linux's"
+        "Linux's",
+        "rx drops"
     );
     struct Cleanup<'a>(&'a Netns);
     impl Drop for Cleanup<'_> {
@@ -562,7 +654,7 @@ fn loss_table(
         let addr = SocketAddrV4::new(server_ip, port + 1);
         let (ready, server) = linux_server(linux_ns, addr, 0);
         ready.recv().expect("server ready");
-        let (_, our_bw, _, st) = our_client(
+        let (_, our_bw, _, st, tx_refused) = our_client(
             ours_ns,
             veth.name(End::A),
             Ipv4Addr::new(10, 211, 0, 1),
@@ -574,7 +666,7 @@ fn loss_table(
         let our_rx = server.join().expect("server");
         assert_eq!(our_rx as usize, bulk);
         // Linux -> ours: our stack listens at the same end.
-        let (rx_bw, _, rx_loop) = our_server(
+        let (rx_bw, _, rx_loop, rx_drops) = our_server(
             ours_ns,
             linux_ns,
             veth.name(End::A),
@@ -583,7 +675,7 @@ fn loss_table(
             bulk,
         );
         println!(
-            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>13.0} {:>6.2} {:>9.1} {:>9.1}",
+            "{:>7.1} {:>11.0} {:>11.0} {:>6.2} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>8} {:>13.0} {:>6.2} {:>9.1} {:>9.1} {:>9}",
             f64::from(permille) / 10.0,
             lin_bw,
             our_bw,
@@ -594,12 +686,14 @@ fn loss_table(
             st.recovery_probes,
             st.rescue_retransmits,
             format!("{}/{}", st.dsack_undos, st.spurious_rto_undone),
+            tx_refused,
             rx_bw,
             rx_bw / lin_bw,
             // Our receiver's frames in per frame out (nearly all pure
             // ACKs): how many segments each ACK covers.
             rx_loop.rx_frames as f64 / rx_loop.tx_frames.max(1) as f64,
-            lin_per_ack
+            lin_per_ack,
+            rx_drops
         );
     }
 }
