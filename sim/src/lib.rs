@@ -26,22 +26,19 @@ use iwarp_proto::qp::{Completion, Qp, QpEvent};
 use iwarp_proto::wire::DdpHeader;
 use pcap::{FlowEndpoint, TcpFlowRecorder};
 
-/// SplitMix64: small, fast, and deterministic across platforms.
+/// The simulators' seeded generator: the test links' SplitMix64
+/// ([`iwarp_frame::SplitMix64`]) with the draws the simulators need.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(iwarp_frame::SplitMix64);
 
 impl Rng {
     /// Seeded generator.
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(iwarp_frame::SplitMix64::new(seed))
     }
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
