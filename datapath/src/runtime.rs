@@ -41,6 +41,14 @@ pub trait Engine: Send + 'static {
     fn poll_timeout(&self) -> Option<u64> {
         None
     }
+    /// Nothing but a frame, a command or the [`poll_timeout`](Self::poll_timeout)
+    /// deadline needs a round (no work queued, nothing polled every round,
+    /// every deadline in `poll_timeout`). A loop whose device can wait for
+    /// frames then sleeps until that deadline (at most [`QUIESCENT_MAX`])
+    /// instead of its usual bounded pause. `false` (the default): never.
+    fn quiescent(&self) -> bool {
+        false
+    }
     /// Run timers, emit frames through `tx` and outputs through `out`.
     /// A frame goes to `tx` as consecutive parts (headers, then the payload
     /// where it lies), which the device copies into its buffer in one pass
@@ -67,6 +75,10 @@ pub enum Mode {
         max_sleep: Duration,
     },
 }
+
+/// The longest sleep of a quiescent loop on a device that can wait
+/// ([`Engine::quiescent`]).
+pub const QUIESCENT_MAX: Duration = Duration::from_secs(1);
 
 /// Counters a loop returns when it stops.
 #[derive(Debug, Clone, Copy, Default)]
@@ -363,13 +375,20 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
             if let Mode::Adaptive { spins, max_sleep } = mode {
                 idle += 1;
                 if idle > spins * 2 {
-                    // Never past the engine's next deadline.
+                    // Never past the engine's next deadline; until it when
+                    // nothing else can need a round (a frame or a post
+                    // ends the wait).
+                    let bound = if waits && held.is_empty() && engine.quiescent() {
+                        QUIESCENT_MAX
+                    } else {
+                        sleep
+                    };
                     let pause = match engine.poll_timeout() {
                         Some(at) => {
                             let now = start.elapsed().as_nanos() as u64;
-                            sleep.min(Duration::from_nanos(at.saturating_sub(now)))
+                            bound.min(Duration::from_nanos(at.saturating_sub(now)))
                         }
-                        None => sleep,
+                        None => bound,
                     };
                     // Park (or wait on the device) rather than sleep: a
                     // post wakes us (see `LoopHandle::post` for the
@@ -659,6 +678,57 @@ mod tests {
             );
             drop(h);
         }
+    }
+
+    /// Idle, with a deadline far away and nothing else to do.
+    struct Quiet {
+        quiescent: bool,
+    }
+
+    impl Engine for Quiet {
+        type Command = ();
+        type Output = ();
+        fn handle_frame(&mut self, _frame: &[u8], _now: u64) {}
+        fn handle_command(&mut self, _cmd: (), _now: u64) {}
+        fn poll_timeout(&self) -> Option<u64> {
+            Some(3_600_000_000_000)
+        }
+        fn quiescent(&self) -> bool {
+            self.quiescent
+        }
+        fn poll(
+            &mut self,
+            _now: u64,
+            _tx: &mut dyn FnMut(&[&[u8]]),
+            _out: &mut dyn FnMut(()),
+        ) -> bool {
+            false
+        }
+    }
+
+    /// A quiescent engine on a device that can wait lets its loop sleep
+    /// [`QUIESCENT_MAX`] at a time; one that is not, or on a device that
+    /// cannot wait, keeps the bounded pause (200 µs here: thousands of
+    /// sleeps in 1.5 s).
+    #[test]
+    fn a_quiescent_loop_sleeps_long_only_on_a_device_that_can_wait() {
+        let mode = Mode::Adaptive {
+            spins: 1,
+            max_sleep: Duration::from_micros(200),
+        };
+        let sleeps = |h: LoopHandle<Quiet>| {
+            std::thread::sleep(Duration::from_millis(1500));
+            h.stop().expect("loop").1
+        };
+        let (dev, _peer) = MemDevice::pair(1);
+        let st = sleeps(spawn(Quiet { quiescent: true }, dev, None, mode, 4));
+        assert!(st.sleeps < 20 && st.device_waits == st.sleeps, "{st:?}");
+        let (dev, _peer) = MemDevice::pair(1);
+        let st = sleeps(spawn(Quiet { quiescent: false }, dev, None, mode, 4));
+        assert!(st.sleeps > 500, "{st:?}");
+        let (dev, _peer) = MemDevice::pair(1);
+        let st = sleeps(spawn(Quiet { quiescent: true }, NoWait(dev), None, mode, 4));
+        assert!(st.sleeps > 500 && st.device_waits == 0, "{st:?}");
     }
 
     /// A post wakes a loop parked in adaptive mode. Idle, the loop's pause

@@ -1310,12 +1310,33 @@ impl crate::runtime::Engine for Stack {
     type Command = Command;
     type Output = Output;
 
-    /// The earliest connection deadline in the timer heap (a stale entry
-    /// only wakes the loop early). What is visited every round regardless
-    /// (byte streams, the SCTP part, ARP) is bounded by the loop's own
-    /// sleep limit, as before.
+    /// The earliest of the connections' deadlines (the timer heap; a stale
+    /// entry only wakes the loop early), the interface's (ARP) and the
+    /// idle sweep's.
     fn poll_timeout(&self) -> Option<u64> {
-        self.timers.peek().map(|std::cmp::Reverse((at, _))| *at)
+        let heap = self.timers.peek().map(|std::cmp::Reverse((at, _))| *at);
+        let sweep = self.last_sweep.saturating_add(self.cfg.idle_sweep);
+        [heap, self.iface.poll_timeout(), Some(sweep)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Nothing queued, nothing visited every round: no connection in the
+    /// ready set (byte streams always are), no hooks, no half-open or
+    /// unaccepted connections at a listener (their timers are not in the
+    /// heap), no SCTP association, no frame or output waiting.
+    fn quiescent(&self) -> bool {
+        self.ready.is_empty()
+            && self.hooks.is_empty()
+            && self.pending_tx.is_empty()
+            && self.resets.is_empty()
+            && self.pending_out.is_empty()
+            && self
+                .listeners
+                .values()
+                .all(|l| l.listener.half_open_len() == 0 && l.listener.ready_len() == 0)
+            && self.sctp.as_ref().is_none_or(|s| s.connections() == 0)
     }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {

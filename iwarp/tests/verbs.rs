@@ -921,3 +921,43 @@ fn nothing_is_placed_into_a_deregistered_region() {
     );
     assert_eq!(mem.to_vec(0, 1 << 20).unwrap(), before);
 }
+
+/// An idle connected pair on a link that can wait for frames sleeps until
+/// its next deadline (the 100 ms idle sweep here) instead of waking every
+/// 200 µs, and a Send posted after the idle time still arrives at once
+/// (the post wakes the client's loop, the frame the server's).
+#[test]
+fn an_idle_pair_sleeps_long_and_answers_at_once() {
+    let p = pair(9113, 4, 4, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let (server, client) = (&p._ctx.0, &p._ctx.1);
+    let before = (
+        server.stats().unwrap().poll_loop.sleeps,
+        client.stats().unwrap().poll_loop.sleeps,
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = (
+        server.stats().unwrap().poll_loop.sleeps,
+        client.stats().unwrap().poll_loop.sleeps,
+    );
+    let slept = (after.0 - before.0, after.1 - before.1);
+    // 200 µs pauses would be about 7,500 each; sweeps every 100 ms, 15.
+    assert!(slept.0 < 100 && slept.1 < 100, "sleeps in 1.5 s idle: {slept:?}");
+    let sent = std::time::Instant::now();
+    p.client
+        .post_send(WorkRequest::Send {
+            wr_id: 1,
+            signaled: true,
+            local: p.src.sge(0, 16).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    let wc = p.scq.wait(T).unwrap();
+    assert_eq!((wc.opcode, wc.byte_len), (Some(WcOpcode::Recv), 16));
+    assert!(
+        sent.elapsed() < Duration::from_millis(50),
+        "the Send took {:?} after the idle time",
+        sent.elapsed()
+    );
+}
