@@ -131,6 +131,63 @@ impl std::fmt::Debug for Probe {
     }
 }
 
+/// Threads waiting for the loop's outputs ([`LoopHandle::output_waiter`]):
+/// how many, and a generation the loop bumps (with a broadcast) after a
+/// round that handed over outputs while any waited.
+#[derive(Debug, Default)]
+struct OutputBell {
+    waiters: std::sync::atomic::AtomicUsize,
+    gen: Mutex<u64>,
+    cv: std::sync::Condvar,
+}
+
+impl OutputBell {
+    fn ring(&self) {
+        // Pairs with the waiter's SeqCst registration: either it sees the
+        // outputs in the queue, or we see it waiting.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            let mut g = self.gen.lock().unwrap_or_else(|p| p.into_inner());
+            *g = g.wrapping_add(1);
+            drop(g);
+            self.cv.notify_all();
+        }
+    }
+}
+
+/// A registered wait for a loop's outputs ([`LoopHandle::output_waiter`]).
+#[derive(Debug)]
+pub struct OutputWaiter<'h> {
+    bell: &'h OutputBell,
+    mark: u64,
+}
+
+impl OutputWaiter<'_> {
+    /// Sleep until the loop hands over outputs after this waiter was made
+    /// (or another thread calls [`LoopHandle::outputs_moved`]), or
+    /// `timeout` passes.
+    pub fn wait(self, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        let mut g = self.bell.gen.lock().unwrap_or_else(|p| p.into_inner());
+        while *g == self.mark {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = match self.bell.cv.wait_timeout(g, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+}
+
+impl Drop for OutputWaiter<'_> {
+    fn drop(&mut self) {
+        self.bell.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The application's side of a running loop.
 #[derive(Debug)]
 pub struct LoopHandle<E: Engine> {
@@ -142,6 +199,7 @@ pub struct LoopHandle<E: Engine> {
     sleeping: Arc<AtomicBool>,
     /// The device's doorbell, when the loop sleeps in the device's wait.
     bell: Option<Arc<dyn iwarp_frame::Doorbell>>,
+    outputs_bell: Arc<OutputBell>,
     join: Option<JoinHandle<(E, LoopStats)>>,
 }
 
@@ -173,6 +231,22 @@ impl<E: Engine> LoopHandle<E> {
     /// Take one output, if any.
     pub fn poll(&self) -> Option<E::Output> {
         self.outputs.pop()
+    }
+    /// Register to wait for outputs: make the waiter, then [`poll`](Self::poll)
+    /// (an output handed over after this call is either found there or
+    /// ends [`OutputWaiter::wait`]), then wait. The loop pays for this
+    /// only while someone waits: a fence and a load per round that handed
+    /// over outputs.
+    pub fn output_waiter(&self) -> OutputWaiter<'_> {
+        let bell = &*self.outputs_bell;
+        bell.waiters.fetch_add(1, Ordering::SeqCst);
+        let mark = *bell.gen.lock().unwrap_or_else(|p| p.into_inner());
+        OutputWaiter { bell, mark }
+    }
+    /// Another thread moved outputs from the queue somewhere its peers
+    /// look (a shared router): wake every waiter, as the loop would.
+    pub fn outputs_moved(&self) {
+        self.outputs_bell.ring();
     }
     /// The loop's thread (for refusing calls that would wait on the loop
     /// from inside it).
@@ -272,6 +346,8 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     let sleeping = Arc::new(AtomicBool::new(false));
     let bell = dev.doorbell();
     let waits = bell.is_some();
+    let outputs_bell = Arc::new(OutputBell::default());
+    let ob = outputs_bell.clone();
     let (c, o, s, pr, sl) = (
         commands.clone(),
         outputs.clone(),
@@ -312,6 +388,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
             // Frames go straight from the engine to the device (no copy in
             // between, no allocation per frame).
             let (mut sent, mut refused, mut lost) = (0u64, 0u64, 0u64);
+            let mut handed = false;
             busy |= engine.poll(
                 now,
                 &mut |f| {
@@ -327,7 +404,10 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
                     // completion queue overruns.
                     let out = if held.is_empty() {
                         match o.push(out) {
-                            Ok(()) => return,
+                            Ok(()) => {
+                                handed = true;
+                                return;
+                            }
                             Err(out) => out,
                         }
                     } else {
@@ -347,7 +427,11 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
                     held.push_front(out);
                     break;
                 }
+                handed = true;
                 busy = true;
+            }
+            if handed {
+                ob.ring();
             }
             st.tx_frames += sent;
             st.tx_dropped += refused;
@@ -425,6 +509,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         probe,
         sleeping,
         bell,
+        outputs_bell,
         join: Some(join),
     }
 }
@@ -729,6 +814,45 @@ mod tests {
         let (dev, _peer) = MemDevice::pair(1);
         let st = sleeps(spawn(Quiet { quiescent: true }, NoWait(dev), None, mode, 4));
         assert!(st.sleeps > 500 && st.device_waits == 0, "{st:?}");
+    }
+
+    /// A thread waiting for outputs is woken when the loop hands one
+    /// over: registered, it finds the queue empty and waits up to 20 s; a
+    /// post 200 ms later makes the loop emit, and the wait must end within
+    /// 2 s of it (microseconds in practice).
+    #[test]
+    fn an_output_ends_a_registered_wait() {
+        let (dev, _peer) = MemDevice::pair(1);
+        let h = spawn(Burst { n: 1, go: false }, dev, None, Mode::BusyPoll, 4);
+        let waiter = h.output_waiter();
+        assert!(h.poll().is_none());
+        let posted = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                let at = Instant::now();
+                assert!(h.post(()).is_ok());
+                at
+            });
+            waiter.wait(Duration::from_secs(20));
+            t.join().expect("poster")
+        });
+        assert!(
+            posted.elapsed() < Duration::from_secs(2),
+            "woken {:?} after the post",
+            posted.elapsed()
+        );
+        assert_eq!(h.poll(), Some(0));
+        // And outputs_moved wakes a waiter too (another thread pumped).
+        let waiter = h.output_waiter();
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                h.outputs_moved();
+            });
+            waiter.wait(Duration::from_secs(20));
+        });
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     }
 
     /// A post wakes a loop parked in adaptive mode. Idle, the loop's pause

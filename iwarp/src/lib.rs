@@ -414,13 +414,16 @@ struct Inner {
 }
 
 impl Inner {
-    /// Move the loop's outputs into the router.
+    /// Move the loop's outputs into the router (and wake the other
+    /// threads waiting on it if any moved).
     fn pump(&self) {
         let mut r = match self.router.lock() {
             Ok(r) => r,
             Err(p) => p.into_inner(),
         };
+        let mut moved = false;
         while let Some(o) = self.lp.poll() {
+            moved = true;
             match o {
                 Output::Opening { token, sock } => {
                     r.opening.insert(token, sock);
@@ -474,6 +477,10 @@ impl Inner {
                 _ => {}
             }
         }
+        drop(r);
+        if moved {
+            self.lp.outputs_moved();
+        }
     }
 
     fn post(&self, cmd: Command) -> Result<(), Error> {
@@ -503,8 +510,10 @@ impl Inner {
     ) -> Result<T, Error> {
         self.not_in_loop()?;
         let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_micros(1);
         loop {
+            // Registered before looking: an output the loop hands over
+            // after this is either pumped below or ends the wait.
+            let waiter = self.lp.output_waiter();
             self.pump();
             {
                 let mut r = match self.router.lock() {
@@ -515,11 +524,13 @@ impl Inner {
                     return Ok(v);
                 }
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(Error::TimedOut);
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_micros(500));
+            // Woken by the loop's outputs (or another thread's pump); the
+            // 100 ms bound is a safety net, not a poll.
+            waiter.wait((deadline - now).min(Duration::from_millis(100)));
         }
     }
 

@@ -942,7 +942,10 @@ fn an_idle_pair_sleeps_long_and_answers_at_once() {
     );
     let slept = (after.0 - before.0, after.1 - before.1);
     // 200 µs pauses would be about 7,500 each; sweeps every 100 ms, 15.
-    assert!(slept.0 < 100 && slept.1 < 100, "sleeps in 1.5 s idle: {slept:?}");
+    assert!(
+        slept.0 < 100 && slept.1 < 100,
+        "sleeps in 1.5 s idle: {slept:?}"
+    );
     let sent = std::time::Instant::now();
     p.client
         .post_send(WorkRequest::Send {

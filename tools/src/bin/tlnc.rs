@@ -396,6 +396,9 @@ fn open(
         if timed_out(deadline) {
             return Err(Failure::Connection("timed out before connecting".into()));
         }
+        // Registered before polling: an output handed over after this
+        // ends the wait below (no sleep-and-poll while idle).
+        let waiter = h.output_waiter();
         match h.poll() {
             Some(Output::Connected {
                 stream: Some(s), ..
@@ -407,7 +410,7 @@ fn open(
                 return Err(Failure::Connection(error.to_string()))
             }
             Some(_) => {}
-            None => std::thread::sleep(Duration::from_micros(200)),
+            None => waiter.wait(Duration::from_millis(100)),
         }
     }
 }
