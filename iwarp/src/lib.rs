@@ -1337,7 +1337,7 @@ impl Cq {
             if Instant::now() >= deadline {
                 return None;
             }
-            if spins < 200 {
+            if spins < 20 {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
