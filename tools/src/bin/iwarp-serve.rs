@@ -278,9 +278,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 };
                 match req.accept(&opts, &cq) {
                     Ok(qp) => {
-                        println!("iwarp-serve: accepted {peer} (qp {})", qp.id());
-                        accepted += 1;
+                        let id = qp.id();
+                        // In the metrics before the line that announces it.
                         lock(&conns).push((peer, qp));
+                        accepted += 1;
+                        println!("iwarp-serve: accepted {peer} (qp {id})");
                     }
                     Err(e) => eprintln!("iwarp-serve: accepting {peer}: {e}"),
                 }
