@@ -10,7 +10,7 @@ use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::mpa::TxBuf;
 use iwarp_proto::qp::{PostError, QpState};
 use iwarp_proto::wire::TermCode;
-use tcp_lite::tcp::{Connection as Tcp, RecordRoom, State as TcpState};
+use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpState};
 use tcp_lite::wire::TcpRepr;
 
 use crate::{Connection, StreamParams};
@@ -441,7 +441,7 @@ impl IwarpOverTcp {
         now: u64,
         mem: &MemoryTable,
         max: usize,
-        emit: &mut dyn FnMut(&TcpRepr<'_>),
+        emit: &mut dyn FnMut(&TcpRepr<'_>, Option<PayloadFill<'_>>),
     ) -> usize {
         self.tcp.handle_timeout(now);
         self.ensure_iwarp();
@@ -468,7 +468,7 @@ impl IwarpOverTcp {
             }
         }
         self.teardown_progress(now);
-        self.tcp.poll_transmit(now, max, emit)
+        self.tcp.poll_transmit(now, max, &mut |r| emit(r, None))
     }
 
     /// The setup transitions (Opening → AwaitingMpa → AwaitingDecision →
@@ -688,7 +688,7 @@ mod tests {
         dst: Ipv4Address,
     ) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        from.poll(now, mem, 64, &mut |r| {
+        from.poll(now, mem, 64, &mut |r, _| {
             let mut b = vec![0; r.buffer_len()];
             r.emit(&mut TcpPacket::new_unchecked(&mut b[..]), &src, &dst)
                 .unwrap();

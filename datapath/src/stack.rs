@@ -1617,7 +1617,7 @@ impl crate::runtime::Engine for Stack {
                     mark_ready(ready, sock, id);
                 }
                 SockKind::Iwarp(i) => {
-                    let sent = i.poll(now, mem, 64, &mut |seg| {
+                    let sent = i.poll(now, mem, 64, &mut |seg, _fill| {
                         Self::emit(iface, stats, dst, seg, now, tx)
                     });
                     busy |= sent > 0;

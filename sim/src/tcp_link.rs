@@ -242,8 +242,9 @@ impl TcpSim {
                 (&mut self.b, IP_B, IP_A)
             };
             let mut out = Vec::new();
-            node.stack
-                .poll(now, &node.mem, 64, &mut |r| out.push(encode(r, src, dst)));
+            node.stack.poll(now, &node.mem, 64, &mut |r, _| {
+                out.push(encode(r, src, dst))
+            });
             for mut seg in out {
                 self.segments += 1;
                 let f = self.cfg.faults;

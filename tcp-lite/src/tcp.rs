@@ -362,6 +362,27 @@ impl RecordRoom<'_> {
     }
 }
 
+/// The payload of a segment from a connection whose send buffer holds no
+/// octets (external send mode): `len` octets that `write` puts into the
+/// buffer it is given (exactly `len` long) where the frame is built, so
+/// they are copied once, from where the application keeps them. `write`
+/// returns false if it cannot produce them (the source went away): the
+/// frame is then dropped.
+pub struct PayloadFill<'a> {
+    /// Octets of payload.
+    pub len: usize,
+    /// Writes them.
+    pub write: &'a mut dyn FnMut(&mut [u8]) -> bool,
+}
+
+impl core::fmt::Debug for PayloadFill<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PayloadFill")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 /// One TCP connection.
 #[derive(Debug)]
 pub struct Connection {

@@ -184,7 +184,7 @@ fn undecided(cfg: MpaConfig, request_at: u64, after_request: &[u8], until: u64) 
         }
         let from_b = frames(
             &mut |e| {
-                b.poll(now, &mem, 64, e);
+                b.poll(now, &mem, 64, &mut |r, _| e(r));
             },
             IP_B,
             IP_A,

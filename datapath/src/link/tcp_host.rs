@@ -65,7 +65,7 @@ impl crate::runtime::Engine for TcpHost {
         let mut busy = false;
         let (local, remote) = (self.local, self.remote);
         let mut buf = Vec::new();
-        let n = self.stack.poll(now, &self.mem, 64, &mut |r| {
+        let n = self.stack.poll(now, &self.mem, 64, &mut |r, _| {
             buf.clear();
             buf.resize(r.buffer_len(), 0);
             let mut p = tcp_lite::wire::TcpPacket::new_unchecked(&mut buf[..]);
