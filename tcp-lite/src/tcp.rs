@@ -257,6 +257,12 @@ struct SendBuf {
     head: usize,
     /// Octets held.
     len: usize,
+    /// Stream offset of the oldest octet held: octets acknowledged so far.
+    base: u64,
+    /// External send mode ([`Connection::set_external_send`]): the buffer
+    /// counts octets but holds none; their owner writes them into each
+    /// segment's frame ([`ExtPayload`]).
+    external: bool,
 }
 
 impl SendBuf {
@@ -297,6 +303,11 @@ impl SendBuf {
     }
     fn consume(&mut self, n: usize) {
         let n = n.min(self.len);
+        self.base += n as u64;
+        if self.external {
+            self.len -= n;
+            return;
+        }
         self.head = self.at(n);
         self.len -= n;
         if self.len == 0 {
@@ -307,13 +318,14 @@ impl SendBuf {
     fn contiguous(&self, off: usize) -> usize {
         match self.len.saturating_sub(off) {
             0 => 0,
+            avail if self.external => avail,
             avail => avail.min(self.ring.len() - self.at(off)),
         }
     }
     /// `len` octets from offset `off`; `len` must be within
     /// [`contiguous`](Self::contiguous)`(off)`.
     fn get(&self, off: usize, len: usize) -> &[u8] {
-        if len == 0 {
+        if len == 0 || self.external {
             return &[];
         }
         let i = self.at(off);
@@ -362,6 +374,17 @@ impl RecordRoom<'_> {
     }
 }
 
+/// Where the payload of a segment from a connection in external send mode
+/// lies ([`Connection::poll_transmit_ext`]): `len` octets from stream offset
+/// `offset` (octets queued before them, counted from the first record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtPayload {
+    /// Stream offset of the first payload octet.
+    pub offset: u64,
+    /// Payload octets.
+    pub len: usize,
+}
+
 /// The payload of a segment from a connection whose send buffer holds no
 /// octets (external send mode): `len` octets that `write` puts into the
 /// buffer it is given (exactly `len` long) where the frame is built, so
@@ -382,6 +405,9 @@ impl core::fmt::Debug for PayloadFill<'_> {
             .finish()
     }
 }
+
+/// Where segments go: each with its [`ExtPayload`] in external send mode.
+pub type Emit<'a> = &'a mut dyn FnMut(&TcpRepr<'_>, Option<ExtPayload>);
 
 /// One TCP connection.
 #[derive(Debug)]
@@ -750,8 +776,10 @@ impl Connection {
     }
 
     /// Queue data; returns octets accepted (bounded by the send buffer).
+    /// Nothing in external send mode.
     pub fn send(&mut self, data: &[u8]) -> usize {
-        if self.fin_queued
+        if self.snd_buf.external
+            || self.fin_queued
             || !matches!(
                 self.state,
                 State::SynSent | State::SynReceived | State::Established | State::CloseWait
@@ -795,7 +823,7 @@ impl Connection {
         write: impl FnOnce(&mut RecordRoom<'_>),
     ) -> usize {
         let limit = max.min(self.send_room());
-        if limit == 0 {
+        if limit == 0 || self.snd_buf.external {
             return 0;
         }
         let mut room = RecordRoom {
@@ -810,6 +838,51 @@ impl Connection {
             self.records.push_back(self.data_end());
         }
         n
+    }
+
+    /// Switch to external send mode: the send buffer counts the octets of
+    /// each record ([`send_record_external`](Self::send_record_external))
+    /// but holds none, and [`poll_transmit_ext`](Self::poll_transmit_ext)
+    /// says where each segment's payload lies in the stream for the owner
+    /// of the octets to write, first time and on every retransmission. The
+    /// owner keeps them until [`acked_offset`](Self::acked_offset) passes
+    /// them. Only before anything is queued; false (no change) after.
+    pub fn set_external_send(&mut self) -> bool {
+        if self.snd_buf.len() > 0 || self.snd_buf.base > 0 {
+            return false;
+        }
+        self.snd_buf.external = true;
+        true
+    }
+
+    /// In external send mode.
+    pub fn is_external_send(&self) -> bool {
+        self.snd_buf.external
+    }
+
+    /// External send mode: queue a record of `len` octets (segmented as
+    /// [`send_record`](Self::send_record) segments). Its octets are at
+    /// stream offsets [`queued_offset`](Self::queued_offset) before the
+    /// call, onwards. False (nothing queued) when not in external mode,
+    /// `len` is 0 or the send buffer lacks room.
+    pub fn send_record_external(&mut self, len: usize) -> bool {
+        if !self.snd_buf.external || len == 0 || len > self.send_room() {
+            return false;
+        }
+        self.snd_buf.len += len;
+        self.records.push_back(self.data_end());
+        true
+    }
+
+    /// Stream offset below which every octet is acknowledged (and is no
+    /// longer needed for retransmission).
+    pub fn acked_offset(&self) -> u64 {
+        self.snd_buf.base
+    }
+
+    /// Stream offset just past the last octet queued.
+    pub fn queued_offset(&self) -> u64 {
+        self.snd_buf.base + self.snd_buf.len() as u64
     }
 
     /// Graceful close: a FIN follows the queued data.
@@ -2082,7 +2155,7 @@ impl Connection {
     /// becomes RecoveryPoint; HighRxt MUST NOT be updated (§4 rule 4).
     /// It repairs a lost tail without waiting for the RTO. Returns the
     /// segments sent (0 or 1).
-    fn send_rescue(&mut self, now: u64, emit: &mut dyn FnMut(&TcpRepr<'_>)) -> usize {
+    fn send_rescue(&mut self, now: u64, emit: Emit<'_>) -> usize {
         let una = self.snd_una;
         if self.rescue_rxt.is_some_and(|r| !lt(r, una)) {
             return 0;
@@ -2124,7 +2197,7 @@ impl Connection {
         // One slice of the ring per segment.
         let len = len.min(self.snd_buf.contiguous(off));
         r.payload = self.snd_buf.get(off, len);
-        emit(&r);
+        emit(&r, self.ext(off, len));
         self.ack_now = false;
         self.t_ack = None;
         self.dsack = None;
@@ -2210,13 +2283,7 @@ impl Connection {
     /// Retransmit what is deemed lost while the window (PRR in recovery,
     /// cwnd - pipe otherwise: RFC 6675 §5 (C)) allows. Returns how many
     /// segments went.
-    fn send_lost(
-        &mut self,
-        now: u64,
-        max: usize,
-        pipe: &mut usize,
-        emit: &mut dyn FnMut(&TcpRepr<'_>),
-    ) -> usize {
+    fn send_lost(&mut self, now: u64, max: usize, pipe: &mut usize, emit: Emit<'_>) -> usize {
         let mut n = 0;
         while n < max && lt(self.snd_una, self.lost_end) {
             let budget = if self.in_recovery {
@@ -2243,7 +2310,7 @@ impl Connection {
             let mut r = self.base(now, seq, flags);
             let off = seq.wrapping_sub(self.buf_seq) as usize;
             r.payload = self.snd_buf.get(off, len);
-            emit(&r);
+            emit(&r, self.ext(off, len));
             n += 1;
             self.ack_now = false;
             self.t_ack = None;
@@ -2271,7 +2338,7 @@ impl Connection {
     /// RFC 8985 §7.3: the tail loss probe. New data if the peer's window
     /// has room for it (`Some(false)`: the caller sends one segment beyond
     /// cwnd), else the last segment sent again (`Some(true)`: sent).
-    fn send_probe(&mut self, now: u64, emit: &mut dyn FnMut(&TcpRepr<'_>)) -> Option<bool> {
+    fn send_probe(&mut self, now: u64, emit: Emit<'_>) -> Option<bool> {
         let sent = self.snd_nxt.wrapping_sub(self.buf_seq) as usize;
         let avail = self.snd_buf.len().saturating_sub(sent);
         let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
@@ -2315,7 +2382,7 @@ impl Connection {
         }
         let mut r = self.base(now, start, flags);
         r.payload = self.snd_buf.get(off, len);
-        emit(&r);
+        emit(&r, self.ext(off, len));
         self.ack_now = false;
         self.t_ack = None;
         self.dsack = None;
@@ -2329,18 +2396,40 @@ impl Connection {
         Some(true)
     }
 
+    /// Where `len` payload octets from buffer offset `off` lie, in external
+    /// send mode.
+    fn ext(&self, off: usize, len: usize) -> Option<ExtPayload> {
+        (self.snd_buf.external && len > 0).then(|| ExtPayload {
+            offset: self.snd_buf.base + off as u64,
+            len,
+        })
+    }
+
     /// Our FIN was sent (it lies below SND.MAX).
     fn fin_queued_sent(&self) -> bool {
         self.fin_queued && lt(self.data_end(), self.snd_max)
     }
 
     /// Hand up to `max` segments to `emit`, in order. Returns how many.
+    /// Not for a connection in external send mode (its segments would go
+    /// without their payload): use [`poll_transmit_ext`](Self::poll_transmit_ext).
     pub fn poll_transmit(
         &mut self,
         now: u64,
         max: usize,
         emit: &mut dyn FnMut(&TcpRepr<'_>),
     ) -> usize {
+        debug_assert!(
+            !self.snd_buf.external,
+            "poll_transmit in external send mode"
+        );
+        self.poll_transmit_ext(now, max, &mut |r, _| emit(r))
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit), with each segment's
+    /// [`ExtPayload`] in external send mode (`None` for segments without
+    /// payload, and always in the usual mode, where `payload` holds it).
+    pub fn poll_transmit_ext(&mut self, now: u64, max: usize, emit: Emit<'_>) -> usize {
         let mut n = 0;
         if let Some((seq, ack, with_ack)) = self.rst.take() {
             let mut r = TcpRepr::new(
@@ -2354,7 +2443,7 @@ impl Connection {
                 },
             );
             r.ack_number = ack;
-            emit(&r);
+            emit(&r, None);
             n += 1;
         }
         if self.state == State::Closed || n >= max {
@@ -2382,7 +2471,7 @@ impl Connection {
                     tsecr: self.ts_recent,
                 });
             }
-            emit(&r);
+            emit(&r, None);
             n += 1;
             self.snd_nxt = self.iss.wrapping_add(1);
             if lt(self.snd_max, self.snd_nxt) {
@@ -2401,7 +2490,7 @@ impl Connection {
             if self.ack_now && self.state == State::TimeWait {
                 self.ack_now = false;
                 let r = self.base(now, self.snd_max, Flags::ACK);
-                emit(&r);
+                emit(&r, None);
                 n += 1;
             }
             return n;
@@ -2551,7 +2640,7 @@ impl Connection {
             let seq = self.snd_nxt;
             let mut r = self.base(now, seq, flags);
             r.payload = self.snd_buf.get(sent, len);
-            emit(&r);
+            emit(&r, self.ext(sent, len));
             n += 1;
             self.ack_now = false;
             self.t_ack = None;
@@ -2600,7 +2689,7 @@ impl Connection {
                 }
                 let mut r = self.base(now, self.snd_max, Flags::ACK);
                 r.ack_number = p;
-                emit(&r);
+                emit(&r, None);
                 n += 1;
             }
             self.dsack = dsack;
@@ -2614,7 +2703,7 @@ impl Connection {
             // One ACK per out-of-order arrival (at most 4 at once).
             let copies = self.dupacks_owed.clamp(1, 4) as usize;
             for _ in 0..copies.min(max - n) {
-                emit(&r);
+                emit(&r, None);
                 n += 1;
             }
         }
@@ -2808,6 +2897,9 @@ mod tests {
         /// SND.UNA lost (the original, any rescue and the probe): nothing
         /// reached b that an ACK or SACK could have reported.
         rtos_every_copy_lost: u64,
+        /// a in external send mode: the stream a's records stand for,
+        /// from which each segment's payload is written.
+        ext_a: Option<Vec<u8>>,
     }
 
     fn encode(r: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
@@ -2845,6 +2937,7 @@ mod tests {
                 avoidable_rtos: Vec::new(),
                 arrived_ab: Vec::new(),
                 rtos_every_copy_lost: 0,
+                ext_a: None,
             }
         }
 
@@ -2874,7 +2967,18 @@ mod tests {
                 let c = if from_a { &mut self.a } else { &mut self.b };
                 let mut out = Vec::new();
                 let mut sent = Vec::new();
-                c.poll_transmit(self.now, 64, &mut |r| {
+                let ext_src = if from_a { self.ext_a.as_deref() } else { None };
+                let (acked, queued) = (c.acked_offset(), c.queued_offset());
+                c.poll_transmit_ext(self.now, 64, &mut |r, ext| {
+                    let mut r = r.clone();
+                    if let Some(e) = ext {
+                        // TCP asks only for octets queued and not yet
+                        // acknowledged: their owner may drop the rest.
+                        assert!(acked <= e.offset && e.offset + e.len as u64 <= queued);
+                        let src = ext_src.expect("a segment of external payload");
+                        r.payload = &src[e.offset as usize..e.offset as usize + e.len];
+                    }
+                    let r = &r;
                     out.push(encode(r, src, dst));
                     let len = r.payload.len() as u32 + u32::from(r.flags.contains(Flags::FIN));
                     sent.push((r.seq_number, r.seq_number.wrapping_add(len)));
@@ -3422,6 +3526,75 @@ mod tests {
         );
         assert_eq!((p.a.error(), p.b.error()), (None, None));
         p
+    }
+
+    /// External send mode: the records' octets never enter TCP; each
+    /// segment, first transmission and retransmission alike, is written
+    /// from the owner's copy at the offset TCP names. A lossy, reordering,
+    /// duplicating link must deliver the stream whole.
+    #[test]
+    fn external_send_mode_carries_records_through_loss() {
+        for seed in 1..=6u64 {
+            let faults = Faults {
+                loss: 20,
+                reorder: 10,
+                dup: 5,
+                ..Faults::default()
+            };
+            let mut p = Pair::new(cfg(), 1000 + seed as u32 * 77, 9000, seed, faults);
+            assert!(p.a.set_external_send());
+            p.ext_a = Some(Vec::new());
+            let da = data(200_000, seed as u8);
+            let mut sa = 0;
+            let mut x = seed;
+            let mut closed = false;
+            for _ in 0..500_000 {
+                while sa < da.len() {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let len = (1 + (x >> 33) as usize % 3000).min(da.len() - sa);
+                    if !p.a.send_record_external(len) {
+                        break;
+                    }
+                    p.ext_a
+                        .as_mut()
+                        .unwrap()
+                        .extend_from_slice(&da[sa..sa + len]);
+                    sa += len;
+                }
+                assert_eq!(p.a.queued_offset(), sa as u64);
+                if sa == da.len() && !closed && p.a.state() == State::Established {
+                    p.a.close();
+                    closed = true;
+                }
+                if closed && p.b.state() == State::CloseWait {
+                    p.b.close();
+                }
+                p.step();
+                if closed && p.a.state() == State::Closed && p.b.state() == State::Closed {
+                    break;
+                }
+            }
+            assert!(p.got_b == da, "a->b data, seed {seed}");
+            assert_eq!(p.a.acked_offset(), da.len() as u64, "seed {seed}");
+            assert!(p.a.stats().fast_retransmits + p.a.stats().rto_retransmits > 0);
+            // Octet sends are refused in this mode, and the mode is chosen
+            // before anything is queued.
+            assert_eq!(p.a.send(b"x"), 0);
+            assert!(!p.a.set_external_send());
+        }
+    }
+
+    #[test]
+    fn external_send_mode_only_before_data() {
+        let mut p = Pair::new(cfg(), 1000, 9000, 3, Faults::default());
+        assert!(p.run(100, |p| p.a.state() == State::Established
+            && p.b.state() == State::Established));
+        assert_eq!(p.a.send(b"hello"), 5);
+        assert!(!p.a.set_external_send());
+        assert!(!p.a.send_record_external(10), "not in external mode");
+        assert!(!p.a.is_external_send());
     }
 
     #[test]
