@@ -2970,7 +2970,7 @@ mod tests {
                 let ext_src = if from_a { self.ext_a.as_deref() } else { None };
                 let (acked, queued) = (c.acked_offset(), c.queued_offset());
                 c.poll_transmit_ext(self.now, 64, &mut |r, ext| {
-                    let mut r = r.clone();
+                    let mut r = *r;
                     if let Some(e) = ext {
                         // TCP asks only for octets queued and not yet
                         // acknowledged: their owner may drop the rest.
