@@ -16,7 +16,9 @@
 //!   and the completion ordering of RFC 5040 §5.5; scatter/gather lists,
 //!   signaled and unsignaled requests, verbs completion statuses; over MPA
 //!   or over DDP/SCTP's whole, unordered segments (`qp::llp`);
-//! * [`srq`]: the shared receive queue several QPs take receive buffers from.
+//! * [`srq`]: the shared receive queue several QPs take receive buffers from;
+//! * [`txq`]: one-copy transmit: FPDUs as descriptors of registered memory,
+//!   written into each frame as it is built.
 //!
 //! The same code runs inline in a pinned poll loop, under DPDK, and inside the
 //! deterministic simulator (`iwarp-sim`).
@@ -30,4 +32,5 @@ pub mod mem;
 pub mod mpa;
 pub mod qp;
 pub mod srq;
+pub mod txq;
 pub mod wire;

@@ -95,6 +95,18 @@ impl Framer {
         self.markers
     }
 
+    /// Whether the CRC is computed (else its field is 0).
+    pub fn crc(&self) -> bool {
+        self.crc
+    }
+
+    /// Count `n` octets framed elsewhere (an FPDU sent from its descriptor,
+    /// [`crate::txq`]; only without markers, whose phase it would move).
+    pub fn skip(&mut self, n: usize) {
+        debug_assert!(!self.markers);
+        self.pos += n as u64;
+    }
+
     /// Octets the next FPDU will take for a ULPDU of `ulpdu_len`.
     pub fn next_wire_len(&self, ulpdu_len: usize) -> usize {
         wire_len_at(self.pos, ulpdu_len, self.markers)

@@ -35,6 +35,7 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
 use crate::mpa::{Deframer, Framer, MpaError, Part, TxBuf, UlpduSink};
+use crate::txq::FpduDesc;
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -107,7 +108,7 @@ impl Sge {
 }
 
 /// Size of a job's inline body: a Terminate or inline data.
-const INLINE_BODY: usize = if MAX_INLINE > MAX_TERMINATE_LEN {
+pub(crate) const INLINE_BODY: usize = if MAX_INLINE > MAX_TERMINATE_LEN {
     MAX_INLINE
 } else {
     MAX_TERMINATE_LEN
@@ -690,6 +691,9 @@ enum SqState {
     Queued,
     Sending,
     AwaitResponse,
+    /// Handed to the LLP as descriptors of registered memory
+    /// ([`crate::txq`]): completes once the LLP acknowledges it.
+    AwaitAck,
     Done(WcStatus),
 }
 
@@ -739,6 +743,19 @@ enum JobOrigin {
     Sq(u64),
     ReadResp,
     Terminate,
+}
+
+/// The next FPDU of a job, planned: header, inline body (in the job) and
+/// source ranges.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    job: Job,
+    hdr: [u8; UNTAGGED_HEADER_LEN],
+    hdr_len: usize,
+    src: [Range; MAX_SGE],
+    nsrc: usize,
+    chunk: u64,
+    last: bool,
 }
 
 /// A message being segmented onto the wire.
@@ -1604,10 +1621,104 @@ impl Qp {
         let start = out.len();
         let mut fpdus = 0;
         while fpdus < max_fpdus {
+            let Some(plan) = self.plan_fpdu(mem, max_bytes - (out.len() - start)) else {
+                break;
+            };
+            // Source bytes, re-checked now, gathered from as many entries
+            // as the segment spans.
+            let mut payload: [Part<'_>; MAX_SGE] = [Part::Bytes(&[]); MAX_SGE];
+            let mut readable = true;
+            for (p, r) in payload.iter_mut().zip(&plan.src[..plan.nsrc]) {
+                match mem.read(r, 0, r.len) {
+                    Some(slice) => *p = Part::Region(slice),
+                    None => readable = false,
+                }
+            }
+            if !readable {
+                self.local_build_error(plan.job, AccessError::InvalidStag);
+                continue;
+            }
+            let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
+            parts[0] = Part::Bytes(&plan.hdr[..plan.hdr_len]);
+            parts[1] = Part::Bytes(&plan.job.inline[..plan.job.inline_len]);
+            parts[2..2 + plan.nsrc].copy_from_slice(&payload[..plan.nsrc]);
+            if self.llp.emit_parts(&parts[..2 + plan.nsrc], out).is_err() {
+                break; // cannot happen: ulpdu_len <= mulpdu <= u16::MAX
+            }
+            fpdus += 1;
+            self.finish_fpdu(plan, false);
+        }
+        let n = out.len() - start;
+        self.stats.stream_tx += n as u64;
+        self.drain_sq();
+        n
+    }
+
+    /// Whether [`poll_fpdu`](Self::poll_fpdu) can describe this QP's FPDUs:
+    /// over MPA without markers (markers depend on the stream position, so
+    /// those FPDUs are framed as octets by [`poll_transmit`](Self::poll_transmit)).
+    pub fn can_describe(&self) -> bool {
+        match &self.llp {
+            Lower::Mpa { framer, .. } => !framer.markers(),
+            Lower::Segments(_) => false,
+        }
+    }
+
+    /// The next FPDU as a descriptor of registered memory, if one fits in
+    /// `max_bytes` ([`crate::txq`]): one-copy transmit. The Send or Write
+    /// it ends completes when the caller reports it acknowledged
+    /// ([`fpdu_acked`](Self::fpdu_acked)). `None` when nothing is ready or
+    /// [`can_describe`](Self::can_describe) is false.
+    pub fn poll_fpdu(&mut self, mem: &MemoryTable, max_bytes: usize) -> Option<FpduDesc> {
+        if !self.can_describe() {
+            return None;
+        }
+        let crc_on = match &self.llp {
+            Lower::Mpa { framer, .. } => framer.crc(),
+            Lower::Segments(_) => false,
+        };
+        let plan = self.plan_fpdu(mem, max_bytes)?;
+        let mut head = [0u8; UNTAGGED_HEADER_LEN + INLINE_BODY];
+        let hl = plan.hdr_len;
+        let il = plan.job.inline_len;
+        head[..hl].copy_from_slice(&plan.hdr[..hl]);
+        head[hl..hl + il].copy_from_slice(&plan.job.inline[..il]);
+        let completes = match plan.job.origin {
+            JobOrigin::Sq(seq) if plan.last && plan.job.opcode != Opcode::ReadRequest => Some(seq),
+            _ => None,
+        };
+        // Cannot fail: the ULPDU is within MULPDU and the head within HEAD_MAX.
+        let d = FpduDesc::new(&head[..hl + il], &plan.src[..plan.nsrc], crc_on, completes)?;
+        if let Lower::Mpa { framer, .. } = &mut self.llp {
+            framer.skip(d.wire_len());
+        }
+        self.stats.stream_tx += d.wire_len() as u64;
+        self.finish_fpdu(plan, true);
+        self.drain_sq();
+        Some(d)
+    }
+
+    /// The FPDU that ended send queue entry `seq` ([`FpduDesc::completes`])
+    /// was acknowledged by the LLP: the request completes (in order, RFC
+    /// 5040 §5.5 rule 15).
+    pub fn fpdu_acked(&mut self, seq: u64) {
+        if let Some(e) = self.sq_entry(seq) {
+            if e.state == SqState::AwaitAck {
+                e.state = SqState::Done(WcStatus::Success);
+            }
+        }
+        self.drain_sq();
+    }
+
+    /// Plan the next FPDU that fits in `room` octets on the wire: its job,
+    /// header and source ranges. A job whose source fails its checks
+    /// completes in error here (and the next one is tried).
+    fn plan_fpdu(&mut self, mem: &MemoryTable, room_left: usize) -> Option<Plan> {
+        loop {
             if self.tx.job.is_none() {
                 self.tx.job = self.next_job();
             }
-            let Some(mut job) = self.tx.job else { break };
+            let job = self.tx.job?;
             let tagged = job.opcode.tagged() == Some(true);
             let hdr_len = if job.zero_fpdu {
                 0
@@ -1619,31 +1730,25 @@ impl Qp {
             let room = (self.cfg.mulpdu as usize).saturating_sub(hdr_len + job.inline_len) as u64;
             let chunk = (job.len - job.off).min(room);
             let ulpdu_len = hdr_len + job.inline_len + chunk as usize;
-            let wire = self.llp.wire_len(ulpdu_len);
-            if out.len() - start + wire > max_bytes {
-                break;
+            if self.llp.wire_len(ulpdu_len) > room_left {
+                return None;
             }
             let last = job.off + chunk == job.len;
-            // Source bytes, re-checked now (the region may have changed since
-            // posting), gathered from as many entries as the segment spans.
-            let mut payload: [Part<'_>; MAX_SGE] = [Part::Bytes(&[]); MAX_SGE];
-            let mut np = 0;
+            let mut src = [Range::EMPTY; MAX_SGE];
+            let mut nsrc = 0;
             if let Some((sgl, need)) = job.src {
                 if chunk > 0 {
-                    let gathered =
-                        sgl.locate(mem, self.cfg.pd, need, job.off, chunk)
-                            .and_then(|p| {
-                                for r in p.as_slice() {
-                                    payload[np] = Part::Region(
-                                        mem.read(r, 0, r.len).ok_or(AccessError::InvalidStag)?,
-                                    );
-                                    np += 1;
-                                }
-                                Ok(())
-                            });
-                    if let Err(e) = gathered {
-                        self.local_build_error(job, e);
-                        continue;
+                    match sgl.locate(mem, self.cfg.pd, need, job.off, chunk) {
+                        Ok(p) => {
+                            for r in p.as_slice() {
+                                src[nsrc] = *r;
+                                nsrc += 1;
+                            }
+                        }
+                        Err(e) => {
+                            self.local_build_error(job, e);
+                            continue;
+                        }
                     }
                 }
             }
@@ -1668,30 +1773,34 @@ impl Qp {
                 };
                 let _ = h.emit(&mut hdr);
             }
-            let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
-            parts[0] = Part::Bytes(&hdr[..hdr_len]);
-            parts[1] = Part::Bytes(&job.inline[..job.inline_len]);
-            parts[2..2 + np].copy_from_slice(&payload[..np]);
-            if self.llp.emit_parts(&parts[..2 + np], out).is_err() {
-                break; // cannot happen: ulpdu_len <= mulpdu <= u16::MAX
-            }
-            fpdus += 1;
-            self.stats.fpdus_tx += 1;
-            job.off += chunk;
-            if last {
-                self.tx.job = None;
-                self.job_done(job);
-            } else {
-                self.tx.job = Some(job);
-            }
+            return Some(Plan {
+                job,
+                hdr,
+                hdr_len,
+                src,
+                nsrc,
+                chunk,
+                last,
+            });
         }
-        let n = out.len() - start;
-        self.stats.stream_tx += n as u64;
-        self.drain_sq();
-        n
     }
 
-    fn job_done(&mut self, job: Job) {
+    /// The planned FPDU is on its way: advance its job, and finish the job
+    /// after its last FPDU (`by_ref`: handed over as a descriptor, so a
+    /// Send or Write completes on acknowledgement).
+    fn finish_fpdu(&mut self, plan: Plan, by_ref: bool) {
+        let mut job = plan.job;
+        self.stats.fpdus_tx += 1;
+        job.off += plan.chunk;
+        if plan.last {
+            self.tx.job = None;
+            self.job_done(job, by_ref);
+        } else {
+            self.tx.job = Some(job);
+        }
+    }
+
+    fn job_done(&mut self, job: Job, by_ref: bool) {
         match job.origin {
             JobOrigin::Terminate => {
                 let t = self.tx.terminate.take();
@@ -1709,8 +1818,13 @@ impl Qp {
                 if let Some(e) = self.sq_entry(seq) {
                     // RFC 5040 §5.5 rule 14: a Send or Write completes once DDP
                     // has handed it to the LLP; a Read waits for its response (rule 19).
+                    // Handed over by reference, the LLP still reads the
+                    // application's memory until it is acknowledged (rule 9
+                    // allows the later completion).
                     e.state = if is_read {
                         SqState::AwaitResponse
+                    } else if by_ref {
+                        SqState::AwaitAck
                     } else {
                         SqState::Done(WcStatus::Success)
                     };

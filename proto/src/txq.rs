@@ -1,0 +1,583 @@
+//! One-copy transmit: FPDUs kept as descriptors, not octets.
+//!
+//! Over a transport that can ask for a segment's payload when it builds the
+//! frame (tcp-lite's external send mode), an FPDU need not be framed into
+//! a send buffer first. [`Qp::poll_fpdu`](crate::qp::Qp::poll_fpdu) returns
+//! an [`FpduDesc`]: the MPA length, the DDP/RDMAP header and any inline
+//! body as octets (at most 150), and the payload as checked
+//! [`Range`]s of registered memory. [`FpduDesc::fill`] writes any span of
+//! the FPDU's wire octets straight from those ranges into the frame: the
+//! one copy of a payload octet in our code, on the first transmission and
+//! on every retransmission alike.
+//!
+//! **The CRC** (RFC 5044 §4.4: over the whole FPDU, length field to PAD) is
+//! computed over the frame's copy when one fill covers the whole FPDU, the
+//! usual case (a sender puts whole FPDUs in segments, RFC 5044 §8), and
+//! remembered; a fill of part of an FPDU that reaches its CRC and has none
+//! remembered reads the FPDU once more, from registered memory, to compute
+//! it (a read, not a copy).
+//!
+//! **Completions** (RFC 5040 §5.5 rule 9 lets a completion mean more than
+//! hand-off to the LLP): the memory of a Send or Write is read again until
+//! TCP has the FPDU acknowledged, so the request completes then, not when
+//! it is handed to TCP ([`FpduDesc::completes`],
+//! [`Qp::fpdu_acked`](crate::qp::Qp::fpdu_acked)). An application may reuse
+//! its buffer once the completion arrives, as it always could.
+//!
+//! **A source that goes away**: a range is re-checked at every fill
+//! ([`MemoryTable::read`] refuses one whose region or window was
+//! deregistered, invalidated or rebound since); such a fill fails and the
+//! connection must end (the transport cannot retransmit what it no longer
+//! has).
+//!
+//! [`TxQueue`] keeps the records a connection has queued, by stream offset,
+//! until the transport acknowledges them.
+
+use std::collections::VecDeque;
+
+use crate::crc::Crc32c;
+use crate::mem::{MemoryTable, Range};
+use crate::qp::MAX_SGE;
+
+/// Octets before an FPDU's payload: MPA length (2), the longest DDP/RDMAP
+/// header (18) and the longest inline body.
+pub(crate) const HEAD_MAX: usize = 2 + 18 + crate::qp::INLINE_BODY;
+
+/// One FPDU as the octets before its payload, the payload's ranges of
+/// registered memory, and its PAD and CRC (no markers: RFC 5044 markers
+/// depend on the stream position and are framed as octets instead).
+#[derive(Clone)]
+pub struct FpduDesc {
+    head: [u8; HEAD_MAX],
+    head_len: u8,
+    src: [Range; MAX_SGE],
+    nsrc: u8,
+    payload_len: u32,
+    pad: u8,
+    /// CRC negotiated (else the field is 0, RFC 5044 §4.4).
+    crc_on: bool,
+    /// The CRC, once computed.
+    crc: Option<u32>,
+    /// The send queue entry this FPDU ends, completed once acknowledged.
+    completes: Option<u64>,
+}
+
+impl core::fmt::Debug for FpduDesc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FpduDesc")
+            .field("head_len", &self.head_len)
+            .field("payload_len", &self.payload_len)
+            .field("nsrc", &self.nsrc)
+            .field("crc", &self.crc)
+            .field("completes", &self.completes)
+            .finish()
+    }
+}
+
+const CRC_LEN: usize = 4;
+
+impl FpduDesc {
+    /// An FPDU whose ULPDU is `ulpdu_head` (DDP/RDMAP header and inline
+    /// body) followed by the octets of `src`, in order. `None` if the head
+    /// is too long or the ULPDU passes 65535 octets.
+    pub(crate) fn new(
+        ulpdu_head: &[u8],
+        src: &[Range],
+        crc_on: bool,
+        completes: Option<u64>,
+    ) -> Option<FpduDesc> {
+        let payload_len: usize = src.iter().map(|r| r.len).sum();
+        let ulpdu_len = ulpdu_head.len() + payload_len;
+        if ulpdu_head.len() + 2 > HEAD_MAX || ulpdu_len > u16::MAX as usize || src.len() > MAX_SGE {
+            return None;
+        }
+        let mut head = [0u8; HEAD_MAX];
+        head[..2].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
+        head[2..2 + ulpdu_head.len()].copy_from_slice(ulpdu_head);
+        let mut s = [Range::EMPTY; MAX_SGE];
+        s[..src.len()].copy_from_slice(src);
+        Some(FpduDesc {
+            head,
+            head_len: (2 + ulpdu_head.len()) as u8,
+            src: s,
+            nsrc: src.len() as u8,
+            payload_len: payload_len as u32,
+            pad: ((4 - (2 + ulpdu_len) % 4) % 4) as u8,
+            crc_on,
+            crc: None,
+            completes,
+        })
+    }
+
+    /// Octets on the wire: length, ULPDU, PAD, CRC.
+    pub fn wire_len(&self) -> usize {
+        usize::from(self.head_len) + self.payload_len as usize + usize::from(self.pad) + CRC_LEN
+    }
+
+    /// The send queue entry (by sequence) that completes once this FPDU is
+    /// acknowledged: the last FPDU of a Send or Write.
+    pub fn completes(&self) -> Option<u64> {
+        self.completes
+    }
+
+    /// Payload octets, from registered memory.
+    pub fn payload_len(&self) -> usize {
+        self.payload_len as usize
+    }
+
+    /// Write wire octets `at .. at + dst.len()` of the FPDU into `dst`,
+    /// payload straight from registered memory. False if a source range is
+    /// no longer live or the span leaves the FPDU (`dst` then holds
+    /// garbage and must not be sent).
+    pub fn fill(&mut self, mem: &MemoryTable, at: usize, dst: &mut [u8]) -> bool {
+        let wire = self.wire_len();
+        let Some(end) = at.checked_add(dst.len()) else {
+            return false;
+        };
+        if end > wire {
+            return false;
+        }
+        let head = usize::from(self.head_len);
+        let body_end = head + self.payload_len as usize;
+        let crc_at = body_end + usize::from(self.pad);
+        // Head octets.
+        let mut pos = at;
+        let mut d = 0;
+        if pos < head {
+            let n = (head - pos).min(dst.len());
+            dst[..n].copy_from_slice(&self.head[pos..pos + n]);
+            pos += n;
+            d += n;
+        }
+        // Payload, range by range: the one copy.
+        let mut base = head;
+        for r in &self.src[..usize::from(self.nsrc)] {
+            let r_end = base + r.len;
+            if pos < r_end && d < dst.len() {
+                let off = pos - base;
+                let n = (r_end - pos).min(dst.len() - d);
+                match mem.read(r, off, n) {
+                    Some(s) if s.copy_to(0, &mut dst[d..d + n]) => {}
+                    _ => return false,
+                }
+                pos += n;
+                d += n;
+            }
+            base = r_end;
+        }
+        // PAD.
+        if pos < crc_at && d < dst.len() {
+            let n = (crc_at - pos).min(dst.len() - d);
+            dst[d..d + n].fill(0);
+            pos += n;
+            d += n;
+        }
+        if d == dst.len() {
+            return true;
+        }
+        // The CRC: over this copy when it holds the whole FPDU, else the
+        // one remembered, else read again.
+        let value = if !self.crc_on {
+            0
+        } else if at == 0 && end == wire {
+            let mut c = Crc32c::new();
+            c.update(&dst[..crc_at]);
+            self.crc = Some(c.value());
+            c.value()
+        } else if let Some(v) = self.crc {
+            v
+        } else {
+            match self.compute_crc(mem) {
+                Some(v) => {
+                    self.crc = Some(v);
+                    v
+                }
+                None => return false,
+            }
+        };
+        let wire_crc = Crc32c::to_wire(value);
+        let from = pos - crc_at;
+        let n = dst.len() - d;
+        dst[d..].copy_from_slice(&wire_crc[from..from + n]);
+        true
+    }
+
+    /// The CRC over the FPDU as registered memory holds it now.
+    fn compute_crc(&self, mem: &MemoryTable) -> Option<u32> {
+        let mut c = Crc32c::new();
+        c.update(&self.head[..usize::from(self.head_len)]);
+        let mut buf = [0u8; 512];
+        for r in &self.src[..usize::from(self.nsrc)] {
+            let mut off = 0;
+            while off < r.len {
+                let n = (r.len - off).min(buf.len());
+                let s = mem.read(r, off, n)?;
+                if !s.copy_to(0, &mut buf[..n]) {
+                    return None;
+                }
+                c.update(&buf[..n]);
+                off += n;
+            }
+        }
+        c.update(&[0u8; 3][..usize::from(self.pad)]);
+        Some(c.value())
+    }
+}
+
+/// What a connection queued on its transport: octets (MPA Request or
+/// Reply, FPDUs framed with markers) or an FPDU descriptor.
+// FPDUs are nearly every record: boxing them would allocate per FPDU to
+// shrink the rare octet records.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum TxRecord {
+    /// Octets, sent as they are.
+    Bytes(Vec<u8>),
+    /// An FPDU written from registered memory.
+    Fpdu(FpduDesc),
+}
+
+impl TxRecord {
+    /// Octets on the wire.
+    pub fn wire_len(&self) -> usize {
+        match self {
+            TxRecord::Bytes(b) => b.len(),
+            TxRecord::Fpdu(f) => f.wire_len(),
+        }
+    }
+
+    fn fill(&mut self, mem: &MemoryTable, at: usize, dst: &mut [u8]) -> bool {
+        match self {
+            TxRecord::Bytes(b) => match b.get(at..at + dst.len()) {
+                Some(s) => {
+                    dst.copy_from_slice(s);
+                    true
+                }
+                None => false,
+            },
+            TxRecord::Fpdu(f) => f.fill(mem, at, dst),
+        }
+    }
+}
+
+/// The records of one connection's send stream, by stream offset, kept
+/// until acknowledged.
+#[derive(Debug, Default)]
+pub struct TxQueue {
+    /// (stream offset of the first octet, record), in stream order.
+    recs: VecDeque<(u64, TxRecord)>,
+    /// Stream offset just past the last record.
+    end: u64,
+    /// A fill failed since the last [`take_failed`](Self::take_failed).
+    failed: bool,
+}
+
+impl TxQueue {
+    /// An empty queue whose first record starts at stream offset `start`.
+    pub fn new(start: u64) -> TxQueue {
+        TxQueue {
+            recs: VecDeque::new(),
+            end: start,
+            failed: false,
+        }
+    }
+
+    /// Append a record: its octets follow the last record's.
+    pub fn push(&mut self, rec: TxRecord) {
+        let len = rec.wire_len() as u64;
+        self.recs.push_back((self.end, rec));
+        self.end += len;
+    }
+
+    /// Stream offset just past the last record.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+
+    /// Write stream octets `offset .. offset + dst.len()` into `dst`. False
+    /// (and the queue remembers it, [`take_failed`](Self::take_failed)) if
+    /// a record is gone or a source range is no longer live.
+    pub fn fill(&mut self, mem: &MemoryTable, offset: u64, dst: &mut [u8]) -> bool {
+        let ok = self.fill_inner(mem, offset, dst);
+        self.failed |= !ok;
+        ok
+    }
+
+    fn fill_inner(&mut self, mem: &MemoryTable, offset: u64, dst: &mut [u8]) -> bool {
+        // The record holding `offset`: the last one starting at or before it.
+        let i = self.recs.partition_point(|(s, _)| *s <= offset);
+        if i == 0 {
+            return false;
+        }
+        let mut pos = offset;
+        let mut d = 0;
+        for (start, rec) in self.recs.range_mut(i - 1..) {
+            if d == dst.len() {
+                break;
+            }
+            let len = rec.wire_len() as u64;
+            let at = (pos - *start) as usize;
+            if pos >= *start + len {
+                return false;
+            }
+            let n = ((*start + len - pos) as usize).min(dst.len() - d);
+            if !rec.fill(mem, at, &mut dst[d..d + n]) {
+                return false;
+            }
+            pos += n as u64;
+            d += n;
+        }
+        d == dst.len()
+    }
+
+    /// Drop the records wholly below stream offset `acked` (acknowledged),
+    /// handing `done` the send queue entry each completes.
+    pub fn release(&mut self, acked: u64, done: &mut dyn FnMut(u64)) {
+        while let Some((start, rec)) = self.recs.front() {
+            if start + rec.wire_len() as u64 > acked {
+                break;
+            }
+            if let TxRecord::Fpdu(f) = rec {
+                if let Some(seq) = f.completes() {
+                    done(seq);
+                }
+            }
+            self.recs.pop_front();
+        }
+    }
+
+    /// Whether a fill failed since the last call (then cleared).
+    pub fn take_failed(&mut self) -> bool {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// Drop everything (the connection is gone), without completions.
+    pub fn clear(&mut self) {
+        self.recs.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::{Access, PdId, STag};
+    use crate::qp::{Completion, Qp, QpConfig, SgList, Sge, WcStatus, WorkRequest};
+
+    fn qp(pd: PdId, crc: bool) -> Qp {
+        Qp::new(QpConfig {
+            pd,
+            ird: 4,
+            ord: 4,
+            mulpdu: 1000,
+            crc,
+            markers_tx: false,
+            markers_rx: false,
+            sq_depth: 16,
+            rq_depth: 16,
+        })
+    }
+
+    fn pattern(len: usize, salt: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+            .collect()
+    }
+
+    /// A table with two source regions, and the Write + Send that gather
+    /// from both (several FPDUs each at MULPDU 1000), posted to `q`.
+    fn setup(q: &mut Qp, mem: &mut MemoryTable, pd: PdId) -> (STag, STag) {
+        let a = mem
+            .register(pd, pattern(3000, 1), Access::LOCAL_READ, 0)
+            .unwrap();
+        let b = mem
+            .register(pd, pattern(700, 2), Access::LOCAL_READ, 0)
+            .unwrap();
+        let local = SgList::new(&[
+            Sge {
+                stag: a,
+                to: 100,
+                len: 2500,
+            },
+            Sge {
+                stag: b,
+                to: 0,
+                len: 700,
+            },
+        ])
+        .unwrap();
+        q.post_send(
+            mem,
+            WorkRequest::Write {
+                wr_id: 7,
+                signaled: true,
+                local,
+                remote_stag: STag(0x1234_5600),
+                remote_to: 0x10_0000,
+            },
+        )
+        .unwrap();
+        q.post_send(
+            mem,
+            WorkRequest::Send {
+                wr_id: 8,
+                signaled: true,
+                local: SgList::from(Sge {
+                    stag: b,
+                    to: 10,
+                    len: 600,
+                }),
+                solicited: false,
+                invalidate: None,
+            },
+        )
+        .unwrap();
+        (a, b)
+    }
+
+    fn descs(q: &mut Qp, mem: &MemoryTable) -> Vec<FpduDesc> {
+        let mut v = Vec::new();
+        while let Some(d) = q.poll_fpdu(mem, 1500) {
+            v.push(d);
+        }
+        v
+    }
+
+    /// The octets a twin QP frames the usual way (`poll_transmit`, tested
+    /// against literal FPDUs in `mpa`): a descriptor filled whole, or in
+    /// any pieces, must give exactly those.
+    fn framed(crc: bool) -> Vec<u8> {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mut q = qp(pd, crc);
+        setup(&mut q, &mut mem, pd);
+        let mut out = Vec::new();
+        q.poll_transmit(&mem, &mut out, usize::MAX, usize::MAX);
+        out
+    }
+
+    #[test]
+    fn descriptors_fill_the_octets_the_framer_writes() {
+        for crc in [true, false] {
+            let want = framed(crc);
+            let mut mem = MemoryTable::new();
+            let pd = mem.alloc_pd();
+            let mut q = qp(pd, crc);
+            setup(&mut q, &mut mem, pd);
+            let mut ds = descs(&mut q, &mem);
+            assert_eq!(ds.len(), 5, "4 FPDUs of the Write, 1 of the Send: {ds:?}");
+            let mut got = Vec::new();
+            for d in &mut ds {
+                let mut buf = vec![0xEE; d.wire_len()];
+                assert!(d.fill(&mem, 0, &mut buf));
+                got.extend_from_slice(&buf);
+            }
+            assert!(got == want, "crc {crc}: whole fills differ from the framer");
+        }
+    }
+
+    #[test]
+    fn pieces_give_the_same_octets_crc_read_again_or_remembered() {
+        let want = framed(true);
+        for step in [1usize, 3, 7, 64, 333] {
+            // Pieces first (the CRC read again from memory), then whole.
+            let mut mem = MemoryTable::new();
+            let pd = mem.alloc_pd();
+            let mut q = qp(pd, true);
+            setup(&mut q, &mut mem, pd);
+            let mut txq = TxQueue::new(1000);
+            for d in descs(&mut q, &mem) {
+                txq.push(TxRecord::Fpdu(d));
+            }
+            assert_eq!(txq.end() - 1000, want.len() as u64);
+            let mut got = vec![0u8; want.len()];
+            let mut at = 0;
+            while at < got.len() {
+                let n = step.min(got.len() - at);
+                assert!(txq.fill(&mem, 1000 + at as u64, &mut got[at..at + n]));
+                at += n;
+            }
+            assert!(got == want, "pieces of {step}");
+            // Across record boundaries in one fill, CRCs now remembered.
+            let mut again = vec![0u8; want.len()];
+            assert!(txq.fill(&mem, 1000, &mut again));
+            assert!(again == want);
+            assert!(!txq.take_failed());
+            // Outside the queue: refused.
+            assert!(!txq.fill(&mem, 999, &mut [0u8; 1]));
+            assert!(!txq.fill(&mem, txq.end(), &mut [0u8; 1]));
+            assert!(txq.take_failed());
+        }
+    }
+
+    #[test]
+    fn a_deregistered_source_fails_the_fill() {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mut q = qp(pd, true);
+        let (a, _) = setup(&mut q, &mut mem, pd);
+        let mut ds = descs(&mut q, &mem);
+        mem.deregister(a).unwrap();
+        let d = &mut ds[0];
+        let mut buf = vec![0u8; d.wire_len()];
+        assert!(!d.fill(&mem, 0, &mut buf), "region a is gone");
+        // The head alone needs no memory.
+        assert!(d.fill(&mem, 0, &mut buf[..2]));
+        // The Send reads region b only: still fine.
+        let last = ds.last_mut().unwrap();
+        let mut buf = vec![0u8; last.wire_len()];
+        assert!(last.fill(&mem, 0, &mut buf));
+    }
+
+    #[test]
+    fn requests_complete_once_acknowledged_in_order() {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mut q = qp(pd, true);
+        setup(&mut q, &mut mem, pd);
+        let mut txq = TxQueue::new(0);
+        for d in descs(&mut q, &mem) {
+            txq.push(TxRecord::Fpdu(d));
+        }
+        assert!(q.poll_completion().is_none(), "nothing acknowledged yet");
+        let ends: Vec<u64> = {
+            let mut e = Vec::new();
+            let mut off = 0;
+            for (_, r) in &txq.recs {
+                off += r.wire_len() as u64;
+                e.push(off);
+            }
+            e
+        };
+        // All but the last octet of the Write's last FPDU.
+        let mut done = Vec::new();
+        txq.release(ends[3] - 1, &mut |s| done.push(s));
+        assert!(done.is_empty());
+        txq.release(ends[3], &mut |s| done.push(s));
+        assert_eq!(done.len(), 1);
+        for s in done.drain(..) {
+            q.fpdu_acked(s);
+        }
+        let c: Completion = q.poll_completion().expect("the Write completes");
+        assert_eq!(
+            (c.wr_id, c.status, c.byte_len),
+            (7, WcStatus::Success, 3200)
+        );
+        assert!(q.poll_completion().is_none());
+        txq.release(ends[4], &mut |s| done.push(s));
+        for s in done.drain(..) {
+            q.fpdu_acked(s);
+        }
+        assert_eq!(q.poll_completion().map(|c| c.wr_id), Some(8));
+        assert!(txq.is_empty());
+    }
+}
