@@ -24,6 +24,7 @@ use iwarp_control::{
 use iwarp_proto::mem::{MemoryTable, PdId};
 use iwarp_proto::mpa::{mulpdu, put_all, TxBuf};
 use iwarp_proto::qp::{Qp, QpConfig, QpState};
+use iwarp_proto::txq::TxRecord;
 
 /// Per-stream parameters that do not come from the MPA exchange.
 #[derive(Debug, Clone, Copy)]
@@ -475,6 +476,37 @@ impl Connection {
             Phase::Rdma(qp, _) => qp.poll_transmit(mem, out, max_bytes, max_fpdus),
             _ => 0,
         }
+    }
+
+    /// The next record for a transport that keeps records, not octets
+    /// (one-copy transmit, [`iwarp_proto::txq`]): the pending setup octets
+    /// (MPA Request or Reply) as a record of their own, else the next FPDU
+    /// within `max_bytes`, as a descriptor of registered memory where the
+    /// queue pair can describe it, else framed as octets (markers).
+    pub fn poll_transmit_record(
+        &mut self,
+        mem: &MemoryTable,
+        max_bytes: usize,
+    ) -> Option<TxRecord> {
+        if !self.out.is_empty() {
+            let n = self.out.len().min(max_bytes);
+            if n == 0 {
+                return None;
+            }
+            return Some(TxRecord::Bytes(self.out.drain(..n).collect()));
+        }
+        if self.hold_until_rx || self.tx_hold > 0 {
+            return None;
+        }
+        let Phase::Rdma(qp, _) = &mut self.phase else {
+            return None;
+        };
+        if qp.can_describe() {
+            return qp.poll_fpdu(mem, max_bytes).map(TxRecord::Fpdu);
+        }
+        let mut v = Vec::new();
+        qp.poll_transmit(mem, &mut v, max_bytes, 1);
+        (!v.is_empty()).then_some(TxRecord::Bytes(v))
     }
 
     /// How long FPDUs are still held after the Reply (ns; 0: not held).

@@ -9,9 +9,10 @@ use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::mpa::TxBuf;
 use iwarp_proto::qp::{PostError, QpState};
+use iwarp_proto::txq::TxQueue;
 use iwarp_proto::wire::TermCode;
 use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpState};
-use tcp_lite::wire::TcpRepr;
+use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
 use crate::{Connection, StreamParams};
 
@@ -170,6 +171,15 @@ pub struct IwarpOverTcp {
     /// connection: waiting for Read responses, or in FIN-WAIT-2 for the
     /// peer's FIN (0 or 1).
     pub close_timeouts: u64,
+    /// One-copy transmit (the default): TCP in external send mode, the
+    /// records it has not had acknowledged here ([`TxQueue`]), each
+    /// segment's payload written from them into the frame.
+    one_copy: bool,
+    txq: TxQueue,
+    /// Segments whose payload could not be written (a source region
+    /// deregistered or invalidated while TCP still needed its octets): the
+    /// connection was reset (0 or 1).
+    pub tx_source_lost: u64,
 }
 
 impl IwarpOverTcp {
@@ -189,7 +199,24 @@ impl IwarpOverTcp {
             events: VecDeque::new(),
             srq: None,
             close_timeouts: 0,
+            one_copy: true,
+            txq: TxQueue::new(0),
+            tx_source_lost: 0,
         }
+    }
+
+    /// Frame FPDUs into TCP's send buffer (one more copy per octet, and a
+    /// Send or Write completes once handed to TCP) instead of one-copy
+    /// transmit: the baseline `iwarp-perf --copy-tx` measures against.
+    pub fn copy_transmit(mut self) -> Self {
+        self.one_copy = false;
+        self
+    }
+
+    /// Records (setup octets, FPDUs) handed to TCP and not yet
+    /// acknowledged, in one-copy transmit.
+    pub fn unacked_records(&self) -> usize {
+        self.txq.len()
     }
 
     /// Where the connection is.
@@ -310,6 +337,10 @@ impl IwarpOverTcp {
             emss: self.tcp.mss().min(usize::from(u16::MAX)) as u16,
             ..self.params
         };
+        // Nothing is queued on TCP before the connection exists.
+        if self.one_copy && self.tcp.set_external_send() {
+            self.txq = TxQueue::new(self.tcp.queued_offset());
+        }
         self.iwarp = match self.role {
             Role::Initiator => Connection::initiator(self.mpa.clone(), params).ok(),
             Role::Responder if self.manual => {
@@ -338,7 +369,10 @@ impl IwarpOverTcp {
         self.ensure_iwarp();
         let IwarpOverTcp { tcp, iwarp, .. } = self;
         match iwarp {
-            Some(c) => tcp.handle_segment(seg, now, &mut |d| c.receive(d, mem)),
+            Some(c) => {
+                tcp.handle_segment(seg, now, &mut |d| c.receive(d, mem));
+                self.release_acked();
+            }
             None => {
                 // The segment that completes the handshake may carry data
                 // already (the MPA Request): keep it until the connection exists.
@@ -352,6 +386,19 @@ impl IwarpOverTcp {
                 }
             }
         }
+    }
+
+    /// Drop the records TCP has had acknowledged; the Sends and Writes
+    /// they end complete.
+    fn release_acked(&mut self) {
+        let acked = self.tcp.acked_offset();
+        let IwarpOverTcp { txq, iwarp, .. } = self;
+        let mut qp = iwarp.as_mut().and_then(|c| c.qp());
+        txq.release(acked, &mut |seq| {
+            if let Some(q) = qp.as_mut() {
+                q.fpdu_acked(seq);
+            }
+        });
     }
 
     /// Stream octets that arrived before this connection existed (with the
@@ -457,18 +504,68 @@ impl IwarpOverTcp {
             // Each FPDU is framed (with its CRC) straight into TCP's send
             // buffer: the one copy out of registered memory before the
             // frame.
-            loop {
-                let n = self.tcp.send_record_with(usize::MAX, |room| {
-                    let max = room.remaining();
-                    c.poll_transmit(mem, &mut SendRoom(room), max, 1);
-                });
-                if n == 0 {
-                    break;
+            //
+            // One-copy transmit: TCP keeps each record's length only, and
+            // the FPDU is written from registered memory into the frame
+            // (`iwarp_proto::txq`), each time TCP sends it.
+            if self.tcp.is_external_send() {
+                loop {
+                    let room = self.tcp.send_room();
+                    if room == 0 {
+                        break;
+                    }
+                    let Some(rec) = c.poll_transmit_record(mem, room) else {
+                        break;
+                    };
+                    debug_assert_eq!(self.txq.end(), self.tcp.queued_offset());
+                    if !self.tcp.send_record_external(rec.wire_len()) {
+                        // Cannot happen (the record fits the room and is
+                        // not empty); a record lost here would corrupt the
+                        // stream, so the connection ends instead.
+                        self.tx_source_lost += 1;
+                        self.tcp.abort();
+                        break;
+                    }
+                    self.txq.push(rec);
+                }
+            } else {
+                loop {
+                    let n = self.tcp.send_record_with(usize::MAX, |room| {
+                        let max = room.remaining();
+                        c.poll_transmit(mem, &mut SendRoom(room), max, 1);
+                    });
+                    if n == 0 {
+                        break;
+                    }
                 }
             }
         }
         self.teardown_progress(now);
-        self.tcp.poll_transmit(now, max, &mut |r| emit(r, None))
+        let IwarpOverTcp { tcp, txq, .. } = self;
+        let n = tcp.poll_transmit_ext(now, max, &mut |r, ext| match ext {
+            None => emit(r, None),
+            Some(e) => {
+                let mut write = |dst: &mut [u8]| txq.fill(mem, e.offset, dst);
+                emit(
+                    r,
+                    Some(PayloadFill {
+                        len: e.len,
+                        write: &mut write,
+                    }),
+                )
+            }
+        });
+        if self.txq.take_failed() {
+            // TCP cannot retransmit what it no longer has: reset, and the
+            // queue pair's outstanding work completes flushed.
+            self.tx_source_lost += 1;
+            self.tcp.abort();
+            self.teardown_progress(now);
+        }
+        if self.tcp.state() == TcpState::Closed {
+            self.txq.clear();
+        }
+        n
     }
 
     /// The setup transitions (Opening → AwaitingMpa → AwaitingDecision →
@@ -586,10 +683,16 @@ impl IwarpOverTcp {
             _ => {}
         }
         let tcp_state = self.tcp.state();
+        // In one-copy transmit, FPDUs still unacknowledged in LAST-ACK or
+        // CLOSING complete when TCP has them acknowledged (or flushed if
+        // it gives up), not flushed while TCP still delivers them.
+        let unacked = !self.txq.is_empty() && tcp_state != TcpState::Closed;
         let llp_over = matches!(
             tcp_state,
             TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
-        ) || (self.state.is_closing() && tcp_state == TcpState::FinWait2);
+        ) && !(unacked
+            && matches!(tcp_state, TcpState::LastAck | TcpState::Closing))
+            || (self.state.is_closing() && tcp_state == TcpState::FinWait2);
         if llp_over {
             self.enter(State::Closed);
         }
@@ -627,6 +730,37 @@ impl IwarpOverTcp {
             .flatten()
             .min()
     }
+}
+
+/// A segment from [`IwarpOverTcp::poll`] as wire octets (TCP header and
+/// payload, checksum over `src` and `dst`), its payload written by `fill`
+/// where it has one: for links that carry segments rather than frames
+/// (the simulators, tests). `None` if the segment cannot be encoded or its
+/// payload not written.
+pub fn encode_segment(
+    r: &TcpRepr<'_>,
+    fill: Option<PayloadFill<'_>>,
+    src: &Ipv4Address,
+    dst: &Ipv4Address,
+) -> Option<Vec<u8>> {
+    let payload = match fill {
+        Some(f) => {
+            let mut p = vec![0u8; f.len];
+            if !(f.write)(&mut p) {
+                return None;
+            }
+            Some(p)
+        }
+        None => None,
+    };
+    let mut seg = *r;
+    if let Some(p) = &payload {
+        seg.payload = p;
+    }
+    let mut buf = vec![0u8; seg.buffer_len()];
+    seg.emit(&mut TcpPacket::new_unchecked(&mut buf[..]), src, dst)
+        .ok()?;
+    Some(buf)
 }
 
 /// Work an application thread hands to a [`TcpHost`] running in a poll loop.
@@ -688,11 +822,8 @@ mod tests {
         dst: Ipv4Address,
     ) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        from.poll(now, mem, 64, &mut |r, _| {
-            let mut b = vec![0; r.buffer_len()];
-            r.emit(&mut TcpPacket::new_unchecked(&mut b[..]), &src, &dst)
-                .unwrap();
-            out.push(b);
+        from.poll(now, mem, 64, &mut |r, fill| {
+            out.push(encode_segment(r, fill, &src, &dst).unwrap());
         });
         out
     }
@@ -805,7 +936,8 @@ mod tests {
                 // The peer's TCP acknowledges what it got before its RDMAP
                 // layer answers (a busy peer): an ACK with no response.
                 let mut acks = Vec::new();
-                b.tcp.poll_transmit(now, 4, &mut |r| {
+                b.tcp.poll_transmit_ext(now, 4, &mut |r, ext| {
+                    assert!(ext.is_none(), "B has nothing of its own to send yet");
                     let mut f = vec![0; r.buffer_len()];
                     r.emit(&mut TcpPacket::new_unchecked(&mut f[..]), &IP_B, &IP_A)
                         .unwrap();

@@ -1617,8 +1617,18 @@ impl crate::runtime::Engine for Stack {
                     mark_ready(ready, sock, id);
                 }
                 SockKind::Iwarp(i) => {
-                    let sent = i.poll(now, mem, 64, &mut |seg, _fill| {
-                        Self::emit(iface, stats, dst, seg, now, tx)
+                    let sent = i.poll(now, mem, 64, &mut |seg, fill| match fill {
+                        None => Self::emit(iface, stats, dst, seg, now, tx),
+                        Some(f) => {
+                            // Interim: the payload through a scratch vector
+                            // until the device lends its buffer.
+                            let mut p = vec![0u8; f.len];
+                            if (f.write)(&mut p) {
+                                let mut seg = *seg;
+                                seg.payload = &p;
+                                Self::emit(iface, stats, dst, &seg, now, tx)
+                            }
+                        }
                     });
                     busy |= sent > 0;
                     let next = i.poll_timeout();

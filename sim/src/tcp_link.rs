@@ -4,7 +4,7 @@
 //! caught (or not) by the real checksum code.
 
 use iwarp_control::MpaConfig;
-use iwarp_datapath::over_tcp::{IwarpOverTcp, Role};
+use iwarp_datapath::over_tcp::{encode_segment, IwarpOverTcp, Role};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Completion, Qp, QpEvent};
@@ -242,8 +242,8 @@ impl TcpSim {
                 (&mut self.b, IP_B, IP_A)
             };
             let mut out = Vec::new();
-            node.stack.poll(now, &node.mem, 64, &mut |r, _| {
-                out.push(encode(r, src, dst))
+            node.stack.poll(now, &node.mem, 64, &mut |r, fill| {
+                out.push(encode_segment(r, fill, &src, &dst).unwrap_or_default())
             });
             for mut seg in out {
                 self.segments += 1;

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
 use iwarp_control::{MpaConfig, SetupFailure};
-use iwarp_datapath::over_tcp::{CmEvent, IwarpOverTcp, Role};
+use iwarp_datapath::over_tcp::{encode_segment, CmEvent, IwarpOverTcp, Role};
 use iwarp_datapath::{ConnState, Connection, StreamParams};
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::tcp::{Config, Connection as Tcp, State};
@@ -182,13 +182,10 @@ fn undecided(cfg: MpaConfig, request_at: u64, after_request: &[u8], until: u64) 
         ) {
             b.handle_segment(&parse(&f, IP_A, IP_B), now, &mut mem);
         }
-        let from_b = frames(
-            &mut |e| {
-                b.poll(now, &mem, 64, &mut |r, _| e(r));
-            },
-            IP_B,
-            IP_A,
-        );
+        let mut from_b = Vec::new();
+        b.poll(now, &mem, 64, &mut |r, fill| {
+            from_b.push(encode_segment(r, fill, &IP_B, &IP_A).unwrap());
+        });
         for f in from_b {
             let seg = parse(&f, IP_B, IP_A);
             run.fin |= seg.flags.contains(tcp_lite::wire::TcpFlags::FIN);

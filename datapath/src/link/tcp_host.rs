@@ -64,13 +64,9 @@ impl crate::runtime::Engine for TcpHost {
     ) -> bool {
         let mut busy = false;
         let (local, remote) = (self.local, self.remote);
-        let mut buf = Vec::new();
-        let n = self.stack.poll(now, &self.mem, 64, &mut |r, _| {
-            buf.clear();
-            buf.resize(r.buffer_len(), 0);
-            let mut p = tcp_lite::wire::TcpPacket::new_unchecked(&mut buf[..]);
-            if r.emit(&mut p, &local, &remote).is_ok() {
-                tx(&[&buf]);
+        let n = self.stack.poll(now, &self.mem, 64, &mut |r, fill| {
+            if let Some(b) = crate::over_tcp::encode_segment(r, fill, &local, &remote) {
+                tx(&[&b]);
             }
         });
         busy |= n > 0;
