@@ -74,6 +74,9 @@ pub struct StackConfig {
     /// `poll_timeout` could fire. Byte streams are polled every round
     /// (their application side is a ring).
     pub idle_sweep: u64,
+    /// iWARP connections frame FPDUs into TCP's send buffer
+    /// ([`IwarpOverTcp::copy_transmit`]) instead of one-copy transmit.
+    pub copy_tx: bool,
 }
 
 impl StackConfig {
@@ -90,6 +93,7 @@ impl StackConfig {
             rx_backlog_limit: 1 << 20,
             ephemeral_base: 49152,
             idle_sweep: 100_000_000,
+            copy_tx: false,
         }
     }
 }
@@ -894,6 +898,9 @@ impl Stack {
                 }
                 if *manual && role == Role::Responder {
                     i = i.manual_accept();
+                }
+                if self.cfg.copy_tx {
+                    i = i.copy_transmit();
                 }
                 (SockKind::Iwarp(Box::new(i)), None)
             }

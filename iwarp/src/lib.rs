@@ -157,6 +157,11 @@ pub struct HostOptions {
     /// XDP program steers to the socket. Set it on both ends to lose
     /// frames both ways. AF_XDP contexts only; default 0.
     pub rx_drop_ppm: u32,
+    /// Frame FPDUs into TCP's send buffer instead of one-copy transmit
+    /// (one more copy per sent octet, and a Send or Write completes once
+    /// handed to TCP rather than once TCP has it acknowledged): a baseline
+    /// for benchmarks. Default false.
+    pub copy_tx: bool,
 }
 
 impl HostOptions {
@@ -174,6 +179,7 @@ impl HostOptions {
             tcp: TcpOptions::default(),
             accept_partial_checksum: false,
             rx_drop_ppm: 0,
+            copy_tx: false,
         }
     }
 }
@@ -370,6 +376,7 @@ fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackCo
     icfg.gateway = host.gateway.map(|g| Ipv4Address(g.octets()));
     icfg.accept_partial_checksum = host.accept_partial_checksum;
     let mut cfg = StackConfig::new(icfg);
+    cfg.copy_tx = host.copy_tx;
     // The MSS follows the interface's MTU (IPv4 and TCP headers off), as
     // Linux's does: jumbo frames carry jumbo segments and FPDUs.
     cfg.tcp.mss = mtu.saturating_sub(40).clamp(536, usize::from(u16::MAX)) as u16;

@@ -194,6 +194,7 @@ struct Args {
     duration: Option<f64>,
     rate: Option<f64>,
     busy: bool,
+    copy_tx: bool,
     threads: bool,
     core: Option<usize>,
     netns: bool,
@@ -406,6 +407,12 @@ struct Cli {
     /// Busy-poll (loops never sleep).
     #[arg(long)]
     busy: bool,
+    /// Our stacks frame FPDUs into TCP's send buffer (the transmit path
+    /// before one-copy transmit: one more copy per octet, and a Send or
+    /// Write completes once handed to TCP): the baseline one-copy
+    /// transmit is measured against (`HostOptions::copy_tx`).
+    #[arg(long)]
+    copy_tx: bool,
     /// First CPU of the placement (server end; the client end takes the next).
     #[arg(long, value_name = "N")]
     core: Option<usize>,
@@ -474,6 +481,7 @@ fn parse_args() -> Args {
         duration: c.duration,
         rate: c.rate,
         busy: c.busy,
+        copy_tx: c.copy_tx,
         threads: c.threads,
         core: c.core,
         netns: if c.sim {
@@ -542,6 +550,7 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
         o.host.netns = Some(ns.ns_path());
         o.host.core = Some(core);
         o.host.rx_drop_ppm = args.loss_permille.unwrap_or(0) * 1000;
+        o.host.copy_tx = args.copy_tx;
         o.host.polling = if args.busy {
             iwarp::Polling::Busy
         } else {
