@@ -482,11 +482,14 @@ impl Connection {
     /// (one-copy transmit, [`iwarp_proto::txq`]): the pending setup octets
     /// (MPA Request or Reply) as a record of their own, else the next FPDU
     /// within `max_bytes`, as a descriptor of registered memory where the
-    /// queue pair can describe it, else framed as octets (markers).
+    /// queue pair can describe it, else framed as octets (markers, and
+    /// Sends and Writes shorter than `copy_below`: see
+    /// [`Qp::poll_record`](iwarp_proto::qp::Qp::poll_record)).
     pub fn poll_transmit_record(
         &mut self,
         mem: &MemoryTable,
         max_bytes: usize,
+        copy_below: u64,
     ) -> Option<TxRecord> {
         if !self.out.is_empty() {
             let n = self.out.len().min(max_bytes);
@@ -502,7 +505,7 @@ impl Connection {
             return None;
         };
         if qp.can_describe() {
-            return qp.poll_fpdu(mem, max_bytes).map(TxRecord::Fpdu);
+            return qp.poll_record(mem, max_bytes, copy_below);
         }
         let mut v = Vec::new();
         qp.poll_transmit(mem, &mut v, max_bytes, 1);

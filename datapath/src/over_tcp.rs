@@ -175,6 +175,11 @@ pub struct IwarpOverTcp {
     /// records it has not had acknowledged here ([`TxQueue`]), each
     /// segment's payload written from them into the frame.
     one_copy: bool,
+    /// Sends and Writes shorter than this are copied all the same, and
+    /// complete without waiting for their ACK ([`Qp::poll_record`]).
+    ///
+    /// [`Qp::poll_record`]: iwarp_proto::qp::Qp::poll_record
+    copy_below: u64,
     txq: TxQueue,
     /// Segments whose payload could not be written (a source region
     /// deregistered or invalidated while TCP still needed its octets): the
@@ -200,6 +205,7 @@ impl IwarpOverTcp {
             srq: None,
             close_timeouts: 0,
             one_copy: true,
+            copy_below: COPY_BELOW,
             txq: TxQueue::new(0),
             tx_source_lost: 0,
         }
@@ -210,6 +216,13 @@ impl IwarpOverTcp {
     /// transmit: the baseline `iwarp-perf --copy-tx` measures against.
     pub fn copy_transmit(mut self) -> Self {
         self.one_copy = false;
+        self
+    }
+
+    /// Copy Sends and Writes shorter than `octets` in one-copy transmit
+    /// (default [`COPY_BELOW`]; 0: none).
+    pub fn copy_below(mut self, octets: u64) -> Self {
+        self.copy_below = octets;
         self
     }
 
@@ -514,7 +527,7 @@ impl IwarpOverTcp {
                     if room == 0 {
                         break;
                     }
-                    let Some(rec) = c.poll_transmit_record(mem, room) else {
+                    let Some(rec) = c.poll_transmit_record(mem, room, self.copy_below) else {
                         break;
                     };
                     debug_assert_eq!(self.txq.end(), self.tcp.queued_offset());
@@ -731,6 +744,14 @@ impl IwarpOverTcp {
             .min()
     }
 }
+
+/// Sends and Writes shorter than this are framed into a copy even in
+/// one-copy transmit, and complete once handed to TCP: copying a few KiB
+/// takes a microsecond or so, less than the round trip a completion on
+/// ACK would wait for (tens of microseconds on a veth, up to a delayed-ACK
+/// timeout with a peer that delays its ACKs). Linux documents
+/// `MSG_ZEROCOPY` as paying off from about 10 KB on, for the same reason.
+pub const COPY_BELOW: u64 = 16 * 1024;
 
 /// A segment from [`IwarpOverTcp::poll`] as wire octets (TCP header and
 /// payload, checksum over `src` and `dst`), its payload written by `fill`

@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
 use crate::mpa::{Deframer, Framer, MpaError, Part, TxBuf, UlpduSink};
-use crate::txq::FpduDesc;
+use crate::txq::{FpduDesc, TxRecord};
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -1624,26 +1624,10 @@ impl Qp {
             let Some(plan) = self.plan_fpdu(mem, max_bytes - (out.len() - start)) else {
                 break;
             };
-            // Source bytes, re-checked now, gathered from as many entries
-            // as the segment spans.
-            let mut payload: [Part<'_>; MAX_SGE] = [Part::Bytes(&[]); MAX_SGE];
-            let mut readable = true;
-            for (p, r) in payload.iter_mut().zip(&plan.src[..plan.nsrc]) {
-                match mem.read(r, 0, r.len) {
-                    Some(slice) => *p = Part::Region(slice),
-                    None => readable = false,
-                }
-            }
-            if !readable {
-                self.local_build_error(plan.job, AccessError::InvalidStag);
-                continue;
-            }
-            let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
-            parts[0] = Part::Bytes(&plan.hdr[..plan.hdr_len]);
-            parts[1] = Part::Bytes(&plan.job.inline[..plan.job.inline_len]);
-            parts[2..2 + plan.nsrc].copy_from_slice(&payload[..plan.nsrc]);
-            if self.llp.emit_parts(&parts[..2 + plan.nsrc], out).is_err() {
-                break; // cannot happen: ulpdu_len <= mulpdu <= u16::MAX
+            match self.emit_plan(mem, &plan, out) {
+                Some(true) => {}
+                Some(false) => continue,
+                None => break,
             }
             fpdus += 1;
             self.finish_fpdu(plan, false);
@@ -1652,6 +1636,31 @@ impl Qp {
         self.stats.stream_tx += n as u64;
         self.drain_sq();
         n
+    }
+
+    /// Frame a planned FPDU into `out`, its payload copied from registered
+    /// memory. `Some(false)`: a source is no longer readable (the job
+    /// completed in error); `None`: the framer refused (cannot happen).
+    fn emit_plan(&mut self, mem: &MemoryTable, plan: &Plan, out: &mut dyn TxBuf) -> Option<bool> {
+        // Source bytes, re-checked now, gathered from as many entries as
+        // the segment spans.
+        let mut payload: [Part<'_>; MAX_SGE] = [Part::Bytes(&[]); MAX_SGE];
+        for (p, r) in payload.iter_mut().zip(&plan.src[..plan.nsrc]) {
+            match mem.read(r, 0, r.len) {
+                Some(slice) => *p = Part::Region(slice),
+                None => {
+                    self.local_build_error(plan.job, AccessError::InvalidStag);
+                    return Some(false);
+                }
+            }
+        }
+        let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
+        parts[0] = Part::Bytes(&plan.hdr[..plan.hdr_len]);
+        parts[1] = Part::Bytes(&plan.job.inline[..plan.job.inline_len]);
+        parts[2..2 + plan.nsrc].copy_from_slice(&payload[..plan.nsrc]);
+        // Cannot fail: ulpdu_len <= mulpdu <= u16::MAX.
+        self.llp.emit_parts(&parts[..2 + plan.nsrc], out).ok()?;
+        Some(true)
     }
 
     /// Whether [`poll_fpdu`](Self::poll_fpdu) can describe this QP's FPDUs:
@@ -1664,12 +1673,26 @@ impl Qp {
         }
     }
 
-    /// The next FPDU as a descriptor of registered memory, if one fits in
-    /// `max_bytes` ([`crate::txq`]): one-copy transmit. The Send or Write
-    /// it ends completes when the caller reports it acknowledged
-    /// ([`fpdu_acked`](Self::fpdu_acked)). `None` when nothing is ready or
-    /// [`can_describe`](Self::can_describe) is false.
-    pub fn poll_fpdu(&mut self, mem: &MemoryTable, max_bytes: usize) -> Option<FpduDesc> {
+    /// The next FPDU, if one fits in `max_bytes`, as a record for a
+    /// transport that asks for each segment's octets when it builds the
+    /// frame ([`crate::txq`]): one-copy transmit.
+    ///
+    /// An FPDU of a Send or Write shorter than `copy_below` octets is
+    /// framed as octets ([`TxRecord::Bytes`], one copy more) and the
+    /// request completes once handed over, as with
+    /// [`poll_transmit`](Self::poll_transmit): a small message costs
+    /// little to copy, and its completion then waits for no ACK. Every
+    /// other FPDU is a descriptor of registered memory
+    /// ([`TxRecord::Fpdu`]), and the Send or Write it ends completes when
+    /// the caller reports it acknowledged ([`fpdu_acked`](Self::fpdu_acked)).
+    /// `None` when nothing is ready or [`can_describe`](Self::can_describe)
+    /// is false.
+    pub fn poll_record(
+        &mut self,
+        mem: &MemoryTable,
+        max_bytes: usize,
+        copy_below: u64,
+    ) -> Option<TxRecord> {
         if !self.can_describe() {
             return None;
         }
@@ -1677,7 +1700,26 @@ impl Qp {
             Lower::Mpa { framer, .. } => framer.crc(),
             Lower::Segments(_) => false,
         };
-        let plan = self.plan_fpdu(mem, max_bytes)?;
+        let plan = loop {
+            let plan = self.plan_fpdu(mem, max_bytes)?;
+            let small = matches!(plan.job.origin, JobOrigin::Sq(_))
+                && plan.job.opcode != Opcode::ReadRequest
+                && plan.job.len < copy_below;
+            if !small {
+                break plan;
+            }
+            let mut v = Vec::new();
+            match self.emit_plan(mem, &plan, &mut v) {
+                Some(true) => {
+                    self.stats.stream_tx += v.len() as u64;
+                    self.finish_fpdu(plan, false);
+                    self.drain_sq();
+                    return Some(TxRecord::Bytes(v));
+                }
+                Some(false) => continue,
+                None => return None,
+            }
+        };
         let mut head = [0u8; UNTAGGED_HEADER_LEN + INLINE_BODY];
         let hl = plan.hdr_len;
         let il = plan.job.inline_len;
@@ -1695,7 +1737,7 @@ impl Qp {
         self.stats.stream_tx += d.wire_len() as u64;
         self.finish_fpdu(plan, true);
         self.drain_sq();
-        Some(d)
+        Some(TxRecord::Fpdu(d))
     }
 
     /// The FPDU that ended send queue entry `seq` ([`FpduDesc::completes`])

@@ -446,8 +446,11 @@ mod tests {
 
     fn descs(q: &mut Qp, mem: &MemoryTable) -> Vec<FpduDesc> {
         let mut v = Vec::new();
-        while let Some(d) = q.poll_fpdu(mem, 1500) {
-            v.push(d);
+        while let Some(r) = q.poll_record(mem, 1500, 0) {
+            match r {
+                TxRecord::Fpdu(d) => v.push(d),
+                TxRecord::Bytes(_) => panic!("octets with copy_below 0"),
+            }
         }
         v
     }
@@ -517,6 +520,46 @@ mod tests {
             assert!(!txq.fill(&mem, txq.end(), &mut [0u8; 1]));
             assert!(txq.take_failed());
         }
+    }
+
+    /// Below `copy_below` a Send or Write is framed as octets (the
+    /// framer's, exactly) and completes once handed over; at or above it,
+    /// only once acknowledged.
+    #[test]
+    fn small_messages_are_copied_and_complete_at_once() {
+        let want = framed(true);
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mut q = qp(pd, true);
+        setup(&mut q, &mut mem, pd);
+        // The Write (3200 octets) by reference, the Send (600) copied.
+        let mut recs = Vec::new();
+        while let Some(r) = q.poll_record(&mem, 1500, 1000) {
+            recs.push(r);
+        }
+        let kinds: Vec<bool> = recs
+            .iter()
+            .map(|r| matches!(r, TxRecord::Bytes(_)))
+            .collect();
+        assert_eq!(kinds, [false, false, false, false, true]);
+        let mut txq = TxQueue::new(0);
+        for r in recs {
+            txq.push(r);
+        }
+        let mut got = vec![0u8; want.len()];
+        assert!(txq.fill(&mem, 0, &mut got));
+        assert!(got == want);
+        // The Send is done, but completes after the Write (RFC 5040 §5.5
+        // rule 15), which waits for its ACK.
+        assert!(q.poll_completion().is_none());
+        let mut done = Vec::new();
+        txq.release(txq.end(), &mut |s| done.push(s));
+        assert_eq!(done.len(), 1, "only the Write waited for the ACK");
+        q.fpdu_acked(done[0]);
+        let ids: Vec<u64> = std::iter::from_fn(|| q.poll_completion())
+            .map(|c| c.wr_id)
+            .collect();
+        assert_eq!(ids, [7, 8]);
     }
 
     #[test]
