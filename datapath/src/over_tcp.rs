@@ -843,8 +843,9 @@ mod tests {
         dst: Ipv4Address,
     ) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
+        // A segment whose payload cannot be written is not sent.
         from.poll(now, mem, 64, &mut |r, fill| {
-            out.push(encode_segment(r, fill, &src, &dst).unwrap());
+            out.extend(encode_segment(r, fill, &src, &dst));
         });
         out
     }
@@ -1368,5 +1369,179 @@ mod tests {
         assert_eq!(read_status(&out), Some(WcStatus::Flushed));
         assert_eq!(got, vec![0; 64], "nothing placed");
         assert_eq!(a.tcp.state(), TcpState::Closed, "RST, not FIN");
+    }
+
+    /// Two connected engines, A (initiator) and B, with a 64 KiB source
+    /// region in A and a sink B lets A write, at 1 ms steps from `now`.
+    struct Wired {
+        a: IwarpOverTcp,
+        b: IwarpOverTcp,
+        mem_a: MemoryTable,
+        mem_b: MemoryTable,
+        src: iwarp_proto::mem::STag,
+        sink: iwarp_proto::mem::STag,
+        now: u64,
+    }
+
+    const BIG: usize = 64 * 1024;
+
+    fn wired() -> Wired {
+        let cfg = Config {
+            rto_min: 5_000_000,
+            rto_initial: 50_000_000,
+            ..Config::default()
+        };
+        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
+        let mut syn = Vec::new();
+        tcp_a.poll_transmit(0, 1, &mut |r| {
+            syn = vec![0; r.buffer_len()];
+            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
+                .unwrap();
+        });
+        let syn_r =
+            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
+        let tcp_b = Tcp::accept(cfg, &syn_r, 99);
+        let mut mem_a = MemoryTable::new();
+        let pd_a = mem_a.alloc_pd();
+        let data: Vec<u8> = (0..BIG).map(|i| (i * 7 + i / 251) as u8).collect();
+        let src = mem_a.register(pd_a, data, Access::LOCAL_READ, 0).unwrap();
+        let mut mem_b = MemoryTable::new();
+        let pd_b = mem_b.alloc_pd();
+        let sink = mem_b
+            .register(pd_b, vec![0; BIG], Access::REMOTE_WRITE, 0)
+            .unwrap();
+        let params = |pd| StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 16,
+            rq_depth: 16,
+        };
+        let mpa = MpaConfig {
+            crc: true,
+            ..Default::default()
+        };
+        let mut w = Wired {
+            a: IwarpOverTcp::new(tcp_a, Role::Initiator, mpa.clone(), params(pd_a)),
+            b: IwarpOverTcp::new(tcp_b, Role::Responder, mpa, params(pd_b)),
+            mem_a,
+            mem_b,
+            src,
+            sink,
+            now: 1_000_000,
+        };
+        for _ in 0..100 {
+            w.step(true, &mut Vec::new());
+            if w.a.state() == State::Operational && w.b.state() == State::Operational {
+                return w;
+            }
+        }
+        panic!("not established: {:?} {:?}", w.a.state(), w.b.state());
+    }
+
+    impl Wired {
+        /// One step: A's segments to B (dropped unless `deliver`), B's to A.
+        fn step(&mut self, deliver: bool, a_out: &mut Vec<HostOutput>) {
+            self.now += 1_000_000;
+            for f in take(&mut self.a, self.now, &self.mem_a, IP_A, IP_B) {
+                if deliver {
+                    give(&mut self.b, &f, self.now, &mut self.mem_b, IP_A, IP_B);
+                }
+            }
+            for f in take(&mut self.b, self.now, &self.mem_b, IP_B, IP_A) {
+                give(&mut self.a, &f, self.now, &mut self.mem_a, IP_B, IP_A);
+            }
+            self.a.drain(&self.mem_a, &mut |o| a_out.push(o));
+            self.b.drain(&self.mem_b, &mut |_| {});
+        }
+
+        fn post_write(&mut self, a_out: &mut Vec<HostOutput>) {
+            let wr = WorkRequest::Write {
+                wr_id: 9,
+                signaled: true,
+                local: Sge {
+                    stag: self.src,
+                    to: 0,
+                    len: BIG as u32,
+                }
+                .into(),
+                remote_stag: self.sink,
+                remote_to: 0,
+            };
+            self.a
+                .post(HostCommand::PostSend(wr), &self.mem_a, &mut |o| {
+                    a_out.push(o)
+                });
+        }
+    }
+
+    fn write_status(out: &[HostOutput]) -> Option<WcStatus> {
+        out.iter().find_map(|o| match o {
+            HostOutput::Completion(c) if c.wr_id == 9 => Some(c.status),
+            _ => None,
+        })
+    }
+
+    /// One-copy transmit: a 64 KiB Write goes out as descriptors of A's
+    /// region (TCP's send buffer holds none of its octets) and completes
+    /// once TCP has it acknowledged, not when it is handed over.
+    #[test]
+    fn a_large_write_completes_on_its_ack_not_on_hand_off() {
+        let mut w = wired();
+        let mut out = Vec::new();
+        w.post_write(&mut out);
+        // Handed to TCP and sent, but nothing reaches B: no ACK.
+        w.step(false, &mut out);
+        assert!(w.a.tcp.unacked() > 0, "the Write went out");
+        assert!(w.a.unacked_records() > 0);
+        assert_eq!(write_status(&out), None, "completed before its ACK");
+        // Retransmitted from A's region (RTO 50 ms) and acknowledged.
+        for _ in 0..200 {
+            w.step(true, &mut out);
+            if write_status(&out).is_some() {
+                break;
+            }
+        }
+        assert_eq!(write_status(&out), Some(WcStatus::Success));
+        assert_eq!(w.a.unacked_records(), 0);
+        let st = w.a.tcp.stats();
+        assert!(
+            st.rto_retransmits + st.fast_retransmits + st.tlp_probes > 0,
+            "resent from A's region: {st:?}"
+        );
+        assert_eq!(
+            w.mem_b.snapshot(w.sink),
+            w.mem_a.snapshot(w.src),
+            "B's sink holds A's region"
+        );
+    }
+
+    /// A region deregistered while TCP still needs its octets (the
+    /// application broke the contract: its Write had not completed): the
+    /// retransmission cannot be written, so the connection is reset and
+    /// the Write completes flushed; nothing is sent from freed memory.
+    #[test]
+    fn a_source_gone_before_its_retransmission_resets_the_connection() {
+        let mut w = wired();
+        let mut out = Vec::new();
+        w.post_write(&mut out);
+        w.step(false, &mut out);
+        assert!(w.a.tcp.unacked() > 0);
+        w.mem_a.deregister(w.src).unwrap();
+        for _ in 0..200 {
+            w.step(true, &mut out);
+            if w.a.tcp.state() == TcpState::Closed {
+                break;
+            }
+        }
+        assert_eq!(w.a.tx_source_lost, 1);
+        assert_eq!(w.a.tcp.state(), TcpState::Closed, "reset");
+        assert_eq!(w.a.state(), State::Closed);
+        assert_eq!(write_status(&out), Some(WcStatus::Flushed));
+        assert_eq!(w.a.unacked_records(), 0);
+        assert_eq!(
+            w.mem_b.snapshot(w.sink),
+            Some(vec![0; BIG]),
+            "nothing placed"
+        );
     }
 }
