@@ -1320,6 +1320,42 @@ mod tests {
     }
 
     #[test]
+    fn a_filled_segment_with_options_overwrites_every_lent_octet() {
+        // The Recorder lends 0xa5 junk: options, padding and payload must
+        // all be written, giving the frame send_tcp gathers from zeros.
+        let mut seg = filled_seg();
+        seg.timestamp = Some(crate::wire::TcpTimestamp {
+            tsval: 0x0102_0304,
+            tsecr: 0x0506_0708,
+        });
+        seg.sack_ranges[0] = Some((1000, 2000));
+        seg.window_scale = Some(7);
+        let payload: Vec<u8> = (0..333u32).map(|i| (i * 7) as u8).collect();
+        let mut i = iface_knowing_peer();
+        let mut dev = Recorder::default();
+        let mut write = |b: &mut [u8]| {
+            b.copy_from_slice(&payload);
+            true
+        };
+        let fill = PayloadFill {
+            len: payload.len(),
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &seg, fill, 0, &mut dev).unwrap();
+        let mut j = iface_knowing_peer();
+        let mut given = seg;
+        given.payload = &payload;
+        let mut out = Vec::new();
+        j.send_tcp(PEER, &given, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
+            .unwrap();
+        assert_eq!(dev.built, out);
+        let (_, _, tcp) = parse_out(&dev.built[0]);
+        let back = TcpRepr::parse(&TcpPacket::new_checked(&tcp[..]).unwrap(), &IP, &PEER).unwrap();
+        assert_eq!(back.payload, &payload[..]);
+        assert_eq!(back.timestamp, seg.timestamp);
+    }
+
+    #[test]
     fn a_closure_sink_builds_into_a_vec() {
         let mut out = Vec::new();
         let mut sink = |f: &[&[u8]]| out.push(f.concat());
