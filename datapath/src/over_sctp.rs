@@ -50,7 +50,7 @@ use tcp_lite::wire::{
     IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
-use crate::runtime::Engine;
+use crate::runtime::{Engine, FrameSink};
 
 /// Names one association of a [`SctpHost`].
 pub type AssocId = u64;
@@ -526,17 +526,17 @@ impl SctpHost {
         udp: Option<u16>,
         pkt: &[u8],
         now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
+        tx: &mut dyn FrameSink,
     ) {
         match self.arp.resolve(dst, now) {
             Resolve::Known(mac) => {
                 let (h, n) = self.headers(mac, dst, udp, pkt);
-                tx(&[&h[..n], pkt]);
+                tx.send_parts(&[&h[..n], pkt]);
                 self.stats.tx_packets += 1;
             }
             Resolve::SendRequest(req) => {
                 if let Some(f) = self.arp_frame(&req) {
-                    tx(&[&f]);
+                    tx.send_parts(&[&f]);
                 }
                 self.queue(dst, udp, pkt);
             }
@@ -798,20 +798,15 @@ impl Engine for SctpHost {
         }
     }
 
-    fn poll(
-        &mut self,
-        now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
-        out: &mut dyn FnMut(SctpOutput),
-    ) -> bool {
+    fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(SctpOutput)) -> bool {
         let mut busy = false;
         for f in self.pending_tx.drain(..) {
-            tx(&[&f]);
+            tx.send_parts(&[&f]);
             busy = true;
         }
         while let Some(req) = self.arp.poll_request(now) {
             if let Some(f) = self.arp_frame(&req) {
-                tx(&[&f]);
+                tx.send_parts(&[&f]);
                 busy = true;
             }
         }

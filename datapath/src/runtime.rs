@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 
 pub use iwarp_frame::FrameDevice;
+pub use tcp_lite::iface::FrameSink;
 
 /// What runs inside a loop.
 pub trait Engine: Send + 'static {
@@ -52,13 +53,48 @@ pub trait Engine: Send + 'static {
     /// Run timers, emit frames through `tx` and outputs through `out`.
     /// A frame goes to `tx` as consecutive parts (headers, then the payload
     /// where it lies), which the device copies into its buffer in one pass
-    /// ([`FrameDevice::tx_parts`]). Returns true if it did anything.
-    fn poll(
-        &mut self,
-        now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
-        out: &mut dyn FnMut(Self::Output),
-    ) -> bool;
+    /// ([`FrameDevice::tx_parts`]), or is built in place in a buffer the
+    /// device lends ([`FrameSink::send_built`], [`FrameDevice::tx_build`]).
+    /// Returns true if it did anything.
+    fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(Self::Output))
+        -> bool;
+}
+
+/// The loop's [`FrameSink`] over its device: parts go to
+/// [`FrameDevice::tx_parts`], built frames to [`FrameDevice::tx_build`];
+/// it counts frames the device took and those it refused (a build the
+/// engine cancelled is neither).
+struct DeviceSink<'a, D: FrameDevice> {
+    dev: &'a mut D,
+    sent: u64,
+    refused: u64,
+}
+
+impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
+    fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
+        let ok = self.dev.tx_parts(parts);
+        if ok {
+            self.sent += 1;
+        } else {
+            self.refused += 1;
+        }
+        ok
+    }
+
+    fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        let mut cancelled = false;
+        let ok = self.dev.tx_build(len, &mut |buf| {
+            let built = build(buf);
+            cancelled = !built;
+            built
+        });
+        if ok {
+            self.sent += 1;
+        } else if !cancelled {
+            self.refused += 1;
+        }
+        ok
+    }
 }
 
 /// How a loop waits when idle.
@@ -387,39 +423,34 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
             busy |= n > 0;
             // Frames go straight from the engine to the device (no copy in
             // between, no allocation per frame).
-            let (mut sent, mut refused, mut lost) = (0u64, 0u64, 0u64);
+            let mut lost = 0u64;
             let mut handed = false;
-            busy |= engine.poll(
-                now,
-                &mut |f| {
-                    if dev.tx_parts(f) {
-                        sent += 1;
-                    } else {
-                        refused += 1;
-                    }
-                },
-                &mut |out| {
-                    // In order: nothing passes what is already held; past
-                    // the bound the newest is dropped (counted), as a full
-                    // completion queue overruns.
-                    let out = if held.is_empty() {
-                        match o.push(out) {
-                            Ok(()) => {
-                                handed = true;
-                                return;
-                            }
-                            Err(out) => out,
+            let mut sink = DeviceSink {
+                dev: &mut dev,
+                sent: 0,
+                refused: 0,
+            };
+            busy |= engine.poll(now, &mut sink, &mut |out| {
+                // In order: nothing passes what is already held; past
+                // the bound the newest is dropped (counted), as a full
+                // completion queue overruns.
+                let out = if held.is_empty() {
+                    match o.push(out) {
+                        Ok(()) => {
+                            handed = true;
+                            return;
                         }
-                    } else {
-                        out
-                    };
-                    if held.len() < held_limit {
-                        held.push_back(out);
-                    } else {
-                        lost += 1;
+                        Err(out) => out,
                     }
-                },
-            );
+                } else {
+                    out
+                };
+                if held.len() < held_limit {
+                    held.push_back(out);
+                } else {
+                    lost += 1;
+                }
+            });
             st.out_held_max = st.out_held_max.max(held.len() as u64);
             // Hand over what was held as room appears.
             while let Some(out) = held.pop_front() {
@@ -433,6 +464,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
             if handed {
                 ob.ring();
             }
+            let (sent, refused) = (sink.sent, sink.refused);
             st.tx_frames += sent;
             st.tx_dropped += refused;
             st.out_dropped += lost;
@@ -519,6 +551,38 @@ mod tests {
     use super::*;
     use crate::link::MemDevice;
 
+    #[test]
+    fn the_device_sink_counts_what_the_device_took_and_refused_not_cancels() {
+        let (mut dev, mut peer) = MemDevice::pair(2);
+        let mut sink = DeviceSink {
+            dev: &mut dev,
+            sent: 0,
+            refused: 0,
+        };
+        let mut lent = 0;
+        assert!(sink.send_built(5, &mut |b| {
+            lent += 1;
+            b.copy_from_slice(b"built");
+            true
+        }));
+        // Cancelled by the engine: neither sent nor refused.
+        assert!(!sink.send_built(3, &mut |_| {
+            lent += 1;
+            false
+        }));
+        assert!(sink.send_parts(&[b"pa", b"rts"]));
+        // The link holds two frames: both ways refused, the build not run.
+        assert!(!sink.send_built(4, &mut |_| {
+            lent += 1;
+            true
+        }));
+        assert!(!sink.send_parts(&[b"x"]));
+        assert_eq!((sink.sent, sink.refused, lent), (2, 2, 2));
+        let mut got = Vec::new();
+        peer.rx_burst(8, &mut |f| got.push(f.to_vec()));
+        assert_eq!(got, [&b"built"[..], b"parts"]);
+    }
+
     /// Emits `n` numbered outputs in one poll when told to.
     struct Burst {
         n: u32,
@@ -532,12 +596,7 @@ mod tests {
         fn handle_command(&mut self, _cmd: (), _now: u64) {
             self.go = true;
         }
-        fn poll(
-            &mut self,
-            _now: u64,
-            _tx: &mut dyn FnMut(&[&[u8]]),
-            out: &mut dyn FnMut(u32),
-        ) -> bool {
+        fn poll(&mut self, _now: u64, _tx: &mut dyn FrameSink, out: &mut dyn FnMut(u32)) -> bool {
             if !std::mem::take(&mut self.go) {
                 return false;
             }
@@ -632,15 +691,10 @@ mod tests {
             self.got.push(frame.to_vec());
         }
         fn handle_command(&mut self, _cmd: (), _now: u64) {}
-        fn poll(
-            &mut self,
-            _now: u64,
-            tx: &mut dyn FnMut(&[&[u8]]),
-            _out: &mut dyn FnMut(()),
-        ) -> bool {
+        fn poll(&mut self, _now: u64, tx: &mut dyn FrameSink, _out: &mut dyn FnMut(())) -> bool {
             let busy = !self.got.is_empty();
             for f in self.got.drain(..) {
-                tx(&[&f]);
+                tx.send_parts(&[&f]);
             }
             busy
         }
@@ -706,12 +760,7 @@ mod tests {
         fn poll_timeout(&self) -> Option<u64> {
             Some(self.due)
         }
-        fn poll(
-            &mut self,
-            now: u64,
-            _tx: &mut dyn FnMut(&[&[u8]]),
-            _out: &mut dyn FnMut(()),
-        ) -> bool {
+        fn poll(&mut self, now: u64, _tx: &mut dyn FrameSink, _out: &mut dyn FnMut(())) -> bool {
             if now >= self.due {
                 let mut g = self.polled_at.lock().unwrap_or_else(|p| p.into_inner());
                 if g.is_none() {
@@ -781,12 +830,7 @@ mod tests {
         fn quiescent(&self) -> bool {
             self.quiescent
         }
-        fn poll(
-            &mut self,
-            _now: u64,
-            _tx: &mut dyn FnMut(&[&[u8]]),
-            _out: &mut dyn FnMut(()),
-        ) -> bool {
+        fn poll(&mut self, _now: u64, _tx: &mut dyn FrameSink, _out: &mut dyn FnMut(())) -> bool {
             false
         }
     }

@@ -29,7 +29,7 @@ use crossbeam_queue::ArrayQueue;
 use iwarp_control::MpaConfig;
 use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::qp::Completion;
-use tcp_lite::iface::{IfaceConfig, Interface};
+use tcp_lite::iface::{FrameSink, IfaceConfig, Interface};
 use tcp_lite::listen::{IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpRepr};
@@ -1171,7 +1171,7 @@ impl Stack {
         dst: Ipv4Address,
         seg: &TcpRepr<'_>,
         now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
+        tx: &mut dyn FrameSink,
     ) {
         if iface.send_tcp(dst, seg, now, tx).is_err() {
             stats.tx_errors += 1;
@@ -1545,18 +1545,15 @@ impl crate::runtime::Engine for Stack {
         }
     }
 
-    fn poll(
-        &mut self,
-        now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
-        out: &mut dyn FnMut(Output),
-    ) -> bool {
+    fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(Output)) -> bool {
         let mut busy = false;
         for f in self.pending_tx.drain(..) {
-            tx(&[&f]);
+            tx.send_parts(&[&f]);
             busy = true;
         }
-        self.iface.poll(now, &mut |f| tx(&[f]));
+        self.iface.poll(now, &mut |f| {
+            tx.send_parts(&[f]);
+        });
         let Stack {
             iface,
             stats,
@@ -1624,18 +1621,15 @@ impl crate::runtime::Engine for Stack {
                     mark_ready(ready, sock, id);
                 }
                 SockKind::Iwarp(i) => {
+                    // A segment with a payload fill is built in place in
+                    // the device's buffer, its payload written there once.
                     let sent = i.poll(now, mem, 64, &mut |seg, fill| match fill {
-                        None => Self::emit(iface, stats, dst, seg, now, tx),
-                        Some(f) => {
-                            // Interim: the payload through a scratch vector
-                            // until the device lends its buffer.
-                            let mut p = vec![0u8; f.len];
-                            if (f.write)(&mut p) {
-                                let mut seg = *seg;
-                                seg.payload = &p;
-                                Self::emit(iface, stats, dst, &seg, now, tx)
+                        Some(fill) => {
+                            if iface.send_tcp_filled(dst, seg, fill, now, tx).is_err() {
+                                stats.tx_errors += 1;
                             }
                         }
+                        None => Self::emit(iface, stats, dst, seg, now, tx),
                     });
                     busy |= sent > 0;
                     let next = i.poll_timeout();

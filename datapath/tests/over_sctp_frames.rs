@@ -30,9 +30,11 @@ fn host(udp: bool) -> SctpHost {
 fn poll(h: &mut SctpHost, now: u64) -> (Vec<Vec<u8>>, Vec<SctpOutput>) {
     let mut frames = Vec::new();
     let mut outs = Vec::new();
-    h.poll(now, &mut |parts| frames.push(parts.concat()), &mut |o| {
-        outs.push(o)
-    });
+    h.poll(
+        now,
+        &mut |parts: &[&[u8]]| frames.push(parts.concat()),
+        &mut |o| outs.push(o),
+    );
     (frames, outs)
 }
 

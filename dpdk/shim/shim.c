@@ -153,4 +153,21 @@ struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shi
     return m;
 }
 
+uint8_t *shim_mbuf_alloc_len(struct rte_mempool *pool, uint16_t len, struct rte_mbuf **out) {
+    *out = NULL;
+    struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+    if (m == NULL) {
+        rte_errno = ENOBUFS;
+        return NULL;
+    }
+    char *dst = rte_pktmbuf_append(m, len);
+    if (dst == NULL) {
+        rte_pktmbuf_free(m);
+        rte_errno = EMSGSIZE;
+        return NULL;
+    }
+    *out = m;
+    return (uint8_t *)dst;
+}
+
 void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n) { rte_pktmbuf_free_bulk(pkts, n); }

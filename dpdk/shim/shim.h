@@ -74,6 +74,11 @@ struct shim_part {
  * empty or the frame exceeds one segment's room. */
 struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shim_part *parts,
                                       uint32_t n);
+/* Allocate an mbuf from pool with len octets of data appended (holding
+ * whatever the mbuf held before) for a frame built in place: the data pointer, the mbuf in
+ * *out; NULL (and *out NULL) if the pool is empty or len exceeds one
+ * segment's room. */
+uint8_t *shim_mbuf_alloc_len(struct rte_mempool *pool, uint16_t len, struct rte_mbuf **out);
 /* rte_pktmbuf_free_bulk. */
 void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n);
 

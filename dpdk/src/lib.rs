@@ -123,6 +123,10 @@ pub struct Counters {
     pub tx_no_mbuf: u64,
     /// `tx` refusals: the frame exceeds [`MAX_FRAME`].
     pub tx_too_big: u64,
+    /// Frames built in place in an mbuf (`FrameDevice::tx_build`).
+    pub tx_built: u64,
+    /// Builds their builder cancelled (the mbuf was freed unsent).
+    pub tx_build_cancelled: u64,
 }
 
 /// The driver's counters (`struct rte_eth_stats`, in part).

@@ -360,6 +360,52 @@ impl FrameDevice for Port {
         true
     }
 
+    /// Built in place in a fresh mbuf's data room (one segment: frames up
+    /// to [`MAX_FRAME`]), freed again on cancel.
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        if len > MAX_FRAME {
+            self.counters.tx_too_big += 1;
+            return false;
+        }
+        let mut m: *mut RteMbuf = std::ptr::null_mut();
+        // SAFETY: the pool lives as long as self; `m` is a valid place for
+        // the shim to store the mbuf pointer; len ≤ MAX_FRAME fits u16.
+        let data = unsafe { sys::shim_mbuf_alloc_len(self.pool.as_ptr(), len as u16, &mut m) };
+        if data.is_null() || m.is_null() {
+            self.counters.tx_no_mbuf += 1;
+            return false;
+        }
+        // Frees the mbuf unless it is queued (a cancel, or a panicking
+        // builder), so none leaks.
+        struct Guard(*mut RteMbuf);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                if !self.0.is_null() {
+                    // SAFETY: an mbuf we allocated and never queued.
+                    unsafe { sys::shim_mbuf_free_bulk(&mut self.0, 1) };
+                }
+            }
+        }
+        let mut guard = Guard(m);
+        // SAFETY: `data` points at the `len` appended octets of the single
+        // segment of `m`, which we alone own (just allocated, not queued);
+        // the slice is dropped before the mbuf is queued or freed. The data
+        // room is pool memory, zero-filled when the pool was mapped and
+        // since written only with frame octets, so every u8 is initialised.
+        let buf = unsafe { std::slice::from_raw_parts_mut(data, len) };
+        if !build(buf) {
+            self.counters.tx_build_cancelled += 1;
+            return false;
+        }
+        guard.0 = std::ptr::null_mut();
+        self.pending.push(m);
+        self.counters.tx_built += 1;
+        if self.pending.len() == BURST {
+            self.send_pending();
+        }
+        true
+    }
+
     fn flush(&mut self) {
         if !self.pending.is_empty() {
             self.send_pending();

@@ -56,6 +56,7 @@ extern "C" {
         parts: *const ShimPart,
         n: u32,
     ) -> *mut RteMbuf;
+    pub fn shim_mbuf_alloc_len(pool: *mut RteMempool, len: u16, out: *mut *mut RteMbuf) -> *mut u8;
     pub fn shim_mbuf_free_bulk(pkts: *mut *mut RteMbuf, n: u32);
 }
 

@@ -153,6 +153,12 @@ fn arp_and_echo_answered_by_linux() {
         assert!(out.status.success(), "iwarp-dpdk-check ping failed");
         assert!(text.contains(&format!("arp: {peer} is at ")), "{text}");
         assert!(text.contains("echo: 5/5 replies"), "{text}");
+        // Requests 1 and 3 were built in place in mbufs, each after a
+        // cancelled build.
+        assert!(
+            text.contains("tx_built: 2, tx_build_cancelled: 2 }"),
+            "{text}"
+        );
         // The kernel's MAC, as ARP reported it, is B's.
         let link = lab
             .linux

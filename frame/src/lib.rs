@@ -12,7 +12,11 @@
 //! - **transmit**: [`FrameDevice::tx`] queues a frame (copied into a device
 //!   buffer), [`FrameDevice::tx_parts`] one given as consecutive parts
 //!   (headers built on the stack's side, payload where it lies), copied in
-//!   one pass; [`FrameDevice::flush`] publishes the batch with one kick.
+//!   one pass; [`FrameDevice::tx_build`] lends a buffer of the frame's
+//!   length for the caller to write the whole frame into in place (the
+//!   AF_XDP backend lends a UMEM chunk, so a payload written there is
+//!   written once); [`FrameDevice::flush`] publishes the batch with one
+//!   kick.
 //!
 //! This crate holds no `unsafe`; lending device memory safely is each
 //! backend's job.
@@ -37,6 +41,20 @@ pub trait FrameDevice: Send {
             [frame] => self.tx(frame),
             _ => self.tx(&parts.concat()),
         }
+    }
+    /// Queue one frame of exactly `len` octets that `build` writes in
+    /// place, into a buffer of exactly `len` octets the device lends;
+    /// `build` returning false cancels (nothing is sent, the buffer goes
+    /// back). A device with no buffer free, or a frame too long, is refused
+    /// without calling `build`. Whether the frame was queued.
+    ///
+    /// The default is for devices without buffers of their own to lend: it
+    /// builds into a scratch `Vec` and calls [`tx`](Self::tx), which costs
+    /// one extra copy of the frame. Backends with their own buffers (UMEM
+    /// chunks) override it and hand `build` the buffer itself.
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        let mut frame = vec![0u8; len];
+        build(&mut frame) && self.tx(&frame)
     }
     /// Publish the frames queued since the last flush, with one kick where
     /// the device needs one, and reclaim completed transmit buffers.
@@ -172,6 +190,9 @@ impl<D: FrameDevice> FrameDevice for RxLoss<D> {
     fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
         self.inner.tx_parts(parts)
     }
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        self.inner.tx_build(len, build)
+    }
     fn flush(&mut self) {
         self.inner.flush()
     }
@@ -269,5 +290,27 @@ mod tests {
         let mut got = Vec::new();
         d.rx_burst(8, &mut |f| got.push(f.to_vec()));
         assert_eq!(got, [&b"headerpayload"[..], b"whole"]);
+    }
+
+    #[test]
+    fn a_built_frame_is_sent_once_and_a_cancelled_one_not_at_all() {
+        let mut d = RxLoss::new(Loopback::default(), 0, 1);
+        let mut lent = Vec::new();
+        assert!(d.tx_build(5, &mut |b| {
+            lent.push(b.len());
+            b.copy_from_slice(b"built");
+            true
+        }));
+        assert!(!d.tx_build(4, &mut |b| {
+            lent.push(b.len());
+            b.copy_from_slice(b"gone");
+            false
+        }));
+        assert!(d.tx_build(0, &mut |b| b.is_empty()));
+        assert_eq!(lent, [5, 4], "a buffer of exactly the length asked");
+        d.flush();
+        let mut got = Vec::new();
+        d.rx_burst(8, &mut |f| got.push(f.to_vec()));
+        assert_eq!(got, [&b"built"[..], b""]);
     }
 }

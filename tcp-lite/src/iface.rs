@@ -6,7 +6,10 @@
 //! answering ARP and ICMP Echo itself through the `tx` callback;
 //! [`Interface::send_tcp`] wraps a segment in IPv4 and Ethernet, resolving the
 //! next hop through the [`ArpCache`] and holding the frame while resolution
-//! runs; [`Interface::poll`] retransmits ARP requests.
+//! runs; [`Interface::send_tcp_filled`] does the same for a segment whose
+//! payload a callback writes, building the whole frame in place in a buffer
+//! the device lends ([`FrameSink::send_built`]); [`Interface::poll`]
+//! retransmits ARP requests.
 //!
 //! What it refuses, counted in [`IfaceStats`] and never a panic:
 //! frames for another MAC, IPv4 datagrams for another address, fragments
@@ -29,6 +32,7 @@
 //! [`IfaceStats::checksum_diagnosis`] names the cause and the fix.
 
 use crate::arp::{self, ArpCache, Enqueue, Resolve};
+use crate::tcp::PayloadFill;
 use crate::wire::{
     ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
     Icmpv4Repr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
@@ -114,6 +118,9 @@ pub struct IfaceStats {
     pub tx_dropped: u64,
     /// Segments too large for the MTU, refused.
     pub tx_too_big: u64,
+    /// Filled segments ([`Interface::send_tcp_filled`]) whose payload
+    /// could not be written: nothing sent.
+    pub tx_fill_failed: u64,
 }
 
 impl IfaceStats {
@@ -146,6 +153,9 @@ pub enum SendError {
     /// ARP resolution of the next hop failed recently; the segment was
     /// dropped (TCP's retransmission will try again).
     Unreachable,
+    /// The payload of a filled segment could not be written
+    /// ([`PayloadFill::write`] returned false): nothing was sent or held.
+    FillFailed,
 }
 
 impl core::fmt::Display for SendError {
@@ -154,7 +164,142 @@ impl core::fmt::Display for SendError {
             SendError::TooBig => "datagram larger than the MTU",
             SendError::NoRoute => "no route to host",
             SendError::Unreachable => "host unreachable (ARP resolution failed)",
+            SendError::FillFailed => "the segment's payload could not be written",
         })
+    }
+}
+
+/// Where an interface's frames go: a device's transmit path.
+///
+/// A frame is handed over either as consecutive parts
+/// ([`send_parts`](Self::send_parts): headers built here, payload where it
+/// lies), which the device copies into its buffer in one pass, or built in
+/// place ([`send_built`](Self::send_built)): the device lends a buffer of
+/// the frame's length and the interface writes the whole frame into it,
+/// payload included, so the payload is written once, straight into the
+/// device's memory.
+///
+/// Any `FnMut(&[&[u8]])` closure is a sink (a built frame is built into a
+/// `Vec` first and handed over as one part). Where a `&mut dyn FrameSink`
+/// is expected, a closure needs its argument type written:
+/// `&mut |f: &[&[u8]]| ...`.
+pub trait FrameSink {
+    /// Send one frame given as consecutive parts. Whether the device took
+    /// it (false: dropped, as a full NIC queue drops; TCP retransmits).
+    fn send_parts(&mut self, parts: &[&[u8]]) -> bool;
+    /// Send one frame of exactly `len` octets that `build` writes into a
+    /// buffer the device lends (of exactly `len` octets). `build` returning
+    /// false cancels: nothing is sent and the buffer goes back. A device
+    /// with no buffer free does not call `build`. Whether the frame was
+    /// sent.
+    fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool;
+}
+
+impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {
+    fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
+        self(parts);
+        true
+    }
+
+    fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        let mut frame = vec![0u8; len];
+        if !build(&mut frame) {
+            return false;
+        }
+        self(&[&frame]);
+        true
+    }
+}
+
+/// How one in-place build of a filled segment ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Built {
+    /// Not called (the device had no buffer), or the frame is out.
+    NotCalled,
+    /// The frame is complete.
+    Done,
+    /// The payload could not be written.
+    FillFailed,
+    /// The TCP header could not be written (an option out of range).
+    HeaderFailed,
+}
+
+/// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram from
+/// `cfg` into the start of `buf` (at least `ETHERNET_HEADER_LEN +
+/// IPV4_HEADER_LEN` octets).
+fn write_l2_l3(
+    cfg: &IfaceConfig,
+    ident: u16,
+    buf: &mut [u8],
+    dst_mac: EthernetAddress,
+    dst: Ipv4Address,
+    protocol: IpProtocol,
+    payload_len: usize,
+) {
+    let mut eth = EthernetFrame::new_unchecked(buf);
+    // Both emits write fixed-size headers into a buffer the callers size.
+    let _ = EthernetRepr {
+        src_addr: cfg.mac,
+        dst_addr: dst_mac,
+        ethertype: EtherType::IPV4,
+    }
+    .emit(&mut eth);
+    let _ = Ipv4Repr {
+        src_addr: cfg.ip,
+        dst_addr: dst,
+        protocol,
+        payload_len,
+        ttl: cfg.ttl,
+        dscp: 0,
+        ecn: 0,
+        identification: ident,
+        // RFC 1122 §3.3.4: we never fragment, and set DF so path MTU
+        // discovery (RFC 1191) can work on routed paths.
+        dont_frag: true,
+        more_frags: false,
+        fragment_offset: 0,
+        options_len: 0,
+    }
+    .emit(&mut Ipv4Packet::new_unchecked(eth.payload_mut()));
+}
+
+/// Write a whole filled TCP frame into `frame` (exactly headers + payload
+/// octets): the payload first, through `write`, into its place after the
+/// headers, then the headers, with a TCP checksum over the payload where
+/// it now lies (RFC 9293 §3.1).
+#[allow(clippy::too_many_arguments)]
+fn build_filled(
+    cfg: &IfaceConfig,
+    ident: u16,
+    frame: &mut [u8],
+    dst_mac: EthernetAddress,
+    dst: Ipv4Address,
+    seg: &TcpRepr<'_>,
+    write: &mut dyn FnMut(&mut [u8]) -> bool,
+    fill_len: usize,
+) -> Built {
+    let l3 = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+    let headers = l3 + seg.header_len();
+    if frame.len() != headers + fill_len {
+        // A device that lent the wrong length: build nothing.
+        return Built::HeaderFailed;
+    }
+    let (head, payload) = frame.split_at_mut(headers);
+    if !write(payload) {
+        return Built::FillFailed;
+    }
+    write_l2_l3(
+        cfg,
+        ident,
+        head,
+        dst_mac,
+        dst,
+        IpProtocol::TCP,
+        seg.header_len() + fill_len,
+    );
+    match seg.emit_header_over(&mut head[l3..], payload, &cfg.ip, &dst) {
+        Ok(()) => Built::Done,
+        Err(_) => Built::HeaderFailed,
     }
 }
 
@@ -447,32 +592,16 @@ impl Interface {
         let total = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + room;
         buf.clear();
         buf.resize(total, 0);
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        // Both emits write fixed-size headers into a buffer sized above.
-        let _ = EthernetRepr {
-            src_addr: self.cfg.mac,
-            dst_addr: dst_mac,
-            ethertype: EtherType::IPV4,
-        }
-        .emit(&mut eth);
         self.ident = self.ident.wrapping_add(1);
-        let _ = Ipv4Repr {
-            src_addr: self.cfg.ip,
-            dst_addr: dst,
+        write_l2_l3(
+            &self.cfg,
+            self.ident,
+            buf,
+            dst_mac,
+            dst,
             protocol,
             payload_len,
-            ttl: self.cfg.ttl,
-            dscp: 0,
-            ecn: 0,
-            identification: self.ident,
-            // RFC 1122 §3.3.4: we never fragment, and set DF so path MTU
-            // discovery (RFC 1191) can work on routed paths.
-            dont_frag: true,
-            more_frags: false,
-            fragment_offset: 0,
-            options_len: 0,
-        }
-        .emit(&mut Ipv4Packet::new_unchecked(eth.payload_mut()));
+        );
         total
     }
 
@@ -494,22 +623,17 @@ impl Interface {
         }
     }
 
-    /// Send one TCP segment to `dst`: straight out through `tx` when the
-    /// next hop's MAC is known, or held (and an ARP request sent) until it
-    /// resolves. `Ok` means sent or held.
-    ///
-    /// `tx` takes a frame as consecutive parts, the headers and then the
-    /// payload where it lies (the TCP send buffer): a device copies both
-    /// into its own buffer in one pass, so the data is not first copied into
-    /// a frame here.
-    pub fn send_tcp(
+    /// The routing, size and ARP steps shared by [`send_tcp`](Self::send_tcp)
+    /// and [`send_tcp_filled`](Self::send_tcp_filled) for a `len`-octet TCP
+    /// segment: the next hop and its MAC if known (`None`: resolution
+    /// pending; an ARP request has gone out through `tx` if one was due).
+    fn route_tcp(
         &mut self,
         dst: Ipv4Address,
-        seg: &TcpRepr<'_>,
+        len: usize,
         now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
-    ) -> Result<(), SendError> {
-        let len = seg.buffer_len();
+        tx: &mut dyn FrameSink,
+    ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
         if len > self.max_tcp_len() {
             self.stats.tx_too_big += 1;
             return Err(SendError::TooBig);
@@ -532,8 +656,47 @@ impl Interface {
             }
         };
         if let Some(r) = request {
-            self.emit_arp(&r, &mut |f| tx(&[f]));
+            self.emit_arp(&r, &mut |f| {
+                tx.send_parts(&[f]);
+            });
         }
+        Ok((hop, mac))
+    }
+
+    /// Hold `frame` for `hop` until ARP resolves it.
+    fn hold(&mut self, hop: Ipv4Address, frame: Vec<u8>) -> Result<(), SendError> {
+        self.stats.tx_queued += 1;
+        match self.arp.enqueue(hop, frame) {
+            Enqueue::Queued => Ok(()),
+            Enqueue::DroppedOldest(_) => {
+                self.stats.tx_dropped += 1;
+                Ok(())
+            }
+            Enqueue::Refused(_) => {
+                self.stats.tx_dropped += 1;
+                Err(SendError::Unreachable)
+            }
+        }
+    }
+
+    /// Send one TCP segment to `dst`: straight out through `tx` when the
+    /// next hop's MAC is known, or held (and an ARP request sent) until it
+    /// resolves. `Ok` means sent or held (a device that refuses the frame
+    /// drops it as a full NIC queue would; TCP retransmits).
+    ///
+    /// The frame goes to [`FrameSink::send_parts`] as consecutive parts,
+    /// the headers and then the payload where it lies (the TCP send
+    /// buffer): a device copies both into its own buffer in one pass, so
+    /// the data is not first copied into a frame here.
+    pub fn send_tcp(
+        &mut self,
+        dst: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(), SendError> {
+        let len = seg.buffer_len();
+        let (hop, mac) = self.route_tcp(dst, len, now, tx)?;
         let mut buf = std::mem::take(&mut self.scratch);
         let header_len = seg.header_len();
         let headers = self.frame_header(
@@ -556,27 +719,93 @@ impl Interface {
             Ok(())
         } else if mac.is_some() {
             self.stats.tx_frames += 1;
-            tx(&[&buf[..headers], seg.payload]);
+            tx.send_parts(&[&buf[..headers], seg.payload]);
             Ok(())
         } else {
-            self.stats.tx_queued += 1;
-            match self
-                .arp
-                .enqueue(hop, [&buf[..headers], seg.payload].concat())
-            {
-                Enqueue::Queued => Ok(()),
-                Enqueue::DroppedOldest(_) => {
-                    self.stats.tx_dropped += 1;
-                    Ok(())
-                }
-                Enqueue::Refused(_) => {
-                    self.stats.tx_dropped += 1;
-                    Err(SendError::Unreachable)
-                }
-            }
+            self.hold(hop, [&buf[..headers], seg.payload].concat())
         };
         self.scratch = buf;
         result
+    }
+
+    /// [`send_tcp`](Self::send_tcp) for a segment whose payload is written
+    /// by `fill` (`seg.payload` must be empty; the segment carries
+    /// `fill.len` octets): same routing, ARP and size rules, on a segment of
+    /// `seg.header_len() + fill.len` octets.
+    ///
+    /// With the next hop's MAC known, the frame is built in place in a
+    /// buffer the device lends ([`FrameSink::send_built`]): the payload is
+    /// written first, by `fill.write`, straight into its place in that
+    /// buffer, then the Ethernet, IPv4 and TCP headers, the TCP checksum
+    /// computed over the payload where it now lies. The payload is written
+    /// once, into the device's memory. While ARP resolves, the frame is
+    /// built the same way into a `Vec` and held.
+    ///
+    /// If `fill.write` returns false, nothing is sent or held (the device's
+    /// buffer goes back), [`IfaceStats::tx_fill_failed`] counts it, and the
+    /// answer is [`SendError::FillFailed`]. A device with no free buffer
+    /// does not call `fill.write`: the frame is dropped as by
+    /// [`send_tcp`](Self::send_tcp), and the answer is `Ok`.
+    pub fn send_tcp_filled(
+        &mut self,
+        dst: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        fill: PayloadFill<'_>,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(), SendError> {
+        debug_assert!(
+            seg.payload.is_empty(),
+            "a filled segment's payload is empty"
+        );
+        let PayloadFill {
+            len: fill_len,
+            write,
+        } = fill;
+        let len = seg.header_len() + fill_len;
+        let (hop, mac) = self.route_tcp(dst, len, now, tx)?;
+        let frame_len = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + len;
+        self.ident = self.ident.wrapping_add(1);
+        let (cfg, ident) = (self.cfg, self.ident);
+        let dst_mac = mac.unwrap_or(EthernetAddress([0; 6]));
+        let (built, held) = match mac {
+            Some(_) => {
+                let mut built = Built::NotCalled;
+                let sent = tx.send_built(frame_len, &mut |frame| {
+                    built = build_filled(&cfg, ident, frame, dst_mac, dst, seg, write, fill_len);
+                    built == Built::Done
+                });
+                if !sent && built == Built::Done {
+                    // The device took the build but not the frame: a
+                    // refusal like any other.
+                    built = Built::NotCalled;
+                }
+                (built, None)
+            }
+            None => {
+                let mut frame = vec![0u8; frame_len];
+                let built =
+                    build_filled(&cfg, ident, &mut frame, dst_mac, dst, seg, write, fill_len);
+                (built, Some(frame))
+            }
+        };
+        match (built, held) {
+            (Built::FillFailed, _) => {
+                self.stats.tx_fill_failed += 1;
+                Err(SendError::FillFailed)
+            }
+            (Built::HeaderFailed, _) => {
+                self.stats.tx_dropped += 1;
+                Ok(())
+            }
+            (Built::Done, Some(frame)) => self.hold(hop, frame),
+            (_, _) => {
+                // Sent, or refused by the device (dropped as a full NIC
+                // queue drops; TCP retransmits): handed to `tx` either way.
+                self.stats.tx_frames += 1;
+                Ok(())
+            }
+        }
     }
 
     /// Retransmit due ARP requests (and fail addresses that never answered).
@@ -796,7 +1025,7 @@ mod tests {
         let mut out: Vec<Vec<u8>> = Vec::new();
         let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
         seg.payload = b"held";
-        i.send_tcp(PEER, &seg, 0, &mut |f| out.push(f.concat()))
+        i.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
             .unwrap();
         // Only the ARP request went out.
         assert_eq!(out.len(), 1);
@@ -821,8 +1050,10 @@ mod tests {
         assert_eq!(t.payload, b"held");
         // Now known: sent at once.
         out.clear();
-        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f| out.push(f.concat()))
-            .unwrap();
+        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f: &[&[u8]]| {
+            out.push(f.concat())
+        })
+        .unwrap();
         assert_eq!(out.len(), 1);
     }
 
@@ -832,19 +1063,22 @@ mod tests {
         let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
         let far = Ipv4Address::new(192, 0, 2, 1);
         assert_eq!(
-            i.send_tcp(far, &seg, 0, &mut |_| ()),
+            i.send_tcp(far, &seg, 0, &mut |_: &[&[u8]]| ()),
             Err(SendError::NoRoute)
         );
         let big = vec![0u8; 1500];
         let mut s = seg;
         s.payload = &big;
-        assert_eq!(i.send_tcp(PEER, &s, 0, &mut |_| ()), Err(SendError::TooBig));
+        assert_eq!(
+            i.send_tcp(PEER, &s, 0, &mut |_: &[&[u8]]| ()),
+            Err(SendError::TooBig)
+        );
         // Off-link through a gateway: ARP asks for the gateway.
         let mut cfg = IfaceConfig::new(MAC, IP, 24);
         cfg.gateway = Some(Ipv4Address::new(10, 9, 0, 254));
         let mut i = Interface::new(cfg);
         let mut out = Vec::new();
-        i.send_tcp(far, &seg, 0, &mut |f| out.push(f.concat()))
+        i.send_tcp(far, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
             .unwrap();
         let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
         let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
@@ -855,7 +1089,7 @@ mod tests {
     fn unanswered_arp_fails_and_reports_unreachable() {
         let mut i = iface();
         let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        i.send_tcp(PEER, &seg, 0, &mut |_| ()).unwrap();
+        i.send_tcp(PEER, &seg, 0, &mut |_: &[&[u8]]| ()).unwrap();
         let mut now = 0;
         // Requests at 0, 1 s and 2 s (max_requests 3); at 3 s the address fails.
         for _ in 0..3 {
@@ -863,10 +1097,275 @@ mod tests {
             i.poll(now, &mut |_| ());
         }
         assert_eq!(
-            i.send_tcp(PEER, &seg, now, &mut |_| ()),
+            i.send_tcp(PEER, &seg, now, &mut |_: &[&[u8]]| ()),
             Err(SendError::Unreachable)
         );
         assert!(i.stats().tx_dropped >= 1);
+    }
+
+    /// 10.9.0.1:80 → 10.9.0.2:40000, ACK|PSH, seq 5, ack 77, window 8192,
+    /// payload "filled!" (odd length), IPv4 identification 1, DF, TTL 64:
+    /// the first segment a fresh interface sends to a known peer. Checksums
+    /// computed apart from this crate: IPv4 0x26b4, TCP 0x8594.
+    const FILLED_FRAME: [u8; 61] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, //
+        0x45, 0x00, 0x00, 0x2f, 0x00, 0x01, 0x40, 0x00, 0x40, 0x06, 0x26, 0xb4, 0x0a, 0x09, //
+        0x00, 0x01, 0x0a, 0x09, 0x00, 0x02, 0x00, 0x50, 0x9c, 0x40, 0x00, 0x00, 0x00, 0x05, //
+        0x00, 0x00, 0x00, 0x4d, 0x50, 0x18, 0x20, 0x00, 0x85, 0x94, 0x00, 0x00, 0x66, 0x69, //
+        0x6c, 0x6c, 0x65, 0x64, 0x21, //
+    ];
+
+    fn filled_seg() -> TcpRepr<'static> {
+        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK | TcpFlags::PSH);
+        seg.ack_number = 77;
+        seg.window = 8192;
+        seg
+    }
+
+    /// An interface that knows the peer's MAC (learnt from its ARP request).
+    fn iface_knowing_peer() -> Interface {
+        let mut i = iface();
+        let req = arp_frame(ArpOperation::REQUEST, EthernetAddress([0; 6]));
+        assert!(i.receive(&req, 0, &mut |_| ()).is_none());
+        assert_eq!(i.arp().lookup(PEER, 0), Some(PEER_MAC));
+        i
+    }
+
+    /// A device that records how each frame came and lends a buffer full of
+    /// junk (so a frame that leaves octets unwritten shows it).
+    #[derive(Default)]
+    struct Recorder {
+        parts: Vec<Vec<u8>>,
+        built: Vec<Vec<u8>>,
+        cancelled: usize,
+        refuse: bool,
+    }
+
+    impl FrameSink for Recorder {
+        fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
+            self.parts.push(parts.concat());
+            true
+        }
+        fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+            if self.refuse {
+                return false;
+            }
+            let mut buf = vec![0xa5; len];
+            if build(&mut buf) {
+                self.built.push(buf);
+                true
+            } else {
+                self.cancelled += 1;
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn a_filled_segment_is_built_in_place_as_the_literal_frame() {
+        let mut i = iface_knowing_peer();
+        let mut dev = Recorder::default();
+        let mut calls = 0;
+        let mut write = |b: &mut [u8]| {
+            calls += 1;
+            assert_eq!(b.len(), 7, "the payload's place, exactly");
+            b.copy_from_slice(b"filled!");
+            true
+        };
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
+            .unwrap();
+        assert_eq!(calls, 1);
+        assert!(dev.parts.is_empty(), "not gathered from parts");
+        assert_eq!(dev.built.len(), 1);
+        assert_eq!(dev.built[0], FILLED_FRAME);
+        assert_eq!(i.stats().tx_frames, 2, "the ARP reply and the segment");
+        // The same segment with its payload given as octets: the same frame.
+        let mut j = iface_knowing_peer();
+        let mut seg = filled_seg();
+        seg.payload = b"filled!";
+        let mut out = Vec::new();
+        j.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
+            .unwrap();
+        assert_eq!(out, [FILLED_FRAME.to_vec()]);
+    }
+
+    #[test]
+    fn a_failed_fill_sends_nothing_and_is_counted() {
+        let mut i = iface_knowing_peer();
+        let mut dev = Recorder::default();
+        let mut write = |b: &mut [u8]| {
+            b[0] = 1; // partly written, then fails
+            false
+        };
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        assert_eq!(
+            i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev),
+            Err(SendError::FillFailed)
+        );
+        assert!(dev.built.is_empty() && dev.parts.is_empty());
+        assert_eq!(dev.cancelled, 1, "the lent buffer went back");
+        assert_eq!(i.stats().tx_fill_failed, 1);
+        assert_eq!(i.stats().tx_frames, 1, "only the ARP reply");
+        // While ARP resolves: nothing held either.
+        let mut i = iface();
+        let mut out = Vec::new();
+        let mut write = |_: &mut [u8]| false;
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        assert_eq!(
+            i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut |f: &[&[u8]]| out
+                .push(f.concat())),
+            Err(SendError::FillFailed)
+        );
+        assert_eq!(out.len(), 1, "only the ARP request");
+        assert_eq!(i.stats().tx_queued, 0);
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        out.clear();
+        assert!(i
+            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
+            .is_none());
+        assert!(out.is_empty(), "nothing was held");
+    }
+
+    #[test]
+    fn a_filled_segment_waits_for_arp_like_any_other() {
+        let mut i = iface();
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut write = |b: &mut [u8]| {
+            b.copy_from_slice(b"filled!");
+            true
+        };
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut |f: &[&[u8]]| {
+            out.push(f.concat())
+        })
+        .unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            EthernetFrame::new_checked(&out[0][..]).unwrap().ethertype(),
+            EtherType::ARP
+        );
+        assert_eq!(i.stats().tx_queued, 1);
+        out.clear();
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        assert!(i
+            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
+            .is_none());
+        assert_eq!(out, [FILLED_FRAME.to_vec()]);
+    }
+
+    #[test]
+    fn filled_segments_follow_the_size_and_route_rules_and_device_refusals() {
+        let mut i = iface_knowing_peer();
+        let mut dev = Recorder::default();
+        let mut calls = 0;
+        let mut write = |_: &mut [u8]| {
+            calls += 1;
+            true
+        };
+        // 20 octets of TCP header + 1481 > 1500 - 20.
+        let big = PayloadFill {
+            len: 1481,
+            write: &mut write,
+        };
+        assert_eq!(
+            i.send_tcp_filled(PEER, &filled_seg(), big, 0, &mut dev),
+            Err(SendError::TooBig)
+        );
+        assert_eq!(i.stats().tx_too_big, 1);
+        let far = Ipv4Address::new(192, 0, 2, 1);
+        let fill = PayloadFill {
+            len: 10,
+            write: &mut write,
+        };
+        assert_eq!(
+            i.send_tcp_filled(far, &filled_seg(), fill, 0, &mut dev),
+            Err(SendError::NoRoute)
+        );
+        // Exactly the MTU fits.
+        let fits = PayloadFill {
+            len: 1460,
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &filled_seg(), fits, 0, &mut dev)
+            .unwrap();
+        assert_eq!(dev.built.len(), 1);
+        assert_eq!(dev.built[0].len(), ETHERNET_HEADER_LEN + 1500);
+        // A device with no buffer: dropped as a full queue drops, the
+        // payload never written.
+        dev.refuse = true;
+        let fill = PayloadFill {
+            len: 10,
+            write: &mut write,
+        };
+        assert_eq!(
+            i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev),
+            Ok(())
+        );
+        assert_eq!(calls, 1, "only the frame that fit was written");
+        assert_eq!(dev.built.len(), 1);
+        assert_eq!(i.stats().tx_fill_failed, 0);
+    }
+
+    #[test]
+    fn a_filled_segment_with_options_overwrites_every_lent_octet() {
+        // The Recorder lends 0xa5 junk: options, padding and payload must
+        // all be written, giving the frame send_tcp gathers from zeros.
+        let mut seg = filled_seg();
+        seg.timestamp = Some(crate::wire::TcpTimestamp {
+            tsval: 0x0102_0304,
+            tsecr: 0x0506_0708,
+        });
+        seg.sack_ranges[0] = Some((1000, 2000));
+        seg.window_scale = Some(7);
+        let payload: Vec<u8> = (0..333u32).map(|i| (i * 7) as u8).collect();
+        let mut i = iface_knowing_peer();
+        let mut dev = Recorder::default();
+        let mut write = |b: &mut [u8]| {
+            b.copy_from_slice(&payload);
+            true
+        };
+        let fill = PayloadFill {
+            len: payload.len(),
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &seg, fill, 0, &mut dev).unwrap();
+        let mut j = iface_knowing_peer();
+        let mut given = seg;
+        given.payload = &payload;
+        let mut out = Vec::new();
+        j.send_tcp(PEER, &given, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
+            .unwrap();
+        assert_eq!(dev.built, out);
+        let (_, _, tcp) = parse_out(&dev.built[0]);
+        let back = TcpRepr::parse(&TcpPacket::new_checked(&tcp[..]).unwrap(), &IP, &PEER).unwrap();
+        assert_eq!(back.payload, &payload[..]);
+        assert_eq!(back.timestamp, seg.timestamp);
+    }
+
+    #[test]
+    fn a_closure_sink_builds_into_a_vec() {
+        let mut out = Vec::new();
+        let mut sink = |f: &[&[u8]]| out.push(f.concat());
+        assert!(sink.send_built(3, &mut |b| {
+            b.copy_from_slice(b"abc");
+            true
+        }));
+        assert!(!sink.send_built(3, &mut |_| false));
+        assert!(sink.send_parts(&[b"d", b"ef"]));
+        assert_eq!(out, [b"abc".to_vec(), b"def".to_vec()]);
     }
 
     /// 10.9.0.2:40000 → 10.9.0.1:5001, ACK|PSH, seq 1000, ack 77, window

@@ -444,6 +444,30 @@ impl FrameDevice for XdpDevice {
         self.socket.tx_parts(parts)
     }
 
+    /// Built in place in a UMEM chunk ([`XskSocket::tx_build`]; frames
+    /// longer than a chunk are built in a scratch buffer first).
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        let XdpDevice { socket, shared, .. } = self;
+        let Some(s) = shared else {
+            return socket.tx_build(len, build);
+        };
+        // On a shared address ARP frames go to the kernel's resolver, never
+        // out, as in `tx_parts`: one is recognised once built, handed over,
+        // and its chunk goes back unsent.
+        let mut diverted = false;
+        let sent = socket.tx_build(len, &mut |frame| {
+            if !build(frame) {
+                return false;
+            }
+            if neigh::is_arp(frame) {
+                diverted = s.take_tx(frame);
+                return !diverted;
+            }
+            true
+        });
+        sent || diverted
+    }
+
     fn flush(&mut self) {
         self.socket.flush()
     }

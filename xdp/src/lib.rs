@@ -28,7 +28,10 @@
 //! - [`Umem`]: one anonymous mapping of `frame_count × frame_size`.
 //! - [`XskSocket`]: the socket, its fill/completion/RX/TX rings (shared
 //!   indexes as `AtomicU32` with Acquire/Release, cached like libxdp's
-//!   `xsk.h`), the free-frame list for TX, and the wakeups.
+//!   `xsk.h`), the free-frame list for TX, and the wakeups. A frame is
+//!   transmitted either copied into its chunks from parts, or built in
+//!   place in a free chunk that the socket lends to the caller
+//!   ([`XskSocket::tx_build`], `FrameDevice::tx_build`).
 //! - [`Program`] / [`XdpAttachment`]: the XSKMAP, the loaded program, and the
 //!   BPF link that keeps it attached (dropping it detaches).
 //! - [`XdpDevice`]: all of the above from a [`Config`].

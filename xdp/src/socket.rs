@@ -239,6 +239,13 @@ pub struct Counters {
     pub rx_wakeups: u64,
     /// Received frames that spanned several descriptors (multi-buffer).
     pub rx_multi_buffer: u64,
+    /// Frames built in place in a UMEM chunk ([`XskSocket::tx_build`]);
+    /// also counted in `tx_frames`.
+    pub tx_built: u64,
+    /// Builds that their builder cancelled (the chunk went back unsent);
+    /// on a shared address, ARP frames diverted to the kernel's resolver
+    /// are counted here too.
+    pub tx_build_cancelled: u64,
 }
 
 /// Descriptors one transmitted frame may span: the kernel's copy-mode
@@ -291,6 +298,9 @@ pub struct XskSocket {
     /// A multi-buffer frame gathered from its chunks (copy-mode RX hands
     /// the sink one contiguous slice).
     gather: Vec<u8>,
+    /// A frame longer than a chunk, built here before it is copied into
+    /// its chunks ([`XskSocket::tx_build`] on multi-buffer).
+    built: Vec<u8>,
 }
 
 // SAFETY: the socket owns its rings and UMEM exclusively; the raw pointers
@@ -454,6 +464,7 @@ impl XskSocket {
             counters: Counters::default(),
             multi_buffer: cfg.multi_buffer,
             gather: Vec::new(),
+            built: Vec::new(),
         };
         s.post_fill();
         Ok(s)
@@ -604,14 +615,7 @@ impl XskSocket {
             self.counters.tx_too_big += 1;
             return false;
         }
-        if self.free.len() < parts {
-            self.reap();
-            if self.free.len() < parts {
-                // Get the kernel going on what is queued, then try again.
-                self.flush();
-            }
-        }
-        if self.free.len() < parts || self.tx.prod_free(parts as u32) < parts as u32 {
+        if !self.room_for(parts) {
             self.counters.tx_full += 1;
             return false;
         }
@@ -644,6 +648,80 @@ impl XskSocket {
             });
         }
         self.counters.tx_frames += 1;
+        true
+    }
+
+    /// Whether `parts` free chunks and TX ring slots are there, reaping
+    /// completions (and kicking the kernel) to make room if not.
+    fn room_for(&mut self, parts: usize) -> bool {
+        if self.free.len() < parts {
+            self.reap();
+            if self.free.len() < parts {
+                // Get the kernel going on what is queued, then try again.
+                self.flush();
+            }
+        }
+        self.free.len() >= parts && self.tx.prod_free(parts as u32) >= parts as u32
+    }
+
+    /// Queue a frame of exactly `len` octets that `build` writes in place,
+    /// into a free UMEM chunk: `build` gets the chunk's first `len` octets,
+    /// and on success the chunk's descriptor goes on the TX ring (published
+    /// by [`flush`](Self::flush)); `build` returning false cancels, and the
+    /// chunk goes straight back to the free list. Nothing is copied.
+    ///
+    /// With no chunk or TX slot free (after reaping completions), or a
+    /// frame too long, it is refused without calling `build`.
+    ///
+    /// A frame longer than a chunk (multi-buffer: an MTU of 9000 on
+    /// 4096-octet chunks) cannot be built in place: its chunks are not
+    /// contiguous in the UMEM. It is built in a scratch buffer and copied
+    /// into its chunks as by [`tx_parts`](Self::tx_parts): one extra copy,
+    /// for frames over a chunk only.
+    pub fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        let chunk = self.umem.frame_size() as usize;
+        let parts = len.div_ceil(chunk).max(1);
+        if parts > 1 && (!self.multi_buffer || parts > MAX_TX_PARTS) {
+            self.counters.tx_too_big += 1;
+            return false;
+        }
+        if !self.room_for(parts) {
+            self.counters.tx_full += 1;
+            return false;
+        }
+        if parts > 1 {
+            let mut frame = std::mem::take(&mut self.built);
+            frame.clear();
+            frame.resize(len, 0);
+            let sent = if build(&mut frame) {
+                // Room checked above: this only copies.
+                self.tx_parts(&[&frame])
+            } else {
+                self.counters.tx_build_cancelled += 1;
+                false
+            };
+            self.built = frame;
+            return sent;
+        }
+        let Some(addr) = self.free.pop() else {
+            return false; // checked above
+        };
+        let Some(buf) = self.umem.slice_mut(addr, len) else {
+            self.free.push(addr); // len <= chunk: not reached
+            return false;
+        };
+        if !build(buf) {
+            self.free.push(addr);
+            self.counters.tx_build_cancelled += 1;
+            return false;
+        }
+        self.tx.push(XdpDesc {
+            addr,
+            len: len as u32,
+            options: 0,
+        });
+        self.counters.tx_frames += 1;
+        self.counters.tx_built += 1;
         true
     }
 

@@ -127,6 +127,21 @@ impl Umem {
         Some(unsafe { std::slice::from_raw_parts(self.base().add(addr as usize), len) })
     }
 
+    /// The octets at `addr..addr+len`, writable, inside one frame the
+    /// caller owns and the kernel does not (free for TX: on no ring), for a
+    /// frame built in place.
+    pub(crate) fn slice_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
+        if !self.in_frame(addr, len) {
+            return None;
+        }
+        // SAFETY: the range is inside the mapping (checked above). The frame
+        // is on none of the rings, so the kernel neither reads nor writes it
+        // until we put its descriptor on the TX ring, which the caller does
+        // only after this borrow ends; the borrow is tied to &mut self, so
+        // no other Rust reference to the UMEM aliases it meanwhile.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base().add(addr as usize), len) })
+    }
+
     /// Copy `data` into the frame at `addr` (a frame we own: free for TX).
     pub(crate) fn write(&mut self, addr: u64, data: &[u8]) -> bool {
         if !self.in_frame(addr, data.len()) {
@@ -168,6 +183,11 @@ mod tests {
         assert!(u.slice(2048 + 256, 1793).is_none(), "crosses a frame");
         assert!(u.slice(8192, 1).is_none(), "past the end");
         assert!(!u.write(6144, &[0; 2049]));
+        let m = u.slice_mut(4096, 2048).expect("a whole frame");
+        m[..3].copy_from_slice(b"abc");
+        assert_eq!(u.slice(4096, 3), Some(&b"abc"[..]));
+        assert!(u.slice_mut(4096 + 1, 2048).is_none(), "crosses a frame");
+        assert!(u.slice_mut(8192, 0).is_none(), "past the end");
         assert_eq!(u.frame_base(2048 + 300), 2048);
         assert!(Umem::new(4, 1000, false).is_err());
         assert!(Umem::new(0, 2048, false).is_err());

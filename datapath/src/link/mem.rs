@@ -60,6 +60,20 @@ impl MemDevice {
             },
         )
     }
+
+    /// Queue `frame` to the other end, waking it if it sleeps.
+    fn send(&mut self, frame: Vec<u8>) -> bool {
+        if self.tx.push(frame).is_err() {
+            return false;
+        }
+        // Pairs with the fence in `wait`: either the sleeper sees this
+        // frame before it sleeps, or we see it sleeping and ring.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.peer_bell.sleeping.load(Ordering::Relaxed) {
+            iwarp_frame::Doorbell::ring(&*self.peer_bell);
+        }
+        true
+    }
 }
 
 impl FrameDevice for MemDevice {
@@ -77,16 +91,16 @@ impl FrameDevice for MemDevice {
         n
     }
     fn tx(&mut self, frame: &[u8]) -> bool {
-        if self.tx.push(frame.to_vec()).is_err() {
+        self.send(frame.to_vec())
+    }
+    /// Builds straight into the `Vec` that crosses the link (no second
+    /// copy); refused unbuilt while the link is full.
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        if self.tx.is_full() {
             return false;
         }
-        // Pairs with the fence in `wait`: either the sleeper sees this
-        // frame before it sleeps, or we see it sleeping and ring.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.peer_bell.sleeping.load(Ordering::Relaxed) {
-            iwarp_frame::Doorbell::ring(&*self.peer_bell);
-        }
-        true
+        let mut frame = vec![0u8; len];
+        build(&mut frame) && self.send(frame)
     }
     fn doorbell(&self) -> Option<Arc<dyn iwarp_frame::Doorbell>> {
         Some(self.bell.clone())

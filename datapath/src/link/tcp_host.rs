@@ -3,6 +3,7 @@
 //! connection engine without the host stack.
 
 use iwarp_proto::mem::MemoryTable;
+use tcp_lite::iface::FrameSink;
 use tcp_lite::wire::TcpRepr;
 
 use crate::over_tcp::{HostCommand, HostOutput, IwarpOverTcp};
@@ -56,19 +57,32 @@ impl crate::runtime::Engine for TcpHost {
         self.stack.pending.push_back(cmd);
     }
 
-    fn poll(
-        &mut self,
-        now: u64,
-        tx: &mut dyn FnMut(&[&[u8]]),
-        out: &mut dyn FnMut(HostOutput),
-    ) -> bool {
+    fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(HostOutput)) -> bool {
         let mut busy = false;
         let (local, remote) = (self.local, self.remote);
-        let n = self.stack.poll(now, &self.mem, 64, &mut |r, fill| {
-            if let Some(b) = crate::over_tcp::encode_segment(r, fill, &local, &remote) {
-                tx(&[&b]);
-            }
-        });
+        let mut buf = Vec::new();
+        let n = self
+            .stack
+            .poll(now, &self.mem, 64, &mut |r, fill| match fill {
+                None => {
+                    buf.clear();
+                    buf.resize(r.buffer_len(), 0);
+                    let mut p = tcp_lite::wire::TcpPacket::new_unchecked(&mut buf[..]);
+                    if r.emit(&mut p, &local, &remote).is_ok() {
+                        tx.send_parts(&[&buf]);
+                    }
+                }
+                // The payload is written in place after the header, which then
+                // carries a checksum over it where it lies.
+                Some(fill) => {
+                    let header_len = r.header_len();
+                    tx.send_built(header_len + fill.len, &mut |seg| {
+                        let (header, payload) = seg.split_at_mut(header_len);
+                        (fill.write)(payload)
+                            && r.emit_header_over(header, payload, &local, &remote).is_ok()
+                    });
+                }
+            });
         busy |= n > 0;
         busy |= self.stack.drain(&self.mem, out);
         busy

@@ -254,11 +254,11 @@ impl<E: Engine> VirtualLink<E> {
         for side in [Side::A, Side::B] {
             let mut frames: Vec<Vec<u8>> = Vec::new();
             let mut outs = Vec::new();
-            busy |=
-                self.engine(side)
-                    .poll(now, &mut |parts| frames.push(parts.concat()), &mut |o| {
-                        outs.push(o)
-                    });
+            busy |= self.engine(side).poll(
+                now,
+                &mut |parts: &[&[u8]]| frames.push(parts.concat()),
+                &mut |o| outs.push(o),
+            );
             self.outputs(side).extend(outs);
             let to = match side {
                 Side::A => Side::B,
@@ -288,6 +288,7 @@ impl<E: Engine> VirtualLink<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::FrameSink;
 
     /// An engine that echoes every frame back once, and counts.
     #[derive(Default)]
@@ -308,12 +309,12 @@ mod tests {
         fn poll(
             &mut self,
             _now: u64,
-            tx: &mut dyn FnMut(&[&[u8]]),
+            tx: &mut dyn FrameSink,
             out: &mut dyn FnMut(Vec<u8>),
         ) -> bool {
             let busy = !self.to_send.is_empty();
             for f in self.to_send.drain(..) {
-                tx(&[&f[..1], &f[1..]]);
+                tx.send_parts(&[&f[..1], &f[1..]]);
                 out(f);
             }
             busy

@@ -58,7 +58,7 @@ use tcp_lite::wire::Ipv4Address;
 use super::qp::{AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
-use crate::runtime::Engine;
+use crate::runtime::{Engine, FrameSink};
 use crate::stack::{route, CqRing, Output, SockId};
 use crate::StreamParams;
 
@@ -568,7 +568,7 @@ impl SctpConns {
         &mut self,
         now: u64,
         mem: &mut MemoryTable,
-        tx: &mut dyn FnMut(&[&[u8]]),
+        tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
         let mut host_out = std::mem::take(&mut self.host_out);

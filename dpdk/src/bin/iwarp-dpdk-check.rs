@@ -157,7 +157,23 @@ mod ping {
         for seq in 0..count {
             let data: Vec<u8> = (0..56u16).map(|i| (i as u8) ^ (seq as u8)).collect();
             let frame = echo_request(mac, peer_mac, ours, peer, ident, seq, &data);
-            if !port.tx(&frame) {
+            // Odd requests are built in place in an mbuf, after a build
+            // that is cancelled (and must send nothing).
+            let taken = if seq % 2 == 1 {
+                if port.tx_build(frame.len(), &mut |b| {
+                    b.fill(0xee);
+                    false
+                }) {
+                    return Err(Failure::Check("a cancelled build was sent".into()));
+                }
+                port.tx_build(frame.len(), &mut |b| {
+                    b.copy_from_slice(&frame);
+                    true
+                })
+            } else {
+                port.tx(&frame)
+            };
+            if !taken {
                 return Err(Failure::Check(format!("tx refused echo {seq}")));
             }
             port.flush();

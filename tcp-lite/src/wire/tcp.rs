@@ -955,8 +955,23 @@ impl<'a> Repr<'a> {
         src_addr: &Address,
         dst_addr: &Address,
     ) -> Result<(), Error> {
+        self.emit_header_over(buffer, self.payload, src_addr, dst_addr)
+    }
+
+    /// [`emit_header`](Self::emit_header) for a segment whose data is
+    /// `payload`, not [`payload`](Self::payload) (which is ignored): the
+    /// data was written in place (into a device's transmit buffer, after
+    /// the header) and the Checksum covers it where it lies. The segment is
+    /// `header_len() + payload.len()` octets.
+    pub fn emit_header_over(
+        &self,
+        buffer: &mut [u8],
+        payload: &[u8],
+        src_addr: &Address,
+        dst_addr: &Address,
+    ) -> Result<(), Error> {
         let header_len = self.header_len();
-        let len = self.buffer_len();
+        let len = header_len + payload.len();
         let got = buffer.len();
         // The pseudo-header's TCP length is 16 bits (RFC 9293 §3.1).
         let seg_len = u16::try_from(len).map_err(|_| Error::TooLarge {
@@ -1003,7 +1018,7 @@ impl<'a> Repr<'a> {
         let sum = checksum::combine(&[
             checksum::pseudo_header(src_addr, dst_addr, Protocol::TCP, seg_len),
             checksum::data(packet.buffer),
-            checksum::data(self.payload),
+            checksum::data(payload),
         ]);
         packet.set_checksum(!sum);
         Ok(())
@@ -1312,6 +1327,26 @@ mod tests {
             })
         );
         assert_eq!(short, [0u8; 31]);
+    }
+
+    #[test]
+    fn header_over_a_payload_written_in_place_matches_the_literal() {
+        // The data already lies after the header in one buffer (as in a
+        // device's transmit buffer); the Repr carries no payload of its own.
+        let mut seg = [0u8; 37];
+        seg[32..].copy_from_slice(b"hello");
+        let mut repr = data_repr();
+        repr.payload = &[];
+        let (header, payload) = seg.split_at_mut(32);
+        repr.emit_header_over(header, payload, &B, &A).unwrap();
+        assert_eq!(seg, DATA_SEGMENT);
+        // Other data, another checksum: it is computed over what lies there.
+        let mut other = [0u8; 37];
+        other[32..].copy_from_slice(b"hellp");
+        let (header, payload) = other.split_at_mut(32);
+        repr.emit_header_over(header, payload, &B, &A).unwrap();
+        assert_ne!(other[16..18], DATA_SEGMENT[16..18]);
+        assert_eq!(other[..16], DATA_SEGMENT[..16]);
     }
 
     #[test]
