@@ -24,7 +24,7 @@ use iwarp_control::{
 use iwarp_proto::mem::{MemoryTable, PdId};
 use iwarp_proto::mpa::{mulpdu, put_all, TxBuf};
 use iwarp_proto::qp::{Qp, QpConfig, QpState};
-use iwarp_proto::txq::TxRecord;
+use iwarp_proto::txq::{TxQueue, TxRecord};
 
 /// Per-stream parameters that do not come from the MPA exchange.
 #[derive(Debug, Clone, Copy)]
@@ -478,9 +478,10 @@ impl Connection {
         }
     }
 
-    /// The next record for a transport that keeps records, not octets
-    /// (one-copy transmit, [`iwarp_proto::txq`]): the pending setup octets
-    /// (MPA Request or Reply) as a record of their own, else the next FPDU
+    /// Queue the next record on `txq` for a transport that keeps records,
+    /// not octets (one-copy transmit, [`iwarp_proto::txq`]); false if there
+    /// is none. The pending setup octets (MPA Request or Reply) as a record
+    /// of their own, else the next FPDU
     /// within `max_bytes`, as a descriptor of registered memory where the
     /// queue pair can describe it, else framed as octets (markers, and
     /// Sends and Writes shorter than `copy_below`: see
@@ -490,26 +491,32 @@ impl Connection {
         mem: &MemoryTable,
         max_bytes: usize,
         copy_below: u64,
-    ) -> Option<TxRecord> {
+        txq: &mut TxQueue,
+    ) -> bool {
         if !self.out.is_empty() {
             let n = self.out.len().min(max_bytes);
             if n == 0 {
-                return None;
+                return false;
             }
-            return Some(TxRecord::Bytes(self.out.drain(..n).collect()));
+            txq.push(TxRecord::Bytes(self.out.drain(..n).collect()));
+            return true;
         }
         if self.hold_until_rx || self.tx_hold > 0 {
-            return None;
+            return false;
         }
         let Phase::Rdma(qp, _) = &mut self.phase else {
-            return None;
+            return false;
         };
         if qp.can_describe() {
-            return qp.poll_record(mem, max_bytes, copy_below);
+            return qp.poll_record(mem, max_bytes, copy_below, txq);
         }
         let mut v = Vec::new();
         qp.poll_transmit(mem, &mut v, max_bytes, 1);
-        (!v.is_empty()).then_some(TxRecord::Bytes(v))
+        if v.is_empty() {
+            return false;
+        }
+        txq.push(TxRecord::Bytes(v));
+        true
     }
 
     /// How long FPDUs are still held after the Reply (ns; 0: not held).

@@ -527,19 +527,20 @@ impl IwarpOverTcp {
                     if room == 0 {
                         break;
                     }
-                    let Some(rec) = c.poll_transmit_record(mem, room, self.copy_below) else {
-                        break;
-                    };
                     debug_assert_eq!(self.txq.end(), self.tcp.queued_offset());
-                    if !self.tcp.send_record_external(rec.wire_len()) {
+                    let before = self.txq.end();
+                    if !c.poll_transmit_record(mem, room, self.copy_below, &mut self.txq) {
+                        break;
+                    }
+                    let len = (self.txq.end() - before) as usize;
+                    if !self.tcp.send_record_external(len) {
                         // Cannot happen (the record fits the room and is
-                        // not empty); a record lost here would corrupt the
-                        // stream, so the connection ends instead.
+                        // not empty); a record TCP does not carry would
+                        // corrupt the stream, so the connection ends instead.
                         self.tx_source_lost += 1;
                         self.tcp.abort();
                         break;
                     }
-                    self.txq.push(rec);
                 }
             } else {
                 loop {
@@ -784,7 +785,7 @@ pub fn encode_segment(
     Some(buf)
 }
 
-/// Work an application thread hands to a [`TcpHost`] running in a poll loop.
+/// Work an application thread hands to a [`TcpHost`](crate::link::TcpHost) running in a poll loop.
 #[derive(Debug, Clone, Copy)]
 pub enum HostCommand {
     /// Post to the send queue.
@@ -810,7 +811,7 @@ impl HostCommand {
     }
 }
 
-/// What a [`TcpHost`] hands back.
+/// What a [`TcpHost`](crate::link::TcpHost) hands back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostOutput {
     /// A work completion.

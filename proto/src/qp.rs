@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, AccessError, MemoryTable, PdId, Range, STag};
 use crate::mpa::{Deframer, Framer, MpaError, Part, TxBuf, UlpduSink};
-use crate::txq::{FpduDesc, TxRecord};
+use crate::txq::{TxQueue, TxRecord};
 use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -245,6 +245,22 @@ impl SgList {
         len: u64,
     ) -> Result<Pieces, AccessError> {
         let mut p = Pieces::EMPTY;
+        self.locate_into(mem, pd, need, off, len, &mut p)?;
+        Ok(p)
+    }
+
+    /// [`locate`](Self::locate) into `p` (transmit builds its plan in
+    /// place rather than moving it).
+    fn locate_into(
+        &self,
+        mem: &MemoryTable,
+        pd: PdId,
+        need: Access,
+        off: u64,
+        len: u64,
+        p: &mut Pieces,
+    ) -> Result<(), AccessError> {
+        p.n = 0;
         let mut skip = off;
         let mut left = len;
         for sge in self.as_slice() {
@@ -266,7 +282,7 @@ impl SgList {
         if left > 0 {
             return Err(AccessError::Bounds);
         }
-        Ok(p)
+        Ok(())
     }
 }
 
@@ -745,17 +761,25 @@ enum JobOrigin {
     Terminate,
 }
 
-/// The next FPDU of a job, planned: header, inline body (in the job) and
-/// source ranges.
+/// The next FPDU of the current job (`tx.job`, which holds its inline
+/// body), planned: header and source ranges.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
-    job: Job,
     hdr: [u8; UNTAGGED_HEADER_LEN],
     hdr_len: usize,
-    src: [Range; MAX_SGE],
-    nsrc: usize,
+    src: Pieces,
     chunk: u64,
     last: bool,
+}
+
+impl Plan {
+    const EMPTY: Plan = Plan {
+        hdr: [0; UNTAGGED_HEADER_LEN],
+        hdr_len: 0,
+        src: Pieces::EMPTY,
+        chunk: 0,
+        last: false,
+    };
 }
 
 /// A message being segmented onto the wire.
@@ -1621,16 +1645,17 @@ impl Qp {
         let start = out.len();
         let mut fpdus = 0;
         while fpdus < max_fpdus {
-            let Some(plan) = self.plan_fpdu(mem, max_bytes - (out.len() - start)) else {
+            let mut plan = Plan::EMPTY;
+            if !self.plan_fpdu(mem, max_bytes - (out.len() - start), &mut plan) {
                 break;
-            };
+            }
             match self.emit_plan(mem, &plan, out) {
                 Some(true) => {}
                 Some(false) => continue,
                 None => break,
             }
             fpdus += 1;
-            self.finish_fpdu(plan, false);
+            self.finish_fpdu(&plan, false);
         }
         let n = out.len() - start;
         self.stats.stream_tx += n as u64;
@@ -1642,30 +1667,34 @@ impl Qp {
     /// memory. `Some(false)`: a source is no longer readable (the job
     /// completed in error); `None`: the framer refused (cannot happen).
     fn emit_plan(&mut self, mem: &MemoryTable, plan: &Plan, out: &mut dyn TxBuf) -> Option<bool> {
+        let job = self.tx.job.as_ref()?;
         // Source bytes, re-checked now, gathered from as many entries as
         // the segment spans.
         let mut payload: [Part<'_>; MAX_SGE] = [Part::Bytes(&[]); MAX_SGE];
-        for (p, r) in payload.iter_mut().zip(&plan.src[..plan.nsrc]) {
+        for (p, r) in payload.iter_mut().zip(plan.src.as_slice()) {
             match mem.read(r, 0, r.len) {
                 Some(slice) => *p = Part::Region(slice),
                 None => {
-                    self.local_build_error(plan.job, AccessError::InvalidStag);
+                    let job = *job;
+                    self.local_build_error(job, AccessError::InvalidStag);
                     return Some(false);
                 }
             }
         }
+        let n = plan.src.n;
         let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
         parts[0] = Part::Bytes(&plan.hdr[..plan.hdr_len]);
-        parts[1] = Part::Bytes(&plan.job.inline[..plan.job.inline_len]);
-        parts[2..2 + plan.nsrc].copy_from_slice(&payload[..plan.nsrc]);
+        parts[1] = Part::Bytes(&job.inline[..job.inline_len]);
+        parts[2..2 + n].copy_from_slice(&payload[..n]);
         // Cannot fail: ulpdu_len <= mulpdu <= u16::MAX.
-        self.llp.emit_parts(&parts[..2 + plan.nsrc], out).ok()?;
+        self.llp.emit_parts(&parts[..2 + n], out).ok()?;
         Some(true)
     }
 
-    /// Whether [`poll_fpdu`](Self::poll_fpdu) can describe this QP's FPDUs:
-    /// over MPA without markers (markers depend on the stream position, so
-    /// those FPDUs are framed as octets by [`poll_transmit`](Self::poll_transmit)).
+    /// Whether [`poll_record`](Self::poll_record) can describe this QP's
+    /// FPDUs: over MPA without markers (markers depend on the stream
+    /// position, so those FPDUs are framed as octets by
+    /// [`poll_transmit`](Self::poll_transmit)).
     pub fn can_describe(&self) -> bool {
         match &self.llp {
             Lower::Mpa { framer, .. } => !framer.markers(),
@@ -1681,66 +1710,85 @@ impl Qp {
     /// framed as octets ([`TxRecord::Bytes`], one copy more) and the
     /// request completes once handed over, as with
     /// [`poll_transmit`](Self::poll_transmit): a small message costs
-    /// little to copy, and its completion then waits for no ACK. Every
-    /// other FPDU is a descriptor of registered memory
-    /// ([`TxRecord::Fpdu`]), and the Send or Write it ends completes when
-    /// the caller reports it acknowledged ([`fpdu_acked`](Self::fpdu_acked)).
-    /// `None` when nothing is ready or [`can_describe`](Self::can_describe)
-    /// is false.
+    /// little to copy, and its completion then waits for no ACK. So is an
+    /// FPDU whose inline body passes what a descriptor holds (inline data
+    /// above 40 octets). Every other FPDU is a descriptor of registered
+    /// memory ([`TxRecord::Fpdu`]), and the Send or Write it ends completes
+    /// when the caller reports it acknowledged
+    /// ([`fpdu_acked`](Self::fpdu_acked)). `None` when nothing is ready or
+    /// [`can_describe`](Self::can_describe) is false.
     pub fn poll_record(
         &mut self,
         mem: &MemoryTable,
         max_bytes: usize,
         copy_below: u64,
-    ) -> Option<TxRecord> {
+        txq: &mut TxQueue,
+    ) -> bool {
         if !self.can_describe() {
-            return None;
+            return false;
         }
         let crc_on = match &self.llp {
             Lower::Mpa { framer, .. } => framer.crc(),
             Lower::Segments(_) => false,
         };
-        let plan = loop {
-            let plan = self.plan_fpdu(mem, max_bytes)?;
-            let small = matches!(plan.job.origin, JobOrigin::Sq(_))
-                && plan.job.opcode != Opcode::ReadRequest
-                && plan.job.len < copy_below;
-            if !small {
-                break plan;
+        // Planned in place and described straight into the queue: a plan
+        // and a descriptor are a few hundred octets, and moving them
+        // through return values cost more than the copy of the payload
+        // that one-copy transmit saves.
+        let mut plan = Plan::EMPTY;
+        let completes = loop {
+            if !self.plan_fpdu(mem, max_bytes, &mut plan) {
+                return false;
+            }
+            let Some(job) = self.tx.job.as_ref() else {
+                return false;
+            };
+            let message =
+                matches!(job.origin, JobOrigin::Sq(_)) && job.opcode != Opcode::ReadRequest;
+            let copy = (message && job.len < copy_below)
+                || 2 + plan.hdr_len + job.inline_len > crate::txq::HEAD_MAX;
+            if !copy {
+                break match job.origin {
+                    JobOrigin::Sq(seq) if plan.last && message => Some(seq),
+                    _ => None,
+                };
             }
             let mut v = Vec::new();
             match self.emit_plan(mem, &plan, &mut v) {
                 Some(true) => {
                     self.stats.stream_tx += v.len() as u64;
-                    self.finish_fpdu(plan, false);
+                    self.finish_fpdu(&plan, false);
                     self.drain_sq();
-                    return Some(TxRecord::Bytes(v));
+                    txq.push(TxRecord::Bytes(v));
+                    return true;
                 }
                 Some(false) => continue,
-                None => return None,
+                None => return false,
             }
         };
-        let mut head = [0u8; UNTAGGED_HEADER_LEN + INLINE_BODY];
-        let hl = plan.hdr_len;
-        let il = plan.job.inline_len;
-        head[..hl].copy_from_slice(&plan.hdr[..hl]);
-        head[hl..hl + il].copy_from_slice(&plan.job.inline[..il]);
-        let completes = match plan.job.origin {
-            JobOrigin::Sq(seq) if plan.last && plan.job.opcode != Opcode::ReadRequest => Some(seq),
-            _ => None,
+        let Some(job) = self.tx.job.as_ref() else {
+            return false;
         };
-        // Cannot fail: the ULPDU is within MULPDU and the head within HEAD_MAX.
-        let d = FpduDesc::new(&head[..hl + il], &plan.src[..plan.nsrc], crc_on, completes)?;
+        // Cannot fail: the ULPDU is within MULPDU and the head was checked.
+        let Some(wire) = txq.push_fpdu(
+            &plan.hdr[..plan.hdr_len],
+            &job.inline[..job.inline_len],
+            plan.src.as_slice(),
+            crc_on,
+            completes,
+        ) else {
+            return false;
+        };
         if let Lower::Mpa { framer, .. } = &mut self.llp {
-            framer.skip(d.wire_len());
+            framer.skip(wire);
         }
-        self.stats.stream_tx += d.wire_len() as u64;
-        self.finish_fpdu(plan, true);
+        self.stats.stream_tx += wire as u64;
+        self.finish_fpdu(&plan, true);
         self.drain_sq();
-        Some(TxRecord::Fpdu(d))
+        true
     }
 
-    /// The FPDU that ended send queue entry `seq` ([`FpduDesc::completes`])
+    /// The FPDU that ended send queue entry `seq` ([`FpduDesc::completes`](crate::txq::FpduDesc::completes))
     /// was acknowledged by the LLP: the request completes (in order, RFC
     /// 5040 §5.5 rule 15).
     pub fn fpdu_acked(&mut self, seq: u64) {
@@ -1752,15 +1800,18 @@ impl Qp {
         self.drain_sq();
     }
 
-    /// Plan the next FPDU that fits in `room` octets on the wire: its job,
+    /// Plan the next FPDU of the current job (`tx.job`, taken from the
+    /// queues if none) that fits in `room_left` octets on the wire: its
     /// header and source ranges. A job whose source fails its checks
     /// completes in error here (and the next one is tried).
-    fn plan_fpdu(&mut self, mem: &MemoryTable, room_left: usize) -> Option<Plan> {
+    fn plan_fpdu(&mut self, mem: &MemoryTable, room_left: usize, plan: &mut Plan) -> bool {
         loop {
             if self.tx.job.is_none() {
                 self.tx.job = self.next_job();
             }
-            let job = self.tx.job?;
+            let Some(job) = self.tx.job.as_ref() else {
+                return false;
+            };
             let tagged = job.opcode.tagged() == Some(true);
             let hdr_len = if job.zero_fpdu {
                 0
@@ -1773,28 +1824,23 @@ impl Qp {
             let chunk = (job.len - job.off).min(room);
             let ulpdu_len = hdr_len + job.inline_len + chunk as usize;
             if self.llp.wire_len(ulpdu_len) > room_left {
-                return None;
+                return false;
             }
             let last = job.off + chunk == job.len;
-            let mut src = [Range::EMPTY; MAX_SGE];
-            let mut nsrc = 0;
-            if let Some((sgl, need)) = job.src {
+            plan.src.n = 0;
+            if let Some((sgl, need)) = &job.src {
                 if chunk > 0 {
-                    match sgl.locate(mem, self.cfg.pd, need, job.off, chunk) {
-                        Ok(p) => {
-                            for r in p.as_slice() {
-                                src[nsrc] = *r;
-                                nsrc += 1;
-                            }
-                        }
+                    match sgl.locate_into(mem, self.cfg.pd, *need, job.off, chunk, &mut plan.src) {
+                        Ok(()) => {}
                         Err(e) => {
+                            let job = *job;
                             self.local_build_error(job, e);
                             continue;
                         }
                     }
                 }
             }
-            let mut hdr = [0u8; UNTAGGED_HEADER_LEN];
+            let hdr = &mut plan.hdr;
             if !job.zero_fpdu {
                 let h = if tagged {
                     DdpHeader::Tagged(TaggedHeader {
@@ -1813,32 +1859,27 @@ impl Qp {
                         mo: job.off as u32,
                     })
                 };
-                let _ = h.emit(&mut hdr);
+                let _ = h.emit(hdr);
             }
-            return Some(Plan {
-                job,
-                hdr,
-                hdr_len,
-                src,
-                nsrc,
-                chunk,
-                last,
-            });
+            plan.hdr_len = hdr_len;
+            plan.chunk = chunk;
+            plan.last = last;
+            return true;
         }
     }
 
-    /// The planned FPDU is on its way: advance its job, and finish the job
-    /// after its last FPDU (`by_ref`: handed over as a descriptor, so a
+    /// The planned FPDU is on its way: advance the current job, and finish
+    /// it after its last FPDU (`by_ref`: handed over as a descriptor, so a
     /// Send or Write completes on acknowledgement).
-    fn finish_fpdu(&mut self, plan: Plan, by_ref: bool) {
-        let mut job = plan.job;
+    fn finish_fpdu(&mut self, plan: &Plan, by_ref: bool) {
         self.stats.fpdus_tx += 1;
-        job.off += plan.chunk;
+        if let Some(job) = &mut self.tx.job {
+            job.off += plan.chunk;
+        }
         if plan.last {
-            self.tx.job = None;
-            self.job_done(job, by_ref);
-        } else {
-            self.tx.job = Some(job);
+            if let Some(job) = self.tx.job.take() {
+                self.job_done(job, by_ref);
+            }
         }
     }
 

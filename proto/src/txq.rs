@@ -2,9 +2,10 @@
 //!
 //! Over a transport that can ask for a segment's payload when it builds the
 //! frame (tcp-lite's external send mode), an FPDU need not be framed into
-//! a send buffer first. [`Qp::poll_fpdu`](crate::qp::Qp::poll_fpdu) returns
+//! a send buffer first. [`Qp::poll_record`](crate::qp::Qp::poll_record) queues
 //! an [`FpduDesc`]: the MPA length, the DDP/RDMAP header and any inline
-//! body as octets (at most 150), and the payload as checked
+//! body (a Read Request, a Terminate) as octets, at most 64, and the
+//! payload as checked
 //! [`Range`]s of registered memory. [`FpduDesc::fill`] writes any span of
 //! the FPDU's wire octets straight from those ranges into the frame: the
 //! one copy of a payload octet in our code, on the first transmission and
@@ -39,9 +40,30 @@ use crate::crc::Crc32c;
 use crate::mem::{MemoryTable, Range};
 use crate::qp::MAX_SGE;
 
-/// Octets before an FPDU's payload: MPA length (2), the longest DDP/RDMAP
-/// header (18) and the longest inline body.
-pub(crate) const HEAD_MAX: usize = 2 + 18 + crate::qp::INLINE_BODY;
+/// Octets before an FPDU's payload a descriptor holds: MPA length (2),
+/// the longest DDP/RDMAP header (18) and an inline body of up to 44 octets
+/// (a Terminate's is at most 40). An FPDU with a longer inline body (inline
+/// Send or Write data) is framed as octets instead.
+pub(crate) const HEAD_MAX: usize = 64;
+
+/// The payload's ranges: one in the common case, kept inline, so a
+/// descriptor stays small (it is moved into the queue once per FPDU).
+#[derive(Clone)]
+enum Src {
+    None,
+    One(Range),
+    Many(Box<[Range]>),
+}
+
+impl Src {
+    fn as_slice(&self) -> &[Range] {
+        match self {
+            Src::None => &[],
+            Src::One(r) => core::slice::from_ref(r),
+            Src::Many(b) => b,
+        }
+    }
+}
 
 /// One FPDU as the octets before its payload, the payload's ranges of
 /// registered memory, and its PAD and CRC (no markers: RFC 5044 markers
@@ -50,8 +72,7 @@ pub(crate) const HEAD_MAX: usize = 2 + 18 + crate::qp::INLINE_BODY;
 pub struct FpduDesc {
     head: [u8; HEAD_MAX],
     head_len: u8,
-    src: [Range; MAX_SGE],
-    nsrc: u8,
+    src: Src,
     payload_len: u32,
     pad: u8,
     /// CRC negotiated (else the field is 0, RFC 5044 §4.4).
@@ -67,7 +88,7 @@ impl core::fmt::Debug for FpduDesc {
         f.debug_struct("FpduDesc")
             .field("head_len", &self.head_len)
             .field("payload_len", &self.payload_len)
-            .field("nsrc", &self.nsrc)
+            .field("ranges", &self.src.as_slice().len())
             .field("crc", &self.crc)
             .field("completes", &self.completes)
             .finish()
@@ -77,30 +98,35 @@ impl core::fmt::Debug for FpduDesc {
 const CRC_LEN: usize = 4;
 
 impl FpduDesc {
-    /// An FPDU whose ULPDU is `ulpdu_head` (DDP/RDMAP header and inline
-    /// body) followed by the octets of `src`, in order. `None` if the head
-    /// is too long or the ULPDU passes 65535 octets.
+    /// An FPDU whose ULPDU is `hdr` (DDP/RDMAP header), `inline` (body)
+    /// and the octets of `src`, in order. `None` if header and body pass
+    /// [`HEAD_MAX`] or the ULPDU passes 65535 octets.
     pub(crate) fn new(
-        ulpdu_head: &[u8],
+        hdr: &[u8],
+        inline: &[u8],
         src: &[Range],
         crc_on: bool,
         completes: Option<u64>,
     ) -> Option<FpduDesc> {
         let payload_len: usize = src.iter().map(|r| r.len).sum();
-        let ulpdu_len = ulpdu_head.len() + payload_len;
-        if ulpdu_head.len() + 2 > HEAD_MAX || ulpdu_len > u16::MAX as usize || src.len() > MAX_SGE {
+        let head_len = 2 + hdr.len() + inline.len();
+        let ulpdu_len = head_len - 2 + payload_len;
+        if head_len > HEAD_MAX || ulpdu_len > u16::MAX as usize || src.len() > MAX_SGE {
             return None;
         }
         let mut head = [0u8; HEAD_MAX];
         head[..2].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
-        head[2..2 + ulpdu_head.len()].copy_from_slice(ulpdu_head);
-        let mut s = [Range::EMPTY; MAX_SGE];
-        s[..src.len()].copy_from_slice(src);
+        head[2..2 + hdr.len()].copy_from_slice(hdr);
+        head[2 + hdr.len()..head_len].copy_from_slice(inline);
+        let src = match src {
+            [] => Src::None,
+            [r] => Src::One(*r),
+            more => Src::Many(more.into()),
+        };
         Some(FpduDesc {
             head,
-            head_len: (2 + ulpdu_head.len()) as u8,
-            src: s,
-            nsrc: src.len() as u8,
+            head_len: head_len as u8,
+            src,
             payload_len: payload_len as u32,
             pad: ((4 - (2 + ulpdu_len) % 4) % 4) as u8,
             crc_on,
@@ -151,7 +177,7 @@ impl FpduDesc {
         }
         // Payload, range by range: the one copy.
         let mut base = head;
-        for r in &self.src[..usize::from(self.nsrc)] {
+        for r in self.src.as_slice() {
             let r_end = base + r.len;
             if pos < r_end && d < dst.len() {
                 let off = pos - base;
@@ -207,7 +233,7 @@ impl FpduDesc {
         let mut c = Crc32c::new();
         c.update(&self.head[..usize::from(self.head_len)]);
         let mut buf = [0u8; 512];
-        for r in &self.src[..usize::from(self.nsrc)] {
+        for r in self.src.as_slice() {
             let mut off = 0;
             while off < r.len {
                 let n = (r.len - off).min(buf.len());
@@ -226,9 +252,6 @@ impl FpduDesc {
 
 /// What a connection queued on its transport: octets (MPA Request or
 /// Reply, FPDUs framed with markers) or an FPDU descriptor.
-// FPDUs are nearly every record: boxing them would allocate per FPDU to
-// shrink the rare octet records.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum TxRecord {
     /// Octets, sent as they are.
@@ -270,6 +293,11 @@ pub struct TxQueue {
     end: u64,
     /// A fill failed since the last [`take_failed`](Self::take_failed).
     failed: bool,
+    /// Records released so far, and the number (counted from the first
+    /// ever pushed) of the record the last fill ended in: fills mostly go
+    /// on from there, so it is tried before a search.
+    released: u64,
+    hint: u64,
 }
 
 impl TxQueue {
@@ -279,7 +307,27 @@ impl TxQueue {
             recs: VecDeque::new(),
             end: start,
             failed: false,
+            released: 0,
+            hint: 0,
         }
+    }
+
+    /// Append an FPDU descriptor built in place (see [`FpduDesc::new`]);
+    /// returns its length on the wire, or `None` (nothing queued) if it
+    /// cannot be described.
+    pub(crate) fn push_fpdu(
+        &mut self,
+        hdr: &[u8],
+        inline: &[u8],
+        src: &[Range],
+        crc_on: bool,
+        completes: Option<u64>,
+    ) -> Option<usize> {
+        let d = FpduDesc::new(hdr, inline, src, crc_on, completes)?;
+        let len = d.wire_len();
+        self.recs.push_back((self.end, TxRecord::Fpdu(d)));
+        self.end += len as u64;
+        Some(len)
     }
 
     /// Append a record: its octets follow the last record's.
@@ -314,14 +362,29 @@ impl TxQueue {
     }
 
     fn fill_inner(&mut self, mem: &MemoryTable, offset: u64, dst: &mut [u8]) -> bool {
-        // The record holding `offset`: the last one starting at or before it.
-        let i = self.recs.partition_point(|(s, _)| *s <= offset);
-        if i == 0 {
-            return false;
-        }
+        // The record holding `offset`: the one the last fill ended in or
+        // the next (a segment after the last one), else the last record
+        // starting at or before it.
+        let covers = |q: &Self, i: usize| {
+            q.recs
+                .get(i)
+                .is_some_and(|(s, r)| *s <= offset && offset < s + r.wire_len() as u64)
+        };
+        let h = self.hint.saturating_sub(self.released) as usize;
+        let first = if covers(self, h) {
+            h
+        } else if covers(self, h + 1) {
+            h + 1
+        } else {
+            match self.recs.partition_point(|(s, _)| *s <= offset) {
+                0 => return false,
+                i => i - 1,
+            }
+        };
         let mut pos = offset;
         let mut d = 0;
-        for (start, rec) in self.recs.range_mut(i - 1..) {
+        let mut last = first;
+        for (i, (start, rec)) in self.recs.range_mut(first..).enumerate() {
             if d == dst.len() {
                 break;
             }
@@ -336,7 +399,9 @@ impl TxQueue {
             }
             pos += n as u64;
             d += n;
+            last = first + i;
         }
+        self.hint = self.released + last as u64;
         d == dst.len()
     }
 
@@ -353,6 +418,7 @@ impl TxQueue {
                 }
             }
             self.recs.pop_front();
+            self.released += 1;
         }
     }
 
@@ -445,14 +511,15 @@ mod tests {
     }
 
     fn descs(q: &mut Qp, mem: &MemoryTable) -> Vec<FpduDesc> {
-        let mut v = Vec::new();
-        while let Some(r) = q.poll_record(mem, 1500, 0) {
-            match r {
-                TxRecord::Fpdu(d) => v.push(d),
+        let mut txq = TxQueue::new(0);
+        while q.poll_record(mem, 1500, 0, &mut txq) {}
+        txq.recs
+            .into_iter()
+            .map(|(_, r)| match r {
+                TxRecord::Fpdu(d) => d,
                 TxRecord::Bytes(_) => panic!("octets with copy_below 0"),
-            }
-        }
-        v
+            })
+            .collect()
     }
 
     /// The octets a twin QP frames the usual way (`poll_transmit`, tested
@@ -533,19 +600,14 @@ mod tests {
         let mut q = qp(pd, true);
         setup(&mut q, &mut mem, pd);
         // The Write (3200 octets) by reference, the Send (600) copied.
-        let mut recs = Vec::new();
-        while let Some(r) = q.poll_record(&mem, 1500, 1000) {
-            recs.push(r);
-        }
-        let kinds: Vec<bool> = recs
+        let mut txq = TxQueue::new(0);
+        while q.poll_record(&mem, 1500, 1000, &mut txq) {}
+        let kinds: Vec<bool> = txq
+            .recs
             .iter()
-            .map(|r| matches!(r, TxRecord::Bytes(_)))
+            .map(|(_, r)| matches!(r, TxRecord::Bytes(_)))
             .collect();
         assert_eq!(kinds, [false, false, false, false, true]);
-        let mut txq = TxQueue::new(0);
-        for r in recs {
-            txq.push(r);
-        }
         let mut got = vec![0u8; want.len()];
         assert!(txq.fill(&mem, 0, &mut got));
         assert!(got == want);

@@ -110,6 +110,44 @@ pub struct VirtualLink<E: Engine> {
     out_a: VecDeque<E::Output>,
     out_b: VecDeque<E::Output>,
     stats: LinkStats,
+    /// Frame buffers delivered and free for the next transmissions, as a
+    /// device reuses its buffers: a frame costs the link one copy (or one
+    /// build in place), not an allocation and a zeroing each.
+    pool: Vec<Vec<u8>>,
+}
+
+/// Most delivered frame buffers kept for reuse.
+const POOL_MAX: usize = 4096;
+
+/// The link's [`FrameSink`](crate::runtime::FrameSink): each frame into a
+/// buffer from the pool, built in place or copied from its parts.
+struct LinkSink<'a> {
+    frames: &'a mut Vec<Vec<u8>>,
+    pool: &'a mut Vec<Vec<u8>>,
+}
+
+impl crate::runtime::FrameSink for LinkSink<'_> {
+    fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        for p in parts {
+            v.extend_from_slice(p);
+        }
+        self.frames.push(v);
+        true
+    }
+    fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        let mut v = self.pool.pop().unwrap_or_default();
+        // Old octets stay where the buffer is reused: `build` writes all.
+        v.resize(len, 0);
+        if build(&mut v) {
+            self.frames.push(v);
+            true
+        } else {
+            self.pool.push(v);
+            false
+        }
+    }
 }
 
 impl<E: Engine> std::fmt::Debug for VirtualLink<E> {
@@ -133,6 +171,7 @@ impl<E: Engine> VirtualLink<E> {
             rng: iwarp_frame::SplitMix64::new(cfg.seed),
             burst_left: [0; 2],
             flight: Vec::new(),
+            pool: Vec::new(),
             sent_n: 0,
             out_a: VecDeque::new(),
             out_b: VecDeque::new(),
@@ -250,15 +289,23 @@ impl<E: Engine> VirtualLink<E> {
         for f in due {
             self.stats.delivered += 1;
             self.engine(f.to).handle_frame(&f.frame, now);
+            if self.pool.len() < POOL_MAX {
+                self.pool.push(f.frame);
+            }
         }
         for side in [Side::A, Side::B] {
             let mut frames: Vec<Vec<u8>> = Vec::new();
             let mut outs = Vec::new();
+            let mut pool = std::mem::take(&mut self.pool);
             busy |= self.engine(side).poll(
                 now,
-                &mut |parts: &[&[u8]]| frames.push(parts.concat()),
+                &mut LinkSink {
+                    frames: &mut frames,
+                    pool: &mut pool,
+                },
                 &mut |o| outs.push(o),
             );
+            self.pool = pool;
             self.outputs(side).extend(outs);
             let to = match side {
                 Side::A => Side::B,
