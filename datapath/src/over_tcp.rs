@@ -559,7 +559,8 @@ impl IwarpOverTcp {
         let n = tcp.poll_transmit_ext(now, max, &mut |r, ext| match ext {
             None => emit(r, None),
             Some(e) => {
-                let mut write = |dst: &mut [u8]| txq.fill(mem, e.offset, dst);
+                let mut write =
+                    |at: usize, dst: &mut [u8]| txq.fill(mem, e.offset + at as u64, dst);
                 emit(
                     r,
                     Some(PayloadFill {
@@ -768,7 +769,7 @@ pub fn encode_segment(
     let payload = match fill {
         Some(f) => {
             let mut p = vec![0u8; f.len];
-            if !(f.write)(&mut p) {
+            if !(f.write)(0, &mut p) {
                 return None;
             }
             Some(p)

@@ -95,6 +95,25 @@ impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
         }
         ok
     }
+
+    fn send_built_sg(
+        &mut self,
+        len: usize,
+        build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+    ) -> bool {
+        let mut cancelled = false;
+        let ok = self.dev.tx_build_sg(len, &mut |pieces| {
+            let built = build(pieces);
+            cancelled = !built;
+            built
+        });
+        if ok {
+            self.sent += 1;
+        } else if !cancelled {
+            self.refused += 1;
+        }
+        ok
+    }
 }
 
 /// How a loop waits when idle.

@@ -56,6 +56,14 @@ pub trait FrameDevice: Send {
         let mut frame = vec![0u8; len];
         build(&mut frame) && self.tx(&frame)
     }
+    /// [`tx_build`](Self::tx_build) with the frame lent as consecutive
+    /// pieces, where the device's buffers are smaller than the frame
+    /// (AF_XDP multi-buffer: one UMEM chunk per piece, each but the last
+    /// whole, the first at least 2048 octets). The default lends one piece
+    /// through [`tx_build`](Self::tx_build).
+    fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
+        self.tx_build(len, &mut |b| build(&mut [b]))
+    }
     /// Publish the frames queued since the last flush, with one kick where
     /// the device needs one, and reclaim completed transmit buffers.
     fn flush(&mut self) {}
@@ -192,6 +200,9 @@ impl<D: FrameDevice> FrameDevice for RxLoss<D> {
     }
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
         self.inner.tx_build(len, build)
+    }
+    fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
+        self.inner.tx_build_sg(len, build)
     }
     fn flush(&mut self) {
         self.inner.flush()

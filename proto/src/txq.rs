@@ -79,6 +79,10 @@ pub struct FpduDesc {
     crc_on: bool,
     /// The CRC, once computed.
     crc: Option<u32>,
+    /// The CRC so far of fills that went on in order from the FPDU's first
+    /// octet, and the offset the next one must start at to go on: an FPDU
+    /// spread over several device buffers gets its CRC from the same copy.
+    run: Option<(usize, Crc32c)>,
     /// The send queue entry this FPDU ends, completed once acknowledged.
     completes: Option<u64>,
 }
@@ -131,6 +135,7 @@ impl FpduDesc {
             pad: ((4 - (2 + ulpdu_len) % 4) % 4) as u8,
             crc_on,
             crc: None,
+            run: None,
             completes,
         })
     }
@@ -166,6 +171,9 @@ impl FpduDesc {
         let head = usize::from(self.head_len);
         let body_end = head + self.payload_len as usize;
         let crc_at = body_end + usize::from(self.pad);
+        if at == 0 {
+            self.run = Some((0, Crc32c::new()));
+        }
         // Head octets.
         let mut pos = at;
         let mut d = 0;
@@ -198,16 +206,27 @@ impl FpduDesc {
             pos += n;
             d += n;
         }
+        // The running CRC goes on over what this fill wrote before the CRC
+        // field, if it starts where the last one ended.
+        if self.crc_on {
+            self.run = match self.run {
+                Some((p, mut c)) if p == at && d > 0 => {
+                    c.update(&dst[..d]);
+                    Some((p + d, c))
+                }
+                Some(r) if d == 0 => Some(r),
+                _ => None,
+            };
+        }
         if d == dst.len() {
             return true;
         }
-        // The CRC: over this copy when it holds the whole FPDU, else the
-        // one remembered, else read again.
+        // The CRC: over the copies just written when they went in order
+        // from the first octet, else the one remembered, else read again.
         let value = if !self.crc_on {
             0
-        } else if at == 0 && end == wire {
-            let mut c = Crc32c::new();
-            c.update(&dst[..crc_at]);
+        } else if let Some((p, c)) = self.run.filter(|(p, _)| *p == crc_at) {
+            let _ = p;
             self.crc = Some(c.value());
             c.value()
         } else if let Some(v) = self.crc {
@@ -556,10 +575,10 @@ mod tests {
     }
 
     #[test]
-    fn pieces_give_the_same_octets_crc_read_again_or_remembered() {
+    fn pieces_give_the_same_octets_crc_running_or_remembered() {
         let want = framed(true);
         for step in [1usize, 3, 7, 64, 333] {
-            // Pieces first (the CRC read again from memory), then whole.
+            // Pieces in order (the CRC runs over them as they are written).
             let mut mem = MemoryTable::new();
             let pd = mem.alloc_pd();
             let mut q = qp(pd, true);
@@ -622,6 +641,29 @@ mod tests {
             .map(|c| c.wr_id)
             .collect();
         assert_eq!(ids, [7, 8]);
+    }
+
+    /// A fill that starts past the FPDU's first octet and reaches its CRC
+    /// (a partial retransmission, say) with no CRC known yet: it is read
+    /// again from registered memory, and matches the framer's.
+    #[test]
+    fn a_crc_with_nothing_before_it_is_read_again() {
+        let want = framed(true);
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mut q = qp(pd, true);
+        setup(&mut q, &mut mem, pd);
+        let mut ds = descs(&mut q, &mem);
+        let d = &mut ds[0];
+        let w = d.wire_len();
+        let mut tail = [0u8; 6];
+        assert!(d.fill(&mem, w - 6, &mut tail));
+        assert_eq!(tail, want[w - 6..w]);
+        // Out of order pieces: the CRC remembered now.
+        let mut got = vec![0u8; w];
+        assert!(d.fill(&mem, 100, &mut got[100..]));
+        assert!(d.fill(&mem, 0, &mut got[..100]));
+        assert!(got[..] == want[..w]);
     }
 
     #[test]

@@ -33,6 +33,7 @@
 
 use crate::arp::{self, ArpCache, Enqueue, Resolve};
 use crate::tcp::PayloadFill;
+use crate::wire::checksum;
 use crate::wire::{
     ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
     Icmpv4Repr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
@@ -193,6 +194,20 @@ pub trait FrameSink {
     /// with no buffer free does not call `build`. Whether the frame was
     /// sent.
     fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool;
+    /// [`send_built`](Self::send_built) for a device whose buffers may be
+    /// smaller than the frame: `build` gets the frame as consecutive
+    /// pieces (`len` octets in all, each but the last a whole device
+    /// buffer; the first at least 2048 octets or the whole frame). The
+    /// default lends one piece through `send_built`. AF_XDP lends the UMEM
+    /// chunks of a multi-buffer frame, so a jumbo frame too is built in
+    /// place.
+    fn send_built_sg(
+        &mut self,
+        len: usize,
+        build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+    ) -> bool {
+        self.send_built(len, &mut |b| build(&mut [b]))
+    }
 }
 
 impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {
@@ -263,30 +278,46 @@ fn write_l2_l3(
     .emit(&mut Ipv4Packet::new_unchecked(eth.payload_mut()));
 }
 
-/// Write a whole filled TCP frame into `frame` (exactly headers + payload
-/// octets): the payload first, through `write`, into its place after the
-/// headers, then the headers, with a TCP checksum over the payload where
-/// it now lies (RFC 9293 §3.1).
+/// Write a whole filled TCP frame into `pieces` (consecutive, exactly
+/// headers + payload octets in all, the headers within the first): the
+/// payload first, through `write`, into its place after the headers, piece
+/// by piece, then the headers, with a TCP checksum over the payload where
+/// it now lies (RFC 9293 §3.1; the pieces' sums combine as RFC 1071 §2 (C)
+/// allows, one that starts at an odd payload offset byte-swapped, §2 (B)).
 #[allow(clippy::too_many_arguments)]
 fn build_filled(
     cfg: &IfaceConfig,
     ident: u16,
-    frame: &mut [u8],
+    pieces: &mut [&mut [u8]],
     dst_mac: EthernetAddress,
     dst: Ipv4Address,
     seg: &TcpRepr<'_>,
-    write: &mut dyn FnMut(&mut [u8]) -> bool,
+    write: &mut dyn FnMut(usize, &mut [u8]) -> bool,
     fill_len: usize,
 ) -> Built {
     let l3 = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
     let headers = l3 + seg.header_len();
-    if frame.len() != headers + fill_len {
+    let total: usize = pieces.iter().map(|p| p.len()).sum();
+    let Some((first, rest)) = pieces.split_first_mut() else {
+        return Built::HeaderFailed;
+    };
+    if total != headers + fill_len || first.len() < headers {
         // A device that lent the wrong length: build nothing.
         return Built::HeaderFailed;
     }
-    let (head, payload) = frame.split_at_mut(headers);
-    if !write(payload) {
-        return Built::FillFailed;
+    let (head, p0) = first.split_at_mut(headers);
+    let mut at = 0;
+    let mut sum = 0u16;
+    for piece in std::iter::once(p0).chain(rest.iter_mut().map(|p| &mut **p)) {
+        if piece.is_empty() {
+            continue;
+        }
+        if !write(at, piece) {
+            return Built::FillFailed;
+        }
+        let s = checksum::data(piece);
+        sum = checksum::combine(&[sum, if at % 2 == 1 { s.swap_bytes() } else { s }]);
+        at += piece.len();
     }
     write_l2_l3(
         cfg,
@@ -297,7 +328,7 @@ fn build_filled(
         IpProtocol::TCP,
         seg.header_len() + fill_len,
     );
-    match seg.emit_header_over(&mut head[l3..], payload, &cfg.ip, &dst) {
+    match seg.emit_header_sum(&mut head[l3..], fill_len, sum, &cfg.ip, &dst) {
         Ok(()) => Built::Done,
         Err(_) => Built::HeaderFailed,
     }
@@ -771,8 +802,8 @@ impl Interface {
         let (built, held) = match mac {
             Some(_) => {
                 let mut built = Built::NotCalled;
-                let sent = tx.send_built(frame_len, &mut |frame| {
-                    built = build_filled(&cfg, ident, frame, dst_mac, dst, seg, write, fill_len);
+                let sent = tx.send_built_sg(frame_len, &mut |pieces| {
+                    built = build_filled(&cfg, ident, pieces, dst_mac, dst, seg, write, fill_len);
                     built == Built::Done
                 });
                 if !sent && built == Built::Done {
@@ -784,8 +815,16 @@ impl Interface {
             }
             None => {
                 let mut frame = vec![0u8; frame_len];
-                let built =
-                    build_filled(&cfg, ident, &mut frame, dst_mac, dst, seg, write, fill_len);
+                let built = build_filled(
+                    &cfg,
+                    ident,
+                    &mut [&mut frame[..]],
+                    dst_mac,
+                    dst,
+                    seg,
+                    write,
+                    fill_len,
+                );
                 (built, Some(frame))
             }
         };
@@ -1161,12 +1200,81 @@ mod tests {
         }
     }
 
+    /// A device that lends a frame as pieces of the given lengths (the
+    /// last takes the rest).
+    struct Pieces(Vec<usize>, Vec<Vec<u8>>);
+
+    impl FrameSink for Pieces {
+        fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
+            self.1.push(parts.concat());
+            true
+        }
+        fn send_built(&mut self, _: usize, _: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+            panic!("a filled segment goes through send_built_sg");
+        }
+        fn send_built_sg(
+            &mut self,
+            len: usize,
+            build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+        ) -> bool {
+            let mut bufs: Vec<Vec<u8>> = Vec::new();
+            let mut left = len;
+            for &n in &self.0 {
+                let n = n.min(left);
+                bufs.push(vec![0x5a; n]);
+                left -= n;
+            }
+            bufs.push(vec![0x5a; left]);
+            let mut pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+            if !build(&mut pieces) {
+                return false;
+            }
+            self.1.push(bufs.concat());
+            true
+        }
+    }
+
+    /// A frame lent in pieces (as AF_XDP lends the chunks of a jumbo
+    /// frame), cut at odd payload offsets too: the same octets and
+    /// checksums as the literal frame, the payload written piece by piece
+    /// at the right offsets.
+    #[test]
+    fn a_filled_segment_built_in_pieces_is_the_literal_frame() {
+        // Headers are 54 octets: pieces of 55 (headers and one payload
+        // octet), 3, 1 and the rest (2).
+        let mut i = iface_knowing_peer();
+        let mut dev = Pieces(vec![55, 3, 1], Vec::new());
+        let mut calls = Vec::new();
+        let mut write = |at: usize, b: &mut [u8]| {
+            calls.push((at, b.len()));
+            b.copy_from_slice(&b"filled!"[at..at + b.len()]);
+            true
+        };
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
+            .unwrap();
+        assert_eq!(calls, [(0, 1), (1, 3), (4, 1), (5, 2)]);
+        assert_eq!(dev.1.last().map(|f| &f[..]), Some(&FILLED_FRAME[..]));
+        // Headers that do not fit the first piece: nothing built.
+        let mut dev = Pieces(vec![40], Vec::new());
+        let mut write = |_: usize, _: &mut [u8]| true;
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        let _ = i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev);
+        assert!(dev.1.is_empty());
+    }
+
     #[test]
     fn a_filled_segment_is_built_in_place_as_the_literal_frame() {
         let mut i = iface_knowing_peer();
         let mut dev = Recorder::default();
         let mut calls = 0;
-        let mut write = |b: &mut [u8]| {
+        let mut write = |_at: usize, b: &mut [u8]| {
             calls += 1;
             assert_eq!(b.len(), 7, "the payload's place, exactly");
             b.copy_from_slice(b"filled!");
@@ -1197,7 +1305,7 @@ mod tests {
     fn a_failed_fill_sends_nothing_and_is_counted() {
         let mut i = iface_knowing_peer();
         let mut dev = Recorder::default();
-        let mut write = |b: &mut [u8]| {
+        let mut write = |_at: usize, b: &mut [u8]| {
             b[0] = 1; // partly written, then fails
             false
         };
@@ -1216,7 +1324,7 @@ mod tests {
         // While ARP resolves: nothing held either.
         let mut i = iface();
         let mut out = Vec::new();
-        let mut write = |_: &mut [u8]| false;
+        let mut write = |_: usize, _: &mut [u8]| false;
         let fill = PayloadFill {
             len: 7,
             write: &mut write,
@@ -1240,7 +1348,7 @@ mod tests {
     fn a_filled_segment_waits_for_arp_like_any_other() {
         let mut i = iface();
         let mut out: Vec<Vec<u8>> = Vec::new();
-        let mut write = |b: &mut [u8]| {
+        let mut write = |_at: usize, b: &mut [u8]| {
             b.copy_from_slice(b"filled!");
             true
         };
@@ -1271,7 +1379,7 @@ mod tests {
         let mut i = iface_knowing_peer();
         let mut dev = Recorder::default();
         let mut calls = 0;
-        let mut write = |_: &mut [u8]| {
+        let mut write = |_: usize, _: &mut [u8]| {
             calls += 1;
             true
         };
@@ -1333,7 +1441,7 @@ mod tests {
         let payload: Vec<u8> = (0..333u32).map(|i| (i * 7) as u8).collect();
         let mut i = iface_knowing_peer();
         let mut dev = Recorder::default();
-        let mut write = |b: &mut [u8]| {
+        let mut write = |_at: usize, b: &mut [u8]| {
             b.copy_from_slice(&payload);
             true
         };

@@ -386,16 +386,18 @@ pub struct ExtPayload {
 }
 
 /// The payload of a segment from a connection whose send buffer holds no
-/// octets (external send mode): `len` octets that `write` puts into the
-/// buffer it is given (exactly `len` long) where the frame is built, so
-/// they are copied once, from where the application keeps them. `write`
-/// returns false if it cannot produce them (the source went away): the
-/// frame is then dropped.
+/// octets (external send mode): `len` octets that `write` puts where the
+/// frame is built, so they are copied once, from where the application
+/// keeps them. `write(at, dst)` writes payload octets `at .. at +
+/// dst.len()` into `dst`: the whole payload in one call, or in pieces in
+/// order where the frame spans several device buffers. `write` returns
+/// false if it cannot produce them (the source went away): the frame is
+/// then dropped.
 pub struct PayloadFill<'a> {
     /// Octets of payload.
     pub len: usize,
-    /// Writes them.
-    pub write: &'a mut dyn FnMut(&mut [u8]) -> bool,
+    /// Writes them: `write(at, dst)`, from payload offset `at`.
+    pub write: &'a mut dyn FnMut(usize, &mut [u8]) -> bool,
 }
 
 impl core::fmt::Debug for PayloadFill<'_> {

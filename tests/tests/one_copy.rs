@@ -31,8 +31,9 @@ const WRITES: u64 = 16;
 /// lent at that moment, or elsewhere.
 #[derive(Debug, Default)]
 struct Reads {
-    /// Address range of the buffer being built now, if any.
-    lent: Option<(usize, usize)>,
+    /// Address ranges of the buffers being built now (one, or a jumbo
+    /// frame's chunks).
+    lent: Vec<(usize, usize)>,
     into_lent: u64,
     elsewhere: u64,
 }
@@ -54,9 +55,10 @@ impl RegionMemory for Watched {
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
         let (lo, hi) = (dst.as_ptr() as usize, dst.as_ptr() as usize + dst.len());
         let mut r = self.reads.lock().unwrap();
-        match r.lent {
-            Some((a, b)) if a <= lo && hi <= b => r.into_lent += dst.len() as u64,
-            _ => r.elsewhere += dst.len() as u64,
+        if r.lent.iter().any(|&(a, b)| a <= lo && hi <= b) {
+            r.into_lent += dst.len() as u64;
+        } else {
+            r.elsewhere += dst.len() as u64;
         }
         drop(r);
         self.data.read_at(offset, dst)
@@ -64,10 +66,13 @@ impl RegionMemory for Watched {
 }
 
 /// A device: built frames go into a buffer it lends (its range noted while
-/// the build runs), parts are joined; every frame is queued for the peer.
+/// the build runs), or into chunks of `chunk` octets each where the frame
+/// is longer (as AF_XDP lends a jumbo frame's UMEM chunks); parts are
+/// joined; every frame is queued for the peer.
 struct Sink<'a> {
     frames: &'a mut Vec<Vec<u8>>,
     reads: &'a Mutex<Reads>,
+    chunk: usize,
 }
 
 impl FrameSink for Sink<'_> {
@@ -78,32 +83,59 @@ impl FrameSink for Sink<'_> {
     fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
         let mut buf = vec![0u8; len];
         let at = buf.as_ptr() as usize;
-        self.reads.lock().unwrap().lent = Some((at, at + len));
+        self.reads.lock().unwrap().lent = vec![(at, at + len)];
         let ok = build(&mut buf);
-        self.reads.lock().unwrap().lent = None;
+        self.reads.lock().unwrap().lent.clear();
         if ok {
             self.frames.push(buf);
         }
         ok
     }
+    fn send_built_sg(
+        &mut self,
+        len: usize,
+        build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+    ) -> bool {
+        let mut chunks: Vec<Vec<u8>> = Vec::new();
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(self.chunk);
+            chunks.push(vec![0u8; n]);
+            left -= n;
+        }
+        self.reads.lock().unwrap().lent = chunks
+            .iter()
+            .map(|c| (c.as_ptr() as usize, c.as_ptr() as usize + c.len()))
+            .collect();
+        let mut pieces: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
+        let ok = build(&mut pieces);
+        self.reads.lock().unwrap().lent.clear();
+        if ok {
+            self.frames.push(chunks.concat());
+        }
+        ok
+    }
 }
 
-fn stack(ip: Ipv4Address, last: u8, copy_tx: bool, mem: MemoryTable) -> Stack {
-    let mut c = StackConfig::new(IfaceConfig::new(
-        EthernetAddress([0x02, 0, 0, 0, 0, last]),
-        ip,
-        24,
-    ));
+fn stack(ip: Ipv4Address, last: u8, copy_tx: bool, mtu: usize, mem: MemoryTable) -> Stack {
+    let mut iface = IfaceConfig::new(EthernetAddress([0x02, 0, 0, 0, 0, last]), ip, 24);
+    iface.mtu = mtu;
+    let mut c = StackConfig::new(iface);
+    c.tcp.mss = (mtu - 40) as u16;
     c.copy_tx = copy_tx;
     Stack::new(c, mem)
 }
 
 fn ulp(pd: PdId) -> Ulp {
     Ulp::Iwarp {
-        mpa: MpaConfig::default(),
+        // With the MPA CRC, so a jumbo FPDU's CRC runs across its chunks.
+        mpa: MpaConfig {
+            crc: true,
+            ..MpaConfig::default()
+        },
         params: StreamParams {
             pd,
-            emss: 1460,
+            emss: 8960,
             sq_depth: 64,
             rq_depth: 16,
         },
@@ -113,9 +145,10 @@ fn ulp(pd: PdId) -> Ulp {
     }
 }
 
-/// Move `WRITES` Writes of `MSG` octets from B's watched region into A's;
-/// returns what the watch saw and the octets B retransmitted.
-fn transfer(copy_tx: bool) -> (Reads, u64) {
+/// Move `WRITES` Writes of `MSG` octets from B's watched region into A's
+/// at `mtu` (frames longer than 4096 octets lent as 4096-octet chunks);
+/// returns what the watch saw and the segments B retransmitted.
+fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
     let reads = Arc::new(Mutex::new(Reads::default()));
     let mut mem_a = MemoryTable::new();
     let pd_a = mem_a.alloc_pd();
@@ -136,8 +169,8 @@ fn transfer(copy_tx: bool) -> (Reads, u64) {
             0,
         )
         .unwrap();
-    let mut a = stack(IP_A, 1, copy_tx, mem_a);
-    let mut b = stack(IP_B, 2, copy_tx, mem_b);
+    let mut a = stack(IP_A, 1, copy_tx, mtu, mem_a);
+    let mut b = stack(IP_B, 2, copy_tx, mtu, mem_b);
     a.handle_command(
         Command::Listen {
             port: 7000,
@@ -165,6 +198,7 @@ fn transfer(copy_tx: bool) -> (Reads, u64) {
             &mut Sink {
                 frames: &mut to_b,
                 reads: &reads,
+                chunk: 4096,
             },
             &mut |_| {},
         );
@@ -173,6 +207,7 @@ fn transfer(copy_tx: bool) -> (Reads, u64) {
             &mut Sink {
                 frames: &mut to_a,
                 reads: &reads,
+                chunk: 4096,
             },
             &mut |o| outs_b.push(o),
         );
@@ -223,22 +258,28 @@ fn transfer(copy_tx: bool) -> (Reads, u64) {
 
 #[test]
 fn a_written_octet_is_read_once_straight_into_the_lent_frame() {
-    let (r, resent) = transfer(false);
-    let total = WRITES * MSG as u64;
-    assert_eq!(
-        r.elsewhere, 0,
-        "octets read into anything but a lent frame: {r:?}"
-    );
-    assert_eq!(resent, 0, "a lossless link: nothing sent twice");
-    assert_eq!(
-        r.into_lent, total,
-        "each octet read once, into its frame: {r:?}"
-    );
+    // MTU 1500: one buffer per frame; MTU 9000: a frame over three chunks,
+    // its FPDU's CRC running across them.
+    for mtu in [1500, 9000] {
+        let (r, resent) = transfer(false, mtu);
+        let total = WRITES * MSG as u64;
+        assert_eq!(
+            r.elsewhere, 0,
+            "MTU {mtu}: octets read into anything but a lent frame: {r:?}"
+        );
+        assert_eq!(resent, 0, "a lossless link: nothing sent twice");
+        assert_eq!(
+            r.into_lent, total,
+            "MTU {mtu}: each octet read once, into its frame: {r:?}"
+        );
+    }
 }
 
 #[test]
 fn the_copy_transmit_baseline_reads_into_the_send_buffer() {
-    let (r, _) = transfer(true);
-    assert_eq!(r.into_lent, 0, "{r:?}");
-    assert_eq!(r.elsewhere, WRITES * MSG as u64, "{r:?}");
+    for mtu in [1500, 9000] {
+        let (r, _) = transfer(true, mtu);
+        assert_eq!(r.into_lent, 0, "{r:?}");
+        assert_eq!(r.elsewhere, WRITES * MSG as u64, "{r:?}");
+    }
 }

@@ -446,6 +446,16 @@ impl FrameDevice for XdpDevice {
 
     /// Built in place in a UMEM chunk ([`XskSocket::tx_build`]; frames
     /// longer than a chunk are built in a scratch buffer first).
+    /// A frame longer than one chunk is built in place across its chunks
+    /// ([`XskSocket::tx_build_sg`]). On a shared address, through
+    /// [`tx_build`](Self::tx_build) (which diverts ARP frames).
+    fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
+        if self.shared.is_some() {
+            return self.tx_build(len, &mut |b| build(&mut [b]));
+        }
+        self.socket.tx_build_sg(len, build)
+    }
+
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
         let XdpDevice { socket, shared, .. } = self;
         let Some(s) = shared else {

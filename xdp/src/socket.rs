@@ -725,6 +725,58 @@ impl XskSocket {
         true
     }
 
+    /// [`tx_build`](Self::tx_build) for a frame longer than one chunk too
+    /// (multi-buffer): `build` gets the chunks themselves as consecutive
+    /// pieces, so a jumbo frame is built in place like any other and sent
+    /// as one descriptor per chunk (`XDP_PKT_CONTD` on all but the last).
+    /// A frame that fits one chunk is lent as one piece.
+    pub fn tx_build_sg(
+        &mut self,
+        len: usize,
+        build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
+    ) -> bool {
+        let chunk = self.umem.frame_size() as usize;
+        let parts = len.div_ceil(chunk).max(1);
+        if parts == 1 {
+            return self.tx_build(len, &mut |b| build(&mut [b]));
+        }
+        if !self.multi_buffer || parts > MAX_TX_PARTS {
+            self.counters.tx_too_big += 1;
+            return false;
+        }
+        if !self.room_for(parts) {
+            self.counters.tx_full += 1;
+            return false;
+        }
+        let mut spans = [(0u64, 0usize); MAX_TX_PARTS];
+        for (i, s) in spans.iter_mut().enumerate().take(parts) {
+            let Some(addr) = self.free.pop() else {
+                return false; // checked above: not reached
+            };
+            *s = (addr, (len - i * chunk).min(chunk));
+        }
+        let spans = &spans[..parts];
+        let built = match self.umem.slices_mut(spans) {
+            Some(mut pieces) => build(&mut pieces),
+            None => false, // distinct free chunks: not reached
+        };
+        if !built {
+            self.free.extend(spans.iter().map(|s| s.0));
+            self.counters.tx_build_cancelled += 1;
+            return false;
+        }
+        for (i, &(addr, l)) in spans.iter().enumerate() {
+            self.tx.push(XdpDesc {
+                addr,
+                len: l as u32,
+                options: if i + 1 < parts { sys::XDP_PKT_CONTD } else { 0 },
+            });
+        }
+        self.counters.tx_frames += 1;
+        self.counters.tx_built += 1;
+        true
+    }
+
     /// Publish queued TX descriptors, kick the kernel when it needs it, and
     /// reap completions.
     pub fn flush(&mut self) {

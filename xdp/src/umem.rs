@@ -142,6 +142,37 @@ impl Umem {
         Some(unsafe { std::slice::from_raw_parts_mut(self.base().add(addr as usize), len) })
     }
 
+    /// [`slice_mut`](Self::slice_mut) over several frames at once, for a
+    /// multi-buffer frame built in place: each `(addr, len)` inside its own
+    /// frame, no two in the same frame, all owned by the caller and on no
+    /// ring. `None` if a span leaves its frame or two share one.
+    pub(crate) fn slices_mut(&mut self, spans: &[(u64, usize)]) -> Option<Vec<&mut [u8]>> {
+        for (i, &(a, l)) in spans.iter().enumerate() {
+            if !self.in_frame(a, l)
+                || spans[..i]
+                    .iter()
+                    .any(|&(b, _)| self.frame_base(b) == self.frame_base(a))
+            {
+                return None;
+            }
+        }
+        let base = self.base();
+        Some(
+            spans
+                .iter()
+                // SAFETY: each range is inside the mapping and inside one
+                // frame (checked above), and no two ranges share a frame,
+                // so the slices do not overlap one another. The frames are
+                // on none of the rings, so the kernel neither reads nor
+                // writes them until the caller puts their descriptors on the
+                // TX ring, which it does only after these borrows end; the
+                // borrows are tied to &mut self, so no other Rust reference
+                // to the UMEM aliases them meanwhile (as in `slice_mut`).
+                .map(|&(a, l)| unsafe { std::slice::from_raw_parts_mut(base.add(a as usize), l) })
+                .collect(),
+        )
+    }
+
     /// Copy `data` into the frame at `addr` (a frame we own: free for TX).
     pub(crate) fn write(&mut self, addr: u64, data: &[u8]) -> bool {
         if !self.in_frame(addr, data.len()) {

@@ -78,7 +78,7 @@ impl crate::runtime::Engine for TcpHost {
                     let header_len = r.header_len();
                     tx.send_built(header_len + fill.len, &mut |seg| {
                         let (header, payload) = seg.split_at_mut(header_len);
-                        (fill.write)(payload)
+                        (fill.write)(0, payload)
                             && r.emit_header_over(header, payload, &local, &remote).is_ok()
                     });
                 }

@@ -970,8 +970,29 @@ impl<'a> Repr<'a> {
         src_addr: &Address,
         dst_addr: &Address,
     ) -> Result<(), Error> {
+        self.emit_header_sum(
+            buffer,
+            payload.len(),
+            checksum::data(payload),
+            src_addr,
+            dst_addr,
+        )
+    }
+
+    /// [`emit_header_over`](Self::emit_header_over) for a payload of
+    /// `payload_len` octets given by its one's complement sum (RFC 1071,
+    /// [`checksum::data`] over it, or partial sums combined): for a payload
+    /// that lies in several buffers.
+    pub fn emit_header_sum(
+        &self,
+        buffer: &mut [u8],
+        payload_len: usize,
+        payload_sum: u16,
+        src_addr: &Address,
+        dst_addr: &Address,
+    ) -> Result<(), Error> {
         let header_len = self.header_len();
-        let len = header_len + payload.len();
+        let len = header_len + payload_len;
         let got = buffer.len();
         // The pseudo-header's TCP length is 16 bits (RFC 9293 §3.1).
         let seg_len = u16::try_from(len).map_err(|_| Error::TooLarge {
@@ -1018,7 +1039,7 @@ impl<'a> Repr<'a> {
         let sum = checksum::combine(&[
             checksum::pseudo_header(src_addr, dst_addr, Protocol::TCP, seg_len),
             checksum::data(packet.buffer),
-            checksum::data(payload),
+            payload_sum,
         ]);
         packet.set_checksum(!sum);
         Ok(())
