@@ -871,6 +871,21 @@ mod tests {
             .map_or(0, |q| q.outstanding_reads())
     }
 
+    /// A (port 40000) has sent its SYN to B (port 7174), which took it.
+    fn tcp_pair(cfg: Config) -> (Tcp, Tcp) {
+        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
+        let mut syn = Vec::new();
+        tcp_a.poll_transmit(0, 1, &mut |r| {
+            syn = vec![0; r.buffer_len()];
+            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
+                .unwrap();
+        });
+        let syn_r =
+            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
+        let tcp_b = Tcp::accept(cfg, &syn_r, 99);
+        (tcp_a, tcp_b)
+    }
+
     fn payload_len(f: &[u8]) -> usize {
         f.len() - usize::from(f[12] >> 4) * 4
     }
@@ -899,16 +914,7 @@ mod tests {
             rto_initial: 50_000_000,
             ..Config::default()
         };
-        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
-        let mut syn = Vec::new();
-        tcp_a.poll_transmit(0, 1, &mut |r| {
-            syn = vec![0; r.buffer_len()];
-            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
-                .unwrap();
-        });
-        let syn_r =
-            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
-        let tcp_b = Tcp::accept(cfg, &syn_r, 99);
+        let (tcp_a, tcp_b) = tcp_pair(cfg);
         let mut mem_a = MemoryTable::new();
         let pd_a = mem_a.alloc_pd();
         let sink = mem_a
@@ -1286,16 +1292,7 @@ mod tests {
         // A (ours) opens MPA against a raw TCP peer B that answers with a
         // literal Reply, acknowledges A's FIN, and never sends its own.
         let cfg = Config::default();
-        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
-        let mut syn = Vec::new();
-        tcp_a.poll_transmit(0, 1, &mut |r| {
-            syn = vec![0; r.buffer_len()];
-            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
-                .unwrap();
-        });
-        let syn_r =
-            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
-        let mut b = Tcp::accept(cfg, &syn_r, 99);
+        let (tcp_a, mut b) = tcp_pair(cfg);
         let mut mem = MemoryTable::new();
         let pd = mem.alloc_pd();
         let mpa = MpaConfig {
@@ -1393,16 +1390,7 @@ mod tests {
             rto_initial: 50_000_000,
             ..Config::default()
         };
-        let mut tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
-        let mut syn = Vec::new();
-        tcp_a.poll_transmit(0, 1, &mut |r| {
-            syn = vec![0; r.buffer_len()];
-            r.emit(&mut TcpPacket::new_unchecked(&mut syn[..]), &IP_A, &IP_B)
-                .unwrap();
-        });
-        let syn_r =
-            TcpRepr::parse(&TcpPacket::new_checked(&syn[..]).unwrap(), &IP_A, &IP_B).unwrap();
-        let tcp_b = Tcp::accept(cfg, &syn_r, 99);
+        let (tcp_a, tcp_b) = tcp_pair(cfg);
         let mut mem_a = MemoryTable::new();
         let pd_a = mem_a.alloc_pd();
         let data: Vec<u8> = (0..BIG).map(|i| (i * 7 + i / 251) as u8).collect();

@@ -84,16 +84,10 @@ impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
     fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
         let mut cancelled = false;
         let ok = self.dev.tx_build(len, &mut |buf| {
-            let built = build(buf);
-            cancelled = !built;
-            built
+            cancelled = !build(buf);
+            !cancelled
         });
-        if ok {
-            self.sent += 1;
-        } else if !cancelled {
-            self.refused += 1;
-        }
-        ok
+        self.count(ok, cancelled)
     }
 
     fn send_built_sg(
@@ -103,10 +97,17 @@ impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
     ) -> bool {
         let mut cancelled = false;
         let ok = self.dev.tx_build_sg(len, &mut |pieces| {
-            let built = build(pieces);
-            cancelled = !built;
-            built
+            cancelled = !build(pieces);
+            !cancelled
         });
+        self.count(ok, cancelled)
+    }
+}
+
+impl<D: FrameDevice> DeviceSink<'_, D> {
+    /// Count a build: sent, or refused by the device (a build the engine
+    /// cancelled is neither).
+    fn count(&mut self, ok: bool, cancelled: bool) -> bool {
         if ok {
             self.sent += 1;
         } else if !cancelled {

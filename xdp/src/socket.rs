@@ -610,15 +610,9 @@ impl XskSocket {
     pub fn tx_parts(&mut self, frame: &[&[u8]]) -> bool {
         let chunk = self.umem.frame_size() as usize;
         let len: usize = frame.iter().map(|p| p.len()).sum();
-        let parts = len.div_ceil(chunk).max(1);
-        if parts > 1 && (!self.multi_buffer || parts > MAX_TX_PARTS) {
-            self.counters.tx_too_big += 1;
+        let Some(parts) = self.reserve(len) else {
             return false;
-        }
-        if !self.room_for(parts) {
-            self.counters.tx_full += 1;
-            return false;
-        }
+        };
         // The source: part `src`, from octet `at`.
         let (mut src, mut at) = (0, 0);
         for i in 0..parts {
@@ -651,6 +645,23 @@ impl XskSocket {
         true
     }
 
+    /// The chunks a frame of `len` octets takes, once there are that many
+    /// free chunks and TX ring slots; `None` (counted) if it is too long
+    /// for the socket or there is no room now.
+    fn reserve(&mut self, len: usize) -> Option<usize> {
+        let chunk = self.umem.frame_size() as usize;
+        let parts = len.div_ceil(chunk).max(1);
+        if parts > 1 && (!self.multi_buffer || parts > MAX_TX_PARTS) {
+            self.counters.tx_too_big += 1;
+            return None;
+        }
+        if !self.room_for(parts) {
+            self.counters.tx_full += 1;
+            return None;
+        }
+        Some(parts)
+    }
+
     /// Whether `parts` free chunks and TX ring slots are there, reaping
     /// completions (and kicking the kernel) to make room if not.
     fn room_for(&mut self, parts: usize) -> bool {
@@ -679,16 +690,9 @@ impl XskSocket {
     /// into its chunks as by [`tx_parts`](Self::tx_parts): one extra copy,
     /// for frames over a chunk only.
     pub fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        let chunk = self.umem.frame_size() as usize;
-        let parts = len.div_ceil(chunk).max(1);
-        if parts > 1 && (!self.multi_buffer || parts > MAX_TX_PARTS) {
-            self.counters.tx_too_big += 1;
+        let Some(parts) = self.reserve(len) else {
             return false;
-        }
-        if !self.room_for(parts) {
-            self.counters.tx_full += 1;
-            return false;
-        }
+        };
         if parts > 1 {
             let mut frame = std::mem::take(&mut self.built);
             frame.clear();
@@ -736,18 +740,12 @@ impl XskSocket {
         build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
     ) -> bool {
         let chunk = self.umem.frame_size() as usize;
-        let parts = len.div_ceil(chunk).max(1);
-        if parts == 1 {
+        if len <= chunk {
             return self.tx_build(len, &mut |b| build(&mut [b]));
         }
-        if !self.multi_buffer || parts > MAX_TX_PARTS {
-            self.counters.tx_too_big += 1;
+        let Some(parts) = self.reserve(len) else {
             return false;
-        }
-        if !self.room_for(parts) {
-            self.counters.tx_full += 1;
-            return false;
-        }
+        };
         let mut spans = [(0u64, 0usize); MAX_TX_PARTS];
         for (i, s) in spans.iter_mut().enumerate().take(parts) {
             let Some(addr) = self.free.pop() else {
