@@ -305,6 +305,9 @@ struct Region {
     access: Access,
     base_to: u64,
     buf: Box<dyn RegionMemory>,
+    /// `buf.len()`, fixed for the registration's life: kept here so a
+    /// check on the per-FPDU path makes no virtual call for it.
+    len: usize,
     valid: bool,
     /// Windows currently bound to this region.
     windows: u32,
@@ -568,11 +571,13 @@ impl MemoryTable {
         if base_to.checked_add(buf.len() as u64).is_none() {
             return Err(MemError::TooLarge);
         }
+        let len = buf.len();
         self.alloc_slot(Object::Region(Region {
             pd,
             access,
             base_to,
             buf,
+            len,
             valid: true,
             windows: 0,
         }))
@@ -875,7 +880,7 @@ impl MemoryTable {
                     r.pd,
                     r.access,
                     r.base_to,
-                    r.buf.len() as u64,
+                    r.len as u64,
                     0,
                 )
             }
@@ -946,7 +951,7 @@ impl MemoryTable {
             return None;
         };
         let start = range.offset + offset;
-        if start.checked_add(len)? > r.buf.len() {
+        if start.checked_add(len)? > r.len {
             return None;
         }
         Some(RegionSlice {

@@ -1141,6 +1141,14 @@ impl Qp {
             peer_terminate: None,
         };
         let r = deframer.feed(data, &mut ctx);
+        if r.is_ok() && ctx.raised.is_none() && !ctx.peer_terminated {
+            // The common case, kept short (it runs per segment): nothing
+            // raised, no Terminate; only a Read this placed may complete.
+            if !self.tx.sq.is_empty() {
+                self.drain_sq();
+            }
+            return;
+        }
         let raised = ctx.raised;
         let term_rx = ctx.peer_terminated;
         let peer_terminate = ctx.peer_terminate;
@@ -2296,11 +2304,12 @@ impl RxCtx<'_> {
                 // item 6: no more placement once access is revoked). Stop
                 // here and report the STag as invalid (RFC 5041 §7.1 tagged
                 // check 1, §7.2 0x1/0x00) when the segment ends.
-                if !self.mem.is_live(&range) {
-                    return self.error(TermCode::DDP_T_INVALID_STAG, None);
-                }
+                // (`write` refuses a range that is no longer live: the
+                // common case checks once.)
                 if self.mem.write(&range, at, data) {
                     self.stats.bytes_placed += data.len() as u64;
+                } else if !self.mem.is_live(&range) {
+                    self.error(TermCode::DDP_T_INVALID_STAG, None);
                 }
             }
             Target::Scatter(p) => {
