@@ -103,8 +103,9 @@ pub struct Config {
     /// §4.1) cwnd does not grow (§4.3), a loss then brings it to what
     /// was used (§4.4.1), and a non-validated phase longer than
     /// [`nvp_duration`](Self::nvp_duration) halves it (§4.4.2). Off by
-    /// default: in `tcp-vs-linux --loss` it cost throughput without loss
-    /// (bench/README.md "Loss recovery", round 4).
+    /// default: `tcp-vs-linux --loss` showed no gain, and medians at 0.1%
+    /// and 2% loss leaning the wrong way (bench/README.md "Loss
+    /// recovery", round 4).
     pub cwv: bool,
     /// RFC 7661 §4.4.2: the non-validated period (NVP) after which an
     /// unused window is reduced (ns; the RFC's 5 minutes by default).
