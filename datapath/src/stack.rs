@@ -556,6 +556,10 @@ fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.tlp_probes += t.tlp_probes;
     sum.dsacks_received += t.dsacks_received;
     sum.dsack_undos += t.dsack_undos;
+    sum.cwnd_limited_ns += t.cwnd_limited_ns;
+    sum.app_limited_ns += t.app_limited_ns;
+    sum.cwv_nvp_reductions += t.cwv_nvp_reductions;
+    sum.cwv_loss_reductions += t.cwv_loss_reductions;
 }
 
 /// Byte-stream state bits in [`StreamShared::state`].

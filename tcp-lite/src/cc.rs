@@ -29,6 +29,8 @@ pub trait CongestionControl: core::fmt::Debug + Send {
     /// Set the window (the connection's recovery logic, PRR and recovery
     /// exit set it directly, RFC 6937 §3.1).
     fn set_cwnd(&mut self, cwnd: usize);
+    /// Set the slow-start threshold (RFC 7661 §4.4 sets it with cwnd).
+    fn set_ssthresh(&mut self, ssthresh: usize);
     /// `acked` octets newly acknowledged outside recovery, at `now` (ns),
     /// with the smoothed RTT if known; `mss` the sender's segment size.
     fn on_ack(&mut self, acked: usize, mss: usize, now: u64, srtt: Option<u64>);
@@ -92,6 +94,9 @@ impl CongestionControl for NewReno {
     }
     fn set_cwnd(&mut self, cwnd: usize) {
         self.cwnd = cwnd;
+    }
+    fn set_ssthresh(&mut self, ssthresh: usize) {
+        self.ssthresh = ssthresh;
     }
     fn on_ack(&mut self, acked: usize, mss: usize, _now: u64, _srtt: Option<u64>) {
         if self.cwnd < self.ssthresh {
@@ -211,6 +216,9 @@ impl CongestionControl for Cubic {
     }
     fn set_cwnd(&mut self, cwnd: usize) {
         self.s.cwnd = cwnd;
+    }
+    fn set_ssthresh(&mut self, ssthresh: usize) {
+        self.s.ssthresh = ssthresh;
     }
     fn on_ack(&mut self, acked: usize, mss: usize, now: u64, srtt: Option<u64>) {
         let s = &mut self.s;

@@ -98,6 +98,18 @@ pub struct Config {
     /// round, covering all that arrived (see ARCHITECTURE.md, "TCP loss
     /// recovery", for the measurements behind the default).
     pub ack_every: u32,
+    /// RFC 7661 congestion window validation: while the sender does not
+    /// use half its window (pipeACK < cwnd/2, the non-validated phase,
+    /// §4.1) cwnd does not grow (§4.3), a loss then brings it to what
+    /// was used (§4.4.1), and a non-validated phase longer than
+    /// [`nvp_duration`](Self::nvp_duration) halves it (§4.4.2). Off by
+    /// default: `tcp-vs-linux --loss` showed no gain, and medians at 0.1%
+    /// and 2% loss leaning the wrong way (bench/README.md "Loss
+    /// recovery", round 4).
+    pub cwv: bool,
+    /// RFC 7661 §4.4.2: the non-validated period (NVP) after which an
+    /// unused window is reduced (ns; the RFC's 5 minutes by default).
+    pub nvp_duration: u64,
 }
 
 /// RFC 6675 §2 / RFC 5681 §3.2: duplicate ACKs (or SACKed segments above
@@ -138,6 +150,8 @@ impl Default for Config {
             challenge_ack_interval: 1_000_000_000,
             congestion: Algorithm::Cubic,
             ack_every: 0,
+            cwv: false,
+            nvp_duration: 300_000_000_000,
         }
     }
 }
@@ -240,7 +254,37 @@ pub struct Stats {
     /// Window reductions undone because D-SACK showed every retransmission
     /// of the episode was needless (RFC 2883 §5, RFC 3708).
     pub dsack_undos: u64,
+    /// Time (ns of the connection's clock) the sender was limited by its
+    /// congestion window: it had data that cwnd (less pipe, or PRR's
+    /// allowance in recovery) left no room for, and the peer's window did.
+    /// Counted from one [`poll_transmit`](Connection::poll_transmit) that
+    /// finds it so to the next that finds otherwise.
+    pub cwnd_limited_ns: u64,
+    /// Time the sender was limited by the application: nothing left to
+    /// send while cwnd had room for a segment, and the application had
+    /// not closed (no FIN queued).
+    pub app_limited_ns: u64,
+    /// RFC 7661 §4.4.2 reductions after a long non-validated phase.
+    pub cwv_nvp_reductions: u64,
+    /// RFC 7661 §4.4.1 reductions: a loss in the non-validated phase.
+    pub cwv_loss_reductions: u64,
 }
+
+/// What limited the sender at the last transmit pass (for
+/// [`Stats::cwnd_limited_ns`] and [`Stats::app_limited_ns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// Neither: sending, limited by the peer's window, or not open.
+    Other,
+    /// Data waiting, no room in cwnd.
+    Cwnd,
+    /// Nothing to send, room in cwnd.
+    App,
+}
+
+/// RFC 7661 §4.2 pipeACK samples kept: the sampling period is this many
+/// sample lengths (one smoothed RTT each).
+const PIPEACK_SAMPLES: usize = 3;
 
 /// The send buffer: unacknowledged and unsent octets in a ring, so an ACK
 /// only moves the head and no octet is ever moved inside the buffer (the
@@ -564,6 +608,29 @@ pub struct Connection {
     challenge_since: u64,
     challenge_sent: u32,
     stats: Stats,
+    /// What limited the sender at the last transmit pass, and since when.
+    limit: Limit,
+    limit_since: u64,
+    /// `now` of the last transmit pass (closes the open interval when
+    /// the connection ends).
+    last_pass: u64,
+    /// Octets deemed lost and retransmitted in the current recovery
+    /// episode (RFC 6675 NextSeg rule 1; not rescues or probes): RFC
+    /// 7661 §4.4.1's R.
+    episode_lost: u64,
+    /// RFC 7661 §4.2 pipeACK: the sample being measured (start, octets
+    /// acknowledged since), and the last completed ones (end, octets).
+    /// `pipeack_defined` is false until a sample completes, and again
+    /// after a §4.4.1 reduction (pipeACK "undefined": validated).
+    pipeack_cur: Option<(u64, usize)>,
+    pipeack_samples: [(u64, usize); PIPEACK_SAMPLES],
+    pipeack_defined: bool,
+    /// Start of the current non-validated phase (RFC 7661 §4.1), or of
+    /// the last NVP period after a §4.4.2 reduction.
+    nvp_since: Option<u64>,
+    /// max(pipeACK, LossFlightSize) of a loss detected in the NVP: the
+    /// §4.4.1 reduction due at the end of its recovery.
+    nvp_loss: Option<usize>,
 }
 
 /// A segment to transmit: the header fields and a borrowed payload.
@@ -634,6 +701,15 @@ impl Connection {
             tlp_ts: None,
             max_ts: 0,
             episode_rxt: 0,
+            episode_lost: 0,
+            last_pass: 0,
+            limit: Limit::Other,
+            limit_since: 0,
+            pipeack_cur: None,
+            pipeack_samples: [(0, 0); PIPEACK_SAMPLES],
+            pipeack_defined: false,
+            nvp_since: None,
+            nvp_loss: None,
             episode_dsacked: 0,
             undo_armed: false,
             dsack: None,
@@ -915,6 +991,9 @@ impl Connection {
 
     fn enter_closed(&mut self) {
         self.state = State::Closed;
+        // Close the open limited-time interval at the last transmit pass.
+        let t = self.last_pass;
+        self.set_limit(Limit::Other, t);
         self.t_rtx = None;
         self.t_rack = None;
         self.t_tlp = None;
@@ -1542,6 +1621,7 @@ impl Connection {
                     self.in_recovery = false;
                     let w = self.cc.ssthresh().min(self.flight() + mss).max(mss);
                     self.cc.set_cwnd(w);
+                    self.cwv_recovery_end();
                 } else {
                     // Partial ACK: retransmit the next hole, deflate.
                     self.snd_nxt = self.snd_una;
@@ -1550,13 +1630,14 @@ impl Connection {
                     self.cc.set_cwnd(w);
                 }
             } else {
-                self.cc.on_ack(acked, mss, now, self.srtt);
+                self.grow(acked, now);
             }
         } else if self.dupacks == DUP_THRESH
             && !self.in_recovery
             && lt(self.recover, self.snd_una.wrapping_add(1))
         {
             let flight = self.flight();
+            self.cwv_on_loss(flight, now);
             self.cc.on_loss(flight, mss, now);
             let w = self.cc.ssthresh().saturating_add(3 * mss);
             self.cc.set_cwnd(w);
@@ -1573,13 +1654,13 @@ impl Connection {
 
     /// With SACK: RFC 6675 loss recovery paced by RFC 6937 PRR.
     fn sack_ack(&mut self, advanced: bool, acked: usize, delivered: usize, now: u64) {
-        let mss = self.snd_mss;
         if self.in_recovery && le(self.recover, self.snd_una) {
             // RFC 6675 §5: a cumulative ACK of RecoveryPoint ends recovery;
             // RFC 6937 §3.1: cwnd = ssthresh on exit.
             self.in_recovery = false;
             let ss = self.cc.ssthresh();
             self.cc.set_cwnd(ss);
+            self.cwv_recovery_end();
             // RFC 8985 §6.2.4: the widened reordering window lasts 16
             // recoveries.
             self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
@@ -1593,7 +1674,7 @@ impl Connection {
         } else if advanced {
             // Open, or after a timeout retransmitting what was deemed lost
             // (slow start, RFC 5681 §3.1).
-            self.cc.on_ack(acked, mss, now, self.srtt);
+            self.grow(acked, now);
         }
         self.detect_losses(now);
         // RFC 6675 §5 step 4 / §5.1: start recovery once a loss is known,
@@ -1741,12 +1822,14 @@ impl Connection {
         // Step 4.1: RecoveryPoint = HighData.
         self.recover = self.snd_max;
         let flight = self.flight();
+        self.cwv_on_loss(flight, now);
         // Step 4.2: ssthresh from FlightSize (RFC 5681 eq. 4), or CUBIC's beta.
         self.cc.on_loss(flight, self.snd_mss, now);
         self.prr_delivered = 0;
         self.prr_out = 0;
         self.recover_fs = flight;
         self.episode_rxt = 0;
+        self.episode_lost = 0;
         self.episode_dsacked = 0;
         self.undo_armed = true;
         self.tlp_high = None;
@@ -1755,6 +1838,164 @@ impl Connection {
         self.prr_update(delivered);
         // Step 4.3: the first lost segment goes out now, whatever the window.
         self.prr_allow = self.prr_allow.max(self.snd_mss);
+    }
+
+    /// Close the interval of the last limit and open one of `limit`
+    /// (only on a change: one comparison per transmit pass).
+    fn set_limit(&mut self, limit: Limit, now: u64) {
+        self.last_pass = now;
+        if limit == self.limit {
+            return;
+        }
+        let d = now.saturating_sub(self.limit_since);
+        match self.limit {
+            Limit::Cwnd => self.stats.cwnd_limited_ns += d,
+            Limit::App => self.stats.app_limited_ns += d,
+            Limit::Other => {}
+        }
+        self.limit = limit;
+        self.limit_since = now;
+    }
+
+    /// [`Stats::cwnd_limited_ns`] and [`Stats::app_limited_ns`] with the
+    /// interval still open at `now` (the counters hold closed ones).
+    pub fn limited_ns(&self, now: u64) -> (u64, u64) {
+        let (mut cw, mut app) = (self.stats.cwnd_limited_ns, self.stats.app_limited_ns);
+        let d = now.saturating_sub(self.limit_since);
+        match self.limit {
+            Limit::Cwnd => cw += d,
+            Limit::App => app += d,
+            Limit::Other => {}
+        }
+        (cw, app)
+    }
+
+    /// `acked` octets newly acknowledged outside recovery: the window may
+    /// grow, unless RFC 7661 says it is not validated.
+    fn grow(&mut self, acked: usize, now: u64) {
+        if self.cfg.cwv {
+            self.pipeack_sample(acked, now);
+            if self.non_validated(now) {
+                // RFC 7661 §4.3: in the NVP cwnd MUST NOT grow on ACKs.
+                self.nvp_since.get_or_insert(now);
+                self.cwv_check(now);
+                return;
+            }
+            self.nvp_since = None;
+        }
+        self.cc.on_ack(acked, self.snd_mss, now, self.srtt);
+    }
+
+    /// The length of one pipeACK sample: the smoothed RTT.
+    fn pipeack_rtt(&self) -> Option<u64> {
+        self.fine_srtt.or(self.srtt).map(|r| r.max(1))
+    }
+
+    /// RFC 7661 §4.2: measure the octets the network acknowledged per RTT.
+    /// Our simple implementation (the RFC allows one): a sample is what
+    /// new ACKs (cumulative, outside loss recovery: §4.2 MUST NOT count
+    /// recovery) acknowledged over one smoothed RTT; pipeACK is the
+    /// largest of the last three samples that ended within three RTTs,
+    /// and of the one being measured (the sampling period is three
+    /// RTTs, §4.2: at least one).
+    fn pipeack_sample(&mut self, acked: usize, now: u64) {
+        let Some(rtt) = self.pipeack_rtt() else {
+            return;
+        };
+        let (start, octets) = self.pipeack_cur.get_or_insert((now, 0));
+        *octets = octets.saturating_add(acked);
+        if now.saturating_sub(*start) >= rtt {
+            let done = (now, *octets);
+            self.pipeack_cur = Some((now, 0));
+            self.pipeack_samples.rotate_right(1);
+            self.pipeack_samples[0] = done;
+            self.pipeack_defined = true;
+        }
+    }
+
+    /// RFC 7661 §4.2 pipeACK (octets), `None` while undefined.
+    fn pipeack(&self, now: u64) -> Option<usize> {
+        if !self.pipeack_defined {
+            return None;
+        }
+        let period = self.pipeack_rtt().unwrap_or(0) * PIPEACK_SAMPLES as u64;
+        let cur = self.pipeack_cur.map_or(0, |(_, o)| o);
+        let live = self
+            .pipeack_samples
+            .iter()
+            .filter(|&&(end, _)| now.saturating_sub(end) <= period)
+            .map(|&(_, o)| o)
+            .max()
+            .unwrap_or(0);
+        Some(live.max(cur))
+    }
+
+    /// RFC 7661 §4.1: the non-validated phase, pipeACK < cwnd/2 (an
+    /// undefined pipeACK is validated). A window of at most the initial
+    /// one is always validated: §4.4.2 never takes cwnd below IW, and a
+    /// window restarting from one segment after a timeout must grow.
+    fn non_validated(&self, now: u64) -> bool {
+        let cwnd = self.cc.cwnd();
+        cwnd > 10 * self.snd_mss
+            && self
+                .pipeack(now)
+                .is_some_and(|p| p.saturating_mul(2) < cwnd)
+    }
+
+    /// RFC 7661 §4.4.2: after more than the NVP duration in the NVP, out
+    /// of recovery, the window is reduced; the NVP timer restarts.
+    fn cwv_check(&mut self, now: u64) {
+        let Some(since) = self.nvp_since else {
+            return;
+        };
+        if self.in_recovery || now.saturating_sub(since) <= self.cfg.nvp_duration {
+            return;
+        }
+        if !self.non_validated(now) {
+            self.nvp_since = None;
+            return;
+        }
+        let cwnd = self.cc.cwnd();
+        let iw = 10 * self.snd_mss;
+        // ssthresh = max(ssthresh, 3*cwnd/4); cwnd = max(cwnd/2, IW).
+        let ss = self.cc.ssthresh().max(cwnd / 4 * 3);
+        self.cc.set_ssthresh(ss);
+        self.cc.set_cwnd((cwnd / 2).max(iw));
+        self.nvp_since = Some(now);
+        self.stats.cwv_nvp_reductions += 1;
+    }
+
+    /// A loss found by ACKs (recovery begins): if it is in the NVP,
+    /// remember max(pipeACK, LossFlightSize) for RFC 7661 §4.4.1.
+    fn cwv_on_loss(&mut self, flight: usize, now: u64) {
+        self.nvp_loss = None;
+        if self.cfg.cwv && self.non_validated(now) {
+            let p = self.pipeack(now).unwrap_or(0);
+            self.nvp_loss = Some(p.max(flight));
+        }
+        // §4.2: recovery is not measured; the sample in progress ends
+        // here (unfinished: dropped), the next starts after recovery.
+        self.pipeack_cur = None;
+    }
+
+    /// Recovery from a loss in the NVP ended: RFC 7661 §4.4.1, cwnd =
+    /// (max(pipeACK, LossFlightSize) - R)/2 with R the octets
+    /// deemed lost and retransmitted in the episode, ssthresh = cwnd, and
+    /// pipeACK undefined again (the sender leaves the NVP). Not below
+    /// one segment.
+    fn cwv_recovery_end(&mut self) {
+        let Some(m) = self.nvp_loss.take() else {
+            return;
+        };
+        // Without SACK nothing tells which octets were lost: R = 0.
+        let r = usize::try_from(self.episode_lost).unwrap_or(usize::MAX);
+        let w = (m.saturating_sub(r) / 2).max(self.snd_mss);
+        self.cc.set_cwnd(w);
+        self.cc.set_ssthresh(w);
+        self.pipeack_defined = false;
+        self.pipeack_cur = None;
+        self.nvp_since = None;
+        self.stats.cwv_loss_reductions += 1;
     }
 
     /// RFC 6937 §3.1, on every ACK in recovery.
@@ -1802,6 +2043,7 @@ impl Connection {
                 if self.cc.undo() {
                     self.stats.dsack_undos += 1;
                 }
+                self.nvp_loss = None;
                 if self.in_recovery {
                     self.in_recovery = false;
                     self.lost_end = self.snd_una;
@@ -2066,6 +2308,14 @@ impl Connection {
                 self.cc.set_cwnd(self.snd_mss);
             }
             self.in_recovery = false;
+            // RFC 7661 §4.4.1 applies to recovery by ACKs; the timeout's
+            // own reduction (one segment) stands.
+            self.nvp_loss = None;
+            // What the path carried before the timeout says nothing now:
+            // pipeACK undefined (validated) until measured again.
+            self.pipeack_defined = false;
+            self.pipeack_cur = None;
+            self.nvp_since = None;
             self.dupacks = 0;
             self.t_rack = None;
             self.t_tlp = None;
@@ -2326,6 +2576,7 @@ impl Connection {
                 self.stats.fast_retransmits += 1;
             }
             self.episode_rxt = self.episode_rxt.saturating_add(adv as u64);
+            self.episode_lost = self.episode_lost.saturating_add(adv as u64);
             let max = self.snd_max;
             self.rxt_mark
                 .get_or_insert((max, seq.wrapping_add(adv as u32)));
@@ -2537,6 +2788,11 @@ impl Connection {
             }
         }
         let new_from = self.snd_max;
+        if self.cfg.cwv {
+            self.cwv_check(now);
+        }
+        // What stopped the loop below (the caller's `max`: nothing).
+        let mut limit = Limit::Other;
         // Data and FIN, limited by the peer's window and cwnd; no Nagle delay.
         while n < max {
             // When resending, skip what the peer reported holding (SACK).
@@ -2552,14 +2808,14 @@ impl Connection {
             // RFC 9293 §3.7.1 / RFC 6691: the MSS counts data only, so
             // the options this segment carries come off it.
             let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
-            let room = if sack_mode {
-                let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
-                let wnd_room = if lt(wnd_end, self.snd_nxt) {
-                    0
-                } else {
-                    wnd_end.wrapping_sub(self.snd_nxt) as usize
-                };
-                let cc_room = if probe_new {
+            let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+            let wnd_room = if lt(wnd_end, self.snd_nxt) {
+                0
+            } else {
+                wnd_end.wrapping_sub(self.snd_nxt) as usize
+            };
+            let cc_room = if sack_mode {
+                if probe_new {
                     // RFC 8985 §7.3: a probe of new data goes whatever cwnd says.
                     seg_max
                 } else if self.in_recovery {
@@ -2573,20 +2829,18 @@ impl Connection {
                         0
                     };
                     self.cc.cwnd().saturating_add(extra).saturating_sub(pipe)
-                };
-                wnd_room.min(cc_room)
+                }
             } else {
-                let wnd_end = self.snd_una.wrapping_add(
-                    self.snd_wnd
-                        .min(self.cc.cwnd().min(u32::MAX as usize) as u32),
-                );
-                let room = wnd_end.wrapping_sub(self.snd_nxt);
-                if lt(wnd_end, self.snd_nxt) {
+                let cc_end = self
+                    .snd_una
+                    .wrapping_add(self.cc.cwnd().min(u32::MAX as usize) as u32);
+                if lt(cc_end, self.snd_nxt) {
                     0
                 } else {
-                    room as usize
+                    cc_end.wrapping_sub(self.snd_nxt) as usize
                 }
             };
+            let room = wnd_room.min(cc_room);
             let mut len = avail.min(seg_max).min(room);
             if sack_mode && len < seg_max.min(avail) && pipe > 0 && !self.persist_probe {
                 // The window has room for part of a segment only: wait for
@@ -2612,6 +2866,21 @@ impl Connection {
             // The FIN goes with (or right after) the last data octet, once per pass.
             let fin_now = self.fin_queued && sent + len == self.snd_buf.len();
             if len == 0 && !fin_now {
+                // Stats::cwnd_limited_ns / app_limited_ns.
+                let want = avail.min(seg_max);
+                // Once the application has closed (FIN queued), the
+                // sender is done, not waiting for the application.
+                limit = if avail == 0 {
+                    if cc_room >= seg_max && !self.fin_queued {
+                        Limit::App
+                    } else {
+                        Limit::Other
+                    }
+                } else if cc_room < want && wnd_room >= want {
+                    Limit::Cwnd
+                } else {
+                    Limit::Other
+                };
                 if avail > 0
                     && self.snd_wnd == 0
                     && self.t_persist.is_none()
@@ -2671,6 +2940,7 @@ impl Connection {
                 break;
             }
         }
+        self.set_limit(limit, now);
         if sack_mode && self.in_recovery && n == sent_before && n < max {
             n += self.send_rescue(now, emit);
         }
@@ -5011,6 +5281,187 @@ mod tests {
                 }
                 eprintln!("{algo:?} loss {loss}‰: {recoveries} SACK recoveries, {rtos} RTOs");
                 assert!(recoveries > 0);
+            }
+        }
+    }
+
+    /// A config for the RFC 7661 and limited-time tests: a window large
+    /// enough that slow start, not the peer, limits a bulk transfer.
+    fn cwv_cfg(cwv: bool) -> Config {
+        Config {
+            cwv,
+            rcv_buf: 8 << 20,
+            window_shift: 8,
+            ..cfg()
+        }
+    }
+
+    /// Send `n` octets a to b and run until all are acknowledged.
+    fn bulk(p: &mut Pair, n: usize) {
+        let d = data(n, 3);
+        let mut sent = 0;
+        for _ in 0..1_000_000 {
+            if sent < d.len() {
+                sent += p.a.send(&d[sent..]);
+            }
+            p.step();
+            if sent == d.len() && p.a.unacked() == 0 {
+                return;
+            }
+        }
+        panic!("bulk of {n} octets did not finish");
+    }
+
+    /// `bursts` sends of `len` octets, `gap` ns apart, each acknowledged
+    /// before the next.
+    fn trickle(p: &mut Pair, bursts: usize, len: usize, gap: u64) {
+        for i in 0..bursts {
+            assert_eq!(p.a.send(&data(len, i as u8)), len);
+            let until = p.now + gap;
+            while p.now < until {
+                p.step();
+            }
+            assert_eq!(p.a.unacked(), 0, "burst {i} not acknowledged");
+        }
+    }
+
+    #[test]
+    fn limited_time_counters_tell_bulk_from_trickle() {
+        let mut p = established(cwv_cfg(false), 41);
+        let t0 = p.now;
+        let (cw0, app0) = p.a.limited_ns(t0);
+        // Slow start all the way: the window, not the data, limits.
+        bulk(&mut p, 2 << 20);
+        let el = p.now - t0;
+        let (cw1, app1) = p.a.limited_ns(p.now);
+        let (cw, app) = (cw1 - cw0, app1 - app0);
+        assert!(cw * 2 > el, "bulk: cwnd-limited {cw} of {el} ns");
+        // Application-limited only at the end: all sent, the last ACKs
+        // on their way (about one RTT).
+        let rtt = p.a.srtt.unwrap();
+        assert!(
+            app <= 2 * rtt,
+            "bulk: app-limited {app} of {el} ns, RTT {rtt}"
+        );
+        // Only transitions update the counters: the bulk transfer's
+        // cwnd-limited time ended when its last data went out.
+        assert!(p.a.stats().cwnd_limited_ns >= cw);
+        // Small sends 1 ms apart: waiting for the application.
+        let t1 = p.now;
+        trickle(&mut p, 20, 300, 1_000_000);
+        let el = p.now - t1;
+        let (cw2, app2) = p.a.limited_ns(p.now);
+        let (cw, app) = (cw2 - cw1, app2 - app1);
+        assert!(app * 10 > el * 9, "trickle: app-limited {app} of {el} ns");
+        assert_eq!(cw, 0, "trickle: cwnd-limited {cw} ns");
+        // Closing ends the application-limited time (the sender is done)
+        // and closes the open interval into the counters.
+        p.a.close();
+        p.b.close();
+        assert!(p.run(100_000, |p| p.a.state() == State::Closed));
+        let st = p.a.stats();
+        assert!(st.app_limited_ns >= app2, "{} < {app2}", st.app_limited_ns);
+        assert!(
+            st.app_limited_ns < app2 + 50_000,
+            "{} counted after close",
+            st.app_limited_ns - app2
+        );
+    }
+
+    /// Grow a's window with a bulk transfer, then send small bursts: the
+    /// sender is application-limited (RFC 7661 §4.1's NVP).
+    fn into_nvp(cwv: bool, seed: u64) -> (Pair, usize) {
+        let mut p = established(cwv_cfg(cwv), seed);
+        bulk(&mut p, 256 << 10);
+        // The first bursts come within the pipeACK sampling period of the
+        // bulk transfer (validated: the window may still grow).
+        trickle(&mut p, 3, 500, 1_000_000);
+        let w = p.a.cwnd();
+        (p, w)
+    }
+
+    #[test]
+    fn rfc7661_cwnd_does_not_grow_while_application_limited() {
+        // §4.3: in the NVP cwnd does not grow on ACKs.
+        let (mut p, w) = into_nvp(true, 42);
+        assert!(w > 200 << 10, "the bulk transfer grew the window: {w}");
+        trickle(&mut p, 40, 500, 1_000_000);
+        assert_eq!(p.a.cwnd(), w, "cwnd grew in the NVP");
+        assert_eq!(p.a.stats().cwv_nvp_reductions, 0);
+        // Without validation, every ACK grows it (slow start).
+        let (mut p, w) = into_nvp(false, 42);
+        trickle(&mut p, 40, 500, 1_000_000);
+        assert_eq!(p.a.cwnd(), w + 40 * 500);
+    }
+
+    #[test]
+    fn rfc7661_cwnd_grows_again_once_validated() {
+        let (mut p, w) = into_nvp(true, 43);
+        trickle(&mut p, 10, 500, 1_000_000);
+        assert_eq!(p.a.cwnd(), w);
+        // Bulk data fills the window: pipeACK >= cwnd/2, validated
+        // (§4.1), and the window grows as usual.
+        bulk(&mut p, 1 << 20);
+        assert!(p.a.cwnd() > w + (256 << 10), "{} from {w}", p.a.cwnd());
+    }
+
+    #[test]
+    fn rfc7661_nvp_longer_than_its_duration_halves_cwnd() {
+        let mut c = cwv_cfg(true);
+        c.nvp_duration = 5_000_000;
+        let mut p = established(c, 44);
+        bulk(&mut p, 256 << 10);
+        trickle(&mut p, 3, 500, 1_000_000);
+        let (w, ss) = (p.a.cwnd(), p.a.ssthresh());
+        let iw = 10 * p.a.snd_mss;
+        assert!(w > 4 * iw);
+        // Bursts every millisecond until the first reduction (§4.4.2).
+        let mut done = false;
+        for i in 0..50 {
+            assert_eq!(p.a.send(&data(500, i as u8)), 500);
+            let until = p.now + 1_000_000;
+            while p.now < until && !done {
+                p.step();
+                done = p.a.stats().cwv_nvp_reductions == 1;
+            }
+            if done {
+                break;
+            }
+        }
+        assert!(done, "no reduction after 50 ms in the NVP");
+        // ssthresh = max(ssthresh, 3*cwnd/4); cwnd = max(cwnd/2, IW).
+        assert_eq!(p.a.cwnd(), (w / 2).max(iw));
+        assert_eq!(p.a.ssthresh(), ss.max(w / 4 * 3));
+    }
+
+    #[test]
+    fn rfc7661_loss_in_the_nvp_sets_cwnd_from_what_was_used() {
+        for cwv in [true, false] {
+            let (mut p, _) = into_nvp(cwv, 45);
+            trickle(&mut p, 10, 500, 1_000_000);
+            // Ten segments at once; the first is lost: SACK recovery.
+            let seg = p.a.mss();
+            p.drop_seq.push((p.a.snd_nxt, 1));
+            assert_eq!(p.a.send(&data(10 * seg, 9)), 10 * seg);
+            let rtos = p.a.stats().rto_retransmits;
+            assert!(p.run(100_000, |p| p.a.unacked() == 0));
+            let st = p.a.stats();
+            assert_eq!(
+                (st.sack_recoveries, st.rto_retransmits),
+                (1, rtos),
+                "{st:?}"
+            );
+            if cwv {
+                // §4.4.1: cwnd = (max(pipeACK, LossFlightSize) - R)/2:
+                // pipeACK (500-octet bursts) < LossFlightSize (10
+                // segments), R the one segment resent.
+                assert_eq!(st.cwv_loss_reductions, 1);
+                assert_eq!(p.a.cwnd(), (10 * seg - seg) / 2);
+                assert_eq!(p.a.ssthresh(), (10 * seg - seg) / 2);
+            } else {
+                // RFC 9438 §4.6: 0.7 of the flight.
+                assert_eq!(st.cwv_loss_reductions, 0);
+                assert_eq!(p.a.cwnd(), 10 * seg * 7 / 10);
             }
         }
     }

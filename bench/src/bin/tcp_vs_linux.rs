@@ -21,11 +21,14 @@
 //! not slow down for random loss) unless `--linux-cc NAME` sets one for
 //! them through a per-route `congctl`. `--ack-every N` makes our receiver
 //! acknowledge every N full-sized segments (`tcp::Config::ack_every`)
-//! instead of once per poll round.
+//! instead of once per poll round. Under each rate's row, a line gives
+//! the time our sender was cwnd-limited and application-limited
+//! (`tcp::Stats`) as a share of its transfer; `--cwv on|off` turns RFC
+//! 7661 congestion window validation on or off in our stack.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
-//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2] [--cwv on|off]
 //! ```
 
 use std::io::{Read, Write};
@@ -207,6 +210,9 @@ fn our_client(
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
     scfg.tcp.congestion = congestion();
+    if let Some(on) = cwv_arg() {
+        scfg.tcp.cwv = on;
+    }
     if count_tcp {
         // A connection's counters are summed when it reaches CLOSED: keep
         // TIME-WAIT short so that the bulk connection gets there.
@@ -413,6 +419,9 @@ fn our_server(
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
     scfg.tcp.congestion = congestion();
+    if let Some(on) = cwv_arg() {
+        scfg.tcp.cwv = on;
+    }
     scfg.tcp.time_wait = 1_000_000;
     if let Some(n) = arg_opt("--ack-every") {
         scfg.tcp.ack_every = n as u32;
@@ -502,6 +511,22 @@ fn congestion() -> tcp_lite::cc::Algorithm {
         tcp_lite::cc::Algorithm::NewReno
     } else {
         tcp_lite::cc::Algorithm::Cubic
+    }
+}
+
+/// `--cwv on|off`: RFC 7661 congestion window validation in our stack
+/// (`tcp::Config::cwv`; its default otherwise).
+fn cwv_arg() -> Option<bool> {
+    let args: Vec<String> = std::env::args().collect();
+    let v = args
+        .iter()
+        .position(|a| a == "--cwv")
+        .map(|i| args.get(i + 1));
+    match v {
+        None => None,
+        Some(Some(v)) if v == "on" => Some(true),
+        Some(Some(v)) if v == "off" => Some(false),
+        Some(v) => panic!("--cwv on|off, not {v:?}"),
     }
 }
 
@@ -602,10 +627,11 @@ fn loss_table(
         }
     }
     println!(
-        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off; Linux congestion control: {} (ours: {:?})",
+        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off; Linux congestion control: {} (ours: {:?}, RFC 7661 cwv {})",
         bulk >> 20,
         cc.unwrap_or_else(|| linux_cc(ours_ns)),
-        congestion()
+        congestion(),
+        cwv_arg().unwrap_or(tcp_lite::tcp::Config::default().cwv)
     );
     println!(
         "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>8} {:>13} {:>6} {:>9} {:>9} {:>9}",
@@ -694,6 +720,19 @@ fn loss_table(
             rx_loop.rx_frames as f64 / rx_loop.tx_frames.max(1) as f64,
             lin_per_ack,
             rx_drops
+        );
+        // Our sender's limited time (tcp::Stats, summed over its
+        // connections) as a share of its transfer time.
+        let secs = bulk as f64 / our_bw / 1e6;
+        let pct = |ns: u64| ns as f64 / 1e9 / secs * 100.0;
+        println!(
+            "{:>7} ours->L sender: cwnd-limited {:.0}%, app-limited {:.0}% of {:.2} s; RFC 7661 reductions {} NVP / {} loss",
+            "",
+            pct(st.cwnd_limited_ns),
+            pct(st.app_limited_ns),
+            secs,
+            st.cwv_nvp_reductions,
+            st.cwv_loss_reductions
         );
     }
 }
