@@ -1720,11 +1720,12 @@ impl Qp {
     /// [`poll_transmit`](Self::poll_transmit): a small message costs
     /// little to copy, and its completion then waits for no ACK. So is an
     /// FPDU whose inline body passes what a descriptor holds (inline data
-    /// above 40 octets). Every other FPDU is a descriptor of registered
+    /// above 44 octets). Every other FPDU is a descriptor of registered
     /// memory ([`TxRecord::Fpdu`]), and the Send or Write it ends completes
     /// when the caller reports it acknowledged
-    /// ([`fpdu_acked`](Self::fpdu_acked)). `None` when nothing is ready or
-    /// [`can_describe`](Self::can_describe) is false.
+    /// ([`fpdu_acked`](Self::fpdu_acked)). The record goes on `txq`;
+    /// returns whether one did (false when nothing is ready, it does not
+    /// fit, or [`can_describe`](Self::can_describe) is false).
     pub fn poll_record(
         &mut self,
         mem: &MemoryTable,

@@ -225,10 +225,13 @@ impl FpduDesc {
         // from the first octet, else the one remembered, else read again.
         let value = if !self.crc_on {
             0
-        } else if let Some((p, c)) = self.run.filter(|(p, _)| *p == crc_at) {
-            let _ = p;
-            self.crc = Some(c.value());
-            c.value()
+        } else if let Some(v) = self
+            .run
+            .filter(|(p, _)| *p == crc_at)
+            .map(|(_, c)| c.value())
+        {
+            self.crc = Some(v);
+            v
         } else if let Some(v) = self.crc {
             v
         } else {
