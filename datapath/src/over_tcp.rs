@@ -514,9 +514,6 @@ impl IwarpOverTcp {
             // One FPDU (or the MPA Request/Reply) per record, so TCP puts
             // whole FPDUs in segments (RFC 5044 §8) and a receiver, or
             // Wireshark, finds an FPDU header at the start of each segment.
-            // Each FPDU is framed (with its CRC) straight into TCP's send
-            // buffer: the one copy out of registered memory before the
-            // frame.
             //
             // One-copy transmit: TCP keeps each record's length only, and
             // the FPDU is written from registered memory into the frame
@@ -543,6 +540,9 @@ impl IwarpOverTcp {
                     }
                 }
             } else {
+                // `copy_transmit`: each FPDU is framed (with its CRC)
+                // straight into TCP's send buffer, which keeps it for
+                // retransmission.
                 loop {
                     let n = self.tcp.send_record_with(usize::MAX, |room| {
                         let max = room.remaining();
