@@ -151,11 +151,6 @@ impl FpduDesc {
         self.completes
     }
 
-    /// Payload octets, from registered memory.
-    pub fn payload_len(&self) -> usize {
-        self.payload_len as usize
-    }
-
     /// Write wire octets `at .. at + dst.len()` of the FPDU into `dst`,
     /// payload straight from registered memory. False if a source range is
     /// no longer live or the span leaves the FPDU (`dst` then holds

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use iwarp_frame::FrameDevice;
 use iwarp_xdp::{in_netns, Config, XdpDevice};
-use netns_harness::{skip_reason, End, Netns, VethPair};
+use netns_harness::{skip_reason, End, NsPair};
 use tcp_lite::arp;
 use tcp_lite::iface::{FrameSink, IfaceConfig, Interface};
 use tcp_lite::tcp::PayloadFill;
@@ -19,40 +19,31 @@ use tcp_lite::wire::{
     TcpFlags, TcpPacket, TcpRepr,
 };
 
-/// Fields drop in order: the devices, then the veth, then the namespaces.
+/// Fields drop in order: the devices, then the veth and namespaces.
 struct Pair {
     a_dev: XdpDevice,
     b_dev: XdpDevice,
-    _veth: VethPair,
-    _b: Netns,
-    _a: Netns,
-    net: [u8; 3],
+    ns: NsPair,
 }
 
 impl Pair {
     fn ip(&self, host: u8) -> [u8; 4] {
-        [self.net[0], self.net[1], self.net[2], host]
+        self.ns.addr(host).octets()
     }
 }
 
-/// Two namespaces joined by a veth, no kernel addresses; an XdpDevice on
-/// each end: A as 10.X.Y.1 (configured by `tweak_a`), B as 10.X.Y.2.
+/// Two namespaces joined by a veth (`NsPair`), no kernel addresses; an
+/// XdpDevice on each end: A as 10.X.Y.1 (configured by `tweak_a`), B as
+/// 10.X.Y.2.
 fn pair(tag: &str, mtu: Option<u32>, tweak_a: impl FnOnce(&mut Config)) -> Pair {
-    let a = Netns::new(tag).expect("netns A");
-    let b = Netns::new(tag).expect("netns B");
-    let id = a.id();
-    let net = [10, (id >> 8) as u8, id as u8];
-    let mut veth = VethPair::new(tag).expect("veth");
-    veth.move_to(End::A, &a).expect("move A");
-    veth.move_to(End::B, &b).expect("move B");
-    veth.disable_ipv6(End::A).expect("ipv6 A");
-    veth.disable_ipv6(End::B).expect("ipv6 B");
+    let ns = NsPair::new(tag).expect("namespaces and veth");
     if let Some(m) = mtu {
-        veth.set_mtu(End::A, m).expect("mtu A");
-        veth.set_mtu(End::B, m).expect("mtu B");
+        ns.veth.set_mtu(End::A, m).expect("mtu A");
+        ns.veth.set_mtu(End::B, m).expect("mtu B");
     }
-    veth.set_up(End::A).expect("up A");
-    veth.set_up(End::B).expect("up B");
+    let veth = &ns.veth;
+    let (a, b) = (&ns.a, &ns.b);
+    let net = ns.addr(0).octets();
     let mut cfg_a = Config::new(veth.name(End::A), [net[0], net[1], net[2], 1]);
     tweak_a(&mut cfg_a);
     let cfg_b = Config::new(veth.name(End::B), [net[0], net[1], net[2], 2]);
@@ -72,14 +63,7 @@ fn pair(tag: &str, mtu: Option<u32>, tweak_a: impl FnOnce(&mut Config)) -> Pair 
         b_dev.attach_mode(),
         b_dev.xsk_mode(),
     );
-    Pair {
-        a_dev,
-        b_dev,
-        _veth: veth,
-        _b: b,
-        _a: a,
-        net,
-    }
+    Pair { a_dev, b_dev, ns }
 }
 
 /// Frame number `n` of `len` octets from A to B: Ethernet, an IPv4 header
