@@ -312,6 +312,17 @@ pub trait UlpduSink {
     fn segment_data(&mut self, data: &[u8]);
     /// The FPDU ended and its CRC checked out.
     fn segment_end(&mut self);
+    /// A whole ULPDU at once, its CRC already checked: `header` then
+    /// `payload` (possibly empty). The same as `segment_begin`, then
+    /// `segment_data` if `payload` is not empty, then `segment_end`, which
+    /// is what it does unless a sink has a shorter way.
+    fn segment_whole(&mut self, ulpdu_len: u16, header: &[u8], payload: &[u8]) {
+        self.segment_begin(ulpdu_len, header);
+        if !payload.is_empty() {
+            self.segment_data(payload);
+        }
+        self.segment_end();
+    }
 }
 
 /// A stream-fatal MPA receive error; each maps to one LLP Terminate code.
@@ -525,11 +536,11 @@ impl Deframer {
         // The control octet says which header follows.
         let hdr_len = DdpControl(data[LEN_FIELD]).header_len().min(ulpdu_len);
         let end = LEN_FIELD + ulpdu_len;
-        sink.segment_begin(ulpdu_len as u16, &data[LEN_FIELD..LEN_FIELD + hdr_len]);
-        if LEN_FIELD + hdr_len < end {
-            sink.segment_data(&data[LEN_FIELD + hdr_len..end]);
-        }
-        sink.segment_end();
+        sink.segment_whole(
+            ulpdu_len as u16,
+            &data[LEN_FIELD..LEN_FIELD + hdr_len],
+            &data[LEN_FIELD + hdr_len..end],
+        );
         self.fpdus += 1;
         self.pos += (body + CRC_LEN) as u64;
         Some(Ok(body + CRC_LEN))

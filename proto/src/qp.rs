@@ -2294,6 +2294,41 @@ impl RxCtx<'_> {
         }
     }
 
+    /// The bulk case in one step: a whole RDMA Write FPDU with payload
+    /// (tagged, DV and RV one, opcode Write) that its STag lets us place
+    /// is placed with one table lookup, without the per-segment state
+    /// `begin`, `data` and `end` keep for FPDUs cut across segments.
+    /// Anything else, and every FPDU that fails a check, returns false
+    /// having changed nothing, and takes the general path, which raises
+    /// the error its checks find (RFC 5041 §7.1, RFC 5040 §7.2).
+    fn whole_write(&mut self, header: &[u8], payload: &[u8]) -> bool {
+        let &[ddp, rdmap, s0, s1, s2, s3, t0, t1, t2, t3, t4, t5, t6, t7] = header else {
+            return false;
+        };
+        let (ddp, rdmap) = (DdpControl(ddp), RdmapControl(rdmap));
+        if self.rx.dead
+            || payload.is_empty()
+            || !ddp.tagged()
+            || ddp.version() != DDP_VERSION
+            || rdmap.version() != RDMAP_VERSION
+            || rdmap.opcode() != Opcode::Write
+        {
+            return false;
+        }
+        let stag = STag(u32::from_be_bytes([s0, s1, s2, s3]));
+        let to = u64::from_be_bytes([t0, t1, t2, t3, t4, t5, t6, t7]);
+        if self
+            .mem
+            .place(stag, self.cfg.pd, Access::REMOTE_WRITE, to, payload)
+            .is_err()
+        {
+            return false;
+        }
+        self.stats.bytes_placed += payload.len() as u64;
+        self.stats.fpdus_rx += 1;
+        true
+    }
+
     fn data(&mut self, data: &[u8]) {
         let at = self.rx.placed;
         self.rx.placed += data.len();
@@ -2521,6 +2556,16 @@ impl UlpduSink for RxCtx<'_> {
         self.data(data);
     }
     fn segment_end(&mut self) {
+        self.end();
+    }
+    fn segment_whole(&mut self, ulpdu_len: u16, header: &[u8], payload: &[u8]) {
+        if self.whole_write(header, payload) {
+            return;
+        }
+        self.begin(ulpdu_len, header);
+        if !payload.is_empty() {
+            self.data(payload);
+        }
         self.end();
     }
 }

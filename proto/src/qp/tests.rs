@@ -1679,3 +1679,71 @@ proptest! {
         b.qp.poll_transmit(&b.mem, &mut out, usize::MAX, usize::MAX);
     }
 }
+
+/// A whole RDMA Write FPDU to a region takes `RxCtx::whole_write`'s one
+/// step; the same FPDU cut in pieces takes the general path. Both must
+/// place the same octets, and every check that fails must raise the same
+/// Terminate (RFC 5041 §7.1 tagged checks, §7.2 codes) with nothing placed.
+#[test]
+fn whole_and_cut_write_fpdus_place_and_terminate_alike() {
+    type Pick = fn(&mut End, STag) -> (STag, u64, u32);
+    let cases: [(Option<TermCode>, Pick); 7] = [
+        (None, |_, mr| (mr, 8, 40)),
+        (Some(TermCode::DDP_T_INVALID_STAG), |_, mr| {
+            (STag(mr.0 ^ 1), 0, 4)
+        }),
+        (Some(TermCode::DDP_T_BASE_BOUNDS), |_, mr| (mr, 60, 8)),
+        (Some(TermCode::DDP_T_TO_WRAP), |_, mr| (mr, u64::MAX - 1, 4)),
+        // RFC 5041 has no access code: a missing right is Invalid STag.
+        (Some(TermCode::DDP_T_INVALID_STAG), |b, _| {
+            (b.reg(vec![0x33; 64], Access::REMOTE_READ), 0, 4)
+        }),
+        (Some(TermCode::DDP_T_STAG_NOT_ASSOC), |b, _| {
+            let other = b.mem.alloc_pd();
+            let s = b
+                .mem
+                .register(other, vec![0x44; 64], Access::ALL, 0)
+                .unwrap();
+            (s, 0, 4)
+        }),
+        (Some(TermCode::DDP_T_INVALID_STAG), |b, mr| {
+            b.mem.invalidate(mr).unwrap();
+            (mr, 0, 4)
+        }),
+    ];
+    for (want, pick) in cases {
+        let mut seen = Vec::new();
+        for cut in [usize::MAX, 7] {
+            let (mut a, mut b) = (End::new(1024), End::new(1024));
+            let mr = b.reg(vec![0x11; 64], Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+            let (stag, to, len) = pick(&mut b, mr);
+            let before: Vec<_> = [mr, stag].iter().map(|&s| b.mem.snapshot(s)).collect();
+            let src = a.reg(pattern(64, 5), Access::LOCAL_READ);
+            a.qp.post_send(&a.mem, write(1, sge(src, 0, len), stag, to))
+                .unwrap();
+            pump_raw(&mut a.qp, &mut a.mem, &mut b.qp, &mut b.mem, cut);
+            let after: Vec<_> = [mr, stag].iter().map(|&s| b.mem.snapshot(s)).collect();
+            let term = events(&mut b.qp).into_iter().find_map(|e| match e {
+                QpEvent::TerminateSent(t) => Some(t),
+                _ => None,
+            });
+            match want {
+                None => {
+                    assert!(term.is_none(), "cut {cut}: {term:?}");
+                    let mut image = [0x11u8; 64];
+                    image[8..48].copy_from_slice(&pattern(64, 5)[..40]);
+                    assert_eq!(after[0].as_deref(), Some(&image[..]), "cut {cut}");
+                }
+                Some(code) => {
+                    let t = term.unwrap_or_else(|| panic!("cut {cut}: no Terminate"));
+                    assert_eq!(t.code, code, "cut {cut}: {stag} at {to:#x}");
+                    assert_eq!(t.ddp_header, tagged_write_hdr(stag, to), "cut {cut}");
+                    assert_eq!(t.ddp_segment_len, Some(14 + len as u16));
+                    assert_eq!(after, before, "cut {cut}: memory changed");
+                }
+            }
+            seen.push((term, after, b.qp.stats().bytes_placed));
+        }
+        assert_eq!(seen[0], seen[1], "whole and cut differ");
+    }
+}
