@@ -38,7 +38,24 @@ int shim_port_by_name(const char *name, uint16_t *port) {
     return rte_eth_dev_get_port_by_name(name, port);
 }
 
-int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd) {
+int shim_port_limits(uint16_t port, uint16_t *min_mtu, uint16_t *max_mtu,
+                     uint32_t *max_rx_pktlen) {
+    struct rte_eth_dev_info info;
+    int rc;
+
+    if (!rte_eth_dev_is_valid_port(port))
+        return -ENODEV;
+    rc = rte_eth_dev_info_get(port, &info);
+    if (rc != 0)
+        return rc;
+    *min_mtu = info.min_mtu;
+    *max_mtu = info.max_mtu;
+    *max_rx_pktlen = info.max_rx_pktlen;
+    return 0;
+}
+
+int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd,
+                   uint16_t mtu) {
     struct rte_eth_conf conf;
     struct rte_eth_dev_info info;
     int rc;
@@ -49,6 +66,8 @@ int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uin
     if (rc != 0)
         return rc;
     memset(&conf, 0, sizeof(conf));
+    /* rte_eth_dev_configure checks it against the driver's min/max MTU. */
+    conf.rxmode.mtu = mtu;
     /* Fast free: every mbuf we send comes from one pool and has refcnt 1. */
     if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
         conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;

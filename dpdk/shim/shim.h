@@ -8,7 +8,7 @@
  * rte_pktmbuf_alloc, rte_pktmbuf_mtod, ...) are `static inline` in DPDK's
  * headers and have no symbol to link against, and port configuration takes
  * large, version-dependent structs (rte_eth_conf, rte_eth_dev_info). Here they
- * become 19 functions over integers, byte pointers and two opaque handles.
+ * become 20 functions over integers, byte pointers and two opaque handles.
  *
  * Conventions: functions returning int return 0 on success and a negative
  * errno value on failure (DPDK's own convention); pointers returned NULL
@@ -40,11 +40,18 @@ uint32_t shim_pool_avail(const struct rte_mempool *pool);
 int shim_dev_probe(const char *devargs);
 /* rte_eth_dev_get_port_by_name. */
 int shim_port_by_name(const char *name, uint16_t *port);
+/* The MTUs the driver accepts and the longest frame it receives
+ * (rte_eth_dev_info_get). */
+int shim_port_limits(uint16_t port, uint16_t *min_mtu, uint16_t *max_mtu,
+                     uint32_t *max_rx_pktlen);
 /*
- * Configure one RX and one TX queue with nb_rxd/nb_txd descriptors (RX
- * buffers from pool), start the port. Returns 0 or -errno.
+ * Configure the port with MTU mtu and one RX and one TX queue with
+ * nb_rxd/nb_txd descriptors (RX buffers from pool, whose data room must
+ * hold a whole frame: no RX scatter is asked for), start the port.
+ * Returns 0 or -errno.
  */
-int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd);
+int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd,
+                   uint16_t mtu);
 int shim_port_mac(uint16_t port, uint8_t mac[6]);
 int shim_port_mtu(uint16_t port, uint16_t *mtu);
 /* rte_eth_stats_get, flattened. */

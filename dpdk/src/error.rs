@@ -49,6 +49,18 @@ pub enum Error {
         /// What failed.
         errno: i32,
     },
+    /// The driver does not take this MTU.
+    Mtu {
+        /// The port's name.
+        name: String,
+        /// The MTU asked for.
+        asked: u16,
+        /// The smallest it takes (576 at least: IPv4's minimum datagram).
+        min: u16,
+        /// The largest it takes (its `max_mtu`, or what its longest
+        /// received frame allows).
+        max: u16,
+    },
     /// Another DPDK call failed.
     Dpdk {
         /// Which.
@@ -62,7 +74,10 @@ impl Error {
     /// The error number, if there is one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Unavailable | Error::AlreadyInitialised | Error::InvalidArgument { .. } => None,
+            Error::Unavailable
+            | Error::AlreadyInitialised
+            | Error::InvalidArgument { .. }
+            | Error::Mtu { .. } => None,
             Error::NoSuchPort { .. } => Some(19), // ENODEV
             Error::Probe { code, .. } => (*code < -1).then_some(-*code),
             Error::EalInit { errno }
@@ -141,6 +156,16 @@ impl fmt::Display for Error {
             Error::PortInit { name, errno } => {
                 write!(f, "starting DPDK port {name:?} failed: {}", Errno(*errno))
             }
+            Error::Mtu {
+                name,
+                asked,
+                min,
+                max,
+            } => write!(
+                f,
+                "DPDK port {name:?} does not take MTU {asked}: its driver takes {min}..={max} \
+                 (ask for what the link carries, within that)"
+            ),
             Error::Dpdk { op, errno } => write!(f, "{op}: {}", Errno(*errno)),
         }
     }

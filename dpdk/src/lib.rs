@@ -54,12 +54,12 @@ pub mod sys;
 #[cfg(not(iwarp_dpdk_missing))]
 pub use eal::Eal;
 #[cfg(not(iwarp_dpdk_missing))]
-pub use port::{Port, MAX_FRAME};
+pub use port::{Port, DEFAULT_MTU, MAX_FRAME};
 
 #[cfg(iwarp_dpdk_missing)]
 mod stub;
 #[cfg(iwarp_dpdk_missing)]
-pub use stub::{Eal, Port, MAX_FRAME};
+pub use stub::{Eal, Port, DEFAULT_MTU, MAX_FRAME};
 
 /// Whether this build has DPDK (false: everything returns
 /// [`Error::Unavailable`]).
@@ -121,7 +121,7 @@ pub struct Counters {
     pub tx_dropped: u64,
     /// `tx` refusals: the pool had no free mbuf.
     pub tx_no_mbuf: u64,
-    /// `tx` refusals: the frame exceeds [`MAX_FRAME`].
+    /// `tx` refusals: the frame exceeds the port's [`Port::max_frame`].
     pub tx_too_big: u64,
     /// Frames built in place in an mbuf (`FrameDevice::tx_build`).
     pub tx_built: u64,
@@ -198,5 +198,13 @@ mod tests {
         };
         assert_eq!(e.errno(), Some(19));
         assert!(Error::AlreadyInitialised.to_string().contains("once"));
+        let e = Error::Mtu {
+            name: "net_af_packet0".into(),
+            asked: 9000,
+            min: 576,
+            max: 1504,
+        };
+        assert_eq!(e.errno(), None);
+        assert!(e.to_string().contains("takes 576..=1504"), "{e}");
     }
 }

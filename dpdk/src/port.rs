@@ -15,9 +15,25 @@ const BURST: usize = 32;
 /// Parts a gathered frame may have (headers and payload take 2).
 const TX_PARTS: usize = 8;
 /// Data room of one mbuf after DPDK's 128-octet headroom
-/// (RTE_MBUF_DEFAULT_DATAROOM): the largest frame we transmit.
+/// (RTE_MBUF_DEFAULT_DATAROOM) at the default MTU: the largest frame a
+/// port opened with [`Port::open`] sends. A larger MTU
+/// ([`Port::open_mtu`]) gets mbufs with room for its frames.
 pub const MAX_FRAME: usize = 2048;
 const HEADROOM: u16 = 128;
+/// The MTU [`Port::open`] configures (Ethernet's, DPDK's default).
+pub const DEFAULT_MTU: u16 = 1500;
+/// Room a frame of MTU `mtu` needs in one mbuf: Ethernet header, one VLAN
+/// tag and CRC a driver may leave in, and the 256 octets
+/// (XDP_PACKET_HEADROOM) the kernel keeps in front of each received frame
+/// inside the data room for a driver that receives into mbufs through
+/// AF_XDP (`net_af_xdp`: a 2048-octet data room takes frames of at most
+/// about 1790 octets, measured), rounded up to a cache line; never less
+/// than [`MAX_FRAME`].
+fn frame_room(mtu: u16) -> usize {
+    (usize::from(mtu) + 14 + 4 + 4 + 256)
+        .next_multiple_of(64)
+        .max(MAX_FRAME)
+}
 /// tx_burst attempts per flush before the rest is dropped.
 const TX_TRIES: usize = 4;
 
@@ -34,6 +50,8 @@ pub struct Port {
     pool: NonNull<RteMempool>,
     mac: [u8; 6],
     mtu: u16,
+    /// The largest frame one mbuf holds (its data room).
+    max_frame: usize,
     /// Frames copied into mbufs, waiting for `flush` (≤ BURST).
     pending: Vec<*mut RteMbuf>,
     /// For frames spread over several mbuf segments.
@@ -61,6 +79,23 @@ impl Port {
     /// (`net_af_packet0,iface=veth0`), which hot-plug the virtual device
     /// first; its port name is the part before the comma.
     pub fn open(eal: &Eal, name_or_vdev: &str, queues: Queues) -> Result<Port, Error> {
+        Self::open_mtu(eal, name_or_vdev, queues, DEFAULT_MTU)
+    }
+
+    /// [`open`](Self::open) with MTU `mtu` (IP packet size) instead of
+    /// 1500: the port is configured with it and its mbufs hold one whole
+    /// frame of that size, so jumbo frames go in one segment each way. An
+    /// MTU the driver does not take (outside its `min_mtu..=max_mtu`, or
+    /// frames longer than it receives) is [`Error::Mtu`], before anything
+    /// is allocated. The link's own MTU is not known here (a driver over a
+    /// kernel interface, like `net_af_xdp`, takes larger frames than the
+    /// interface passes): ask for what the link carries.
+    pub fn open_mtu(
+        eal: &Eal,
+        name_or_vdev: &str,
+        queues: Queues,
+        mtu: u16,
+    ) -> Result<Port, Error> {
         if queues.rx_desc == 0 || queues.tx_desc == 0 {
             return Err(Error::InvalidArgument {
                 reason: "descriptor counts must be positive",
@@ -97,10 +132,33 @@ impl Port {
         if rc != 0 {
             return Err(Error::NoSuchPort { name });
         }
+        let (mut min_mtu, mut max_mtu, mut max_rx) = (0u16, 0u16, 0u32);
+        // SAFETY: id is a valid port (looked up above); the three pointers
+        // are to distinct locals the shim writes.
+        let rc = unsafe { sys::shim_port_limits(id, &mut min_mtu, &mut max_mtu, &mut max_rx) };
+        if rc != 0 {
+            return Err(Error::Dpdk {
+                op: "rte_eth_dev_info_get",
+                errno: -rc,
+            });
+        }
+        // The frame: MTU plus the 14-octet Ethernet header (the driver's
+        // max_rx_pktlen counts it; a 4-octet CRC too on some drivers, but
+        // not on the software ones here, whose limit is MTU + 18).
+        if mtu < min_mtu.max(576) || mtu > max_mtu || u32::from(mtu) + 14 > max_rx {
+            return Err(Error::Mtu {
+                name,
+                asked: mtu,
+                min: min_mtu.max(576),
+                max: max_mtu.min(max_rx.saturating_sub(14).min(u32::from(u16::MAX)) as u16),
+            });
+        }
+        let max_frame = frame_room(mtu);
 
         // RX ring + TX ring + one burst in flight each way + our pending
         // batch, plus slack; 2^n − 1 is the size DPDK's ring likes best.
-        let want = u32::from(queues.rx_desc) + u32::from(queues.tx_desc) + 4 * BURST as u32 + 512;
+        let want =
+            4 * (u32::from(queues.rx_desc) + u32::from(queues.tx_desc)) + 4 * BURST as u32 + 512;
         let mbufs = want.next_power_of_two() - 1;
         let pool_name = CString::new(format!("iwd{}", POOLS.fetch_add(1, Ordering::Relaxed)))
             .map_err(|_| Error::InvalidArgument {
@@ -109,7 +167,7 @@ impl Port {
         // SAFETY: pool_name is NUL-terminated and outlives the call (DPDK
         // copies it); the EAL is initialised.
         let pool = unsafe {
-            sys::shim_pool_create(pool_name.as_ptr(), mbufs, 0, MAX_FRAME as u16 + HEADROOM)
+            sys::shim_pool_create(pool_name.as_ptr(), mbufs, 0, max_frame as u16 + HEADROOM)
         };
         let Some(pool) = NonNull::new(pool) else {
             // SAFETY: reads the calling thread's rte_errno; no arguments.
@@ -133,9 +191,10 @@ impl Port {
                 Some(op) => Error::Dpdk { op, errno },
             }
         };
-        // SAFETY: id is a valid port, pool a live mbuf pool whose mbufs are
-        // large enough for a standard frame; the port is not started yet.
-        let rc = unsafe { sys::shim_port_init(id, pool.as_ptr(), queues.rx_desc, queues.tx_desc) };
+        // SAFETY: id is a valid port, pool a live mbuf pool whose mbufs
+        // hold a whole frame of `mtu`; the port is not started yet.
+        let rc =
+            unsafe { sys::shim_port_init(id, pool.as_ptr(), queues.rx_desc, queues.tx_desc, mtu) };
         if rc != 0 {
             return Err(fail(-rc, None));
         }
@@ -157,6 +216,7 @@ impl Port {
             pool,
             mac,
             mtu,
+            max_frame,
             pending: Vec::with_capacity(BURST),
             scratch: Vec::new(),
             counters: Counters::default(),
@@ -181,7 +241,12 @@ impl Port {
 
     /// The port's MTU (IP packet size).
     pub fn mtu(&self) -> u16 {
-        self.mtu.min((MAX_FRAME - 14) as u16)
+        self.mtu.min((self.max_frame - 14) as u16)
+    }
+
+    /// The largest frame this port sends: one mbuf's data room.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
     }
 
     /// What this side counted.
@@ -322,7 +387,7 @@ impl FrameDevice for Port {
 
     fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > MAX_FRAME {
+        if len > self.max_frame {
             self.counters.tx_too_big += 1;
             return false;
         }
@@ -344,7 +409,7 @@ impl FrameDevice for Port {
             };
         }
         // SAFETY: each of the first parts.len() entries points at a live
-        // slice readable for its length (≤ MAX_FRAME in all); the pool
+        // slice readable for its length (≤ max_frame in all); the pool
         // lives as long as self.
         let m = unsafe {
             sys::shim_mbuf_from_parts(self.pool.as_ptr(), iov.as_ptr(), parts.len() as u32)
@@ -361,15 +426,15 @@ impl FrameDevice for Port {
     }
 
     /// Built in place in a fresh mbuf's data room (one segment: frames up
-    /// to [`MAX_FRAME`]), freed again on cancel.
+    /// to [`max_frame`](Port::max_frame)), freed again on cancel.
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        if len > MAX_FRAME {
+        if len > self.max_frame {
             self.counters.tx_too_big += 1;
             return false;
         }
         let mut m: *mut RteMbuf = std::ptr::null_mut();
         // SAFETY: the pool lives as long as self; `m` is a valid place for
-        // the shim to store the mbuf pointer; len ≤ MAX_FRAME fits u16.
+        // the shim to store the mbuf pointer; len ≤ max_frame fits u16.
         let data = unsafe { sys::shim_mbuf_alloc_len(self.pool.as_ptr(), len as u16, &mut m) };
         if data.is_null() || m.is_null() {
             self.counters.tx_no_mbuf += 1;

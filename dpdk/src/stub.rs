@@ -5,8 +5,10 @@ use iwarp_frame::FrameDevice;
 
 use crate::{Counters, Error, PortStats, Queues};
 
-/// The largest frame a port sends.
+/// The largest frame a port sends at the default MTU.
 pub const MAX_FRAME: usize = 2048;
+/// The MTU `Port::open` configures.
+pub const DEFAULT_MTU: u16 = 1500;
 
 #[derive(Debug, Clone, Copy)]
 enum Never {}
@@ -44,6 +46,19 @@ impl Port {
     /// Always [`Error::Unavailable`]: built without DPDK.
     pub fn open(_eal: &Eal, _name_or_vdev: &str, _queues: Queues) -> Result<Port, Error> {
         Err(Error::Unavailable)
+    }
+    /// Always [`Error::Unavailable`]: built without DPDK.
+    pub fn open_mtu(
+        _eal: &Eal,
+        _name_or_vdev: &str,
+        _queues: Queues,
+        _mtu: u16,
+    ) -> Result<Port, Error> {
+        Err(Error::Unavailable)
+    }
+    /// Unreachable: no `Port` exists.
+    pub fn max_frame(&self) -> usize {
+        match self.0 {}
     }
     /// Unreachable: no `Port` exists.
     pub fn name(&self) -> &str {

@@ -33,7 +33,19 @@ extern "C" {
 
     pub fn shim_dev_probe(devargs: *const c_char) -> i32;
     pub fn shim_port_by_name(name: *const c_char, port: *mut u16) -> i32;
-    pub fn shim_port_init(port: u16, pool: *mut RteMempool, nb_rxd: u16, nb_txd: u16) -> i32;
+    pub fn shim_port_limits(
+        port: u16,
+        min_mtu: *mut u16,
+        max_mtu: *mut u16,
+        max_rx_pktlen: *mut u32,
+    ) -> i32;
+    pub fn shim_port_init(
+        port: u16,
+        pool: *mut RteMempool,
+        nb_rxd: u16,
+        nb_txd: u16,
+        mtu: u16,
+    ) -> i32;
     pub fn shim_port_mac(port: u16, mac: *mut u8) -> i32;
     pub fn shim_port_mtu(port: u16, mtu: *mut u16) -> i32;
     pub fn shim_port_stats(

@@ -142,7 +142,9 @@ pub struct HostOptions {
     /// Open the device inside this network namespace (`/var/run/netns/NAME`).
     pub netns: Option<PathBuf>,
     /// Largest IP datagram to send (`None`: the interface's MTU; a larger
-    /// value is capped to it). The TCP MSS follows it.
+    /// value is capped to it). The TCP MSS follows it. On DPDK it is the
+    /// MTU the port is configured with (`None`: 1500), up to what its
+    /// driver takes.
     pub mtu: Option<usize>,
     /// TCP timers and buffer sizes.
     pub tcp: TcpOptions,
@@ -756,7 +758,13 @@ impl Context {
     pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
         let host = &opts.host;
         host.check()?;
-        let open = || dpdk::Port::open(eal, &opts.port, opts.queues);
+        // A DPDK port has no MTU of its own to cap (its driver takes what
+        // the port is configured with): `host.mtu` configures it, 1500 by
+        // default, and its mbufs are sized to hold such a frame whole.
+        let mtu = host
+            .mtu
+            .map_or(dpdk::DEFAULT_MTU, |m| u16::try_from(m).unwrap_or(u16::MAX));
+        let open = || dpdk::Port::open_mtu(eal, &opts.port, opts.queues, mtu);
         let dev = match &host.netns {
             Some(p) => iwarp_xdp::in_netns(p, open)??,
             None => open()?,

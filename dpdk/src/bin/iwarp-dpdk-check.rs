@@ -38,11 +38,16 @@ fn main() -> ExitCode {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match a.as_slice() {
         ["ping", dev, ours, peer, count] => parse_ping(dev, ours, peer, count),
-        ["tcp", dev, ours, peer, bytes, timeout] => parse_tcp(dev, ours, peer, bytes, timeout),
+        ["tcp", dev, ours, peer, bytes, timeout] => {
+            parse_tcp(dev, ours, peer, bytes, timeout, "1500")
+        }
+        ["tcp", dev, ours, peer, bytes, timeout, mtu] => {
+            parse_tcp(dev, ours, peer, bytes, timeout, mtu)
+        }
         ["eal-twice"] => eal_twice(),
         _ => Err(Failure::Setup(
             "usage: iwarp-dpdk-check ping DEVARGS OUR_IP PEER_IP COUNT\n       \
-             iwarp-dpdk-check tcp DEVARGS OUR_IP/PREFIX PEER_IP:PORT BYTES TIMEOUT_S\n       \
+             iwarp-dpdk-check tcp DEVARGS OUR_IP/PREFIX PEER_IP:PORT BYTES TIMEOUT_S [MTU]\n       \
              iwarp-dpdk-check eal-twice"
                 .into(),
         )),
@@ -70,14 +75,19 @@ fn setup<E: std::fmt::Display>(e: E) -> Failure {
 }
 
 fn open(dev: &str) -> Result<Port, Failure> {
+    open_mtu(dev, iwarp_dpdk::DEFAULT_MTU)
+}
+
+fn open_mtu(dev: &str, mtu: u16) -> Result<Port, Failure> {
     let eal = Eal::init(Eal::vdev_args(&[])).map_err(setup)?;
-    let port = Port::open(&eal, dev, Queues::default()).map_err(setup)?;
+    let port = Port::open_mtu(&eal, dev, Queues::default(), mtu).map_err(setup)?;
     println!(
-        "port {} (id {}): mac {}, mtu {}, DPDK {}",
+        "port {} (id {}): mac {}, mtu {}, max frame {}, DPDK {}",
         port.name(),
         port.port_id(),
         mac_str(port.mac_address()),
         port.mtu(),
+        port.max_frame(),
         iwarp_dpdk::DPDK_VERSION.unwrap_or("?")
     );
     Ok(port)
@@ -318,7 +328,14 @@ mod ping {
     }
 }
 
-fn parse_tcp(dev: &str, ours: &str, peer: &str, bytes: &str, timeout: &str) -> Result<(), Failure> {
+fn parse_tcp(
+    dev: &str,
+    ours: &str,
+    peer: &str,
+    bytes: &str,
+    timeout: &str,
+    mtu: &str,
+) -> Result<(), Failure> {
     let (ip, prefix) = ours
         .split_once('/')
         .ok_or_else(|| Failure::Setup(format!("expected ADDRESS/PREFIX, got {ours:?}")))?;
@@ -327,7 +344,7 @@ fn parse_tcp(dev: &str, ours: &str, peer: &str, bytes: &str, timeout: &str) -> R
     let peer: SocketAddrV4 = peer.parse().map_err(setup)?;
     let bytes: u64 = bytes.parse().map_err(setup)?;
     let timeout = Duration::from_secs(timeout.parse().map_err(setup)?);
-    let port = open(dev)?;
+    let port = open_mtu(dev, mtu.parse().map_err(setup)?)?;
     tcp::run(port, ip, prefix, peer, bytes, timeout)
 }
 
@@ -380,6 +397,8 @@ mod tcp {
         );
         icfg.mtu = usize::from(port.mtu());
         let mut scfg = StackConfig::new(icfg);
+        // The MSS follows the port's MTU (IPv4 and TCP headers off).
+        scfg.tcp.mss = port.mtu() - 40;
         scfg.tcp.rto_min = 200_000_000;
         scfg.tcp.delayed_ack = None;
         let h = spawn(
