@@ -2294,14 +2294,16 @@ impl RxCtx<'_> {
         }
     }
 
-    /// The bulk case in one step: a whole RDMA Write FPDU with payload
-    /// (tagged, DV and RV one, opcode Write) that its STag lets us place
-    /// is placed with one table lookup, without the per-segment state
-    /// `begin`, `data` and `end` keep for FPDUs cut across segments.
-    /// Anything else, and every FPDU that fails a check, returns false
-    /// having changed nothing, and takes the general path, which raises
-    /// the error its checks find (RFC 5041 §7.1, RFC 5040 §7.2).
-    fn whole_write(&mut self, header: &[u8], payload: &[u8]) -> bool {
+    /// The bulk cases in one step: a whole tagged FPDU with payload (DV
+    /// and RV one), an RDMA Write that its STag lets us place, or an RDMA
+    /// Read Response that continues the Read at the head of the
+    /// outstanding list into a one-element sink list, is placed with one
+    /// table lookup, without the per-segment state `begin`, `data` and
+    /// `end` keep for FPDUs cut across segments. Anything else, and every
+    /// FPDU that fails a check, returns false having changed nothing, and
+    /// takes the general path, which raises the error its checks find
+    /// (RFC 5041 §7.1, RFC 5040 §5.2.2, §7.2).
+    fn whole_tagged(&mut self, header: &[u8], payload: &[u8]) -> bool {
         let &[ddp, rdmap, s0, s1, s2, s3, t0, t1, t2, t3, t4, t5, t6, t7] = header else {
             return false;
         };
@@ -2311,21 +2313,78 @@ impl RxCtx<'_> {
             || !ddp.tagged()
             || ddp.version() != DDP_VERSION
             || rdmap.version() != RDMAP_VERSION
-            || rdmap.opcode() != Opcode::Write
         {
             return false;
         }
-        let stag = STag(u32::from_be_bytes([s0, s1, s2, s3]));
+        let stag = u32::from_be_bytes([s0, s1, s2, s3]);
         let to = u64::from_be_bytes([t0, t1, t2, t3, t4, t5, t6, t7]);
+        let placed = match rdmap.opcode() {
+            Opcode::Write => self
+                .mem
+                .place(STag(stag), self.cfg.pd, Access::REMOTE_WRITE, to, payload)
+                .is_ok(),
+            Opcode::ReadResponse => self.whole_read_response(stag, to, ddp.last(), payload),
+            _ => false,
+        };
+        if placed {
+            self.stats.bytes_placed += payload.len() as u64;
+            self.stats.fpdus_rx += 1;
+        }
+        placed
+    }
+
+    /// [`whole_tagged`](Self::whole_tagged)'s Read Response: the checks of
+    /// `begin` (STag, TO and bounds against the request, contiguity) and of
+    /// `end` (a last segment completes the requested length) first, then
+    /// the placement, then what `end` does on success.
+    fn whole_read_response(&mut self, stag: u32, to: u64, last: bool, payload: &[u8]) -> bool {
+        let pd = self.cfg.pd;
+        let Some(p) = self.tx.reads.front_mut() else {
+            return false;
+        };
+        let &[sge] = p.sgl.as_slice() else {
+            return false;
+        };
+        let (sink, len) = (p.sink, payload.len() as u64);
+        let Some(end) = to.checked_add(len) else {
+            return false;
+        };
+        if stag != sink.stag.0
+            || to < sink.to
+            || end > sink.to.saturating_add(u64::from(sink.len))
+            || to - sink.to != p.received
+        {
+            return false;
+        }
+        let off = p.received;
+        let received = off + len;
+        if last && received != u64::from(sink.len) {
+            return false;
+        }
+        if off + len > u64::from(sge.len) {
+            return false;
+        }
+        let Some(at) = sge.to.checked_add(off) else {
+            return false;
+        };
         if self
             .mem
-            .place(stag, self.cfg.pd, Access::REMOTE_WRITE, to, payload)
+            .place(sge.stag, pd, Access::LOCAL_WRITE, at, payload)
             .is_err()
         {
             return false;
         }
-        self.stats.bytes_placed += payload.len() as u64;
-        self.stats.fpdus_rx += 1;
+        p.received = received;
+        if last {
+            // RFC 5040 §5.5 rule 19: the Read completes on delivery of its response.
+            let seq = p.seq;
+            self.tx.reads.pop_front();
+            if let Some(i) = seq.checked_sub(self.tx.head_seq) {
+                if let Some(e) = self.tx.sq.get_mut(i as usize) {
+                    e.state = SqState::Done(WcStatus::Success);
+                }
+            }
+        }
         true
     }
 
@@ -2559,7 +2618,7 @@ impl UlpduSink for RxCtx<'_> {
         self.end();
     }
     fn segment_whole(&mut self, ulpdu_len: u16, header: &[u8], payload: &[u8]) {
-        if self.whole_write(header, payload) {
+        if self.whole_tagged(header, payload) {
             return;
         }
         self.begin(ulpdu_len, header);

@@ -1680,7 +1680,7 @@ proptest! {
     }
 }
 
-/// A whole RDMA Write FPDU to a region takes `RxCtx::whole_write`'s one
+/// A whole RDMA Write FPDU to a region takes `RxCtx::whole_tagged`'s one
 /// step; the same FPDU cut in pieces takes the general path. Both must
 /// place the same octets, and every check that fails must raise the same
 /// Terminate (RFC 5041 §7.1 tagged checks, §7.2 codes) with nothing placed.
@@ -1745,5 +1745,108 @@ fn whole_and_cut_write_fpdus_place_and_terminate_alike() {
             seen.push((term, after, b.qp.stats().bytes_placed));
         }
         assert_eq!(seen[0], seen[1], "whole and cut differ");
+    }
+}
+
+/// Read Responses arriving whole take `RxCtx::whole_tagged`'s one step
+/// (one-element sink list) or the general path (two elements); cut in
+/// pieces they take the general path. Every case must end alike: the same
+/// completions, Terminate, sink octets and count placed. The failing cases
+/// are RFC 5040 §5.2.2's checks of a response against its request.
+#[test]
+fn whole_and_cut_read_responses_end_alike() {
+    type Resp = (u32, u64, usize, bool); // STag xor, TO, length, last
+    let data = pattern(128, 9);
+    let cases: [(&str, bool, &[Resp], Option<TermCode>); 7] = [
+        (
+            "in two",
+            false,
+            &[(0, 0, 32, false), (0, 32, 32, true)],
+            None,
+        ),
+        (
+            "two-element sink",
+            true,
+            &[(0, 0, 40, false), (0, 40, 24, true)],
+            None,
+        ),
+        (
+            "wrong STag",
+            false,
+            &[(1, 0, 32, false)],
+            Some(TermCode::DDP_T_INVALID_STAG),
+        ),
+        (
+            "past the sink",
+            false,
+            &[(0, 32, 40, true)],
+            Some(TermCode::DDP_T_BASE_BOUNDS),
+        ),
+        (
+            "gap",
+            false,
+            &[(0, 8, 16, false)],
+            Some(TermCode::RDMAP_OP_UNSPECIFIED),
+        ),
+        (
+            "short last",
+            false,
+            &[(0, 0, 32, true)],
+            Some(TermCode::RDMAP_OP_UNSPECIFIED),
+        ),
+        (
+            "overlap",
+            false,
+            &[(0, 0, 32, false), (0, 16, 48, true)],
+            Some(TermCode::RDMAP_OP_UNSPECIFIED),
+        ),
+    ];
+    for (name, split, resps, want) in cases {
+        let mut seen = Vec::new();
+        for cut in [usize::MAX, 7] {
+            let mut a = End::new(1024);
+            let s1 = a.reg(vec![0; 64], Access::LOCAL_WRITE);
+            let s2 = a.reg(vec![0; 64], Access::LOCAL_WRITE);
+            let local = if split {
+                SgList::new(&[sge(s1, 0, 40), sge(s2, 8, 24)]).unwrap()
+            } else {
+                SgList::from(sge(s1, 0, 64))
+            };
+            a.qp.post_send(&a.mem, read(7, local, STag(0x1234_5600), 0))
+                .unwrap();
+            let mut out = Vec::new();
+            a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+            assert!(!out.is_empty(), "{name}: no Read Request");
+            let mut framer = Framer::new(true, false);
+            for &(x, to, len, last) in resps {
+                let o = to as usize;
+                let bytes = fpdu(
+                    &mut framer,
+                    read_resp_hdr(STag(s1.0 ^ x), to, last),
+                    &data[o..o + len],
+                );
+                for piece in bytes.chunks(cut) {
+                    a.qp.receive(piece, &mut a.mem);
+                }
+            }
+            let term = events(&mut a.qp).into_iter().find_map(|e| match e {
+                QpEvent::LocalError(t) => Some(t),
+                _ => None,
+            });
+            assert_eq!(term.map(|t| t.code), want, "{name}, cut {cut}");
+            let done = statuses(&comps(&mut a.qp));
+            if want.is_none() {
+                assert_eq!(done, vec![(7, WcStatus::Success)], "{name}, cut {cut}");
+                let mut got = a.mem.snapshot(s1).unwrap();
+                if split {
+                    got.truncate(40);
+                    got.extend_from_slice(&a.mem.snapshot(s2).unwrap()[8..32]);
+                }
+                assert_eq!(got, data[..64], "{name}, cut {cut}");
+            }
+            let mem = (a.mem.snapshot(s1), a.mem.snapshot(s2));
+            seen.push((term, done, mem, a.qp.stats().bytes_placed));
+        }
+        assert_eq!(seen[0], seen[1], "{name}: whole and cut differ");
     }
 }
