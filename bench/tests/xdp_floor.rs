@@ -42,7 +42,8 @@ fn one_run_across_a_veth_receives_frames() {
         String::from_utf8_lossy(&o.stderr)
     );
     // A line on the window, the header, then one row per run: MTU, run,
-    // frames sent, frames got, dropped, Mpps, Gb/s, MB/s of payload.
+    // frames sent, frames got, dropped, Mpps, Gb/s, MB/s of payload, and
+    // the sending thread's CPU ns per octet as "TOTAL (USER+KERNEL)".
     let rows: Vec<Vec<&str>> = out
         .lines()
         .skip(2)
@@ -54,10 +55,17 @@ fn one_run_across_a_veth_receives_frames() {
         .collect();
     assert_eq!(runs, ["frames", "copy+crc"], "{out}");
     for r in &rows {
-        assert_eq!(r.len(), 8, "{out}");
+        assert_eq!(r.len(), 10, "{out}");
         let num = |i: usize| -> f64 { r[i].parse().expect("numbers") };
         assert_eq!(num(0), 1500.0);
         assert!(num(3) > 0.0 && num(3) <= num(2), "{out}");
         assert!(num(6) > 0.0 && num(7) > 0.0, "{out}");
+        // The sender spun for a second: some CPU per octet, and the total
+        // is its two parts.
+        let split = r[9].trim_matches(|c| c == '(' || c == ')');
+        let (u, k) = split.split_once('+').expect("USER+KERNEL");
+        let (u, k): (f64, f64) = (u.parse().expect("user"), k.parse().expect("kernel"));
+        assert!(num(8) > 0.0 && u >= 0.0 && k >= 0.0, "{out}");
+        assert!((u + k - num(8)).abs() < 0.02, "{out}");
     }
 }

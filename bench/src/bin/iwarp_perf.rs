@@ -103,6 +103,10 @@ pub struct BwResult {
     pub gbps_per_core: f64,
     /// Time between consecutive completions (ns).
     pub gaps: LatRun,
+    /// The sending poll loop's own thread (in-loop runs): CPU ns per
+    /// payload octet in user space and in the kernel (where copy-mode
+    /// AF_XDP transmit, veth and the peer's XDP run, inside `sendto`).
+    pub sender_ns_per_byte: Option<(f64, f64)>,
 }
 
 const MIB: f64 = 1_048_576.0;
@@ -151,17 +155,31 @@ impl BwResult {
                 0.0
             },
             gaps,
+            sender_ns_per_byte: None,
         }
     }
 
+    /// The sending loop's CPU seconds (user, kernel) over the run, as ns
+    /// per payload octet.
+    pub fn set_sender_cpu(&mut self, cpu: Option<(f64, f64)>) {
+        let bytes = self.iters as f64 * f64::from(self.size);
+        self.sender_ns_per_byte = cpu
+            .filter(|_| bytes > 0.0)
+            .map(|(u, k)| (u * 1e9 / bytes, k * 1e9 / bytes));
+    }
+
     fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "bytes": self.size, "iterations": self.iters, "seconds": self.secs,
             "bw_peak_mib_s": self.peak_mbs, "bw_avg_mib_s": self.avg_mbs,
             "msg_rate_mpps": self.mpps, "cpu_ns_per_byte": self.cpu_ns_per_byte,
             "gbit_s_per_core": self.gbps_per_core,
             "completion_gap": self.gaps.json(),
-        })
+        });
+        if let Some((u, k)) = self.sender_ns_per_byte {
+            v["sender_loop_cpu_ns_per_byte"] = json!({ "user": u, "kernel": k });
+        }
+        v
     }
 }
 
@@ -921,6 +939,12 @@ fn run() -> Result<(), String> {
                 entry["ratio_ours_over_linux"] = json!({ "bw_avg": r.avg_mbs / l.avg_mbs, "bw_peak": r.peak_mbs / l.peak_mbs, "cpu_per_byte": r.cpu_ns_per_byte / l.cpu_ns_per_byte });
             } else {
                 println!("   CPU ns/octet ours {:.2}", r.cpu_ns_per_byte);
+            }
+            if let Some((u, k)) = r.sender_ns_per_byte {
+                println!(
+                    "   our sending loop alone: CPU ns/octet {:.2} (user {u:.2}, kernel {k:.2}; 10 ms ticks)",
+                    u + k
+                );
             }
             if args.sctp {
                 let sp = connect_sctp()?;

@@ -135,6 +135,20 @@ struct Run {
     /// Frames the receiving socket's kernel side dropped (ring full, no
     /// fill buffer, other).
     dropped: u64,
+    /// The sending thread's CPU ns per payload octet sent, user and kernel.
+    sender_ns: Option<(f64, f64)>,
+}
+
+/// CPU seconds (user, kernel) of the calling thread so far, from
+/// `/proc/thread-self/stat` (10 ms ticks); `None` where it cannot be read.
+fn thread_cpu() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // After the command name (in parentheses, which may hold spaces):
+    // field 3 onwards; utime and stime are fields 14 and 15.
+    let after = stat.rsplit(')').next()?;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let secs = |i: usize| f.get(i)?.parse::<f64>().ok().map(|t| t / 100.0);
+    Some((secs(11)?, secs(12)?))
 }
 
 /// Pin the calling thread to CPU `core`, by number (`get_core_ids` lists
@@ -232,6 +246,7 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
     // Frames taken as lost (dropped by the kernel): a window that has not
     // moved for 20 ms is given back, as a retransmission timeout would.
     let (mut lost, mut moved, mut last_counted) = (0u64, Instant::now(), 0u64);
+    let cpu0 = thread_cpu();
     let end = Instant::now() + Duration::from_secs(args.secs);
     let mut now = Instant::now();
     'run: while now < end {
@@ -272,6 +287,13 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
         }
     }
     std::hint::black_box(crcs);
+    let sent_octets = (sent * payload as u64) as f64;
+    let sender_ns = match (cpu0, thread_cpu()) {
+        (Some((u0, k0)), Some((u1, k1))) if sent_octets > 0.0 => {
+            Some(((u1 - u0) * 1e9 / sent_octets, (k1 - k0) * 1e9 / sent_octets))
+        }
+        _ => None,
+    };
     done.store(true, Ordering::Release);
     let (got, octets, secs, dropped) = receiver
         .join()
@@ -282,6 +304,7 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
         octets,
         secs,
         dropped,
+        sender_ns,
     })
 }
 
@@ -301,19 +324,23 @@ fn main() {
         "window {} frames; frames: no protocol work; copy+crc: one copy and a CRC32c per payload at each end",
         args.window
     );
-    println!(" MTU  run        frames sent  frames got  dropped   Mpps got  Gb/s got (frames)  MB/s payload");
+    println!(" MTU  run        frames sent  frames got  dropped   Mpps got  Gb/s got (frames)  MB/s payload  sender CPU ns/octet (user+kernel)");
     for &mtu in &args.mtus {
         for work in [false, true] {
             let name = if work { "copy+crc" } else { "frames" };
             match run_one(mtu, &args, work) {
                 Ok(r) if r.secs > 0.0 => println!(
-                    "{mtu:>5} {name:<9} {:>12} {:>11} {:>8} {:>10.3} {:>18.2} {:>13.0}",
+                    "{mtu:>5} {name:<9} {:>12} {:>11} {:>8} {:>10.3} {:>18.2} {:>13.0}  {}",
                     r.sent,
                     r.got,
                     r.dropped,
                     r.got as f64 / r.secs / 1e6,
                     r.octets as f64 * 8.0 / r.secs / 1e9,
-                    (r.octets - r.got * HEADERS as u64) as f64 / r.secs / (1u64 << 20) as f64
+                    (r.octets - r.got * HEADERS as u64) as f64 / r.secs / (1u64 << 20) as f64,
+                    r.sender_ns.map_or("-".to_string(), |(u, k)| format!(
+                        "{:.2} ({u:.2}+{k:.2})",
+                        u + k
+                    ))
                 ),
                 Ok(r) => {
                     eprintln!(

@@ -492,6 +492,9 @@ fn hook<S: Send + 'static, R: Send + 'static>(
 /// then sends the 0-octet end marker and waits for the server's answer, so
 /// every octet has arrived when the clock stops. One clock read per run of
 /// the hook: every completion of a burst gets the same stamp.
+/// What [`ClientBw::finish`] hands back.
+type ClientBwDone = (u64, f64, Vec<Instant>, Instant, Option<(f64, f64)>);
+
 struct ClientBw {
     qp: Arc<Qp>,
     cq: Cq,
@@ -515,6 +518,21 @@ struct ClientBw {
     n: u64,
     stamps: Vec<Instant>,
     marker_sent: bool,
+    /// This (the sending loop's) thread's CPU seconds, user and kernel,
+    /// at the first step.
+    cpu0: Option<(f64, f64)>,
+}
+
+/// CPU seconds (user, kernel) of the calling thread so far, from
+/// `/proc/thread-self/stat` (10 ms ticks); `None` where it cannot be read.
+pub fn thread_cpu() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // After the command name (in parentheses, which may hold spaces):
+    // field 3 onwards; utime and stime are fields 14 and 15.
+    let after = stat.rsplit(')').next()?;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let secs = |i: usize| f.get(i)?.parse::<f64>().ok().map(|t| t / 100.0);
+    Some((secs(11)?, secs(12)?))
 }
 
 impl ClientBw {
@@ -523,6 +541,9 @@ impl ClientBw {
             return Err("stopped from outside (the server hook failed)".into());
         }
         let now = Instant::now();
+        if self.start.is_none() {
+            self.cpu0 = thread_cpu();
+        }
         let start = *self.start.get_or_insert(now);
         let last = *self.last_progress.get_or_insert(now);
         if !self.marker_sent {
@@ -599,13 +620,20 @@ impl ClientBw {
         Ok(Some(HookStatus::Busy))
     }
 
-    fn finish(&mut self) -> (u64, f64, Vec<Instant>, Instant) {
+    /// Completions, seconds, their stamps, the start, and the sending
+    /// loop's CPU seconds (user, kernel) over the run.
+    fn finish(&mut self) -> ClientBwDone {
         let start = self.start.unwrap_or_else(Instant::now);
+        let cpu = match (self.cpu0, thread_cpu()) {
+            (Some((u0, k0)), Some((u1, k1))) => Some((u1 - u0, k1 - k0)),
+            _ => None,
+        };
         (
             self.completed,
             start.elapsed().as_secs_f64(),
             std::mem::take(&mut self.stamps),
             start,
+            cpu,
         )
     }
 }
@@ -826,6 +854,7 @@ impl Pair {
             n: plan.iters,
             stamps: Vec::with_capacity(plan.iters.min(1 << 22) as usize),
             marker_sent: false,
+            cpu0: None,
         };
         let f = hook(cl, ClientBw::step, ClientBw::finish, tx);
         if let Err(e) = self.ctx.run_in_loop(f) {
@@ -840,15 +869,12 @@ impl Pair {
         let cpu = crate::cpu_time() - cpu0;
         match (client, server) {
             (_, Err(s)) => Err(format!("in-loop {s}")),
-            (Ok(Ok((completed, secs, stamps, start))), Ok(_)) => Ok(BwResult::new(
-                size,
-                completed,
-                secs,
-                &stamps,
-                start,
-                plan.window,
-                cpu,
-            )),
+            (Ok(Ok((completed, secs, stamps, start, sender))), Ok(_)) => {
+                let mut r =
+                    BwResult::new(size, completed, secs, &stamps, start, plan.window, cpu);
+                r.set_sender_cpu(sender);
+                Ok(r)
+            }
             (Ok(Err(c)), Ok(_)) => Err(format!("in-loop client: {c}")),
             (Err(_), Ok(_)) => Err(format!(
                 "timed out: the in-loop client hook reported nothing within {:?} (poll loop stalled?)",
@@ -934,5 +960,33 @@ impl Pair {
             None => self.srv.qp.wait_disconnected(T)?,
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_cpu;
+    use std::time::{Duration, Instant};
+
+    /// The calling thread's CPU time is read and grows while it computes
+    /// (user time: the spin makes no system calls but the reads).
+    #[test]
+    fn thread_cpu_counts_this_threads_work() {
+        let (u0, k0) = thread_cpu().expect("/proc/thread-self/stat");
+        assert!(u0 >= 0.0 && k0 >= 0.0);
+        let give_up = Instant::now() + Duration::from_secs(20);
+        let mut x = 0u64;
+        loop {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            let (u, k) = thread_cpu().expect("/proc/thread-self/stat");
+            assert!(u >= u0 && k >= k0, "CPU time went back");
+            if u - u0 >= 0.05 {
+                break;
+            }
+            assert!(Instant::now() < give_up, "no user CPU time counted in 20 s");
+        }
+        std::hint::black_box(x);
     }
 }
