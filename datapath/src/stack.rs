@@ -1609,6 +1609,9 @@ impl crate::runtime::Engine for Stack {
             self.last_sweep = now;
             for (&id, sock) in socks.iter_mut() {
                 mark_ready(ready, sock, id);
+                if let SockKind::Iwarp(i) = &mut sock.kind {
+                    i.trim();
+                }
             }
         }
         for (dst, rst) in resets.drain(..) {

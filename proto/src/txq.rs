@@ -369,6 +369,20 @@ impl TxQueue {
         self.recs.is_empty()
     }
 
+    /// Records the store holds room for without allocating.
+    pub fn capacity(&self) -> usize {
+        self.recs.capacity()
+    }
+
+    /// Give the record store's memory back if nothing is held (an idle
+    /// connection keeps none; a busy one keeps its capacity between
+    /// bursts). Called from the stack's idle sweep.
+    pub fn trim(&mut self) {
+        if self.recs.is_empty() {
+            self.recs = VecDeque::new();
+        }
+    }
+
     /// Write stream octets `offset .. offset + dst.len()` into `dst`. False
     /// (and the queue remembers it, [`take_failed`](Self::take_failed)) if
     /// a record is gone or a source range is no longer live.
@@ -453,6 +467,24 @@ impl TxQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_queue_trims_to_no_allocation_a_busy_one_keeps_it() {
+        let mut q = TxQueue::new(0);
+        q.push(TxRecord::Bytes(vec![1; 40]));
+        q.push(TxRecord::Bytes(vec![2; 40]));
+        q.trim();
+        assert!(q.recs.capacity() >= 2, "records held: kept");
+        q.release(80, &mut |_| {});
+        assert!(q.is_empty());
+        assert!(q.recs.capacity() > 0);
+        q.trim();
+        assert_eq!(q.recs.capacity(), 0);
+        // Still a working queue after the trim.
+        q.push(TxRecord::Bytes(vec![3; 8]));
+        assert_eq!((q.len(), q.end()), (1, 88));
+    }
+
     use crate::mem::{Access, PdId, STag};
     use crate::qp::{Completion, Qp, QpConfig, SgList, Sge, WcStatus, WorkRequest};
 
