@@ -1536,6 +1536,17 @@ impl Connection {
                         self.lost_end = self.snd_una;
                         self.high_rxt = self.snd_una;
                         self.rxt_mark = None;
+                        // And the timeout's episode is over: its
+                        // RecoveryPoint (RFC 6675 §5.1: no new recovery
+                        // until it is acknowledged) goes with it, as if the
+                        // timeout had not fired (RFC 4015's response goes
+                        // on with new data as before it; Linux's undo
+                        // returns to the Open state). A loss that SACK
+                        // finds next below the old SND.MAX then starts a
+                        // recovery (RFC 6675 §5 step 4); with the old
+                        // RecoveryPoint kept, it waited for the next RTO
+                        // once cwnd was full (issue 12's audit).
+                        self.recover = self.snd_una;
                         self.stats.spurious_rto_undone += 1;
                     }
                 }
@@ -4097,6 +4108,45 @@ mod tests {
         );
         // The tail loss probe went first (RFC 8985 §7.3) and was lost too.
         assert_eq!((st.tlp_probes, st.rto_after_probe), (1, 1), "{st:?}");
+    }
+
+    #[test]
+    fn a_loss_found_after_an_undone_timeout_starts_a_sack_recovery() {
+        // RFC 6675 §5.1 bars a new recovery until the timeout's
+        // RecoveryPoint (SND.MAX when it fired) is acknowledged. Once
+        // Eifel (RFC 3522, RFC 4015) shows the timeout spurious, that bar
+        // goes: a hole then found below the old SND.MAX is recovered by
+        // SACK (RFC 6675 §5 step 4), not left for the next RTO.
+        for algo in [Algorithm::NewReno, Algorithm::Cubic] {
+            let c = Config {
+                congestion: algo,
+                ..cfg()
+            };
+            let (mut p, una) = in_flight(c, 10, 30);
+            // Nothing comes back: the tail loss probe (new data), then
+            // the RTO, which resends segment 0.
+            let mut out = Vec::new();
+            while p.a.stats().rto_retransmits == 0 {
+                p.now = p.a.poll_timeout().expect("a timer");
+                p.a.handle_timeout(p.now);
+                out = sends(&mut p, una);
+            }
+            assert_eq!(out, vec![(0, SEG as usize)], "{algo:?}");
+            // The ACK of the originals of 0 and 1 echoes a timestamp older
+            // than the timeout: spurious, undone.
+            let ack = sack_ack(&p.a, una, 2, &[]);
+            p.a.handle_segment(&ack, p.now, &mut |_| {});
+            assert_eq!(p.a.stats().spurious_rto_undone, 1, "{algo:?}");
+            let new = sends(&mut p, una);
+            assert!(new.iter().all(|&(s, _)| s >= 10), "{algo:?}: {new:?}");
+            // 2 is missing, 3..6 arrived: lost (RFC 6675 §4 IsLost).
+            let ack = sack_ack(&p.a, una, 2, &[(3, 6)]);
+            p.a.handle_segment(&ack, p.now, &mut |_| {});
+            assert_eq!(p.a.stats().sack_recoveries, 1, "{algo:?}");
+            assert!(p.a.in_recovery, "{algo:?}");
+            let out = sends(&mut p, una);
+            assert_eq!(out.first(), Some(&(2, SEG as usize)), "{algo:?}: {out:?}");
+        }
     }
 
     #[test]
