@@ -541,6 +541,11 @@ pub struct Connection {
     /// enough of them is SACKed while SND.UNA is still missing, it was lost
     /// (RFC 8985 §6.2, send order read from sequence order).
     rxt_mark: Option<(u32, u32)>,
+    /// The octets the rescue retransmission (RFC 6675 rule 4) resent while
+    /// the round's retransmissions were out: sent after them, so once
+    /// SACKed they show an earlier retransmission still missing lost, as
+    /// the octets `rxt_mark` tracks do (RFC 8985 §6.2). Cleared with it.
+    rescue_sent: Option<(u32, u32)>,
     /// RFC 6937 §3: prr_delivered, prr_out, RecoverFS.
     prr_delivered: usize,
     prr_out: usize,
@@ -700,6 +705,7 @@ impl Connection {
             lost_end: iss,
             high_rxt: iss,
             rxt_mark: None,
+            rescue_sent: None,
             prr_delivered: 0,
             prr_out: 0,
             recover_fs: 0,
@@ -1536,6 +1542,7 @@ impl Connection {
                         self.lost_end = self.snd_una;
                         self.high_rxt = self.snd_una;
                         self.rxt_mark = None;
+                        self.rescue_sent = None;
                         // And the timeout's episode is over: its
                         // RecoveryPoint (RFC 6675 §5.1: no new recovery
                         // until it is acknowledged) goes with it, as if the
@@ -1749,9 +1756,11 @@ impl Connection {
         if self.rxt_mark.is_some() {
             if !lt(una, self.high_rxt) {
                 self.rxt_mark = None;
+                self.rescue_sent = None;
             } else if self.sent_after_rxt_sacked() > (DUP_THRESH - 1) * seg {
                 self.high_rxt = una;
                 self.rxt_mark = None;
+                self.rescue_sent = None;
                 self.stats.lost_retransmits += 1;
             }
         }
@@ -1788,7 +1797,26 @@ impl Connection {
         } else {
             0
         };
-        later_new.saturating_add(later_rxt)
+        // The rescue, where it lies outside both (between HighRxt and the
+        // round's SND.MAX): RACK's "sent later" by time, which sequence
+        // order alone misses (issue 12's audit: 10% loss, seed 476).
+        let rescue = match self.rescue_sent {
+            Some((l, r)) => {
+                let l = if lt(l, self.high_rxt) {
+                    self.high_rxt
+                } else {
+                    l
+                };
+                let r = if lt(max, r) { max } else { r };
+                if lt(l, r) && lt(una, r) {
+                    self.sacked.sacked_in(una, l, r)
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        };
+        later_new.saturating_add(later_rxt).saturating_add(rescue)
     }
 
     /// RFC 8985 §6.2.1: min_RTT / 4 times the D-SACK multiplier, at most
@@ -1817,6 +1845,7 @@ impl Connection {
         if self.rxt_mark.is_some() && lt(una, self.high_rxt) && self.sent_after_rxt_sacked() > 0 {
             self.high_rxt = una;
             self.rxt_mark = None;
+            self.rescue_sent = None;
             self.stats.lost_retransmits += 1;
             marked = true;
         }
@@ -2077,6 +2106,7 @@ impl Connection {
                     self.lost_end = self.snd_una;
                     self.high_rxt = self.snd_una;
                     self.rxt_mark = None;
+                    self.rescue_sent = None;
                 }
             }
         }
@@ -2368,6 +2398,7 @@ impl Connection {
                     self.lost_end = self.snd_max;
                     self.high_rxt = self.snd_una;
                     self.rxt_mark = None;
+                    self.rescue_sent = None;
                 }
                 _ => self.snd_nxt = self.snd_una, // go back to the first unacknowledged octet
             }
@@ -2504,6 +2535,9 @@ impl Connection {
         self.t_ack = None;
         self.dsack = None;
         self.rescue_rxt = Some(self.recover);
+        if self.rxt_mark.is_some() {
+            self.rescue_sent = Some((start, start.wrapping_add(len as u32)));
+        }
         self.prr_allow = self.prr_allow.saturating_sub(len);
         self.prr_out = self.prr_out.saturating_add(len);
         self.episode_rxt = self.episode_rxt.saturating_add(len as u64);
@@ -4734,6 +4768,41 @@ mod tests {
     }
 
     #[test]
+    fn rfc8985_a_sacked_rescue_shows_an_earlier_retransmission_lost() {
+        // 0 and 1 lost, 2..9 SACKed one by one: PRR resends 0 and 1, then
+        // the rescue (RFC 6675 rule 4) resends 9, the highest unSACKed.
+        let (mut p, una) = in_flight(cfg(), 10, 10);
+        let now = p.now;
+        let mut all = Vec::new();
+        for k in 3..=9 {
+            let ack = sack_ack(&p.a, una, 0, &[(2, k)]);
+            p.a.handle_segment(&ack, now, &mut |_| {});
+            all.extend(sends(&mut p, una));
+        }
+        assert_eq!(
+            all,
+            vec![(0, SEG as usize), (1, SEG as usize), (9, SEG as usize)],
+            "{:?}",
+            p.a.stats()
+        );
+        assert_eq!(p.a.stats().rescue_retransmits, 1);
+        // 0's retransmission and the rescue arrive, 1's does not. The
+        // rescue went after it and is SACKed: once the reordering window
+        // passes, 1's retransmission is lost (RFC 8985 §6.2, by send time)
+        // and goes again, before any RTO.
+        let ack = sack_ack(&p.a, una, 1, &[(2, 10)]);
+        p.a.handle_segment(&ack, now, &mut |_| {});
+        assert!(sends(&mut p, una).is_empty());
+        let t = p.a.t_rack.expect("RACK timer armed by the SACKed rescue");
+        assert!(p.a.t_rtx.is_some_and(|r| t < r));
+        p.now = t;
+        p.a.handle_timeout(t);
+        assert_eq!(sends(&mut p, una), vec![(1, SEG as usize)]);
+        let st = p.a.stats();
+        assert_eq!((st.lost_retransmits, st.rto_retransmits), (1, 0), "{st:?}");
+    }
+
+    #[test]
     fn rfc6675_rule4_rescue_skips_a_sacked_tail_and_needs_no_new_data() {
         let (mut p, una) = in_flight(cfg(), 10, 10);
         let now = p.now;
@@ -5505,6 +5574,8 @@ mod tests {
         for why in &avoidable {
             eprintln!("avoidable: {why}");
         }
+        // None over 1000 seeds per rate when last run.
+        assert!(avoidable.is_empty(), "{avoidable:?}");
     }
 
     /// A config for the RFC 7661 and limited-time tests: a window large
