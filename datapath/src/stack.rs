@@ -560,6 +560,10 @@ fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.app_limited_ns += t.app_limited_ns;
     sum.cwv_nvp_reductions += t.cwv_nvp_reductions;
     sum.cwv_loss_reductions += t.cwv_loss_reductions;
+    sum.rto_sacked_above += t.rto_sacked_above;
+    sum.rto_hole_resent += t.rto_hole_resent;
+    sum.rto_after_probe += t.rto_after_probe;
+    sum.rto_repeated += t.rto_repeated;
 }
 
 /// Byte-stream state bits in [`StreamShared::state`].

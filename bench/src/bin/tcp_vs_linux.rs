@@ -734,5 +734,15 @@ fn loss_table(
             st.cwv_nvp_reductions,
             st.cwv_loss_reductions
         );
+        // The RTO audit (issue 12): what the sender knew when each timeout
+        // fired (tcp::Stats::rto_*).
+        println!(
+            "{:>7} ours->L RTOs: {} with SACKed data above SND.UNA ({} of them a resent hole), {} after a probe, {} repeated",
+            "",
+            st.rto_sacked_above,
+            st.rto_hole_resent,
+            st.rto_after_probe,
+            st.rto_repeated
+        );
     }
 }
