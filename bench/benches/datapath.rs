@@ -15,41 +15,10 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use iwarp_memreg::Region;
 use iwarp_proto::mem::{Access, MemoryTable};
-use iwarp_proto::mpa::{mulpdu, Framer};
+use iwarp_proto::mpa::mulpdu;
 use iwarp_proto::qp::{Qp, QpConfig};
-use iwarp_proto::wire::ddp::{DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader};
 
-const MSG: usize = 64 << 10;
-const MSGS: usize = 16;
-
-/// The wire bytes of `MSGS` RDMA Writes of `MSG` octets into STag `stag`,
-/// one FPDU per EMSS-sized segment; also each segment's length.
-fn stream(emss: u16, crc: bool, markers: bool, stag: u32) -> (Vec<u8>, Vec<usize>) {
-    let mut f = Framer::new(crc, markers);
-    let mut out = Vec::new();
-    let payload: Vec<u8> = (0..MSG).map(|i| i as u8).collect();
-    let room = usize::from(mulpdu(emss, markers)) - 14;
-    let mut segs = Vec::new();
-    for m in 0..MSGS {
-        let mut off = 0;
-        while off < MSG {
-            let n = room.min(MSG - off);
-            let h = DdpHeader::Tagged(TaggedHeader {
-                ddp: DdpControl::new(true, off + n == MSG),
-                rdmap: RdmapControl::new(Opcode::Write),
-                stag,
-                to: (m * MSG + off) as u64,
-            });
-            let (hb, hl) = h.to_array();
-            let before = out.len();
-            f.emit(&[&hb[..hl], &payload[off..off + n]], &mut out)
-                .expect("fits");
-            segs.push(out.len() - before);
-            off += n;
-        }
-    }
-    (out, segs)
-}
+use iwarp_bench::rx::{floor, write_stream as stream, MSG, MSGS};
 
 fn bench(c: &mut Criterion) {
     for emss in [1460u16, 9000] {
@@ -75,17 +44,7 @@ fn bench(c: &mut Criterion) {
         // Baseline 2, the floor: CRC32c over every FPDU plus the payload copy.
         g.bench_function("crc32c_plus_memcpy_floor", |b| {
             b.iter(|| {
-                let (mut at, mut out, mut acc) = (0, 0, 0u32);
-                for &len in &segs {
-                    let fpdu = &wire[at..at + len];
-                    acc ^= iwarp_proto::crc::crc32c(&fpdu[..len - 4]);
-                    // Payload after length (2) and tagged header (14), before
-                    // PAD (at most 3, copied along) and CRC (4).
-                    let n = (len - 20).min(dst.len() - out);
-                    dst[out..out + n].copy_from_slice(&fpdu[16..16 + n]);
-                    out += n;
-                    at += len;
-                }
+                let acc = floor(&wire, &segs, &mut dst);
                 std::hint::black_box((acc, &dst));
             })
         });

@@ -5,45 +5,22 @@
 //! prints the FPDUs fed, so that callgrind's totals divide into
 //! instructions per FPDU. `--floor` runs the CRC32c + memcpy floor instead.
 
+use iwarp_bench::rx::{floor, write_stream, MSG, MSGS};
 use iwarp_proto::mem::{Access, MemoryTable};
-use iwarp_proto::mpa::{mulpdu, Framer};
+use iwarp_proto::mpa::mulpdu;
 use iwarp_proto::qp::{Qp, QpConfig};
-use iwarp_proto::wire::ddp::{DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader};
 
-const MSG: usize = 64 << 10;
-const MSGS: usize = 16;
 const ROUNDS: usize = 20;
 const EMSS: u16 = 1460;
 
 fn main() {
-    let floor = std::env::args().any(|a| a == "--floor");
+    let floor_only = std::env::args().any(|a| a == "--floor");
     let mut mem = MemoryTable::new();
     let pd = mem.alloc_pd();
     let stag = mem
         .register(pd, vec![0; MSG * MSGS], Access::REMOTE_WRITE, 0)
         .expect("register");
-    let mut f = Framer::new(true, false);
-    let payload: Vec<u8> = (0..MSG).map(|i| i as u8).collect();
-    let room = usize::from(mulpdu(EMSS, false)) - 14;
-    let (mut wire, mut segs) = (Vec::new(), Vec::new());
-    for m in 0..MSGS {
-        let mut off = 0;
-        while off < MSG {
-            let n = room.min(MSG - off);
-            let h = DdpHeader::Tagged(TaggedHeader {
-                ddp: DdpControl::new(true, off + n == MSG),
-                rdmap: RdmapControl::new(Opcode::Write),
-                stag: stag.0,
-                to: (m * MSG + off) as u64,
-            });
-            let (hb, hl) = h.to_array();
-            let before = wire.len();
-            f.emit(&[&hb[..hl], &payload[off..off + n]], &mut wire)
-                .expect("fits");
-            segs.push(wire.len() - before);
-            off += n;
-        }
-    }
+    let (wire, segs) = write_stream(EMSS, true, false, stag.0);
     let cfg = QpConfig {
         pd,
         ird: 1,
@@ -58,16 +35,8 @@ fn main() {
     let mut dst = vec![0u8; MSG * MSGS];
     let mut fed = 0usize;
     for _ in 0..=ROUNDS {
-        if floor {
-            let (mut at, mut out, mut acc) = (0, 0, 0u32);
-            for &len in &segs {
-                let fpdu = &wire[at..at + len];
-                acc ^= iwarp_proto::crc::crc32c(&fpdu[..len - 4]);
-                let n = (len - 20).min(dst.len() - out);
-                dst[out..out + n].copy_from_slice(&fpdu[16..16 + n]);
-                out += n;
-                at += len;
-            }
+        if floor_only {
+            let acc = floor(&wire, &segs, &mut dst);
             std::hint::black_box((acc, &dst));
         } else {
             let mut qp = Qp::new(cfg);

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod perftest;
+pub mod rx;
 
 /// CPU seconds this process has used, user and system, all threads
 /// (`/proc/self/stat` fields 14 and 15, in USER_HZ = 100 ticks; 0 where
