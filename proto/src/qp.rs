@@ -1995,8 +1995,10 @@ impl RxCtx<'_> {
     }
 
     /// Complete the RDMA Read at the head of the outstanding list with
-    /// `status` (the stream is going to error: nothing more arrives for it).
-    fn fail_read(&mut self, status: WcStatus) {
+    /// `status`: `Success` when its response is delivered (RFC 5040 §5.5
+    /// rule 19), else the stream is going to error and nothing more
+    /// arrives for it.
+    fn retire_read(&mut self, status: WcStatus) {
         let Some(p) = self.tx.reads.pop_front() else {
             return;
         };
@@ -2376,14 +2378,7 @@ impl RxCtx<'_> {
         }
         p.received = received;
         if last {
-            // RFC 5040 §5.5 rule 19: the Read completes on delivery of its response.
-            let seq = p.seq;
-            self.tx.reads.pop_front();
-            if let Some(i) = seq.checked_sub(self.tx.head_seq) {
-                if let Some(e) = self.tx.sq.get_mut(i as usize) {
-                    e.state = SqState::Done(WcStatus::Success);
-                }
-            }
+            self.retire_read(WcStatus::Success);
         }
         true
     }
@@ -2453,7 +2448,7 @@ impl RxCtx<'_> {
                 self.rx.cur_status = Some(st);
             }
             if let Some(st) = self.rx.pending_read.take() {
-                self.fail_read(st);
+                self.retire_read(st);
             }
             return self.raise(p);
         }
@@ -2476,7 +2471,7 @@ impl RxCtx<'_> {
                         // (RFC 5040 §7.1 case 2: Terminate with the DDP header,
                         // RDMAP remote operation error) and the Read fails.
                         if p.received != u64::from(p.sink.len) {
-                            self.fail_read(WcStatus::BadResponse);
+                            self.retire_read(WcStatus::BadResponse);
                             return self.raise(TermInfo {
                                 code: TermCode::RDMAP_OP_UNSPECIFIED,
                                 hdr: Some(hdr),
@@ -2485,13 +2480,7 @@ impl RxCtx<'_> {
                             });
                         }
                         // RFC 5040 §5.5 rule 19: the Read completes on delivery of its response.
-                        let seq = p.seq;
-                        self.tx.reads.pop_front();
-                        if let Some(i) = seq.checked_sub(self.tx.head_seq) {
-                            if let Some(e) = self.tx.sq.get_mut(i as usize) {
-                                e.state = SqState::Done(WcStatus::Success);
-                            }
-                        }
+                        self.retire_read(WcStatus::Success);
                     }
                 }
                 // RDMA Write: placed, never delivered (RFC 5040 §5.1).
