@@ -38,14 +38,18 @@ int shim_port_by_name(const char *name, uint16_t *port) {
     return rte_eth_dev_get_port_by_name(name, port);
 }
 
+/* The driver's info for a valid port: 0 or -errno. */
+static int port_info(uint16_t port, struct rte_eth_dev_info *info) {
+    if (!rte_eth_dev_is_valid_port(port))
+        return -ENODEV;
+    return rte_eth_dev_info_get(port, info);
+}
+
 int shim_port_limits(uint16_t port, uint16_t *min_mtu, uint16_t *max_mtu,
                      uint32_t *max_rx_pktlen) {
     struct rte_eth_dev_info info;
-    int rc;
+    int rc = port_info(port, &info);
 
-    if (!rte_eth_dev_is_valid_port(port))
-        return -ENODEV;
-    rc = rte_eth_dev_info_get(port, &info);
     if (rc != 0)
         return rc;
     *min_mtu = info.min_mtu;
@@ -58,11 +62,8 @@ int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uin
                    uint16_t mtu) {
     struct rte_eth_conf conf;
     struct rte_eth_dev_info info;
-    int rc;
+    int rc = port_info(port, &info);
 
-    if (!rte_eth_dev_is_valid_port(port))
-        return -ENODEV;
-    rc = rte_eth_dev_info_get(port, &info);
     if (rc != 0)
         return rc;
     memset(&conf, 0, sizeof(conf));

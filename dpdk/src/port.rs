@@ -155,7 +155,10 @@ impl Port {
         }
         let max_frame = frame_room(mtu);
 
-        // RX ring + TX ring + one burst in flight each way + our pending
+        // Four times the RX and TX rings (a driver may hold that many of
+        // our mbufs at once: `net_af_xdp` keeps fill, RX, TX and completion
+        // rings of them, and with twice the rings a 4 MiB transfer stalled
+        // on an empty pool), one burst in flight each way and our pending
         // batch, plus slack; 2^n − 1 is the size DPDK's ring likes best.
         let want =
             4 * (u32::from(queues.rx_desc) + u32::from(queues.tx_desc)) + 4 * BURST as u32 + 512;

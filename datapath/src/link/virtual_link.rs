@@ -427,15 +427,18 @@ mod tests {
             burst_len: 8,
             ..LinkFaults::default()
         };
-        let mut link = VirtualLink::new(
-            Echo::default(),
-            Echo::default(),
-            LinkConfig {
-                seed: 5,
-                faults,
-                ..LinkConfig::default()
-            },
-        );
+        let new_link = || {
+            VirtualLink::new(
+                Echo::default(),
+                Echo::default(),
+                LinkConfig {
+                    seed: 5,
+                    faults,
+                    ..LinkConfig::default()
+                },
+            )
+        };
+        let mut link = new_link();
         let gap = 2 * BURST_MAX_NS / link.cfg.tick_ns;
         for i in 0..300u32 {
             link.command(Side::A, i.to_be_bytes().to_vec());
@@ -449,15 +452,7 @@ mod tests {
             "bursts outlived their time: {stats:?}"
         );
         // Back to back, a burst still takes `burst_len` frames.
-        let mut link = VirtualLink::new(
-            Echo::default(),
-            Echo::default(),
-            LinkConfig {
-                seed: 5,
-                faults,
-                ..LinkConfig::default()
-            },
-        );
+        let mut link = new_link();
         for i in 0..300u32 {
             link.command(Side::A, i.to_be_bytes().to_vec());
             link.step();
