@@ -14,7 +14,7 @@ use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::FrameDevice;
 use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{
-    flags, Command, Output, SockId, Stack, StackConfig, StreamShared, Ulp,
+    flags, Command, Output, SendError, SockId, Stack, StackConfig, StreamShared, Ulp, WaitError,
 };
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, STag};
@@ -144,6 +144,19 @@ fn traced_pair_with(
     mem_b: MemoryTable,
     tweak_a: fn(&mut StackConfig),
 ) -> (LoopHandle<Stack>, LoopHandle<Stack>, Trace) {
+    traced_pair_tweaked(seed, loss, mem_a, mem_b, tweak_a, |_| {})
+}
+
+/// [`traced_pair`] with `tweak_a` and `tweak_b` applied to A's and B's
+/// configurations.
+fn traced_pair_tweaked(
+    seed: u64,
+    loss: u32,
+    mem_a: MemoryTable,
+    mem_b: MemoryTable,
+    tweak_a: fn(&mut StackConfig),
+    tweak_b: fn(&mut StackConfig),
+) -> (LoopHandle<Stack>, LoopHandle<Stack>, Trace) {
     let (da, db) = MemDevice::pair(4096);
     let faults = Faults {
         loss,
@@ -167,13 +180,9 @@ fn traced_pair_with(
     let mut cfg_a = config(IP_A, 1);
     tweak_a(&mut cfg_a);
     let a = spawn(Stack::new(cfg_a, mem_a), fa, Some(0), mode(), 4096);
-    let b = spawn(
-        Stack::new(config(IP_B, 2), mem_b),
-        fb,
-        Some(1),
-        mode(),
-        4096,
-    );
+    let mut cfg_b = config(IP_B, 2);
+    tweak_b(&mut cfg_b);
+    let b = spawn(Stack::new(cfg_b, mem_b), fb, Some(1), mode(), 4096);
     (a, b, trace)
 }
 
@@ -322,6 +331,145 @@ fn byte_streams_both_ways_over_a_lossy_link() {
     for seed in 0..3 {
         streams_both_ways(seed, 20_000, 1 << 20);
     }
+}
+
+/// A stream pair between A (listening) and B (connecting), both stacks
+/// with `chunks`-chunk rings.
+fn stream_pair(
+    seed: u64,
+    loss: u32,
+    tweak: fn(&mut StackConfig),
+) -> (
+    LoopHandle<Stack>,
+    LoopHandle<Stack>,
+    Arc<StreamShared>,
+    Arc<StreamShared>,
+) {
+    let (a, b, _) = traced_pair_tweaked(
+        seed,
+        loss,
+        MemoryTable::new(),
+        MemoryTable::new(),
+        tweak,
+        tweak,
+    );
+    a.post(Command::Listen {
+        port: 5001,
+        ulp: Ulp::Stream,
+    })
+    .unwrap();
+    wait_output(&a, "Listening", |o| {
+        matches!(o, Output::Listening { result: Ok(()), .. })
+    });
+    b.post(Command::Connect {
+        token: 1,
+        remote: IP_A,
+        port: 5001,
+        ulp: Ulp::Stream,
+    })
+    .unwrap();
+    let Output::Connected {
+        stream: Some(sb), ..
+    } = wait_output(&b, "Connected", |o| matches!(o, Output::Connected { .. }))
+    else {
+        unreachable!()
+    };
+    let Output::Accepted {
+        stream: Some(sa), ..
+    } = wait_output(&a, "Accepted", |o| matches!(o, Output::Accepted { .. }))
+    else {
+        unreachable!()
+    };
+    (a, b, sa, sb)
+}
+
+#[test]
+fn blocking_send_and_recv_are_woken_by_the_stack() {
+    // Four-chunk rings: the sender fills its ring at once and must wait
+    // for the stack to drain it, over and over; the reader waits for data.
+    // Each call may wait 30 s, the whole transfer gets 20: a wake-up the
+    // stack failed to give would show as a 30 s park and fail the send or
+    // the deadline.
+    let (a, b, sa, sb) = stream_pair(41, 5_000, |c| c.ring_chunks = 4);
+    let len = 8 << 20;
+    let started = Instant::now();
+    let wait = Duration::from_secs(30);
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::with_capacity(len);
+        while let Some(v) = sa.recv(wait).expect("recv") {
+            got.extend_from_slice(&v);
+        }
+        sa.close.store(true, Ordering::Release);
+        sa.wait_closed(wait).expect("A closes");
+        (got, sa.parks())
+    });
+    let mut sent = 0;
+    while sent < len {
+        let n = (len - sent).min(16 << 10);
+        let chunk: Vec<u8> = (sent..sent + n).map(pattern).collect();
+        sb.send(chunk, wait).expect("send");
+        sent += n;
+    }
+    sb.close.store(true, Ordering::Release);
+    // B's receive side: A sends nothing, so the stream ends at once.
+    assert_eq!(sb.recv(wait), Ok(None));
+    sb.wait_closed(wait).expect("B closes");
+    let (got, a_parks) = reader.join().unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(got.len(), len);
+    assert!(got.iter().enumerate().all(|(i, &x)| x == pattern(i)));
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "transfer took {elapsed:?}: a wake-up went missing"
+    );
+    // Both sides really waited (else this test proves nothing about
+    // wake-ups): B's sender for room, A's reader for data.
+    let (b_tx_parks, _) = sb.parks();
+    assert!(b_tx_parks > 0, "the sender never waited");
+    assert!(a_parks.1 > 0, "the reader never waited");
+    a.stop().unwrap();
+    b.stop().unwrap();
+}
+
+#[test]
+fn blocking_calls_time_out_and_report_failure() {
+    let (a, b, sa, sb) = stream_pair(42, 0, |c| c.ring_chunks = 2);
+    // Nothing to read yet: recv waits its timeout and says so.
+    let t = Instant::now();
+    assert_eq!(sa.recv(Duration::from_millis(50)), Err(WaitError::TimedOut));
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    assert_eq!(
+        sa.wait_closed(Duration::from_millis(20)),
+        Err(WaitError::TimedOut)
+    );
+    // A never reads: its two-chunk ring, its backlog and B's send buffer
+    // fill, and then B's send gives the chunk back after its timeout.
+    let mut timed_out = None;
+    for i in 0..4096u32 {
+        let chunk = vec![i as u8; 16 << 10];
+        match sb.send(chunk, Duration::from_millis(200)) {
+            Ok(()) => {}
+            Err(e) => {
+                timed_out = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (i, e) = timed_out.expect("B's sends never timed out against a reader that never reads");
+    assert_eq!(e.clone().into_data(), vec![i as u8; 16 << 10]);
+    assert!(matches!(e, SendError::TimedOut(_)), "{e}");
+    // A resets: B's blocked calls end with the failure, not the timeout.
+    sa.abort.store(true, Ordering::Release);
+    let t = Instant::now();
+    let e = sb.send(vec![1; 10], Duration::from_secs(30)).unwrap_err();
+    assert_eq!(e, SendError::Failed(TcpError::Reset, vec![1; 10]));
+    assert_eq!(
+        sb.recv(Duration::from_secs(30)),
+        Err(WaitError::Failed(TcpError::Reset))
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+    a.stop().unwrap();
+    b.stop().unwrap();
 }
 
 #[test]

@@ -24,11 +24,20 @@
 //! instead of once per poll round. Under each rate's row, a line gives
 //! the time our sender was cwnd-limited and application-limited
 //! (`tcp::Stats`) as a share of its transfer; `--cwv on|off` turns RFC
-//! 7661 congestion window validation on or off in our stack.
+//! 7661 congestion window validation on or off in our stack; the line
+//! also gives how many of the sender's segments the Linux receiver
+//! answered with one of its own (mostly ACKs), for our sender and for
+//! Linux's. `--linux-gso-max-segs N` sets `gso_max_segs` on both veth
+//! ends: with offloads off Linux still builds 64 KiB packets (software
+//! GSO) and cuts them into frames just before the device; with 1 its TCP
+//! runs once per frame, as ours does. Our application threads use the
+//! blocking `send`/`recv` (they sleep while the ring is full or empty, as
+//! the Linux ends do in the kernel) so that they take no CPU from the
+//! Linux end on this two-CPU machine.
 //!
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
-//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2] [--cwv on|off]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2] [--cwv on|off] [--linux-gso-max-segs 1]
 //! ```
 
 use std::io::{Read, Write};
@@ -245,28 +254,20 @@ fn our_client(
     let t = Instant::now();
     // Bounded: a transfer that stalls for two minutes fails the run.
     let give_up = t + Duration::from_secs(120);
+    // Blocking sends, like the Linux client's: the thread sleeps while
+    // the ring is full instead of taking CPU from the Linux receiver.
     let mut left = bulk;
     while left > 0 {
         let n = left.min(64 << 10);
-        let mut v = vec![0x5au8; n];
-        loop {
-            match s.tx.push(v) {
-                Ok(()) => break,
-                Err(back) => {
-                    assert!(Instant::now() < give_up, "bulk send stalled");
-                    v = back;
-                    std::thread::yield_now();
-                }
-            }
+        let wait = give_up.saturating_duration_since(Instant::now());
+        if let Err(e) = s.send(vec![0x5au8; n], wait) {
+            panic!("bulk send: {e}");
         }
         left -= n;
     }
     s.close.store(true, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while s.flags() & (flags::CLOSED | flags::FAILED) == 0 && Instant::now() < deadline {
-        while s.rx.pop().is_some() {}
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    // The Linux server sends nothing: its FIN ends our receive side.
+    let _ = s.wait_closed(Duration::from_secs(120));
     let secs = t.elapsed().as_secs_f64();
     let cpu = iwarp_bench::cpu_time() - cpu0;
     if count_tcp {
@@ -468,16 +469,18 @@ fn our_server(
             _ => std::hint::spin_loop(),
         }
     };
+    // A blocking reader, like the Linux server's: it sleeps while the
+    // ring is empty instead of taking CPU from the Linux sender.
     let mut got = 0usize;
     let mut t = None;
     let deadline = Instant::now() + Duration::from_secs(120);
-    while got < bulk && Instant::now() < deadline {
-        match s.rx.pop() {
-            Some(v) => {
+    while got < bulk {
+        match s.recv(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Some(v)) => {
                 t.get_or_insert_with(Instant::now);
                 got += v.len();
             }
-            None => std::hint::spin_loop(),
+            Ok(None) | Err(_) => break,
         }
     }
     let secs = t.map_or(f64::NAN, |t| t.elapsed().as_secs_f64());
@@ -489,11 +492,8 @@ fn our_server(
     s.close.store(true, Ordering::Release);
     let lin = sender.join().expect("sender");
     assert!(lin.is_some(), "Linux sender failed");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s.flags() & (flags::CLOSED | flags::FAILED) == 0 && Instant::now() < deadline {
-        while s.rx.pop().is_some() {}
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    while let Ok(Some(_)) = s.recv(Duration::from_secs(10)) {}
+    let _ = s.wait_closed(Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(100));
     let (tcp, ls, bp) = h
         .stop()
@@ -601,6 +601,19 @@ fn loss_table(
     for end in [End::A, End::B] {
         veth.disable_segmentation_offload(end).expect("ethtool");
     }
+    // `--linux-gso-max-segs N`: at most N segments per GSO packet on
+    // both ends. Offloads off does not stop Linux from building 64 KiB
+    // packets: its TCP always does (software GSO), and cuts them into
+    // MTU-sized frames just before the device, so its sender runs its
+    // TCP/IP output once per up to 44 frames. With 1 it runs it per
+    // frame, as ours does.
+    if let Some(n) = arg_opt("--linux-gso-max-segs") {
+        let n = n.to_string();
+        for (ns, end) in [(ours_ns, End::A), (linux_ns, End::B)] {
+            ns.ip(&["link", "set", "dev", veth.name(end), "gso_max_segs", &n])
+                .expect("gso_max_segs");
+        }
+    }
     // The kernel's congestion control, per namespace (the host's default
     // unless `--linux-cc` names one): the Linux sender of Linux -> Linux
     // is in `ours_ns`, that of Linux -> ours in `linux_ns`.
@@ -627,8 +640,9 @@ fn loss_table(
         }
     }
     println!(
-        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off; Linux congestion control: {} (ours: {:?}, RFC 7661 cwv {})",
+        "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off{}; Linux congestion control: {} (ours: {:?}, RFC 7661 cwv {})",
         bulk >> 20,
+        arg_opt("--linux-gso-max-segs").map_or(String::new(), |n| format!(", gso_max_segs {n}")),
         cc.unwrap_or_else(|| linux_cc(ours_ns)),
         congestion(),
         cwv_arg().unwrap_or(tcp_lite::tcp::Config::default().cwv)
@@ -680,6 +694,7 @@ fn loss_table(
         let addr = SocketAddrV4::new(server_ip, port + 1);
         let (ready, server) = linux_server(linux_ns, addr, 0);
         ready.recv().expect("server ready");
+        let before = tcp_segs(linux_ns);
         let (_, our_bw, _, st, tx_refused) = our_client(
             ours_ns,
             veth.name(End::A),
@@ -690,6 +705,9 @@ fn loss_table(
             true,
         );
         let our_rx = server.join().expect("server");
+        let after = tcp_segs(linux_ns);
+        let lin_per_ack_ours =
+            (after.0 - before.0) as f64 / (after.1.saturating_sub(before.1)).max(1) as f64;
         assert_eq!(our_rx as usize, bulk);
         // Linux -> ours: our stack listens at the same end.
         let (rx_bw, _, rx_loop, rx_drops) = our_server(
@@ -726,13 +744,15 @@ fn loss_table(
         let secs = bulk as f64 / our_bw / 1e6;
         let pct = |ns: u64| ns as f64 / 1e9 / secs * 100.0;
         println!(
-            "{:>7} ours->L sender: cwnd-limited {:.0}%, app-limited {:.0}% of {:.2} s; RFC 7661 reductions {} NVP / {} loss",
+            "{:>7} ours->L sender: cwnd-limited {:.0}%, app-limited {:.0}% of {:.2} s; RFC 7661 reductions {} NVP / {} loss; the Linux receiver sent a segment per {:.1} of ours ({:.1} of Linux's)",
             "",
             pct(st.cwnd_limited_ns),
             pct(st.app_limited_ns),
             secs,
             st.cwv_nvp_reductions,
-            st.cwv_loss_reductions
+            st.cwv_loss_reductions,
+            lin_per_ack_ours,
+            lin_per_ack
         );
         // The RTO audit (issue 12): what the sender knew when each timeout
         // fired (tcp::Stats::rto_*).

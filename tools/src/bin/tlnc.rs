@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, Mode};
-use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
+use iwarp_datapath::stack::{
+    Command, Output, SendError, Stack, StackConfig, StreamShared, Ulp, WaitError,
+};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_tools::Cidr;
 use iwarp_xdp::{Config as XdpConfig, XdpDevice, XskMode};
@@ -449,17 +451,14 @@ fn transfer(
             }
             buf.truncate(n);
             sent += n as u64;
+            // Sleeps while the send ring is full; the stack wakes it.
             let mut item = buf;
             loop {
-                match tx_side.tx.push(item) {
+                match tx_side.send(item, Duration::from_millis(100)) {
                     Ok(()) => break,
-                    Err(back) => {
-                        if tx_side.flags() & flags::FAILED != 0 {
-                            return Ok(sent);
-                        }
-                        item = back;
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
+                    Err(SendError::TimedOut(back)) => item = back,
+                    // Failed (the main thread reports it) or closed.
+                    Err(_) => return Ok(sent),
                 }
             }
         }
@@ -467,36 +466,42 @@ fn transfer(
         Ok(sent)
     });
     let mut received = 0u64;
+    let failed = |s: &StreamShared| {
+        s.abort.store(true, Ordering::Release);
+        Failure::Connection("connection reset or timed out".into())
+    };
+    // Sleeps until data arrives (the stack wakes it), in slices that let
+    // the overall deadline be checked.
+    let slice = Duration::from_millis(100);
     loop {
-        let mut idle = true;
-        while let Some(v) = s.rx.pop() {
-            output
-                .write_all(&v)
-                .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
-            received += v.len() as u64;
-            idle = false;
-        }
-        if !idle {
-            // Interactive use sees data as it arrives; a reader waiting for
-            // the peer's last octet gets it before the connection closes.
-            output
-                .flush()
-                .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
-        }
-        let f = s.flags();
-        if f & flags::FAILED != 0 {
-            s.abort.store(true, Ordering::Release);
-            return Err(Failure::Connection("connection reset or timed out".into()));
-        }
-        if f & flags::CLOSED != 0 && f & flags::RX_EOF != 0 && s.rx.is_empty() {
-            break;
+        match s.recv(slice) {
+            Ok(Some(v)) => {
+                output
+                    .write_all(&v)
+                    .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
+                received += v.len() as u64;
+                if s.rx.is_empty() {
+                    // Interactive use sees data as it arrives; a reader
+                    // waiting for the peer's last octet gets it before
+                    // the connection closes.
+                    output
+                        .flush()
+                        .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
+                }
+                continue;
+            }
+            // The peer closed its direction: wait for ours to close too.
+            Ok(None) => match s.wait_closed(slice) {
+                Ok(()) => break,
+                Err(WaitError::Failed(_)) => return Err(failed(s)),
+                Err(WaitError::TimedOut) => {}
+            },
+            Err(WaitError::Failed(_)) => return Err(failed(s)),
+            Err(WaitError::TimedOut) => {}
         }
         if timed_out(deadline) {
             s.abort.store(true, Ordering::Release);
             return Err(Failure::Connection("timed out".into()));
-        }
-        if idle {
-            std::thread::sleep(Duration::from_micros(100));
         }
     }
     output
