@@ -1083,16 +1083,22 @@ impl Connection {
     /// What the receive buffer can take from RCV.NXT on: `rcv_buf` less
     /// the octets the owner still holds for the application
     /// ([`set_rcv_held`](Self::set_rcv_held)), counted in steps of a
-    /// sixteenth of the buffer, so that a small backlog leaves the offer
-    /// as it was and duplicate ACKs keep the same window, as fast
-    /// retransmit needs (RFC 5681 §2). In-order data leaves at once
-    /// (inline delivery) and the buffer only ever holds out-of-order data
-    /// inside the window: with nothing held, the offer is `rcv_buf`.
+    /// sixteenth of the buffer, so that small changes of the backlog leave
+    /// the offer as it was and duplicate ACKs keep the same window, as fast
+    /// retransmit needs (RFC 5681 §2). A step partly held counts as held:
+    /// rounded down, the offer would exceed what is free by up to a step,
+    /// and an owner whose backlog may hold `rcv_buf` (the stack's
+    /// `rx_backlog_limit`) would have to drop data inside the window it
+    /// offered. Rounded up, the right edge stays where it was while the
+    /// application takes nothing, so the backlog never passes `rcv_buf`.
+    /// In-order data leaves at once (inline delivery) and the buffer only
+    /// ever holds out-of-order data inside the window: with nothing held,
+    /// the offer is `rcv_buf`.
     fn rcv_offer(&self) -> u32 {
         let buf = self.cfg.rcv_buf;
         let step = (buf / 16).max(1 << self.rcv_shift).max(1);
         let held = self.rcv_held.min(buf);
-        buf - held / step * step
+        buf - (held.div_ceil(step).saturating_mul(step)).min(buf)
     }
 
     /// The window we offer: up to RCV.NXT + the offer, but never left of
@@ -5283,10 +5289,14 @@ mod tests {
         let now = p.now;
         let d = data(40 * 1000, 3);
         let mut off = 0;
-        let mut send = |p: &mut Pair, len: usize| -> Vec<(u32, u32)> {
+        // One in-order segment; the owner reports `held` (as the stack
+        // does, after delivery and before the ACK goes); the ACKs sent.
+        let mut send = |p: &mut Pair, len: usize, held: &dyn Fn(&Connection) -> usize| {
             let s = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK, &d[off..off + len], now);
             off += len;
             p.b.handle_segment(&s, now, &mut |_| {});
+            let h = held(&p.b);
+            p.b.set_rcv_held(h);
             let mut acks = Vec::new();
             p.b.poll_transmit(now, 8, &mut |r| {
                 acks.push((r.ack_number, u32::from(r.window) << shift))
@@ -5294,30 +5304,44 @@ mod tests {
             acks
         };
         // Nothing held: the whole buffer.
-        let a = send(&mut p, 1000);
+        let a = send(&mut p, 1000, &|_| 0);
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].1, 32768);
-        // A sixteenth of the buffer or less held: the same window (so that
-        // duplicate ACKs stay duplicates).
-        p.b.set_rcv_held(2000);
-        let a = send(&mut p, 1000);
-        assert_eq!(a[0].1, 32768);
         let edge = a[0].0.wrapping_add(32768);
-        // The application takes nothing more: the edge stays where it was
-        // advertised, the window closes as data arrives (rounded up to the
-        // scale, 128 octets).
-        p.b.set_rcv_held(32 * 1024);
-        let a = send(&mut p, 1000);
-        assert_eq!(a[0].1, edge.wrapping_sub(a[0].0).div_ceil(128) * 128);
-        assert!(a[0].1 < 32768);
-        for _ in 0..29 {
-            send(&mut p, 1000);
+        // From here the application takes nothing: all that arrives is
+        // held. The edge stays where it was advertised (within the scale's
+        // rounding up, 128 octets) and the window closes as data arrives,
+        // so everything the window let in fits the buffer: an owner that
+        // buffers `rcv_buf` octets drops none. Rounding a partly held step
+        // down, the edge moved right by up to a step (2048) and let more in.
+        let r0 = p.b.rcv_nxt;
+        let held = |c: &Connection| c.rcv_nxt.wrapping_sub(r0) as usize;
+        loop {
+            let rest = edge.wrapping_sub(p.b.rcv_nxt) as usize;
+            if rest == 0 {
+                break;
+            }
+            let a = send(&mut p, rest.min(1000), &held);
+            assert_eq!(a.len(), 1);
+            let (ack, wnd) = a[0];
+            let right = ack.wrapping_add(wnd);
+            assert!(
+                right.wrapping_sub(edge) < 128 || right == edge,
+                "edge moved from {edge} to {right} with {} held",
+                held(&p.b)
+            );
+            if rest > 1000 {
+                assert_eq!(wnd, (rest as u32 - 1000).div_ceil(128) * 128);
+            } else {
+                assert_eq!(a[0], (edge, 0), "closed at the edge");
+            }
         }
-        let rest = edge.wrapping_sub(p.b.rcv_nxt) as usize;
-        let a = send(&mut p, rest);
-        assert_eq!(a[0], (edge, 0), "closed at the edge");
-        // The application takes one octet: the offer grows by a step
-        // (2048, the held octets count in whole steps): an update.
+        assert_eq!(
+            held(&p.b),
+            32768,
+            "the buffer took what it offered, no more"
+        );
+        // The application takes less than a step: the offer stays closed.
         let poll = |p: &mut Pair| {
             let mut acks = Vec::new();
             p.b.poll_transmit(now, 8, &mut |r| {
@@ -5325,9 +5349,10 @@ mod tests {
             });
             acks
         };
-        p.b.set_rcv_held(32768);
-        assert_eq!(poll(&mut p), vec![]);
         p.b.set_rcv_held(32768 - 1);
+        assert_eq!(poll(&mut p), vec![]);
+        // A whole step (2048): the offer grows by it, an update at once.
+        p.b.set_rcv_held(32768 - 2048);
         assert_eq!(poll(&mut p), vec![(edge, 2048)]);
         assert_eq!(poll(&mut p), vec![]);
         // It catches up: a window update at once.

@@ -432,6 +432,45 @@ fn blocking_send_and_recv_are_woken_by_the_stack() {
 }
 
 #[test]
+fn a_slow_reader_closes_the_window_and_the_stack_drops_nothing() {
+    // A reader that falls behind: a four-chunk ring, then the stack's
+    // backlog, then the window closes. Everything the window let in must
+    // fit the backlog (`rx_backlog_limit`, the TCP buffer's size): no data
+    // segment dropped for lack of room, and every octet delivered.
+    let (a, b, sa, sb) = stream_pair(43, 0, |c| c.ring_chunks = 4);
+    let len = 4 << 20;
+    let wait = Duration::from_secs(30);
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::with_capacity(len);
+        while let Some(v) = sa.recv(wait).expect("recv") {
+            got.extend_from_slice(&v);
+            // Slower than the link for the first half.
+            if got.len() < len / 2 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        sa.close.store(true, Ordering::Release);
+        sa.wait_closed(wait).expect("A closes");
+        got
+    });
+    let mut sent = 0;
+    while sent < len {
+        let n = (len - sent).min(64 << 10);
+        let chunk: Vec<u8> = (sent..sent + n).map(pattern).collect();
+        sb.send(chunk, wait).expect("send");
+        sent += n;
+    }
+    sb.close.store(true, Ordering::Release);
+    sb.wait_closed(wait).expect("B closes");
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), len);
+    assert!(got.iter().enumerate().all(|(i, &x)| x == pattern(i)));
+    let (sa, _) = a.stop().unwrap();
+    b.stop().unwrap();
+    assert_eq!(sa.stats().rx_backpressure_drops, 0, "{:?}", sa.stats());
+}
+
+#[test]
 fn blocking_calls_time_out_and_report_failure() {
     let (a, b, sa, sb) = stream_pair(42, 0, |c| c.ring_chunks = 2);
     // Nothing to read yet: recv waits its timeout and says so.
