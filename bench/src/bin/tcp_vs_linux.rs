@@ -27,7 +27,9 @@
 //! 7661 congestion window validation on or off in our stack; the line
 //! also gives how many of the sender's segments the Linux receiver
 //! answered with one of its own (mostly ACKs), for our sender and for
-//! Linux's. `--linux-gso-max-segs N` sets `gso_max_segs` on both veth
+//! Linux's, and a line the Linux -> Linux sender's own RTOs, SACK
+//! recoveries, tail loss probes and undos (its namespace's `TcpExt`
+//! counters). `--linux-gso-max-segs N` sets `gso_max_segs` on both veth
 //! ends: with offloads off Linux still builds 64 KiB packets (software
 //! GSO) and cuts them into frames just before the device; with 1 its TCP
 //! runs once per frame, as ours does. Our application threads use the
@@ -572,21 +574,43 @@ fn linux_cc(ns: &Netns) -> String {
 
 /// The namespace's TCP InSegs and OutSegs (`/proc/net/snmp`).
 fn tcp_segs(ns: &Netns) -> (u64, u64) {
-    let out = run_in(ns, &["cat", "/proc/net/snmp"], Duration::from_secs(10)).expect("snmp");
+    let v = counters(ns, "/proc/net/snmp", "Tcp:", &["InSegs", "OutSegs"]);
+    (v[0], v[1])
+}
+
+/// The Linux sender's loss recovery, from its namespace's `TcpExt`
+/// counters (`/proc/net/netstat`): timeouts, spurious timeouts, SACK
+/// recoveries, tail loss probes and undos.
+const LINUX_RECOVERY: [&str; 8] = [
+    "TCPTimeouts",
+    "TCPSpuriousRTOs",
+    "TCPSackRecovery",
+    "TCPLossProbes",
+    "TCPDSACKUndo",
+    "TCPLossUndo",
+    "TCPFullUndo",
+    "TCPPartialUndo",
+];
+
+/// The values of `names` in the `prefix` rows (a row of names, then one
+/// of values) of `file` in `ns`; 0 for a name the kernel lacks.
+fn counters(ns: &Netns, file: &str, prefix: &str, names: &[&str]) -> Vec<u64> {
+    let out = run_in(ns, &["cat", file], Duration::from_secs(10)).expect(file);
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut rows = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
-        return (0, 0);
+    let mut rows = text.lines().filter(|l| l.starts_with(prefix));
+    let (Some(keys), Some(values)) = (rows.next(), rows.next()) else {
+        return vec![0; names.len()];
     };
-    let field = |name: &str| {
-        names
-            .split_whitespace()
-            .position(|n| n == name)
-            .and_then(|i| values.split_whitespace().nth(i))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("InSegs"), field("OutSegs"))
+    names
+        .iter()
+        .map(|name| {
+            keys.split_whitespace()
+                .position(|n| n == *name)
+                .and_then(|i| values.split_whitespace().nth(i))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 fn loss_table(
@@ -681,9 +705,12 @@ fn loss_table(
         let (ready, server) = linux_server(linux_ns, addr, 0);
         ready.recv().expect("server ready");
         let before = tcp_segs(linux_ns);
+        let rec0 = counters(ours_ns, "/proc/net/netstat", "TcpExt:", &LINUX_RECOVERY);
         let (_, lin_bw) = linux_client(ours_ns, addr, 0, bulk);
         let lin_rx = server.join().expect("server");
         let after = tcp_segs(linux_ns);
+        let rec1 = counters(ours_ns, "/proc/net/netstat", "TcpExt:", &LINUX_RECOVERY);
+        let lin_rec: Vec<u64> = rec1.iter().zip(&rec0).map(|(a, b)| a - b).collect();
         // The Linux receiver's segments in per segment out.
         let lin_per_ack =
             (after.0 - before.0) as f64 / (after.1.saturating_sub(before.1)).max(1) as f64;
@@ -753,6 +780,18 @@ fn loss_table(
             st.cwv_loss_reductions,
             lin_per_ack_ours,
             lin_per_ack
+        );
+        // The Linux -> Linux sender's own figures, for comparison.
+        println!(
+            "{:>7} Linux->L sender: RTOs {} ({} spurious), SACK recoveries {}, TLPs {}, undos {} (DSACK {}, after an RTO {})",
+            "",
+            lin_rec[0],
+            lin_rec[1],
+            lin_rec[2],
+            lin_rec[3],
+            lin_rec[4] + lin_rec[5] + lin_rec[6] + lin_rec[7],
+            lin_rec[4],
+            lin_rec[5]
         );
         // The RTO audit (issue 12): what the sender knew when each timeout
         // fired (tcp::Stats::rto_*).
