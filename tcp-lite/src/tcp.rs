@@ -2622,16 +2622,38 @@ impl Connection {
         Some((s, len, fin))
     }
 
+    /// RFC 3042 §2: the first two duplicate ACKs each let one segment go
+    /// beyond cwnd (outside recovery).
+    ///
+    /// RFC 3042 sends new data there; with a segment known lost and not
+    /// resent, NextSeg (RFC 6675 §4, rule 1 before rule 2) gives that room
+    /// to the retransmission instead. That is the state after a timeout,
+    /// where no recovery may start before RecoveryPoint (§5.1): a
+    /// retransmission RACK finds lost, with cwnd a segment and a few
+    /// octets, waited while new data took the room, and if that data was
+    /// lost too nothing came back until the next RTO (the simulator's RTO
+    /// audit at 5% loss, seed 72, once the probe slack was 200 µs).
+    fn limited_transmit_room(&self) -> usize {
+        if self.dupacks < DUP_THRESH {
+            self.dupacks.min(2) as usize * self.mss()
+        } else {
+            0
+        }
+    }
+
     /// Retransmit what is deemed lost while the window (PRR in recovery,
-    /// cwnd - pipe otherwise: RFC 6675 §5 (C)) allows. Returns how many
-    /// segments went.
+    /// cwnd - pipe otherwise, with the room limited transmit gives: RFC
+    /// 6675 §5 (C)) allows. Returns how many segments went.
     fn send_lost(&mut self, now: u64, max: usize, pipe: &mut usize, emit: Emit<'_>) -> usize {
         let mut n = 0;
         while n < max && lt(self.snd_una, self.lost_end) {
             let budget = if self.in_recovery {
                 self.prr_allow
             } else {
-                self.cc.cwnd().saturating_sub(*pipe)
+                self.cc
+                    .cwnd()
+                    .saturating_add(self.limited_transmit_room())
+                    .saturating_sub(*pipe)
             };
             let seg_max = self.snd_mss.saturating_sub(self.data_options_len()).max(1);
             let Some((seq, len, fin)) = self.next_lost(seg_max) else {
@@ -2911,14 +2933,10 @@ impl Connection {
                 } else if self.in_recovery {
                     self.prr_allow
                 } else {
-                    // RFC 3042 §2: the first two duplicate ACKs each let
-                    // one new segment go beyond cwnd.
-                    let extra = if self.dupacks < DUP_THRESH {
-                        self.dupacks.min(2) as usize * self.mss()
-                    } else {
-                        0
-                    };
-                    self.cc.cwnd().saturating_add(extra).saturating_sub(pipe)
+                    self.cc
+                        .cwnd()
+                        .saturating_add(self.limited_transmit_room())
+                        .saturating_sub(pipe)
                 }
             } else {
                 let cc_end = self
@@ -5077,6 +5095,61 @@ mod tests {
         let st = p.a.stats();
         assert_eq!(st.rto_retransmits, 1, "{st:?}");
         assert_eq!(st.tlp_probes, 1, "{st:?}");
+    }
+
+    #[test]
+    fn after_a_timeout_a_lost_retransmission_takes_the_limited_transmit_room() {
+        // What the simulator's RTO audit found (5% loss, seed 72): after a
+        // timeout no recovery may start before RecoveryPoint (RFC 6675
+        // §5.1); a retransmission RACK then finds lost, with cwnd a few
+        // octets short of a segment, waited while the room a duplicate ACK
+        // gives (RFC 3042) went to new data; when that was lost too, only
+        // the next RTO moved the sender. NextSeg (RFC 6675 §4) puts the
+        // lost segment first.
+        let c = Config {
+            rto_min: 10_000_000,
+            ..cfg()
+        };
+        let (mut p, una) = in_flight(c, 3, 40);
+        // Nothing comes back: a probe (new segment 3), then the timeout.
+        while p.a.stats().rto_retransmits == 0 {
+            let t = p.a.poll_timeout().expect("a timer");
+            p.a.handle_timeout(t);
+            p.now = t;
+            sends(&mut p, una);
+        }
+        assert_eq!(p.a.stats().tlp_probes, 1);
+        assert_eq!(p.a.snd_max.wrapping_sub(una) / SEG, 4);
+        assert_eq!(sends(&mut p, una), vec![]);
+        // ACKs that echo the retransmissions' timestamps (RFC 7323): not
+        // for the originals, so the timeout is no spurious one to undo.
+        let now = p.now;
+        let ack = |p: &mut Pair, a: u32, blocks: &[(u32, u32)]| {
+            let mut r = sack_ack(&p.a, una, a, blocks);
+            r.timestamp = r.timestamp.map(|t| TcpTimestamp {
+                tsecr: p.a.ts_now(now),
+                ..t
+            });
+            p.a.handle_segment(&r, now, &mut |_| {});
+            sends(p, una)
+        };
+        // The timeout resent segment 0 (cwnd one MSS, 1460: a segment of
+        // 1448 and 12 octets); each cumulative ACK grows it by a segment.
+        assert_eq!(ack(&mut p, 1, &[]), vec![(1, 1448), (2, 1448)]);
+        assert_eq!(ack(&mut p, 2, &[]), vec![(3, 1448), (4, 1448)]);
+        // Segment 3's copy arrives, segment 2's does not: one duplicate
+        // ACK; RACK waits a reordering window. cwnd room and limited
+        // transmit send two new segments.
+        assert_eq!(ack(&mut p, 2, &[(3, 4)]), vec![(5, 1448), (6, 1448)]);
+        assert!(!p.a.in_recovery);
+        let t = p.a.t_rack.expect("reordering timer");
+        p.a.handle_timeout(t);
+        p.now = t;
+        // Segment 2's retransmission is lost: it goes again, first, in the
+        // room the duplicate ACK gave (cwnd less pipe is 12 octets).
+        assert_eq!(p.a.stats().lost_retransmits, 1);
+        assert_eq!(sends(&mut p, una), vec![(2, 1448)]);
+        assert_eq!(p.a.stats().rto_retransmits, 1);
     }
 
     #[test]
