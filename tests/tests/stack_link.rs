@@ -256,36 +256,7 @@ fn streams_both_ways(seed: u64, loss: u32, len: usize) {
 fn streams_both_ways_with(seed: u64, loss: u32, len: usize, tweak_a: fn(&mut StackConfig)) {
     let (a, b, trace) =
         traced_pair_with(seed, loss, MemoryTable::new(), MemoryTable::new(), tweak_a);
-    a.post(Command::Listen {
-        port: 5001,
-        ulp: Ulp::Stream,
-    })
-    .unwrap();
-    wait_output(&a, "Listening", |o| {
-        matches!(o, Output::Listening { result: Ok(()), .. })
-    });
-    b.post(Command::Connect {
-        token: 1,
-        remote: IP_A,
-        port: 5001,
-        ulp: Ulp::Stream,
-    })
-    .unwrap();
-    let Output::Connected {
-        stream: Some(sb), ..
-    } = wait_output(&b, "Connected", |o| matches!(o, Output::Connected { .. }))
-    else {
-        unreachable!()
-    };
-    let Output::Accepted {
-        stream: Some(sa),
-        remote,
-        ..
-    } = wait_output(&a, "Accepted", |o| matches!(o, Output::Accepted { .. }))
-    else {
-        unreachable!()
-    };
-    assert_eq!(remote, IP_B);
+    let (sa, sb) = open_streams(&a, &b);
     let t = std::thread::spawn(move || pump(&sa, len, 7));
     let got_b = pump(&sb, len, 0);
     let got_a = t.join().unwrap();
@@ -333,8 +304,46 @@ fn byte_streams_both_ways_over_a_lossy_link() {
     }
 }
 
-/// A stream pair between A (listening) and B (connecting), both stacks
-/// with `chunks`-chunk rings.
+/// A byte stream from B to A's listener: A's end, B's end.
+fn open_streams(
+    a: &LoopHandle<Stack>,
+    b: &LoopHandle<Stack>,
+) -> (Arc<StreamShared>, Arc<StreamShared>) {
+    a.post(Command::Listen {
+        port: 5001,
+        ulp: Ulp::Stream,
+    })
+    .unwrap();
+    wait_output(a, "Listening", |o| {
+        matches!(o, Output::Listening { result: Ok(()), .. })
+    });
+    b.post(Command::Connect {
+        token: 1,
+        remote: IP_A,
+        port: 5001,
+        ulp: Ulp::Stream,
+    })
+    .unwrap();
+    let Output::Connected {
+        stream: Some(sb), ..
+    } = wait_output(b, "Connected", |o| matches!(o, Output::Connected { .. }))
+    else {
+        unreachable!()
+    };
+    let Output::Accepted {
+        stream: Some(sa),
+        remote,
+        ..
+    } = wait_output(a, "Accepted", |o| matches!(o, Output::Accepted { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(remote, IP_B);
+    (sa, sb)
+}
+
+/// A stream pair between A (listening) and B (connecting), `tweak`
+/// applied to both stacks' configurations.
 fn stream_pair(
     seed: u64,
     loss: u32,
@@ -353,33 +362,7 @@ fn stream_pair(
         tweak,
         tweak,
     );
-    a.post(Command::Listen {
-        port: 5001,
-        ulp: Ulp::Stream,
-    })
-    .unwrap();
-    wait_output(&a, "Listening", |o| {
-        matches!(o, Output::Listening { result: Ok(()), .. })
-    });
-    b.post(Command::Connect {
-        token: 1,
-        remote: IP_A,
-        port: 5001,
-        ulp: Ulp::Stream,
-    })
-    .unwrap();
-    let Output::Connected {
-        stream: Some(sb), ..
-    } = wait_output(&b, "Connected", |o| matches!(o, Output::Connected { .. }))
-    else {
-        unreachable!()
-    };
-    let Output::Accepted {
-        stream: Some(sa), ..
-    } = wait_output(&a, "Accepted", |o| matches!(o, Output::Accepted { .. }))
-    else {
-        unreachable!()
-    };
+    let (sa, sb) = open_streams(&a, &b);
     (a, b, sa, sb)
 }
 
