@@ -585,6 +585,9 @@ pub mod flags {
 /// [`wait_closed`](Self::wait_closed), which park the calling thread until
 /// the poll loop has room, data or news for it (like a blocking socket,
 /// and without taking CPU from the peer or the poll loop while waiting).
+/// Each of the three wakes one thread: one may send while another
+/// receives and a third waits for the close, but two threads in the same
+/// call at once may sleep until their timeout.
 #[derive(Debug)]
 pub struct StreamShared {
     /// Received data, in order.
@@ -599,10 +602,13 @@ pub struct StreamShared {
     pub state: AtomicU8,
     /// Why the connection failed, set once before [`flags::FAILED`].
     error: std::sync::OnceLock<TcpError>,
-    /// A thread parked in `send` or `wait_closed`.
+    /// A thread parked in `send`.
     tx_waiter: Waiter,
     /// A thread parked in `recv`.
     rx_waiter: Waiter,
+    /// A thread parked in `wait_closed` (apart from the other two, so
+    /// that one thread may wait for the close while another still sends).
+    close_waiter: Waiter,
 }
 
 /// One parked application thread and what would wake it: the [`flags`]
@@ -727,6 +733,7 @@ impl StreamShared {
             error: std::sync::OnceLock::new(),
             tx_waiter: Waiter::default(),
             rx_waiter: Waiter::default(),
+            close_waiter: Waiter::default(),
         }
     }
 
@@ -826,7 +833,7 @@ impl StreamShared {
     /// (the stack stops taking the peer's data once the ring is full).
     pub fn wait_closed(&self, timeout: Duration) -> Result<(), WaitError> {
         let deadline = Instant::now() + timeout;
-        self.tx_waiter
+        self.close_waiter
             .wait(flags::CLOSED | flags::FAILED, deadline, || {
                 self.flags() & (flags::CLOSED | flags::FAILED) != 0
             });
@@ -839,7 +846,7 @@ impl StreamShared {
         }
     }
 
-    /// How many times `send`/`wait_closed` and `recv` parked their thread.
+    /// How many times `send` and `recv` parked their thread.
     pub fn parks(&self) -> (u64, u64) {
         (
             self.tx_waiter.parks.load(Ordering::Relaxed),
@@ -854,10 +861,14 @@ impl StreamShared {
         fence(Ordering::SeqCst);
         let tx = self.tx_waiter.want.load(Ordering::Relaxed);
         let rx = self.rx_waiter.want.load(Ordering::Relaxed);
-        if tx | rx == 0 {
+        let close = self.close_waiter.want.load(Ordering::Relaxed);
+        if tx | rx | close == 0 {
             return;
         }
         let st = self.state.load(Ordering::Acquire);
+        if st & close != 0 {
+            self.close_waiter.wake();
+        }
         let room = tx & Waiter::RING != 0 && self.tx.len() <= self.tx.capacity() / 2;
         if room || st & tx != 0 {
             self.tx_waiter.wake();

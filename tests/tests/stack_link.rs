@@ -454,6 +454,49 @@ fn a_slow_reader_closes_the_window_and_the_stack_drops_nothing() {
 }
 
 #[test]
+fn one_thread_waits_for_the_close_while_another_sends() {
+    // B's sender thread parks on a full ring again and again while B's
+    // main thread parks in `wait_closed`: each is woken for its own
+    // event. With one wake-up slot for both, the close's wake-up went to
+    // the sender's handle and the waiter slept out its 30 s.
+    let (a, b, sa, sb) = stream_pair(44, 0, |c| c.ring_chunks = 4);
+    let len = 4 << 20;
+    let wait = Duration::from_secs(30);
+    let started = Instant::now();
+    let reader = std::thread::spawn(move || {
+        let mut n = 0;
+        while let Some(v) = sa.recv(wait).expect("recv") {
+            n += v.len();
+        }
+        sa.close.store(true, Ordering::Release);
+        sa.wait_closed(wait).expect("A closes");
+        n
+    });
+    let tx = sb.clone();
+    let sender = std::thread::spawn(move || {
+        let mut sent = 0;
+        while sent < len {
+            let n = (len - sent).min(16 << 10);
+            tx.send(vec![0x5a; n], wait).expect("send");
+            sent += n;
+        }
+        tx.close.store(true, Ordering::Release);
+        tx.parks().0
+    });
+    sb.wait_closed(wait).expect("B closes");
+    let elapsed = started.elapsed();
+    let sender_parks = sender.join().unwrap();
+    assert_eq!(reader.join().unwrap(), len);
+    assert!(sender_parks > 0, "the sender never waited");
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "the close took {elapsed:?}: its wake-up went missing"
+    );
+    a.stop().unwrap();
+    b.stop().unwrap();
+}
+
+#[test]
 fn blocking_calls_time_out_and_report_failure() {
     let (a, b, sa, sb) = stream_pair(42, 0, |c| c.ring_chunks = 2);
     // Nothing to read yet: recv waits its timeout and says so.
