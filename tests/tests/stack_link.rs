@@ -532,6 +532,10 @@ fn blocking_calls_time_out_and_report_failure() {
         sb.recv(Duration::from_secs(30)),
         Err(WaitError::Failed(TcpError::Reset))
     );
+    assert_eq!(
+        sb.wait_closed(Duration::from_secs(30)),
+        Err(WaitError::Failed(TcpError::Reset))
+    );
     assert!(t.elapsed() < Duration::from_secs(10));
     a.stop().unwrap();
     b.stop().unwrap();
