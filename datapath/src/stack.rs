@@ -587,7 +587,8 @@ pub mod flags {
 /// and without taking CPU from the peer or the poll loop while waiting).
 /// Each of the three wakes one thread: one may send while another
 /// receives and a third waits for the close, but two threads in the same
-/// call at once may sleep until their timeout.
+/// call at once may sleep until their timeout. A loop that is stopped
+/// wakes nobody: the timeout bounds every wait.
 #[derive(Debug)]
 pub struct StreamShared {
     /// Received data, in order.
