@@ -4758,6 +4758,20 @@ mod tests {
         r
     }
 
+    /// Fire a's timers, each at its time and sending what it lets go,
+    /// until its first retransmission timeout (at most `n` timers).
+    fn fire_until_rto(p: &mut Pair, una: u32, n: usize) {
+        for _ in 0..n {
+            if p.a.stats().rto_retransmits > 0 {
+                return;
+            }
+            let t = p.a.poll_timeout().expect("a timer");
+            p.a.handle_timeout(t);
+            p.now = t;
+            sends(p, una);
+        }
+    }
+
     /// What a sends now, as (segment offset from `una`, length).
     fn sends(p: &mut Pair, una: u32) -> Vec<(u32, usize)> {
         let now = p.now;
@@ -5094,15 +5108,7 @@ mod tests {
             ..cfg()
         };
         let (mut p, una) = in_flight(c, 3, 40);
-        for _ in 0..20 {
-            if p.a.stats().rto_retransmits > 0 {
-                break;
-            }
-            let t = p.a.poll_timeout().expect("a timer");
-            p.a.handle_timeout(t);
-            p.now = t;
-            sends(&mut p, una);
-        }
+        fire_until_rto(&mut p, una, 20);
         let st = p.a.stats();
         assert_eq!(st.rto_retransmits, 1, "{st:?}");
         assert_eq!(st.tlp_probes, 1, "{st:?}");
@@ -5144,12 +5150,8 @@ mod tests {
         };
         let (mut p, una) = in_flight(c, 3, 40);
         // Nothing comes back: a probe (new segment 3), then the timeout.
-        while p.a.stats().rto_retransmits == 0 {
-            let t = p.a.poll_timeout().expect("a timer");
-            p.a.handle_timeout(t);
-            p.now = t;
-            sends(&mut p, una);
-        }
+        fire_until_rto(&mut p, una, 20);
+        assert_eq!(p.a.stats().rto_retransmits, 1);
         assert_eq!(p.a.stats().tlp_probes, 1);
         assert_eq!(p.a.snd_max.wrapping_sub(una) / SEG, 4);
         assert_eq!(sends(&mut p, una), vec![]);
