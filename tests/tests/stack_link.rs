@@ -366,6 +366,19 @@ fn stream_pair(
     (a, b, sa, sb)
 }
 
+/// Send `len` octets of [`pattern`] through `s` in `chunk`-octet blocking
+/// sends (each allowed to wait `wait`), then close.
+fn send_pattern(s: &StreamShared, len: usize, chunk: usize, wait: Duration) {
+    let mut sent = 0;
+    while sent < len {
+        let n = (len - sent).min(chunk);
+        let v: Vec<u8> = (sent..sent + n).map(pattern).collect();
+        s.send(v, wait).expect("send");
+        sent += n;
+    }
+    s.close.store(true, Ordering::Release);
+}
+
 #[test]
 fn blocking_send_and_recv_are_woken_by_the_stack() {
     // Four-chunk rings: the sender fills its ring at once and must wait
@@ -386,14 +399,7 @@ fn blocking_send_and_recv_are_woken_by_the_stack() {
         sa.wait_closed(wait).expect("A closes");
         (got, sa.parks())
     });
-    let mut sent = 0;
-    while sent < len {
-        let n = (len - sent).min(16 << 10);
-        let chunk: Vec<u8> = (sent..sent + n).map(pattern).collect();
-        sb.send(chunk, wait).expect("send");
-        sent += n;
-    }
-    sb.close.store(true, Ordering::Release);
+    send_pattern(&sb, len, 16 << 10, wait);
     // B's receive side: A sends nothing, so the stream ends at once.
     assert_eq!(sb.recv(wait), Ok(None));
     sb.wait_closed(wait).expect("B closes");
@@ -436,14 +442,7 @@ fn a_slow_reader_closes_the_window_and_the_stack_drops_nothing() {
         sa.wait_closed(wait).expect("A closes");
         got
     });
-    let mut sent = 0;
-    while sent < len {
-        let n = (len - sent).min(64 << 10);
-        let chunk: Vec<u8> = (sent..sent + n).map(pattern).collect();
-        sb.send(chunk, wait).expect("send");
-        sent += n;
-    }
-    sb.close.store(true, Ordering::Release);
+    send_pattern(&sb, len, 64 << 10, wait);
     sb.wait_closed(wait).expect("B closes");
     let got = reader.join().unwrap();
     assert_eq!(got.len(), len);
@@ -474,13 +473,7 @@ fn one_thread_waits_for_the_close_while_another_sends() {
     });
     let tx = sb.clone();
     let sender = std::thread::spawn(move || {
-        let mut sent = 0;
-        while sent < len {
-            let n = (len - sent).min(16 << 10);
-            tx.send(vec![0x5a; n], wait).expect("send");
-            sent += n;
-        }
-        tx.close.store(true, Ordering::Release);
+        send_pattern(&tx, len, 16 << 10, wait);
         tx.parks().0
     });
     sb.wait_closed(wait).expect("B closes");
