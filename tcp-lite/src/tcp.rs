@@ -4207,12 +4207,7 @@ mod tests {
             let (mut p, una) = in_flight(c, 10, 30);
             // Nothing comes back: the tail loss probe (new data), then
             // the RTO, which resends segment 0.
-            let mut out = Vec::new();
-            while p.a.stats().rto_retransmits == 0 {
-                p.now = p.a.poll_timeout().expect("a timer");
-                p.a.handle_timeout(p.now);
-                out = sends(&mut p, una);
-            }
+            let out = fire_until_rto(&mut p, una, 20);
             assert_eq!(out, vec![(0, SEG as usize)], "{algo:?}");
             // The ACK of the originals of 0 and 1 echoes a timestamp older
             // than the timeout: spurious, undone.
@@ -4760,16 +4755,35 @@ mod tests {
 
     /// Fire a's timers, each at its time and sending what it lets go,
     /// until its first retransmission timeout (at most `n` timers).
-    fn fire_until_rto(p: &mut Pair, una: u32, n: usize) {
+    /// Returns what the last timer sent.
+    fn fire_until_rto(p: &mut Pair, una: u32, n: usize) -> Vec<(u32, usize)> {
+        let mut out = Vec::new();
         for _ in 0..n {
             if p.a.stats().rto_retransmits > 0 {
-                return;
+                break;
             }
             let t = p.a.poll_timeout().expect("a timer");
             p.a.handle_timeout(t);
             p.now = t;
-            sends(p, una);
+            out = sends(p, una);
         }
+        out
+    }
+
+    /// Three segments out (RTO floor 10 ms), 40 queued, and a peer that
+    /// answers nothing: one probe (new data), then the timeout, and no
+    /// more (RFC 8985 §7.3).
+    fn silent_peer_until_rto() -> (Pair, u32) {
+        let c = Config {
+            rto_min: 10_000_000,
+            ..cfg()
+        };
+        let (mut p, una) = in_flight(c, 3, 40);
+        let _ = fire_until_rto(&mut p, una, 20);
+        let st = p.a.stats();
+        assert_eq!(st.rto_retransmits, 1, "{st:?}");
+        assert_eq!(st.tlp_probes, 1, "{st:?}");
+        (p, una)
     }
 
     /// What a sends now, as (segment offset from `una`, length).
@@ -5103,15 +5117,7 @@ mod tests {
         // RTO is armed, not the probe timer). Re-arming the probe timer
         // after a new-data probe sent a probe every PTO and pushed the RTO
         // back each time: it never fired and the dead peer was never found.
-        let c = Config {
-            rto_min: 10_000_000,
-            ..cfg()
-        };
-        let (mut p, una) = in_flight(c, 3, 40);
-        fire_until_rto(&mut p, una, 20);
-        let st = p.a.stats();
-        assert_eq!(st.rto_retransmits, 1, "{st:?}");
-        assert_eq!(st.tlp_probes, 1, "{st:?}");
+        silent_peer_until_rto();
     }
 
     #[test]
@@ -5144,15 +5150,8 @@ mod tests {
         // gives (RFC 3042) went to new data; when that was lost too, only
         // the next RTO moved the sender. NextSeg (RFC 6675 §4) puts the
         // lost segment first.
-        let c = Config {
-            rto_min: 10_000_000,
-            ..cfg()
-        };
-        let (mut p, una) = in_flight(c, 3, 40);
         // Nothing comes back: a probe (new segment 3), then the timeout.
-        fire_until_rto(&mut p, una, 20);
-        assert_eq!(p.a.stats().rto_retransmits, 1);
-        assert_eq!(p.a.stats().tlp_probes, 1);
+        let (mut p, una) = silent_peer_until_rto();
         assert_eq!(p.a.snd_max.wrapping_sub(una) / SEG, 4);
         assert_eq!(sends(&mut p, una), vec![]);
         // ACKs that echo the retransmissions' timestamps (RFC 7323): not
