@@ -432,6 +432,51 @@ fn closed_port_is_connection_refused() {
 }
 
 #[test]
+fn the_timeout_ends_a_transfer_that_keeps_flowing() {
+    // `--timeout` bounds the whole run, also while data keeps arriving:
+    // the Linux end sends for up to 30 s and our input never ends, so only
+    // the 2 s timeout can stop tlnc.
+    let Some(lab) = Lab::new() else { return };
+    let addr = SocketAddrV4::new(lab.linux_ip, 5203);
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let server = lab.in_linux(move || {
+        let l = TcpListener::bind(addr).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let chunk = vec![0x5a; 64 << 10];
+        let stop = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < stop && s.write_all(&chunk).is_ok() {}
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let target = addr.to_string();
+    let mut t = lab.tlnc(&["--connect", &target, "--timeout", "2"]);
+    let started = Instant::now();
+    let child = t.child.as_mut().unwrap();
+    let _stdin = child.stdin.take(); // held open: our direction never ends
+    let out = child.stdout.take().unwrap();
+    let sink = std::thread::spawn(move || drain(out).0);
+    let status = wait_bounded(child, Duration::from_secs(60));
+    let elapsed = started.elapsed();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let got = sink.join().unwrap();
+    assert_eq!(status.code(), Some(1), "stderr: {err}");
+    assert!(err.contains("timed out"), "stderr: {err}");
+    assert!(got > 0, "no data arrived before the timeout");
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "tlnc ran {elapsed:?} with a 2 s timeout"
+    );
+    server.join().unwrap();
+}
+
+#[test]
 fn missing_interface_is_a_clear_setup_error() {
     if netns_harness::skip_reason().is_some() {
         eprintln!("SKIP: needs root");

@@ -471,7 +471,7 @@ fn transfer(
         Failure::Connection("connection reset or timed out".into())
     };
     // Sleeps until data arrives (the stack wakes it), in slices that let
-    // the overall deadline be checked.
+    // the overall deadline be checked, also while data keeps coming.
     let slice = Duration::from_millis(100);
     loop {
         match s.recv(slice) {
@@ -488,7 +488,6 @@ fn transfer(
                         .flush()
                         .map_err(|e| Failure::Setup(format!("writing output: {e}")))?;
                 }
-                continue;
             }
             // The peer closed its direction: wait for ours to close too.
             Ok(None) => match s.wait_closed(slice) {
