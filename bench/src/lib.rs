@@ -6,6 +6,7 @@
 //! same thing before their speed is compared.
 #![forbid(unsafe_code)]
 
+pub mod floor;
 pub mod perftest;
 pub mod rx;
 

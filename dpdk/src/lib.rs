@@ -90,6 +90,53 @@ fn vdev_args(vdevs: &[&str]) -> Vec<String> {
     v
 }
 
+/// EAL arguments as [`Eal::vdev_args`], but with the main lcore floating
+/// over CPUs `0..cpus` (`--lcores 0@(0-N)`) instead of pinned to CPU 0:
+/// `rte_eal_init` pins the thread that calls it to its main lcore's CPUs,
+/// and threads spawned later inherit that mask, so a process that pins its
+/// own poll loops (and runs application threads beside them) keeps every
+/// CPU this way.
+pub fn floating_vdev_args(vdevs: &[&str], cpus: usize) -> Vec<String> {
+    let mut v = vdev_args(vdevs);
+    if let Some(i) = v.iter().position(|a| a == "-l") {
+        v.splice(
+            i..i + 2,
+            ["--lcores".to_owned(), format!("0@(0-{})", cpus.max(1) - 1)],
+        );
+    }
+    v
+}
+
+/// Which end of a DPDK memif link (`net_memif`: shared-memory rings
+/// between two ports, in one process or two, with no kernel in the path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemifRole {
+    /// Listens on the socket and owns the shared memory regions; its
+    /// transmit waits until the client has polled its receive once (the
+    /// client supplies the buffers).
+    Server,
+    /// Connects to the socket.
+    Client,
+}
+
+/// Devargs of one memif end, to hot-plug with `Port::open` (or give the
+/// EAL as `--vdev`): vdev `net_memif{index}` (unique in the process), the
+/// `role`, the link `id` (both ends of one link share it; several links may
+/// share one socket with different ids) and the socket file `socket` — a
+/// path, not an abstract socket, so that two containers reach each other
+/// through a shared volume. The MTU the port is opened with sizes its
+/// buffers; frames longer than memif's 2048-octet buffers travel chained.
+pub fn memif_devargs(index: u32, role: MemifRole, id: u32, socket: &std::path::Path) -> String {
+    let role = match role {
+        MemifRole::Server => "server",
+        MemifRole::Client => "client",
+    };
+    format!(
+        "net_memif{index},role={role},id={id},socket={},socket-abstract=no",
+        socket.display()
+    )
+}
+
 /// Descriptor ring sizes of the port's queue 0 (the driver may round them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Queues {
@@ -178,6 +225,27 @@ mod tests {
         let e = Eal::init(["--no-huge"]).unwrap_err();
         assert_eq!(e, Error::Unavailable);
         assert!(e.to_string().contains("install libdpdk-dev"), "{e}");
+    }
+
+    #[test]
+    fn memif_devargs_name_both_ends_of_one_link() {
+        let p = std::path::Path::new("/run/iwarp/m.sock");
+        assert_eq!(
+            memif_devargs(0, MemifRole::Server, 7, p),
+            "net_memif0,role=server,id=7,socket=/run/iwarp/m.sock,socket-abstract=no"
+        );
+        assert_eq!(
+            memif_devargs(1, MemifRole::Client, 7, p),
+            "net_memif1,role=client,id=7,socket=/run/iwarp/m.sock,socket-abstract=no"
+        );
+    }
+
+    #[test]
+    fn floating_args_keep_every_cpu() {
+        let a = floating_vdev_args(&["net_memif0"], 4);
+        assert!(!a.iter().any(|x| x == "-l"), "{a:?}");
+        let i = a.iter().position(|x| x == "--lcores").expect("--lcores");
+        assert_eq!(a[i + 1], "0@(0-3)");
     }
 
     #[test]

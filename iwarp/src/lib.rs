@@ -360,6 +360,40 @@ impl DpdkOptions {
             host: HostOptions::new(ip, prefix_len),
         }
     }
+
+    /// One end of a DPDK memif link (shared-memory rings, no kernel in the
+    /// path): vdev `net_memif{index}` with `role` and link `id` on the
+    /// socket file `socket`. Both ends of a link — two contexts in one
+    /// process, two processes, or two containers sharing the socket's
+    /// directory as a volume — name the same socket and id and opposite
+    /// roles; the server creates the socket. Start the EAL with
+    /// [`dpdk::floating_vdev_args`] (no hugepages, no PCI, loops pinned by
+    /// [`HostOptions::core`]).
+    ///
+    /// ```no_run
+    /// use iwarp::{dpdk::{self, Eal, MemifRole}, Context, DpdkOptions};
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let eal = Eal::init(dpdk::floating_vdev_args(&[], 2))?;
+    /// let sock = std::path::Path::new("/run/iwarp/memif.sock");
+    /// let s = DpdkOptions::memif(0, MemifRole::Server, 0, sock, "10.0.0.1".parse().unwrap(), 24);
+    /// let c = DpdkOptions::memif(1, MemifRole::Client, 0, sock, "10.0.0.2".parse().unwrap(), 24);
+    /// let (server, client) = (Context::dpdk(&eal, &s)?, Context::dpdk(&eal, &c)?);
+    /// # let _ = (server, client); Ok(()) }
+    /// ```
+    pub fn memif(
+        index: u32,
+        role: dpdk::MemifRole,
+        id: u32,
+        socket: &std::path::Path,
+        ip: Ipv4Addr,
+        prefix_len: u8,
+    ) -> Self {
+        Self::new(
+            &dpdk::memif_devargs(index, role, id, socket),
+            ip,
+            prefix_len,
+        )
+    }
 }
 
 /// The stack's configuration on a real interface.

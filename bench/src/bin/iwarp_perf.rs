@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-//!                 [--threads] [--busy] [--core N] [--sim | --netns] [--window W]
+//!                 [--threads] [--busy] [--core N] [--link sim|veth|memif] [--window W]
 //!                 [--mtu N] [--out DIR] [--stats] [--transport mpa|sctp]
 //!                 [AF_XDP and TCP tuning flags]
 //! TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
@@ -13,7 +13,14 @@
 //! `iwarp-perf --help` lists every flag.
 //!
 //! Server and client run in this one process: two contexts (the simulated
-//! link, or AF_XDP on the two ends of a veth pair in two namespaces).
+//! link, AF_XDP on the two ends of a veth pair in two namespaces, or DPDK
+//! memif: two ports on one socket, shared-memory rings and no kernel).
+//!
+//! Every latency figure is printed beside the floor of its link (one frame
+//! bounced between two pinned, spinning threads with no protocol,
+//! `iwarp_bench::floor`) and beside Linux TCP across the veth, the kernel
+//! waiting the way our side waits (`baseline_wait`); the other way of
+//! waiting is printed as a labelled second line.
 //! Latency tests run both ends inside their poll loops (`run_in_loop`);
 //! `--threads` runs them from application threads instead.
 
@@ -216,6 +223,8 @@ struct Args {
     threads: bool,
     core: Option<usize>,
     netns: bool,
+    /// The link our two contexts use.
+    link: Link,
     window: u64,
     /// MTU of both veth ends (our stack and the Linux baseline alike).
     mtu: Option<u32>,
@@ -231,6 +240,42 @@ struct Args {
     loss_permille: Option<u32>,
     /// AF_XDP and TCP settings of our contexts (`--netns`).
     tuning: Tuning,
+}
+
+/// The link between our two contexts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Link {
+    /// The in-memory link (no kernel, no root, no Linux baseline).
+    Sim,
+    /// AF_XDP on a veth pair across two namespaces (root).
+    Veth,
+    /// DPDK memif: two ports on one socket in this process (shared-memory
+    /// rings, no kernel); the Linux baseline runs across a veth (root).
+    Memif,
+}
+
+impl Link {
+    fn name(self) -> &'static str {
+        match self {
+            Link::Sim => "sim",
+            Link::Veth => "veth",
+            Link::Memif => "memif",
+        }
+    }
+}
+
+/// How the Linux baseline waits, like for like with ours: our poll loops
+/// spin when they busy-poll and whenever the test runs inside them (an
+/// in-loop hook runs every round, so the loop never sleeps mid-test), and
+/// so does an application thread with `--busy`; only application threads
+/// of adaptive loops (`--threads` without `--busy`) sleep on the CQ, and
+/// the kernel then blocks too.
+fn baseline_wait(busy: bool, threads: bool) -> linux::Wait {
+    if threads && !busy {
+        linux::Wait::Block
+    } else {
+        linux::Wait::Spin
+    }
 }
 
 /// AF_XDP and TCP settings applied to both of our contexts under `--netns`.
@@ -434,12 +479,19 @@ struct Cli {
     /// First CPU of the placement (server end; the client end takes the next).
     #[arg(long, value_name = "N")]
     core: Option<usize>,
-    /// The simulated link (no root, no baseline).
-    #[arg(long, conflicts_with = "netns")]
+    /// The simulated link (no root, no baseline); same as --link sim.
+    #[arg(long, conflicts_with_all = ["netns", "link"])]
     sim: bool,
-    /// Two namespaces + veth + AF_XDP, with the Linux TCP baseline (root).
-    #[arg(long)]
+    /// Two namespaces + veth + AF_XDP, with the Linux TCP baseline (root);
+    /// same as --link veth.
+    #[arg(long, conflicts_with = "link")]
     netns: bool,
+    /// Our link: sim (in-memory), veth (AF_XDP across two namespaces) or
+    /// memif (DPDK memif in this process, no kernel). The Linux baseline
+    /// always runs across a veth between two namespaces (root). Default:
+    /// veth as root, sim otherwise.
+    #[arg(long, value_enum)]
+    link: Option<Link>,
     /// Bandwidth tests: messages outstanding (at least 1).
     #[arg(long, value_name = "W", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -502,10 +554,17 @@ fn parse_args() -> Args {
         copy_tx: c.copy_tx,
         threads: c.threads,
         core: c.core,
-        netns: if c.sim {
+        link: match (c.link, c.sim, c.netns) {
+            (Some(l), _, _) => l,
+            (None, true, _) => Link::Sim,
+            (None, false, true) => Link::Veth,
+            (None, false, false) if netns_harness::skip_reason().is_none() => Link::Veth,
+            _ => Link::Sim,
+        },
+        netns: if c.sim || c.link == Some(Link::Sim) {
             false
         } else {
-            c.netns || netns_harness::skip_reason().is_none()
+            c.netns || c.link.is_some() || netns_harness::skip_reason().is_none()
         },
         window: c.window,
         mtu: c.mtu,
@@ -553,8 +612,14 @@ fn placement(args: &Args) -> (usize, usize) {
     (first, (first + 1) % ncpu)
 }
 
+/// The memif link our contexts use (link 0 of this process's sockets).
+const MEMIF_LINK: u32 = 0;
+
 fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
-    let Some(lab) = lab else {
+    if args.link == Link::Memif {
+        return memif_contexts(args);
+    }
+    let Some(lab) = lab.filter(|_| args.link == Link::Veth) else {
         return Ok(iwarp::Context::sim_pair());
     };
     use netns_harness::End;
@@ -581,6 +646,68 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
     let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, second)?)
         .map_err(|e| format!("AF_XDP client: {e}"))?;
     Ok((s, c))
+}
+
+/// Our two contexts on a memif link in this process: ports `net_memif0`
+/// (server) and `net_memif1` (client) on one socket, pinned and polled as
+/// on AF_XDP.
+fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
+    use iwarp::dpdk::MemifRole;
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let eal = iwarp_bench::floor::memif_eal(ncpu)?;
+    let sock = iwarp_bench::floor::memif_socket(MEMIF_LINK);
+    let (first, second) = placement(args);
+    let opts = |index: u32, role, last: u8, core: usize| {
+        let mut o = iwarp::DpdkOptions::memif(
+            index,
+            role,
+            MEMIF_LINK,
+            &sock,
+            std::net::Ipv4Addr::new(10, 79, 3, last),
+            24,
+        );
+        o.host.core = Some(core);
+        o.host.mtu = args.mtu.map(|m| m as usize);
+        o.host.copy_tx = args.copy_tx;
+        o.host.polling = if args.busy {
+            iwarp::Polling::Busy
+        } else {
+            iwarp::Polling::Adaptive
+        };
+        o
+    };
+    let s = iwarp::Context::dpdk(&eal, &opts(0, MemifRole::Server, 11, first))
+        .map_err(|e| format!("memif server: {e}"))?;
+    let c = iwarp::Context::dpdk(&eal, &opts(1, MemifRole::Client, 12, second))
+        .map_err(|e| format!("memif client: {e}"))?;
+    Ok((s, c))
+}
+
+/// The latency floor of `link`: a `frame`-octet frame bounced between two
+/// pinned, spinning threads with no protocol, on the CPUs our loops use.
+fn link_floor(link: Link, args: &Args, iters: u64) -> Result<iwarp_bench::floor::PingPong, String> {
+    use iwarp_bench::floor;
+    let cores = placement(args);
+    let iters = iters.clamp(1000, 100_000);
+    match link {
+        Link::Veth => floor::xdp_pingpong(64, cores, iters),
+        Link::Memif => {
+            let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let eal = floor::memif_eal(ncpu)?;
+            floor::memif_pingpong(&eal, MEMIF_LINK + 1, 64, cores, iters)
+        }
+        Link::Sim => {
+            let (mut a, mut b) = iwarp_datapath::link::MemDevice::pair(256);
+            let f = floor::frame(
+                64,
+                [2, 0, 0, 0, 0, 1],
+                [10, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+                [10, 0, 0, 2],
+            );
+            floor::pingpong(&mut a, &mut b, &floor::Bounce::new(&f, &f, cores, iters))
+        }
+    }
 }
 
 const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
@@ -642,13 +769,24 @@ fn lat_title(test: Test, rate: Option<f64>, threads: bool) -> String {
 struct Job {
     test: Test,
     size: u32,
+    /// The Linux baseline waiting as ours does, then the other way.
     linux_lat: Option<LatRun>,
+    linux_lat_other: Option<LatRun>,
     linux_bw: Option<BwResult>,
+    linux_bw_other: Option<BwResult>,
 }
 
 fn run() -> Result<(), String> {
     let args = parse_args();
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    if args.link != Link::Veth && args.loss_permille.is_some() {
+        return Err("--loss-permille needs --link veth (our loss is injected on AF_XDP)".into());
+    }
+    if args.link == Link::Memif && !iwarp::dpdk::AVAILABLE {
+        return Err(
+            "--link memif: this build has no DPDK (install libdpdk-dev and rebuild)".into(),
+        );
+    }
     let lab = if args.netns {
         if let Some(why) = netns_harness::skip_reason() {
             return Err(format!("--netns: {why}"));
@@ -657,13 +795,30 @@ fn run() -> Result<(), String> {
     } else {
         None
     };
-    let transport = if lab.is_some() {
-        "AF_XDP across two network namespaces over a veth pair"
-    } else {
-        "the simulated link (in-memory Ethernet between two poll loops)"
+    let transport = match args.link {
+        Link::Veth => "AF_XDP across two network namespaces over a veth pair",
+        Link::Memif => {
+            "DPDK memif (two ports on one socket in this process: shared-memory rings, no kernel)"
+        }
+        Link::Sim => "the simulated link (in-memory Ethernet between two poll loops)",
     };
     println!("iwarp-perf over {transport}; server and client contexts in this one process");
+    let wait = baseline_wait(args.busy, args.threads);
+    let other_wait = match wait {
+        linux::Wait::Spin => linux::Wait::Block,
+        linux::Wait::Block => linux::Wait::Spin,
+    };
     if lab.is_some() {
+        println!(
+            "Linux TCP baseline across the veth: {} — like for like with ours ({}); the other way ({}) follows it as a labelled second line",
+            wait.label(),
+            match (args.threads, args.busy) {
+                (false, _) => "tests run inside our poll loops, which never sleep",
+                (true, true) => "--busy: our loops and application threads spin",
+                (true, false) => "--threads: our application threads sleep on the CQ",
+            },
+            other_wait.word()
+        );
         let (s, c) = placement(&args);
         println!(
             "placement: server end on CPU {s}, client end on CPU {c} (our poll loops, and the Linux baseline's socket threads); MTU {} on both veth ends",
@@ -672,7 +827,7 @@ fn run() -> Result<(), String> {
     }
     if lab.is_none() {
         println!(
-            "no Linux baseline: the simulated link has no kernel counterpart (use --netns as root)"
+            "no Linux baseline: it runs across a veth between two namespaces, which needs root"
         );
     }
     let plan_for = |t: Test, size: u32| Plan {
@@ -698,7 +853,9 @@ fn run() -> Result<(), String> {
                 test: *t,
                 size: s,
                 linux_lat: None,
+                linux_lat_other: None,
                 linux_bw: None,
+                linux_bw_other: None,
             })
         })
         .collect();
@@ -751,26 +908,60 @@ fn run() -> Result<(), String> {
     // loops exist, so neither competes with the other for the 2 vCPUs.
     if let Some(l) = &lab {
         for (k, job) in jobs.iter_mut().enumerate() {
-            let w = linux::Where {
-                server_ns: l.a.ns_path(),
-                client_ns: l.b.ns_path(),
-                addr: std::net::SocketAddrV4::new(
-                    std::net::Ipv4Addr::new(10, 78, 0, 1),
-                    5400 + k as u16,
-                ),
-                cores: placement(&args),
-            };
-            let mut plan = plan_for(job.test, job.size);
-            plan.label = format!("linux {}", plan.label);
-            eprintln!("running {} ...", plan.label);
-            let iters = plan.iters;
-            if job.test.is_lat() {
-                job.linux_lat = Some(linux::latency(&w, job.test, job.size, &plan, iters)?);
-            } else {
-                job.linux_bw = Some(linux::bandwidth(&w, job.test, job.size, &plan, iters)?);
+            for (n, how) in [wait, other_wait].into_iter().enumerate() {
+                let w = linux::Where {
+                    server_ns: l.a.ns_path(),
+                    client_ns: l.b.ns_path(),
+                    addr: std::net::SocketAddrV4::new(
+                        std::net::Ipv4Addr::new(10, 78, 0, 1),
+                        5400 + 2 * k as u16 + n as u16,
+                    ),
+                    cores: placement(&args),
+                    wait: how,
+                };
+                let mut plan = plan_for(job.test, job.size);
+                plan.label = format!("linux ({}) {}", how.word(), plan.label);
+                eprintln!("running {} ...", plan.label);
+                let iters = plan.iters;
+                if job.test.is_lat() {
+                    let r = linux::latency(&w, job.test, job.size, &plan, iters)?;
+                    *if n == 0 {
+                        &mut job.linux_lat
+                    } else {
+                        &mut job.linux_lat_other
+                    } = Some(r);
+                } else {
+                    let r = linux::bandwidth(&w, job.test, job.size, &plan, iters)?;
+                    *if n == 0 {
+                        &mut job.linux_bw
+                    } else {
+                        &mut job.linux_bw_other
+                    } = Some(r);
+                }
             }
         }
     }
+    // The floor of our link, before our loops exist (latency tests only).
+    let floor = if jobs.iter().any(|j| j.test.is_lat()) && args.rate.is_none() {
+        let iters = jobs
+            .iter()
+            .map(|j| plan_for(j.test, j.size).iters)
+            .max()
+            .unwrap_or(1000);
+        eprintln!(
+            "running the {} link floor (ping-pong, no protocol) ...",
+            args.link.name()
+        );
+        match link_floor(args.link, &args, iters) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("iwarp-perf: link floor not measured: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     // Phase 2: ours.
     let (server, client) = contexts(lab.as_ref(), &args)?;
@@ -853,8 +1044,39 @@ fn run() -> Result<(), String> {
                 color: [20, 60, 200],
                 hist: &r.hist,
             }];
+            if let Some(f) = &floor {
+                let h = &f.half_rtt;
+                println!(
+                    "{}   <- floor of this link ({}: a 64-octet frame bounced, no protocol)",
+                    lat_row(64, &LatRun { hist: h.clone() }),
+                    args.link.name()
+                );
+                let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64;
+                println!(
+                    "   ours over the floor: p50 {:.2}x ({:+.2} usec)  p99 {:.2}x  p99.9 {:.2}x",
+                    q(&r.hist, 0.5) / q(h, 0.5).max(1.0),
+                    (q(&r.hist, 0.5) - q(h, 0.5)) / 1000.0,
+                    q(&r.hist, 0.99) / q(h, 0.99).max(1.0),
+                    q(&r.hist, 0.999) / q(h, 0.999).max(1.0),
+                );
+                entry["floor"] = json!({
+                    "link": args.link.name(), "frame_octets": 64,
+                    "p50_us": q(h, 0.5) / 1000.0, "p99_us": q(h, 0.99) / 1000.0, "p999_us": q(h, 0.999) / 1000.0,
+                    "lost": f.lost,
+                });
+                entry["ratio_ours_over_floor"] = json!({
+                    "p50": q(&r.hist, 0.5) / q(h, 0.5).max(1.0),
+                    "p99": q(&r.hist, 0.99) / q(h, 0.99).max(1.0),
+                    "p999": q(&r.hist, 0.999) / q(h, 0.999).max(1.0),
+                    "p50_above_us": (q(&r.hist, 0.5) - q(h, 0.5)) / 1000.0,
+                });
+            }
             if let Some(l) = &job.linux_lat {
-                println!("{}   <- Linux TCP baseline", lat_row(job.size, l));
+                println!(
+                    "{}   <- Linux TCP over the veth, {} (like for like)",
+                    lat_row(job.size, l),
+                    wait.word()
+                );
                 output::write_hgrm(&hgrm("linux"), &l.hist).map_err(|e| e.to_string())?;
                 files.push(hgrm("linux"));
                 entry["linux"] = l.json();
@@ -866,8 +1088,26 @@ fn run() -> Result<(), String> {
                     ratio(0.99),
                     ratio(0.999)
                 );
+                entry["linux_wait"] = json!(wait.word());
                 entry["ratio_ours_over_linux"] =
                     json!({ "p50": ratio(0.5), "p99": ratio(0.99), "p999": ratio(0.999) });
+                if let Some(o) = &job.linux_lat_other {
+                    println!(
+                        "{}   <- Linux TCP over the veth, {} (the other way of waiting; not like for like)",
+                        lat_row(job.size, o),
+                        other_wait.word()
+                    );
+                    let ratio = |p: f64| q(&r.hist, p) / q(&o.hist, p).max(1.0);
+                    println!(
+                        "   ratio ours/Linux ({}): p50 {:.2}  p99 {:.2}  p99.9 {:.2}",
+                        other_wait.word(),
+                        ratio(0.5),
+                        ratio(0.99),
+                        ratio(0.999)
+                    );
+                    entry["linux_other"] = o.json();
+                    entry["linux_other_wait"] = json!(other_wait.word());
+                }
                 curves.push(output::Curve {
                     label: "Linux TCP",
                     color: [210, 40, 40],
@@ -924,7 +1164,21 @@ fn run() -> Result<(), String> {
             files.push(hgrm("iwarp"));
             entry["iwarp"] = r.json();
             if let Some(l) = &job.linux_bw {
-                println!("{}   <- Linux TCP baseline", bw_row(l));
+                println!(
+                    "{}   <- Linux TCP over the veth, {} (like for like)",
+                    bw_row(l),
+                    wait.word()
+                );
+                if let Some(o) = &job.linux_bw_other {
+                    println!(
+                        "{}   <- Linux TCP over the veth, {} (the other way of waiting)",
+                        bw_row(o),
+                        other_wait.word()
+                    );
+                    entry["linux_other"] = o.json();
+                    entry["linux_other_wait"] = json!(other_wait.word());
+                }
+                entry["linux_wait"] = json!(wait.word());
                 output::write_hgrm(&hgrm("linux"), &l.gaps.hist).map_err(|e| e.to_string())?;
                 files.push(hgrm("linux"));
                 entry["linux"] = l.json();
@@ -989,6 +1243,8 @@ fn run() -> Result<(), String> {
         "tool": "iwarp-perf",
         "transport": transport,
         "busy_polling": args.busy,
+        "link": args.link.name(),
+        "linux_wait": wait.word(),
         "latency_path": path_name(args.threads),
         "latency_path_note": if args.threads { "latency tests from application threads that post and wait on the CQ (--threads)" } else { "latency tests with both ends inside their poll loops (run_in_loop hooks)" },
         "rate": args.rate,
@@ -1075,3 +1331,19 @@ fn main() -> ExitCode {
 }
 
 pub use iwarp_bench::cpu_time;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default latency comparison (in-loop, adaptive loops) is against
+    /// a spinning kernel, and so is every busy one; only sleeping
+    /// application threads are compared with blocking sockets.
+    #[test]
+    fn default_latency_baseline_spins() {
+        assert_eq!(baseline_wait(false, false), linux::Wait::Spin);
+        assert_eq!(baseline_wait(true, false), linux::Wait::Spin);
+        assert_eq!(baseline_wait(true, true), linux::Wait::Spin);
+        assert_eq!(baseline_wait(false, true), linux::Wait::Block);
+    }
+}

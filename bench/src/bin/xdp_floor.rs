@@ -26,7 +26,12 @@
 //!
 //! ```text
 //! xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--window W]
+//! xdp-floor --pingpong [--link xdp,memif] [-n ITERS] [--frame OCTETS] [--core C]
 //! ```
+//!
+//! `--pingpong` measures the latency floor instead: one frame bounced
+//! between two pinned, spinning threads over AF_XDP on a veth and over a
+//! DPDK memif link, RTT/2 percentiles (`iwarp_bench::floor`).
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,11 +42,47 @@ use iwarp_datapath::runtime::FrameDevice;
 use iwarp_xdp::{in_netns, Config, XdpDevice};
 use netns_harness::{End, Netns, VethPair};
 
-const USAGE: &str = "usage: xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--window W]
-  --mtu     MTUs of both veth ends, one run each (default 1500,9000)
-  --secs    seconds of transmission per run, 1..=30 (default 2)
-  --core    first CPU: the sender there, the receiver on the next (default 0)
-  --window  frames in flight at most, 1..=512 (default 512)";
+/// The frame floor of copy-mode AF_XDP on a veth (bandwidth), and the
+/// ping-pong latency floor of AF_XDP and DPDK memif (`--pingpong`).
+#[derive(Debug, clap::Parser)]
+#[command(name = "xdp-floor", version)]
+struct Cli {
+    /// MTUs of both veth ends, one run each (bandwidth mode).
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',', default_value = "1500,9000",
+          value_parser = clap::value_parser!(u32).range(68..=65_000))]
+    mtu: Vec<u32>,
+    /// Seconds of transmission per run (bandwidth mode).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=30))]
+    secs: u64,
+    /// First CPU: the sender (or ping-pong initiator) there, the receiver
+    /// (or echo side) on the next.
+    #[arg(long, default_value_t = 0)]
+    core: usize,
+    /// Frames in flight at most (bandwidth mode).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=512))]
+    window: u64,
+    /// Latency instead of bandwidth: bounce one frame of --frame octets
+    /// between two pinned, spinning threads, no protocol; prints RTT/2.
+    #[arg(long)]
+    pingpong: bool,
+    /// Ping-pong round trips recorded (after 1000 unrecorded).
+    #[arg(short = 'n', long, default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    iters: u64,
+    /// Ping-pong frame length in octets, Ethernet header included.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(34..=1514))]
+    frame: u32,
+    /// Ping-pong links: xdp (AF_XDP on a veth, root), memif (DPDK memif,
+    /// two ports in this process), or both.
+    #[arg(long, value_delimiter = ',', default_value = "xdp,memif")]
+    link: Vec<FloorLink>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FloorLink {
+    Xdp,
+    Memif,
+}
 
 struct Args {
     mtus: Vec<u32>,
@@ -51,54 +92,6 @@ struct Args {
     /// CPUs this process may use, read before any thread is pinned (a
     /// pinned thread's own count is 1).
     ncpu: usize,
-}
-
-fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        mtus: vec![1500, 9000],
-        secs: 2,
-        core: 0,
-        window: 512,
-        ncpu: std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or(format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--mtu" => {
-                a.mtus = value()?
-                    .split(',')
-                    .map(|m| match m.parse::<u32>() {
-                        Ok(m) if (68..=65_000).contains(&m) => Ok(m),
-                        _ => Err(format!("--mtu: {m} is not an MTU in 68..=65000")),
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "--secs" => {
-                a.secs = match value()?.parse() {
-                    Ok(s) if (1..=30).contains(&s) => s,
-                    _ => return Err("--secs takes 1..=30".into()),
-                }
-            }
-            "--core" => {
-                a.core = value()?
-                    .parse()
-                    .map_err(|_| "--core takes a CPU number".to_string())?
-            }
-            "--window" => {
-                a.window = match value()?.parse() {
-                    Ok(w) if (1..=512).contains(&w) => w,
-                    _ => return Err("--window takes 1..=512".into()),
-                }
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(a)
 }
 
 /// One IPv4 frame of `mtu` octets (protocol 253, RFC 3692 experimentation)
@@ -309,13 +302,17 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
 }
 
 fn main() {
-    let args = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("xdp-floor: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
+    let cli = <Cli as clap::Parser>::parse();
+    let args = Args {
+        mtus: cli.mtu.clone(),
+        secs: cli.secs,
+        core: cli.core,
+        window: cli.window,
+        ncpu: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    if cli.pingpong {
+        std::process::exit(pingpong_main(&cli, &args));
+    }
     if let Some(why) = netns_harness::skip_reason() {
         eprintln!("xdp-floor: needs namespaces and veth: {why}");
         std::process::exit(1);
@@ -356,4 +353,47 @@ fn main() {
             }
         }
     }
+}
+
+/// `--pingpong`: each link's RTT/2 floor; the exit status.
+fn pingpong_main(cli: &Cli, args: &Args) -> i32 {
+    let cores = (args.core % args.ncpu, (args.core + 1) % args.ncpu);
+    println!(
+        "ping-pong floor: one {}-octet frame, no protocol, initiator on CPU {} and echo on CPU {}, both spinning; RTT/2 in usec",
+        cli.frame, cores.0, cores.1
+    );
+    println!(" link                      samples     p50      p99    p99.9      max   lost");
+    let mut status = 0;
+    for link in &cli.link {
+        let r = match link {
+            FloorLink::Xdp => {
+                iwarp_bench::floor::xdp_pingpong(cli.frame as usize, cores, cli.iters)
+            }
+            FloorLink::Memif => {
+                let eal = match iwarp_bench::floor::memif_eal(args.ncpu) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        eprintln!("xdp-floor: memif: {e}");
+                        status = 1;
+                        continue;
+                    }
+                };
+                iwarp_bench::floor::memif_pingpong(&eal, 9, cli.frame as usize, cores, cli.iters)
+            }
+        };
+        match r {
+            Ok(p) => println!(
+                "{}",
+                p.row(match link {
+                    FloorLink::Xdp => "AF_XDP (copy mode) veth",
+                    FloorLink::Memif => "DPDK memif",
+                })
+            ),
+            Err(e) => {
+                eprintln!("xdp-floor: {link:?}: {e}");
+                status = 1;
+            }
+        }
+    }
+    status
 }

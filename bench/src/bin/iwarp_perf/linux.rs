@@ -1,7 +1,13 @@
 //! The baseline: Linux TCP sockets in the same two namespaces, over the same
 //! veth pair (kernel addresses on its ends), same sizes and counts.
 //!
-//! What is timed (client thread, blocking sockets, TCP_NODELAY):
+//! How each side waits ([`Wait`]): like for like with ours. `Spin`:
+//! non-blocking sockets, each call retried at once on `EAGAIN` (the thread
+//! never sleeps, as a busy or in-loop poll loop never does); `Block`:
+//! blocking sockets (the thread sleeps in the kernel until data or room,
+//! as our application threads sleep on the CQ).
+//!
+//! What is timed (client thread, TCP_NODELAY):
 //! - `send_lat`/`write_lat`: write SIZE, the server reads SIZE and writes
 //!   SIZE back, read SIZE; recorded RTT/2 (a TCP ping-pong stands in for
 //!   both: the kernel has no one-sided Write).
@@ -23,6 +29,106 @@ fn io<T>(r: std::io::Result<T>, what: &str) -> Res<T> {
     r.map_err(|e| format!("{what}: {e}"))
 }
 
+/// How the baseline's two threads wait for the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Non-blocking sockets, retried at once on `EAGAIN`.
+    Spin,
+    /// Blocking sockets.
+    Block,
+}
+
+impl Wait {
+    /// How it reads in the output.
+    pub fn label(self) -> &'static str {
+        match self {
+            Wait::Spin => "spinning (non-blocking sockets, retried on EAGAIN)",
+            Wait::Block => "blocking (the thread sleeps in read/write)",
+        }
+    }
+
+    /// One word, for the JSON.
+    pub fn word(self) -> &'static str {
+        match self {
+            Wait::Spin => "spin",
+            Wait::Block => "block",
+        }
+    }
+}
+
+/// A TCP stream that waits as [`Wait`] says.
+struct Sock {
+    s: TcpStream,
+    wait: Wait,
+    /// A read or write that made no progress for this long fails.
+    limit: Duration,
+}
+
+impl Sock {
+    fn new(s: TcpStream, wait: Wait) -> Res<Sock> {
+        io(s.set_nodelay(true), "nodelay")?;
+        let limit = Duration::from_secs(30);
+        match wait {
+            Wait::Spin => io(s.set_nonblocking(true), "nonblocking")?,
+            Wait::Block => io(s.set_read_timeout(Some(limit)), "timeout")?,
+        }
+        Ok(Sock { s, wait, limit })
+    }
+
+    /// Retry `op` while it would block (spinning), for at most `limit`
+    /// without progress.
+    fn retry<T>(
+        &mut self,
+        mut op: impl FnMut(&mut TcpStream) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let mut since: Option<Instant> = None;
+        loop {
+            match op(&mut self.s) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && self.wait == Wait::Spin => {
+                    let t = *since.get_or_insert_with(Instant::now);
+                    if t.elapsed() > self.limit {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no progress in 30 s",
+                        ));
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.retry(|s| s.read(buf))
+    }
+
+    fn read_exact(&mut self, mut buf: &mut [u8]) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match self.read(buf)? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n => buf = &mut buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    fn write_all(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match self.retry(|s| s.write(buf))? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => buf = &buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    fn shutdown(&self, how: Shutdown) -> std::io::Result<()> {
+        self.s.shutdown(how)
+    }
+}
+
 /// Run `serve` on a connection accepted in `ns` while `client` runs in
 /// `cns`; returns the client's result.
 fn session<C: Send>(
@@ -30,8 +136,9 @@ fn session<C: Send>(
     cns: PathBuf,
     addr: SocketAddrV4,
     cores: (usize, usize),
-    serve: impl FnOnce(TcpStream) -> Res<()> + Send + 'static,
-    client: impl FnOnce(TcpStream) -> Res<C> + Send,
+    wait: Wait,
+    serve: impl FnOnce(Sock) -> Res<()> + Send + 'static,
+    client: impl FnOnce(Sock) -> Res<C> + Send,
 ) -> Res<C> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || -> Res<()> {
@@ -40,9 +147,7 @@ fn session<C: Send>(
             let l = io(TcpListener::bind(addr), "bind")?;
             let _ = ready_tx.send(());
             let (s, _) = io(l.accept(), "accept")?;
-            io(s.set_nodelay(true), "nodelay")?;
-            io(s.set_read_timeout(Some(Duration::from_secs(30))), "timeout")?;
-            serve(s)
+            serve(Sock::new(s, wait)?)
         })
         .map_err(|e| format!("enter namespace: {e}"))?
     });
@@ -52,9 +157,7 @@ fn session<C: Send>(
     let r = iwarp_xdp::in_netns(&cns, move || -> Res<C> {
         pin(cores.1)?;
         let s = io(TcpStream::connect(addr), "connect")?;
-        io(s.set_nodelay(true), "nodelay")?;
-        io(s.set_read_timeout(Some(Duration::from_secs(30))), "timeout")?;
-        client(s)
+        client(Sock::new(s, wait)?)
     })
     .map_err(|e| format!("enter namespace: {e}"))?;
     h.join().map_err(|_| "server panicked".to_string())??;
@@ -76,6 +179,8 @@ pub struct Where {
     pub addr: SocketAddrV4,
     /// CPUs of the server's and the client's socket thread.
     pub cores: (usize, usize),
+    /// How both threads wait.
+    pub wait: Wait,
 }
 
 pub fn latency(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res<LatRun> {
@@ -87,6 +192,7 @@ pub fn latency(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> Res
         w.client_ns.clone(),
         w.addr,
         w.cores,
+        w.wait,
         move |mut s| {
             let (mut a, b) = (vec![0u8; req], vec![0x5au8; size]);
             for _ in 0..iters {
@@ -137,6 +243,7 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
         w.client_ns.clone(),
         w.addr,
         w.cores,
+        w.wait,
         move |mut s| {
             let mut buf = vec![0x5au8; len.max(1 << 16)];
             if read {
