@@ -746,12 +746,19 @@ pub struct Association {
     rx_cum: u64,
     rx_received: BTreeSet<u64>,
     rx_chunks: BTreeMap<u64, InChunk>,
+    /// Runs of held fragments: first TSN -> (last TSN, payload octets).
+    /// Consecutive TSNs, each chunk joining the next (§6.9); a run from a
+    /// B to an E chunk is a whole message.
+    rx_runs: BTreeMap<u64, (u64, usize)>,
     rx_bytes: usize,
     next_ssn_in: Vec<u16>,
     ready: BTreeMap<(u16, u16), (u64, u64)>,
     dups: Vec<u32>,
     data_packets_unacked: u32,
     last_rwnd_sent: u32,
+    /// Reassembly work: held entries looked up or visited (for tests
+    /// that bound the work a peer can ask for per chunk).
+    rx_work: u64,
 }
 
 impl Association {
@@ -829,12 +836,14 @@ impl Association {
             rx_cum: 0,
             rx_received: BTreeSet::new(),
             rx_chunks: BTreeMap::new(),
+            rx_runs: BTreeMap::new(),
             rx_bytes: 0,
             next_ssn_in: vec![0; streams],
             ready: BTreeMap::new(),
             dups: Vec::new(),
             data_packets_unacked: 0,
             last_rwnd_sent: rwnd,
+            rx_work: 0,
             cfg,
         }
     }
@@ -1590,7 +1599,7 @@ impl Association {
                 data: d.payload.to_vec(),
             },
         );
-        self.try_deliver(t);
+        self.try_deliver(t, len);
         false
     }
 
@@ -1600,47 +1609,44 @@ impl Association {
             && (a.flags.unordered || a.ssn == b.ssn)
     }
 
-    /// Looks for the whole message around TSN `t`.
-    fn find_message(&mut self, t: u64) -> Option<(u64, u64)> {
-        let mut first = t;
-        let mut count = 1usize;
-        let mut bytes = self.rx_chunks.get(&t)?.data.len();
-        loop {
-            let c = self.rx_chunks.get(&first)?;
-            if c.flags.begin {
-                break;
-            }
-            let p = self.rx_chunks.get(&(first - 1))?;
-            if p.flags.end || !Self::same_message(c, p) {
-                return None; // hole or mismatch: not complete (yet)
-            }
-            first -= 1;
-            count += 1;
-            bytes += p.data.len();
-            if count > self.cfg.max_fragments || bytes > self.cfg.max_message {
-                self.too_big();
-                return None;
+    /// Whether the held chunk at `a` may be directly followed by the one
+    /// at `a + 1` in one message (RFC 9260 §6.9: a message's fragments
+    /// take consecutive TSNs, B on the first, E on the last).
+    fn joins(&mut self, a: u64) -> bool {
+        self.rx_work += 2;
+        match (self.rx_chunks.get(&a), self.rx_chunks.get(&(a + 1))) {
+            (Some(p), Some(n)) => !p.flags.end && !n.flags.begin && Self::same_message(p, n),
+            _ => false,
+        }
+    }
+
+    /// Files the chunk just stored at TSN `t` into the runs of held
+    /// fragments (`rx_runs`: consecutive TSNs, each joining the next), and
+    /// returns the run it is now part of. A few map operations: no chain
+    /// is walked, so the work per chunk is O(log n) whatever the length
+    /// of the chain it extends.
+    fn file_chunk(&mut self, t: u64, len: usize) -> (u64, u64) {
+        let (mut first, mut last, mut bytes) = (t, t, len);
+        if self.joins(t - 1) {
+            // The run holding t - 1 ends there: t was not held before.
+            self.rx_work += 1;
+            if let Some((&f, &(l, b))) = self.rx_runs.range(..t).next_back() {
+                if l == t - 1 {
+                    self.rx_runs.remove(&f);
+                    first = f;
+                    bytes += b;
+                }
             }
         }
-        let mut last = t;
-        loop {
-            let c = self.rx_chunks.get(&last)?;
-            if c.flags.end {
-                break;
-            }
-            let n = self.rx_chunks.get(&(last + 1))?;
-            if n.flags.begin || !Self::same_message(c, n) {
-                return None;
-            }
-            last += 1;
-            count += 1;
-            bytes += n.data.len();
-            if count > self.cfg.max_fragments || bytes > self.cfg.max_message {
-                self.too_big();
-                return None;
+        if self.joins(t) {
+            self.rx_work += 1;
+            if let Some((l, b)) = self.rx_runs.remove(&(t + 1)) {
+                last = l;
+                bytes += b;
             }
         }
-        Some((first, last))
+        self.rx_runs.insert(first, (last, bytes));
+        (first, last)
     }
 
     fn too_big(&mut self) {
@@ -1656,6 +1662,7 @@ impl Association {
         let mut data = Vec::new();
         let mut head = None;
         for t in first..=last {
+            self.rx_work += 1;
             if let Some(c) = self.rx_chunks.remove(&t) {
                 if head.is_none() {
                     head = Some((c.stream, c.ppid, c.flags.unordered));
@@ -1674,13 +1681,24 @@ impl Association {
         }
     }
 
-    fn try_deliver(&mut self, t: u64) {
-        let Some((first, last)) = self.find_message(t) else {
+    fn try_deliver(&mut self, t: u64, len: usize) {
+        let (first, last) = self.file_chunk(t, len);
+        let Some(&(_, bytes)) = self.rx_runs.get(&first) else {
             return;
         };
-        let Some(c) = self.rx_chunks.get(&first) else {
+        // A message beyond our reassembly limits can never be delivered.
+        if last - first >= self.cfg.max_fragments as u64 || bytes > self.cfg.max_message {
+            self.too_big();
+            return;
+        }
+        self.rx_work += 2;
+        let (Some(c), Some(e)) = (self.rx_chunks.get(&first), self.rx_chunks.get(&last)) else {
             return;
         };
+        if !c.flags.begin || !e.flags.end {
+            return; // not complete (yet)
+        }
+        self.rx_runs.remove(&first);
         if c.flags.unordered {
             self.deliver(first, last);
             return;
@@ -2189,6 +2207,9 @@ fn unrecognized_chunk_cause(c: &ChunkRepr<'_>, max: usize) -> Vec<u8> {
     v.extend_from_slice(&chunk);
     v
 }
+
+#[cfg(test)]
+mod hostile;
 
 #[cfg(test)]
 mod tests {
