@@ -48,12 +48,17 @@
 //!
 //! # What a peer can make us hold
 //!
-//! * Received data not yet read: at most [`Config::recv_buffer`] octets
+//! * Received data not yet read: at most [`Config::recv_buffer`] octets,
+//!   each chunk held for reassembly charged [`RX_CHUNK_OVERHEAD`] more
 //!   (DATA beyond it is dropped unacknowledged); TSNs accepted at most
 //!   [`Config::max_tsn_window`] above the cumulative TSN; a message being
 //!   reassembled at most [`Config::max_message`] octets and
 //!   [`Config::max_fragments`] chunks, beyond which the association is
-//!   aborted (Out of Resource).
+//!   aborted (Out of Resource). Fragments that can never complete (the
+//!   TSN before or after them arrived without joining them, §6.9) and
+//!   repeated stream sequence numbers are dropped as soon as that is
+//!   known, so nothing held outlives the cumulative TSN passing it
+//!   except parts of messages that can still complete.
 //! * One pending HEARTBEAT-ACK (at most one packet), one pending ERROR,
 //!   at most [`MAX_DUP_TSNS`] duplicate TSNs per SACK, at most
 //!   [`MAX_GAP_BLOCKS`] gap blocks per SACK, events: at most the messages
@@ -75,6 +80,12 @@ pub const MAX_DUP_TSNS: usize = 16;
 pub const MAX_GAP_BLOCKS: usize = 64;
 /// Length of the State Cookie this crate issues.
 pub const COOKIE_LEN: usize = 56;
+
+/// What the receive buffer is charged for each DATA chunk held for
+/// reassembly, beyond its payload: the chunk's map entry, and a share of
+/// the tree nodes, the run bookkeeping and the allocator's slack. Without
+/// it, one-octet fragments held ~120 octets of heap per octet counted.
+pub const RX_CHUNK_OVERHEAD: usize = core::mem::size_of::<(u64, InChunk)>() + 64;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -160,17 +171,26 @@ impl Config {
         if self.max_tsn_window == 0 || self.max_tsn_window > 65_535 {
             return Err("max_tsn_window must be within 1..=65535");
         }
-        let reserve = self.max_packet;
-        if self.max_message == 0
-            || self.max_message.saturating_add(reserve) > self.recv_buffer as usize
-        {
-            return Err("max_message plus max_packet must fit in recv_buffer");
+        if self.max_fragments == 0 {
+            return Err("max_fragments must be at least 1");
+        }
+        // A whole message in chunks of the size we send, plus the room
+        // kept for the next in-sequence chunk, each chunk charged its
+        // bookkeeping. (A peer that cuts its messages smaller may find a
+        // message of max_message octets does not fit: its own stall.)
+        let reserve = self.max_packet + RX_CHUNK_OVERHEAD;
+        let chunks = self
+            .max_message
+            .div_ceil(self.max_chunk_payload().max(1))
+            .min(self.max_fragments);
+        let message = self
+            .max_message
+            .saturating_add(chunks.saturating_mul(RX_CHUNK_OVERHEAD));
+        if self.max_message == 0 || message.saturating_add(reserve) > self.recv_buffer as usize {
+            return Err("max_message in max_packet chunks, each charged RX_CHUNK_OVERHEAD, plus max_packet must fit in recv_buffer");
         }
         if self.max_message > self.send_buffer {
             return Err("max_message must fit in send_buffer");
-        }
-        if self.max_fragments == 0 {
-            return Err("max_fragments must be at least 1");
         }
         if self.rto_min == 0 || self.rto_min > self.rto_max {
             return Err("rto_min must be within 1..=rto_max");
@@ -276,6 +296,9 @@ pub struct Stats {
     pub heartbeats_sent: u64,
     /// HEARTBEAT-ACKs matching our outstanding HEARTBEAT.
     pub heartbeat_acks: u64,
+    /// Held DATA chunks dropped because they can never be part of a
+    /// whole message (§6.9), or repeat a stream sequence number.
+    pub pruned_chunks: u64,
 }
 
 /// Why [`Association::send`] refused a message.
@@ -925,8 +948,10 @@ impl Association {
     pub fn rto(&self) -> u64 {
         self.rto
     }
-    /// Received user data octets held: in reassembly, or delivered as
-    /// events the user has not taken yet. At most [`Config::recv_buffer`].
+    /// Octets charged against [`Config::recv_buffer`]: received user data
+    /// in reassembly or in events the user has not taken yet, plus
+    /// [`RX_CHUNK_OVERHEAD`] for each chunk in reassembly. At most
+    /// [`Config::recv_buffer`].
     pub fn recv_buffered(&self) -> usize {
         self.rx_bytes
     }
@@ -1565,9 +1590,10 @@ impl Association {
         let limit = if t == self.rx_cum + 1 {
             self.cfg.recv_buffer as usize
         } else {
-            (self.cfg.recv_buffer as usize).saturating_sub(self.cfg.max_packet)
+            (self.cfg.recv_buffer as usize).saturating_sub(self.cfg.max_packet + RX_CHUNK_OVERHEAD)
         };
-        if self.rx_bytes.saturating_add(len) > limit {
+        // Each held chunk costs its bookkeeping too, not only its octets.
+        if self.rx_bytes.saturating_add(len + RX_CHUNK_OVERHEAD) > limit {
             return true; // dropped: tell the peer our window at once
         }
         if t != self.rx_cum + 1 {
@@ -1586,9 +1612,11 @@ impl Association {
                 let (b, n) = wire::error_cause(cause_code::INVALID_STREAM_IDENTIFIER, &v);
                 self.pending.error = Some(b[..n].to_vec());
             }
+            // Received, never held: fragments beside it cannot join it.
+            self.prune_beside(t);
             return true;
         }
-        self.rx_bytes += len;
+        self.rx_bytes += len + RX_CHUNK_OVERHEAD;
         self.rx_chunks.insert(
             t,
             InChunk {
@@ -1600,6 +1628,7 @@ impl Association {
             },
         );
         self.try_deliver(t, len);
+        self.prune_beside(t);
         false
     }
 
@@ -1649,6 +1678,62 @@ impl Association {
         (first, last)
     }
 
+    /// Whether TSN `t` has arrived (whether held, delivered or discarded).
+    fn received(&self, t: u64) -> bool {
+        t <= self.rx_cum || self.rx_received.contains(&t)
+    }
+
+    /// Drops the run starting at `first` if it can never become a whole
+    /// message: its first chunk lacks B and the TSN before it arrived
+    /// without joining it, or its last chunk lacks E and the TSN after it
+    /// arrived without joining it (§6.9: a message's fragments take
+    /// consecutive TSNs). Such chunks would otherwise stay held for the
+    /// life of the association, the cumulative TSN long past them.
+    fn prune_if_dead(&mut self, first: u64) {
+        self.rx_work += 1;
+        let Some(&(last, _)) = self.rx_runs.get(&first) else {
+            return;
+        };
+        self.rx_work += 2;
+        let (Some(f), Some(l)) = (self.rx_chunks.get(&first), self.rx_chunks.get(&last)) else {
+            return;
+        };
+        let dead = (!f.flags.begin && self.received(first - 1))
+            || (!l.flags.end && self.received(last + 1));
+        if dead {
+            self.rx_runs.remove(&first);
+            self.drop_chunks(first, last);
+        }
+    }
+
+    /// After TSN `t` arrived: the runs just before and after it, and its
+    /// own, may have lost the neighbour they waited for.
+    fn prune_beside(&mut self, t: u64) {
+        self.rx_work += 1;
+        if let Some((&f, &(l, _))) = self.rx_runs.range(..t).next_back() {
+            if l + 1 >= t {
+                // The run ending at t - 1, or one holding t from before it.
+                self.prune_if_dead(f);
+            }
+        }
+        self.prune_if_dead(t);
+        self.prune_if_dead(t + 1);
+    }
+
+    /// Forgets held chunks `first..=last` (linear in what is dropped,
+    /// each chunk once).
+    fn drop_chunks(&mut self, first: u64, last: u64) {
+        for t in first..=last {
+            self.rx_work += 1;
+            if let Some(c) = self.rx_chunks.remove(&t) {
+                self.rx_bytes = self
+                    .rx_bytes
+                    .saturating_sub(c.data.len() + RX_CHUNK_OVERHEAD);
+                self.stats.pruned_chunks += 1;
+            }
+        }
+    }
+
     fn too_big(&mut self) {
         // A message beyond our reassembly limits: abort (§3.3.10.4 Out of
         // Resource), as it could never be delivered.
@@ -1664,6 +1749,9 @@ impl Association {
         for t in first..=last {
             self.rx_work += 1;
             if let Some(c) = self.rx_chunks.remove(&t) {
+                // The message keeps its octets charged until the user
+                // takes it; the chunk's bookkeeping is gone.
+                self.rx_bytes = self.rx_bytes.saturating_sub(RX_CHUNK_OVERHEAD);
                 if head.is_none() {
                     head = Some((c.stream, c.ppid, c.flags.unordered));
                 }
@@ -1706,6 +1794,14 @@ impl Association {
         let (stream, ssn) = (c.stream, c.ssn);
         let s = usize::from(stream);
         if ssn != self.next_ssn_in[s] {
+            // A stream sequence number already delivered (behind the next
+            // one expected) or already waiting is a repeat that would
+            // never be delivered: dropped, not held (§6.5, §6.6).
+            let behind = ssn.wrapping_sub(self.next_ssn_in[s]) >= 0x8000;
+            if behind || self.ready.contains_key(&(stream, ssn)) {
+                self.drop_chunks(first, last);
+                return;
+            }
             self.ready.insert((stream, ssn), (first, last));
             return;
         }

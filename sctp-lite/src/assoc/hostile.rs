@@ -95,15 +95,115 @@ fn reassembly_work_is_bounded_per_chunk() {
     let got = messages(&mut s);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].len(), n as usize);
-    // Before the last chunk: a few map look-ups per chunk.
+    // Before the last chunk: a few map look-ups per chunk (joining the
+    // runs beside it, checking them for chunks that cannot complete).
     assert!(
-        before_last <= 8 * u64::from(n),
+        before_last <= 16 * u64::from(n),
         "{before_last} entries visited for {n} chunks"
     );
     // Delivery walks the message once.
     assert!(
-        s.rx_work <= 10 * u64::from(n),
+        s.rx_work <= 18 * u64::from(n),
         "{} entries visited for {n} chunks",
         s.rx_work
     );
+}
+
+/// Issue 27 item 1: fragments that can never complete (an E chunk whose
+/// predecessor was delivered, a middle chunk after it) are dropped once
+/// the TSN before them has arrived, instead of staying for the life of
+/// the association.
+#[test]
+fn fragments_that_cannot_complete_are_pruned() {
+    let (_c, mut s) = pair_with(cfg(2));
+    let t0 = first_tsn(&s);
+    s.handle_packet(0, &data_on(&s, t0, 0, true, true, b"whole"));
+    for i in 1..1000 {
+        // One-octet orphans in TSN order: E without B, or middles.
+        s.handle_packet(0, &data_on(&s, t0 + i, 0, false, i % 2 == 0, b"x"));
+    }
+    assert_eq!(messages(&mut s), vec![b"whole".to_vec()]);
+    assert!(s.rx_chunks.is_empty(), "{} held", s.rx_chunks.len());
+    assert!(s.rx_runs.is_empty());
+    assert_eq!(s.recv_buffered(), 0);
+    assert_eq!(s.stats().pruned_chunks, 999);
+    // Orphans met from the other side: the run waits for its B chunk
+    // until the TSN before it arrives, not joining it.
+    let t1 = t0 + 1000;
+    s.handle_packet(0, &data_on(&s, t1 + 1, 0, false, true, b"tail"));
+    assert_eq!(s.rx_chunks.len(), 1);
+    s.handle_packet(0, &data_on(&s, t1, 0, true, true, b"other"));
+    assert_eq!(messages(&mut s), vec![b"other".to_vec()]);
+    assert!(s.rx_chunks.is_empty());
+    assert_eq!(s.recv_buffered(), 0);
+    assert_eq!(s.state(), State::Established);
+    // A run that waited for the TSN after it, which came as a new B.
+    let t2 = t1 + 2;
+    s.handle_packet(0, &data_on(&s, t2 + 1, 0, false, false, b"mid"));
+    s.handle_packet(0, &data_on(&s, t2 + 2, 0, true, false, b"new"));
+    assert_eq!(s.rx_chunks.len(), 1, "only the new B waits");
+    assert_eq!(s.recv_buffered(), 3 + RX_CHUNK_OVERHEAD);
+}
+
+/// Issue 27 item 1: each held chunk costs the receive buffer its
+/// bookkeeping too, so one-octet fragments cannot hold many times the
+/// buffer in heap.
+#[test]
+fn held_chunks_are_charged_their_overhead() {
+    let mut sc = cfg(2);
+    sc.recv_buffer = 64 * 1024;
+    sc.max_message = 16 * 1024;
+    sc.max_fragments = 64;
+    let (_c, mut s) = pair_with(sc);
+    let t0 = first_tsn(&s);
+    // t0 never comes; middles at every other TSN stay completable.
+    for i in (2..8000).step_by(2) {
+        s.handle_packet(0, &data_on(&s, t0 + i, 0, false, false, b"m"));
+    }
+    let held = s.rx_chunks.len();
+    assert!(held > 0);
+    assert!(
+        held * (1 + RX_CHUNK_OVERHEAD) <= 64 * 1024,
+        "{held} chunks held in a 64 KiB buffer"
+    );
+    assert_eq!(s.recv_buffered(), held * (1 + RX_CHUNK_OVERHEAD));
+    assert_eq!(s.state(), State::Established);
+}
+
+/// Issue 27 item 1: a complete ordered message repeating a stream
+/// sequence number already waiting (or delivered) is dropped; before, it
+/// replaced the waiting one, whose chunks stayed held for good.
+#[test]
+fn repeated_stream_sequence_numbers_are_not_held() {
+    let (_c, mut s) = pair_with(cfg(2));
+    let t0 = first_tsn(&s);
+    let ordered = |s: &Association, tsn: u32, ssn: u16, p: &[u8]| {
+        packet_to(
+            s,
+            &[ChunkRepr::Data(DataRepr {
+                flags: DataFlags {
+                    immediate: false,
+                    unordered: false,
+                    begin: true,
+                    end: true,
+                },
+                tsn,
+                stream_id: 0,
+                ssn,
+                ppid: 0,
+                payload: p,
+            })],
+        )
+    };
+    s.handle_packet(0, &ordered(&s, t0, 1, b"one"));
+    s.handle_packet(0, &ordered(&s, t0 + 1, 1, b"one again"));
+    assert_eq!(s.rx_chunks.len(), 1);
+    s.handle_packet(0, &ordered(&s, t0 + 2, 0, b"zero"));
+    assert_eq!(messages(&mut s), vec![b"zero".to_vec(), b"one".to_vec()]);
+    // Behind the next expected SSN (2): already delivered.
+    s.handle_packet(0, &ordered(&s, t0 + 3, 1, b"one, late"));
+    assert!(s.rx_chunks.is_empty());
+    assert!(s.ready.is_empty());
+    assert_eq!(s.recv_buffered(), 0);
+    assert_eq!(s.stats().pruned_chunks, 2);
 }
