@@ -1300,19 +1300,32 @@ impl Association {
                 return;
             }
             match c {
-                ChunkRepr::Data(d) => {
-                    if matches!(
-                        self.state,
-                        State::Established
-                            | State::ShutdownPending
-                            | State::ShutdownSent
-                            | State::ShutdownReceived
-                    ) {
+                ChunkRepr::Data(d) => match self.state {
+                    // §9.2: in SHUTDOWN-SENT the peer may still be
+                    // sending; its DATA is taken (and answered below).
+                    State::Established | State::ShutdownPending | State::ShutdownSent => {
                         had_data = true;
                         immediate |= d.flags.immediate;
                         immediate |= self.on_data(d);
                     }
-                }
+                    // §9.2: the peer sent SHUTDOWN only once all its DATA
+                    // was acknowledged, and its user may send no more
+                    // (SHUTDOWN-PENDING). A retransmission is a duplicate;
+                    // new DATA is a protocol violation.
+                    State::ShutdownReceived | State::ShutdownAckSent => {
+                        let t = self.unwrap_rx(d.tsn);
+                        if t > self.rx_cum && !self.rx_received.contains(&t) {
+                            self.abort_with(
+                                cause_code::PROTOCOL_VIOLATION,
+                                CloseReason::ProtocolError(cause_code::PROTOCOL_VIOLATION),
+                            );
+                            return;
+                        }
+                        had_data = true;
+                        immediate |= self.on_data(d);
+                    }
+                    State::CookieWait | State::CookieEchoed | State::Closed => {}
+                },
                 ChunkRepr::Init(i) => self.on_init(now, &h, i),
                 ChunkRepr::InitAck(i) => self.on_init_ack(now, i),
                 ChunkRepr::CookieEcho { cookie } => self.on_cookie_echo(now, vt, cookie),

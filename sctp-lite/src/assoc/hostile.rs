@@ -170,6 +170,78 @@ fn held_chunks_are_charged_their_overhead() {
     assert_eq!(s.state(), State::Established);
 }
 
+fn close_reason(s: &mut Association) -> Option<CloseReason> {
+    let mut r = None;
+    while let Some(e) = s.poll_event() {
+        if let Event::Closed(c) = e {
+            r = Some(c);
+        }
+    }
+    r
+}
+
+fn shutdown_from_peer(s: &Association) -> Vec<u8> {
+    packet_to(
+        s,
+        &[ChunkRepr::Shutdown {
+            cum_tsn_ack: s.peer_cum_ack,
+        }],
+    )
+}
+
+/// Issue 27 item 1, RFC 9260 §9.2: the peer sends SHUTDOWN only once all
+/// its DATA is acknowledged and its user may send no more, so new DATA
+/// after its SHUTDOWN (SHUTDOWN-RECEIVED, SHUTDOWN-ACK-SENT) is a
+/// protocol violation; a retransmission of acknowledged DATA is not.
+#[test]
+fn new_data_after_the_peers_shutdown_aborts() {
+    for outstanding in [false, true] {
+        let (_c, mut s) = pair_with(cfg(2));
+        let t0 = first_tsn(&s);
+        s.handle_packet(0, &data_on(&s, t0, 0, true, true, b"before"));
+        if outstanding {
+            s.send(0, 0, false, b"ours").unwrap();
+            let mut b = vec![0u8; 2048];
+            while s.poll_transmit(0, &mut b).is_some() {}
+        }
+        s.handle_packet(0, &shutdown_from_peer(&s));
+        let want = if outstanding {
+            State::ShutdownReceived
+        } else {
+            State::ShutdownAckSent
+        };
+        assert_eq!(s.state(), want);
+        // A duplicate is fine.
+        s.handle_packet(0, &data_on(&s, t0, 0, true, true, b"before"));
+        assert_eq!(s.state(), want);
+        assert_eq!(s.stats().dup_data_received, 1);
+        // New DATA is not.
+        s.handle_packet(0, &data_on(&s, t0 + 1, 0, true, true, b"after"));
+        assert_eq!(s.state(), State::Closed);
+        assert_eq!(
+            close_reason(&mut s),
+            Some(CloseReason::ProtocolError(cause_code::PROTOCOL_VIOLATION))
+        );
+        assert!(s.pending.abort.is_some());
+    }
+}
+
+/// RFC 9260 §9.2: in SHUTDOWN-SENT the peer may still be sending; its
+/// DATA is taken and each packet of it answered with SHUTDOWN.
+#[test]
+fn data_in_shutdown_sent_is_taken_and_answered_with_shutdown() {
+    let (_c, mut s) = pair_with(cfg(2));
+    s.shutdown(0);
+    let mut b = vec![0u8; 2048];
+    while s.poll_transmit(0, &mut b).is_some() {}
+    assert_eq!(s.state(), State::ShutdownSent);
+    let t0 = first_tsn(&s);
+    s.handle_packet(0, &data_on(&s, t0, 0, true, true, b"late"));
+    assert_eq!(messages(&mut s), vec![b"late".to_vec()]);
+    assert!(s.pending.shutdown);
+    assert_eq!(s.state(), State::ShutdownSent);
+}
+
 /// Issue 27 item 1: a complete ordered message repeating a stream
 /// sequence number already waiting (or delivered) is dropped; before, it
 /// replaced the waiting one, whose chunks stayed held for good.
