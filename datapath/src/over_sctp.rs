@@ -588,15 +588,17 @@ impl SctpHost {
         self.stats.rx_packets += 1;
         if let Some(id) = self.by_tuple.get(&(src, peer_port, our_port)) {
             if let Some(e) = self.assocs.get_mut(id) {
-                let discarded = e.ddp.sctp().stats().packets_discarded;
+                let verified = e.ddp.sctp().stats().tag_verified_packets;
                 e.ddp.handle_packet(now, pkt);
                 // RFC 6951 §5.4: the remote encapsulation port follows the
-                // UDP source port of packets the association accepted
-                // (verification tag checked, §8.5: not counted discarded).
-                // An association keeps
-                // its encapsulation (raw or UDP) for life here.
+                // UDP source port of packets that passed the verification
+                // tag check (§8.5) with one of the association's tags. An
+                // INIT (tag 0) is accepted without passing it and so does
+                // not count: anyone knowing the ports could send one. An
+                // association keeps its encapsulation (raw or UDP) for
+                // life here.
                 if let (Some(p), Some(_)) = (udp, e.udp) {
-                    if e.ddp.sctp().stats().packets_discarded == discarded {
+                    if e.ddp.sctp().stats().tag_verified_packets != verified {
                         e.udp = Some(p);
                     }
                 }

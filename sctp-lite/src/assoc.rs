@@ -19,8 +19,10 @@
 //!   SHUTDOWN COMPLETE (ours, or the peer's with the T bit).
 //! * INIT collision, simplified (§5.2): an INIT in COOKIE-WAIT /
 //!   COOKIE-ECHOED is answered with an INIT-ACK carrying our existing tag
-//!   (§5.2.1); an INIT in ESTABLISHED with one carrying both existing tags
-//!   (§5.2.2). A COOKIE-ECHO whose cookie holds our tag is accepted in
+//!   (§5.2.1); an INIT in ESTABLISHED with one carrying a new random tag
+//!   and, in its cookie, Tie-Tags that are nonces rather than the
+//!   association's tags (§5.2.2), so an INIT learns nothing that lets it
+//!   ABORT the association. A COOKIE-ECHO whose cookie holds our tag is accepted in
 //!   COOKIE-WAIT / COOKIE-ECHOED (case B) and answered with COOKIE-ACK
 //!   in ESTABLISHED when both tags match (case D). **Not implemented:**
 //!   peer restart (case A) and case C; such cookies are discarded.
@@ -79,7 +81,7 @@ pub const MAX_DUP_TSNS: usize = 16;
 /// Most gap ack blocks sent in one SACK.
 pub const MAX_GAP_BLOCKS: usize = 64;
 /// Length of the State Cookie this crate issues.
-pub const COOKIE_LEN: usize = 56;
+pub const COOKIE_LEN: usize = 64;
 
 /// What the receive buffer is charged for each DATA chunk held for
 /// reassembly, beyond its payload: the chunk's map entry, and a share of
@@ -299,6 +301,12 @@ pub struct Stats {
     /// Held DATA chunks dropped because they can never be part of a
     /// whole message (§6.9), or repeat a stream sequence number.
     pub pruned_chunks: u64,
+    /// Received packets that passed the verification tag check with one
+    /// of the association's tags (§8.5, §8.5.1): every accepted packet but
+    /// an INIT, whose tag is 0 and proves nothing. RFC 6951 §5.4: the
+    /// caller moves a UDP-encapsulated association's remote port only
+    /// for a packet that this counter counted.
+    pub tag_verified_packets: u64,
 }
 
 /// Why [`Association::send`] refused a message.
@@ -389,12 +397,16 @@ struct Cookie {
     local_port: u16,
     peer_port: u16,
     peer_adaptation: Option<u32>,
+    /// Tie-Tags (RFC 9260 §5.2.2): nonces standing for an existing
+    /// association's tags, never the tags themselves; 0 when none.
+    local_tie_tag: u32,
+    peer_tie_tag: u32,
 }
 
 impl Cookie {
     fn encode(&self, key: &Key) -> [u8; COOKIE_LEN] {
         let mut b = [0u8; COOKIE_LEN];
-        b[0..4].copy_from_slice(b"SLC1");
+        b[0..4].copy_from_slice(b"SLC2");
         b[4..12].copy_from_slice(&self.created.to_be_bytes());
         b[12..16].copy_from_slice(&self.local_tag.to_be_bytes());
         b[16..20].copy_from_slice(&self.peer_tag.to_be_bytes());
@@ -407,20 +419,22 @@ impl Cookie {
         b[38..40].copy_from_slice(&self.peer_port.to_be_bytes());
         b[40] = u8::from(self.peer_adaptation.is_some());
         b[44..48].copy_from_slice(&self.peer_adaptation.unwrap_or(0).to_be_bytes());
-        let m = mac::siphash24(key, &b[..48]);
-        b[48..56].copy_from_slice(&m.to_be_bytes());
+        b[48..52].copy_from_slice(&self.local_tie_tag.to_be_bytes());
+        b[52..56].copy_from_slice(&self.peer_tie_tag.to_be_bytes());
+        let m = mac::siphash24(key, &b[..56]);
+        b[56..64].copy_from_slice(&m.to_be_bytes());
         b
     }
 
     /// RFC 9260 §5.1.5 steps 1-3: MAC, then lifetime.
     fn decode(b: &[u8], key: &Key, now: u64, lifetime: u64) -> Option<Cookie> {
-        if b.len() != COOKIE_LEN || &b[0..4] != b"SLC1" {
+        if b.len() != COOKIE_LEN || &b[0..4] != b"SLC2" {
             return None;
         }
-        let m = mac::siphash24(key, &b[..48]);
+        let m = mac::siphash24(key, &b[..56]);
         // Not constant time in the comparison of two u64, which is a single
         // instruction: no timing channel worth the name.
-        if m.to_be_bytes() != b[48..56] {
+        if m.to_be_bytes() != b[56..64] {
             return None;
         }
         let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -444,6 +458,8 @@ impl Cookie {
             local_port: u16_at(36),
             peer_port: u16_at(38),
             peer_adaptation: if b[40] != 0 { Some(u32_at(44)) } else { None },
+            local_tie_tag: u32_at(48),
+            peer_tie_tag: u32_at(52),
         })
     }
 }
@@ -503,7 +519,7 @@ fn build_init_ack(
     now: u64,
     local_tag: u32,
     local_tsn: u32,
-    peer_tag_existing: Option<u32>,
+    tie_tags: (u32, u32),
     init: &InitRepr<'_>,
     h: &HeaderRepr,
     out: &mut [u8],
@@ -511,7 +527,7 @@ fn build_init_ack(
     let cookie = Cookie {
         created: now,
         local_tag,
-        peer_tag: peer_tag_existing.unwrap_or(init.initiate_tag),
+        peer_tag: init.initiate_tag,
         local_tsn,
         peer_tsn: init.initial_tsn,
         peer_rwnd: init.a_rwnd,
@@ -521,6 +537,8 @@ fn build_init_ack(
         local_port: h.dst_port,
         peer_port: h.src_port,
         peer_adaptation: init.params.adaptation,
+        local_tie_tag: tie_tags.0,
+        peer_tie_tag: tie_tags.1,
     }
     .encode(&cfg.secret);
     let ack = InitRepr {
@@ -630,7 +648,7 @@ impl Listener {
                 self.counter = self.counter.wrapping_add(1);
                 let (tag, tsn) =
                     random_pair(&self.key, now, self.counter, (h.dst_port, h.src_port));
-                match build_init_ack(&self.cfg, now, tag, tsn, None, init, &h, out) {
+                match build_init_ack(&self.cfg, now, tag, tsn, (0, 0), init, &h, out) {
                     Some(n) => ListenOutcome::Reply(n),
                     None => ListenOutcome::Drop,
                 }
@@ -734,6 +752,8 @@ pub struct Association {
     peer_tag: u32,
     tag_key: Key,
     nonce: u64,
+    /// Tie-Tags (§5.2.2), made on the first unexpected INIT.
+    tie_tags: (u32, u32),
     timers: [Option<u64>; 5],
     pending: Pending,
     events: VecDeque<Event>,
@@ -827,6 +847,7 @@ impl Association {
             peer_tag: 0,
             tag_key,
             nonce: 0,
+            tie_tags: (0, 0),
             timers: [None; 5],
             pending: Pending::default(),
             events: VecDeque::new(),
@@ -1291,6 +1312,10 @@ impl Association {
             return;
         }
         let vt = h.verification_tag;
+        if !matches!(chunks.first(), Some(ChunkRepr::Init(_))) {
+            // Passed the check with one of our tags, not INIT's 0.
+            self.stats.tag_verified_packets += 1;
+        }
         self.last_activity = now;
         let mut had_data = false;
         // §6.7: a SACK goes out at once when a gap is filled.
@@ -1419,14 +1444,27 @@ impl Association {
     }
 
     fn on_init(&mut self, now: u64, h: &HeaderRepr, init: &InitRepr<'_>) {
-        let existing = match self.state {
-            // §5.2.1: INIT-ACK with our original tag; the peer's stays unknown.
-            State::CookieWait | State::CookieEchoed => None,
-            // §5.2.2: unexpected INIT; the cookie holds both existing tags.
+        let (tag, tsn, tie_tags) = match self.state {
+            // §5.2.1: INIT-ACK with our original tag and TSN; the peer's
+            // tag stays unknown, and no association exists to tie to.
+            State::CookieWait | State::CookieEchoed => (self.local_tag, self.init_tsn, (0, 0)),
+            // §5.2.2: unexpected INIT. The INIT-ACK MUST carry a new
+            // random Initiate Tag, and the cookie our Tie-Tags: nonces,
+            // not the association's tags, which an INIT (tag 0, from
+            // anyone who knows the ports) must never learn.
             State::Established
             | State::ShutdownPending
             | State::ShutdownReceived
-            | State::ShutdownSent => Some(self.peer_tag),
+            | State::ShutdownSent => {
+                self.nonce = self.nonce.wrapping_add(1);
+                let (tag, tsn) = random_pair(
+                    &self.tag_key,
+                    now,
+                    self.nonce | 1 << 63,
+                    (self.local_port, self.peer_port),
+                );
+                (tag, tsn, self.tie_tags(now))
+            }
             // §9.2: in SHUTDOWN-ACK-SENT an INIT is answered with SHUTDOWN-ACK.
             State::ShutdownAckSent => {
                 self.pending.shutdown_ack = true;
@@ -1440,19 +1478,25 @@ impl Association {
             }
         }
         let mut buf = vec![0u8; self.cfg.max_packet.max(COMMON_HEADER_LEN + 128)];
-        if let Some(n) = build_init_ack(
-            &self.cfg,
-            now,
-            self.local_tag,
-            self.init_tsn,
-            existing,
-            init,
-            h,
-            &mut buf,
-        ) {
+        if let Some(n) = build_init_ack(&self.cfg, now, tag, tsn, tie_tags, init, h, &mut buf) {
             buf.truncate(n);
             self.pending.init_ack = Some(buf);
         }
+    }
+
+    /// Our Tie-Tags (§5.2.2): two random nonces, made once, that a cookie
+    /// carries in place of this association's tags.
+    fn tie_tags(&mut self, now: u64) -> (u32, u32) {
+        if self.tie_tags == (0, 0) {
+            let (a, b) = random_pair(
+                &self.tag_key,
+                now,
+                !self.nonce,
+                (self.peer_port, self.local_port),
+            );
+            self.tie_tags = (a, b | 1);
+        }
+        self.tie_tags
     }
 
     fn on_init_ack(&mut self, now: u64, i: &InitRepr<'_>) {
@@ -1493,6 +1537,8 @@ impl Association {
             local_port: self.local_port,
             peer_port: self.peer_port,
             peer_adaptation: i.params.adaptation,
+            local_tie_tag: 0,
+            peer_tie_tag: 0,
         };
         self.adopt(&c);
         self.cookie = cookie.to_vec();
@@ -2367,6 +2413,8 @@ mod tests {
             local_port: 8,
             peer_port: 9,
             peer_adaptation: Some(1),
+            local_tie_tag: 10,
+            peer_tie_tag: 11,
         };
         let b = c.encode(&key);
         assert_eq!(Cookie::decode(&b, &key, 2_000, 10_000), Some(c));

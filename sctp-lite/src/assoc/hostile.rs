@@ -279,3 +279,92 @@ fn repeated_stream_sequence_numbers_are_not_held() {
     assert_eq!(s.recv_buffered(), 0);
     assert_eq!(s.stats().pruned_chunks, 2);
 }
+
+/// The INIT-ACK `s` answers `init` with, parsed: (its packet's tag, its
+/// Initiate Tag, its cookie).
+fn init_ack_to(s: &mut Association, init: &[u8]) -> (u32, u32, Vec<u8>) {
+    s.handle_packet(0, init);
+    let mut b = vec![0u8; 2048];
+    let n = s.poll_transmit(0, &mut b).expect("INIT-ACK");
+    let (h, chunks) = parse_all(&b[..n]).unwrap();
+    let ChunkRepr::InitAck(ia) = &chunks[0] else {
+        panic!("not INIT-ACK: {chunks:?}")
+    };
+    (
+        h.verification_tag,
+        ia.initiate_tag,
+        ia.params.state_cookie.unwrap().to_vec(),
+    )
+}
+
+fn init_from_peer(s: &Association, tag: u32) -> Vec<u8> {
+    let h = HeaderRepr {
+        src_port: s.peer_port(),
+        dst_port: s.local_port(),
+        verification_tag: 0,
+    };
+    let init = InitRepr {
+        initiate_tag: tag,
+        a_rwnd: 65536,
+        num_outbound_streams: 4,
+        num_inbound_streams: 4,
+        initial_tsn: 77,
+        params: InitParams::default(),
+    };
+    let mut b = vec![0u8; 512];
+    let n = wire::emit_packet(&h, &[ChunkRepr::Init(init)], &mut b).unwrap();
+    b.truncate(n);
+    b
+}
+
+/// Issue 27 item 4, RFC 9260 §5.2.2: an INIT on an established
+/// association is answered with a new random Initiate Tag, and the
+/// cookie carries tie-tags, not the association's tags; an ABORT with
+/// the advertised tag does not close the association.
+#[test]
+fn init_on_an_established_association_does_not_disclose_its_tag() {
+    let (_c, mut s) = pair_with(cfg(2));
+    let (own, peer) = (s.local_tag(), s.peer_tag());
+    let verified = s.stats().tag_verified_packets;
+    let init = init_from_peer(&s, 0xdead_beef);
+    let (vt, advertised, cookie) = init_ack_to(&mut s, &init);
+    assert_eq!(vt, 0xdead_beef, "§8.5.1: the INIT's Initiate Tag");
+    assert_ne!(advertised, own, "§5.2.2: a new Initiate Tag");
+    // Neither tag of the association appears anywhere in the cookie.
+    for tag in [own, peer] {
+        assert!(
+            !cookie.windows(4).any(|w| w == tag.to_be_bytes()),
+            "tag {tag:#x} in the cookie"
+        );
+    }
+    // An INIT (tag 0) does not count as a packet that passed the
+    // verification tag check (RFC 6951 §5.4 moves the UDP port only for
+    // those).
+    assert_eq!(s.stats().tag_verified_packets, verified);
+    // The attacker tries the tag it learned.
+    let h = HeaderRepr {
+        src_port: s.peer_port(),
+        dst_port: s.local_port(),
+        verification_tag: advertised,
+    };
+    let mut b = vec![0u8; 64];
+    let n = wire::emit_packet(
+        &h,
+        &[ChunkRepr::Abort {
+            t_bit: false,
+            causes: &[],
+        }],
+        &mut b,
+    )
+    .unwrap();
+    s.handle_packet(0, &b[..n]);
+    assert_eq!(s.state(), State::Established);
+    // Two INITs get two different tags (each INIT-ACK a new one).
+    let (_, again, _) = init_ack_to(&mut s, &init);
+    assert_ne!(again, own);
+    assert_ne!(again, advertised);
+    // A packet with the right tag counts as verified.
+    let t0 = first_tsn(&s);
+    s.handle_packet(0, &data_on(&s, t0, 0, true, true, b"x"));
+    assert_eq!(s.stats().tag_verified_packets, verified + 1);
+}
