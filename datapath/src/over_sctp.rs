@@ -43,7 +43,7 @@ pub mod qp;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use ddp_sctp::{listener, DdpAssociation, DdpError, DdpEvent};
-use sctp_lite::assoc::{out_of_the_blue, Config as SctpConfig, ListenOutcome, Listener};
+use sctp_lite::assoc::{out_of_the_blue, Addrs, Config as SctpConfig, ListenOutcome, Listener};
 use tcp_lite::arp::{self, ArpCache, Enqueue, Resolve};
 use tcp_lite::wire::{
     checksum, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
@@ -607,7 +607,13 @@ impl SctpHost {
         }
         let mut out = std::mem::take(&mut self.buf);
         if let Some(l) = self.listeners.get_mut(&our_port) {
-            match l.handle_packet(now, pkt, &mut out) {
+            // RFC 9260 §5.1.3: cookies bound to the addresses, so one
+            // issued to an address is refused from any other.
+            let addrs = Addrs {
+                local: &self.ip.0,
+                peer: &src.0,
+            };
+            match l.handle_packet_from(now, addrs, pkt, &mut out) {
                 ListenOutcome::Reply(n) => {
                     if let Some(r) = out.get(..n) {
                         self.reply_later(src, src_mac, udp, r);

@@ -65,7 +65,20 @@
 //!   at most [`MAX_DUP_TSNS`] duplicate TSNs per SACK, at most
 //!   [`MAX_GAP_BLOCKS`] gap blocks per SACK, events: at most the messages
 //!   the receive buffer holds plus a handful of state events.
-//! * The Listener holds nothing per INIT.
+//! * The Listener holds nothing per INIT. Its State Cookies are MAC'd
+//!   with the addresses the INIT came between
+//!   ([`Listener::handle_packet_from`]) and live
+//!   [`Config::cookie_lifetime`]: a COOKIE-ECHO from another address is
+//!   refused. A replay from the same address while the association lives
+//!   reaches the association (the caller demultiplexes first) and is
+//!   answered as §5.2.4 case D, or discarded; after it has closed, a
+//!   replay within the cookie's lifetime makes a new association, as
+//!   §5.1.5 allows.
+//! * An association accepted from a cookie whose peer then goes silent
+//!   holds its slot until [`Config::max_retransmits`] + 1 heartbeats go
+//!   unanswered: the first at [`Config::heartbeat_interval`] + RTO, then
+//!   backing off to [`Config::rto_max`] (about six minutes with the
+//!   defaults). Callers that cap associations should expect that.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -80,6 +93,21 @@ use crate::wire::{
 pub const MAX_DUP_TSNS: usize = 16;
 /// Most gap ack blocks sent in one SACK.
 pub const MAX_GAP_BLOCKS: usize = 64;
+/// Longest address bound into a State Cookie (IPv6).
+pub const MAX_ADDR_LEN: usize = 16;
+
+/// The IP addresses a packet travelled between, as the caller's
+/// demultiplexer saw them: 4 octets for IPv4, 16 for IPv6 (longer ones
+/// are cut to [`MAX_ADDR_LEN`]). A [`Listener`] binds the State Cookies it
+/// issues to them and refuses a COOKIE-ECHO from other addresses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Addrs<'a> {
+    /// Our address (the packet's destination).
+    pub local: &'a [u8],
+    /// The peer's address (the packet's source).
+    pub peer: &'a [u8],
+}
+
 /// Length of the State Cookie this crate issues.
 pub const COOKIE_LEN: usize = 64;
 
@@ -404,7 +432,23 @@ struct Cookie {
 }
 
 impl Cookie {
-    fn encode(&self, key: &Key) -> [u8; COOKIE_LEN] {
+    /// The MAC over the cookie's body and the addresses it was issued
+    /// between (§5.1.3: the cookie is bound to what the INIT came on, so
+    /// a cookie issued to one address is refused from another).
+    fn mac(key: &Key, body: &[u8], addrs: Addrs<'_>) -> u64 {
+        let mut m = [0u8; 56 + 2 * (1 + MAX_ADDR_LEN)];
+        let mut n = body.len().min(56);
+        m[..n].copy_from_slice(&body[..n]);
+        for a in [addrs.local, addrs.peer] {
+            let a = &a[..a.len().min(MAX_ADDR_LEN)];
+            m[n] = a.len() as u8;
+            m[n + 1..n + 1 + a.len()].copy_from_slice(a);
+            n += 1 + a.len();
+        }
+        mac::siphash24(key, &m[..n])
+    }
+
+    fn encode(&self, key: &Key, addrs: Addrs<'_>) -> [u8; COOKIE_LEN] {
         let mut b = [0u8; COOKIE_LEN];
         b[0..4].copy_from_slice(b"SLC2");
         b[4..12].copy_from_slice(&self.created.to_be_bytes());
@@ -421,17 +465,17 @@ impl Cookie {
         b[44..48].copy_from_slice(&self.peer_adaptation.unwrap_or(0).to_be_bytes());
         b[48..52].copy_from_slice(&self.local_tie_tag.to_be_bytes());
         b[52..56].copy_from_slice(&self.peer_tie_tag.to_be_bytes());
-        let m = mac::siphash24(key, &b[..56]);
+        let m = Self::mac(key, &b[..56], addrs);
         b[56..64].copy_from_slice(&m.to_be_bytes());
         b
     }
 
     /// RFC 9260 §5.1.5 steps 1-3: MAC, then lifetime.
-    fn decode(b: &[u8], key: &Key, now: u64, lifetime: u64) -> Option<Cookie> {
+    fn decode(b: &[u8], key: &Key, addrs: Addrs<'_>, now: u64, lifetime: u64) -> Option<Cookie> {
         if b.len() != COOKIE_LEN || &b[0..4] != b"SLC2" {
             return None;
         }
-        let m = mac::siphash24(key, &b[..56]);
+        let m = Self::mac(key, &b[..56], addrs);
         // Not constant time in the comparison of two u64, which is a single
         // instruction: no timing channel worth the name.
         if m.to_be_bytes() != b[56..64] {
@@ -522,6 +566,7 @@ fn build_init_ack(
     tie_tags: (u32, u32),
     init: &InitRepr<'_>,
     h: &HeaderRepr,
+    addrs: Addrs<'_>,
     out: &mut [u8],
 ) -> Option<usize> {
     let cookie = Cookie {
@@ -540,7 +585,7 @@ fn build_init_ack(
         local_tie_tag: tie_tags.0,
         peer_tie_tag: tie_tags.1,
     }
-    .encode(&cfg.secret);
+    .encode(&cfg.secret, addrs);
     let ack = InitRepr {
         initiate_tag: local_tag,
         a_rwnd: cfg.recv_buffer,
@@ -608,8 +653,25 @@ impl Listener {
         })
     }
 
-    /// Handles a packet that belongs to no association.
+    /// Handles a packet that belongs to no association, binding cookies to
+    /// no address: for simulations and tests. Network glue calls
+    /// [`Listener::handle_packet_from`].
     pub fn handle_packet(&mut self, now: u64, bytes: &[u8], out: &mut [u8]) -> ListenOutcome {
+        self.handle_packet_from(now, Addrs::default(), bytes, out)
+    }
+
+    /// Handles a packet that belongs to no association and travelled
+    /// between `addrs`. The State Cookie of an INIT-ACK is MAC'd together
+    /// with them, and a COOKIE-ECHO is accepted only between the same
+    /// addresses: a cookie issued to one address cannot make associations
+    /// from spoofed others.
+    pub fn handle_packet_from(
+        &mut self,
+        now: u64,
+        addrs: Addrs<'_>,
+        bytes: &[u8],
+        out: &mut [u8],
+    ) -> ListenOutcome {
         let Some((h, chunks)) = parse_all(bytes) else {
             return ListenOutcome::Drop;
         };
@@ -648,15 +710,19 @@ impl Listener {
                 self.counter = self.counter.wrapping_add(1);
                 let (tag, tsn) =
                     random_pair(&self.key, now, self.counter, (h.dst_port, h.src_port));
-                match build_init_ack(&self.cfg, now, tag, tsn, (0, 0), init, &h, out) {
+                match build_init_ack(&self.cfg, now, tag, tsn, (0, 0), init, &h, addrs, out) {
                     Some(n) => ListenOutcome::Reply(n),
                     None => ListenOutcome::Drop,
                 }
             }
             ChunkRepr::CookieEcho { cookie } => {
-                let Some(c) =
-                    Cookie::decode(cookie, &self.cfg.secret, now, self.cfg.cookie_lifetime)
-                else {
+                let Some(c) = Cookie::decode(
+                    cookie,
+                    &self.cfg.secret,
+                    addrs,
+                    now,
+                    self.cfg.cookie_lifetime,
+                ) else {
                     return ListenOutcome::Drop;
                 };
                 // §5.1.5 / §8.5.1: tag and ports must be the cookie's.
@@ -1478,7 +1544,12 @@ impl Association {
             }
         }
         let mut buf = vec![0u8; self.cfg.max_packet.max(COMMON_HEADER_LEN + 128)];
-        if let Some(n) = build_init_ack(&self.cfg, now, tag, tsn, tie_tags, init, h, &mut buf) {
+        // Its packets reach us through the caller's demultiplexer, which
+        // knows the peer's address: the cookie binds none (and so is
+        // refused by a Listener, which binds them).
+        let none = Addrs::default();
+        if let Some(n) = build_init_ack(&self.cfg, now, tag, tsn, tie_tags, init, h, none, &mut buf)
+        {
             buf.truncate(n);
             self.pending.init_ack = Some(buf);
         }
@@ -1550,8 +1621,13 @@ impl Association {
     }
 
     fn on_cookie_echo(&mut self, now: u64, vt: u32, cookie: &[u8]) {
-        let Some(c) = Cookie::decode(cookie, &self.cfg.secret, now, self.cfg.cookie_lifetime)
-        else {
+        let Some(c) = Cookie::decode(
+            cookie,
+            &self.cfg.secret,
+            Addrs::default(),
+            now,
+            self.cfg.cookie_lifetime,
+        ) else {
             return;
         };
         if vt != c.local_tag
@@ -2416,26 +2492,38 @@ mod tests {
             local_tie_tag: 10,
             peer_tie_tag: 11,
         };
-        let b = c.encode(&key);
-        assert_eq!(Cookie::decode(&b, &key, 2_000, 10_000), Some(c));
+        let b = c.encode(&key, Addrs::default());
+        assert_eq!(
+            Cookie::decode(&b, &key, Addrs::default(), 2_000, 10_000),
+            Some(c)
+        );
         // Another key: MAC fails (RFC 9260 §5.1.5 step 2).
-        assert_eq!(Cookie::decode(&b, &[8u8; 16], 2_000, 10_000), None);
+        assert_eq!(
+            Cookie::decode(&b, &[8u8; 16], Addrs::default(), 2_000, 10_000),
+            None
+        );
         // Any flipped bit: MAC fails.
         for i in 0..COOKIE_LEN {
             let mut f = b;
             f[i] ^= 0x10;
             assert_eq!(
-                Cookie::decode(&f, &key, 2_000, 10_000),
+                Cookie::decode(&f, &key, Addrs::default(), 2_000, 10_000),
                 None,
                 "bit flip at {i} accepted"
             );
         }
         // Stale (step 3), and from the future.
-        assert_eq!(Cookie::decode(&b, &key, 20_000, 10_000), None);
-        assert_eq!(Cookie::decode(&b, &key, 999, 10_000), None);
+        assert_eq!(
+            Cookie::decode(&b, &key, Addrs::default(), 20_000, 10_000),
+            None
+        );
+        assert_eq!(
+            Cookie::decode(&b, &key, Addrs::default(), 999, 10_000),
+            None
+        );
         // Wrong length.
         assert_eq!(
-            Cookie::decode(&b[..COOKIE_LEN - 1], &key, 2_000, 10_000),
+            Cookie::decode(&b[..COOKIE_LEN - 1], &key, Addrs::default(), 2_000, 10_000),
             None
         );
     }
@@ -2728,7 +2816,14 @@ mod tests {
         // sides will use, min(our OS, their MIS) and min(our MIS, their OS)
         // (§5.1.1): 2 each.
         assert_eq!(ia.num_outbound_streams, 16);
-        let ck = Cookie::decode(ia.params.state_cookie.unwrap(), &cfg(2).secret, 0, SEC).unwrap();
+        let ck = Cookie::decode(
+            ia.params.state_cookie.unwrap(),
+            &cfg(2).secret,
+            Addrs::default(),
+            0,
+            SEC,
+        )
+        .unwrap();
         assert_eq!(
             (ck.out_streams, ck.in_streams, ck.peer_tag, ck.peer_tsn),
             (2, 2, 0x1122_3344, 1)

@@ -368,3 +368,47 @@ fn init_on_an_established_association_does_not_disclose_its_tag() {
     s.handle_packet(0, &data_on(&s, t0, 0, true, true, b"x"));
     assert_eq!(s.stats().tag_verified_packets, verified + 1);
 }
+
+/// Issue 27 item 3: a State Cookie is bound to the addresses its INIT
+/// came between; echoed from another (spoofed) source it makes no
+/// association.
+#[test]
+fn cookie_is_bound_to_the_addresses() {
+    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+    let mut l = Listener::new(cfg(2)).unwrap();
+    let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+    let real = Addrs {
+        local: &[10, 0, 0, 1],
+        peer: &[10, 0, 0, 2],
+    };
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    let ListenOutcome::Reply(m) = l.handle_packet_from(0, real, &buf[..n], &mut out) else {
+        panic!("no INIT-ACK")
+    };
+    c.handle_packet(0, &out[..m]);
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    let echo = buf[..n].to_vec();
+    for wrong in [
+        Addrs {
+            peer: &[10, 0, 0, 3],
+            ..real
+        },
+        Addrs {
+            local: &[10, 0, 0, 9],
+            ..real
+        },
+        Addrs::default(),
+    ] {
+        assert!(
+            matches!(
+                l.handle_packet_from(0, wrong, &echo, &mut out),
+                ListenOutcome::Drop
+            ),
+            "accepted from {wrong:?}"
+        );
+    }
+    assert!(matches!(
+        l.handle_packet_from(0, real, &echo, &mut out),
+        ListenOutcome::Accept(_)
+    ));
+}
