@@ -117,6 +117,15 @@ pub const COOKIE_LEN: usize = 64;
 /// it, one-octet fragments held ~120 octets of heap per octet counted.
 pub const RX_CHUNK_OVERHEAD: usize = core::mem::size_of::<(u64, InChunk)>() + 64;
 
+/// A floor for RTO.Min on fast paths, ns (250 ms). RFC 9260 §16 asks for
+/// 1 s; LAN deployments go lower, but an RTO below the peer's delayed
+/// SACK makes every lone message (nothing after it to trigger a SACK)
+/// time out and be resent: Linux and usrsctp delay SACKs 200 ms, so with
+/// TCP's 5 ms minimum a lone message went five times. 250 ms stays above
+/// those 200 ms plus a LAN round trip. (§6.2 allows peers up to 500 ms;
+/// against such a peer a lone message may still be resent once.)
+pub const RTO_MIN_ABOVE_DELAYED_SACK: u64 = 250 * MS;
+
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 

@@ -412,3 +412,46 @@ fn cookie_is_bound_to_the_addresses() {
         ListenOutcome::Accept(_)
     ));
 }
+
+/// Issue 27 item 5: with RTO.Min at [`RTO_MIN_ABOVE_DELAYED_SACK`], a
+/// lone message to a peer that delays its SACK 200 ms (Linux, usrsctp)
+/// is not retransmitted; with TCP's 5 ms it was, five times.
+#[test]
+fn a_lone_message_outlives_the_peers_delayed_sack() {
+    let resent = |rto_min: u64| {
+        let mut cc = cfg(1);
+        cc.rto_min = rto_min;
+        cc.rto_initial = rto_min;
+        let mut c = Association::connect(cc, 1000, 2000, 0, 0).unwrap();
+        let mut l = Listener::new(cfg(2)).unwrap();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        c.handle_packet(0, &out[..m]);
+        let n = c.poll_transmit(0, &mut buf).unwrap();
+        let ListenOutcome::Accept(mut s) = l.handle_packet(0, &buf[..n], &mut out) else {
+            panic!()
+        };
+        let n = s.poll_transmit(0, &mut buf).unwrap();
+        c.handle_packet(0, &buf[..n]);
+        c.send(0, 0, true, b"lone").unwrap();
+        // 1 ms steps, 0 ms one-way delay, until the SACK is back.
+        let mut now = 0;
+        while !c.is_acked(c.next_tsn.wrapping_sub(1)) && now < 2 * SEC {
+            while let Some(n) = c.poll_transmit(now, &mut buf) {
+                s.handle_packet(now, &buf[..n]);
+            }
+            while let Some(n) = s.poll_transmit(now, &mut buf) {
+                c.handle_packet(now, &buf[..n]);
+            }
+            now += MS;
+            c.handle_timeout(now);
+            s.handle_timeout(now);
+        }
+        c.stats().retransmits
+    };
+    assert!(resent(5 * MS) > 0, "the 5 ms RTO resends");
+    assert_eq!(resent(RTO_MIN_ABOVE_DELAYED_SACK), 0);
+}
