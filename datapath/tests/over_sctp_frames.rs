@@ -333,3 +333,24 @@ fn an_init_does_not_move_the_udp_port() {
     assert!(!got.is_empty());
     assert!(got.iter().all(|(d, _)| *d == 40002), "{got:?}");
 }
+
+/// Issue 27 item 5: out-of-the-blue answers are rate limited (RFC 9260
+/// §8.4 allows not answering): a burst of OOTB_BURST, then OOTB_PER_SEC.
+#[test]
+fn out_of_the_blue_answers_are_rate_limited() {
+    use iwarp_datapath::over_sctp::{OOTB_BURST, OOTB_PER_SEC};
+    let mut h = host(false);
+    h.handle_frame(&arp_reply(), 0);
+    let f = ipv4_frame(132, 0, OUR_IP, &data_packet(7777));
+    for _ in 0..1000 {
+        h.handle_frame(&f, 0);
+    }
+    assert_eq!(h.stats().ootb_replies, u64::from(OOTB_BURST));
+    assert_eq!(h.stats().ootb_limited, 1000 - u64::from(OOTB_BURST));
+    // One second later: at most OOTB_PER_SEC more.
+    for _ in 0..1000 {
+        h.handle_frame(&f, 1_000_000_000);
+    }
+    assert!(h.stats().ootb_replies <= u64::from(OOTB_BURST) + OOTB_PER_SEC);
+    assert!(h.stats().ootb_replies > u64::from(OOTB_BURST));
+}
