@@ -43,7 +43,7 @@ pub mod qp;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use ddp_sctp::{listener, DdpAssociation, DdpError, DdpEvent};
-use sctp_lite::assoc::{out_of_the_blue, Config as SctpConfig, ListenOutcome, Listener};
+use sctp_lite::assoc::{out_of_the_blue, Addrs, Config as SctpConfig, ListenOutcome, Listener};
 use tcp_lite::arp::{self, ArpCache, Enqueue, Resolve};
 use tcp_lite::wire::{
     checksum, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
@@ -74,6 +74,14 @@ pub struct SctpHostConfig {
     /// for raw IPv4 only.
     pub udp_port: Option<u16>,
 }
+
+/// Out-of-the-blue answers (RFC 9260 §8.4 ABORT / SHUTDOWN COMPLETE):
+/// at most this many at once, refilled at [`OOTB_PER_SEC`]. §8.4 lets an
+/// endpoint not answer; without a limit every spoofed packet drew one
+/// reply, a 1:1 reflector.
+pub const OOTB_BURST: u32 = 32;
+/// Out-of-the-blue answers per second, sustained (one every 10 ms).
+pub const OOTB_PER_SEC: u64 = 100;
 
 /// The UDP port IANA registered for SCTP over UDP (sctp-tunneling, RFC 6951).
 pub const SCTP_UDP_PORT: u16 = 9899;
@@ -225,6 +233,8 @@ pub struct SctpHostStats {
     pub tx_udp: u64,
     /// Out-of-the-blue answers sent (RFC 9260 §8.4).
     pub ootb_replies: u64,
+    /// Out-of-the-blue packets left unanswered by the rate limit.
+    pub ootb_limited: u64,
     /// SCTP packets dropped for want of ARP resolution.
     pub arp_drops: u64,
     /// DATA chunks retransmitted (T3 or fast retransmit), summed over the
@@ -270,6 +280,10 @@ pub struct SctpHost {
     pending_out: VecDeque<SctpOutput>,
     buf: Vec<u8>,
     stats: SctpHostStats,
+    /// Token bucket of out-of-the-blue answers: tokens, and when the last
+    /// one was added.
+    ootb_tokens: u32,
+    ootb_at: u64,
 }
 
 impl SctpHost {
@@ -292,6 +306,8 @@ impl SctpHost {
             pending_tx: Vec::new(),
             pending_out: VecDeque::new(),
             stats: SctpHostStats::default(),
+            ootb_tokens: OOTB_BURST,
+            ootb_at: 0,
         })
     }
 
@@ -588,15 +604,17 @@ impl SctpHost {
         self.stats.rx_packets += 1;
         if let Some(id) = self.by_tuple.get(&(src, peer_port, our_port)) {
             if let Some(e) = self.assocs.get_mut(id) {
-                let discarded = e.ddp.sctp().stats().packets_discarded;
+                let verified = e.ddp.sctp().stats().tag_verified_packets;
                 e.ddp.handle_packet(now, pkt);
                 // RFC 6951 §5.4: the remote encapsulation port follows the
-                // UDP source port of packets the association accepted
-                // (verification tag checked, §8.5: not counted discarded).
-                // An association keeps
-                // its encapsulation (raw or UDP) for life here.
+                // UDP source port of packets that passed the verification
+                // tag check (§8.5) with one of the association's tags. An
+                // INIT (tag 0) is accepted without passing it and so does
+                // not count: anyone knowing the ports could send one. An
+                // association keeps its encapsulation (raw or UDP) for
+                // life here.
                 if let (Some(p), Some(_)) = (udp, e.udp) {
-                    if e.ddp.sctp().stats().packets_discarded == discarded {
+                    if e.ddp.sctp().stats().tag_verified_packets != verified {
                         e.udp = Some(p);
                     }
                 }
@@ -605,7 +623,13 @@ impl SctpHost {
         }
         let mut out = std::mem::take(&mut self.buf);
         if let Some(l) = self.listeners.get_mut(&our_port) {
-            match l.handle_packet(now, pkt, &mut out) {
+            // RFC 9260 §5.1.3: cookies bound to the addresses, so one
+            // issued to an address is refused from any other.
+            let addrs = Addrs {
+                local: &self.ip.0,
+                peer: &src.0,
+            };
+            match l.handle_packet_from(now, addrs, pkt, &mut out) {
                 ListenOutcome::Reply(n) => {
                     if let Some(r) = out.get(..n) {
                         self.reply_later(src, src_mac, udp, r);
@@ -634,13 +658,35 @@ impl SctpHost {
             }
         } else if let Some(n) = out_of_the_blue(pkt, &mut out) {
             // §8.4: INIT / COOKIE-ECHO to a port nobody listens on get no
-            // answer from `out_of_the_blue`; the rest as it says.
-            if let Some(r) = out.get(..n) {
+            // answer from `out_of_the_blue`; the rest as it says, within
+            // the rate limit (§8.4 allows not answering).
+            if !self.ootb_token(now) {
+                self.stats.ootb_limited += 1;
+            } else if let Some(r) = out.get(..n) {
                 self.reply_later(src, src_mac, udp, r);
                 self.stats.ootb_replies += 1;
             }
         }
         self.buf = out;
+    }
+
+    /// Takes one token of the out-of-the-blue answer bucket, if any.
+    fn ootb_token(&mut self, now: u64) -> bool {
+        let per = 1_000_000_000 / OOTB_PER_SEC;
+        let add = now.saturating_sub(self.ootb_at) / per;
+        if add > 0 {
+            self.ootb_tokens =
+                (u64::from(self.ootb_tokens) + add).min(u64::from(OOTB_BURST)) as u32;
+            self.ootb_at = self.ootb_at.saturating_add(add.saturating_mul(per));
+            if self.ootb_tokens == OOTB_BURST {
+                self.ootb_at = now;
+            }
+        }
+        if self.ootb_tokens == 0 {
+            return false;
+        }
+        self.ootb_tokens -= 1;
+        true
     }
 
     /// The UDP source port and SCTP packet of a datagram to our

@@ -1110,10 +1110,13 @@ impl Stack {
             c.sctp.max_packet = i.mtu.saturating_sub(28).min(65_535);
             // The retransmission timer follows the stack's TCP settings
             // (RFC 9260 §6.3.1 suggests RTO.Min 1 s, as RFC 6298 does for
-            // TCP; the same LAN setting applies to both).
-            c.sctp.rto_initial = self.cfg.tcp.rto_initial;
-            c.sctp.rto_min = self.cfg.tcp.rto_min;
-            c.sctp.rto_max = self.cfg.tcp.rto_max.max(self.cfg.tcp.rto_min);
+            // TCP), but never below the peer's delayed SACK: TCP's LAN
+            // minimum (5 ms) made Linux SCTP's 200 ms delayed SACK time
+            // out every lone message (see RTO_MIN_ABOVE_DELAYED_SACK).
+            let floor = sctp_lite::assoc::RTO_MIN_ABOVE_DELAYED_SACK;
+            c.sctp.rto_min = self.cfg.tcp.rto_min.max(floor);
+            c.sctp.rto_initial = self.cfg.tcp.rto_initial.max(c.sctp.rto_min);
+            c.sctp.rto_max = self.cfg.tcp.rto_max.max(c.sctp.rto_min);
             match SctpConns::new(c, self.cfg.ephemeral_base) {
                 Ok(p) => self.sctp = Some(Box::new(p)),
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),

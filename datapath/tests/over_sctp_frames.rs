@@ -248,3 +248,109 @@ fn fragments_other_addresses_and_bad_udp_checksums_are_dropped() {
     assert_eq!(frames[0][42 + 12], 6, "ABORT inside UDP");
     assert!(frames.iter().all(|f| f.len() > 42));
 }
+
+/// UDP datagram `sport` -> 9899 carrying `sctp`, checksum 0 (none).
+fn udp_frame(sport: u16, sctp: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&9899u16.to_be_bytes());
+    u.extend_from_slice(&((8 + sctp.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(sctp);
+    ipv4_frame(17, 0, OUR_IP, &u)
+}
+
+/// Issue 27 item 4, RFC 6951 §5.4: an INIT (tag 0) on an established
+/// UDP-encapsulated association does not move its remote UDP port; a
+/// packet with the association's tag does.
+#[test]
+fn an_init_does_not_move_the_udp_port() {
+    use sctp_lite::assoc::{Association, Config, State};
+    use sctp_lite::wire::{self, ChunkRepr, HeaderRepr, InitParams, InitRepr};
+    let mut h = host(true);
+    h.handle_command(SctpCommand::Listen { port: 5000 }, 0);
+    h.handle_frame(&arp_reply(), 0);
+    let cfg = ddp_sctp::config(Config {
+        secret: [3; 16],
+        max_packet: 1472,
+        ..Config::default()
+    });
+    let mut peer = Association::connect(cfg, 6000, 5000, 0, 1).unwrap();
+    let mut buf = vec![0u8; 2048];
+    // Frames from `h` to the peer: (UDP destination port, SCTP packet).
+    let mut exchange = |h: &mut SctpHost, peer: &mut Association, sport: u16, now: u64| {
+        let mut got = Vec::new();
+        for i in 0..4 {
+            // The last round after the delayed SACK timer (200 ms).
+            let now = now + i * 100_000_000;
+            while let Some(n) = peer.poll_transmit(now, &mut buf) {
+                h.handle_frame(&udp_frame(sport, &buf[..n]), now);
+            }
+            let (frames, _) = poll(h, now);
+            for f in frames {
+                assert_eq!(f[23], 17, "inside UDP");
+                let dport = u16::from_be_bytes([f[36], f[37]]);
+                peer.handle_packet(now, &f[42..]);
+                got.push((dport, f[42..].to_vec()));
+            }
+        }
+        got
+    };
+    exchange(&mut h, &mut peer, 40001, 0);
+    assert_eq!(peer.state(), State::Established);
+    // An INIT from anyone who knows the ports, from UDP port 6666.
+    let init = InitRepr {
+        initiate_tag: 0x5555_5555,
+        a_rwnd: 65536,
+        num_outbound_streams: 4,
+        num_inbound_streams: 4,
+        initial_tsn: 1,
+        params: InitParams {
+            adaptation: Some(ddp_sctp::ADAPTATION_DDP),
+            ..Default::default()
+        },
+    };
+    let hdr = HeaderRepr {
+        src_port: 6000,
+        dst_port: 5000,
+        verification_tag: 0,
+    };
+    let mut p = vec![0u8; 512];
+    let n = wire::emit_packet(&hdr, &[ChunkRepr::Init(init)], &mut p).unwrap();
+    h.handle_frame(&udp_frame(6666, &p[..n]), 0);
+    let (frames, _) = poll(&mut h, 0);
+    assert_eq!(frames.len(), 1, "the INIT-ACK");
+    assert_eq!(frames[0][54], 2, "INIT-ACK");
+    assert_eq!(
+        u16::from_be_bytes([frames[0][36], frames[0][37]]),
+        40001,
+        "the association's UDP port, not the INIT's"
+    );
+    // The peer's own packets, from a new UDP port, move it (a SACK
+    // answers its DATA there).
+    peer.send(0, 16, true, &[0, 0, 1, 2]).unwrap();
+    let got = exchange(&mut h, &mut peer, 40002, 0);
+    assert!(!got.is_empty());
+    assert!(got.iter().all(|(d, _)| *d == 40002), "{got:?}");
+}
+
+/// Issue 27 item 5: out-of-the-blue answers are rate limited (RFC 9260
+/// §8.4 allows not answering): a burst of OOTB_BURST, then OOTB_PER_SEC.
+#[test]
+fn out_of_the_blue_answers_are_rate_limited() {
+    use iwarp_datapath::over_sctp::{OOTB_BURST, OOTB_PER_SEC};
+    let mut h = host(false);
+    h.handle_frame(&arp_reply(), 0);
+    let f = ipv4_frame(132, 0, OUR_IP, &data_packet(7777));
+    for _ in 0..1000 {
+        h.handle_frame(&f, 0);
+    }
+    assert_eq!(h.stats().ootb_replies, u64::from(OOTB_BURST));
+    assert_eq!(h.stats().ootb_limited, 1000 - u64::from(OOTB_BURST));
+    // One second later: at most OOTB_PER_SEC more.
+    for _ in 0..1000 {
+        h.handle_frame(&f, 1_000_000_000);
+    }
+    assert!(h.stats().ootb_replies <= u64::from(OOTB_BURST) + OOTB_PER_SEC);
+    assert!(h.stats().ootb_replies > u64::from(OOTB_BURST));
+}

@@ -599,15 +599,28 @@ impl DdpAssociation {
         if s.state == SessionState::InitiateReceived {
             self.pending_requests = self.pending_requests.saturating_sub(1);
         }
-        let was_idle = matches!(s.state, SessionState::Idle | SessionState::Terminated);
+        let state = s.state;
+        let was_idle = matches!(state, SessionState::Idle | SessionState::Terminated);
         if !was_idle {
             s.state = SessionState::Terminated;
         }
-        // §6.1: terminate the session. An Idle stream has no session to
-        // terminate; the stray chunk is only reported.
+        // §6.1: terminate the session.
         if !was_idle {
             s.held_terminate = true;
             self.flush_held(0);
+        } else if state == SessionState::Idle {
+            // An Idle stream has no session to end, but the peer believes
+            // in one (or sends no DDP at all): without an answer it would
+            // wait for one forever, its chunks merely SACKed. §6.1 "MUST
+            // be terminated": we say so with a Terminate, as §6.4 answers
+            // an Initiate we cannot take. At most one of ours
+            // unacknowledged per stream, so a peer cannot make a stream of
+            // stray chunks into a stream of Terminates. (After our own
+            // Terminate, Terminated, the peer has been told already.)
+            let acked = s.last_control_tsn.is_none_or(|t| self.sctp.is_acked(t));
+            if acked && !s.held_terminate {
+                let _ = self.send_control(stream, FunctionCode::Terminate, &[]);
+            }
         }
         self.events.push_back(DdpEvent::SessionEnded {
             stream,

@@ -305,6 +305,55 @@ fn illegal(ev: &[DdpEvent], stream: u16) -> bool {
     ev.iter().any(|e| matches!(e, DdpEvent::SessionEnded { stream: s, why: SessionEnd::IllegalSequence(_), .. } if *s == stream))
 }
 
+/// Streams on which `a` received a DDP Stream Session Terminate.
+fn terminates_received(a: &mut Association) -> Vec<u16> {
+    let mut v = Vec::new();
+    while let Some(e) = a.poll_event() {
+        if let sctp_lite::assoc::Event::Message(m) = e {
+            if m.ppid == PPID_SESSION_CONTROL && m.data.get(2..4) == Some(&[0, 4][..]) {
+                v.push(m.stream);
+            }
+        }
+    }
+    v
+}
+
+/// Issue 27 item 5: a DDP Segment, an ordered chunk or a non-DDP PPID on
+/// an idle DDP stream is answered with a Terminate (RFC 5043 §6.1), not
+/// only SACKed; while that Terminate is unacknowledged, more stray chunks
+/// on the stream draw no more.
+#[test]
+fn stray_chunks_on_an_idle_stream_are_answered_with_terminate() {
+    let mut log = Log::new();
+    let (mut a, mut b) = raw_pair(&mut log);
+    a.send(0, PPID_DDP_SEGMENT, true, &[0, 0, 1, 2, 3]).unwrap();
+    a.send(1, PPID_DDP_SEGMENT, false, &[0, 0, 1, 2, 3])
+        .unwrap();
+    a.send(2, 99, true, b"plain sctp").unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    let ev = events(&mut b);
+    for s in 0..3 {
+        assert!(illegal(&ev, s), "stream {s} not flagged: {ev:?}");
+    }
+    let mut got = terminates_received(&mut a);
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_eq!(b.session_state(0), Some(SessionState::Idle));
+    // Two more stray chunks in one go: one Terminate (the first was
+    // acknowledged meanwhile).
+    a.send(0, PPID_DDP_SEGMENT, true, &[0, 1, 1]).unwrap();
+    a.send(0, PPID_DDP_SEGMENT, true, &[0, 2, 1]).unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    assert_eq!(terminates_received(&mut a), vec![0]);
+    // The stream is still free for a session.
+    a.send(0, PPID_SESSION_CONTROL, true, &[0, 0, 0, 1])
+        .unwrap();
+    exchange(&mut a, &mut b, &mut log);
+    assert!(events(&mut b)
+        .iter()
+        .any(|e| matches!(e, DdpEvent::SessionRequested { stream: 0, .. })));
+}
+
 #[test]
 fn illegal_sequences_terminate_the_session() {
     let mut log = Log::new();

@@ -19,8 +19,10 @@
 //!   SHUTDOWN COMPLETE (ours, or the peer's with the T bit).
 //! * INIT collision, simplified (§5.2): an INIT in COOKIE-WAIT /
 //!   COOKIE-ECHOED is answered with an INIT-ACK carrying our existing tag
-//!   (§5.2.1); an INIT in ESTABLISHED with one carrying both existing tags
-//!   (§5.2.2). A COOKIE-ECHO whose cookie holds our tag is accepted in
+//!   (§5.2.1); an INIT in ESTABLISHED with one carrying a new random tag
+//!   and, in its cookie, Tie-Tags that are nonces rather than the
+//!   association's tags (§5.2.2), so an INIT learns nothing that lets it
+//!   ABORT the association. A COOKIE-ECHO whose cookie holds our tag is accepted in
 //!   COOKIE-WAIT / COOKIE-ECHOED (case B) and answered with COOKIE-ACK
 //!   in ESTABLISHED when both tags match (case D). **Not implemented:**
 //!   peer restart (case A) and case C; such cookies are discarded.
@@ -48,17 +50,35 @@
 //!
 //! # What a peer can make us hold
 //!
-//! * Received data not yet read: at most [`Config::recv_buffer`] octets
+//! * Received data not yet read: at most [`Config::recv_buffer`] octets,
+//!   each chunk held for reassembly charged [`RX_CHUNK_OVERHEAD`] more
 //!   (DATA beyond it is dropped unacknowledged); TSNs accepted at most
 //!   [`Config::max_tsn_window`] above the cumulative TSN; a message being
 //!   reassembled at most [`Config::max_message`] octets and
 //!   [`Config::max_fragments`] chunks, beyond which the association is
-//!   aborted (Out of Resource).
+//!   aborted (Out of Resource). Fragments that can never complete (the
+//!   TSN before or after them arrived without joining them, §6.9) and
+//!   repeated stream sequence numbers are dropped as soon as that is
+//!   known, so nothing held outlives the cumulative TSN passing it
+//!   except parts of messages that can still complete.
 //! * One pending HEARTBEAT-ACK (at most one packet), one pending ERROR,
 //!   at most [`MAX_DUP_TSNS`] duplicate TSNs per SACK, at most
 //!   [`MAX_GAP_BLOCKS`] gap blocks per SACK, events: at most the messages
 //!   the receive buffer holds plus a handful of state events.
-//! * The Listener holds nothing per INIT.
+//! * The Listener holds nothing per INIT. Its State Cookies are MAC'd
+//!   with the addresses the INIT came between
+//!   ([`Listener::handle_packet_from`]) and live
+//!   [`Config::cookie_lifetime`]: a COOKIE-ECHO from another address is
+//!   refused. A replay from the same address while the association lives
+//!   reaches the association (the caller demultiplexes first) and is
+//!   answered as §5.2.4 case D, or discarded; after it has closed, a
+//!   replay within the cookie's lifetime makes a new association, as
+//!   §5.1.5 allows.
+//! * An association accepted from a cookie whose peer then goes silent
+//!   holds its slot until [`Config::max_retransmits`] + 1 heartbeats go
+//!   unanswered: the first at [`Config::heartbeat_interval`] + RTO, then
+//!   backing off to [`Config::rto_max`] (about six minutes with the
+//!   defaults). Callers that cap associations should expect that.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -73,8 +93,38 @@ use crate::wire::{
 pub const MAX_DUP_TSNS: usize = 16;
 /// Most gap ack blocks sent in one SACK.
 pub const MAX_GAP_BLOCKS: usize = 64;
+/// Longest address bound into a State Cookie (IPv6).
+pub const MAX_ADDR_LEN: usize = 16;
+
+/// The IP addresses a packet travelled between, as the caller's
+/// demultiplexer saw them: 4 octets for IPv4, 16 for IPv6 (longer ones
+/// are cut to [`MAX_ADDR_LEN`]). A [`Listener`] binds the State Cookies it
+/// issues to them and refuses a COOKIE-ECHO from other addresses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Addrs<'a> {
+    /// Our address (the packet's destination).
+    pub local: &'a [u8],
+    /// The peer's address (the packet's source).
+    pub peer: &'a [u8],
+}
+
 /// Length of the State Cookie this crate issues.
-pub const COOKIE_LEN: usize = 56;
+pub const COOKIE_LEN: usize = 64;
+
+/// What the receive buffer is charged for each DATA chunk held for
+/// reassembly, beyond its payload: the chunk's map entry, and a share of
+/// the tree nodes, the run bookkeeping and the allocator's slack. Without
+/// it, one-octet fragments held ~120 octets of heap per octet counted.
+pub const RX_CHUNK_OVERHEAD: usize = core::mem::size_of::<(u64, InChunk)>() + 64;
+
+/// A floor for RTO.Min on fast paths, ns (250 ms). RFC 9260 §16 asks for
+/// 1 s; LAN deployments go lower, but an RTO below the peer's delayed
+/// SACK makes every lone message (nothing after it to trigger a SACK)
+/// time out and be resent: Linux and usrsctp delay SACKs 200 ms, so with
+/// TCP's 5 ms minimum a lone message went five times. 250 ms stays above
+/// those 200 ms plus a LAN round trip. (§6.2 allows peers up to 500 ms;
+/// against such a peer a lone message may still be resent once.)
+pub const RTO_MIN_ABOVE_DELAYED_SACK: u64 = 250 * MS;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -160,17 +210,26 @@ impl Config {
         if self.max_tsn_window == 0 || self.max_tsn_window > 65_535 {
             return Err("max_tsn_window must be within 1..=65535");
         }
-        let reserve = self.max_packet;
-        if self.max_message == 0
-            || self.max_message.saturating_add(reserve) > self.recv_buffer as usize
-        {
-            return Err("max_message plus max_packet must fit in recv_buffer");
+        if self.max_fragments == 0 {
+            return Err("max_fragments must be at least 1");
+        }
+        // A whole message in chunks of the size we send, plus the room
+        // kept for the next in-sequence chunk, each chunk charged its
+        // bookkeeping. (A peer that cuts its messages smaller may find a
+        // message of max_message octets does not fit: its own stall.)
+        let reserve = self.max_packet + RX_CHUNK_OVERHEAD;
+        let chunks = self
+            .max_message
+            .div_ceil(self.max_chunk_payload().max(1))
+            .min(self.max_fragments);
+        let message = self
+            .max_message
+            .saturating_add(chunks.saturating_mul(RX_CHUNK_OVERHEAD));
+        if self.max_message == 0 || message.saturating_add(reserve) > self.recv_buffer as usize {
+            return Err("max_message in max_packet chunks, each charged RX_CHUNK_OVERHEAD, plus max_packet must fit in recv_buffer");
         }
         if self.max_message > self.send_buffer {
             return Err("max_message must fit in send_buffer");
-        }
-        if self.max_fragments == 0 {
-            return Err("max_fragments must be at least 1");
         }
         if self.rto_min == 0 || self.rto_min > self.rto_max {
             return Err("rto_min must be within 1..=rto_max");
@@ -276,6 +335,15 @@ pub struct Stats {
     pub heartbeats_sent: u64,
     /// HEARTBEAT-ACKs matching our outstanding HEARTBEAT.
     pub heartbeat_acks: u64,
+    /// Held DATA chunks dropped because they can never be part of a
+    /// whole message (§6.9), or repeat a stream sequence number.
+    pub pruned_chunks: u64,
+    /// Received packets that passed the verification tag check with one
+    /// of the association's tags (§8.5, §8.5.1): every accepted packet but
+    /// an INIT, whose tag is 0 and proves nothing. RFC 6951 §5.4: the
+    /// caller moves a UDP-encapsulated association's remote port only
+    /// for a packet that this counter counted.
+    pub tag_verified_packets: u64,
 }
 
 /// Why [`Association::send`] refused a message.
@@ -366,12 +434,32 @@ struct Cookie {
     local_port: u16,
     peer_port: u16,
     peer_adaptation: Option<u32>,
+    /// Tie-Tags (RFC 9260 §5.2.2): nonces standing for an existing
+    /// association's tags, never the tags themselves; 0 when none.
+    local_tie_tag: u32,
+    peer_tie_tag: u32,
 }
 
 impl Cookie {
-    fn encode(&self, key: &Key) -> [u8; COOKIE_LEN] {
+    /// The MAC over the cookie's body and the addresses it was issued
+    /// between (§5.1.3: the cookie is bound to what the INIT came on, so
+    /// a cookie issued to one address is refused from another).
+    fn mac(key: &Key, body: &[u8], addrs: Addrs<'_>) -> u64 {
+        let mut m = [0u8; 56 + 2 * (1 + MAX_ADDR_LEN)];
+        let mut n = body.len().min(56);
+        m[..n].copy_from_slice(&body[..n]);
+        for a in [addrs.local, addrs.peer] {
+            let a = &a[..a.len().min(MAX_ADDR_LEN)];
+            m[n] = a.len() as u8;
+            m[n + 1..n + 1 + a.len()].copy_from_slice(a);
+            n += 1 + a.len();
+        }
+        mac::siphash24(key, &m[..n])
+    }
+
+    fn encode(&self, key: &Key, addrs: Addrs<'_>) -> [u8; COOKIE_LEN] {
         let mut b = [0u8; COOKIE_LEN];
-        b[0..4].copy_from_slice(b"SLC1");
+        b[0..4].copy_from_slice(b"SLC2");
         b[4..12].copy_from_slice(&self.created.to_be_bytes());
         b[12..16].copy_from_slice(&self.local_tag.to_be_bytes());
         b[16..20].copy_from_slice(&self.peer_tag.to_be_bytes());
@@ -384,20 +472,22 @@ impl Cookie {
         b[38..40].copy_from_slice(&self.peer_port.to_be_bytes());
         b[40] = u8::from(self.peer_adaptation.is_some());
         b[44..48].copy_from_slice(&self.peer_adaptation.unwrap_or(0).to_be_bytes());
-        let m = mac::siphash24(key, &b[..48]);
-        b[48..56].copy_from_slice(&m.to_be_bytes());
+        b[48..52].copy_from_slice(&self.local_tie_tag.to_be_bytes());
+        b[52..56].copy_from_slice(&self.peer_tie_tag.to_be_bytes());
+        let m = Self::mac(key, &b[..56], addrs);
+        b[56..64].copy_from_slice(&m.to_be_bytes());
         b
     }
 
     /// RFC 9260 §5.1.5 steps 1-3: MAC, then lifetime.
-    fn decode(b: &[u8], key: &Key, now: u64, lifetime: u64) -> Option<Cookie> {
-        if b.len() != COOKIE_LEN || &b[0..4] != b"SLC1" {
+    fn decode(b: &[u8], key: &Key, addrs: Addrs<'_>, now: u64, lifetime: u64) -> Option<Cookie> {
+        if b.len() != COOKIE_LEN || &b[0..4] != b"SLC2" {
             return None;
         }
-        let m = mac::siphash24(key, &b[..48]);
+        let m = Self::mac(key, &b[..56], addrs);
         // Not constant time in the comparison of two u64, which is a single
         // instruction: no timing channel worth the name.
-        if m.to_be_bytes() != b[48..56] {
+        if m.to_be_bytes() != b[56..64] {
             return None;
         }
         let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -421,6 +511,8 @@ impl Cookie {
             local_port: u16_at(36),
             peer_port: u16_at(38),
             peer_adaptation: if b[40] != 0 { Some(u32_at(44)) } else { None },
+            local_tie_tag: u32_at(48),
+            peer_tie_tag: u32_at(52),
         })
     }
 }
@@ -480,15 +572,16 @@ fn build_init_ack(
     now: u64,
     local_tag: u32,
     local_tsn: u32,
-    peer_tag_existing: Option<u32>,
+    tie_tags: (u32, u32),
     init: &InitRepr<'_>,
     h: &HeaderRepr,
+    addrs: Addrs<'_>,
     out: &mut [u8],
 ) -> Option<usize> {
     let cookie = Cookie {
         created: now,
         local_tag,
-        peer_tag: peer_tag_existing.unwrap_or(init.initiate_tag),
+        peer_tag: init.initiate_tag,
         local_tsn,
         peer_tsn: init.initial_tsn,
         peer_rwnd: init.a_rwnd,
@@ -498,8 +591,10 @@ fn build_init_ack(
         local_port: h.dst_port,
         peer_port: h.src_port,
         peer_adaptation: init.params.adaptation,
+        local_tie_tag: tie_tags.0,
+        peer_tie_tag: tie_tags.1,
     }
-    .encode(&cfg.secret);
+    .encode(&cfg.secret, addrs);
     let ack = InitRepr {
         initiate_tag: local_tag,
         a_rwnd: cfg.recv_buffer,
@@ -567,8 +662,25 @@ impl Listener {
         })
     }
 
-    /// Handles a packet that belongs to no association.
+    /// Handles a packet that belongs to no association, binding cookies to
+    /// no address: for simulations and tests. Network glue calls
+    /// [`Listener::handle_packet_from`].
     pub fn handle_packet(&mut self, now: u64, bytes: &[u8], out: &mut [u8]) -> ListenOutcome {
+        self.handle_packet_from(now, Addrs::default(), bytes, out)
+    }
+
+    /// Handles a packet that belongs to no association and travelled
+    /// between `addrs`. The State Cookie of an INIT-ACK is MAC'd together
+    /// with them, and a COOKIE-ECHO is accepted only between the same
+    /// addresses: a cookie issued to one address cannot make associations
+    /// from spoofed others.
+    pub fn handle_packet_from(
+        &mut self,
+        now: u64,
+        addrs: Addrs<'_>,
+        bytes: &[u8],
+        out: &mut [u8],
+    ) -> ListenOutcome {
         let Some((h, chunks)) = parse_all(bytes) else {
             return ListenOutcome::Drop;
         };
@@ -607,15 +719,19 @@ impl Listener {
                 self.counter = self.counter.wrapping_add(1);
                 let (tag, tsn) =
                     random_pair(&self.key, now, self.counter, (h.dst_port, h.src_port));
-                match build_init_ack(&self.cfg, now, tag, tsn, None, init, &h, out) {
+                match build_init_ack(&self.cfg, now, tag, tsn, (0, 0), init, &h, addrs, out) {
                     Some(n) => ListenOutcome::Reply(n),
                     None => ListenOutcome::Drop,
                 }
             }
             ChunkRepr::CookieEcho { cookie } => {
-                let Some(c) =
-                    Cookie::decode(cookie, &self.cfg.secret, now, self.cfg.cookie_lifetime)
-                else {
+                let Some(c) = Cookie::decode(
+                    cookie,
+                    &self.cfg.secret,
+                    addrs,
+                    now,
+                    self.cfg.cookie_lifetime,
+                ) else {
                     return ListenOutcome::Drop;
                 };
                 // §5.1.5 / §8.5.1: tag and ports must be the cookie's.
@@ -711,6 +827,8 @@ pub struct Association {
     peer_tag: u32,
     tag_key: Key,
     nonce: u64,
+    /// Tie-Tags (§5.2.2), made on the first unexpected INIT.
+    tie_tags: (u32, u32),
     timers: [Option<u64>; 5],
     pending: Pending,
     events: VecDeque<Event>,
@@ -746,12 +864,19 @@ pub struct Association {
     rx_cum: u64,
     rx_received: BTreeSet<u64>,
     rx_chunks: BTreeMap<u64, InChunk>,
+    /// Runs of held fragments: first TSN -> (last TSN, payload octets).
+    /// Consecutive TSNs, each chunk joining the next (§6.9); a run from a
+    /// B to an E chunk is a whole message.
+    rx_runs: BTreeMap<u64, (u64, usize)>,
     rx_bytes: usize,
     next_ssn_in: Vec<u16>,
     ready: BTreeMap<(u16, u16), (u64, u64)>,
     dups: Vec<u32>,
     data_packets_unacked: u32,
     last_rwnd_sent: u32,
+    /// Reassembly work: held entries looked up or visited (for tests
+    /// that bound the work a peer can ask for per chunk).
+    rx_work: u64,
 }
 
 impl Association {
@@ -797,6 +922,7 @@ impl Association {
             peer_tag: 0,
             tag_key,
             nonce: 0,
+            tie_tags: (0, 0),
             timers: [None; 5],
             pending: Pending::default(),
             events: VecDeque::new(),
@@ -829,12 +955,14 @@ impl Association {
             rx_cum: 0,
             rx_received: BTreeSet::new(),
             rx_chunks: BTreeMap::new(),
+            rx_runs: BTreeMap::new(),
             rx_bytes: 0,
             next_ssn_in: vec![0; streams],
             ready: BTreeMap::new(),
             dups: Vec::new(),
             data_packets_unacked: 0,
             last_rwnd_sent: rwnd,
+            rx_work: 0,
             cfg,
         }
     }
@@ -916,8 +1044,10 @@ impl Association {
     pub fn rto(&self) -> u64 {
         self.rto
     }
-    /// Received user data octets held: in reassembly, or delivered as
-    /// events the user has not taken yet. At most [`Config::recv_buffer`].
+    /// Octets charged against [`Config::recv_buffer`]: received user data
+    /// in reassembly or in events the user has not taken yet, plus
+    /// [`RX_CHUNK_OVERHEAD`] for each chunk in reassembly. At most
+    /// [`Config::recv_buffer`].
     pub fn recv_buffered(&self) -> usize {
         self.rx_bytes
     }
@@ -1257,6 +1387,10 @@ impl Association {
             return;
         }
         let vt = h.verification_tag;
+        if !matches!(chunks.first(), Some(ChunkRepr::Init(_))) {
+            // Passed the check with one of our tags, not INIT's 0.
+            self.stats.tag_verified_packets += 1;
+        }
         self.last_activity = now;
         let mut had_data = false;
         // §6.7: a SACK goes out at once when a gap is filled.
@@ -1266,19 +1400,32 @@ impl Association {
                 return;
             }
             match c {
-                ChunkRepr::Data(d) => {
-                    if matches!(
-                        self.state,
-                        State::Established
-                            | State::ShutdownPending
-                            | State::ShutdownSent
-                            | State::ShutdownReceived
-                    ) {
+                ChunkRepr::Data(d) => match self.state {
+                    // §9.2: in SHUTDOWN-SENT the peer may still be
+                    // sending; its DATA is taken (and answered below).
+                    State::Established | State::ShutdownPending | State::ShutdownSent => {
                         had_data = true;
                         immediate |= d.flags.immediate;
                         immediate |= self.on_data(d);
                     }
-                }
+                    // §9.2: the peer sent SHUTDOWN only once all its DATA
+                    // was acknowledged, and its user may send no more
+                    // (SHUTDOWN-PENDING). A retransmission is a duplicate;
+                    // new DATA is a protocol violation.
+                    State::ShutdownReceived | State::ShutdownAckSent => {
+                        let t = self.unwrap_rx(d.tsn);
+                        if t > self.rx_cum && !self.rx_received.contains(&t) {
+                            self.abort_with(
+                                cause_code::PROTOCOL_VIOLATION,
+                                CloseReason::ProtocolError(cause_code::PROTOCOL_VIOLATION),
+                            );
+                            return;
+                        }
+                        had_data = true;
+                        immediate |= self.on_data(d);
+                    }
+                    State::CookieWait | State::CookieEchoed | State::Closed => {}
+                },
                 ChunkRepr::Init(i) => self.on_init(now, &h, i),
                 ChunkRepr::InitAck(i) => self.on_init_ack(now, i),
                 ChunkRepr::CookieEcho { cookie } => self.on_cookie_echo(now, vt, cookie),
@@ -1372,14 +1519,27 @@ impl Association {
     }
 
     fn on_init(&mut self, now: u64, h: &HeaderRepr, init: &InitRepr<'_>) {
-        let existing = match self.state {
-            // §5.2.1: INIT-ACK with our original tag; the peer's stays unknown.
-            State::CookieWait | State::CookieEchoed => None,
-            // §5.2.2: unexpected INIT; the cookie holds both existing tags.
+        let (tag, tsn, tie_tags) = match self.state {
+            // §5.2.1: INIT-ACK with our original tag and TSN; the peer's
+            // tag stays unknown, and no association exists to tie to.
+            State::CookieWait | State::CookieEchoed => (self.local_tag, self.init_tsn, (0, 0)),
+            // §5.2.2: unexpected INIT. The INIT-ACK MUST carry a new
+            // random Initiate Tag, and the cookie our Tie-Tags: nonces,
+            // not the association's tags, which an INIT (tag 0, from
+            // anyone who knows the ports) must never learn.
             State::Established
             | State::ShutdownPending
             | State::ShutdownReceived
-            | State::ShutdownSent => Some(self.peer_tag),
+            | State::ShutdownSent => {
+                self.nonce = self.nonce.wrapping_add(1);
+                let (tag, tsn) = random_pair(
+                    &self.tag_key,
+                    now,
+                    self.nonce | 1 << 63,
+                    (self.local_port, self.peer_port),
+                );
+                (tag, tsn, self.tie_tags(now))
+            }
             // §9.2: in SHUTDOWN-ACK-SENT an INIT is answered with SHUTDOWN-ACK.
             State::ShutdownAckSent => {
                 self.pending.shutdown_ack = true;
@@ -1393,19 +1553,30 @@ impl Association {
             }
         }
         let mut buf = vec![0u8; self.cfg.max_packet.max(COMMON_HEADER_LEN + 128)];
-        if let Some(n) = build_init_ack(
-            &self.cfg,
-            now,
-            self.local_tag,
-            self.init_tsn,
-            existing,
-            init,
-            h,
-            &mut buf,
-        ) {
+        // Its packets reach us through the caller's demultiplexer, which
+        // knows the peer's address: the cookie binds none (and so is
+        // refused by a Listener, which binds them).
+        let none = Addrs::default();
+        if let Some(n) = build_init_ack(&self.cfg, now, tag, tsn, tie_tags, init, h, none, &mut buf)
+        {
             buf.truncate(n);
             self.pending.init_ack = Some(buf);
         }
+    }
+
+    /// Our Tie-Tags (§5.2.2): two random nonces, made once, that a cookie
+    /// carries in place of this association's tags.
+    fn tie_tags(&mut self, now: u64) -> (u32, u32) {
+        if self.tie_tags == (0, 0) {
+            let (a, b) = random_pair(
+                &self.tag_key,
+                now,
+                !self.nonce,
+                (self.peer_port, self.local_port),
+            );
+            self.tie_tags = (a, b | 1);
+        }
+        self.tie_tags
     }
 
     fn on_init_ack(&mut self, now: u64, i: &InitRepr<'_>) {
@@ -1446,6 +1617,8 @@ impl Association {
             local_port: self.local_port,
             peer_port: self.peer_port,
             peer_adaptation: i.params.adaptation,
+            local_tie_tag: 0,
+            peer_tie_tag: 0,
         };
         self.adopt(&c);
         self.cookie = cookie.to_vec();
@@ -1457,8 +1630,13 @@ impl Association {
     }
 
     fn on_cookie_echo(&mut self, now: u64, vt: u32, cookie: &[u8]) {
-        let Some(c) = Cookie::decode(cookie, &self.cfg.secret, now, self.cfg.cookie_lifetime)
-        else {
+        let Some(c) = Cookie::decode(
+            cookie,
+            &self.cfg.secret,
+            Addrs::default(),
+            now,
+            self.cfg.cookie_lifetime,
+        ) else {
             return;
         };
         if vt != c.local_tag
@@ -1556,9 +1734,10 @@ impl Association {
         let limit = if t == self.rx_cum + 1 {
             self.cfg.recv_buffer as usize
         } else {
-            (self.cfg.recv_buffer as usize).saturating_sub(self.cfg.max_packet)
+            (self.cfg.recv_buffer as usize).saturating_sub(self.cfg.max_packet + RX_CHUNK_OVERHEAD)
         };
-        if self.rx_bytes.saturating_add(len) > limit {
+        // Each held chunk costs its bookkeeping too, not only its octets.
+        if self.rx_bytes.saturating_add(len + RX_CHUNK_OVERHEAD) > limit {
             return true; // dropped: tell the peer our window at once
         }
         if t != self.rx_cum + 1 {
@@ -1577,9 +1756,11 @@ impl Association {
                 let (b, n) = wire::error_cause(cause_code::INVALID_STREAM_IDENTIFIER, &v);
                 self.pending.error = Some(b[..n].to_vec());
             }
+            // Received, never held: fragments beside it cannot join it.
+            self.prune_beside(t);
             return true;
         }
-        self.rx_bytes += len;
+        self.rx_bytes += len + RX_CHUNK_OVERHEAD;
         self.rx_chunks.insert(
             t,
             InChunk {
@@ -1590,7 +1771,8 @@ impl Association {
                 data: d.payload.to_vec(),
             },
         );
-        self.try_deliver(t);
+        self.try_deliver(t, len);
+        self.prune_beside(t);
         false
     }
 
@@ -1600,47 +1782,100 @@ impl Association {
             && (a.flags.unordered || a.ssn == b.ssn)
     }
 
-    /// Looks for the whole message around TSN `t`.
-    fn find_message(&mut self, t: u64) -> Option<(u64, u64)> {
-        let mut first = t;
-        let mut count = 1usize;
-        let mut bytes = self.rx_chunks.get(&t)?.data.len();
-        loop {
-            let c = self.rx_chunks.get(&first)?;
-            if c.flags.begin {
-                break;
-            }
-            let p = self.rx_chunks.get(&(first - 1))?;
-            if p.flags.end || !Self::same_message(c, p) {
-                return None; // hole or mismatch: not complete (yet)
-            }
-            first -= 1;
-            count += 1;
-            bytes += p.data.len();
-            if count > self.cfg.max_fragments || bytes > self.cfg.max_message {
-                self.too_big();
-                return None;
+    /// Whether the held chunk at `a` may be directly followed by the one
+    /// at `a + 1` in one message (RFC 9260 §6.9: a message's fragments
+    /// take consecutive TSNs, B on the first, E on the last).
+    fn joins(&mut self, a: u64) -> bool {
+        self.rx_work += 2;
+        match (self.rx_chunks.get(&a), self.rx_chunks.get(&(a + 1))) {
+            (Some(p), Some(n)) => !p.flags.end && !n.flags.begin && Self::same_message(p, n),
+            _ => false,
+        }
+    }
+
+    /// Files the chunk just stored at TSN `t` into the runs of held
+    /// fragments (`rx_runs`: consecutive TSNs, each joining the next), and
+    /// returns the run it is now part of. A few map operations: no chain
+    /// is walked, so the work per chunk is O(log n) whatever the length
+    /// of the chain it extends.
+    fn file_chunk(&mut self, t: u64, len: usize) -> (u64, u64) {
+        let (mut first, mut last, mut bytes) = (t, t, len);
+        if self.joins(t - 1) {
+            // The run holding t - 1 ends there: t was not held before.
+            self.rx_work += 1;
+            if let Some((&f, &(l, b))) = self.rx_runs.range(..t).next_back() {
+                if l == t - 1 {
+                    self.rx_runs.remove(&f);
+                    first = f;
+                    bytes += b;
+                }
             }
         }
-        let mut last = t;
-        loop {
-            let c = self.rx_chunks.get(&last)?;
-            if c.flags.end {
-                break;
-            }
-            let n = self.rx_chunks.get(&(last + 1))?;
-            if n.flags.begin || !Self::same_message(c, n) {
-                return None;
-            }
-            last += 1;
-            count += 1;
-            bytes += n.data.len();
-            if count > self.cfg.max_fragments || bytes > self.cfg.max_message {
-                self.too_big();
-                return None;
+        if self.joins(t) {
+            self.rx_work += 1;
+            if let Some((l, b)) = self.rx_runs.remove(&(t + 1)) {
+                last = l;
+                bytes += b;
             }
         }
-        Some((first, last))
+        self.rx_runs.insert(first, (last, bytes));
+        (first, last)
+    }
+
+    /// Whether TSN `t` has arrived (whether held, delivered or discarded).
+    fn received(&self, t: u64) -> bool {
+        t <= self.rx_cum || self.rx_received.contains(&t)
+    }
+
+    /// Drops the run starting at `first` if it can never become a whole
+    /// message: its first chunk lacks B and the TSN before it arrived
+    /// without joining it, or its last chunk lacks E and the TSN after it
+    /// arrived without joining it (§6.9: a message's fragments take
+    /// consecutive TSNs). Such chunks would otherwise stay held for the
+    /// life of the association, the cumulative TSN long past them.
+    fn prune_if_dead(&mut self, first: u64) {
+        self.rx_work += 1;
+        let Some(&(last, _)) = self.rx_runs.get(&first) else {
+            return;
+        };
+        self.rx_work += 2;
+        let (Some(f), Some(l)) = (self.rx_chunks.get(&first), self.rx_chunks.get(&last)) else {
+            return;
+        };
+        let dead = (!f.flags.begin && self.received(first - 1))
+            || (!l.flags.end && self.received(last + 1));
+        if dead {
+            self.rx_runs.remove(&first);
+            self.drop_chunks(first, last);
+        }
+    }
+
+    /// After TSN `t` arrived: the runs just before and after it, and its
+    /// own, may have lost the neighbour they waited for.
+    fn prune_beside(&mut self, t: u64) {
+        self.rx_work += 1;
+        if let Some((&f, &(l, _))) = self.rx_runs.range(..t).next_back() {
+            if l + 1 >= t {
+                // The run ending at t - 1, or one holding t from before it.
+                self.prune_if_dead(f);
+            }
+        }
+        self.prune_if_dead(t);
+        self.prune_if_dead(t + 1);
+    }
+
+    /// Forgets held chunks `first..=last` (linear in what is dropped,
+    /// each chunk once).
+    fn drop_chunks(&mut self, first: u64, last: u64) {
+        for t in first..=last {
+            self.rx_work += 1;
+            if let Some(c) = self.rx_chunks.remove(&t) {
+                self.rx_bytes = self
+                    .rx_bytes
+                    .saturating_sub(c.data.len() + RX_CHUNK_OVERHEAD);
+                self.stats.pruned_chunks += 1;
+            }
+        }
     }
 
     fn too_big(&mut self) {
@@ -1656,7 +1891,11 @@ impl Association {
         let mut data = Vec::new();
         let mut head = None;
         for t in first..=last {
+            self.rx_work += 1;
             if let Some(c) = self.rx_chunks.remove(&t) {
+                // The message keeps its octets charged until the user
+                // takes it; the chunk's bookkeeping is gone.
+                self.rx_bytes = self.rx_bytes.saturating_sub(RX_CHUNK_OVERHEAD);
                 if head.is_none() {
                     head = Some((c.stream, c.ppid, c.flags.unordered));
                 }
@@ -1674,13 +1913,24 @@ impl Association {
         }
     }
 
-    fn try_deliver(&mut self, t: u64) {
-        let Some((first, last)) = self.find_message(t) else {
+    fn try_deliver(&mut self, t: u64, len: usize) {
+        let (first, last) = self.file_chunk(t, len);
+        let Some(&(_, bytes)) = self.rx_runs.get(&first) else {
             return;
         };
-        let Some(c) = self.rx_chunks.get(&first) else {
+        // A message beyond our reassembly limits can never be delivered.
+        if last - first >= self.cfg.max_fragments as u64 || bytes > self.cfg.max_message {
+            self.too_big();
+            return;
+        }
+        self.rx_work += 2;
+        let (Some(c), Some(e)) = (self.rx_chunks.get(&first), self.rx_chunks.get(&last)) else {
             return;
         };
+        if !c.flags.begin || !e.flags.end {
+            return; // not complete (yet)
+        }
+        self.rx_runs.remove(&first);
         if c.flags.unordered {
             self.deliver(first, last);
             return;
@@ -1688,6 +1938,14 @@ impl Association {
         let (stream, ssn) = (c.stream, c.ssn);
         let s = usize::from(stream);
         if ssn != self.next_ssn_in[s] {
+            // A stream sequence number already delivered (behind the next
+            // one expected) or already waiting is a repeat that would
+            // never be delivered: dropped, not held (§6.5, §6.6).
+            let behind = ssn.wrapping_sub(self.next_ssn_in[s]) >= 0x8000;
+            if behind || self.ready.contains_key(&(stream, ssn)) {
+                self.drop_chunks(first, last);
+                return;
+            }
             self.ready.insert((stream, ssn), (first, last));
             return;
         }
@@ -2191,6 +2449,9 @@ fn unrecognized_chunk_cause(c: &ChunkRepr<'_>, max: usize) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod hostile;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -2237,27 +2498,41 @@ mod tests {
             local_port: 8,
             peer_port: 9,
             peer_adaptation: Some(1),
+            local_tie_tag: 10,
+            peer_tie_tag: 11,
         };
-        let b = c.encode(&key);
-        assert_eq!(Cookie::decode(&b, &key, 2_000, 10_000), Some(c));
+        let b = c.encode(&key, Addrs::default());
+        assert_eq!(
+            Cookie::decode(&b, &key, Addrs::default(), 2_000, 10_000),
+            Some(c)
+        );
         // Another key: MAC fails (RFC 9260 §5.1.5 step 2).
-        assert_eq!(Cookie::decode(&b, &[8u8; 16], 2_000, 10_000), None);
+        assert_eq!(
+            Cookie::decode(&b, &[8u8; 16], Addrs::default(), 2_000, 10_000),
+            None
+        );
         // Any flipped bit: MAC fails.
         for i in 0..COOKIE_LEN {
             let mut f = b;
             f[i] ^= 0x10;
             assert_eq!(
-                Cookie::decode(&f, &key, 2_000, 10_000),
+                Cookie::decode(&f, &key, Addrs::default(), 2_000, 10_000),
                 None,
                 "bit flip at {i} accepted"
             );
         }
         // Stale (step 3), and from the future.
-        assert_eq!(Cookie::decode(&b, &key, 20_000, 10_000), None);
-        assert_eq!(Cookie::decode(&b, &key, 999, 10_000), None);
+        assert_eq!(
+            Cookie::decode(&b, &key, Addrs::default(), 20_000, 10_000),
+            None
+        );
+        assert_eq!(
+            Cookie::decode(&b, &key, Addrs::default(), 999, 10_000),
+            None
+        );
         // Wrong length.
         assert_eq!(
-            Cookie::decode(&b[..COOKIE_LEN - 1], &key, 2_000, 10_000),
+            Cookie::decode(&b[..COOKIE_LEN - 1], &key, Addrs::default(), 2_000, 10_000),
             None
         );
     }
@@ -2550,7 +2825,14 @@ mod tests {
         // sides will use, min(our OS, their MIS) and min(our MIS, their OS)
         // (§5.1.1): 2 each.
         assert_eq!(ia.num_outbound_streams, 16);
-        let ck = Cookie::decode(ia.params.state_cookie.unwrap(), &cfg(2).secret, 0, SEC).unwrap();
+        let ck = Cookie::decode(
+            ia.params.state_cookie.unwrap(),
+            &cfg(2).secret,
+            Addrs::default(),
+            0,
+            SEC,
+        )
+        .unwrap();
         assert_eq!(
             (ck.out_streams, ck.in_streams, ck.peer_tag, ck.peer_tsn),
             (2, 2, 0x1122_3344, 1)
