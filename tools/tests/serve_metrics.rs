@@ -261,12 +261,11 @@ fn a_prometheus_parser_reads_both_formats() {
 const PROMPT: Duration = Duration::from_secs(10);
 const CLOSED_BY: Duration = Duration::from_secs(45);
 
-/// Whether the server has closed `s` (EOF, reset, or a response, after
-/// which it closes), reading for up to `wait`.
+/// Whether the server has closed `s` (EOF, after a response if it sent
+/// one, or a reset), reading for up to `wait`.
 fn closed(s: &mut TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).expect("read timeout");
-    let mut buf = [0u8; 512];
-    match s.read(&mut buf) {
+    match s.read_to_end(&mut Vec::new()) {
         Ok(_) => true,
         Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
     }
