@@ -85,6 +85,10 @@ async fn accept_loop(
     scrape: Arc<Scrape>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Scrapes on the blocking pool, finished or not: one whose connection
+    // met its deadline still holds its permit until it returns, so that a
+    // wedged stack cannot make them pile up.
+    let scrapes = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -100,12 +104,12 @@ async fn accept_loop(
             let _ = stream.try_write(BUSY);
             continue;
         };
-        let (metrics, scrape) = (metrics.clone(), scrape.clone());
+        let (metrics, scrape, scrapes) = (metrics.clone(), scrape.clone(), scrapes.clone());
         tokio::spawn(async move {
             metrics.http_open.inc();
             let svc = hyper::service::service_fn(|req| {
-                let (metrics, scrape) = (metrics.clone(), scrape.clone());
-                async move { Ok::<_, Infallible>(answer(req, &metrics, scrape).await) }
+                let (metrics, scrape, scrapes) = (metrics.clone(), scrape.clone(), scrapes.clone());
+                async move { Ok::<_, Infallible>(answer(req, &metrics, scrape, &scrapes).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -134,6 +138,7 @@ async fn answer(
     req: Request<Incoming>,
     metrics: &ServeMetrics,
     scrape: Arc<Scrape>,
+    scrapes: &Arc<Semaphore>,
 ) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
@@ -149,8 +154,19 @@ async fn answer(
             .get(hyper::header::ACCEPT)
             .and_then(|v| v.to_str().ok()),
     );
+    let Ok(permit) = scrapes.clone().try_acquire_owned() else {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many scrapes waiting on the stack\n",
+        );
+    };
     let started = std::time::Instant::now();
-    let body = tokio::task::spawn_blocking(move || scrape(format)).await;
+    let body = tokio::task::spawn_blocking(move || {
+        let body = scrape(format);
+        drop(permit);
+        body
+    })
+    .await;
     metrics
         .scrape_seconds
         .observe(started.elapsed().as_secs_f64());

@@ -340,7 +340,9 @@ fn idle_clients_up_to_the_cap_block_no_scrape() {
     // The idle clients are closed by the deadline, and the endpoint serves
     // again.
     for s in &mut idle {
-        let until = CLOSED_BY.saturating_sub(opened.elapsed());
+        let until = CLOSED_BY
+            .saturating_sub(opened.elapsed())
+            .max(Duration::from_millis(100));
         assert!(
             closed(s, until),
             "an idle client still connected after {CLOSED_BY:?}"
