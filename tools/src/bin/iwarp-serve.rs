@@ -197,6 +197,16 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         signal_hook::flag::register_usize(sig, signalled.clone(), s)
             .map_err(|e| format!("installing the {} handler: {e}", signal_name(s)))?;
     }
+    // The stats port first: one in use is a setup error before the device
+    // is opened and before anything says it listens.
+    let stats_listener = match args.stats_addr {
+        Some(addr) => {
+            let l = TcpListener::bind(addr).map_err(|e| format!("stats endpoint {addr}: {e}"))?;
+            let bound = l.local_addr().map_err(|e| e.to_string())?;
+            Some((l, bound))
+        }
+        None => None,
+    };
     let (ctx, client_ctx) = if args.sim {
         let (a, b) = Context::sim_pair();
         (a, Some(b))
@@ -253,11 +263,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let cq = ctx.create_cq(1024);
     let conns: Conns = Arc::new(Mutex::new(Vec::new()));
     let metrics = ServeMetrics::default();
-    // Bound before anything says it listens: a port in use is a setup error.
-    let stats = match args.stats_addr {
-        Some(addr) => {
-            let l = TcpListener::bind(addr).map_err(|e| format!("stats endpoint {addr}: {e}"))?;
-            let bound = l.local_addr().map_err(|e| e.to_string())?;
+    let stats = match stats_listener {
+        Some((l, bound)) => {
             let limits = http::Limits {
                 max_connections: args.stats_max_connections as usize,
                 ..http::Limits::default()
