@@ -175,10 +175,10 @@ timeout 20 docker exec "$a" bash -c \
     "exec 3<>/dev/tcp/$ip_b/9464 && printf 'GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n' >&3 && cat <&3" \
     >"$work/metrics" || fail "GET /metrics from $ip_b:9464"
 head -1 "$work/metrics" | grep -q "^HTTP/1.1 200" || { head -5 "$work/metrics" >&2; fail "/metrics answered no 200"; }
-delivered=$(awk '$1 == "iwarp_tcp_delivered_octets_total" { print $2 }' "$work/metrics")
+delivered=$(awk '$1 == "iwarp_tcp_delivered_bytes_total" { print $2 }' "$work/metrics")
 # 256 Writes of 16 KiB arrive at the server: more than 4 MiB in order.
-[ "${delivered:-0}" -gt 4194304 ] || fail "iwarp_tcp_delivered_octets_total is ${delivered:-missing}, not above 4 MiB"
-echo "/metrics: iwarp_tcp_delivered_octets_total $delivered"
+[ "${delivered:-0}" -gt 4194304 ] || fail "iwarp_tcp_delivered_bytes_total is ${delivered:-missing}, not above 4 MiB"
+echo "/metrics: iwarp_tcp_delivered_bytes_total $delivered"
 # SIGTERM while a client is connected: the server closes that connection
 # (the client sees it closed under its work and exits 1), prints its final
 # statistics and exits 0.

@@ -1,9 +1,11 @@
 //! Command-line tools over the stack. The binaries live in `src/bin`; this
 //! library holds what they share: parsing of addresses and the glue that
-//! opens an AF_XDP device and starts a host stack on it.
+//! opens an AF_XDP device and starts a host stack on it, and
+//! `iwarp-serve`'s metrics endpoint ([`prom`], [`http`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod http;
 pub mod prom;
 
 use std::fmt;

@@ -1,18 +1,62 @@
-//! The Prometheus text exposition format (version 0.0.4) of a context's
-//! counters ([`iwarp::ContextStats`]) and of its queue pairs'
-//! ([`iwarp::QpCounters`]), as `iwarp-serve` serves them on `/metrics`.
+//! The metrics `iwarp-serve` serves on `/metrics`, through the
+//! `prometheus-client` crate: a context's counters ([`iwarp::ContextStats`])
+//! and its queue pairs' ([`iwarp::QpCounters`]), what the server itself
+//! observes ([`ServeMetrics`]: accept times, scrape times, the HTTP
+//! endpoint's connections), `iwarp_build_info` and the `process_*`
+//! metrics (read from `/proc/self`).
 //!
-//! Every family gets one `# HELP` and one `# TYPE` line; counters end in
-//! `_total`. Per-connection families carry the labels `qp` (the queue
-//! pair's id) and `peer` (its address).
+//! Names follow the Prometheus conventions: a unit is a suffix in its base
+//! unit (`_bytes`, `_seconds`), counters end in `_total`, a `_info` metric
+//! carries its facts as labels and the value 1. Per-connection families
+//! carry the labels `qp` (the queue pair's id) and `peer` (its address).
+//!
+//! [`render`] writes either text format: the Prometheus one (0.0.4) or
+//! OpenMetrics 1.0, as the scraper's `Accept` header asks ([`Format`]).
+//! The context's counters are read at each scrape into a [`Snapshot`],
+//! a [`Collector`] of a registry built for that scrape; nothing on the
+//! stack's fast path keeps a Prometheus counter.
 
-use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use iwarp::{ContextStats, DeviceStats, QpCounters, TcpStats};
+use iwarp_xdp::{AttachMode, XskMode};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 
-/// The content type of the exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The exposition format of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format, version 0.0.4 (`text/plain`).
+    Text,
+    /// OpenMetrics 1.0 text (`application/openmetrics-text`).
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for: OpenMetrics if it names
+    /// `application/openmetrics-text` (as Prometheus does), else the
+    /// Prometheus text format (curl, browsers, older scrapers).
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    /// Its `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
 
 /// One connection's counters, as the server keeps them.
 #[derive(Debug, Clone)]
@@ -25,407 +69,613 @@ pub struct ConnStats {
     pub counters: QpCounters,
 }
 
-/// Counter or gauge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Only goes up.
-    Counter,
-    /// Goes up and down.
-    Gauge,
+/// The counters of one scrape: the context's and each connection's.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The context's counters.
+    pub stats: ContextStats,
+    /// The connections'.
+    pub conns: Vec<ConnStats>,
 }
 
-/// Whether `name` is a valid metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
-pub fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':' => {}
-        _ => return false,
-    }
-    chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+/// What `iwarp-serve` observes itself, kept across scrapes (the handles
+/// are shared: clones count into the same metric).
+#[derive(Debug, Clone)]
+pub struct ServeMetrics {
+    /// Seconds from a connection request (the peer's MPA Request, as
+    /// `Listener::get_request` hands it over) to the queue pair
+    /// established (`ConnectRequest::accept` returned).
+    pub accept_seconds: Histogram,
+    /// Connection requests accepting failed for.
+    pub accept_failures: Counter,
+    /// Seconds a scrape took to read the counters (round trips to the
+    /// stack's loop thread) and encode them.
+    pub scrape_seconds: Histogram,
+    /// The HTTP endpoint's connections open now.
+    pub http_open: Gauge,
+    /// HTTP connections closed at once because the cap was reached.
+    pub http_refused: Counter,
+    /// HTTP connections closed by the request deadline.
+    pub http_timeouts: Counter,
 }
 
-/// Escape a label value (`\`, `"` and newline).
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Append one family: `# HELP`, `# TYPE`, then one line per sample
-/// (`labels` already formatted as `a="b",c="d"`, or empty).
-pub fn family(out: &mut String, name: &str, kind: Kind, help: &str, samples: &[(String, u64)]) {
-    debug_assert!(valid_name(name), "{name}");
-    let kind = match kind {
-        Kind::Counter => "counter",
-        Kind::Gauge => "gauge",
-    };
-    let _ = writeln!(
-        out,
-        "# HELP {name} {}",
-        help.replace('\\', "\\\\").replace('\n', "\\n")
-    );
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    for (labels, v) in samples {
-        if labels.is_empty() {
-            let _ = writeln!(out, "{name} {v}");
-        } else {
-            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+impl Default for ServeMetrics {
+    fn default() -> Self {
+        // 100 µs to 10 s (an accept gives up after 15 s).
+        let seconds = [
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            2.5, 5.0, 10.0,
+        ];
+        ServeMetrics {
+            accept_seconds: Histogram::new(seconds),
+            accept_failures: Counter::default(),
+            scrape_seconds: Histogram::new(seconds),
+            http_open: Gauge::default(),
+            http_refused: Counter::default(),
+            http_timeouts: Counter::default(),
         }
     }
 }
 
-fn one(out: &mut String, name: &str, kind: Kind, help: &str, v: u64) {
-    family(out, name, kind, help, &[(String::new(), v)]);
-}
-
-/// Unlabelled counters `{prefix}{name}_total`, each helped as `{what}: {name}`.
-fn counters(out: &mut String, prefix: &str, what: &str, items: &[(&str, u64)]) {
-    for &(k, v) in items {
-        one(
-            out,
-            &format!("{prefix}{k}_total"),
-            Kind::Counter,
-            &format!("{what}: {k}"),
-            v,
+impl ServeMetrics {
+    /// Register clones of the handles (as `iwarp_serve_*` under an
+    /// `iwarp` registry).
+    fn register(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "accept_duration",
+            "Time from a connection request (the peer's MPA Request) to its queue pair established, as iwarp-serve measures around accept",
+            Unit::Seconds,
+            self.accept_seconds.clone(),
+        );
+        r.register(
+            "accept_failures",
+            "Connection requests that accepting failed for",
+            self.accept_failures.clone(),
+        );
+        r.register_with_unit(
+            "scrape_duration",
+            "Time a scrape took to read the counters from the stack and encode them",
+            Unit::Seconds,
+            self.scrape_seconds.clone(),
+        );
+        r.register(
+            "http_connections",
+            "Connections open to the metrics endpoint",
+            self.http_open.clone(),
+        );
+        r.register(
+            "http_refused",
+            "Metrics endpoint connections refused (connection cap reached)",
+            self.http_refused.clone(),
+        );
+        r.register(
+            "http_timeouts",
+            "Metrics endpoint connections closed by the request deadline",
+            self.http_timeouts.clone(),
         );
     }
 }
 
-/// Reads one of a queue pair's counters.
-type QpField = fn(&iwarp::QpStats) -> u64;
+/// The exposition of `snap`, `serve` and the process in `format`.
+pub fn render(snap: Snapshot, serve: &ServeMetrics, format: Format) -> String {
+    let mut root = Registry::default();
+    root.register_collector(Box::new(Process));
+    let iwarp = root.sub_registry_with_prefix("iwarp");
+    iwarp.register(
+        "build",
+        "Build of iwarp-serve (version; revision if IWARP_GIT_REVISION was set at build time)",
+        Info::new(vec![
+            ("version", env!("CARGO_PKG_VERSION")),
+            (
+                "revision",
+                option_env!("IWARP_GIT_REVISION").unwrap_or("unknown"),
+            ),
+        ]),
+    );
+    iwarp.register_collector(Box::new(snap));
+    serve.register(iwarp.sub_registry_with_prefix("serve"));
+    let mut out = String::new();
+    let r = match format {
+        Format::Text => prometheus_client::encoding::prometheus_text::encode(&mut out, &root),
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &root),
+    };
+    // Writing into a String fails only on a bug in an encoder.
+    debug_assert!(r.is_ok(), "{r:?}");
+    out
+}
 
-/// The TCP counters as (suffix, help, value).
-fn tcp_fields(t: &TcpStats) -> [(&'static str, &'static str, u64); 16] {
+/// The label value of a bind mode.
+pub fn bind_label(m: XskMode) -> &'static str {
+    match m {
+        XskMode::Auto => "auto",
+        XskMode::Copy => "copy",
+        XskMode::ZeroCopy => "zero_copy",
+    }
+}
+
+/// The label value of an attach mode.
+pub fn attach_label(m: AttachMode) -> &'static str {
+    match m {
+        AttachMode::Auto => "auto",
+        AttachMode::Skb => "skb",
+        AttachMode::Driver => "driver",
+    }
+}
+
+type Fmt = Result<(), std::fmt::Error>;
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<Unit>, v: u64) -> Fmt {
+    ConstCounter::new(v).encode(e.encode_descriptor(
+        name,
+        help,
+        unit.as_ref(),
+        MetricType::Counter,
+    )?)
+}
+
+fn gauge<V>(e: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<Unit>, v: V) -> Fmt
+where
+    V: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug + Send + Sync + 'static,
+{
+    ConstGauge::new(v).encode(e.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?)
+}
+
+fn info(e: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, String)]) -> Fmt {
+    e.encode_descriptor(name, help, None, MetricType::Info)?
+        .encode_info(&labels)
+}
+
+/// Unlabelled counters `{prefix}{name}`, each helped as `{what}: {name}`.
+fn counters(e: &mut DescriptorEncoder, prefix: &str, what: &str, items: &[(&str, u64)]) -> Fmt {
+    for &(k, v) in items {
+        counter(e, &format!("{prefix}{k}"), &format!("{what}: {k}"), None, v)?;
+    }
+    Ok(())
+}
+
+/// The TCP counters as (name, unit, help, value).
+fn tcp_fields(t: &TcpStats) -> [(&'static str, Option<Unit>, &'static str, u64); 16] {
+    let n = None;
     [
-        ("delivered_octets", "Octets delivered in order", t.delivered),
+        (
+            "delivered",
+            Some(Unit::Bytes),
+            "Bytes delivered in order",
+            t.delivered,
+        ),
         (
             "rto_retransmits",
+            n.clone(),
             "Segments retransmitted on RTO",
             t.rto_retransmits,
         ),
-        ("fast_retransmits", "Fast retransmits", t.fast_retransmits),
+        (
+            "fast_retransmits",
+            n.clone(),
+            "Fast retransmits",
+            t.fast_retransmits,
+        ),
         (
             "spurious_rto_undone",
+            n.clone(),
             "Retransmission timeouts found spurious and undone",
             t.spurious_rto_undone,
         ),
         (
             "ooo_segments",
+            n.clone(),
             "Out-of-order segments stored",
             t.ooo_segments,
         ),
         (
             "ooo_dropped",
+            n.clone(),
             "Out-of-order segments dropped (too many ranges)",
             t.ooo_dropped,
         ),
         (
             "sack_skipped",
+            n.clone(),
             "Retransmission runs skipped because the peer SACKed them",
             t.sack_skipped,
         ),
-        ("challenge_acks", "Challenge ACKs sent", t.challenge_acks),
+        (
+            "challenge_acks",
+            n.clone(),
+            "Challenge ACKs sent",
+            t.challenge_acks,
+        ),
         (
             "no_timestamp_drops",
+            n.clone(),
             "Segments dropped for a missing timestamp",
             t.no_timestamp_drops,
         ),
         (
             "persist_aborts",
+            n.clone(),
             "Connections aborted for a window closed too long",
             t.persist_aborts,
         ),
         (
             "sack_recoveries",
+            n.clone(),
             "SACK-based loss recoveries entered",
             t.sack_recoveries,
         ),
-        ("rack_losses", "Segments marked lost by RACK", t.rack_losses),
+        (
+            "rack_losses",
+            n.clone(),
+            "Segments marked lost by RACK",
+            t.rack_losses,
+        ),
         (
             "lost_retransmits",
+            n.clone(),
             "Retransmissions found lost and sent again",
             t.lost_retransmits,
         ),
-        ("tlp_probes", "Tail loss probes sent", t.tlp_probes),
-        ("dsacks_received", "D-SACKs received", t.dsacks_received),
+        (
+            "tlp_probes",
+            n.clone(),
+            "Tail loss probes sent",
+            t.tlp_probes,
+        ),
+        (
+            "dsacks_received",
+            n.clone(),
+            "D-SACKs received",
+            t.dsacks_received,
+        ),
         (
             "dsack_undos",
+            n,
             "Window reductions undone by D-SACK",
             t.dsack_undos,
         ),
     ]
 }
 
-/// Render `stats` and the connections' counters in the text format.
-pub fn render(stats: &ContextStats, conns: &[ConnStats]) -> String {
-    use Kind::{Counter, Gauge};
-    let mut out = String::new();
-    let s = &stats.stack;
-    one(
-        &mut out,
-        "iwarp_connections",
-        Gauge,
-        "TCP connections the stack holds (any state)",
-        stats.connections as u64,
-    );
-    one(
-        &mut out,
-        "iwarp_listeners",
-        Gauge,
-        "Ports listening",
-        stats.listeners as u64,
-    );
-    one(
-        &mut out,
-        "iwarp_stack_rx_no_socket_total",
-        Counter,
-        "Segments for no socket",
-        s.rx_no_socket,
-    );
-    one(
-        &mut out,
-        "iwarp_stack_rx_backpressure_drops_total",
-        Counter,
-        "Segments dropped for backpressure",
-        s.rx_backpressure_drops,
-    );
-    one(
-        &mut out,
-        "iwarp_stack_tx_errors_total",
-        Counter,
-        "Send errors",
-        s.tx_errors,
-    );
-    for (k, help, v) in tcp_fields(&stats.tcp) {
-        one(
-            &mut out,
-            &format!("iwarp_tcp_{k}_total"),
-            Counter,
-            &format!("TCP: {help} (all connections, open and ended)"),
-            v,
-        );
-    }
-    let i = &stats.iface;
-    for (k, help, v) in [
-        ("rx_frames", "Frames received", i.rx_frames),
-        ("rx_tcp", "TCP segments received", i.rx_tcp),
-        (
-            "rx_bad_checksum",
-            "TCP segments dropped for a bad checksum",
-            i.rx_bad_checksum,
-        ),
-        (
-            "rx_partial_checksum",
-            "TCP segments with a partial checksum (peer TX offload)",
-            i.rx_partial_checksum,
-        ),
-        ("rx_malformed", "Malformed frames", i.rx_malformed),
-        (
-            "rx_not_for_us_mac",
-            "Frames for another MAC address",
-            i.rx_not_for_us_mac,
-        ),
-        (
-            "rx_not_for_us_ip",
-            "Packets for another IP address",
-            i.rx_not_for_us_ip,
-        ),
-        ("rx_fragments", "IP fragments dropped", i.rx_fragments),
-        (
-            "rx_other_protocol",
-            "IP packets of another protocol",
-            i.rx_other_protocol,
-        ),
-        (
-            "rx_other_ethertype",
-            "Frames of another ethertype",
-            i.rx_other_ethertype,
-        ),
-        (
-            "icmp_echo_replies",
-            "ICMP echo replies sent",
-            i.icmp_echo_replies,
-        ),
-        ("tx_frames", "Frames sent", i.tx_frames),
-        ("tx_queued", "Frames queued for an ARP answer", i.tx_queued),
-        ("tx_dropped", "Frames dropped before sending", i.tx_dropped),
-        ("tx_too_big", "Frames over the MTU", i.tx_too_big),
-    ] {
-        one(
-            &mut out,
-            &format!("iwarp_iface_{k}_total"),
-            Counter,
-            &format!("Interface: {help}"),
-            v,
-        );
-    }
-    let l = &stats.poll_loop;
-    for (k, help, v) in [
-        ("rounds", "Poll loop rounds", l.rounds),
-        (
-            "rx_frames",
-            "Frames the loop took from the device",
-            l.rx_frames,
-        ),
-        ("tx_frames", "Frames the loop gave the device", l.tx_frames),
-        ("tx_refused", "Frames the device refused", l.tx_dropped),
-        (
-            "outputs_dropped",
-            "Outputs dropped (application queue full)",
-            l.out_dropped,
-        ),
-        ("sleeps", "Times the loop slept", l.sleeps),
-    ] {
-        one(
-            &mut out,
-            &format!("iwarp_loop_{k}_total"),
-            Counter,
-            &format!("Loop: {help}"),
-            v,
-        );
-    }
-    one(
-        &mut out,
-        "iwarp_loop_pinned",
-        Gauge,
-        "1 if the poll loop is pinned to a core",
-        u64::from(l.pinned),
-    );
-    match &stats.device {
-        DeviceStats::Sim => {
-            family(
-                &mut out,
-                "iwarp_device_info",
-                Gauge,
-                "The device (kind, and for AF_XDP the bind and attach modes obtained)",
-                &[("kind=\"sim\"".into(), 1)],
-            );
+/// Reads one of a queue pair's counters.
+type QpField = fn(&iwarp::QpStats) -> u64;
+
+impl Collector for Snapshot {
+    fn encode(&self, mut e: DescriptorEncoder) -> Fmt {
+        let (stats, conns) = (&self.stats, &self.conns);
+        let e = &mut e;
+        gauge(
+            e,
+            "connections",
+            "TCP connections the stack holds (any state)",
+            None,
+            stats.connections as u64,
+        )?;
+        gauge(
+            e,
+            "listeners",
+            "Ports listening",
+            None,
+            stats.listeners as u64,
+        )?;
+        let s = &stats.stack;
+        for (k, help, v) in [
+            ("rx_no_socket", "Segments for no socket", s.rx_no_socket),
+            (
+                "rx_backpressure_drops",
+                "Segments dropped for backpressure",
+                s.rx_backpressure_drops,
+            ),
+            ("tx_errors", "Send errors", s.tx_errors),
+        ] {
+            counter(e, &format!("stack_{k}"), help, None, v)?;
         }
-        DeviceStats::Xdp(x) => {
-            let labels = format!(
-                "kind=\"af_xdp\",iface=\"{}\",queue=\"{}\",bind=\"{:?}\",attach=\"{:?}\",multi_buffer=\"{}\"",
-                escape(&x.iface), x.queue, x.bind, x.attach, x.multi_buffer
-            );
-            family(
-                &mut out,
-                "iwarp_device_info",
-                Gauge,
-                "The device (kind, and for AF_XDP the bind and attach modes obtained)",
-                &[(labels, 1)],
-            );
-            let c = &x.socket;
-            counters(
-                &mut out,
-                "iwarp_xsk_",
-                "AF_XDP socket",
-                &[
-                    ("rx_frames", c.rx_frames),
-                    ("rx_multi_buffer", c.rx_multi_buffer),
-                    ("rx_wakeups", c.rx_wakeups),
-                    ("rx_bad_descs", c.rx_bad_descs),
-                    ("tx_frames", c.tx_frames),
-                    ("tx_completed", c.tx_completed),
-                    ("tx_full", c.tx_full),
-                    ("tx_too_big", c.tx_too_big),
-                    ("tx_kicks", c.tx_kicks),
-                    ("tx_kick_again", c.tx_kick_again),
-                    ("tx_kick_errors", c.tx_kick_errors),
-                ],
-            );
-            if let Some(k) = &x.kernel {
-                counters(
-                    &mut out,
-                    "iwarp_xsk_kernel_",
-                    "XDP_STATISTICS",
+        for (k, unit, help, v) in tcp_fields(&stats.tcp) {
+            counter(
+                e,
+                &format!("tcp_{k}"),
+                &format!("TCP: {help} (all connections, open and ended)"),
+                unit,
+                v,
+            )?;
+        }
+        let i = &stats.iface;
+        for (k, help, v) in [
+            ("rx_frames", "Frames received", i.rx_frames),
+            ("rx_tcp", "TCP segments received", i.rx_tcp),
+            (
+                "rx_bad_checksum",
+                "TCP segments dropped for a bad checksum",
+                i.rx_bad_checksum,
+            ),
+            (
+                "rx_partial_checksum",
+                "TCP segments with a partial checksum (peer TX offload)",
+                i.rx_partial_checksum,
+            ),
+            ("rx_malformed", "Malformed frames", i.rx_malformed),
+            (
+                "rx_not_for_us_mac",
+                "Frames for another MAC address",
+                i.rx_not_for_us_mac,
+            ),
+            (
+                "rx_not_for_us_ip",
+                "Packets for another IP address",
+                i.rx_not_for_us_ip,
+            ),
+            ("rx_fragments", "IP fragments dropped", i.rx_fragments),
+            (
+                "rx_other_protocol",
+                "IP packets of another protocol",
+                i.rx_other_protocol,
+            ),
+            (
+                "rx_other_ethertype",
+                "Frames of another ethertype",
+                i.rx_other_ethertype,
+            ),
+            (
+                "icmp_echo_replies",
+                "ICMP echo replies sent",
+                i.icmp_echo_replies,
+            ),
+            ("tx_frames", "Frames sent", i.tx_frames),
+            ("tx_queued", "Frames queued for an ARP answer", i.tx_queued),
+            ("tx_dropped", "Frames dropped before sending", i.tx_dropped),
+            ("tx_too_big", "Frames over the MTU", i.tx_too_big),
+        ] {
+            counter(
+                e,
+                &format!("iface_{k}"),
+                &format!("Interface: {help}"),
+                None,
+                v,
+            )?;
+        }
+        let l = &stats.poll_loop;
+        for (k, help, v) in [
+            ("rounds", "Poll loop rounds", l.rounds),
+            (
+                "rx_frames",
+                "Frames the loop took from the device",
+                l.rx_frames,
+            ),
+            ("tx_frames", "Frames the loop gave the device", l.tx_frames),
+            ("tx_refused", "Frames the device refused", l.tx_dropped),
+            (
+                "outputs_dropped",
+                "Outputs dropped (application queue full)",
+                l.out_dropped,
+            ),
+            ("sleeps", "Times the loop slept", l.sleeps),
+        ] {
+            counter(e, &format!("loop_{k}"), &format!("Loop: {help}"), None, v)?;
+        }
+        gauge(
+            e,
+            "loop_pinned",
+            "1 if the poll loop is pinned to a core",
+            None,
+            u64::from(l.pinned),
+        )?;
+        let device_help = "The device (kind, and for AF_XDP the bind and attach modes obtained)";
+        match &stats.device {
+            DeviceStats::Sim => info(e, "device", device_help, &[("kind", "sim".into())])?,
+            DeviceStats::Xdp(x) => {
+                info(
+                    e,
+                    "device",
+                    device_help,
                     &[
-                        ("rx_dropped", k.rx_dropped),
-                        ("rx_invalid_descs", k.rx_invalid_descs),
-                        ("rx_ring_full", k.rx_ring_full),
-                        ("rx_fill_ring_empty_descs", k.rx_fill_ring_empty_descs),
-                        ("tx_invalid_descs", k.tx_invalid_descs),
-                        ("tx_ring_empty_descs", k.tx_ring_empty_descs),
+                        ("kind", "af_xdp".into()),
+                        ("iface", x.iface.clone()),
+                        ("queue", x.queue.to_string()),
+                        ("bind", bind_label(x.bind).into()),
+                        ("attach", attach_label(x.attach).into()),
+                        ("multi_buffer", x.multi_buffer.to_string()),
                     ],
-                );
+                )?;
+                let c = &x.socket;
+                counters(
+                    e,
+                    "xsk_",
+                    "AF_XDP socket",
+                    &[
+                        ("rx_frames", c.rx_frames),
+                        ("rx_multi_buffer", c.rx_multi_buffer),
+                        ("rx_wakeups", c.rx_wakeups),
+                        ("rx_bad_descs", c.rx_bad_descs),
+                        ("tx_frames", c.tx_frames),
+                        ("tx_completed", c.tx_completed),
+                        ("tx_full", c.tx_full),
+                        ("tx_too_big", c.tx_too_big),
+                        ("tx_kicks", c.tx_kicks),
+                        ("tx_kick_again", c.tx_kick_again),
+                        ("tx_kick_errors", c.tx_kick_errors),
+                    ],
+                )?;
+                if let Some(k) = &x.kernel {
+                    counters(
+                        e,
+                        "xsk_kernel_",
+                        "XDP_STATISTICS",
+                        &[
+                            ("rx_dropped", k.rx_dropped),
+                            ("rx_invalid_descs", k.rx_invalid_descs),
+                            ("rx_ring_full", k.rx_ring_full),
+                            ("rx_fill_ring_empty_descs", k.rx_fill_ring_empty_descs),
+                            ("tx_invalid_descs", k.tx_invalid_descs),
+                            ("tx_ring_empty_descs", k.tx_ring_empty_descs),
+                        ],
+                    )?;
+                }
+            }
+            DeviceStats::Dpdk(d) => {
+                info(
+                    e,
+                    "device",
+                    device_help,
+                    &[("kind", "dpdk".into()), ("port", d.port.clone())],
+                )?;
+                let c = &d.counters;
+                counters(
+                    e,
+                    "dpdk_",
+                    "DPDK port",
+                    &[
+                        ("rx_frames", c.rx_frames),
+                        ("rx_dropped", c.rx_dropped),
+                        ("tx_frames", c.tx_frames),
+                        ("tx_dropped", c.tx_dropped),
+                        ("tx_no_mbuf", c.tx_no_mbuf),
+                        ("tx_too_big", c.tx_too_big),
+                    ],
+                )?;
             }
         }
-        DeviceStats::Dpdk(d) => {
-            let labels = format!("kind=\"dpdk\",port=\"{}\"", escape(&d.port));
-            family(
-                &mut out,
-                "iwarp_device_info",
-                Gauge,
-                "The device (kind, and for AF_XDP the bind and attach modes obtained)",
-                &[(labels, 1)],
-            );
-            let c = &d.counters;
-            counters(
-                &mut out,
-                "iwarp_dpdk_",
-                "DPDK port",
-                &[
-                    ("rx_frames", c.rx_frames),
-                    ("rx_dropped", c.rx_dropped),
-                    ("tx_frames", c.tx_frames),
-                    ("tx_dropped", c.tx_dropped),
-                    ("tx_no_mbuf", c.tx_no_mbuf),
-                    ("tx_too_big", c.tx_too_big),
-                ],
-            );
+        // Per connection.
+        gauge(
+            e,
+            "qps",
+            "Queue pairs the server holds",
+            None,
+            conns.len() as u64,
+        )?;
+        let labels = |c: &ConnStats| [("qp", c.qp.to_string()), ("peer", c.peer.to_string())];
+        let qp_fields: [(&str, Option<Unit>, &str, QpField); 5] = [
+            ("fpdus_tx", None, "FPDUs sent", |q| q.fpdus_tx),
+            ("fpdus_rx", None, "FPDUs received", |q| q.fpdus_rx),
+            (
+                "placed",
+                Some(Unit::Bytes),
+                "Payload bytes placed into registered memory",
+                |q| q.bytes_placed,
+            ),
+            ("stream_tx", Some(Unit::Bytes), "Stream bytes sent", |q| {
+                q.stream_tx
+            }),
+            (
+                "stream_rx",
+                Some(Unit::Bytes),
+                "Stream bytes received",
+                |q| q.stream_rx,
+            ),
+        ];
+        for (k, unit, help, get) in qp_fields {
+            let name = format!("qp_{k}");
+            let help = format!("Queue pair: {help}");
+            let mut m = e.encode_descriptor(&name, &help, unit.as_ref(), MetricType::Counter)?;
+            for c in conns {
+                let v = c.counters.qp.as_ref().map_or(0, get);
+                ConstCounter::new(v).encode(m.encode_family(&labels(c))?)?;
+            }
         }
+        for (i, (k, unit, help, _)) in tcp_fields(&TcpStats::default()).into_iter().enumerate() {
+            let name = format!("qp_tcp_{k}");
+            let help = format!("Queue pair's TCP: {help}");
+            let mut m = e.encode_descriptor(&name, &help, unit.as_ref(), MetricType::Counter)?;
+            for c in conns {
+                let v = tcp_fields(&c.counters.tcp)[i].3;
+                ConstCounter::new(v).encode(m.encode_family(&labels(c))?)?;
+            }
+        }
+        Ok(())
     }
-    // Per connection.
-    one(
-        &mut out,
-        "iwarp_qps",
-        Gauge,
-        "Queue pairs the server holds",
-        conns.len() as u64,
-    );
-    let label = |c: &ConnStats| format!("qp=\"{}\",peer=\"{}\"", c.qp, c.peer);
-    let qp_fields: [(&str, &str, QpField); 5] = [
-        ("fpdus_tx", "FPDUs sent", |q| q.fpdus_tx),
-        ("fpdus_rx", "FPDUs received", |q| q.fpdus_rx),
-        (
-            "bytes_placed",
-            "Octets placed into registered memory",
-            |q| q.bytes_placed,
-        ),
-        ("stream_tx", "Stream octets sent", |q| q.stream_tx),
-        ("stream_rx", "Stream octets received", |q| q.stream_rx),
-    ];
-    for (k, help, get) in qp_fields {
-        let samples: Vec<_> = conns
-            .iter()
-            .map(|c| (label(c), c.counters.qp.as_ref().map_or(0, get)))
-            .collect();
-        family(
-            &mut out,
-            &format!("iwarp_qp_{k}_total"),
-            Counter,
-            &format!("Queue pair: {help}"),
-            &samples,
-        );
+}
+
+/// The `process_*` metrics of the running process, read from `/proc/self`
+/// at each scrape (as the Go and Python clients name them); one that
+/// cannot be read is left out.
+#[derive(Debug, Clone, Copy)]
+pub struct Process;
+
+/// `/proc/self/stat`'s fields from the third (state) on.
+fn proc_stat() -> Option<Vec<String>> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &s[s.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+fn boot_time() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn max_fds() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let l = s.lines().find(|l| l.starts_with("Max open files"))?;
+    l.split_whitespace().nth(3)?.parse().ok()
+}
+
+impl Collector for Process {
+    fn encode(&self, mut e: DescriptorEncoder) -> Fmt {
+        let e = &mut e;
+        let ticks = rustix::param::clock_ticks_per_second() as f64;
+        let page = rustix::param::page_size() as u64;
+        let field = |f: &[String], n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        if let Some(f) = proc_stat() {
+            if let (Some(user), Some(sys)) = (field(&f, 14), field(&f, 15)) {
+                let cpu = (user + sys) as f64 / ticks;
+                ConstCounter::new(cpu).encode(e.encode_descriptor(
+                    "process_cpu",
+                    "Total user and system CPU time spent in seconds",
+                    Some(&Unit::Seconds),
+                    MetricType::Counter,
+                )?)?;
+            }
+            if let (Some(start), Some(btime)) = (field(&f, 22), boot_time()) {
+                let t = btime as f64 + start as f64 / ticks;
+                gauge(
+                    e,
+                    "process_start_time",
+                    "Start time of the process since unix epoch in seconds",
+                    Some(Unit::Seconds),
+                    t,
+                )?;
+            }
+        }
+        if let Ok(statm) = std::fs::read_to_string("/proc/self/statm") {
+            let mut it = statm.split_whitespace().map(|v| v.parse::<u64>().ok());
+            if let (Some(Some(vm)), Some(Some(rss))) = (it.next(), it.next()) {
+                gauge(
+                    e,
+                    "process_virtual_memory",
+                    "Virtual memory size in bytes",
+                    Some(Unit::Bytes),
+                    vm * page,
+                )?;
+                gauge(
+                    e,
+                    "process_resident_memory",
+                    "Resident memory size in bytes",
+                    Some(Unit::Bytes),
+                    rss * page,
+                )?;
+            }
+        }
+        if let Ok(d) = std::fs::read_dir("/proc/self/fd") {
+            gauge(
+                e,
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                d.count() as u64,
+            )?;
+        }
+        if let Some(m) = max_fds() {
+            gauge(
+                e,
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                None,
+                m,
+            )?;
+        }
+        Ok(())
     }
-    for (k, help, _) in tcp_fields(&TcpStats::default()) {
-        let samples: Vec<_> = conns
-            .iter()
-            .map(|c| {
-                let v = tcp_fields(&c.counters.tcp)
-                    .into_iter()
-                    .find(|f| f.0 == k)
-                    .map_or(0, |f| f.2);
-                (label(c), v)
-            })
-            .collect();
-        family(
-            &mut out,
-            &format!("iwarp_qp_tcp_{k}_total"),
-            Counter,
-            &format!("Queue pair's TCP: {help}"),
-            &samples,
-        );
-    }
-    out
 }
 
 #[cfg(test)]
@@ -433,7 +683,7 @@ mod tests {
     use super::*;
     use iwarp::{IfaceStats, LoopStats, QpStats, StackStats};
 
-    fn literal() -> (ContextStats, Vec<ConnStats>) {
+    fn literal() -> Snapshot {
         let stats = ContextStats {
             stack: StackStats {
                 rx_no_socket: 3,
@@ -472,29 +722,14 @@ mod tests {
                 },
             },
         }];
-        (stats, conns)
+        Snapshot { stats, conns }
     }
 
     #[test]
-    fn family_text_is_exact() {
-        let mut out = String::new();
-        family(
-            &mut out,
-            "a_total",
-            Kind::Counter,
-            "help",
-            &[(String::new(), 1), ("x=\"y\"".into(), 2)],
-        );
-        assert_eq!(
-            out,
-            "# HELP a_total help\n# TYPE a_total counter\na_total 1\na_total{x=\"y\"} 2\n"
-        );
-    }
-
-    #[test]
-    fn render_literal_stats() {
-        let (stats, conns) = literal();
-        let text = render(&stats, &conns);
+    fn render_literal_stats_as_text() {
+        let serve = ServeMetrics::default();
+        serve.accept_seconds.observe(0.003);
+        let text = render(literal(), &serve, Format::Text);
         for block in [
             "# HELP iwarp_connections TCP connections the stack holds (any state)\n\
              # TYPE iwarp_connections gauge\n\
@@ -502,9 +737,9 @@ mod tests {
             "# HELP iwarp_stack_rx_no_socket_total Segments for no socket\n\
              # TYPE iwarp_stack_rx_no_socket_total counter\n\
              iwarp_stack_rx_no_socket_total 3\n",
-            "# HELP iwarp_tcp_delivered_octets_total TCP: Octets delivered in order (all connections, open and ended)\n\
-             # TYPE iwarp_tcp_delivered_octets_total counter\n\
-             iwarp_tcp_delivered_octets_total 4096\n",
+            "# HELP iwarp_tcp_delivered_bytes_total TCP: Bytes delivered in order (all connections, open and ended)\n\
+             # TYPE iwarp_tcp_delivered_bytes_total counter\n\
+             iwarp_tcp_delivered_bytes_total 4096\n",
             "iwarp_tcp_rto_retransmits_total 2\n",
             "iwarp_iface_rx_frames_total 10\n",
             "iwarp_loop_rounds_total 77\n",
@@ -514,44 +749,59 @@ mod tests {
             "# HELP iwarp_qp_fpdus_tx_total Queue pair: FPDUs sent\n\
              # TYPE iwarp_qp_fpdus_tx_total counter\n\
              iwarp_qp_fpdus_tx_total{qp=\"5\",peer=\"10.0.0.2\"} 7\n",
-            "iwarp_qp_bytes_placed_total{qp=\"5\",peer=\"10.0.0.2\"} 8192\n",
+            "iwarp_qp_placed_bytes_total{qp=\"5\",peer=\"10.0.0.2\"} 8192\n",
+            "iwarp_qp_stream_tx_bytes_total{qp=\"5\",peer=\"10.0.0.2\"} 0\n",
             "iwarp_qp_fpdus_rx_total{qp=\"5\",peer=\"10.0.0.2\"} 0\n",
-            "iwarp_qp_tcp_delivered_octets_total{qp=\"5\",peer=\"10.0.0.2\"} 1000\n",
+            "iwarp_qp_tcp_delivered_bytes_total{qp=\"5\",peer=\"10.0.0.2\"} 1000\n",
+            "iwarp_build_info{version=\"",
+            "# TYPE iwarp_serve_accept_duration_seconds histogram\n",
+            "iwarp_serve_accept_duration_seconds_bucket{le=\"0.0025\"} 0\n",
+            "iwarp_serve_accept_duration_seconds_bucket{le=\"0.005\"} 1\n",
+            "iwarp_serve_accept_duration_seconds_count 1\n",
+            "# TYPE process_cpu_seconds_total counter\n",
+            "# TYPE process_resident_memory_bytes gauge\n",
+            "# TYPE process_open_fds gauge\n",
+            "# TYPE process_start_time_seconds gauge\n",
         ] {
             assert!(text.contains(block), "missing:\n{block}\nin:\n{text}");
         }
-        // Every line is a HELP, a TYPE or a sample of a valid name; every
-        // family has one HELP and one TYPE, before its samples.
-        let mut helped = std::collections::HashSet::new();
-        let mut typed = std::collections::HashSet::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# HELP ") {
-                let name = rest.split(' ').next().unwrap_or("");
-                assert!(valid_name(name), "{line}");
-                assert!(helped.insert(name.to_owned()), "two HELP: {line}");
-            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-                let (name, kind) = rest.split_once(' ').unwrap_or(("", ""));
-                assert!(helped.contains(name), "TYPE before HELP: {line}");
-                assert!(kind == "counter" || kind == "gauge", "{line}");
-                assert_eq!(kind == "counter", name.ends_with("_total"), "{line}");
-                assert!(typed.insert(name.to_owned()), "two TYPE: {line}");
-            } else {
-                let name = line.split(['{', ' ']).next().unwrap_or("");
-                assert!(typed.contains(name), "sample before its TYPE: {line}");
-                let value = line.rsplit(' ').next().unwrap_or("");
-                assert!(value.parse::<u64>().is_ok(), "{line}");
-            }
+        for gone in ["octets", "bytes_placed", "\"Copy\""] {
+            assert!(!text.contains(gone), "{gone} in:\n{text}");
         }
-        assert_eq!(helped.len(), typed.len());
     }
 
     #[test]
-    fn name_check_rejects_bad_names() {
-        for good in ["a", "_a:b1", "iwarp_qp_fpdus_tx_total"] {
-            assert!(valid_name(good), "{good}");
-        }
-        for bad in ["", "1a", "a-b", "a b", "é"] {
-            assert!(!valid_name(bad), "{bad}");
-        }
+    fn xdp_device_labels_are_lowercase() {
+        let mut snap = literal();
+        snap.stats.device = DeviceStats::Xdp(iwarp::XdpDeviceStats {
+            iface: "eth\"0".into(),
+            queue: 0,
+            bind: XskMode::ZeroCopy,
+            attach: AttachMode::Driver,
+            multi_buffer: false,
+            socket: Default::default(),
+            kernel: None,
+        });
+        let text = render(snap, &ServeMetrics::default(), Format::Text);
+        assert!(
+            text.contains(
+                "iwarp_device_info{kind=\"af_xdp\",iface=\"eth\\\"0\",queue=\"0\",\
+                 bind=\"zero_copy\",attach=\"driver\",multi_buffer=\"false\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("iwarp_xsk_tx_kicks_total 0\n"), "{text}");
+    }
+
+    #[test]
+    fn accept_header_picks_the_format() {
+        assert_eq!(Format::from_accept(None), Format::Text);
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Text);
+        let prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+        assert_eq!(Format::from_accept(Some(prom)), Format::OpenMetrics);
+        let om = render(literal(), &ServeMetrics::default(), Format::OpenMetrics);
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(om.contains("# UNIT iwarp_qp_placed_bytes bytes\n"), "{om}");
+        assert!(om.contains("iwarp_qp_placed_bytes_total{qp=\"5\",peer=\"10.0.0.2\"} 8192\n"));
     }
 }

@@ -21,11 +21,17 @@
 //! endian). Tagged offsets are zero-based: offset 0 is the region's first
 //! octet.
 //!
-//! With `--stats-addr`, a plain HTTP/1.1 responder on a kernel TCP socket
-//! serves `GET /metrics` in the Prometheus text format (0.0.4): the
-//! context's counters and each connection's queue pair counters; other
-//! paths get 404. Port 0 picks a free port; the bound address is printed as
-//! `stats: http://ADDR/metrics`.
+//! With `--stats-addr`, an HTTP/1.1 server (hyper, on a kernel TCP socket
+//! and a thread of its own) serves `GET /metrics`: the context's counters,
+//! each connection's queue pair counters, accept and scrape times,
+//! `iwarp_build_info` and the `process_*` metrics, in the Prometheus text
+//! format (0.0.4) or OpenMetrics 1.0 as the `Accept` header asks; other
+//! paths get 404. Clients are served concurrently; each connection has 5 s
+//! to send its request and 15 s in all, and at most
+//! `--stats-max-connections` (64) are open at once (more get 503). Port 0
+//! picks a free port; the bound address is printed as
+//! `stats: http://ADDR/metrics` once it is bound (a port in use is a setup
+//! error, exit 2, before the server says it listens).
 //!
 //! `--sim` runs the server on the simulated link (10.0.0.1) with a built-in
 //! client (10.0.0.2) in the same process that writes and reads back blocks
@@ -42,8 +48,8 @@
 //! block came back equal; 1 if a client (built-in or `--connect`) saw a
 //! failed or wrong Read; 2 for a usage or setup error.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,7 +60,8 @@ use iwarp::{
     AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, Mr, Qp, STag,
     WorkRequest, XdpOptions,
 };
-use iwarp_tools::prom::{self, ConnStats};
+use iwarp_tools::http;
+use iwarp_tools::prom::{self, ConnStats, ServeMetrics, Snapshot};
 use iwarp_tools::Cidr;
 
 /// An RDMA Read/Write target: serves one registered memory region to any
@@ -103,6 +110,11 @@ struct Args {
     /// Serve Prometheus metrics on ADDR:PORT (port 0: any free port).
     #[arg(long, value_name = "ADDR:PORT")]
     stats_addr: Option<SocketAddr>,
+    /// Connections open at once to the metrics endpoint (1-4096); more are
+    /// answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "stats_addr",
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    stats_max_connections: u32,
     /// --ip is the interface's own address, which the kernel keeps: only
     /// TCP to --port (server) or to --local-ports-from and up (client)
     /// comes to the stack; ARP and all else stays with the kernel.
@@ -185,6 +197,16 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         signal_hook::flag::register_usize(sig, signalled.clone(), s)
             .map_err(|e| format!("installing the {} handler: {e}", signal_name(s)))?;
     }
+    // The stats port first: one in use is a setup error before the device
+    // is opened and before anything says it listens.
+    let stats_listener = match args.stats_addr {
+        Some(addr) => {
+            let l = TcpListener::bind(addr).map_err(|e| format!("stats endpoint {addr}: {e}"))?;
+            let bound = l.local_addr().map_err(|e| e.to_string())?;
+            Some((l, bound))
+        }
+        None => None,
+    };
     let (ctx, client_ctx) = if args.sim {
         let (a, b) = Context::sim_pair();
         (a, Some(b))
@@ -240,6 +262,23 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         .map_err(|e| format!("listening on port {}: {e}", args.port))?;
     let cq = ctx.create_cq(1024);
     let conns: Conns = Arc::new(Mutex::new(Vec::new()));
+    let metrics = ServeMetrics::default();
+    let stats = match stats_listener {
+        Some((l, bound)) => {
+            let limits = http::Limits {
+                max_connections: args.stats_max_connections as usize,
+                ..http::Limits::default()
+            };
+            let (ctx, conns, m) = (ctx.clone(), conns.clone(), metrics.clone());
+            let scrape = Arc::new(move |format| {
+                snapshot(&ctx, &conns).map(|snap| prom::render(snap, &m, format))
+            });
+            http::spawn(l, limits, metrics.clone(), scrape)
+                .map_err(|e| format!("stats endpoint {bound}: {e}"))?;
+            Some(bound)
+        }
+        None => None,
+    };
     println!(
         "iwarp-serve: listening on {}:{}, region {} MiB stag {:#010x}",
         ctx.addr(),
@@ -247,12 +286,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         args.region_mib,
         mr.stag().0
     );
-    if let Some(addr) = args.stats_addr {
-        let l = TcpListener::bind(addr).map_err(|e| format!("stats endpoint {addr}: {e}"))?;
-        let bound = l.local_addr().map_err(|e| e.to_string())?;
+    if let Some(bound) = stats {
         println!("stats: http://{bound}/metrics");
-        let (ctx, conns) = (ctx.clone(), conns.clone());
-        std::thread::spawn(move || serve_stats(l, &ctx, &conns));
     }
     let _ = std::io::stdout().flush();
 
@@ -271,6 +306,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     while deadline.is_none_or(|d| Instant::now() < d) && signalled.load(Ordering::Relaxed) == 0 {
         match listener.get_request(Duration::from_millis(200)) {
             Ok(req) => {
+                let asked = Instant::now();
                 let peer = req.remote();
                 let opts = AcceptOptions {
                     private_data: advert.clone(),
@@ -278,13 +314,19 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 };
                 match req.accept(&opts, &cq) {
                     Ok(qp) => {
+                        metrics
+                            .accept_seconds
+                            .observe(asked.elapsed().as_secs_f64());
                         let id = qp.id();
                         // In the metrics before the line that announces it.
                         lock(&conns).push((peer, qp));
                         accepted += 1;
                         println!("iwarp-serve: accepted {peer} (qp {id})");
                     }
-                    Err(e) => eprintln!("iwarp-serve: accepting {peer}: {e}"),
+                    Err(e) => {
+                        metrics.accept_failures.inc();
+                        eprintln!("iwarp-serve: accepting {peer}: {e}");
+                    }
                 }
             }
             Err(Error::TimedOut) => {}
@@ -429,66 +471,19 @@ fn client(
     Ok(n)
 }
 
-/// Answer HTTP requests one at a time: `GET /metrics`, else 404.
-fn serve_stats(l: TcpListener, ctx: &Context, conns: &Conns) {
-    for s in l.incoming() {
-        let Ok(mut s) = s else { continue };
-        if let Err(e) = answer(&mut s, ctx, conns) {
-            eprintln!("iwarp-serve: stats request: {e}");
-        }
-    }
-}
-
-fn answer(s: &mut TcpStream, ctx: &Context, conns: &Conns) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut req = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 << 10 {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        req.extend_from_slice(&buf[..n]);
-    }
-    let line = String::from_utf8_lossy(&req);
-    let mut parts = line.lines().next().unwrap_or("").split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, ctype, body) = if method != "GET" {
-        (
-            "405 Method Not Allowed",
-            "text/plain",
-            "only GET\n".to_owned(),
-        )
-    } else if path != "/metrics" {
-        (
-            "404 Not Found",
-            "text/plain",
-            "not found; try /metrics\n".to_owned(),
-        )
-    } else {
-        match ctx.stats() {
-            Ok(st) => {
-                let cs: Vec<ConnStats> = lock(conns)
-                    .iter()
-                    .filter_map(|(peer, qp)| {
-                        qp.stats().ok().map(|counters| ConnStats {
-                            qp: qp.id(),
-                            peer: *peer,
-                            counters,
-                        })
-                    })
-                    .collect();
-                ("200 OK", prom::CONTENT_TYPE, prom::render(&st, &cs))
-            }
-            Err(e) => ("503 Service Unavailable", "text/plain", format!("{e}\n")),
-        }
-    };
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    s.flush()
+/// The counters of one scrape: the context's, and those of each connection
+/// still in the stack.
+fn snapshot(ctx: &Context, conns: &Conns) -> Result<Snapshot, String> {
+    let stats = ctx.stats().map_err(|e| e.to_string())?;
+    let conns = lock(conns)
+        .iter()
+        .filter_map(|(peer, qp)| {
+            qp.stats().ok().map(|counters| ConnStats {
+                qp: qp.id(),
+                peer: *peer,
+                counters,
+            })
+        })
+        .collect();
+    Ok(Snapshot { stats, conns })
 }
