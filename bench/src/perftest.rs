@@ -1350,7 +1350,7 @@ fn send_bw_server(
 /// `-u`, `-S`, `--cpu_util`, `-V`... accepted and ignored where they make no
 /// sense for us), the server address as the last argument, plus our
 /// `--iface`, `--ip ADDR[/PREFIX]`, `--gateway`, `--core`, `--busy`,
-/// `--no-crc`, `--in-netns`.
+/// `--no-crc`, `--in-netns`, `--memif-socket`.
 pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String> {
     let mut o = Options::new(kind);
     let mut s = StackArgs::default();
@@ -1412,6 +1412,7 @@ pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String
             "--ip" => s.ip = Some(value(&mut i)?),
             "--gateway" => s.gateway = Some(value(&mut i)?),
             "--in-netns" => s.netns = Some(value(&mut i)?),
+            "--memif-socket" => s.memif_socket = Some(value(&mut i)?.into()),
             "--core" => s.core = Some(num(&value(&mut i)?)? as usize),
             "--busy" => {
                 s.busy = true;
@@ -1468,12 +1469,40 @@ pub struct StackArgs {
     pub core: Option<usize>,
     /// `--busy`: busy-poll.
     pub busy: bool,
+    /// `--memif-socket PATH`: a DPDK memif link on that socket file
+    /// instead of AF_XDP (the server end creates it, the client end
+    /// connects; both name the same path).
+    pub memif_socket: Option<std::path::PathBuf>,
 }
 
 impl StackArgs {
-    /// The AF_XDP settings these flags describe.
-    pub fn xdp(&self) -> Result<iwarp::XdpOptions, String> {
-        let iface = self.iface.as_deref().ok_or("--iface IFACE is required")?;
+    /// Open our context: DPDK memif with `--memif-socket` (role server
+    /// when `server`), AF_XDP on `--iface` otherwise.
+    pub fn open(&self, server: bool, wait: Duration) -> Result<Context, String> {
+        let Some(sock) = &self.memif_socket else {
+            return open_context(&self.xdp()?, wait);
+        };
+        if self.iface.is_some() || self.netns.is_some() {
+            return Err("--memif-socket excludes --iface and --in-netns".into());
+        }
+        let (addr, prefix) = self.addr()?;
+        let role = if server {
+            iwarp::dpdk::MemifRole::Server
+        } else {
+            iwarp::dpdk::MemifRole::Client
+        };
+        let mut o = iwarp::DpdkOptions::memif(0, role, 0, sock, addr, prefix);
+        o.host.core = self.core;
+        o.host.polling = self.polling();
+        if let Some(g) = &self.gateway {
+            o.host.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
+        }
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let eal = crate::floor::memif_eal(ncpu)?;
+        Context::dpdk(&eal, &o).map_err(|e| format!("memif on {}: {e}", sock.display()))
+    }
+
+    fn addr(&self) -> Result<(Ipv4Addr, u8), String> {
         let ip = self.ip.as_deref().ok_or("--ip ADDR[/PREFIX] is required")?;
         let (addr, prefix) = match ip.split_once('/') {
             Some((a, p)) => (
@@ -1484,16 +1513,30 @@ impl StackArgs {
             None => (ip, 24),
         };
         let addr: Ipv4Addr = addr.parse().map_err(|_| format!("--ip {ip}: not IPv4"))?;
+        Ok((addr, prefix))
+    }
+
+    fn polling(&self) -> iwarp::Polling {
+        if self.busy {
+            iwarp::Polling::Busy
+        } else {
+            iwarp::Polling::Adaptive
+        }
+    }
+
+    /// The AF_XDP settings these flags describe.
+    pub fn xdp(&self) -> Result<iwarp::XdpOptions, String> {
+        let iface = self
+            .iface
+            .as_deref()
+            .ok_or("--iface IFACE (or --memif-socket PATH) is required")?;
+        let (addr, prefix) = self.addr()?;
         let mut x = iwarp::XdpOptions::new(iface, addr, prefix);
         if let Some(g) = &self.gateway {
             x.host.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
         }
         x.host.core = self.core;
-        x.host.polling = if self.busy {
-            iwarp::Polling::Busy
-        } else {
-            iwarp::Polling::Adaptive
-        };
+        x.host.polling = self.polling();
         if let Some(ns) = &self.netns {
             x.host.netns = Some(if ns.contains('/') {
                 ns.into()

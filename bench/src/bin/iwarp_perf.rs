@@ -1291,17 +1291,19 @@ fn perftest_mode() -> Option<Result<(), String>> {
     Some((|| {
         let (o, stack) =
             perftest::parse(kind, rest).map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
-        let x = stack.xdp().map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
-        let ctx = perftest::open_context(&x, Duration::from_secs(5))?;
+        let ctx = stack
+            .open(o.server.is_none(), Duration::from_secs(5))
+            .map_err(|e| format!("{e}\n{PERFTEST_USAGE}"))?;
         perftest::run(&ctx, &o).map(|_| ())
     })())
 }
 
 const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SIZE | -a] [-n ITERS] [-t TX] [-r RX] [-o READS]
-                  [--report_gbits] --iface IFACE --ip ADDR[/PREFIX] [--gateway GW] [--in-netns NS]
-                  [--core N] [--busy] [--no-crc] [SERVER]
+                  [--report_gbits] (--iface IFACE [--in-netns NS] | --memif-socket PATH)
+                  --ip ADDR[/PREFIX] [--gateway GW] [--core N] [--busy] [--no-crc] [SERVER]
   Client or server of rdma-core's ib_TEST -R (perftest's other flags, such as -d or -F, are accepted and
-  ignored). Without SERVER it waits for a perftest client.";
+  ignored). Without SERVER it waits for a perftest client. --memif-socket: a DPDK memif link on that
+  socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects).";
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -1,0 +1,128 @@
+//! DPDK memif, the kernel-free link: `iwarp-perf --link memif` (both
+//! contexts in one process, with the link's ping-pong floor printed beside
+//! ours) and perftest mode across two processes sharing one memif socket.
+//! No timing thresholds. Without DPDK in the build the tests say so and
+//! pass, except under CI, where `scripts/deps.sh --test` installs it.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn dpdk_or_skip() -> bool {
+    if iwarp::dpdk::AVAILABLE {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI without DPDK: scripts/deps.sh --test installs libdpdk-dev"
+    );
+    eprintln!("SKIP: built without DPDK (install libdpdk-dev)");
+    false
+}
+
+fn perf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_iwarp-perf"))
+}
+
+/// The numbers of the first row after the perftest-style header.
+fn first_row(stdout: &str) -> Vec<f64> {
+    let mut lines = stdout.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    assert!(lines.next().is_some(), "no header in\n{stdout}");
+    let row = lines.next().expect("a row after the header");
+    row.split_whitespace()
+        .take_while(|v| !v.starts_with("<-"))
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("not a number: {v:?} in {row:?}")))
+        .collect()
+}
+
+#[test]
+fn iwarp_perf_write_lat_and_write_bw_over_memif() {
+    if !dpdk_or_skip() {
+        return;
+    }
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_perf");
+    for (test, cols) in [("write_lat", 9), ("write_bw", 6)] {
+        let o = perf()
+            .args([test, "--link", "memif", "-n", "2000", "--out"])
+            .arg(&out)
+            .output()
+            .expect("run iwarp-perf");
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "iwarp-perf {test} --link memif failed\n{stdout}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(stdout.contains("DPDK memif"), "{stdout}");
+        let row = first_row(&stdout);
+        assert_eq!(row.len(), cols, "{stdout}");
+        assert_eq!(row[1], 2000.0, "every iteration done: {stdout}");
+        if test == "write_lat" {
+            // The floor of the same link, and our ratio to it.
+            assert!(stdout.contains("<- floor of this link (memif"), "{stdout}");
+            assert!(stdout.contains("ours over the floor: p50"), "{stdout}");
+            let json: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(out.join("write_lat.json")).expect("json"),
+            )
+            .expect("valid JSON");
+            assert_eq!(json["link"], "memif");
+            let r = &json["results"][0];
+            assert!(r["floor"]["p50_us"].as_f64().expect("floor p50") > 0.0, "{r}");
+            assert!(r["ratio_ours_over_floor"]["p50"].as_f64().expect("ratio") > 0.0);
+        }
+    }
+}
+
+/// perftest mode's server and client in two processes on one memif socket:
+/// both finish every iteration and print their row.
+#[test]
+fn perftest_mode_across_two_processes_over_memif() {
+    if !dpdk_or_skip() {
+        return;
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_two");
+    let _ = std::fs::create_dir_all(&dir);
+    let sock = dir.join("link.sock");
+    let _ = std::fs::remove_file(&sock);
+    for (test, size) in [("write_lat", "64"), ("write_bw", "65536")] {
+        let common = |ip: &str| {
+            let mut c = perf();
+            c.args([test, "-R", "-n", "500", "-s", size, "-p", "18515", "--ip", ip])
+                .arg("--memif-socket")
+                .arg(&sock)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c
+        };
+        let server = common("10.80.0.1/24").spawn().expect("server");
+        // The server creates the socket; the client connects to it.
+        let t0 = Instant::now();
+        while !sock.exists() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let client = common("10.80.0.2/24").arg("10.80.0.1").spawn().expect("client");
+        for (who, child) in [("client", client), ("server", server)] {
+            let o = wait_bounded(child, Duration::from_secs(120));
+            let stdout = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                o.status.success(),
+                "{test} {who} failed\n{stdout}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let row = first_row(&stdout);
+            assert_eq!(row[0], size.parse::<f64>().expect("size"), "{stdout}");
+            assert!(row.iter().all(|v| v.is_finite() && *v >= 0.0), "{stdout}");
+        }
+        let _ = std::fs::remove_file(&sock);
+    }
+}
+
+/// The child's output, killing it first if it runs past `limit` (a server
+/// whose client never came would wait for ever).
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let t0 = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() && t0.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait_with_output().expect("wait")
+}
