@@ -33,6 +33,8 @@
 //! Teardown: a graceful close waits until the queue pair has sent
 //! everything and has no RDMA Read outstanding, then shuts the
 //! association down (SCTP delivers what it holds first, RFC 9260 §9.2);
+//! a peer that leaves our Reads unanswered and sends no segment for
+//! [`SetupTimeouts::close`] turns the close into an abort, as over MPA;
 //! an abort queues an RDMAP Terminate (local catastrophic error) and
 //! shuts down once it is out, or sends SCTP ABORT after 100 ms. A queue
 //! pair in error ends its session with a DDP Stream Session Terminate
@@ -111,7 +113,8 @@ pub struct SctpUlp {
     pub timeouts: SetupTimeouts,
 }
 
-/// Setup timers of an SCTP connection (nanoseconds; 0 turns one off).
+/// Setup and close timers of an SCTP connection (nanoseconds; 0 turns
+/// one off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SetupTimeouts {
     /// Active side: Initiate sent, until the Accept or Reject.
@@ -120,15 +123,23 @@ pub struct SetupTimeouts {
     pub request: u64,
     /// Passive side: the application's answer to a request.
     pub decision: u64,
+    /// A graceful close waiting for the answers to our RDMA Reads: once
+    /// the peer has sent no segment for this long, the close becomes
+    /// abortive and the Reads complete flushed (`MpaConfig::close_timeout`,
+    /// as over MPA).
+    pub close: u64,
 }
 
 impl Default for SetupTimeouts {
-    /// MPA's defaults (`iwarp_control::MpaConfig`): 10 s, 5 s, 10 s.
+    /// MPA's defaults (`iwarp_control::MpaConfig`): 10 s, 5 s, 10 s, and
+    /// a close timeout of 5 s.
     fn default() -> Self {
+        let m = iwarp_control::MpaConfig::default();
         SetupTimeouts {
-            reply: 10_000_000_000,
-            request: 5_000_000_000,
-            decision: 10_000_000_000,
+            reply: m.reply_timeout,
+            request: m.request_timeout,
+            decision: m.decision_timeout,
+            close: m.close_timeout,
         }
     }
 }
@@ -181,6 +192,10 @@ struct Conn {
     reported_closed: bool,
     /// When the current setup phase times out.
     setup_deadline: Option<u64>,
+    /// A graceful close waiting only for the answers to our Reads: when
+    /// it becomes abortive, and the segments received when that was set
+    /// (progress sets it again).
+    close_deadline: Option<(u64, u64)>,
 }
 
 impl Conn {
@@ -203,6 +218,7 @@ impl Conn {
             closed: false,
             reported_closed: false,
             setup_deadline: None,
+            close_deadline: None,
         }
     }
 
@@ -297,6 +313,9 @@ pub struct SctpConns {
     next_port: u16,
     ephemeral_base: u16,
     host_out: Vec<SctpOutput>,
+    /// Graceful closes that ran out of `SetupTimeouts::close` waiting for
+    /// the answers to our Reads and became abortive.
+    close_timeouts: u64,
 }
 
 impl SctpConns {
@@ -312,6 +331,7 @@ impl SctpConns {
             next_port: ephemeral_base,
             ephemeral_base,
             host_out: Vec::new(),
+            close_timeouts: 0,
         })
     }
 
@@ -328,6 +348,12 @@ impl SctpConns {
     /// The connection opened under `token`, while it exists.
     pub fn by_token(&self, token: u64) -> Option<SockId> {
         self.by_token.get(&token).copied()
+    }
+
+    /// Graceful closes that waited `SetupTimeouts::close` for the answers
+    /// to our Reads in vain and became abortive.
+    pub fn close_timeouts(&self) -> u64 {
+        self.close_timeouts
     }
 
     /// Live connections.
@@ -861,6 +887,38 @@ impl SctpConns {
             if let Some(a) = self.host.assoc_mut(c.assoc) {
                 busy |= qp.transmit(mem, &mut AssocSink { assoc: a, now }) > 0;
             }
+        }
+        // A graceful close that waits only for the answers to our Reads
+        // ends as over MPA (`over_tcp`, `Timer::CloseReads`): once the
+        // peer has sent no segment for `close` the close becomes abortive
+        // (Terminate, then SHUTDOWN or ABORT) and the Reads complete
+        // flushed.
+        let reads_wait = match (&c.closing, &c.qp) {
+            (Some(Closing::Graceful), Some(q)) if !c.closed && !c.shutdown_sent => {
+                let r = q.qp_ref();
+                (q.tx_idle()
+                    && !q.session_over()
+                    && r.state() != QpState::Error
+                    && r.outstanding_reads() > 0)
+                    .then(|| r.stats().fpdus_rx)
+            }
+            _ => None,
+        };
+        match (reads_wait, c.ulp.timeouts.close) {
+            (Some(seen), t @ 1..) => {
+                if c.close_deadline.is_none_or(|(_, s)| s != seen) {
+                    c.close_deadline = Some((now.saturating_add(t), seen));
+                }
+                if c.close_deadline.is_some_and(|(at, _)| now >= at) {
+                    c.close_deadline = None;
+                    self.close_timeouts += 1;
+                    tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
+                    self.abort(id, now);
+                    self.drive(id, now, mem, out);
+                    return true;
+                }
+            }
+            _ => c.close_deadline = None,
         }
         // Teardown.
         if !c.closed && !c.shutdown_sent {
