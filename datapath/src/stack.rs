@@ -1169,7 +1169,10 @@ impl Stack {
             c.sctp.rto_min = self.cfg.tcp.rto_min;
             c.sctp.rto_max = self.cfg.tcp.rto_max.max(self.cfg.tcp.rto_min);
             match SctpConns::new(c, self.cfg.ephemeral_base) {
-                Ok(p) => self.sctp = Some(Box::new(p)),
+                Ok(mut p) => {
+                    p.set_backlog(self.cfg.backlog);
+                    self.sctp = Some(Box::new(p))
+                }
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),
             }
         }

@@ -316,6 +316,11 @@ pub struct SctpConns {
     /// Graceful closes that ran out of `SetupTimeouts::close` waiting for
     /// the answers to our Reads and became abortive.
     close_timeouts: u64,
+    /// Connections per listening port its application has not accepted
+    /// yet (`set_backlog`).
+    backlog: usize,
+    /// Associations aborted at a listener whose backlog was full.
+    backlog_aborts: u64,
 }
 
 impl SctpConns {
@@ -332,6 +337,8 @@ impl SctpConns {
             ephemeral_base,
             host_out: Vec::new(),
             close_timeouts: 0,
+            backlog: usize::MAX,
+            backlog_aborts: 0,
         })
     }
 
@@ -354,6 +361,34 @@ impl SctpConns {
     /// to our Reads in vain and became abortive.
     pub fn close_timeouts(&self) -> u64 {
         self.close_timeouts
+    }
+
+    /// A listening port holds at most `n` connections its application
+    /// has not accepted (awaiting the peer's Initiate, or the
+    /// application's answer to it); an association that completes its
+    /// handshake beyond that is aborted at once, as Linux's SCTP answers
+    /// a COOKIE ECHO with ABORT when the accept queue is full
+    /// (`sctp_sf_do_5_1D_ce`). The stack sets its `StackConfig::backlog`.
+    pub fn set_backlog(&mut self, n: usize) {
+        self.backlog = n;
+    }
+
+    /// Associations aborted for a full backlog.
+    pub fn backlog_aborts(&self) -> u64 {
+        self.backlog_aborts
+    }
+
+    /// Connections at listening port `port` the application has not
+    /// accepted yet.
+    pub fn unaccepted(&self, port: u16) -> usize {
+        self.conns
+            .values()
+            .filter(|c| {
+                c.port == port
+                    && !c.closed
+                    && matches!(c.phase, Phase::AwaitInitiate | Phase::AwaitDecision(_))
+            })
+            .count()
     }
 
     /// Live connections.
@@ -633,7 +668,12 @@ impl SctpConns {
                     .assoc(assoc)
                     .map(|a| a.sctp().local_port())
                     .unwrap_or(0);
-                let Some(l) = self.listeners.get(&lport) else {
+                let full = self.unaccepted(lport) >= self.backlog;
+                let Some(l) = self.listeners.get(&lport).filter(|_| !full) else {
+                    if full {
+                        self.backlog_aborts += 1;
+                        tracing::debug!(port = lport, "SCTP backlog full: association aborted");
+                    }
                     if let Some(a) = self.host.assoc_mut(assoc) {
                         a.abort();
                     }
