@@ -82,6 +82,10 @@ pub struct StackConfig {
     pub rx_backlog_limit: usize,
     /// First ephemeral port for active opens.
     pub ephemeral_base: u16,
+    /// Octets an iWARP-over-SCTP queue pair holds out of DDP-SSN order
+    /// (`SctpConns::set_max_held`, 1 MiB by default); beyond it the
+    /// stream ends with an RDMAP Terminate and the association closes.
+    pub sctp_max_held: usize,
     /// A safety net (ns): every iWARP connection is polled at least this
     /// often. A round polls only the connections in the ready set (a
     /// segment or a command arrived, or their last poll sent or reported
@@ -111,6 +115,7 @@ impl StackConfig {
             ring_chunks: 1024,
             rx_backlog_limit: 1 << 20,
             ephemeral_base: 49152,
+            sctp_max_held: crate::over_sctp::conn::MAX_HELD,
             idle_sweep: 100_000_000,
             copy_tx: false,
         }
@@ -1171,6 +1176,7 @@ impl Stack {
             match SctpConns::new(c, self.cfg.ephemeral_base) {
                 Ok(mut p) => {
                     p.set_backlog(self.cfg.backlog);
+                    p.set_max_held(self.cfg.sctp_max_held);
                     self.sctp = Some(Box::new(p))
                 }
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),

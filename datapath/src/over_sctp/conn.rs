@@ -70,6 +70,13 @@ pub const SCTP_SOCK_BASE: SockId = (SockId::MAX >> 1) + 1;
 /// Octets of segments an initiator holds that arrived before the Accept.
 pub const MAX_EARLY: usize = 1 << 20;
 
+/// [`SctpConns::set_max_held`]'s default: octets a queue pair holds out of
+/// DDP-SSN order, as much as a TCP connection's out-of-order buffer (its
+/// 1 MiB receive window) and ddp-sctp's own hold (`max_held`), instead
+/// of the DDP-SSN window × MULPDU (about 5.9 MB) a peer could otherwise
+/// make each connection hold.
+pub const MAX_HELD: usize = 1 << 20;
+
 /// The DDP stream the API's connections use.
 const STREAM: u16 = 0;
 
@@ -86,6 +93,10 @@ pub struct SctpCounters {
     pub host: super::SctpHostStats,
     /// The live associations' counters, summed.
     pub assoc: sctp_lite::assoc::Stats,
+    /// Octets the queue pairs hold now out of DDP-SSN order, summed.
+    pub qp_held_octets: usize,
+    /// The most any one queue pair holds now.
+    pub qp_held_max: usize,
 }
 
 /// What an SCTP connection or listener runs with.
@@ -236,7 +247,7 @@ impl Conn {
 
     /// Make the queue pair (session accepted), post what waited, and
     /// report full operation.
-    fn start(&mut self, n: Negotiated, mulpdu: usize, mem: &mut MemoryTable) {
+    fn start(&mut self, n: Negotiated, mulpdu: usize, max_held: usize, mem: &mut MemoryTable) {
         let cfg = QpConfig {
             pd: self.ulp.params.pd,
             ird: n.ird,
@@ -248,7 +259,7 @@ impl Conn {
             sq_depth: self.ulp.params.sq_depth,
             rq_depth: self.ulp.params.rq_depth,
         };
-        let mut qp = SctpQp::new(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true);
+        let mut qp = SctpQp::bounded(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true, max_held);
         // Receives first, so the segments held and those behind them find
         // their buffers; sends after.
         let mut sends = VecDeque::new();
@@ -321,6 +332,8 @@ pub struct SctpConns {
     backlog: usize,
     /// Associations aborted at a listener whose backlog was full.
     backlog_aborts: u64,
+    /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
+    max_held: usize,
 }
 
 impl SctpConns {
@@ -339,6 +352,7 @@ impl SctpConns {
             close_timeouts: 0,
             backlog: usize::MAX,
             backlog_aborts: 0,
+            max_held: MAX_HELD,
         })
     }
 
@@ -371,6 +385,14 @@ impl SctpConns {
     /// (`sctp_sf_do_5_1D_ce`). The stack sets its `StackConfig::backlog`.
     pub fn set_backlog(&mut self, n: usize) {
         self.backlog = n;
+    }
+
+    /// Queue pairs made from now on hold at most `octets` of segments
+    /// that arrived ahead of an earlier DDP-SSN ([`SctpQp::bounded`];
+    /// [`MAX_HELD`] by default); one more ends the connection's stream
+    /// with an RDMAP Terminate and its association is shut down.
+    pub fn set_max_held(&mut self, octets: usize) {
+        self.max_held = octets;
     }
 
     /// Associations aborted for a full backlog.
@@ -413,10 +435,15 @@ impl SctpConns {
                 assoc.heartbeat_acks += t.heartbeat_acks;
             }
         }
+        let held = self.conns.values().filter_map(|c| c.qp.as_ref());
+        let held = held.map(|q| q.qp_ref().segments_held().1);
+        let (qp_held_octets, qp_held_max) = held.fold((0, 0), |(s, m), h| (s + h, m.max(h)));
         SctpCounters {
             connections: self.conns.len(),
             host: self.host.stats(),
             assoc,
+            qp_held_octets,
+            qp_held_max,
         }
     }
 
@@ -567,7 +594,7 @@ impl SctpConns {
         if cq.is_some() {
             c.ulp.cq = cq;
         }
-        c.start(n, mulpdu, mem);
+        c.start(n, mulpdu, self.max_held, mem);
         tracing::info!(sock = id, ird, ord, "SCTP connection request accepted");
         Ok(())
     }
@@ -804,7 +831,7 @@ impl SctpConns {
                 match session::parse_accept(&private_data, c.ulp.ird, c.ulp.ord) {
                     Ok(n) => {
                         let mulpdu = self.host.assoc(assoc).map(|a| a.mulpdu()).unwrap_or(0);
-                        c.start(n, mulpdu, mem);
+                        c.start(n, mulpdu, self.max_held, mem);
                         tracing::info!(sock = id, "SCTP session established");
                     }
                     Err(e) => {
