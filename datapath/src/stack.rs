@@ -43,6 +43,10 @@ use iwarp_control::SetupError;
 /// Identifies a connection inside one [`Stack`].
 pub type SockId = usize;
 
+/// [`StackConfig::unaccepted_window`]'s default: the longest MPA Request
+/// (532 octets) and `MpaConfig::max_early_data` (4096), rounded up.
+pub const UNACCEPTED_WINDOW: u32 = 8 << 10;
+
 /// Stack settings.
 #[derive(Debug, Clone)]
 pub struct StackConfig {
@@ -54,8 +58,21 @@ pub struct StackConfig {
     pub isn_secret: [u8; 16],
     /// Use this initial sequence number instead (tests of sequence wrap).
     pub fixed_isn: Option<u32>,
-    /// Accept queue length per listener.
+    /// Accept queue length per listener. An iWARP connection counts
+    /// against it from its handshake until the application accepts it
+    /// (`Accept`; for a listener that is not manual, until the MPA
+    /// exchange ends): awaiting the MPA Request or holding it for the
+    /// application's decision. Beyond it a SYN is dropped, and so is the
+    /// ACK that would complete a handshake, as Linux does with a full
+    /// accept queue ([`Listener::accept_queue_full`]).
     pub backlog: usize,
+    /// Window (octets) an iWARP connection not accepted yet offers, from
+    /// its SYN-ACK on: what its peer can make it hold out of order. A
+    /// legitimate peer sends the MPA Request (at most 532 octets) and
+    /// nothing more before the Reply; `MpaConfig::max_early_data` (4096)
+    /// more are tolerated. The window opens to `tcp.rcv_buf` once the
+    /// connection is accepted.
+    pub unaccepted_window: u32,
     /// Half-open connections per listener.
     pub max_half_open: usize,
     /// Chunks a byte stream's receive and send rings hold.
@@ -65,6 +82,10 @@ pub struct StackConfig {
     pub rx_backlog_limit: usize,
     /// First ephemeral port for active opens.
     pub ephemeral_base: u16,
+    /// Octets an iWARP-over-SCTP queue pair holds out of DDP-SSN order
+    /// (`SctpConns::set_max_held`, 1 MiB by default); beyond it the
+    /// stream ends with an RDMAP Terminate and the association closes.
+    pub sctp_max_held: usize,
     /// A safety net (ns): every iWARP connection is polled at least this
     /// often. A round polls only the connections in the ready set (a
     /// segment or a command arrived, or their last poll sent or reported
@@ -89,10 +110,12 @@ impl StackConfig {
             isn_secret: [0x5a; 16],
             fixed_isn: None,
             backlog: 64,
+            unaccepted_window: UNACCEPTED_WINDOW,
             max_half_open: 64,
             ring_chunks: 1024,
             rx_backlog_limit: 1 << 20,
             ephemeral_base: 49152,
+            sctp_max_held: crate::over_sctp::conn::MAX_HELD,
             idle_sweep: 100_000_000,
             copy_tx: false,
         }
@@ -915,6 +938,9 @@ struct Sock {
     /// The deadline this connection has in the timer heap (the earliest,
     /// if it has several: later ones are stale and only wake it early).
     timer_at: Option<u64>,
+    /// The listener (port) whose backlog this connection counts against
+    /// until the application accepts it (`StackConfig::backlog`).
+    backlog_of: Option<u16>,
 }
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
@@ -940,6 +966,9 @@ struct Listening {
     ulp: Ulp,
     /// Payload that arrived with the handshake's last ACK, per (peer, port).
     early: HashMap<(Ipv4Address, u16), Vec<u8>>,
+    /// Connections handed out that still count against the backlog
+    /// (`Sock::backlog_of`).
+    unaccepted: usize,
 }
 
 /// Counters.
@@ -951,6 +980,9 @@ pub struct StackStats {
     pub rx_backpressure_drops: u64,
     /// Segments the interface refused to send.
     pub tx_errors: u64,
+    /// ACKs that would have completed a handshake at a listener whose
+    /// backlog was full, dropped (Linux's `ListenOverflows`).
+    pub listen_overflows: u64,
     /// TCP counters summed over connections that have ended.
     pub tcp_closed: tcp::Stats,
 }
@@ -1075,6 +1107,33 @@ impl Stack {
         (half_open, ready)
     }
 
+    /// Connections listeners handed out that the application has not
+    /// accepted yet, summed over listeners (each listener's count is
+    /// within its backlog).
+    pub fn unaccepted(&self) -> usize {
+        self.listeners.values().map(|l| l.unaccepted).sum()
+    }
+
+    /// Connection `id` stops counting against its listener's backlog:
+    /// accepted (its window opens to `rcv_buf`), failed or gone.
+    fn leave_backlog(&mut self, id: SockId, accepted: bool) {
+        let Some(sock) = self.socks.get_mut(&id) else {
+            return;
+        };
+        let Some(port) = sock.backlog_of.take() else {
+            return;
+        };
+        if accepted {
+            if let SockKind::Iwarp(i) = &mut sock.kind {
+                i.tcp.set_rcv_cap(None);
+            }
+        }
+        if let Some(l) = self.listeners.get_mut(&port) {
+            l.unaccepted = l.unaccepted.saturating_sub(1);
+            l.listener.set_unaccepted(l.unaccepted);
+        }
+    }
+
     /// Counters of an iWARP connection's queue pair (`None`: no such
     /// connection, a byte stream, or the MPA exchange has not finished).
     pub fn qp_stats(&self, sock: SockId) -> Option<iwarp_proto::qp::QpStats> {
@@ -1118,7 +1177,11 @@ impl Stack {
             c.sctp.rto_initial = self.cfg.tcp.rto_initial.max(c.sctp.rto_min);
             c.sctp.rto_max = self.cfg.tcp.rto_max.max(c.sctp.rto_min);
             match SctpConns::new(c, self.cfg.ephemeral_base) {
-                Ok(p) => self.sctp = Some(Box::new(p)),
+                Ok(mut p) => {
+                    p.set_backlog(self.cfg.backlog);
+                    p.set_max_held(self.cfg.sctp_max_held);
+                    self.sctp = Some(Box::new(p))
+                }
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),
             }
         }
@@ -1201,6 +1264,7 @@ impl Stack {
                 rto_seen: 0,
                 ready: false,
                 timer_at: None,
+                backlog_of: None,
             },
             shared,
         )
@@ -1394,7 +1458,19 @@ impl Stack {
             0
         };
         if let Some(l) = self.listeners.get_mut(&seg.dst_port) {
+            let full = l.listener.accept_queue_full();
             if let Some(c) = l.listener.half_open_mut(src, seg.src_port) {
+                use tcp_lite::wire::TcpFlags;
+                if full
+                    && seg.flags.contains(TcpFlags::ACK)
+                    && !seg.flags.intersects(TcpFlags::SYN | TcpFlags::RST)
+                {
+                    // The backlog is full: the handshake stays half-open
+                    // (its SYN-ACK retransmitted, the peer's ACK retried),
+                    // as Linux leaves it with a full accept queue.
+                    self.stats.listen_overflows += 1;
+                    return;
+                }
                 let mut early = Vec::new();
                 c.handle_segment(seg, now, &mut |d| early.extend_from_slice(d));
                 if !early.is_empty() {
@@ -1440,7 +1516,16 @@ impl Stack {
             };
             let early = l.early.remove(&(remote, tcp.remote_port()));
             let ulp = l.ulp.clone();
+            // An iWARP connection is the application's once it accepts
+            // the Request; a byte stream once handed out.
+            if matches!(ulp, Ulp::Iwarp { .. }) {
+                l.unaccepted += 1;
+                l.listener.set_unaccepted(l.unaccepted);
+            }
             let (mut sock, stream) = self.make_sock(tcp, remote, &ulp, Role::Responder);
+            if matches!(ulp, Ulp::Iwarp { .. }) {
+                sock.backlog_of = Some(port);
+            }
             if let Some(early) = early {
                 match &mut sock.kind {
                     SockKind::Stream(s) => {
@@ -1524,6 +1609,22 @@ impl Stack {
 
     /// Report state changes of connection `id`; frees it once closed.
     fn settle(&mut self, id: SockId) {
+        // Out of MPA setup (accepted, failed or closed): out of the backlog.
+        let setup_over = self.socks.get(&id).and_then(|s| match &s.kind {
+            SockKind::Iwarp(i) if s.backlog_of.is_some() => {
+                use crate::over_tcp::State;
+                let st = i.state();
+                (!matches!(
+                    st,
+                    State::Opening | State::AwaitingMpa | State::AwaitingDecision
+                ))
+                .then_some(st == State::Operational)
+            }
+            _ => None,
+        });
+        if let Some(accepted) = setup_over {
+            self.leave_backlog(id, accepted);
+        }
         let Some(sock) = self.socks.get_mut(&id) else {
             return;
         };
@@ -1715,12 +1816,16 @@ impl crate::runtime::Engine for Stack {
                     // SYN cookies once the half-open table is full (RFC 4987
                     // §3.6), keyed apart from the ISN hash.
                     listener.enable_syn_cookies(self.cfg.isn_secret.map(|b| b ^ 0x3c));
+                    if matches!(ulp, Ulp::Iwarp { .. }) {
+                        listener.set_rcv_cap(Some(self.cfg.unaccepted_window));
+                    }
                     self.listeners.insert(
                         port,
                         Listening {
                             listener,
                             ulp,
                             early: HashMap::new(),
+                            unaccepted: 0,
                         },
                     );
                     Ok(())
@@ -1730,6 +1835,12 @@ impl crate::runtime::Engine for Stack {
             }
             Command::Unlisten(port) => {
                 let removed = self.listeners.remove(&port).is_some();
+                // A later listener on the port starts with its own count.
+                for s in self.socks.values_mut() {
+                    if s.backlog_of == Some(port) {
+                        s.backlog_of = None;
+                    }
+                }
                 self.pending_out
                     .push_back(Output::Unlistened { port, removed });
             }
@@ -1800,7 +1911,10 @@ impl crate::runtime::Engine for Stack {
                         *sock_cq = cq;
                     }
                     match i.accept(private_data, ird, ord, &mut self.mem) {
-                        Ok(()) => tracing::info!(sock, ird, ord, "connection request accepted"),
+                        Ok(()) => {
+                            tracing::info!(sock, ird, ord, "connection request accepted");
+                            self.leave_backlog(sock, true);
+                        }
                         Err(e) => {
                             tracing::info!(sock, error = ?e, "accept refused");
                             self.pending_out.push_back(Output::CmRefused(sock, e));

@@ -1587,12 +1587,14 @@ impl ConnectOptions {
     }
 }
 
-/// MPA's setup timers, applied to the DDP Stream Session exchange.
+/// MPA's setup timers, applied to the DDP Stream Session exchange, and
+/// its close timeout.
 fn timeouts(m: &MpaConfig) -> SetupTimeouts {
     SetupTimeouts {
         reply: m.reply_timeout,
         request: m.request_timeout,
         decision: m.decision_timeout,
+        close: m.close_timeout,
     }
 }
 

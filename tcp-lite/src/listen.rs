@@ -88,6 +88,11 @@ pub struct Listener {
     /// Half-open connections, oldest first.
     half_open: Vec<(Ipv4Address, Connection)>,
     ready: VecDeque<(Ipv4Address, Connection)>,
+    /// Connections the owner took from the accept queue and still counts
+    /// against the backlog ([`set_unaccepted`](Self::set_unaccepted)).
+    unaccepted: usize,
+    /// Window cap of the connections made here (`set_rcv_cap`).
+    rcv_cap: Option<u32>,
     /// SYNs refused for a full half-open table.
     pub refused_half_open: u64,
     /// SYNs refused for a full backlog.
@@ -170,6 +175,8 @@ impl Listener {
             syn_ack_retries: Self::SYN_ACK_RETRIES,
             half_open: Vec::new(),
             ready: VecDeque::new(),
+            unaccepted: 0,
+            rcv_cap: None,
             refused_half_open: 0,
             refused_backlog: 0,
             evicted_half_open: 0,
@@ -251,7 +258,7 @@ impl Listener {
         let Some(secret) = self.cookie_secret else {
             return Err(why);
         };
-        if self.ready.len() >= self.backlog {
+        if self.accept_queue_full() {
             return Err(why);
         }
         let peer_mss = syn.max_seg_size.unwrap_or(536);
@@ -276,6 +283,7 @@ impl Listener {
             &Self::cookie_syn(syn, syn.seq_number, idx, opts),
             iss,
         );
+        c.set_rcv_cap(self.rcv_cap);
         let mut out = None;
         c.poll_transmit(now, 1, &mut |r| {
             let mut s = TcpRepr::new(r.src_port, r.dst_port, r.seq_number, r.flags);
@@ -329,7 +337,7 @@ impl Listener {
         let valid = [t, t.wrapping_sub(1)]
             .iter()
             .any(|&t| self.cookie(&secret, src, seg, peer_isn, t, idx) == iss);
-        if !valid || self.ready.len() >= self.backlog {
+        if !valid || self.accept_queue_full() {
             self.syn_cookies_rejected += 1;
             return false;
         }
@@ -342,6 +350,7 @@ impl Listener {
         };
         let syn = Self::cookie_syn(seg, peer_isn, idx, opts);
         let mut c = Connection::accept(self.cfg, &syn, iss);
+        c.set_rcv_cap(self.rcv_cap);
         // The SYN-ACK went out already (statelessly): mark it sent.
         c.poll_transmit(now, 1, &mut |_| {});
         c.handle_segment(seg, now, deliver);
@@ -388,7 +397,7 @@ impl Listener {
         let room = |half_open: usize| {
             if half_open >= self.max_half_open {
                 Err(Refusal::HalfOpenFull)
-            } else if self.ready.len() + half_open >= self.backlog {
+            } else if self.ready.len() + self.unaccepted + half_open >= self.backlog {
                 Err(Refusal::BacklogFull)
             } else {
                 Ok(())
@@ -418,6 +427,7 @@ impl Listener {
         }
         let mut c = Connection::accept(self.cfg, syn, isn);
         c.set_syn_ack_retries(self.syn_ack_retries);
+        c.set_rcv_cap(self.rcv_cap);
         self.half_open.push((src, c));
         Ok(())
     }
@@ -467,6 +477,36 @@ impl Listener {
     /// Established connections waiting in the accept queue.
     pub fn ready_len(&self) -> usize {
         self.ready.len()
+    }
+
+    /// The owner's count of connections it took with
+    /// [`accept`](Self::accept) whose application has not accepted them
+    /// yet (an iWARP stack's connections awaiting the MPA Request or the
+    /// application's decision). They stay in the backlog: a SYN finds
+    /// room only while the accept queue, these and the half-open
+    /// connections together are below it, and neither a SYN cookie nor
+    /// the ACK completing a handshake makes a connection beyond it
+    /// ([`accept_queue_full`](Self::accept_queue_full)).
+    pub fn set_unaccepted(&mut self, n: usize) {
+        self.unaccepted = n;
+    }
+
+    /// The accept queue and the owner's unaccepted connections fill the
+    /// backlog: Linux (`sk_acceptq_is_full`) then drops a new SYN, and
+    /// drops the ACK that would complete a half-open handshake (the
+    /// SYN-ACK is retransmitted, the peer's ACK or data retried), without
+    /// answering RST (`tcp_abort_on_overflow` off, its default). The
+    /// owner drops such ACKs before they reach the half-open connection.
+    pub fn accept_queue_full(&self) -> bool {
+        self.ready.len() + self.unaccepted >= self.backlog
+    }
+
+    /// Connections made from now on offer at most `cap` octets of window
+    /// ([`Connection::set_rcv_cap`]; `None`: their `rcv_buf`), so that a
+    /// connection nobody accepted yet holds at most that much
+    /// out-of-order data; the owner lifts it once accepted.
+    pub fn set_rcv_cap(&mut self, cap: Option<u32>) {
+        self.rcv_cap = cap;
     }
 }
 
@@ -868,5 +908,76 @@ mod tests {
         assert_eq!(l.on_syn_at(PEER, &syn(3), 1, 0), Err(Refusal::BacklogFull));
         assert!(!l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, &mut |_| {}));
         assert_eq!(l.syn_cookies_sent, 1);
+    }
+
+    /// Connections the owner took but still counts fill the backlog as
+    /// the accept queue does: no SYN, no cookie, and `accept_queue_full`
+    /// tells the owner to drop handshake-completing ACKs.
+    #[test]
+    fn unaccepted_connections_count_against_the_backlog() {
+        let mut l = Listener::new(Config::default(), 80, 2, 8);
+        l.enable_syn_cookies([3; 16]);
+        assert_eq!(l.on_syn_at(PEER, &syn(1), 1, 0), Ok(None));
+        l.set_unaccepted(1);
+        assert!(!l.accept_queue_full());
+        // Half-open (1) + unaccepted (1) fill a backlog of 2; the accept
+        // queue still has room, so a cookie answers.
+        assert!(matches!(l.on_syn_at(PEER, &syn(2), 1, 0), Ok(Some(_))));
+        l.set_unaccepted(2);
+        assert!(l.accept_queue_full());
+        assert_eq!(l.on_syn_at(PEER, &syn(3), 1, 0), Err(Refusal::BacklogFull));
+        assert_eq!(l.syn_cookies_sent, 1, "no cookie with the queue full");
+        l.set_unaccepted(0);
+        assert!(!l.accept_queue_full());
+        assert_eq!(l.on_syn_at(PEER, &syn(3), 1, 0), Ok(None));
+    }
+
+    /// A capped listener's connections offer the cap from the SYN-ACK on
+    /// and hold no out-of-order octet beyond it; lifting the cap opens the
+    /// window with an update.
+    #[test]
+    fn capped_connections_offer_and_hold_at_most_the_cap() {
+        let mut l = Listener::new(Config::default(), 80, 4, 4);
+        l.set_rcv_cap(Some(8192));
+        let mut s = syn(1);
+        s.window_scale = Some(7);
+        assert_eq!(l.on_syn(PEER, &s, 1), Ok(()));
+        let mut windows = Vec::new();
+        for (_, c) in l.half_open_iter_mut() {
+            c.poll_transmit(0, 1, &mut |r| windows.push(r.window));
+        }
+        assert_eq!(windows, [8192]);
+        let mut ack = TcpRepr::new(1, 80, 1001, TcpFlags::ACK);
+        ack.ack_number = 2;
+        ack.window = 100;
+        l.half_open_mut(PEER, 1)
+            .unwrap()
+            .handle_segment(&ack, 0, &mut |_| {});
+        let (_, mut c) = l.accept().unwrap();
+        static DATA: [u8; 1000] = [7; 1000];
+        // Out of order: inside the cap it is held, beyond it dropped (as
+        // outside the window, RFC 9293 §3.10.7.4).
+        for (seq, held) in [(1001 + 4000, true), (1001 + 8192, false)] {
+            let before = c.stats();
+            let mut d = TcpRepr::new(1, 80, seq, TcpFlags::ACK);
+            d.ack_number = 2;
+            d.window = 100;
+            d.payload = &DATA;
+            c.handle_segment(&d, MS, &mut |_| panic!("out of order"));
+            assert_eq!(
+                c.stats().ooo_segments - before.ooo_segments,
+                u64::from(held)
+            );
+        }
+        let mut wnd = Vec::new();
+        c.poll_transmit(MS, 8, &mut |r| wnd.push(u32::from(r.window) << 7));
+        assert!(wnd.iter().all(|&w| w <= 8192), "{wnd:?}");
+        c.set_rcv_cap(None);
+        wnd.clear();
+        c.poll_transmit(2 * MS, 8, &mut |r| wnd.push(u32::from(r.window) << 7));
+        assert!(
+            wnd.last().is_some_and(|&w| w > 512 << 10),
+            "a window update: {wnd:?}"
+        );
     }
 }

@@ -615,6 +615,8 @@ pub struct Connection {
     /// (`set_rcv_held`), the right edge of the window last advertised,
     /// and that window (octets).
     rcv_held: u32,
+    /// A cap on the window offered, whatever `rcv_buf` (`set_rcv_cap`).
+    rcv_cap: Option<u32>,
     rcv_adv: Option<u32>,
     wnd_sent: u32,
     rst: Option<(u32, u32, bool)>,
@@ -748,6 +750,7 @@ impl Connection {
             ack_points: Vec::new(),
             rcv_seg_max: 0,
             rcv_held: 0,
+            rcv_cap: None,
             rcv_adv: None,
             wnd_sent: 0,
             rst: None,
@@ -1100,7 +1103,8 @@ impl Connection {
         let buf = self.cfg.rcv_buf;
         let step = (buf / 16).max(1 << self.rcv_shift).max(1);
         let held = self.rcv_held.min(buf);
-        buf - (held.div_ceil(step).saturating_mul(step)).min(buf)
+        let offer = buf - (held.div_ceil(step).saturating_mul(step)).min(buf);
+        self.rcv_cap.map_or(offer, |cap| offer.min(cap))
     }
 
     /// The window we offer: up to RCV.NXT + the offer, but never left of
@@ -1131,6 +1135,18 @@ impl Connection {
     /// [`poll_transmit`](Self::poll_transmit) sends a window update.
     pub fn set_rcv_held(&mut self, octets: usize) {
         self.rcv_held = u32::try_from(octets).unwrap_or(u32::MAX);
+    }
+
+    /// Offer at most `cap` octets of window (`None`: `rcv_buf`), the SYN
+    /// or SYN-ACK's included; out-of-order data is held only inside the
+    /// window offered, so this bounds what the peer can make us hold. A
+    /// listener caps connections whose owner has not accepted them yet
+    /// ([`Listener::set_rcv_cap`](crate::listen::Listener::set_rcv_cap)).
+    /// The edge already advertised stays (RFC 9293 §3.8.6.2.2: the window
+    /// SHOULD NOT shrink); lifting the cap opens the window, and the next
+    /// [`poll_transmit`](Self::poll_transmit) announces it.
+    pub fn set_rcv_cap(&mut self, cap: Option<u32>) {
+        self.rcv_cap = cap;
     }
 
     fn rcv_wnd(&self) -> u32 {
@@ -2836,7 +2852,11 @@ impl Connection {
             if flags.contains(Flags::ACK) {
                 r.ack_number = self.rcv_nxt;
             }
-            r.window = self.cfg.rcv_buf.min(65535) as u16; // RFC 7323 §2.2: unscaled in SYNs
+            // RFC 7323 §2.2: unscaled in SYNs.
+            r.window = self
+                .rcv_cap
+                .map_or(self.cfg.rcv_buf, |c| c.min(self.cfg.rcv_buf))
+                .min(65535) as u16;
             r.max_seg_size = Some(self.cfg.mss);
             let offer_ws = self.state == State::SynSent || self.rcv_shift > 0 || self.snd_shift > 0;
             r.window_scale = offer_ws.then_some(self.cfg.window_shift.min(14));

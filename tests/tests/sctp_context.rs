@@ -807,3 +807,368 @@ fn a_raw_peer_gets_clear_answers() {
         .unwrap();
     assert_eq!(rx.recv_timeout(T).unwrap(), Some(0));
 }
+
+/// Issue 27, item 6: a graceful close over SCTP that waits for the answer
+/// to our RDMA Read ends once the peer has sent nothing for the close
+/// timeout (`SetupTimeouts::close`, MPA's `close_timeout`), as over MPA:
+/// the close becomes abortive, the Read completes flushed and the
+/// application sees the disconnect. The peer is a raw RFC 5043 peer that
+/// keeps the association up (SCTP acknowledges) but never answers the
+/// Read Request. Without the timer the close waited for ever.
+#[test]
+fn a_graceful_close_waiting_for_an_unanswered_read_ends_after_the_close_timeout() {
+    use ddp_sctp::DdpEvent;
+    use iwarp_datapath::link::MemDevice;
+    use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+    use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
+    use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
+    use iwarp_datapath::runtime::{spawn, Mode};
+    use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
+    use iwarp_datapath::StreamParams;
+    use iwarp_proto::mem::MemoryTable;
+    use iwarp_proto::qp::Sge;
+    use std::sync::Arc;
+    use tcp_lite::iface::IfaceConfig;
+    use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+    const CLOSE: Duration = Duration::from_millis(300);
+    let (da, db) = MemDevice::pair(4096);
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let stag = mem
+        .register(
+            pd,
+            vec![0u8; 4096],
+            iwarp_proto::mem::Access::LOCAL_WRITE,
+            0,
+        )
+        .unwrap();
+    let mut cfg = StackConfig::new(IfaceConfig::new(
+        EthernetAddress([0x02, 0, 0, 0, 0x78, 1]),
+        Ipv4Address::new(10, 0, 10, 1),
+        24,
+    ));
+    cfg.tcp.rto_min = 5_000_000;
+    let stack = spawn(
+        Stack::new(cfg, mem),
+        da,
+        None,
+        Mode::Adaptive {
+            spins: 1_000,
+            max_sleep: Duration::from_micros(200),
+        },
+        4096,
+    );
+    let mut peer = sctp_util::Host::new(
+        sctp_util::start([0x02, 0, 0, 0, 0x78, 2], [10, 0, 10, 2], db, false),
+        "peer",
+    );
+    let ring = Arc::new(CqRing::new(64));
+    let mut kept: Vec<Output> = Vec::new();
+    // A generous bound: the close must end, not end quickly.
+    let mut wait_stack = |what: &str, limit: Duration, pick: &mut dyn FnMut(&Output) -> bool| {
+        if let Some(i) = kept.iter().position(&mut *pick) {
+            return kept.remove(i);
+        }
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            match stack.poll() {
+                Some(o) if pick(&o) => return o,
+                Some(o) => kept.push(o),
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+        panic!("stack: no {what}; outputs: {kept:?}");
+    };
+    let timeouts = SetupTimeouts {
+        close: CLOSE.as_nanos() as u64,
+        ..SetupTimeouts::default()
+    };
+    stack
+        .post(Command::SctpListen {
+            port: 5000,
+            ulp: SctpUlp {
+                ird: 8,
+                ord: 8,
+                private_data: Vec::new(),
+                params: StreamParams {
+                    pd,
+                    emss: 1460,
+                    sq_depth: 16,
+                    rq_depth: 16,
+                },
+                cq: None,
+                srq: None,
+                timeouts,
+            },
+        })
+        .unwrap();
+    wait_stack("Listening", T, &mut |o| {
+        matches!(
+            o,
+            Output::Listening {
+                port: 5000,
+                result: Ok(())
+            }
+        )
+    });
+    peer.post(SctpCommand::Connect {
+        token: 1,
+        remote: [10, 0, 10, 1],
+        port: 5000,
+        local_port: 40_000,
+        udp_port: None,
+    });
+    let a = peer.wait("Opening", |o| match o {
+        SctpOutput::Opening { token: 1, result } => Some(result.unwrap()),
+        _ => None,
+    });
+    peer.wait("Connected", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Connected) if *x == a => Some(()),
+        _ => None,
+    });
+    // The peer offers IRD 4: our ORD may be 4.
+    peer.post(SctpCommand::Initiate {
+        assoc: a,
+        stream: 0,
+        private_data: iwarp_control::sctp::initiate(4, 4, b"").unwrap(),
+    });
+    let sock = match wait_stack("Accepted", T, &mut |o| {
+        matches!(o, Output::Accepted { port: 5000, .. })
+    }) {
+        Output::Accepted { sock, .. } => sock,
+        _ => unreachable!(),
+    };
+    stack
+        .post(Command::Accept {
+            sock,
+            private_data: Vec::new(),
+            ird: 4,
+            ord: 4,
+            cq: Some(ring.clone()),
+        })
+        .unwrap();
+    peer.wait("SessionAccepted", |o| match o {
+        SctpOutput::Event(x, DdpEvent::SessionAccepted { stream: 0, .. }) if *x == a => Some(()),
+        _ => None,
+    });
+    wait_stack(
+        "Established",
+        T,
+        &mut |o| matches!(o, Output::Cm(s, CmEvent::Established(_)) if *s == sock),
+    );
+    // A Read the peer will never answer, then a graceful close.
+    let read = iwarp_proto::qp::WorkRequest::Read {
+        wr_id: 9,
+        signaled: true,
+        local: Sge {
+            stag,
+            to: 0,
+            len: 64,
+        }
+        .into(),
+        remote_stag: iwarp_proto::mem::STag(0x1234_5600),
+        remote_to: 0,
+    };
+    stack
+        .post(Command::Iwarp(sock, HostCommand::PostSend(read)))
+        .unwrap();
+    peer.wait("the Read Request", |o| match o {
+        SctpOutput::Event(x, DdpEvent::Segment { stream: 0, .. }) if *x == a => Some(()),
+        _ => None,
+    });
+    let closed_at = Instant::now();
+    stack.post(Command::Close(sock)).unwrap();
+    wait_stack(
+        "Disconnected after the close timeout",
+        Duration::from_secs(30),
+        &mut |o| matches!(o, Output::Cm(s, CmEvent::Disconnected) if *s == sock),
+    );
+    assert!(
+        closed_at.elapsed() >= CLOSE,
+        "ended before the close timeout: {:?}",
+        closed_at.elapsed()
+    );
+    match ring.ring.pop() {
+        Some((s, CqEntry::Done(c))) => {
+            assert_eq!((s, c.wr_id, c.status), (sock, 9, WcStatus::Flushed))
+        }
+        other => panic!("{other:?}"),
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    stack
+        .post(Command::Inspect(iwarp_datapath::stack::InspectOp(
+            Box::new(move |s| {
+                let _ = tx.send(s.sctp().map(|c| c.close_timeouts()));
+            }),
+        )))
+        .unwrap();
+    assert_eq!(rx.recv_timeout(T).unwrap(), Some(1));
+}
+
+/// Issue 27, item 5 over SCTP: associations whose Initiate (or whose
+/// request's answer) is still awaited count against the listener's
+/// backlog; one more is aborted as it comes up (Linux answers the COOKIE
+/// ECHO with ABORT when the accept queue is full), and once a request is
+/// accepted there is room again.
+#[test]
+fn sctp_associations_nobody_accepted_hold_at_most_the_backlog() {
+    use ddp_sctp::DdpEvent;
+    use iwarp_datapath::link::MemDevice;
+    use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+    use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
+    use iwarp_datapath::over_tcp::CmEvent;
+    use iwarp_datapath::runtime::{spawn, Mode};
+    use iwarp_datapath::stack::{Command, Output, Stack, StackConfig};
+    use iwarp_datapath::StreamParams;
+    use iwarp_proto::mem::MemoryTable;
+    use tcp_lite::iface::IfaceConfig;
+    use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+    const BACKLOG: usize = 4;
+    let (da, db) = MemDevice::pair(4096);
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut cfg = StackConfig::new(IfaceConfig::new(
+        EthernetAddress([0x02, 0, 0, 0, 0x79, 1]),
+        Ipv4Address::new(10, 0, 11, 1),
+        24,
+    ));
+    cfg.tcp.rto_min = 5_000_000;
+    cfg.backlog = BACKLOG;
+    let stack = spawn(
+        Stack::new(cfg, mem),
+        da,
+        None,
+        Mode::Adaptive {
+            spins: 1_000,
+            max_sleep: Duration::from_micros(200),
+        },
+        4096,
+    );
+    let mut peer = sctp_util::Host::new(
+        sctp_util::start([0x02, 0, 0, 0, 0x79, 2], [10, 0, 11, 2], db, false),
+        "peer",
+    );
+    let mut kept: Vec<Output> = Vec::new();
+    let mut wait_stack = |what: &str, pick: &mut dyn FnMut(&Output) -> bool| {
+        if let Some(i) = kept.iter().position(&mut *pick) {
+            return kept.remove(i);
+        }
+        let end = Instant::now() + T;
+        while Instant::now() < end {
+            match stack.poll() {
+                Some(o) if pick(&o) => return o,
+                Some(o) => kept.push(o),
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+        panic!("stack: no {what}; outputs: {kept:?}");
+    };
+    stack
+        .post(Command::SctpListen {
+            port: 5000,
+            ulp: SctpUlp {
+                ird: 8,
+                ord: 8,
+                private_data: Vec::new(),
+                params: StreamParams {
+                    pd,
+                    emss: 1460,
+                    sq_depth: 16,
+                    rq_depth: 16,
+                },
+                cq: None,
+                srq: None,
+                // The silent ones must not time out during the test.
+                timeouts: SetupTimeouts {
+                    request: 600_000_000_000,
+                    ..SetupTimeouts::default()
+                },
+            },
+        })
+        .unwrap();
+    wait_stack("Listening", &mut |o| {
+        matches!(
+            o,
+            Output::Listening {
+                port: 5000,
+                result: Ok(())
+            }
+        )
+    });
+    // Open an association; true if it stays up, false if it is aborted.
+    let open = |peer: &mut sctp_util::Host, token: u64| {
+        peer.post(SctpCommand::Connect {
+            token,
+            remote: [10, 0, 11, 1],
+            port: 5000,
+            local_port: 41_000 + token as u16,
+            udp_port: None,
+        });
+        let id = peer.wait("Opening", |o| match o {
+            SctpOutput::Opening { token: t, result } if *t == token => Some(result.unwrap()),
+            _ => None,
+        });
+        peer.wait("Connected", |o| match o {
+            SctpOutput::Event(x, DdpEvent::Connected) if *x == id => Some(()),
+            _ => None,
+        });
+        id
+    };
+    // Aborted right after it came up (a generous bound: it must come).
+    let aborted = |peer: &mut sctp_util::Host, id| {
+        peer.wait("ABORT", |o| match o {
+            SctpOutput::Event(x, DdpEvent::Closed(_)) if *x == id => Some(()),
+            _ => None,
+        })
+    };
+    // The first sends its Initiate: a request the application holds.
+    let first = open(&mut peer, 0);
+    peer.post(SctpCommand::Initiate {
+        assoc: first,
+        stream: 0,
+        private_data: iwarp_control::sctp::initiate(4, 4, b"").unwrap(),
+    });
+    let sock = match wait_stack("ConnectRequest", &mut |o| {
+        matches!(o, Output::Cm(_, CmEvent::ConnectRequest(_)))
+    }) {
+        Output::Cm(sock, _) => sock,
+        _ => unreachable!(),
+    };
+    // Three silent ones fill the backlog; the next two are aborted.
+    for token in 1..BACKLOG as u64 {
+        open(&mut peer, token);
+    }
+    for token in BACKLOG as u64..BACKLOG as u64 + 2 {
+        let id = open(&mut peer, token);
+        aborted(&mut peer, id);
+    }
+    // Accepting the request makes room for one more.
+    stack
+        .post(Command::Accept {
+            sock,
+            private_data: Vec::new(),
+            ird: 4,
+            ord: 4,
+            cq: None,
+        })
+        .unwrap();
+    wait_stack(
+        "Established",
+        &mut |o| matches!(o, Output::Cm(s, CmEvent::Established(_)) if *s == sock),
+    );
+    // Room for one more, and no more.
+    open(&mut peer, 10);
+    let id = open(&mut peer, 11);
+    aborted(&mut peer, id);
+    let (tx, rx) = std::sync::mpsc::channel();
+    stack
+        .post(Command::Inspect(iwarp_datapath::stack::InspectOp(
+            Box::new(move |s| {
+                let _ = tx.send(s.sctp().map(|c| (c.connections(), c.backlog_aborts())));
+            }),
+        )))
+        .unwrap();
+    assert_eq!(rx.recv_timeout(T).unwrap(), Some((BACKLOG + 1, 3)));
+}

@@ -33,6 +33,8 @@
 //! Teardown: a graceful close waits until the queue pair has sent
 //! everything and has no RDMA Read outstanding, then shuts the
 //! association down (SCTP delivers what it holds first, RFC 9260 §9.2);
+//! a peer that leaves our Reads unanswered and sends no segment for
+//! [`SetupTimeouts::close`] turns the close into an abort, as over MPA;
 //! an abort queues an RDMAP Terminate (local catastrophic error) and
 //! shuts down once it is out, or sends SCTP ABORT after 100 ms. A queue
 //! pair in error ends its session with a DDP Stream Session Terminate
@@ -68,6 +70,13 @@ pub const SCTP_SOCK_BASE: SockId = (SockId::MAX >> 1) + 1;
 /// Octets of segments an initiator holds that arrived before the Accept.
 pub const MAX_EARLY: usize = 1 << 20;
 
+/// [`SctpConns::set_max_held`]'s default: octets a queue pair holds out of
+/// DDP-SSN order, as much as a TCP connection's out-of-order buffer (its
+/// 1 MiB receive window) and ddp-sctp's own hold (`max_held`), instead
+/// of the DDP-SSN window × MULPDU (about 5.9 MB) a peer could otherwise
+/// make each connection hold.
+pub const MAX_HELD: usize = 1 << 20;
+
 /// The DDP stream the API's connections use.
 const STREAM: u16 = 0;
 
@@ -84,6 +93,10 @@ pub struct SctpCounters {
     pub host: super::SctpHostStats,
     /// The live associations' counters, summed.
     pub assoc: sctp_lite::assoc::Stats,
+    /// Octets the queue pairs hold now out of DDP-SSN order, summed.
+    pub qp_held_octets: usize,
+    /// The most any one queue pair holds now.
+    pub qp_held_max: usize,
 }
 
 /// What an SCTP connection or listener runs with.
@@ -111,7 +124,8 @@ pub struct SctpUlp {
     pub timeouts: SetupTimeouts,
 }
 
-/// Setup timers of an SCTP connection (nanoseconds; 0 turns one off).
+/// Setup and close timers of an SCTP connection (nanoseconds; 0 turns
+/// one off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SetupTimeouts {
     /// Active side: Initiate sent, until the Accept or Reject.
@@ -120,15 +134,23 @@ pub struct SetupTimeouts {
     pub request: u64,
     /// Passive side: the application's answer to a request.
     pub decision: u64,
+    /// A graceful close waiting for the answers to our RDMA Reads: once
+    /// the peer has sent no segment for this long, the close becomes
+    /// abortive and the Reads complete flushed (`MpaConfig::close_timeout`,
+    /// as over MPA).
+    pub close: u64,
 }
 
 impl Default for SetupTimeouts {
-    /// MPA's defaults (`iwarp_control::MpaConfig`): 10 s, 5 s, 10 s.
+    /// MPA's defaults (`iwarp_control::MpaConfig`): 10 s, 5 s, 10 s, and
+    /// a close timeout of 5 s.
     fn default() -> Self {
+        let m = iwarp_control::MpaConfig::default();
         SetupTimeouts {
-            reply: 10_000_000_000,
-            request: 5_000_000_000,
-            decision: 10_000_000_000,
+            reply: m.reply_timeout,
+            request: m.request_timeout,
+            decision: m.decision_timeout,
+            close: m.close_timeout,
         }
     }
 }
@@ -181,6 +203,10 @@ struct Conn {
     reported_closed: bool,
     /// When the current setup phase times out.
     setup_deadline: Option<u64>,
+    /// A graceful close waiting only for the answers to our Reads: when
+    /// it becomes abortive, and the segments received when that was set
+    /// (progress sets it again).
+    close_deadline: Option<(u64, u64)>,
 }
 
 impl Conn {
@@ -203,6 +229,7 @@ impl Conn {
             closed: false,
             reported_closed: false,
             setup_deadline: None,
+            close_deadline: None,
         }
     }
 
@@ -220,7 +247,7 @@ impl Conn {
 
     /// Make the queue pair (session accepted), post what waited, and
     /// report full operation.
-    fn start(&mut self, n: Negotiated, mulpdu: usize, mem: &mut MemoryTable) {
+    fn start(&mut self, n: Negotiated, mulpdu: usize, max_held: usize, mem: &mut MemoryTable) {
         let cfg = QpConfig {
             pd: self.ulp.params.pd,
             ird: n.ird,
@@ -232,7 +259,7 @@ impl Conn {
             sq_depth: self.ulp.params.sq_depth,
             rq_depth: self.ulp.params.rq_depth,
         };
-        let mut qp = SctpQp::new(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true);
+        let mut qp = SctpQp::bounded(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true, max_held);
         // Receives first, so the segments held and those behind them find
         // their buffers; sends after.
         let mut sends = VecDeque::new();
@@ -297,6 +324,16 @@ pub struct SctpConns {
     next_port: u16,
     ephemeral_base: u16,
     host_out: Vec<SctpOutput>,
+    /// Graceful closes that ran out of `SetupTimeouts::close` waiting for
+    /// the answers to our Reads and became abortive.
+    close_timeouts: u64,
+    /// Connections per listening port its application has not accepted
+    /// yet (`set_backlog`).
+    backlog: usize,
+    /// Associations aborted at a listener whose backlog was full.
+    backlog_aborts: u64,
+    /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
+    max_held: usize,
 }
 
 impl SctpConns {
@@ -312,6 +349,10 @@ impl SctpConns {
             next_port: ephemeral_base,
             ephemeral_base,
             host_out: Vec::new(),
+            close_timeouts: 0,
+            backlog: usize::MAX,
+            backlog_aborts: 0,
+            max_held: MAX_HELD,
         })
     }
 
@@ -328,6 +369,48 @@ impl SctpConns {
     /// The connection opened under `token`, while it exists.
     pub fn by_token(&self, token: u64) -> Option<SockId> {
         self.by_token.get(&token).copied()
+    }
+
+    /// Graceful closes that waited `SetupTimeouts::close` for the answers
+    /// to our Reads in vain and became abortive.
+    pub fn close_timeouts(&self) -> u64 {
+        self.close_timeouts
+    }
+
+    /// A listening port holds at most `n` connections its application
+    /// has not accepted (awaiting the peer's Initiate, or the
+    /// application's answer to it); an association that completes its
+    /// handshake beyond that is aborted at once, as Linux's SCTP answers
+    /// a COOKIE ECHO with ABORT when the accept queue is full
+    /// (`sctp_sf_do_5_1D_ce`). The stack sets its `StackConfig::backlog`.
+    pub fn set_backlog(&mut self, n: usize) {
+        self.backlog = n;
+    }
+
+    /// Queue pairs made from now on hold at most `octets` of segments
+    /// that arrived ahead of an earlier DDP-SSN ([`SctpQp::bounded`];
+    /// [`MAX_HELD`] by default); one more ends the connection's stream
+    /// with an RDMAP Terminate and its association is shut down.
+    pub fn set_max_held(&mut self, octets: usize) {
+        self.max_held = octets;
+    }
+
+    /// Associations aborted for a full backlog.
+    pub fn backlog_aborts(&self) -> u64 {
+        self.backlog_aborts
+    }
+
+    /// Connections at listening port `port` the application has not
+    /// accepted yet.
+    pub fn unaccepted(&self, port: u16) -> usize {
+        self.conns
+            .values()
+            .filter(|c| {
+                c.port == port
+                    && !c.closed
+                    && matches!(c.phase, Phase::AwaitInitiate | Phase::AwaitDecision(_))
+            })
+            .count()
     }
 
     /// Live connections.
@@ -352,10 +435,15 @@ impl SctpConns {
                 assoc.heartbeat_acks += t.heartbeat_acks;
             }
         }
+        let held = self.conns.values().filter_map(|c| c.qp.as_ref());
+        let held = held.map(|q| q.qp_ref().segments_held().1);
+        let (qp_held_octets, qp_held_max) = held.fold((0, 0), |(s, m), h| (s + h, m.max(h)));
         SctpCounters {
             connections: self.conns.len(),
             host: self.host.stats(),
             assoc,
+            qp_held_octets,
+            qp_held_max,
         }
     }
 
@@ -506,7 +594,7 @@ impl SctpConns {
         if cq.is_some() {
             c.ulp.cq = cq;
         }
-        c.start(n, mulpdu, mem);
+        c.start(n, mulpdu, self.max_held, mem);
         tracing::info!(sock = id, ird, ord, "SCTP connection request accepted");
         Ok(())
     }
@@ -607,7 +695,12 @@ impl SctpConns {
                     .assoc(assoc)
                     .map(|a| a.sctp().local_port())
                     .unwrap_or(0);
-                let Some(l) = self.listeners.get(&lport) else {
+                let full = self.unaccepted(lport) >= self.backlog;
+                let Some(l) = self.listeners.get(&lport).filter(|_| !full) else {
+                    if full {
+                        self.backlog_aborts += 1;
+                        tracing::debug!(port = lport, "SCTP backlog full: association aborted");
+                    }
                     if let Some(a) = self.host.assoc_mut(assoc) {
                         a.abort();
                     }
@@ -738,7 +831,7 @@ impl SctpConns {
                 match session::parse_accept(&private_data, c.ulp.ird, c.ulp.ord) {
                     Ok(n) => {
                         let mulpdu = self.host.assoc(assoc).map(|a| a.mulpdu()).unwrap_or(0);
-                        c.start(n, mulpdu, mem);
+                        c.start(n, mulpdu, self.max_held, mem);
                         tracing::info!(sock = id, "SCTP session established");
                     }
                     Err(e) => {
@@ -861,6 +954,38 @@ impl SctpConns {
             if let Some(a) = self.host.assoc_mut(c.assoc) {
                 busy |= qp.transmit(mem, &mut AssocSink { assoc: a, now }) > 0;
             }
+        }
+        // A graceful close that waits only for the answers to our Reads
+        // ends as over MPA (`over_tcp`, `Timer::CloseReads`): once the
+        // peer has sent no segment for `close` the close becomes abortive
+        // (Terminate, then SHUTDOWN or ABORT) and the Reads complete
+        // flushed.
+        let reads_wait = match (&c.closing, &c.qp) {
+            (Some(Closing::Graceful), Some(q)) if !c.closed && !c.shutdown_sent => {
+                let r = q.qp_ref();
+                (q.tx_idle()
+                    && !q.session_over()
+                    && r.state() != QpState::Error
+                    && r.outstanding_reads() > 0)
+                    .then(|| r.stats().fpdus_rx)
+            }
+            _ => None,
+        };
+        match (reads_wait, c.ulp.timeouts.close) {
+            (Some(seen), t @ 1..) => {
+                if c.close_deadline.is_none_or(|(_, s)| s != seen) {
+                    c.close_deadline = Some((now.saturating_add(t), seen));
+                }
+                if c.close_deadline.is_some_and(|(at, _)| now >= at) {
+                    c.close_deadline = None;
+                    self.close_timeouts += 1;
+                    tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
+                    self.abort(id, now);
+                    self.drive(id, now, mem, out);
+                    return true;
+                }
+            }
+            _ => c.close_deadline = None,
         }
         // Teardown.
         if !c.closed && !c.shutdown_sent {

@@ -76,20 +76,34 @@ impl SctpQp {
     /// so that the passive side's segments that overtake the Accept find
     /// it, and the QP sends once [`DdpEvent::SessionAccepted`] arrives.
     pub fn new(
-        mut cfg: QpConfig,
+        cfg: QpConfig,
         srq: Option<Srq>,
         stream: u16,
         mulpdu: usize,
         established: bool,
     ) -> Self {
+        Self::bounded(cfg, srq, stream, mulpdu, established, usize::MAX)
+    }
+
+    /// [`new`](Self::new), holding at most `max_held` octets of segments
+    /// that arrived ahead of an earlier one (and never more than the
+    /// DDP-SSN window × MULPDU, [`SegmentConfig::rfc5043`]): one more
+    /// ends the stream with an RDMAP Terminate (catastrophic error
+    /// localized to the stream), then the session's Terminate.
+    pub fn bounded(
+        mut cfg: QpConfig,
+        srq: Option<Srq>,
+        stream: u16,
+        mulpdu: usize,
+        established: bool,
+        max_held: usize,
+    ) -> Self {
         cfg.mulpdu = u16::try_from(mulpdu).unwrap_or(u16::MAX);
+        let mut seg = SegmentConfig::rfc5043(cfg.mulpdu);
+        seg.max_held = seg.max_held.min(max_held);
         SctpQp {
             stream,
-            qp: Qp::with_lower(
-                cfg,
-                srq,
-                LowerLayer::Segments(SegmentConfig::rfc5043(cfg.mulpdu)),
-            ),
+            qp: Qp::with_lower(cfg, srq, LowerLayer::Segments(seg)),
             waiting: None,
             session_over: false,
             last_refusal: None,
@@ -301,6 +315,33 @@ mod tests {
             Sent::Segment(_, b) => u32::from_be_bytes([b[14], b[15], b[16], b[17]]),
             Sent::SessionTerminate(_) => u32::MAX,
         }
+    }
+
+    /// Issue 27 item 8: a QP holds at most `max_held` octets out of
+    /// DDP-SSN order (not window × MULPDU); one segment more ends the
+    /// stream with an RDMAP Terminate and the session's Terminate.
+    #[test]
+    fn out_of_order_hold_is_bounded_by_max_held() {
+        let (q, mut mem, _) = setup(true);
+        let cfg = *q.qp_ref().config();
+        let mut q = SctpQp::bounded(cfg, None, 3, 600, true, 2048);
+        // DDP-SSN 1 never comes; 2, 3, ... are held, 500 octets each.
+        for ssn in 2..6u16 {
+            q.qp().receive_segment(ssn, &[0u8; 500], &mut mem);
+            let held = 500 * usize::from(ssn - 1);
+            assert_eq!(q.qp_ref().segments_held(), (usize::from(ssn - 1), held));
+        }
+        q.qp().receive_segment(6, &[0u8; 500], &mut mem);
+        assert_eq!(q.qp_ref().state(), QpState::Terminating);
+        assert_eq!(q.qp_ref().segments_held(), (0, 0), "dropped once in error");
+        let mut sink = Fake::default();
+        q.transmit(&mem, &mut sink);
+        assert_eq!(q.qp_ref().state(), QpState::Error);
+        assert!(
+            matches!(sink.sent.last(), Some(Sent::SessionTerminate(3))),
+            "{:?}",
+            sink.sent
+        );
     }
 
     #[test]

@@ -71,25 +71,37 @@ impl Host {
     }
 
     /// The first output `pick` accepts, waiting up to [`STEP`].
-    pub fn wait<T>(&mut self, what: &str, mut pick: impl FnMut(&SctpOutput) -> Option<T>) -> T {
-        if let Some(i) = self.kept.iter().position(|o| pick(o).is_some()) {
-            let o = self.kept.remove(i).unwrap();
-            return pick(&o).unwrap();
+    pub fn wait<T>(&mut self, what: &str, pick: impl FnMut(&SctpOutput) -> Option<T>) -> T {
+        match self.wait_for(STEP, pick) {
+            Some(t) => t,
+            None => panic!(
+                "{}: no {what} within {STEP:?}; outputs so far: {:?}",
+                self.name, self.kept
+            ),
         }
-        let end = Instant::now() + STEP;
+    }
+
+    /// The first output `pick` accepts, waiting up to `limit`.
+    pub fn wait_for<T>(
+        &mut self,
+        limit: Duration,
+        mut pick: impl FnMut(&SctpOutput) -> Option<T>,
+    ) -> Option<T> {
+        if let Some(i) = self.kept.iter().position(|o| pick(o).is_some()) {
+            let o = self.kept.remove(i)?;
+            return pick(&o);
+        }
+        let end = Instant::now() + limit;
         while Instant::now() < end {
             match self.h.poll() {
                 Some(o) => match pick(&o) {
-                    Some(t) => return t,
+                    Some(t) => return Some(t),
                     None => self.kept.push_back(o),
                 },
                 None => std::thread::sleep(Duration::from_micros(100)),
             }
         }
-        panic!(
-            "{}: no {what} within {STEP:?}; outputs so far: {:?}",
-            self.name, self.kept
-        );
+        None
     }
 }
 
