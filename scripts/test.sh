@@ -14,13 +14,14 @@ echo "== clippy"
 cargo clippy --all-targets -- -D warnings
 echo "== tests"
 cargo test --workspace
-echo "== examples (simulated link; then AF_XDP and DPDK across two namespaces when root)"
+echo "== examples (simulated link; then AF_XDP and DPDK across two namespaces, and DPDK memif, when root)"
 for ex in pingpong pingpong_in_loop remote_read fanout; do
     cargo run --release -q -p iwarp --example "$ex"
     if [ "$(id -u)" = 0 ]; then
         cargo run --release -q -p iwarp --example "$ex" -- --netns
         if pkg-config --exists libdpdk; then
             cargo run --release -q -p iwarp --example "$ex" -- --dpdk
+            cargo run --release -q -p iwarp --example "$ex" -- --memif
         elif [ -n "${CI:-}" ]; then
             echo "CI without libdpdk: scripts/deps.sh should have installed it" >&2
             exit 1

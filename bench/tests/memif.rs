@@ -25,12 +25,17 @@ fn perf() -> Command {
 
 /// The numbers of the first row after the perftest-style header.
 fn first_row(stdout: &str) -> Vec<f64> {
-    let mut lines = stdout.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    let mut lines = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
     assert!(lines.next().is_some(), "no header in\n{stdout}");
     let row = lines.next().expect("a row after the header");
     row.split_whitespace()
         .take_while(|v| !v.starts_with("<-"))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("not a number: {v:?} in {row:?}")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("not a number: {v:?} in {row:?}"))
+        })
         .collect()
 }
 
@@ -66,7 +71,10 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
             .expect("valid JSON");
             assert_eq!(json["link"], "memif");
             let r = &json["results"][0];
-            assert!(r["floor"]["p50_us"].as_f64().expect("floor p50") > 0.0, "{r}");
+            assert!(
+                r["floor"]["p50_us"].as_f64().expect("floor p50") > 0.0,
+                "{r}"
+            );
             assert!(r["ratio_ours_over_floor"]["p50"].as_f64().expect("ratio") > 0.0);
         }
     }
@@ -86,11 +94,13 @@ fn perftest_mode_across_two_processes_over_memif() {
     for (test, size) in [("write_lat", "64"), ("write_bw", "65536")] {
         let common = |ip: &str| {
             let mut c = perf();
-            c.args([test, "-R", "-n", "500", "-s", size, "-p", "18515", "--ip", ip])
-                .arg("--memif-socket")
-                .arg(&sock)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+            c.args([
+                test, "-R", "-n", "500", "-s", size, "-p", "18515", "--ip", ip,
+            ])
+            .arg("--memif-socket")
+            .arg(&sock)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
             c
         };
         let server = common("10.80.0.1/24").spawn().expect("server");
@@ -99,7 +109,10 @@ fn perftest_mode_across_two_processes_over_memif() {
         while !sock.exists() && t0.elapsed() < Duration::from_secs(20) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let client = common("10.80.0.2/24").arg("10.80.0.1").spawn().expect("client");
+        let client = common("10.80.0.2/24")
+            .arg("10.80.0.1")
+            .spawn()
+            .expect("client");
         for (who, child) in [("client", client), ("server", server)] {
             let o = wait_bounded(child, Duration::from_secs(120));
             let stdout = String::from_utf8_lossy(&o.stdout);

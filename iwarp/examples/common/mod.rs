@@ -2,11 +2,16 @@
 //! arguments), over AF_XDP across two network namespaces (`--netns`, needs
 //! root), or over DPDK (`--dpdk`: DPDK's `net_af_packet` driver on the same
 //! two namespaces' veth ends, one EAL for both ports; needs root and
-//! libdpdk).
+//! libdpdk), or over DPDK memif (`--memif`: two memif ports on one socket
+//! in this process, shared-memory rings and no kernel; needs libdpdk, not
+//! namespaces).
 
 use std::net::Ipv4Addr;
 
-use iwarp::{dpdk::Eal, Context, DpdkOptions, Polling, XdpOptions};
+use iwarp::{
+    dpdk::{Eal, MemifRole},
+    Context, DpdkOptions, Polling, XdpOptions,
+};
 use netns_harness::{End, Netns, VethPair};
 
 /// Namespaces and veth of an AF_XDP run; removed on drop.
@@ -19,6 +24,32 @@ pub struct Lab {
 
 /// The server's and the client's context, and the lab if namespaces are used.
 pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
+    let polling = if std::env::args().any(|a| a == "--busy") {
+        Polling::Busy
+    } else {
+        Polling::Adaptive
+    };
+    if std::env::args().any(|a| a == "--memif") {
+        // The EAL's main lcore floats over every CPU (see below).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let eal = Eal::init(iwarp::dpdk::floating_vdev_args(&[], cores)).expect("EAL");
+        let sock = std::env::temp_dir().join(format!("iwarp-example-{}.sock", std::process::id()));
+        let opts = |index: u32, role, last: u8, core: usize| {
+            let ip = Ipv4Addr::new(10, 77, 8, last);
+            let mut o = DpdkOptions::memif(index, role, 0, &sock, ip, 24);
+            o.host.core = Some(core % cores);
+            o.host.polling = polling;
+            o
+        };
+        let s = Context::dpdk(&eal, &opts(0, MemifRole::Server, 1, 0)).expect("memif server");
+        let c = Context::dpdk(&eal, &opts(1, MemifRole::Client, 2, 1)).expect("memif client");
+        return (
+            s,
+            c,
+            None,
+            "DPDK memif (two ports on one socket, no kernel)",
+        );
+    }
     let dpdk = std::env::args().any(|a| a == "--dpdk");
     if !dpdk && !std::env::args().any(|a| a == "--netns") {
         let (s, c) = Context::sim_pair();
@@ -37,12 +68,6 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
         veth.disable_ipv6(end).expect("ipv6");
         veth.set_up(end).expect("up");
     }
-    // `--busy`: loops spin without pause (one core each).
-    let polling = if std::env::args().any(|a| a == "--busy") {
-        Polling::Busy
-    } else {
-        Polling::Adaptive
-    };
     let ip = |last: u8| Ipv4Addr::new(10, 77, 7, last);
     let (server, client, how) = if dpdk {
         // EAL pins the thread that initialises it to its main lcore, and
