@@ -8,11 +8,14 @@
 #    Debian 12 minbase made with debootstrap and `docker import`ed (~20 s
 #    plus the download; needs root and the Debian mirror).
 # 2. Binaries: iwarp-perf, tlnc, iwarp-serve, iwarp-sim in release mode, in their own
-#    target directory (target/image) and without DPDK (PKG_CONFIG=false:
-#    the DPDK backend builds as its stub, so the image needs no librte_*),
-#    so that this build does not rebuild the tests' target/ and back.
-# 3. A build context of five files (target/image-context), stripped
-#    binaries, then `docker build`.
+#    target directory (target/image), so that this build does not rebuild
+#    the tests' target/ and back; with DPDK where the host has libdpdk-dev
+#    (for the memif link between containers), as its stub otherwise.
+# 3. A build context (target/image-context): the Dockerfile, four stripped
+#    binaries and, with DPDK, dpdk/ — the DPDK libraries the binaries link
+#    (and theirs) and the three drivers a memif link needs (bus_vdev,
+#    mempool_ring, net_memif), copied from the host's Debian 12; then
+#    `docker build`.
 #
 # Needs a running Docker engine (see deploy/README.md to start one).
 set -euo pipefail
@@ -48,7 +51,7 @@ export CARGO_TARGET_DIR="$PWD/target/image"
 # No debug info: it is stripped from the image anyway, and generating it
 # is a good part of the build's time on a small machine.
 export CARGO_PROFILE_RELEASE_DEBUG=0
-PKG_CONFIG=false cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc --bin iwarp-serve -p iwarp-sim --bin iwarp-sim
+cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc --bin iwarp-serve -p iwarp-sim --bin iwarp-sim
 
 ctx="$PWD/target/image-context"
 rm -rf "$ctx"
@@ -57,12 +60,28 @@ cp deploy/Dockerfile "$ctx/"
 for b in "${bins[@]}"; do
     objcopy --strip-debug "$CARGO_TARGET_DIR/release/$b" "$ctx/$b"
 done
+# DPDK's shared libraries and the memif drivers, from the host (the base is
+# the same Debian 12); an empty dpdk/ when the binaries were built without.
+mkdir -p "$ctx/dpdk/lib" "$ctx/dpdk/pmds"
+touch "$ctx/dpdk/.keep"
+if ldd "$ctx/iwarp-perf" | grep -q librte_eal; then
+    pmds=/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0
+    for d in librte_bus_vdev librte_mempool_ring librte_net_memif; do
+        cp -L "$pmds/$d.so.23" "$ctx/dpdk/pmds/$d.so.23.0"
+    done
+    # Every library the binaries and drivers need that the base lacks
+    # (libc and friends are in it).
+    { ldd "$ctx/iwarp-perf"; for f in "$ctx"/dpdk/pmds/*; do ldd "$f"; done; } \
+        | awk '/=>/ { print $3 }' | sort -u \
+        | grep -v -E '/(libc|libm|libgcc_s|libpthread|libdl|librt)\.so' \
+        | while read -r l; do cp -L "$l" "$ctx/dpdk/lib/"; done
+fi
 # The context is the Dockerfile and the binaries, nothing else (about 11 MB):
 # a stray file or an unstripped binary would show here, not in the image.
-ctx_files=$(find "$ctx" -type f | wc -l)
+ctx_files=$(find "$ctx" -maxdepth 1 -type f | wc -l)
 ctx_kib=$(du -sk "$ctx" | cut -f1)
 if [ "$ctx_files" != $((${#bins[@]} + 1)) ] || [ "$ctx_kib" -gt 65536 ]; then
-    echo "build-image: the build context ($ctx) holds $ctx_files files, $ctx_kib KiB: expected ${#bins[@]} binaries and the Dockerfile, under 64 MiB" >&2
+    echo "build-image: the build context ($ctx) holds $ctx_files files at its top, $ctx_kib KiB: expected ${#bins[@]} binaries and the Dockerfile (and dpdk/), under 64 MiB" >&2
     exit 1
 fi
 docker build -q --build-arg BASE="$base" -t "$image" "$ctx" >/dev/null

@@ -15,7 +15,10 @@
 #   5. iwarp-serve in one container, `iwarp-serve --connect` in the other
 #      (the region from the MPA Reply's private data; 256 blocks written,
 #      read back and compared), /metrics scraped over the kernel's TCP,
-#      then SIGTERM: the server closes its connections and exits 0.
+#      then SIGTERM: the server closes its connections and exits 0;
+#   6. perftest mode over DPDK memif, no kernel in the path: write_lat -R
+#      and write_bw -R, the two containers sharing the memif socket through
+#      a host directory mounted in both.
 #
 # Needs root and a Docker engine (deploy/build-image.sh). Every wait is
 # bounded. The containers, the network and the image this run built
@@ -77,6 +80,9 @@ ip_a="$subnet.10" ip_b="$subnet.11"   # the containers' kernel addresses
 stack_a="$subnet.20" stack_b="$subnet.21" # spare: our stacks'
 
 caps=(--cap-add NET_ADMIN --cap-add SYS_ADMIN --cap-add NET_RAW --cap-add IPC_LOCK)
+# The memif socket's directory, shared by both containers (step 6).
+mkdir -p "$work/memif"
+caps+=(-v "$work/memif:/run/memif")
 # Root inside the container: the capabilities above reach a process's
 # effective set only as root (the image's default user is iwarp).
 docker run -d --name "$a" --hostname a --network "$net" --ip "$ip_a" "${caps[@]}" --user 0 "$image" sleep 600 >/dev/null
@@ -200,5 +206,33 @@ grep -q "^iwarp-serve: closed 1 of 1 client connections" "$work/sb.log" || { cat
 grep -q "^iwarp-serve: final stats: 2 clients accepted" "$work/sb.log" || { cat "$work/sb.log" >&2; fail "no final stats"; }
 wait "$client" || true # it ends because the server closed; how is its own business
 grep "iwarp-serve: " "$work/sb.log" | tail -3 | cut -c1-160
+
+echo "== 6. perftest mode over DPDK memif: $b serves, $a connects, one socket in a shared volume"
+if docker exec "$a" sh -c 'ldd /usr/local/bin/iwarp-perf' | grep -q librte_eal; then
+    for t in "write_lat -s 64 -n 5000" "write_bw -s 65536 -n 2000"; do
+        rm -f "$work/memif/link.sock"
+        # shellcheck disable=SC2086 # $t is the test and its flags
+        timeout 90 docker exec "$b" iwarp-perf $t -R --memif-socket /run/memif/link.sock \
+            --ip 10.81.0.2/24 >"$work/mb.log" 2>&1 &
+        server=$!
+        for _ in $(seq 100); do
+            [ -S "$work/memif/link.sock" ] && break
+            sleep 0.1
+        done
+        [ -S "$work/memif/link.sock" ] || { cat "$work/mb.log" >&2; fail "the memif server made no socket"; }
+        # shellcheck disable=SC2086
+        timeout 90 docker exec "$a" iwarp-perf $t -R --memif-socket /run/memif/link.sock \
+            --ip 10.81.0.1/24 10.81.0.2 >"$work/ma.log" 2>&1 \
+            || { cat "$work/ma.log" "$work/mb.log" >&2; fail "iwarp-perf $t client over memif"; }
+        wait "$server" || { cat "$work/mb.log" >&2; fail "iwarp-perf $t server over memif"; }
+        grep -q "#bytes" "$work/ma.log" || { cat "$work/ma.log" >&2; fail "iwarp-perf $t over memif printed no result"; }
+        echo "iwarp-perf $t over memif:"
+        grep -A1 "#bytes" "$work/ma.log"
+    done
+elif [ -n "${CI:-}" ]; then
+    fail "the image's iwarp-perf has no DPDK: build-image.sh needs libdpdk-dev on the host (scripts/deps.sh --test)"
+else
+    echo "SKIP: the image was built without DPDK (install libdpdk-dev on the host)"
+fi
 
 echo "== test-image: all passed in $(($(date +%s) - t0)) s"

@@ -135,37 +135,44 @@ pub fn pingpong<A: FrameDevice, B: FrameDevice>(
             }
             echoed
         });
-        pin(cores.0);
-        let end = Instant::now() + limit;
-        let mut done = 0u64;
-        'outer: while done < warmup + iters {
-            let t0 = Instant::now();
-            if t0 > end {
-                break;
-            }
-            if !a.tx(a_to_b) {
-                a.flush();
-                continue;
-            }
-            a.flush();
-            loop {
-                let mut got = 0;
-                a.rx_burst(32, &mut |_| got += 1);
-                if got > 0 {
-                    let ns = t0.elapsed().as_nanos() as u64;
-                    if done >= warmup {
-                        hist.saturating_record((ns / 2).max(1));
-                    }
-                    done += 1;
+        // The initiator runs on a thread of its own too, so that the
+        // caller's CPU affinity is left as it was (threads it spawns later
+        // inherit it).
+        let initiator = s.spawn(|| {
+            pin(cores.0);
+            let end = Instant::now() + limit;
+            let mut done = 0u64;
+            'outer: while done < warmup + iters {
+                let t0 = Instant::now();
+                if t0 > end {
                     break;
                 }
-                let waited = t0.elapsed();
-                if waited > Duration::from_millis(50) {
-                    lost += 1;
-                    continue 'outer;
+                if !a.tx(a_to_b) {
+                    a.flush();
+                    continue;
+                }
+                a.flush();
+                loop {
+                    let mut got = 0;
+                    a.rx_burst(32, &mut |_| got += 1);
+                    if got > 0 {
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        if done >= warmup {
+                            hist.saturating_record((ns / 2).max(1));
+                        }
+                        done += 1;
+                        break;
+                    }
+                    let waited = t0.elapsed();
+                    if waited > Duration::from_millis(50) {
+                        lost += 1;
+                        continue 'outer;
+                    }
                 }
             }
-        }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let _ = initiator.join();
         stop.store(true, Ordering::Relaxed);
         let _ = echo.join();
     });

@@ -687,6 +687,14 @@ impl Context {
     /// Two contexts joined by the simulated link (10.0.0.1 and 10.0.0.2, an
     /// in-memory Ethernet link between two poll loops). Needs no privileges.
     pub fn sim_pair() -> (Context, Context) {
+        Self::sim_pair_with(Polling::Adaptive, None)
+    }
+
+    /// [`sim_pair`](Self::sim_pair) with the loops' `polling` and, when
+    /// `cores` is given, each loop pinned (the first context's on
+    /// `cores.0`, the second's on `cores.1`): how benchmarks run the
+    /// in-memory link like a real one.
+    pub fn sim_pair_with(polling: Polling, cores: Option<(usize, usize)>) -> (Context, Context) {
         let (da, db) = MemDevice::pair(8192);
         let cfg = |last: u8| {
             let mut c = StackConfig::new(IfaceConfig::new(
@@ -699,8 +707,8 @@ impl Context {
             c
         };
         (
-            Context::start(cfg(1), da, None, Polling::Adaptive, None),
-            Context::start(cfg(2), db, None, Polling::Adaptive, None),
+            Context::start(cfg(1), da, cores.map(|c| c.0), polling, None),
+            Context::start(cfg(2), db, cores.map(|c| c.1), polling, None),
         )
     }
 

@@ -561,10 +561,14 @@ fn parse_args() -> Args {
             (None, false, false) if netns_harness::skip_reason().is_none() => Link::Veth,
             _ => Link::Sim,
         },
-        netns: if c.sim || c.link == Some(Link::Sim) {
-            false
-        } else {
-            c.netns || c.link.is_some() || netns_harness::skip_reason().is_none()
+        // The namespaces and veth: our link with --link veth (an error
+        // where they cannot be made), the Linux baseline's wherever they
+        // can be made.
+        netns: match (c.sim, c.link) {
+            (true, _) | (_, Some(Link::Sim)) => false,
+            (_, Some(Link::Veth)) => true,
+            (_, Some(Link::Memif)) => netns_harness::skip_reason().is_none(),
+            (false, None) => c.netns || netns_harness::skip_reason().is_none(),
         },
         window: c.window,
         mtu: c.mtu,
@@ -620,7 +624,16 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
         return memif_contexts(args);
     }
     let Some(lab) = lab.filter(|_| args.link == Link::Veth) else {
-        return Ok(iwarp::Context::sim_pair());
+        // The in-memory link, pinned and polled as the real ones are.
+        let polling = if args.busy {
+            iwarp::Polling::Busy
+        } else {
+            iwarp::Polling::Adaptive
+        };
+        return Ok(iwarp::Context::sim_pair_with(
+            polling,
+            Some(placement(args)),
+        ));
     };
     use netns_harness::End;
     let (first, second) = placement(args);
