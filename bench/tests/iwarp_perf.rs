@@ -99,6 +99,25 @@ fn send_lat_on_the_simulated_link() {
     assert_eq!(doc["latency_path"], "in_loop");
     assert_eq!(r["path"], "in_loop");
     assert!(title(&stdout, "send_lat").contains("in-loop"), "{stdout}");
+    // The plot lists the curves it draws (ours and the link's floor; no
+    // Linux curve without a Linux run) on a log axis, and the run ends
+    // with a one-line summary.
+    let labels: Vec<&str> = r["png"]["curves"]
+        .as_array()
+        .expect("curves")
+        .iter()
+        .map(|c| c["label"].as_str().expect("label"))
+        .collect();
+    assert_eq!(
+        labels,
+        ["iWARP (ours, in-loop)", "floor of the link (no protocol)"]
+    );
+    assert!(r["png"]["y"].as_str().expect("y").contains("log10"), "{r}");
+    assert!(r["floor"]["p50_us"].as_f64().expect("floor") > 0.0, "{r}");
+    assert!(
+        stdout.contains("summary: send_lat 2 B over sim: p50 "),
+        "{stdout}"
+    );
 }
 
 const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
@@ -192,6 +211,15 @@ fn write_bw_on_the_simulated_link() {
     assert_eq!(r["iwarp"]["iterations"], 2000);
     assert!(r["iwarp"]["bw_avg_mib_s"].as_f64().expect("number") > 0.0);
     assert_eq!(r["path"], "in_loop", "bandwidth runs in-loop by default");
+    // A bar chart of what ran (ours only here), compressed.
+    let png = std::fs::read(out.join("write_bw_16384.png")).expect("png");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(png.len() < 100_000, "{} octets", png.len());
+    assert_eq!(r["png"]["bars"].as_array().expect("bars").len(), 1, "{r}");
+    assert!(
+        stdout.contains("summary: write_bw 16384 B over sim: "),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -1122,10 +1122,41 @@ fn run() -> Result<(), String> {
                     entry["linux_other_wait"] = json!(other_wait.word());
                 }
                 curves.push(output::Curve {
-                    label: "Linux TCP",
+                    label: if wait == linux::Wait::Spin {
+                        "Linux TCP, spinning"
+                    } else {
+                        "Linux TCP, blocking"
+                    },
                     color: [210, 40, 40],
                     hist: &l.hist,
                 });
+            }
+            if let Some(f) = &floor {
+                curves.push(output::Curve {
+                    label: "floor of the link (no protocol)",
+                    color: [40, 150, 60],
+                    hist: &f.half_rtt,
+                });
+            }
+            // One line, as sockperf closes with.
+            let p50 = r.hist.value_at_quantile(0.5) as f64 / 1000.0;
+            let mut line = format!(
+                "summary: {} {} B over {}: p50 {p50:.3} usec",
+                job.test.name(),
+                job.size,
+                args.link.name()
+            );
+            if let Some(l) = &job.linux_lat {
+                let lp = l.hist.value_at_quantile(0.5) as f64 / 1000.0;
+                line += &format!(
+                    ", {:.2}x Linux TCP {} ({lp:.3})",
+                    p50 / lp.max(1e-9),
+                    wait.word()
+                );
+            }
+            if let Some(f) = &floor {
+                let fp = f.p50_ns() / 1000.0;
+                line += &format!(", {:+.3} usec over the link floor ({fp:.3})", p50 - fp);
             }
             if args.sctp {
                 let sp = connect_sctp()?;
@@ -1148,9 +1179,22 @@ fn run() -> Result<(), String> {
                 entry["ratio_sctp_over_mpa"] =
                     json!({ "p50": ratio(0.5), "p99": ratio(0.99), "p999": ratio(0.999) });
             }
+            println!("{line}");
             let png = PathBuf::from(format!("{}.png", base.display()));
-            output::plot_percentiles(&png, &curves).map_err(|e| e.to_string())?;
-            entry["png"] = json!({ "file": png.display().to_string(), "blue": ours_label, "red": "Linux TCP", "x": "percentile, log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%", "y": "latency (usec), linear from 0" });
+            let title = format!(
+                "{} {} B over {}: latency by percentile",
+                job.test.name(),
+                job.size,
+                args.link.name()
+            );
+            output::plot_percentiles(&png, &title, &curves).map_err(|e| e.to_string())?;
+            entry["png"] = json!({
+                "file": png.display().to_string(),
+                "title": title,
+                "curves": curves.iter().map(|c| json!({ "label": c.label, "rgb": c.color })).collect::<Vec<_>>(),
+                "x": "percentile, log10(1/(1-percentile)): 0=0%, 1=90%, 2=99%, 3=99.9%, 4=99.99%, 5=99.999%",
+                "y": "latency (usec), log10 scale, whole decades around the data",
+            });
             files.push(png);
         } else {
             entry["path"] = json!(path_name(plan.threads));
@@ -1231,7 +1275,73 @@ fn run() -> Result<(), String> {
                 files.push(hgrm("sctp"));
                 entry["sctp"] = s.json();
                 entry["ratio_sctp_over_mpa"] = json!({ "bw_avg": s.avg_mbs / r.avg_mbs, "bw_peak": s.peak_mbs / r.peak_mbs, "cpu_per_byte": s.cpu_ns_per_byte / r.cpu_ns_per_byte });
+                entry["sctp_bw_avg"] = json!(s.avg_mbs);
             }
+            // One line, as sockperf closes with, and the bars.
+            let mut line = format!(
+                "summary: {} {} B over {}: {:.0} MB/s",
+                job.test.name(),
+                job.size,
+                args.link.name(),
+                r.avg_mbs
+            );
+            let mut bars = vec![output::Bar {
+                label: "ours (MPA/TCP)",
+                value: r.avg_mbs,
+                color: [20, 60, 200],
+            }];
+            if let Some(l) = &job.linux_bw {
+                line += &format!(
+                    ", {:.2}x Linux TCP {} ({:.0})",
+                    r.avg_mbs / l.avg_mbs,
+                    wait.word(),
+                    l.avg_mbs
+                );
+                bars.push(output::Bar {
+                    label: if wait == linux::Wait::Spin {
+                        "Linux TCP, spinning"
+                    } else {
+                        "Linux TCP, blocking"
+                    },
+                    value: l.avg_mbs,
+                    color: [210, 40, 40],
+                });
+            }
+            if let Some(o) = &job.linux_bw_other {
+                bars.push(output::Bar {
+                    label: if other_wait == linux::Wait::Spin {
+                        "Linux TCP, spinning"
+                    } else {
+                        "Linux TCP, blocking"
+                    },
+                    value: o.avg_mbs,
+                    color: [240, 150, 150],
+                });
+            }
+            if let Some(v) = entry["sctp_bw_avg"].as_f64() {
+                bars.push(output::Bar {
+                    label: "ours (SCTP)",
+                    value: v,
+                    color: [110, 140, 230],
+                });
+            }
+            println!("{line}");
+            let png = PathBuf::from(format!("{}.png", base.display()));
+            let title = format!(
+                "{} {} B over {}: average bandwidth",
+                job.test.name(),
+                job.size,
+                args.link.name()
+            );
+            output::plot_bars(&png, &title, "MB/s (MiB per second)", &bars)
+                .map_err(|e| e.to_string())?;
+            entry["png"] = json!({
+                "file": png.display().to_string(),
+                "title": title,
+                "bars": bars.iter().map(|b| json!({ "label": b.label, "mb_s": b.value })).collect::<Vec<_>>(),
+                "y": "average bandwidth, MB/s (2^20 octets per second), linear from 0",
+            });
+            files.push(png);
         }
         summary.push(entry);
     }

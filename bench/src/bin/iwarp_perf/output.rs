@@ -1,8 +1,9 @@
 //! What a run leaves behind: HdrHistogram percentile-distribution text
-//! (`.hgrm`), and a PNG of latency-by-percentile curves drawn into an RGB
-//! buffer and written with a minimal PNG encoder (stored deflate blocks,
-//! zlib Adler-32, CRC-32 per chunk). Text (axis labels, tick values, the
-//! legend) is drawn with a small built-in 5×7 bitmap font.
+//! (`.hgrm`), a PNG of latency-by-percentile curves and a PNG of bandwidth
+//! bars, drawn into an RGB buffer and compressed by the `png` crate. Text
+//! (title, axis labels, tick values, the legend) is drawn with a small
+//! built-in 5×7 bitmap font: a plotting crate would bring a font stack
+//! (fontconfig, FreeType) for a few labels.
 
 use std::io::Write;
 use std::path::Path;
@@ -138,71 +139,20 @@ impl Canvas {
         }
     }
 
-    /// Encode as PNG: 8-bit RGB, no filtering, zlib with stored blocks.
-    pub fn png(&self) -> Vec<u8> {
-        let mut raw = Vec::with_capacity((self.w * 3 + 1) * self.h);
-        for row in self.px.chunks(self.w * 3) {
-            raw.push(0); // filter type None
-            raw.extend_from_slice(row);
-        }
-        let mut z = vec![0x78, 0x01];
-        let blocks: Vec<&[u8]> = raw.chunks(65_535).collect();
-        for (i, b) in blocks.iter().enumerate() {
-            z.push(u8::from(i + 1 == blocks.len()));
-            let len = b.len() as u16;
-            z.extend_from_slice(&len.to_le_bytes());
-            z.extend_from_slice(&(!len).to_le_bytes());
-            z.extend_from_slice(b);
-        }
-        z.extend_from_slice(&adler32(&raw).to_be_bytes());
-        let mut ihdr = Vec::new();
-        ihdr.extend_from_slice(&(self.w as u32).to_be_bytes());
-        ihdr.extend_from_slice(&(self.h as u32).to_be_bytes());
-        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
-        let mut out = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
-        chunk(&mut out, b"IHDR", &ihdr);
-        chunk(&mut out, b"IDAT", &z);
-        chunk(&mut out, b"IEND", &[]);
-        out
+    /// Encode as PNG (8-bit RGB) through the `png` crate, compressed:
+    /// a plot of a few flat colours is a few KiB, not the raw pixels.
+    pub fn png(&self) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut enc = png::Encoder::new(&mut out, self.w as u32, self.h as u32);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.set_compression(png::Compression::Best);
+        let mut w = enc.write_header().map_err(std::io::Error::other)?;
+        w.write_image_data(&self.px)
+            .map_err(std::io::Error::other)?;
+        w.finish().map_err(std::io::Error::other)?;
+        Ok(out)
     }
-}
-
-fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
-    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    let start = out.len();
-    out.extend_from_slice(kind);
-    out.extend_from_slice(data);
-    let crc = crc32(&out[start..]);
-    out.extend_from_slice(&crc.to_be_bytes());
-}
-
-/// CRC-32 (ISO-HDLC, reflected 0xEDB88320), bitwise: images are small.
-fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xEDB8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
-}
-
-fn adler32(data: &[u8]) -> u32 {
-    let (mut a, mut b) = (1u32, 0u32);
-    for chunk in data.chunks(5552) {
-        for &x in chunk {
-            a += u32::from(x);
-            b += a;
-        }
-        a %= 65_521;
-        b %= 65_521;
-    }
-    (b << 16) | a
 }
 
 /// Width in pixels of `s` drawn by [`Canvas::text`] at `scale`.
@@ -270,6 +220,28 @@ fn glyph(c: char) -> [u8; 7] {
         'R' => [0x1e, 0x11, 0x11, 0x1e, 0x14, 0x12, 0x11],
         'T' => [0x1f, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04],
         'W' => [0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0a],
+        'B' => [0x1e, 0x11, 0x11, 0x1e, 0x11, 0x11, 0x1e],
+        'D' => [0x1c, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1c],
+        'E' => [0x1f, 0x10, 0x10, 0x1e, 0x10, 0x10, 0x1f],
+        'F' => [0x1f, 0x10, 0x10, 0x1e, 0x10, 0x10, 0x10],
+        'G' => [0x0e, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0f],
+        'H' => [0x11, 0x11, 0x11, 0x1f, 0x11, 0x11, 0x11],
+        'J' => [0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0c],
+        'K' => [0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11],
+        'M' => [0x11, 0x1b, 0x15, 0x15, 0x11, 0x11, 0x11],
+        'N' => [0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11],
+        'O' => [0x0e, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0e],
+        'Q' => [0x0e, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0d],
+        'S' => [0x0f, 0x10, 0x10, 0x0e, 0x01, 0x01, 0x1e],
+        'U' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0e],
+        'V' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x0a, 0x04],
+        'X' => [0x11, 0x11, 0x0a, 0x04, 0x0a, 0x11, 0x11],
+        'Y' => [0x11, 0x11, 0x11, 0x0a, 0x04, 0x04, 0x04],
+        'Z' => [0x1f, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1f],
+        '+' => [0, 0x04, 0x04, 0x1f, 0x04, 0x04, 0],
+        '>' => [0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08],
+        '<' => [0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02],
+        '*' => [0, 0x04, 0x15, 0x0e, 0x15, 0x04, 0],
         _ => [0x1f, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1f],
     }
 }
@@ -322,12 +294,20 @@ pub const Y_LABEL: &str = "latency (µs, log scale)";
 /// ticks at 1, 2 and 5 per decade (so one multi-millisecond outlier does
 /// not flatten the curves). Grid lines at 90%, 99%, 99.9%, 99.99% and at
 /// every y tick; axis labels; a legend naming each curve in its colour.
-pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()> {
-    let (w, h) = (900usize, 560usize);
-    // Margins: left for the y tick values and label, bottom for the x
-    // tick values and label.
-    let (ml, mr, mt, mb) = (96f64, 40f64, 24f64, 70f64);
+pub fn plot_percentiles(path: &Path, title: &str, curves: &[Curve<'_>]) -> std::io::Result<()> {
+    let (w, h) = (900usize, 580usize);
+    // Margins: left for the y tick values and label, top for the title,
+    // bottom for the x tick values and label.
+    let (ml, mr, mt, mb) = (96f64, 40f64, 44f64, 70f64);
     let mut cv = Canvas::new(w, h);
+    cv.text(
+        (w as i64 - text_width(title, 2)) / 2,
+        12,
+        title,
+        [0, 0, 0],
+        2,
+        false,
+    );
     let pts: Vec<Vec<(f64, f64)>> = curves
         .iter()
         .map(|c| {
@@ -441,17 +421,126 @@ pub fn plot_percentiles(path: &Path, curves: &[Curve<'_>]) -> std::io::Result<()
             cv.text(x0 + 46, y, c.label, black, 2, false);
         }
     }
-    std::fs::File::create(path)?.write_all(&cv.png())
+    std::fs::File::create(path)?.write_all(&cv.png()?)
+}
+
+/// One bar of [`plot_bars`].
+#[derive(Debug)]
+pub struct Bar<'a> {
+    pub label: &'a str,
+    pub value: f64,
+    pub color: [u8; 3],
+}
+
+/// A bar chart: `title` on top, one bar per entry from 0 (linear y axis,
+/// `y_label`, ticks at 1, 2 and 5 × a power of ten), each bar's value
+/// printed above it and its label below.
+pub fn plot_bars(path: &Path, title: &str, y_label: &str, bars: &[Bar<'_>]) -> std::io::Result<()> {
+    let (w, h) = (900usize, 520usize);
+    let (ml, mr, mt, mb) = (96f64, 40f64, 60f64, 60f64);
+    let mut cv = Canvas::new(w, h);
+    let black = [0, 0, 0];
+    cv.text(
+        (w as i64 - text_width(title, 2)) / 2,
+        12,
+        title,
+        black,
+        2,
+        false,
+    );
+    let top = bars
+        .iter()
+        .map(|b| b.value)
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    // A tick step of 1, 2 or 5 × 10^k giving 4 to 10 ticks.
+    let mut step = 10f64.powf(top.log10().floor() - 1.0);
+    while top / step > 10.0 {
+        step *= if (step / 10f64.powf(step.log10().floor()) - 2.0).abs() < 1e-9 {
+            2.5
+        } else {
+            2.0
+        };
+    }
+    let ymax = (top / step).ceil() * step;
+    let (pw, ph) = (w as f64 - ml - mr, h as f64 - mt - mb);
+    let ypx = |v: f64| mt + ph - v / ymax * ph;
+    let mut t = 0.0;
+    while t <= ymax + step / 2.0 {
+        cv.line((ml, ypx(t)), (ml + pw, ypx(t)), [220, 220, 220], 1);
+        let s = format!("{t:.0}");
+        cv.text(
+            ml as i64 - 10 - text_width(&s, 2),
+            ypx(t) as i64 - 7,
+            &s,
+            black,
+            2,
+            false,
+        );
+        t += step;
+    }
+    cv.line((ml, ypx(0.0)), (ml + pw, ypx(0.0)), black, 2);
+    cv.line((ml, ypx(0.0)), (ml, ypx(ymax)), black, 2);
+    cv.text(
+        8,
+        (mt + ph / 2.0) as i64 + text_width(y_label, 2) / 2,
+        y_label,
+        black,
+        2,
+        true,
+    );
+    let slot = pw / bars.len().max(1) as f64;
+    for (k, b) in bars.iter().enumerate() {
+        let x0 = ml + slot * k as f64 + slot * 0.2;
+        let x1 = ml + slot * (k as f64 + 1.0) - slot * 0.2;
+        cv.fill(
+            x0 as i64,
+            ypx(b.value) as i64,
+            x1 as i64,
+            ypx(0.0) as i64,
+            b.color,
+        );
+        let v = format!("{:.0}", b.value);
+        let cx = ((x0 + x1) / 2.0) as i64;
+        cv.text(
+            cx - text_width(&v, 2) / 2,
+            ypx(b.value) as i64 - 20,
+            &v,
+            black,
+            2,
+            false,
+        );
+        cv.text(
+            cx - text_width(b.label, 2) / 2,
+            ypx(0.0) as i64 + 12,
+            b.label,
+            black,
+            2,
+            false,
+        );
+    }
+    std::fs::File::create(path)?.write_all(&cv.png()?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The PNG decodes to the canvas's pixels, and a plot of flat colours
+    /// compresses far below its raw size.
     #[test]
-    fn checksums_match_known_values() {
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(adler32(b"Wikipedia"), 0x11E6_0398);
+    fn png_round_trips_and_compresses() {
+        let mut cv = Canvas::new(300, 200);
+        cv.line((10.0, 10.0), (290.0, 190.0), [200, 20, 20], 3);
+        cv.text(20, 20, "write_lat 64 B over memif", [0, 0, 0], 2, false);
+        let bytes = cv.png().expect("encode");
+        assert!(bytes.len() < 300 * 200 * 3 / 10, "{} octets", bytes.len());
+        let dec = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut r = dec.read_info().expect("header");
+        let mut buf = vec![0; r.output_buffer_size()];
+        let info = r.next_frame(&mut buf).expect("frame");
+        assert_eq!((info.width, info.height), (300, 200));
+        assert_eq!(&buf[..info.buffer_size()], &cv.px[..]);
     }
 
     #[test]
@@ -464,6 +553,9 @@ mod tests {
             "iWARP (ours, threads)",
             "Linux TCP",
             "0123456789.",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+            "abcdefghijklmnopqrstuvwxyz",
+            "+-*/<>=%(),:_",
         ];
         for s in labels.iter().chain(X_TICKS.iter()) {
             for c in s.chars() {
