@@ -14,9 +14,13 @@ fn xdp_floor(args: &[&str]) -> std::process::Output {
 #[test]
 fn bad_arguments_exit_2_with_the_reason() {
     for (args, why) in [
-        (&["--mtu", "20"][..], "not an MTU"),
+        (&["--mtu", "20"][..], "20 is not in 68..=65000"),
         (&["--secs", "0"][..], "--secs"),
-        (&["--frobnicate"][..], "unknown argument"),
+        (&["--frobnicate"][..], "unexpected argument '--frobnicate'"),
+        (
+            &["--pingpong", "--link", "carrier-pigeon"][..],
+            "carrier-pigeon",
+        ),
     ] {
         let o = xdp_floor(args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -25,7 +29,53 @@ fn bad_arguments_exit_2_with_the_reason() {
     }
     let o = xdp_floor(&["--help"]);
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("usage: xdp-floor"));
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("Usage: xdp-floor") && help.contains("--pingpong"),
+        "{help}"
+    );
+    let o = xdp_floor(&["--version"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("xdp-floor "));
+}
+
+/// `--pingpong` over memif (DPDK, no root needed) and AF_XDP (root): a
+/// numeric row per link, every round trip back.
+#[test]
+fn pingpong_prints_a_row_per_link() {
+    let mut links = Vec::new();
+    if iwarp::dpdk::AVAILABLE {
+        links.push(("memif", "DPDK memif"));
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI without DPDK");
+    }
+    if netns_harness::skip_reason().is_none() {
+        links.push(("xdp", "AF_XDP (copy mode) veth"));
+    }
+    for (link, label) in links {
+        let o = xdp_floor(&["--pingpong", "-n", "2000", "--link", link]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let row = out
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label} row in\n{out}"));
+        let nums: Vec<f64> = row
+            .split_whitespace()
+            .map(|v| v.parse().expect("numbers"))
+            .collect();
+        // samples, p50, p99, p99.9, max, lost
+        assert_eq!(nums.len(), 6, "{out}");
+        assert_eq!(nums[0], 2000.0, "{out}");
+        assert!(
+            nums[1] > 0.0 && nums[1] <= nums[2] && nums[2] <= nums[3],
+            "{out}"
+        );
+    }
 }
 
 #[test]
