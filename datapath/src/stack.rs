@@ -1575,6 +1575,11 @@ impl Stack {
                 return;
             };
             mark_ready(&mut self.ready, sock, id);
+            if sock.over_budget && !seg.payload.is_empty() {
+                // Aborted for the memory budget: it holds nothing more
+                // while its Terminate waits for an ACK.
+                return;
+            }
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
