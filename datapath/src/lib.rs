@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod link;
 pub mod over_sctp;
 pub mod over_tcp;

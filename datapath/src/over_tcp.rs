@@ -288,6 +288,13 @@ impl IwarpOverTcp {
     /// ([`State::Closed`]) what is left of TCP (FIN-WAIT-2, TIME-WAIT) is
     /// reset at once.
     pub fn abort(&mut self, now: u64) {
+        self.abort_with(now, TermCode::RDMAP_LOCAL_CATASTROPHIC);
+    }
+
+    /// [`abort`](Self::abort) with the Terminate carrying `code` (the
+    /// stack's memory budget uses RDMAP catastrophic error localized to
+    /// the stream, [`TermCode::RDMAP_CATASTROPHIC_STREAM`]).
+    pub fn abort_with(&mut self, now: u64, code: TermCode) {
         match self.state {
             State::Aborting => {}
             State::Closed => {
@@ -302,11 +309,19 @@ impl IwarpOverTcp {
                     .set(Timer::Abort, now.saturating_add(ABORT_GRACE_NS));
                 if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
                     if qp.state() == QpState::Rts {
-                        qp.terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+                        qp.terminate(code);
                     }
                 }
             }
         }
+    }
+
+    /// Octets a peer makes this connection hold now: TCP's out-of-order
+    /// buffer, MPA early data kept while the application decides, and the
+    /// CM events not taken yet (see [`crate::budget`]).
+    pub fn held_octets(&self) -> usize {
+        let early = self.iwarp.as_ref().map_or(0, |c| c.early_len());
+        self.tcp.ooo_held() + early + self.events.len() * core::mem::size_of::<CmEvent>()
     }
 
     /// Next connection-manager event.
@@ -635,6 +650,7 @@ impl IwarpOverTcp {
     /// from its idle sweep.
     pub fn trim(&mut self) {
         self.txq.trim();
+        self.tcp.trim();
         if self.events.is_empty() {
             self.events = VecDeque::new();
         }

@@ -35,6 +35,7 @@ use tcp_lite::listen::{IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpRepr};
 
+use crate::budget::{Holder, MemBudget};
 use crate::over_sctp::conn::{SctpConns, SctpUlp};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
 use crate::StreamParams;
@@ -99,6 +100,15 @@ pub struct StackConfig {
     /// iWARP connections frame FPDUs into TCP's send buffer
     /// ([`IwarpOverTcp::copy_transmit`]) instead of one-copy transmit.
     pub copy_tx: bool,
+    /// Octets one connection (TCP or SCTP) may hold for its peer
+    /// ([`crate::budget`]: out-of-order data, reassembly with its chunk
+    /// overhead, early data, held segments and events); one more aborts
+    /// it. Default [`crate::budget::MAX_HELD_PER_CONN`] (4 MiB).
+    pub max_held_per_conn: usize,
+    /// Octets all connections together may hold (plus listeners'
+    /// handshake payload); beyond it the connection holding the most is
+    /// aborted. Default [`crate::budget::MAX_HELD_TOTAL`] (256 MiB).
+    pub max_held_total: usize,
 }
 
 impl StackConfig {
@@ -118,6 +128,8 @@ impl StackConfig {
             sctp_max_held: crate::over_sctp::conn::MAX_HELD,
             idle_sweep: 100_000_000,
             copy_tx: false,
+            max_held_per_conn: crate::budget::MAX_HELD_PER_CONN,
+            max_held_total: crate::budget::MAX_HELD_TOTAL,
         }
     }
 }
@@ -941,6 +953,10 @@ struct Sock {
     /// The listener (port) whose backlog this connection counts against
     /// until the application accepts it (`StackConfig::backlog`).
     backlog_of: Option<u16>,
+    /// Octets it held for its peer when last polled ([`crate::budget`]).
+    held: usize,
+    /// Aborted for the memory budget.
+    over_budget: bool,
 }
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
@@ -956,6 +972,43 @@ impl Sock {
         match &self.kind {
             SockKind::Stream(s) => &s.tcp,
             SockKind::Iwarp(i) => &i.tcp,
+        }
+    }
+
+    /// Octets its peer makes it hold now: out-of-order data, and what
+    /// waits for the application (a byte stream's backlog beyond its
+    /// ring; iWARP early data and CM events).
+    fn held_now(&self) -> usize {
+        match &self.kind {
+            SockKind::Stream(s) => s.tcp.ooo_held() + s.rx_backlog_len,
+            SockKind::Iwarp(i) => i.held_octets(),
+        }
+    }
+
+    /// Refresh [`held`](Self::held) and the running total; whether it is
+    /// now over the per-connection limit (and not aborted for it yet).
+    fn account(&mut self, total: &mut usize, budget: &MemBudget) -> bool {
+        let h = self.held_now();
+        *total = total.saturating_sub(self.held).saturating_add(h);
+        self.held = h;
+        !self.over_budget && budget.over_conn(h)
+    }
+
+    /// End the connection for the memory budget: an iWARP connection
+    /// sends an RDMAP Terminate (catastrophic error localized to the
+    /// stream) and then RST; a byte stream RST at once, dropping what
+    /// waited for its application.
+    fn abort_over_budget(&mut self, now: u64) {
+        self.over_budget = true;
+        match &mut self.kind {
+            SockKind::Iwarp(i) => {
+                i.abort_with(now, iwarp_proto::wire::TermCode::RDMAP_CATASTROPHIC_STREAM)
+            }
+            SockKind::Stream(s) => {
+                s.tcp.abort();
+                s.rx_backlog = VecDeque::new();
+                s.rx_backlog_len = 0;
+            }
         }
     }
 }
@@ -985,6 +1038,15 @@ pub struct StackStats {
     pub listen_overflows: u64,
     /// TCP counters summed over connections that have ended.
     pub tcp_closed: tcp::Stats,
+    /// Octets held now for peers, over every connection (TCP and SCTP)
+    /// and listener ([`crate::budget`]; against
+    /// `StackConfig::max_held_total`).
+    pub held_octets: u64,
+    /// The most one connection holds now (against
+    /// `StackConfig::max_held_per_conn`).
+    pub held_max_conn: u64,
+    /// Connections aborted for going over either limit.
+    pub budget_aborts: u64,
 }
 
 /// The host stack. See the [module docs](self).
@@ -1029,6 +1091,12 @@ pub struct Stack {
     /// iWARP over SCTP on the same interface, made by the first SCTP
     /// command ([`crate::over_sctp::conn`]).
     sctp: Option<Box<SctpConns>>,
+    /// The memory budget's limits and aborts ([`crate::budget`]).
+    budget: MemBudget,
+    /// Octets TCP connections hold, as of their last poll (`Sock::held`).
+    tcp_held: usize,
+    /// Connections over their own limit this round (scratch).
+    over: Vec<SockId>,
 }
 
 impl Stack {
@@ -1058,13 +1126,100 @@ impl Stack {
             stats: StackStats::default(),
             checksum_warned: false,
             sctp: None,
+            budget: MemBudget::new(cfg.max_held_per_conn, cfg.max_held_total),
+            tcp_held: 0,
+            over: Vec::new(),
             cfg,
         }
     }
 
-    /// Counters.
+    /// Counters, with what connections hold now ([`crate::budget`]).
     pub fn stats(&self) -> StackStats {
-        self.stats
+        let mut s = self.stats;
+        let mut max = 0;
+        let total = self.held_total(&mut |h| max = max.max(h.held));
+        s.held_octets = total as u64;
+        s.held_max_conn = max as u64;
+        s.budget_aborts = self.budget.aborts;
+        s
+    }
+
+    /// Octets listeners keep for handshakes not handed out yet.
+    fn listeners_held(&self) -> usize {
+        let early = self.listeners.values().flat_map(|l| l.early.values());
+        early.map(Vec::capacity).sum()
+    }
+
+    /// Octets held in the context: TCP connections as of their last poll,
+    /// SCTP connections now, listeners' handshake payload. `each` sees
+    /// every connection's figure.
+    fn held_total(&self, each: &mut dyn FnMut(Holder)) -> usize {
+        for (&id, s) in &self.socks {
+            each(Holder {
+                id,
+                held: s.held,
+                releasing: s.over_budget,
+            });
+        }
+        let mut total = self.tcp_held + self.listeners_held();
+        if let Some(sc) = self.sctp.as_deref() {
+            for h in sc.holders() {
+                total += h.held;
+                each(h);
+            }
+        }
+        total
+    }
+
+    /// Enforce the context limit: while the connections not already
+    /// being aborted hold more than it, abort the one holding the most
+    /// (one per round). Scans every connection only when over the limit.
+    /// `sctp_held`: what SCTP connections hold now.
+    fn enforce_context_budget(&mut self, now: u64, sctp_held: usize) {
+        let quick = self.tcp_held + self.listeners_held() + sctp_held;
+        if quick <= self.budget.context {
+            return;
+        }
+        let mut all = Vec::new();
+        let total = self.held_total(&mut |h| all.push(h));
+        let Some(id) = self.budget.victim(total, all.into_iter()) else {
+            return;
+        };
+        self.abort_over_budget(id, now, "context");
+    }
+
+    /// Abort connection `id` for the memory budget (`which` limit).
+    fn abort_over_budget(&mut self, id: SockId, now: u64, which: &'static str) {
+        let limit = if which == "context" {
+            self.budget.context
+        } else {
+            self.budget.per_conn
+        };
+        if let Some(sc) = self.sctp.as_deref_mut().filter(|sc| sc.owns(id)) {
+            if sc.abort_over_budget(id) {
+                self.budget.aborts += 1;
+                tracing::warn!(
+                    sock = id,
+                    limit,
+                    which,
+                    "SCTP association over the memory budget: ABORT"
+                );
+            }
+            return;
+        }
+        if let Some(sock) = self.socks.get_mut(&id).filter(|s| !s.over_budget) {
+            tracing::warn!(
+                sock = id,
+                remote = %sock.remote,
+                held = sock.held,
+                limit,
+                which,
+                "connection over the memory budget: aborted"
+            );
+            sock.abort_over_budget(now);
+            mark_ready(&mut self.ready, sock, id);
+            self.budget.aborts += 1;
+        }
     }
 
     /// The interface (for its counters).
@@ -1265,6 +1420,8 @@ impl Stack {
                 ready: false,
                 timer_at: None,
                 backlog_of: None,
+                held: 0,
+                over_budget: false,
             },
             shared,
         )
@@ -1418,6 +1575,11 @@ impl Stack {
                 return;
             };
             mark_ready(&mut self.ready, sock, id);
+            if sock.over_budget && !seg.payload.is_empty() {
+                // Aborted for the memory budget: it holds nothing more
+                // while its Terminate waits for an ACK.
+                return;
+            }
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
@@ -1707,6 +1869,7 @@ impl Stack {
                 );
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
+                self.tcp_held = self.tcp_held.saturating_sub(sock.held);
                 self.socks.remove(&id);
             }
         }
@@ -1976,6 +2139,9 @@ impl crate::runtime::Engine for Stack {
             mem,
             ready,
             timers,
+            budget,
+            tcp_held,
+            over,
             ..
         } = self;
         // Connections whose deadline has passed join the ready set.
@@ -2035,6 +2201,9 @@ impl crate::runtime::Engine for Stack {
                     }) > 0;
                     // Its application side is a ring: look every round.
                     mark_ready(ready, sock, id);
+                    if sock.account(tcp_held, budget) {
+                        over.push(id);
+                    }
                 }
                 SockKind::Iwarp(i) => {
                     // A segment with a payload fill is built in place in
@@ -2057,6 +2226,9 @@ impl crate::runtime::Engine for Stack {
                             sock.timer_at = Some(t);
                             timers.push(std::cmp::Reverse((t, id)));
                         }
+                    }
+                    if sock.account(tcp_held, budget) {
+                        over.push(id);
                     }
                 }
             }
@@ -2099,9 +2271,27 @@ impl crate::runtime::Engine for Stack {
             out(o);
             busy = true;
         }
+        let mut sctp_held = 0;
         if let Some(sc) = self.sctp.as_deref_mut() {
             busy |= sc.poll(now, &mut self.mem, tx, out);
+            for h in sc.holders() {
+                sctp_held += h.held;
+                if !h.releasing && self.budget.over_conn(h.held) {
+                    self.over.push(h.id);
+                }
+            }
         }
+        // The memory budget: connections over their own limit, then the
+        // context's (`crate::budget`).
+        let mut over = std::mem::take(&mut self.over);
+        for id in over.drain(..) {
+            self.abort_over_budget(id, now, "connection");
+            busy = true;
+        }
+        self.over = over;
+        let before = self.budget.aborts;
+        self.enforce_context_budget(now, sctp_held);
+        busy |= self.budget.aborts != before;
         // Run-to-completion application code, after this round's
         // completions reached their CQs; what it posts is handled at the
         // start of the next round.

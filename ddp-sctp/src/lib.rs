@@ -354,6 +354,12 @@ impl DdpAssociation {
         self.drain(0);
     }
 
+    /// SCTP ABORT with error cause `code` (RFC 9260 §3.3.10).
+    pub fn abort_with_cause(&mut self, code: u16) {
+        self.sctp.abort_with_cause(code);
+        self.drain(0);
+    }
+
     fn session(&mut self, stream: u16) -> Result<&mut Session, DdpError> {
         let n = self.ddp_streams();
         if stream >= n || !self.connected {

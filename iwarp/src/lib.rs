@@ -164,6 +164,16 @@ pub struct HostOptions {
     /// handed to TCP rather than once TCP has it acknowledged): a baseline
     /// for benchmarks. Default false.
     pub copy_tx: bool,
+    /// Octets one connection may make the stack hold for its peer
+    /// (out-of-order data, reassembly, early data); one more aborts it
+    /// (Terminate and RST, or SCTP ABORT). Default 4 MiB
+    /// (`StackConfig::max_held_per_conn`).
+    pub max_held_per_conn: usize,
+    /// Octets all connections together may hold; beyond it the connection
+    /// holding the most is aborted. Default 256 MiB
+    /// (`StackConfig::max_held_total`). [`ContextStats`]'s `stack` reports
+    /// both figures and the aborts.
+    pub max_held_total: usize,
 }
 
 impl HostOptions {
@@ -182,6 +192,8 @@ impl HostOptions {
             accept_partial_checksum: false,
             rx_drop_ppm: 0,
             copy_tx: false,
+            max_held_per_conn: iwarp_datapath::budget::MAX_HELD_PER_CONN,
+            max_held_total: iwarp_datapath::budget::MAX_HELD_TOTAL,
         }
     }
 }
@@ -413,6 +425,8 @@ fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackCo
     icfg.accept_partial_checksum = host.accept_partial_checksum;
     let mut cfg = StackConfig::new(icfg);
     cfg.copy_tx = host.copy_tx;
+    cfg.max_held_per_conn = host.max_held_per_conn;
+    cfg.max_held_total = host.max_held_total;
     // The MSS follows the interface's MTU (IPv4 and TCP headers off), as
     // Linux's does: jumbo frames carry jumbo segments and FPDUs.
     cfg.tcp.mss = mtu.saturating_sub(40).clamp(536, usize::from(u16::MAX)) as u16;

@@ -14,7 +14,9 @@ pub use tcp_lite::tcp::Stats as TcpStats;
 #[derive(Debug, Clone)]
 pub struct ContextStats {
     /// The host stack's own counters (segments for no socket, backpressure
-    /// drops, send errors; `tcp_closed` sums connections that ended).
+    /// drops, send errors; `tcp_closed` sums connections that ended), and
+    /// the memory budget: octets held for peers now (`held_octets`, the
+    /// most by one connection `held_max_conn`) and `budget_aborts`.
     pub stack: StackStats,
     /// TCP counters summed over every connection, open and ended.
     pub tcp: TcpStats,
@@ -88,8 +90,16 @@ impl fmt::Display for ContextStats {
         let s = &self.stack;
         writeln!(
             f,
-            "stack: connections {} listeners {} rx_no_socket {} rx_backpressure_drops {} tx_errors {}",
-            self.connections, self.listeners, s.rx_no_socket, s.rx_backpressure_drops, s.tx_errors
+            "stack: connections {} listeners {} rx_no_socket {} rx_backpressure_drops {} tx_errors {} \
+             held_octets {} held_max_conn {} budget_aborts {}",
+            self.connections,
+            self.listeners,
+            s.rx_no_socket,
+            s.rx_backpressure_drops,
+            s.tx_errors,
+            s.held_octets,
+            s.held_max_conn,
+            s.budget_aborts
         )?;
         let t = &self.tcp;
         writeln!(

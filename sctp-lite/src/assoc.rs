@@ -1122,6 +1122,13 @@ impl Association {
         self.close(CloseReason::LocalAbort);
     }
 
+    /// Sends ABORT with error cause `code` (§3.3.10; e.g.
+    /// [`cause_code::OUT_OF_RESOURCE`] when the owner's memory budget ends
+    /// the association) and closes with [`CloseReason::ProtocolError`].
+    pub fn abort_with_cause(&mut self, code: u16) {
+        self.abort_with(code, CloseReason::ProtocolError(code));
+    }
+
     fn abort_with(&mut self, code: u16, reason: CloseReason) {
         if self.state == State::Closed {
             return;

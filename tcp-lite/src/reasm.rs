@@ -55,6 +55,20 @@ impl Reassembly {
         self.ranges.len()
     }
 
+    /// Octets of buffer allocated: what a peer makes us hold out of order
+    /// (held octets, the gaps between them, and room reserved to grow).
+    pub(crate) fn allocated(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Give the buffer back when nothing is held (a filled gap keeps its
+    /// capacity for the next loss until then).
+    pub(crate) fn trim(&mut self) {
+        if self.ranges.is_empty() {
+            self.buf = VecDeque::new();
+        }
+    }
+
     /// Octets of buffer in use (held octets and the gaps between them).
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {

@@ -1126,6 +1126,20 @@ impl Connection {
         }
     }
 
+    /// Octets allocated for out-of-order data (above a gap, waiting for
+    /// it to fill): at most about one receive window. What the owner
+    /// counts against a memory budget.
+    pub fn ooo_held(&self) -> usize {
+        self.ooo.allocated()
+    }
+
+    /// Free the out-of-order buffer if it holds nothing (it keeps its
+    /// capacity after a gap fills, for the next loss): for an owner's idle
+    /// sweep.
+    pub fn trim(&mut self) {
+        self.ooo.trim();
+    }
+
     /// The owner's queue toward the application holds `octets` delivered
     /// in order and not taken yet: the offered window leaves room for
     /// them (flow control, RFC 9293 §3.8.6.2), so a sender faster than the

@@ -3,6 +3,8 @@
 //! target changed.
 #![forbid(unsafe_code)]
 
+pub mod raw_tcp;
+
 use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::mpa::Framer;
 use iwarp_proto::wire::ddp::{

@@ -366,9 +366,28 @@ impl Collector for Snapshot {
                 s.rx_backpressure_drops,
             ),
             ("tx_errors", "Send errors", s.tx_errors),
+            (
+                "budget_aborts",
+                "Connections aborted for the memory budget",
+                s.budget_aborts,
+            ),
         ] {
             counter(e, &format!("stack_{k}"), help, None, v)?;
         }
+        gauge(
+            e,
+            "stack_held",
+            "Octets held for peers (out-of-order data, reassembly, early data), all connections",
+            Some(Unit::Bytes),
+            s.held_octets,
+        )?;
+        gauge(
+            e,
+            "stack_held_max_conn",
+            "Octets held for its peer by the connection holding the most",
+            Some(Unit::Bytes),
+            s.held_max_conn,
+        )?;
         for (k, unit, help, v) in tcp_fields(&stats.tcp) {
             counter(
                 e,
@@ -687,6 +706,8 @@ mod tests {
         let stats = ContextStats {
             stack: StackStats {
                 rx_no_socket: 3,
+                held_octets: 65536,
+                budget_aborts: 2,
                 ..Default::default()
             },
             tcp: TcpStats {
@@ -741,6 +762,9 @@ mod tests {
              # TYPE iwarp_tcp_delivered_bytes_total counter\n\
              iwarp_tcp_delivered_bytes_total 4096\n",
             "iwarp_tcp_rto_retransmits_total 2\n",
+            "# TYPE iwarp_stack_held_bytes gauge\niwarp_stack_held_bytes 65536\n",
+            "iwarp_stack_held_max_conn_bytes 0\n",
+            "iwarp_stack_budget_aborts_total 2\n",
             "iwarp_iface_rx_frames_total 10\n",
             "iwarp_loop_rounds_total 77\n",
             "iwarp_loop_pinned 1\n",

@@ -203,6 +203,8 @@ struct Conn {
     reported_closed: bool,
     /// When the current setup phase times out.
     setup_deadline: Option<u64>,
+    /// Aborted for the memory budget ([`crate::budget`]).
+    over_budget: bool,
     /// A graceful close waiting only for the answers to our Reads: when
     /// it becomes abortive, and the segments received when that was set
     /// (progress sets it again).
@@ -230,6 +232,7 @@ impl Conn {
             reported_closed: false,
             setup_deadline: None,
             close_deadline: None,
+            over_budget: false,
         }
     }
 
@@ -445,6 +448,40 @@ impl SctpConns {
             qp_held_octets,
             qp_held_max,
         }
+    }
+
+    /// What each connection holds that its peer sent (see
+    /// [`crate::budget`]): the association's receive buffer as sctp-lite
+    /// charges it (chunk overhead included), DDP Segments waiting for the
+    /// queue pair, the queue pair's out-of-order hold, and segments that
+    /// overtook the Accept; `releasing` once aborted for the budget or
+    /// closed.
+    pub fn holders(&self) -> impl Iterator<Item = crate::budget::Holder> + '_ {
+        self.conns.iter().map(|(&id, c)| {
+            let assoc = self.host.assoc(c.assoc).filter(|_| !c.closed);
+            let assoc = assoc.map_or(0, |a| a.sctp().recv_buffered() + a.held());
+            let qp = c.qp.as_ref().map_or(0, |q| q.qp_ref().segments_held().1);
+            crate::budget::Holder {
+                id,
+                held: assoc + qp + c.early_len,
+                releasing: c.over_budget || c.closed,
+            }
+        })
+    }
+
+    /// End connection `id` for the memory budget: SCTP ABORT with the
+    /// error cause Out of Resource (RFC 9260 §3.3.10.4); the connection
+    /// then reports `Disconnected` as for any ABORT. False if there is no
+    /// such connection or it was already ended so.
+    pub fn abort_over_budget(&mut self, id: SockId) -> bool {
+        let Some(c) = self.conns.get_mut(&id).filter(|c| !c.over_budget) else {
+            return false;
+        };
+        c.over_budget = true;
+        if let Some(a) = self.host.assoc_mut(c.assoc) {
+            a.abort_with_cause(sctp_lite::wire::cause_code::OUT_OF_RESOURCE);
+        }
+        true
     }
 
     /// Queue pair counters of a connection in full operation.
