@@ -30,8 +30,7 @@ fn bad_arguments_exit_2_with_the_reason() {
 
 #[test]
 fn one_run_across_a_veth_receives_frames() {
-    if let Some(why) = netns_harness::skip_reason() {
-        eprintln!("SKIP: {why}");
+    if netns_harness::skip_test_without_root() {
         return;
     }
     let o = xdp_floor(&["--secs", "1", "--mtu", "1500"]);
