@@ -731,7 +731,9 @@ mod tests {
         let ns = Netns::new("nst").expect("netns");
         let t = Instant::now();
         let err = run_in(&ns, &["sleep", "30"], Duration::from_millis(300)).unwrap_err();
-        assert!(t.elapsed() < Duration::from_secs(5));
+        // Killed at its deadline, not after the 30 s sleep; the margin is
+        // for a loaded machine.
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
         match &err {
             Error::Timeout { cmd, .. } => assert!(cmd.contains("sleep 30"), "{cmd}"),
             e => panic!("expected a timeout, got {e}"),
@@ -749,7 +751,8 @@ mod tests {
         let t = Instant::now();
         let err = run(&["sleep", "30"], Duration::from_millis(200)).unwrap_err();
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
-        assert!(t.elapsed() < Duration::from_secs(5));
+        // Killed at its deadline, not after the 30 s sleep.
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
         let ok = run(&["sh", "-c", "echo hi; exit 3"], Duration::from_secs(5)).expect("sh");
         assert_eq!(ok.status.code(), Some(3));
         assert_eq!(ok.stdout, b"hi\n");

@@ -493,7 +493,8 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
         t.elapsed()
     );
 
-    // The doorbell, 200 ms into a 10 s wait.
+    // The doorbell, 200 ms into a 60 s wait (woken within 30: room for a
+    // loaded machine, and far from sleeping it out).
     let t = Instant::now();
     std::thread::scope(|s| {
         let b = bell.clone();
@@ -501,11 +502,11 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
             std::thread::sleep(Duration::from_millis(200));
             b.ring();
         });
-        lab.dev.wait(Duration::from_secs(10));
+        lab.dev.wait(Duration::from_secs(60));
     });
     let woke = t.elapsed();
     assert!(
-        (Duration::from_millis(200)..Duration::from_secs(5)).contains(&woke),
+        (Duration::from_millis(200)..Duration::from_secs(30)).contains(&woke),
         "the doorbell woke the wait after {woke:?}"
     );
 
@@ -517,12 +518,12 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
     )
     .expect("spawn ping");
     let t = Instant::now();
-    lab.dev.wait(Duration::from_secs(10));
+    lab.dev.wait(Duration::from_secs(60));
     let woke = t.elapsed();
     let mut frames = 0;
     lab.dev.rx_burst(64, &mut |_| frames += 1);
     assert!(
-        woke < Duration::from_secs(5),
+        woke < Duration::from_secs(30),
         "a frame woke the wait after {woke:?}"
     );
     assert!(frames >= 1, "woken with no frame after {woke:?}");
