@@ -43,12 +43,22 @@ echo "== fuzz targets (build, then ${FUZZ_SECONDS:=10} s each)"
 # cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP lets the stable toolchain take them.
 export RUSTC_BOOTSTRAP=1
 (cd fuzz && cargo fuzz build)
+fuzz_log=$(mktemp)
 for t in $(cd fuzz && cargo fuzz list); do
-    (cd fuzz && cargo fuzz run "$t" -- -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 2>&1 | grep -E "^Done|ERROR|panicked" || true)
-    # A crash leaves an artifact; fail on it.
-    if compgen -G "fuzz/artifacts/$t/crash-*" >/dev/null; then
-        echo "fuzz target $t crashed: see fuzz/artifacts/$t" >&2
+    # Fail on a non-zero status (crash, leak, OOM, timeout, a failed build)
+    # and on any artifact libFuzzer left, whatever its kind (crash-, oom-,
+    # timeout-, leak-, slow-unit-...), this run's or an earlier one's: each
+    # is a finding to look at and then delete.
+    status=0
+    (cd fuzz && cargo fuzz run "$t" -- -max_total_time="$FUZZ_SECONDS" -print_final_stats=0) >"$fuzz_log" 2>&1 || status=$?
+    grep -E "^Done" "$fuzz_log" || true
+    artifacts=$(find "fuzz/artifacts/$t" -type f 2>/dev/null | sort | tr '\n' ' ' || true)
+    if [ "$status" != 0 ] || [ -n "$artifacts" ]; then
+        tail -n 25 "$fuzz_log" >&2
+        echo "fuzz target $t failed: cargo fuzz run exited $status; artifacts: ${artifacts:-none}" | cut -c 1-400 >&2
+        rm -f "$fuzz_log"
         exit 1
     fi
 done
+rm -f "$fuzz_log"
 echo "== all checks passed"

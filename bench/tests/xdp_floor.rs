@@ -80,8 +80,7 @@ fn pingpong_prints_a_row_per_link() {
 
 #[test]
 fn one_run_across_a_veth_receives_frames() {
-    if let Some(why) = netns_harness::skip_reason() {
-        eprintln!("SKIP: {why}");
+    if netns_harness::skip_test_without_root() {
         return;
     }
     let o = xdp_floor(&["--secs", "1", "--mtu", "1500"]);

@@ -721,9 +721,10 @@ mod tests {
     }
 
     /// A frame wakes a loop asleep in its device's `wait`: the loop is
-    /// caught in a wait of at least 1 s with most of it left, a frame is
-    /// sent, and the echo must come back within 500 ms (without the wake
-    /// it would come when the wait ends, over 900 ms later).
+    /// caught in a wait of at least 8 s with most of it left (its pause
+    /// doubles from 1 µs, so about 8.4 s in), a frame is sent, and the echo
+    /// must come back within 5 s (without the wake it would come when the
+    /// wait ends, over 7.9 s later; the margin is for a loaded machine).
     #[test]
     fn a_frame_wakes_a_loop_sleeping_on_its_device() {
         let (dev, mut peer) = MemDevice::pair(4);
@@ -737,12 +738,12 @@ mod tests {
             max_sleep: Duration::from_secs(20),
         };
         let h = spawn(Echo::default(), dev, None, mode, 4);
-        let give_up = Instant::now() + Duration::from_secs(30);
+        let give_up = Instant::now() + Duration::from_secs(60);
         let sent = loop {
-            assert!(Instant::now() < give_up, "the loop never slept a second");
+            assert!(Instant::now() < give_up, "the loop never slept 8 s");
             let w = *waiting.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((from, t)) = w {
-                if t >= Duration::from_secs(1) && from.elapsed() < Duration::from_millis(100) {
+                if t >= Duration::from_secs(8) && from.elapsed() < Duration::from_millis(100) {
                     assert!(peer.tx(b"ping"));
                     break Instant::now();
                 }
@@ -752,7 +753,7 @@ mod tests {
         let mut back = Vec::new();
         while back.is_empty() {
             assert!(
-                sent.elapsed() < Duration::from_millis(500),
+                sent.elapsed() < Duration::from_secs(5),
                 "the frame waited for the loop's sleep"
             );
             peer.rx_burst(1, &mut |f| back.push(f.to_vec()));
@@ -883,7 +884,7 @@ mod tests {
     /// A thread waiting for outputs is woken when the loop hands one
     /// over: registered, it finds the queue empty and waits up to 20 s; a
     /// post 200 ms later makes the loop emit, and the wait must end within
-    /// 2 s of it (microseconds in practice).
+    /// 10 s of it (microseconds in practice; without the wake, 19.8 s).
     #[test]
     fn an_output_ends_a_registered_wait() {
         let (dev, _peer) = MemDevice::pair(1);
@@ -901,7 +902,7 @@ mod tests {
             t.join().expect("poster")
         });
         assert!(
-            posted.elapsed() < Duration::from_secs(2),
+            posted.elapsed() < Duration::from_secs(10),
             "woken {:?} after the post",
             posted.elapsed()
         );
@@ -916,13 +917,14 @@ mod tests {
             });
             waiter.wait(Duration::from_secs(20));
         });
-        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
 
     /// A post wakes a loop parked in adaptive mode. Idle, the loop's pause
-    /// doubles from 1 µs, so 5 s in it is in a park that began about 4.2 s
-    /// in and lasts about as long: without the wake the command would wait
-    /// over 3 s; it must be handled within 2 s (in practice microseconds).
+    /// doubles from 1 µs, so 8.8 s in it is in a park that began about
+    /// 8.4 s in and lasts about as long: without the wake the command would
+    /// wait about 8 s; it must be handled within 4 s (in practice
+    /// microseconds; the margin is for a loaded machine).
     /// Once parked on its thread (a device that cannot wait), once asleep
     /// in the device's wait (rung by the post).
     #[test]
@@ -940,12 +942,12 @@ mod tests {
             max_sleep: Duration::from_secs(20),
         };
         let h = spawn(Burst { n: 1, go: false }, dev, None, mode, 4);
-        std::thread::sleep(Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(8_800));
         let posted = Instant::now();
         assert!(h.post(()).is_ok());
         while h.poll().is_none() {
             assert!(
-                posted.elapsed() < Duration::from_secs(2),
+                posted.elapsed() < Duration::from_secs(4),
                 "the command waited for the loop's pause"
             );
             std::thread::yield_now();

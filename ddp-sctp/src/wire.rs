@@ -324,8 +324,25 @@ mod tests {
         assert_eq!(out, b);
         assert!(s.emit(&mut out[..4]).is_err());
         for cut in 0..SSN_LEN {
-            assert!(SegmentChunk::parse(&b[..cut]).is_err());
+            assert_eq!(
+                SegmentChunk::parse(&b[..cut]),
+                Err(Error::Truncated {
+                    what: "DDP Segment Chunk",
+                    needed: SSN_LEN,
+                    got: cut
+                })
+            );
         }
+        // The DDP-SSN alone is a chunk with an empty segment (the DDP layer
+        // judges that); one octet more is the segment.
+        assert_eq!(
+            SegmentChunk::parse(&b[..SSN_LEN]),
+            Ok(SegmentChunk {
+                ddp_ssn: 0x0102,
+                segment: &[]
+            })
+        );
+        assert_eq!(SegmentChunk::parse(&b[..3]).unwrap().segment, &[0xc1]);
         for cut in 0..CONTROL_HEADER_LEN {
             assert!(ControlMessage::parse(&[0, 0, 0, 1][..cut]).is_err());
         }

@@ -193,8 +193,7 @@ fn bad_host_options_are_refused_before_a_device_is_opened() {
 #[test]
 fn af_xdp_options_apply_and_stats_report_the_bind_obtained() {
     use netns_harness::{End, Netns, VethPair};
-    if let Some(why) = netns_harness::skip_reason() {
-        eprintln!("SKIP: {why}");
+    if netns_harness::skip_test_without_root() {
         return;
     }
     // Locals drop in reverse order: the veth (declared last) goes first,

@@ -783,9 +783,11 @@ fn connecting_to_nobody_times_out_when_asked() {
         Err(Error::TimedOut) => {}
         other => panic!("{other:?}"),
     }
+    // The 300 ms asked for, not the 15 s default (the upper bound leaves
+    // a loaded machine room and still tells the two apart).
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(10),
         "{waited:?}"
     );
 }

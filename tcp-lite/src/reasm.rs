@@ -75,6 +75,12 @@ impl Reassembly {
         self.buf.len()
     }
 
+    /// Octets the buffer can hold before it reallocates.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Forget what lies below `base` (delivered in order meanwhile).
     fn sync(&mut self, base: u64) {
         if base <= self.buf_base {
@@ -332,5 +338,57 @@ mod tests {
         }
         let want: Vec<u8> = (0..350u64).map(|i| i as u8).collect();
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn buffer_spans_from_the_base_not_from_offset_zero() {
+        // Far into the stream, a hole of 10 octets then 4 held: the buffer
+        // covers the hole and the data, nothing below the base.
+        let mut r = Reassembly::default();
+        assert_eq!(r.insert(1000, 1010, b"abcd", 8, 100), Insert::Held);
+        assert_eq!(r.buffered(), 14);
+        assert!(r.capacity() <= 100, "{}", r.capacity());
+        // In-order data moved the base to 1005: the five octets below it go,
+        // the held ones stay where they were.
+        assert_eq!(collect(&mut r, 1005), b"");
+        assert_eq!(r.buffered(), 9);
+        assert_eq!(r.insert(1005, 1014, b"efg", 8, 100), Insert::Held);
+        assert_eq!(r.buffered(), 12);
+        assert_eq!(collect(&mut r, 1010), b"abcdefg");
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn buffer_doubles_up_to_the_limit_then_grows_only_as_needed() {
+        // One octet at a time after a one-octet hole: the buffer needs
+        // `off + 1` octets, and its capacity doubles (amortised O(1) per
+        // octet) from the first need, is cut to the limit, and past the
+        // limit is exactly what is needed.
+        const LIMIT: usize = 100;
+        let mut r = Reassembly::default();
+        let mut caps = Vec::new();
+        for off in 1..=110u64 {
+            assert_eq!(r.insert(0, off, b"x", 8, LIMIT), Insert::Held);
+            caps.push(r.capacity());
+        }
+        let want: Vec<usize> = (2..=111usize)
+            .map(|need| {
+                if need <= LIMIT {
+                    need.next_power_of_two().min(LIMIT)
+                } else {
+                    need
+                }
+            })
+            .collect();
+        assert_eq!(caps, want);
+        // Delivered, the store keeps its capacity, and data that fits it
+        // again (here 4 octets in 4) does not reallocate.
+        let mut r = Reassembly::default();
+        r.insert(0, 1, b"a", 8, LIMIT);
+        r.insert(0, 2, b"b", 8, LIMIT);
+        assert_eq!(collect(&mut r, 1), b"ab");
+        assert_eq!((r.buffered(), r.capacity()), (0, 4));
+        assert_eq!(r.insert(3, 4, b"cde", 8, LIMIT), Insert::Held);
+        assert_eq!((r.buffered(), r.capacity()), (4, 4));
     }
 }

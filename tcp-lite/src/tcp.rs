@@ -4747,6 +4747,44 @@ mod tests {
         assert!(p.a.stats().sack_skipped >= 1);
     }
 
+    /// A data segment that carries SACK blocks still fits the MSS: the
+    /// option octets of the blocks come off the payload (RFC 6691 §2: the
+    /// MSS counts data and options together for us), at most as many blocks
+    /// as the store reports.
+    #[test]
+    fn data_segment_with_sack_blocks_stays_within_the_mss() {
+        for ranges in [1u32, 2, 3] {
+            let mut p = established(cfg(), 34);
+            let now = p.now;
+            let nxt = p.b.rcv_nxt;
+            // `ranges` out-of-order octets from a, each after a hole.
+            for i in 0..ranges {
+                let seg = from_peer(&p.b, nxt.wrapping_add(2 * i + 1), Flags::ACK, b"o", now);
+                p.b.handle_segment(&seg, now, &mut |_| panic!("nothing is in order"));
+            }
+            // Drain the duplicate ACKs, then b sends data of its own.
+            p.b.poll_transmit(now, 8, &mut |_| {});
+            p.b.send(&data(4 * SEG as usize, 5));
+            let mut segs = Vec::new();
+            p.b.poll_transmit(now, 8, &mut |r| {
+                let blocks = r.sack_ranges.iter().flatten().count();
+                segs.push((blocks, r.header_len() - 20, r.payload.len()));
+            });
+            let mss = p.b.snd_mss;
+            // Timestamps (12 octets with padding) and 4 + 8 per SACK block.
+            let opts = 12 + 4 + 8 * ranges as usize;
+            assert!(!segs.is_empty());
+            for &(blocks, options, payload) in &segs {
+                assert_eq!((blocks, options), (ranges as usize, opts), "{segs:?}");
+                assert!(
+                    options + payload <= mss,
+                    "{ranges}: {segs:?} over MSS {mss}"
+                );
+            }
+            assert_eq!(segs[0].2, mss - opts, "a full segment uses what is left");
+        }
+    }
+
     // ---- Loss recovery: literal segments, one RFC rule each ----
 
     /// Timestamps on: 12 option octets off the 1460-octet MSS.

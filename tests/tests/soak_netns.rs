@@ -60,11 +60,8 @@ fn skip() -> bool {
     });
     match why {
         None => false,
-        Some(why) if std::env::var_os("CI").is_some() => {
-            panic!("the soak must run under CI, but: {why}")
-        }
         Some(why) => {
-            eprintln!("SKIP: {why}");
+            netns_harness::skip_test(&why);
             true
         }
     }

@@ -34,7 +34,9 @@
 //! 1 in the INIT and the INIT-ACK (skipped, with a line saying so, where
 //! tcpdump or tshark is missing).
 //!
-//! Prints `SKIP:` and passes without root, `cc`, `ethtool` or `usrsctp.h`.
+//! Prints `SKIP:` and passes without root, `cc`, `ethtool` or `usrsctp.h`
+//! (and skips the capture checks without tcpdump or tshark), except under
+//! `CI`, where each of these fails.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
@@ -53,25 +55,22 @@ use sctp_util::{receive, segment, start, Host};
 
 const N: usize = 64;
 
-fn skip() -> Option<String> {
-    if let Some(why) = netns_harness::skip_reason() {
-        return Some(why);
-    }
-    if !Path::new("/usr/include/usrsctp.h").exists() {
-        // CI installs it (scripts/deps.sh --test): there, missing is a failure.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "usrsctp.h missing under CI: scripts/deps.sh --test installs libusrsctp-dev"
-        );
-        return Some("usrsctp.h missing (apt-get install libusrsctp-dev)".into());
-    }
-    if !netns_harness::command_available("cc") {
-        return Some("no C compiler `cc`".into());
-    }
-    if !netns_harness::command_available("ethtool") {
-        return Some("`ethtool` missing (UDP checksum offload must go off)".into());
-    }
-    None
+/// `true` (after printing `SKIP`, or a panic under CI, where
+/// scripts/deps.sh --test installs all of it) when the test cannot run here.
+fn skip() -> bool {
+    let why = if let Some(why) = netns_harness::skip_reason() {
+        why
+    } else if !Path::new("/usr/include/usrsctp.h").exists() {
+        "usrsctp.h missing (apt-get install libusrsctp-dev)".into()
+    } else if !netns_harness::command_available("cc") {
+        "no C compiler `cc`".into()
+    } else if !netns_harness::command_available("ethtool") {
+        "`ethtool` missing (UDP checksum offload must go off)".into()
+    } else {
+        return false;
+    };
+    netns_harness::skip_test(&why);
+    true
 }
 
 /// The built C peer in a directory of its own (with the capture), removed
@@ -169,7 +168,7 @@ struct Capture {
 
 fn capture(lab: &Lab, dir: &Path) -> Option<Capture> {
     if !netns_harness::command_available("tcpdump") || !netns_harness::command_available("tshark") {
-        println!("SKIP (capture checks only): tcpdump or tshark missing");
+        netns_harness::skip_test("capture checks only: tcpdump or tshark missing");
         return None;
     }
     let path = dir.join("capture.pcap");
@@ -381,8 +380,7 @@ fn peer_args(mut v: Vec<&str>, udp: bool) -> Vec<&str> {
 
 /// usrsctp connects, we accept.
 fn usrsctp_client(udp: bool) {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let prog = build_peer(if udp { "cu" } else { "c" });
@@ -462,8 +460,7 @@ fn usrsctp_client(udp: bool) {
 
 /// We connect, usrsctp accepts.
 fn usrsctp_server(udp: bool) {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let prog = build_peer(if udp { "su" } else { "s" });
@@ -554,8 +551,7 @@ fn usrsctp_server(udp: bool) {
 
 #[test]
 fn usrsctp_without_adaptation_is_refused() {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let prog = build_peer("cn");
@@ -592,8 +588,7 @@ fn usrsctp_without_adaptation_is_refused() {
 
 #[test]
 fn we_refuse_usrsctp_without_adaptation() {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let prog = build_peer("sn");

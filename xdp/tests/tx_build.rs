@@ -1,6 +1,6 @@
 //! Frames built in place in a UMEM chunk ([`FrameDevice::tx_build`]), on a
 //! veth pair between two network namespaces with an AF_XDP socket on each
-//! end (needs root; prints SKIP otherwise).
+//! end (needs root; prints SKIP otherwise, fails under `CI`).
 //!
 //! A's device builds frames addressed to B's address; B's device (its XDP
 //! program steers IPv4 for its address to its socket) must receive each one
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use iwarp_frame::FrameDevice;
 use iwarp_xdp::{in_netns, Config, XdpDevice};
-use netns_harness::{skip_reason, End, NsPair};
+use netns_harness::{skip_test_without_root, End, NsPair};
 use tcp_lite::arp;
 use tcp_lite::iface::{FrameSink, IfaceConfig, Interface};
 use tcp_lite::tcp::PayloadFill;
@@ -110,8 +110,7 @@ fn collect(dev: &mut XdpDevice, got: &mut Vec<Vec<u8>>, want: usize, limit: Dura
 
 #[test]
 fn frames_built_in_place_arrive_intact() {
-    if let Some(why) = skip_reason() {
-        println!("SKIP: {why}");
+    if skip_test_without_root() {
         return;
     }
     let mut p = pair("xtb", None, |_| {});
@@ -214,8 +213,7 @@ impl FrameSink for Device<'_> {
 
 #[test]
 fn cancelled_builds_send_nothing_and_leak_no_chunk() {
-    if let Some(why) = skip_reason() {
-        println!("SKIP: {why}");
+    if skip_test_without_root() {
         return;
     }
     // 64 chunks for TX, a TX ring of 64.
@@ -290,8 +288,7 @@ fn cancelled_builds_send_nothing_and_leak_no_chunk() {
 
 #[test]
 fn frames_longer_than_a_chunk_are_built_aside_on_multi_buffer() {
-    if let Some(why) = skip_reason() {
-        println!("SKIP: {why}");
+    if skip_test_without_root() {
         return;
     }
     let mut p = pair("xtm", Some(9000), |_| {});
@@ -326,8 +323,7 @@ fn frames_longer_than_a_chunk_are_built_aside_on_multi_buffer() {
 /// intact; a cancelled one sends nothing and gives its chunks back.
 #[test]
 fn jumbo_frames_are_built_in_place_across_chunks() {
-    if let Some(why) = skip_reason() {
-        println!("SKIP: {why}");
+    if skip_test_without_root() {
         return;
     }
     let mut p = pair("xts", Some(9000), |_| {});

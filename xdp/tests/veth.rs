@@ -1,5 +1,5 @@
-//! AF_XDP on a veth pair between two network namespaces (needs root; prints
-//! SKIP otherwise).
+//! AF_XDP on a veth pair between two network namespaces (needs root and
+//! `ping`; prints SKIP otherwise, fails under `CI`).
 //!
 //! Namespace A holds our end (no kernel IPv4 address at first), namespace B
 //! the Linux end with 10.X.Y.2/24. An XdpDevice opened inside A with address
@@ -13,22 +13,25 @@ use std::time::{Duration, Instant};
 use iwarp_frame::FrameDevice;
 use iwarp_xdp::{in_netns, AttachMode, BusyPoll, Config, Error, Program, XdpDevice, XskMode};
 use netns_harness::{
-    command_available, link_exists, list_netns, skip_reason, spawn_in, End, Netns, Spawned,
-    VethPair,
+    command_available, link_exists, list_netns, skip_reason, skip_test, skip_test_without_root,
+    spawn_in, End, Netns, Spawned, VethPair,
 };
 use tcp_lite::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
     Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
 };
 
-fn skip() -> Option<String> {
-    if let Some(why) = skip_reason() {
-        return Some(why);
+/// `true` (after printing `SKIP`, or a panic under CI) when the tests
+/// cannot run here.
+fn skip() -> bool {
+    if skip_test_without_root() {
+        return true;
     }
     if !command_available("ping") {
-        return Some("`ping` (iputils-ping) is not installed".into());
+        skip_test("`ping` (iputils-ping) is not installed");
+        return true;
     }
-    None
+    false
 }
 
 /// Fields drop in order: the device, then the veth, then the namespaces.
@@ -225,8 +228,7 @@ fn jumbo_frames_cross_as_multi_buffer_descriptors() {
     // MTU 9000 on both ends: an echo request of 8000 octets (DF set) spans
     // three 4096-octet chunks. It must reach us gathered into one frame,
     // and our reply of the same size must leave as chained descriptors.
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let mut lab = lab_mtu("xdj", Some(9000), |_| {});
@@ -261,8 +263,7 @@ fn ping(ns: &Netns, count: u32, to: &str) -> Spawned {
 }
 
 fn ping_through_us_then_kernel(tag: &str, tweak: impl FnOnce(&mut Config)) {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let (ns_names, ifnames);
@@ -344,8 +345,7 @@ fn ping_driver_mode_busy_poll_without_need_wakeup() {
 
 #[test]
 fn busy_interface_and_zero_copy_errors() {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let lab = lab("xde", |_| {});
@@ -384,13 +384,12 @@ fn busy_interface_and_zero_copy_errors() {
 /// TX checksum offload is off (with it on, veth leaves it partial).
 #[test]
 fn tcp_syn_reaches_socket_with_valid_checksum() {
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     for tool in ["ethtool", "bash"] {
         if !command_available(tool) {
-            println!("SKIP: `{tool}` is not installed");
+            skip_test(&format!("`{tool}` is not installed"));
             return;
         }
     }
@@ -479,8 +478,7 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
     // An idle poll loop sleeps in `FrameDevice::wait`: a frame on the
     // socket's RX ring must end the sleep, and so must the doorbell rung
     // from another thread; with neither the sleep lasts its timeout.
-    if let Some(why) = skip() {
-        println!("SKIP: {why}");
+    if skip() {
         return;
     }
     let mut lab = lab("xdw", |_| {});
@@ -495,7 +493,8 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
         t.elapsed()
     );
 
-    // The doorbell, 200 ms into a 10 s wait.
+    // The doorbell, 200 ms into a 60 s wait (woken within 30: room for a
+    // loaded machine, and far from sleeping it out).
     let t = Instant::now();
     std::thread::scope(|s| {
         let b = bell.clone();
@@ -503,11 +502,11 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
             std::thread::sleep(Duration::from_millis(200));
             b.ring();
         });
-        lab.dev.wait(Duration::from_secs(10));
+        lab.dev.wait(Duration::from_secs(60));
     });
     let woke = t.elapsed();
     assert!(
-        (Duration::from_millis(200)..Duration::from_secs(5)).contains(&woke),
+        (Duration::from_millis(200)..Duration::from_secs(30)).contains(&woke),
         "the doorbell woke the wait after {woke:?}"
     );
 
@@ -519,12 +518,12 @@ fn wait_returns_for_a_frame_and_for_the_doorbell() {
     )
     .expect("spawn ping");
     let t = Instant::now();
-    lab.dev.wait(Duration::from_secs(10));
+    lab.dev.wait(Duration::from_secs(60));
     let woke = t.elapsed();
     let mut frames = 0;
     lab.dev.rx_burst(64, &mut |_| frames += 1);
     assert!(
-        woke < Duration::from_secs(5),
+        woke < Duration::from_secs(30),
         "a frame woke the wait after {woke:?}"
     );
     assert!(frames >= 1, "woken with no frame after {woke:?}");

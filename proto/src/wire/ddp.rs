@@ -503,4 +503,57 @@ mod tests {
             ));
         }
     }
+
+    /// The zero-copy view on literal segments: each field at its offset,
+    /// the other kind's fields zero, the payload after the header.
+    #[test]
+    fn segment_view_reads_every_field_from_literal_bytes() {
+        // Tagged Write, not last: STag 0x01020304, TO 0x1122334455667788, "xyz".
+        let mut t = [
+            0x81, 0x40, 0x01, 0x02, 0x03, 0x04, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,
+            b'x', b'y', b'z',
+        ];
+        let s = DdpSegment::new_checked(&t[..]).unwrap();
+        assert!(s.control().tagged() && !s.control().last());
+        assert_eq!(s.rdmap_control().opcode(), Opcode::Write);
+        assert_eq!((s.stag(), s.to()), (0x0102_0304, 0x1122_3344_5566_7788));
+        assert_eq!((s.inval_stag(), s.qn(), s.msn(), s.mo()), (0, 0, 0, 0));
+        assert_eq!(s.payload(), b"xyz");
+        let mut s = DdpSegment::new_unchecked(&mut t[..]);
+        s.set_last(true);
+        assert_eq!(t[0], 0xc1);
+        DdpSegment::new_unchecked(&mut t[..]).set_last(false);
+        assert_eq!(t[0], 0x81);
+        // Untagged Send with Invalidate, last: Inval STag 0xdeadbeef, QN 1,
+        // MSN 0x0a0b0c0d, MO 0x00000100, "pq".
+        let u = [
+            0x41, 0x44, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 1, 0x0a, 0x0b, 0x0c, 0x0d, 0, 0, 1, 0,
+            b'p', b'q',
+        ];
+        let s = DdpSegment::new_checked(&u[..]).unwrap();
+        assert!(!s.control().tagged() && s.control().last());
+        assert_eq!(s.rdmap_control().opcode(), Opcode::SendInvalidate);
+        assert_eq!((s.stag(), s.to()), (0, 0));
+        assert_eq!(
+            (s.inval_stag(), s.qn(), s.msn(), s.mo()),
+            (0xdead_beef, 1, 0x0a0b_0c0d, 0x100)
+        );
+        assert_eq!(s.payload(), b"pq");
+        // A header alone has an empty payload; an untagged header cut to a
+        // tagged header's length is refused with what it needs.
+        assert_eq!(DdpSegment::new_checked(&u[..18]).unwrap().payload(), b"");
+        assert_eq!(
+            DdpSegment::new_checked(&u[..14]).unwrap_err(),
+            WireError::Truncated {
+                what: "DDP segment",
+                needed: 18,
+                have: 14
+            }
+        );
+        // Unchecked on a short buffer: zeros and nothing, no panic.
+        let s = DdpSegment::new_unchecked(&u[..12]);
+        assert_eq!((s.msn(), s.mo(), s.payload()), (0, 0, &[][..]));
+        let s = DdpSegment::new_unchecked(&[][..]);
+        assert_eq!((s.control().0, s.rdmap_control().0), (0, 0));
+    }
 }

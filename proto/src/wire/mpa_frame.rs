@@ -427,4 +427,99 @@ mod tests {
             );
         }
     }
+
+    /// The zero-copy view on a literal Reply: each field at its offset, the
+    /// private data exactly PD_Length long whatever follows it.
+    #[test]
+    fn frame_view_reads_every_field_from_literal_bytes() {
+        let mut b = REPLY_KEY.to_vec();
+        b.extend_from_slice(&[0xc0, 0x01, 0x00, 0x03, b'a', b'b', b'c', 0xff, 0xff]);
+        let f = MpaFrame::new_checked(&b[..]).unwrap();
+        assert_eq!(f.key(), REPLY_KEY);
+        assert_eq!(f.kind(), Some(FrameKind::Reply));
+        assert!(f.flags().marker() && f.flags().crc() && !f.flags().reject());
+        assert_eq!((f.rev(), f.pd_length(), f.total_len()), (1, 3, 23));
+        assert_eq!(f.private_data(), b"abc");
+        // PD_Length past the buffer: refused, and the view reads nothing.
+        b[19] = 0x06;
+        assert_eq!(
+            MpaFrame::new_checked(&b[..23]).unwrap_err(),
+            WireError::Truncated {
+                what: "MPA frame",
+                needed: 26,
+                have: 23
+            }
+        );
+        assert_eq!(MpaFrame::new_unchecked(&b[..23]).private_data(), b"");
+        // A key of neither kind; a buffer too short for the key.
+        b[0] = b'm';
+        assert_eq!(MpaFrame::new_unchecked(&b[..]).kind(), None);
+        let f = MpaFrame::new_unchecked(&b[..10]);
+        assert_eq!(
+            (f.key(), f.kind(), f.rev(), f.pd_length()),
+            (&[][..], None, 0, 0)
+        );
+        // RFC 5044 §7.1: PD_Length 512 is the most allowed.
+        let mut big = REQUEST_KEY.to_vec();
+        big.extend_from_slice(&[0x00, 0x01, 0x02, 0x00]);
+        big.resize(HEADER_LEN + 512, 9);
+        let f = MpaFrame::new_checked(&big[..]).unwrap();
+        assert_eq!(f.private_data().len(), 512);
+    }
+
+    /// `emit` writes into any buffer of at least `buffer_len` octets and
+    /// refuses a shorter one with the length it needs; PD_Length 512 goes,
+    /// 513 does not.
+    #[test]
+    fn emit_checks_the_output_length_and_the_private_data_limit() {
+        let r = MpaFrameRepr {
+            kind: FrameKind::Request,
+            flags: MpaFlags::new(false, true, false, false),
+            rev: 2,
+            enhanced: Some(EnhancedParams {
+                ird: 4,
+                ord: 2,
+                ..Default::default()
+            }),
+            ulp_data: b"pd",
+        };
+        let len = r.buffer_len();
+        assert_eq!(len, HEADER_LEN + 4 + 2);
+        for have in 0..len {
+            let mut buf = vec![0xee; have];
+            assert_eq!(
+                r.emit(&mut buf),
+                Err(WireError::Truncated {
+                    what: "MPA frame",
+                    needed: len,
+                    have
+                })
+            );
+            assert!(buf.iter().all(|&o| o == 0xee), "nothing written at {have}");
+        }
+        let mut buf = vec![0xee; len + 3];
+        assert_eq!(r.emit(&mut buf), Ok(len));
+        assert_eq!(&buf[..len], &r.to_vec().unwrap()[..]);
+        assert_eq!(&buf[len..], &[0xee; 3]);
+        assert_eq!(
+            &buf[16..26],
+            &[0x50, 0x02, 0x00, 0x06, 0, 4, 0, 2, b'p', b'd']
+        );
+        let pd = [1u8; 513];
+        let r = MpaFrameRepr {
+            enhanced: None,
+            ulp_data: &pd[..512],
+            ..r
+        };
+        assert_eq!(r.to_vec().map(|v| v.len()), Ok(HEADER_LEN + 512));
+        let r = MpaFrameRepr { ulp_data: &pd, ..r };
+        assert_eq!(
+            r.emit(&mut [0u8; HEADER_LEN + 513]),
+            Err(WireError::Malformed {
+                what: "MPA frame",
+                field: "PD_Length",
+                value: 513
+            })
+        );
+    }
 }
