@@ -14,9 +14,10 @@ fn xdp_floor(args: &[&str]) -> std::process::Output {
 #[test]
 fn bad_arguments_exit_2_with_the_reason() {
     for (args, why) in [
-        (&["--mtu", "20"][..], "not an MTU"),
+        (&["--mtu", "20"][..], "20 is not in 68..=65000"),
         (&["--secs", "0"][..], "--secs"),
-        (&["--frobnicate"][..], "unknown argument"),
+        (&["--frobnicate"][..], "unexpected argument '--frobnicate'"),
+        (&["--netns-prefix", "toolong"][..], "1 to 4 characters"),
     ] {
         let o = xdp_floor(args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -25,7 +26,13 @@ fn bad_arguments_exit_2_with_the_reason() {
     }
     let o = xdp_floor(&["--help"]);
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("usage: xdp-floor"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage: xdp-floor"));
+    let o = xdp_floor(&["--version"]);
+    assert!(o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        concat!("xdp-floor ", env!("CARGO_PKG_VERSION"), "\n")
+    );
 }
 
 #[test]
