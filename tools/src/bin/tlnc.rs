@@ -109,8 +109,8 @@ struct Args {
     #[arg(long, value_name = "OCTETS", default_value_t = 4 << 20,
           value_parser = clap::value_parser!(u32).range(1024..=(1 << 30)))]
     snd_buf: u32,
-    /// Largest IP datagram to send (default: the interface's MTU; larger
-    /// values are capped to it).
+    /// Largest IP datagram to send (default: the interface's MTU; a larger
+    /// value is refused).
     #[arg(long, value_parser = clap::value_parser!(u32).range(576..=65_535))]
     mtu: Option<u32>,
     /// Interface queue to bind.
@@ -279,7 +279,21 @@ fn run(args: &Args) -> Result<(), Failure> {
         Ipv4Address(args.ip.addr.octets()),
         args.ip.prefix,
     );
-    icfg.mtu = args.mtu.map_or(dev.mtu(), |m| m.min(dev.mtu())) as usize;
+    icfg.mtu = match args.mtu {
+        // Frames above the interface's MTU would be dropped: refuse.
+        Some(m) if m > dev.mtu() => {
+            return Err(Failure::Setup(format!(
+                "--mtu {m} is above {}'s MTU {}: ask for at most {}, or raise the \
+                 interface's (`ip link set dev {} mtu {m}`, on both ends of the link)",
+                args.iface,
+                dev.mtu(),
+                dev.mtu(),
+                args.iface
+            )))
+        }
+        Some(m) => m,
+        None => dev.mtu(),
+    } as usize;
     icfg.gateway = args.gateway.map(|g| Ipv4Address(g.octets()));
     icfg.accept_partial_checksum = args.accept_partial_checksum;
     let mut scfg = StackConfig::new(icfg);
