@@ -212,6 +212,15 @@ fn parse_peer(s: &str) -> Result<SocketAddrV4, String> {
     Ok(a)
 }
 
+/// `tlnc: TITLE:` and the counters under it, `name value` per line,
+/// indented.
+fn section(title: &str, counters: &dyn std::fmt::Display) {
+    eprintln!("tlnc: {title}:");
+    for line in counters.to_string().lines() {
+        eprintln!("  {line}");
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
@@ -220,7 +229,11 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(io::stderr)
-        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        // Colour only for a person at a terminal (https://no-color.org).
+        .with_ansi(
+            io::IsTerminal::is_terminal(&io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     if args.frame_count <= args.ring_size {
         eprintln!(
@@ -370,14 +383,14 @@ fn run(args: &Args) -> Result<(), Failure> {
                 "tlnc: loop: rounds {} rx {} tx {} tx_dropped {} sleeps {} pinned {}",
                 st.rounds, st.rx_frames, st.tx_frames, st.tx_dropped, st.sleeps, st.pinned
             );
-            eprintln!("tlnc: iface: {:?}", stack.iface().stats());
-            eprintln!("tlnc: stack: {:?}", stack.stats());
-            eprintln!("tlnc: tcp: {:?}", stack.tcp_totals());
+            section("iface", stack.iface().stats());
+            section("stack", &stack.stats());
+            section("tcp", &stack.tcp_totals());
         }
         eprintln!("tlnc: device: {bind}");
         if let Some(d) = device {
-            eprintln!("tlnc: xsk: {:?}", d.ours);
-            eprintln!("tlnc: xsk kernel: {:?}", d.kernel);
+            section("xsk", &d.ours);
+            section("xsk kernel", &d.kernel);
         }
     }
     result.map(|_| ())
