@@ -273,7 +273,8 @@ pub fn memif_pingpong(
 }
 
 /// The ping-pong floor of copy-mode AF_XDP across a veth between two
-/// namespaces (created here, removed on return).
+/// namespaces (created here, removed on return; named after
+/// `netns_cli::prefix`, `xp` by default).
 pub fn xdp_pingpong(
     frame_len: usize,
     cores: (usize, usize),
@@ -284,9 +285,10 @@ pub fn xdp_pingpong(
         return Err(format!("AF_XDP floor needs namespaces: {why}"));
     }
     let e = |e: netns_harness::Error| e.to_string();
-    let na = Netns::new("xpa").map_err(e)?;
-    let nb = Netns::new("xpb").map_err(e)?;
-    let mut veth = VethPair::new("xpv").map_err(e)?;
+    let p = crate::netns_cli::prefix("xp");
+    let na = Netns::new(&format!("{p}a")).map_err(e)?;
+    let nb = Netns::new(&format!("{p}b")).map_err(e)?;
+    let mut veth = VethPair::new(&format!("{p}v")).map_err(e)?;
     veth.move_to(End::A, &na).map_err(e)?;
     veth.move_to(End::B, &nb).map_err(e)?;
     for end in [End::A, End::B] {

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod floor;
+pub mod netns_cli;
 pub mod perftest;
 pub mod rx;
 

@@ -856,10 +856,10 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
         // What the stack saw (a Terminate, a protection error) says why.
         let mut ev = Vec::new();
         while let Some(x) = t.qp.poll_event() {
-            ev.push(format!("test QP: {x:?}"));
+            ev.push(format!("test QP: {x}"));
         }
         while let Some(x) = comm.qp.poll_event() {
-            ev.push(format!("comm QP: {x:?}"));
+            ev.push(format!("comm QP: {x}"));
         }
         if ev.is_empty() {
             e
@@ -1097,7 +1097,7 @@ fn wait_octet(o: &Options, t: &Test, at: usize, want: u8) -> Result<(), String> 
             return Ok(());
         }
         if let Some(e) = t.qp.poll_event() {
-            return Err(format!("waiting for the peer's Write: {e:?}"));
+            return Err(format!("waiting for the peer's Write: {e}"));
         }
         if Instant::now() >= deadline {
             return Err(format!(

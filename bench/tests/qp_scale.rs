@@ -33,3 +33,22 @@ fn bad_arguments_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}");
     }
 }
+
+/// clap's convention: `--help` and `--version` exit 0 on stdout; an unknown
+/// flag exits 2 naming it.
+#[test]
+fn help_version_and_unknown_flag() {
+    let o = qp_scale(&["--help"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage: qp-scale"));
+    let o = qp_scale(&["--version"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        concat!("qp-scale ", env!("CARGO_PKG_VERSION"), "\n")
+    );
+    let o = qp_scale(&["--frobnicate"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected argument '--frobnicate'"), "{err}");
+}

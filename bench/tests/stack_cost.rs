@@ -13,9 +13,12 @@ fn stack_cost(args: &[&str]) -> std::process::Output {
 #[test]
 fn bad_arguments_exit_2_with_the_reason() {
     for (args, why) in [
-        (&["--mtu", "100"][..], "--mtu takes"),
-        (&["--window", "0"][..], "--window takes"),
-        (&["--frobnicate"][..], "unknown argument"),
+        (
+            &["--mtu", "100"][..],
+            "'--mtu <N>': 100 is not in 576..=9000",
+        ),
+        (&["--window", "0"][..], "'--window <W>': 0 is not in 1..=64"),
+        (&["-s", "x"][..], "invalid digit"),
     ] {
         let o = stack_cost(args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -40,4 +43,23 @@ fn a_short_run_moves_every_write_at_both_mtus() {
             assert!(out.contains(row), "{out}");
         }
     }
+}
+
+/// clap's convention: `--help` and `--version` exit 0 on stdout; an unknown
+/// flag exits 2 naming it.
+#[test]
+fn help_version_and_unknown_flag() {
+    let o = stack_cost(&["--help"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage: stack-cost"));
+    let o = stack_cost(&["--version"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        concat!("stack-cost ", env!("CARGO_PKG_VERSION"), "\n")
+    );
+    let o = stack_cost(&["--frobnicate"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected argument '--frobnicate'"), "{err}");
 }

@@ -21,6 +21,7 @@ fn bad_arguments_exit_2_with_the_reason() {
             &["--pingpong", "--link", "carrier-pigeon"][..],
             "carrier-pigeon",
         ),
+        (&["--netns-prefix", "toolong"][..], "1 to 4 characters"),
     ] {
         let o = xdp_floor(args);
         let err = String::from_utf8_lossy(&o.stderr);

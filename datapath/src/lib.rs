@@ -17,6 +17,7 @@ pub mod over_sctp;
 pub mod over_tcp;
 pub mod runtime;
 pub mod stack;
+mod stats_fmt;
 
 use iwarp_control::{
     Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,

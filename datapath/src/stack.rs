@@ -553,16 +553,16 @@ fn trace_output(id: SockId, o: &HostOutput) {
     use iwarp_proto::qp::{QpEvent, WcStatus};
     match o {
         HostOutput::Event(QpEvent::TerminateSent(t)) => {
-            tracing::info!(qp = id, terminate = ?t, "Terminate sent")
+            tracing::info!(qp = id, terminate = %t, "Terminate sent")
         }
         HostOutput::Event(QpEvent::TerminateReceived(t)) => {
-            tracing::info!(qp = id, terminate = ?t, "Terminate received")
+            tracing::info!(qp = id, terminate = %t, "Terminate received")
         }
         HostOutput::Event(QpEvent::LocalError(t)) => {
-            tracing::info!(qp = id, terminate = ?t, "local error: Terminate queued")
+            tracing::info!(qp = id, terminate = %t, "local error: Terminate queued")
         }
         HostOutput::Event(QpEvent::MalformedTerminate(e)) => {
-            tracing::info!(qp = id, error = ?e, "malformed Terminate received")
+            tracing::info!(qp = id, error = %e, "malformed Terminate received")
         }
         HostOutput::Completion(c) if c.status == WcStatus::Flushed => {
             tracing::debug!(qp = id, wr_id = c.wr_id, opcode = ?c.opcode, "work request flushed")

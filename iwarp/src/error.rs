@@ -48,6 +48,15 @@ pub enum Error {
     InLoop,
     /// An argument out of range (private data over 512 octets, zero depth).
     InvalidArgument(&'static str),
+    /// `HostOptions::mtu` asks for more than the interface carries.
+    MtuAboveInterface {
+        /// The MTU asked for.
+        requested: usize,
+        /// The interface's MTU.
+        interface: usize,
+        /// The interface's name.
+        iface: String,
+    },
     /// A system call of the API's own failed (creating a CQ's
     /// notification eventfd, waiting on it).
     Io(std::io::Error),
@@ -77,6 +86,16 @@ impl core::fmt::Display for Error {
             Error::Post(e) => write!(f, "post refused: {e}"),
             Error::Stopped => f.write_str("the poll loop has stopped"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::MtuAboveInterface {
+                requested,
+                interface,
+                iface,
+            } => write!(
+                f,
+                "MTU {requested} is above {iface}'s MTU {interface}: ask for at most \
+                 {interface}, or raise the interface's (`ip link set dev {iface} mtu \
+                 {requested}`, on both ends of the link)"
+            ),
             Error::InLoop => f.write_str("a call that waits for the poll loop, made inside it"),
             Error::Io(e) => write!(f, "CQ notification descriptor: {e}"),
         }

@@ -142,7 +142,8 @@ pub struct HostOptions {
     /// Open the device inside this network namespace (`/var/run/netns/NAME`).
     pub netns: Option<PathBuf>,
     /// Largest IP datagram to send (`None`: the interface's MTU; a larger
-    /// value is capped to it). The TCP MSS follows it. On DPDK it is the
+    /// value is refused, [`Error::MtuAboveInterface`]). The TCP MSS
+    /// follows it. On DPDK it is the
     /// MTU the port is configured with (`None`: 1500), up to what its
     /// driver takes.
     pub mtu: Option<usize>,
@@ -409,10 +410,24 @@ impl DpdkOptions {
 }
 
 /// The stack's configuration on a real interface.
-fn device_config(mac: [u8; 6], mtu: usize, host: &HostOptions) -> Result<StackConfig, Error> {
+fn device_config(
+    iface: &str,
+    mac: [u8; 6],
+    mtu: usize,
+    host: &HostOptions,
+) -> Result<StackConfig, Error> {
     let mtu = match host.mtu {
         Some(m) if m < 576 => return Err(Error::InvalidArgument("MTU below 576")),
-        Some(m) => m.min(mtu),
+        // Frames above the interface's MTU would be dropped by it (or by
+        // the peer): refuse rather than shrink silently.
+        Some(m) if m > mtu => {
+            return Err(Error::MtuAboveInterface {
+                requested: m,
+                interface: mtu,
+                iface: iface.to_owned(),
+            })
+        }
+        Some(m) => m,
         None => mtu,
     };
     let mut icfg = IfaceConfig::new(
@@ -727,7 +742,8 @@ impl Context {
     }
 
     /// A context on an interface through AF_XDP (needs root or
-    /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW).
+    /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW, and CAP_IPC_LOCK or a memlock
+    /// limit above the UMEM).
     pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
         let host = &opts.host;
         host.check()?;
@@ -736,7 +752,7 @@ impl Context {
             Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
             None => iwarp_xdp::XdpDevice::open(&xcfg)?,
         };
-        let mut cfg = device_config(dev.mac_address(), dev.mtu() as usize, host)?;
+        let mut cfg = device_config(dev.iface(), dev.mac_address(), dev.mtu() as usize, host)?;
         if let Some(p) = &opts.share_address {
             // Outgoing connections take their local ports from the range
             // the XDP program steers.
@@ -825,7 +841,7 @@ impl Context {
             Some(p) => iwarp_xdp::in_netns(p, open)??,
             None => open()?,
         };
-        let cfg = device_config(dev.mac_address(), usize::from(dev.mtu()), host)?;
+        let cfg = device_config(dev.name(), dev.mac_address(), usize::from(dev.mtu()), host)?;
         tracing::info!(port = dev.name(), mtu = cfg.iface.mtu, ip = %host.ip, "DPDK port open");
         let reader: DeviceReader<dpdk::Port> = Box::new(|d| {
             Box::new(DeviceStats::Dpdk(DpdkDeviceStats {
@@ -1946,5 +1962,47 @@ impl Qp {
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(mtu: Option<usize>) -> HostOptions {
+        HostOptions {
+            mtu,
+            ..HostOptions::new(Ipv4Addr::new(10, 0, 0, 1), 24)
+        }
+    }
+
+    /// `--mtu 9000` on a 1500-octet interface is refused, naming both MTUs
+    /// and the fix; at or below the interface's it is taken as asked.
+    #[test]
+    fn mtu_above_the_interface_is_refused() {
+        let e = device_config("veth0", [2; 6], 1500, &host(Some(9000))).expect_err("refused");
+        assert!(
+            matches!(
+                e,
+                Error::MtuAboveInterface {
+                    requested: 9000,
+                    interface: 1500,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("MTU 9000 is above veth0's MTU 1500"), "{msg}");
+        assert!(msg.contains("ip link set dev veth0 mtu 9000"), "{msg}");
+        let cfg = device_config("veth0", [2; 6], 1500, &host(Some(1400))).expect("1400");
+        assert_eq!(cfg.iface.mtu, 1400);
+        assert_eq!(cfg.tcp.mss, 1360);
+        let cfg = device_config("veth0", [2; 6], 1500, &host(None)).expect("default");
+        assert_eq!(cfg.iface.mtu, 1500);
+        assert!(matches!(
+            device_config("veth0", [2; 6], 1500, &host(Some(500))),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

@@ -1,9 +1,11 @@
 //! Throw-away network namespaces and veth pairs for tests.
 //!
 //! Everything is done by running iproute2's `ip` (and `sh` for one sysctl
-//! write), so this crate is safe Rust with no dependencies. Names are unique
-//! per call (a prefix, the process id and a counter) and every object is
-//! deleted in `Drop`, also while a test unwinds from a panic. Every command
+//! write), so this crate is safe Rust (its one dependency, `signal-hook`,
+//! waits for signals). Names are unique per call (a prefix, the process id
+//! and a counter) and every object is deleted in `Drop`, also while a test
+//! unwinds from a panic; [`guard`] removes them on SIGINT/SIGTERM too and
+//! sweeps those of dead processes. Every command
 //! runs under a hard timeout: a child still running at the deadline is killed
 //! and the error names the command.
 //!
@@ -37,6 +39,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+pub mod guard;
 
 /// Timeout of the `ip` commands this crate runs itself.
 pub const IP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -188,10 +192,11 @@ fn unique_base(prefix: &str) -> (String, u32) {
     let p: String = prefix
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
-        .take(4)
+        .take(5)
         .collect();
-    // prefix ≤ 4, pid ≤ 5 base-36 digits (pid_max ≤ 2^22), '-', counter,
-    // and one suffix character: ≤ 15 while the counter fits 3 digits.
+    // prefix ≤ 5, pid ≤ 5 base-36 digits (pid_max ≤ 2^22), '-', counter
+    // (≤ 3 digits) and one suffix character: ≤ 15. `guard::creator_pids`
+    // reads the pid back.
     let base = format!("{p}{}-{}", base36(pid), base36(n % 46_656));
     (base, pid.wrapping_mul(0x9e37_79b9) ^ n)
 }
@@ -372,12 +377,14 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// Create a namespace named `<prefix><pid>-<n>` with its loopback up.
+    /// Create a namespace named `<prefix><pid>-<n>` with its loopback up
+    /// (the prefix's first 5 letters and digits, the pid in base 36).
     pub fn new(prefix: &str) -> Result<Netns, Error> {
         let mut last = None;
         for _ in 0..8 {
             let (name, id) = unique_base(prefix);
-            match run_ok(&["ip", "netns", "add", &name], IP_TIMEOUT) {
+            match guard::create_netns(&name, || run_ok(&["ip", "netns", "add", &name], IP_TIMEOUT))
+            {
                 Ok(_) => {
                     let ns = Netns { name, id };
                     ns.ip(&["link", "set", "lo", "up"])?;
@@ -447,6 +454,7 @@ impl Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = run(&["ip", "netns", "delete", &self.name], IP_TIMEOUT);
+        guard::forget_netns(&self.name);
     }
 }
 
@@ -499,12 +507,14 @@ impl VethPair {
             let (base, _) = unique_base(prefix);
             let names = [format!("{base}a"), format!("{base}b")];
             debug_assert!(names.iter().all(|n| n.len() <= MAX_IFNAME));
-            let r = run_ok(
-                &[
-                    "ip", "link", "add", &names[0], "type", "veth", "peer", "name", &names[1],
-                ],
-                IP_TIMEOUT,
-            );
+            let r = guard::create_veth(&names, || {
+                run_ok(
+                    &[
+                        "ip", "link", "add", &names[0], "type", "veth", "peer", "name", &names[1],
+                    ],
+                    IP_TIMEOUT,
+                )
+            });
             match r {
                 Ok(_) => {
                     return Ok(VethPair {
@@ -624,9 +634,10 @@ impl Drop for VethPair {
                 .ip(end, &["link", "delete", "dev", self.name(end)])
                 .is_ok()
             {
-                return;
+                break;
             }
         }
+        guard::forget_veth(&self.names);
     }
 }
 

@@ -568,6 +568,18 @@ pub enum QpEvent {
     SrqLimitReached,
 }
 
+impl core::fmt::Display for QpEvent {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            QpEvent::LocalError(t) => write!(f, "local error, Terminate queued: {t}"),
+            QpEvent::TerminateSent(t) => write!(f, "Terminate sent: {t}"),
+            QpEvent::TerminateReceived(t) => write!(f, "Terminate received: {t}"),
+            QpEvent::MalformedTerminate(e) => write!(f, "malformed Terminate received: {e}"),
+            QpEvent::SrqLimitReached => f.write_str("shared receive queue below its limit"),
+        }
+    }
+}
+
 /// Stream state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpState {

@@ -57,5 +57,6 @@ pub mod iface;
 pub mod listen;
 mod reasm;
 mod sack;
+mod stats_fmt;
 pub mod tcp;
 pub mod wire;

@@ -27,11 +27,13 @@ pub enum Error {
         /// EPERM or EACCES.
         errno: i32,
     },
-    /// Registering the UMEM failed for lack of lockable memory.
+    /// Registering the UMEM failed for lack of lockable memory: its pages
+    /// count against RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
     Memlock {
         /// Size of the UMEM.
         bytes: usize,
-        /// ENOMEM, EPERM or EAGAIN.
+        /// ENOBUFS (over RLIMIT_MEMLOCK without CAP_IPC_LOCK), ENOMEM,
+        /// EPERM or EAGAIN.
         errno: i32,
     },
     /// Zero-copy was asked for and the driver or queue cannot do it.
@@ -149,14 +151,19 @@ impl fmt::Display for Error {
             Error::InvalidConfig { reason } => write!(f, "invalid AF_XDP configuration: {reason}"),
             Error::Permission { op, errno } => write!(
                 f,
-                "{op}: {}: AF_XDP needs root or CAP_NET_ADMIN+CAP_BPF+CAP_NET_RAW \
-                 (e.g. `sudo setcap cap_net_admin,cap_bpf,cap_net_raw+ep <binary>`)",
+                "{op}: {}: AF_XDP needs root or CAP_NET_ADMIN+CAP_BPF+CAP_NET_RAW, and \
+                 CAP_IPC_LOCK or a memlock limit (`ulimit -l`) above the UMEM's size \
+                 (e.g. `sudo setcap cap_net_admin,cap_bpf,cap_net_raw,cap_ipc_lock+ep <binary>`)",
                 Errno(*errno)
             ),
             Error::Memlock { bytes, errno } => write!(
                 f,
-                "could not lock UMEM memory ({bytes} octets): {}: raise `ulimit -l` \
-                 (RLIMIT_MEMLOCK) or the memory cgroup limit, or use fewer/smaller frames",
+                "registering the UMEM (XDP_UMEM_REG): {}: could not lock its {bytes} octets \
+                 in memory; they count against the memlock limit (RLIMIT_MEMLOCK) unless the \
+                 process has CAP_IPC_LOCK: raise `ulimit -l` (or LimitMEMLOCK= of a systemd \
+                 unit), or grant cap_ipc_lock (`sudo setcap \
+                 cap_net_admin,cap_bpf,cap_net_raw,cap_ipc_lock+ep <binary>`), or use \
+                 fewer/smaller frames",
                 Errno(*errno)
             ),
             Error::ZeroCopyUnsupported {
@@ -251,6 +258,50 @@ impl fmt::Display for Warning {
                     Errno(*errno)
                 )
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Following the hint exactly must be enough: it names CAP_IPC_LOCK
+    /// beside the three capabilities AF_XDP needs.
+    #[test]
+    fn permission_hint_names_every_capability() {
+        let msg = Error::Permission {
+            op: "creating the AF_XDP socket",
+            errno: libc::EPERM,
+        }
+        .to_string();
+        assert!(msg.contains("CAP_NET_ADMIN+CAP_BPF+CAP_NET_RAW"), "{msg}");
+        assert!(
+            msg.contains("setcap cap_net_admin,cap_bpf,cap_net_raw,cap_ipc_lock+ep"),
+            "{msg}"
+        );
+        assert!(msg.contains("ulimit -l"), "{msg}");
+    }
+
+    /// ENOBUFS from XDP_UMEM_REG (over RLIMIT_MEMLOCK without CAP_IPC_LOCK)
+    /// names the cause and both fixes.
+    #[test]
+    fn memlock_names_cause_and_fix() {
+        let msg = Error::Memlock {
+            bytes: 16 << 20,
+            errno: libc::ENOBUFS,
+        }
+        .to_string();
+        for want in [
+            "XDP_UMEM_REG",
+            "16777216 octets",
+            "RLIMIT_MEMLOCK",
+            "CAP_IPC_LOCK",
+            "ulimit -l",
+            "cap_ipc_lock",
+            "os error 105",
+        ] {
+            assert!(msg.contains(want), "{want:?} missing: {msg}");
         }
     }
 }

@@ -51,6 +51,7 @@ mod neigh;
 mod notify;
 mod program;
 mod socket;
+mod stats_fmt;
 pub mod sys;
 mod umem;
 

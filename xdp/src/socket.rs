@@ -345,7 +345,10 @@ impl XskSocket {
             tx_metadata_len: 0,
         };
         sys::setsockopt(f, sys::SOL_XDP, sys::XDP_UMEM_REG, &reg).map_err(|e| {
-            if e == libc::ENOMEM || e == libc::EPERM || e == libc::EAGAIN {
+            // ENOBUFS: the pages exceed RLIMIT_MEMLOCK and the process
+            // lacks CAP_IPC_LOCK (xdp_umem_account_pages); the others:
+            // older kernels and the memory cgroup.
+            if [libc::ENOBUFS, libc::ENOMEM, libc::EPERM, libc::EAGAIN].contains(&e) {
                 Error::Memlock {
                     bytes: umem.len(),
                     errno: e,

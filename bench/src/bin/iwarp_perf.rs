@@ -526,12 +526,27 @@ struct Cli {
     loss_permille: Option<u32>,
     #[command(flatten)]
     tuning: Tuning,
+    #[command(flatten)]
+    netns_args: iwarp_bench::netns_cli::NetnsArgs,
 }
 
 /// Parse the command line; usage errors exit 2 with the reason, `--help`
 /// and `--version` exit 0 (clap's convention, as tlnc).
 fn parse_args() -> Args {
+    if let Some(code) = iwarp_bench::netns_cli::cleanup_only("iwarp-perf", "ipf") {
+        std::process::exit(code.into());
+    }
     let c = <Cli as clap::Parser>::parse();
+    if let Some(code) = c.netns_args.start("iwarp-perf", "ipf") {
+        std::process::exit(code.into());
+    }
+    // A setup error, as a usage error: exit 2 (README, "CLI convention").
+    if c.netns || c.link == Some(Link::Veth) {
+        if let Some(why) = netns_harness::skip_reason() {
+            eprintln!("iwarp-perf: --netns: {why}");
+            std::process::exit(2);
+        }
+    }
     let demo = c.test == "demo";
     let tests = if demo {
         vec![(Test::WriteLat, vec![64]), (Test::WriteBw, vec![65_536])]
@@ -591,9 +606,10 @@ struct Lab {
 fn lab(mtu: Option<u32>) -> Result<Lab, String> {
     use netns_harness::{End, Netns, VethPair};
     let e = |e: netns_harness::Error| e.to_string();
-    let a = Netns::new("ipfa").map_err(e)?;
-    let b = Netns::new("ipfb").map_err(e)?;
-    let mut veth = VethPair::new("ipfv").map_err(e)?;
+    let p = iwarp_bench::netns_cli::prefix("ipf");
+    let a = Netns::new(&format!("{p}a")).map_err(e)?;
+    let b = Netns::new(&format!("{p}b")).map_err(e)?;
+    let mut veth = VethPair::new(&format!("{p}v")).map_err(e)?;
     veth.move_to(End::A, &a).map_err(e)?;
     veth.move_to(End::B, &b).map_err(e)?;
     for end in [End::A, End::B] {
@@ -1464,7 +1480,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     if let Some(r) = perftest_mode() {
         return match r {

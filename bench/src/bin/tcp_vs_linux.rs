@@ -40,7 +40,11 @@
 //! ```text
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- [--iters N] [--bulk-mib M]
 //! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --loss [--bulk-mib M] [--loss-permille 0,1,10,20,50] [--newreno] [--linux-cc cubic] [--ack-every 2] [--cwv on|off] [--linux-gso-max-segs 1]
+//! cargo run --release -p iwarp-bench --bin tcp-vs-linux -- --cleanup [--netns-prefix P]
 //! ```
+//!
+//! The namespaces are `<P>o…` and `<P>l…`, the veth `<P>v…` (`P`: `bv`
+//! unless `--netns-prefix`); they go on exit, error, SIGINT and SIGTERM.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
@@ -58,21 +62,62 @@ use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 const MSG: usize = 64;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+/// tcp-lite on AF_XDP against the Linux kernel's TCP on one veth pair:
+/// ping-pong and bulk (default), or bulk under random loss (`--loss`).
+/// Root only: creates two namespaces and a veth pair, removed on exit,
+/// error, SIGINT and SIGTERM.
+#[derive(Debug, clap::Parser)]
+#[command(name = "tcp-vs-linux", version)]
+struct Cli {
+    /// 64-octet ping-pong round trips.
+    #[arg(long, value_name = "N", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    iters: u64,
+    /// MiB of one-way bulk per transfer (default 512; 64 with --loss).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    bulk_mib: Option<u64>,
+    /// Loss recovery instead: bulk under random loss at each rate of
+    /// --loss-permille.
+    #[arg(long)]
+    loss: bool,
+    /// Loss rates per thousand packets, both ways (with --loss).
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',', default_value = "0,1,10,20,50",
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    loss_permille: Vec<u32>,
+    /// NewReno instead of CUBIC in our stack.
+    #[arg(long)]
+    newreno: bool,
+    /// The Linux senders' congestion control (a per-route congctl), e.g.
+    /// cubic; the host's default otherwise (with --loss).
+    #[arg(long, value_name = "NAME")]
+    linux_cc: Option<String>,
+    /// Our receiver acknowledges every N full-sized segments (with --loss).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    ack_every: Option<u32>,
+    /// RFC 7661 congestion window validation in our stack on or off (its
+    /// default otherwise).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    cwv: Option<bool>,
+    /// gso_max_segs of both veth ends (with --loss).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    linux_gso_max_segs: Option<u32>,
+    #[command(flatten)]
+    netns: iwarp_bench::netns_cli::NetnsArgs,
 }
 
-fn arg_opt(name: &str) -> Option<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
+fn on_off(v: &str) -> Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("on or off, not {v:?}")),
+    }
+}
+
+static CLI: std::sync::OnceLock<Cli> = std::sync::OnceLock::new();
+
+/// The parsed command line (set first thing in `main`).
+fn cli() -> &'static Cli {
+    CLI.get_or_init(<Cli as clap::Parser>::parse)
 }
 
 struct Summary {
@@ -221,7 +266,7 @@ fn our_client(
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
     scfg.tcp.congestion = congestion();
-    if let Some(on) = cwv_arg() {
+    if let Some(on) = cli().cwv {
         scfg.tcp.cwv = on;
     }
     if count_tcp {
@@ -293,16 +338,29 @@ fn our_client(
 }
 
 fn main() {
+    let cli = cli();
+    if let Some(code) = cli.netns.start("tcp-vs-linux", "bv") {
+        std::process::exit(code.into());
+    }
     if let Some(why) = netns_harness::skip_reason() {
         eprintln!("tcp-vs-linux: {why}");
         std::process::exit(2);
     }
-    let iters = arg("--iters", 20_000);
-    let loss = std::env::args().any(|a| a == "--loss");
-    let bulk = arg("--bulk-mib", if loss { 64 } else { 512 }) << 20;
-    let ours_ns = Netns::new("bvo").expect("netns");
-    let linux_ns = Netns::new("bvl").expect("netns");
-    let mut veth = VethPair::new("bvv").expect("veth");
+    // A failed run panics (its message says why) and unwinds, which removes
+    // the namespaces; it exits 1, the convention's runtime failure.
+    if std::panic::catch_unwind(|| run(cli)).is_err() {
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: &Cli) {
+    let iters = cli.iters as usize;
+    let loss = cli.loss;
+    let bulk = (cli.bulk_mib.unwrap_or(if loss { 64 } else { 512 }) as usize) << 20;
+    let p = iwarp_bench::netns_cli::prefix("bv");
+    let ours_ns = Netns::new(&format!("{p}o")).expect("netns");
+    let linux_ns = Netns::new(&format!("{p}l")).expect("netns");
+    let mut veth = VethPair::new(&format!("{p}v")).expect("veth");
     veth.move_to(End::A, &ours_ns).expect("move");
     veth.move_to(End::B, &linux_ns).expect("move");
     for end in [End::A, End::B] {
@@ -313,7 +371,7 @@ fn main() {
     let server_ip = Ipv4Addr::new(10, 211, 0, 2);
     veth.add_addr(End::B, "10.211.0.2/24").expect("addr");
     if loss {
-        let rates = permille_list();
+        let rates = cli.loss_permille.clone();
         loss_table(&veth, &ours_ns, &linux_ns, server_ip, bulk, &rates);
         return;
     }
@@ -422,12 +480,12 @@ fn our_server(
     let mut scfg = StackConfig::new(icfg);
     scfg.tcp.rto_min = 5_000_000;
     scfg.tcp.congestion = congestion();
-    if let Some(on) = cwv_arg() {
+    if let Some(on) = cli().cwv {
         scfg.tcp.cwv = on;
     }
     scfg.tcp.time_wait = 1_000_000;
-    if let Some(n) = arg_opt("--ack-every") {
-        scfg.tcp.ack_every = n as u32;
+    if let Some(n) = cli().ack_every {
+        scfg.tcp.ack_every = n;
     }
     // The kernel's AF_XDP counters, read on the loop thread: frames the
     // kernel dropped before our loop saw them (RX ring full, fill ring
@@ -509,37 +567,11 @@ fn our_server(
 
 /// `--newreno`: NewReno instead of the default CUBIC.
 fn congestion() -> tcp_lite::cc::Algorithm {
-    if std::env::args().any(|a| a == "--newreno") {
+    if cli().newreno {
         tcp_lite::cc::Algorithm::NewReno
     } else {
         tcp_lite::cc::Algorithm::Cubic
     }
-}
-
-/// `--cwv on|off`: RFC 7661 congestion window validation in our stack
-/// (`tcp::Config::cwv`; its default otherwise).
-fn cwv_arg() -> Option<bool> {
-    let args: Vec<String> = std::env::args().collect();
-    let v = args
-        .iter()
-        .position(|a| a == "--cwv")
-        .map(|i| args.get(i + 1));
-    match v {
-        None => None,
-        Some(Some(v)) if v == "on" => Some(true),
-        Some(Some(v)) if v == "off" => Some(false),
-        Some(v) => panic!("--cwv on|off, not {v:?}"),
-    }
-}
-
-/// `--loss-permille a,b,c` or 0, 0.1, 1, 2 and 5%.
-fn permille_list() -> Vec<u32> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--loss-permille")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_else(|| vec![0, 1, 10, 20, 50])
 }
 
 /// Drop `permille`/1000 of the packets entering and leaving `ns` at random
@@ -548,17 +580,6 @@ fn set_loss(ns: &Netns, permille: u32) {
     if let Err(e) = ns.set_random_loss(permille) {
         panic!("nftables loss rule in {}: {e}", ns.name());
     }
-}
-
-/// `--linux-cc NAME`: the kernel's congestion control for the Linux
-/// senders (the host's default otherwise, often not CUBIC: BBR does not
-/// reduce its rate on random loss).
-fn linux_cc_arg() -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--linux-cc")
-        .and_then(|i| args.get(i + 1))
-        .cloned()
 }
 
 /// The congestion control new connections get in `ns`.
@@ -631,7 +652,7 @@ fn loss_table(
     // MTU-sized frames just before the device, so its sender runs its
     // TCP/IP output once per up to 44 frames. With 1 it runs it per
     // frame, as ours does.
-    if let Some(n) = arg_opt("--linux-gso-max-segs") {
+    if let Some(n) = cli().linux_gso_max_segs {
         let n = n.to_string();
         for (ns, end) in [(ours_ns, End::A), (linux_ns, End::B)] {
             ns.ip(&["link", "set", "dev", veth.name(end), "gso_max_segs", &n])
@@ -644,7 +665,9 @@ fn loss_table(
     // A per-route `congctl`: a namespace may only default to the
     // algorithms the host allows (tcp_allowed_congestion_control), a
     // route may name any the kernel has.
-    let cc = linux_cc_arg();
+    // `--linux-cc NAME` (the host's default otherwise, often not CUBIC:
+    // BBR does not reduce its rate on random loss).
+    let cc = cli().linux_cc.clone();
     if let Some(cc) = &cc {
         for (ns, end, peer) in [
             (ours_ns, End::A, server_ip),
@@ -666,10 +689,12 @@ fn loss_table(
     println!(
         "{} MiB one-way bulk, random loss both ways in the Linux end's namespace (nftables numgen), MTU 1500, TSO/GSO/GRO off{}; Linux congestion control: {} (ours: {:?}, RFC 7661 cwv {})",
         bulk >> 20,
-        arg_opt("--linux-gso-max-segs").map_or(String::new(), |n| format!(", gso_max_segs {n}")),
+        cli()
+            .linux_gso_max_segs
+            .map_or(String::new(), |n| format!(", gso_max_segs {n}")),
         cc.unwrap_or_else(|| linux_cc(ours_ns)),
         congestion(),
-        cwv_arg().unwrap_or(tcp_lite::tcp::Config::default().cwv)
+        cli().cwv.unwrap_or(tcp_lite::tcp::Config::default().cwv)
     );
     println!(
         "{:>7} {:>11} {:>11} {:>6} {:>6} {:>10} {:>6} {:>9} {:>7} {:>12} {:>8} {:>13} {:>6} {:>9} {:>9} {:>9}",

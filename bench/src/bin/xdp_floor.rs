@@ -22,7 +22,9 @@
 //! `iwarp-perf write_bw` at the same MTU, divided by the `copy+crc` rate,
 //! says how much of the ceiling our TCP, MPA, DDP and RDMAP leave unused.
 //!
-//! Root only: it creates two namespaces and a veth pair (removed on exit).
+//! Root only: it creates two namespaces and a veth pair (removed on exit, on
+//! error and on SIGINT/SIGTERM; `--netns-prefix` names them, `--cleanup`
+//! removes those of dead runs).
 //!
 //! ```text
 //! xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--window W]
@@ -76,6 +78,8 @@ struct Cli {
     /// two ports in this process), or both.
     #[arg(long, value_delimiter = ',', default_value = "xdp,memif")]
     link: Vec<FloorLink>,
+    #[command(flatten)]
+    netns: iwarp_bench::netns_cli::NetnsArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -167,9 +171,10 @@ const HEADERS: usize = 34;
 
 fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
     let e = |e: netns_harness::Error| e.to_string();
-    let na = Netns::new("xfa").map_err(e)?;
-    let nb = Netns::new("xfb").map_err(e)?;
-    let mut veth = VethPair::new("xfv").map_err(e)?;
+    let p = iwarp_bench::netns_cli::prefix("xf");
+    let na = Netns::new(&format!("{p}a")).map_err(e)?;
+    let nb = Netns::new(&format!("{p}b")).map_err(e)?;
+    let mut veth = VethPair::new(&format!("{p}v")).map_err(e)?;
     veth.move_to(End::A, &na).map_err(e)?;
     veth.move_to(End::B, &nb).map_err(e)?;
     for end in [End::A, End::B] {
@@ -303,6 +308,9 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
 
 fn main() {
     let cli = <Cli as clap::Parser>::parse();
+    if let Some(code) = cli.netns.start("xdp-floor", "xf") {
+        std::process::exit(code.into());
+    }
     let args = Args {
         mtus: cli.mtu.clone(),
         secs: cli.secs,
@@ -315,7 +323,7 @@ fn main() {
     }
     if let Some(why) = netns_harness::skip_reason() {
         eprintln!("xdp-floor: needs namespaces and veth: {why}");
-        std::process::exit(1);
+        std::process::exit(2);
     }
     println!(
         "window {} frames; frames: no protocol work; copy+crc: one copy and a CRC32c per payload at each end",

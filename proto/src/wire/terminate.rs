@@ -121,16 +121,126 @@ impl TermCode {
     }
 }
 
+impl TermCode {
+    /// The layer's name (RFC 5040 §4.8): `RDMAP`, `DDP`, `MPA` (the LLP).
+    pub fn layer_name(self) -> Option<&'static str> {
+        match self.layer {
+            layer::RDMAP => Some("RDMAP"),
+            layer::DDP => Some("DDP"),
+            layer::LLP => Some("MPA"),
+            _ => None,
+        }
+    }
+
+    /// The error type's name within its layer: RFC 5040 §7.2 (RDMAP),
+    /// RFC 5041 §7.2 (DDP); MPA (RFC 5044 §8) has one type, 0.
+    pub fn etype_name(self) -> Option<&'static str> {
+        match (self.layer, self.etype) {
+            (0 | 1, 0) => Some("local catastrophic error"),
+            (0, 1) => Some("remote protection error"),
+            (0, 2) => Some("remote operation error"),
+            (1, 1) => Some("tagged buffer error"),
+            (1, 2) => Some("untagged buffer error"),
+            (2, 0) => Some("error"),
+            _ => None,
+        }
+    }
+
+    /// The error code's name within its layer and type.
+    pub fn ecode_name(self) -> Option<&'static str> {
+        Some(match (self.layer, self.etype, self.ecode) {
+            (0 | 1, 0, _) => "local catastrophic",
+            (0, 1, 0x00) | (1, 1, 0x00) => "invalid STag",
+            (0, 1, 0x01) | (1, 1, 0x01) => "base or bounds violation",
+            (0, 1, 0x02) => "access rights violation",
+            (0, 1, 0x03) => "STag not associated with RDMAP stream",
+            (1, 1, 0x02) => "STag not associated with DDP stream",
+            (0, 1, 0x04) | (1, 1, 0x03) => "TO wrap",
+            (0, _, 0x09) => "STag cannot be invalidated",
+            (0, 2, 0x05) => "invalid RDMAP version",
+            (0, 2, 0x06) => "unexpected opcode",
+            (0, 2, 0x07) => "catastrophic error, localized to RDMAP stream",
+            (0, 2, 0x08) => "catastrophic error, global",
+            (0, _, 0xff) => "unspecified error",
+            (1, 1, 0x04) | (1, 2, 0x06) => "invalid DDP version",
+            (1, 2, 0x01) => "invalid QN",
+            (1, 2, 0x02) => "invalid MSN, no buffer available",
+            (1, 2, 0x03) => "invalid MSN, MSN range is not valid",
+            (1, 2, 0x04) => "invalid MO",
+            (1, 2, 0x05) => "DDP message too long for available buffer",
+            (2, 0, 0x01) => "TCP connection closed, terminated or lost",
+            (2, 0, 0x02) => "CRC error",
+            (2, 0, 0x03) => "marker and ULPDU length field mismatch",
+            (2, 0, 0x04) => "invalid MPA Request or Reply frame",
+            (2, 0, 0x05) => "local catastrophic",
+            (2, 0, 0x06) => "insufficient IRD resources",
+            (2, 0, 0x07) => "no matching RTR option",
+            _ => return None,
+        })
+    }
+}
+
+/// `LAYER: TYPE: CODE`, each named where known and numbered otherwise,
+/// e.g. `RDMAP: remote protection error: invalid STag` or
+/// `layer 5: type 10: code 0x33`.
 impl core::fmt::Display for TermCode {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "{} (layer {}, type {}, code {:#04x})",
-            self.describe(),
-            self.layer,
-            self.etype,
-            self.ecode
-        )
+        match self.layer_name() {
+            Some(l) => f.write_str(l)?,
+            None => write!(f, "layer {}", self.layer)?,
+        }
+        match self.etype_name() {
+            Some(t) => write!(f, ": {t}")?,
+            None => write!(f, ": type {}", self.etype)?,
+        }
+        match self.ecode_name() {
+            Some(c) => write!(f, ": {c}"),
+            None => write!(f, ": code {:#04x}", self.ecode),
+        }
+    }
+}
+
+/// The cause, then what it quotes: `RDMAP: remote protection error:
+/// invalid STag (terminated DDP header: tagged, STag 0x…, TO …)`.
+impl core::fmt::Display for TerminateRepr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.code)?;
+        let mut parts = 0;
+        let mut sep = |f: &mut core::fmt::Formatter<'_>| {
+            parts += 1;
+            f.write_str(if parts == 1 { " (" } else { "; " })
+        };
+        if let Some(h) = &self.ddp_header {
+            sep(f)?;
+            match h {
+                DdpHeader::Tagged(t) => write!(
+                    f,
+                    "terminated DDP header: tagged, STag {:#010x}, TO {}",
+                    t.stag, t.to
+                )?,
+                DdpHeader::Untagged(u) => write!(
+                    f,
+                    "terminated DDP header: untagged, QN {}, MSN {}, MO {}",
+                    u.qn, u.msn, u.mo
+                )?,
+            }
+        }
+        if let Some(l) = self.ddp_segment_len {
+            sep(f)?;
+            write!(f, "DDP segment length {l}")?;
+        }
+        if let Some(r) = &self.rdma_header {
+            sep(f)?;
+            write!(
+                f,
+                "terminated Read Request: source STag {:#010x}, {} octets",
+                r.src_stag, r.size
+            )?;
+        }
+        if parts > 0 {
+            f.write_str(")")?;
+        }
+        Ok(())
     }
 }
 
@@ -366,6 +476,43 @@ mod tests {
         for k in 0..n {
             assert!(TerminateRepr::parse(&a[..k]).is_err(), "len {k}");
         }
+    }
+
+    /// Layer, type and code named (RFC 5040 §7.2, RFC 5041 §7.2, RFC 5044
+    /// §8), numbers where unknown, and what the Terminate quotes.
+    #[test]
+    fn display_names_layer_type_and_code() {
+        assert_eq!(
+            TermCode::RDMAP_INVALID_STAG.to_string(),
+            "RDMAP: remote protection error: invalid STag"
+        );
+        assert_eq!(
+            TermCode::DDP_U_NO_BUFFER.to_string(),
+            "DDP: untagged buffer error: invalid MSN, no buffer available"
+        );
+        assert_eq!(TermCode::MPA_CRC.to_string(), "MPA: error: CRC error");
+        assert_eq!(
+            TermCode::new(5, 0xa, 0x33).to_string(),
+            "layer 5: type 10: code 0x33"
+        );
+        assert_eq!(
+            TermCode::new(0, 1, 0x42).to_string(),
+            "RDMAP: remote protection error: code 0x42"
+        );
+        assert_eq!(
+            TerminateRepr::bare(TermCode::MPA_INSUFFICIENT_IRD).to_string(),
+            "MPA: error: insufficient IRD resources"
+        );
+        let t = TerminateRepr::parse(&[
+            0x01, 0x00, 0xc0, 0x00, 0x00, 0x20, 0x81, 0x01, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 0,
+            0x10, 0x00,
+        ])
+        .expect("tagged");
+        assert_eq!(
+            t.to_string(),
+            "RDMAP: remote protection error: invalid STag (terminated DDP header: tagged, \
+             STag 0x00001234, TO 4096; DDP segment length 32)"
+        );
     }
 
     #[test]

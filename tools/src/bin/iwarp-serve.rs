@@ -161,6 +161,11 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
+        // Colour only for a person at a terminal (https://no-color.org).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     let args = Args::parse();
     match run(&args) {
@@ -382,11 +387,16 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         live.len()
     );
     match ctx.stats() {
-        Ok(st) => println!(
-            "iwarp-serve: final stats: {accepted} clients accepted, {} connections left, \
-             TCP {} octets delivered, {} RTO retransmits; stack {:?}",
-            st.connections, st.tcp.delivered, st.tcp.rto_retransmits, st.stack
-        ),
+        Ok(st) => {
+            println!(
+                "iwarp-serve: final stats: {accepted} clients accepted, {} connections left, \
+                 TCP {} octets delivered, {} RTO retransmits; stack:",
+                st.connections, st.tcp.delivered, st.tcp.rto_retransmits
+            );
+            for line in st.stack.to_string().lines() {
+                println!("  {line}");
+            }
+        }
         Err(e) => eprintln!("iwarp-serve: final stats: {e}"),
     }
     drop(conns);

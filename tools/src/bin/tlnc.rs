@@ -109,8 +109,8 @@ struct Args {
     #[arg(long, value_name = "OCTETS", default_value_t = 4 << 20,
           value_parser = clap::value_parser!(u32).range(1024..=(1 << 30)))]
     snd_buf: u32,
-    /// Largest IP datagram to send (default: the interface's MTU; larger
-    /// values are capped to it).
+    /// Largest IP datagram to send (default: the interface's MTU; a larger
+    /// value is refused).
     #[arg(long, value_parser = clap::value_parser!(u32).range(576..=65_535))]
     mtu: Option<u32>,
     /// Interface queue to bind.
@@ -212,6 +212,15 @@ fn parse_peer(s: &str) -> Result<SocketAddrV4, String> {
     Ok(a)
 }
 
+/// `tlnc: TITLE:` and the counters under it, `name value` per line,
+/// indented.
+fn section(title: &str, counters: &dyn std::fmt::Display) {
+    eprintln!("tlnc: {title}:");
+    for line in counters.to_string().lines() {
+        eprintln!("  {line}");
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
@@ -220,7 +229,11 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(io::stderr)
-        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        // Colour only for a person at a terminal (https://no-color.org).
+        .with_ansi(
+            io::IsTerminal::is_terminal(&io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     if args.frame_count <= args.ring_size {
         eprintln!(
@@ -279,7 +292,21 @@ fn run(args: &Args) -> Result<(), Failure> {
         Ipv4Address(args.ip.addr.octets()),
         args.ip.prefix,
     );
-    icfg.mtu = args.mtu.map_or(dev.mtu(), |m| m.min(dev.mtu())) as usize;
+    icfg.mtu = match args.mtu {
+        // Frames above the interface's MTU would be dropped: refuse.
+        Some(m) if m > dev.mtu() => {
+            return Err(Failure::Setup(format!(
+                "--mtu {m} is above {}'s MTU {}: ask for at most {}, or raise the \
+                 interface's (`ip link set dev {} mtu {m}`, on both ends of the link)",
+                args.iface,
+                dev.mtu(),
+                dev.mtu(),
+                args.iface
+            )))
+        }
+        Some(m) => m,
+        None => dev.mtu(),
+    } as usize;
     icfg.gateway = args.gateway.map(|g| Ipv4Address(g.octets()));
     icfg.accept_partial_checksum = args.accept_partial_checksum;
     let mut scfg = StackConfig::new(icfg);
@@ -356,14 +383,14 @@ fn run(args: &Args) -> Result<(), Failure> {
                 "tlnc: loop: rounds {} rx {} tx {} tx_dropped {} sleeps {} pinned {}",
                 st.rounds, st.rx_frames, st.tx_frames, st.tx_dropped, st.sleeps, st.pinned
             );
-            eprintln!("tlnc: iface: {:?}", stack.iface().stats());
-            eprintln!("tlnc: stack: {:?}", stack.stats());
-            eprintln!("tlnc: tcp: {:?}", stack.tcp_totals());
+            section("iface", stack.iface().stats());
+            section("stack", &stack.stats());
+            section("tcp", &stack.tcp_totals());
         }
         eprintln!("tlnc: device: {bind}");
         if let Some(d) = device {
-            eprintln!("tlnc: xsk: {:?}", d.ours);
-            eprintln!("tlnc: xsk kernel: {:?}", d.kernel);
+            section("xsk", &d.ours);
+            section("xsk kernel", &d.kernel);
         }
     }
     result.map(|_| ())

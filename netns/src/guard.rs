@@ -1,0 +1,322 @@
+//! Leave nothing behind: the namespaces and veths this process created are
+//! removed on SIGINT and SIGTERM too, and those of runs that died (SIGKILL,
+//! a crash, a power cut) can be swept.
+//!
+//! Every [`Netns`](crate::Netns) and [`VethPair`](crate::VethPair) enters a
+//! registry of this process when created and leaves it when dropped.
+//! [`install_signal_cleanup`] starts one thread that waits for SIGINT or
+//! SIGTERM, removes what the registry holds and exits 130 or 143 (128 plus
+//! the signal's number, as a shell reports a process the signal killed).
+//! Call it first thing in `main`, before any thread enters a namespace: the
+//! `ip` commands it runs must start in the root namespace.
+//!
+//! Names carry the creating process's id (`<prefix><pid in base 36>-<n>`,
+//! see [`Netns::new`](crate::Netns::new)), so [`sweep_stale`] can tell a
+//! dead run's leftovers from a running one's without any file on disk.
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use crate::{list_netns, run, run_ok, Error, IP_TIMEOUT};
+
+/// The longest prefix the tools accept: with a one-character role (`a`,
+/// `b`, `v`) it is the five characters [`Netns::new`](crate::Netns::new)
+/// keeps.
+pub const MAX_PREFIX: usize = 4;
+
+/// How long each removal may take when a signal came: the user is waiting.
+const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    Netns(String),
+    /// Both ends' names; deleting either deletes the pair.
+    Veth([String; 2]),
+}
+
+static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+fn registry() -> MutexGuard<'static, Vec<Entry>> {
+    // A thread that panicked while holding it left a valid Vec.
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Create a namespace with `create` while holding the registry, and record
+/// it if that succeeded: a signal arriving meanwhile waits, so nothing is
+/// created that the cleanup does not see.
+pub(crate) fn create_netns<T>(
+    name: &str,
+    create: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut reg = registry();
+    let r = create();
+    if r.is_ok() {
+        reg.push(Entry::Netns(name.to_owned()));
+    }
+    r
+}
+
+/// As [`create_netns`], for a veth pair.
+pub(crate) fn create_veth<T>(
+    names: &[String; 2],
+    create: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut reg = registry();
+    let r = create();
+    if r.is_ok() {
+        reg.push(Entry::Veth(names.clone()));
+    }
+    r
+}
+
+/// Forget a namespace once it has been deleted.
+pub(crate) fn forget_netns(name: &str) {
+    registry().retain(|e| !matches!(e, Entry::Netns(n) if n == name));
+}
+
+/// Forget a veth pair once it has been deleted.
+pub(crate) fn forget_veth(names: &[String; 2]) {
+    registry().retain(|e| !matches!(e, Entry::Veth(n) if n == names));
+}
+
+/// The names of what this process created and has not removed yet.
+pub fn registered() -> Vec<String> {
+    registry()
+        .iter()
+        .map(|e| match e {
+            Entry::Netns(n) => n.clone(),
+            Entry::Veth([a, _]) => a.clone(),
+        })
+        .collect()
+}
+
+/// Remove everything in the registry now (veths first, then namespaces)
+/// and return what was removed. The registry stays locked until the process
+/// exits, so that nothing new is created after.
+fn remove_registered(timeout: Duration) -> Vec<String> {
+    let mut reg = registry();
+    let mut removed = Vec::new();
+    // Veths still in the root namespace; an end moved into one of ours goes
+    // with that namespace.
+    for e in reg.iter() {
+        if let Entry::Veth(names) = e {
+            for n in names {
+                let ok = run(&["ip", "link", "delete", "dev", n], timeout)
+                    .is_ok_and(|o| o.status.success());
+                if ok {
+                    removed.push(format!("veth {n}"));
+                    break;
+                }
+            }
+        }
+    }
+    for e in reg.iter() {
+        if let Entry::Netns(n) = e {
+            let ok = run(&["ip", "netns", "delete", n], timeout).is_ok_and(|o| o.status.success());
+            if ok {
+                removed.push(format!("namespace {n}"));
+            }
+        }
+    }
+    reg.clear();
+    // Keep the lock: the caller exits, and a thread about to create
+    // something waits for that.
+    std::mem::forget(reg);
+    removed
+}
+
+/// Start, once per process, a thread that on SIGINT or SIGTERM removes the
+/// namespaces and veths this process created (those still registered),
+/// says so on stderr as `<tool>: <signal>: removed …` and exits with
+/// 128 + the signal number (130, 143). Later calls do nothing.
+///
+/// Call it before any thread enters a namespace (the removal runs `ip` from
+/// that thread, which must be in the root namespace).
+pub fn install_signal_cleanup(tool: &str) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let tool = tool.to_owned();
+    std::thread::Builder::new()
+        .name("netns-cleanup".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                let removed = remove_registered(SIGNAL_TIMEOUT);
+                if removed.is_empty() {
+                    eprintln!("{tool}: {name}");
+                } else {
+                    eprintln!("{tool}: {name}: removed {}", removed.join(", "));
+                }
+                std::process::exit(128 + sig);
+            }
+        })?;
+    let _ = INSTALLED.set(());
+    Ok(())
+}
+
+/// Whether `prefix` is one the tools accept for `--netns-prefix`: 1 to
+/// [`MAX_PREFIX`] lower-case ASCII letters and digits. Returns it, or why
+/// not.
+pub fn check_prefix(prefix: &str) -> Result<String, String> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX {
+        return Err(format!(
+            "a namespace prefix is 1 to {MAX_PREFIX} characters (interface names are at most 15: \
+             prefix, role, process id, counter), not {}",
+            prefix.len()
+        ));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
+    {
+        return Err(format!(
+            "a namespace prefix is lower-case letters and digits only, not {c:?}"
+        ));
+    }
+    Ok(prefix.to_owned())
+}
+
+/// The possible creators of `name` if it looks like one of ours under
+/// `prefix`: `<prefix>[role]<pid, base 36>-<counter>[a|b]` with a role of
+/// at most one character. Empty when it is not ours.
+pub fn creator_pids(name: &str, prefix: &str) -> Vec<u32> {
+    let Some(rest) = name.strip_prefix(prefix) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for skip in 0..=1 {
+        let Some(r) = rest.get(skip..) else { continue };
+        let Some((pid, tail)) = r.split_once('-') else {
+            continue;
+        };
+        let base36 = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+        };
+        if !base36(pid) || !base36(tail) || pid.len() > 7 {
+            continue;
+        }
+        if let Ok(p) = u32::from_str_radix(pid, 36) {
+            pids.push(p);
+        }
+    }
+    pids
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Whether `name` is ours under `prefix` and every process that could have
+/// created it is gone.
+pub fn is_stale(name: &str, prefix: &str) -> bool {
+    let pids = creator_pids(name, prefix);
+    !pids.is_empty() && !pids.iter().any(|&p| alive(p))
+}
+
+/// The interfaces of the current namespace, by name (without `@peer`).
+pub fn list_links() -> Result<Vec<String>, Error> {
+    let out = run_ok(&["ip", "-o", "link", "show"], IP_TIMEOUT)?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|n| {
+            let n = n.trim_end_matches(':');
+            n.split('@').next().unwrap_or(n).to_owned()
+        })
+        .collect())
+}
+
+/// Namespaces and root-namespace interfaces whose names start with
+/// `prefix` (a test's check that nothing is left).
+pub fn with_prefix(prefix: &str) -> Result<Vec<String>, Error> {
+    let mut v: Vec<String> = list_netns()?
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    v.extend(list_links()?.into_iter().filter(|n| n.starts_with(prefix)));
+    Ok(v)
+}
+
+/// Remove the namespaces and root-namespace veths whose names start with
+/// `prefix` and whose creating process is dead ([`is_stale`]); those of
+/// running processes are left alone. Returns what was removed, as
+/// `namespace NAME` / `veth NAME`.
+pub fn sweep_stale(prefix: &str) -> Result<Vec<String>, Error> {
+    let mut removed = Vec::new();
+    for ns in list_netns()? {
+        if is_stale(&ns, prefix) {
+            run_ok(&["ip", "netns", "delete", &ns], IP_TIMEOUT)?;
+            removed.push(format!("namespace {ns}"));
+        }
+    }
+    // After the namespaces: a pair with an end in one of them is gone now.
+    for link in list_links()? {
+        if is_stale(&link, prefix) {
+            let out = run(&["ip", "link", "delete", "dev", &link], IP_TIMEOUT)?;
+            // Its peer, swept a moment ago, took it along: not an error.
+            if out.status.success() {
+                removed.push(format!("veth {link}"));
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(check_prefix("ipf").as_deref(), Ok("ipf"));
+        assert_eq!(check_prefix("z9").as_deref(), Ok("z9"));
+        assert!(check_prefix("").is_err());
+        assert!(check_prefix("abcde").unwrap_err().contains("1 to 4"));
+        assert!(check_prefix("a-b").unwrap_err().contains("'-'"));
+        assert!(check_prefix("AB").is_err());
+    }
+
+    #[test]
+    fn creators_from_names() {
+        // `ipf` + role `a` + pid 1234 (base 36 "ya") + counter.
+        assert_eq!(
+            creator_pids("ipfaya-0", "ipf"),
+            vec![u32::from_str_radix("aya", 36).unwrap(), 1234]
+        );
+        assert_eq!(
+            creator_pids("ipfvya-1za", "ipf"),
+            vec![u32::from_str_radix("vya", 36).unwrap(), 1234]
+        );
+        assert!(creator_pids("ipfoo", "ipf").is_empty());
+        assert!(creator_pids("eth0", "ipf").is_empty());
+        assert!(creator_pids("ipfa-", "ipf").is_empty());
+        assert!(creator_pids("ipfaYA-0", "ipf").is_empty());
+        // Our own names: this process is alive, so never stale.
+        let (base, _) = crate::unique_base("tsta");
+        assert!(creator_pids(&base, "tst").contains(&std::process::id()));
+        assert!(!is_stale(&base, "tst"));
+        assert!(!is_stale(&format!("{base}a"), "tst"));
+    }
+
+    #[test]
+    fn dead_creator_is_stale() {
+        // A child that has exited and been reaped: its pid is dead (unless
+        // reused within this test, which the assertion would then show).
+        let mut c = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = c.id();
+        c.wait().expect("wait");
+        let name = format!("tsta{}-0", crate::base36(pid));
+        if !alive(pid) {
+            assert!(is_stale(&name, "tst"));
+        }
+        assert!(!is_stale("tstfoo", "tst"));
+    }
+}
