@@ -1774,7 +1774,13 @@ impl Qp {
                     _ => None,
                 };
             }
-            let mut v = Vec::new();
+            // Sized for the whole FPDU (header, payload, pad, CRC) up front:
+            // growing it piece by piece reallocated two or three times per
+            // small message.
+            let wire = self
+                .llp
+                .wire_len(plan.hdr_len + job.inline_len + plan.chunk as usize);
+            let mut v = Vec::with_capacity(wire);
             match self.emit_plan(mem, &plan, &mut v) {
                 Some(true) => {
                     self.stats.stream_tx += v.len() as u64;
