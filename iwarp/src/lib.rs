@@ -68,7 +68,7 @@ pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer};
 /// The DPDK backend (`iwarp-dpdk`): [`dpdk::Eal`], [`dpdk::Queues`], its errors.
 pub use iwarp_dpdk as dpdk;
 pub use iwarp_memreg::Region;
-pub use iwarp_proto::mem::{Access, PdId, STag};
+pub use iwarp_proto::mem::{Access, AccessError, PdId, STag};
 pub use iwarp_proto::qp::{
     InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
     MAX_INLINE, MAX_SGE,

@@ -1,0 +1,130 @@
+//! Where the API follows verbs rather than the letter of the RFCs: local
+//! read is implicit on every region, errors keep their chain, and a peer's
+//! close is reported with its cause. Over the simulated link.
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use iwarp::{
+    AcceptOptions, Access, AccessError, ConnectOptions, Context, Cq, ListenOptions, Pd, PostError,
+    Qp, Status, WcOpcode, WcStatus, WorkRequest,
+};
+
+const T: Duration = Duration::from_secs(10);
+
+struct Pair {
+    server: Qp,
+    client: Qp,
+    scq: Cq,
+    ccq: Cq,
+    spd: Pd,
+    cpd: Pd,
+    _ctx: (Context, Context),
+}
+
+/// A connected pair.
+fn pair() -> Pair {
+    let (server, client) = Context::sim_pair();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let listener = server.listen(7000, &ListenOptions::new(&spd)).unwrap();
+    let addr = SocketAddrV4::new(server.addr(), 7000);
+    let (c2, co) = (client.clone(), ConnectOptions::new(&cpd, &ccq));
+    let t = std::thread::spawn(move || c2.connect(addr, &co));
+    let req = listener.get_request(T).unwrap();
+    let server_qp = req.accept(&AcceptOptions::default(), &scq).unwrap();
+    let client_qp = t.join().unwrap().unwrap();
+    Pair {
+        server: server_qp,
+        client: client_qp,
+        scq,
+        ccq,
+        spd,
+        cpd,
+        _ctx: (server, client),
+    }
+}
+
+#[test]
+fn local_read_is_implicit_as_in_verbs() {
+    let p = pair();
+    let target = p
+        .spd
+        .register(vec![0; 64], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let inbox = p.spd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
+    p.server.post_recv(10, inbox.sge(0, 64)).unwrap();
+    // A source registered for local write only (ibv_reg_mr with
+    // IBV_ACCESS_LOCAL_WRITE) is a valid Write source; so is one
+    // registered with no rights at all, for a Send.
+    let rw = p.cpd.register(vec![0x5a; 32], Access::LOCAL_WRITE).unwrap();
+    let bare = p
+        .cpd
+        .register(b"no flags".to_vec(), Access::default())
+        .unwrap();
+    p.client
+        .post_send(WorkRequest::Write {
+            wr_id: 1,
+            signaled: true,
+            local: rw.sge(0, 32).into(),
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    p.client
+        .post_send(WorkRequest::Send {
+            wr_id: 2,
+            signaled: true,
+            local: bare.sge(0, 8).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    for (id, op) in [(1, WcOpcode::Write), (2, WcOpcode::Send)] {
+        let wc = p.ccq.wait(T).unwrap();
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.status),
+            (id, Some(op), Status::Wc(WcStatus::Success))
+        );
+    }
+    let wc = p.scq.wait(T).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.byte_len, wc.status),
+        (10, 8, Status::Wc(WcStatus::Success))
+    );
+    assert_eq!(target.read(0, 32).unwrap(), vec![0x5a; 32]);
+    assert_eq!(inbox.read(0, 8).unwrap(), b"no flags");
+}
+
+#[test]
+fn local_write_still_needs_the_right() {
+    let p = pair();
+    // A receive buffer or a Read sink without LOCAL_WRITE is refused, as
+    // verbs refuses it.
+    let ro = p.spd.register(vec![0; 64], Access::REMOTE_READ).unwrap();
+    p.server.post_recv(3, ro.sge(0, 64)).unwrap();
+    let wc = p.scq.wait(T).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (3, Status::Refused(PostError::Local(AccessError::Access)))
+    );
+    let remote = p.spd.register(vec![9; 64], Access::REMOTE_READ).unwrap();
+    let sink = p.cpd.register(vec![0; 64], Access::default()).unwrap();
+    p.client
+        .post_send(WorkRequest::Read {
+            wr_id: 4,
+            signaled: true,
+            local: sink.sge(0, 64).into(),
+            remote_stag: remote.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    let wc = p.ccq.wait(T).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (4, Status::Refused(PostError::Local(AccessError::Access)))
+    );
+    assert_eq!(sink.read(0, 64).unwrap(), vec![0; 64]);
+}
