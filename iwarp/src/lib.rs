@@ -64,11 +64,11 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use error::Error;
-pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer};
+pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer, SetupError, SetupFailure};
 /// The DPDK backend (`iwarp-dpdk`): [`dpdk::Eal`], [`dpdk::Queues`], its errors.
 pub use iwarp_dpdk as dpdk;
-pub use iwarp_memreg::Region;
-pub use iwarp_proto::mem::{Access, AccessError, PdId, STag};
+pub use iwarp_memreg::{OutOfBounds, Region};
+pub use iwarp_proto::mem::{Access, AccessError, MemError, PdId, STag};
 pub use iwarp_proto::qp::{
     InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
     MAX_INLINE, MAX_SGE,

@@ -128,3 +128,20 @@ fn local_write_still_needs_the_right() {
     );
     assert_eq!(sink.read(0, 64).unwrap(), vec![0; 64]);
 }
+
+#[test]
+fn an_api_error_chains_to_the_layer_that_failed() {
+    use std::error::Error as _;
+    let (ctx, _peer) = Context::sim_pair();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
+    let mut mw = pd.alloc_mw().unwrap();
+    // The region was not registered with MW_BIND: the memory table says so.
+    let e = mw.bind(&mr, 0, 8, Access::REMOTE_READ).unwrap_err();
+    let cause = e.source().expect("the memory table's error");
+    assert_eq!(
+        cause.downcast_ref::<iwarp::MemError>(),
+        Some(&iwarp::MemError::NoBindRight)
+    );
+    assert!(e.to_string().contains(&cause.to_string()), "{e}");
+}
