@@ -13,7 +13,10 @@ use tcp_lite::tcp::TcpError;
 /// and a caller can downcast to the backend's own type. `Display` already
 /// includes the wrapped error's text, so printing `{e}` alone says all;
 /// a reporter that prints every link repeats that text once.
+///
+/// More variants may come: match with a `_` arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// The AF_XDP backend could not be opened (no interface, no privileges,
     /// memlock, ...): the backend's own error says which.

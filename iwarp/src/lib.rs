@@ -103,6 +103,7 @@ use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 /// How the poll loop waits when idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Polling {
     /// Spin forever: lowest latency, one core fully used.
     Busy,
@@ -1297,6 +1298,7 @@ pub struct Wc {
 
 /// How a work request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Status {
     /// As the queue pair reports it (success, local protection, flushed, ...).
     Wc(WcStatus),
@@ -1503,6 +1505,7 @@ pub struct ConnectOptions {
 
 /// What carries DDP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Transport {
     /// MPA over TCP (RFC 5044, RFC 6581): `mpa` settings apply.
     #[default]

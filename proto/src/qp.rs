@@ -333,6 +333,7 @@ impl Pieces {
 /// (RFC 5040 §5.5 rule 15). A request that fails or is flushed completes
 /// whatever `signaled` says, as verbs do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WorkRequest {
     /// Send, Send with SE, Send with Invalidate, Send with SE and Invalidate.
     Send {
@@ -465,6 +466,7 @@ impl WorkRequest {
 
 /// Kind of a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// A Send variant left.
     Send,
@@ -499,6 +501,7 @@ pub enum WcOpcode {
 /// in error (RFC 5041 §7.1). A tagged
 /// header (an RDMA Write's) does not name one request and is not attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WcStatus {
     /// Done.
     Success,
@@ -552,6 +555,7 @@ pub struct Completion {
 
 /// Stream-level events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QpEvent {
     /// We detected an error on incoming data (or while building a message)
     /// and queued this Terminate; the stream is going to error.
@@ -581,6 +585,7 @@ pub enum QpState {
 
 /// Why a post was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PostError {
     /// The stream is not in full operation.
     NotReady(QpState),
