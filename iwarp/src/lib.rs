@@ -70,8 +70,8 @@ pub use iwarp_dpdk as dpdk;
 pub use iwarp_memreg::{OutOfBounds, Region};
 pub use iwarp_proto::mem::{Access, AccessError, MemError, PdId, STag};
 pub use iwarp_proto::qp::{
-    InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
-    MAX_INLINE, MAX_SGE,
+    DisconnectCause, InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus,
+    WorkRequest, MAX_INLINE, MAX_SGE,
 };
 pub use iwarp_proto::wire::TerminateRepr;
 pub use iwarp_xdp::BusyPoll;
