@@ -145,3 +145,82 @@ fn an_api_error_chains_to_the_layer_that_failed() {
     );
     assert!(e.to_string().contains(&cause.to_string()), "{e}");
 }
+
+#[test]
+fn a_post_after_the_peers_terminate_names_it() {
+    let p = pair();
+    let target = p.spd.register(vec![0; 64], Access::REMOTE_WRITE).unwrap();
+    let src = p.cpd.register(vec![1; 128], Access::default()).unwrap();
+    // 128 octets into a 64-octet target: the server Terminates.
+    p.client
+        .post_send(WorkRequest::Write {
+            wr_id: 1,
+            signaled: true,
+            local: src.sge(0, 128).into(),
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    let since = std::time::Instant::now();
+    let term = loop {
+        match p.client.poll_event() {
+            Some(iwarp::QpEvent::TerminateReceived(t)) => break t,
+            Some(_) => {}
+            None => assert!(since.elapsed() < T, "no Terminate"),
+        }
+        std::thread::yield_now();
+    };
+    // The Write itself may complete before the Terminate arrives.
+    while p.ccq.wait(Duration::from_millis(50)).is_some() {}
+    p.client
+        .post_send(WorkRequest::Write {
+            wr_id: 2,
+            signaled: true,
+            local: src.sge(0, 8).into(),
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    let wc = p.ccq.wait(T).expect("the refusal");
+    let cause = iwarp::DisconnectCause::TerminateReceived(term.code);
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (2, Status::Refused(PostError::Disconnected(cause)))
+    );
+    let text = PostError::Disconnected(cause).to_string();
+    assert!(
+        text.starts_with("disconnected: Terminate received: "),
+        "{text}"
+    );
+    let _ = &p.server;
+}
+
+#[test]
+fn a_post_after_the_peer_closed_names_the_close() {
+    let p = pair();
+    let src = p.cpd.register(vec![1; 8], Access::default()).unwrap();
+    let Pair {
+        server,
+        client,
+        ccq,
+        ..
+    } = p;
+    drop(server);
+    client.wait_disconnected(T).unwrap();
+    client
+        .post_send(WorkRequest::Send {
+            wr_id: 9,
+            signaled: true,
+            local: src.sge(0, 8).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    let wc = ccq.wait(T).expect("the refusal");
+    let closed = PostError::Disconnected(iwarp::DisconnectCause::PeerClosed);
+    assert_eq!((wc.wr_id, wc.status), (9, Status::Refused(closed)));
+    assert_eq!(
+        closed.to_string(),
+        "disconnected: peer closed the connection"
+    );
+}
