@@ -8,10 +8,10 @@ use std::collections::VecDeque;
 use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::mpa::TxBuf;
-use iwarp_proto::qp::{PostError, QpState};
+use iwarp_proto::qp::{DisconnectCause, PostError, QpState};
 use iwarp_proto::txq::TxQueue;
 use iwarp_proto::wire::TermCode;
-use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpState};
+use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
 use crate::{Connection, StreamParams};
@@ -185,6 +185,9 @@ pub struct IwarpOverTcp {
     /// deregistered or invalidated while TCP still needed its octets): the
     /// connection was reset (0 or 1).
     pub tx_source_lost: u64,
+    /// Who began the close, once one began: our disconnect or abort, or
+    /// the peer's FIN (a reset or a Terminate is read where it is kept).
+    closed_by: Option<DisconnectCause>,
 }
 
 impl IwarpOverTcp {
@@ -208,6 +211,7 @@ impl IwarpOverTcp {
             copy_below: COPY_BELOW,
             txq: TxQueue::new(0),
             tx_source_lost: 0,
+            closed_by: None,
         }
     }
 
@@ -278,6 +282,7 @@ impl IwarpOverTcp {
     /// what is still posted then completes as flushed.
     pub fn disconnect(&mut self) {
         if !self.state.is_closing() {
+            self.closed_by.get_or_insert(DisconnectCause::LocalClose);
             self.enter(State::Closing);
         }
     }
@@ -304,6 +309,7 @@ impl IwarpOverTcp {
                 self.timers.clear(Timer::FinWait2);
             }
             _ => {
+                self.closed_by.get_or_insert(DisconnectCause::LocalAbort);
                 self.enter(State::Aborting);
                 self.timers
                     .set(Timer::Abort, now.saturating_add(ABORT_GRACE_NS));
@@ -438,14 +444,36 @@ impl IwarpOverTcp {
         }
     }
 
+    /// Who ended the stream and how, if that is known: our own close or
+    /// abort first, then a Terminate either way, then the peer's FIN, RST
+    /// or silence.
+    pub fn disconnect_cause(&self) -> Option<DisconnectCause> {
+        let terminate = self
+            .iwarp
+            .as_ref()
+            .and_then(|c| c.qp_ref())
+            .and_then(|q| q.disconnect_cause());
+        let tcp = self.tcp.error().map(|e| match e {
+            TcpError::Refused | TcpError::Reset => DisconnectCause::PeerReset,
+            TcpError::TimedOut => DisconnectCause::TimedOut,
+        });
+        match self.closed_by {
+            Some(c @ (DisconnectCause::LocalClose | DisconnectCause::LocalAbort)) => Some(c),
+            peer => terminate.or(peer).or(tcp),
+        }
+    }
+
+    /// What a post on a stream that is over is refused with.
+    fn closed_refusal(&self) -> PostError {
+        self.disconnect_cause()
+            .map_or(PostError::NotReady(QpState::Error), PostError::Disconnected)
+    }
+
     /// Post `cmd` now if the queue pair is in full operation (refusals go to
     /// `out`), else hold it until it is.
     pub fn post(&mut self, cmd: HostCommand, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) {
         if self.state.is_closing() {
-            out(HostOutput::Refused(
-                cmd.wr_id(),
-                PostError::NotReady(QpState::Error),
-            ));
+            out(HostOutput::Refused(cmd.wr_id(), self.closed_refusal()));
             return;
         }
         match (self.iwarp.as_mut(), cmd) {
@@ -471,16 +499,14 @@ impl IwarpOverTcp {
         let mut busy = false;
         if self.state.is_closing() {
             // After a disconnect request nothing new goes on the wire.
+            let refusal = self.closed_refusal();
             while let Some(cmd) = self.pending.pop_front() {
-                out(HostOutput::Refused(
-                    cmd.wr_id(),
-                    PostError::NotReady(QpState::Error),
-                ));
+                out(HostOutput::Refused(cmd.wr_id(), refusal));
                 busy = true;
             }
             if let Some(c) = self.iwarp.as_mut().filter(|c| c.qp_ref().is_none()) {
                 for (id, _) in c.take_pre_posted() {
-                    out(HostOutput::Refused(id, PostError::NotReady(QpState::Error)));
+                    out(HostOutput::Refused(id, refusal));
                     busy = true;
                 }
             }
@@ -661,6 +687,7 @@ impl IwarpOverTcp {
         let state = self.tcp.state();
         // The peer closed (FIN) or the stream died: close our side too.
         if state == TcpState::CloseWait && !self.state.is_closing() {
+            self.closed_by.get_or_insert(DisconnectCause::PeerClosed);
             self.enter(State::Closing);
         }
         match self.state {

@@ -6,7 +6,17 @@ use tcp_lite::tcp::TcpError;
 
 /// What went wrong in an API call. No strings: each variant says what
 /// happened, and carries what the caller may need to react.
+///
+/// A variant that wraps another crate's error (AF_XDP, DPDK, I/O, memory
+/// table, MPA setup, post) gives it back as its
+/// [`source`](std::error::Error::source), so a reporter can walk the chain
+/// and a caller can downcast to the backend's own type. `Display` already
+/// includes the wrapped error's text, so printing `{e}` alone says all;
+/// a reporter that prints every link repeats that text once.
+///
+/// More variants may come: match with a `_` arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// The AF_XDP backend could not be opened (no interface, no privileges,
     /// memlock, ...): the backend's own error says which.
@@ -102,7 +112,29 @@ impl core::fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Backend(e) => Some(e),
+            Error::Dpdk(e) => Some(e),
+            Error::Memory(e) => Some(e),
+            Error::OutOfBounds(e) => Some(e),
+            Error::Setup(e) => Some(e),
+            Error::Post(e) => Some(e),
+            Error::Io(e) => Some(e),
+            Error::Rejected { .. }
+            | Error::AddrInUse
+            | Error::ConnectionRefused
+            | Error::Unreachable
+            | Error::ConnectionReset
+            | Error::TimedOut
+            | Error::QueueFull
+            | Error::Stopped
+            | Error::InLoop
+            | Error::InvalidArgument(_) => None,
+        }
+    }
+}
 
 impl From<MemError> for Error {
     fn from(e: MemError) -> Self {
@@ -146,6 +178,62 @@ impl From<SetupError> for Error {
             },
             SetupFailure::TimedOut => Error::TimedOut,
             _ => Error::Setup(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// Every link of `e`'s chain, outermost first.
+    fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        let mut out = vec![e.to_string()];
+        let mut at = e.source();
+        while let Some(s) = at {
+            out.push(s.to_string());
+            at = s.source();
+        }
+        out
+    }
+
+    #[test]
+    fn wrapped_errors_are_the_source() {
+        let e = Error::Io(std::io::Error::from_raw_os_error(24));
+        let links = chain(&e);
+        assert_eq!(links.len(), 2, "{links:?}");
+        let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(io.and_then(std::io::Error::raw_os_error), Some(24));
+
+        let xdp = iwarp_xdp::Error::NoInterface {
+            name: "veth9".into(),
+        };
+        let e = Error::from(xdp.clone());
+        let src = e
+            .source()
+            .and_then(|s| s.downcast_ref::<iwarp_xdp::Error>());
+        assert_eq!(src, Some(&xdp));
+
+        let e = Error::from(iwarp_dpdk::Error::Unavailable);
+        assert!(matches!(
+            e.source()
+                .and_then(|s| s.downcast_ref::<iwarp_dpdk::Error>()),
+            Some(iwarp_dpdk::Error::Unavailable)
+        ));
+
+        let e = Error::from(MemError::NoSuchStag);
+        let src = e.source().and_then(|s| s.downcast_ref::<MemError>());
+        assert_eq!(src, Some(&MemError::NoSuchStag));
+
+        let post = iwarp_proto::qp::PostError::QueueFull;
+        assert!(Error::Post(post)
+            .source()
+            .and_then(|s| s.downcast_ref::<iwarp_proto::qp::PostError>())
+            .is_some());
+
+        for leaf in [Error::TimedOut, Error::Stopped, Error::ConnectionReset] {
+            assert!(leaf.source().is_none(), "{leaf}");
         }
     }
 }

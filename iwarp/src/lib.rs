@@ -64,14 +64,14 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use error::Error;
-pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer};
+pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer, SetupError, SetupFailure};
 /// The DPDK backend (`iwarp-dpdk`): [`dpdk::Eal`], [`dpdk::Queues`], its errors.
 pub use iwarp_dpdk as dpdk;
-pub use iwarp_memreg::Region;
-pub use iwarp_proto::mem::{Access, PdId, STag};
+pub use iwarp_memreg::{OutOfBounds, Region};
+pub use iwarp_proto::mem::{Access, AccessError, MemError, PdId, STag};
 pub use iwarp_proto::qp::{
-    InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus, WorkRequest,
-    MAX_INLINE, MAX_SGE,
+    DisconnectCause, InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus,
+    WorkRequest, MAX_INLINE, MAX_SGE,
 };
 pub use iwarp_proto::wire::TerminateRepr;
 pub use iwarp_xdp::BusyPoll;
@@ -103,6 +103,7 @@ use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 /// How the poll loop waits when idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Polling {
     /// Spin forever: lowest latency, one core fully used.
     Busy,
@@ -1084,7 +1085,27 @@ impl Context {
     }
 }
 
-/// A protection domain.
+/// A protection domain: the regions, windows and queue pairs that may
+/// touch each other. A queue pair uses only STags of its own domain, for
+/// local buffers as for what the peer names (`ibv_alloc_pd`).
+///
+/// ```
+/// use iwarp::{Access, Context, Error, MemError};
+/// # fn main() -> Result<(), iwarp::Error> {
+/// let (ctx, _peer) = Context::sim_pair();
+/// let pd = ctx.alloc_pd()?;
+/// // A receive buffer, and a target the peer may write and read.
+/// let inbox = pd.register(vec![0; 4096], Access::LOCAL_WRITE)?;
+/// let shared = pd.register(vec![0; 4096], Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+/// assert_ne!(inbox.stag(), shared.stag());
+/// // Windows give the peer a part of a region registered with MW_BIND.
+/// let mut mw = pd.alloc_mw()?;
+/// assert!(matches!(
+///     mw.bind(&inbox, 0, 64, Access::REMOTE_READ),
+///     Err(Error::Memory(MemError::NoBindRight))
+/// ));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Pd {
     ctx: Context,
@@ -1223,6 +1244,29 @@ impl Mw {
 /// unspecified octets, never undefined behaviour; order through completions,
 /// or poll an octet with [`load`](Self::load), which acquires everything
 /// placed before it.
+///
+/// Local read is implicit, as in verbs (`ibv_reg_mr`): any region of the
+/// queue pair's domain may be the source of a Send or an RDMA Write, and
+/// [`Access::LOCAL_WRITE`] and the remote rights add to that.
+///
+/// ```
+/// use iwarp::{Access, Context};
+/// # fn main() -> Result<(), iwarp::Error> {
+/// let (ctx, _peer) = Context::sim_pair();
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.register(vec![0; 64], Access::LOCAL_WRITE)?;
+/// mr.write(0, b"hello")?;
+/// assert_eq!(mr.read(0, 5)?, b"hello");
+/// // One piece of it for a work request (an `Sge` converts to a list).
+/// let sge = mr.sge(0, 5);
+/// assert_eq!((sge.stag, sge.to, sge.len), (mr.stag(), 0, 5));
+/// // Out of bounds is an error, never a panic.
+/// assert!(mr.read(60, 8).is_err());
+/// // Deregistering gives the memory back.
+/// let mem = mr.deregister()?;
+/// assert_eq!(mem.to_vec(0, 5)?, b"hello");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Mr {
     ctx: Context,
@@ -1327,6 +1371,7 @@ pub struct Wc {
 
 /// How a work request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Status {
     /// As the queue pair reports it (success, local protection, flushed, ...).
     Wc(WcStatus),
@@ -1361,6 +1406,59 @@ impl Status {
 /// The descriptor stays readable until acknowledged, so a level-triggered
 /// epoll set wakes until then. Polling never needs the descriptor: it is
 /// for callers that sleep.
+///
+/// # Example
+///
+/// One CQ serves any number of queue pairs ([`Wc::qp`] tells which);
+/// a refused post completes on it too, with [`Status::Refused`].
+///
+/// ```
+/// use std::net::SocketAddrV4;
+/// use std::time::Duration;
+/// use iwarp::{Access, ConnectOptions, Context, ListenOptions, Status, WcOpcode, WcStatus, WorkRequest};
+/// # fn main() -> Result<(), iwarp::Error> {
+/// let (server, client) = Context::sim_pair();
+/// let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+/// let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+/// let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+/// let to = SocketAddrV4::new(server.addr(), 7000);
+/// let (c, opts) = (client.clone(), ConnectOptions::new(&cpd, &ccq));
+/// let t = std::thread::spawn(move || c.connect(to, &opts));
+/// let _sqp = listener.get_request(Duration::from_secs(5))?.accept(&Default::default(), &scq)?;
+/// let qp = t.join().expect("connect thread")?;
+///
+/// let target = spd.register(vec![0; 64], Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let src = cpd.register(vec![7; 16], Access::LOCAL_WRITE)?;
+/// for wr_id in 0..4 {
+///     qp.post_send(WorkRequest::Write {
+///         wr_id,
+///         signaled: true,
+///         local: src.sge(0, 16).into(),
+///         remote_stag: target.stag(),
+///         remote_to: wr_id * 16,
+///     })?;
+/// }
+/// // Busy-poll a batch, or wait (spin, then park) for one.
+/// let mut wcs = Vec::new();
+/// while wcs.len() < 4 {
+///     if ccq.poll(&mut wcs, 4) == 0 {
+///         wcs.extend(ccq.wait(Duration::from_secs(5)));
+///     }
+/// }
+/// for (i, wc) in wcs.iter().enumerate() {
+///     assert_eq!((wc.wr_id, wc.qp), (i as u64, qp.id()));
+///     assert_eq!((wc.opcode, wc.status), (Some(WcOpcode::Write), Status::Wc(WcStatus::Success)));
+/// }
+/// // A Write's completion says the data left, not that it was placed: the
+/// // target sees it in place once its last octet is there.
+/// let since = std::time::Instant::now();
+/// while target.load(63)? != 7 {
+///     assert!(since.elapsed() < Duration::from_secs(5));
+///     std::thread::yield_now();
+/// }
+/// assert_eq!(target.read(0, 64)?, vec![7; 64]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Cq {
     ring: Arc<CqRing>,
@@ -1533,6 +1631,7 @@ pub struct ConnectOptions {
 
 /// What carries DDP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Transport {
     /// MPA over TCP (RFC 5044, RFC 6581): `mpa` settings apply.
     #[default]
@@ -1859,6 +1958,61 @@ impl ConnectRequest {
 /// A connected queue pair. Dropping it closes the connection gracefully
 /// (as closing a socket does; nothing happens if it is closed already)
 /// and forgets its events.
+///
+/// The active side gets one from [`Context::connect`], the passive side
+/// from [`ConnectRequest::accept`]. Posting is a push on the poll loop's
+/// queue; what happened arrives on the CQ given at connect or accept.
+///
+/// ```
+/// use std::net::SocketAddrV4;
+/// use std::time::Duration;
+/// use iwarp::{Access, ConnectOptions, Context, ListenOptions, WcOpcode, WorkRequest};
+/// # fn main() -> Result<(), iwarp::Error> {
+/// let t5 = Duration::from_secs(5);
+/// let (server, client) = Context::sim_pair();
+/// let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+/// let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+/// let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+/// let to = SocketAddrV4::new(server.addr(), 7000);
+/// let (c, opts) = (client.clone(), ConnectOptions::new(&cpd, &ccq));
+/// let t = std::thread::spawn(move || c.connect(to, &opts));
+/// let sqp = listener.get_request(t5)?.accept(&Default::default(), &scq)?;
+/// let cqp = t.join().expect("connect thread")?;
+///
+/// // The server lends a region; the client reads it with an RDMA Read,
+/// // then sends part of what it read into a posted receive.
+/// let lent = spd.register(b"server data".to_vec(), Access::REMOTE_READ)?;
+/// let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE)?;
+/// sqp.post_recv(1, inbox.sge(0, 64))?;
+/// let sink = cpd.register(vec![0; 11], Access::LOCAL_WRITE)?;
+/// cqp.post_send(WorkRequest::Read {
+///     wr_id: 2,
+///     signaled: true,
+///     local: sink.sge(0, 11).into(),
+///     remote_stag: lent.stag(),
+///     remote_to: 0,
+/// })?;
+/// let wc = ccq.wait(t5).expect("the Read's completion");
+/// assert!(wc.status.is_ok() && wc.wr_id == 2, "{wc:?}");
+/// assert_eq!(sink.read(0, 11)?, b"server data");
+/// cqp.post_send(WorkRequest::Send {
+///     wr_id: 3,
+///     signaled: true,
+///     local: sink.sge(0, 6).into(),
+///     solicited: false,
+///     invalidate: None,
+/// })?;
+/// let wc = scq.wait(t5).expect("the receive");
+/// assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (1, Some(WcOpcode::Recv), 6));
+/// assert_eq!(inbox.read(0, 6)?, b"server");
+/// assert!(ccq.wait(t5).is_some_and(|wc| wc.status.is_ok() && wc.wr_id == 3));
+///
+/// // Either side closes; both see the disconnect.
+/// cqp.disconnect()?;
+/// cqp.wait_disconnected(t5)?;
+/// sqp.wait_disconnected(t5)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Qp {
     ctx: Context,

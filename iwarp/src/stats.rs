@@ -44,6 +44,7 @@ impl ContextStats {
 
 /// A device's counters.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum DeviceStats {
     /// The simulated link (in-memory queues; no counters of its own).
     Sim,

@@ -120,12 +120,12 @@ fn ord_queues_excess_reads_and_all_complete_in_order() {
 #[test]
 fn a_bad_local_buffer_is_refused_on_the_cq() {
     let p = pair(9101, 4, 4, 1);
-    // The sink is not readable locally: a Send from it is refused.
+    // The source ends 8 octets in: a Send of 16 from there is refused.
     p.client
         .post_send(WorkRequest::Send {
             wr_id: 5,
             signaled: true,
-            local: p.sink.sge(0, 16).into(),
+            local: p.src.sge(4088, 16).into(),
             solicited: false,
             invalidate: None,
         })

@@ -83,7 +83,11 @@ impl core::fmt::Display for STag {
 pub struct Access(pub u8);
 
 impl Access {
-    /// Local read (source of Send / RDMA Write).
+    /// Local read (source of Send / RDMA Write). Implicit on every region,
+    /// as in verbs (`ibv_reg_mr`): [`MemoryTable::check`] grants it to any
+    /// region of the stream's PD whatever rights it was registered with, so
+    /// naming it at registration changes nothing. A window never grants it
+    /// (windows carry remote rights only).
     pub const LOCAL_READ: Access = Access(1);
     /// Local write (receive buffer, RDMA Read sink).
     pub const LOCAL_WRITE: Access = Access(2);
@@ -861,7 +865,9 @@ impl MemoryTable {
     /// Validate an access of `len` octets at tagged offset `to` through `stag`
     /// by a stream in `pd` needing `need`. Checks in RFC 5041 §7.1 order:
     /// STag valid, associated (PD), rights, TO wrap, bounds. Through a
-    /// window, rights and bounds are the window's.
+    /// window, rights and bounds are the window's. A region always grants
+    /// [`Access::LOCAL_READ`] (verbs semantics: local read is implicit);
+    /// local write and the remote rights must have been registered.
     pub fn check(
         &self,
         stag: STag,
@@ -878,7 +884,7 @@ impl MemoryTable {
                 (
                     self.slot_of(stag),
                     r.pd,
-                    r.access,
+                    r.access | Access::LOCAL_READ,
                     r.base_to,
                     r.len as u64,
                     0,
@@ -941,7 +947,7 @@ impl MemoryTable {
                 if r.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
-                if !r.access.contains(need) {
+                if !(r.access | Access::LOCAL_READ).contains(need) {
                     return Err(AccessError::Access);
                 }
                 let end = to
@@ -1394,6 +1400,45 @@ mod tests {
         assert_eq!(
             m.check(mw, pd, Access::REMOTE_READ, 0, 0),
             Err(AccessError::InvalidStag)
+        );
+    }
+
+    #[test]
+    fn local_read_is_implicit_on_regions() {
+        // Verbs semantics (ibv_reg_mr): every registered region may be a
+        // local source; local write and remote rights must be asked for.
+        let (mut m, pd, _, mw) = window_setup();
+        let rr = Access::REMOTE_READ;
+        for access in [Access(0), Access::LOCAL_WRITE, Access::REMOTE_WRITE] {
+            let s = m.register(pd, vec![1; 8], access, 0).unwrap();
+            assert!(
+                m.check(s, pd, Access::LOCAL_READ, 0, 8).is_ok(),
+                "{access:?}"
+            );
+            assert_eq!(m.place(s, pd, Access::LOCAL_READ, 0, &[2]), Ok(()));
+            assert_eq!(
+                m.check(s, pd, rr, 0, 1),
+                Err(AccessError::Access),
+                "{access:?}"
+            );
+        }
+        let none = m.register(pd, vec![0; 8], Access(0), 0).unwrap();
+        let other = m.alloc_pd();
+        assert_eq!(
+            m.check(none, pd, Access::LOCAL_WRITE, 0, 1),
+            Err(AccessError::Access)
+        );
+        assert_eq!(
+            m.check(none, other, Access::LOCAL_READ, 0, 1),
+            Err(AccessError::PdMismatch)
+        );
+        // A window grants only what it was bound with: never local read.
+        let region = m.register(pd, vec![0; 8], Access::ALL, 0).unwrap();
+        let mw = m.bind_mw(mw, region, 0, 8, rr).unwrap();
+        assert!(m.check(mw, pd, rr, 0, 8).is_ok());
+        assert_eq!(
+            m.check(mw, pd, Access::LOCAL_READ, 0, 1),
+            Err(AccessError::Access)
         );
     }
 

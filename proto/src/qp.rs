@@ -333,6 +333,7 @@ impl Pieces {
 /// (RFC 5040 §5.5 rule 15). A request that fails or is flushed completes
 /// whatever `signaled` says, as verbs do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WorkRequest {
     /// Send, Send with SE, Send with Invalidate, Send with SE and Invalidate.
     Send {
@@ -465,6 +466,7 @@ impl WorkRequest {
 
 /// Kind of a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// A Send variant left.
     Send,
@@ -499,6 +501,7 @@ pub enum WcOpcode {
 /// in error (RFC 5041 §7.1). A tagged
 /// header (an RDMA Write's) does not name one request and is not attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WcStatus {
     /// Done.
     Success,
@@ -552,6 +555,7 @@ pub struct Completion {
 
 /// Stream-level events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QpEvent {
     /// We detected an error on incoming data (or while building a message)
     /// and queued this Terminate; the stream is going to error.
@@ -591,11 +595,50 @@ pub enum QpState {
     Error,
 }
 
+/// Who ended a stream, and how: what a post on it is refused with
+/// ([`PostError::Disconnected`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DisconnectCause {
+    /// We closed it gracefully (a disconnect, or the queue pair dropped).
+    LocalClose,
+    /// We aborted it (an abort, or a graceful close that timed out).
+    LocalAbort,
+    /// The peer closed it gracefully (its FIN, or its SHUTDOWN).
+    PeerClosed,
+    /// The peer reset the connection (RST, or ABORT).
+    PeerReset,
+    /// The transport gave up: the peer stopped answering.
+    TimedOut,
+    /// The peer's Terminate arrived (RFC 5040 §5.4), with this code.
+    TerminateReceived(TermCode),
+    /// We sent a Terminate (an error on incoming data, RFC 5040 §7.1).
+    TerminateSent(TermCode),
+}
+
+impl core::fmt::Display for DisconnectCause {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DisconnectCause::LocalClose => f.write_str("closed here"),
+            DisconnectCause::LocalAbort => f.write_str("aborted here"),
+            DisconnectCause::PeerClosed => f.write_str("peer closed the connection"),
+            DisconnectCause::PeerReset => f.write_str("peer reset the connection"),
+            DisconnectCause::TimedOut => f.write_str("peer stopped answering (timed out)"),
+            DisconnectCause::TerminateReceived(c) => write!(f, "Terminate received: {c}"),
+            DisconnectCause::TerminateSent(c) => write!(f, "Terminate sent: {c}"),
+        }
+    }
+}
+
 /// Why a post was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PostError {
     /// The stream is not in full operation.
     NotReady(QpState),
+    /// The stream is over: the connection was closed, reset or terminated
+    /// (by whom and why).
+    Disconnected(DisconnectCause),
     /// The queue is full.
     QueueFull,
     /// The local buffer is not usable (STag, PD, rights, bounds).
@@ -616,6 +659,7 @@ impl core::fmt::Display for PostError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             PostError::NotReady(s) => write!(f, "queue pair not ready ({s:?})"),
+            PostError::Disconnected(c) => write!(f, "disconnected: {c}"),
             PostError::QueueFull => f.write_str("queue full"),
             PostError::Local(e) => write!(f, "local buffer rejected: {e}"),
             PostError::NoOrd => f.write_str("RDMA Read posted but ORD is 0"),
@@ -889,6 +933,8 @@ pub struct Qp {
     completions: VecDeque<Completion>,
     events: VecDeque<QpEvent>,
     stats: QpStats,
+    /// The Terminate that ended the stream, sent or received (the first).
+    ended_by: Option<DisconnectCause>,
 }
 
 /// Everything the receive path needs, borrowed apart from the deframer.
@@ -986,6 +1032,7 @@ impl Qp {
             completions: VecDeque::new(),
             events: VecDeque::new(),
             stats: QpStats::default(),
+            ended_by: None,
         }
     }
 
@@ -1044,7 +1091,7 @@ impl Qp {
             return Err(PostError::UsesSrq);
         }
         if self.state != QpState::Rts {
-            return Err(PostError::NotReady(self.state));
+            return Err(self.not_ready());
         }
         if self.posted_recvs() >= self.cfg.rq_depth {
             return Err(PostError::QueueFull);
@@ -1059,7 +1106,7 @@ impl Qp {
     /// each segment when the message is built.
     pub fn post_send(&mut self, mem: &MemoryTable, wr: WorkRequest) -> Result<(), PostError> {
         if self.state != QpState::Rts {
-            return Err(PostError::NotReady(self.state));
+            return Err(self.not_ready());
         }
         if self.tx.sq.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
@@ -1090,7 +1137,7 @@ impl Qp {
     /// It produces no completion.
     pub fn post_rtr(&mut self, kind: RtrKind) -> Result<(), PostError> {
         if self.state != QpState::Rts {
-            return Err(PostError::NotReady(self.state));
+            return Err(self.not_ready());
         }
         self.tx.sq.push_back(SqEntry::new(SqWork::Rtr(kind)));
         Ok(())
@@ -1104,6 +1151,20 @@ impl Qp {
             seg_len: 0,
             rdma: None,
         });
+    }
+
+    /// What a post is refused with outside full operation: the Terminate
+    /// that ended the stream if one did.
+    fn not_ready(&self) -> PostError {
+        match (self.state, self.ended_by) {
+            (QpState::Error, Some(c)) => PostError::Disconnected(c),
+            (s, _) => PostError::NotReady(s),
+        }
+    }
+
+    /// The Terminate that ended the stream (sent or received), if one did.
+    pub fn disconnect_cause(&self) -> Option<DisconnectCause> {
+        self.ended_by
     }
 
     /// The LLP failed underneath (connection lost): everything is flushed, no
@@ -1284,6 +1345,8 @@ impl Qp {
         } else if term_rx && self.state != QpState::Error {
             if let Some(t) = peer_terminate {
                 self.attribute_terminate(&t);
+                self.ended_by
+                    .get_or_insert(DisconnectCause::TerminateReceived(t.code));
             }
             // RFC 5040 §5.4: after a Terminate the stream is done; we stop sending.
             self.state = QpState::Error;
@@ -1917,6 +1980,8 @@ impl Qp {
                 self.state = QpState::Error;
                 self.flush();
                 if let Some(t) = t {
+                    self.ended_by
+                        .get_or_insert(DisconnectCause::TerminateSent(t.code));
                     self.events.push_back(QpEvent::TerminateSent(t));
                 }
             }

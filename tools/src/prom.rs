@@ -551,6 +551,8 @@ impl Collector for Snapshot {
                     ],
                 )?;
             }
+            // A device kind this exporter does not know yet: no device metrics.
+            _ => {}
         }
         // Per connection.
         gauge(

@@ -125,6 +125,22 @@ fn terminate_seen_by(a: &mut End, b: &mut End, peer_detects: bool) -> TerminateR
     assert!(eb.contains(&QpEvent::TerminateSent(got)), "{eb:?}");
     assert_eq!(b.qp.state(), QpState::Error);
     assert_eq!(a.qp.state(), QpState::Error);
+    // A post after it names the Terminate, from either end.
+    let (rx, tx) = (
+        DisconnectCause::TerminateReceived(got.code),
+        DisconnectCause::TerminateSent(got.code),
+    );
+    assert_eq!(a.qp.disconnect_cause(), Some(rx));
+    assert_eq!(b.qp.disconnect_cause(), Some(tx));
+    let empty = SgList::default();
+    assert_eq!(
+        a.qp.post_send(&a.mem, send(u64::MAX, empty, None)),
+        Err(PostError::Disconnected(rx))
+    );
+    assert_eq!(
+        b.qp.post_send(&b.mem, send(u64::MAX, empty, None)),
+        Err(PostError::Disconnected(tx))
+    );
     got
 }
 
@@ -1849,4 +1865,17 @@ fn whole_and_cut_read_responses_end_alike() {
         }
         assert_eq!(seen[0], seen[1], "{name}: whole and cut differ");
     }
+}
+
+#[test]
+fn a_disconnect_reads_as_who_and_why() {
+    let e = PostError::Disconnected(DisconnectCause::PeerClosed);
+    assert_eq!(e.to_string(), "disconnected: peer closed the connection");
+    let c = DisconnectCause::TerminateReceived(TermCode::RDMAP_LOCAL_CATASTROPHIC);
+    let text = PostError::Disconnected(c).to_string();
+    assert!(
+        text.starts_with("disconnected: Terminate received: "),
+        "{text}"
+    );
+    assert!(text.contains("layer 0, type 0, code 0x00"), "{text}");
 }
