@@ -131,7 +131,8 @@ impl std::error::Error for Error {
             | Error::QueueFull
             | Error::Stopped
             | Error::InLoop
-            | Error::InvalidArgument(_) => None,
+            | Error::InvalidArgument(_)
+            | Error::MtuAboveInterface { .. } => None,
         }
     }
 }
