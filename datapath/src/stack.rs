@@ -1059,6 +1059,18 @@ pub struct Stack {
     pub mem: MemoryTable,
     /// Connections by id; ids are never reused, so a stale id finds nothing.
     socks: std::collections::BTreeMap<SockId, Sock>,
+    /// iWARP connections already freed, newest [`GONE_KEPT`]: their CQ and
+    /// why they ended, so that a post the application makes after the
+    /// stack let go of the connection still completes, refused with the
+    /// cause (as verbs flushes a post to a QP in the error state), rather
+    /// than vanishing.
+    gone: std::collections::BTreeMap<
+        SockId,
+        (
+            Option<Arc<CqRing>>,
+            Option<iwarp_proto::qp::DisconnectCause>,
+        ),
+    >,
     /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
     by_token: HashMap<u64, SockId>,
     /// Application code run after every round.
@@ -1109,6 +1121,7 @@ impl Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
             mem,
             socks: std::collections::BTreeMap::new(),
+            gone: std::collections::BTreeMap::new(),
             by_token: HashMap::new(),
             hooks: Vec::new(),
             next_id: 0,
@@ -1870,11 +1883,23 @@ impl Stack {
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
+                if let SockKind::Iwarp(i) = &sock.kind {
+                    self.gone
+                        .insert(id, (sock.cq.clone(), i.disconnect_cause()));
+                    // Bounded: the oldest goes first (ids only grow).
+                    while self.gone.len() > GONE_KEPT {
+                        self.gone.pop_first();
+                    }
+                }
                 self.socks.remove(&id);
             }
         }
     }
 }
+
+/// Freed iWARP connections whose posts are still answered (see
+/// `Stack::gone`): a CQ reference and a cause each, a few dozen octets.
+const GONE_KEPT: usize = 1024;
 
 impl crate::runtime::Engine for Stack {
     type Command = Command;
@@ -2039,6 +2064,20 @@ impl crate::runtime::Engine for Stack {
                     i.post(cmd, &self.mem, &mut |o| {
                         route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
                     });
+                } else if let Some((cq, cause)) = self.gone.get(&id) {
+                    // The connection is over and freed: the post is
+                    // refused with why it ended, on the connection's CQ.
+                    let error = cause.map_or(
+                        iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error),
+                        iwarp_proto::qp::PostError::Disconnected,
+                    );
+                    let out = &mut self.pending_out;
+                    route(
+                        id,
+                        HostOutput::Refused(cmd.wr_id(), error),
+                        cq.as_ref(),
+                        &mut |x| out.push_back(x),
+                    );
                 }
             }
             Command::Close(id) => {
