@@ -1877,5 +1877,6 @@ fn a_disconnect_reads_as_who_and_why() {
         text.starts_with("disconnected: Terminate received: "),
         "{text}"
     );
-    assert!(text.contains("layer 0, type 0, code 0x00"), "{text}");
+    // The code as TermCode shows it: layer, type and error named.
+    assert!(text.contains("RDMAP: local catastrophic error"), "{text}");
 }
