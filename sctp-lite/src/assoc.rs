@@ -96,6 +96,19 @@ pub const MAX_GAP_BLOCKS: usize = 64;
 /// Longest address bound into a State Cookie (IPv6).
 pub const MAX_ADDR_LEN: usize = 16;
 
+/// `addrs` copied out (each cut to [`MAX_ADDR_LEN`]).
+fn owned_addrs(addrs: Addrs<'_>) -> (u8, [u8; MAX_ADDR_LEN], u8, [u8; MAX_ADDR_LEN]) {
+    let copy = |a: &[u8]| {
+        let a = &a[..a.len().min(MAX_ADDR_LEN)];
+        let mut b = [0u8; MAX_ADDR_LEN];
+        b[..a.len()].copy_from_slice(a);
+        (a.len() as u8, b)
+    };
+    let (ln, l) = copy(addrs.local);
+    let (pn, p) = copy(addrs.peer);
+    (ln, l, pn, p)
+}
+
 /// The IP addresses a packet travelled between, as the caller's
 /// demultiplexer saw them: 4 octets for IPv4, 16 for IPv6 (longer ones
 /// are cut to [`MAX_ADDR_LEN`]). A [`Listener`] binds the State Cookies it
@@ -742,6 +755,7 @@ impl Listener {
                     return ListenOutcome::Drop;
                 }
                 let mut a = Association::from_cookie(self.cfg.clone(), &c, now);
+                a.cookie_addrs = Some(owned_addrs(addrs));
                 a.handle_packet(now, bytes);
                 ListenOutcome::Accept(Box::new(a))
             }
@@ -829,6 +843,11 @@ pub struct Association {
     nonce: u64,
     /// Tie-Tags (§5.2.2), made on the first unexpected INIT.
     tie_tags: (u32, u32),
+    /// The addresses the Listener bound this association's State Cookie to
+    /// (length and octets of ours, then the peer's), so that a retransmitted
+    /// COOKIE-ECHO, whose COOKIE-ACK was lost, still decodes here and is
+    /// acknowledged again (§5.2.4 case D).
+    cookie_addrs: Option<(u8, [u8; MAX_ADDR_LEN], u8, [u8; MAX_ADDR_LEN])>,
     timers: [Option<u64>; 5],
     pending: Pending,
     events: VecDeque<Event>,
@@ -923,6 +942,7 @@ impl Association {
             tag_key,
             nonce: 0,
             tie_tags: (0, 0),
+            cookie_addrs: None,
             timers: [None; 5],
             pending: Pending::default(),
             events: VecDeque::new(),
@@ -1637,13 +1657,17 @@ impl Association {
     }
 
     fn on_cookie_echo(&mut self, now: u64, vt: u32, cookie: &[u8]) {
-        let Some(c) = Cookie::decode(
-            cookie,
-            &self.cfg.secret,
-            Addrs::default(),
-            now,
-            self.cfg.cookie_lifetime,
-        ) else {
+        // A Listener's cookie (this association's, echoed again) is bound
+        // to its addresses; one this association issued (an INIT
+        // collision) to none.
+        let bound = self.cookie_addrs.as_ref().map(|(ln, l, pn, p)| Addrs {
+            local: &l[..usize::from(*ln)],
+            peer: &p[..usize::from(*pn)],
+        });
+        let decode = |a: Addrs<'_>| {
+            Cookie::decode(cookie, &self.cfg.secret, a, now, self.cfg.cookie_lifetime)
+        };
+        let Some(c) = bound.and_then(decode).or_else(|| decode(Addrs::default())) else {
             return;
         };
         if vt != c.local_tag

@@ -413,6 +413,43 @@ fn cookie_is_bound_to_the_addresses() {
     ));
 }
 
+/// A COOKIE-ECHO sent again because its COOKIE-ACK was lost reaches the
+/// association the first one made (the caller demultiplexes by address
+/// and ports) and is acknowledged again (RFC 9260 §5.2.4 case D), also
+/// when the Listener bound the cookie to addresses: with the binding the
+/// association decoded it against no address, dropped it, and the peer
+/// never connected (`sctp_engines_over_faulty_link` hung in COOKIE-ECHOED).
+#[test]
+fn a_repeated_cookie_echo_is_acknowledged_again() {
+    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+    let mut l = Listener::new(cfg(2)).unwrap();
+    let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+    let real = Addrs {
+        local: &[10, 0, 0, 1],
+        peer: &[10, 0, 0, 2],
+    };
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    let ListenOutcome::Reply(m) = l.handle_packet_from(0, real, &buf[..n], &mut out) else {
+        panic!("no INIT-ACK")
+    };
+    c.handle_packet(0, &out[..m]);
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    let echo = buf[..n].to_vec();
+    let ListenOutcome::Accept(mut a) = l.handle_packet_from(0, real, &echo, &mut out) else {
+        panic!("the first COOKIE-ECHO was not accepted")
+    };
+    // Its COOKIE-ACK is lost; the peer echoes again.
+    let mut first = 0;
+    while let Some(k) = a.poll_transmit(1, &mut buf) {
+        first += k;
+    }
+    assert!(first > 0, "no COOKIE-ACK at first");
+    a.handle_packet(2, &echo);
+    let again = a.poll_transmit(2, &mut buf).expect("a COOKIE-ACK again");
+    // Common header (12 octets), then a COOKIE-ACK chunk (type 11).
+    assert_eq!(buf[12], 11, "{:02x?}", &buf[..again]);
+}
+
 /// Issue 27 item 5: with RTO.Min at [`RTO_MIN_ABOVE_DELAYED_SACK`], a
 /// lone message to a peer that delays its SACK 200 ms (Linux, usrsctp)
 /// is not retransmitted; with TCP's 5 ms it was, five times.
