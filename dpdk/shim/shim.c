@@ -113,6 +113,15 @@ int shim_port_stats(uint16_t port, uint64_t *ipackets, uint64_t *opackets, uint6
     return 0;
 }
 
+int shim_port_link_up(uint16_t port) {
+    struct rte_eth_link link;
+    memset(&link, 0, sizeof(link));
+    int rc = rte_eth_link_get_nowait(port, &link);
+    if (rc != 0)
+        return rc;
+    return link.link_status == RTE_ETH_LINK_UP ? 1 : 0;
+}
+
 int shim_port_close(uint16_t port) {
     int stop = rte_eth_dev_stop(port);
     int close = rte_eth_dev_close(port);

@@ -57,6 +57,9 @@ int shim_port_mtu(uint16_t port, uint16_t *mtu);
 /* rte_eth_stats_get, flattened. */
 int shim_port_stats(uint16_t port, uint64_t *ipackets, uint64_t *opackets, uint64_t *imissed,
                     uint64_t *ierrors, uint64_t *oerrors, uint64_t *rx_nombuf);
+/* 1 if the port's link is up, 0 if down, negative errno on failure
+ * (rte_eth_link_get_nowait). */
+int shim_port_link_up(uint16_t port);
 /* rte_eth_dev_stop then rte_eth_dev_close (which releases the port). */
 int shim_port_close(uint16_t port);
 

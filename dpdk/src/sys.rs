@@ -57,6 +57,7 @@ extern "C" {
         oerrors: *mut u64,
         rx_nombuf: *mut u64,
     ) -> i32;
+    pub fn shim_port_link_up(port: u16) -> i32;
     pub fn shim_port_close(port: u16) -> i32;
 
     pub fn shim_rx_burst(port: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
