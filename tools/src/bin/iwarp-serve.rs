@@ -388,10 +388,16 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     );
     match ctx.stats() {
         Ok(st) => {
+            // Closed connections stay in the stack a while (FIN exchange,
+            // TIME-WAIT): say so, rather than "left" open.
+            let held = st.connections;
             println!(
-                "iwarp-serve: final stats: {accepted} clients accepted, {} connections left, \
-                 TCP {} octets delivered, {} RTO retransmits; stack:",
-                st.connections, st.tcp.delivered, st.tcp.rto_retransmits
+                "iwarp-serve: final stats: {accepted} clients accepted, {held} connection{} \
+                 still held by the stack (closing or in TIME-WAIT), TCP {} octets delivered, \
+                 {} RTO retransmits; stack:",
+                if held == 1 { "" } else { "s" },
+                st.tcp.delivered,
+                st.tcp.rto_retransmits
             );
             for line in st.stack.to_string().lines() {
                 println!("  {line}");
