@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use iwarp_datapath::runtime::FrameDevice;
 
-/// A frame to bounce: Ethernet to `dst_mac` from `src_mac`, IPv4 from
+/// A frame to bounce (or to flood, as `xdp-floor` does): Ethernet to `dst_mac` from `src_mac`, IPv4 from
 /// `src` to `dst`, protocol 253 (RFC 3692 experimentation), `len` octets
 /// in all (at least 34), with a valid header checksum. An XDP program that
 /// steers IPv4 for `dst` to its socket passes it up.

@@ -98,32 +98,6 @@ struct Args {
     ncpu: usize,
 }
 
-/// One IPv4 frame of `mtu` octets (protocol 253, RFC 3692 experimentation)
-/// from `src` to `dst`, with a valid header checksum.
-fn frame(mtu: u32, src: ([u8; 6], Ipv4Addr), dst: ([u8; 6], Ipv4Addr)) -> Vec<u8> {
-    let mut f = vec![0u8; 14 + mtu as usize];
-    f[0..6].copy_from_slice(&dst.0);
-    f[6..12].copy_from_slice(&src.0);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&(mtu as u16).to_be_bytes());
-    ip[6] = 0x40; // don't fragment
-    ip[8] = 64;
-    ip[9] = 253;
-    ip[12..16].copy_from_slice(&src.1.octets());
-    ip[16..20].copy_from_slice(&dst.1.octets());
-    let mut sum: u32 = ip
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f
-}
-
 struct Run {
     sent: u64,
     got: u64,
@@ -191,7 +165,13 @@ fn run_one(mtu: u32, args: &Args, work: bool) -> Result<Run, String> {
     };
     let mut tx = open(&na, End::A, ip_a)?;
     let mut rx = open(&nb, End::B, ip_b)?;
-    let f = frame(mtu, (tx.mac_address(), ip_a), (rx.mac_address(), ip_b));
+    let f = iwarp_bench::floor::frame(
+        14 + mtu as usize,
+        tx.mac_address(),
+        ip_a.octets(),
+        rx.mac_address(),
+        ip_b.octets(),
+    );
     let payload = f.len() - HEADERS;
     let ncpu = args.ncpu;
     let (c_tx, c_rx) = (args.core % ncpu, (args.core + 1) % ncpu);

@@ -369,25 +369,35 @@ fn init_on_an_established_association_does_not_disclose_its_tag() {
     assert_eq!(s.stats().tag_verified_packets, verified + 1);
 }
 
+/// The addresses of the cookie tests' INIT, as our end sees them.
+const REAL: Addrs<'static> = Addrs {
+    local: &[10, 0, 0, 1],
+    peer: &[10, 0, 0, 2],
+};
+
+/// A Listener that answered an INIT between [`REAL`]'s addresses, and the
+/// COOKIE-ECHO the initiator sends back to it.
+fn listener_and_cookie_echo() -> (Listener, Vec<u8>) {
+    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+    let mut l = Listener::new(cfg(2)).unwrap();
+    let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    let ListenOutcome::Reply(m) = l.handle_packet_from(0, REAL, &buf[..n], &mut out) else {
+        panic!("no INIT-ACK")
+    };
+    c.handle_packet(0, &out[..m]);
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    (l, buf[..n].to_vec())
+}
+
 /// Issue 27 item 3: a State Cookie is bound to the addresses its INIT
 /// came between; echoed from another (spoofed) source it makes no
 /// association.
 #[test]
 fn cookie_is_bound_to_the_addresses() {
-    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
-    let mut l = Listener::new(cfg(2)).unwrap();
-    let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
-    let real = Addrs {
-        local: &[10, 0, 0, 1],
-        peer: &[10, 0, 0, 2],
-    };
-    let n = c.poll_transmit(0, &mut buf).unwrap();
-    let ListenOutcome::Reply(m) = l.handle_packet_from(0, real, &buf[..n], &mut out) else {
-        panic!("no INIT-ACK")
-    };
-    c.handle_packet(0, &out[..m]);
-    let n = c.poll_transmit(0, &mut buf).unwrap();
-    let echo = buf[..n].to_vec();
+    let (mut l, echo) = listener_and_cookie_echo();
+    let mut out = vec![0u8; 2048];
+    let real = REAL;
     for wrong in [
         Addrs {
             peer: &[10, 0, 0, 3],
@@ -421,20 +431,9 @@ fn cookie_is_bound_to_the_addresses() {
 /// never connected (`sctp_engines_over_faulty_link` hung in COOKIE-ECHOED).
 #[test]
 fn a_repeated_cookie_echo_is_acknowledged_again() {
-    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
-    let mut l = Listener::new(cfg(2)).unwrap();
+    let (mut l, echo) = listener_and_cookie_echo();
     let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
-    let real = Addrs {
-        local: &[10, 0, 0, 1],
-        peer: &[10, 0, 0, 2],
-    };
-    let n = c.poll_transmit(0, &mut buf).unwrap();
-    let ListenOutcome::Reply(m) = l.handle_packet_from(0, real, &buf[..n], &mut out) else {
-        panic!("no INIT-ACK")
-    };
-    c.handle_packet(0, &out[..m]);
-    let n = c.poll_transmit(0, &mut buf).unwrap();
-    let echo = buf[..n].to_vec();
+    let real = REAL;
     let ListenOutcome::Accept(mut a) = l.handle_packet_from(0, real, &echo, &mut out) else {
         panic!("the first COOKIE-ECHO was not accepted")
     };
