@@ -3,7 +3,8 @@
 //!
 //! How each side waits ([`Wait`]): like for like with ours. `Spin`:
 //! non-blocking sockets, each call retried at once on `EAGAIN` (the thread
-//! never sleeps, as a busy or in-loop poll loop never does); `Block`:
+//! never sleeps, as a busy loop never does and an in-loop test spins
+//! between messages); `Block`:
 //! blocking sockets (the thread sleeps in the kernel until data or room,
 //! as our application threads sleep on the CQ).
 //!
