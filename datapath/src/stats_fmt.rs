@@ -29,6 +29,45 @@ impl fmt::Display for StackStats {
     }
 }
 
+/// The SCTP engine's own counters, `name value` per line.
+impl fmt::Display for crate::over_sctp::SctpHostStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        name_value_lines!(
+            f,
+            self,
+            rx_packets,
+            tx_packets,
+            rx_dropped,
+            udp_bad_checksum,
+            rx_udp,
+            tx_udp,
+            ootb_replies,
+            ootb_limited,
+            arp_drops,
+            closed_retransmits,
+            closed_discarded
+        )
+    }
+}
+
+/// SCTP's counters: the connections and the queue pairs' out-of-order
+/// hold, then the engine's and the live associations' counters (summed),
+/// each under its heading, indented.
+impl fmt::Display for crate::over_sctp::conn::SctpCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        name_value_lines!(f, self, connections, qp_held_octets, qp_held_max)?;
+        writeln!(f, "engine:")?;
+        for line in self.host.to_string().lines() {
+            writeln!(f, "  {line}")?;
+        }
+        writeln!(f, "associations (live, summed):")?;
+        for line in self.assoc.to_string().lines() {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +97,33 @@ mod tests {
                 assert!(shown.contains(n.trim()), "{n} missing: {shown}");
             }
         }
+    }
+
+    #[test]
+    fn sctp_counters_read_as_name_value_lines_under_headings() {
+        let c = crate::over_sctp::conn::SctpCounters {
+            connections: 3,
+            host: crate::over_sctp::SctpHostStats {
+                ootb_limited: 5,
+                ..Default::default()
+            },
+            assoc: sctp_lite::assoc::Stats {
+                retransmits: 9,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let text = c.to_string();
+        for want in [
+            "connections",
+            "ootb_limited",
+            "engine:",
+            "associations (live, summed):",
+            "retransmits",
+        ] {
+            assert!(text.contains(want), "{want} missing in\n{text}");
+        }
+        assert!(!text.contains('{'), "Debug spelling in\n{text}");
+        assert!(text.lines().any(|l| l.trim_start().starts_with("ootb_limited") && l.trim_end().ends_with(" 5")), "{text}");
     }
 }

@@ -359,6 +359,30 @@ pub struct Stats {
     pub tag_verified_packets: u64,
 }
 
+/// `name value` per line, the values aligned.
+impl core::fmt::Display for Stats {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let rows = [
+            ("data_chunks_sent", self.data_chunks_sent),
+            ("retransmits", self.retransmits),
+            ("fast_retransmits", self.fast_retransmits),
+            ("t3_expiries", self.t3_expiries),
+            ("dup_data_received", self.dup_data_received),
+            ("packets_discarded", self.packets_discarded),
+            ("out_of_order_data", self.out_of_order_data),
+            ("heartbeats_sent", self.heartbeats_sent),
+            ("heartbeat_acks", self.heartbeat_acks),
+            ("pruned_chunks", self.pruned_chunks),
+            ("tag_verified_packets", self.tag_verified_packets),
+        ];
+        let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        for (name, value) in rows {
+            writeln!(f, "{name:<w$} {value}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Why [`Association::send`] refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {

@@ -1398,7 +1398,10 @@ fn run() -> Result<(), String> {
             println!("{who} context ({}):", ctx.addr());
             print!("{st}");
             if let Some(sc) = ctx.sctp_stats().map_err(|e| format!("{who} stats: {e}"))? {
-                println!("sctp: {sc:?}");
+                println!("sctp:");
+                for line in sc.to_string().lines() {
+                    println!("  {line}");
+                }
             }
         }
     }
