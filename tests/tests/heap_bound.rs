@@ -6,6 +6,9 @@
 //!   arbitrary TSNs, streams, SSNs and flags, and raw chunk bytes; tag and
 //!   checksum fixed up so they get past the first checks) while the
 //!   application reads nothing or now and then everything;
+//! * the RFC 5043 DDP stream session layer over such an association, a
+//!   session open on stream 0, with arbitrary octets as DDP Segments and
+//!   session control on any stream;
 //! * an iWARP listener's stack over the hostile raw-TCP peer
 //!   (`iwarp_tests::raw_tcp`) with arbitrary TCP payload after the
 //!   handshake and the MPA exchange: in order, above gaps, anywhere in
@@ -254,6 +257,173 @@ mod sctp {
     }
 }
 
+/// The DDP stream session layer (RFC 5043) over such an association: a
+/// session the peer opened and we accepted on stream 0, then DATA chunks
+/// carrying arbitrary octets as DDP Segments (PPID 16) or session control
+/// (PPID 17) on any stream, the application reading now and then. The
+/// heap may grow by the association's receive buffer, what the layer keeps
+/// for the ULP (`set_max_held`) and the slack.
+mod ddp {
+    use super::heap_held;
+    use super::sctp::{cfg, RECV_BUFFER, SLACK};
+    use ddp_sctp::{DdpAssociation, DdpEvent};
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
+    use sctp_lite::assoc::ListenOutcome;
+    use sctp_lite::wire::{emit_packet, ChunkRepr, DataFlags, DataRepr, HeaderRepr, SctpPacket};
+
+    /// What the layer may keep for the ULP.
+    pub const MAX_HELD: usize = 64 * 1024;
+
+    #[derive(Debug, Clone)]
+    pub enum Op {
+        Data {
+            tsn_off: u16,
+            stream: u16,
+            ssn: u16,
+            flags: u8,
+            session: bool,
+            bytes: Vec<u8>,
+        },
+        Read,
+        Transmit,
+        Tick(u16),
+    }
+
+    pub fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0u16..600, 0u16..3, 0u16..8, 0u8..16, any::<bool>(),
+                  proptest::collection::vec(any::<u8>(), 0..1100)).prop_map(
+                |(tsn_off, stream, ssn, flags, session, bytes)| Op::Data {
+                    tsn_off, stream, ssn, flags, session, bytes
+                }
+            ),
+            1 => Just(Op::Read),
+            1 => Just(Op::Transmit),
+            1 => (0u16..3000).prop_map(Op::Tick),
+        ]
+    }
+
+    /// Our end `d` of a DDP association the peer `p` opened, with a session
+    /// on stream 0 that `p` initiated and `d` accepted, and the TSN `d`
+    /// expects next from `p`.
+    fn pair() -> Result<(DdpAssociation, DdpAssociation, u32), TestCaseError> {
+        let fail = |w: &str| TestCaseError::fail(w.to_string());
+        let mut p = DdpAssociation::connect(cfg(1), 1, 2, 0, 0).map_err(fail)?;
+        let mut l = ddp_sctp::listener(cfg(2)).map_err(fail)?;
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let n = p
+            .poll_transmit(0, &mut buf)
+            .ok_or_else(|| fail("no INIT"))?;
+        let ListenOutcome::Reply(m) = l.handle_packet(0, &buf[..n], &mut out) else {
+            return Err(fail("no INIT-ACK"));
+        };
+        p.handle_packet(0, &out[..m]);
+        let n = p
+            .poll_transmit(0, &mut buf)
+            .ok_or_else(|| fail("no COOKIE-ECHO"))?;
+        let ListenOutcome::Accept(b) = l.handle_packet(0, &buf[..n], &mut out) else {
+            return Err(fail("no association"));
+        };
+        let mut d = DdpAssociation::wrap(*b, 1200);
+        let mut next_tsn = None;
+        let mut initiated = false;
+        for _ in 0..8 {
+            while let Some(n) = d.poll_transmit(0, &mut out) {
+                p.handle_packet(0, &out[..n]);
+            }
+            while let Some(e) = p.poll_event() {
+                let _ = e;
+            }
+            if !initiated && p.initiate(0, b"").is_ok() {
+                initiated = true;
+            }
+            while let Some(n) = p.poll_transmit(0, &mut buf) {
+                if let Ok(pk) = SctpPacket::new_checked(&buf[..n]) {
+                    for c in pk.chunks().flatten() {
+                        if let Ok(ChunkRepr::Data(x)) = ChunkRepr::parse(&c) {
+                            next_tsn = Some(x.tsn.wrapping_add(1));
+                        }
+                    }
+                }
+                d.handle_packet(0, &buf[..n]);
+            }
+            while let Some(e) = d.poll_event() {
+                if let DdpEvent::SessionRequested { stream, .. } = e {
+                    d.accept(stream, b"")
+                        .map_err(|e| fail(&format!("accept: {e:?}")))?;
+                }
+            }
+        }
+        let tsn = next_tsn.ok_or_else(|| fail("the peer sent no DATA"))?;
+        Ok((p, d, tsn))
+    }
+
+    pub fn drive(ops: &[Op]) -> Result<(), TestCaseError> {
+        let (_p, mut d, base) = pair()?;
+        prop_assert!(
+            d.session_state(0) == Some(ddp_sctp::SessionState::Established),
+            "no session on stream 0: {:?}",
+            d.session_state(0)
+        );
+        d.set_max_held(MAX_HELD);
+        let h = HeaderRepr {
+            src_port: d.sctp().peer_port(),
+            dst_port: d.sctp().local_port(),
+            verification_tag: d.sctp().local_tag(),
+        };
+        let (mut pkt, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let mut now = 0u64;
+        let start = heap_held();
+        for op in ops {
+            match op {
+                Op::Data {
+                    tsn_off,
+                    stream,
+                    ssn,
+                    flags,
+                    session,
+                    bytes,
+                } => {
+                    let c = DataRepr {
+                        flags: DataFlags {
+                            immediate: flags & 8 != 0,
+                            unordered: flags & 4 != 0,
+                            begin: flags & 2 != 0,
+                            end: flags & 1 != 0,
+                        },
+                        tsn: base.wrapping_add(u32::from(*tsn_off)),
+                        stream_id: *stream,
+                        ssn: *ssn,
+                        ppid: if *session { 17 } else { 16 },
+                        payload: bytes,
+                    };
+                    if let Ok(n) = emit_packet(&h, &[ChunkRepr::Data(c)], &mut pkt) {
+                        d.handle_packet(now, &pkt[..n]);
+                    }
+                }
+                Op::Read => while d.poll_event().is_some() {},
+                Op::Transmit => while d.poll_transmit(now, &mut out).is_some() {},
+                &Op::Tick(ms) => {
+                    now += u64::from(ms) * 1_000_000;
+                    if d.poll_timeout().is_some_and(|t| t <= now) {
+                        d.handle_timeout(now);
+                    }
+                }
+            }
+            let grew = heap_held() - start;
+            prop_assert!(d.held() <= MAX_HELD, "held {} > {MAX_HELD}", d.held());
+            prop_assert!(
+                grew <= RECV_BUFFER as isize + MAX_HELD as isize + SLACK,
+                "the DDP association grew by {grew} octets (held {}, SCTP charged {})",
+                d.held(),
+                d.sctp().recv_buffered()
+            );
+        }
+        Ok(())
+    }
+}
+
 mod listener {
     use super::heap_held;
     use iwarp_control::MpaConfig;
@@ -429,6 +599,15 @@ proptest! {
     #[test]
     fn an_iwarp_listener_holds_at_most_its_budget(ops in proptest::collection::vec(listener::op(), 1..300)) {
         listener::drive(&ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_ddp_stream_session_holds_at_most_its_bounds(ops in proptest::collection::vec(ddp::op(), 1..300)) {
+        ddp::drive(&ops)?;
     }
 }
 
