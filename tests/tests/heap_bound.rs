@@ -113,6 +113,30 @@ mod sctp {
         }
     }
 
+    /// A DATA chunk; `flags` bits 3..0 are I, U, B and E.
+    pub fn data(
+        flags: u8,
+        tsn: u32,
+        stream: u16,
+        ssn: u16,
+        ppid: u32,
+        payload: &[u8],
+    ) -> DataRepr<'_> {
+        DataRepr {
+            flags: DataFlags {
+                immediate: flags & 8 != 0,
+                unordered: flags & 4 != 0,
+                begin: flags & 2 != 0,
+                end: flags & 1 != 0,
+            },
+            tsn,
+            stream_id: stream,
+            ssn,
+            ppid,
+            payload,
+        }
+    }
+
     /// What the hostile peer does in one step.
     #[derive(Debug, Clone)]
     pub enum Op {
@@ -203,19 +227,8 @@ mod sctp {
                     flags,
                     len,
                 } => {
-                    let d = DataRepr {
-                        flags: DataFlags {
-                            immediate: flags & 8 != 0,
-                            unordered: flags & 4 != 0,
-                            begin: flags & 2 != 0,
-                            end: flags & 1 != 0,
-                        },
-                        tsn: base.wrapping_add(u32::from(tsn_off)),
-                        stream_id: stream,
-                        ssn,
-                        ppid: 0,
-                        payload: &payload[..usize::from(len)],
-                    };
+                    let tsn = base.wrapping_add(u32::from(tsn_off));
+                    let d = data(flags, tsn, stream, ssn, 0, &payload[..usize::from(len)]);
                     if let Ok(n) = emit_packet(&h, &[ChunkRepr::Data(d)], &mut pkt) {
                         b.handle_packet(now, &pkt[..n]);
                     }
@@ -265,12 +278,12 @@ mod sctp {
 /// for the ULP (`set_max_held`) and the slack.
 mod ddp {
     use super::heap_held;
-    use super::sctp::{cfg, RECV_BUFFER, SLACK};
+    use super::sctp::{cfg, data, RECV_BUFFER, SLACK};
     use ddp_sctp::{DdpAssociation, DdpEvent};
     use proptest::prelude::*;
     use proptest::test_runner::TestCaseError;
     use sctp_lite::assoc::ListenOutcome;
-    use sctp_lite::wire::{emit_packet, ChunkRepr, DataFlags, DataRepr, HeaderRepr, SctpPacket};
+    use sctp_lite::wire::{emit_packet, ChunkRepr, HeaderRepr, SctpPacket};
 
     /// What the layer may keep for the ULP.
     pub const MAX_HELD: usize = 64 * 1024;
@@ -385,19 +398,9 @@ mod ddp {
                     session,
                     bytes,
                 } => {
-                    let c = DataRepr {
-                        flags: DataFlags {
-                            immediate: flags & 8 != 0,
-                            unordered: flags & 4 != 0,
-                            begin: flags & 2 != 0,
-                            end: flags & 1 != 0,
-                        },
-                        tsn: base.wrapping_add(u32::from(*tsn_off)),
-                        stream_id: *stream,
-                        ssn: *ssn,
-                        ppid: if *session { 17 } else { 16 },
-                        payload: bytes,
-                    };
+                    let tsn = base.wrapping_add(u32::from(*tsn_off));
+                    let ppid = if *session { 17 } else { 16 };
+                    let c = data(*flags, tsn, *stream, *ssn, ppid, bytes);
                     if let Ok(n) = emit_packet(&h, &[ChunkRepr::Data(c)], &mut pkt) {
                         d.handle_packet(now, &pkt[..n]);
                     }

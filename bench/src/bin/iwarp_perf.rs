@@ -1139,11 +1139,7 @@ fn run() -> Result<(), String> {
                     entry["linux_other_wait"] = json!(other_wait.word());
                 }
                 curves.push(output::Curve {
-                    label: if wait == linux::Wait::Spin {
-                        "Linux TCP, spinning"
-                    } else {
-                        "Linux TCP, blocking"
-                    },
+                    label: wait.plot_label(),
                     color: [210, 40, 40],
                     hist: &l.hist,
                 });
@@ -1344,22 +1340,14 @@ fn run() -> Result<(), String> {
                     );
                 }
                 bars.push(output::Bar {
-                    label: if wait == linux::Wait::Spin {
-                        "Linux TCP, spinning"
-                    } else {
-                        "Linux TCP, blocking"
-                    },
+                    label: wait.plot_label(),
                     value: l.avg_mbs,
                     color: [210, 40, 40],
                 });
             }
             if let Some(o) = &job.linux_bw_other {
                 bars.push(output::Bar {
-                    label: if other_wait == linux::Wait::Spin {
-                        "Linux TCP, spinning"
-                    } else {
-                        "Linux TCP, blocking"
-                    },
+                    label: other_wait.plot_label(),
                     value: o.avg_mbs,
                     color: [240, 150, 150],
                 });

@@ -55,6 +55,14 @@ impl Wait {
             Wait::Block => "block",
         }
     }
+
+    /// Its name in plots.
+    pub fn plot_label(self) -> &'static str {
+        match self {
+            Wait::Spin => "Linux TCP, spinning",
+            Wait::Block => "Linux TCP, blocking",
+        }
+    }
 }
 
 /// A TCP stream that waits as [`Wait`] says.
