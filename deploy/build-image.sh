@@ -64,7 +64,9 @@ done
 # the same Debian 12); an empty dpdk/ when the binaries were built without.
 mkdir -p "$ctx/dpdk/lib" "$ctx/dpdk/pmds"
 touch "$ctx/dpdk/.keep"
-if ldd "$ctx/iwarp-perf" | grep -q librte_eal; then
+# Not `ldd | grep -q`: grep -q stops at the first match, ldd may then die of
+# SIGPIPE and pipefail turns the pipeline false (CI saw this once).
+if grep -q librte_eal <<<"$(ldd "$ctx/iwarp-perf")"; then
     pmds=/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0
     for d in librte_bus_vdev librte_mempool_ring librte_net_memif; do
         cp -L "$pmds/$d.so.23" "$ctx/dpdk/pmds/$d.so.23.0"
