@@ -1350,7 +1350,7 @@ fn send_bw_server(
 /// `-u`, `-S`, `--cpu_util`, `-V`... accepted and ignored where they make no
 /// sense for us), the server address as the last argument, plus our
 /// `--iface`, `--ip ADDR[/PREFIX]`, `--gateway`, `--core`, `--busy`,
-/// `--no-crc`, `--in-netns`, `--memif-socket`.
+/// `--loop-thread`, `--no-crc`, `--in-netns`, `--memif-socket`.
 pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String> {
     let mut o = Options::new(kind);
     let mut s = StackArgs::default();
@@ -1418,6 +1418,7 @@ pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String
                 s.busy = true;
                 o.busy = true;
             }
+            "--loop-thread" => s.loop_thread = true,
             "--no-crc" => o.crc = false,
             _ if !a.starts_with('-') && i + 1 == args.len() => {
                 o.server = Some(
@@ -1467,8 +1468,14 @@ pub struct StackArgs {
     pub netns: Option<String>,
     /// `--core`: the poll loop's core.
     pub core: Option<usize>,
-    /// `--busy`: busy-poll.
+    /// `--busy`: busy-poll (the CQ; and the loop thread, with
+    /// `--loop-thread`).
     pub busy: bool,
+    /// `--loop-thread`: the stack on a poll loop thread of its own. By
+    /// default it runs inline ([`iwarp::Polling::Inline`]): the test's
+    /// thread, which posts and polls, drives it, as a verbs program's
+    /// thread does with a hardware queue.
+    pub loop_thread: bool,
     /// `--memif-socket PATH`: a DPDK memif link on that socket file
     /// instead of AF_XDP (the server end creates it, the client end
     /// connects; both name the same path).
@@ -1516,8 +1523,12 @@ impl StackArgs {
         Ok((addr, prefix))
     }
 
-    fn polling(&self) -> iwarp::Polling {
-        if self.busy {
+    /// Inline unless `--loop-thread`; then busy or adaptive as `--busy`
+    /// says.
+    pub fn polling(&self) -> iwarp::Polling {
+        if !self.loop_thread {
+            iwarp::Polling::Inline
+        } else if self.busy {
             iwarp::Polling::Busy
         } else {
             iwarp::Polling::Adaptive

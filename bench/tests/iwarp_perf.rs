@@ -170,8 +170,25 @@ fn write_lat_with_threads_on_the_simulated_link() {
     let doc = check_lat(&stdout, &out, "write_lat", 2, 150);
     assert_eq!(doc["latency_path"], "threads");
     assert_eq!(doc["results"][0]["path"], "threads");
+    // Application threads drive their contexts (run to completion).
+    assert_eq!(doc["polling"], "Inline");
     let t = title(&stdout, "write_lat");
     assert!(t.contains("threads") && !t.contains("in-loop"), "{t}");
+    // --loop-thread: the threads hand work to loop threads instead.
+    let out = out_dir("perf_write_lat_threads_loop");
+    let stdout = run(
+        &[
+            "write_lat",
+            "--sim",
+            "-n",
+            "150",
+            "--threads",
+            "--loop-thread",
+        ],
+        &out,
+    );
+    let doc = check_lat(&stdout, &out, "write_lat", 2, 150);
+    assert_eq!(doc["polling"], "Adaptive");
 }
 
 #[test]

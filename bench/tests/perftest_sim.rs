@@ -9,7 +9,15 @@
 use iwarp_bench::perftest::{self, Kind, Options};
 
 fn pair(kind: Kind, edit: impl Fn(&mut Options)) -> (perftest::Outcome, perftest::Outcome) {
-    let (s, c) = iwarp::Context::sim_pair();
+    pair_with(iwarp::Polling::Adaptive, kind, edit)
+}
+
+fn pair_with(
+    polling: iwarp::Polling,
+    kind: Kind,
+    edit: impl Fn(&mut Options),
+) -> (perftest::Outcome, perftest::Outcome) {
+    let (s, c) = iwarp::Context::sim_pair_with(polling, None);
     let mut so = Options::new(kind);
     edit(&mut so);
     so.port = 18515;
@@ -24,10 +32,29 @@ fn pair(kind: Kind, edit: impl Fn(&mut Options)) -> (perftest::Outcome, perftest
     }
 }
 
+/// On contexts with loop threads, and inline (how perftest mode runs by
+/// default: each side's thread drives its own stack; `--busy` spins on
+/// the CQ, else it waits).
 #[test]
 fn every_tool_between_two_of_ours() {
+    every_tool(iwarp::Polling::Adaptive, false);
+}
+
+#[test]
+fn every_tool_between_two_of_ours_inline() {
+    every_tool(iwarp::Polling::Inline, false);
+    every_tool(iwarp::Polling::Inline, true);
+}
+
+fn every_tool(polling: iwarp::Polling, busy: bool) {
+    let pair = |kind, edit: &dyn Fn(&mut Options)| {
+        pair_with(polling, kind, |o| {
+            o.busy = busy;
+            edit(o)
+        })
+    };
     for kind in [Kind::WriteLat, Kind::ReadLat, Kind::SendLat] {
-        let (s, c) = pair(kind, |o| {
+        let (s, c) = pair(kind, &|o| {
             o.size = 64;
             o.iters = 50;
         });
@@ -42,7 +69,7 @@ fn every_tool_between_two_of_ours() {
         assert_eq!(s.remote, c.local, "{kind:?}");
     }
     for kind in [Kind::WriteBw, Kind::ReadBw, Kind::SendBw] {
-        let (s, c) = pair(kind, |o| {
+        let (s, c) = pair(kind, &|o| {
             o.size = 65536;
             o.iters = 40;
             // send_bw: fewer receives than Sends, so credits must flow.

@@ -130,6 +130,24 @@ pub enum Mode {
         /// Longest sleep.
         max_sleep: Duration,
     },
+    /// Run to completion on the application's threads: no thread polls.
+    /// A thread that polls, waits or posts through the handle
+    /// ([`LoopHandle::drive`], [`Drive`]) runs the round itself, so one
+    /// thread on one core posts, moves frames and reaps completions with
+    /// no hand-off. A keeper thread, asleep while application threads
+    /// drive, takes over as an [`Adaptive`](Mode::Adaptive) loop (with
+    /// these `spins` and `max_sleep`) once none has for `grace` — timers,
+    /// acknowledgements and a peer's frames go on while the application
+    /// computes or sleeps on a descriptor — and hands back as soon as one
+    /// calls again.
+    Inline {
+        /// How long without an application round before the keeper drives.
+        grace: Duration,
+        /// The keeper's idle rounds before yielding.
+        spins: u32,
+        /// The keeper's (and a waiting application thread's) longest sleep.
+        max_sleep: Duration,
+    },
 }
 
 /// The longest sleep of a quiescent loop on a device that can wait
@@ -158,8 +176,14 @@ pub struct LoopStats {
     /// Of those, sleeps in the device's [`FrameDevice::wait`] (which a
     /// frame ends), not a bounded park.
     pub device_waits: u64,
-    /// Whether the thread was pinned to the requested core.
+    /// Whether the thread was pinned to the requested core (an inline
+    /// loop's keeper, [`Mode::Inline`]).
     pub pinned: bool,
+    /// Rounds run by application threads ([`Mode::Inline`]).
+    pub app_rounds: u64,
+    /// Times an inline loop's keeper took over because no application
+    /// thread had run a round for the grace period.
+    pub keeper_takeovers: u64,
 }
 
 /// Reads a device's counters on the loop thread (see [`spawn_probed`]).
@@ -244,6 +268,399 @@ impl Drop for OutputWaiter<'_> {
     }
 }
 
+thread_local! {
+    /// This thread is inside a round (a loop thread, the keeper, or an
+    /// application thread driving inline): engine hooks run here.
+    static IN_ROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is running a loop's round right now (an
+/// engine hook, say): a call that would wait for the loop must refuse.
+pub fn in_round() -> bool {
+    IN_ROUND.with(|f| f.get())
+}
+
+/// Driving an inline loop ([`Mode::Inline`]) from an application thread,
+/// without the loop's types: what a completion queue keeps to drive the
+/// loop that fills it.
+pub trait Drive: Send + Sync {
+    /// Run one round on this thread unless another thread is running one
+    /// (or this one is, from inside a round); true if it ran.
+    fn drive(&self) -> bool;
+    /// Wait for work as an idle loop does, on this thread: run a round,
+    /// and when it found nothing sleep until a frame, a post or the
+    /// engine's next deadline, at most `pause`; true. False at once when
+    /// another thread holds the loop (it does the work; the caller waits
+    /// its own way for the outcome) or this thread is inside a round.
+    fn idle(&self, pause: Duration) -> bool;
+}
+
+impl std::fmt::Debug for dyn Drive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Drive")
+    }
+}
+
+/// One loop's state and its side of the queues: what a round needs.
+struct Core<E: Engine, D: FrameDevice> {
+    engine: E,
+    dev: D,
+    commands: Arc<ArrayQueue<E::Command>>,
+    outputs: Arc<ArrayQueue<E::Output>>,
+    probe: Arc<Probe>,
+    served: u64,
+    reader: Option<DeviceReader<D>>,
+    outputs_bell: Arc<OutputBell>,
+    st: LoopStats,
+    start: Instant,
+    /// Outputs waiting for room in the queue, oldest first.
+    held: std::collections::VecDeque<E::Output>,
+    held_limit: usize,
+    /// The device can wait for frames ([`FrameDevice::doorbell`]).
+    waits: bool,
+    /// Idle rounds in a row, and the next sleep (adaptive waiting).
+    idle: u32,
+    sleep: Duration,
+}
+
+impl<E: Engine, D: FrameDevice> Core<E, D> {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// One round: commands, a receive burst, the engine's poll (timers,
+    /// transmissions, outputs), a device flush, a probe. True if it did
+    /// anything (then the idle count starts again).
+    fn round(&mut self) -> bool {
+        IN_ROUND.with(|f| f.set(true));
+        let busy = self.round_inner();
+        IN_ROUND.with(|f| f.set(false));
+        if busy {
+            self.idle = 0;
+            self.sleep = Duration::from_micros(1);
+        }
+        busy
+    }
+
+    fn round_inner(&mut self) -> bool {
+        let st = &mut self.st;
+        st.rounds += 1;
+        let now = self.start.elapsed().as_nanos() as u64;
+        let (c, engine) = (&*self.commands, &mut self.engine);
+        let mut busy = false;
+        // Commands before frames: work an application posted before a
+        // frame arrived (a receive buffer, say) is in place when the
+        // frame is processed, as with a synchronous post. Drained again
+        // before each frame: a frame taken from the device now may have
+        // been sent after a post that came in after the drain above (the
+        // application posts, then makes the peer send).
+        busy |= drain_commands(c, engine, now);
+        let mut late = false;
+        let n = self.dev.rx_burst(64, &mut |f| {
+            late |= drain_commands(c, engine, now);
+            engine.handle_frame(f, now)
+        });
+        busy |= late;
+        st.rx_frames += n as u64;
+        busy |= n > 0;
+        // Frames go straight from the engine to the device (no copy in
+        // between, no allocation per frame).
+        let mut lost = 0u64;
+        let mut handed = false;
+        let mut sink = DeviceSink {
+            dev: &mut self.dev,
+            sent: 0,
+            refused: 0,
+        };
+        let (o, held, held_limit) = (&*self.outputs, &mut self.held, self.held_limit);
+        busy |= engine.poll(now, &mut sink, &mut |out| {
+            // In order: nothing passes what is already held; past the
+            // bound the newest is dropped (counted), as a full completion
+            // queue overruns.
+            let out = if held.is_empty() {
+                match o.push(out) {
+                    Ok(()) => {
+                        handed = true;
+                        return;
+                    }
+                    Err(out) => out,
+                }
+            } else {
+                out
+            };
+            if held.len() < held_limit {
+                held.push_back(out);
+            } else {
+                lost += 1;
+            }
+        });
+        st.out_held_max = st.out_held_max.max(held.len() as u64);
+        // Hand over what was held as room appears.
+        while let Some(out) = held.pop_front() {
+            if let Err(out) = o.push(out) {
+                held.push_front(out);
+                break;
+            }
+            handed = true;
+            busy = true;
+        }
+        if handed {
+            self.outputs_bell.ring();
+        }
+        let (sent, refused) = (sink.sent, sink.refused);
+        st.tx_frames += sent;
+        st.tx_dropped += refused;
+        st.out_dropped += lost;
+        busy |= sent + refused > 0;
+        self.dev.flush();
+        let asked = self.probe.requested.load(Ordering::Acquire);
+        if asked != self.served {
+            let d: Box<dyn Any + Send> = match self.reader.as_mut() {
+                Some(r) => r(&self.dev),
+                None => Box::new(()),
+            };
+            match self.probe.latest.lock() {
+                Ok(mut g) => *g = Some((*st, d)),
+                Err(p) => *p.into_inner() = Some((*st, d)),
+            }
+            self.served = asked;
+            self.probe.served.store(asked, Ordering::Release);
+        }
+        busy
+    }
+
+    /// After an idle round, wait as an adaptive loop does: spin `spins`
+    /// rounds, then yield, then sleep (doubling, at most `max_sleep`,
+    /// never past the engine's next deadline; until it when nothing else
+    /// can need a round). The sleep is in the device's wait (a frame ends
+    /// it) or a park; `sleeping` is raised around it so that a post wakes
+    /// it (see [`LoopHandle::post`] for the ordering).
+    fn idle_step(
+        &mut self,
+        spins: u32,
+        max_sleep: Duration,
+        sleeping: &AtomicBool,
+        stop: &AtomicBool,
+    ) {
+        self.idle += 1;
+        if self.idle > spins * 2 {
+            self.sleep_once(self.sleep, true, sleeping, stop);
+            self.sleep = (self.sleep * 2).min(max_sleep);
+        } else if self.idle > spins {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Sleep at most `bound` (see [`idle_step`](Self::idle_step)); with
+    /// `extend`, up to [`QUIESCENT_MAX`] when only a frame, a post or the
+    /// engine's deadline can need a round and a frame ends the sleep.
+    fn sleep_once(
+        &mut self,
+        bound: Duration,
+        extend: bool,
+        sleeping: &AtomicBool,
+        stop: &AtomicBool,
+    ) {
+        let bound = if extend && self.waits && self.held.is_empty() && self.engine.quiescent() {
+            bound.max(QUIESCENT_MAX)
+        } else {
+            bound
+        };
+        let pause = match self.engine.poll_timeout() {
+            Some(at) => bound.min(Duration::from_nanos(at.saturating_sub(self.now()))),
+            None => bound,
+        };
+        sleeping.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !pause.is_zero() && self.commands.is_empty() && !stop.load(Ordering::Acquire) {
+            if self.waits {
+                self.dev.wait(pause);
+                self.st.device_waits += 1;
+            } else {
+                std::thread::park_timeout(pause);
+            }
+            self.st.sleeps += 1;
+        }
+        sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// What the handle, the application threads and the keeper of an inline
+/// loop ([`Mode::Inline`]) share.
+struct InlineLoop<E: Engine, D: FrameDevice> {
+    /// The loop; `None` once stopped.
+    core: Mutex<Option<Core<E, D>>>,
+    /// When an application thread last ran a round (ns on the loop's clock).
+    last_app: AtomicU64,
+    /// An application thread found the keeper holding the loop: the
+    /// keeper hands it back at the end of its round.
+    want: AtomicBool,
+    /// The thread asleep holding the loop (unparked by a post when the
+    /// device has no doorbell).
+    sleeper: Mutex<Option<std::thread::Thread>>,
+    sleeping: Arc<AtomicBool>,
+    bell: Option<Arc<dyn iwarp_frame::Doorbell>>,
+    stop: Arc<AtomicBool>,
+    keeper: OnceLockThread,
+    start: Instant,
+    max_sleep: Duration,
+}
+
+/// The keeper thread's handle, set once it is spawned.
+type OnceLockThread = std::sync::OnceLock<std::thread::Thread>;
+
+impl<E: Engine, D: FrameDevice> InlineLoop<E, D> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Core<E, D>>> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, Option<Core<E, D>>>> {
+        match self.core.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Wake whoever sleeps holding the loop, and the keeper.
+    fn wake(&self) {
+        if let Some(b) = &self.bell {
+            b.ring();
+        }
+        if let Some(t) = &*self.sleeper.lock().unwrap_or_else(|p| p.into_inner()) {
+            t.unpark();
+        }
+        if let Some(t) = self.keeper.get() {
+            t.unpark();
+        }
+    }
+
+    /// Someone else holds the loop: ask for it back (the keeper lets go
+    /// after its round; a sleeper is woken to run one).
+    fn ask(&self) {
+        self.want.store(true, Ordering::Release);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.wake();
+        }
+    }
+
+    /// The keeper: asleep while application threads drive; after `grace`
+    /// without one, an adaptive loop until one asks for the loop back.
+    fn keep(&self, grace: Duration, spins: u32, max_sleep: Duration) -> Option<(E, LoopStats)> {
+        let grace_ns = grace.as_nanos() as u64;
+        while !self.stop.load(Ordering::Acquire) {
+            let now = self.start.elapsed().as_nanos() as u64;
+            let since = now.saturating_sub(self.last_app.load(Ordering::Relaxed));
+            if since < grace_ns {
+                std::thread::park_timeout(Duration::from_nanos(grace_ns - since));
+                continue;
+            }
+            let Some(mut g) = self.try_lock() else {
+                // An application thread holds it (asleep in a wait, say).
+                std::thread::park_timeout(grace);
+                continue;
+            };
+            let Some(core) = g.as_mut() else { break };
+            core.st.keeper_takeovers += 1;
+            self.want.store(false, Ordering::Relaxed);
+            while !self.stop.load(Ordering::Acquire) && !self.want.load(Ordering::Acquire) {
+                if !core.round() {
+                    *self.sleeper.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(std::thread::current());
+                    core.idle_step(spins, max_sleep, &self.sleeping, &self.stop);
+                }
+            }
+            // One more round for the thread that asked: what it posted
+            // before asking goes out now, not when it next calls in.
+            core.round();
+            // Handed back: the application thread that asked drives now.
+            self.last_app.store(core.now(), Ordering::Relaxed);
+        }
+        self.lock().take().map(|c| (c.engine, c.st))
+    }
+}
+
+impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
+    fn drive(&self) -> bool {
+        if in_round() {
+            return false;
+        }
+        let Some(mut g) = self.try_lock() else {
+            self.ask();
+            return false;
+        };
+        let Some(core) = g.as_mut() else { return false };
+        core.st.app_rounds += 1;
+        core.round();
+        self.last_app.store(core.now(), Ordering::Relaxed);
+        true
+    }
+
+    fn idle(&self, pause: Duration) -> bool {
+        if in_round() {
+            return false;
+        }
+        let Some(mut g) = self.try_lock() else {
+            self.ask();
+            return false;
+        };
+        let Some(core) = g.as_mut() else {
+            return false;
+        };
+        core.st.app_rounds += 1;
+        let busy = core.round();
+        self.last_app.store(core.now(), Ordering::Relaxed);
+        if !busy {
+            *self.sleeper.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current());
+            core.sleep_once(pause.min(self.max_sleep), false, &self.sleeping, &self.stop);
+            self.last_app.store(core.now(), Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+/// Who runs the rounds.
+enum Driver<E: Engine> {
+    /// A loop thread of its own.
+    Thread(Option<JoinHandle<(E, LoopStats)>>),
+    /// Application threads, and a keeper ([`Mode::Inline`]).
+    Inline {
+        shared: Arc<dyn InlineControl<E>>,
+        keeper: Option<JoinHandle<Option<(E, LoopStats)>>>,
+    },
+}
+
+/// An inline loop as its handle sees it (without the device's type).
+trait InlineControl<E: Engine>: Drive {
+    fn wake_all(&self);
+    fn take(&self) -> Option<(E, LoopStats)>;
+    fn as_drive(self: Arc<Self>) -> Arc<dyn Drive>;
+}
+
+impl<E: Engine, D: FrameDevice + 'static> InlineControl<E> for InlineLoop<E, D> {
+    fn wake_all(&self) {
+        self.wake();
+    }
+    fn take(&self) -> Option<(E, LoopStats)> {
+        self.lock().take().map(|c| (c.engine, c.st))
+    }
+    fn as_drive(self: Arc<Self>) -> Arc<dyn Drive> {
+        self
+    }
+}
+
+impl<E: Engine> std::fmt::Debug for Driver<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Driver::Thread(_) => f.write_str("Thread"),
+            Driver::Inline { .. } => f.write_str("Inline"),
+        }
+    }
+}
+
 /// The application's side of a running loop.
 #[derive(Debug)]
 pub struct LoopHandle<E: Engine> {
@@ -256,7 +673,7 @@ pub struct LoopHandle<E: Engine> {
     /// The device's doorbell, when the loop sleeps in the device's wait.
     bell: Option<Arc<dyn iwarp_frame::Doorbell>>,
     outputs_bell: Arc<OutputBell>,
-    join: Option<JoinHandle<(E, LoopStats)>>,
+    driver: Driver<E>,
 }
 
 impl<E: Engine> LoopHandle<E> {
@@ -277,12 +694,49 @@ impl<E: Engine> LoopHandle<E> {
     /// Wake the loop's thread: unpark it, and ring the device's doorbell
     /// when it sleeps in the device's wait.
     fn wake(&self) {
-        if let Some(b) = &self.bell {
-            b.ring();
+        match &self.driver {
+            Driver::Thread(j) => {
+                if let Some(b) = &self.bell {
+                    b.ring();
+                }
+                if let Some(j) = j {
+                    j.thread().unpark();
+                }
+            }
+            Driver::Inline { shared, .. } => shared.wake_all(),
         }
-        if let Some(j) = &self.join {
-            j.thread().unpark();
+    }
+    /// Run one round on the calling thread if the loop is inline
+    /// ([`Mode::Inline`]) and no other thread is running one; true if it
+    /// ran. A no-op returning false for a loop with its own thread.
+    pub fn drive(&self) -> bool {
+        match &self.driver {
+            Driver::Thread(_) => false,
+            Driver::Inline { shared, .. } => shared.drive(),
         }
+    }
+    /// On an inline loop, wait for its work on the calling thread, at most
+    /// `pause` ([`Drive::idle`]); false at once for a loop with its own
+    /// thread, or when another thread holds the inline loop (the caller
+    /// waits its own way).
+    pub fn idle(&self, pause: Duration) -> bool {
+        match &self.driver {
+            Driver::Thread(_) => false,
+            Driver::Inline { shared, .. } => shared.idle(pause),
+        }
+    }
+    /// The inline loop's driver, for objects that drive it from
+    /// application threads (a completion queue); `None` for a loop with
+    /// its own thread. Weak: it does not keep the loop alive.
+    pub fn driver(&self) -> Option<std::sync::Weak<dyn Drive>> {
+        match &self.driver {
+            Driver::Thread(_) => None,
+            Driver::Inline { shared, .. } => Some(Arc::downgrade(&shared.clone().as_drive())),
+        }
+    }
+    /// Whether application threads run the rounds ([`Mode::Inline`]).
+    pub fn is_inline(&self) -> bool {
+        matches!(self.driver, Driver::Inline { .. })
     }
     /// Take one output, if any.
     pub fn poll(&self) -> Option<E::Output> {
@@ -292,12 +746,21 @@ impl<E: Engine> LoopHandle<E> {
     /// (an output handed over after this call is either found there or
     /// ends [`OutputWaiter::wait`]), then wait. The loop pays for this
     /// only while someone waits: a fence and a load per round that handed
-    /// over outputs.
+    /// over outputs. On an inline loop, [`OutputWaiter::wait`] is not
+    /// enough (nothing may be driving): use [`wait_outputs`](Self::wait_outputs).
     pub fn output_waiter(&self) -> OutputWaiter<'_> {
         let bell = &*self.outputs_bell;
         bell.waiters.fetch_add(1, Ordering::SeqCst);
         let mark = *bell.gen.lock().unwrap_or_else(|p| p.into_inner());
         OutputWaiter { bell, mark }
+    }
+    /// Wait with a registered `waiter` for at most `timeout`: on an
+    /// inline loop by driving it on this thread (one idle step), else on
+    /// the waiter.
+    pub fn wait_outputs(&self, waiter: OutputWaiter<'_>, timeout: Duration) {
+        if !self.idle(timeout.min(Duration::from_micros(200))) {
+            waiter.wait(timeout.min(Duration::from_micros(200)));
+        }
     }
     /// Another thread moved outputs from the queue somewhere its peers
     /// look (a shared router): wake every waiter, as the loop would.
@@ -305,15 +768,19 @@ impl<E: Engine> LoopHandle<E> {
         self.outputs_bell.ring();
     }
     /// The loop's thread (for refusing calls that would wait on the loop
-    /// from inside it).
+    /// from inside it); an inline loop's keeper. See also [`in_round`].
     pub fn thread_id(&self) -> Option<std::thread::ThreadId> {
-        self.join.as_ref().map(|j| j.thread().id())
+        match &self.driver {
+            Driver::Thread(j) => j.as_ref().map(|j| j.thread().id()),
+            Driver::Inline { keeper, .. } => keeper.as_ref().map(|j| j.thread().id()),
+        }
     }
     /// The loop's counters so far and what its device reader returned
     /// (`()` without one), read by the loop at the end of its next round;
     /// `None` if that takes longer than `timeout` (the loop stopped or
     /// stalls). One caller at a time: two racing callers share one
-    /// published snapshot, and the second may get `None`.
+    /// published snapshot, and the second may get `None`. An inline loop
+    /// is driven by the caller meanwhile.
     pub fn snapshot(&self, timeout: Duration) -> Option<Snapshot> {
         let want = self.probe.requested.fetch_add(1, Ordering::AcqRel) + 1;
         self.wake();
@@ -323,8 +790,10 @@ impl<E: Engine> LoopHandle<E> {
             if Instant::now() >= deadline {
                 return None;
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            if !self.drive() {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
         }
         match self.probe.latest.lock() {
             Ok(mut g) => g.take(),
@@ -334,19 +803,25 @@ impl<E: Engine> LoopHandle<E> {
 
     /// Stop the loop and get the engine back (with its memory) and the counters.
     pub fn stop(mut self) -> Option<(E, LoopStats)> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Option<(E, LoopStats)> {
         self.stop.store(true, Ordering::Release);
         self.wake();
-        self.join.take().and_then(|j| j.join().ok())
+        match &mut self.driver {
+            Driver::Thread(j) => j.take().and_then(|j| j.join().ok()),
+            Driver::Inline { shared, keeper } => {
+                let kept = keeper.take().and_then(|j| j.join().ok()).flatten();
+                kept.or_else(|| shared.take())
+            }
+        }
     }
 }
 
 impl<E: Engine> Drop for LoopHandle<E> {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake();
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
+        let _ = self.halt();
     }
 }
 
@@ -372,7 +847,8 @@ fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u6
     any
 }
 
-/// Start a loop on its own thread, pinned to `core` when given.
+/// Start a loop on its own thread, pinned to `core` when given (an
+/// inline loop's keeper is pinned there).
 pub fn spawn<E: Engine, D: FrameDevice + 'static>(
     engine: E,
     dev: D,
@@ -388,12 +864,12 @@ pub fn spawn<E: Engine, D: FrameDevice + 'static>(
 /// [`LoopHandle::snapshot`]: live device counters without sharing the
 /// device.
 pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
-    mut engine: E,
-    mut dev: D,
+    engine: E,
+    dev: D,
     core: Option<usize>,
     mode: Mode,
     queue_depth: usize,
-    mut reader: Option<DeviceReader<D>>,
+    reader: Option<DeviceReader<D>>,
 ) -> LoopHandle<E> {
     let commands = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
@@ -401,159 +877,86 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     let probe = Arc::new(Probe::default());
     let sleeping = Arc::new(AtomicBool::new(false));
     let bell = dev.doorbell();
-    let waits = bell.is_some();
     let outputs_bell = Arc::new(OutputBell::default());
-    let ob = outputs_bell.clone();
-    let (c, o, s, pr, sl) = (
-        commands.clone(),
-        outputs.clone(),
-        stop.clone(),
-        probe.clone(),
-        sleeping.clone(),
-    );
-    let join = std::thread::spawn(move || {
-        let mut served = 0u64;
-        let mut st = LoopStats::default();
+    let start = Instant::now();
+    let mut lp = Core {
+        engine,
+        waits: bell.is_some(),
+        dev,
+        commands: commands.clone(),
+        outputs: outputs.clone(),
+        probe: probe.clone(),
+        served: 0,
+        reader,
+        outputs_bell: outputs_bell.clone(),
+        st: LoopStats::default(),
+        start,
+        held: std::collections::VecDeque::new(),
+        held_limit: queue_depth.max(1) * HELD_OUTPUTS_PER_SLOT,
+        idle: 0,
+        sleep: Duration::from_micros(1),
+    };
+    let pin = move |st: &mut LoopStats| {
         if let Some(id) = core {
             st.pinned = core_affinity::set_for_current(core_affinity::CoreId { id });
         }
-        let start = Instant::now();
-        let mut held: std::collections::VecDeque<E::Output> = std::collections::VecDeque::new();
-        let held_limit = queue_depth.max(1) * HELD_OUTPUTS_PER_SLOT;
-        let mut idle = 0u32;
-        let mut sleep = Duration::from_micros(1);
-        while !s.load(Ordering::Acquire) {
-            st.rounds += 1;
-            let now = start.elapsed().as_nanos() as u64;
-            let mut busy = false;
-            // Commands before frames: work an application posted before a
-            // frame arrived (a receive buffer, say) is in place when the
-            // frame is processed, as with a synchronous post. Drained again
-            // before each frame: a frame taken from the device now may have
-            // been sent after a post that came in after the drain above (the
-            // application posts, then makes the peer send).
-            busy |= drain_commands(&c, &mut engine, now);
-            let mut late = false;
-            let n = dev.rx_burst(64, &mut |f| {
-                late |= drain_commands(&c, &mut engine, now);
-                engine.handle_frame(f, now)
+    };
+    let driver = match mode {
+        Mode::Inline {
+            grace,
+            spins,
+            max_sleep,
+        } => {
+            let shared = Arc::new(InlineLoop {
+                core: Mutex::new(None),
+                last_app: AtomicU64::new(0),
+                want: AtomicBool::new(false),
+                sleeper: Mutex::new(None),
+                sleeping: sleeping.clone(),
+                bell: bell.clone(),
+                stop: stop.clone(),
+                keeper: OnceLockThread::new(),
+                start,
+                max_sleep,
             });
-            busy |= late;
-            st.rx_frames += n as u64;
-            busy |= n > 0;
-            // Frames go straight from the engine to the device (no copy in
-            // between, no allocation per frame).
-            let mut lost = 0u64;
-            let mut handed = false;
-            let mut sink = DeviceSink {
-                dev: &mut dev,
-                sent: 0,
-                refused: 0,
-            };
-            busy |= engine.poll(now, &mut sink, &mut |out| {
-                // In order: nothing passes what is already held; past
-                // the bound the newest is dropped (counted), as a full
-                // completion queue overruns.
-                let out = if held.is_empty() {
-                    match o.push(out) {
-                        Ok(()) => {
-                            handed = true;
-                            return;
-                        }
-                        Err(out) => out,
+            *shared.lock() = Some(lp);
+            let k = shared.clone();
+            let keeper = std::thread::Builder::new()
+                .name("iwarp-keeper".into())
+                .spawn(move || {
+                    // Pinned as a loop thread would be (the counters say
+                    // whether it took); application threads stay where
+                    // they are.
+                    if let Some(c) = k.lock().as_mut() {
+                        pin(&mut c.st);
                     }
-                } else {
-                    out
-                };
-                if held.len() < held_limit {
-                    held.push_back(out);
-                } else {
-                    lost += 1;
-                }
-            });
-            st.out_held_max = st.out_held_max.max(held.len() as u64);
-            // Hand over what was held as room appears.
-            while let Some(out) = held.pop_front() {
-                if let Err(out) = o.push(out) {
-                    held.push_front(out);
-                    break;
-                }
-                handed = true;
-                busy = true;
+                    k.keep(grace, spins, max_sleep)
+                })
+                .ok();
+            if let Some(j) = &keeper {
+                let _ = shared.keeper.set(j.thread().clone());
             }
-            if handed {
-                ob.ring();
-            }
-            let (sent, refused) = (sink.sent, sink.refused);
-            st.tx_frames += sent;
-            st.tx_dropped += refused;
-            st.out_dropped += lost;
-            busy |= sent + refused > 0;
-            dev.flush();
-            let asked = pr.requested.load(Ordering::Acquire);
-            if asked != served {
-                let d: Box<dyn Any + Send> = match reader.as_mut() {
-                    Some(r) => r(&dev),
-                    None => Box::new(()),
-                };
-                match pr.latest.lock() {
-                    Ok(mut g) => *g = Some((st, d)),
-                    Err(p) => *p.into_inner() = Some((st, d)),
-                }
-                served = asked;
-                pr.served.store(asked, Ordering::Release);
-            }
-            if busy {
-                idle = 0;
-                sleep = Duration::from_micros(1);
-                continue;
-            }
-            if let Mode::Adaptive { spins, max_sleep } = mode {
-                idle += 1;
-                if idle > spins * 2 {
-                    // Never past the engine's next deadline; until it when
-                    // nothing else can need a round (a frame or a post
-                    // ends the wait).
-                    let bound = if waits && held.is_empty() && engine.quiescent() {
-                        QUIESCENT_MAX
-                    } else {
-                        sleep
-                    };
-                    let pause = match engine.poll_timeout() {
-                        Some(at) => {
-                            let now = start.elapsed().as_nanos() as u64;
-                            bound.min(Duration::from_nanos(at.saturating_sub(now)))
-                        }
-                        None => bound,
-                    };
-                    // Park (or wait on the device) rather than sleep: a
-                    // post wakes us (see `LoopHandle::post` for the
-                    // ordering; a doorbell rung before the wait ends it at
-                    // once).
-                    sl.store(true, Ordering::Relaxed);
-                    std::sync::atomic::fence(Ordering::SeqCst);
-                    if !pause.is_zero() && c.is_empty() && !s.load(Ordering::Acquire) {
-                        if waits {
-                            dev.wait(pause);
-                            st.device_waits += 1;
-                        } else {
-                            std::thread::park_timeout(pause);
-                        }
-                        st.sleeps += 1;
-                        sleep = (sleep * 2).min(max_sleep);
-                    }
-                    sl.store(false, Ordering::Relaxed);
-                } else if idle > spins {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            } else {
-                std::hint::spin_loop();
-            }
+            Driver::Inline { shared, keeper }
         }
-        (engine, st)
-    });
+        mode => {
+            let (s, sl) = (stop.clone(), sleeping.clone());
+            Driver::Thread(Some(std::thread::spawn(move || {
+                pin(&mut lp.st);
+                while !s.load(Ordering::Acquire) {
+                    if lp.round() {
+                        continue;
+                    }
+                    match mode {
+                        Mode::Adaptive { spins, max_sleep } => {
+                            lp.idle_step(spins, max_sleep, &sl, &s)
+                        }
+                        _ => std::hint::spin_loop(),
+                    }
+                }
+                (lp.engine, lp.st)
+            })))
+        }
+    };
     LoopHandle {
         commands,
         outputs,
@@ -562,7 +965,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         sleeping,
         bell,
         outputs_bell,
-        join: Some(join),
+        driver,
     }
 }
 
@@ -979,5 +1382,101 @@ mod tests {
         // The queue holds the first ones, in order (the loop stopped with
         // the held ones still waiting).
         assert_eq!(got, (0..depth as u32).collect::<Vec<_>>());
+    }
+
+    /// An inline loop runs on the thread that drives it: with a keeper
+    /// whose grace never ends, a frame waits until this thread drives,
+    /// then comes back in that round.
+    #[test]
+    fn an_inline_loop_runs_on_the_thread_that_drives_it() {
+        let (dev, mut peer) = MemDevice::pair(4);
+        let mode = Mode::Inline {
+            grace: Duration::from_secs(3600),
+            spins: 1,
+            max_sleep: Duration::from_millis(1),
+        };
+        let h = spawn(Echo::default(), dev, None, mode, 4);
+        assert!(h.is_inline() && h.driver().is_some());
+        assert!(peer.tx(b"ping"));
+        std::thread::sleep(Duration::from_millis(20));
+        let mut got = Vec::new();
+        peer.rx_burst(4, &mut |f| got.push(f.to_vec()));
+        assert!(got.is_empty(), "nobody drove, yet the frame was echoed");
+        assert!(h.drive());
+        peer.rx_burst(4, &mut |f| got.push(f.to_vec()));
+        assert_eq!(got, [b"ping".to_vec()]);
+        let (_, st) = h.stop().expect("the engine back");
+        assert_eq!(
+            (st.app_rounds, st.keeper_takeovers, st.rx_frames),
+            (1, 0, 1)
+        );
+    }
+
+    /// Nobody drives: after the grace the keeper does (a frame is echoed);
+    /// a thread that calls in gets the loop back.
+    #[test]
+    fn the_keeper_drives_after_the_grace_and_hands_back() {
+        let (dev, mut peer) = MemDevice::pair(4);
+        let mode = Mode::Inline {
+            grace: Duration::from_millis(2),
+            spins: 1,
+            max_sleep: Duration::from_millis(1),
+        };
+        let h = spawn(Echo::default(), dev, None, mode, 4);
+        assert!(peer.tx(b"ping"));
+        let since = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "the keeper never drove"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+            peer.rx_burst(4, &mut |f| got.push(f.to_vec()));
+        }
+        // Asked, the keeper lets go after a round (or is between its
+        // watches): this thread drives within a few tries.
+        let since = Instant::now();
+        while !h.drive() {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "never handed back"
+            );
+            std::thread::yield_now();
+        }
+        let (_, st) = h.stop().expect("the engine back");
+        assert!(st.keeper_takeovers >= 1 && st.app_rounds >= 1, "{st:?}");
+    }
+
+    /// A thread waiting on an inline loop ([`Drive::idle`]) runs its
+    /// rounds and sleeps in the device's wait, which a frame ends.
+    #[test]
+    fn an_idle_wait_drives_and_a_frame_ends_its_sleep() {
+        let (dev, mut peer) = MemDevice::pair(4);
+        let mode = Mode::Inline {
+            grace: Duration::from_secs(3600),
+            spins: 1,
+            max_sleep: Duration::from_secs(20),
+        };
+        let h = spawn(Echo::default(), dev, None, mode, 4);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                assert!(peer.tx(b"wake"));
+                let since = Instant::now();
+                let mut got = Vec::new();
+                while got.is_empty() {
+                    assert!(since.elapsed() < Duration::from_secs(5), "no echo");
+                    peer.rx_burst(4, &mut |f| got.push(f.to_vec()));
+                }
+            });
+            // A 10 s sleep that the frame cuts short.
+            let t = Instant::now();
+            assert!(h.idle(Duration::from_secs(10)));
+            assert!(h.idle(Duration::from_millis(1)));
+            assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        });
+        let (_, st) = h.stop().expect("the engine back");
+        assert!(st.device_waits >= 1 && st.rx_frames == 1, "{st:?}");
     }
 }

@@ -12,6 +12,10 @@
 //! Posting and polling never make a syscall: a post is a push on the loop's
 //! lock-free command queue, and a CQ is a lock-free ring the loop fills.
 //! Setup calls (register, connect, accept) wait for the loop's answer.
+//! With [`Polling::Inline`] no loop thread spins: the application thread
+//! that posts or polls runs the loop's round itself (run to completion;
+//! the device's own calls, such as an AF_XDP transmit kick, then happen
+//! on that thread).
 //!
 //! A running context shows what it does: [`Context::stats`] and
 //! [`Qp::stats`] read live counters (stack, TCP, interface, poll loop,
@@ -89,7 +93,7 @@ use iwarp_datapath::link::MemDevice;
 pub use iwarp_datapath::over_sctp::conn::SctpCounters;
 use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
-use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, Mode};
+use iwarp_datapath::runtime::{spawn_probed, DeviceReader, Drive, LoopHandle, Mode};
 pub use iwarp_datapath::stack::HookStatus;
 use iwarp_datapath::stack::{
     Command, CqEntry, CqRing, InspectOp, ListenError, LoopHook, MemoryOp, Output, SockId, Stack,
@@ -111,13 +115,33 @@ pub enum Polling {
     /// next timer; on AF_XDP an arriving frame or a post ends the sleep):
     /// for shared cores.
     Adaptive,
+    /// Run to completion on the application's threads: no loop thread
+    /// spins. The thread that polls a CQ ([`Cq::poll_one`], [`Cq::poll`],
+    /// [`Cq::wait`]), posts, or waits for a setup call moves frames,
+    /// runs the stack and fills the CQ itself, with no hand-off, so a
+    /// process pinned to one core with one thread works (and nothing
+    /// spins beside it to starve it). A keeper thread sleeps while
+    /// application threads call in and takes over as an
+    /// [`Adaptive`](Polling::Adaptive) loop after 500 µs without one
+    /// (timers, acknowledgements, a thread asleep on
+    /// [`Cq::notify_fd`]), handing back at the next call.
+    Inline,
 }
+
+/// How long an inline context ([`Polling::Inline`]) goes without an
+/// application thread's round before its keeper drives.
+pub const INLINE_GRACE: Duration = Duration::from_micros(500);
 
 impl Polling {
     fn mode(self) -> Mode {
         match self {
             Polling::Busy => Mode::BusyPoll,
             Polling::Adaptive => Mode::Adaptive {
+                spins: 200,
+                max_sleep: Duration::from_micros(200),
+            },
+            Polling::Inline => Mode::Inline {
+                grace: INLINE_GRACE,
                 spins: 200,
                 max_sleep: Duration::from_micros(200),
             },
@@ -490,6 +514,8 @@ impl Inner {
     /// Move the loop's outputs into the router (and wake the other
     /// threads waiting on it if any moved).
     fn pump(&self) {
+        // An inline loop runs a round here (a no-op otherwise).
+        self.lp.drive();
         let mut r = match self.router.lock() {
             Ok(r) => r,
             Err(p) => p.into_inner(),
@@ -556,8 +582,12 @@ impl Inner {
         }
     }
 
+    /// Post a command; an inline loop ([`Polling::Inline`]) runs a round
+    /// on this thread right away, so the work leaves now (a doorbell).
     fn post(&self, cmd: Command) -> Result<(), Error> {
-        self.lp.post(cmd).map_err(|_| Error::QueueFull)
+        self.lp.post(cmd).map_err(|_| Error::QueueFull)?;
+        self.lp.drive();
+        Ok(())
     }
 
     /// Post a command and wait for its answer through a channel.
@@ -570,8 +600,31 @@ impl Inner {
         self.post(Command::Memory(MemoryOp(Box::new(move |m| {
             let _ = tx.send(f(m));
         }))))?;
-        rx.recv_timeout(Duration::from_secs(10))
-            .map_err(|_| Error::Stopped)
+        self.answer(&rx)
+    }
+
+    /// The loop's answer to a command, within 10 s (driving an inline
+    /// loop meanwhile).
+    fn answer<T>(&self, rx: &mpsc::Receiver<T>) -> Result<T, Error> {
+        let limit = Duration::from_secs(10);
+        if !self.lp.is_inline() {
+            return rx.recv_timeout(limit).map_err(|_| Error::Stopped);
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            match rx.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(Error::Stopped),
+                Err(mpsc::TryRecvError::Empty) if Instant::now() >= deadline => {
+                    return Err(Error::Stopped)
+                }
+                Err(mpsc::TryRecvError::Empty) => {
+                    if !self.lp.idle(Duration::from_micros(200)) {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                }
+            }
+        }
     }
 
     /// Wait (pumping the loop's outputs) until `f` finds what it wants in
@@ -602,13 +655,17 @@ impl Inner {
                 return Err(Error::TimedOut);
             }
             // Woken by the loop's outputs (or another thread's pump); the
-            // 100 ms bound is a safety net, not a poll.
-            waiter.wait((deadline - now).min(Duration::from_millis(100)));
+            // 100 ms bound is a safety net, not a poll. An inline loop is
+            // driven here meanwhile.
+            self.lp
+                .wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
         }
     }
 
     fn not_in_loop(&self) -> Result<(), Error> {
-        if self.loop_thread == Some(std::thread::current().id()) {
+        if self.loop_thread == Some(std::thread::current().id())
+            || iwarp_datapath::runtime::in_round()
+        {
             Err(Error::InLoop)
         } else {
             Ok(())
@@ -632,8 +689,7 @@ impl Inner {
         self.post(Command::Inspect(InspectOp(Box::new(move |s| {
             let _ = tx.send(f(s));
         }))))?;
-        rx.recv_timeout(Duration::from_secs(10))
-            .map_err(|_| Error::Stopped)
+        self.answer(&rx)
     }
 
     fn next_cm(&self, sock: SockId, timeout: Duration) -> Result<CmEvent, Error> {
@@ -927,6 +983,7 @@ impl Context {
         Cq {
             ring: Arc::new(CqRing::new(depth)),
             notify: Arc::new(OnceLock::new()),
+            driver: self.inner.lp.driver(),
         }
     }
 
@@ -1464,12 +1521,33 @@ pub struct Cq {
     ring: Arc<CqRing>,
     /// The notification eventfd, created by the first `notify_fd`.
     notify: Arc<OnceLock<Arc<iwarp_xdp::EventFd>>>,
+    /// The loop to drive when the ring is empty, on an inline context
+    /// ([`Polling::Inline`]).
+    driver: Option<std::sync::Weak<dyn Drive>>,
 }
 
 impl Cq {
-    /// One completion, if any (no syscall, no lock).
+    /// One completion, if any (no syscall, no lock). On an inline context
+    /// ([`Polling::Inline`]) an empty ring makes this thread run one
+    /// round of the loop (receive, stack, transmit) and look again.
     pub fn poll_one(&self) -> Option<Wc> {
-        self.ring.ring.pop().map(|(qp, e)| match e {
+        match self.ring.ring.pop() {
+            Some(e) => Some(Self::wc(e)),
+            None if self.drive() => self.ring.ring.pop().map(Self::wc),
+            None => None,
+        }
+    }
+
+    /// Run a round of an inline context's loop; false if none ran.
+    fn drive(&self) -> bool {
+        self.driver
+            .as_ref()
+            .and_then(|w| w.upgrade())
+            .is_some_and(|d| d.drive())
+    }
+
+    fn wc((qp, e): (usize, CqEntry)) -> Wc {
+        match e {
             CqEntry::Done(c) => Wc {
                 wr_id: c.wr_id,
                 qp,
@@ -1488,16 +1566,26 @@ impl Cq {
                 solicited: false,
                 invalidated: None,
             },
-        })
+        }
     }
 
-    /// Up to `max` completions appended to `out`; returns how many.
+    /// Up to `max` completions appended to `out`; returns how many. On an
+    /// inline context an empty ring makes this thread run one round first
+    /// (as [`poll_one`](Self::poll_one)).
     pub fn poll(&self, out: &mut Vec<Wc>, max: usize) -> usize {
+        let mut n = self.drain(out, max);
+        if n == 0 && max > 0 && self.drive() {
+            n = self.drain(out, max);
+        }
+        n
+    }
+
+    fn drain(&self, out: &mut Vec<Wc>, max: usize) -> usize {
         let mut n = 0;
         while n < max {
-            match self.poll_one() {
-                Some(wc) => {
-                    out.push(wc);
+            match self.ring.ring.pop() {
+                Some(e) => {
+                    out.push(Self::wc(e));
                     n += 1;
                 }
                 None => break,
@@ -1510,7 +1598,9 @@ impl Cq {
     /// timeout (for callers that do not busy-poll); the poll loop unparks
     /// the waiting thread when it pushes a completion (the last thread to
     /// park, if several wait on one CQ; the others wake at their timeout,
-    /// at most 200 µs). `None` on timeout.
+    /// at most 200 µs). On an inline context the waiting thread drives
+    /// the loop, and sleeps in the device's wait (a frame or a post ends
+    /// it) rather than parking. `None` on timeout.
     pub fn wait(&self, timeout: Duration) -> Option<Wc> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
@@ -1526,9 +1616,18 @@ impl Cq {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
-                // The loop unparks us when it pushes a completion.
-                self.ring
-                    .park(pause.min(deadline.saturating_duration_since(Instant::now())));
+                let p = pause.min(deadline.saturating_duration_since(Instant::now()));
+                // Inline: this thread drives and sleeps in the device's
+                // wait; else (or when another thread drives) the loop
+                // unparks us when it pushes a completion.
+                let drove = self
+                    .driver
+                    .as_ref()
+                    .and_then(|w| w.upgrade())
+                    .is_some_and(|d| d.idle(p));
+                if !drove {
+                    self.ring.park(p);
+                }
                 pause = (pause * 2).min(Duration::from_micros(200));
             }
         }
@@ -2039,8 +2138,9 @@ impl Qp {
         &self.negotiated
     }
 
-    /// Post to the send queue: one push on a lock-free queue, no syscall.
-    /// A refusal by the queue pair arrives on the CQ ([`Status::Refused`]).
+    /// Post to the send queue: one push on a lock-free queue, no syscall
+    /// (on an inline context, [`Polling::Inline`], this thread then runs a
+    /// round that sends it). A refusal by the queue pair arrives on the CQ ([`Status::Refused`]).
     /// The send queue holds `sq_depth` work requests that are posted and
     /// not yet completed; as in verbs, the application keeps within it
     /// (reaping completions), and one posted past it completes as

@@ -221,6 +221,8 @@ struct Args {
     busy: bool,
     copy_tx: bool,
     threads: bool,
+    /// `--threads --loop-thread`: loop threads, not inline contexts.
+    loop_thread: bool,
     core: Option<usize>,
     netns: bool,
     /// The link our two contexts use.
@@ -465,9 +467,15 @@ struct Cli {
     /// Latency tests: open loop at this many messages per second.
     #[arg(long, value_name = "MSGS_PER_SEC", value_parser = positive)]
     rate: Option<f64>,
-    /// Run from application threads instead of inside the poll loops.
+    /// Run from application threads instead of inside the poll loops:
+    /// each thread drives its context itself (run to completion,
+    /// `Polling::Inline`), pinned where the loop would be.
     #[arg(long)]
     threads: bool,
+    /// With --threads: application threads hand work to poll loop
+    /// threads of their own instead of driving the stack.
+    #[arg(long, requires = "threads")]
+    loop_thread: bool,
     /// Busy-poll (loops never sleep).
     #[arg(long)]
     busy: bool,
@@ -569,6 +577,7 @@ fn parse_args() -> Args {
         busy: c.busy,
         copy_tx: c.copy_tx,
         threads: c.threads,
+        loop_thread: c.loop_thread,
         core: c.core,
         link: match (c.link, c.sim, c.netns) {
             (Some(l), _, _) => l,
@@ -627,6 +636,18 @@ fn lab(mtu: Option<u32>) -> Result<Lab, String> {
 
 /// The CPUs of the server's and the client's end: our two poll loops and
 /// the Linux baseline's two socket threads are pinned alike.
+/// Inline contexts when application threads run the tests (`--threads`,
+/// unless `--loop-thread`); else loop threads, busy or adaptive.
+fn polling(args: &Args) -> iwarp::Polling {
+    if args.threads && !args.loop_thread {
+        iwarp::Polling::Inline
+    } else if args.busy {
+        iwarp::Polling::Busy
+    } else {
+        iwarp::Polling::Adaptive
+    }
+}
+
 fn placement(args: &Args) -> (usize, usize) {
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     let first = args.core.unwrap_or(0) % ncpu;
@@ -642,11 +663,7 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
     }
     let Some(lab) = lab.filter(|_| args.link == Link::Veth) else {
         // The in-memory link, pinned and polled as the real ones are.
-        let polling = if args.busy {
-            iwarp::Polling::Busy
-        } else {
-            iwarp::Polling::Adaptive
-        };
+        let polling = polling(args);
         return Ok(iwarp::Context::sim_pair_with(
             polling,
             Some(placement(args)),
@@ -664,11 +681,7 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
         o.host.core = Some(core);
         o.host.rx_drop_ppm = args.loss_permille.unwrap_or(0) * 1000;
         o.host.copy_tx = args.copy_tx;
-        o.host.polling = if args.busy {
-            iwarp::Polling::Busy
-        } else {
-            iwarp::Polling::Adaptive
-        };
+        o.host.polling = polling(args);
         args.tuning.apply(&mut o).map(|()| o)
     };
     let s = iwarp::Context::af_xdp(&opts(End::A, &lab.a, 11, first)?)
@@ -699,11 +712,7 @@ fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), Strin
         o.host.core = Some(core);
         o.host.mtu = args.mtu.map(|m| m as usize);
         o.host.copy_tx = args.copy_tx;
-        o.host.polling = if args.busy {
-            iwarp::Polling::Busy
-        } else {
-            iwarp::Polling::Adaptive
-        };
+        o.host.polling = polling(args);
         o
     };
     let s = iwarp::Context::dpdk(&eal, &opts(0, MemifRole::Server, 11, first))
@@ -995,6 +1004,15 @@ fn run() -> Result<(), String> {
 
     // Phase 2: ours.
     let (server, client) = contexts(lab.as_ref(), &args)?;
+    // Inline contexts run on the application threads: this one (the
+    // client's) and the server's answer thread are pinned where the
+    // loops would be.
+    let inline = polling(&args) == iwarp::Polling::Inline;
+    let (server_cpu, client_cpu) = placement(&args);
+    if inline {
+        core_affinity::set_for_current(core_affinity::CoreId { id: client_cpu });
+    }
+    let server_pin = inline.then_some(server_cpu);
     let mut summary = Vec::new();
     let mut files = Vec::new();
     let mut last_test = None;
@@ -1012,6 +1030,7 @@ fn run() -> Result<(), String> {
             // The server answers on a thread only with --threads; otherwise
             // both ends run in their poll loops.
             args.threads,
+            server_pin,
             iwarp::Transport::Mpa,
         )
         .map_err(e)?;
@@ -1026,6 +1045,7 @@ fn run() -> Result<(), String> {
                 job.size,
                 args.busy,
                 args.threads,
+                server_pin,
                 iwarp::Transport::Sctp,
             )
             .map_err(|x| format!("{} over SCTP: {x}", plan.label))
@@ -1403,6 +1423,7 @@ fn run() -> Result<(), String> {
         "tool": "iwarp-perf",
         "transport": transport,
         "busy_polling": args.busy,
+        "polling": format!("{:?}", polling(&args)),
         "link": args.link.name(),
         "linux_wait": wait.word(),
         "latency_path": path_name(args.threads),
@@ -1460,10 +1481,12 @@ fn perftest_mode() -> Option<Result<(), String>> {
 
 const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SIZE | -a] [-n ITERS] [-t TX] [-r RX] [-o READS]
                   [--report_gbits] (--iface IFACE [--in-netns NS] | --memif-socket PATH)
-                  --ip ADDR[/PREFIX] [--gateway GW] [--core N] [--busy] [--no-crc] [SERVER]
+                  --ip ADDR[/PREFIX] [--gateway GW] [--core N] [--busy] [--loop-thread] [--no-crc] [SERVER]
   Client or server of rdma-core's ib_TEST -R (perftest's other flags, such as -d or -F, are accepted and
   ignored). Without SERVER it waits for a perftest client. --memif-socket: a DPDK memif link on that
-  socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects).";
+  socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects).
+  The test's thread drives the stack (run to completion, one thread on one core works); --loop-thread
+  runs it on a poll loop thread instead (--core N pins that loop; --busy: the loop and the CQ spin).";
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -162,8 +162,8 @@ pub struct Pair {
 
 /// Connect a client to a fresh server on `port` for `test` with SIZE `size`.
 /// With `answer_thread` the server answers on a thread of its own (the
-/// `--threads` path and bandwidth tests); without, [`Pair::latency`] runs
-/// both ends in their poll loops.
+/// `--threads` path and bandwidth tests), pinned to `answer_core` when
+/// given; without, [`Pair::latency`] runs both ends in their poll loops.
 #[allow(clippy::too_many_arguments)] // one call site; the settings of one run
 pub fn connect(
     server: &Context,
@@ -173,6 +173,7 @@ pub fn connect(
     size: u32,
     busy: bool,
     answer_thread: bool,
+    answer_core: Option<usize>,
     transport: iwarp::Transport,
 ) -> Result<Pair, Error> {
     let len = size.max(1);
@@ -233,6 +234,9 @@ pub fn connect(
     let handle = answer_thread.then(|| {
         let (s, sdone, peer) = (srv.clone(), done.clone(), cbuf.clone());
         std::thread::spawn(move || -> Result<(), Error> {
+            if let Some(id) = answer_core {
+                core_affinity::set_for_current(core_affinity::CoreId { id });
+            }
             let mut got = 0u64;
             while !sdone.load(Ordering::Acquire) {
                 let wc = match if busy {
