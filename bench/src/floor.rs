@@ -210,12 +210,13 @@ impl PingPong {
 }
 
 /// The process's DPDK EAL for memif links (no hugepages, no PCI, main
-/// lcore floating over `cpus` CPUs), started on first use and shared
+/// lcore floating over the CPUs this thread may use), started on first use and shared
 /// after: DPDK starts its EAL once per process.
-pub fn memif_eal(cpus: usize) -> Result<iwarp::dpdk::Eal, String> {
+pub fn memif_eal() -> Result<iwarp::dpdk::Eal, String> {
     static EAL: std::sync::OnceLock<Result<iwarp::dpdk::Eal, String>> = std::sync::OnceLock::new();
     EAL.get_or_init(|| {
-        iwarp::dpdk::Eal::init(iwarp::dpdk::floating_vdev_args(&[], cpus))
+        let cpus = iwarp::dpdk::allowed_cpus();
+        iwarp::dpdk::Eal::init(iwarp::dpdk::floating_vdev_args(&[], &cpus))
             .map_err(|e| format!("DPDK EAL: {e}"))
     })
     .clone()

@@ -1504,8 +1504,7 @@ impl StackArgs {
         if let Some(g) = &self.gateway {
             o.host.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
         }
-        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let eal = crate::floor::memif_eal(ncpu)?;
+        let eal = crate::floor::memif_eal()?;
         Context::dpdk(&eal, &o).map_err(|e| format!("memif on {}: {e}", sock.display()))
     }
 

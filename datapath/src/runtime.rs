@@ -321,6 +321,8 @@ struct Core<E: Engine, D: FrameDevice> {
     /// Idle rounds in a row, and the next sleep (adaptive waiting).
     idle: u32,
     sleep: Duration,
+    /// The clock reading of the last round's start (ns).
+    last_now: u64,
 }
 
 impl<E: Engine, D: FrameDevice> Core<E, D> {
@@ -346,6 +348,7 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
         let st = &mut self.st;
         st.rounds += 1;
         let now = self.start.elapsed().as_nanos() as u64;
+        self.last_now = now;
         let (c, engine) = (&*self.commands, &mut self.engine);
         let mut busy = false;
         // Commands before frames: work an application posted before a
@@ -595,7 +598,8 @@ impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
         let Some(core) = g.as_mut() else { return false };
         core.st.app_rounds += 1;
         core.round();
-        self.last_app.store(core.now(), Ordering::Relaxed);
+        // The round's own clock reading: no second one.
+        self.last_app.store(core.last_now, Ordering::Relaxed);
         true
     }
 
@@ -612,7 +616,7 @@ impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
         };
         core.st.app_rounds += 1;
         let busy = core.round();
-        self.last_app.store(core.now(), Ordering::Relaxed);
+        self.last_app.store(core.last_now, Ordering::Relaxed);
         if !busy {
             *self.sleeper.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current());
             core.sleep_once(pause.min(self.max_sleep), false, &self.sleeping, &self.stop);
@@ -895,6 +899,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         held_limit: queue_depth.max(1) * HELD_OUTPUTS_PER_SLOT,
         idle: 0,
         sleep: Duration::from_micros(1),
+        last_now: 0,
     };
     let pin = move |st: &mut LoopStats| {
         if let Some(id) = core {

@@ -34,7 +34,8 @@ impl Eal {
     ///
     /// The calling thread becomes DPDK's main lcore, and EAL pins it to the
     /// first core of the core list (`-l`); threads it spawns afterwards
-    /// inherit that affinity. Pass `--lcores 0@(0-N)` to keep it floating.
+    /// inherit that affinity. Pass `--lcores 0@(CPUS)` to keep it floating
+    /// ([`crate::floating_vdev_args`]).
     pub fn init<I, S>(args: I) -> Result<Eal, Error>
     where
         I: IntoIterator<Item = S>,

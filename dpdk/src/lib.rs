@@ -91,20 +91,34 @@ fn vdev_args(vdevs: &[&str]) -> Vec<String> {
 }
 
 /// EAL arguments as [`Eal::vdev_args`], but with the main lcore floating
-/// over CPUs `0..cpus` (`--lcores 0@(0-N)`) instead of pinned to CPU 0:
+/// over `cpus` (`--lcores 0@(a,b,...)`) instead of pinned to CPU 0:
 /// `rte_eal_init` pins the thread that calls it to its main lcore's CPUs,
 /// and threads spawned later inherit that mask, so a process that pins its
-/// own poll loops (and runs application threads beside them) keeps every
-/// CPU this way.
-pub fn floating_vdev_args(vdevs: &[&str], cpus: usize) -> Vec<String> {
+/// own poll loops (and runs application threads beside them) keeps its
+/// CPUs this way. Pass [`allowed_cpus`]: a process confined by `taskset
+/// -c 1` must not have its thread moved to CPU 0 (an empty list: CPU 0).
+pub fn floating_vdev_args(vdevs: &[&str], cpus: &[usize]) -> Vec<String> {
     let mut v = vdev_args(vdevs);
+    let list = if cpus.is_empty() {
+        "0".to_owned()
+    } else {
+        cpus.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     if let Some(i) = v.iter().position(|a| a == "-l") {
-        v.splice(
-            i..i + 2,
-            ["--lcores".to_owned(), format!("0@(0-{})", cpus.max(1) - 1)],
-        );
+        v.splice(i..i + 2, ["--lcores".to_owned(), format!("0@({list})")]);
     }
     v
+}
+
+/// The CPUs the calling thread may run on (its affinity mask), in order;
+/// empty if it cannot be read.
+pub fn allowed_cpus() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|c| c.id).collect())
+        .unwrap_or_default()
 }
 
 /// Which end of a DPDK memif link (`net_memif`: shared-memory rings
@@ -241,11 +255,21 @@ mod tests {
     }
 
     #[test]
-    fn floating_args_keep_every_cpu() {
-        let a = floating_vdev_args(&["net_memif0"], 4);
+    fn floating_args_keep_the_given_cpus() {
+        let a = floating_vdev_args(&["net_memif0"], &[1, 3]);
         assert!(!a.iter().any(|x| x == "-l"), "{a:?}");
         let i = a.iter().position(|x| x == "--lcores").expect("--lcores");
-        assert_eq!(a[i + 1], "0@(0-3)");
+        assert_eq!(a[i + 1], "0@(1,3)");
+        let a = floating_vdev_args(&[], &[]);
+        let i = a.iter().position(|x| x == "--lcores").expect("--lcores");
+        assert_eq!(a[i + 1], "0@(0)");
+    }
+
+    #[test]
+    fn allowed_cpus_are_this_threads_mask() {
+        let cpus = allowed_cpus();
+        let n = std::thread::available_parallelism().map_or(0, |n| n.get());
+        assert_eq!(cpus.len(), n, "{cpus:?}");
     }
 
     #[test]

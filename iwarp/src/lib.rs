@@ -411,7 +411,7 @@ impl DpdkOptions {
     /// ```no_run
     /// use iwarp::{dpdk::{self, Eal, MemifRole}, Context, DpdkOptions};
     /// # fn main() -> Result<(), iwarp::Error> {
-    /// let eal = Eal::init(dpdk::floating_vdev_args(&[], 2))?;
+    /// let eal = Eal::init(dpdk::floating_vdev_args(&[], &dpdk::allowed_cpus()))?;
     /// let sock = std::path::Path::new("/run/iwarp/memif.sock");
     /// let s = DpdkOptions::memif(0, MemifRole::Server, 0, sock, "10.0.0.1".parse().unwrap(), 24);
     /// let c = DpdkOptions::memif(1, MemifRole::Client, 0, sock, "10.0.0.2".parse().unwrap(), 24);
@@ -585,9 +585,16 @@ impl Inner {
     /// Post a command; an inline loop ([`Polling::Inline`]) runs a round
     /// on this thread right away, so the work leaves now (a doorbell).
     fn post(&self, cmd: Command) -> Result<(), Error> {
-        self.lp.post(cmd).map_err(|_| Error::QueueFull)?;
+        self.post_quiet(cmd)?;
         self.lp.drive();
         Ok(())
+    }
+
+    /// Post a command without running a round: for work that sends
+    /// nothing by itself (a receive buffer). The next round handles it
+    /// before any frame, so a frame that needs it finds it in place.
+    fn post_quiet(&self, cmd: Command) -> Result<(), Error> {
+        self.lp.post(cmd).map_err(|_| Error::QueueFull)
     }
 
     /// Post a command and wait for its answer through a channel.
@@ -2151,16 +2158,42 @@ impl Qp {
             .post(Command::Iwarp(self.sock, HostCommand::PostSend(wr)))
     }
 
+    /// Post several work requests to the send queue in order, as one
+    /// doorbell (verbs' list of work requests): on an inline context one
+    /// round sends them all. Stops at the first the command queue refuses
+    /// and returns how many were posted with the error.
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = WorkRequest>,
+    ) -> Result<usize, (usize, Error)> {
+        let mut n = 0;
+        for wr in wrs {
+            if let Err(e) = self
+                .ctx
+                .inner
+                .post_quiet(Command::Iwarp(self.sock, HostCommand::PostSend(wr)))
+            {
+                self.ctx.inner.lp.drive();
+                return Err((n, e));
+            }
+            n += 1;
+        }
+        self.ctx.inner.lp.drive();
+        Ok(n)
+    }
+
     /// Post a receive buffer made of several pieces (a scatter list).
+    /// Never runs a round on an inline context: a receive sends nothing;
+    /// it is in place before the next frame is handled.
     pub fn post_recv_list(&self, wr_id: u64, sgl: SgList) -> Result<(), Error> {
         self.ctx
             .inner
-            .post(Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)))
+            .post_quiet(Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)))
     }
 
-    /// Post a receive buffer.
+    /// Post a receive buffer (see [`post_recv_list`](Self::post_recv_list)).
     pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), Error> {
-        self.ctx.inner.post(Command::Iwarp(
+        self.ctx.inner.post_quiet(Command::Iwarp(
             self.sock,
             HostCommand::PostRecv(wr_id, sge.into()),
         ))

@@ -696,8 +696,7 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
 /// on AF_XDP.
 fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
     use iwarp::dpdk::MemifRole;
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let eal = iwarp_bench::floor::memif_eal(ncpu)?;
+    let eal = iwarp_bench::floor::memif_eal()?;
     let sock = iwarp_bench::floor::memif_socket(MEMIF_LINK);
     let (first, second) = placement(args);
     let opts = |index: u32, role, last: u8, core: usize| {
@@ -731,8 +730,7 @@ fn link_floor(link: Link, args: &Args, iters: u64) -> Result<iwarp_bench::floor:
     match link {
         Link::Veth => floor::xdp_pingpong(64, cores, iters),
         Link::Memif => {
-            let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let eal = floor::memif_eal(ncpu)?;
+            let eal = floor::memif_eal()?;
             floor::memif_pingpong(&eal, MEMIF_LINK + 1, 64, cores, iters)
         }
         Link::Sim => {

@@ -358,7 +358,7 @@ fn pingpong_main(cli: &Cli, args: &Args) -> i32 {
                 iwarp_bench::floor::xdp_pingpong(cli.frame as usize, cores, cli.iters)
             }
             FloorLink::Memif => {
-                let eal = match iwarp_bench::floor::memif_eal(args.ncpu) {
+                let eal = match iwarp_bench::floor::memif_eal() {
                     Ok(e) => e,
                     Err(e) => {
                         eprintln!("xdp-floor: memif: {e}");

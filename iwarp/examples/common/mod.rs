@@ -32,7 +32,11 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
     if std::env::args().any(|a| a == "--memif") {
         // The EAL's main lcore floats over every CPU (see below).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let eal = Eal::init(iwarp::dpdk::floating_vdev_args(&[], cores)).expect("EAL");
+        let eal = Eal::init(iwarp::dpdk::floating_vdev_args(
+            &[],
+            &iwarp::dpdk::allowed_cpus(),
+        ))
+        .expect("EAL");
         let sock = std::env::temp_dir().join(format!("iwarp-example-{}.sock", std::process::id()));
         let opts = |index: u32, role, last: u8, core: usize| {
             let ip = Ipv4Addr::new(10, 77, 8, last);
@@ -71,16 +75,12 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
     let ip = |last: u8| Ipv4Addr::new(10, 77, 7, last);
     let (server, client, how) = if dpdk {
         // EAL pins the thread that initialises it to its main lcore, and
-        // threads spawned later inherit that: float it over all cores.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut args = Eal::vdev_args(&[]);
-        if let Some(i) = args.iter().position(|a| a == "-l") {
-            args.splice(
-                i..i + 2,
-                ["--lcores".to_owned(), format!("0@(0-{})", cores - 1)],
-            );
-        }
-        let eal = Eal::init(args).expect("EAL");
+        // threads spawned later inherit that: float it over our CPUs.
+        let eal = Eal::init(iwarp::dpdk::floating_vdev_args(
+            &[],
+            &iwarp::dpdk::allowed_cpus(),
+        ))
+        .expect("EAL");
         let opts = |end: End, ns: &Netns, n: u8, core: usize| {
             let dev = format!("net_af_packet{n},iface={}", veth.name(end));
             let mut o = DpdkOptions::new(&dev, ip(n + 1), 24);

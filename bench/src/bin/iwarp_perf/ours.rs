@@ -92,6 +92,36 @@ fn write(qp: &Qp, wr_id: u64, mr: &Mr, len: u32, to: &Mr) -> Result<(), Error> {
     })
 }
 
+/// A Write of `len` from `mr` into `to`, then a 0-octet Send from
+/// `doorbell` as its doorbell, posted as one list (one round on an inline
+/// context).
+fn write_and_doorbell(
+    qp: &Qp,
+    (write_id, send_id): (u64, u64),
+    mr: &Mr,
+    len: u32,
+    to: &Mr,
+    doorbell: &Mr,
+) -> Result<(), Error> {
+    let wrs = [
+        WorkRequest::Write {
+            wr_id: write_id,
+            signaled: true,
+            local: mr.sge(0, len).into(),
+            remote_stag: to.stag(),
+            remote_to: 0,
+        },
+        WorkRequest::Send {
+            wr_id: send_id,
+            signaled: true,
+            local: doorbell.sge(0, 0).into(),
+            solicited: false,
+            invalidate: None,
+        },
+    ];
+    qp.post_send_list(wrs).map(|_| ()).map_err(|(_, e)| e)
+}
+
 fn read(qp: &Qp, wr_id: u64, mr: &Mr, len: u32, from: &Mr) -> Result<(), Error> {
     qp.post_send(WorkRequest::Read {
         wr_id,
@@ -128,10 +158,14 @@ impl Server {
     fn answer(&self, test: Test, size: u32, wc: &Wc, got: u64, peer: &Mr) -> Result<(), Error> {
         match test {
             Test::SendLat => send(&self.qp, 1 << 40, &self.reply, size)?,
-            Test::WriteLat => {
-                write(&self.qp, 1 << 40, &self.buf, size, peer)?;
-                send(&self.qp, 1 << 41, &self.reply, 0)?;
-            }
+            Test::WriteLat => write_and_doorbell(
+                &self.qp,
+                (1 << 40, 1 << 41),
+                &self.buf,
+                size,
+                peer,
+                &self.reply,
+            )?,
             Test::SendBw if wc.byte_len > 0 => {
                 if got.is_multiple_of(CREDIT_BATCH) {
                     send(&self.qp, 1 << 41, &self.reply, 4.min(size))?;
@@ -288,10 +322,7 @@ fn wanted(test: Test) -> WcOpcode {
 fn post_lat(test: Test, qp: &Qp, i: u64, buf: &Mr, size: u32, remote: &Mr) -> Result<(), Error> {
     match test {
         Test::SendLat => send(qp, i, buf, size),
-        Test::WriteLat => {
-            write(qp, i, buf, size, remote)?;
-            send(qp, i, buf, 0)
-        }
+        Test::WriteLat => write_and_doorbell(qp, (i, i), buf, size, remote, buf),
         Test::ReadLat => read(qp, i, buf, size, remote),
         _ => unreachable!("not a latency test"),
     }
