@@ -1078,6 +1078,9 @@ pub struct Stack {
     next_id: SockId,
     /// The connections polled this round (scratch).
     ids: Vec<SockId>,
+    /// The listening ports visited this round (scratch: no allocation
+    /// per round).
+    ports: Vec<u16>,
     /// The ready set: connections to poll next round, each once (its
     /// `Sock::ready` flag); byte streams are always in it.
     ready: Vec<SockId>,
@@ -1126,6 +1129,7 @@ impl Stack {
             hooks: Vec::new(),
             next_id: 0,
             ids: Vec::new(),
+            ports: Vec::new(),
             ready: Vec::new(),
             timers: std::collections::BinaryHeap::new(),
             last_sweep: 0,
@@ -2273,10 +2277,13 @@ impl crate::runtime::Engine for Stack {
             }
             true
         });
-        let ports: Vec<u16> = self.listeners.keys().copied().collect();
-        for p in ports {
+        let mut ports = std::mem::take(&mut self.ports);
+        ports.clear();
+        ports.extend(self.listeners.keys().copied());
+        for &p in &ports {
             self.accept_ready(p);
         }
+        self.ports = ports;
         // Opening/Accepted (and command answers) before any event of the
         // connections they announce: an application learns of a
         // connection before its first CM event.

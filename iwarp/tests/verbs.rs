@@ -926,10 +926,13 @@ fn nothing_is_placed_into_a_deregistered_region() {
 
 /// An idle connected pair on a link that can wait for frames sleeps until
 /// its next deadline (the 100 ms idle sweep here) instead of waking every
-/// 200 µs, and a Send posted after the idle time still arrives at once
-/// (the post wakes the client's loop, the frame the server's).
+/// 200 µs, and a Send posted after the idle time still arrives (the post
+/// wakes the client's loop, the frame the server's). That the wakes cut
+/// a sleep short is pinned without wall-clock bounds a loaded machine
+/// could break by `runtime::tests::a_post_unparks_a_sleeping_loop` and
+/// `a_frame_wakes_a_loop_sleeping_on_its_device` (sleeps of 8 s or more).
 #[test]
-fn an_idle_pair_sleeps_long_and_answers_at_once() {
+fn an_idle_pair_sleeps_long_and_still_answers() {
     let p = pair(9113, 4, 4, 1);
     std::thread::sleep(Duration::from_millis(300));
     let (server, client) = (&p._ctx.0, &p._ctx.1);
@@ -948,7 +951,6 @@ fn an_idle_pair_sleeps_long_and_answers_at_once() {
         slept.0 < 100 && slept.1 < 100,
         "sleeps in 1.5 s idle: {slept:?}"
     );
-    let sent = std::time::Instant::now();
     p.client
         .post_send(WorkRequest::Send {
             wr_id: 1,
@@ -960,9 +962,4 @@ fn an_idle_pair_sleeps_long_and_answers_at_once() {
         .unwrap();
     let wc = p.scq.wait(T).unwrap();
     assert_eq!((wc.opcode, wc.byte_len), (Some(WcOpcode::Recv), 16));
-    assert!(
-        sent.elapsed() < Duration::from_millis(50),
-        "the Send took {:?} after the idle time",
-        sent.elapsed()
-    );
 }

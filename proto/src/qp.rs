@@ -1843,7 +1843,8 @@ impl Qp {
             let wire = self
                 .llp
                 .wire_len(plan.hdr_len + job.inline_len + plan.chunk as usize);
-            let mut v = Vec::with_capacity(wire);
+            // A buffer an acknowledged record left, when one fits.
+            let mut v = txq.buffer(wire);
             match self.emit_plan(mem, &plan, &mut v) {
                 Some(true) => {
                     self.stats.stream_tx += v.len() as u64;

@@ -315,7 +315,16 @@ pub struct TxQueue {
     /// on from there, so it is tried before a search.
     released: u64,
     hint: u64,
+    /// Buffers of acknowledged small records, kept for the next ones
+    /// ([`buffer`](Self::buffer)): at most [`SPARE_BUFFERS`] of at most
+    /// [`SPARE_MAX`] octets each, so a connection keeps at most 8 KiB.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Buffers a queue keeps for reuse.
+pub const SPARE_BUFFERS: usize = 4;
+/// The largest buffer a queue keeps for reuse (octets of capacity).
+pub const SPARE_MAX: usize = 2048;
 
 impl TxQueue {
     /// An empty queue whose first record starts at stream offset `start`.
@@ -326,6 +335,17 @@ impl TxQueue {
             failed: false,
             released: 0,
             hint: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// An empty buffer of at least `cap` octets for a [`TxRecord::Bytes`]:
+    /// one an acknowledged record left (no allocation) when one is big
+    /// enough.
+    pub fn buffer(&mut self, cap: usize) -> Vec<u8> {
+        match self.spare.iter().position(|b| b.capacity() >= cap) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::with_capacity(cap),
         }
     }
 
@@ -380,6 +400,7 @@ impl TxQueue {
     pub fn trim(&mut self) {
         if self.recs.is_empty() {
             self.recs = VecDeque::new();
+            self.spare = Vec::new();
         }
     }
 
@@ -448,7 +469,12 @@ impl TxQueue {
                     done(seq);
                 }
             }
-            self.recs.pop_front();
+            if let Some((_, TxRecord::Bytes(mut b))) = self.recs.pop_front() {
+                if self.spare.len() < SPARE_BUFFERS && b.capacity() <= SPARE_MAX {
+                    b.clear();
+                    self.spare.push(b);
+                }
+            }
             self.released += 1;
         }
     }
@@ -756,5 +782,34 @@ mod tests {
         }
         assert_eq!(q.poll_completion().map(|c| c.wr_id), Some(8));
         assert!(txq.is_empty());
+    }
+
+    /// Acknowledged small records leave their buffers for the next ones
+    /// (no allocation per small message), at most `SPARE_BUFFERS` of at
+    /// most `SPARE_MAX` octets; a trimmed idle queue keeps none.
+    #[test]
+    fn acknowledged_small_buffers_are_reused_within_a_bound() {
+        let mut q = TxQueue::new(0);
+        for i in 0..6u8 {
+            let mut b = q.buffer(100);
+            b.extend_from_slice(&[i; 100]);
+            q.push(TxRecord::Bytes(b));
+        }
+        let mut big = q.buffer(SPARE_MAX + 1);
+        big.resize(SPARE_MAX + 1, 7);
+        q.push(TxRecord::Bytes(big));
+        q.release(q.end(), &mut |_| {});
+        assert!(q.is_empty());
+        assert_eq!(q.spare.len(), SPARE_BUFFERS);
+        assert!(q.spare.iter().all(|b| b.is_empty() && b.capacity() <= SPARE_MAX));
+        let reused = q.buffer(100);
+        assert!(reused.is_empty() && reused.capacity() >= 100);
+        assert_eq!(q.spare.len(), SPARE_BUFFERS - 1);
+        // None big enough: a fresh one, the spares stay.
+        let fresh = q.buffer(SPARE_MAX * 2);
+        assert!(fresh.capacity() >= SPARE_MAX * 2);
+        assert_eq!(q.spare.len(), SPARE_BUFFERS - 1);
+        q.trim();
+        assert!(q.spare.is_empty());
     }
 }

@@ -128,6 +128,12 @@ pub struct VirtualLink<E: Engine> {
     /// device reuses its buffers: a frame costs the link one copy (or one
     /// build in place), not an allocation and a zeroing each.
     pool: Vec<Vec<u8>>,
+    /// Scratch of `step` (frames due, frames an engine sent), kept so
+    /// that a step allocates nothing: the link's own cost stays out of
+    /// what `stack-cost` measures of the stacks.
+    due: Vec<Flight>,
+    sent: Vec<Vec<u8>>,
+    outs: Vec<E::Output>,
 }
 
 /// Most delivered frame buffers kept for reuse.
@@ -187,6 +193,9 @@ impl<E: Engine> VirtualLink<E> {
             burst_until: [0; 2],
             flight: Vec::new(),
             pool: Vec::new(),
+            due: Vec::new(),
+            sent: Vec::new(),
+            outs: Vec::new(),
             sent_n: 0,
             out_a: VecDeque::new(),
             out_b: VecDeque::new(),
@@ -294,7 +303,7 @@ impl<E: Engine> VirtualLink<E> {
     pub fn step(&mut self) -> bool {
         self.now += self.cfg.tick_ns;
         let now = self.now;
-        let mut due: Vec<Flight> = Vec::new();
+        let mut due = std::mem::take(&mut self.due);
         let mut i = 0;
         while i < self.flight.len() {
             if self.flight[i].at <= now {
@@ -305,16 +314,17 @@ impl<E: Engine> VirtualLink<E> {
         }
         due.sort_by_key(|f| (f.at, f.n));
         let mut busy = !due.is_empty();
-        for f in due {
+        for f in due.drain(..) {
             self.stats.delivered += 1;
             self.engine(f.to).handle_frame(&f.frame, now);
             if self.pool.len() < POOL_MAX {
                 self.pool.push(f.frame);
             }
         }
+        self.due = due;
         for side in [Side::A, Side::B] {
-            let mut frames: Vec<Vec<u8>> = Vec::new();
-            let mut outs = Vec::new();
+            let mut frames = std::mem::take(&mut self.sent);
+            let mut outs = std::mem::take(&mut self.outs);
             let mut pool = std::mem::take(&mut self.pool);
             busy |= self.engine(side).poll(
                 now,
@@ -325,14 +335,16 @@ impl<E: Engine> VirtualLink<E> {
                 &mut |o| outs.push(o),
             );
             self.pool = pool;
-            self.outputs(side).extend(outs);
+            self.outputs(side).extend(outs.drain(..));
+            self.outs = outs;
             let to = match side {
                 Side::A => Side::B,
                 Side::B => Side::A,
             };
-            for f in frames {
+            for f in frames.drain(..) {
                 self.transmit(to, f);
             }
+            self.sent = frames;
         }
         busy
     }
