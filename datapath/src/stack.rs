@@ -587,6 +587,7 @@ fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.no_timestamp_drops += t.no_timestamp_drops;
     sum.persist_aborts += t.persist_aborts;
     sum.sack_recoveries += t.sack_recoveries;
+    sum.reasm_steps += t.reasm_steps;
     sum.rack_losses += t.rack_losses;
     sum.lost_retransmits += t.lost_retransmits;
     sum.tlp_probes += t.tlp_probes;

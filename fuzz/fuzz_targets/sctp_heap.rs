@@ -3,7 +3,8 @@
 //! and flags, raw chunk bytes with ports, tag and checksum fixed up,
 //! reads, transmits, time), with a counting allocator: after every step
 //! the heap the association holds grew by at most its receive buffer plus
-//! a fixed slack. The proptest twin is `tests/tests/heap_bound.rs`.
+//! a fixed slack, and its reassembly work stays within 24 entries per
+//! chunk handed in. The proptest twin is `tests/tests/heap_bound.rs`.
 #![no_main]
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -123,6 +124,10 @@ fuzz_target!(|data: &[u8]| {
     let mut pkt = vec![0u8; 2048];
     let mut now = 0u64;
     let start = heap_held();
+    // DATA chunks handed in (a raw packet may carry one per 16 octets)
+    // and the reassembly work before the first: the work per chunk stays
+    // bounded, amortised (as `tests/tests/heap_bound.rs` checks).
+    let (mut chunks, work0) = (0u64, b.rx_work());
     let mut i = 0;
     while i + 6 <= data.len() {
         let op = &data[i..i + 6];
@@ -143,11 +148,13 @@ fuzz_target!(|data: &[u8]| {
                     payload: &payload[..usize::from(op[5]) * 4 + 1],
                 };
                 if let Ok(n) = emit_packet(&h, &[ChunkRepr::Data(d)], &mut pkt) {
+                    chunks += 1;
                     b.handle_packet(now, &pkt[..n]);
                 }
             }
             5 => {
                 let len = usize::from(op[1]).min(data.len() - i);
+                chunks += len as u64 / 16 + 1;
                 let n = 12 + len;
                 pkt[12..n].copy_from_slice(&data[i..i + len]);
                 i += len;
@@ -178,6 +185,11 @@ fuzz_target!(|data: &[u8]| {
             grew <= RECV_BUFFER as isize + SLACK,
             "the association grew by {grew} octets (charged {})",
             b.recv_buffered()
+        );
+        let work = b.rx_work() - work0;
+        assert!(
+            work <= 24 * chunks,
+            "{work} reassembly entries visited for {chunks} chunks"
         );
     }
 });

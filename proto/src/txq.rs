@@ -801,7 +801,10 @@ mod tests {
         q.release(q.end(), &mut |_| {});
         assert!(q.is_empty());
         assert_eq!(q.spare.len(), SPARE_BUFFERS);
-        assert!(q.spare.iter().all(|b| b.is_empty() && b.capacity() <= SPARE_MAX));
+        assert!(q
+            .spare
+            .iter()
+            .all(|b| b.is_empty() && b.capacity() <= SPARE_MAX));
         let reused = q.buffer(100);
         assert!(reused.is_empty() && reused.capacity() >= 100);
         assert_eq!(q.spare.len(), SPARE_BUFFERS - 1);

@@ -1095,6 +1095,14 @@ impl Association {
     pub fn recv_buffered(&self) -> usize {
         self.rx_bytes
     }
+    /// Reassembly work so far: held chunks and runs looked up or visited
+    /// (joining runs, pruning, delivering). Each received chunk costs a
+    /// bounded number of these, amortised, whatever a peer sends: the
+    /// invariant fuzzer (`tests/tests/heap_bound.rs`) bounds it per chunk
+    /// handed in.
+    pub fn rx_work(&self) -> u64 {
+        self.rx_work
+    }
     /// User data octets queued and not yet acknowledged.
     pub fn send_buffered(&self) -> usize {
         self.out_bytes

@@ -61,6 +61,7 @@ impl fmt::Display for Stats {
             no_timestamp_drops,
             persist_aborts,
             sack_recoveries,
+            reasm_steps,
             rack_losses,
             lost_retransmits,
             tlp_probes,

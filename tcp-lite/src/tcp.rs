@@ -239,6 +239,10 @@ pub struct Stats {
     pub persist_aborts: u64,
     /// SACK-based loss recoveries entered (RFC 6675 §5).
     pub sack_recoveries: u64,
+    /// Out-of-order range-set entries visited storing and delivering
+    /// out-of-order data: a bounded number per segment, whatever a peer
+    /// sends (the invariant fuzzer, `tests/tests/heap_bound.rs`, checks).
+    pub reasm_steps: u64,
     /// Losses marked by the RACK reordering timer (RFC 8985 §6), not by
     /// duplicate-ACK counting.
     pub rack_losses: u64,
@@ -839,7 +843,10 @@ impl Connection {
     }
     /// Counters.
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats {
+            reasm_steps: self.ooo.steps,
+            ..self.stats
+        }
     }
     /// Data octets one segment carries: the peer's MSS less the
     /// timestamps option when it is on (RFC 6691; what Linux calls the

@@ -15,8 +15,12 @@
 //!   and out of the window;
 //!
 //! and after every step check that what the driven code holds on the heap
-//! grew by at most its configured bound plus a fixed slack. The `sctp_heap`
-//! fuzz target runs the association version under libFuzzer.
+//! grew by at most its configured bound plus a fixed slack, and that the
+//! work it did stays within a fixed amount per input: reassembly entries
+//! visited per DATA chunk handed in (SCTP, amortised over the run:
+//! `Association::rx_work`), range-set entries visited per TCP segment
+//! (`tcp::Stats::reasm_steps`) — no walk along a chain a peer built. The
+//! `sctp_heap` fuzz target runs the association version under libFuzzer.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
@@ -210,6 +214,9 @@ mod sctp {
     pub fn drive(ops: &[Op]) -> Result<(), TestCaseError> {
         let (_a, mut b, base) = pair();
         let (mut pkt, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        // DATA chunks handed in (a raw op may carry one per 16 octets),
+        // and the association's reassembly work before the first.
+        let (mut chunks, work0) = (0u64, b.rx_work());
         let payload = vec![0xa5u8; 1200];
         let h = HeaderRepr {
             src_port: b.peer_port(),
@@ -230,10 +237,12 @@ mod sctp {
                     let tsn = base.wrapping_add(u32::from(tsn_off));
                     let d = data(flags, tsn, stream, ssn, 0, &payload[..usize::from(len)]);
                     if let Ok(n) = emit_packet(&h, &[ChunkRepr::Data(d)], &mut pkt) {
+                        chunks += 1;
                         b.handle_packet(now, &pkt[..n]);
                     }
                 }
                 Op::Raw(bytes) => {
+                    chunks += bytes.len() as u64 / 16 + 1;
                     let n = 12 + bytes.len();
                     pkt[12..n].copy_from_slice(bytes);
                     let mut p = SctpPacket::new_unchecked(&mut pkt[..n]);
@@ -265,9 +274,20 @@ mod sctp {
                 b.recv_buffered(),
                 RECV_BUFFER
             );
+            let work = b.rx_work() - work0;
+            prop_assert!(
+                work <= WORK_PER_CHUNK * chunks,
+                "{work} reassembly entries visited for {chunks} chunks handed in"
+            );
         }
         Ok(())
     }
+
+    /// Reassembly entries an association may visit per DATA chunk handed
+    /// in, amortised: a few look-ups to join a chunk to the runs beside it
+    /// and check them, one visit to deliver or prune it
+    /// (`sctp_lite::assoc` hostile tests see at most 18).
+    pub const WORK_PER_CHUNK: u64 = 24;
 }
 
 /// The DDP stream session layer (RFC 5043) over such an association: a
@@ -380,6 +400,7 @@ mod ddp {
             d.session_state(0)
         );
         d.set_max_held(MAX_HELD);
+        let (mut chunks, work0) = (0u64, d.sctp().rx_work());
         let h = HeaderRepr {
             src_port: d.sctp().peer_port(),
             dst_port: d.sctp().local_port(),
@@ -402,6 +423,7 @@ mod ddp {
                     let ppid = if *session { 17 } else { 16 };
                     let c = data(*flags, tsn, *stream, *ssn, ppid, bytes);
                     if let Ok(n) = emit_packet(&h, &[ChunkRepr::Data(c)], &mut pkt) {
+                        chunks += 1;
                         d.handle_packet(now, &pkt[..n]);
                     }
                 }
@@ -421,6 +443,11 @@ mod ddp {
                 "the DDP association grew by {grew} octets (held {}, SCTP charged {})",
                 d.held(),
                 d.sctp().recv_buffered()
+            );
+            let work = d.sctp().rx_work() - work0;
+            prop_assert!(
+                work <= super::sctp::WORK_PER_CHUNK * chunks,
+                "{work} reassembly entries visited for {chunks} chunks handed in"
             );
         }
         Ok(())
@@ -552,15 +579,21 @@ mod listener {
         let mut p = setup();
         let fill = vec![0u8; 1460];
         let start = heap_held();
+        // Segments handed in, and the range-set work before the first.
+        let (mut segments, work0) = (0u64, p.stack.tcp_totals().reasm_steps);
         for op in ops {
             match op {
-                Op::Seg { conn, offset, data } => p.send_at(*conn, *offset, data),
+                Op::Seg { conn, offset, data } => {
+                    segments += 1;
+                    p.send_at(*conn, *offset, data)
+                }
                 &Op::Fill {
                     conn,
                     offset,
                     len,
                     byte,
                 } => {
+                    segments += 1;
                     let mut f = fill.clone();
                     f.fill(byte);
                     p.send_at(conn, offset, &f[..usize::from(len)]);
@@ -581,6 +614,14 @@ mod listener {
                 "the stack grew by {grew} octets (held {}, {} aborts)",
                 s.held_octets,
                 s.budget_aborts
+            );
+            // Merging a segment into the held ranges visits the ranges it
+            // touches, each of which it then removes: a constant per
+            // segment, amortised (tcp-lite's own test sees at most 2).
+            let work = p.stack.tcp_totals().reasm_steps - work0;
+            prop_assert!(
+                work <= 4 * segments,
+                "{work} range-set entries visited for {segments} segments"
             );
         }
         Ok(())
