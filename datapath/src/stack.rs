@@ -1245,6 +1245,23 @@ impl Stack {
         &self.iface
     }
 
+    /// Why iWARP connection `sock` ended or is ending, over TCP or SCTP;
+    /// also for one already freed (the newest [`GONE_KEPT`] of each).
+    /// `None` while it runs, or when nothing recorded why.
+    pub fn disconnect_cause(&self, sock: SockId) -> Option<iwarp_proto::qp::DisconnectCause> {
+        if let Some(sc) = self.sctp.as_deref().filter(|sc| sc.owns(sock)) {
+            return sc.disconnect_cause(sock);
+        }
+        match self.socks.get(&sock) {
+            Some(Sock {
+                kind: SockKind::Iwarp(i),
+                ..
+            }) => i.disconnect_cause(),
+            Some(_) => None,
+            None => self.gone.get(&sock).and_then(|g| g.1),
+        }
+    }
+
     /// TCP counters of a connection.
     pub fn tcp_stats(&self, sock: SockId) -> Option<tcp::Stats> {
         self.socks.get(&sock).map(|s| s.tcp().stats())

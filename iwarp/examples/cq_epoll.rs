@@ -52,7 +52,7 @@ fn main() -> Result<(), Error> {
                 })?;
                 assert!(cq.wait(T).expect("send completion").status.is_ok());
             }
-            qp.wait_disconnected(T)
+            qp.wait_disconnected(T).map(|_| ())
         }));
         let req = listener.get_request(T)?;
         let cq = server.create_cq(128);

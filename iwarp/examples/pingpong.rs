@@ -56,7 +56,10 @@ fn main() -> Result<(), iwarp::Error> {
                 qp.post_recv(slot, slots.sge(slot * u64::from(LEN), LEN))?;
             }
         }
-        qp.wait_disconnected(T)
+        // The client disconnects gracefully: we learn who ended it.
+        let why = qp.wait_disconnected(T)?;
+        assert_eq!(why, Some(iwarp::DisconnectCause::PeerClosed), "server");
+        Ok(())
     });
 
     let cpd = client.alloc_pd()?;
@@ -96,7 +99,8 @@ fn main() -> Result<(), iwarp::Error> {
         assert_eq!(back.read(0, LEN as usize)?, msg, "echo {i} differs");
     }
     qp.disconnect()?;
-    qp.wait_disconnected(T)?;
+    let why = qp.wait_disconnected(T)?;
+    assert_eq!(why, Some(iwarp::DisconnectCause::LocalClose), "client");
     echo.join().expect("server thread")?;
     rtts.sort_unstable();
     println!(

@@ -43,7 +43,7 @@ fn main() -> Result<(), iwarp::Error> {
             },
             &scq,
         )?;
-        qp.wait_disconnected(T)
+        qp.wait_disconnected(T).map(|_| ())
     });
 
     let cpd = client.alloc_pd()?;

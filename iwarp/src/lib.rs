@@ -2242,13 +2242,23 @@ impl Qp {
         self.ctx.inner.post(Command::Abort(self.sock))
     }
 
-    /// Wait until the connection is closed (by either side).
-    pub fn wait_disconnected(&self, timeout: Duration) -> Result<(), Error> {
+    /// Wait until the connection is closed (by either side); then why:
+    /// who closed or reset it, a timeout, or a Terminate and its code
+    /// (`None` when nothing recorded a reason). Over TCP and SCTP alike.
+    pub fn wait_disconnected(&self, timeout: Duration) -> Result<Option<DisconnectCause>, Error> {
         loop {
             if let CmEvent::Disconnected = self.ctx.inner.next_cm(self.sock, timeout)? {
-                return Ok(());
+                return self.disconnect_cause();
             }
         }
+    }
+
+    /// Why the connection ended or is ending (`None` while it runs): as
+    /// [`wait_disconnected`](Self::wait_disconnected) reports it, and what
+    /// a post is refused with ([`PostError::Disconnected`]).
+    pub fn disconnect_cause(&self) -> Result<Option<DisconnectCause>, Error> {
+        let sock = self.sock;
+        self.ctx.inner.inspect(move |s| s.disconnect_cause(sock))
     }
 }
 

@@ -12,8 +12,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use iwarp::{
-    AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, QpEvent, STag, Status,
-    Transport, WcOpcode, WcStatus, WorkRequest, XdpOptions,
+    AcceptOptions, Access, ConnectOptions, Context, DisconnectCause, Error, ListenOptions,
+    PostError, QpEvent, STag, Status, Transport, WcOpcode, WcStatus, WorkRequest, XdpOptions,
 };
 use netns_harness::{End, Netns, NsPair};
 
@@ -426,12 +426,46 @@ fn disconnect_and_abort_over_sctp() {
         } else {
             cqp.disconnect().unwrap();
         }
-        cqp.wait_disconnected(T).unwrap();
-        sqp.wait_disconnected(T).unwrap();
+        // Who ended it, as over TCP: our close and the peer's, or the
+        // Terminate our abort sent and the peer received.
+        let (ours, theirs) = (
+            cqp.wait_disconnected(T).unwrap(),
+            sqp.wait_disconnected(T).unwrap(),
+        );
+        if abort {
+            assert!(
+                matches!(ours, Some(DisconnectCause::TerminateSent(_))),
+                "{ours:?}"
+            );
+            assert!(
+                matches!(theirs, Some(DisconnectCause::TerminateReceived(_))),
+                "{theirs:?}"
+            );
+        } else {
+            assert_eq!(ours, Some(DisconnectCause::LocalClose));
+            assert_eq!(theirs, Some(DisconnectCause::PeerClosed));
+        }
         let wc = wait(&scq, "server receive flushed");
         assert_eq!((wc.wr_id, wc.status), (1, Status::Wc(WcStatus::Flushed)));
         let wc = wait(&ccq, "client receive flushed");
         assert_eq!((wc.wr_id, wc.status), (2, Status::Wc(WcStatus::Flushed)));
+        // A post after the end completes refused, with the cause (the
+        // connection may already be freed: the cause is kept for it).
+        cqp.post_send(WorkRequest::Send {
+            wr_id: 3,
+            signaled: true,
+            local: cbuf.sge(0, 8).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+        let wc = wait(&ccq, "post after the end refused");
+        assert_eq!(wc.wr_id, 3);
+        assert_eq!(
+            wc.status,
+            Status::Refused(PostError::Disconnected(ours.unwrap())),
+            "{wc:?}"
+        );
         drop((sqp, cqp));
     }
     // Every connection freed once the queue pairs are dropped.

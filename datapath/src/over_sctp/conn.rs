@@ -51,7 +51,7 @@ use std::sync::Arc;
 use ddp_sctp::{DdpEvent, SessionEnd};
 use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupFailure};
 use iwarp_proto::mem::MemoryTable;
-use iwarp_proto::qp::{PostError, QpConfig, QpState, Srq};
+use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
 use sctp_lite::assoc::CloseReason;
 use tcp_lite::tcp::TcpError;
@@ -209,6 +209,9 @@ struct Conn {
     /// it becomes abortive, and the segments received when that was set
     /// (progress sets it again).
     close_deadline: Option<(u64, u64)>,
+    /// Why the connection ended, the first reason seen (a Terminate the
+    /// queue pair saw takes precedence, [`Conn::cause`]).
+    ended_by: Option<DisconnectCause>,
 }
 
 impl Conn {
@@ -233,7 +236,61 @@ impl Conn {
             setup_deadline: None,
             close_deadline: None,
             over_budget: false,
+            ended_by: None,
         }
+    }
+
+    /// Why the connection ended or is ending: a Terminate sent or received
+    /// (the queue pair's record) before anything else, then the first of
+    /// our close or abort and the association's end.
+    fn cause(&self) -> Option<DisconnectCause> {
+        let qp = self.qp.as_ref().and_then(|q| q.qp_ref().disconnect_cause());
+        match qp {
+            Some(
+                c @ (DisconnectCause::TerminateReceived(_) | DisconnectCause::TerminateSent(_)),
+            ) => Some(c),
+            _ => self.ended_by.or(qp),
+        }
+    }
+
+    /// Record why the connection ends from an event of its association
+    /// (the first reason stays: our own close or abort came first if it
+    /// is already there).
+    fn note_end(&mut self, ev: &DdpEvent) {
+        let why = match ev {
+            // The peer ended our session (RFC 5043 §6.2: its graceful
+            // close), or we did at the ULP's request.
+            DdpEvent::SessionEnded { stream, why, .. } if *stream == STREAM => match why {
+                SessionEnd::PeerTerminated => DisconnectCause::PeerClosed,
+                SessionEnd::LocalTerminated => DisconnectCause::LocalClose,
+                SessionEnd::IllegalSequence(_) | SessionEnd::TooManyPending => {
+                    DisconnectCause::LocalAbort
+                }
+                SessionEnd::Rejected => return,
+            },
+            DdpEvent::Closed(reason) => match reason {
+                // The SHUTDOWN exchange finished and we had not asked for
+                // it: the peer closed.
+                CloseReason::Shutdown => DisconnectCause::PeerClosed,
+                CloseReason::PeerAbort(_) => DisconnectCause::PeerReset,
+                CloseReason::Timeout => DisconnectCause::TimedOut,
+                // We sent ABORT (asked to, a protocol error of the peer's,
+                // the memory budget, a missing adaptation layer
+                // indication).
+                CloseReason::LocalAbort
+                | CloseReason::AdaptationRefused
+                | CloseReason::ProtocolError(_) => DisconnectCause::LocalAbort,
+            },
+            _ => return,
+        };
+        self.ended_by.get_or_insert(why);
+    }
+
+    /// A post this connection cannot take any more: refused with why it
+    /// ended when that is known (as over TCP).
+    fn refusal(&self) -> PostError {
+        self.cause()
+            .map_or(PostError::NotReady(QpState::Error), PostError::Disconnected)
     }
 
     /// Arm the setup timer for `t` ns from `now` (0: none).
@@ -337,7 +394,16 @@ pub struct SctpConns {
     backlog_aborts: u64,
     /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
     max_held: usize,
+    /// Connections already freed, newest [`GONE_KEPT`]: their CQ and why
+    /// they ended, so that a post made after the connection was let go
+    /// still completes, refused with the cause, instead of vanishing (as
+    /// `Stack::gone` does over TCP).
+    gone: BTreeMap<SockId, (Option<Arc<CqRing>>, Option<DisconnectCause>)>,
 }
+
+/// Freed connections whose posts are still answered (a CQ reference and a
+/// cause each).
+const GONE_KEPT: usize = 1024;
 
 impl SctpConns {
     /// The part for one interface; ephemeral ports from `ephemeral_base`.
@@ -356,7 +422,27 @@ impl SctpConns {
             backlog: usize::MAX,
             backlog_aborts: 0,
             max_held: MAX_HELD,
+            gone: BTreeMap::new(),
         })
+    }
+
+    /// Why connection `id` ended (or is ending), if it did: also for one
+    /// already freed (the newest [`GONE_KEPT`]).
+    pub fn disconnect_cause(&self, id: SockId) -> Option<DisconnectCause> {
+        match self.conns.get(&id) {
+            Some(c) => c.cause(),
+            None => self.gone.get(&id).and_then(|g| g.1),
+        }
+    }
+
+    /// Free connection `id`, keeping its CQ and cause for late posts.
+    fn forget(&mut self, id: SockId) {
+        if let Some(c) = self.conns.remove(&id) {
+            self.gone.insert(id, (c.ulp.cq.clone(), c.cause()));
+            while self.gone.len() > GONE_KEPT {
+                self.gone.pop_first();
+            }
+        }
     }
 
     /// The engine underneath (counters, associations).
@@ -366,7 +452,7 @@ impl SctpConns {
 
     /// Whether `id` names one of our connections.
     pub fn owns(&self, id: SockId) -> bool {
-        self.conns.contains_key(&id)
+        self.conns.contains_key(&id) || self.gone.contains_key(&id)
     }
 
     /// The connection opened under `token`, while it exists.
@@ -582,13 +668,19 @@ impl SctpConns {
         out: &mut dyn FnMut(Output),
     ) {
         let Some(c) = self.conns.get_mut(&id) else {
+            // Freed: refused with why it ended, on its CQ.
+            if let Some((cq, cause)) = self.gone.get(&id) {
+                let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
+                route(id, HostOutput::Refused(cmd.wr_id(), e), cq.as_ref(), out);
+            }
             return;
         };
         let cq = c.ulp.cq.clone();
+        let refusal = c.refusal();
         let mut refuse =
             |e: PostError| route(id, HostOutput::Refused(cmd.wr_id(), e), cq.as_ref(), out);
         if c.closing.is_some() || c.closed {
-            return refuse(PostError::NotReady(QpState::Error));
+            return refuse(refusal);
         }
         match (&c.phase, c.qp.as_mut()) {
             (Phase::Rdma, Some(qp)) => {
@@ -598,7 +690,7 @@ impl SctpConns {
                     refuse(e);
                 }
             }
-            (Phase::Over, _) => refuse(PostError::NotReady(QpState::Error)),
+            (Phase::Over, _) => refuse(refusal),
             _ => c.pending.push_back(cmd),
         }
     }
@@ -659,8 +751,9 @@ impl SctpConns {
     pub fn close(&mut self, id: SockId) {
         if let Some(c) = self.conns.get_mut(&id) {
             c.closing.get_or_insert(Closing::Graceful);
+            c.ended_by.get_or_insert(DisconnectCause::LocalClose);
             if c.reported_closed {
-                self.conns.remove(&id);
+                self.forget(id);
             }
         }
     }
@@ -669,9 +762,10 @@ impl SctpConns {
     pub fn abort(&mut self, id: SockId, now: u64) {
         if let Some(c) = self.conns.get_mut(&id) {
             if c.reported_closed {
-                self.conns.remove(&id);
+                self.forget(id);
                 return;
             }
+            c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
             if matches!(c.closing, Some(Closing::Abort { .. })) {
                 return;
             }
@@ -784,6 +878,7 @@ impl SctpConns {
             return;
         };
         let assoc = c.assoc;
+        c.note_end(&ev);
         if let Some(qp) = c.qp.as_mut() {
             if qp.handle_event(&ev, mem) {
                 if let DdpEvent::Closed(_) = ev {
@@ -1058,11 +1153,10 @@ impl SctpConns {
         }
         // Work posted after a close or before a failure.
         if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {
+            let refusal = c.refusal();
             for cmd in c.pending.drain(..) {
-                c.outputs.push_back(HostOutput::Refused(
-                    cmd.wr_id(),
-                    PostError::NotReady(QpState::Error),
-                ));
+                c.outputs
+                    .push_back(HostOutput::Refused(cmd.wr_id(), refusal));
             }
         }
         let cq = c.ulp.cq.clone();
@@ -1096,7 +1190,7 @@ impl SctpConns {
         // A queue pair the application holds stays (refusing posts) until
         // it closes it; one it never had goes now.
         if c.closed && (c.qp.is_none() || c.closing.is_some()) {
-            self.conns.remove(&id);
+            self.forget(id);
         }
         busy
     }

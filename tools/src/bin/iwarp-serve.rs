@@ -378,7 +378,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let mut closed = 0;
     for (peer, qp) in &live {
         match qp.wait_disconnected(close_by.saturating_duration_since(Instant::now())) {
-            Ok(()) | Err(Error::Stopped) => closed += 1,
+            Ok(_) | Err(Error::Stopped) => closed += 1,
             Err(e) => eprintln!("iwarp-serve: closing {peer}: {e}"),
         }
     }

@@ -293,7 +293,7 @@ pub fn connect(
                 got += 1;
                 s.answer(test, size, &wc, got, &peer)?;
             }
-            s.qp.wait_disconnected(T)
+            s.qp.wait_disconnected(T).map(|_| ())
         })
     });
     Ok(Pair {
@@ -989,10 +989,12 @@ impl Pair {
     pub fn close(mut self) -> Result<(), Error> {
         self.done.store(true, Ordering::Release);
         self.qp.disconnect()?;
-        let r = self.qp.wait_disconnected(T);
+        let r = self.qp.wait_disconnected(T).map(|_| ());
         match self.server.take() {
             Some(h) => h.join().map_err(|_| Error::Stopped)??,
-            None => self.srv.qp.wait_disconnected(T)?,
+            None => {
+                self.srv.qp.wait_disconnected(T)?;
+            }
         }
         r
     }
