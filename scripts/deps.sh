@@ -58,6 +58,9 @@ if ((test)); then
     # the host and runs it in the guest, which has the same libraries.
     [ -e /usr/include/rdma/rdma_verbs.h ] || need_apt+=(librdmacm-dev)
     [ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+    # The verbs ABI tests (verbs/tests/abi.rs) run Debian's unmodified
+    # ibv_devices and ibv_devinfo on our libibverbs.
+    command -v ibv_devinfo >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
     # usrsctp, the independent SCTP peer of the DDP-over-SCTP interop tests
     # (tests/tests/usrsctp_interop.rs builds interop/sctp/*.c against it).
     [ -e /usr/include/usrsctp.h ] || need_apt+=(libusrsctp-dev)

@@ -1,0 +1,553 @@
+//! A libibverbs-compatible C ABI over the iWARP stack (issue 25), linked
+//! into `libibverbs.so.1` with rdma-core's symbol versions by
+//! `scripts/verbs-build.sh`, so that unmodified programs load it through
+//! `LD_LIBRARY_PATH` (`scripts/verbs-run.sh PROGRAM ARGS…`).
+//!
+//! **This slice: device discovery and queries.** One device, `iwarp0`
+//! (node type RNIC, transport `IBV_TRANSPORT_IWARP`), for the interface
+//! named by `IWARP_IFACE`; `ibv_get_device_list`, `ibv_free_device_list`,
+//! `ibv_get_device_name`, `ibv_get_device_guid`, `ibv_open_device`,
+//! `ibv_close_device`, `ibv_query_device`, `ibv_query_port`,
+//! `ibv_query_gid`, `ibv_query_gid_type` and `ibv_read_sysfs_file`:
+//! enough for Debian's `ibv_devices` and `ibv_devinfo`. The context's
+//! operation table (the slots the header's inline `ibv_post_send`,
+//! `ibv_poll_cq`… call through) answers `EOPNOTSUPP` for now; protection
+//! domains, memory regions, CQs, QPs and librdmacm are the next slices.
+//!
+//! Configuration (environment, read at `ibv_get_device_list`):
+//! `IWARP_IFACE` (required: without it there is no device, and a line on
+//! standard error says so).
+//!
+//! Backend crate: `unsafe` is confined to the C boundary, each block with
+//! its `SAFETY:` reasoning.
+
+pub mod abi;
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+use abi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr};
+
+/// Our device: the C `ibv_device` first (programs hold pointers to it),
+/// then what we know of the interface.
+#[repr(C)]
+#[derive(Debug)]
+struct Device {
+    c: IbvDevice,
+    iface: String,
+    mac: [u8; 6],
+}
+
+// SAFETY: a `Device` is made once and never written after: its raw
+// pointers are two null slots no one follows, so sharing it between
+// threads (as C programs do) reads immutable data.
+unsafe impl Sync for Device {}
+// SAFETY: as above; nothing in it is tied to the thread that made it.
+unsafe impl Send for Device {}
+
+/// Our context: the C `ibv_context` first.
+#[repr(C)]
+#[derive(Debug)]
+struct Context {
+    c: IbvContext,
+    dev: &'static Device,
+}
+
+/// The device list, made once per process from the environment (rdma-core
+/// also keeps its devices for the life of the process).
+fn devices() -> &'static [&'static Device] {
+    static DEVICES: OnceLock<Vec<&'static Device>> = OnceLock::new();
+    DEVICES.get_or_init(|| match std::env::var("IWARP_IFACE") {
+        Ok(iface) if !iface.is_empty() => match Device::new(&iface) {
+            Ok(d) => vec![Box::leak(Box::new(d))],
+            Err(e) => {
+                eprintln!("iwarp verbs: no device: {e}");
+                Vec::new()
+            }
+        },
+        _ => {
+            eprintln!(
+                "iwarp verbs: no device: set IWARP_IFACE to the interface our stack runs on \
+                 (and IWARP_IP to its address/prefix)"
+            );
+            Vec::new()
+        }
+    })
+}
+
+/// Copy `s` into a C string field (truncated to fit, NUL-terminated).
+fn put(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as c_char;
+    }
+    dst[n] = 0;
+}
+
+impl Device {
+    fn new(iface: &str) -> Result<Device, String> {
+        let sys = format!("/sys/class/net/{iface}");
+        let mac = read_sys(&sys, "address")
+            .ok_or_else(|| format!("IWARP_IFACE={iface}: no such interface ({sys})"))
+            .and_then(|a| parse_mac(&a).ok_or_else(|| format!("{sys}/address: not a MAC: {a}")))?;
+        let mut c = IbvDevice {
+            ops: abi::DeviceOps {
+                dummy1: std::ptr::null_mut(),
+                dummy2: std::ptr::null_mut(),
+            },
+            node_type: abi::NODE_RNIC,
+            transport_type: abi::TRANSPORT_IWARP,
+            name: [0; abi::SYSFS_NAME_MAX],
+            dev_name: [0; abi::SYSFS_NAME_MAX],
+            dev_path: [0; abi::SYSFS_PATH_MAX],
+            ibdev_path: [0; abi::SYSFS_PATH_MAX],
+        };
+        put(&mut c.name, "iwarp0");
+        put(&mut c.dev_name, "uverbs-iwarp0");
+        // No sysfs device of ours: the interface's directory stands for it
+        // (ibv_read_sysfs_file on a file it lacks fails, as for a device
+        // without that attribute).
+        put(&mut c.dev_path, &sys);
+        put(&mut c.ibdev_path, &sys);
+        Ok(Device {
+            c,
+            iface: iface.to_owned(),
+            mac,
+        })
+    }
+
+    /// The node GUID: the MAC as a modified EUI-64 (ff:fe in the middle,
+    /// the universal/local bit flipped), as Linux siw derives its GUID.
+    fn guid(&self) -> [u8; 8] {
+        let m = self.mac;
+        [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
+    }
+
+    fn mtu(&self) -> usize {
+        read_sys(&format!("/sys/class/net/{}", self.iface), "mtu")
+            .and_then(|m| m.trim().parse().ok())
+            .unwrap_or(1500)
+    }
+
+    fn up(&self) -> bool {
+        read_sys(&format!("/sys/class/net/{}", self.iface), "operstate")
+            .is_some_and(|s| matches!(s.trim(), "up" | "unknown"))
+    }
+}
+
+fn read_sys(dir: &str, file: &str) -> Option<String> {
+    std::fs::read_to_string(format!("{dir}/{file}")).ok()
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in &mut mac {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Set the calling thread's `errno`.
+fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot,
+    // valid for the thread's life.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// The device behind a pointer from our list; `None` for any other.
+fn ours(device: *mut IbvDevice) -> Option<&'static Device> {
+    devices()
+        .iter()
+        .copied()
+        .find(|d| std::ptr::eq(&d.c, device.cast_const()))
+}
+
+/// The context behind a pointer from `ibv_open_device`.
+///
+/// # Safety
+/// `ctx` is null or a pointer `ibv_open_device` returned and
+/// `ibv_close_device` has not freed.
+unsafe fn context<'a>(ctx: *mut IbvContext) -> Option<&'a Context> {
+    // SAFETY: by the caller's contract; `IbvContext` is `Context`'s first
+    // field (`repr(C)`), so the cast gives back the allocation.
+    unsafe { ctx.cast::<Context>().as_ref() }
+}
+
+/// `ibv_get_device_list`: a NULL-terminated array the caller frees with
+/// `ibv_free_device_list`.
+///
+/// # Safety
+/// `num_devices` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut IbvDevice {
+    let list: Vec<*mut IbvDevice> = devices()
+        .iter()
+        .map(|d| std::ptr::addr_of!(d.c).cast_mut())
+        .chain(std::iter::once(std::ptr::null_mut()))
+        .collect();
+    let n = list.len() - 1;
+    if !num_devices.is_null() {
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *num_devices = n as c_int };
+    }
+    Box::into_raw(list.into_boxed_slice()).cast()
+}
+
+/// `ibv_free_device_list`.
+///
+/// # Safety
+/// `list` is null or came from `ibv_get_device_list` and was not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut IbvDevice) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: the list is NULL-terminated (we made it so) and the caller
+    // has not freed it; reading up to the terminator stays inside it.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: the same allocation `ibv_get_device_list` made: a boxed
+    // slice of n + 1 pointers.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+/// `ibv_get_device_name`.
+///
+/// # Safety
+/// `device` is null or a device from `ibv_get_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut IbvDevice) -> *const c_char {
+    match ours(device) {
+        Some(d) => d.c.name.as_ptr(),
+        None => {
+            set_errno(libc::EINVAL);
+            std::ptr::null()
+        }
+    }
+}
+
+/// `ibv_get_device_guid`: the node GUID, in network order (`__be64`).
+///
+/// # Safety
+/// `device` is null or a device from `ibv_get_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut IbvDevice) -> u64 {
+    ours(device).map_or(0, |d| u64::from_ne_bytes(d.guid()))
+}
+
+/// `ibv_open_device`: a context for our device (the stack itself starts
+/// with the first object that needs it, in a later slice).
+///
+/// # Safety
+/// `device` is null or a device from `ibv_get_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvContext {
+    let Some(dev) = ours(device) else {
+        set_errno(libc::ENODEV);
+        return std::ptr::null_mut();
+    };
+    type Post = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int;
+    type Poll = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
+    type Notify = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+    let mut ops: [abi::OpSlot; abi::CONTEXT_OPS] = [None; abi::CONTEXT_OPS];
+    // SAFETY (each): a function pointer stored in the table's generic slot
+    // type; the header's inline functions call each slot with the slot's
+    // own signature, which is the one the function has.
+    ops[abi::OP_POLL_CQ] =
+        Some(unsafe { std::mem::transmute::<Poll, unsafe extern "C" fn()>(unsupported_poll_cq) });
+    ops[abi::OP_REQ_NOTIFY_CQ] =
+        Some(unsafe { std::mem::transmute::<Notify, unsafe extern "C" fn()>(unsupported_notify) });
+    for slot in [abi::OP_POST_SEND, abi::OP_POST_RECV, abi::OP_POST_SRQ_RECV] {
+        ops[slot] =
+            Some(unsafe { std::mem::transmute::<Post, unsafe extern "C" fn()>(unsupported_post) });
+    }
+    let ctx = Box::new(Context {
+        c: IbvContext {
+            device,
+            ops,
+            cmd_fd: -1,
+            async_fd: -1,
+            num_comp_vectors: 1,
+            mutex: [0; 5],
+            abi_compat: std::ptr::null_mut(),
+        },
+        dev,
+    });
+    Box::into_raw(ctx).cast()
+}
+
+/// `ibv_close_device`.
+///
+/// # Safety
+/// `ctx` is null or came from `ibv_open_device` and was not closed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
+    if ctx.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the allocation `ibv_open_device` made (`Context`, whose first
+    // field the pointer points to), not freed before by the contract.
+    drop(unsafe { Box::from_raw(ctx.cast::<Context>()) });
+    0
+}
+
+/// `ibv_query_device`: what the stack supports (limits it enforces).
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`; `attr` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(ctx: *mut IbvContext, attr: *mut IbvDeviceAttr) -> c_int {
+    // SAFETY: by the caller's contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    let guid = u64::from_ne_bytes(c.dev.guid());
+    let mut a = IbvDeviceAttr {
+        fw_ver: [0; 64],
+        node_guid: guid,
+        sys_image_guid: guid,
+        max_mr_size: u64::MAX,
+        page_size_cap: 4096,
+        vendor_id: 0,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: 1 << 16,
+        max_qp_wr: 1 << 14,
+        device_cap_flags: 0,
+        // `iwarp::MAX_SGE`.
+        max_sge: 4,
+        max_sge_rd: 4,
+        max_cq: 1 << 16,
+        max_cqe: 1 << 20,
+        max_mr: 1 << 16,
+        max_pd: 1 << 16,
+        // IRD/ORD: RFC 6581's 14-bit fields.
+        max_qp_rd_atom: 128,
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: 1 << 16,
+        max_qp_init_rd_atom: 128,
+        max_ee_init_rd_atom: 0,
+        atomic_cap: abi::ATOMIC_NONE,
+        max_ee: 0,
+        max_rdd: 0,
+        max_mw: 1 << 16,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        max_ah: 0,
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: 1 << 16,
+        max_srq_wr: 1 << 14,
+        max_srq_sge: 4,
+        max_pkeys: 0,
+        local_ca_ack_delay: 0,
+        phys_port_cnt: 1,
+    };
+    put(
+        &mut a.fw_ver,
+        concat!("iwarp-rs ", env!("CARGO_PKG_VERSION")),
+    );
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { attr.write(a) };
+    0
+}
+
+/// `ibv_query_port` (the exported function behind the header's inline
+/// one; it writes the compat part of `struct ibv_port_attr`).
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`; `attr` null or writable for
+/// `IbvPortAttr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    ctx: *mut IbvContext,
+    port: u8,
+    attr: *mut IbvPortAttr,
+) -> c_int {
+    // SAFETY: by the caller's contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if port != 1 || attr.is_null() {
+        return libc::EINVAL;
+    }
+    let (up, mtu) = (c.dev.up(), abi::ibv_mtu(c.dev.mtu()));
+    let a = IbvPortAttr {
+        state: if up { abi::PORT_ACTIVE } else { abi::PORT_DOWN },
+        max_mtu: mtu,
+        active_mtu: mtu,
+        gid_tbl_len: 1,
+        port_cap_flags: 0,
+        max_msg_sz: u32::MAX,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: 1,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        active_width: 1,
+        active_speed: 1,
+        // 5: LinkUp, 3: Disabled (IBTA port physical states).
+        phys_state: if up { 5 } else { 3 },
+        link_layer: abi::LINK_LAYER_ETHERNET,
+        flags: 0,
+    };
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { attr.write(a) };
+    0
+}
+
+/// `ibv_query_gid`: GID 0 is the MAC in its first six octets (as Linux
+/// siw's); there is no other.
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`; `gid` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: c_int,
+    gid: *mut IbvGid,
+) -> c_int {
+    // SAFETY: by the caller's contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return -1;
+    };
+    if port != 1 || index != 0 || gid.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let mut g = IbvGid { raw: [0; 16] };
+    g.raw[..6].copy_from_slice(&c.dev.mac);
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { gid.write(g) };
+    0
+}
+
+/// `ibv_query_gid_type` (rdma-core's private ABI, which `ibv_devinfo`
+/// links against): GID 0 is of type 0 (`IBV_GID_TYPE_SYSFS_IB_ROCE_V1`,
+/// what an iWARP device's sysfs reports).
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`; `kind` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: u32,
+    kind: *mut c_int,
+) -> c_int {
+    // SAFETY: by the caller's contract.
+    if unsafe { context(ctx) }.is_none() || port != 1 || index != 0 || kind.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { kind.write(0) };
+    0
+}
+
+/// `ibv_read_sysfs_file`: read `dir/file` into `buf` (at most `size`
+/// octets, a trailing newline replaced by NUL); its length, or -1.
+///
+/// # Safety
+/// `dir` and `file` are C strings; `buf` is writable for `size` octets.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: C strings by the caller's contract.
+    let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+    let path = format!("{}/{}", d.to_string_lossy(), f.to_string_lossy());
+    let data = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+            return -1;
+        }
+    };
+    let n = data.len().min(size);
+    // SAFETY: `buf` is writable for `size` ≥ n octets by the contract.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), size) };
+    out[..n].copy_from_slice(&data[..n]);
+    if n > 0 && out[n - 1] == b'\n' {
+        out[n - 1] = 0;
+    } else if n < size {
+        out[n] = 0;
+    }
+    n as c_int
+}
+
+/// `ibv_poll_cq` through the table: not in this slice.
+unsafe extern "C" fn unsupported_poll_cq(_cq: *mut c_void, _n: c_int, _wc: *mut c_void) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
+/// `ibv_req_notify_cq` through the table: not in this slice.
+unsafe extern "C" fn unsupported_notify(_cq: *mut c_void, _solicited: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv` through the
+/// table: not in this slice; the first work request is the bad one.
+unsafe extern "C" fn unsupported_post(
+    _qp: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller passes a writable `bad_wr` pointer.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_and_guids_follow_eui64() {
+        assert_eq!(
+            parse_mac("02:42:ac:1f:c8:0b\n"),
+            Some([2, 0x42, 0xac, 0x1f, 0xc8, 0x0b])
+        );
+        assert_eq!(parse_mac("02:42:ac:1f:c8"), None);
+        assert_eq!(parse_mac("02:42:ac:1f:c8:0b:00"), None);
+        let d = Device {
+            c: Device::new("lo").expect("lo").c,
+            iface: "lo".into(),
+            mac: [0x02, 0x42, 0xac, 0x1f, 0xc8, 0x0b],
+        };
+        assert_eq!(d.guid(), [0x00, 0x42, 0xac, 0xff, 0xfe, 0x1f, 0xc8, 0x0b]);
+    }
+
+    #[test]
+    fn rdma_mtus_fit_the_ethernet_mtu() {
+        assert_eq!(abi::ibv_mtu(1500), 3);
+        assert_eq!(abi::ibv_mtu(9000), 5);
+        assert_eq!(abi::ibv_mtu(2048), 4);
+        assert_eq!(abi::ibv_mtu(576), 2);
+    }
+}

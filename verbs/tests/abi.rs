@@ -1,0 +1,304 @@
+//! The C ABI against the real thing: every structure this library fills
+//! has the size and field offsets of rdma-core's `<infiniband/verbs.h>`
+//! (a C probe compiled with gcc against the installed header), and
+//! Debian's unmodified `ibv_devices` and `ibv_devinfo` run on
+//! `libibverbs.so.1` as `scripts/verbs-build.sh` links it.
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use iwarp_verbs::abi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// What the test needs from the machine, or why it cannot run (a failure
+/// under CI: `scripts/deps.sh --test` installs them).
+fn have(what: &[(&str, &str)]) -> bool {
+    for (path, pkg) in what {
+        if !Path::new(path).exists() {
+            netns_harness::skip_test(&format!("{path} missing (apt-get install {pkg})"));
+            return false;
+        }
+    }
+    true
+}
+
+/// `name=value` lines the C probe printed.
+fn probe() -> std::collections::HashMap<String, usize> {
+    let dir = std::env::temp_dir().join(format!("iwarp-verbs-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("probe.c");
+    let exe = dir.join("probe");
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+    );
+    let mut line = |name: &str, expr: &str| {
+        c += &format!("printf(\"{name}=%zu\\n\", (size_t)({expr}));\n");
+    };
+    line("device", "sizeof(struct ibv_device)");
+    for f in [
+        "node_type",
+        "transport_type",
+        "name",
+        "dev_name",
+        "dev_path",
+        "ibdev_path",
+    ] {
+        line(
+            &format!("device.{f}"),
+            &format!("offsetof(struct ibv_device, {f})"),
+        );
+    }
+    line("context", "sizeof(struct ibv_context)");
+    line("context_ops", "sizeof(struct ibv_context_ops)");
+    for f in [
+        "ops",
+        "cmd_fd",
+        "async_fd",
+        "num_comp_vectors",
+        "mutex",
+        "abi_compat",
+    ] {
+        line(
+            &format!("context.{f}"),
+            &format!("offsetof(struct ibv_context, {f})"),
+        );
+    }
+    for f in [
+        "poll_cq",
+        "req_notify_cq",
+        "post_srq_recv",
+        "post_send",
+        "post_recv",
+    ] {
+        line(
+            &format!("ops.{f}"),
+            &format!("offsetof(struct ibv_context_ops, {f})"),
+        );
+    }
+    line("device_attr", "sizeof(struct ibv_device_attr)");
+    for f in [
+        "node_guid",
+        "max_mr_size",
+        "vendor_id",
+        "max_qp",
+        "device_cap_flags",
+        "max_sge",
+        "max_qp_rd_atom",
+        "atomic_cap",
+        "max_srq_sge",
+        "max_pkeys",
+        "local_ca_ack_delay",
+        "phys_port_cnt",
+    ] {
+        line(
+            &format!("device_attr.{f}"),
+            &format!("offsetof(struct ibv_device_attr, {f})"),
+        );
+    }
+    for f in [
+        "state",
+        "gid_tbl_len",
+        "max_msg_sz",
+        "pkey_tbl_len",
+        "lid",
+        "lmc",
+        "active_width",
+        "phys_state",
+        "link_layer",
+        "flags",
+        "port_cap_flags2",
+    ] {
+        line(
+            &format!("port_attr.{f}"),
+            &format!("offsetof(struct ibv_port_attr, {f})"),
+        );
+    }
+    line("gid", "sizeof(union ibv_gid)");
+    c += "return 0; }\n";
+    std::fs::write(&src, c).unwrap();
+    let out = Command::new("gcc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once('=').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn structures_match_rdma_core_44() {
+    if !have(&[
+        ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+        ("/usr/bin/gcc", "gcc"),
+    ]) {
+        return;
+    }
+    let c = probe();
+    let want = |k: &str| *c.get(k).unwrap_or_else(|| panic!("{k} not probed"));
+    assert_eq!(size_of::<IbvDevice>(), want("device"));
+    assert_eq!(offset_of!(IbvDevice, node_type), want("device.node_type"));
+    assert_eq!(
+        offset_of!(IbvDevice, transport_type),
+        want("device.transport_type")
+    );
+    assert_eq!(offset_of!(IbvDevice, name), want("device.name"));
+    assert_eq!(offset_of!(IbvDevice, dev_name), want("device.dev_name"));
+    assert_eq!(offset_of!(IbvDevice, dev_path), want("device.dev_path"));
+    assert_eq!(offset_of!(IbvDevice, ibdev_path), want("device.ibdev_path"));
+
+    assert_eq!(size_of::<IbvContext>(), want("context"));
+    assert_eq!(
+        iwarp_verbs::abi::CONTEXT_OPS * size_of::<usize>(),
+        want("context_ops")
+    );
+    assert_eq!(offset_of!(IbvContext, ops), want("context.ops"));
+    assert_eq!(offset_of!(IbvContext, cmd_fd), want("context.cmd_fd"));
+    assert_eq!(offset_of!(IbvContext, async_fd), want("context.async_fd"));
+    assert_eq!(
+        offset_of!(IbvContext, num_comp_vectors),
+        want("context.num_comp_vectors")
+    );
+    assert_eq!(offset_of!(IbvContext, mutex), want("context.mutex"));
+    assert_eq!(
+        offset_of!(IbvContext, abi_compat),
+        want("context.abi_compat")
+    );
+    let slot = |i: usize| i * size_of::<usize>();
+    use iwarp_verbs::abi::{
+        OP_POLL_CQ, OP_POST_RECV, OP_POST_SEND, OP_POST_SRQ_RECV, OP_REQ_NOTIFY_CQ,
+    };
+    assert_eq!(slot(OP_POLL_CQ), want("ops.poll_cq"));
+    assert_eq!(slot(OP_REQ_NOTIFY_CQ), want("ops.req_notify_cq"));
+    assert_eq!(slot(OP_POST_SRQ_RECV), want("ops.post_srq_recv"));
+    assert_eq!(slot(OP_POST_SEND), want("ops.post_send"));
+    assert_eq!(slot(OP_POST_RECV), want("ops.post_recv"));
+
+    assert_eq!(size_of::<IbvDeviceAttr>(), want("device_attr"));
+    macro_rules! attr {
+        ($($f:ident),*) => {$(
+            assert_eq!(
+                offset_of!(IbvDeviceAttr, $f),
+                want(concat!("device_attr.", stringify!($f))),
+                stringify!($f)
+            );
+        )*};
+    }
+    attr!(
+        node_guid,
+        max_mr_size,
+        vendor_id,
+        max_qp,
+        device_cap_flags,
+        max_sge,
+        max_qp_rd_atom,
+        atomic_cap,
+        max_srq_sge,
+        max_pkeys,
+        local_ca_ack_delay,
+        phys_port_cnt
+    );
+    macro_rules! port {
+        ($($f:ident),*) => {$(
+            assert_eq!(
+                offset_of!(IbvPortAttr, $f),
+                want(concat!("port_attr.", stringify!($f))),
+                stringify!($f)
+            );
+        )*};
+    }
+    port!(
+        state,
+        gid_tbl_len,
+        max_msg_sz,
+        pkey_tbl_len,
+        lid,
+        lmc,
+        active_width,
+        phys_state,
+        link_layer,
+        flags
+    );
+    // What ibv_query_port writes (the compat part, `flags` zeroed, no
+    // padding of its own) ends where `port_cap_flags2` begins: never past
+    // the caller's struct, no stray octet in it.
+    assert_eq!(size_of::<IbvPortAttr>(), want("port_attr.port_cap_flags2"));
+    assert_eq!(offset_of!(IbvPortAttr, flags) + 1, size_of::<IbvPortAttr>());
+    assert_eq!(size_of::<IbvGid>(), want("gid"));
+}
+
+/// Run `program args` on our library with `IWARP_IFACE=lo`.
+fn run(env_iface: Option<&str>, program: &str, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(root().join("scripts/verbs-run.sh"));
+    cmd.arg(program).args(args);
+    match env_iface {
+        Some(i) => cmd.env("IWARP_IFACE", i),
+        None => cmd.env_remove("IWARP_IFACE"),
+    };
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn unmodified_ibv_devices_and_ibv_devinfo_see_our_device() {
+    if !have(&[
+        ("/usr/bin/ibv_devinfo", "ibverbs-utils"),
+        ("/usr/bin/ibv_devices", "ibverbs-utils"),
+        ("/usr/bin/gcc", "gcc"),
+    ]) {
+        return;
+    }
+    let (ok, out, err) = run(Some("lo"), "ibv_devices", &[]);
+    assert!(ok, "{out}{err}");
+    // lo's MAC is all zeros: the EUI-64 GUID with the U/L bit flipped.
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().eq(["iwarp0", "020000fffe000000"])),
+        "{out}"
+    );
+    let (ok, out, err) = run(Some("lo"), "ibv_devinfo", &["-v"]);
+    assert!(ok, "{out}{err}");
+    for want in [
+        "hca_id:\tiwarp0",
+        "transport:\t\t\tiWARP (1)",
+        "fw_ver:\t\t\t\tiwarp-rs",
+        "phys_port_cnt:\t\t\t1",
+        "max_sge:\t\t\t4",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        // lo's MTU (65536) holds the largest RDMA MTU.
+        "active_mtu:\t\t4096 (5)",
+    ] {
+        assert!(out.contains(want), "no {want:?} in\n{out}");
+    }
+    // No interface configured: no device, and the reason on stderr.
+    let (_, out, err) = run(None, "ibv_devices", &[]);
+    assert!(!out.contains("iwarp0"), "{out}");
+    assert!(err.contains("set IWARP_IFACE"), "{err}");
+    let (_, out, err) = run(Some("no-such-if0"), "ibv_devices", &[]);
+    assert!(!out.contains("iwarp0"), "{out}");
+    assert!(err.contains("no-such-if0: no such interface"), "{err}");
+}
