@@ -208,6 +208,22 @@ impl Session {
             terminate_at: None,
         }
     }
+    /// §10: a DDP-SSN within the window above the lowest not yet
+    /// received, and not received already.
+    fn rx_ssn_valid(&self, ssn: u16) -> bool {
+        ssn.wrapping_sub(self.rx_next) < DDP_SSN_WINDOW && !self.rx_above.contains(&ssn)
+    }
+    /// Records a valid DDP-SSN as received.
+    fn rx_ssn_record(&mut self, ssn: u16) {
+        if ssn == self.rx_next {
+            self.rx_next = self.rx_next.wrapping_add(1);
+            while self.rx_above.remove(&self.rx_next) {
+                self.rx_next = self.rx_next.wrapping_add(1);
+            }
+        } else {
+            self.rx_above.insert(ssn);
+        }
+    }
     fn reset_rx(&mut self) {
         self.rx_next = 0;
         self.rx_above.clear();
@@ -307,6 +323,63 @@ impl DdpAssociation {
     /// Hands a received SCTP packet to the association.
     pub fn handle_packet(&mut self, now: u64, bytes: &[u8]) {
         self.sctp.handle_packet(now, bytes);
+        self.drain(now);
+    }
+
+    /// [`handle_packet`](Self::handle_packet), offering `place` each DDP
+    /// Segment that can be placed straight from `bytes`: `place(stream,
+    /// ddp_ssn, segment)` returns true when it took the segment (no
+    /// [`DdpEvent::Segment`] is made for it), false to have it queued as
+    /// an event as usual.
+    ///
+    /// Offered only on the common path, where the event would have been
+    /// the next thing the ULP saw anyway: a whole DATA chunk that SCTP can
+    /// deliver now ([`Association::handle_packet_with`]), unordered
+    /// (§10), PPID 16 (§5.1), a well-formed DDP Segment Chunk (§5.2.2) on
+    /// an Established session (§6.2, §6.6), whose DDP-SSN passes the
+    /// validity check (§10), with no event waiting for the ULP and the
+    /// hold below its limit. Everything else — control messages, ordered
+    /// chunks, segments outside a session, invalid DDP-SSNs — takes the
+    /// usual way, where each is checked and answered as before.
+    pub fn handle_packet_with(
+        &mut self,
+        now: u64,
+        bytes: &[u8],
+        place: &mut dyn FnMut(u16, u16, &[u8]) -> bool,
+    ) {
+        let DdpAssociation {
+            sctp,
+            sessions,
+            events,
+            held,
+            max_held,
+            ..
+        } = self;
+        sctp.handle_packet_with(now, bytes, &mut |m| {
+            if !events.is_empty()
+                || *held >= *max_held
+                // §10: every chunk unordered; §5.1: PPID 16 for segments.
+                || !m.unordered
+                || m.ppid != PPID_DDP_SEGMENT
+            {
+                return false;
+            }
+            let Some(s) = sessions.get_mut(usize::from(m.stream)) else {
+                return false;
+            };
+            if s.state != SessionState::Established {
+                return false;
+            }
+            let Ok(sc) = SegmentChunk::parse(m.data) else {
+                return false;
+            };
+            // §10: the DDP-SSN validity check before anything is placed.
+            if !s.rx_ssn_valid(sc.ddp_ssn) || !place(m.stream, sc.ddp_ssn, sc.segment) {
+                return false;
+            }
+            s.rx_ssn_record(sc.ddp_ssn);
+            true
+        });
         self.drain(now);
     }
     /// Next packet to send.
@@ -641,18 +714,10 @@ impl DdpAssociation {
         let Some(s) = self.sessions.get_mut(usize::from(stream)) else {
             return false;
         };
-        let off = ssn.wrapping_sub(s.rx_next);
-        if off >= DDP_SSN_WINDOW || s.rx_above.contains(&ssn) {
+        if !s.rx_ssn_valid(ssn) {
             return false;
         }
-        if off == 0 {
-            s.rx_next = s.rx_next.wrapping_add(1);
-            while s.rx_above.remove(&s.rx_next) {
-                s.rx_next = s.rx_next.wrapping_add(1);
-            }
-        } else {
-            s.rx_above.insert(ssn);
-        }
+        s.rx_ssn_record(ssn);
         true
     }
 

@@ -312,6 +312,22 @@ pub struct Message {
     pub data: Vec<u8>,
 }
 
+/// A whole user message offered in place, borrowed from the received
+/// packet ([`Association::handle_packet_with`]): one DATA chunk with B and
+/// E set whose delivery is due now (unordered, or the next SSN of its
+/// stream) and with no event still waiting before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Stream Identifier.
+    pub stream: u16,
+    /// Payload Protocol Identifier.
+    pub ppid: u32,
+    /// Delivered unordered.
+    pub unordered: bool,
+    /// The message: the chunk's User Data, in the caller's packet.
+    pub data: &'a [u8],
+}
+
 /// Something the user should know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -357,6 +373,10 @@ pub struct Stats {
     /// caller moves a UDP-encapsulated association's remote port only
     /// for a packet that this counter counted.
     pub tag_verified_packets: u64,
+    /// DATA chunks taken in place by [`Association::handle_packet_with`]'s
+    /// receiver: whole messages delivered from the packet, never held,
+    /// reassembled or queued as an event.
+    pub data_in_place: u64,
 }
 
 /// `name value` per line, the values aligned.
@@ -374,6 +394,7 @@ impl core::fmt::Display for Stats {
             ("heartbeat_acks", self.heartbeat_acks),
             ("pruned_chunks", self.pruned_chunks),
             ("tag_verified_packets", self.tag_verified_packets),
+            ("data_in_place", self.data_in_place),
         ];
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         for (name, value) in rows {
@@ -1426,6 +1447,26 @@ impl Association {
 
     /// Handles one received SCTP packet (the IP payload).
     pub fn handle_packet(&mut self, now: u64, bytes: &[u8]) {
+        self.handle_packet_with(now, bytes, &mut |_| false);
+    }
+
+    /// [`handle_packet`](Self::handle_packet), offering `rx` each whole
+    /// message that can be delivered straight from `bytes`: a DATA chunk
+    /// with B and E set (RFC 9260 §6.9: unfragmented), unordered or the
+    /// next SSN of its stream (§6.6), while no event waits (so messages
+    /// keep their delivery order). `rx` returns
+    /// true when it took the message: it is then acknowledged like any
+    /// other (its TSN counts as received, §6.2) but never held, never
+    /// charged to the receive buffer beyond the check it passed, and no
+    /// [`Event::Message`] is made for it. False: the chunk takes the usual
+    /// way (held, delivered as an event). Fragmented, out-of-sequence
+    /// ordered and blocked messages always take the usual way.
+    pub fn handle_packet_with(
+        &mut self,
+        now: u64,
+        bytes: &[u8],
+        rx: &mut dyn FnMut(MessageRef<'_>) -> bool,
+    ) {
         if self.state == State::Closed {
             return;
         }
@@ -1457,7 +1498,7 @@ impl Association {
                     State::Established | State::ShutdownPending | State::ShutdownSent => {
                         had_data = true;
                         immediate |= d.flags.immediate;
-                        immediate |= self.on_data(d);
+                        immediate |= self.on_data(d, rx);
                     }
                     // §9.2: the peer sent SHUTDOWN only once all its DATA
                     // was acknowledged, and its user may send no more
@@ -1473,7 +1514,7 @@ impl Association {
                             return;
                         }
                         had_data = true;
-                        immediate |= self.on_data(d);
+                        immediate |= self.on_data(d, rx);
                     }
                     State::CookieWait | State::CookieEchoed | State::Closed => {}
                 },
@@ -1771,7 +1812,7 @@ impl Association {
     }
 
     /// Handles one DATA chunk; returns whether a SACK is due at once.
-    fn on_data(&mut self, d: &DataRepr<'_>) -> bool {
+    fn on_data(&mut self, d: &DataRepr<'_>, rx: &mut dyn FnMut(MessageRef<'_>) -> bool) -> bool {
         let t = self.unwrap_rx(d.tsn);
         if t <= self.rx_cum || self.rx_received.contains(&t) {
             self.stats.dup_data_received += 1;
@@ -1815,6 +1856,12 @@ impl Association {
             self.prune_beside(t);
             return true;
         }
+        if self.offer_in_place(d, rx) {
+            // Received and delivered; nothing held. Fragments beside it
+            // cannot join a B+E chunk (§6.9).
+            self.prune_beside(t);
+            return false;
+        }
         self.rx_bytes += len + RX_CHUNK_OVERHEAD;
         self.rx_chunks.insert(
             t,
@@ -1829,6 +1876,45 @@ impl Association {
         self.try_deliver(t, len);
         self.prune_beside(t);
         false
+    }
+
+    /// Offers a whole chunk to `rx` when its delivery is due now: B and E
+    /// set (one-chunk message, §6.9), unordered or carrying its stream's
+    /// next SSN (§6.6), and no event waiting before it (so it cannot
+    /// overtake an earlier message, or the Connected event).
+    /// True when `rx` took it (the stream's next SSN then moves on, and
+    /// messages that waited for it are delivered as events).
+    fn offer_in_place(
+        &mut self,
+        d: &DataRepr<'_>,
+        rx: &mut dyn FnMut(MessageRef<'_>) -> bool,
+    ) -> bool {
+        let s = usize::from(d.stream_id);
+        let due = d.flags.begin
+            && d.flags.end
+            && (d.flags.unordered || self.next_ssn_in.get(s) == Some(&d.ssn));
+        if !due || !self.events.is_empty() {
+            return false;
+        }
+        let m = MessageRef {
+            stream: d.stream_id,
+            ppid: d.ppid,
+            unordered: d.flags.unordered,
+            data: d.payload,
+        };
+        if !rx(m) {
+            return false;
+        }
+        self.stats.data_in_place += 1;
+        if !d.flags.unordered {
+            let stream = d.stream_id;
+            self.next_ssn_in[s] = d.ssn.wrapping_add(1);
+            while let Some((f, l)) = self.ready.remove(&(stream, self.next_ssn_in[s])) {
+                self.deliver(f, l);
+                self.next_ssn_in[s] = self.next_ssn_in[s].wrapping_add(1);
+            }
+        }
+        true
     }
 
     fn same_message(a: &InChunk, b: &InChunk) -> bool {
@@ -2751,6 +2837,132 @@ mod tests {
             reason,
             Some(CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE))
         );
+    }
+
+    /// A packet to `s` holding one DATA chunk written as octets (RFC 9260
+    /// §3.3.1): type 0, flags, length, TSN, stream, SSN, PPID, payload
+    /// (padded to 4), behind the common header with its CRC32c.
+    fn data_packet(
+        s: &Association,
+        flags: u8,
+        tsn: u32,
+        stream: u16,
+        ssn: u16,
+        p: &[u8],
+    ) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&s.peer_port().to_be_bytes());
+        b.extend_from_slice(&s.local_port().to_be_bytes());
+        b.extend_from_slice(&s.local_tag().to_be_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&[0x00, flags]);
+        b.extend_from_slice(&(16 + p.len() as u16).to_be_bytes());
+        b.extend_from_slice(&tsn.to_be_bytes());
+        b.extend_from_slice(&stream.to_be_bytes());
+        b.extend_from_slice(&ssn.to_be_bytes());
+        b.extend_from_slice(&[0, 0, 0, 16]); // PPID 16
+        b.extend_from_slice(p);
+        b.resize(b.len().next_multiple_of(4), 0);
+        let mut pkt = SctpPacket::new_unchecked(&mut b[..]);
+        pkt.fill_checksum();
+        b
+    }
+
+    /// Whole chunks due now are handed to the receiver in place (no
+    /// event, nothing held, acknowledged as usual); fragments, an ordered
+    /// chunk ahead of its SSN and chunks behind a waiting event take the
+    /// reassembly path.
+    #[test]
+    fn whole_chunks_are_delivered_in_place_the_rest_reassembled() {
+        let (_c, mut s) = pair();
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        let tsn0 = (s.rx_cum as u32).wrapping_add(1);
+        let mut took: Vec<(u16, bool, Vec<u8>)> = Vec::new();
+        let mut rx = |m: MessageRef<'_>| {
+            took.push((m.stream, m.unordered, m.data.to_vec()));
+            true
+        };
+        // U|B|E (0x07): unordered, whole.
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0, 0, 0, b"abc"), &mut rx);
+        // B|E (0x03), ordered, SSN 0 = the next of stream 1.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 1, 1, 0, b"de"), &mut rx);
+        assert_eq!(s.stats().data_in_place, 2);
+        assert_eq!(s.recv_buffered(), 0, "nothing held or charged");
+        assert_eq!(s.rx_cum as u32, tsn0 + 1, "both TSNs received (§6.2)");
+        // Ordered SSN 2 on stream 1 is ahead of SSN 1: held, not offered.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 2, 1, 2, b"g"), &mut rx);
+        // A B fragment then its E (0x06 = U|B, 0x05 = U|E): reassembled.
+        s.handle_packet_with(0, &data_packet(&s, 0x06, tsn0 + 3, 0, 0, b"hi"), &mut rx);
+        s.handle_packet_with(0, &data_packet(&s, 0x05, tsn0 + 4, 0, 0, b"jk"), &mut rx);
+        assert_eq!(s.stats().data_in_place, 2);
+        // SSN 1 of stream 1 arrives whole but an event (the reassembled
+        // message) waits: it must not overtake it, so it is queued too,
+        // and SSN 2 behind it.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 5, 1, 1, b"f"), &mut rx);
+        assert_eq!(s.stats().data_in_place, 2);
+        let mut evs = Vec::new();
+        while let Some(e) = s.poll_event() {
+            if let Event::Message(m) = e {
+                evs.push((m.stream, m.data));
+            }
+        }
+        assert_eq!(
+            evs,
+            vec![
+                (0, b"hijk".to_vec()),
+                (1, b"f".to_vec()),
+                (1, b"g".to_vec())
+            ]
+        );
+        assert_eq!(s.recv_buffered(), 0);
+        // Nothing waits now: the next one goes in place again, SSN 3.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 6, 1, 3, b"l"), &mut rx);
+        // A duplicate is acknowledged, never offered (§6.2).
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0, 0, 0, b"abc"), &mut rx);
+        // Declined by the receiver: queued as usual.
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0 + 7, 0, 0, b"m"), &mut |_| {
+            false
+        });
+        assert_eq!(s.stats().data_in_place, 3);
+        assert_eq!(s.stats().dup_data_received, 1);
+        assert!(matches!(s.poll_event(), Some(Event::Message(m)) if m.data == b"m"));
+        assert_eq!(
+            took,
+            vec![
+                (0, true, b"abc".to_vec()),
+                (1, false, b"de".to_vec()),
+                (1, false, b"l".to_vec())
+            ]
+        );
+        assert_eq!(s.rx_cum as u32, tsn0 + 7);
+    }
+
+    /// An unordered whole chunk past a gap (TSN out of order) is due too
+    /// (§6.6: unordered delivery ignores sequence); the gap is SACKed.
+    #[test]
+    fn whole_unordered_chunk_past_a_gap_goes_in_place_and_the_gap_is_reported() {
+        let (_c, mut s) = pair();
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        let tsn0 = (s.rx_cum as u32).wrapping_add(1);
+        let mut n = 0;
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0 + 1, 0, 0, b"x"), &mut |_| {
+            n += 1;
+            true
+        });
+        assert_eq!((n, s.stats().data_in_place), (1, 1));
+        assert_eq!(s.stats().out_of_order_data, 1);
+        assert_eq!(s.rx_cum as u32, tsn0.wrapping_sub(1));
+        let mut b = vec![0u8; 2048];
+        let k = s
+            .poll_transmit(0, &mut b)
+            .expect("SACK at once on a gap (§6.7)");
+        let p = SctpPacket::new_checked(&b[..k]).unwrap();
+        let c = p.chunks().next().unwrap().unwrap();
+        let ChunkRepr::Sack(sack) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not a SACK")
+        };
+        assert_eq!(sack.cum_tsn_ack, tsn0.wrapping_sub(1));
+        assert_eq!(sack.gap_blocks.iter().collect::<Vec<_>>(), vec![(2, 2)]);
     }
 
     #[test]

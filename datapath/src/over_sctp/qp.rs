@@ -139,6 +139,25 @@ impl SctpQp {
         self.last_refusal
     }
 
+    /// Place one segment of our stream straight from the received packet
+    /// ([`DdpAssociation::handle_packet_with`]): what
+    /// [`handle_event`](Self::handle_event) does with a
+    /// [`DdpEvent::Segment`], without the event. False (not taken) for
+    /// another stream.
+    pub fn place_segment(
+        &mut self,
+        stream: u16,
+        ddp_ssn: u16,
+        segment: &[u8],
+        mem: &mut MemoryTable,
+    ) -> bool {
+        if stream != self.stream {
+            return false;
+        }
+        self.qp.receive_segment(ddp_ssn, segment, mem);
+        true
+    }
+
     /// Take one association event; returns whether it was consumed (a
     /// segment or the end of this stream's session, or the association's;
     /// a [`DdpEvent::SessionAccepted`] is noted and left to the caller).
