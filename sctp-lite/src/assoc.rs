@@ -923,6 +923,13 @@ pub struct Association {
     last_activity: u64,
     /// One packet of retransmissions may ignore cwnd (§6.3.3 E3, §7.2.4 3).
     rtx_burst: bool,
+    /// Chunks in `out` marked for retransmission (`needs_rtx`), and
+    /// those gap-acknowledged (`gap_acked`): with them the per-packet and
+    /// per-SACK work skips the queue when nothing is marked. (Chunks are
+    /// sent in queue order, so the never-sent ones are a suffix of `out`,
+    /// found by binary search: [`Association::first_unsent`].)
+    rtx_marked: usize,
+    gap_acked_n: usize,
     stats: Stats,
     // Receiving.
     rx_cum: u64,
@@ -1016,6 +1023,8 @@ impl Association {
             hb_outstanding: None,
             last_activity: now,
             rtx_burst: false,
+            rtx_marked: 0,
+            gap_acked_n: 0,
             stats: Stats::default(),
             rx_cum: 0,
             rx_received: BTreeSet::new(),
@@ -1386,6 +1395,9 @@ impl Association {
         self.rtx_burst = true;
         for c in self.out.iter_mut() {
             if c.in_flight && !c.gap_acked {
+                if !c.needs_rtx {
+                    self.rtx_marked += 1;
+                }
                 c.needs_rtx = true;
                 c.in_flight = false;
                 self.flight = self.flight.saturating_sub(c.data.len());
@@ -1394,7 +1406,9 @@ impl Association {
         if self.count_error() {
             return;
         }
-        if self.out.iter().any(|c| c.sent_count > 0 && !c.gap_acked) {
+        self.check_out_counts();
+        if self.first_unsent() > self.gap_acked_n {
+            // Some chunk sent and not gap-acknowledged.
             self.set_timer(Timer::T3, now.saturating_add(self.rto));
         }
     }
@@ -2121,6 +2135,8 @@ impl Association {
                 break;
             }
             let Some(c) = self.out.pop_front() else { break };
+            self.rtx_marked -= usize::from(c.needs_rtx);
+            self.gap_acked_n -= usize::from(c.gap_acked);
             if c.in_flight {
                 self.flight = self.flight.saturating_sub(c.data.len());
             }
@@ -2155,15 +2171,21 @@ impl Association {
                 nb += 1;
             }
             let blocks = &blocks[..nb];
-            for c in self.out.iter_mut() {
-                if c.sent_count == 0 {
-                    break; // never sent: and nothing after it was either
-                }
+            // Without blocks and with nothing gap-acknowledged there is
+            // nothing to mark or unmark: skip the queue.
+            let sent = if nb == 0 && self.gap_acked_n == 0 {
+                0
+            } else {
+                self.first_unsent()
+            };
+            for c in self.out.iter_mut().take(sent) {
                 let covered = blocks
                     .iter()
                     .any(|&(a, b)| tsn_le(a, c.tsn) && tsn_le(c.tsn, b));
                 if covered && !c.gap_acked {
                     c.gap_acked = true;
+                    self.gap_acked_n += 1;
+                    self.rtx_marked -= usize::from(c.needs_rtx);
                     c.needs_rtx = false;
                     bytes_acked += c.data.len();
                     if c.in_flight {
@@ -2180,6 +2202,7 @@ impl Association {
                 } else if !covered && c.gap_acked {
                     // Reneged (§6.2.1 D iii): back to outstanding.
                     c.gap_acked = false;
+                    self.gap_acked_n -= 1;
                 }
             }
             if advanced && highest_newly_acked.is_none() {
@@ -2213,6 +2236,7 @@ impl Association {
                     if c.missing >= 3 {
                         self.stats.fast_retransmits += 1;
                         self.rtx_burst = true;
+                        self.rtx_marked += usize::from(!c.needs_rtx);
                         c.needs_rtx = true;
                         c.fast_rtx_done = true;
                         start_fr = true;
@@ -2252,7 +2276,9 @@ impl Association {
             self.partial_bytes_acked = 0;
         }
         // §6.3.2 R2 / R3: timer.
-        if self.out.iter().all(|c| c.sent_count == 0 || c.gap_acked) {
+        self.check_out_counts();
+        // Every chunk sent is gap-acknowledged (or none is outstanding).
+        if self.first_unsent() == self.gap_acked_n {
             self.stop_timer(Timer::T3);
         } else if advanced {
             self.set_timer(Timer::T3, now.saturating_add(self.rto));
@@ -2472,7 +2498,26 @@ impl Association {
     }
 
     fn has_sendable(&self) -> bool {
-        self.out.iter().any(|c| c.needs_rtx || c.sent_count == 0)
+        // Never-sent chunks are a suffix of `out`.
+        self.rtx_marked > 0 || self.out.back().is_some_and(|c| c.sent_count == 0)
+    }
+
+    /// Debug builds (every test) recount what `rtx_marked`, `gap_acked_n`
+    /// and [`Self::first_unsent`] stand for.
+    fn check_out_counts(&self) {
+        if cfg!(debug_assertions) {
+            let marked = self.out.iter().filter(|c| c.needs_rtx).count();
+            let gapped = self.out.iter().filter(|c| c.gap_acked).count();
+            let sent = self.out.iter().take_while(|c| c.sent_count > 0).count();
+            debug_assert_eq!((marked, gapped), (self.rtx_marked, self.gap_acked_n));
+            debug_assert!(self.out.iter().skip(sent).all(|c| c.sent_count == 0));
+        }
+    }
+
+    /// Index in `out` of the first chunk never sent (`out.len()` if none):
+    /// chunks go out in queue order, so those sent are a prefix.
+    fn first_unsent(&self) -> usize {
+        self.out.partition_point(|c| c.sent_count > 0)
     }
 
     fn put_data(&mut self, now: u64, buf: &mut [u8], mut at: usize, any: &mut bool) -> usize {
@@ -2481,8 +2526,11 @@ impl Association {
         // packet regardless of cwnd, as those rules allow; later ones within it.
         let mut rtx_in_packet = false;
         let burst = core::mem::take(&mut self.rtx_burst);
-        for i in 0..self.out.len() {
+        // Only while some chunk is marked; the scan ends at the last one.
+        let mut i = 0;
+        while self.rtx_marked > 0 && i < self.out.len() {
             let c = &self.out[i];
+            i += 1;
             if !c.needs_rtx {
                 continue;
             }
@@ -2504,8 +2552,9 @@ impl Association {
             });
             let Ok(n) = r.emit(&mut buf[at..]) else { break };
             at += n;
-            let c = &mut self.out[i];
+            let c = &mut self.out[i - 1];
             self.stats.retransmits += 1;
+            self.rtx_marked -= 1;
             c.needs_rtx = false;
             c.sent_count += 1;
             c.missing = 0;
@@ -2521,7 +2570,7 @@ impl Association {
         }
         // New data within cwnd and the peer's window (§6.1 A, B).
         if !rtx_in_packet {
-            for i in 0..self.out.len() {
+            for i in self.first_unsent()..self.out.len() {
                 let c = &self.out[i];
                 if c.sent_count > 0 {
                     continue;
@@ -2562,6 +2611,7 @@ impl Association {
                 sent_any = true;
             }
         }
+        self.check_out_counts();
         if sent_any {
             *any = true;
             self.last_activity = now;
