@@ -879,7 +879,10 @@ impl Engine for SctpHost {
         let mut buf = std::mem::take(&mut self.buf);
         let ids: Vec<AssocId> = self.assocs.keys().copied().collect();
         for id in ids {
-            let Some(e) = self.assocs.get_mut(&id) else {
+            // Out of the map for its turn, so that sending (which borrows
+            // the host: ARP, counters) takes each packet straight from
+            // `buf` into the device's frame, without a copy in between.
+            let Some(mut e) = self.assocs.remove(&id) else {
                 continue;
             };
             if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
@@ -887,12 +890,13 @@ impl Engine for SctpHost {
             }
             let (remote, udp) = (e.remote, e.udp);
             // Bounded: at most 256 packets per association per round (the
-            // congestion and peer windows bound what it has anyway). Copied
-            // out because sending borrows the whole host (ARP, counters).
-            let mut pkts: Vec<Vec<u8>> = Vec::new();
+            // congestion and peer windows bound what it has anyway).
             for _ in 0..256 {
                 match e.ddp.poll_transmit(now, &mut buf) {
-                    Some(n) => pkts.push(buf[..n].to_vec()),
+                    Some(n) => {
+                        self.send(remote, udp, &buf[..n], now, tx);
+                        busy = true;
+                    }
                     None => break,
                 }
             }
@@ -908,11 +912,8 @@ impl Engine for SctpHost {
                 let st = e.ddp.sctp().stats();
                 self.stats.closed_retransmits += st.retransmits;
                 self.stats.closed_discarded += st.packets_discarded;
-                self.assocs.remove(&id);
-            }
-            for p in pkts {
-                self.send(remote, udp, &p, now, tx);
-                busy = true;
+            } else {
+                self.assocs.insert(id, e);
             }
         }
         self.buf = buf;

@@ -463,11 +463,16 @@ impl DdpAssociation {
             .sctp
             .send(stream, ppid, true, data)
             .map_err(DdpError::Sctp)?;
+        self.sent_raw(stream, tsn);
+        Ok(tsn)
+    }
+
+    /// Bookkeeping of a DATA chunk sent on `stream` with `tsn`.
+    fn sent_raw(&mut self, stream: u16, tsn: u32) {
         if let Some(s) = self.sessions.get_mut(usize::from(stream)) {
             s.unacked.push_back(tsn);
             s.tx_ssn = s.tx_ssn.wrapping_add(1);
         }
-        Ok(tsn)
     }
 
     fn send_control(
@@ -607,10 +612,56 @@ impl DdpAssociation {
 
     /// Sends a DDP Segment on an established session (§5.2.2).
     pub fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<u16, DdpError> {
+        self.check_segment(stream, segment.len())?;
+        let ssn = self.sessions[usize::from(stream)].tx_ssn;
+        let mut v = vec![0u8; wire::SSN_LEN + segment.len()];
+        SegmentChunk {
+            ddp_ssn: ssn,
+            segment,
+        }
+        .emit(&mut v)
+        .map_err(|_| DdpError::SegmentTooLarge {
+            len: segment.len(),
+            max: self.mulpdu,
+        })?;
+        self.send_raw(stream, PPID_DDP_SEGMENT, &v)?;
+        Ok(ssn)
+    }
+
+    /// [`send_segment`](Self::send_segment) of a DDP Segment Chunk built
+    /// by the caller: `chunk` is two octets of room for the DDP-SSN, then
+    /// the DDP Segment (§5.2.2). The DDP-SSN is written here and the
+    /// vector becomes the DATA chunk's payload without a copy. On refusal
+    /// the vector comes back with the reason.
+    pub fn send_segment_chunk(
+        &mut self,
+        stream: u16,
+        mut chunk: Vec<u8>,
+    ) -> Result<u16, (DdpError, Vec<u8>)> {
+        let Some(len) = chunk.len().checked_sub(wire::SSN_LEN) else {
+            return Err((DdpError::Sctp(assoc::SendError::Empty), chunk));
+        };
+        if let Err(e) = self.check_segment(stream, len) {
+            return Err((e, chunk));
+        }
+        let ssn = self.sessions[usize::from(stream)].tx_ssn;
+        chunk[..wire::SSN_LEN].copy_from_slice(&ssn.to_be_bytes());
+        // §10: every DATA chunk unordered.
+        let tsn = self
+            .sctp
+            .send_owned(stream, PPID_DDP_SEGMENT, true, chunk)
+            .map_err(|(e, c)| (DdpError::Sctp(e), c))?;
+        self.sent_raw(stream, tsn);
+        Ok(ssn)
+    }
+
+    /// What [`send_segment`](Self::send_segment) checks of a segment of
+    /// `len` octets on `stream`.
+    fn check_segment(&mut self, stream: u16, len: usize) -> Result<(), DdpError> {
         // §9: "MUST reject DDP Segments that are larger than the maximum size".
-        if segment.len() > self.mulpdu {
+        if len > self.mulpdu {
             return Err(DdpError::SegmentTooLarge {
-                len: segment.len(),
+                len,
                 max: self.mulpdu,
             });
         }
@@ -628,19 +679,7 @@ impl DdpAssociation {
         if s.unacked.len() >= 32_767 {
             return Err(DdpError::TooManyInFlight);
         }
-        let ssn = s.tx_ssn;
-        let mut v = vec![0u8; wire::SSN_LEN + segment.len()];
-        SegmentChunk {
-            ddp_ssn: ssn,
-            segment,
-        }
-        .emit(&mut v)
-        .map_err(|_| DdpError::SegmentTooLarge {
-            len: segment.len(),
-            max: self.mulpdu,
-        })?;
-        self.send_raw(stream, PPID_DDP_SEGMENT, &v)?;
-        Ok(ssn)
+        Ok(())
     }
 
     fn drain(&mut self, now: u64) {

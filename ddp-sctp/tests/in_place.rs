@@ -190,3 +190,65 @@ fn whole_segments_are_placed_in_place_the_rest_come_as_events() {
     }
     assert!(term);
 }
+
+/// `send_segment_chunk`: the caller's vector (two octets of room, then
+/// the segment) goes out as the DDP Segment Chunk with the DDP-SSN
+/// written in (§5.2.2), PPID 16, unordered (§10); refused ones come back.
+#[test]
+fn a_segment_chunk_built_by_the_caller_goes_out_as_is() {
+    let mut a = DdpAssociation::connect(cfg(1), 4000, 5000, 0, 1).unwrap();
+    let mut l = listener(cfg(2)).unwrap();
+    let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+    let mut raw = None;
+    for _ in 0..4 {
+        let Some(n) = a.poll_transmit(0, &mut buf) else {
+            continue;
+        };
+        match l.handle_packet(0, &buf[..n], &mut out) {
+            ListenOutcome::Reply(m) => a.handle_packet(0, &out[..m]),
+            ListenOutcome::Accept(s) => {
+                raw = Some(*s);
+                break;
+            }
+            ListenOutcome::Drop => {}
+        }
+    }
+    let mut b = raw.unwrap();
+    let mut p = Placing {
+        d: a,
+        placed: Vec::new(),
+        decline: false,
+    };
+    exchange(&mut p, &mut b);
+    while b.poll_event().is_some() {}
+    // Before the session: refused, the vector back.
+    let (_, v) = p.d.send_segment_chunk(0, vec![0, 0, 9]).unwrap_err();
+    assert_eq!(v, [0, 0, 9]);
+    p.d.initiate(0, b"").unwrap();
+    b.send(0, 17, true, &[0x00, 0x00, 0x00, 0x02]).unwrap();
+    exchange(&mut p, &mut b);
+    while b.poll_event().is_some() {}
+    assert!(events(&mut p.d).contains(&DdpEvent::SessionAccepted {
+        stream: 0,
+        private_data: Vec::new()
+    }));
+    assert_eq!(
+        p.d.send_segment_chunk(0, vec![0xff, 0xff, b'x', b'y']),
+        Ok(1)
+    );
+    assert_eq!(p.d.send_segment(0, b"z"), Ok(2));
+    exchange(&mut p, &mut b);
+    let mut got = Vec::new();
+    while let Some(e) = b.poll_event() {
+        if let Event::Message(m) = e {
+            got.push((m.ppid, m.unordered, m.data));
+        }
+    }
+    assert_eq!(
+        got,
+        vec![
+            (PPID_DDP_SEGMENT, true, vec![0x00, 0x01, b'x', b'y']),
+            (PPID_DDP_SEGMENT, true, vec![0x00, 0x02, b'z']),
+        ]
+    );
+}

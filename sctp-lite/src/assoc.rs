@@ -1252,6 +1252,32 @@ impl Association {
         unordered: bool,
         data: &[u8],
     ) -> Result<u32, SendError> {
+        self.check_send(stream, data.len())?;
+        Ok(self.queue_message(stream, ppid, unordered, data, None))
+    }
+
+    /// [`send`](Self::send) of a message the caller gives away: one that
+    /// fits one DATA chunk (the common case for DDP Segments, RFC 5043
+    /// §9) becomes the chunk's payload without a copy. On refusal the
+    /// message comes back with the reason.
+    pub fn send_owned(
+        &mut self,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        data: Vec<u8>,
+    ) -> Result<u32, (SendError, Vec<u8>)> {
+        if let Err(e) = self.check_send(stream, data.len()) {
+            return Err((e, data));
+        }
+        if data.len() > self.cfg.max_chunk_payload().max(1) {
+            return Ok(self.queue_message(stream, ppid, unordered, &data, None));
+        }
+        Ok(self.queue_message(stream, ppid, unordered, &[], Some(data)))
+    }
+
+    /// The checks of [`send`](Self::send) for a message of `len` octets.
+    fn check_send(&self, stream: u16, len: usize) -> Result<(), SendError> {
         if self.state != State::Established {
             return Err(SendError::NotEstablished);
         }
@@ -1261,18 +1287,31 @@ impl Association {
                 streams: self.out_streams,
             });
         }
-        if data.is_empty() {
+        if len == 0 {
             return Err(SendError::Empty);
         }
-        if data.len() > self.cfg.max_message {
+        if len > self.cfg.max_message {
             return Err(SendError::TooLarge {
-                len: data.len(),
+                len,
                 max: self.cfg.max_message,
             });
         }
-        if self.out_bytes.saturating_add(data.len()) > self.cfg.send_buffer {
+        if self.out_bytes.saturating_add(len) > self.cfg.send_buffer {
             return Err(SendError::BufferFull);
         }
+        Ok(())
+    }
+
+    /// Queues a message that passed [`Self::check_send`]: `data` cut into
+    /// DATA chunks (§6.9), or `whole`, one chunk's payload taken as is.
+    fn queue_message(
+        &mut self,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        data: &[u8],
+        whole: Option<Vec<u8>>,
+    ) -> u32 {
         let ssn = if unordered {
             0
         } else {
@@ -1281,34 +1320,43 @@ impl Association {
             *s = s.wrapping_add(1);
             v
         };
+        let chunk = |tsn: u32, begin: bool, end: bool, data: Vec<u8>| OutChunk {
+            tsn,
+            stream,
+            ssn,
+            ppid,
+            flags: DataFlags {
+                immediate: false,
+                unordered,
+                begin,
+                end,
+            },
+            data,
+            sent_count: 0,
+            in_flight: false,
+            gap_acked: false,
+            needs_rtx: false,
+            missing: 0,
+            fast_rtx_done: false,
+        };
+        let last = self.next_tsn;
+        if let Some(w) = whole {
+            self.next_tsn = self.next_tsn.wrapping_add(1);
+            self.out_bytes += w.len();
+            self.out.push_back(chunk(last, true, true, w));
+            return last;
+        }
         let per = self.cfg.max_chunk_payload().max(1);
         let n = data.len().div_ceil(per);
         let mut last = self.next_tsn;
         for (i, part) in data.chunks(per).enumerate() {
             last = self.next_tsn;
             self.next_tsn = self.next_tsn.wrapping_add(1);
-            self.out.push_back(OutChunk {
-                tsn: last,
-                stream,
-                ssn,
-                ppid,
-                flags: DataFlags {
-                    immediate: false,
-                    unordered,
-                    begin: i == 0,
-                    end: i + 1 == n,
-                },
-                data: part.to_vec(),
-                sent_count: 0,
-                in_flight: false,
-                gap_acked: false,
-                needs_rtx: false,
-                missing: 0,
-                fast_rtx_done: false,
-            });
+            self.out
+                .push_back(chunk(last, i == 0, i + 1 == n, part.to_vec()));
         }
         self.out_bytes += data.len();
-        Ok(last)
+        last
     }
 
     /// Handles expired timers.
@@ -2985,6 +3033,35 @@ mod tests {
             ]
         );
         assert_eq!(s.rx_cum as u32, tsn0 + 7);
+    }
+
+    /// `send_owned`: the vector becomes one DATA chunk's payload (the
+    /// chunk as octets below), a longer one is cut into fragments like
+    /// `send`, a refused one comes back.
+    #[test]
+    fn send_owned_queues_the_vector_as_one_chunk() {
+        let (mut c, _s) = pair();
+        let tsn = c.send_owned(1, 16, true, b"abcd".to_vec()).unwrap();
+        let mut b = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut b).unwrap();
+        let t = tsn.to_be_bytes();
+        #[rustfmt::skip]
+        let want = [
+            0x00, 0x07, 0x00, 0x14, // DATA, U|B|E, length 20 (§3.3.1)
+            t[0], t[1], t[2], t[3], // TSN
+            0x00, 0x01, 0x00, 0x00, // stream 1, SSN 0 (unordered)
+            0x00, 0x00, 0x00, 0x10, // PPID 16
+            b'a', b'b', b'c', b'd',
+        ];
+        assert_eq!(&b[COMMON_HEADER_LEN..n], &want[..]);
+        // Longer than one chunk: fragments B, -, E (§6.9).
+        let per = c.max_chunk_payload();
+        let last = c.send_owned(0, 16, true, vec![7; 2 * per + 1]).unwrap();
+        assert_eq!(last, tsn.wrapping_add(3), "TSN of the last fragment");
+        // Refused: the vector comes back.
+        let (e, v) = c.send_owned(100, 16, true, b"xy".to_vec()).unwrap_err();
+        assert_eq!(v, b"xy");
+        assert!(matches!(e, SendError::InvalidStream { stream: 100, .. }));
     }
 
     /// An unordered whole chunk past a gap (TSN out of order) is due too
