@@ -262,6 +262,10 @@ impl std::fmt::Debug for Entry {
     }
 }
 
+/// Where [`SctpHost::handle_frame_with`] offers segments to place in
+/// place: `(association, DDP stream, DDP-SSN, segment)`, true if taken.
+pub type Placer<'a> = dyn FnMut(AssocId, u16, u16, &[u8]) -> bool + 'a;
+
 /// DDP-over-SCTP associations on one Ethernet/IPv4 interface.
 #[derive(Debug)]
 pub struct SctpHost {
@@ -592,6 +596,7 @@ impl SctpHost {
         udp: Option<u16>,
         pkt: &[u8],
         now: u64,
+        place: &mut Placer<'_>,
     ) {
         // RFC 9260 §3.1: Source Port, Destination Port, the first four
         // octets of the common header.
@@ -605,7 +610,10 @@ impl SctpHost {
         if let Some(id) = self.by_tuple.get(&(src, peer_port, our_port)) {
             if let Some(e) = self.assocs.get_mut(id) {
                 let verified = e.ddp.sctp().stats().tag_verified_packets;
-                e.ddp.handle_packet(now, pkt);
+                let id = *id;
+                e.ddp.handle_packet_with(now, pkt, &mut |stream, ssn, seg| {
+                    place(id, stream, ssn, seg)
+                });
                 // RFC 6951 §5.4: the remote encapsulation port follows the
                 // UDP source port of packets that passed the verification
                 // tag check (§8.5) with one of the association's tags. An
@@ -730,13 +738,12 @@ impl SctpHost {
             None => self.pending_out.push_back(SctpOutput::NoSuchAssoc(id)),
         }
     }
-}
 
-impl Engine for SctpHost {
-    type Command = SctpCommand;
-    type Output = SctpOutput;
-
-    fn handle_frame(&mut self, frame: &[u8], now: u64) {
+    /// [`Engine::handle_frame`], offering `place(assoc, stream, ddp_ssn,
+    /// segment)` each DDP Segment that can be placed straight from
+    /// `frame` ([`DdpAssociation::handle_packet_with`]): true when it
+    /// took it, false to have it come out as a [`DdpEvent::Segment`].
+    pub fn handle_frame_with(&mut self, frame: &[u8], now: u64, place: &mut Placer<'_>) {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             self.stats.rx_dropped += 1;
             return;
@@ -776,12 +783,12 @@ impl Engine for SctpHost {
                 }
                 match repr.protocol {
                     IpProtocol::SCTP => {
-                        self.handle_sctp(src_mac, repr.src_addr, None, ip.payload(), now)
+                        self.handle_sctp(src_mac, repr.src_addr, None, ip.payload(), now, place)
                     }
                     IpProtocol::UDP => match self.decapsulate(&repr, ip.payload()) {
                         Some((sport, pkt)) => {
                             self.stats.rx_udp += 1;
-                            self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now)
+                            self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now, place)
                         }
                         None => self.stats.rx_dropped += 1,
                     },
@@ -790,6 +797,15 @@ impl Engine for SctpHost {
             }
             _ => self.stats.rx_dropped += 1,
         }
+    }
+}
+
+impl Engine for SctpHost {
+    type Command = SctpCommand;
+    type Output = SctpOutput;
+
+    fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        self.handle_frame_with(frame, now, &mut |_, _, _, _| false);
     }
 
     fn handle_command(&mut self, cmd: SctpCommand, now: u64) {
@@ -863,7 +879,10 @@ impl Engine for SctpHost {
         let mut buf = std::mem::take(&mut self.buf);
         let ids: Vec<AssocId> = self.assocs.keys().copied().collect();
         for id in ids {
-            let Some(e) = self.assocs.get_mut(&id) else {
+            // Out of the map for its turn, so that sending (which borrows
+            // the host: ARP, counters) takes each packet straight from
+            // `buf` into the device's frame, without a copy in between.
+            let Some(mut e) = self.assocs.remove(&id) else {
                 continue;
             };
             if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
@@ -871,12 +890,13 @@ impl Engine for SctpHost {
             }
             let (remote, udp) = (e.remote, e.udp);
             // Bounded: at most 256 packets per association per round (the
-            // congestion and peer windows bound what it has anyway). Copied
-            // out because sending borrows the whole host (ARP, counters).
-            let mut pkts: Vec<Vec<u8>> = Vec::new();
+            // congestion and peer windows bound what it has anyway).
             for _ in 0..256 {
                 match e.ddp.poll_transmit(now, &mut buf) {
-                    Some(n) => pkts.push(buf[..n].to_vec()),
+                    Some(n) => {
+                        self.send(remote, udp, &buf[..n], now, tx);
+                        busy = true;
+                    }
                     None => break,
                 }
             }
@@ -892,11 +912,8 @@ impl Engine for SctpHost {
                 let st = e.ddp.sctp().stats();
                 self.stats.closed_retransmits += st.retransmits;
                 self.stats.closed_discarded += st.packets_discarded;
-                self.assocs.remove(&id);
-            }
-            for p in pkts {
-                self.send(remote, udp, &p, now, tx);
-                busy = true;
+            } else {
+                self.assocs.insert(id, e);
             }
         }
         self.buf = buf;

@@ -1961,7 +1961,7 @@ impl crate::runtime::Engine for Stack {
         // part; it learns from ARP, which the interface alone answers.
         if let Some(sc) = self.sctp.as_deref_mut() {
             if sc.claims(frame) {
-                sc.handle_frame(frame, now);
+                sc.handle_frame(frame, now, &mut self.mem);
                 return;
             }
             sc.learn_arp(frame, now);

@@ -208,6 +208,22 @@ impl Session {
             terminate_at: None,
         }
     }
+    /// §10: a DDP-SSN within the window above the lowest not yet
+    /// received, and not received already.
+    fn rx_ssn_valid(&self, ssn: u16) -> bool {
+        ssn.wrapping_sub(self.rx_next) < DDP_SSN_WINDOW && !self.rx_above.contains(&ssn)
+    }
+    /// Records a valid DDP-SSN as received.
+    fn rx_ssn_record(&mut self, ssn: u16) {
+        if ssn == self.rx_next {
+            self.rx_next = self.rx_next.wrapping_add(1);
+            while self.rx_above.remove(&self.rx_next) {
+                self.rx_next = self.rx_next.wrapping_add(1);
+            }
+        } else {
+            self.rx_above.insert(ssn);
+        }
+    }
     fn reset_rx(&mut self) {
         self.rx_next = 0;
         self.rx_above.clear();
@@ -309,6 +325,63 @@ impl DdpAssociation {
         self.sctp.handle_packet(now, bytes);
         self.drain(now);
     }
+
+    /// [`handle_packet`](Self::handle_packet), offering `place` each DDP
+    /// Segment that can be placed straight from `bytes`: `place(stream,
+    /// ddp_ssn, segment)` returns true when it took the segment (no
+    /// [`DdpEvent::Segment`] is made for it), false to have it queued as
+    /// an event as usual.
+    ///
+    /// Offered only on the common path, where the event would have been
+    /// the next thing the ULP saw anyway: a whole DATA chunk that SCTP can
+    /// deliver now ([`Association::handle_packet_with`]), unordered
+    /// (§10), PPID 16 (§5.1), a well-formed DDP Segment Chunk (§5.2.2) on
+    /// an Established session (§6.2, §6.6), whose DDP-SSN passes the
+    /// validity check (§10), with no event waiting for the ULP and the
+    /// hold below its limit. Everything else — control messages, ordered
+    /// chunks, segments outside a session, invalid DDP-SSNs — takes the
+    /// usual way, where each is checked and answered as before.
+    pub fn handle_packet_with(
+        &mut self,
+        now: u64,
+        bytes: &[u8],
+        place: &mut dyn FnMut(u16, u16, &[u8]) -> bool,
+    ) {
+        let DdpAssociation {
+            sctp,
+            sessions,
+            events,
+            held,
+            max_held,
+            ..
+        } = self;
+        sctp.handle_packet_with(now, bytes, &mut |m| {
+            if !events.is_empty()
+                || *held >= *max_held
+                // §10: every chunk unordered; §5.1: PPID 16 for segments.
+                || !m.unordered
+                || m.ppid != PPID_DDP_SEGMENT
+            {
+                return false;
+            }
+            let Some(s) = sessions.get_mut(usize::from(m.stream)) else {
+                return false;
+            };
+            if s.state != SessionState::Established {
+                return false;
+            }
+            let Ok(sc) = SegmentChunk::parse(m.data) else {
+                return false;
+            };
+            // §10: the DDP-SSN validity check before anything is placed.
+            if !s.rx_ssn_valid(sc.ddp_ssn) || !place(m.stream, sc.ddp_ssn, sc.segment) {
+                return false;
+            }
+            s.rx_ssn_record(sc.ddp_ssn);
+            true
+        });
+        self.drain(now);
+    }
     /// Next packet to send.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
         self.flush_held(now);
@@ -390,11 +463,16 @@ impl DdpAssociation {
             .sctp
             .send(stream, ppid, true, data)
             .map_err(DdpError::Sctp)?;
+        self.sent_raw(stream, tsn);
+        Ok(tsn)
+    }
+
+    /// Bookkeeping of a DATA chunk sent on `stream` with `tsn`.
+    fn sent_raw(&mut self, stream: u16, tsn: u32) {
         if let Some(s) = self.sessions.get_mut(usize::from(stream)) {
             s.unacked.push_back(tsn);
             s.tx_ssn = s.tx_ssn.wrapping_add(1);
         }
-        Ok(tsn)
     }
 
     fn send_control(
@@ -534,10 +612,56 @@ impl DdpAssociation {
 
     /// Sends a DDP Segment on an established session (§5.2.2).
     pub fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<u16, DdpError> {
+        self.check_segment(stream, segment.len())?;
+        let ssn = self.sessions[usize::from(stream)].tx_ssn;
+        let mut v = vec![0u8; wire::SSN_LEN + segment.len()];
+        SegmentChunk {
+            ddp_ssn: ssn,
+            segment,
+        }
+        .emit(&mut v)
+        .map_err(|_| DdpError::SegmentTooLarge {
+            len: segment.len(),
+            max: self.mulpdu,
+        })?;
+        self.send_raw(stream, PPID_DDP_SEGMENT, &v)?;
+        Ok(ssn)
+    }
+
+    /// [`send_segment`](Self::send_segment) of a DDP Segment Chunk built
+    /// by the caller: `chunk` is two octets of room for the DDP-SSN, then
+    /// the DDP Segment (§5.2.2). The DDP-SSN is written here and the
+    /// vector becomes the DATA chunk's payload without a copy. On refusal
+    /// the vector comes back with the reason.
+    pub fn send_segment_chunk(
+        &mut self,
+        stream: u16,
+        mut chunk: Vec<u8>,
+    ) -> Result<u16, (DdpError, Vec<u8>)> {
+        let Some(len) = chunk.len().checked_sub(wire::SSN_LEN) else {
+            return Err((DdpError::Sctp(assoc::SendError::Empty), chunk));
+        };
+        if let Err(e) = self.check_segment(stream, len) {
+            return Err((e, chunk));
+        }
+        let ssn = self.sessions[usize::from(stream)].tx_ssn;
+        chunk[..wire::SSN_LEN].copy_from_slice(&ssn.to_be_bytes());
+        // §10: every DATA chunk unordered.
+        let tsn = self
+            .sctp
+            .send_owned(stream, PPID_DDP_SEGMENT, true, chunk)
+            .map_err(|(e, c)| (DdpError::Sctp(e), c))?;
+        self.sent_raw(stream, tsn);
+        Ok(ssn)
+    }
+
+    /// What [`send_segment`](Self::send_segment) checks of a segment of
+    /// `len` octets on `stream`.
+    fn check_segment(&mut self, stream: u16, len: usize) -> Result<(), DdpError> {
         // §9: "MUST reject DDP Segments that are larger than the maximum size".
-        if segment.len() > self.mulpdu {
+        if len > self.mulpdu {
             return Err(DdpError::SegmentTooLarge {
-                len: segment.len(),
+                len,
                 max: self.mulpdu,
             });
         }
@@ -555,19 +679,7 @@ impl DdpAssociation {
         if s.unacked.len() >= 32_767 {
             return Err(DdpError::TooManyInFlight);
         }
-        let ssn = s.tx_ssn;
-        let mut v = vec![0u8; wire::SSN_LEN + segment.len()];
-        SegmentChunk {
-            ddp_ssn: ssn,
-            segment,
-        }
-        .emit(&mut v)
-        .map_err(|_| DdpError::SegmentTooLarge {
-            len: segment.len(),
-            max: self.mulpdu,
-        })?;
-        self.send_raw(stream, PPID_DDP_SEGMENT, &v)?;
-        Ok(ssn)
+        Ok(())
     }
 
     fn drain(&mut self, now: u64) {
@@ -641,18 +753,10 @@ impl DdpAssociation {
         let Some(s) = self.sessions.get_mut(usize::from(stream)) else {
             return false;
         };
-        let off = ssn.wrapping_sub(s.rx_next);
-        if off >= DDP_SSN_WINDOW || s.rx_above.contains(&ssn) {
+        if !s.rx_ssn_valid(ssn) {
             return false;
         }
-        if off == 0 {
-            s.rx_next = s.rx_next.wrapping_add(1);
-            while s.rx_above.remove(&s.rx_next) {
-                s.rx_next = s.rx_next.wrapping_add(1);
-            }
-        } else {
-            s.rx_above.insert(ssn);
-        }
+        s.rx_ssn_record(ssn);
         true
     }
 

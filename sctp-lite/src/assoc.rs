@@ -312,6 +312,22 @@ pub struct Message {
     pub data: Vec<u8>,
 }
 
+/// A whole user message offered in place, borrowed from the received
+/// packet ([`Association::handle_packet_with`]): one DATA chunk with B and
+/// E set whose delivery is due now (unordered, or the next SSN of its
+/// stream) and with no event still waiting before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Stream Identifier.
+    pub stream: u16,
+    /// Payload Protocol Identifier.
+    pub ppid: u32,
+    /// Delivered unordered.
+    pub unordered: bool,
+    /// The message: the chunk's User Data, in the caller's packet.
+    pub data: &'a [u8],
+}
+
 /// Something the user should know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -357,6 +373,10 @@ pub struct Stats {
     /// caller moves a UDP-encapsulated association's remote port only
     /// for a packet that this counter counted.
     pub tag_verified_packets: u64,
+    /// DATA chunks taken in place by [`Association::handle_packet_with`]'s
+    /// receiver: whole messages delivered from the packet, never held,
+    /// reassembled or queued as an event.
+    pub data_in_place: u64,
 }
 
 /// `name value` per line, the values aligned.
@@ -374,6 +394,7 @@ impl core::fmt::Display for Stats {
             ("heartbeat_acks", self.heartbeat_acks),
             ("pruned_chunks", self.pruned_chunks),
             ("tag_verified_packets", self.tag_verified_packets),
+            ("data_in_place", self.data_in_place),
         ];
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         for (name, value) in rows {
@@ -902,6 +923,13 @@ pub struct Association {
     last_activity: u64,
     /// One packet of retransmissions may ignore cwnd (§6.3.3 E3, §7.2.4 3).
     rtx_burst: bool,
+    /// Chunks in `out` marked for retransmission (`needs_rtx`), and
+    /// those gap-acknowledged (`gap_acked`): with them the per-packet and
+    /// per-SACK work skips the queue when nothing is marked. (Chunks are
+    /// sent in queue order, so the never-sent ones are a suffix of `out`,
+    /// found by binary search: [`Association::first_unsent`].)
+    rtx_marked: usize,
+    gap_acked_n: usize,
     stats: Stats,
     // Receiving.
     rx_cum: u64,
@@ -995,6 +1023,8 @@ impl Association {
             hb_outstanding: None,
             last_activity: now,
             rtx_burst: false,
+            rtx_marked: 0,
+            gap_acked_n: 0,
             stats: Stats::default(),
             rx_cum: 0,
             rx_received: BTreeSet::new(),
@@ -1230,6 +1260,32 @@ impl Association {
         unordered: bool,
         data: &[u8],
     ) -> Result<u32, SendError> {
+        self.check_send(stream, data.len())?;
+        Ok(self.queue_message(stream, ppid, unordered, data, None))
+    }
+
+    /// [`send`](Self::send) of a message the caller gives away: one that
+    /// fits one DATA chunk (the common case for DDP Segments, RFC 5043
+    /// §9) becomes the chunk's payload without a copy. On refusal the
+    /// message comes back with the reason.
+    pub fn send_owned(
+        &mut self,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        data: Vec<u8>,
+    ) -> Result<u32, (SendError, Vec<u8>)> {
+        if let Err(e) = self.check_send(stream, data.len()) {
+            return Err((e, data));
+        }
+        if data.len() > self.cfg.max_chunk_payload().max(1) {
+            return Ok(self.queue_message(stream, ppid, unordered, &data, None));
+        }
+        Ok(self.queue_message(stream, ppid, unordered, &[], Some(data)))
+    }
+
+    /// The checks of [`send`](Self::send) for a message of `len` octets.
+    fn check_send(&self, stream: u16, len: usize) -> Result<(), SendError> {
         if self.state != State::Established {
             return Err(SendError::NotEstablished);
         }
@@ -1239,18 +1295,31 @@ impl Association {
                 streams: self.out_streams,
             });
         }
-        if data.is_empty() {
+        if len == 0 {
             return Err(SendError::Empty);
         }
-        if data.len() > self.cfg.max_message {
+        if len > self.cfg.max_message {
             return Err(SendError::TooLarge {
-                len: data.len(),
+                len,
                 max: self.cfg.max_message,
             });
         }
-        if self.out_bytes.saturating_add(data.len()) > self.cfg.send_buffer {
+        if self.out_bytes.saturating_add(len) > self.cfg.send_buffer {
             return Err(SendError::BufferFull);
         }
+        Ok(())
+    }
+
+    /// Queues a message that passed [`Self::check_send`]: `data` cut into
+    /// DATA chunks (§6.9), or `whole`, one chunk's payload taken as is.
+    fn queue_message(
+        &mut self,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        data: &[u8],
+        whole: Option<Vec<u8>>,
+    ) -> u32 {
         let ssn = if unordered {
             0
         } else {
@@ -1259,34 +1328,43 @@ impl Association {
             *s = s.wrapping_add(1);
             v
         };
+        let chunk = |tsn: u32, begin: bool, end: bool, data: Vec<u8>| OutChunk {
+            tsn,
+            stream,
+            ssn,
+            ppid,
+            flags: DataFlags {
+                immediate: false,
+                unordered,
+                begin,
+                end,
+            },
+            data,
+            sent_count: 0,
+            in_flight: false,
+            gap_acked: false,
+            needs_rtx: false,
+            missing: 0,
+            fast_rtx_done: false,
+        };
+        let last = self.next_tsn;
+        if let Some(w) = whole {
+            self.next_tsn = self.next_tsn.wrapping_add(1);
+            self.out_bytes += w.len();
+            self.out.push_back(chunk(last, true, true, w));
+            return last;
+        }
         let per = self.cfg.max_chunk_payload().max(1);
         let n = data.len().div_ceil(per);
         let mut last = self.next_tsn;
         for (i, part) in data.chunks(per).enumerate() {
             last = self.next_tsn;
             self.next_tsn = self.next_tsn.wrapping_add(1);
-            self.out.push_back(OutChunk {
-                tsn: last,
-                stream,
-                ssn,
-                ppid,
-                flags: DataFlags {
-                    immediate: false,
-                    unordered,
-                    begin: i == 0,
-                    end: i + 1 == n,
-                },
-                data: part.to_vec(),
-                sent_count: 0,
-                in_flight: false,
-                gap_acked: false,
-                needs_rtx: false,
-                missing: 0,
-                fast_rtx_done: false,
-            });
+            self.out
+                .push_back(chunk(last, i == 0, i + 1 == n, part.to_vec()));
         }
         self.out_bytes += data.len();
-        Ok(last)
+        last
     }
 
     /// Handles expired timers.
@@ -1373,6 +1451,9 @@ impl Association {
         self.rtx_burst = true;
         for c in self.out.iter_mut() {
             if c.in_flight && !c.gap_acked {
+                if !c.needs_rtx {
+                    self.rtx_marked += 1;
+                }
                 c.needs_rtx = true;
                 c.in_flight = false;
                 self.flight = self.flight.saturating_sub(c.data.len());
@@ -1381,7 +1462,9 @@ impl Association {
         if self.count_error() {
             return;
         }
-        if self.out.iter().any(|c| c.sent_count > 0 && !c.gap_acked) {
+        self.check_out_counts();
+        if self.first_unsent() > self.gap_acked_n {
+            // Some chunk sent and not gap-acknowledged.
             self.set_timer(Timer::T3, now.saturating_add(self.rto));
         }
     }
@@ -1434,6 +1517,26 @@ impl Association {
 
     /// Handles one received SCTP packet (the IP payload).
     pub fn handle_packet(&mut self, now: u64, bytes: &[u8]) {
+        self.handle_packet_with(now, bytes, &mut |_| false);
+    }
+
+    /// [`handle_packet`](Self::handle_packet), offering `rx` each whole
+    /// message that can be delivered straight from `bytes`: a DATA chunk
+    /// with B and E set (RFC 9260 §6.9: unfragmented), unordered or the
+    /// next SSN of its stream (§6.6), while no event waits (so messages
+    /// keep their delivery order). `rx` returns
+    /// true when it took the message: it is then acknowledged like any
+    /// other (its TSN counts as received, §6.2) but never held, never
+    /// charged to the receive buffer beyond the check it passed, and no
+    /// [`Event::Message`] is made for it. False: the chunk takes the usual
+    /// way (held, delivered as an event). Fragmented, out-of-sequence
+    /// ordered and blocked messages always take the usual way.
+    pub fn handle_packet_with(
+        &mut self,
+        now: u64,
+        bytes: &[u8],
+        rx: &mut dyn FnMut(MessageRef<'_>) -> bool,
+    ) {
         if self.state == State::Closed {
             return;
         }
@@ -1465,7 +1568,7 @@ impl Association {
                     State::Established | State::ShutdownPending | State::ShutdownSent => {
                         had_data = true;
                         immediate |= d.flags.immediate;
-                        immediate |= self.on_data(d);
+                        immediate |= self.on_data(d, rx);
                     }
                     // §9.2: the peer sent SHUTDOWN only once all its DATA
                     // was acknowledged, and its user may send no more
@@ -1481,7 +1584,7 @@ impl Association {
                             return;
                         }
                         had_data = true;
-                        immediate |= self.on_data(d);
+                        immediate |= self.on_data(d, rx);
                     }
                     State::CookieWait | State::CookieEchoed | State::Closed => {}
                 },
@@ -1779,7 +1882,7 @@ impl Association {
     }
 
     /// Handles one DATA chunk; returns whether a SACK is due at once.
-    fn on_data(&mut self, d: &DataRepr<'_>) -> bool {
+    fn on_data(&mut self, d: &DataRepr<'_>, rx: &mut dyn FnMut(MessageRef<'_>) -> bool) -> bool {
         let t = self.unwrap_rx(d.tsn);
         if t <= self.rx_cum || self.rx_received.contains(&t) {
             self.stats.dup_data_received += 1;
@@ -1823,6 +1926,12 @@ impl Association {
             self.prune_beside(t);
             return true;
         }
+        if self.offer_in_place(d, rx) {
+            // Received and delivered; nothing held. Fragments beside it
+            // cannot join a B+E chunk (§6.9).
+            self.prune_beside(t);
+            return false;
+        }
         self.rx_bytes += len + RX_CHUNK_OVERHEAD;
         self.rx_chunks.insert(
             t,
@@ -1837,6 +1946,45 @@ impl Association {
         self.try_deliver(t, len);
         self.prune_beside(t);
         false
+    }
+
+    /// Offers a whole chunk to `rx` when its delivery is due now: B and E
+    /// set (one-chunk message, §6.9), unordered or carrying its stream's
+    /// next SSN (§6.6), and no event waiting before it (so it cannot
+    /// overtake an earlier message, or the Connected event).
+    /// True when `rx` took it (the stream's next SSN then moves on, and
+    /// messages that waited for it are delivered as events).
+    fn offer_in_place(
+        &mut self,
+        d: &DataRepr<'_>,
+        rx: &mut dyn FnMut(MessageRef<'_>) -> bool,
+    ) -> bool {
+        let s = usize::from(d.stream_id);
+        let due = d.flags.begin
+            && d.flags.end
+            && (d.flags.unordered || self.next_ssn_in.get(s) == Some(&d.ssn));
+        if !due || !self.events.is_empty() {
+            return false;
+        }
+        let m = MessageRef {
+            stream: d.stream_id,
+            ppid: d.ppid,
+            unordered: d.flags.unordered,
+            data: d.payload,
+        };
+        if !rx(m) {
+            return false;
+        }
+        self.stats.data_in_place += 1;
+        if !d.flags.unordered {
+            let stream = d.stream_id;
+            self.next_ssn_in[s] = d.ssn.wrapping_add(1);
+            while let Some((f, l)) = self.ready.remove(&(stream, self.next_ssn_in[s])) {
+                self.deliver(f, l);
+                self.next_ssn_in[s] = self.next_ssn_in[s].wrapping_add(1);
+            }
+        }
+        true
     }
 
     fn same_message(a: &InChunk, b: &InChunk) -> bool {
@@ -2043,6 +2191,8 @@ impl Association {
                 break;
             }
             let Some(c) = self.out.pop_front() else { break };
+            self.rtx_marked -= usize::from(c.needs_rtx);
+            self.gap_acked_n -= usize::from(c.gap_acked);
             if c.in_flight {
                 self.flight = self.flight.saturating_sub(c.data.len());
             }
@@ -2077,15 +2227,21 @@ impl Association {
                 nb += 1;
             }
             let blocks = &blocks[..nb];
-            for c in self.out.iter_mut() {
-                if c.sent_count == 0 {
-                    break; // never sent: and nothing after it was either
-                }
+            // Without blocks and with nothing gap-acknowledged there is
+            // nothing to mark or unmark: skip the queue.
+            let sent = if nb == 0 && self.gap_acked_n == 0 {
+                0
+            } else {
+                self.first_unsent()
+            };
+            for c in self.out.iter_mut().take(sent) {
                 let covered = blocks
                     .iter()
                     .any(|&(a, b)| tsn_le(a, c.tsn) && tsn_le(c.tsn, b));
                 if covered && !c.gap_acked {
                     c.gap_acked = true;
+                    self.gap_acked_n += 1;
+                    self.rtx_marked -= usize::from(c.needs_rtx);
                     c.needs_rtx = false;
                     bytes_acked += c.data.len();
                     if c.in_flight {
@@ -2102,6 +2258,7 @@ impl Association {
                 } else if !covered && c.gap_acked {
                     // Reneged (§6.2.1 D iii): back to outstanding.
                     c.gap_acked = false;
+                    self.gap_acked_n -= 1;
                 }
             }
             if advanced && highest_newly_acked.is_none() {
@@ -2135,6 +2292,7 @@ impl Association {
                     if c.missing >= 3 {
                         self.stats.fast_retransmits += 1;
                         self.rtx_burst = true;
+                        self.rtx_marked += usize::from(!c.needs_rtx);
                         c.needs_rtx = true;
                         c.fast_rtx_done = true;
                         start_fr = true;
@@ -2174,7 +2332,9 @@ impl Association {
             self.partial_bytes_acked = 0;
         }
         // §6.3.2 R2 / R3: timer.
-        if self.out.iter().all(|c| c.sent_count == 0 || c.gap_acked) {
+        self.check_out_counts();
+        // Every chunk sent is gap-acknowledged (or none is outstanding).
+        if self.first_unsent() == self.gap_acked_n {
             self.stop_timer(Timer::T3);
         } else if advanced {
             self.set_timer(Timer::T3, now.saturating_add(self.rto));
@@ -2394,7 +2554,26 @@ impl Association {
     }
 
     fn has_sendable(&self) -> bool {
-        self.out.iter().any(|c| c.needs_rtx || c.sent_count == 0)
+        // Never-sent chunks are a suffix of `out`.
+        self.rtx_marked > 0 || self.out.back().is_some_and(|c| c.sent_count == 0)
+    }
+
+    /// Debug builds (every test) recount what `rtx_marked`, `gap_acked_n`
+    /// and [`Self::first_unsent`] stand for.
+    fn check_out_counts(&self) {
+        if cfg!(debug_assertions) {
+            let marked = self.out.iter().filter(|c| c.needs_rtx).count();
+            let gapped = self.out.iter().filter(|c| c.gap_acked).count();
+            let sent = self.out.iter().take_while(|c| c.sent_count > 0).count();
+            debug_assert_eq!((marked, gapped), (self.rtx_marked, self.gap_acked_n));
+            debug_assert!(self.out.iter().skip(sent).all(|c| c.sent_count == 0));
+        }
+    }
+
+    /// Index in `out` of the first chunk never sent (`out.len()` if none):
+    /// chunks go out in queue order, so those sent are a prefix.
+    fn first_unsent(&self) -> usize {
+        self.out.partition_point(|c| c.sent_count > 0)
     }
 
     fn put_data(&mut self, now: u64, buf: &mut [u8], mut at: usize, any: &mut bool) -> usize {
@@ -2403,8 +2582,11 @@ impl Association {
         // packet regardless of cwnd, as those rules allow; later ones within it.
         let mut rtx_in_packet = false;
         let burst = core::mem::take(&mut self.rtx_burst);
-        for i in 0..self.out.len() {
+        // Only while some chunk is marked; the scan ends at the last one.
+        let mut i = 0;
+        while self.rtx_marked > 0 && i < self.out.len() {
             let c = &self.out[i];
+            i += 1;
             if !c.needs_rtx {
                 continue;
             }
@@ -2426,8 +2608,9 @@ impl Association {
             });
             let Ok(n) = r.emit(&mut buf[at..]) else { break };
             at += n;
-            let c = &mut self.out[i];
+            let c = &mut self.out[i - 1];
             self.stats.retransmits += 1;
+            self.rtx_marked -= 1;
             c.needs_rtx = false;
             c.sent_count += 1;
             c.missing = 0;
@@ -2443,7 +2626,7 @@ impl Association {
         }
         // New data within cwnd and the peer's window (§6.1 A, B).
         if !rtx_in_packet {
-            for i in 0..self.out.len() {
+            for i in self.first_unsent()..self.out.len() {
                 let c = &self.out[i];
                 if c.sent_count > 0 {
                     continue;
@@ -2484,6 +2667,7 @@ impl Association {
                 sent_any = true;
             }
         }
+        self.check_out_counts();
         if sent_any {
             *any = true;
             self.last_activity = now;
@@ -2759,6 +2943,161 @@ mod tests {
             reason,
             Some(CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE))
         );
+    }
+
+    /// A packet to `s` holding one DATA chunk written as octets (RFC 9260
+    /// §3.3.1): type 0, flags, length, TSN, stream, SSN, PPID, payload
+    /// (padded to 4), behind the common header with its CRC32c.
+    fn data_packet(
+        s: &Association,
+        flags: u8,
+        tsn: u32,
+        stream: u16,
+        ssn: u16,
+        p: &[u8],
+    ) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&s.peer_port().to_be_bytes());
+        b.extend_from_slice(&s.local_port().to_be_bytes());
+        b.extend_from_slice(&s.local_tag().to_be_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&[0x00, flags]);
+        b.extend_from_slice(&(16 + p.len() as u16).to_be_bytes());
+        b.extend_from_slice(&tsn.to_be_bytes());
+        b.extend_from_slice(&stream.to_be_bytes());
+        b.extend_from_slice(&ssn.to_be_bytes());
+        b.extend_from_slice(&[0, 0, 0, 16]); // PPID 16
+        b.extend_from_slice(p);
+        b.resize(b.len().next_multiple_of(4), 0);
+        let mut pkt = SctpPacket::new_unchecked(&mut b[..]);
+        pkt.fill_checksum();
+        b
+    }
+
+    /// Whole chunks due now are handed to the receiver in place (no
+    /// event, nothing held, acknowledged as usual); fragments, an ordered
+    /// chunk ahead of its SSN and chunks behind a waiting event take the
+    /// reassembly path.
+    #[test]
+    fn whole_chunks_are_delivered_in_place_the_rest_reassembled() {
+        let (_c, mut s) = pair();
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        let tsn0 = (s.rx_cum as u32).wrapping_add(1);
+        let mut took: Vec<(u16, bool, Vec<u8>)> = Vec::new();
+        let mut rx = |m: MessageRef<'_>| {
+            took.push((m.stream, m.unordered, m.data.to_vec()));
+            true
+        };
+        // U|B|E (0x07): unordered, whole.
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0, 0, 0, b"abc"), &mut rx);
+        // B|E (0x03), ordered, SSN 0 = the next of stream 1.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 1, 1, 0, b"de"), &mut rx);
+        assert_eq!(s.stats().data_in_place, 2);
+        assert_eq!(s.recv_buffered(), 0, "nothing held or charged");
+        assert_eq!(s.rx_cum as u32, tsn0 + 1, "both TSNs received (§6.2)");
+        // Ordered SSN 2 on stream 1 is ahead of SSN 1: held, not offered.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 2, 1, 2, b"g"), &mut rx);
+        // A B fragment then its E (0x06 = U|B, 0x05 = U|E): reassembled.
+        s.handle_packet_with(0, &data_packet(&s, 0x06, tsn0 + 3, 0, 0, b"hi"), &mut rx);
+        s.handle_packet_with(0, &data_packet(&s, 0x05, tsn0 + 4, 0, 0, b"jk"), &mut rx);
+        assert_eq!(s.stats().data_in_place, 2);
+        // SSN 1 of stream 1 arrives whole but an event (the reassembled
+        // message) waits: it must not overtake it, so it is queued too,
+        // and SSN 2 behind it.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 5, 1, 1, b"f"), &mut rx);
+        assert_eq!(s.stats().data_in_place, 2);
+        let mut evs = Vec::new();
+        while let Some(e) = s.poll_event() {
+            if let Event::Message(m) = e {
+                evs.push((m.stream, m.data));
+            }
+        }
+        assert_eq!(
+            evs,
+            vec![
+                (0, b"hijk".to_vec()),
+                (1, b"f".to_vec()),
+                (1, b"g".to_vec())
+            ]
+        );
+        assert_eq!(s.recv_buffered(), 0);
+        // Nothing waits now: the next one goes in place again, SSN 3.
+        s.handle_packet_with(0, &data_packet(&s, 0x03, tsn0 + 6, 1, 3, b"l"), &mut rx);
+        // A duplicate is acknowledged, never offered (§6.2).
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0, 0, 0, b"abc"), &mut rx);
+        // Declined by the receiver: queued as usual.
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0 + 7, 0, 0, b"m"), &mut |_| {
+            false
+        });
+        assert_eq!(s.stats().data_in_place, 3);
+        assert_eq!(s.stats().dup_data_received, 1);
+        assert!(matches!(s.poll_event(), Some(Event::Message(m)) if m.data == b"m"));
+        assert_eq!(
+            took,
+            vec![
+                (0, true, b"abc".to_vec()),
+                (1, false, b"de".to_vec()),
+                (1, false, b"l".to_vec())
+            ]
+        );
+        assert_eq!(s.rx_cum as u32, tsn0 + 7);
+    }
+
+    /// `send_owned`: the vector becomes one DATA chunk's payload (the
+    /// chunk as octets below), a longer one is cut into fragments like
+    /// `send`, a refused one comes back.
+    #[test]
+    fn send_owned_queues_the_vector_as_one_chunk() {
+        let (mut c, _s) = pair();
+        let tsn = c.send_owned(1, 16, true, b"abcd".to_vec()).unwrap();
+        let mut b = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut b).unwrap();
+        let t = tsn.to_be_bytes();
+        #[rustfmt::skip]
+        let want = [
+            0x00, 0x07, 0x00, 0x14, // DATA, U|B|E, length 20 (§3.3.1)
+            t[0], t[1], t[2], t[3], // TSN
+            0x00, 0x01, 0x00, 0x00, // stream 1, SSN 0 (unordered)
+            0x00, 0x00, 0x00, 0x10, // PPID 16
+            b'a', b'b', b'c', b'd',
+        ];
+        assert_eq!(&b[COMMON_HEADER_LEN..n], &want[..]);
+        // Longer than one chunk: fragments B, -, E (§6.9).
+        let per = c.max_chunk_payload();
+        let last = c.send_owned(0, 16, true, vec![7; 2 * per + 1]).unwrap();
+        assert_eq!(last, tsn.wrapping_add(3), "TSN of the last fragment");
+        // Refused: the vector comes back.
+        let (e, v) = c.send_owned(100, 16, true, b"xy".to_vec()).unwrap_err();
+        assert_eq!(v, b"xy");
+        assert!(matches!(e, SendError::InvalidStream { stream: 100, .. }));
+    }
+
+    /// An unordered whole chunk past a gap (TSN out of order) is due too
+    /// (§6.6: unordered delivery ignores sequence); the gap is SACKed.
+    #[test]
+    fn whole_unordered_chunk_past_a_gap_goes_in_place_and_the_gap_is_reported() {
+        let (_c, mut s) = pair();
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        let tsn0 = (s.rx_cum as u32).wrapping_add(1);
+        let mut n = 0;
+        s.handle_packet_with(0, &data_packet(&s, 0x07, tsn0 + 1, 0, 0, b"x"), &mut |_| {
+            n += 1;
+            true
+        });
+        assert_eq!((n, s.stats().data_in_place), (1, 1));
+        assert_eq!(s.stats().out_of_order_data, 1);
+        assert_eq!(s.rx_cum as u32, tsn0.wrapping_sub(1));
+        let mut b = vec![0u8; 2048];
+        let k = s
+            .poll_transmit(0, &mut b)
+            .expect("SACK at once on a gap (§6.7)");
+        let p = SctpPacket::new_checked(&b[..k]).unwrap();
+        let c = p.chunks().next().unwrap().unwrap();
+        let ChunkRepr::Sack(sack) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not a SACK")
+        };
+        assert_eq!(sack.cum_tsn_ack, tsn0.wrapping_sub(1));
+        assert_eq!(sack.gap_blocks.iter().collect::<Vec<_>>(), vec![(2, 2)]);
     }
 
     #[test]

@@ -256,6 +256,16 @@ fn every_operation(server: &Context, client: &Context, port: u16, transport: Tra
     assert_eq!(sink.read(0, BIG).unwrap(), source, "read octets");
     let counters = cqp.stats().unwrap().qp.unwrap();
     assert!(counters.bytes_placed >= BIG as u64, "{counters:?}");
+    // The Write's segments and the Read Response's were placed straight
+    // from the received DATA chunks (whole, unordered, nothing waiting),
+    // not reassembled and queued as events.
+    for (who, c) in [("server", server), ("client", client)] {
+        let st = c.sctp_stats().unwrap().unwrap().assoc;
+        assert!(
+            st.data_in_place > 0,
+            "{who}: nothing placed in place: {st:?}"
+        );
+    }
 
     // Terminate: a Write to an STag the server invalidated (Send with
     // Invalidate above). The server refuses it with an RDMAP Terminate

@@ -522,6 +522,9 @@ impl SctpConns {
                 assoc.out_of_order_data += t.out_of_order_data;
                 assoc.heartbeats_sent += t.heartbeats_sent;
                 assoc.heartbeat_acks += t.heartbeat_acks;
+                assoc.pruned_chunks += t.pruned_chunks;
+                assoc.tag_verified_packets += t.tag_verified_packets;
+                assoc.data_in_place += t.data_in_place;
             }
         }
         let held = self.conns.values().filter_map(|c| c.qp.as_ref());
@@ -581,8 +584,25 @@ impl SctpConns {
     }
 
     /// A frame the stack found ours ([`SctpHost::claims`]).
-    pub fn handle_frame(&mut self, frame: &[u8], now: u64) {
-        self.host.handle_frame(frame, now);
+    pub fn handle_frame(&mut self, frame: &[u8], now: u64, mem: &mut MemoryTable) {
+        // Segments of a running queue pair are placed from the frame
+        // (no copy but the placement); the rest come out as events and
+        // are dispatched at the next poll, as before.
+        let SctpConns {
+            host,
+            conns,
+            by_assoc,
+            ..
+        } = self;
+        host.handle_frame_with(frame, now, &mut |assoc, stream, ssn, seg| {
+            let Some(c) = by_assoc.get(&assoc).and_then(|id| conns.get_mut(id)) else {
+                return false;
+            };
+            match c.qp.as_mut() {
+                Some(qp) if !c.closed => qp.place_segment(stream, ssn, seg, mem),
+                _ => false,
+            }
+        });
     }
 
     /// A copy of an ARP frame the interface answered.

@@ -23,11 +23,30 @@ use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::llp::{LowerLayer, SegmentConfig};
 use iwarp_proto::qp::{Qp, QpConfig, QpState, Srq};
 
+/// Octets before the DDP Segment in the vectors given to
+/// [`SegmentSink::send_segment_chunk`]: the DDP-SSN's (RFC 5043 §5.2.2).
+pub const SSN_ROOM: usize = 2;
+
 /// Where the QP's segments go: a [`DdpAssociation`], or a host's command
 /// queue.
 pub trait SegmentSink {
     /// Send one DDP Segment on `stream`.
     fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError>;
+    /// Send one DDP Segment given as a DDP Segment Chunk to be: two
+    /// octets of room for the DDP-SSN, then the segment (RFC 5043
+    /// §5.2.2). A sink that can take the vector as it is (an association:
+    /// [`DdpAssociation::send_segment_chunk`]) saves the copies; on
+    /// refusal the vector comes back. By default, [`Self::send_segment`].
+    fn send_segment_chunk(
+        &mut self,
+        stream: u16,
+        chunk: Vec<u8>,
+    ) -> Result<(), (DdpError, Vec<u8>)> {
+        match self.send_segment(stream, chunk.get(SSN_ROOM..).unwrap_or_default()) {
+            Ok(()) => Ok(()),
+            Err(e) => Err((e, chunk)),
+        }
+    }
     /// Send DDP Stream Session Terminate on `stream`.
     fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError>;
 }
@@ -45,6 +64,13 @@ impl SegmentSink for AssocSink<'_> {
     fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError> {
         self.assoc.send_segment(stream, segment).map(|_| ())
     }
+    fn send_segment_chunk(
+        &mut self,
+        stream: u16,
+        chunk: Vec<u8>,
+    ) -> Result<(), (DdpError, Vec<u8>)> {
+        self.assoc.send_segment_chunk(stream, chunk).map(|_| ())
+    }
     fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
         self.assoc.terminate(self.now, stream)
     }
@@ -55,8 +81,12 @@ impl SegmentSink for AssocSink<'_> {
 pub struct SctpQp {
     stream: u16,
     qp: Qp,
-    /// A segment the sink refused for now.
+    /// A segment the sink refused for now, as given to
+    /// [`SegmentSink::send_segment_chunk`] ([`SSN_ROOM`] octets first).
     waiting: Option<Vec<u8>>,
+    /// Capacity of the vectors segments are built in: the MULPDU and
+    /// [`SSN_ROOM`].
+    chunk_cap: usize,
     /// We sent (or tried to send) the Session Terminate, or the session
     /// already ended.
     session_over: bool,
@@ -105,6 +135,7 @@ impl SctpQp {
             stream,
             qp: Qp::with_lower(cfg, srq, LowerLayer::Segments(seg)),
             waiting: None,
+            chunk_cap: SSN_ROOM + mulpdu,
             session_over: false,
             last_refusal: None,
             established,
@@ -137,6 +168,25 @@ impl SctpQp {
     /// over MULPDU, a session in the wrong state): the QP went to error.
     pub fn last_refusal(&self) -> Option<DdpError> {
         self.last_refusal
+    }
+
+    /// Place one segment of our stream straight from the received packet
+    /// ([`DdpAssociation::handle_packet_with`]): what
+    /// [`handle_event`](Self::handle_event) does with a
+    /// [`DdpEvent::Segment`], without the event. False (not taken) for
+    /// another stream.
+    pub fn place_segment(
+        &mut self,
+        stream: u16,
+        ddp_ssn: u16,
+        segment: &[u8],
+        mem: &mut MemoryTable,
+    ) -> bool {
+        if stream != self.stream {
+            return false;
+        }
+        self.qp.receive_segment(ddp_ssn, segment, mem);
+        true
     }
 
     /// Take one association event; returns whether it was consumed (a
@@ -189,21 +239,24 @@ impl SctpQp {
                     if self.session_over {
                         break;
                     }
-                    let mut out = Vec::new();
+                    // Built once, behind room for the DDP-SSN; the sink
+                    // may keep the vector as the DATA chunk's payload.
+                    let mut out = Vec::with_capacity(self.chunk_cap);
+                    out.resize(SSN_ROOM, 0);
                     if self.qp.poll_segment(mem, &mut out).is_none() {
                         break;
                     }
                     out
                 }
             };
-            match sink.send_segment(self.stream, &seg) {
+            match sink.send_segment_chunk(self.stream, seg) {
                 Ok(()) => sent += 1,
-                Err(DdpError::Sctp(sctp_lite::assoc::SendError::BufferFull))
-                | Err(DdpError::TooManyInFlight) => {
+                Err((DdpError::Sctp(sctp_lite::assoc::SendError::BufferFull), seg))
+                | Err((DdpError::TooManyInFlight, seg)) => {
                     self.waiting = Some(seg);
                     return sent;
                 }
-                Err(e) => {
+                Err((e, _)) => {
                     // Cannot carry the stream any more: the QP's LLP is gone.
                     self.last_refusal = Some(e);
                     self.qp.llp_lost();
