@@ -39,6 +39,15 @@ fn wait(cq: &iwarp::Cq, what: &str) -> iwarp::Wc {
         .unwrap_or_else(|| panic!("no completion for {what}"))
 }
 
+/// [`wait`], and when nothing comes, both contexts' SCTP counters in the
+/// failure (retransmissions, drops, held data: what was lost where).
+fn wait_or_tell(cq: &iwarp::Cq, what: &str, ctxs: [&Context; 2]) -> iwarp::Wc {
+    cq.wait(T).unwrap_or_else(|| {
+        let [s, c] = ctxs.map(|x| format!("{:?}", x.sctp_stats()));
+        panic!("no completion for {what}\nserver SCTP: {s}\nclient SCTP: {c}")
+    })
+}
+
 fn event(qp: &iwarp::Qp, what: &str, f: impl Fn(&QpEvent) -> bool) -> QpEvent {
     let deadline = Instant::now() + T;
     loop {
@@ -155,12 +164,12 @@ fn every_operation(server: &Context, client: &Context, port: u16, transport: Tra
         invalidate: None,
     })
     .unwrap();
-    let wc = wait(&scq, "server Send");
+    let wc = wait_or_tell(&scq, "server Send", [server, client]);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
         (1, Status::Wc(WcStatus::Success), Some(WcOpcode::Send))
     );
-    let wc = wait(&ccq, "client Recv");
+    let wc = wait_or_tell(&ccq, "client Recv", [server, client]);
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.byte_len),
         (900, Some(WcOpcode::Recv), 3000)

@@ -437,6 +437,7 @@ impl SctpConns {
 
     /// Free connection `id`, keeping its CQ and cause for late posts.
     fn forget(&mut self, id: SockId) {
+        self.by_token.retain(|_, s| *s != id);
         if let Some(c) = self.conns.remove(&id) {
             self.gone.insert(id, (c.ulp.cq.clone(), c.cause()));
             while self.gone.len() > GONE_KEPT {
@@ -910,8 +911,11 @@ impl SctpConns {
         }
         match ev {
             DdpEvent::Connected => {
+                // The token keeps naming the connection (`by_token`) until
+                // it is freed: receives the application posts with its
+                // connect (`Command::IwarpOpening`) may come in after the
+                // association is up, and must find it (as over TCP).
                 if let Some(token) = c.token.take() {
-                    self.by_token.remove(&token);
                     out(Output::Connected {
                         token,
                         sock: id,
