@@ -762,8 +762,17 @@ impl<E: Engine> LoopHandle<E> {
     /// inline loop by driving it on this thread (one idle step), else on
     /// the waiter.
     pub fn wait_outputs(&self, waiter: OutputWaiter<'_>, timeout: Duration) {
-        if !self.idle(timeout.min(Duration::from_micros(200))) {
-            waiter.wait(timeout.min(Duration::from_micros(200)));
+        match &self.driver {
+            // The loop thread rings the waiter: sleep until it does.
+            Driver::Thread(_) => waiter.wait(timeout),
+            // Drive here; when another thread holds the loop, wait for
+            // its outputs a short while and look again (it may let go).
+            Driver::Inline { shared, .. } => {
+                let short = timeout.min(Duration::from_micros(200));
+                if !shared.idle(short) {
+                    waiter.wait(short);
+                }
+            }
         }
     }
     /// Another thread moved outputs from the queue somewhere its peers
