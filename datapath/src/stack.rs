@@ -149,7 +149,7 @@ pub enum Ulp {
         /// ([`CmEvent::ConnectRequest`]) instead of accepting it with `mpa`.
         manual: bool,
         /// Where completions go (`None`: as [`Output::Iwarp`] outputs).
-        cq: Option<Arc<CqRing>>,
+        cq: Option<QpCqs>,
         /// Shared receive queue for the connection(s).
         srq: Option<iwarp_proto::qp::Srq>,
     },
@@ -277,7 +277,7 @@ pub enum Command {
         /// Our outbound RDMA Read limit.
         ord: u16,
         /// Where the connection's completions go (`None`: the listener's).
-        cq: Option<Arc<CqRing>>,
+        cq: Option<QpCqs>,
     },
     /// Reject a pending connect request, explaining in `private_data`.
     Reject {
@@ -529,21 +529,69 @@ impl CqRing {
     }
 }
 
-/// Send a connection's output on: completions and refusals to its CQ when it
-/// has one, everything else (and everything without a CQ) to `out`.
-pub(crate) fn route(
-    id: SockId,
-    o: HostOutput,
-    cq: Option<&Arc<CqRing>>,
-    out: &mut dyn FnMut(Output),
-) {
-    trace_output(id, &o);
-    match (o, cq) {
-        (HostOutput::Completion(c), Some(cq)) => cq.push(id, CqEntry::Done(c)),
-        (HostOutput::Refused(wr_id, error), Some(cq)) => {
-            cq.push(id, CqEntry::Refused { wr_id, error })
+/// The completion rings of one queue pair, as verbs gives a QP a send CQ
+/// and a receive CQ (`ibv_qp_init_attr.send_cq`, `recv_cq`): completions
+/// of receives ([`WcOpcode::Recv`](iwarp_proto::qp::WcOpcode::Recv), the
+/// flushed ones included) go to `recv`; those of the send queue (Send,
+/// Write, Read) and refused posts ([`CqEntry::Refused`], whichever queue
+/// they were posted to) go to `send`. One CQ for both is the same ring
+/// twice ([`QpCqs::one`], or `From<Arc<CqRing>>`).
+#[derive(Debug, Clone)]
+pub struct QpCqs {
+    /// Send-queue completions and refused posts.
+    pub send: Arc<CqRing>,
+    /// Receive completions.
+    pub recv: Arc<CqRing>,
+}
+
+impl QpCqs {
+    /// One ring for everything.
+    pub fn one(cq: Arc<CqRing>) -> Self {
+        QpCqs {
+            recv: cq.clone(),
+            send: cq,
         }
-        (o, _) => out(Output::Iwarp(id, o)),
+    }
+
+    /// Send-queue completions to `send`, receive completions to `recv`.
+    pub fn new(send: Arc<CqRing>, recv: Arc<CqRing>) -> Self {
+        QpCqs { send, recv }
+    }
+
+    /// Push one of the connection's outputs to the ring it belongs on;
+    /// give back what goes to no ring (events).
+    fn push(&self, id: SockId, o: HostOutput) -> Option<HostOutput> {
+        match o {
+            HostOutput::Completion(c) if c.opcode == iwarp_proto::qp::WcOpcode::Recv => {
+                self.recv.push(id, CqEntry::Done(c))
+            }
+            HostOutput::Completion(c) => self.send.push(id, CqEntry::Done(c)),
+            HostOutput::Refused(wr_id, error) => {
+                self.send.push(id, CqEntry::Refused { wr_id, error })
+            }
+            o => return Some(o),
+        }
+        None
+    }
+}
+
+impl From<Arc<CqRing>> for QpCqs {
+    fn from(cq: Arc<CqRing>) -> Self {
+        QpCqs::one(cq)
+    }
+}
+
+/// Send a connection's output on: completions and refusals to its CQs when
+/// it has them (receive completions to the receive ring, the rest to the
+/// send ring), everything else (and everything without CQs) to `out`.
+pub(crate) fn route(id: SockId, o: HostOutput, cq: Option<&QpCqs>, out: &mut dyn FnMut(Output)) {
+    trace_output(id, &o);
+    let o = match cq {
+        Some(cq) => cq.push(id, o),
+        None => Some(o),
+    };
+    if let Some(o) = o {
+        out(Output::Iwarp(id, o));
     }
 }
 
@@ -938,7 +986,7 @@ enum SockKind {
 #[derive(Debug)]
 struct Sock {
     remote: Ipv4Address,
-    cq: Option<Arc<CqRing>>,
+    cq: Option<QpCqs>,
     kind: SockKind,
     /// `Connect` token until established.
     token: Option<u64>,
@@ -1060,17 +1108,14 @@ pub struct Stack {
     pub mem: MemoryTable,
     /// Connections by id; ids are never reused, so a stale id finds nothing.
     socks: std::collections::BTreeMap<SockId, Sock>,
-    /// iWARP connections already freed, newest [`GONE_KEPT`]: their CQ and
+    /// iWARP connections already freed, newest [`GONE_KEPT`]: their CQs and
     /// why they ended, so that a post the application makes after the
     /// stack let go of the connection still completes, refused with the
     /// cause (as verbs flushes a post to a QP in the error state), rather
     /// than vanishing.
     gone: std::collections::BTreeMap<
         SockId,
-        (
-            Option<Arc<CqRing>>,
-            Option<iwarp_proto::qp::DisconnectCause>,
-        ),
+        (Option<QpCqs>, Option<iwarp_proto::qp::DisconnectCause>),
     >,
     /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
     by_token: HashMap<u64, SockId>,
@@ -2433,6 +2478,68 @@ mod tests {
             "id {b} is not the connection of {ka:?}"
         );
         assert_eq!(st.lookup(kb), Some(b));
+    }
+
+    /// With a send ring and a receive ring, `route` puts receive
+    /// completions (flushed ones included) on the receive ring, send-queue
+    /// completions and refused posts on the send ring, and events on
+    /// neither; with one ring (`QpCqs::one`) everything lands on it.
+    #[test]
+    fn receive_completions_go_to_the_receive_ring() {
+        use iwarp_proto::qp::{Completion, PostError, QpEvent, WcOpcode, WcStatus};
+        let wc = |wr_id, opcode, status| {
+            HostOutput::Completion(Completion {
+                wr_id,
+                opcode,
+                status,
+                byte_len: 0,
+                solicited: false,
+                invalidated: None,
+            })
+        };
+        let outputs = || {
+            [
+                wc(1, WcOpcode::Send, WcStatus::Success),
+                wc(2, WcOpcode::Recv, WcStatus::Success),
+                wc(3, WcOpcode::Write, WcStatus::Success),
+                wc(4, WcOpcode::Read, WcStatus::Flushed),
+                wc(5, WcOpcode::Recv, WcStatus::Flushed),
+                HostOutput::Refused(6, PostError::QueueFull),
+                HostOutput::Event(QpEvent::SrqLimitReached),
+            ]
+        };
+        let ids = |r: &CqRing| {
+            std::iter::from_fn(|| r.ring.pop())
+                .map(|(qp, e)| {
+                    assert_eq!(qp, 9);
+                    match e {
+                        CqEntry::Done(c) => c.wr_id,
+                        CqEntry::Refused { wr_id, .. } => wr_id,
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let (send, recv) = (Arc::new(CqRing::new(16)), Arc::new(CqRing::new(16)));
+        let cqs = QpCqs::new(send.clone(), recv.clone());
+        let mut out = Vec::new();
+        for o in outputs() {
+            route(9, o, Some(&cqs), &mut |x| out.push(x));
+        }
+        assert_eq!(ids(&send), [1, 3, 4, 6]);
+        assert_eq!(ids(&recv), [2, 5]);
+        assert!(matches!(
+            out[..],
+            [Output::Iwarp(
+                9,
+                HostOutput::Event(QpEvent::SrqLimitReached)
+            )]
+        ));
+        let one = QpCqs::from(send.clone());
+        for o in outputs() {
+            route(9, o, Some(&one), &mut |_| {});
+        }
+        assert_eq!(ids(&send), [1, 2, 3, 4, 5, 6]);
+        assert!(recv.ring.is_empty());
     }
 
     /// A completion pushed while a thread is parked on the ring unparks it:

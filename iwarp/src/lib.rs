@@ -96,8 +96,8 @@ use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, Drive, LoopHandle, Mode};
 pub use iwarp_datapath::stack::HookStatus;
 use iwarp_datapath::stack::{
-    Command, CqEntry, CqRing, InspectOp, ListenError, LoopHook, MemoryOp, Output, SockId, Stack,
-    StackConfig, Ulp,
+    Command, CqEntry, CqRing, InspectOp, ListenError, LoopHook, MemoryOp, Output, QpCqs, SockId,
+    Stack, StackConfig, Ulp,
 };
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::MemoryTable;
@@ -1060,7 +1060,7 @@ impl Context {
                     mpa: opts.mpa.clone(),
                     params: opts.params(),
                     manual: false,
-                    cq: Some(opts.cq.ring.clone()),
+                    cq: Some(QpCqs::one(opts.cq.ring.clone())),
                     srq: opts.srq.as_ref().map(|s| s.inner.clone()),
                 },
             },
@@ -1823,7 +1823,7 @@ impl ConnectOptions {
             ord: self.mpa.ord,
             private_data: self.mpa.private_data.clone(),
             params: self.params(),
-            cq: Some(self.cq.ring.clone()),
+            cq: Some(QpCqs::one(self.cq.ring.clone())),
             srq: self.srq.as_ref().map(|s| s.inner.clone()),
             timeouts: timeouts(&self.mpa),
         }
@@ -2033,7 +2033,7 @@ impl ConnectRequest {
             private_data: opts.private_data.clone(),
             ird: opts.ird,
             ord: opts.ord,
-            cq: Some(cq.ring.clone()),
+            cq: Some(QpCqs::one(cq.ring.clone())),
         })?;
         self.answered = true;
         match self.ctx.established(self.sock, opts.timeout) {

@@ -782,7 +782,7 @@ fn a_raw_peer_gets_clear_answers() {
             private_data: b"fine".to_vec(),
             ird: 8,
             ord: 8,
-            cq: Some(ring.clone()),
+            cq: Some(ring.clone().into()),
         })
         .unwrap();
     let pd_back = peer.wait("SessionAccepted", |o| match o {
@@ -996,7 +996,7 @@ fn a_graceful_close_waiting_for_an_unanswered_read_ends_after_the_close_timeout(
             private_data: Vec::new(),
             ird: 4,
             ord: 4,
-            cq: Some(ring.clone()),
+            cq: Some(ring.clone().into()),
         })
         .unwrap();
     peer.wait("SessionAccepted", |o| match o {

@@ -51,7 +51,7 @@ fn ulp(pd: PdId, cq: &Arc<CqRing>) -> SctpUlp {
             sq_depth: 16,
             rq_depth: 16,
         },
-        cq: Some(cq.clone()),
+        cq: Some(cq.clone().into()),
         srq: None,
         timeouts: SetupTimeouts::default(),
     }
@@ -125,7 +125,7 @@ fn a_receive_posted_with_connect_after_the_association_is_up_is_used() {
             private_data: Vec::new(),
             ird: 4,
             ord: 4,
-            cq: Some(cq_a.clone()),
+            cq: Some(cq_a.clone().into()),
         },
     );
     // A sends first, as soon as it accepted.

@@ -46,7 +46,6 @@
 //! TCP's): fine for a few connections, to be changed before many.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
 use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupFailure};
@@ -61,7 +60,7 @@ use super::qp::{AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::runtime::{Engine, FrameSink};
-use crate::stack::{route, CqRing, Output, SockId};
+use crate::stack::{route, Output, QpCqs, SockId};
 use crate::StreamParams;
 
 /// The first id of an SCTP connection (TCP connections count up from 0).
@@ -112,8 +111,9 @@ pub struct SctpUlp {
     /// Queue pair parameters (the EMSS is not used: MULPDU comes from
     /// the association, RFC 5043 §9).
     pub params: StreamParams,
-    /// Where completions go (`None`: as `Output::Iwarp` outputs).
-    pub cq: Option<Arc<CqRing>>,
+    /// Where completions go (`None`: as `Output::Iwarp` outputs): receive
+    /// completions to the receive ring, the rest to the send ring.
+    pub cq: Option<QpCqs>,
     /// Shared receive queue.
     pub srq: Option<Srq>,
     /// Setup timers (ns; 0: none), as over MPA: how long the active side
@@ -394,11 +394,11 @@ pub struct SctpConns {
     backlog_aborts: u64,
     /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
     max_held: usize,
-    /// Connections already freed, newest [`GONE_KEPT`]: their CQ and why
+    /// Connections already freed, newest [`GONE_KEPT`]: their CQs and why
     /// they ended, so that a post made after the connection was let go
     /// still completes, refused with the cause, instead of vanishing (as
     /// `Stack::gone` does over TCP).
-    gone: BTreeMap<SockId, (Option<Arc<CqRing>>, Option<DisconnectCause>)>,
+    gone: BTreeMap<SockId, (Option<QpCqs>, Option<DisconnectCause>)>,
 }
 
 /// Freed connections whose posts are still answered (a CQ reference and a
@@ -696,10 +696,9 @@ impl SctpConns {
             }
             return;
         };
-        let cq = c.ulp.cq.clone();
         let refusal = c.refusal();
-        let mut refuse =
-            |e: PostError| route(id, HostOutput::Refused(cmd.wr_id(), e), cq.as_ref(), out);
+        let cq = c.ulp.cq.as_ref();
+        let mut refuse = |e: PostError| route(id, HostOutput::Refused(cmd.wr_id(), e), cq, out);
         if c.closing.is_some() || c.closed {
             return refuse(refusal);
         }
@@ -723,7 +722,7 @@ impl SctpConns {
         private_data: Vec<u8>,
         ird: u16,
         ord: u16,
-        cq: Option<Arc<CqRing>>,
+        cq: Option<QpCqs>,
         mem: &mut MemoryTable,
     ) -> Result<(), SetupError> {
         let Some(c) = self.conns.get_mut(&id) else {
@@ -1183,18 +1182,18 @@ impl SctpConns {
                     .push_back(HostOutput::Refused(cmd.wr_id(), refusal));
             }
         }
-        let cq = c.ulp.cq.clone();
+        let cq = c.ulp.cq.as_ref();
         while let Some(o) = c.outputs.pop_front() {
-            route(id, o, cq.as_ref(), out);
+            route(id, o, cq, out);
             busy = true;
         }
         if let Some(qp) = c.qp.as_mut() {
             while let Some(x) = qp.qp().poll_completion() {
-                route(id, HostOutput::Completion(x), cq.as_ref(), out);
+                route(id, HostOutput::Completion(x), cq, out);
                 busy = true;
             }
             while let Some(e) = qp.qp().poll_event() {
-                route(id, HostOutput::Event(e), cq.as_ref(), out);
+                route(id, HostOutput::Event(e), cq, out);
                 busy = true;
             }
         }
