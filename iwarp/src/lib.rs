@@ -1060,7 +1060,7 @@ impl Context {
                     mpa: opts.mpa.clone(),
                     params: opts.params(),
                     manual: false,
-                    cq: Some(QpCqs::one(opts.cq.ring.clone())),
+                    cq: Some(opts.cqs()),
                     srq: opts.srq.as_ref().map(|s| s.inner.clone()),
                 },
             },
@@ -1717,8 +1717,12 @@ pub struct ConnectOptions {
     pub mpa: MpaConfig,
     /// Protection domain of the queue pair.
     pub pd: Pd,
-    /// Where completions go.
+    /// Where completions go: those of the send queue and refused posts,
+    /// and receive completions too unless `recv_cq` is set.
     pub cq: Cq,
+    /// Where receive completions go (flushed receives included), as verbs'
+    /// `ibv_qp_init_attr.recv_cq`; `None` (the default): to `cq`.
+    pub recv_cq: Option<Cq>,
     /// Send queue depth.
     pub sq_depth: usize,
     /// Receive queue depth.
@@ -1804,6 +1808,7 @@ impl ConnectOptions {
             mpa: default_mpa(),
             pd: pd.clone(),
             cq: cq.clone(),
+            recv_cq: None,
             sq_depth: 256,
             rq_depth: 256,
             srq: None,
@@ -1817,17 +1822,27 @@ impl ConnectOptions {
         params(&self.pd, self.sq_depth, self.rq_depth)
     }
 
+    fn cqs(&self) -> QpCqs {
+        qp_cqs(&self.cq, self.recv_cq.as_ref())
+    }
+
     fn sctp_ulp(&self) -> SctpUlp {
         SctpUlp {
             ird: self.mpa.ird,
             ord: self.mpa.ord,
             private_data: self.mpa.private_data.clone(),
             params: self.params(),
-            cq: Some(QpCqs::one(self.cq.ring.clone())),
+            cq: Some(self.cqs()),
             srq: self.srq.as_ref().map(|s| s.inner.clone()),
             timeouts: timeouts(&self.mpa),
         }
     }
+}
+
+/// The rings of a queue pair's send CQ and receive CQ (`cq` for both
+/// without a receive CQ).
+fn qp_cqs(cq: &Cq, recv_cq: Option<&Cq>) -> QpCqs {
+    QpCqs::new(cq.ring.clone(), recv_cq.unwrap_or(cq).ring.clone())
 }
 
 /// MPA's setup timers, applied to the DDP Stream Session exchange, and
@@ -1961,6 +1976,11 @@ pub struct AcceptOptions {
     pub ord: u16,
     /// How long to wait for full operation.
     pub timeout: Duration,
+    /// Where the queue pair's receive completions go (flushed receives
+    /// included), as verbs' `ibv_qp_init_attr.recv_cq`; `None` (the
+    /// default): to the CQ given to [`ConnectRequest::accept`], which
+    /// always takes the send queue's completions and refused posts.
+    pub recv_cq: Option<Cq>,
 }
 
 impl Default for AcceptOptions {
@@ -1970,6 +1990,7 @@ impl Default for AcceptOptions {
             ird: 16,
             ord: 16,
             timeout: Duration::from_secs(15),
+            recv_cq: None,
         }
     }
 }
@@ -2026,14 +2047,15 @@ impl ConnectRequest {
             .post(Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)))
     }
 
-    /// Accept: completions of the new queue pair go to `cq`.
+    /// Accept: completions of the new queue pair go to `cq` (receive
+    /// completions to [`AcceptOptions::recv_cq`] if it is set).
     pub fn accept(mut self, opts: &AcceptOptions, cq: &Cq) -> Result<Qp, Error> {
         self.ctx.inner.post(Command::Accept {
             sock: self.sock,
             private_data: opts.private_data.clone(),
             ird: opts.ird,
             ord: opts.ord,
-            cq: Some(QpCqs::one(cq.ring.clone())),
+            cq: Some(qp_cqs(cq, opts.recv_cq.as_ref())),
         })?;
         self.answered = true;
         match self.ctx.established(self.sock, opts.timeout) {

@@ -143,6 +143,7 @@ fn every_operation(server: &Context, client: &Context, port: u16, transport: Tra
                 ird: 16,
                 ord: 16,
                 timeout: T,
+                recv_cq: None,
             },
             &scq,
         )
