@@ -1235,7 +1235,7 @@ impl Pd {
 
 /// A shared receive queue: posting is a push on a lock-free ring that the
 /// queue pairs using it pop when a Send arrives; the receive completes on
-/// the CQ of the queue pair that took it.
+/// the receive CQ of the queue pair that took it.
 #[derive(Debug, Clone)]
 pub struct Srq {
     inner: iwarp_proto::qp::Srq,
