@@ -1219,16 +1219,49 @@ impl Pd {
     /// # Ok(()) }
     /// ```
     pub fn register_region(&self, mem: Region, access: Access) -> Result<Mr, Error> {
+        self.register_region_at(mem, access, 0)
+    }
+
+    /// [`register_region`](Self::register_region) at base tagged offset
+    /// `base_to`: TOs `base_to .. base_to + len` address the region (octet
+    /// `offset` is TO `base_to + offset`), in the peer's RDMA Writes and
+    /// Reads and in local SGEs alike, as verbs registers memory with its
+    /// virtual address as the TO (`ibv_reg_mr(pd, addr, len)`, then the
+    /// peer writes to `remote_addr = addr`). [`Mr::sge`] adds the base
+    /// ([`Mr::base_to`]); [`Mr::read`], [`Mr::write`], [`Mr::load`],
+    /// [`Mr::store`] and [`Mw::bind`] take region offsets. A TO outside
+    /// the range, below the base included, fails the access check (a
+    /// peer's: remote access error). [`MemError::TooLarge`] if
+    /// `base_to + len` overflows.
+    ///
+    /// ```
+    /// use iwarp::{Access, Context, Region};
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let (ctx, _peer) = Context::sim_pair();
+    /// let pd = ctx.alloc_pd()?;
+    /// let mem = Region::from_vec(vec![0; 4096]);
+    /// let mr = pd.register_region_at(mem, Access::LOCAL_WRITE | Access::REMOTE_WRITE, 0x7f00_1234_5000)?;
+    /// assert_eq!(mr.base_to(), 0x7f00_1234_5000);
+    /// assert_eq!(mr.sge(16, 8).to, 0x7f00_1234_5010);
+    /// # Ok(()) }
+    /// ```
+    pub fn register_region_at(
+        &self,
+        mem: Region,
+        access: Access,
+        base_to: u64,
+    ) -> Result<Mr, Error> {
         let pd = self.id;
         let shared = mem.clone();
         let stag = self
             .ctx
             .inner
-            .memory(move |m| m.register(pd, shared, access, 0))??;
+            .memory(move |m| m.register(pd, shared, access, base_to))??;
         Ok(Mr {
             ctx: self.ctx.clone(),
             stag,
             mem,
+            base_to,
         })
     }
 }
@@ -1275,7 +1308,9 @@ impl Mw {
     /// Bind the window to `len` octets at `offset` of `mr` (registered with
     /// [`Access::MW_BIND`]) with `access` (remote read and/or write); a
     /// previous binding ends. Returns the new STag to hand to the peer; the
-    /// peer addresses the window with TOs `offset..offset + len`.
+    /// peer addresses the window with the region's TOs for those octets,
+    /// `mr.base_to() + offset .. mr.base_to() + offset + len`
+    /// (`offset..offset + len` for a region registered at base 0).
     pub fn bind(&mut self, mr: &Mr, offset: u64, len: u64, access: Access) -> Result<STag, Error> {
         let (mw, region) = (self.stag, mr.stag);
         self.stag = self
@@ -1336,6 +1371,8 @@ pub struct Mr {
     ctx: Context,
     stag: STag,
     mem: Region,
+    /// The TO of the first octet.
+    base_to: u64,
 }
 
 impl Mr {
@@ -1359,11 +1396,19 @@ impl Mr {
         &self.mem
     }
 
-    /// A scatter/gather element over `len` octets at `offset`.
+    /// The tagged offset of the region's first octet: 0, or the base given
+    /// to [`Pd::register_region_at`]. Octet `offset` is TO
+    /// `base_to() + offset` (what a peer puts in `remote_to`).
+    pub fn base_to(&self) -> u64 {
+        self.base_to
+    }
+
+    /// A scatter/gather element over `len` octets at region offset
+    /// `offset` (its TO is [`base_to`](Self::base_to) + `offset`).
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
         Sge {
             stag: self.stag,
-            to: offset,
+            to: self.base_to.saturating_add(offset),
             len,
         }
     }
