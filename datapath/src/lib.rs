@@ -191,6 +191,14 @@ impl Connection {
         }
     }
 
+    /// The protection domain of the queue pair this connection will make
+    /// (no effect once it exists: a PD is fixed for a QP's life).
+    pub fn set_pd(&mut self, pd: PdId) {
+        if self.qp_ref().is_none() {
+            self.params.pd = pd;
+        }
+    }
+
     /// Accept the pending Request with our private data and IRD/ORD.
     /// Octets that followed the Request are processed at once.
     pub fn accept(

@@ -269,6 +269,14 @@ impl IwarpOverTcp {
         }
     }
 
+    /// Put the queue pair the pending Request becomes in `pd` (before
+    /// [`accept`](Self::accept); no effect once it exists).
+    pub fn set_pd(&mut self, pd: iwarp_proto::mem::PdId) {
+        if let Some(c) = &mut self.iwarp {
+            c.set_pd(pd);
+        }
+    }
+
     /// Reject the pending Request with `private_data`; the TCP stream
     /// closes once the Reply is out.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {

@@ -278,6 +278,9 @@ pub enum Command {
         ord: u16,
         /// Where the connection's completions go (`None`: the listener's).
         cq: Option<QpCqs>,
+        /// The queue pair's protection domain (`None`: the listener's),
+        /// as verbs creates the QP in its own PD before accepting.
+        pd: Option<iwarp_proto::mem::PdId>,
     },
     /// Reject a pending connect request, explaining in `private_data`.
     Reject {
@@ -1596,6 +1599,7 @@ impl Stack {
                 ird,
                 ord,
                 cq,
+                pd,
             } if ours(self, sock) => {
                 let Stack {
                     sctp,
@@ -1604,7 +1608,7 @@ impl Stack {
                     ..
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
-                    if let Err(e) = sc.accept(sock, private_data, ird, ord, cq, mem) {
+                    if let Err(e) = sc.accept(sock, private_data, ird, ord, cq, pd, mem) {
                         pending_out.push_back(Output::CmRefused(sock, e));
                     }
                 }
@@ -2169,6 +2173,7 @@ impl crate::runtime::Engine for Stack {
                 ird,
                 ord,
                 cq,
+                pd,
             } => {
                 if let Some(Sock {
                     kind: SockKind::Iwarp(i),
@@ -2178,6 +2183,9 @@ impl crate::runtime::Engine for Stack {
                 {
                     if cq.is_some() {
                         *sock_cq = cq;
+                    }
+                    if let Some(pd) = pd {
+                        i.set_pd(pd);
                     }
                     match i.accept(private_data, ird, ord, &mut self.mem) {
                         Ok(()) => {

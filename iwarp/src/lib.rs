@@ -2026,6 +2026,10 @@ pub struct AcceptOptions {
     /// default): to the CQ given to [`ConnectRequest::accept`], which
     /// always takes the send queue's completions and refused posts.
     pub recv_cq: Option<Cq>,
+    /// The queue pair's protection domain; `None` (the default): the
+    /// listener's ([`ListenOptions::pd`]). Verbs programs create the QP in
+    /// a PD of their choosing after the request arrives.
+    pub pd: Option<Pd>,
 }
 
 impl Default for AcceptOptions {
@@ -2036,6 +2040,7 @@ impl Default for AcceptOptions {
             ord: 16,
             timeout: Duration::from_secs(15),
             recv_cq: None,
+            pd: None,
         }
     }
 }
@@ -2101,6 +2106,7 @@ impl ConnectRequest {
             ird: opts.ird,
             ord: opts.ord,
             cq: Some(qp_cqs(cq, opts.recv_cq.as_ref())),
+            pd: opts.pd.as_ref().map(|p| p.id),
         })?;
         self.answered = true;
         match self.ctx.established(self.sock, opts.timeout) {

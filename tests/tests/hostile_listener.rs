@@ -168,6 +168,7 @@ fn accepting_a_request_makes_room_for_the_next() {
             ird: 4,
             ord: 4,
             cq: None,
+            pd: None,
         },
     );
     // The fifth SYN's retries (50 ms backed off) find room within 4 s.

@@ -784,6 +784,7 @@ fn a_raw_peer_gets_clear_answers() {
             ird: 8,
             ord: 8,
             cq: Some(ring.clone().into()),
+            pd: None,
         })
         .unwrap();
     let pd_back = peer.wait("SessionAccepted", |o| match o {
@@ -998,6 +999,7 @@ fn a_graceful_close_waiting_for_an_unanswered_read_ends_after_the_close_timeout(
             ird: 4,
             ord: 4,
             cq: Some(ring.clone().into()),
+            pd: None,
         })
         .unwrap();
     peer.wait("SessionAccepted", |o| match o {
@@ -1204,6 +1206,7 @@ fn sctp_associations_nobody_accepted_hold_at_most_the_backlog() {
             ird: 4,
             ord: 4,
             cq: None,
+            pd: None,
         })
         .unwrap();
     wait_stack(

@@ -126,6 +126,7 @@ fn a_receive_posted_with_connect_after_the_association_is_up_is_used() {
             ird: 4,
             ord: 4,
             cq: Some(cq_a.clone().into()),
+            pd: None,
         },
     );
     // A sends first, as soon as it accepted.

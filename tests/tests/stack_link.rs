@@ -794,6 +794,7 @@ fn manual_accept_shows_the_request_and_answers_with_our_private_data() {
         ird: 1,
         ord: 3,
         cq: None,
+        pd: None,
     })
     .unwrap();
     let (_, e) = cm_event(&a, "Established at A", |e| {

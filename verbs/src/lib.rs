@@ -3,30 +3,42 @@
 //! `scripts/verbs-build.sh`, so that unmodified programs load it through
 //! `LD_LIBRARY_PATH` (`scripts/verbs-run.sh PROGRAM ARGS…`).
 //!
-//! **This slice: device discovery and queries.** One device, `iwarp0`
-//! (node type RNIC, transport `IBV_TRANSPORT_IWARP`), for the interface
-//! named by `IWARP_IFACE`; `ibv_get_device_list`, `ibv_free_device_list`,
-//! `ibv_get_device_name`, `ibv_get_device_guid`, `ibv_open_device`,
-//! `ibv_close_device`, `ibv_query_device`, `ibv_query_port`,
-//! `ibv_query_gid`, `ibv_query_gid_type` and `ibv_read_sysfs_file`:
-//! enough for Debian's `ibv_devices` and `ibv_devinfo`. The context's
-//! operation table (the slots the header's inline `ibv_post_send`,
-//! `ibv_poll_cq`… call through) answers `EOPNOTSUPP` for now; protection
-//! domains, memory regions, CQs, QPs and librdmacm are the next slices.
+//! **What it has.** One device, `iwarp0` (node type RNIC, transport
+//! `IBV_TRANSPORT_IWARP`), for the interface named by `IWARP_IFACE`:
+//! discovery and queries (`ibv_devices`, `ibv_devinfo`), protection
+//! domains, memory regions (the virtual address is the tagged offset;
+//! `lkey` = `rkey` = the STag), completion channels (epoll descriptors)
+//! and CQs, RC queue pairs with Send (and Send with Invalidate), RDMA
+//! Write and RDMA Read, inline or from registered memory, through the
+//! context's operation table that the header's inline `ibv_post_send`,
+//! `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call; and
+//! librdmacm's connection calls (`cm`), whose functions this library
+//! exports under librdmacm's version names. By default the program's own
+//! thread runs the stack when it polls a CQ or posts (run to completion).
+//! Immediate data and atomics (RFC 7306), SRQs, memory windows, address
+//! handles and the extended (`_ex`) verbs fail with the errno
+//! rdma-core's providers give for what a device lacks (`stubs`).
 //!
-//! Configuration (environment, read at `ibv_get_device_list`):
-//! `IWARP_IFACE` (required: without it there is no device, and a line on
-//! standard error says so).
+//! Configuration: the environment (see `engine`): `IWARP_IFACE`,
+//! `IWARP_IP`, `IWARP_BACKEND`, `IWARP_MTU`, `IWARP_POLL`, `IWARP_CORE`;
+//! a missing or wrong one is named on standard error.
 //!
 //! Backend crate: `unsafe` is confined to the C boundary, each block with
 //! its `SAFETY:` reasoning.
 
 pub mod abi;
+mod cm;
+mod engine;
+mod objects;
+mod stubs;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use abi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr};
+
+/// The deepest send or receive queue a QP may ask for.
+pub(crate) const MAX_QP_WR: usize = 4096;
 
 /// Our device: the C `ibv_device` first (programs hold pointers to it),
 /// then what we know of the interface.
@@ -239,7 +251,7 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut IbvDevice) -> u64 {
 }
 
 /// `ibv_open_device`: a context for our device (the stack itself starts
-/// with the first object that needs it, in a later slice).
+/// with the first object that needs it: a PD, a CQ, a CM id's address).
 ///
 /// # Safety
 /// `device` is null or a device from `ibv_get_device_list`.
@@ -249,25 +261,10 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
     };
-    type Post = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int;
-    type Poll = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
-    type Notify = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
-    let mut ops: [abi::OpSlot; abi::CONTEXT_OPS] = [None; abi::CONTEXT_OPS];
-    // SAFETY (each): a function pointer stored in the table's generic slot
-    // type; the header's inline functions call each slot with the slot's
-    // own signature, which is the one the function has.
-    ops[abi::OP_POLL_CQ] =
-        Some(unsafe { std::mem::transmute::<Poll, unsafe extern "C" fn()>(unsupported_poll_cq) });
-    ops[abi::OP_REQ_NOTIFY_CQ] =
-        Some(unsafe { std::mem::transmute::<Notify, unsafe extern "C" fn()>(unsupported_notify) });
-    for slot in [abi::OP_POST_SEND, abi::OP_POST_RECV, abi::OP_POST_SRQ_RECV] {
-        ops[slot] =
-            Some(unsafe { std::mem::transmute::<Post, unsafe extern "C" fn()>(unsupported_post) });
-    }
-    let ctx = Box::new(Context {
+    Box::into_raw(Box::new(Context {
         c: IbvContext {
             device,
-            ops,
+            ops: ops_table(),
             cmd_fd: -1,
             async_fd: -1,
             num_comp_vectors: 1,
@@ -275,8 +272,51 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
             abi_compat: std::ptr::null_mut(),
         },
         dev,
-    });
-    Box::into_raw(ctx).cast()
+    }))
+    .cast()
+}
+
+/// A context for our first device, for librdmacm's ids (null without
+/// one).
+pub(crate) fn open_first_device() -> *mut IbvContext {
+    match devices().first() {
+        // SAFETY: a device of our list.
+        Some(d) => unsafe { ibv_open_device(std::ptr::addr_of!(d.c).cast_mut()) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// The operation table the header's inline `ibv_post_send`,
+/// `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq` call through.
+fn ops_table() -> [abi::OpSlot; abi::CONTEXT_OPS] {
+    use abi::{IbvCq, IbvQp, IbvRecvWr, IbvSendWr, IbvWc};
+    type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
+    type PostRecv = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+    type PostSrq = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int;
+    type Poll = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
+    type Notify = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
+    let mut ops: [abi::OpSlot; abi::CONTEXT_OPS] = [None; abi::CONTEXT_OPS];
+    // SAFETY (each): a function pointer stored in the table's generic slot
+    // type; the header's inline functions call each slot with the slot's
+    // own signature, which is the one the function has.
+    unsafe {
+        ops[abi::OP_POLL_CQ] = Some(std::mem::transmute::<Poll, unsafe extern "C" fn()>(
+            objects::poll_cq,
+        ));
+        ops[abi::OP_REQ_NOTIFY_CQ] = Some(std::mem::transmute::<Notify, unsafe extern "C" fn()>(
+            objects::req_notify_cq,
+        ));
+        ops[abi::OP_POST_SEND] = Some(std::mem::transmute::<PostSend, unsafe extern "C" fn()>(
+            objects::post_send,
+        ));
+        ops[abi::OP_POST_RECV] = Some(std::mem::transmute::<PostRecv, unsafe extern "C" fn()>(
+            objects::post_recv,
+        ));
+        ops[abi::OP_POST_SRQ_RECV] = Some(std::mem::transmute::<PostSrq, unsafe extern "C" fn()>(
+            objects::post_srq_recv,
+        ));
+    }
+    ops
 }
 
 /// `ibv_close_device`.
@@ -318,7 +358,7 @@ pub unsafe extern "C" fn ibv_query_device(ctx: *mut IbvContext, attr: *mut IbvDe
         vendor_part_id: 0,
         hw_ver: 0,
         max_qp: 1 << 16,
-        max_qp_wr: 1 << 14,
+        max_qp_wr: MAX_QP_WR as c_int,
         device_cap_flags: 0,
         // `iwarp::MAX_SGE`.
         max_sge: 4,
@@ -496,31 +536,6 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         out[n] = 0;
     }
     n as c_int
-}
-
-/// `ibv_poll_cq` through the table: not in this slice.
-unsafe extern "C" fn unsupported_poll_cq(_cq: *mut c_void, _n: c_int, _wc: *mut c_void) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-
-/// `ibv_req_notify_cq` through the table: not in this slice.
-unsafe extern "C" fn unsupported_notify(_cq: *mut c_void, _solicited: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv` through the
-/// table: not in this slice; the first work request is the bad one.
-unsafe extern "C" fn unsupported_post(
-    _qp: *mut c_void,
-    wr: *mut c_void,
-    bad: *mut *mut c_void,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller passes a writable `bad_wr` pointer.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
 }
 
 #[cfg(test)]

@@ -28,6 +28,236 @@ fn have(what: &[(&str, &str)]) -> bool {
     true
 }
 
+/// The structures of objects, work requests, completions and librdmacm
+/// that this library reads or fills: (C type, our size, [(field, our
+/// offset)]).
+type Layout = (String, usize, Vec<(&'static str, usize)>);
+
+macro_rules! layout {
+    ($rust:ty, $c:expr, [$($f:ident $(= $cf:expr)?),* $(,)?]) => {
+        (
+            $c.to_string(),
+            size_of::<$rust>(),
+            vec![$((layout!(@name $f $(, $cf)?), offset_of!($rust, $f))),*],
+        )
+    };
+    (@name $f:ident) => { stringify!($f) };
+    (@name $f:ident, $cf:expr) => { $cf };
+}
+
+fn layouts() -> Vec<Layout> {
+    use iwarp_verbs::abi::*;
+    vec![
+        layout!(IbvPd, "struct ibv_pd", [context, handle]),
+        layout!(
+            IbvMr,
+            "struct ibv_mr",
+            [context, pd, addr, length, handle, lkey, rkey]
+        ),
+        layout!(
+            IbvCompChannel,
+            "struct ibv_comp_channel",
+            [context, fd, refcnt]
+        ),
+        layout!(
+            IbvCq,
+            "struct ibv_cq",
+            [
+                context,
+                channel,
+                cq_context,
+                handle,
+                cqe,
+                mutex,
+                cond,
+                comp_events_completed,
+                async_events_completed
+            ]
+        ),
+        layout!(
+            IbvQpCap,
+            "struct ibv_qp_cap",
+            [
+                max_send_wr,
+                max_recv_wr,
+                max_send_sge,
+                max_recv_sge,
+                max_inline_data
+            ]
+        ),
+        layout!(
+            IbvQpInitAttr,
+            "struct ibv_qp_init_attr",
+            [qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all]
+        ),
+        layout!(
+            IbvQp,
+            "struct ibv_qp",
+            [
+                context,
+                qp_context,
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
+                handle,
+                qp_num,
+                state,
+                qp_type,
+                mutex,
+                cond,
+                events_completed
+            ]
+        ),
+        layout!(IbvSge, "struct ibv_sge", [addr, length, lkey]),
+        layout!(
+            IbvRecvWr,
+            "struct ibv_recv_wr",
+            [wr_id, next, sg_list, num_sge]
+        ),
+        layout!(
+            IbvWc,
+            "struct ibv_wc",
+            [
+                wr_id,
+                status,
+                opcode,
+                vendor_err,
+                byte_len,
+                imm_data,
+                qp_num,
+                src_qp,
+                wc_flags,
+                pkey_index,
+                slid,
+                sl,
+                dlid_path_bits
+            ]
+        ),
+        layout!(
+            IbvQpAttr,
+            "struct ibv_qp_attr",
+            [
+                qp_state,
+                cur_qp_state,
+                path_mtu,
+                qkey,
+                dest_qp_num,
+                qp_access_flags,
+                cap,
+                ah_attr,
+                alt_ah_attr,
+                pkey_index,
+                max_rd_atomic,
+                max_dest_rd_atomic,
+                min_rnr_timer,
+                port_num,
+                alt_timeout,
+                rate_limit
+            ]
+        ),
+        layout!(RdmaEventChannel, "struct rdma_event_channel", [fd]),
+        layout!(
+            RdmaAddr,
+            "struct rdma_addr",
+            [
+                src = "src_addr",
+                dst = "dst_addr",
+                sgid = "addr.ibaddr.sgid",
+                dgid = "addr.ibaddr.dgid",
+                pkey = "addr.ibaddr.pkey"
+            ]
+        ),
+        layout!(RdmaRoute, "struct rdma_route", [addr, path_rec, num_paths]),
+        layout!(
+            RdmaCmId,
+            "struct rdma_cm_id",
+            [
+                verbs,
+                channel,
+                context,
+                qp,
+                route,
+                ps,
+                port_num,
+                event,
+                send_cq_channel,
+                send_cq,
+                recv_cq_channel,
+                recv_cq,
+                srq,
+                pd,
+                qp_type
+            ]
+        ),
+        layout!(
+            RdmaConnParam,
+            "struct rdma_conn_param",
+            [
+                private_data,
+                private_data_len,
+                responder_resources,
+                initiator_depth,
+                flow_control,
+                retry_count,
+                rnr_retry_count,
+                srq,
+                qp_num
+            ]
+        ),
+        layout!(
+            RdmaCmEvent,
+            "struct rdma_cm_event",
+            [id, listen_id, event, status, conn = "param.conn"]
+        ),
+        layout!(
+            RdmaAddrinfo,
+            "struct rdma_addrinfo",
+            [
+                ai_flags,
+                ai_family,
+                ai_qp_type,
+                ai_port_space,
+                ai_src_len,
+                ai_dst_len,
+                ai_src_addr,
+                ai_dst_addr,
+                ai_src_canonname,
+                ai_dst_canonname,
+                ai_route_len,
+                ai_route,
+                ai_connect_len,
+                ai_connect,
+                ai_next
+            ]
+        ),
+    ]
+}
+
+/// `ibv_send_wr` through its unions: (C expression, our offset).
+fn send_wr_fields() -> Vec<(&'static str, usize)> {
+    use iwarp_verbs::abi::{IbvSendWr, SendWrWr};
+    let wr = offset_of!(IbvSendWr, wr);
+    vec![
+        ("wr_id", offset_of!(IbvSendWr, wr_id)),
+        ("next", offset_of!(IbvSendWr, next)),
+        ("sg_list", offset_of!(IbvSendWr, sg_list)),
+        ("num_sge", offset_of!(IbvSendWr, num_sge)),
+        ("opcode", offset_of!(IbvSendWr, opcode)),
+        ("send_flags", offset_of!(IbvSendWr, send_flags)),
+        ("imm_data", offset_of!(IbvSendWr, imm_data)),
+        ("invalidate_rkey", offset_of!(IbvSendWr, imm_data)),
+        (
+            "wr.rdma.remote_addr",
+            wr + offset_of!(SendWrWr, remote_addr),
+        ),
+        ("wr.rdma.rkey", wr + offset_of!(SendWrWr, word1)),
+        ("wr.atomic.compare_add", wr + offset_of!(SendWrWr, word1)),
+        ("wr.atomic.swap", wr + offset_of!(SendWrWr, swap)),
+        ("wr.atomic.rkey", wr + offset_of!(SendWrWr, atomic_rkey)),
+    ]
+}
+
 /// `name=value` lines the C probe printed.
 fn probe() -> std::collections::HashMap<String, usize> {
     let dir = std::env::temp_dir().join(format!("iwarp-verbs-abi-{}", std::process::id()));
@@ -35,7 +265,7 @@ fn probe() -> std::collections::HashMap<String, usize> {
     let src = dir.join("probe.c");
     let exe = dir.join("probe");
     let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
     );
     let mut line = |name: &str, expr: &str| {
         c += &format!("printf(\"{name}=%zu\\n\", (size_t)({expr}));\n");
@@ -120,6 +350,18 @@ fn probe() -> std::collections::HashMap<String, usize> {
         );
     }
     line("gid", "sizeof(union ibv_gid)");
+    for (f, _) in send_wr_fields() {
+        line(
+            &format!("send_wr.{f}"),
+            &format!("offsetof(struct ibv_send_wr, {f})"),
+        );
+    }
+    for (cty, _, fields) in layouts() {
+        line(&cty, &format!("sizeof({cty})"));
+        for (f, _) in fields {
+            line(&format!("{cty}.{f}"), &format!("offsetof({cty}, {f})"));
+        }
+    }
     c += "return 0; }\n";
     std::fs::write(&src, c).unwrap();
     let out = Command::new("gcc")
@@ -244,6 +486,19 @@ fn structures_match_rdma_core_44() {
     assert_eq!(size_of::<IbvPortAttr>(), want("port_attr.port_cap_flags2"));
     assert_eq!(offset_of!(IbvPortAttr, flags) + 1, size_of::<IbvPortAttr>());
     assert_eq!(size_of::<IbvGid>(), want("gid"));
+    for (cty, size, fields) in layouts() {
+        assert_eq!(size, want(&cty), "sizeof({cty})");
+        for (f, off) in fields {
+            assert_eq!(off, want(&format!("{cty}.{f}")), "offsetof({cty}, {f})");
+        }
+    }
+    for (f, off) in send_wr_fields() {
+        assert_eq!(
+            off,
+            want(&format!("send_wr.{f}")),
+            "offsetof(struct ibv_send_wr, {f})"
+        );
+    }
 }
 
 /// Run `program args` on our library with `IWARP_IFACE=lo`.

@@ -194,6 +194,7 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
                     ird: 4,
                     ord: 4,
                     cq: None,
+                    pd: None,
                 },
             );
         }

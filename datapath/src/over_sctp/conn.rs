@@ -723,6 +723,7 @@ impl SctpConns {
         ird: u16,
         ord: u16,
         cq: Option<QpCqs>,
+        pd: Option<iwarp_proto::mem::PdId>,
         mem: &mut MemoryTable,
     ) -> Result<(), SetupError> {
         let Some(c) = self.conns.get_mut(&id) else {
@@ -742,6 +743,9 @@ impl SctpConns {
         let mulpdu = a.mulpdu();
         if cq.is_some() {
             c.ulp.cq = cq;
+        }
+        if let Some(pd) = pd {
+            c.ulp.params.pd = pd;
         }
         c.start(n, mulpdu, self.max_held, mem);
         tracing::info!(sock = id, ird, ord, "SCTP connection request accepted");

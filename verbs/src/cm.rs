@@ -1,0 +1,1067 @@
+//! librdmacm over the stack's connection calls: event channels, CM ids,
+//! address and route resolution, listen/accept/reject, connect,
+//! disconnect, and the QP a CM id owns.
+//!
+//! An event channel's descriptor is an eventfd in semaphore mode: one
+//! count per queued event, so `poll`/`epoll` see it readable while events
+//! wait, `rdma_get_cm_event` blocks in `read` (or fails with `EAGAIN` when
+//! the program made the descriptor non-blocking), as rdma-core's does.
+//!
+//! The stack's setup calls block (`Context::connect`, `Listener::get_request`,
+//! `Qp::wait_disconnected`), so the CM runs them on its own threads, one
+//! per listening id, per connecting id and per connection (which reports
+//! its end as `RDMA_CM_EVENT_DISCONNECTED`), and turns their results into
+//! events. Addresses need no resolution here: the stack resolves the
+//! peer's MAC when it connects, so `ADDR_RESOLVED` and `ROUTE_RESOLVED`
+//! are queued at once. IPv4 over `RDMA_PS_TCP` only.
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::abi::{
+    self, cm_event as ev, IbvContext, IbvPd, IbvQpInitAttr, RdmaAddrinfo, RdmaCmEvent, RdmaCmId,
+    RdmaConnParam, RdmaEventChannel,
+};
+use crate::engine::engine;
+use crate::objects::{self, errno_of, QpShared};
+use crate::set_errno;
+
+/// How long a setup (connect, accept) may take.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often a CM thread looks whether its id was destroyed.
+const SLICE: Duration = Duration::from_millis(20);
+
+/// `struct rdma_event_channel` and its queue.
+#[repr(C)]
+pub(crate) struct Channel {
+    c: RdmaEventChannel,
+    q: Arc<Queue>,
+}
+
+struct Queue {
+    efd: OwnedFd,
+    events: Mutex<VecDeque<usize>>,
+}
+
+impl Queue {
+    fn push(&self, e: Box<Event>) {
+        lock(&self.events).push_back(Box::into_raw(e) as usize);
+        let one: u64 = 1;
+        // SAFETY: an 8-octet write of a readable u64 to our eventfd.
+        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// `struct rdma_cm_event` and the private data it points to.
+#[repr(C)]
+struct Event {
+    c: RdmaCmEvent,
+    private: Vec<u8>,
+}
+
+// SAFETY: an event's pointers (its ids, its private data, which it owns)
+// are for the program that receives it; the CM threads that make and
+// queue events never follow them.
+unsafe impl Send for Event {}
+
+/// `struct rdma_cm_id` and the CM's state for it.
+#[repr(C)]
+pub(crate) struct CmId {
+    c: RdmaCmId,
+    s: Arc<IdShared>,
+}
+
+#[derive(Default)]
+struct IdShared {
+    /// Set by `rdma_destroy_id`: threads stop and queue nothing more.
+    gone: AtomicBool,
+    st: Mutex<IdState>,
+}
+
+#[derive(Default)]
+struct IdState {
+    src: Option<SocketAddrV4>,
+    dst: Option<SocketAddrV4>,
+    qp: Option<Arc<QpShared>>,
+    /// A listening id's listener thread.
+    listener: Option<JoinHandle<()>>,
+    /// A connection request waiting for `rdma_accept`/`rdma_reject`.
+    request: Option<iwarp::ConnectRequest>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// # Safety
+/// `id` is null or from `rdma_create_id` (or a CONNECT_REQUEST event),
+/// not destroyed.
+unsafe fn id<'a>(id: *mut RdmaCmId) -> Option<&'a mut CmId> {
+    // SAFETY: by the caller's contract (`repr(C)`, the C struct first).
+    unsafe { id.cast::<CmId>().as_mut() }
+}
+
+fn fail(e: c_int) -> c_int {
+    set_errno(e);
+    -1
+}
+
+/// The context every CM id uses: our device, opened once.
+fn cm_context() -> *mut IbvContext {
+    struct P(*mut IbvContext);
+    // SAFETY: the context is never freed and its C part is read-only
+    // after creation.
+    unsafe impl Send for P {}
+    // SAFETY: as above.
+    unsafe impl Sync for P {}
+    static CTX: std::sync::OnceLock<P> = std::sync::OnceLock::new();
+    CTX.get_or_init(|| P(crate::open_first_device())).0
+}
+
+fn sin(a: SocketAddrV4) -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as u16,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*a.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a sockaddr_in fits in a sockaddr_storage.
+    unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin) };
+    s
+}
+
+/// An IPv4 `sockaddr` (`EAFNOSUPPORT` for any other family).
+///
+/// # Safety
+/// `a` is null or points to a `sockaddr` of its family's size.
+unsafe fn v4(a: *const libc::sockaddr) -> Result<Option<SocketAddrV4>, c_int> {
+    // SAFETY: by the contract.
+    let Some(sa) = (unsafe { a.as_ref() }) else {
+        return Ok(None);
+    };
+    if c_int::from(sa.sa_family) != libc::AF_INET {
+        return Err(libc::EAFNOSUPPORT);
+    }
+    // SAFETY: an AF_INET address is a sockaddr_in.
+    let s = unsafe { a.cast::<libc::sockaddr_in>().read_unaligned() };
+    Ok(Some(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+        u16::from_be(s.sin_port),
+    )))
+}
+
+impl CmId {
+    fn set_route(&mut self) {
+        let st = lock(&self.s.st);
+        let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+        self.c.route.addr.src = sin(st.src.unwrap_or(any));
+        self.c.route.addr.dst = sin(st.dst.unwrap_or(any));
+    }
+
+    fn event(&self, kind: c_int, status: c_int) -> Box<Event> {
+        Box::new(Event {
+            c: RdmaCmEvent {
+                id: (self as *const CmId).cast_mut().cast(),
+                listen_id: null_mut(),
+                event: kind,
+                status,
+                conn: RdmaConnParam {
+                    private_data: std::ptr::null(),
+                    private_data_len: 0,
+                    responder_resources: 0,
+                    initiator_depth: 0,
+                    flow_control: 0,
+                    retry_count: 0,
+                    rnr_retry_count: 0,
+                    srq: 0,
+                    qp_num: 0,
+                },
+                ud_tail: [0; 4],
+            },
+            private: Vec::new(),
+        })
+    }
+
+    fn queue(&self) -> Option<Arc<Queue>> {
+        // SAFETY: the channel outlives its ids (rdma-core's rule:
+        // destroying a channel with ids on it is the program's error).
+        unsafe { self.c.channel.cast::<Channel>().as_ref() }.map(|c| c.q.clone())
+    }
+}
+
+/// An event with private data (the event points into its own copy).
+fn with_private(mut e: Box<Event>, data: &[u8]) -> Box<Event> {
+    e.private = data[..data.len().min(255)].to_vec();
+    e.c.conn.private_data = e.private.as_ptr().cast();
+    e.c.conn.private_data_len = e.private.len() as u8;
+    e
+}
+
+/// Pointers cross to CM threads as addresses: the threads only put them
+/// in events and never follow them.
+#[derive(Clone, Copy)]
+struct Addr(usize);
+
+// ---- event channels ----
+
+/// `rdma_create_event_channel`.
+#[no_mangle]
+pub extern "C" fn rdma_create_event_channel() -> *mut RdmaEventChannel {
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return null_mut();
+    }
+    // SAFETY: a descriptor we just opened and own.
+    let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Box::into_raw(Box::new(Channel {
+        c: RdmaEventChannel { fd },
+        q: Arc::new(Queue {
+            efd,
+            events: Mutex::new(VecDeque::new()),
+        }),
+    }))
+    .cast()
+}
+
+/// `rdma_destroy_event_channel`: unacknowledged events are freed.
+///
+/// # Safety
+/// `ch` is null or from `rdma_create_event_channel`, not destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut RdmaEventChannel) {
+    if ch.is_null() {
+        return;
+    }
+    // SAFETY: the allocation `rdma_create_event_channel` made.
+    let c = unsafe { Box::from_raw(ch.cast::<Channel>()) };
+    for e in lock(&c.q.events).drain(..) {
+        // SAFETY: queued events are boxes only the queue holds.
+        drop(unsafe { Box::from_raw(e as *mut Event) });
+    }
+}
+
+/// `rdma_get_cm_event`.
+///
+/// # Safety
+/// `ch` from `rdma_create_event_channel`; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    ch: *mut RdmaEventChannel,
+    out: *mut *mut RdmaCmEvent,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(c) = (unsafe { ch.cast::<Channel>().as_ref() }) else {
+        return fail(libc::EINVAL);
+    };
+    if out.is_null() {
+        return fail(libc::EINVAL);
+    }
+    loop {
+        let mut n: u64 = 0;
+        // SAFETY: an 8-octet read into a u64 from our eventfd (blocking
+        // unless the program set O_NONBLOCK on it).
+        let r = unsafe { libc::read(c.c.fd, (&mut n as *mut u64).cast(), 8) };
+        if r == 8 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return fail(err.raw_os_error().unwrap_or(libc::EIO));
+        }
+    }
+    let Some(e) = lock(&c.q.events).pop_front() else {
+        return fail(libc::EAGAIN);
+    };
+    let e = e as *mut Event;
+    // SAFETY: a live event; the program reads it until it acks it.
+    unsafe {
+        if let Some(i) = id((*e).c.id) {
+            i.c.event = e.cast();
+        }
+        *out = e.cast();
+    }
+    0
+}
+
+/// `rdma_ack_cm_event`: frees the event.
+///
+/// # Safety
+/// `e` from `rdma_get_cm_event`, not acknowledged before.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut RdmaCmEvent) -> c_int {
+    if e.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the box `Queue::push` made.
+    drop(unsafe { Box::from_raw(e.cast::<Event>()) });
+    0
+}
+
+/// `rdma_event_str`.
+#[no_mangle]
+pub extern "C" fn rdma_event_str(kind: c_int) -> *const c_char {
+    let s: &'static CStr = match kind {
+        ev::ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        ev::ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
+        ev::ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        ev::ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
+        ev::CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        ev::CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        ev::CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
+        ev::UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
+        ev::REJECTED => c"RDMA_CM_EVENT_REJECTED",
+        ev::ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
+        ev::DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
+        ev::DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        ev::MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        ev::MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        ev::ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
+        ev::TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        _ => c"UNKNOWN EVENT",
+    };
+    s.as_ptr()
+}
+
+// ---- ids ----
+
+fn new_id(channel: *mut RdmaEventChannel, context: *mut c_void) -> Box<CmId> {
+    // SAFETY: all-zero is a valid `rdma_cm_id` (null pointers, zero
+    // numbers, zeroed addresses).
+    let mut c: RdmaCmId = unsafe { std::mem::zeroed() };
+    c.channel = channel;
+    c.context = context;
+    c.ps = abi::PS_TCP;
+    c.port_num = 1;
+    c.qp_type = abi::QPT_RC;
+    Box::new(CmId {
+        c,
+        s: Arc::new(IdShared::default()),
+    })
+}
+
+/// `rdma_create_id`: `RDMA_PS_TCP` with an event channel (the
+/// synchronous mode, a NULL channel, is not in this library yet).
+///
+/// # Safety
+/// `ch` from `rdma_create_event_channel`; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    ch: *mut RdmaEventChannel,
+    out: *mut *mut RdmaCmId,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if out.is_null() {
+        return fail(libc::EINVAL);
+    }
+    if ch.is_null() {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if ps != abi::PS_TCP {
+        return fail(libc::EPROTONOSUPPORT);
+    }
+    // SAFETY: writable by the contract.
+    unsafe { *out = Box::into_raw(new_id(ch, context)).cast() };
+    0
+}
+
+/// `rdma_destroy_id`: stops the id's threads; an accepted or connected
+/// QP stays with the program (`rdma_destroy_qp`).
+///
+/// # Safety
+/// `i` from `rdma_create_id` or a CONNECT_REQUEST event, not destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
+    if i.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the allocation `new_id` made.
+    let b = unsafe { Box::from_raw(i.cast::<CmId>()) };
+    b.s.gone.store(true, Ordering::Release);
+    let (listener, threads, request) = {
+        let mut st = lock(&b.s.st);
+        (
+            st.listener.take(),
+            std::mem::take(&mut st.threads),
+            st.request.take(),
+        )
+    };
+    // An unanswered request is rejected (its drop does it).
+    drop(request);
+    // The listener thread owns the listening port: wait for it to let go,
+    // so that the port can be listened on again at once.
+    if let Some(t) = listener {
+        let _ = t.join();
+    }
+    drop(threads);
+    0
+}
+
+/// `rdma_bind_addr`: our address or the wildcard, IPv4.
+///
+/// # Safety
+/// `i` a live id; `addr` a `sockaddr`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(i: *mut RdmaCmId, addr: *mut libc::sockaddr) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: by the contract.
+    let a = match unsafe { v4(addr) } {
+        Ok(Some(a)) => a,
+        Ok(None) => return fail(libc::EINVAL),
+        Err(e) => return fail(e),
+    };
+    let e = match engine() {
+        Ok(e) => e,
+        Err(_) => return fail(libc::ENODEV),
+    };
+    if !a.ip().is_unspecified() && *a.ip() != e.ip {
+        return fail(libc::EADDRNOTAVAIL);
+    }
+    lock(&id.s.st).src = Some(SocketAddrV4::new(e.ip, a.port()));
+    id.c.verbs = cm_context();
+    id.set_route();
+    0
+}
+
+/// `rdma_resolve_addr`: queues `ADDR_RESOLVED` (the stack resolves the
+/// MAC when it connects).
+///
+/// # Safety
+/// `i` a live id; `src` null or a `sockaddr`; `dst` a `sockaddr`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    i: *mut RdmaCmId,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: by the contract.
+    let (s, d) = match (unsafe { v4(src) }, unsafe { v4(dst) }) {
+        (Ok(s), Ok(Some(d))) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+        _ => return fail(libc::EINVAL),
+    };
+    let e = match engine() {
+        Ok(e) => e,
+        Err(_) => return fail(libc::ENODEV),
+    };
+    if let Some(s) = s {
+        if !s.ip().is_unspecified() && *s.ip() != e.ip {
+            return fail(libc::EADDRNOTAVAIL);
+        }
+    }
+    {
+        let mut st = lock(&id.s.st);
+        st.src = Some(SocketAddrV4::new(e.ip, s.map_or(0, |s| s.port())));
+        st.dst = Some(d);
+    }
+    id.c.verbs = cm_context();
+    id.set_route();
+    let Some(q) = id.queue() else {
+        return fail(libc::EINVAL);
+    };
+    q.push(id.event(ev::ADDR_RESOLVED, 0));
+    0
+}
+
+/// `rdma_resolve_route`: queues `ROUTE_RESOLVED`.
+///
+/// # Safety
+/// `i` a live id with a resolved address.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(i: *mut RdmaCmId, _timeout_ms: c_int) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    if lock(&id.s.st).dst.is_none() {
+        return fail(libc::EINVAL);
+    }
+    let Some(q) = id.queue() else {
+        return fail(libc::EINVAL);
+    };
+    q.push(id.event(ev::ROUTE_RESOLVED, 0));
+    0
+}
+
+/// `rdma_set_option`: the options that mean something for a QP over TCP
+/// are none; TOS, reuse-address and the ACK timeout are accepted and
+/// ignored (TCP's own timers govern), others are `ENOSYS` as rdma-core's
+/// for an unknown option.
+///
+/// # Safety
+/// `i` a live id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_option(
+    i: *mut RdmaCmId,
+    level: c_int,
+    name: c_int,
+    _val: *mut c_void,
+    _len: usize,
+) -> c_int {
+    if i.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // RDMA_OPTION_ID: TOS 0, REUSEADDR 1, AFONLY 2, ACK_TIMEOUT 3.
+    match (level, name) {
+        (0, 0..=3) => 0,
+        _ => fail(libc::ENOSYS),
+    }
+}
+
+/// `rdma_listen`.
+///
+/// # Safety
+/// `i` a live id bound with `rdma_bind_addr`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int {
+    // SAFETY: by the contract.
+    let Some(lid) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    let Some(src) = lock(&lid.s.st).src else {
+        return fail(libc::EINVAL);
+    };
+    let e = match engine() {
+        Ok(e) => e,
+        Err(_) => return fail(libc::ENODEV),
+    };
+    // The PD of an accepted QP is the one its program creates it in
+    // (`rdma_accept`); the listener's is a placeholder.
+    let pd = match e.ctx.alloc_pd() {
+        Ok(pd) => pd,
+        Err(err) => return fail(errno_of(&err)),
+    };
+    // Accepted QPs get the largest queues a QP may ask for
+    // (`max_qp_wr`): the stack sizes them when the peer's TCP handshake
+    // completes, before the program's QP exists.
+    let mut lopts = iwarp::ListenOptions::new(&pd);
+    lopts.sq_depth = crate::MAX_QP_WR;
+    lopts.rq_depth = crate::MAX_QP_WR;
+    let listener = match e.ctx.listen(src.port(), &lopts) {
+        Ok(l) => l,
+        Err(err) => return fail(errno_of(&err)),
+    };
+    let Some(q) = lid.queue() else {
+        return fail(libc::EINVAL);
+    };
+    let shared = lid.s.clone();
+    let (chan, ctx, lctx) = (
+        Addr(lid.c.channel as usize),
+        Addr(cm_context() as usize),
+        Addr(lid.c.context as usize),
+    );
+    let lptr = Addr(i as usize);
+    let t = std::thread::Builder::new()
+        .name("iwarp-cm-listen".into())
+        .spawn(move || {
+            let _pd = pd;
+            while !shared.gone.load(Ordering::Acquire) {
+                let req = match listener.get_request(SLICE) {
+                    Ok(r) => r,
+                    Err(iwarp::Error::TimedOut) => continue,
+                    Err(_) => break,
+                };
+                let mut child = new_id(chan.0 as *mut RdmaEventChannel, lctx.0 as *mut c_void);
+                child.c.verbs = ctx.0 as *mut IbvContext;
+                {
+                    let mut st = lock(&child.s.st);
+                    st.src = Some(src);
+                    st.dst = Some(SocketAddrV4::new(req.remote(), 0));
+                }
+                child.set_route();
+                let peer = req.peer().clone();
+                lock(&child.s.st).request = Some(req);
+                let mut e = with_private(child.event(ev::CONNECT_REQUEST, 0), &peer.private_data);
+                // iWARP's mapping (as Linux iw_cm): what the peer may read
+                // from us is its ORD, what we may read from it its IRD.
+                e.c.conn.responder_resources = peer.ord.unwrap_or(0).min(255) as u8;
+                e.c.conn.initiator_depth = peer.ird.unwrap_or(0).min(255) as u8;
+                e.c.listen_id = lptr.0 as *mut RdmaCmId;
+                let cptr = Box::into_raw(child);
+                // SAFETY: just made; the event names it.
+                e.c.id = cptr.cast();
+                q.push(e);
+            }
+        });
+    match t {
+        Ok(t) => {
+            lock(&lid.s.st).listener = Some(t);
+            0
+        }
+        Err(_) => fail(libc::ENOMEM),
+    }
+}
+
+/// `rdma_create_qp`: a QP for the id's connection (CQs made for it when
+/// the attributes name none, as rdma-core does).
+///
+/// # Safety
+/// `i` a live id with a context; `pd` null or from `ibv_alloc_pd`;
+/// `attr` readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    i: *mut RdmaCmId,
+    pd: *mut IbvPd,
+    attr: *mut IbvQpInitAttr,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: by the contract.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    if id.c.verbs.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let pd = if pd.is_null() {
+        if id.c.pd.is_null() {
+            // SAFETY: our context.
+            id.c.pd = unsafe { objects::ibv_alloc_pd(id.c.verbs) };
+            if id.c.pd.is_null() {
+                return -1;
+            }
+        }
+        id.c.pd
+    } else {
+        pd
+    };
+    // CQs of the id's own when the program gives none.
+    for (want, depth, cq, ch) in [
+        (
+            a.send_cq.is_null(),
+            a.cap.max_send_wr,
+            &mut id.c.send_cq,
+            &mut id.c.send_cq_channel,
+        ),
+        (
+            a.recv_cq.is_null(),
+            a.cap.max_recv_wr,
+            &mut id.c.recv_cq,
+            &mut id.c.recv_cq_channel,
+        ),
+    ] {
+        if want && cq.is_null() {
+            // SAFETY: our context.
+            *ch = unsafe { objects::ibv_create_comp_channel(id.c.verbs) };
+            // SAFETY: our context and the channel just made.
+            *cq = unsafe {
+                objects::ibv_create_cq(id.c.verbs, depth.max(1) as c_int, null_mut(), *ch, 0)
+            };
+            if cq.is_null() {
+                return -1;
+            }
+        }
+    }
+    if a.send_cq.is_null() {
+        a.send_cq = id.c.send_cq;
+    }
+    if a.recv_cq.is_null() {
+        a.recv_cq = id.c.recv_cq;
+    }
+    // SAFETY: by the contract.
+    let qp = unsafe { objects::ibv_create_qp(pd, attr) };
+    if qp.is_null() {
+        return -1;
+    }
+    id.c.qp = qp;
+    id.c.pd = pd;
+    // SAFETY: just made.
+    let shared = unsafe { objects::qp(qp) }.map(|q| q.q.clone());
+    lock(&id.s.st).qp = shared;
+    0
+}
+
+/// `rdma_destroy_qp`.
+///
+/// # Safety
+/// `i` a live id whose QP the program no longer uses.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(i: *mut RdmaCmId) {
+    // SAFETY: by the contract.
+    if let Some(id) = unsafe { id(i) } {
+        lock(&id.s.st).qp = None;
+        if !id.c.qp.is_null() {
+            // SAFETY: the QP `rdma_create_qp` made.
+            unsafe { objects::ibv_destroy_qp(id.c.qp) };
+            id.c.qp = null_mut();
+        }
+    }
+}
+
+/// Watch a connection until it ends, then queue `DISCONNECTED` (unless
+/// the id is gone).
+fn watch(
+    q: Arc<Queue>,
+    s: Arc<IdShared>,
+    qp: Arc<QpShared>,
+    ev: Box<Event>,
+) -> Option<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("iwarp-cm-conn".into())
+        .spawn(move || {
+            let Some(conn) = qp.conn.get() else { return };
+            while !s.gone.load(Ordering::Acquire) {
+                match conn.wait_disconnected(Duration::from_millis(100)) {
+                    Ok(None) => continue,
+                    _ => {
+                        qp.state.store(abi::qps::ERR, Ordering::Release);
+                        if !s.gone.load(Ordering::Acquire) {
+                            q.push(ev);
+                        }
+                        return;
+                    }
+                }
+            }
+        })
+        .ok()
+}
+
+fn mpa_of(p: Option<&RdmaConnParam>) -> iwarp::MpaConfig {
+    let mut m = iwarp::default_mpa();
+    if let Some(p) = p {
+        m.ird = u16::from(p.responder_resources);
+        m.ord = u16::from(p.initiator_depth);
+        if !p.private_data.is_null() && p.private_data_len > 0 {
+            // SAFETY: `private_data_len` readable octets by the contract.
+            m.private_data = unsafe {
+                std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
+            }
+            .to_vec();
+        }
+    }
+    m
+}
+
+/// `rdma_connect`: the connection is made on a CM thread, which queues
+/// `ESTABLISHED` (with the peer's private data), `REJECTED`,
+/// `UNREACHABLE` or `CONNECT_ERROR`.
+///
+/// # Safety
+/// `i` a live id with a resolved route and a QP; `param` null or
+/// readable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    let (dst, qp) = {
+        let st = lock(&id.s.st);
+        (st.dst, st.qp.clone())
+    };
+    let (Some(dst), Some(qp)) = (dst, qp) else {
+        return fail(libc::EINVAL);
+    };
+    if qp.conn.get().is_some() {
+        return fail(libc::EISCONN);
+    }
+    let Ok(e) = engine() else {
+        return fail(libc::ENODEV);
+    };
+    let Some(q) = id.queue() else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: by the contract.
+    let mpa = mpa_of(unsafe { param.as_ref() });
+    let mut opts = iwarp::ConnectOptions::new(&qp.pd, &qp.send_cq);
+    opts.recv_cq = Some(qp.recv_cq.clone());
+    opts.mpa = mpa;
+    opts.sq_depth = qp.cap.max_send_wr as usize;
+    opts.rq_depth = qp.cap.max_recv_wr as usize;
+    opts.timeout = SETUP_TIMEOUT;
+    let ctx = e.ctx.clone();
+    let s = id.s.clone();
+    let (est, dis, err_ev) = (
+        id.event(ev::ESTABLISHED, 0),
+        id.event(ev::DISCONNECTED, 0),
+        id.event(ev::CONNECT_ERROR, 0),
+    );
+    let t = std::thread::Builder::new()
+        .name("iwarp-cm-connect".into())
+        .spawn(move || {
+            opts.recvs = qp.take_early();
+            let r = ctx.connect(dst, &opts);
+            if s.gone.load(Ordering::Acquire) {
+                return;
+            }
+            match r.and_then(|conn| {
+                let pd = conn.negotiated().peer_private_data.clone();
+                qp.attach(conn).map(|()| pd)
+            }) {
+                Ok(private) => {
+                    q.push(with_private(est, &private));
+                    if let Some(t) = watch(q, s.clone(), qp, dis) {
+                        lock(&s.st).threads.push(t);
+                    }
+                }
+                Err(err) => {
+                    let mut e = err_ev;
+                    e.c.status = -errno_of(&err);
+                    e.c.event = match &err {
+                        iwarp::Error::Rejected { private_data } => {
+                            e = with_private(e, private_data);
+                            ev::REJECTED
+                        }
+                        iwarp::Error::ConnectionRefused => ev::REJECTED,
+                        iwarp::Error::Unreachable | iwarp::Error::TimedOut => ev::UNREACHABLE,
+                        _ => ev::CONNECT_ERROR,
+                    };
+                    qp.state.store(abi::qps::ERR, Ordering::Release);
+                    q.push(e);
+                }
+            }
+        });
+    match t {
+        Ok(t) => {
+            lock(&id.s.st).threads.push(t);
+            0
+        }
+        Err(_) => fail(libc::ENOMEM),
+    }
+}
+
+/// `rdma_accept`: answers the request with the id's QP; returns once the
+/// connection is in full operation, and queues `ESTABLISHED`.
+///
+/// # Safety
+/// `i` an id from a CONNECT_REQUEST event, with a QP; `param` null or
+/// readable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(i: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    let (req, qp) = {
+        let mut st = lock(&id.s.st);
+        if st.qp.is_none() {
+            return fail(libc::EINVAL);
+        }
+        (st.request.take(), st.qp.clone())
+    };
+    let (Some(req), Some(qp)) = (req, qp) else {
+        return fail(libc::EINVAL);
+    };
+    let Some(q) = id.queue() else {
+        return fail(libc::EINVAL);
+    };
+    for (wr_id, sgl) in qp.take_early() {
+        if let Err(e) = req.post_recv_list(wr_id, sgl) {
+            return fail(errno_of(&e));
+        }
+    }
+    // SAFETY: by the contract.
+    let mpa = mpa_of(unsafe { param.as_ref() });
+    let opts = iwarp::AcceptOptions {
+        private_data: mpa.private_data,
+        ird: mpa.ird,
+        ord: mpa.ord,
+        timeout: SETUP_TIMEOUT,
+        recv_cq: Some(qp.recv_cq.clone()),
+        pd: Some(qp.pd.clone()),
+    };
+    let conn = match req.accept(&opts, &qp.send_cq) {
+        Ok(c) => c,
+        Err(e) => {
+            qp.state.store(abi::qps::ERR, Ordering::Release);
+            return fail(errno_of(&e));
+        }
+    };
+    if let Err(e) = qp.attach(conn) {
+        return fail(errno_of(&e));
+    }
+    q.push(id.event(ev::ESTABLISHED, 0));
+    if let Some(t) = watch(q, id.s.clone(), qp, id.event(ev::DISCONNECTED, 0)) {
+        lock(&id.s.st).threads.push(t);
+    }
+    0
+}
+
+/// `rdma_reject`.
+///
+/// # Safety
+/// `i` an id from a CONNECT_REQUEST event; `data` null or readable for
+/// `len` octets.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(i: *mut RdmaCmId, data: *const c_void, len: u8) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    let Some(req) = lock(&id.s.st).request.take() else {
+        return fail(libc::EINVAL);
+    };
+    let pd = if data.is_null() || len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: `len` readable octets by the contract.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }
+    };
+    match req.reject(pd) {
+        Ok(()) => 0,
+        Err(e) => fail(errno_of(&e)),
+    }
+}
+
+/// `rdma_disconnect`: a graceful close; both ends then see
+/// `DISCONNECTED`.
+///
+/// # Safety
+/// `i` a live id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(i: *mut RdmaCmId) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    let qp = lock(&id.s.st).qp.clone();
+    match qp.as_ref().and_then(|q| q.conn.get()) {
+        Some(c) => match c.disconnect() {
+            Ok(()) => 0,
+            Err(e) => fail(errno_of(&e)),
+        },
+        None => fail(libc::ENOTCONN),
+    }
+}
+
+/// `rdma_getaddrinfo`: numeric IPv4 names and services (and the local
+/// wildcard for a passive lookup with no name), through libc's resolver.
+///
+/// # Safety
+/// `node`, `service` null or C strings; `hints` null or readable; `res`
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const RdmaAddrinfo,
+    res: *mut *mut RdmaAddrinfo,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return libc::EAI_NONAME;
+    }
+    // SAFETY: by the contract.
+    let h = unsafe { hints.as_ref() };
+    let passive = h.is_some_and(|h| h.ai_flags & abi::RAI_PASSIVE != 0);
+    if h.is_some_and(|h| h.ai_family != libc::AF_UNSPEC && h.ai_family != libc::AF_INET) {
+        return libc::EAI_FAMILY;
+    }
+    // SAFETY: all-zero is valid for `addrinfo`.
+    let mut gh: libc::addrinfo = unsafe { std::mem::zeroed() };
+    gh.ai_family = libc::AF_INET;
+    gh.ai_socktype = libc::SOCK_STREAM;
+    gh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
+    let mut gres: *mut libc::addrinfo = null_mut();
+    // SAFETY: C strings or null by the contract; `gres` writable.
+    let rc = unsafe { libc::getaddrinfo(node, service, &gh, &mut gres) };
+    if rc != 0 {
+        return rc;
+    }
+    // SAFETY: a successful getaddrinfo gives at least one entry.
+    let a = unsafe { v4((*gres).ai_addr) };
+    // SAFETY: the list getaddrinfo made.
+    unsafe { libc::freeaddrinfo(gres) };
+    let Ok(Some(a)) = a else {
+        return libc::EAI_FAMILY;
+    };
+    let addr = Box::into_raw(Box::new(sin(a))).cast::<libc::sockaddr>();
+    let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    let (src, dst, sl, dl) = if passive {
+        (addr, null_mut(), len, 0)
+    } else {
+        (null_mut(), addr, 0, len)
+    };
+    let r = Box::new(RdmaAddrinfo {
+        ai_flags: h.map_or(0, |h| h.ai_flags),
+        ai_family: libc::AF_INET,
+        ai_qp_type: abi::QPT_RC,
+        ai_port_space: abi::PS_TCP,
+        ai_src_len: sl,
+        ai_dst_len: dl,
+        ai_src_addr: src,
+        ai_dst_addr: dst,
+        ai_src_canonname: null_mut(),
+        ai_dst_canonname: null_mut(),
+        ai_route_len: 0,
+        ai_route: null_mut(),
+        ai_connect_len: 0,
+        ai_connect: null_mut(),
+        ai_next: null_mut(),
+    });
+    // SAFETY: writable by the contract.
+    unsafe { *res = Box::into_raw(r) };
+    0
+}
+
+/// `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `r` null or from `rdma_getaddrinfo`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_freeaddrinfo(r: *mut RdmaAddrinfo) {
+    let mut cur = r;
+    while !cur.is_null() {
+        // SAFETY: a box `rdma_getaddrinfo` made, with boxed addresses.
+        let b = unsafe { Box::from_raw(cur) };
+        for a in [b.ai_src_addr, b.ai_dst_addr] {
+            if !a.is_null() {
+                // SAFETY: boxed `sockaddr_storage`s.
+                drop(unsafe { Box::from_raw(a.cast::<libc::sockaddr_storage>()) });
+            }
+        }
+        cur = b.ai_next;
+    }
+}
+
+/// Calls of librdmacm this library does not have (synchronous
+/// endpoints, extended QP creation, multicast, `rsocket`s): each fails
+/// with `ENOSYS`, so a program sees at once what it cannot use.
+macro_rules! not_here {
+    ($($name:ident),* $(,)?) => {$(
+        /// Not in this library: fails with `ENOSYS`.
+        #[no_mangle]
+        pub extern "C" fn $name() -> c_int {
+            fail(libc::ENOSYS)
+        }
+    )*};
+}
+
+not_here!(
+    rdma_create_ep,
+    rdma_create_qp_ex,
+    rdma_get_request,
+    rdma_establish,
+    rdma_init_qp_attr,
+    rdma_join_multicast,
+    rdma_leave_multicast,
+    rdma_migrate_id,
+    rdma_notify,
+    rpoll,
+);
+
+/// `rdma_destroy_ep`: nothing to destroy where no endpoint can be made.
+#[no_mangle]
+pub extern "C" fn rdma_destroy_ep(_id: *mut RdmaCmId) {}

@@ -1,0 +1,188 @@
+//! The one stack of the process: an [`iwarp::Context`] on the interface
+//! the environment names, started by the first call that needs it (a
+//! protection domain, a bound or resolved CM id) and kept for the life of
+//! the process, as a kernel RNIC outlives the programs that use it.
+//!
+//! Environment (read once):
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `IWARP_IFACE` | interface the stack takes over (AF_XDP) | required |
+//! | `IWARP_IP` | our address/prefix, e.g. `10.0.0.1/24` (not the kernel's) | required |
+//! | `IWARP_BACKEND` | `xdp` (AF_XDP) | `xdp` |
+//! | `IWARP_MTU` | IP MTU the stack uses | the interface's |
+//! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
+//! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
+
+use std::net::Ipv4Addr;
+use std::sync::OnceLock;
+
+/// The process's stack.
+pub(crate) struct Engine {
+    pub ctx: iwarp::Context,
+    pub ip: Ipv4Addr,
+}
+
+/// What the environment asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub iface: String,
+    pub ip: Ipv4Addr,
+    pub prefix_len: u8,
+    pub mtu: Option<usize>,
+    pub polling: iwarp::Polling,
+    pub core: Option<usize>,
+}
+
+impl Config {
+    /// From the variables, through `get` (the environment, or a test's map).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let iface = get("IWARP_IFACE")
+            .filter(|s| !s.is_empty())
+            .ok_or("set IWARP_IFACE to the interface our stack runs on")?;
+        let ip_var = get("IWARP_IP").ok_or(
+            "set IWARP_IP to our address and prefix (e.g. 10.0.0.1/24): an address the kernel \
+             does not use",
+        )?;
+        let (ip, prefix_len) = parse_cidr(&ip_var)
+            .ok_or_else(|| format!("IWARP_IP={ip_var}: expected an IPv4 address/prefix"))?;
+        match get("IWARP_BACKEND").as_deref() {
+            None | Some("") | Some("xdp") => {}
+            Some("dpdk") => {
+                return Err(
+                    "IWARP_BACKEND=dpdk: this library opens AF_XDP contexts only so far; \
+                     use xdp"
+                        .into(),
+                )
+            }
+            Some(other) => return Err(format!("IWARP_BACKEND={other}: expected xdp or dpdk")),
+        }
+        let mtu = match get("IWARP_MTU") {
+            None => None,
+            Some(m) => Some(
+                m.parse::<usize>()
+                    .ok()
+                    .filter(|m| (576..=65_000).contains(m))
+                    .ok_or_else(|| format!("IWARP_MTU={m}: expected 576..=65000"))?,
+            ),
+        };
+        let polling = match get("IWARP_POLL").as_deref() {
+            None | Some("") | Some("inline") => iwarp::Polling::Inline,
+            Some("busy") => iwarp::Polling::Busy,
+            Some("adaptive") => iwarp::Polling::Adaptive,
+            Some(other) => {
+                return Err(format!(
+                    "IWARP_POLL={other}: expected inline, busy or adaptive"
+                ))
+            }
+        };
+        let core = match get("IWARP_CORE") {
+            None => None,
+            Some(c) => Some(
+                c.parse()
+                    .map_err(|_| format!("IWARP_CORE={c}: expected a CPU number"))?,
+            ),
+        };
+        Ok(Config {
+            iface,
+            ip,
+            prefix_len,
+            mtu,
+            polling,
+            core,
+        })
+    }
+}
+
+fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (a, p) = s.trim().split_once('/')?;
+    let p: u8 = p.parse().ok()?;
+    (p <= 32).then_some(())?;
+    Some((a.parse().ok()?, p))
+}
+
+/// The stack, started on first use; the error (also printed once on
+/// standard error) says what is missing.
+pub(crate) fn engine() -> Result<&'static Engine, &'static str> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let r = start();
+            if let Err(e) = &r {
+                eprintln!("iwarp verbs: cannot start the stack: {e}");
+            }
+            r
+        })
+        .as_ref()
+        .map_err(|e| e.as_str())
+}
+
+fn start() -> Result<Engine, String> {
+    let cfg = Config::from_vars(|k| std::env::var(k).ok())?;
+    let mut opts = iwarp::XdpOptions::new(&cfg.iface, cfg.ip, cfg.prefix_len);
+    opts.host.polling = cfg.polling;
+    opts.host.mtu = cfg.mtu;
+    opts.host.core = cfg.core;
+    let ctx = iwarp::Context::af_xdp(&opts).map_err(|e| format!("AF_XDP on {}: {e}", cfg.iface))?;
+    Ok(Engine { ctx, ip: cfg.ip })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, String> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn the_environment_configures_the_stack_and_says_what_is_missing() {
+        let c = cfg(&[("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")]).unwrap();
+        assert_eq!(
+            (c.iface.as_str(), c.ip, c.prefix_len),
+            ("veth0", Ipv4Addr::new(10, 0, 0, 1), 24)
+        );
+        assert_eq!(
+            (c.mtu, c.polling, c.core),
+            (None, iwarp::Polling::Inline, None)
+        );
+        let c = cfg(&[
+            ("IWARP_IFACE", "veth0"),
+            ("IWARP_IP", "10.0.0.1/24"),
+            ("IWARP_MTU", "9000"),
+            ("IWARP_POLL", "busy"),
+            ("IWARP_CORE", "1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.mtu, c.polling, c.core),
+            (Some(9000), iwarp::Polling::Busy, Some(1))
+        );
+        assert!(cfg(&[("IWARP_IP", "10.0.0.1/24")])
+            .unwrap_err()
+            .contains("IWARP_IFACE"));
+        assert!(cfg(&[("IWARP_IFACE", "veth0")])
+            .unwrap_err()
+            .contains("IWARP_IP"));
+        for (k, v) in [
+            ("IWARP_IP", "10.0.0.1"),
+            ("IWARP_IP", "10.0.0.1/33"),
+            ("IWARP_MTU", "100"),
+            ("IWARP_POLL", "sometimes"),
+            ("IWARP_BACKEND", "rxe"),
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_CORE", "x"),
+        ] {
+            let mut vars = vec![("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")];
+            vars.retain(|(n, _)| *n != k);
+            vars.push((k, v));
+            let e = cfg(&vars).unwrap_err();
+            assert!(e.contains(k), "{k}={v}: {e}");
+        }
+    }
+}

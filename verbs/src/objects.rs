@@ -1,0 +1,1067 @@
+//! Protection domains, memory regions, completion channels, CQs and queue
+//! pairs: each a C struct of rdma-core's layout first (programs hold and
+//! read it), then the stack's object it stands for.
+//!
+//! Memory regions are registered with the virtual address as their base
+//! tagged offset (`ibv_reg_mr_iova2`: the IOVA), so an SGE's `addr` and a
+//! work request's `remote_addr` are TOs as they stand and `lkey` = `rkey`
+//! = the STag (iWARP has one key).
+//!
+//! A queue pair exists before its connection (verbs creates it, posts
+//! receives, then `rdma_connect`/`rdma_accept`): receives posted before
+//! go to the connection when the CM makes it ([`QpShared::attach`]).
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::{null_mut, NonNull};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock};
+
+use iwarp::{Access, STag, SgList, Sge, Status, WcOpcode, WcStatus, WorkRequest};
+
+use crate::abi::{
+    self, IbvCompChannel, IbvContext, IbvCq, IbvMr, IbvPd, IbvQp, IbvQpAttr, IbvQpCap,
+    IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSge, IbvWc,
+};
+use crate::engine::engine;
+use crate::set_errno;
+
+/// `struct ibv_pd` and its domain.
+#[repr(C)]
+pub(crate) struct Pd {
+    pub c: IbvPd,
+    pub pd: iwarp::Pd,
+}
+
+/// `struct ibv_mr` and its registration.
+#[repr(C)]
+pub(crate) struct Mr {
+    pub c: IbvMr,
+    pub mr: iwarp::Mr,
+}
+
+/// `struct ibv_comp_channel`: its descriptor is an epoll set over the
+/// eventfds of the CQs that use it, so it is readable when an armed CQ
+/// got a completion, and `poll`/`epoll` wait on it as on rdma-core's.
+#[repr(C)]
+pub(crate) struct CompChannel {
+    pub c: IbvCompChannel,
+    pub epoll: OwnedFd,
+}
+
+/// `struct ibv_cq` and its ring.
+#[repr(C)]
+pub(crate) struct Cq {
+    pub c: IbvCq,
+    pub cq: iwarp::Cq,
+}
+
+/// `struct ibv_qp` and what the connection needs.
+#[repr(C)]
+pub(crate) struct Qp {
+    pub c: IbvQp,
+    pub q: std::sync::Arc<QpShared>,
+}
+
+/// The part of a QP its connection manager reads.
+pub(crate) struct QpShared {
+    pub qp_num: u32,
+    pub pd: iwarp::Pd,
+    pub send_cq: iwarp::Cq,
+    pub recv_cq: iwarp::Cq,
+    pub cap: IbvQpCap,
+    pub sig_all: bool,
+    /// The connection, once the CM made it.
+    pub conn: OnceLock<iwarp::Qp>,
+    /// Receives posted before the connection, in order (at most
+    /// `cap.max_recv_wr`).
+    early: Mutex<Vec<(u64, SgList)>>,
+    /// `enum ibv_qp_state`, mirrored into `c.state`.
+    pub state: AtomicI32,
+}
+
+/// Connection id → `qp_num`, for work completions (a CQ serves any QP).
+fn qp_nums() -> &'static RwLock<HashMap<usize, u32>> {
+    static M: OnceLock<RwLock<HashMap<usize, u32>>> = OnceLock::new();
+    M.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+impl QpShared {
+    /// Take the receives posted so far (to hand to the connection's
+    /// setup).
+    pub fn take_early(&self) -> Vec<(u64, SgList)> {
+        std::mem::take(&mut *lock(&self.early))
+    }
+
+    /// The connection is up: receives posted since [`take_early`] go to
+    /// it, in order, and later posts go straight to it.
+    pub fn attach(&self, conn: iwarp::Qp) -> Result<(), iwarp::Error> {
+        write(qp_nums()).insert(conn.id(), self.qp_num);
+        let mut early = lock(&self.early);
+        let late = std::mem::take(&mut *early);
+        let conn = self.conn.get_or_init(|| conn);
+        for (id, sgl) in late {
+            conn.post_recv_list(id, sgl)?;
+        }
+        self.state.store(abi::qps::RTS, Ordering::Release);
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+static HANDLES: AtomicU32 = AtomicU32::new(1);
+
+fn handle() -> u32 {
+    HANDLES.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A stack error as an errno.
+pub(crate) fn errno_of(e: &iwarp::Error) -> c_int {
+    use iwarp::Error as E;
+    match e {
+        E::AddrInUse => libc::EADDRINUSE,
+        E::ConnectionRefused | E::Rejected { .. } => libc::ECONNREFUSED,
+        E::Unreachable => libc::EHOSTUNREACH,
+        E::ConnectionReset => libc::ECONNRESET,
+        E::TimedOut => libc::ETIMEDOUT,
+        E::QueueFull => libc::ENOMEM,
+        E::Post(p) => post_errno(p),
+        E::InvalidArgument(_) | E::OutOfBounds(_) | E::Memory(_) => libc::EINVAL,
+        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        _ => libc::EIO,
+    }
+}
+
+fn post_errno(p: &iwarp::PostError) -> c_int {
+    use iwarp::PostError as P;
+    match p {
+        P::QueueFull => libc::ENOMEM,
+        P::NotReady(_) | P::Disconnected(_) => libc::EINVAL,
+        P::UsesSrq => libc::EINVAL,
+        _ => libc::EINVAL,
+    }
+}
+
+/// # Safety
+/// `p` is null or a pointer this module handed out as `*mut C` for a
+/// `T` whose first field is the `C` struct, not yet freed.
+unsafe fn ours<'a, T, C>(p: *mut C) -> Option<&'a T> {
+    // SAFETY: by the caller's contract (`repr(C)`, the C struct first).
+    unsafe { p.cast::<T>().as_ref() }
+}
+
+// ---- protection domains ----
+
+/// `ibv_alloc_pd`.
+///
+/// # Safety
+/// `ctx` is null or from `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd {
+    if ctx.is_null() {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let e = match engine() {
+        Ok(e) => e,
+        Err(_) => {
+            set_errno(libc::ENODEV);
+            return null_mut();
+        }
+    };
+    match e.ctx.alloc_pd() {
+        Ok(pd) => Box::into_raw(Box::new(Pd {
+            c: IbvPd {
+                context: ctx,
+                handle: handle(),
+            },
+            pd,
+        }))
+        .cast(),
+        Err(err) => {
+            set_errno(errno_of(&err));
+            null_mut()
+        }
+    }
+}
+
+/// `ibv_dealloc_pd`.
+///
+/// # Safety
+/// `pd` is null or from `ibv_alloc_pd`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the allocation `ibv_alloc_pd` made.
+    drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    0
+}
+
+// ---- memory regions ----
+
+fn access_of(flags: c_int) -> Result<Access, c_int> {
+    use abi::access as a;
+    let known = a::LOCAL_WRITE
+        | a::REMOTE_WRITE
+        | a::REMOTE_READ
+        | a::REMOTE_ATOMIC
+        | a::MW_BIND
+        | a::ZERO_BASED
+        | a::ON_DEMAND
+        | a::HUGETLB
+        | a::OPTIONAL_RANGE;
+    if flags & !known != 0 {
+        return Err(libc::EINVAL);
+    }
+    // Remote write or atomic access needs local write (verbs' rule).
+    if flags & (a::REMOTE_WRITE | a::REMOTE_ATOMIC) != 0 && flags & a::LOCAL_WRITE == 0 {
+        return Err(libc::EINVAL);
+    }
+    // No on-demand paging and no atomics (RFC 7306) in this stack.
+    if flags & (a::ON_DEMAND | a::REMOTE_ATOMIC) != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let mut acc = Access::LOCAL_READ;
+    for (bit, r) in [
+        (a::LOCAL_WRITE, Access::LOCAL_WRITE),
+        (a::REMOTE_WRITE, Access::REMOTE_WRITE),
+        (a::REMOTE_READ, Access::REMOTE_READ),
+        (a::MW_BIND, Access::MW_BIND),
+    ] {
+        if flags & bit != 0 {
+            acc = acc | r;
+        }
+    }
+    Ok(acc)
+}
+
+fn reg(pd: *mut IbvPd, addr: *mut c_void, len: usize, iova: u64, flags: c_int) -> *mut IbvMr {
+    // SAFETY: `pd` from `ibv_alloc_pd` by the caller's contract.
+    let Some(p) = (unsafe { ours::<Pd, _>(pd) }) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    let Some(ptr) = NonNull::new(addr.cast::<u8>()) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    if len == 0 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let mut access = match access_of(flags) {
+        Ok(a) => a,
+        Err(e) => {
+            set_errno(e);
+            return null_mut();
+        }
+    };
+    let base = if flags & abi::access::ZERO_BASED != 0 {
+        0
+    } else {
+        iova
+    };
+    access = access | Access::LOCAL_READ;
+    // SAFETY: verbs' contract for `ibv_reg_mr`: the caller's memory stays
+    // valid and mapped until `ibv_dereg_mr`, which drops the region; the
+    // stack writes it only where a peer's request passes the MR's checks.
+    let region = unsafe { iwarp::Region::from_raw(ptr, len, None) };
+    match p.pd.register_region_at(region, access, base) {
+        Ok(mr) => {
+            let key = mr.stag().0;
+            Box::into_raw(Box::new(Mr {
+                c: IbvMr {
+                    context: p.c.context,
+                    pd,
+                    addr,
+                    length: len,
+                    handle: handle(),
+                    lkey: key,
+                    rkey: key,
+                },
+                mr,
+            }))
+            .cast()
+        }
+        Err(e) => {
+            set_errno(errno_of(&e));
+            null_mut()
+        }
+    }
+}
+
+/// `ibv_reg_mr` (the exported function behind the header's macro).
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `addr..addr+length` stays valid until
+/// `ibv_dereg_mr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut IbvMr {
+    reg(pd, addr, length, addr as u64, access)
+}
+
+/// `ibv_reg_mr_iova2`: TOs start at `iova`.
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut IbvMr {
+    reg(pd, addr, length, iova, access as c_int)
+}
+
+/// `ibv_reg_mr_iova` (IBVERBS_1.7's version, `int access`).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut IbvMr {
+    reg(pd, addr, length, iova, access)
+}
+
+/// `ibv_dereg_mr`.
+///
+/// # Safety
+/// `mr` is null or from `ibv_reg_mr`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the allocation `reg` made.
+    let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+    match m.mr.deregister() {
+        Ok(_) => 0,
+        Err(e) => errno_of(&e),
+    }
+}
+
+// ---- completion channels and CQs ----
+
+/// `ibv_create_comp_channel`.
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut IbvContext) -> *mut IbvCompChannel {
+    if ctx.is_null() {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return null_mut();
+    }
+    // SAFETY: a descriptor we just opened and own.
+    let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+    Box::into_raw(Box::new(CompChannel {
+        c: IbvCompChannel {
+            context: ctx,
+            fd,
+            refcnt: 0,
+        },
+        epoll,
+    }))
+    .cast()
+}
+
+/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
+///
+/// # Safety
+/// `ch` is null or from `ibv_create_comp_channel`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut IbvCompChannel) -> c_int {
+    // SAFETY: by the contract.
+    let Some(c) = (unsafe { ours::<CompChannel, _>(ch) }) else {
+        return libc::EINVAL;
+    };
+    if c.c.refcnt > 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: the allocation `ibv_create_comp_channel` made.
+    drop(unsafe { Box::from_raw(ch.cast::<CompChannel>()) });
+    0
+}
+
+/// `ibv_create_cq`: a ring of `cqe` completions (at least 1).
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`; `channel` null or from
+/// `ibv_create_comp_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    ctx: *mut IbvContext,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+    _comp_vector: c_int,
+) -> *mut IbvCq {
+    if ctx.is_null() || !(1..=1 << 20).contains(&cqe) {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let e = match engine() {
+        Ok(e) => e,
+        Err(_) => {
+            set_errno(libc::ENODEV);
+            return null_mut();
+        }
+    };
+    let cq = e.ctx.create_cq(cqe as usize);
+    let b = Box::into_raw(Box::new(Cq {
+        c: IbvCq {
+            context: ctx,
+            channel,
+            cq_context,
+            handle: handle(),
+            cqe,
+            mutex: [0; 5],
+            cond: [0; 6],
+            comp_events_completed: 0,
+            async_events_completed: 0,
+        },
+        cq,
+    }));
+    // SAFETY: by the contract, `channel` is null or a live channel.
+    if let Some(ch) = unsafe { channel.cast::<CompChannel>().as_mut() } {
+        // SAFETY: `b` was just made and is not shared yet.
+        let c = unsafe { &*b };
+        let fd = match c.cq.notify_fd() {
+            Ok(fd) => fd.as_raw_fd(),
+            Err(err) => {
+                // SAFETY: ours, never handed out.
+                drop(unsafe { Box::from_raw(b) });
+                set_errno(errno_of(&err));
+                return null_mut();
+            }
+        };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: b as u64,
+        };
+        // SAFETY: both descriptors are open; `ev` is a valid event.
+        if unsafe { libc::epoll_ctl(ch.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+            // SAFETY: ours, never handed out.
+            drop(unsafe { Box::from_raw(b) });
+            return null_mut();
+        }
+        ch.c.refcnt += 1;
+    }
+    b.cast()
+}
+
+/// `ibv_destroy_cq`.
+///
+/// # Safety
+/// `cq` is null or from `ibv_create_cq`, not freed, used by no QP.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the allocation `ibv_create_cq` made.
+    let c = unsafe { Box::from_raw(cq.cast::<Cq>()) };
+    // SAFETY: the channel outlives its CQs (destroying it fails while
+    // any uses it).
+    if let Some(ch) = unsafe { c.c.channel.cast::<CompChannel>().as_mut() } {
+        if let Ok(fd) = c.cq.notify_fd() {
+            // SAFETY: both descriptors are open.
+            unsafe {
+                libc::epoll_ctl(
+                    ch.epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_DEL,
+                    fd.as_raw_fd(),
+                    null_mut(),
+                )
+            };
+        }
+        ch.c.refcnt -= 1;
+    }
+    0
+}
+
+/// `ibv_get_cq_event`: wait for an armed CQ of the channel to fire (or
+/// fail with `EAGAIN` at once if the channel's descriptor is
+/// non-blocking).
+///
+/// # Safety
+/// `ch` from `ibv_create_comp_channel`; `cq_out`, `ctx_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut IbvCompChannel,
+    cq_out: *mut *mut IbvCq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(c) = (unsafe { ours::<CompChannel, _>(ch) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if cq_out.is_null() || ctx_out.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let fd = c.epoll.as_raw_fd();
+    // SAFETY: plain syscall on our descriptor (whose flags the program
+    // may have set through `channel->fd`).
+    let nonblock = unsafe { libc::fcntl(c.c.fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    loop {
+        // SAFETY: one writable event.
+        let n = unsafe { libc::epoll_wait(fd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
+        match n {
+            1 => break,
+            0 => {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return -1,
+        }
+    }
+    let cq = ev.u64 as *mut Cq;
+    // SAFETY: a CQ registered in this channel, which removes itself at
+    // destruction.
+    let q = unsafe { &*cq };
+    q.cq.ack_notify();
+    // SAFETY: writable by the contract.
+    unsafe {
+        *cq_out = cq.cast();
+        *ctx_out = q.c.cq_context;
+    }
+    0
+}
+
+/// `ibv_ack_cq_events`.
+///
+/// # Safety
+/// `cq` from `ibv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut IbvCq, n: u32) {
+    // SAFETY: by the contract; the count is the program's own field,
+    // which it reads under no lock of ours.
+    if let Some(c) = unsafe { cq.as_mut() } {
+        c.comp_events_completed = c.comp_events_completed.wrapping_add(n);
+    }
+}
+
+/// The `req_notify_cq` slot: arm the CQ (a solicited-only arm fires on
+/// any completion: more wake-ups than asked, never fewer).
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, _solicited_only: c_int) -> c_int {
+    // SAFETY: by verbs' contract, a live CQ.
+    match unsafe { ours::<Cq, _>(cq) } {
+        Some(c) => match c.cq.req_notify() {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        },
+        None => libc::EINVAL,
+    }
+}
+
+fn wc_of(w: &iwarp::Wc) -> IbvWc {
+    use abi::{wc_opcode as op, wc_status as st};
+    let status = match w.status {
+        Status::Wc(WcStatus::Success) => st::SUCCESS,
+        Status::Wc(WcStatus::LocalProtection(_)) => st::LOC_PROT_ERR,
+        Status::Wc(WcStatus::LocalLength) => st::LOC_LEN_ERR,
+        Status::Wc(WcStatus::RemoteAccess) => st::REM_ACCESS_ERR,
+        Status::Wc(WcStatus::RemoteOperation) => st::REM_OP_ERR,
+        Status::Wc(WcStatus::RemoteInvalidRequest) => st::REM_INV_REQ_ERR,
+        Status::Wc(WcStatus::BadResponse) => st::BAD_RESP_ERR,
+        Status::Wc(WcStatus::Flushed) => st::WR_FLUSH_ERR,
+        Status::Refused(iwarp::PostError::Disconnected(_)) => st::WR_FLUSH_ERR,
+        Status::Refused(iwarp::PostError::Local(_)) => st::LOC_PROT_ERR,
+        Status::Refused(_) => st::LOC_QP_OP_ERR,
+        #[allow(unreachable_patterns)]
+        _ => st::GENERAL_ERR,
+    };
+    let opcode = match w.opcode {
+        Some(WcOpcode::Send) | None => op::SEND,
+        Some(WcOpcode::Write) => op::RDMA_WRITE,
+        Some(WcOpcode::Read) => op::RDMA_READ,
+        Some(WcOpcode::Recv) => op::RECV,
+        #[allow(unreachable_patterns)]
+        Some(_) => op::SEND,
+    };
+    let (wc_flags, imm) = match w.invalidated {
+        Some(s) => (abi::WC_WITH_INV, s.0),
+        None => (0, 0),
+    };
+    IbvWc {
+        wr_id: w.wr_id,
+        status,
+        opcode,
+        byte_len: w.byte_len,
+        imm_data: imm,
+        qp_num: read(qp_nums()).get(&w.qp).copied().unwrap_or(0),
+        wc_flags,
+        ..IbvWc::default()
+    }
+}
+
+/// The `poll_cq` slot: up to `n` completions into `wc`; on an inline
+/// context an empty ring makes this thread run the stack once.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut IbvCq, n: c_int, wc: *mut IbvWc) -> c_int {
+    // SAFETY: by verbs' contract, a live CQ.
+    let Some(c) = (unsafe { ours::<Cq, _>(cq) }) else {
+        return -libc::EINVAL;
+    };
+    if n < 0 || (n > 0 && wc.is_null()) {
+        return -libc::EINVAL;
+    }
+    let mut got = 0;
+    while got < n {
+        let Some(w) = c.cq.poll_one() else { break };
+        // SAFETY: `wc` holds `n` entries by the contract; got < n.
+        unsafe { wc.add(got as usize).write(wc_of(&w)) };
+        got += 1;
+    }
+    got
+}
+
+// ---- queue pairs ----
+
+static QP_NUMS: AtomicU32 = AtomicU32::new(0x100);
+
+/// `ibv_create_qp`: an RC queue pair, connected by librdmacm.
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `attr` readable and writable; its CQs from
+/// `ibv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
+    // SAFETY: by the contract.
+    let (Some(p), Some(a)) = (unsafe { ours::<Pd, _>(pd) }, unsafe { attr.as_mut() }) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    if a.qp_type != abi::QPT_RC {
+        // iWARP has reliable connected queue pairs only.
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    if !a.srq.is_null() {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    // SAFETY: CQs from `ibv_create_cq` by the contract.
+    let (Some(scq), Some(rcq)) = (unsafe { ours::<Cq, _>(a.send_cq) }, unsafe {
+        ours::<Cq, _>(a.recv_cq)
+    }) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    let max_sge = iwarp::MAX_SGE as u32;
+    let cap = a.cap;
+    if cap.max_send_wr == 0
+        || cap.max_send_wr as usize > crate::MAX_QP_WR
+        || cap.max_recv_wr as usize > crate::MAX_QP_WR
+        || cap.max_send_sge > max_sge
+        || cap.max_recv_sge > max_sge
+        || cap.max_inline_data > iwarp::MAX_INLINE as u32
+    {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    // What we give: what was asked, the inline size raised to ours.
+    a.cap.max_inline_data = iwarp::MAX_INLINE as u32;
+    let cap = IbvQpCap {
+        max_send_sge: cap.max_send_sge.max(1),
+        max_recv_sge: cap.max_recv_sge.max(1),
+        max_recv_wr: cap.max_recv_wr.max(1),
+        ..a.cap
+    };
+    a.cap = cap;
+    let qp_num = QP_NUMS.fetch_add(1, Ordering::Relaxed);
+    let qp = Box::new(Qp {
+        c: IbvQp {
+            context: p.c.context,
+            qp_context: a.qp_context,
+            pd,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: null_mut(),
+            handle: handle(),
+            qp_num,
+            state: abi::qps::INIT,
+            qp_type: abi::QPT_RC,
+            mutex: [0; 5],
+            cond: [0; 6],
+            events_completed: 0,
+        },
+        q: std::sync::Arc::new(QpShared {
+            qp_num,
+            pd: p.pd.clone(),
+            send_cq: scq.cq.clone(),
+            recv_cq: rcq.cq.clone(),
+            cap,
+            sig_all: a.sq_sig_all != 0,
+            conn: OnceLock::new(),
+            early: Mutex::new(Vec::new()),
+            state: AtomicI32::new(abi::qps::INIT),
+        }),
+    });
+    Box::into_raw(qp).cast()
+}
+
+/// `ibv_destroy_qp`: an established connection is aborted.
+///
+/// # Safety
+/// `qp` is null or from `ibv_create_qp`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the allocation `ibv_create_qp` made.
+    let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+    if let Some(c) = q.q.conn.get() {
+        let _ = c.abort();
+        write(qp_nums()).remove(&c.id());
+    }
+    0
+}
+
+/// The QP behind a pointer.
+///
+/// # Safety
+/// `qp` is null or a live QP from `ibv_create_qp`.
+pub(crate) unsafe fn qp<'a>(qp: *mut IbvQp) -> Option<&'a Qp> {
+    // SAFETY: by the contract.
+    unsafe { ours::<Qp, _>(qp) }
+}
+
+/// `ibv_modify_qp`: the CM moves the state; a program may move a
+/// connected QP to the error state (the connection is aborted and its
+/// work flushed) and set attributes that have no meaning over TCP
+/// (timers, retry counts: accepted, ignored). Any other state change is
+/// `EINVAL`, as for a transition the QP cannot make.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`; `attr` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp_: *mut IbvQp,
+    attr: *mut IbvQpAttr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: by the contract.
+    let (Some(q), Some(a)) = (unsafe { qp(qp_) }, unsafe { attr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    if mask & abi::QP_STATE == 0 {
+        return 0;
+    }
+    let now = q.q.state.load(Ordering::Acquire);
+    match a.qp_state {
+        s if s == now => 0,
+        abi::qps::ERR => {
+            if let Some(c) = q.q.conn.get() {
+                let _ = c.abort();
+            }
+            q.q.state.store(abi::qps::ERR, Ordering::Release);
+            // SAFETY: the program's own struct; it expects the field to
+            // follow the state.
+            unsafe { (*qp_).state = abi::qps::ERR };
+            0
+        }
+        // rdma-core's CM moves a new QP through INIT and RTR itself.
+        abi::qps::RTR | abi::qps::INIT if now == abi::qps::INIT => 0,
+        _ => libc::EINVAL,
+    }
+}
+
+/// `ibv_query_qp`.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`; `attr`, `init` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp_: *mut IbvQp,
+    attr: *mut IbvQpAttr,
+    _mask: c_int,
+    init: *mut IbvQpInitAttr,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(q) = (unsafe { qp(qp_) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() || init.is_null() {
+        return libc::EINVAL;
+    }
+    let state = q.q.state.load(Ordering::Acquire);
+    let (ird, ord) =
+        q.q.conn
+            .get()
+            .map_or((0, 0), |c| (c.negotiated().ird, c.negotiated().ord));
+    // SAFETY: writable by the contract; all-zero is a valid value of
+    // these plain C structs.
+    unsafe {
+        attr.write(std::mem::zeroed());
+        let a = &mut *attr;
+        a.qp_state = state;
+        a.cur_qp_state = state;
+        a.path_mtu = abi::ibv_mtu(1500);
+        a.cap = q.q.cap;
+        a.max_rd_atomic = ord.min(255) as u8;
+        a.max_dest_rd_atomic = ird.min(255) as u8;
+        a.port_num = 1;
+        init.write(IbvQpInitAttr {
+            qp_context: q.c.qp_context,
+            send_cq: q.c.send_cq,
+            recv_cq: q.c.recv_cq,
+            srq: null_mut(),
+            cap: q.q.cap,
+            qp_type: abi::QPT_RC,
+            sq_sig_all: c_int::from(q.q.sig_all),
+        });
+    }
+    0
+}
+
+fn sgl_of(sg: *mut IbvSge, n: c_int) -> Result<SgList, c_int> {
+    if n < 0 || n as usize > iwarp::MAX_SGE || (n > 0 && sg.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let mut l = SgList::EMPTY;
+    for i in 0..n as usize {
+        // SAFETY: `n` readable entries by verbs' contract.
+        let s = unsafe { sg.add(i).read() };
+        l.push(Sge {
+            stag: STag(s.lkey),
+            to: s.addr,
+            len: s.length,
+        })
+        .map_err(|_| libc::EINVAL)?;
+    }
+    Ok(l)
+}
+
+/// Gather an inline request's payload from the program's memory (no MR
+/// needed: verbs' `IBV_SEND_INLINE`).
+fn inline_of(sg: *mut IbvSge, n: c_int) -> Result<iwarp::InlineData, c_int> {
+    if n < 0 || (n > 0 && sg.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let mut buf = [0u8; iwarp::MAX_INLINE];
+    let mut len = 0usize;
+    for i in 0..n as usize {
+        // SAFETY: `n` readable entries by verbs' contract.
+        let s = unsafe { sg.add(i).read() };
+        let l = s.length as usize;
+        if len + l > buf.len() {
+            return Err(libc::EINVAL);
+        }
+        if l > 0 {
+            // SAFETY: verbs' contract for inline data: `addr..addr+length`
+            // is readable while the post runs.
+            let src = unsafe { std::slice::from_raw_parts(s.addr as *const u8, l) };
+            buf[len..len + l].copy_from_slice(src);
+            len += l;
+        }
+    }
+    iwarp::InlineData::new(&buf[..len]).map_err(|_| libc::EINVAL)
+}
+
+fn work_request(w: &IbvSendWr, sig_all: bool) -> Result<WorkRequest, c_int> {
+    use abi::{send_flags as f, wr as op};
+    let signaled = sig_all || w.send_flags & f::SIGNALED != 0;
+    let inline = w.send_flags & f::INLINE != 0;
+    let solicited = w.send_flags & f::SOLICITED != 0;
+    let remote_stag = STag(w.wr.word1 as u32);
+    let remote_to = w.wr.remote_addr;
+    Ok(match w.opcode {
+        op::SEND | op::SEND_WITH_INV => {
+            let invalidate = (w.opcode == op::SEND_WITH_INV).then_some(STag(w.imm_data));
+            if inline {
+                WorkRequest::SendInline {
+                    wr_id: w.wr_id,
+                    signaled,
+                    data: inline_of(w.sg_list, w.num_sge)?,
+                    solicited,
+                    invalidate,
+                }
+            } else {
+                WorkRequest::Send {
+                    wr_id: w.wr_id,
+                    signaled,
+                    local: sgl_of(w.sg_list, w.num_sge)?,
+                    solicited,
+                    invalidate,
+                }
+            }
+        }
+        op::RDMA_WRITE if inline => WorkRequest::WriteInline {
+            wr_id: w.wr_id,
+            signaled,
+            data: inline_of(w.sg_list, w.num_sge)?,
+            remote_stag,
+            remote_to,
+        },
+        op::RDMA_WRITE => WorkRequest::Write {
+            wr_id: w.wr_id,
+            signaled,
+            local: sgl_of(w.sg_list, w.num_sge)?,
+            remote_stag,
+            remote_to,
+        },
+        op::RDMA_READ => WorkRequest::Read {
+            wr_id: w.wr_id,
+            signaled,
+            local: sgl_of(w.sg_list, w.num_sge)?,
+            remote_stag,
+            remote_to,
+        },
+        // Immediate data and atomics (RFC 7306), memory windows and local
+        // invalidation are not in this library yet; as siw does for an
+        // opcode it lacks.
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// The `post_send` slot.
+pub(crate) unsafe extern "C" fn post_send(
+    qp_: *mut IbvQp,
+    wr: *mut IbvSendWr,
+    bad: *mut *mut IbvSendWr,
+) -> c_int {
+    let fail = |at: *mut IbvSendWr, e: c_int| {
+        if !bad.is_null() {
+            // SAFETY: a writable `bad_wr` by verbs' contract.
+            unsafe { *bad = at };
+        }
+        e
+    };
+    // SAFETY: by verbs' contract, a live QP.
+    let Some(q) = (unsafe { qp(qp_) }) else {
+        return fail(wr, libc::EINVAL);
+    };
+    let Some(conn) = q.q.conn.get() else {
+        return fail(wr, libc::EINVAL);
+    };
+    let sig_all = q.q.sig_all;
+    let mut cur = wr;
+    let mut err: Option<(*mut IbvSendWr, c_int)> = None;
+    // Converted lazily: the list is posted with one doorbell, and stops at
+    // the first request that does not convert.
+    let iter = std::iter::from_fn(|| {
+        // SAFETY: a NULL-terminated chain of readable requests.
+        let w = unsafe { cur.as_ref() }?;
+        match work_request(w, sig_all) {
+            Ok(r) => {
+                cur = w.next;
+                Some(r)
+            }
+            Err(e) => {
+                err = Some((cur, e));
+                None
+            }
+        }
+    });
+    match conn.post_send_list(iter) {
+        Ok(_) => match err {
+            Some((at, e)) => fail(at, e),
+            None => 0,
+        },
+        Err((n, e)) => {
+            // The n-th request (from 0) is the one refused.
+            let mut at = wr;
+            for _ in 0..n {
+                // SAFETY: the first n requests of the chain were read above.
+                at = unsafe { (*at).next };
+            }
+            fail(at, errno_of(&e))
+        }
+    }
+}
+
+/// The `post_recv` slot.
+pub(crate) unsafe extern "C" fn post_recv(
+    qp_: *mut IbvQp,
+    wr: *mut IbvRecvWr,
+    bad: *mut *mut IbvRecvWr,
+) -> c_int {
+    let fail = |at: *mut IbvRecvWr, e: c_int| {
+        if !bad.is_null() {
+            // SAFETY: a writable `bad_wr` by verbs' contract.
+            unsafe { *bad = at };
+        }
+        e
+    };
+    // SAFETY: by verbs' contract, a live QP.
+    let Some(q) = (unsafe { qp(qp_) }) else {
+        return fail(wr, libc::EINVAL);
+    };
+    let mut cur = wr;
+    // SAFETY: a NULL-terminated chain of readable requests.
+    while let Some(w) = unsafe { cur.as_ref() } {
+        let sgl = match sgl_of(w.sg_list, w.num_sge) {
+            Ok(l) => l,
+            Err(e) => return fail(cur, e),
+        };
+        let r = match q.q.conn.get() {
+            Some(c) => c.post_recv_list(w.wr_id, sgl).map_err(|e| errno_of(&e)),
+            None => {
+                let mut early = lock(&q.q.early);
+                match q.q.conn.get() {
+                    Some(c) => c.post_recv_list(w.wr_id, sgl).map_err(|e| errno_of(&e)),
+                    None if early.len() >= q.q.cap.max_recv_wr as usize => Err(libc::ENOMEM),
+                    None => {
+                        early.push((w.wr_id, sgl));
+                        Ok(())
+                    }
+                }
+            }
+        };
+        if let Err(e) = r {
+            return fail(cur, e);
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// The `post_srq_recv` slot: no shared receive queues in this library
+/// yet (`ibv_create_srq` fails), so no SRQ can reach here.
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    _srq: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: a writable `bad_wr` by verbs' contract.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}

@@ -1,0 +1,205 @@
+//! Exports that programs and the provider libraries rdma-core ships
+//! beside libibverbs bind to at load time, for things this device does
+//! not do.
+//!
+//! Debian's perftest links `libmlx5` and `libefa`, which are linked with
+//! `BIND_NOW` against libibverbs' private ABI (`IBVERBS_PRIVATE_34`:
+//! `ibv_cmd_*`, `verbs_register_driver_34`…): the dynamic loader refuses
+//! to start a program unless every one of those symbols is defined. They
+//! serve kernel-backed devices; no device of ours reaches them (their
+//! constructors call `verbs_register_driver_34`, which registers nothing
+//! here), so each fails with `EOPNOTSUPP`.
+//!
+//! The public calls below are real answers for an iWARP device: no
+//! address handles, multicast or shared receive queues (not in this
+//! library yet), P_Key 0xffff only.
+
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+
+use crate::set_errno;
+
+macro_rules! private_abi {
+    ($($name:ident),* $(,)?) => {$(
+        /// rdma-core's private provider ABI: not for this device.
+        #[no_mangle]
+        pub extern "C" fn $name() -> c_int {
+            set_errno(libc::EOPNOTSUPP);
+            libc::EOPNOTSUPP
+        }
+    )*};
+}
+
+private_abi!(
+    __verbs_log,
+    _verbs_init_and_alloc_context,
+    execute_ioctl,
+    ibv_cmd_advise_mr,
+    ibv_cmd_alloc_dm,
+    ibv_cmd_alloc_mw,
+    ibv_cmd_alloc_pd,
+    ibv_cmd_attach_mcast,
+    ibv_cmd_close_xrcd,
+    ibv_cmd_create_ah,
+    ibv_cmd_create_counters,
+    ibv_cmd_create_cq_ex,
+    ibv_cmd_create_flow,
+    ibv_cmd_create_flow_action_esp,
+    ibv_cmd_create_qp_ex2,
+    ibv_cmd_create_qp_ex,
+    ibv_cmd_create_rwq_ind_table,
+    ibv_cmd_create_srq,
+    ibv_cmd_create_srq_ex,
+    ibv_cmd_create_wq,
+    ibv_cmd_dealloc_mw,
+    ibv_cmd_dealloc_pd,
+    ibv_cmd_dereg_mr,
+    ibv_cmd_destroy_ah,
+    ibv_cmd_destroy_counters,
+    ibv_cmd_destroy_cq,
+    ibv_cmd_destroy_flow,
+    ibv_cmd_destroy_flow_action,
+    ibv_cmd_destroy_qp,
+    ibv_cmd_destroy_rwq_ind_table,
+    ibv_cmd_destroy_srq,
+    ibv_cmd_destroy_wq,
+    ibv_cmd_detach_mcast,
+    ibv_cmd_free_dm,
+    ibv_cmd_get_context,
+    ibv_cmd_modify_cq,
+    ibv_cmd_modify_flow_action_esp,
+    ibv_cmd_modify_qp,
+    ibv_cmd_modify_qp_ex,
+    ibv_cmd_modify_srq,
+    ibv_cmd_modify_wq,
+    ibv_cmd_open_qp,
+    ibv_cmd_open_xrcd,
+    ibv_cmd_query_context,
+    ibv_cmd_query_device_any,
+    ibv_cmd_query_mr,
+    ibv_cmd_query_port,
+    ibv_cmd_query_qp,
+    ibv_cmd_query_srq,
+    ibv_cmd_read_counters,
+    ibv_cmd_reg_dm_mr,
+    ibv_cmd_reg_dmabuf_mr,
+    ibv_cmd_reg_mr,
+    ibv_cmd_rereg_mr,
+    ibv_cmd_resize_cq,
+    verbs_allow_disassociate_destroy,
+    verbs_init_cq,
+    verbs_open_device,
+    verbs_register_driver_34,
+    verbs_set_ops,
+    verbs_uninit_context,
+);
+
+/// `ibv_create_ah`: iWARP has no address handles.
+#[no_mangle]
+pub extern "C" fn ibv_create_ah(_pd: *mut c_void, _attr: *mut c_void) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_create_ah_from_wc`: as [`ibv_create_ah`].
+#[no_mangle]
+pub extern "C" fn ibv_create_ah_from_wc(
+    _pd: *mut c_void,
+    _wc: *mut c_void,
+    _grh: *mut c_void,
+    _port: u8,
+) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_destroy_ah`: there is none to destroy.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_ah(_ah: *mut c_void) -> c_int {
+    libc::EINVAL
+}
+
+/// `ibv_attach_mcast`: no multicast over iWARP.
+#[no_mangle]
+pub extern "C" fn ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_detach_mcast`: as [`ibv_attach_mcast`].
+#[no_mangle]
+pub extern "C" fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_create_srq`: shared receive queues are not in this library yet.
+#[no_mangle]
+pub extern "C" fn ibv_create_srq(_pd: *mut c_void, _attr: *mut c_void) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_destroy_srq`: there is none to destroy.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_srq(_srq: *mut c_void) -> c_int {
+    libc::EINVAL
+}
+
+/// `ibv_query_pkey`: one P_Key, the default 0xffff (as Linux siw).
+///
+/// # Safety
+/// `pkey` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    ctx: *mut c_void,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if ctx.is_null() || port != 1 || index != 0 || pkey.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: non-null and writable by the contract.
+    unsafe { *pkey = 0xffff };
+    0
+}
+
+/// `ibv_dontfork_range`: memory is not pinned for a device here (the
+/// stack copies through the CPU), so a child's copy-on-write cannot
+/// break a registration: nothing to do.
+#[no_mangle]
+pub extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `ibv_dofork_range`: as [`ibv_dontfork_range`].
+#[no_mangle]
+pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `ibv_fork_init`: as [`ibv_dontfork_range`].
+#[no_mangle]
+pub extern "C" fn ibv_fork_init() -> c_int {
+    0
+}
+
+/// `ibv_resolve_eth_l2_from_gid`: for RoCE address handles; none here.
+#[no_mangle]
+pub extern "C" fn ibv_resolve_eth_l2_from_gid() -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_qp_to_qp_ex`: our QPs have no extended (`ibv_wr_*`) interface.
+#[no_mangle]
+pub extern "C" fn ibv_qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+/// `_ibv_query_gid_ex` (behind the header's `ibv_query_gid_ex`): not
+/// here; `ibv_query_gid` answers.
+#[no_mangle]
+pub extern "C" fn _ibv_query_gid_ex() -> c_int {
+    libc::EOPNOTSUPP
+}
