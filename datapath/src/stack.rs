@@ -1608,7 +1608,14 @@ impl Stack {
                     ..
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
-                    if let Err(e) = sc.accept(sock, private_data, ird, ord, cq, pd, mem) {
+                    if let Err(e) = sc.accept(
+                        sock,
+                        private_data,
+                        ird,
+                        ord,
+                        crate::over_sctp::conn::AcceptQp { cq, pd },
+                        mem,
+                    ) {
                         pending_out.push_back(Output::CmRefused(sock, e));
                     }
                 }

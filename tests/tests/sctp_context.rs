@@ -144,6 +144,7 @@ fn every_operation(server: &Context, client: &Context, port: u16, transport: Tra
                 ord: 16,
                 timeout: T,
                 recv_cq: None,
+                pd: None,
             },
             &scq,
         )

@@ -161,8 +161,8 @@ pub struct IbvPortAttr {
     pub flags: u8,
 }
 
-/// `union ibv_gid`.
-#[repr(C)]
+/// `union ibv_gid` (8-aligned: its other member is two `__be64`).
+#[repr(C, align(8))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IbvGid {
     pub raw: [u8; 16],

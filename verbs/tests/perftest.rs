@@ -1,4 +1,5 @@
-//! Debian's unmodified perftest on our libibverbs and librdmacm, both ends:
+//! Debian's unmodified perftest and rping on our libibverbs and
+//! librdmacm, both ends:
 //! two namespaces joined by a veth, each end's stack on AF_XDP with its
 //! own address, connected through librdmacm (`-R`), as a user runs it:
 //!
@@ -46,37 +47,32 @@ fn ready(tool: &str) -> bool {
     true
 }
 
-/// Run `tool args` as server in one namespace and client in the other;
-/// both must succeed. Returns the client's output.
-fn pair(tool: &str, args: &[&str], port: u16) -> String {
+/// Run `server` in one namespace and `client` in the other (`{S}` in
+/// either stands for the server's address); both must succeed. Returns
+/// the client's and the server's output.
+fn pair(server: &[&str], client: &[&str]) -> (String, String) {
     let net = NsPair::new("vpt").unwrap();
     for end in [End::A, End::B] {
         net.veth.disable_tx_offload(end).unwrap();
     }
     let (sip, cip) = (net.addr(1), net.addr(2));
     let lib = format!("LD_LIBRARY_PATH={}", libs().display());
-    let port = port.to_string();
-    let env = |end: End, ip: std::net::Ipv4Addr| {
-        vec![
+    let cmd = |end: End, ip: std::net::Ipv4Addr, args: &[&str]| -> Vec<String> {
+        let mut v = vec![
             "env".to_owned(),
             lib.clone(),
             format!("IWARP_IFACE={}", net.veth.name(end)),
             format!("IWARP_IP={ip}/24"),
-        ]
+        ];
+        v.extend(args.iter().map(|a| a.replace("{S}", &sip.to_string())));
+        v
     };
-    let mut s: Vec<String> = env(End::A, sip);
-    s.push(tool.into());
-    s.extend(args.iter().map(|a| a.to_string()));
-    s.extend(["-p".into(), port.clone()]);
-    let mut c: Vec<String> = env(End::B, cip);
-    c.push(tool.into());
-    c.extend(args.iter().map(|a| a.to_string()));
-    c.extend(["-p".into(), port, sip.to_string()]);
+    let (s, c) = (cmd(End::A, sip, server), cmd(End::B, cip, client));
     let sref: Vec<&str> = s.iter().map(String::as_str).collect();
     let cref: Vec<&str> = c.iter().map(String::as_str).collect();
     let server = netns_harness::spawn_in(&net.a, &sref).unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let client = netns_harness::run_in(&net.b, &cref, Duration::from_secs(60)).unwrap();
+    let client = netns_harness::run_in(&net.b, &cref, Duration::from_secs(90)).unwrap();
     let server = server.wait_timeout(Duration::from_secs(20)).unwrap();
     let text = |o: &std::process::Output| {
         format!(
@@ -88,11 +84,21 @@ fn pair(tool: &str, args: &[&str], port: u16) -> String {
     let (ct, st) = (text(&client), text(&server));
     assert!(
         client.status.success() && server.status.success(),
-        "{tool} {args:?}\n--- client ({}):\n{ct}\n--- server ({}):\n{st}",
+        "{client:?}\n--- client ({}):\n{ct}\n--- server ({}):\n{st}",
         client.status,
         server.status
     );
-    ct
+    (ct, st)
+}
+
+/// A perftest tool, both ends the same arguments (the client's last is
+/// the server's address).
+fn perftest(tool: &str, args: &[&str]) -> String {
+    let mut s = vec![tool];
+    s.extend_from_slice(args);
+    let mut c = s.clone();
+    c.push("{S}");
+    pair(&s, &c).0
 }
 
 /// perftest's result line: `#bytes #iterations …` then one row of
@@ -110,15 +116,81 @@ fn result_row(out: &str, size: &str) -> Vec<f64> {
         .collect()
 }
 
-#[test]
-fn ib_write_lat_runs_unmodified_on_both_ends() {
-    if !ready("ib_write_lat") {
+/// A latency row: #bytes #iterations t_min t_max t_typical …: every
+/// iteration ran and took a positive time.
+fn check_lat(tool: &str, extra: &[&str]) {
+    if !ready(tool) {
         return;
     }
-    let out = pair("ib_write_lat", &["-R", "-s", "64", "-n", "2000"], 18515);
+    let mut args = vec!["-R", "-s", "64", "-n", "500"];
+    args.extend_from_slice(extra);
+    let out = perftest(tool, &args);
     let row = result_row(&out, "64");
-    // #bytes #iterations t_min t_max t_typical ...: every iteration ran
-    // and took a positive time.
-    assert_eq!(row[1], 2000.0, "{out}");
+    assert_eq!(row[1], 500.0, "{out}");
     assert!(row[2] > 0.0 && row[4] >= row[2], "{out}");
+}
+
+/// A bandwidth row: #bytes #iterations peak average rate: every
+/// iteration ran, data moved.
+fn check_bw(tool: &str, size: &str) {
+    if !ready(tool) {
+        return;
+    }
+    let out = perftest(tool, &["-R", "-s", size, "-n", "500"]);
+    let row = result_row(&out, size);
+    assert_eq!(row[1], 500.0, "{out}");
+    assert!(row[3] > 0.0, "{out}");
+}
+
+#[test]
+fn ib_write_lat_runs_unmodified_on_both_ends() {
+    // ib_write_lat waits for the peer's Write by reading memory, never
+    // calling in: the keeper thread (IWARP_POLL=inline) carries it.
+    check_lat("ib_write_lat", &[]);
+}
+
+#[test]
+fn ib_send_lat_runs_unmodified_on_both_ends() {
+    check_lat("ib_send_lat", &[]);
+}
+
+#[test]
+fn ib_read_lat_runs_unmodified_on_both_ends() {
+    check_lat("ib_read_lat", &[]);
+}
+
+#[test]
+fn ib_write_bw_runs_unmodified_on_both_ends() {
+    check_bw("ib_write_bw", "65536");
+}
+
+#[test]
+fn ib_send_bw_runs_unmodified_on_both_ends() {
+    check_bw("ib_send_bw", "4096");
+}
+
+#[test]
+fn ib_read_bw_runs_unmodified_on_both_ends() {
+    check_bw("ib_read_bw", "65536");
+}
+
+#[test]
+fn rping_verifies_its_data_both_ways() {
+    if !ready("rping") {
+        return;
+    }
+    // -v prints each ping's data, -V has the client check what it reads
+    // back (a mismatch fails it), -C bounds the count.
+    let (c, s) = pair(
+        &["rping", "-s", "-a", "{S}", "-C", "20", "-v"],
+        &["rping", "-c", "-a", "{S}", "-C", "20", "-v", "-V"],
+    );
+    for (who, out) in [("client", &c), ("server", &s)] {
+        let pings: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("ping data: rdma-ping-"))
+            .collect();
+        assert_eq!(pings.len(), 20, "{who}:\n{out}");
+        assert!(pings[19].contains("rdma-ping-19: TUVWXYZ"), "{who}:\n{out}");
+    }
 }

@@ -405,6 +405,16 @@ pub struct SctpConns {
 /// cause each).
 const GONE_KEPT: usize = 1024;
 
+/// What an accepted queue pair takes from the application rather than
+/// from its listener.
+#[derive(Debug, Clone, Default)]
+pub struct AcceptQp {
+    /// Where its completions go.
+    pub cq: Option<QpCqs>,
+    /// Its protection domain.
+    pub pd: Option<iwarp_proto::mem::PdId>,
+}
+
 impl SctpConns {
     /// The part for one interface; ephemeral ports from `ephemeral_base`.
     pub fn new(cfg: SctpHostConfig, ephemeral_base: u16) -> Result<Self, &'static str> {
@@ -715,17 +725,18 @@ impl SctpConns {
         }
     }
 
-    /// Accept a pending request.
+    /// Accept a pending request; `qp` says where the queue pair's
+    /// completions go and its PD (each `None`: the listener's).
     pub fn accept(
         &mut self,
         id: SockId,
         private_data: Vec<u8>,
         ird: u16,
         ord: u16,
-        cq: Option<QpCqs>,
-        pd: Option<iwarp_proto::mem::PdId>,
+        qp: AcceptQp,
         mem: &mut MemoryTable,
     ) -> Result<(), SetupError> {
+        let AcceptQp { cq, pd } = qp;
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
