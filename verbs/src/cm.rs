@@ -556,6 +556,7 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
     // (`max_qp_wr`): the stack sizes them when the peer's TCP handshake
     // completes, before the program's QP exists.
     let mut lopts = iwarp::ListenOptions::new(&pd);
+    lopts.mpa = e.mpa.clone();
     lopts.sq_depth = crate::MAX_QP_WR;
     lopts.rq_depth = crate::MAX_QP_WR;
     let listener = match e.ctx.listen(src.port(), &lopts) {
@@ -739,8 +740,8 @@ fn watch(
         .ok()
 }
 
-fn mpa_of(p: Option<&RdmaConnParam>) -> iwarp::MpaConfig {
-    let mut m = iwarp::default_mpa();
+fn mpa_of(base: &iwarp::MpaConfig, p: Option<&RdmaConnParam>) -> iwarp::MpaConfig {
+    let mut m = base.clone();
     if let Some(p) = p {
         m.ird = u16::from(p.responder_resources);
         m.ord = u16::from(p.initiator_depth);
@@ -785,7 +786,7 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
         return fail(libc::EINVAL);
     };
     // SAFETY: by the contract.
-    let mpa = mpa_of(unsafe { param.as_ref() });
+    let mpa = mpa_of(&e.mpa, unsafe { param.as_ref() });
     let mut opts = iwarp::ConnectOptions::new(&qp.pd, &qp.send_cq);
     opts.recv_cq = Some(qp.recv_cq.clone());
     opts.mpa = mpa;
@@ -873,8 +874,11 @@ pub unsafe extern "C" fn rdma_accept(i: *mut RdmaCmId, param: *mut RdmaConnParam
             return fail(errno_of(&e));
         }
     }
+    let Ok(e) = engine() else {
+        return fail(libc::ENODEV);
+    };
     // SAFETY: by the contract.
-    let mpa = mpa_of(unsafe { param.as_ref() });
+    let mpa = mpa_of(&e.mpa, unsafe { param.as_ref() });
     let opts = iwarp::AcceptOptions {
         private_data: mpa.private_data,
         ird: mpa.ird,

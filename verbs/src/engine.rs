@@ -13,6 +13,7 @@
 //! | `IWARP_MTU` | IP MTU the stack uses | the interface's |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
+//! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs), `nocrc` (default without CRC) | `default` |
 
 use std::net::Ipv4Addr;
 use std::sync::OnceLock;
@@ -21,6 +22,8 @@ use std::sync::OnceLock;
 pub(crate) struct Engine {
     pub ctx: iwarp::Context,
     pub ip: Ipv4Addr,
+    /// MPA settings of the connections the CM makes.
+    pub mpa: iwarp::MpaConfig,
 }
 
 /// What the environment asks for.
@@ -32,6 +35,7 @@ pub(crate) struct Config {
     pub mtu: Option<usize>,
     pub polling: iwarp::Polling,
     pub core: Option<usize>,
+    pub mpa: iwarp::MpaConfig,
 }
 
 impl Config {
@@ -83,7 +87,19 @@ impl Config {
                     .map_err(|_| format!("IWARP_CORE={c}: expected a CPU number"))?,
             ),
         };
+        let mpa = match get("IWARP_MPA").as_deref() {
+            None | Some("") | Some("default") => iwarp::default_mpa(),
+            Some("siw") => iwarp::siw_mpa(),
+            Some("nocrc") => iwarp::MpaConfig {
+                crc: false,
+                ..iwarp::default_mpa()
+            },
+            Some(other) => {
+                return Err(format!("IWARP_MPA={other}: expected default, siw or nocrc"))
+            }
+        };
         Ok(Config {
+            mpa,
             iface,
             ip,
             prefix_len,
@@ -124,7 +140,11 @@ fn start() -> Result<Engine, String> {
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
     let ctx = iwarp::Context::af_xdp(&opts).map_err(|e| format!("AF_XDP on {}: {e}", cfg.iface))?;
-    Ok(Engine { ctx, ip: cfg.ip })
+    Ok(Engine {
+        ctx,
+        ip: cfg.ip,
+        mpa: cfg.mpa,
+    })
 }
 
 #[cfg(test)]
@@ -163,6 +183,15 @@ mod tests {
             (c.mtu, c.polling, c.core),
             (Some(9000), iwarp::Polling::Busy, Some(1))
         );
+        assert_eq!(c.mpa, iwarp::default_mpa());
+        let base = [("IWARP_IFACE", "v"), ("IWARP_IP", "10.0.0.1/24")];
+        let with = |k, v| {
+            let mut vars = base.to_vec();
+            vars.push((k, v));
+            cfg(&vars).unwrap()
+        };
+        assert_eq!(with("IWARP_MPA", "siw").mpa, iwarp::siw_mpa());
+        assert!(!with("IWARP_MPA", "nocrc").mpa.crc);
         assert!(cfg(&[("IWARP_IP", "10.0.0.1/24")])
             .unwrap_err()
             .contains("IWARP_IFACE"));
@@ -177,6 +206,7 @@ mod tests {
             ("IWARP_BACKEND", "rxe"),
             ("IWARP_BACKEND", "dpdk"),
             ("IWARP_CORE", "x"),
+            ("IWARP_MPA", "rev3"),
         ] {
             let mut vars = vec![("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")];
             vars.retain(|(n, _)| *n != k);
