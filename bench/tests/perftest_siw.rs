@@ -1,7 +1,9 @@
 //! `iwarp-perf` in perftest mode against rdma-core's perftest over Linux
 //! siw in the lab guest, both roles, all six tools: each side must finish
-//! and print perftest's columns. Needs root and the lab (`scripts/deps.sh`);
-//! skips with the reason elsewhere, never under CI.
+//! and print perftest's columns. Then Debian's unmodified perftest and
+//! rping on our libibverbs/librdmacm (`scripts/verbs-build.sh`) against
+//! the same tools over siw, both roles. Needs root and the lab
+//! (`scripts/deps.sh`); skips with the reason elsewhere, never under CI.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
@@ -55,15 +57,53 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
-/// Our binary inside the lab's namespace, on its veth.
-fn ours(tool: &str, sizing: &str, port: u16, server: Option<&str>) -> Command {
+/// Which of ours runs the host's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ours {
+    /// `iwarp-perf` in perftest mode (the Rust API).
+    Rust,
+    /// Debian's own `ib_*` on our libibverbs and librdmacm.
+    Library,
+}
+
+/// The directory of our libibverbs.so.1 and librdmacm.so.1, built once.
+fn verbs_libs() -> &'static str {
+    static DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/verbs-build.sh");
+        let out = Command::new(script).output().unwrap();
+        assert!(out.status.success(), "verbs-build.sh: {}", text(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+}
+
+/// Our end inside the lab's namespace, on its veth.
+fn ours(who: Ours, tool: &str, sizing: &str, port: u16, server: Option<&str>) -> Command {
     let mut c = Command::new("timeout");
-    c.args(["120", "ip", "netns", "exec", NETNS])
-        .arg(env!("CARGO_BIN_EXE_iwarp-perf"))
-        .args([tool, "-R", "-d", "siw0", "-F"])
-        .args(["-p", &port.to_string()])
-        .args(sizing.split_whitespace())
-        .args(["--iface", VETH, "--ip", &format!("{HOST}/24")]);
+    c.args(["120", "ip", "netns", "exec", NETNS]);
+    match who {
+        Ours::Rust => {
+            c.arg(env!("CARGO_BIN_EXE_iwarp-perf"))
+                .args([tool, "-R", "-d", "siw0", "-F"])
+                .args(["-p", &port.to_string()])
+                .args(sizing.split_whitespace())
+                .args(["--iface", VETH, "--ip", &format!("{HOST}/24")]);
+        }
+        Ours::Library => {
+            // As a user runs it: the library path and the device's
+            // variables, siw's MPA profile (the hold on our first FPDU
+            // that siw 6.1 as responder needs).
+            c.arg("env")
+                .arg(format!("LD_LIBRARY_PATH={}", verbs_libs()))
+                .arg(format!("IWARP_IFACE={VETH}"))
+                .arg(format!("IWARP_IP={HOST}/24"))
+                .arg("IWARP_MPA=siw")
+                .arg(format!("ib_{tool}"))
+                .args(["-R", "-d", "iwarp0", "-F"])
+                .args(["-p", &port.to_string()])
+                .args(sizing.split_whitespace());
+        }
+    }
     if let Some(s) = server {
         c.arg(s);
     }
@@ -101,12 +141,12 @@ fn header(tool: &str) -> &'static str {
 }
 
 /// perftest in the guest is the server; we connect.
-fn we_are_client(lab: &Lab, tool: &str, sizing: &str, port: u16) {
+fn we_are_client(lab: &Lab, who: Ours, tool: &str, sizing: &str, port: u16) {
     let cmd = format!("ib_{tool} -R -d siw0 -F -p {port} {sizing}");
     let (guest, us) = std::thread::scope(|s| {
         let g = s.spawn(|| lab.exec(&cmd, Duration::from_secs(150)));
         lab.wait_listening(port, Duration::from_secs(30)).unwrap();
-        let us = ours(tool, sizing, port, Some(&GUEST.to_string()))
+        let us = ours(who, tool, sizing, port, Some(&GUEST.to_string()))
             .output()
             .unwrap();
         (g.join().unwrap().unwrap(), us)
@@ -139,8 +179,8 @@ fn we_are_client(lab: &Lab, tool: &str, sizing: &str, port: u16) {
 }
 
 /// We are the server; perftest in the guest connects.
-fn we_are_server(lab: &Lab, tool: &str, sizing: &str, port: u16) {
-    let mut child = ours(tool, sizing, port, None)
+fn we_are_server(lab: &Lab, who: Ours, tool: &str, sizing: &str, port: u16) {
+    let mut child = ours(who, tool, sizing, port, None)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -219,7 +259,87 @@ fn perftest_against_siw_both_roles() {
     assert!(have.status.success(), "the lab guest has no perftest");
     for (i, (tool, sizing)) in RUNS.iter().enumerate() {
         let port = 18515 + 2 * i as u16;
-        we_are_client(&lab, tool, sizing, port);
-        we_are_server(&lab, tool, sizing, port + 1);
+        we_are_client(&lab, Ours::Rust, tool, sizing, port);
+        we_are_server(&lab, Ours::Rust, tool, sizing, port + 1);
     }
+    // Debian's own tools on our libraries against the same tools over siw.
+    for (i, (tool, sizing)) in LIBRARY_RUNS.iter().enumerate() {
+        let port = 18615 + 2 * i as u16;
+        we_are_client(&lab, Ours::Library, tool, sizing, port);
+        we_are_server(&lab, Ours::Library, tool, sizing, port + 1);
+    }
+    rping_on_our_library_both_roles(&lab);
+}
+
+/// The tools run on our library against siw: one of each kind (RDMA Write
+/// latency, Send bandwidth, RDMA Read latency).
+const LIBRARY_RUNS: [(&str, &str); 3] = [
+    ("write_lat", "-s 64 -n 100"),
+    ("send_bw", "-s 65536 -n 50"),
+    ("read_lat", "-s 64 -n 100"),
+];
+
+/// Debian's rping on our library against rping over siw, both roles,
+/// with data verification (`-V`) on our side as client.
+fn rping_on_our_library_both_roles(lab: &Lab) {
+    let rping = |args: &str| {
+        let mut c = Command::new("timeout");
+        c.args(["60", "ip", "netns", "exec", NETNS, "env"])
+            .arg(format!("LD_LIBRARY_PATH={}", verbs_libs()))
+            .arg(format!("IWARP_IFACE={VETH}"))
+            .arg(format!("IWARP_IP={HOST}/24"))
+            .arg("IWARP_MPA=siw")
+            .arg("rping")
+            .args(args.split_whitespace());
+        c
+    };
+    let count_pings = |out: &str| {
+        out.lines()
+            .filter(|l| l.contains("ping data: rdma-ping-"))
+            .count()
+    };
+    // siw serves, we connect.
+    let (guest, us) = std::thread::scope(|s| {
+        let g = s.spawn(|| {
+            lab.exec(
+                "rping -s -a 0.0.0.0 -p 7400 -C 10 -v",
+                Duration::from_secs(60),
+            )
+        });
+        lab.wait_listening(7400, Duration::from_secs(30)).unwrap();
+        let us = rping(&format!("-c -a {GUEST} -p 7400 -C 10 -v -V"))
+            .output()
+            .unwrap();
+        (g.join().unwrap().unwrap(), us)
+    });
+    let (g, u) = (text(&guest), text(&us));
+    assert!(
+        us.status.success(),
+        "rping client on our library failed\n{u}\nguest:\n{g}"
+    );
+    assert_eq!(count_pings(&u), 10, "our rping client:\n{u}\nguest:\n{g}");
+    // We serve, siw connects.
+    let server = rping(&format!("-s -a {HOST} -p 7401 -C 10 -v"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let guest = lab
+        .exec(
+            &format!("rping -c -a {HOST} -p 7401 -C 10 -v -V"),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let us = server.wait_with_output().unwrap();
+    let (g, u) = (text(&guest), text(&us));
+    assert!(
+        guest.status.success(),
+        "siw's rping client failed\n{g}\nours:\n{u}"
+    );
+    assert_eq!(count_pings(&g), 10, "siw's rping client:\n{g}\nours:\n{u}");
+    assert!(
+        us.status.success(),
+        "rping server on our library failed\n{u}\nguest:\n{g}"
+    );
 }

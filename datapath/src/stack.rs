@@ -499,6 +499,13 @@ impl CqRing {
     /// more after arming (as with `ibv_req_notify_cq`).
     pub fn arm(&self) {
         self.armed.store(true, Ordering::Release);
+        // Pairs with the fence in `push`: the caller polls the ring next,
+        // and a store followed by a load may be reordered (x86's store
+        // buffer). Without both fences the loop could push, read `armed`
+        // as false, while the caller's poll misses the entry: no wake-up
+        // and an empty poll, and a thread asleep on the CQ's descriptor
+        // sleeps on (seen with fio's rdma engine under load).
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     /// Push one entry; a full ring records an overrun.
@@ -513,12 +520,14 @@ impl CqRing {
                 );
             }
         } else {
+            // Pairs with the fences in `arm` and `park`: either the
+            // consumer sees this entry or we see its flag.
+            std::sync::atomic::fence(Ordering::SeqCst);
             if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::AcqRel) {
                 if let Some(f) = self.notifier.get() {
                     f();
                 }
             }
-            std::sync::atomic::fence(Ordering::SeqCst);
             if self.parked.load(Ordering::Relaxed) {
                 let w = match self.waiter.lock() {
                     Ok(w) => w,

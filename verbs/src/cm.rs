@@ -76,6 +76,22 @@ unsafe impl Send for Event {}
 pub(crate) struct CmId {
     c: RdmaCmId,
     s: Arc<IdShared>,
+    /// A synchronous id's own channel (`rdma_create_id` with no channel,
+    /// `rdma_create_ep`): `c.channel` points to it, and its calls wait for
+    /// their event there before they return.
+    own: Option<Box<Channel>>,
+    /// A passive endpoint's QP attributes and PD (`rdma_create_ep`): each
+    /// id `rdma_get_request` returns gets its QP made with them.
+    ep_qp: Option<(IbvQpInitAttr, *mut IbvPd)>,
+    /// What `rdma_create_qp` made for the id (freed with it).
+    made: Made,
+}
+
+/// Objects the CM made for an id rather than the program.
+#[derive(Default)]
+struct Made {
+    pd: bool,
+    cqs: bool,
 }
 
 #[derive(Default)]
@@ -216,24 +232,80 @@ struct Addr(usize);
 
 // ---- event channels ----
 
-/// `rdma_create_event_channel`.
-#[no_mangle]
-pub extern "C" fn rdma_create_event_channel() -> *mut RdmaEventChannel {
+fn new_channel() -> Option<Box<Channel>> {
     // SAFETY: plain syscall; the result is checked.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
     if fd < 0 {
-        return null_mut();
+        return None;
     }
     // SAFETY: a descriptor we just opened and own.
     let efd = unsafe { OwnedFd::from_raw_fd(fd) };
-    Box::into_raw(Box::new(Channel {
+    Some(Box::new(Channel {
         c: RdmaEventChannel { fd },
         q: Arc::new(Queue {
             efd,
             events: Mutex::new(VecDeque::new()),
         }),
     }))
-    .cast()
+}
+
+impl Drop for Queue {
+    /// Unacknowledged events go with their channel.
+    fn drop(&mut self) {
+        for e in lock(&self.events).drain(..) {
+            // SAFETY: queued events are boxes only the queue holds.
+            drop(unsafe { Box::from_raw(e as *mut Event) });
+        }
+    }
+}
+
+/// Take the next event of `ch`, waiting for it unless the descriptor is
+/// non-blocking.
+fn next_event(ch: &Channel) -> Result<*mut Event, c_int> {
+    loop {
+        let mut n: u64 = 0;
+        // SAFETY: an 8-octet read into a u64 from our eventfd (blocking
+        // unless the program set O_NONBLOCK on it).
+        let r = unsafe { libc::read(ch.c.fd, (&mut n as *mut u64).cast(), 8) };
+        if r == 8 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err.raw_os_error().unwrap_or(libc::EIO));
+        }
+    }
+    lock(&ch.q.events)
+        .pop_front()
+        .map(|e| e as *mut Event)
+        .ok_or(libc::EAGAIN)
+}
+
+/// A synchronous id's call: wait for its event on the id's own channel;
+/// `Ok` when it is `want`, else the errno the event's status names.
+fn wait_for(id: &CmId, want: c_int) -> Result<Box<Event>, c_int> {
+    let Some(ch) = id.own.as_deref() else {
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: a box `Queue::push` made, now ours.
+    let e = unsafe { Box::from_raw(next_event(ch)?) };
+    if e.c.event == want {
+        Ok(e)
+    } else if e.c.status < 0 {
+        Err(-e.c.status)
+    } else {
+        Err(match e.c.event {
+            ev::REJECTED => libc::ECONNREFUSED,
+            ev::UNREACHABLE => libc::ETIMEDOUT,
+            _ => libc::EIO,
+        })
+    }
+}
+
+/// `rdma_create_event_channel`.
+#[no_mangle]
+pub extern "C" fn rdma_create_event_channel() -> *mut RdmaEventChannel {
+    new_channel().map_or(null_mut(), |c| Box::into_raw(c).cast())
 }
 
 /// `rdma_destroy_event_channel`: unacknowledged events are freed.
@@ -245,12 +317,9 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut RdmaEventChannel) {
     if ch.is_null() {
         return;
     }
-    // SAFETY: the allocation `rdma_create_event_channel` made.
-    let c = unsafe { Box::from_raw(ch.cast::<Channel>()) };
-    for e in lock(&c.q.events).drain(..) {
-        // SAFETY: queued events are boxes only the queue holds.
-        drop(unsafe { Box::from_raw(e as *mut Event) });
-    }
+    // SAFETY: the allocation `rdma_create_event_channel` made (its drop
+    // frees the events still queued).
+    drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
 }
 
 /// `rdma_get_cm_event`.
@@ -269,23 +338,10 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     if out.is_null() {
         return fail(libc::EINVAL);
     }
-    loop {
-        let mut n: u64 = 0;
-        // SAFETY: an 8-octet read into a u64 from our eventfd (blocking
-        // unless the program set O_NONBLOCK on it).
-        let r = unsafe { libc::read(c.c.fd, (&mut n as *mut u64).cast(), 8) };
-        if r == 8 {
-            break;
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return fail(err.raw_os_error().unwrap_or(libc::EIO));
-        }
-    }
-    let Some(e) = lock(&c.q.events).pop_front() else {
-        return fail(libc::EAGAIN);
+    let e = match next_event(c) {
+        Ok(e) => e,
+        Err(err) => return fail(err),
     };
-    let e = e as *mut Event;
     // SAFETY: a live event; the program reads it until it acks it.
     unsafe {
         if let Some(i) = id((*e).c.id) {
@@ -349,11 +405,22 @@ fn new_id(channel: *mut RdmaEventChannel, context: *mut c_void) -> Box<CmId> {
     Box::new(CmId {
         c,
         s: Arc::new(IdShared::default()),
+        own: None,
+        ep_qp: None,
+        made: Made::default(),
     })
 }
 
-/// `rdma_create_id`: `RDMA_PS_TCP` with an event channel (the
-/// synchronous mode, a NULL channel, is not in this library yet).
+/// A synchronous id: its own channel.
+fn new_sync_id(context: *mut c_void) -> Option<Box<CmId>> {
+    let mut own = new_channel()?;
+    let mut id = new_id(&mut own.c, context);
+    id.own = Some(own);
+    Some(id)
+}
+
+/// `rdma_create_id`: `RDMA_PS_TCP`; with no channel the id is synchronous
+/// (its calls return once their event has come, as rdma-core's).
 ///
 /// # Safety
 /// `ch` from `rdma_create_event_channel`; `out` writable.
@@ -367,14 +434,19 @@ pub unsafe extern "C" fn rdma_create_id(
     if out.is_null() {
         return fail(libc::EINVAL);
     }
-    if ch.is_null() {
-        return fail(libc::EOPNOTSUPP);
-    }
     if ps != abi::PS_TCP {
         return fail(libc::EPROTONOSUPPORT);
     }
+    let id = if ch.is_null() {
+        match new_sync_id(context) {
+            Some(id) => id,
+            None => return -1,
+        }
+    } else {
+        new_id(ch, context)
+    };
     // SAFETY: writable by the contract.
-    unsafe { *out = Box::into_raw(new_id(ch, context)).cast() };
+    unsafe { *out = Box::into_raw(id).cast() };
     0
 }
 
@@ -407,7 +479,37 @@ pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
         let _ = t.join();
     }
     drop(threads);
+    // SAFETY: objects the CM made for this id, which the program used
+    // through the id only.
+    unsafe { free_made(&b) };
     0
+}
+
+/// Free what `rdma_create_qp` made for `id` (its CQs and their channels,
+/// its PD).
+///
+/// # Safety
+/// The objects are no longer in use (their QP destroyed).
+unsafe fn free_made(id: &CmId) {
+    if id.made.cqs {
+        // SAFETY: by the contract; made by `rdma_create_qp`.
+        unsafe {
+            for cq in [id.c.send_cq, id.c.recv_cq] {
+                if !cq.is_null() {
+                    objects::ibv_destroy_cq(cq);
+                }
+            }
+            for ch in [id.c.send_cq_channel, id.c.recv_cq_channel] {
+                if !ch.is_null() {
+                    objects::ibv_destroy_comp_channel(ch);
+                }
+            }
+        }
+    }
+    if id.made.pd && !id.c.pd.is_null() {
+        // SAFETY: by the contract; made by `rdma_create_qp`.
+        unsafe { objects::ibv_dealloc_pd(id.c.pd) };
+    }
 }
 
 /// `rdma_bind_addr`: our address or the wildcard, IPv4.
@@ -481,6 +583,11 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         return fail(libc::EINVAL);
     };
     q.push(id.event(ev::ADDR_RESOLVED, 0));
+    if id.own.is_some() {
+        if let Err(e) = wait_for(id, ev::ADDR_RESOLVED) {
+            return fail(e);
+        }
+    }
     0
 }
 
@@ -501,6 +608,11 @@ pub unsafe extern "C" fn rdma_resolve_route(i: *mut RdmaCmId, _timeout_ms: c_int
         return fail(libc::EINVAL);
     };
     q.push(id.event(ev::ROUTE_RESOLVED, 0));
+    if id.own.is_some() {
+        if let Err(e) = wait_for(id, ev::ROUTE_RESOLVED) {
+            return fail(e);
+        }
+    }
     0
 }
 
@@ -573,6 +685,7 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
         Addr(lid.c.context as usize),
     );
     let lptr = Addr(i as usize);
+    let sync = lid.own.is_some();
     let t = std::thread::Builder::new()
         .name("iwarp-cm-listen".into())
         .spawn(move || {
@@ -583,7 +696,19 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
                     Err(iwarp::Error::TimedOut) => continue,
                     Err(_) => break,
                 };
-                let mut child = new_id(chan.0 as *mut RdmaEventChannel, lctx.0 as *mut c_void);
+                let child = if sync {
+                    new_sync_id(lctx.0 as *mut c_void)
+                } else {
+                    Some(new_id(
+                        chan.0 as *mut RdmaEventChannel,
+                        lctx.0 as *mut c_void,
+                    ))
+                };
+                let Some(mut child) = child else {
+                    // No descriptor for its channel: the request is
+                    // rejected (dropping it does).
+                    continue;
+                };
                 child.c.verbs = ctx.0 as *mut IbvContext;
                 {
                     let mut st = lock(&child.s.st);
@@ -644,6 +769,7 @@ pub unsafe extern "C" fn rdma_create_qp(
             if id.c.pd.is_null() {
                 return -1;
             }
+            id.made.pd = true;
         }
         id.c.pd
     } else {
@@ -674,6 +800,7 @@ pub unsafe extern "C" fn rdma_create_qp(
             if cq.is_null() {
                 return -1;
             }
+            id.made.cqs = true;
         }
     }
     if a.send_cq.is_null() {
@@ -681,6 +808,11 @@ pub unsafe extern "C" fn rdma_create_qp(
     }
     if a.recv_cq.is_null() {
         a.recv_cq = id.c.recv_cq;
+    }
+    // The id's type where the program leaves it 0 (rdma-core's examples
+    // zero the attributes and rely on the id's port space).
+    if a.qp_type == 0 {
+        a.qp_type = id.c.qp_type;
     }
     // SAFETY: by the contract.
     let qp = unsafe { objects::ibv_create_qp(pd, attr) };
@@ -836,12 +968,15 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
             }
         });
     match t {
-        Ok(t) => {
-            lock(&id.s.st).threads.push(t);
-            0
-        }
-        Err(_) => fail(libc::ENOMEM),
+        Ok(t) => lock(&id.s.st).threads.push(t),
+        Err(_) => return fail(libc::ENOMEM),
     }
+    if id.own.is_some() {
+        if let Err(e) = wait_for(id, ev::ESTABLISHED) {
+            return fail(e);
+        }
+    }
+    0
 }
 
 /// `rdma_accept`: answers the request with the id's QP; returns once the
@@ -901,7 +1036,180 @@ pub unsafe extern "C" fn rdma_accept(i: *mut RdmaCmId, param: *mut RdmaConnParam
     if let Some(t) = watch(q, id.s.clone(), qp, id.event(ev::DISCONNECTED, 0)) {
         lock(&id.s.st).threads.push(t);
     }
+    if id.own.is_some() {
+        if let Err(e) = wait_for(id, ev::ESTABLISHED) {
+            return fail(e);
+        }
+    }
     0
+}
+
+/// `rdma_get_request`: the next connection request on a synchronous
+/// listening id, as a new id (with its QP made from the attributes given
+/// to `rdma_create_ep`, if any).
+///
+/// # Safety
+/// `listen` a live synchronous id that listens; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(listen: *mut RdmaCmId, out: *mut *mut RdmaCmId) -> c_int {
+    // SAFETY: by the contract.
+    let Some(lid) = (unsafe { id(listen) }) else {
+        return fail(libc::EINVAL);
+    };
+    if out.is_null() || lid.own.is_none() {
+        return fail(libc::EINVAL);
+    }
+    let e = match wait_for(lid, ev::CONNECT_REQUEST) {
+        Ok(e) => e,
+        Err(err) => return fail(err),
+    };
+    let new = e.c.id;
+    if let Some((mut attr, pd)) = lid.ep_qp {
+        // SAFETY: the id the listener thread made; the program's PD (or
+        // none) and attributes as `rdma_create_ep` was given them.
+        if unsafe { rdma_create_qp(new, pd, &mut attr) } != 0 {
+            let err = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            // SAFETY: ours, not yet handed out.
+            unsafe { rdma_destroy_id(new) };
+            return fail(err);
+        }
+    }
+    // SAFETY: writable by the contract.
+    unsafe { *out = new };
+    0
+}
+
+/// `rdma_create_ep`: a synchronous id for `res` — bound (passive: the
+/// QP attributes are kept for each request's id) or resolved and with
+/// its QP (active).
+///
+/// # Safety
+/// `out` writable; `res` from `rdma_getaddrinfo`; `pd` null or from
+/// `ibv_alloc_pd`; `attr` null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_ep(
+    out: *mut *mut RdmaCmId,
+    res: *mut RdmaAddrinfo,
+    pd: *mut IbvPd,
+    attr: *mut IbvQpInitAttr,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(r) = (unsafe { res.as_ref() }) else {
+        return fail(libc::EINVAL);
+    };
+    if out.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let Some(id) = new_sync_id(null_mut()) else {
+        return -1;
+    };
+    let p: *mut RdmaCmId = Box::into_raw(id).cast();
+    // SAFETY: the id just made; addresses from `rdma_getaddrinfo`.
+    let rc = unsafe {
+        if r.ai_flags & abi::RAI_PASSIVE != 0 {
+            let rc = rdma_bind_addr(p, r.ai_src_addr);
+            if rc == 0 {
+                if let Some(a) = attr.as_ref() {
+                    (*p.cast::<CmId>()).ep_qp = Some((*a, pd));
+                }
+            }
+            rc
+        } else {
+            let mut rc = rdma_resolve_addr(p, r.ai_src_addr, r.ai_dst_addr, 2000);
+            if rc == 0 {
+                rc = rdma_resolve_route(p, 2000);
+            }
+            if rc == 0 && !attr.is_null() {
+                rc = rdma_create_qp(p, pd, attr);
+            }
+            rc
+        }
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        // SAFETY: ours, not handed out.
+        unsafe { rdma_destroy_ep(p) };
+        return fail(err);
+    }
+    // SAFETY: writable by the contract.
+    unsafe { *out = p };
+    0
+}
+
+/// `rdma_destroy_ep`: the id's QP, what the CM made for it, the id.
+///
+/// # Safety
+/// `i` null or a live id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_ep(i: *mut RdmaCmId) {
+    if i.is_null() {
+        return;
+    }
+    // SAFETY: by the contract.
+    unsafe {
+        rdma_destroy_qp(i);
+        rdma_destroy_id(i);
+    }
+}
+
+/// `rdma_get_devices`: the contexts of our devices (one), NULL-terminated;
+/// `rdma_free_devices` frees the list.
+///
+/// # Safety
+/// `num` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut IbvContext {
+    let ctx = cm_context();
+    let list: Vec<*mut IbvContext> = if ctx.is_null() { vec![] } else { vec![ctx] };
+    if !num.is_null() {
+        // SAFETY: writable by the contract.
+        unsafe { *num = list.len() as c_int };
+    }
+    let mut list = list;
+    list.push(null_mut());
+    Box::into_raw(list.into_boxed_slice()).cast()
+}
+
+/// `rdma_free_devices`.
+///
+/// # Safety
+/// `list` from `rdma_get_devices`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut IbvContext) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: NULL-terminated, as `rdma_get_devices` made it.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: the boxed slice of n + 1 pointers `rdma_get_devices` made.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+/// `rdma_get_src_port`: the id's local port (network order).
+///
+/// # Safety
+/// `i` a live id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(i: *mut RdmaCmId) -> u16 {
+    // SAFETY: by the contract.
+    unsafe { id(i) }.map_or(0, |id| lock(&id.s.st).src.map_or(0, |a| a.port().to_be()))
+}
+
+/// `rdma_get_dst_port`: the peer's port (network order).
+///
+/// # Safety
+/// `i` a live id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(i: *mut RdmaCmId) -> u16 {
+    // SAFETY: by the contract.
+    unsafe { id(i) }.map_or(0, |id| lock(&id.s.st).dst.map_or(0, |a| a.port().to_be()))
 }
 
 /// `rdma_reject`.
@@ -942,6 +1250,9 @@ pub unsafe extern "C" fn rdma_disconnect(i: *mut RdmaCmId) -> c_int {
         return fail(libc::EINVAL);
     };
     let qp = lock(&id.s.st).qp.clone();
+    if let Some(q) = &qp {
+        q.closing.store(true, Ordering::Release);
+    }
     match qp.as_ref().and_then(|q| q.conn.get()) {
         Some(c) => match c.disconnect() {
             Ok(()) => 0,
@@ -1040,8 +1351,8 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(r: *mut RdmaAddrinfo) {
     }
 }
 
-/// Calls of librdmacm this library does not have (synchronous
-/// endpoints, extended QP creation, multicast, `rsocket`s): each fails
+/// Calls of librdmacm this library does not have (extended QP creation,
+/// multicast, `rsocket`s): each fails
 /// with `ENOSYS`, so a program sees at once what it cannot use.
 macro_rules! not_here {
     ($($name:ident),* $(,)?) => {$(
@@ -1054,9 +1365,7 @@ macro_rules! not_here {
 }
 
 not_here!(
-    rdma_create_ep,
     rdma_create_qp_ex,
-    rdma_get_request,
     rdma_establish,
     rdma_init_qp_attr,
     rdma_join_multicast,
@@ -1065,7 +1374,3 @@ not_here!(
     rdma_notify,
     rpoll,
 );
-
-/// `rdma_destroy_ep`: nothing to destroy where no endpoint can be made.
-#[no_mangle]
-pub extern "C" fn rdma_destroy_ep(_id: *mut RdmaCmId) {}

@@ -13,6 +13,7 @@
 //! | `IWARP_MTU` | IP MTU the stack uses | the interface's |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
+//! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for connections the program closed with `rdma_disconnect` to finish closing (what it sent before still arrives) | `2000` |
 //! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs), `nocrc` (default without CRC) | `default` |
 
 use std::net::Ipv4Addr;
@@ -140,6 +141,8 @@ fn start() -> Result<Engine, String> {
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
     let ctx = iwarp::Context::af_xdp(&opts).map_err(|e| format!("AF_XDP on {}: {e}", cfg.iface))?;
+    // SAFETY: registers a plain `extern "C"` function, run once at exit.
+    unsafe { libc::atexit(crate::objects::linger_at_exit) };
     Ok(Engine {
         ctx,
         ip: cfg.ip,

@@ -266,7 +266,12 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
             device,
             ops: ops_table(),
             cmd_fd: -1,
-            async_fd: -1,
+            // Asynchronous events: a descriptor that never fires (the
+            // stack reports QP and port trouble through completions and CM
+            // events), so `ibv_get_async_event` and a poll on it wait as on
+            // a quiet device.
+            // SAFETY: plain syscall; a failure leaves -1, as before.
+            async_fd: unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) },
             num_comp_vectors: 1,
             mutex: [0; 5],
             abi_compat: std::ptr::null_mut(),
@@ -330,8 +335,107 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
     }
     // SAFETY: the allocation `ibv_open_device` made (`Context`, whose first
     // field the pointer points to), not freed before by the contract.
-    drop(unsafe { Box::from_raw(ctx.cast::<Context>()) });
+    let c = unsafe { Box::from_raw(ctx.cast::<Context>()) };
+    if c.c.async_fd >= 0 {
+        // SAFETY: the eventfd `ibv_open_device` opened.
+        unsafe { libc::close(c.c.async_fd) };
+    }
     0
+}
+
+/// `ibv_get_async_event`: waits on the context's event descriptor, which
+/// nothing signals (no asynchronous events here); `EAGAIN` at once when
+/// the program made it non-blocking.
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, _event: *mut c_void) -> c_int {
+    // SAFETY: by the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    let mut n: u64 = 0;
+    // SAFETY: an 8-octet read into a u64 from our eventfd.
+    unsafe { libc::read(c.c.async_fd, (&mut n as *mut u64).cast(), 8) };
+    // Only an error (EAGAIN, EINTR, EBADF) returns: there is no event.
+    -1
+}
+
+/// `ibv_ack_async_event`: no event was handed out to acknowledge.
+#[no_mangle]
+pub extern "C" fn ibv_ack_async_event(_event: *mut c_void) {}
+
+/// `ibv_event_type_str`.
+#[no_mangle]
+pub extern "C" fn ibv_event_type_str(e: c_int) -> *const c_char {
+    const S: [&CStr; 22] = [
+        c"CQ error",
+        c"local work queue catastrophic error",
+        c"invalid request local work queue error",
+        c"local access violation work queue error",
+        c"communication established",
+        c"send queue drained",
+        c"path migrated",
+        c"path migration request error",
+        c"local catastrophic error",
+        c"port active",
+        c"port error",
+        c"LID change",
+        c"P_Key change",
+        c"SM change",
+        c"SRQ catastrophic error",
+        c"SRQ limit reached",
+        c"last WQE reached",
+        c"client reregistration",
+        c"GID table change",
+        c"WQ fatal",
+        c"device fatal",
+        c"unknown",
+    ];
+    usize::try_from(e)
+        .ok()
+        .and_then(|i| S.get(i))
+        .unwrap_or(&c"unknown")
+        .as_ptr()
+}
+
+/// `ibv_get_device_index`: our one device is index 0.
+///
+/// # Safety
+/// `device` null or from `ibv_get_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut IbvDevice) -> c_int {
+    if ours(device).is_some() {
+        0
+    } else {
+        -1
+    }
+}
+
+/// `ibv_get_pkey_index`: the default P_Key (0xffff, network order) is at
+/// index 0; there is no other.
+#[no_mangle]
+pub extern "C" fn ibv_get_pkey_index(ctx: *mut IbvContext, port: u8, pkey: u16) -> c_int {
+    if ctx.is_null() || port != 1 || pkey != 0xffff {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    0
+}
+
+/// `ibv_get_sysfs_path`: where sysfs is mounted.
+#[no_mangle]
+pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED` — no memory is pinned
+/// for a device, so a child's copy-on-write cannot break a registration.
+#[no_mangle]
+pub extern "C" fn ibv_is_fork_initialized() -> c_int {
+    2
 }
 
 /// `ibv_query_device`: what the stack supports (limits it enforces).
@@ -498,6 +602,73 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     // SAFETY: non-null and writable by the caller's contract.
     unsafe { kind.write(0) };
     0
+}
+
+/// `ibv_wc_status_str`: rdma-core's words for a completion status.
+#[no_mangle]
+pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
+    const S: [&CStr; 24] = [
+        c"success",
+        c"local length error",
+        c"local QP operation error",
+        c"local EE context operation error",
+        c"local protection error",
+        c"Work Request Flushed Error",
+        c"memory management operation error",
+        c"bad response error",
+        c"local access error",
+        c"remote invalid request error",
+        c"remote access error",
+        c"remote operation error",
+        c"transport retry counter exceeded",
+        c"RNR retry counter exceeded",
+        c"local RDD violation error",
+        c"remote invalid RD request",
+        c"aborted error",
+        c"invalid EE context number",
+        c"invalid EE context state",
+        c"fatal error",
+        c"response timeout error",
+        c"general error",
+        c"TM error",
+        c"TM software rendezvous",
+    ];
+    usize::try_from(status)
+        .ok()
+        .and_then(|i| S.get(i))
+        .unwrap_or(&c"unknown")
+        .as_ptr()
+}
+
+/// `ibv_node_type_str`.
+#[no_mangle]
+pub extern "C" fn ibv_node_type_str(t: c_int) -> *const c_char {
+    match t {
+        1 => c"InfiniBand channel adapter",
+        2 => c"InfiniBand switch",
+        3 => c"InfiniBand router",
+        4 => c"iWARP NIC",
+        5 => c"usNIC",
+        6 => c"usNIC UDP",
+        7 => c"unspecified",
+        _ => c"unknown",
+    }
+    .as_ptr()
+}
+
+/// `ibv_port_state_str`.
+#[no_mangle]
+pub extern "C" fn ibv_port_state_str(s: c_int) -> *const c_char {
+    match s {
+        0 => c"PORT_NOP",
+        1 => c"PORT_DOWN",
+        2 => c"PORT_INIT",
+        3 => c"PORT_ARMED",
+        4 => c"PORT_ACTIVE",
+        5 => c"PORT_ACTIVE_DEFER",
+        _ => c"unknown",
+    }
+    .as_ptr()
 }
 
 /// `ibv_read_sysfs_file`: read `dir/file` into `buf` (at most `size`

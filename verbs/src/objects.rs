@@ -79,6 +79,10 @@ pub(crate) struct QpShared {
     early: Mutex<Vec<(u64, SgList)>>,
     /// `enum ibv_qp_state`, mirrored into `c.state`.
     pub state: AtomicI32,
+    /// `rdma_disconnect` asked for a graceful close: destroying the QP
+    /// then lets it finish (what was sent before still arrives) instead
+    /// of aborting.
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 /// Connection id → `qp_num`, for work completions (a CQ serves any QP).
@@ -730,12 +734,18 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
             conn: OnceLock::new(),
             early: Mutex::new(Vec::new()),
             state: AtomicI32::new(abi::qps::INIT),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }),
     });
     Box::into_raw(qp).cast()
 }
 
-/// `ibv_destroy_qp`: an established connection is aborted.
+/// `ibv_destroy_qp`: an established connection is aborted, unless
+/// `rdma_disconnect` closes it gracefully already: then the call waits
+/// (at most `IWARP_LINGER_MS`) for the close to finish, so that what was
+/// sent before it still arrives even if the process ends next — the
+/// close lives in this process, not in a kernel that outlives it (fio's
+/// job processes leave with `_exit`, past any exit hook).
 ///
 /// # Safety
 /// `qp` is null or from `ibv_create_qp`, not freed.
@@ -747,10 +757,58 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     // SAFETY: the allocation `ibv_create_qp` made.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
     if let Some(c) = q.q.conn.get() {
-        let _ = c.abort();
+        if q.q.closing.load(Ordering::Acquire) {
+            let _ = c.wait_disconnected(linger_budget());
+            linger(q.q.clone());
+        } else {
+            let _ = c.abort();
+        }
         write(qp_nums()).remove(&c.id());
     }
     0
+}
+
+/// Connections closing gracefully whose QP the program destroyed: the
+/// process waits for them at exit (`linger_at_exit`), since their close
+/// (and the data sent before it) lives in this process, not in a kernel
+/// that outlives it.
+fn lingering() -> &'static Mutex<Vec<std::sync::Arc<QpShared>>> {
+    static L: OnceLock<Mutex<Vec<std::sync::Arc<QpShared>>>> = OnceLock::new();
+    L.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// `IWARP_LINGER_MS` (default 2000).
+fn linger_budget() -> std::time::Duration {
+    let ms = std::env::var("IWARP_LINGER_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000u64);
+    std::time::Duration::from_millis(ms)
+}
+
+fn linger(q: std::sync::Arc<QpShared>) {
+    let mut l = lock(lingering());
+    // Those already closed need no wait.
+    l.retain(|q| {
+        q.conn
+            .get()
+            .is_some_and(|c| matches!(c.disconnect_cause(), Ok(None)))
+    });
+    l.push(q);
+}
+
+/// At exit: give connections still closing gracefully up to
+/// `IWARP_LINGER_MS` (default 2000) in all to finish, so that what a
+/// program sent just before `rdma_disconnect` and exit still arrives.
+pub(crate) extern "C" fn linger_at_exit() {
+    let deadline = std::time::Instant::now() + linger_budget();
+    let list = std::mem::take(&mut *lock(lingering()));
+    for q in list {
+        if let Some(c) = q.conn.get() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let _ = c.wait_disconnected(left);
+        }
+    }
 }
 
 /// The QP behind a pointer.

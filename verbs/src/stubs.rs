@@ -203,3 +203,41 @@ pub extern "C" fn ibv_qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
 pub extern "C" fn _ibv_query_gid_ex() -> c_int {
     libc::EOPNOTSUPP
 }
+
+/// `ibv_copy_qp_attr_from_kern`, `ibv_copy_ah_attr_from_kern`,
+/// `ibv_copy_path_rec_from_kern`: conversions of kernel structures for
+/// kernel-backed devices (librbd links them); nothing of ours has them.
+macro_rules! kernel_struct_copy {
+    ($($name:ident),* $(,)?) => {$(
+        /// For kernel-backed devices: copies nothing here.
+        #[no_mangle]
+        pub extern "C" fn $name(_dst: *mut c_void, _src: *const c_void) {}
+    )*};
+}
+
+kernel_struct_copy!(
+    ibv_copy_qp_attr_from_kern,
+    ibv_copy_ah_attr_from_kern,
+    ibv_copy_path_rec_from_kern,
+);
+
+/// `ibv_query_ece`: no enhanced connection establishment (an InfiniBand
+/// and RoCE feature).
+#[no_mangle]
+pub extern "C" fn ibv_query_ece(_qp: *mut c_void, _ece: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_set_ece`: as [`ibv_query_ece`].
+#[no_mangle]
+pub extern "C" fn ibv_set_ece(_qp: *mut c_void, _ece: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_reg_dmabuf_mr`: memory here is the process's own, not a device
+/// buffer.
+#[no_mangle]
+pub extern "C" fn ibv_reg_dmabuf_mr() -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
