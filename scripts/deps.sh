@@ -61,10 +61,12 @@ if ((test)); then
     # The verbs ABI tests (verbs/tests/abi.rs) run Debian's unmodified
     # ibv_devices and ibv_devinfo on our libibverbs.
     command -v ibv_devinfo >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
-    # ... and Debian's unmodified perftest and rping, both ends on our
-    # libraries (verbs/tests/perftest.rs).
+    # ... and Debian's unmodified perftest, rping, rdma_server/rdma_client
+    # and fio's rdma engine, both ends on our libraries
+    # (verbs/tests/perftest.rs).
     command -v ib_write_lat >/dev/null 2>&1 || need_apt+=(perftest)
     command -v rping >/dev/null 2>&1 || need_apt+=(rdmacm-utils)
+    command -v fio >/dev/null 2>&1 || need_apt+=(fio)
     # usrsctp, the independent SCTP peer of the DDP-over-SCTP interop tests
     # (tests/tests/usrsctp_interop.rs builds interop/sctp/*.c against it).
     [ -e /usr/include/usrsctp.h ] || need_apt+=(libusrsctp-dev)
