@@ -63,7 +63,7 @@ if ((test)); then
     command -v ibv_devinfo >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
     # ... and Debian's unmodified perftest, rping, rdma_server/rdma_client
     # and fio's rdma engine, both ends on our libraries
-    # (verbs/tests/perftest.rs).
+    # (verbs/tests/tools.rs).
     command -v ib_write_lat >/dev/null 2>&1 || need_apt+=(perftest)
     command -v rping >/dev/null 2>&1 || need_apt+=(rdmacm-utils)
     command -v fio >/dev/null 2>&1 || need_apt+=(fio)

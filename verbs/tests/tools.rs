@@ -1,5 +1,5 @@
-//! Debian's unmodified perftest and rping on our libibverbs and
-//! librdmacm, both ends:
+//! Debian's unmodified perftest, rping, rdma_server/rdma_client and fio
+//! on our libibverbs and librdmacm, both ends:
 //! two namespaces joined by a veth, each end's stack on AF_XDP with its
 //! own address, connected through librdmacm (`-R`), as a user runs it:
 //!
