@@ -98,6 +98,11 @@ fn ours(who: Ours, tool: &str, sizing: &str, port: u16, server: Option<&str>) ->
                 .arg(format!("IWARP_IFACE={VETH}"))
                 .arg(format!("IWARP_IP={HOST}/24"))
                 .arg("IWARP_MPA=siw")
+                // The guest's server re-listens for the test connection
+                // after the first; Debian's perftest 0.17 client crashes
+                // on its own retry after a refusal (it reuses the ids it
+                // destroyed), so the library retries instead.
+                .arg("IWARP_CONNECT_RETRY_MS=3000")
                 .arg(format!("ib_{tool}"))
                 .args(["-R", "-d", "iwarp0", "-F"])
                 .args(["-p", &port.to_string()])

@@ -926,6 +926,7 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
     opts.rq_depth = qp.cap.max_recv_wr as usize;
     opts.timeout = SETUP_TIMEOUT;
     let ctx = e.ctx.clone();
+    let retry = e.connect_retry;
     let s = id.s.clone();
     let (est, dis, err_ev) = (
         id.event(ev::ESTABLISHED, 0),
@@ -936,7 +937,18 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
         .name("iwarp-cm-connect".into())
         .spawn(move || {
             opts.recvs = qp.take_early();
-            let r = ctx.connect(dst, &opts);
+            let deadline = std::time::Instant::now() + retry;
+            let r = loop {
+                match ctx.connect(dst, &opts) {
+                    Err(iwarp::Error::ConnectionRefused)
+                        if std::time::Instant::now() < deadline
+                            && !s.gone.load(Ordering::Acquire) =>
+                    {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    r => break r,
+                }
+            };
             if s.gone.load(Ordering::Acquire) {
                 return;
             }

@@ -14,6 +14,7 @@
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for connections the program closed with `rdma_disconnect` to finish closing (what it sent before still arrives) | `2000` |
+//! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
 //! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs), `nocrc` (default without CRC) | `default` |
 
 use std::net::Ipv4Addr;
@@ -25,6 +26,8 @@ pub(crate) struct Engine {
     pub ip: Ipv4Addr,
     /// MPA settings of the connections the CM makes.
     pub mpa: iwarp::MpaConfig,
+    /// How long `rdma_connect` retries a refused connection.
+    pub connect_retry: std::time::Duration,
 }
 
 /// What the environment asks for.
@@ -37,6 +40,7 @@ pub(crate) struct Config {
     pub polling: iwarp::Polling,
     pub core: Option<usize>,
     pub mpa: iwarp::MpaConfig,
+    pub connect_retry: std::time::Duration,
 }
 
 impl Config {
@@ -99,7 +103,15 @@ impl Config {
                 return Err(format!("IWARP_MPA={other}: expected default, siw or nocrc"))
             }
         };
+        let connect_retry = match get("IWARP_CONNECT_RETRY_MS") {
+            None => std::time::Duration::ZERO,
+            Some(v) => std::time::Duration::from_millis(
+                v.parse()
+                    .map_err(|_| format!("IWARP_CONNECT_RETRY_MS={v}: expected milliseconds"))?,
+            ),
+        };
         Ok(Config {
+            connect_retry,
             mpa,
             iface,
             ip,
@@ -147,6 +159,7 @@ fn start() -> Result<Engine, String> {
         ctx,
         ip: cfg.ip,
         mpa: cfg.mpa,
+        connect_retry: cfg.connect_retry,
     })
 }
 
@@ -195,6 +208,10 @@ mod tests {
         };
         assert_eq!(with("IWARP_MPA", "siw").mpa, iwarp::siw_mpa());
         assert!(!with("IWARP_MPA", "nocrc").mpa.crc);
+        assert_eq!(
+            with("IWARP_CONNECT_RETRY_MS", "1500").connect_retry,
+            std::time::Duration::from_millis(1500)
+        );
         assert!(cfg(&[("IWARP_IP", "10.0.0.1/24")])
             .unwrap_err()
             .contains("IWARP_IFACE"));
@@ -210,6 +227,7 @@ mod tests {
             ("IWARP_BACKEND", "dpdk"),
             ("IWARP_CORE", "x"),
             ("IWARP_MPA", "rev3"),
+            ("IWARP_CONNECT_RETRY_MS", "soon"),
         ] {
             let mut vars = vec![("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")];
             vars.retain(|(n, _)| *n != k);
