@@ -103,6 +103,9 @@ fn ours(who: Ours, tool: &str, sizing: &str, port: u16, server: Option<&str>) ->
                 // on its own retry after a refusal (it reuses the ids it
                 // destroyed), so the library retries instead.
                 .arg("IWARP_CONNECT_RETRY_MS=3000")
+                // Line-buffered, so that the server's "Waiting for client"
+                // reaches the test before it exits.
+                .args(["stdbuf", "-oL"])
                 .arg(format!("ib_{tool}"))
                 .args(["-R", "-d", "iwarp0", "-F"])
                 .args(["-p", &port.to_string()])

@@ -1265,6 +1265,11 @@ pub unsafe extern "C" fn rdma_disconnect(i: *mut RdmaCmId) -> c_int {
     if let Some(q) = &qp {
         q.closing.store(true, Ordering::Release);
     }
+    if let Ok(e) = engine() {
+        if !e.fin_grace.is_zero() && qp.as_ref().is_some_and(|q| q.conn.get().is_some()) {
+            std::thread::sleep(e.fin_grace);
+        }
+    }
     match qp.as_ref().and_then(|q| q.conn.get()) {
         Some(c) => match c.disconnect() {
             Ok(()) => 0,

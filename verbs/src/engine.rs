@@ -15,7 +15,7 @@
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for connections the program closed with `rdma_disconnect` to finish closing (what it sent before still arrives) | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
-//! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs), `nocrc` (default without CRC) | `default` |
+//! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs, and 100 ms between `rdma_disconnect` and our FIN, so that siw retires its last work request first), `nocrc` (default without CRC) | `default` |
 
 use std::net::Ipv4Addr;
 use std::sync::OnceLock;
@@ -28,6 +28,12 @@ pub(crate) struct Engine {
     pub mpa: iwarp::MpaConfig,
     /// How long `rdma_connect` retries a refused connection.
     pub connect_retry: std::time::Duration,
+    /// How long `rdma_disconnect` waits before our FIN (`IWARP_MPA=siw`:
+    /// 100 ms). siw retires a work request a little after its last octet
+    /// has left, and a FIN arriving in that window flushes it with a local
+    /// QP operation error (interop/PERFTEST.md): perftest then fails its
+    /// last comm Send.
+    pub fin_grace: std::time::Duration,
 }
 
 /// What the environment asks for.
@@ -152,12 +158,34 @@ fn start() -> Result<Engine, String> {
     opts.host.polling = cfg.polling;
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
-    let ctx = iwarp::Context::af_xdp(&opts).map_err(|e| format!("AF_XDP on {}: {e}", cfg.iface))?;
+    // The kernel lets go of the AF_XDP socket and XDP program of a process
+    // that just exited a moment later: a program started right after
+    // another on the same interface waits for them (up to 2 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let ctx = loop {
+        match iwarp::Context::af_xdp(&opts) {
+            Ok(c) => break c,
+            Err(iwarp::Error::Backend(
+                iwarp_xdp::Error::Bind {
+                    errno: libc::EBUSY, ..
+                }
+                | iwarp_xdp::Error::AttachBusy { .. },
+            )) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            Err(e) => return Err(format!("AF_XDP on {}: {e}", cfg.iface)),
+        }
+    };
     // SAFETY: registers a plain `extern "C"` function, run once at exit.
     unsafe { libc::atexit(crate::objects::linger_at_exit) };
     Ok(Engine {
         ctx,
         ip: cfg.ip,
+        fin_grace: if cfg.mpa.first_fpdu_delay > 0 {
+            std::time::Duration::from_millis(100)
+        } else {
+            std::time::Duration::ZERO
+        },
         mpa: cfg.mpa,
         connect_retry: cfg.connect_retry,
     })
