@@ -382,4 +382,26 @@ mod tests {
         assert_eq!(r.insert(3, 4, b"cde", 8, LIMIT), Insert::Held);
         assert_eq!((r.buffered(), r.capacity()), (4, 4));
     }
+
+    #[test]
+    fn allocated_is_the_buffer_capacity_and_trim_frees_it_only_when_empty() {
+        // Nothing held, nothing allocated.
+        let mut r = Reassembly::default();
+        assert_eq!(r.allocated(), 0);
+        // Three octets after a two-octet hole: five octets of buffer, the
+        // first need allocated exactly (doubling starts from zero).
+        assert_eq!(r.insert(0, 2, b"abc", 8, 100), Insert::Held);
+        assert_eq!((r.buffered(), r.allocated()), (5, 5));
+        // Something is held: trim keeps the buffer and what it holds.
+        r.trim();
+        assert_eq!((r.buffered(), r.allocated()), (5, 5));
+        // Delivered, the capacity stays for the next loss...
+        assert_eq!(collect(&mut r, 2), b"abc");
+        assert!(r.is_empty());
+        assert_eq!((r.buffered(), r.allocated()), (0, 5));
+        // ...until trim gives it back.
+        r.trim();
+        assert_eq!(r.allocated(), 0);
+    }
+
 }
