@@ -347,4 +347,38 @@ mod tests {
             assert!(ControlMessage::parse(&[0, 0, 0, 1][..cut]).is_err());
         }
     }
+
+    /// Each error says what was wrong with the peer's octets, with its values.
+    #[test]
+    fn errors_display_their_values() {
+        let cases = [
+            (
+                Error::Truncated {
+                    what: "DDP Segment Chunk",
+                    needed: 2,
+                    got: 1,
+                },
+                "rfc5043 DDP Segment Chunk: needs 2 octets, has 1",
+            ),
+            (
+                Error::UnknownFunctionCode(0x1f),
+                "rfc5043 session control: unknown Function Code 0x1f",
+            ),
+            (
+                Error::PrivateDataTooLong { len: 513 },
+                "rfc5043 session control: Private Data 513 octets exceeds 512",
+            ),
+            (
+                Error::TerminateWithPrivateData { len: 3 },
+                "rfc5043 session control: Terminate carries 3 octets of Private Data",
+            ),
+            (
+                Error::BufferTooShort { needed: 6, got: 4 },
+                "rfc5043 emit: needs 6 octets, has 4",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.to_string(), want);
+        }
+    }
 }

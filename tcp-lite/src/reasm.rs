@@ -382,4 +382,49 @@ mod tests {
         assert_eq!(r.insert(3, 4, b"cde", 8, LIMIT), Insert::Held);
         assert_eq!((r.buffered(), r.capacity()), (4, 4));
     }
+
+    #[test]
+    fn allocated_is_the_buffer_capacity_and_trim_frees_it_only_when_empty() {
+        // Nothing held, nothing allocated.
+        let mut r = Reassembly::default();
+        assert_eq!(r.allocated(), 0);
+        // Three octets after a two-octet hole: five octets of buffer, the
+        // first need allocated exactly (doubling starts from zero).
+        assert_eq!(r.insert(0, 2, b"abc", 8, 100), Insert::Held);
+        assert_eq!((r.buffered(), r.allocated()), (5, 5));
+        // Something is held: trim keeps the buffer and what it holds.
+        r.trim();
+        assert_eq!((r.buffered(), r.allocated()), (5, 5));
+        // Delivered, the capacity stays for the next loss...
+        assert_eq!(collect(&mut r, 2), b"abc");
+        assert!(r.is_empty());
+        assert_eq!((r.buffered(), r.allocated()), (0, 5));
+        // ...until trim gives it back.
+        r.trim();
+        assert_eq!(r.allocated(), 0);
+    }
+
+    #[test]
+    fn steps_count_each_range_set_entry_visited() {
+        let mut r = Reassembly::default();
+        // A range on its own: one entry written.
+        r.insert(0, 10, b"ab", 8, 100);
+        assert_eq!(r.steps, 1);
+        r.insert(0, 20, b"cd", 8, 100);
+        assert_eq!(r.steps, 2);
+        // Bridging both: the successor removed (one), the merged range
+        // written (one); the predecessor is found by one lookup, uncounted.
+        r.insert(0, 12, b"xxxxxxxx", 8, 100);
+        assert_eq!((r.ranges(), r.steps), (1, 4));
+        // Delivery drops the one range below the new base (one).
+        assert_eq!(collect(&mut r, 10), b"abxxxxxxxxcd");
+        assert_eq!(r.steps, 5);
+        // Two ranges passed by in-order data are dropped one step each
+        // when the next segment comes in above them.
+        r.insert(22, 30, b"e", 8, 100);
+        r.insert(22, 40, b"f", 8, 100);
+        assert_eq!(r.steps, 7);
+        r.insert(45, 50, b"g", 8, 100);
+        assert_eq!((r.ranges(), r.steps), (1, 10));
+    }
 }
