@@ -740,8 +740,9 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
     Box::into_raw(qp).cast()
 }
 
-/// `ibv_destroy_qp`: an established connection is aborted, unless
-/// `rdma_disconnect` closes it gracefully already: then the call waits
+/// `ibv_destroy_qp`: an established connection is closed gracefully (as
+/// siw's socket release sends a FIN, not a reset); if `rdma_disconnect`
+/// closes it already, the call waits
 /// (at most `IWARP_LINGER_MS`) for the close to finish, so that what was
 /// sent before it still arrives even if the process ends next — the
 /// close lives in this process, not in a kernel that outlives it (fio's
@@ -759,10 +760,16 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     if let Some(c) = q.q.conn.get() {
         if q.q.closing.load(Ordering::Acquire) {
             let _ = c.wait_disconnected(linger_budget());
-            linger(q.q.clone());
         } else {
-            let _ = c.abort();
+            // The same grace before our FIN as `rdma_disconnect` gives.
+            if let Ok(e) = engine() {
+                if matches!(c.disconnect_cause(), Ok(None)) {
+                    std::thread::sleep(e.fin_grace);
+                }
+            }
+            let _ = c.disconnect();
         }
+        linger(q.q.clone());
         write(qp_nums()).remove(&c.id());
     }
     0
