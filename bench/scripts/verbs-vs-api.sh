@@ -3,8 +3,8 @@
 # on our libibverbs and librdmacm against iwarp-perf's perftest mode (the
 # Rust API, the same test) on the same link, alternated ROUNDS times in
 # one run: two namespaces joined by a veth, AF_XDP, inline polling (the
-# test's thread drives the stack) on both sides, each process on its own
-# CPU. Prints t_typical per run and the medians. Root; the namespaces go
+# test's thread drives the stack) on both sides, each busy-polling its CQ
+# as perftest does, each process on its own CPU. Prints t_typical per run and the medians. Root; the namespaces go
 # on exit and on signals.
 #
 #   bench/scripts/verbs-vs-api.sh [ITERS] [ROUNDS] [SERVER_CPU CLIENT_CPU]
@@ -43,8 +43,10 @@ run() {
         s=(env "LD_LIBRARY_PATH=$lib" "IWARP_IFACE=${tag}a" IWARP_IP=10.91.0.1/24 "ib_$tool" -R -s 64 -n "$n")
         c=(env "LD_LIBRARY_PATH=$lib" "IWARP_IFACE=${tag}b" IWARP_IP=10.91.0.2/24 "ib_$tool" -R -s 64 -n "$n")
     else
-        s=("$bin" "$tool" -R -s 64 -n "$n" --iface "${tag}a" --ip 10.91.0.1/24)
-        c=("$bin" "$tool" -R -s 64 -n "$n" --iface "${tag}b" --ip 10.91.0.2/24)
+        # --busy: the test's thread polls the CQ without pause, as
+        # perftest's loop calls ibv_poll_cq (like for like).
+        s=("$bin" "$tool" -R --busy -s 64 -n "$n" --iface "${tag}a" --ip 10.91.0.1/24)
+        c=("$bin" "$tool" -R --busy -s 64 -n "$n" --iface "${tag}b" --ip 10.91.0.2/24)
     fi
     timeout 60 ip netns exec "$tag-a" taskset -c "$cs" "${s[@]}" >"$dir/s.log" 2>&1 &
     local sp=$!
