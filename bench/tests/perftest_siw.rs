@@ -1,10 +1,8 @@
 //! `iwarp-perf` in perftest mode against rdma-core's perftest over Linux
 //! siw in the lab guest, both roles, all six tools: each side must finish
-//! and print perftest's columns. Then Debian's unmodified perftest on our
-//! libibverbs/librdmacm (`scripts/verbs-build.sh`) against the same tools
-//! over siw, both roles. (Debian's rping on our library against siw
-//! passed both roles once and failed once, siw's server disconnecting
-//! after three pings, cause not found: not a test until it is.) Needs root and the lab
+//! and print perftest's columns. Then Debian's unmodified perftest and
+//! rping on our libibverbs/librdmacm (`scripts/verbs-build.sh`) against
+//! the same tools over siw, both roles. Needs root and the lab
 //! (`scripts/deps.sh`); skips with the reason elsewhere, never under CI.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
@@ -278,6 +276,7 @@ fn perftest_against_siw_both_roles() {
         we_are_client(&lab, Ours::Library, tool, sizing, port);
         we_are_server(&lab, Ours::Library, tool, sizing, port + 1);
     }
+    rping_on_our_library_both_roles(&lab);
 }
 
 /// The tools run on our library against siw: one of each kind (RDMA Write
@@ -287,3 +286,68 @@ const LIBRARY_RUNS: [(&str, &str); 3] = [
     ("send_bw", "-s 65536 -n 50"),
     ("read_lat", "-s 64 -n 100"),
 ];
+
+/// Debian's rping on our library against rping over siw, both roles,
+/// with data verification (`-V`) on our side as client.
+fn rping_on_our_library_both_roles(lab: &Lab) {
+    let rping = |args: &str| {
+        let mut c = Command::new("timeout");
+        c.args(["60", "ip", "netns", "exec", NETNS, "env"])
+            .arg(format!("LD_LIBRARY_PATH={}", verbs_libs()))
+            .arg(format!("IWARP_IFACE={VETH}"))
+            .arg(format!("IWARP_IP={HOST}/24"))
+            .arg("IWARP_MPA=siw")
+            .arg("rping")
+            .args(args.split_whitespace());
+        c
+    };
+    let count_pings = |out: &str| {
+        out.lines()
+            .filter(|l| l.contains("ping data: rdma-ping-"))
+            .count()
+    };
+    // siw serves, we connect.
+    let (guest, us) = std::thread::scope(|s| {
+        let g = s.spawn(|| {
+            lab.exec(
+                "rping -s -a 0.0.0.0 -p 7400 -C 10 -v",
+                Duration::from_secs(60),
+            )
+        });
+        lab.wait_listening(7400, Duration::from_secs(30)).unwrap();
+        let us = rping(&format!("-c -a {GUEST} -p 7400 -C 10 -v -V"))
+            .output()
+            .unwrap();
+        (g.join().unwrap().unwrap(), us)
+    });
+    let (g, u) = (text(&guest), text(&us));
+    assert!(
+        us.status.success(),
+        "rping client on our library failed\n{u}\nguest:\n{g}"
+    );
+    assert_eq!(count_pings(&u), 10, "our rping client:\n{u}\nguest:\n{g}");
+    // We serve, siw connects.
+    let server = rping(&format!("-s -a {HOST} -p 7401 -C 10 -v"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let guest = lab
+        .exec(
+            &format!("rping -c -a {HOST} -p 7401 -C 10 -v -V"),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let us = server.wait_with_output().unwrap();
+    let (g, u) = (text(&guest), text(&us));
+    assert!(
+        guest.status.success(),
+        "siw's rping client failed\n{g}\nours:\n{u}"
+    );
+    assert_eq!(count_pings(&g), 10, "siw's rping client:\n{g}\nours:\n{u}");
+    assert!(
+        us.status.success(),
+        "rping server on our library failed\n{u}\nguest:\n{g}"
+    );
+}

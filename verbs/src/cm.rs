@@ -857,8 +857,10 @@ fn watch(
         .spawn(move || {
             let Some(conn) = qp.conn.get() else { return };
             while !s.gone.load(Ordering::Acquire) {
+                // A slice without the end is `TimedOut`; the end is `Ok`
+                // (with its cause, or none recorded).
                 match conn.wait_disconnected(Duration::from_millis(100)) {
-                    Ok(None) => continue,
+                    Err(iwarp::Error::TimedOut) => continue,
                     _ => {
                         qp.state.store(abi::qps::ERR, Ordering::Release);
                         if !s.gone.load(Ordering::Acquire) {
@@ -1264,6 +1266,9 @@ pub unsafe extern "C" fn rdma_disconnect(i: *mut RdmaCmId) -> c_int {
     let qp = lock(&id.s.st).qp.clone();
     if let Some(q) = &qp {
         q.closing.store(true, Ordering::Release);
+        // The exit hook waits for this close too, if the program leaves
+        // without destroying the QP.
+        objects::linger(q.clone());
     }
     if let Ok(e) = engine() {
         if !e.fin_grace.is_zero() && qp.as_ref().is_some_and(|q| q.conn.get().is_some()) {

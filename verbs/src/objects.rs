@@ -793,7 +793,7 @@ fn linger_budget() -> std::time::Duration {
     std::time::Duration::from_millis(ms)
 }
 
-fn linger(q: std::sync::Arc<QpShared>) {
+pub(crate) fn linger(q: std::sync::Arc<QpShared>) {
     let mut l = lock(lingering());
     // Those already closed need no wait.
     l.retain(|q| {

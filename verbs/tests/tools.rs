@@ -180,17 +180,20 @@ fn rping_verifies_its_data_both_ways() {
         return;
     }
     // -v prints each ping's data, -V has the client check what it reads
-    // back (a mismatch fails it), -C bounds the count.
+    // back (a mismatch fails it), -C bounds the count. 200 pings take
+    // well over 100 ms: rping stops at a DISCONNECTED event, and the CM
+    // once reported one whenever its 100 ms watch of a live connection
+    // timed out.
     let (c, s) = pair(
-        &["rping", "-s", "-a", "{S}", "-C", "20", "-v"],
-        &["rping", "-c", "-a", "{S}", "-C", "20", "-v", "-V"],
+        &["rping", "-s", "-a", "{S}", "-C", "200", "-v"],
+        &["rping", "-c", "-a", "{S}", "-C", "200", "-v", "-V"],
     );
     for (who, out) in [("client", &c), ("server", &s)] {
         let pings: Vec<&str> = out
             .lines()
             .filter(|l| l.contains("ping data: rdma-ping-"))
             .collect();
-        assert_eq!(pings.len(), 20, "{who}:\n{out}");
+        assert_eq!(pings.len(), 200, "{who}:\n{out}");
         assert!(pings[19].contains("rdma-ping-19: TUVWXYZ"), "{who}:\n{out}");
     }
 }
@@ -259,4 +262,38 @@ fn fio_moves_data_with_rdma_writes() {
 #[test]
 fn fio_moves_data_with_rdma_reads() {
     fio("read");
+}
+
+#[test]
+fn a_connected_cm_id_stays_quiet_until_the_peer_disconnects() {
+    if netns_harness::skip_test_without_root() {
+        return;
+    }
+    // A small librdmacm program (tests/c/cm_quiet.c), built against the
+    // real headers: after ESTABLISHED both ends wait 500 ms for any
+    // event; the CM once sent DISCONNECTED 100 ms into every connection.
+    let dir = std::env::temp_dir().join(format!("iwarp-cm-quiet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("cm_quiet");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_quiet.c");
+    let out = Command::new("gcc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = exe.to_str().unwrap().to_owned();
+    let (c, s) = pair(
+        &[&exe, "server", "{S}", "7500"],
+        &[&exe, "client", "{S}", "7500"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(c.contains("client: quiet"), "{c}");
+    assert!(s.contains("server: quiet"), "{s}");
 }
