@@ -1194,16 +1194,8 @@ pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut IbvConte
 /// `list` from `rdma_get_devices`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut IbvContext) {
-    if list.is_null() {
-        return;
-    }
-    let mut n = 0;
-    // SAFETY: NULL-terminated, as `rdma_get_devices` made it.
-    while !unsafe { *list.add(n) }.is_null() {
-        n += 1;
-    }
-    // SAFETY: the boxed slice of n + 1 pointers `rdma_get_devices` made.
-    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+    // SAFETY: by the caller's contract, the list `rdma_get_devices` made.
+    unsafe { crate::free_null_terminated(list) }
 }
 
 /// `rdma_get_src_port`: the id's local port (network order).

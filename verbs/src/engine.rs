@@ -28,6 +28,9 @@ pub(crate) struct Engine {
     pub mpa: iwarp::MpaConfig,
     /// How long `rdma_connect` retries a refused connection.
     pub connect_retry: std::time::Duration,
+    /// How long a closing connection may hold up `ibv_destroy_qp`, and
+    /// all of them the process's exit.
+    pub linger: std::time::Duration,
     /// How long `rdma_disconnect` waits before our FIN (`IWARP_MPA=siw`:
     /// 100 ms). siw retires a work request a little after its last octet
     /// has left, and a FIN arriving in that window flushes it with a local
@@ -47,6 +50,7 @@ pub(crate) struct Config {
     pub core: Option<usize>,
     pub mpa: iwarp::MpaConfig,
     pub connect_retry: std::time::Duration,
+    pub linger: std::time::Duration,
 }
 
 impl Config {
@@ -116,7 +120,14 @@ impl Config {
                     .map_err(|_| format!("IWARP_CONNECT_RETRY_MS={v}: expected milliseconds"))?,
             ),
         };
+        let linger = std::time::Duration::from_millis(match get("IWARP_LINGER_MS") {
+            None => 2000,
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("IWARP_LINGER_MS={v}: expected milliseconds"))?,
+        });
         Ok(Config {
+            linger,
             connect_retry,
             mpa,
             iface,
@@ -188,6 +199,7 @@ fn start() -> Result<Engine, String> {
         },
         mpa: cfg.mpa,
         connect_retry: cfg.connect_retry,
+        linger: cfg.linger,
     })
 }
 
@@ -236,6 +248,11 @@ mod tests {
         };
         assert_eq!(with("IWARP_MPA", "siw").mpa, iwarp::siw_mpa());
         assert!(!with("IWARP_MPA", "nocrc").mpa.crc);
+        assert_eq!(c.linger, std::time::Duration::from_millis(2000));
+        assert_eq!(
+            with("IWARP_LINGER_MS", "250").linger,
+            std::time::Duration::from_millis(250)
+        );
         assert_eq!(
             with("IWARP_CONNECT_RETRY_MS", "1500").connect_retry,
             std::time::Duration::from_millis(1500)
@@ -256,6 +273,7 @@ mod tests {
             ("IWARP_CORE", "x"),
             ("IWARP_MPA", "rev3"),
             ("IWARP_CONNECT_RETRY_MS", "soon"),
+            ("IWARP_LINGER_MS", "-1"),
         ] {
             let mut vars = vec![("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")];
             vars.retain(|(n, _)| *n != k);

@@ -206,24 +206,34 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
     Box::into_raw(list.into_boxed_slice()).cast()
 }
 
+/// Free a NULL-terminated pointer list made as a boxed slice
+/// (`ibv_get_device_list`, `rdma_get_devices`).
+///
+/// # Safety
+/// `list` is null or such a list, not freed before.
+pub(crate) unsafe fn free_null_terminated<T>(list: *mut *mut T) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: the list is NULL-terminated (we made it so) and not freed;
+    // reading up to the terminator stays inside it.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: the allocation its maker made: a boxed slice of n + 1
+    // pointers.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
 /// `ibv_free_device_list`.
 ///
 /// # Safety
 /// `list` is null or came from `ibv_get_device_list` and was not freed.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut IbvDevice) {
-    if list.is_null() {
-        return;
-    }
-    let mut n = 0;
-    // SAFETY: the list is NULL-terminated (we made it so) and the caller
-    // has not freed it; reading up to the terminator stays inside it.
-    while !unsafe { *list.add(n) }.is_null() {
-        n += 1;
-    }
-    // SAFETY: the same allocation `ibv_get_device_list` made: a boxed
-    // slice of n + 1 pointers.
-    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+    // SAFETY: by the caller's contract, the list `ibv_get_device_list` made.
+    unsafe { free_null_terminated(list) }
 }
 
 /// `ibv_get_device_name`.

@@ -784,13 +784,10 @@ fn lingering() -> &'static Mutex<Vec<std::sync::Arc<QpShared>>> {
     L.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// `IWARP_LINGER_MS` (default 2000).
+/// `IWARP_LINGER_MS` (the engine validated it; without an engine there
+/// is no connection to wait for).
 fn linger_budget() -> std::time::Duration {
-    let ms = std::env::var("IWARP_LINGER_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000u64);
-    std::time::Duration::from_millis(ms)
+    engine().map_or(std::time::Duration::ZERO, |e| e.linger)
 }
 
 pub(crate) fn linger(q: std::sync::Arc<QpShared>) {
