@@ -2364,9 +2364,16 @@ impl crate::runtime::Engine for Stack {
             }
             true
         });
+        // Listeners with an established connection to hand over (settled
+        // above, each round).
         let mut ports = std::mem::take(&mut self.ports);
         ports.clear();
-        ports.extend(self.listeners.keys().copied());
+        ports.extend(
+            self.listeners
+                .iter()
+                .filter(|(_, l)| l.listener.ready_len() > 0)
+                .map(|(&p, _)| p),
+        );
         for &p in &ports {
             self.accept_ready(p);
         }

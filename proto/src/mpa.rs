@@ -19,6 +19,11 @@ use crate::crc::Crc32c;
 use crate::mem::RegionSlice;
 use crate::wire::ddp::DdpControl;
 use crate::wire::fpdu::{pad_len, CRC_LEN, LEN_FIELD, MARKER_INTERVAL, MARKER_LEN};
+
+/// FPDUs up to this many octets on the wire are framed in one piece
+/// ([`Framer::emit_parts`]): a Send or Write of a few dozen octets, a
+/// Read Request, a Terminate.
+const SMALL_FPDU: usize = 256;
 use crate::wire::{Marker, TermCode, WireError};
 
 /// Largest ULPDU that fits an FPDU in one TCP segment of `emss` octets
@@ -141,6 +146,39 @@ impl Framer {
                 field: "ULPDU_LENGTH",
                 value: ulpdu_len as u32,
             });
+        }
+        // Without markers, a small FPDU is assembled whole on the stack and
+        // summed once: one CRC pass and one append instead of one per part.
+        let wire = LEN_FIELD + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN;
+        if !self.markers && wire <= SMALL_FPDU {
+            let mut buf = [0u8; SMALL_FPDU];
+            buf[..LEN_FIELD].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
+            let mut at = LEN_FIELD;
+            for p in parts {
+                let dst = &mut buf[at..at + p.len()];
+                match p {
+                    Part::Bytes(b) => dst.copy_from_slice(b),
+                    // Cannot fail: the slice's length was checked when it
+                    // was made.
+                    Part::Region(r) => {
+                        let _ = r.copy_to(0, dst);
+                    }
+                }
+                at += p.len();
+            }
+            // PAD is already zero.
+            let body = wire - CRC_LEN;
+            let value = if self.crc {
+                let mut crc = Crc32c::new();
+                crc.update(&buf[..body]);
+                crc.value()
+            } else {
+                0
+            };
+            buf[body..wire].copy_from_slice(&Crc32c::to_wire(value));
+            put_all(out, &buf[..wire]);
+            self.pos += wire as u64;
+            return Ok(wire);
         }
         let start = out.len();
         let mut crc = Crc32c::new();
@@ -843,6 +881,48 @@ mod tests {
                 }
                 roundtrip(crc, markers, &sizes, &[1, 9, 2, 700, 3, 5, 4]);
             }
+        }
+    }
+
+    /// Small FPDUs are framed in one piece, larger ones part by part: both
+    /// give RFC 5044 §4's octets (ULPDU_LENGTH, ULPDU, PAD, CRC over all of
+    /// them), on both sides of the cut-over, with a Region part.
+    #[test]
+    fn small_and_large_fpdus_have_the_same_layout() {
+        use crate::mem::{Access, MemoryTable};
+        let mut table = MemoryTable::new();
+        let pd = table.alloc_pd();
+        let src: Vec<u8> = (0..400u32).map(|i| (i * 7 + 3) as u8).collect();
+        let stag = table
+            .register(pd, src.clone(), Access::LOCAL_READ, 0)
+            .unwrap();
+        for len in [
+            0usize, 1, 14, 15, 64, 233, 234, 235, 236, 237, 238, 300, 386,
+        ] {
+            let mut f = Framer::new(true, false);
+            let hdr = [0xa5u8; 14];
+            let body = len.saturating_sub(14);
+            let range = table
+                .check(stag, pd, Access::LOCAL_READ, 0, body as u64)
+                .unwrap();
+            let region = table.read(&range, 0, body).unwrap();
+            let h = &hdr[..len.min(14)];
+            let mut out = Vec::new();
+            let n = f
+                .emit_parts(&[Part::Bytes(h), Part::Region(region)], &mut out)
+                .unwrap();
+            let mut want = (len as u16).to_be_bytes().to_vec();
+            want.extend_from_slice(h);
+            want.extend_from_slice(&src[..body]);
+            want.resize(want.len() + pad_len(len), 0);
+            let crc = crc32c::crc32c(&want);
+            // The CRC field carries the reflected CRC32c least significant
+            // octet first, as iSCSI does (RFC 3385; the zero-length FPDU's
+            // 0x48674bc7 goes out as c7 4b 67 48).
+            want.extend_from_slice(&crc.to_le_bytes());
+            assert_eq!(out, want, "ULPDU of {len} octets");
+            assert_eq!(n, want.len());
+            assert_eq!(f.position(), want.len() as u64);
         }
     }
 

@@ -2496,7 +2496,10 @@ impl Connection {
                 tsecr: self.ts_recent,
             });
         }
-        if self.sack_on && flags.contains(Flags::ACK) {
+        if self.sack_on
+            && flags.contains(Flags::ACK)
+            && (self.dsack.is_some() || !self.ooo.is_empty())
+        {
             // RFC 2018 §4: report the out-of-order data we hold, the block
             // with the latest arrival first.
             let (nxt, base) = (self.rcv_nxt, self.rcv_off);
