@@ -132,7 +132,28 @@ pub enum Polling {
 /// application thread's round before its keeper drives.
 pub const INLINE_GRACE: Duration = Duration::from_micros(500);
 
+/// With a loop thread, how long a received segment's ACK may wait for
+/// data going the other way (TCP's delayed ACK, RFC 9293 §3.8.6.3 and RFC
+/// 1122 §4.2.3.2: under 500 ms, every second full-sized segment ACKed at
+/// once, RFC 5681 §4.2). One nanosecond of the loop's clock is one round:
+/// the ACK leaves with the next round's transmit, so a reply the
+/// application posts from the completion (a hook, or a thread polling the
+/// CQ) carries it, and a ping-pong sends two frames per round trip, not
+/// four (`stack-cost --pingpong`). A segment nobody answers is ACKed one
+/// round later; the loop does not sleep past the deadline.
+const ACK_ROUND: u64 = 1;
+
 impl Polling {
+    /// The ACK delay of a context's connections (see [`ACK_ROUND`]).
+    /// Inline contexts ACK at once: their rounds stop when the application
+    /// stops calling, and the keeper would hold the ACK for its grace.
+    fn ack_delay(self) -> Option<u64> {
+        match self {
+            Polling::Busy | Polling::Adaptive => Some(ACK_ROUND),
+            Polling::Inline => None,
+        }
+    }
+
     fn mode(self) -> Mode {
         match self {
             Polling::Busy => Mode::BusyPoll,
@@ -727,13 +748,16 @@ pub struct Context {
 
 impl Context {
     fn start<D: iwarp_datapath::runtime::FrameDevice + 'static>(
-        cfg: StackConfig,
+        mut cfg: StackConfig,
         dev: D,
         core: Option<usize>,
         polling: Polling,
         reader: Option<DeviceReader<D>>,
     ) -> Context {
         let addr = Ipv4Addr::from(cfg.iface.ip.0);
+        if cfg.tcp.delayed_ack.is_none() {
+            cfg.tcp.delayed_ack = polling.ack_delay();
+        }
         // STag indexes and keys must not be guessable by a peer (RFC 5040
         // §8.1.1 item 8): seed the memory table from std's per-process
         // random hasher keys.

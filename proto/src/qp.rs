@@ -1808,7 +1808,8 @@ impl Qp {
         copy_below: u64,
         txq: &mut TxQueue,
     ) -> bool {
-        if !self.can_describe() {
+        // Nothing queued (most polls of a connection): no plan to build.
+        if !self.can_describe() || self.tx_idle() {
             return false;
         }
         let crc_on = match &self.llp {

@@ -13,10 +13,17 @@
 //!
 //! ```text
 //! stack-cost [--mtu N] [-s SIZE] [--window W] [--mib M] [--copy-tx] [--transport mpa|sctp]
+//!            [--pingpong] [--ack-at-once]
 //! ```
 //!
 //! `--transport sctp` runs the same Writes over DDP/SCTP (RFC 5043): the
 //! stacks' SCTP part, one association, one DDP Stream Session.
+//!
+//! `--pingpong` answers each Write + doorbell with one (as `iwarp-perf
+//! write_lat`) and prints frames and link steps per round trip; under
+//! callgrind, instructions per round trip. `--ack-at-once` ACKs every
+//! segment at once, as an inline context does; by default an ACK waits
+//! one step for data going back, as a context with a loop thread does.
 //!
 //! `--copy-tx` frames FPDUs into TCP's send buffer (`StackConfig::copy_tx`)
 //! instead of one-copy transmit: run both to see what the copy costs.
@@ -63,10 +70,28 @@ struct Args {
     #[arg(long, value_name = "T", default_value = "mpa",
           value_parser = ["mpa", "sctp"])]
     transport: String,
+    /// A ping-pong instead of a stream: each end answers the other's
+    /// Write + 0-octet Send doorbell with its own, as `iwarp-perf
+    /// write_lat` does; reports frames and link steps per round trip.
+    /// Under callgrind, instructions per round trip are the latency
+    /// path's software cost (both ends, no clock, no threads).
+    #[arg(long)]
+    pingpong: bool,
+    /// ACK every segment at once, as an inline context does (default: one
+    /// round later unless data goes back first, as a context with a loop
+    /// thread does).
+    #[arg(long)]
+    ack_at_once: bool,
 }
 
 /// One end: a stack with one region of `len` octets, remotely writable.
-fn stack(last: u8, mtu: usize, len: usize, copy_tx: bool) -> (Stack, PdId, STag) {
+fn stack(
+    last: u8,
+    mtu: usize,
+    len: usize,
+    copy_tx: bool,
+    ack_at_once: bool,
+) -> (Stack, PdId, STag) {
     let mut iface = IfaceConfig::new(
         EthernetAddress([0x02, 0, 0, 0, 0, last]),
         Ipv4Address::new(10, 5, 0, last),
@@ -76,6 +101,10 @@ fn stack(last: u8, mtu: usize, len: usize, copy_tx: bool) -> (Stack, PdId, STag)
     let mut c = StackConfig::new(iface);
     c.tcp.rto_min = 5_000_000;
     c.tcp.rto_initial = 50_000_000;
+    // As a context with a loop thread: a received segment's ACK waits one
+    // round (one step of the link) for data going back (`iwarp`'s
+    // `ACK_ROUND`); `--ack-at-once` as an inline context.
+    c.tcp.delayed_ack = (!ack_at_once).then_some(1);
     c.copy_tx = copy_tx;
     // The MSS follows the MTU, as on a real interface (`iwarp`'s
     // `device_config`): FPDUs are sized to it. (Until 2026-11-26 it stayed
@@ -135,8 +164,8 @@ fn ulp(pd: PdId, mtu: usize) -> Ulp {
 /// --toggle-collect='stack_cost::ours'` counts this part alone.
 #[inline(never)]
 fn ours(a: &Args) -> Result<(f64, u64), String> {
-    let (sa, pd_a, stag_a) = stack(1, a.mtu, a.size, a.copy_tx);
-    let (sb, pd_b, stag_b) = stack(2, a.mtu, a.size, a.copy_tx);
+    let (sa, pd_a, stag_a) = stack(1, a.mtu, a.size, a.copy_tx, a.ack_at_once);
+    let (sb, pd_b, stag_b) = stack(2, a.mtu, a.size, a.copy_tx, a.ack_at_once);
     let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
     let sctp = a.transport == "sctp";
     let remote = Ipv4Address::new(10, 5, 0, 1);
@@ -177,10 +206,14 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
     // the request itself).
     let (mut sock_b, mut up_a) = (None, false);
     let mut accept = Vec::new();
+    let mut accepted = None;
     let ok = link.run_until(10_000_000, |l| {
         while let Some(o) = l.outputs(Side::A).pop_front() {
             match o {
-                Output::Cm(_, CmEvent::Established(_)) => up_a = true,
+                Output::Cm(id, CmEvent::Established(_)) => {
+                    up_a = true;
+                    accepted = Some(id);
+                }
                 Output::Cm(sock, CmEvent::ConnectRequest(_)) => accept.push(sock),
                 _ => {}
             }
@@ -210,6 +243,10 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
         _ => return Err("the connection did not come up".into()),
     };
     let total = (a.mib << 20) / a.size as u64;
+    if a.pingpong {
+        let sock_a = accepted.ok_or("no accepted connection")?;
+        return pingpong(&mut link, (sock_a, sock), (stag_a, stag_b), a.size, total);
+    }
     let (mut posted, mut done) = (0u64, 0u64);
     let write = |wr_id: u64| WorkRequest::Write {
         wr_id,
@@ -254,6 +291,123 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
     Ok((iwarp_bench::cpu_time() - cpu0, total))
 }
 
+/// `--pingpong`: `total` round trips; B starts each, A answers. Every
+/// message is a Write of `size` octets into the peer's region and a
+/// 0-octet Send behind it (its doorbell), both signaled; a receive is
+/// re-posted for each Send received. Returns CPU seconds and round trips,
+/// and prints frames and link steps per round trip.
+#[inline(never)]
+fn pingpong(
+    link: &mut VirtualLink<Stack>,
+    (sock_a, sock_b): (usize, usize),
+    (stag_a, stag_b): (STag, STag),
+    size: usize,
+    total: u64,
+) -> Result<(f64, u64), String> {
+    const RECVS: u64 = 8;
+    let empty = |stag: STag| Sge {
+        stag,
+        to: 0,
+        len: 0,
+    };
+    let post_recv = |link: &mut VirtualLink<Stack>, side, sock, id, stag| {
+        link.command(
+            side,
+            Command::Iwarp(sock, HostCommand::PostRecv(id, empty(stag).into())),
+        );
+    };
+    // Write from our region into the peer's, then the doorbell.
+    let ping = |link: &mut VirtualLink<Stack>, side, sock, (from, to): (STag, STag)| {
+        link.command(
+            side,
+            Command::Iwarp(
+                sock,
+                HostCommand::PostSend(WorkRequest::Write {
+                    wr_id: 1,
+                    signaled: true,
+                    local: Sge {
+                        stag: from,
+                        to: 0,
+                        len: size as u32,
+                    }
+                    .into(),
+                    remote_stag: to,
+                    remote_to: 0,
+                }),
+            ),
+        );
+        link.command(
+            side,
+            Command::Iwarp(
+                sock,
+                HostCommand::PostSend(WorkRequest::Send {
+                    wr_id: 2,
+                    signaled: true,
+                    local: empty(from).into(),
+                    solicited: false,
+                    invalidate: None,
+                }),
+            ),
+        );
+    };
+    for id in 0..RECVS {
+        post_recv(link, Side::A, sock_a, id, stag_a);
+        post_recv(link, Side::B, sock_b, id, stag_b);
+    }
+    let before = link.stats();
+    let cpu0 = iwarp_bench::cpu_time();
+    let (mut done, mut steps) = (0u64, 0u64);
+    ping(link, Side::B, sock_b, (stag_b, stag_a));
+    while done < total {
+        link.step();
+        steps += 1;
+        // Each end: a Recv completion is the peer's doorbell.
+        for (side, sock, stags) in [
+            (Side::A, sock_a, (stag_a, stag_b)),
+            (Side::B, sock_b, (stag_b, stag_a)),
+        ] {
+            let mut rang = Vec::new();
+            while let Some(o) = link.outputs(side).pop_front() {
+                match o {
+                    Output::Iwarp(_, HostOutput::Completion(c)) => {
+                        if c.status != iwarp_proto::qp::WcStatus::Success {
+                            return Err(format!("{side:?}: {c:?}"));
+                        }
+                        if c.opcode == iwarp_proto::qp::WcOpcode::Recv {
+                            rang.push(c.wr_id);
+                        }
+                    }
+                    Output::Iwarp(_, other) => return Err(format!("{side:?}: {other:?}")),
+                    _ => {}
+                }
+            }
+            for id in rang {
+                post_recv(link, side, sock, id, stags.0);
+                if side == Side::B {
+                    done += 1;
+                    if done == total {
+                        break;
+                    }
+                }
+                ping(link, side, sock, stags);
+            }
+        }
+        if steps > 1_000_000_000 {
+            return Err(format!("stuck after {done} of {total} round trips"));
+        }
+    }
+    let secs = iwarp_bench::cpu_time() - cpu0;
+    let after = link.stats();
+    let rt = done as f64;
+    println!(
+        "pingpong: {done} round trips of a {size}-octet Write + doorbell each way: {:.2} frames and {:.2} link steps per round trip, {:.3} us CPU per round trip",
+        (after.sent - before.sent) as f64 / rt,
+        steps as f64 / rt,
+        secs * 1e6 / rt
+    );
+    Ok((secs, total))
+}
+
 /// The floor: per octet, one copy and one CRC32c at each end, over the same
 /// amount of data cut into frames of `payload` octets.
 #[inline(never)]
@@ -295,6 +449,9 @@ fn main() {
             std::process::exit(1);
         }
     };
+    if a.pingpong {
+        return; // `pingpong` printed its line
+    }
     // FPDU payload per frame: EMSS less MPA/DDP headers and CRC (tagged).
     let payload = a.mtu - 40 - 2 - 14 - 4;
     let fsecs = floor(&a, payload);
