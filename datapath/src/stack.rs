@@ -2060,9 +2060,21 @@ impl crate::runtime::Engine for Stack {
                 mark_ready(&mut self.ready, s, id);
             }
         }
-        let cmd = match self.sctp_command(cmd, now) {
-            Some(c) => c,
-            None => return,
+        // Without an SCTP part only SCTP's own commands go there (every
+        // other arm of `sctp_command` asks the part): no move of the
+        // command through it.
+        let sctp = self.sctp.is_some()
+            || matches!(
+                cmd,
+                Command::SctpConnect { .. } | Command::SctpListen { .. } | Command::SctpUnlisten(_)
+            );
+        let cmd = if sctp {
+            match self.sctp_command(cmd, now) {
+                Some(c) => c,
+                None => return,
+            }
+        } else {
+            cmd
         };
         match cmd {
             Command::Connect {

@@ -154,6 +154,12 @@ pub struct ArpCache<P = Vec<u8>> {
     entries: BTreeMap<Ipv4Address, State<P>>,
     ready: VecDeque<(EthernetAddress, P)>,
     stats: Stats,
+    /// No pending entry is due before this (a lower bound on their
+    /// `next_at`; `u64::MAX` with none): [`poll_request`] skips its scan
+    /// of the table until then, as it runs every poll.
+    ///
+    /// [`poll_request`]: Self::poll_request
+    next_due: u64,
 }
 
 impl<P> ArpCache<P> {
@@ -170,6 +176,7 @@ impl<P> ArpCache<P> {
             ip: my_ip,
             config,
             entries: BTreeMap::new(),
+            next_due: u64::MAX,
             ready: VecDeque::new(),
             stats: Stats::default(),
         }
@@ -257,6 +264,7 @@ impl<P> ArpCache<P> {
                 if *sent < max_requests {
                     *sent += 1;
                     *next_at = now.saturating_add(retry);
+                    self.next_due = self.next_due.min(*next_at);
                     self.stats.requests_sent += 1;
                     return Resolve::SendRequest(self.request_for(ip));
                 }
@@ -275,6 +283,7 @@ impl<P> ArpCache<P> {
                 queue: VecDeque::new(),
             },
         );
+        self.next_due = self.next_due.min(now.saturating_add(retry));
         self.stats.requests_sent += 1;
         Resolve::SendRequest(self.request_for(ip))
     }
@@ -376,24 +385,33 @@ impl<P> ArpCache<P> {
     /// The next retransmitted request due at `now`, if any; also fails the
     /// addresses whose last request went unanswered. Loop until `None`.
     pub fn poll_request(&mut self, now: u64) -> Option<ArpRepr> {
+        if now < self.next_due {
+            return None;
+        }
         let max_requests = self.config.max_requests;
         let retry = self.config.retry_interval;
         let mut failed = Vec::new();
         let mut found = None;
+        let mut next_due = u64::MAX;
         for (&ip, state) in self.entries.iter_mut() {
             if let State::Pending { sent, next_at, .. } = state {
                 if now < *next_at {
+                    next_due = next_due.min(*next_at);
                     continue;
                 }
                 if *sent < max_requests {
                     *sent += 1;
                     *next_at = now.saturating_add(retry);
                     found = Some(ip);
+                    // Entries after this one were not looked at: scan
+                    // again next time.
+                    next_due = now;
                     break;
                 }
                 failed.push(ip);
             }
         }
+        self.next_due = next_due;
         for ip in failed {
             self.fail(ip, now);
         }
