@@ -33,6 +33,12 @@ pub struct PeerAssoc {
     pub events: Vec<DdpEvent>,
     /// The TSN after the last DATA chunk it sent (hand-made ones aside).
     pub next_tsn: Option<u32>,
+    /// The type of every chunk the stack sent it, in order (RFC 9260
+    /// §3.2: 6 ABORT, 7 SHUTDOWN, ...).
+    pub chunk_types: Vec<u8>,
+    /// Gone silent: what arrives is not handed to the association, and
+    /// it neither sends nor runs its timers (a peer that went away).
+    pub silent: bool,
 }
 
 /// The peer and the stack it talks to. See the [module docs](self).
@@ -108,6 +114,8 @@ impl RawSctpPeer {
             ddp,
             events: Vec::new(),
             next_tsn: None,
+            chunk_types: Vec::new(),
+            silent: false,
         });
         self.assocs.len() - 1
     }
@@ -194,12 +202,15 @@ impl RawSctpPeer {
                 continue;
             };
             if let Some(a) = self.assocs.iter_mut().find(|a| a.port == p.dst_port()) {
-                a.ddp.handle_packet(now, sctp);
+                a.chunk_types.extend(p.chunks().flatten().map(|c| c.ty));
+                if !a.silent {
+                    a.ddp.handle_packet(now, sctp);
+                }
             }
         }
         let mut buf = vec![0u8; MAX_PACKET];
         let mut out = Vec::new();
-        for a in &mut self.assocs {
+        for a in self.assocs.iter_mut().filter(|a| !a.silent) {
             if a.ddp.poll_timeout().is_some_and(|t| t <= now) {
                 a.ddp.handle_timeout(now);
             }
