@@ -7,7 +7,9 @@
 //! a SHUTDOWN nobody answers is retransmitted with back-off up to
 //! Association.Max.Retrans times (RFC 9260 §9.2): about six minutes per
 //! association, so a peer opening `backlog` associations every request
-//! timeout kept thousands of slots. Virtual time, no threads.
+//! timeout kept thousands of slots. A peer that sends its Session
+//! Initiate first and then goes silent is let go the close timeout after
+//! its request was refused. Virtual time, no threads.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
@@ -94,4 +96,77 @@ fn a_silent_peers_association_ends_at_the_request_timeout() {
         .iter()
         .any(|o| matches!(o, Output::Accepted { .. })));
     assert_eq!(p.stack.sctp().map(|s| s.connections()), Some(0));
+}
+
+/// The same peer one step further: it sends its Session Initiate, then
+/// nothing. The application never answers; at the decision timeout the
+/// stack rejects the request and closes, and the Reject and the SHUTDOWN
+/// go unanswered. The association is gone `SetupTimeouts::close` after
+/// that close began (SCTP ABORT), not after the retransmissions run out.
+#[test]
+fn a_peer_silent_after_its_initiate_is_let_go_at_the_close_timeout() {
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut stack = Stack::new(StackConfig::new(IfaceConfig::new(MAC_A, IP_A, 24)), mem);
+    let timeouts = SetupTimeouts::default();
+    assert_eq!(
+        (timeouts.decision, timeouts.close),
+        (10_000_000_000, 5_000_000_000)
+    );
+    stack.handle_command(
+        Command::SctpListen {
+            port: PORT,
+            ulp: SctpUlp {
+                ird: 4,
+                ord: 4,
+                private_data: Vec::new(),
+                params: StreamParams {
+                    pd,
+                    emss: 0,
+                    sq_depth: 16,
+                    rq_depth: 16,
+                },
+                cq: None,
+                srq: None,
+                timeouts,
+            },
+        },
+        0,
+    );
+    let mut p = RawSctpPeer::new(stack, MAC_A, IP_A, PORT, IP_B, 2, TICK);
+    let i = p.open(40_000);
+    assert!(
+        p.run_until(10 * SEC, |p| p.assocs[i]
+            .events
+            .contains(&DdpEvent::Connected)),
+        "association up"
+    );
+    let initiate = iwarp_control::sctp::initiate(4, 4, b"").unwrap();
+    p.assocs[i].ddp.initiate(0, &initiate).unwrap();
+    assert!(
+        p.run_until(10 * SEC, |p| p
+            .outputs
+            .iter()
+            .any(|o| matches!(o, Output::Accepted { .. }))),
+        "request seen"
+    );
+    // The stack has the Initiate (the application its request): the peer
+    // takes nothing more and says nothing more.
+    p.assocs[i].silent = true;
+    let asked = p.now();
+    p.run(14 * SEC);
+    assert_eq!(associations(&p), 1, "held until decision + close");
+    let gone = p.run_until(900 * SEC, |p| associations(p) == 0);
+    let after = (p.now() - asked) / TICK;
+    assert!(
+        gone && after <= 16 * SEC as u64,
+        "held {after} ms after the request; the stack sent it chunks {:?}",
+        p.assocs[i].chunk_types
+    );
+    assert_eq!(
+        p.assocs[i].chunk_types.last(),
+        Some(&chunk_type::ABORT),
+        "{:?}",
+        p.assocs[i].chunk_types
+    );
 }

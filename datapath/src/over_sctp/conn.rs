@@ -198,6 +198,10 @@ struct Conn {
     outputs: VecDeque<HostOutput>,
     closing: Option<Closing>,
     shutdown_sent: bool,
+    /// A graceful close of a connection that never reached full
+    /// operation: when it becomes an ABORT if the association is still
+    /// there (`SetupTimeouts::close` after the SHUTDOWN was asked for).
+    linger_deadline: Option<u64>,
     /// The association ended (it is gone from the host).
     closed: bool,
     /// `CmEvent::Disconnected` was reported.
@@ -232,6 +236,7 @@ impl Conn {
             outputs: VecDeque::new(),
             closing: None,
             shutdown_sent: false,
+            linger_deadline: None,
             closed: false,
             reported_closed: false,
             setup_deadline: None,
@@ -1204,6 +1209,31 @@ impl SctpConns {
                     a.shutdown(now);
                 }
                 c.shutdown_sent = true;
+                if c.qp.is_none() && c.ulp.timeouts.close > 0 {
+                    c.linger_deadline = Some(now.saturating_add(c.ulp.timeouts.close));
+                }
+                busy = true;
+            }
+        }
+        // A connection that never reached full operation (its request
+        // refused or unanswered, its setup failed) closes gracefully so
+        // that a live peer gets our Reject or Terminate, but not for
+        // longer than the close timeout: to a peer gone silent, the
+        // queued Reject and then the SHUTDOWN would be retransmitted with
+        // back-off up to Association.Max.Retrans times (RFC 9260 §9.2,
+        // §6.3.3, §8.1: about six minutes), each such association keeping
+        // a `max_assocs` slot. Then ABORT (§9.1), as over TCP a peer that
+        // leaves our FIN unanswered gets RST after `close_timeout`.
+        if c.linger_deadline.is_some_and(|t| now >= t) {
+            c.linger_deadline = None;
+            if !c.closed {
+                if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    tracing::info!(
+                        sock = id,
+                        "SCTP close of an unestablished connection timed out: ABORT"
+                    );
+                    a.abort();
+                }
                 busy = true;
             }
         }
