@@ -3,6 +3,7 @@
 //! target changed.
 #![forbid(unsafe_code)]
 
+pub mod raw_sctp;
 pub mod raw_tcp;
 
 use iwarp_proto::mem::{MemoryTable, STag};

@@ -27,8 +27,9 @@
 //!   or rejects (Session Reject with its private data).
 //!
 //! Setup timers ([`SetupTimeouts`], MPA's values by default): no Accept
-//! in time fails the active side; no Initiate in time closes the
-//! association quietly; no decision in time rejects the request.
+//! in time fails the active side; no Initiate in time aborts the
+//! association (SCTP ABORT: a SHUTDOWN to a silent peer would keep its
+//! slot for minutes); no decision in time rejects the request.
 //!
 //! Teardown: a graceful close waits until the queue pair has sent
 //! everything and has no RDMA Read outstanding, then shuts the
@@ -130,7 +131,7 @@ pub struct SctpUlp {
 pub struct SetupTimeouts {
     /// Active side: Initiate sent, until the Accept or Reject.
     pub reply: u64,
-    /// Passive side: association up, until the Initiate.
+    /// Passive side: association up, until the Initiate (then SCTP ABORT).
     pub request: u64,
     /// Passive side: the application's answer to a request.
     pub decision: u64,
@@ -197,6 +198,10 @@ struct Conn {
     outputs: VecDeque<HostOutput>,
     closing: Option<Closing>,
     shutdown_sent: bool,
+    /// A graceful close of a connection that never reached full
+    /// operation: when it becomes an ABORT if the association is still
+    /// there (`SetupTimeouts::close` after the SHUTDOWN was asked for).
+    linger_deadline: Option<u64>,
     /// The association ended (it is gone from the host).
     closed: bool,
     /// `CmEvent::Disconnected` was reported.
@@ -231,6 +236,7 @@ impl Conn {
             outputs: VecDeque::new(),
             closing: None,
             shutdown_sent: false,
+            linger_deadline: None,
             closed: false,
             reported_closed: false,
             setup_deadline: None,
@@ -1097,11 +1103,28 @@ impl SctpConns {
                 peer_private_data: Vec::new(),
             };
             match c.phase {
-                // The peer never asked: go quietly.
+                // The peer never asked (RFC 5043 §6.2: the active side
+                // sends the Session Initiate once the association is up):
+                // ABORT, not SHUTDOWN. We sent nothing on the association
+                // and the application never saw it, so a graceful close
+                // would deliver nothing; to a peer gone silent after its
+                // COOKIE-ECHO the SHUTDOWN would only be retransmitted
+                // with back-off up to Association.Max.Retrans times
+                // (RFC 9260 §9.2, §8.1: about six minutes at RTO.Max
+                // 60 s), keeping one of the host's `max_assocs` slots,
+                // which our own connects share. An ABORT is sent once and
+                // ends the association at once (§9.1). So an association
+                // nobody accepted holds its slot for at most
+                // `timeouts.request`, and a place in the backlog
+                // meanwhile.
                 Phase::AwaitInitiate => {
                     c.setup_deadline = None;
                     c.phase = Phase::Over;
                     c.closing = Some(Closing::Graceful);
+                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        a.abort();
+                    }
+                    c.shutdown_sent = true;
                 }
                 // RFC 5043 §6.3: our application did not answer; the
                 // peer learns it from a Reject.
@@ -1186,6 +1209,31 @@ impl SctpConns {
                     a.shutdown(now);
                 }
                 c.shutdown_sent = true;
+                if c.qp.is_none() && c.ulp.timeouts.close > 0 {
+                    c.linger_deadline = Some(now.saturating_add(c.ulp.timeouts.close));
+                }
+                busy = true;
+            }
+        }
+        // A connection that never reached full operation (its request
+        // refused or unanswered, its setup failed) closes gracefully so
+        // that a live peer gets our Reject or Terminate, but not for
+        // longer than the close timeout: to a peer gone silent, the
+        // queued Reject and then the SHUTDOWN would be retransmitted with
+        // back-off up to Association.Max.Retrans times (RFC 9260 §9.2,
+        // §6.3.3, §8.1: about six minutes), each such association keeping
+        // a `max_assocs` slot. Then ABORT (§9.1), as over TCP a peer that
+        // leaves our FIN unanswered gets RST after `close_timeout`.
+        if c.linger_deadline.is_some_and(|t| now >= t) {
+            c.linger_deadline = None;
+            if !c.closed {
+                if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    tracing::info!(
+                        sock = id,
+                        "SCTP close of an unestablished connection timed out: ABORT"
+                    );
+                    a.abort();
+                }
                 busy = true;
             }
         }

@@ -1880,3 +1880,33 @@ fn a_disconnect_reads_as_who_and_why() {
     // The code as TermCode shows it: layer, type and error named.
     assert!(text.contains("RDMAP: local catastrophic error"), "{text}");
 }
+
+/// The Solicited Event flag of a receive completion comes from the opcode
+/// on the wire (RFC 5040 §5.3): a Send (control octets 41 43) completes
+/// unsolicited, a Send with SE (41 45) solicited.
+#[test]
+fn receive_completion_is_solicited_only_for_send_with_se() {
+    let mut b = End::new(200);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 1, sge(r, 0, 32)).unwrap();
+    b.qp.post_recv(&b.mem, 2, sge(r, 32, 32)).unwrap();
+    let mut framer = Framer::new(true, false);
+    for (rdmap, msn) in [(0x43u8, 1u8), (0x45, 2)] {
+        let hdr = [
+            0x41, rdmap, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, msn, 0, 0, 0, 0,
+        ];
+        let mut bytes = Vec::new();
+        framer.emit(&[&hdr[..], b"hello"], &mut bytes).unwrap();
+        b.qp.receive(&bytes, &mut b.mem);
+    }
+    let c = comps(&mut b.qp);
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len, c.solicited))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcStatus::Success, 5, false),
+            (2, WcStatus::Success, 5, true)
+        ]
+    );
+}

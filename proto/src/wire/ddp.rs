@@ -473,6 +473,68 @@ mod tests {
         assert_eq!((d.reserved(), d.version()), (0xf, 2));
     }
 
+    /// The reserved fields of both control octets read as received, zero
+    /// when the sender left them zero, whatever the bits beside them hold.
+    #[test]
+    fn reserved_fields_read_only_their_own_bits() {
+        for (octet, want) in [(0xc1, 0), (0x41, 0), (0xc5, 1), (0xa3, 8), (0x3c, 0xf)] {
+            assert_eq!(
+                DdpControl(octet).reserved(),
+                want,
+                "DDP control {octet:#04x}"
+            );
+        }
+        for (octet, want) in [(0x40, 0), (0x43, 0), (0x4f, 0), (0x50, 1), (0xef, 2)] {
+            assert_eq!(
+                RdmapControl(octet).reserved(),
+                want,
+                "RDMAP control {octet:#04x}"
+            );
+        }
+    }
+
+    /// The header hands back the control octets it was parsed from, for
+    /// both models.
+    #[test]
+    fn parsed_header_returns_its_control_octets() {
+        let t = [0x81u8, 0x42, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        let (h, _) = DdpHeader::parse(&t).unwrap();
+        assert_eq!((h.ddp(), h.rdmap()), (DdpControl(0x81), RdmapControl(0x42)));
+        assert!(h.ddp().tagged() && !h.ddp().last());
+        assert_eq!(h.rdmap().opcode(), Opcode::ReadResponse);
+        let u = [0x41u8, 0x45, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+        let (h, _) = DdpHeader::parse(&u).unwrap();
+        assert_eq!((h.ddp(), h.rdmap()), (DdpControl(0x41), RdmapControl(0x45)));
+        assert_eq!(h.rdmap().opcode(), Opcode::SendSe);
+    }
+
+    /// RFC 5040 figure 4, column by column, for every value of the opcode
+    /// field as it arrives in the RDMAP control octet (RV 01b).
+    #[test]
+    fn opcode_table_from_every_control_octet() {
+        // (tagged, queue, invalidates, solicited) for opcodes 0..=7.
+        let known = [
+            (Some(true), None, false, false),     // Write
+            (Some(false), Some(1), false, false), // Read Request
+            (Some(true), None, false, false),     // Read Response
+            (Some(false), Some(0), false, false), // Send
+            (Some(false), Some(0), true, false),  // Send with Invalidate
+            (Some(false), Some(0), false, true),  // Send with SE
+            (Some(false), Some(0), true, true),   // Send with SE and Invalidate
+            (Some(false), Some(2), false, false), // Terminate
+        ];
+        for bits in 0u8..16 {
+            let op = RdmapControl(0x40 | bits).opcode();
+            let got = (op.tagged(), op.queue(), op.invalidates(), op.solicited());
+            // Reserved opcodes have no Tagged flag or queue of their own.
+            let want = known
+                .get(bits as usize)
+                .copied()
+                .unwrap_or((None, None, false, false));
+            assert_eq!(got, want, "opcode {bits:#x} ({op:?})");
+        }
+    }
+
     #[test]
     fn send_invalidate_carries_stag() {
         let b = [

@@ -386,6 +386,21 @@ mod tests {
         assert_eq!(back, r);
     }
 
+    /// Each flag of a received Reply read from its own bit: R set alone,
+    /// then every flag but R.
+    #[test]
+    fn reject_flag_from_literal_reply() {
+        let mut b = REPLY_KEY.to_vec();
+        b.extend_from_slice(&[0x20, 0x01, 0x00, 0x00]);
+        let (r, _) = MpaFrameRepr::parse_bytes(&b).unwrap();
+        assert!(r.flags.reject());
+        assert!(!r.flags.marker() && !r.flags.crc() && !r.flags.enhanced());
+        b[16] = 0xdf;
+        let (r, _) = MpaFrameRepr::parse_bytes(&b).unwrap();
+        assert!(!r.flags.reject());
+        assert!(r.flags.marker() && r.flags.crc() && r.flags.enhanced());
+    }
+
     #[test]
     fn reserved_flags_are_kept() {
         let mut f = SIW_REQ;
