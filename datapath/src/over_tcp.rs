@@ -481,14 +481,14 @@ impl IwarpOverTcp {
     /// `out`), else hold it until it is.
     pub fn post(&mut self, cmd: HostCommand, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) {
         if self.state.is_closing() {
-            out(HostOutput::Refused(cmd.wr_id(), self.closed_refusal()));
+            out(HostOutput::refused(&cmd, self.closed_refusal()));
             return;
         }
         match (self.iwarp.as_mut(), cmd) {
             (Some(c), cmd) if c.qp_ref().is_some() && self.pending.is_empty() => {
                 if let Some(qp) = c.qp() {
                     if let Err(e) = cmd.post_to(qp, mem) {
-                        out(HostOutput::Refused(cmd.wr_id(), e));
+                        out(HostOutput::refused(&cmd, e));
                     }
                 }
             }
@@ -509,26 +509,26 @@ impl IwarpOverTcp {
             // After a disconnect request nothing new goes on the wire.
             let refusal = self.closed_refusal();
             while let Some(cmd) = self.pending.pop_front() {
-                out(HostOutput::Refused(cmd.wr_id(), refusal));
+                out(HostOutput::refused(&cmd, refusal));
                 busy = true;
             }
             if let Some(c) = self.iwarp.as_mut().filter(|c| c.qp_ref().is_none()) {
                 for (id, _) in c.take_pre_posted() {
-                    out(HostOutput::Refused(id, refusal));
+                    out(HostOutput::RefusedRecv(id, refusal));
                     busy = true;
                 }
             }
         }
         if let Some(c) = &mut self.iwarp {
             for (id, e) in c.take_refused() {
-                out(HostOutput::Refused(id, e));
+                out(HostOutput::RefusedRecv(id, e));
                 busy = true;
             }
         }
         if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
             while let Some(cmd) = self.pending.pop_front() {
                 if let Err(e) = cmd.post_to(qp, mem) {
-                    out(HostOutput::Refused(cmd.wr_id(), e));
+                    out(HostOutput::refused(&cmd, e));
                 }
                 busy = true;
             }
@@ -881,8 +881,22 @@ pub enum HostOutput {
     Completion(iwarp_proto::qp::Completion),
     /// A stream event.
     Event(iwarp_proto::qp::QpEvent),
-    /// A post the QP refused: the work request's id and why.
+    /// A send-queue post the QP refused: the work request's id and why.
     Refused(u64, iwarp_proto::qp::PostError),
+    /// A receive post the QP refused: the work request's id and why. It
+    /// goes to the receive CQ, where verbs would report the receive.
+    RefusedRecv(u64, iwarp_proto::qp::PostError),
+}
+
+impl HostOutput {
+    /// The refusal of `cmd`: [`Refused`](Self::Refused) for a send-queue
+    /// post, [`RefusedRecv`](Self::RefusedRecv) for a receive.
+    pub fn refused(cmd: &HostCommand, e: iwarp_proto::qp::PostError) -> HostOutput {
+        match *cmd {
+            HostCommand::PostSend(wr) => HostOutput::Refused(wr.wr_id(), e),
+            HostCommand::PostRecv(id, _) => HostOutput::RefusedRecv(id, e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -578,6 +578,9 @@ impl QpCqs {
                 self.recv.push(id, CqEntry::Done(c))
             }
             HostOutput::Completion(c) => self.send.push(id, CqEntry::Done(c)),
+            HostOutput::RefusedRecv(wr_id, error) => {
+                self.recv.push(id, CqEntry::Refused { wr_id, error })
+            }
             HostOutput::Refused(wr_id, error) => {
                 self.send.push(id, CqEntry::Refused { wr_id, error })
             }
@@ -2142,8 +2145,8 @@ impl crate::runtime::Engine for Stack {
                         // The connection already failed: refuse like a closed QP.
                         self.pending_out.push_back(Output::Iwarp(
                             usize::MAX,
-                            HostOutput::Refused(
-                                cmd.wr_id(),
+                            HostOutput::refused(
+                                &cmd,
                                 iwarp_proto::qp::PostError::NotReady(
                                     iwarp_proto::qp::QpState::Error,
                                 ),
@@ -2173,7 +2176,7 @@ impl crate::runtime::Engine for Stack {
                     let out = &mut self.pending_out;
                     route(
                         id,
-                        HostOutput::Refused(cmd.wr_id(), error),
+                        HostOutput::refused(&cmd, error),
                         cq.as_ref(),
                         &mut |x| out.push_back(x),
                     );

@@ -1,7 +1,8 @@
 //! A queue pair with a send CQ and a receive CQ (`ConnectOptions::recv_cq`,
 //! `AcceptOptions::recv_cq`, as verbs' `ibv_qp_init_attr.send_cq` and
-//! `recv_cq`): Sends, Writes, Reads and refused posts complete on the send
-//! CQ only, receives on the receive CQ only, and the receives still posted
+//! `recv_cq`): Sends, Writes, Reads and refused send posts complete on the
+//! send CQ only, receives and refused receive posts on the receive CQ
+//! only, and the receives still posted
 //! when the connection ends (disconnect or abort) are flushed to the
 //! receive CQ. Over MPA and over SCTP on the simulated link, with loop
 //! threads and inline (the thread that polls either CQ drives the loop).
@@ -180,6 +181,13 @@ fn two_cqs(polling: Polling, transport: Transport, port: u16, end: End) {
         ),
         "{wc:?}"
     );
+
+    // A refused receive (its buffer runs past the region): the receive
+    // CQ, where verbs reports receives.
+    cqp.post_recv(5, cbox.sge(4090, 16)).unwrap();
+    let wc = next(&c_recv, "the refused receive");
+    assert_eq!(wc.wr_id, 5);
+    assert!(matches!(wc.status, Status::Refused(_)), "{wc:?}");
 
     // Nothing strayed onto the other CQ.
     assert_empty(&c_recv, "the client's receive CQ");

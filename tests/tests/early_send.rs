@@ -54,7 +54,9 @@ fn a_receive_posted_before_connecting_takes_a_send_that_follows_the_reply() {
                 match x {
                     HostOutput::Completion(c) if c.wr_id == 1 => s.a.completions.push(c),
                     HostOutput::Event(e) => s.a.events.push(e),
-                    HostOutput::Refused(id, e) => panic!("seed {seed}: {id} refused: {e:?}"),
+                    HostOutput::Refused(id, e) | HostOutput::RefusedRecv(id, e) => {
+                        panic!("seed {seed}: {id} refused: {e:?}")
+                    }
                     _ => {}
                 }
             }

@@ -137,7 +137,10 @@ impl Ours {
                 Output::Iwarp(sock, HostOutput::Completion(c)) => {
                     self.seen.completions.entry(sock).or_default().push(c)
                 }
-                Output::Iwarp(sock, HostOutput::Refused(id, e)) => {
+                Output::Iwarp(
+                    sock,
+                    HostOutput::Refused(id, e) | HostOutput::RefusedRecv(id, e),
+                ) => {
                     panic!("{sock}: post {id} refused: {e:?}")
                 }
                 _ => {}

@@ -154,7 +154,8 @@ impl<'a> Outputs<'a> {
             if let Output::Iwarp(_, HostOutput::Event(e)) = &o {
                 panic!("{}: stream event {e:?}", self.name);
             }
-            if let Output::Iwarp(_, HostOutput::Refused(_, e)) = &o {
+            if let Output::Iwarp(_, HostOutput::Refused(_, e) | HostOutput::RefusedRecv(_, e)) = &o
+            {
                 panic!("{}: post refused: {e:?}", self.name);
             }
             self.kept.push_back(o);

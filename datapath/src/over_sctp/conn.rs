@@ -360,7 +360,7 @@ fn post_to(
         HostCommand::PostRecv(id, sgl) => qp.post_recv(mem, id, sgl),
     };
     if let Err(e) = r {
-        out.push_back(HostOutput::Refused(cmd.wr_id(), e));
+        out.push_back(HostOutput::refused(cmd, e));
     }
 }
 
@@ -708,13 +708,13 @@ impl SctpConns {
             // Freed: refused with why it ended, on its CQ.
             if let Some((cq, cause)) = self.gone.get(&id) {
                 let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
-                route(id, HostOutput::Refused(cmd.wr_id(), e), cq.as_ref(), out);
+                route(id, HostOutput::refused(&cmd, e), cq.as_ref(), out);
             }
             return;
         };
         let refusal = c.refusal();
         let cq = c.ulp.cq.as_ref();
-        let mut refuse = |e: PostError| route(id, HostOutput::Refused(cmd.wr_id(), e), cq, out);
+        let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.closing.is_some() || c.closed {
             return refuse(refusal);
         }
@@ -722,7 +722,9 @@ impl SctpConns {
             (Phase::Rdma, Some(qp)) => {
                 let mut q = VecDeque::new();
                 post_to(&cmd, qp.qp(), mem, &mut q);
-                if let Some(HostOutput::Refused(_, e)) = q.pop_front() {
+                if let Some(HostOutput::Refused(_, e) | HostOutput::RefusedRecv(_, e)) =
+                    q.pop_front()
+                {
                     refuse(e);
                 }
             }
@@ -1241,8 +1243,7 @@ impl SctpConns {
         if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {
             let refusal = c.refusal();
             for cmd in c.pending.drain(..) {
-                c.outputs
-                    .push_back(HostOutput::Refused(cmd.wr_id(), refusal));
+                c.outputs.push_back(HostOutput::refused(&cmd, refusal));
             }
         }
         let cq = c.ulp.cq.as_ref();
