@@ -36,7 +36,8 @@
 //!   BPF link that keeps it attached (dropping it detaches).
 //! - [`XdpDevice`]: all of the above from a [`Config`].
 //! - [`EventFd`] / [`Epoll`]: readiness descriptors for event loops (the
-//!   iWARP API's completion-queue notification).
+//!   iWARP API's completion-queue notification), over rustix's safe
+//!   `eventfd`, `ppoll` and `epoll`.
 //! - [`caps::raise_permitted`]: file capabilities given without the
 //!   effective bit (`setcap …+p`), made effective at start.
 //! - [`in_netns`]: run a closure on a thread inside a network namespace
