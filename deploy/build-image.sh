@@ -11,7 +11,7 @@
 #    target directory (target/image), so that this build does not rebuild
 #    the tests' target/ and back; with DPDK where the host has libdpdk-dev
 #    (for the memif link between containers), as its stub otherwise.
-# 3. A build context (target/image-context): the Dockerfile, four stripped
+# 3. A build context (target/image-context): the Dockerfile, setcap, four stripped
 #    binaries and, with DPDK, dpdk/ — the DPDK libraries the binaries link
 #    (and theirs) and the three drivers a memif link needs (bus_vdev,
 #    mempool_ring, net_memif), copied from the host's Debian 12; then
@@ -60,6 +60,10 @@ cp deploy/Dockerfile "$ctx/"
 for b in "${bins[@]}"; do
     objcopy --strip-debug "$CARGO_TARGET_DIR/release/$b" "$ctx/$b"
 done
+# The host's setcap, for the Dockerfile's file capabilities (the base has
+# libcap, which it links, but not the tool); not kept in the image.
+command -v setcap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libcap2-bin >/dev/null
+cp "$(command -v setcap)" "$ctx/setcap"
 # DPDK's shared libraries and the memif drivers, from the host (the base is
 # the same Debian 12); an empty dpdk/ when the binaries were built without.
 mkdir -p "$ctx/dpdk/lib" "$ctx/dpdk/pmds"
@@ -78,12 +82,12 @@ if grep -q librte_eal <<<"$(ldd "$ctx/iwarp-perf")"; then
         | grep -v -E '/(libc|libm|libgcc_s|libpthread|libdl|librt)\.so' \
         | while read -r l; do cp -L "$l" "$ctx/dpdk/lib/"; done
 fi
-# The context is the Dockerfile and the binaries, nothing else (about 11 MB):
+# The context is the Dockerfile, the binaries and setcap, nothing else (about 11 MB):
 # a stray file or an unstripped binary would show here, not in the image.
 ctx_files=$(find "$ctx" -maxdepth 1 -type f | wc -l)
 ctx_kib=$(du -sk "$ctx" | cut -f1)
-if [ "$ctx_files" != $((${#bins[@]} + 1)) ] || [ "$ctx_kib" -gt 65536 ]; then
-    echo "build-image: the build context ($ctx) holds $ctx_files files at its top, $ctx_kib KiB: expected ${#bins[@]} binaries and the Dockerfile (and dpdk/), under 64 MiB" >&2
+if [ "$ctx_files" != $((${#bins[@]} + 2)) ] || [ "$ctx_kib" -gt 65536 ]; then
+    echo "build-image: the build context ($ctx) holds $ctx_files files at its top, $ctx_kib KiB: expected ${#bins[@]} binaries, setcap and the Dockerfile (and dpdk/), under 64 MiB" >&2
     exit 1
 fi
 docker build -q --build-arg BASE="$base" -t "$image" "$ctx" >/dev/null

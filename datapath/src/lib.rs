@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod budget;
+pub mod latency;
 pub mod link;
 pub mod over_sctp;
 pub mod over_tcp;

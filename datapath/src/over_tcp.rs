@@ -14,6 +14,7 @@ use iwarp_proto::wire::TermCode;
 use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
+use crate::latency::CompletionLatency;
 use crate::{Connection, StreamParams};
 
 /// How long an abort waits for its Terminate to be acknowledged before
@@ -162,8 +163,9 @@ pub struct IwarpOverTcp {
     role: Role,
     mpa: MpaConfig,
     params: StreamParams,
-    /// Work posted before the MPA exchange finished waits here.
-    pub(crate) pending: VecDeque<HostCommand>,
+    /// Work posted before the MPA exchange finished waits here, with the
+    /// time of its post.
+    pub(crate) pending: VecDeque<(HostCommand, u64)>,
     manual: bool,
     events: VecDeque<CmEvent>,
     srq: Option<iwarp_proto::qp::Srq>,
@@ -188,6 +190,11 @@ pub struct IwarpOverTcp {
     /// Who began the close, once one began: our disconnect or abort, or
     /// the peer's FIN (a reset or a Terminate is read where it is kept).
     closed_by: Option<DisconnectCause>,
+    /// When the connection began (the `Connect`, or the listener handing
+    /// over the accepted TCP connection), on the loop's clock.
+    opened_at: u64,
+    /// Nanoseconds from `opened_at` to full operation, once there.
+    setup_ns: Option<u64>,
 }
 
 impl IwarpOverTcp {
@@ -212,7 +219,27 @@ impl IwarpOverTcp {
             txq: TxQueue::new(0),
             tx_source_lost: 0,
             closed_by: None,
+            opened_at: 0,
+            setup_ns: None,
         }
+    }
+
+    /// The connection began at `now` (the loop's clock): what
+    /// [`setup_time`](Self::setup_time) counts from (0 if never set).
+    pub fn opened_at(mut self, now: u64) -> Self {
+        self.opened_at = now;
+        self
+    }
+
+    /// Nanoseconds from [`opened_at`](Self::opened_at) to full operation
+    /// ([`CmEvent::Established`]), once it was reached.
+    pub fn setup_time(&self) -> Option<u64> {
+        self.setup_ns
+    }
+
+    /// Which side opens MPA.
+    pub fn role(&self) -> Role {
+        self.role
     }
 
     /// Frame FPDUs into TCP's send buffer (one more copy per octet, and a
@@ -396,10 +423,10 @@ impl IwarpOverTcp {
         // Receives posted while TCP was still connecting.
         if let Some(c) = &mut self.iwarp {
             let mut sends = VecDeque::new();
-            for cmd in self.pending.drain(..) {
+            for (cmd, at) in self.pending.drain(..) {
                 match cmd {
                     HostCommand::PostRecv(id, sgl) => c.pre_post_recv(id, sgl),
-                    other => sends.push_back(other),
+                    other => sends.push_back((other, at)),
                 }
             }
             self.pending = sends;
@@ -478,8 +505,16 @@ impl IwarpOverTcp {
     }
 
     /// Post `cmd` now if the queue pair is in full operation (refusals go to
-    /// `out`), else hold it until it is.
-    pub fn post(&mut self, cmd: HostCommand, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) {
+    /// `out`), else hold it until it is. `now` (the loop's clock) is the
+    /// post's time, which a send-queue request's latency counts from
+    /// ([`drain`](Self::drain)).
+    pub fn post(
+        &mut self,
+        cmd: HostCommand,
+        now: u64,
+        mem: &MemoryTable,
+        out: &mut dyn FnMut(HostOutput),
+    ) {
         if self.state.is_closing() {
             out(HostOutput::refused(&cmd, self.closed_refusal()));
             return;
@@ -487,7 +522,7 @@ impl IwarpOverTcp {
         match (self.iwarp.as_mut(), cmd) {
             (Some(c), cmd) if c.qp_ref().is_some() && self.pending.is_empty() => {
                 if let Some(qp) = c.qp() {
-                    if let Err(e) = cmd.post_to(qp, mem) {
+                    if let Err(e) = cmd.post_to(qp, mem, now) {
                         out(HostOutput::refused(&cmd, e));
                     }
                 }
@@ -497,18 +532,26 @@ impl IwarpOverTcp {
             (Some(c), HostCommand::PostRecv(id, sgl)) if c.qp_ref().is_none() => {
                 c.pre_post_recv(id, sgl)
             }
-            (_, cmd) => self.pending.push_back(cmd),
+            (_, cmd) => self.pending.push_back((cmd, now)),
         }
     }
 
     /// Post work that waited for full operation, and hand completions,
-    /// events and refusals to `out`. Returns true if it did anything.
-    pub fn drain(&mut self, mem: &MemoryTable, out: &mut dyn FnMut(HostOutput)) -> bool {
+    /// events and refusals to `out`; the latency of each successful
+    /// send-queue completion (from its post to `now`, the loop's clock)
+    /// goes to `latency`. Returns true if it did anything.
+    pub fn drain(
+        &mut self,
+        now: u64,
+        mem: &MemoryTable,
+        latency: &mut CompletionLatency,
+        out: &mut dyn FnMut(HostOutput),
+    ) -> bool {
         let mut busy = false;
         if self.state.is_closing() {
             // After a disconnect request nothing new goes on the wire.
             let refusal = self.closed_refusal();
-            while let Some(cmd) = self.pending.pop_front() {
+            while let Some((cmd, _)) = self.pending.pop_front() {
                 out(HostOutput::refused(&cmd, refusal));
                 busy = true;
             }
@@ -526,13 +569,18 @@ impl IwarpOverTcp {
             }
         }
         if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
-            while let Some(cmd) = self.pending.pop_front() {
-                if let Err(e) = cmd.post_to(qp, mem) {
+            while let Some((cmd, at)) = self.pending.pop_front() {
+                if let Err(e) = cmd.post_to(qp, mem, at) {
                     out(HostOutput::refused(&cmd, e));
                 }
                 busy = true;
             }
-            while let Some(c) = qp.poll_completion() {
+            while let Some((c, posted)) = qp.poll_completion_tagged() {
+                if c.status == iwarp_proto::qp::WcStatus::Success {
+                    if let Some(h) = latency.of(c.opcode) {
+                        h.record(now.saturating_sub(posted));
+                    }
+                }
                 out(HostOutput::Completion(c));
                 busy = true;
             }
@@ -659,6 +707,7 @@ impl IwarpOverTcp {
             self.enter(State::Closing);
         } else if let Some(n) = c.negotiated() {
             self.events.push_back(CmEvent::Established(n.clone()));
+            self.setup_ns = Some(now.saturating_sub(self.opened_at));
             let hold = c.tx_hold();
             self.enter(State::Operational);
             if hold > 0 {
@@ -866,9 +915,15 @@ impl HostCommand {
         }
     }
 
-    fn post_to(&self, qp: &mut iwarp_proto::qp::Qp, mem: &MemoryTable) -> Result<(), PostError> {
+    /// Post to `qp`, a send-queue request tagged with `at`, its post's time.
+    fn post_to(
+        &self,
+        qp: &mut iwarp_proto::qp::Qp,
+        mem: &MemoryTable,
+        at: u64,
+    ) -> Result<(), PostError> {
         match *self {
-            HostCommand::PostSend(wr) => qp.post_send(mem, wr),
+            HostCommand::PostSend(wr) => qp.post_send_tagged(mem, wr, at),
             HostCommand::PostRecv(id, sge) => qp.post_recv(mem, id, sge),
         }
     }
@@ -1062,8 +1117,10 @@ mod tests {
             for f in from_b {
                 give(&mut a, &f, now, &mut mem_a, IP_B, IP_A);
             }
-            a.drain(&mem_a, &mut |o| a_out.push(o));
-            b.drain(&mem_b, &mut |_| {});
+            a.drain(now, &mem_a, &mut CompletionLatency::default(), &mut |o| {
+                a_out.push(o)
+            });
+            b.drain(now, &mem_b, &mut CompletionLatency::default(), &mut |_| {});
             while let Some(e) = a.poll_cm_event() {
                 match e {
                     CmEvent::Established(_) => established = true,
@@ -1086,7 +1143,9 @@ mod tests {
                     remote_stag: src,
                     remote_to: 0,
                 };
-                a.post(HostCommand::PostSend(wr), &mem_a, &mut |o| a_out.push(o));
+                a.post(HostCommand::PostSend(wr), now, &mem_a, &mut |o| {
+                    a_out.push(o)
+                });
                 posted_at = now;
                 if !peer_closes {
                     a.disconnect();
@@ -1343,7 +1402,7 @@ mod tests {
             solicited: false,
             invalidate: None,
         };
-        a.post(HostCommand::PostSend(wr), &mem, &mut |o| {
+        a.post(HostCommand::PostSend(wr), now, &mem, &mut |o| {
             panic!("refused: {o:?}")
         });
         // Let everything but the held FPDU settle: nothing with payload goes.
@@ -1549,8 +1608,19 @@ mod tests {
             for f in take(&mut self.b, self.now, &self.mem_b, IP_B, IP_A) {
                 give(&mut self.a, &f, self.now, &mut self.mem_a, IP_B, IP_A);
             }
-            self.a.drain(&self.mem_a, &mut |o| a_out.push(o));
-            self.b.drain(&self.mem_b, &mut |_| {});
+            let now = self.now;
+            self.a.drain(
+                now,
+                &self.mem_a,
+                &mut CompletionLatency::default(),
+                &mut |o| a_out.push(o),
+            );
+            self.b.drain(
+                now,
+                &self.mem_b,
+                &mut CompletionLatency::default(),
+                &mut |_| {},
+            );
         }
 
         fn post_write(&mut self, a_out: &mut Vec<HostOutput>) {
@@ -1567,7 +1637,7 @@ mod tests {
                 remote_to: 0,
             };
             self.a
-                .post(HostCommand::PostSend(wr), &self.mem_a, &mut |o| {
+                .post(HostCommand::PostSend(wr), self.now, &self.mem_a, &mut |o| {
                     a_out.push(o)
                 });
         }

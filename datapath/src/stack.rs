@@ -36,6 +36,7 @@ use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpRepr};
 
 use crate::budget::{Holder, MemBudget};
+use crate::latency::{CompletionLatency, Histogram};
 use crate::over_sctp::conn::{SctpConns, SctpUlp};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
 use crate::StreamParams;
@@ -1111,6 +1112,19 @@ pub struct StackStats {
     pub held_max_conn: u64,
     /// Connections aborted for going over either limit.
     pub budget_aborts: u64,
+    /// From the post of each successful send-queue request of an iWARP
+    /// connection over TCP to its completion, as the loop saw them (the
+    /// times of the rounds that took the post and produced the
+    /// completion: one that completes in the round that took it, a short
+    /// Write copied into TCP's buffer, counts 0), per kind of request.
+    pub completion_latency: CompletionLatency,
+    /// From a `Connect` to full operation (the MPA exchange done), per
+    /// connection over TCP that got there.
+    pub setup_active: Histogram,
+    /// From the listener handing over the accepted TCP connection (the
+    /// handshake done) to full operation, the application's decision
+    /// included.
+    pub setup_passive: Histogram,
 }
 
 /// The host stack. See the [module docs](self).
@@ -1465,6 +1479,7 @@ impl Stack {
         remote: Ipv4Address,
         ulp: &Ulp,
         role: Role,
+        now: u64,
     ) -> (Sock, Option<Arc<StreamShared>>) {
         let (kind, shared) = match ulp {
             Ulp::Stream => {
@@ -1488,7 +1503,7 @@ impl Stack {
                 srq,
                 ..
             } => {
-                let mut i = IwarpOverTcp::new(tcp, role, mpa.clone(), *params);
+                let mut i = IwarpOverTcp::new(tcp, role, mpa.clone(), *params).opened_at(now);
                 if let Some(srq) = srq {
                     i = i.with_srq(srq.clone());
                 }
@@ -1762,7 +1777,7 @@ impl Stack {
                 self.stats.rx_no_socket += 1;
                 self.resets.push((src, rst));
             }
-            self.accept_ready(seg.dst_port);
+            self.accept_ready(seg.dst_port, now);
             return;
         }
         self.stats.rx_no_socket += 1;
@@ -1771,7 +1786,7 @@ impl Stack {
         }
     }
 
-    fn accept_ready(&mut self, port: u16) {
+    fn accept_ready(&mut self, port: u16, now: u64) {
         loop {
             let Some(l) = self.listeners.get_mut(&port) else {
                 return;
@@ -1787,7 +1802,7 @@ impl Stack {
                 l.unaccepted += 1;
                 l.listener.set_unaccepted(l.unaccepted);
             }
-            let (mut sock, stream) = self.make_sock(tcp, remote, &ulp, Role::Responder);
+            let (mut sock, stream) = self.make_sock(tcp, remote, &ulp, Role::Responder, now);
             if matches!(ulp, Ulp::Iwarp { .. }) {
                 sock.backlog_of = Some(port);
             }
@@ -2089,7 +2104,7 @@ impl crate::runtime::Engine for Stack {
                 let lport = self.ephemeral_port(remote, port);
                 let isn = self.isn_for(remote, port, lport, now);
                 let tcp = Tcp::connect(self.cfg.tcp, lport, port, isn);
-                let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator);
+                let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator, now);
                 sock.token = Some(token);
                 let id = self.insert(sock);
                 self.by_token.insert(token, id);
@@ -2163,7 +2178,7 @@ impl crate::runtime::Engine for Stack {
                 }) = self.socks.get_mut(&id)
                 {
                     let out = &mut self.pending_out;
-                    i.post(cmd, &self.mem, &mut |o| {
+                    i.post(cmd, now, &self.mem, &mut |o| {
                         route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
                     });
                 } else if let Some((cq, cause)) = self.gone.get(&id) {
@@ -2390,7 +2405,7 @@ impl crate::runtime::Engine for Stack {
                 .map(|(&p, _)| p),
         );
         for &p in &ports {
-            self.accept_ready(p);
+            self.accept_ready(p, now);
         }
         self.ports = ports;
         // Opening/Accepted (and command answers) before any event of the
@@ -2408,10 +2423,17 @@ impl crate::runtime::Engine for Stack {
                     let cq = &sock.cq;
                     let mut did = false;
                     while let Some(e) = i.poll_cm_event() {
+                        if let (CmEvent::Established(_), Some(ns)) = (&e, i.setup_time()) {
+                            match i.role() {
+                                Role::Initiator => self.stats.setup_active.record(ns),
+                                Role::Responder => self.stats.setup_passive.record(ns),
+                            }
+                        }
                         out(Output::Cm(id, e));
                         did = true;
                     }
-                    did |= i.drain(&self.mem, &mut |o| route(id, o, cq.as_ref(), out));
+                    let lat = &mut self.stats.completion_latency;
+                    did |= i.drain(now, &self.mem, lat, &mut |o| route(id, o, cq.as_ref(), out));
                     // Something happened: look again next round.
                     if did {
                         mark_ready(&mut self.ready, sock, id);
@@ -2586,6 +2608,133 @@ mod tests {
         }
         assert_eq!(ids(&send), [1, 2, 3, 4, 5, 6]);
         assert!(recv.ring.is_empty());
+    }
+
+    /// On the virtual-time link (20 µs each way), each 64 KiB Write's
+    /// latency counts once, from the round that took its post to the one
+    /// that completed it after the ACK: at least a round trip (40 µs). The
+    /// setup times count once per side; the active side's spans the TCP
+    /// handshake and the MPA exchange, two round trips at least.
+    #[test]
+    fn completion_latency_and_setup_time_count_each_once() {
+        use crate::link::virtual_link::{LinkConfig, Side, VirtualLink};
+        use iwarp_proto::mem::Access;
+        use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
+        const LEN: usize = 64 << 10;
+        let end = |last: u8| {
+            let iface = tcp_lite::iface::IfaceConfig::new(
+                tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, last]),
+                Ipv4Address::new(10, 5, 0, last),
+                24,
+            );
+            let mut mem = MemoryTable::new();
+            let pd = mem.alloc_pd();
+            let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
+            let stag = mem.register(pd, vec![last; LEN], access, 0).unwrap();
+            let ulp = Ulp::Iwarp {
+                mpa: MpaConfig::default(),
+                params: crate::StreamParams {
+                    pd,
+                    emss: 1460,
+                    sq_depth: 16,
+                    rq_depth: 16,
+                },
+                manual: false,
+                cq: None,
+                srq: None,
+            };
+            (Stack::new(StackConfig::new(iface), mem), stag, ulp)
+        };
+        let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
+        let cfg = LinkConfig::default();
+        assert_eq!(cfg.latency_ns, 20_000);
+        let mut link = VirtualLink::new(sa, sb, cfg);
+        link.command(
+            Side::A,
+            Command::Listen {
+                port: 7000,
+                ulp: ulp_a,
+            },
+        );
+        let remote = Ipv4Address::new(10, 5, 0, 1);
+        link.command(
+            Side::B,
+            Command::Connect {
+                token: 1,
+                remote,
+                port: 7000,
+                ulp: ulp_b,
+            },
+        );
+        let mut sock = None;
+        assert!(link.run_until(1_000_000, |l| {
+            l.outputs(Side::A).clear();
+            while let Some(o) = l.outputs(Side::B).pop_front() {
+                if let Output::Cm(id, CmEvent::Established(_)) = o {
+                    sock = Some(id);
+                }
+            }
+            sock.is_some()
+        }));
+        let sock = sock.unwrap();
+        const N: u64 = 8;
+        let mut done = 0;
+        for wr_id in 0..N {
+            let wr = WorkRequest::Write {
+                wr_id,
+                signaled: true,
+                local: Sge {
+                    stag: stag_b,
+                    to: 0,
+                    len: LEN as u32,
+                }
+                .into(),
+                remote_stag: stag_a,
+                remote_to: 0,
+            };
+            link.command(Side::B, Command::Iwarp(sock, HostCommand::PostSend(wr)));
+            assert!(link.run_until(1_000_000, |l| {
+                l.outputs(Side::A).clear();
+                let mut ok = false;
+                while let Some(o) = l.outputs(Side::B).pop_front() {
+                    if let Output::Iwarp(_, HostOutput::Completion(c)) = o {
+                        assert_eq!((c.wr_id, c.status), (wr_id, WcStatus::Success));
+                        ok = true;
+                    }
+                }
+                ok
+            }));
+            done += 1;
+        }
+        // The round after the last completion: the passive side's
+        // Established was reported long ago.
+        link.step();
+        let b = link.engine(Side::B).stats();
+        let w = &b.completion_latency.write;
+        assert_eq!(w.count(), done);
+        assert_eq!(
+            b.completion_latency.send.count() + b.completion_latency.read.count(),
+            0
+        );
+        for (bound, n) in w.buckets() {
+            if bound.is_some_and(|b| b < 40_000) {
+                assert_eq!(n, 0, "a Write completed within {bound:?} ns");
+            }
+        }
+        assert!(w.sum_ns() >= N * 40_000, "{}", w.sum_ns());
+        assert_eq!((b.setup_active.count(), b.setup_passive.count()), (1, 0));
+        assert!(
+            b.setup_active.sum_ns() >= 80_000,
+            "{}",
+            b.setup_active.sum_ns()
+        );
+        let a = link.engine(Side::A).stats();
+        assert_eq!((a.setup_active.count(), a.setup_passive.count()), (0, 1));
+        assert_eq!(
+            a.completion_latency,
+            Default::default(),
+            "the target posted nothing"
+        );
     }
 
     /// A completion pushed while a thread is parked on the ring unparks it:

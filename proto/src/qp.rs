@@ -782,14 +782,18 @@ struct SqEntry {
     /// QN and MSN of its untagged message once sent (Send, Read Request):
     /// what a peer Terminate's DDP header names it by.
     untagged: Option<(u32, u32)>,
+    /// The poster's tag ([`Qp::post_send_tagged`]), handed back with the
+    /// completion.
+    tag: u64,
 }
 
 impl SqEntry {
-    fn new(work: SqWork) -> Self {
+    fn new(work: SqWork, tag: u64) -> Self {
         SqEntry {
             work,
             state: SqState::Queued,
             untagged: None,
+            tag,
         }
     }
 }
@@ -930,7 +934,8 @@ pub struct Qp {
     llp: Lower,
     rx: Rx,
     tx: Tx,
-    completions: VecDeque<Completion>,
+    /// Each with its request's tag (send queue; 0 for receives).
+    completions: VecDeque<(Completion, u64)>,
     events: VecDeque<QpEvent>,
     stats: QpStats,
     /// The Terminate that ended the stream, sent or received (the first).
@@ -944,7 +949,7 @@ struct RxCtx<'a> {
     rx: &'a mut Rx,
     tx: &'a mut Tx,
     mem: &'a mut MemoryTable,
-    completions: &'a mut VecDeque<Completion>,
+    completions: &'a mut VecDeque<(Completion, u64)>,
     events: &'a mut VecDeque<QpEvent>,
     stats: &'a mut QpStats,
     /// The first error raised while processing this call.
@@ -1105,6 +1110,21 @@ impl Qp {
     /// read for Send and Write, local write for a Read sink) and again for
     /// each segment when the message is built.
     pub fn post_send(&mut self, mem: &MemoryTable, wr: WorkRequest) -> Result<(), PostError> {
+        self.post_send_tagged(mem, wr, 0)
+    }
+
+    /// [`post_send`](Self::post_send) with a tag the queue pair keeps with
+    /// the request and hands back with its completion
+    /// ([`poll_completion_tagged`](Self::poll_completion_tagged)); it means
+    /// nothing to the queue pair. The stack tags each request with the
+    /// time of its post on the loop's clock, and so learns the request's
+    /// latency when it completes without a table of its own.
+    pub fn post_send_tagged(
+        &mut self,
+        mem: &MemoryTable,
+        wr: WorkRequest,
+        tag: u64,
+    ) -> Result<(), PostError> {
         if self.state != QpState::Rts {
             return Err(self.not_ready());
         }
@@ -1129,7 +1149,7 @@ impl Qp {
             _ => Access::LOCAL_READ,
         };
         check_sgl(mem, self.cfg.pd, need, &local).map_err(PostError::Local)?;
-        self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr)));
+        self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr), tag));
         Ok(())
     }
 
@@ -1139,7 +1159,7 @@ impl Qp {
         if self.state != QpState::Rts {
             return Err(self.not_ready());
         }
-        self.tx.sq.push_back(SqEntry::new(SqWork::Rtr(kind)));
+        self.tx.sq.push_back(SqEntry::new(SqWork::Rtr(kind), 0));
         Ok(())
     }
 
@@ -1179,6 +1199,13 @@ impl Qp {
 
     /// Next completion, in RFC 5040 §5.5 order.
     pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front().map(|(c, _)| c)
+    }
+
+    /// Next completion with the tag its request was posted with
+    /// ([`post_send_tagged`](Self::post_send_tagged); 0 for a request
+    /// posted untagged and for a receive).
+    pub fn poll_completion_tagged(&mut self) -> Option<(Completion, u64)> {
         self.completions.pop_front()
     }
 
@@ -1416,24 +1443,30 @@ impl Qp {
         // The buffer a Send was filling goes first (it was posted first). With
         // an SRQ, only that one is this QP's: the rest stay for other QPs.
         if let Some(r) = self.rx.cur.take() {
-            self.completions.push_back(Completion {
-                wr_id: r.wr_id,
-                opcode: WcOpcode::Recv,
-                status: self.rx.cur_status.take().unwrap_or(WcStatus::Flushed),
-                byte_len: 0,
-                solicited: false,
-                invalidated: None,
-            });
+            self.completions.push_back((
+                Completion {
+                    wr_id: r.wr_id,
+                    opcode: WcOpcode::Recv,
+                    status: self.rx.cur_status.take().unwrap_or(WcStatus::Flushed),
+                    byte_len: 0,
+                    solicited: false,
+                    invalidated: None,
+                },
+                0,
+            ));
         }
         while let Some(r) = self.rx.rq.pop_front() {
-            self.completions.push_back(Completion {
-                wr_id: r.wr_id,
-                opcode: WcOpcode::Recv,
-                status: WcStatus::Flushed,
-                byte_len: 0,
-                solicited: false,
-                invalidated: None,
-            });
+            self.completions.push_back((
+                Completion {
+                    wr_id: r.wr_id,
+                    opcode: WcOpcode::Recv,
+                    status: WcStatus::Flushed,
+                    byte_len: 0,
+                    solicited: false,
+                    invalidated: None,
+                },
+                0,
+            ));
         }
         self.drain_sq();
     }
@@ -1458,14 +1491,17 @@ impl Qp {
                     WorkRequest::Read { .. } => WcOpcode::Read,
                 };
                 let len = wr.len();
-                self.completions.push_back(Completion {
-                    wr_id: wr.wr_id(),
-                    opcode,
-                    status,
-                    byte_len: if status == WcStatus::Success { len } else { 0 },
-                    solicited: false,
-                    invalidated: None,
-                });
+                self.completions.push_back((
+                    Completion {
+                        wr_id: wr.wr_id(),
+                        opcode,
+                        status,
+                        byte_len: if status == WcStatus::Success { len } else { 0 },
+                        solicited: false,
+                        invalidated: None,
+                    },
+                    e.tag,
+                ));
             }
         }
         if self.tx.next_seq < self.tx.head_seq {
@@ -2609,15 +2645,18 @@ impl RxCtx<'_> {
                         let Some(r) = self.rx.cur.take() else {
                             return;
                         };
-                        self.completions.push_back(Completion {
-                            wr_id: r.wr_id,
-                            opcode: WcOpcode::Recv,
-                            status: WcStatus::Success,
-                            // RFC 5041 §5.4: length = MO + payload of the last segment.
-                            byte_len: (mo + payload) as u32,
-                            solicited: op.solicited(),
-                            invalidated,
-                        });
+                        self.completions.push_back((
+                            Completion {
+                                wr_id: r.wr_id,
+                                opcode: WcOpcode::Recv,
+                                status: WcStatus::Success,
+                                // RFC 5041 §5.4: length = MO + payload of the last segment.
+                                byte_len: (mo + payload) as u32,
+                                solicited: op.solicited(),
+                                invalidated,
+                            },
+                            0,
+                        ));
                     }
                     queue::READ_REQUEST => {
                         self.rx.read_req_len = self.rx.read_req_len.max(mo + payload);

@@ -30,6 +30,7 @@ fn a_receive_posted_before_connecting_takes_a_send_that_follows_the_reply() {
         // Both posted before either side is in full operation.
         s.a.stack.post(
             HostCommand::PostRecv(1, sge(dst).into()),
+            s.now,
             &s.a.mem,
             &mut |o| outs.push(o),
         );
@@ -41,6 +42,7 @@ fn a_receive_posted_before_connecting_takes_a_send_that_follows_the_reply() {
                 solicited: false,
                 invalidate: None,
             }),
+            s.now,
             &s.b.mem,
             &mut |o| outs.push(o),
         );
@@ -48,8 +50,9 @@ fn a_receive_posted_before_connecting_takes_a_send_that_follows_the_reply() {
         let done = s.run_until(200_000, |s| {
             // What a poll loop does after each round.
             let mut o = Vec::new();
-            s.a.stack.drain(&s.a.mem, &mut |x| o.push(x));
-            s.b.stack.drain(&s.b.mem, &mut |x| o.push(x));
+            let (now, lat) = (s.now, &mut Default::default());
+            s.a.stack.drain(now, &s.a.mem, lat, &mut |x| o.push(x));
+            s.b.stack.drain(now, &s.b.mem, lat, &mut |x| o.push(x));
             for x in o {
                 match x {
                     HostOutput::Completion(c) if c.wr_id == 1 => s.a.completions.push(c),

@@ -1,5 +1,7 @@
 //! The metrics `iwarp-serve` serves on `/metrics`, through the
-//! `prometheus-client` crate: a context's counters ([`iwarp::ContextStats`])
+//! `prometheus-client` crate: a context's counters ([`iwarp::ContextStats`]),
+//! among them the stack's latency histograms (send-queue completions by
+//! opcode, connection setup by role; [`iwarp_datapath::latency`]),
 //! and its queue pairs' ([`iwarp::QpCounters`]), what the server itself
 //! observes ([`ServeMetrics`]: accept times, scrape times, the HTTP
 //! endpoint's connections), `iwarp_build_info` and the `process_*`
@@ -19,9 +21,10 @@
 use std::net::Ipv4Addr;
 
 use iwarp::{ContextStats, DeviceStats, QpCounters, TcpStats};
+use iwarp_datapath::latency::{Histogram as Latency, BOUNDS_NS};
 use iwarp_xdp::{AttachMode, XskMode};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
@@ -336,6 +339,16 @@ fn tcp_fields(t: &TcpStats) -> [(&'static str, Option<Unit>, &'static str, u64);
     ]
 }
 
+/// One latency histogram (nanoseconds in, seconds out), its buckets and
+/// their bounds as the stack counted them.
+fn latency(mut m: MetricEncoder, h: &Latency) -> Fmt {
+    let mut buckets = [(0.0, 0); BOUNDS_NS.len() + 1];
+    for (slot, (bound, n)) in buckets.iter_mut().zip(h.buckets()) {
+        *slot = (bound.map_or(f64::INFINITY, |ns| ns as f64 / 1e9), n);
+    }
+    m.encode_histogram::<NoLabelSet>(h.sum_ns() as f64 / 1e9, h.count(), &buckets, None)
+}
+
 /// Reads one of a queue pair's counters.
 type QpField = fn(&iwarp::QpStats) -> u64;
 
@@ -358,6 +371,25 @@ impl Collector for Snapshot {
             stats.listeners as u64,
         )?;
         let s = &stats.stack;
+        let c = &s.completion_latency;
+        let mut m = e.encode_descriptor(
+            "completion_latency",
+            "Time from the post of a send-queue work request (the round of the poll loop that took it) to its successful completion (the round that produced it), by opcode; receives are not counted",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (op, h) in [("send", &c.send), ("write", &c.write), ("read", &c.read)] {
+            latency(m.encode_family(&[("opcode", op)])?, h)?;
+        }
+        let mut m = e.encode_descriptor(
+            "connection_setup_duration",
+            "Time to full operation (MPA exchange done) of connections over TCP: active from the connect, passive from the TCP handshake done",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (role, h) in [("active", &s.setup_active), ("passive", &s.setup_passive)] {
+            latency(m.encode_family(&[("role", role)])?, h)?;
+        }
         for (k, help, v) in [
             ("rx_no_socket", "Segments for no socket", s.rx_no_socket),
             (

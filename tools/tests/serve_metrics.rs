@@ -155,6 +155,8 @@ const FAMILIES: &[(&str, &str)] = &[
     ("iwarp_qp_tcp_delivered_bytes_total", "counter"),
     ("iwarp_serve_accept_duration_seconds", "histogram"),
     ("iwarp_serve_scrape_duration_seconds", "histogram"),
+    ("iwarp_completion_latency_seconds", "histogram"),
+    ("iwarp_connection_setup_duration_seconds", "histogram"),
     ("iwarp_serve_http_connections", "gauge"),
     ("process_cpu_seconds_total", "counter"),
     ("process_resident_memory_bytes", "gauge"),
@@ -213,6 +215,8 @@ fn a_prometheus_parser_reads_both_formats() {
     let histograms = [
         "iwarp_serve_accept_duration_seconds",
         "iwarp_serve_scrape_duration_seconds",
+        "iwarp_completion_latency_seconds",
+        "iwarp_connection_setup_duration_seconds",
     ];
     for h in histograms {
         let unit = format!("# UNIT {h} seconds\n");

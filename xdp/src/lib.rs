@@ -36,7 +36,10 @@
 //!   BPF link that keeps it attached (dropping it detaches).
 //! - [`XdpDevice`]: all of the above from a [`Config`].
 //! - [`EventFd`] / [`Epoll`]: readiness descriptors for event loops (the
-//!   iWARP API's completion-queue notification).
+//!   iWARP API's completion-queue notification), over rustix's safe
+//!   `eventfd`, `ppoll` and `epoll`.
+//! - [`caps::raise_permitted`]: file capabilities given without the
+//!   effective bit (`setcap …+p`), made effective at start.
 //! - [`in_netns`]: run a closure on a thread inside a network namespace
 //!   (tests open devices on veths in namespaces this way).
 //!
@@ -45,6 +48,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bpf;
+pub mod caps;
 mod device;
 mod error;
 mod neigh;

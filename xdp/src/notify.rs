@@ -1,12 +1,15 @@
 //! Readiness file descriptors for event loops: an [`EventFd`] that a poll
 //! loop signals (the iWARP API uses one per completion queue) and a small
-//! [`Epoll`] set to wait on several descriptors at once. Plain `libc`
-//! wrappers; they live here because this is the crate that may hold
-//! `unsafe`.
+//! [`Epoll`] set to wait on several descriptors at once. Thin wrappers
+//! over `rustix`'s safe `eventfd`, `poll` (`ppoll(2)`, nanosecond
+//! timeouts) and `epoll`: no `unsafe` here.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+use rustix::event::{epoll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 
 /// A non-blocking, close-on-exec `eventfd(2)` counter.
 ///
@@ -21,17 +24,8 @@ pub struct EventFd {
 impl EventFd {
     /// A new counter at zero.
     pub fn new() -> io::Result<EventFd> {
-        // SAFETY: eventfd takes two integers and returns a new descriptor
-        // or -1; no memory is passed.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by eventfd, is valid and owned by
-        // nothing else.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+        Ok(EventFd { fd })
     }
 
     /// Add one to the counter (the descriptor becomes readable). Never
@@ -39,55 +33,29 @@ impl EventFd {
     /// EAGAIN and the descriptor is readable anyway, so the error is
     /// ignored.
     pub fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 octets from a live local u64 to a descriptor
-        // this object owns.
-        let _ = unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                (&one as *const u64).cast::<libc::c_void>(),
-                8,
-            )
-        };
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
     /// Read the counter back to zero; returns what it held (0 if it was
     /// zero already).
     pub fn drain(&self) -> u64 {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 octets into a live local u64 from a
-        // descriptor this object owns.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                (&mut v as *mut u64).cast::<libc::c_void>(),
-                8,
-            )
-        };
-        if n == 8 {
-            v
-        } else {
-            0
+        let mut v = [0u8; 8];
+        match rustix::io::read(&self.fd, &mut v) {
+            Ok(8) => u64::from_ne_bytes(v),
+            _ => 0,
         }
     }
 
     /// Wait until the descriptor is readable or `timeout` passes (`None`:
     /// no limit); true if readable. Does not drain.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let ts = timeout.map(timespec);
         loop {
-            // SAFETY: one valid pollfd on the stack, count 1.
-            let r = unsafe { libc::poll(&mut p, 1, timeout_ms(timeout)) };
-            if r >= 0 {
-                return Ok(r > 0 && p.revents & libc::POLLIN != 0);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            let mut p = [PollFd::new(&self.fd, PollFlags::IN)];
+            match rustix::event::poll(&mut p, ts.as_ref()) {
+                Ok(n) => return Ok(n > 0 && p[0].revents().contains(PollFlags::IN)),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -105,54 +73,49 @@ impl AsRawFd for EventFd {
     }
 }
 
-/// Milliseconds for poll/epoll_wait: -1 for no limit, rounded up so a short
-/// timeout does not become a busy loop.
+/// `timeout` as a `Timespec` (seconds beyond `i64` are clamped).
+fn timespec(timeout: Duration) -> Timespec {
+    Timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: timeout.subsec_nanos().into(),
+    }
+}
+
 /// Wait until one of `fds` is readable or `timeout` passes (nanosecond
 /// precision, `ppoll(2)`); true if one is readable. At most 4 descriptors.
 pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<bool> {
     const MAX: usize = 4;
-    let mut p = [libc::pollfd {
-        fd: -1,
-        events: 0,
-        revents: 0,
-    }; MAX];
+    let ts = timespec(timeout);
     let n = fds.len().min(MAX);
-    for (slot, fd) in p.iter_mut().zip(fds) {
-        slot.fd = fd.as_raw_fd();
-        slot.events = libc::POLLIN;
-    }
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
     loop {
-        // SAFETY: `p` holds `n` initialised pollfds the kernel may write
-        // `revents` into; `ts` is a valid timespec read during the call;
-        // a null signal mask leaves the mask unchanged.
-        let r = unsafe { libc::ppoll(p.as_mut_ptr(), n as libc::nfds_t, &ts, std::ptr::null()) };
-        if r >= 0 {
-            return Ok(r > 0);
+        // On the stack (no allocation per wait): the slots past `n` repeat
+        // a descriptor and are not passed.
+        let mut p: [PollFd<'_>; MAX] = match fds.first() {
+            Some(first) => {
+                std::array::from_fn(|i| PollFd::new(fds.get(i).unwrap_or(first), PollFlags::IN))
+            }
+            None => return sleep_for(&ts),
+        };
+        match rustix::event::poll(&mut p[..n], Some(&ts)) {
+            Ok(n) => return Ok(n > 0),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+    }
+}
+
+/// No descriptor to wait for: `ppoll(2)` on none, as before (the whole
+/// timeout, or less if a signal came).
+fn sleep_for(ts: &Timespec) -> io::Result<bool> {
+    match rustix::event::poll(&mut [], Some(ts)) {
+        Ok(_) | Err(Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
 impl iwarp_frame::Doorbell for EventFd {
     fn ring(&self) {
         self.signal();
-    }
-}
-
-fn timeout_ms(t: Option<Duration>) -> libc::c_int {
-    match t {
-        None => -1,
-        Some(d) => {
-            let ms = d.as_nanos().div_ceil(1_000_000);
-            ms.min(libc::c_int::MAX as u128) as libc::c_int
-        }
     }
 }
 
@@ -166,65 +129,38 @@ pub struct Epoll {
 impl Epoll {
     /// An empty set.
     pub fn new() -> io::Result<Epoll> {
-        // SAFETY: epoll_create1 takes a flag and returns a new descriptor or -1.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by epoll_create1 and is owned by
-        // nothing else.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        Ok(Epoll { fd })
     }
 
     /// Watch `fd` for readability; `token` comes back from [`wait`](Self::wait).
     /// The caller keeps `fd` open while it is in the set.
     pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: token,
-        };
-        // SAFETY: both descriptors are valid (one owned here, one borrowed
-        // for the call); `ev` is a live local the kernel only reads.
-        let r = unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        epoll::add(
+            &self.fd,
+            fd,
+            epoll::EventData::new_u64(token),
+            epoll::EventFlags::IN,
+        )?;
         Ok(())
     }
 
-    /// Wait up to `timeout` (`None`: no limit) for readable descriptors and
-    /// append their tokens to `ready`; returns how many (0 on timeout).
+    /// Wait up to `timeout` (`None`: no limit; a timeout is rounded up to
+    /// whole milliseconds, so a short one does not become a busy loop) for
+    /// readable descriptors and append their tokens to `ready`; returns
+    /// how many (0 on timeout).
     pub fn wait(&self, ready: &mut Vec<u64>, timeout: Option<Duration>) -> io::Result<usize> {
         const MAX: usize = 32;
-        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let ts = timeout.map(timespec);
+        let mut evs = [std::mem::MaybeUninit::<epoll::Event>::uninit(); MAX];
         loop {
-            // SAFETY: `evs` is a live array of MAX events the kernel fills
-            // (at most MAX, as passed).
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.fd.as_raw_fd(),
-                    evs.as_mut_ptr(),
-                    MAX as libc::c_int,
-                    timeout_ms(timeout),
-                )
-            };
-            if n >= 0 {
-                let n = n as usize;
-                ready.extend(evs[..n].iter().map(|e| e.u64));
-                return Ok(n);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match epoll::wait(&self.fd, &mut evs[..], ts.as_ref()) {
+                Ok((got, _)) => {
+                    ready.extend(got.iter().map(|e| e.data.u64()));
+                    return Ok(got.len());
+                }
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -250,6 +186,21 @@ mod tests {
         assert_eq!(e.drain(), 2);
         assert!(!e.wait(Some(Duration::ZERO)).unwrap());
         assert_eq!(e.drain(), 0);
+    }
+
+    #[test]
+    fn wait_readable_sees_any_of_its_descriptors_and_times_out() {
+        let (a, b) = (EventFd::new().unwrap(), EventFd::new().unwrap());
+        let t = Duration::from_millis(30);
+        let start = std::time::Instant::now();
+        assert!(!wait_readable(&[a.as_fd(), b.as_fd()], t).unwrap());
+        assert!(start.elapsed() >= t, "{:?}", start.elapsed());
+        b.signal();
+        assert!(wait_readable(&[a.as_fd(), b.as_fd()], t).unwrap());
+        assert!(!wait_readable(&[a.as_fd()], Duration::ZERO).unwrap());
+        let start = std::time::Instant::now();
+        assert!(!wait_readable(&[], t).unwrap());
+        assert!(start.elapsed() >= t, "{:?}", start.elapsed());
     }
 
     #[test]

@@ -1487,6 +1487,14 @@ const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SI
   runs it on a poll loop thread instead (--core N pins that loop; --busy: the loop and the CQ spin).";
 
 fn main() -> ExitCode {
+    // File capabilities given without the effective bit (the container
+    // image's: `setcap …+p`) become effective here, before any thread.
+    if let Err(e) = iwarp_xdp::caps::raise_permitted() {
+        eprintln!(
+            "{}: making the permitted capabilities effective: {e}",
+            env!("CARGO_BIN_NAME")
+        );
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -6,6 +6,7 @@ use iwarp_proto::mem::MemoryTable;
 use tcp_lite::iface::FrameSink;
 use tcp_lite::wire::TcpRepr;
 
+use crate::latency::CompletionLatency;
 use crate::over_tcp::{HostCommand, HostOutput, IwarpOverTcp};
 
 /// One host for a poll loop: an iWARP-over-TCP stack and its memory. Frames
@@ -17,6 +18,8 @@ pub struct TcpHost {
     pub stack: IwarpOverTcp,
     /// Registered memory.
     pub mem: MemoryTable,
+    /// The send-queue completions' latencies ([`IwarpOverTcp::drain`]).
+    pub latency: CompletionLatency,
     local: tcp_lite::wire::Ipv4Address,
     remote: tcp_lite::wire::Ipv4Address,
 }
@@ -27,6 +30,7 @@ impl TcpHost {
         TcpHost {
             stack,
             mem,
+            latency: CompletionLatency::default(),
             local: tcp_lite::wire::Ipv4Address(local),
             remote: tcp_lite::wire::Ipv4Address(remote),
         }
@@ -52,9 +56,9 @@ impl crate::runtime::Engine for TcpHost {
         self.stack.poll_timeout()
     }
 
-    fn handle_command(&mut self, cmd: HostCommand, _now: u64) {
+    fn handle_command(&mut self, cmd: HostCommand, now: u64) {
         // Commands that arrive before the MPA exchange finished wait there.
-        self.stack.pending.push_back(cmd);
+        self.stack.pending.push_back((cmd, now));
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(HostOutput)) -> bool {
@@ -84,7 +88,7 @@ impl crate::runtime::Engine for TcpHost {
                 }
             });
         busy |= n > 0;
-        busy |= self.stack.drain(&self.mem, out);
+        busy |= self.stack.drain(now, &self.mem, &mut self.latency, out);
         busy
     }
 }

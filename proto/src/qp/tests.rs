@@ -480,6 +480,50 @@ fn unsignaled_success_is_silent_but_keeps_its_place() {
 }
 
 #[test]
+fn each_completion_carries_its_own_requests_tag() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let src = a.reg(pattern(64, 1), Access::LOCAL_READ);
+    let sink = a.reg(vec![0; 64], Access::LOCAL_WRITE);
+    let dst = b.reg(vec![0; 64], Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let r = b.reg(vec![0; 64], Access::LOCAL_WRITE);
+    b.qp.post_recv(&b.mem, 50, sge(r, 0, 64)).unwrap();
+    // An unsignaled Write (tag 10, no completion) ahead of a signaled
+    // Write, a Read and a Send: each completion has its own tag, not the
+    // tag of the request before it.
+    a.qp.post_send_tagged(&a.mem, unsignaled(write(1, sge(src, 0, 16), dst, 0)), 10)
+        .unwrap();
+    a.qp.post_send_tagged(&a.mem, write(2, sge(src, 0, 16), dst, 16), 20)
+        .unwrap();
+    a.qp.post_send_tagged(&a.mem, read(3, sge(sink, 0, 16), dst, 0), 30)
+        .unwrap();
+    a.qp.post_send(&a.mem, send(4, sge(src, 0, 4), None))
+        .unwrap();
+    pump(&mut a, &mut b);
+    let mut got = Vec::new();
+    while let Some((c, tag)) = a.qp.poll_completion_tagged() {
+        got.push((c.wr_id, c.status, tag));
+    }
+    assert_eq!(
+        got,
+        [
+            (2, WcStatus::Success, 20),
+            (3, WcStatus::Success, 30),
+            (4, WcStatus::Success, 0)
+        ]
+    );
+    // A receive's completion carries 0.
+    let (c, tag) = b.qp.poll_completion_tagged().unwrap();
+    assert_eq!((c.wr_id, c.opcode, tag), (50, WcOpcode::Recv, 0));
+    // Flushed requests keep theirs.
+    a.qp.post_send_tagged(&a.mem, unsignaled(write(5, sge(src, 0, 8), dst, 0)), 50)
+        .unwrap();
+    a.qp.llp_lost();
+    let (c, tag) = a.qp.poll_completion_tagged().unwrap();
+    assert_eq!((c.wr_id, c.status, tag), (5, WcStatus::Flushed, 50));
+}
+
+#[test]
 fn unsignaled_failure_and_flush_complete() {
     let mut a = End::new(200);
     let mut b = End::new(200);

@@ -156,6 +156,14 @@ fn parse_advert(p: &[u8]) -> Option<(STag, u64)> {
 }
 
 fn main() -> ExitCode {
+    // File capabilities given without the effective bit (the container
+    // image's: `setcap …+p`) become effective here, before any thread.
+    if let Err(e) = iwarp_xdp::caps::raise_permitted() {
+        eprintln!(
+            "{}: making the permitted capabilities effective: {e}",
+            env!("CARGO_BIN_NAME")
+        );
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

@@ -222,6 +222,14 @@ fn section(title: &str, counters: &dyn std::fmt::Display) {
 }
 
 fn main() -> ExitCode {
+    // File capabilities given without the effective bit (the container
+    // image's: `setcap …+p`) become effective here, before any thread.
+    if let Err(e) = iwarp_xdp::caps::raise_permitted() {
+        eprintln!(
+            "{}: making the permitted capabilities effective: {e}",
+            env!("CARGO_BIN_NAME")
+        );
+    }
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
