@@ -162,7 +162,8 @@ fn we_are_client(lab: &Lab, who: Ours, tool: &str, sizing: &str, port: u16) {
     let (g, u) = (text(&guest), text(&us));
     assert!(
         us.status.success(),
-        "{tool}: iwarp-perf client failed\n{u}\nguest:\n{g}"
+        "{tool}: our client failed ({})\n{u}\nguest:\n{g}",
+        us.status
     );
     assert!(
         guest.status.success(),
@@ -232,7 +233,7 @@ fn we_are_server(lab: &Lab, who: Ours, tool: &str, sizing: &str, port: u16) {
     let g = text(&guest);
     assert!(
         status.success(),
-        "{tool}: iwarp-perf server failed\n{u}\nguest:\n{g}"
+        "{tool}: our server failed ({status})\n{u}\nguest:\n{g}"
     );
     assert!(
         guest.status.success(),
