@@ -45,6 +45,32 @@ fn a_short_run_moves_every_write_at_both_mtus() {
     }
 }
 
+/// `--pingpong` completes its round trips: two frames per round trip when
+/// an ACK waits a round for the reply (a context with a loop thread), four
+/// with `--ack-at-once` (an inline context). The virtual link is
+/// deterministic, so the counts are exact.
+#[test]
+fn a_ping_pong_carries_its_acks_unless_told_to_ack_at_once() {
+    for (extra, frames) in [
+        (None, "2.00 frames"),
+        (Some("--ack-at-once"), "4.00 frames"),
+    ] {
+        let mut args = vec!["-s", "64", "--mib", "1", "--mtu", "1500", "--pingpong"];
+        args.extend(extra);
+        let o = stack_cost(&args);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("pingpong: 16384 round trips"), "{out}");
+        assert!(out.contains(frames), "{args:?}: {out}");
+        // A ping-pong prints its own line, not the stream's rows.
+        assert!(!out.contains("floor:"), "{out}");
+    }
+}
+
 /// clap's convention: `--help` and `--version` exit 0 on stdout; an unknown
 /// flag exits 2 naming it.
 #[test]
