@@ -448,6 +448,9 @@ impl Listener {
     /// Move established connections to the accept queue; drop dead ones
     /// (those whose SYN-ACK retries ran out, or that were reset).
     pub fn settle(&mut self) {
+        if self.half_open.is_empty() {
+            return; // every poll of an idle listener
+        }
         // Keep the half-open ones in order (oldest first), in place.
         let mut keep = 0;
         for i in 0..self.half_open.len() {
