@@ -6,6 +6,8 @@
 pub mod raw_sctp;
 pub mod raw_tcp;
 
+use iwarp_datapath::runtime::Engine;
+use iwarp_datapath::stack::{Output, Stack};
 use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::mpa::Framer;
 use iwarp_proto::wire::ddp::{
@@ -91,4 +93,25 @@ pub fn snapshot(mem: &MemoryTable, stags: &[STag]) -> Vec<Vec<u8>> {
         .iter()
         .map(|s| mem.snapshot(*s).map(|b| b.to_vec()).unwrap_or_default())
         .collect()
+}
+
+/// One round of a raw peer's link to `stack` at `now`: the frames queued
+/// in `to_stack` delivered, the stack polled (its outputs appended to
+/// `outputs`); the frames it sent.
+fn stack_round(
+    stack: &mut Stack,
+    to_stack: &mut Vec<Vec<u8>>,
+    outputs: &mut Vec<Output>,
+    now: u64,
+) -> Vec<Vec<u8>> {
+    for f in std::mem::take(to_stack) {
+        stack.handle_frame(&f, now);
+    }
+    let mut from_stack: Vec<Vec<u8>> = Vec::new();
+    stack.poll(
+        now,
+        &mut |p: &[&[u8]]| from_stack.push(p.concat()),
+        &mut |o| outputs.push(o),
+    );
+    from_stack
 }

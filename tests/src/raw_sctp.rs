@@ -7,9 +7,14 @@
 //! [`RawSctpPeer::step`] advances time by a fixed tick, delivers what each
 //! side sent and polls the stack.
 
+use std::sync::Arc;
+
 use ddp_sctp::{DdpAssociation, DdpEvent};
+use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::runtime::Engine;
-use iwarp_datapath::stack::{Output, Stack};
+use iwarp_datapath::stack::{Command, CqRing, Output, Stack, StackConfig};
+use iwarp_datapath::StreamParams;
+use iwarp_proto::mem::{MemoryTable, PdId};
 use sctp_lite::assoc::Config;
 use sctp_lite::wire::{emit_packet, ChunkRepr, HeaderRepr, SctpPacket};
 use tcp_lite::iface::{IfaceConfig, Interface};
@@ -21,6 +26,26 @@ use tcp_lite::wire::{
 /// Largest SCTP packet the peer sends (fits the stack's MTU of 1500 with
 /// room for UDP encapsulation, as the stack's own packets do).
 pub const MAX_PACKET: usize = 1472;
+
+/// What the SCTP tests listen and connect with: IRD and ORD 4, no
+/// private data, 16-deep send and receive queues in `pd`, completions to
+/// `cq` (if any), no SRQ.
+pub fn ulp(pd: PdId, cq: Option<&Arc<CqRing>>, timeouts: SetupTimeouts) -> SctpUlp {
+    SctpUlp {
+        ird: 4,
+        ord: 4,
+        private_data: Vec::new(),
+        params: StreamParams {
+            pd,
+            emss: 0,
+            sq_depth: 16,
+            rq_depth: 16,
+        },
+        cq: cq.map(|c| c.clone().into()),
+        srq: None,
+        timeouts,
+    }
+}
 
 /// One association as the peer sees it.
 #[derive(Debug)]
@@ -93,9 +118,41 @@ impl RawSctpPeer {
         }
     }
 
+    /// A stack made of `cfg` and `mem` that listens for SCTP on `port`
+    /// with `ulp` (from time 0), and a peer at `ip` (MAC ending in `last`)
+    /// talking to it; `tick` ns per step.
+    pub fn listening(
+        cfg: StackConfig,
+        mem: MemoryTable,
+        port: u16,
+        ulp: SctpUlp,
+        ip: Ipv4Address,
+        last: u8,
+        tick: u64,
+    ) -> Self {
+        let (stack_mac, stack_ip) = (cfg.iface.mac, cfg.iface.ip);
+        let mut stack = Stack::new(cfg, mem);
+        stack.handle_command(Command::SctpListen { port, ulp }, 0);
+        Self::new(stack, stack_mac, stack_ip, port, ip, last, tick)
+    }
+
     /// Virtual time now (ns).
     pub fn now(&self) -> u64 {
         self.now
+    }
+
+    /// [`open`](Self::open) an association from `port` and step until it
+    /// is up ([`DdpEvent::Connected`]), at most `n` steps; its index.
+    ///
+    /// # Panics
+    /// If it is not up by then ("association up").
+    pub fn open_connected(&mut self, port: u16, n: usize) -> usize {
+        let i = self.open(port);
+        assert!(
+            self.run_until(n, |p| p.assocs[i].events.contains(&DdpEvent::Connected)),
+            "association up"
+        );
+        i
     }
 
     /// Open an association from `port` (four streams, the DDP adaptation
@@ -172,16 +229,8 @@ impl RawSctpPeer {
     pub fn step(&mut self) {
         self.now += self.tick;
         let now = self.now;
-        for f in std::mem::take(&mut self.to_stack) {
-            self.stack.handle_frame(&f, now);
-        }
-        let mut from_stack: Vec<Vec<u8>> = Vec::new();
-        let outputs = &mut self.outputs;
-        self.stack.poll(
-            now,
-            &mut |p: &[&[u8]]| from_stack.push(p.concat()),
-            &mut |o| outputs.push(o),
-        );
+        let from_stack =
+            crate::stack_round(&mut self.stack, &mut self.to_stack, &mut self.outputs, now);
         for f in &from_stack {
             let Ok(eth) = EthernetFrame::new_checked(&f[..]) else {
                 continue;

@@ -5,7 +5,6 @@
 //! clock: [`RawPeer::step`] advances time by a fixed tick, delivers what
 //! each side sent and polls the stack.
 
-use iwarp_datapath::runtime::Engine;
 use iwarp_datapath::stack::{Output, Stack};
 use tcp_lite::iface::{IfaceConfig, Interface};
 use tcp_lite::wire::{EthernetAddress, Ipv4Address, TcpFlags, TcpRepr};
@@ -128,16 +127,8 @@ impl RawPeer {
     pub fn step(&mut self) {
         self.now += self.tick;
         let now = self.now;
-        for f in std::mem::take(&mut self.to_stack) {
-            self.stack.handle_frame(&f, now);
-        }
-        let mut from_stack: Vec<Vec<u8>> = Vec::new();
-        let outputs = &mut self.outputs;
-        self.stack.poll(
-            now,
-            &mut |p: &[&[u8]]| from_stack.push(p.concat()),
-            &mut |o| outputs.push(o),
-        );
+        let from_stack =
+            crate::stack_round(&mut self.stack, &mut self.to_stack, &mut self.outputs, now);
         let mut acks = Vec::new();
         for f in &from_stack {
             let to = &mut self.to_stack;

@@ -13,14 +13,13 @@
 use std::sync::Arc;
 
 use ddp_sctp::DdpEvent;
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
 use iwarp_datapath::runtime::Engine;
-use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
-use iwarp_datapath::StreamParams;
+use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, StackConfig};
 use iwarp_proto::mem::{Access, MemoryTable};
 use iwarp_proto::qp::{Sge, WcOpcode, WcStatus};
-use iwarp_tests::raw_sctp::RawSctpPeer;
+use iwarp_tests::raw_sctp::{ulp, RawSctpPeer};
 use sctp_lite::assoc::CloseReason;
 use sctp_lite::wire::{cause_code, ChunkRepr, DataFlags, DataRepr};
 use tcp_lite::iface::IfaceConfig;
@@ -74,28 +73,8 @@ fn over_its_own_budget_an_sctp_association_is_aborted_with_out_of_resource() {
         .register(pd, vec![0; 4096], Access::LOCAL_WRITE, 0)
         .unwrap();
     let cq = Arc::new(CqRing::new(64));
-    let mut stack = Stack::new(cfg, mem);
-    stack.handle_command(
-        Command::SctpListen {
-            port: PORT,
-            ulp: SctpUlp {
-                ird: 4,
-                ord: 4,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 0,
-                    sq_depth: 16,
-                    rq_depth: 16,
-                },
-                cq: Some(cq.clone().into()),
-                srq: None,
-                timeouts: SetupTimeouts::default(),
-            },
-        },
-        0,
-    );
-    let mut p = RawSctpPeer::new(stack, MAC_A, IP_A, PORT, IP_B, 2, TICK);
+    let ulp = ulp(pd, Some(&cq), SetupTimeouts::default());
+    let mut p = RawSctpPeer::listening(cfg, mem, PORT, ulp, IP_B, 2, TICK);
     let (bad, good) = (p.open(40_000), p.open(40_001));
     assert!(
         p.run_until(10_000, |p| p

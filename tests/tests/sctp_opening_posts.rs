@@ -12,12 +12,12 @@
 use std::sync::Arc;
 
 use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
 use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
-use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Sge, WcOpcode, WorkRequest};
+use iwarp_tests::raw_sctp::ulp;
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
@@ -40,23 +40,6 @@ fn stack(last: u8) -> (Stack, PdId, STag) {
     (Stack::new(c, mem), pd, stag)
 }
 
-fn ulp(pd: PdId, cq: &Arc<CqRing>) -> SctpUlp {
-    SctpUlp {
-        ird: 4,
-        ord: 4,
-        private_data: Vec::new(),
-        params: StreamParams {
-            pd,
-            emss: 0,
-            sq_depth: 16,
-            rq_depth: 16,
-        },
-        cq: Some(cq.clone().into()),
-        srq: None,
-        timeouts: SetupTimeouts::default(),
-    }
-}
-
 #[test]
 fn a_receive_posted_with_connect_after_the_association_is_up_is_used() {
     let (sa, pd_a, stag_a) = stack(1);
@@ -67,7 +50,7 @@ fn a_receive_posted_with_connect_after_the_association_is_up_is_used() {
         Side::A,
         Command::SctpListen {
             port: 7000,
-            ulp: ulp(pd_a, &cq_a),
+            ulp: ulp(pd_a, Some(&cq_a), SetupTimeouts::default()),
         },
     );
     link.command(
@@ -77,7 +60,7 @@ fn a_receive_posted_with_connect_after_the_association_is_up_is_used() {
             remote: Ipv4Address::new(10, 6, 1, 1),
             port: 7000,
             udp: false,
-            ulp: ulp(pd_b, &cq_b),
+            ulp: ulp(pd_b, Some(&cq_b), SetupTimeouts::default()),
         },
     );
     // Until the association is up on B (COOKIE-ACK), with A's request

@@ -13,13 +13,10 @@
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
-use ddp_sctp::DdpEvent;
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
-use iwarp_datapath::runtime::Engine;
-use iwarp_datapath::stack::{Command, Output, Stack, StackConfig};
-use iwarp_datapath::StreamParams;
+use iwarp_datapath::over_sctp::conn::SetupTimeouts;
+use iwarp_datapath::stack::{Output, StackConfig};
 use iwarp_proto::mem::MemoryTable;
-use iwarp_tests::raw_sctp::RawSctpPeer;
+use iwarp_tests::raw_sctp::{ulp, RawSctpPeer};
 use sctp_lite::wire::chunk_type;
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
@@ -33,45 +30,25 @@ const TICK: u64 = 1_000_000;
 /// Steps per second.
 const SEC: usize = 1_000;
 
+/// A stack at `MAC_A`/`IP_A` listening on `PORT` with `timeouts`, and
+/// the peer at `IP_B`.
+fn listening_peer(timeouts: SetupTimeouts) -> RawSctpPeer {
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let cfg = StackConfig::new(IfaceConfig::new(MAC_A, IP_A, 24));
+    RawSctpPeer::listening(cfg, mem, PORT, ulp(pd, None, timeouts), IP_B, 2, TICK)
+}
+
 fn associations(p: &RawSctpPeer) -> usize {
     p.stack.sctp().map_or(0, |s| s.host().assoc_count())
 }
 
 #[test]
 fn a_silent_peers_association_ends_at_the_request_timeout() {
-    let mut mem = MemoryTable::new();
-    let pd = mem.alloc_pd();
-    let mut stack = Stack::new(StackConfig::new(IfaceConfig::new(MAC_A, IP_A, 24)), mem);
     let timeouts = SetupTimeouts::default();
     assert_eq!(timeouts.request, 5_000_000_000);
-    stack.handle_command(
-        Command::SctpListen {
-            port: PORT,
-            ulp: SctpUlp {
-                ird: 4,
-                ord: 4,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 0,
-                    sq_depth: 16,
-                    rq_depth: 16,
-                },
-                cq: None,
-                srq: None,
-                timeouts,
-            },
-        },
-        0,
-    );
-    let mut p = RawSctpPeer::new(stack, MAC_A, IP_A, PORT, IP_B, 2, TICK);
-    let i = p.open(40_000);
-    assert!(
-        p.run_until(10 * SEC, |p| p.assocs[i]
-            .events
-            .contains(&DdpEvent::Connected)),
-        "association up"
-    );
+    let mut p = listening_peer(timeouts);
+    let i = p.open_connected(40_000, 10 * SEC);
     // The COOKIE-ACK is in: from now on the peer says nothing.
     p.assocs[i].silent = true;
     let up = p.now();
@@ -105,42 +82,13 @@ fn a_silent_peers_association_ends_at_the_request_timeout() {
 /// that close began (SCTP ABORT), not after the retransmissions run out.
 #[test]
 fn a_peer_silent_after_its_initiate_is_let_go_at_the_close_timeout() {
-    let mut mem = MemoryTable::new();
-    let pd = mem.alloc_pd();
-    let mut stack = Stack::new(StackConfig::new(IfaceConfig::new(MAC_A, IP_A, 24)), mem);
     let timeouts = SetupTimeouts::default();
     assert_eq!(
         (timeouts.decision, timeouts.close),
         (10_000_000_000, 5_000_000_000)
     );
-    stack.handle_command(
-        Command::SctpListen {
-            port: PORT,
-            ulp: SctpUlp {
-                ird: 4,
-                ord: 4,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 0,
-                    sq_depth: 16,
-                    rq_depth: 16,
-                },
-                cq: None,
-                srq: None,
-                timeouts,
-            },
-        },
-        0,
-    );
-    let mut p = RawSctpPeer::new(stack, MAC_A, IP_A, PORT, IP_B, 2, TICK);
-    let i = p.open(40_000);
-    assert!(
-        p.run_until(10 * SEC, |p| p.assocs[i]
-            .events
-            .contains(&DdpEvent::Connected)),
-        "association up"
-    );
+    let mut p = listening_peer(timeouts);
+    let i = p.open_connected(40_000, 10 * SEC);
     let initiate = iwarp_control::sctp::initiate(4, 4, b"").unwrap();
     p.assocs[i].ddp.initiate(0, &initiate).unwrap();
     assert!(
