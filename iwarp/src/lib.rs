@@ -134,8 +134,9 @@ pub const INLINE_GRACE: Duration = Duration::from_micros(500);
 
 /// With a loop thread, how long a received segment's ACK may wait for
 /// data going the other way (TCP's delayed ACK, RFC 9293 §3.8.6.3 and RFC
-/// 1122 §4.2.3.2: under 500 ms, every second full-sized segment ACKed at
-/// once, RFC 5681 §4.2). One nanosecond of the loop's clock is one round:
+/// 1122 §4.2.3.2: under 500 ms; a second segment arriving before the ACK
+/// went, and out-of-order data, are ACKed at once, RFC 5681 §4.2). One
+/// nanosecond of the loop's clock is one round:
 /// the ACK leaves with the next round's transmit, so a reply the
 /// application posts from the completion (a hook, or a thread polling the
 /// CQ) carries it, and a ping-pong sends two frames per round trip, not
