@@ -132,7 +132,7 @@ pub enum Polling {
 /// application thread's round before its keeper drives.
 pub const INLINE_GRACE: Duration = Duration::from_micros(500);
 
-/// With a loop thread, how long a received segment's ACK may wait for
+/// How long a received segment's ACK may wait for
 /// data going the other way (TCP's delayed ACK, RFC 9293 §3.8.6.3 and RFC
 /// 1122 §4.2.3.2: under 500 ms; a second segment arriving before the ACK
 /// went, and out-of-order data, are ACKed at once, RFC 5681 §4.2). One
@@ -142,19 +142,15 @@ pub const INLINE_GRACE: Duration = Duration::from_micros(500);
 /// CQ) carries it, and a ping-pong sends two frames per round trip, not
 /// four (`stack-cost --pingpong`). A segment nobody answers is ACKed one
 /// round later; the loop does not sleep past the deadline.
+///
+/// Every mode uses it. Inline ([`Polling::Inline`]), the next round is the
+/// application thread's next call: a post carries the ACK on its data; an
+/// empty poll, a wait, or [`Cq::wait_notify`] runs a round that sends it.
+/// A thread that stops calling leaves it to the keeper, at most
+/// [`INLINE_GRACE`] later (TCP allows 500 ms).
 const ACK_ROUND: u64 = 1;
 
 impl Polling {
-    /// The ACK delay of a context's connections (see [`ACK_ROUND`]).
-    /// Inline contexts ACK at once: their rounds stop when the application
-    /// stops calling, and the keeper would hold the ACK for its grace.
-    fn ack_delay(self) -> Option<u64> {
-        match self {
-            Polling::Busy | Polling::Adaptive => Some(ACK_ROUND),
-            Polling::Inline => None,
-        }
-    }
-
     fn mode(self) -> Mode {
         match self {
             Polling::Busy => Mode::BusyPoll,
@@ -757,7 +753,7 @@ impl Context {
     ) -> Context {
         let addr = Ipv4Addr::from(cfg.iface.ip.0);
         if cfg.tcp.delayed_ack.is_none() {
-            cfg.tcp.delayed_ack = polling.ack_delay();
+            cfg.tcp.delayed_ack = Some(ACK_ROUND);
         }
         // STag indexes and keys must not be guessable by a peer (RFC 5040
         // §8.1.1 item 8): seed the memory table from std's per-process
@@ -1764,8 +1760,12 @@ impl Cq {
     /// Sleep until the descriptor is readable (a completion arrived on the
     /// armed CQ) or `timeout` passes; true if readable. Does not
     /// acknowledge. For a thread that waits on one CQ without an epoll set.
+    /// On an inline context it first runs a round, so that what the stack
+    /// owes (an ACK held for a reply, [`ACK_ROUND`]) leaves before it sleeps.
     pub fn wait_notify(&self, timeout: Duration) -> Result<bool, Error> {
-        self.event_fd()?.wait(Some(timeout)).map_err(Error::Io)
+        let fd = self.event_fd()?;
+        self.drive();
+        fd.wait(Some(timeout)).map_err(Error::Io)
     }
 }
 

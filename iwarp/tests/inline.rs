@@ -116,10 +116,14 @@ fn one_thread_on_one_cpu_runs_both_ends() {
     for ctx in [&p.server, &p.client] {
         let st = ctx.stats().unwrap().poll_loop;
         // Per round trip each end runs a round for its Send (a receive
-        // post runs none) and at least one more from a poll that found
-        // its CQ empty (the peer's message was still on the link): the
-        // polls drive.
-        assert!(st.app_rounds >= 2 * N, "{st:?}");
+        // post runs none) and one more from a poll that found its CQ
+        // empty (the peer's message was still on the link): 2N when
+        // nothing else runs. A keeper takes over while this thread is
+        // preempted for its grace (500 µs) and runs some of those rounds
+        // (with builds running beside it: 39 takeovers and 3,985
+        // application rounds in one run, 866 and 3,266 in another). Most
+        // rounds still ran on this thread: the polls drive.
+        assert!(st.app_rounds >= N, "{st:?}");
         assert!(st.app_rounds <= st.rounds, "{st:?}");
     }
 }

@@ -21,9 +21,10 @@
 //!
 //! `--pingpong` answers each Write + doorbell with one (as `iwarp-perf
 //! write_lat`) and prints frames and link steps per round trip; under
-//! callgrind, instructions per round trip. `--ack-at-once` ACKs every
-//! segment at once, as an inline context does; by default an ACK waits
-//! one step for data going back, as a context with a loop thread does.
+//! callgrind, instructions per round trip. By default an ACK waits one
+//! step for data going back, as every `iwarp` context does (`ACK_ROUND`);
+//! `--ack-at-once` ACKs every segment at once, as every context did
+//! before the delayed ACK (and inline contexts until 2026-11-28).
 //!
 //! `--copy-tx` frames FPDUs into TCP's send buffer (`StackConfig::copy_tx`)
 //! instead of one-copy transmit: run both to see what the copy costs.
@@ -101,9 +102,9 @@ fn stack(
     let mut c = StackConfig::new(iface);
     c.tcp.rto_min = 5_000_000;
     c.tcp.rto_initial = 50_000_000;
-    // As a context with a loop thread: a received segment's ACK waits one
-    // round (one step of the link) for data going back (`iwarp`'s
-    // `ACK_ROUND`); `--ack-at-once` as an inline context.
+    // As an `iwarp` context: a received segment's ACK waits one round
+    // (one step of the link) for data going back (`iwarp`'s `ACK_ROUND`);
+    // `--ack-at-once` as before that.
     c.tcp.delayed_ack = (!ack_at_once).then_some(1);
     c.copy_tx = copy_tx;
     // The MSS follows the MTU, as on a real interface (`iwarp`'s
