@@ -655,6 +655,12 @@ impl DdpAssociation {
         Ok(ssn)
     }
 
+    /// An empty vector to build the next Segment Chunk in, reused from one
+    /// SCTP has acknowledged ([`Association::take_spare`]).
+    pub fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.sctp.take_spare()
+    }
+
     /// What [`send_segment`](Self::send_segment) checks of a segment of
     /// `len` octets on `stream`.
     fn check_segment(&mut self, stream: u16, len: usize) -> Result<(), DdpError> {

@@ -1349,7 +1349,7 @@ impl Qp {
     /// framing): at most MULPDU octets (RFC 5043 §9, RFC 5041 §5.2). Returns
     /// its length, or `None` when there is nothing to send. Only for a QP
     /// over [`LowerLayer::Segments`] (`None` over MPA).
-    pub fn poll_segment(&mut self, mem: &MemoryTable, out: &mut Vec<u8>) -> Option<usize> {
+    pub fn poll_segment(&mut self, mem: &MemoryTable, out: &mut dyn TxBuf) -> Option<usize> {
         if !matches!(self.llp, Lower::Segments(_)) {
             return None;
         }

@@ -453,6 +453,16 @@ const TIMERS: [Timer; 5] = [
     Timer::Heartbeat,
 ];
 
+/// Most capacity an association keeps in acknowledged payload vectors
+/// for reuse ([`Association::take_spare`]), and at most an eighth of
+/// [`Config::send_buffer`]: a SACK arriving after a burst frees up to a
+/// burst's chunks at once (64 packets, the loop's receive burst), and
+/// the next burst reuses them. Our own memory, which a moment ago was in
+/// the send queue; freed with the association.
+pub const SPARE_CAPACITY: usize = 256 * 1024;
+/// Smaller payload vectors are not kept: too small to reuse for a segment.
+const SPARE_MIN: usize = 512;
+
 #[derive(Debug)]
 struct OutChunk {
     tsn: u32,
@@ -599,13 +609,18 @@ fn tsn_le(a: u32, b: u32) -> bool {
     a == b || tsn_lt(a, b)
 }
 
+/// A packet's chunks, parsed: on the stack up to four (a DATA chunk and
+/// a SACK, say), no allocation per packet (it was 1.4 % of a DDP Write
+/// stream's instructions).
+type Chunks<'a> = smallvec::SmallVec<[ChunkRepr<'a>; 4]>;
+
 /// Checks a packet and returns its chunks, parsed. `None` when it is to
 /// be silently discarded (bad checksum, malformed chunk, §6.8, §3.2).
-fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Vec<ChunkRepr<'_>>)> {
+fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Chunks<'_>)> {
     let p = SctpPacket::new_checked(bytes).ok()?;
     p.verify_checksum().ok()?;
     let h = HeaderRepr::parse(&p);
-    let mut v = Vec::new();
+    let mut v = Chunks::new();
     // Chunks borrow the original slice, not the view.
     let mut rest = bytes.get(COMMON_HEADER_LEN..)?;
     while !rest.is_empty() {
@@ -908,6 +923,12 @@ pub struct Association {
     peer_cum_ack: u32,
     out: VecDeque<OutChunk>,
     out_bytes: usize,
+    /// Payload vectors of acknowledged chunks, kept for
+    /// [`take_spare`](Association::take_spare) (at most
+    /// [`SPARE_CAPACITY`] octets of capacity in all).
+    spare: Vec<Vec<u8>>,
+    /// Their capacity, in all.
+    spare_capacity: usize,
     next_ssn_out: Vec<u16>,
     peer_rwnd: u32,
     cwnd: usize,
@@ -1008,6 +1029,8 @@ impl Association {
             peer_cum_ack: tsn.wrapping_sub(1),
             out: VecDeque::new(),
             out_bytes: 0,
+            spare: Vec::new(),
+            spare_capacity: 0,
             next_ssn_out: vec![0; streams],
             peer_rwnd: 0,
             // §7.2.1: initial cwnd.
@@ -1282,6 +1305,30 @@ impl Association {
             return Ok(self.queue_message(stream, ppid, unordered, &data, None));
         }
         Ok(self.queue_message(stream, ppid, unordered, &[], Some(data)))
+    }
+
+    /// An acknowledged chunk's payload vector, for the caller's next
+    /// [`send_owned`](Self::send_owned): a sender of whole-chunk messages
+    /// reuses its buffers instead of allocating one per chunk (a 1.4 KiB
+    /// allocation and its free cost about 600 instructions, 6 % of a DDP
+    /// Write stream's). It still holds the old payload, so that a caller
+    /// that overwrites it need not zero it first (15 % of the stream's
+    /// instructions at MTU 9000).
+    pub fn take_spare(&mut self) -> Option<Vec<u8>> {
+        let v = self.spare.pop()?;
+        self.spare_capacity -= v.capacity();
+        Some(v)
+    }
+
+    /// Keep an acknowledged chunk's payload vector for
+    /// [`take_spare`](Self::take_spare), within [`SPARE_CAPACITY`].
+    fn keep_spare(&mut self, v: Vec<u8>) {
+        let cap = v.capacity();
+        let bound = SPARE_CAPACITY.min(self.cfg.send_buffer / 4);
+        if cap >= SPARE_MIN && self.spare_capacity + cap <= bound {
+            self.spare_capacity += cap;
+            self.spare.push(v);
+        }
     }
 
     /// The checks of [`send`](Self::send) for a message of `len` octets.
@@ -2206,6 +2253,7 @@ impl Association {
                 }
             }
             self.out_bytes = self.out_bytes.saturating_sub(c.data.len());
+            self.keep_spare(c.data);
         }
         self.peer_cum_ack = cum;
         if advanced {
@@ -3070,6 +3118,67 @@ mod tests {
         let (e, v) = c.send_owned(100, 16, true, b"xy".to_vec()).unwrap_err();
         assert_eq!(v, b"xy");
         assert!(matches!(e, SendError::InvalidStream { stream: 100, .. }));
+    }
+
+    /// Payload vectors come back for reuse once SACKed: only those of
+    /// at least `SPARE_MIN` capacity, within a quarter of the send buffer
+    /// and `SPARE_CAPACITY`, with their old contents (the caller
+    /// overwrites them).
+    #[test]
+    fn acknowledged_payload_vectors_come_back_within_the_bound() {
+        let (mut c, mut s) = pair();
+        let mut b = vec![0u8; 2048];
+        assert_eq!(c.take_spare(), None);
+        let per = c.max_chunk_payload();
+        // Everything sent goes across; the delayed SACK's timer fires (a
+        // second later each time); until nothing moves.
+        let mut now = 0;
+        let mut exchange = |c: &mut Association, s: &mut Association, b: &mut Vec<u8>| loop {
+            now += 1_000_000_000;
+            let mut moved = false;
+            while let Some(n) = c.poll_transmit(now, b) {
+                s.handle_packet(now, &b[..n]);
+                moved = true;
+            }
+            s.handle_timeout(now);
+            while let Some(k) = s.poll_transmit(now, b) {
+                c.handle_packet(now, &b[..k]);
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        };
+        // Too small to keep.
+        c.send_owned(0, 16, true, vec![1; 8]).unwrap();
+        exchange(&mut c, &mut s, &mut b);
+        assert_eq!(c.send_buffered(), 0, "acknowledged");
+        assert_eq!(c.take_spare(), None);
+        // One of a segment's size comes back, contents and all.
+        let mut v = Vec::with_capacity(per);
+        v.resize(per, 5);
+        let ptr = v.as_ptr();
+        c.send_owned(0, 16, true, v).unwrap();
+        exchange(&mut c, &mut s, &mut b);
+        assert_eq!(c.send_buffered(), 0, "acknowledged");
+        let back = c.take_spare().expect("a spare");
+        assert_eq!((back.as_ptr(), back.len(), back[0]), (ptr, per, 5));
+        assert_eq!(c.take_spare(), None);
+        // The bound: never more capacity kept than a quarter of the send
+        // buffer or SPARE_CAPACITY.
+        let bound = SPARE_CAPACITY.min(c.cfg.send_buffer / 4);
+        for _ in 0..bound / per + 4 {
+            c.send_owned(0, 16, true, vec![2; per]).unwrap();
+        }
+        exchange(&mut c, &mut s, &mut b);
+        assert_eq!(c.send_buffered(), 0, "all acknowledged");
+        assert!(c.spare_capacity <= bound, "{} > {bound}", c.spare_capacity);
+        let mut kept = 0;
+        while let Some(v) = c.take_spare() {
+            kept += v.capacity();
+        }
+        assert!(kept + per > bound && kept <= bound, "{kept} of {bound}");
+        assert_eq!(c.spare_capacity, 0);
     }
 
     /// An unordered whole chunk past a gap (TSN out of order) is due too

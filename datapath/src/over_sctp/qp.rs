@@ -20,6 +20,7 @@
 
 use ddp_sctp::{DdpAssociation, DdpError, DdpEvent};
 use iwarp_proto::mem::MemoryTable;
+use iwarp_proto::mpa::TxBuf;
 use iwarp_proto::qp::llp::{LowerLayer, SegmentConfig};
 use iwarp_proto::qp::{Qp, QpConfig, QpState, Srq};
 
@@ -49,6 +50,11 @@ pub trait SegmentSink {
     }
     /// Send DDP Stream Session Terminate on `stream`.
     fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError>;
+    /// An empty vector to build the next segment in, if the sink has one
+    /// to reuse (an association's acknowledged chunks). None by default.
+    fn spare(&mut self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// A [`DdpAssociation`] with the current time, as a [`SegmentSink`].
@@ -74,6 +80,44 @@ impl SegmentSink for AssocSink<'_> {
     fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
         self.assoc.terminate(self.now, stream)
     }
+    fn spare(&mut self) -> Option<Vec<u8>> {
+        self.assoc.take_spare()
+    }
+}
+
+/// A segment built in a reused vector without zeroing it first: the
+/// octets below `v.len()` are already initialised (a segment built there
+/// before), `len` counts what this build wrote, and the caller cuts the
+/// vector to it. What [`TxBuf`] lends is written whole by its caller, so
+/// nothing stale is left below `len`.
+struct Reuse<'a> {
+    v: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl<'a> Reuse<'a> {
+    /// Start after `room` octets (kept for the caller to fill).
+    fn new(v: &'a mut Vec<u8>, room: usize) -> Self {
+        if v.len() < room {
+            v.resize(room, 0);
+        }
+        Reuse { v, len: room }
+    }
+}
+
+impl TxBuf for Reuse<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn append(&mut self, max: usize) -> &mut [u8] {
+        let at = self.len;
+        let end = at.saturating_add(max);
+        if self.v.len() < end {
+            self.v.resize(end, 0);
+        }
+        self.len = end;
+        &mut self.v[at..end]
+    }
 }
 
 /// A queue pair on one DDP stream.
@@ -84,6 +128,9 @@ pub struct SctpQp {
     /// A segment the sink refused for now, as given to
     /// [`SegmentSink::send_segment_chunk`] ([`SSN_ROOM`] octets first).
     waiting: Option<Vec<u8>>,
+    /// A vector the last transmit built nothing in, for the next one (a
+    /// poll with nothing to send allocated and freed one, every round).
+    spare: Option<Vec<u8>>,
     /// Capacity of the vectors segments are built in: the MULPDU and
     /// [`SSN_ROOM`].
     chunk_cap: usize,
@@ -135,6 +182,7 @@ impl SctpQp {
             stream,
             qp: Qp::with_lower(cfg, srq, LowerLayer::Segments(seg)),
             waiting: None,
+            spare: None,
             chunk_cap: SSN_ROOM + mulpdu,
             session_over: false,
             last_refusal: None,
@@ -241,11 +289,20 @@ impl SctpQp {
                     }
                     // Built once, behind room for the DDP-SSN; the sink
                     // may keep the vector as the DATA chunk's payload.
-                    let mut out = Vec::with_capacity(self.chunk_cap);
-                    out.resize(SSN_ROOM, 0);
-                    if self.qp.poll_segment(mem, &mut out).is_none() {
+                    // The vector comes from the last poll that had nothing
+                    // to send, or the sink's acknowledged chunks, before a
+                    // new allocation.
+                    let mut out = match self.spare.take().or_else(|| sink.spare()) {
+                        Some(v) => v,
+                        None => Vec::with_capacity(self.chunk_cap),
+                    };
+                    let mut seg = Reuse::new(&mut out, SSN_ROOM);
+                    if self.qp.poll_segment(mem, &mut seg).is_none() {
+                        self.spare = Some(out);
                         break;
                     }
+                    let len = seg.len;
+                    out.truncate(len);
                     out
                 }
             };
@@ -294,6 +351,8 @@ mod tests {
         sent: Vec<Sent>,
         /// Refuse segments with this error.
         refuse: Option<DdpError>,
+        /// Vectors to lend for building segments in.
+        spares: Vec<Vec<u8>>,
     }
 
     impl SegmentSink for Fake {
@@ -307,6 +366,9 @@ mod tests {
         fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
             self.sent.push(Sent::SessionTerminate(stream));
             Ok(())
+        }
+        fn spare(&mut self) -> Option<Vec<u8>> {
+            self.spares.pop()
         }
     }
 
@@ -394,6 +456,34 @@ mod tests {
             matches!(sink.sent.last(), Some(Sent::SessionTerminate(3))),
             "{:?}",
             sink.sent
+        );
+    }
+
+    /// Segments built in reused vectors (longer, full of stale octets,
+    /// not zeroed) are the same octets as those built in new ones, and
+    /// the vector a poll with nothing to send took is kept for the next.
+    #[test]
+    fn segments_built_in_reused_vectors_carry_nothing_stale() {
+        let mut sent = Vec::new();
+        for spares in [
+            Vec::new(),
+            vec![vec![0xEE; 2000], vec![0xDD; 700], vec![0xCC; 3]],
+        ] {
+            let (mut q, mem, sge) = setup(true);
+            let mut sink = Fake {
+                spares,
+                ..Fake::default()
+            };
+            assert_eq!(q.transmit(&mem, &mut sink), 0, "nothing posted");
+            send(&mut q, &mem, sge);
+            assert_eq!(q.transmit(&mem, &mut sink), 3);
+            sent.push(sink.sent);
+        }
+        assert_eq!(sent[0], sent[1]);
+        assert!(
+            matches!(&sent[0][0], Sent::Segment(3, b) if b.len() == 600),
+            "{:?}",
+            sent[0][0]
         );
     }
 
