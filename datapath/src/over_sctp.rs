@@ -266,6 +266,132 @@ impl std::fmt::Debug for Entry {
 /// place: `(association, DDP stream, DDP-SSN, segment)`, true if taken.
 pub type Placer<'a> = dyn FnMut(AssocId, u16, u16, &[u8]) -> bool + 'a;
 
+/// What sending a packet needs of an [`SctpHost`]: its addresses, ARP
+/// cache, IP ident and counters, borrowed apart from the associations so
+/// that `poll` sends each association's packets while it holds the
+/// association (no association moves out of the map for its turn).
+struct Wire<'a> {
+    udp_port: Option<u16>,
+    mac: EthernetAddress,
+    ip: Ipv4Address,
+    arp: &'a mut ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
+    ip_ident: &'a mut u16,
+    stats: &'a mut SctpHostStats,
+}
+
+impl Wire<'_> {
+    /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
+    /// port) headers for the SCTP packet `pkt`; returns them and their
+    /// length.
+    fn headers(
+        &mut self,
+        dst_mac: EthernetAddress,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+    ) -> ([u8; MAX_HEADERS], usize) {
+        let mut h = [0u8; MAX_HEADERS];
+        let mut eth = EthernetFrame::new_unchecked(&mut h[..]);
+        // Both emits only fail on a short buffer or out-of-range fields;
+        // the buffer holds the headers and `pkt` ≤ max_packet ≤ 65535 - 28.
+        let _ = EthernetRepr {
+            src_addr: self.mac,
+            dst_addr: dst_mac,
+            ethertype: EtherType::IPV4,
+        }
+        .emit(&mut eth);
+        *self.ip_ident = self.ip_ident.wrapping_add(1);
+        let (protocol, payload_len) = match udp {
+            Some(_) => {
+                self.stats.tx_udp += 1;
+                (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len())
+            }
+            None => (IpProtocol::SCTP, pkt.len()),
+        };
+        let _ = Ipv4Repr {
+            src_addr: self.ip,
+            dst_addr: dst,
+            protocol,
+            payload_len,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            identification: *self.ip_ident,
+            dont_frag: true,
+            more_frags: false,
+            fragment_offset: 0,
+            options_len: 0,
+        }
+        .emit(&mut Ipv4Packet::new_unchecked(
+            &mut h[ETHERNET_HEADER_LEN..],
+        ));
+        let ip_end = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+        match (udp, self.udp_port) {
+            (Some(dport), Some(sport)) => {
+                // RFC 6951 §5.3: source port ours, destination the peer's
+                // encapsulation port, length covering the SCTP packet.
+                let len = payload_len as u16;
+                let u = &mut h[ip_end..ip_end + UDP_HEADER_LEN];
+                u[0..2].copy_from_slice(&sport.to_be_bytes());
+                u[2..4].copy_from_slice(&dport.to_be_bytes());
+                u[4..6].copy_from_slice(&len.to_be_bytes());
+                let sum = checksum::combine(&[
+                    checksum::pseudo_header(&self.ip, &dst, IpProtocol::UDP, len),
+                    checksum::data(u),
+                    checksum::data(pkt),
+                ]);
+                // RFC 768: an all-zero result is sent as all ones.
+                let c = match !sum {
+                    0 => 0xffff,
+                    c => c,
+                };
+                u[6..8].copy_from_slice(&c.to_be_bytes());
+                (h, MAX_HEADERS)
+            }
+            _ => (h, ip_end),
+        }
+    }
+
+    fn arp_frame(&self, repr: &ArpRepr) -> Option<Vec<u8>> {
+        let mut f = vec![0u8; arp::FRAME_LEN];
+        arp::emit_frame(repr, self.mac, &mut f).ok()?;
+        Some(f)
+    }
+
+    /// Send one SCTP packet to `dst`, resolving its MAC first.
+    fn send(
+        &mut self,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        pkt: &[u8],
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) {
+        match self.arp.resolve(dst, now) {
+            Resolve::Known(mac) => {
+                let (h, n) = self.headers(mac, dst, udp, pkt);
+                tx.send_parts(&[&h[..n], pkt]);
+                self.stats.tx_packets += 1;
+            }
+            Resolve::SendRequest(req) => {
+                if let Some(f) = self.arp_frame(&req) {
+                    tx.send_parts(&[&f]);
+                }
+                self.queue(dst, udp, pkt);
+            }
+            Resolve::Pending => self.queue(dst, udp, pkt),
+            Resolve::Failed => self.stats.arp_drops += 1,
+        }
+    }
+
+    fn queue(&mut self, dst: Ipv4Address, udp: Option<u16>, pkt: &[u8]) {
+        match self.arp.enqueue(dst, (dst, udp, pkt.to_vec())) {
+            Enqueue::Queued => {}
+            Enqueue::DroppedOldest(_) | Enqueue::Refused(_) => self.stats.arp_drops += 1,
+        }
+    }
+}
+
 /// DDP-over-SCTP associations on one Ethernet/IPv4 interface.
 #[derive(Debug)]
 pub struct SctpHost {
@@ -460,7 +586,7 @@ impl SctpHost {
 
     fn flush_arp_ready(&mut self) {
         while let Some((mac, (dst, udp, pkt))) = self.arp.pop_ready() {
-            let (h, n) = self.headers(mac, dst, udp, &pkt);
+            let (h, n) = self.wire().headers(mac, dst, udp, &pkt);
             let mut f = h[..n].to_vec();
             f.extend_from_slice(&pkt);
             self.pending_tx.push(f);
@@ -468,114 +594,16 @@ impl SctpHost {
         }
     }
 
-    /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
-    /// port) headers for the SCTP packet `pkt`; returns them and their
-    /// length.
-    fn headers(
-        &mut self,
-        dst_mac: EthernetAddress,
-        dst: Ipv4Address,
-        udp: Option<u16>,
-        pkt: &[u8],
-    ) -> ([u8; MAX_HEADERS], usize) {
-        let mut h = [0u8; MAX_HEADERS];
-        let mut eth = EthernetFrame::new_unchecked(&mut h[..]);
-        // Both emits only fail on a short buffer or out-of-range fields;
-        // the buffer holds the headers and `pkt` ≤ max_packet ≤ 65535 - 28.
-        let _ = EthernetRepr {
-            src_addr: self.mac,
-            dst_addr: dst_mac,
-            ethertype: EtherType::IPV4,
-        }
-        .emit(&mut eth);
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        let (protocol, payload_len) = match udp {
-            Some(_) => {
-                self.stats.tx_udp += 1;
-                (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len())
-            }
-            None => (IpProtocol::SCTP, pkt.len()),
-        };
-        let _ = Ipv4Repr {
-            src_addr: self.ip,
-            dst_addr: dst,
-            protocol,
-            payload_len,
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
-            identification: self.ip_ident,
-            dont_frag: true,
-            more_frags: false,
-            fragment_offset: 0,
-            options_len: 0,
-        }
-        .emit(&mut Ipv4Packet::new_unchecked(
-            &mut h[ETHERNET_HEADER_LEN..],
-        ));
-        let ip_end = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-        match (udp, self.cfg.udp_port) {
-            (Some(dport), Some(sport)) => {
-                // RFC 6951 §5.3: source port ours, destination the peer's
-                // encapsulation port, length covering the SCTP packet.
-                let len = payload_len as u16;
-                let u = &mut h[ip_end..ip_end + UDP_HEADER_LEN];
-                u[0..2].copy_from_slice(&sport.to_be_bytes());
-                u[2..4].copy_from_slice(&dport.to_be_bytes());
-                u[4..6].copy_from_slice(&len.to_be_bytes());
-                let sum = checksum::combine(&[
-                    checksum::pseudo_header(&self.ip, &dst, IpProtocol::UDP, len),
-                    checksum::data(u),
-                    checksum::data(pkt),
-                ]);
-                // RFC 768: an all-zero result is sent as all ones.
-                let c = match !sum {
-                    0 => 0xffff,
-                    c => c,
-                };
-                u[6..8].copy_from_slice(&c.to_be_bytes());
-                (h, MAX_HEADERS)
-            }
-            _ => (h, ip_end),
-        }
-    }
-
-    fn arp_frame(&self, repr: &ArpRepr) -> Option<Vec<u8>> {
-        let mut f = vec![0u8; arp::FRAME_LEN];
-        arp::emit_frame(repr, self.mac, &mut f).ok()?;
-        Some(f)
-    }
-
-    /// Send one SCTP packet to `dst`, resolving its MAC first.
-    fn send(
-        &mut self,
-        dst: Ipv4Address,
-        udp: Option<u16>,
-        pkt: &[u8],
-        now: u64,
-        tx: &mut dyn FrameSink,
-    ) {
-        match self.arp.resolve(dst, now) {
-            Resolve::Known(mac) => {
-                let (h, n) = self.headers(mac, dst, udp, pkt);
-                tx.send_parts(&[&h[..n], pkt]);
-                self.stats.tx_packets += 1;
-            }
-            Resolve::SendRequest(req) => {
-                if let Some(f) = self.arp_frame(&req) {
-                    tx.send_parts(&[&f]);
-                }
-                self.queue(dst, udp, pkt);
-            }
-            Resolve::Pending => self.queue(dst, udp, pkt),
-            Resolve::Failed => self.stats.arp_drops += 1,
-        }
-    }
-
-    fn queue(&mut self, dst: Ipv4Address, udp: Option<u16>, pkt: &[u8]) {
-        match self.arp.enqueue(dst, (dst, udp, pkt.to_vec())) {
-            Enqueue::Queued => {}
-            Enqueue::DroppedOldest(_) | Enqueue::Refused(_) => self.stats.arp_drops += 1,
+    /// The parts of the host that sending a packet uses, borrowed apart
+    /// from the associations.
+    fn wire(&mut self) -> Wire<'_> {
+        Wire {
+            udp_port: self.cfg.udp_port,
+            mac: self.mac,
+            ip: self.ip,
+            arp: &mut self.arp,
+            ip_ident: &mut self.ip_ident,
+            stats: &mut self.stats,
         }
     }
 
@@ -587,7 +615,7 @@ impl SctpHost {
         udp: Option<u16>,
         pkt: &[u8],
     ) {
-        let (h, n) = self.headers(dst_mac, dst, udp, pkt);
+        let (h, n) = self.wire().headers(dst_mac, dst, udp, pkt);
         let mut f = Vec::with_capacity(n + pkt.len());
         f.extend_from_slice(&h[..n]);
         f.extend_from_slice(pkt);
@@ -774,7 +802,7 @@ impl SctpHost {
                     return;
                 };
                 if let Some(reply) = self.arp.process(&repr, now) {
-                    if let Some(f) = self.arp_frame(&reply) {
+                    if let Some(f) = self.wire().arp_frame(&reply) {
                         self.pending_tx.push(f);
                     }
                 }
@@ -879,7 +907,7 @@ impl Engine for SctpHost {
             busy = true;
         }
         while let Some(req) = self.arp.poll_request(now) {
-            if let Some(f) = self.arp_frame(&req) {
+            if let Some(f) = self.wire().arp_frame(&req) {
                 tx.send_parts(&[&f]);
                 busy = true;
             }
@@ -895,8 +923,23 @@ impl Engine for SctpHost {
         // no association moves (each used to be taken out of the map and
         // put back, every round: 3 % of an SCTP Write stream's
         // instructions).
-        let mut assocs = std::mem::take(&mut self.assocs);
-        assocs.retain(|&id, e| {
+        let SctpHost {
+            assocs,
+            by_tuple,
+            last_tuple,
+            ..
+        } = self;
+        let mut wire = Wire {
+            udp_port: self.cfg.udp_port,
+            mac: self.mac,
+            ip: self.ip,
+            arp: &mut self.arp,
+            ip_ident: &mut self.ip_ident,
+            stats: &mut self.stats,
+        };
+        // Closed ones leave after the sweep (no allocation unless one did).
+        let mut gone = Vec::new();
+        for (&id, e) in assocs.iter_mut() {
             if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
                 e.ddp.handle_timeout(now);
             }
@@ -906,7 +949,7 @@ impl Engine for SctpHost {
             for _ in 0..256 {
                 match e.ddp.poll_transmit(now, &mut buf) {
                     Some(n) => {
-                        self.send(remote, udp, &buf[..n], now, tx);
+                        wire.send(remote, udp, &buf[..n], now, tx);
                         busy = true;
                     }
                     None => break,
@@ -920,21 +963,17 @@ impl Engine for SctpHost {
             }
             if closed || e.ddp.sctp().is_closed() {
                 let (lp, pp) = (e.ddp.sctp().local_port(), e.ddp.sctp().peer_port());
-                self.by_tuple.remove(&(remote, pp, lp));
-                self.last_tuple = None;
+                by_tuple.remove(&(remote, pp, lp));
+                *last_tuple = None;
                 let st = e.ddp.sctp().stats();
-                self.stats.closed_retransmits += st.retransmits;
-                self.stats.closed_discarded += st.packets_discarded;
-                false
-            } else {
-                true
+                wire.stats.closed_retransmits += st.retransmits;
+                wire.stats.closed_discarded += st.packets_discarded;
+                gone.push(id);
             }
-        });
-        debug_assert!(
-            self.assocs.is_empty(),
-            "nothing adds associations while sending"
-        );
-        self.assocs = assocs;
+        }
+        for id in gone {
+            assocs.remove(&id);
+        }
         self.buf = buf;
         busy
     }

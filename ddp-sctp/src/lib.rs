@@ -242,6 +242,10 @@ pub struct DdpAssociation {
     max_pending_requests: usize,
     connected: bool,
     early_terminates: u64,
+    /// Some session may hold a Terminate (`Session::held_terminate`):
+    /// raised with each, lowered by the sweep that finds none, so that the
+    /// sweep before every packet sent looks at no session otherwise.
+    held_any: bool,
     /// Octets of DDP Segments in `events`, and the most we pull from SCTP
     /// before the ULP takes some (beyond it, SCTP's receive window closes).
     held: usize,
@@ -283,6 +287,7 @@ impl DdpAssociation {
             max_pending_requests: DEFAULT_MAX_PENDING,
             connected: false,
             early_terminates: 0,
+            held_any: false,
             held: 0,
             max_held: DEFAULT_MAX_HELD,
         }
@@ -582,6 +587,7 @@ impl DdpAssociation {
         }
         s.held_terminate = true;
         s.state = SessionState::Terminated;
+        self.held_any = true;
         self.flush_held(now);
         self.events.push_back(DdpEvent::SessionEnded {
             stream,
@@ -592,12 +598,17 @@ impl DdpAssociation {
     }
 
     fn flush_held(&mut self, _now: u64) {
+        if !self.held_any {
+            return;
+        }
+        let mut still = false;
         for i in 0..self.sessions.len() {
             let s = &self.sessions[i];
             if !s.held_terminate {
                 continue;
             }
             if s.last_control_tsn.is_some_and(|t| !self.sctp.is_acked(t)) {
+                still = true;
                 continue;
             }
             let stream = i as u16;
@@ -606,8 +617,11 @@ impl DdpAssociation {
                 .is_ok()
             {
                 self.sessions[i].held_terminate = false;
+            } else {
+                still = true;
             }
         }
+        self.held_any = still;
     }
 
     /// Sends a DDP Segment on an established session (§5.2.2).
@@ -731,6 +745,7 @@ impl DdpAssociation {
         // §6.1: terminate the session.
         if !was_idle {
             s.held_terminate = true;
+            self.held_any = true;
             self.flush_held(0);
         } else if state == SessionState::Idle {
             // An Idle stream has no session to end, but the peer believes

@@ -1353,6 +1353,11 @@ impl Qp {
         if !matches!(self.llp, Lower::Segments(_)) {
             return None;
         }
+        // Nothing queued (most polls): no plan to build.
+        if self.tx_idle() {
+            self.drain_sq();
+            return None;
+        }
         match self.poll_transmit(mem, out, usize::MAX, 1) {
             0 => None,
             n => Some(n),
