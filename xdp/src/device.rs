@@ -10,11 +10,11 @@ use iwarp_frame::{Doorbell, FrameDevice};
 use crate::bpf::SharedPorts;
 use crate::error::{Error, Warning};
 use crate::neigh::{self, KernelNeighbours};
-use crate::notify::{self, EventFd};
 use crate::program::{AttachMode, Program, XdpAttachment};
 use crate::socket::{Counters, SocketConfig, XskSocket};
 use crate::sys;
 use crate::umem::Umem;
+use iwarp_frame::notify::{self, EventFd};
 
 /// Octets of an Ethernet header (no VLAN tag): a frame is MTU + this.
 const ETHERNET_HEADER: usize = 14;
@@ -503,34 +503,14 @@ impl FrameDevice for XdpDevice {
 /// (e.g. `/var/run/netns/NAME`) and return its result. Sockets, BPF links
 /// and interface lookups made by `f` belong to that namespace; the objects
 /// keep working from any thread afterwards. A panic in `f` is re-raised.
+/// `iwarp_frame::in_netns` with this crate's error ([`Error::Netns`]).
 pub fn in_netns<T, F>(path: &Path, f: F) -> Result<T, Error>
 where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let file = std::fs::File::open(path).map_err(|e| Error::Netns {
+    iwarp_frame::in_netns(path, f).map_err(|e| Error::Netns {
         path: path.to_owned(),
         errno: e.raw_os_error().unwrap_or(libc::EINVAL),
-    })?;
-    std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            // SAFETY: setns takes a valid fd (kept open by `file` for the
-            // call) and a flag; it changes only this thread's network
-            // namespace (CLONE_NEWNET is allowed in multithreaded processes),
-            // and this thread ends when `f` returns, so no other code runs
-            // in the namespace by surprise.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if r != 0 {
-                return Err(Error::Netns {
-                    path: path.to_owned(),
-                    errno: sys::errno(),
-                });
-            }
-            Ok(f())
-        });
-        match h.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
     })
 }
