@@ -230,6 +230,8 @@ pub struct XdpDevice {
     /// address, whose neighbour frames arrive outside the socket, or if
     /// the eventfd could not be made: the loop then sleeps bounded times).
     bell: Option<Arc<EventFd>>,
+    /// The socket's warnings and the device's own.
+    warnings: Vec<Warning>,
 }
 
 impl XdpDevice {
@@ -319,7 +321,12 @@ impl XdpDevice {
             Program::load(cfg.our_ip, cfg.max_queues, multi_buffer, cfg.share.as_ref())?
                 .attach(&cfg.iface, ifindex, cfg.attach)?;
         attachment.insert(cfg.queue, socket.as_fd())?;
+        let mut warnings = socket.warnings().to_vec();
+        if shared.is_some() && !crate::caps::effective_net_admin() {
+            warnings.push(Warning::ShareWithoutNetAdmin);
+        }
         Ok(XdpDevice {
+            warnings,
             attachment,
             socket,
             iface: cfg.iface.clone(),
@@ -391,9 +398,10 @@ impl XdpDevice {
         self.attachment.mode()
     }
 
-    /// Non-fatal problems met while opening (busy-poll options refused).
+    /// Non-fatal problems met while opening (busy-poll options refused, a
+    /// shared address without CAP_NET_ADMIN).
     pub fn warnings(&self) -> &[Warning] {
-        self.socket.warnings()
+        &self.warnings
     }
 
     /// Our counters and the kernel's.
