@@ -3,9 +3,9 @@
 //! A [`Context`] is one stack instance: a frame device, an address, and a
 //! core-pinned poll loop. The device is any [`FrameDevice`]
 //! ([`Context::with_device`]); the backends are providers behind cargo
-//! features, both on by default: `xdp` (AF_XDP, [`Context::af_xdp`], its
-//! crate as [`iwarp::xdp`](crate::xdp)) and `dpdk` (DPDK ports and memif,
-//! [`Context::dpdk`], its crate as [`iwarp::dpdk`](crate::dpdk)); the
+//! features, both on by default: `xdp` (AF_XDP, `Context::af_xdp`, its
+//! crate as `iwarp::xdp`) and `dpdk` (DPDK ports and memif,
+//! `Context::dpdk`, its crate as `iwarp::dpdk`); the
 //! simulated link ([`Context::sim_pair`]) needs neither, nor root. From it come protection domains ([`Pd`]), memory
 //! regions ([`Mr`]), completion queues ([`Cq`]), and connections: the
 //! active side calls [`Context::connect`], the passive side
@@ -870,8 +870,9 @@ impl Context {
     /// `iwarp_frame::RxLoss`), with its Ethernet address `mac` and `mtu`,
     /// the largest IP datagram it carries (`host.mtu` may ask for less,
     /// not more). `host.netns` does not apply (the device is open
-    /// already); the rest of `host` does. [`Context::af_xdp`] and
-    /// [`Context::dpdk`] open their backend's device and come here.
+    /// already); the rest of `host` does. `Context::af_xdp` and
+    /// `Context::dpdk` (features `xdp`, `dpdk`) open their backend's
+    /// device and start it the same way.
     /// [`ContextStats::device`] is [`DeviceStats::Other`].
     ///
     /// ```
