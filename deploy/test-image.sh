@@ -87,7 +87,9 @@ stack_a="$subnet.20" stack_b="$subnet.21" # spare: our stacks'
 # socket (in Docker's default set; named here all the same), IPC_LOCK for
 # the UMEM (XDP_UMEM_REG fails with ENOBUFS under Docker's 8 MiB memlock
 # limit). NET_ADMIN was not needed (the XDP link is attached with
-# SYS_ADMIN); see deploy/README.md.
+# SYS_ADMIN); --share-address, which no step here uses, needs it too (its
+# neighbour requests); see deploy/README.md. tools/tests/deploy_manifests.rs
+# reads this line: the Kubernetes manifests must add the same list.
 caps=(--cap-add SYS_ADMIN --cap-add NET_RAW --cap-add IPC_LOCK)
 # The memif socket's directory, shared by both containers (step 6), the
 # image's user's (uid 10001).

@@ -12,8 +12,15 @@ echo "== rustfmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets -- -D warnings
+# The API's backend features (iwarp: xdp, dpdk; both default): each alone
+# and neither must build clean.
+for f in "" xdp dpdk; do
+    cargo clippy -p iwarp --no-default-features --features "$f" --all-targets -- -D warnings
+done
 echo "== tests"
 cargo test --workspace
+echo "== the API without backends (over the in-memory link and Context::with_device)"
+cargo test -p iwarp --no-default-features
 echo "== examples (simulated link; then AF_XDP and DPDK across two namespaces, and DPDK memif, when root)"
 for ex in pingpong pingpong_in_loop remote_read fanout; do
     cargo run --release -q -p iwarp --example "$ex"

@@ -38,8 +38,19 @@
 //! `cfg(iwarp_dpdk_missing)`: the crate still compiles, [`AVAILABLE`] is
 //! false, and [`Eal::init`] and [`Port::open`] return [`Error::Unavailable`].
 //!
-//! Only this crate (with `iwarp-xdp`) of the workspace uses `unsafe`; every
-//! block says why it is sound.
+//! # Dependencies and tests
+//!
+//! The crate depends on `iwarp-frame` alone in the workspace (plus its shim
+//! and `core_affinity` for [`allowed_cpus`]): no stack. Its end-to-end
+//! check against a Linux host needs one, so it lives in `iwarp-tools`: the
+//! `iwarp-dpdk-check` binary (ARP and ICMP echo, tcp-lite's stack in a
+//! poll loop) and `tools/tests/dpdk_af_packet.rs`, which runs it in
+//! network namespaces. The API opens a context on a port with
+//! `iwarp::Context::dpdk` (the `iwarp` crate's `dpdk` feature).
+//!
+//! Only this crate (with `iwarp-xdp` and `iwarp-memreg`, and the C ABI in
+//! `iwarp-verbs`) of the workspace uses `unsafe`; every block says why it
+//! is sound.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;

@@ -18,10 +18,20 @@
 //!   written once); [`FrameDevice::flush`] publishes the batch with one
 //!   kick.
 //!
-//! This crate holds no `unsafe`; lending device memory safely is each
-//! backend's job.
+//! Beside the trait, what the API and every backend share without
+//! depending on each other: [`notify`] (an eventfd that is a
+//! [`Doorbell`], a small epoll set, waiting on several descriptors) and
+//! [`in_netns`] (open a device inside another network namespace).
+//!
+//! This crate holds no `unsafe` (its system calls go through `rustix`'s
+//! safe functions); lending device memory safely is each backend's job.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+mod netns;
+pub mod notify;
+
+pub use netns::in_netns;
 
 /// A frame device (AF_XDP rings, DPDK, or an in-memory link), batch-first.
 pub trait FrameDevice: Send {

@@ -8,7 +8,7 @@ use tcp_lite::tcp::TcpError;
 /// happened, and carries what the caller may need to react.
 ///
 /// A variant that wraps another crate's error (AF_XDP, DPDK, I/O, memory
-/// table, MPA setup, post) gives it back as its
+/// table, MPA setup, post, entering a namespace) gives it back as its
 /// [`source`](std::error::Error::source), so a reporter can walk the chain
 /// and a caller can downcast to the backend's own type. `Display` already
 /// includes the wrapped error's text, so printing `{e}` alone says all;
@@ -19,11 +19,21 @@ use tcp_lite::tcp::TcpError;
 #[non_exhaustive]
 pub enum Error {
     /// The AF_XDP backend could not be opened (no interface, no privileges,
-    /// memlock, ...): the backend's own error says which.
+    /// memlock, ...): the backend's own error says which. Feature `xdp`.
+    #[cfg(feature = "xdp")]
     Backend(iwarp_xdp::Error),
     /// The DPDK backend failed (EAL, port, pool; or this build has no
-    /// DPDK): its own error says which.
+    /// DPDK): its own error says which. Feature `dpdk`.
+    #[cfg(feature = "dpdk")]
     Dpdk(iwarp_dpdk::Error),
+    /// Entering the network namespace to open a device in
+    /// (`HostOptions::netns`) failed.
+    Netns {
+        /// The namespace's path.
+        path: std::path::PathBuf,
+        /// What `open(2)` or `setns(2)` said.
+        error: std::io::Error,
+    },
     /// A memory table operation failed (unknown PD or STag, PD busy, ...).
     Memory(MemError),
     /// A region access outside its bounds.
@@ -75,8 +85,13 @@ pub enum Error {
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
+            #[cfg(feature = "xdp")]
             Error::Backend(e) => write!(f, "backend: {e}"),
+            #[cfg(feature = "dpdk")]
             Error::Dpdk(e) => write!(f, "DPDK: {e}"),
+            Error::Netns { path, error } => {
+                write!(f, "entering network namespace {}: {error}", path.display())
+            }
             Error::Memory(e) => write!(f, "memory: {e}"),
             Error::OutOfBounds(e) => write!(f, "{e}"),
             Error::Rejected { private_data } => {
@@ -115,8 +130,11 @@ impl core::fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
+            #[cfg(feature = "xdp")]
             Error::Backend(e) => Some(e),
+            #[cfg(feature = "dpdk")]
             Error::Dpdk(e) => Some(e),
+            Error::Netns { error, .. } => Some(error),
             Error::Memory(e) => Some(e),
             Error::OutOfBounds(e) => Some(e),
             Error::Setup(e) => Some(e),
@@ -143,6 +161,7 @@ impl From<MemError> for Error {
     }
 }
 
+#[cfg(feature = "dpdk")]
 impl From<iwarp_dpdk::Error> for Error {
     fn from(e: iwarp_dpdk::Error) -> Self {
         Error::Dpdk(e)
@@ -155,6 +174,7 @@ impl From<iwarp_memreg::OutOfBounds> for Error {
     }
 }
 
+#[cfg(feature = "xdp")]
 impl From<iwarp_xdp::Error> for Error {
     fn from(e: iwarp_xdp::Error) -> Self {
         Error::Backend(e)
@@ -207,21 +227,34 @@ mod tests {
         let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
         assert_eq!(io.and_then(std::io::Error::raw_os_error), Some(24));
 
-        let xdp = iwarp_xdp::Error::NoInterface {
-            name: "veth9".into(),
-        };
-        let e = Error::from(xdp.clone());
-        let src = e
-            .source()
-            .and_then(|s| s.downcast_ref::<iwarp_xdp::Error>());
-        assert_eq!(src, Some(&xdp));
+        #[cfg(feature = "xdp")]
+        {
+            let xdp = iwarp_xdp::Error::NoInterface {
+                name: "veth9".into(),
+            };
+            let e = Error::from(xdp.clone());
+            let src = e
+                .source()
+                .and_then(|s| s.downcast_ref::<iwarp_xdp::Error>());
+            assert_eq!(src, Some(&xdp));
+        }
 
-        let e = Error::from(iwarp_dpdk::Error::Unavailable);
-        assert!(matches!(
-            e.source()
-                .and_then(|s| s.downcast_ref::<iwarp_dpdk::Error>()),
-            Some(iwarp_dpdk::Error::Unavailable)
-        ));
+        #[cfg(feature = "dpdk")]
+        {
+            let e = Error::from(iwarp_dpdk::Error::Unavailable);
+            assert!(matches!(
+                e.source()
+                    .and_then(|s| s.downcast_ref::<iwarp_dpdk::Error>()),
+                Some(iwarp_dpdk::Error::Unavailable)
+            ));
+        }
+
+        let e = Error::Netns {
+            path: "/var/run/netns/gone".into(),
+            error: std::io::Error::from_raw_os_error(2),
+        };
+        assert_eq!(chain(&e).len(), 2);
+        assert!(e.to_string().contains("/var/run/netns/gone"), "{e}");
 
         let e = Error::from(MemError::NoSuchStag);
         let src = e.source().and_then(|s| s.downcast_ref::<MemError>());

@@ -1,8 +1,12 @@
 //! The iWARP stack's public API, shaped after libibverbs and librdmacm.
 //!
-//! A [`Context`] is one stack instance: an interface (AF_XDP, or the
-//! simulated link for tests and examples without root), an address, and a
-//! core-pinned poll loop. From it come protection domains ([`Pd`]), memory
+//! A [`Context`] is one stack instance: a frame device, an address, and a
+//! core-pinned poll loop. The device is any [`FrameDevice`]
+//! ([`Context::with_device`]); the backends are providers behind cargo
+//! features, both on by default: `xdp` (AF_XDP, `Context::af_xdp`, its
+//! crate as `iwarp::xdp`) and `dpdk` (DPDK ports and memif,
+//! `Context::dpdk`, its crate as `iwarp::dpdk`); the
+//! simulated link ([`Context::sim_pair`]) needs neither, nor root. From it come protection domains ([`Pd`]), memory
 //! regions ([`Mr`]), completion queues ([`Cq`]), and connections: the
 //! active side calls [`Context::connect`], the passive side
 //! [`Context::listen`] and takes [`ConnectRequest`]s it accepts or rejects,
@@ -69,8 +73,15 @@ use std::time::{Duration, Instant};
 
 pub use error::Error;
 pub use iwarp_control::{MpaConfig, Negotiated, PeerRequest, RtrOffer, SetupError, SetupFailure};
-/// The DPDK backend (`iwarp-dpdk`): [`dpdk::Eal`], [`dpdk::Queues`], its errors.
+/// The DPDK backend (`iwarp-dpdk`, feature `dpdk`): [`dpdk::Eal`],
+/// [`dpdk::Queues`], its errors.
+#[cfg(feature = "dpdk")]
 pub use iwarp_dpdk as dpdk;
+/// A small epoll set and an eventfd (for waiting on [`Cq::notify_fd`] with
+/// other descriptors); any epoll or reactor works as well.
+pub use iwarp_frame::notify::{Epoll, EventFd};
+/// The frame-device interface a context runs over ([`Context::with_device`]).
+pub use iwarp_frame::{Doorbell, FrameDevice};
 pub use iwarp_memreg::{OutOfBounds, Region};
 pub use iwarp_proto::mem::{Access, AccessError, MemError, PdId, STag};
 pub use iwarp_proto::qp::{
@@ -78,14 +89,21 @@ pub use iwarp_proto::qp::{
     WorkRequest, MAX_INLINE, MAX_SGE,
 };
 pub use iwarp_proto::wire::TerminateRepr;
-pub use iwarp_xdp::BusyPoll;
-pub use iwarp_xdp::SharedPorts;
-/// A small epoll set and an eventfd (for waiting on [`Cq::notify_fd`] with
-/// other descriptors); any epoll or reactor works as well.
-pub use iwarp_xdp::{Epoll, EventFd};
+/// The AF_XDP backend (`iwarp-xdp`, feature `xdp`): [`xdp::XskMode`],
+/// [`xdp::SharedPorts`], its errors.
+#[cfg(feature = "xdp")]
+pub use iwarp_xdp as xdp;
+/// [`xdp::BusyPoll`] and [`xdp::SharedPorts`], where [`XdpOptions`] names
+/// them.
+#[cfg(feature = "xdp")]
+#[doc(no_inline)]
+pub use iwarp_xdp::{BusyPoll, SharedPorts};
+#[cfg(feature = "dpdk")]
+pub use stats::DpdkDeviceStats;
+#[cfg(feature = "xdp")]
+pub use stats::{AttachMode, XdpDeviceStats, XskMode};
 pub use stats::{
-    AttachMode, ContextStats, DeviceStats, DpdkDeviceStats, IfaceStats, LoopStats, QpCounters,
-    QpStats, StackStats, TcpStats, XdpDeviceStats, XskMode,
+    ContextStats, DeviceStats, IfaceStats, LoopStats, QpCounters, QpStats, StackStats, TcpStats,
 };
 
 use iwarp_datapath::link::MemDevice;
@@ -167,9 +185,9 @@ impl Polling {
     }
 }
 
-/// Where and how a context on a real interface runs: our address, the
-/// poll loop's core and idle behaviour, the namespace to open the device in.
-/// Shared by [`XdpOptions`] and [`DpdkOptions`].
+/// Where and how a context on a device runs: our address, the poll loop's
+/// core and idle behaviour, the namespace to open the device in. Given to
+/// [`Context::with_device`], and part of `XdpOptions` and `DpdkOptions`.
 #[derive(Debug, Clone)]
 pub struct HostOptions {
     /// Our address (not configured in the kernel).
@@ -182,7 +200,9 @@ pub struct HostOptions {
     pub core: Option<usize>,
     /// Idle behaviour of the poll loop.
     pub polling: Polling,
-    /// Open the device inside this network namespace (`/var/run/netns/NAME`).
+    /// Open the device inside this network namespace (`/var/run/netns/NAME`;
+    /// AF_XDP and DPDK: [`Context::with_device`] takes a device already
+    /// open and ignores it).
     pub netns: Option<PathBuf>,
     /// Largest IP datagram to send (`None`: the interface's MTU; a larger
     /// value is refused, [`Error::MtuAboveInterface`]). The TCP MSS
@@ -201,7 +221,8 @@ pub struct HostOptions {
     /// (seeded), before the stack sees them: loss for benchmarks and tests
     /// of loss recovery on AF_XDP, where netfilter cannot drop what the
     /// XDP program steers to the socket. Set it on both ends to lose
-    /// frames both ways. AF_XDP contexts only; default 0.
+    /// frames both ways. Every context on a device (AF_XDP, DPDK,
+    /// [`Context::with_device`]), not the simulated pair; default 0.
     pub rx_drop_ppm: u32,
     /// Frame FPDUs into TCP's send buffer instead of one-copy transmit
     /// (one more copy per sent octet, and a Send or Write completes once
@@ -311,7 +332,8 @@ impl TcpOptions {
     }
 }
 
-/// Settings of an AF_XDP context.
+/// Settings of an AF_XDP context (feature `xdp`).
+#[cfg(feature = "xdp")]
 #[derive(Debug, Clone)]
 pub struct XdpOptions {
     /// Interface to take over.
@@ -353,11 +375,12 @@ pub struct XdpOptions {
     pub share_address: Option<SharedPorts>,
 }
 
+#[cfg(feature = "xdp")]
 impl XdpOptions {
     /// `iface` (queue 0, the backend's default rings and UMEM) with
     /// `ip/prefix_len`, adaptive polling, no pinning.
     pub fn new(iface: &str, ip: Ipv4Addr, prefix_len: u8) -> Self {
-        let d = iwarp_xdp::Config::default();
+        let d = xdp::Config::default();
         XdpOptions {
             iface: iface.to_owned(),
             queue: d.queue,
@@ -376,8 +399,8 @@ impl XdpOptions {
     }
 
     /// The backend's configuration.
-    fn config(&self) -> iwarp_xdp::Config {
-        iwarp_xdp::Config {
+    fn config(&self) -> xdp::Config {
+        xdp::Config {
             queue: self.queue,
             mode: self.bind,
             attach: self.attach,
@@ -389,12 +412,13 @@ impl XdpOptions {
             rx_frames: self.rx_frames,
             hugepages: self.hugepages,
             share: self.share_address.clone(),
-            ..iwarp_xdp::Config::new(&self.iface, self.host.ip.octets())
+            ..xdp::Config::new(&self.iface, self.host.ip.octets())
         }
     }
 }
 
-/// Settings of a DPDK context.
+/// Settings of a DPDK context (feature `dpdk`).
+#[cfg(feature = "dpdk")]
 #[derive(Debug, Clone)]
 pub struct DpdkOptions {
     /// Port name (`net_af_packet0`, a PCI address) or devargs to hot-plug
@@ -407,6 +431,7 @@ pub struct DpdkOptions {
     pub host: HostOptions,
 }
 
+#[cfg(feature = "dpdk")]
 impl DpdkOptions {
     /// `port` with `ip/prefix_len`, default queues, adaptive polling, no pinning.
     pub fn new(port: &str, ip: Ipv4Addr, prefix_len: u8) -> Self {
@@ -496,6 +521,16 @@ fn device_config(
         .map_err(|_| Error::InvalidArgument("cannot read /dev/urandom for the ISN secret"))?;
     cfg.isn_secret = seed;
     Ok(cfg)
+}
+
+/// `f` run inside the network namespace at `path` (opening a backend's
+/// device there).
+#[cfg(any(feature = "xdp", feature = "dpdk"))]
+fn in_netns<T: Send>(path: &std::path::Path, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
+    iwarp_frame::in_netns(path, f).map_err(|error| Error::Netns {
+        path: path.to_owned(),
+        error,
+    })
 }
 
 /// Connection-level outputs of the loop, sorted per connection or listener.
@@ -744,7 +779,7 @@ pub struct Context {
 }
 
 impl Context {
-    fn start<D: iwarp_datapath::runtime::FrameDevice + 'static>(
+    fn start<D: FrameDevice + 'static>(
         mut cfg: StackConfig,
         dev: D,
         core: Option<usize>,
@@ -826,16 +861,108 @@ impl Context {
         )
     }
 
-    /// A context on an interface through AF_XDP (needs root or
-    /// CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW, and CAP_IPC_LOCK or a memlock
-    /// limit above the UMEM).
+    /// A context over `dev`, any frame device: one the application made
+    /// (a backend of its own, a test link, a wrapper such as
+    /// `iwarp_frame::RxLoss`), with its Ethernet address `mac` and `mtu`,
+    /// the largest IP datagram it carries (`host.mtu` may ask for less,
+    /// not more). `host.netns` does not apply (the device is open
+    /// already); the rest of `host` does. `Context::af_xdp` and
+    /// `Context::dpdk` (features `xdp`, `dpdk`) open their backend's
+    /// device and start it the same way.
+    /// [`ContextStats::device`] is [`DeviceStats::Other`].
+    ///
+    /// ```
+    /// use std::sync::mpsc::{channel, Receiver, Sender};
+    /// use std::time::Duration;
+    /// use iwarp::{Context, FrameDevice, HostOptions, ListenOptions};
+    ///
+    /// /// One end of a point-to-point Ethernet link made of two channels.
+    /// struct Wire {
+    ///     tx: Sender<Vec<u8>>,
+    ///     rx: Receiver<Vec<u8>>,
+    /// }
+    ///
+    /// impl FrameDevice for Wire {
+    ///     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+    ///         let mut n = 0;
+    ///         while n < max {
+    ///             let Ok(frame) = self.rx.try_recv() else { break };
+    ///             sink(&frame);
+    ///             n += 1;
+    ///         }
+    ///         n
+    ///     }
+    ///     fn tx(&mut self, frame: &[u8]) -> bool {
+    ///         self.tx.send(frame.to_vec()).is_ok()
+    ///     }
+    /// }
+    ///
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let ((to_b, from_a), (to_a, from_b)) = (channel(), channel());
+    /// let a = Wire { tx: to_b, rx: from_b };
+    /// let b = Wire { tx: to_a, rx: from_a };
+    /// let host = |ip: &str| HostOptions::new(ip.parse().unwrap(), 24);
+    /// let server = Context::with_device(a, [2, 0, 0, 0, 0, 1], 1500, &host("10.0.0.1"))?;
+    /// let client = Context::with_device(b, [2, 0, 0, 0, 0, 2], 1500, &host("10.0.0.2"))?;
+    ///
+    /// let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+    /// let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+    /// let scq = server.create_cq(16);
+    /// let t = std::thread::spawn(move || {
+    ///     let req = listener.get_request(Duration::from_secs(5))?;
+    ///     req.accept(&Default::default(), &scq).map(|qp| (qp, scq))
+    /// });
+    /// let ccq = client.create_cq(16);
+    /// let remote = std::net::SocketAddrV4::new(server.addr(), 7000);
+    /// let qp = client.connect(remote, &iwarp::ConnectOptions::new(&cpd, &ccq))?;
+    /// let (_sqp, _scq) = t.join().unwrap()?;
+    /// # let _ = qp;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_device<D: FrameDevice + 'static>(
+        dev: D,
+        mac: [u8; 6],
+        mtu: usize,
+        host: &HostOptions,
+    ) -> Result<Context, Error> {
+        host.check()?;
+        let cfg = device_config("the device", mac, mtu, host)?;
+        let reader: DeviceReader<D> = Box::new(|_| Box::new(DeviceStats::Other));
+        Ok(Self::launch(cfg, dev, host, reader))
+    }
+
+    /// Start the loop over an open device: with `host.rx_drop_ppm`, behind
+    /// [`iwarp_frame::RxLoss`].
+    fn launch<D: FrameDevice + 'static>(
+        cfg: StackConfig,
+        dev: D,
+        host: &HostOptions,
+        mut reader: DeviceReader<D>,
+    ) -> Context {
+        if host.rx_drop_ppm == 0 {
+            return Context::start(cfg, dev, host.core, host.polling, Some(reader));
+        }
+        tracing::warn!(
+            ppm = host.rx_drop_ppm,
+            "dropping received frames at random (HostOptions::rx_drop_ppm)"
+        );
+        let seed = u64::from(u32::from(host.ip)) ^ 0x6c6f_7373;
+        let dev = iwarp_frame::RxLoss::new(dev, host.rx_drop_ppm, seed);
+        let reader: DeviceReader<iwarp_frame::RxLoss<D>> = Box::new(move |d| reader(d.inner()));
+        Context::start(cfg, dev, host.core, host.polling, Some(reader))
+    }
+
+    /// A context on an interface through AF_XDP (feature `xdp`; needs
+    /// root or CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW, and CAP_IPC_LOCK or
+    /// a memlock limit above the UMEM).
+    #[cfg(feature = "xdp")]
     pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
         let host = &opts.host;
         host.check()?;
         let xcfg = opts.config();
         let dev = match &host.netns {
-            Some(p) => iwarp_xdp::in_netns(p, || iwarp_xdp::XdpDevice::open(&xcfg))??,
-            None => iwarp_xdp::XdpDevice::open(&xcfg)?,
+            Some(p) => in_netns(p, || xdp::XdpDevice::open(&xcfg))??,
+            None => xdp::XdpDevice::open(&xcfg)?,
         };
         let mut cfg = device_config(dev.iface(), dev.mac_address(), dev.mtu() as usize, host)?;
         if let Some(p) = &opts.share_address {
@@ -857,7 +984,7 @@ impl Context {
         for w in dev.warnings() {
             tracing::warn!("AF_XDP: {w}");
         }
-        let mut reader: DeviceReader<iwarp_xdp::XdpDevice> = Box::new(|d| {
+        let reader: DeviceReader<xdp::XdpDevice> = Box::new(|d| {
             let (socket, kernel) = match d.stats() {
                 Ok(s) => (s.ours, Some(s.kernel)),
                 Err(_) => (Default::default(), None),
@@ -872,37 +999,14 @@ impl Context {
                 kernel,
             }))
         });
-        if host.rx_drop_ppm > 0 {
-            tracing::warn!(
-                ppm = host.rx_drop_ppm,
-                "AF_XDP: dropping received frames at random (HostOptions::rx_drop_ppm)"
-            );
-            let seed = u64::from(u32::from(host.ip)) ^ 0x6c6f_7373;
-            let dev = iwarp_frame::RxLoss::new(dev, host.rx_drop_ppm, seed);
-            let reader: DeviceReader<iwarp_frame::RxLoss<iwarp_xdp::XdpDevice>> =
-                Box::new(move |d| reader(d.inner()));
-            return Ok(Context::start(
-                cfg,
-                dev,
-                host.core,
-                host.polling,
-                Some(reader),
-            ));
-        }
-        Ok(Context::start(
-            cfg,
-            dev,
-            host.core,
-            host.polling,
-            Some(reader),
-        ))
+        Ok(Self::launch(cfg, dev, host, reader))
     }
 
-    /// A context on a DPDK ethdev port: a PCI device or `--vdev` the EAL
-    /// knows, or devargs such as `net_af_packet0,iface=eth1` that are
-    /// hot-plugged now. `eal` is the process's one EAL
-    /// ([`dpdk::Eal::init`], once per process); several contexts (ports)
-    /// share it.
+    /// A context on a DPDK ethdev port (feature `dpdk`): a PCI device or
+    /// `--vdev` the EAL knows, or devargs such as
+    /// `net_af_packet0,iface=eth1` that are hot-plugged now. `eal` is the
+    /// process's one EAL ([`dpdk::Eal::init`], once per process); several
+    /// contexts (ports) share it.
     ///
     /// ```no_run
     /// use iwarp::{dpdk::Eal, Context, DpdkOptions};
@@ -912,6 +1016,7 @@ impl Context {
     /// let ctx = Context::dpdk(&eal, &opts)?;
     /// # let _ = ctx; Ok(()) }
     /// ```
+    #[cfg(feature = "dpdk")]
     pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
         let host = &opts.host;
         host.check()?;
@@ -923,7 +1028,7 @@ impl Context {
             .map_or(dpdk::DEFAULT_MTU, |m| u16::try_from(m).unwrap_or(u16::MAX));
         let open = || dpdk::Port::open_mtu(eal, &opts.port, opts.queues, mtu);
         let dev = match &host.netns {
-            Some(p) => iwarp_xdp::in_netns(p, open)??,
+            Some(p) => in_netns(p, open)??,
             None => open()?,
         };
         let cfg = device_config(dev.name(), dev.mac_address(), usize::from(dev.mtu()), host)?;
@@ -935,13 +1040,7 @@ impl Context {
                 driver: d.stats().ok(),
             }))
         });
-        Ok(Context::start(
-            cfg,
-            dev,
-            host.core,
-            host.polling,
-            Some(reader),
-        ))
+        Ok(Self::launch(cfg, dev, host, reader))
     }
 
     /// Our address.
@@ -1593,7 +1692,7 @@ impl Status {
 pub struct Cq {
     ring: Arc<CqRing>,
     /// The notification eventfd, created by the first `notify_fd`.
-    notify: Arc<OnceLock<Arc<iwarp_xdp::EventFd>>>,
+    notify: Arc<OnceLock<Arc<EventFd>>>,
     /// The loop to drive when the ring is empty, on an inline context
     /// ([`Polling::Inline`]).
     driver: Option<std::sync::Weak<dyn Drive>>,
@@ -1730,11 +1829,11 @@ impl Cq {
         Ok(self.event_fd()?.as_fd())
     }
 
-    fn event_fd(&self) -> Result<&Arc<iwarp_xdp::EventFd>, Error> {
+    fn event_fd(&self) -> Result<&Arc<EventFd>, Error> {
         if let Some(e) = self.notify.get() {
             return Ok(e);
         }
-        let fresh = Arc::new(iwarp_xdp::EventFd::new().map_err(Error::Io)?);
+        let fresh = Arc::new(EventFd::new().map_err(Error::Io)?);
         if self.notify.set(fresh.clone()).is_ok() {
             // Only the winner of the race installs its notifier.
             self.ring.set_notifier(Box::new(move || fresh.signal()));

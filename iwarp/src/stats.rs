@@ -6,6 +6,7 @@ use std::fmt;
 pub use iwarp_datapath::runtime::LoopStats;
 pub use iwarp_datapath::stack::StackStats;
 pub use iwarp_proto::qp::QpStats;
+#[cfg(feature = "xdp")]
 pub use iwarp_xdp::{AttachMode, XskMode};
 pub use tcp_lite::iface::IfaceStats;
 pub use tcp_lite::tcp::Stats as TcpStats;
@@ -48,13 +49,19 @@ impl ContextStats {
 pub enum DeviceStats {
     /// The simulated link (in-memory queues; no counters of its own).
     Sim,
-    /// An AF_XDP socket.
+    /// A device given to [`Context::with_device`](crate::Context::with_device)
+    /// (its counters, if it keeps any, are the application's to read).
+    Other,
+    /// An AF_XDP socket (feature `xdp`).
+    #[cfg(feature = "xdp")]
     Xdp(XdpDeviceStats),
-    /// A DPDK port.
+    /// A DPDK port (feature `dpdk`).
+    #[cfg(feature = "dpdk")]
     Dpdk(DpdkDeviceStats),
 }
 
 /// An AF_XDP device: what it obtained when it opened, and its counters.
+#[cfg(feature = "xdp")]
 #[derive(Debug, Clone)]
 pub struct XdpDeviceStats {
     /// Interface.
@@ -75,6 +82,7 @@ pub struct XdpDeviceStats {
 }
 
 /// A DPDK port's counters.
+#[cfg(feature = "dpdk")]
 #[derive(Debug, Clone)]
 pub struct DpdkDeviceStats {
     /// The port's name.
@@ -150,6 +158,8 @@ impl fmt::Display for ContextStats {
         )?;
         match &self.device {
             DeviceStats::Sim => writeln!(f, "device: simulated link")?,
+            DeviceStats::Other => writeln!(f, "device: the application's")?,
+            #[cfg(feature = "xdp")]
             DeviceStats::Xdp(x) => {
                 let c = &x.socket;
                 writeln!(
@@ -188,6 +198,7 @@ impl fmt::Display for ContextStats {
                     )?;
                 }
             }
+            #[cfg(feature = "dpdk")]
             DeviceStats::Dpdk(d) => {
                 let c = &d.counters;
                 writeln!(

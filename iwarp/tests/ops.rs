@@ -162,6 +162,7 @@ fn the_notify_fd_fires_once_per_arming_and_only_for_new_completions() {
     );
 }
 
+#[cfg(feature = "xdp")]
 #[test]
 fn bad_host_options_are_refused_before_a_device_is_opened() {
     // No such interface either: the options are checked first.
@@ -190,6 +191,7 @@ fn bad_host_options_are_refused_before_a_device_is_opened() {
 
 /// AF_XDP on a veth pair across two namespaces (root): the options reach
 /// the device, and the stats say what the bind obtained.
+#[cfg(feature = "xdp")]
 #[test]
 fn af_xdp_options_apply_and_stats_report_the_bind_obtained() {
     use netns_harness::{End, Netns, VethPair};

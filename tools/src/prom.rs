@@ -512,6 +512,7 @@ impl Collector for Snapshot {
         let device_help = "The device (kind, and for AF_XDP the bind and attach modes obtained)";
         match &stats.device {
             DeviceStats::Sim => info(e, "device", device_help, &[("kind", "sim".into())])?,
+            DeviceStats::Other => info(e, "device", device_help, &[("kind", "other".into())])?,
             DeviceStats::Xdp(x) => {
                 info(
                     e,

@@ -14,6 +14,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -393,4 +394,109 @@ fn share_address_flags_are_checked() {
     let mut a = base.to_vec();
     a.extend_from_slice(&["--share-address", "--local-ports-from", "80"]);
     assert_eq!(code(&a), Some(2));
+}
+
+/// `tlnc --share-address --connect` as the image's user (uid 10001, file
+/// capabilities permitted only, as in deploy/Dockerfile), with `caps` in
+/// its bounding set as a container's `--cap-add` list puts them there;
+/// the kernel's neighbour table in our namespace emptied first.
+fn non_root_connect(lab: &Lab, tlnc: &Path, caps: &str, port: u16, timeout_s: u32) -> Output {
+    lab.ours.ip(&["neigh", "flush", "all"]).unwrap();
+    let bounding = format!("-all,{caps}");
+    let ip = format!("{}/24", lab.shared_ip);
+    let peer = format!("{}:{port}", lab.peer_ip);
+    let timeout = timeout_s.to_string();
+    let tlnc = tlnc.to_str().unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", lab.ours.name(), "setpriv"])
+        .args(["--reuid", "10001", "--regid", "10001", "--clear-groups"])
+        .args(["--bounding-set", &bounding, tlnc])
+        .args(["--iface", lab.veth.name(End::A), "--ip", &ip])
+        .args(["--share-address", "--connect", &peer, "--timeout", &timeout])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, &data(0x66, 10_000))
+}
+
+/// The capability answer of deploy/README.md: on a shared address a
+/// non-root process needs CAP_NET_ADMIN besides SYS_ADMIN, NET_RAW and
+/// IPC_LOCK, for the neighbour requests (RTM_NEWNEIGH) the device makes
+/// for the stack. Without it the device warns at open and a connection to
+/// a neighbour the kernel does not know yet times out; with it the same
+/// connection works.
+#[test]
+fn as_non_root_a_shared_address_needs_net_admin_to_reach_new_neighbours() {
+    let Some(lab) = Lab::new() else { return };
+    let setcap = ["/usr/sbin/setcap", "/sbin/setcap", "/usr/bin/setcap"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let Some(setcap) = setcap else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI without setcap (libcap2-bin)"
+        );
+        println!("SKIP: no setcap (libcap2-bin)");
+        return;
+    };
+    // A copy of tlnc with the image's file capabilities, where uid 10001
+    // can run it.
+    let dir = std::env::temp_dir().join(format!("iwarp-caps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(dir.clone());
+    let tlnc = dir.join("tlnc");
+    std::fs::copy(env!("CARGO_BIN_EXE_tlnc"), &tlnc).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for p in [&dir, &tlnc] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let st = Command::new(setcap)
+        .args([
+            "cap_net_admin,cap_net_raw,cap_bpf,cap_sys_admin,cap_ipc_lock+p",
+            tlnc.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success(), "setcap: {st}");
+    const THREE: &str = "+sys_admin,+net_raw,+ipc_lock";
+
+    // Without NET_ADMIN: a warning that names it, and no connection (the
+    // kernel never resolves the peer, so no SYN leaves).
+    let _listening = Lab::kernel_listener(&lab.peer, lab.peer_ip, 9101);
+    let out = non_root_connect(&lab, &tlnc, THREE, 9101, 5);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("without CAP_NET_ADMIN") && stderr.contains("timed out"),
+        "{stderr}"
+    );
+    assert!(
+        !lab.our_neighbours().contains("lladdr"),
+        "{}",
+        lab.our_neighbours()
+    );
+
+    // With NET_ADMIN: the same connection works, and no warning.
+    let server = Lab::kernel_listener(&lab.peer, lab.peer_ip, 9102);
+    let server_side = std::thread::spawn(move || {
+        let (s, _) = server.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let got = read_all(&s);
+        (&s).write_all(b"bye").unwrap();
+        got
+    });
+    let out = non_root_connect(&lab, &tlnc, &format!("{THREE},+net_admin"), 9102, 30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", out.status);
+    assert!(!stderr.contains("CAP_NET_ADMIN"), "{stderr}");
+    assert_eq!(server_side.join().unwrap(), data(0x66, 10_000));
+    assert_eq!(out.stdout, b"bye");
 }

@@ -24,6 +24,16 @@ pub fn raise_permitted() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether CAP_NET_ADMIN is in this thread's effective set (false if the
+/// sets cannot be read). Rtnetlink requests that change state, such as
+/// `RTM_NEWNEIGH`, need it.
+pub fn effective_net_admin() -> bool {
+    capabilities(None).is_ok_and(|s| {
+        s.effective
+            .contains(rustix::thread::CapabilitySet::NET_ADMIN)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

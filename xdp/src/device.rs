@@ -10,11 +10,11 @@ use iwarp_frame::{Doorbell, FrameDevice};
 use crate::bpf::SharedPorts;
 use crate::error::{Error, Warning};
 use crate::neigh::{self, KernelNeighbours};
-use crate::notify::{self, EventFd};
 use crate::program::{AttachMode, Program, XdpAttachment};
 use crate::socket::{Counters, SocketConfig, XskSocket};
 use crate::sys;
 use crate::umem::Umem;
+use iwarp_frame::notify::{self, EventFd};
 
 /// Octets of an Ethernet header (no VLAN tag): a frame is MTU + this.
 const ETHERNET_HEADER: usize = 14;
@@ -230,6 +230,8 @@ pub struct XdpDevice {
     /// address, whose neighbour frames arrive outside the socket, or if
     /// the eventfd could not be made: the loop then sleeps bounded times).
     bell: Option<Arc<EventFd>>,
+    /// The socket's warnings and the device's own.
+    warnings: Vec<Warning>,
 }
 
 impl XdpDevice {
@@ -319,7 +321,12 @@ impl XdpDevice {
             Program::load(cfg.our_ip, cfg.max_queues, multi_buffer, cfg.share.as_ref())?
                 .attach(&cfg.iface, ifindex, cfg.attach)?;
         attachment.insert(cfg.queue, socket.as_fd())?;
+        let mut warnings = socket.warnings().to_vec();
+        if shared.is_some() && !crate::caps::effective_net_admin() {
+            warnings.push(Warning::ShareWithoutNetAdmin);
+        }
         Ok(XdpDevice {
+            warnings,
             attachment,
             socket,
             iface: cfg.iface.clone(),
@@ -391,9 +398,10 @@ impl XdpDevice {
         self.attachment.mode()
     }
 
-    /// Non-fatal problems met while opening (busy-poll options refused).
+    /// Non-fatal problems met while opening (busy-poll options refused, a
+    /// shared address without CAP_NET_ADMIN).
     pub fn warnings(&self) -> &[Warning] {
-        self.socket.warnings()
+        &self.warnings
     }
 
     /// Our counters and the kernel's.
@@ -503,34 +511,14 @@ impl FrameDevice for XdpDevice {
 /// (e.g. `/var/run/netns/NAME`) and return its result. Sockets, BPF links
 /// and interface lookups made by `f` belong to that namespace; the objects
 /// keep working from any thread afterwards. A panic in `f` is re-raised.
+/// `iwarp_frame::in_netns` with this crate's error ([`Error::Netns`]).
 pub fn in_netns<T, F>(path: &Path, f: F) -> Result<T, Error>
 where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let file = std::fs::File::open(path).map_err(|e| Error::Netns {
+    iwarp_frame::in_netns(path, f).map_err(|e| Error::Netns {
         path: path.to_owned(),
         errno: e.raw_os_error().unwrap_or(libc::EINVAL),
-    })?;
-    std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            // SAFETY: setns takes a valid fd (kept open by `file` for the
-            // call) and a flag; it changes only this thread's network
-            // namespace (CLONE_NEWNET is allowed in multithreaded processes),
-            // and this thread ends when `f` returns, so no other code runs
-            // in the namespace by surprise.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if r != 0 {
-                return Err(Error::Netns {
-                    path: path.to_owned(),
-                    errno: sys::errno(),
-                });
-            }
-            Ok(f())
-        });
-        match h.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
     })
 }

@@ -246,6 +246,13 @@ pub enum Warning {
         /// The errno.
         errno: i32,
     },
+    /// A shared address ([`Config::share`](crate::Config::share)) opened
+    /// without CAP_NET_ADMIN in effect: the kernel refuses the neighbour
+    /// requests (`RTM_NEWNEIGH`) the device makes for the stack, so the
+    /// stack reaches only neighbours already in the kernel's table (a peer
+    /// that connected first, whose ARP request the kernel answered);
+    /// connections to others time out.
+    ShareWithoutNetAdmin,
 }
 
 impl fmt::Display for Warning {
@@ -258,6 +265,12 @@ impl fmt::Display for Warning {
                     Errno(*errno)
                 )
             }
+            Warning::ShareWithoutNetAdmin => f.write_str(
+                "sharing the address without CAP_NET_ADMIN: the kernel refuses the \
+                 neighbour requests (RTM_NEWNEIGH) made for the stack, so it reaches only \
+                 neighbours the kernel already knows and connections to others time out; \
+                 give the process CAP_NET_ADMIN (docker --cap-add NET_ADMIN)",
+            ),
         }
     }
 }

@@ -35,9 +35,9 @@
 //! - [`Program`] / [`XdpAttachment`]: the XSKMAP, the loaded program, and the
 //!   BPF link that keeps it attached (dropping it detaches).
 //! - [`XdpDevice`]: all of the above from a [`Config`].
-//! - [`EventFd`] / [`Epoll`]: readiness descriptors for event loops (the
-//!   iWARP API's completion-queue notification), over rustix's safe
-//!   `eventfd`, `ppoll` and `epoll`.
+//! - [`EventFd`] / [`Epoll`]: readiness descriptors for event loops,
+//!   re-exported from `iwarp_frame::notify` (the device's doorbell is an
+//!   `EventFd`).
 //! - [`caps::raise_permitted`]: file capabilities given without the
 //!   effective bit (`setcap …+p`), made effective at start.
 //! - [`in_netns`]: run a closure on a thread inside a network namespace
@@ -52,7 +52,6 @@ pub mod caps;
 mod device;
 mod error;
 mod neigh;
-mod notify;
 mod program;
 mod socket;
 mod stats_fmt;
@@ -62,7 +61,7 @@ mod umem;
 pub use bpf::SharedPorts;
 pub use device::{in_netns, BusyPoll, Config, Stats, XdpDevice, XskMode};
 pub use error::{Error, Warning};
-pub use notify::{Epoll, EventFd};
+pub use iwarp_frame::notify::{Epoll, EventFd};
 pub use program::{AttachMode, Program, XdpAttachment, XskMap};
 pub use socket::{Counters, SocketConfig, XskSocket};
 pub use sys::XdpStatistics as KernelStats;

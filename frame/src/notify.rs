@@ -1,8 +1,10 @@
 //! Readiness file descriptors for event loops: an [`EventFd`] that a poll
-//! loop signals (the iWARP API uses one per completion queue) and a small
-//! [`Epoll`] set to wait on several descriptors at once. Thin wrappers
-//! over `rustix`'s safe `eventfd`, `poll` (`ppoll(2)`, nanosecond
-//! timeouts) and `epoll`: no `unsafe` here.
+//! loop signals (the iWARP API uses one per completion queue; a backend
+//! uses one as its [`Doorbell`](crate::Doorbell)) and a small [`Epoll`] set
+//! to wait on several descriptors at once. Thin wrappers over `rustix`'s
+//! safe `eventfd`, `poll` (`ppoll(2)`, nanosecond timeouts) and `epoll`:
+//! no `unsafe` here. Here rather than in a backend so that the API and
+//! every backend share them without depending on each other.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -113,7 +115,7 @@ fn sleep_for(ts: &Timespec) -> io::Result<bool> {
     }
 }
 
-impl iwarp_frame::Doorbell for EventFd {
+impl crate::Doorbell for EventFd {
     fn ring(&self) {
         self.signal();
     }

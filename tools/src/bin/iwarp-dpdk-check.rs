@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! iwarp-dpdk-check ping DEVARGS OUR_IP PEER_IP COUNT
-//! iwarp-dpdk-check tcp  DEVARGS OUR_IP/PREFIX PEER_IP:PORT BYTES TIMEOUT_S
+//! iwarp-dpdk-check tcp  DEVARGS OUR_IP/PREFIX PEER_IP:PORT BYTES TIMEOUT_S [MTU]
 //! iwarp-dpdk-check eal-twice
 //! ```
 //!
@@ -24,7 +24,10 @@
 //!
 //! Exit status: 0 success, 1 the check failed, 2 usage or setup error. A
 //! separate process per run because DPDK's EAL can be initialised once per
-//! process (the crate's tests run this binary under `ip netns exec`).
+//! process (`tools/tests/dpdk_af_packet.rs` runs this binary under `ip
+//! netns exec`). Here in `iwarp-tools`, not in `iwarp-dpdk`, so that the
+//! backend crate depends on the frame trait alone: this check brings its
+//! own host stack (`iwarp-datapath`, `tcp-lite`).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
@@ -33,24 +36,70 @@ use std::time::{Duration, Instant};
 use iwarp_dpdk::{Eal, Port, Queues};
 use iwarp_frame::FrameDevice;
 
+/// Exercise a DPDK port against a Linux host (one check per process: the
+/// EAL can be initialised once).
+#[derive(clap::Parser, Debug)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    check: Check,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Check {
+    /// Resolve PEER_IP by ARP, then COUNT ICMP echoes; exit 0 when every
+    /// reply came back with the data sent.
+    Ping {
+        /// Devargs to hot-plug (`net_af_packet0,iface=veth0`).
+        devargs: String,
+        /// Our address.
+        our_ip: Ipv4Addr,
+        /// The Linux host's address.
+        peer_ip: Ipv4Addr,
+        /// Echo requests to send.
+        count: u16,
+    },
+    /// tcp-lite's host stack in a poll loop: connect, send BYTES, read
+    /// until the peer closes; print both checksums.
+    Tcp {
+        /// Devargs to hot-plug.
+        devargs: String,
+        /// Our address and prefix (`10.0.0.1/24`).
+        our_ip: String,
+        /// The Linux listener (`10.0.0.2:5001`).
+        peer: SocketAddrV4,
+        /// Octets to send.
+        bytes: u64,
+        /// Seconds before giving up.
+        timeout_s: u64,
+        /// The port's MTU.
+        #[arg(default_value_t = 1500)]
+        mtu: u16,
+    },
+    /// Initialise the EAL, then twice more: both must fail with
+    /// AlreadyInitialised while the first handle keeps working.
+    EalTwice,
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = match a.as_slice() {
-        ["ping", dev, ours, peer, count] => parse_ping(dev, ours, peer, count),
-        ["tcp", dev, ours, peer, bytes, timeout] => {
-            parse_tcp(dev, ours, peer, bytes, timeout, "1500")
-        }
-        ["tcp", dev, ours, peer, bytes, timeout, mtu] => {
-            parse_tcp(dev, ours, peer, bytes, timeout, mtu)
-        }
-        ["eal-twice"] => eal_twice(),
-        _ => Err(Failure::Setup(
-            "usage: iwarp-dpdk-check ping DEVARGS OUR_IP PEER_IP COUNT\n       \
-             iwarp-dpdk-check tcp DEVARGS OUR_IP/PREFIX PEER_IP:PORT BYTES TIMEOUT_S [MTU]\n       \
-             iwarp-dpdk-check eal-twice"
-                .into(),
-        )),
+    // Misuse exits 2 through clap, as with the other tools.
+    let cli = <Cli as clap::Parser>::parse();
+    let result = match cli.check {
+        Check::Ping {
+            devargs,
+            our_ip,
+            peer_ip,
+            count,
+        } => ping_check(&devargs, our_ip, peer_ip, count),
+        Check::Tcp {
+            devargs,
+            our_ip,
+            peer,
+            bytes,
+            timeout_s,
+            mtu,
+        } => tcp_check(&devargs, &our_ip, peer, bytes, timeout_s, mtu),
+        Check::EalTwice => eal_twice(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -115,10 +164,7 @@ fn mac_str(m: [u8; 6]) -> String {
     m.map(|b| format!("{b:02x}")).join(":")
 }
 
-fn parse_ping(dev: &str, ours: &str, peer: &str, count: &str) -> Result<(), Failure> {
-    let ours: Ipv4Addr = ours.parse().map_err(setup)?;
-    let peer: Ipv4Addr = peer.parse().map_err(setup)?;
-    let count: u16 = count.parse().map_err(setup)?;
+fn ping_check(dev: &str, ours: Ipv4Addr, peer: Ipv4Addr, count: u16) -> Result<(), Failure> {
     let mut port = open(dev)?;
     let r = ping::run(&mut port, ours.octets(), peer.octets(), count);
     println!("counters {:?}", port.counters());
@@ -328,23 +374,21 @@ mod ping {
     }
 }
 
-fn parse_tcp(
+fn tcp_check(
     dev: &str,
     ours: &str,
-    peer: &str,
-    bytes: &str,
-    timeout: &str,
-    mtu: &str,
+    peer: SocketAddrV4,
+    bytes: u64,
+    timeout_s: u64,
+    mtu: u16,
 ) -> Result<(), Failure> {
     let (ip, prefix) = ours
         .split_once('/')
         .ok_or_else(|| Failure::Setup(format!("expected ADDRESS/PREFIX, got {ours:?}")))?;
     let ip: Ipv4Addr = ip.parse().map_err(setup)?;
     let prefix: u8 = prefix.parse().map_err(setup)?;
-    let peer: SocketAddrV4 = peer.parse().map_err(setup)?;
-    let bytes: u64 = bytes.parse().map_err(setup)?;
-    let timeout = Duration::from_secs(timeout.parse().map_err(setup)?);
-    let port = open_mtu(dev, mtu.parse().map_err(setup)?)?;
+    let timeout = Duration::from_secs(timeout_s);
+    let port = open_mtu(dev, mtu)?;
     tcp::run(port, ip, prefix, peer, bytes, timeout)
 }
 
