@@ -264,10 +264,20 @@ fn an_inline_ping_pong_carries_its_acks_on_the_replies() {
     }
     server.join().unwrap();
     let sent = frames(&p) - before;
+    // A thread preempted for the keeper's grace (500 µs) between its
+    // receive and its answer has its keeper send the ACK alone: a frame
+    // more per takeover, at most two (on a loaded machine, other tests of
+    // this file run beside it).
+    let takeovers: u64 = [&p.server, &p.client]
+        .iter()
+        .map(|c| c.stats().unwrap().poll_loop.keeper_takeovers)
+        .sum();
     // Two frames per round trip and the last ACK; a few spare for a post
-    // that found the other thread's round in flight (rare).
+    // that found the other thread's round in flight (rare). With the ACK
+    // at once it is four per round trip (2000 frames seen); one run
+    // beside two other builds saw 442 takeovers.
     assert!(
-        (2 * N + 1..=2 * N + N / 10).contains(&sent),
-        "{sent} frames for {N} round trips"
+        (2 * N + 1..=2 * N + N / 10 + 2 * takeovers).contains(&sent),
+        "{sent} frames for {N} round trips, {takeovers} keeper takeovers"
     );
 }
