@@ -902,9 +902,11 @@ impl Engine for SctpHost {
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(SctpOutput)) -> bool {
         let mut busy = false;
-        for f in self.pending_tx.drain(..) {
-            tx.send_parts(&[&f]);
-            busy = true;
+        if !self.pending_tx.is_empty() {
+            for f in self.pending_tx.drain(..) {
+                tx.send_parts(&[&f]);
+                busy = true;
+            }
         }
         while let Some(req) = self.arp.poll_request(now) {
             if let Some(f) = self.wire().arp_frame(&req) {

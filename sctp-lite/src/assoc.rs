@@ -2625,6 +2625,13 @@ impl Association {
     }
 
     fn put_data(&mut self, now: u64, buf: &mut [u8], mut at: usize, any: &mut bool) -> usize {
+        if !self.has_sendable() {
+            // Nothing marked or never sent (most polls): no search for the
+            // first unsent chunk. A retransmission burst's licence ends
+            // here as it would below.
+            self.rtx_burst = false;
+            return at;
+        }
         let mut sent_any = false;
         // Retransmissions first (§6.3.3 E3, §7.2.4 step 3): the first
         // packet regardless of cwnd, as those rules allow; later ones within it.

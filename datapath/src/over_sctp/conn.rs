@@ -388,6 +388,8 @@ pub struct SctpConns {
     /// stream's instructions).
     by_assoc: BTreeMap<AssocId, SockId>,
     by_token: HashMap<u64, SockId>,
+    /// `poll`'s list of connection ids, kept for its capacity.
+    ids: Vec<SockId>,
     listeners: HashMap<u16, Listening>,
     next_id: SockId,
     next_port: u16,
@@ -432,6 +434,7 @@ impl SctpConns {
             conns: BTreeMap::new(),
             by_assoc: BTreeMap::new(),
             by_token: HashMap::new(),
+            ids: Vec::new(),
             listeners: HashMap::new(),
             next_id: SCTP_SOCK_BASE,
             next_port: ephemeral_base,
@@ -838,14 +841,21 @@ impl SctpConns {
     ) -> bool {
         let mut host_out = std::mem::take(&mut self.host_out);
         let mut busy = self.host.poll(now, tx, &mut |o| host_out.push(o));
-        busy |= !host_out.is_empty();
-        for o in host_out.drain(..) {
-            self.dispatch(o, now, mem, out);
+        if !host_out.is_empty() {
+            busy = true;
+            for o in host_out.drain(..) {
+                self.dispatch(o, now, mem, out);
+            }
         }
-        let ids: Vec<SockId> = self.conns.keys().copied().collect();
-        for id in ids {
+        // The ids first (`drive` may end a connection), in a list kept
+        // between rounds: no allocation every round.
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        ids.extend(self.conns.keys().copied());
+        for &id in &ids {
             busy |= self.drive(id, now, mem, out);
         }
+        self.ids = ids;
         // Send what the queue pairs just gave their associations this
         // round rather than the next; events this makes wait for the next.
         busy |= self.host.poll(now, tx, &mut |o| host_out.push(o));
