@@ -2283,9 +2283,12 @@ impl crate::runtime::Engine for Stack {
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(Output)) -> bool {
         let mut busy = false;
-        for f in self.pending_tx.drain(..) {
-            tx.send_parts(&[&f]);
-            busy = true;
+        // (Empty most rounds: a drain of nothing still costs its set-up.)
+        if !self.pending_tx.is_empty() {
+            for f in self.pending_tx.drain(..) {
+                tx.send_parts(&[&f]);
+                busy = true;
+            }
         }
         self.iface.poll(now, &mut |f| {
             tx.send_parts(&[f]);
@@ -2327,9 +2330,11 @@ impl crate::runtime::Engine for Stack {
                 }
             }
         }
-        for (dst, rst) in resets.drain(..) {
-            Self::emit(iface, stats, dst, &rst, now, tx);
-            busy = true;
+        if !resets.is_empty() {
+            for (dst, rst) in resets.drain(..) {
+                Self::emit(iface, stats, dst, &rst, now, tx);
+                busy = true;
+            }
         }
         for l in listeners.values_mut() {
             for (remote, c) in l.listener.half_open_iter_mut() {
