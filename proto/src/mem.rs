@@ -97,10 +97,12 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(8);
     /// Memory windows may be bound to the region.
     pub const MW_BIND: Access = Access(16);
+    /// Remote atomic (target of an inbound RFC 7306 Atomic Request).
+    pub const REMOTE_ATOMIC: Access = Access(32);
     /// All rights.
-    pub const ALL: Access = Access(31);
+    pub const ALL: Access = Access(63);
     /// The rights that expose memory to the peer.
-    pub const REMOTE: Access = Access(4 | 8);
+    pub const REMOTE: Access = Access(4 | 8 | 32);
 
     /// Whether all of `other`'s rights are present.
     pub const fn contains(self, other: Access) -> bool {

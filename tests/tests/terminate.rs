@@ -310,11 +310,11 @@ fn rdmap_invalid_version() {
 #[test]
 fn rdmap_unexpected_opcode() {
     let (d, _) = ctrl(false, Opcode::Send);
-    // reserved opcode 1000b on QN 0
+    // reserved opcode 1100b on QN 0 (1000b-1011b are RFC 7306's)
     untagged_case(
         TermCode::RDMAP_UNEXPECTED_OPCODE,
         true,
-        (d, 0x48, 0, 0, 1, 0),
+        (d, 0x4c, 0, 0, 1, 0),
         8,
     );
     // a Send on QN 1
