@@ -77,7 +77,7 @@ pub use iwarp_proto::qp::{
     DisconnectCause, InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus,
     WorkRequest, MAX_INLINE, MAX_SGE,
 };
-pub use iwarp_proto::wire::TerminateRepr;
+pub use iwarp_proto::wire::{TermCode, TerminateRepr};
 pub use iwarp_xdp::BusyPoll;
 pub use iwarp_xdp::SharedPorts;
 /// A small epoll set and an eventfd (for waiting on [`Cq::notify_fd`] with
@@ -1501,6 +1501,9 @@ pub struct Wc {
     pub solicited: bool,
     /// The STag a Send with Invalidate invalidated here.
     pub invalidated: Option<STag>,
+    /// The 32-bit immediate of an RDMA Write with Immediate received here
+    /// ([`WcOpcode::RecvRdmaWithImm`], RFC 7306 Immediate Data).
+    pub imm: Option<u32>,
 }
 
 /// How a work request ended.
@@ -1633,6 +1636,7 @@ impl Cq {
                 byte_len: c.byte_len,
                 solicited: c.solicited,
                 invalidated: c.invalidated,
+                imm: c.imm,
             },
             CqEntry::Refused { wr_id, error } => Wc {
                 wr_id,
@@ -1642,6 +1646,7 @@ impl Cq {
                 byte_len: 0,
                 solicited: false,
                 invalidated: None,
+                imm: None,
             },
         }
     }
