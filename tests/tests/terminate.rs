@@ -225,7 +225,8 @@ fn untagged_case(code: TermCode, post_recv: bool, hdr: (u8, u8, u32, u32, u32, u
 #[test]
 fn ddp_untagged_invalid_qn() {
     let (d, r) = ctrl(false, Opcode::Send);
-    untagged_case(TermCode::DDP_U_INVALID_QN, true, (d, r, 0, 3, 1, 0), 8);
+    // QN 0-2 are RFC 5040's, QN 3 RFC 7306's (Atomic Response).
+    untagged_case(TermCode::DDP_U_INVALID_QN, true, (d, r, 0, 4, 1, 0), 8);
 }
 
 #[test]
