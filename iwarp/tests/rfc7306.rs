@@ -31,6 +31,10 @@ struct Pair {
 
 fn connected(port: u16, recvs: u64) -> Pair {
     let (server, client) = Context::sim_pair();
+    connected_on(server, client, port, recvs)
+}
+
+fn connected_on(server: Context, client: Context, port: u16, recvs: u64) -> Pair {
     let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
     let (scq, ccq) = (server.create_cq(256), client.create_cq(256));
     let mut init = vec![0u8; 4096];
@@ -78,7 +82,10 @@ fn u64_at(mr: &iwarp::Mr, at: usize) -> u64 {
 
 #[test]
 fn write_with_immediate_completes_a_receive_with_the_immediate() {
-    let p = connected(9701, 4);
+    write_with_immediate(connected(9701, 4));
+}
+
+fn write_with_immediate(p: Pair) {
     p.local.write(0, b"immediate!").unwrap();
     p.cqp
         .post_send(WorkRequest::WriteImm {
@@ -115,7 +122,10 @@ fn write_with_immediate_completes_a_receive_with_the_immediate() {
 
 #[test]
 fn fetch_add_and_compare_swap() {
-    let p = connected(9702, 0);
+    atomics(connected(9702, 0));
+}
+
+fn atomics(p: Pair) {
     p.cqp
         .post_send(WorkRequest::FetchAdd {
             wr_id: 1,
@@ -201,4 +211,46 @@ fn misaligned_atomic_is_refused() {
     refused(&p, &p.target, 12, TermCode::RDMAP_BASE_BOUNDS);
     assert_eq!(u64_at(&p.target, 8), 40);
     assert_eq!(u64_at(&p.target, 16), 7);
+}
+
+/// The same operations between two stacks on AF_XDP, each in its own
+/// network namespace over a veth (needs root; skipped without).
+#[test]
+fn rfc7306_over_af_xdp_in_two_namespaces() {
+    use netns_harness::{End, Netns, VethPair};
+    if netns_harness::skip_test_without_root() {
+        return;
+    }
+    let (a, b) = (Netns::new("r73a").unwrap(), Netns::new("r73b").unwrap());
+    let mut veth = VethPair::new("r73v").unwrap();
+    veth.move_to(End::A, &a).unwrap();
+    veth.move_to(End::B, &b).unwrap();
+    for end in [End::A, End::B] {
+        veth.disable_ipv6(end).unwrap();
+        veth.disable_tx_offload(end).unwrap();
+        veth.set_up(end).unwrap();
+    }
+    let opts = |end: End, ns: &Netns, last: u8| {
+        let mut o =
+            iwarp::XdpOptions::new(veth.name(end), std::net::Ipv4Addr::new(10, 73, 0, last), 24);
+        o.host.netns = Some(ns.ns_path());
+        o.bind = iwarp::XskMode::Copy;
+        o.ring_size = 512;
+        o.rx_frames = 512;
+        o.frame_count = 2048;
+        o.host.tcp.rto_min = Duration::from_millis(20);
+        o
+    };
+    for (i, port) in [9711u16, 9712].into_iter().enumerate() {
+        let server = Context::af_xdp(&opts(End::A, &a, 1)).unwrap();
+        let client = Context::af_xdp(&opts(End::B, &b, 2)).unwrap();
+        let p = connected_on(server, client, port, 4);
+        let st = p._ctx.0.stats().unwrap();
+        assert!(matches!(st.device, iwarp::DeviceStats::Xdp(_)), "{st}");
+        if i == 0 {
+            write_with_immediate(p);
+        } else {
+            atomics(p);
+        }
+    }
 }
