@@ -1271,6 +1271,34 @@ impl Qp {
                 }
                 Access::LOCAL_WRITE
             }
+            WorkRequest::WriteImm { .. }
+            | WorkRequest::FetchAdd { .. }
+            | WorkRequest::CmpSwap { .. } => return self.post_rfc7306(mem, wr, tag),
+            WorkRequest::SendInline { data, .. } | WorkRequest::WriteInline { data, .. } => {
+                // One FPDU: header + payload within the MULPDU.
+                if UNTAGGED_HEADER_LEN + data.as_slice().len() > usize::from(self.cfg.mulpdu) {
+                    return Err(PostError::InlineTooLong);
+                }
+                Access::LOCAL_READ
+            }
+            _ => Access::LOCAL_READ,
+        };
+        check_sgl(mem, self.cfg.pd, need, &local).map_err(PostError::Local)?;
+        self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr), tag));
+        Ok(())
+    }
+
+    /// [`post_send_tagged`](Self::post_send_tagged) for the RFC 7306
+    /// requests, out of line: the Send/Write/Read post path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn post_rfc7306(
+        &mut self,
+        mem: &MemoryTable,
+        wr: WorkRequest,
+        tag: u64,
+    ) -> Result<(), PostError> {
+        match wr {
             WorkRequest::FetchAdd { local, .. } | WorkRequest::CmpSwap { local, .. } => {
                 // RFC 7306 §5: requests count against ORD, as Reads do.
                 if self.cfg.ord == 0 {
@@ -1279,7 +1307,8 @@ impl Qp {
                 if local.len != 8 {
                     return Err(PostError::AtomicLength);
                 }
-                Access::LOCAL_WRITE
+                check_sgl(mem, self.cfg.pd, Access::LOCAL_WRITE, &SgList::from(local))
+                    .map_err(PostError::Local)?;
             }
             WorkRequest::WriteImm {
                 wr_id,
@@ -1304,19 +1333,9 @@ impl Qp {
                     remote_to,
                 };
                 self.tx.sq.push_back(SqEntry::new(SqWork::Wr(write), tag));
-                self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr), tag));
-                return Ok(());
             }
-            WorkRequest::SendInline { data, .. } | WorkRequest::WriteInline { data, .. } => {
-                // One FPDU: header + payload within the MULPDU.
-                if UNTAGGED_HEADER_LEN + data.as_slice().len() > usize::from(self.cfg.mulpdu) {
-                    return Err(PostError::InlineTooLong);
-                }
-                Access::LOCAL_READ
-            }
-            _ => Access::LOCAL_READ,
-        };
-        check_sgl(mem, self.cfg.pd, need, &local).map_err(PostError::Local)?;
+            _ => {}
+        }
         self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr), tag));
         Ok(())
     }
@@ -1858,72 +1877,11 @@ impl Qp {
                 }
                 self.read_request_job(seq, local, remote_stag, remote_to, blank)
             }
-            SqWork::Wr(WorkRequest::WriteImm { imm, solicited, .. }) => {
-                // RFC 7306 §6: Immediate Data, untagged on QN 0 (after the
-                // RDMA Write entry, if any, which went first).
-                let msn = self.tx.msn[0];
-                self.tx.msn[0] = msn.wrapping_add(1);
-                let mut inline = [0; INLINE_BODY];
-                let _ = ImmediateData::from_imm32(imm).emit(&mut inline);
-                Job {
-                    origin: JobOrigin::Sq(seq),
-                    opcode: if solicited {
-                        Opcode::ImmediateDataSe
-                    } else {
-                        Opcode::ImmediateData
-                    },
-                    qn: queue::SEND,
-                    msn,
-                    inline,
-                    inline_len: IMMEDIATE_DATA_LEN,
-                    ..blank
-                }
-            }
-            SqWork::Wr(WorkRequest::FetchAdd {
-                local,
-                remote_stag,
-                remote_to,
-                add,
-                ..
-            }) => {
-                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
-                    return None;
-                }
-                let req = AtomicRequest {
-                    op: AtomicOp::FetchAdd,
-                    req_id: 0,
-                    stag: remote_stag.0,
-                    to: remote_to,
-                    add_swap: add,
-                    add_swap_mask: 0,
-                    compare: 0,
-                    compare_mask: 0,
-                };
-                self.atomic_request_job(seq, local, req, blank)
-            }
-            SqWork::Wr(WorkRequest::CmpSwap {
-                local,
-                remote_stag,
-                remote_to,
-                compare,
-                swap,
-                ..
-            }) => {
-                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
-                    return None;
-                }
-                let req = AtomicRequest {
-                    op: AtomicOp::CmpSwap,
-                    req_id: 0,
-                    stag: remote_stag.0,
-                    to: remote_to,
-                    add_swap: swap,
-                    add_swap_mask: u64::MAX,
-                    compare,
-                    compare_mask: u64::MAX,
-                };
-                self.atomic_request_job(seq, local, req, blank)
-            }
+            SqWork::Wr(
+                wr @ (WorkRequest::WriteImm { .. }
+                | WorkRequest::FetchAdd { .. }
+                | WorkRequest::CmpSwap { .. }),
+            ) => self.rfc7306_job(seq, wr, blank)?,
             SqWork::Rtr(RtrKind::ZeroLengthFpdu) => Job {
                 origin: JobOrigin::Sq(seq),
                 zero_fpdu: true,
@@ -1963,6 +1921,82 @@ impl Qp {
             }
         }
         Some(job)
+    }
+
+    /// [`next_job`](Self::next_job) for the RFC 7306 requests, out of
+    /// line (`None`: an atomic held back by ORD).
+    #[cold]
+    #[inline(never)]
+    fn rfc7306_job(&mut self, seq: u64, wr: WorkRequest, blank: Job) -> Option<Job> {
+        Some(match wr {
+            WorkRequest::WriteImm { imm, solicited, .. } => {
+                // RFC 7306 §6: Immediate Data, untagged on QN 0 (after the
+                // RDMA Write entry, if any, which went first).
+                let msn = self.tx.msn[0];
+                self.tx.msn[0] = msn.wrapping_add(1);
+                let mut inline = [0; INLINE_BODY];
+                let _ = ImmediateData::from_imm32(imm).emit(&mut inline);
+                Job {
+                    origin: JobOrigin::Sq(seq),
+                    opcode: if solicited {
+                        Opcode::ImmediateDataSe
+                    } else {
+                        Opcode::ImmediateData
+                    },
+                    qn: queue::SEND,
+                    msn,
+                    inline,
+                    inline_len: IMMEDIATE_DATA_LEN,
+                    ..blank
+                }
+            }
+            WorkRequest::FetchAdd {
+                local,
+                remote_stag,
+                remote_to,
+                add,
+                ..
+            } => {
+                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                    return None;
+                }
+                let req = AtomicRequest {
+                    op: AtomicOp::FetchAdd,
+                    req_id: 0,
+                    stag: remote_stag.0,
+                    to: remote_to,
+                    add_swap: add,
+                    add_swap_mask: 0,
+                    compare: 0,
+                    compare_mask: 0,
+                };
+                self.atomic_request_job(seq, local, req, blank)
+            }
+            WorkRequest::CmpSwap {
+                local,
+                remote_stag,
+                remote_to,
+                compare,
+                swap,
+                ..
+            } => {
+                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                    return None;
+                }
+                let req = AtomicRequest {
+                    op: AtomicOp::CmpSwap,
+                    req_id: 0,
+                    stag: remote_stag.0,
+                    to: remote_to,
+                    add_swap: swap,
+                    add_swap_mask: u64::MAX,
+                    compare,
+                    compare_mask: u64::MAX,
+                };
+                self.atomic_request_job(seq, local, req, blank)
+            }
+            _ => return None,
+        })
     }
 
     /// An Atomic Request on QN 1 (RFC 7306 §4), counted against ORD from
@@ -2608,6 +2642,9 @@ impl RxCtx<'_> {
                     return self.error(TermCode::DDP_U_MSN_RANGE, None);
                 }
                 let mo = u.mo as usize;
+                if matches!(op, Opcode::ImmediateData | Opcode::ImmediateDataSe) {
+                    return self.begin_immediate(mo, payload);
+                }
                 let capacity = match u.qn {
                     queue::SEND => {
                         if self.rx.cur.is_none() {
@@ -2629,13 +2666,7 @@ impl RxCtx<'_> {
                                 }
                             }
                         }
-                        if matches!(op, Opcode::ImmediateData | Opcode::ImmediateDataSe) {
-                            // RFC 7306 §6: 8 octets, delivered with the
-                            // completion, not placed in the buffer.
-                            IMMEDIATE_DATA_LEN
-                        } else {
-                            self.rx.cur.map_or(0, |r| r.sgl.total_len() as usize)
-                        }
+                        self.rx.cur.map_or(0, |r| r.sgl.total_len() as usize)
                     }
                     queue::READ_REQUEST => {
                         // The QN 1 buffers are the IRD we advertised (RFC 5040
@@ -2692,11 +2723,6 @@ impl RxCtx<'_> {
                     return self.error(code, None);
                 }
                 self.rx.target = match u.qn {
-                    queue::SEND
-                        if matches!(op, Opcode::ImmediateData | Opcode::ImmediateDataSe) =>
-                    {
-                        Target::Small { mo }
-                    }
                     queue::SEND => {
                         let Some(r) = self.rx.cur else {
                             return self.error(TermCode::DDP_U_NO_BUFFER, None);
@@ -3062,9 +3088,41 @@ impl RxCtx<'_> {
         });
     }
 
+    /// `begin` for an Immediate Data segment (RFC 7306 §6; QN 0 and its MSN
+    /// already checked): it takes a receive buffer as a Send does (RFC 5041
+    /// §7.1 check 2), and its 8-octet body goes to `Rx::small`, not into
+    /// the buffer.
+    #[cold]
+    #[inline(never)]
+    fn begin_immediate(&mut self, mo: usize, payload: usize) {
+        if self.rx.cur.is_none() {
+            match self.take_recv() {
+                Some(Ok(r)) => self.rx.cur = Some(r),
+                None => return self.error(TermCode::DDP_U_NO_BUFFER, None),
+                Some(Err((r, e))) => {
+                    self.rx.cur = Some(r);
+                    return self.recv_error(
+                        TermCode::DDP_LOCAL_CATASTROPHIC,
+                        WcStatus::LocalProtection(e),
+                    );
+                }
+            }
+        }
+        // RFC 5041 §7.1 checks 3 and 4 against the 8-octet body.
+        if mo > IMMEDIATE_DATA_LEN {
+            return self.recv_error(TermCode::DDP_U_INVALID_MO, WcStatus::LocalLength);
+        }
+        if mo + payload > IMMEDIATE_DATA_LEN {
+            return self.recv_error(TermCode::DDP_U_TOO_LONG, WcStatus::LocalLength);
+        }
+        self.rx.target = Target::Small { mo };
+    }
+
     /// The last segment of an Immediate Data message (RFC 7306 §6) whose
     /// body ends at `end` octets: it consumed the receive buffer `begin`
     /// took; the buffer completes with the immediate, nothing placed in it.
+    #[cold]
+    #[inline(never)]
     fn immediate_data(&mut self, hdr: DdpHeader, u: UntaggedHeader, end: usize) {
         self.rx.small_len = self.rx.small_len.max(end);
         if !u.ddp.last() {
@@ -3099,6 +3157,8 @@ impl RxCtx<'_> {
     /// QN 1: check it, run it on registered memory, and queue its Atomic
     /// Response behind the Read Responses already owed (the IRD bound of
     /// `begin` covers both).
+    #[cold]
+    #[inline(never)]
     fn atomic_request(&mut self, hdr: DdpHeader, u: UntaggedHeader, len: usize) {
         let Ok(req) = AtomicRequest::parse(&self.rx.read_req[..len.min(ATOMIC_REQUEST_LEN)]) else {
             // An Atomic Request without its 52-octet body.
@@ -3156,6 +3216,8 @@ impl RxCtx<'_> {
     /// The last segment of an Atomic Response (RFC 7306 §5), body `len`
     /// octets: place the original value and complete the oldest outstanding
     /// atomic (responses come in request order).
+    #[cold]
+    #[inline(never)]
     fn atomic_response(&mut self, hdr: DdpHeader, u: UntaggedHeader, len: usize) {
         self.rx.small_len = self.rx.small_len.max(len);
         if !u.ddp.last() {
