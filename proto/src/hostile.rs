@@ -785,7 +785,7 @@ impl Driver {
                 let ri = input.below(self.regions.len());
                 let offset = u64::from(input.byte());
                 let len = u64::from(input.byte());
-                let access = Access(input.byte() & Access::REMOTE.0);
+                let access = Access(input.byte() & Access::ANY_REMOTE.0);
                 let (Some(Some(w)), Some(Some(r))) = (self.windows.get(wi), self.regions.get(ri))
                 else {
                     return Ok(());

@@ -101,8 +101,12 @@ impl Access {
     pub const REMOTE_ATOMIC: Access = Access(32);
     /// All rights.
     pub const ALL: Access = Access(63);
-    /// The rights that expose memory to the peer.
-    pub const REMOTE: Access = Access(4 | 8 | 32);
+    /// Remote read and remote write (what a plain RDMA server exposes;
+    /// [`REMOTE_ATOMIC`](Self::REMOTE_ATOMIC) is asked for on its own).
+    pub const REMOTE: Access = Access(4 | 8);
+    /// Every right that exposes memory to the peer: [`REMOTE`](Self::REMOTE)
+    /// and remote atomic.
+    pub const ANY_REMOTE: Access = Access(4 | 8 | 32);
 
     /// Whether all of `other`'s rights are present.
     pub const fn contains(self, other: Access) -> bool {
@@ -652,7 +656,7 @@ impl MemoryTable {
                 if r.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
-                if !r.access.intersects(Access::REMOTE) {
+                if !r.access.intersects(Access::ANY_REMOTE) {
                     return Err(AccessError::Access);
                 }
                 r.valid = false;
@@ -666,7 +670,7 @@ impl MemoryTable {
                 if w.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
-                if !b.access.intersects(Access::REMOTE) {
+                if !b.access.intersects(Access::ANY_REMOTE) {
                     return Err(AccessError::Access);
                 }
                 self.unbind(index);
