@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use iwarp::{
     AcceptOptions, Access, ConnectOptions, Context, ListenOptions, QpEvent, Status, TermCode,
-    WcOpcode, WcStatus, WorkRequest,
+    Transport, WcOpcode, WcStatus, WorkRequest,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -35,6 +35,16 @@ fn connected(port: u16, recvs: u64) -> Pair {
 }
 
 fn connected_on(server: Context, client: Context, port: u16, recvs: u64) -> Pair {
+    connected_over(server, client, port, recvs, Transport::Mpa)
+}
+
+fn connected_over(
+    server: Context,
+    client: Context,
+    port: u16,
+    recvs: u64,
+    transport: Transport,
+) -> Pair {
     let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
     let (scq, ccq) = (server.create_cq(256), client.create_cq(256));
     let mut init = vec![0u8; 4096];
@@ -53,9 +63,13 @@ fn connected_on(server: Context, client: Context, port: u16, recvs: u64) -> Pair
         )
         .unwrap();
     let local = cpd.register(vec![0xab; 4096], Access::LOCAL_WRITE).unwrap();
-    let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
+    let mut lo = ListenOptions::new(&spd);
+    lo.transport = transport;
+    let listener = server.listen(port, &lo).unwrap();
     let addr = SocketAddrV4::new(server.addr(), port);
-    let (c2, co) = (client.clone(), ConnectOptions::new(&cpd, &ccq));
+    let mut co = ConnectOptions::new(&cpd, &ccq);
+    co.transport = transport;
+    let c2 = client.clone();
     let t = std::thread::spawn(move || c2.connect(addr, &co));
     let req = listener.get_request(T).unwrap();
     let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
@@ -253,4 +267,17 @@ fn rfc7306_over_af_xdp_in_two_namespaces() {
             atomics(p);
         }
     }
+}
+
+/// Over DDP/SCTP (RFC 5043) on the simulated link: the same queue-pair code
+/// over the segment lower layer.
+#[test]
+fn rfc7306_over_sctp_on_the_simulated_link() {
+    let (server, client) = Context::sim_pair();
+    let p = connected_over(server, client, 9721, 4, Transport::Sctp);
+    let st = p._ctx.0.sctp_stats().unwrap().unwrap();
+    assert_eq!(st.connections, 1, "{st:?}");
+    write_with_immediate(p);
+    let (server, client) = Context::sim_pair();
+    atomics(connected_over(server, client, 9722, 0, Transport::Sctp));
 }
