@@ -544,8 +544,8 @@ impl CqRing {
 
 /// The completion rings of one queue pair, as verbs gives a QP a send CQ
 /// and a receive CQ (`ibv_qp_init_attr.send_cq`, `recv_cq`): completions
-/// of receives ([`WcOpcode::Recv`](iwarp_proto::qp::WcOpcode::Recv), the
-/// flushed ones included) go to `recv`; those of the send queue (Send,
+/// of receives ([`WcOpcode::Recv`](iwarp_proto::qp::WcOpcode::Recv) and
+/// `RecvRdmaWithImm`, the flushed ones included) go to `recv`; those of the send queue (Send,
 /// Write, Read) and refused posts ([`CqEntry::Refused`], whichever queue
 /// they were posted to) go to `send`. One CQ for both is the same ring
 /// twice ([`QpCqs::one`], or `From<Arc<CqRing>>`).
@@ -575,7 +575,12 @@ impl QpCqs {
     /// give back what goes to no ring (events).
     fn push(&self, id: SockId, o: HostOutput) -> Option<HostOutput> {
         match o {
-            HostOutput::Completion(c) if c.opcode == iwarp_proto::qp::WcOpcode::Recv => {
+            HostOutput::Completion(c)
+                if matches!(
+                    c.opcode,
+                    iwarp_proto::qp::WcOpcode::Recv | iwarp_proto::qp::WcOpcode::RecvRdmaWithImm
+                ) =>
+            {
                 self.recv.push(id, CqEntry::Done(c))
             }
             HostOutput::Completion(c) => self.send.push(id, CqEntry::Done(c)),
@@ -2568,6 +2573,7 @@ mod tests {
                 byte_len: 0,
                 solicited: false,
                 invalidated: None,
+                imm: None,
             })
         };
         let outputs = || {

@@ -88,7 +88,7 @@ pub use iwarp_proto::qp::{
     DisconnectCause, InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus,
     WorkRequest, MAX_INLINE, MAX_SGE,
 };
-pub use iwarp_proto::wire::TerminateRepr;
+pub use iwarp_proto::wire::{TermCode, TerminateRepr};
 /// The AF_XDP backend (`iwarp-xdp`, feature `xdp`): [`xdp::XskMode`],
 /// [`xdp::SharedPorts`], its errors.
 #[cfg(feature = "xdp")]
@@ -1596,6 +1596,9 @@ pub struct Wc {
     pub solicited: bool,
     /// The STag a Send with Invalidate invalidated here.
     pub invalidated: Option<STag>,
+    /// The 32-bit immediate of an RDMA Write with Immediate received here
+    /// ([`WcOpcode::RecvRdmaWithImm`], RFC 7306 Immediate Data).
+    pub imm: Option<u32>,
 }
 
 /// How a work request ended.
@@ -1728,6 +1731,7 @@ impl Cq {
                 byte_len: c.byte_len,
                 solicited: c.solicited,
                 invalidated: c.invalidated,
+                imm: c.imm,
             },
             CqEntry::Refused { wr_id, error } => Wc {
                 wr_id,
@@ -1737,6 +1741,7 @@ impl Cq {
                 byte_len: 0,
                 solicited: false,
                 invalidated: None,
+                imm: None,
             },
         }
     }

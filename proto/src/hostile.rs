@@ -41,6 +41,10 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, MemError, MemoryTable, PdId, STag};
+use crate::wire::{AtomicOp, AtomicRequest};
+
+/// What lets the peer change memory: RDMA Write and RFC 7306 atomics.
+const PEER_WRITES: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0);
 use crate::mpa::Framer;
 use crate::qp::llp::{LowerLayer, SegmentConfig};
 use crate::qp::{
@@ -68,6 +72,9 @@ pub struct Summary {
     pub fpdus_tx: u64,
     /// Segments the QP held for an earlier DDP-SSN (segment mode).
     pub segments_held: u64,
+    /// Octets that changed in regions only an RFC 7306 atomic can write
+    /// (remote atomic access, neither local nor remote write, no window).
+    pub atomic_octets: u64,
 }
 
 /// A broken invariant: what, and at which step.
@@ -288,9 +295,12 @@ fn run_with(data: &[u8], segments: bool) -> Result<Summary, Violation> {
         }),
     };
     // A few regions to start with: one remotely writable, one read-only,
-    // one of another PD, one with bind rights for windows.
+    // one for atomics only, one of another PD, one with bind rights for
+    // windows.
     d.register_with(pds[0], Access::ALL, 0x1000, 96);
     d.register_with(pds[0], Access::LOCAL_READ | Access::REMOTE_READ, 0, 64);
+    // One only RFC 7306 atomics may change.
+    d.register_with(pds[0], Access::REMOTE_ATOMIC, 0x2000, 64);
     d.register_with(pds[1], Access::ALL, 0x1000, 64);
     d.register_with(pds[0], Access::LOCAL_WRITE | Access::MW_BIND, 0x8000, 128);
     d.check_all(&d.allowed())?;
@@ -391,6 +401,21 @@ impl Driver {
         }
     }
 
+    /// Whether only an atomic can change region `i` (see
+    /// [`Summary::atomic_octets`]).
+    fn atomic_only(&self, i: usize) -> bool {
+        self.regions[i].as_ref().is_some_and(|r| {
+            r.access.contains(Access::REMOTE_ATOMIC)
+                && !r
+                    .access
+                    .intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        }) && !self
+            .windows
+            .iter()
+            .flatten()
+            .any(|w| w.binding.is_some_and(|b| b.region == i))
+    }
+
     /// Which octets of each region may change in the next step.
     fn allowed(&self) -> Vec<Vec<bool>> {
         let mut mask: Vec<Vec<bool>> = self
@@ -410,7 +435,7 @@ impl Driver {
             if r.valid
                 && self.mem.is_valid(r.stag)
                 && r.pd == pd
-                && r.access.contains(Access::REMOTE_WRITE)
+                && r.access.intersects(PEER_WRITES)
             {
                 allow(&mut mask, i, 0, r.shadow.len() as u64);
             }
@@ -421,7 +446,7 @@ impl Driver {
             if region_ok
                 && self.mem.is_valid(w.stag)
                 && w.pd == pd
-                && b.access.contains(Access::REMOTE_WRITE)
+                && b.access.intersects(PEER_WRITES)
             {
                 allow(&mut mask, b.region, b.offset, b.len);
             }
@@ -460,6 +485,9 @@ impl Driver {
     /// Compare every region with its shadow; accept changes only where
     /// `allowed` (computed before the step) says so.
     fn check_all(&mut self, allowed: &[Vec<bool>]) -> Result<(), Violation> {
+        let atomic_only: Vec<bool> = (0..self.regions.len())
+            .map(|i| self.atomic_only(i))
+            .collect();
         for (i, r) in self.regions.iter_mut().enumerate() {
             let Some(r) = r else { continue };
             let Some(now) = self.mem.snapshot(r.stag) else {
@@ -485,6 +513,10 @@ impl Driver {
                         self.step, r.stag, r.pd, r.access, r.valid
                     ));
                 }
+            }
+            if atomic_only[i] {
+                let n = r.shadow.iter().zip(&now).filter(|(a, b)| a != b).count();
+                self.summary.atomic_octets += n as u64;
             }
             r.shadow = now;
         }
@@ -753,7 +785,7 @@ impl Driver {
                 let ri = input.below(self.regions.len());
                 let offset = u64::from(input.byte());
                 let len = u64::from(input.byte());
-                let access = Access(input.byte() & Access::REMOTE.0);
+                let access = Access(input.byte() & Access::ANY_REMOTE.0);
                 let (Some(Some(w)), Some(Some(r))) = (self.windows.get(wi), self.regions.get(ri))
                 else {
                     return Ok(());
@@ -1259,6 +1291,54 @@ impl Driver {
                     rdmap: RdmapControl::new(Opcode::ReadResponse),
                     stag,
                     to,
+                });
+                h.emit(&mut hdr).ok()?
+            }
+            14 if input.chance(2) => {
+                // An RFC 7306 Atomic Request on QN 1 (it shares the Read
+                // Requests' MSNs and IRD): mostly 8-aligned in a target with
+                // remote atomic access; else any region (aligned too, so a
+                // missing access check would show), misaligned, or cut.
+                let (stag, base, size, _) = self.target_for(input, Access::REMOTE_ATOMIC);
+                // The first 8-aligned TO in the target, then a multiple of 8 on.
+                let first = base.next_multiple_of(8);
+                let end = base.saturating_add(size);
+                let to = if first.saturating_add(8) <= end && !self.evil(input, 4) {
+                    first + 8 * input.below(((end - first) / 8) as usize) as u64
+                } else {
+                    self.near_to(input, base, size)
+                };
+                let req = AtomicRequest {
+                    op: AtomicOp::from_bits(if self.evil(input, 8) {
+                        input.byte()
+                    } else {
+                        input.byte() % 3
+                    }),
+                    req_id: input.u32(),
+                    stag,
+                    to,
+                    add_swap: u64::from(input.u32()),
+                    add_swap_mask: if input.chance(4) {
+                        u64::from(input.u32())
+                    } else {
+                        0
+                    },
+                    compare: u64::from(input.byte()),
+                    compare_mask: u64::MAX,
+                };
+                body = req.to_bytes().to_vec();
+                if self.evil(input, 8) {
+                    body.truncate(input.below(body.len() + 1));
+                }
+                let msn = self.peer_msn[1];
+                self.peer_msn[1] = msn.wrapping_add(1);
+                let h = DdpHeader::Untagged(UntaggedHeader {
+                    ddp: DdpControl::new(false, true),
+                    rdmap: RdmapControl::new(Opcode::AtomicRequest),
+                    inval_stag: 0,
+                    qn: 1,
+                    msn,
+                    mo: 0,
                 });
                 h.emit(&mut hdr).ok()?
             }

@@ -97,10 +97,16 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(8);
     /// Memory windows may be bound to the region.
     pub const MW_BIND: Access = Access(16);
+    /// Remote atomic (target of an inbound RFC 7306 Atomic Request).
+    pub const REMOTE_ATOMIC: Access = Access(32);
     /// All rights.
-    pub const ALL: Access = Access(31);
-    /// The rights that expose memory to the peer.
+    pub const ALL: Access = Access(63);
+    /// Remote read and remote write (what a plain RDMA server exposes;
+    /// [`REMOTE_ATOMIC`](Self::REMOTE_ATOMIC) is asked for on its own).
     pub const REMOTE: Access = Access(4 | 8);
+    /// Every right that exposes memory to the peer: [`REMOTE`](Self::REMOTE)
+    /// and remote atomic.
+    pub const ANY_REMOTE: Access = Access(4 | 8 | 32);
 
     /// Whether all of `other`'s rights are present.
     pub const fn contains(self, other: Access) -> bool {
@@ -650,7 +656,7 @@ impl MemoryTable {
                 if r.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
-                if !r.access.intersects(Access::REMOTE) {
+                if !r.access.intersects(Access::ANY_REMOTE) {
                     return Err(AccessError::Access);
                 }
                 r.valid = false;
@@ -664,7 +670,7 @@ impl MemoryTable {
                 if w.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
-                if !b.access.intersects(Access::REMOTE) {
+                if !b.access.intersects(Access::ANY_REMOTE) {
                     return Err(AccessError::Access);
                 }
                 self.unbind(index);

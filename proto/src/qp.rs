@@ -18,6 +18,11 @@
 //!   completes strictly from its head;
 //! * RFC 5040 §4.8, §7.1 Terminate contents: `TermInfo` builders;
 //! * RFC 5040 §6.1 ORD/IRD limits: `Tx::next_job` and the QN 1 buffer check.
+//! * RFC 7306 Immediate Data and Atomics: [`WorkRequest::WriteImm`],
+//!   [`WorkRequest::FetchAdd`], [`WorkRequest::CmpSwap`]; the responder's
+//!   checks and execution at delivery of the Atomic Request (`Rx::end`),
+//!   its Atomic Response queued with the Read Responses and bounded with
+//!   them by the IRD;
 //! * RFC 5043 §9 MULPDU over SCTP (set by the caller), §10 DDP-SSN
 //!   validity check and ordering of unordered segments: [`llp::SegmentOrder`],
 //!   [`Qp::receive_segment`].
@@ -40,8 +45,12 @@ use crate::wire::ddp::{
     DdpControl, DdpHeader, Opcode, RdmapControl, TaggedHeader, UntaggedHeader, DDP_VERSION,
     RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
-use crate::wire::rdmap::{ReadRequest, READ_REQUEST_LEN};
+use crate::wire::rdmap::{
+    AtomicOp, AtomicRequest, AtomicResponse, ImmediateData, ATOMIC_REQUEST_LEN,
+    ATOMIC_RESPONSE_LEN, IMMEDIATE_DATA_LEN, READ_REQUEST_LEN,
+};
 use crate::wire::terminate::{layer, MAX_TERMINATE_LEN};
+use crate::wire::ReadRequest;
 use crate::wire::{TermCode, TerminateRepr, WireError};
 use llp::{Arrival, Lower, LowerLayer, OrderError, SegmentStats};
 
@@ -57,6 +66,8 @@ pub mod queue {
     pub const READ_REQUEST: u32 = 1;
     /// Terminate.
     pub const TERMINATE: u32 = 2;
+    /// Atomic Response (RFC 7306 §4; IANA "RDMAP DDP Untagged Queue Numbers").
+    pub const ATOMIC_RESPONSE: u32 = 3;
 }
 
 /// Parameters fixed at connection setup.
@@ -406,6 +417,64 @@ pub enum WorkRequest {
         /// Peer's source tagged offset.
         remote_to: u64,
     },
+    /// RDMA Write with Immediate (RFC 7306 §6): the RDMA Write of `local`
+    /// (none when `local` is empty) followed by an Immediate Data message
+    /// (with Solicited Event if `solicited`) carrying `imm`. The Immediate
+    /// Data consumes one receive buffer at the peer, which completes as
+    /// [`WcOpcode::RecvRdmaWithImm`] with `imm`. Takes two send-queue slots
+    /// when `local` is not empty.
+    WriteImm {
+        /// Caller's id.
+        wr_id: u64,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Source buffers (gathered in order).
+        local: SgList,
+        /// Peer's STag.
+        remote_stag: STag,
+        /// Peer's tagged offset.
+        remote_to: u64,
+        /// The 32-bit immediate.
+        imm: u32,
+        /// Immediate Data with Solicited Event.
+        solicited: bool,
+    },
+    /// Fetch and Add (RFC 7306 §5): the peer adds `add` to the 8 octets at
+    /// `remote_to` (8-octet aligned) and returns their value before the
+    /// add, which is placed in `local` (8 octets, local write).
+    FetchAdd {
+        /// Caller's id.
+        wr_id: u64,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Where the original value goes (8 octets).
+        local: Sge,
+        /// Peer's STag (remote atomic access).
+        remote_stag: STag,
+        /// Peer's tagged offset.
+        remote_to: u64,
+        /// Added to the target.
+        add: u64,
+    },
+    /// Compare and Swap (RFC 7306 §5): if the 8 octets at `remote_to` equal
+    /// `compare`, the peer stores `swap` there; either way it returns their
+    /// original value, which is placed in `local` (8 octets).
+    CmpSwap {
+        /// Caller's id.
+        wr_id: u64,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Where the original value goes (8 octets).
+        local: Sge,
+        /// Peer's STag (remote atomic access).
+        remote_stag: STag,
+        /// Peer's tagged offset.
+        remote_to: u64,
+        /// Compared with the target.
+        compare: u64,
+        /// Stored when the comparison holds.
+        swap: u64,
+    },
 }
 
 impl WorkRequest {
@@ -416,7 +485,10 @@ impl WorkRequest {
             | WorkRequest::Write { wr_id, .. }
             | WorkRequest::SendInline { wr_id, .. }
             | WorkRequest::WriteInline { wr_id, .. }
-            | WorkRequest::Read { wr_id, .. } => wr_id,
+            | WorkRequest::Read { wr_id, .. }
+            | WorkRequest::WriteImm { wr_id, .. }
+            | WorkRequest::FetchAdd { wr_id, .. }
+            | WorkRequest::CmpSwap { wr_id, .. } => wr_id,
         }
     }
     /// Whether success produces a completion.
@@ -426,7 +498,10 @@ impl WorkRequest {
             | WorkRequest::Write { signaled, .. }
             | WorkRequest::SendInline { signaled, .. }
             | WorkRequest::WriteInline { signaled, .. }
-            | WorkRequest::Read { signaled, .. } => signaled,
+            | WorkRequest::Read { signaled, .. }
+            | WorkRequest::WriteImm { signaled, .. }
+            | WorkRequest::FetchAdd { signaled, .. }
+            | WorkRequest::CmpSwap { signaled, .. } => signaled,
         }
     }
     /// The local buffers (empty for inline requests).
@@ -434,7 +509,11 @@ impl WorkRequest {
         match *self {
             WorkRequest::Send { local, .. }
             | WorkRequest::Write { local, .. }
-            | WorkRequest::Read { local, .. } => local,
+            | WorkRequest::Read { local, .. }
+            | WorkRequest::WriteImm { local, .. } => local,
+            WorkRequest::FetchAdd { local, .. } | WorkRequest::CmpSwap { local, .. } => {
+                SgList::from(local)
+            }
             WorkRequest::SendInline { .. } | WorkRequest::WriteInline { .. } => SgList::EMPTY,
         }
     }
@@ -445,7 +524,10 @@ impl WorkRequest {
             | WorkRequest::Write { signaled, .. }
             | WorkRequest::SendInline { signaled, .. }
             | WorkRequest::WriteInline { signaled, .. }
-            | WorkRequest::Read { signaled, .. } => *signaled = on,
+            | WorkRequest::Read { signaled, .. }
+            | WorkRequest::WriteImm { signaled, .. }
+            | WorkRequest::FetchAdd { signaled, .. }
+            | WorkRequest::CmpSwap { signaled, .. } => *signaled = on,
         }
         self
     }
@@ -476,6 +558,16 @@ pub enum WcOpcode {
     Read,
     /// A Send variant was delivered into a posted receive buffer.
     Recv,
+    /// An RDMA Write with Immediate left (RFC 7306).
+    WriteImm,
+    /// An RFC 7306 Immediate Data message consumed a posted receive buffer
+    /// (verbs' "RDMA Write with immediate" at the receiver); the immediate
+    /// is in [`Completion::imm`], nothing is placed in the buffer.
+    RecvRdmaWithImm,
+    /// A Fetch and Add's original value was placed (RFC 7306).
+    FetchAdd,
+    /// A Compare and Swap's original value was placed (RFC 7306).
+    CmpSwap,
 }
 
 /// Outcome of a work request.
@@ -551,6 +643,9 @@ pub struct Completion {
     pub solicited: bool,
     /// The STag the peer invalidated with this Send (already invalid when seen).
     pub invalidated: Option<STag>,
+    /// The 32-bit immediate of an RFC 7306 Immediate Data message
+    /// ([`WcOpcode::RecvRdmaWithImm`]).
+    pub imm: Option<u32>,
 }
 
 /// Stream-level events.
@@ -653,6 +748,8 @@ pub enum PostError {
     UsesSrq,
     /// Inline data longer than [`MAX_INLINE`], or than one FPDU holds.
     InlineTooLong,
+    /// An atomic's local buffer is not 8 octets long.
+    AtomicLength,
 }
 
 impl core::fmt::Display for PostError {
@@ -671,6 +768,7 @@ impl core::fmt::Display for PostError {
             PostError::InlineTooLong => {
                 write!(f, "inline data over {MAX_INLINE} octets or over one FPDU")
             }
+            PostError::AtomicLength => f.write_str("atomic local buffer is not 8 octets"),
         }
     }
 }
@@ -808,10 +906,24 @@ struct PendingRead {
     received: u64,
 }
 
+/// An Atomic Request sent and not yet answered (counted against ORD with
+/// the outstanding Reads).
+#[derive(Debug, Clone, Copy)]
+struct PendingAtomic {
+    seq: u64,
+    req_id: u32,
+    /// Where the original value goes.
+    local: Sge,
+}
+
+/// A response the responder owes, in request order (RFC 5040 §5.2.2): a
+/// Read Response, or (`atomic`) an RFC 7306 Atomic Response whose
+/// operation already ran.
 #[derive(Debug, Clone, Copy)]
 struct ReadResp {
     req: ReadRequest,
     hdr: UntaggedHeader,
+    atomic: Option<AtomicResponse>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -878,10 +990,20 @@ pub(crate) struct RecvWr {
 enum Target {
     None,
     Discard,
-    Tagged { range: Range },
+    Tagged {
+        range: Range,
+    },
     Scatter(Pieces),
-    ReadReq { mo: usize },
-    Term { mo: usize },
+    ReadReq {
+        mo: usize,
+    },
+    Term {
+        mo: usize,
+    },
+    /// An Immediate Data or Atomic Response body (`Rx::small`).
+    Small {
+        mo: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -897,7 +1019,7 @@ struct Rx {
     /// Goes with `pending`: the status the error gives the outstanding
     /// RDMA Read at the head of `Tx::reads` (else it is `Flushed`).
     pending_read: Option<WcStatus>,
-    expected_msn: [u32; 3],
+    expected_msn: [u32; 4],
     hdr: Option<DdpHeader>,
     seg_len: u16,
     payload_len: usize,
@@ -905,10 +1027,14 @@ struct Rx {
     target: Target,
     pending: Option<TermInfo>,
     dead: bool,
-    read_req: [u8; READ_REQUEST_LEN],
+    /// A QN 1 body: Read Request or Atomic Request.
+    read_req: [u8; ATOMIC_REQUEST_LEN],
     read_req_len: usize,
     term: [u8; MAX_TERMINATE_LEN],
     term_len: usize,
+    /// An Immediate Data (QN 0) or Atomic Response (QN 3) body.
+    small: [u8; ATOMIC_RESPONSE_LEN],
+    small_len: usize,
 }
 
 #[derive(Debug)]
@@ -918,8 +1044,10 @@ struct Tx {
     head_seq: u64,
     /// Next SQ entry to transmit.
     next_seq: u64,
-    msn: [u32; 3],
+    msn: [u32; 4],
     reads: VecDeque<PendingRead>,
+    atomics: VecDeque<PendingAtomic>,
+    next_atomic_id: u32,
     resp: VecDeque<ReadResp>,
     job: Option<Job>,
     terminate: Option<TerminateRepr>,
@@ -1008,7 +1136,7 @@ impl Qp {
                 pending_status: None,
                 pending_read: None,
                 // RFC 5041 §4.3: the first MSN on each queue is one.
-                expected_msn: [1; 3],
+                expected_msn: [1; 4],
                 hdr: None,
                 seg_len: 0,
                 payload_len: 0,
@@ -1016,17 +1144,21 @@ impl Qp {
                 target: Target::None,
                 pending: None,
                 dead: false,
-                read_req: [0; READ_REQUEST_LEN],
+                read_req: [0; ATOMIC_REQUEST_LEN],
                 read_req_len: 0,
                 term: [0; MAX_TERMINATE_LEN],
                 term_len: 0,
+                small: [0; ATOMIC_RESPONSE_LEN],
+                small_len: 0,
             },
             tx: Tx {
                 sq: VecDeque::new(),
                 head_seq: 0,
                 next_seq: 0,
-                msn: [1; 3],
+                msn: [1; 4],
                 reads: VecDeque::new(),
+                atomics: VecDeque::new(),
+                next_atomic_id: 0,
                 resp: VecDeque::new(),
                 job: None,
                 terminate: None,
@@ -1139,6 +1271,9 @@ impl Qp {
                 }
                 Access::LOCAL_WRITE
             }
+            WorkRequest::WriteImm { .. }
+            | WorkRequest::FetchAdd { .. }
+            | WorkRequest::CmpSwap { .. } => return self.post_rfc7306(mem, wr, tag),
             WorkRequest::SendInline { data, .. } | WorkRequest::WriteInline { data, .. } => {
                 // One FPDU: header + payload within the MULPDU.
                 if UNTAGGED_HEADER_LEN + data.as_slice().len() > usize::from(self.cfg.mulpdu) {
@@ -1149,6 +1284,58 @@ impl Qp {
             _ => Access::LOCAL_READ,
         };
         check_sgl(mem, self.cfg.pd, need, &local).map_err(PostError::Local)?;
+        self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr), tag));
+        Ok(())
+    }
+
+    /// [`post_send_tagged`](Self::post_send_tagged) for the RFC 7306
+    /// requests, out of line: the Send/Write/Read post path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn post_rfc7306(
+        &mut self,
+        mem: &MemoryTable,
+        wr: WorkRequest,
+        tag: u64,
+    ) -> Result<(), PostError> {
+        match wr {
+            WorkRequest::FetchAdd { local, .. } | WorkRequest::CmpSwap { local, .. } => {
+                // RFC 7306 §5: requests count against ORD, as Reads do.
+                if self.cfg.ord == 0 {
+                    return Err(PostError::NoOrd);
+                }
+                if local.len != 8 {
+                    return Err(PostError::AtomicLength);
+                }
+                check_sgl(mem, self.cfg.pd, Access::LOCAL_WRITE, &SgList::from(local))
+                    .map_err(PostError::Local)?;
+            }
+            WorkRequest::WriteImm {
+                wr_id,
+                local,
+                remote_stag,
+                remote_to,
+                ..
+            } if local.total_len() > 0 => {
+                // The RDMA Write goes first, as an unsignaled entry of its
+                // own (a failure still completes it, with this wr_id); the
+                // Immediate Data entry after it completes the request.
+                if self.tx.sq.len() + 2 > self.cfg.sq_depth {
+                    return Err(PostError::QueueFull);
+                }
+                check_sgl(mem, self.cfg.pd, Access::LOCAL_READ, &local)
+                    .map_err(PostError::Local)?;
+                let write = WorkRequest::Write {
+                    wr_id,
+                    signaled: false,
+                    local,
+                    remote_stag,
+                    remote_to,
+                };
+                self.tx.sq.push_back(SqEntry::new(SqWork::Wr(write), tag));
+            }
+            _ => {}
+        }
         self.tx.sq.push_back(SqEntry::new(SqWork::Wr(wr), tag));
         Ok(())
     }
@@ -1442,6 +1629,7 @@ impl Qp {
             }
         }
         self.tx.reads.clear();
+        self.tx.atomics.clear();
         self.tx.resp.clear();
         self.tx.job = None;
         self.tx.next_seq = self.tx.head_seq + self.tx.sq.len() as u64;
@@ -1456,6 +1644,7 @@ impl Qp {
                     byte_len: 0,
                     solicited: false,
                     invalidated: None,
+                    imm: None,
                 },
                 0,
             ));
@@ -1469,6 +1658,7 @@ impl Qp {
                     byte_len: 0,
                     solicited: false,
                     invalidated: None,
+                    imm: None,
                 },
                 0,
             ));
@@ -1494,6 +1684,9 @@ impl Qp {
                     WorkRequest::Send { .. } | WorkRequest::SendInline { .. } => WcOpcode::Send,
                     WorkRequest::Write { .. } | WorkRequest::WriteInline { .. } => WcOpcode::Write,
                     WorkRequest::Read { .. } => WcOpcode::Read,
+                    WorkRequest::WriteImm { .. } => WcOpcode::WriteImm,
+                    WorkRequest::FetchAdd { .. } => WcOpcode::FetchAdd,
+                    WorkRequest::CmpSwap { .. } => WcOpcode::CmpSwap,
                 };
                 let len = wr.len();
                 self.completions.push_back((
@@ -1504,6 +1697,7 @@ impl Qp {
                         byte_len: if status == WcStatus::Success { len } else { 0 },
                         solicited: false,
                         invalidated: None,
+                        imm: None,
                     },
                     e.tag,
                 ));
@@ -1557,6 +1751,22 @@ impl Qp {
         }
         if let Some(r) = self.tx.resp.front() {
             let req = r.req;
+            if let Some(a) = r.atomic {
+                // RFC 7306 §4: Atomic Responses go on QN 3, one MSN each.
+                let msn = self.tx.msn[3];
+                self.tx.msn[3] = msn.wrapping_add(1);
+                let mut inline = [0; INLINE_BODY];
+                let _ = a.emit(&mut inline);
+                return Some(Job {
+                    origin: JobOrigin::ReadResp,
+                    opcode: Opcode::AtomicResponse,
+                    qn: queue::ATOMIC_RESPONSE,
+                    msn,
+                    inline,
+                    inline_len: ATOMIC_RESPONSE_LEN,
+                    ..blank
+                });
+            }
             return Some(Job {
                 origin: JobOrigin::ReadResp,
                 opcode: Opcode::ReadResponse,
@@ -1667,11 +1877,16 @@ impl Qp {
                 remote_to,
                 ..
             }) => {
-                if self.tx.reads.len() >= self.cfg.ord as usize {
+                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
                     return None;
                 }
                 self.read_request_job(seq, local, remote_stag, remote_to, blank)
             }
+            SqWork::Wr(
+                wr @ (WorkRequest::WriteImm { .. }
+                | WorkRequest::FetchAdd { .. }
+                | WorkRequest::CmpSwap { .. }),
+            ) => self.rfc7306_job(seq, wr, blank)?,
             SqWork::Rtr(RtrKind::ZeroLengthFpdu) => Job {
                 origin: JobOrigin::Sq(seq),
                 zero_fpdu: true,
@@ -1711,6 +1926,106 @@ impl Qp {
             }
         }
         Some(job)
+    }
+
+    /// [`next_job`](Self::next_job) for the RFC 7306 requests, out of
+    /// line (`None`: an atomic held back by ORD).
+    #[cold]
+    #[inline(never)]
+    fn rfc7306_job(&mut self, seq: u64, wr: WorkRequest, blank: Job) -> Option<Job> {
+        Some(match wr {
+            WorkRequest::WriteImm { imm, solicited, .. } => {
+                // RFC 7306 §6: Immediate Data, untagged on QN 0 (after the
+                // RDMA Write entry, if any, which went first).
+                let msn = self.tx.msn[0];
+                self.tx.msn[0] = msn.wrapping_add(1);
+                let mut inline = [0; INLINE_BODY];
+                let _ = ImmediateData::from_imm32(imm).emit(&mut inline);
+                Job {
+                    origin: JobOrigin::Sq(seq),
+                    opcode: if solicited {
+                        Opcode::ImmediateDataSe
+                    } else {
+                        Opcode::ImmediateData
+                    },
+                    qn: queue::SEND,
+                    msn,
+                    inline,
+                    inline_len: IMMEDIATE_DATA_LEN,
+                    ..blank
+                }
+            }
+            WorkRequest::FetchAdd {
+                local,
+                remote_stag,
+                remote_to,
+                add,
+                ..
+            } => {
+                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                    return None;
+                }
+                let req = AtomicRequest {
+                    op: AtomicOp::FetchAdd,
+                    req_id: 0,
+                    stag: remote_stag.0,
+                    to: remote_to,
+                    add_swap: add,
+                    add_swap_mask: 0,
+                    compare: 0,
+                    compare_mask: 0,
+                };
+                self.atomic_request_job(seq, local, req, blank)
+            }
+            WorkRequest::CmpSwap {
+                local,
+                remote_stag,
+                remote_to,
+                compare,
+                swap,
+                ..
+            } => {
+                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                    return None;
+                }
+                let req = AtomicRequest {
+                    op: AtomicOp::CmpSwap,
+                    req_id: 0,
+                    stag: remote_stag.0,
+                    to: remote_to,
+                    add_swap: swap,
+                    add_swap_mask: u64::MAX,
+                    compare,
+                    compare_mask: u64::MAX,
+                };
+                self.atomic_request_job(seq, local, req, blank)
+            }
+            _ => return None,
+        })
+    }
+
+    /// An Atomic Request on QN 1 (RFC 7306 §4), counted against ORD from
+    /// the moment it is sent, as a Read Request is (RFC 5040 §6.1).
+    fn atomic_request_job(&mut self, seq: u64, local: Sge, req: AtomicRequest, blank: Job) -> Job {
+        let req_id = self.tx.next_atomic_id;
+        self.tx.next_atomic_id = req_id.wrapping_add(1);
+        let req = AtomicRequest { req_id, ..req };
+        let msn = self.tx.msn[1];
+        self.tx.msn[1] = msn.wrapping_add(1);
+        let mut inline = [0u8; INLINE_BODY];
+        let _ = req.emit(&mut inline);
+        self.tx
+            .atomics
+            .push_back(PendingAtomic { seq, req_id, local });
+        Job {
+            origin: JobOrigin::Sq(seq),
+            opcode: Opcode::AtomicRequest,
+            qn: queue::READ_REQUEST,
+            msn,
+            inline,
+            inline_len: ATOMIC_REQUEST_LEN,
+            ..blank
+        }
     }
 
     fn read_request_job(
@@ -1869,8 +2184,9 @@ impl Qp {
             let Some(job) = self.tx.job.as_ref() else {
                 return false;
             };
-            let message =
-                matches!(job.origin, JobOrigin::Sq(_)) && job.opcode != Opcode::ReadRequest;
+            let message = matches!(job.origin, JobOrigin::Sq(_))
+                && job.opcode != Opcode::ReadRequest
+                && job.opcode != Opcode::AtomicRequest;
             let copy = (message && job.len < copy_below)
                 || 2 + plan.hdr_len + job.inline_len > crate::txq::HEAD_MAX;
             if !copy {
@@ -2032,7 +2348,8 @@ impl Qp {
                 self.tx.resp.pop_front();
             }
             JobOrigin::Sq(seq) => {
-                let is_read = job.opcode == Opcode::ReadRequest;
+                let is_read =
+                    job.opcode == Opcode::ReadRequest || job.opcode == Opcode::AtomicRequest;
                 if let Some(e) = self.sq_entry(seq) {
                     // RFC 5040 §5.5 rule 14: a Send or Write completes once DDP
                     // has handed it to the LLP; a Read waits for its response (rule 19).
@@ -2314,7 +2631,7 @@ impl RxCtx<'_> {
                 if u.ddp.version() != DDP_VERSION {
                     return self.error(TermCode::DDP_U_INVALID_VERSION, None);
                 }
-                if u.qn > queue::TERMINATE {
+                if u.qn > queue::ATOMIC_RESPONSE {
                     return self.error(TermCode::DDP_U_INVALID_QN, None);
                 }
                 if u.rdmap.version() != RDMAP_VERSION {
@@ -2330,6 +2647,9 @@ impl RxCtx<'_> {
                     return self.error(TermCode::DDP_U_MSN_RANGE, None);
                 }
                 let mo = u.mo as usize;
+                if matches!(op, Opcode::ImmediateData | Opcode::ImmediateDataSe) {
+                    return self.begin_immediate(mo, payload);
+                }
                 let capacity = match u.qn {
                     queue::SEND => {
                         if self.rx.cur.is_none() {
@@ -2371,7 +2691,25 @@ impl RxCtx<'_> {
                         if mo != 0 {
                             return self.error(TermCode::DDP_U_INVALID_MO, None);
                         }
-                        READ_REQUEST_LEN
+                        // RFC 7306 §5: Atomic Requests share QN 1, its MSNs
+                        // and its IRD-sized buffers with Read Requests.
+                        if op == Opcode::AtomicRequest {
+                            ATOMIC_REQUEST_LEN
+                        } else {
+                            READ_REQUEST_LEN
+                        }
+                    }
+                    queue::ATOMIC_RESPONSE => {
+                        // An Atomic Response answers our oldest outstanding
+                        // Atomic Request; with none there is no QN 3 buffer
+                        // (RFC 5041 §7.1 check 2).
+                        if self.tx.atomics.is_empty() {
+                            return self.error(TermCode::DDP_U_NO_BUFFER, None);
+                        }
+                        if mo != 0 {
+                            return self.error(TermCode::DDP_U_INVALID_MO, None);
+                        }
+                        ATOMIC_RESPONSE_LEN
                     }
                     _ => MAX_TERMINATE_LEN,
                 };
@@ -2416,6 +2754,7 @@ impl RxCtx<'_> {
                         }
                     }
                     queue::READ_REQUEST => Target::ReadReq { mo },
+                    queue::ATOMIC_RESPONSE => Target::Small { mo },
                     _ => Target::Term { mo },
                 };
             }
@@ -2560,6 +2899,11 @@ impl RxCtx<'_> {
                     dst.copy_from_slice(data);
                 }
             }
+            Target::Small { mo } => {
+                if let Some(dst) = self.rx.small.get_mut(mo + at..mo + at + data.len()) {
+                    dst.copy_from_slice(data);
+                }
+            }
             Target::None | Target::Discard => {}
         }
     }
@@ -2615,10 +2959,13 @@ impl RxCtx<'_> {
                 let mo = u.mo as usize;
                 match u.qn {
                     queue::SEND => {
+                        let op = u.rdmap.opcode();
+                        if matches!(op, Opcode::ImmediateData | Opcode::ImmediateDataSe) {
+                            return self.immediate_data(hdr, u, mo + payload);
+                        }
                         if !u.ddp.last() {
                             return;
                         }
-                        let op = u.rdmap.opcode();
                         let mut invalidated = None;
                         if op.invalidates() {
                             // RFC 5040 §5.3, §7.2 items 4-5: verify and invalidate before
@@ -2659,6 +3006,7 @@ impl RxCtx<'_> {
                                 byte_len: (mo + payload) as u32,
                                 solicited: op.solicited(),
                                 invalidated,
+                                imm: None,
                             },
                             0,
                         ));
@@ -2670,6 +3018,9 @@ impl RxCtx<'_> {
                         }
                         let len = core::mem::take(&mut self.rx.read_req_len);
                         self.rx.expected_msn[1] = self.rx.expected_msn[1].wrapping_add(1);
+                        if u.rdmap.opcode() == Opcode::AtomicRequest {
+                            return self.atomic_request(hdr, u, len);
+                        }
                         let Ok(req) =
                             ReadRequest::parse(&self.rx.read_req[..len.min(READ_REQUEST_LEN)])
                         else {
@@ -2699,8 +3050,13 @@ impl RxCtx<'_> {
                             }
                         }
                         // RFC 5040 §5.5 rule 12/17: processing starts only now, on delivery.
-                        self.tx.resp.push_back(ReadResp { req, hdr: u });
+                        self.tx.resp.push_back(ReadResp {
+                            req,
+                            hdr: u,
+                            atomic: None,
+                        });
                     }
+                    queue::ATOMIC_RESPONSE => self.atomic_response(hdr, u, mo + payload),
                     _ => {
                         self.rx.term_len = self.rx.term_len.max(mo + payload);
                         if !u.ddp.last() {
@@ -2720,6 +3076,208 @@ impl RxCtx<'_> {
                         self.peer_terminated = true;
                     }
                 }
+            }
+        }
+    }
+}
+
+impl RxCtx<'_> {
+    /// An error found when a QN 0, 1 or 3 message of RFC 7306 is delivered:
+    /// Terminate with its DDP header.
+    fn raise_with_header(&mut self, code: TermCode, hdr: DdpHeader) {
+        self.raise(TermInfo {
+            code,
+            hdr: Some(hdr),
+            seg_len: self.rx.seg_len,
+            rdma: None,
+        });
+    }
+
+    /// `begin` for an Immediate Data segment (RFC 7306 §6; QN 0 and its MSN
+    /// already checked): it takes a receive buffer as a Send does (RFC 5041
+    /// §7.1 check 2), and its 8-octet body goes to `Rx::small`, not into
+    /// the buffer.
+    #[cold]
+    #[inline(never)]
+    fn begin_immediate(&mut self, mo: usize, payload: usize) {
+        if self.rx.cur.is_none() {
+            match self.take_recv() {
+                Some(Ok(r)) => self.rx.cur = Some(r),
+                None => return self.error(TermCode::DDP_U_NO_BUFFER, None),
+                Some(Err((r, e))) => {
+                    self.rx.cur = Some(r);
+                    return self.recv_error(
+                        TermCode::DDP_LOCAL_CATASTROPHIC,
+                        WcStatus::LocalProtection(e),
+                    );
+                }
+            }
+        }
+        // RFC 5041 §7.1 checks 3 and 4 against the 8-octet body.
+        if mo > IMMEDIATE_DATA_LEN {
+            return self.recv_error(TermCode::DDP_U_INVALID_MO, WcStatus::LocalLength);
+        }
+        if mo + payload > IMMEDIATE_DATA_LEN {
+            return self.recv_error(TermCode::DDP_U_TOO_LONG, WcStatus::LocalLength);
+        }
+        self.rx.target = Target::Small { mo };
+    }
+
+    /// The last segment of an Immediate Data message (RFC 7306 §6) whose
+    /// body ends at `end` octets: it consumed the receive buffer `begin`
+    /// took; the buffer completes with the immediate, nothing placed in it.
+    #[cold]
+    #[inline(never)]
+    fn immediate_data(&mut self, hdr: DdpHeader, u: UntaggedHeader, end: usize) {
+        self.rx.small_len = self.rx.small_len.max(end);
+        if !u.ddp.last() {
+            return;
+        }
+        let len = core::mem::take(&mut self.rx.small_len);
+        self.rx.expected_msn[0] = self.rx.expected_msn[0].wrapping_add(1);
+        // Exactly 8 octets: a shorter body is a malformed message (longer
+        // ones were refused as too long when the segment began).
+        let Ok(d) = ImmediateData::parse(&self.rx.small[..len.min(IMMEDIATE_DATA_LEN)]) else {
+            self.rx.cur_status = Some(WcStatus::LocalLength);
+            return self.raise_with_header(TermCode::RDMAP_OP_UNSPECIFIED, hdr);
+        };
+        let Some(r) = self.rx.cur.take() else {
+            return;
+        };
+        self.completions.push_back((
+            Completion {
+                wr_id: r.wr_id,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                status: WcStatus::Success,
+                byte_len: 0,
+                solicited: u.rdmap.opcode().solicited(),
+                invalidated: None,
+                imm: Some(d.imm32()),
+            },
+            0,
+        ));
+    }
+
+    /// A whole Atomic Request of `len` octets (RFC 7306 §5) was delivered on
+    /// QN 1: check it, run it on registered memory, and queue its Atomic
+    /// Response behind the Read Responses already owed (the IRD bound of
+    /// `begin` covers both).
+    #[cold]
+    #[inline(never)]
+    fn atomic_request(&mut self, hdr: DdpHeader, u: UntaggedHeader, len: usize) {
+        let Ok(req) = AtomicRequest::parse(&self.rx.read_req[..len.min(ATOMIC_REQUEST_LEN)]) else {
+            // An Atomic Request without its 52-octet body.
+            return self.raise_with_header(TermCode::RDMAP_OP_UNSPECIFIED, hdr);
+        };
+        if matches!(req.op, AtomicOp::Unknown(_)) {
+            // An operation RFC 7306 does not define.
+            return self.raise_with_header(TermCode::RDMAP_OP_UNSPECIFIED, hdr);
+        }
+        // The target: 8 octets the STag grants remote atomic access to
+        // (RFC 7306 §5; RFC 5040 §7.2 protection errors as for a Read
+        // Request's source).
+        let range = match self.mem.check(
+            STag(req.stag),
+            self.cfg.pd,
+            Access::REMOTE_ATOMIC,
+            req.to,
+            8,
+        ) {
+            Ok(r) => r,
+            Err(e) => return self.raise_with_header(rdmap_protection_code(e), hdr),
+        };
+        // RFC 7306 §5: the Remote Tagged Offset is 8-octet aligned. A
+        // misaligned one is refused as a bounds violation (the target is
+        // not a location the operation may use).
+        if req.to % 8 != 0 {
+            return self.raise_with_header(TermCode::RDMAP_BASE_BOUNDS, hdr);
+        }
+        let mut b = [0u8; 8];
+        let read = self
+            .mem
+            .read(&range, 0, 8)
+            .is_some_and(|s| s.copy_to(0, &mut b));
+        if !read {
+            return self.raise_with_header(TermCode::RDMAP_INVALID_STAG, hdr);
+        }
+        // The target holds a 64-bit integer in this host's byte order (as
+        // verbs atomics do); it is exchanged on the wire big-endian.
+        let orig = u64::from_ne_bytes(b);
+        if let Some(new) = req.apply(orig) {
+            if !self.mem.write(&range, 0, &new.to_ne_bytes()) {
+                return self.raise_with_header(TermCode::RDMAP_INVALID_STAG, hdr);
+            }
+        }
+        self.tx.resp.push_back(ReadResp {
+            req: ReadRequest::default(),
+            hdr: u,
+            atomic: Some(AtomicResponse {
+                orig_req_id: req.req_id,
+                orig_value: orig,
+            }),
+        });
+    }
+
+    /// The last segment of an Atomic Response (RFC 7306 §5), body `len`
+    /// octets: place the original value and complete the oldest outstanding
+    /// atomic (responses come in request order).
+    #[cold]
+    #[inline(never)]
+    fn atomic_response(&mut self, hdr: DdpHeader, u: UntaggedHeader, len: usize) {
+        self.rx.small_len = self.rx.small_len.max(len);
+        if !u.ddp.last() {
+            return;
+        }
+        let len = core::mem::take(&mut self.rx.small_len);
+        self.rx.expected_msn[3] = self.rx.expected_msn[3].wrapping_add(1);
+        let Some(p) = self.tx.atomics.front().copied() else {
+            return;
+        };
+        let resp = AtomicResponse::parse(&self.rx.small[..len.min(ATOMIC_RESPONSE_LEN)]);
+        let resp = match resp {
+            Ok(r) if r.orig_req_id == p.req_id => r,
+            // Short, or not the answer to the request it must answer: it
+            // does not match its request (as a Read Response that does not,
+            // RFC 5040 §7.1 case 2).
+            _ => {
+                self.retire_atomic(WcStatus::BadResponse);
+                return self.raise_with_header(TermCode::RDMAP_OP_UNSPECIFIED, hdr);
+            }
+        };
+        let placed = self
+            .mem
+            .check(
+                p.local.stag,
+                self.cfg.pd,
+                Access::LOCAL_WRITE,
+                p.local.to,
+                8,
+            )
+            .map(|r| self.mem.write(&r, 0, &resp.orig_value.to_ne_bytes()));
+        match placed {
+            Ok(true) => self.retire_atomic(WcStatus::Success),
+            // The application revoked the buffer since the post.
+            Ok(false) | Err(_) => {
+                let e = placed.err().unwrap_or(AccessError::InvalidStag);
+                self.retire_atomic(WcStatus::LocalProtection(e));
+                self.raise(TermInfo {
+                    code: TermCode::DDP_LOCAL_CATASTROPHIC,
+                    hdr: None,
+                    seg_len: 0,
+                    rdma: None,
+                });
+            }
+        }
+    }
+
+    /// Complete the oldest outstanding atomic with `status`.
+    fn retire_atomic(&mut self, status: WcStatus) {
+        let Some(p) = self.tx.atomics.pop_front() else {
+            return;
+        };
+        if let Some(i) = p.seq.checked_sub(self.tx.head_seq) {
+            if let Some(e) = self.tx.sq.get_mut(i as usize) {
+                e.state = SqState::Done(status);
             }
         }
     }

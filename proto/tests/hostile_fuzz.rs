@@ -42,8 +42,11 @@ fn hostile_driver_reaches_placement() {
         total.recv_ok += s.recv_ok;
         total.read_ok += s.read_ok;
         total.fpdus_tx += s.fpdus_tx;
+        total.atomic_octets += s.atomic_octets;
     }
     eprintln!("{total:?}");
+    // RFC 7306 atomics ran on memory only they may write.
+    assert!(total.atomic_octets > 0, "{total:?}");
     assert!(total.bytes_placed > 1000, "{total:?}");
     assert!(total.recv_ok > 10, "{total:?}");
     assert!(total.read_ok > 0, "{total:?}");

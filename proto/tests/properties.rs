@@ -7,7 +7,8 @@
 use iwarp_proto::mpa::{Deframer, Framer, UlpduSink};
 use iwarp_proto::wire::ddp::{DdpControl, DdpHeader, RdmapControl, TaggedHeader, UntaggedHeader};
 use iwarp_proto::wire::{
-    EnhancedParams, FrameKind, MpaFlags, MpaFrameRepr, ReadRequest, TermCode, TerminateRepr,
+    AtomicOp, AtomicRequest, AtomicResponse, EnhancedParams, FrameKind, ImmediateData, MpaFlags,
+    MpaFrameRepr, ReadRequest, TermCode, TerminateRepr,
 };
 use proptest::prelude::*;
 
@@ -91,6 +92,48 @@ proptest! {
         prop_assert_eq!(m, n);
         for k in 0..n {
             prop_assert!(DdpHeader::parse(&a[..k]).is_err());
+        }
+    }
+
+    /// RFC 7306 bodies: any field values round-trip (the 4-bit AtomicOp
+    /// included, unknown ones kept), every truncation is an error, and the
+    /// first 28 bits (reserved) never change what is parsed.
+    #[test]
+    fn rfc7306_bodies_roundtrip_and_truncation(
+        op in 0u8..16, ids in any::<(u32, u32)>(), to in any::<u64>(),
+        data in any::<(u64, u64, u64, u64)>(), rsvd in any::<u32>(), orig in any::<u64>(),
+        imm in any::<[u8; 8]>(),
+    ) {
+        let r = AtomicRequest {
+            op: AtomicOp::from_bits(op),
+            req_id: ids.0,
+            stag: ids.1,
+            to,
+            add_swap: data.0,
+            add_swap_mask: data.1,
+            compare: data.2,
+            compare_mask: data.3,
+        };
+        let mut b = r.to_bytes();
+        prop_assert_eq!(AtomicRequest::parse(&b).unwrap(), r);
+        for k in 0..b.len() {
+            prop_assert!(AtomicRequest::parse(&b[..k]).is_err());
+        }
+        let w = (rsvd << 4) | u32::from(op);
+        b[..4].copy_from_slice(&w.to_be_bytes());
+        prop_assert_eq!(AtomicRequest::parse(&b).unwrap(), r);
+        let a = AtomicResponse { orig_req_id: ids.0, orig_value: orig };
+        let b = a.to_bytes();
+        prop_assert_eq!(AtomicResponse::parse(&b).unwrap(), a);
+        for k in 0..b.len() {
+            prop_assert!(AtomicResponse::parse(&b[..k]).is_err());
+        }
+        let d = ImmediateData(imm);
+        let mut out = [0u8; 8];
+        d.emit(&mut out).unwrap();
+        prop_assert_eq!(ImmediateData::parse(&out).unwrap(), d);
+        for k in 0..8 {
+            prop_assert!(ImmediateData::parse(&out[..k]).is_err());
         }
     }
 

@@ -187,6 +187,22 @@ pub struct TapFpdu {
     pub ulpdu_len: u16,
     /// Its DDP header (`None` for a zero-length or truncated ULPDU).
     pub header: Option<DdpHeader>,
+    /// The first octets of an untagged FPDU's payload (up to
+    /// [`TAP_BODY`]): the RDMAP body of a Read Request, an RFC 7306
+    /// Atomic Request or Response, or Immediate Data.
+    pub body: [u8; TAP_BODY],
+    /// How many of `body` are set.
+    pub body_len: usize,
+}
+
+/// Octets of an untagged payload a [`TapFpdu`] keeps: an Atomic Request.
+pub const TAP_BODY: usize = iwarp_proto::wire::rdmap::ATOMIC_REQUEST_LEN;
+
+impl TapFpdu {
+    /// The payload octets kept.
+    pub fn body(&self) -> &[u8] {
+        &self.body[..self.body_len]
+    }
 }
 
 /// A transmitted TCP segment as captured.
@@ -210,9 +226,24 @@ struct TapSink {
 impl UlpduSink for TapSink {
     fn segment_begin(&mut self, ulpdu_len: u16, header: &[u8]) {
         let header = DdpHeader::parse(header).ok().map(|(h, _)| h);
-        self.got.push(TapFpdu { ulpdu_len, header });
+        self.got.push(TapFpdu {
+            ulpdu_len,
+            header,
+            body: [0; TAP_BODY],
+            body_len: 0,
+        });
     }
-    fn segment_data(&mut self, _data: &[u8]) {}
+    fn segment_data(&mut self, data: &[u8]) {
+        let Some(f) = self.got.last_mut() else {
+            return;
+        };
+        if !matches!(f.header, Some(DdpHeader::Untagged(_))) {
+            return;
+        }
+        let n = data.len().min(TAP_BODY - f.body_len);
+        f.body[f.body_len..f.body_len + n].copy_from_slice(&data[..n]);
+        f.body_len += n;
+    }
     fn segment_end(&mut self) {}
 }
 

@@ -149,7 +149,7 @@ fn summary(sessions: &[SessionReport]) {
         );
         for t in &s.terminates {
             println!(
-                "{:<28} deliberate Write to an unregistered STag -> Terminate received: {t}",
+                "{:<28} deliberate error (a Write to an unregistered STag, an atomic without remote-atomic access) -> Terminate received: {t}",
                 ""
             );
         }

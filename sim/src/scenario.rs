@@ -4,7 +4,7 @@
 
 use iwarp_control::{MpaConfig, RtrOffer};
 use iwarp_proto::mem::{Access, STag};
-use iwarp_proto::qp::{QpEvent, Sge, WcStatus, WorkRequest};
+use iwarp_proto::qp::{QpEvent, Sge, WcOpcode, WcStatus, WorkRequest};
 use iwarp_proto::wire::TermCode;
 
 use crate::{CapturedFrame, Sim, SimConfig};
@@ -215,6 +215,132 @@ impl Script<'_> {
         self.done(len)
     }
 
+    /// RDMA Write with Immediate a -> b (RFC 7306): `len` octets placed,
+    /// then b's receive completes with the immediate.
+    fn write_imm(&mut self, len: usize, imm: u32, solicited: bool) -> Result<(), ScenarioError> {
+        let d = data(len, 11);
+        let src = self.s.a.register_buf(d.clone(), Access::LOCAL_READ, 0);
+        let dst = self
+            .s
+            .b
+            .register_buf(vec![0; len.max(1)], Access::REMOTE_WRITE, 0x9000);
+        let rbuf = self.s.b.register(1, Access::LOCAL_WRITE);
+        self.s
+            .b
+            .post_recv(
+                self.ops as u64,
+                Sge {
+                    stag: rbuf,
+                    to: 0,
+                    len: 0,
+                },
+            )
+            .map_err(|e| ScenarioError(format!("post recv: {e}")))?;
+        let local = if len == 0 {
+            Sge::EMPTY
+        } else {
+            Sge {
+                stag: src,
+                to: 0,
+                len: len as u32,
+            }
+        };
+        self.s
+            .a
+            .post_send(WorkRequest::WriteImm {
+                wr_id: self.ops as u64,
+                signaled: true,
+                local: local.into(),
+                remote_stag: dst,
+                remote_to: 0x9000,
+                imm,
+                solicited,
+            })
+            .map_err(|e| ScenarioError(format!("post write with immediate: {e}")))?;
+        self.run()?;
+        let c = self.s.b.completions.last().copied();
+        check(
+            c.is_some_and(|c| {
+                c.status == WcStatus::Success
+                    && c.opcode == WcOpcode::RecvRdmaWithImm
+                    && c.imm == Some(imm)
+                    && c.solicited == solicited
+            }),
+            || format!("immediate completion wrong: {c:?}"),
+        )?;
+        check(
+            self.s
+                .b
+                .mem
+                .snapshot(dst)
+                .is_some_and(|b| b.get(..len) == Some(&d[..])),
+            || "write with immediate corrupted".into(),
+        )?;
+        self.done(len)
+    }
+
+    /// An RFC 7306 atomic by a on b's 8 octets holding `orig`: Fetch and
+    /// Add of `add` when `cmp` is `None`, else Compare and Swap
+    /// (`compare`, `swap`). Checks the value returned and the one left.
+    fn atomic(
+        &mut self,
+        orig: u64,
+        add: u64,
+        cmp: Option<(u64, u64)>,
+    ) -> Result<(), ScenarioError> {
+        let mut buf = vec![0u8; 16];
+        buf[8..].copy_from_slice(&orig.to_ne_bytes());
+        let target = self.s.b.register_buf(buf, Access::REMOTE_ATOMIC, 0x7000);
+        let local = self.s.a.register(8, Access::LOCAL_WRITE);
+        let sge = Sge {
+            stag: local,
+            to: 0,
+            len: 8,
+        };
+        let wr = match cmp {
+            None => WorkRequest::FetchAdd {
+                wr_id: self.ops as u64,
+                signaled: true,
+                local: sge,
+                remote_stag: target,
+                remote_to: 0x7008,
+                add,
+            },
+            Some((compare, swap)) => WorkRequest::CmpSwap {
+                wr_id: self.ops as u64,
+                signaled: true,
+                local: sge,
+                remote_stag: target,
+                remote_to: 0x7008,
+                compare,
+                swap,
+            },
+        };
+        self.s
+            .a
+            .post_send(wr)
+            .map_err(|e| ScenarioError(format!("post atomic: {e}")))?;
+        self.run()?;
+        let want = match cmp {
+            None => orig.wrapping_add(add),
+            Some((c, s)) if c == orig => s,
+            Some(_) => orig,
+        };
+        let at = |m: &iwarp_proto::mem::MemoryTable, stag, i: usize| {
+            m.snapshot(stag).and_then(|b| {
+                b.get(i..i + 8)
+                    .map(|s| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8])))
+            })
+        };
+        check(at(&self.s.a.mem, local, 0) == Some(orig), || {
+            "atomic original value wrong".into()
+        })?;
+        check(at(&self.s.b.mem, target, 8) == Some(want), || {
+            "atomic result wrong".into()
+        })?;
+        self.done(8)
+    }
+
     fn done(&mut self, len: usize) -> Result<(), ScenarioError> {
         let c = self.s.a.completions.last().copied();
         check(c.is_some_and(|c| c.status == WcStatus::Success), || {
@@ -392,6 +518,40 @@ pub fn all_sessions(seed: u64) -> Result<Vec<SessionReport>, ScenarioError> {
                 s.send(2000, false, false)?;
                 s.send(10, true, true)?;
                 s.write(0, 8)
+            },
+        )?,
+        session(
+            "rev2-crc-rfc7306",
+            seed + 4,
+            40005,
+            crc.clone(),
+            crc.clone(),
+            false,
+            |s| {
+                s.write_imm(300, 0x1234_5678, false)?;
+                s.write_imm(0, 0xdead_beef, true)?;
+                s.atomic(40, 2, None)?;
+                s.atomic(7, 0, Some((7, 99)))?;
+                s.atomic(7, 0, Some((8, 99)))?;
+                // An atomic on memory without remote-atomic access: the
+                // peer answers with a Terminate (RDMAP, access rights).
+                let plain = s.s.b.register_buf(vec![0; 8], Access::REMOTE_WRITE, 0);
+                let local = s.s.a.register(8, Access::LOCAL_WRITE);
+                s.s.a
+                    .post_send(WorkRequest::FetchAdd {
+                        wr_id: 999,
+                        signaled: true,
+                        local: Sge {
+                            stag: local,
+                            to: 0,
+                            len: 8,
+                        },
+                        remote_stag: plain,
+                        remote_to: 0,
+                        add: 1,
+                    })
+                    .map_err(|e| ScenarioError(format!("post: {e}")))?;
+                s.run()
             },
         )?,
         session(

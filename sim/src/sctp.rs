@@ -513,7 +513,7 @@ pub fn rdmap_session(seed: u64) -> Result<(SctpCapture, SctpReport), String> {
     Ok((w.cap, rep))
 }
 
-/// RFC 5040 §4.3 name of an opcode.
+/// RFC 5040 §4.3 (and RFC 7306 §4) name of an opcode.
 pub fn opcode_name(op: Opcode) -> &'static str {
     match op {
         Opcode::Write => "RDMA Write",
@@ -524,6 +524,10 @@ pub fn opcode_name(op: Opcode) -> &'static str {
         Opcode::SendSe => "Send with SE",
         Opcode::SendSeInvalidate => "Send with SE and Invalidate",
         Opcode::Terminate => "Terminate",
+        Opcode::ImmediateData => "Immediate Data",
+        Opcode::ImmediateDataSe => "Immediate Data with SE",
+        Opcode::AtomicRequest => "Atomic Request",
+        Opcode::AtomicResponse => "Atomic Response",
         Opcode::Reserved(_) => "reserved",
     }
 }

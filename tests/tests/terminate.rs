@@ -225,7 +225,8 @@ fn untagged_case(code: TermCode, post_recv: bool, hdr: (u8, u8, u32, u32, u32, u
 #[test]
 fn ddp_untagged_invalid_qn() {
     let (d, r) = ctrl(false, Opcode::Send);
-    untagged_case(TermCode::DDP_U_INVALID_QN, true, (d, r, 0, 3, 1, 0), 8);
+    // QN 0-2 are RFC 5040's, QN 3 RFC 7306's (Atomic Response).
+    untagged_case(TermCode::DDP_U_INVALID_QN, true, (d, r, 0, 4, 1, 0), 8);
 }
 
 #[test]
@@ -310,11 +311,11 @@ fn rdmap_invalid_version() {
 #[test]
 fn rdmap_unexpected_opcode() {
     let (d, _) = ctrl(false, Opcode::Send);
-    // reserved opcode 1000b on QN 0
+    // reserved opcode 1100b on QN 0 (1000b-1011b are RFC 7306's)
     untagged_case(
         TermCode::RDMAP_UNEXPECTED_OPCODE,
         true,
-        (d, 0x48, 0, 0, 1, 0),
+        (d, 0x4c, 0, 0, 1, 0),
         8,
     );
     // a Send on QN 1

@@ -23,6 +23,9 @@ pub const PORT_ACTIVE: c_int = 4;
 pub const LINK_LAYER_ETHERNET: u8 = 2;
 /// `IBV_ATOMIC_NONE`.
 pub const ATOMIC_NONE: c_int = 0;
+/// `IBV_ATOMIC_HCA`: atomic with respect to this device's other atomics
+/// (not to the CPU's).
+pub const ATOMIC_HCA: c_int = 1;
 
 /// `struct _ibv_device_ops`: two unused slots.
 #[repr(C)]
@@ -355,6 +358,8 @@ pub mod wr {
     pub const SEND: c_int = 2;
     pub const SEND_WITH_IMM: c_int = 3;
     pub const RDMA_READ: c_int = 4;
+    pub const ATOMIC_CMP_AND_SWP: c_int = 5;
+    pub const ATOMIC_FETCH_AND_ADD: c_int = 6;
     pub const SEND_WITH_INV: c_int = 9;
 }
 
@@ -424,9 +429,14 @@ pub mod wc_opcode {
     pub const SEND: c_int = 0;
     pub const RDMA_WRITE: c_int = 1;
     pub const RDMA_READ: c_int = 2;
+    pub const COMP_SWAP: c_int = 3;
+    pub const FETCH_ADD: c_int = 4;
     pub const RECV: c_int = 1 << 7;
+    pub const RECV_RDMA_WITH_IMM: c_int = (1 << 7) + 1;
 }
 
+/// `IBV_WC_WITH_IMM` in `enum ibv_wc_flags`.
+pub const WC_WITH_IMM: u32 = 1 << 1;
 /// `IBV_WC_WITH_INV` in `enum ibv_wc_flags`.
 pub const WC_WITH_INV: u32 = 1 << 3;
 

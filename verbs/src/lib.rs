@@ -9,14 +9,16 @@
 //! domains, memory regions (the virtual address is the tagged offset;
 //! `lkey` = `rkey` = the STag), completion channels (epoll descriptors)
 //! and CQs, RC queue pairs with Send (and Send with Invalidate), RDMA
-//! Write and RDMA Read, inline or from registered memory, through the
+//! Write and RDMA Read, inline or from registered memory, RDMA Write with
+//! immediate and the Fetch-and-Add and Compare-and-Swap atomics (RFC 7306;
+//! `atomic_cap` `IBV_ATOMIC_HCA`, `IBV_ACCESS_REMOTE_ATOMIC`), through the
 //! context's operation table that the header's inline `ibv_post_send`,
 //! `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call; and
 //! librdmacm's connection calls (`cm`), whose functions this library
 //! exports under librdmacm's version names. By default the program's own
 //! thread runs the stack when it polls a CQ or posts (run to completion).
-//! Immediate data and atomics (RFC 7306), SRQs, memory windows, address
-//! handles and the extended (`_ex`) verbs fail with the errno
+//! Send with immediate (RFC 7306 has no such message), SRQs, memory
+//! windows, address handles and the extended (`_ex`) verbs fail with the errno
 //! rdma-core's providers give for what a device lacks (`stubs`).
 //!
 //! Configuration: the environment (see `engine`): `IWARP_IFACE`,
@@ -487,7 +489,7 @@ pub unsafe extern "C" fn ibv_query_device(ctx: *mut IbvContext, attr: *mut IbvDe
         max_res_rd_atom: 1 << 16,
         max_qp_init_rd_atom: 128,
         max_ee_init_rd_atom: 0,
-        atomic_cap: abi::ATOMIC_NONE,
+        atomic_cap: abi::ATOMIC_HCA,
         max_ee: 0,
         max_rdd: 0,
         max_mw: 1 << 16,

@@ -235,8 +235,8 @@ fn access_of(flags: c_int) -> Result<Access, c_int> {
     if flags & (a::REMOTE_WRITE | a::REMOTE_ATOMIC) != 0 && flags & a::LOCAL_WRITE == 0 {
         return Err(libc::EINVAL);
     }
-    // No on-demand paging and no atomics (RFC 7306) in this stack.
-    if flags & (a::ON_DEMAND | a::REMOTE_ATOMIC) != 0 {
+    // No on-demand paging in this stack.
+    if flags & a::ON_DEMAND != 0 {
         return Err(libc::EOPNOTSUPP);
     }
     let mut acc = Access::LOCAL_READ;
@@ -245,6 +245,7 @@ fn access_of(flags: c_int) -> Result<Access, c_int> {
         (a::REMOTE_WRITE, Access::REMOTE_WRITE),
         (a::REMOTE_READ, Access::REMOTE_READ),
         (a::MW_BIND, Access::MW_BIND),
+        (a::REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
     ] {
         if flags & bit != 0 {
             acc = acc | r;
@@ -615,12 +616,19 @@ fn wc_of(w: &iwarp::Wc) -> IbvWc {
         Some(WcOpcode::Write) => op::RDMA_WRITE,
         Some(WcOpcode::Read) => op::RDMA_READ,
         Some(WcOpcode::Recv) => op::RECV,
+        // verbs reports a Write with Immediate as a Write at the sender.
+        Some(WcOpcode::WriteImm) => op::RDMA_WRITE,
+        Some(WcOpcode::RecvRdmaWithImm) => op::RECV_RDMA_WITH_IMM,
+        Some(WcOpcode::FetchAdd) => op::FETCH_ADD,
+        Some(WcOpcode::CmpSwap) => op::COMP_SWAP,
         #[allow(unreachable_patterns)]
         Some(_) => op::SEND,
     };
-    let (wc_flags, imm) = match w.invalidated {
-        Some(s) => (abi::WC_WITH_INV, s.0),
-        None => (0, 0),
+    // `imm_data` is in network order, as rdma-core's providers leave it.
+    let (wc_flags, imm) = match (w.invalidated, w.imm) {
+        (Some(s), _) => (abi::WC_WITH_INV, s.0),
+        (None, Some(i)) => (abi::WC_WITH_IMM, i.to_be()),
+        (None, None) => (0, 0),
     };
     IbvWc {
         wr_id: w.wr_id,
@@ -1005,9 +1013,50 @@ fn work_request(w: &IbvSendWr, sig_all: bool) -> Result<WorkRequest, c_int> {
             remote_stag,
             remote_to,
         },
-        // Immediate data and atomics (RFC 7306), memory windows and local
-        // invalidation are not in this library yet; as siw does for an
-        // opcode it lacks.
+        // RFC 7306 §6: an RDMA Write then Immediate Data (`imm_data` is in
+        // network order in the request).
+        op::RDMA_WRITE_WITH_IMM => WorkRequest::WriteImm {
+            wr_id: w.wr_id,
+            signaled,
+            local: sgl_of(w.sg_list, w.num_sge)?,
+            remote_stag,
+            remote_to,
+            imm: u32::from_be(w.imm_data),
+            solicited,
+        },
+        // RFC 7306 §5 atomics: `wr.atomic` (compare_add, swap, rkey at 24),
+        // one 8-octet SGE for the original value.
+        op::ATOMIC_FETCH_AND_ADD | op::ATOMIC_CMP_AND_SWP => {
+            let local = sgl_of(w.sg_list, w.num_sge)?;
+            let &[local] = local.as_slice() else {
+                return Err(libc::EINVAL);
+            };
+            let remote_stag = STag(w.wr.atomic_rkey);
+            if w.opcode == op::ATOMIC_FETCH_AND_ADD {
+                WorkRequest::FetchAdd {
+                    wr_id: w.wr_id,
+                    signaled,
+                    local,
+                    remote_stag,
+                    remote_to,
+                    add: w.wr.word1,
+                }
+            } else {
+                WorkRequest::CmpSwap {
+                    wr_id: w.wr_id,
+                    signaled,
+                    local,
+                    remote_stag,
+                    remote_to,
+                    compare: w.wr.word1,
+                    swap: w.wr.swap,
+                }
+            }
+        }
+        // RFC 7306 has no Send with Immediate (its Immediate Data message
+        // completes at the receiver as RDMA Write with immediate), and
+        // memory windows and local invalidation are not in this library
+        // yet; as siw does for an opcode it lacks.
         _ => return Err(libc::EINVAL),
     })
 }

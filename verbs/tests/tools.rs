@@ -297,3 +297,67 @@ fn a_connected_cm_id_stays_quiet_until_the_peer_disconnects() {
     assert!(c.contains("client: quiet"), "{c}");
     assert!(s.contains("server: quiet"), "{s}");
 }
+
+/// Build one of tests/c/*.c against the real rdma-core headers.
+fn build_c(name: &str) -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("iwarp-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let out = Command::new("gcc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, exe.to_str().unwrap().to_owned())
+}
+
+#[test]
+fn rfc7306_write_with_immediate_and_atomics_from_c() {
+    if netns_harness::skip_test_without_root() {
+        return;
+    }
+    // tests/c/rfc7306.c: RDMA Write with immediate, Fetch-and-Add and
+    // Compare-and-Swap through ibv_post_send, checked at both ends.
+    let (dir, exe) = build_c("rfc7306");
+    let (c, s) = pair(
+        &[&exe, "server", "{S}", "7510"],
+        &[&exe, "client", "{S}", "7510"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(c.contains("client: ok"), "{c}");
+    assert!(s.contains("server: ok"), "{s}");
+}
+
+/// perftest's atomic tools, both ends on our library: every iteration
+/// ran (`ib_atomic_*` check `atomic_cap` and use `IBV_ACCESS_REMOTE_ATOMIC`).
+fn check_atomic(tool: &str, extra: &[&str]) {
+    if !ready(tool) {
+        return;
+    }
+    let mut args = vec!["-R", "-n", "500"];
+    args.extend_from_slice(extra);
+    let out = perftest(tool, &args);
+    let row = result_row(&out, "8");
+    assert_eq!(row[1], 500.0, "{out}");
+    assert!(row[2] > 0.0, "{out}");
+}
+
+#[test]
+fn ib_atomic_lat_runs_unmodified_on_both_ends() {
+    check_atomic("ib_atomic_lat", &["-A", "FETCH_AND_ADD"]);
+    check_atomic("ib_atomic_lat", &["-A", "CMP_AND_SWAP"]);
+}
+
+#[test]
+fn ib_atomic_bw_runs_unmodified_on_both_ends() {
+    check_atomic("ib_atomic_bw", &[]);
+}

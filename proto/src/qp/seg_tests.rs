@@ -488,3 +488,82 @@ proptest! {
         prop_assert_eq!(b.qp.state(), QpState::Rts);
     }
 }
+
+/// RFC 7306 over DDP/SCTP segments (the same QP code): an RDMA Write with
+/// Immediate and both atomics, segments delivered in reverse.
+#[test]
+fn rfc7306_over_segments() {
+    let mut a = End::new(1000);
+    let mut b = End::new(1000);
+    let src = a.reg(pattern(100, 3), Access::LOCAL_READ);
+    let res = a.reg(vec![0; 16], Access::LOCAL_WRITE);
+    let dst = b.reg(vec![0; 100], Access::REMOTE_WRITE);
+    let mut init = 40u64.to_ne_bytes().to_vec();
+    init.extend(7u64.to_ne_bytes());
+    let t = b.reg(init, Access::REMOTE_ATOMIC);
+    b.qp.post_recv(&b.mem, 5, SgList::default()).unwrap();
+    for wr in [
+        WorkRequest::WriteImm {
+            wr_id: 1,
+            signaled: true,
+            local: sge(src, 100).into(),
+            remote_stag: dst,
+            remote_to: 0,
+            imm: 77,
+            solicited: false,
+        },
+        WorkRequest::FetchAdd {
+            wr_id: 2,
+            signaled: true,
+            local: Sge {
+                stag: res,
+                to: 0,
+                len: 8,
+            },
+            remote_stag: t,
+            remote_to: 0,
+            add: 2,
+        },
+        WorkRequest::CmpSwap {
+            wr_id: 3,
+            signaled: true,
+            local: Sge {
+                stag: res,
+                to: 8,
+                len: 8,
+            },
+            remote_stag: t,
+            remote_to: 8,
+            compare: 7,
+            swap: 9,
+        },
+    ] {
+        a.qp.post_send(&a.mem, wr).unwrap();
+    }
+    pump(&mut a, &mut b, true);
+    assert_eq!(b.read(dst, 100), pattern(100, 3));
+    let rc = comps(&mut b.qp);
+    assert_eq!(
+        rc.iter()
+            .map(|c| (c.wr_id, c.opcode, c.imm))
+            .collect::<Vec<_>>(),
+        vec![(5, WcOpcode::RecvRdmaWithImm, Some(77))]
+    );
+    let img = b.read(t, 16);
+    assert_eq!(img[..8], 42u64.to_ne_bytes());
+    assert_eq!(img[8..], 9u64.to_ne_bytes());
+    let r = a.read(res, 16);
+    assert_eq!(r[..8], 40u64.to_ne_bytes());
+    assert_eq!(r[8..], 7u64.to_ne_bytes());
+    assert_eq!(
+        comps(&mut a.qp)
+            .iter()
+            .map(|c| (c.wr_id, c.opcode, c.status))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcOpcode::WriteImm, WcStatus::Success),
+            (2, WcOpcode::FetchAdd, WcStatus::Success),
+            (3, WcOpcode::CmpSwap, WcStatus::Success)
+        ]
+    );
+}

@@ -1954,3 +1954,427 @@ fn receive_completion_is_solicited_only_for_send_with_se() {
         ]
     );
 }
+
+// ------------------------------------------------- RFC 7306: immediate data, atomics
+
+fn write_imm(wr_id: u64, local: impl Into<SgList>, stag: STag, to: u64, imm: u32) -> WorkRequest {
+    WorkRequest::WriteImm {
+        wr_id,
+        signaled: true,
+        local: local.into(),
+        remote_stag: stag,
+        remote_to: to,
+        imm,
+        solicited: false,
+    }
+}
+
+fn fetch_add(wr_id: u64, local: Sge, stag: STag, to: u64, add: u64) -> WorkRequest {
+    WorkRequest::FetchAdd {
+        wr_id,
+        signaled: true,
+        local,
+        remote_stag: stag,
+        remote_to: to,
+        add,
+    }
+}
+
+fn cmp_swap(wr_id: u64, local: Sge, stag: STag, to: u64, compare: u64, swap: u64) -> WorkRequest {
+    WorkRequest::CmpSwap {
+        wr_id,
+        signaled: true,
+        local,
+        remote_stag: stag,
+        remote_to: to,
+        compare,
+        swap,
+    }
+}
+
+fn u64_at(mem: &MemoryTable, stag: STag, at: usize) -> u64 {
+    let img = mem.snapshot(stag).unwrap();
+    u64::from_ne_bytes(img[at..at + 8].try_into().unwrap())
+}
+
+fn target(end: &mut End, access: Access, values: &[u64]) -> STag {
+    let buf: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    end.reg(buf, access)
+}
+
+#[test]
+fn write_with_immediate_places_then_completes_a_receive_with_the_immediate() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let src = a.reg(pattern(300, 7), Access::LOCAL_READ);
+    let dst = b.reg(vec![0; 300], Access::REMOTE_WRITE);
+    // The receive buffer is consumed but not written: zero length is fine.
+    b.qp.post_recv(&b.mem, 9, SgList::default()).unwrap();
+    a.qp.post_send(&a.mem, write_imm(1, sge(src, 0, 300), dst, 0, 0xdead_beef))
+        .unwrap();
+    // A bare Immediate Data (no Write) with Solicited Event.
+    b.qp.post_recv(&b.mem, 10, SgList::default()).unwrap();
+    a.qp.post_send(
+        &a.mem,
+        WorkRequest::WriteImm {
+            wr_id: 2,
+            signaled: true,
+            local: SgList::default(),
+            remote_stag: STag(0),
+            remote_to: 0,
+            imm: 7,
+            solicited: true,
+        },
+    )
+    .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(b.mem.snapshot(dst).unwrap(), pattern(300, 7));
+    let rc = comps(&mut b.qp);
+    assert_eq!(
+        rc.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.imm, c.solicited, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                9,
+                WcOpcode::RecvRdmaWithImm,
+                WcStatus::Success,
+                Some(0xdead_beef),
+                false,
+                0
+            ),
+            (
+                10,
+                WcOpcode::RecvRdmaWithImm,
+                WcStatus::Success,
+                Some(7),
+                true,
+                0
+            ),
+        ]
+    );
+    let sc = comps(&mut a.qp);
+    assert_eq!(
+        sc.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcOpcode::WriteImm, WcStatus::Success),
+            (2, WcOpcode::WriteImm, WcStatus::Success)
+        ]
+    );
+}
+
+#[test]
+fn immediate_data_is_untagged_qn0_with_eight_octets_on_the_wire() {
+    let mut a = End::new(200);
+    a.qp.post_send(
+        &a.mem,
+        WorkRequest::WriteImm {
+            wr_id: 2,
+            signaled: true,
+            local: SgList::default(),
+            remote_stag: STag(0),
+            remote_to: 0,
+            imm: 0x0102_0304,
+            solicited: false,
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    // MPA length 26, then the untagged header: L, RV 1 opcode 1000b, QN 0, MSN 1, MO 0.
+    assert_eq!(
+        &out[..28],
+        &[
+            0, 26, 0x41, 0x48, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, // header
+            0, 0, 0, 0, 1, 2, 3, 4, // Immediate Data
+        ]
+    );
+}
+
+#[test]
+fn immediate_data_without_a_receive_buffer_is_no_buffer() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    a.qp.post_send(&a.mem, write_imm(1, SgList::default(), STag(0), 0, 1))
+        .unwrap();
+    let t = terminate_seen(&mut a, &mut b);
+    assert_eq!(t.code, TermCode::DDP_U_NO_BUFFER);
+}
+
+#[test]
+fn fetch_add_and_compare_swap_run_on_the_target_and_return_the_original() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let t = target(&mut b, Access::REMOTE_ATOMIC, &[0, 40, 7]);
+    let local = a.reg(vec![0xee; 32], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, fetch_add(1, sge(local, 0, 8), t, 8, 2))
+        .unwrap();
+    a.qp.post_send(&a.mem, cmp_swap(2, sge(local, 8, 8), t, 16, 7, 99))
+        .unwrap();
+    a.qp.post_send(&a.mem, cmp_swap(3, sge(local, 16, 8), t, 16, 7, 5))
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(u64_at(&b.mem, t, 8), 42);
+    // The first swap matched; the second compared 7 with 99 and stored nothing.
+    assert_eq!(u64_at(&b.mem, t, 16), 99);
+    assert_eq!(u64_at(&a.mem, local, 0), 40);
+    assert_eq!(u64_at(&a.mem, local, 8), 7);
+    assert_eq!(u64_at(&a.mem, local, 16), 99);
+    assert_eq!(&a.mem.snapshot(local).unwrap()[24..], &[0xee; 8]);
+    let c = comps(&mut a.qp);
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcOpcode::FetchAdd, WcStatus::Success, 8),
+            (2, WcOpcode::CmpSwap, WcStatus::Success, 8),
+            (3, WcOpcode::CmpSwap, WcStatus::Success, 8),
+        ]
+    );
+    assert!(comps(&mut b.qp).is_empty());
+}
+
+#[test]
+fn atomic_request_and_response_literal_bytes() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let t = target(&mut b, Access::REMOTE_ATOMIC, &[5]);
+    let local = a.reg(vec![0; 8], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, cmp_swap(1, sge(local, 0, 8), t, 0, 5, 6))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    let stag = t.0.to_be_bytes();
+    let mut want = vec![
+        0, 70, 0x41, 0x4a, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0,
+    ];
+    want.extend([0, 0, 0, 2, 0, 0, 0, 0]); // CmpSwap, request identifier 0
+    want.extend(stag);
+    want.extend([0; 8]); // remote TO
+    want.extend(6u64.to_be_bytes());
+    want.extend(u64::MAX.to_be_bytes());
+    want.extend(5u64.to_be_bytes());
+    want.extend(u64::MAX.to_be_bytes());
+    assert_eq!(&out[..2 + 70], &want[..]);
+    b.qp.receive(&out, &mut b.mem);
+    let mut back = Vec::new();
+    b.qp.poll_transmit(&b.mem, &mut back, usize::MAX, usize::MAX);
+    // Atomic Response: QN 3, MSN 1, request identifier 0, original value 5.
+    let mut want = vec![
+        0, 30, 0x41, 0x4b, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0,
+    ];
+    want.extend([0, 0, 0, 0]);
+    want.extend(5u64.to_be_bytes());
+    assert_eq!(&back[..2 + 30], &want[..]);
+    a.qp.receive(&back, &mut a.mem);
+    assert_eq!(u64_at(&a.mem, local, 0), 5);
+    assert_eq!(u64_at(&b.mem, t, 0), 6);
+}
+
+#[test]
+fn atomic_without_remote_atomic_access_is_refused() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let t = target(&mut b, Access::REMOTE_WRITE | Access::REMOTE_READ, &[40]);
+    let local = a.reg(vec![0; 8], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, fetch_add(1, sge(local, 0, 8), t, 0, 2))
+        .unwrap();
+    let term = terminate_seen(&mut a, &mut b);
+    assert_eq!(term.code, TermCode::RDMAP_ACCESS);
+    assert_eq!(u64_at(&b.mem, t, 0), 40);
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::RemoteAccess)]
+    );
+}
+
+#[test]
+fn misaligned_or_out_of_bounds_atomic_is_refused() {
+    for (to, code) in [
+        (4, TermCode::RDMAP_BASE_BOUNDS),
+        (12, TermCode::RDMAP_BASE_BOUNDS),
+        (16, TermCode::RDMAP_BASE_BOUNDS),
+    ] {
+        let mut a = End::new(200);
+        let mut b = End::new(200);
+        let t = target(&mut b, Access::REMOTE_ATOMIC, &[1, 2]);
+        let local = a.reg(vec![0; 8], Access::LOCAL_WRITE);
+        a.qp.post_send(&a.mem, cmp_swap(1, sge(local, 0, 8), t, to, 0, u64::MAX))
+            .unwrap();
+        let term = terminate_seen(&mut a, &mut b);
+        assert_eq!(term.code, code, "TO {to}");
+        let img: Vec<u8> = [1u64, 2].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert_eq!(b.mem.snapshot(t).unwrap(), img, "TO {to}");
+        assert_eq!(
+            statuses(&comps(&mut a.qp)),
+            vec![(1, WcStatus::RemoteAccess)]
+        );
+    }
+}
+
+#[test]
+fn atomics_beyond_the_peer_ird_are_no_buffer() {
+    let mut a = End::new(200);
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut b = End {
+        qp: Qp::new(QpConfig {
+            ird: 1,
+            ..cfg(pd, 200)
+        }),
+        mem,
+        pd,
+    };
+    let t = target(&mut b, Access::REMOTE_ATOMIC, &[0]);
+    let local = a.reg(vec![0; 16], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, fetch_add(1, sge(local, 0, 8), t, 0, 1))
+        .unwrap();
+    a.qp.post_send(&a.mem, fetch_add(2, sge(local, 8, 8), t, 0, 1))
+        .unwrap();
+    let term = terminate_seen(&mut a, &mut b);
+    assert_eq!(term.code, TermCode::DDP_U_NO_BUFFER);
+    // Only the first ran.
+    assert_eq!(u64_at(&b.mem, t, 0), 1);
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::Flushed), (2, WcStatus::RemoteInvalidRequest)]
+    );
+}
+
+#[test]
+fn atomics_wait_for_ord_with_reads() {
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut a = End {
+        qp: Qp::new(QpConfig {
+            ord: 1,
+            ..cfg(pd, 200)
+        }),
+        mem,
+        pd,
+    };
+    let mut b = End::new(200);
+    let t = target(&mut b, Access::REMOTE_ATOMIC | Access::REMOTE_READ, &[3]);
+    let local = a.reg(vec![0; 16], Access::LOCAL_WRITE);
+    a.qp.post_send(&a.mem, read(1, sge(local, 8, 8), t, 0))
+        .unwrap();
+    a.qp.post_send(&a.mem, fetch_add(2, sge(local, 0, 8), t, 0, 1))
+        .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    // Only the Read Request left (MPA length, 46-octet ULPDU, CRC; no
+    // pad): ORD 1 holds the Atomic Request back.
+    assert_eq!(out.len(), 2 + 18 + 28 + 4);
+    b.qp.receive(&out, &mut b.mem);
+    pump(&mut a, &mut b);
+    assert_eq!(u64_at(&b.mem, t, 0), 4);
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+}
+
+#[test]
+fn atomic_local_buffer_must_be_eight_octets() {
+    let mut a = End::new(200);
+    let local = a.reg(vec![0; 16], Access::LOCAL_WRITE);
+    assert_eq!(
+        a.qp.post_send(&a.mem, fetch_add(1, sge(local, 0, 4), STag(1), 0, 1)),
+        Err(PostError::AtomicLength)
+    );
+    let ro = a.reg(vec![0; 8], Access::LOCAL_READ);
+    assert!(matches!(
+        a.qp.post_send(&a.mem, fetch_add(1, sge(ro, 0, 8), STag(1), 0, 1)),
+        Err(PostError::Local(_))
+    ));
+}
+
+#[test]
+fn malformed_rfc7306_messages_terminate() {
+    // An Atomic Request body cut short, an unknown atomic operation, an
+    // Immediate Data of 4 octets, an Atomic Response nobody asked for.
+    let mut body = AtomicRequest {
+        op: AtomicOp::FetchAdd,
+        req_id: 0,
+        stag: 0,
+        to: 0,
+        add_swap: 1,
+        add_swap_mask: 0,
+        compare: 0,
+        compare_mask: 0,
+    }
+    .to_bytes()
+    .to_vec();
+    let cases: Vec<(DdpHeader, Vec<u8>, bool, TermCode)> = vec![
+        (
+            untagged_hdr(Opcode::AtomicRequest, 0, 1, 0, true),
+            body[..40].to_vec(),
+            false,
+            TermCode::RDMAP_OP_UNSPECIFIED,
+        ),
+        (
+            untagged_hdr(Opcode::AtomicRequest, 0, 1, 0, true),
+            {
+                body[3] = 9;
+                body.clone()
+            },
+            false,
+            TermCode::RDMAP_OP_UNSPECIFIED,
+        ),
+        (
+            untagged_hdr(Opcode::AtomicRequest, 0, 1, 0, true),
+            [body.clone(), vec![0; 4]].concat(),
+            false,
+            TermCode::DDP_U_TOO_LONG,
+        ),
+        (
+            untagged_hdr(Opcode::ImmediateData, 0, 1, 0, true),
+            vec![1, 2, 3, 4],
+            true,
+            TermCode::RDMAP_OP_UNSPECIFIED,
+        ),
+        (
+            untagged_hdr(Opcode::ImmediateData, 0, 1, 0, true),
+            vec![0; 12],
+            true,
+            TermCode::DDP_U_TOO_LONG,
+        ),
+        (
+            untagged_hdr(Opcode::AtomicResponse, 0, 1, 0, true),
+            vec![0; 12],
+            false,
+            TermCode::DDP_U_NO_BUFFER,
+        ),
+        (
+            // An Atomic Request on QN 0.
+            DdpHeader::Untagged(UntaggedHeader {
+                ddp: DdpControl::new(false, true),
+                rdmap: RdmapControl::new(Opcode::AtomicRequest),
+                inval_stag: 0,
+                qn: 0,
+                msn: 1,
+                mo: 0,
+            }),
+            body.clone(),
+            false,
+            TermCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+    ];
+    for (i, (hdr, payload, recv, code)) in cases.into_iter().enumerate() {
+        let mut b = End::new(200);
+        if recv {
+            b.qp.post_recv(&b.mem, 1, SgList::default()).unwrap();
+        }
+        let mut framer = Framer::new(true, false);
+        let bytes = fpdu(&mut framer, hdr, &payload);
+        for piece in bytes.chunks(5) {
+            b.qp.receive(piece, &mut b.mem);
+        }
+        let t = queued_terminate(&mut b.qp, &b.mem);
+        assert_eq!(t.code, code, "case {i}");
+        assert_eq!(t.ddp_header, Some(hdr), "case {i}");
+    }
+}

@@ -76,7 +76,8 @@ impl DdpControl {
     }
 }
 
-/// RDMAP opcodes (RFC 5040 §4.1 figure 4). Unknown values are kept.
+/// RDMAP opcodes (RFC 5040 §4.1 figure 4, RFC 7306 §4 for 1000b-1011b).
+/// Unknown values are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opcode {
     /// 0000b RDMA Write (tagged).
@@ -95,7 +96,15 @@ pub enum Opcode {
     SendSeInvalidate,
     /// 0111b Terminate (QN 2).
     Terminate,
-    /// 1000b-1111b: reserved by RFC 5040 (RFC 7306 uses some); kept as received.
+    /// 1000b Immediate Data (RFC 7306, untagged, QN 0).
+    ImmediateData,
+    /// 1001b Immediate Data with Solicited Event (RFC 7306, untagged, QN 0).
+    ImmediateDataSe,
+    /// 1010b Atomic Request (RFC 7306, untagged, QN 1).
+    AtomicRequest,
+    /// 1011b Atomic Response (RFC 7306, untagged, QN 3).
+    AtomicResponse,
+    /// 1100b-1111b: reserved; kept as received.
     Reserved(u8),
 }
 
@@ -111,6 +120,10 @@ impl Opcode {
             5 => Opcode::SendSe,
             6 => Opcode::SendSeInvalidate,
             7 => Opcode::Terminate,
+            8 => Opcode::ImmediateData,
+            9 => Opcode::ImmediateDataSe,
+            10 => Opcode::AtomicRequest,
+            11 => Opcode::AtomicResponse,
             x => Opcode::Reserved(x),
         }
     }
@@ -125,6 +138,10 @@ impl Opcode {
             Opcode::SendSe => 5,
             Opcode::SendSeInvalidate => 6,
             Opcode::Terminate => 7,
+            Opcode::ImmediateData => 8,
+            Opcode::ImmediateDataSe => 9,
+            Opcode::AtomicRequest => 10,
+            Opcode::AtomicResponse => 11,
             Opcode::Reserved(x) => x & 0x0f,
         }
     }
@@ -136,14 +153,19 @@ impl Opcode {
             _ => Some(false),
         }
     }
-    /// RFC 5040 figure 4: the untagged queue number the message must use.
+    /// RFC 5040 figure 4 (and RFC 7306 §4): the untagged queue number the
+    /// message must use.
     pub fn queue(self) -> Option<u32> {
         match self {
-            Opcode::Send | Opcode::SendInvalidate | Opcode::SendSe | Opcode::SendSeInvalidate => {
-                Some(0)
-            }
-            Opcode::ReadRequest => Some(1),
+            Opcode::Send
+            | Opcode::SendInvalidate
+            | Opcode::SendSe
+            | Opcode::SendSeInvalidate
+            | Opcode::ImmediateData
+            | Opcode::ImmediateDataSe => Some(0),
+            Opcode::ReadRequest | Opcode::AtomicRequest => Some(1),
             Opcode::Terminate => Some(2),
+            Opcode::AtomicResponse => Some(3),
             _ => None,
         }
     }
@@ -151,9 +173,12 @@ impl Opcode {
     pub fn invalidates(self) -> bool {
         matches!(self, Opcode::SendInvalidate | Opcode::SendSeInvalidate)
     }
-    /// Send with SE or Send with SE and Invalidate.
+    /// Send with SE, Send with SE and Invalidate, Immediate Data with SE.
     pub fn solicited(self) -> bool {
-        matches!(self, Opcode::SendSe | Opcode::SendSeInvalidate)
+        matches!(
+            self,
+            Opcode::SendSe | Opcode::SendSeInvalidate | Opcode::ImmediateDataSe
+        )
     }
 }
 
@@ -464,11 +489,24 @@ mod tests {
 
     #[test]
     fn reserved_opcode_and_versions_kept() {
-        let c = RdmapControl(0x3b);
+        let c = RdmapControl(0x3c);
         assert_eq!(c.version(), 0);
         assert_eq!(c.reserved(), 3);
-        assert_eq!(c.opcode(), Opcode::Reserved(0xb));
-        assert_eq!(Opcode::Reserved(0xb).bits(), 0xb);
+        assert_eq!(c.opcode(), Opcode::Reserved(0xc));
+        assert_eq!(Opcode::Reserved(0xc).bits(), 0xc);
+        // RFC 7306 §4 code points, with the queue each must use.
+        for (bits, op, qn) in [
+            (8, Opcode::ImmediateData, 0),
+            (9, Opcode::ImmediateDataSe, 0),
+            (10, Opcode::AtomicRequest, 1),
+            (11, Opcode::AtomicResponse, 3),
+        ] {
+            assert_eq!(Opcode::from_bits(bits), op);
+            assert_eq!(op.bits(), bits);
+            assert_eq!((op.tagged(), op.queue()), (Some(false), Some(qn)));
+        }
+        assert!(Opcode::ImmediateDataSe.solicited() && !Opcode::ImmediateData.solicited());
+        assert_eq!(RdmapControl::new(Opcode::AtomicRequest).0, 0x4a);
         let d = DdpControl(0x3e);
         assert_eq!((d.reserved(), d.version()), (0xf, 2));
     }
@@ -508,11 +546,11 @@ mod tests {
         assert_eq!(h.rdmap().opcode(), Opcode::SendSe);
     }
 
-    /// RFC 5040 figure 4, column by column, for every value of the opcode
-    /// field as it arrives in the RDMAP control octet (RV 01b).
+    /// RFC 5040 figure 4 and RFC 7306 §4, column by column, for every value
+    /// of the opcode field as it arrives in the RDMAP control octet (RV 01b).
     #[test]
     fn opcode_table_from_every_control_octet() {
-        // (tagged, queue, invalidates, solicited) for opcodes 0..=7.
+        // (tagged, queue, invalidates, solicited) for opcodes 0..=11.
         let known = [
             (Some(true), None, false, false),     // Write
             (Some(false), Some(1), false, false), // Read Request
@@ -522,6 +560,10 @@ mod tests {
             (Some(false), Some(0), false, true),  // Send with SE
             (Some(false), Some(0), true, true),   // Send with SE and Invalidate
             (Some(false), Some(2), false, false), // Terminate
+            (Some(false), Some(0), false, false), // Immediate Data
+            (Some(false), Some(0), false, true),  // Immediate Data with SE
+            (Some(false), Some(1), false, false), // Atomic Request
+            (Some(false), Some(3), false, false), // Atomic Response
         ];
         for bits in 0u8..16 {
             let op = RdmapControl(0x40 | bits).opcode();

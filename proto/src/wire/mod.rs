@@ -16,7 +16,7 @@ pub use ddp::{
 };
 pub use fpdu::{Fpdu, Marker};
 pub use mpa_frame::{EnhancedParams, FrameKind, MpaFlags, MpaFrame, MpaFrameRepr};
-pub use rdmap::ReadRequest;
+pub use rdmap::{AtomicOp, AtomicRequest, AtomicResponse, ImmediateData, ReadRequest};
 pub use terminate::{TermCode, TerminateRepr};
 
 /// Why a buffer could not be parsed as a header. Says which header, which
