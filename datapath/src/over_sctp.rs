@@ -266,20 +266,21 @@ impl std::fmt::Debug for Entry {
 /// place: `(association, DDP stream, DDP-SSN, segment)`, true if taken.
 pub type Placer<'a> = dyn FnMut(AssocId, u16, u16, &[u8]) -> bool + 'a;
 
-/// What sending a packet needs of an [`SctpHost`]: its addresses, ARP
-/// cache, IP ident and counters, borrowed apart from the associations so
-/// that `poll` sends each association's packets while it holds the
-/// association (no association moves out of the map for its turn).
-struct Wire<'a> {
+/// An [`SctpHost`]'s Ethernet/IPv4 side: its addresses, ARP cache, IP
+/// ident and counters, apart from the associations, so that `poll` sends
+/// each association's packets while it holds the association (no
+/// association moves out of the map for its turn).
+#[derive(Debug)]
+struct Net {
     udp_port: Option<u16>,
     mac: EthernetAddress,
     ip: Ipv4Address,
-    arp: &'a mut ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
-    ip_ident: &'a mut u16,
-    stats: &'a mut SctpHostStats,
+    arp: ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
+    ip_ident: u16,
+    stats: SctpHostStats,
 }
 
-impl Wire<'_> {
+impl Net {
     /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
     /// port) headers for the SCTP packet `pkt`; returns them and their
     /// length.
@@ -300,7 +301,7 @@ impl Wire<'_> {
             ethertype: EtherType::IPV4,
         }
         .emit(&mut eth);
-        *self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident = self.ip_ident.wrapping_add(1);
         let (protocol, payload_len) = match udp {
             Some(_) => {
                 self.stats.tx_udp += 1;
@@ -316,7 +317,7 @@ impl Wire<'_> {
             ttl: 64,
             dscp: 0,
             ecn: 0,
-            identification: *self.ip_ident,
+            identification: self.ip_ident,
             dont_frag: true,
             more_frags: false,
             fragment_offset: 0,
@@ -396,9 +397,7 @@ impl Wire<'_> {
 #[derive(Debug)]
 pub struct SctpHost {
     cfg: SctpHostConfig,
-    mac: EthernetAddress,
-    ip: Ipv4Address,
-    arp: ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
+    net: Net,
     listeners: HashMap<u16, Listener>,
     assocs: BTreeMap<AssocId, Entry>,
     /// (peer address, peer port, our port) → association.
@@ -410,12 +409,10 @@ pub struct SctpHost {
     /// map is asked.
     last_tuple: Option<((Ipv4Address, u16, u16), AssocId)>,
     next_id: AssocId,
-    ip_ident: u16,
     /// Frames made while handling received frames, sent at the next poll.
     pending_tx: Vec<Vec<u8>>,
     pending_out: VecDeque<SctpOutput>,
     buf: Vec<u8>,
-    stats: SctpHostStats,
     /// Token bucket of out-of-the-blue answers: tokens, and when the last
     /// one was added.
     ootb_tokens: u32,
@@ -429,20 +426,23 @@ impl SctpHost {
         let mac = EthernetAddress(cfg.mac);
         let ip = Ipv4Address(cfg.ip);
         Ok(SctpHost {
-            arp: ArpCache::new(mac, ip, cfg.arp),
+            net: Net {
+                udp_port: cfg.udp_port,
+                mac,
+                ip,
+                arp: ArpCache::new(mac, ip, cfg.arp),
+                ip_ident: 0,
+                stats: SctpHostStats::default(),
+            },
             buf: vec![0; cfg.sctp.max_packet],
             cfg,
-            mac,
-            ip,
             listeners: HashMap::new(),
             assocs: BTreeMap::new(),
             by_tuple: HashMap::new(),
             last_tuple: None,
             next_id: 1,
-            ip_ident: 0,
             pending_tx: Vec::new(),
             pending_out: VecDeque::new(),
-            stats: SctpHostStats::default(),
             ootb_tokens: OOTB_BURST,
             ootb_at: 0,
         })
@@ -450,7 +450,7 @@ impl SctpHost {
 
     /// Counters.
     pub fn stats(&self) -> SctpHostStats {
-        self.stats
+        self.net.stats
     }
 
     /// Live associations.
@@ -552,7 +552,7 @@ impl SctpHost {
         let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
             return false;
         };
-        if ip.dst_addr() != self.ip {
+        if ip.dst_addr() != self.net.ip {
             return false;
         }
         match ip.protocol() {
@@ -580,30 +580,17 @@ impl SctpHost {
         else {
             return;
         };
-        let _reply_made_by_the_interface = self.arp.process(&repr, now);
+        let _reply_made_by_the_interface = self.net.arp.process(&repr, now);
         self.flush_arp_ready();
     }
 
     fn flush_arp_ready(&mut self) {
-        while let Some((mac, (dst, udp, pkt))) = self.arp.pop_ready() {
-            let (h, n) = self.wire().headers(mac, dst, udp, &pkt);
+        while let Some((mac, (dst, udp, pkt))) = self.net.arp.pop_ready() {
+            let (h, n) = self.net.headers(mac, dst, udp, &pkt);
             let mut f = h[..n].to_vec();
             f.extend_from_slice(&pkt);
             self.pending_tx.push(f);
-            self.stats.tx_packets += 1;
-        }
-    }
-
-    /// The parts of the host that sending a packet uses, borrowed apart
-    /// from the associations.
-    fn wire(&mut self) -> Wire<'_> {
-        Wire {
-            udp_port: self.cfg.udp_port,
-            mac: self.mac,
-            ip: self.ip,
-            arp: &mut self.arp,
-            ip_ident: &mut self.ip_ident,
-            stats: &mut self.stats,
+            self.net.stats.tx_packets += 1;
         }
     }
 
@@ -615,12 +602,12 @@ impl SctpHost {
         udp: Option<u16>,
         pkt: &[u8],
     ) {
-        let (h, n) = self.wire().headers(dst_mac, dst, udp, pkt);
+        let (h, n) = self.net.headers(dst_mac, dst, udp, pkt);
         let mut f = Vec::with_capacity(n + pkt.len());
         f.extend_from_slice(&h[..n]);
         f.extend_from_slice(pkt);
         self.pending_tx.push(f);
-        self.stats.tx_packets += 1;
+        self.net.stats.tx_packets += 1;
     }
 
     /// One SCTP packet from `src`, inside UDP from port `udp` or raw.
@@ -636,12 +623,12 @@ impl SctpHost {
         // RFC 9260 §3.1: Source Port, Destination Port, the first four
         // octets of the common header.
         let (Some(sp), Some(dp)) = (pkt.get(0..2), pkt.get(2..4)) else {
-            self.stats.rx_dropped += 1;
+            self.net.stats.rx_dropped += 1;
             return;
         };
         let peer_port = u16::from_be_bytes([sp[0], sp[1]]);
         let our_port = u16::from_be_bytes([dp[0], dp[1]]);
-        self.stats.rx_packets += 1;
+        self.net.stats.rx_packets += 1;
         let key = (src, peer_port, our_port);
         let cached = match self.last_tuple {
             Some((k, id)) if k == key && self.assocs.contains_key(&id) => Some(id),
@@ -674,7 +661,7 @@ impl SctpHost {
             // RFC 9260 §5.1.3: cookies bound to the addresses, so one
             // issued to an address is refused from any other.
             let addrs = Addrs {
-                local: &self.ip.0,
+                local: &self.net.ip.0,
                 peer: &src.0,
             };
             match l.handle_packet_from(now, addrs, pkt, &mut out) {
@@ -709,10 +696,10 @@ impl SctpHost {
             // answer from `out_of_the_blue`; the rest as it says, within
             // the rate limit (§8.4 allows not answering).
             if !self.ootb_token(now) {
-                self.stats.ootb_limited += 1;
+                self.net.stats.ootb_limited += 1;
             } else if let Some(r) = out.get(..n) {
                 self.reply_later(src, src_mac, udp, r);
-                self.stats.ootb_replies += 1;
+                self.net.stats.ootb_replies += 1;
             }
         }
         self.buf = out;
@@ -757,7 +744,7 @@ impl SctpHost {
                 checksum::data(dgram),
             ]);
             if total != 0xffff {
-                self.stats.udp_bad_checksum += 1;
+                self.net.stats.udp_bad_checksum += 1;
                 return None;
             }
         }
@@ -785,11 +772,11 @@ impl SctpHost {
     /// took it, false to have it come out as a [`DdpEvent::Segment`].
     pub fn handle_frame_with(&mut self, frame: &[u8], now: u64, place: &mut Placer<'_>) {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            self.stats.rx_dropped += 1;
+            self.net.stats.rx_dropped += 1;
             return;
         };
-        if eth.dst_addr() != self.mac && eth.dst_addr() != EthernetAddress::BROADCAST {
-            self.stats.rx_dropped += 1;
+        if eth.dst_addr() != self.net.mac && eth.dst_addr() != EthernetAddress::BROADCAST {
+            self.net.stats.rx_dropped += 1;
             return;
         }
         let src_mac = eth.src_addr();
@@ -798,11 +785,11 @@ impl SctpHost {
                 let Ok(repr) =
                     ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
                 else {
-                    self.stats.rx_dropped += 1;
+                    self.net.stats.rx_dropped += 1;
                     return;
                 };
-                if let Some(reply) = self.arp.process(&repr, now) {
-                    if let Some(f) = self.wire().arp_frame(&reply) {
+                if let Some(reply) = self.net.arp.process(&repr, now) {
+                    if let Some(f) = self.net.arp_frame(&reply) {
                         self.pending_tx.push(f);
                     }
                 }
@@ -810,15 +797,15 @@ impl SctpHost {
             }
             EtherType::IPV4 => {
                 let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-                    self.stats.rx_dropped += 1;
+                    self.net.stats.rx_dropped += 1;
                     return;
                 };
                 let Ok(repr) = Ipv4Repr::parse(&ip) else {
-                    self.stats.rx_dropped += 1;
+                    self.net.stats.rx_dropped += 1;
                     return;
                 };
-                if repr.dst_addr != self.ip || repr.more_frags || repr.fragment_offset != 0 {
-                    self.stats.rx_dropped += 1;
+                if repr.dst_addr != self.net.ip || repr.more_frags || repr.fragment_offset != 0 {
+                    self.net.stats.rx_dropped += 1;
                     return;
                 }
                 match repr.protocol {
@@ -827,15 +814,15 @@ impl SctpHost {
                     }
                     IpProtocol::UDP => match self.decapsulate(&repr, ip.payload()) {
                         Some((sport, pkt)) => {
-                            self.stats.rx_udp += 1;
+                            self.net.stats.rx_udp += 1;
                             self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now, place)
                         }
-                        None => self.stats.rx_dropped += 1,
+                        None => self.net.stats.rx_dropped += 1,
                     },
-                    _ => self.stats.rx_dropped += 1,
+                    _ => self.net.stats.rx_dropped += 1,
                 }
             }
-            _ => self.stats.rx_dropped += 1,
+            _ => self.net.stats.rx_dropped += 1,
         }
     }
 }
@@ -908,8 +895,8 @@ impl Engine for SctpHost {
                 busy = true;
             }
         }
-        while let Some(req) = self.arp.poll_request(now) {
-            if let Some(f) = self.wire().arp_frame(&req) {
+        while let Some(req) = self.net.arp.poll_request(now) {
+            if let Some(f) = self.net.arp_frame(&req) {
                 tx.send_parts(&[&f]);
                 busy = true;
             }
@@ -929,16 +916,9 @@ impl Engine for SctpHost {
             assocs,
             by_tuple,
             last_tuple,
+            net,
             ..
         } = self;
-        let mut wire = Wire {
-            udp_port: self.cfg.udp_port,
-            mac: self.mac,
-            ip: self.ip,
-            arp: &mut self.arp,
-            ip_ident: &mut self.ip_ident,
-            stats: &mut self.stats,
-        };
         // Closed ones leave after the sweep (no allocation unless one did).
         let mut gone = Vec::new();
         for (&id, e) in assocs.iter_mut() {
@@ -951,7 +931,7 @@ impl Engine for SctpHost {
             for _ in 0..256 {
                 match e.ddp.poll_transmit(now, &mut buf) {
                     Some(n) => {
-                        wire.send(remote, udp, &buf[..n], now, tx);
+                        net.send(remote, udp, &buf[..n], now, tx);
                         busy = true;
                     }
                     None => break,
@@ -968,8 +948,8 @@ impl Engine for SctpHost {
                 by_tuple.remove(&(remote, pp, lp));
                 *last_tuple = None;
                 let st = e.ddp.sctp().stats();
-                wire.stats.closed_retransmits += st.retransmits;
-                wire.stats.closed_discarded += st.packets_discarded;
+                net.stats.closed_retransmits += st.retransmits;
+                net.stats.closed_discarded += st.packets_discarded;
                 gone.push(id);
             }
         }
