@@ -75,6 +75,9 @@ pub enum Error {
         cmd: String,
         /// The limit it ran into.
         after: Duration,
+        /// What it wrote before it was killed (stdout, then stderr; the
+        /// last 4 KiB of each), to tell where it stopped.
+        output: String,
     },
     /// Waiting for it failed.
     Wait {
@@ -94,8 +97,12 @@ impl fmt::Display for Error {
                 status,
                 stderr,
             } => write!(f, "`{cmd}` failed ({status}): {}", stderr.trim_end()),
-            Error::Timeout { cmd, after } => {
-                write!(f, "`{cmd}` still running after {after:?}; killed it")
+            Error::Timeout { cmd, after, output } => {
+                write!(f, "`{cmd}` still running after {after:?}; killed it")?;
+                if !output.is_empty() {
+                    write!(f, "; it had written:\n{}", output.trim_end())?;
+                }
+                Ok(())
             }
             Error::Wait { cmd, source } => write!(f, "waiting for `{cmd}`: {source}"),
         }
@@ -323,9 +330,24 @@ impl Spawned {
                 None if Instant::now() >= deadline => {
                     let _ = self.child.kill();
                     let _ = self.child.wait();
+                    let grace = Duration::from_secs(1);
+                    let tail = |b: Vec<u8>| {
+                        let s = String::from_utf8_lossy(&b).into_owned();
+                        let cut = s.len().saturating_sub(4096);
+                        let cut = (cut..=s.len())
+                            .find(|&i| s.is_char_boundary(i))
+                            .unwrap_or(0);
+                        s[cut..].to_owned()
+                    };
+                    let output = [
+                        tail(out_rx.recv_timeout(grace).unwrap_or_default()),
+                        tail(err_rx.recv_timeout(grace).unwrap_or_default()),
+                    ]
+                    .concat();
                     return Err(Error::Timeout {
                         cmd: self.cmd.clone(),
                         after: timeout,
+                        output,
                     });
                 }
                 None => std::thread::sleep(Duration::from_millis(5)),

@@ -73,7 +73,6 @@ fn pair(server: &[&str], client: &[&str]) -> (String, String) {
     let server = netns_harness::spawn_in(&net.a, &sref).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let client = netns_harness::run_in(&net.b, &cref, Duration::from_secs(90)).unwrap();
-    let server = server.wait_timeout(Duration::from_secs(20)).unwrap();
     let text = |o: &std::process::Output| {
         format!(
             "{}{}",
@@ -81,6 +80,17 @@ fn pair(server: &[&str], client: &[&str]) -> (String, String) {
             String::from_utf8_lossy(&o.stderr)
         )
     };
+    // A server that does not end is shown with what it wrote and what the
+    // client saw (one such hang under load in CI, 2026-11-28).
+    let server = server
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|e| {
+            panic!(
+                "server: {e}\n--- client ({}):\n{}",
+                client.status,
+                text(&client)
+            )
+        });
     let (ct, st) = (text(&client), text(&server));
     assert!(
         client.status.success() && server.status.success(),
