@@ -64,7 +64,7 @@ use super::qp::{AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::runtime::{Engine, FrameSink};
-use crate::stack::{route, Output, QpCqs, SockId};
+use crate::stack::{route, Gone, Output, QpCqs, SockId};
 use crate::StreamParams;
 
 /// The first id of an SCTP connection (TCP connections count up from 0).
@@ -420,16 +420,11 @@ pub struct SctpConns {
     backlog_aborts: u64,
     /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
     max_held: usize,
-    /// Connections already freed, newest [`GONE_KEPT`]: their CQs and why
-    /// they ended, so that a post made after the connection was let go
-    /// still completes, refused with the cause, instead of vanishing (as
-    /// `Stack::gone` does over TCP).
-    gone: BTreeMap<SockId, (Option<QpCqs>, Option<DisconnectCause>)>,
+    /// Connections already freed, so that a post made after the
+    /// connection was let go still completes, refused with the cause,
+    /// instead of vanishing (as `Stack::gone` does over TCP).
+    gone: Gone,
 }
-
-/// Freed connections whose posts are still answered (a CQ reference and a
-/// cause each).
-const GONE_KEPT: usize = 1024;
 
 /// What an accepted queue pair takes from the application rather than
 /// from its listener.
@@ -459,7 +454,7 @@ impl SctpConns {
             backlog: usize::MAX,
             backlog_aborts: 0,
             max_held: MAX_HELD,
-            gone: BTreeMap::new(),
+            gone: Gone::default(),
         })
     }
 
@@ -468,7 +463,7 @@ impl SctpConns {
     pub fn disconnect_cause(&self, id: SockId) -> Option<DisconnectCause> {
         match self.conns.get(&id) {
             Some(c) => c.cause(),
-            None => self.gone.get(&id).and_then(|g| g.1),
+            None => self.gone.get(id).and_then(|g| g.1),
         }
     }
 
@@ -476,10 +471,7 @@ impl SctpConns {
     fn forget(&mut self, id: SockId) {
         self.by_token.retain(|_, s| *s != id);
         if let Some(c) = self.conns.remove(&id) {
-            self.gone.insert(id, (c.ulp.cq.clone(), c.cause()));
-            while self.gone.len() > GONE_KEPT {
-                self.gone.pop_first();
-            }
+            self.gone.insert(id, c.ulp.cq.clone(), c.cause());
         }
     }
 
@@ -490,7 +482,7 @@ impl SctpConns {
 
     /// Whether `id` names one of our connections.
     pub fn owns(&self, id: SockId) -> bool {
-        self.conns.contains_key(&id) || self.gone.contains_key(&id)
+        self.conns.contains_key(&id) || self.gone.get(id).is_some()
     }
 
     /// The connection opened under `token`, while it exists.
@@ -733,11 +725,14 @@ impl SctpConns {
         out: &mut dyn FnMut(Output),
     ) {
         let Some(c) = self.conns.get_mut(&id) else {
-            // Freed: refused with why it ended, on its CQ.
-            if let Some((cq, cause)) = self.gone.get(&id) {
-                let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
-                route(id, HostOutput::refused(&cmd, e), cq.as_ref(), out);
-            }
+            // Freed: refused with why it ended, on its CQ (kept while a
+            // handle holds it, `Gone`), else to the outputs.
+            let (cq, cause) = self
+                .gone
+                .get(id)
+                .map_or((None, None), |g| (g.0.as_ref(), g.1));
+            let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
+            route(id, HostOutput::refused(&cmd, e), cq, out);
             return;
         };
         let refusal = c.refusal();
@@ -917,6 +912,8 @@ impl SctpConns {
                     l.ulp.clone(),
                     Phase::AwaitInitiate,
                 );
+                // The listener's rings, this connection's own clone (`Gone`).
+                c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.arm(now, c.ulp.timeouts.request);
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
