@@ -131,7 +131,7 @@ fn a_peer_silent_after_its_initiate_is_let_go_at_the_close_timeout() {
 /// SCTP done. Then the connection is freed.
 #[test]
 fn a_peer_silent_during_the_close_of_an_operating_connection_is_let_go_at_the_close_timeout() {
-    silent_during_the_close(true);
+    silent_during_the_close(Closer::UsAfterASend);
 }
 
 /// The same with nothing unacknowledged when the close begins: the
@@ -139,12 +139,30 @@ fn a_peer_silent_during_the_close_of_an_operating_connection_is_let_go_at_the_cl
 /// §9.2); ABORT at the close timeout.
 #[test]
 fn a_shutdown_nobody_answers_ends_at_the_close_timeout() {
-    silent_during_the_close(false);
+    silent_during_the_close(Closer::Us);
 }
 
-/// See the tests above; `last_send`: our application posts a Send just
-/// before it closes.
-fn silent_during_the_close(last_send: bool) {
+/// The peer closes: its SHUTDOWN (RFC 5043 §11.3 needs no session
+/// Terminate for it), then silence. Our SHUTDOWN-ACK goes unanswered
+/// (SHUTDOWN-ACK-SENT, RFC 9260 §9.2); ABORT at the close timeout.
+#[test]
+fn a_peer_silent_after_its_shutdown_is_let_go_at_the_close_timeout() {
+    silent_during_the_close(Closer::Peer);
+}
+
+/// Who closes, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closer {
+    /// Our application, after posting a last Send.
+    UsAfterASend,
+    /// Our application.
+    Us,
+    /// The peer (SHUTDOWN), before it goes silent.
+    Peer,
+}
+
+/// See the tests above.
+fn silent_during_the_close(closer: Closer) {
     use std::sync::Arc;
 
     use ddp_sctp::DdpEvent;
@@ -252,17 +270,24 @@ fn silent_during_the_close(last_send: bool) {
     got.clear();
     p.run(SEC);
 
-    // The peer goes away; our application sends once more and closes.
+    // The peer goes away (after its SHUTDOWN, if it closes); our
+    // application sends once more and closes, if it does.
+    let closed = p.now();
+    if closer == Closer::Peer {
+        p.assocs[i].ddp.shutdown(closed);
+        p.step();
+    }
     p.assocs[i].silent = true;
     let sent_before = p.assocs[i].chunk_types.len();
-    let closed = p.now();
-    if last_send {
+    if closer == Closer::UsAfterASend {
         p.stack.handle_command(
             Command::Iwarp(sock, HostCommand::PostSend(send_wr(11))),
             closed,
         );
     }
-    p.stack.handle_command(Command::Close(sock), closed);
+    if closer != Closer::Peer {
+        p.stack.handle_command(Command::Close(sock), closed);
+    }
     p.run(4 * SEC);
     assert_eq!(associations(&p), 1, "held until the close timeout");
     let gone = p.run_until(900 * SEC, |p| associations(p) == 0);
@@ -279,10 +304,16 @@ fn silent_during_the_close(last_send: bool) {
     take(&mut got);
     got.sort_by_key(|g| g.0);
     let mut want = vec![(2, WcOpcode::Recv, WcStatus::Flushed, 0)];
-    if last_send {
-        want.push((11, WcOpcode::Send, WcStatus::Success, 100));
-    } else {
-        assert!(sent.contains(&chunk_type::SHUTDOWN), "{sent:?}");
+    match closer {
+        Closer::UsAfterASend => want.push((11, WcOpcode::Send, WcStatus::Success, 100)),
+        Closer::Us => assert!(sent.contains(&chunk_type::SHUTDOWN), "{sent:?}"),
+        Closer::Peer => {
+            assert!(sent.contains(&chunk_type::SHUTDOWN_ACK), "{sent:?}");
+            // The application closes its queue pair: then it is freed.
+            let now = p.now();
+            p.stack.handle_command(Command::Close(sock), now);
+            p.run(10);
+        }
     }
     assert_eq!(got, want);
     assert!(p

@@ -56,7 +56,7 @@ use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupF
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
-use sctp_lite::assoc::CloseReason;
+use sctp_lite::assoc::{CloseReason, State};
 use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::Ipv4Address;
 
@@ -1257,8 +1257,19 @@ impl SctpConns {
         // pair. As over TCP a close whose FIN goes unanswered ends in RST
         // after `close_timeout`; a slow peer that keeps acknowledging is
         // not cut short.
-        let lingering =
-            !c.closed && (c.closing.is_some() || c.shutdown_sent) && reads_wait.is_none();
+        // The peer's SHUTDOWN (RFC 5043 §11.3: an association-level close
+        // needs no session Terminate) counts as a close too: to a peer
+        // silent after it, our last DATA and SHUTDOWN-ACK would be
+        // retransmitted as long (§9.2).
+        let peer_closing = self.host.assoc(c.assoc).is_some_and(|a| {
+            matches!(
+                a.sctp().state(),
+                State::ShutdownReceived | State::ShutdownAckSent
+            )
+        });
+        let lingering = !c.closed
+            && (c.closing.is_some() || c.shutdown_sent || peer_closing)
+            && reads_wait.is_none();
         match (lingering, c.ulp.timeouts.close) {
             (true, t @ 1..) => {
                 let seen = Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc));
