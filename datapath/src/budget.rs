@@ -133,6 +133,22 @@ mod tests {
         assert_eq!(b.victim(360, all.into_iter()), Some(1));
     }
 
+    /// Of equal holders the first seen goes; one holding nothing never
+    /// does (the excess is then held by no connection: listeners'
+    /// handshake payload); exactly at the limit once the releasing
+    /// connections are counted out is within it.
+    #[test]
+    fn ties_empty_holders_and_the_limit_after_releases() {
+        let b = MemBudget::new(100, 250);
+        let tie = [h(1, 50, false), h(2, 90, false), h(3, 90, false)];
+        assert_eq!(b.victim(300, tie.into_iter()), Some(2));
+        let empty = [h(1, 0, false), h(2, 0, false)];
+        assert_eq!(b.victim(300, empty.into_iter()), None);
+        let at = [h(1, 150, false), h(2, 100, true), h(3, 100, false)];
+        assert_eq!(b.victim(350, at.into_iter()), None);
+        assert_eq!(b.victim(351, at.into_iter()), Some(1));
+    }
+
     #[test]
     fn per_connection_limit_is_inclusive() {
         let b = MemBudget::new(100, 250);

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use iwarp_control::MpaConfig;
 use iwarp_proto::mem::{MemoryTable, STag};
-use iwarp_proto::qp::Completion;
+use iwarp_proto::qp::{Completion, DisconnectCause};
 use tcp_lite::iface::{FrameSink, IfaceConfig, Interface};
 use tcp_lite::listen::{IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
@@ -545,16 +545,25 @@ impl CqRing {
 /// The completion rings of one queue pair, as verbs gives a QP a send CQ
 /// and a receive CQ (`ibv_qp_init_attr.send_cq`, `recv_cq`): completions
 /// of receives ([`WcOpcode::Recv`](iwarp_proto::qp::WcOpcode::Recv) and
-/// `RecvRdmaWithImm`, the flushed ones included) go to `recv`; those of the send queue (Send,
-/// Write, Read) and refused posts ([`CqEntry::Refused`], whichever queue
-/// they were posted to) go to `send`. One CQ for both is the same ring
+/// `RecvRdmaWithImm`, the flushed ones included) and refused receive posts
+/// go to `recv`; those of the send queue (Send, Write, Read) and refused
+/// send posts ([`CqEntry::Refused`]) go to `send`. One CQ for both is the same ring
 /// twice ([`QpCqs::one`], or `From<Arc<CqRing>>`).
+///
+/// A clone is the same queue pair's (see [`for_connection`](Self::for_connection)):
+/// whoever keeps one (the API's `Qp`) keeps the stack answering posts to
+/// the connection on these rings after it has freed the connection
+/// ([`Gone`]).
 #[derive(Debug, Clone)]
 pub struct QpCqs {
-    /// Send-queue completions and refused posts.
+    /// Send-queue completions and refused send posts.
     pub send: Arc<CqRing>,
-    /// Receive completions.
+    /// Receive completions and refused receive posts.
     pub recv: Arc<CqRing>,
+    /// Shared by the clones of one connection's `QpCqs`: more than one
+    /// reference after the stack freed the connection means a handle
+    /// that can still post to it exists.
+    owner: Arc<()>,
 }
 
 impl QpCqs {
@@ -563,12 +572,29 @@ impl QpCqs {
         QpCqs {
             recv: cq.clone(),
             send: cq,
+            owner: Arc::new(()),
         }
     }
 
     /// Send-queue completions to `send`, receive completions to `recv`.
     pub fn new(send: Arc<CqRing>, recv: Arc<CqRing>) -> Self {
-        QpCqs { send, recv }
+        QpCqs {
+            send,
+            recv,
+            owner: Arc::new(()),
+        }
+    }
+
+    /// The same rings for another connection (a listener's rings for each
+    /// connection it accepts): clones of the result do not keep this
+    /// one's connections answered.
+    pub fn for_connection(&self) -> Self {
+        Self::new(self.send.clone(), self.recv.clone())
+    }
+
+    /// Whether a clone other than this one exists.
+    fn shared(&self) -> bool {
+        Arc::strong_count(&self.owner) > 1
     }
 
     /// Push one of the connection's outputs to the ring it belongs on;
@@ -601,6 +627,53 @@ impl From<Arc<CqRing>> for QpCqs {
         QpCqs::one(cq)
     }
 }
+
+/// Connections a stack (or its SCTP part) has freed, kept so that a post
+/// made after the free is still refused on the connection's CQ with why
+/// it ended (as verbs flushes a post to a QP in the error state) rather
+/// than vanishing: the newest [`GONE_KEPT`], and beyond those every one
+/// whose [`QpCqs`] someone still holds a clone of (the API's `Qp` does,
+/// until it is dropped), so a handle's post is never dropped. Those are
+/// bounded by the application's own handles, not by what a peer does.
+#[derive(Debug, Default)]
+pub(crate) struct Gone {
+    map: std::collections::BTreeMap<SockId, (Option<QpCqs>, Option<DisconnectCause>)>,
+    /// Prune when the map reaches this size (amortised: at least twice
+    /// what the last pruning left, [`GONE_KEPT`] at least).
+    prune_at: usize,
+}
+
+impl Gone {
+    /// Keep freed connection `id` (ids only grow).
+    pub(crate) fn insert(&mut self, id: SockId, cq: Option<QpCqs>, cause: Option<DisconnectCause>) {
+        self.map.insert(id, (cq, cause));
+        if self.map.len() > self.prune_at.max(GONE_KEPT) {
+            // The oldest first, those a handle holds excepted.
+            let mut excess = self.map.len() - GONE_KEPT;
+            self.map.retain(|_, (cq, _)| {
+                let drop = excess > 0 && !cq.as_ref().is_some_and(QpCqs::shared);
+                excess -= usize::from(drop);
+                !drop
+            });
+            self.prune_at = 2 * self.map.len();
+        }
+    }
+
+    /// The CQs and end cause of freed connection `id`, if kept.
+    pub(crate) fn get(&self, id: SockId) -> Option<&(Option<QpCqs>, Option<DisconnectCause>)> {
+        self.map.get(&id)
+    }
+
+    /// Connections kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Freed iWARP connections whose posts are answered whatever holds their
+/// CQs (see [`Gone`]): a CQ reference and a cause each, a few dozen octets.
+pub(crate) const GONE_KEPT: usize = 1024;
 
 /// Send a connection's output on: completions and refusals to its CQs when
 /// it has them (receive completions to the receive ring, the rest to the
@@ -1142,15 +1215,8 @@ pub struct Stack {
     pub mem: MemoryTable,
     /// Connections by id; ids are never reused, so a stale id finds nothing.
     socks: std::collections::BTreeMap<SockId, Sock>,
-    /// iWARP connections already freed, newest [`GONE_KEPT`]: their CQs and
-    /// why they ended, so that a post the application makes after the
-    /// stack let go of the connection still completes, refused with the
-    /// cause (as verbs flushes a post to a QP in the error state), rather
-    /// than vanishing.
-    gone: std::collections::BTreeMap<
-        SockId,
-        (Option<QpCqs>, Option<iwarp_proto::qp::DisconnectCause>),
-    >,
+    /// iWARP connections already freed ([`Gone`]).
+    gone: Gone,
     /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
     by_token: HashMap<u64, SockId>,
     /// Application code run after every round.
@@ -1204,7 +1270,7 @@ impl Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
             mem,
             socks: std::collections::BTreeMap::new(),
-            gone: std::collections::BTreeMap::new(),
+            gone: Gone::default(),
             by_token: HashMap::new(),
             hooks: Vec::new(),
             next_id: 0,
@@ -1337,7 +1403,7 @@ impl Stack {
                 ..
             }) => i.disconnect_cause(),
             Some(_) => None,
-            None => self.gone.get(&sock).and_then(|g| g.1),
+            None => self.gone.get(sock).and_then(|g| g.1),
         }
     }
 
@@ -1808,6 +1874,8 @@ impl Stack {
                 l.listener.set_unaccepted(l.unaccepted);
             }
             let (mut sock, stream) = self.make_sock(tcp, remote, &ulp, Role::Responder, now);
+            // The listener's rings, this connection's own clone (`Gone`).
+            sock.cq = sock.cq.as_ref().map(QpCqs::for_connection);
             if matches!(ulp, Ulp::Iwarp { .. }) {
                 sock.backlog_of = Some(port);
             }
@@ -1994,22 +2062,13 @@ impl Stack {
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
                 if let SockKind::Iwarp(i) = &sock.kind {
-                    self.gone
-                        .insert(id, (sock.cq.clone(), i.disconnect_cause()));
-                    // Bounded: the oldest goes first (ids only grow).
-                    while self.gone.len() > GONE_KEPT {
-                        self.gone.pop_first();
-                    }
+                    self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }
                 self.socks.remove(&id);
             }
         }
     }
 }
-
-/// Freed iWARP connections whose posts are still answered (see
-/// `Stack::gone`): a CQ reference and a cause each, a few dozen octets.
-const GONE_KEPT: usize = 1024;
 
 impl crate::runtime::Engine for Stack {
     type Command = Command;
@@ -2186,20 +2245,23 @@ impl crate::runtime::Engine for Stack {
                     i.post(cmd, now, &self.mem, &mut |o| {
                         route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
                     });
-                } else if let Some((cq, cause)) = self.gone.get(&id) {
+                } else {
                     // The connection is over and freed: the post is
-                    // refused with why it ended, on the connection's CQ.
+                    // refused with why it ended, on the connection's CQ
+                    // (kept while a handle holds it, `Gone`); one we know
+                    // nothing of any more, to the outputs.
+                    let (cq, cause) = self
+                        .gone
+                        .get(id)
+                        .map_or((None, None), |g| (g.0.as_ref(), g.1));
                     let error = cause.map_or(
                         iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error),
                         iwarp_proto::qp::PostError::Disconnected,
                     );
                     let out = &mut self.pending_out;
-                    route(
-                        id,
-                        HostOutput::refused(&cmd, error),
-                        cq.as_ref(),
-                        &mut |x| out.push_back(x),
-                    );
+                    route(id, HostOutput::refused(&cmd, error), cq, &mut |x| {
+                        out.push_back(x)
+                    });
                 }
             }
             Command::Close(id) => {
@@ -2524,6 +2586,64 @@ mod tests {
         conns.sort_unstable();
         assert_eq!(conns.len(), 2);
         (st, [conns[0], conns[1]])
+    }
+
+    /// Freed connections are kept for their posts: the newest
+    /// `GONE_KEPT`, and beyond them each whose CQs a handle still holds
+    /// (the API's `Qp`), however many connections were freed after it;
+    /// once the handle is dropped it goes like the others.
+    #[test]
+    fn a_freed_connection_whose_cqs_a_handle_holds_is_kept() {
+        let ring = Arc::new(CqRing::new(4));
+        let handle = QpCqs::one(ring.clone());
+        let mut g = Gone::default();
+        g.insert(0, Some(handle.clone()), Some(DisconnectCause::LocalClose));
+        // A listener's rings: each connection its own clone, nobody
+        // holding it; and connections without rings.
+        let listener = QpCqs::one(ring);
+        for id in 1..=3 * GONE_KEPT {
+            let cq = (id % 2 == 0).then(|| listener.for_connection());
+            g.insert(id, cq, None);
+        }
+        assert!(g.len() <= 2 * GONE_KEPT + 1, "{}", g.len());
+        let kept = g.get(0).expect("held by a handle: kept");
+        assert_eq!(kept.1, Some(DisconnectCause::LocalClose));
+        assert!(kept.0.is_some());
+        // The oldest without a handle went, the newest stayed.
+        assert!(g.get(1).is_none() && g.get(2).is_none());
+        assert!((2 * GONE_KEPT + 1..=3 * GONE_KEPT).all(|id| g.get(id).is_some()));
+        drop(handle);
+        for id in 3 * GONE_KEPT + 1..=8 * GONE_KEPT {
+            g.insert(id, None, None);
+        }
+        assert!(g.get(0).is_none(), "the handle is gone: so is the entry");
+        assert!(g.len() <= 2 * GONE_KEPT, "{}", g.len());
+    }
+
+    /// A post to a connection the stack knows nothing of (never was, or
+    /// freed and forgotten) is refused to the outputs, not dropped: over
+    /// TCP's ids and SCTP's.
+    #[test]
+    fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
+        use crate::over_sctp::conn::SCTP_SOCK_BASE;
+        use iwarp_proto::qp::{PostError, QpState};
+        let (mut st, _) = two_connections();
+        st.pending_out.clear();
+        for id in [999, SCTP_SOCK_BASE + 999] {
+            let sgl = iwarp_proto::qp::SgList::default();
+            st.handle_command(Command::Iwarp(id, HostCommand::PostRecv(7, sgl)), 0);
+            let got: Vec<_> = st.pending_out.drain(..).collect();
+            assert!(
+                matches!(
+                    got.as_slice(),
+                    [Output::Iwarp(
+                        i,
+                        HostOutput::RefusedRecv(7, PostError::NotReady(QpState::Error))
+                    )] if *i == id
+                ),
+                "{id}: {got:?}"
+            );
+        }
     }
 
     /// The last segment's connection is found again without the map, and

@@ -1171,6 +1171,7 @@ impl Context {
         }
         let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
         let remote = Ipv4Address(to.ip().octets());
+        let cqs = opts.cqs();
         self.inner.post(match opts.transport {
             Transport::Mpa => Command::Connect {
                 token,
@@ -1180,7 +1181,7 @@ impl Context {
                     mpa: opts.mpa.clone(),
                     params: opts.params(),
                     manual: false,
-                    cq: Some(opts.cqs()),
+                    cq: Some(cqs.clone()),
                     srq: opts.srq.as_ref().map(|s| s.inner.clone()),
                 },
             },
@@ -1195,7 +1196,10 @@ impl Context {
                     remote,
                     port: to.port(),
                     udp: opts.transport == Transport::SctpOverUdp,
-                    ulp: opts.sctp_ulp(),
+                    ulp: SctpUlp {
+                        cq: Some(cqs.clone()),
+                        ..opts.sctp_ulp()
+                    },
                 }
             }
         })?;
@@ -1215,7 +1219,7 @@ impl Context {
             }
         };
         let left = deadline.saturating_duration_since(Instant::now());
-        match self.established(sock, left) {
+        match self.established(sock, left, cqs) {
             Ok(qp) => Ok(qp),
             Err(e) => {
                 if matches!(e, Error::TimedOut) {
@@ -1251,7 +1255,7 @@ impl Context {
     }
 
     /// Wait for the MPA outcome of `sock`.
-    fn established(&self, sock: SockId, timeout: Duration) -> Result<Qp, Error> {
+    fn established(&self, sock: SockId, timeout: Duration, cqs: QpCqs) -> Result<Qp, Error> {
         loop {
             match self.inner.next_cm(sock, timeout)? {
                 CmEvent::Established(n) => {
@@ -1259,6 +1263,7 @@ impl Context {
                         ctx: self.clone(),
                         sock,
                         negotiated: n,
+                        _cqs: cqs,
                     })
                 }
                 CmEvent::SetupFailed(e) => return Err(e.into()),
@@ -2229,16 +2234,17 @@ impl ConnectRequest {
     /// Accept: completions of the new queue pair go to `cq` (receive
     /// completions to [`AcceptOptions::recv_cq`] if it is set).
     pub fn accept(mut self, opts: &AcceptOptions, cq: &Cq) -> Result<Qp, Error> {
+        let cqs = qp_cqs(cq, opts.recv_cq.as_ref());
         self.ctx.inner.post(Command::Accept {
             sock: self.sock,
             private_data: opts.private_data.clone(),
             ird: opts.ird,
             ord: opts.ord,
-            cq: Some(qp_cqs(cq, opts.recv_cq.as_ref())),
+            cq: Some(cqs.clone()),
             pd: opts.pd.as_ref().map(|p| p.id),
         })?;
         self.answered = true;
-        match self.ctx.established(self.sock, opts.timeout) {
+        match self.ctx.established(self.sock, opts.timeout, cqs) {
             Ok(qp) => Ok(qp),
             Err(e) => {
                 let _ = self.ctx.inner.post(Command::Abort(self.sock));
@@ -2326,6 +2332,11 @@ pub struct Qp {
     ctx: Context,
     sock: SockId,
     negotiated: Negotiated,
+    /// A clone of the CQs the stack routes this queue pair's completions
+    /// to: while it is held, the stack keeps answering posts on them
+    /// after it has freed the connection (`iwarp_datapath::stack::Gone`),
+    /// so no post of ours is ever dropped unanswered.
+    _cqs: QpCqs,
 }
 
 impl Drop for Qp {

@@ -1552,6 +1552,24 @@ mod tests {
         }
     }
 
+    /// An INIT whose value is one octet short of the fixed part: the
+    /// error names the chunk and the lengths with its header counted.
+    #[test]
+    fn a_short_init_is_truncated_with_its_lengths() {
+        let mut b = init_bytes()[12..12 + 4 + 15].to_vec();
+        b[2..4].copy_from_slice(&19u16.to_be_bytes());
+        b.push(0);
+        let (c, _) = parse_chunk(&b).unwrap();
+        assert_eq!(
+            ChunkRepr::parse(&c).err(),
+            Some(Error::Truncated {
+                layer: Layer::Chunk(chunk_type::INIT),
+                needed: 20,
+                got: 19
+            })
+        );
+    }
+
     #[test]
     fn init_ack_without_cookie_is_refused() {
         let mut b = init_bytes()[12..].to_vec();
@@ -1603,5 +1621,87 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A packet of exactly the common header (no chunks) is a packet
+    /// (RFC 9260 §3: zero or more chunks follow), one octet less is not;
+    /// its checksum covers the header with the checksum field as zero
+    /// (§6.8), and a buffer too short for a header still gets one, no
+    /// panic.
+    #[test]
+    fn the_common_header_alone_is_a_packet_and_has_a_checksum() {
+        let mut h = [0x13, 0x88, 0x00, 0x50, 1, 2, 3, 4, 0xaa, 0xbb, 0xcc, 0xdd];
+        assert!(SctpPacket::new_checked(&h[..]).is_ok());
+        assert_eq!(
+            SctpPacket::new_checked(&h[..11]).err(),
+            Some(Error::Truncated {
+                layer: Layer::CommonHeader,
+                needed: 12,
+                got: 11
+            })
+        );
+        let mut zeroed = h;
+        zeroed[8..].fill(0);
+        let c = checksum(&h);
+        assert_eq!(c, crc32c::crc32c(&zeroed));
+        assert_ne!(c, crc32c::crc32c(&h), "the field is taken as zero");
+        h[8..].copy_from_slice(&c.to_le_bytes());
+        assert_eq!(
+            SctpPacket::new_checked(&h[..]).unwrap().verify_checksum(),
+            Ok(())
+        );
+        for n in 0..COMMON_HEADER_LEN {
+            assert_eq!(checksum(&h[..n]), crc32c::crc32c(&h[..n]), "{n} octets");
+        }
+    }
+
+    /// Each error names its layer, field and values.
+    #[test]
+    fn errors_say_what_and_where() {
+        let cases = [
+            (
+                Error::Truncated {
+                    layer: Layer::Chunk(0),
+                    needed: 16,
+                    got: 9,
+                },
+                "sctp Chunk(0): truncated, needs 16 octets, has 9",
+            ),
+            (
+                Error::BadLength {
+                    layer: Layer::Parameter(5),
+                    field: "Length",
+                    value: 3,
+                    min: 4,
+                },
+                "sctp Parameter(5): Length = 3 below minimum 4",
+            ),
+            (
+                Error::BadChecksum {
+                    found: 1,
+                    computed: 0xdead_beef,
+                },
+                "sctp common header: checksum 0x00000001, computed 0xdeadbeef",
+            ),
+            (
+                Error::BadValue {
+                    layer: Layer::CommonHeader,
+                    field: "Destination Port",
+                    value: 0,
+                },
+                "sctp CommonHeader: Destination Port = 0 not allowed",
+            ),
+            (
+                Error::TooLong {
+                    layer: Layer::Chunk(3),
+                    len: 70_000,
+                    max: 65_535,
+                },
+                "sctp Chunk(3): 70000 octets exceed maximum 65535",
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(e.to_string(), text);
+        }
     }
 }

@@ -112,6 +112,14 @@ impl RawPeer {
         }
     }
 
+    /// Reset connection `i` (RST at our next sequence number, which the
+    /// stack accepts: RFC 5961 §3.2's exact match).
+    pub fn reset(&mut self, i: usize) {
+        let c = &self.conns[i];
+        let rst = TcpRepr::new(c.port, self.server_port, c.snd_nxt, TcpFlags::RST);
+        self.send(&rst);
+    }
+
     fn send(&mut self, seg: &TcpRepr<'_>) {
         let to = &mut self.to_stack;
         let now = self.now;

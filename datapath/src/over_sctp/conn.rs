@@ -37,7 +37,10 @@
 //! a peer that leaves our Reads unanswered and sends no segment for
 //! [`SetupTimeouts::close`] turns the close into an abort, as over MPA;
 //! an abort queues an RDMAP Terminate (local catastrophic error) and
-//! shuts down once it is out, or sends SCTP ABORT after 100 ms. A queue
+//! shuts down once it is out, or sends SCTP ABORT after 100 ms. Any close
+//! the peer stops taking part in (nothing acknowledged, no FPDU) for
+//! [`SetupTimeouts::close`] ends with SCTP ABORT, so a silent peer does
+//! not hold the association for SCTP's failure detection (minutes). A queue
 //! pair in error ends its session with a DDP Stream Session Terminate
 //! (RFC 5043 §6.2, in [`SctpQp`]), then the association is shut down. The
 //! association's end flushes the queue pair and reports
@@ -53,7 +56,7 @@ use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupF
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
-use sctp_lite::assoc::CloseReason;
+use sctp_lite::assoc::{CloseReason, State};
 use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::Ipv4Address;
 
@@ -61,7 +64,7 @@ use super::qp::{AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::runtime::{Engine, FrameSink};
-use crate::stack::{route, Output, QpCqs, SockId};
+use crate::stack::{route, Gone, Output, QpCqs, SockId};
 use crate::StreamParams;
 
 /// The first id of an SCTP connection (TCP connections count up from 0).
@@ -138,7 +141,8 @@ pub struct SetupTimeouts {
     /// A graceful close waiting for the answers to our RDMA Reads: once
     /// the peer has sent no segment for this long, the close becomes
     /// abortive and the Reads complete flushed (`MpaConfig::close_timeout`,
-    /// as over MPA).
+    /// as over MPA). Any other close (our last segments, then SHUTDOWN)
+    /// whose peer makes no progress for this long ends with SCTP ABORT.
     pub close: u64,
 }
 
@@ -198,10 +202,12 @@ struct Conn {
     outputs: VecDeque<HostOutput>,
     closing: Option<Closing>,
     shutdown_sent: bool,
-    /// A graceful close of a connection that never reached full
-    /// operation: when it becomes an ABORT if the association is still
-    /// there (`SetupTimeouts::close` after the SHUTDOWN was asked for).
-    linger_deadline: Option<u64>,
+    /// A close under way (graceful or abortive, ours or the session's
+    /// end) that waits for nothing of the application's any more: when
+    /// the association is aborted if it is still there
+    /// (`SetupTimeouts::close` after the peer last made progress, see
+    /// [`SctpConns::drive`]), and that progress ([`Conn::progress`]).
+    linger: Option<(u64, (u64, usize))>,
     /// The association ended (it is gone from the host).
     closed: bool,
     /// `CmEvent::Disconnected` was reported.
@@ -236,7 +242,7 @@ impl Conn {
             outputs: VecDeque::new(),
             closing: None,
             shutdown_sent: false,
-            linger_deadline: None,
+            linger: None,
             closed: false,
             reported_closed: false,
             setup_deadline: None,
@@ -290,6 +296,17 @@ impl Conn {
             _ => return,
         };
         self.ended_by.get_or_insert(why);
+    }
+
+    /// What shows a closing connection's peer is still there: FPDUs
+    /// received, and the octets our association holds to send (they
+    /// change as the peer acknowledges them; during a close nothing new
+    /// is posted).
+    fn progress(qp: Option<&SctpQp>, a: Option<&ddp_sctp::DdpAssociation>) -> (u64, usize) {
+        (
+            qp.map_or(0, |q| q.qp_ref().stats().fpdus_rx),
+            a.map_or(0, |a| a.sctp().send_buffered()),
+        )
     }
 
     /// A post this connection cannot take any more: refused with why it
@@ -398,6 +415,9 @@ pub struct SctpConns {
     /// Graceful closes that ran out of `SetupTimeouts::close` waiting for
     /// the answers to our Reads and became abortive.
     close_timeouts: u64,
+    /// Closes whose peer made no progress for `SetupTimeouts::close`:
+    /// their associations were aborted.
+    linger_aborts: u64,
     /// Connections per listening port its application has not accepted
     /// yet (`set_backlog`).
     backlog: usize,
@@ -405,16 +425,11 @@ pub struct SctpConns {
     backlog_aborts: u64,
     /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
     max_held: usize,
-    /// Connections already freed, newest [`GONE_KEPT`]: their CQs and why
-    /// they ended, so that a post made after the connection was let go
-    /// still completes, refused with the cause, instead of vanishing (as
-    /// `Stack::gone` does over TCP).
-    gone: BTreeMap<SockId, (Option<QpCqs>, Option<DisconnectCause>)>,
+    /// Connections already freed, so that a post made after the
+    /// connection was let go still completes, refused with the cause,
+    /// instead of vanishing (as `Stack::gone` does over TCP).
+    gone: Gone,
 }
-
-/// Freed connections whose posts are still answered (a CQ reference and a
-/// cause each).
-const GONE_KEPT: usize = 1024;
 
 /// What an accepted queue pair takes from the application rather than
 /// from its listener.
@@ -441,10 +456,11 @@ impl SctpConns {
             ephemeral_base,
             host_out: Vec::new(),
             close_timeouts: 0,
+            linger_aborts: 0,
             backlog: usize::MAX,
             backlog_aborts: 0,
             max_held: MAX_HELD,
-            gone: BTreeMap::new(),
+            gone: Gone::default(),
         })
     }
 
@@ -453,7 +469,7 @@ impl SctpConns {
     pub fn disconnect_cause(&self, id: SockId) -> Option<DisconnectCause> {
         match self.conns.get(&id) {
             Some(c) => c.cause(),
-            None => self.gone.get(&id).and_then(|g| g.1),
+            None => self.gone.get(id).and_then(|g| g.1),
         }
     }
 
@@ -461,10 +477,7 @@ impl SctpConns {
     fn forget(&mut self, id: SockId) {
         self.by_token.retain(|_, s| *s != id);
         if let Some(c) = self.conns.remove(&id) {
-            self.gone.insert(id, (c.ulp.cq.clone(), c.cause()));
-            while self.gone.len() > GONE_KEPT {
-                self.gone.pop_first();
-            }
+            self.gone.insert(id, c.ulp.cq.clone(), c.cause());
         }
     }
 
@@ -475,7 +488,7 @@ impl SctpConns {
 
     /// Whether `id` names one of our connections.
     pub fn owns(&self, id: SockId) -> bool {
-        self.conns.contains_key(&id) || self.gone.contains_key(&id)
+        self.conns.contains_key(&id) || self.gone.get(id).is_some()
     }
 
     /// The connection opened under `token`, while it exists.
@@ -487,6 +500,13 @@ impl SctpConns {
     /// to our Reads in vain and became abortive.
     pub fn close_timeouts(&self) -> u64 {
         self.close_timeouts
+    }
+
+    /// Closes that waited `SetupTimeouts::close` for a peer that made no
+    /// progress (nothing acknowledged, no FPDU) and aborted its
+    /// association.
+    pub fn linger_aborts(&self) -> u64 {
+        self.linger_aborts
     }
 
     /// A listening port holds at most `n` connections its application
@@ -711,11 +731,14 @@ impl SctpConns {
         out: &mut dyn FnMut(Output),
     ) {
         let Some(c) = self.conns.get_mut(&id) else {
-            // Freed: refused with why it ended, on its CQ.
-            if let Some((cq, cause)) = self.gone.get(&id) {
-                let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
-                route(id, HostOutput::refused(&cmd, e), cq.as_ref(), out);
-            }
+            // Freed: refused with why it ended, on its CQ (kept while a
+            // handle holds it, `Gone`), else to the outputs.
+            let (cq, cause) = self
+                .gone
+                .get(id)
+                .map_or((None, None), |g| (g.0.as_ref(), g.1));
+            let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
+            route(id, HostOutput::refused(&cmd, e), cq, out);
             return;
         };
         let refusal = c.refusal();
@@ -902,6 +925,8 @@ impl SctpConns {
                     l.ulp.clone(),
                     Phase::AwaitInitiate,
                 );
+                // The listener's rings, this connection's own clone (`Gone`).
+                c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.arm(now, c.ulp.timeouts.request);
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
@@ -1224,33 +1249,57 @@ impl SctpConns {
                     a.shutdown(now);
                 }
                 c.shutdown_sent = true;
-                if c.qp.is_none() && c.ulp.timeouts.close > 0 {
-                    c.linger_deadline = Some(now.saturating_add(c.ulp.timeouts.close));
-                }
                 busy = true;
             }
         }
-        // A connection that never reached full operation (its request
-        // refused or unanswered, its setup failed) closes gracefully so
-        // that a live peer gets our Reject or Terminate, but not for
-        // longer than the close timeout: to a peer gone silent, the
-        // queued Reject and then the SHUTDOWN would be retransmitted with
-        // back-off up to Association.Max.Retrans times (RFC 9260 §9.2,
-        // §6.3.3, §8.1: about six minutes), each such association keeping
-        // a `max_assocs` slot. Then ABORT (§9.1), as over TCP a peer that
-        // leaves our FIN unanswered gets RST after `close_timeout`.
-        if c.linger_deadline.is_some_and(|t| now >= t) {
-            c.linger_deadline = None;
-            if !c.closed {
-                if let Some(a) = self.host.assoc_mut(c.assoc) {
-                    tracing::info!(
-                        sock = id,
-                        "SCTP close of an unestablished connection timed out: ABORT"
-                    );
-                    a.abort();
+        // Every close ends within the close timeout of the peer's last
+        // progress. A close (graceful or abortive, of a connection in
+        // full operation or one that never got there) sends what is
+        // queued — our last segments, a Terminate, a Reject — then
+        // SHUTDOWN. To a peer gone silent, SCTP would retransmit the
+        // unacknowledged DATA and then the SHUTDOWN with back-off up to
+        // Association.Max.Retrans times (RFC 9260 §6.3.3, §9.2, §8.1:
+        // about six minutes at RTO.Max 60 s), the association keeping its
+        // `max_assocs` slot and what it holds all that time. So once the
+        // close waits for nothing of the application's (the Reads rule
+        // above governs while our Reads are unanswered), it may last
+        // `close` after the peer last made progress — an FPDU received,
+        // or our send buffer changing as the peer acknowledges — and then
+        // the association is aborted (§9.1: ABORT with the cause
+        // User-Initiated Abort, §3.3.10.12), which flushes the queue
+        // pair. As over TCP a close whose FIN goes unanswered ends in RST
+        // after `close_timeout`; a slow peer that keeps acknowledging is
+        // not cut short.
+        // The peer's SHUTDOWN (RFC 5043 §11.3: an association-level close
+        // needs no session Terminate) counts as a close too: to a peer
+        // silent after it, our last DATA and SHUTDOWN-ACK would be
+        // retransmitted as long (§9.2).
+        let peer_closing = self.host.assoc(c.assoc).is_some_and(|a| {
+            matches!(
+                a.sctp().state(),
+                State::ShutdownReceived | State::ShutdownAckSent
+            )
+        });
+        let lingering = !c.closed
+            && (c.closing.is_some() || c.shutdown_sent || peer_closing)
+            && reads_wait.is_none();
+        match (lingering, c.ulp.timeouts.close) {
+            (true, t @ 1..) => {
+                let seen = Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc));
+                if c.linger.is_none_or(|(_, s)| s != seen) {
+                    c.linger = Some((now.saturating_add(t), seen));
                 }
-                busy = true;
+                if c.linger.is_some_and(|(at, _)| now >= at) {
+                    c.linger = None;
+                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        tracing::info!(sock = id, "SCTP close timed out: ABORT");
+                        self.linger_aborts += 1;
+                        a.abort();
+                    }
+                    busy = true;
+                }
             }
+            _ => c.linger = None,
         }
         // Work posted after a close or before a failure.
         if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {

@@ -491,3 +491,144 @@ fn a_lone_message_outlives_the_peers_delayed_sack() {
     assert!(resent(5 * MS) > 0, "the 5 ms RTO resends");
     assert_eq!(resent(RTO_MIN_ABOVE_DELAYED_SACK), 0);
 }
+
+/// A DATA chunk with every flag and the SSN chosen.
+#[allow(clippy::too_many_arguments)]
+fn data_full(
+    s: &Association,
+    tsn: u32,
+    stream: u16,
+    ssn: u16,
+    unordered: bool,
+    b: bool,
+    e: bool,
+    payload: &[u8],
+) -> Vec<u8> {
+    packet_to(
+        s,
+        &[ChunkRepr::Data(DataRepr {
+            flags: DataFlags {
+                immediate: false,
+                unordered,
+                begin: b,
+                end: e,
+            },
+            tsn,
+            stream_id: stream,
+            ssn,
+            ppid: 0,
+            payload,
+        })],
+    )
+}
+
+/// Fragments in consecutive TSNs join only within one message (RFC 9260
+/// §6.9: same stream, same U flag, and for ordered ones the same SSN):
+/// a B and an E of different streams, U flags or SSNs are no message.
+/// The same pair within one message is.
+#[test]
+fn fragments_of_different_messages_never_join() {
+    let (_c, mut s) = pair_with(cfg(2));
+    let mut t = first_tsn(&s);
+    // (stream, ssn, unordered) of the B chunk, then of the E chunk.
+    let pairs = [
+        ((0, 0, true), (1, 0, true)),
+        ((0, 0, true), (0, 0, false)),
+        ((0, 0, false), (0, 0, true)),
+        ((2, 0, false), (2, 1, false)),
+    ];
+    for ((bs, bn, bu), (es, en, eu)) in pairs {
+        s.handle_packet(0, &data_full(&s, t, bs, bn, bu, true, false, b"b"));
+        s.handle_packet(0, &data_full(&s, t + 1, es, en, eu, false, true, b"e"));
+        assert_eq!(messages(&mut s), Vec::<Vec<u8>>::new(), "{bs} {bn} {bu}");
+        t += 2;
+    }
+    s.handle_packet(0, &data_full(&s, t, 3, 0, false, true, false, b"b"));
+    s.handle_packet(0, &data_full(&s, t + 1, 3, 0, false, false, true, b"e"));
+    assert_eq!(messages(&mut s), vec![b"be".to_vec()]);
+}
+
+/// `Config::max_fragments` counts a message's fragments wherever its TSNs
+/// lie (here far above 0: TSNs are extended to 64 bits above 2^32): one
+/// fragment more than the limit aborts (Out of Resource, §3.3.10.4),
+/// the limit itself is delivered.
+#[test]
+fn a_message_of_one_fragment_too_many_aborts() {
+    let mut sc = cfg(2);
+    sc.max_fragments = 4;
+    let (_c, mut s) = pair_with(sc);
+    let t0 = first_tsn(&s);
+    s.handle_packet(0, &data_on(&s, t0, 0, true, false, b"a"));
+    s.handle_packet(0, &data_on(&s, t0 + 1, 0, false, false, b"b"));
+    s.handle_packet(0, &data_on(&s, t0 + 2, 0, false, false, b"c"));
+    s.handle_packet(0, &data_on(&s, t0 + 3, 0, false, true, b"d"));
+    assert_eq!(messages(&mut s), vec![b"abcd".to_vec()]);
+    let t1 = t0 + 4;
+    for i in 0..4 {
+        s.handle_packet(0, &data_on(&s, t1 + i, 0, i == 0, false, b"x"));
+    }
+    assert_eq!(s.state(), State::Established);
+    s.handle_packet(0, &data_on(&s, t1 + 4, 0, false, true, b"y"));
+    assert_eq!(
+        close_reason(&mut s),
+        Some(CloseReason::ProtocolError(cause_code::OUT_OF_RESOURCE))
+    );
+}
+
+/// The reassembly work measure (`rx_work`, what `heap_bound` and the
+/// `sctp_heap` fuzz target bound per chunk) is pinned exactly on one
+/// literal sequence (in order, out of order, orphans pruned), as
+/// measured: the joins looked up, runs merged, prune checks, chunks
+/// delivered or dropped each count, so a broken count shows here and not
+/// only as a looser bound elsewhere.
+#[test]
+fn reassembly_work_is_counted_exactly() {
+    let (_c, mut s) = pair_with(cfg(2));
+    let t0 = first_tsn(&s);
+    let mut steps = Vec::new();
+    let mut last = s.rx_work;
+    let mut step = |s: &mut Association, tsn: u32, b: bool, e: bool, payload: &[u8]| {
+        let p = data_on(s, tsn, 0, b, e, payload);
+        s.handle_packet(0, &p);
+        steps.push(s.rx_work - last);
+        last = s.rx_work;
+    };
+    // A three-fragment message in order: B, M, E (delivered).
+    step(&mut s, t0, true, false, b"b");
+    step(&mut s, t0 + 1, false, false, b"m");
+    step(&mut s, t0 + 2, false, true, b"e");
+    // Out of order: E above a gap, then B, then the middle.
+    step(&mut s, t0 + 5, false, true, b"e");
+    step(&mut s, t0 + 3, true, false, b"b");
+    step(&mut s, t0 + 4, false, false, b"m");
+    // Orphans: a middle and an E after a whole message (pruned).
+    step(&mut s, t0 + 6, true, true, b"w");
+    step(&mut s, t0 + 7, false, false, b"x");
+    step(&mut s, t0 + 8, false, true, b"y");
+    assert_eq!(
+        messages(&mut s),
+        vec![b"bme".to_vec(), b"bme".to_vec(), b"w".to_vec()]
+    );
+    assert!(s.rx_chunks.is_empty());
+    assert_eq!(
+        steps,
+        [11, 13, 13, 11, 11, 14, 10, 12, 12],
+        "steps per chunk"
+    );
+}
+
+/// An ABORT sent before the peer's tag is known (our INIT unanswered)
+/// carries our own tag with the T bit set (RFC 9260 §8.5.1), not tag 0.
+#[test]
+fn an_abort_before_the_peers_tag_carries_ours_with_the_t_bit() {
+    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+    let mut buf = vec![0u8; 2048];
+    assert!(c.poll_transmit(0, &mut buf).is_some(), "INIT");
+    c.abort();
+    let n = c.poll_transmit(0, &mut buf).unwrap();
+    let p = wire::SctpPacket::new_checked(&buf[..n]).unwrap();
+    assert_ne!(c.local_tag(), 0);
+    assert_eq!(p.verification_tag(), c.local_tag());
+    let ch = p.chunks().next().unwrap().unwrap();
+    assert_eq!((ch.ty, ch.flags & 1), (wire::chunk_type::ABORT, 1));
+}
