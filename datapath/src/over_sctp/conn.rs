@@ -1183,9 +1183,17 @@ impl SctpConns {
                 _ => c.setup_deadline = None,
             }
         }
+        // Whether the peer has begun an association-level close, read
+        // while the association is at hand (only received packets move it
+        // into these states, so it holds for this whole call).
+        let mut peer_closing = None;
         if let (Some(qp), false) = (c.qp.as_mut(), c.closed) {
             if let Some(a) = self.host.assoc_mut(c.assoc) {
                 busy |= qp.transmit(mem, &mut AssocSink { assoc: a, now }) > 0;
+                peer_closing = Some(matches!(
+                    a.sctp().state(),
+                    State::ShutdownReceived | State::ShutdownAckSent
+                ));
             }
         }
         // A graceful close that waits only for the answers to our Reads
@@ -1274,15 +1282,18 @@ impl SctpConns {
         // needs no session Terminate) counts as a close too: to a peer
         // silent after it, our last DATA and SHUTDOWN-ACK would be
         // retransmitted as long (§9.2).
-        let peer_closing = self.host.assoc(c.assoc).is_some_and(|a| {
-            matches!(
-                a.sctp().state(),
-                State::ShutdownReceived | State::ShutdownAckSent
-            )
-        });
         let lingering = !c.closed
-            && (c.closing.is_some() || c.shutdown_sent || peer_closing)
-            && reads_wait.is_none();
+            && reads_wait.is_none()
+            && (c.closing.is_some()
+                || c.shutdown_sent
+                || peer_closing.unwrap_or_else(|| {
+                    self.host.assoc(c.assoc).is_some_and(|a| {
+                        matches!(
+                            a.sctp().state(),
+                            State::ShutdownReceived | State::ShutdownAckSent
+                        )
+                    })
+                }));
         match (lingering, c.ulp.timeouts.close) {
             (true, t @ 1..) => {
                 let seen = Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc));
