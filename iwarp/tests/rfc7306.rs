@@ -232,22 +232,17 @@ fn misaligned_atomic_is_refused() {
 #[cfg(feature = "xdp")]
 #[test]
 fn rfc7306_over_af_xdp_in_two_namespaces() {
-    use netns_harness::{End, Netns, VethPair};
+    use netns_harness::{End, Netns, NsPair};
     if netns_harness::skip_test_without_root() {
         return;
     }
-    let (a, b) = (Netns::new("r73a").unwrap(), Netns::new("r73b").unwrap());
-    let mut veth = VethPair::new("r73v").unwrap();
-    veth.move_to(End::A, &a).unwrap();
-    veth.move_to(End::B, &b).unwrap();
+    let net = NsPair::new("r73").unwrap();
     for end in [End::A, End::B] {
-        veth.disable_ipv6(end).unwrap();
-        veth.disable_tx_offload(end).unwrap();
-        veth.set_up(end).unwrap();
+        net.veth.disable_tx_offload(end).unwrap();
     }
+    let (a, b) = (&net.a, &net.b);
     let opts = |end: End, ns: &Netns, last: u8| {
-        let mut o =
-            iwarp::XdpOptions::new(veth.name(end), std::net::Ipv4Addr::new(10, 73, 0, last), 24);
+        let mut o = iwarp::XdpOptions::new(net.veth.name(end), net.addr(last), 24);
         o.host.netns = Some(ns.ns_path());
         o.bind = iwarp::XskMode::Copy;
         o.ring_size = 512;
@@ -257,8 +252,8 @@ fn rfc7306_over_af_xdp_in_two_namespaces() {
         o
     };
     for (i, port) in [9711u16, 9712].into_iter().enumerate() {
-        let server = Context::af_xdp(&opts(End::A, &a, 1)).unwrap();
-        let client = Context::af_xdp(&opts(End::B, &b, 2)).unwrap();
+        let server = Context::af_xdp(&opts(End::A, a, 1)).unwrap();
+        let client = Context::af_xdp(&opts(End::B, b, 2)).unwrap();
         let p = connected_on(server, client, port, 4);
         let st = p._ctx.0.stats().unwrap();
         assert!(matches!(st.device, iwarp::DeviceStats::Xdp(_)), "{st}");

@@ -1877,7 +1877,7 @@ impl Qp {
                 remote_to,
                 ..
             }) => {
-                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                if self.ord_full() {
                     return None;
                 }
                 self.read_request_job(seq, local, remote_stag, remote_to, blank)
@@ -1962,7 +1962,7 @@ impl Qp {
                 add,
                 ..
             } => {
-                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                if self.ord_full() {
                     return None;
                 }
                 let req = AtomicRequest {
@@ -1985,7 +1985,7 @@ impl Qp {
                 swap,
                 ..
             } => {
-                if self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize {
+                if self.ord_full() {
                     return None;
                 }
                 let req = AtomicRequest {
@@ -2002,6 +2002,12 @@ impl Qp {
             }
             _ => return None,
         })
+    }
+
+    /// Every ORD slot is taken by an outstanding Read or atomic (RFC 5040
+    /// §6.1, RFC 7306 §4): the next one waits.
+    fn ord_full(&self) -> bool {
+        self.tx.reads.len() + self.tx.atomics.len() >= self.cfg.ord as usize
     }
 
     /// An Atomic Request on QN 1 (RFC 7306 §4), counted against ORD from
