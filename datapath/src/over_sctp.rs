@@ -827,6 +827,32 @@ impl SctpHost {
     }
 }
 
+impl SctpHost {
+    /// Sends what the associations have to send now, and nothing else: no
+    /// ARP, timers or events (those wait for the next [`Engine::poll`]).
+    /// For the second pass of a round, after the queue pairs gave their
+    /// associations new segments. True when a packet went out.
+    pub fn transmit(&mut self, now: u64, tx: &mut dyn FrameSink) -> bool {
+        let mut busy = false;
+        let SctpHost {
+            assocs, net, buf, ..
+        } = self;
+        for e in assocs.values_mut() {
+            // Bounded as in `poll`.
+            for _ in 0..256 {
+                match e.ddp.poll_transmit(now, buf) {
+                    Some(n) => {
+                        net.send(e.remote, e.udp, &buf[..n], now, tx);
+                        busy = true;
+                    }
+                    None => break,
+                }
+            }
+        }
+        busy
+    }
+}
+
 impl Engine for SctpHost {
     type Command = SctpCommand;
     type Output = SctpOutput;

@@ -388,8 +388,11 @@ impl DdpAssociation {
         self.drain(now);
     }
     /// Next packet to send.
+    #[inline]
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
-        self.flush_held(now);
+        if self.held_any {
+            self.flush_held(now);
+        }
         self.sctp.poll_transmit(now, buf)
     }
     /// Earliest deadline.

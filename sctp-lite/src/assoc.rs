@@ -890,6 +890,25 @@ struct Pending {
     init_ack: Option<Vec<u8>>,
 }
 
+impl Pending {
+    /// Whether any control chunk waits to be sent: one test for the idle
+    /// poll instead of one per kind.
+    fn any(&self) -> bool {
+        self.init
+            || self.cookie_echo
+            || self.cookie_ack
+            || self.sack
+            || self.shutdown
+            || self.shutdown_ack
+            || self.shutdown_complete
+            || self.heartbeat
+            || self.abort.is_some()
+            || self.heartbeat_ack.is_some()
+            || self.error.is_some()
+            || self.init_ack.is_some()
+    }
+}
+
 /// One SCTP association.
 #[derive(Debug)]
 pub struct Association {
@@ -1956,9 +1975,15 @@ impl Association {
         if t != self.rx_cum + 1 {
             self.stats.out_of_order_data += 1;
         }
-        self.rx_received.insert(t);
-        while self.rx_received.remove(&(self.rx_cum + 1)) {
-            self.rx_cum += 1;
+        if t == self.rx_cum + 1 && self.rx_received.is_empty() {
+            // In sequence with no gap behind it (nearly every chunk): the
+            // cumulative TSN moves on with no set to touch.
+            self.rx_cum = t;
+        } else {
+            self.rx_received.insert(t);
+            while self.rx_received.remove(&(self.rx_cum + 1)) {
+                self.rx_cum += 1;
+            }
         }
         if d.stream_id >= self.in_streams {
             // §6.5: acknowledge the TSN, report Invalid Stream Identifier,
@@ -2112,6 +2137,9 @@ impl Association {
     /// own, may have lost the neighbour they waited for.
     fn prune_beside(&mut self, t: u64) {
         self.rx_work += 1;
+        if self.rx_runs.is_empty() {
+            return; // nothing held, nothing to lose a neighbour
+        }
         if let Some((&f, &(l, _))) = self.rx_runs.range(..t).next_back() {
             if l + 1 >= t {
                 // The run ending at t - 1, or one holding t from before it.
@@ -2419,7 +2447,23 @@ impl Association {
     /// Writes the next packet to send into `buf` (at least
     /// [`Config::max_packet`] octets make every packet fit); returns its
     /// length, or `None` when there is nothing to send now.
+    #[inline]
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        if !self.pending.any() && !self.has_sendable() {
+            // The idle poll (most of them), inlined into the caller: no
+            // control chunk due and no DATA to send or resend, so no
+            // packet. A retransmission burst's licence ends here as it
+            // would in `put_data`.
+            if self.data_ok() {
+                self.rtx_burst = false;
+            }
+            return None;
+        }
+        self.build_packet(now, buf)
+    }
+
+    #[inline(never)]
+    fn build_packet(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
         let cap = buf.len().min(self.cfg.max_packet);
         if cap < COMMON_HEADER_LEN + 64 {
             return None;
@@ -2554,10 +2598,7 @@ impl Association {
                 self.stats.heartbeats_sent += 1;
             }
         }
-        let data_ok = matches!(
-            self.state,
-            State::Established | State::ShutdownPending | State::ShutdownReceived
-        );
+        let data_ok = self.data_ok();
         let have_data = data_ok && self.has_sendable();
         // SACK: when due, or bundled with outgoing data when one is owed.
         let owe_sack = self.timers[Timer::Sack as usize].is_some() || self.pending.sack;
@@ -2599,6 +2640,15 @@ impl Association {
         self.stop_timer(Timer::Sack);
         self.data_packets_unacked = 0;
         self.dups.clear();
+    }
+
+    /// Whether DATA may be sent in this state (§6.1: once established, and
+    /// while a shutdown waits for what is queued, §9.2).
+    fn data_ok(&self) -> bool {
+        matches!(
+            self.state,
+            State::Established | State::ShutdownPending | State::ShutdownReceived
+        )
     }
 
     fn has_sendable(&self) -> bool {

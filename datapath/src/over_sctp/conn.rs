@@ -880,8 +880,9 @@ impl SctpConns {
         }
         self.ids = ids;
         // Send what the queue pairs just gave their associations this
-        // round rather than the next; events this makes wait for the next.
-        busy |= self.host.poll(now, tx, &mut |o| host_out.push(o));
+        // round rather than the next (packets only: timers, ARP and events
+        // wait for the next round).
+        busy |= self.host.transmit(now, tx);
         self.host_out = host_out;
         busy
     }
