@@ -353,6 +353,72 @@ impl Net {
         }
     }
 
+    /// Length of the headers [`headers`](Self::headers) writes.
+    fn header_len(&self, udp: Option<u16>) -> usize {
+        match (udp, self.udp_port) {
+            (Some(_), Some(_)) => MAX_HEADERS,
+            _ => ETHERNET_HEADER_LEN + IPV4_HEADER_LEN,
+        }
+    }
+
+    /// Sends the next packet of `ddp` to `dst`, if it has one; whether one
+    /// went. With the peer's MAC known, the packet is built straight into
+    /// a frame the device lends, behind its headers (no copy of the
+    /// packet); otherwise in `buf`, to go once ARP answers.
+    #[inline]
+    fn send_next(
+        &mut self,
+        ddp: &mut DdpAssociation,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        buf: &mut [u8],
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> bool {
+        if ddp.transmit_idle() {
+            return false; // no buffer lent for nothing
+        }
+        self.send_packet(ddp, dst, udp, buf, now, tx)
+    }
+
+    #[inline(never)]
+    fn send_packet(
+        &mut self,
+        ddp: &mut DdpAssociation,
+        dst: Ipv4Address,
+        udp: Option<u16>,
+        buf: &mut [u8],
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> bool {
+        let Some(mac) = self.arp.lookup(dst, now) else {
+            return match ddp.poll_transmit(now, buf) {
+                Some(n) => {
+                    self.send(dst, udp, &buf[..n], now, tx);
+                    true
+                }
+                None => false,
+            };
+        };
+        let hlen = self.header_len(udp);
+        let max = hlen + buf.len();
+        let mut built = false;
+        let sent = tx.send_built_upto(max, &mut |frame| {
+            let (head, pkt) = frame.split_at_mut(hlen);
+            let n = ddp.poll_transmit(now, pkt)?;
+            let (h, hl) = self.headers(mac, dst, udp, &pkt[..n]);
+            head.copy_from_slice(&h[..hl]);
+            built = true;
+            Some(hlen + n)
+        });
+        if sent {
+            self.stats.tx_packets += 1;
+        }
+        // A packet built and then refused is lost as on a full NIC queue:
+        // SCTP retransmits it.
+        built
+    }
+
     fn arp_frame(&self, repr: &ArpRepr) -> Option<Vec<u8>> {
         let mut f = vec![0u8; arp::FRAME_LEN];
         arp::emit_frame(repr, self.mac, &mut f).ok()?;
@@ -840,13 +906,10 @@ impl SctpHost {
         for e in assocs.values_mut() {
             // Bounded as in `poll`.
             for _ in 0..256 {
-                match e.ddp.poll_transmit(now, buf) {
-                    Some(n) => {
-                        net.send(e.remote, e.udp, &buf[..n], now, tx);
-                        busy = true;
-                    }
-                    None => break,
+                if !net.send_next(&mut e.ddp, e.remote, e.udp, buf, now, tx) {
+                    break;
                 }
+                busy = true;
             }
         }
         busy
@@ -955,13 +1018,10 @@ impl Engine for SctpHost {
             // Bounded: at most 256 packets per association per round (the
             // congestion and peer windows bound what it has anyway).
             for _ in 0..256 {
-                match e.ddp.poll_transmit(now, &mut buf) {
-                    Some(n) => {
-                        net.send(remote, udp, &buf[..n], now, tx);
-                        busy = true;
-                    }
-                    None => break,
+                if !net.send_next(&mut e.ddp, remote, udp, &mut buf, now, tx) {
+                    break;
                 }
+                busy = true;
             }
             let mut closed = false;
             while let Some(ev) = e.ddp.poll_event() {

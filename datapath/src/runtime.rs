@@ -102,9 +102,27 @@ impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
         });
         self.count(ok, cancelled)
     }
+
+    fn send_built_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        self.send_upto(max, build)
+    }
 }
 
 impl<D: FrameDevice> DeviceSink<'_, D> {
+    fn send_upto(&mut self, max: usize, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> bool {
+        let mut cancelled = false;
+        let ok = self.dev.tx_build_upto(max, &mut |buf| {
+            let n = build(buf);
+            cancelled = n.is_none();
+            n
+        });
+        self.count(ok, cancelled)
+    }
+
     /// Count a build: sent, or refused by the device (a build the engine
     /// cancelled is neither).
     fn count(&mut self, ok: bool, cancelled: bool) -> bool {

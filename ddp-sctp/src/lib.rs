@@ -395,6 +395,12 @@ impl DdpAssociation {
         }
         self.sctp.poll_transmit(now, buf)
     }
+    /// True when [`poll_transmit`](Self::poll_transmit) now would give no
+    /// packet ([`Association::idle`]): nothing held back to send either.
+    #[inline]
+    pub fn transmit_idle(&mut self) -> bool {
+        !self.held_any && self.sctp.idle()
+    }
     /// Earliest deadline.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.sctp.poll_timeout()

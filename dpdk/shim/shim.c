@@ -199,4 +199,6 @@ uint8_t *shim_mbuf_alloc_len(struct rte_mempool *pool, uint16_t len, struct rte_
     return (uint8_t *)dst;
 }
 
+int shim_mbuf_trim(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_trim(m, len); }
+
 void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n) { rte_pktmbuf_free_bulk(pkts, n); }

@@ -89,6 +89,9 @@ struct rte_mbuf *shim_mbuf_from_parts(struct rte_mempool *pool, const struct shi
  * *out; NULL (and *out NULL) if the pool is empty or len exceeds one
  * segment's room. */
 uint8_t *shim_mbuf_alloc_len(struct rte_mempool *pool, uint16_t len, struct rte_mbuf **out);
+/* Remove the last `len` octets of a one-segment mbuf's data; 0, or -1 if
+ * it holds fewer. */
+int shim_mbuf_trim(struct rte_mbuf *m, uint16_t len);
 /* rte_pktmbuf_free_bulk. */
 void shim_mbuf_free_bulk(struct rte_mbuf **pkts, uint32_t n);
 

@@ -431,6 +431,17 @@ impl FrameDevice for Port {
     /// Built in place in a fresh mbuf's data room (one segment: frames up
     /// to [`max_frame`](Port::max_frame)), freed again on cancel.
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        self.tx_build_upto(len, &mut |b| build(b).then_some(len))
+    }
+
+    /// As [`tx_build`](Self::tx_build): `max` octets appended to a fresh
+    /// mbuf, and what `build` did not use trimmed off its end.
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let len = max;
         if len > self.max_frame {
             self.counters.tx_too_big += 1;
             return false;
@@ -461,9 +472,21 @@ impl FrameDevice for Port {
         // room is pool memory, zero-filled when the pool was mapped and
         // since written only with frame octets, so every u8 is initialised.
         let buf = unsafe { std::slice::from_raw_parts_mut(data, len) };
-        if !build(buf) {
-            self.counters.tx_build_cancelled += 1;
-            return false;
+        let n = match build(buf) {
+            Some(n) if n <= len => n,
+            _ => {
+                self.counters.tx_build_cancelled += 1;
+                return false;
+            }
+        };
+        if n < len {
+            // SAFETY: `m` is our one-segment mbuf holding `len` data
+            // octets (appended above), not queued; n < len, so the trim is
+            // within them and fits u16.
+            if unsafe { sys::shim_mbuf_trim(m, (len - n) as u16) } != 0 {
+                self.counters.tx_build_cancelled += 1;
+                return false; // not reached: the guard frees it
+            }
         }
         guard.0 = std::ptr::null_mut();
         self.pending.push(m);

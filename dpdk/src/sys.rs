@@ -70,6 +70,7 @@ extern "C" {
         n: u32,
     ) -> *mut RteMbuf;
     pub fn shim_mbuf_alloc_len(pool: *mut RteMempool, len: u16, out: *mut *mut RteMbuf) -> *mut u8;
+    pub fn shim_mbuf_trim(m: *mut RteMbuf, len: u16) -> i32;
     pub fn shim_mbuf_free_bulk(pkts: *mut *mut RteMbuf, n: u32);
 }
 

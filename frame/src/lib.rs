@@ -74,6 +74,27 @@ pub trait FrameDevice: Send {
     fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
         self.tx_build(len, &mut |b| build(&mut [b]))
     }
+    /// Queue one frame whose length is known only once it is built (an
+    /// SCTP packet bundles what fits): `build` writes it in place into a
+    /// buffer of `max` octets the device lends and returns its length (at
+    /// most `max`), or `None` to cancel (nothing is sent, the buffer goes
+    /// back). A device with no buffer free, or `max` beyond its frames, is
+    /// refused without calling `build`. Whether the frame was queued.
+    ///
+    /// The default builds into a scratch `Vec` and calls [`tx`](Self::tx)
+    /// (one extra copy). Backends with buffers of their own lend one and
+    /// set the frame's length after the build.
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let mut frame = vec![0u8; max];
+        match build(&mut frame) {
+            Some(n) if n <= max => self.tx(&frame[..n]),
+            _ => false,
+        }
+    }
     /// Publish the frames queued since the last flush, with one kick where
     /// the device needs one, and reclaim completed transmit buffers.
     fn flush(&mut self) {}
@@ -213,6 +234,13 @@ impl<D: FrameDevice> FrameDevice for RxLoss<D> {
     }
     fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
         self.inner.tx_build_sg(len, build)
+    }
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        self.inner.tx_build_upto(max, build)
     }
     fn flush(&mut self) {
         self.inner.flush()

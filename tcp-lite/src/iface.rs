@@ -208,6 +208,24 @@ pub trait FrameSink {
     ) -> bool {
         self.send_built(len, &mut |b| build(&mut [b]))
     }
+    /// Send one frame whose length is known only once built: `build`
+    /// writes it into a buffer of `max` octets the device lends and
+    /// returns its length (at most `max`), or `None` to cancel. A device
+    /// with no buffer free does not call `build`. Whether the frame was
+    /// sent. The default builds in a scratch buffer and sends it as one
+    /// part (one extra copy); sinks over devices that lend buffers
+    /// override it.
+    fn send_built_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let mut frame = vec![0u8; max];
+        match build(&mut frame) {
+            Some(n) if n <= max => self.send_parts(&[&frame[..n]]),
+            _ => false,
+        }
+    }
 }
 
 impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {

@@ -486,6 +486,28 @@ impl FrameDevice for XdpDevice {
         sent || diverted
     }
 
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let XdpDevice { socket, shared, .. } = self;
+        let Some(s) = shared else {
+            return socket.tx_build_upto(max, build);
+        };
+        // ARP frames diverted as in `tx_build`.
+        let mut diverted = false;
+        let sent = socket.tx_build_upto(max, &mut |frame| {
+            let n = build(frame)?;
+            if neigh::is_arp(&frame[..n.min(frame.len())]) {
+                diverted = s.take_tx(&frame[..n.min(frame.len())]);
+                return (!diverted).then_some(n);
+            }
+            Some(n)
+        });
+        sent || diverted
+    }
+
     fn flush(&mut self) {
         self.socket.flush()
     }

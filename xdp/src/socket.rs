@@ -693,19 +693,33 @@ impl XskSocket {
     /// into its chunks as by [`tx_parts`](Self::tx_parts): one extra copy,
     /// for frames over a chunk only.
     pub fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        let Some(parts) = self.reserve(len) else {
+        self.tx_build_upto(len, &mut |b| build(b).then_some(len))
+    }
+
+    /// [`tx_build`](Self::tx_build) for a frame whose length is known only
+    /// once built: `build` gets the chunk's first `max` octets and returns
+    /// the frame's length (at most `max`), which goes into the descriptor;
+    /// `None` cancels. Frames of up to `max` octets over a chunk are built
+    /// in a scratch buffer and copied, as there.
+    pub fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let Some(parts) = self.reserve(max) else {
             return false;
         };
         if parts > 1 {
             let mut frame = std::mem::take(&mut self.built);
             frame.clear();
-            frame.resize(len, 0);
-            let sent = if build(&mut frame) {
+            frame.resize(max, 0);
+            let sent = match build(&mut frame) {
                 // Room checked above: this only copies.
-                self.tx_parts(&[&frame])
-            } else {
-                self.counters.tx_build_cancelled += 1;
-                false
+                Some(n) if n <= max => self.tx_parts(&[&frame[..n]]),
+                _ => {
+                    self.counters.tx_build_cancelled += 1;
+                    false
+                }
             };
             self.built = frame;
             return sent;
@@ -713,15 +727,18 @@ impl XskSocket {
         let Some(addr) = self.free.pop() else {
             return false; // checked above
         };
-        let Some(buf) = self.umem.slice_mut(addr, len) else {
-            self.free.push(addr); // len <= chunk: not reached
+        let Some(buf) = self.umem.slice_mut(addr, max) else {
+            self.free.push(addr); // max <= chunk: not reached
             return false;
         };
-        if !build(buf) {
-            self.free.push(addr);
-            self.counters.tx_build_cancelled += 1;
-            return false;
-        }
+        let len = match build(buf) {
+            Some(n) if n <= max => n,
+            _ => {
+                self.free.push(addr);
+                self.counters.tx_build_cancelled += 1;
+                return false;
+            }
+        };
         self.tx.push(XdpDesc {
             addr,
             len: len as u32,

@@ -102,6 +102,24 @@ impl FrameDevice for MemDevice {
         let mut frame = vec![0u8; len];
         build(&mut frame) && self.send(frame)
     }
+    /// As [`tx_build`](Self::tx_build), cut to the length `build` returns.
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        if self.tx.is_full() {
+            return false;
+        }
+        let mut frame = vec![0u8; max];
+        match build(&mut frame) {
+            Some(n) if n <= max => {
+                frame.truncate(n);
+                self.send(frame)
+            }
+            _ => false,
+        }
+    }
     fn doorbell(&self) -> Option<Arc<dyn iwarp_frame::Doorbell>> {
         Some(self.bell.clone())
     }

@@ -105,7 +105,33 @@ struct Flight {
     /// Order of transmission, to keep equal arrival times in order.
     n: u64,
     to: Side,
-    frame: Vec<u8>,
+    frame: Frame,
+}
+
+/// A frame in a buffer of the link's pool: the buffer keeps the length it
+/// grew to (its octets stay initialised), the frame is its first `len`
+/// octets. So a frame built in place into a buffer of up to `max` octets
+/// costs no zeroing of the buffer, as in a device's own buffers.
+#[derive(Clone)]
+struct Frame {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Frame {
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// A buffer from `pool` of at least `len` octets (zeroed only where it
+    /// grows), for a frame of `len`.
+    fn lend(pool: &mut Vec<Vec<u8>>, len: usize) -> Frame {
+        let mut buf = pool.pop().unwrap_or_default();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        Frame { buf, len }
+    }
 }
 
 /// Two engines joined by a simulated link in virtual time.
@@ -132,7 +158,7 @@ pub struct VirtualLink<E: Engine> {
     /// that a step allocates nothing: the link's own cost stays out of
     /// what `stack-cost` measures of the stacks.
     due: Vec<Flight>,
-    sent: Vec<Vec<u8>>,
+    sent: Vec<Frame>,
     outs: Vec<E::Output>,
 }
 
@@ -142,30 +168,49 @@ const POOL_MAX: usize = 4096;
 /// The link's [`FrameSink`](crate::runtime::FrameSink): each frame into a
 /// buffer from the pool, built in place or copied from its parts.
 struct LinkSink<'a> {
-    frames: &'a mut Vec<Vec<u8>>,
+    frames: &'a mut Vec<Frame>,
     pool: &'a mut Vec<Vec<u8>>,
 }
 
 impl crate::runtime::FrameSink for LinkSink<'_> {
     fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
-        let mut v = self.pool.pop().unwrap_or_default();
-        v.clear();
+        let len = parts.iter().map(|p| p.len()).sum();
+        let mut f = Frame::lend(self.pool, len);
+        let mut at = 0;
         for p in parts {
-            v.extend_from_slice(p);
+            f.buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
         }
-        self.frames.push(v);
+        self.frames.push(f);
         true
     }
     fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        let mut v = self.pool.pop().unwrap_or_default();
         // Old octets stay where the buffer is reused: `build` writes all.
-        v.resize(len, 0);
-        if build(&mut v) {
-            self.frames.push(v);
+        let mut f = Frame::lend(self.pool, len);
+        if build(&mut f.buf[..len]) {
+            self.frames.push(f);
             true
         } else {
-            self.pool.push(v);
+            self.pool.push(f.buf);
             false
+        }
+    }
+    fn send_built_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let mut f = Frame::lend(self.pool, max);
+        match build(&mut f.buf[..max]) {
+            Some(n) if n <= max => {
+                f.len = n;
+                self.frames.push(f);
+                true
+            }
+            _ => {
+                self.pool.push(f.buf);
+                false
+            }
         }
     }
 }
@@ -245,7 +290,7 @@ impl<E: Engine> VirtualLink<E> {
     }
 
     /// Put one transmitted frame on the wire toward `to`, faults applied.
-    fn transmit(&mut self, to: Side, frame: Vec<u8>) {
+    fn transmit(&mut self, to: Side, frame: Frame) {
         self.stats.sent += 1;
         let f = self.cfg.faults;
         let dir = usize::from(to == Side::B);
@@ -268,10 +313,10 @@ impl<E: Engine> VirtualLink<E> {
             return;
         }
         let mut frame = frame;
-        if self.chance(f.corrupt) && !frame.is_empty() {
-            let at = self.rng.below(frame.len() as u64) as usize;
+        if self.chance(f.corrupt) && frame.len > 0 {
+            let at = self.rng.below(frame.len as u64) as usize;
             let bit = self.rng.below(8);
-            frame[at] ^= 1 << bit;
+            frame.buf[at] ^= 1 << bit;
             self.stats.corrupted += 1;
         }
         let mut at = self.now + self.cfg.latency_ns;
@@ -316,9 +361,9 @@ impl<E: Engine> VirtualLink<E> {
         let mut busy = !due.is_empty();
         for f in due.drain(..) {
             self.stats.delivered += 1;
-            self.engine(f.to).handle_frame(&f.frame, now);
+            self.engine(f.to).handle_frame(f.frame.bytes(), now);
             if self.pool.len() < POOL_MAX {
-                self.pool.push(f.frame);
+                self.pool.push(f.frame.buf);
             }
         }
         self.due = due;
