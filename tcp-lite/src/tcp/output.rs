@@ -80,62 +80,13 @@ impl Connection {
     /// [`ExtPayload`] in external send mode (`None` for segments without
     /// payload, and always in the usual mode, where `payload` holds it).
     pub fn poll_transmit_ext(&mut self, now: u64, max: usize, emit: Emit<'_>) -> usize {
-        let mut n = 0;
-        if let Some((seq, ack, with_ack)) = self.rst.take() {
-            let mut r = TcpRepr::new(
-                self.local_port,
-                self.remote_port,
-                seq,
-                if with_ack {
-                    Flags::RST | Flags::ACK
-                } else {
-                    Flags::RST
-                },
-            );
-            r.ack_number = ack;
-            emit(&r, None);
-            n += 1;
-        }
+        let mut n = self.send_rst(emit);
         if self.state == State::Closed || n >= max {
             return n;
         }
         if self.syn_unsent {
-            self.syn_unsent = false;
-            let flags = if self.state == State::SynReceived {
-                Flags::SYN | Flags::ACK
-            } else {
-                Flags::SYN
-            };
-            let mut r = TcpRepr::new(self.local_port, self.remote_port, self.iss, flags);
-            if flags.contains(Flags::ACK) {
-                r.ack_number = self.rcv_nxt;
-            }
-            // RFC 7323 §2.2: unscaled in SYNs.
-            r.window = self
-                .rcv_cap
-                .map_or(self.cfg.rcv_buf, |c| c.min(self.cfg.rcv_buf))
-                .min(65535) as u16;
-            r.max_seg_size = Some(self.cfg.mss);
-            let offer_ws = self.state == State::SynSent || self.rcv_shift > 0 || self.snd_shift > 0;
-            r.window_scale = offer_ws.then_some(self.cfg.window_shift.min(14));
-            r.sack_permitted = self.cfg.sack && (self.state == State::SynSent || self.sack_on);
-            if self.cfg.timestamps && (self.state == State::SynSent || self.ts_on) {
-                r.timestamp = Some(TcpTimestamp {
-                    tsval: self.ts_now(now),
-                    tsecr: self.ts_recent,
-                });
-            }
-            emit(&r, None);
-            n += 1;
-            self.snd_nxt = self.iss.wrapping_add(1);
-            if lt(self.snd_max, self.snd_nxt) {
-                self.snd_max = self.snd_nxt;
-            }
-            if self.rtt_probe.is_none() && self.retries == 0 {
-                self.rtt_probe = Some((self.iss, now));
-            }
-            self.t_rtx.get_or_insert(now + self.rto);
-            return n;
+            self.send_syn(now, emit);
+            return n + 1;
         }
         if matches!(
             self.state,
@@ -149,21 +100,7 @@ impl Connection {
             }
             return n;
         }
-        // A window below half the buffer that reopens (the application
-        // caught up) by a step of the offer (a sixteenth of the buffer), or
-        // to half, is announced at once (RFC 9293 §3.8.6.2.2: an update
-        // once the window can grow by a good part of the buffer, not by a
-        // few octets); a sender facing a closed window learns of it
-        // without waiting to probe.
-        if self.rcv_adv.is_some() {
-            let half = self.cfg.rcv_buf / 2;
-            let step = (self.cfg.rcv_buf / 16).max(1 << self.rcv_shift);
-            if self.wnd_sent < half
-                && self.rcv_wnd() >= self.wnd_sent.saturating_add(step).min(half)
-            {
-                self.ack_now = true;
-            }
-        }
+        self.ack_if_window_reopened();
         // With SACK: what is deemed lost goes first (RFC 6675 §5 (C),
         // NextSeg rule 1), then a tail loss probe if one is due, then new
         // data, all within what the window (or PRR) allows.
@@ -347,40 +284,126 @@ impl Connection {
             self.arm_tlp(now);
         }
         if self.ack_now && n < max {
-            // `Config::ack_every`: one ACK per point first, in order, the
-            // last one (for all that arrived) below.
-            // A D-SACK block goes once (RFC 2883 §4), on the last.
-            let mut points = std::mem::take(&mut self.ack_points);
-            let dsack = self.dsack.take();
-            for &p in &points {
-                if n >= max.saturating_sub(1) || p == self.rcv_nxt {
-                    break;
-                }
-                let mut r = self.base(now, self.snd_max, Flags::ACK);
-                r.ack_number = p;
-                emit(&r, None);
-                n += 1;
-            }
-            self.dsack = dsack;
-            points.clear();
-            self.ack_points = points;
-            self.ack_count = 0;
-            self.ack_now = false;
-            self.t_ack = None;
-            let r = self.base(now, self.snd_max, Flags::ACK);
-            self.dsack = None;
-            // One ACK per out-of-order arrival (at most 4 at once).
-            let copies = self.dupacks_owed.clamp(1, 4) as usize;
-            for _ in 0..copies.min(max - n) {
-                emit(&r, None);
-                n += 1;
-            }
+            n += self.send_acks(now, max - n, emit);
         }
         self.dupacks_owed = 0;
         if n > 0 {
             // What every segment of this call advertised.
             self.wnd_sent = self.rcv_wnd();
             self.rcv_adv = Some(self.rcv_edge());
+        }
+        n
+    }
+
+    /// The RST queued by the receive path, if any. Returns segments sent.
+    fn send_rst(&mut self, emit: Emit<'_>) -> usize {
+        let Some((seq, ack, with_ack)) = self.rst.take() else {
+            return 0;
+        };
+        let mut r = TcpRepr::new(
+            self.local_port,
+            self.remote_port,
+            seq,
+            if with_ack {
+                Flags::RST | Flags::ACK
+            } else {
+                Flags::RST
+            },
+        );
+        r.ack_number = ack;
+        emit(&r, None);
+        1
+    }
+
+    /// Our SYN (active open) or SYN-ACK (passive), with the options we
+    /// offer, and the retransmission timer started.
+    fn send_syn(&mut self, now: u64, emit: Emit<'_>) {
+        self.syn_unsent = false;
+        let flags = if self.state == State::SynReceived {
+            Flags::SYN | Flags::ACK
+        } else {
+            Flags::SYN
+        };
+        let mut r = TcpRepr::new(self.local_port, self.remote_port, self.iss, flags);
+        if flags.contains(Flags::ACK) {
+            r.ack_number = self.rcv_nxt;
+        }
+        // RFC 7323 §2.2: unscaled in SYNs.
+        r.window = self
+            .rcv_cap
+            .map_or(self.cfg.rcv_buf, |c| c.min(self.cfg.rcv_buf))
+            .min(65535) as u16;
+        r.max_seg_size = Some(self.cfg.mss);
+        let offer_ws = self.state == State::SynSent || self.rcv_shift > 0 || self.snd_shift > 0;
+        r.window_scale = offer_ws.then_some(self.cfg.window_shift.min(14));
+        r.sack_permitted = self.cfg.sack && (self.state == State::SynSent || self.sack_on);
+        if self.cfg.timestamps && (self.state == State::SynSent || self.ts_on) {
+            r.timestamp = Some(TcpTimestamp {
+                tsval: self.ts_now(now),
+                tsecr: self.ts_recent,
+            });
+        }
+        emit(&r, None);
+        self.snd_nxt = self.iss.wrapping_add(1);
+        if lt(self.snd_max, self.snd_nxt) {
+            self.snd_max = self.snd_nxt;
+        }
+        if self.rtt_probe.is_none() && self.retries == 0 {
+            self.rtt_probe = Some((self.iss, now));
+        }
+        self.t_rtx.get_or_insert(now + self.rto);
+    }
+
+    /// A window below half the buffer that reopens (the application
+    /// caught up) by a step of the offer (a sixteenth of the buffer), or
+    /// to half, is announced at once (RFC 9293 §3.8.6.2.2: an update
+    /// once the window can grow by a good part of the buffer, not by a
+    /// few octets); a sender facing a closed window learns of it
+    /// without waiting to probe.
+    fn ack_if_window_reopened(&mut self) {
+        if self.rcv_adv.is_some() {
+            let half = self.cfg.rcv_buf / 2;
+            let step = (self.cfg.rcv_buf / 16).max(1 << self.rcv_shift);
+            if self.wnd_sent < half
+                && self.rcv_wnd() >= self.wnd_sent.saturating_add(step).min(half)
+            {
+                self.ack_now = true;
+            }
+        }
+    }
+
+    /// The ACKs owed, at most `max`: `Config::ack_every`'s points first, in
+    /// order, then the one for all that arrived, repeated once per
+    /// out-of-order arrival (at most 4). Returns how many went.
+    fn send_acks(&mut self, now: u64, max: usize, emit: Emit<'_>) -> usize {
+        let mut n = 0;
+        // `Config::ack_every`: one ACK per point first, in order, the
+        // last one (for all that arrived) below.
+        // A D-SACK block goes once (RFC 2883 §4), on the last.
+        let mut points = std::mem::take(&mut self.ack_points);
+        let dsack = self.dsack.take();
+        for &p in &points {
+            if n >= max.saturating_sub(1) || p == self.rcv_nxt {
+                break;
+            }
+            let mut r = self.base(now, self.snd_max, Flags::ACK);
+            r.ack_number = p;
+            emit(&r, None);
+            n += 1;
+        }
+        self.dsack = dsack;
+        points.clear();
+        self.ack_points = points;
+        self.ack_count = 0;
+        self.ack_now = false;
+        self.t_ack = None;
+        let r = self.base(now, self.snd_max, Flags::ACK);
+        self.dsack = None;
+        // One ACK per out-of-order arrival (at most 4 at once).
+        let copies = self.dupacks_owed.clamp(1, 4) as usize;
+        for _ in 0..copies.min(max - n) {
+            emit(&r, None);
+            n += 1;
         }
         n
     }
