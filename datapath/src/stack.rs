@@ -42,6 +42,8 @@ use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
 use crate::StreamParams;
 use iwarp_control::SetupError;
 
+mod commands;
+
 /// Identifies a connection inside one [`Stack`].
 pub type SockId = usize;
 
@@ -2159,81 +2161,21 @@ impl crate::runtime::Engine for Stack {
             cmd
         };
         match cmd {
+            // Connection setup.
             Command::Connect {
                 token,
                 remote,
                 port,
                 ulp,
-            } => {
-                let lport = self.ephemeral_port(remote, port);
-                let isn = self.isn_for(remote, port, lport, now);
-                let tcp = Tcp::connect(self.cfg.tcp, lport, port, isn);
-                let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator, now);
-                sock.token = Some(token);
-                let id = self.insert(sock);
-                self.by_token.insert(token, id);
-                tracing::debug!(sock = id, %remote, port, local_port = lport, "connecting");
-                self.pending_out
-                    .push_back(Output::Opening { token, sock: id });
-            }
-            Command::Listen { port, ulp } => {
-                let result = if self.listeners.contains_key(&port) {
-                    Err(ListenError::PortInUse)
-                } else {
-                    let mut listener =
-                        Listener::new(self.cfg.tcp, port, self.cfg.backlog, self.cfg.max_half_open);
-                    // SYN cookies once the half-open table is full (RFC 4987
-                    // §3.6), keyed apart from the ISN hash.
-                    listener.enable_syn_cookies(self.cfg.isn_secret.map(|b| b ^ 0x3c));
-                    if matches!(ulp, Ulp::Iwarp { .. }) {
-                        listener.set_rcv_cap(Some(self.cfg.unaccepted_window));
-                    }
-                    self.listeners.insert(
-                        port,
-                        Listening {
-                            listener,
-                            ulp,
-                            early: HashMap::new(),
-                            unaccepted: 0,
-                        },
-                    );
-                    Ok(())
-                };
-                self.pending_out
-                    .push_back(Output::Listening { port, result });
-            }
-            Command::Unlisten(port) => {
-                let removed = self.listeners.remove(&port).is_some();
-                // A later listener on the port starts with its own count.
-                for s in self.socks.values_mut() {
-                    if s.backlog_of == Some(port) {
-                        s.backlog_of = None;
-                    }
-                }
-                self.pending_out
-                    .push_back(Output::Unlistened { port, removed });
-            }
+            } => self.cmd_connect(token, remote, port, ulp, now),
+            Command::Listen { port, ulp } => self.cmd_listen(port, ulp),
+            Command::Unlisten(port) => self.cmd_unlisten(port),
             Command::Hook(h) => self.hooks.push(h),
             // Taken by `sctp_command`.
             Command::SctpConnect { .. } | Command::SctpListen { .. } | Command::SctpUnlisten(_) => {
             }
-            Command::IwarpOpening(token, cmd) => {
-                match self.by_token.get(&token).copied() {
-                    Some(id) => self.handle_command(Command::Iwarp(id, cmd), now),
-                    None => {
-                        // The connection already failed: refuse like a closed QP.
-                        self.pending_out.push_back(Output::Iwarp(
-                            usize::MAX,
-                            HostOutput::refused(
-                                &cmd,
-                                iwarp_proto::qp::PostError::NotReady(
-                                    iwarp_proto::qp::QpState::Error,
-                                ),
-                            ),
-                        ));
-                    }
-                }
-            }
+            // Posts.
+            Command::IwarpOpening(token, cmd) => self.cmd_iwarp_opening(token, cmd, now),
             Command::Iwarp(id, cmd) => {
                 if let Some(Sock {
                     kind: SockKind::Iwarp(i),
@@ -2246,40 +2188,13 @@ impl crate::runtime::Engine for Stack {
                         route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
                     });
                 } else {
-                    // The connection is over and freed: the post is
-                    // refused with why it ended, on the connection's CQ
-                    // (kept while a handle holds it, `Gone`); one we know
-                    // nothing of any more, to the outputs.
-                    let (cq, cause) = self
-                        .gone
-                        .get(id)
-                        .map_or((None, None), |g| (g.0.as_ref(), g.1));
-                    let error = cause.map_or(
-                        iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error),
-                        iwarp_proto::qp::PostError::Disconnected,
-                    );
-                    let out = &mut self.pending_out;
-                    route(id, HostOutput::refused(&cmd, error), cq, &mut |x| {
-                        out.push_back(x)
-                    });
+                    self.refuse_post(id, &cmd);
                 }
             }
-            Command::Close(id) => {
-                if let Some(s) = self.socks.get_mut(&id) {
-                    match &mut s.kind {
-                        SockKind::Iwarp(i) => i.disconnect(),
-                        SockKind::Stream(st) => st.shared.close.store(true, Ordering::Release),
-                    }
-                }
-            }
-            Command::Abort(id) => {
-                if let Some(s) = self.socks.get_mut(&id) {
-                    match &mut s.kind {
-                        SockKind::Iwarp(i) => i.abort(now),
-                        SockKind::Stream(st) => st.shared.abort.store(true, Ordering::Release),
-                    }
-                }
-            }
+            // Teardown.
+            Command::Close(id) => self.cmd_close(id),
+            Command::Abort(id) => self.cmd_abort(id, now),
+            // The connection request's answer.
             Command::Accept {
                 sock,
                 private_data,
@@ -2287,50 +2202,9 @@ impl crate::runtime::Engine for Stack {
                 ord,
                 cq,
                 pd,
-            } => {
-                if let Some(Sock {
-                    kind: SockKind::Iwarp(i),
-                    cq: sock_cq,
-                    ..
-                }) = self.socks.get_mut(&sock)
-                {
-                    if cq.is_some() {
-                        *sock_cq = cq;
-                    }
-                    if let Some(pd) = pd {
-                        i.set_pd(pd);
-                    }
-                    match i.accept(private_data, ird, ord, &mut self.mem) {
-                        Ok(()) => {
-                            tracing::info!(sock, ird, ord, "connection request accepted");
-                            self.leave_backlog(sock, true);
-                        }
-                        Err(e) => {
-                            tracing::info!(sock, error = ?e, "accept refused");
-                            self.pending_out.push_back(Output::CmRefused(sock, e));
-                        }
-                    }
-                }
-            }
-            Command::Reject { sock, private_data } => {
-                if let Some(Sock {
-                    kind: SockKind::Iwarp(i),
-                    ..
-                }) = self.socks.get_mut(&sock)
-                {
-                    match i.reject(&private_data) {
-                        Ok(()) => tracing::info!(
-                            sock,
-                            private_data_len = private_data.len(),
-                            "connection request rejected"
-                        ),
-                        Err(e) => {
-                            tracing::info!(sock, error = ?e, "reject refused");
-                            self.pending_out.push_back(Output::CmRefused(sock, e));
-                        }
-                    }
-                }
-            }
+            } => self.cmd_accept(sock, private_data, ird, ord, cq, pd),
+            Command::Reject { sock, private_data } => self.cmd_reject(sock, private_data),
+            // Memory, and inspection of the stack.
             Command::ReadMem {
                 token,
                 stag,

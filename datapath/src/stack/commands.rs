@@ -1,0 +1,184 @@
+//! The host's [`Command`]s other than posts, taken apart by concern for
+//! [`Engine::handle_command`](crate::runtime::Engine::handle_command):
+//! connection setup (connect, listen, unlisten, accept, reject), posts to
+//! a connection still opening or already gone, and teardown (close,
+//! abort). The post itself stays in `handle_command`: it is the hot path.
+
+use super::*;
+use crate::runtime::Engine as _;
+
+impl Stack {
+    /// [`Command::Connect`]: an active open, announced by `Opening`.
+    pub(super) fn cmd_connect(
+        &mut self,
+        token: u64,
+        remote: Ipv4Address,
+        port: u16,
+        ulp: Ulp,
+        now: u64,
+    ) {
+        let lport = self.ephemeral_port(remote, port);
+        let isn = self.isn_for(remote, port, lport, now);
+        let tcp = Tcp::connect(self.cfg.tcp, lport, port, isn);
+        let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator, now);
+        sock.token = Some(token);
+        let id = self.insert(sock);
+        self.by_token.insert(token, id);
+        tracing::debug!(sock = id, %remote, port, local_port = lport, "connecting");
+        self.pending_out
+            .push_back(Output::Opening { token, sock: id });
+    }
+
+    /// [`Command::Listen`], answered by `Listening`.
+    pub(super) fn cmd_listen(&mut self, port: u16, ulp: Ulp) {
+        let result = if self.listeners.contains_key(&port) {
+            Err(ListenError::PortInUse)
+        } else {
+            let mut listener =
+                Listener::new(self.cfg.tcp, port, self.cfg.backlog, self.cfg.max_half_open);
+            // SYN cookies once the half-open table is full (RFC 4987
+            // §3.6), keyed apart from the ISN hash.
+            listener.enable_syn_cookies(self.cfg.isn_secret.map(|b| b ^ 0x3c));
+            if matches!(ulp, Ulp::Iwarp { .. }) {
+                listener.set_rcv_cap(Some(self.cfg.unaccepted_window));
+            }
+            self.listeners.insert(
+                port,
+                Listening {
+                    listener,
+                    ulp,
+                    early: HashMap::new(),
+                    unaccepted: 0,
+                },
+            );
+            Ok(())
+        };
+        self.pending_out
+            .push_back(Output::Listening { port, result });
+    }
+
+    /// [`Command::Unlisten`], answered by `Unlistened`.
+    pub(super) fn cmd_unlisten(&mut self, port: u16) {
+        let removed = self.listeners.remove(&port).is_some();
+        // A later listener on the port starts with its own count.
+        for s in self.socks.values_mut() {
+            if s.backlog_of == Some(port) {
+                s.backlog_of = None;
+            }
+        }
+        self.pending_out
+            .push_back(Output::Unlistened { port, removed });
+    }
+
+    /// [`Command::IwarpOpening`]: the post goes to the connection once its
+    /// `Connect` made one.
+    pub(super) fn cmd_iwarp_opening(&mut self, token: u64, cmd: HostCommand, now: u64) {
+        match self.by_token.get(&token).copied() {
+            Some(id) => self.handle_command(Command::Iwarp(id, cmd), now),
+            None => {
+                // The connection already failed: refuse like a closed QP.
+                self.pending_out.push_back(Output::Iwarp(
+                    usize::MAX,
+                    HostOutput::refused(
+                        &cmd,
+                        iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error),
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// A post to a connection that is over and freed: the post is refused
+    /// with why it ended, on the connection's CQ (kept while a handle holds
+    /// it, `Gone`); one we know nothing of any more, to the outputs.
+    pub(super) fn refuse_post(&mut self, id: SockId, cmd: &HostCommand) {
+        let (cq, cause) = self
+            .gone
+            .get(id)
+            .map_or((None, None), |g| (g.0.as_ref(), g.1));
+        let error = cause.map_or(
+            iwarp_proto::qp::PostError::NotReady(iwarp_proto::qp::QpState::Error),
+            iwarp_proto::qp::PostError::Disconnected,
+        );
+        let out = &mut self.pending_out;
+        route(id, HostOutput::refused(cmd, error), cq, &mut |x| {
+            out.push_back(x)
+        });
+    }
+
+    /// [`Command::Close`].
+    pub(super) fn cmd_close(&mut self, id: SockId) {
+        if let Some(s) = self.socks.get_mut(&id) {
+            match &mut s.kind {
+                SockKind::Iwarp(i) => i.disconnect(),
+                SockKind::Stream(st) => st.shared.close.store(true, Ordering::Release),
+            }
+        }
+    }
+
+    /// [`Command::Abort`].
+    pub(super) fn cmd_abort(&mut self, id: SockId, now: u64) {
+        if let Some(s) = self.socks.get_mut(&id) {
+            match &mut s.kind {
+                SockKind::Iwarp(i) => i.abort(now),
+                SockKind::Stream(st) => st.shared.abort.store(true, Ordering::Release),
+            }
+        }
+    }
+
+    /// [`Command::Accept`].
+    pub(super) fn cmd_accept(
+        &mut self,
+        sock: SockId,
+        private_data: Vec<u8>,
+        ird: u16,
+        ord: u16,
+        cq: Option<QpCqs>,
+        pd: Option<iwarp_proto::mem::PdId>,
+    ) {
+        if let Some(Sock {
+            kind: SockKind::Iwarp(i),
+            cq: sock_cq,
+            ..
+        }) = self.socks.get_mut(&sock)
+        {
+            if cq.is_some() {
+                *sock_cq = cq;
+            }
+            if let Some(pd) = pd {
+                i.set_pd(pd);
+            }
+            match i.accept(private_data, ird, ord, &mut self.mem) {
+                Ok(()) => {
+                    tracing::info!(sock, ird, ord, "connection request accepted");
+                    self.leave_backlog(sock, true);
+                }
+                Err(e) => {
+                    tracing::info!(sock, error = ?e, "accept refused");
+                    self.pending_out.push_back(Output::CmRefused(sock, e));
+                }
+            }
+        }
+    }
+
+    /// [`Command::Reject`].
+    pub(super) fn cmd_reject(&mut self, sock: SockId, private_data: Vec<u8>) {
+        if let Some(Sock {
+            kind: SockKind::Iwarp(i),
+            ..
+        }) = self.socks.get_mut(&sock)
+        {
+            match i.reject(&private_data) {
+                Ok(()) => tracing::info!(
+                    sock,
+                    private_data_len = private_data.len(),
+                    "connection request rejected"
+                ),
+                Err(e) => {
+                    tracing::info!(sock, error = ?e, "reject refused");
+                    self.pending_out.push_back(Output::CmRefused(sock, e));
+                }
+            }
+        }
+    }
+}
