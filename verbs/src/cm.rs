@@ -111,6 +111,32 @@ struct IdState {
     /// A connection request waiting for `rdma_accept`/`rdma_reject`.
     request: Option<iwarp::ConnectRequest>,
     threads: Vec<JoinHandle<()>>,
+    /// The port `rdma_bind_addr` picked for the id (bound to port 0),
+    /// given back when the id is destroyed.
+    picked: Option<u16>,
+}
+
+/// Ports `rdma_bind_addr` picked for ids of this process that live.
+static PICKED: Mutex<std::collections::BTreeSet<u16>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// A port for an id bound to port 0, as the kernel's CM picks one at bind
+/// time (so that `rdma_get_src_port` names it before `rdma_listen`): one
+/// of `from..=65535` that no other live id of this process picked,
+/// starting from a point that differs between processes and calls.
+/// `None`: the range is used up (`EADDRINUSE`, as the kernel's).
+fn pick_port(from: u16) -> Option<u16> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let span = u32::from(u16::MAX - from) + 1;
+    let start = (std::process::id().wrapping_mul(2_654_435_761))
+        .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+    let mut picked = lock(&PICKED);
+    (0..span)
+        .map(|i| from + ((start.wrapping_add(i)) % span) as u16)
+        .find(|p| !picked.contains(p))
+        .inspect(|p| {
+            picked.insert(*p);
+        })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -463,12 +489,13 @@ pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
     // SAFETY: the allocation `new_id` made.
     let b = unsafe { Box::from_raw(i.cast::<CmId>()) };
     b.s.gone.store(true, Ordering::Release);
-    let (listener, threads, request) = {
+    let (listener, threads, request, picked) = {
         let mut st = lock(&b.s.st);
         (
             st.listener.take(),
             std::mem::take(&mut st.threads),
             st.request.take(),
+            st.picked.take(),
         )
     };
     // An unanswered request is rejected (its drop does it).
@@ -477,6 +504,9 @@ pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
     // so that the port can be listened on again at once.
     if let Some(t) = listener {
         let _ = t.join();
+    }
+    if let Some(p) = picked {
+        lock(&PICKED).remove(&p);
     }
     drop(threads);
     // SAFETY: objects the CM made for this id, which the program used
@@ -512,7 +542,9 @@ unsafe fn free_made(id: &CmId) {
     }
 }
 
-/// `rdma_bind_addr`: our address or the wildcard, IPv4.
+/// `rdma_bind_addr`: our address or the wildcard, IPv4; port 0 picks a
+/// free port of the stack's ephemeral range now, as the kernel's CM does
+/// (`rdma_get_src_port` names it, for the program to tell its peer).
 ///
 /// # Safety
 /// `i` a live id; `addr` a `sockaddr`.
@@ -535,7 +567,23 @@ pub unsafe extern "C" fn rdma_bind_addr(i: *mut RdmaCmId, addr: *mut libc::socka
     if !a.ip().is_unspecified() && *a.ip() != e.ip {
         return fail(libc::EADDRNOTAVAIL);
     }
-    lock(&id.s.st).src = Some(SocketAddrV4::new(e.ip, a.port()));
+    let mut st = lock(&id.s.st);
+    if st.src.is_some() {
+        // Bound already (or resolved): the kernel's CM refuses a second
+        // bind.
+        return fail(libc::EINVAL);
+    }
+    let port = if a.port() == 0 {
+        let Some(p) = pick_port(e.ephemeral_from()) else {
+            return fail(libc::EADDRINUSE);
+        };
+        st.picked = Some(p);
+        p
+    } else {
+        a.port()
+    };
+    st.src = Some(SocketAddrV4::new(e.ip, port));
+    drop(st);
     id.c.verbs = cm_context();
     id.set_route();
     0
@@ -658,6 +706,12 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
         Ok(e) => e,
         Err(_) => return fail(libc::ENODEV),
     };
+    if !e.port_is_ours(src.port()) {
+        // On an address shared with the kernel, TCP to this port goes to
+        // the kernel (IWARP_LISTEN_PORTS lists ours): no peer could reach
+        // a listener here.
+        return fail(libc::EADDRNOTAVAIL);
+    }
     // The PD of an accepted QP is the one its program creates it in
     // (`rdma_accept`); the listener's is a placeholder.
     let pd = match e.ctx.alloc_pd() {
@@ -669,7 +723,9 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
     // completes, before the program's QP exists.
     let mut lopts = iwarp::ListenOptions::new(&pd);
     lopts.mpa = e.mpa.clone();
-    lopts.sq_depth = crate::MAX_QP_WR;
+    // (twice over for the send queue, where a Write with Immediate takes
+    // two entries: see `rdma_connect`).
+    lopts.sq_depth = 2 * crate::MAX_QP_WR;
     lopts.rq_depth = crate::MAX_QP_WR;
     let listener = match e.ctx.listen(src.port(), &lopts) {
         Ok(l) => l,
@@ -924,7 +980,12 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
     let mut opts = iwarp::ConnectOptions::new(&qp.pd, &qp.send_cq);
     opts.recv_cq = Some(qp.recv_cq.clone());
     opts.mpa = mpa;
-    opts.sq_depth = qp.cap.max_send_wr as usize;
+    // The stack queues an RDMA Write with Immediate as two send-queue
+    // entries (the Write, then the Immediate Data message): room for
+    // `max_send_wr` of them whatever their kind (qperf's
+    // rc_rdma_write_lat posts them one at a time on a send queue of 1).
+    // An accepted QP's queues are `MAX_QP_WR` deep already (`rdma_listen`).
+    opts.sq_depth = (qp.cap.max_send_wr as usize).max(1) * 2;
     opts.rq_depth = qp.cap.max_recv_wr as usize;
     opts.timeout = SETUP_TIMEOUT;
     let ctx = e.ctx.clone();
