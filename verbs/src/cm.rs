@@ -542,9 +542,39 @@ unsafe fn free_made(id: &CmId) {
     }
 }
 
+/// Whether one of the kernel's interfaces in this namespace has `ip`
+/// (the loopback's 127.0.0.1 among them).
+fn kernel_has(ip: Ipv4Addr) -> bool {
+    let mut list: *mut libc::ifaddrs = null_mut();
+    // SAFETY: `list` is writable; freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return false;
+    }
+    let mut found = false;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: an entry of the list getifaddrs made.
+        let a = unsafe { (*cur).ifa_addr };
+        // SAFETY: a `sockaddr` of the entry (or null), read as IPv4 only
+        // when its family says so.
+        if let Ok(Some(s)) = unsafe { v4(a) } {
+            found |= *s.ip() == ip;
+        }
+        // SAFETY: as above.
+        cur = unsafe { (*cur).ifa_next };
+    }
+    // SAFETY: the list getifaddrs made.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
 /// `rdma_bind_addr`: our address or the wildcard, IPv4; port 0 picks a
 /// free port of the stack's ephemeral range now, as the kernel's CM does
 /// (`rdma_get_src_port` names it, for the program to tell its peer).
+/// Another address fails as the kernel's CM fails it: `ENODEV` when a
+/// kernel interface has it (no RDMA device there: the loopback's
+/// 127.0.0.1, which libfabric's verbs provider binds to probe "localhost"),
+/// `EADDRNOTAVAIL` when none has.
 ///
 /// # Safety
 /// `i` a live id; `addr` a `sockaddr`.
@@ -565,7 +595,11 @@ pub unsafe extern "C" fn rdma_bind_addr(i: *mut RdmaCmId, addr: *mut libc::socka
         Err(_) => return fail(libc::ENODEV),
     };
     if !a.ip().is_unspecified() && *a.ip() != e.ip {
-        return fail(libc::EADDRNOTAVAIL);
+        return fail(if kernel_has(*a.ip()) {
+            libc::ENODEV
+        } else {
+            libc::EADDRNOTAVAIL
+        });
     }
     let mut st = lock(&id.s.st);
     if st.src.is_some() {
@@ -1337,12 +1371,34 @@ pub unsafe extern "C" fn rdma_disconnect(i: *mut RdmaCmId) -> c_int {
     }
 }
 
-/// `rdma_getaddrinfo`: numeric IPv4 names and services (and the local
-/// wildcard for a passive lookup with no name), through libc's resolver.
+/// A boxed copy of the `len` octets of address `a` (at most a
+/// `sockaddr_storage`), as `rdma_freeaddrinfo` frees them.
 ///
 /// # Safety
-/// `node`, `service` null or C strings; `hints` null or readable; `res`
-/// writable.
+/// `a` readable for `len` octets.
+unsafe fn copy_addr(a: *const libc::sockaddr, len: u32) -> Option<*mut libc::sockaddr> {
+    if a.is_null() || len as usize > std::mem::size_of::<libc::sockaddr_storage>() {
+        return None;
+    }
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let b = Box::into_raw(Box::new(unsafe {
+        std::mem::zeroed::<libc::sockaddr_storage>()
+    }));
+    // SAFETY: `len` octets readable by the contract, and they fit.
+    unsafe { std::ptr::copy_nonoverlapping(a.cast::<u8>(), b.cast::<u8>(), len as usize) };
+    Some(b.cast())
+}
+
+/// `rdma_getaddrinfo`, as rdma-core's: a name or service through libc's
+/// resolver (IPv4; the result is the source address of a passive lookup,
+/// the destination of an active one); with neither, the addresses the
+/// hints carry (libfabric's verbs provider passes the peer's that way);
+/// the hints' source address where the lookup gave none. Neither name,
+/// service nor hints: `EINVAL`.
+///
+/// # Safety
+/// `node`, `service` null or C strings; `hints` null or readable, its
+/// addresses readable for their lengths; `res` writable.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -1350,49 +1406,21 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const RdmaAddrinfo,
     res: *mut *mut RdmaAddrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return libc::EAI_NONAME;
-    }
     // SAFETY: by the contract.
     let h = unsafe { hints.as_ref() };
+    if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+        return fail(libc::EINVAL);
+    }
     let passive = h.is_some_and(|h| h.ai_flags & abi::RAI_PASSIVE != 0);
-    if h.is_some_and(|h| h.ai_family != libc::AF_UNSPEC && h.ai_family != libc::AF_INET) {
-        return libc::EAI_FAMILY;
-    }
-    // SAFETY: all-zero is valid for `addrinfo`.
-    let mut gh: libc::addrinfo = unsafe { std::mem::zeroed() };
-    gh.ai_family = libc::AF_INET;
-    gh.ai_socktype = libc::SOCK_STREAM;
-    gh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
-    let mut gres: *mut libc::addrinfo = null_mut();
-    // SAFETY: C strings or null by the contract; `gres` writable.
-    let rc = unsafe { libc::getaddrinfo(node, service, &gh, &mut gres) };
-    if rc != 0 {
-        return rc;
-    }
-    // SAFETY: a successful getaddrinfo gives at least one entry.
-    let a = unsafe { v4((*gres).ai_addr) };
-    // SAFETY: the list getaddrinfo made.
-    unsafe { libc::freeaddrinfo(gres) };
-    let Ok(Some(a)) = a else {
-        return libc::EAI_FAMILY;
-    };
-    let addr = Box::into_raw(Box::new(sin(a))).cast::<libc::sockaddr>();
-    let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
-    let (src, dst, sl, dl) = if passive {
-        (addr, null_mut(), len, 0)
-    } else {
-        (null_mut(), addr, 0, len)
-    };
-    let r = Box::new(RdmaAddrinfo {
+    let mut r = Box::new(RdmaAddrinfo {
         ai_flags: h.map_or(0, |h| h.ai_flags),
         ai_family: libc::AF_INET,
         ai_qp_type: abi::QPT_RC,
         ai_port_space: abi::PS_TCP,
-        ai_src_len: sl,
-        ai_dst_len: dl,
-        ai_src_addr: src,
-        ai_dst_addr: dst,
+        ai_src_len: 0,
+        ai_dst_len: 0,
+        ai_src_addr: null_mut(),
+        ai_dst_addr: null_mut(),
         ai_src_canonname: null_mut(),
         ai_dst_canonname: null_mut(),
         ai_route_len: 0,
@@ -1401,6 +1429,56 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         ai_connect: null_mut(),
         ai_next: null_mut(),
     });
+    let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    if !node.is_null() || !service.is_null() {
+        if h.is_some_and(|h| h.ai_family != libc::AF_UNSPEC && h.ai_family != libc::AF_INET) {
+            return libc::EAI_FAMILY;
+        }
+        // SAFETY: all-zero is valid for `addrinfo`.
+        let mut gh: libc::addrinfo = unsafe { std::mem::zeroed() };
+        gh.ai_family = libc::AF_INET;
+        gh.ai_socktype = libc::SOCK_STREAM;
+        gh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
+        let mut gres: *mut libc::addrinfo = null_mut();
+        // SAFETY: C strings or null by the contract; `gres` writable.
+        let rc = unsafe { libc::getaddrinfo(node, service, &gh, &mut gres) };
+        if rc != 0 {
+            return rc;
+        }
+        // SAFETY: a successful getaddrinfo gives at least one entry.
+        let a = unsafe { v4((*gres).ai_addr) };
+        // SAFETY: the list getaddrinfo made.
+        unsafe { libc::freeaddrinfo(gres) };
+        let Ok(Some(a)) = a else {
+            return libc::EAI_FAMILY;
+        };
+        let addr = Box::into_raw(Box::new(sin(a))).cast::<libc::sockaddr>();
+        if passive {
+            (r.ai_src_addr, r.ai_src_len) = (addr, len);
+        } else {
+            (r.ai_dst_addr, r.ai_dst_len) = (addr, len);
+        }
+    } else if let Some(h) = h {
+        r.ai_family = h.ai_family;
+        r.ai_qp_type = h.ai_qp_type;
+        r.ai_port_space = h.ai_port_space;
+        if h.ai_dst_len > 0 {
+            // SAFETY: the hints' address, readable for its length.
+            let Some(d) = (unsafe { copy_addr(h.ai_dst_addr, h.ai_dst_len) }) else {
+                return fail(libc::EINVAL);
+            };
+            (r.ai_dst_addr, r.ai_dst_len) = (d, h.ai_dst_len);
+        }
+    }
+    if let Some(h) = h.filter(|h| r.ai_src_len == 0 && h.ai_src_len > 0) {
+        // SAFETY: the hints' address, readable for its length.
+        let Some(s) = (unsafe { copy_addr(h.ai_src_addr, h.ai_src_len) }) else {
+            // SAFETY: made above, not yet handed out.
+            unsafe { rdma_freeaddrinfo(Box::into_raw(r)) };
+            return fail(libc::EINVAL);
+        };
+        (r.ai_src_addr, r.ai_src_len) = (s, h.ai_src_len);
+    }
     // SAFETY: writable by the contract.
     unsafe { *res = Box::into_raw(r) };
     0
@@ -1449,3 +1527,83 @@ not_here!(
     rdma_notify,
     rpoll,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr_of(a: *const libc::sockaddr) -> SocketAddrV4 {
+        // SAFETY: an IPv4 address `rdma_getaddrinfo` made or copied.
+        unsafe { v4(a) }.unwrap().unwrap()
+    }
+
+    fn hints() -> RdmaAddrinfo {
+        // SAFETY: all-zero is a valid `rdma_addrinfo` (null pointers).
+        let mut h: RdmaAddrinfo = unsafe { std::mem::zeroed() };
+        h.ai_family = libc::AF_INET;
+        h.ai_qp_type = abi::QPT_RC;
+        h.ai_port_space = abi::PS_TCP;
+        h
+    }
+
+    #[test]
+    fn rdma_getaddrinfo_takes_addresses_from_the_hints_as_rdma_core() {
+        let mut res: *mut RdmaAddrinfo = null_mut();
+        // Nothing to resolve: -1 and EINVAL.
+        // SAFETY: null name, service and hints; `res` writable.
+        let rc = unsafe { rdma_getaddrinfo(null_mut(), null_mut(), std::ptr::null(), &mut res) };
+        assert_eq!(rc, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+
+        // Only hints (libfabric's verbs client): their destination and
+        // source come back as copies.
+        let dst = sin(SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 7471));
+        let src = sin(SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 4), 0));
+        let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+        let mut h = hints();
+        h.ai_dst_addr = (&dst as *const libc::sockaddr_storage).cast_mut().cast();
+        h.ai_dst_len = len;
+        h.ai_src_addr = (&src as *const libc::sockaddr_storage).cast_mut().cast();
+        h.ai_src_len = len;
+        // SAFETY: the hints' addresses live through the call.
+        let rc = unsafe { rdma_getaddrinfo(null_mut(), null_mut(), &h, &mut res) };
+        assert_eq!(rc, 0);
+        // SAFETY: the result just made.
+        let r = unsafe { &*res };
+        assert_eq!((r.ai_dst_len, r.ai_src_len), (len, len));
+        assert_ne!(r.ai_dst_addr, h.ai_dst_addr);
+        assert_eq!(
+            addr_of(r.ai_dst_addr),
+            SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 7471)
+        );
+        assert_eq!(
+            addr_of(r.ai_src_addr),
+            SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 4), 0)
+        );
+        // SAFETY: from rdma_getaddrinfo.
+        unsafe { rdma_freeaddrinfo(res) };
+
+        // A passive lookup of a service: the wildcard source, and the
+        // hints' source does not replace it.
+        let mut h = hints();
+        h.ai_flags = abi::RAI_PASSIVE;
+        h.ai_src_addr = (&src as *const libc::sockaddr_storage).cast_mut().cast();
+        h.ai_src_len = len;
+        let service = c"7471";
+        // SAFETY: a C string and live hints.
+        let rc = unsafe { rdma_getaddrinfo(null_mut(), service.as_ptr(), &h, &mut res) };
+        assert_eq!(rc, 0);
+        // SAFETY: the result just made.
+        let r = unsafe { &*res };
+        assert!(r.ai_dst_addr.is_null());
+        assert_eq!(
+            addr_of(r.ai_src_addr),
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 7471)
+        );
+        // SAFETY: from rdma_getaddrinfo.
+        unsafe { rdma_freeaddrinfo(res) };
+    }
+}
