@@ -39,8 +39,14 @@ fn ready(tool: &str) -> bool {
         return false;
     }
     if !Path::new(&format!("/usr/bin/{tool}")).exists() {
+        let package = match tool {
+            "qperf" => "qperf",
+            "fi_info" | "fi_pingpong" => "libfabric-bin",
+            "rping" | "rdma_server" => "rdmacm-utils",
+            _ => "perftest",
+        };
         netns_harness::skip_test(&format!(
-            "/usr/bin/{tool} missing (apt-get install perftest)"
+            "/usr/bin/{tool} missing (apt-get install {package})"
         ));
         return false;
     }
@@ -406,6 +412,32 @@ fn qperf_value(out: &str, name: &str) -> f64 {
     n * scale
 }
 
+/// Two namespaces over a veth whose ends have the kernel's addresses
+/// (`.1` in A, `.2` in B), which each end's stack shares
+/// (`IWARP_SHARE_ADDRESS=yes`).
+fn shared_pair(prefix: &str) -> (NsPair, std::net::Ipv4Addr, std::net::Ipv4Addr) {
+    let net = NsPair::new(prefix).unwrap();
+    let (a, b) = (net.addr(1), net.addr(2));
+    for (end, ip) in [(End::A, a), (End::B, b)] {
+        net.veth.disable_tx_offload(end).unwrap();
+        net.veth.add_addr(end, &format!("{ip}/24")).unwrap();
+    }
+    (net, a, b)
+}
+
+/// `env …` running `program` on our library at `end` of a
+/// [`shared_pair`].
+fn shared_env(net: &NsPair, end: End, ip: std::net::Ipv4Addr, program: &str) -> Vec<String> {
+    vec![
+        "env".to_owned(),
+        format!("LD_LIBRARY_PATH={}", libs().display()),
+        format!("IWARP_IFACE={}", net.veth.name(end)),
+        format!("IWARP_IP={ip}/24"),
+        "IWARP_SHARE_ADDRESS=yes".to_owned(),
+        program.to_owned(),
+    ]
+}
+
 /// qperf's RC test `test` over the CM (`-cm1`), both ends on our library:
 /// the server (`qperf`, no arguments) and the client in two namespaces.
 /// qperf keeps its own TCP control connection to the server's address,
@@ -418,25 +450,9 @@ fn qperf(test: &str) -> String {
     if !ready("qperf") {
         return String::new();
     }
-    let net = NsPair::new("vqp").unwrap();
-    let (sip, cip) = (net.addr(1), net.addr(2));
-    for (end, ip) in [(End::A, sip), (End::B, cip)] {
-        net.veth.disable_tx_offload(end).unwrap();
-        net.veth.add_addr(end, &format!("{ip}/24")).unwrap();
-    }
-    let lib = format!("LD_LIBRARY_PATH={}", libs().display());
-    let cmd = |end: End, ip: std::net::Ipv4Addr| -> Vec<String> {
-        vec![
-            "env".to_owned(),
-            lib.clone(),
-            format!("IWARP_IFACE={}", net.veth.name(end)),
-            format!("IWARP_IP={ip}/24"),
-            "IWARP_SHARE_ADDRESS=yes".to_owned(),
-            "qperf".to_owned(),
-        ]
-    };
-    let s = cmd(End::A, sip);
-    let mut c = cmd(End::B, cip);
+    let (net, sip, cip) = shared_pair("vqp");
+    let s = shared_env(&net, End::A, sip, "qperf");
+    let mut c = shared_env(&net, End::B, cip, "qperf");
     // -ws: the client waits up to 10 s for the server to listen.
     let sip = sip.to_string();
     c.extend(["-cm1", "-t", "2", "-ws", "10", "-vvs", "-vu", &sip, test].map(str::to_owned));
@@ -513,4 +529,36 @@ fn qperf_output_is_read_in_its_units() {
     assert_eq!(qperf_value(out, "bw"), 1.5e9);
     assert_eq!(qperf_value(out, "use_cm"), 1.0);
     assert!(qperf_field(out, "loc_recv_msgs").is_none());
+}
+
+#[test]
+fn libfabric_fi_info_finds_our_device_through_its_verbs_provider() {
+    if !ready("fi_info") {
+        return;
+    }
+    // libfabric's verbs provider opens every device, asks libefa whether
+    // it is an EFA device (through the extended context), makes a PD, CQ
+    // and QP to learn the inline size, and lists a device for FI_EP_MSG
+    // only where a kernel interface has an address for it (hence the
+    // shared address). fi_pingpong cannot run on it: ARCHITECTURE.md.
+    let (net, ip, _) = shared_pair("vfi");
+    let mut cmd = shared_env(&net, End::A, ip, "fi_info");
+    cmd.extend(["-p", "verbs"].map(str::to_owned));
+    let cref: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = netns_harness::run_in(&net.a, &cref, Duration::from_secs(60)).unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}:\n{text}", out.status);
+    for want in [
+        "provider: verbs",
+        "fabric: Ethernet-iWARP",
+        "domain: iwarp0",
+        "type: FI_EP_MSG",
+        "protocol: FI_PROTO_IWARP",
+    ] {
+        assert!(text.contains(want), "{want}:\n{text}");
+    }
 }
