@@ -562,3 +562,19 @@ fn libfabric_fi_info_finds_our_device_through_its_verbs_provider() {
         assert!(text.contains(want), "{want}:\n{text}");
     }
 }
+
+#[test]
+fn qperf_verifies_fetch_and_add_and_compare_and_swap_results() {
+    // ver_rc_*: the client checks each atomic's returned value against
+    // the sequence it must follow and fails on the first mismatch.
+    for test in ["ver_rc_fetch_add", "ver_rc_compare_swap"] {
+        let out = qperf(test);
+        if out.is_empty() {
+            return;
+        }
+        assert!(qperf_value(&out, "msg_rate") > 0.0, "{out}");
+        // Each completed atomic was checked (a mismatch ends qperf with
+        // an error, which `qperf` fails on): some completed.
+        assert!(qperf_value(&out, "recv_msgs") >= 1.0, "{out}");
+    }
+}
