@@ -1547,6 +1547,21 @@ mod tests {
     }
 
     #[test]
+    fn a_port_picked_for_a_bind_is_free_until_given_back() {
+        // The top two ports: each picked once, then the range is used up
+        // (EADDRINUSE at the bind).
+        let a = pick_port(u16::MAX - 1).unwrap();
+        let b = pick_port(u16::MAX - 1).unwrap();
+        assert_ne!(a, b);
+        assert!(a >= u16::MAX - 1 && b >= u16::MAX - 1);
+        assert_eq!(pick_port(u16::MAX - 1), None);
+        lock(&PICKED).remove(&a);
+        assert_eq!(pick_port(u16::MAX - 1), Some(a));
+        lock(&PICKED).remove(&a);
+        lock(&PICKED).remove(&b);
+    }
+
+    #[test]
     fn rdma_getaddrinfo_takes_addresses_from_the_hints_as_rdma_core() {
         let mut res: *mut RdmaAddrinfo = null_mut();
         // Nothing to resolve: -1 and EINVAL.

@@ -73,10 +73,7 @@ impl Engine {
 
     /// Whether TCP to `port` at our address reaches the stack.
     pub fn port_is_ours(&self, port: u16) -> bool {
-        match &self.share {
-            None => true,
-            Some(p) => port >= p.local_from || p.listen.contains(&port),
-        }
+        steered(self.share.as_ref(), port)
     }
 }
 
@@ -190,6 +187,13 @@ impl Config {
     }
 }
 
+/// Whether the XDP program steers TCP to `port` to the stack: always on
+/// an address of its own; on a shared one, its listening ports and its
+/// local range only.
+fn steered(share: Option<&iwarp::SharedPorts>, port: u16) -> bool {
+    share.is_none_or(|p| port >= p.local_from || p.listen.contains(&port))
+}
+
 fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
     let (a, p) = s.trim().split_once('/')?;
     let p: u8 = p.parse().ok()?;
@@ -266,6 +270,16 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn a_shared_address_steers_only_the_listed_ports_and_the_local_range() {
+        assert!(steered(None, 7471) && steered(None, 1));
+        let p = iwarp::SharedPorts::new(&[7471]);
+        assert!(steered(Some(&p), 7471));
+        assert!(!steered(Some(&p), 7472));
+        assert!(!steered(Some(&p), p.local_from - 1));
+        assert!(steered(Some(&p), p.local_from) && steered(Some(&p), u16::MAX));
     }
 
     #[test]
