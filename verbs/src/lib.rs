@@ -22,8 +22,10 @@
 //! rdma-core's providers give for what a device lacks (`stubs`).
 //!
 //! Configuration: the environment (see `engine`): `IWARP_IFACE`,
-//! `IWARP_IP`, `IWARP_BACKEND`, `IWARP_MTU`, `IWARP_POLL`, `IWARP_CORE`;
-//! a missing or wrong one is named on standard error.
+//! `IWARP_IP`, `IWARP_BACKEND`, `IWARP_MTU`, `IWARP_POLL`, `IWARP_CORE`,
+//! `IWARP_SHARE_ADDRESS` (the kernel owns the address too, as qperf's
+//! control connection needs) and the rest `engine` lists; a missing or
+//! wrong one is named on standard error.
 //!
 //! Backend crate: `unsafe` is confined to the C boundary, each block with
 //! its `SAFETY:` reasoning.
