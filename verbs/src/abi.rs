@@ -66,10 +66,14 @@ pub const OP_POST_SEND: usize = 25;
 /// Index of `post_recv`.
 pub const OP_POST_RECV: usize = 26;
 
-/// `struct ibv_context`. `abi_compat` is not `__VERBS_ABI_IS_EXTENDED`:
-/// the header's inline extended verbs (`verbs_get_ctx`) see a context
-/// without them and fall back to the plain ones or fail with
-/// `EOPNOTSUPP`.
+/// `struct ibv_context`. `abi_compat` is `__VERBS_ABI_IS_EXTENDED`
+/// (all ones), as on every context rdma-core's providers make: a
+/// [`VerbsContextHead`] lies right before it. Its operations are all
+/// null, so the header's inline extended verbs (`verbs_get_ctx_op`) fall
+/// back to the plain ones or fail with `EOPNOTSUPP`; code that follows
+/// `verbs_get_ctx` itself (libefa's `efadv_query_device` logging "Not an
+/// EFA device" through it, which libfabric calls on every device) finds a
+/// `struct verbs_context` there rather than a null pointer.
 #[repr(C)]
 #[derive(Debug)]
 pub struct IbvContext {
@@ -82,6 +86,40 @@ pub struct IbvContext {
     /// `PTHREAD_MUTEX_INITIALIZER`).
     pub mutex: [u64; 5],
     pub abi_compat: *mut c_void,
+}
+
+/// `abi_compat` of an extended context (`__VERBS_ABI_IS_EXTENDED`).
+pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
+
+/// Operations of `struct verbs_context` before `sz` (`query_port` …
+/// `_ABI_placeholder3`, rdma-core 44).
+pub const VERBS_CONTEXT_OPS: usize = 39;
+
+/// `struct verbs_context` up to its last member, the `struct
+/// ibv_context` that follows it in memory.
+#[repr(C)]
+#[derive(Debug)]
+pub struct VerbsContextHead {
+    /// The extended operations and `priv`: all null (none here).
+    pub ops: [OpSlot; VERBS_CONTEXT_OPS],
+    /// `sizeof(struct verbs_context)`: how far the operations reach.
+    pub sz: usize,
+}
+
+impl VerbsContextHead {
+    /// No extended operations; `sz` is the whole structure's size.
+    pub fn new() -> VerbsContextHead {
+        VerbsContextHead {
+            ops: [None; VERBS_CONTEXT_OPS],
+            sz: size_of::<VerbsContextHead>() + size_of::<IbvContext>(),
+        }
+    }
+}
+
+impl Default for VerbsContextHead {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// `struct ibv_device_attr`.

@@ -111,6 +111,32 @@ struct IdState {
     /// A connection request waiting for `rdma_accept`/`rdma_reject`.
     request: Option<iwarp::ConnectRequest>,
     threads: Vec<JoinHandle<()>>,
+    /// The port `rdma_bind_addr` picked for the id (bound to port 0),
+    /// given back when the id is destroyed.
+    picked: Option<u16>,
+}
+
+/// Ports `rdma_bind_addr` picked for ids of this process that live.
+static PICKED: Mutex<std::collections::BTreeSet<u16>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// A port for an id bound to port 0, as the kernel's CM picks one at bind
+/// time (so that `rdma_get_src_port` names it before `rdma_listen`): one
+/// of `from..=65535` that no other live id of this process picked,
+/// starting from a point that differs between processes and calls.
+/// `None`: the range is used up (`EADDRINUSE`, as the kernel's).
+fn pick_port(from: u16) -> Option<u16> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let span = u32::from(u16::MAX - from) + 1;
+    let start = (std::process::id().wrapping_mul(2_654_435_761))
+        .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+    let mut picked = lock(&PICKED);
+    (0..span)
+        .map(|i| from + ((start.wrapping_add(i)) % span) as u16)
+        .find(|p| !picked.contains(p))
+        .inspect(|p| {
+            picked.insert(*p);
+        })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -463,12 +489,13 @@ pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
     // SAFETY: the allocation `new_id` made.
     let b = unsafe { Box::from_raw(i.cast::<CmId>()) };
     b.s.gone.store(true, Ordering::Release);
-    let (listener, threads, request) = {
+    let (listener, threads, request, picked) = {
         let mut st = lock(&b.s.st);
         (
             st.listener.take(),
             std::mem::take(&mut st.threads),
             st.request.take(),
+            st.picked.take(),
         )
     };
     // An unanswered request is rejected (its drop does it).
@@ -477,6 +504,9 @@ pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
     // so that the port can be listened on again at once.
     if let Some(t) = listener {
         let _ = t.join();
+    }
+    if let Some(p) = picked {
+        lock(&PICKED).remove(&p);
     }
     drop(threads);
     // SAFETY: objects the CM made for this id, which the program used
@@ -512,7 +542,39 @@ unsafe fn free_made(id: &CmId) {
     }
 }
 
-/// `rdma_bind_addr`: our address or the wildcard, IPv4.
+/// Whether one of the kernel's interfaces in this namespace has `ip`
+/// (the loopback's 127.0.0.1 among them).
+fn kernel_has(ip: Ipv4Addr) -> bool {
+    let mut list: *mut libc::ifaddrs = null_mut();
+    // SAFETY: `list` is writable; freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return false;
+    }
+    let mut found = false;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: an entry of the list getifaddrs made.
+        let a = unsafe { (*cur).ifa_addr };
+        // SAFETY: a `sockaddr` of the entry (or null), read as IPv4 only
+        // when its family says so.
+        if let Ok(Some(s)) = unsafe { v4(a) } {
+            found |= *s.ip() == ip;
+        }
+        // SAFETY: as above.
+        cur = unsafe { (*cur).ifa_next };
+    }
+    // SAFETY: the list getifaddrs made.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// `rdma_bind_addr`: our address or the wildcard, IPv4; port 0 picks a
+/// free port of the stack's ephemeral range now, as the kernel's CM does
+/// (`rdma_get_src_port` names it, for the program to tell its peer).
+/// Another address fails as the kernel's CM fails it: `ENODEV` when a
+/// kernel interface has it (no RDMA device there: the loopback's
+/// 127.0.0.1, which libfabric's verbs provider binds to probe "localhost"),
+/// `EADDRNOTAVAIL` when none has.
 ///
 /// # Safety
 /// `i` a live id; `addr` a `sockaddr`.
@@ -533,9 +595,29 @@ pub unsafe extern "C" fn rdma_bind_addr(i: *mut RdmaCmId, addr: *mut libc::socka
         Err(_) => return fail(libc::ENODEV),
     };
     if !a.ip().is_unspecified() && *a.ip() != e.ip {
-        return fail(libc::EADDRNOTAVAIL);
+        return fail(if kernel_has(*a.ip()) {
+            libc::ENODEV
+        } else {
+            libc::EADDRNOTAVAIL
+        });
     }
-    lock(&id.s.st).src = Some(SocketAddrV4::new(e.ip, a.port()));
+    let mut st = lock(&id.s.st);
+    if st.src.is_some() {
+        // Bound already (or resolved): the kernel's CM refuses a second
+        // bind.
+        return fail(libc::EINVAL);
+    }
+    let port = if a.port() == 0 {
+        let Some(p) = pick_port(e.ephemeral_from()) else {
+            return fail(libc::EADDRINUSE);
+        };
+        st.picked = Some(p);
+        p
+    } else {
+        a.port()
+    };
+    st.src = Some(SocketAddrV4::new(e.ip, port));
+    drop(st);
     id.c.verbs = cm_context();
     id.set_route();
     0
@@ -658,6 +740,12 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
         Ok(e) => e,
         Err(_) => return fail(libc::ENODEV),
     };
+    if !e.port_is_ours(src.port()) {
+        // On an address shared with the kernel, TCP to this port goes to
+        // the kernel (IWARP_LISTEN_PORTS lists ours): no peer could reach
+        // a listener here.
+        return fail(libc::EADDRNOTAVAIL);
+    }
     // The PD of an accepted QP is the one its program creates it in
     // (`rdma_accept`); the listener's is a placeholder.
     let pd = match e.ctx.alloc_pd() {
@@ -669,7 +757,9 @@ pub unsafe extern "C" fn rdma_listen(i: *mut RdmaCmId, _backlog: c_int) -> c_int
     // completes, before the program's QP exists.
     let mut lopts = iwarp::ListenOptions::new(&pd);
     lopts.mpa = e.mpa.clone();
-    lopts.sq_depth = crate::MAX_QP_WR;
+    // (twice over for the send queue, where a Write with Immediate takes
+    // two entries: see `rdma_connect`).
+    lopts.sq_depth = 2 * crate::MAX_QP_WR;
     lopts.rq_depth = crate::MAX_QP_WR;
     let listener = match e.ctx.listen(src.port(), &lopts) {
         Ok(l) => l,
@@ -924,7 +1014,12 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
     let mut opts = iwarp::ConnectOptions::new(&qp.pd, &qp.send_cq);
     opts.recv_cq = Some(qp.recv_cq.clone());
     opts.mpa = mpa;
-    opts.sq_depth = qp.cap.max_send_wr as usize;
+    // The stack queues an RDMA Write with Immediate as two send-queue
+    // entries (the Write, then the Immediate Data message): room for
+    // `max_send_wr` of them whatever their kind (qperf's
+    // rc_rdma_write_lat posts them one at a time on a send queue of 1).
+    // An accepted QP's queues are `MAX_QP_WR` deep already (`rdma_listen`).
+    opts.sq_depth = (qp.cap.max_send_wr as usize).max(1) * 2;
     opts.rq_depth = qp.cap.max_recv_wr as usize;
     opts.timeout = SETUP_TIMEOUT;
     let ctx = e.ctx.clone();
@@ -1276,12 +1371,34 @@ pub unsafe extern "C" fn rdma_disconnect(i: *mut RdmaCmId) -> c_int {
     }
 }
 
-/// `rdma_getaddrinfo`: numeric IPv4 names and services (and the local
-/// wildcard for a passive lookup with no name), through libc's resolver.
+/// A boxed copy of the `len` octets of address `a` (at most a
+/// `sockaddr_storage`), as `rdma_freeaddrinfo` frees them.
 ///
 /// # Safety
-/// `node`, `service` null or C strings; `hints` null or readable; `res`
-/// writable.
+/// `a` readable for `len` octets.
+unsafe fn copy_addr(a: *const libc::sockaddr, len: u32) -> Option<*mut libc::sockaddr> {
+    if a.is_null() || len as usize > std::mem::size_of::<libc::sockaddr_storage>() {
+        return None;
+    }
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let b = Box::into_raw(Box::new(unsafe {
+        std::mem::zeroed::<libc::sockaddr_storage>()
+    }));
+    // SAFETY: `len` octets readable by the contract, and they fit.
+    unsafe { std::ptr::copy_nonoverlapping(a.cast::<u8>(), b.cast::<u8>(), len as usize) };
+    Some(b.cast())
+}
+
+/// `rdma_getaddrinfo`, as rdma-core's: a name or service through libc's
+/// resolver (IPv4; the result is the source address of a passive lookup,
+/// the destination of an active one); with neither, the addresses the
+/// hints carry (libfabric's verbs provider passes the peer's that way);
+/// the hints' source address where the lookup gave none. Neither name,
+/// service nor hints: `EINVAL`.
+///
+/// # Safety
+/// `node`, `service` null or C strings; `hints` null or readable, its
+/// addresses readable for their lengths; `res` writable.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -1289,49 +1406,21 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const RdmaAddrinfo,
     res: *mut *mut RdmaAddrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return libc::EAI_NONAME;
-    }
     // SAFETY: by the contract.
     let h = unsafe { hints.as_ref() };
+    if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+        return fail(libc::EINVAL);
+    }
     let passive = h.is_some_and(|h| h.ai_flags & abi::RAI_PASSIVE != 0);
-    if h.is_some_and(|h| h.ai_family != libc::AF_UNSPEC && h.ai_family != libc::AF_INET) {
-        return libc::EAI_FAMILY;
-    }
-    // SAFETY: all-zero is valid for `addrinfo`.
-    let mut gh: libc::addrinfo = unsafe { std::mem::zeroed() };
-    gh.ai_family = libc::AF_INET;
-    gh.ai_socktype = libc::SOCK_STREAM;
-    gh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
-    let mut gres: *mut libc::addrinfo = null_mut();
-    // SAFETY: C strings or null by the contract; `gres` writable.
-    let rc = unsafe { libc::getaddrinfo(node, service, &gh, &mut gres) };
-    if rc != 0 {
-        return rc;
-    }
-    // SAFETY: a successful getaddrinfo gives at least one entry.
-    let a = unsafe { v4((*gres).ai_addr) };
-    // SAFETY: the list getaddrinfo made.
-    unsafe { libc::freeaddrinfo(gres) };
-    let Ok(Some(a)) = a else {
-        return libc::EAI_FAMILY;
-    };
-    let addr = Box::into_raw(Box::new(sin(a))).cast::<libc::sockaddr>();
-    let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
-    let (src, dst, sl, dl) = if passive {
-        (addr, null_mut(), len, 0)
-    } else {
-        (null_mut(), addr, 0, len)
-    };
-    let r = Box::new(RdmaAddrinfo {
+    let mut r = Box::new(RdmaAddrinfo {
         ai_flags: h.map_or(0, |h| h.ai_flags),
         ai_family: libc::AF_INET,
         ai_qp_type: abi::QPT_RC,
         ai_port_space: abi::PS_TCP,
-        ai_src_len: sl,
-        ai_dst_len: dl,
-        ai_src_addr: src,
-        ai_dst_addr: dst,
+        ai_src_len: 0,
+        ai_dst_len: 0,
+        ai_src_addr: null_mut(),
+        ai_dst_addr: null_mut(),
         ai_src_canonname: null_mut(),
         ai_dst_canonname: null_mut(),
         ai_route_len: 0,
@@ -1340,6 +1429,56 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         ai_connect: null_mut(),
         ai_next: null_mut(),
     });
+    let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    if !node.is_null() || !service.is_null() {
+        if h.is_some_and(|h| h.ai_family != libc::AF_UNSPEC && h.ai_family != libc::AF_INET) {
+            return libc::EAI_FAMILY;
+        }
+        // SAFETY: all-zero is valid for `addrinfo`.
+        let mut gh: libc::addrinfo = unsafe { std::mem::zeroed() };
+        gh.ai_family = libc::AF_INET;
+        gh.ai_socktype = libc::SOCK_STREAM;
+        gh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
+        let mut gres: *mut libc::addrinfo = null_mut();
+        // SAFETY: C strings or null by the contract; `gres` writable.
+        let rc = unsafe { libc::getaddrinfo(node, service, &gh, &mut gres) };
+        if rc != 0 {
+            return rc;
+        }
+        // SAFETY: a successful getaddrinfo gives at least one entry.
+        let a = unsafe { v4((*gres).ai_addr) };
+        // SAFETY: the list getaddrinfo made.
+        unsafe { libc::freeaddrinfo(gres) };
+        let Ok(Some(a)) = a else {
+            return libc::EAI_FAMILY;
+        };
+        let addr = Box::into_raw(Box::new(sin(a))).cast::<libc::sockaddr>();
+        if passive {
+            (r.ai_src_addr, r.ai_src_len) = (addr, len);
+        } else {
+            (r.ai_dst_addr, r.ai_dst_len) = (addr, len);
+        }
+    } else if let Some(h) = h {
+        r.ai_family = h.ai_family;
+        r.ai_qp_type = h.ai_qp_type;
+        r.ai_port_space = h.ai_port_space;
+        if h.ai_dst_len > 0 {
+            // SAFETY: the hints' address, readable for its length.
+            let Some(d) = (unsafe { copy_addr(h.ai_dst_addr, h.ai_dst_len) }) else {
+                return fail(libc::EINVAL);
+            };
+            (r.ai_dst_addr, r.ai_dst_len) = (d, h.ai_dst_len);
+        }
+    }
+    if let Some(h) = h.filter(|h| r.ai_src_len == 0 && h.ai_src_len > 0) {
+        // SAFETY: the hints' address, readable for its length.
+        let Some(s) = (unsafe { copy_addr(h.ai_src_addr, h.ai_src_len) }) else {
+            // SAFETY: made above, not yet handed out.
+            unsafe { rdma_freeaddrinfo(Box::into_raw(r)) };
+            return fail(libc::EINVAL);
+        };
+        (r.ai_src_addr, r.ai_src_len) = (s, h.ai_src_len);
+    }
     // SAFETY: writable by the contract.
     unsafe { *res = Box::into_raw(r) };
     0
@@ -1388,3 +1527,98 @@ not_here!(
     rdma_notify,
     rpoll,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr_of(a: *const libc::sockaddr) -> SocketAddrV4 {
+        // SAFETY: an IPv4 address `rdma_getaddrinfo` made or copied.
+        unsafe { v4(a) }.unwrap().unwrap()
+    }
+
+    fn hints() -> RdmaAddrinfo {
+        // SAFETY: all-zero is a valid `rdma_addrinfo` (null pointers).
+        let mut h: RdmaAddrinfo = unsafe { std::mem::zeroed() };
+        h.ai_family = libc::AF_INET;
+        h.ai_qp_type = abi::QPT_RC;
+        h.ai_port_space = abi::PS_TCP;
+        h
+    }
+
+    #[test]
+    fn a_port_picked_for_a_bind_is_free_until_given_back() {
+        // The top two ports: each picked once, then the range is used up
+        // (EADDRINUSE at the bind).
+        let a = pick_port(u16::MAX - 1).unwrap();
+        let b = pick_port(u16::MAX - 1).unwrap();
+        assert_ne!(a, b);
+        assert!(a >= u16::MAX - 1 && b >= u16::MAX - 1);
+        assert_eq!(pick_port(u16::MAX - 1), None);
+        lock(&PICKED).remove(&a);
+        assert_eq!(pick_port(u16::MAX - 1), Some(a));
+        lock(&PICKED).remove(&a);
+        lock(&PICKED).remove(&b);
+    }
+
+    #[test]
+    fn rdma_getaddrinfo_takes_addresses_from_the_hints_as_rdma_core() {
+        let mut res: *mut RdmaAddrinfo = null_mut();
+        // Nothing to resolve: -1 and EINVAL.
+        // SAFETY: null name, service and hints; `res` writable.
+        let rc = unsafe { rdma_getaddrinfo(null_mut(), null_mut(), std::ptr::null(), &mut res) };
+        assert_eq!(rc, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+
+        // Only hints (libfabric's verbs client): their destination and
+        // source come back as copies.
+        let dst = sin(SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 7471));
+        let src = sin(SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 4), 0));
+        let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+        let mut h = hints();
+        h.ai_dst_addr = (&dst as *const libc::sockaddr_storage).cast_mut().cast();
+        h.ai_dst_len = len;
+        h.ai_src_addr = (&src as *const libc::sockaddr_storage).cast_mut().cast();
+        h.ai_src_len = len;
+        // SAFETY: the hints' addresses live through the call.
+        let rc = unsafe { rdma_getaddrinfo(null_mut(), null_mut(), &h, &mut res) };
+        assert_eq!(rc, 0);
+        // SAFETY: the result just made.
+        let r = unsafe { &*res };
+        assert_eq!((r.ai_dst_len, r.ai_src_len), (len, len));
+        assert_ne!(r.ai_dst_addr, h.ai_dst_addr);
+        assert_eq!(
+            addr_of(r.ai_dst_addr),
+            SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 7471)
+        );
+        assert_eq!(
+            addr_of(r.ai_src_addr),
+            SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 4), 0)
+        );
+        // SAFETY: from rdma_getaddrinfo.
+        unsafe { rdma_freeaddrinfo(res) };
+
+        // A passive lookup of a service: the wildcard source, and the
+        // hints' source does not replace it.
+        let mut h = hints();
+        h.ai_flags = abi::RAI_PASSIVE;
+        h.ai_src_addr = (&src as *const libc::sockaddr_storage).cast_mut().cast();
+        h.ai_src_len = len;
+        let service = c"7471";
+        // SAFETY: a C string and live hints.
+        let rc = unsafe { rdma_getaddrinfo(null_mut(), service.as_ptr(), &h, &mut res) };
+        assert_eq!(rc, 0);
+        // SAFETY: the result just made.
+        let r = unsafe { &*res };
+        assert!(r.ai_dst_addr.is_null());
+        assert_eq!(
+            addr_of(r.ai_src_addr),
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 7471)
+        );
+        // SAFETY: from rdma_getaddrinfo.
+        unsafe { rdma_freeaddrinfo(res) };
+    }
+}

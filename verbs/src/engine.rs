@@ -15,6 +15,9 @@
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for connections the program closed with `rdma_disconnect` to finish closing (what it sent before still arrives) | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
+//! | `IWARP_SHARE_ADDRESS` | `yes`: the kernel owns `IWARP_IP` too (a program such as qperf reaches its peer's kernel at the same address for its own TCP control connection); only TCP to the stack's ports reaches the stack: those in `IWARP_LISTEN_PORTS` and `IWARP_LOCAL_PORTS_FROM..=65535`. ARP stays with the kernel. `no`: the address is the stack's alone | `no` |
+//! | `IWARP_LISTEN_PORTS` | with `IWARP_SHARE_ADDRESS=yes`: the ports `rdma_listen` may listen on besides the local range, comma-separated (at most 64); `rdma_listen` on any other fails with `EADDRNOTAVAIL` | none |
+//! | `IWARP_LOCAL_PORTS_FROM` | with `IWARP_SHARE_ADDRESS=yes`: first port of the range from which outgoing connections and `rdma_bind_addr` to port 0 take theirs (keep the kernel off it: `sysctl net.ipv4.ip_local_reserved_ports`); unshared, that range is 49152..=65535 | `61440` |
 //! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs, and 100 ms between `rdma_disconnect` and our FIN, so that siw retires its last work request first), `nocrc` (default without CRC) | `default` |
 
 use std::net::Ipv4Addr;
@@ -31,6 +34,8 @@ pub(crate) struct Engine {
     /// How long a closing connection may hold up `ibv_destroy_qp`, and
     /// all of them the process's exit.
     pub linger: std::time::Duration,
+    /// The ports the stack owns on an address it shares with the kernel.
+    pub share: Option<iwarp::SharedPorts>,
     /// How long `rdma_disconnect` waits before our FIN (`IWARP_MPA=siw`:
     /// 100 ms). siw retires a work request a little after its last octet
     /// has left, and a FIN arriving in that window flushes it with a local
@@ -51,6 +56,25 @@ pub(crate) struct Config {
     pub mpa: iwarp::MpaConfig,
     pub connect_retry: std::time::Duration,
     pub linger: std::time::Duration,
+    pub share: Option<iwarp::SharedPorts>,
+}
+
+/// First port of the stack's ephemeral range on an address of its own
+/// (the datapath's default `ephemeral_base`, IANA's dynamic ports).
+pub(crate) const EPHEMERAL_FROM: u16 = 49152;
+
+impl Engine {
+    /// Where `rdma_bind_addr` to port 0 picks a port: the range the
+    /// stack's own outgoing connections use, which on a shared address is
+    /// the range the XDP program steers to us.
+    pub fn ephemeral_from(&self) -> u16 {
+        self.share.as_ref().map_or(EPHEMERAL_FROM, |p| p.local_from)
+    }
+
+    /// Whether TCP to `port` at our address reaches the stack.
+    pub fn port_is_ours(&self, port: u16) -> bool {
+        steered(self.share.as_ref(), port)
+    }
 }
 
 impl Config {
@@ -126,7 +150,30 @@ impl Config {
                 .parse()
                 .map_err(|_| format!("IWARP_LINGER_MS={v}: expected milliseconds"))?,
         });
+        let share = match get("IWARP_SHARE_ADDRESS").as_deref() {
+            None | Some("") | Some("no") => None,
+            Some("yes") => {
+                let mut p = iwarp::SharedPorts::new(&[]);
+                if let Some(list) = get("IWARP_LISTEN_PORTS") {
+                    for w in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                        p.listen.push(w.parse().map_err(|_| {
+                            format!("IWARP_LISTEN_PORTS={list}: expected ports, comma-separated")
+                        })?);
+                    }
+                }
+                if let Some(v) = get("IWARP_LOCAL_PORTS_FROM") {
+                    p.local_from = v
+                        .parse()
+                        .map_err(|_| format!("IWARP_LOCAL_PORTS_FROM={v}: expected a port"))?;
+                }
+                p.check()
+                    .map_err(|e| format!("IWARP_SHARE_ADDRESS=yes: {e}"))?;
+                Some(p)
+            }
+            Some(other) => return Err(format!("IWARP_SHARE_ADDRESS={other}: expected yes or no")),
+        };
         Ok(Config {
+            share,
             linger,
             connect_retry,
             mpa,
@@ -138,6 +185,13 @@ impl Config {
             core,
         })
     }
+}
+
+/// Whether the XDP program steers TCP to `port` to the stack: always on
+/// an address of its own; on a shared one, its listening ports and its
+/// local range only.
+fn steered(share: Option<&iwarp::SharedPorts>, port: u16) -> bool {
+    share.is_none_or(|p| port >= p.local_from || p.listen.contains(&port))
 }
 
 fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
@@ -169,6 +223,7 @@ fn start() -> Result<Engine, String> {
     opts.host.polling = cfg.polling;
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
+    opts.share_address = cfg.share.clone();
     // The kernel lets go of the AF_XDP socket and XDP program of a process
     // that just exited a moment later: a program started right after
     // another on the same interface waits for them (up to 2 s).
@@ -200,6 +255,7 @@ fn start() -> Result<Engine, String> {
         mpa: cfg.mpa,
         connect_retry: cfg.connect_retry,
         linger: cfg.linger,
+        share: cfg.share,
     })
 }
 
@@ -214,6 +270,16 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn a_shared_address_steers_only_the_listed_ports_and_the_local_range() {
+        assert!(steered(None, 7471) && steered(None, 1));
+        let p = iwarp::SharedPorts::new(&[7471]);
+        assert!(steered(Some(&p), 7471));
+        assert!(!steered(Some(&p), 7472));
+        assert!(!steered(Some(&p), p.local_from - 1));
+        assert!(steered(Some(&p), p.local_from) && steered(Some(&p), u16::MAX));
     }
 
     #[test]
@@ -257,6 +323,51 @@ mod tests {
             with("IWARP_CONNECT_RETRY_MS", "1500").connect_retry,
             std::time::Duration::from_millis(1500)
         );
+        assert_eq!(c.share, None);
+        let shared = cfg(&[
+            ("IWARP_IFACE", "v"),
+            ("IWARP_IP", "10.0.0.1/24"),
+            ("IWARP_SHARE_ADDRESS", "yes"),
+            ("IWARP_LISTEN_PORTS", "7471, 19000"),
+        ])
+        .unwrap()
+        .share
+        .unwrap();
+        assert_eq!(shared.listen, [7471, 19000]);
+        assert_eq!(shared.local_from, iwarp::SharedPorts::DEFAULT_LOCAL_FROM);
+        assert_eq!(
+            with("IWARP_SHARE_ADDRESS", "yes").share,
+            Some(iwarp::SharedPorts::new(&[]))
+        );
+        assert_eq!(
+            cfg(&[
+                ("IWARP_IFACE", "v"),
+                ("IWARP_IP", "10.0.0.1/24"),
+                ("IWARP_SHARE_ADDRESS", "yes"),
+                ("IWARP_LOCAL_PORTS_FROM", "50000"),
+            ])
+            .unwrap()
+            .share
+            .unwrap()
+            .local_from,
+            50000
+        );
+        assert_eq!(with("IWARP_LISTEN_PORTS", "7471").share, None);
+        for (k, v) in [
+            ("IWARP_LISTEN_PORTS", "7471,x"),
+            ("IWARP_LISTEN_PORTS", "0"),
+            ("IWARP_LOCAL_PORTS_FROM", "80"),
+            ("IWARP_LOCAL_PORTS_FROM", "70000"),
+        ] {
+            let e = cfg(&[
+                ("IWARP_IFACE", "v"),
+                ("IWARP_IP", "10.0.0.1/24"),
+                ("IWARP_SHARE_ADDRESS", "yes"),
+                (k, v),
+            ])
+            .unwrap_err();
+            assert!(e.contains("IWARP_"), "{k}={v}: {e}");
+        }
         assert!(cfg(&[("IWARP_IP", "10.0.0.1/24")])
             .unwrap_err()
             .contains("IWARP_IFACE"));
@@ -274,6 +385,7 @@ mod tests {
             ("IWARP_MPA", "rev3"),
             ("IWARP_CONNECT_RETRY_MS", "soon"),
             ("IWARP_LINGER_MS", "-1"),
+            ("IWARP_SHARE_ADDRESS", "maybe"),
         ] {
             let mut vars = vec![("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")];
             vars.retain(|(n, _)| *n != k);

@@ -22,8 +22,10 @@
 //! rdma-core's providers give for what a device lacks (`stubs`).
 //!
 //! Configuration: the environment (see `engine`): `IWARP_IFACE`,
-//! `IWARP_IP`, `IWARP_BACKEND`, `IWARP_MTU`, `IWARP_POLL`, `IWARP_CORE`;
-//! a missing or wrong one is named on standard error.
+//! `IWARP_IP`, `IWARP_BACKEND`, `IWARP_MTU`, `IWARP_POLL`, `IWARP_CORE`,
+//! `IWARP_SHARE_ADDRESS` (the kernel owns the address too, as qperf's
+//! control connection needs) and the rest `engine` lists; a missing or
+//! wrong one is named on standard error.
 //!
 //! Backend crate: `unsafe` is confined to the C boundary, each block with
 //! its `SAFETY:` reasoning.
@@ -59,12 +61,24 @@ unsafe impl Sync for Device {}
 // SAFETY: as above; nothing in it is tied to the thread that made it.
 unsafe impl Send for Device {}
 
-/// Our context: the C `ibv_context` first.
+/// Our context: an extended one, as rdma-core's providers make (the C
+/// `ibv_context` after the rest of a `struct verbs_context`).
 #[repr(C)]
 #[derive(Debug)]
 struct Context {
+    /// `struct verbs_context` before its `context` member (`c`, right
+    /// after it): the context is an extended one.
+    ext: abi::VerbsContextHead,
     c: IbvContext,
     dev: &'static Device,
+}
+
+impl Context {
+    /// The allocation whose `c` member `ctx` points to.
+    fn of(ctx: *mut IbvContext) -> *mut Context {
+        ctx.wrapping_byte_sub(std::mem::offset_of!(Context, c))
+            .cast()
+    }
 }
 
 /// The device list, made once per process from the environment (rdma-core
@@ -183,9 +197,12 @@ fn ours(device: *mut IbvDevice) -> Option<&'static Device> {
 /// `ctx` is null or a pointer `ibv_open_device` returned and
 /// `ibv_close_device` has not freed.
 unsafe fn context<'a>(ctx: *mut IbvContext) -> Option<&'a Context> {
-    // SAFETY: by the caller's contract; `IbvContext` is `Context`'s first
-    // field (`repr(C)`), so the cast gives back the allocation.
-    unsafe { ctx.cast::<Context>().as_ref() }
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: by the caller's contract `ctx` points to the `c` member of
+    // a live `Context` (`repr(C)`), which `Context::of` steps back from.
+    unsafe { Context::of(ctx).as_ref() }
 }
 
 /// `ibv_get_device_list`: a NULL-terminated array the caller frees with
@@ -273,7 +290,8 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
     };
-    Box::into_raw(Box::new(Context {
+    let c = Box::into_raw(Box::new(Context {
+        ext: abi::VerbsContextHead::new(),
         c: IbvContext {
             device,
             ops: ops_table(),
@@ -286,11 +304,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
             async_fd: unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) },
             num_comp_vectors: 1,
             mutex: [0; 5],
-            abi_compat: std::ptr::null_mut(),
+            abi_compat: abi::VERBS_ABI_IS_EXTENDED as *mut c_void,
         },
         dev,
-    }))
-    .cast()
+    }));
+    // SAFETY: just made; the program gets its `c` member, as rdma-core's
+    // `&verbs_context->context`.
+    unsafe { std::ptr::addr_of_mut!((*c).c) }
 }
 
 /// A context for our first device, for librdmacm's ids (null without
@@ -345,9 +365,9 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
     if ctx.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: the allocation `ibv_open_device` made (`Context`, whose first
-    // field the pointer points to), not freed before by the contract.
-    let c = unsafe { Box::from_raw(ctx.cast::<Context>()) };
+    // SAFETY: the allocation `ibv_open_device` made (the `Context` whose
+    // `c` member the pointer points to), not freed before by the contract.
+    let c = unsafe { Box::from_raw(Context::of(ctx)) };
     if c.c.async_fd >= 0 {
         // SAFETY: the eventfd `ibv_open_device` opened.
         unsafe { libc::close(c.c.async_fd) };

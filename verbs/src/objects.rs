@@ -516,9 +516,41 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     0
 }
 
+/// Whether a blocking read interrupted by a signal handler would have
+/// been restarted (`SA_RESTART`). rdma-core waits in `read` on the
+/// channel's descriptor, which the kernel restarts after a handler that
+/// has the flag and fails with `EINTR` after one without it; `epoll_wait`
+/// never restarts, and which signal came is not known here, so: restart
+/// only if every handler the process has installed asks for it.
+/// Handlers of the synchronous signals (a fault, a trap) are left out:
+/// they do not interrupt a wait.
+fn restarts_after_signals() -> bool {
+    let sync = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+    ];
+    (1..libc::SIGRTMAX())
+        .filter(|s| !sync.contains(s) && *s != libc::SIGKILL && *s != libc::SIGSTOP)
+        .all(|s| {
+            // SAFETY: all-zero is a valid `sigaction`, which the call
+            // only writes (no new action is given).
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a query of the signal's action into `old`.
+            let rc = unsafe { libc::sigaction(s, std::ptr::null(), &mut old) };
+            rc != 0
+                || old.sa_sigaction == libc::SIG_DFL
+                || old.sa_sigaction == libc::SIG_IGN
+                || old.sa_flags & libc::SA_RESTART != 0
+        })
+}
+
 /// `ibv_get_cq_event`: wait for an armed CQ of the channel to fire (or
 /// fail with `EAGAIN` at once if the channel's descriptor is
-/// non-blocking).
+/// non-blocking, or with `EINTR` when a signal handler without
+/// `SA_RESTART` interrupts the wait, as rdma-core's `read` does).
 ///
 /// # Safety
 /// `ch` from `ibv_create_comp_channel`; `cq_out`, `ctx_out` writable.
@@ -551,7 +583,13 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 set_errno(libc::EAGAIN);
                 return -1;
             }
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
+                if !restarts_after_signals() {
+                    // errno is EINTR, as rdma-core's `read` of the channel
+                    // leaves it: qperf stops its waits with SIGALRM.
+                    return -1;
+                }
+            }
             _ => return -1,
         }
     }
@@ -696,8 +734,9 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
     };
     let max_sge = iwarp::MAX_SGE as u32;
     let cap = a.cap;
-    if cap.max_send_wr == 0
-        || cap.max_send_wr as usize > crate::MAX_QP_WR
+    // A send queue of 0 is allowed (a QP that only receives and answers
+    // the peer's Reads, as qperf's rc_rdma_read_bw server makes).
+    if cap.max_send_wr as usize > crate::MAX_QP_WR
         || cap.max_recv_wr as usize > crate::MAX_QP_WR
         || cap.max_send_sge > max_sge
         || cap.max_recv_sge > max_sge

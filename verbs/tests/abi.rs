@@ -10,7 +10,9 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use iwarp_verbs::abi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr};
+use iwarp_verbs::abi::{
+    IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr, VerbsContextHead,
+};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -311,6 +313,12 @@ fn probe() -> std::collections::HashMap<String, usize> {
             &format!("offsetof(struct ibv_context_ops, {f})"),
         );
     }
+    line("verbs_context", "sizeof(struct verbs_context)");
+    line("verbs_context.sz", "offsetof(struct verbs_context, sz)");
+    line(
+        "verbs_context.context",
+        "offsetof(struct verbs_context, context)",
+    );
     line("device_attr", "sizeof(struct ibv_device_attr)");
     for f in [
         "node_guid",
@@ -434,6 +442,12 @@ fn structures_match_rdma_core_44() {
     assert_eq!(slot(OP_POST_SRQ_RECV), want("ops.post_srq_recv"));
     assert_eq!(slot(OP_POST_SEND), want("ops.post_send"));
     assert_eq!(slot(OP_POST_RECV), want("ops.post_recv"));
+
+    // An extended context: `struct verbs_context` ends with the
+    // `struct ibv_context` that programs get.
+    assert_eq!(size_of::<VerbsContextHead>(), want("verbs_context.context"));
+    assert_eq!(offset_of!(VerbsContextHead, sz), want("verbs_context.sz"));
+    assert_eq!(VerbsContextHead::new().sz, want("verbs_context"));
 
     assert_eq!(size_of::<IbvDeviceAttr>(), want("device_attr"));
     macro_rules! attr {

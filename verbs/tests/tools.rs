@@ -39,8 +39,14 @@ fn ready(tool: &str) -> bool {
         return false;
     }
     if !Path::new(&format!("/usr/bin/{tool}")).exists() {
+        let package = match tool {
+            "qperf" => "qperf",
+            "fi_info" | "fi_pingpong" => "libfabric-bin",
+            "rping" | "rdma_server" => "rdmacm-utils",
+            _ => "perftest",
+        };
         netns_harness::skip_test(&format!(
-            "/usr/bin/{tool} missing (apt-get install perftest)"
+            "/usr/bin/{tool} missing (apt-get install {package})"
         ));
         return false;
     }
@@ -370,4 +376,205 @@ fn ib_atomic_lat_runs_unmodified_on_both_ends() {
 #[test]
 fn ib_atomic_bw_runs_unmodified_on_both_ends() {
     check_atomic("ib_atomic_bw", &[]);
+}
+
+/// qperf's `Name = Value Unit` lines (`-vvs -vu`): the value in the unit
+/// it names, or none.
+fn qperf_field(out: &str, name: &str) -> Option<(f64, String)> {
+    out.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        if k.trim() != name {
+            return None;
+        }
+        let mut w = v.split_whitespace();
+        // qperf groups thousands with commas (`6,342`).
+        let n = w.next()?.replace(',', "").parse().ok()?;
+        Some((n, w.next().unwrap_or("").to_owned()))
+    })
+}
+
+/// A qperf field in the base unit of its kind: seconds for a time,
+/// bytes per second for a rate, a plain count otherwise (qperf's
+/// prefixes are decimal).
+fn qperf_value(out: &str, name: &str) -> f64 {
+    let (n, unit) =
+        qperf_field(out, name).unwrap_or_else(|| panic!("no `{name} =` line in\n{out}"));
+    let scale = match unit.as_str() {
+        "ns" => 1e-9,
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "sec" | "" | "bytes" | "bytes/sec" => 1.0,
+        "K" | "KB" | "KB/sec" | "K/sec" => 1e3,
+        "M" | "MB" | "MB/sec" | "M/sec" => 1e6,
+        "G" | "GB" | "GB/sec" | "G/sec" => 1e9,
+        other => panic!("{name}: unit {other:?} unknown in\n{out}"),
+    };
+    n * scale
+}
+
+/// Two namespaces over a veth whose ends have the kernel's addresses
+/// (`.1` in A, `.2` in B), which each end's stack shares
+/// (`IWARP_SHARE_ADDRESS=yes`).
+fn shared_pair(prefix: &str) -> (NsPair, std::net::Ipv4Addr, std::net::Ipv4Addr) {
+    let net = NsPair::new(prefix).unwrap();
+    let (a, b) = (net.addr(1), net.addr(2));
+    for (end, ip) in [(End::A, a), (End::B, b)] {
+        net.veth.disable_tx_offload(end).unwrap();
+        net.veth.add_addr(end, &format!("{ip}/24")).unwrap();
+    }
+    (net, a, b)
+}
+
+/// `env …` running `program` on our library at `end` of a
+/// [`shared_pair`].
+fn shared_env(net: &NsPair, end: End, ip: std::net::Ipv4Addr, program: &str) -> Vec<String> {
+    vec![
+        "env".to_owned(),
+        format!("LD_LIBRARY_PATH={}", libs().display()),
+        format!("IWARP_IFACE={}", net.veth.name(end)),
+        format!("IWARP_IP={ip}/24"),
+        "IWARP_SHARE_ADDRESS=yes".to_owned(),
+        program.to_owned(),
+    ]
+}
+
+/// qperf's RC test `test` over the CM (`-cm1`), both ends on our library:
+/// the server (`qperf`, no arguments) and the client in two namespaces.
+/// qperf keeps its own TCP control connection to the server's address,
+/// through the kernel, and the CM connects to a port its server bound to
+/// port 0 at that same address: the stack shares the address with the
+/// kernel (`IWARP_SHARE_ADDRESS=yes`), which owns it. The server runs
+/// until killed; the client ends after `-t 2`. Returns the client's
+/// output (`-vvs -vu`: counts of both ends).
+fn qperf(test: &str) -> String {
+    if !ready("qperf") {
+        return String::new();
+    }
+    let (net, sip, cip) = shared_pair("vqp");
+    let s = shared_env(&net, End::A, sip, "qperf");
+    let mut c = shared_env(&net, End::B, cip, "qperf");
+    // -ws: the client waits up to 10 s for the server to listen.
+    let sip = sip.to_string();
+    c.extend(["-cm1", "-t", "2", "-ws", "10", "-vvs", "-vu", &sip, test].map(str::to_owned));
+    let sref: Vec<&str> = s.iter().map(String::as_str).collect();
+    let cref: Vec<&str> = c.iter().map(String::as_str).collect();
+    let mut server = netns_harness::spawn_in(&net.a, &sref).unwrap();
+    let client = netns_harness::run_in(&net.b, &cref, Duration::from_secs(60)).unwrap();
+    // The server serves until killed: what it wrote tells why a test
+    // failed.
+    server.kill();
+    let server = server.wait_timeout(Duration::from_secs(5)).unwrap();
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (ct, st) = (text(&client), text(&server));
+    assert!(
+        client.status.success() && ct.contains(&format!("{test}:")),
+        "--- client ({}):\n{ct}\n--- server:\n{st}",
+        client.status
+    );
+    assert_eq!(qperf_value(&ct, "use_cm"), 1.0, "{ct}");
+    // The figures, for whoever runs this with --nocapture.
+    println!("{ct}");
+    ct
+}
+
+#[test]
+fn qperf_rc_rdma_write_lat_runs_unmodified_on_both_ends() {
+    // Ping-pong of 1-octet RDMA Writes with Immediate (one at a time on
+    // a send queue of 1), each end waiting on a completion channel until
+    // qperf's SIGALRM ends the test.
+    let out = qperf("rc_rdma_write_lat");
+    if out.is_empty() {
+        return;
+    }
+    let lat = qperf_value(&out, "latency");
+    assert!(lat.is_finite() && lat > 0.0 && lat < 1.0, "{out}");
+    for n in ["loc_recv_msgs", "rem_recv_msgs"] {
+        assert!(qperf_value(&out, n) >= 1.0, "{n}:\n{out}");
+    }
+}
+
+#[test]
+fn qperf_rc_rdma_read_bw_runs_unmodified_on_both_ends() {
+    // 64 KiB RDMA Reads, a send queue of 1024 of them in flight against
+    // an ORD of 1; the server's QP has no send queue at all and its
+    // program sleeps in pause(): the stack answers the Reads.
+    let out = qperf("rc_rdma_read_bw");
+    if out.is_empty() {
+        return;
+    }
+    let bw = qperf_value(&out, "bw");
+    assert!(bw.is_finite() && bw > 0.0, "{out}");
+    let msgs = qperf_value(&out, "recv_msgs");
+    assert!(msgs >= 1.0, "{out}");
+    // Every Read brought its 64 KiB (qperf prints three digits).
+    let bytes = qperf_value(&out, "recv_bytes");
+    assert!(
+        (bytes - msgs * 65536.0).abs() <= msgs * 65536.0 * 0.01,
+        "{out}"
+    );
+}
+
+#[test]
+fn qperf_output_is_read_in_its_units() {
+    let out = "rc_rdma_write_lat:\n    latency         =    158 us\n    \
+               loc_send_msgs   =  6,342 \n    bw  =  1.5 GB/sec\n    use_cm =      1 \n";
+    assert!((qperf_value(out, "latency") - 158e-6).abs() < 1e-12);
+    assert_eq!(qperf_value(out, "loc_send_msgs"), 6342.0);
+    assert_eq!(qperf_value(out, "bw"), 1.5e9);
+    assert_eq!(qperf_value(out, "use_cm"), 1.0);
+    assert!(qperf_field(out, "loc_recv_msgs").is_none());
+}
+
+#[test]
+fn libfabric_fi_info_finds_our_device_through_its_verbs_provider() {
+    if !ready("fi_info") {
+        return;
+    }
+    // libfabric's verbs provider opens every device, asks libefa whether
+    // it is an EFA device (through the extended context), makes a PD, CQ
+    // and QP to learn the inline size, and lists a device for FI_EP_MSG
+    // only where a kernel interface has an address for it (hence the
+    // shared address). fi_pingpong cannot run on it: ARCHITECTURE.md.
+    let (net, ip, _) = shared_pair("vfi");
+    let mut cmd = shared_env(&net, End::A, ip, "fi_info");
+    cmd.extend(["-p", "verbs"].map(str::to_owned));
+    let cref: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = netns_harness::run_in(&net.a, &cref, Duration::from_secs(60)).unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}:\n{text}", out.status);
+    for want in [
+        "provider: verbs",
+        "fabric: Ethernet-iWARP",
+        "domain: iwarp0",
+        "type: FI_EP_MSG",
+        "protocol: FI_PROTO_IWARP",
+    ] {
+        assert!(text.contains(want), "{want}:\n{text}");
+    }
+}
+
+#[test]
+fn qperf_verifies_fetch_and_add_and_compare_and_swap_results() {
+    // ver_rc_*: the client checks each atomic's returned value against
+    // the sequence it must follow and fails on the first mismatch.
+    for test in ["ver_rc_fetch_add", "ver_rc_compare_swap"] {
+        let out = qperf(test);
+        if out.is_empty() {
+            return;
+        }
+        assert!(qperf_value(&out, "msg_rate") > 0.0, "{out}");
+        // Each completed atomic was checked (a mismatch ends qperf with
+        // an error, which `qperf` fails on): some completed.
+        assert!(qperf_value(&out, "recv_msgs") >= 1.0, "{out}");
+    }
 }
