@@ -1332,6 +1332,59 @@ mod tests {
         assert_eq!(i.params.unrecognized_count, 1);
     }
 
+    /// A SACK with neither Gap Ack Blocks nor Duplicate TSNs (RFC 9260
+    /// §3.3.4) has empty lists. (cargo-mutants: `is_empty` made `false`.)
+    #[test]
+    fn a_bare_sack_has_empty_lists() {
+        let b = [
+            0x03, 0x00, 0x00, 0x10, // SACK, length 16
+            0x00, 0x00, 0x00, 0x29, // cum TSN ack 41
+            0x00, 0x00, 0x10, 0x00, // a_rwnd 4096
+            0x00, 0x00, 0x00, 0x00, // no gap blocks, no dups
+        ];
+        let (c, _) = parse_chunk(&b).unwrap();
+        let ChunkRepr::Sack(s) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not SACK")
+        };
+        assert_eq!((s.cum_tsn_ack, s.a_rwnd), (41, 4096));
+        assert_eq!((s.gap_blocks.len(), s.gap_blocks.is_empty()), (0, true));
+        assert_eq!((s.dup_tsns.len(), s.dup_tsns.is_empty()), (0, true));
+    }
+
+    /// A State Cookie is a parameter of INIT ACK only (RFC 9260 §3.3.3,
+    /// §5.1: the INIT's receiver makes one; it is not taken from an INIT):
+    /// one in an INIT is not the chunk's cookie. (cargo-mutants: the
+    /// `ty == INIT_ACK` guard made `true`.)
+    #[test]
+    fn a_state_cookie_in_an_init_is_not_taken() {
+        let b = [
+            0x01, 0x00, 0x00, 0x24, // INIT, flags 0, length 36
+            0xde, 0xad, 0xbe, 0xef, // initiate tag
+            0x00, 0x01, 0x00, 0x00, // a_rwnd 65536
+            0x00, 0x0a, 0x00, 0x0b, // OS 10, MIS 11
+            0x00, 0x00, 0x00, 0x07, // initial TSN 7
+            0x00, 0x07, 0x00, 0x08, // State Cookie, length 8
+            0x01, 0x02, 0x03, 0x04, // the cookie
+            0xc0, 0x06, 0x00, 0x08, // adaptation layer indication
+            0x00, 0x00, 0x00, 0x01, // DDP
+        ];
+        let (c, n) = parse_chunk(&b).unwrap();
+        assert_eq!(n, b.len());
+        let ChunkRepr::Init(i) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT")
+        };
+        assert_eq!(i.params.state_cookie, None);
+        // The same parameter in an INIT ACK is its cookie.
+        let mut b = b;
+        b[0] = chunk_type::INIT_ACK;
+        let (c, _) = parse_chunk(&b).unwrap();
+        let ChunkRepr::InitAck(i) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT ACK")
+        };
+        assert_eq!(i.params.state_cookie, Some(&[1, 2, 3, 4][..]));
+        assert_eq!(i.params.adaptation, Some(1));
+    }
+
     #[test]
     fn flipped_bit_fails_checksum() {
         let mut b = init_bytes();
@@ -1391,7 +1444,9 @@ mod tests {
             s.gap_blocks.iter().collect::<Vec<_>>(),
             vec![(2, 3), (5, 5)]
         );
+        assert_eq!((s.gap_blocks.len(), s.gap_blocks.is_empty()), (2, false));
         assert_eq!(s.dup_tsns.iter().collect::<Vec<_>>(), vec![40]);
+        assert_eq!((s.dup_tsns.len(), s.dup_tsns.is_empty()), (1, false));
         assert!(it.next().is_none());
         // Re-emitting gives the same octets.
         let mut out = vec![0u8; b.len()];
@@ -1621,6 +1676,49 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A chunk too short for its fixed part is refused with the lengths it
+    /// needs and has, counting the chunk header (RFC 9260 §3.2: Chunk
+    /// Length covers it); an empty DATA with the least length that would
+    /// do (§3.3.1). (cargo-mutants: `+` made `*` or `-` in `exact_len`
+    /// and in `ChunkRepr::parse`'s DATA and HEARTBEAT errors.)
+    #[test]
+    fn short_chunks_are_refused_with_their_lengths() {
+        let cases: [(&[u8], Error); 3] = [
+            (
+                // SHUTDOWN, length 6: two octets of its four.
+                &[0x07, 0, 0, 6, 0, 0, 0, 0],
+                Error::Truncated {
+                    layer: Layer::Chunk(chunk_type::SHUTDOWN),
+                    needed: 8,
+                    got: 6,
+                },
+            ),
+            (
+                // DATA, length 16: the header alone.
+                &[0, 3, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 16],
+                Error::BadLength {
+                    layer: Layer::Chunk(chunk_type::DATA),
+                    field: "Chunk Length",
+                    value: 16,
+                    min: 17,
+                },
+            ),
+            (
+                // HEARTBEAT, length 4: no Heartbeat Info.
+                &[0x04, 0, 0, 4],
+                Error::Truncated {
+                    layer: Layer::Chunk(chunk_type::HEARTBEAT),
+                    needed: 8,
+                    got: 4,
+                },
+            ),
+        ];
+        for (b, want) in cases {
+            let (c, _) = parse_chunk(b).unwrap();
+            assert_eq!(ChunkRepr::parse(&c), Err(want), "{b:02x?}");
+        }
     }
 
     /// A packet of exactly the common header (no chunks) is a packet
