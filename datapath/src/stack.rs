@@ -2453,7 +2453,6 @@ impl Stack {
         out: &mut dyn FnMut(Output),
     ) -> bool {
         let mut busy = false;
-
         // (Empty most rounds: a drain of nothing still costs its set-up.)
         if !self.pending_tx.is_empty() {
             for f in self.pending_tx.drain(..) {
@@ -2724,9 +2723,6 @@ mod tests {
         assert!(g.len() <= 2 * GONE_KEPT, "{}", g.len());
     }
 
-    /// A post to a connection the stack knows nothing of (never was, or
-    /// freed and forgotten) is refused to the outputs, not dropped: over
-    /// TCP's ids and SCTP's.
     /// The record of requests nobody answered stays bounded whatever a
     /// peer's requests do: those freed with nothing held are pruned; one
     /// holding refusals of the application's posts is kept until it is
@@ -2765,6 +2761,9 @@ mod tests {
         );
     }
 
+    /// A post to a connection the stack knows nothing of (never was, or
+    /// freed and forgotten) is refused to the outputs, not dropped: over
+    /// TCP's ids and SCTP's.
     #[test]
     fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
         use crate::over_sctp::conn::SCTP_SOCK_BASE;
