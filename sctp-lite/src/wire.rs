@@ -1179,7 +1179,9 @@ impl<'a> ChunkRepr<'a> {
                 v[12..12 + d.payload.len()].copy_from_slice(d.payload);
             }
             ChunkRepr::Init(i) | ChunkRepr::InitAck(i) => {
-                i.emit_value(v);
+                let n = i.emit_value(v);
+                // What was written is what `chunk_len` sized.
+                debug_assert_eq!(Some(n), i.value_len());
             }
             ChunkRepr::Sack(s) => {
                 v[0..4].copy_from_slice(&s.cum_tsn_ack.to_be_bytes());
@@ -1349,6 +1351,91 @@ mod tests {
         assert_eq!((s.cum_tsn_ack, s.a_rwnd), (41, 4096));
         assert_eq!((s.gap_blocks.len(), s.gap_blocks.is_empty()), (0, true));
         assert_eq!((s.dup_tsns.len(), s.dup_tsns.is_empty()), (0, true));
+    }
+
+    /// A peer's chunk of a type we do not know, as the Unrecognized Chunk
+    /// Type cause (RFC 9260 §3.3.10.6) copies it: its Chunk Length counts
+    /// no padding, its buffer length does (§3.2), and it re-emits to the
+    /// same octets. (cargo-mutants: `buffer_len` made `Some(0)`,
+    /// `Some(1)`: the cause then carried an empty chunk.)
+    #[test]
+    fn an_unknown_chunk_takes_its_padded_length_and_re_emits() {
+        let b = [
+            0xc1, 0x05, 0x00, 0x07, // type 0xc1 (skip and report), flags 5, length 7
+            0xaa, 0xbb, 0xcc, 0x00, // three octets of value, one of padding
+        ];
+        let (c, n) = parse_chunk(&b).unwrap();
+        assert_eq!(n, 8);
+        let r = ChunkRepr::parse(&c).unwrap();
+        assert_eq!(
+            r,
+            ChunkRepr::Unknown {
+                ty: 0xc1,
+                flags: 5,
+                value: &[0xaa, 0xbb, 0xcc]
+            }
+        );
+        assert_eq!((r.chunk_len(), r.buffer_len()), (Some(7), Some(8)));
+        let mut out = [0xffu8; 8];
+        assert_eq!(r.emit(&mut out), Ok(8));
+        assert_eq!(out, b);
+    }
+
+    /// Chunk Length is 16 bits (RFC 9260 §3.2): a chunk of 65535 octets
+    /// is emitted, one of 65536 or more is refused as too long, whatever
+    /// room `out` has. (cargo-mutants: the `len > u16::MAX` boundary.)
+    #[test]
+    fn a_chunk_of_65535_octets_is_emitted_and_no_longer() {
+        let mut out = vec![0u8; 80_000];
+        let value = vec![0x5a; 65_535 - CHUNK_HEADER_LEN];
+        let r = ChunkRepr::Unknown {
+            ty: 0xc1,
+            flags: 0,
+            value: &value,
+        };
+        assert_eq!(r.emit(&mut out), Ok(65_536));
+        assert_eq!(out[..4], [0xc1, 0, 0xff, 0xff]);
+        for len in [65_536, 70_004] {
+            let value = vec![0x5a; len - CHUNK_HEADER_LEN];
+            let r = ChunkRepr::Unknown {
+                ty: 0xc1,
+                flags: 0,
+                value: &value,
+            };
+            assert_eq!(
+                r.emit(&mut out),
+                Err(Error::TooLong {
+                    layer: Layer::Chunk(0xc1),
+                    len,
+                    max: 65_535
+                })
+            );
+        }
+    }
+
+    /// A packet of no chunks is the common header alone (RFC 9260 §3): it
+    /// fits 12 octets, and 11 are refused, not a panic. (cargo-mutants: the
+    /// `out.len() < COMMON_HEADER_LEN` boundary in `emit_packet`.)
+    #[test]
+    fn a_packet_of_no_chunks_fits_its_common_header() {
+        let h = HeaderRepr {
+            src_port: 5000,
+            dst_port: 80,
+            verification_tag: 0x0102_0304,
+        };
+        let mut out = [0u8; 12];
+        assert_eq!(emit_packet(&h, &[], &mut out), Ok(12));
+        let p = SctpPacket::new_checked(&out[..]).unwrap();
+        p.verify_checksum().unwrap();
+        assert_eq!(HeaderRepr::parse(&p), h);
+        assert_eq!(
+            emit_packet(&h, &[], &mut out[..11]),
+            Err(Error::Truncated {
+                layer: Layer::CommonHeader,
+                needed: 12,
+                got: 11
+            })
+        );
     }
 
     /// A State Cookie is a parameter of INIT ACK only (RFC 9260 §3.3.3,
