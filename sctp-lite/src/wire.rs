@@ -1413,6 +1413,35 @@ mod tests {
         }
     }
 
+    /// An INIT ACK with a State Cookie of 40000 octets (a Chunk Length
+    /// within 16 bits, RFC 9260 §3.2) is emitted and parses back with it.
+    /// (cargo-mutants: the parameter length limit `u16::MAX - 4` made
+    /// `u16::MAX / 4`.)
+    #[test]
+    fn an_init_ack_takes_a_long_cookie() {
+        let cookie = vec![0xc5; 40_000];
+        let r = ChunkRepr::InitAck(InitRepr {
+            initiate_tag: 1,
+            a_rwnd: 65_536,
+            num_outbound_streams: 1,
+            num_inbound_streams: 1,
+            initial_tsn: 1,
+            params: InitParams {
+                state_cookie: Some(&cookie),
+                ..InitParams::default()
+            },
+        });
+        let mut out = vec![0u8; 70_000];
+        let n = r.emit(&mut out).unwrap();
+        assert_eq!(n, CHUNK_HEADER_LEN + INIT_FIXED_LEN + 4 + 40_000);
+        let (c, m) = parse_chunk(&out[..n]).unwrap();
+        assert_eq!(m, n);
+        let ChunkRepr::InitAck(i) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT ACK")
+        };
+        assert_eq!(i.params.state_cookie, Some(&cookie[..]));
+    }
+
     /// A packet of no chunks is the common header alone (RFC 9260 §3): it
     /// fits 12 octets, and 11 are refused, not a panic. (cargo-mutants: the
     /// `out.len() < COMMON_HEADER_LEN` boundary in `emit_packet`.)
