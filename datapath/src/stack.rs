@@ -677,6 +677,72 @@ impl Gone {
 /// CQs (see [`Gone`]): a CQ reference and a cause each, a few dozen octets.
 pub(crate) const GONE_KEPT: usize = 1024;
 
+/// Connections handed to the application as a request
+/// (`CmEvent::ConnectRequest`) that it has not answered yet (Accept,
+/// Reject, Close or Abort), and the completions and refusals of their
+/// posts that had no CQ to go to. A manual listener may have no CQ (the
+/// API's `Listener` has none): the receives the application posts to a
+/// request before accepting it are refused when the connection fails
+/// first, and those refusals wait here for the CQ the Accept names — every
+/// posted work request completes, in error when its queue pair goes away
+/// (verbs' IBV_WC_WR_FLUSH_ERR) — or go to the outputs at any other
+/// answer. Held outputs come from the application's own posts; an entry
+/// with none whose connection is freed is pruned (amortised, as
+/// [`Gone`]), so a peer's requests that nobody answers keep nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    map: HashMap<SockId, Vec<HostOutput>>,
+    /// Prune when the map reaches this size (at least twice what the last
+    /// pruning left, [`GONE_KEPT`] at least).
+    prune_at: usize,
+}
+
+impl Requests {
+    /// Pass an output on to `out`, noting the requests it announces and
+    /// holding the completions and refusals of those unanswered.
+    fn pass(&mut self, o: Output, out: &mut dyn FnMut(Output)) {
+        match o {
+            Output::Cm(id, CmEvent::ConnectRequest(_)) => {
+                self.map.entry(id).or_default();
+                out(o);
+            }
+            Output::Iwarp(id, ho) if !matches!(ho, HostOutput::Event(_)) => {
+                match self.map.get_mut(&id) {
+                    Some(held) => held.push(ho),
+                    None => out(Output::Iwarp(id, ho)),
+                }
+            }
+            o => out(o),
+        }
+    }
+
+    /// Forget the requests with nothing held whose connection is freed
+    /// (`alive` says which the stack still has), once there are more than
+    /// the last pruning left.
+    fn prune(&mut self, alive: &dyn Fn(SockId) -> bool) {
+        if self.map.len() > self.prune_at.max(GONE_KEPT) {
+            self.map.retain(|id, held| !held.is_empty() || alive(*id));
+            self.prune_at = 2 * self.map.len();
+        }
+    }
+
+    /// The application answered request `id`: what was held for it goes
+    /// to `cq` (an Accept's) when there is one, else to `out`.
+    fn answered(&mut self, id: SockId, cq: Option<&QpCqs>, out: &mut dyn FnMut(Output)) {
+        if let Some(held) = self.map.remove(&id) {
+            for o in held {
+                route(id, o, cq, out);
+            }
+        }
+    }
+
+    /// Requests tracked (tests: bounded).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
 /// Send a connection's output on: completions and refusals to its CQs when
 /// it has them (receive completions to the receive ring, the rest to the
 /// send ring), everything else (and everything without CQs) to `out`.
@@ -1219,6 +1285,8 @@ pub struct Stack {
     socks: std::collections::BTreeMap<SockId, Sock>,
     /// iWARP connections already freed ([`Gone`]).
     gone: Gone,
+    /// Requests the application has not answered ([`Requests`]).
+    requests: Requests,
     /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
     by_token: HashMap<u64, SockId>,
     /// Application code run after every round.
@@ -1273,6 +1341,7 @@ impl Stack {
             mem,
             socks: std::collections::BTreeMap::new(),
             gone: Gone::default(),
+            requests: Requests::default(),
             by_token: HashMap::new(),
             hooks: Vec::new(),
             next_id: 0,
@@ -2132,6 +2201,20 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
+        // An answer to a request releases what was held for it: to the
+        // Accept's CQ, before anything the accept itself makes.
+        match &cmd {
+            Command::Accept { sock, cq, .. } => {
+                let out = &mut self.pending_out;
+                self.requests
+                    .answered(*sock, cq.as_ref(), &mut |x| out.push_back(x));
+            }
+            Command::Reject { sock: id, .. } | Command::Close(id) | Command::Abort(id) => {
+                let out = &mut self.pending_out;
+                self.requests.answered(*id, None, &mut |x| out.push_back(x));
+            }
+            _ => {}
+        }
         // A command for a connection wakes it for the next round.
         let target = match &cmd {
             Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
@@ -2223,6 +2306,26 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(Output)) -> bool {
+        // Every output passes the requests' record ([`Requests`]).
+        let mut requests = std::mem::take(&mut self.requests);
+        let busy = self.poll_round(now, tx, &mut |o| requests.pass(o, out));
+        let sctp = self.sctp.as_deref();
+        requests.prune(&|id| {
+            self.socks.contains_key(&id) || sctp.is_some_and(|sc| sc.has_connection(id))
+        });
+        self.requests = requests;
+        busy
+    }
+}
+
+impl Stack {
+    /// One round of [`Engine::poll`](crate::runtime::Engine::poll).
+    fn poll_round(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
         let mut busy = false;
         // (Empty most rounds: a drain of nothing still costs its set-up.)
         if !self.pending_tx.is_empty() {
@@ -2492,6 +2595,44 @@ mod tests {
         }
         assert!(g.get(0).is_none(), "the handle is gone: so is the entry");
         assert!(g.len() <= 2 * GONE_KEPT, "{}", g.len());
+    }
+
+    /// The record of requests nobody answered stays bounded whatever a
+    /// peer's requests do: those freed with nothing held are pruned; one
+    /// holding refusals of the application's posts is kept until it is
+    /// answered, and then releases them.
+    #[test]
+    fn unanswered_requests_are_pruned_but_what_they_hold_is_kept() {
+        use iwarp_proto::qp::{PostError, QpState};
+        let req = || {
+            CmEvent::ConnectRequest(iwarp_control::PeerRequest {
+                rev: 2,
+                crc: true,
+                markers: false,
+                ird: None,
+                ord: None,
+                peer_to_peer: false,
+                rtr: iwarp_control::RtrOffer::default(),
+                private_data: Vec::new(),
+            })
+        };
+        let refused = HostOutput::RefusedRecv(7, PostError::NotReady(QpState::Error));
+        let mut r = Requests::default();
+        let mut passed = 0;
+        r.pass(Output::Cm(0, req()), &mut |_| passed += 1);
+        r.pass(Output::Iwarp(0, refused), &mut |_| passed += 1);
+        assert_eq!((passed, r.len()), (1, 1), "the refusal is held");
+        for id in 1..=8 * GONE_KEPT {
+            r.pass(Output::Cm(id, req()), &mut |_| {});
+            r.prune(&|_| false);
+        }
+        assert!(r.len() <= 2 * GONE_KEPT + 1, "{}", r.len());
+        let mut got = Vec::new();
+        r.answered(0, None, &mut |o| got.push(o));
+        assert!(
+            matches!(got[..], [Output::Iwarp(0, HostOutput::RefusedRecv(7, _))]),
+            "{got:?}"
+        );
     }
 
     /// A post to a connection the stack knows nothing of (never was, or

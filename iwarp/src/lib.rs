@@ -2219,7 +2219,11 @@ impl ConnectRequest {
     }
 
     /// Post a receive buffer to the queue pair this request will become:
-    /// it is in place before the peer can send its first message.
+    /// it is in place before the peer can send its first message. If the
+    /// connection fails before it is in full operation, the receive
+    /// completes in error on the receive CQ of the [`accept`](Self::accept)
+    /// ([`AcceptOptions::recv_cq`], else its CQ; refused with why the
+    /// connection ended), even when the accept is what fails.
     pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), Error> {
         self.post_recv_list(wr_id, sge.into())
     }

@@ -1184,7 +1184,9 @@ impl<'a> ChunkRepr<'a> {
                 v[12..12 + d.payload.len()].copy_from_slice(d.payload);
             }
             ChunkRepr::Init(i) | ChunkRepr::InitAck(i) => {
-                i.emit_value(v);
+                let n = i.emit_value(v);
+                // What was written is what `chunk_len` sized.
+                debug_assert_eq!(Some(n), i.value_len());
             }
             ChunkRepr::Sack(s) => {
                 v[0..4].copy_from_slice(&s.cum_tsn_ack.to_be_bytes());
@@ -1337,6 +1339,173 @@ mod tests {
         assert_eq!(i.params.unrecognized_count, 1);
     }
 
+    /// A SACK with neither Gap Ack Blocks nor Duplicate TSNs (RFC 9260
+    /// §3.3.4) has empty lists. (cargo-mutants: `is_empty` made `false`.)
+    #[test]
+    fn a_bare_sack_has_empty_lists() {
+        let b = [
+            0x03, 0x00, 0x00, 0x10, // SACK, length 16
+            0x00, 0x00, 0x00, 0x29, // cum TSN ack 41
+            0x00, 0x00, 0x10, 0x00, // a_rwnd 4096
+            0x00, 0x00, 0x00, 0x00, // no gap blocks, no dups
+        ];
+        let (c, _) = parse_chunk(&b).unwrap();
+        let ChunkRepr::Sack(s) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not SACK")
+        };
+        assert_eq!((s.cum_tsn_ack, s.a_rwnd), (41, 4096));
+        assert_eq!((s.gap_blocks.len(), s.gap_blocks.is_empty()), (0, true));
+        assert_eq!((s.dup_tsns.len(), s.dup_tsns.is_empty()), (0, true));
+    }
+
+    /// A peer's chunk of a type we do not know, as the Unrecognized Chunk
+    /// Type cause (RFC 9260 §3.3.10.6) copies it: its Chunk Length counts
+    /// no padding, its buffer length does (§3.2), and it re-emits to the
+    /// same octets. (cargo-mutants: `buffer_len` made `Some(0)`,
+    /// `Some(1)`: the cause then carried an empty chunk.)
+    #[test]
+    fn an_unknown_chunk_takes_its_padded_length_and_re_emits() {
+        let b = [
+            0xc1, 0x05, 0x00, 0x07, // type 0xc1 (skip and report), flags 5, length 7
+            0xaa, 0xbb, 0xcc, 0x00, // three octets of value, one of padding
+        ];
+        let (c, n) = parse_chunk(&b).unwrap();
+        assert_eq!(n, 8);
+        let r = ChunkRepr::parse(&c).unwrap();
+        assert_eq!(
+            r,
+            ChunkRepr::Unknown {
+                ty: 0xc1,
+                flags: 5,
+                value: &[0xaa, 0xbb, 0xcc]
+            }
+        );
+        assert_eq!((r.chunk_len(), r.buffer_len()), (Some(7), Some(8)));
+        let mut out = [0xffu8; 8];
+        assert_eq!(r.emit(&mut out), Ok(8));
+        assert_eq!(out, b);
+    }
+
+    /// Chunk Length is 16 bits (RFC 9260 §3.2): a chunk of 65535 octets
+    /// is emitted, one of 65536 or more is refused as too long, whatever
+    /// room `out` has. (cargo-mutants: the `len > u16::MAX` boundary.)
+    #[test]
+    fn a_chunk_of_65535_octets_is_emitted_and_no_longer() {
+        let mut out = vec![0u8; 80_000];
+        let value = vec![0x5a; 65_535 - CHUNK_HEADER_LEN];
+        let r = ChunkRepr::Unknown {
+            ty: 0xc1,
+            flags: 0,
+            value: &value,
+        };
+        assert_eq!(r.emit(&mut out), Ok(65_536));
+        assert_eq!(out[..4], [0xc1, 0, 0xff, 0xff]);
+        for len in [65_536, 70_004] {
+            let value = vec![0x5a; len - CHUNK_HEADER_LEN];
+            let r = ChunkRepr::Unknown {
+                ty: 0xc1,
+                flags: 0,
+                value: &value,
+            };
+            assert_eq!(
+                r.emit(&mut out),
+                Err(Error::TooLong {
+                    layer: Layer::Chunk(0xc1),
+                    len,
+                    max: 65_535
+                })
+            );
+        }
+    }
+
+    /// An INIT ACK with a State Cookie of 40000 octets (a Chunk Length
+    /// within 16 bits, RFC 9260 §3.2) is emitted and parses back with it.
+    /// (cargo-mutants: the parameter length limit `u16::MAX - 4` made
+    /// `u16::MAX / 4`.)
+    #[test]
+    fn an_init_ack_takes_a_long_cookie() {
+        let cookie = vec![0xc5; 40_000];
+        let r = ChunkRepr::InitAck(InitRepr {
+            initiate_tag: 1,
+            a_rwnd: 65_536,
+            num_outbound_streams: 1,
+            num_inbound_streams: 1,
+            initial_tsn: 1,
+            params: InitParams {
+                state_cookie: Some(&cookie),
+                ..InitParams::default()
+            },
+        });
+        let mut out = vec![0u8; 70_000];
+        let n = r.emit(&mut out).unwrap();
+        assert_eq!(n, CHUNK_HEADER_LEN + INIT_FIXED_LEN + 4 + 40_000);
+        let (c, m) = parse_chunk(&out[..n]).unwrap();
+        assert_eq!(m, n);
+        let ChunkRepr::InitAck(i) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT ACK")
+        };
+        assert_eq!(i.params.state_cookie, Some(&cookie[..]));
+    }
+
+    /// A packet of no chunks is the common header alone (RFC 9260 §3): it
+    /// fits 12 octets, and 11 are refused, not a panic. (cargo-mutants: the
+    /// `out.len() < COMMON_HEADER_LEN` boundary in `emit_packet`.)
+    #[test]
+    fn a_packet_of_no_chunks_fits_its_common_header() {
+        let h = HeaderRepr {
+            src_port: 5000,
+            dst_port: 80,
+            verification_tag: 0x0102_0304,
+        };
+        let mut out = [0u8; 12];
+        assert_eq!(emit_packet(&h, &[], &mut out), Ok(12));
+        let p = SctpPacket::new_checked(&out[..]).unwrap();
+        p.verify_checksum().unwrap();
+        assert_eq!(HeaderRepr::parse(&p), h);
+        assert_eq!(
+            emit_packet(&h, &[], &mut out[..11]),
+            Err(Error::Truncated {
+                layer: Layer::CommonHeader,
+                needed: 12,
+                got: 11
+            })
+        );
+    }
+
+    /// A State Cookie is a parameter of INIT ACK only (RFC 9260 §3.3.3,
+    /// §5.1: the INIT's receiver makes one; it is not taken from an INIT):
+    /// one in an INIT is not the chunk's cookie. (cargo-mutants: the
+    /// `ty == INIT_ACK` guard made `true`.)
+    #[test]
+    fn a_state_cookie_in_an_init_is_not_taken() {
+        let b = [
+            0x01, 0x00, 0x00, 0x24, // INIT, flags 0, length 36
+            0xde, 0xad, 0xbe, 0xef, // initiate tag
+            0x00, 0x01, 0x00, 0x00, // a_rwnd 65536
+            0x00, 0x0a, 0x00, 0x0b, // OS 10, MIS 11
+            0x00, 0x00, 0x00, 0x07, // initial TSN 7
+            0x00, 0x07, 0x00, 0x08, // State Cookie, length 8
+            0x01, 0x02, 0x03, 0x04, // the cookie
+            0xc0, 0x06, 0x00, 0x08, // adaptation layer indication
+            0x00, 0x00, 0x00, 0x01, // DDP
+        ];
+        let (c, n) = parse_chunk(&b).unwrap();
+        assert_eq!(n, b.len());
+        let ChunkRepr::Init(i) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT")
+        };
+        assert_eq!(i.params.state_cookie, None);
+        // The same parameter in an INIT ACK is its cookie.
+        let mut b = b;
+        b[0] = chunk_type::INIT_ACK;
+        let (c, _) = parse_chunk(&b).unwrap();
+        let ChunkRepr::InitAck(i) = ChunkRepr::parse(&c).unwrap() else {
+            panic!("not INIT ACK")
+        };
+        assert_eq!(i.params.state_cookie, Some(&[1, 2, 3, 4][..]));
+        assert_eq!(i.params.adaptation, Some(1));
+    }
+
     #[test]
     fn flipped_bit_fails_checksum() {
         let mut b = init_bytes();
@@ -1396,7 +1565,9 @@ mod tests {
             s.gap_blocks.iter().collect::<Vec<_>>(),
             vec![(2, 3), (5, 5)]
         );
+        assert_eq!((s.gap_blocks.len(), s.gap_blocks.is_empty()), (2, false));
         assert_eq!(s.dup_tsns.iter().collect::<Vec<_>>(), vec![40]);
+        assert_eq!((s.dup_tsns.len(), s.dup_tsns.is_empty()), (1, false));
         assert!(it.next().is_none());
         // Re-emitting gives the same octets.
         let mut out = vec![0u8; b.len()];
@@ -1626,6 +1797,49 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A chunk too short for its fixed part is refused with the lengths it
+    /// needs and has, counting the chunk header (RFC 9260 §3.2: Chunk
+    /// Length covers it); an empty DATA with the least length that would
+    /// do (§3.3.1). (cargo-mutants: `+` made `*` or `-` in `exact_len`
+    /// and in `ChunkRepr::parse`'s DATA and HEARTBEAT errors.)
+    #[test]
+    fn short_chunks_are_refused_with_their_lengths() {
+        let cases: [(&[u8], Error); 3] = [
+            (
+                // SHUTDOWN, length 6: two octets of its four.
+                &[0x07, 0, 0, 6, 0, 0, 0, 0],
+                Error::Truncated {
+                    layer: Layer::Chunk(chunk_type::SHUTDOWN),
+                    needed: 8,
+                    got: 6,
+                },
+            ),
+            (
+                // DATA, length 16: the header alone.
+                &[0, 3, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 16],
+                Error::BadLength {
+                    layer: Layer::Chunk(chunk_type::DATA),
+                    field: "Chunk Length",
+                    value: 16,
+                    min: 17,
+                },
+            ),
+            (
+                // HEARTBEAT, length 4: no Heartbeat Info.
+                &[0x04, 0, 0, 4],
+                Error::Truncated {
+                    layer: Layer::Chunk(chunk_type::HEARTBEAT),
+                    needed: 8,
+                    got: 4,
+                },
+            ),
+        ];
+        for (b, want) in cases {
+            let (c, _) = parse_chunk(b).unwrap();
+            assert_eq!(ChunkRepr::parse(&c), Err(want), "{b:02x?}");
+        }
     }
 
     /// A packet of exactly the common header (no chunks) is a packet

@@ -64,6 +64,12 @@ pub struct PeerAssoc {
     /// Gone silent: what arrives is not handed to the association, and
     /// it neither sends nor runs its timers (a peer that went away).
     pub silent: bool,
+    /// Not reading: the association runs (it acknowledges what fits its
+    /// receive window, sends, runs its timers) but its events are not
+    /// taken, so what arrives waits in it and its window closes (a slow
+    /// reader; [`DdpAssociation::set_max_held`] bounds what DDP takes
+    /// from SCTP meanwhile).
+    pub stalled: bool,
 }
 
 /// The peer and the stack it talks to. See the [module docs](self).
@@ -158,12 +164,19 @@ impl RawSctpPeer {
     /// Open an association from `port` (four streams, the DDP adaptation
     /// indication); its index in [`assocs`](Self::assocs).
     pub fn open(&mut self, port: u16) -> usize {
-        let cfg = Config {
+        self.open_with(port, |_| {})
+    }
+
+    /// [`open`](Self::open) with the configuration `adjust` makes of the
+    /// usual one (a small receive buffer, say).
+    pub fn open_with(&mut self, port: u16, adjust: impl FnOnce(&mut Config)) -> usize {
+        let mut cfg = Config {
             secret: [port as u8; 16],
             streams: 4,
             max_packet: MAX_PACKET,
             ..Config::default()
         };
+        adjust(&mut cfg);
         let ddp = DdpAssociation::connect(cfg, port, self.server_port, self.now, u64::from(port))
             .expect("a valid configuration");
         self.assocs.push(PeerAssoc {
@@ -173,6 +186,7 @@ impl RawSctpPeer {
             next_tsn: None,
             chunk_types: Vec::new(),
             silent: false,
+            stalled: false,
         });
         self.assocs.len() - 1
     }
@@ -263,7 +277,7 @@ impl RawSctpPeer {
             if a.ddp.poll_timeout().is_some_and(|t| t <= now) {
                 a.ddp.handle_timeout(now);
             }
-            while let Some(e) = a.ddp.poll_event() {
+            while let Some(e) = if a.stalled { None } else { a.ddp.poll_event() } {
                 a.events.push(e);
             }
             while let Some(n) = a.ddp.poll_transmit(now, &mut buf) {

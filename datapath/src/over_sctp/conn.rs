@@ -486,6 +486,11 @@ impl SctpConns {
         &self.host
     }
 
+    /// Whether connection `id` exists (not freed yet).
+    pub fn has_connection(&self, id: SockId) -> bool {
+        self.conns.contains_key(&id)
+    }
+
     /// Whether `id` names one of our connections.
     pub fn owns(&self, id: SockId) -> bool {
         self.conns.contains_key(&id) || self.gone.get(id).is_some()
@@ -780,6 +785,12 @@ impl SctpConns {
         let Phase::AwaitDecision(req) = &c.phase else {
             return Err(crate::no_request());
         };
+        // The Accept's CQ from now on, even if the accept fails below:
+        // what the application posted completes there when the
+        // connection goes (as over TCP, `Stack`'s Accept).
+        if cq.is_some() {
+            c.ulp.cq = cq;
+        }
         let (bytes, n) = session::accept(req, ird, ord, &private_data)?;
         let Some(a) = self.host.assoc_mut(c.assoc) else {
             return Err(crate::no_request());
@@ -789,9 +800,6 @@ impl SctpConns {
             return Err(crate::no_request());
         }
         let mulpdu = a.mulpdu();
-        if cq.is_some() {
-            c.ulp.cq = cq;
-        }
         if let Some(pd) = pd {
             c.ulp.params.pd = pd;
         }
