@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use iwarp_testlink::{DatagramLink, Dir, Faults, LinkConfig};
+
 use sctp_lite::assoc::{
     out_of_the_blue, Association, CloseReason, Config, Event, ListenOutcome, Listener, SendError,
     State, Stats,
@@ -14,75 +16,15 @@ use sctp_lite::assoc::{
 
 const MS: u64 = 1_000_000;
 
-/// SplitMix64: small, seeded, deterministic.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+/// Link faults in per mille, as this test has always given them.
+fn faults(loss: u32, dup: u32, reorder: u32, corrupt: u32) -> Faults {
+    Faults::per_mille(loss, dup, reorder, corrupt)
 }
 
-#[derive(Clone, Copy)]
-struct Faults {
-    loss: u64,
-    dup: u64,
-    reorder: u64,
-    corrupt: u64,
-}
-
-const CLEAN: Faults = Faults {
-    loss: 0,
-    dup: 0,
-    reorder: 0,
-    corrupt: 0,
-};
-
-struct Link {
-    rng: Rng,
-    faults: Faults,
-    /// (arrival time, sequence for stable order) -> (to B?, bytes)
-    q: BTreeMap<(u64, u64), (bool, Vec<u8>)>,
-    seq: u64,
-    delay: u64,
-    up: bool,
-}
-
-impl Link {
-    fn send(&mut self, now: u64, to_b: bool, mut p: Vec<u8>) {
-        if !self.up || self.rng.chance(self.faults.loss) {
-            return;
-        }
-        if self.rng.chance(self.faults.corrupt) {
-            let i = self.rng.below(p.len() as u64) as usize;
-            p[i] ^= 1 << self.rng.below(8);
-        }
-        let copies = if self.rng.chance(self.faults.dup) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let extra = if self.rng.chance(self.faults.reorder) {
-                self.rng.below(4 * self.delay)
-            } else {
-                0
-            };
-            self.seq += 1;
-            self.q
-                .insert((now + self.delay + extra, self.seq), (to_b, p.clone()));
-        }
-    }
-}
+const CLEAN: Faults = Faults::NONE;
+/// One-way delay of the link; a reordered packet arrives up to four times
+/// that late.
+const DELAY: u64 = 5 * MS;
 
 fn cfg(secret: u8) -> Config {
     Config {
@@ -217,7 +159,7 @@ impl Side {
 
 struct Sim {
     now: u64,
-    link: Link,
+    link: DatagramLink,
     a: Side,
     b: Side,
 }
@@ -230,14 +172,12 @@ impl Sim {
         b.listener = Some(Listener::new(cb).unwrap());
         Sim {
             now: 0,
-            link: Link {
-                rng: Rng(seed),
+            link: DatagramLink::new(LinkConfig {
+                seed,
                 faults,
-                q: BTreeMap::new(),
-                seq: 0,
-                delay: 5 * MS,
-                up: true,
-            },
+                latency: DELAY,
+                reorder_max: 4 * DELAY,
+            }),
             a,
             b,
         }
@@ -255,7 +195,7 @@ impl Sim {
                     assert!(out.len() < 10_000, "runaway transmit");
                 }
                 for p in out {
-                    self.link.send(self.now, to_b, p);
+                    self.link.send(self.now, Dir::to_b(to_b), p);
                 }
             }
         }
@@ -269,7 +209,7 @@ impl Sim {
             if done(self) {
                 return true;
             }
-            let next_pkt = self.link.q.keys().next().map(|k| k.0);
+            let next_pkt = self.link.next_arrival();
             let next = [next_pkt, self.a.deadline(), self.b.deadline()]
                 .into_iter()
                 .flatten()
@@ -279,19 +219,13 @@ impl Sim {
                 return false;
             }
             self.now = self.now.max(next);
-            while let Some((&k, _)) = self.link.q.iter().next() {
-                if k.0 > self.now {
-                    break;
-                }
-                let Some((to_b, p)) = self.link.q.remove(&k) else {
-                    break;
-                };
-                if to_b {
+            while let Some((dir, p)) = self.link.pop_due(self.now) {
+                if dir == Dir::AtoB {
                     match self.b.assoc.as_mut() {
                         Some(a) if a.is_closed() => {
                             if let Some(n) = out_of_the_blue(&p, &mut buf) {
                                 let r = buf[..n].to_vec();
-                                self.link.send(self.now, false, r);
+                                self.link.send(self.now, Dir::BtoA, r);
                             }
                         }
                         Some(a) => a.handle_packet(self.now, &p),
@@ -301,7 +235,7 @@ impl Sim {
                                 ListenOutcome::Drop => {}
                                 ListenOutcome::Reply(n) => {
                                     let r = buf[..n].to_vec();
-                                    self.link.send(self.now, false, r);
+                                    self.link.send(self.now, Dir::BtoA, r);
                                 }
                                 ListenOutcome::Accept(a) => self.b.assoc = Some(*a),
                             }
@@ -313,7 +247,7 @@ impl Sim {
                         // association to the §8.4 rules.
                         if let Some(n) = out_of_the_blue(&p, &mut buf) {
                             let r = buf[..n].to_vec();
-                            self.link.send(self.now, true, r);
+                            self.link.send(self.now, Dir::AtoB, r);
                         }
                     } else {
                         a.handle_packet(self.now, &p);
@@ -405,12 +339,7 @@ fn clean_link_every_message_both_ways() {
 
 #[test]
 fn lossy_link_every_message_both_ways() {
-    let f = Faults {
-        loss: 50,
-        dup: 0,
-        reorder: 0,
-        corrupt: 0,
-    };
+    let f = faults(50, 0, 0, 0);
     let st: Vec<_> = (1..=6)
         .map(|seed| transfer_and_shutdown(seed, f, 40))
         .collect();
@@ -422,12 +351,7 @@ fn lossy_link_every_message_both_ways() {
 
 #[test]
 fn duplicating_reordering_corrupting_link() {
-    let f = Faults {
-        loss: 20,
-        dup: 50,
-        reorder: 100,
-        corrupt: 20,
-    };
+    let f = faults(20, 50, 100, 20);
     let st: Vec<_> = (10..=15)
         .map(|seed| transfer_and_shutdown(seed, f, 40))
         .collect();
@@ -447,16 +371,7 @@ fn duplicating_reordering_corrupting_link() {
 
 #[test]
 fn heavy_loss_still_delivers() {
-    transfer_and_shutdown(
-        99,
-        Faults {
-            loss: 200,
-            dup: 20,
-            reorder: 50,
-            corrupt: 20,
-        },
-        20,
-    );
+    transfer_and_shutdown(99, faults(200, 20, 50, 20), 20);
 }
 
 #[test]
@@ -480,7 +395,7 @@ fn abort_reaches_the_peer() {
 #[test]
 fn dead_link_times_out_setup() {
     let mut sim = Sim::new(3, CLEAN, 0, 0, cfg(1), cfg(2));
-    sim.link.up = false;
+    sim.link.set_up(false);
     sim.run(3_600_000 * MS, |s| s.a.assoc.as_ref().unwrap().is_closed());
     sim.a.pump_app();
     assert_eq!(Sim::closed(&sim.a), Some(CloseReason::Timeout));
@@ -491,7 +406,7 @@ fn dead_link_times_out_setup() {
 fn link_dying_mid_transfer_times_out() {
     let mut sim = Sim::new(4, CLEAN, 30, 30, cfg(1), cfg(2));
     assert!(sim.run(60_000 * MS, |s| s.a.got.len() > 2));
-    sim.link.up = false;
+    sim.link.set_up(false);
     sim.run(sim.now + 3_600_000 * MS, |s| {
         s.a.assoc.as_ref().unwrap().is_closed()
     });
@@ -640,12 +555,8 @@ fn idle_association_exchanges_heartbeats() {
 #[ignore]
 fn soak_many_seeds() {
     for seed in 100..300 {
-        let f = Faults {
-            loss: seed % 7 * 15,
-            dup: seed % 5 * 10,
-            reorder: seed % 3 * 50,
-            corrupt: seed % 4 * 5,
-        };
+        let k = seed as u32;
+        let f = faults(k % 7 * 15, k % 5 * 10, k % 3 * 50, k % 4 * 5);
         transfer_and_shutdown(seed, f, 25);
     }
 }

@@ -26,39 +26,10 @@ use iwarp_proto::qp::{Completion, Qp, QpEvent};
 use iwarp_proto::wire::DdpHeader;
 use pcap::{FlowEndpoint, TcpFlowRecorder};
 
-/// The simulators' seeded generator: the test links' SplitMix64
-/// ([`iwarp_frame::SplitMix64`]) with the draws the simulators need.
-#[derive(Debug, Clone)]
-pub struct Rng(iwarp_frame::SplitMix64);
-
-impl Rng {
-    /// Seeded generator.
-    pub fn new(seed: u64) -> Self {
-        Rng(iwarp_frame::SplitMix64::new(seed))
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            return lo;
-        }
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-    /// True with probability `num / den`.
-    pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.next_u64() % den.max(1) < num
-    }
-    /// Fill a buffer.
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for c in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-}
+/// The simulators' seeded generator: the tests' SplitMix64
+/// ([`iwarp_testlink::Rng`], the same sequence as
+/// `iwarp_frame::SplitMix64`), with the draws the simulators need.
+pub use iwarp_testlink::Rng;
 
 /// Simulation settings.
 #[derive(Debug, Clone)]

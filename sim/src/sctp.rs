@@ -23,6 +23,7 @@ use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Completion, QpConfig, QpEvent, Sge, WcStatus, WorkRequest};
 use iwarp_proto::wire::ddp::{DdpHeader, Opcode};
 use iwarp_proto::wire::TermCode;
+use iwarp_testlink::{DatagramLink, Dir, LinkConfig};
 use sctp_lite::assoc::{Config, ListenOutcome, Listener};
 use sctp_lite::wire::{ChunkRepr, SctpPacket};
 use tcp_lite::wire::{
@@ -224,8 +225,8 @@ impl Side {
 
 struct World {
     now: u64,
-    q: BTreeMap<(u64, u64), (bool, Vec<u8>)>,
-    seq: u64,
+    /// Lossless, `MS` one way.
+    link: DatagramLink,
     a: Side,
     b: Side,
     l: Listener,
@@ -241,7 +242,7 @@ impl World {
             self.send(false, p);
         }
         let next = [
-            self.q.keys().next().map(|k| k.0),
+            self.link.next_arrival(),
             self.a.assoc.as_ref().and_then(|a| a.poll_timeout()),
             self.b.assoc.as_ref().and_then(|b| b.poll_timeout()),
         ]
@@ -250,14 +251,8 @@ impl World {
         .min();
         let Some(next) = next else { return false };
         self.now = self.now.max(next);
-        while let Some((&k, _)) = self.q.iter().next() {
-            if k.0 > self.now {
-                break;
-            }
-            let Some((to_b, p)) = self.q.remove(&k) else {
-                break;
-            };
-            if !to_b {
+        while let Some((dir, p)) = self.link.pop_due(self.now) {
+            if dir == Dir::BtoA {
                 if let Some(a) = self.a.assoc.as_mut() {
                     a.handle_packet(self.now, &p);
                 }
@@ -289,8 +284,7 @@ impl World {
 
     fn send(&mut self, to_b: bool, p: Vec<u8>) {
         self.cap.packets.push((self.now, to_b, p.clone()));
-        self.seq += 1;
-        self.q.insert((self.now + MS, self.seq), (to_b, p));
+        self.link.send(self.now, Dir::to_b(to_b), p);
     }
 
     fn run_until(&mut self, what: &str, done: impl Fn(&World) -> bool) -> Result<(), String> {
@@ -318,8 +312,7 @@ pub fn rdmap_session(seed: u64) -> Result<(SctpCapture, SctpReport), String> {
     let a = DdpAssociation::connect(sctp_cfg(1), 4000, 5000, 0, seed)?;
     let mut w = World {
         now: 0,
-        q: BTreeMap::new(),
-        seq: 0,
+        link: DatagramLink::new(LinkConfig::clean(MS)),
         a: Side::new(Some(a)),
         b: Side::new(None),
         l: listener(sctp_cfg(2))?,

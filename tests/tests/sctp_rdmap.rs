@@ -8,8 +8,6 @@
 //! on both sides and leaves the association up (RFC 5043 §6.2, §11.3).
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
-use std::collections::BTreeMap;
-
 use ddp_sctp::{listener, DdpAssociation, DdpEvent, SessionEnd};
 use iwarp_datapath::over_sctp::qp::{AssocSink, SctpQp};
 use iwarp_proto::mem::{Access, AccessError, MemoryTable, PdId, STag};
@@ -17,32 +15,10 @@ use iwarp_proto::qp::{
     Completion, QpConfig, QpEvent, QpState, Sge, WcOpcode, WcStatus, WorkRequest,
 };
 use iwarp_proto::wire::{DdpHeader, TermCode};
+use iwarp_testlink::{DatagramLink, Dir, Faults, LinkConfig};
 use sctp_lite::assoc::{CloseReason, Config, ListenOutcome, Listener};
 
 const MS: u64 = 1_000_000;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
-}
-
-/// Per mille: loss, one-bit corruption, duplication, extra delay (reordering).
-#[derive(Clone, Copy)]
-struct Faults {
-    loss: u64,
-    corrupt: u64,
-    dup: u64,
-    delay: u64,
-}
 
 fn cfg(secret: u8) -> Config {
     Config {
@@ -153,23 +129,23 @@ impl Side {
 
 struct World {
     now: u64,
-    rng: Rng,
-    faults: Faults,
-    q: BTreeMap<(u64, u64), (bool, Vec<u8>)>,
-    seq: u64,
+    link: DatagramLink,
     a: Side,
     b: Side,
     l: Listener,
 }
 
 impl World {
+    /// 1 ms one way; a reordered copy arrives up to 20 ms late.
     fn new(seed: u64, faults: Faults) -> World {
         World {
             now: 0,
-            rng: Rng(seed),
-            faults,
-            q: BTreeMap::new(),
-            seq: 0,
+            link: DatagramLink::new(LinkConfig {
+                seed,
+                faults,
+                latency: MS,
+                reorder_max: 20 * MS,
+            }),
             a: Side::new(Some(
                 DdpAssociation::connect(cfg(1), 4000, 5000, 0, seed).unwrap(),
             )),
@@ -178,26 +154,8 @@ impl World {
         }
     }
 
-    fn send(&mut self, to_b: bool, mut p: Vec<u8>) {
-        let f = self.faults;
-        if self.rng.chance(f.loss) {
-            return;
-        }
-        if self.rng.chance(f.corrupt) {
-            let i = (self.rng.next() % p.len() as u64) as usize;
-            p[i] ^= 0x20;
-        }
-        let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
-        for _ in 0..copies {
-            let extra = if self.rng.chance(f.delay) {
-                self.rng.next() % (20 * MS)
-            } else {
-                0
-            };
-            self.seq += 1;
-            self.q
-                .insert((self.now + MS + extra, self.seq), (to_b, p.clone()));
-        }
+    fn send(&mut self, to_b: bool, p: Vec<u8>) {
+        self.link.send(self.now, Dir::to_b(to_b), p);
     }
 
     fn step(&mut self) -> bool {
@@ -207,7 +165,7 @@ impl World {
         for p in self.b.turn(self.now) {
             self.send(false, p);
         }
-        let next_pkt = self.q.keys().next().map(|k| k.0);
+        let next_pkt = self.link.next_arrival();
         let next = [
             next_pkt,
             self.a.assoc.as_ref().and_then(|a| a.poll_timeout()),
@@ -218,12 +176,8 @@ impl World {
         .min();
         let Some(next) = next else { return false };
         self.now = self.now.max(next);
-        while let Some((&k, _)) = self.q.iter().next() {
-            if k.0 > self.now {
-                break;
-            }
-            let (to_b, p) = self.q.remove(&k).unwrap();
-            if !to_b {
+        while let Some((dir, p)) = self.link.pop_due(self.now) {
+            if dir == Dir::BtoA {
                 if let Some(a) = self.a.assoc.as_mut() {
                     a.handle_packet(self.now, &p);
                 }
@@ -308,12 +262,8 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
         .collect()
 }
 
-const LOSSY: Faults = Faults {
-    loss: 40,
-    corrupt: 10,
-    dup: 30,
-    delay: 150,
-};
+/// 4% loss, 3% duplication, 15% of copies late, 1% corruption.
+const LOSSY: Faults = Faults::per_mille(40, 30, 150, 10);
 
 /// Every RDMAP data operation from A to B (and a Read and a Send back),
 /// each checked byte for byte, then a clean session end and shutdown.
@@ -533,15 +483,7 @@ fn every_operation(seed: u64, faults: Faults) -> u64 {
 
 #[test]
 fn every_rdmap_operation_over_sctp_clean_link() {
-    every_operation(
-        1,
-        Faults {
-            loss: 0,
-            corrupt: 0,
-            dup: 0,
-            delay: 0,
-        },
-    );
+    every_operation(1, Faults::NONE);
 }
 
 #[test]
@@ -561,19 +503,7 @@ fn every_rdmap_operation_over_sctp_faulty_link() {
 /// and the association stays up (§11.3) until it is shut down.
 #[test]
 fn terminate_over_sctp() {
-    for (seed, faults) in [
-        (
-            9,
-            Faults {
-                loss: 0,
-                corrupt: 0,
-                dup: 0,
-                delay: 0,
-            },
-        ),
-        (10, LOSSY),
-        (11, LOSSY),
-    ] {
+    for (seed, faults) in [(9, Faults::NONE), (10, LOSSY), (11, LOSSY)] {
         let mut w = World::new(seed, faults);
         w.open();
         let src = w.a.reg(pattern(3000, 1), Access::LOCAL_READ);

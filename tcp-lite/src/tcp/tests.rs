@@ -19,24 +19,10 @@ fn reset_for_closed_port() {
 }
 use super::*;
 use crate::wire::{Ipv4Address, TcpPacket};
+use iwarp_testlink::Rng;
 
 const A: Ipv4Address = Ipv4Address([10, 0, 0, 1]);
 const B: Ipv4Address = Ipv4Address([10, 0, 0, 2]);
-
-/// SplitMix64 for seeded faults.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn pct(&mut self, p: u64) -> bool {
-        self.next() % 1000 < p
-    }
-}
 
 /// Longest a loss burst of the test link lasts (as
 /// `datapath::link::virtual_link::BURST_MAX_NS`).
@@ -123,7 +109,7 @@ impl Pair {
             flight: Vec::new(),
             got_a: Vec::new(),
             got_b: Vec::new(),
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             faults,
             latency: 50_000,
             burst_left: 0,
@@ -218,7 +204,7 @@ impl Pair {
                     }
                     if self.faults.burst > 0
                         && self.burst_left == 0
-                        && self.rng.pct(self.faults.burst)
+                        && self.rng.chance_per_mille(self.faults.burst)
                     {
                         self.burst_left = self.faults.burst_len;
                         self.burst_until = self.now + BURST_MAX_NS;
@@ -228,18 +214,18 @@ impl Pair {
                         continue;
                     }
                 }
-                if self.rng.pct(loss) {
+                if self.rng.chance_per_mille(loss) {
                     continue;
                 }
                 if from_a && seq != end {
                     self.arrived_ab.push((seq, end));
                 }
-                let extra = if self.rng.pct(self.faults.reorder) {
+                let extra = if self.rng.chance_per_mille(self.faults.reorder) {
                     300_000
                 } else {
                     0
                 };
-                if self.rng.pct(self.faults.dup) {
+                if self.rng.chance_per_mille(self.faults.dup) {
                     self.flight
                         .push((self.now + self.latency + 20_000, from_a, seg.clone()));
                 }
