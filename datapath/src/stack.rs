@@ -21,7 +21,7 @@
 //! protocol 132) and learns from ARP frames the interface answers; its
 //! connections are reached by id through the same commands and CQ rings.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -691,7 +691,10 @@ pub(crate) const GONE_KEPT: usize = 1024;
 /// [`Gone`]), so a peer's requests that nobody answers keep nothing.
 #[derive(Debug, Default)]
 pub(crate) struct Requests {
-    map: HashMap<SockId, Vec<HostOutput>>,
+    /// A B-tree (our own ids): taken out of the stack and put back every
+    /// round, where a new `HashMap` would seed its hasher each time, and an
+    /// empty one is looked up without hashing.
+    map: BTreeMap<SockId, Vec<HostOutput>>,
     /// Prune when the map reaches this size (at least twice what the last
     /// pruning left, [`GONE_KEPT`] at least).
     prune_at: usize,
@@ -701,6 +704,10 @@ impl Requests {
     /// Pass an output on to `out`, noting the requests it announces and
     /// holding the completions and refusals of those unanswered.
     fn pass(&mut self, o: Output, out: &mut dyn FnMut(Output)) {
+        // Nearly always: no request unanswered, and this is not one.
+        if self.map.is_empty() && !matches!(o, Output::Cm(_, CmEvent::ConnectRequest(_))) {
+            return out(o);
+        }
         match o {
             Output::Cm(id, CmEvent::ConnectRequest(_)) => {
                 self.map.entry(id).or_default();
@@ -1286,7 +1293,9 @@ pub struct Stack {
     /// iWARP connections already freed ([`Gone`]).
     gone: Gone,
     /// Requests the application has not answered ([`Requests`]).
-    requests: Requests,
+    /// Out of the stack for the round's output closure and back (an
+    /// `Option`: no placeholder record made and dropped every round).
+    requests: Option<Requests>,
     /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
     by_token: HashMap<u64, SockId>,
     /// Application code run after every round.
@@ -1341,7 +1350,7 @@ impl Stack {
             mem,
             socks: std::collections::BTreeMap::new(),
             gone: Gone::default(),
-            requests: Requests::default(),
+            requests: Some(Requests::default()),
             by_token: HashMap::new(),
             hooks: Vec::new(),
             next_id: 0,
@@ -2207,11 +2216,14 @@ impl crate::runtime::Engine for Stack {
             Command::Accept { sock, cq, .. } => {
                 let out = &mut self.pending_out;
                 self.requests
+                    .get_or_insert_default()
                     .answered(*sock, cq.as_ref(), &mut |x| out.push_back(x));
             }
             Command::Reject { sock: id, .. } | Command::Close(id) | Command::Abort(id) => {
                 let out = &mut self.pending_out;
-                self.requests.answered(*id, None, &mut |x| out.push_back(x));
+                self.requests
+                    .get_or_insert_default()
+                    .answered(*id, None, &mut |x| out.push_back(x));
             }
             _ => {}
         }
@@ -2307,13 +2319,13 @@ impl crate::runtime::Engine for Stack {
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(Output)) -> bool {
         // Every output passes the requests' record ([`Requests`]).
-        let mut requests = std::mem::take(&mut self.requests);
+        let mut requests = self.requests.take().unwrap_or_default();
         let busy = self.poll_round(now, tx, &mut |o| requests.pass(o, out));
         let sctp = self.sctp.as_deref();
         requests.prune(&|id| {
             self.socks.contains_key(&id) || sctp.is_some_and(|sc| sc.has_connection(id))
         });
-        self.requests = requests;
+        self.requests = Some(requests);
         busy
     }
 }
