@@ -640,7 +640,10 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process
 ///
 /// The server end starts first: its stack (started by `rdma_bind_addr`)
 /// creates the socket, and the client starts once the socket is there.
-/// Returns the client's and the server's output.
+/// That can be before the server's `rdma_listen`: the client retries a
+/// refused connection for up to 10 s (`IWARP_CONNECT_RETRY_MS`; perftest
+/// 0.17's own retry after a refusal crashes it). Returns the client's and
+/// the server's output.
 fn perftest_memif(tool: &str, args: &[&str]) -> (String, String) {
     use std::process::Stdio;
     static LINK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -687,7 +690,11 @@ fn perftest_memif(tool: &str, args: &[&str]) -> (String, String) {
             text(&o)
         );
     }
-    let client = end("client", "10.81.0.2").arg("10.81.0.1").spawn().unwrap();
+    let client = end("client", "10.81.0.2")
+        .env("IWARP_CONNECT_RETRY_MS", "10000")
+        .arg("10.81.0.1")
+        .spawn()
+        .unwrap();
     let client = wait_bounded(client, Duration::from_secs(90));
     let server = wait_bounded(server, Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(&dir);
