@@ -16,7 +16,7 @@
 //! | `IWARP_BACKEND` | `xdp` (AF_XDP on a kernel interface) or `dpdk` (a DPDK port, such as one end of a kernel-free memif link) | `xdp` |
 //! | `IWARP_IFACE` | `xdp`: interface the stack takes over | required with `xdp`; not used with `dpdk` |
 //! | `IWARP_IP` | our address/prefix, e.g. `10.0.0.1/24` (not the kernel's) | required |
-//! | `IWARP_MEMIF` | `dpdk`: one end of a memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file, the server creates it (start the server first). Made into the devargs `net_memif0,role=…,id=…,socket=PATH,socket-abstract=no,mac=02:00:A:B:C:D` (`iwarp::dpdk::memif_devargs`, and a MAC from `IWARP_IP`'s octets) | `IWARP_MEMIF` or `IWARP_DPDK_VDEV` required with `dpdk` |
+//! | `IWARP_MEMIF` | `dpdk`: one end of a memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file, the server creates it (start the server first; a socket file an ended server left is removed, one a live server listens on is refused). Made into the devargs `net_memif0,role=…,id=…,socket=PATH,socket-abstract=no,mac=02:00:A:B:C:D` (`iwarp::dpdk::memif_devargs`, and a MAC from `IWARP_IP`'s octets) | `IWARP_MEMIF` or `IWARP_DPDK_VDEV` required with `dpdk` |
 //! | `IWARP_MEMIF_ID` | `dpdk` with `IWARP_MEMIF`: the link id, the same at both ends (several links may share one socket) | `0` |
 //! | `IWARP_DPDK_VDEV` | `dpdk`: the port's full devargs instead of `IWARP_MEMIF`, hot-plugged, e.g. `net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,socket-abstract=no`; its `mac=`, if any, is the device's MAC (node GUID, GID), else the one made from `IWARP_IP` is reported (the port keeps its driver's own; iWARP peers find each other by IP and ARP, not by GID) | see `IWARP_MEMIF` |
 //! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
@@ -201,6 +201,10 @@ pub(crate) enum Link {
         mac: [u8; 6],
         /// The MTU the port is opened with (`IWARP_MTU`, or DPDK's 1500).
         mtu: usize,
+        /// `IWARP_MEMIF=server:PATH`: the socket file this end creates,
+        /// which a server process before it may have left behind
+        /// ([`clear_stale_socket`]).
+        server_socket: Option<std::path::PathBuf>,
     },
 }
 
@@ -228,6 +232,7 @@ impl Link {
         let vdev = get("IWARP_DPDK_VDEV").filter(|s| !s.is_empty());
         let memif = get("IWARP_MEMIF").filter(|s| !s.is_empty());
         let id = get("IWARP_MEMIF_ID");
+        let mut server_socket = None;
         let devargs = match (vdev, memif) {
             (Some(_), Some(_)) => {
                 return Err(
@@ -283,6 +288,9 @@ impl Link {
                         format!("IWARP_MEMIF_ID={i}: expected the link id (a number, the same at both ends)")
                     })?,
                 };
+                if role.0 == iwarp::dpdk::MemifRole::Server {
+                    server_socket = Some(std::path::PathBuf::from(role.1));
+                }
                 let mac = dpdk_mac(ip);
                 format!(
                     "{},mac={}",
@@ -297,7 +305,12 @@ impl Link {
             })?,
             None => dpdk_mac(ip),
         };
-        Ok(Link::Dpdk { devargs, mac, mtu })
+        Ok(Link::Dpdk {
+            devargs,
+            mac,
+            mtu,
+            server_socket,
+        })
     }
 }
 
@@ -384,6 +397,41 @@ fn open_xdp(cfg: &Config, iface: &str) -> Result<iwarp::Context, String> {
     }
 }
 
+/// A memif server's socket file left by a server process that has ended
+/// (the stack lives as long as its process, and the port is never closed:
+/// the file stays), removed so that this one can create it again; one
+/// that a live server still listens on is refused, as is a path that is
+/// not a socket.
+fn clear_stale_socket(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let shown = path.display();
+    if !meta.file_type().is_socket() {
+        return Err(format!(
+            "IWARP_MEMIF=server:{shown}: that path exists and is not a socket; name another \
+             path or remove it"
+        ));
+    }
+    // memif's sockets are SOCK_SEQPACKET: a stream connect to a live one
+    // fails with EPROTOTYPE, to a file nothing is bound to any more with
+    // ECONNREFUSED.
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => Err(format!(
+            "IWARP_MEMIF=server:{shown}: another memif server listens on that socket; make \
+             this end client:{shown}, or give it a socket of its own"
+        )),
+        Ok(_) => Err(format!(
+            "IWARP_MEMIF=server:{shown}: another memif server listens on that socket; make \
+             this end client:{shown}, or give it a socket of its own"
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| format!("IWARP_MEMIF=server:{shown}: removing the stale socket: {e}")),
+        Err(e) => Err(format!("IWARP_MEMIF=server:{shown}: {e}")),
+    }
+}
+
 /// The DPDK port `devargs`, hot-plugged into an EAL this starts: one per
 /// process, with no hugepages, no PCI scan and no shared runtime files
 /// (several such programs run side by side), its main lcore floating over
@@ -427,7 +475,16 @@ fn start() -> Result<Engine, String> {
     let cfg = Config::from_vars(|k| std::env::var(k).ok())?;
     let ctx = match &cfg.link {
         Link::Xdp { iface } => open_xdp(&cfg, iface)?,
-        Link::Dpdk { devargs, .. } => open_dpdk(&cfg, devargs)?,
+        Link::Dpdk {
+            devargs,
+            server_socket,
+            ..
+        } => {
+            if let Some(p) = server_socket {
+                clear_stale_socket(p)?;
+            }
+            open_dpdk(&cfg, devargs)?
+        }
     };
     // SAFETY: registers a plain `extern "C"` function, run once at exit.
     unsafe { libc::atexit(crate::objects::linger_at_exit) };
@@ -610,6 +667,7 @@ mod tests {
                 ),
                 mac,
                 mtu: 1500,
+                server_socket: Some("/run/iwarp/memif.sock".into()),
             }
         );
         assert_eq!(
@@ -633,9 +691,17 @@ mod tests {
             ("IWARP_MTU", "9000"),
         ])
         .unwrap();
-        let Link::Dpdk { devargs, mac, mtu } = &c.link else {
+        let Link::Dpdk {
+            devargs,
+            mac,
+            mtu,
+            server_socket,
+        } = &c.link
+        else {
             panic!("{c:?}")
         };
+        // A client creates no socket: nothing of it to clear.
+        assert_eq!(server_socket, &None);
         assert!(
             devargs.starts_with("net_memif0,role=client,id=7,socket=/tmp/x.sock,"),
             "{devargs}"
@@ -657,7 +723,8 @@ mod tests {
             Link::Dpdk {
                 devargs: vdev.into(),
                 mac: [2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee],
-                mtu: 1500
+                mtu: 1500,
+                server_socket: None,
             }
         );
         let c = cfg(&[
@@ -737,5 +804,36 @@ mod tests {
             e.contains("IWARP_IFACE") && e.contains("IWARP_BACKEND=dpdk"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_memif_server_clears_a_socket_left_by_an_ended_server_only() {
+        let dir = std::env::temp_dir().join(format!("iwarp-verbs-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("memif.sock");
+        // Nothing there: nothing to do.
+        clear_stale_socket(&sock).unwrap();
+        // A socket whose listener is gone (a server process that ended).
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+        clear_stale_socket(&sock).unwrap();
+        assert!(!sock.exists());
+        // A live listener: refused, and its file kept.
+        let live = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let e = clear_stale_socket(&sock).unwrap_err();
+        assert!(
+            e.contains("another memif server") && e.contains("client:"),
+            "{e}"
+        );
+        assert!(sock.exists());
+        drop(live);
+        std::fs::remove_file(&sock).unwrap();
+        // Not a socket: refused, the file kept.
+        std::fs::write(&sock, b"x").unwrap();
+        let e = clear_stale_socket(&sock).unwrap_err();
+        assert!(e.contains("not a socket"), "{e}");
+        assert!(sock.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

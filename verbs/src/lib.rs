@@ -782,6 +782,7 @@ mod tests {
             devargs: "net_memif0,role=server".into(),
             mac: [0x02, 0, 10, 80, 0, 1],
             mtu: 9000,
+            server_socket: None,
         };
         let d = Device::new(&link).expect("a DPDK device needs no interface");
         assert_eq!(d.mac, [0x02, 0, 10, 80, 0, 1]);

@@ -644,14 +644,8 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process
 /// refused connection for up to 10 s (`IWARP_CONNECT_RETRY_MS`; perftest
 /// 0.17's own retry after a refusal crashes it). Returns the client's and
 /// the server's output.
-fn perftest_memif(tool: &str, args: &[&str]) -> (String, String) {
+fn perftest_memif(tool: &str, args: &[&str], sock: &Path) -> (String, String) {
     use std::process::Stdio;
-    static LINK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = LINK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("iwarp-verbs-memif-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("memif.sock");
     let end = |role: &str, ip: &str| {
         let mut c = Command::new(tool);
         c.args(args)
@@ -672,17 +666,27 @@ fn perftest_memif(tool: &str, args: &[&str]) -> (String, String) {
             String::from_utf8_lossy(&o.stderr)
         )
     };
+    // A socket file an earlier server left is not this server's: wait for
+    // a new one (another inode or change time: a freed inode number may
+    // come back at once).
+    let inode = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
+    };
+    let stale = inode(sock);
+    let made = || inode(sock).is_some() && inode(sock) != stale;
     let mut server = end("server", "10.81.0.1").spawn().unwrap();
     let t0 = std::time::Instant::now();
-    while !sock.exists() && t0.elapsed() < Duration::from_secs(20) {
+    while !made() && t0.elapsed() < Duration::from_secs(20) {
         if server.try_wait().unwrap().is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if !sock.exists() {
+    if !made() {
         let o = wait_bounded(server, Duration::ZERO);
-        let _ = std::fs::remove_dir_all(&dir);
         panic!(
             "the server made no memif socket at {} ({}):\n{}",
             sock.display(),
@@ -697,7 +701,6 @@ fn perftest_memif(tool: &str, args: &[&str]) -> (String, String) {
         .unwrap();
     let client = wait_bounded(client, Duration::from_secs(90));
     let server = wait_bounded(server, Duration::from_secs(20));
-    let _ = std::fs::remove_dir_all(&dir);
     let (ct, st) = (text(&client), text(&server));
     assert!(
         client.status.success() && server.status.success(),
@@ -708,16 +711,42 @@ fn perftest_memif(tool: &str, args: &[&str]) -> (String, String) {
     (ct, st)
 }
 
+/// A directory of this test process's own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("iwarp-verbs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn ib_write_lat_runs_unmodified_on_both_ends_over_memif() {
     if !memif_ready("ib_write_lat") {
         return;
     }
-    let (c, s) = perftest_memif("ib_write_lat", &lat_args(&[]));
+    let dir = TempDir::new("memif-lat");
+    let sock = dir.0.join("memif.sock");
+    let (c, s) = perftest_memif("ib_write_lat", &lat_args(&[]), &sock);
     // Both ends measured their 500 iterations.
     let row = assert_lat(&c);
     assert_lat(&s);
     assert!(c.contains("Device         : iwarp0"), "{c}");
+    // The ended server left its socket file; the next server on that
+    // path removes it and serves again.
+    assert!(sock.exists());
+    let (c2, s2) = perftest_memif("ib_write_lat", &lat_args(&[]), &sock);
+    assert_lat(&c2);
+    assert_lat(&s2);
     println!(
         "ib_write_lat -R -s 64 over memif (client): t_min {} us, t_typical {} us, t_avg {} us, \
          99% {} us",
@@ -730,7 +759,12 @@ fn ib_write_bw_runs_unmodified_on_both_ends_over_memif() {
     if !memif_ready("ib_write_bw") {
         return;
     }
-    let (c, s) = perftest_memif("ib_write_bw", &["-R", "-s", "65536", "-n", "500"]);
+    let dir = TempDir::new("memif-bw");
+    let (c, s) = perftest_memif(
+        "ib_write_bw",
+        &["-R", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+    );
     let row = assert_bw(&c, "65536");
     assert_bw(&s, "65536");
     println!(
