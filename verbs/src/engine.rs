@@ -3,19 +3,28 @@
 //! protection domain, a bound or resolved CM id) and kept for the life of
 //! the process, as a kernel RNIC outlives the programs that use it.
 //!
+//! With `IWARP_BACKEND=dpdk` the library starts DPDK's EAL, once per
+//! process, with no hugepages, no PCI scan and no shared runtime files
+//! (`iwarp::dpdk::floating_vdev_args`: `--no-huge -m 256 --no-pci
+//! --no-shconf`), so a program that starts an EAL of its own cannot use
+//! it. The device is still `iwarp0`.
+//!
 //! Environment (read once):
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `IWARP_IFACE` | interface the stack takes over (AF_XDP) | required |
+//! | `IWARP_BACKEND` | `xdp` (AF_XDP on a kernel interface) or `dpdk` (a DPDK port, such as one end of a kernel-free memif link) | `xdp` |
+//! | `IWARP_IFACE` | `xdp`: interface the stack takes over | required with `xdp`; not used with `dpdk` |
 //! | `IWARP_IP` | our address/prefix, e.g. `10.0.0.1/24` (not the kernel's) | required |
-//! | `IWARP_BACKEND` | `xdp` (AF_XDP) | `xdp` |
-//! | `IWARP_MTU` | IP MTU the stack uses | the interface's |
+//! | `IWARP_MEMIF` | `dpdk`: one end of a memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file, the server creates it (start the server first; a socket file an ended server left is removed, one a live server listens on is refused). Made into the devargs `net_memif0,role=…,id=…,socket=PATH,socket-abstract=no,mac=02:00:A:B:C:D` (`iwarp::dpdk::memif_devargs`, and a MAC from `IWARP_IP`'s octets) | `IWARP_MEMIF` or `IWARP_DPDK_VDEV` required with `dpdk` |
+//! | `IWARP_MEMIF_ID` | `dpdk` with `IWARP_MEMIF`: the link id, the same at both ends (several links may share one socket) | `0` |
+//! | `IWARP_DPDK_VDEV` | `dpdk`: the port's full devargs instead of `IWARP_MEMIF`, hot-plugged, e.g. `net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,socket-abstract=no`; its `mac=`, if any, is the device's MAC (node GUID, GID), else the one made from `IWARP_IP` is reported (the port keeps its driver's own; iWARP peers find each other by IP and ARP, not by GID) | see `IWARP_MEMIF` |
+//! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for connections the program closed with `rdma_disconnect` to finish closing (what it sent before still arrives) | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
-//! | `IWARP_SHARE_ADDRESS` | `yes`: the kernel owns `IWARP_IP` too (a program such as qperf reaches its peer's kernel at the same address for its own TCP control connection); only TCP to the stack's ports reaches the stack: those in `IWARP_LISTEN_PORTS` and `IWARP_LOCAL_PORTS_FROM..=65535`. ARP stays with the kernel. `no`: the address is the stack's alone | `no` |
+//! | `IWARP_SHARE_ADDRESS` | `xdp` only: `yes`: the kernel owns `IWARP_IP` too (a program such as qperf reaches its peer's kernel at the same address for its own TCP control connection); only TCP to the stack's ports reaches the stack: those in `IWARP_LISTEN_PORTS` and `IWARP_LOCAL_PORTS_FROM..=65535`. ARP stays with the kernel. `no`: the address is the stack's alone | `no` |
 //! | `IWARP_LISTEN_PORTS` | with `IWARP_SHARE_ADDRESS=yes`: the ports `rdma_listen` may listen on besides the local range, comma-separated (at most 64); `rdma_listen` on any other fails with `EADDRNOTAVAIL` | none |
 //! | `IWARP_LOCAL_PORTS_FROM` | with `IWARP_SHARE_ADDRESS=yes`: first port of the range from which outgoing connections and `rdma_bind_addr` to port 0 take theirs (keep the kernel off it: `sysctl net.ipv4.ip_local_reserved_ports`); unshared, that range is 49152..=65535 | `61440` |
 //! | `IWARP_MPA` | MPA profile for connections: `default` ([`iwarp::default_mpa`]: Rev 2, CRC, no markers), `siw` ([`iwarp::siw_mpa`]: as default, plus a 50 ms hold on our first FPDU as initiator, which Linux siw 6.1 as responder needs, and 100 ms between `rdma_disconnect` and our FIN, so that siw retires its last work request first), `nocrc` (default without CRC) | `default` |
@@ -47,7 +56,7 @@ pub(crate) struct Engine {
 /// What the environment asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Config {
-    pub iface: String,
+    pub link: Link,
     pub ip: Ipv4Addr,
     pub prefix_len: u8,
     pub mtu: Option<usize>,
@@ -80,35 +89,9 @@ impl Engine {
 impl Config {
     /// From the variables, through `get` (the environment, or a test's map).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
-        let iface = get("IWARP_IFACE")
-            .filter(|s| !s.is_empty())
-            .ok_or("set IWARP_IFACE to the interface our stack runs on")?;
-        let ip_var = get("IWARP_IP").ok_or(
-            "set IWARP_IP to our address and prefix (e.g. 10.0.0.1/24): an address the kernel \
-             does not use",
-        )?;
-        let (ip, prefix_len) = parse_cidr(&ip_var)
-            .ok_or_else(|| format!("IWARP_IP={ip_var}: expected an IPv4 address/prefix"))?;
-        match get("IWARP_BACKEND").as_deref() {
-            None | Some("") | Some("xdp") => {}
-            Some("dpdk") => {
-                return Err(
-                    "IWARP_BACKEND=dpdk: this library opens AF_XDP contexts only so far; \
-                     use xdp"
-                        .into(),
-                )
-            }
-            Some(other) => return Err(format!("IWARP_BACKEND={other}: expected xdp or dpdk")),
-        }
-        let mtu = match get("IWARP_MTU") {
-            None => None,
-            Some(m) => Some(
-                m.parse::<usize>()
-                    .ok()
-                    .filter(|m| (576..=65_000).contains(m))
-                    .ok_or_else(|| format!("IWARP_MTU={m}: expected 576..=65000"))?,
-            ),
-        };
+        let link = Link::from_vars(&get)?;
+        let (ip, prefix_len) = ip_from_vars(&get)?;
+        let mtu = mtu_from_vars(&get)?;
         let polling = match get("IWARP_POLL").as_deref() {
             None | Some("") | Some("inline") => iwarp::Polling::Inline,
             Some("busy") => iwarp::Polling::Busy,
@@ -152,6 +135,13 @@ impl Config {
         });
         let share = match get("IWARP_SHARE_ADDRESS").as_deref() {
             None | Some("") | Some("no") => None,
+            Some("yes") if !matches!(link, Link::Xdp { .. }) => {
+                return Err(
+                    "IWARP_SHARE_ADDRESS=yes: only with IWARP_BACKEND=xdp (a DPDK \
+                            port has no kernel to share the address with); unset it"
+                        .into(),
+                )
+            }
             Some("yes") => {
                 let mut p = iwarp::SharedPorts::new(&[]);
                 if let Some(list) = get("IWARP_LISTEN_PORTS") {
@@ -177,7 +167,7 @@ impl Config {
             linger,
             connect_retry,
             mpa,
-            iface,
+            link,
             ip,
             prefix_len,
             mtu,
@@ -194,11 +184,275 @@ fn steered(share: Option<&iwarp::SharedPorts>, port: u16) -> bool {
     share.is_none_or(|p| port >= p.local_from || p.listen.contains(&port))
 }
 
+/// Where the stack's frames go: the device the environment names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// `IWARP_BACKEND=xdp`: AF_XDP on the kernel interface `IWARP_IFACE`.
+    Xdp { iface: String },
+    /// `IWARP_BACKEND=dpdk`: the DPDK port these devargs name
+    /// (`IWARP_DPDK_VDEV`, or `IWARP_MEMIF` made into memif devargs),
+    /// hot-plugged into the process's one EAL.
+    Dpdk {
+        devargs: String,
+        /// The MAC the device reports (node GUID, GID): the `mac=` of the
+        /// devargs, which the memif shorthand sets to
+        /// [`dpdk_mac`] of `IWARP_IP`; that address too for devargs
+        /// without one.
+        mac: [u8; 6],
+        /// The MTU the port is opened with (`IWARP_MTU`, or DPDK's 1500).
+        mtu: usize,
+        /// `IWARP_MEMIF=server:PATH`: the socket file this end creates,
+        /// which a server process before it may have left behind
+        /// ([`clear_stale_socket`]).
+        server_socket: Option<std::path::PathBuf>,
+    },
+}
+
+impl Link {
+    /// From `IWARP_BACKEND` and the variables of that backend (for DPDK
+    /// also `IWARP_IP`, whose address makes the port's MAC, and
+    /// `IWARP_MTU`): what the device list needs, before the stack starts.
+    pub fn from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Link, String> {
+        match get("IWARP_BACKEND").as_deref() {
+            None | Some("") | Some("xdp") => {
+                let iface = get("IWARP_IFACE").filter(|s| !s.is_empty()).ok_or(
+                    "set IWARP_IFACE to the interface our stack runs on (or IWARP_BACKEND=dpdk \
+                     with IWARP_MEMIF or IWARP_DPDK_VDEV)",
+                )?;
+                Ok(Link::Xdp { iface })
+            }
+            Some("dpdk") => Self::dpdk_from_vars(get),
+            Some(other) => Err(format!("IWARP_BACKEND={other}: expected xdp or dpdk")),
+        }
+    }
+
+    fn dpdk_from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Link, String> {
+        let (ip, _) = ip_from_vars(get)?;
+        let mtu = mtu_from_vars(get)?.unwrap_or(usize::from(iwarp::dpdk::DEFAULT_MTU));
+        let vdev = get("IWARP_DPDK_VDEV").filter(|s| !s.is_empty());
+        let memif = get("IWARP_MEMIF").filter(|s| !s.is_empty());
+        let id = get("IWARP_MEMIF_ID");
+        let mut server_socket = None;
+        let devargs = match (vdev, memif) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "IWARP_DPDK_VDEV and IWARP_MEMIF both set: give one (IWARP_MEMIF \
+                            is the shorthand for a memif vdev)"
+                        .into(),
+                )
+            }
+            (None, None) => {
+                return Err(
+                    "IWARP_BACKEND=dpdk: set IWARP_MEMIF=server:/path/to/socket (or \
+                            client:/path/to/socket), or IWARP_DPDK_VDEV to a DPDK device's \
+                            devargs (e.g. net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,\
+                            socket-abstract=no)"
+                        .into(),
+                )
+            }
+            (Some(v), None) => {
+                if id.is_some() {
+                    return Err("IWARP_MEMIF_ID: only with IWARP_MEMIF (put id= in \
+                                IWARP_DPDK_VDEV instead)"
+                        .into());
+                }
+                if v.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "IWARP_DPDK_VDEV={v}: devargs contain no spaces \
+                         (name,key=value,...)"
+                    ));
+                }
+                v
+            }
+            (None, Some(m)) => {
+                let role = match m.split_once(':') {
+                    Some(("server", p)) if !p.is_empty() => (iwarp::dpdk::MemifRole::Server, p),
+                    Some(("client", p)) if !p.is_empty() => (iwarp::dpdk::MemifRole::Client, p),
+                    _ => {
+                        return Err(format!(
+                            "IWARP_MEMIF={m}: expected server:/path/to/socket or \
+                             client:/path/to/socket (both ends name the same socket file)"
+                        ))
+                    }
+                };
+                // Devargs are split at commas: a path with one cannot be
+                // given to the driver.
+                if role.1.contains(',') || role.1.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "IWARP_MEMIF={m}: the socket path may contain no comma or space"
+                    ));
+                }
+                let id = match &id {
+                    None => 0,
+                    Some(i) => i.parse::<u32>().map_err(|_| {
+                        format!("IWARP_MEMIF_ID={i}: expected the link id (a number, the same at both ends)")
+                    })?,
+                };
+                if role.0 == iwarp::dpdk::MemifRole::Server {
+                    server_socket = Some(std::path::PathBuf::from(role.1));
+                }
+                let mac = dpdk_mac(ip);
+                format!(
+                    "{},mac={}",
+                    iwarp::dpdk::memif_devargs(0, role.0, id, std::path::Path::new(role.1)),
+                    format_mac(mac)
+                )
+            }
+        };
+        let mac = match devargs.split(',').find_map(|kv| kv.strip_prefix("mac=")) {
+            Some(m) => parse_mac(m).ok_or_else(|| {
+                format!("IWARP_DPDK_VDEV={devargs}: mac={m} is not a MAC address")
+            })?,
+            None => dpdk_mac(ip),
+        };
+        Ok(Link::Dpdk {
+            devargs,
+            mac,
+            mtu,
+            server_socket,
+        })
+    }
+}
+
+/// The MAC of a DPDK port of ours whose devargs name none: locally
+/// administered, unicast, from our address (`02:00:` and its four octets),
+/// so that both ends of a link differ.
+pub(crate) fn dpdk_mac(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+fn format_mac(m: [u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub(crate) fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+fn ip_from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<(Ipv4Addr, u8), String> {
+    let ip_var = get("IWARP_IP").ok_or(
+        "set IWARP_IP to our address and prefix (e.g. 10.0.0.1/24): an address the kernel \
+         does not use",
+    )?;
+    parse_cidr(&ip_var).ok_or_else(|| format!("IWARP_IP={ip_var}: expected an IPv4 address/prefix"))
+}
+
+fn mtu_from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Option<usize>, String> {
+    match get("IWARP_MTU") {
+        None => Ok(None),
+        Some(m) => Ok(Some(
+            m.parse::<usize>()
+                .ok()
+                .filter(|m| (576..=65_000).contains(m))
+                .ok_or_else(|| format!("IWARP_MTU={m}: expected 576..=65000"))?,
+        )),
+    }
+}
+
 fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
     let (a, p) = s.trim().split_once('/')?;
     let p: u8 = p.parse().ok()?;
     (p <= 32).then_some(())?;
     Some((a.parse().ok()?, p))
+}
+
+/// AF_XDP on `iface`.
+fn open_xdp(cfg: &Config, iface: &str) -> Result<iwarp::Context, String> {
+    let mut opts = iwarp::XdpOptions::new(iface, cfg.ip, cfg.prefix_len);
+    opts.host.polling = cfg.polling;
+    opts.host.mtu = cfg.mtu;
+    opts.host.core = cfg.core;
+    opts.share_address = cfg.share.clone();
+    // The kernel lets go of the AF_XDP socket and XDP program of a process
+    // that just exited a moment later: a program started right after
+    // another on the same interface waits for them (up to 2 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match iwarp::Context::af_xdp(&opts) {
+            Ok(c) => return Ok(c),
+            Err(iwarp::Error::Backend(
+                iwarp_xdp::Error::Bind {
+                    errno: libc::EBUSY, ..
+                }
+                | iwarp_xdp::Error::AttachBusy { .. },
+            )) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            Err(e) => return Err(format!("AF_XDP on {iface}: {e}")),
+        }
+    }
+}
+
+/// A memif server's socket file left by a server process that has ended
+/// (the stack lives as long as its process, and the port is never closed:
+/// the file stays), removed so that this one can create it again; one
+/// that a live server still listens on is refused, as is a path that is
+/// not a socket.
+fn clear_stale_socket(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let shown = path.display();
+    if !meta.file_type().is_socket() {
+        return Err(format!(
+            "IWARP_MEMIF=server:{shown}: that path exists and is not a socket; name another \
+             path or remove it"
+        ));
+    }
+    // memif's sockets are SOCK_SEQPACKET: a stream connect to a live one
+    // fails with EPROTOTYPE, to a file nothing is bound to any more with
+    // ECONNREFUSED.
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => Err(format!(
+            "IWARP_MEMIF=server:{shown}: another memif server listens on that socket; make \
+             this end client:{shown}, or give it a socket of its own"
+        )),
+        Ok(_) => Err(format!(
+            "IWARP_MEMIF=server:{shown}: another memif server listens on that socket; make \
+             this end client:{shown}, or give it a socket of its own"
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| format!("IWARP_MEMIF=server:{shown}: removing the stale socket: {e}")),
+        Err(e) => Err(format!("IWARP_MEMIF=server:{shown}: {e}")),
+    }
+}
+
+/// The DPDK port `devargs`, hot-plugged into an EAL this starts: one per
+/// process, with no hugepages, no PCI scan and no shared runtime files
+/// (several such programs run side by side), its main lcore floating over
+/// the CPUs the program may use. A program that started DPDK's EAL itself
+/// cannot have a second: that is refused.
+fn open_dpdk(cfg: &Config, devargs: &str) -> Result<iwarp::Context, String> {
+    use iwarp::dpdk;
+    if !dpdk::AVAILABLE {
+        return Err(
+            "IWARP_BACKEND=dpdk: this library was built without DPDK (install \
+                    libdpdk-dev and pkg-config, then rebuild with scripts/verbs-build.sh)"
+                .into(),
+        );
+    }
+    let eal = dpdk::Eal::init(dpdk::floating_vdev_args(&[], &dpdk::allowed_cpus()))
+        .map_err(|e| format!("IWARP_BACKEND=dpdk: starting DPDK's EAL: {e}"))?;
+    let mut opts = iwarp::DpdkOptions::new(devargs, cfg.ip, cfg.prefix_len);
+    opts.host.polling = cfg.polling;
+    opts.host.mtu = cfg.mtu;
+    opts.host.core = cfg.core;
+    iwarp::Context::dpdk(&eal, &opts).map_err(|e| format!("DPDK port {devargs}: {e}"))
 }
 
 /// The stack, started on first use; the error (also printed once on
@@ -219,27 +473,17 @@ pub(crate) fn engine() -> Result<&'static Engine, &'static str> {
 
 fn start() -> Result<Engine, String> {
     let cfg = Config::from_vars(|k| std::env::var(k).ok())?;
-    let mut opts = iwarp::XdpOptions::new(&cfg.iface, cfg.ip, cfg.prefix_len);
-    opts.host.polling = cfg.polling;
-    opts.host.mtu = cfg.mtu;
-    opts.host.core = cfg.core;
-    opts.share_address = cfg.share.clone();
-    // The kernel lets go of the AF_XDP socket and XDP program of a process
-    // that just exited a moment later: a program started right after
-    // another on the same interface waits for them (up to 2 s).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let ctx = loop {
-        match iwarp::Context::af_xdp(&opts) {
-            Ok(c) => break c,
-            Err(iwarp::Error::Backend(
-                iwarp_xdp::Error::Bind {
-                    errno: libc::EBUSY, ..
-                }
-                | iwarp_xdp::Error::AttachBusy { .. },
-            )) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(100))
+    let ctx = match &cfg.link {
+        Link::Xdp { iface } => open_xdp(&cfg, iface)?,
+        Link::Dpdk {
+            devargs,
+            server_socket,
+            ..
+        } => {
+            if let Some(p) = server_socket {
+                clear_stale_socket(p)?;
             }
-            Err(e) => return Err(format!("AF_XDP on {}: {e}", cfg.iface)),
+            open_dpdk(&cfg, devargs)?
         }
     };
     // SAFETY: registers a plain `extern "C"` function, run once at exit.
@@ -286,8 +530,14 @@ mod tests {
     fn the_environment_configures_the_stack_and_says_what_is_missing() {
         let c = cfg(&[("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")]).unwrap();
         assert_eq!(
-            (c.iface.as_str(), c.ip, c.prefix_len),
-            ("veth0", Ipv4Addr::new(10, 0, 0, 1), 24)
+            (&c.link, c.ip, c.prefix_len),
+            (
+                &Link::Xdp {
+                    iface: "veth0".into()
+                },
+                Ipv4Addr::new(10, 0, 0, 1),
+                24
+            )
         );
         assert_eq!(
             (c.mtu, c.polling, c.core),
@@ -380,7 +630,6 @@ mod tests {
             ("IWARP_MTU", "100"),
             ("IWARP_POLL", "sometimes"),
             ("IWARP_BACKEND", "rxe"),
-            ("IWARP_BACKEND", "dpdk"),
             ("IWARP_CORE", "x"),
             ("IWARP_MPA", "rev3"),
             ("IWARP_CONNECT_RETRY_MS", "soon"),
@@ -393,5 +642,198 @@ mod tests {
             let e = cfg(&vars).unwrap_err();
             assert!(e.contains(k), "{k}={v}: {e}");
         }
+    }
+
+    #[test]
+    fn dpdk_takes_a_memif_shorthand_or_full_devargs() {
+        let c = cfg(&[
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_MEMIF", "server:/run/iwarp/memif.sock"),
+            ("IWARP_IP", "10.80.0.1/24"),
+        ])
+        .unwrap();
+        let mac = [0x02, 0x00, 10, 80, 0, 1];
+        assert_eq!(
+            c.link,
+            Link::Dpdk {
+                devargs: format!(
+                    "{},mac=02:00:0a:50:00:01",
+                    iwarp::dpdk::memif_devargs(
+                        0,
+                        iwarp::dpdk::MemifRole::Server,
+                        0,
+                        std::path::Path::new("/run/iwarp/memif.sock")
+                    )
+                ),
+                mac,
+                mtu: 1500,
+                server_socket: Some("/run/iwarp/memif.sock".into()),
+            }
+        );
+        assert_eq!(
+            (c.ip, c.prefix_len, c.mtu),
+            (Ipv4Addr::new(10, 80, 0, 1), 24, None)
+        );
+        // The devargs the driver gets, spelled out once.
+        let Link::Dpdk { devargs, .. } = &c.link else {
+            unreachable!()
+        };
+        assert_eq!(
+            devargs,
+            "net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,socket-abstract=no,\
+             mac=02:00:0a:50:00:01"
+        );
+        let c = cfg(&[
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_MEMIF", "client:/tmp/x.sock"),
+            ("IWARP_MEMIF_ID", "7"),
+            ("IWARP_IP", "10.80.0.2/24"),
+            ("IWARP_MTU", "9000"),
+        ])
+        .unwrap();
+        let Link::Dpdk {
+            devargs,
+            mac,
+            mtu,
+            server_socket,
+        } = &c.link
+        else {
+            panic!("{c:?}")
+        };
+        // A client creates no socket: nothing of it to clear.
+        assert_eq!(server_socket, &None);
+        assert!(
+            devargs.starts_with("net_memif0,role=client,id=7,socket=/tmp/x.sock,"),
+            "{devargs}"
+        );
+        assert_eq!(
+            (*mac, *mtu, c.mtu),
+            ([2, 0, 10, 80, 0, 2], 9000, Some(9000))
+        );
+        // Full devargs pass through; their mac= is the device's.
+        let vdev = "net_memif3,role=client,id=1,socket=/s,socket-abstract=no,mac=02:aa:bb:cc:dd:ee";
+        let c = cfg(&[
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_DPDK_VDEV", vdev),
+            ("IWARP_IP", "10.80.0.2/24"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.link,
+            Link::Dpdk {
+                devargs: vdev.into(),
+                mac: [2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee],
+                mtu: 1500,
+                server_socket: None,
+            }
+        );
+        let c = cfg(&[
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_DPDK_VDEV", "net_af_packet0,iface=eth1"),
+            ("IWARP_IP", "10.80.0.3/24"),
+        ])
+        .unwrap();
+        assert!(
+            matches!(
+                c.link,
+                Link::Dpdk {
+                    mac: [2, 0, 10, 80, 0, 3],
+                    ..
+                }
+            ),
+            "{c:?}"
+        );
+        // IWARP_IFACE is not needed, nor looked at.
+        assert!(cfg(&[
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_MEMIF", "server:/s"),
+            ("IWARP_IP", "10.80.0.1/24"),
+            ("IWARP_IFACE", "nonexistent0"),
+        ])
+        .is_ok());
+    }
+
+    #[test]
+    fn dpdk_configuration_errors_name_the_variable_and_the_fix() {
+        let base = [("IWARP_BACKEND", "dpdk"), ("IWARP_IP", "10.80.0.1/24")];
+        let err = |extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            cfg(&v).unwrap_err()
+        };
+        let e = err(&[]);
+        assert!(
+            e.contains("IWARP_MEMIF=server:") && e.contains("IWARP_DPDK_VDEV"),
+            "{e}"
+        );
+        for (k, v, says) in [
+            ("IWARP_MEMIF", "server", "server:/path/to/socket"),
+            ("IWARP_MEMIF", "server:", "server:/path/to/socket"),
+            ("IWARP_MEMIF", "master:/s", "client:/path/to/socket"),
+            ("IWARP_MEMIF", "client:/a,b", "no comma"),
+            ("IWARP_DPDK_VDEV", "net_memif0, role=server", "no spaces"),
+            ("IWARP_DPDK_VDEV", "net_memif0,mac=zz", "mac=zz"),
+        ] {
+            let e = err(&[(k, v)]);
+            assert!(e.contains(k) && e.contains(says), "{k}={v}: {e}");
+        }
+        let e = err(&[("IWARP_MEMIF", "server:/s"), ("IWARP_MEMIF_ID", "one")]);
+        assert!(e.contains("IWARP_MEMIF_ID=one"), "{e}");
+        let e = err(&[("IWARP_DPDK_VDEV", "net_null0"), ("IWARP_MEMIF_ID", "1")]);
+        assert!(e.contains("IWARP_MEMIF_ID") && e.contains("id="), "{e}");
+        let e = err(&[
+            ("IWARP_DPDK_VDEV", "net_null0"),
+            ("IWARP_MEMIF", "server:/s"),
+        ]);
+        assert!(
+            e.contains("IWARP_DPDK_VDEV") && e.contains("IWARP_MEMIF"),
+            "{e}"
+        );
+        let e = err(&[("IWARP_MEMIF", "server:/s"), ("IWARP_MTU", "10")]);
+        assert!(e.contains("IWARP_MTU=10"), "{e}");
+        let e = err(&[("IWARP_MEMIF", "server:/s"), ("IWARP_SHARE_ADDRESS", "yes")]);
+        assert!(
+            e.contains("IWARP_SHARE_ADDRESS") && e.contains("xdp"),
+            "{e}"
+        );
+        let e = cfg(&[("IWARP_BACKEND", "dpdk"), ("IWARP_MEMIF", "server:/s")]).unwrap_err();
+        assert!(e.contains("IWARP_IP"), "{e}");
+        // xdp without an interface says how to get either backend.
+        let e = cfg(&[("IWARP_IP", "10.0.0.1/24")]).unwrap_err();
+        assert!(
+            e.contains("IWARP_IFACE") && e.contains("IWARP_BACKEND=dpdk"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_memif_server_clears_a_socket_left_by_an_ended_server_only() {
+        let dir = std::env::temp_dir().join(format!("iwarp-verbs-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("memif.sock");
+        // Nothing there: nothing to do.
+        clear_stale_socket(&sock).unwrap();
+        // A socket whose listener is gone (a server process that ended).
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+        clear_stale_socket(&sock).unwrap();
+        assert!(!sock.exists());
+        // A live listener: refused, and its file kept.
+        let live = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let e = clear_stale_socket(&sock).unwrap_err();
+        assert!(
+            e.contains("another memif server") && e.contains("client:"),
+            "{e}"
+        );
+        assert!(sock.exists());
+        drop(live);
+        std::fs::remove_file(&sock).unwrap();
+        // Not a socket: refused, the file kept.
+        std::fs::write(&sock, b"x").unwrap();
+        let e = clear_stale_socket(&sock).unwrap_err();
+        assert!(e.contains("not a socket"), "{e}");
+        assert!(sock.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

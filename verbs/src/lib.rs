@@ -50,8 +50,19 @@ pub(crate) const MAX_QP_WR: usize = 4096;
 #[derive(Debug)]
 struct Device {
     c: IbvDevice,
-    iface: String,
+    link: Port,
     mac: [u8; 6],
+}
+
+/// What the device's port reports its MTU and state from.
+#[derive(Debug)]
+enum Port {
+    /// A kernel interface (AF_XDP): its sysfs directory.
+    Iface(String),
+    /// A DPDK port: the MTU it is opened with; up (a memif link comes up
+    /// when its peer connects, and the stack's retransmissions cover the
+    /// wait).
+    Dpdk { mtu: usize },
 }
 
 // SAFETY: a `Device` is made once and never written after: its raw
@@ -85,20 +96,13 @@ impl Context {
 /// also keeps its devices for the life of the process).
 fn devices() -> &'static [&'static Device] {
     static DEVICES: OnceLock<Vec<&'static Device>> = OnceLock::new();
-    DEVICES.get_or_init(|| match std::env::var("IWARP_IFACE") {
-        Ok(iface) if !iface.is_empty() => match Device::new(&iface) {
+    DEVICES.get_or_init(|| {
+        match engine::Link::from_vars(&|k| std::env::var(k).ok()).and_then(|l| Device::new(&l)) {
             Ok(d) => vec![Box::leak(Box::new(d))],
             Err(e) => {
                 eprintln!("iwarp verbs: no device: {e}");
                 Vec::new()
             }
-        },
-        _ => {
-            eprintln!(
-                "iwarp verbs: no device: set IWARP_IFACE to the interface our stack runs on \
-                 (and IWARP_IP to its address/prefix)"
-            );
-            Vec::new()
         }
     })
 }
@@ -113,11 +117,26 @@ fn put(dst: &mut [c_char], s: &str) {
 }
 
 impl Device {
-    fn new(iface: &str) -> Result<Device, String> {
-        let sys = format!("/sys/class/net/{iface}");
-        let mac = read_sys(&sys, "address")
-            .ok_or_else(|| format!("IWARP_IFACE={iface}: no such interface ({sys})"))
-            .and_then(|a| parse_mac(&a).ok_or_else(|| format!("{sys}/address: not a MAC: {a}")))?;
+    fn new(link: &engine::Link) -> Result<Device, String> {
+        let (port, mac, path) = match link {
+            engine::Link::Xdp { iface } => {
+                let sys = format!("/sys/class/net/{iface}");
+                let mac = read_sys(&sys, "address")
+                    .ok_or_else(|| format!("IWARP_IFACE={iface}: no such interface ({sys})"))
+                    .and_then(|a| {
+                        engine::parse_mac(&a)
+                            .ok_or_else(|| format!("{sys}/address: not a MAC: {a}"))
+                    })?;
+                (Port::Iface(iface.clone()), mac, sys)
+            }
+            // No sysfs directory at all: a path that does not exist, so
+            // that ibv_read_sysfs_file fails as for a missing attribute.
+            engine::Link::Dpdk { mac, mtu, .. } => (
+                Port::Dpdk { mtu: *mtu },
+                *mac,
+                "/sys/class/infiniband/iwarp0-dpdk".to_owned(),
+            ),
+        };
         let mut c = IbvDevice {
             ops: abi::DeviceOps {
                 dummy1: std::ptr::null_mut(),
@@ -135,13 +154,9 @@ impl Device {
         // No sysfs device of ours: the interface's directory stands for it
         // (ibv_read_sysfs_file on a file it lacks fails, as for a device
         // without that attribute).
-        put(&mut c.dev_path, &sys);
-        put(&mut c.ibdev_path, &sys);
-        Ok(Device {
-            c,
-            iface: iface.to_owned(),
-            mac,
-        })
+        put(&mut c.dev_path, &path);
+        put(&mut c.ibdev_path, &path);
+        Ok(Device { c, link: port, mac })
     }
 
     /// The node GUID: the MAC as a modified EUI-64 (ff:fe in the middle,
@@ -152,28 +167,25 @@ impl Device {
     }
 
     fn mtu(&self) -> usize {
-        read_sys(&format!("/sys/class/net/{}", self.iface), "mtu")
-            .and_then(|m| m.trim().parse().ok())
-            .unwrap_or(1500)
+        match &self.link {
+            Port::Iface(iface) => read_sys(&format!("/sys/class/net/{iface}"), "mtu")
+                .and_then(|m| m.trim().parse().ok())
+                .unwrap_or(1500),
+            Port::Dpdk { mtu } => *mtu,
+        }
     }
 
     fn up(&self) -> bool {
-        read_sys(&format!("/sys/class/net/{}", self.iface), "operstate")
-            .is_some_and(|s| matches!(s.trim(), "up" | "unknown"))
+        match &self.link {
+            Port::Iface(iface) => read_sys(&format!("/sys/class/net/{iface}"), "operstate")
+                .is_some_and(|s| matches!(s.trim(), "up" | "unknown")),
+            Port::Dpdk { .. } => true,
+        }
     }
 }
 
 fn read_sys(dir: &str, file: &str) -> Option<String> {
     std::fs::read_to_string(format!("{dir}/{file}")).ok()
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in &mut mac {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 /// Set the calling thread's `errno`.
@@ -747,18 +759,37 @@ mod tests {
 
     #[test]
     fn macs_parse_and_guids_follow_eui64() {
+        use engine::parse_mac;
         assert_eq!(
             parse_mac("02:42:ac:1f:c8:0b\n"),
             Some([2, 0x42, 0xac, 0x1f, 0xc8, 0x0b])
         );
         assert_eq!(parse_mac("02:42:ac:1f:c8"), None);
         assert_eq!(parse_mac("02:42:ac:1f:c8:0b:00"), None);
+        assert_eq!(parse_mac("02:42:ac:1f:c8:100"), None);
+        let lo = engine::Link::Xdp { iface: "lo".into() };
         let d = Device {
-            c: Device::new("lo").expect("lo").c,
-            iface: "lo".into(),
+            c: Device::new(&lo).expect("lo").c,
+            link: Port::Iface("lo".into()),
             mac: [0x02, 0x42, 0xac, 0x1f, 0xc8, 0x0b],
         };
         assert_eq!(d.guid(), [0x00, 0x42, 0xac, 0xff, 0xfe, 0x1f, 0xc8, 0x0b]);
+    }
+
+    #[test]
+    fn a_dpdk_device_reports_the_mac_and_mtu_of_its_port() {
+        let link = engine::Link::Dpdk {
+            devargs: "net_memif0,role=server".into(),
+            mac: [0x02, 0, 10, 80, 0, 1],
+            mtu: 9000,
+            server_socket: None,
+        };
+        let d = Device::new(&link).expect("a DPDK device needs no interface");
+        assert_eq!(d.mac, [0x02, 0, 10, 80, 0, 1]);
+        assert_eq!((d.mtu(), d.up()), (9000, true));
+        // SAFETY: `put` wrote a NUL-terminated string into the array.
+        let name = unsafe { CStr::from_ptr(d.c.name.as_ptr()) };
+        assert_eq!(name.to_str(), Ok("iwarp0"));
     }
 
     #[test]

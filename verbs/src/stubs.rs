@@ -10,6 +10,11 @@
 //! constructors call `verbs_register_driver_34`, which registers nothing
 //! here), so each fails with `EOPNOTSUPP`.
 //!
+//! DPDK's mlx4/mlx5 drivers link the same way, and DPDK's EAL loads every
+//! driver of its plugin directory with `RTLD_NOW` (`IWARP_BACKEND=dpdk`):
+//! its `rte_eal_init` fails unless their libibverbs symbols resolve here
+//! too (`ibv_cmd_create_cq`, the `ibv_import_*` calls).
+//!
 //! The public calls below are real answers for an iWARP device: no
 //! address handles, multicast or shared receive queues (not in this
 //! library yet), P_Key 0xffff only.
@@ -42,6 +47,7 @@ private_abi!(
     ibv_cmd_close_xrcd,
     ibv_cmd_create_ah,
     ibv_cmd_create_counters,
+    ibv_cmd_create_cq,
     ibv_cmd_create_cq_ex,
     ibv_cmd_create_flow,
     ibv_cmd_create_flow_action_esp,
@@ -241,3 +247,43 @@ pub extern "C" fn ibv_reg_dmabuf_mr() -> *mut c_void {
     set_errno(libc::EOPNOTSUPP);
     null_mut()
 }
+
+/// `ibv_import_device`: a context from another process's command FD.
+/// rdma-core's answer for an FD that is not a character device is
+/// `EINVAL`, and `ENODEV` for one no device of the list owns: none of
+/// ours has a kernel uverbs device.
+#[no_mangle]
+pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut c_void {
+    // SAFETY: `stat` is plain data, all zeroes a valid value; `fstat`
+    // writes it and reads nothing else (a bad FD fails with EBADF).
+    let chr = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(cmd_fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFCHR
+    };
+    set_errno(if chr { libc::ENODEV } else { libc::EINVAL });
+    null_mut()
+}
+
+/// `ibv_import_pd`: our device shares no PD with another process
+/// (rdma-core's answer for a provider without `import_pd`).
+#[no_mangle]
+pub extern "C" fn ibv_import_pd(_ctx: *mut c_void, _pd_handle: u32) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_unimport_pd`: [`ibv_import_pd`] never made one; as rdma-core's
+/// default, nothing to do.
+#[no_mangle]
+pub extern "C" fn ibv_unimport_pd(_pd: *mut c_void) {}
+
+/// `ibv_import_mr`: as [`ibv_import_pd`].
+#[no_mangle]
+pub extern "C" fn ibv_import_mr(_pd: *mut c_void, _mr_handle: u32) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+/// `ibv_unimport_mr`: as [`ibv_unimport_pd`].
+#[no_mangle]
+pub extern "C" fn ibv_unimport_mr(_mr: *mut c_void) {}

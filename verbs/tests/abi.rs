@@ -571,3 +571,62 @@ fn unmodified_ibv_devices_and_ibv_devinfo_see_our_device() {
     assert!(!out.contains("iwarp0"), "{out}");
     assert!(err.contains("no-such-if0: no such interface"), "{err}");
 }
+
+/// `IWARP_BACKEND=dpdk`: the device is listed and queried from the
+/// environment alone (GUID from the MAC the memif port will have, made
+/// from `IWARP_IP`), without starting DPDK: no memif socket appears. A
+/// missing port is named on standard error.
+#[test]
+fn ibv_devinfo_sees_a_dpdk_device_without_starting_it() {
+    if !have(&[
+        ("/usr/bin/ibv_devinfo", "ibverbs-utils"),
+        ("/usr/bin/gcc", "gcc"),
+    ]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("iwarp-abi-dpdk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("memif.sock");
+    let dpdk = |memif: Option<String>, program: &str, args: &[&str]| {
+        let mut cmd = Command::new(root().join("scripts/verbs-run.sh"));
+        cmd.arg(program)
+            .args(args)
+            .env_remove("IWARP_IFACE")
+            .env("IWARP_BACKEND", "dpdk")
+            .env("IWARP_IP", "10.81.0.1/24")
+            .env_remove("IWARP_DPDK_VDEV");
+        match memif {
+            Some(m) => cmd.env("IWARP_MEMIF", m),
+            None => cmd.env_remove("IWARP_MEMIF"),
+        };
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let memif = Some(format!("server:{}", sock.display()));
+    let (ok, out, err) = dpdk(memif, "ibv_devinfo", &["-v"]);
+    let made_socket = sock.exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}{err}");
+    for want in [
+        "hca_id:\tiwarp0",
+        "transport:\t\t\tiWARP (1)",
+        // 02:00:0a:51:00:01 (10.81.0.1) as a modified EUI-64.
+        "node_guid:\t\t\t0000:0aff:fe51:0001",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        // The port's default MTU, 1500, holds 1024-octet RDMA MTUs.
+        "active_mtu:\t\t1024 (3)",
+    ] {
+        assert!(out.contains(want), "no {want:?} in\n{out}");
+    }
+    assert!(!made_socket, "ibv_devinfo started the stack:\n{out}{err}");
+    let (_, out, err) = dpdk(None, "ibv_devices", &[]);
+    assert!(!out.contains("iwarp0"), "{out}");
+    assert!(
+        err.contains("IWARP_BACKEND=dpdk: set IWARP_MEMIF=server:"),
+        "{err}"
+    );
+}

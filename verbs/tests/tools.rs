@@ -38,6 +38,12 @@ fn ready(tool: &str) -> bool {
     if netns_harness::skip_test_without_root() {
         return false;
     }
+    installed(tool)
+}
+
+/// Whether `/usr/bin/{tool}` is there (else the test is skipped, saying
+/// which package brings it).
+fn installed(tool: &str) -> bool {
     if !Path::new(&format!("/usr/bin/{tool}")).exists() {
         let package = match tool {
             "qperf" => "qperf",
@@ -132,30 +138,54 @@ fn result_row(out: &str, size: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The arguments of a latency run: 500 iterations of 64 octets, over
+/// librdmacm, and `extra`.
+fn lat_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["-R", "-s", "64", "-n", "500"];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// A latency row: #bytes #iterations t_min t_max t_typical …: every
-/// iteration ran and took a positive time.
+/// iteration ran and took a positive time. Returns the row.
+fn assert_lat(out: &str) -> Vec<f64> {
+    let row = result_row(out, "64");
+    assert_eq!(row[1], 500.0, "{out}");
+    assert!(row[2] > 0.0 && row[4] >= row[2], "{out}");
+    row
+}
+
 fn check_lat(tool: &str, extra: &[&str]) {
     if !ready(tool) {
         return;
     }
-    let mut args = vec!["-R", "-s", "64", "-n", "500"];
-    args.extend_from_slice(extra);
-    let out = perftest(tool, &args);
-    let row = result_row(&out, "64");
-    assert_eq!(row[1], 500.0, "{out}");
-    assert!(row[2] > 0.0 && row[4] >= row[2], "{out}");
+    let row = assert_lat(&perftest(tool, &lat_args(extra)));
+    // The figures, for whoever runs this with --nocapture.
+    println!(
+        "{tool} {extra:?} -R -s 64 over AF_XDP veth (client): t_min {} us, t_typical {} us, \
+         t_avg {} us, 99% {} us",
+        row[2], row[4], row[5], row[7]
+    );
 }
 
 /// A bandwidth row: #bytes #iterations peak average rate: every
-/// iteration ran, data moved.
+/// iteration ran, data moved. Returns the row.
+fn assert_bw(out: &str, size: &str) -> Vec<f64> {
+    let row = result_row(out, size);
+    assert_eq!(row[1], 500.0, "{out}");
+    assert!(row[3] > 0.0, "{out}");
+    row
+}
+
 fn check_bw(tool: &str, size: &str) {
     if !ready(tool) {
         return;
     }
-    let out = perftest(tool, &["-R", "-s", size, "-n", "500"]);
-    let row = result_row(&out, size);
-    assert_eq!(row[1], 500.0, "{out}");
-    assert!(row[3] > 0.0, "{out}");
+    let row = assert_bw(&perftest(tool, &["-R", "-s", size, "-n", "500"]), size);
+    println!(
+        "{tool} -R -s {size} over AF_XDP veth (client): peak {} MB/s, average {} MB/s",
+        row[2], row[3]
+    );
 }
 
 #[test]
@@ -577,4 +607,168 @@ fn qperf_verifies_fetch_and_add_and_compare_and_swap_results() {
         // an error, which `qperf` fails on): some completed.
         assert!(qperf_value(&out, "recv_msgs") >= 1.0, "{out}");
     }
+}
+
+/// Whether the memif tests can run: DPDK in this build and `tool`
+/// installed (no root: memif is shared memory and a socket file).
+fn memif_ready(tool: &str) -> bool {
+    if !iwarp::dpdk::AVAILABLE {
+        netns_harness::skip_test("this build has no DPDK (apt-get install libdpdk-dev pkg-config)");
+        return false;
+    }
+    installed(tool)
+}
+
+/// The child's output; killed first if it runs past `limit` (then the
+/// status says so).
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && t0.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+/// A perftest tool with both ends on our library over DPDK memif, as a
+/// user runs it without any network namespace or kernel interface:
+///
+/// ```text
+/// IWARP_BACKEND=dpdk IWARP_MEMIF=server:/tmp/l/memif.sock IWARP_IP=10.81.0.1/24 scripts/verbs-run.sh ib_write_lat -R
+/// IWARP_BACKEND=dpdk IWARP_MEMIF=client:/tmp/l/memif.sock IWARP_IP=10.81.0.2/24 scripts/verbs-run.sh ib_write_lat -R 10.81.0.1
+/// ```
+///
+/// The server end starts first: its stack (started by `rdma_bind_addr`)
+/// creates the socket, and the client starts once the socket is there.
+/// That can be before the server's `rdma_listen`: the client retries a
+/// refused connection for up to 10 s (`IWARP_CONNECT_RETRY_MS`; perftest
+/// 0.17's own retry after a refusal crashes it). Returns the client's and
+/// the server's output.
+fn perftest_memif(tool: &str, args: &[&str], sock: &Path) -> (String, String) {
+    use std::process::Stdio;
+    let end = |role: &str, ip: &str| {
+        let mut c = Command::new(tool);
+        c.args(args)
+            .env("LD_LIBRARY_PATH", libs())
+            .env("IWARP_BACKEND", "dpdk")
+            .env("IWARP_MEMIF", format!("{role}:{}", sock.display()))
+            .env("IWARP_IP", format!("{ip}/24"))
+            .env_remove("IWARP_IFACE")
+            .env_remove("IWARP_DPDK_VDEV")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    // A socket file an earlier server left is not this server's: wait for
+    // a new one (another inode or change time: a freed inode number may
+    // come back at once).
+    let inode = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
+    };
+    let stale = inode(sock);
+    let made = || inode(sock).is_some() && inode(sock) != stale;
+    let mut server = end("server", "10.81.0.1").spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    while !made() && t0.elapsed() < Duration::from_secs(20) {
+        if server.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !made() {
+        let o = wait_bounded(server, Duration::ZERO);
+        panic!(
+            "the server made no memif socket at {} ({}):\n{}",
+            sock.display(),
+            o.status,
+            text(&o)
+        );
+    }
+    let client = end("client", "10.81.0.2")
+        .env("IWARP_CONNECT_RETRY_MS", "10000")
+        .arg("10.81.0.1")
+        .spawn()
+        .unwrap();
+    let client = wait_bounded(client, Duration::from_secs(90));
+    let server = wait_bounded(server, Duration::from_secs(20));
+    let (ct, st) = (text(&client), text(&server));
+    assert!(
+        client.status.success() && server.status.success(),
+        "--- client ({}):\n{ct}\n--- server ({}):\n{st}",
+        client.status,
+        server.status
+    );
+    (ct, st)
+}
+
+/// A directory of this test process's own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("iwarp-verbs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn ib_write_lat_runs_unmodified_on_both_ends_over_memif() {
+    if !memif_ready("ib_write_lat") {
+        return;
+    }
+    let dir = TempDir::new("memif-lat");
+    let sock = dir.0.join("memif.sock");
+    let (c, s) = perftest_memif("ib_write_lat", &lat_args(&[]), &sock);
+    // Both ends measured their 500 iterations.
+    let row = assert_lat(&c);
+    assert_lat(&s);
+    assert!(c.contains("Device         : iwarp0"), "{c}");
+    // The ended server left its socket file; the next server on that
+    // path removes it and serves again.
+    assert!(sock.exists());
+    let (c2, s2) = perftest_memif("ib_write_lat", &lat_args(&[]), &sock);
+    assert_lat(&c2);
+    assert_lat(&s2);
+    println!(
+        "ib_write_lat -R -s 64 over memif (client): t_min {} us, t_typical {} us, t_avg {} us, \
+         99% {} us",
+        row[2], row[4], row[5], row[7]
+    );
+}
+
+#[test]
+fn ib_write_bw_runs_unmodified_on_both_ends_over_memif() {
+    if !memif_ready("ib_write_bw") {
+        return;
+    }
+    let dir = TempDir::new("memif-bw");
+    let (c, s) = perftest_memif(
+        "ib_write_bw",
+        &["-R", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+    );
+    let row = assert_bw(&c, "65536");
+    assert_bw(&s, "65536");
+    println!(
+        "ib_write_bw -R -s 65536 over memif (client): peak {} MB/s, average {} MB/s",
+        row[2], row[3]
+    );
 }
