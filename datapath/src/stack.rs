@@ -1232,7 +1232,9 @@ pub struct Stack {
     /// The ready set: connections to poll next round, each once (its
     /// `Sock::ready` flag); byte streams are always in it.
     ready: Vec<SockId>,
-    /// Connection deadlines, earliest first (`Sock::timer_at`).
+    /// Connection deadlines, earliest first (`Sock::timer_at`), pushed
+    /// when a polled connection leaves the ready set (one in it looks at
+    /// its deadlines when polled next round).
     timers: std::collections::BinaryHeap<std::cmp::Reverse<(u64, SockId)>>,
     /// When every connection was last swept into the ready set.
     last_sweep: u64,
@@ -2134,6 +2136,9 @@ impl crate::runtime::Engine for Stack {
     fn handle_command(&mut self, cmd: Command, now: u64) {
         // A command for a connection wakes it for the next round.
         let target = match &cmd {
+            // Without an SCTP part a post is marked where it is posted
+            // (one lookup of the connection).
+            Command::Iwarp(..) if self.sctp.is_none() => None,
             Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
             Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
             Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
@@ -2177,19 +2182,23 @@ impl crate::runtime::Engine for Stack {
             // Posts.
             Command::IwarpOpening(token, cmd) => self.cmd_iwarp_opening(token, cmd, now),
             Command::Iwarp(id, cmd) => {
-                if let Some(Sock {
-                    kind: SockKind::Iwarp(i),
-                    cq,
-                    ..
-                }) = self.socks.get_mut(&id)
-                {
-                    let out = &mut self.pending_out;
-                    i.post(cmd, now, &self.mem, &mut |o| {
-                        route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
-                    });
-                } else {
-                    self.refuse_post(id, &cmd);
+                let sock = self.socks.get_mut(&id);
+                if let Some(sock) = sock {
+                    mark_ready(&mut self.ready, sock, id);
+                    if let Sock {
+                        kind: SockKind::Iwarp(i),
+                        cq,
+                        ..
+                    } = sock
+                    {
+                        let out = &mut self.pending_out;
+                        i.post(cmd, now, &self.mem, &mut |o| {
+                            route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
+                        });
+                        return;
+                    }
                 }
+                self.refuse_post(id, &cmd);
             }
             // Teardown.
             Command::Close(id) => self.cmd_close(id),
@@ -2277,23 +2286,36 @@ impl crate::runtime::Engine for Stack {
                 busy = true;
             }
         }
-        for l in listeners.values_mut() {
-            for (remote, c) in l.listener.half_open_iter_mut() {
-                c.handle_timeout(now);
-                let dst = *remote;
-                busy |= c.poll_transmit(now, 16, &mut |seg| {
-                    Self::emit(iface, stats, dst, seg, now, tx)
-                }) > 0;
+        // Listeners: half-open connections' timers and segments, then
+        // those with an established connection to hand over (after the
+        // connections' polls, which leave listeners alone), in one pass.
+        let mut ports = std::mem::take(&mut self.ports);
+        ports.clear();
+        for (&port, l) in listeners.iter_mut() {
+            if l.listener.half_open_len() > 0 {
+                for (remote, c) in l.listener.half_open_iter_mut() {
+                    c.handle_timeout(now);
+                    let dst = *remote;
+                    busy |= c.poll_transmit(now, 16, &mut |seg| {
+                        Self::emit(iface, stats, dst, seg, now, tx)
+                    }) > 0;
+                }
+                l.listener.settle();
             }
-            l.listener.settle();
+            if l.listener.ready_len() > 0 {
+                ports.push(port);
+            }
         }
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
         // This round polls the ready set (in id order), which fills again
         // for the next round as it goes.
         ids.append(ready);
-        ids.sort_unstable();
-        ids.retain(|&id| {
+        if ids.len() > 1 {
+            ids.sort_unstable();
+        }
+        // (Empty most rounds: a retain of nothing still costs its set-up.)
+        let poll_one = |&id: &SockId| {
             let Some(sock) = socks.get_mut(&id) else {
                 return false; // gone since it became ready
             };
@@ -2323,33 +2345,23 @@ impl crate::runtime::Engine for Stack {
                         None => Self::emit(iface, stats, dst, seg, now, tx),
                     });
                     busy |= sent > 0;
-                    let next = i.poll_timeout();
                     if sent > 0 {
                         mark_ready(ready, sock, id);
                     }
-                    if let Some(t) = next {
-                        if sock.timer_at.is_none_or(|a| t < a) {
-                            sock.timer_at = Some(t);
-                            timers.push(std::cmp::Reverse((t, id)));
-                        }
-                    }
+                    // Its deadline goes in the timer heap after its drain
+                    // below, unless it is polled next round anyway.
                     if sock.account(tcp_held, budget) {
                         over.push(id);
                     }
                 }
             }
             true
-        });
+        };
+        if !ids.is_empty() {
+            ids.retain(poll_one);
+        }
         // Listeners with an established connection to hand over (settled
         // above, each round).
-        let mut ports = std::mem::take(&mut self.ports);
-        ports.clear();
-        ports.extend(
-            self.listeners
-                .iter()
-                .filter(|(_, l)| l.listener.ready_len() > 0)
-                .map(|(&p, _)| p),
-        );
         for &p in &ports {
             self.accept_ready(p, now);
         }
@@ -2381,10 +2393,24 @@ impl crate::runtime::Engine for Stack {
                     let lat = &mut self.stats.completion_latency;
                     did |= i.drain(now, &self.mem, lat, &mut |o| route(id, o, cq.as_ref(), out));
                     // Something happened: look again next round.
-                    if did {
-                        mark_ready(&mut self.ready, sock, id);
+                    if did && !sock.ready {
+                        sock.ready = true;
+                        self.ready.push(id);
                     }
                     busy |= did;
+                    // A connection polled next round (in the ready set)
+                    // looks at its deadlines then: only one that waits
+                    // needs its deadline in the heap. (Most rounds of a
+                    // busy connection push nothing, and the heap holds
+                    // fewer stale entries to pop.)
+                    if !sock.ready {
+                        if let Some(t) = i.poll_timeout() {
+                            if sock.timer_at.is_none_or(|a| t < a) {
+                                sock.timer_at = Some(t);
+                                self.timers.push(std::cmp::Reverse((t, id)));
+                            }
+                        }
+                    }
                 }
             }
             self.settle(id);
@@ -2406,26 +2432,30 @@ impl crate::runtime::Engine for Stack {
         }
         // The memory budget: connections over their own limit, then the
         // context's (`crate::budget`).
-        let mut over = std::mem::take(&mut self.over);
-        for id in over.drain(..) {
-            self.abort_over_budget(id, now, "connection");
-            busy = true;
+        if !self.over.is_empty() {
+            let mut over = std::mem::take(&mut self.over);
+            for id in over.drain(..) {
+                self.abort_over_budget(id, now, "connection");
+                busy = true;
+            }
+            self.over = over;
         }
-        self.over = over;
         let before = self.budget.aborts;
         self.enforce_context_budget(now, sctp_held);
         busy |= self.budget.aborts != before;
         // Run-to-completion application code, after this round's
         // completions reached their CQs; what it posts is handled at the
         // start of the next round.
-        self.hooks.retain_mut(|h| match (h.0)() {
-            HookStatus::Busy => {
-                busy = true;
-                true
-            }
-            HookStatus::Idle => true,
-            HookStatus::Done => false,
-        });
+        if !self.hooks.is_empty() {
+            self.hooks.retain_mut(|h| match (h.0)() {
+                HookStatus::Busy => {
+                    busy = true;
+                    true
+                }
+                HookStatus::Idle => true,
+                HookStatus::Done => false,
+            });
+        }
         busy
     }
 }
