@@ -548,6 +548,13 @@ impl IwarpOverTcp {
         }
     }
 
+    /// Whether posts wait here for full operation (or for their refusal
+    /// once closing): [`drain`](Self::drain) moves them on.
+    #[inline]
+    pub fn holds_posts(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Post work that waited for full operation, and hand completions,
     /// events and refusals to `out`; the latency of each successful
     /// send-queue completion (from its post to `now`, the loop's clock)

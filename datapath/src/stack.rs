@@ -92,8 +92,9 @@ pub struct StackConfig {
     pub sctp_max_held: usize,
     /// A safety net (ns): every iWARP connection is polled at least this
     /// often. A round polls only the connections in the ready set (a
-    /// segment or a command arrived, or their last poll sent or reported
-    /// something) and those whose next deadline
+    /// segment or a command arrived, or their last poll stopped at its
+    /// segment limit, reported a CM event or moved posts held until full
+    /// operation to the queue pair) and those whose next deadline
     /// ([`IwarpOverTcp::poll_timeout`]: retransmission, probe, MPA, hold
     /// and close timers) has passed, so an idle connection costs a round
     /// nothing; the sweep only bounds how late a deadline missing from
@@ -1090,7 +1091,8 @@ struct Sock {
     /// RTO retransmissions already reported as `tracing` events.
     rto_seen: u64,
     /// In the ready set: polled next round (a segment or command arrived,
-    /// or the last poll did something; see `StackConfig::idle_sweep`).
+    /// or the last poll left work for the next; see
+    /// `StackConfig::idle_sweep`).
     ready: bool,
     /// The deadline this connection has in the timer heap (the earliest,
     /// if it has several: later ones are stale and only wake it early).
@@ -1103,6 +1105,10 @@ struct Sock {
     /// Aborted for the memory budget.
     over_budget: bool,
 }
+
+/// Segments one poll of an iWARP connection may send; one that sends this
+/// many is polled again next round.
+const POLL_SEGMENTS: usize = 64;
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
 fn mark_ready(ready: &mut Vec<SockId>, sock: &mut Sock, id: SockId) {
@@ -2336,7 +2342,7 @@ impl crate::runtime::Engine for Stack {
                 SockKind::Iwarp(i) => {
                     // A segment with a payload fill is built in place in
                     // the device's buffer, its payload written there once.
-                    let sent = i.poll(now, mem, 64, &mut |seg, fill| match fill {
+                    let sent = i.poll(now, mem, POLL_SEGMENTS, &mut |seg, fill| match fill {
                         Some(fill) => {
                             if iface.send_tcp_filled(dst, seg, fill, now, tx).is_err() {
                                 stats.tx_errors += 1;
@@ -2345,7 +2351,11 @@ impl crate::runtime::Engine for Stack {
                         None => Self::emit(iface, stats, dst, seg, now, tx),
                     });
                     busy |= sent > 0;
-                    if sent > 0 {
+                    // What it did not send now waits for an ACK (a
+                    // segment), a deadline or a post, each of which wakes
+                    // it; only a poll cut short by the segment limit has
+                    // more to send at once.
+                    if sent >= POLL_SEGMENTS {
                         mark_ready(ready, sock, id);
                     }
                     // Its deadline goes in the timer heap after its drain
@@ -2390,10 +2400,15 @@ impl crate::runtime::Engine for Stack {
                         out(Output::Cm(id, e));
                         did = true;
                     }
+                    // Posts held until full operation go to the queue
+                    // pair in this drain: their FPDUs next round.
+                    let again = did || i.holds_posts();
                     let lat = &mut self.stats.completion_latency;
                     did |= i.drain(now, &self.mem, lat, &mut |o| route(id, o, cq.as_ref(), out));
-                    // Something happened: look again next round.
-                    if did && !sock.ready {
+                    // A CM event or posts moved: look again next round
+                    // (completions and events of the queue pair need no
+                    // poll of their own).
+                    if again && !sock.ready {
                         sock.ready = true;
                         self.ready.push(id);
                     }
