@@ -1094,8 +1094,8 @@ struct Sock {
     /// or the last poll left work for the next; see
     /// `StackConfig::idle_sweep`).
     ready: bool,
-    /// The deadline this connection has in the timer heap (the earliest,
-    /// if it has several: later ones are stale and only wake it early).
+    /// Its entry in the timer set: the earliest deadline it had when it
+    /// left the ready set (a later one only wakes it early).
     timer_at: Option<u64>,
     /// The listener (port) whose backlog this connection counts against
     /// until the application accepts it (`StackConfig::backlog`).
@@ -1238,10 +1238,12 @@ pub struct Stack {
     /// The ready set: connections to poll next round, each once (its
     /// `Sock::ready` flag); byte streams are always in it.
     ready: Vec<SockId>,
-    /// Connection deadlines, earliest first (`Sock::timer_at`), pushed
-    /// when a polled connection leaves the ready set (one in it looks at
-    /// its deadlines when polled next round).
-    timers: std::collections::BinaryHeap<std::cmp::Reverse<(u64, SockId)>>,
+    /// Connection deadlines, earliest first: one entry per connection
+    /// (`Sock::timer_at`), set when a polled connection leaves the ready
+    /// set (one in it looks at its deadlines when polled next round). A
+    /// set rather than a heap: an earlier deadline replaces the entry, so
+    /// none goes stale.
+    timers: std::collections::BTreeSet<(u64, SockId)>,
     /// When every connection was last swept into the ready set.
     last_sweep: u64,
     by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
@@ -1287,7 +1289,7 @@ impl Stack {
             ids: Vec::new(),
             ports: Vec::new(),
             ready: Vec::new(),
-            timers: std::collections::BinaryHeap::new(),
+            timers: std::collections::BTreeSet::new(),
             last_sweep: 0,
             by_tuple: HashMap::new(),
             last_rx: None,
@@ -2071,6 +2073,9 @@ impl Stack {
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
+                if let Some(a) = sock.timer_at {
+                    self.timers.remove(&(a, id));
+                }
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }
@@ -2088,7 +2093,7 @@ impl crate::runtime::Engine for Stack {
     /// entry only wakes the loop early), the interface's (ARP) and the
     /// idle sweep's.
     fn poll_timeout(&self) -> Option<u64> {
-        let heap = self.timers.peek().map(|std::cmp::Reverse((at, _))| *at);
+        let heap = self.timers.first().map(|&(at, _)| at);
         let sweep = self.last_sweep.saturating_add(self.cfg.idle_sweep);
         [heap, self.iface.poll_timeout(), Some(sweep)]
             .into_iter()
@@ -2264,11 +2269,11 @@ impl crate::runtime::Engine for Stack {
             ..
         } = self;
         // Connections whose deadline has passed join the ready set.
-        while let Some(&std::cmp::Reverse((at, id))) = timers.peek() {
+        while let Some(&(at, id)) = timers.first() {
             if at > now {
                 break;
             }
-            timers.pop();
+            timers.pop_first();
             if let Some(sock) = socks.get_mut(&id) {
                 if sock.timer_at == Some(at) {
                     sock.timer_at = None;
@@ -2421,8 +2426,12 @@ impl crate::runtime::Engine for Stack {
                     if !sock.ready {
                         if let Some(t) = i.poll_timeout() {
                             if sock.timer_at.is_none_or(|a| t < a) {
-                                sock.timer_at = Some(t);
-                                self.timers.push(std::cmp::Reverse((t, id)));
+                                // The later entry it replaces goes: no
+                                // stale entries to pop.
+                                if let Some(a) = sock.timer_at.replace(t) {
+                                    self.timers.remove(&(a, id));
+                                }
+                                self.timers.insert((t, id));
                             }
                         }
                     }
