@@ -406,6 +406,15 @@ impl IwarpOverTcp {
 
     #[inline]
     fn ensure_iwarp(&mut self) {
+        // Every segment and poll asks; the connection exists after the
+        // first few.
+        if self.iwarp.is_none() {
+            self.make_iwarp();
+        }
+    }
+
+    #[cold]
+    fn make_iwarp(&mut self) {
         if self.iwarp.is_some()
             || !matches!(
                 self.tcp.state(),
@@ -759,14 +768,21 @@ impl IwarpOverTcp {
     }
 
     /// Close and abort sequencing, and the flush once TCP is done.
+    #[inline]
     fn teardown_progress(&mut self, now: u64) {
-        let state = self.tcp.state();
-        if state == TcpState::Established && self.state == State::Operational {
+        if self.tcp.state() == TcpState::Established && self.state == State::Operational {
             // Every poll of a connection in full operation: nothing to
             // sequence (FIN-WAIT-2's timer is armed only once Closed).
             self.timers.clear(Timer::FinWait2);
             return;
         }
+        self.teardown_sequence(now);
+    }
+
+    /// [`teardown_progress`](Self::teardown_progress) outside full
+    /// operation.
+    fn teardown_sequence(&mut self, now: u64) {
+        let state = self.tcp.state();
         // The peer closed (FIN) or the stream died: close our side too.
         if state == TcpState::CloseWait && !self.state.is_closing() {
             self.closed_by.get_or_insert(DisconnectCause::PeerClosed);
