@@ -2089,13 +2089,13 @@ impl crate::runtime::Engine for Stack {
     type Command = Command;
     type Output = Output;
 
-    /// The earliest of the connections' deadlines (the timer heap; a stale
-    /// entry only wakes the loop early), the interface's (ARP) and the
-    /// idle sweep's.
+    /// The earliest of the connections' deadlines (the timer set; an
+    /// entry a connection's deadline moved past only wakes the loop
+    /// early), the interface's (ARP) and the idle sweep's.
     fn poll_timeout(&self) -> Option<u64> {
-        let heap = self.timers.first().map(|&(at, _)| at);
+        let conns = self.timers.first().map(|&(at, _)| at);
         let sweep = self.last_sweep.saturating_add(self.cfg.idle_sweep);
-        [heap, self.iface.poll_timeout(), Some(sweep)]
+        [conns, self.iface.poll_timeout(), Some(sweep)]
             .into_iter()
             .flatten()
             .min()
@@ -2104,7 +2104,7 @@ impl crate::runtime::Engine for Stack {
     /// Nothing queued, nothing visited every round: no connection in the
     /// ready set (byte streams always are), no hooks, no half-open or
     /// unaccepted connections at a listener (their timers are not in the
-    /// heap), no SCTP association, no frame or output waiting.
+    /// timer set), no SCTP association, no frame or output waiting.
     fn quiescent(&self) -> bool {
         self.ready.is_empty()
             && self.hooks.is_empty()
@@ -2363,7 +2363,7 @@ impl crate::runtime::Engine for Stack {
                     if sent >= POLL_SEGMENTS {
                         mark_ready(ready, sock, id);
                     }
-                    // Its deadline goes in the timer heap after its drain
+                    // Its deadline goes in the timer set after its drain
                     // below, unless it is polled next round anyway.
                     if sock.account(tcp_held, budget) {
                         over.push(id);
@@ -2420,9 +2420,8 @@ impl crate::runtime::Engine for Stack {
                     busy |= did;
                     // A connection polled next round (in the ready set)
                     // looks at its deadlines then: only one that waits
-                    // needs its deadline in the heap. (Most rounds of a
-                    // busy connection push nothing, and the heap holds
-                    // fewer stale entries to pop.)
+                    // needs its deadline in the timer set (most rounds of
+                    // a busy connection touch it not at all).
                     if !sock.ready {
                         if let Some(t) = i.poll_timeout() {
                             if sock.timer_at.is_none_or(|a| t < a) {
