@@ -127,7 +127,18 @@ impl Timers {
         self.get(t).is_some_and(|at| now >= at)
     }
     fn next(&self) -> Option<u64> {
-        self.0.iter().flatten().copied().min()
+        self.0.iter().fold(None, |m, &t| earliest(m, t))
+    }
+}
+
+/// The earlier of two optional deadlines (a fold of `Option`s, without the
+/// iterator adapters `flatten().min()` costs per poll).
+#[inline]
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 
@@ -393,7 +404,17 @@ impl IwarpOverTcp {
         self.state = next;
     }
 
+    #[inline]
     fn ensure_iwarp(&mut self) {
+        // Every segment and poll asks; the connection exists after the
+        // first few.
+        if self.iwarp.is_none() {
+            self.make_iwarp();
+        }
+    }
+
+    #[cold]
+    fn make_iwarp(&mut self) {
         if self.iwarp.is_some()
             || !matches!(
                 self.tcp.state(),
@@ -534,6 +555,13 @@ impl IwarpOverTcp {
             }
             (_, cmd) => self.pending.push_back((cmd, now)),
         }
+    }
+
+    /// Whether posts wait here for full operation (or for their refusal
+    /// once closing): [`drain`](Self::drain) moves them on.
+    #[inline]
+    pub fn holds_posts(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Post work that waited for full operation, and hand completions,
@@ -740,7 +768,20 @@ impl IwarpOverTcp {
     }
 
     /// Close and abort sequencing, and the flush once TCP is done.
+    #[inline]
     fn teardown_progress(&mut self, now: u64) {
+        if self.tcp.state() == TcpState::Established && self.state == State::Operational {
+            // Every poll of a connection in full operation: nothing to
+            // sequence (FIN-WAIT-2's timer is armed only once Closed).
+            self.timers.clear(Timer::FinWait2);
+            return;
+        }
+        self.teardown_sequence(now);
+    }
+
+    /// [`teardown_progress`](Self::teardown_progress) outside full
+    /// operation.
+    fn teardown_sequence(&mut self, now: u64) {
         let state = self.tcp.state();
         // The peer closed (FIN) or the stream died: close our side too.
         if state == TcpState::CloseWait && !self.state.is_closing() {
@@ -851,10 +892,7 @@ impl IwarpOverTcp {
     /// first set inside [`poll`](Self::poll) is in this once that poll
     /// returns).
     pub fn poll_timeout(&self) -> Option<u64> {
-        [self.tcp.poll_timeout(), self.timers.next()]
-            .into_iter()
-            .flatten()
-            .min()
+        earliest(self.tcp.poll_timeout(), self.timers.next())
     }
 }
 

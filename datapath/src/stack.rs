@@ -92,8 +92,9 @@ pub struct StackConfig {
     pub sctp_max_held: usize,
     /// A safety net (ns): every iWARP connection is polled at least this
     /// often. A round polls only the connections in the ready set (a
-    /// segment or a command arrived, or their last poll sent or reported
-    /// something) and those whose next deadline
+    /// segment or a command arrived, or their last poll stopped at its
+    /// segment limit, reported a CM event or moved posts held until full
+    /// operation to the queue pair) and those whose next deadline
     /// ([`IwarpOverTcp::poll_timeout`]: retransmission, probe, MPA, hold
     /// and close timers) has passed, so an idle connection costs a round
     /// nothing; the sweep only bounds how late a deadline missing from
@@ -1163,10 +1164,11 @@ struct Sock {
     /// RTO retransmissions already reported as `tracing` events.
     rto_seen: u64,
     /// In the ready set: polled next round (a segment or command arrived,
-    /// or the last poll did something; see `StackConfig::idle_sweep`).
+    /// or the last poll left work for the next; see
+    /// `StackConfig::idle_sweep`).
     ready: bool,
-    /// The deadline this connection has in the timer heap (the earliest,
-    /// if it has several: later ones are stale and only wake it early).
+    /// Its entry in the timer set: the earliest deadline it had when it
+    /// left the ready set (a later one only wakes it early).
     timer_at: Option<u64>,
     /// The listener (port) whose backlog this connection counts against
     /// until the application accepts it (`StackConfig::backlog`).
@@ -1176,6 +1178,10 @@ struct Sock {
     /// Aborted for the memory budget.
     over_budget: bool,
 }
+
+/// Segments one poll of an iWARP connection may send; one that sends this
+/// many is polled again next round.
+const POLL_SEGMENTS: usize = 64;
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
 fn mark_ready(ready: &mut Vec<SockId>, sock: &mut Sock, id: SockId) {
@@ -1309,8 +1315,12 @@ pub struct Stack {
     /// The ready set: connections to poll next round, each once (its
     /// `Sock::ready` flag); byte streams are always in it.
     ready: Vec<SockId>,
-    /// Connection deadlines, earliest first (`Sock::timer_at`).
-    timers: std::collections::BinaryHeap<std::cmp::Reverse<(u64, SockId)>>,
+    /// Connection deadlines, earliest first: one entry per connection
+    /// (`Sock::timer_at`), set when a polled connection leaves the ready
+    /// set (one in it looks at its deadlines when polled next round). A
+    /// set rather than a heap: an earlier deadline replaces the entry, so
+    /// none goes stale.
+    timers: std::collections::BTreeSet<(u64, SockId)>,
     /// When every connection was last swept into the ready set.
     last_sweep: u64,
     by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
@@ -1357,7 +1367,7 @@ impl Stack {
             ids: Vec::new(),
             ports: Vec::new(),
             ready: Vec::new(),
-            timers: std::collections::BinaryHeap::new(),
+            timers: std::collections::BTreeSet::new(),
             last_sweep: 0,
             by_tuple: HashMap::new(),
             last_rx: None,
@@ -2141,6 +2151,9 @@ impl Stack {
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
+                if let Some(a) = sock.timer_at {
+                    self.timers.remove(&(a, id));
+                }
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }
@@ -2154,13 +2167,13 @@ impl crate::runtime::Engine for Stack {
     type Command = Command;
     type Output = Output;
 
-    /// The earliest of the connections' deadlines (the timer heap; a stale
-    /// entry only wakes the loop early), the interface's (ARP) and the
-    /// idle sweep's.
+    /// The earliest of the connections' deadlines (the timer set; an
+    /// entry a connection's deadline moved past only wakes the loop
+    /// early), the interface's (ARP) and the idle sweep's.
     fn poll_timeout(&self) -> Option<u64> {
-        let heap = self.timers.peek().map(|std::cmp::Reverse((at, _))| *at);
+        let conns = self.timers.first().map(|&(at, _)| at);
         let sweep = self.last_sweep.saturating_add(self.cfg.idle_sweep);
-        [heap, self.iface.poll_timeout(), Some(sweep)]
+        [conns, self.iface.poll_timeout(), Some(sweep)]
             .into_iter()
             .flatten()
             .min()
@@ -2169,7 +2182,7 @@ impl crate::runtime::Engine for Stack {
     /// Nothing queued, nothing visited every round: no connection in the
     /// ready set (byte streams always are), no hooks, no half-open or
     /// unaccepted connections at a listener (their timers are not in the
-    /// heap), no SCTP association, no frame or output waiting.
+    /// timer set), no SCTP association, no frame or output waiting.
     fn quiescent(&self) -> bool {
         self.ready.is_empty()
             && self.hooks.is_empty()
@@ -2229,6 +2242,9 @@ impl crate::runtime::Engine for Stack {
         }
         // A command for a connection wakes it for the next round.
         let target = match &cmd {
+            // Without an SCTP part a post is marked where it is posted
+            // (one lookup of the connection).
+            Command::Iwarp(..) if self.sctp.is_none() => None,
             Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
             Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
             Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
@@ -2272,19 +2288,23 @@ impl crate::runtime::Engine for Stack {
             // Posts.
             Command::IwarpOpening(token, cmd) => self.cmd_iwarp_opening(token, cmd, now),
             Command::Iwarp(id, cmd) => {
-                if let Some(Sock {
-                    kind: SockKind::Iwarp(i),
-                    cq,
-                    ..
-                }) = self.socks.get_mut(&id)
-                {
-                    let out = &mut self.pending_out;
-                    i.post(cmd, now, &self.mem, &mut |o| {
-                        route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
-                    });
-                } else {
-                    self.refuse_post(id, &cmd);
+                let sock = self.socks.get_mut(&id);
+                if let Some(sock) = sock {
+                    mark_ready(&mut self.ready, sock, id);
+                    if let Sock {
+                        kind: SockKind::Iwarp(i),
+                        cq,
+                        ..
+                    } = sock
+                    {
+                        let out = &mut self.pending_out;
+                        i.post(cmd, now, &self.mem, &mut |o| {
+                            route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
+                        });
+                        return;
+                    }
                 }
+                self.refuse_post(id, &cmd);
             }
             // Teardown.
             Command::Close(id) => self.cmd_close(id),
@@ -2364,11 +2384,11 @@ impl Stack {
             ..
         } = self;
         // Connections whose deadline has passed join the ready set.
-        while let Some(&std::cmp::Reverse((at, id))) = timers.peek() {
+        while let Some(&(at, id)) = timers.first() {
             if at > now {
                 break;
             }
-            timers.pop();
+            timers.pop_first();
             if let Some(sock) = socks.get_mut(&id) {
                 if sock.timer_at == Some(at) {
                     sock.timer_at = None;
@@ -2392,23 +2412,36 @@ impl Stack {
                 busy = true;
             }
         }
-        for l in listeners.values_mut() {
-            for (remote, c) in l.listener.half_open_iter_mut() {
-                c.handle_timeout(now);
-                let dst = *remote;
-                busy |= c.poll_transmit(now, 16, &mut |seg| {
-                    Self::emit(iface, stats, dst, seg, now, tx)
-                }) > 0;
+        // Listeners: half-open connections' timers and segments, then
+        // those with an established connection to hand over (after the
+        // connections' polls, which leave listeners alone), in one pass.
+        let mut ports = std::mem::take(&mut self.ports);
+        ports.clear();
+        for (&port, l) in listeners.iter_mut() {
+            if l.listener.half_open_len() > 0 {
+                for (remote, c) in l.listener.half_open_iter_mut() {
+                    c.handle_timeout(now);
+                    let dst = *remote;
+                    busy |= c.poll_transmit(now, 16, &mut |seg| {
+                        Self::emit(iface, stats, dst, seg, now, tx)
+                    }) > 0;
+                }
+                l.listener.settle();
             }
-            l.listener.settle();
+            if l.listener.ready_len() > 0 {
+                ports.push(port);
+            }
         }
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
         // This round polls the ready set (in id order), which fills again
         // for the next round as it goes.
         ids.append(ready);
-        ids.sort_unstable();
-        ids.retain(|&id| {
+        if ids.len() > 1 {
+            ids.sort_unstable();
+        }
+        // (Empty most rounds: a retain of nothing still costs its set-up.)
+        let poll_one = |&id: &SockId| {
             let Some(sock) = socks.get_mut(&id) else {
                 return false; // gone since it became ready
             };
@@ -2429,7 +2462,7 @@ impl Stack {
                 SockKind::Iwarp(i) => {
                     // A segment with a payload fill is built in place in
                     // the device's buffer, its payload written there once.
-                    let sent = i.poll(now, mem, 64, &mut |seg, fill| match fill {
+                    let sent = i.poll(now, mem, POLL_SEGMENTS, &mut |seg, fill| match fill {
                         Some(fill) => {
                             if iface.send_tcp_filled(dst, seg, fill, now, tx).is_err() {
                                 stats.tx_errors += 1;
@@ -2438,33 +2471,27 @@ impl Stack {
                         None => Self::emit(iface, stats, dst, seg, now, tx),
                     });
                     busy |= sent > 0;
-                    let next = i.poll_timeout();
-                    if sent > 0 {
+                    // What it did not send now waits for an ACK (a
+                    // segment), a deadline or a post, each of which wakes
+                    // it; only a poll cut short by the segment limit has
+                    // more to send at once.
+                    if sent >= POLL_SEGMENTS {
                         mark_ready(ready, sock, id);
                     }
-                    if let Some(t) = next {
-                        if sock.timer_at.is_none_or(|a| t < a) {
-                            sock.timer_at = Some(t);
-                            timers.push(std::cmp::Reverse((t, id)));
-                        }
-                    }
+                    // Its deadline goes in the timer set after its drain
+                    // below, unless it is polled next round anyway.
                     if sock.account(tcp_held, budget) {
                         over.push(id);
                     }
                 }
             }
             true
-        });
+        };
+        if !ids.is_empty() {
+            ids.retain(poll_one);
+        }
         // Listeners with an established connection to hand over (settled
         // above, each round).
-        let mut ports = std::mem::take(&mut self.ports);
-        ports.clear();
-        ports.extend(
-            self.listeners
-                .iter()
-                .filter(|(_, l)| l.listener.ready_len() > 0)
-                .map(|(&p, _)| p),
-        );
         for &p in &ports {
             self.accept_ready(p, now);
         }
@@ -2493,13 +2520,35 @@ impl Stack {
                         out(Output::Cm(id, e));
                         did = true;
                     }
+                    // Posts held until full operation go to the queue
+                    // pair in this drain: their FPDUs next round.
+                    let again = did || i.holds_posts();
                     let lat = &mut self.stats.completion_latency;
                     did |= i.drain(now, &self.mem, lat, &mut |o| route(id, o, cq.as_ref(), out));
-                    // Something happened: look again next round.
-                    if did {
-                        mark_ready(&mut self.ready, sock, id);
+                    // A CM event or posts moved: look again next round
+                    // (completions and events of the queue pair need no
+                    // poll of their own).
+                    if again && !sock.ready {
+                        sock.ready = true;
+                        self.ready.push(id);
                     }
                     busy |= did;
+                    // A connection polled next round (in the ready set)
+                    // looks at its deadlines then: only one that waits
+                    // needs its deadline in the timer set (most rounds of
+                    // a busy connection touch it not at all).
+                    if !sock.ready {
+                        if let Some(t) = i.poll_timeout() {
+                            if sock.timer_at.is_none_or(|a| t < a) {
+                                // The later entry it replaces goes: no
+                                // stale entries to pop.
+                                if let Some(a) = sock.timer_at.replace(t) {
+                                    self.timers.remove(&(a, id));
+                                }
+                                self.timers.insert((t, id));
+                            }
+                        }
+                    }
                 }
             }
             self.settle(id);
@@ -2521,26 +2570,30 @@ impl Stack {
         }
         // The memory budget: connections over their own limit, then the
         // context's (`crate::budget`).
-        let mut over = std::mem::take(&mut self.over);
-        for id in over.drain(..) {
-            self.abort_over_budget(id, now, "connection");
-            busy = true;
+        if !self.over.is_empty() {
+            let mut over = std::mem::take(&mut self.over);
+            for id in over.drain(..) {
+                self.abort_over_budget(id, now, "connection");
+                busy = true;
+            }
+            self.over = over;
         }
-        self.over = over;
         let before = self.budget.aborts;
         self.enforce_context_budget(now, sctp_held);
         busy |= self.budget.aborts != before;
         // Run-to-completion application code, after this round's
         // completions reached their CQs; what it posts is handled at the
         // start of the next round.
-        self.hooks.retain_mut(|h| match (h.0)() {
-            HookStatus::Busy => {
-                busy = true;
-                true
-            }
-            HookStatus::Idle => true,
-            HookStatus::Done => false,
-        });
+        if !self.hooks.is_empty() {
+            self.hooks.retain_mut(|h| match (h.0)() {
+                HookStatus::Busy => {
+                    busy = true;
+                    true
+                }
+                HookStatus::Idle => true,
+                HookStatus::Done => false,
+            });
+        }
         busy
     }
 }

@@ -382,6 +382,13 @@ impl<P> ArpCache<P> {
         })
     }
 
+    /// Whether [`poll_request`](Self::poll_request) may have a request at
+    /// `now` (false: it has none).
+    #[inline]
+    pub fn request_due(&self, now: u64) -> bool {
+        now >= self.next_due
+    }
+
     /// The next retransmitted request due at `now`, if any; also fails the
     /// addresses whose last request went unanswered. Loop until `None`.
     pub fn poll_request(&mut self, now: u64) -> Option<ArpRepr> {

@@ -866,7 +866,12 @@ impl Interface {
     }
 
     /// Retransmit due ARP requests (and fail addresses that never answered).
+    #[inline]
     pub fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
+        // Every round of a host asks; ARP rarely has anything due.
+        if !self.arp.request_due(now) {
+            return;
+        }
         while let Some(r) = self.arp.poll_request(now) {
             self.emit_arp(&r, tx);
         }
