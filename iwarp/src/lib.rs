@@ -547,6 +547,10 @@ struct Router {
     accepted: HashMap<u16, VecDeque<(SockId, Ipv4Address)>>,
     cm: HashMap<SockId, VecDeque<CmEvent>>,
     qp_events: HashMap<SockId, VecDeque<QpEvent>>,
+    /// Connections whose TCP is finished (TIME-WAIT or CLOSED: our FIN
+    /// acknowledged and the peer's received, or a reset):
+    /// [`Qp::wait_closed`].
+    finished: HashSet<SockId>,
 }
 
 #[derive(Debug)]
@@ -617,13 +621,13 @@ impl Inner {
                 Output::Iwarp(sock, HostOutput::Event(e)) if r.live.contains(&sock) => {
                     r.qp_events.entry(sock).or_default().push_back(e)
                 }
-                Output::Closed {
-                    sock,
-                    error: Some(_),
-                } if r.live.contains(&sock) => {
-                    r.cm.entry(sock)
-                        .or_default()
-                        .push_back(CmEvent::Disconnected)
+                Output::Closed { sock, error } if r.live.contains(&sock) => {
+                    r.finished.insert(sock);
+                    if error.is_some() {
+                        r.cm.entry(sock)
+                            .or_default()
+                            .push_back(CmEvent::Disconnected)
+                    }
                 }
                 // Completions go to CQ rings; the rest is not used here.
                 _ => {}
@@ -764,11 +768,16 @@ impl Router {
         self.live.remove(&sock);
         self.cm.remove(&sock);
         self.qp_events.remove(&sock);
+        self.finished.remove(&sock);
     }
 
     /// Connections the router still keeps state for (tests: no leak).
     fn tracked(&self) -> usize {
-        self.live.len().max(self.cm.len()).max(self.qp_events.len())
+        self.live
+            .len()
+            .max(self.cm.len())
+            .max(self.qp_events.len())
+            .max(self.finished.len())
     }
 }
 
@@ -2468,6 +2477,31 @@ impl Qp {
                 return self.disconnect_cause();
             }
         }
+    }
+
+    /// Wait until the connection's TCP is finished (TIME-WAIT or CLOSED):
+    /// our FIN acknowledged and the peer's received, or the connection
+    /// reset or timed out. [`wait_disconnected`](Self::wait_disconnected)
+    /// returns as soon as the iWARP stream is over, when the last segments
+    /// of the close (our FIN in LAST-ACK or CLOSING, our ACK of the peer's
+    /// data in FIN-WAIT-2) may still need retransmitting: a process that
+    /// ends then takes its TCP with it (there is no kernel to finish the
+    /// close), and the peer waits for a FIN or an ACK that never comes
+    /// until its retransmissions give up. Once this returns, what the
+    /// round that finished TCP sent has left the device too.
+    /// [`Error::TimedOut`] if not finished within `timeout` (zero: just
+    /// look). Over TCP (MPA) only: an SCTP association reports no such
+    /// end, and this times out.
+    pub fn wait_closed(&self, timeout: Duration) -> Result<(), Error> {
+        let sock = self.sock;
+        self.ctx
+            .inner
+            .wait(timeout, |r| r.finished.contains(&sock).then_some(()))?;
+        // A round ends with its transmissions flushed to the device, and
+        // the loop answers a command only at the start of a round: the
+        // answer means the round that finished TCP (its last ACK, say)
+        // is over, sent frames included.
+        self.ctx.inner.inspect(|_| ())
     }
 
     /// Why the connection ended or is ending (`None` while it runs): as

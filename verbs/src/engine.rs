@@ -22,7 +22,7 @@
 //! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
-//! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for connections the program closed with `rdma_disconnect` to finish closing (what it sent before still arrives) | `2000` |
+//! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for its connections to finish closing, TCP included (what it sent before still arrives, and the peer gets our FIN): those the program closed with `rdma_disconnect`, and those it left open, which exit closes as a kernel closes an exiting process's QPs | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
 //! | `IWARP_SHARE_ADDRESS` | `xdp` only: `yes`: the kernel owns `IWARP_IP` too (a program such as qperf reaches its peer's kernel at the same address for its own TCP control connection); only TCP to the stack's ports reaches the stack: those in `IWARP_LISTEN_PORTS` and `IWARP_LOCAL_PORTS_FROM..=65535`. ARP stays with the kernel. `no`: the address is the stack's alone | `no` |
 //! | `IWARP_LISTEN_PORTS` | with `IWARP_SHARE_ADDRESS=yes`: the ports `rdma_listen` may listen on besides the local range, comma-separated (at most 64); `rdma_listen` on any other fails with `EADDRNOTAVAIL` | none |

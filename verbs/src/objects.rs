@@ -100,8 +100,13 @@ impl QpShared {
 
     /// The connection is up: receives posted since [`take_early`] go to
     /// it, in order, and later posts go straight to it.
-    pub fn attach(&self, conn: iwarp::Qp) -> Result<(), iwarp::Error> {
+    pub fn attach(self: &std::sync::Arc<Self>, conn: iwarp::Qp) -> Result<(), iwarp::Error> {
         write(qp_nums()).insert(conn.id(), self.qp_num);
+        {
+            let mut a = lock(attached());
+            a.retain(|q| q.strong_count() > 0);
+            a.push(std::sync::Arc::downgrade(self));
+        }
         let mut early = lock(&self.early);
         let late = std::mem::take(&mut *early);
         let conn = self.conn.get_or_init(|| conn);
@@ -111,6 +116,13 @@ impl QpShared {
         self.state.store(abi::qps::RTS, Ordering::Release);
         Ok(())
     }
+}
+
+/// The QPs the CM gave a connection, while the program holds them: at
+/// exit those it left open are closed (`linger_at_exit`).
+fn attached() -> &'static Mutex<Vec<std::sync::Weak<QpShared>>> {
+    static A: OnceLock<Mutex<Vec<std::sync::Weak<QpShared>>>> = OnceLock::new();
+    A.get_or_init(|| Mutex::new(Vec::new()))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -790,7 +802,8 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
 /// `ibv_destroy_qp`: an established connection is closed gracefully (as
 /// siw's socket release sends a FIN, not a reset); if `rdma_disconnect`
 /// closes it already, the call waits
-/// (at most `IWARP_LINGER_MS`) for the close to finish, so that what was
+/// (at most `IWARP_LINGER_MS`) for the close to finish, TCP's included
+/// (`Qp::wait_closed`), so that what was
 /// sent before it still arrives even if the process ends next — the
 /// close lives in this process, not in a kernel that outlives it (fio's
 /// job processes leave with `_exit`, past any exit hook).
@@ -806,7 +819,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
     if let Some(c) = q.q.conn.get() {
         if q.q.closing.load(Ordering::Acquire) {
-            let _ = c.wait_disconnected(linger_budget());
+            let _ = c.wait_closed(linger_budget());
         } else {
             // The same grace before our FIN as `rdma_disconnect` gives.
             if let Ok(e) = engine() {
@@ -825,7 +838,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
 /// Connections closing gracefully whose QP the program destroyed: the
 /// process waits for them at exit (`linger_at_exit`), since their close
 /// (and the data sent before it) lives in this process, not in a kernel
-/// that outlives it.
+/// that outlives it. Until TCP is finished, not only until the iWARP
+/// stream is over (`DISCONNECTED`): in LAST-ACK our FIN may still need
+/// retransmitting, in FIN-WAIT-2 the peer's data and FIN our ACK; a
+/// process gone by then leaves its peer waiting for them (a perftest
+/// end that saw `DISCONNECTED` first and left made the other one wait
+/// ~40 s for its own, until its FIN's retransmissions gave up).
 fn lingering() -> &'static Mutex<Vec<std::sync::Arc<QpShared>>> {
     static L: OnceLock<Mutex<Vec<std::sync::Arc<QpShared>>>> = OnceLock::new();
     L.get_or_init(|| Mutex::new(Vec::new()))
@@ -839,25 +857,56 @@ fn linger_budget() -> std::time::Duration {
 
 pub(crate) fn linger(q: std::sync::Arc<QpShared>) {
     let mut l = lock(lingering());
-    // Those already closed need no wait.
+    // Those whose TCP is finished need no wait.
     l.retain(|q| {
         q.conn
             .get()
-            .is_some_and(|c| matches!(c.disconnect_cause(), Ok(None)))
+            .is_some_and(|c| c.wait_closed(std::time::Duration::ZERO).is_err())
     });
     l.push(q);
 }
 
-/// At exit: give connections still closing gracefully up to
-/// `IWARP_LINGER_MS` (default 2000) in all to finish, so that what a
-/// program sent just before `rdma_disconnect` and exit still arrives.
+/// At exit: close the connections the program left open (gracefully,
+/// as `ibv_destroy_qp` does), as the kernel closes an exiting process's
+/// QPs; then give them and those still closing up to `IWARP_LINGER_MS`
+/// (default 2000) in all to finish, TCP included, so that what a program
+/// sent just before `rdma_disconnect` and exit still arrives, and so does
+/// the end of the close its peer waits for. A connection left open
+/// would otherwise end with the process without a FIN: its peer (perftest's
+/// `ib_atomic_lat` client, whose server destroys its CM ids and leaves)
+/// waits for `DISCONNECTED` until its own FIN's retransmissions give up.
 pub(crate) extern "C" fn linger_at_exit() {
     let deadline = std::time::Instant::now() + linger_budget();
-    let list = std::mem::take(&mut *lock(lingering()));
+    let held: Vec<_> = lock(attached())
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    let open: Vec<_> = held
+        .iter()
+        .filter(|q| {
+            q.conn.get().is_some_and(|c| {
+                !q.closing.load(Ordering::Acquire) && matches!(c.disconnect_cause(), Ok(None))
+            })
+        })
+        .collect();
+    if !open.is_empty() {
+        // The same grace before our FIN as `rdma_disconnect` gives.
+        if let Ok(e) = engine() {
+            std::thread::sleep(e.fin_grace);
+        }
+    }
+    for q in open {
+        q.closing.store(true, Ordering::Release);
+        if let Some(c) = q.conn.get() {
+            let _ = c.disconnect();
+        }
+    }
+    let mut list = std::mem::take(&mut *lock(lingering()));
+    list.extend(held);
     for q in list {
         if let Some(c) = q.conn.get() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let _ = c.wait_disconnected(left);
+            let _ = c.wait_closed(left);
         }
     }
 }

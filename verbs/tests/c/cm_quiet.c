@@ -74,10 +74,14 @@ int main(int argc, char **argv)
 			return 2;
 	}
 	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ESTABLISHED));
-	/* Neither end disconnects: each leaves after its window, and a
-	 * process that ends without closing sends nothing here, so the
-	 * other's window sees only what the CM makes up. */
+	/* Neither end disconnects during the windows, so they see only
+	 * what the CM makes up. A process that leaves closes what it left
+	 * open (exit_open.c): the server stays 1 s past its window and the
+	 * client 200 ms, so that neither's close falls in the other's
+	 * window. */
 	ok = quiet(ch, 500);
 	printf("%s: %s\n", argv[1], ok ? "quiet" : "NOT quiet");
+	fflush(stdout);
+	usleep(strcmp(argv[1], "server") ? 200 * 1000 : 1000 * 1000);
 	return ok ? 0 : 1;
 }
