@@ -704,6 +704,7 @@ pub(crate) struct Requests {
 impl Requests {
     /// Pass an output on to `out`, noting the requests it announces and
     /// holding the completions and refusals of those unanswered.
+    #[inline]
     fn pass(&mut self, o: Output, out: &mut dyn FnMut(Output)) {
         // Nearly always: no request unanswered, and this is not one.
         if self.map.is_empty() && !matches!(o, Output::Cm(_, CmEvent::ConnectRequest(_))) {
@@ -1300,8 +1301,9 @@ pub struct Stack {
     gone: Gone,
     /// Requests the application has not answered ([`Requests`]).
     /// Out of the stack for the round's output closure and back (an
-    /// `Option`: no placeholder record made and dropped every round).
-    requests: Option<Requests>,
+    /// `Option` of a box: one pointer moved each way, no placeholder record
+    /// made and dropped every round).
+    requests: Option<Box<Requests>>,
     /// `Connect` tokens of sockets that still exist (for `IwarpOpening`).
     by_token: HashMap<u64, SockId>,
     /// Application code run after every round.
@@ -1360,7 +1362,7 @@ impl Stack {
             mem,
             socks: std::collections::BTreeMap::new(),
             gone: Gone::default(),
-            requests: Some(Requests::default()),
+            requests: Some(Box::default()),
             by_token: HashMap::new(),
             hooks: Vec::new(),
             next_id: 0,
