@@ -14,6 +14,10 @@ target="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo build --release -q -p iwarp-verbs
 out="$target/verbs"
 mkdir -p "$out"
+# One link at a time: tests (and programs) run this script concurrently,
+# and a second link's temporary file must not be moved by the first.
+exec 9>"$out/.build.lock"
+flock 9
 # The stack links the DPDK shim (the iwarp crate opens DPDK contexts too):
 # DPDK's shared libraries where the machine has them.
 dpdk_libs="$(pkg-config --libs libdpdk 2>/dev/null || true)"
