@@ -136,6 +136,8 @@ impl Reassembly {
             (off - self.buf_base) as usize,
             (end - self.buf_base) as usize,
         );
+        // (`>=` for the first `>` is an equivalent mutant: a resize to the
+        // same length does nothing, and `need` then fits the capacity.)
         if need > self.buf.len() {
             if need > self.buf.capacity() {
                 let want = (2 * self.buf.capacity()).clamp(need, limit.max(need));
@@ -223,6 +225,9 @@ impl Reassembly {
             .filter(move |&o| o >= base)
             .filter_map(|o| {
                 let (&s, &e) = self.ranges.range(..=o).next_back()?;
+                // Always true: a reported offset starts a held segment,
+                // and its range only grows until delivered (then `o` is
+                // below `base`); so `<=` here is an equivalent mutant.
                 (o < e).then_some((s, e))
             })
             .enumerate()
@@ -286,6 +291,26 @@ mod tests {
         // Extending a held range is still fine.
         assert_eq!(r.insert(0, 9, b"z", 4, 100), Insert::Held);
         assert_eq!(r.ranges(), 4);
+    }
+
+    /// A segment that ends exactly at the buffer's capacity fits: the
+    /// buffer does not grow (what a peer makes us hold is what it sent,
+    /// plus the doubling room of an earlier growth, not a second doubling).
+    #[test]
+    fn a_segment_ending_at_the_capacity_does_not_grow_the_buffer() {
+        let mut r = Reassembly::default();
+        assert_eq!(r.insert(0, 1, &[1; 10], 8, 1000), Insert::Held);
+        // Past the capacity: it grows, doubling (to at least 2 × 11).
+        assert_eq!(r.insert(0, 12, &[2; 2], 8, 1000), Insert::Held);
+        let cap = r.capacity();
+        assert!(cap > r.buffered(), "room to grow: {cap} > {}", r.buffered());
+        // A segment ending exactly at the capacity (in buffer offsets, the
+        // buffer starting at base 0).
+        let off = cap as u64 - 2;
+        assert!(off > 14, "a gap before it");
+        assert_eq!(r.insert(0, off, &[3; 2], 8, 1000), Insert::Held);
+        assert_eq!(r.buffered(), cap);
+        assert_eq!(r.capacity(), cap, "no growth for a segment that fits");
     }
 
     #[test]
