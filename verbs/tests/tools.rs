@@ -424,8 +424,9 @@ fn qperf_field(out: &str, name: &str) -> Option<(f64, String)> {
 }
 
 /// A qperf field in the base unit of its kind: seconds for a time,
-/// bytes per second for a rate, a plain count otherwise (qperf's
-/// prefixes are decimal).
+/// bytes per second for a rate, a plain count otherwise (qperf's rate and
+/// count prefixes are decimal; its byte totals switch to binary ones,
+/// `314 MiB (329,252,864)`, once they are large).
 fn qperf_value(out: &str, name: &str) -> f64 {
     let (n, unit) =
         qperf_field(out, name).unwrap_or_else(|| panic!("no `{name} =` line in\n{out}"));
@@ -437,6 +438,9 @@ fn qperf_value(out: &str, name: &str) -> f64 {
         "K" | "KB" | "KB/sec" | "K/sec" => 1e3,
         "M" | "MB" | "MB/sec" | "M/sec" => 1e6,
         "G" | "GB" | "GB/sec" | "G/sec" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
         other => panic!("{name}: unit {other:?} unknown in\n{out}"),
     };
     n * scale
@@ -553,11 +557,13 @@ fn qperf_rc_rdma_read_bw_runs_unmodified_on_both_ends() {
 #[test]
 fn qperf_output_is_read_in_its_units() {
     let out = "rc_rdma_write_lat:\n    latency         =    158 us\n    \
-               loc_send_msgs   =  6,342 \n    bw  =  1.5 GB/sec\n    use_cm =      1 \n";
+               loc_send_msgs   =  6,342 \n    bw  =  1.5 GB/sec\n    use_cm =      1 \n    \
+               recv_bytes    =    314 MiB (329,252,864)\n";
     assert!((qperf_value(out, "latency") - 158e-6).abs() < 1e-12);
     assert_eq!(qperf_value(out, "loc_send_msgs"), 6342.0);
     assert_eq!(qperf_value(out, "bw"), 1.5e9);
     assert_eq!(qperf_value(out, "use_cm"), 1.0);
+    assert_eq!(qperf_value(out, "recv_bytes"), 314.0 * 1024.0 * 1024.0);
     assert!(qperf_field(out, "loc_recv_msgs").is_none());
 }
 
