@@ -96,11 +96,7 @@ impl FrameDevice for MemDevice {
     /// Builds straight into the `Vec` that crosses the link (no second
     /// copy); refused unbuilt while the link is full.
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        if self.tx.is_full() {
-            return false;
-        }
-        let mut frame = vec![0u8; len];
-        build(&mut frame) && self.send(frame)
+        self.tx_build_upto(len, &mut |b| build(b).then_some(len))
     }
     /// As [`tx_build`](Self::tx_build), cut to the length `build` returns.
     fn tx_build_upto(
