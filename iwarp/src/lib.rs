@@ -85,8 +85,8 @@ pub use iwarp_frame::{Doorbell, FrameDevice};
 pub use iwarp_memreg::{OutOfBounds, Region};
 pub use iwarp_proto::mem::{Access, AccessError, MemError, PdId, STag};
 pub use iwarp_proto::qp::{
-    DisconnectCause, InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode, WcStatus,
-    WorkRequest, MAX_INLINE, MAX_SGE,
+    Atomic, DisconnectCause, InlineData, PostError, QpEvent, RtrKind, SgList, Sge, WcOpcode,
+    WcStatus, WorkRequest, MAX_INLINE, MAX_SGE,
 };
 pub use iwarp_proto::wire::{TermCode, TerminateRepr};
 /// The AF_XDP backend (`iwarp-xdp`, feature `xdp`): [`xdp::XskMode`],

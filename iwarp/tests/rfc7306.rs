@@ -1,6 +1,6 @@
 //! RFC 7306 through the Rust API over the simulated link: RDMA Write with
 //! Immediate (the receiver's completion carries the immediate), Fetch and
-//! Add, Compare and Swap, and the responder's refusals (no remote-atomic
+//! Add, Compare and Swap, their masked forms and Swap, and the responder's refusals (no remote-atomic
 //! access, a misaligned target) as the requester sees them.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
@@ -9,8 +9,8 @@ use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use iwarp::{
-    AcceptOptions, Access, ConnectOptions, Context, ListenOptions, QpEvent, Status, TermCode,
-    Transport, WcOpcode, WcStatus, WorkRequest,
+    AcceptOptions, Access, Atomic, ConnectOptions, Context, ListenOptions, QpEvent, Status,
+    TermCode, Transport, WcOpcode, WcStatus, WorkRequest,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -176,6 +176,79 @@ fn atomics(p: Pair) {
     drop(p.sqp);
 }
 
+#[test]
+fn masked_atomics_and_swap() {
+    masked_atomics(connected(9705, 0));
+}
+
+/// RFC 7306's masks through the API (`WorkRequest::Atomic`): Fetch and Add
+/// by 32-bit fields, a Swap of the low 16 bits, a Compare and Swap that
+/// compares and stores only the low octet.
+fn masked_atomics(p: Pair) {
+    // target[8] = 40, target[16] = 7, both host order.
+    p.cqp
+        .post_send(WorkRequest::Atomic {
+            wr_id: 1,
+            signaled: true,
+            local: p.local.sge(0, 8),
+            remote_stag: p.target.stag(),
+            remote_to: p.target.sge(8, 8).to,
+            // Low field 40 + 0xffff_ffd8 wraps to 0 without carrying.
+            op: Atomic::FetchAdd {
+                add: 0x0000_0005_ffff_ffd8,
+                field_mask: 0x8000_0000_8000_0000,
+            },
+        })
+        .unwrap();
+    p.cqp
+        .post_send(WorkRequest::Atomic {
+            wr_id: 2,
+            signaled: true,
+            local: p.local.sge(8, 8),
+            remote_stag: p.target.stag(),
+            remote_to: p.target.sge(16, 8).to,
+            op: Atomic::Swap {
+                swap: 0xdead_beef_0000_1234,
+                swap_mask: 0xffff,
+            },
+        })
+        .unwrap();
+    p.cqp
+        .post_send(WorkRequest::Atomic {
+            wr_id: 3,
+            signaled: true,
+            local: p.local.sge(16, 8),
+            remote_stag: p.target.stag(),
+            remote_to: p.target.sge(16, 8).to,
+            // 0x1234 against 0xff34: only the low octet is compared.
+            op: Atomic::CmpSwap {
+                compare: 0xff34,
+                compare_mask: 0xff,
+                swap: 0xffff_ffff_ffff_ff56,
+                swap_mask: 0xff,
+            },
+        })
+        .unwrap();
+    for (id, op) in [
+        (1, WcOpcode::FetchAdd),
+        (2, WcOpcode::Swap),
+        (3, WcOpcode::CmpSwap),
+    ] {
+        let wc = p.ccq.wait(T).unwrap();
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.status, wc.byte_len),
+            (id, Some(op), Status::Wc(WcStatus::Success), 8)
+        );
+    }
+    assert_eq!(u64_at(&p.local, 0), 40);
+    assert_eq!(u64_at(&p.target, 8), 0x0000_0005_0000_0000);
+    assert_eq!(u64_at(&p.local, 8), 7);
+    assert_eq!(u64_at(&p.local, 16), 0x1234);
+    assert_eq!(u64_at(&p.target, 16), 0x1256);
+    assert!(p.scq.poll_one().is_none());
+    drop(p.sqp);
+}
+
 fn refused(p: &Pair, remote: &iwarp::Mr, offset: u64, code: TermCode) {
     p.cqp
         .post_send(WorkRequest::FetchAdd {
@@ -276,4 +349,6 @@ fn rfc7306_over_sctp_on_the_simulated_link() {
     write_with_immediate(p);
     let (server, client) = Context::sim_pair();
     atomics(connected_over(server, client, 9722, 0, Transport::Sctp));
+    let (server, client) = Context::sim_pair();
+    masked_atomics(connected_over(server, client, 9723, 0, Transport::Sctp));
 }

@@ -19,7 +19,8 @@
 //! * RFC 5040 §4.8, §7.1 Terminate contents: `TermInfo` builders;
 //! * RFC 5040 §6.1 ORD/IRD limits: `Tx::next_job` and the QN 1 buffer check.
 //! * RFC 7306 Immediate Data and Atomics: [`WorkRequest::WriteImm`],
-//!   [`WorkRequest::FetchAdd`], [`WorkRequest::CmpSwap`]; the responder's
+//!   [`WorkRequest::FetchAdd`], [`WorkRequest::CmpSwap`], the masked
+//!   forms and Swap in [`WorkRequest::Atomic`]; the responder's
 //!   checks and execution at delivery of the Atomic Request (`Rx::end`),
 //!   its Atomic Response queued with the Read Responses and bounded with
 //!   them by the IRD;
@@ -484,6 +485,76 @@ pub enum WorkRequest {
         /// Stored when the comparison holds.
         swap: u64,
     },
+    /// An RFC 7306 atomic with the masks the Atomic Request carries
+    /// ([`Atomic`]: Fetch and Add by fields, Swap, Compare and Swap on
+    /// selected bits). Like [`FetchAdd`](Self::FetchAdd) otherwise: the
+    /// target's value before the operation is placed in `local` (8
+    /// octets), and the request counts against ORD.
+    Atomic {
+        /// Caller's id.
+        wr_id: u64,
+        /// Complete on success too (failures always complete).
+        signaled: bool,
+        /// Where the original value goes (8 octets).
+        local: Sge,
+        /// Peer's STag (remote atomic access).
+        remote_stag: STag,
+        /// Peer's tagged offset (8-octet aligned).
+        remote_to: u64,
+        /// The operation and its masks.
+        op: Atomic,
+    },
+}
+
+/// An RFC 7306 atomic operation with its masks, as the Atomic Request's
+/// Add-or-Swap Data/Mask and Compare Data/Mask fields carry them
+/// ([`AtomicRequest`](crate::wire::AtomicRequest); executed by
+/// [`AtomicRequest::apply`](crate::wire::AtomicRequest::apply)). `T` is
+/// the target's 64-bit value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Atomic {
+    /// Fetch and Add by fields (AtomicOp 0000b): each set bit of
+    /// `field_mask` is the most significant bit of a field, and no carry
+    /// leaves a field; `field_mask` 0 is one 64-bit add (what
+    /// [`WorkRequest::FetchAdd`] sends).
+    FetchAdd {
+        /// Added to the target, field by field.
+        add: u64,
+        /// Field boundaries (the Add Mask).
+        field_mask: u64,
+    },
+    /// Swap (AtomicOp 0001b): `T = (T & !swap_mask) | (swap & swap_mask)`,
+    /// unconditionally.
+    Swap {
+        /// The bits stored.
+        swap: u64,
+        /// Which bits are stored (the Swap Mask).
+        swap_mask: u64,
+    },
+    /// Compare and Swap (AtomicOp 0010b): when `(T ^ compare) &
+    /// compare_mask == 0`, `T = (T & !swap_mask) | (swap & swap_mask)`.
+    /// All-ones masks are [`WorkRequest::CmpSwap`].
+    CmpSwap {
+        /// Compared with the target.
+        compare: u64,
+        /// Which bits are compared (the Compare Mask).
+        compare_mask: u64,
+        /// The bits stored when the comparison holds.
+        swap: u64,
+        /// Which bits are stored (the Swap Mask).
+        swap_mask: u64,
+    },
+}
+
+impl Atomic {
+    /// The completion opcode of a request carrying this operation.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            Atomic::FetchAdd { .. } => WcOpcode::FetchAdd,
+            Atomic::Swap { .. } => WcOpcode::Swap,
+            Atomic::CmpSwap { .. } => WcOpcode::CmpSwap,
+        }
+    }
 }
 
 impl WorkRequest {
@@ -497,7 +568,8 @@ impl WorkRequest {
             | WorkRequest::Read { wr_id, .. }
             | WorkRequest::WriteImm { wr_id, .. }
             | WorkRequest::FetchAdd { wr_id, .. }
-            | WorkRequest::CmpSwap { wr_id, .. } => wr_id,
+            | WorkRequest::CmpSwap { wr_id, .. }
+            | WorkRequest::Atomic { wr_id, .. } => wr_id,
         }
     }
     /// Whether success produces a completion.
@@ -510,7 +582,8 @@ impl WorkRequest {
             | WorkRequest::Read { signaled, .. }
             | WorkRequest::WriteImm { signaled, .. }
             | WorkRequest::FetchAdd { signaled, .. }
-            | WorkRequest::CmpSwap { signaled, .. } => signaled,
+            | WorkRequest::CmpSwap { signaled, .. }
+            | WorkRequest::Atomic { signaled, .. } => signaled,
         }
     }
     /// The local buffers (empty for inline requests).
@@ -520,9 +593,9 @@ impl WorkRequest {
             | WorkRequest::Write { local, .. }
             | WorkRequest::Read { local, .. }
             | WorkRequest::WriteImm { local, .. } => local,
-            WorkRequest::FetchAdd { local, .. } | WorkRequest::CmpSwap { local, .. } => {
-                SgList::from(local)
-            }
+            WorkRequest::FetchAdd { local, .. }
+            | WorkRequest::CmpSwap { local, .. }
+            | WorkRequest::Atomic { local, .. } => SgList::from(local),
             WorkRequest::SendInline { .. } | WorkRequest::WriteInline { .. } => SgList::EMPTY,
         }
     }
@@ -536,7 +609,8 @@ impl WorkRequest {
             | WorkRequest::Read { signaled, .. }
             | WorkRequest::WriteImm { signaled, .. }
             | WorkRequest::FetchAdd { signaled, .. }
-            | WorkRequest::CmpSwap { signaled, .. } => *signaled = on,
+            | WorkRequest::CmpSwap { signaled, .. }
+            | WorkRequest::Atomic { signaled, .. } => *signaled = on,
         }
         self
     }
@@ -577,6 +651,8 @@ pub enum WcOpcode {
     FetchAdd,
     /// A Compare and Swap's original value was placed (RFC 7306).
     CmpSwap,
+    /// A Swap's original value was placed (RFC 7306, [`Atomic::Swap`]).
+    Swap,
 }
 
 /// Outcome of a work request.
@@ -1332,6 +1408,7 @@ impl Qp {
                     WorkRequest::WriteImm { .. } => WcOpcode::WriteImm,
                     WorkRequest::FetchAdd { .. } => WcOpcode::FetchAdd,
                     WorkRequest::CmpSwap { .. } => WcOpcode::CmpSwap,
+                    WorkRequest::Atomic { op, .. } => op.wc_opcode(),
                 };
                 let len = wr.len();
                 self.completions.push_back((

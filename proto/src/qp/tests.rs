@@ -2174,6 +2174,156 @@ fn atomic_request_and_response_literal_bytes() {
     assert_eq!(u64_at(&b.mem, t, 0), 6);
 }
 
+fn atomic(wr_id: u64, local: Sge, stag: STag, to: u64, op: Atomic) -> WorkRequest {
+    WorkRequest::Atomic {
+        wr_id,
+        signaled: true,
+        local,
+        remote_stag: stag,
+        remote_to: to,
+        op,
+    }
+}
+
+/// The masked forms and Swap: the Atomic Request's bytes as Wireshark's
+/// `dissect_iwarp_atomic` reads them (AtomicOp in the low 4 bits of the
+/// first word, then Request Identifier, Remote STag, Remote TO, Add-or-Swap
+/// Data and Mask, Compare Data and Mask; ARCHITECTURE.md, "RFC 7306"), and
+/// the responder's execution.
+#[test]
+fn masked_atomics_and_swap_literal_bytes_and_semantics() {
+    let mut a = End::new(200);
+    let mut b = End::new(200);
+    let t = target(
+        &mut b,
+        Access::REMOTE_ATOMIC,
+        &[0x1122_3344_5566_7788, 0x0000_0001_ffff_ffff, 0xab03, 0xab04],
+    );
+    let local = a.reg(vec![0xee; 32], Access::LOCAL_WRITE);
+    // Swap only the low 16 bits.
+    a.qp.post_send(
+        &a.mem,
+        atomic(
+            1,
+            sge(local, 0, 8),
+            t,
+            0,
+            Atomic::Swap {
+                swap: 0xaaaa_bbbb_cccc_dddd,
+                swap_mask: 0xffff,
+            },
+        ),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    let mut want = vec![
+        0, 70, 0x41, 0x4a, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0,
+    ];
+    want.extend([0, 0, 0, 1]); // reserved | AtomicOp 0001b (Swap)
+    want.extend([0, 0, 0, 0]); // Request Identifier 0
+    want.extend(t.0.to_be_bytes());
+    want.extend([0; 8]); // Remote TO
+    want.extend([0xaa, 0xaa, 0xbb, 0xbb, 0xcc, 0xcc, 0xdd, 0xdd]); // Swap Data
+    want.extend([0, 0, 0, 0, 0, 0, 0xff, 0xff]); // Swap Mask
+    want.extend([0; 16]); // Compare Data, Compare Mask (unused by Swap)
+    assert_eq!(&out[..2 + 70], &want[..]);
+    b.qp.receive(&out, &mut b.mem);
+    // Two 32-bit fields: the low one wraps without carrying into the high one.
+    a.qp.post_send(
+        &a.mem,
+        atomic(
+            2,
+            sge(local, 8, 8),
+            t,
+            8,
+            Atomic::FetchAdd {
+                add: 0x0000_0002_0000_0001,
+                field_mask: 0x8000_0000_8000_0000,
+            },
+        ),
+    )
+    .unwrap();
+    // Compare only the low octet (03 matches), store only the low octet.
+    a.qp.post_send(
+        &a.mem,
+        atomic(
+            3,
+            sge(local, 16, 8),
+            t,
+            16,
+            Atomic::CmpSwap {
+                compare: 0xff03,
+                compare_mask: 0xff,
+                swap: 0x7709,
+                swap_mask: 0xff,
+            },
+        ),
+    )
+    .unwrap();
+    // The low octet differs (04 against 03): nothing stored.
+    a.qp.post_send(
+        &a.mem,
+        atomic(
+            4,
+            sge(local, 24, 8),
+            t,
+            24,
+            Atomic::CmpSwap {
+                compare: 0xab03,
+                compare_mask: 0xff,
+                swap: 0,
+                swap_mask: u64::MAX,
+            },
+        ),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    a.qp.poll_transmit(&a.mem, &mut out, usize::MAX, usize::MAX);
+    // The Fetch and Add's request: AtomicOp 0000b, Add Mask as given.
+    assert_eq!(&out[..4], &[0, 70, 0x41, 0x4a]);
+    assert_eq!(&out[20..24], &[0, 0, 0, 0]);
+    assert_eq!(&out[40..48], &0x0000_0002_0000_0001u64.to_be_bytes());
+    assert_eq!(&out[48..56], &0x8000_0000_8000_0000u64.to_be_bytes());
+    // The masked Compare and Swap's (after the first FPDU's CRC): AtomicOp
+    // 0010b and its four fields.
+    let second = 2 + 70 + 4;
+    assert_eq!(&out[second..second + 4], &[0, 70, 0x41, 0x4a]);
+    assert_eq!(&out[second + 20..second + 24], &[0, 0, 0, 2]);
+    assert_eq!(
+        &out[second + 40..second + 72],
+        &[
+            0, 0, 0, 0, 0, 0, 0x77, 0x09, // Swap Data
+            0, 0, 0, 0, 0, 0, 0, 0xff, // Swap Mask
+            0, 0, 0, 0, 0, 0, 0xff, 0x03, // Compare Data
+            0, 0, 0, 0, 0, 0, 0, 0xff, // Compare Mask
+        ]
+    );
+    b.qp.receive(&out, &mut b.mem);
+    pump(&mut a, &mut b);
+    assert_eq!(u64_at(&b.mem, t, 0), 0x1122_3344_5566_dddd);
+    assert_eq!(u64_at(&b.mem, t, 8), 0x0000_0003_0000_0000);
+    assert_eq!(u64_at(&b.mem, t, 16), 0xab09);
+    assert_eq!(u64_at(&b.mem, t, 24), 0xab04);
+    assert_eq!(u64_at(&a.mem, local, 0), 0x1122_3344_5566_7788);
+    assert_eq!(u64_at(&a.mem, local, 8), 0x0000_0001_ffff_ffff);
+    assert_eq!(u64_at(&a.mem, local, 16), 0xab03);
+    assert_eq!(u64_at(&a.mem, local, 24), 0xab04);
+    let c = comps(&mut a.qp);
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcOpcode::Swap, WcStatus::Success, 8),
+            (2, WcOpcode::FetchAdd, WcStatus::Success, 8),
+            (3, WcOpcode::CmpSwap, WcStatus::Success, 8),
+            (4, WcOpcode::CmpSwap, WcStatus::Success, 8),
+        ]
+    );
+    assert!(comps(&mut b.qp).is_empty());
+}
+
 #[test]
 fn atomic_without_remote_atomic_access_is_refused() {
     let mut a = End::new(200);

@@ -64,7 +64,8 @@ impl Qp {
             }
             WorkRequest::WriteImm { .. }
             | WorkRequest::FetchAdd { .. }
-            | WorkRequest::CmpSwap { .. } => return self.post_rfc7306(mem, wr, tag),
+            | WorkRequest::CmpSwap { .. }
+            | WorkRequest::Atomic { .. } => return self.post_rfc7306(mem, wr, tag),
             WorkRequest::SendInline { data, .. } | WorkRequest::WriteInline { data, .. } => {
                 // One FPDU: header + payload within the MULPDU.
                 if UNTAGGED_HEADER_LEN + data.as_slice().len() > usize::from(self.cfg.mulpdu) {
@@ -90,7 +91,9 @@ impl Qp {
         tag: u64,
     ) -> Result<(), PostError> {
         match wr {
-            WorkRequest::FetchAdd { local, .. } | WorkRequest::CmpSwap { local, .. } => {
+            WorkRequest::FetchAdd { local, .. }
+            | WorkRequest::CmpSwap { local, .. }
+            | WorkRequest::Atomic { local, .. } => {
                 // RFC 7306 §5: requests count against ORD, as Reads do.
                 if self.cfg.ord == 0 {
                     return Err(PostError::NoOrd);
@@ -337,7 +340,8 @@ impl Qp {
             SqWork::Wr(
                 wr @ (WorkRequest::WriteImm { .. }
                 | WorkRequest::FetchAdd { .. }
-                | WorkRequest::CmpSwap { .. }),
+                | WorkRequest::CmpSwap { .. }
+                | WorkRequest::Atomic { .. }),
             ) => self.rfc7306_job(seq, wr, blank)?,
             SqWork::Rtr(RtrKind::ZeroLengthFpdu) => Job {
                 origin: JobOrigin::Sq(seq),
@@ -449,6 +453,40 @@ impl Qp {
                     add_swap_mask: u64::MAX,
                     compare,
                     compare_mask: u64::MAX,
+                };
+                self.atomic_request_job(seq, local, req, blank)
+            }
+            WorkRequest::Atomic {
+                local,
+                remote_stag,
+                remote_to,
+                op,
+                ..
+            } => {
+                if self.ord_full() {
+                    return None;
+                }
+                let (op, add_swap, add_swap_mask, compare, compare_mask) = match op {
+                    Atomic::FetchAdd { add, field_mask } => {
+                        (AtomicOp::FetchAdd, add, field_mask, 0, 0)
+                    }
+                    Atomic::Swap { swap, swap_mask } => (AtomicOp::Swap, swap, swap_mask, 0, 0),
+                    Atomic::CmpSwap {
+                        compare,
+                        compare_mask,
+                        swap,
+                        swap_mask,
+                    } => (AtomicOp::CmpSwap, swap, swap_mask, compare, compare_mask),
+                };
+                let req = AtomicRequest {
+                    op,
+                    req_id: 0,
+                    stag: remote_stag.0,
+                    to: remote_to,
+                    add_swap,
+                    add_swap_mask,
+                    compare,
+                    compare_mask,
                 };
                 self.atomic_request_job(seq, local, req, blank)
             }
