@@ -1141,10 +1141,12 @@ fn work_request(w: &IbvSendWr, sig_all: bool) -> Result<WorkRequest, c_int> {
                 }
             }
         }
-        // RFC 7306 has no Send with Immediate (its Immediate Data message
-        // completes at the receiver as RDMA Write with immediate), and
-        // memory windows and local invalidation are not in this library
-        // yet; as siw does for an opcode it lacks.
+        // Send with Immediate: the wire has no Send carrying an immediate
+        // (RFC 7306's Immediate Data is a message of its own that consumes
+        // a receive buffer of its own; ARCHITECTURE.md, "RFC 7306"), so
+        // EINVAL, as iw_cxgb4 and irdma answer on iWARP. Memory windows and
+        // local invalidation are not in this library yet; as siw does for
+        // an opcode it lacks.
         _ => return Err(libc::EINVAL),
     })
 }

@@ -494,7 +494,13 @@ mod tests {
         assert_eq!(c.reserved(), 3);
         assert_eq!(c.opcode(), Opcode::Reserved(0xc));
         assert_eq!(Opcode::Reserved(0xc).bits(), 0xc);
-        // RFC 7306 §4 code points, with the queue each must use.
+        // RFC 7306 code points, with the queue each must use: urdma's
+        // `rdmap_opcode_{imm_data, imm_data_se, atomic_request,
+        // atomic_response}` = 8..11 and its queues (requests on
+        // `ddp_queue_read_request` 1, responses on
+        // `ddp_queue_atomic_response` 3); Chelsio's `FW_RI_SEND_IMMEDIATE`
+        // 0x8 .. `FW_RI_ATOMIC_RESPONSE` 0xb; Wireshark's 0x0A/0x0B
+        // (ARCHITECTURE.md, "RFC 7306").
         for (bits, op, qn) in [
             (8, Opcode::ImmediateData, 0),
             (9, Opcode::ImmediateDataSe, 0),

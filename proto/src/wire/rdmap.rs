@@ -11,8 +11,11 @@
 //! ```
 //!
 //! Sources of these layouts are recorded in ARCHITECTURE.md, "RFC 7306":
-//! the atomic bodies and sub-opcodes are the ones Wireshark 4.0's
-//! `packet-iwarp-ddp-rdmap.c` decodes (`iwarp_rdma.atomic.*`).
+//! the atomic bodies and sub-opcodes are the ones Wireshark's
+//! `packet-iwarp-ddp-rdmap.c` decodes (`iwarp_rdma.atomic.*`), with the
+//! same offsets as urdma's `rdmap_atomicreq_packet`; the queue numbers
+//! are urdma's. The RFC's text itself could not be read, so the `§`
+//! numbers beside this code are unchecked.
 
 use super::{be32, be64, need, put32, put64, WireError};
 
@@ -370,6 +373,55 @@ mod tests {
         let mut c = b;
         c[3] = 0x0f;
         assert_eq!(AtomicRequest::parse(&c).unwrap().op, AtomicOp::Unknown(15));
+    }
+
+    /// A Swap (AtomicOp 0001b) of the low 16 bits and a masked Fetch and
+    /// Add (0000b), at the offsets Wireshark's `dissect_iwarp_atomic` and
+    /// urdma's `rdmap_atomicreq_packet` agree on.
+    #[test]
+    fn swap_and_masked_add_literal_bytes() {
+        let b: [u8; 52] = [
+            0x00, 0x00, 0x00, 0x01, // reserved | AtomicOp 1 (Swap)
+            0x00, 0x00, 0x00, 0x03, // request identifier
+            0x00, 0x00, 0x56, 0x78, // remote STag
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x70, 0x08, // remote TO
+            0xaa, 0xaa, 0xbb, 0xbb, 0xcc, 0xcc, 0xdd, 0xdd, // swap data
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, // swap mask
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // compare data
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // compare mask
+        ];
+        let r = AtomicRequest::parse(&b).unwrap();
+        assert_eq!(
+            r,
+            AtomicRequest {
+                op: AtomicOp::Swap,
+                req_id: 3,
+                stag: 0x5678,
+                to: 0x7008,
+                add_swap: 0xaaaa_bbbb_cccc_dddd,
+                add_swap_mask: 0xffff,
+                compare: 0,
+                compare_mask: 0,
+            }
+        );
+        assert_eq!(r.to_bytes(), b);
+        assert_eq!(r.apply(0x1122_3344_5566_7788), Some(0x1122_3344_5566_dddd));
+        let mut a = b;
+        a[3] = 0x00; // AtomicOp 0 (Fetch and Add)
+        a[20..28].copy_from_slice(&[0, 0, 0, 2, 0, 0, 0, 1]); // add data
+        a[28..36].copy_from_slice(&[0x80, 0, 0, 0, 0x80, 0, 0, 0]); // add mask
+        let r = AtomicRequest::parse(&a).unwrap();
+        assert_eq!(
+            (r.op, r.add_swap, r.add_swap_mask),
+            (
+                AtomicOp::FetchAdd,
+                0x0000_0002_0000_0001,
+                0x8000_0000_8000_0000
+            )
+        );
+        assert_eq!(r.to_bytes(), a);
+        // Two 32-bit fields: the low one wraps and does not carry.
+        assert_eq!(r.apply(0x0000_0001_ffff_ffff), Some(0x0000_0003_0000_0000));
     }
 
     #[test]
