@@ -1,6 +1,6 @@
 //! RFC 7306 Immediate Data parser: never panics; takes exactly 8 octets
 //! (RFC 7306 §6), which re-emit unchanged and parse back equal; the verbs
-//! 32-bit immediate is the last four.
+//! 32-bit immediate is the first four (as iw_cxgb4 places it).
 #![no_main]
 use iwarp_proto::wire::rdmap::IMMEDIATE_DATA_LEN;
 use iwarp_proto::wire::ImmediateData;
@@ -19,6 +19,6 @@ fuzz_target!(|data: &[u8]| {
         ImmediateData::parse(&buf).expect("re-emitted body parses"),
         d
     );
-    assert_eq!(d.imm32().to_be_bytes(), data[4..]);
+    assert_eq!(d.imm32().to_be_bytes(), data[..4]);
     assert!(d.emit(&mut buf[..IMMEDIATE_DATA_LEN - 1]).is_err());
 });

@@ -2088,7 +2088,7 @@ fn immediate_data_is_untagged_qn0_with_eight_octets_on_the_wire() {
         &out[..28],
         &[
             0, 26, 0x41, 0x48, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, // header
-            0, 0, 0, 0, 1, 2, 3, 4, // Immediate Data
+            1, 2, 3, 4, 0, 0, 0, 0, // Immediate Data: imm32 first, as iw_cxgb4
         ]
     );
 }

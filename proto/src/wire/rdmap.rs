@@ -284,8 +284,12 @@ impl AtomicResponse {
 
 /// RFC 7306 Immediate Data body: 8 octets the Data Sink delivers with the
 /// completion of the receive buffer the message consumes. The verbs
-/// 32-bit immediate travels as the last four octets (a big-endian 64-bit
-/// value below 2^32); the first four are zero.
+/// 32-bit immediate travels as the first four octets (network order) and
+/// the last four are zero, where Chelsio's iw_cxgb4 puts it: its Write
+/// with Immediate work request and receive CQE hold the 64-bit field as
+/// `union { struct { __be32 imm_data32; u32 reserved; } ib_imm_data;
+/// __be64 imm_data64; }` ("iWARP protocol supports 64 bit immediate data
+/// but rdma api limits it to 32bit"; ARCHITECTURE.md, "RFC 7306").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ImmediateData(pub [u8; IMMEDIATE_DATA_LEN]);
 
@@ -293,12 +297,13 @@ impl ImmediateData {
     /// The verbs 32-bit immediate in the body.
     pub fn from_imm32(imm: u32) -> Self {
         let mut a = [0u8; IMMEDIATE_DATA_LEN];
-        a[4..].copy_from_slice(&imm.to_be_bytes());
+        a[..4].copy_from_slice(&imm.to_be_bytes());
         ImmediateData(a)
     }
-    /// The last four octets as the verbs 32-bit immediate.
+    /// The first four octets as the verbs 32-bit immediate (the last four
+    /// are not delivered: verbs has 32 bits).
     pub fn imm32(&self) -> u32 {
-        be32(&self.0, 4)
+        be32(&self.0, 0)
     }
     /// Parse the 8-octet body (exactly 8: RFC 7306 §6).
     pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
@@ -449,10 +454,14 @@ mod tests {
                 })
             );
         }
-        let i = [0u8, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef];
+        // The verbs immediate in the first four octets, the last four zero
+        // (iw_cxgb4's `ib_imm_data { __be32 imm_data32; u32 reserved; }`).
+        let i = [0xde, 0xad, 0xbe, 0xef, 0u8, 0, 0, 0];
         let d = ImmediateData::parse(&i).unwrap();
         assert_eq!(d.imm32(), 0xdead_beef);
         assert_eq!(ImmediateData::from_imm32(0xdead_beef), d);
+        // What a peer puts in the last four is not the verbs immediate.
+        assert_eq!(ImmediateData([0, 0, 0, 7, 1, 2, 3, 4]).imm32(), 7);
         let mut out = [0u8; 8];
         assert_eq!(d.emit(&mut out), Ok(8));
         assert_eq!(out, i);
