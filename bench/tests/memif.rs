@@ -139,3 +139,77 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process
     let _ = child.kill();
     child.wait_with_output().expect("wait")
 }
+
+/// The `N` after `key ` in `line`.
+fn field(line: &str, key: &str) -> u64 {
+    let mut it = line.split_whitespace();
+    while let Some(w) = it.next() {
+        if w == key {
+            if let Some(v) = it.next().and_then(|v| v.parse().ok()) {
+                return v;
+            }
+        }
+    }
+    panic!("no {key} in {line:?}")
+}
+
+/// Jumbo frames over memif (`--mtu 9000`): the port is opened with ring
+/// buffers that hold a whole frame, every frame one end sends arrives as
+/// one frame at the other, and a Write stream travels in frames far
+/// longer than memif's default 2048-octet buffers.
+#[test]
+fn jumbo_frames_cross_memif_whole() {
+    if !dpdk_or_skip() {
+        return;
+    }
+    let o = perf()
+        .args([
+            "write_bw", "--link", "memif", "--mtu", "9000", "-n", "300", "--stats",
+        ])
+        .output()
+        .expect("run iwarp-perf");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "iwarp-perf write_bw --link memif --mtu 9000 failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let row = first_row(&stdout);
+    assert_eq!(row[1], 300.0, "every iteration done: {stdout}");
+    // Counters: the server context's device first, then the client's.
+    let devices: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("device: DPDK net_memif"))
+        .collect();
+    assert_eq!(devices.len(), 2, "{stdout}");
+    let (server, client) = (devices[0], devices[1]);
+    assert!(server.contains("net_memif0"), "{stdout}");
+    // Each way, what one end sent is what the other received, frame for
+    // frame (2048-octet ring buffers chained per frame once arrived as
+    // 2.5 to 27 times as many).
+    assert_eq!(
+        field(server, "rx_frames"),
+        field(client, "tx_frames"),
+        "{stdout}"
+    );
+    assert_eq!(
+        field(client, "rx_frames"),
+        field(server, "tx_frames"),
+        "{stdout}"
+    );
+    assert_eq!(field(server, "rx_dropped"), 0, "{stdout}");
+    // 300 Writes of 64 KiB: about 2400 frames of 8960-octet segments,
+    // where 1500-octet frames would take about 13,500 and 2048-octet ones
+    // about 9,900.
+    let delivered = stdout
+        .lines()
+        .find(|l| l.starts_with("tcp: delivered"))
+        .map(|l| field(l, "delivered"))
+        .expect("the server's tcp line");
+    assert!(delivered >= 300 * 65536, "{stdout}");
+    let frames = field(server, "rx_frames");
+    assert!(
+        frames * 4096 < delivered,
+        "{frames} frames for {delivered} octets: not jumbo\n{stdout}"
+    );
+}

@@ -368,7 +368,8 @@ impl Net {
     /// went. Inlined into both rounds' sweeps (a call per association
     /// and pass cost 700 instructions per ping-pong round trip).
     #[inline(always)]
-    fn send_all(
+    #[allow(clippy::too_many_arguments)]
+    fn send_all<F: FnMut(u64, &mut [u8]) -> bool>(
         &mut self,
         ddp: &mut DdpAssociation,
         dst: Ipv4Address,
@@ -376,10 +377,11 @@ impl Net {
         buf: &mut [u8],
         now: u64,
         tx: &mut dyn FrameSink,
+        fill: &mut F,
     ) -> bool {
         let mut any = false;
         for _ in 0..256 {
-            if !self.send_next(ddp, dst, udp, buf, now, tx) {
+            if !self.send_next(ddp, dst, udp, buf, now, tx, fill) {
                 break;
             }
             any = true;
@@ -388,7 +390,8 @@ impl Net {
     }
 
     #[inline]
-    fn send_next(
+    #[allow(clippy::too_many_arguments)]
+    fn send_next<F: FnMut(u64, &mut [u8]) -> bool>(
         &mut self,
         ddp: &mut DdpAssociation,
         dst: Ipv4Address,
@@ -396,15 +399,19 @@ impl Net {
         buf: &mut [u8],
         now: u64,
         tx: &mut dyn FrameSink,
+        fill: &mut F,
     ) -> bool {
         if ddp.transmit_idle() {
             return false; // no buffer lent for nothing
         }
-        self.send_packet(ddp, dst, udp, buf, now, tx)
+        self.send_packet(ddp, dst, udp, buf, now, tx, fill)
     }
 
+    /// One packet of `ddp` to `dst`; `fill` writes the segments it was
+    /// given by reference ([`DdpAssociation::poll_transmit_with`]).
     #[inline(never)]
-    fn send_packet(
+    #[allow(clippy::too_many_arguments)]
+    fn send_packet<F: FnMut(u64, &mut [u8]) -> bool>(
         &mut self,
         ddp: &mut DdpAssociation,
         dst: Ipv4Address,
@@ -412,9 +419,10 @@ impl Net {
         buf: &mut [u8],
         now: u64,
         tx: &mut dyn FrameSink,
+        fill: &mut F,
     ) -> bool {
         let Some(mac) = self.arp.lookup(dst, now) else {
-            return match ddp.poll_transmit(now, buf) {
+            return match ddp.poll_transmit_with(now, buf, fill) {
                 Some(n) => {
                     self.send(dst, udp, &buf[..n], now, tx);
                     true
@@ -427,7 +435,7 @@ impl Net {
         let mut built = false;
         let sent = tx.send_built_upto(max, &mut |frame| {
             let (head, pkt) = frame.split_at_mut(hlen);
-            let n = ddp.poll_transmit(now, pkt)?;
+            let n = ddp.poll_transmit_with(now, pkt, fill)?;
             let (h, hl) = self.headers(mac, dst, udp, &pkt[..n]);
             head.copy_from_slice(&h[..hl]);
             built = true;
@@ -921,12 +929,25 @@ impl SctpHost {
     /// For the second pass of a round, after the queue pairs gave their
     /// associations new segments. True when a packet went out.
     pub fn transmit(&mut self, now: u64, tx: &mut dyn FrameSink) -> bool {
+        self.transmit_with(now, tx, &mut |_, _, _| false)
+    }
+
+    /// [`transmit`](Self::transmit) with the fill of segments given by
+    /// reference: `fill(association, key, dst)` ([`SctpHost::poll_with`]).
+    pub fn transmit_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        fill: &mut F,
+    ) -> bool {
         let mut busy = false;
         let SctpHost {
             assocs, net, buf, ..
         } = self;
-        for e in assocs.values_mut() {
-            busy |= net.send_all(&mut e.ddp, e.remote, e.udp, buf, now, tx);
+        for (&id, e) in assocs.iter_mut() {
+            busy |= net.send_all(&mut e.ddp, e.remote, e.udp, buf, now, tx, &mut |k, d| {
+                fill(id, k, d)
+            });
         }
         busy
     }
@@ -993,6 +1014,21 @@ impl Engine for SctpHost {
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(SctpOutput)) -> bool {
+        self.poll_with(now, tx, out, &mut |_, _, _| false)
+    }
+}
+
+impl SctpHost {
+    /// [`Engine::poll`] with the fill of segments given by reference
+    /// ([`DdpAssociation::send_segment_ext`]): `fill(association, key,
+    /// dst)` writes one into a packet being built.
+    pub fn poll_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
+        &mut self,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        out: &mut dyn FnMut(SctpOutput),
+        fill: &mut F,
+    ) -> bool {
         let mut busy = false;
         if !self.pending_tx.is_empty() {
             for f in self.pending_tx.drain(..) {
@@ -1031,7 +1067,9 @@ impl Engine for SctpHost {
                 e.ddp.handle_timeout(now);
             }
             let (remote, udp) = (e.remote, e.udp);
-            busy |= net.send_all(&mut e.ddp, remote, udp, &mut buf, now, tx);
+            busy |= net.send_all(&mut e.ddp, remote, udp, &mut buf, now, tx, &mut |k, d| {
+                fill(id, k, d)
+            });
             let mut closed = false;
             while let Some(ev) = e.ddp.poll_event() {
                 closed |= matches!(ev, DdpEvent::Closed(_));

@@ -55,7 +55,14 @@ impl fmt::Display for crate::over_sctp::SctpHostStats {
 /// each under its heading, indented.
 impl fmt::Display for crate::over_sctp::conn::SctpCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        name_value_lines!(f, self, connections, qp_held_octets, qp_held_max)?;
+        name_value_lines!(
+            f,
+            self,
+            connections,
+            qp_held_octets,
+            qp_held_max,
+            segments_by_reference
+        )?;
         writeln!(f, "engine:")?;
         for line in self.host.to_string().lines() {
             writeln!(f, "  {line}")?;

@@ -390,10 +390,27 @@ impl DdpAssociation {
     /// Next packet to send.
     #[inline]
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        self.poll_transmit_with(now, buf, &mut |_, _| false)
+    }
+    /// [`poll_transmit`](Self::poll_transmit) with the fill that writes
+    /// the segments given by [`send_segment_ext`](Self::send_segment_ext)
+    /// ([`Association::poll_transmit_with`]).
+    #[inline]
+    pub fn poll_transmit_with<F: FnMut(u64, &mut [u8]) -> bool>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        fill: &mut F,
+    ) -> Option<usize> {
         if self.held_any {
             self.flush_held(now);
         }
-        self.sctp.poll_transmit(now, buf)
+        self.sctp.poll_transmit_with(now, buf, fill)
+    }
+    /// A segment given by [`send_segment_ext`](Self::send_segment_ext)
+    /// could not be written: the association must end.
+    pub fn ext_failed(&self) -> bool {
+        self.sctp.ext_failed()
     }
     /// True when [`poll_transmit`](Self::poll_transmit) now would give no
     /// packet ([`Association::idle`]): nothing held back to send either.
@@ -676,6 +693,31 @@ impl DdpAssociation {
             .map_err(|(e, c)| (DdpError::Sctp(e), c))?;
         self.sent_raw(stream, tsn);
         Ok(ssn)
+    }
+
+    /// [`send_segment`](Self::send_segment) of a DDP Segment of `len`
+    /// octets that the caller writes whenever its DATA chunk is sent
+    /// (`fill(key, dst)` of [`poll_transmit_with`](Self::poll_transmit_with),
+    /// first transmission and retransmissions alike), so that it is
+    /// copied once, from where it lies into the packet. The DDP-SSN is
+    /// the chunk's own prefix (§5.2.2). Returns the DDP-SSN and the
+    /// chunk's TSN: the caller keeps the segment's source until SCTP has
+    /// it acknowledged ([`Association::is_acked`]).
+    pub fn send_segment_ext(
+        &mut self,
+        stream: u16,
+        key: u64,
+        len: usize,
+    ) -> Result<(u16, u32), DdpError> {
+        self.check_segment(stream, len)?;
+        let ssn = self.sessions[usize::from(stream)].tx_ssn;
+        // §10: every DATA chunk unordered.
+        let tsn = self
+            .sctp
+            .send_ext(stream, PPID_DDP_SEGMENT, true, &ssn.to_be_bytes(), key, len)
+            .map_err(DdpError::Sctp)?;
+        self.sent_raw(stream, tsn);
+        Ok((ssn, tsn))
     }
 
     /// An empty vector to build the next Segment Chunk in, reused from one

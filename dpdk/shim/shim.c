@@ -2,6 +2,7 @@
 #include "shim.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <rte_dev.h>
@@ -55,6 +56,18 @@ int shim_port_limits(uint16_t port, uint16_t *min_mtu, uint16_t *max_mtu,
     *min_mtu = info.min_mtu;
     *max_mtu = info.max_mtu;
     *max_rx_pktlen = info.max_rx_pktlen;
+    return 0;
+}
+
+int shim_port_driver(uint16_t port, char *buf, size_t len) {
+    struct rte_eth_dev_info info;
+    int rc = port_info(port, &info);
+
+    if (rc != 0)
+        return rc;
+    if (len == 0 || info.driver_name == NULL)
+        return -EINVAL;
+    snprintf(buf, len, "%s", info.driver_name);
     return 0;
 }
 

@@ -17,6 +17,7 @@
 #ifndef IWARP_DPDK_SHIM_H
 #define IWARP_DPDK_SHIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct rte_mempool;
@@ -40,6 +41,8 @@ uint32_t shim_pool_avail(const struct rte_mempool *pool);
 int shim_dev_probe(const char *devargs);
 /* rte_eth_dev_get_port_by_name. */
 int shim_port_by_name(const char *name, uint16_t *port);
+/* The port's driver name (`net_memif`), NUL-terminated in `buf`. */
+int shim_port_driver(uint16_t port, char *buf, size_t len);
 /* The MTUs the driver accepts and the longest frame it receives
  * (rte_eth_dev_info_get). */
 int shim_port_limits(uint16_t port, uint16_t *min_mtu, uint16_t *max_mtu,

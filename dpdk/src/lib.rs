@@ -149,8 +149,9 @@ pub enum MemifRole {
 /// `role`, the link `id` (both ends of one link share it; several links may
 /// share one socket with different ids) and the socket file `socket` — a
 /// path, not an abstract socket, so that two containers reach each other
-/// through a shared volume. The MTU the port is opened with sizes its
-/// buffers; frames longer than memif's 2048-octet buffers travel chained.
+/// through a shared volume. `Port::open_mtu` hot-plugs it with ring
+/// buffers that hold one frame of its MTU (`bsize`, when above memif's
+/// 2048-octet default), up to MTU 9000.
 pub fn memif_devargs(index: u32, role: MemifRole, id: u32, socket: &std::path::Path) -> String {
     let role = match role {
         MemifRole::Server => "server",

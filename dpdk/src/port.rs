@@ -34,6 +34,31 @@ fn frame_room(mtu: u16) -> usize {
         .next_multiple_of(64)
         .max(MAX_FRAME)
 }
+/// memif's default ring buffer (RTE_ETH_MEMIF_DEFAULT_PKT_BUFFER_SIZE).
+/// Its ethdev `max_rx_pktlen` is 1518 in DPDK 22.11, but its data path
+/// copies a frame of any length between our mbufs and its shared-memory
+/// ring buffers (`eth_memif_tx`, `eth_memif_rx`): a memif end that
+/// [`Port::open_mtu`] hot-plugs with a larger MTU gets buffers that hold
+/// one whole frame (`bsize`) and ethdev is told the MTU it validates, so
+/// jumbo frames cross memif. Both ends of a memif link must agree on the
+/// MTU, as on any link.
+const MEMIF_BUFFER: usize = 2048;
+/// The largest MTU a memif end is opened with: the usual jumbo
+/// frame's (a larger one would still fit the 16-bit data room of one
+/// mbuf, but no test runs it).
+const MAX_MEMIF_MTU: u16 = 9000;
+/// The driver's name (`net_memif`), if DPDK tells it.
+fn driver_name(id: u16) -> Option<String> {
+    let mut buf = [0u8; 64];
+    // SAFETY: buf is a writable array of buf.len() octets, which the shim
+    // fills with a NUL-terminated string of at most that length.
+    let rc = unsafe { sys::shim_port_driver(id, buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    String::from_utf8(buf[..end].to_vec()).ok()
+}
 /// tx_burst attempts per flush before the rest is dropped.
 const TX_TRIES: usize = 4;
 
@@ -113,6 +138,24 @@ impl Port {
         // SAFETY: cname is NUL-terminated and outlives the call; id is a
         // valid u16 to write to.
         let mut rc = unsafe { sys::shim_port_by_name(cname.as_ptr(), &mut id) };
+        // A memif end we hot-plug gets ring buffers that hold a whole
+        // frame of `mtu` (`bsize`, RTE_ETH_MEMIF_DEFAULT_PKT_BUFFER_SIZE
+        // 2048 otherwise), so that no frame is spread over chained
+        // descriptors: DPDK 22.11's receiver counted such chains as 2.5 to
+        // 27 times as many frames as were sent (9000-octet frames, two
+        // runs; `jumbo_frames_cross_memif_whole`); with whole-frame buffers
+        // the counts match.
+        let jumbo_memif = rc != 0
+            && name.starts_with("net_memif")
+            && !name_or_vdev.contains("bsize=")
+            && mtu > DEFAULT_MTU;
+        let need = usize::from(mtu) + 14;
+        let vdev = if jumbo_memif && need > MEMIF_BUFFER {
+            format!("{name_or_vdev},bsize={}", need.next_multiple_of(128))
+        } else {
+            name_or_vdev.to_owned()
+        };
+        let name_or_vdev = vdev.as_str();
         if rc != 0 && name_or_vdev.contains(',') {
             let dev = CString::new(name_or_vdev).map_err(|_| Error::InvalidArgument {
                 reason: "the devargs contain a NUL byte",
@@ -142,17 +185,33 @@ impl Port {
                 errno: -rc,
             });
         }
+        // A memif end with whole-frame buffers (above) carries a frame as
+        // long as one of our mbufs holds, whatever its ethdev limit says:
+        // configured with the largest MTU ethdev validates for it, its
+        // mbufs sized for the MTU asked for ([`MEMIF_BUFFER`]).
+        let jumbo = jumbo_memif && driver_name(id).is_some_and(|d| d == "net_memif");
         // The frame: MTU plus the 14-octet Ethernet header (the driver's
         // max_rx_pktlen counts it; a 4-octet CRC too on some drivers, but
         // not on the software ones here, whose limit is MTU + 18).
-        if mtu < min_mtu.max(576) || mtu > max_mtu || u32::from(mtu) + 14 > max_rx {
+        let driver_max = max_mtu.min(max_rx.saturating_sub(14).min(u32::from(u16::MAX)) as u16);
+        let max = if jumbo { MAX_MEMIF_MTU } else { driver_max };
+        if mtu < min_mtu.max(576) || mtu > max {
             return Err(Error::Mtu {
                 name,
                 asked: mtu,
                 min: min_mtu.max(576),
-                max: max_mtu.min(max_rx.saturating_sub(14).min(u32::from(u16::MAX)) as u16),
+                max,
             });
         }
+        // What ethdev is told: the MTU itself, or for a jumbo memif end
+        // asked for more than ethdev validates, that limit (frame + Ethernet
+        // header and CRC within max_rx_pktlen, rte_eth_dev_configure).
+        let configured = if jumbo && mtu > driver_max {
+            max_mtu.min(max_rx.saturating_sub(18).min(u32::from(u16::MAX)) as u16)
+        } else {
+            mtu
+        };
+        let link_mtu = mtu;
         let max_frame = frame_room(mtu);
 
         // Four times the RX and TX rings (a driver may hold that many of
@@ -160,8 +219,15 @@ impl Port {
         // rings of them, and with twice the rings a 4 MiB transfer stalled
         // on an empty pool), one burst in flight each way and our pending
         // batch, plus slack; 2^n − 1 is the size DPDK's ring likes best.
-        let want =
-            4 * (u32::from(queues.rx_desc) + u32::from(queues.tx_desc)) + 4 * BURST as u32 + 512;
+        // A jumbo memif end copies into its own ring buffers and
+        // holds none of our mbufs: a frame received is one allocated as it
+        // arrives, one sent is freed once copied. One set of rings is
+        // plenty there, and keeps a pool of jumbo mbufs within the EAL's
+        // memory (16383 mbufs of 9.5 KiB would be 155 MiB per port).
+        let rings = if jumbo { 1 } else { 4 };
+        let want = rings * (u32::from(queues.rx_desc) + u32::from(queues.tx_desc))
+            + 4 * BURST as u32
+            + 512;
         let mbufs = want.next_power_of_two() - 1;
         let pool_name = CString::new(format!("iwd{}", POOLS.fetch_add(1, Ordering::Relaxed)))
             .map_err(|_| Error::InvalidArgument {
@@ -196,8 +262,15 @@ impl Port {
         };
         // SAFETY: id is a valid port, pool a live mbuf pool whose mbufs
         // hold a whole frame of `mtu`; the port is not started yet.
-        let rc =
-            unsafe { sys::shim_port_init(id, pool.as_ptr(), queues.rx_desc, queues.tx_desc, mtu) };
+        let rc = unsafe {
+            sys::shim_port_init(
+                id,
+                pool.as_ptr(),
+                queues.rx_desc,
+                queues.tx_desc,
+                configured,
+            )
+        };
         if rc != 0 {
             return Err(fail(-rc, None));
         }
@@ -212,6 +285,11 @@ impl Port {
         let rc = unsafe { sys::shim_port_mtu(id, &mut mtu) };
         if rc != 0 {
             return Err(fail(-rc, Some("rte_eth_dev_get_mtu")));
+        }
+        // A jumbo memif link carries the MTU asked for, not the one
+        // ethdev was told.
+        if jumbo {
+            mtu = mtu.max(link_mtu);
         }
         Ok(Port {
             name,

@@ -33,6 +33,7 @@ extern "C" {
 
     pub fn shim_dev_probe(devargs: *const c_char) -> i32;
     pub fn shim_port_by_name(name: *const c_char, port: *mut u16) -> i32;
+    pub fn shim_port_driver(port: u16, buf: *mut c_char, len: usize) -> i32;
     pub fn shim_port_limits(
         port: u16,
         min_mtu: *mut u16,

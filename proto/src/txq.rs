@@ -77,6 +77,8 @@ pub struct FpduDesc {
     pad: u8,
     /// CRC negotiated (else the field is 0, RFC 5044 §4.4).
     crc_on: bool,
+    /// An MPA FPDU; else a bare DDP Segment (over SCTP).
+    mpa: bool,
     /// The CRC, once computed.
     crc: Option<u32>,
     /// The CRC so far of fills that went on in order from the FPDU's first
@@ -104,24 +106,30 @@ const CRC_LEN: usize = 4;
 impl FpduDesc {
     /// An FPDU whose ULPDU is `hdr` (DDP/RDMAP header), `inline` (body)
     /// and the octets of `src`, in order. `None` if header and body pass
-    /// [`HEAD_MAX`] or the ULPDU passes 65535 octets.
+    /// [`HEAD_MAX`] or the ULPDU passes 65535 octets. `mpa`: framed as an
+    /// MPA FPDU (length, PAD, CRC); else the bare DDP Segment a DDP/SCTP
+    /// DATA chunk carries (RFC 5043 §5.2.2: no length, PAD or CRC).
     pub(crate) fn new(
         hdr: &[u8],
         inline: &[u8],
         src: &[Range],
         crc_on: bool,
         completes: Option<u64>,
+        mpa: bool,
     ) -> Option<FpduDesc> {
         let payload_len: usize = src.iter().map(|r| r.len).sum();
-        let head_len = 2 + hdr.len() + inline.len();
-        let ulpdu_len = head_len - 2 + payload_len;
+        let len_field = if mpa { 2 } else { 0 };
+        let head_len = len_field + hdr.len() + inline.len();
+        let ulpdu_len = head_len - len_field + payload_len;
         if head_len > HEAD_MAX || ulpdu_len > u16::MAX as usize || src.len() > MAX_SGE {
             return None;
         }
         let mut head = [0u8; HEAD_MAX];
-        head[..2].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
-        head[2..2 + hdr.len()].copy_from_slice(hdr);
-        head[2 + hdr.len()..head_len].copy_from_slice(inline);
+        if mpa {
+            head[..2].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
+        }
+        head[len_field..len_field + hdr.len()].copy_from_slice(hdr);
+        head[len_field + hdr.len()..head_len].copy_from_slice(inline);
         let src = match src {
             [] => Src::None,
             [r] => Src::One(*r),
@@ -132,17 +140,28 @@ impl FpduDesc {
             head_len: head_len as u8,
             src,
             payload_len: payload_len as u32,
-            pad: ((4 - (2 + ulpdu_len) % 4) % 4) as u8,
-            crc_on,
+            pad: if mpa {
+                ((4 - (2 + ulpdu_len) % 4) % 4) as u8
+            } else {
+                0
+            },
+            crc_on: crc_on && mpa,
+            mpa,
             crc: None,
             run: None,
             completes,
         })
     }
 
-    /// Octets on the wire: length, ULPDU, PAD, CRC.
+    /// Octets on the wire: length, ULPDU, PAD, CRC (a bare DDP Segment:
+    /// the ULPDU alone).
     pub fn wire_len(&self) -> usize {
-        usize::from(self.head_len) + self.payload_len as usize + usize::from(self.pad) + CRC_LEN
+        let tail = if self.mpa {
+            usize::from(self.pad) + CRC_LEN
+        } else {
+            0
+        };
+        usize::from(self.head_len) + self.payload_len as usize + tail
     }
 
     /// The send queue entry (by sequence) that completes once this FPDU is
@@ -359,8 +378,9 @@ impl TxQueue {
         src: &[Range],
         crc_on: bool,
         completes: Option<u64>,
+        mpa: bool,
     ) -> Option<usize> {
-        let d = FpduDesc::new(hdr, inline, src, crc_on, completes)?;
+        let d = FpduDesc::new(hdr, inline, src, crc_on, completes, mpa)?;
         let len = d.wire_len();
         self.recs.push_back((self.end, TxRecord::Fpdu(d)));
         self.end += len as u64;

@@ -466,6 +466,21 @@ pub const SPARE_CAPACITY: usize = 256 * 1024;
 /// Smaller payload vectors are not kept: too small to reuse for a segment.
 const SPARE_MIN: usize = 512;
 
+/// Octets of its own an external chunk may carry before its tail
+/// ([`Association::send_ext`]).
+pub const EXT_PREFIX_MAX: usize = 4;
+
+/// The payload of a chunk the caller writes at each transmission
+/// ([`Association::send_ext`]): a few octets of its own, then `len`
+/// octets the caller's fill writes (key `key`).
+#[derive(Debug, Clone, Copy)]
+struct ExtTail {
+    prefix: [u8; EXT_PREFIX_MAX],
+    prefix_len: u8,
+    key: u64,
+    len: u32,
+}
+
 #[derive(Debug)]
 struct OutChunk {
     tsn: u32,
@@ -473,13 +488,73 @@ struct OutChunk {
     ssn: u16,
     ppid: u32,
     flags: DataFlags,
+    /// The payload, or nothing when `ext` describes it.
     data: Vec<u8>,
+    ext: Option<ExtTail>,
     sent_count: u32,
     in_flight: bool,
     gap_acked: bool,
     needs_rtx: bool,
     missing: u8,
     fast_rtx_done: bool,
+}
+
+impl OutChunk {
+    /// Payload octets.
+    #[inline]
+    fn len(&self) -> usize {
+        match &self.ext {
+            None => self.data.len(),
+            Some(e) => usize::from(e.prefix_len) + e.len as usize,
+        }
+    }
+
+    /// Write the DATA chunk (§3.3.1) into `buf`, padded; `None` when it
+    /// does not fit or the fill of an external payload fails (`*failed`).
+    #[inline(always)]
+    fn emit<F: FnMut(u64, &mut [u8]) -> bool>(
+        &self,
+        buf: &mut [u8],
+        fill: &mut F,
+        failed: &mut bool,
+    ) -> Option<usize> {
+        let Some(e) = &self.ext else {
+            let r = ChunkRepr::Data(DataRepr {
+                flags: self.flags,
+                tsn: self.tsn,
+                stream_id: self.stream,
+                ssn: self.ssn,
+                ppid: self.ppid,
+                payload: &self.data,
+            });
+            return r.emit(buf).ok();
+        };
+        let total = DATA_HEADER_LEN + self.len();
+        let padded = (total + 3) & !3;
+        if padded > buf.len() || total > usize::from(u16::MAX) {
+            return None;
+        }
+        let prefix = &e.prefix[..usize::from(e.prefix_len)];
+        let r = ChunkRepr::Data(DataRepr {
+            flags: self.flags,
+            tsn: self.tsn,
+            stream_id: self.stream,
+            ssn: self.ssn,
+            ppid: self.ppid,
+            payload: prefix,
+        });
+        r.emit(buf).ok()?;
+        // The Chunk Length covers the tail the fill writes (§3.3.1: the
+        // header and the user data, without padding).
+        buf[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        let at = DATA_HEADER_LEN + prefix.len();
+        if !fill(e.key, &mut buf[at..total]) {
+            *failed = true;
+            return None;
+        }
+        buf[total..padded].fill(0);
+        Some(padded)
+    }
 }
 
 #[derive(Debug)]
@@ -966,6 +1041,8 @@ pub struct Association {
     last_activity: u64,
     /// One packet of retransmissions may ignore cwnd (§6.3.3 E3, §7.2.4 3).
     rtx_burst: bool,
+    /// A fill of an external payload failed ([`Association::ext_failed`]).
+    ext_failed: bool,
     /// Chunks in `out` marked for retransmission (`needs_rtx`), and
     /// those gap-acknowledged (`gap_acked`): with them the per-packet and
     /// per-SACK work skips the queue when nothing is marked. (Chunks are
@@ -1068,6 +1145,7 @@ impl Association {
             hb_outstanding: None,
             last_activity: now,
             rtx_burst: false,
+            ext_failed: false,
             rtx_marked: 0,
             gap_acked_n: 0,
             stats: Stats::default(),
@@ -1329,6 +1407,43 @@ impl Association {
         Ok(self.queue_message(stream, ppid, unordered, &[], Some(data)))
     }
 
+    /// Queues a one-chunk message whose payload is `prefix` (at most
+    /// [`EXT_PREFIX_MAX`] octets) and then `len` octets the caller writes
+    /// whenever the chunk is sent, first time and retransmissions alike
+    /// (`fill(key, dst)` of [`poll_transmit_with`](Self::poll_transmit_with)):
+    /// the caller keeps what the octets come from until the chunk's TSN,
+    /// returned here, is acknowledged ([`is_acked`](Self::is_acked)). It
+    /// counts against the send buffer like any message.
+    pub fn send_ext(
+        &mut self,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        prefix: &[u8],
+        key: u64,
+        len: usize,
+    ) -> Result<u32, SendError> {
+        let total = prefix.len().saturating_add(len);
+        self.check_send(stream, total)?;
+        let max = self.cfg.max_chunk_payload().max(1);
+        if prefix.len() > EXT_PREFIX_MAX || total > max || len > u32::MAX as usize {
+            return Err(SendError::TooLarge { len: total, max });
+        }
+        let mut p = [0u8; EXT_PREFIX_MAX];
+        p[..prefix.len()].copy_from_slice(prefix);
+        let tsn = self.queue_message(stream, ppid, unordered, &[], Some(Vec::new()));
+        if let Some(c) = self.out.back_mut() {
+            c.ext = Some(ExtTail {
+                prefix: p,
+                prefix_len: prefix.len() as u8,
+                key,
+                len: len as u32,
+            });
+        }
+        self.out_bytes += total;
+        Ok(tsn)
+    }
+
     /// An acknowledged chunk's payload vector, for the caller's next
     /// [`send_owned`](Self::send_owned): a sender of whole-chunk messages
     /// reuses its buffers instead of allocating one per chunk (a 1.4 KiB
@@ -1420,6 +1535,7 @@ impl Association {
                 end,
             },
             data,
+            ext: None,
             sent_count: 0,
             in_flight: false,
             gap_acked: false,
@@ -1536,7 +1652,7 @@ impl Association {
                 }
                 c.needs_rtx = true;
                 c.in_flight = false;
-                self.flight = self.flight.saturating_sub(c.data.len());
+                self.flight = self.flight.saturating_sub(c.len());
             }
         }
         if self.count_error() {
@@ -2283,10 +2399,10 @@ impl Association {
             self.rtx_marked -= usize::from(c.needs_rtx);
             self.gap_acked_n -= usize::from(c.gap_acked);
             if c.in_flight {
-                self.flight = self.flight.saturating_sub(c.data.len());
+                self.flight = self.flight.saturating_sub(c.len());
             }
             if !c.gap_acked {
-                bytes_acked += c.data.len();
+                bytes_acked += c.len();
             }
             if let Some((pt, at)) = self.rtt_probe {
                 if pt == c.tsn && c.sent_count == 1 {
@@ -2294,7 +2410,7 @@ impl Association {
                     self.rtt_probe = None;
                 }
             }
-            self.out_bytes = self.out_bytes.saturating_sub(c.data.len());
+            self.out_bytes = self.out_bytes.saturating_sub(c.len());
             self.keep_spare(c.data);
         }
         if self.out.is_empty() {
@@ -2336,10 +2452,10 @@ impl Association {
                     self.gap_acked_n += 1;
                     self.rtx_marked -= usize::from(c.needs_rtx);
                     c.needs_rtx = false;
-                    bytes_acked += c.data.len();
+                    bytes_acked += c.len();
                     if c.in_flight {
                         c.in_flight = false;
-                        self.flight = self.flight.saturating_sub(c.data.len());
+                        self.flight = self.flight.saturating_sub(c.len());
                     }
                     highest_newly_acked = Some(c.tsn);
                     if let Some((pt, at)) = self.rtt_probe {
@@ -2466,10 +2582,34 @@ impl Association {
     /// length, or `None` when there is nothing to send now.
     #[inline]
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        self.poll_transmit_with(now, buf, &mut |_, _| false)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) of an association whose
+    /// queue holds chunks with external payload
+    /// ([`send_ext`](Self::send_ext)): `fill(key, dst)` writes such a
+    /// chunk's tail into the packet, at every transmission. A fill that
+    /// fails ends the association: the chunk can be neither sent nor
+    /// retransmitted, so an ABORT goes out instead of the packet (RFC 9260
+    /// §9.1; closed with [`CloseReason::LocalAbort`]) and
+    /// [`ext_failed`](Self::ext_failed) says why.
+    #[inline]
+    pub fn poll_transmit_with<F: FnMut(u64, &mut [u8]) -> bool>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        fill: &mut F,
+    ) -> Option<usize> {
         if self.idle() {
             return None;
         }
-        self.build_packet(now, buf)
+        self.build_packet(now, buf, fill)
+    }
+
+    /// A fill of a chunk's external payload failed
+    /// ([`poll_transmit_with`](Self::poll_transmit_with)).
+    pub fn ext_failed(&self) -> bool {
+        self.ext_failed
     }
 
     /// True when [`poll_transmit`](Self::poll_transmit) now would give no
@@ -2489,7 +2629,12 @@ impl Association {
     }
 
     #[inline(never)]
-    fn build_packet(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+    fn build_packet<F: FnMut(u64, &mut [u8]) -> bool>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        fill: &mut F,
+    ) -> Option<usize> {
         let cap = buf.len().min(self.cfg.max_packet);
         if cap < COMMON_HEADER_LEN + 64 {
             return None;
@@ -2649,7 +2794,14 @@ impl Association {
             }
         }
         if data_ok {
-            at = self.put_data(now, buf, at, &mut any);
+            at = self.put_data(now, buf, at, &mut any, fill);
+            if self.ext_failed && self.state != State::Closed {
+                // A chunk whose payload can no longer be written cannot be
+                // sent or retransmitted: the association ends (§9.1), its
+                // ABORT in this packet's place.
+                self.abort();
+                return self.build_packet(now, buf, fill);
+            }
         }
         if !any {
             return None;
@@ -2696,11 +2848,19 @@ impl Association {
 
     /// Index in `out` of the first chunk never sent (`out.len()` if none):
     /// chunks go out in queue order, so those sent are a prefix.
+    #[inline]
     fn first_unsent(&self) -> usize {
         self.out.partition_point(|c| c.sent_count > 0)
     }
 
-    fn put_data(&mut self, now: u64, buf: &mut [u8], mut at: usize, any: &mut bool) -> usize {
+    fn put_data<F: FnMut(u64, &mut [u8]) -> bool>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mut at: usize,
+        any: &mut bool,
+        fill: &mut F,
+    ) -> usize {
         if !self.has_sendable() {
             // Nothing marked or never sent (most polls): no search for the
             // first unsent chunk. A retransmission burst's licence ends
@@ -2724,20 +2884,14 @@ impl Association {
             if !burst && self.flight >= self.cwnd {
                 break;
             }
-            let l = DATA_HEADER_LEN + c.data.len();
+            let l = DATA_HEADER_LEN + c.len();
             let lp = (l + 3) & !3;
             if at + lp > buf.len() {
                 break;
             }
-            let r = ChunkRepr::Data(DataRepr {
-                flags: c.flags,
-                tsn: c.tsn,
-                stream_id: c.stream,
-                ssn: c.ssn,
-                ppid: c.ppid,
-                payload: &c.data,
-            });
-            let Ok(n) = r.emit(&mut buf[at..]) else { break };
+            let Some(n) = c.emit(&mut buf[at..], fill, &mut self.ext_failed) else {
+                break;
+            };
             at += n;
             let c = &mut self.out[i - 1];
             self.stats.retransmits += 1;
@@ -2747,7 +2901,7 @@ impl Association {
             c.missing = 0;
             if !c.in_flight {
                 c.in_flight = true;
-                self.flight += c.data.len();
+                self.flight += c.len();
             }
             if self.rtt_probe.is_some_and(|(t, _)| t == c.tsn) {
                 self.rtt_probe = None; // Karn: no sample from a retransmission
@@ -2762,7 +2916,7 @@ impl Association {
                 if c.sent_count > 0 {
                     continue;
                 }
-                let len = c.data.len();
+                let len = c.len();
                 if self.flight >= self.cwnd {
                     break;
                 }
@@ -2775,15 +2929,9 @@ impl Association {
                 if at + lp > buf.len() {
                     break;
                 }
-                let r = ChunkRepr::Data(DataRepr {
-                    flags: c.flags,
-                    tsn: c.tsn,
-                    stream_id: c.stream,
-                    ssn: c.ssn,
-                    ppid: c.ppid,
-                    payload: &c.data,
-                });
-                let Ok(n) = r.emit(&mut buf[at..]) else { break };
+                let Some(n) = c.emit(&mut buf[at..], fill, &mut self.ext_failed) else {
+                    break;
+                };
                 at += n;
                 let tsn = c.tsn;
                 let c = &mut self.out[i];
@@ -3201,6 +3349,110 @@ mod tests {
         let (e, v) = c.send_owned(100, 16, true, b"xy".to_vec()).unwrap_err();
         assert_eq!(v, b"xy");
         assert!(matches!(e, SendError::InvalidStream { stream: 100, .. }));
+    }
+
+    /// A chunk with external payload (`send_ext`): its prefix, then the
+    /// tail the fill writes, under one DATA header whose length covers
+    /// both (§3.3.1), padded; counted in the send buffer until SACKed;
+    /// refilled at a retransmission; a fill that fails leaves the chunk
+    /// out and says so.
+    #[test]
+    fn an_external_chunk_is_written_by_the_fill_at_each_transmission() {
+        let (mut c, mut s) = pair();
+        let tsn = c.send_ext(1, 16, true, &[0xAA, 0xBB], 77, 5).unwrap();
+        assert_eq!(c.send_buffered(), 7);
+        let mut b = vec![0u8; 2048];
+        let mut fills = Vec::new();
+        let mut fill = |key: u64, dst: &mut [u8]| {
+            fills.push((key, dst.len()));
+            dst.copy_from_slice(b"hello");
+            true
+        };
+        let n = c.poll_transmit_with(0, &mut b, &mut fill).unwrap();
+        let t = tsn.to_be_bytes();
+        #[rustfmt::skip]
+        let want = [
+            0x00, 0x07, 0x00, 0x17, // DATA, U|B|E, length 23 = 16 + 2 + 5
+            t[0], t[1], t[2], t[3], // TSN
+            0x00, 0x01, 0x00, 0x00, // stream 1, SSN 0 (unordered)
+            0x00, 0x00, 0x00, 0x10, // PPID 16
+            0xAA, 0xBB, b'h', b'e', b'l', b'l', b'o', 0x00, // padding to 4
+        ];
+        assert_eq!(&b[COMMON_HEADER_LEN..n], &want[..]);
+        assert_eq!(fills, [(77, 5)]);
+        // The peer takes it as a 7-octet message.
+        s.handle_packet(0, &b[..n]);
+        let got = core::iter::from_fn(|| s.poll_event())
+            .find_map(|e| match e {
+                Event::Message(m) => Some(m.data),
+                _ => None,
+            })
+            .expect("delivered");
+        assert_eq!(got, [0xAA, 0xBB, b'h', b'e', b'l', b'l', b'o']);
+        // Lost: the T3-rtx timeout resends it, written by the fill again.
+        let (mut c, _s) = pair();
+        c.send_ext(0, 16, true, &[1, 2], 9, 3).unwrap();
+        let mut fills = 0;
+        let mut fill = |_: u64, dst: &mut [u8]| {
+            fills += 1;
+            dst.fill(3);
+            true
+        };
+        assert!(c.poll_transmit_with(0, &mut b, &mut fill).is_some());
+        let rto = c.rto();
+        c.handle_timeout(rto + 1);
+        assert!(c.poll_transmit_with(rto + 1, &mut b, &mut fill).is_some());
+        assert_eq!(fills, 2, "refilled for the retransmission");
+        // A fill that fails: the association ends, an ABORT in the
+        // packet's place (no DATA), and the flag.
+        let (mut c, _s) = pair();
+        c.send_ext(0, 16, true, &[], 1, 100).unwrap();
+        assert!(!c.ext_failed());
+        let n = c.poll_transmit_with(0, &mut b, &mut |_, _| false).unwrap();
+        assert_eq!(b[COMMON_HEADER_LEN], 6, "ABORT (§3.3.7)");
+        assert_eq!(n, COMMON_HEADER_LEN + 8, "the ABORT and its cause alone");
+        assert!(c.ext_failed());
+        assert!(c.is_closed());
+        assert_eq!(c.poll_transmit_with(0, &mut b, &mut |_, _| false), None);
+        // One chunk at most, and the prefix bounded.
+        let (mut c, _s) = pair();
+        let per = c.max_chunk_payload();
+        assert!(matches!(
+            c.send_ext(0, 16, true, &[], 1, per + 1),
+            Err(SendError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            c.send_ext(0, 16, true, &[0; EXT_PREFIX_MAX + 1], 1, 1),
+            Err(SendError::TooLarge { .. })
+        ));
+    }
+
+    /// An acknowledged external chunk leaves the send buffer and the
+    /// flight, as an owned one does.
+    #[test]
+    fn an_acknowledged_external_chunk_frees_its_room() {
+        let (mut c, mut s) = pair();
+        let mut b = vec![0u8; 2048];
+        let tsn = c.send_ext(0, 16, true, &[1, 2], 5, 1000).unwrap();
+        assert_eq!(c.send_buffered(), 1002);
+        let mut fill = |_: u64, dst: &mut [u8]| {
+            dst.fill(9);
+            true
+        };
+        let mut now = 0;
+        for _ in 0..4 {
+            now += 1_000_000_000;
+            while let Some(n) = c.poll_transmit_with(now, &mut b, &mut fill) {
+                s.handle_packet(now, &b[..n]);
+            }
+            s.handle_timeout(now);
+            while let Some(k) = s.poll_transmit(now, &mut b) {
+                c.handle_packet(now, &b[..k]);
+            }
+        }
+        assert!(c.is_acked(tsn));
+        assert_eq!(c.send_buffered(), 0);
+        assert_eq!(c.flight, 0);
     }
 
     /// Payload vectors come back for reuse once SACKed: only those of

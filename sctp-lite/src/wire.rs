@@ -1109,6 +1109,7 @@ impl<'a> ChunkRepr<'a> {
     }
 
     /// Octets this chunk takes in a packet, padding included.
+    #[inline]
     pub fn buffer_len(&self) -> Option<usize> {
         pad4(self.chunk_len()?)
     }

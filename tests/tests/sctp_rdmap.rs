@@ -6,10 +6,12 @@
 //! SE and Invalidate, RDMA Write, RDMA Read, Terminate — is checked byte
 //! for byte, with its completions; a Terminate ends the DDP Stream Session
 //! on both sides and leaves the association up (RFC 5043 §6.2, §11.3).
+//! Segments go to SCTP by reference, as the stack sends them
+//! (`AssocRefSink`): written into each packet from registered memory.
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
 use ddp_sctp::{listener, DdpAssociation, DdpEvent, SessionEnd};
-use iwarp_datapath::over_sctp::qp::{AssocSink, SctpQp};
+use iwarp_datapath::over_sctp::qp::{AssocRefSink, AssocSink, SctpQp};
 use iwarp_proto::mem::{Access, AccessError, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{
     Completion, QpConfig, QpEvent, QpState, Sge, WcOpcode, WcStatus, WorkRequest,
@@ -57,6 +59,9 @@ struct Side {
     events: Vec<DdpEvent>,
     comps: Vec<Completion>,
     qp_events: Vec<QpEvent>,
+    /// The most segments its QP had given SCTP by reference and not yet
+    /// seen acknowledged.
+    max_records: usize,
 }
 
 impl Side {
@@ -71,6 +76,7 @@ impl Side {
             events: Vec::new(),
             comps: Vec::new(),
             qp_events: Vec::new(),
+            max_records: 0,
         }
     }
     fn reg(&mut self, buf: Vec<u8>, access: Access) -> STag {
@@ -99,7 +105,7 @@ impl Side {
             return pkts;
         };
         if let Some(q) = self.qp.as_mut() {
-            q.transmit(&self.mem, &mut AssocSink { assoc: a, now });
+            q.transmit(&self.mem, &mut AssocRefSink(AssocSink { assoc: a, now }));
         }
         while let Some(e) = a.poll_event() {
             let used = match self.qp.as_mut() {
@@ -111,7 +117,8 @@ impl Side {
             }
         }
         if let Some(q) = self.qp.as_mut() {
-            q.transmit(&self.mem, &mut AssocSink { assoc: a, now });
+            q.transmit(&self.mem, &mut AssocRefSink(AssocSink { assoc: a, now }));
+            self.max_records = self.max_records.max(q.unacked_records());
             while let Some(c) = q.qp().poll_completion() {
                 self.comps.push(c);
             }
@@ -119,10 +126,17 @@ impl Side {
                 self.qp_events.push(e);
             }
         }
+        // Segments go by reference: each packet that carries one has it
+        // written from the QP's record (registered memory), first
+        // transmission and retransmissions alike.
         let mut buf = vec![0u8; 2048];
-        while let Some(n) = a.poll_transmit(now, &mut buf) {
+        let (qp, mem) = (&mut self.qp, &self.mem);
+        let mut fill =
+            |key: u64, dst: &mut [u8]| qp.as_mut().is_some_and(|q| q.fill(mem, key, dst));
+        while let Some(n) = a.poll_transmit_with(now, &mut buf, &mut fill) {
             pkts.push(buf[..n].to_vec());
         }
+        assert!(!a.ext_failed(), "every segment's record was there to write");
         pkts
     }
 }
@@ -133,6 +147,8 @@ struct World {
     a: Side,
     b: Side,
     l: Listener,
+    /// Segments go to SCTP by reference (`SctpQp::set_by_reference`).
+    by_ref: bool,
 }
 
 impl World {
@@ -151,6 +167,7 @@ impl World {
             )),
             b: Side::new(None),
             l: listener(cfg(2)).unwrap(),
+            by_ref: false,
         }
     }
 
@@ -233,6 +250,7 @@ impl World {
         });
         let mp = self.a.assoc.as_ref().unwrap().mulpdu();
         self.a.qp = Some(SctpQp::new(qp_cfg(self.a.pd), None, 0, mp, false));
+        self.a.qp().set_by_reference(self.by_ref);
         self.a
             .assoc
             .as_mut()
@@ -248,6 +266,7 @@ impl World {
         let mp = b.mulpdu();
         b.accept(0, b"ird=4 ord=4").unwrap();
         self.b.qp = Some(SctpQp::new(qp_cfg(self.b.pd), None, 0, mp, true));
+        self.b.qp().set_by_reference(self.by_ref);
         self.run_until("session accepted", |w| {
             w.a.events
                 .iter()
@@ -268,7 +287,16 @@ const LOSSY: Faults = Faults::per_mille(40, 30, 150, 10);
 /// Every RDMAP data operation from A to B (and a Read and a Send back),
 /// each checked byte for byte, then a clean session end and shutdown.
 fn every_operation(seed: u64, faults: Faults) -> u64 {
+    let (held, records) = every_operation_by(seed, faults, false);
+    assert_eq!(records, 0, "copied, not given by reference");
+    held
+}
+
+/// [`every_operation`], segments given to SCTP by reference (`by_ref`:
+/// written into each packet from registered memory) or copied into it.
+fn every_operation_by(seed: u64, faults: Faults, by_ref: bool) -> (u64, usize) {
     let mut w = World::new(seed, faults);
+    w.by_ref = by_ref;
     w.open();
     const W: usize = 20_000;
     const R: usize = 30_000;
@@ -478,7 +506,7 @@ fn every_operation(seed: u64, faults: Faults) -> u64 {
                 .events
                 .contains(&DdpEvent::Closed(CloseReason::Shutdown))
     });
-    held
+    (held, w.a.max_records.max(w.b.max_records))
 }
 
 #[test]
@@ -493,6 +521,23 @@ fn every_rdmap_operation_over_sctp_faulty_link() {
         held += every_operation(seed, LOSSY);
     }
     // Segments did arrive ahead of earlier ones and waited for them.
+    assert!(held > 0, "no segment arrived out of order");
+}
+
+/// The same with segments given to SCTP by reference: every packet that
+/// carries one, retransmissions of lost and corrupted ones included, has
+/// it written from registered memory, and the Sends and Writes complete
+/// once SCTP has them acknowledged.
+#[test]
+fn every_rdmap_operation_over_sctp_by_reference() {
+    let (_, records) = every_operation_by(1, Faults::NONE, true);
+    assert!(records > 0, "no segment went by reference");
+    let mut held = 0;
+    for seed in 1..=4 {
+        let (h, records) = every_operation_by(seed, LOSSY, true);
+        assert!(records > 0, "no segment went by reference");
+        held += h;
+    }
     assert!(held > 0, "no segment arrived out of order");
 }
 

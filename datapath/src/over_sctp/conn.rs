@@ -60,10 +60,10 @@ use sctp_lite::assoc::{CloseReason, State};
 use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::Ipv4Address;
 
-use super::qp::{AssocSink, SctpQp};
+use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
-use crate::runtime::{Engine, FrameSink};
+use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
 use crate::StreamParams;
 
@@ -100,6 +100,9 @@ pub struct SctpCounters {
     pub qp_held_octets: usize,
     /// The most any one queue pair holds now.
     pub qp_held_max: usize,
+    /// DDP Segments the live queue pairs gave SCTP by reference
+    /// (written into each packet from registered memory), summed.
+    pub segments_by_reference: u64,
 }
 
 /// What an SCTP connection or listener runs with.
@@ -431,6 +434,25 @@ pub struct SctpConns {
     gone: Gone,
 }
 
+/// Write record `key` of the queue pair of association `assoc` into
+/// `dst` (a DATA chunk being built): false if there is none any more, or
+/// its memory went away.
+#[inline]
+fn fill_segment(
+    by_assoc: &BTreeMap<AssocId, SockId>,
+    conns: &mut BTreeMap<SockId, Conn>,
+    mem: &MemoryTable,
+    assoc: AssocId,
+    key: u64,
+    dst: &mut [u8],
+) -> bool {
+    by_assoc
+        .get(&assoc)
+        .and_then(|id| conns.get_mut(id))
+        .and_then(|c| c.qp.as_mut())
+        .is_some_and(|qp| qp.fill(mem, key, dst))
+}
+
 /// What an accepted queue pair takes from the application rather than
 /// from its listener.
 #[derive(Debug, Clone, Default)]
@@ -555,6 +577,16 @@ impl SctpConns {
         self.conns.len()
     }
 
+    /// Octets queued in the associations' send buffers, not yet
+    /// acknowledged by their peers, summed.
+    pub fn send_buffered(&self) -> usize {
+        self.by_assoc
+            .keys()
+            .filter_map(|id| self.host.assoc(*id))
+            .map(|a| a.sctp().send_buffered())
+            .sum()
+    }
+
     /// Counters: the host's, and the live associations' summed.
     pub fn counters(&self) -> SctpCounters {
         let mut assoc = sctp_lite::assoc::Stats::default();
@@ -578,12 +610,19 @@ impl SctpConns {
         let held = self.conns.values().filter_map(|c| c.qp.as_ref());
         let held = held.map(|q| q.qp_ref().segments_held().1);
         let (qp_held_octets, qp_held_max) = held.fold((0, 0), |(s, m), h| (s + h, m.max(h)));
+        let segments_by_reference = self
+            .conns
+            .values()
+            .filter_map(|c| c.qp.as_ref())
+            .map(|q| q.segments_by_reference())
+            .sum();
         SctpCounters {
             connections: self.conns.len(),
             host: self.host.stats(),
             assoc,
             qp_held_octets,
             qp_held_max,
+            segments_by_reference,
         }
     }
 
@@ -871,7 +910,17 @@ impl SctpConns {
         out: &mut dyn FnMut(Output),
     ) -> bool {
         let mut host_out = std::mem::take(&mut self.host_out);
-        let mut busy = self.host.poll(now, tx, &mut |o| host_out.push(o));
+        // Segments given by reference are written into each packet from
+        // their queue pair's records (`SctpQp::fill`).
+        let SctpConns {
+            host,
+            conns,
+            by_assoc,
+            ..
+        } = self;
+        let mut busy = host.poll_with(now, tx, &mut |o| host_out.push(o), &mut |a, key, dst| {
+            fill_segment(by_assoc, conns, mem, a, key, dst)
+        });
         if !host_out.is_empty() {
             busy = true;
             for o in host_out.drain(..) {
@@ -890,7 +939,15 @@ impl SctpConns {
         // Send what the queue pairs just gave their associations this
         // round rather than the next (packets only: timers, ARP and events
         // wait for the next round).
-        busy |= self.host.transmit(now, tx);
+        let SctpConns {
+            host,
+            conns,
+            by_assoc,
+            ..
+        } = self;
+        busy |= host.transmit_with(now, tx, &mut |a, key, dst| {
+            fill_segment(by_assoc, conns, mem, a, key, dst)
+        });
         self.host_out = host_out;
         busy
     }
@@ -1198,7 +1255,7 @@ impl SctpConns {
         let mut peer_closing = None;
         if let (Some(qp), false) = (c.qp.as_mut(), c.closed) {
             if let Some(a) = self.host.assoc_mut(c.assoc) {
-                busy |= qp.transmit(mem, &mut AssocSink { assoc: a, now }) > 0;
+                busy |= qp.transmit(mem, &mut AssocRefSink(AssocSink { assoc: a, now })) > 0;
                 peer_closing = Some(matches!(
                     a.sctp().state(),
                     State::ShutdownReceived | State::ShutdownAckSent

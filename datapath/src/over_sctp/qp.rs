@@ -19,10 +19,13 @@
 //!   A stream's termination does not end the association.
 
 use ddp_sctp::{DdpAssociation, DdpError, DdpEvent};
+use std::collections::VecDeque;
+
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::mpa::TxBuf;
 use iwarp_proto::qp::llp::{LowerLayer, SegmentConfig};
 use iwarp_proto::qp::{Qp, QpConfig, QpState, Srq};
+use iwarp_proto::txq::TxQueue;
 
 /// Octets before the DDP Segment in the vectors given to
 /// [`SegmentSink::send_segment_chunk`]: the DDP-SSN's (RFC 5043 §5.2.2).
@@ -50,6 +53,26 @@ pub trait SegmentSink {
     }
     /// Send DDP Stream Session Terminate on `stream`.
     fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError>;
+    /// Whether the sink takes segments by reference
+    /// ([`send_segment_ext`](Self::send_segment_ext)), written into the
+    /// packet from the queue pair's records whenever SCTP sends them
+    /// ([`SctpQp::fill`]). False by default.
+    fn takes_ext(&self) -> bool {
+        false
+    }
+    /// Send the `len`-octet DDP Segment that record `key` of the queue
+    /// pair's transmit queue holds, by reference
+    /// ([`DdpAssociation::send_segment_ext`]); the chunk's TSN.
+    fn send_segment_ext(&mut self, stream: u16, key: u64, len: usize) -> Result<u32, DdpError> {
+        let _ = (stream, key, len);
+        Err(DdpError::Sctp(sctp_lite::assoc::SendError::NotEstablished))
+    }
+    /// Whether SCTP has the chunk of TSN `tsn` cumulatively acknowledged
+    /// (its source may go).
+    fn acked(&self, tsn: u32) -> bool {
+        let _ = tsn;
+        false
+    }
     /// An empty vector to build the next segment in, if the sink has one
     /// to reuse (an association's acknowledged chunks). None by default.
     fn spare(&mut self) -> Option<Vec<u8>> {
@@ -82,6 +105,45 @@ impl SegmentSink for AssocSink<'_> {
     }
     fn spare(&mut self) -> Option<Vec<u8>> {
         self.assoc.take_spare()
+    }
+}
+
+/// An [`AssocSink`] that takes segments by reference
+/// ([`SegmentSink::takes_ext`]): the association's packets must then be
+/// sent with [`DdpAssociation::poll_transmit_with`] and a fill that calls
+/// [`SctpQp::fill`] (a plain `poll_transmit` cannot write them, and
+/// [`DdpAssociation::ext_failed`] says so).
+#[derive(Debug)]
+pub struct AssocRefSink<'a>(pub AssocSink<'a>);
+
+impl SegmentSink for AssocRefSink<'_> {
+    fn send_segment(&mut self, stream: u16, segment: &[u8]) -> Result<(), DdpError> {
+        self.0.send_segment(stream, segment)
+    }
+    fn send_segment_chunk(
+        &mut self,
+        stream: u16,
+        chunk: Vec<u8>,
+    ) -> Result<(), (DdpError, Vec<u8>)> {
+        self.0.send_segment_chunk(stream, chunk)
+    }
+    fn terminate_session(&mut self, stream: u16) -> Result<(), DdpError> {
+        self.0.terminate_session(stream)
+    }
+    fn spare(&mut self) -> Option<Vec<u8>> {
+        self.0.spare()
+    }
+    fn takes_ext(&self) -> bool {
+        true
+    }
+    fn send_segment_ext(&mut self, stream: u16, key: u64, len: usize) -> Result<u32, DdpError> {
+        self.0
+            .assoc
+            .send_segment_ext(stream, key, len)
+            .map(|(_, tsn)| tsn)
+    }
+    fn acked(&self, tsn: u32) -> bool {
+        self.0.assoc.sctp().is_acked(tsn)
     }
 }
 
@@ -142,7 +204,37 @@ pub struct SctpQp {
     /// The session is accepted: segments may go (RFC 5043 §6.6: the
     /// active side sends none before the Accept).
     established: bool,
+    /// Segments given by reference ([`SegmentSink::takes_ext`]): records
+    /// of registered memory (or of octets, for short messages), keyed by
+    /// their offset, until SCTP has them acknowledged.
+    txq: TxQueue,
+    /// TSN of each record's chunk and the offset just past the record,
+    /// in order.
+    unacked: VecDeque<(u32, u64)>,
+    /// A record the sink refused for now (offset, length): it goes first
+    /// next time.
+    waiting_ext: Option<(u64, usize)>,
+    /// Give segments by reference to a sink that takes them
+    /// ([`BY_REFERENCE_MIN_MULPDU`], [`set_by_reference`](Self::set_by_reference)).
+    by_ref: bool,
+    /// Segments given by reference so far.
+    by_ref_sent: u64,
 }
+
+/// The smallest MULPDU at which segments go to SCTP by reference by
+/// default. Measured (`stack-cost --transport sctp`, callgrind, 256
+/// Writes of 64 KiB, instructions per octet, copied against by
+/// reference): MTU 1500 4.88 against 5.22, 3000 3.18 against 3.23, 4500
+/// 2.59 against 2.55, 9000 4.73 against 3.69. Describing a segment,
+/// finding its record at every fill and re-checking its memory cost more
+/// than copying fewer than about 4 KiB.
+pub const BY_REFERENCE_MIN_MULPDU: usize = 4096;
+
+/// Sends and Writes shorter than this are copied into their record when
+/// described ([`Qp::poll_record`]) and complete when handed to SCTP; longer
+/// ones are written into each packet from registered memory and complete
+/// once SCTP has them acknowledged (as over MPA, [`crate::over_tcp::COPY_BELOW`]).
+pub const COPY_BELOW: u64 = crate::over_tcp::COPY_BELOW;
 
 impl SctpQp {
     /// A QP on DDP stream `stream` of an association whose MULPDU is
@@ -187,7 +279,20 @@ impl SctpQp {
             session_over: false,
             last_refusal: None,
             established,
+            txq: TxQueue::new(0),
+            unacked: VecDeque::new(),
+            waiting_ext: None,
+            by_ref: mulpdu >= BY_REFERENCE_MIN_MULPDU,
+            by_ref_sent: 0,
         }
+    }
+
+    /// Give segments to a sink that takes them by reference
+    /// ([`SegmentSink::takes_ext`]) that way (`on`), or copy each into the
+    /// association. By default from [`BY_REFERENCE_MIN_MULPDU`]. Takes
+    /// effect for segments not yet described.
+    pub fn set_by_reference(&mut self, on: bool) {
+        self.by_ref = on;
     }
 
     /// The DDP stream.
@@ -210,7 +315,26 @@ impl SctpQp {
     /// Nothing waits to be sent: no segment held back by a full SCTP send
     /// buffer and none in the queue pair.
     pub fn tx_idle(&self) -> bool {
-        self.waiting.is_none() && self.qp.tx_idle()
+        self.waiting.is_none() && self.waiting_ext.is_none() && self.qp.tx_idle()
+    }
+
+    /// Write octets `dst.len()` of the segment record at `key` (the
+    /// association's fill, [`DdpAssociation::poll_transmit_with`]): from
+    /// registered memory, re-checked now. False if the record is gone or
+    /// its memory no longer registered: the association must end.
+    #[inline]
+    pub fn fill(&mut self, mem: &MemoryTable, key: u64, dst: &mut [u8]) -> bool {
+        self.txq.fill(mem, key, dst)
+    }
+
+    /// Segments given by reference that SCTP has not acknowledged yet.
+    pub fn unacked_records(&self) -> usize {
+        self.txq.len()
+    }
+
+    /// Segments given by reference so far.
+    pub fn segments_by_reference(&self) -> u64 {
+        self.by_ref_sent
     }
     /// The sink's last refusal other than a full send buffer (a segment
     /// over MULPDU, a session in the wrong state): the QP went to error.
@@ -260,12 +384,14 @@ impl SctpQp {
                 // session ends only once every lower DDP-SSN arrived).
                 self.qp.llp_lost();
                 self.waiting = None;
+                self.waiting_ext = None;
                 true
             }
             DdpEvent::Closed(_) => {
                 self.session_over = true;
                 self.qp.llp_lost();
                 self.waiting = None;
+                self.waiting_ext = None;
                 true
             }
             _ => false,
@@ -276,10 +402,14 @@ impl SctpQp {
     /// full; then end the session if the QP is in error. Returns the
     /// segments sent.
     pub fn transmit<S: SegmentSink>(&mut self, mem: &MemoryTable, sink: &mut S) -> usize {
-        let mut sent = 0;
         if !self.established && !self.session_over {
             return 0;
         }
+        // A record the sink refused goes first, even if the mode changed.
+        if (self.by_ref || self.waiting_ext.is_some()) && sink.takes_ext() {
+            return self.transmit_ext(mem, sink);
+        }
+        let mut sent = 0;
         loop {
             let seg = match self.waiting.take() {
                 Some(s) => s,
@@ -324,6 +454,67 @@ impl SctpQp {
         if self.qp.state() == QpState::Error && self.waiting.is_none() && !self.session_over {
             // RFC 5043 §6.2: the DDP Stream Terminate follows any RDMAP
             // Terminate; at least one side MUST send one.
+            self.session_over = true;
+            let _ = sink.terminate_session(self.stream);
+        }
+        sent
+    }
+}
+
+impl SctpQp {
+    /// [`transmit`](Self::transmit) to a sink that takes segments by
+    /// reference: each is described in `txq` ([`Qp::poll_record`]) and
+    /// handed over as its offset and length; SCTP writes it into each
+    /// packet that carries it through [`fill`](Self::fill), the one copy
+    /// of its payload. Acknowledged records are released first: the
+    /// Sends and Writes they end complete (RFC 5040 §5.5 rule 9).
+    fn transmit_ext<S: SegmentSink>(&mut self, mem: &MemoryTable, sink: &mut S) -> usize {
+        while let Some(&(tsn, end)) = self.unacked.front() {
+            if !sink.acked(tsn) {
+                break;
+            }
+            self.unacked.pop_front();
+            let qp = &mut self.qp;
+            self.txq.release(end, &mut |seq| qp.fpdu_acked(seq));
+        }
+        let mut sent = 0;
+        loop {
+            let (key, len) = match self.waiting_ext.take() {
+                Some(w) => w,
+                None => {
+                    if self.session_over {
+                        break;
+                    }
+                    let start = self.txq.end();
+                    if !self
+                        .qp
+                        .poll_record(mem, usize::MAX, COPY_BELOW, &mut self.txq)
+                    {
+                        break;
+                    }
+                    (start, (self.txq.end() - start) as usize)
+                }
+            };
+            match sink.send_segment_ext(self.stream, key, len) {
+                Ok(tsn) => {
+                    self.unacked.push_back((tsn, key + len as u64));
+                    self.by_ref_sent += 1;
+                    sent += 1;
+                }
+                Err(DdpError::Sctp(sctp_lite::assoc::SendError::BufferFull))
+                | Err(DdpError::TooManyInFlight) => {
+                    self.waiting_ext = Some((key, len));
+                    return sent;
+                }
+                Err(e) => {
+                    self.last_refusal = Some(e);
+                    self.qp.llp_lost();
+                    break;
+                }
+            }
+        }
+        if self.qp.state() == QpState::Error && self.waiting_ext.is_none() && !self.session_over {
+            // RFC 5043 §6.2, as in `transmit`.
             self.session_over = true;
             let _ = sink.terminate_session(self.stream);
         }

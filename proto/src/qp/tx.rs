@@ -629,11 +629,14 @@ impl Qp {
     /// Whether [`poll_record`](Self::poll_record) can describe this QP's
     /// FPDUs: over MPA without markers (markers depend on the stream
     /// position, so those FPDUs are framed as octets by
-    /// [`poll_transmit`](Self::poll_transmit)).
+    /// [`poll_transmit`](Self::poll_transmit)), and always over DDP/SCTP,
+    /// whose records are bare DDP Segments.
     pub fn can_describe(&self) -> bool {
         match &self.llp {
             Lower::Mpa { framer, .. } => !framer.markers(),
-            Lower::Segments(_) => false,
+            // Bare DDP Segments (DDP over SCTP): nothing depends on a
+            // stream position.
+            Lower::Segments(_) => true,
         }
     }
 
@@ -715,12 +718,14 @@ impl Qp {
             return false;
         };
         // Cannot fail: the ULPDU is within MULPDU and the head was checked.
+        let mpa = matches!(self.llp, Lower::Mpa { .. });
         let Some(wire) = txq.push_fpdu(
             &plan.hdr[..plan.hdr_len],
             &job.inline[..job.inline_len],
             plan.src.as_slice(),
             crc_on,
             completes,
+            mpa,
         ) else {
             return false;
         };
