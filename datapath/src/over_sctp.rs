@@ -517,8 +517,6 @@ pub struct SctpHost {
     ready: ReadySet<AssocId>,
     /// The associations the last [`Engine::poll`] visited, in id order.
     polled: Vec<AssocId>,
-    /// How often every association is visited anyway (ns).
-    idle_sweep: u64,
     /// Association visits by [`Engine::poll`], in all.
     visits: u64,
     /// Token bucket of out-of-the-blue answers: tokens, and when the last
@@ -551,9 +549,8 @@ impl SctpHost {
             next_id: 1,
             pending_tx: Vec::new(),
             pending_out: VecDeque::new(),
-            ready: ReadySet::new(),
+            ready: ReadySet::new(IDLE_SWEEP),
             polled: Vec::new(),
-            idle_sweep: IDLE_SWEEP,
             visits: 0,
             ootb_tokens: OOTB_BURST,
             ootb_at: 0,
@@ -569,7 +566,7 @@ impl SctpHost {
     /// the ready and deadline sets say: the bound on how late a deadline
     /// missing from them would be noticed.
     pub fn set_idle_sweep(&mut self, every: u64) {
-        self.idle_sweep = every.max(1);
+        self.ready.set_sweep(every.max(1));
     }
 
     /// Association visits [`Engine::poll`] made, in all (an idle
@@ -586,7 +583,7 @@ impl SctpHost {
     /// The earliest of the associations' deadlines, the idle sweep's and
     /// ARP's.
     pub fn next_deadline(&self) -> Option<u64> {
-        let sweep = self.ready.next_sweep(self.idle_sweep);
+        let sweep = self.ready.next_sweep();
         [
             self.ready.next_deadline(),
             self.net.arp.poll_timeout(),
@@ -1128,7 +1125,6 @@ impl Engine for SctpHost {
             net,
             ready,
             polled,
-            idle_sweep,
             visits,
             ..
         } = self;
@@ -1139,7 +1135,7 @@ impl Engine for SctpHost {
                 ready.fire(&mut e.slot, id, at);
             }
         }
-        if ready.sweep_due(now, *idle_sweep) {
+        if ready.sweep_due(now) {
             for (&id, e) in assocs.iter_mut() {
                 ready.mark(&mut e.slot, id);
             }

@@ -55,24 +55,28 @@ pub struct ReadySet<Id> {
     /// Deadlines, earliest first: one entry per id ([`Slot::deadline`]).
     /// A set rather than a heap: an earlier deadline replaces the entry.
     timers: BTreeSet<(u64, Id)>,
-    /// When the idle sweep last ran.
-    last_sweep: u64,
-}
-
-impl<Id> Default for ReadySet<Id> {
-    fn default() -> Self {
-        ReadySet {
-            ready: Vec::new(),
-            timers: BTreeSet::new(),
-            last_sweep: 0,
-        }
-    }
+    /// How often the idle sweep runs (ns).
+    sweep_every: u64,
+    /// When it runs next: `sweep_every` after it last ran (at 0 first).
+    next_sweep: u64,
 }
 
 impl<Id: Ord + Copy> ReadySet<Id> {
-    /// An empty set.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty set whose idle sweep runs every `sweep_every` ns.
+    pub fn new(sweep_every: u64) -> Self {
+        ReadySet {
+            ready: Vec::new(),
+            timers: BTreeSet::new(),
+            sweep_every,
+            next_sweep: sweep_every,
+        }
+    }
+
+    /// The idle sweep runs every `every` ns from when it last ran.
+    pub fn set_sweep(&mut self, every: u64) {
+        let last = self.next_sweep.saturating_sub(self.sweep_every);
+        self.sweep_every = every;
+        self.next_sweep = last.saturating_add(every);
     }
 
     /// Put `id` (its slot `slot`) in the ready list unless it is there.
@@ -161,21 +165,21 @@ impl<Id: Ord + Copy> ReadySet<Id> {
         self.timers.len()
     }
 
-    /// Whether the idle sweep (every `every` ns) is due at `now`; if so
-    /// it counts as done now, and the caller marks every id.
+    /// Whether the idle sweep is due at `now`; if so it counts as done
+    /// now, and the caller marks every id.
     #[inline]
-    pub fn sweep_due(&mut self, now: u64, every: u64) -> bool {
-        if now.saturating_sub(self.last_sweep) >= every {
-            self.last_sweep = now;
+    pub fn sweep_due(&mut self, now: u64) -> bool {
+        if now >= self.next_sweep {
+            self.next_sweep = now.saturating_add(self.sweep_every);
             return true;
         }
         false
     }
 
-    /// When the idle sweep (every `every` ns) is due next.
+    /// When the idle sweep is due next.
     #[inline]
-    pub fn next_sweep(&self, every: u64) -> u64 {
-        self.last_sweep.saturating_add(every)
+    pub fn next_sweep(&self) -> u64 {
+        self.next_sweep
     }
 }
 
@@ -185,7 +189,7 @@ mod tests {
 
     #[test]
     fn marked_once_and_drained_in_id_order() {
-        let mut set = ReadySet::new();
+        let mut set = ReadySet::new(100);
         let mut s = [Slot::default(); 3];
         set.mark(&mut s[2], 2u64);
         set.mark(&mut s[0], 0);
@@ -205,7 +209,7 @@ mod tests {
 
     #[test]
     fn one_deadline_entry_per_id_the_earliest() {
-        let mut set = ReadySet::new();
+        let mut set = ReadySet::new(100);
         let mut a = Slot::default();
         let mut b = Slot::default();
         set.defer(&mut a, 1u64, 50);
@@ -228,14 +232,18 @@ mod tests {
 
     #[test]
     fn forget_and_sweep() {
-        let mut set = ReadySet::new();
+        let mut set = ReadySet::new(100);
         let mut a = Slot::default();
         set.defer(&mut a, 7u64, 10);
         set.forget(&mut a, 7);
         assert_eq!(set.next_deadline(), None);
-        assert!(!set.sweep_due(99, 100));
-        assert!(set.sweep_due(100, 100));
-        assert!(!set.sweep_due(150, 100));
-        assert_eq!(set.next_sweep(100), 200);
+        assert!(!set.sweep_due(99));
+        assert!(set.sweep_due(100));
+        assert!(!set.sweep_due(150));
+        assert_eq!(set.next_sweep(), 200);
+        set.set_sweep(30);
+        assert_eq!(set.next_sweep(), 130);
+        assert!(set.sweep_due(130));
+        assert_eq!(set.next_sweep(), 160);
     }
 }

@@ -1361,7 +1361,7 @@ impl Stack {
             next_id: 0,
             ids: Vec::new(),
             ports: Vec::new(),
-            ready: ReadySet::new(),
+            ready: ReadySet::new(cfg.idle_sweep),
             by_tuple: HashMap::new(),
             last_rx: None,
             listeners: HashMap::new(),
@@ -2164,7 +2164,7 @@ impl crate::runtime::Engine for Stack {
     /// part's (its connections', associations', ARP's and sweeps').
     fn poll_timeout(&self) -> Option<u64> {
         let conns = self.ready.next_deadline();
-        let sweep = self.ready.next_sweep(self.cfg.idle_sweep);
+        let sweep = self.ready.next_sweep();
         let sctp = self.sctp.as_ref().and_then(|s| s.next_deadline());
         [conns, self.iface.poll_timeout(), Some(sweep), sctp]
             .into_iter()
@@ -2383,7 +2383,7 @@ impl Stack {
             }
         }
         // The safety net (`StackConfig::idle_sweep`).
-        if ready.sweep_due(now, self.cfg.idle_sweep) {
+        if ready.sweep_due(now) {
             for (&id, sock) in socks.iter_mut() {
                 mark_ready(ready, sock, id);
                 if let SockKind::Iwarp(i) = &mut sock.kind {

@@ -462,8 +462,6 @@ pub struct SctpConns {
     /// Connections to drive next round, and their own deadlines
     /// ([`Conn::deadline`], one entry each).
     ready: ReadySet<SockId>,
-    /// How often every connection is driven anyway (ns).
-    idle_sweep: u64,
     /// Connections driven, in all.
     drives: u64,
 }
@@ -498,8 +496,7 @@ impl SctpConns {
             backlog_aborts: 0,
             max_held: MAX_HELD,
             gone: Gone::default(),
-            ready: ReadySet::new(),
-            idle_sweep: super::IDLE_SWEEP,
+            ready: ReadySet::new(super::IDLE_SWEEP),
             drives: 0,
         })
     }
@@ -507,7 +504,7 @@ impl SctpConns {
     /// Every connection and association is visited at least this often
     /// (ns; the stack sets its `StackConfig::idle_sweep`).
     pub fn set_idle_sweep(&mut self, every: u64) {
-        self.idle_sweep = every.max(1);
+        self.ready.set_sweep(every.max(1));
         self.host.set_idle_sweep(every);
     }
 
@@ -519,7 +516,7 @@ impl SctpConns {
     /// The earliest of the connections' and associations' deadlines and
     /// the idle sweeps'.
     pub fn next_deadline(&self) -> Option<u64> {
-        let sweep = self.ready.next_sweep(self.idle_sweep);
+        let sweep = self.ready.next_sweep();
         [
             self.ready.next_deadline(),
             self.host.next_deadline(),
@@ -979,18 +976,13 @@ impl SctpConns {
         }
         // Connections whose own deadline has passed, and every one now and
         // then (the idle sweep).
-        let SctpConns {
-            conns,
-            ready,
-            idle_sweep,
-            ..
-        } = self;
+        let SctpConns { conns, ready, .. } = self;
         while let Some((at, id)) = ready.pop_due(now) {
             if let Some(c) = conns.get_mut(&id) {
                 ready.fire(&mut c.slot, id, at);
             }
         }
-        if ready.sweep_due(now, *idle_sweep) {
+        if ready.sweep_due(now) {
             for (&id, c) in conns.iter_mut() {
                 ready.mark(&mut c.slot, id);
             }
