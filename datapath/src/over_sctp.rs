@@ -601,6 +601,18 @@ impl SctpHost {
         self.ready.is_empty() && self.pending_tx.is_empty() && self.pending_out.is_empty()
     }
 
+    /// A round at `now` has nothing to do: [`quiescent`](Self::quiescent),
+    /// no deadline, sweep or ARP request due. Then the round can be left
+    /// out ([`polled`](Self::polled) is emptied, as a poll that visited
+    /// nothing would).
+    pub fn idle_round(&mut self, now: u64) -> bool {
+        let idle = self.quiescent() && !self.ready.due(now) && !self.net.arp.request_due(now);
+        if idle {
+            self.polled.clear();
+        }
+        idle
+    }
+
     /// Live associations.
     pub fn assoc_count(&self) -> usize {
         self.assocs.len()

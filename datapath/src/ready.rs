@@ -154,6 +154,12 @@ impl<Id: Ord + Copy> ReadySet<Id> {
         }
     }
 
+    /// Whether a deadline or the idle sweep is due at `now`.
+    #[inline]
+    pub fn due(&self, now: u64) -> bool {
+        now >= self.next_sweep || self.timers.first().is_some_and(|&(at, _)| at <= now)
+    }
+
     /// The earliest entry of the deadline set.
     #[inline]
     pub fn next_deadline(&self) -> Option<u64> {
@@ -217,6 +223,7 @@ mod tests {
         set.defer(&mut a, 1, 30); // earlier: replaces it
         set.defer(&mut b, 2, 40);
         assert_eq!(set.deadlines(), 2);
+        assert!(!set.due(29) && set.due(30));
         assert_eq!(set.next_deadline(), Some(30));
         assert_eq!(set.pop_due(29), None);
         let (at, id) = set.pop_due(45).unwrap();
@@ -237,6 +244,7 @@ mod tests {
         set.defer(&mut a, 7u64, 10);
         set.forget(&mut a, 7);
         assert_eq!(set.next_deadline(), None);
+        assert!(!set.due(99) && set.due(100));
         assert!(!set.sweep_due(99));
         assert!(set.sweep_due(100));
         assert!(!set.sweep_due(150));

@@ -2535,11 +2535,18 @@ impl Stack {
         let mut sctp_held = 0;
         if let Some(sc) = self.sctp.as_deref_mut() {
             busy |= sc.poll(now, &mut self.mem, tx, out);
-            for h in sc.holders() {
-                sctp_held += h.held;
-                if !h.releasing && self.budget.over_conn(h.held) {
-                    self.over.push(h.id);
+            // What they hold changes only in a round that visited an
+            // association or drove a connection (`SctpConns::was_active`).
+            if sc.was_active() {
+                for h in sc.holders() {
+                    sctp_held += h.held;
+                    if !h.releasing && self.budget.over_conn(h.held) {
+                        self.over.push(h.id);
+                    }
                 }
+                sc.set_held_total(sctp_held);
+            } else {
+                sctp_held = sc.held_total();
             }
         }
         // The memory budget: connections over their own limit, then the

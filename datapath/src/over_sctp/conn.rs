@@ -464,6 +464,11 @@ pub struct SctpConns {
     ready: ReadySet<SockId>,
     /// Connections driven, in all.
     drives: u64,
+    /// The last poll visited an association or drove a connection.
+    active: bool,
+    /// What the connections held after the last active poll
+    /// ([`set_held_total`](Self::set_held_total)).
+    held_total: usize,
 }
 
 /// What an accepted queue pair takes from the application rather than
@@ -497,6 +502,8 @@ impl SctpConns {
             max_held: MAX_HELD,
             gone: Gone::default(),
             ready: ReadySet::new(super::IDLE_SWEEP),
+            active: false,
+            held_total: 0,
             drives: 0,
         })
     }
@@ -506,6 +513,26 @@ impl SctpConns {
     pub fn set_idle_sweep(&mut self, every: u64) {
         self.ready.set_sweep(every.max(1));
         self.host.set_idle_sweep(every);
+    }
+
+    /// Whether the last [`poll`](Self::poll) visited an association or
+    /// drove a connection. If not, what the connections hold
+    /// ([`holders`](Self::holders)) has not changed since: segments are
+    /// placed from frames whose association is then visited, and posts
+    /// and events drive their connection.
+    pub fn was_active(&self) -> bool {
+        self.active
+    }
+
+    /// Octets the connections held at the last active poll, as the stack
+    /// summed them ([`set_held_total`](Self::set_held_total)).
+    pub fn held_total(&self) -> usize {
+        self.held_total
+    }
+
+    /// Note what [`holders`](Self::holders) summed to after an active poll.
+    pub fn set_held_total(&mut self, octets: usize) {
+        self.held_total = octets;
     }
 
     /// Connections driven in all (an idle one is not).
@@ -947,8 +974,15 @@ impl SctpConns {
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
+        // Nothing marked or due on either level: the round is left out
+        // (what the connections hold is as it was, `was_active`).
+        self.active = false;
+        if self.ready.is_empty() && !self.ready.due(now) && self.host.idle_round(now) {
+            return false;
+        }
         let mut host_out = std::mem::take(&mut self.host_out);
         let mut busy = self.host.poll(now, tx, &mut |o| host_out.push(o));
+        self.active = !self.host.polled().is_empty() || !host_out.is_empty();
         // The connections of the associations just visited: a packet
         // arrived (a SACK may have made room for segments waiting, a
         // segment placed may have completed a receive), a timer ran, or
@@ -993,6 +1027,7 @@ impl SctpConns {
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
         self.ready.drain_into(&mut ids);
+        self.active |= !ids.is_empty();
         for &id in &ids {
             let Some(c) = self.conns.get_mut(&id) else {
                 continue; // gone since it was marked
