@@ -99,8 +99,8 @@ impl<Id: Ord + Copy> ReadySet<Id> {
         &self.ready
     }
 
-    /// This round's ids: the ready list moves to the end of `ids`, in id
-    /// order when `ids` was empty. Each visit begins with
+    /// This round's ids: the ready list moves into `ids` (empty, as a
+    /// rule), which is then sorted by id. Each visit begins with
     /// [`Slot::visited`]; the list fills again for the next round as
     /// connections are marked.
     #[inline]
