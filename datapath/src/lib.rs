@@ -16,6 +16,7 @@ pub mod latency;
 pub mod link;
 pub mod over_sctp;
 pub mod over_tcp;
+pub mod ready;
 pub mod runtime;
 pub mod stack;
 mod stats_fmt;

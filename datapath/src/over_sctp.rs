@@ -50,6 +50,7 @@ use tcp_lite::wire::{
     IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
+use crate::ready::{ReadySet, Slot};
 use crate::runtime::{Engine, FrameSink};
 
 /// Names one association of a [`SctpHost`].
@@ -83,8 +84,14 @@ pub const OOTB_BURST: u32 = 32;
 /// Out-of-the-blue answers per second, sustained (one every 10 ms).
 pub const OOTB_PER_SEC: u64 = 100;
 
+/// [`SctpHost::set_idle_sweep`]'s default, as `StackConfig::idle_sweep`'s.
+pub const IDLE_SWEEP: u64 = 100_000_000;
+
 /// The UDP port IANA registered for SCTP over UDP (sctp-tunneling, RFC 6951).
 pub const SCTP_UDP_PORT: u16 = 9899;
+/// Packets one association sends in one pass; one that sends this many
+/// stays in the ready set for the next round.
+const SEND_BURST: usize = 256;
 /// Octets of a UDP header.
 const UDP_HEADER_LEN: usize = 8;
 /// Ethernet + IPv4 + UDP headers.
@@ -250,6 +257,8 @@ struct Entry {
     /// The peer's UDP encapsulation port when the association runs over UDP.
     udp: Option<u16>,
     ddp: DdpAssociation,
+    /// Its place in the host's ready and deadline sets.
+    slot: Slot,
 }
 
 impl std::fmt::Debug for Entry {
@@ -363,9 +372,9 @@ impl Net {
     /// went. With the peer's MAC known, the packet is built straight into
     /// a frame the device lends, behind its headers (no copy of the
     /// packet); otherwise in `buf`, to go once ARP answers.
-    /// Sends what `ddp` has to send now: at most 256 packets (the
-    /// congestion and peer windows bound what it has anyway). Whether one
-    /// went. Inlined into both rounds' sweeps (a call per association
+    /// Sends what `ddp` has to send now: at most [`SEND_BURST`] packets
+    /// (the congestion and peer windows bound what it has anyway). How
+    /// many went. Inlined into both rounds' sweeps (a call per association
     /// and pass cost 700 instructions per ping-pong round trip).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -378,15 +387,15 @@ impl Net {
         now: u64,
         tx: &mut dyn FrameSink,
         fill: &mut F,
-    ) -> bool {
-        let mut any = false;
-        for _ in 0..256 {
+    ) -> usize {
+        let mut n = 0;
+        while n < SEND_BURST {
             if !self.send_next(ddp, dst, udp, buf, now, tx, fill) {
                 break;
             }
-            any = true;
+            n += 1;
         }
-        any
+        n
     }
 
     #[inline]
@@ -509,6 +518,15 @@ pub struct SctpHost {
     pending_tx: Vec<Vec<u8>>,
     pending_out: VecDeque<SctpOutput>,
     buf: Vec<u8>,
+    /// Associations to visit next round (a packet for it arrived, a
+    /// command or [`assoc_mut`](Self::assoc_mut) reached it, its last
+    /// visit left work, its deadline came) and their deadlines
+    /// ([`DdpAssociation::poll_timeout`], one entry each).
+    ready: ReadySet<AssocId>,
+    /// The associations the last [`Engine::poll`] visited, in id order.
+    polled: Vec<AssocId>,
+    /// Association visits by [`Engine::poll`], in all.
+    visits: u64,
     /// Token bucket of out-of-the-blue answers: tokens, and when the last
     /// one was added.
     ootb_tokens: u32,
@@ -539,6 +557,9 @@ impl SctpHost {
             next_id: 1,
             pending_tx: Vec::new(),
             pending_out: VecDeque::new(),
+            ready: ReadySet::new(IDLE_SWEEP),
+            polled: Vec::new(),
+            visits: 0,
             ootb_tokens: OOTB_BURST,
             ootb_at: 0,
         })
@@ -547,6 +568,57 @@ impl SctpHost {
     /// Counters.
     pub fn stats(&self) -> SctpHostStats {
         self.net.stats
+    }
+
+    /// Every association is visited at least this often (ns), whatever
+    /// the ready and deadline sets say: the bound on how late a deadline
+    /// missing from them would be noticed.
+    pub fn set_idle_sweep(&mut self, every: u64) {
+        self.ready.set_sweep(every.max(1));
+    }
+
+    /// Association visits [`Engine::poll`] made, in all (an idle
+    /// association is not visited).
+    pub fn visits(&self) -> u64 {
+        self.visits
+    }
+
+    /// The associations the last [`Engine::poll`] visited, in id order.
+    pub fn polled(&self) -> &[AssocId] {
+        &self.polled
+    }
+
+    /// The earliest of the associations' deadlines, the idle sweep's and
+    /// ARP's.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let sweep = self.ready.next_sweep();
+        [
+            self.ready.next_deadline(),
+            self.net.arp.poll_timeout(),
+            Some(sweep),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Nothing to do until a frame, a command or
+    /// [`next_deadline`](Self::next_deadline): no association marked, no
+    /// frame or output waiting.
+    pub fn quiescent(&self) -> bool {
+        self.ready.is_empty() && self.pending_tx.is_empty() && self.pending_out.is_empty()
+    }
+
+    /// A round at `now` has nothing to do: [`quiescent`](Self::quiescent),
+    /// no deadline, sweep or ARP request due. Then the round can be left
+    /// out ([`polled`](Self::polled) is emptied, as a poll that visited
+    /// nothing would).
+    pub fn idle_round(&mut self, now: u64) -> bool {
+        let idle = self.quiescent() && !self.ready.due(now) && !self.net.arp.request_due(now);
+        if idle {
+            self.polled.clear();
+        }
+        idle
     }
 
     /// Live associations.
@@ -614,12 +686,16 @@ impl SctpHost {
             DdpAssociation::connect(self.cfg.sctp.clone(), local_port, port, now, nonce).map(
                 |ddp| {
                     self.next_id += 1;
+                    let mut slot = Slot::default();
+                    // Its INIT goes at the next poll.
+                    self.ready.mark(&mut slot, id);
                     self.assocs.insert(
                         id,
                         Entry {
                             remote,
                             udp: udp_port,
                             ddp,
+                            slot,
                         },
                     );
                     self.by_tuple.insert(key, id);
@@ -629,9 +705,29 @@ impl SctpHost {
         }
     }
 
-    /// One association, to drive it (send segments, answer sessions).
+    /// One association, to drive it (send segments, answer sessions): it
+    /// is visited at the next poll, and its packets go at the next
+    /// [`transmit`](Self::transmit) or poll.
     pub fn assoc_mut(&mut self, id: AssocId) -> Option<&mut DdpAssociation> {
+        let e = self.assocs.get_mut(&id)?;
+        self.ready.mark(&mut e.slot, id);
+        Some(&mut e.ddp)
+    }
+
+    /// One association, to offer it work that it may not take (a queue
+    /// pair's segments when it has none): unlike
+    /// [`assoc_mut`](Self::assoc_mut) it is not marked for the next poll,
+    /// so the caller [`mark`](Self::mark)s it if it did give it work.
+    pub fn assoc_unmarked(&mut self, id: AssocId) -> Option<&mut DdpAssociation> {
         self.assocs.get_mut(&id).map(|e| &mut e.ddp)
+    }
+
+    /// Association `id` is visited at the next poll (and its packets go at
+    /// the next [`transmit`](Self::transmit)).
+    pub fn mark(&mut self, id: AssocId) {
+        if let Some(e) = self.assocs.get_mut(&id) {
+            self.ready.mark(&mut e.slot, id);
+        }
     }
 
     /// Whether `frame` is ours to take when this host shares an interface
@@ -733,6 +829,7 @@ impl SctpHost {
         if let Some(id) = cached.or_else(|| self.by_tuple.get(&key).copied()) {
             if let Some(e) = self.assocs.get_mut(&id) {
                 self.last_tuple = Some((key, id));
+                self.ready.mark(&mut e.slot, id);
                 let verified = e.ddp.sctp().stats().tag_verified_packets;
                 e.ddp.handle_packet_with(now, pkt, &mut |stream, ssn, seg| {
                     place(id, stream, ssn, seg)
@@ -770,12 +867,15 @@ impl SctpHost {
                     let id = self.next_id;
                     self.next_id += 1;
                     let ddp = DdpAssociation::wrap(*a, self.cfg.sctp.max_packet);
+                    let mut slot = Slot::default();
+                    self.ready.mark(&mut slot, id);
                     self.assocs.insert(
                         id,
                         Entry {
                             remote: src,
                             udp,
                             ddp,
+                            slot,
                         },
                     );
                     self.by_tuple.insert((src, peer_port, our_port), id);
@@ -854,6 +954,7 @@ impl SctpHost {
     ) {
         match self.assocs.get_mut(&id) {
             Some(e) => {
+                self.ready.mark(&mut e.slot, id);
                 if let Err(err) = f(&mut e.ddp) {
                     self.pending_out.push_back(SctpOutput::Refused(id, err));
                 }
@@ -924,10 +1025,12 @@ impl SctpHost {
 }
 
 impl SctpHost {
-    /// Sends what the associations have to send now, and nothing else: no
-    /// ARP, timers or events (those wait for the next [`Engine::poll`]).
-    /// For the second pass of a round, after the queue pairs gave their
-    /// associations new segments. True when a packet went out.
+    /// Sends what the associations marked for the next round have to
+    /// send now (those [`assoc_mut`](Self::assoc_mut) reached since the
+    /// last poll, among them every one the queue pairs gave segments),
+    /// and nothing else: no ARP, timers or events (those wait for the next
+    /// [`Engine::poll`], which visits them). For the second pass of a
+    /// round. True when a packet went out.
     pub fn transmit(&mut self, now: u64, tx: &mut dyn FrameSink) -> bool {
         self.transmit_with(now, tx, &mut |_, _, _| false)
     }
@@ -942,12 +1045,18 @@ impl SctpHost {
     ) -> bool {
         let mut busy = false;
         let SctpHost {
-            assocs, net, buf, ..
+            assocs,
+            net,
+            buf,
+            ready,
+            ..
         } = self;
-        for (&id, e) in assocs.iter_mut() {
-            busy |= net.send_all(&mut e.ddp, e.remote, e.udp, buf, now, tx, &mut |k, d| {
-                fill(id, k, d)
-            });
+        for &id in ready.marked() {
+            if let Some(e) = assocs.get_mut(&id) {
+                busy |= net.send_all(&mut e.ddp, e.remote, e.udp, buf, now, tx, &mut |k, d| {
+                    fill(id, k, d)
+                }) > 0;
+            }
         }
         busy
     }
@@ -956,6 +1065,10 @@ impl SctpHost {
 impl Engine for SctpHost {
     type Command = SctpCommand;
     type Output = SctpOutput;
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.next_deadline()
+    }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
         self.handle_frame_with(frame, now, &mut |_, _, _, _| false);
@@ -1058,24 +1171,51 @@ impl SctpHost {
             by_tuple,
             last_tuple,
             net,
+            ready,
+            polled,
+            visits,
             ..
         } = self;
+        // Associations whose deadline has passed join the ready set, and
+        // every one now and then (the idle sweep).
+        while let Some((at, id)) = ready.pop_due(now) {
+            if let Some(e) = assocs.get_mut(&id) {
+                ready.fire(&mut e.slot, id, at);
+            }
+        }
+        if ready.sweep_due(now) {
+            for (&id, e) in assocs.iter_mut() {
+                ready.mark(&mut e.slot, id);
+            }
+        }
+        // This round visits the ready set (in id order), which fills again
+        // for the next round as it goes.
+        polled.clear();
+        ready.drain_into(polled);
         // Closed ones leave after the sweep (no allocation unless one did).
         let mut gone = Vec::new();
-        for (&id, e) in assocs.iter_mut() {
+        for &id in polled.iter() {
+            let Some(e) = assocs.get_mut(&id) else {
+                continue; // gone since it was marked
+            };
+            e.slot.visited();
+            *visits += 1;
             if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
                 e.ddp.handle_timeout(now);
             }
             let (remote, udp) = (e.remote, e.udp);
-            busy |= net.send_all(&mut e.ddp, remote, udp, &mut buf, now, tx, &mut |k, d| {
+            let sent = net.send_all(&mut e.ddp, remote, udp, &mut buf, now, tx, &mut |k, d| {
                 fill(id, k, d)
             });
+            busy |= sent > 0;
             let mut closed = false;
+            let mut events = false;
             while let Some(ev) = e.ddp.poll_event() {
                 closed |= matches!(ev, DdpEvent::Closed(_));
                 out(SctpOutput::Event(id, ev));
-                busy = true;
+                events = true;
             }
+            busy |= events;
             if closed || e.ddp.sctp().is_closed() {
                 let (lp, pp) = (e.ddp.sctp().local_port(), e.ddp.sctp().peer_port());
                 by_tuple.remove(&(remote, pp, lp));
@@ -1083,7 +1223,18 @@ impl SctpHost {
                 let st = e.ddp.sctp().stats();
                 net.stats.closed_retransmits += st.retransmits;
                 net.stats.closed_discarded += st.packets_discarded;
+                ready.forget(&mut e.slot, id);
                 gone.push(id);
+            } else if sent >= SEND_BURST || (events && !e.ddp.transmit_idle()) {
+                // More to send at once: the burst limit, or what taking
+                // its events made (a window update, RFC 9260 §6.2). What
+                // else it holds waits for a packet (a SACK), a command or
+                // a deadline, each of which marks it.
+                ready.mark(&mut e.slot, id);
+            } else if let Some(t) = e.ddp.poll_timeout() {
+                // T1, T2, T3-rtx, delayed SACK, heartbeat (RFC 9260 §5.1,
+                // §9.2, §6.3, §6.2, §8.3): the earliest.
+                ready.defer(&mut e.slot, id, t);
             }
         }
         for id in gone {

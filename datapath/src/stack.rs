@@ -39,6 +39,7 @@ use crate::budget::{Holder, MemBudget};
 use crate::latency::{CompletionLatency, Histogram};
 use crate::over_sctp::conn::{SctpConns, SctpUlp};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
+use crate::ready::{ReadySet, Slot};
 use crate::StreamParams;
 use iwarp_control::SetupError;
 
@@ -1164,13 +1165,12 @@ struct Sock {
     reported_closed: bool,
     /// RTO retransmissions already reported as `tracing` events.
     rto_seen: u64,
-    /// In the ready set: polled next round (a segment or command arrived,
-    /// or the last poll left work for the next; see
-    /// `StackConfig::idle_sweep`).
-    ready: bool,
-    /// Its entry in the timer set: the earliest deadline it had when it
-    /// left the ready set (a later one only wakes it early).
-    timer_at: Option<u64>,
+    /// Its place in the ready set (polled next round: a segment or
+    /// command arrived, or the last poll left work for the next; see
+    /// `StackConfig::idle_sweep`) and in the deadline set (the earliest
+    /// deadline it had when it left the ready set; a later one only wakes
+    /// it early).
+    slot: Slot,
     /// The listener (port) whose backlog this connection counts against
     /// until the application accepts it (`StackConfig::backlog`).
     backlog_of: Option<u16>,
@@ -1185,11 +1185,9 @@ struct Sock {
 const POLL_SEGMENTS: usize = 64;
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
-fn mark_ready(ready: &mut Vec<SockId>, sock: &mut Sock, id: SockId) {
-    if !sock.ready {
-        sock.ready = true;
-        ready.push(id);
-    }
+#[inline]
+fn mark_ready(ready: &mut ReadySet<SockId>, sock: &mut Sock, id: SockId) {
+    ready.mark(&mut sock.slot, id);
 }
 
 impl Sock {
@@ -1314,17 +1312,12 @@ pub struct Stack {
     /// The listening ports visited this round (scratch: no allocation
     /// per round).
     ports: Vec<u16>,
-    /// The ready set: connections to poll next round, each once (its
-    /// `Sock::ready` flag); byte streams are always in it.
-    ready: Vec<SockId>,
-    /// Connection deadlines, earliest first: one entry per connection
-    /// (`Sock::timer_at`), set when a polled connection leaves the ready
-    /// set (one in it looks at its deadlines when polled next round). A
-    /// set rather than a heap: an earlier deadline replaces the entry, so
-    /// none goes stale.
-    timers: std::collections::BTreeSet<(u64, SockId)>,
-    /// When every connection was last swept into the ready set.
-    last_sweep: u64,
+    /// The ready set: connections to poll next round, each once (their
+    /// `Sock::slot`; byte streams are always in it), and their deadlines,
+    /// one entry per connection, set when a polled connection leaves the
+    /// ready set (one in it looks at its deadlines when polled next
+    /// round); and when every connection was last swept into it.
+    ready: ReadySet<SockId>,
     by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
     /// The connection the last received segment went to, by its 4-tuple:
     /// tried before `by_tuple`, whose SipHash of the tuple per segment was
@@ -1368,9 +1361,7 @@ impl Stack {
             next_id: 0,
             ids: Vec::new(),
             ports: Vec::new(),
-            ready: Vec::new(),
-            timers: std::collections::BTreeSet::new(),
-            last_sweep: 0,
+            ready: ReadySet::new(cfg.idle_sweep),
             by_tuple: HashMap::new(),
             last_rx: None,
             listeners: HashMap::new(),
@@ -1607,6 +1598,7 @@ impl Stack {
                 Ok(mut p) => {
                     p.set_backlog(self.cfg.backlog);
                     p.set_max_held(self.cfg.sctp_max_held);
+                    p.set_idle_sweep(self.cfg.idle_sweep);
                     self.sctp = Some(Box::new(p))
                 }
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),
@@ -1690,8 +1682,7 @@ impl Stack {
                 token: None,
                 reported_closed: false,
                 rto_seen: 0,
-                ready: false,
-                timer_at: None,
+                slot: Slot::default(),
                 backlog_of: None,
                 held: 0,
                 over_budget: false,
@@ -2153,9 +2144,7 @@ impl Stack {
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
-                if let Some(a) = sock.timer_at {
-                    self.timers.remove(&(a, id));
-                }
+                self.ready.forget(&mut sock.slot, id);
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }
@@ -2171,11 +2160,13 @@ impl crate::runtime::Engine for Stack {
 
     /// The earliest of the connections' deadlines (the timer set; an
     /// entry a connection's deadline moved past only wakes the loop
-    /// early), the interface's (ARP) and the idle sweep's.
+    /// early), the interface's (ARP), the idle sweep's and the SCTP
+    /// part's (its connections', associations', ARP's and sweeps').
     fn poll_timeout(&self) -> Option<u64> {
-        let conns = self.timers.first().map(|&(at, _)| at);
-        let sweep = self.last_sweep.saturating_add(self.cfg.idle_sweep);
-        [conns, self.iface.poll_timeout(), Some(sweep)]
+        let conns = self.ready.next_deadline();
+        let sweep = self.ready.next_sweep();
+        let sctp = self.sctp.as_ref().and_then(|s| s.next_deadline());
+        [conns, self.iface.poll_timeout(), Some(sweep), sctp]
             .into_iter()
             .flatten()
             .min()
@@ -2184,7 +2175,8 @@ impl crate::runtime::Engine for Stack {
     /// Nothing queued, nothing visited every round: no connection in the
     /// ready set (byte streams always are), no hooks, no half-open or
     /// unaccepted connections at a listener (their timers are not in the
-    /// timer set), no SCTP association, no frame or output waiting.
+    /// timer set), no SCTP connection or association in its ready set,
+    /// no frame or output waiting.
     fn quiescent(&self) -> bool {
         self.ready.is_empty()
             && self.hooks.is_empty()
@@ -2195,7 +2187,7 @@ impl crate::runtime::Engine for Stack {
                 .listeners
                 .values()
                 .all(|l| l.listener.half_open_len() == 0 && l.listener.ready_len() == 0)
-            && self.sctp.as_ref().is_none_or(|s| s.connections() == 0)
+            && self.sctp.as_ref().is_none_or(|s| s.quiescent())
     }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
@@ -2379,28 +2371,19 @@ impl Stack {
             socks,
             mem,
             ready,
-            timers,
             budget,
             tcp_held,
             over,
             ..
         } = self;
         // Connections whose deadline has passed join the ready set.
-        while let Some(&(at, id)) = timers.first() {
-            if at > now {
-                break;
-            }
-            timers.pop_first();
+        while let Some((at, id)) = ready.pop_due(now) {
             if let Some(sock) = socks.get_mut(&id) {
-                if sock.timer_at == Some(at) {
-                    sock.timer_at = None;
-                    mark_ready(ready, sock, id);
-                }
+                ready.fire(&mut sock.slot, id, at);
             }
         }
         // The safety net (`StackConfig::idle_sweep`).
-        if now.saturating_sub(self.last_sweep) >= self.cfg.idle_sweep {
-            self.last_sweep = now;
+        if ready.sweep_due(now) {
             for (&id, sock) in socks.iter_mut() {
                 mark_ready(ready, sock, id);
                 if let SockKind::Iwarp(i) = &mut sock.kind {
@@ -2438,16 +2421,13 @@ impl Stack {
         ids.clear();
         // This round polls the ready set (in id order), which fills again
         // for the next round as it goes.
-        ids.append(ready);
-        if ids.len() > 1 {
-            ids.sort_unstable();
-        }
+        ready.drain_into(&mut ids);
         // (Empty most rounds: a retain of nothing still costs its set-up.)
         let poll_one = |&id: &SockId| {
             let Some(sock) = socks.get_mut(&id) else {
                 return false; // gone since it became ready
             };
-            sock.ready = false;
+            sock.slot.visited();
             let dst = sock.remote;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
@@ -2530,25 +2510,17 @@ impl Stack {
                     // A CM event or posts moved: look again next round
                     // (completions and events of the queue pair need no
                     // poll of their own).
-                    if again && !sock.ready {
-                        sock.ready = true;
-                        self.ready.push(id);
+                    if again {
+                        self.ready.mark(&mut sock.slot, id);
                     }
                     busy |= did;
                     // A connection polled next round (in the ready set)
                     // looks at its deadlines then: only one that waits
                     // needs its deadline in the timer set (most rounds of
                     // a busy connection touch it not at all).
-                    if !sock.ready {
+                    if !sock.slot.is_ready() {
                         if let Some(t) = i.poll_timeout() {
-                            if sock.timer_at.is_none_or(|a| t < a) {
-                                // The later entry it replaces goes: no
-                                // stale entries to pop.
-                                if let Some(a) = sock.timer_at.replace(t) {
-                                    self.timers.remove(&(a, id));
-                                }
-                                self.timers.insert((t, id));
-                            }
+                            self.ready.defer(&mut sock.slot, id, t);
                         }
                     }
                 }
@@ -2563,11 +2535,18 @@ impl Stack {
         let mut sctp_held = 0;
         if let Some(sc) = self.sctp.as_deref_mut() {
             busy |= sc.poll(now, &mut self.mem, tx, out);
-            for h in sc.holders() {
-                sctp_held += h.held;
-                if !h.releasing && self.budget.over_conn(h.held) {
-                    self.over.push(h.id);
+            // What they hold changes only in a round that visited an
+            // association or drove a connection (`SctpConns::was_active`).
+            if sc.was_active() {
+                for h in sc.holders() {
+                    sctp_held += h.held;
+                    if !h.releasing && self.budget.over_conn(h.held) {
+                        self.over.push(h.id);
+                    }
                 }
+                sc.set_held_total(sctp_held);
+            } else {
+                sctp_held = sc.held_total();
             }
         }
         // The memory budget: connections over their own limit, then the

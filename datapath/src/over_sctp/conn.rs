@@ -46,8 +46,13 @@
 //! association's end flushes the queue pair and reports
 //! `CmEvent::Disconnected`.
 //!
-//! Every connection is visited every round (no ready set yet, unlike
-//! TCP's): fine for a few connections, to be changed before many.
+//! A connection is driven only when something happened to it, as the
+//! stack's TCP connections are polled ([`crate::ready`]): its
+//! association was visited (a packet for it arrived, one of its timers
+//! ran, it had events), a command or post reached it, one of its own
+//! deadlines came (setup, close, linger, abort), or the idle sweep came
+//! round. The associations likewise ([`SctpHost`]'s own ready set). So an
+//! idle connection costs a round nothing.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -63,6 +68,7 @@ use tcp_lite::wire::Ipv4Address;
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
+use crate::ready::{ReadySet, Slot};
 use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
 use crate::StreamParams;
@@ -226,6 +232,8 @@ struct Conn {
     /// Why the connection ended, the first reason seen (a Terminate the
     /// queue pair saw takes precedence, [`Conn::cause`]).
     ended_by: Option<DisconnectCause>,
+    /// Its place in the ready and deadline sets ([`SctpConns::poll`]).
+    slot: Slot,
 }
 
 impl Conn {
@@ -252,7 +260,29 @@ impl Conn {
             close_deadline: None,
             over_budget: false,
             ended_by: None,
+            slot: Slot::default(),
         }
+    }
+
+    /// The earliest of its own deadlines, as [`SctpConns::drive`] reads
+    /// them: setup, a close waiting for Read answers, a close's linger,
+    /// an abort's wait for its Terminate.
+    fn deadline(&self) -> Option<u64> {
+        let abort = match self.closing {
+            Some(Closing::Abort { deadline }) if !self.closed && !self.shutdown_sent => {
+                Some(deadline)
+            }
+            _ => None,
+        };
+        [
+            self.setup_deadline,
+            self.close_deadline.map(|(at, _)| at),
+            self.linger.map(|(at, _)| at),
+            abort,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Why the connection ended or is ending: a Terminate sent or received
@@ -432,6 +462,16 @@ pub struct SctpConns {
     /// connection was let go still completes, refused with the cause,
     /// instead of vanishing (as `Stack::gone` does over TCP).
     gone: Gone,
+    /// Connections to drive next round, and their own deadlines
+    /// ([`Conn::deadline`], one entry each).
+    ready: ReadySet<SockId>,
+    /// Connections driven, in all.
+    drives: u64,
+    /// The last poll visited an association or drove a connection.
+    active: bool,
+    /// What the connections held after the last active poll
+    /// ([`set_held_total`](Self::set_held_total)).
+    held_total: usize,
 }
 
 /// Write record `key` of the queue pair of association `assoc` into
@@ -483,7 +523,63 @@ impl SctpConns {
             backlog_aborts: 0,
             max_held: MAX_HELD,
             gone: Gone::default(),
+            ready: ReadySet::new(super::IDLE_SWEEP),
+            active: false,
+            held_total: 0,
+            drives: 0,
         })
+    }
+
+    /// Every connection and association is visited at least this often
+    /// (ns; the stack sets its `StackConfig::idle_sweep`).
+    pub fn set_idle_sweep(&mut self, every: u64) {
+        self.ready.set_sweep(every.max(1));
+        self.host.set_idle_sweep(every);
+    }
+
+    /// Whether the last [`poll`](Self::poll) visited an association or
+    /// drove a connection. If not, what the connections hold
+    /// ([`holders`](Self::holders)) has not changed since: segments are
+    /// placed from frames whose association is then visited, and posts
+    /// and events drive their connection.
+    pub fn was_active(&self) -> bool {
+        self.active
+    }
+
+    /// Octets the connections held at the last active poll, as the stack
+    /// summed them ([`set_held_total`](Self::set_held_total)).
+    pub fn held_total(&self) -> usize {
+        self.held_total
+    }
+
+    /// Note what [`holders`](Self::holders) summed to after an active poll.
+    pub fn set_held_total(&mut self, octets: usize) {
+        self.held_total = octets;
+    }
+
+    /// Connections driven in all (an idle one is not).
+    pub fn drives(&self) -> u64 {
+        self.drives
+    }
+
+    /// The earliest of the connections' and associations' deadlines and
+    /// the idle sweeps'.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let sweep = self.ready.next_sweep();
+        [
+            self.ready.next_deadline(),
+            self.host.next_deadline(),
+            Some(sweep),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Nothing to do until a frame, a command or
+    /// [`next_deadline`](Self::next_deadline).
+    pub fn quiescent(&self) -> bool {
+        self.ready.is_empty() && self.host.quiescent()
     }
 
     /// Why connection `id` ended (or is ending), if it did: also for one
@@ -498,7 +594,8 @@ impl SctpConns {
     /// Free connection `id`, keeping its CQ and cause for late posts.
     fn forget(&mut self, id: SockId) {
         self.by_token.retain(|_, s| *s != id);
-        if let Some(c) = self.conns.remove(&id) {
+        if let Some(mut c) = self.conns.remove(&id) {
+            self.ready.forget(&mut c.slot, id);
             self.gone.insert(id, c.ulp.cq.clone(), c.cause());
         }
     }
@@ -654,6 +751,7 @@ impl SctpConns {
             return false;
         };
         c.over_budget = true;
+        self.ready.mark(&mut c.slot, id);
         if let Some(a) = self.host.assoc_mut(c.assoc) {
             a.abort_with_cause(sctp_lite::wire::cause_code::OUT_OF_RESOURCE);
         }
@@ -750,6 +848,7 @@ impl SctpConns {
                 self.next_id += 1;
                 let mut c = Conn::new(assoc, lport, remote, ulp, Phase::Associating);
                 c.token = Some(token);
+                self.ready.mark(&mut c.slot, id);
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 self.by_token.insert(token, id);
@@ -785,6 +884,7 @@ impl SctpConns {
             route(id, HostOutput::refused(&cmd, e), cq, out);
             return;
         };
+        self.ready.mark(&mut c.slot, id);
         let refusal = c.refusal();
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
@@ -821,6 +921,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
+        self.ready.mark(&mut c.slot, id);
         let Phase::AwaitDecision(req) = &c.phase else {
             return Err(crate::no_request());
         };
@@ -852,6 +953,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
+        self.ready.mark(&mut c.slot, id);
         if !matches!(c.phase, Phase::AwaitDecision(_)) {
             return Err(crate::no_request());
         }
@@ -869,6 +971,7 @@ impl SctpConns {
     /// Graceful close (of a connection already over: forget it).
     pub fn close(&mut self, id: SockId) {
         if let Some(c) = self.conns.get_mut(&id) {
+            self.ready.mark(&mut c.slot, id);
             c.closing.get_or_insert(Closing::Graceful);
             c.ended_by.get_or_insert(DisconnectCause::LocalClose);
             if c.reported_closed {
@@ -884,6 +987,7 @@ impl SctpConns {
                 self.forget(id);
                 return;
             }
+            self.ready.mark(&mut c.slot, id);
             c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
             if matches!(c.closing, Some(Closing::Abort { .. })) {
                 return;
@@ -909,6 +1013,12 @@ impl SctpConns {
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
+        // Nothing marked or due on either level: the round is left out
+        // (what the connections hold is as it was, `was_active`).
+        self.active = false;
+        if self.ready.is_empty() && !self.ready.due(now) && self.host.idle_round(now) {
+            return false;
+        }
         let mut host_out = std::mem::take(&mut self.host_out);
         // Segments given by reference are written into each packet from
         // their queue pair's records (`SctpQp::fill`).
@@ -916,24 +1026,68 @@ impl SctpConns {
             host,
             conns,
             by_assoc,
+            ready,
+            active,
             ..
         } = self;
         let mut busy = host.poll_with(now, tx, &mut |o| host_out.push(o), &mut |a, key, dst| {
             fill_segment(by_assoc, conns, mem, a, key, dst)
         });
+        *active = !host.polled().is_empty() || !host_out.is_empty();
+        // The connections of the associations just visited: a packet
+        // arrived (a SACK may have made room for segments waiting, a
+        // segment placed may have completed a receive), a timer ran, or
+        // the association had work.
+        for a in host.polled() {
+            let Some(&id) = by_assoc.get(a) else {
+                continue;
+            };
+            if let Some(c) = conns.get_mut(&id) {
+                ready.mark(&mut c.slot, id);
+            }
+        }
         if !host_out.is_empty() {
             busy = true;
             for o in host_out.drain(..) {
                 self.dispatch(o, now, mem, out);
             }
         }
-        // The ids first (`drive` may end a connection), in a list kept
-        // between rounds: no allocation every round.
+        // Connections whose own deadline has passed, and every one now and
+        // then (the idle sweep).
+        let SctpConns { conns, ready, .. } = self;
+        while let Some((at, id)) = ready.pop_due(now) {
+            if let Some(c) = conns.get_mut(&id) {
+                ready.fire(&mut c.slot, id, at);
+            }
+        }
+        if ready.sweep_due(now) {
+            for (&id, c) in conns.iter_mut() {
+                ready.mark(&mut c.slot, id);
+            }
+        }
+        // This round drives the ready set (in id order; `drive` may end a
+        // connection), in a list kept between rounds: no allocation every
+        // round. It fills again for the next round as it goes.
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
-        ids.extend(self.conns.keys().copied());
+        self.ready.drain_into(&mut ids);
+        self.active |= !ids.is_empty();
         for &id in &ids {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue; // gone since it was marked
+            };
+            c.slot.visited();
+            self.drives += 1;
             busy |= self.drive(id, now, mem, out);
+            // What it waits for now is a packet, a command (each marks
+            // it) or its own deadline.
+            if let Some(c) = self.conns.get_mut(&id) {
+                if !c.slot.is_ready() {
+                    if let Some(t) = c.deadline() {
+                        self.ready.defer(&mut c.slot, id, t);
+                    }
+                }
+            }
         }
         self.ids = ids;
         // Send what the queue pairs just gave their associations this
@@ -994,6 +1148,7 @@ impl SctpConns {
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.arm(now, c.ulp.timeouts.request);
+                self.ready.mark(&mut c.slot, id);
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, port = lport, "SCTP association accepted");
@@ -1024,6 +1179,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
+        self.ready.mark(&mut c.slot, id);
         let assoc = c.assoc;
         c.note_end(&ev);
         if let Some(qp) = c.qp.as_mut() {
@@ -1254,12 +1410,21 @@ impl SctpConns {
         // into these states, so it holds for this whole call).
         let mut peer_closing = None;
         if let (Some(qp), false) = (c.qp.as_mut(), c.closed) {
-            if let Some(a) = self.host.assoc_mut(c.assoc) {
-                busy |= qp.transmit(mem, &mut AssocRefSink(AssocSink { assoc: a, now })) > 0;
+            // Offered without marking the association: most drives give
+            // it nothing (a connection driven for its completions), and
+            // an association visited drives its connection.
+            if let Some(a) = self.host.assoc_unmarked(c.assoc) {
+                let over = qp.session_over();
+                let sent = qp.transmit(mem, &mut AssocRefSink(AssocSink { assoc: a, now }));
+                busy |= sent > 0;
                 peer_closing = Some(matches!(
                     a.sctp().state(),
                     State::ShutdownReceived | State::ShutdownAckSent
                 ));
+                // Segments, or the session's Terminate (RFC 5043 §6.2).
+                if sent > 0 || qp.session_over() != over {
+                    self.host.mark(c.assoc);
+                }
             }
         }
         // A graceful close that waits only for the answers to our Reads
@@ -1419,5 +1584,296 @@ impl SctpConns {
             self.forget(id);
         }
         busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Engine;
+    use crate::stack::{Command, Stack, StackConfig};
+    use iwarp_proto::mem::{Access, STag};
+    use iwarp_proto::qp::{Sge, WorkRequest};
+    use tcp_lite::iface::IfaceConfig;
+    use tcp_lite::wire::EthernetAddress;
+
+    const MS: u64 = 1_000_000;
+    const PORT: u16 = 5000;
+
+    /// Two stacks on a wire without delay: `a` connects over SCTP to
+    /// `b`, which listens. Frames from `a` can be dropped.
+    struct Pair {
+        a: Stack,
+        b: Stack,
+        now: u64,
+        out_a: Vec<Output>,
+        out_b: Vec<Output>,
+        to_a: Vec<Vec<u8>>,
+        to_b: Vec<Vec<u8>>,
+        /// Drop every frame `a` sends while set.
+        drop_from_a: bool,
+        /// Frames of `a` dropped.
+        dropped: usize,
+        /// The region `b` lets `a` write.
+        target: STag,
+        /// What `a` writes.
+        source: STag,
+    }
+
+    fn end(last: u8, idle_sweep: u64) -> (Stack, SctpUlp, STag) {
+        let iface = IfaceConfig::new(
+            EthernetAddress([0x02, 0, 0, 0, 0x5c, last]),
+            Ipv4Address::new(10, 7, 0, last),
+            24,
+        );
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let access = Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let stag = mem.register(pd, vec![last; 4096], access, 0).unwrap();
+        let ulp = SctpUlp {
+            ird: 4,
+            ord: 4,
+            private_data: Vec::new(),
+            params: crate::StreamParams {
+                pd,
+                emss: 1460,
+                sq_depth: 16,
+                rq_depth: 16,
+            },
+            cq: None,
+            srq: None,
+            timeouts: SetupTimeouts::default(),
+        };
+        let mut cfg = StackConfig::new(iface);
+        cfg.idle_sweep = idle_sweep;
+        (Stack::new(cfg, mem), ulp, stag)
+    }
+
+    impl Pair {
+        /// The connection set up: `a`'s and `b`'s ids.
+        fn connected(idle_sweep: u64) -> (Pair, SockId, SockId) {
+            let (a, ulp_a, source) = end(1, idle_sweep);
+            let (b, ulp_b, target) = end(2, idle_sweep);
+            let mut p = Pair {
+                a,
+                b,
+                now: 0,
+                out_a: Vec::new(),
+                out_b: Vec::new(),
+                to_a: Vec::new(),
+                to_b: Vec::new(),
+                drop_from_a: false,
+                dropped: 0,
+                target,
+                source,
+            };
+            p.b.handle_command(
+                Command::SctpListen {
+                    port: PORT,
+                    ulp: ulp_b,
+                },
+                0,
+            );
+            p.a.handle_command(
+                Command::SctpConnect {
+                    token: 1,
+                    remote: Ipv4Address::new(10, 7, 0, 2),
+                    port: PORT,
+                    udp: false,
+                    ulp: ulp_a,
+                },
+                0,
+            );
+            let mut req = None;
+            assert!(p.run_until(1000, |p| {
+                req = p.out_b.iter().find_map(|o| match o {
+                    Output::Cm(id, CmEvent::ConnectRequest(_)) => Some(*id),
+                    _ => None,
+                });
+                req.is_some()
+            }));
+            let sb = req.unwrap();
+            p.b.handle_command(
+                Command::Accept {
+                    sock: sb,
+                    private_data: Vec::new(),
+                    ird: 4,
+                    ord: 4,
+                    cq: None,
+                    pd: None,
+                },
+                p.now,
+            );
+            let mut up = None;
+            assert!(p.run_until(1000, |p| {
+                up = p.out_a.iter().find_map(|o| match o {
+                    Output::Cm(id, CmEvent::Established(_)) => Some(*id),
+                    _ => None,
+                });
+                up.is_some()
+            }));
+            (p, up.unwrap(), sb)
+        }
+
+        /// One round of each stack, `tick` ns after the last.
+        fn step(&mut self, tick: u64) {
+            self.now += tick;
+            let now = self.now;
+            for f in std::mem::take(&mut self.to_a) {
+                self.a.handle_frame(&f, now);
+            }
+            let (to_b, out_a) = (&mut self.to_b, &mut self.out_a);
+            let (drop, dropped) = (self.drop_from_a, &mut self.dropped);
+            self.a.poll(
+                now,
+                &mut |p: &[&[u8]]| {
+                    if drop {
+                        *dropped += 1;
+                    } else {
+                        to_b.push(p.concat());
+                    }
+                },
+                &mut |o| out_a.push(o),
+            );
+            for f in std::mem::take(&mut self.to_b) {
+                self.b.handle_frame(&f, now);
+            }
+            let (to_a, out_b) = (&mut self.to_a, &mut self.out_b);
+            self.b
+                .poll(now, &mut |p: &[&[u8]]| to_a.push(p.concat()), &mut |o| {
+                    out_b.push(o)
+                });
+        }
+
+        fn run_until(&mut self, n: usize, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+            for _ in 0..n {
+                if done(self) {
+                    return true;
+                }
+                self.step(MS);
+            }
+            done(self)
+        }
+
+        /// Connection drives and association visits of each side so far.
+        fn work(&self) -> [(u64, u64); 2] {
+            [&self.a, &self.b].map(|s| {
+                let sc = s.sctp().unwrap();
+                (sc.drives(), sc.host().visits())
+            })
+        }
+
+        /// `a` writes 64 octets of its region to `b`'s.
+        fn write(&mut self, sock: SockId, wr_id: u64) {
+            let wr = WorkRequest::Write {
+                wr_id,
+                signaled: true,
+                local: Sge {
+                    stag: self.source,
+                    to: 0,
+                    len: 64,
+                }
+                .into(),
+                remote_stag: self.target,
+                remote_to: 0,
+            };
+            self.a
+                .handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), self.now);
+        }
+    }
+
+    /// An idle connection is not driven, nor its association visited,
+    /// round after round: only its deadlines (none within a second here:
+    /// the heartbeat is 30 s away) and the idle sweep visit it. Before
+    /// the ready sets every round drove every connection and visited
+    /// every association twice.
+    #[test]
+    fn an_idle_connection_is_not_driven_every_round() {
+        let (mut p, sa, _) = Pair::connected(60_000 * MS);
+        // Let the setup settle: its last packets and delayed SACKs, and
+        // the deadlines it left (setup timers of up to 10 s, a T3-rtx
+        // stopped by the SACK) come once each and find nothing to do.
+        for _ in 0..1200 {
+            p.step(10 * MS);
+        }
+        assert!(p.a.sctp().unwrap().has_connection(sa));
+        let before = p.work();
+        for _ in 0..1000 {
+            p.step(MS);
+        }
+        assert_eq!(
+            p.work(),
+            before,
+            "1000 idle rounds (1 s) drove or visited something"
+        );
+        assert!(p.a.quiescent() && p.b.quiescent());
+        // The stacks' next deadline is the SCTP heartbeat's (RFC 9260
+        // §8.3: 30 s plus the RTO after the association came up), not the
+        // next round.
+        let next = p.a.poll_timeout().unwrap();
+        assert!(next > 30_000 * MS, "{next} at {}", p.now);
+        // With a sweep every 100 ms each side drives its one connection
+        // and visits its association about ten times a second.
+        let (mut p, _, _) = Pair::connected(100 * MS);
+        for _ in 0..500 {
+            p.step(MS);
+        }
+        let before = p.work();
+        for _ in 0..1000 {
+            p.step(MS);
+        }
+        for (w, b) in p.work().iter().zip(before) {
+            let (drives, visits) = (w.0 - b.0, w.1 - b.1);
+            assert!((9..=11).contains(&drives), "{drives} drives");
+            assert!((9..=11).contains(&visits), "{visits} visits");
+        }
+        // Work still flows: a Write after the quiet second completes.
+        let sa = p.out_a.iter().find_map(|o| match o {
+            Output::Cm(id, CmEvent::Established(_)) => Some(*id),
+            _ => None,
+        });
+        p.write(sa.unwrap(), 7);
+        assert!(p.run_until(100, |p| p.out_a.iter().any(|o| matches!(
+            o,
+            Output::Iwarp(_, HostOutput::Completion(c)) if c.wr_id == 7
+        ))));
+    }
+
+    /// A packet lost with nothing else happening: the association is out
+    /// of the ready set, and only its T3-rtx deadline (RFC 9260 §6.3.3)
+    /// in the deadline set brings it back to retransmit (the idle sweep
+    /// is an hour away).
+    #[test]
+    fn a_retransmission_fires_from_the_deadline_set() {
+        let (mut p, sa, sb) = Pair::connected(3_600_000 * MS);
+        for _ in 0..500 {
+            p.step(MS);
+        }
+        let fpdus = |p: &Pair| p.b.sctp().unwrap().qp_stats(sb).unwrap().fpdus_rx;
+        let got = fpdus(&p);
+        p.drop_from_a = true;
+        p.write(sa, 1);
+        p.step(MS);
+        assert!(p.dropped > 0, "the Write's packet went");
+        p.drop_from_a = false;
+        let lost = p.now;
+        let before = p.work();
+        assert!(
+            p.run_until(10_000, |p| fpdus(p) > got),
+            "never retransmitted"
+        );
+        let t3 = p.a.sctp().unwrap().counters().assoc.t3_expiries;
+        assert!(t3 >= 1, "{t3}");
+        // Waiting for T3 (the RTO: a second at first, RFC 9260 §6.3.1)
+        // cost a handful of visits, not one a round.
+        let waited = (p.now - lost) / MS;
+        assert!(waited >= 200, "retransmitted after {waited} ms");
+        let [(drives, visits), _] = p.work();
+        assert!(
+            drives - before[0].0 <= 8 && visits - before[0].1 <= 8,
+            "{} drives and {} visits in {waited} rounds",
+            drives - before[0].0,
+            visits - before[0].1
+        );
     }
 }
