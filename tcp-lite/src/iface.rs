@@ -528,20 +528,28 @@ impl Interface {
                 None
             }
             Ingress::Dropped(why) => {
-                let s = &mut self.stats;
-                *match why {
-                    Refused::Malformed => &mut s.rx_malformed,
-                    Refused::NotForUsMac => &mut s.rx_not_for_us_mac,
-                    Refused::NotForUsIp => &mut s.rx_not_for_us_ip,
-                    Refused::Fragment => &mut s.rx_fragments,
-                    Refused::Options => &mut s.rx_options,
-                    Refused::OtherProtocol(_) => &mut s.rx_other_protocol,
-                    Refused::OtherEthertype(_) => &mut s.rx_other_ethertype,
-                    Refused::UdpBadChecksum => &mut s.rx_udp_bad_checksum,
-                } += 1;
+                self.refused(why);
                 None
             }
         }
+    }
+
+    /// Count a frame [`ingress::parse`] refused (out of the receive path
+    /// that every frame inlines).
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, why: Refused) {
+        let s = &mut self.stats;
+        *match why {
+            Refused::Malformed => &mut s.rx_malformed,
+            Refused::NotForUsMac => &mut s.rx_not_for_us_mac,
+            Refused::NotForUsIp => &mut s.rx_not_for_us_ip,
+            Refused::Fragment => &mut s.rx_fragments,
+            Refused::Options => &mut s.rx_options,
+            Refused::OtherProtocol(_) => &mut s.rx_other_protocol,
+            Refused::OtherEthertype(_) => &mut s.rx_other_ethertype,
+            Refused::UdpBadChecksum => &mut s.rx_udp_bad_checksum,
+        } += 1;
     }
 
     fn receive_arp(&mut self, repr: &ArpRepr, now: u64, tx: &mut dyn FnMut(&[u8])) {
@@ -733,6 +741,7 @@ impl Interface {
     /// [`send_ipv4_upto`](Self::send_ipv4_upto) for a `len`-octet IP
     /// payload: the next hop and its MAC if known (`None`: resolution
     /// pending; an ARP request has gone out through `tx` if one was due).
+    #[inline]
     fn route(
         &mut self,
         dst: Ipv4Address,
@@ -951,39 +960,38 @@ impl Interface {
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> Result<bool, SendError> {
         let (hop, mac) = self.route(dst, max, now, tx)?;
-        let l3 = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-        let cfg = self.cfg;
-        let ident = self.ident.wrapping_add(1);
-        let mut frame_for = |f: &mut [u8], dst_mac: EthernetAddress| {
-            let (head, payload) = f.split_at_mut(l3);
-            let n = build(payload)?;
-            write_l2_l3(&cfg, ident, head, dst_mac, dst, protocol, n);
-            Some(l3 + n)
+        const L3: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+        let src = Source {
+            mac: self.cfg.mac,
+            ip: self.cfg.ip,
+            ttl: self.cfg.ttl,
         };
-        match mac {
-            Some(dst_mac) => {
-                let mut built = false;
-                tx.send_built_upto(l3 + max, &mut |f| {
-                    let n = frame_for(f, dst_mac)?;
-                    built = true;
-                    Some(n)
-                });
-                if built {
-                    self.ident = ident;
-                    self.stats.tx_frames += 1;
-                }
-                Ok(built)
-            }
-            None => {
-                let mut f = vec![0u8; l3 + max];
-                let Some(n) = frame_for(&mut f, EthernetAddress([0; 6])) else {
-                    return Ok(false);
-                };
-                self.ident = ident;
-                f.truncate(n);
-                self.hold(hop, f).map(|()| true)
-            }
+        let ident = self.ident.wrapping_add(1);
+        let Some(dst_mac) = mac else {
+            let mut f = vec![0u8; L3 + max];
+            let (head, payload) = f.split_at_mut(L3);
+            let Some(n) = build(payload) else {
+                return Ok(false);
+            };
+            egress::write_eth_ipv4(&src, ident, head, EthernetAddress([0; 6]), dst, protocol, n);
+            self.ident = ident;
+            f.truncate(L3 + n);
+            return self.hold(hop, f).map(|()| true);
+        };
+        let mut built = false;
+        tx.send_built_upto(L3 + max, &mut |f| {
+            // The device lends the `L3 + max` octets asked for.
+            let (head, payload) = f.split_at_mut(L3);
+            let n = build(payload)?;
+            egress::write_eth_ipv4(&src, ident, head, dst_mac, dst, protocol, n);
+            built = true;
+            Some(L3 + n)
+        });
+        if built {
+            self.ident = ident;
+            self.stats.tx_frames += 1;
         }
+        Ok(built)
     }
 
     /// A whole frame to `dst_mac` / `dst` carrying `parts` as one IPv4
@@ -1263,6 +1271,106 @@ mod tests {
         })
         .unwrap();
         assert_eq!(out.len(), 1);
+    }
+
+    /// SCTP goes up only where served, raw or from inside UDP to the
+    /// encapsulation port; what the interface sends for it resolves through
+    /// the same ARP cache, waits in the same queue and takes the same IPv4
+    /// identification as TCP.
+    #[test]
+    fn sctp_is_dispatched_when_served_and_sent_through_the_one_arp_cache() {
+        let mut i = iface();
+        let mut none = |_: &[u8]| panic!("no output");
+        let sctp = [0x13, 0x88, 0x13, 0x89, 0, 0, 0, 0, 0, 0, 0, 0];
+        let raw = ip_frame(IP, IpProtocol::SCTP, &sctp);
+        assert!(i.receive(&raw, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_other_protocol, 1, "not served by receive");
+        let served = SctpServed {
+            raw: true,
+            udp_port: Some(9899),
+        };
+        let Some(IpIngress::Sctp(p)) = i.receive_ip(&raw, 0, served, &mut none) else {
+            panic!("raw SCTP not handed up")
+        };
+        assert_eq!(
+            (p.src, p.src_mac, p.udp, p.packet),
+            (PEER, PEER_MAC, None, &sctp[..])
+        );
+        // Inside UDP 40000 → 9899, no checksum.
+        let mut u = vec![0x9c, 0x40, 0x26, 0xab, 0, 20, 0, 0];
+        u.extend_from_slice(&sctp);
+        let in_udp = ip_frame(IP, IpProtocol::UDP, &u);
+        let Some(IpIngress::Sctp(p)) = i.receive_ip(&in_udp, 0, served, &mut none) else {
+            panic!("SCTP in UDP not handed up")
+        };
+        assert_eq!((p.udp, p.packet), (Some(40000), &sctp[..]));
+        // Another destination port is not SCTP's.
+        u[2..4].copy_from_slice(&53u16.to_be_bytes());
+        let other = ip_frame(IP, IpProtocol::UDP, &u);
+        assert!(i.receive_ip(&other, 0, served, &mut none).is_none());
+        assert_eq!(i.stats().rx_other_protocol, 2);
+        assert_eq!(i.stats().rx_sctp, 2);
+
+        // Sending to the unresolved peer: one ARP request, the SCTP
+        // datagram and then a TCP segment held behind it.
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut sink = |f: &[&[u8]]| out.push(f.concat());
+        let sent = i.send_ipv4_upto(PEER, IpProtocol::SCTP, 100, 0, &mut sink, &mut |b| {
+            b[..12].copy_from_slice(&sctp);
+            Some(12)
+        });
+        assert_eq!(sent, Ok(true));
+        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
+        seg.payload = b"held";
+        i.send_tcp(PEER, &seg, 0, &mut sink).unwrap();
+        assert_eq!(out.len(), 1, "one ARP request for both");
+        assert_eq!(i.arp().queued(PEER), 2);
+        out.clear();
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        assert!(i
+            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
+            .is_none());
+        assert_eq!(out.len(), 2);
+        let (e, r, payload) = parse_out(&out[0]);
+        assert_eq!(
+            (e.dst_addr, r.protocol, r.identification),
+            (PEER_MAC, IpProtocol::SCTP, 1)
+        );
+        assert!(r.dont_frag);
+        assert_eq!(payload, sctp);
+        let (e, r, _) = parse_out(&out[1]);
+        assert_eq!(
+            (e.dst_addr, r.protocol, r.identification),
+            (PEER_MAC, IpProtocol::TCP, 2)
+        );
+        // Resolved: built in place at once; a cancelled build sends nothing.
+        out.clear();
+        let mut sink = |f: &[&[u8]]| out.push(f.concat());
+        let sent = i.send_ipv4_upto(PEER, IpProtocol::UDP, 100, 2, &mut sink, &mut |_| None);
+        assert_eq!(sent, Ok(false));
+        let sent = i.send_ipv4_upto(PEER, IpProtocol::UDP, 100, 2, &mut sink, &mut |b| {
+            b[..u.len()].copy_from_slice(&u);
+            Some(u.len())
+        });
+        assert_eq!(sent, Ok(true));
+        assert_eq!(out.len(), 1);
+        let (_, r, payload) = parse_out(&out[0]);
+        assert_eq!(
+            (r.protocol, r.identification, r.payload_len),
+            (IpProtocol::UDP, 3, 20)
+        );
+        assert_eq!(payload, u);
+        assert_eq!(i.arp().stats().requests_sent, 1);
+        // Larger than the MTU allows: refused before anything is built.
+        let too_big = i.send_ipv4_upto(
+            PEER,
+            IpProtocol::SCTP,
+            1481,
+            2,
+            &mut |_: &[&[u8]]| panic!("nothing sent"),
+            &mut |_| panic!("not built"),
+        );
+        assert_eq!(too_big, Err(SendError::TooBig));
     }
 
     #[test]
