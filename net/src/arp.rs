@@ -229,10 +229,8 @@ impl<P> ArpCache<P> {
     /// The MAC of `ip`, if resolved and not expired at `now`. Never sends
     /// anything.
     pub fn lookup(&self, ip: Ipv4Address, now: u64) -> Option<EthernetAddress> {
-        if let Some((last, mac, expires_at)) = self.last {
-            if last == ip && now < expires_at {
-                return Some(mac);
-            }
+        if let Some(mac) = self.recent(ip, now) {
+            return Some(mac);
         }
         match self.entries.get(&ip) {
             Some(&State::Resolved { mac, expires_at }) if now < expires_at => Some(mac),
@@ -258,16 +256,25 @@ impl<P> ArpCache<P> {
         }
     }
 
+    /// The MAC of `ip` if it is the address [`resolve`](Self::resolve)
+    /// last found resolved and that has not expired at `now`: no table
+    /// search (a sender's fast path; `None` says only "ask `resolve`").
+    #[inline]
+    pub fn recent(&self, ip: Ipv4Address, now: u64) -> Option<EthernetAddress> {
+        match self.last {
+            Some((last, mac, expires_at)) if last == ip && now < expires_at => Some(mac),
+            _ => None,
+        }
+    }
+
     /// Find the MAC of `ip` for sending, starting or advancing resolution.
     /// See the [module docs](self) for what to do with each answer.
     #[inline]
     pub fn resolve(&mut self, ip: Ipv4Address, now: u64) -> Resolve {
-        if let Some((last, mac, expires_at)) = self.last {
-            if last == ip && now < expires_at {
-                return Resolve::Known(mac);
-            }
+        match self.recent(ip, now) {
+            Some(mac) => Resolve::Known(mac),
+            None => self.resolve_in_table(ip, now),
         }
-        self.resolve_in_table(ip, now)
     }
 
     #[inline(never)]

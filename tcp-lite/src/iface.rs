@@ -741,8 +741,29 @@ impl Interface {
     /// [`send_ipv4_upto`](Self::send_ipv4_upto) for a `len`-octet IP
     /// payload: the next hop and its MAC if known (`None`: resolution
     /// pending; an ARP request has gone out through `tx` if one was due).
+    ///
+    /// The fast path: `dst` is the address the ARP cache last found
+    /// resolved, so it is its own next hop (it was resolved directly: on
+    /// the link, or the gateway itself) and its MAC is known, without the
+    /// route or the table.
     #[inline]
     fn route(
+        &mut self,
+        dst: Ipv4Address,
+        len: usize,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
+        if len <= self.max_tcp_len() {
+            if let Some(mac) = self.arp.recent(dst, now) {
+                return Ok((dst, Some(mac)));
+            }
+        }
+        self.route_resolve(dst, len, now, tx)
+    }
+
+    #[inline(never)]
+    fn route_resolve(
         &mut self,
         dst: Ipv4Address,
         len: usize,
