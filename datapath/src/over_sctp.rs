@@ -1,22 +1,32 @@
-//! DDP over SCTP (RFC 5043) on a frame device: an [`Engine`] that runs
-//! `ddp_sctp` associations over Ethernet II / IPv4 protocol 132, with ARP
-//! from `tcp_lite::arp` and framing from `tcp_lite::wire`.
+//! DDP over SCTP (RFC 5043) on a frame device: `ddp_sctp` associations
+//! over Ethernet II / IPv4 protocol 132 (or UDP), on the one Ethernet/IPv4
+//! interface ([`tcp_lite::iface::Interface`], over `iwarp_net`) that TCP
+//! uses too: one parse of each frame, one ARP cache, one IPv4
+//! identification, one hold queue.
 //!
 //! `sctp-lite` and `ddp-sctp` stay I/O-free; this module is the glue that
-//! moves their packets in and out of frames:
+//! moves their packets in and out of the interface:
 //!
-//! * receive: Ethernet → ARP (answered, learned through [`ArpCache`]) or
-//!   IPv4 to our address with protocol 132, unfragmented (we send with DF
-//!   and reassemble nothing; an SCTP packet never needs it at our
-//!   `max_packet`) → the association of (peer address, peer port, our port),
-//!   else the [`Listener`] of our port (INIT, COOKIE-ECHO), else the
-//!   out-of-the-blue answer of RFC 9260 §8.4. Verification tags are checked
-//!   by the association (§8.5).
-//! * transmit: each association's packets get a 20-octet IPv4 header (DF,
-//!   TTL 64) and an Ethernet header to the next hop's MAC; the frame goes to
-//!   the device as two parts (headers, SCTP packet). Packets to an address
-//!   still being resolved wait in the ARP cache's bounded queue (SCTP
-//!   retransmits what is dropped).
+//! * receive: the interface parses the frame once and dispatches it by IP
+//!   protocol ([`Interface::receive_ip`]: ARP answered and learned there;
+//!   IPv4 to our address, unfragmented, protocol 132 or UDP to our
+//!   encapsulation port): we send with DF and reassemble nothing; an SCTP
+//!   packet never needs it at our `max_packet`. The packet goes to the
+//!   association of (peer address, peer port, our port), else the
+//!   [`Listener`] of our port (INIT, COOKIE-ECHO), else the out-of-the-blue
+//!   answer of RFC 9260 §8.4. Verification tags are checked by the
+//!   association (§8.5).
+//! * transmit: each association's packets are built in place in a frame
+//!   the device lends, behind the IPv4 header (DF, the interface's TTL) and
+//!   Ethernet header to the next hop's MAC the interface writes
+//!   ([`Interface::send_ipv4_upto`]). Packets to an address still being
+//!   resolved wait, as whole frames, in the interface's bounded ARP queue
+//!   beside TCP's (SCTP retransmits what is dropped).
+//!
+//! A [`SctpHost`] made by [`SctpHost::new`] has an interface of its own
+//! and is an [`Engine`]; in a [`Stack`](crate::stack::Stack)
+//! ([`SctpHost::new_shared`]) the stack's interface receives and is lent
+//! to each call.
 //!
 //! UDP encapsulation (RFC 6951): with [`SctpHostConfig::udp_port`] set,
 //! SCTP packets also arrive inside UDP datagrams to that port; an
@@ -43,12 +53,12 @@ pub mod qp;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use ddp_sctp::{listener, DdpAssociation, DdpError, DdpEvent};
-use sctp_lite::assoc::{out_of_the_blue, Addrs, Config as SctpConfig, ListenOutcome, Listener};
-use tcp_lite::arp::{self, ArpCache, Enqueue, Resolve};
-use tcp_lite::wire::{
-    checksum, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
-    IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+use iwarp_net::arp;
+use iwarp_net::wire::{
+    EthernetAddress, IpProtocol, Ipv4Address, UdpRepr, IPV4_HEADER_LEN, UDP_HEADER_LEN,
 };
+use sctp_lite::assoc::{out_of_the_blue, Addrs, Config as SctpConfig, ListenOutcome, Listener};
+use tcp_lite::iface::{IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
 
 use crate::ready::{ReadySet, Slot};
 use crate::runtime::{Engine, FrameSink};
@@ -66,7 +76,8 @@ pub struct SctpHostConfig {
     /// SCTP settings of every association (`ddp_sctp` adds the adaptation
     /// indication). `max_packet` must fit the link: MTU − 20.
     pub sctp: SctpConfig,
-    /// ARP settings.
+    /// ARP settings of a host on its own interface ([`SctpHost::new`]);
+    /// a shared interface has its own.
     pub arp: arp::Config,
     /// Most live associations; INITs and COOKIE-ECHOs beyond it are
     /// dropped (the Listener holds nothing per INIT).
@@ -92,10 +103,6 @@ pub const SCTP_UDP_PORT: u16 = 9899;
 /// Packets one association sends in one pass; one that sends this many
 /// stays in the ready set for the next round.
 const SEND_BURST: usize = 256;
-/// Octets of a UDP header.
-const UDP_HEADER_LEN: usize = 8;
-/// Ethernet + IPv4 + UDP headers.
-const MAX_HEADERS: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
 
 impl SctpHostConfig {
     /// Defaults for `mac` / `ip`; `secret` keys cookies, tags and TSNs.
@@ -227,12 +234,15 @@ pub enum SctpOutput {
 pub struct SctpHostStats {
     /// SCTP packets handed to an association or listener.
     pub rx_packets: u64,
-    /// SCTP packets sent (ARP-queued ones counted when they leave).
+    /// SCTP packets sent (ARP-held ones counted when held).
     pub tx_packets: u64,
-    /// Frames dropped on receive: not for us, malformed, fragmented, or
-    /// not IPv4/ARP.
+    /// Frames dropped on receive: not for us, malformed, fragmented, not
+    /// IPv4/ARP, or TCP (on a host with its own interface: the
+    /// interface's refusals; a stack's interface counts them itself), or
+    /// SCTP packets shorter than their ports.
     pub rx_dropped: u64,
-    /// UDP datagrams to our encapsulation port with a bad checksum.
+    /// UDP datagrams with a bad checksum (a host on its own interface;
+    /// a stack's counts them as `IfaceStats::rx_udp_bad_checksum`).
     pub udp_bad_checksum: u64,
     /// SCTP packets received inside UDP (RFC 6951), of `rx_packets`'s.
     pub rx_udp: u64,
@@ -242,7 +252,8 @@ pub struct SctpHostStats {
     pub ootb_replies: u64,
     /// Out-of-the-blue packets left unanswered by the rate limit.
     pub ootb_limited: u64,
-    /// SCTP packets dropped for want of ARP resolution.
+    /// SCTP packets dropped for want of a route or of ARP resolution
+    /// (those the interface's full hold queue drops are its `tx_dropped`).
     pub arp_drops: u64,
     /// DATA chunks retransmitted (T3 or fast retransmit), summed over the
     /// associations that have closed.
@@ -271,115 +282,57 @@ impl std::fmt::Debug for Entry {
     }
 }
 
-/// Where [`SctpHost::handle_frame_with`] offers segments to place in
+/// Where [`SctpHost::handle_packet_with`] offers segments to place in
 /// place: `(association, DDP stream, DDP-SSN, segment)`, true if taken.
 pub type Placer<'a> = dyn FnMut(AssocId, u16, u16, &[u8]) -> bool + 'a;
 
-/// An [`SctpHost`]'s Ethernet/IPv4 side: its addresses, ARP cache, IP
-/// ident and counters, apart from the associations, so that `poll` sends
-/// each association's packets while it holds the association (no
-/// association moves out of the map for its turn).
+/// An [`SctpHost`]'s IP side apart from the associations: its address,
+/// encapsulation port and counters, so that `poll` sends each
+/// association's packets while it holds the association (no association
+/// moves out of the map for its turn). The ARP cache, the IPv4
+/// identification and the hold queue are the interface's
+/// ([`Interface::send_ipv4_upto`]): one for TCP and SCTP alike.
 #[derive(Debug)]
 struct Net {
     udp_port: Option<u16>,
-    mac: EthernetAddress,
     ip: Ipv4Address,
-    arp: ArpCache<(Ipv4Address, Option<u16>, Vec<u8>)>,
-    ip_ident: u16,
     stats: SctpHostStats,
 }
 
 impl Net {
-    /// Ethernet + IPv4 (+ UDP when `udp` names the peer's encapsulation
-    /// port) headers for the SCTP packet `pkt`; returns them and their
-    /// length.
-    fn headers(
-        &mut self,
-        dst_mac: EthernetAddress,
-        dst: Ipv4Address,
-        udp: Option<u16>,
-        pkt: &[u8],
-    ) -> ([u8; MAX_HEADERS], usize) {
-        let mut h = [0u8; MAX_HEADERS];
-        let mut eth = EthernetFrame::new_unchecked(&mut h[..]);
-        // Both emits only fail on a short buffer or out-of-range fields;
-        // the buffer holds the headers and `pkt` ≤ max_packet ≤ 65535 - 28.
-        let _ = EthernetRepr {
-            src_addr: self.mac,
-            dst_addr: dst_mac,
-            ethertype: EtherType::IPV4,
-        }
-        .emit(&mut eth);
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        let (protocol, payload_len) = match udp {
-            Some(_) => {
-                self.stats.tx_udp += 1;
-                (IpProtocol::UDP, UDP_HEADER_LEN + pkt.len())
-            }
-            None => (IpProtocol::SCTP, pkt.len()),
-        };
-        let _ = Ipv4Repr {
-            src_addr: self.ip,
-            dst_addr: dst,
-            protocol,
-            payload_len,
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
-            identification: self.ip_ident,
-            dont_frag: true,
-            more_frags: false,
-            fragment_offset: 0,
-            options_len: 0,
-        }
-        .emit(&mut Ipv4Packet::new_unchecked(
-            &mut h[ETHERNET_HEADER_LEN..],
-        ));
-        let ip_end = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-        if let (Some(dport), Some(sport)) = (udp, self.udp_port) {
-            // RFC 6951 §5.3: source port ours, destination the peer's
-            // encapsulation port, length covering the SCTP packet.
-            let len = payload_len as u16;
-            let u = &mut h[ip_end..ip_end + UDP_HEADER_LEN];
-            u[0..2].copy_from_slice(&sport.to_be_bytes());
-            u[2..4].copy_from_slice(&dport.to_be_bytes());
-            u[4..6].copy_from_slice(&len.to_be_bytes());
-            let sum = checksum::combine(&[
-                checksum::pseudo_header(&self.ip, &dst, IpProtocol::UDP, len),
-                checksum::data(u),
-                checksum::data(pkt),
-            ]);
-            // RFC 768: an all-zero result is sent as all ones.
-            let c = match !sum {
-                0 => 0xffff,
-                c => c,
-            };
-            u[6..8].copy_from_slice(&c.to_be_bytes());
-        }
-        (h, self.header_len(udp))
-    }
-
-    /// Length of the headers [`headers`](Self::headers) writes (and
-    /// returns: one rule for both).
-    fn header_len(&self, udp: Option<u16>) -> usize {
+    /// The IP protocol and the UDP header's length of a packet to a peer
+    /// whose encapsulation port is `udp` (RFC 6951), or raw.
+    #[inline]
+    fn encapsulation(&self, udp: Option<u16>) -> (IpProtocol, usize) {
         match (udp, self.udp_port) {
-            (Some(_), Some(_)) => MAX_HEADERS,
-            _ => ETHERNET_HEADER_LEN + IPV4_HEADER_LEN,
+            (Some(_), Some(_)) => (IpProtocol::UDP, UDP_HEADER_LEN),
+            _ => (IpProtocol::SCTP, 0),
         }
     }
 
-    /// Sends the next packet of `ddp` to `dst`, if it has one; whether one
-    /// went. With the peer's MAC known, the packet is built straight into
-    /// a frame the device lends, behind its headers (no copy of the
-    /// packet); otherwise in `buf`, to go once ARP answers.
+    /// Write the UDP header (RFC 6951 §5.3: source port ours, destination
+    /// the peer's encapsulation port, length covering the SCTP packet
+    /// `pkt`, the checksum over it, RFC 768) into `head`, when `udp`
+    /// names the peer's port.
+    #[inline]
+    fn udp_header(&self, head: &mut [u8], dst: Ipv4Address, udp: Option<u16>, pkt: &[u8]) {
+        if let (Some(dst_port), Some(src_port)) = (udp, self.udp_port) {
+            // Only fails on a short header or a packet past 65,527
+            // octets; `head` is the header and `pkt` ≤ max_packet.
+            let _ = UdpRepr { src_port, dst_port }.emit_header(head, pkt, &self.ip, &dst);
+        }
+    }
+
     /// Sends what `ddp` has to send now: at most [`SEND_BURST`] packets
     /// (the congestion and peer windows bound what it has anyway). How
     /// many went. Inlined into both rounds' sweeps (a call per association
     /// and pass cost 700 instructions per ping-pong round trip).
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn send_all<F: FnMut(u64, &mut [u8]) -> bool>(
         &mut self,
+        iface: &mut Interface,
         ddp: &mut DdpAssociation,
         dst: Ipv4Address,
         udp: Option<u16>,
@@ -390,7 +343,7 @@ impl Net {
     ) -> usize {
         let mut n = 0;
         while n < SEND_BURST {
-            if !self.send_next(ddp, dst, udp, buf, now, tx, fill) {
+            if !self.send_next(iface, ddp, dst, udp, buf, now, tx, fill) {
                 break;
             }
             n += 1;
@@ -398,10 +351,12 @@ impl Net {
         n
     }
 
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     #[allow(clippy::too_many_arguments)]
     fn send_next<F: FnMut(u64, &mut [u8]) -> bool>(
         &mut self,
+        iface: &mut Interface,
         ddp: &mut DdpAssociation,
         dst: Ipv4Address,
         udp: Option<u16>,
@@ -413,15 +368,22 @@ impl Net {
         if ddp.transmit_idle() {
             return false; // no buffer lent for nothing
         }
-        self.send_packet(ddp, dst, udp, buf, now, tx, fill)
+        self.send_packet(iface, ddp, dst, udp, buf, now, tx, fill)
     }
 
-    /// One packet of `ddp` to `dst`; `fill` writes the segments it was
-    /// given by reference ([`DdpAssociation::poll_transmit_with`]).
+    /// Sends the next packet of `ddp` to `dst`; whether one went. The
+    /// packet is built straight into the frame the interface has the
+    /// device lend, behind the headers (no copy of the packet), or, while
+    /// ARP resolves, into a frame the interface holds. `buf` is only the
+    /// packet's room (and where a packet that cannot be routed is
+    /// dropped). `fill` writes the segments given by reference
+    /// ([`DdpAssociation::poll_transmit_with`]).
+    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn send_packet<F: FnMut(u64, &mut [u8]) -> bool>(
         &mut self,
+        iface: &mut Interface,
         ddp: &mut DdpAssociation,
         dst: Ipv4Address,
         udp: Option<u16>,
@@ -430,71 +392,49 @@ impl Net {
         tx: &mut dyn FrameSink,
         fill: &mut F,
     ) -> bool {
-        let Some(mac) = self.arp.lookup(dst, now) else {
-            return match ddp.poll_transmit_with(now, buf, fill) {
-                Some(n) => {
-                    self.send(dst, udp, &buf[..n], now, tx);
-                    true
-                }
-                None => false,
-            };
-        };
-        let hlen = self.header_len(udp);
-        let max = hlen + buf.len();
-        let mut built = false;
-        let sent = tx.send_built_upto(max, &mut |frame| {
-            let (head, pkt) = frame.split_at_mut(hlen);
+        let (protocol, hlen) = self.encapsulation(udp);
+        let sent = iface.send_ipv4_upto(dst, protocol, hlen + buf.len(), now, tx, &mut |p| {
+            let (head, pkt) = p.split_at_mut(hlen);
             let n = ddp.poll_transmit_with(now, pkt, fill)?;
-            let (h, hl) = self.headers(mac, dst, udp, &pkt[..n]);
-            head.copy_from_slice(&h[..hl]);
-            built = true;
+            self.udp_header(head, dst, udp, &pkt[..n]);
             Some(hlen + n)
         });
-        if sent {
-            self.stats.tx_packets += 1;
+        match sent {
+            Ok(true) => {
+                self.stats.tx_packets += 1;
+                self.stats.tx_udp += u64::from(hlen != 0);
+                true
+            }
+            Ok(false) => false,
+            Err(_) => {
+                // No route, or ARP failed for the peer: the packet is
+                // made and lost (SCTP retransmits it), as before the
+                // interface sent for SCTP.
+                if ddp.poll_transmit(now, buf).is_none() {
+                    return false;
+                }
+                self.stats.arp_drops += 1;
+                true
+            }
         }
-        // A packet built and then refused is lost as on a full NIC queue:
-        // SCTP retransmits it.
-        built
     }
 
-    fn arp_frame(&self, repr: &ArpRepr) -> Option<Vec<u8>> {
-        let mut f = vec![0u8; arp::FRAME_LEN];
-        arp::emit_frame(repr, self.mac, &mut f).ok()?;
-        Some(f)
-    }
-
-    /// Send one SCTP packet to `dst`, resolving its MAC first.
-    fn send(
+    /// A frame carrying the SCTP packet `pkt` to `dst` at `dst_mac`
+    /// (an answer made while receiving, to the MAC the packet came from).
+    fn reply_frame(
         &mut self,
+        iface: &mut Interface,
         dst: Ipv4Address,
+        dst_mac: EthernetAddress,
         udp: Option<u16>,
         pkt: &[u8],
-        now: u64,
-        tx: &mut dyn FrameSink,
-    ) {
-        match self.arp.resolve(dst, now) {
-            Resolve::Known(mac) => {
-                let (h, n) = self.headers(mac, dst, udp, pkt);
-                tx.send_parts(&[&h[..n], pkt]);
-                self.stats.tx_packets += 1;
-            }
-            Resolve::SendRequest(req) => {
-                if let Some(f) = self.arp_frame(&req) {
-                    tx.send_parts(&[&f]);
-                }
-                self.queue(dst, udp, pkt);
-            }
-            Resolve::Pending => self.queue(dst, udp, pkt),
-            Resolve::Failed => self.stats.arp_drops += 1,
-        }
-    }
-
-    fn queue(&mut self, dst: Ipv4Address, udp: Option<u16>, pkt: &[u8]) {
-        match self.arp.enqueue(dst, (dst, udp, pkt.to_vec())) {
-            Enqueue::Queued => {}
-            Enqueue::DroppedOldest(_) | Enqueue::Refused(_) => self.stats.arp_drops += 1,
-        }
+    ) -> Vec<u8> {
+        let (protocol, hlen) = self.encapsulation(udp);
+        let mut h = [0u8; UDP_HEADER_LEN];
+        self.udp_header(&mut h, dst, udp, pkt);
+        self.stats.tx_udp += u64::from(hlen != 0);
+        self.stats.tx_packets += 1;
+        iface.ipv4_frame(dst_mac, dst, protocol, &[&h[..hlen], pkt])
     }
 }
 
@@ -503,6 +443,10 @@ impl Net {
 pub struct SctpHost {
     cfg: SctpHostConfig,
     net: Net,
+    /// The interface of a host that runs alone (an [`Engine`]); `None`
+    /// when it shares a stack's ([`new_shared`](Self::new_shared)), which
+    /// the stack lends to each call.
+    own: Option<Box<Interface>>,
     listeners: HashMap<u16, Listener>,
     assocs: BTreeMap<AssocId, Entry>,
     /// (peer address, peer port, our port) → association.
@@ -534,20 +478,33 @@ pub struct SctpHost {
 }
 
 impl SctpHost {
-    /// A host with no associations and no listeners.
+    /// A host with no associations and no listeners, on an interface of
+    /// its own (`cfg`'s addresses and ARP settings; every peer on the
+    /// link; an MTU that fits `max_packet` inside UDP): an [`Engine`].
     pub fn new(cfg: SctpHostConfig) -> Result<Self, &'static str> {
+        let mut iface = IfaceConfig::new(EthernetAddress(cfg.mac), Ipv4Address(cfg.ip), 0);
+        iface.arp = cfg.arp;
+        iface.mtu = cfg.sctp.max_packet + IPV4_HEADER_LEN + UDP_HEADER_LEN;
+        let mut h = Self::new_shared(cfg)?;
+        h.own = Some(Box::new(Interface::new(iface)));
+        Ok(h)
+    }
+
+    /// A host on an interface it shares (a [`Stack`](crate::stack::Stack)'s):
+    /// received packets come in through
+    /// [`handle_packet_with`](Self::handle_packet_with), and
+    /// [`poll_with`](Self::poll_with) and
+    /// [`transmit_with`](Self::transmit_with) send through the interface
+    /// they are lent. `cfg.arp` is not used (the interface's cache is).
+    pub fn new_shared(cfg: SctpHostConfig) -> Result<Self, &'static str> {
         cfg.sctp.validate()?;
-        let mac = EthernetAddress(cfg.mac);
-        let ip = Ipv4Address(cfg.ip);
         Ok(SctpHost {
             net: Net {
                 udp_port: cfg.udp_port,
-                mac,
-                ip,
-                arp: ArpCache::new(mac, ip, cfg.arp),
-                ip_ident: 0,
+                ip: Ipv4Address(cfg.ip),
                 stats: SctpHostStats::default(),
             },
+            own: None,
             buf: vec![0; cfg.sctp.max_packet],
             cfg,
             listeners: HashMap::new(),
@@ -565,9 +522,29 @@ impl SctpHost {
         })
     }
 
-    /// Counters.
+    /// Counters. A host on its own interface counts the frames the
+    /// interface refused as `rx_dropped` (and UDP checksum failures as
+    /// `udp_bad_checksum`); a shared interface counts them itself.
     pub fn stats(&self) -> SctpHostStats {
-        self.net.stats
+        let mut s = self.net.stats;
+        if let Some(i) = self.own.as_deref() {
+            let t = i.stats();
+            s.rx_dropped += t.rx_malformed
+                + t.rx_not_for_us_mac
+                + t.rx_not_for_us_ip
+                + t.rx_fragments
+                + t.rx_options
+                + t.rx_other_protocol
+                + t.rx_other_ethertype
+                + t.rx_udp_bad_checksum;
+            s.udp_bad_checksum += t.rx_udp_bad_checksum;
+        }
+        s
+    }
+
+    /// The interface of a host on its own (`None` when shared).
+    pub fn iface(&self) -> Option<&Interface> {
+        self.own.as_deref()
     }
 
     /// Every association is visited at least this often (ns), whatever
@@ -588,13 +565,13 @@ impl SctpHost {
         &self.polled
     }
 
-    /// The earliest of the associations' deadlines, the idle sweep's and
-    /// ARP's.
+    /// The earliest of the associations' deadlines, the idle sweep's and,
+    /// on an interface of its own, the interface's (ARP).
     pub fn next_deadline(&self) -> Option<u64> {
         let sweep = self.ready.next_sweep();
         [
             self.ready.next_deadline(),
-            self.net.arp.poll_timeout(),
+            self.own.as_ref().and_then(|i| i.poll_timeout()),
             Some(sweep),
         ]
         .into_iter()
@@ -610,11 +587,15 @@ impl SctpHost {
     }
 
     /// A round at `now` has nothing to do: [`quiescent`](Self::quiescent),
-    /// no deadline, sweep or ARP request due. Then the round can be left
-    /// out ([`polled`](Self::polled) is emptied, as a poll that visited
-    /// nothing would).
+    /// no deadline or sweep due (nor, on an interface of its own, an ARP
+    /// request). Then the round can be left out ([`polled`](Self::polled)
+    /// is emptied, as a poll that visited nothing would).
     pub fn idle_round(&mut self, now: u64) -> bool {
-        let idle = self.quiescent() && !self.ready.due(now) && !self.net.arp.request_due(now);
+        let arp_due = self
+            .own
+            .as_ref()
+            .is_some_and(|i| i.poll_timeout().is_some_and(|t| t <= now));
+        let idle = self.quiescent() && !self.ready.due(now) && !arp_due;
         if idle {
             self.polled.clear();
         }
@@ -730,81 +711,25 @@ impl SctpHost {
         }
     }
 
-    /// Whether `frame` is ours to take when this host shares an interface
-    /// with a TCP stack: IPv4 to our address carrying SCTP (protocol 132),
-    /// or UDP to our encapsulation port. ARP is not: the interface answers
-    /// it, and [`learn_arp`](Self::learn_arp) sees a copy.
-    pub fn claims(&self, frame: &[u8]) -> bool {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            return false;
-        };
-        if eth.ethertype() != EtherType::IPV4 {
-            return false;
-        }
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return false;
-        };
-        if ip.dst_addr() != self.net.ip {
-            return false;
-        }
-        match ip.protocol() {
-            IpProtocol::SCTP => true,
-            IpProtocol::UDP => match (self.cfg.udp_port, ip.payload().get(2..4)) {
-                (Some(ours), Some(d)) => u16::from_be_bytes([d[0], d[1]]) == ours,
-                _ => false,
-            },
-            _ => false,
-        }
-    }
-
-    /// Learn from an ARP frame that another part of the host answers
-    /// (the interface of a `Stack`): the cache takes the sender's address
-    /// and packets waiting for it leave at the next poll, but no reply is
-    /// made here, so a request is answered once.
-    pub fn learn_arp(&mut self, frame: &[u8], now: u64) {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            return;
-        };
-        if eth.ethertype() != EtherType::ARP {
-            return;
-        }
-        let Ok(repr) = ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
-        else {
-            return;
-        };
-        let _reply_made_by_the_interface = self.net.arp.process(&repr, now);
-        self.flush_arp_ready();
-    }
-
-    fn flush_arp_ready(&mut self) {
-        while let Some((mac, (dst, udp, pkt))) = self.net.arp.pop_ready() {
-            let (h, n) = self.net.headers(mac, dst, udp, &pkt);
-            let mut f = h[..n].to_vec();
-            f.extend_from_slice(&pkt);
-            self.pending_tx.push(f);
-            self.net.stats.tx_packets += 1;
-        }
-    }
-
-    /// Frame an SCTP packet made while receiving (sent at the next poll).
+    /// Frame an SCTP packet made while receiving (sent at the next poll),
+    /// back to the MAC the packet it answers came from.
     fn reply_later(
         &mut self,
+        iface: &mut Interface,
         dst: Ipv4Address,
         dst_mac: EthernetAddress,
         udp: Option<u16>,
         pkt: &[u8],
     ) {
-        let (h, n) = self.net.headers(dst_mac, dst, udp, pkt);
-        let mut f = Vec::with_capacity(n + pkt.len());
-        f.extend_from_slice(&h[..n]);
-        f.extend_from_slice(pkt);
+        let f = self.net.reply_frame(iface, dst, dst_mac, udp, pkt);
         self.pending_tx.push(f);
-        self.net.stats.tx_packets += 1;
     }
 
     /// One SCTP packet from `src`, inside UDP from port `udp` or raw.
+    #[allow(clippy::too_many_arguments)]
     fn handle_sctp(
         &mut self,
+        iface: &mut Interface,
         src_mac: EthernetAddress,
         src: Ipv4Address,
         udp: Option<u16>,
@@ -860,7 +785,7 @@ impl SctpHost {
             match l.handle_packet_from(now, addrs, pkt, &mut out) {
                 ListenOutcome::Reply(n) => {
                     if let Some(r) = out.get(..n) {
-                        self.reply_later(src, src_mac, udp, r);
+                        self.reply_later(iface, src, src_mac, udp, r);
                     }
                 }
                 ListenOutcome::Accept(a) if self.assocs.len() < self.cfg.max_assocs => {
@@ -894,7 +819,7 @@ impl SctpHost {
             if !self.ootb_token(now) {
                 self.net.stats.ootb_limited += 1;
             } else if let Some(r) = out.get(..n) {
-                self.reply_later(src, src_mac, udp, r);
+                self.reply_later(iface, src, src_mac, udp, r);
                 self.net.stats.ootb_replies += 1;
             }
         }
@@ -920,33 +845,6 @@ impl SctpHost {
         true
     }
 
-    /// The UDP source port and SCTP packet of a datagram to our
-    /// encapsulation port (RFC 6951 §5.4), its checksum verified when
-    /// non-zero (RFC 768).
-    fn decapsulate<'a>(&mut self, ip: &Ipv4Repr, udp: &'a [u8]) -> Option<(u16, &'a [u8])> {
-        let ours = self.cfg.udp_port?;
-        let h = udp.get(..UDP_HEADER_LEN)?;
-        let sport = u16::from_be_bytes([h[0], h[1]]);
-        let dport = u16::from_be_bytes([h[2], h[3]]);
-        let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
-        let sum = u16::from_be_bytes([h[6], h[7]]);
-        if dport != ours || len < UDP_HEADER_LEN || len > udp.len() {
-            return None;
-        }
-        let dgram = &udp[..len];
-        if sum != 0 {
-            let total = checksum::combine(&[
-                checksum::pseudo_header(&ip.src_addr, &ip.dst_addr, IpProtocol::UDP, len as u16),
-                checksum::data(dgram),
-            ]);
-            if total != 0xffff {
-                self.net.stats.udp_bad_checksum += 1;
-                return None;
-            }
-        }
-        Some((sport, &dgram[UDP_HEADER_LEN..]))
-    }
-
     fn with_assoc(
         &mut self,
         id: AssocId,
@@ -963,82 +861,60 @@ impl SctpHost {
         }
     }
 
-    /// [`Engine::handle_frame`], offering `place(assoc, stream, ddp_ssn,
-    /// segment)` each DDP Segment that can be placed straight from
-    /// `frame` ([`DdpAssociation::handle_packet_with`]): true when it
-    /// took it, false to have it come out as a [`DdpEvent::Segment`].
+    /// One SCTP packet the interface `iface` received and dispatched
+    /// ([`Interface::receive_ip`]: parsed once, IPv4 to our address,
+    /// unfragmented, raw or from inside UDP to our encapsulation port with
+    /// its checksum verified), offering `place(assoc, stream, ddp_ssn,
+    /// segment)` each DDP Segment that can be placed straight from the
+    /// frame ([`DdpAssociation::handle_packet_with`]): true when it took
+    /// it, false to have it come out as a [`DdpEvent::Segment`]. Answers
+    /// made here go out at the next poll, their IPv4 identification the
+    /// interface's.
+    pub fn handle_packet_with(
+        &mut self,
+        iface: &mut Interface,
+        pkt: &SctpIngress<'_>,
+        now: u64,
+        place: &mut Placer<'_>,
+    ) {
+        self.net.stats.rx_udp += u64::from(pkt.udp.is_some());
+        self.handle_sctp(iface, pkt.src_mac, pkt.src, pkt.udp, pkt.packet, now, place);
+    }
+
+    /// [`Engine::handle_frame`] on the host's own interface, offering
+    /// `place` the segments it can place as
+    /// [`handle_packet_with`](Self::handle_packet_with) does. Does
+    /// nothing on a shared interface (the stack receives).
     pub fn handle_frame_with(&mut self, frame: &[u8], now: u64, place: &mut Placer<'_>) {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            self.net.stats.rx_dropped += 1;
+        let Some(mut iface) = self.own.take() else {
             return;
         };
-        if eth.dst_addr() != self.net.mac && eth.dst_addr() != EthernetAddress::BROADCAST {
-            self.net.stats.rx_dropped += 1;
-            return;
+        let served = SctpServed {
+            raw: true,
+            udp_port: self.cfg.udp_port,
+        };
+        let pending = &mut self.pending_tx;
+        match iface.receive_ip(frame, now, served, &mut |f| pending.push(f.to_vec())) {
+            Some(IpIngress::Sctp(p)) => self.handle_packet_with(&mut iface, &p, now, place),
+            Some(IpIngress::Tcp(_)) => self.net.stats.rx_dropped += 1,
+            None => {}
         }
-        let src_mac = eth.src_addr();
-        match eth.ethertype() {
-            EtherType::ARP => {
-                let Ok(repr) =
-                    ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
-                else {
-                    self.net.stats.rx_dropped += 1;
-                    return;
-                };
-                if let Some(reply) = self.net.arp.process(&repr, now) {
-                    if let Some(f) = self.net.arp_frame(&reply) {
-                        self.pending_tx.push(f);
-                    }
-                }
-                self.flush_arp_ready();
-            }
-            EtherType::IPV4 => {
-                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-                    self.net.stats.rx_dropped += 1;
-                    return;
-                };
-                let Ok(repr) = Ipv4Repr::parse(&ip) else {
-                    self.net.stats.rx_dropped += 1;
-                    return;
-                };
-                if repr.dst_addr != self.net.ip || repr.more_frags || repr.fragment_offset != 0 {
-                    self.net.stats.rx_dropped += 1;
-                    return;
-                }
-                match repr.protocol {
-                    IpProtocol::SCTP => {
-                        self.handle_sctp(src_mac, repr.src_addr, None, ip.payload(), now, place)
-                    }
-                    IpProtocol::UDP => match self.decapsulate(&repr, ip.payload()) {
-                        Some((sport, pkt)) => {
-                            self.net.stats.rx_udp += 1;
-                            self.handle_sctp(src_mac, repr.src_addr, Some(sport), pkt, now, place)
-                        }
-                        None => self.net.stats.rx_dropped += 1,
-                    },
-                    _ => self.net.stats.rx_dropped += 1,
-                }
-            }
-            _ => self.net.stats.rx_dropped += 1,
-        }
+        self.own = Some(iface);
     }
 }
 
 impl SctpHost {
     /// Sends what the associations marked for the next round have to
-    /// send now (those [`assoc_mut`](Self::assoc_mut) reached since the
-    /// last poll, among them every one the queue pairs gave segments),
-    /// and nothing else: no ARP, timers or events (those wait for the next
-    /// [`Engine::poll`], which visits them). For the second pass of a
-    /// round. True when a packet went out.
-    pub fn transmit(&mut self, now: u64, tx: &mut dyn FrameSink) -> bool {
-        self.transmit_with(now, tx, &mut |_, _, _| false)
-    }
-
-    /// [`transmit`](Self::transmit) with the fill of segments given by
-    /// reference: `fill(association, key, dst)` ([`SctpHost::poll_with`]).
+    /// send now through `iface` (those [`assoc_mut`](Self::assoc_mut)
+    /// reached since the last poll, among them every one the queue pairs
+    /// gave segments), and nothing else: no timers or events (those wait
+    /// for the next [`poll_with`](Self::poll_with), which visits them).
+    /// For the second pass of a round. `fill(association, key, dst)`
+    /// writes the segments given by reference. True when a packet went
+    /// out.
     pub fn transmit_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
+        iface: &mut Interface,
         now: u64,
         tx: &mut dyn FrameSink,
         fill: &mut F,
@@ -1053,11 +929,148 @@ impl SctpHost {
         } = self;
         for &id in ready.marked() {
             if let Some(e) = assocs.get_mut(&id) {
-                busy |= net.send_all(&mut e.ddp, e.remote, e.udp, buf, now, tx, &mut |k, d| {
-                    fill(id, k, d)
-                }) > 0;
+                busy |= net.send_all(
+                    iface,
+                    &mut e.ddp,
+                    e.remote,
+                    e.udp,
+                    buf,
+                    now,
+                    tx,
+                    &mut |k, d| fill(id, k, d),
+                ) > 0;
             }
         }
+        busy
+    }
+
+    /// [`transmit_with`](Self::transmit_with) on the host's own interface
+    /// (nothing on a shared one).
+    pub fn transmit(&mut self, now: u64, tx: &mut dyn FrameSink) -> bool {
+        let Some(mut iface) = self.own.take() else {
+            return false;
+        };
+        let busy = self.transmit_with(&mut iface, now, tx, &mut |_, _, _| false);
+        self.own = Some(iface);
+        busy
+    }
+
+    /// One round on `iface`: the answers made while receiving go out,
+    /// outputs are reported, and each association in the ready set (a
+    /// packet came, a command reached it, a deadline passed, or the idle
+    /// sweep) runs its timers, sends what it has and gives its events;
+    /// closed associations leave. ARP requests are the interface's poll's
+    /// (the stack's, or [`Engine::poll`]'s here). `fill(association, key,
+    /// dst)` writes the segments given by reference
+    /// ([`DdpAssociation::send_segment_ext`]).
+    pub fn poll_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
+        &mut self,
+        iface: &mut Interface,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        out: &mut dyn FnMut(SctpOutput),
+        fill: &mut F,
+    ) -> bool {
+        let mut busy = false;
+        if !self.pending_tx.is_empty() {
+            for f in self.pending_tx.drain(..) {
+                tx.send_parts(&[&f]);
+                busy = true;
+            }
+        }
+        while let Some(o) = self.pending_out.pop_front() {
+            out(o);
+            busy = true;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        // The map is out of the host for the sweep, so that sending (which
+        // borrows the host: counters) takes each packet straight from
+        // `buf` into the device's frame, without a copy in between, and
+        // no association moves (each used to be taken out of the map and
+        // put back, every round: 3 % of an SCTP Write stream's
+        // instructions).
+        let SctpHost {
+            assocs,
+            by_tuple,
+            last_tuple,
+            net,
+            ready,
+            polled,
+            visits,
+            ..
+        } = self;
+        // Associations whose deadline has passed join the ready set, and
+        // every one now and then (the idle sweep).
+        while let Some((at, id)) = ready.pop_due(now) {
+            if let Some(e) = assocs.get_mut(&id) {
+                ready.fire(&mut e.slot, id, at);
+            }
+        }
+        if ready.sweep_due(now) {
+            for (&id, e) in assocs.iter_mut() {
+                ready.mark(&mut e.slot, id);
+            }
+        }
+        // This round visits the ready set (in id order), which fills again
+        // for the next round as it goes.
+        polled.clear();
+        ready.drain_into(polled);
+        // Closed ones leave after the sweep (no allocation unless one did).
+        let mut gone = Vec::new();
+        for &id in polled.iter() {
+            let Some(e) = assocs.get_mut(&id) else {
+                continue; // gone since it was marked
+            };
+            e.slot.visited();
+            *visits += 1;
+            if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
+                e.ddp.handle_timeout(now);
+            }
+            let (remote, udp) = (e.remote, e.udp);
+            let sent = net.send_all(
+                iface,
+                &mut e.ddp,
+                remote,
+                udp,
+                &mut buf,
+                now,
+                tx,
+                &mut |k, d| fill(id, k, d),
+            );
+            busy |= sent > 0;
+            let mut closed = false;
+            let mut events = false;
+            while let Some(ev) = e.ddp.poll_event() {
+                closed |= matches!(ev, DdpEvent::Closed(_));
+                out(SctpOutput::Event(id, ev));
+                events = true;
+            }
+            busy |= events;
+            if closed || e.ddp.sctp().is_closed() {
+                let (lp, pp) = (e.ddp.sctp().local_port(), e.ddp.sctp().peer_port());
+                by_tuple.remove(&(remote, pp, lp));
+                *last_tuple = None;
+                let st = e.ddp.sctp().stats();
+                net.stats.closed_retransmits += st.retransmits;
+                net.stats.closed_discarded += st.packets_discarded;
+                ready.forget(&mut e.slot, id);
+                gone.push(id);
+            } else if sent >= SEND_BURST || (events && !e.ddp.transmit_idle()) {
+                // More to send at once: the burst limit, or what taking
+                // its events made (a window update, RFC 9260 §6.2). What
+                // else it holds waits for a packet (a SACK), a command or
+                // a deadline, each of which marks it.
+                ready.mark(&mut e.slot, id);
+            } else if let Some(t) = e.ddp.poll_timeout() {
+                // T1, T2, T3-rtx, delayed SACK, heartbeat (RFC 9260 §5.1,
+                // §9.2, §6.3, §6.2, §8.3): the earliest.
+                ready.defer(&mut e.slot, id, t);
+            }
+        }
+        for id in gone {
+            assocs.remove(&id);
+        }
+        self.buf = buf;
         busy
     }
 }
@@ -1127,120 +1140,16 @@ impl Engine for SctpHost {
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(SctpOutput)) -> bool {
-        self.poll_with(now, tx, out, &mut |_, _, _| false)
-    }
-}
-
-impl SctpHost {
-    /// [`Engine::poll`] with the fill of segments given by reference
-    /// ([`DdpAssociation::send_segment_ext`]): `fill(association, key,
-    /// dst)` writes one into a packet being built.
-    pub fn poll_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
-        &mut self,
-        now: u64,
-        tx: &mut dyn FrameSink,
-        out: &mut dyn FnMut(SctpOutput),
-        fill: &mut F,
-    ) -> bool {
-        let mut busy = false;
-        if !self.pending_tx.is_empty() {
-            for f in self.pending_tx.drain(..) {
-                tx.send_parts(&[&f]);
-                busy = true;
-            }
-        }
-        while let Some(req) = self.net.arp.poll_request(now) {
-            if let Some(f) = self.net.arp_frame(&req) {
-                tx.send_parts(&[&f]);
-                busy = true;
-            }
-        }
-        while let Some(o) = self.pending_out.pop_front() {
-            out(o);
-            busy = true;
-        }
-        let mut buf = std::mem::take(&mut self.buf);
-        // The map is out of the host for the sweep, so that sending (which
-        // borrows the host: ARP, counters) takes each packet straight from
-        // `buf` into the device's frame, without a copy in between, and
-        // no association moves (each used to be taken out of the map and
-        // put back, every round: 3 % of an SCTP Write stream's
-        // instructions).
-        let SctpHost {
-            assocs,
-            by_tuple,
-            last_tuple,
-            net,
-            ready,
-            polled,
-            visits,
-            ..
-        } = self;
-        // Associations whose deadline has passed join the ready set, and
-        // every one now and then (the idle sweep).
-        while let Some((at, id)) = ready.pop_due(now) {
-            if let Some(e) = assocs.get_mut(&id) {
-                ready.fire(&mut e.slot, id, at);
-            }
-        }
-        if ready.sweep_due(now) {
-            for (&id, e) in assocs.iter_mut() {
-                ready.mark(&mut e.slot, id);
-            }
-        }
-        // This round visits the ready set (in id order), which fills again
-        // for the next round as it goes.
-        polled.clear();
-        ready.drain_into(polled);
-        // Closed ones leave after the sweep (no allocation unless one did).
-        let mut gone = Vec::new();
-        for &id in polled.iter() {
-            let Some(e) = assocs.get_mut(&id) else {
-                continue; // gone since it was marked
-            };
-            e.slot.visited();
-            *visits += 1;
-            if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
-                e.ddp.handle_timeout(now);
-            }
-            let (remote, udp) = (e.remote, e.udp);
-            let sent = net.send_all(&mut e.ddp, remote, udp, &mut buf, now, tx, &mut |k, d| {
-                fill(id, k, d)
-            });
-            busy |= sent > 0;
-            let mut closed = false;
-            let mut events = false;
-            while let Some(ev) = e.ddp.poll_event() {
-                closed |= matches!(ev, DdpEvent::Closed(_));
-                out(SctpOutput::Event(id, ev));
-                events = true;
-            }
-            busy |= events;
-            if closed || e.ddp.sctp().is_closed() {
-                let (lp, pp) = (e.ddp.sctp().local_port(), e.ddp.sctp().peer_port());
-                by_tuple.remove(&(remote, pp, lp));
-                *last_tuple = None;
-                let st = e.ddp.sctp().stats();
-                net.stats.closed_retransmits += st.retransmits;
-                net.stats.closed_discarded += st.packets_discarded;
-                ready.forget(&mut e.slot, id);
-                gone.push(id);
-            } else if sent >= SEND_BURST || (events && !e.ddp.transmit_idle()) {
-                // More to send at once: the burst limit, or what taking
-                // its events made (a window update, RFC 9260 §6.2). What
-                // else it holds waits for a packet (a SACK), a command or
-                // a deadline, each of which marks it.
-                ready.mark(&mut e.slot, id);
-            } else if let Some(t) = e.ddp.poll_timeout() {
-                // T1, T2, T3-rtx, delayed SACK, heartbeat (RFC 9260 §5.1,
-                // §9.2, §6.3, §6.2, §8.3): the earliest.
-                ready.defer(&mut e.slot, id, t);
-            }
-        }
-        for id in gone {
-            assocs.remove(&id);
-        }
-        self.buf = buf;
-        busy
+        let Some(mut iface) = self.own.take() else {
+            return false;
+        };
+        let mut arp = false;
+        iface.poll(now, &mut |f| {
+            tx.send_parts(&[f]);
+            arp = true;
+        });
+        let busy = self.poll_with(&mut iface, now, tx, out, &mut |_, _, _| false);
+        self.own = Some(iface);
+        busy || arp
     }
 }

@@ -17,9 +17,12 @@
 //!
 //! iWARP over SCTP (RFC 5043) shares the interface: the first SCTP command
 //! (`SctpConnect`, `SctpListen`) makes an SCTP part
-//! ([`crate::over_sctp::conn`]) that takes the frames it claims (IPv4
-//! protocol 132) and learns from ARP frames the interface answers; its
-//! connections are reached by id through the same commands and CQ rings.
+//! ([`crate::over_sctp::conn`]). The interface parses each frame once and
+//! dispatches it by IP protocol ([`Interface::receive_ip`]): TCP segments
+//! to the connections here, SCTP packets (IPv4 protocol 132, or UDP to the
+//! encapsulation port) to the SCTP part; ARP is answered and learned once,
+//! in the one cache both parts send through. SCTP connections are reached
+//! by id through the same commands and CQ rings.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
@@ -30,7 +33,7 @@ use crossbeam_queue::ArrayQueue;
 use iwarp_control::MpaConfig;
 use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::qp::{Completion, DisconnectCause};
-use tcp_lite::iface::{FrameSink, IfaceConfig, Interface};
+use tcp_lite::iface::{FrameSink, IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
 use tcp_lite::listen::{IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpRepr};
@@ -1984,6 +1987,15 @@ impl Stack {
         }
     }
 
+    /// An SCTP packet the interface handed up, to the SCTP part (out of
+    /// `handle_frame`, which TCP's segments inline).
+    #[inline(never)]
+    fn sctp_packet(&mut self, pkt: &SctpIngress<'_>, now: u64) {
+        if let Some(sc) = self.sctp.as_deref_mut() {
+            sc.handle_packet(&mut self.iface, pkt, now, &mut self.mem);
+        }
+    }
+
     fn emit(
         iface: &mut Interface,
         stats: &mut StackStats,
@@ -2191,20 +2203,29 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
-        // SCTP (IPv4 protocol 132, or UDP to its port) goes to the SCTP
-        // part; it learns from ARP, which the interface alone answers.
-        if let Some(sc) = self.sctp.as_deref_mut() {
-            if sc.claims(frame) {
-                sc.handle_frame(frame, now, &mut self.mem);
+        // One parse, dispatched by IP protocol: SCTP (IPv4 protocol 132,
+        // or UDP to its port) to the SCTP part once one exists, TCP here;
+        // ARP and ICMP Echo answered by the interface.
+        let served = match self.sctp {
+            Some(_) => SctpServed {
+                raw: true,
+                udp_port: Some(crate::over_sctp::SCTP_UDP_PORT),
+            },
+            None => SctpServed::NONE,
+        };
+        let pending = &mut self.pending_tx;
+        let ing = match self
+            .iface
+            .receive_ip(frame, now, served, &mut |f| pending.push(f.to_vec()))
+        {
+            Some(IpIngress::Tcp(ing)) => Some(ing),
+            Some(IpIngress::Sctp(pkt)) => {
+                self.sctp_packet(&pkt, now);
                 return;
             }
-            sc.learn_arp(frame, now);
-        }
-        let pending = &mut self.pending_tx;
-        let Some(ing) = self
-            .iface
-            .receive(frame, now, &mut |f| pending.push(f.to_vec()))
-        else {
+            None => None,
+        };
+        let Some(ing) = ing else {
             if !self.checksum_warned && self.iface.stats().rx_partial_checksum >= 3 {
                 if let Some(why) = self.iface.stats().checksum_diagnosis() {
                     tracing::warn!("{why}");
@@ -2534,7 +2555,7 @@ impl Stack {
         }
         let mut sctp_held = 0;
         if let Some(sc) = self.sctp.as_deref_mut() {
-            busy |= sc.poll(now, &mut self.mem, tx, out);
+            busy |= sc.poll(now, &mut self.mem, &mut self.iface, tx, out);
             // What they hold changes only in a round that visited an
             // association or drove a connection (`SctpConns::was_active`).
             if sc.was_active() {

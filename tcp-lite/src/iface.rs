@@ -1,15 +1,23 @@
-//! One Ethernet/IPv4 interface: the layer between frames and TCP.
+//! One Ethernet/IPv4 interface: the layer between frames and the
+//! transports, with one ARP cache, one IPv4 identification and one send
+//! path for all of them.
 //!
-//! I/O-free and clock-free like the rest of the crate: [`Interface::receive`]
-//! takes a received frame and returns the TCP segment it carries (borrowed
-//! from the frame, so the payload still goes straight to the MPA deframer),
-//! answering ARP and ICMP Echo itself through the `tx` callback;
+//! I/O-free and clock-free like the rest of the crate:
+//! [`Interface::receive_ip`] takes a received frame, parses it once
+//! ([`iwarp_net::ingress::parse`]) and dispatches it by IP protocol: a TCP
+//! segment (borrowed from the frame, so the payload still goes straight to
+//! the MPA deframer) or an SCTP packet, raw or inside UDP to the
+//! encapsulation port (RFC 6951), comes back to the caller; ARP and ICMP
+//! Echo are answered here through the `tx` callback
+//! ([`Interface::receive`] is the TCP-only form);
 //! [`Interface::send_tcp`] wraps a segment in IPv4 and Ethernet, resolving the
 //! next hop through the [`ArpCache`] and holding the frame while resolution
 //! runs; [`Interface::send_tcp_filled`] does the same for a segment whose
 //! payload a callback writes, building the whole frame in place in a buffer
-//! the device lends ([`FrameSink::send_built`]); [`Interface::poll`]
-//! retransmits ARP requests.
+//! the device lends ([`FrameSink::send_built`]);
+//! [`Interface::send_ipv4_upto`] sends any other protocol's datagram
+//! (SCTP, raw or inside UDP), built in place the same way and held in the
+//! same ARP queue; [`Interface::poll`] retransmits ARP requests.
 //!
 //! What it refuses, counted in [`IfaceStats`] and never a panic:
 //! frames for another MAC, IPv4 datagrams for another address, fragments
@@ -18,8 +26,9 @@
 //! dropped and counted), datagrams with IP options (RFC 1122 §3.2.1.8 lets a
 //! host ignore options it does not implement; we implement none and drop the
 //! datagram so nothing slips past a source route), bad header checksums
-//! (RFC 1122 §3.2.1.2 MUST silently discard), and protocols other than TCP
-//! and ICMP.
+//! (RFC 1122 §3.2.1.2 MUST silently discard), UDP datagrams whose
+//! checksum fails (RFC 768), and protocols other than TCP, ICMP and the
+//! SCTP the caller serves.
 //!
 //! TCP segments that fail their checksum are dropped and counted
 //! ([`IfaceStats::rx_bad_checksum`]). Those whose Checksum field holds only
@@ -31,13 +40,15 @@
 //! trusts them too: they never left the host); otherwise
 //! [`IfaceStats::checksum_diagnosis`] names the cause and the fix.
 
+use iwarp_net::egress::{self, Source};
+use iwarp_net::ingress::{self, Datagram, Ingress, Refused};
+
 use crate::arp::{self, ArpCache, Enqueue, Resolve};
 use crate::tcp::PayloadFill;
 use crate::wire::checksum;
 use crate::wire::{
-    ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, Icmpv4Packet,
-    Icmpv4Repr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
-    ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+    ArpRepr, EthernetAddress, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Address, TcpPacket,
+    TcpRepr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
 /// Interface settings.
@@ -85,7 +96,7 @@ impl IfaceConfig {
 pub struct IfaceStats {
     /// Frames handed to [`Interface::receive`].
     pub rx_frames: u64,
-    /// Frames that failed to parse at the Ethernet, ARP, IPv4, ICMP or TCP layer.
+    /// Frames that failed to parse at the Ethernet, ARP, IPv4, ICMP, UDP or TCP layer.
     pub rx_malformed: u64,
     /// Frames addressed to another MAC.
     pub rx_not_for_us_mac: u64,
@@ -95,12 +106,19 @@ pub struct IfaceStats {
     pub rx_fragments: u64,
     /// IPv4 datagrams with options, dropped.
     pub rx_options: u64,
-    /// IPv4 datagrams of protocols we do not serve.
+    /// IPv4 datagrams of protocols we do not serve (SCTP and UDP
+    /// included when the caller serves no SCTP, or the UDP port is not
+    /// its encapsulation port).
     pub rx_other_protocol: u64,
     /// Frames of EtherTypes we do not serve.
     pub rx_other_ethertype: u64,
     /// TCP segments returned to the caller.
     pub rx_tcp: u64,
+    /// SCTP packets returned to the caller, raw or from inside UDP.
+    pub rx_sctp: u64,
+    /// UDP datagrams dropped because their (non-zero) checksum did not
+    /// verify (RFC 768).
+    pub rx_udp_bad_checksum: u64,
     /// TCP segments dropped because their checksum did not verify (partial
     /// checksums included, unless accepted).
     pub rx_bad_checksum: u64,
@@ -259,7 +277,8 @@ enum Built {
 
 /// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram from
 /// `cfg` into the start of `buf` (at least `ETHERNET_HEADER_LEN +
-/// IPV4_HEADER_LEN` octets).
+/// IPV4_HEADER_LEN` octets): [`egress::write_eth_ipv4`].
+#[inline]
 fn write_l2_l3(
     cfg: &IfaceConfig,
     ident: u16,
@@ -269,31 +288,20 @@ fn write_l2_l3(
     protocol: IpProtocol,
     payload_len: usize,
 ) {
-    let mut eth = EthernetFrame::new_unchecked(buf);
-    // Both emits write fixed-size headers into a buffer the callers size.
-    let _ = EthernetRepr {
-        src_addr: cfg.mac,
-        dst_addr: dst_mac,
-        ethertype: EtherType::IPV4,
-    }
-    .emit(&mut eth);
-    let _ = Ipv4Repr {
-        src_addr: cfg.ip,
-        dst_addr: dst,
+    // The callers size `buf` and bound `payload_len` by the MTU.
+    let _ = egress::write_eth_ipv4(
+        &Source {
+            mac: cfg.mac,
+            ip: cfg.ip,
+            ttl: cfg.ttl,
+        },
+        ident,
+        buf,
+        dst_mac,
+        dst,
         protocol,
         payload_len,
-        ttl: cfg.ttl,
-        dscp: 0,
-        ecn: 0,
-        identification: ident,
-        // RFC 1122 §3.3.4: we never fragment, and set DF so path MTU
-        // discovery (RFC 1191) can work on routed paths.
-        dont_frag: true,
-        more_frags: false,
-        fragment_offset: 0,
-        options_len: 0,
-    }
-    .emit(&mut Ipv4Packet::new_unchecked(eth.payload_mut()));
+    );
 }
 
 /// Write a whole filled TCP frame into `pieces` (consecutive, exactly
@@ -363,6 +371,47 @@ pub struct TcpIngress<'a> {
     pub seg: TcpRepr<'a>,
 }
 
+/// An SCTP packet received for our address, raw (IPv4 protocol 132) or
+/// inside UDP to the encapsulation port (RFC 6951).
+#[derive(Debug, Clone, Copy)]
+pub struct SctpIngress<'a> {
+    /// Sender's address.
+    pub src: Ipv4Address,
+    /// The sender's MAC (answers made while receiving go straight back).
+    pub src_mac: EthernetAddress,
+    /// The UDP source port when it came inside UDP, `None` when raw.
+    pub udp: Option<u16>,
+    /// The SCTP packet, borrowed from the frame (not parsed yet).
+    pub packet: &'a [u8],
+}
+
+/// What [`Interface::receive_ip`] hands the transports.
+#[derive(Debug)]
+pub enum IpIngress<'a> {
+    /// A TCP segment, parsed and its checksum verified.
+    Tcp(TcpIngress<'a>),
+    /// An SCTP packet.
+    Sctp(SctpIngress<'a>),
+}
+
+/// Which SCTP packets [`Interface::receive_ip`] hands up; the rest are
+/// counted as [`IfaceStats::rx_other_protocol`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SctpServed {
+    /// IPv4 protocol 132.
+    pub raw: bool,
+    /// UDP datagrams to this port (RFC 6951; IANA's is 9899).
+    pub udp_port: Option<u16>,
+}
+
+impl SctpServed {
+    /// No SCTP: [`Interface::receive`]'s TCP-only interface.
+    pub const NONE: SctpServed = SctpServed {
+        raw: false,
+        udp_port: None,
+    };
+}
+
 /// One Ethernet/IPv4 interface. See the [module docs](self).
 #[derive(Debug)]
 pub struct Interface {
@@ -417,125 +466,140 @@ impl Interface {
     }
 
     /// Handle one received frame. ARP and ICMP Echo are answered through
-    /// `tx`; a TCP segment for our address comes back to the caller.
+    /// `tx`; a TCP segment for our address comes back to the caller
+    /// (SCTP is not served: [`receive_ip`](Self::receive_ip) serves it).
+    #[inline]
     pub fn receive<'a>(
         &mut self,
         frame: &'a [u8],
         now: u64,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Option<TcpIngress<'a>> {
-        self.stats.rx_frames += 1;
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            self.stats.rx_malformed += 1;
-            return None;
-        };
-        let dst = eth.dst_addr();
-        if dst != self.cfg.mac && !dst.is_broadcast() {
-            self.stats.rx_not_for_us_mac += 1;
-            return None;
+        match self.receive_ip(frame, now, SctpServed::NONE, tx)? {
+            IpIngress::Tcp(t) => Some(t),
+            IpIngress::Sctp(_) => None,
         }
-        let src_mac = eth.src_addr();
-        match eth.ethertype() {
-            EtherType::ARP => {
-                self.receive_arp(eth.payload(), now, tx);
+    }
+
+    /// Handle one received frame, parsed once and dispatched by protocol
+    /// (as smoltcp's `process_ipv4` matches `next_header`): ARP answered
+    /// and learned here (one cache for every transport), ICMP Echo
+    /// answered here, a TCP segment or an SCTP packet `sctp` serves
+    /// returned; everything else counted and dropped.
+    #[inline]
+    pub fn receive_ip<'a>(
+        &mut self,
+        frame: &'a [u8],
+        now: u64,
+        sctp: SctpServed,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Option<IpIngress<'a>> {
+        self.stats.rx_frames += 1;
+        match ingress::parse(frame, self.cfg.mac, self.cfg.ip) {
+            Ingress::Tcp(d) => self.receive_tcp(&d).map(IpIngress::Tcp),
+            Ingress::Sctp(d) if sctp.raw => {
+                self.stats.rx_sctp += 1;
+                Some(IpIngress::Sctp(SctpIngress {
+                    src: d.ip.src_addr,
+                    src_mac: d.src_mac,
+                    udp: None,
+                    packet: d.payload,
+                }))
+            }
+            Ingress::Udp(d, ports) if sctp.udp_port == Some(ports.dst_port) => {
+                self.stats.rx_sctp += 1;
+                Some(IpIngress::Sctp(SctpIngress {
+                    src: d.ip.src_addr,
+                    src_mac: d.src_mac,
+                    udp: Some(ports.src_port),
+                    packet: d.payload,
+                }))
+            }
+            Ingress::Sctp(_) | Ingress::Udp(..) => {
+                self.stats.rx_other_protocol += 1;
                 None
             }
-            EtherType::IPV4 => self.receive_ipv4(eth.payload(), src_mac, tx),
-            _ => {
-                self.stats.rx_other_ethertype += 1;
+            Ingress::Icmp(d) => {
+                self.receive_icmp(d.payload, d.ip.src_addr, d.src_mac, tx);
+                None
+            }
+            Ingress::Arp(repr) => {
+                self.receive_arp(&repr, now, tx);
+                None
+            }
+            Ingress::Dropped(why) => {
+                self.refused(why);
                 None
             }
         }
     }
 
-    fn receive_arp(&mut self, payload: &[u8], now: u64, tx: &mut dyn FnMut(&[u8])) {
-        let Ok(repr) = ArpPacket::new_checked(payload).and_then(|p| ArpRepr::parse(&p)) else {
-            self.stats.rx_malformed += 1;
-            return;
-        };
-        if let Some(reply) = self.arp.process(&repr, now) {
+    /// Count a frame [`ingress::parse`] refused (out of the receive path
+    /// that every frame inlines).
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, why: Refused) {
+        let s = &mut self.stats;
+        *match why {
+            Refused::Malformed => &mut s.rx_malformed,
+            Refused::NotForUsMac => &mut s.rx_not_for_us_mac,
+            Refused::NotForUsIp => &mut s.rx_not_for_us_ip,
+            Refused::Fragment => &mut s.rx_fragments,
+            Refused::Options => &mut s.rx_options,
+            Refused::OtherProtocol(_) => &mut s.rx_other_protocol,
+            Refused::OtherEthertype(_) => &mut s.rx_other_ethertype,
+            Refused::UdpBadChecksum => &mut s.rx_udp_bad_checksum,
+        } += 1;
+    }
+
+    fn receive_arp(&mut self, repr: &ArpRepr, now: u64, tx: &mut dyn FnMut(&[u8])) {
+        if let Some(reply) = self.arp.process(repr, now) {
             self.emit_arp(&reply, tx);
         }
         self.flush_ready(tx);
     }
 
-    fn receive_ipv4<'a>(
-        &mut self,
-        payload: &'a [u8],
-        src_mac: EthernetAddress,
-        tx: &mut dyn FnMut(&[u8]),
-    ) -> Option<TcpIngress<'a>> {
-        let Ok(ip) = Ipv4Packet::new_checked(payload) else {
+    #[inline]
+    fn receive_tcp<'a>(&mut self, d: &Datagram<'a>) -> Option<TcpIngress<'a>> {
+        let repr = &d.ip;
+        let body = d.payload;
+        let Ok(tcp) = TcpPacket::new_checked(body) else {
             self.stats.rx_malformed += 1;
             return None;
         };
-        let Ok(repr) = Ipv4Repr::parse(&ip) else {
-            self.stats.rx_malformed += 1;
-            return None;
-        };
-        if repr.dst_addr != self.cfg.ip {
-            self.stats.rx_not_for_us_ip += 1;
-            return None;
-        }
-        if repr.more_frags || repr.fragment_offset != 0 {
-            self.stats.rx_fragments += 1;
-            return None;
-        }
-        if repr.options_len != 0 {
-            self.stats.rx_options += 1;
-            return None;
-        }
-        // Ethernet pads short frames: the datagram ends at Total Length.
-        let body = ip.payload();
-        match repr.protocol {
-            IpProtocol::TCP => {
-                let Ok(tcp) = TcpPacket::new_checked(body) else {
-                    self.stats.rx_malformed += 1;
+        // Checks the checksum over the pseudo-header.
+        let seg = match TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) {
+            Ok(seg) => seg,
+            Err(crate::wire::Error::BadChecksum { found, .. }) => {
+                self.stats.rx_bad_checksum += 1;
+                let partial = crate::wire::checksum::pseudo_header(
+                    &repr.src_addr,
+                    &repr.dst_addr,
+                    IpProtocol::TCP,
+                    body.len().min(usize::from(u16::MAX)) as u16,
+                );
+                if found != partial {
                     return None;
-                };
-                // Checks the checksum over the pseudo-header.
-                let seg = match TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) {
-                    Ok(seg) => seg,
-                    Err(crate::wire::Error::BadChecksum { found, .. }) => {
-                        self.stats.rx_bad_checksum += 1;
-                        let partial = crate::wire::checksum::pseudo_header(
-                            &repr.src_addr,
-                            &repr.dst_addr,
-                            IpProtocol::TCP,
-                            body.len().min(usize::from(u16::MAX)) as u16,
-                        );
-                        if found != partial {
-                            return None;
-                        }
-                        self.stats.rx_partial_checksum += 1;
-                        if !self.cfg.accept_partial_checksum {
-                            return None;
-                        }
-                        let seg = self.parse_partial(&tcp, &repr.src_addr, &repr.dst_addr)?;
-                        self.stats.rx_bad_checksum -= 1;
-                        seg
-                    }
-                    Err(_) => {
-                        self.stats.rx_malformed += 1;
-                        return None;
-                    }
-                };
-                self.stats.rx_tcp += 1;
-                Some(TcpIngress {
-                    src: repr.src_addr,
-                    src_mac,
-                    seg,
-                })
+                }
+                self.stats.rx_partial_checksum += 1;
+                if !self.cfg.accept_partial_checksum {
+                    return None;
+                }
+                let seg = self.parse_partial(&tcp, &repr.src_addr, &repr.dst_addr)?;
+                self.stats.rx_bad_checksum -= 1;
+                seg
             }
-            IpProtocol::ICMP => {
-                self.receive_icmp(body, repr.src_addr, src_mac, tx);
-                None
+            Err(_) => {
+                self.stats.rx_malformed += 1;
+                return None;
             }
-            _ => {
-                self.stats.rx_other_protocol += 1;
-                None
-            }
-        }
+        };
+        self.stats.rx_tcp += 1;
+        Some(TcpIngress {
+            src: repr.src_addr,
+            src_mac: d.src_mac,
+            seg,
+        })
     }
 
     /// Parse a segment whose checksum is partial (already matched): the
@@ -672,11 +736,34 @@ impl Interface {
         }
     }
 
-    /// The routing, size and ARP steps shared by [`send_tcp`](Self::send_tcp)
-    /// and [`send_tcp_filled`](Self::send_tcp_filled) for a `len`-octet TCP
-    /// segment: the next hop and its MAC if known (`None`: resolution
+    /// The routing, size and ARP steps shared by [`send_tcp`](Self::send_tcp),
+    /// [`send_tcp_filled`](Self::send_tcp_filled) and
+    /// [`send_ipv4_upto`](Self::send_ipv4_upto) for a `len`-octet IP
+    /// payload: the next hop and its MAC if known (`None`: resolution
     /// pending; an ARP request has gone out through `tx` if one was due).
-    fn route_tcp(
+    ///
+    /// The fast path: `dst` is the address the ARP cache last found
+    /// resolved, so it is its own next hop (it was resolved directly: on
+    /// the link, or the gateway itself) and its MAC is known, without the
+    /// route or the table.
+    #[inline]
+    fn route(
+        &mut self,
+        dst: Ipv4Address,
+        len: usize,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
+        if len <= self.max_tcp_len() {
+            if let Some(mac) = self.arp.recent(dst, now) {
+                return Ok((dst, Some(mac)));
+            }
+        }
+        self.route_resolve(dst, len, now, tx)
+    }
+
+    #[inline(never)]
+    fn route_resolve(
         &mut self,
         dst: Ipv4Address,
         len: usize,
@@ -745,7 +832,7 @@ impl Interface {
         tx: &mut dyn FrameSink,
     ) -> Result<(), SendError> {
         let len = seg.buffer_len();
-        let (hop, mac) = self.route_tcp(dst, len, now, tx)?;
+        let (hop, mac) = self.route(dst, len, now, tx)?;
         let mut buf = std::mem::take(&mut self.scratch);
         let header_len = seg.header_len();
         let headers = self.frame_header(
@@ -812,7 +899,7 @@ impl Interface {
             write,
         } = fill;
         let len = seg.header_len() + fill_len;
-        let (hop, mac) = self.route_tcp(dst, len, now, tx)?;
+        let (hop, mac) = self.route(dst, len, now, tx)?;
         let frame_len = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + len;
         self.ident = self.ident.wrapping_add(1);
         let (cfg, ident) = (self.cfg, self.ident);
@@ -865,6 +952,90 @@ impl Interface {
         }
     }
 
+    /// Send one IPv4 datagram of `protocol` to `dst` whose payload `build`
+    /// writes into the buffer it is lent (at most `max` octets) and
+    /// measures, `None` to cancel: the same routing, size (`max` within
+    /// the MTU) and ARP rules as [`send_tcp`](Self::send_tcp), the same
+    /// IPv4 identification and the same hold queue. For SCTP, raw or
+    /// inside UDP (the payload then starts with the UDP header `build`
+    /// writes).
+    ///
+    /// With the next hop's MAC known the frame is built in place in a
+    /// buffer the device lends ([`FrameSink::send_built_upto`]): the
+    /// payload goes straight into the device's memory, behind the headers
+    /// written here. While ARP resolves, the frame is built the same way
+    /// into a `Vec` and held until the reply comes (and leaves with the
+    /// frames TCP held, from [`receive_ip`](Self::receive_ip)).
+    ///
+    /// `Ok(true)`: a datagram was built (sent, held, or refused by the
+    /// device as a full NIC queue refuses: the transport retransmits);
+    /// `Ok(false)`: `build` cancelled, or the device had no buffer and
+    /// did not call it.
+    pub fn send_ipv4_upto(
+        &mut self,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        max: usize,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<bool, SendError> {
+        let (hop, mac) = self.route(dst, max, now, tx)?;
+        const L3: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
+        let src = Source {
+            mac: self.cfg.mac,
+            ip: self.cfg.ip,
+            ttl: self.cfg.ttl,
+        };
+        let ident = self.ident.wrapping_add(1);
+        let Some(dst_mac) = mac else {
+            let mut f = vec![0u8; L3 + max];
+            let (head, payload) = f.split_at_mut(L3);
+            let Some(n) = build(payload) else {
+                return Ok(false);
+            };
+            egress::write_eth_ipv4(&src, ident, head, EthernetAddress([0; 6]), dst, protocol, n);
+            self.ident = ident;
+            f.truncate(L3 + n);
+            return self.hold(hop, f).map(|()| true);
+        };
+        let mut built = false;
+        tx.send_built_upto(L3 + max, &mut |f| {
+            // The device lends the `L3 + max` octets asked for.
+            let (head, payload) = f.split_at_mut(L3);
+            let n = build(payload)?;
+            egress::write_eth_ipv4(&src, ident, head, dst_mac, dst, protocol, n);
+            built = true;
+            Some(L3 + n)
+        });
+        if built {
+            self.ident = ident;
+            self.stats.tx_frames += 1;
+        }
+        Ok(built)
+    }
+
+    /// A whole frame to `dst_mac` / `dst` carrying `parts` as one IPv4
+    /// datagram of `protocol`, with the next IPv4 identification: for an
+    /// answer made while receiving, sent back to the MAC the request came
+    /// from (as ICMP Echo is, RFC 1122 §3.2.2.6) without asking ARP.
+    pub fn ipv4_frame(
+        &mut self,
+        dst_mac: EthernetAddress,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        parts: &[&[u8]],
+    ) -> Vec<u8> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut f = Vec::with_capacity(ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + len);
+        self.frame_header(&mut f, dst_mac, dst, protocol, len, 0);
+        for p in parts {
+            f.extend_from_slice(p);
+        }
+        self.stats.tx_frames += 1;
+        f
+    }
+
     /// Retransmit due ARP requests (and fail addresses that never answered).
     #[inline]
     pub fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
@@ -886,7 +1057,10 @@ impl Interface {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{ArpOperation, TcpFlags};
+    use crate::wire::{
+        ArpOperation, ArpPacket, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
+        TcpFlags,
+    };
 
     const MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
     const IP: Ipv4Address = Ipv4Address::new(10, 9, 0, 1);
@@ -1051,9 +1225,10 @@ mod tests {
         assert!(i.receive(&f, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_malformed, 1);
         assert_eq!(i.stats().rx_bad_checksum, 1);
-        // UDP.
+        // UDP to a port nobody serves (53 → 53, length 8, no checksum).
+        let udp = [0, 53, 0, 53, 0, 8, 0, 0];
         assert!(i
-            .receive(&ip_frame(IP, IpProtocol(17), &[0; 8]), 0, &mut none)
+            .receive(&ip_frame(IP, IpProtocol(17), &udp), 0, &mut none)
             .is_none());
         assert_eq!(i.stats().rx_other_protocol, 1);
         // Another MAC.
@@ -1117,6 +1292,106 @@ mod tests {
         })
         .unwrap();
         assert_eq!(out.len(), 1);
+    }
+
+    /// SCTP goes up only where served, raw or from inside UDP to the
+    /// encapsulation port; what the interface sends for it resolves through
+    /// the same ARP cache, waits in the same queue and takes the same IPv4
+    /// identification as TCP.
+    #[test]
+    fn sctp_is_dispatched_when_served_and_sent_through_the_one_arp_cache() {
+        let mut i = iface();
+        let mut none = |_: &[u8]| panic!("no output");
+        let sctp = [0x13, 0x88, 0x13, 0x89, 0, 0, 0, 0, 0, 0, 0, 0];
+        let raw = ip_frame(IP, IpProtocol::SCTP, &sctp);
+        assert!(i.receive(&raw, 0, &mut none).is_none());
+        assert_eq!(i.stats().rx_other_protocol, 1, "not served by receive");
+        let served = SctpServed {
+            raw: true,
+            udp_port: Some(9899),
+        };
+        let Some(IpIngress::Sctp(p)) = i.receive_ip(&raw, 0, served, &mut none) else {
+            panic!("raw SCTP not handed up")
+        };
+        assert_eq!(
+            (p.src, p.src_mac, p.udp, p.packet),
+            (PEER, PEER_MAC, None, &sctp[..])
+        );
+        // Inside UDP 40000 → 9899, no checksum.
+        let mut u = vec![0x9c, 0x40, 0x26, 0xab, 0, 20, 0, 0];
+        u.extend_from_slice(&sctp);
+        let in_udp = ip_frame(IP, IpProtocol::UDP, &u);
+        let Some(IpIngress::Sctp(p)) = i.receive_ip(&in_udp, 0, served, &mut none) else {
+            panic!("SCTP in UDP not handed up")
+        };
+        assert_eq!((p.udp, p.packet), (Some(40000), &sctp[..]));
+        // Another destination port is not SCTP's.
+        u[2..4].copy_from_slice(&53u16.to_be_bytes());
+        let other = ip_frame(IP, IpProtocol::UDP, &u);
+        assert!(i.receive_ip(&other, 0, served, &mut none).is_none());
+        assert_eq!(i.stats().rx_other_protocol, 2);
+        assert_eq!(i.stats().rx_sctp, 2);
+
+        // Sending to the unresolved peer: one ARP request, the SCTP
+        // datagram and then a TCP segment held behind it.
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut sink = |f: &[&[u8]]| out.push(f.concat());
+        let sent = i.send_ipv4_upto(PEER, IpProtocol::SCTP, 100, 0, &mut sink, &mut |b| {
+            b[..12].copy_from_slice(&sctp);
+            Some(12)
+        });
+        assert_eq!(sent, Ok(true));
+        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
+        seg.payload = b"held";
+        i.send_tcp(PEER, &seg, 0, &mut sink).unwrap();
+        assert_eq!(out.len(), 1, "one ARP request for both");
+        assert_eq!(i.arp().queued(PEER), 2);
+        out.clear();
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        assert!(i
+            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
+            .is_none());
+        assert_eq!(out.len(), 2);
+        let (e, r, payload) = parse_out(&out[0]);
+        assert_eq!(
+            (e.dst_addr, r.protocol, r.identification),
+            (PEER_MAC, IpProtocol::SCTP, 1)
+        );
+        assert!(r.dont_frag);
+        assert_eq!(payload, sctp);
+        let (e, r, _) = parse_out(&out[1]);
+        assert_eq!(
+            (e.dst_addr, r.protocol, r.identification),
+            (PEER_MAC, IpProtocol::TCP, 2)
+        );
+        // Resolved: built in place at once; a cancelled build sends nothing.
+        out.clear();
+        let mut sink = |f: &[&[u8]]| out.push(f.concat());
+        let sent = i.send_ipv4_upto(PEER, IpProtocol::UDP, 100, 2, &mut sink, &mut |_| None);
+        assert_eq!(sent, Ok(false));
+        let sent = i.send_ipv4_upto(PEER, IpProtocol::UDP, 100, 2, &mut sink, &mut |b| {
+            b[..u.len()].copy_from_slice(&u);
+            Some(u.len())
+        });
+        assert_eq!(sent, Ok(true));
+        assert_eq!(out.len(), 1);
+        let (_, r, payload) = parse_out(&out[0]);
+        assert_eq!(
+            (r.protocol, r.identification, r.payload_len),
+            (IpProtocol::UDP, 3, 20)
+        );
+        assert_eq!(payload, u);
+        assert_eq!(i.arp().stats().requests_sent, 1);
+        // Larger than the MTU allows: refused before anything is built.
+        let too_big = i.send_ipv4_upto(
+            PEER,
+            IpProtocol::SCTP,
+            1481,
+            2,
+            &mut |_: &[&[u8]]| panic!("nothing sent"),
+            &mut |_| panic!("not built"),
+        );
+        assert_eq!(too_big, Err(SendError::TooBig));
     }
 
     #[test]

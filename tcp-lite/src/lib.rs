@@ -5,7 +5,12 @@
 //! bytes (and, later, `now`) and take bytes back, so one core serves an
 //! AF_XDP loop, a DPDK loop and the deterministic simulator alike.
 //!
-//! * [`wire`]: Ethernet II, IPv4, TCP with its options, and the RFC 1071 checksum;
+//! * [`wire`]: TCP with its options; Ethernet II, ARP, IPv4, ICMP, UDP and
+//!   the RFC 1071 checksum are `iwarp-net`'s, re-exported here (as is
+//!   [`arp`], the neighbour cache);
+//! * [`iface`]: the Ethernet/IPv4 interface (one ARP cache, one IPv4
+//!   identification, one send path) that hands TCP its segments and
+//!   SCTP, raw or inside UDP, its packets;
 //! * [`tcp`]: one TCP connection (RFC 9293) with RFC 6298 timers, SACK loss
 //!   recovery (RFC 6675, RFC 6937, RFC 8985 RACK-TLP, RFC 2883 D-SACK),
 //!   window scaling and timestamps, RFC 5961 challenge ACKs, and in-order
@@ -51,7 +56,7 @@
 //! data it is handed are its own to bound.
 #![warn(missing_docs)]
 
-pub mod arp;
+pub use iwarp_net::arp;
 pub mod cc;
 pub mod iface;
 pub mod listen;

@@ -30,6 +30,8 @@ impl fmt::Display for IfaceStats {
             rx_other_protocol,
             rx_other_ethertype,
             rx_tcp,
+            rx_sctp,
+            rx_udp_bad_checksum,
             rx_bad_checksum,
             rx_partial_checksum,
             icmp_echo_replies,

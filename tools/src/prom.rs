@@ -434,6 +434,16 @@ impl Collector for Snapshot {
             ("rx_frames", "Frames received", i.rx_frames),
             ("rx_tcp", "TCP segments received", i.rx_tcp),
             (
+                "rx_sctp",
+                "SCTP packets received, raw or inside UDP",
+                i.rx_sctp,
+            ),
+            (
+                "rx_udp_bad_checksum",
+                "UDP datagrams dropped for a bad checksum",
+                i.rx_udp_bad_checksum,
+            ),
+            (
                 "rx_bad_checksum",
                 "TCP segments dropped for a bad checksum",
                 i.rx_bad_checksum,

@@ -3,10 +3,10 @@
 //!
 //! One connection is one SCTP association carrying one DDP Stream
 //! Session on DDP stream 0 (RFC 5043 §6), with one queue pair
-//! ([`SctpQp`]) on it. The stack hands this part the frames it claims
-//! ([`SctpHost::claims`]: IPv4 protocol 132, or UDP to the encapsulation
-//! port) and a copy of each ARP frame to learn from; the interface alone
-//! answers ARP. Connections get ids from a range of their own
+//! ([`SctpQp`]) on it. The stack's interface parses each frame once and
+//! hands this part the SCTP packets (IPv4 protocol 132, or UDP to the
+//! encapsulation port: [`Interface::receive_ip`]); it answers ARP for both
+//! parts, and SCTP sends through it (one ARP cache, one hold queue). Connections get ids from a range of their own
 //! ([`SCTP_SOCK_BASE`] up), so the stack's commands (`Iwarp`, `Close`,
 //! `Abort`, `Accept`, `Reject`) reach them by id like TCP connections,
 //! and completions go to the same CQ rings.
@@ -62,6 +62,7 @@ use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
 use sctp_lite::assoc::{CloseReason, State};
+use tcp_lite::iface::{Interface, SctpIngress};
 use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::Ipv4Address;
 
@@ -507,7 +508,7 @@ impl SctpConns {
     /// The part for one interface; ephemeral ports from `ephemeral_base`.
     pub fn new(cfg: SctpHostConfig, ephemeral_base: u16) -> Result<Self, &'static str> {
         Ok(SctpConns {
-            host: SctpHost::new(cfg)?,
+            host: SctpHost::new_shared(cfg)?,
             conns: BTreeMap::new(),
             by_assoc: BTreeMap::new(),
             by_token: HashMap::new(),
@@ -763,13 +764,15 @@ impl SctpConns {
         self.conns.get(&id)?.qp.as_ref().map(|q| q.qp_ref().stats())
     }
 
-    /// Whether `frame` is SCTP's ([`SctpHost::claims`]).
-    pub fn claims(&self, frame: &[u8]) -> bool {
-        self.host.claims(frame)
-    }
-
-    /// A frame the stack found ours ([`SctpHost::claims`]).
-    pub fn handle_frame(&mut self, frame: &[u8], now: u64, mem: &mut MemoryTable) {
+    /// An SCTP packet the stack's interface received
+    /// ([`Interface::receive_ip`]).
+    pub fn handle_packet(
+        &mut self,
+        iface: &mut Interface,
+        pkt: &SctpIngress<'_>,
+        now: u64,
+        mem: &mut MemoryTable,
+    ) {
         // Segments of a running queue pair are placed from the frame
         // (no copy but the placement); the rest come out as events and
         // are dispatched at the next poll, as before.
@@ -779,7 +782,7 @@ impl SctpConns {
             by_assoc,
             ..
         } = self;
-        host.handle_frame_with(frame, now, &mut |assoc, stream, ssn, seg| {
+        host.handle_packet_with(iface, pkt, now, &mut |assoc, stream, ssn, seg| {
             let Some(c) = by_assoc.get(&assoc).and_then(|id| conns.get_mut(id)) else {
                 return false;
             };
@@ -788,11 +791,6 @@ impl SctpConns {
                 _ => false,
             }
         });
-    }
-
-    /// A copy of an ARP frame the interface answered.
-    pub fn learn_arp(&mut self, frame: &[u8], now: u64) {
-        self.host.learn_arp(frame, now);
     }
 
     /// Listen on `port`; false if it listens already.
@@ -1010,6 +1008,7 @@ impl SctpConns {
         &mut self,
         now: u64,
         mem: &mut MemoryTable,
+        iface: &mut Interface,
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
@@ -1030,9 +1029,13 @@ impl SctpConns {
             active,
             ..
         } = self;
-        let mut busy = host.poll_with(now, tx, &mut |o| host_out.push(o), &mut |a, key, dst| {
-            fill_segment(by_assoc, conns, mem, a, key, dst)
-        });
+        let mut busy = host.poll_with(
+            iface,
+            now,
+            tx,
+            &mut |o| host_out.push(o),
+            &mut |a, key, dst| fill_segment(by_assoc, conns, mem, a, key, dst),
+        );
         *active = !host.polled().is_empty() || !host_out.is_empty();
         // The connections of the associations just visited: a packet
         // arrived (a SACK may have made room for segments waiting, a
@@ -1099,7 +1102,7 @@ impl SctpConns {
             by_assoc,
             ..
         } = self;
-        busy |= host.transmit_with(now, tx, &mut |a, key, dst| {
+        busy |= host.transmit_with(iface, now, tx, &mut |a, key, dst| {
             fill_segment(by_assoc, conns, mem, a, key, dst)
         });
         self.host_out = host_out;

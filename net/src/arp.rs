@@ -154,6 +154,11 @@ pub struct ArpCache<P = Vec<u8>> {
     entries: BTreeMap<Ipv4Address, State<P>>,
     ready: VecDeque<(EthernetAddress, P)>,
     stats: Stats,
+    /// The last address [`resolve`](Self::resolve) found resolved, with
+    /// its MAC and expiry: asked again at once, without the table's
+    /// search (every frame to a peer resolves its next hop). Cleared by
+    /// every change of an entry (learned, failed, evicted, restarted).
+    last: Option<(Ipv4Address, EthernetAddress, u64)>,
     /// No pending entry is due before this (a lower bound on their
     /// `next_at`; `u64::MAX` with none): [`poll_request`] skips its scan
     /// of the table until then, as it runs every poll.
@@ -179,6 +184,7 @@ impl<P> ArpCache<P> {
             next_due: u64::MAX,
             ready: VecDeque::new(),
             stats: Stats::default(),
+            last: None,
         }
     }
 
@@ -223,6 +229,9 @@ impl<P> ArpCache<P> {
     /// The MAC of `ip`, if resolved and not expired at `now`. Never sends
     /// anything.
     pub fn lookup(&self, ip: Ipv4Address, now: u64) -> Option<EthernetAddress> {
+        if let Some(mac) = self.recent(ip, now) {
+            return Some(mac);
+        }
         match self.entries.get(&ip) {
             Some(&State::Resolved { mac, expires_at }) if now < expires_at => Some(mac),
             _ => None,
@@ -247,14 +256,35 @@ impl<P> ArpCache<P> {
         }
     }
 
+    /// The MAC of `ip` if it is the address [`resolve`](Self::resolve)
+    /// last found resolved and that has not expired at `now`: no table
+    /// search (a sender's fast path; `None` says only "ask `resolve`").
+    #[inline]
+    pub fn recent(&self, ip: Ipv4Address, now: u64) -> Option<EthernetAddress> {
+        match self.last {
+            Some((last, mac, expires_at)) if last == ip && now < expires_at => Some(mac),
+            _ => None,
+        }
+    }
+
     /// Find the MAC of `ip` for sending, starting or advancing resolution.
     /// See the [module docs](self) for what to do with each answer.
+    #[inline]
     pub fn resolve(&mut self, ip: Ipv4Address, now: u64) -> Resolve {
+        match self.recent(ip, now) {
+            Some(mac) => Resolve::Known(mac),
+            None => self.resolve_in_table(ip, now),
+        }
+    }
+
+    #[inline(never)]
+    fn resolve_in_table(&mut self, ip: Ipv4Address, now: u64) -> Resolve {
         let max_requests = self.config.max_requests;
         let retry = self.config.retry_interval;
         match self.entries.get_mut(&ip) {
             Some(&mut State::Resolved { mac, expires_at }) if now < expires_at => {
-                return Resolve::Known(mac)
+                self.last = Some((ip, mac, expires_at));
+                return Resolve::Known(mac);
             }
             Some(&mut State::Failed { until }) if now < until => return Resolve::Failed,
             Some(State::Pending { sent, next_at, .. }) => {
@@ -274,6 +304,7 @@ impl<P> ArpCache<P> {
             // Expired, failed long enough ago, or absent: start over.
             Some(_) | None => {}
         }
+        self.last = None;
         self.make_room(ip);
         self.entries.insert(
             ip,
@@ -441,6 +472,7 @@ impl<P> ArpCache<P> {
 
     /// Record `ip` at `mac`, releasing packets queued for it.
     fn learn(&mut self, ip: Ipv4Address, mac: EthernetAddress, now: u64) {
+        self.last = None;
         let state = State::Resolved {
             mac,
             expires_at: now.saturating_add(self.config.entry_lifetime),
@@ -455,6 +487,7 @@ impl<P> ArpCache<P> {
 
     /// Mark `ip` failed, dropping what was queued for it.
     fn fail(&mut self, ip: Ipv4Address, now: u64) {
+        self.last = None;
         let until = now.saturating_add(self.config.failure_holdoff);
         if let Some(State::Pending { queue, .. }) = self.entries.insert(ip, State::Failed { until })
         {
@@ -466,6 +499,7 @@ impl<P> ArpCache<P> {
     /// Evict one entry if the table is full and `ip` is not in it: a failed
     /// entry first, else the resolved entry closest to expiry, else the
     /// pending entry closest to its next deadline (its queue is dropped).
+    /// Its callers (`learn`, `resolve` starting over) have cleared `last`.
     fn make_room(&mut self, ip: Ipv4Address) {
         if self.entries.len() < self.config.max_entries || self.entries.contains_key(&ip) {
             return;
@@ -613,6 +647,39 @@ mod tests {
         assert_eq!(c.poll_timeout(), None);
         assert_eq!(c.enqueue(PEER_IP, 3), Enqueue::Refused(3));
         assert_eq!(c.stats().requests_sent, 1);
+    }
+
+    /// The last resolved address is answered without the table, and never
+    /// stale: a new MAC, an expiry, an eviction each show at once.
+    #[test]
+    fn the_last_answer_follows_every_change_of_its_entry() {
+        let mut c = cache(Config {
+            max_entries: 2,
+            ..Config::default()
+        });
+        c.insert(PEER_IP, PEER_MAC, 0);
+        assert_eq!(c.resolve(PEER_IP, S), Resolve::Known(PEER_MAC));
+        assert_eq!(c.resolve(PEER_IP, S), Resolve::Known(PEER_MAC));
+        // The peer moves to another MAC (a gratuitous reply).
+        c.process(&reply_from(OTHER_MAC, PEER_IP), 2 * S);
+        assert_eq!(c.resolve(PEER_IP, 2 * S), Resolve::Known(OTHER_MAC));
+        assert_eq!(c.lookup(PEER_IP, 2 * S), Some(OTHER_MAC));
+        // Past its lifetime the entry is asked for again.
+        let end = 2 * S + Config::default().entry_lifetime;
+        assert_eq!(c.lookup(PEER_IP, end), None);
+        assert!(matches!(c.resolve(PEER_IP, end), Resolve::SendRequest(_)));
+        c.process(&reply_from(PEER_MAC, PEER_IP), end);
+        assert_eq!(c.resolve(PEER_IP, end), Resolve::Known(PEER_MAC));
+        // Two more addresses in a table of two: the peer's entry (closest
+        // to expiry) is evicted, and no answer survives it.
+        let third = Ipv4Address::new(192, 168, 177, 10);
+        c.process(&reply_from(OTHER_MAC, OTHER_IP), end + 1);
+        c.process(&reply_from(OTHER_MAC, third), end + 2);
+        assert_eq!(c.lookup(PEER_IP, end + 3), None);
+        assert!(matches!(
+            c.resolve(PEER_IP, end + 3),
+            Resolve::SendRequest(_)
+        ));
     }
 
     #[test]

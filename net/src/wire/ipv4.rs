@@ -67,11 +67,13 @@ impl Address {
     pub const BROADCAST: Address = Address([255; 4]);
 
     /// From four octets.
+    #[inline]
     pub const fn new(a: u8, b: u8, c: u8, d: u8) -> Address {
         Address([a, b, c, d])
     }
 
     /// The address from the first four octets of `data`, if there are four.
+    #[inline]
     pub fn from_bytes(data: &[u8]) -> Option<Address> {
         data.get(..4)
             .and_then(|b| <[u8; 4]>::try_from(b).ok())
@@ -79,6 +81,7 @@ impl Address {
     }
 
     /// The octets.
+    #[inline]
     pub const fn as_bytes(&self) -> &[u8; 4] {
         &self.0
     }

@@ -43,6 +43,7 @@ impl Address {
     pub const BROADCAST: Address = Address([0xff; 6]);
 
     /// The address from the first six octets of `data`, if there are six.
+    #[inline]
     pub fn from_bytes(data: &[u8]) -> Option<Address> {
         data.get(..6)
             .and_then(|b| <[u8; 6]>::try_from(b).ok())
@@ -50,26 +51,31 @@ impl Address {
     }
 
     /// The octets.
+    #[inline]
     pub const fn as_bytes(&self) -> &[u8; 6] {
         &self.0
     }
 
     /// I/G bit clear: an individual (unicast) address.
+    #[inline]
     pub const fn is_unicast(&self) -> bool {
         self.0[0] & 0x01 == 0
     }
 
     /// All ones.
+    #[inline]
     pub fn is_broadcast(&self) -> bool {
         *self == Self::BROADCAST
     }
 
     /// I/G bit set: a group address (broadcast included).
+    #[inline]
     pub const fn is_multicast(&self) -> bool {
         self.0[0] & 0x01 != 0
     }
 
     /// U/L bit set: a locally administered address.
+    #[inline]
     pub const fn is_local(&self) -> bool {
         self.0[0] & 0x02 != 0
     }
