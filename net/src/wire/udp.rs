@@ -228,6 +228,59 @@ impl fmt::Display for Repr {
 mod tests {
     use super::*;
 
+    /// The length checks at their edges: an 8-octet datagram with Length 8
+    /// is whole and empty; one octet short of the header, a Length below
+    /// the header or past the buffer is refused (RFC 768: Length counts
+    /// the header and the data).
+    #[test]
+    fn length_checks_hold_at_their_edges() {
+        let dgram = |len: u16, buf: usize| {
+            let mut v = vec![0u8; buf];
+            if buf >= 6 {
+                v[4..6].copy_from_slice(&len.to_be_bytes());
+            }
+            v
+        };
+        let whole = dgram(8, 8);
+        let p = Packet::new_checked(&whole[..]).expect("a header alone is a datagram");
+        assert!(p.is_empty());
+        let one = dgram(9, 9);
+        assert!(!Packet::new_checked(&one[..]).unwrap().is_empty());
+        assert!(matches!(
+            Packet::new_checked(&whole[..7]),
+            Err(Error::Truncated {
+                needed: 8,
+                got: 7,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Packet::new_checked(&dgram(7, 8)[..]),
+            Err(Error::BadLength {
+                value: 7,
+                min: 8,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Packet::new_checked(&dgram(9, 8)[..]),
+            Err(Error::Truncated {
+                needed: 9,
+                got: 8,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_repr_reads_as_its_ports() {
+        let r = Repr {
+            src_port: 9899,
+            dst_port: 5000,
+        };
+        assert_eq!(r.to_string(), "UDP src=9899 dst=5000");
+    }
+
     const A: Address = Address::new(192, 168, 1, 1);
     const B: Address = Address::new(192, 168, 1, 2);
 
