@@ -111,8 +111,9 @@ impl SegmentSink for AssocSink<'_> {
 /// An [`AssocSink`] that takes segments by reference
 /// ([`SegmentSink::takes_ext`]): the association's packets must then be
 /// sent with [`DdpAssociation::poll_transmit_with`] and a fill that calls
-/// [`SctpQp::fill`] (a plain `poll_transmit` cannot write them, and
-/// [`DdpAssociation::ext_failed`] says so).
+/// [`SctpQp::fill`]: a plain `poll_transmit` cannot write them, so the
+/// association ends with an ABORT ([`DdpAssociation::ext_failed`] says
+/// why).
 #[derive(Debug)]
 pub struct AssocRefSink<'a>(pub AssocSink<'a>);
 
@@ -321,7 +322,8 @@ impl SctpQp {
     /// Write octets `dst.len()` of the segment record at `key` (the
     /// association's fill, [`DdpAssociation::poll_transmit_with`]): from
     /// registered memory, re-checked now. False if the record is gone or
-    /// its memory no longer registered: the association must end.
+    /// its memory no longer registered: sctp-lite then ends the
+    /// association with an ABORT in the packet's place.
     #[inline]
     pub fn fill(&mut self, mem: &MemoryTable, key: u64, dst: &mut [u8]) -> bool {
         self.txq.fill(mem, key, dst)
