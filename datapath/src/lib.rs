@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod budget;
+mod conn_error;
 pub mod latency;
 pub mod link;
 pub mod over_sctp;
@@ -20,6 +21,8 @@ pub mod ready;
 pub mod runtime;
 pub mod stack;
 mod stats_fmt;
+
+pub use conn_error::ConnError;
 
 use iwarp_control::{
     Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,

@@ -813,9 +813,10 @@ impl SctpHost {
                 ListenOutcome::Accept(_) | ListenOutcome::Drop => {}
             }
         } else if let Some(n) = out_of_the_blue(pkt, &mut out) {
-            // §8.4: INIT / COOKIE-ECHO to a port nobody listens on get no
-            // answer from `out_of_the_blue`; the rest as it says, within
-            // the rate limit (§8.4 allows not answering).
+            // §8.4: an INIT to a port nobody listens on gets an ABORT
+            // (item 3), a COOKIE-ECHO no answer; the rest as
+            // `out_of_the_blue` says, within the rate limit (§8.4 allows
+            // not answering).
             if !self.ootb_token(now) {
                 self.net.stats.ootb_limited += 1;
             } else if let Some(r) = out.get(..n) {

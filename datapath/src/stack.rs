@@ -35,7 +35,9 @@ use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::qp::{Completion, DisconnectCause};
 use tcp_lite::iface::{FrameSink, IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
 use tcp_lite::listen::{IsnGenerator, Listener};
-use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState, TcpError};
+use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState};
+
+use crate::ConnError;
 use tcp_lite::wire::{Ipv4Address, TcpRepr};
 
 use crate::budget::{Holder, MemBudget};
@@ -348,7 +350,7 @@ pub enum Output {
         /// The `Connect` token.
         token: u64,
         /// Why.
-        error: TcpError,
+        error: ConnError,
     },
     /// Answer to `Listen`: the port listens from now on (a SYN handled
     /// after this output finds it), or why not.
@@ -381,7 +383,7 @@ pub enum Output {
         /// The connection.
         sock: SockId,
         /// Why, if not clean.
-        error: Option<TcpError>,
+        error: Option<ConnError>,
     },
     /// Completions and events of an iWARP connection.
     Iwarp(SockId, HostOutput),
@@ -861,7 +863,7 @@ pub struct StreamShared {
     /// [`flags`] bits set by the stack.
     pub state: AtomicU8,
     /// Why the connection failed, set once before [`flags::FAILED`].
-    error: std::sync::OnceLock<TcpError>,
+    error: std::sync::OnceLock<ConnError>,
     /// A thread parked in `send`.
     tx_waiter: Waiter,
     /// A thread parked in `recv`.
@@ -937,7 +939,7 @@ pub enum SendError {
     /// closed.
     Closed(Vec<u8>),
     /// The connection failed.
-    Failed(TcpError, Vec<u8>),
+    Failed(ConnError, Vec<u8>),
 }
 
 impl SendError {
@@ -956,7 +958,7 @@ pub enum WaitError {
     /// Nothing happened before the timeout.
     TimedOut,
     /// The connection failed.
-    Failed(TcpError),
+    Failed(ConnError),
 }
 
 impl core::fmt::Display for SendError {
@@ -1003,14 +1005,14 @@ impl StreamShared {
     }
 
     /// Why the connection failed, once [`flags::FAILED`] is set.
-    pub fn error(&self) -> Option<TcpError> {
+    pub fn error(&self) -> Option<ConnError> {
         self.error.get().copied()
     }
 
-    fn failed(&self) -> Option<TcpError> {
+    fn failed(&self) -> Option<ConnError> {
         if self.flags() & flags::FAILED != 0 {
             // Set before the flag (Release/Acquire).
-            Some(self.error().unwrap_or(TcpError::Reset))
+            Some(self.error().unwrap_or(ConnError::Reset))
         } else {
             None
         }
@@ -1712,7 +1714,7 @@ impl Stack {
                     Some(sc) => sc.connect(token, remote, port, udp, ulp, now, &mut outs),
                     None => outs.push_back(Output::Failed {
                         token,
-                        error: TcpError::Refused,
+                        error: ConnError::Local("this stack has no SCTP part"),
                     }),
                 }
                 self.pending_out = outs;
@@ -2077,7 +2079,7 @@ impl Stack {
             return;
         };
         let state = sock.tcp().state();
-        let error = sock.tcp().error();
+        let error = sock.tcp().error().map(ConnError::from);
         let rto = sock.tcp().stats().rto_retransmits;
         if rto > sock.rto_seen {
             tracing::info!(

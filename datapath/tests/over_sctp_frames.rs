@@ -214,6 +214,63 @@ fn out_of_the_blue_data_gets_abort_with_t_bit() {
     assert_eq!(h.stats().ootb_replies, 1);
 }
 
+/// A SCTP packet 5000 -> `dport` with tag `vtag` holding one INIT
+/// (Initiate Tag `itag`, a_rwnd 65536, 4 streams each way, TSN 1), and
+/// `extra` chunk octets after it; CRC32c filled in.
+fn init_packet(dport: u16, vtag: u32, itag: u32, extra: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    p.extend_from_slice(&5000u16.to_be_bytes());
+    p.extend_from_slice(&dport.to_be_bytes());
+    p.extend_from_slice(&vtag.to_be_bytes());
+    p.extend_from_slice(&[0; 4]);
+    p.extend_from_slice(&[1, 0, 0, 20]);
+    p.extend_from_slice(&itag.to_be_bytes());
+    p.extend_from_slice(&65_536u32.to_be_bytes());
+    p.extend_from_slice(&[0, 4, 0, 4]);
+    p.extend_from_slice(&1u32.to_be_bytes());
+    p.extend_from_slice(extra);
+    let crc = crc32c::crc32c(&p);
+    p[8..12].copy_from_slice(&crc.to_le_bytes());
+    p
+}
+
+#[test]
+fn an_init_to_a_port_nobody_listens_on_gets_abort_with_its_initiate_tag() {
+    let mut h = host(false);
+    h.handle_frame(&arp_reply(), 0);
+    h.handle_frame(
+        &ipv4_frame(132, 0, OUR_IP, &init_packet(7777, 0, 0xa1b2_c3d4, &[])),
+        0,
+    );
+    let (frames, _) = poll(&mut h, 0);
+    assert_eq!(frames.len(), 1, "one ABORT");
+    let sctp = &frames[0][34..];
+    assert_eq!(sctp[0..4], [0x1e, 0x61, 0x13, 0x88], "7777 -> 5000");
+    // RFC 9260 §8.4 item 3: the tag is the INIT's Initiate Tag, T bit 0.
+    assert_eq!(sctp[4..8], [0xa1, 0xb2, 0xc3, 0xd4]);
+    assert_eq!(sctp[12..16], [6, 0, 0, 4], "ABORT, T bit clear, no cause");
+    assert_eq!(h.stats().ootb_replies, 1);
+    // An INIT whose own tag is not 0 (§8.5.1 A), or one bundled with
+    // another chunk (§6.10), gets nothing.
+    h.handle_frame(
+        &ipv4_frame(132, 0, OUR_IP, &init_packet(7777, 9, 0xa1b2_c3d4, &[])),
+        0,
+    );
+    let heartbeat = [4, 0, 0, 8, 0, 1, 0, 4];
+    h.handle_frame(
+        &ipv4_frame(
+            132,
+            0,
+            OUR_IP,
+            &init_packet(7777, 0, 0xa1b2_c3d4, &heartbeat),
+        ),
+        0,
+    );
+    let (frames, _) = poll(&mut h, 0);
+    assert!(frames.is_empty(), "no answer: {frames:?}");
+    assert_eq!(h.stats().ootb_replies, 1);
+}
+
 #[test]
 fn fragments_other_addresses_and_bad_udp_checksums_are_dropped() {
     let mut h = host(true);

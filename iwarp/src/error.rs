@@ -1,8 +1,8 @@
 //! One typed error for the API's operations.
 
 use iwarp_control::{SetupError, SetupFailure};
+use iwarp_datapath::ConnError;
 use iwarp_proto::mem::MemError;
-use tcp_lite::tcp::TcpError;
 
 /// What went wrong in an API call. No strings: each variant says what
 /// happened, and carries what the caller may need to react.
@@ -45,12 +45,20 @@ pub enum Error {
     },
     /// The port already has a listener in this context.
     AddrInUse,
-    /// The peer's TCP refused the connection (RST: nothing listens there).
+    /// The peer refused the connection: a TCP RST to our SYN, or an SCTP
+    /// ABORT during setup (nothing listens there, or the peer does not
+    /// offer DDP over SCTP).
     ConnectionRefused,
-    /// TCP gave up (no answer to SYN or data): the peer is unreachable.
+    /// The transport gave up (TCP or SCTP: no answer to the open or to
+    /// data): the peer is unreachable.
     Unreachable,
-    /// The connection was reset.
+    /// The connection was reset (TCP RST, or SCTP ABORT for a protocol
+    /// error).
     ConnectionReset,
+    /// The stack refused the connection before anything was sent: why
+    /// (the context has no SCTP part, an association with that peer and
+    /// those ports exists, no association slot is free).
+    LocalRefused(&'static str),
     /// The MPA exchange did not finish in time, or a wait ran out.
     TimedOut,
     /// MPA setup failed for another reason (bad frame, no common RTR type,
@@ -105,6 +113,7 @@ impl core::fmt::Display for Error {
             Error::ConnectionRefused => f.write_str("connection refused"),
             Error::Unreachable => f.write_str("peer unreachable"),
             Error::ConnectionReset => f.write_str("connection reset"),
+            Error::LocalRefused(why) => write!(f, "connection refused here: {why}"),
             Error::TimedOut => f.write_str("timed out"),
             Error::Setup(e) => write!(f, "{e}"),
             Error::QueueFull => f.write_str("command queue full"),
@@ -145,6 +154,7 @@ impl std::error::Error for Error {
             | Error::ConnectionRefused
             | Error::Unreachable
             | Error::ConnectionReset
+            | Error::LocalRefused(_)
             | Error::TimedOut
             | Error::QueueFull
             | Error::Stopped
@@ -181,12 +191,17 @@ impl From<iwarp_xdp::Error> for Error {
     }
 }
 
-impl From<TcpError> for Error {
-    fn from(e: TcpError) -> Self {
+impl From<ConnError> for Error {
+    fn from(e: ConnError) -> Self {
         match e {
-            TcpError::Refused => Error::ConnectionRefused,
-            TcpError::Reset => Error::ConnectionReset,
-            TcpError::TimedOut => Error::Unreachable,
+            ConnError::Refused | ConnError::PeerAbort(_) | ConnError::AdaptationRefused => {
+                Error::ConnectionRefused
+            }
+            ConnError::Reset | ConnError::ProtocolError(_) => Error::ConnectionReset,
+            ConnError::TimedOut => Error::Unreachable,
+            ConnError::Local(why) => Error::LocalRefused(why),
+            // `ConnError` may grow: a cause not known here is a reset.
+            _ => Error::ConnectionReset,
         }
     }
 }

@@ -117,10 +117,10 @@ use iwarp_datapath::stack::{
     Command, CqEntry, CqRing, InspectOp, ListenError, LoopHook, MemoryOp, Output, QpCqs, SockId,
     Stack, StackConfig, Ulp,
 };
+use iwarp_datapath::ConnError;
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::iface::IfaceConfig;
-use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 /// How the poll loop waits when idle.
@@ -543,7 +543,7 @@ struct Router {
     /// request, `Qp`) still stands for: events of others are dropped, so
     /// the per-connection queues below do not outlive their connection.
     live: HashSet<SockId>,
-    connects: HashMap<u64, Result<SockId, TcpError>>,
+    connects: HashMap<u64, Result<SockId, ConnError>>,
     accepted: HashMap<u16, VecDeque<(SockId, Ipv4Address)>>,
     cm: HashMap<SockId, VecDeque<CmEvent>>,
     qp_events: HashMap<SockId, VecDeque<QpEvent>>,

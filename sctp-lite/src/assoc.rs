@@ -908,11 +908,37 @@ impl Listener {
 /// The answer to an out-of-the-blue packet (RFC 9260 §8.4), one that
 /// belongs to no association (or to one already closed): SHUTDOWN COMPLETE
 /// to a SHUTDOWN ACK (item 5), nothing to ABORT, SHUTDOWN COMPLETE, COOKIE
-/// ACK (items 2, 6, 7) or INIT / COOKIE ECHO (left to a [`Listener`]), and
-/// ABORT to anything else (item 8); both with the packet's tag reflected
-/// and the T bit set. Returns the reply's length in `out`.
+/// ACK (items 2, 6, 7) or COOKIE ECHO (left to a [`Listener`]), and ABORT
+/// to anything else (item 8); both with the packet's tag reflected and the
+/// T bit set. An INIT reaches here only when no [`Listener`] takes it (no
+/// one listens on its port): it cannot be processed normally, so it gets
+/// an ABORT whose Verification Tag is the INIT's Initiate Tag, T bit clear
+/// (item 3, §5.1), and the initiator learns at once that nobody listens
+/// (as from Linux) instead of retrying its INIT until Max.Init.Retransmits.
+/// An INIT whose own tag is not 0 is discarded (§8.5.1 A). Returns the
+/// reply's length in `out`.
 pub fn out_of_the_blue(bytes: &[u8], out: &mut [u8]) -> Option<usize> {
     let (h, chunks) = parse_all(bytes)?;
+    if let Some(ChunkRepr::Init(init)) = chunks.first() {
+        // §6.10: an INIT is bundled with nothing; a packet that bundles
+        // one is not answered.
+        if h.verification_tag != 0 || chunks.len() != 1 {
+            return None;
+        }
+        let rh = HeaderRepr {
+            src_port: h.dst_port,
+            dst_port: h.src_port,
+            verification_tag: init.initiate_tag,
+        };
+        return emit_one(
+            rh,
+            &ChunkRepr::Abort {
+                t_bit: false,
+                causes: &[],
+            },
+            out,
+        );
+    }
     let has = |t: u8| chunks.iter().any(|c| c.chunk_type() == t);
     if chunks.is_empty()
         || has(chunk_type::ABORT)

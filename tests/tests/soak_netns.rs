@@ -35,13 +35,13 @@ use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{
     Command as Cmd, InspectOp, MemoryOp, Output, SockId, Stack, StackConfig, Ulp,
 };
+use iwarp_datapath::ConnError;
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, STag};
 use iwarp_proto::qp::{Completion, Sge, WcStatus, WorkRequest};
 use iwarp_xdp::{Config as XdpConfig, XdpDevice};
 use netns_harness::{End, Netns, Spawned, VethPair};
 use tcp_lite::iface::IfaceConfig;
-use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 const PORT: u16 = 7174;
@@ -105,7 +105,7 @@ struct Seen {
     accepted: Vec<SockId>,
     established: HashSet<SockId>,
     disconnected: HashSet<SockId>,
-    closed: HashMap<SockId, Option<TcpError>>,
+    closed: HashMap<SockId, Option<ConnError>>,
     completions: HashMap<SockId, Vec<Completion>>,
 }
 
@@ -409,7 +409,7 @@ fn storms_killed_and_stalled_peers_leave_nothing_behind() {
     us.until("the killed peer's RST", Duration::from_secs(10), |u| {
         u.seen.closed.contains_key(&k) && u.completions(k).len() == WRITES as usize
     });
-    assert_eq!(us.seen.closed[&k], Some(TcpError::Reset));
+    assert_eq!(us.seen.closed[&k], Some(ConnError::Reset));
     assert!(us.seen.disconnected.contains(&k));
     let c = us.completions(k);
     assert!(
@@ -441,7 +441,7 @@ fn storms_killed_and_stalled_peers_leave_nothing_behind() {
     us.until("the stalled peer's close", Duration::from_secs(20), |u| {
         u.seen.closed.contains_key(&z) && u.completions(z).len() == WRITES as usize
     });
-    assert_eq!(us.seen.closed[&z], Some(TcpError::TimedOut));
+    assert_eq!(us.seen.closed[&z], Some(ConnError::TimedOut));
     assert!(us
         .completions(z)
         .iter()

@@ -16,13 +16,13 @@ use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{
     flags, Command, Output, SendError, SockId, Stack, StackConfig, StreamShared, Ulp, WaitError,
 };
+use iwarp_datapath::ConnError;
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, STag};
 use iwarp_proto::qp::{QpEvent, Sge, WcOpcode, WcStatus, WorkRequest};
 use iwarp_proto::wire::TermCode;
 use std::sync::{Arc, Mutex};
 use tcp_lite::iface::IfaceConfig;
-use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 const IP_A: Ipv4Address = Ipv4Address::new(10, 3, 0, 1);
@@ -522,14 +522,14 @@ fn blocking_calls_time_out_and_report_failure() {
     sa.abort.store(true, Ordering::Release);
     let t = Instant::now();
     let e = sb.send(vec![1; 10], Duration::from_secs(120)).unwrap_err();
-    assert_eq!(e, SendError::Failed(TcpError::Reset, vec![1; 10]));
+    assert_eq!(e, SendError::Failed(ConnError::Reset, vec![1; 10]));
     assert_eq!(
         sb.recv(Duration::from_secs(120)),
-        Err(WaitError::Failed(TcpError::Reset))
+        Err(WaitError::Failed(ConnError::Reset))
     );
     assert_eq!(
         sb.wait_closed(Duration::from_secs(120)),
-        Err(WaitError::Failed(TcpError::Reset))
+        Err(WaitError::Failed(ConnError::Reset))
     );
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     a.stop().unwrap();
@@ -557,7 +557,7 @@ fn closed_port_is_refused() {
     match wait_output(&b, "Failed", |o| matches!(o, Output::Failed { .. })) {
         Output::Failed { token, error } => {
             assert_eq!(token, 42);
-            assert_eq!(error, TcpError::Refused);
+            assert_eq!(error, ConnError::Refused);
             assert_eq!(error.to_string(), "connection refused");
         }
         _ => unreachable!(),

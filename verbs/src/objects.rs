@@ -148,7 +148,7 @@ pub(crate) fn errno_of(e: &iwarp::Error) -> c_int {
     use iwarp::Error as E;
     match e {
         E::AddrInUse => libc::EADDRINUSE,
-        E::ConnectionRefused | E::Rejected { .. } => libc::ECONNREFUSED,
+        E::ConnectionRefused | E::Rejected { .. } | E::LocalRefused(_) => libc::ECONNREFUSED,
         E::Unreachable => libc::EHOSTUNREACH,
         E::ConnectionReset => libc::ECONNRESET,
         E::TimedOut => libc::ETIMEDOUT,

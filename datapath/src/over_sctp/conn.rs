@@ -63,7 +63,6 @@ use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
 use sctp_lite::assoc::{CloseReason, State};
 use tcp_lite::iface::{Interface, SctpIngress};
-use tcp_lite::tcp::TcpError;
 use tcp_lite::wire::Ipv4Address;
 
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
@@ -72,6 +71,7 @@ use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{ReadySet, Slot};
 use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
+use crate::ConnError;
 use crate::StreamParams;
 
 /// The first id of an SCTP connection (TCP connections count up from 0).
@@ -415,12 +415,10 @@ fn post_to(
     }
 }
 
-fn close_error(r: &CloseReason) -> TcpError {
-    match r {
-        CloseReason::Timeout => TcpError::TimedOut,
-        CloseReason::PeerAbort(_) | CloseReason::AdaptationRefused => TcpError::Refused,
-        _ => TcpError::Reset,
-    }
+/// Why an association that ended with `r` failed a connection still
+/// opening (a clean SHUTDOWN before setup finished counts as a reset).
+fn close_error(r: &CloseReason) -> ConnError {
+    ConnError::from_sctp(r).unwrap_or(ConnError::Reset)
 }
 
 /// Listening port parameters.
@@ -857,7 +855,7 @@ impl SctpConns {
                 tracing::info!(%remote, port, why, "SCTP connect refused locally");
                 out.push_back(Output::Failed {
                     token,
-                    error: TcpError::Refused,
+                    error: ConnError::Local(why),
                 });
             }
         }
