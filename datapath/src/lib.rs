@@ -24,6 +24,13 @@ mod stats_fmt;
 
 pub use conn_error::ConnError;
 
+/// How long an abort waits for its Terminate to reach the peer before the
+/// transport's own reset (ns), over either transport: over TCP until the
+/// Terminate is acknowledged, then RST; over SCTP until it has left, then
+/// ABORT (RFC 5040 §5.4: after sending a Terminate the local peer MUST NOT
+/// send more Messages on the stream, so it is the last one the peer gets).
+pub const ABORT_GRACE_NS: u64 = 100_000_000;
+
 use iwarp_control::{
     Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,
     SetupFailure,

@@ -17,10 +17,6 @@ use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 use crate::latency::CompletionLatency;
 use crate::{Connection, StreamParams};
 
-/// How long an abort waits for its Terminate to be acknowledged before
-/// the RST (ns).
-const ABORT_GRACE_NS: u64 = 100_000_000;
-
 /// Which side opens MPA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -358,7 +354,7 @@ impl IwarpOverTcp {
                 self.closed_by.get_or_insert(DisconnectCause::LocalAbort);
                 self.enter(State::Aborting);
                 self.timers
-                    .set(Timer::Abort, now.saturating_add(ABORT_GRACE_NS));
+                    .set(Timer::Abort, now.saturating_add(crate::ABORT_GRACE_NS));
                 if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
                     if qp.state() == QpState::Rts {
                         qp.terminate(code);

@@ -558,7 +558,7 @@ fn closed_port_is_refused() {
         Output::Failed { token, error } => {
             assert_eq!(token, 42);
             assert_eq!(error, ConnError::Refused);
-            assert_eq!(error.to_string(), "connection refused");
+            assert_eq!(error.to_string(), "connection refused (TCP RST)");
         }
         _ => unreachable!(),
     }

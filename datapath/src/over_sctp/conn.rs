@@ -90,9 +90,6 @@ pub const MAX_HELD: usize = 1 << 20;
 /// The DDP stream the API's connections use.
 const STREAM: u16 = 0;
 
-/// How long an abort waits for its Terminate to be out before SCTP ABORT.
-const ABORT_WAIT: u64 = 100_000_000;
-
 /// Counters of the SCTP part of a stack.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SctpCounters {
@@ -989,7 +986,7 @@ impl SctpConns {
                 return;
             }
             c.closing = Some(Closing::Abort {
-                deadline: now.saturating_add(ABORT_WAIT),
+                deadline: now.saturating_add(crate::ABORT_GRACE_NS),
             });
             if let Some(qp) = c.qp.as_mut() {
                 if qp.qp_ref().state() == QpState::Rts {
