@@ -524,7 +524,17 @@ fn idx(end: End) -> usize {
 impl VethPair {
     /// Create `<prefix><pid>-<n>a` / `…b` (at most 15 characters each).
     pub fn new(prefix: &str) -> Result<VethPair, Error> {
+        Self::with_queues(prefix, 1)
+    }
+
+    /// As [`VethPair::new`], each end with `queues` RX and TX queues
+    /// (`numrxqueues`/`numtxqueues`): a frame sent on TX queue *i* of one
+    /// end arrives on RX queue *i* of the other (veth keeps the sender's
+    /// queue mapping), so a sender steers its flows across the peer's
+    /// queues.
+    pub fn with_queues(prefix: &str, queues: u32) -> Result<VethPair, Error> {
         let mut last = None;
+        let q = queues.max(1).to_string();
         for _ in 0..8 {
             let (base, _) = unique_base(prefix);
             let names = [format!("{base}a"), format!("{base}b")];
@@ -532,7 +542,23 @@ impl VethPair {
             let r = guard::create_veth(&names, || {
                 run_ok(
                     &[
-                        "ip", "link", "add", &names[0], "type", "veth", "peer", "name", &names[1],
+                        "ip",
+                        "link",
+                        "add",
+                        &names[0],
+                        "numtxqueues",
+                        &q,
+                        "numrxqueues",
+                        &q,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        &names[1],
+                        "numtxqueues",
+                        &q,
+                        "numrxqueues",
+                        &q,
                     ],
                     IP_TIMEOUT,
                 )

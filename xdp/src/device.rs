@@ -216,8 +216,10 @@ impl SharedNeigh {
 /// An AF_XDP device on one queue of one interface.
 #[derive(Debug)]
 pub struct XdpDevice {
-    // The link first: detach before the socket closes.
-    attachment: XdpAttachment,
+    // The link first: detach before the socket closes. Shared by the
+    // devices of one [`XdpDevice::open_queues`]: the program stays attached
+    // until the last of them goes.
+    attachment: Arc<XdpAttachment>,
     socket: XskSocket,
     iface: String,
     ifindex: u32,
@@ -246,7 +248,31 @@ impl XdpDevice {
     /// 2 s (`BUSY_RETRY`); a queue that stays busy is reported as an
     /// [`Error::Sys`] with EBUSY whose message says so.
     pub fn open(cfg: &Config) -> Result<XdpDevice, Error> {
-        if cfg.queue >= cfg.max_queues {
+        let mut devs = Self::open_queues(cfg, 1)?;
+        devs.pop().ok_or(Error::InvalidConfig {
+            reason: "no queue opened",
+        })
+    }
+
+    /// Open `queues` devices on queues `cfg.queue .. cfg.queue + queues` of
+    /// one interface, each with its own UMEM and socket, all steered by one
+    /// program and XSKMAP (an interface carries one XDP program: a second
+    /// [`XdpDevice::open`] on the same interface would find it busy). Frames
+    /// arrive on the device of the queue the interface received them on
+    /// (`rx_queue_index`): a NIC's RSS, or on a veth the queue the peer
+    /// sent on. Each device is a [`FrameDevice`] for one poll loop; the
+    /// program stays attached until the last of them is dropped.
+    pub fn open_queues(cfg: &Config, queues: u32) -> Result<Vec<XdpDevice>, Error> {
+        if queues == 0 {
+            return Err(Error::InvalidConfig {
+                reason: "at least one queue must be opened",
+            });
+        }
+        if cfg
+            .queue
+            .checked_add(queues)
+            .is_none_or(|end| end > cfg.max_queues)
+        {
             return Err(Error::InvalidConfig {
                 reason: "queue must be below max_queues",
             });
@@ -259,7 +285,7 @@ impl XdpDevice {
         let deadline = Instant::now() + BUSY_RETRY;
         let mut pause = Duration::from_millis(10);
         loop {
-            match Self::open_once(cfg, ifindex, mac, mtu) {
+            match Self::open_once(cfg, queues, ifindex, mac, mtu) {
                 Err(e) if is_busy(&e) && Instant::now() + pause < deadline => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(250));
@@ -275,9 +301,14 @@ impl XdpDevice {
         }
     }
 
-    /// One attempt of [`XdpDevice::open`] after the interface lookups.
-    fn open_once(cfg: &Config, ifindex: u32, mac: [u8; 6], mtu: u32) -> Result<XdpDevice, Error> {
-        let umem = Umem::new(cfg.frame_count, cfg.frame_size, cfg.hugepages)?;
+    /// One attempt of [`XdpDevice::open_queues`] after the interface lookups.
+    fn open_once(
+        cfg: &Config,
+        queues: u32,
+        ifindex: u32,
+        mac: [u8; 6],
+        mtu: u32,
+    ) -> Result<Vec<XdpDevice>, Error> {
         // A frame (MTU + Ethernet header) longer than a chunk needs
         // multi-buffer descriptors, and a program that declares it handles
         // them (veth caps the MTU under a single-buffer program).
@@ -290,20 +321,58 @@ impl XdpDevice {
                 reason: "the interface's MTU needs more than 17 UMEM chunks per frame",
             });
         }
-        let socket = XskSocket::new(
-            umem,
-            &SocketConfig {
-                iface: cfg.iface.clone(),
+        let mut sockets = Vec::with_capacity(queues as usize);
+        for q in cfg.queue..cfg.queue + queues {
+            let umem = Umem::new(cfg.frame_count, cfg.frame_size, cfg.hugepages)?;
+            sockets.push(XskSocket::new(
+                umem,
+                &SocketConfig {
+                    iface: cfg.iface.clone(),
+                    ifindex,
+                    queue: q,
+                    ring_size: cfg.ring_size,
+                    rx_frames: cfg.rx_frames,
+                    mode: cfg.mode,
+                    need_wakeup: cfg.need_wakeup,
+                    busy_poll: cfg.busy_poll,
+                    multi_buffer,
+                },
+            )?);
+        }
+        let attachment = Arc::new(
+            Program::load(cfg.our_ip, cfg.max_queues, multi_buffer, cfg.share.as_ref())?
+                .attach(&cfg.iface, ifindex, cfg.attach)?,
+        );
+        let mut devs = Vec::with_capacity(sockets.len());
+        for (q, socket) in (cfg.queue..).zip(sockets) {
+            let c = Config {
+                queue: q,
+                ..cfg.clone()
+            };
+            devs.push(Self::on_queue(
+                &c,
                 ifindex,
-                queue: cfg.queue,
-                ring_size: cfg.ring_size,
-                rx_frames: cfg.rx_frames,
-                mode: cfg.mode,
-                need_wakeup: cfg.need_wakeup,
-                busy_poll: cfg.busy_poll,
+                mac,
+                mtu,
                 multi_buffer,
-            },
-        )?;
+                attachment.clone(),
+                socket,
+            )?);
+        }
+        Ok(devs)
+    }
+
+    /// The device on `socket` (bound to `cfg.queue`), steered to it through
+    /// `attachment`'s XSKMAP.
+    fn on_queue(
+        cfg: &Config,
+        ifindex: u32,
+        mac: [u8; 6],
+        mtu: u32,
+        multi_buffer: bool,
+        attachment: Arc<XdpAttachment>,
+        socket: XskSocket,
+    ) -> Result<XdpDevice, Error> {
         // On a shared address, the rtnetlink socket for neighbours is made
         // here, in the namespace the device opens in.
         let shared = match &cfg.share {
@@ -317,9 +386,6 @@ impl XdpDevice {
             }),
             None => None,
         };
-        let attachment =
-            Program::load(cfg.our_ip, cfg.max_queues, multi_buffer, cfg.share.as_ref())?
-                .attach(&cfg.iface, ifindex, cfg.attach)?;
         attachment.insert(cfg.queue, socket.as_fd())?;
         let mut warnings = socket.warnings().to_vec();
         if shared.is_some() && !crate::caps::effective_net_admin() {
