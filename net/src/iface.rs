@@ -4,20 +4,26 @@
 //!
 //! I/O-free and clock-free like the rest of the crate:
 //! [`Interface::receive_ip`] takes a received frame, parses it once
-//! ([`iwarp_net::ingress::parse`]) and dispatches it by IP protocol: a TCP
-//! segment (borrowed from the frame, so the payload still goes straight to
-//! the MPA deframer) or an SCTP packet, raw or inside UDP to the
-//! encapsulation port (RFC 6951), comes back to the caller; ARP and ICMP
-//! Echo are answered here through the `tx` callback
-//! ([`Interface::receive`] is the TCP-only form);
-//! [`Interface::send_tcp`] wraps a segment in IPv4 and Ethernet, resolving the
-//! next hop through the [`ArpCache`] and holding the frame while resolution
-//! runs; [`Interface::send_tcp_filled`] does the same for a segment whose
-//! payload a callback writes, building the whole frame in place in a buffer
-//! the device lends ([`FrameSink::send_built`]);
-//! [`Interface::send_ipv4_upto`] sends any other protocol's datagram
-//! (SCTP, raw or inside UDP), built in place the same way and held in the
-//! same ARP queue; [`Interface::poll`] retransmits ARP requests.
+//! ([`ingress::parse`]) and dispatches it by IP protocol (as smoltcp's
+//! `process_ipv4` matches `next_header`): a TCP datagram (its segment
+//! borrowed from the frame, not parsed yet: `tcp-lite` checks and parses
+//! it, so the payload still goes straight to the MPA deframer) or an SCTP
+//! packet, raw or inside UDP to the encapsulation port (RFC 6951), comes
+//! back to the caller; ARP and ICMP Echo are answered here through the
+//! `tx` callback.
+//!
+//! Sending: every transport's datagram takes the same routing, size and
+//! ARP steps, the same IPv4 identification and the same hold queue while
+//! the next hop resolves. [`Interface::send_ipv4_parts`] sends a datagram
+//! whose transport header a callback writes, its payload gathered from
+//! where it lies; [`Interface::send_ipv4_sg`] one of known length whose
+//! whole payload a callback writes in place, in a buffer the device lends
+//! ([`FrameSink::send_built_sg`], in pieces where the device's buffers
+//! are smaller than the frame); [`Interface::send_ipv4_upto`] one whose
+//! length is known only once built ([`FrameSink::send_built_upto`]).
+//! `tcp-lite` frames TCP segments through the first two (its
+//! `iface::TcpInterface`), the SCTP glue through the third.
+//! [`Interface::poll`] retransmits ARP requests.
 //!
 //! What it refuses, counted in [`IfaceStats`] and never a panic:
 //! frames for another MAC, IPv4 datagrams for another address, fragments
@@ -30,26 +36,23 @@
 //! checksum fails (RFC 768), and protocols other than TCP, ICMP and the
 //! SCTP the caller serves.
 //!
-//! TCP segments that fail their checksum are dropped and counted
-//! ([`IfaceStats::rx_bad_checksum`]). Those whose Checksum field holds only
-//! the folded pseudo-header sum are counted apart
-//! ([`IfaceStats::rx_partial_checksum`]): that is what a Linux sender with
-//! TX checksum offload leaves for the NIC to finish (`CHECKSUM_PARTIAL`),
-//! and a veth peer hands such frames to an XDP program unfinished. With
-//! [`IfaceConfig::accept_partial_checksum`] they are taken (the kernel
-//! trusts them too: they never left the host); otherwise
-//! [`IfaceStats::checksum_diagnosis`] names the cause and the fix.
-
-use iwarp_net::egress::{self, Source};
-use iwarp_net::ingress::{self, Datagram, Ingress, Refused};
+//! The counters of the TCP checks ([`IfaceStats::rx_tcp`],
+//! [`IfaceStats::rx_bad_checksum`], [`IfaceStats::rx_partial_checksum`],
+//! [`IfaceStats::tx_fill_failed`]) and [`IfaceConfig::accept_partial_checksum`]
+//! live here so that one interface keeps one set of counters; `tcp-lite`
+//! counts into them ([`Interface::stats_mut`]).
 
 use crate::arp::{self, ArpCache, Enqueue, Resolve};
-use crate::tcp::PayloadFill;
-use crate::wire::checksum;
+use crate::egress::{self, Source};
+use crate::ingress::{self, Datagram, Ingress, Refused};
 use crate::wire::{
-    ArpRepr, EthernetAddress, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Address, TcpPacket,
-    TcpRepr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+    ArpRepr, EthernetAddress, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Address,
+    ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
+
+/// Octets of the Ethernet and IPv4 headers in front of every datagram the
+/// interface sends (no IP options).
+const L3: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
 
 /// Interface settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,9 +72,12 @@ pub struct IfaceConfig {
     /// ARP cache tunables.
     pub arp: arp::Config,
     /// Take TCP segments whose Checksum field holds only the pseudo-header
-    /// sum (a veth peer with TX checksum offload on delivers them so; see
-    /// the [module docs](self)). Off by default: on a wire, such a
-    /// segment is as corrupt as any other.
+    /// sum: that is what a Linux sender with TX checksum offload leaves
+    /// for the NIC to finish (`CHECKSUM_PARTIAL`), and a veth peer hands
+    /// such frames to an XDP program unfinished (the kernel trusts them
+    /// too: they never left the host). `tcp-lite`'s check of a received
+    /// segment reads it. Off by default: on a wire, such a segment is as
+    /// corrupt as any other.
     pub accept_partial_checksum: bool,
 }
 
@@ -94,7 +100,7 @@ impl IfaceConfig {
 /// Counters; they only go up.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IfaceStats {
-    /// Frames handed to [`Interface::receive`].
+    /// Frames handed to [`Interface::receive_ip`].
     pub rx_frames: u64,
     /// Frames that failed to parse at the Ethernet, ARP, IPv4, ICMP, UDP or TCP layer.
     pub rx_malformed: u64,
@@ -112,7 +118,7 @@ pub struct IfaceStats {
     pub rx_other_protocol: u64,
     /// Frames of EtherTypes we do not serve.
     pub rx_other_ethertype: u64,
-    /// TCP segments returned to the caller.
+    /// TCP segments that passed `tcp-lite`'s check (checksum and header).
     pub rx_tcp: u64,
     /// SCTP packets returned to the caller, raw or from inside UDP.
     pub rx_sctp: u64,
@@ -137,8 +143,8 @@ pub struct IfaceStats {
     pub tx_dropped: u64,
     /// Segments too large for the MTU, refused.
     pub tx_too_big: u64,
-    /// Filled segments ([`Interface::send_tcp_filled`]) whose payload
-    /// could not be written: nothing sent.
+    /// Filled TCP segments (`tcp-lite`'s `send_tcp_filled`) whose
+    /// payload could not be written: nothing sent.
     pub tx_fill_failed: u64,
 }
 
@@ -162,18 +168,18 @@ impl IfaceStats {
     }
 }
 
-/// Why [`Interface::send_tcp`] did not send a segment now.
+/// Why the interface did not send a datagram now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
     /// The datagram would exceed the MTU.
     TooBig,
     /// The destination is off-link and there is no gateway.
     NoRoute,
-    /// ARP resolution of the next hop failed recently; the segment was
-    /// dropped (TCP's retransmission will try again).
+    /// ARP resolution of the next hop failed recently; the datagram was
+    /// dropped (the transport's retransmission will try again).
     Unreachable,
-    /// The payload of a filled segment could not be written
-    /// ([`PayloadFill::write`] returned false): nothing was sent or held.
+    /// The payload of a filled segment could not be written (`tcp-lite`'s
+    /// `PayloadFill::write` returned false): nothing was sent or held.
     FillFailed,
 }
 
@@ -262,19 +268,6 @@ impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {
     }
 }
 
-/// How one in-place build of a filled segment ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Built {
-    /// Not called (the device had no buffer), or the frame is out.
-    NotCalled,
-    /// The frame is complete.
-    Done,
-    /// The payload could not be written.
-    FillFailed,
-    /// The TCP header could not be written (an option out of range).
-    HeaderFailed,
-}
-
 /// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram from
 /// `cfg` into the start of `buf` (at least `ETHERNET_HEADER_LEN +
 /// IPV4_HEADER_LEN` octets): [`egress::write_eth_ipv4`].
@@ -304,73 +297,6 @@ fn write_l2_l3(
     );
 }
 
-/// Write a whole filled TCP frame into `pieces` (consecutive, exactly
-/// headers + payload octets in all, the headers within the first): the
-/// payload first, through `write`, into its place after the headers, piece
-/// by piece, then the headers, with a TCP checksum over the payload where
-/// it now lies (RFC 9293 §3.1; the pieces' sums combine as RFC 1071 §2 (C)
-/// allows, one that starts at an odd payload offset byte-swapped, §2 (B)).
-#[allow(clippy::too_many_arguments)]
-fn build_filled(
-    cfg: &IfaceConfig,
-    ident: u16,
-    pieces: &mut [&mut [u8]],
-    dst_mac: EthernetAddress,
-    dst: Ipv4Address,
-    seg: &TcpRepr<'_>,
-    write: &mut dyn FnMut(usize, &mut [u8]) -> bool,
-    fill_len: usize,
-) -> Built {
-    let l3 = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-    let headers = l3 + seg.header_len();
-    let total: usize = pieces.iter().map(|p| p.len()).sum();
-    let Some((first, rest)) = pieces.split_first_mut() else {
-        return Built::HeaderFailed;
-    };
-    if total != headers + fill_len || first.len() < headers {
-        // A device that lent the wrong length: build nothing.
-        return Built::HeaderFailed;
-    }
-    let (head, p0) = first.split_at_mut(headers);
-    let mut at = 0;
-    let mut sum = 0u16;
-    for piece in std::iter::once(p0).chain(rest.iter_mut().map(|p| &mut **p)) {
-        if piece.is_empty() {
-            continue;
-        }
-        if !write(at, piece) {
-            return Built::FillFailed;
-        }
-        let s = checksum::data(piece);
-        sum = checksum::combine(&[sum, if at % 2 == 1 { s.swap_bytes() } else { s }]);
-        at += piece.len();
-    }
-    write_l2_l3(
-        cfg,
-        ident,
-        head,
-        dst_mac,
-        dst,
-        IpProtocol::TCP,
-        seg.header_len() + fill_len,
-    );
-    match seg.emit_header_sum(&mut head[l3..], fill_len, sum, &cfg.ip, &dst) {
-        Ok(()) => Built::Done,
-        Err(_) => Built::HeaderFailed,
-    }
-}
-
-/// A TCP segment received for our address.
-#[derive(Debug)]
-pub struct TcpIngress<'a> {
-    /// Sender's address.
-    pub src: Ipv4Address,
-    /// The sender's MAC (for diagnostics; replies go through ARP).
-    pub src_mac: EthernetAddress,
-    /// The segment, payload borrowed from the frame.
-    pub seg: TcpRepr<'a>,
-}
-
 /// An SCTP packet received for our address, raw (IPv4 protocol 132) or
 /// inside UDP to the encapsulation port (RFC 6951).
 #[derive(Debug, Clone, Copy)]
@@ -388,8 +314,9 @@ pub struct SctpIngress<'a> {
 /// What [`Interface::receive_ip`] hands the transports.
 #[derive(Debug)]
 pub enum IpIngress<'a> {
-    /// A TCP segment, parsed and its checksum verified.
-    Tcp(TcpIngress<'a>),
+    /// A TCP datagram for our address; `tcp-lite` checks and parses the
+    /// segment (`payload`).
+    Tcp(Datagram<'a>),
     /// An SCTP packet.
     Sctp(SctpIngress<'a>),
 }
@@ -405,7 +332,7 @@ pub struct SctpServed {
 }
 
 impl SctpServed {
-    /// No SCTP: [`Interface::receive`]'s TCP-only interface.
+    /// No SCTP: a TCP-only interface.
     pub const NONE: SctpServed = SctpServed {
         raw: false,
         udp_port: None,
@@ -444,13 +371,22 @@ impl Interface {
         &self.stats
     }
 
+    /// Counters, for the transports beside the interface that count into
+    /// them (`tcp-lite`'s check of a received segment and its filled
+    /// sends).
+    pub fn stats_mut(&mut self) -> &mut IfaceStats {
+        &mut self.stats
+    }
+
     /// The ARP cache (for counters and inspection).
     pub fn arp(&self) -> &ArpCache<Vec<u8>> {
         &self.arp
     }
 
-    /// Largest TCP segment (header and payload) that fits the MTU.
-    pub fn max_tcp_len(&self) -> usize {
+    /// Largest IP payload (a transport's header and payload) that fits the
+    /// MTU.
+    #[inline]
+    pub fn max_payload_len(&self) -> usize {
         self.cfg.mtu.saturating_sub(IPV4_HEADER_LEN)
     }
 
@@ -465,26 +401,10 @@ impl Interface {
         (u32::from_be_bytes(ip.0) & mask) == (u32::from_be_bytes(self.cfg.ip.0) & mask)
     }
 
-    /// Handle one received frame. ARP and ICMP Echo are answered through
-    /// `tx`; a TCP segment for our address comes back to the caller
-    /// (SCTP is not served: [`receive_ip`](Self::receive_ip) serves it).
-    #[inline]
-    pub fn receive<'a>(
-        &mut self,
-        frame: &'a [u8],
-        now: u64,
-        tx: &mut dyn FnMut(&[u8]),
-    ) -> Option<TcpIngress<'a>> {
-        match self.receive_ip(frame, now, SctpServed::NONE, tx)? {
-            IpIngress::Tcp(t) => Some(t),
-            IpIngress::Sctp(_) => None,
-        }
-    }
-
     /// Handle one received frame, parsed once and dispatched by protocol
     /// (as smoltcp's `process_ipv4` matches `next_header`): ARP answered
     /// and learned here (one cache for every transport), ICMP Echo
-    /// answered here, a TCP segment or an SCTP packet `sctp` serves
+    /// answered here, a TCP datagram or an SCTP packet `sctp` serves
     /// returned; everything else counted and dropped.
     #[inline]
     pub fn receive_ip<'a>(
@@ -496,7 +416,7 @@ impl Interface {
     ) -> Option<IpIngress<'a>> {
         self.stats.rx_frames += 1;
         match ingress::parse(frame, self.cfg.mac, self.cfg.ip) {
-            Ingress::Tcp(d) => self.receive_tcp(&d).map(IpIngress::Tcp),
+            Ingress::Tcp(d) => Some(IpIngress::Tcp(d)),
             Ingress::Sctp(d) if sctp.raw => {
                 self.stats.rx_sctp += 1;
                 Some(IpIngress::Sctp(SctpIngress {
@@ -557,89 +477,6 @@ impl Interface {
             self.emit_arp(&reply, tx);
         }
         self.flush_ready(tx);
-    }
-
-    #[inline]
-    fn receive_tcp<'a>(&mut self, d: &Datagram<'a>) -> Option<TcpIngress<'a>> {
-        let repr = &d.ip;
-        let body = d.payload;
-        let Ok(tcp) = TcpPacket::new_checked(body) else {
-            self.stats.rx_malformed += 1;
-            return None;
-        };
-        // Checks the checksum over the pseudo-header.
-        let seg = match TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) {
-            Ok(seg) => seg,
-            Err(crate::wire::Error::BadChecksum { found, .. }) => {
-                self.stats.rx_bad_checksum += 1;
-                let partial = crate::wire::checksum::pseudo_header(
-                    &repr.src_addr,
-                    &repr.dst_addr,
-                    IpProtocol::TCP,
-                    body.len().min(usize::from(u16::MAX)) as u16,
-                );
-                if found != partial {
-                    return None;
-                }
-                self.stats.rx_partial_checksum += 1;
-                if !self.cfg.accept_partial_checksum {
-                    return None;
-                }
-                let seg = self.parse_partial(&tcp, &repr.src_addr, &repr.dst_addr)?;
-                self.stats.rx_bad_checksum -= 1;
-                seg
-            }
-            Err(_) => {
-                self.stats.rx_malformed += 1;
-                return None;
-            }
-        };
-        self.stats.rx_tcp += 1;
-        Some(TcpIngress {
-            src: repr.src_addr,
-            src_mac: d.src_mac,
-            seg,
-        })
-    }
-
-    /// Parse a segment whose checksum is partial (already matched): the
-    /// header is checked on a copy with its checksum filled in, the payload
-    /// stays borrowed from the frame.
-    fn parse_partial<'a>(
-        &mut self,
-        tcp: &TcpPacket<&'a [u8]>,
-        src: &Ipv4Address,
-        dst: &Ipv4Address,
-    ) -> Option<TcpRepr<'a>> {
-        let hdr_len = tcp.header_len();
-        let raw: &'a [u8] = tcp.clone().into_inner();
-        let mut hdr = std::mem::take(&mut self.scratch);
-        hdr.clear();
-        hdr.extend_from_slice(raw.get(..hdr_len)?);
-        TcpPacket::new_unchecked(&mut hdr[..]).fill_checksum(src, dst);
-        let parsed = TcpPacket::new_checked(&hdr[..])
-            .ok()
-            .and_then(|p| TcpRepr::parse(&p, src, dst).ok())
-            .map(|h| TcpRepr {
-                src_port: h.src_port,
-                dst_port: h.dst_port,
-                seq_number: h.seq_number,
-                ack_number: h.ack_number,
-                flags: h.flags,
-                window: h.window,
-                urgent_pointer: h.urgent_pointer,
-                max_seg_size: h.max_seg_size,
-                window_scale: h.window_scale,
-                sack_permitted: h.sack_permitted,
-                sack_ranges: h.sack_ranges,
-                timestamp: h.timestamp,
-                payload: tcp.payload(),
-            });
-        self.scratch = hdr;
-        if parsed.is_none() {
-            self.stats.rx_malformed += 1;
-        }
-        parsed
     }
 
     fn receive_icmp(
@@ -736,8 +573,9 @@ impl Interface {
         }
     }
 
-    /// The routing, size and ARP steps shared by [`send_tcp`](Self::send_tcp),
-    /// [`send_tcp_filled`](Self::send_tcp_filled) and
+    /// The routing, size and ARP steps shared by
+    /// [`send_ipv4_parts`](Self::send_ipv4_parts),
+    /// [`send_ipv4_sg`](Self::send_ipv4_sg) and
     /// [`send_ipv4_upto`](Self::send_ipv4_upto) for a `len`-octet IP
     /// payload: the next hop and its MAC if known (`None`: resolution
     /// pending; an ARP request has gone out through `tx` if one was due).
@@ -754,7 +592,7 @@ impl Interface {
         now: u64,
         tx: &mut dyn FrameSink,
     ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
-        if len <= self.max_tcp_len() {
+        if len <= self.max_payload_len() {
             if let Some(mac) = self.arp.recent(dst, now) {
                 return Ok((dst, Some(mac)));
             }
@@ -770,7 +608,7 @@ impl Interface {
         now: u64,
         tx: &mut dyn FrameSink,
     ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
-        if len > self.max_tcp_len() {
+        if len > self.max_payload_len() {
             self.stats.tx_too_big += 1;
             return Err(SendError::TooBig);
         }
@@ -815,147 +653,162 @@ impl Interface {
         }
     }
 
-    /// Send one TCP segment to `dst`: straight out through `tx` when the
-    /// next hop's MAC is known, or held (and an ARP request sent) until it
-    /// resolves. `Ok` means sent or held (a device that refuses the frame
-    /// drops it as a full NIC queue would; TCP retransmits).
+    /// Send one IPv4 datagram of `protocol` to `dst`: a transport header
+    /// of `head_len` octets that `head` writes, then `payload` where it
+    /// lies. Straight out through `tx` when the next hop's MAC is known,
+    /// or held (and an ARP request sent) until it resolves. `Ok` means
+    /// sent or held (a device that refuses the frame drops it as a full
+    /// NIC queue would; the transport retransmits), or that `head` could
+    /// not write the header (false): nothing sent, counted in
+    /// [`IfaceStats::tx_dropped`].
     ///
     /// The frame goes to [`FrameSink::send_parts`] as consecutive parts,
-    /// the headers and then the payload where it lies (the TCP send
+    /// the headers and then the payload where it lies (a TCP send
     /// buffer): a device copies both into its own buffer in one pass, so
     /// the data is not first copied into a frame here.
-    pub fn send_tcp(
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn send_ipv4_parts(
         &mut self,
         dst: Ipv4Address,
-        seg: &TcpRepr<'_>,
+        protocol: IpProtocol,
+        head_len: usize,
+        payload: &[u8],
         now: u64,
         tx: &mut dyn FrameSink,
+        head: &mut dyn FnMut(&mut [u8]) -> bool,
     ) -> Result<(), SendError> {
-        let len = seg.buffer_len();
+        let len = head_len + payload.len();
         let (hop, mac) = self.route(dst, len, now, tx)?;
         let mut buf = std::mem::take(&mut self.scratch);
-        let header_len = seg.header_len();
         let headers = self.frame_header(
             &mut buf,
             mac.unwrap_or(EthernetAddress([0; 6])),
             dst,
-            IpProtocol::TCP,
+            protocol,
             len,
-            header_len,
+            head_len,
         );
-        let emitted = seg
-            .emit_header(
-                &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..headers],
-                &self.cfg.ip,
-                &dst,
-            )
-            .is_ok();
-        let result = if !emitted {
+        let result = if !head(&mut buf[L3..headers]) {
             self.stats.tx_dropped += 1;
             Ok(())
         } else if mac.is_some() {
             self.stats.tx_frames += 1;
-            tx.send_parts(&[&buf[..headers], seg.payload]);
+            tx.send_parts(&[&buf[..headers], payload]);
             Ok(())
         } else {
-            self.hold(hop, [&buf[..headers], seg.payload].concat())
+            self.hold(hop, [&buf[..headers], payload].concat())
         };
         self.scratch = buf;
         result
     }
 
-    /// [`send_tcp`](Self::send_tcp) for a segment whose payload is written
-    /// by `fill` (`seg.payload` must be empty; the segment carries
-    /// `fill.len` octets): same routing, ARP and size rules, on a segment of
-    /// `seg.header_len() + fill.len` octets.
+    /// Send one IPv4 datagram of `protocol` to `dst`, exactly `len`
+    /// octets, all of which `build` writes in place: the same routing,
+    /// size and ARP rules, IPv4 identification and hold queue as
+    /// [`send_ipv4_parts`](Self::send_ipv4_parts).
     ///
-    /// With the next hop's MAC known, the frame is built in place in a
-    /// buffer the device lends ([`FrameSink::send_built`]): the payload is
-    /// written first, by `fill.write`, straight into its place in that
-    /// buffer, then the Ethernet, IPv4 and TCP headers, the TCP checksum
-    /// computed over the payload where it now lies. The payload is written
-    /// once, into the device's memory. While ARP resolves, the frame is
-    /// built the same way into a `Vec` and held.
+    /// With the next hop's MAC known, the frame is built in a buffer the
+    /// device lends ([`FrameSink::send_built_sg`]): `build(first, rest)`
+    /// gets the IP payload as consecutive pieces, `first` behind the
+    /// Ethernet and IPv4 headers in the device's first buffer and `rest`
+    /// its further buffers (empty unless the frame is larger than one),
+    /// so the payload is written once, straight into the device's memory;
+    /// the headers are written after it. While ARP resolves, the frame is
+    /// built the same way into a `Vec` (one piece) and held.
     ///
-    /// If `fill.write` returns false, nothing is sent or held (the device's
-    /// buffer goes back), [`IfaceStats::tx_fill_failed`] counts it, and the
-    /// answer is [`SendError::FillFailed`]. A device with no free buffer
-    /// does not call `fill.write`: the frame is dropped as by
-    /// [`send_tcp`](Self::send_tcp), and the answer is `Ok`.
-    pub fn send_tcp_filled(
+    /// `Ok(true)`: a datagram was built (sent, held, or refused by the
+    /// device as a full NIC queue refuses: the transport retransmits).
+    /// `Ok(false)`: nothing built: `build` returned false (nothing sent,
+    /// held or counted: the caller counts why), the device had no buffer
+    /// and did not call it (counted as a frame handed to `tx`), or the
+    /// device lent a buffer of the wrong length (counted in
+    /// [`IfaceStats::tx_dropped`]).
+    #[inline]
+    pub fn send_ipv4_sg(
         &mut self,
         dst: Ipv4Address,
-        seg: &TcpRepr<'_>,
-        fill: PayloadFill<'_>,
+        protocol: IpProtocol,
+        len: usize,
         now: u64,
         tx: &mut dyn FrameSink,
-    ) -> Result<(), SendError> {
-        debug_assert!(
-            seg.payload.is_empty(),
-            "a filled segment's payload is empty"
-        );
-        let PayloadFill {
-            len: fill_len,
-            write,
-        } = fill;
-        let len = seg.header_len() + fill_len;
+        build: &mut dyn FnMut(&mut [u8], &mut [&mut [u8]]) -> bool,
+    ) -> Result<bool, SendError> {
+        /// How the device's part of one build ended.
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Lent {
+            NotCalled,
+            WrongLength,
+            Cancelled,
+            Built,
+        }
         let (hop, mac) = self.route(dst, len, now, tx)?;
-        let frame_len = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + len;
-        self.ident = self.ident.wrapping_add(1);
-        let (cfg, ident) = (self.cfg, self.ident);
-        let dst_mac = mac.unwrap_or(EthernetAddress([0; 6]));
-        let (built, held) = match mac {
-            Some(_) => {
-                let mut built = Built::NotCalled;
-                let sent = tx.send_built_sg(frame_len, &mut |pieces| {
-                    built = build_filled(&cfg, ident, pieces, dst_mac, dst, seg, write, fill_len);
-                    built == Built::Done
-                });
-                if !sent && built == Built::Done {
-                    // The device took the build but not the frame: a
-                    // refusal like any other.
-                    built = Built::NotCalled;
-                }
-                (built, None)
+        let frame_len = L3 + len;
+        let ident = self.ident.wrapping_add(1);
+        let cfg = &self.cfg;
+        let Some(dst_mac) = mac else {
+            let mut f = vec![0u8; frame_len];
+            let (head, payload) = f.split_at_mut(L3);
+            if !build(payload, &mut []) {
+                return Ok(false);
             }
-            None => {
-                let mut frame = vec![0u8; frame_len];
-                let built = build_filled(
-                    &cfg,
-                    ident,
-                    &mut [&mut frame[..]],
-                    dst_mac,
-                    dst,
-                    seg,
-                    write,
-                    fill_len,
-                );
-                (built, Some(frame))
-            }
+            write_l2_l3(
+                cfg,
+                ident,
+                head,
+                EthernetAddress([0; 6]),
+                dst,
+                protocol,
+                len,
+            );
+            self.ident = ident;
+            return self.hold(hop, f).map(|()| true);
         };
-        match (built, held) {
-            (Built::FillFailed, _) => {
-                self.stats.tx_fill_failed += 1;
-                Err(SendError::FillFailed)
+        let mut lent = Lent::NotCalled;
+        tx.send_built_sg(frame_len, &mut |pieces| {
+            let total: usize = pieces.iter().map(|p| p.len()).sum();
+            let Some((first, rest)) = pieces.split_first_mut() else {
+                lent = Lent::WrongLength;
+                return false;
+            };
+            if total != frame_len || first.len() < L3 {
+                // A device that lent the wrong length: build nothing.
+                lent = Lent::WrongLength;
+                return false;
             }
-            (Built::HeaderFailed, _) => {
-                self.stats.tx_dropped += 1;
-                Ok(())
+            let (head, payload) = first.split_at_mut(L3);
+            if !build(payload, rest) {
+                lent = Lent::Cancelled;
+                return false;
             }
-            (Built::Done, Some(frame)) => self.hold(hop, frame),
-            (_, _) => {
+            write_l2_l3(cfg, ident, head, dst_mac, dst, protocol, len);
+            lent = Lent::Built;
+            true
+        });
+        match lent {
+            Lent::Built => {
                 // Sent, or refused by the device (dropped as a full NIC
-                // queue drops; TCP retransmits): handed to `tx` either way.
+                // queue drops): handed to `tx` either way.
+                self.ident = ident;
                 self.stats.tx_frames += 1;
-                Ok(())
+                Ok(true)
             }
+            Lent::NotCalled => {
+                self.stats.tx_frames += 1;
+                Ok(false)
+            }
+            Lent::WrongLength => {
+                self.stats.tx_dropped += 1;
+                Ok(false)
+            }
+            Lent::Cancelled => Ok(false),
         }
     }
 
     /// Send one IPv4 datagram of `protocol` to `dst` whose payload `build`
     /// writes into the buffer it is lent (at most `max` octets) and
     /// measures, `None` to cancel: the same routing, size (`max` within
-    /// the MTU) and ARP rules as [`send_tcp`](Self::send_tcp), the same
+    /// the MTU) and ARP rules as [`send_ipv4_parts`](Self::send_ipv4_parts), the same
     /// IPv4 identification and the same hold queue. For SCTP, raw or
     /// inside UDP (the payload then starts with the UDP header `build`
     /// writes).
@@ -1059,7 +912,6 @@ mod tests {
     use super::*;
     use crate::wire::{
         ArpOperation, ArpPacket, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
-        TcpFlags,
     };
 
     const MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
@@ -1116,11 +968,35 @@ mod tests {
         buf
     }
 
-    fn tcp_bytes(seg: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
-        let mut b = vec![0u8; seg.buffer_len()];
-        seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), &src, &dst)
-            .unwrap();
-        b
+    /// A TCP header, 40000 → 80 (the interface does not look inside).
+    const TCP_HEADER: [u8; 20] = [
+        0x9c, 0x40, 0x00, 0x50, 0, 0, 0x03, 0xe8, 0, 0, 0, 0, 0x50, 0x18, 0x20, 0, 0, 0, 0, 0,
+    ];
+
+    /// [`Interface::receive_ip`] serving no SCTP.
+    fn receive<'a>(
+        i: &mut Interface,
+        frame: &'a [u8],
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Option<IpIngress<'a>> {
+        i.receive_ip(frame, now, SctpServed::NONE, tx)
+    }
+
+    /// Send `head` then `payload` as one datagram of `protocol`.
+    fn send_parts(
+        i: &mut Interface,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        head: &[u8],
+        payload: &[u8],
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(), SendError> {
+        i.send_ipv4_parts(dst, protocol, head.len(), payload, now, tx, &mut |h| {
+            h.copy_from_slice(head);
+            true
+        })
     }
 
     fn parse_out(frame: &[u8]) -> (EthernetRepr, Ipv4Repr, Vec<u8>) {
@@ -1136,7 +1012,7 @@ mod tests {
         let mut i = iface();
         let mut out = Vec::new();
         let req = arp_frame(ArpOperation::REQUEST, EthernetAddress([0; 6]));
-        assert!(i.receive(&req, 0, &mut |f| out.push(f.to_vec())).is_none());
+        assert!(receive(&mut i, &req, 0, &mut |f| out.push(f.to_vec())).is_none());
         assert_eq!(out.len(), 1);
         let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
         assert_eq!(eth.dst_addr(), PEER_MAC);
@@ -1161,9 +1037,7 @@ mod tests {
             .unwrap();
         let mut out = Vec::new();
         let frame = ip_frame(IP, IpProtocol::ICMP, &body);
-        assert!(i
-            .receive(&frame, 0, &mut |f| out.push(f.to_vec()))
-            .is_none());
+        assert!(receive(&mut i, &frame, 0, &mut |f| out.push(f.to_vec())).is_none());
         assert_eq!(out.len(), 1);
         let (e, r, payload) = parse_out(&out[0]);
         assert_eq!(e.dst_addr, PEER_MAC);
@@ -1182,28 +1056,36 @@ mod tests {
     }
 
     #[test]
-    fn tcp_for_us_comes_back_with_payload_borrowed() {
+    fn tcp_for_us_comes_back_borrowed_from_the_frame() {
         let mut i = iface();
-        let mut seg = TcpRepr::new(40000, 80, 1000, TcpFlags::ACK | TcpFlags::PSH);
-        seg.payload = b"abc";
-        let frame = ip_frame(IP, IpProtocol::TCP, &tcp_bytes(&seg, PEER, IP));
-        let got = i.receive(&frame, 0, &mut |_| panic!("no output")).unwrap();
-        assert_eq!(got.src, PEER);
-        assert_eq!(got.seg.payload, b"abc");
-        assert_eq!(got.seg.dst_port, 80);
+        let body = [&TCP_HEADER[..], b"abc"].concat();
+        let frame = ip_frame(IP, IpProtocol::TCP, &body);
+        let Some(IpIngress::Tcp(d)) = receive(&mut i, &frame, 0, &mut |_| panic!("no output"))
+        else {
+            panic!("TCP not handed up")
+        };
+        assert_eq!(
+            (d.src_mac, d.ip.src_addr, d.ip.dst_addr),
+            (PEER_MAC, PEER, IP)
+        );
+        assert_eq!(d.payload, &body[..]);
+        assert!(core::ptr::eq(d.payload, &frame[frame.len() - body.len()..]));
     }
 
     #[test]
     fn drops_and_counts_what_it_does_not_serve() {
         let mut i = iface();
-        let seg = TcpRepr::new(1, 2, 3, TcpFlags::SYN);
-        let body = tcp_bytes(&seg, PEER, IP);
+        let body = TCP_HEADER;
         let mut none = |_: &[u8]| panic!("no output");
         // Another host.
         let other = Ipv4Address::new(10, 9, 0, 3);
-        assert!(i
-            .receive(&ip_frame(other, IpProtocol::TCP, &body), 0, &mut none)
-            .is_none());
+        assert!(receive(
+            &mut i,
+            &ip_frame(other, IpProtocol::TCP, &body),
+            0,
+            &mut none
+        )
+        .is_none());
         assert_eq!(i.stats().rx_not_for_us_ip, 1);
         // A fragment (MF set; checksum refilled).
         let mut f = ip_frame(IP, IpProtocol::TCP, &body);
@@ -1212,29 +1094,21 @@ mod tests {
             ip.set_more_frags(true);
             ip.fill_checksum();
         }
-        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert!(receive(&mut i, &f, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_fragments, 1);
         // A bad header checksum.
         let mut f = ip_frame(IP, IpProtocol::TCP, &body);
         f[ETHERNET_HEADER_LEN + 10] ^= 0xff;
-        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert!(receive(&mut i, &f, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_malformed, 1);
-        // A bad TCP checksum: counted apart from malformed frames.
-        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
-        f[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + 16] ^= 1;
-        assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_malformed, 1);
-        assert_eq!(i.stats().rx_bad_checksum, 1);
         // UDP to a port nobody serves (53 → 53, length 8, no checksum).
         let udp = [0, 53, 0, 53, 0, 8, 0, 0];
-        assert!(i
-            .receive(&ip_frame(IP, IpProtocol(17), &udp), 0, &mut none)
-            .is_none());
+        assert!(receive(&mut i, &ip_frame(IP, IpProtocol(17), &udp), 0, &mut none).is_none());
         assert_eq!(i.stats().rx_other_protocol, 1);
         // Another MAC.
         let mut f = ip_frame(IP, IpProtocol::TCP, &body);
         f[5] = 0x77;
-        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert!(receive(&mut i, &f, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_not_for_us_mac, 1);
         // IP options: IHL 6 with a 4-octet NOP option.
         let mut f = ip_frame(IP, IpProtocol::TCP, &body);
@@ -1247,12 +1121,15 @@ mod tests {
             ip.set_total_len(total);
             ip.fill_checksum();
         }
-        assert!(i.receive(&f, 0, &mut none).is_none());
+        assert!(receive(&mut i, &f, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_options, 1);
         // Every truncation of a valid frame: never a panic, never a segment.
         let good = ip_frame(IP, IpProtocol::TCP, &body);
         for len in 0..good.len() {
-            assert!(i.receive(&good[..len], 0, &mut none).is_none(), "len {len}");
+            assert!(
+                receive(&mut i, &good[..len], 0, &mut none).is_none(),
+                "len {len}"
+            );
         }
     }
 
@@ -1260,10 +1137,17 @@ mod tests {
     fn send_holds_until_arp_resolves_then_flushes() {
         let mut i = iface();
         let mut out: Vec<Vec<u8>> = Vec::new();
-        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        seg.payload = b"held";
-        i.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
-            .unwrap();
+        let head = [0x13, 0x88, 0x13, 0x89, 0, 12, 0, 0];
+        send_parts(
+            &mut i,
+            PEER,
+            IpProtocol::UDP,
+            &head,
+            b"held",
+            0,
+            &mut |f: &[&[u8]]| out.push(f.concat()),
+        )
+        .unwrap();
         // Only the ARP request went out.
         assert_eq!(out.len(), 1);
         let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
@@ -1275,23 +1159,46 @@ mod tests {
         assert_eq!(out.len(), 1);
         out.clear();
         let reply = arp_frame(ArpOperation::REPLY, MAC);
-        assert!(i
-            .receive(&reply, arp::SECOND + 1, &mut |f| out.push(f.to_vec()))
-            .is_none());
+        assert!(receive(&mut i, &reply, arp::SECOND + 1, &mut |f| out
+            .push(f.to_vec()))
+        .is_none());
         assert_eq!(out.len(), 1);
         let (e, r, payload) = parse_out(&out[0]);
         assert_eq!(e.dst_addr, PEER_MAC);
         assert_eq!(r.dst_addr, PEER);
-        let t = TcpPacket::new_checked(&payload[..]).unwrap();
-        let t = TcpRepr::parse(&t, &IP, &PEER).unwrap();
-        assert_eq!(t.payload, b"held");
-        // Now known: sent at once.
-        out.clear();
-        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f: &[&[u8]]| {
-            out.push(f.concat())
-        })
+        assert_eq!((r.protocol, r.identification), (IpProtocol::UDP, 1));
+        assert_eq!(payload, [&head[..], b"held"].concat());
+        // Now known: sent at once, headers and payload as two parts.
+        let mut parts = Vec::new();
+        send_parts(
+            &mut i,
+            PEER,
+            IpProtocol::UDP,
+            &head,
+            b"held",
+            arp::SECOND + 2,
+            &mut |f: &[&[u8]]| parts.push(f.iter().map(|p| p.to_vec()).collect::<Vec<_>>()),
+        )
         .unwrap();
-        assert_eq!(out.len(), 1);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].len(), 2);
+        assert_eq!(parts[0][1], b"held");
+        let (_, r, payload) = parse_out(&parts[0].concat());
+        assert_eq!((r.identification, r.payload_len), (2, 12));
+        assert_eq!(payload, [&head[..], b"held"].concat());
+        // A header that cannot be written: nothing sent, counted.
+        let dropped = i.stats().tx_dropped;
+        let sent = i.send_ipv4_parts(
+            PEER,
+            IpProtocol::UDP,
+            8,
+            b"x",
+            arp::SECOND + 3,
+            &mut |_: &[&[u8]]| panic!("nothing sent"),
+            &mut |_| false,
+        );
+        assert_eq!(sent, Ok(()));
+        assert_eq!(i.stats().tx_dropped, dropped + 1);
     }
 
     /// SCTP goes up only where served, raw or from inside UDP to the
@@ -1304,7 +1211,7 @@ mod tests {
         let mut none = |_: &[u8]| panic!("no output");
         let sctp = [0x13, 0x88, 0x13, 0x89, 0, 0, 0, 0, 0, 0, 0, 0];
         let raw = ip_frame(IP, IpProtocol::SCTP, &sctp);
-        assert!(i.receive(&raw, 0, &mut none).is_none());
+        assert!(receive(&mut i, &raw, 0, &mut none).is_none());
         assert_eq!(i.stats().rx_other_protocol, 1, "not served by receive");
         let served = SctpServed {
             raw: true,
@@ -1341,16 +1248,21 @@ mod tests {
             Some(12)
         });
         assert_eq!(sent, Ok(true));
-        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        seg.payload = b"held";
-        i.send_tcp(PEER, &seg, 0, &mut sink).unwrap();
+        send_parts(
+            &mut i,
+            PEER,
+            IpProtocol::TCP,
+            &TCP_HEADER,
+            b"held",
+            0,
+            &mut sink,
+        )
+        .unwrap();
         assert_eq!(out.len(), 1, "one ARP request for both");
         assert_eq!(i.arp().queued(PEER), 2);
         out.clear();
         let reply = arp_frame(ArpOperation::REPLY, MAC);
-        assert!(i
-            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
-            .is_none());
+        assert!(receive(&mut i, &reply, 1, &mut |f| out.push(f.to_vec())).is_none());
         assert_eq!(out.len(), 2);
         let (e, r, payload) = parse_out(&out[0]);
         assert_eq!(
@@ -1397,26 +1309,51 @@ mod tests {
     #[test]
     fn routing_and_size_errors() {
         let mut i = iface();
-        let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
         let far = Ipv4Address::new(192, 0, 2, 1);
+        let mut nothing = |_: &[&[u8]]| panic!("nothing sent");
         assert_eq!(
-            i.send_tcp(far, &seg, 0, &mut |_: &[&[u8]]| ()),
+            send_parts(
+                &mut i,
+                far,
+                IpProtocol::TCP,
+                &TCP_HEADER,
+                b"",
+                0,
+                &mut nothing
+            ),
             Err(SendError::NoRoute)
         );
-        let big = vec![0u8; 1500];
-        let mut s = seg;
-        s.payload = &big;
+        // 20 + 1461 octets > MTU 1500 - 20.
+        let big = vec![0u8; 1461];
         assert_eq!(
-            i.send_tcp(PEER, &s, 0, &mut |_: &[&[u8]]| ()),
+            send_parts(
+                &mut i,
+                PEER,
+                IpProtocol::TCP,
+                &TCP_HEADER,
+                &big,
+                0,
+                &mut nothing
+            ),
             Err(SendError::TooBig)
         );
+        assert_eq!(i.stats().tx_too_big, 1);
+        assert_eq!(i.max_payload_len(), 1480);
         // Off-link through a gateway: ARP asks for the gateway.
         let mut cfg = IfaceConfig::new(MAC, IP, 24);
         cfg.gateway = Some(Ipv4Address::new(10, 9, 0, 254));
         let mut i = Interface::new(cfg);
         let mut out = Vec::new();
-        i.send_tcp(far, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
-            .unwrap();
+        send_parts(
+            &mut i,
+            far,
+            IpProtocol::TCP,
+            &TCP_HEADER,
+            b"",
+            0,
+            &mut |f: &[&[u8]]| out.push(f.concat()),
+        )
+        .unwrap();
         let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
         let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
         assert_eq!(r.target_protocol_addr, Ipv4Address::new(10, 9, 0, 254));
@@ -1425,8 +1362,16 @@ mod tests {
     #[test]
     fn unanswered_arp_fails_and_reports_unreachable() {
         let mut i = iface();
-        let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        i.send_tcp(PEER, &seg, 0, &mut |_: &[&[u8]]| ()).unwrap();
+        send_parts(
+            &mut i,
+            PEER,
+            IpProtocol::TCP,
+            &TCP_HEADER,
+            b"",
+            0,
+            &mut |_: &[&[u8]]| (),
+        )
+        .unwrap();
         let mut now = 0;
         // Requests at 0, 1 s and 2 s (max_requests 3); at 3 s the address fails.
         for _ in 0..3 {
@@ -1434,90 +1379,58 @@ mod tests {
             i.poll(now, &mut |_| ());
         }
         assert_eq!(
-            i.send_tcp(PEER, &seg, now, &mut |_: &[&[u8]]| ()),
+            send_parts(
+                &mut i,
+                PEER,
+                IpProtocol::TCP,
+                &TCP_HEADER,
+                b"",
+                now,
+                &mut |_: &[&[u8]]| ()
+            ),
             Err(SendError::Unreachable)
         );
         assert!(i.stats().tx_dropped >= 1);
-    }
-
-    /// 10.9.0.1:80 → 10.9.0.2:40000, ACK|PSH, seq 5, ack 77, window 8192,
-    /// payload "filled!" (odd length), IPv4 identification 1, DF, TTL 64:
-    /// the first segment a fresh interface sends to a known peer. Checksums
-    /// computed apart from this crate: IPv4 0x26b4, TCP 0x8594.
-    const FILLED_FRAME: [u8; 61] = [
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, //
-        0x45, 0x00, 0x00, 0x2f, 0x00, 0x01, 0x40, 0x00, 0x40, 0x06, 0x26, 0xb4, 0x0a, 0x09, //
-        0x00, 0x01, 0x0a, 0x09, 0x00, 0x02, 0x00, 0x50, 0x9c, 0x40, 0x00, 0x00, 0x00, 0x05, //
-        0x00, 0x00, 0x00, 0x4d, 0x50, 0x18, 0x20, 0x00, 0x85, 0x94, 0x00, 0x00, 0x66, 0x69, //
-        0x6c, 0x6c, 0x65, 0x64, 0x21, //
-    ];
-
-    fn filled_seg() -> TcpRepr<'static> {
-        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK | TcpFlags::PSH);
-        seg.ack_number = 77;
-        seg.window = 8192;
-        seg
     }
 
     /// An interface that knows the peer's MAC (learnt from its ARP request).
     fn iface_knowing_peer() -> Interface {
         let mut i = iface();
         let req = arp_frame(ArpOperation::REQUEST, EthernetAddress([0; 6]));
-        assert!(i.receive(&req, 0, &mut |_| ()).is_none());
+        assert!(receive(&mut i, &req, 0, &mut |_| ()).is_none());
         assert_eq!(i.arp().lookup(PEER, 0), Some(PEER_MAC));
         i
     }
 
-    /// A device that records how each frame came and lends a buffer full of
-    /// junk (so a frame that leaves octets unwritten shows it).
-    #[derive(Default)]
-    struct Recorder {
-        parts: Vec<Vec<u8>>,
-        built: Vec<Vec<u8>>,
-        cancelled: usize,
-        refuse: bool,
-    }
-
-    impl FrameSink for Recorder {
-        fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
-            self.parts.push(parts.concat());
-            true
-        }
-        fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-            if self.refuse {
-                return false;
-            }
-            let mut buf = vec![0xa5; len];
-            if build(&mut buf) {
-                self.built.push(buf);
-                true
-            } else {
-                self.cancelled += 1;
-                false
-            }
-        }
-    }
-
     /// A device that lends a frame as pieces of the given lengths (the
-    /// last takes the rest).
-    struct Pieces(Vec<usize>, Vec<Vec<u8>>);
+    /// last takes the rest) full of junk, or none at all (`None`), or
+    /// `short` octets fewer than asked.
+    #[derive(Default)]
+    struct Pieces {
+        cuts: Option<Vec<usize>>,
+        short: usize,
+        sent: Vec<Vec<u8>>,
+    }
 
     impl FrameSink for Pieces {
         fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
-            self.1.push(parts.concat());
+            self.sent.push(parts.concat());
             true
         }
         fn send_built(&mut self, _: usize, _: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-            panic!("a filled segment goes through send_built_sg");
+            panic!("built in pieces")
         }
         fn send_built_sg(
             &mut self,
             len: usize,
             build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
         ) -> bool {
+            let Some(cuts) = &self.cuts else {
+                return false;
+            };
+            let mut left = len - self.short;
             let mut bufs: Vec<Vec<u8>> = Vec::new();
-            let mut left = len;
-            for &n in &self.0 {
+            for &n in cuts {
                 let n = n.min(left);
                 bufs.push(vec![0x5a; n]);
                 left -= n;
@@ -1527,238 +1440,126 @@ mod tests {
             if !build(&mut pieces) {
                 return false;
             }
-            self.1.push(bufs.concat());
+            self.sent.push(bufs.concat());
             true
         }
     }
 
-    /// A frame lent in pieces (as AF_XDP lends the chunks of a jumbo
-    /// frame), cut at odd payload offsets too: the same octets and
-    /// checksums as the literal frame, the payload written piece by piece
-    /// at the right offsets.
+    /// The in-place path: the payload is lent as the rest of the first
+    /// buffer and the device's further buffers, the headers written
+    /// around it; a cancelled build, a device with no buffer and one that
+    /// lends the wrong length send nothing, each counted as documented.
     #[test]
-    fn a_filled_segment_built_in_pieces_is_the_literal_frame() {
-        // Headers are 54 octets: pieces of 55 (headers and one payload
-        // octet), 3, 1 and the rest (2).
+    fn a_datagram_built_in_place_in_pieces() {
         let mut i = iface_knowing_peer();
-        let mut dev = Pieces(vec![55, 3, 1], Vec::new());
-        let mut calls = Vec::new();
-        let mut write = |at: usize, b: &mut [u8]| {
-            calls.push((at, b.len()));
-            b.copy_from_slice(&b"filled!"[at..at + b.len()]);
+        let payload: Vec<u8> = (0..40u8).collect();
+        // Headers are 34 octets: pieces of 35 (headers and one payload
+        // octet), 10 and the rest (29).
+        let mut dev = Pieces {
+            cuts: Some(vec![35, 10]),
+            ..Pieces::default()
+        };
+        let mut lent = Vec::new();
+        let mut write = |first: &mut [u8], rest: &mut [&mut [u8]]| {
+            let mut at = 0;
+            for p in std::iter::once(first).chain(rest.iter_mut().map(|p| &mut **p)) {
+                lent.push(p.len());
+                p.copy_from_slice(&payload[at..at + p.len()]);
+                at += p.len();
+            }
             true
-        };
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
-        };
-        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
-            .unwrap();
-        assert_eq!(calls, [(0, 1), (1, 3), (4, 1), (5, 2)]);
-        assert_eq!(dev.1.last().map(|f| &f[..]), Some(&FILLED_FRAME[..]));
-        // Headers that do not fit the first piece: nothing built.
-        let mut dev = Pieces(vec![40], Vec::new());
-        let mut write = |_: usize, _: &mut [u8]| true;
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
-        };
-        let _ = i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev);
-        assert!(dev.1.is_empty());
-    }
-
-    #[test]
-    fn a_filled_segment_is_built_in_place_as_the_literal_frame() {
-        let mut i = iface_knowing_peer();
-        let mut dev = Recorder::default();
-        let mut calls = 0;
-        let mut write = |_at: usize, b: &mut [u8]| {
-            calls += 1;
-            assert_eq!(b.len(), 7, "the payload's place, exactly");
-            b.copy_from_slice(b"filled!");
-            true
-        };
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
-        };
-        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
-            .unwrap();
-        assert_eq!(calls, 1);
-        assert!(dev.parts.is_empty(), "not gathered from parts");
-        assert_eq!(dev.built.len(), 1);
-        assert_eq!(dev.built[0], FILLED_FRAME);
-        assert_eq!(i.stats().tx_frames, 2, "the ARP reply and the segment");
-        // The same segment with its payload given as octets: the same frame.
-        let mut j = iface_knowing_peer();
-        let mut seg = filled_seg();
-        seg.payload = b"filled!";
-        let mut out = Vec::new();
-        j.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
-            .unwrap();
-        assert_eq!(out, [FILLED_FRAME.to_vec()]);
-    }
-
-    #[test]
-    fn a_failed_fill_sends_nothing_and_is_counted() {
-        let mut i = iface_knowing_peer();
-        let mut dev = Recorder::default();
-        let mut write = |_at: usize, b: &mut [u8]| {
-            b[0] = 1; // partly written, then fails
-            false
-        };
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
         };
         assert_eq!(
-            i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev),
-            Err(SendError::FillFailed)
+            i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, &mut write),
+            Ok(true)
         );
-        assert!(dev.built.is_empty() && dev.parts.is_empty());
-        assert_eq!(dev.cancelled, 1, "the lent buffer went back");
-        assert_eq!(i.stats().tx_fill_failed, 1);
-        assert_eq!(i.stats().tx_frames, 1, "only the ARP reply");
-        // While ARP resolves: nothing held either.
-        let mut i = iface();
-        let mut out = Vec::new();
-        let mut write = |_: usize, _: &mut [u8]| false;
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
-        };
+        assert_eq!(lent, [1, 10, 29]);
+        let (e, r, got) = parse_out(&dev.sent[0]);
+        assert_eq!((e.src_addr, e.dst_addr), (MAC, PEER_MAC));
         assert_eq!(
-            i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut |f: &[&[u8]]| out
-                .push(f.concat())),
-            Err(SendError::FillFailed)
+            (
+                r.src_addr,
+                r.dst_addr,
+                r.protocol,
+                r.identification,
+                r.payload_len
+            ),
+            (IP, PEER, IpProtocol::UDP, 1, 40)
         );
-        assert_eq!(out.len(), 1, "only the ARP request");
-        assert_eq!(i.stats().tx_queued, 0);
-        let reply = arp_frame(ArpOperation::REPLY, MAC);
-        out.clear();
-        assert!(i
-            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
-            .is_none());
-        assert!(out.is_empty(), "nothing was held");
-    }
-
-    #[test]
-    fn a_filled_segment_waits_for_arp_like_any_other() {
-        let mut i = iface();
-        let mut out: Vec<Vec<u8>> = Vec::new();
-        let mut write = |_at: usize, b: &mut [u8]| {
-            b.copy_from_slice(b"filled!");
+        assert!(r.dont_frag);
+        assert_eq!(got, payload);
+        assert_eq!(i.stats().tx_frames, 2, "the ARP reply and the datagram");
+        // Cancelled: nothing sent, nothing counted, the identification kept.
+        assert_eq!(
+            i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, &mut |_, _| false),
+            Ok(false)
+        );
+        assert_eq!(dev.sent.len(), 1);
+        assert_eq!((i.stats().tx_frames, i.stats().tx_dropped), (2, 0));
+        // No buffer: build not called, the frame dropped as a full queue drops.
+        let mut none = Pieces::default();
+        let mut never = |_: &mut [u8], _: &mut [&mut [u8]]| panic!("not built");
+        assert_eq!(
+            i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut none, &mut never),
+            Ok(false)
+        );
+        assert_eq!(i.stats().tx_frames, 3);
+        // The wrong length lent, or a first buffer shorter than the headers.
+        for (cuts, short) in [(vec![35], 1), (vec![20], 0)] {
+            let mut bad = Pieces {
+                cuts: Some(cuts),
+                short,
+                ..Pieces::default()
+            };
+            assert_eq!(
+                i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut bad, &mut never),
+                Ok(false)
+            );
+            assert!(bad.sent.is_empty());
+        }
+        assert_eq!(i.stats().tx_dropped, 2);
+        // The next datagram built takes the next identification.
+        i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, &mut |f, rest| {
+            f.fill(7);
+            rest.iter_mut().for_each(|p| p.fill(7));
             true
-        };
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
-        };
-        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut |f: &[&[u8]]| {
-            out.push(f.concat())
         })
         .unwrap();
-        assert_eq!(out.len(), 1);
+        let (_, r, got) = parse_out(&dev.sent[1]);
+        assert_eq!((r.identification, got), (2, vec![7; 40]));
+        // Too large for the MTU: refused before anything is lent.
         assert_eq!(
-            EthernetFrame::new_checked(&out[0][..]).unwrap().ethertype(),
-            EtherType::ARP
-        );
-        assert_eq!(i.stats().tx_queued, 1);
-        out.clear();
-        let reply = arp_frame(ArpOperation::REPLY, MAC);
-        assert!(i
-            .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
-            .is_none());
-        assert_eq!(out, [FILLED_FRAME.to_vec()]);
-    }
-
-    #[test]
-    fn filled_segments_follow_the_size_and_route_rules_and_device_refusals() {
-        let mut i = iface_knowing_peer();
-        let mut dev = Recorder::default();
-        let mut calls = 0;
-        let mut write = |_: usize, _: &mut [u8]| {
-            calls += 1;
-            true
-        };
-        // 20 octets of TCP header + 1481 > 1500 - 20.
-        let big = PayloadFill {
-            len: 1481,
-            write: &mut write,
-        };
-        assert_eq!(
-            i.send_tcp_filled(PEER, &filled_seg(), big, 0, &mut dev),
+            i.send_ipv4_sg(PEER, IpProtocol::UDP, 1481, 0, &mut none, &mut never),
             Err(SendError::TooBig)
         );
-        assert_eq!(i.stats().tx_too_big, 1);
-        let far = Ipv4Address::new(192, 0, 2, 1);
-        let fill = PayloadFill {
-            len: 10,
-            write: &mut write,
-        };
-        assert_eq!(
-            i.send_tcp_filled(far, &filled_seg(), fill, 0, &mut dev),
-            Err(SendError::NoRoute)
-        );
-        // Exactly the MTU fits.
-        let fits = PayloadFill {
-            len: 1460,
-            write: &mut write,
-        };
-        i.send_tcp_filled(PEER, &filled_seg(), fits, 0, &mut dev)
-            .unwrap();
-        assert_eq!(dev.built.len(), 1);
-        assert_eq!(dev.built[0].len(), ETHERNET_HEADER_LEN + 1500);
-        // A device with no buffer: dropped as a full queue drops, the
-        // payload never written.
-        dev.refuse = true;
-        let fill = PayloadFill {
-            len: 10,
-            write: &mut write,
-        };
-        assert_eq!(
-            i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev),
-            Ok(())
-        );
-        assert_eq!(calls, 1, "only the frame that fit was written");
-        assert_eq!(dev.built.len(), 1);
-        assert_eq!(i.stats().tx_fill_failed, 0);
     }
 
+    /// While ARP resolves, the datagram is built in one piece and held;
+    /// a cancelled build holds nothing.
     #[test]
-    fn a_filled_segment_with_options_overwrites_every_lent_octet() {
-        // The Recorder lends 0xa5 junk: options, padding and payload must
-        // all be written, giving the frame send_tcp gathers from zeros.
-        let mut seg = filled_seg();
-        seg.timestamp = Some(crate::wire::TcpTimestamp {
-            tsval: 0x0102_0304,
-            tsecr: 0x0506_0708,
-        });
-        seg.sack_ranges[0] = Some((1000, 2000));
-        seg.window_scale = Some(7);
-        let payload: Vec<u8> = (0..333u32).map(|i| (i * 7) as u8).collect();
-        let mut i = iface_knowing_peer();
-        let mut dev = Recorder::default();
-        let mut write = |_at: usize, b: &mut [u8]| {
-            b.copy_from_slice(&payload);
+    fn a_datagram_built_in_place_waits_for_arp() {
+        let mut i = iface();
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut sink = |f: &[&[u8]]| out.push(f.concat());
+        let cancelled = i.send_ipv4_sg(PEER, IpProtocol::UDP, 5, 0, &mut sink, &mut |_, _| false);
+        assert_eq!(cancelled, Ok(false));
+        let held = i.send_ipv4_sg(PEER, IpProtocol::UDP, 5, 0, &mut sink, &mut |f, rest| {
+            assert!(rest.is_empty());
+            f.copy_from_slice(b"later");
             true
-        };
-        let fill = PayloadFill {
-            len: payload.len(),
-            write: &mut write,
-        };
-        i.send_tcp_filled(PEER, &seg, fill, 0, &mut dev).unwrap();
-        let mut j = iface_knowing_peer();
-        let mut given = seg;
-        given.payload = &payload;
-        let mut out = Vec::new();
-        j.send_tcp(PEER, &given, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
-            .unwrap();
-        assert_eq!(dev.built, out);
-        let (_, _, tcp) = parse_out(&dev.built[0]);
-        let back = TcpRepr::parse(&TcpPacket::new_checked(&tcp[..]).unwrap(), &IP, &PEER).unwrap();
-        assert_eq!(back.payload, &payload[..]);
-        assert_eq!(back.timestamp, seg.timestamp);
+        });
+        assert_eq!(held, Ok(true));
+        assert_eq!(out.len(), 1, "only the ARP request");
+        assert_eq!((i.stats().tx_queued, i.arp().queued(PEER)), (1, 1));
+        out.clear();
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        assert!(receive(&mut i, &reply, 1, &mut |f| out.push(f.to_vec())).is_none());
+        assert_eq!(out.len(), 1);
+        let (e, r, got) = parse_out(&out[0]);
+        assert_eq!(
+            (e.dst_addr, r.identification, &got[..]),
+            (PEER_MAC, 1, &b"later"[..])
+        );
     }
 
     #[test]
@@ -1772,74 +1573,5 @@ mod tests {
         assert!(!sink.send_built(3, &mut |_| false));
         assert!(sink.send_parts(&[b"d", b"ef"]));
         assert_eq!(out, [b"abc".to_vec(), b"def".to_vec()]);
-    }
-
-    /// 10.9.0.2:40000 → 10.9.0.1:5001, ACK|PSH, seq 1000, ack 77, window
-    /// 8192, payload "hi", as a Linux sender with TX checksum offload hands
-    /// it to a veth peer: the Checksum field (offset 50, 0x1431) holds only
-    /// the folded pseudo-header sum (10.9.0.2 + 10.9.0.1 + 6 + 22 octets);
-    /// the finished checksum would be 0x5f4e. The IPv4 header checksum is
-    /// complete (the kernel always fills it in).
-    const PARTIAL_CSUM_FRAME: [u8; 56] = [
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x08, 0x00, //
-        0x45, 0x00, 0x00, 0x2a, 0x00, 0x01, 0x40, 0x00, 0x40, 0x06, 0x26, 0xb9, 0x0a, 0x09, //
-        0x00, 0x02, 0x0a, 0x09, 0x00, 0x01, 0x9c, 0x40, 0x13, 0x89, 0x00, 0x00, 0x03, 0xe8, //
-        0x00, 0x00, 0x00, 0x4d, 0x50, 0x18, 0x20, 0x00, 0x14, 0x31, 0x00, 0x00, 0x68, 0x69, //
-    ];
-
-    #[test]
-    fn partial_checksum_is_dropped_counted_and_diagnosed_by_default() {
-        let mut i = iface();
-        assert!(i
-            .receive(&PARTIAL_CSUM_FRAME, 0, &mut |_| panic!("nothing to send"))
-            .is_none());
-        let st = *i.stats();
-        assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (1, 1));
-        assert_eq!((st.rx_tcp, st.rx_malformed), (0, 0));
-        let why = st.checksum_diagnosis().expect("a diagnosis");
-        assert!(why.contains("ethtool -K <peer> tx off"), "{why}");
-        assert!(why.contains("accept_partial_checksum"), "{why}");
-    }
-
-    #[test]
-    fn partial_checksum_is_accepted_when_configured() {
-        let mut cfg = IfaceConfig::new(MAC, IP, 24);
-        cfg.accept_partial_checksum = true;
-        let mut i = Interface::new(cfg);
-        let ing = i
-            .receive(&PARTIAL_CSUM_FRAME, 0, &mut |_| panic!("nothing to send"))
-            .expect("the segment");
-        assert_eq!(ing.src, PEER);
-        let seg = &ing.seg;
-        assert_eq!((seg.src_port, seg.dst_port), (40000, 5001));
-        assert_eq!(
-            (seg.seq_number, seg.ack_number, seg.window),
-            (1000, 77, 8192)
-        );
-        assert_eq!(seg.flags, TcpFlags::ACK | TcpFlags::PSH);
-        assert_eq!(seg.payload, b"hi");
-        let st = *i.stats();
-        assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (0, 1));
-        assert_eq!(st.rx_tcp, 1);
-        assert_eq!(st.checksum_diagnosis(), None);
-    }
-
-    #[test]
-    fn a_corrupt_checksum_is_not_taken_for_a_partial_one() {
-        for accept in [false, true] {
-            let mut cfg = IfaceConfig::new(MAC, IP, 24);
-            cfg.accept_partial_checksum = accept;
-            let mut i = Interface::new(cfg);
-            let mut f = PARTIAL_CSUM_FRAME;
-            // Neither the finished checksum (0x5f4e) nor the partial one.
-            f[50..52].copy_from_slice(&[0x14, 0x32]);
-            assert!(i.receive(&f, 0, &mut |_| {}).is_none());
-            let st = *i.stats();
-            assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (1, 0));
-            assert_eq!(st.checksum_diagnosis(), None);
-            // The finished checksum passes either way.
-            f[50..52].copy_from_slice(&[0x5f, 0x4e]);
-            assert!(i.receive(&f, 0, &mut |_| {}).is_some());
-        }
     }
 }
