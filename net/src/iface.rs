@@ -44,7 +44,7 @@
 
 use crate::arp::{self, ArpCache, Enqueue, Resolve};
 use crate::egress::{self, Source};
-use crate::ingress::{self, Datagram, Ingress, Refused};
+use crate::ingress::{self, Ingress, Refused};
 use crate::wire::{
     ArpRepr, EthernetAddress, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Address,
     ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
@@ -311,12 +311,26 @@ pub struct SctpIngress<'a> {
     pub packet: &'a [u8],
 }
 
+/// A TCP segment received for our address, borrowed from the frame, not
+/// yet parsed: what TCP needs of the datagram (the addresses of its
+/// pseudo-header, RFC 9293 §3.1) and the segment.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpDatagram<'a> {
+    /// Sender's address.
+    pub src: Ipv4Address,
+    /// Our address, the datagram's destination.
+    pub dst: Ipv4Address,
+    /// The sender's MAC (for diagnostics; replies go through ARP).
+    pub src_mac: EthernetAddress,
+    /// The TCP segment (the IP payload).
+    pub segment: &'a [u8],
+}
+
 /// What [`Interface::receive_ip`] hands the transports.
 #[derive(Debug)]
 pub enum IpIngress<'a> {
-    /// A TCP datagram for our address; `tcp-lite` checks and parses the
-    /// segment (`payload`).
-    Tcp(Datagram<'a>),
+    /// A TCP segment for our address; `tcp-lite` checks and parses it.
+    Tcp(TcpDatagram<'a>),
     /// An SCTP packet.
     Sctp(SctpIngress<'a>),
 }
@@ -416,7 +430,12 @@ impl Interface {
     ) -> Option<IpIngress<'a>> {
         self.stats.rx_frames += 1;
         match ingress::parse(frame, self.cfg.mac, self.cfg.ip) {
-            Ingress::Tcp(d) => Some(IpIngress::Tcp(d)),
+            Ingress::Tcp(d) => Some(IpIngress::Tcp(TcpDatagram {
+                src: d.ip.src_addr,
+                dst: d.ip.dst_addr,
+                src_mac: d.src_mac,
+                segment: d.payload,
+            })),
             Ingress::Sctp(d) if sctp.raw => {
                 self.stats.rx_sctp += 1;
                 Some(IpIngress::Sctp(SctpIngress {
@@ -676,7 +695,7 @@ impl Interface {
         payload: &[u8],
         now: u64,
         tx: &mut dyn FrameSink,
-        head: &mut dyn FnMut(&mut [u8]) -> bool,
+        mut head: impl FnMut(&mut [u8]) -> bool,
     ) -> Result<(), SendError> {
         let len = head_len + payload.len();
         let (hop, mac) = self.route(dst, len, now, tx)?;
@@ -732,7 +751,7 @@ impl Interface {
         len: usize,
         now: u64,
         tx: &mut dyn FrameSink,
-        build: &mut dyn FnMut(&mut [u8], &mut [&mut [u8]]) -> bool,
+        mut build: impl FnMut(&mut [u8], &mut [&mut [u8]]) -> bool,
     ) -> Result<bool, SendError> {
         /// How the device's part of one build ended.
         #[derive(Clone, Copy, PartialEq, Eq)]
@@ -993,7 +1012,7 @@ mod tests {
         now: u64,
         tx: &mut dyn FrameSink,
     ) -> Result<(), SendError> {
-        i.send_ipv4_parts(dst, protocol, head.len(), payload, now, tx, &mut |h| {
+        i.send_ipv4_parts(dst, protocol, head.len(), payload, now, tx, |h| {
             h.copy_from_slice(head);
             true
         })
@@ -1064,12 +1083,9 @@ mod tests {
         else {
             panic!("TCP not handed up")
         };
-        assert_eq!(
-            (d.src_mac, d.ip.src_addr, d.ip.dst_addr),
-            (PEER_MAC, PEER, IP)
-        );
-        assert_eq!(d.payload, &body[..]);
-        assert!(core::ptr::eq(d.payload, &frame[frame.len() - body.len()..]));
+        assert_eq!((d.src_mac, d.src, d.dst), (PEER_MAC, PEER, IP));
+        assert_eq!(d.segment, &body[..]);
+        assert!(core::ptr::eq(d.segment, &frame[frame.len() - body.len()..]));
     }
 
     #[test]
@@ -1195,7 +1211,7 @@ mod tests {
             b"x",
             arp::SECOND + 3,
             &mut |_: &[&[u8]]| panic!("nothing sent"),
-            &mut |_| false,
+            |_| false,
         );
         assert_eq!(sent, Ok(()));
         assert_eq!(i.stats().tx_dropped, dropped + 1);
@@ -1491,7 +1507,7 @@ mod tests {
         assert_eq!(i.stats().tx_frames, 2, "the ARP reply and the datagram");
         // Cancelled: nothing sent, nothing counted, the identification kept.
         assert_eq!(
-            i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, &mut |_, _| false),
+            i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, |_, _| false),
             Ok(false)
         );
         assert_eq!(dev.sent.len(), 1);
@@ -1519,7 +1535,7 @@ mod tests {
         }
         assert_eq!(i.stats().tx_dropped, 2);
         // The next datagram built takes the next identification.
-        i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, &mut |f, rest| {
+        i.send_ipv4_sg(PEER, IpProtocol::UDP, 40, 0, &mut dev, |f, rest| {
             f.fill(7);
             rest.iter_mut().for_each(|p| p.fill(7));
             true
@@ -1541,9 +1557,9 @@ mod tests {
         let mut i = iface();
         let mut out: Vec<Vec<u8>> = Vec::new();
         let mut sink = |f: &[&[u8]]| out.push(f.concat());
-        let cancelled = i.send_ipv4_sg(PEER, IpProtocol::UDP, 5, 0, &mut sink, &mut |_, _| false);
+        let cancelled = i.send_ipv4_sg(PEER, IpProtocol::UDP, 5, 0, &mut sink, |_, _| false);
         assert_eq!(cancelled, Ok(false));
-        let held = i.send_ipv4_sg(PEER, IpProtocol::UDP, 5, 0, &mut sink, &mut |f, rest| {
+        let held = i.send_ipv4_sg(PEER, IpProtocol::UDP, 5, 0, &mut sink, |f, rest| {
             assert!(rest.is_empty());
             f.copy_from_slice(b"later");
             true

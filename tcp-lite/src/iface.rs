@@ -34,8 +34,8 @@
 
 pub use iwarp_net::iface::{
     FrameSink, IfaceConfig, IfaceStats, Interface, IpIngress, SctpIngress, SctpServed, SendError,
+    TcpDatagram,
 };
-use iwarp_net::ingress::Datagram;
 
 use crate::tcp::PayloadFill;
 use crate::wire::checksum;
@@ -75,7 +75,7 @@ pub trait TcpInterface {
     /// ([`IpIngress::Tcp`]), its checksum verified over the pseudo-header
     /// and parsed; `None` (counted) when it is malformed or fails its
     /// checksum. See the [module docs](self) on partial checksums.
-    fn receive_tcp<'a>(&mut self, d: &Datagram<'a>) -> Option<TcpIngress<'a>>;
+    fn receive_tcp<'a>(&mut self, d: &TcpDatagram<'a>) -> Option<TcpIngress<'a>>;
 
     /// Send one TCP segment to `dst`: straight out through `tx` when the
     /// next hop's MAC is known, or held (and an ARP request sent) until it
@@ -196,21 +196,21 @@ impl TcpInterface for Interface {
     }
 
     #[inline]
-    fn receive_tcp<'a>(&mut self, d: &Datagram<'a>) -> Option<TcpIngress<'a>> {
-        let repr = &d.ip;
-        let body = d.payload;
+    fn receive_tcp<'a>(&mut self, d: &TcpDatagram<'a>) -> Option<TcpIngress<'a>> {
+        let (src, dst) = (d.src, d.dst);
+        let body = d.segment;
         let Ok(tcp) = TcpPacket::new_checked(body) else {
             self.stats_mut().rx_malformed += 1;
             return None;
         };
         // Checks the checksum over the pseudo-header.
-        let seg = match TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) {
+        let seg = match TcpRepr::parse(&tcp, &src, &dst) {
             Ok(seg) => seg,
             Err(crate::wire::Error::BadChecksum { found, .. }) => {
                 self.stats_mut().rx_bad_checksum += 1;
                 let partial = checksum::pseudo_header(
-                    &repr.src_addr,
-                    &repr.dst_addr,
+                    &src,
+                    &dst,
                     IpProtocol::TCP,
                     body.len().min(usize::from(u16::MAX)) as u16,
                 );
@@ -221,7 +221,7 @@ impl TcpInterface for Interface {
                 if !self.config().accept_partial_checksum {
                     return None;
                 }
-                let Some(seg) = parse_partial(&tcp, &repr.src_addr, &repr.dst_addr) else {
+                let Some(seg) = parse_partial(&tcp, &src, &dst) else {
                     self.stats_mut().rx_malformed += 1;
                     return None;
                 };
@@ -235,7 +235,7 @@ impl TcpInterface for Interface {
         };
         self.stats_mut().rx_tcp += 1;
         Some(TcpIngress {
-            src: repr.src_addr,
+            src,
             src_mac: d.src_mac,
             seg,
         })
@@ -256,7 +256,7 @@ impl TcpInterface for Interface {
             seg.payload,
             now,
             tx,
-            &mut |head| seg.emit_header(head, &src, &dst).is_ok(),
+            |head| seg.emit_header(head, &src, &dst).is_ok(),
         )
     }
 
@@ -284,7 +284,7 @@ impl TcpInterface for Interface {
             seg.header_len() + fill_len,
             now,
             tx,
-            &mut |first, rest| {
+            |first, rest| {
                 built = build_filled(first, rest, &src, &dst, seg, write, fill_len);
                 built == Built::Done
             },
