@@ -1,6 +1,6 @@
 //! DDP over SCTP (RFC 5043) on a frame device: `ddp_sctp` associations
 //! over Ethernet II / IPv4 protocol 132 (or UDP), on the one Ethernet/IPv4
-//! interface ([`tcp_lite::iface::Interface`], over `iwarp_net`) that TCP
+//! interface ([`iwarp_net::iface::Interface`]) that TCP
 //! uses too: one parse of each frame, one ARP cache, one IPv4
 //! identification, one hold queue.
 //!
@@ -54,11 +54,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use ddp_sctp::{listener, DdpAssociation, DdpError, DdpEvent};
 use iwarp_net::arp;
+use iwarp_net::iface::{IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
 use iwarp_net::wire::{
     EthernetAddress, IpProtocol, Ipv4Address, UdpRepr, IPV4_HEADER_LEN, UDP_HEADER_LEN,
 };
 use sctp_lite::assoc::{out_of_the_blue, Addrs, Config as SctpConfig, ListenOutcome, Listener};
-use tcp_lite::iface::{IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
 
 use crate::ready::{ReadySet, Slot};
 use crate::runtime::{Engine, FrameSink};

@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use iwarp_control::MpaConfig;
+use iwarp_net::iface::{FrameSink, IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
 use iwarp_proto::mem::{MemoryTable, STag};
 use iwarp_proto::qp::{Completion, DisconnectCause};
-use tcp_lite::iface::{FrameSink, IfaceConfig, Interface, IpIngress, SctpIngress, SctpServed};
+use tcp_lite::iface::TcpInterface;
 use tcp_lite::listen::{IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState};
 
@@ -2220,7 +2221,7 @@ impl crate::runtime::Engine for Stack {
             .iface
             .receive_ip(frame, now, served, &mut |f| pending.push(f.to_vec()))
         {
-            Some(IpIngress::Tcp(ing)) => Some(ing),
+            Some(IpIngress::Tcp(d)) => self.iface.receive_tcp(&d),
             Some(IpIngress::Sctp(pkt)) => {
                 self.sctp_packet(&pkt, now);
                 return;
@@ -2613,7 +2614,7 @@ mod tests {
 
     /// A stack with two connections opened to 10.9.0.2:7000.
     fn two_connections() -> (Stack, [Conn; 2]) {
-        let iface = tcp_lite::iface::IfaceConfig::new(
+        let iface = iwarp_net::iface::IfaceConfig::new(
             tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, 1]),
             Ipv4Address::new(10, 9, 0, 1),
             24,
@@ -2837,7 +2838,7 @@ mod tests {
         use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
         const LEN: usize = 64 << 10;
         let end = |last: u8| {
-            let iface = tcp_lite::iface::IfaceConfig::new(
+            let iface = iwarp_net::iface::IfaceConfig::new(
                 tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, last]),
                 Ipv4Address::new(10, 5, 0, last),
                 24,

@@ -13,14 +13,19 @@
 //! * [`ingress`]: a received frame parsed once, Ethernet → ARP or IPv4 →
 //!   dispatched by IP protocol (TCP, SCTP, UDP, ICMP), as smoltcp's
 //!   `process_ipv4` matches `next_header`;
-//! * [`egress`]: the Ethernet and IPv4 headers of what an interface sends.
-//!
-//! The interface that owns the cache, the IPv4 identification and the send
-//! path is `tcp_lite::iface::Interface` for now (it frames TCP segments in
-//! place); SCTP sends through its generic IPv4 path.
+//! * [`egress`]: the Ethernet and IPv4 headers of what an interface sends;
+//! * [`iface`]: the interface itself ([`iface::Interface`]): one ARP cache,
+//!   one IPv4 identification and one send path for every transport; ARP
+//!   and ICMP Echo answered, TCP datagrams and SCTP packets (raw or inside
+//!   UDP, RFC 6951) handed up, and datagrams of any protocol sent, their
+//!   payload gathered or written in place in the device's buffer
+//!   ([`iface::FrameSink`]). `tcp-lite` checks and frames TCP segments
+//!   over it; it depends on neither transport.
 #![warn(missing_docs)]
 
 pub mod arp;
 pub mod egress;
+pub mod iface;
 pub mod ingress;
+mod stats_fmt;
 pub mod wire;

@@ -1,34 +1,22 @@
-//! One Ethernet/IPv4 interface: the layer between frames and the
-//! transports, with one ARP cache, one IPv4 identification and one send
-//! path for all of them.
+//! TCP over the one Ethernet/IPv4 interface ([`iwarp_net::iface`]): what
+//! of the interface's work is TCP's, as [`TcpInterface`], implemented for
+//! [`Interface`].
 //!
-//! I/O-free and clock-free like the rest of the crate:
-//! [`Interface::receive_ip`] takes a received frame, parses it once
-//! ([`iwarp_net::ingress::parse`]) and dispatches it by IP protocol: a TCP
-//! segment (borrowed from the frame, so the payload still goes straight to
-//! the MPA deframer) or an SCTP packet, raw or inside UDP to the
-//! encapsulation port (RFC 6951), comes back to the caller; ARP and ICMP
-//! Echo are answered here through the `tx` callback
-//! ([`Interface::receive`] is the TCP-only form);
-//! [`Interface::send_tcp`] wraps a segment in IPv4 and Ethernet, resolving the
-//! next hop through the [`ArpCache`] and holding the frame while resolution
-//! runs; [`Interface::send_tcp_filled`] does the same for a segment whose
-//! payload a callback writes, building the whole frame in place in a buffer
-//! the device lends ([`FrameSink::send_built`]);
-//! [`Interface::send_ipv4_upto`] sends any other protocol's datagram
-//! (SCTP, raw or inside UDP), built in place the same way and held in the
-//! same ARP queue; [`Interface::poll`] retransmits ARP requests.
-//!
-//! What it refuses, counted in [`IfaceStats`] and never a panic:
-//! frames for another MAC, IPv4 datagrams for another address, fragments
-//! (RFC 791 §2.3: a host must reassemble, but an iWARP peer sends with DF and
-//! within the path MTU, so reassembly is left out and each fragment is
-//! dropped and counted), datagrams with IP options (RFC 1122 §3.2.1.8 lets a
-//! host ignore options it does not implement; we implement none and drop the
-//! datagram so nothing slips past a source route), bad header checksums
-//! (RFC 1122 §3.2.1.2 MUST silently discard), UDP datagrams whose
-//! checksum fails (RFC 768), and protocols other than TCP, ICMP and the
-//! SCTP the caller serves.
+//! * Receiving: the interface parses a frame once and hands a TCP
+//!   datagram up ([`IpIngress::Tcp`]); [`TcpInterface::receive_tcp`]
+//!   checks the segment's checksum over the pseudo-header (RFC 9293
+//!   §3.1) and parses it, its payload still borrowed from the frame, so
+//!   it goes straight to the MPA deframer ([`TcpInterface::receive`] is
+//!   the TCP-only form of [`Interface::receive_ip`]).
+//! * Sending: [`TcpInterface::send_tcp`] frames a segment through
+//!   [`Interface::send_ipv4_parts`] (headers built here, the payload
+//!   gathered from the send buffer by the device);
+//!   [`TcpInterface::send_tcp_filled`] one whose payload a callback
+//!   writes, through [`Interface::send_ipv4_sg`]: the whole frame is built
+//!   in place in the device's buffer, the payload written once, and the
+//!   TCP checksum computed here over the payload where it then lies.
+//!   Routing, ARP, the hold queue and the IPv4 identification are the
+//!   interface's.
 //!
 //! TCP segments that fail their checksum are dropped and counted
 //! ([`IfaceStats::rx_bad_checksum`]). Those whose Checksum field holds only
@@ -39,227 +27,100 @@
 //! [`IfaceConfig::accept_partial_checksum`] they are taken (the kernel
 //! trusts them too: they never left the host); otherwise
 //! [`IfaceStats::checksum_diagnosis`] names the cause and the fix.
+//!
+//! The interface's own types are re-exported here, so that code which
+//! names them through `tcp_lite::iface` (tests, tools, benchmarks) keeps
+//! compiling; the datapath names [`iwarp_net::iface`].
 
-use iwarp_net::egress::{self, Source};
-use iwarp_net::ingress::{self, Datagram, Ingress, Refused};
-
-use crate::arp::{self, ArpCache, Enqueue, Resolve};
-use crate::tcp::PayloadFill;
-use crate::wire::checksum;
-use crate::wire::{
-    ArpRepr, EthernetAddress, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Address, TcpPacket,
-    TcpRepr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+pub use iwarp_net::iface::{
+    FrameSink, IfaceConfig, IfaceStats, Interface, IpIngress, SctpIngress, SctpServed, SendError,
+    TcpDatagram,
 };
 
-/// Interface settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IfaceConfig {
-    /// Our MAC address.
-    pub mac: EthernetAddress,
-    /// Our IPv4 address.
-    pub ip: Ipv4Address,
-    /// Prefix length of our subnet (0..=32).
-    pub prefix_len: u8,
-    /// Router for destinations outside the subnet.
-    pub gateway: Option<Ipv4Address>,
-    /// Largest IP datagram we send (the link MTU).
-    pub mtu: usize,
-    /// Time to live of what we send.
-    pub ttl: u8,
-    /// ARP cache tunables.
-    pub arp: arp::Config,
-    /// Take TCP segments whose Checksum field holds only the pseudo-header
-    /// sum (a veth peer with TX checksum offload on delivers them so; see
-    /// the [module docs](self)). Off by default: on a wire, such a
-    /// segment is as corrupt as any other.
-    pub accept_partial_checksum: bool,
+use crate::tcp::PayloadFill;
+use crate::wire::checksum;
+use crate::wire::{EthernetAddress, IpProtocol, Ipv4Address, TcpPacket, TcpRepr};
+
+/// Octets of the largest TCP header (Data Offset 15).
+const MAX_TCP_HEADER_LEN: usize = 60;
+
+/// A TCP segment received for our address.
+#[derive(Debug)]
+pub struct TcpIngress<'a> {
+    /// Sender's address.
+    pub src: Ipv4Address,
+    /// The sender's MAC (for diagnostics; replies go through ARP).
+    pub src_mac: EthernetAddress,
+    /// The segment, payload borrowed from the frame.
+    pub seg: TcpRepr<'a>,
 }
 
-impl IfaceConfig {
-    /// An interface with a /24 subnet, MTU 1500, TTL 64, default ARP tunables.
-    pub fn new(mac: EthernetAddress, ip: Ipv4Address, prefix_len: u8) -> Self {
-        IfaceConfig {
-            mac,
-            ip,
-            prefix_len,
-            gateway: None,
-            mtu: 1500,
-            ttl: 64,
-            arp: arp::Config::default(),
-            accept_partial_checksum: false,
-        }
-    }
-}
+/// TCP's part of an [`Interface`]. See the [module docs](self).
+pub trait TcpInterface {
+    /// Largest TCP segment (header and payload) that fits the MTU.
+    fn max_tcp_len(&self) -> usize;
 
-/// Counters; they only go up.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IfaceStats {
-    /// Frames handed to [`Interface::receive`].
-    pub rx_frames: u64,
-    /// Frames that failed to parse at the Ethernet, ARP, IPv4, ICMP, UDP or TCP layer.
-    pub rx_malformed: u64,
-    /// Frames addressed to another MAC.
-    pub rx_not_for_us_mac: u64,
-    /// IPv4 datagrams addressed to another host.
-    pub rx_not_for_us_ip: u64,
-    /// IPv4 fragments, dropped.
-    pub rx_fragments: u64,
-    /// IPv4 datagrams with options, dropped.
-    pub rx_options: u64,
-    /// IPv4 datagrams of protocols we do not serve (SCTP and UDP
-    /// included when the caller serves no SCTP, or the UDP port is not
-    /// its encapsulation port).
-    pub rx_other_protocol: u64,
-    /// Frames of EtherTypes we do not serve.
-    pub rx_other_ethertype: u64,
-    /// TCP segments returned to the caller.
-    pub rx_tcp: u64,
-    /// SCTP packets returned to the caller, raw or from inside UDP.
-    pub rx_sctp: u64,
-    /// UDP datagrams dropped because their (non-zero) checksum did not
-    /// verify (RFC 768).
-    pub rx_udp_bad_checksum: u64,
-    /// TCP segments dropped because their checksum did not verify (partial
-    /// checksums included, unless accepted).
-    pub rx_bad_checksum: u64,
-    /// TCP segments whose Checksum field held only the pseudo-header sum
-    /// (TX checksum offload on the sender): dropped (and also counted in
-    /// `rx_bad_checksum`), or taken with
-    /// [`IfaceConfig::accept_partial_checksum`].
-    pub rx_partial_checksum: u64,
-    /// ICMP Echo requests answered.
-    pub icmp_echo_replies: u64,
-    /// Frames handed to `tx`.
-    pub tx_frames: u64,
-    /// Frames held while ARP resolved their next hop.
-    pub tx_queued: u64,
-    /// Frames dropped: no route, resolution failed, or the hold queue overflowed.
-    pub tx_dropped: u64,
-    /// Segments too large for the MTU, refused.
-    pub tx_too_big: u64,
-    /// Filled segments ([`Interface::send_tcp_filled`]) whose payload
-    /// could not be written: nothing sent.
-    pub tx_fill_failed: u64,
-}
-
-impl IfaceStats {
-    /// When most TCP segments dropped for a bad checksum carried a partial
-    /// one (and none was accepted), the likely cause and the fix; `None`
-    /// otherwise.
-    pub fn checksum_diagnosis(&self) -> Option<String> {
-        let bad = self.rx_bad_checksum;
-        let partial = self.rx_partial_checksum;
-        if bad == 0 || partial == 0 || partial > bad || partial * 2 < bad {
-            return None;
-        }
-        Some(format!(
-            "{partial} of {bad} TCP segments dropped for a bad checksum carried only the \
-             pseudo-header sum: the sender has TX checksum offload on and the frames never \
-             reached a NIC that would finish the checksum (typically the peer end of a veth \
-             pair). Fix: turn it off on the sending interface (`ethtool -K <peer> tx off`), \
-             or accept such segments (IfaceConfig::accept_partial_checksum)"
-        ))
-    }
-}
-
-/// Why [`Interface::send_tcp`] did not send a segment now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendError {
-    /// The datagram would exceed the MTU.
-    TooBig,
-    /// The destination is off-link and there is no gateway.
-    NoRoute,
-    /// ARP resolution of the next hop failed recently; the segment was
-    /// dropped (TCP's retransmission will try again).
-    Unreachable,
-    /// The payload of a filled segment could not be written
-    /// ([`PayloadFill::write`] returned false): nothing was sent or held.
-    FillFailed,
-}
-
-impl core::fmt::Display for SendError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
-            SendError::TooBig => "datagram larger than the MTU",
-            SendError::NoRoute => "no route to host",
-            SendError::Unreachable => "host unreachable (ARP resolution failed)",
-            SendError::FillFailed => "the segment's payload could not be written",
-        })
-    }
-}
-
-/// Where an interface's frames go: a device's transmit path.
-///
-/// A frame is handed over either as consecutive parts
-/// ([`send_parts`](Self::send_parts): headers built here, payload where it
-/// lies), which the device copies into its buffer in one pass, or built in
-/// place ([`send_built`](Self::send_built)): the device lends a buffer of
-/// the frame's length and the interface writes the whole frame into it,
-/// payload included, so the payload is written once, straight into the
-/// device's memory.
-///
-/// Any `FnMut(&[&[u8]])` closure is a sink (a built frame is built into a
-/// `Vec` first and handed over as one part). Where a `&mut dyn FrameSink`
-/// is expected, a closure needs its argument type written:
-/// `&mut |f: &[&[u8]]| ...`.
-pub trait FrameSink {
-    /// Send one frame given as consecutive parts. Whether the device took
-    /// it (false: dropped, as a full NIC queue drops; TCP retransmits).
-    fn send_parts(&mut self, parts: &[&[u8]]) -> bool;
-    /// Send one frame of exactly `len` octets that `build` writes into a
-    /// buffer the device lends (of exactly `len` octets). `build` returning
-    /// false cancels: nothing is sent and the buffer goes back. A device
-    /// with no buffer free does not call `build`. Whether the frame was
-    /// sent.
-    fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool;
-    /// [`send_built`](Self::send_built) for a device whose buffers may be
-    /// smaller than the frame: `build` gets the frame as consecutive
-    /// pieces (`len` octets in all, each but the last a whole device
-    /// buffer; the first at least 2048 octets or the whole frame). The
-    /// default lends one piece through `send_built`. AF_XDP lends the UMEM
-    /// chunks of a multi-buffer frame, so a jumbo frame too is built in
-    /// place.
-    fn send_built_sg(
+    /// Handle one received frame. ARP and ICMP Echo are answered through
+    /// `tx`; a TCP segment for our address comes back to the caller, its
+    /// checksum verified ([`receive_tcp`](Self::receive_tcp)); SCTP is
+    /// not served ([`Interface::receive_ip`] serves it).
+    fn receive<'a>(
         &mut self,
-        len: usize,
-        build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool,
-    ) -> bool {
-        self.send_built(len, &mut |b| build(&mut [b]))
-    }
-    /// Send one frame whose length is known only once built: `build`
-    /// writes it into a buffer of `max` octets the device lends and
-    /// returns its length (at most `max`), or `None` to cancel. A device
-    /// with no buffer free does not call `build`. Whether the frame was
-    /// sent. The default builds in a scratch buffer and sends it as one
-    /// part (one extra copy); sinks over devices that lend buffers
-    /// override it.
-    fn send_built_upto(
+        frame: &'a [u8],
+        now: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Option<TcpIngress<'a>>;
+
+    /// The segment of a TCP datagram the interface handed up
+    /// ([`IpIngress::Tcp`]), its checksum verified over the pseudo-header
+    /// and parsed; `None` (counted) when it is malformed or fails its
+    /// checksum. See the [module docs](self) on partial checksums.
+    fn receive_tcp<'a>(&mut self, d: &TcpDatagram<'a>) -> Option<TcpIngress<'a>>;
+
+    /// Send one TCP segment to `dst`: straight out through `tx` when the
+    /// next hop's MAC is known, or held (and an ARP request sent) until it
+    /// resolves ([`Interface::send_ipv4_parts`]). `Ok` means sent or held
+    /// (a device that refuses the frame drops it as a full NIC queue
+    /// would; TCP retransmits).
+    ///
+    /// The frame goes to [`FrameSink::send_parts`] as consecutive parts,
+    /// the headers and then the payload where it lies (the TCP send
+    /// buffer): a device copies both into its own buffer in one pass, so
+    /// the data is not first copied into a frame here.
+    fn send_tcp(
         &mut self,
-        max: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> bool {
-        let mut frame = vec![0u8; max];
-        match build(&mut frame) {
-            Some(n) if n <= max => self.send_parts(&[&frame[..n]]),
-            _ => false,
-        }
-    }
-}
+        dst: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(), SendError>;
 
-impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {
-    fn send_parts(&mut self, parts: &[&[u8]]) -> bool {
-        self(parts);
-        true
-    }
-
-    fn send_built(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        let mut frame = vec![0u8; len];
-        if !build(&mut frame) {
-            return false;
-        }
-        self(&[&frame]);
-        true
-    }
+    /// [`send_tcp`](Self::send_tcp) for a segment whose payload is written
+    /// by `fill` (`seg.payload` must be empty; the segment carries
+    /// `fill.len` octets): same routing, ARP and size rules, on a segment of
+    /// `seg.header_len() + fill.len` octets.
+    ///
+    /// With the next hop's MAC known, the frame is built in place in a
+    /// buffer the device lends ([`Interface::send_ipv4_sg`]): the payload
+    /// is written first, by `fill.write`, straight into its place in that
+    /// buffer, then the TCP header, the checksum computed over the payload
+    /// where it now lies, and the interface's Ethernet and IPv4 headers.
+    /// The payload is written once, into the device's memory. While ARP
+    /// resolves, the frame is built the same way into a `Vec` and held.
+    ///
+    /// If `fill.write` returns false, nothing is sent or held (the device's
+    /// buffer goes back), [`IfaceStats::tx_fill_failed`] counts it, and the
+    /// answer is [`SendError::FillFailed`]. A device with no free buffer
+    /// does not call `fill.write`: the frame is dropped as by
+    /// [`send_tcp`](Self::send_tcp), and the answer is `Ok`.
+    fn send_tcp_filled(
+        &mut self,
+        dst: Ipv4Address,
+        seg: &TcpRepr<'_>,
+        fill: PayloadFill<'_>,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> Result<(), SendError>;
 }
 
 /// How one in-place build of a filled segment ended.
@@ -267,71 +128,35 @@ impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {
 enum Built {
     /// Not called (the device had no buffer), or the frame is out.
     NotCalled,
-    /// The frame is complete.
+    /// The segment is complete.
     Done,
     /// The payload could not be written.
     FillFailed,
-    /// The TCP header could not be written (an option out of range).
+    /// The TCP header could not be written (an option out of range, or a
+    /// first piece too short for it).
     HeaderFailed,
 }
 
-/// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram from
-/// `cfg` into the start of `buf` (at least `ETHERNET_HEADER_LEN +
-/// IPV4_HEADER_LEN` octets): [`egress::write_eth_ipv4`].
+/// Write a whole filled TCP segment into the IP payload the interface
+/// lends, `first` and then `rest` (consecutive, exactly header + payload
+/// octets in all, the header within `first`): the payload first, through
+/// `write`, into its place after the header, piece by piece, then the
+/// header, with a TCP checksum over the payload where it now lies (RFC 9293
+/// §3.1; the pieces' sums combine as RFC 1071 §2 (C) allows, one that
+/// starts at an odd payload offset byte-swapped, §2 (B)).
 #[inline]
-fn write_l2_l3(
-    cfg: &IfaceConfig,
-    ident: u16,
-    buf: &mut [u8],
-    dst_mac: EthernetAddress,
-    dst: Ipv4Address,
-    protocol: IpProtocol,
-    payload_len: usize,
-) {
-    // The callers size `buf` and bound `payload_len` by the MTU.
-    let _ = egress::write_eth_ipv4(
-        &Source {
-            mac: cfg.mac,
-            ip: cfg.ip,
-            ttl: cfg.ttl,
-        },
-        ident,
-        buf,
-        dst_mac,
-        dst,
-        protocol,
-        payload_len,
-    );
-}
-
-/// Write a whole filled TCP frame into `pieces` (consecutive, exactly
-/// headers + payload octets in all, the headers within the first): the
-/// payload first, through `write`, into its place after the headers, piece
-/// by piece, then the headers, with a TCP checksum over the payload where
-/// it now lies (RFC 9293 §3.1; the pieces' sums combine as RFC 1071 §2 (C)
-/// allows, one that starts at an odd payload offset byte-swapped, §2 (B)).
-#[allow(clippy::too_many_arguments)]
 fn build_filled(
-    cfg: &IfaceConfig,
-    ident: u16,
-    pieces: &mut [&mut [u8]],
-    dst_mac: EthernetAddress,
-    dst: Ipv4Address,
+    first: &mut [u8],
+    rest: &mut [&mut [u8]],
+    src: &Ipv4Address,
+    dst: &Ipv4Address,
     seg: &TcpRepr<'_>,
     write: &mut dyn FnMut(usize, &mut [u8]) -> bool,
     fill_len: usize,
 ) -> Built {
-    let l3 = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-    let headers = l3 + seg.header_len();
-    let total: usize = pieces.iter().map(|p| p.len()).sum();
-    let Some((first, rest)) = pieces.split_first_mut() else {
+    let Some((head, p0)) = first.split_at_mut_checked(seg.header_len()) else {
         return Built::HeaderFailed;
     };
-    if total != headers + fill_len || first.len() < headers {
-        // A device that lent the wrong length: build nothing.
-        return Built::HeaderFailed;
-    }
-    let (head, p0) = first.split_at_mut(headers);
     let mut at = 0;
     let mut sum = 0u16;
     for piece in std::iter::once(p0).chain(rest.iter_mut().map(|p| &mut **p)) {
@@ -345,544 +170,97 @@ fn build_filled(
         sum = checksum::combine(&[sum, if at % 2 == 1 { s.swap_bytes() } else { s }]);
         at += piece.len();
     }
-    write_l2_l3(
-        cfg,
-        ident,
-        head,
-        dst_mac,
-        dst,
-        IpProtocol::TCP,
-        seg.header_len() + fill_len,
-    );
-    match seg.emit_header_sum(&mut head[l3..], fill_len, sum, &cfg.ip, &dst) {
+    match seg.emit_header_sum(head, fill_len, sum, src, dst) {
         Ok(()) => Built::Done,
         Err(_) => Built::HeaderFailed,
     }
 }
 
-/// A TCP segment received for our address.
-#[derive(Debug)]
-pub struct TcpIngress<'a> {
-    /// Sender's address.
-    pub src: Ipv4Address,
-    /// The sender's MAC (for diagnostics; replies go through ARP).
-    pub src_mac: EthernetAddress,
-    /// The segment, payload borrowed from the frame.
-    pub seg: TcpRepr<'a>,
-}
-
-/// An SCTP packet received for our address, raw (IPv4 protocol 132) or
-/// inside UDP to the encapsulation port (RFC 6951).
-#[derive(Debug, Clone, Copy)]
-pub struct SctpIngress<'a> {
-    /// Sender's address.
-    pub src: Ipv4Address,
-    /// The sender's MAC (answers made while receiving go straight back).
-    pub src_mac: EthernetAddress,
-    /// The UDP source port when it came inside UDP, `None` when raw.
-    pub udp: Option<u16>,
-    /// The SCTP packet, borrowed from the frame (not parsed yet).
-    pub packet: &'a [u8],
-}
-
-/// What [`Interface::receive_ip`] hands the transports.
-#[derive(Debug)]
-pub enum IpIngress<'a> {
-    /// A TCP segment, parsed and its checksum verified.
-    Tcp(TcpIngress<'a>),
-    /// An SCTP packet.
-    Sctp(SctpIngress<'a>),
-}
-
-/// Which SCTP packets [`Interface::receive_ip`] hands up; the rest are
-/// counted as [`IfaceStats::rx_other_protocol`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SctpServed {
-    /// IPv4 protocol 132.
-    pub raw: bool,
-    /// UDP datagrams to this port (RFC 6951; IANA's is 9899).
-    pub udp_port: Option<u16>,
-}
-
-impl SctpServed {
-    /// No SCTP: [`Interface::receive`]'s TCP-only interface.
-    pub const NONE: SctpServed = SctpServed {
-        raw: false,
-        udp_port: None,
-    };
-}
-
-/// One Ethernet/IPv4 interface. See the [module docs](self).
-#[derive(Debug)]
-pub struct Interface {
-    cfg: IfaceConfig,
-    arp: ArpCache<Vec<u8>>,
-    stats: IfaceStats,
-    ident: u16,
-    scratch: Vec<u8>,
-}
-
-impl Interface {
-    /// An interface with `cfg`.
-    pub fn new(cfg: IfaceConfig) -> Self {
-        Interface {
-            arp: ArpCache::new(cfg.mac, cfg.ip, cfg.arp),
-            cfg,
-            stats: IfaceStats::default(),
-            ident: 0,
-            scratch: Vec::new(),
-        }
-    }
-
-    /// Settings.
-    pub fn config(&self) -> &IfaceConfig {
-        &self.cfg
-    }
-
-    /// Counters.
-    pub fn stats(&self) -> &IfaceStats {
-        &self.stats
-    }
-
-    /// The ARP cache (for counters and inspection).
-    pub fn arp(&self) -> &ArpCache<Vec<u8>> {
-        &self.arp
-    }
-
-    /// Largest TCP segment (header and payload) that fits the MTU.
-    pub fn max_tcp_len(&self) -> usize {
-        self.cfg.mtu.saturating_sub(IPV4_HEADER_LEN)
-    }
-
-    /// Whether `ip` is on our subnet.
-    pub fn on_link(&self, ip: Ipv4Address) -> bool {
-        let bits = u32::from(self.cfg.prefix_len.min(32));
-        let mask = if bits == 0 {
-            0
-        } else {
-            u32::MAX << (32 - bits)
-        };
-        (u32::from_be_bytes(ip.0) & mask) == (u32::from_be_bytes(self.cfg.ip.0) & mask)
-    }
-
-    /// Handle one received frame. ARP and ICMP Echo are answered through
-    /// `tx`; a TCP segment for our address comes back to the caller
-    /// (SCTP is not served: [`receive_ip`](Self::receive_ip) serves it).
+impl TcpInterface for Interface {
     #[inline]
-    pub fn receive<'a>(
+    fn max_tcp_len(&self) -> usize {
+        self.max_payload_len()
+    }
+
+    #[inline]
+    fn receive<'a>(
         &mut self,
         frame: &'a [u8],
         now: u64,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Option<TcpIngress<'a>> {
         match self.receive_ip(frame, now, SctpServed::NONE, tx)? {
-            IpIngress::Tcp(t) => Some(t),
+            IpIngress::Tcp(d) => self.receive_tcp(&d),
             IpIngress::Sctp(_) => None,
         }
     }
 
-    /// Handle one received frame, parsed once and dispatched by protocol
-    /// (as smoltcp's `process_ipv4` matches `next_header`): ARP answered
-    /// and learned here (one cache for every transport), ICMP Echo
-    /// answered here, a TCP segment or an SCTP packet `sctp` serves
-    /// returned; everything else counted and dropped.
     #[inline]
-    pub fn receive_ip<'a>(
-        &mut self,
-        frame: &'a [u8],
-        now: u64,
-        sctp: SctpServed,
-        tx: &mut dyn FnMut(&[u8]),
-    ) -> Option<IpIngress<'a>> {
-        self.stats.rx_frames += 1;
-        match ingress::parse(frame, self.cfg.mac, self.cfg.ip) {
-            Ingress::Tcp(d) => self.receive_tcp(&d).map(IpIngress::Tcp),
-            Ingress::Sctp(d) if sctp.raw => {
-                self.stats.rx_sctp += 1;
-                Some(IpIngress::Sctp(SctpIngress {
-                    src: d.ip.src_addr,
-                    src_mac: d.src_mac,
-                    udp: None,
-                    packet: d.payload,
-                }))
-            }
-            Ingress::Udp(d, ports) if sctp.udp_port == Some(ports.dst_port) => {
-                self.stats.rx_sctp += 1;
-                Some(IpIngress::Sctp(SctpIngress {
-                    src: d.ip.src_addr,
-                    src_mac: d.src_mac,
-                    udp: Some(ports.src_port),
-                    packet: d.payload,
-                }))
-            }
-            Ingress::Sctp(_) | Ingress::Udp(..) => {
-                self.stats.rx_other_protocol += 1;
-                None
-            }
-            Ingress::Icmp(d) => {
-                self.receive_icmp(d.payload, d.ip.src_addr, d.src_mac, tx);
-                None
-            }
-            Ingress::Arp(repr) => {
-                self.receive_arp(&repr, now, tx);
-                None
-            }
-            Ingress::Dropped(why) => {
-                self.refused(why);
-                None
-            }
-        }
-    }
-
-    /// Count a frame [`ingress::parse`] refused (out of the receive path
-    /// that every frame inlines).
-    #[cold]
-    #[inline(never)]
-    fn refused(&mut self, why: Refused) {
-        let s = &mut self.stats;
-        *match why {
-            Refused::Malformed => &mut s.rx_malformed,
-            Refused::NotForUsMac => &mut s.rx_not_for_us_mac,
-            Refused::NotForUsIp => &mut s.rx_not_for_us_ip,
-            Refused::Fragment => &mut s.rx_fragments,
-            Refused::Options => &mut s.rx_options,
-            Refused::OtherProtocol(_) => &mut s.rx_other_protocol,
-            Refused::OtherEthertype(_) => &mut s.rx_other_ethertype,
-            Refused::UdpBadChecksum => &mut s.rx_udp_bad_checksum,
-        } += 1;
-    }
-
-    fn receive_arp(&mut self, repr: &ArpRepr, now: u64, tx: &mut dyn FnMut(&[u8])) {
-        if let Some(reply) = self.arp.process(repr, now) {
-            self.emit_arp(&reply, tx);
-        }
-        self.flush_ready(tx);
-    }
-
-    #[inline]
-    fn receive_tcp<'a>(&mut self, d: &Datagram<'a>) -> Option<TcpIngress<'a>> {
-        let repr = &d.ip;
-        let body = d.payload;
+    fn receive_tcp<'a>(&mut self, d: &TcpDatagram<'a>) -> Option<TcpIngress<'a>> {
+        let (src, dst) = (d.src, d.dst);
+        let body = d.segment;
         let Ok(tcp) = TcpPacket::new_checked(body) else {
-            self.stats.rx_malformed += 1;
+            self.stats_mut().rx_malformed += 1;
             return None;
         };
         // Checks the checksum over the pseudo-header.
-        let seg = match TcpRepr::parse(&tcp, &repr.src_addr, &repr.dst_addr) {
+        let seg = match TcpRepr::parse(&tcp, &src, &dst) {
             Ok(seg) => seg,
             Err(crate::wire::Error::BadChecksum { found, .. }) => {
-                self.stats.rx_bad_checksum += 1;
-                let partial = crate::wire::checksum::pseudo_header(
-                    &repr.src_addr,
-                    &repr.dst_addr,
+                self.stats_mut().rx_bad_checksum += 1;
+                let partial = checksum::pseudo_header(
+                    &src,
+                    &dst,
                     IpProtocol::TCP,
                     body.len().min(usize::from(u16::MAX)) as u16,
                 );
                 if found != partial {
                     return None;
                 }
-                self.stats.rx_partial_checksum += 1;
-                if !self.cfg.accept_partial_checksum {
+                self.stats_mut().rx_partial_checksum += 1;
+                if !self.config().accept_partial_checksum {
                     return None;
                 }
-                let seg = self.parse_partial(&tcp, &repr.src_addr, &repr.dst_addr)?;
-                self.stats.rx_bad_checksum -= 1;
+                let Some(seg) = parse_partial(&tcp, &src, &dst) else {
+                    self.stats_mut().rx_malformed += 1;
+                    return None;
+                };
+                self.stats_mut().rx_bad_checksum -= 1;
                 seg
             }
             Err(_) => {
-                self.stats.rx_malformed += 1;
+                self.stats_mut().rx_malformed += 1;
                 return None;
             }
         };
-        self.stats.rx_tcp += 1;
+        self.stats_mut().rx_tcp += 1;
         Some(TcpIngress {
-            src: repr.src_addr,
+            src,
             src_mac: d.src_mac,
             seg,
         })
     }
 
-    /// Parse a segment whose checksum is partial (already matched): the
-    /// header is checked on a copy with its checksum filled in, the payload
-    /// stays borrowed from the frame.
-    fn parse_partial<'a>(
-        &mut self,
-        tcp: &TcpPacket<&'a [u8]>,
-        src: &Ipv4Address,
-        dst: &Ipv4Address,
-    ) -> Option<TcpRepr<'a>> {
-        let hdr_len = tcp.header_len();
-        let raw: &'a [u8] = tcp.clone().into_inner();
-        let mut hdr = std::mem::take(&mut self.scratch);
-        hdr.clear();
-        hdr.extend_from_slice(raw.get(..hdr_len)?);
-        TcpPacket::new_unchecked(&mut hdr[..]).fill_checksum(src, dst);
-        let parsed = TcpPacket::new_checked(&hdr[..])
-            .ok()
-            .and_then(|p| TcpRepr::parse(&p, src, dst).ok())
-            .map(|h| TcpRepr {
-                src_port: h.src_port,
-                dst_port: h.dst_port,
-                seq_number: h.seq_number,
-                ack_number: h.ack_number,
-                flags: h.flags,
-                window: h.window,
-                urgent_pointer: h.urgent_pointer,
-                max_seg_size: h.max_seg_size,
-                window_scale: h.window_scale,
-                sack_permitted: h.sack_permitted,
-                sack_ranges: h.sack_ranges,
-                timestamp: h.timestamp,
-                payload: tcp.payload(),
-            });
-        self.scratch = hdr;
-        if parsed.is_none() {
-            self.stats.rx_malformed += 1;
-        }
-        parsed
-    }
-
-    fn receive_icmp(
-        &mut self,
-        body: &[u8],
-        src: Ipv4Address,
-        src_mac: EthernetAddress,
-        tx: &mut dyn FnMut(&[u8]),
-    ) {
-        let Ok(pkt) = Icmpv4Packet::new_checked(body) else {
-            self.stats.rx_malformed += 1;
-            return;
-        };
-        let Ok(Icmpv4Repr::EchoRequest {
-            ident,
-            seq_no,
-            data,
-        }) = Icmpv4Repr::parse(&pkt)
-        else {
-            // Echo replies and unsupported messages: nothing to do.
-            return;
-        };
-        let reply = Icmpv4Repr::EchoReply {
-            ident,
-            seq_no,
-            data,
-        };
-        let len = reply.buffer_len();
-        if IPV4_HEADER_LEN + len > self.cfg.mtu {
-            self.stats.tx_too_big += 1;
-            return;
-        }
-        // RFC 1122 §3.2.2.6: the reply goes back the way the request came,
-        // so answer the sender's MAC directly (no ARP round trip for a ping).
-        let mut buf = std::mem::take(&mut self.scratch);
-        let total = self.frame_header(&mut buf, src_mac, src, IpProtocol::ICMP, len, len);
-        let ok = reply
-            .emit(&mut Icmpv4Packet::new_unchecked(
-                &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..total],
-            ))
-            .is_ok();
-        if ok {
-            self.stats.icmp_echo_replies += 1;
-            self.stats.tx_frames += 1;
-            tx(&buf[..total]);
-        }
-        self.scratch = buf;
-    }
-
-    /// Write Ethernet and IPv4 headers for a `payload_len`-octet datagram
-    /// into `buf`, resized to the headers plus `room` octets (the whole
-    /// payload, or only the part written here when the rest is gathered
-    /// from elsewhere), returning that length.
-    fn frame_header(
-        &mut self,
-        buf: &mut Vec<u8>,
-        dst_mac: EthernetAddress,
-        dst: Ipv4Address,
-        protocol: IpProtocol,
-        payload_len: usize,
-        room: usize,
-    ) -> usize {
-        let total = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + room;
-        buf.clear();
-        buf.resize(total, 0);
-        self.ident = self.ident.wrapping_add(1);
-        write_l2_l3(
-            &self.cfg,
-            self.ident,
-            buf,
-            dst_mac,
-            dst,
-            protocol,
-            payload_len,
-        );
-        total
-    }
-
-    fn emit_arp(&mut self, repr: &ArpRepr, tx: &mut dyn FnMut(&[u8])) {
-        let mut buf = [0u8; arp::FRAME_LEN];
-        if let Ok(n) = arp::emit_frame(repr, self.cfg.mac, &mut buf) {
-            self.stats.tx_frames += 1;
-            tx(&buf[..n]);
-        }
-    }
-
-    fn flush_ready(&mut self, tx: &mut dyn FnMut(&[u8])) {
-        while let Some((mac, mut frame)) = self.arp.pop_ready() {
-            if let Some(d) = frame.get_mut(..6) {
-                d.copy_from_slice(&mac.0);
-            }
-            self.stats.tx_frames += 1;
-            tx(&frame);
-        }
-    }
-
-    /// The routing, size and ARP steps shared by [`send_tcp`](Self::send_tcp),
-    /// [`send_tcp_filled`](Self::send_tcp_filled) and
-    /// [`send_ipv4_upto`](Self::send_ipv4_upto) for a `len`-octet IP
-    /// payload: the next hop and its MAC if known (`None`: resolution
-    /// pending; an ARP request has gone out through `tx` if one was due).
-    ///
-    /// The fast path: `dst` is the address the ARP cache last found
-    /// resolved, so it is its own next hop (it was resolved directly: on
-    /// the link, or the gateway itself) and its MAC is known, without the
-    /// route or the table.
-    #[inline]
-    fn route(
-        &mut self,
-        dst: Ipv4Address,
-        len: usize,
-        now: u64,
-        tx: &mut dyn FrameSink,
-    ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
-        if len <= self.max_tcp_len() {
-            if let Some(mac) = self.arp.recent(dst, now) {
-                return Ok((dst, Some(mac)));
-            }
-        }
-        self.route_resolve(dst, len, now, tx)
-    }
-
-    #[inline(never)]
-    fn route_resolve(
-        &mut self,
-        dst: Ipv4Address,
-        len: usize,
-        now: u64,
-        tx: &mut dyn FrameSink,
-    ) -> Result<(Ipv4Address, Option<EthernetAddress>), SendError> {
-        if len > self.max_tcp_len() {
-            self.stats.tx_too_big += 1;
-            return Err(SendError::TooBig);
-        }
-        let hop = if self.on_link(dst) {
-            dst
-        } else if let Some(gw) = self.cfg.gateway {
-            gw
-        } else {
-            self.stats.tx_dropped += 1;
-            return Err(SendError::NoRoute);
-        };
-        let (mac, request) = match self.arp.resolve(hop, now) {
-            Resolve::Known(mac) => (Some(mac), None),
-            Resolve::SendRequest(r) => (None, Some(r)),
-            Resolve::Pending => (None, None),
-            Resolve::Failed => {
-                self.stats.tx_dropped += 1;
-                return Err(SendError::Unreachable);
-            }
-        };
-        if let Some(r) = request {
-            self.emit_arp(&r, &mut |f| {
-                tx.send_parts(&[f]);
-            });
-        }
-        Ok((hop, mac))
-    }
-
-    /// Hold `frame` for `hop` until ARP resolves it.
-    fn hold(&mut self, hop: Ipv4Address, frame: Vec<u8>) -> Result<(), SendError> {
-        self.stats.tx_queued += 1;
-        match self.arp.enqueue(hop, frame) {
-            Enqueue::Queued => Ok(()),
-            Enqueue::DroppedOldest(_) => {
-                self.stats.tx_dropped += 1;
-                Ok(())
-            }
-            Enqueue::Refused(_) => {
-                self.stats.tx_dropped += 1;
-                Err(SendError::Unreachable)
-            }
-        }
-    }
-
-    /// Send one TCP segment to `dst`: straight out through `tx` when the
-    /// next hop's MAC is known, or held (and an ARP request sent) until it
-    /// resolves. `Ok` means sent or held (a device that refuses the frame
-    /// drops it as a full NIC queue would; TCP retransmits).
-    ///
-    /// The frame goes to [`FrameSink::send_parts`] as consecutive parts,
-    /// the headers and then the payload where it lies (the TCP send
-    /// buffer): a device copies both into its own buffer in one pass, so
-    /// the data is not first copied into a frame here.
-    pub fn send_tcp(
+    fn send_tcp(
         &mut self,
         dst: Ipv4Address,
         seg: &TcpRepr<'_>,
         now: u64,
         tx: &mut dyn FrameSink,
     ) -> Result<(), SendError> {
-        let len = seg.buffer_len();
-        let (hop, mac) = self.route(dst, len, now, tx)?;
-        let mut buf = std::mem::take(&mut self.scratch);
-        let header_len = seg.header_len();
-        let headers = self.frame_header(
-            &mut buf,
-            mac.unwrap_or(EthernetAddress([0; 6])),
+        let src = self.config().ip;
+        self.send_ipv4_parts(
             dst,
             IpProtocol::TCP,
-            len,
-            header_len,
-        );
-        let emitted = seg
-            .emit_header(
-                &mut buf[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN..headers],
-                &self.cfg.ip,
-                &dst,
-            )
-            .is_ok();
-        let result = if !emitted {
-            self.stats.tx_dropped += 1;
-            Ok(())
-        } else if mac.is_some() {
-            self.stats.tx_frames += 1;
-            tx.send_parts(&[&buf[..headers], seg.payload]);
-            Ok(())
-        } else {
-            self.hold(hop, [&buf[..headers], seg.payload].concat())
-        };
-        self.scratch = buf;
-        result
+            seg.header_len(),
+            seg.payload,
+            now,
+            tx,
+            |head| seg.emit_header(head, &src, &dst).is_ok(),
+        )
     }
 
-    /// [`send_tcp`](Self::send_tcp) for a segment whose payload is written
-    /// by `fill` (`seg.payload` must be empty; the segment carries
-    /// `fill.len` octets): same routing, ARP and size rules, on a segment of
-    /// `seg.header_len() + fill.len` octets.
-    ///
-    /// With the next hop's MAC known, the frame is built in place in a
-    /// buffer the device lends ([`FrameSink::send_built`]): the payload is
-    /// written first, by `fill.write`, straight into its place in that
-    /// buffer, then the Ethernet, IPv4 and TCP headers, the TCP checksum
-    /// computed over the payload where it now lies. The payload is written
-    /// once, into the device's memory. While ARP resolves, the frame is
-    /// built the same way into a `Vec` and held.
-    ///
-    /// If `fill.write` returns false, nothing is sent or held (the device's
-    /// buffer goes back), [`IfaceStats::tx_fill_failed`] counts it, and the
-    /// answer is [`SendError::FillFailed`]. A device with no free buffer
-    /// does not call `fill.write`: the frame is dropped as by
-    /// [`send_tcp`](Self::send_tcp), and the answer is `Ok`.
-    pub fn send_tcp_filled(
+    fn send_tcp_filled(
         &mut self,
         dst: Ipv4Address,
         seg: &TcpRepr<'_>,
@@ -898,168 +276,76 @@ impl Interface {
             len: fill_len,
             write,
         } = fill;
-        let len = seg.header_len() + fill_len;
-        let (hop, mac) = self.route(dst, len, now, tx)?;
-        let frame_len = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + len;
-        self.ident = self.ident.wrapping_add(1);
-        let (cfg, ident) = (self.cfg, self.ident);
-        let dst_mac = mac.unwrap_or(EthernetAddress([0; 6]));
-        let (built, held) = match mac {
-            Some(_) => {
-                let mut built = Built::NotCalled;
-                let sent = tx.send_built_sg(frame_len, &mut |pieces| {
-                    built = build_filled(&cfg, ident, pieces, dst_mac, dst, seg, write, fill_len);
-                    built == Built::Done
-                });
-                if !sent && built == Built::Done {
-                    // The device took the build but not the frame: a
-                    // refusal like any other.
-                    built = Built::NotCalled;
-                }
-                (built, None)
-            }
-            None => {
-                let mut frame = vec![0u8; frame_len];
-                let built = build_filled(
-                    &cfg,
-                    ident,
-                    &mut [&mut frame[..]],
-                    dst_mac,
-                    dst,
-                    seg,
-                    write,
-                    fill_len,
-                );
-                (built, Some(frame))
-            }
-        };
-        match (built, held) {
-            (Built::FillFailed, _) => {
-                self.stats.tx_fill_failed += 1;
+        let src = self.config().ip;
+        let mut built = Built::NotCalled;
+        self.send_ipv4_sg(
+            dst,
+            IpProtocol::TCP,
+            seg.header_len() + fill_len,
+            now,
+            tx,
+            |first, rest| {
+                built = build_filled(first, rest, &src, &dst, seg, write, fill_len);
+                built == Built::Done
+            },
+        )?;
+        match built {
+            Built::FillFailed => {
+                self.stats_mut().tx_fill_failed += 1;
                 Err(SendError::FillFailed)
             }
-            (Built::HeaderFailed, _) => {
-                self.stats.tx_dropped += 1;
+            Built::HeaderFailed => {
+                self.stats_mut().tx_dropped += 1;
                 Ok(())
             }
-            (Built::Done, Some(frame)) => self.hold(hop, frame),
-            (_, _) => {
-                // Sent, or refused by the device (dropped as a full NIC
-                // queue drops; TCP retransmits): handed to `tx` either way.
-                self.stats.tx_frames += 1;
-                Ok(())
-            }
+            // Sent, held, or refused by the device (dropped as a full NIC
+            // queue drops; TCP retransmits): the interface counted it.
+            Built::NotCalled | Built::Done => Ok(()),
         }
     }
+}
 
-    /// Send one IPv4 datagram of `protocol` to `dst` whose payload `build`
-    /// writes into the buffer it is lent (at most `max` octets) and
-    /// measures, `None` to cancel: the same routing, size (`max` within
-    /// the MTU) and ARP rules as [`send_tcp`](Self::send_tcp), the same
-    /// IPv4 identification and the same hold queue. For SCTP, raw or
-    /// inside UDP (the payload then starts with the UDP header `build`
-    /// writes).
-    ///
-    /// With the next hop's MAC known the frame is built in place in a
-    /// buffer the device lends ([`FrameSink::send_built_upto`]): the
-    /// payload goes straight into the device's memory, behind the headers
-    /// written here. While ARP resolves, the frame is built the same way
-    /// into a `Vec` and held until the reply comes (and leaves with the
-    /// frames TCP held, from [`receive_ip`](Self::receive_ip)).
-    ///
-    /// `Ok(true)`: a datagram was built (sent, held, or refused by the
-    /// device as a full NIC queue refuses: the transport retransmits);
-    /// `Ok(false)`: `build` cancelled, or the device had no buffer and
-    /// did not call it.
-    pub fn send_ipv4_upto(
-        &mut self,
-        dst: Ipv4Address,
-        protocol: IpProtocol,
-        max: usize,
-        now: u64,
-        tx: &mut dyn FrameSink,
-        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> Result<bool, SendError> {
-        let (hop, mac) = self.route(dst, max, now, tx)?;
-        const L3: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-        let src = Source {
-            mac: self.cfg.mac,
-            ip: self.cfg.ip,
-            ttl: self.cfg.ttl,
-        };
-        let ident = self.ident.wrapping_add(1);
-        let Some(dst_mac) = mac else {
-            let mut f = vec![0u8; L3 + max];
-            let (head, payload) = f.split_at_mut(L3);
-            let Some(n) = build(payload) else {
-                return Ok(false);
-            };
-            egress::write_eth_ipv4(&src, ident, head, EthernetAddress([0; 6]), dst, protocol, n);
-            self.ident = ident;
-            f.truncate(L3 + n);
-            return self.hold(hop, f).map(|()| true);
-        };
-        let mut built = false;
-        tx.send_built_upto(L3 + max, &mut |f| {
-            // The device lends the `L3 + max` octets asked for.
-            let (head, payload) = f.split_at_mut(L3);
-            let n = build(payload)?;
-            egress::write_eth_ipv4(&src, ident, head, dst_mac, dst, protocol, n);
-            built = true;
-            Some(L3 + n)
-        });
-        if built {
-            self.ident = ident;
-            self.stats.tx_frames += 1;
-        }
-        Ok(built)
-    }
-
-    /// A whole frame to `dst_mac` / `dst` carrying `parts` as one IPv4
-    /// datagram of `protocol`, with the next IPv4 identification: for an
-    /// answer made while receiving, sent back to the MAC the request came
-    /// from (as ICMP Echo is, RFC 1122 §3.2.2.6) without asking ARP.
-    pub fn ipv4_frame(
-        &mut self,
-        dst_mac: EthernetAddress,
-        dst: Ipv4Address,
-        protocol: IpProtocol,
-        parts: &[&[u8]],
-    ) -> Vec<u8> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let mut f = Vec::with_capacity(ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + len);
-        self.frame_header(&mut f, dst_mac, dst, protocol, len, 0);
-        for p in parts {
-            f.extend_from_slice(p);
-        }
-        self.stats.tx_frames += 1;
-        f
-    }
-
-    /// Retransmit due ARP requests (and fail addresses that never answered).
-    #[inline]
-    pub fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
-        // Every round of a host asks; ARP rarely has anything due.
-        if !self.arp.request_due(now) {
-            return;
-        }
-        while let Some(r) = self.arp.poll_request(now) {
-            self.emit_arp(&r, tx);
-        }
-    }
-
-    /// When [`poll`](Self::poll) next has work.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        self.arp.poll_timeout()
-    }
+/// Parse a segment whose checksum is partial (already matched): the
+/// header is checked on a copy with its checksum filled in, the payload
+/// stays borrowed from the frame.
+fn parse_partial<'a>(
+    tcp: &TcpPacket<&'a [u8]>,
+    src: &Ipv4Address,
+    dst: &Ipv4Address,
+) -> Option<TcpRepr<'a>> {
+    let hdr_len = tcp.header_len();
+    let raw: &'a [u8] = tcp.clone().into_inner();
+    let mut copy = [0u8; MAX_TCP_HEADER_LEN];
+    let hdr = copy.get_mut(..hdr_len)?;
+    hdr.copy_from_slice(raw.get(..hdr_len)?);
+    TcpPacket::new_unchecked(&mut *hdr).fill_checksum(src, dst);
+    let h = TcpPacket::new_checked(&*hdr)
+        .ok()
+        .and_then(|p| TcpRepr::parse(&p, src, dst).ok())?;
+    Some(TcpRepr {
+        src_port: h.src_port,
+        dst_port: h.dst_port,
+        seq_number: h.seq_number,
+        ack_number: h.ack_number,
+        flags: h.flags,
+        window: h.window,
+        urgent_pointer: h.urgent_pointer,
+        max_seg_size: h.max_seg_size,
+        window_scale: h.window_scale,
+        sack_permitted: h.sack_permitted,
+        sack_ranges: h.sack_ranges,
+        timestamp: h.timestamp,
+        payload: tcp.payload(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arp;
     use crate::wire::{
-        ArpOperation, ArpPacket, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
-        TcpFlags,
+        ArpOperation, ArpRepr, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
+        TcpFlags, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
     };
 
     const MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
@@ -1132,56 +418,6 @@ mod tests {
     }
 
     #[test]
-    fn answers_arp_request_for_us_and_learns_sender() {
-        let mut i = iface();
-        let mut out = Vec::new();
-        let req = arp_frame(ArpOperation::REQUEST, EthernetAddress([0; 6]));
-        assert!(i.receive(&req, 0, &mut |f| out.push(f.to_vec())).is_none());
-        assert_eq!(out.len(), 1);
-        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
-        assert_eq!(eth.dst_addr(), PEER_MAC);
-        let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
-        assert_eq!(r.operation, ArpOperation::REPLY);
-        assert_eq!(r.source_hardware_addr, MAC);
-        assert_eq!(r.source_protocol_addr, IP);
-        assert_eq!(r.target_protocol_addr, PEER);
-        assert_eq!(i.arp().lookup(PEER, 0), Some(PEER_MAC));
-    }
-
-    #[test]
-    fn answers_echo_request_with_same_payload() {
-        let mut i = iface();
-        let req = Icmpv4Repr::EchoRequest {
-            ident: 0x1234,
-            seq_no: 9,
-            data: b"hello ping",
-        };
-        let mut body = vec![0u8; req.buffer_len()];
-        req.emit(&mut Icmpv4Packet::new_unchecked(&mut body[..]))
-            .unwrap();
-        let mut out = Vec::new();
-        let frame = ip_frame(IP, IpProtocol::ICMP, &body);
-        assert!(i
-            .receive(&frame, 0, &mut |f| out.push(f.to_vec()))
-            .is_none());
-        assert_eq!(out.len(), 1);
-        let (e, r, payload) = parse_out(&out[0]);
-        assert_eq!(e.dst_addr, PEER_MAC);
-        assert_eq!((r.src_addr, r.dst_addr), (IP, PEER));
-        assert!(r.dont_frag);
-        let p = Icmpv4Packet::new_checked(&payload[..]).unwrap();
-        assert_eq!(
-            Icmpv4Repr::parse(&p).unwrap(),
-            Icmpv4Repr::EchoReply {
-                ident: 0x1234,
-                seq_no: 9,
-                data: b"hello ping"
-            }
-        );
-        assert_eq!(i.stats().icmp_echo_replies, 1);
-    }
-
-    #[test]
     fn tcp_for_us_comes_back_with_payload_borrowed() {
         let mut i = iface();
         let mut seg = TcpRepr::new(40000, 80, 1000, TcpFlags::ACK | TcpFlags::PSH);
@@ -1193,69 +429,33 @@ mod tests {
         assert_eq!(got.seg.dst_port, 80);
     }
 
+    /// A bad TCP checksum: dropped and counted apart from malformed
+    /// frames; a segment too short for its header is malformed; SCTP is
+    /// not served by the TCP-only `receive`.
     #[test]
-    fn drops_and_counts_what_it_does_not_serve() {
+    fn a_bad_checksum_is_counted_apart_from_malformed_frames() {
         let mut i = iface();
-        let seg = TcpRepr::new(1, 2, 3, TcpFlags::SYN);
-        let body = tcp_bytes(&seg, PEER, IP);
         let mut none = |_: &[u8]| panic!("no output");
-        // Another host.
-        let other = Ipv4Address::new(10, 9, 0, 3);
-        assert!(i
-            .receive(&ip_frame(other, IpProtocol::TCP, &body), 0, &mut none)
-            .is_none());
-        assert_eq!(i.stats().rx_not_for_us_ip, 1);
-        // A fragment (MF set; checksum refilled).
-        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
-        {
-            let mut ip = Ipv4Packet::new_unchecked(&mut f[ETHERNET_HEADER_LEN..]);
-            ip.set_more_frags(true);
-            ip.fill_checksum();
-        }
-        assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_fragments, 1);
-        // A bad header checksum.
-        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
-        f[ETHERNET_HEADER_LEN + 10] ^= 0xff;
-        assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_malformed, 1);
-        // A bad TCP checksum: counted apart from malformed frames.
-        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
+        let seg = TcpRepr::new(1, 2, 3, TcpFlags::SYN);
+        let mut f = ip_frame(IP, IpProtocol::TCP, &tcp_bytes(&seg, PEER, IP));
         f[ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + 16] ^= 1;
         assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_malformed, 1);
-        assert_eq!(i.stats().rx_bad_checksum, 1);
-        // UDP to a port nobody serves (53 → 53, length 8, no checksum).
-        let udp = [0, 53, 0, 53, 0, 8, 0, 0];
+        let st = *i.stats();
+        assert_eq!((st.rx_bad_checksum, st.rx_malformed, st.rx_tcp), (1, 0, 0));
         assert!(i
-            .receive(&ip_frame(IP, IpProtocol(17), &udp), 0, &mut none)
+            .receive(&ip_frame(IP, IpProtocol::TCP, &[0; 19]), 0, &mut none)
+            .is_none());
+        assert_eq!(i.stats().rx_malformed, 1);
+        let sctp = [0x13, 0x88, 0x13, 0x89, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert!(i
+            .receive(&ip_frame(IP, IpProtocol::SCTP, &sctp), 0, &mut none)
             .is_none());
         assert_eq!(i.stats().rx_other_protocol, 1);
-        // Another MAC.
-        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
-        f[5] = 0x77;
-        assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_not_for_us_mac, 1);
-        // IP options: IHL 6 with a 4-octet NOP option.
-        let mut f = ip_frame(IP, IpProtocol::TCP, &body);
-        let at = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN;
-        f.splice(at..at, [1, 1, 1, 1]);
-        {
-            let total = (f.len() - ETHERNET_HEADER_LEN) as u16;
-            let mut ip = Ipv4Packet::new_unchecked(&mut f[ETHERNET_HEADER_LEN..]);
-            ip.set_ihl(6);
-            ip.set_total_len(total);
-            ip.fill_checksum();
-        }
-        assert!(i.receive(&f, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_options, 1);
-        // Every truncation of a valid frame: never a panic, never a segment.
-        let good = ip_frame(IP, IpProtocol::TCP, &body);
-        for len in 0..good.len() {
-            assert!(i.receive(&good[..len], 0, &mut none).is_none(), "len {len}");
-        }
+        assert_eq!(i.stats().rx_tcp, 0);
     }
 
+    /// What the interface holds while ARP resolves leaves, as TCP framed
+    /// it, once the reply comes; then segments go at once.
     #[test]
     fn send_holds_until_arp_resolves_then_flushes() {
         let mut i = iface();
@@ -1264,180 +464,39 @@ mod tests {
         seg.payload = b"held";
         i.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
             .unwrap();
-        // Only the ARP request went out.
-        assert_eq!(out.len(), 1);
-        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
-        assert_eq!(eth.ethertype(), EtherType::ARP);
-        assert!(eth.dst_addr().is_broadcast());
-        // A retry after the interval, then the reply releases the segment.
-        out.clear();
-        i.poll(arp::SECOND, &mut |f| out.push(f.to_vec()));
-        assert_eq!(out.len(), 1);
-        out.clear();
-        let reply = arp_frame(ArpOperation::REPLY, MAC);
-        assert!(i
-            .receive(&reply, arp::SECOND + 1, &mut |f| out.push(f.to_vec()))
-            .is_none());
-        assert_eq!(out.len(), 1);
-        let (e, r, payload) = parse_out(&out[0]);
-        assert_eq!(e.dst_addr, PEER_MAC);
-        assert_eq!(r.dst_addr, PEER);
-        let t = TcpPacket::new_checked(&payload[..]).unwrap();
-        let t = TcpRepr::parse(&t, &IP, &PEER).unwrap();
-        assert_eq!(t.payload, b"held");
-        // Now known: sent at once.
-        out.clear();
-        i.send_tcp(PEER, &seg, arp::SECOND + 2, &mut |f: &[&[u8]]| {
-            out.push(f.concat())
-        })
-        .unwrap();
-        assert_eq!(out.len(), 1);
-    }
-
-    /// SCTP goes up only where served, raw or from inside UDP to the
-    /// encapsulation port; what the interface sends for it resolves through
-    /// the same ARP cache, waits in the same queue and takes the same IPv4
-    /// identification as TCP.
-    #[test]
-    fn sctp_is_dispatched_when_served_and_sent_through_the_one_arp_cache() {
-        let mut i = iface();
-        let mut none = |_: &[u8]| panic!("no output");
-        let sctp = [0x13, 0x88, 0x13, 0x89, 0, 0, 0, 0, 0, 0, 0, 0];
-        let raw = ip_frame(IP, IpProtocol::SCTP, &sctp);
-        assert!(i.receive(&raw, 0, &mut none).is_none());
-        assert_eq!(i.stats().rx_other_protocol, 1, "not served by receive");
-        let served = SctpServed {
-            raw: true,
-            udp_port: Some(9899),
-        };
-        let Some(IpIngress::Sctp(p)) = i.receive_ip(&raw, 0, served, &mut none) else {
-            panic!("raw SCTP not handed up")
-        };
-        assert_eq!(
-            (p.src, p.src_mac, p.udp, p.packet),
-            (PEER, PEER_MAC, None, &sctp[..])
-        );
-        // Inside UDP 40000 → 9899, no checksum.
-        let mut u = vec![0x9c, 0x40, 0x26, 0xab, 0, 20, 0, 0];
-        u.extend_from_slice(&sctp);
-        let in_udp = ip_frame(IP, IpProtocol::UDP, &u);
-        let Some(IpIngress::Sctp(p)) = i.receive_ip(&in_udp, 0, served, &mut none) else {
-            panic!("SCTP in UDP not handed up")
-        };
-        assert_eq!((p.udp, p.packet), (Some(40000), &sctp[..]));
-        // Another destination port is not SCTP's.
-        u[2..4].copy_from_slice(&53u16.to_be_bytes());
-        let other = ip_frame(IP, IpProtocol::UDP, &u);
-        assert!(i.receive_ip(&other, 0, served, &mut none).is_none());
-        assert_eq!(i.stats().rx_other_protocol, 2);
-        assert_eq!(i.stats().rx_sctp, 2);
-
-        // Sending to the unresolved peer: one ARP request, the SCTP
-        // datagram and then a TCP segment held behind it.
-        let mut out: Vec<Vec<u8>> = Vec::new();
-        let mut sink = |f: &[&[u8]]| out.push(f.concat());
-        let sent = i.send_ipv4_upto(PEER, IpProtocol::SCTP, 100, 0, &mut sink, &mut |b| {
-            b[..12].copy_from_slice(&sctp);
-            Some(12)
-        });
-        assert_eq!(sent, Ok(true));
-        let mut seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        seg.payload = b"held";
-        i.send_tcp(PEER, &seg, 0, &mut sink).unwrap();
-        assert_eq!(out.len(), 1, "one ARP request for both");
-        assert_eq!(i.arp().queued(PEER), 2);
+        assert_eq!(out.len(), 1, "only the ARP request");
         out.clear();
         let reply = arp_frame(ArpOperation::REPLY, MAC);
         assert!(i
             .receive(&reply, 1, &mut |f| out.push(f.to_vec()))
             .is_none());
-        assert_eq!(out.len(), 2);
+        assert_eq!(out.len(), 1);
         let (e, r, payload) = parse_out(&out[0]);
         assert_eq!(
-            (e.dst_addr, r.protocol, r.identification),
-            (PEER_MAC, IpProtocol::SCTP, 1)
+            (e.dst_addr, r.dst_addr, r.protocol),
+            (PEER_MAC, PEER, IpProtocol::TCP)
         );
-        assert!(r.dont_frag);
-        assert_eq!(payload, sctp);
-        let (e, r, _) = parse_out(&out[1]);
-        assert_eq!(
-            (e.dst_addr, r.protocol, r.identification),
-            (PEER_MAC, IpProtocol::TCP, 2)
-        );
-        // Resolved: built in place at once; a cancelled build sends nothing.
+        let t = TcpPacket::new_checked(&payload[..]).unwrap();
+        let t = TcpRepr::parse(&t, &IP, &PEER).unwrap();
+        assert_eq!(t.payload, b"held");
         out.clear();
-        let mut sink = |f: &[&[u8]]| out.push(f.concat());
-        let sent = i.send_ipv4_upto(PEER, IpProtocol::UDP, 100, 2, &mut sink, &mut |_| None);
-        assert_eq!(sent, Ok(false));
-        let sent = i.send_ipv4_upto(PEER, IpProtocol::UDP, 100, 2, &mut sink, &mut |b| {
-            b[..u.len()].copy_from_slice(&u);
-            Some(u.len())
-        });
-        assert_eq!(sent, Ok(true));
+        i.send_tcp(PEER, &seg, 2, &mut |f: &[&[u8]]| out.push(f.concat()))
+            .unwrap();
         assert_eq!(out.len(), 1);
-        let (_, r, payload) = parse_out(&out[0]);
-        assert_eq!(
-            (r.protocol, r.identification, r.payload_len),
-            (IpProtocol::UDP, 3, 20)
-        );
-        assert_eq!(payload, u);
-        assert_eq!(i.arp().stats().requests_sent, 1);
-        // Larger than the MTU allows: refused before anything is built.
-        let too_big = i.send_ipv4_upto(
-            PEER,
-            IpProtocol::SCTP,
-            1481,
-            2,
-            &mut |_: &[&[u8]]| panic!("nothing sent"),
-            &mut |_| panic!("not built"),
-        );
-        assert_eq!(too_big, Err(SendError::TooBig));
-    }
-
-    #[test]
-    fn routing_and_size_errors() {
-        let mut i = iface();
-        let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        let far = Ipv4Address::new(192, 0, 2, 1);
-        assert_eq!(
-            i.send_tcp(far, &seg, 0, &mut |_: &[&[u8]]| ()),
-            Err(SendError::NoRoute)
-        );
-        let big = vec![0u8; 1500];
+        // Too big for the MTU, and off-link with no gateway.
+        let big = vec![0u8; 1461];
         let mut s = seg;
         s.payload = &big;
+        assert_eq!(i.max_tcp_len(), 1480);
         assert_eq!(
-            i.send_tcp(PEER, &s, 0, &mut |_: &[&[u8]]| ()),
+            i.send_tcp(PEER, &s, 2, &mut |_: &[&[u8]]| ()),
             Err(SendError::TooBig)
         );
-        // Off-link through a gateway: ARP asks for the gateway.
-        let mut cfg = IfaceConfig::new(MAC, IP, 24);
-        cfg.gateway = Some(Ipv4Address::new(10, 9, 0, 254));
-        let mut i = Interface::new(cfg);
-        let mut out = Vec::new();
-        i.send_tcp(far, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
-            .unwrap();
-        let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
-        let r = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
-        assert_eq!(r.target_protocol_addr, Ipv4Address::new(10, 9, 0, 254));
-    }
-
-    #[test]
-    fn unanswered_arp_fails_and_reports_unreachable() {
-        let mut i = iface();
-        let seg = TcpRepr::new(80, 40000, 5, TcpFlags::ACK);
-        i.send_tcp(PEER, &seg, 0, &mut |_: &[&[u8]]| ()).unwrap();
-        let mut now = 0;
-        // Requests at 0, 1 s and 2 s (max_requests 3); at 3 s the address fails.
-        for _ in 0..3 {
-            now += arp::SECOND;
-            i.poll(now, &mut |_| ());
-        }
+        let far = Ipv4Address::new(192, 0, 2, 1);
         assert_eq!(
-            i.send_tcp(PEER, &seg, now, &mut |_: &[&[u8]]| ()),
-            Err(SendError::Unreachable)
+            i.send_tcp(far, &seg, 2, &mut |_: &[&[u8]]| ()),
+            Err(SendError::NoRoute)
         );
-        assert!(i.stats().tx_dropped >= 1);
     }
 
     /// 10.9.0.1:80 → 10.9.0.2:40000, ACK|PSH, seq 5, ack 77, window 8192,
@@ -1759,19 +818,6 @@ mod tests {
         let back = TcpRepr::parse(&TcpPacket::new_checked(&tcp[..]).unwrap(), &IP, &PEER).unwrap();
         assert_eq!(back.payload, &payload[..]);
         assert_eq!(back.timestamp, seg.timestamp);
-    }
-
-    #[test]
-    fn a_closure_sink_builds_into_a_vec() {
-        let mut out = Vec::new();
-        let mut sink = |f: &[&[u8]]| out.push(f.concat());
-        assert!(sink.send_built(3, &mut |b| {
-            b.copy_from_slice(b"abc");
-            true
-        }));
-        assert!(!sink.send_built(3, &mut |_| false));
-        assert!(sink.send_parts(&[b"d", b"ef"]));
-        assert_eq!(out, [b"abc".to_vec(), b"def".to_vec()]);
     }
 
     /// 10.9.0.2:40000 → 10.9.0.1:5001, ACK|PSH, seq 1000, ack 77, window

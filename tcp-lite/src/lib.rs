@@ -1,5 +1,6 @@
 #![forbid(unsafe_code)]
-//! Minimal I/O-free userspace Ethernet/IPv4/TCP for the iWARP fast path.
+//! Minimal I/O-free userspace TCP for the iWARP fast path, beside the other
+//! transports over `iwarp-net`'s Ethernet/IPv4 interface.
 //!
 //! The crate never touches a socket, a clock or a device: callers hand it
 //! bytes (and, later, `now`) and take bytes back, so one core serves an
@@ -8,9 +9,11 @@
 //! * [`wire`]: TCP with its options; Ethernet II, ARP, IPv4, ICMP, UDP and
 //!   the RFC 1071 checksum are `iwarp-net`'s, re-exported here (as is
 //!   [`arp`], the neighbour cache);
-//! * [`iface`]: the Ethernet/IPv4 interface (one ARP cache, one IPv4
-//!   identification, one send path) that hands TCP its segments and
-//!   SCTP, raw or inside UDP, its packets;
+//! * [`iface`]: TCP's part of `iwarp-net`'s interface
+//!   ([`iface::TcpInterface`]): the checksum check of a received segment
+//!   (the partial-checksum diagnosis included) and the framing of one to
+//!   send, its payload gathered from the send buffer or written in place
+//!   in the device's buffer; the interface's types are re-exported there;
 //! * [`tcp`]: one TCP connection (RFC 9293) with RFC 6298 timers, SACK loss
 //!   recovery (RFC 6675, RFC 6937, RFC 8985 RACK-TLP, RFC 2883 D-SACK),
 //!   window scaling and timestamps, RFC 5961 challenge ACKs, and in-order

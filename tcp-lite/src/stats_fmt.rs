@@ -3,7 +3,6 @@
 
 use core::fmt;
 
-use crate::iface::IfaceStats;
 use crate::tcp::Stats;
 
 /// `name value` lines, the values in one column.
@@ -13,35 +12,6 @@ macro_rules! name_value_lines {
         $( writeln!($f, "{:<w$} {}", stringify!($field), $s.$field)?; )+
         Ok(())
     }};
-}
-
-/// Interface counters, `name value` per line.
-impl fmt::Display for IfaceStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        name_value_lines!(
-            f,
-            self,
-            rx_frames,
-            rx_malformed,
-            rx_not_for_us_mac,
-            rx_not_for_us_ip,
-            rx_fragments,
-            rx_options,
-            rx_other_protocol,
-            rx_other_ethertype,
-            rx_tcp,
-            rx_sctp,
-            rx_udp_bad_checksum,
-            rx_bad_checksum,
-            rx_partial_checksum,
-            icmp_echo_replies,
-            tx_frames,
-            tx_queued,
-            tx_dropped,
-            tx_too_big,
-            tx_fill_failed
-        )
-    }
 }
 
 /// TCP counters, `name value` per line (the `_ns` ones in nanoseconds).
@@ -116,7 +86,6 @@ mod tests {
 
     #[test]
     fn display_names_every_counter() {
-        every_field_named(&IfaceStats::default());
         every_field_named(&Stats::default());
     }
 }

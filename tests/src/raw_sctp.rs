@@ -17,7 +17,7 @@ use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{MemoryTable, PdId};
 use sctp_lite::assoc::Config;
 use sctp_lite::wire::{emit_packet, ChunkRepr, HeaderRepr, SctpPacket};
-use tcp_lite::iface::{IfaceConfig, Interface};
+use tcp_lite::iface::{IfaceConfig, Interface, SctpServed};
 use tcp_lite::wire::{
     EtherType, EthernetAddress, EthernetFrame, EthernetRepr, IpProtocol, Ipv4Address, Ipv4Packet,
     Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
@@ -251,7 +251,9 @@ impl RawSctpPeer {
             };
             if eth.ethertype() == EtherType::ARP {
                 let to = &mut self.to_stack;
-                let _ = self.iface.receive(f, now, &mut |r| to.push(r.to_vec()));
+                let _ = self
+                    .iface
+                    .receive_ip(f, now, SctpServed::NONE, &mut |r| to.push(r.to_vec()));
                 continue;
             }
             let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {

@@ -6,7 +6,7 @@
 //! each side sent and polls the stack.
 
 use iwarp_datapath::stack::{Output, Stack};
-use tcp_lite::iface::{IfaceConfig, Interface};
+use tcp_lite::iface::{IfaceConfig, Interface, TcpInterface};
 use tcp_lite::wire::{EthernetAddress, Ipv4Address, TcpFlags, TcpRepr};
 
 /// One connection as the peer sees it.

@@ -12,7 +12,7 @@ use iwarp_frame::FrameDevice;
 use iwarp_xdp::{in_netns, Config, XdpDevice};
 use netns_harness::{skip_test_without_root, End, NsPair};
 use tcp_lite::arp;
-use tcp_lite::iface::{FrameSink, IfaceConfig, Interface};
+use tcp_lite::iface::{FrameSink, IfaceConfig, Interface, TcpInterface};
 use tcp_lite::tcp::PayloadFill;
 use tcp_lite::wire::{
     ArpOperation, ArpRepr, EthernetAddress, EthernetFrame, Ipv4Address, Ipv4Packet, Ipv4Repr,

@@ -2,8 +2,8 @@
 //! bare TCP segments (no Ethernet or IPv4), for tests of the loop and the
 //! connection engine without the host stack.
 
+use iwarp_net::iface::FrameSink;
 use iwarp_proto::mem::MemoryTable;
-use tcp_lite::iface::FrameSink;
 use tcp_lite::wire::TcpRepr;
 
 use crate::latency::CompletionLatency;

@@ -58,11 +58,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use ddp_sctp::{DdpEvent, SessionEnd};
 use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupFailure};
+use iwarp_net::iface::{Interface, SctpIngress};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
 use sctp_lite::assoc::{CloseReason, State};
-use tcp_lite::iface::{Interface, SctpIngress};
 use tcp_lite::wire::Ipv4Address;
 
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
@@ -1590,9 +1590,9 @@ mod tests {
     use super::*;
     use crate::runtime::Engine;
     use crate::stack::{Command, Stack, StackConfig};
+    use iwarp_net::iface::IfaceConfig;
     use iwarp_proto::mem::{Access, STag};
     use iwarp_proto::qp::{Sge, WorkRequest};
-    use tcp_lite::iface::IfaceConfig;
     use tcp_lite::wire::EthernetAddress;
 
     const MS: u64 = 1_000_000;
