@@ -469,6 +469,9 @@ pub struct SctpHost {
     ready: ReadySet<AssocId>,
     /// The associations the last [`Engine::poll`] visited, in id order.
     polled: Vec<AssocId>,
+    /// Those [`transmit_with`](Self::transmit_with) sends for (kept
+    /// between rounds: no allocation every round).
+    marked: Vec<AssocId>,
     /// Association visits by [`Engine::poll`], in all.
     visits: u64,
     /// Token bucket of out-of-the-blue answers: tokens, and when the last
@@ -516,6 +519,7 @@ impl SctpHost {
             pending_out: VecDeque::new(),
             ready: ReadySet::new(IDLE_SWEEP),
             polled: Vec::new(),
+            marked: Vec::new(),
             visits: 0,
             ootb_tokens: OOTB_BURST,
             ootb_at: 0,
@@ -907,11 +911,15 @@ impl SctpHost {
     /// Sends what the associations marked for the next round have to
     /// send now through `iface` (those [`assoc_mut`](Self::assoc_mut)
     /// reached since the last poll, among them every one the queue pairs
-    /// gave segments), and nothing else: no timers or events (those wait
-    /// for the next [`poll_with`](Self::poll_with), which visits them).
-    /// For the second pass of a round. `fill(association, key, dst)`
-    /// writes the segments given by reference. True when a packet went
-    /// out.
+    /// gave segments), and nothing else: no timers or events. For the
+    /// second pass of a round. An association left with nothing for a
+    /// visit (no event to give, no deadline due, not closed, under the
+    /// burst) leaves the ready set with its deadline recorded, as a
+    /// visit by [`poll_with`](Self::poll_with) would leave it: the round
+    /// after it sent a packet does not visit it (nor drive its
+    /// connection) for nothing. The others stay marked for that visit.
+    /// `fill(association, key, dst)` writes the segments given by
+    /// reference. True when a packet went out.
     pub fn transmit_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
         iface: &mut Interface,
@@ -919,26 +927,48 @@ impl SctpHost {
         tx: &mut dyn FrameSink,
         fill: &mut F,
     ) -> bool {
+        if self.ready.is_empty() {
+            return false;
+        }
         let mut busy = false;
         let SctpHost {
             assocs,
             net,
             buf,
             ready,
+            marked,
             ..
         } = self;
-        for &id in ready.marked() {
-            if let Some(e) = assocs.get_mut(&id) {
-                busy |= net.send_all(
-                    iface,
-                    &mut e.ddp,
-                    e.remote,
-                    e.udp,
-                    buf,
-                    now,
-                    tx,
-                    &mut |k, d| fill(id, k, d),
-                ) > 0;
+        marked.clear();
+        ready.drain_into(marked);
+        for &id in marked.iter() {
+            let Some(e) = assocs.get_mut(&id) else {
+                continue; // gone since it was marked
+            };
+            e.slot.visited();
+            let sent = net.send_all(
+                iface,
+                &mut e.ddp,
+                e.remote,
+                e.udp,
+                buf,
+                now,
+                tx,
+                &mut |k, d| fill(id, k, d),
+            );
+            busy |= sent > 0;
+            let deadline = e.ddp.poll_timeout();
+            if sent >= SEND_BURST
+                || e.ddp.has_events()
+                || e.ddp.sctp().is_closed()
+                || deadline.is_some_and(|t| t <= now)
+            {
+                ready.mark(&mut e.slot, id);
+            } else if let Some(t) = deadline {
+                // T3-rtx started by the DATA just sent (RFC 9260 §6.3.2
+                // R1), T2 by a SHUTDOWN, the delayed SACK's (§6.2): the
+                // earliest, as `poll_with` records it.
+                ready.defer(&mut e.slot, id, t);
             }
         }
         busy

@@ -1291,6 +1291,12 @@ impl Association {
         self.timers.iter().flatten().copied().min()
     }
 
+    /// Whether [`poll_event`](Self::poll_event) has an event to give.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         let e = self.events.pop_front()?;

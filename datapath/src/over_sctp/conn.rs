@@ -1842,6 +1842,41 @@ mod tests {
         ))));
     }
 
+    /// The round that sends a Write's packet leaves the association with
+    /// only its T3-rtx deadline (RFC 9260 §6.3.2 R1) in the deadline set:
+    /// the next round neither visits it nor drives its connection, where
+    /// each used to come once more for nothing (a visit left marked by
+    /// the send, then the drive of its connection).
+    #[test]
+    fn a_sent_packet_leaves_no_visit_for_the_next_round() {
+        let (mut p, sa, _) = Pair::connected(3_600_000 * MS);
+        for _ in 0..500 {
+            p.step(MS);
+        }
+        let [before, _] = p.work();
+        p.write(sa, 1);
+        p.step(MS);
+        // The command's drive gave the association its segment, and the
+        // same round sent it.
+        assert_eq!(p.work()[0], (before.0 + 1, before.1));
+        assert!(p.b.sctp().unwrap().host().visits() > 0);
+        // `b` delays its SACK (one packet, RFC 9260 §6.2): nothing comes
+        // back yet, so `a` has nothing to do.
+        assert!(p.to_a.is_empty(), "b answered at once");
+        p.step(MS);
+        assert_eq!(p.work()[0], (before.0 + 1, before.1));
+        assert!(p.a.quiescent());
+        // The deadline set has the association's T3-rtx (an RTO away, at
+        // least RTO.Min: RFC 9260 §6.3.1), not the next round.
+        let next = p.a.poll_timeout().unwrap();
+        assert!(next > p.now + MS, "{next} at {}", p.now);
+        // The delayed SACK comes back and the Write completes.
+        assert!(p.run_until(1000, |p| p.out_a.iter().any(|o| matches!(
+            o,
+            Output::Iwarp(_, HostOutput::Completion(c)) if c.wr_id == 1
+        ))));
+    }
+
     /// A packet lost with nothing else happening: the association is out
     /// of the ready set, and only its T3-rtx deadline (RFC 9260 §6.3.3)
     /// in the deadline set brings it back to retransmit (the idle sweep
