@@ -729,7 +729,8 @@ impl SctpHost {
         self.pending_tx.push(f);
     }
 
-    /// One SCTP packet from `src`, inside UDP from port `udp` or raw.
+    /// One SCTP packet from `src`, inside UDP from port `udp` or raw;
+    /// the live association it went to, if any.
     #[allow(clippy::too_many_arguments)]
     fn handle_sctp(
         &mut self,
@@ -740,12 +741,12 @@ impl SctpHost {
         pkt: &[u8],
         now: u64,
         place: &mut Placer<'_>,
-    ) {
+    ) -> Option<AssocId> {
         // RFC 9260 §3.1: Source Port, Destination Port, the first four
         // octets of the common header.
         let (Some(sp), Some(dp)) = (pkt.get(0..2), pkt.get(2..4)) else {
             self.net.stats.rx_dropped += 1;
-            return;
+            return None;
         };
         let peer_port = u16::from_be_bytes([sp[0], sp[1]]);
         let our_port = u16::from_be_bytes([dp[0], dp[1]]);
@@ -758,11 +759,27 @@ impl SctpHost {
         if let Some(id) = cached.or_else(|| self.by_tuple.get(&key).copied()) {
             if let Some(e) = self.assocs.get_mut(&id) {
                 self.last_tuple = Some((key, id));
-                self.ready.mark(&mut e.slot, id);
                 let verified = e.ddp.sctp().stats().tag_verified_packets;
                 e.ddp.handle_packet_with(now, pkt, &mut |stream, ssn, seg| {
                     place(id, stream, ssn, seg)
                 });
+                // What a visit by the next poll would find to do: events
+                // to give, a packet to send (a SACK due at once, RFC 9260
+                // §6.2; DATA the peer's SACK let go), a deadline due, or
+                // the end. Without any, the visit would only record the
+                // deadline (the delayed SACK's, T3-rtx's): that is done
+                // here, and the association stays out of the ready set.
+                // The caller learns which association the packet reached.
+                let deadline = e.ddp.poll_timeout();
+                if e.ddp.has_events()
+                    || !e.ddp.transmit_idle()
+                    || e.ddp.sctp().is_closed()
+                    || deadline.is_some_and(|t| t <= now)
+                {
+                    self.ready.mark(&mut e.slot, id);
+                } else if let Some(t) = deadline {
+                    self.ready.defer(&mut e.slot, id, t);
+                }
                 // RFC 6951 §5.4: the remote encapsulation port follows the
                 // UDP source port of packets that passed the verification
                 // tag check (§8.5) with one of the association's tags. An
@@ -775,7 +792,7 @@ impl SctpHost {
                         e.udp = Some(p);
                     }
                 }
-                return;
+                return Some(id);
             }
         }
         let mut out = std::mem::take(&mut self.buf);
@@ -828,6 +845,7 @@ impl SctpHost {
             }
         }
         self.buf = out;
+        None
     }
 
     /// Takes one token of the out-of-the-blue answer bucket, if any.
@@ -873,16 +891,19 @@ impl SctpHost {
     /// frame ([`DdpAssociation::handle_packet_with`]): true when it took
     /// it, false to have it come out as a [`DdpEvent::Segment`]. Answers
     /// made here go out at the next poll, their IPv4 identification the
-    /// interface's.
+    /// interface's. Returns the live association the packet reached: it
+    /// is visited at the next poll only if it has something to do then
+    /// (events, a packet to send, a deadline due), so a caller with work
+    /// of its own per association (a connection to drive) looks there.
     pub fn handle_packet_with(
         &mut self,
         iface: &mut Interface,
         pkt: &SctpIngress<'_>,
         now: u64,
         place: &mut Placer<'_>,
-    ) {
+    ) -> Option<AssocId> {
         self.net.stats.rx_udp += u64::from(pkt.udp.is_some());
-        self.handle_sctp(iface, pkt.src_mac, pkt.src, pkt.udp, pkt.packet, now, place);
+        self.handle_sctp(iface, pkt.src_mac, pkt.src, pkt.udp, pkt.packet, now, place)
     }
 
     /// [`Engine::handle_frame`] on the host's own interface, offering
@@ -899,7 +920,9 @@ impl SctpHost {
         };
         let pending = &mut self.pending_tx;
         match iface.receive_ip(frame, now, served, &mut |f| pending.push(f.to_vec())) {
-            Some(IpIngress::Sctp(p)) => self.handle_packet_with(&mut iface, &p, now, place),
+            Some(IpIngress::Sctp(p)) => {
+                self.handle_packet_with(&mut iface, &p, now, place);
+            }
             Some(IpIngress::Tcp(_)) => self.net.stats.rx_dropped += 1,
             None => {}
         }
