@@ -519,14 +519,14 @@ impl OutChunk {
         failed: &mut bool,
     ) -> Option<usize> {
         let Some(e) = &self.ext else {
-            let r = ChunkRepr::Data(DataRepr {
+            let r = DataRepr {
                 flags: self.flags,
                 tsn: self.tsn,
                 stream_id: self.stream,
                 ssn: self.ssn,
                 ppid: self.ppid,
                 payload: &self.data,
-            });
+            };
             return r.emit(buf).ok();
         };
         let total = DATA_HEADER_LEN + self.len();
@@ -535,14 +535,14 @@ impl OutChunk {
             return None;
         }
         let prefix = &e.prefix[..usize::from(e.prefix_len)];
-        let r = ChunkRepr::Data(DataRepr {
+        let r = DataRepr {
             flags: self.flags,
             tsn: self.tsn,
             stream_id: self.stream,
             ssn: self.ssn,
             ppid: self.ppid,
             payload: prefix,
-        });
+        };
         r.emit(buf).ok()?;
         // The Chunk Length covers the tail the fill writes (§3.3.1: the
         // header and the user data, without padding).

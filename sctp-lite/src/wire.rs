@@ -624,6 +624,46 @@ pub struct DataRepr<'a> {
     pub payload: &'a [u8],
 }
 
+impl DataRepr<'_> {
+    /// Writes the DATA chunk (RFC 9260 §3.3.1: Chunk Length counts the
+    /// header and the user data, not the padding), zero-padded to four
+    /// octets (§3.2), at the start of `out`; returns the octets written.
+    /// What [`ChunkRepr::emit`] writes for it, without asking each of
+    /// the other chunk types' questions (every packet of a stream has
+    /// DATA in it).
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
+        let layer = Layer::Chunk(chunk_type::DATA);
+        let len = DATA_HEADER_LEN + self.payload.len();
+        if len > usize::from(u16::MAX) {
+            return Err(Error::TooLong {
+                layer,
+                len,
+                max: usize::from(u16::MAX),
+            });
+        }
+        let padded = (len + 3) & !3;
+        if out.len() < padded {
+            return Err(Error::Truncated {
+                layer,
+                needed: padded,
+                got: out.len(),
+            });
+        }
+        // The padding first: the chunk's last four octets zeroed (one
+        // store), then everything before the padding written over them.
+        out[padded - 4..padded].copy_from_slice(&[0; 4]);
+        out[0] = chunk_type::DATA;
+        out[1] = self.flags.bits();
+        out[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        out[4..8].copy_from_slice(&self.tsn.to_be_bytes());
+        out[8..10].copy_from_slice(&self.stream_id.to_be_bytes());
+        out[10..12].copy_from_slice(&self.ssn.to_be_bytes());
+        out[12..16].copy_from_slice(&self.ppid.to_be_bytes());
+        out[DATA_HEADER_LEN..len].copy_from_slice(self.payload);
+        Ok(padded)
+    }
+}
+
 /// Parameters of INIT and INIT-ACK this stack understands, plus what the
 /// unknown ones asked for (RFC 9260 §3.3.2, §3.3.3, §3.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -1117,6 +1157,9 @@ impl<'a> ChunkRepr<'a> {
     /// Writes the chunk (with padding) at the start of `out`; returns the
     /// octets written.
     pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
+        if let ChunkRepr::Data(d) = self {
+            return d.emit(out);
+        }
         let layer = Layer::Chunk(self.chunk_type());
         let len = self.chunk_len().ok_or(Error::TooLong {
             layer,
@@ -1170,7 +1213,6 @@ impl<'a> ChunkRepr<'a> {
         }
         let out = &mut out[..padded];
         let flags = match self {
-            ChunkRepr::Data(d) => d.flags.bits(),
             ChunkRepr::Abort { t_bit, .. } | ChunkRepr::ShutdownComplete { t_bit } => {
                 u8::from(*t_bit)
             }
@@ -1182,13 +1224,8 @@ impl<'a> ChunkRepr<'a> {
         out[2..4].copy_from_slice(&(len as u16).to_be_bytes());
         let v = &mut out[CHUNK_HEADER_LEN..];
         match self {
-            ChunkRepr::Data(d) => {
-                v[0..4].copy_from_slice(&d.tsn.to_be_bytes());
-                v[4..6].copy_from_slice(&d.stream_id.to_be_bytes());
-                v[6..8].copy_from_slice(&d.ssn.to_be_bytes());
-                v[8..12].copy_from_slice(&d.ppid.to_be_bytes());
-                v[12..12 + d.payload.len()].copy_from_slice(d.payload);
-            }
+            // Written by `DataRepr::emit` above.
+            ChunkRepr::Data(_) => {}
             ChunkRepr::Init(i) | ChunkRepr::InitAck(i) => {
                 let n = i.emit_value(v);
                 // What was written is what `chunk_len` sized.
@@ -1422,6 +1459,74 @@ mod tests {
                 })
             );
         }
+    }
+
+    /// A DATA chunk on literal octets (RFC 9260 §3.3.1): type 0, the
+    /// U/B/E flags, Chunk Length 16 plus the user data (padding not
+    /// counted), TSN, Stream Identifier, Stream Sequence Number and PPID
+    /// in network order, then the data zero-padded to four octets (§3.2)
+    /// over whatever the buffer held, for each padding length; a buffer
+    /// one octet short of the padded chunk, and a chunk over 65535
+    /// octets, refused.
+    #[test]
+    fn a_data_chunk_on_literal_octets() {
+        for (data, pad) in [(&b"abcd"[..], 0), (b"abc", 1), (b"ab", 2), (b"a", 3)] {
+            let d = DataRepr {
+                flags: DataFlags {
+                    unordered: true,
+                    begin: true,
+                    end: true,
+                    immediate: false,
+                },
+                tsn: 0x0102_0304,
+                stream_id: 0x0506,
+                ssn: 0x0708,
+                ppid: 0x090a_0b0c,
+                payload: data,
+            };
+            let mut want = vec![0x00, 0x07, 0x00, 16 + data.len() as u8];
+            want.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+            want.extend_from_slice(data);
+            want.extend(std::iter::repeat_n(0, pad));
+            let mut out = [0xee; 24];
+            assert_eq!(d.emit(&mut out), Ok(20));
+            assert_eq!(&out[..20], &want[..]);
+            assert_eq!(out[20..], [0xee; 4], "wrote past the chunk");
+            // The same through `ChunkRepr`.
+            let mut again = [0x11; 20];
+            assert_eq!(ChunkRepr::Data(d).emit(&mut again), Ok(20));
+            assert_eq!(again, out[..20]);
+            assert_eq!(
+                d.emit(&mut out[..19]),
+                Err(Error::Truncated {
+                    layer: Layer::Chunk(0),
+                    needed: 20,
+                    got: 19
+                })
+            );
+        }
+        let mut out = vec![0u8; 70_000];
+        let value = vec![0x5a; 65_535 - DATA_HEADER_LEN];
+        let mut d = DataRepr {
+            flags: DataFlags::default(),
+            tsn: 1,
+            stream_id: 0,
+            ssn: 0,
+            ppid: 0,
+            payload: &value,
+        };
+        assert_eq!(d.emit(&mut out), Ok(65_536));
+        assert_eq!(out[..4], [0, 0, 0xff, 0xff]);
+        let value = vec![0x5a; 65_536 - DATA_HEADER_LEN];
+        d.payload = &value;
+        assert_eq!(
+            d.emit(&mut out),
+            Err(Error::TooLong {
+                layer: Layer::Chunk(0),
+                len: 65_536,
+                max: 65_535
+            })
+        );
     }
 
     /// An INIT ACK with a State Cookie of 40000 octets (a Chunk Length
