@@ -695,10 +695,18 @@ type Chunks<'a> = smallvec::SmallVec<[ChunkRepr<'a>; 4]>;
 /// Checks a packet and returns its chunks, parsed. `None` when it is to
 /// be silently discarded (bad checksum, malformed chunk, §6.8, §3.2).
 fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Chunks<'_>)> {
+    let mut v = Chunks::new();
+    let h = parse_into(bytes, &mut v)?;
+    Some((h, v))
+}
+
+/// [`parse_all`] into the caller's `v` (empty): the chunks are not moved
+/// again on the way out (the list is some hundreds of octets, copied
+/// twice a packet when returned).
+fn parse_into<'a>(bytes: &'a [u8], v: &mut Chunks<'a>) -> Option<HeaderRepr> {
     let p = SctpPacket::new_checked(bytes).ok()?;
     p.verify_checksum().ok()?;
     let h = HeaderRepr::parse(&p);
-    let mut v = Chunks::new();
     // Chunks borrow the original slice, not the view.
     let mut rest = bytes.get(COMMON_HEADER_LEN..)?;
     while !rest.is_empty() {
@@ -710,7 +718,7 @@ fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Chunks<'_>)> {
             return None;
         }
     }
-    Some((h, v))
+    Some(h)
 }
 
 fn emit_one(h: HeaderRepr, c: &ChunkRepr<'_>, out: &mut [u8]) -> Option<usize> {
@@ -1742,7 +1750,8 @@ impl Association {
         if self.state == State::Closed {
             return;
         }
-        let Some((h, chunks)) = parse_all(bytes) else {
+        let mut chunks = Chunks::new();
+        let Some(h) = parse_into(bytes, &mut chunks) else {
             self.stats.packets_discarded += 1;
             return;
         };

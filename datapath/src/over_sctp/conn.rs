@@ -275,15 +275,16 @@ impl Conn {
             }
             _ => None,
         };
-        [
-            self.setup_deadline,
-            self.close_deadline.map(|(at, _)| at),
-            self.linger.map(|(at, _)| at),
-            abort,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // (Asked after every drive: `Option`'s own `min` rather than an
+        // iterator's, half the instructions.)
+        let earliest = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) | (None, x) => x,
+        };
+        earliest(
+            earliest(self.setup_deadline, self.close_deadline.map(|(at, _)| at)),
+            earliest(self.linger.map(|(at, _)| at), abort),
+        )
     }
 
     /// Why the connection ended or is ending: a Terminate sent or received
