@@ -297,16 +297,44 @@ impl UnknownAction {
 /// octet comes first (Appendix A: the CRC is transmitted reflected, which
 /// for the usual CRC32c value means little-endian octet order).
 pub fn checksum(packet: &[u8]) -> u32 {
-    if packet.len() < COMMON_HEADER_LEN {
+    let (Some(head), Some(rest)) = (packet.get(..8), packet.get(COMMON_HEADER_LEN..)) else {
         return crc32c::crc32c(packet);
+    };
+    // The header (ports and tag, then the checksum field as four zero
+    // octets) a table octet at a time, then the chunks in one call of the
+    // library: a call has a fixed cost (some 160 instructions) that
+    // dominates a small packet's, and twelve octets cost less by table.
+    let mut crc = !0u32;
+    for &b in head {
+        crc = CRC32C_TABLE[usize::from(crc as u8 ^ b)] ^ (crc >> 8);
     }
-    // Two passes, not three: the header with its checksum field zeroed,
-    // then the chunks (each CRC call has a fixed cost that dominates
-    // a small packet's).
-    let mut head = [0u8; COMMON_HEADER_LEN];
-    head[..8].copy_from_slice(&packet[..8]);
-    crc32c::crc32c_append(crc32c::crc32c(&head), &packet[COMMON_HEADER_LEN..])
+    for _ in 0..4 {
+        crc = CRC32C_TABLE[usize::from(crc as u8)] ^ (crc >> 8);
+    }
+    crc32c::crc32c_append(!crc, rest)
 }
+
+/// CRC32c (Castagnoli, reflected polynomial 0x82F63B78: RFC 9260
+/// Appendix A) of each octet value, for [`checksum`]'s header.
+const CRC32C_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
 
 /// A read/write view of one SCTP packet (RFC 9260 §3.1).
 #[derive(Debug, Clone)]
@@ -1982,6 +2010,27 @@ mod tests {
         );
         for n in 0..COMMON_HEADER_LEN {
             assert_eq!(checksum(&h[..n]), crc32c::crc32c(&h[..n]), "{n} octets");
+        }
+    }
+
+    /// The checksum is the library's CRC32c of the packet with the field
+    /// zeroed (RFC 9260 §6.8), whatever the field holds and for every
+    /// length from the bare header up (the header's twelve octets go
+    /// through [`CRC32C_TABLE`], the rest through the library).
+    #[test]
+    fn checksum_is_crc32c_with_the_field_zeroed() {
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 151 + 7) as u8).collect();
+        for n in [12, 13, 15, 16, 17, 40, 64, 65, 255, 300] {
+            let p = &bytes[..n];
+            let mut zeroed = p.to_vec();
+            zeroed[8..12].fill(0);
+            assert_eq!(checksum(p), crc32c::crc32c(&zeroed), "{n} octets");
+        }
+        // The table is CRC32c's: each single octet's CRC.
+        for b in [0u8, 1, 0x80, 0xff] {
+            let want = crc32c::crc32c(&[b]);
+            let got = !(CRC32C_TABLE[usize::from(0xff ^ b)] ^ (!0u32 >> 8));
+            assert_eq!(got, want, "{b:#x}");
         }
     }
 
