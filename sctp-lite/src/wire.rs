@@ -970,6 +970,60 @@ pub struct SackRepr<'a> {
     pub dup_tsns: DupTsns<'a>,
 }
 
+impl SackRepr<'_> {
+    /// Writes the SACK chunk (RFC 9260 §3.3.4: Cumulative TSN Ack,
+    /// a_rwnd, the numbers of Gap Ack Blocks and Duplicate TSNs, then
+    /// each; always a multiple of four octets) at the start of `out`;
+    /// returns the octets written. What [`ChunkRepr::emit`] writes for
+    /// it, without asking the other chunk types' questions (most packets
+    /// of a stream carry one).
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
+        let layer = Layer::Chunk(chunk_type::SACK);
+        let (gaps, dups) = (self.gap_blocks.len(), self.dup_tsns.len());
+        let len = gaps
+            .checked_add(dups)
+            .and_then(|n| n.checked_mul(4))
+            .and_then(|n| n.checked_add(16))
+            .unwrap_or(usize::MAX);
+        if len > usize::from(u16::MAX) {
+            return Err(Error::TooLong {
+                layer,
+                len,
+                max: usize::from(u16::MAX),
+            });
+        }
+        if out.len() < len {
+            return Err(Error::Truncated {
+                layer,
+                needed: len,
+                got: out.len(),
+            });
+        }
+        out[0] = chunk_type::SACK;
+        out[1] = 0;
+        out[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        out[4..8].copy_from_slice(&self.cum_tsn_ack.to_be_bytes());
+        out[8..12].copy_from_slice(&self.a_rwnd.to_be_bytes());
+        out[12..14].copy_from_slice(&(gaps as u16).to_be_bytes());
+        out[14..16].copy_from_slice(&(dups as u16).to_be_bytes());
+        let mut at = 16;
+        if gaps > 0 {
+            for (a, b) in self.gap_blocks.iter() {
+                out[at..at + 2].copy_from_slice(&a.to_be_bytes());
+                out[at + 2..at + 4].copy_from_slice(&b.to_be_bytes());
+                at += 4;
+            }
+        }
+        if dups > 0 {
+            for t in self.dup_tsns.iter() {
+                out[at..at + 4].copy_from_slice(&t.to_be_bytes());
+                at += 4;
+            }
+        }
+        Ok(len)
+    }
+}
+
 /// A typed chunk, borrowing from the packet (RFC 9260 §3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkRepr<'a> {
@@ -1185,8 +1239,10 @@ impl<'a> ChunkRepr<'a> {
     /// Writes the chunk (with padding) at the start of `out`; returns the
     /// octets written.
     pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
-        if let ChunkRepr::Data(d) = self {
-            return d.emit(out);
+        match self {
+            ChunkRepr::Data(d) => return d.emit(out),
+            ChunkRepr::Sack(s) => return s.emit(out),
+            _ => {}
         }
         let layer = Layer::Chunk(self.chunk_type());
         let len = self.chunk_len().ok_or(Error::TooLong {
@@ -1201,22 +1257,10 @@ impl<'a> ChunkRepr<'a> {
                 max: usize::from(u16::MAX),
             });
         }
-        // The two checks below cannot fail while `chunk_len` counts every
-        // gap block, duplicate TSN and parameter octet: a SACK of 65536
-        // blocks or TSNs, or an INIT parameter over 65531 octets, makes a
-        // chunk over 65535 octets, refused above. They stay in case that
-        // changes; cargo-mutants' mutants of them are equivalent.
-        if let ChunkRepr::Sack(s) = self {
-            if s.gap_blocks.len() > usize::from(u16::MAX)
-                || s.dup_tsns.len() > usize::from(u16::MAX)
-            {
-                return Err(Error::TooLong {
-                    layer,
-                    len: s.gap_blocks.len().max(s.dup_tsns.len()),
-                    max: usize::from(u16::MAX),
-                });
-            }
-        }
+        // The check below cannot fail while `chunk_len` counts every
+        // parameter octet: an INIT parameter over 65531 octets makes a
+        // chunk over 65535 octets, refused above. It stays in case that
+        // changes; cargo-mutants' mutants of it are equivalent.
         if let ChunkRepr::Init(i) | ChunkRepr::InitAck(i) = self {
             for p in [i.params.state_cookie, i.params.unrecognized_reported]
                 .into_iter()
@@ -1252,28 +1296,12 @@ impl<'a> ChunkRepr<'a> {
         out[2..4].copy_from_slice(&(len as u16).to_be_bytes());
         let v = &mut out[CHUNK_HEADER_LEN..];
         match self {
-            // Written by `DataRepr::emit` above.
-            ChunkRepr::Data(_) => {}
+            // Written by `DataRepr::emit` and `SackRepr::emit` above.
+            ChunkRepr::Data(_) | ChunkRepr::Sack(_) => {}
             ChunkRepr::Init(i) | ChunkRepr::InitAck(i) => {
                 let n = i.emit_value(v);
                 // What was written is what `chunk_len` sized.
                 debug_assert_eq!(Some(n), i.value_len());
-            }
-            ChunkRepr::Sack(s) => {
-                v[0..4].copy_from_slice(&s.cum_tsn_ack.to_be_bytes());
-                v[4..8].copy_from_slice(&s.a_rwnd.to_be_bytes());
-                v[8..10].copy_from_slice(&(s.gap_blocks.len() as u16).to_be_bytes());
-                v[10..12].copy_from_slice(&(s.dup_tsns.len() as u16).to_be_bytes());
-                let mut at = 12;
-                for (a, b) in s.gap_blocks.iter() {
-                    v[at..at + 2].copy_from_slice(&a.to_be_bytes());
-                    v[at + 2..at + 4].copy_from_slice(&b.to_be_bytes());
-                    at += 4;
-                }
-                for t in s.dup_tsns.iter() {
-                    v[at..at + 4].copy_from_slice(&t.to_be_bytes());
-                    at += 4;
-                }
             }
             ChunkRepr::Heartbeat { info } | ChunkRepr::HeartbeatAck { info } => {
                 v[..info.len()].copy_from_slice(info)
@@ -1555,6 +1583,75 @@ mod tests {
                 max: 65_535
             })
         );
+    }
+
+    /// A SACK on literal octets (RFC 9260 §3.3.4) from the lists a
+    /// sender builds: type 3, flags 0, Chunk Length 16 + 4 per block and
+    /// per TSN, the cumulative TSN ack, a_rwnd, the two counts, the
+    /// blocks' start and end offsets, the duplicate TSNs; with none of
+    /// either, 16 octets; a buffer one octet short, and a chunk over
+    /// 65535 octets, refused.
+    #[test]
+    fn a_sack_on_literal_octets() {
+        let gaps = [(2u16, 3u16), (0x0105, 0x0206)];
+        let dups = [0x0a0b_0c0du32];
+        let s = SackRepr {
+            cum_tsn_ack: 0x0102_0304,
+            a_rwnd: 0x0506_0708,
+            gap_blocks: GapBlocks::List(&gaps),
+            dup_tsns: DupTsns::List(&dups),
+        };
+        let want = [
+            3, 0, 0, 28, // SACK, flags, Chunk Length 28
+            1, 2, 3, 4, // Cumulative TSN Ack
+            5, 6, 7, 8, // a_rwnd
+            0, 2, 0, 1, // 2 Gap Ack Blocks, 1 Duplicate TSN
+            0, 2, 0, 3, // block 1: start 2, end 3
+            1, 5, 2, 6, // block 2
+            10, 11, 12, 13, // duplicate TSN
+        ];
+        let mut out = [0xee; 32];
+        assert_eq!(s.emit(&mut out), Ok(28));
+        assert_eq!(out[..28], want);
+        assert_eq!(out[28..], [0xee; 4], "wrote past the chunk");
+        let mut again = [0x11; 28];
+        assert_eq!(ChunkRepr::Sack(s).emit(&mut again), Ok(28));
+        assert_eq!(again, want);
+        assert_eq!(
+            s.emit(&mut out[..27]),
+            Err(Error::Truncated {
+                layer: Layer::Chunk(3),
+                needed: 28,
+                got: 27
+            })
+        );
+        let bare = SackRepr {
+            gap_blocks: GapBlocks::List(&[]),
+            dup_tsns: DupTsns::List(&[]),
+            ..s
+        };
+        assert_eq!(bare.emit(&mut out), Ok(16));
+        assert_eq!(out[..16], [3, 0, 0, 16, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0]);
+        // 16 + 4 * 16380 = 65536: one block too many for 16 bits.
+        let many = vec![(1u16, 1u16); 16_380];
+        let big = SackRepr {
+            gap_blocks: GapBlocks::List(&many),
+            ..bare
+        };
+        let mut room = vec![0u8; 70_000];
+        assert_eq!(
+            big.emit(&mut room),
+            Err(Error::TooLong {
+                layer: Layer::Chunk(3),
+                len: 65_536,
+                max: 65_535
+            })
+        );
+        let fits = SackRepr {
+            gap_blocks: GapBlocks::List(&many[1..]),
+            ..bare
+        };
+        assert_eq!(fits.emit(&mut room), Ok(65_532));
     }
 
     /// An INIT ACK with a State Cookie of 40000 octets (a Chunk Length
