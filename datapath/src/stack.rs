@@ -2238,6 +2238,25 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
+        // A post on an SCTP connection (the data path's commands) goes
+        // straight to the SCTP part: no TCP socket looked for, and the
+        // command not moved into `sctp_command` and back.
+        if let (Some(sc), Command::Iwarp(id, _)) = (self.sctp.as_deref(), &cmd) {
+            if sc.owns(*id) {
+                if let Command::Iwarp(id, c) = cmd {
+                    let Stack {
+                        sctp,
+                        mem,
+                        pending_out,
+                        ..
+                    } = self;
+                    if let Some(sc) = sctp.as_deref_mut() {
+                        sc.post(id, c, mem, &mut |o| pending_out.push_back(o));
+                    }
+                    return;
+                }
+            }
+        }
         // An answer to a request releases what was held for it: to the
         // Accept's CQ, before anything the accept itself makes.
         match &cmd {
