@@ -1086,21 +1086,8 @@ impl SctpConns {
         self.ready.drain_into(&mut ids);
         self.active |= !ids.is_empty();
         for &id in &ids {
-            let Some(c) = self.conns.get_mut(&id) else {
-                continue; // gone since it was marked
-            };
-            c.slot.visited();
-            self.drives += 1;
+            // (One gone since it was marked is skipped there.)
             busy |= self.drive(id, now, mem, out);
-            // What it waits for now is a packet, a command (each marks
-            // it) or its own deadline.
-            if let Some(c) = self.conns.get_mut(&id) {
-                if !c.slot.is_ready() {
-                    if let Some(t) = c.deadline() {
-                        self.ready.defer(&mut c.slot, id, t);
-                    }
-                }
-            }
         }
         self.ids = ids;
         // Send what the queue pairs just gave their associations this
@@ -1358,7 +1345,9 @@ impl SctpConns {
         }
     }
 
-    /// Posts, segments, teardown and reports of one connection.
+    /// Posts, segments, teardown and reports of one connection: its visit
+    /// of a round (it leaves the ready list, and what it waits for after
+    /// goes in the deadline set), one lookup of it.
     fn drive(
         &mut self,
         id: SockId,
@@ -1369,6 +1358,8 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
         };
+        c.slot.visited();
+        self.drives += 1;
         let mut busy = false;
         if c.setup_deadline.is_some_and(|t| now >= t) {
             busy = true;
@@ -1595,6 +1586,14 @@ impl SctpConns {
         // it closes it; one it never had goes now.
         if c.closed && (c.qp.is_none() || c.closing.is_some()) {
             self.forget(id);
+            return busy;
+        }
+        // What it waits for now is a packet, a command (each marks it) or
+        // its own deadline.
+        if !c.slot.is_ready() {
+            if let Some(t) = c.deadline() {
+                self.ready.defer(&mut c.slot, id, t);
+            }
         }
         busy
     }
