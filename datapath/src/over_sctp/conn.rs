@@ -893,23 +893,24 @@ impl SctpConns {
             return;
         };
         self.ready.mark(&mut c.slot, id);
-        let refusal = c.refusal();
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.closing.is_some() || c.closed {
-            return refuse(refusal);
+            return refuse(c.refusal());
         }
         match (&c.phase, c.qp.as_mut()) {
+            // Straight to the queue pair (the common case: no list of
+            // outputs in between).
             (Phase::Rdma, Some(qp)) => {
-                let mut q = VecDeque::new();
-                post_to(&cmd, qp.qp(), mem, &mut q);
-                if let Some(HostOutput::Refused(_, e) | HostOutput::RefusedRecv(_, e)) =
-                    q.pop_front()
-                {
+                let r = match cmd {
+                    HostCommand::PostSend(wr) => qp.qp().post_send(mem, wr),
+                    HostCommand::PostRecv(wr_id, sgl) => qp.qp().post_recv(mem, wr_id, sgl),
+                };
+                if let Err(e) = r {
                     refuse(e);
                 }
             }
-            (Phase::Over, _) => refuse(refusal),
+            (Phase::Over, _) => refuse(c.refusal()),
             _ => c.pending.push_back(cmd),
         }
     }
@@ -1039,13 +1040,17 @@ impl SctpConns {
             active,
             ..
         } = self;
-        let mut busy = host.poll_with(
-            iface,
-            now,
-            tx,
-            &mut |o| host_out.push(o),
-            &mut |a, key, dst| fill_segment(by_assoc, conns, mem, a, key, dst),
-        );
+        // The host's round only when it has something (a connection
+        // alone was marked: a command, a packet that left its association
+        // nothing to do, a deadline of its own).
+        let mut busy = !host.idle_round(now)
+            && host.poll_with(
+                iface,
+                now,
+                tx,
+                &mut |o| host_out.push(o),
+                &mut |a, key, dst| fill_segment(by_assoc, conns, mem, a, key, dst),
+            );
         *active = !host.polled().is_empty() || !host_out.is_empty();
         // The connections of the associations just visited: a packet
         // arrived (a SACK may have made room for segments waiting, a
