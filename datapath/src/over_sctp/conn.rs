@@ -784,8 +784,21 @@ impl SctpConns {
             ready,
             ..
         } = self;
+        // The association's connection, looked up once a packet (the
+        // packet's segments all belong to one association).
+        let mut seen: Option<(AssocId, SockId)> = None;
         let reached = host.handle_packet_with(iface, pkt, now, &mut |assoc, stream, ssn, seg| {
-            let Some(c) = by_assoc.get(&assoc).and_then(|id| conns.get_mut(id)) else {
+            let id = match seen {
+                Some((a, id)) if a == assoc => id,
+                _ => match by_assoc.get(&assoc) {
+                    Some(&id) => {
+                        seen = Some((assoc, id));
+                        id
+                    }
+                    None => return false,
+                },
+            };
+            let Some(c) = conns.get_mut(&id) else {
                 return false;
             };
             match c.qp.as_mut() {
@@ -796,10 +809,13 @@ impl SctpConns {
         // Its connection is driven next round (segments placed may have
         // completed a receive, a SACK may have made room for segments
         // waiting), whether or not the association itself is visited.
-        if let Some(&id) = reached.and_then(|a| by_assoc.get(&a)) {
-            if let Some(c) = conns.get_mut(&id) {
-                ready.mark(&mut c.slot, id);
-            }
+        let id = match (reached, seen) {
+            (Some(a), Some((b, id))) if a == b => Some(id),
+            (Some(a), _) => by_assoc.get(&a).copied(),
+            (None, _) => None,
+        };
+        if let Some(c) = id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
+            ready.mark(&mut c.1.slot, c.0);
         }
     }
 
@@ -1015,6 +1031,7 @@ impl SctpConns {
     /// One round: association events in (placement happens here),
     /// segments out, completions to CQs, CM events and outputs to `out`.
     /// Returns whether anything happened.
+    #[inline]
     pub fn poll(
         &mut self,
         now: u64,
@@ -1024,11 +1041,26 @@ impl SctpConns {
         out: &mut dyn FnMut(Output),
     ) -> bool {
         // Nothing marked or due on either level: the round is left out
-        // (what the connections hold is as it was, `was_active`).
+        // (what the connections hold is as it was, `was_active`), before
+        // the call of the round itself (two rounds in three of a
+        // ping-pong: not even its prologue).
         self.active = false;
         if self.ready.is_empty() && !self.ready.due(now) && self.host.idle_round(now) {
             return false;
         }
+        self.round(now, mem, iface, tx, out)
+    }
+
+    /// [`poll`](Self::poll)'s round, when it has something to do.
+    #[inline(never)]
+    fn round(
+        &mut self,
+        now: u64,
+        mem: &mut MemoryTable,
+        iface: &mut Interface,
+        tx: &mut dyn FrameSink,
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
         let mut host_out = std::mem::take(&mut self.host_out);
         // Segments given by reference are written into each packet from
         // their queue pair's records (`SctpQp::fill`).
