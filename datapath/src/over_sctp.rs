@@ -943,6 +943,7 @@ impl SctpHost {
     /// connection) for nothing. The others stay marked for that visit.
     /// `fill(association, key, dst)` writes the segments given by
     /// reference. True when a packet went out.
+    #[inline]
     pub fn transmit_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
         iface: &mut Interface,
@@ -950,9 +951,23 @@ impl SctpHost {
         tx: &mut dyn FrameSink,
         fill: &mut F,
     ) -> bool {
+        // Nothing marked (a round that only took a packet's completions):
+        // not even the call.
         if self.ready.is_empty() {
             return false;
         }
+        self.transmit_marked(iface, now, tx, fill)
+    }
+
+    /// [`transmit_with`](Self::transmit_with) with associations marked.
+    #[inline(never)]
+    fn transmit_marked<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
+        &mut self,
+        iface: &mut Interface,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        fill: &mut F,
+    ) -> bool {
         let mut busy = false;
         let SctpHost {
             assocs,

@@ -269,6 +269,14 @@ impl Conn {
     /// them: setup, a close waiting for Read answers, a close's linger,
     /// an abort's wait for its Terminate.
     fn deadline(&self) -> Option<u64> {
+        // None of them, in full operation (asked after every drive).
+        if self.setup_deadline.is_none()
+            && self.close_deadline.is_none()
+            && self.linger.is_none()
+            && self.closing.is_none()
+        {
+            return None;
+        }
         let abort = match self.closing {
             Some(Closing::Abort { deadline }) if !self.closed && !self.shutdown_sent => {
                 Some(deadline)
