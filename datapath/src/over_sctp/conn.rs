@@ -905,22 +905,42 @@ impl SctpConns {
         mem: &MemoryTable,
         out: &mut dyn FnMut(Output),
     ) {
+        if !self.try_post(id, cmd, mem, out) {
+            route(
+                id,
+                HostOutput::refused(&cmd, PostError::NotReady(QpState::Error)),
+                None,
+                out,
+            );
+        }
+    }
+
+    /// [`post`](Self::post) if `id` is [one of ours](Self::owns) (true),
+    /// else nothing (false): one lookup where asking first takes two.
+    pub fn try_post(
+        &mut self,
+        id: SockId,
+        cmd: HostCommand,
+        mem: &MemoryTable,
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
         let Some(c) = self.conns.get_mut(&id) else {
             // Freed: refused with why it ended, on its CQ (kept while a
             // handle holds it, `Gone`), else to the outputs.
-            let (cq, cause) = self
-                .gone
-                .get(id)
-                .map_or((None, None), |g| (g.0.as_ref(), g.1));
+            let Some(g) = self.gone.get(id) else {
+                return false;
+            };
+            let (cq, cause) = (g.0.as_ref(), g.1);
             let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
             route(id, HostOutput::refused(&cmd, e), cq, out);
-            return;
+            return true;
         };
         self.ready.mark(&mut c.slot, id);
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.closing.is_some() || c.closed {
-            return refuse(c.refusal());
+            refuse(c.refusal());
+            return true;
         }
         match (&c.phase, c.qp.as_mut()) {
             // Straight to the queue pair (the common case: no list of
@@ -937,6 +957,7 @@ impl SctpConns {
             (Phase::Over, _) => refuse(c.refusal()),
             _ => c.pending.push_back(cmd),
         }
+        true
     }
 
     /// Accept a pending request; `qp` says where the queue pair's
