@@ -752,12 +752,16 @@ impl SctpHost {
         let our_port = u16::from_be_bytes([dp[0], dp[1]]);
         self.net.stats.rx_packets += 1;
         let key = (src, peer_port, our_port);
-        let cached = match self.last_tuple {
-            Some((k, id)) if k == key && self.assocs.contains_key(&id) => Some(id),
-            _ => None,
-        };
-        if let Some(id) = cached.or_else(|| self.by_tuple.get(&key).copied()) {
-            if let Some(e) = self.assocs.get_mut(&id) {
+        // The cached tuple first, then the map; a stale entry (its
+        // association gone) finds nothing and the map is asked. One lookup
+        // of the association a packet, not a check and then a lookup.
+        let mut from_cache = matches!(self.last_tuple, Some((k, _)) if k == key);
+        loop {
+            let id = match self.last_tuple {
+                Some((_, id)) if from_cache => Some(id),
+                _ => self.by_tuple.get(&key).copied(),
+            };
+            if let Some((id, e)) = id.and_then(|id| self.assocs.get_mut(&id).map(|e| (id, e))) {
                 self.last_tuple = Some((key, id));
                 let verified = e.ddp.sctp().stats().tag_verified_packets;
                 e.ddp.handle_packet_with(now, pkt, &mut |stream, ssn, seg| {
@@ -794,6 +798,10 @@ impl SctpHost {
                 }
                 return Some(id);
             }
+            if !from_cache {
+                break;
+            }
+            from_cache = false;
         }
         let mut out = std::mem::take(&mut self.buf);
         if let Some(l) = self.listeners.get_mut(&our_port) {
