@@ -469,6 +469,9 @@ pub struct SctpHost {
     ready: ReadySet<AssocId>,
     /// The associations the last [`Engine::poll`] visited, in id order.
     polled: Vec<AssocId>,
+    /// Those [`transmit_with`](Self::transmit_with) sends for (kept
+    /// between rounds: no allocation every round).
+    marked: Vec<AssocId>,
     /// Association visits by [`Engine::poll`], in all.
     visits: u64,
     /// Token bucket of out-of-the-blue answers: tokens, and when the last
@@ -516,6 +519,7 @@ impl SctpHost {
             pending_out: VecDeque::new(),
             ready: ReadySet::new(IDLE_SWEEP),
             polled: Vec::new(),
+            marked: Vec::new(),
             visits: 0,
             ootb_tokens: OOTB_BURST,
             ootb_at: 0,
@@ -725,7 +729,8 @@ impl SctpHost {
         self.pending_tx.push(f);
     }
 
-    /// One SCTP packet from `src`, inside UDP from port `udp` or raw.
+    /// One SCTP packet from `src`, inside UDP from port `udp` or raw;
+    /// the live association it went to, if any.
     #[allow(clippy::too_many_arguments)]
     fn handle_sctp(
         &mut self,
@@ -736,29 +741,49 @@ impl SctpHost {
         pkt: &[u8],
         now: u64,
         place: &mut Placer<'_>,
-    ) {
+    ) -> Option<AssocId> {
         // RFC 9260 §3.1: Source Port, Destination Port, the first four
         // octets of the common header.
         let (Some(sp), Some(dp)) = (pkt.get(0..2), pkt.get(2..4)) else {
             self.net.stats.rx_dropped += 1;
-            return;
+            return None;
         };
         let peer_port = u16::from_be_bytes([sp[0], sp[1]]);
         let our_port = u16::from_be_bytes([dp[0], dp[1]]);
         self.net.stats.rx_packets += 1;
         let key = (src, peer_port, our_port);
-        let cached = match self.last_tuple {
-            Some((k, id)) if k == key && self.assocs.contains_key(&id) => Some(id),
-            _ => None,
-        };
-        if let Some(id) = cached.or_else(|| self.by_tuple.get(&key).copied()) {
-            if let Some(e) = self.assocs.get_mut(&id) {
+        // The cached tuple first, then the map; a stale entry (its
+        // association gone) finds nothing and the map is asked. One lookup
+        // of the association a packet, not a check and then a lookup.
+        let mut from_cache = matches!(self.last_tuple, Some((k, _)) if k == key);
+        loop {
+            let id = match self.last_tuple {
+                Some((_, id)) if from_cache => Some(id),
+                _ => self.by_tuple.get(&key).copied(),
+            };
+            if let Some((id, e)) = id.and_then(|id| self.assocs.get_mut(&id).map(|e| (id, e))) {
                 self.last_tuple = Some((key, id));
-                self.ready.mark(&mut e.slot, id);
                 let verified = e.ddp.sctp().stats().tag_verified_packets;
                 e.ddp.handle_packet_with(now, pkt, &mut |stream, ssn, seg| {
                     place(id, stream, ssn, seg)
                 });
+                // What a visit by the next poll would find to do: events
+                // to give, a packet to send (a SACK due at once, RFC 9260
+                // §6.2; DATA the peer's SACK let go), a deadline due, or
+                // the end. Without any, the visit would only record the
+                // deadline (the delayed SACK's, T3-rtx's): that is done
+                // here, and the association stays out of the ready set.
+                // The caller learns which association the packet reached.
+                let deadline = e.ddp.poll_timeout();
+                if e.ddp.has_events()
+                    || !e.ddp.transmit_idle()
+                    || e.ddp.sctp().is_closed()
+                    || deadline.is_some_and(|t| t <= now)
+                {
+                    self.ready.mark(&mut e.slot, id);
+                } else if let Some(t) = deadline {
+                    self.ready.defer(&mut e.slot, id, t);
+                }
                 // RFC 6951 §5.4: the remote encapsulation port follows the
                 // UDP source port of packets that passed the verification
                 // tag check (§8.5) with one of the association's tags. An
@@ -771,8 +796,12 @@ impl SctpHost {
                         e.udp = Some(p);
                     }
                 }
-                return;
+                return Some(id);
             }
+            if !from_cache {
+                break;
+            }
+            from_cache = false;
         }
         let mut out = std::mem::take(&mut self.buf);
         if let Some(l) = self.listeners.get_mut(&our_port) {
@@ -825,6 +854,7 @@ impl SctpHost {
             }
         }
         self.buf = out;
+        None
     }
 
     /// Takes one token of the out-of-the-blue answer bucket, if any.
@@ -870,16 +900,19 @@ impl SctpHost {
     /// frame ([`DdpAssociation::handle_packet_with`]): true when it took
     /// it, false to have it come out as a [`DdpEvent::Segment`]. Answers
     /// made here go out at the next poll, their IPv4 identification the
-    /// interface's.
+    /// interface's. Returns the live association the packet reached: it
+    /// is visited at the next poll only if it has something to do then
+    /// (events, a packet to send, a deadline due), so a caller with work
+    /// of its own per association (a connection to drive) looks there.
     pub fn handle_packet_with(
         &mut self,
         iface: &mut Interface,
         pkt: &SctpIngress<'_>,
         now: u64,
         place: &mut Placer<'_>,
-    ) {
+    ) -> Option<AssocId> {
         self.net.stats.rx_udp += u64::from(pkt.udp.is_some());
-        self.handle_sctp(iface, pkt.src_mac, pkt.src, pkt.udp, pkt.packet, now, place);
+        self.handle_sctp(iface, pkt.src_mac, pkt.src, pkt.udp, pkt.packet, now, place)
     }
 
     /// [`Engine::handle_frame`] on the host's own interface, offering
@@ -896,7 +929,9 @@ impl SctpHost {
         };
         let pending = &mut self.pending_tx;
         match iface.receive_ip(frame, now, served, &mut |f| pending.push(f.to_vec())) {
-            Some(IpIngress::Sctp(p)) => self.handle_packet_with(&mut iface, &p, now, place),
+            Some(IpIngress::Sctp(p)) => {
+                self.handle_packet_with(&mut iface, &p, now, place);
+            }
             Some(IpIngress::Tcp(_)) => self.net.stats.rx_dropped += 1,
             None => {}
         }
@@ -908,12 +943,34 @@ impl SctpHost {
     /// Sends what the associations marked for the next round have to
     /// send now through `iface` (those [`assoc_mut`](Self::assoc_mut)
     /// reached since the last poll, among them every one the queue pairs
-    /// gave segments), and nothing else: no timers or events (those wait
-    /// for the next [`poll_with`](Self::poll_with), which visits them).
-    /// For the second pass of a round. `fill(association, key, dst)`
-    /// writes the segments given by reference. True when a packet went
-    /// out.
+    /// gave segments), and nothing else: no timers or events. For the
+    /// second pass of a round. An association left with nothing for a
+    /// visit (no event to give, no deadline due, not closed, under the
+    /// burst) leaves the ready set with its deadline recorded, as a
+    /// visit by [`poll_with`](Self::poll_with) would leave it: the round
+    /// after it sent a packet does not visit it (nor drive its
+    /// connection) for nothing. The others stay marked for that visit.
+    /// `fill(association, key, dst)` writes the segments given by
+    /// reference. True when a packet went out.
+    #[inline]
     pub fn transmit_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
+        &mut self,
+        iface: &mut Interface,
+        now: u64,
+        tx: &mut dyn FrameSink,
+        fill: &mut F,
+    ) -> bool {
+        // Nothing marked (a round that only took a packet's completions):
+        // not even the call.
+        if self.ready.is_empty() {
+            return false;
+        }
+        self.transmit_marked(iface, now, tx, fill)
+    }
+
+    /// [`transmit_with`](Self::transmit_with) with associations marked.
+    #[inline(never)]
+    fn transmit_marked<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
         iface: &mut Interface,
         now: u64,
@@ -926,20 +983,39 @@ impl SctpHost {
             net,
             buf,
             ready,
+            marked,
             ..
         } = self;
-        for &id in ready.marked() {
-            if let Some(e) = assocs.get_mut(&id) {
-                busy |= net.send_all(
-                    iface,
-                    &mut e.ddp,
-                    e.remote,
-                    e.udp,
-                    buf,
-                    now,
-                    tx,
-                    &mut |k, d| fill(id, k, d),
-                ) > 0;
+        marked.clear();
+        ready.drain_into(marked);
+        for &id in marked.iter() {
+            let Some(e) = assocs.get_mut(&id) else {
+                continue; // gone since it was marked
+            };
+            e.slot.visited();
+            let sent = net.send_all(
+                iface,
+                &mut e.ddp,
+                e.remote,
+                e.udp,
+                buf,
+                now,
+                tx,
+                &mut |k, d| fill(id, k, d),
+            );
+            busy |= sent > 0;
+            let deadline = e.ddp.poll_timeout();
+            if sent >= SEND_BURST
+                || e.ddp.has_events()
+                || e.ddp.sctp().is_closed()
+                || deadline.is_some_and(|t| t <= now)
+            {
+                ready.mark(&mut e.slot, id);
+            } else if let Some(t) = deadline {
+                // T3-rtx started by the DATA just sent (RFC 9260 §6.3.2
+                // R1), T2 by a SHUTDOWN, the delayed SACK's (§6.2): the
+                // earliest, as `poll_with` records it.
+                ready.defer(&mut e.slot, id, t);
             }
         }
         busy

@@ -1990,6 +1990,21 @@ impl Stack {
         }
     }
 
+    /// A post on connection `id`, if it is the SCTP part's: posted
+    /// there (true). Out of `handle_command`, whose path over TCP alone
+    /// stays as it was.
+    #[inline(never)]
+    fn sctp_post(&mut self, id: SockId, c: HostCommand) -> bool {
+        let Stack {
+            sctp,
+            mem,
+            pending_out,
+            ..
+        } = self;
+        sctp.as_deref_mut()
+            .is_some_and(|sc| sc.try_post(id, c, mem, &mut |o| pending_out.push_back(o)))
+    }
+
     /// An SCTP packet the interface handed up, to the SCTP part (out of
     /// `handle_frame`, which TCP's segments inline).
     #[inline(never)]
@@ -2263,6 +2278,8 @@ impl crate::runtime::Engine for Stack {
             // Without an SCTP part a post is marked where it is posted
             // (one lookup of the connection).
             Command::Iwarp(..) if self.sctp.is_none() => None,
+            // One of the SCTP part's (posted there below): no TCP socket.
+            Command::Iwarp(id, _) if *id >= crate::over_sctp::conn::SCTP_SOCK_BASE => None,
             Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
             Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
             Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
@@ -2282,6 +2299,14 @@ impl crate::runtime::Engine for Stack {
                 Command::SctpConnect { .. } | Command::SctpListen { .. } | Command::SctpUnlisten(_)
             );
         let cmd = if sctp {
+            // A post on one of its connections (the data path's commands)
+            // straight to the SCTP part, the command not moved into
+            // `sctp_command` and back.
+            if let Command::Iwarp(id, c) = &cmd {
+                if self.sctp_post(*id, *c) {
+                    return;
+                }
+            }
             match self.sctp_command(cmd, now) {
                 Some(c) => c,
                 None => return,

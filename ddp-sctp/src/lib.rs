@@ -427,6 +427,12 @@ impl DdpAssociation {
         self.sctp.handle_timeout(now);
         self.drain(now);
     }
+    /// Whether [`poll_event`](Self::poll_event) may have an event to
+    /// give: one waiting here, or one SCTP has not handed up yet.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty() || self.sctp.has_events()
+    }
     /// Next event.
     pub fn poll_event(&mut self) -> Option<DdpEvent> {
         self.drain(0);

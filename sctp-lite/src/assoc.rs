@@ -519,14 +519,14 @@ impl OutChunk {
         failed: &mut bool,
     ) -> Option<usize> {
         let Some(e) = &self.ext else {
-            let r = ChunkRepr::Data(DataRepr {
+            let r = DataRepr {
                 flags: self.flags,
                 tsn: self.tsn,
                 stream_id: self.stream,
                 ssn: self.ssn,
                 ppid: self.ppid,
                 payload: &self.data,
-            });
+            };
             return r.emit(buf).ok();
         };
         let total = DATA_HEADER_LEN + self.len();
@@ -535,14 +535,14 @@ impl OutChunk {
             return None;
         }
         let prefix = &e.prefix[..usize::from(e.prefix_len)];
-        let r = ChunkRepr::Data(DataRepr {
+        let r = DataRepr {
             flags: self.flags,
             tsn: self.tsn,
             stream_id: self.stream,
             ssn: self.ssn,
             ppid: self.ppid,
             payload: prefix,
-        });
+        };
         r.emit(buf).ok()?;
         // The Chunk Length covers the tail the fill writes (§3.3.1: the
         // header and the user data, without padding).
@@ -695,10 +695,18 @@ type Chunks<'a> = smallvec::SmallVec<[ChunkRepr<'a>; 4]>;
 /// Checks a packet and returns its chunks, parsed. `None` when it is to
 /// be silently discarded (bad checksum, malformed chunk, §6.8, §3.2).
 fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Chunks<'_>)> {
+    let mut v = Chunks::new();
+    let h = parse_into(bytes, &mut v)?;
+    Some((h, v))
+}
+
+/// [`parse_all`] into the caller's `v` (empty): the chunks are not moved
+/// again on the way out (the list is some hundreds of octets, copied
+/// twice a packet when returned).
+fn parse_into<'a>(bytes: &'a [u8], v: &mut Chunks<'a>) -> Option<HeaderRepr> {
     let p = SctpPacket::new_checked(bytes).ok()?;
     p.verify_checksum().ok()?;
     let h = HeaderRepr::parse(&p);
-    let mut v = Chunks::new();
     // Chunks borrow the original slice, not the view.
     let mut rest = bytes.get(COMMON_HEADER_LEN..)?;
     while !rest.is_empty() {
@@ -710,7 +718,7 @@ fn parse_all(bytes: &[u8]) -> Option<(HeaderRepr, Chunks<'_>)> {
             return None;
         }
     }
-    Some((h, v))
+    Some(h)
 }
 
 fn emit_one(h: HeaderRepr, c: &ChunkRepr<'_>, out: &mut [u8]) -> Option<usize> {
@@ -1317,6 +1325,12 @@ impl Association {
         self.timers.iter().flatten().copied().min()
     }
 
+    /// Whether [`poll_event`](Self::poll_event) has an event to give.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         let e = self.events.pop_front()?;
@@ -1762,7 +1776,8 @@ impl Association {
         if self.state == State::Closed {
             return;
         }
-        let Some((h, chunks)) = parse_all(bytes) else {
+        let mut chunks = Chunks::new();
+        let Some(h) = parse_into(bytes, &mut chunks) else {
             self.stats.packets_discarded += 1;
             return;
         };

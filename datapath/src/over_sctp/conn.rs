@@ -266,21 +266,30 @@ impl Conn {
     /// them: setup, a close waiting for Read answers, a close's linger,
     /// an abort's wait for its Terminate.
     fn deadline(&self) -> Option<u64> {
+        // None of them, in full operation (asked after every drive).
+        if self.setup_deadline.is_none()
+            && self.close_deadline.is_none()
+            && self.linger.is_none()
+            && self.closing.is_none()
+        {
+            return None;
+        }
         let abort = match self.closing {
             Some(Closing::Abort { deadline }) if !self.closed && !self.shutdown_sent => {
                 Some(deadline)
             }
             _ => None,
         };
-        [
-            self.setup_deadline,
-            self.close_deadline.map(|(at, _)| at),
-            self.linger.map(|(at, _)| at),
-            abort,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // (Asked after every drive: `Option`'s own `min` rather than an
+        // iterator's, half the instructions.)
+        let earliest = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) | (None, x) => x,
+        };
+        earliest(
+            earliest(self.setup_deadline, self.close_deadline.map(|(at, _)| at)),
+            earliest(self.linger.map(|(at, _)| at), abort),
+        )
     }
 
     /// Why the connection ended or is ending: a Terminate sent or received
@@ -775,10 +784,24 @@ impl SctpConns {
             host,
             conns,
             by_assoc,
+            ready,
             ..
         } = self;
-        host.handle_packet_with(iface, pkt, now, &mut |assoc, stream, ssn, seg| {
-            let Some(c) = by_assoc.get(&assoc).and_then(|id| conns.get_mut(id)) else {
+        // The association's connection, looked up once a packet (the
+        // packet's segments all belong to one association).
+        let mut seen: Option<(AssocId, SockId)> = None;
+        let reached = host.handle_packet_with(iface, pkt, now, &mut |assoc, stream, ssn, seg| {
+            let id = match seen {
+                Some((a, id)) if a == assoc => id,
+                _ => match by_assoc.get(&assoc) {
+                    Some(&id) => {
+                        seen = Some((assoc, id));
+                        id
+                    }
+                    None => return false,
+                },
+            };
+            let Some(c) = conns.get_mut(&id) else {
                 return false;
             };
             match c.qp.as_mut() {
@@ -786,6 +809,17 @@ impl SctpConns {
                 _ => false,
             }
         });
+        // Its connection is driven next round (segments placed may have
+        // completed a receive, a SACK may have made room for segments
+        // waiting), whether or not the association itself is visited.
+        let id = match (reached, seen) {
+            (Some(a), Some((b, id))) if a == b => Some(id),
+            (Some(a), _) => by_assoc.get(&a).copied(),
+            (None, _) => None,
+        };
+        if let Some(c) = id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
+            ready.mark(&mut c.1.slot, c.0);
+        }
     }
 
     /// Listen on `port`; false if it listens already.
@@ -866,37 +900,59 @@ impl SctpConns {
         mem: &MemoryTable,
         out: &mut dyn FnMut(Output),
     ) {
+        if !self.try_post(id, cmd, mem, out) {
+            route(
+                id,
+                HostOutput::refused(&cmd, PostError::NotReady(QpState::Error)),
+                None,
+                out,
+            );
+        }
+    }
+
+    /// [`post`](Self::post) if `id` is [one of ours](Self::owns) (true),
+    /// else nothing (false): one lookup where asking first takes two.
+    pub fn try_post(
+        &mut self,
+        id: SockId,
+        cmd: HostCommand,
+        mem: &MemoryTable,
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
         let Some(c) = self.conns.get_mut(&id) else {
             // Freed: refused with why it ended, on its CQ (kept while a
             // handle holds it, `Gone`), else to the outputs.
-            let (cq, cause) = self
-                .gone
-                .get(id)
-                .map_or((None, None), |g| (g.0.as_ref(), g.1));
+            let Some(g) = self.gone.get(id) else {
+                return false;
+            };
+            let (cq, cause) = (g.0.as_ref(), g.1);
             let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
             route(id, HostOutput::refused(&cmd, e), cq, out);
-            return;
+            return true;
         };
         self.ready.mark(&mut c.slot, id);
-        let refusal = c.refusal();
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.closing.is_some() || c.closed {
-            return refuse(refusal);
+            refuse(c.refusal());
+            return true;
         }
         match (&c.phase, c.qp.as_mut()) {
+            // Straight to the queue pair (the common case: no list of
+            // outputs in between).
             (Phase::Rdma, Some(qp)) => {
-                let mut q = VecDeque::new();
-                post_to(&cmd, qp.qp(), mem, &mut q);
-                if let Some(HostOutput::Refused(_, e) | HostOutput::RefusedRecv(_, e)) =
-                    q.pop_front()
-                {
+                let r = match cmd {
+                    HostCommand::PostSend(wr) => qp.qp().post_send(mem, wr),
+                    HostCommand::PostRecv(wr_id, sgl) => qp.qp().post_recv(mem, wr_id, sgl),
+                };
+                if let Err(e) = r {
                     refuse(e);
                 }
             }
-            (Phase::Over, _) => refuse(refusal),
+            (Phase::Over, _) => refuse(c.refusal()),
             _ => c.pending.push_back(cmd),
         }
+        true
     }
 
     /// Accept a pending request; `qp` says where the queue pair's
@@ -999,6 +1055,7 @@ impl SctpConns {
     /// One round: association events in (placement happens here),
     /// segments out, completions to CQs, CM events and outputs to `out`.
     /// Returns whether anything happened.
+    #[inline]
     pub fn poll(
         &mut self,
         now: u64,
@@ -1008,11 +1065,26 @@ impl SctpConns {
         out: &mut dyn FnMut(Output),
     ) -> bool {
         // Nothing marked or due on either level: the round is left out
-        // (what the connections hold is as it was, `was_active`).
+        // (what the connections hold is as it was, `was_active`), before
+        // the call of the round itself (two rounds in three of a
+        // ping-pong: not even its prologue).
         self.active = false;
         if self.ready.is_empty() && !self.ready.due(now) && self.host.idle_round(now) {
             return false;
         }
+        self.round(now, mem, iface, tx, out)
+    }
+
+    /// [`poll`](Self::poll)'s round, when it has something to do.
+    #[inline(never)]
+    fn round(
+        &mut self,
+        now: u64,
+        mem: &mut MemoryTable,
+        iface: &mut Interface,
+        tx: &mut dyn FrameSink,
+        out: &mut dyn FnMut(Output),
+    ) -> bool {
         let mut host_out = std::mem::take(&mut self.host_out);
         // Segments given by reference are written into each packet from
         // their queue pair's records (`SctpQp::fill`).
@@ -1024,13 +1096,17 @@ impl SctpConns {
             active,
             ..
         } = self;
-        let mut busy = host.poll_with(
-            iface,
-            now,
-            tx,
-            &mut |o| host_out.push(o),
-            &mut |a, key, dst| fill_segment(by_assoc, conns, mem, a, key, dst),
-        );
+        // The host's round only when it has something (a connection
+        // alone was marked: a command, a packet that left its association
+        // nothing to do, a deadline of its own).
+        let mut busy = !host.idle_round(now)
+            && host.poll_with(
+                iface,
+                now,
+                tx,
+                &mut |o| host_out.push(o),
+                &mut |a, key, dst| fill_segment(by_assoc, conns, mem, a, key, dst),
+            );
         *active = !host.polled().is_empty() || !host_out.is_empty();
         // The connections of the associations just visited: a packet
         // arrived (a SACK may have made room for segments waiting, a
@@ -1071,21 +1147,8 @@ impl SctpConns {
         self.ready.drain_into(&mut ids);
         self.active |= !ids.is_empty();
         for &id in &ids {
-            let Some(c) = self.conns.get_mut(&id) else {
-                continue; // gone since it was marked
-            };
-            c.slot.visited();
-            self.drives += 1;
+            // (One gone since it was marked is skipped there.)
             busy |= self.drive(id, now, mem, out);
-            // What it waits for now is a packet, a command (each marks
-            // it) or its own deadline.
-            if let Some(c) = self.conns.get_mut(&id) {
-                if !c.slot.is_ready() {
-                    if let Some(t) = c.deadline() {
-                        self.ready.defer(&mut c.slot, id, t);
-                    }
-                }
-            }
         }
         self.ids = ids;
         // Send what the queue pairs just gave their associations this
@@ -1343,7 +1406,9 @@ impl SctpConns {
         }
     }
 
-    /// Posts, segments, teardown and reports of one connection.
+    /// Posts, segments, teardown and reports of one connection: its visit
+    /// of a round (it leaves the ready list, and what it waits for after
+    /// goes in the deadline set), one lookup of it.
     fn drive(
         &mut self,
         id: SockId,
@@ -1354,6 +1419,8 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
         };
+        c.slot.visited();
+        self.drives += 1;
         let mut busy = false;
         if c.setup_deadline.is_some_and(|t| now >= t) {
             busy = true;
@@ -1580,6 +1647,14 @@ impl SctpConns {
         // it closes it; one it never had goes now.
         if c.closed && (c.qp.is_none() || c.closing.is_some()) {
             self.forget(id);
+            return busy;
+        }
+        // What it waits for now is a packet, a command (each marks it) or
+        // its own deadline.
+        if !c.slot.is_ready() {
+            if let Some(t) = c.deadline() {
+                self.ready.defer(&mut c.slot, id, t);
+            }
         }
         busy
     }
@@ -1834,6 +1909,46 @@ mod tests {
         assert!(p.run_until(100, |p| p.out_a.iter().any(|o| matches!(
             o,
             Output::Iwarp(_, HostOutput::Completion(c)) if c.wr_id == 7
+        ))));
+    }
+
+    /// The round that sends a Write's packet leaves the association with
+    /// only its T3-rtx deadline (RFC 9260 §6.3.2 R1) in the deadline set:
+    /// the next round neither visits it nor drives its connection, where
+    /// each used to come once more for nothing (a visit left marked by
+    /// the send, then the drive of its connection). At the receiver the
+    /// packet drives the connection, and the association, with only its
+    /// delayed SACK's deadline (§6.2) to record, is not visited.
+    #[test]
+    fn a_sent_packet_leaves_no_visit_for_the_next_round() {
+        let (mut p, sa, _) = Pair::connected(3_600_000 * MS);
+        for _ in 0..500 {
+            p.step(MS);
+        }
+        let [before, before_b] = p.work();
+        p.write(sa, 1);
+        p.step(MS);
+        // The command's drive gave the association its segment, and the
+        // same round sent it.
+        assert_eq!(p.work()[0], (before.0 + 1, before.1));
+        // `b` placed the Write from the frame and drove its connection;
+        // its association, with only the delayed SACK's deadline to
+        // record, was not visited.
+        assert_eq!(p.work()[1], (before_b.0 + 1, before_b.1));
+        // `b` delays its SACK (one packet, RFC 9260 §6.2): nothing comes
+        // back yet, so `a` has nothing to do.
+        assert!(p.to_a.is_empty(), "b answered at once");
+        p.step(MS);
+        assert_eq!(p.work()[0], (before.0 + 1, before.1));
+        assert!(p.a.quiescent());
+        // The deadline set has the association's T3-rtx (an RTO away, at
+        // least RTO.Min: RFC 9260 §6.3.1), not the next round.
+        let next = p.a.poll_timeout().unwrap();
+        assert!(next > p.now + MS, "{next} at {}", p.now);
+        // The delayed SACK comes back and the Write completes.
+        assert!(p.run_until(1000, |p| p.out_a.iter().any(|o| matches!(
+            o,
+            Output::Iwarp(_, HostOutput::Completion(c)) if c.wr_id == 1
         ))));
     }
 
