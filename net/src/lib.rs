@@ -25,6 +25,8 @@
 
 pub mod arp;
 pub mod egress;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod iface;
 pub mod ingress;
 mod stats_fmt;

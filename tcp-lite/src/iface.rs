@@ -342,65 +342,11 @@ fn parse_partial<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arp;
     use crate::wire::{
-        ArpOperation, ArpRepr, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
-        TcpFlags, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+        ArpOperation, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr, TcpFlags,
+        ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
     };
-
-    const MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
-    const IP: Ipv4Address = Ipv4Address::new(10, 9, 0, 1);
-    const PEER_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
-    const PEER: Ipv4Address = Ipv4Address::new(10, 9, 0, 2);
-
-    fn iface() -> Interface {
-        Interface::new(IfaceConfig::new(MAC, IP, 24))
-    }
-
-    fn arp_frame(op: ArpOperation, target_mac: EthernetAddress) -> Vec<u8> {
-        let repr = ArpRepr {
-            operation: op,
-            source_hardware_addr: PEER_MAC,
-            source_protocol_addr: PEER,
-            target_hardware_addr: target_mac,
-            target_protocol_addr: IP,
-        };
-        let mut buf = vec![0u8; arp::FRAME_LEN];
-        arp::emit_frame(&repr, PEER_MAC, &mut buf).unwrap();
-        buf
-    }
-
-    /// An IPv4 frame from the peer to `dst` carrying `body` as `proto`.
-    fn ip_frame(dst: Ipv4Address, proto: IpProtocol, body: &[u8]) -> Vec<u8> {
-        let mut buf = vec![0u8; ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + body.len()];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: PEER_MAC,
-            dst_addr: MAC,
-            ethertype: EtherType::IPV4,
-        }
-        .emit(&mut eth)
-        .unwrap();
-        let mut ip = Ipv4Packet::new_unchecked(eth.payload_mut());
-        Ipv4Repr {
-            src_addr: PEER,
-            dst_addr: dst,
-            protocol: proto,
-            payload_len: body.len(),
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
-            identification: 7,
-            dont_frag: true,
-            more_frags: false,
-            fragment_offset: 0,
-            options_len: 0,
-        }
-        .emit(&mut ip)
-        .unwrap();
-        ip.payload_mut()[..body.len()].copy_from_slice(body);
-        buf
-    }
+    use iwarp_net::fixtures::{arp_frame, iface, ip_frame, IP, MAC, PEER, PEER_MAC};
 
     fn tcp_bytes(seg: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
         let mut b = vec![0u8; seg.buffer_len()];
