@@ -57,6 +57,20 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
+/// rping exited 0, or ended in rping's own teardown race after every
+/// iteration was verified (asserted before this is asked; only that exact
+/// ending is excused: `iwarp_interop::rping::teardown_race`).
+fn clean_exit(o: &Output, out: &str, who: &str) -> bool {
+    if o.status.success() {
+        return true;
+    }
+    let race = iwarp_interop::rping::teardown_race(o.status.code(), out);
+    if race {
+        println!("{who}: rping's own teardown race after a clean run");
+    }
+    race
+}
+
 /// Which of ours runs the host's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ours {
@@ -322,11 +336,11 @@ fn rping_on_our_library_both_roles(lab: &Lab) {
         (g.join().unwrap().unwrap(), us)
     });
     let (g, u) = (text(&guest), text(&us));
+    assert_eq!(count_pings(&u), 10, "our rping client:\n{u}\nguest:\n{g}");
     assert!(
-        us.status.success(),
+        clean_exit(&us, &u, "our rping client"),
         "rping client on our library failed\n{u}\nguest:\n{g}"
     );
-    assert_eq!(count_pings(&u), 10, "our rping client:\n{u}\nguest:\n{g}");
     // We serve, siw connects.
     let server = rping(&format!("-s -a {HOST} -p 7401 -C 10 -v"))
         .stdout(Stdio::piped())
@@ -342,13 +356,13 @@ fn rping_on_our_library_both_roles(lab: &Lab) {
         .unwrap();
     let us = server.wait_with_output().unwrap();
     let (g, u) = (text(&guest), text(&us));
-    assert!(
-        guest.status.success(),
-        "siw's rping client failed\n{g}\nours:\n{u}"
-    );
     assert_eq!(count_pings(&g), 10, "siw's rping client:\n{g}\nours:\n{u}");
     assert!(
-        us.status.success(),
+        clean_exit(&guest, &g, "siw's rping client"),
+        "siw's rping client failed\n{g}\nours:\n{u}"
+    );
+    assert!(
+        clean_exit(&us, &u, "our rping server"),
         "rping server on our library failed\n{u}\nguest:\n{g}"
     );
 }

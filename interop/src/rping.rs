@@ -317,3 +317,41 @@ mod tests {
         assert_eq!(p.start, b'A');
     }
 }
+
+/// rping (rdma-core) never joins its CM thread: after the last iteration
+/// the main thread disconnects, destroys its cm_id (which waits for the
+/// DISCONNECTED event to be acknowledged) and then the event channel,
+/// while the CM thread, having acknowledged that event, loops back into
+/// `rdma_get_cm_event`. If the channel's descriptor is closed first, that
+/// call fails with EBADF and the thread calls `exit(-1)`: status 255 after
+/// a run that verified every iteration (seen in about one loaded run in
+/// five, and once in CI). It is a race between two threads of the rping
+/// process (siw's in a guest, or Debian's on our library), after every
+/// iteration was verified and the orderly disconnect seen (both asserted
+/// before this is asked). Only that
+/// exact ending is excused: exit status 255, no verification or
+/// completion error printed, and the perror line as the last output.
+pub fn teardown_race(code: Option<i32>, out: &str) -> bool {
+    code == Some(255)
+        && !out.contains("mismatch")
+        && !out.contains("failed")
+        && !out.contains("error")
+        && out.trim_end().lines().last() == Some("rdma_get_cm_event: Bad file descriptor")
+}
+
+#[cfg(test)]
+#[test]
+fn only_rpings_teardown_race_is_excused() {
+    let ok = "ping data: rdma-ping-0: AB\nping data: rdma-ping-1: BC\nrdma_get_cm_event: Bad file descriptor\n";
+    assert!(teardown_race(Some(255), ok));
+    assert!(!teardown_race(Some(1), ok));
+    assert!(!teardown_race(None, ok));
+    assert!(!teardown_race(
+        Some(255),
+        "ping data: rdma-ping-0: AB\ndata mismatch!\nrdma_get_cm_event: Bad file descriptor\n"
+    ));
+    assert!(!teardown_race(
+        Some(255),
+        "rdma_get_cm_event: Bad file descriptor\ncq completion failed status 5\n"
+    ));
+}
