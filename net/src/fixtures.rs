@@ -10,6 +10,15 @@ use crate::wire::{
     Ipv4Address, Ipv4Packet, Ipv4Repr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
+/// A sent frame's Ethernet and IPv4 headers and its IP payload.
+pub fn parse_out(frame: &[u8]) -> (EthernetRepr, Ipv4Repr, Vec<u8>) {
+    let eth = EthernetFrame::new_checked(frame).unwrap();
+    let e = EthernetRepr::parse(&eth).unwrap();
+    let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+    let r = Ipv4Repr::parse(&ip).unwrap();
+    (e, r, ip.payload().to_vec())
+}
+
 /// The interface's MAC.
 pub const MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
 /// The interface's address (in 10.9.0.0/24).

@@ -929,11 +929,9 @@ impl Interface {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{
-        ArpOperation, ArpPacket, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
-    };
+    use crate::wire::{ArpOperation, ArpPacket, EtherType, EthernetFrame, Ipv4Packet};
 
-    use crate::fixtures::{arp_frame, iface, ip_frame, IP, MAC, PEER, PEER_MAC};
+    use crate::fixtures::{arp_frame, iface, ip_frame, parse_out, IP, MAC, PEER, PEER_MAC};
 
     /// A TCP header, 40000 → 80 (the interface does not look inside).
     const TCP_HEADER: [u8; 20] = [
@@ -964,14 +962,6 @@ mod tests {
             h.copy_from_slice(head);
             true
         })
-    }
-
-    fn parse_out(frame: &[u8]) -> (EthernetRepr, Ipv4Repr, Vec<u8>) {
-        let eth = EthernetFrame::new_checked(frame).unwrap();
-        let e = EthernetRepr::parse(&eth).unwrap();
-        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
-        let r = Ipv4Repr::parse(&ip).unwrap();
-        (e, r, ip.payload().to_vec())
     }
 
     #[test]

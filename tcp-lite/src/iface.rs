@@ -343,24 +343,15 @@ fn parse_partial<'a>(
 mod tests {
     use super::*;
     use crate::wire::{
-        ArpOperation, EtherType, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr, TcpFlags,
-        ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+        ArpOperation, EtherType, EthernetFrame, TcpFlags, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
     };
-    use iwarp_net::fixtures::{arp_frame, iface, ip_frame, IP, MAC, PEER, PEER_MAC};
+    use iwarp_net::fixtures::{arp_frame, iface, ip_frame, parse_out, IP, MAC, PEER, PEER_MAC};
 
     fn tcp_bytes(seg: &TcpRepr<'_>, src: Ipv4Address, dst: Ipv4Address) -> Vec<u8> {
         let mut b = vec![0u8; seg.buffer_len()];
         seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), &src, &dst)
             .unwrap();
         b
-    }
-
-    fn parse_out(frame: &[u8]) -> (EthernetRepr, Ipv4Repr, Vec<u8>) {
-        let eth = EthernetFrame::new_checked(frame).unwrap();
-        let e = EthernetRepr::parse(&eth).unwrap();
-        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
-        let r = Ipv4Repr::parse(&ip).unwrap();
-        (e, r, ip.payload().to_vec())
     }
 
     #[test]
