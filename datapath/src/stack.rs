@@ -15,8 +15,8 @@
 //! they are neither acknowledged nor lost: the peer retransmits). ACK-only
 //! segments still pass, so the other direction keeps moving.
 //!
-//! iWARP over SCTP (RFC 5043) shares the interface: the first SCTP command
-//! (`SctpConnect`, `SctpListen`) makes an SCTP part
+//! iWARP over SCTP (RFC 5043) shares the interface: the first `Connect` or
+//! `Listen` whose [`Transport`] is SCTP makes an SCTP part
 //! ([`crate::over_sctp::conn`]). The interface parses each frame once and
 //! dispatches it by IP protocol ([`Interface::receive_ip`]): TCP segments
 //! to the connections here, SCTP packets (IPv4 protocol 132, or UDP to the
@@ -166,6 +166,28 @@ pub enum Ulp {
     },
 }
 
+/// What carries a connection: one endpoint state machine above, two
+/// lower layers below.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// TCP (tcp-lite): a byte stream, or iWARP over MPA (RFC 5044).
+    #[default]
+    Tcp,
+    /// SCTP (RFC 9260) in raw IPv4 (protocol 132): iWARP over DDP Stream
+    /// Sessions (RFC 5043).
+    Sctp,
+    /// [`Sctp`](Self::Sctp) inside UDP (RFC 6951) to the peer's port 9899.
+    /// Listening, the same as `Sctp`.
+    SctpOverUdp,
+}
+
+impl Transport {
+    /// Whether SCTP carries it (raw or inside UDP).
+    pub fn is_sctp(self) -> bool {
+        !matches!(self, Transport::Tcp)
+    }
+}
+
 /// Work on the stack's memory table, run on the loop thread between
 /// frames (registration, deregistration, windows, reading or writing a
 /// region): the memory table is owned by the loop, so the application
@@ -215,54 +237,40 @@ impl std::fmt::Debug for LoopHook {
 /// Work for a [`Stack`].
 #[derive(Debug)]
 pub enum Command {
-    /// Open a connection to `remote:port`; answered with `Connected` or `Failed` carrying `token`.
+    /// Open a connection to `remote:port` over `transport`: answered with
+    /// `Opening` (the connection's id), then `Connected` or `Failed`
+    /// carrying `token`, then (iWARP) CM events. Over SCTP the `ulp` must
+    /// be iWARP: its `mpa` gives the Initiate's private data (at most 508
+    /// octets), IRD/ORD and the setup and close timers; CRC, markers and
+    /// RTR do not apply (RFC 5043 §4, SCTP's CRC32c covers every packet).
     Connect {
         /// Caller's tag for the answer.
         token: u64,
         /// Peer address.
         remote: Ipv4Address,
-        /// Peer port.
+        /// Peer port (TCP or SCTP, as `transport` says).
         port: u16,
+        /// What carries it.
+        transport: Transport,
         /// What runs over it.
         ulp: Ulp,
     },
-    /// Listen on `port`; accepted connections come out as `Accepted`.
+    /// Listen on `port` over `transport`; accepted connections come out as
+    /// `Accepted`. One listener per port number over both transports (the
+    /// answers name the port alone); a listener over SCTP accepts
+    /// associations that arrive raw and inside UDP alike.
     Listen {
         /// Port.
         port: u16,
+        /// What carries accepted connections.
+        transport: Transport,
         /// What runs over accepted connections.
         ulp: Ulp,
     },
-    /// Stop listening on a port (connections already accepted stay; those
-    /// still in the handshake are dropped). Answered by `Unlistened`.
+    /// Stop listening on a port, whichever transport it listens over
+    /// (connections already accepted stay; those still in the handshake
+    /// are dropped). Answered by `Unlistened`.
     Unlisten(u16),
-    /// Open an iWARP connection over SCTP (RFC 5043) to `remote:port`:
-    /// answered like `Connect` (`Opening`, then `Connected` once the
-    /// association is up, or `Failed`), then CM events.
-    SctpConnect {
-        /// Caller's tag for the answer.
-        token: u64,
-        /// Peer address.
-        remote: Ipv4Address,
-        /// Peer SCTP port.
-        port: u16,
-        /// Inside UDP to the peer's port 9899 (RFC 6951) instead of raw
-        /// IPv4.
-        udp: bool,
-        /// Queue pair and session settings.
-        ulp: SctpUlp,
-    },
-    /// Listen for iWARP-over-SCTP connections on SCTP port `port`
-    /// (answered by `Listening`; requests come as `Accepted`, then
-    /// `CmEvent::ConnectRequest`).
-    SctpListen {
-        /// Port.
-        port: u16,
-        /// Queue pair settings of accepted connections.
-        ulp: SctpUlp,
-    },
-    /// Stop listening on SCTP port `port` (answered by `Unlistened`).
-    SctpUnlisten(u16),
     /// Run `hook` after every round until it reports `Done`.
     Hook(LoopHook),
     /// Post iWARP work on a connection.
@@ -406,12 +414,16 @@ pub enum Output {
 pub enum ListenError {
     /// The port already has a listener.
     PortInUse,
+    /// The transport cannot carry the ULP (a byte stream over SCTP), or
+    /// this stack has no SCTP part.
+    Unsupported(&'static str),
 }
 
 impl core::fmt::Display for ListenError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             ListenError::PortInUse => f.write_str("port already has a listener"),
+            ListenError::Unsupported(why) => f.write_str(why),
         }
     }
 }
@@ -1702,40 +1714,62 @@ impl Stack {
     fn sctp_command(&mut self, cmd: Command, now: u64) -> Option<Command> {
         let ours = |s: &Self, id: SockId| s.sctp.as_ref().is_some_and(|sc| sc.owns(id));
         match cmd {
-            Command::SctpConnect {
+            Command::Connect {
                 token,
                 remote,
                 port,
-                udp,
+                transport,
                 ulp,
-            } => {
+            } if transport.is_sctp() => {
                 let mut outs = std::mem::take(&mut self.pending_out);
-                let udp = udp.then_some(crate::over_sctp::SCTP_UDP_PORT);
-                match self.sctp_part() {
-                    Some(sc) => sc.connect(token, remote, port, udp, ulp, now, &mut outs),
-                    None => outs.push_back(Output::Failed {
+                let udp = (transport == Transport::SctpOverUdp)
+                    .then_some(crate::over_sctp::SCTP_UDP_PORT);
+                let why = match (SctpUlp::from_ulp(&ulp), self.sctp_part()) {
+                    (Ok(ulp), Some(sc)) => {
+                        sc.connect(token, remote, port, udp, ulp, now, &mut outs);
+                        None
+                    }
+                    (Err(why), _) => Some(why),
+                    (Ok(_), None) => Some("this stack has no SCTP part"),
+                };
+                if let Some(why) = why {
+                    outs.push_back(Output::Failed {
                         token,
-                        error: ConnError::Local("this stack has no SCTP part"),
-                    }),
+                        error: ConnError::Local(why),
+                    });
                 }
                 self.pending_out = outs;
                 None
             }
             // One listener per port number over both transports: the
             // answers (`Listening`, `Accepted`) name the port alone.
-            Command::SctpListen { port, ulp } => {
-                let ok = !self.listeners.contains_key(&port)
-                    && self.sctp_part().is_some_and(|sc| sc.listen(port, ulp));
-                let result = if ok {
-                    Ok(())
-                } else {
+            Command::Listen {
+                port,
+                transport,
+                ulp,
+            } if transport.is_sctp() => {
+                let result = if self.listeners.contains_key(&port) {
                     Err(ListenError::PortInUse)
+                } else {
+                    match (SctpUlp::from_ulp(&ulp), self.sctp_part()) {
+                        (Err(why), _) => Err(ListenError::Unsupported(why)),
+                        (Ok(_), None) => {
+                            Err(ListenError::Unsupported("this stack has no SCTP part"))
+                        }
+                        (Ok(ulp), Some(sc)) => {
+                            if sc.listen(port, ulp) {
+                                Ok(())
+                            } else {
+                                Err(ListenError::PortInUse)
+                            }
+                        }
+                    }
                 };
                 self.pending_out
                     .push_back(Output::Listening { port, result });
                 None
             }
-            Command::SctpUnlisten(port) => {
+            Command::Unlisten(port) if self.sctp.as_ref().is_some_and(|sc| sc.listening(port)) => {
                 let removed = self.sctp.as_deref_mut().is_some_and(|sc| sc.unlisten(port));
                 self.pending_out
                     .push_back(Output::Unlistened { port, removed });
@@ -2296,7 +2330,8 @@ impl crate::runtime::Engine for Stack {
         let sctp = self.sctp.is_some()
             || matches!(
                 cmd,
-                Command::SctpConnect { .. } | Command::SctpListen { .. } | Command::SctpUnlisten(_)
+                Command::Connect { transport, .. } | Command::Listen { transport, .. }
+                    if transport.is_sctp()
             );
         let cmd = if sctp {
             // A post on one of its connections (the data path's commands)
@@ -2321,13 +2356,11 @@ impl crate::runtime::Engine for Stack {
                 remote,
                 port,
                 ulp,
+                ..
             } => self.cmd_connect(token, remote, port, ulp, now),
-            Command::Listen { port, ulp } => self.cmd_listen(port, ulp),
+            Command::Listen { port, ulp, .. } => self.cmd_listen(port, ulp),
             Command::Unlisten(port) => self.cmd_unlisten(port),
             Command::Hook(h) => self.hooks.push(h),
-            // Taken by `sctp_command`.
-            Command::SctpConnect { .. } | Command::SctpListen { .. } | Command::SctpUnlisten(_) => {
-            }
             // Posts.
             Command::IwarpOpening(token, cmd) => self.cmd_iwarp_opening(token, cmd, now),
             Command::Iwarp(id, cmd) => {
@@ -2647,6 +2680,7 @@ mod tests {
         let mut st = Stack::new(StackConfig::new(iface), MemoryTable::new());
         for token in [1, 2] {
             let cmd = Command::Connect {
+                transport: Transport::Tcp,
                 token,
                 remote: Ipv4Address::new(10, 9, 0, 2),
                 port: 7000,
@@ -2893,6 +2927,7 @@ mod tests {
         link.command(
             Side::A,
             Command::Listen {
+                transport: Transport::Tcp,
                 port: 7000,
                 ulp: ulp_a,
             },
@@ -2901,6 +2936,7 @@ mod tests {
         link.command(
             Side::B,
             Command::Connect {
+                transport: Transport::Tcp,
                 token: 1,
                 remote,
                 port: 7000,

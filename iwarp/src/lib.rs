@@ -109,7 +109,6 @@ pub use stats::{
 use iwarp_datapath::link::MemDevice;
 /// Counters of a context's SCTP connections ([`Context::sctp_stats`]).
 pub use iwarp_datapath::over_sctp::conn::SctpCounters;
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, Drive, LoopHandle, Mode};
 pub use iwarp_datapath::stack::HookStatus;
@@ -1138,37 +1137,26 @@ impl Context {
     /// closes it. [`Error::AddrInUse`] if the port already listens.
     pub fn listen(&self, port: u16, opts: &ListenOptions) -> Result<Listener, Error> {
         let srq = opts.srq.as_ref().map(|s| s.inner.clone());
-        self.inner.post(match opts.transport {
-            Transport::Mpa => Command::Listen {
-                port,
-                ulp: Ulp::Iwarp {
-                    mpa: opts.mpa.clone(),
-                    params: opts.params(),
-                    manual: true,
-                    cq: None,
-                    srq,
-                },
-            },
-            Transport::Sctp | Transport::SctpOverUdp => Command::SctpListen {
-                port,
-                ulp: SctpUlp {
-                    ird: opts.mpa.ird,
-                    ord: opts.mpa.ord,
-                    private_data: Vec::new(),
-                    params: opts.params(),
-                    cq: None,
-                    srq,
-                    timeouts: timeouts(&opts.mpa),
-                },
+        self.inner.post(Command::Listen {
+            port,
+            transport: opts.transport.lower(),
+            ulp: Ulp::Iwarp {
+                mpa: opts.mpa.clone(),
+                params: opts.params(),
+                manual: true,
+                cq: None,
+                srq,
             },
         })?;
         self.inner
             .wait(Duration::from_secs(10), |r| r.listening.remove(&port))?
-            .map_err(|ListenError::PortInUse| Error::AddrInUse)?;
+            .map_err(|e| match e {
+                ListenError::PortInUse => Error::AddrInUse,
+                ListenError::Unsupported(why) => Error::LocalRefused(why),
+            })?;
         Ok(Listener {
             ctx: self.clone(),
             port,
-            transport: opts.transport,
         })
     }
 
@@ -1181,36 +1169,25 @@ impl Context {
         let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
         let remote = Ipv4Address(to.ip().octets());
         let cqs = opts.cqs();
-        self.inner.post(match opts.transport {
-            Transport::Mpa => Command::Connect {
-                token,
-                remote,
-                port: to.port(),
-                ulp: Ulp::Iwarp {
-                    mpa: opts.mpa.clone(),
-                    params: opts.params(),
-                    manual: false,
-                    cq: Some(cqs.clone()),
-                    srq: opts.srq.as_ref().map(|s| s.inner.clone()),
-                },
+        if opts.transport != Transport::Mpa
+            && opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA
+        {
+            return Err(Error::InvalidArgument(
+                "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
+            ));
+        }
+        self.inner.post(Command::Connect {
+            token,
+            remote,
+            port: to.port(),
+            transport: opts.transport.lower(),
+            ulp: Ulp::Iwarp {
+                mpa: opts.mpa.clone(),
+                params: opts.params(),
+                manual: false,
+                cq: Some(cqs.clone()),
+                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
             },
-            Transport::Sctp | Transport::SctpOverUdp => {
-                if opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA {
-                    return Err(Error::InvalidArgument(
-                        "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
-                    ));
-                }
-                Command::SctpConnect {
-                    token,
-                    remote,
-                    port: to.port(),
-                    udp: opts.transport == Transport::SctpOverUdp,
-                    ulp: SctpUlp {
-                        cq: Some(cqs.clone()),
-                        ..opts.sctp_ulp()
-                    },
-                }
-            }
         })?;
         for (wr_id, sgl) in &opts.recvs {
             self.inner.post(Command::IwarpOpening(
@@ -1952,6 +1929,18 @@ pub enum Transport {
     SctpOverUdp,
 }
 
+impl Transport {
+    /// The stack's name for it (`Mpa` is iWARP over TCP).
+    fn lower(self) -> iwarp_datapath::stack::Transport {
+        use iwarp_datapath::stack::Transport as T;
+        match self {
+            Transport::Mpa => T::Tcp,
+            Transport::Sctp => T::Sctp,
+            Transport::SctpOverUdp => T::SctpOverUdp,
+        }
+    }
+}
+
 /// Our defaults: Rev 2 enhanced, no markers, no peer-to-peer, CRC on (what
 /// Linux siw asks for), and no hold on the first FPDU: nothing taxes the
 /// first message of a connection. Against Linux siw as responder use
@@ -2013,35 +2002,12 @@ impl ConnectOptions {
     fn cqs(&self) -> QpCqs {
         qp_cqs(&self.cq, self.recv_cq.as_ref())
     }
-
-    fn sctp_ulp(&self) -> SctpUlp {
-        SctpUlp {
-            ird: self.mpa.ird,
-            ord: self.mpa.ord,
-            private_data: self.mpa.private_data.clone(),
-            params: self.params(),
-            cq: Some(self.cqs()),
-            srq: self.srq.as_ref().map(|s| s.inner.clone()),
-            timeouts: timeouts(&self.mpa),
-        }
-    }
 }
 
 /// The rings of a queue pair's send CQ and receive CQ (`cq` for both
 /// without a receive CQ).
 fn qp_cqs(cq: &Cq, recv_cq: Option<&Cq>) -> QpCqs {
     QpCqs::new(cq.ring.clone(), recv_cq.unwrap_or(cq).ring.clone())
-}
-
-/// MPA's setup timers, applied to the DDP Stream Session exchange, and
-/// its close timeout.
-fn timeouts(m: &MpaConfig) -> SetupTimeouts {
-    SetupTimeouts {
-        reply: m.reply_timeout,
-        request: m.request_timeout,
-        decision: m.decision_timeout,
-        close: m.close_timeout,
-    }
 }
 
 /// How to listen.
@@ -2086,7 +2052,6 @@ impl ListenOptions {
 pub struct Listener {
     ctx: Context,
     port: u16,
-    transport: Transport,
 }
 
 impl Drop for Listener {
@@ -2096,11 +2061,7 @@ impl Drop for Listener {
         let port = self.port;
         // Nothing to report from a destructor: a stopped loop listens no
         // more, and the wait is bounded.
-        let cmd = match self.transport {
-            Transport::Mpa => Command::Unlisten(port),
-            Transport::Sctp | Transport::SctpOverUdp => Command::SctpUnlisten(port),
-        };
-        if self.ctx.inner.post(cmd).is_ok() {
+        if self.ctx.inner.post(Command::Unlisten(port)).is_ok() {
             let _ = self.ctx.inner.wait(Duration::from_secs(5), |r| {
                 r.unlistened.remove(&port).then_some(())
             });

@@ -10,9 +10,10 @@
 use std::sync::Arc;
 
 use ddp_sctp::{DdpAssociation, DdpEvent};
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+use iwarp_control::MpaConfig;
+use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::runtime::Engine;
-use iwarp_datapath::stack::{Command, CqRing, Output, Stack, StackConfig};
+use iwarp_datapath::stack::{Command, CqRing, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{MemoryTable, PdId};
 use sctp_lite::assoc::Config;
@@ -27,23 +28,30 @@ use tcp_lite::wire::{
 /// room for UDP encapsulation, as the stack's own packets do).
 pub const MAX_PACKET: usize = 1472;
 
-/// What the SCTP tests listen and connect with: IRD and ORD 4, no
-/// private data, 16-deep send and receive queues in `pd`, completions to
-/// `cq` (if any), no SRQ.
-pub fn ulp(pd: PdId, cq: Option<&Arc<CqRing>>, timeouts: SetupTimeouts) -> SctpUlp {
-    SctpUlp {
-        ird: 4,
-        ord: 4,
-        private_data: Vec::new(),
+/// What the SCTP tests listen and connect with: iWARP with IRD and ORD
+/// 4, no private data, 16-deep send and receive queues in `pd`,
+/// completions to `cq` (if any), no SRQ, the setup and close timers of
+/// `timeouts`; listeners hand each request to the application.
+pub fn ulp(pd: PdId, cq: Option<&Arc<CqRing>>, timeouts: SetupTimeouts) -> Ulp {
+    Ulp::Iwarp {
+        mpa: MpaConfig {
+            ird: 4,
+            ord: 4,
+            reply_timeout: timeouts.reply,
+            request_timeout: timeouts.request,
+            decision_timeout: timeouts.decision,
+            close_timeout: timeouts.close,
+            ..MpaConfig::default()
+        },
         params: StreamParams {
             pd,
             emss: 0,
             sq_depth: 16,
             rq_depth: 16,
         },
+        manual: true,
         cq: cq.map(|c| c.clone().into()),
         srq: None,
-        timeouts,
     }
 }
 
@@ -131,14 +139,21 @@ impl RawSctpPeer {
         cfg: StackConfig,
         mem: MemoryTable,
         port: u16,
-        ulp: SctpUlp,
+        ulp: Ulp,
         ip: Ipv4Address,
         last: u8,
         tick: u64,
     ) -> Self {
         let (stack_mac, stack_ip) = (cfg.iface.mac, cfg.iface.ip);
         let mut stack = Stack::new(cfg, mem);
-        stack.handle_command(Command::SctpListen { port, ulp }, 0);
+        stack.handle_command(
+            Command::Listen {
+                port,
+                transport: Transport::Sctp,
+                ulp,
+            },
+            0,
+        );
         Self::new(stack, stack_mac, stack_ip, port, ip, last, tick)
     }
 

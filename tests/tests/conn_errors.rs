@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iwarp_datapath::link::MemDevice;
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::runtime::{spawn, Mode};
-use iwarp_datapath::stack::{Command, CqRing, Output, Stack, StackConfig};
-use iwarp_datapath::{ConnError, StreamParams};
+use iwarp_datapath::stack::{Command, CqRing, Output, Stack, StackConfig, Transport};
+use iwarp_datapath::ConnError;
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
@@ -43,25 +43,12 @@ fn an_sctp_open_to_a_port_nobody_listens_on_fails_with_the_peers_abort() {
     let _peer = sctp_util::start([0x02, 0, 0, 0, 0x78, 2], [10, 0, 8, 2], db, false);
     let ring = Arc::new(CqRing::new(16));
     stack
-        .post(Command::SctpConnect {
+        .post(Command::Connect {
             token: 7,
             remote: Ipv4Address::new(10, 0, 8, 2),
             port: 6000,
-            udp: false,
-            ulp: SctpUlp {
-                ird: 1,
-                ord: 1,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 1460,
-                    sq_depth: 4,
-                    rq_depth: 4,
-                },
-                cq: Some(ring.into()),
-                srq: None,
-                timeouts: SetupTimeouts::default(),
-            },
+            transport: Transport::Sctp,
+            ulp: iwarp_tests::raw_sctp::ulp(pd, Some(&ring), SetupTimeouts::default()),
         })
         .unwrap();
     let end = Instant::now() + Duration::from_secs(10);

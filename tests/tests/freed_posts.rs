@@ -20,7 +20,9 @@ use iwarp_control::MpaConfig;
 use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
 use iwarp_datapath::runtime::Engine;
-use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, QpCqs, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{
+    Command, CqEntry, CqRing, Output, QpCqs, Stack, StackConfig, Transport, Ulp,
+};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable};
 use iwarp_proto::qp::{DisconnectCause, PostError, Sge};
@@ -164,6 +166,7 @@ fn a_post_to_a_long_freed_tcp_connection_is_refused_on_its_cq() {
         .unwrap();
     let mut stack = Stack::new(cfg, mem);
     let listen = Command::Listen {
+        transport: Transport::Tcp,
         port: PORT,
         ulp: Ulp::Iwarp {
             mpa: MpaConfig::default(),

@@ -458,7 +458,7 @@ mod listener {
     use super::heap_held;
     use iwarp_control::MpaConfig;
     use iwarp_datapath::over_tcp::CmEvent;
-    use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+    use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
     use iwarp_datapath::StreamParams;
     use iwarp_proto::mem::MemoryTable;
     use iwarp_tests::raw_tcp::RawPeer;
@@ -535,6 +535,7 @@ mod listener {
         iwarp_datapath::runtime::Engine::handle_command(
             &mut stack,
             Command::Listen {
+                transport: Transport::Tcp,
                 port: PORT,
                 ulp: Ulp::Iwarp {
                     mpa: MpaConfig::default(),

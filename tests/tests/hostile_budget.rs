@@ -10,7 +10,7 @@
 
 use iwarp_control::MpaConfig;
 use iwarp_datapath::over_tcp::CmEvent;
-use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::MemoryTable;
 use iwarp_tests::raw_tcp::RawPeer;
@@ -44,6 +44,7 @@ fn peer(per_conn: usize, total: usize) -> RawPeer {
     iwarp_datapath::runtime::Engine::handle_command(
         &mut stack,
         Command::Listen {
+            transport: Transport::Tcp,
             port: PORT,
             ulp: Ulp::Iwarp {
                 mpa: MpaConfig::default(),

@@ -8,7 +8,7 @@
 use iwarp_control::MpaConfig;
 use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::over_tcp::CmEvent;
-use iwarp_datapath::stack::{Command, Output, SockId, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command, Output, SockId, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{MemoryTable, PdId};
 use tcp_lite::iface::IfaceConfig;
@@ -63,6 +63,7 @@ fn link() -> (VirtualLink<Stack>, PdId) {
     link.command(
         Side::A,
         Command::Listen {
+            transport: Transport::Tcp,
             port: PORT,
             ulp: iwarp(pd_a, true),
         },
@@ -109,6 +110,7 @@ fn forty_silent_connections_hold_at_most_the_backlog() {
         link.command(
             Side::B,
             Command::Connect {
+                transport: Transport::Tcp,
                 token,
                 remote: IP_A,
                 port: PORT,
@@ -140,6 +142,7 @@ fn accepting_a_request_makes_room_for_the_next() {
         link.command(
             Side::B,
             Command::Connect {
+                transport: Transport::Tcp,
                 token,
                 remote: IP_A,
                 port: PORT,
@@ -152,6 +155,7 @@ fn accepting_a_request_makes_room_for_the_next() {
     link.command(
         Side::B,
         Command::Connect {
+            transport: Transport::Tcp,
             token: 4,
             remote: IP_A,
             port: PORT,

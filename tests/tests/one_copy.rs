@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use iwarp_control::MpaConfig;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{Engine, FrameSink};
-use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, PdId, RegionMemory, STag};
 use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
@@ -173,6 +173,7 @@ fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
     let mut b = stack(IP_B, 2, copy_tx, mtu, mem_b);
     a.handle_command(
         Command::Listen {
+            transport: Transport::Tcp,
             port: 7000,
             ulp: ulp(pd_a),
         },
@@ -180,6 +181,7 @@ fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
     );
     b.handle_command(
         Command::Connect {
+            transport: Transport::Tcp,
             token: 1,
             remote: IP_A,
             port: 7000,

@@ -13,7 +13,7 @@
 
 use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::runtime::Engine;
-use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_tests::raw_sctp::ulp;
 use tcp_lite::iface::IfaceConfig;
@@ -135,14 +135,16 @@ fn tcp_and_sctp_share_one_arp_resolution_and_each_frame_is_parsed_once() {
     // part exists when B's ARP request comes.
     p.a.handle_command(
         Command::Listen {
+            transport: Transport::Tcp,
             port: 5001,
             ulp: Ulp::Stream,
         },
         0,
     );
     p.a.handle_command(
-        Command::SctpListen {
+        Command::Listen {
             port: 7000,
+            transport: Transport::Sctp,
             ulp: ulp(pd_a, None, t),
         },
         0,
@@ -150,6 +152,7 @@ fn tcp_and_sctp_share_one_arp_resolution_and_each_frame_is_parsed_once() {
     // B: TCP first, which resolves A.
     p.b.handle_command(
         Command::Connect {
+            transport: Transport::Tcp,
             token: 1,
             remote: IP_A,
             port: 5001,
@@ -162,13 +165,13 @@ fn tcp_and_sctp_share_one_arp_resolution_and_each_frame_is_parsed_once() {
     assert_eq!(p.sent_a.arp_replies, 1, "A answered once");
     assert_eq!(p.sent_a.arp_requests, 0, "A learned B from its request");
     // Then SCTP, raw and inside UDP, to the peer TCP resolved: no ARP.
-    for (token, udp) in [(2, false), (3, true)] {
+    for (token, transport) in [(2, Transport::Sctp), (3, Transport::SctpOverUdp)] {
         p.b.handle_command(
-            Command::SctpConnect {
+            Command::Connect {
                 token,
                 remote: IP_A,
                 port: 7000,
-                udp,
+                transport,
                 ulp: ulp(pd_b, None, t),
             },
             p.now,

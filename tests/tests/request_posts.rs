@@ -19,7 +19,7 @@ use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
 use iwarp_datapath::runtime::Engine;
 use iwarp_datapath::stack::{
-    Command, CqEntry, CqRing, Output, QpCqs, SockId, Stack, StackConfig, Ulp,
+    Command, CqEntry, CqRing, Output, QpCqs, SockId, Stack, StackConfig, Transport, Ulp,
 };
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, STag};
@@ -113,6 +113,7 @@ fn tcp_request() -> (RawPeer, usize, SockId) {
     let (mem, pd, stag) = memory();
     let mut stack = Stack::new(StackConfig::new(IfaceConfig::new(MAC_A, IP_A, 24)), mem);
     let listen = Command::Listen {
+        transport: Transport::Tcp,
         port: PORT,
         ulp: Ulp::Iwarp {
             mpa: MpaConfig::default(),

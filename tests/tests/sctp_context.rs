@@ -21,6 +21,21 @@ mod sctp_util;
 
 const T: Duration = Duration::from_secs(10);
 
+/// The listener settings of the tests that drive a `Stack` directly:
+/// IRD/ORD 8, 16-deep queues in `pd`, completions as outputs, the
+/// application deciding each request.
+fn sctp_ulp(
+    pd: iwarp_proto::mem::PdId,
+    timeouts: iwarp_datapath::over_sctp::conn::SetupTimeouts,
+) -> iwarp_datapath::stack::Ulp {
+    let mut ulp = iwarp_tests::raw_sctp::ulp(pd, None, timeouts);
+    if let iwarp_datapath::stack::Ulp::Iwarp { mpa, params, .. } = &mut ulp {
+        (mpa.ird, mpa.ord) = (8, 8);
+        params.emss = 1460;
+    }
+    ulp
+}
+
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut v = Vec::with_capacity(len + 8);
@@ -592,12 +607,11 @@ fn an_unanswered_sctp_request_is_rejected_after_the_decision_timeout() {
 fn a_raw_peer_gets_clear_answers() {
     use ddp_sctp::{DdpEvent, SessionEnd};
     use iwarp_datapath::link::MemDevice;
-    use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+    use iwarp_datapath::over_sctp::conn::SetupTimeouts;
     use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
     use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
     use iwarp_datapath::runtime::{spawn, Mode};
     use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
-    use iwarp_datapath::StreamParams;
     use iwarp_proto::mem::MemoryTable;
     use iwarp_proto::qp::Sge;
     use sctp_lite::assoc::CloseReason;
@@ -653,22 +667,10 @@ fn a_raw_peer_gets_clear_answers() {
         panic!("stack: no {what}; outputs: {kept:?}");
     };
     stack
-        .post(Command::SctpListen {
+        .post(Command::Listen {
             port: 5000,
-            ulp: SctpUlp {
-                ird: 8,
-                ord: 8,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 1460,
-                    sq_depth: 16,
-                    rq_depth: 16,
-                },
-                cq: None,
-                srq: None,
-                timeouts: SetupTimeouts::default(),
-            },
+            transport: iwarp_datapath::stack::Transport::Sctp,
+            ulp: sctp_ulp(pd, SetupTimeouts::default()),
         })
         .unwrap();
     wait_stack("Listening", &mut |o| {
@@ -873,12 +875,11 @@ fn a_raw_peer_gets_clear_answers() {
 fn a_graceful_close_waiting_for_an_unanswered_read_ends_after_the_close_timeout() {
     use ddp_sctp::DdpEvent;
     use iwarp_datapath::link::MemDevice;
-    use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+    use iwarp_datapath::over_sctp::conn::SetupTimeouts;
     use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
     use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
     use iwarp_datapath::runtime::{spawn, Mode};
     use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
-    use iwarp_datapath::StreamParams;
     use iwarp_proto::mem::MemoryTable;
     use iwarp_proto::qp::Sge;
     use std::sync::Arc;
@@ -939,22 +940,10 @@ fn a_graceful_close_waiting_for_an_unanswered_read_ends_after_the_close_timeout(
         ..SetupTimeouts::default()
     };
     stack
-        .post(Command::SctpListen {
+        .post(Command::Listen {
             port: 5000,
-            ulp: SctpUlp {
-                ird: 8,
-                ord: 8,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 1460,
-                    sq_depth: 16,
-                    rq_depth: 16,
-                },
-                cq: None,
-                srq: None,
-                timeouts,
-            },
+            transport: iwarp_datapath::stack::Transport::Sctp,
+            ulp: sctp_ulp(pd, timeouts),
         })
         .unwrap();
     wait_stack("Listening", T, &mut |o| {
@@ -1077,12 +1066,11 @@ fn a_graceful_close_waiting_for_an_unanswered_read_ends_after_the_close_timeout(
 fn sctp_associations_nobody_accepted_hold_at_most_the_backlog() {
     use ddp_sctp::DdpEvent;
     use iwarp_datapath::link::MemDevice;
-    use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
+    use iwarp_datapath::over_sctp::conn::SetupTimeouts;
     use iwarp_datapath::over_sctp::{SctpCommand, SctpOutput};
     use iwarp_datapath::over_tcp::CmEvent;
     use iwarp_datapath::runtime::{spawn, Mode};
     use iwarp_datapath::stack::{Command, Output, Stack, StackConfig};
-    use iwarp_datapath::StreamParams;
     use iwarp_proto::mem::MemoryTable;
     use tcp_lite::iface::IfaceConfig;
     use tcp_lite::wire::{EthernetAddress, Ipv4Address};
@@ -1128,26 +1116,17 @@ fn sctp_associations_nobody_accepted_hold_at_most_the_backlog() {
         panic!("stack: no {what}; outputs: {kept:?}");
     };
     stack
-        .post(Command::SctpListen {
+        .post(Command::Listen {
             port: 5000,
-            ulp: SctpUlp {
-                ird: 8,
-                ord: 8,
-                private_data: Vec::new(),
-                params: StreamParams {
-                    pd,
-                    emss: 1460,
-                    sq_depth: 16,
-                    rq_depth: 16,
-                },
-                cq: None,
-                srq: None,
-                // The silent ones must not time out during the test.
-                timeouts: SetupTimeouts {
+            transport: iwarp_datapath::stack::Transport::Sctp,
+            // The silent ones must not time out during the test.
+            ulp: sctp_ulp(
+                pd,
+                SetupTimeouts {
                     request: 600_000_000_000,
                     ..SetupTimeouts::default()
                 },
-            },
+            ),
         })
         .unwrap();
     wait_stack("Listening", &mut |o| {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::over_sctp::conn::SetupTimeouts;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
-use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig};
+use iwarp_datapath::stack::{Command, CqEntry, CqRing, Output, Stack, StackConfig, Transport};
 use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Sge, WcOpcode, WorkRequest};
 use iwarp_tests::raw_sctp::ulp;
@@ -48,18 +48,19 @@ fn a_receive_posted_with_connect_after_the_association_is_up_is_used() {
     let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
     link.command(
         Side::A,
-        Command::SctpListen {
+        Command::Listen {
             port: 7000,
+            transport: Transport::Sctp,
             ulp: ulp(pd_a, Some(&cq_a), SetupTimeouts::default()),
         },
     );
     link.command(
         Side::B,
-        Command::SctpConnect {
+        Command::Connect {
             token: 7,
             remote: Ipv4Address::new(10, 6, 1, 1),
             port: 7000,
-            udp: false,
+            transport: Transport::Sctp,
             ulp: ulp(pd_b, Some(&cq_b), SetupTimeouts::default()),
         },
     );

@@ -33,7 +33,7 @@ use iwarp_control::MpaConfig;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{
-    Command as Cmd, InspectOp, MemoryOp, Output, SockId, Stack, StackConfig, Ulp,
+    Command as Cmd, InspectOp, MemoryOp, Output, SockId, Stack, StackConfig, Transport, Ulp,
 };
 use iwarp_datapath::ConnError;
 use iwarp_datapath::StreamParams;
@@ -345,6 +345,7 @@ fn storms_killed_and_stalled_peers_leave_nothing_behind() {
         start: Instant::now(),
     };
     us.h.post(Cmd::Listen {
+        transport: Transport::Tcp,
         port: PORT,
         ulp: Ulp::Iwarp {
             mpa: MpaConfig::default(),

@@ -14,7 +14,8 @@ use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::runtime::FrameDevice;
 use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
 use iwarp_datapath::stack::{
-    flags, Command, Output, SendError, SockId, Stack, StackConfig, StreamShared, Ulp, WaitError,
+    flags, Command, Output, SendError, SockId, Stack, StackConfig, StreamShared, Transport, Ulp,
+    WaitError,
 };
 use iwarp_datapath::ConnError;
 use iwarp_datapath::StreamParams;
@@ -310,6 +311,7 @@ fn open_streams(
     b: &LoopHandle<Stack>,
 ) -> (Arc<StreamShared>, Arc<StreamShared>) {
     a.post(Command::Listen {
+        transport: Transport::Tcp,
         port: 5001,
         ulp: Ulp::Stream,
     })
@@ -318,6 +320,7 @@ fn open_streams(
         matches!(o, Output::Listening { result: Ok(()), .. })
     });
     b.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 1,
         remote: IP_A,
         port: 5001,
@@ -548,6 +551,7 @@ fn a_listener_without_half_open_room_accepts_through_syn_cookies() {
 fn closed_port_is_refused() {
     let (a, b) = pair(9, 0, MemoryTable::new(), MemoryTable::new());
     b.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 42,
         remote: IP_A,
         port: 9999,
@@ -599,6 +603,7 @@ fn iwarp_write_and_send_through_listener_over_lossy_link() {
     };
     let (a, b) = pair(5, 10_000, mem_a, mem_b);
     a.post(Command::Listen {
+        transport: Transport::Tcp,
         port: 7174,
         ulp: Ulp::Iwarp {
             mpa: mpa.clone(),
@@ -613,6 +618,7 @@ fn iwarp_write_and_send_through_listener_over_lossy_link() {
         matches!(o, Output::Listening { result: Ok(()), .. })
     });
     b.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 3,
         remote: IP_A,
         port: 7174,
@@ -748,6 +754,7 @@ fn connect_manual(
 ) -> (LoopHandle<Stack>, LoopHandle<Stack>, SockId, PeerRequest) {
     let (a, b) = pair(11, 0, mem_a, mem_b);
     b.post(Command::Listen {
+        transport: Transport::Tcp,
         port: 7200,
         ulp: iwarp_ulp(pd_b, MpaConfig::default(), true),
     })
@@ -756,6 +763,7 @@ fn connect_manual(
         matches!(o, Output::Listening { result: Ok(()), .. })
     });
     a.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 1,
         remote: IP_B,
         port: 7200,
@@ -852,6 +860,7 @@ fn a_peer_that_never_replies_times_out() {
     let (a, b) = pair(12, 0, mem_a, mem_b);
     // B accepts TCP but speaks no MPA: A's Request goes unanswered.
     b.post(Command::Listen {
+        transport: Transport::Tcp,
         port: 7201,
         ulp: Ulp::Stream,
     })
@@ -865,6 +874,7 @@ fn a_peer_that_never_replies_times_out() {
     };
     let started = Instant::now();
     a.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 1,
         remote: IP_B,
         port: 7201,
@@ -916,6 +926,7 @@ fn connected(
         .unwrap();
     let (a, b) = pair(13, 0, mem_a, mem_b);
     b.post(Command::Listen {
+        transport: Transport::Tcp,
         port: 7202,
         ulp: iwarp_ulp(pd_b, MpaConfig::default(), false),
     })
@@ -924,6 +935,7 @@ fn connected(
         matches!(o, Output::Listening { result: Ok(()), .. })
     });
     a.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 1,
         remote: IP_B,
         port: 7202,
@@ -1077,6 +1089,7 @@ fn a_peer_that_never_sends_its_request_times_out() {
         ..Default::default()
     };
     b.post(Command::Listen {
+        transport: Transport::Tcp,
         port: 7203,
         ulp: iwarp_ulp(pd_b, mpa, false),
     })
@@ -1086,6 +1099,7 @@ fn a_peer_that_never_sends_its_request_times_out() {
     });
     // A opens plain TCP and says nothing.
     a.post(Command::Connect {
+        transport: Transport::Tcp,
         token: 1,
         remote: IP_B,
         port: 7203,

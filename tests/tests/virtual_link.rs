@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use iwarp_datapath::link::virtual_link::{LinkConfig, LinkFaults, LinkStats, Side, VirtualLink};
-use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
+use iwarp_datapath::stack::{
+    flags, Command, Output, Stack, StackConfig, StreamShared, Transport, Ulp,
+};
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
@@ -111,6 +113,7 @@ fn open(cfg: LinkConfig) -> (VirtualLink<Stack>, Arc<StreamShared>, Arc<StreamSh
     link.command(
         Side::A,
         Command::Listen {
+            transport: Transport::Tcp,
             port: 5001,
             ulp: Ulp::Stream,
         },
@@ -118,6 +121,7 @@ fn open(cfg: LinkConfig) -> (VirtualLink<Stack>, Arc<StreamShared>, Arc<StreamSh
     link.command(
         Side::B,
         Command::Connect {
+            transport: Transport::Tcp,
             token: 1,
             remote: IP_A,
             port: 5001,
@@ -282,6 +286,7 @@ fn iwarp_writes(cfg: LinkConfig, sweep: u64) -> u64 {
     link.command(
         Side::A,
         Command::Listen {
+            transport: Transport::Tcp,
             port: 5002,
             ulp: ulp(pd_a),
         },
@@ -289,6 +294,7 @@ fn iwarp_writes(cfg: LinkConfig, sweep: u64) -> u64 {
     link.command(
         Side::B,
         Command::Connect {
+            transport: Transport::Tcp,
             token: 1,
             remote: IP_A,
             port: 5002,

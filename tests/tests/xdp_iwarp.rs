@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use iwarp_control::MpaConfig;
 use iwarp_datapath::over_tcp::{HostCommand, HostOutput};
 use iwarp_datapath::runtime::{spawn, LoopHandle, Mode};
-use iwarp_datapath::stack::{Command as Cmd, Output, SockId, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command as Cmd, Output, SockId, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, STag};
 use iwarp_proto::qp::{Sge, WcOpcode, WcStatus, WorkRequest};
@@ -321,6 +321,7 @@ fn two_stacks_on_af_xdp_move_a_gib_of_writes_reads_and_sends() {
         ..Default::default()
     };
     b.post(Cmd::Listen {
+        transport: Transport::Tcp,
         port: 7174,
         ulp: Ulp::Iwarp {
             mpa: mpa.clone(),
@@ -335,6 +336,7 @@ fn two_stacks_on_af_xdp_move_a_gib_of_writes_reads_and_sends() {
         matches!(o, Output::Listening { result: Ok(()), .. })
     });
     a.post(Cmd::Connect {
+        transport: Transport::Tcp,
         token: 1,
         remote: Ipv4Address(ip_b),
         port: 7174,

@@ -23,7 +23,7 @@ use std::time::Instant;
 use iwarp_control::MpaConfig;
 use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::over_tcp::CmEvent;
-use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{MemoryTable, PdId};
 use tcp_lite::iface::IfaceConfig;
@@ -107,6 +107,7 @@ fn ours(n: u64) -> Result<Ours, String> {
     link.command(
         Side::A,
         Command::Listen {
+            transport: Transport::Tcp,
             port: 7000,
             ulp: ulp(pd_a),
         },
@@ -121,6 +122,7 @@ fn ours(n: u64) -> Result<Ours, String> {
                 link.command(
                     Side::B,
                     Command::Connect {
+                        transport: Transport::Tcp,
                         token: asked,
                         remote: Ipv4Address::new(10, 5, 0, 1),
                         port: 7000,

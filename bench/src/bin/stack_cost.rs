@@ -32,9 +32,8 @@
 use clap::builder::TypedValueParser as _;
 use iwarp_control::MpaConfig;
 use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
-use iwarp_datapath::over_sctp::conn::{SctpUlp, SetupTimeouts};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
-use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Ulp};
+use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
 use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Sge, WorkRequest};
@@ -128,23 +127,6 @@ fn stack(
     (Stack::new(c, mem), pd, stag)
 }
 
-fn sctp_ulp(pd: PdId) -> SctpUlp {
-    SctpUlp {
-        ird: 4,
-        ord: 4,
-        private_data: Vec::new(),
-        params: StreamParams {
-            pd,
-            emss: 0,
-            sq_depth: 128,
-            rq_depth: 16,
-        },
-        cq: None,
-        srq: None,
-        timeouts: SetupTimeouts::default(),
-    }
-}
-
 fn ulp(pd: PdId, mtu: usize) -> Ulp {
     Ulp::Iwarp {
         mpa: MpaConfig::default(),
@@ -170,67 +152,42 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
     let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
     let sctp = a.transport == "sctp";
     let remote = Ipv4Address::new(10, 5, 0, 1);
-    if sctp {
-        let ulp = sctp_ulp(pd_a);
-        link.command(Side::A, Command::SctpListen { port: 7000, ulp });
-        let ulp = sctp_ulp(pd_b);
-        link.command(
-            Side::B,
-            Command::SctpConnect {
-                token: 1,
-                remote,
-                port: 7000,
-                udp: false,
-                ulp,
-            },
-        );
+    // The same ULP over either transport (over SCTP the MPA settings
+    // but IRD/ORD, private data and timers do not apply); the listener
+    // accepts by itself.
+    let transport = if sctp {
+        Transport::Sctp
     } else {
-        let (ulp_a, ulp_b) = (ulp(pd_a, a.mtu), ulp(pd_b, a.mtu));
-        link.command(
-            Side::A,
-            Command::Listen {
-                port: 7000,
-                ulp: ulp_a,
-            },
-        );
-        link.command(
-            Side::B,
-            Command::Connect {
-                token: 1,
-                remote,
-                port: 7000,
-                ulp: ulp_b,
-            },
-        );
-    }
-    // Both ends in full operation (over SCTP the passive side accepts
-    // the request itself).
+        Transport::Tcp
+    };
+    let (ulp_a, ulp_b) = (ulp(pd_a, a.mtu), ulp(pd_b, a.mtu));
+    link.command(
+        Side::A,
+        Command::Listen {
+            port: 7000,
+            transport,
+            ulp: ulp_a,
+        },
+    );
+    link.command(
+        Side::B,
+        Command::Connect {
+            token: 1,
+            remote,
+            port: 7000,
+            transport,
+            ulp: ulp_b,
+        },
+    );
+    // Both ends in full operation.
     let (mut sock_b, mut up_a) = (None, false);
-    let mut accept = Vec::new();
     let mut accepted = None;
     let ok = link.run_until(10_000_000, |l| {
         while let Some(o) = l.outputs(Side::A).pop_front() {
-            match o {
-                Output::Cm(id, CmEvent::Established(_)) => {
-                    up_a = true;
-                    accepted = Some(id);
-                }
-                Output::Cm(sock, CmEvent::ConnectRequest(_)) => accept.push(sock),
-                _ => {}
+            if let Output::Cm(id, CmEvent::Established(_)) = o {
+                up_a = true;
+                accepted = Some(id);
             }
-        }
-        for sock in accept.drain(..) {
-            l.command(
-                Side::A,
-                Command::Accept {
-                    sock,
-                    private_data: Vec::new(),
-                    ird: 4,
-                    ord: 4,
-                    cq: None,
-                    pd: None,
-                },
-            );
         }
         while let Some(o) = l.outputs(Side::B).pop_front() {
             if let Output::Cm(id, CmEvent::Established(_)) = o {

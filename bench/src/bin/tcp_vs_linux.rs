@@ -53,7 +53,9 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use iwarp_datapath::runtime::{spawn, spawn_probed, LoopStats, Mode};
-use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, StreamShared, Ulp};
+use iwarp_datapath::stack::{
+    flags, Command, Output, Stack, StackConfig, StreamShared, Transport, Ulp,
+};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_xdp::{Config as XdpConfig, XdpDevice};
 use netns_harness::{run_in, End, Netns, VethPair};
@@ -225,6 +227,7 @@ fn connect_ours(
     token: u64,
 ) -> Arc<StreamShared> {
     h.post(Command::Connect {
+        transport: Transport::Tcp,
         token,
         remote: Ipv4Address(to.ip().octets()),
         port: to.port(),
@@ -503,6 +506,7 @@ fn our_server(
         Some(reader),
     );
     h.post(Command::Listen {
+        transport: Transport::Tcp,
         port,
         ulp: Ulp::Stream,
     })

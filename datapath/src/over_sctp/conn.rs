@@ -133,6 +133,48 @@ pub struct SctpUlp {
     /// (`request_timeout`), and our application for its decision
     /// (`decision_timeout`; the request is then rejected on the wire).
     pub timeouts: SetupTimeouts,
+    /// Listeners: hand each Initiate to the application
+    /// ([`CmEvent::ConnectRequest`]) instead of accepting it at once with
+    /// `private_data`, `ird` and `ord` (as `Ulp::Iwarp`'s `manual`).
+    pub manual: bool,
+}
+
+impl SctpUlp {
+    /// The settings of an iWARP ULP over SCTP: of the MPA settings only
+    /// the private data, IRD/ORD and the setup and close timers apply
+    /// (CRC, markers and RTR are MPA's; RFC 5043 §4 needs neither). A
+    /// byte stream cannot run over SCTP here, and the Initiate's private
+    /// data holds at most 508 octets (the IRD/ORD word takes 4).
+    pub fn from_ulp(ulp: &crate::stack::Ulp) -> Result<SctpUlp, &'static str> {
+        let crate::stack::Ulp::Iwarp {
+            mpa,
+            params,
+            manual,
+            cq,
+            srq,
+        } = ulp
+        else {
+            return Err("a byte stream needs TCP: SCTP carries iWARP only");
+        };
+        if mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA {
+            return Err("private data over 508 octets (SCTP: the IRD/ORD word takes 4)");
+        }
+        Ok(SctpUlp {
+            ird: mpa.ird,
+            ord: mpa.ord,
+            private_data: mpa.private_data.clone(),
+            params: *params,
+            cq: cq.clone(),
+            srq: srq.clone(),
+            timeouts: SetupTimeouts {
+                reply: mpa.reply_timeout,
+                request: mpa.request_timeout,
+                decision: mpa.decision_timeout,
+                close: mpa.close_timeout,
+            },
+            manual: *manual,
+        })
+    }
 }
 
 /// Setup and close timers of an SCTP connection (nanoseconds; 0 turns
@@ -1308,9 +1350,37 @@ impl SctpConns {
                             remote: c.remote,
                             stream: None,
                         });
-                        c.events.push_back(CmEvent::ConnectRequest(req.clone()));
-                        c.phase = Phase::AwaitDecision(req);
-                        c.arm(now, c.ulp.timeouts.decision);
+                        if c.ulp.manual {
+                            c.events.push_back(CmEvent::ConnectRequest(req.clone()));
+                            c.phase = Phase::AwaitDecision(req);
+                            c.arm(now, c.ulp.timeouts.decision);
+                            return;
+                        }
+                        // A listener that does not ask its application
+                        // accepts at once with its own settings (as a
+                        // non-manual listener over MPA answers the
+                        // Request with its Reply).
+                        let ulp = &c.ulp;
+                        let started = a.and_then(|a| {
+                            let (bytes, n) =
+                                session::accept(&req, ulp.ird, ulp.ord, &ulp.private_data).ok()?;
+                            a.accept(STREAM, &bytes).ok()?;
+                            Some((n, a.mulpdu()))
+                        });
+                        match started {
+                            Some((n, mulpdu)) => {
+                                c.start(n, mulpdu, self.max_held, mem);
+                                tracing::info!(sock = id, "SCTP connection request accepted");
+                            }
+                            None => {
+                                tracing::info!(sock = id, "SCTP Initiate not acceptable");
+                                if let Some(a) = self.host.assoc_mut(assoc) {
+                                    let _ = a.reject(stream, b"");
+                                }
+                                c.phase = Phase::Over;
+                                c.closing = Some(Closing::Graceful);
+                            }
+                        }
                     }
                     Err(e) => {
                         tracing::info!(sock = id, error = ?e, "SCTP Initiate refused");
@@ -1664,7 +1734,7 @@ impl SctpConns {
 mod tests {
     use super::*;
     use crate::runtime::Engine;
-    use crate::stack::{Command, Stack, StackConfig};
+    use crate::stack::{Command, Stack, StackConfig, Transport, Ulp};
     use iwarp_net::iface::IfaceConfig;
     use iwarp_proto::mem::{Access, STag};
     use iwarp_proto::qp::{Sge, WorkRequest};
@@ -1693,7 +1763,7 @@ mod tests {
         source: STag,
     }
 
-    fn end(last: u8, idle_sweep: u64) -> (Stack, SctpUlp, STag) {
+    fn end(last: u8, idle_sweep: u64) -> (Stack, Ulp, STag) {
         let iface = IfaceConfig::new(
             EthernetAddress([0x02, 0, 0, 0, 0x5c, last]),
             Ipv4Address::new(10, 7, 0, last),
@@ -1703,19 +1773,21 @@ mod tests {
         let pd = mem.alloc_pd();
         let access = Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let stag = mem.register(pd, vec![last; 4096], access, 0).unwrap();
-        let ulp = SctpUlp {
-            ird: 4,
-            ord: 4,
-            private_data: Vec::new(),
+        let ulp = Ulp::Iwarp {
+            mpa: iwarp_control::MpaConfig {
+                ird: 4,
+                ord: 4,
+                ..Default::default()
+            },
             params: crate::StreamParams {
                 pd,
                 emss: 1460,
                 sq_depth: 16,
                 rq_depth: 16,
             },
+            manual: true,
             cq: None,
             srq: None,
-            timeouts: SetupTimeouts::default(),
         };
         let mut cfg = StackConfig::new(iface);
         cfg.idle_sweep = idle_sweep;
@@ -1724,10 +1796,12 @@ mod tests {
 
     impl Pair {
         /// The connection set up: `a`'s and `b`'s ids.
-        fn connected(idle_sweep: u64) -> (Pair, SockId, SockId) {
+        /// Two stacks, nothing sent, and the ULPs they would use (the
+        /// listener's asks its application).
+        fn new(idle_sweep: u64) -> (Pair, Ulp, Ulp) {
             let (a, ulp_a, source) = end(1, idle_sweep);
             let (b, ulp_b, target) = end(2, idle_sweep);
-            let mut p = Pair {
+            let p = Pair {
                 a,
                 b,
                 now: 0,
@@ -1740,19 +1814,25 @@ mod tests {
                 target,
                 source,
             };
+            (p, ulp_a, ulp_b)
+        }
+
+        fn connected(idle_sweep: u64) -> (Pair, SockId, SockId) {
+            let (mut p, ulp_a, ulp_b) = Pair::new(idle_sweep);
             p.b.handle_command(
-                Command::SctpListen {
+                Command::Listen {
                     port: PORT,
+                    transport: Transport::Sctp,
                     ulp: ulp_b,
                 },
                 0,
             );
             p.a.handle_command(
-                Command::SctpConnect {
+                Command::Connect {
                     token: 1,
                     remote: Ipv4Address::new(10, 7, 0, 2),
                     port: PORT,
-                    udp: false,
+                    transport: Transport::Sctp,
                     ulp: ulp_a,
                 },
                 0,
@@ -1988,5 +2068,205 @@ mod tests {
             drives - before[0].0,
             visits - before[0].1
         );
+    }
+
+    /// `Connect`/`Listen` name the transport beside one ULP (issue 26
+    /// item 2): a listener over SCTP that does not ask its application
+    /// accepts each Initiate at once with its own private data and
+    /// IRD/ORD, as a non-manual listener over MPA answers the Request.
+    #[test]
+    fn a_listener_that_does_not_ask_accepts_by_itself() {
+        let (mut p, ulp_a, mut ulp_b) = Pair::new(0);
+        let Ulp::Iwarp { mpa, manual, .. } = &mut ulp_b else {
+            unreachable!()
+        };
+        *manual = false;
+        mpa.private_data = b"from b".to_vec();
+        (mpa.ird, mpa.ord) = (2, 3);
+        p.b.handle_command(
+            Command::Listen {
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: ulp_b,
+            },
+            0,
+        );
+        p.a.handle_command(
+            Command::Connect {
+                token: 1,
+                remote: Ipv4Address::new(10, 7, 0, 2),
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: ulp_a,
+            },
+            0,
+        );
+        let established = |out: &[Output]| {
+            out.iter().find_map(|o| match o {
+                Output::Cm(_, CmEvent::Established(n)) => Some(n.clone()),
+                _ => None,
+            })
+        };
+        assert!(p.run_until(1000, |p| established(&p.out_a).is_some()
+            && established(&p.out_b).is_some()));
+        assert!(
+            !p.out_b
+                .iter()
+                .any(|o| matches!(o, Output::Cm(_, CmEvent::ConnectRequest(_)))),
+            "the application was asked: {:?}",
+            p.out_b
+        );
+        let (na, nb) = (
+            established(&p.out_a).unwrap(),
+            established(&p.out_b).unwrap(),
+        );
+        assert_eq!(na.peer_private_data, b"from b");
+        // B's limits (within what A offered, 4 and 4); A's ORD capped by
+        // B's IRD, its IRD what it offered (B sends at most 3 Reads).
+        assert_eq!((nb.ird, nb.ord), (2, 3));
+        assert_eq!((na.ird, na.ord), (4, 2));
+    }
+
+    /// What SCTP cannot carry is refused at once and says why: a byte
+    /// stream, and an Initiate's private data over 508 octets (RFC 5043's
+    /// IRD/ORD word takes 4 of MPA's 512); nothing goes on the wire.
+    #[test]
+    fn what_sctp_cannot_carry_is_refused_locally() {
+        let (mut p, mut ulp_a, _) = Pair::new(0);
+        p.b.handle_command(
+            Command::Listen {
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: Ulp::Stream,
+            },
+            0,
+        );
+        p.a.handle_command(
+            Command::Connect {
+                token: 1,
+                remote: Ipv4Address::new(10, 7, 0, 2),
+                port: PORT,
+                transport: Transport::SctpOverUdp,
+                ulp: Ulp::Stream,
+            },
+            0,
+        );
+        let Ulp::Iwarp { mpa, .. } = &mut ulp_a else {
+            unreachable!()
+        };
+        mpa.private_data = vec![7; 509];
+        p.a.handle_command(
+            Command::Connect {
+                token: 2,
+                remote: Ipv4Address::new(10, 7, 0, 2),
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: ulp_a.clone(),
+            },
+            0,
+        );
+        p.step(MS);
+        assert!(p.out_b.iter().any(|o| matches!(
+            o,
+            Output::Listening {
+                port: PORT,
+                result: Err(crate::stack::ListenError::Unsupported(_))
+            }
+        )));
+        for token in [1, 2] {
+            assert!(
+                p.out_a.iter().any(|o| matches!(
+                    o,
+                    Output::Failed { token: t, error: ConnError::Local(_) } if *t == token
+                )),
+                "token {token}: {:?}",
+                p.out_a
+            );
+        }
+        assert!(p.to_b.is_empty() && p.to_a.is_empty(), "something was sent");
+        // 508 octets pass.
+        if let Ulp::Iwarp { mpa, .. } = &mut ulp_a {
+            mpa.private_data.truncate(508);
+        }
+        p.a.handle_command(
+            Command::Connect {
+                token: 3,
+                remote: Ipv4Address::new(10, 7, 0, 2),
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: ulp_a,
+            },
+            p.now,
+        );
+        assert!(p.run_until(10, |p| p
+            .out_a
+            .iter()
+            .any(|o| matches!(o, Output::Opening { token: 3, .. }))));
+    }
+
+    /// One `Unlisten` for both transports: it closes an SCTP listener
+    /// (answered `Unlistened`, removed), after which an INIT to the port
+    /// draws an ABORT and the connect fails with the peer's abort; the
+    /// port can then listen over TCP.
+    #[test]
+    fn one_unlisten_closes_an_sctp_listener() {
+        let (mut p, ulp_a, ulp_b) = Pair::new(0);
+        p.b.handle_command(
+            Command::Listen {
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: ulp_b.clone(),
+            },
+            0,
+        );
+        // The port listens over SCTP: not over TCP as well.
+        p.b.handle_command(
+            Command::Listen {
+                port: PORT,
+                transport: Transport::Tcp,
+                ulp: ulp_b.clone(),
+            },
+            0,
+        );
+        p.b.handle_command(Command::Unlisten(PORT), 0);
+        p.b.handle_command(
+            Command::Listen {
+                port: PORT,
+                transport: Transport::Tcp,
+                ulp: ulp_b,
+            },
+            0,
+        );
+        p.step(MS);
+        let answers: Vec<_> = p
+            .out_b
+            .iter()
+            .filter_map(|o| match o {
+                Output::Listening { result, .. } => Some(format!("{result:?}")),
+                Output::Unlistened { removed, .. } => Some(format!("removed {removed}")),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            answers,
+            ["Ok(())", "Err(PortInUse)", "removed true", "Ok(())"]
+        );
+        p.a.handle_command(
+            Command::Connect {
+                token: 1,
+                remote: Ipv4Address::new(10, 7, 0, 2),
+                port: PORT,
+                transport: Transport::Sctp,
+                ulp: ulp_a,
+            },
+            p.now,
+        );
+        assert!(p.run_until(100, |p| p.out_a.iter().any(|o| matches!(
+            o,
+            Output::Failed {
+                token: 1,
+                error: ConnError::PeerAbort(_)
+            }
+        ))));
     }
 }

@@ -420,7 +420,7 @@ fn pattern(offset: u64, out: &mut [u8]) {
 mod tcp {
     use super::*;
     use iwarp_datapath::runtime::{spawn, Mode};
-    use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, Ulp};
+    use iwarp_datapath::stack::{flags, Command, Output, Stack, StackConfig, Transport, Ulp};
     use iwarp_proto::mem::MemoryTable;
     use std::sync::atomic::Ordering;
     use tcp_lite::iface::IfaceConfig;
@@ -474,6 +474,7 @@ mod tcp {
         deadline: Instant,
     ) -> Result<(), Failure> {
         h.post(Command::Connect {
+            transport: Transport::Tcp,
             token: 1,
             remote: Ipv4Address(peer.ip().octets()),
             port: peer.port(),

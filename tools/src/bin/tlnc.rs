@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use iwarp_datapath::runtime::{spawn_probed, DeviceReader, LoopHandle, Mode};
 use iwarp_datapath::stack::{
-    Command, Output, SendError, Stack, StackConfig, StreamShared, Ulp, WaitError,
+    Command, Output, SendError, Stack, StackConfig, StreamShared, Transport, Ulp, WaitError,
 };
 use iwarp_proto::mem::MemoryTable;
 use iwarp_tools::Cidr;
@@ -416,12 +416,14 @@ fn open(
 ) -> Result<Arc<StreamShared>, Failure> {
     let cmd = match (args.connect, args.listen) {
         (Some(to), _) => Command::Connect {
+            transport: Transport::Tcp,
             token: 1,
             remote: Ipv4Address(to.ip().octets()),
             port: to.port(),
             ulp: Ulp::Stream,
         },
         (None, Some(port)) => Command::Listen {
+            transport: Transport::Tcp,
             port,
             ulp: Ulp::Stream,
         },
