@@ -78,3 +78,32 @@ pub fn ip_frame(dst: Ipv4Address, proto: IpProtocol, body: &[u8]) -> Vec<u8> {
     ip.payload_mut()[..body.len()].copy_from_slice(body);
     buf
 }
+
+/// Every field the Debug spelling has is a line of the Display one,
+/// `name value`, the values aligned: the check of every crate's counter
+/// block (`stats_fmt.rs`) that `/metrics` and the tools print.
+pub fn every_field_named<T: core::fmt::Debug + core::fmt::Display>(v: &T) {
+    let debug = format!("{v:?}");
+    let shown = v.to_string();
+    let names: Vec<&str> = debug
+        .split(['{', ','])
+        .filter_map(|p| p.split_once(':').map(|(n, _)| n.trim()))
+        .collect();
+    assert!(!names.is_empty(), "{debug}");
+    for n in &names {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(*n)),
+            "{n} missing:\n{shown}"
+        );
+    }
+    let col: Vec<usize> = shown
+        .lines()
+        .map(|l| l.rfind(' ').expect("name value") + 1)
+        .collect();
+    assert!(
+        col.windows(2).all(|w| w[0] == w[1]),
+        "not aligned:\n{shown}"
+    );
+}

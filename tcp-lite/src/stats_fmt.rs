@@ -55,34 +55,7 @@ impl fmt::Display for Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every field the Debug spelling has is a line of the Display one,
-    /// `name value`, the values aligned.
-    fn every_field_named<T: fmt::Debug + fmt::Display>(v: &T) {
-        let debug = format!("{v:?}");
-        let shown = v.to_string();
-        let names: Vec<&str> = debug
-            .split(['{', ','])
-            .filter_map(|p| p.split_once(':').map(|(n, _)| n.trim()))
-            .collect();
-        assert!(!names.is_empty(), "{debug}");
-        for n in &names {
-            assert!(
-                shown
-                    .lines()
-                    .any(|l| l.split_whitespace().next() == Some(*n)),
-                "{n} missing:\n{shown}"
-            );
-        }
-        let col: Vec<usize> = shown
-            .lines()
-            .map(|l| l.rfind(' ').expect("name value") + 1)
-            .collect();
-        assert!(
-            col.windows(2).all(|w| w[0] == w[1]),
-            "not aligned:\n{shown}"
-        );
-    }
+    use iwarp_net::fixtures::every_field_named;
 
     #[test]
     fn display_names_every_counter() {
