@@ -13,6 +13,7 @@
 
 pub mod budget;
 mod conn_error;
+pub mod early;
 pub mod latency;
 pub mod link;
 pub mod over_sctp;
@@ -166,6 +167,11 @@ impl Connection {
     /// is created). In full operation, post to [`qp`](Self::qp) instead.
     pub fn pre_post_recv(&mut self, wr_id: u64, sgl: iwarp_proto::qp::SgList) {
         self.pre_posted.push((wr_id, sgl));
+    }
+
+    /// Receives pre-posted and not yet on a queue pair.
+    pub fn pre_posted(&self) -> usize {
+        self.pre_posted.len()
     }
 
     /// Pre-posted receives that never reached a queue pair (the connection

@@ -14,6 +14,7 @@ use iwarp_proto::wire::TermCode;
 use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpState, TcpError};
 use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
+use crate::early::EarlyWork;
 use crate::latency::CompletionLatency;
 use crate::{Connection, StreamParams};
 
@@ -171,8 +172,9 @@ pub struct IwarpOverTcp {
     mpa: MpaConfig,
     params: StreamParams,
     /// Work posted before the MPA exchange finished waits here, with the
-    /// time of its post.
-    pub(crate) pending: VecDeque<(HostCommand, u64)>,
+    /// time of its post (receives move into the MPA connection once it
+    /// exists, and count against the receive queue's depth there).
+    pub(crate) pending: EarlyWork,
     manual: bool,
     events: VecDeque<CmEvent>,
     srq: Option<iwarp_proto::qp::Srq>,
@@ -216,7 +218,7 @@ impl IwarpOverTcp {
             role,
             mpa,
             params,
-            pending: VecDeque::new(),
+            pending: EarlyWork::new(params.sq_depth, params.rq_depth),
             manual: false,
             events: VecDeque::new(),
             srq: None,
@@ -439,14 +441,11 @@ impl IwarpOverTcp {
         }
         // Receives posted while TCP was still connecting.
         if let Some(c) = &mut self.iwarp {
-            let mut sends = VecDeque::new();
-            for (cmd, at) in self.pending.drain(..) {
-                match cmd {
-                    HostCommand::PostRecv(id, sgl) => c.pre_post_recv(id, sgl),
-                    other => sends.push_back((other, at)),
+            for (cmd, _) in self.pending.take_recvs() {
+                if let HostCommand::PostRecv(id, sgl) = cmd {
+                    c.pre_post_recv(id, sgl);
                 }
             }
-            self.pending = sends;
         }
     }
 
@@ -546,10 +545,19 @@ impl IwarpOverTcp {
             }
             // Before full operation a receive goes to the connection, which
             // posts it to the queue pair before any octet is processed.
+            // (Held against the receive queue's depth, as in `pending`.)
             (Some(c), HostCommand::PostRecv(id, sgl)) if c.qp_ref().is_none() => {
-                c.pre_post_recv(id, sgl)
+                if c.pre_posted() < self.params.rq_depth {
+                    c.pre_post_recv(id, sgl)
+                } else {
+                    out(HostOutput::refused(&cmd, PostError::QueueFull));
+                }
             }
-            (_, cmd) => self.pending.push_back((cmd, now)),
+            (_, cmd) => {
+                if let Err(e) = self.pending.push(cmd, now) {
+                    out(HostOutput::refused(&cmd, e));
+                }
+            }
         }
     }
 

@@ -22,6 +22,9 @@ pub struct TcpHost {
     pub latency: CompletionLatency,
     local: tcp_lite::wire::Ipv4Address,
     remote: tcp_lite::wire::Ipv4Address,
+    /// Commands since the last poll, with their time (posted there, where
+    /// refusals have somewhere to go).
+    posted: std::collections::VecDeque<(HostCommand, u64)>,
 }
 
 impl TcpHost {
@@ -33,6 +36,7 @@ impl TcpHost {
             latency: CompletionLatency::default(),
             local: tcp_lite::wire::Ipv4Address(local),
             remote: tcp_lite::wire::Ipv4Address(remote),
+            posted: std::collections::VecDeque::new(),
         }
     }
 }
@@ -53,16 +57,23 @@ impl crate::runtime::Engine for TcpHost {
     }
 
     fn poll_timeout(&self) -> Option<u64> {
+        if !self.posted.is_empty() {
+            return Some(0);
+        }
         self.stack.poll_timeout()
     }
 
     fn handle_command(&mut self, cmd: HostCommand, now: u64) {
-        // Commands that arrive before the MPA exchange finished wait there.
-        self.stack.pending.push_back((cmd, now));
+        self.posted.push_back((cmd, now));
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(HostOutput)) -> bool {
-        let mut busy = false;
+        let mut busy = !self.posted.is_empty();
+        // Work posted before the MPA exchange finished waits in the
+        // stack (`IwarpOverTcp::post`).
+        while let Some((cmd, at)) = self.posted.pop_front() {
+            self.stack.post(cmd, at, &self.mem, out);
+        }
         let (local, remote) = (self.local, self.remote);
         let mut buf = Vec::new();
         let n = self

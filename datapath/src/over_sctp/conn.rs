@@ -67,6 +67,7 @@ use tcp_lite::wire::Ipv4Address;
 
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
+use crate::early::EarlyWork;
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{ReadySet, Slot};
 use crate::runtime::FrameSink;
@@ -243,7 +244,7 @@ struct Conn {
     phase: Phase,
     qp: Option<SctpQp>,
     /// Posts made before full operation.
-    pending: VecDeque<HostCommand>,
+    pending: EarlyWork,
     /// Segments that overtook the Accept (active side), and their octets.
     early: Vec<(u16, Vec<u8>)>,
     early_len: usize,
@@ -278,6 +279,7 @@ struct Conn {
 
 impl Conn {
     fn new(assoc: AssocId, port: u16, remote: Ipv4Address, ulp: SctpUlp, phase: Phase) -> Self {
+        let pending = EarlyWork::new(ulp.params.sq_depth, ulp.params.rq_depth);
         Conn {
             assoc,
             port,
@@ -286,7 +288,7 @@ impl Conn {
             ulp,
             phase,
             qp: None,
-            pending: VecDeque::new(),
+            pending,
             early: Vec::new(),
             early_len: 0,
             events: VecDeque::new(),
@@ -427,18 +429,14 @@ impl Conn {
         let mut qp = SctpQp::bounded(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true, max_held);
         // Receives first, so the segments held and those behind them find
         // their buffers; sends after.
-        let mut sends = VecDeque::new();
-        for cmd in self.pending.drain(..) {
-            match cmd {
-                HostCommand::PostRecv(..) => post_to(&cmd, qp.qp(), mem, &mut self.outputs),
-                other => sends.push_back(other),
-            }
+        for (cmd, _) in self.pending.take_recvs() {
+            post_to(&cmd, qp.qp(), mem, &mut self.outputs);
         }
         for (ssn, seg) in std::mem::take(&mut self.early) {
             qp.qp().receive_segment(ssn, &seg, mem);
         }
         self.early_len = 0;
-        for cmd in sends {
+        while let Some((cmd, _)) = self.pending.pop_front() {
             post_to(&cmd, qp.qp(), mem, &mut self.outputs);
         }
         self.qp = Some(qp);
@@ -992,7 +990,11 @@ impl SctpConns {
                 }
             }
             (Phase::Over, _) => refuse(c.refusal()),
-            _ => c.pending.push_back(cmd),
+            _ => {
+                if let Err(e) = c.pending.push(cmd, 0) {
+                    refuse(e);
+                }
+            }
         }
         true
     }
@@ -1681,7 +1683,7 @@ impl SctpConns {
         // Work posted after a close or before a failure.
         if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {
             let refusal = c.refusal();
-            for cmd in c.pending.drain(..) {
+            while let Some((cmd, _)) = c.pending.pop_front() {
                 c.outputs.push_back(HostOutput::refused(&cmd, refusal));
             }
         }

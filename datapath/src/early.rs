@@ -1,0 +1,170 @@
+//! Work an application posts before its connection's queue pair exists
+//! (over TCP until the MPA exchange ends, over SCTP until the DDP Stream
+//! Session is accepted): one queue type for both transports, bounded as
+//! the queue pair will be. A real queue pair in its INIT state takes
+//! receives and holds them; here sends wait too and go out, in posting
+//! order, once the queue pair is in full operation.
+//!
+//! Each kind holds at most its queue's depth (`StreamParams::sq_depth`,
+//! `rq_depth`): one more is refused with [`PostError::QueueFull`] at once,
+//! as the queue pair would refuse it, so an application that posts in a
+//! loop before the connection is up cannot make the loop hold without
+//! bound.
+
+use std::collections::VecDeque;
+
+use iwarp_proto::qp::PostError;
+
+use crate::over_tcp::HostCommand;
+
+/// Posts waiting for a queue pair, each with the time it was posted (the
+/// completion latency of a send counts from there).
+#[derive(Debug, Default)]
+pub struct EarlyWork {
+    posts: VecDeque<(HostCommand, u64)>,
+    sends: usize,
+    recvs: usize,
+    sq_depth: usize,
+    rq_depth: usize,
+}
+
+impl EarlyWork {
+    /// An empty queue for a queue pair of these depths.
+    pub fn new(sq_depth: usize, rq_depth: usize) -> Self {
+        EarlyWork {
+            sq_depth,
+            rq_depth,
+            ..Self::default()
+        }
+    }
+
+    /// Hold `cmd`, posted at `at`; refused (and not held) once its kind
+    /// holds its queue's depth.
+    pub fn push(&mut self, cmd: HostCommand, at: u64) -> Result<(), PostError> {
+        let (held, depth) = match cmd {
+            HostCommand::PostSend(_) => (&mut self.sends, self.sq_depth),
+            HostCommand::PostRecv(..) => (&mut self.recvs, self.rq_depth),
+        };
+        if *held >= depth {
+            return Err(PostError::QueueFull);
+        }
+        *held += 1;
+        self.posts.push_back((cmd, at));
+        Ok(())
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.posts.is_empty()
+    }
+
+    /// Posts waiting.
+    pub fn len(&self) -> usize {
+        self.posts.len()
+    }
+
+    /// Receives waiting (they count against the receive queue's depth
+    /// wherever they wait).
+    pub fn recvs(&self) -> usize {
+        self.recvs
+    }
+
+    /// The oldest post.
+    pub fn pop_front(&mut self) -> Option<(HostCommand, u64)> {
+        let p = self.posts.pop_front()?;
+        match p.0 {
+            HostCommand::PostSend(_) => self.sends -= 1,
+            HostCommand::PostRecv(..) => self.recvs -= 1,
+        }
+        Some(p)
+    }
+
+    /// Take the receives out, in posting order, leaving the sends (a
+    /// queue pair takes its receives first, so that what arrives finds
+    /// its buffers).
+    pub fn take_recvs(&mut self) -> Vec<(HostCommand, u64)> {
+        let (recvs, sends): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.posts)
+            .into_iter()
+            .partition(|(c, _)| matches!(c, HostCommand::PostRecv(..)));
+        self.posts = sends;
+        self.recvs = 0;
+        recvs.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp_proto::mem::STag;
+    use iwarp_proto::qp::{SgList, Sge, WorkRequest};
+
+    fn send(wr_id: u64) -> HostCommand {
+        HostCommand::PostSend(WorkRequest::Send {
+            wr_id,
+            signaled: true,
+            solicited: false,
+            local: SgList::default(),
+            invalidate: None,
+        })
+    }
+
+    fn recv(wr_id: u64) -> HostCommand {
+        HostCommand::PostRecv(
+            wr_id,
+            Sge {
+                stag: STag(1),
+                to: 0,
+                len: 8,
+            }
+            .into(),
+        )
+    }
+
+    fn id(c: &HostCommand) -> u64 {
+        match c {
+            HostCommand::PostSend(w) => w.wr_id(),
+            HostCommand::PostRecv(id, _) => *id,
+        }
+    }
+
+    /// Each kind holds its queue's depth and no more; what leaves frees
+    /// room for its kind alone.
+    #[test]
+    fn each_kind_holds_its_depth() {
+        let mut q = EarlyWork::new(2, 3);
+        assert_eq!(q.push(send(1), 0), Ok(()));
+        assert_eq!(q.push(send(2), 0), Ok(()));
+        assert_eq!(q.push(send(3), 0), Err(PostError::QueueFull));
+        for i in 10..13 {
+            assert_eq!(q.push(recv(i), 0), Ok(()));
+        }
+        assert_eq!(q.push(recv(13), 0), Err(PostError::QueueFull));
+        assert_eq!((q.len(), q.recvs()), (5, 3));
+        // The oldest (a send) leaves: room for one send, not a receive.
+        assert_eq!(q.pop_front().map(|p| id(&p.0)), Some(1));
+        assert_eq!(q.push(recv(14), 0), Err(PostError::QueueFull));
+        assert_eq!(q.push(send(4), 5), Ok(()));
+        assert_eq!(q.push(send(5), 5), Err(PostError::QueueFull));
+    }
+
+    /// Receives come out first and in order; the sends stay, in order,
+    /// and the receive count starts again.
+    #[test]
+    fn receives_leave_first_in_order() {
+        let mut q = EarlyWork::new(4, 4);
+        for (i, c) in [send(1), recv(2), send(3), recv(4)].into_iter().enumerate() {
+            q.push(c, i as u64).unwrap();
+        }
+        let r: Vec<_> = q.take_recvs().iter().map(|(c, at)| (id(c), *at)).collect();
+        assert_eq!(r, [(2, 1), (4, 3)]);
+        assert_eq!(q.recvs(), 0);
+        let s: Vec<_> = std::iter::from_fn(|| q.pop_front())
+            .map(|(c, at)| (id(&c), at))
+            .collect();
+        assert_eq!(s, [(1, 0), (3, 2)]);
+        assert!(q.is_empty());
+        for i in 0..4 {
+            assert_eq!(q.push(recv(i), 9), Ok(()));
+        }
+    }
+}
