@@ -22,6 +22,7 @@ pub mod ready;
 pub mod runtime;
 pub mod stack;
 mod stats_fmt;
+mod timers;
 
 pub use conn_error::ConnError;
 

@@ -16,6 +16,7 @@ use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
 use crate::early::EarlyWork;
 use crate::latency::CompletionLatency;
+use crate::timers::{earliest, Timer, Timers};
 use crate::{Connection, StreamParams};
 
 /// Which side opens MPA.
@@ -84,58 +85,6 @@ impl State {
     /// A close has begun or is over: new work is refused.
     pub fn is_closing(self) -> bool {
         matches!(self, State::Closing | State::Aborting | State::Closed)
-    }
-}
-
-/// The connection's own timers (TCP's are inside TCP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timer {
-    /// The MPA Request/Reply or the application's decision is late.
-    Setup,
-    /// The first-FPDU hold after the Reply ends (`first_fpdu_delay`).
-    Hold,
-    /// A graceful close has waited `close_timeout` for the answers to our
-    /// Reads without receiving an FPDU: it becomes abortive.
-    CloseReads,
-    /// FIN-WAIT-2 has waited `close_timeout` for the peer's FIN: RST.
-    FinWait2,
-    /// An abort's Terminate was not acknowledged in time: RST anyway.
-    Abort,
-}
-
-const TIMERS: usize = 5;
-
-/// One deadline (ns, the loop's clock) per [`Timer`]; `None` when not armed.
-#[derive(Debug, Clone, Copy, Default)]
-struct Timers([Option<u64>; TIMERS]);
-
-impl Timers {
-    fn get(&self, t: Timer) -> Option<u64> {
-        self.0[t as usize]
-    }
-    fn set(&mut self, t: Timer, at: u64) {
-        self.0[t as usize] = Some(at);
-    }
-    fn clear(&mut self, t: Timer) {
-        self.0[t as usize] = None;
-    }
-    /// Armed and due at `now`.
-    fn due(&self, t: Timer, now: u64) -> bool {
-        self.get(t).is_some_and(|at| now >= at)
-    }
-    fn next(&self) -> Option<u64> {
-        self.0.iter().fold(None, |m, &t| earliest(m, t))
-    }
-}
-
-/// The earlier of two optional deadlines (a fold of `Option`s, without the
-/// iterator adapters `flatten().min()` costs per poll).
-#[inline]
-fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, None) => x,
-        (None, y) => y,
     }
 }
 
@@ -350,7 +299,7 @@ impl IwarpOverTcp {
                 if self.tcp.state() != TcpState::Closed {
                     self.tcp.abort();
                 }
-                self.timers.clear(Timer::FinWait2);
+                self.timers.clear(Timer::Linger);
             }
             _ => {
                 self.closed_by.get_or_insert(DisconnectCause::LocalAbort);
@@ -777,7 +726,7 @@ impl IwarpOverTcp {
         if self.tcp.state() == TcpState::Established && self.state == State::Operational {
             // Every poll of a connection in full operation: nothing to
             // sequence (FIN-WAIT-2's timer is armed only once Closed).
-            self.timers.clear(Timer::FinWait2);
+            self.timers.clear(Timer::Linger);
             return;
         }
         self.teardown_sequence(now);
@@ -875,17 +824,17 @@ impl IwarpOverTcp {
             && tcp_state == TcpState::FinWait2
             && self.mpa.close_timeout > 0
         {
-            if self.timers.get(Timer::FinWait2).is_none() {
+            if self.timers.get(Timer::Linger).is_none() {
                 self.timers
-                    .set(Timer::FinWait2, now.saturating_add(self.mpa.close_timeout));
+                    .set(Timer::Linger, now.saturating_add(self.mpa.close_timeout));
             }
-            if self.timers.due(Timer::FinWait2, now) {
-                self.timers.clear(Timer::FinWait2);
+            if self.timers.due(Timer::Linger, now) {
+                self.timers.clear(Timer::Linger);
                 self.close_timeouts += 1;
                 self.tcp.abort();
             }
         } else {
-            self.timers.clear(Timer::FinWait2);
+            self.timers.clear(Timer::Linger);
         }
     }
 

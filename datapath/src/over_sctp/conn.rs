@@ -72,6 +72,7 @@ use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{ReadySet, Slot};
 use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
+use crate::timers::{earliest, Timer, Timers};
 use crate::ConnError;
 use crate::StreamParams;
 
@@ -229,7 +230,9 @@ enum Phase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Closing {
     Graceful,
-    Abort { deadline: u64 },
+    /// Its Terminate waits up to [`crate::ABORT_GRACE_NS`]
+    /// ([`Timer::Abort`]), then the association is aborted.
+    Abort,
 }
 
 #[derive(Debug)]
@@ -252,24 +255,27 @@ struct Conn {
     outputs: VecDeque<HostOutput>,
     closing: Option<Closing>,
     shutdown_sent: bool,
+    /// Its deadlines: setup, a close waiting for our Reads' answers, a
+    /// close's linger, an abort's grace (one table for both transports,
+    /// [`crate::timers`]).
+    timers: Timers,
     /// A close under way (graceful or abortive, ours or the session's
-    /// end) that waits for nothing of the application's any more: when
-    /// the association is aborted if it is still there
-    /// (`SetupTimeouts::close` after the peer last made progress, see
-    /// [`SctpConns::drive`]), and that progress ([`Conn::progress`]).
-    linger: Option<(u64, (u64, usize))>,
+    /// end) that waits for nothing of the application's any more: the
+    /// peer's progress ([`Conn::progress`]) when [`Timer::Linger`] was
+    /// last armed (`SetupTimeouts::close` after it, the association is
+    /// aborted if still there; see [`SctpConns::drive`]).
+    linger_seen: Option<(u64, usize)>,
     /// The association ended (it is gone from the host).
     closed: bool,
     /// `CmEvent::Disconnected` was reported.
     reported_closed: bool,
-    /// When the current setup phase times out.
-    setup_deadline: Option<u64>,
     /// Aborted for the memory budget ([`crate::budget`]).
     over_budget: bool,
-    /// A graceful close waiting only for the answers to our Reads: when
-    /// it becomes abortive, and the segments received when that was set
-    /// (progress sets it again).
-    close_deadline: Option<(u64, u64)>,
+    /// A graceful close waiting only for the answers to our Reads: the
+    /// segments received when [`Timer::CloseReads`] was last armed
+    /// (progress arms it again; when it is due the close becomes
+    /// abortive).
+    close_reads_seen: Option<u64>,
     /// Why the connection ended, the first reason seen (a Terminate the
     /// queue pair saw takes precedence, [`Conn::cause`]).
     ended_by: Option<DisconnectCause>,
@@ -295,11 +301,11 @@ impl Conn {
             outputs: VecDeque::new(),
             closing: None,
             shutdown_sent: false,
-            linger: None,
+            timers: Timers::default(),
+            linger_seen: None,
             closed: false,
             reported_closed: false,
-            setup_deadline: None,
-            close_deadline: None,
+            close_reads_seen: None,
             over_budget: false,
             ended_by: None,
             slot: Slot::default(),
@@ -308,31 +314,22 @@ impl Conn {
 
     /// The earliest of its own deadlines, as [`SctpConns::drive`] reads
     /// them: setup, a close waiting for Read answers, a close's linger,
-    /// an abort's wait for its Terminate.
+    /// an abort's wait for its Terminate (until the association is
+    /// aborted or closing).
+    #[inline]
     fn deadline(&self) -> Option<u64> {
+        let t = &self.timers;
         // None of them, in full operation (asked after every drive).
-        if self.setup_deadline.is_none()
-            && self.close_deadline.is_none()
-            && self.linger.is_none()
-            && self.closing.is_none()
-        {
+        if t.none_armed() {
             return None;
         }
-        let abort = match self.closing {
-            Some(Closing::Abort { deadline }) if !self.closed && !self.shutdown_sent => {
-                Some(deadline)
-            }
-            _ => None,
-        };
-        // (Asked after every drive: `Option`'s own `min` rather than an
-        // iterator's, half the instructions.)
-        let earliest = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, None) | (None, x) => x,
-        };
+        let abort = (!self.closed && !self.shutdown_sent)
+            .then(|| t.get(Timer::Abort))
+            .flatten();
+        // No first-FPDU hold over SCTP.
         earliest(
-            earliest(self.setup_deadline, self.close_deadline.map(|(at, _)| at)),
-            earliest(self.linger.map(|(at, _)| at), abort),
+            earliest(t.get(Timer::Setup), t.get(Timer::CloseReads)),
+            earliest(t.get(Timer::Linger), abort),
         )
     }
 
@@ -402,11 +399,11 @@ impl Conn {
 
     /// Arm the setup timer for `t` ns from `now` (0: none).
     fn arm(&mut self, now: u64, t: u64) {
-        self.setup_deadline = (t > 0).then(|| now.saturating_add(t));
+        self.timers.arm(Timer::Setup, now, t);
     }
 
     fn fail(&mut self, e: SetupError) {
-        self.setup_deadline = None;
+        self.timers.clear(Timer::Setup);
         self.phase = Phase::Over;
         self.events.push_back(CmEvent::SetupFailed(e));
         self.closing.get_or_insert(Closing::Graceful);
@@ -440,7 +437,7 @@ impl Conn {
             post_to(&cmd, qp.qp(), mem, &mut self.outputs);
         }
         self.qp = Some(qp);
-        self.setup_deadline = None;
+        self.timers.clear(Timer::Setup);
         self.phase = Phase::Rdma;
         self.events.push_back(CmEvent::Established(n));
     }
@@ -1082,12 +1079,12 @@ impl SctpConns {
             }
             self.ready.mark(&mut c.slot, id);
             c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
-            if matches!(c.closing, Some(Closing::Abort { .. })) {
+            if matches!(c.closing, Some(Closing::Abort)) {
                 return;
             }
-            c.closing = Some(Closing::Abort {
-                deadline: now.saturating_add(crate::ABORT_GRACE_NS),
-            });
+            c.closing = Some(Closing::Abort);
+            c.timers
+                .set(Timer::Abort, now.saturating_add(crate::ABORT_GRACE_NS));
             if let Some(qp) = c.qp.as_mut() {
                 if qp.qp_ref().state() == QpState::Rts {
                     qp.qp().terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
@@ -1494,7 +1491,7 @@ impl SctpConns {
         c.slot.visited();
         self.drives += 1;
         let mut busy = false;
-        if c.setup_deadline.is_some_and(|t| now >= t) {
+        if c.timers.due(Timer::Setup, now) {
             busy = true;
             let timed_out = SetupError {
                 code: TermCode::MPA_BAD_REQ_REP,
@@ -1517,7 +1514,7 @@ impl SctpConns {
                 // `timeouts.request`, and a place in the backlog
                 // meanwhile.
                 Phase::AwaitInitiate => {
-                    c.setup_deadline = None;
+                    c.timers.clear(Timer::Setup);
                     c.phase = Phase::Over;
                     c.closing = Some(Closing::Graceful);
                     if let Some(a) = self.host.assoc_mut(c.assoc) {
@@ -1539,7 +1536,7 @@ impl SctpConns {
                     }
                     c.fail(timed_out);
                 }
-                _ => c.setup_deadline = None,
+                _ => c.timers.clear(Timer::Setup),
             }
         }
         // Whether the peer has begun an association-level close, read
@@ -1582,11 +1579,13 @@ impl SctpConns {
         };
         match (reads_wait, c.ulp.timeouts.close) {
             (Some(seen), t @ 1..) => {
-                if c.close_deadline.is_none_or(|(_, s)| s != seen) {
-                    c.close_deadline = Some((now.saturating_add(t), seen));
+                if c.close_reads_seen != Some(seen) {
+                    c.close_reads_seen = Some(seen);
+                    c.timers.arm(Timer::CloseReads, now, t);
                 }
-                if c.close_deadline.is_some_and(|(at, _)| now >= at) {
-                    c.close_deadline = None;
+                if c.timers.due(Timer::CloseReads, now) {
+                    c.close_reads_seen = None;
+                    c.timers.clear(Timer::CloseReads);
                     self.close_timeouts += 1;
                     tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
                     self.abort(id, now);
@@ -1594,7 +1593,10 @@ impl SctpConns {
                     return true;
                 }
             }
-            _ => c.close_deadline = None,
+            _ => {
+                c.close_reads_seen = None;
+                c.timers.clear(Timer::CloseReads);
+            }
         }
         // Teardown.
         if !c.closed && !c.shutdown_sent {
@@ -1607,8 +1609,9 @@ impl SctpConns {
                         || q.qp_ref().state() == QpState::Error
                         || (q.tx_idle() && q.qp_ref().outstanding_reads() == 0)
                 }),
-                Some(Closing::Abort { deadline }) => {
-                    if now >= deadline {
+                Some(Closing::Abort) => {
+                    if c.timers.due(Timer::Abort, now) {
+                        c.timers.clear(Timer::Abort);
                         if let Some(a) = self.host.assoc_mut(c.assoc) {
                             a.abort();
                         }
@@ -1665,11 +1668,13 @@ impl SctpConns {
         match (lingering, c.ulp.timeouts.close) {
             (true, t @ 1..) => {
                 let seen = Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc));
-                if c.linger.is_none_or(|(_, s)| s != seen) {
-                    c.linger = Some((now.saturating_add(t), seen));
+                if c.linger_seen != Some(seen) {
+                    c.linger_seen = Some(seen);
+                    c.timers.arm(Timer::Linger, now, t);
                 }
-                if c.linger.is_some_and(|(at, _)| now >= at) {
-                    c.linger = None;
+                if c.timers.due(Timer::Linger, now) {
+                    c.linger_seen = None;
+                    c.timers.clear(Timer::Linger);
                     if let Some(a) = self.host.assoc_mut(c.assoc) {
                         tracing::info!(sock = id, "SCTP close timed out: ABORT");
                         self.linger_aborts += 1;
@@ -1678,7 +1683,10 @@ impl SctpConns {
                     busy = true;
                 }
             }
-            _ => c.linger = None,
+            _ => {
+                c.linger_seen = None;
+                c.timers.clear(Timer::Linger);
+            }
         }
         // Work posted after a close or before a failure.
         if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {
