@@ -2293,17 +2293,9 @@ impl crate::runtime::Engine for Stack {
         // An answer to a request releases what was held for it: to the
         // Accept's CQ, before anything the accept itself makes.
         match &cmd {
-            Command::Accept { sock, cq, .. } => {
-                let out = &mut self.pending_out;
-                self.requests
-                    .get_or_insert_default()
-                    .answered(*sock, cq.as_ref(), &mut |x| out.push_back(x));
-            }
+            Command::Accept { sock, cq, .. } => self.answered(*sock, cq.as_ref()),
             Command::Reject { sock: id, .. } | Command::Close(id) | Command::Abort(id) => {
-                let out = &mut self.pending_out;
-                self.requests
-                    .get_or_insert_default()
-                    .answered(*id, None, &mut |x| out.push_back(x));
+                self.answered(*id, None)
             }
             _ => {}
         }
@@ -2427,6 +2419,24 @@ impl crate::runtime::Engine for Stack {
 }
 
 impl Stack {
+    /// The application answered request `id` ([`Requests::answered`]):
+    /// first what this round's commands made for it and have not passed
+    /// the record yet (a receive posted to the request and refused in the
+    /// same round as the Accept) joins what is held, then all of it goes
+    /// to `cq`, else to the outputs.
+    #[cold]
+    fn answered(&mut self, id: SockId, cq: Option<&QpCqs>) {
+        let requests = self.requests.get_or_insert_default();
+        if requests.map.contains_key(&id) && !self.pending_out.is_empty() {
+            let out = &mut self.pending_out;
+            for o in std::mem::take(out) {
+                requests.pass(o, &mut |x| out.push_back(x));
+            }
+        }
+        let out = &mut self.pending_out;
+        requests.answered(id, cq, &mut |x| out.push_back(x));
+    }
+
     /// One round of [`Engine::poll`](crate::runtime::Engine::poll).
     fn poll_round(
         &mut self,

@@ -258,3 +258,78 @@ fn receives_posted_on_an_sctp_request_complete_on_the_cq_of_a_refused_accept() {
         .any(|o| matches!(o, Output::CmRefused(s, _) if *s == sock)));
     assert_all_refused(&ring, sock, &p.outputs);
 }
+
+/// Receives posted to a request hold at most the receive queue's depth
+/// (16 here; the listener's queue pair settings), over either transport:
+/// with [`RECVS`] already posted, 13 more fill it and the 14th after
+/// them is refused with `QueueFull` (`datapath::early`), and the refusal
+/// reaches the CQ the Accept names although it is posted in the same
+/// round as the Accept, while the accept itself succeeds. Before, a
+/// refusal made by a command of the Accept's round had not yet passed the
+/// record of requests when the Accept released it, and went to the
+/// outputs, where nobody looks: the receive never completed.
+fn over_the_depth_is_refused(stack: &mut Stack, sock: SockId, stag: STag, now: u64) -> u64 {
+    let last = 100 + 16 - RECVS.len() as u64;
+    for wr_id in 100..=last {
+        let sge = Sge {
+            stag,
+            to: 2048,
+            len: 64,
+        };
+        stack.handle_command(
+            Command::Iwarp(sock, HostCommand::PostRecv(wr_id, sge.into())),
+            now,
+        );
+    }
+    last
+}
+
+fn assert_only_refused(ring: &CqRing, sock: SockId, want: u64, outputs: &[Output]) {
+    let mut refused = Vec::new();
+    while let Some((s, e)) = ring.ring.pop() {
+        assert_eq!(s, sock);
+        match e {
+            CqEntry::Refused { wr_id, error } => refused.push((wr_id, error)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        refused,
+        [(want, PostError::QueueFull)],
+        "{:?}",
+        outputs
+            .iter()
+            .filter(|o| matches!(o, Output::Iwarp(s, _) if *s == sock))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        outputs
+            .iter()
+            .any(|o| matches!(o, Output::Cm(s, CmEvent::Established(_)) if *s == sock)),
+        "accepted: {outputs:?}"
+    );
+}
+
+#[test]
+fn receives_posted_on_a_tcp_request_hold_the_receive_depth() {
+    let (mut p, _, sock) = tcp_request();
+    let (_, _, stag) = memory();
+    let now = p.now();
+    let last = over_the_depth_is_refused(&mut p.stack, sock, stag, now);
+    let ring = Arc::new(CqRing::new(64));
+    p.stack.handle_command(accept(sock, &ring), now);
+    p.run(5);
+    assert_only_refused(&ring, sock, last, &p.outputs);
+}
+
+#[test]
+fn receives_posted_on_an_sctp_request_hold_the_receive_depth() {
+    let (mut p, _, sock) = sctp_request();
+    let (_, _, stag) = memory();
+    let now = p.now();
+    let last = over_the_depth_is_refused(&mut p.stack, sock, stag, now);
+    let ring = Arc::new(CqRing::new(64));
+    p.stack.handle_command(accept(sock, &ring), now);
+    p.run(5);
+    assert_only_refused(&ring, sock, last, &p.outputs);
+}
