@@ -820,6 +820,7 @@ impl Association {
     }
 
     /// Earliest deadline, if any timer runs.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<u64> {
         self.timers.iter().flatten().copied().min()
     }
