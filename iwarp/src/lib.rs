@@ -2080,23 +2080,33 @@ impl Drop for Listener {
 }
 
 impl Listener {
-    /// The next connection request (the peer's MPA Request), waiting up to
-    /// `timeout`.
+    /// The next connection request (the peer's MPA Request, or its DDP
+    /// Stream Session Initiate over SCTP), waiting up to `timeout`
+    /// ([`Error::TimedOut`] then). A connection whose request has not
+    /// come yet stays queued for a later call, and one that ends before
+    /// its request is dropped on the way.
     pub fn get_request(&self, timeout: Duration) -> Result<ConnectRequest, Error> {
         let port = self.port;
         let deadline = Instant::now() + timeout;
-        let (sock, remote) = self.ctx.inner.wait(timeout, |r| {
-            r.accepted.get_mut(&port).and_then(|q| q.pop_front())
-        })?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let fail = |e: Error| {
-            let _ = self.ctx.inner.post(Command::Abort(sock));
-            self.ctx.inner.forget(sock);
-            Err(e)
-        };
         loop {
-            match self.ctx.inner.next_cm(sock, left) {
-                Ok(CmEvent::ConnectRequest(peer)) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // The first connection whose Request (or end) has come: one
+            // whose peer has not sent its Request yet stays queued for a
+            // later call, behind none of the others. (Taking it and
+            // aborting it when this call's time ran out reset every peer
+            // slower than the caller's wait: verbs waits 20 ms at a time.)
+            let (sock, remote, event) = self.ctx.inner.wait(left, |r| {
+                let Router { accepted, cm, .. } = r;
+                let q = accepted.get_mut(&port)?;
+                let i = q
+                    .iter()
+                    .position(|(s, _)| cm.get(s).is_some_and(|e| !e.is_empty()))?;
+                let (sock, remote) = q.remove(i)?;
+                let event = cm.get_mut(&sock)?.pop_front()?;
+                Some((sock, remote, event))
+            })?;
+            match event {
+                CmEvent::ConnectRequest(peer) => {
                     return Ok(ConnectRequest {
                         ctx: self.ctx.clone(),
                         sock,
@@ -2105,10 +2115,15 @@ impl Listener {
                         answered: false,
                     })
                 }
-                Ok(CmEvent::SetupFailed(e)) => return fail(e.into()),
-                Ok(CmEvent::Disconnected) => return fail(Error::ConnectionReset),
-                Ok(CmEvent::Established(_)) => {}
-                Err(e) => return fail(e),
+                // It ended before its Request (the peer reset it, or sent
+                // no valid Request in time): nobody has a request to
+                // answer, and the caller waits on for the next one (an
+                // error here would end a listener loop that stops on
+                // errors, as verbs' does, for one peer's reset).
+                CmEvent::SetupFailed(_) | CmEvent::Disconnected | CmEvent::Established(_) => {
+                    let _ = self.ctx.inner.post(Command::Abort(sock));
+                    self.ctx.inner.forget(sock);
+                }
             }
         }
     }
