@@ -1007,6 +1007,9 @@ impl SackRepr<'_> {
         out[12..14].copy_from_slice(&(gaps as u16).to_be_bytes());
         out[14..16].copy_from_slice(&(dups as u16).to_be_bytes());
         let mut at = 16;
+        // The guards only skip building an empty iterator (most SACKs
+        // carry neither): the loops would write nothing either way, so
+        // cargo-mutants' `>` → `>=` mutants of them are equivalent.
         if gaps > 0 {
             for (a, b) in self.gap_blocks.iter() {
                 out[at..at + 2].copy_from_slice(&a.to_be_bytes());
@@ -1594,7 +1597,9 @@ mod tests {
     #[test]
     fn a_sack_on_literal_octets() {
         let gaps = [(2u16, 3u16), (0x0105, 0x0206)];
-        let dups = [0x0a0b_0c0du32];
+        // Two of each: the second block and the second duplicate TSN
+        // each follow the one before.
+        let dups = [0x0a0b_0c0du32, 0x1122_3344];
         let s = SackRepr {
             cum_tsn_ack: 0x0102_0304,
             a_rwnd: 0x0506_0708,
@@ -1602,27 +1607,28 @@ mod tests {
             dup_tsns: DupTsns::List(&dups),
         };
         let want = [
-            3, 0, 0, 28, // SACK, flags, Chunk Length 28
+            3, 0, 0, 32, // SACK, flags, Chunk Length 32
             1, 2, 3, 4, // Cumulative TSN Ack
             5, 6, 7, 8, // a_rwnd
-            0, 2, 0, 1, // 2 Gap Ack Blocks, 1 Duplicate TSN
+            0, 2, 0, 2, // 2 Gap Ack Blocks, 2 Duplicate TSNs
             0, 2, 0, 3, // block 1: start 2, end 3
             1, 5, 2, 6, // block 2
-            10, 11, 12, 13, // duplicate TSN
+            10, 11, 12, 13, // duplicate TSN 1
+            0x11, 0x22, 0x33, 0x44, // duplicate TSN 2
         ];
-        let mut out = [0xee; 32];
-        assert_eq!(s.emit(&mut out), Ok(28));
-        assert_eq!(out[..28], want);
-        assert_eq!(out[28..], [0xee; 4], "wrote past the chunk");
-        let mut again = [0x11; 28];
-        assert_eq!(ChunkRepr::Sack(s).emit(&mut again), Ok(28));
+        let mut out = [0xee; 36];
+        assert_eq!(s.emit(&mut out), Ok(32));
+        assert_eq!(out[..32], want);
+        assert_eq!(out[32..], [0xee; 4], "wrote past the chunk");
+        let mut again = [0x11; 32];
+        assert_eq!(ChunkRepr::Sack(s).emit(&mut again), Ok(32));
         assert_eq!(again, want);
         assert_eq!(
-            s.emit(&mut out[..27]),
+            s.emit(&mut out[..31]),
             Err(Error::Truncated {
                 layer: Layer::Chunk(3),
-                needed: 28,
-                got: 27
+                needed: 32,
+                got: 31
             })
         );
         let bare = SackRepr {
