@@ -985,6 +985,8 @@ impl SackRepr<'_> {
             .and_then(|n| n.checked_mul(4))
             .and_then(|n| n.checked_add(16))
             .unwrap_or(usize::MAX);
+        // (`len` is a multiple of 4 and 65535 is not: the `>=` mutant is
+        // equivalent.)
         if len > usize::from(u16::MAX) {
             return Err(Error::TooLong {
                 layer,
