@@ -1,5 +1,6 @@
 use super::*;
 use crate::runtime::Engine;
+use iwarp_control::MpaConfig;
 use iwarp_proto::qp::DisconnectCause;
 use std::time::{Duration, Instant};
 
