@@ -1,0 +1,219 @@
+//! The stack's SCTP part ([`crate::over_sctp::conn`]): made on first use,
+//! and what reaches it from the host (SCTP's commands, posts on its
+//! connections) and from the interface (SCTP packets).
+
+use super::*;
+
+impl Stack {
+    /// The SCTP part, once an SCTP command made it.
+    pub fn sctp(&self) -> Option<&SctpConns> {
+        self.sctp.as_deref()
+    }
+
+    /// The SCTP part, made on first use: the interface's MAC and address,
+    /// SCTP packets of MTU − 20 octets, the TCP RTO bounds, a secret
+    /// derived from the ISN secret (cookies, tags and TSNs).
+    fn sctp_part(&mut self) -> Option<&mut SctpConns> {
+        if self.sctp.is_none() {
+            let i = &self.cfg.iface;
+            let mut c = crate::over_sctp::SctpHostConfig::new(
+                i.mac.0,
+                i.ip.0,
+                self.cfg.isn_secret.map(|b| b ^ 0xa5),
+            );
+            // SCTP packets arrive raw (IPv4 protocol 132) or inside UDP
+            // to IANA's encapsulation port (RFC 6951); the UDP header
+            // takes 8 octets of every packet's room, raw or not.
+            c.udp_port = Some(crate::over_sctp::SCTP_UDP_PORT);
+            c.sctp.max_packet = i.mtu.saturating_sub(28).min(65_535);
+            // The retransmission timer follows the stack's TCP settings
+            // (RFC 9260 §6.3.1 suggests RTO.Min 1 s, as RFC 6298 does for
+            // TCP), but never below the peer's delayed SACK: TCP's LAN
+            // minimum (5 ms) made Linux SCTP's 200 ms delayed SACK time
+            // out every lone message (see RTO_MIN_ABOVE_DELAYED_SACK).
+            let floor = sctp_lite::assoc::RTO_MIN_ABOVE_DELAYED_SACK;
+            c.sctp.rto_min = self.cfg.tcp.rto_min.max(floor);
+            c.sctp.rto_initial = self.cfg.tcp.rto_initial.max(c.sctp.rto_min);
+            c.sctp.rto_max = self.cfg.tcp.rto_max.max(c.sctp.rto_min);
+            match SctpConns::new(c, self.cfg.ephemeral_base) {
+                Ok(mut p) => {
+                    p.set_backlog(self.cfg.backlog);
+                    p.set_max_held(self.cfg.sctp_max_held);
+                    p.set_idle_sweep(self.cfg.idle_sweep);
+                    self.sctp = Some(Box::new(p))
+                }
+                Err(why) => tracing::warn!(why, "cannot start SCTP"),
+            }
+        }
+        self.sctp.as_deref_mut()
+    }
+
+    /// Take the commands that are SCTP's (the SCTP ones, and those naming
+    /// an SCTP connection); give the others back.
+    pub(super) fn sctp_command(&mut self, cmd: Command, now: u64) -> Option<Command> {
+        let ours = |s: &Self, id: SockId| s.sctp.as_ref().is_some_and(|sc| sc.owns(id));
+        match cmd {
+            Command::Connect {
+                token,
+                remote,
+                port,
+                transport,
+                ulp,
+            } if transport.is_sctp() => {
+                let mut outs = std::mem::take(&mut self.pending_out);
+                let udp = (transport == Transport::SctpOverUdp)
+                    .then_some(crate::over_sctp::SCTP_UDP_PORT);
+                let why = match (SctpUlp::from_ulp(&ulp), self.sctp_part()) {
+                    (Ok(ulp), Some(sc)) => {
+                        sc.connect(token, remote, port, udp, ulp, now, &mut outs);
+                        None
+                    }
+                    (Err(why), _) => Some(why),
+                    (Ok(_), None) => Some("this stack has no SCTP part"),
+                };
+                if let Some(why) = why {
+                    outs.push_back(Output::Failed {
+                        token,
+                        error: ConnError::Local(why),
+                    });
+                }
+                self.pending_out = outs;
+                None
+            }
+            // One listener per port number over both transports: the
+            // answers (`Listening`, `Accepted`) name the port alone.
+            Command::Listen {
+                port,
+                transport,
+                ulp,
+            } if transport.is_sctp() => {
+                let result = if self.listeners.contains_key(&port) {
+                    Err(ListenError::PortInUse)
+                } else {
+                    match (SctpUlp::from_ulp(&ulp), self.sctp_part()) {
+                        (Err(why), _) => Err(ListenError::Unsupported(why)),
+                        (Ok(_), None) => {
+                            Err(ListenError::Unsupported("this stack has no SCTP part"))
+                        }
+                        (Ok(ulp), Some(sc)) => {
+                            if sc.listen(port, ulp) {
+                                Ok(())
+                            } else {
+                                Err(ListenError::PortInUse)
+                            }
+                        }
+                    }
+                };
+                self.pending_out
+                    .push_back(Output::Listening { port, result });
+                None
+            }
+            Command::Unlisten(port) if self.sctp.as_ref().is_some_and(|sc| sc.listening(port)) => {
+                let removed = self.sctp.as_deref_mut().is_some_and(|sc| sc.unlisten(port));
+                self.pending_out
+                    .push_back(Output::Unlistened { port, removed });
+                None
+            }
+            Command::Listen { port, .. }
+                if self.sctp.as_ref().is_some_and(|sc| sc.listening(port)) =>
+            {
+                self.pending_out.push_back(Output::Listening {
+                    port,
+                    result: Err(ListenError::PortInUse),
+                });
+                None
+            }
+            Command::IwarpOpening(token, c) => {
+                match self.sctp.as_ref().and_then(|sc| sc.by_token(token)) {
+                    Some(id) => self.sctp_command(Command::Iwarp(id, c), now),
+                    None => Some(Command::IwarpOpening(token, c)),
+                }
+            }
+            Command::Iwarp(id, c) if ours(self, id) => {
+                let Stack {
+                    sctp,
+                    mem,
+                    pending_out,
+                    ..
+                } = self;
+                if let Some(sc) = sctp.as_deref_mut() {
+                    sc.post(id, c, mem, &mut |o| pending_out.push_back(o));
+                }
+                None
+            }
+            Command::Close(id) if ours(self, id) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    sc.close(id);
+                }
+                None
+            }
+            Command::Abort(id) if ours(self, id) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    sc.abort(id, now);
+                }
+                None
+            }
+            Command::Accept {
+                sock,
+                private_data,
+                ird,
+                ord,
+                cq,
+                pd,
+            } if ours(self, sock) => {
+                let Stack {
+                    sctp,
+                    mem,
+                    pending_out,
+                    ..
+                } = self;
+                if let Some(sc) = sctp.as_deref_mut() {
+                    if let Err(e) = sc.accept(
+                        sock,
+                        private_data,
+                        ird,
+                        ord,
+                        crate::over_sctp::conn::AcceptQp { cq, pd },
+                        mem,
+                    ) {
+                        pending_out.push_back(Output::CmRefused(sock, e));
+                    }
+                }
+                None
+            }
+            Command::Reject { sock, private_data } if ours(self, sock) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    if let Err(e) = sc.reject(sock, &private_data) {
+                        self.pending_out.push_back(Output::CmRefused(sock, e));
+                    }
+                }
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// A post on connection `id`, if it is the SCTP part's: posted
+    /// there (true). Out of `handle_command`, whose path over TCP alone
+    /// stays as it was.
+    #[inline(never)]
+    pub(super) fn sctp_post(&mut self, id: SockId, c: HostCommand) -> bool {
+        let Stack {
+            sctp,
+            mem,
+            pending_out,
+            ..
+        } = self;
+        sctp.as_deref_mut()
+            .is_some_and(|sc| sc.try_post(id, c, mem, &mut |o| pending_out.push_back(o)))
+    }
+
+    /// An SCTP packet the interface handed up, to the SCTP part (out of
+    /// `handle_frame`, which TCP's segments inline).
+    #[inline(never)]
+    pub(super) fn sctp_packet(&mut self, pkt: &SctpIngress<'_>, now: u64) {
+        if let Some(sc) = self.sctp.as_deref_mut() {
+            sc.handle_packet(&mut self.iface, pkt, now, &mut self.mem);
+        }
+    }
+}

@@ -1,0 +1,387 @@
+use super::*;
+use crate::runtime::Engine;
+use iwarp_control::MpaConfig;
+use iwarp_proto::qp::DisconnectCause;
+use std::time::{Duration, Instant};
+
+/// A connection's socket id and its 4-tuple as `lookup` keys it.
+type Conn = (SockId, (Ipv4Address, u16, u16));
+
+/// A stack with two connections opened to 10.9.0.2:7000.
+fn two_connections() -> (Stack, [Conn; 2]) {
+    let iface = iwarp_net::iface::IfaceConfig::new(
+        tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+        Ipv4Address::new(10, 9, 0, 1),
+        24,
+    );
+    let mut st = Stack::new(StackConfig::new(iface), MemoryTable::new());
+    for token in [1, 2] {
+        let cmd = Command::Connect {
+            transport: Transport::Tcp,
+            token,
+            remote: Ipv4Address::new(10, 9, 0, 2),
+            port: 7000,
+            ulp: Ulp::Stream,
+        };
+        st.handle_command(cmd, 0);
+    }
+    let mut conns: Vec<_> = st.by_tuple.iter().map(|(k, id)| (*id, *k)).collect();
+    conns.sort_unstable();
+    assert_eq!(conns.len(), 2);
+    (st, [conns[0], conns[1]])
+}
+
+/// Freed connections are kept for their posts: the newest
+/// `GONE_KEPT`, and beyond them each whose CQs a handle still holds
+/// (the API's `Qp`), however many connections were freed after it;
+/// once the handle is dropped it goes like the others.
+#[test]
+fn a_freed_connection_whose_cqs_a_handle_holds_is_kept() {
+    let ring = Arc::new(CqRing::new(4));
+    let handle = QpCqs::one(ring.clone());
+    let mut g = Gone::default();
+    g.insert(0, Some(handle.clone()), Some(DisconnectCause::LocalClose));
+    // A listener's rings: each connection its own clone, nobody
+    // holding it; and connections without rings.
+    let listener = QpCqs::one(ring);
+    for id in 1..=3 * GONE_KEPT {
+        let cq = (id % 2 == 0).then(|| listener.for_connection());
+        g.insert(id, cq, None);
+    }
+    assert!(g.len() <= 2 * GONE_KEPT + 1, "{}", g.len());
+    let kept = g.get(0).expect("held by a handle: kept");
+    assert_eq!(kept.1, Some(DisconnectCause::LocalClose));
+    assert!(kept.0.is_some());
+    // The oldest without a handle went, the newest stayed.
+    assert!(g.get(1).is_none() && g.get(2).is_none());
+    assert!((2 * GONE_KEPT + 1..=3 * GONE_KEPT).all(|id| g.get(id).is_some()));
+    drop(handle);
+    for id in 3 * GONE_KEPT + 1..=8 * GONE_KEPT {
+        g.insert(id, None, None);
+    }
+    assert!(g.get(0).is_none(), "the handle is gone: so is the entry");
+    assert!(g.len() <= 2 * GONE_KEPT, "{}", g.len());
+}
+
+/// The record of requests nobody answered stays bounded whatever a
+/// peer's requests do: those freed with nothing held are pruned; one
+/// holding refusals of the application's posts is kept until it is
+/// answered, and then releases them.
+#[test]
+fn unanswered_requests_are_pruned_but_what_they_hold_is_kept() {
+    use iwarp_proto::qp::{PostError, QpState};
+    let req = || {
+        CmEvent::ConnectRequest(iwarp_control::PeerRequest {
+            rev: 2,
+            crc: true,
+            markers: false,
+            ird: None,
+            ord: None,
+            peer_to_peer: false,
+            rtr: iwarp_control::RtrOffer::default(),
+            private_data: Vec::new(),
+        })
+    };
+    let refused = HostOutput::RefusedRecv(7, PostError::NotReady(QpState::Error));
+    let mut r = Requests::default();
+    let mut passed = 0;
+    r.pass(Output::Cm(0, req()), &mut |_| passed += 1);
+    r.pass(Output::Iwarp(0, refused), &mut |_| passed += 1);
+    assert_eq!((passed, r.len()), (1, 1), "the refusal is held");
+    for id in 1..=8 * GONE_KEPT {
+        r.pass(Output::Cm(id, req()), &mut |_| {});
+        r.prune(&|_| false);
+    }
+    assert!(r.len() <= 2 * GONE_KEPT + 1, "{}", r.len());
+    let mut got = Vec::new();
+    r.answered(0, None, &mut |o| got.push(o));
+    assert!(
+        matches!(got[..], [Output::Iwarp(0, HostOutput::RefusedRecv(7, _))]),
+        "{got:?}"
+    );
+}
+
+/// A post to a connection the stack knows nothing of (never was, or
+/// freed and forgotten) is refused to the outputs, not dropped: over
+/// TCP's ids and SCTP's.
+#[test]
+fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
+    use crate::over_sctp::conn::SCTP_SOCK_BASE;
+    use iwarp_proto::qp::{PostError, QpState};
+    let (mut st, _) = two_connections();
+    st.pending_out.clear();
+    for id in [999, SCTP_SOCK_BASE + 999] {
+        let sgl = iwarp_proto::qp::SgList::default();
+        st.handle_command(Command::Iwarp(id, HostCommand::PostRecv(7, sgl)), 0);
+        let got: Vec<_> = st.pending_out.drain(..).collect();
+        assert!(
+            matches!(
+                got.as_slice(),
+                [Output::Iwarp(
+                    i,
+                    HostOutput::RefusedRecv(7, PostError::NotReady(QpState::Error))
+                )] if *i == id
+            ),
+            "{id}: {got:?}"
+        );
+    }
+}
+
+/// The last segment's connection is found again without the map, and
+/// never once its socket is gone or the tuple belongs to another.
+#[test]
+fn the_last_connection_is_found_again_and_never_stale() {
+    let (mut st, [(a, ka), (b, kb)]) = two_connections();
+    assert_eq!(st.lookup(ka), Some(a));
+    assert_eq!(st.last_rx, Some((ka, a)));
+    assert_eq!(st.lookup(ka), Some(a));
+    // Another tuple: the map answers, and it becomes the last.
+    assert_eq!(st.lookup(kb), Some(b));
+    assert_eq!(st.last_rx, Some((kb, b)));
+    // A tuple of no connection.
+    let none = (Ipv4Address::new(10, 9, 0, 3), 1, 2);
+    assert_eq!(st.lookup(none), None);
+    assert_eq!(st.last_rx, None);
+    // The socket of the last tuple removed behind the cache's back
+    // (as `settle` removes a closed one): not found any more.
+    assert_eq!(st.lookup(ka), Some(a));
+    st.socks.remove(&a);
+    st.by_tuple.remove(&ka);
+    assert_eq!(st.lookup(ka), None);
+    // The remembered id now holds another connection (an id reused):
+    // the tuple check refuses it.
+    st.last_rx = Some((ka, b));
+    assert_eq!(
+        st.lookup(ka),
+        None,
+        "id {b} is not the connection of {ka:?}"
+    );
+    assert_eq!(st.lookup(kb), Some(b));
+}
+
+/// With a send ring and a receive ring, `route` puts receive
+/// completions (flushed ones included) on the receive ring, send-queue
+/// completions and refused posts on the send ring, and events on
+/// neither; with one ring (`QpCqs::one`) everything lands on it.
+#[test]
+fn receive_completions_go_to_the_receive_ring() {
+    use iwarp_proto::qp::{Completion, PostError, QpEvent, WcOpcode, WcStatus};
+    let wc = |wr_id, opcode, status| {
+        HostOutput::Completion(Completion {
+            wr_id,
+            opcode,
+            status,
+            byte_len: 0,
+            solicited: false,
+            invalidated: None,
+            imm: None,
+        })
+    };
+    let outputs = || {
+        [
+            wc(1, WcOpcode::Send, WcStatus::Success),
+            wc(2, WcOpcode::Recv, WcStatus::Success),
+            wc(3, WcOpcode::Write, WcStatus::Success),
+            wc(4, WcOpcode::Read, WcStatus::Flushed),
+            wc(5, WcOpcode::Recv, WcStatus::Flushed),
+            HostOutput::Refused(6, PostError::QueueFull),
+            HostOutput::Event(QpEvent::SrqLimitReached),
+        ]
+    };
+    let ids = |r: &CqRing| {
+        std::iter::from_fn(|| r.ring.pop())
+            .map(|(qp, e)| {
+                assert_eq!(qp, 9);
+                match e {
+                    CqEntry::Done(c) => c.wr_id,
+                    CqEntry::Refused { wr_id, .. } => wr_id,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let (send, recv) = (Arc::new(CqRing::new(16)), Arc::new(CqRing::new(16)));
+    let cqs = QpCqs::new(send.clone(), recv.clone());
+    let mut out = Vec::new();
+    for o in outputs() {
+        route(9, o, Some(&cqs), &mut |x| out.push(x));
+    }
+    assert_eq!(ids(&send), [1, 3, 4, 6]);
+    assert_eq!(ids(&recv), [2, 5]);
+    assert!(matches!(
+        out[..],
+        [Output::Iwarp(
+            9,
+            HostOutput::Event(QpEvent::SrqLimitReached)
+        )]
+    ));
+    let one = QpCqs::from(send.clone());
+    for o in outputs() {
+        route(9, o, Some(&one), &mut |_| {});
+    }
+    assert_eq!(ids(&send), [1, 2, 3, 4, 5, 6]);
+    assert!(recv.ring.is_empty());
+}
+
+/// On the virtual-time link (20 µs each way), each 64 KiB Write's
+/// latency counts once, from the round that took its post to the one
+/// that completed it after the ACK: at least a round trip (40 µs). The
+/// setup times count once per side; the active side's spans the TCP
+/// handshake and the MPA exchange, two round trips at least.
+#[test]
+fn completion_latency_and_setup_time_count_each_once() {
+    use crate::link::virtual_link::{LinkConfig, Side, VirtualLink};
+    use iwarp_proto::mem::Access;
+    use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
+    const LEN: usize = 64 << 10;
+    let end = |last: u8| {
+        let iface = iwarp_net::iface::IfaceConfig::new(
+            tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, last]),
+            Ipv4Address::new(10, 5, 0, last),
+            24,
+        );
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
+        let stag = mem.register(pd, vec![last; LEN], access, 0).unwrap();
+        let ulp = Ulp::Iwarp {
+            mpa: MpaConfig::default(),
+            params: crate::StreamParams {
+                pd,
+                emss: 1460,
+                sq_depth: 16,
+                rq_depth: 16,
+            },
+            manual: false,
+            cq: None,
+            srq: None,
+        };
+        (Stack::new(StackConfig::new(iface), mem), stag, ulp)
+    };
+    let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
+    let cfg = LinkConfig::default();
+    assert_eq!(cfg.latency_ns, 20_000);
+    let mut link = VirtualLink::new(sa, sb, cfg);
+    link.command(
+        Side::A,
+        Command::Listen {
+            transport: Transport::Tcp,
+            port: 7000,
+            ulp: ulp_a,
+        },
+    );
+    let remote = Ipv4Address::new(10, 5, 0, 1);
+    link.command(
+        Side::B,
+        Command::Connect {
+            transport: Transport::Tcp,
+            token: 1,
+            remote,
+            port: 7000,
+            ulp: ulp_b,
+        },
+    );
+    let mut sock = None;
+    assert!(link.run_until(1_000_000, |l| {
+        l.outputs(Side::A).clear();
+        while let Some(o) = l.outputs(Side::B).pop_front() {
+            if let Output::Cm(id, CmEvent::Established(_)) = o {
+                sock = Some(id);
+            }
+        }
+        sock.is_some()
+    }));
+    let sock = sock.unwrap();
+    const N: u64 = 8;
+    let mut done = 0;
+    for wr_id in 0..N {
+        let wr = WorkRequest::Write {
+            wr_id,
+            signaled: true,
+            local: Sge {
+                stag: stag_b,
+                to: 0,
+                len: LEN as u32,
+            }
+            .into(),
+            remote_stag: stag_a,
+            remote_to: 0,
+        };
+        link.command(Side::B, Command::Iwarp(sock, HostCommand::PostSend(wr)));
+        assert!(link.run_until(1_000_000, |l| {
+            l.outputs(Side::A).clear();
+            let mut ok = false;
+            while let Some(o) = l.outputs(Side::B).pop_front() {
+                if let Output::Iwarp(_, HostOutput::Completion(c)) = o {
+                    assert_eq!((c.wr_id, c.status), (wr_id, WcStatus::Success));
+                    ok = true;
+                }
+            }
+            ok
+        }));
+        done += 1;
+    }
+    // The round after the last completion: the passive side's
+    // Established was reported long ago.
+    link.step();
+    let b = link.engine(Side::B).stats();
+    let w = &b.completion_latency.write;
+    assert_eq!(w.count(), done);
+    assert_eq!(
+        b.completion_latency.send.count() + b.completion_latency.read.count(),
+        0
+    );
+    for (bound, n) in w.buckets() {
+        if bound.is_some_and(|b| b < 40_000) {
+            assert_eq!(n, 0, "a Write completed within {bound:?} ns");
+        }
+    }
+    assert!(w.sum_ns() >= N * 40_000, "{}", w.sum_ns());
+    assert_eq!((b.setup_active.count(), b.setup_passive.count()), (1, 0));
+    assert!(
+        b.setup_active.sum_ns() >= 80_000,
+        "{}",
+        b.setup_active.sum_ns()
+    );
+    let a = link.engine(Side::A).stats();
+    assert_eq!((a.setup_active.count(), a.setup_passive.count()), (0, 1));
+    assert_eq!(
+        a.completion_latency,
+        Default::default(),
+        "the target posted nothing"
+    );
+}
+
+/// A completion pushed while a thread is parked on the ring unparks it:
+/// parked for up to 20 s, the waiter is back within 10 s of the push
+/// (in practice microseconds).
+#[test]
+fn a_push_unparks_the_waiting_thread() {
+    let ring = Arc::new(CqRing::new(4));
+    let pusher = {
+        let ring = ring.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            ring.push(
+                7,
+                CqEntry::Refused {
+                    wr_id: 1,
+                    error: iwarp_proto::qp::PostError::QueueFull,
+                },
+            );
+            Instant::now()
+        })
+    };
+    while ring.ring.is_empty() {
+        ring.park(Duration::from_secs(20));
+    }
+    let back = Instant::now();
+    let pushed = pusher.join().expect("pusher");
+    assert!(
+        back.saturating_duration_since(pushed) < Duration::from_secs(10),
+        "the waiter slept out its park"
+    );
+    assert!(matches!(
+        ring.ring.pop(),
+        Some((7, CqEntry::Refused { wr_id: 1, .. }))
+    ));
+}

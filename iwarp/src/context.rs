@@ -1,0 +1,516 @@
+//! [`Context`]: one stack instance, its constructors (the simulated pair,
+//! any frame device, AF_XDP, DPDK), its counters, and what it makes:
+//! protection domains, CQs, shared receive queues, listeners, connections.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use iwarp_datapath::link::MemDevice;
+use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
+use iwarp_datapath::runtime::{spawn_probed, DeviceReader};
+use iwarp_datapath::stack::{
+    Command, CqRing, ListenError, LoopHook, QpCqs, SockId, Stack, StackConfig, Ulp,
+};
+use iwarp_proto::mem::MemoryTable;
+use tcp_lite::iface::IfaceConfig;
+use tcp_lite::wire::{EthernetAddress, Ipv4Address};
+
+#[cfg(any(feature = "xdp", feature = "dpdk"))]
+use crate::host::in_netns;
+use crate::host::{device_config, ACK_ROUND};
+use crate::router::{Inner, Router};
+#[cfg(feature = "dpdk")]
+use crate::{dpdk, DpdkDeviceStats, DpdkOptions};
+#[cfg(feature = "xdp")]
+use crate::{xdp, XdpDeviceStats, XdpOptions};
+use crate::{
+    ConnectOptions, ContextStats, Cq, DeviceStats, Error, FrameDevice, HookStatus, HostOptions,
+    ListenOptions, Listener, Pd, Polling, Qp, SctpCounters, Srq, Transport,
+};
+
+/// One stack instance: an interface, an address, a poll loop.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Context {
+    fn start<D: FrameDevice + 'static>(
+        mut cfg: StackConfig,
+        dev: D,
+        core: Option<usize>,
+        polling: Polling,
+        reader: Option<DeviceReader<D>>,
+    ) -> Context {
+        let addr = Ipv4Addr::from(cfg.iface.ip.0);
+        if cfg.tcp.delayed_ack.is_none() {
+            cfg.tcp.delayed_ack = Some(ACK_ROUND);
+        }
+        // STag indexes and keys must not be guessable by a peer (RFC 5040
+        // §8.1.1 item 8): seed the memory table from std's per-process
+        // random hasher keys.
+        let seed = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        let lp = spawn_probed(
+            Stack::new(cfg, MemoryTable::with_seed(seed)),
+            dev,
+            core,
+            polling.mode(),
+            16_384,
+            reader,
+        );
+        let loop_thread = lp.thread_id();
+        Context {
+            inner: Arc::new(Inner {
+                lp,
+                router: Mutex::new(Router::default()),
+                addr,
+                tokens: AtomicU64::new(1),
+                loop_thread,
+                stats_lock: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Run `f` inside the poll loop after every round until it returns
+    /// [`HookStatus::Done`] (run-to-completion, as DPDK applications run):
+    /// no thread hand-off between the application and the stack. `f` may
+    /// post ([`Qp::post_send`], [`Qp::post_recv`]) and poll
+    /// ([`Cq::poll_one`]), which are queue operations; a post is handled
+    /// at the start of the next round. It must not block: calls that wait
+    /// for the loop (connect, accept, register, ...) fail there with
+    /// [`Error::InLoop`], and [`Cq::wait`] would stall the loop. With
+    /// [`Polling::Busy`] the loop, and so `f`, runs without pause.
+    pub fn run_in_loop(&self, f: impl FnMut() -> HookStatus + Send + 'static) -> Result<(), Error> {
+        self.inner.post(Command::Hook(LoopHook(Box::new(f))))
+    }
+
+    /// Two contexts joined by the simulated link (10.0.0.1 and 10.0.0.2, an
+    /// in-memory Ethernet link between two poll loops). Needs no privileges.
+    pub fn sim_pair() -> (Context, Context) {
+        Self::sim_pair_with(Polling::Adaptive, None)
+    }
+
+    /// [`sim_pair`](Self::sim_pair) with the loops' `polling` and, when
+    /// `cores` is given, each loop pinned (the first context's on
+    /// `cores.0`, the second's on `cores.1`): how benchmarks run the
+    /// in-memory link like a real one.
+    pub fn sim_pair_with(polling: Polling, cores: Option<(usize, usize)>) -> (Context, Context) {
+        let (da, db) = MemDevice::pair(8192);
+        let cfg = |last: u8| {
+            let mut c = StackConfig::new(IfaceConfig::new(
+                EthernetAddress([0x02, 0, 0, 0, 0, last]),
+                Ipv4Address::new(10, 0, 0, last),
+                24,
+            ));
+            c.tcp.rto_min = 5_000_000;
+            c.tcp.time_wait = 10_000_000;
+            c
+        };
+        (
+            Context::start(cfg(1), da, cores.map(|c| c.0), polling, None),
+            Context::start(cfg(2), db, cores.map(|c| c.1), polling, None),
+        )
+    }
+
+    /// A context over `dev`, any frame device: one the application made
+    /// (a backend of its own, a test link, a wrapper such as
+    /// `iwarp_frame::RxLoss`), with its Ethernet address `mac` and `mtu`,
+    /// the largest IP datagram it carries (`host.mtu` may ask for less,
+    /// not more). `host.netns` does not apply (the device is open
+    /// already); the rest of `host` does. `Context::af_xdp` and
+    /// `Context::dpdk` (features `xdp`, `dpdk`) open their backend's
+    /// device and start it the same way.
+    /// [`ContextStats::device`] is [`DeviceStats::Other`].
+    ///
+    /// ```
+    /// use std::sync::mpsc::{channel, Receiver, Sender};
+    /// use std::time::Duration;
+    /// use iwarp::{Context, FrameDevice, HostOptions, ListenOptions};
+    ///
+    /// /// One end of a point-to-point Ethernet link made of two channels.
+    /// struct Wire {
+    ///     tx: Sender<Vec<u8>>,
+    ///     rx: Receiver<Vec<u8>>,
+    /// }
+    ///
+    /// impl FrameDevice for Wire {
+    ///     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+    ///         let mut n = 0;
+    ///         while n < max {
+    ///             let Ok(frame) = self.rx.try_recv() else { break };
+    ///             sink(&frame);
+    ///             n += 1;
+    ///         }
+    ///         n
+    ///     }
+    ///     fn tx(&mut self, frame: &[u8]) -> bool {
+    ///         self.tx.send(frame.to_vec()).is_ok()
+    ///     }
+    /// }
+    ///
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let ((to_b, from_a), (to_a, from_b)) = (channel(), channel());
+    /// let a = Wire { tx: to_b, rx: from_b };
+    /// let b = Wire { tx: to_a, rx: from_a };
+    /// let host = |ip: &str| HostOptions::new(ip.parse().unwrap(), 24);
+    /// let server = Context::with_device(a, [2, 0, 0, 0, 0, 1], 1500, &host("10.0.0.1"))?;
+    /// let client = Context::with_device(b, [2, 0, 0, 0, 0, 2], 1500, &host("10.0.0.2"))?;
+    ///
+    /// let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+    /// let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+    /// let scq = server.create_cq(16);
+    /// let t = std::thread::spawn(move || {
+    ///     let req = listener.get_request(Duration::from_secs(5))?;
+    ///     req.accept(&Default::default(), &scq).map(|qp| (qp, scq))
+    /// });
+    /// let ccq = client.create_cq(16);
+    /// let remote = std::net::SocketAddrV4::new(server.addr(), 7000);
+    /// let qp = client.connect(remote, &iwarp::ConnectOptions::new(&cpd, &ccq))?;
+    /// let (_sqp, _scq) = t.join().unwrap()?;
+    /// # let _ = qp;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_device<D: FrameDevice + 'static>(
+        dev: D,
+        mac: [u8; 6],
+        mtu: usize,
+        host: &HostOptions,
+    ) -> Result<Context, Error> {
+        host.check()?;
+        let cfg = device_config("the device", mac, mtu, host)?;
+        let reader: DeviceReader<D> = Box::new(|_| Box::new(DeviceStats::Other));
+        Ok(Self::launch(cfg, dev, host, reader))
+    }
+
+    /// Start the loop over an open device: with `host.rx_drop_ppm`, behind
+    /// [`iwarp_frame::RxLoss`].
+    fn launch<D: FrameDevice + 'static>(
+        cfg: StackConfig,
+        dev: D,
+        host: &HostOptions,
+        mut reader: DeviceReader<D>,
+    ) -> Context {
+        if host.rx_drop_ppm == 0 {
+            return Context::start(cfg, dev, host.core, host.polling, Some(reader));
+        }
+        tracing::warn!(
+            ppm = host.rx_drop_ppm,
+            "dropping received frames at random (HostOptions::rx_drop_ppm)"
+        );
+        let seed = u64::from(u32::from(host.ip)) ^ 0x6c6f_7373;
+        let dev = iwarp_frame::RxLoss::new(dev, host.rx_drop_ppm, seed);
+        let reader: DeviceReader<iwarp_frame::RxLoss<D>> = Box::new(move |d| reader(d.inner()));
+        Context::start(cfg, dev, host.core, host.polling, Some(reader))
+    }
+
+    /// A context on an interface through AF_XDP (feature `xdp`; needs
+    /// root or CAP_NET_ADMIN + CAP_BPF + CAP_NET_RAW, and CAP_IPC_LOCK or
+    /// a memlock limit above the UMEM).
+    #[cfg(feature = "xdp")]
+    pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
+        let host = &opts.host;
+        host.check()?;
+        let xcfg = opts.config();
+        let dev = match &host.netns {
+            Some(p) => in_netns(p, || xdp::XdpDevice::open(&xcfg))??,
+            None => xdp::XdpDevice::open(&xcfg)?,
+        };
+        let mut cfg = device_config(dev.iface(), dev.mac_address(), dev.mtu() as usize, host)?;
+        if let Some(p) = &opts.share_address {
+            // Outgoing connections take their local ports from the range
+            // the XDP program steers.
+            cfg.ephemeral_base = p.local_from;
+        }
+        tracing::info!(
+            iface = dev.iface(),
+            shared_address = dev.shares_address(),
+            queue = dev.queue(),
+            bind = ?dev.xsk_mode(),
+            attach = ?dev.attach_mode(),
+            multi_buffer = dev.multi_buffer(),
+            mtu = cfg.iface.mtu,
+            ip = %host.ip,
+            "AF_XDP device open"
+        );
+        for w in dev.warnings() {
+            tracing::warn!("AF_XDP: {w}");
+        }
+        let reader: DeviceReader<xdp::XdpDevice> = Box::new(|d| {
+            let (socket, kernel) = match d.stats() {
+                Ok(s) => (s.ours, Some(s.kernel)),
+                Err(_) => (Default::default(), None),
+            };
+            Box::new(DeviceStats::Xdp(XdpDeviceStats {
+                iface: d.iface().to_owned(),
+                queue: d.queue(),
+                bind: d.xsk_mode(),
+                attach: d.attach_mode(),
+                multi_buffer: d.multi_buffer(),
+                socket,
+                kernel,
+            }))
+        });
+        Ok(Self::launch(cfg, dev, host, reader))
+    }
+
+    /// A context on a DPDK ethdev port (feature `dpdk`): a PCI device or
+    /// `--vdev` the EAL knows, or devargs such as
+    /// `net_af_packet0,iface=eth1` that are hot-plugged now. `eal` is the
+    /// process's one EAL ([`dpdk::Eal::init`], once per process); several
+    /// contexts (ports) share it.
+    ///
+    /// ```no_run
+    /// use iwarp::{dpdk::Eal, Context, DpdkOptions};
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let eal = Eal::init(Eal::vdev_args(&[]))?;
+    /// let opts = DpdkOptions::new("net_af_packet0,iface=eth1", "10.0.0.1".parse().unwrap(), 24);
+    /// let ctx = Context::dpdk(&eal, &opts)?;
+    /// # let _ = ctx; Ok(()) }
+    /// ```
+    #[cfg(feature = "dpdk")]
+    pub fn dpdk(eal: &dpdk::Eal, opts: &DpdkOptions) -> Result<Context, Error> {
+        let host = &opts.host;
+        host.check()?;
+        // A DPDK port has no MTU of its own to cap (its driver takes what
+        // the port is configured with): `host.mtu` configures it, 1500 by
+        // default, and its mbufs are sized to hold such a frame whole.
+        let mtu = host
+            .mtu
+            .map_or(dpdk::DEFAULT_MTU, |m| u16::try_from(m).unwrap_or(u16::MAX));
+        let open = || dpdk::Port::open_mtu(eal, &opts.port, opts.queues, mtu);
+        let dev = match &host.netns {
+            Some(p) => in_netns(p, open)??,
+            None => open()?,
+        };
+        let cfg = device_config(dev.name(), dev.mac_address(), usize::from(dev.mtu()), host)?;
+        tracing::info!(port = dev.name(), mtu = cfg.iface.mtu, ip = %host.ip, "DPDK port open");
+        let reader: DeviceReader<dpdk::Port> = Box::new(|d| {
+            Box::new(DeviceStats::Dpdk(DpdkDeviceStats {
+                port: d.name().to_owned(),
+                counters: d.counters(),
+                driver: d.stats().ok(),
+            }))
+        });
+        Ok(Self::launch(cfg, dev, host, reader))
+    }
+
+    /// Our address.
+    pub fn addr(&self) -> Ipv4Addr {
+        self.inner.addr
+    }
+
+    /// The running stack's counters: the host stack's, TCP's (summed over
+    /// open and ended connections), the interface's, the poll loop's and
+    /// the device's (with the bind mode obtained). Two round trips to the
+    /// loop (a command, then a snapshot at the end of a round); nothing is
+    /// reset. Not from inside the loop ([`Error::InLoop`]).
+    pub fn stats(&self) -> Result<ContextStats, Error> {
+        let _one = match self.inner.stats_lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let (stack, tcp, iface, connections, listeners) = self.inner.inspect(|s| {
+            (
+                s.stats(),
+                s.tcp_totals(),
+                *s.iface().stats(),
+                s.connections(),
+                s.listening_ports(),
+            )
+        })?;
+        let (poll_loop, device) = self
+            .inner
+            .lp
+            .snapshot(Duration::from_secs(10))
+            .ok_or(Error::Stopped)?;
+        let device = match device.downcast::<DeviceStats>() {
+            Ok(d) => *d,
+            Err(_) => DeviceStats::Sim,
+        };
+        Ok(ContextStats {
+            stack,
+            tcp,
+            iface,
+            connections,
+            listeners,
+            poll_loop,
+            device,
+        })
+    }
+
+    /// The counters of the stack's SCTP part (`None` until the first
+    /// SCTP listen or connect): SCTP packets, retransmissions, T3
+    /// expiries, discards, summed over live associations, and those of
+    /// closed ones. Not from inside the loop ([`Error::InLoop`]).
+    pub fn sctp_stats(&self) -> Result<Option<SctpCounters>, Error> {
+        self.inner.inspect(|s| s.sctp().map(|c| c.counters()))
+    }
+
+    /// A protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd, Error> {
+        let id = self.inner.memory(|m| m.alloc_pd())?;
+        Ok(Pd {
+            ctx: self.clone(),
+            id,
+        })
+    }
+
+    /// A completion queue of `depth` entries (size it for every queue that
+    /// completes on it: an overrun loses completions, see [`Cq::overrun`]).
+    pub fn create_cq(&self, depth: usize) -> Cq {
+        Cq {
+            ring: Arc::new(CqRing::new(depth)),
+            notify: Arc::new(OnceLock::new()),
+            driver: self.inner.lp.driver(),
+        }
+    }
+
+    /// A shared receive queue of `depth` buffers: queue pairs created with it
+    /// ([`ConnectOptions::srq`], [`ListenOptions::srq`]) take their receive
+    /// buffers from it.
+    pub fn create_srq(&self, depth: usize) -> Srq {
+        Srq {
+            inner: iwarp_proto::qp::Srq::new(depth),
+        }
+    }
+
+    /// Listen on `port`; connection requests come from
+    /// [`Listener::get_request`]. The port listens once this returns (a
+    /// connect made afterwards is not refused); dropping the [`Listener`]
+    /// closes it. [`Error::AddrInUse`] if the port already listens.
+    pub fn listen(&self, port: u16, opts: &ListenOptions) -> Result<Listener, Error> {
+        let srq = opts.srq.as_ref().map(|s| s.inner.clone());
+        self.inner.post(Command::Listen {
+            port,
+            transport: opts.transport.lower(),
+            ulp: Ulp::Iwarp {
+                mpa: opts.mpa.clone(),
+                params: opts.params(),
+                manual: true,
+                cq: None,
+                srq,
+            },
+        })?;
+        self.inner
+            .wait(Duration::from_secs(10), |r| r.listening.remove(&port))?
+            .map_err(|e| match e {
+                ListenError::PortInUse => Error::AddrInUse,
+                ListenError::Unsupported(why) => Error::LocalRefused(why),
+            })?;
+        Ok(Listener {
+            ctx: self.clone(),
+            port,
+        })
+    }
+
+    /// Connect to `to` and run the MPA exchange; returns the connected
+    /// queue pair once in full operation (or why not).
+    pub fn connect(&self, to: SocketAddrV4, opts: &ConnectOptions) -> Result<Qp, Error> {
+        if opts.mpa.private_data.len() > 512 {
+            return Err(Error::InvalidArgument("private data over 512 octets"));
+        }
+        let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
+        let remote = Ipv4Address(to.ip().octets());
+        let cqs = opts.cqs();
+        if opts.transport != Transport::Mpa
+            && opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA
+        {
+            return Err(Error::InvalidArgument(
+                "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
+            ));
+        }
+        self.inner.post(Command::Connect {
+            token,
+            remote,
+            port: to.port(),
+            transport: opts.transport.lower(),
+            ulp: Ulp::Iwarp {
+                mpa: opts.mpa.clone(),
+                params: opts.params(),
+                manual: false,
+                cq: Some(cqs.clone()),
+                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+            },
+        })?;
+        for (wr_id, sgl) in &opts.recvs {
+            self.inner.post(Command::IwarpOpening(
+                token,
+                HostCommand::PostRecv(*wr_id, *sgl),
+            ))?;
+        }
+        let deadline = Instant::now() + opts.timeout;
+        let sock = match self.inner.wait(opts.timeout, |r| r.connects.remove(&token)) {
+            Ok(r) => r?,
+            Err(e) => {
+                // Give up on the half-open connection too, not just the wait.
+                self.cancel(token);
+                return Err(e);
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.established(sock, left, cqs) {
+            Ok(qp) => Ok(qp),
+            Err(e) => {
+                if matches!(e, Error::TimedOut) {
+                    let _ = self.inner.post(Command::Abort(sock));
+                }
+                self.inner.forget(sock);
+                Err(e)
+            }
+        }
+    }
+
+    /// How many connections the application side still keeps state for
+    /// (queued CM and QP events); for leak checks.
+    pub fn tracked_connections(&self) -> usize {
+        self.inner.pump();
+        match self.inner.router.lock() {
+            Ok(r) => r.tracked(),
+            Err(p) => p.into_inner().tracked(),
+        }
+    }
+
+    /// Abort the connection opened under `token`, if it exists.
+    fn cancel(&self, token: u64) {
+        self.inner.pump();
+        let sock = match self.inner.router.lock() {
+            Ok(mut r) => r.opening.remove(&token),
+            Err(p) => p.into_inner().opening.remove(&token),
+        };
+        if let Some(sock) = sock {
+            let _ = self.inner.post(Command::Abort(sock));
+            self.inner.forget(sock);
+        }
+    }
+
+    /// Wait for the MPA outcome of `sock`.
+    pub(crate) fn established(
+        &self,
+        sock: SockId,
+        timeout: Duration,
+        cqs: QpCqs,
+    ) -> Result<Qp, Error> {
+        loop {
+            match self.inner.next_cm(sock, timeout)? {
+                CmEvent::Established(n) => {
+                    return Ok(Qp {
+                        ctx: self.clone(),
+                        sock,
+                        negotiated: n,
+                        _cqs: cqs,
+                    })
+                }
+                CmEvent::SetupFailed(e) => return Err(e.into()),
+                CmEvent::Disconnected => return Err(Error::ConnectionReset),
+                CmEvent::ConnectRequest(_) => {}
+            }
+        }
+    }
+}

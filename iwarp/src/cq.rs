@@ -1,0 +1,306 @@
+//! Completion queues ([`Cq`]) and their work completions ([`Wc`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use iwarp_datapath::runtime::Drive;
+use iwarp_datapath::stack::{CqEntry, CqRing};
+
+#[cfg(doc)]
+use crate::{host::ACK_ROUND, Polling, Qp};
+use crate::{Error, EventFd, PostError, STag, WcOpcode, WcStatus};
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// The queue pair it belongs to ([`Qp::id`]).
+    pub qp: usize,
+    /// What completed.
+    pub opcode: Option<WcOpcode>,
+    /// How.
+    pub status: Status,
+    /// Octets (received, for receives).
+    pub byte_len: u32,
+    /// A receive of a Send with Solicited Event.
+    pub solicited: bool,
+    /// The STag a Send with Invalidate invalidated here.
+    pub invalidated: Option<STag>,
+    /// The 32-bit immediate of an RDMA Write with Immediate received here
+    /// ([`WcOpcode::RecvRdmaWithImm`], RFC 7306 Immediate Data).
+    pub imm: Option<u32>,
+}
+
+/// How a work request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Status {
+    /// As the queue pair reports it (success, local protection, flushed, ...).
+    Wc(WcStatus),
+    /// The post itself was refused (queue full, bad local buffer, not
+    /// connected): the request never started.
+    Refused(PostError),
+}
+
+impl Status {
+    /// Success.
+    pub fn is_ok(&self) -> bool {
+        *self == Status::Wc(WcStatus::Success)
+    }
+}
+
+/// A completion queue: a lock-free ring the poll loop fills.
+///
+/// # Waiting from an event loop
+///
+/// [`notify_fd`](Self::notify_fd) gives an eventfd to put in an epoll set
+/// (or a tokio `AsyncFd`). It follows `ibv_req_notify_cq`: notification is
+/// one-shot and must be armed.
+///
+/// 1. [`req_notify`](Self::req_notify) arms the CQ: the next completion
+///    that arrives makes the descriptor readable, and disarms.
+/// 2. Poll the CQ once more after arming: completions that arrived before
+///    the arm do not fire it.
+/// 3. When the descriptor is readable, [`ack_notify`](Self::ack_notify)
+///    (reads the eventfd back to zero), then poll the CQ until empty, then
+///    arm again.
+///
+/// The descriptor stays readable until acknowledged, so a level-triggered
+/// epoll set wakes until then. Polling never needs the descriptor: it is
+/// for callers that sleep.
+///
+/// # Example
+///
+/// One CQ serves any number of queue pairs ([`Wc::qp`] tells which);
+/// a refused post completes on it too, with [`Status::Refused`].
+///
+/// ```
+/// use std::net::SocketAddrV4;
+/// use std::time::Duration;
+/// use iwarp::{Access, ConnectOptions, Context, ListenOptions, Status, WcOpcode, WcStatus, WorkRequest};
+/// # fn main() -> Result<(), iwarp::Error> {
+/// let (server, client) = Context::sim_pair();
+/// let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+/// let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+/// let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+/// let to = SocketAddrV4::new(server.addr(), 7000);
+/// let (c, opts) = (client.clone(), ConnectOptions::new(&cpd, &ccq));
+/// let t = std::thread::spawn(move || c.connect(to, &opts));
+/// let _sqp = listener.get_request(Duration::from_secs(5))?.accept(&Default::default(), &scq)?;
+/// let qp = t.join().expect("connect thread")?;
+///
+/// let target = spd.register(vec![0; 64], Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let src = cpd.register(vec![7; 16], Access::LOCAL_WRITE)?;
+/// for wr_id in 0..4 {
+///     qp.post_send(WorkRequest::Write {
+///         wr_id,
+///         signaled: true,
+///         local: src.sge(0, 16).into(),
+///         remote_stag: target.stag(),
+///         remote_to: wr_id * 16,
+///     })?;
+/// }
+/// // Busy-poll a batch, or wait (spin, then park) for one.
+/// let mut wcs = Vec::new();
+/// while wcs.len() < 4 {
+///     if ccq.poll(&mut wcs, 4) == 0 {
+///         wcs.extend(ccq.wait(Duration::from_secs(5)));
+///     }
+/// }
+/// for (i, wc) in wcs.iter().enumerate() {
+///     assert_eq!((wc.wr_id, wc.qp), (i as u64, qp.id()));
+///     assert_eq!((wc.opcode, wc.status), (Some(WcOpcode::Write), Status::Wc(WcStatus::Success)));
+/// }
+/// // A Write's completion says the data left, not that it was placed: the
+/// // target sees it in place once its last octet is there.
+/// let since = std::time::Instant::now();
+/// while target.load(63)? != 7 {
+///     assert!(since.elapsed() < Duration::from_secs(5));
+///     std::thread::yield_now();
+/// }
+/// assert_eq!(target.read(0, 64)?, vec![7; 64]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cq {
+    pub(crate) ring: Arc<CqRing>,
+    /// The notification eventfd, created by the first `notify_fd`.
+    pub(crate) notify: Arc<OnceLock<Arc<EventFd>>>,
+    /// The loop to drive when the ring is empty, on an inline context
+    /// ([`Polling::Inline`]).
+    pub(crate) driver: Option<std::sync::Weak<dyn Drive>>,
+}
+
+impl Cq {
+    /// One completion, if any (no syscall, no lock). On an inline context
+    /// ([`Polling::Inline`]) an empty ring makes this thread run one
+    /// round of the loop (receive, stack, transmit) and look again.
+    pub fn poll_one(&self) -> Option<Wc> {
+        match self.ring.ring.pop() {
+            Some(e) => Some(Self::wc(e)),
+            None if self.drive() => self.ring.ring.pop().map(Self::wc),
+            None => None,
+        }
+    }
+
+    /// Run a round of an inline context's loop; false if none ran.
+    fn drive(&self) -> bool {
+        self.driver
+            .as_ref()
+            .and_then(|w| w.upgrade())
+            .is_some_and(|d| d.drive())
+    }
+
+    fn wc((qp, e): (usize, CqEntry)) -> Wc {
+        match e {
+            CqEntry::Done(c) => Wc {
+                wr_id: c.wr_id,
+                qp,
+                opcode: Some(c.opcode),
+                status: Status::Wc(c.status),
+                byte_len: c.byte_len,
+                solicited: c.solicited,
+                invalidated: c.invalidated,
+                imm: c.imm,
+            },
+            CqEntry::Refused { wr_id, error } => Wc {
+                wr_id,
+                qp,
+                opcode: None,
+                status: Status::Refused(error),
+                byte_len: 0,
+                solicited: false,
+                invalidated: None,
+                imm: None,
+            },
+        }
+    }
+
+    /// Up to `max` completions appended to `out`; returns how many. On an
+    /// inline context an empty ring makes this thread run one round first
+    /// (as [`poll_one`](Self::poll_one)).
+    pub fn poll(&self, out: &mut Vec<Wc>, max: usize) -> usize {
+        let mut n = self.drain(out, max);
+        if n == 0 && max > 0 && self.drive() {
+            n = self.drain(out, max);
+        }
+        n
+    }
+
+    fn drain(&self, out: &mut Vec<Wc>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            match self.ring.ring.pop() {
+                Some(e) => {
+                    out.push(Self::wc(e));
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Wait for one completion: spin briefly, then park with a growing
+    /// timeout (for callers that do not busy-poll); the poll loop unparks
+    /// the waiting thread when it pushes a completion (the last thread to
+    /// park, if several wait on one CQ; the others wake at their timeout,
+    /// at most 200 µs). On an inline context the waiting thread drives
+    /// the loop, and sleeps in the device's wait (a frame or a post ends
+    /// it) rather than parking. `None` on timeout.
+    pub fn wait(&self, timeout: Duration) -> Option<Wc> {
+        let deadline = Instant::now() + timeout;
+        let mut spins = 0u32;
+        let mut pause = Duration::from_micros(1);
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Some(wc);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            if spins < 20 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                let p = pause.min(deadline.saturating_duration_since(Instant::now()));
+                // Inline: this thread drives and sleeps in the device's
+                // wait; else (or when another thread drives) the loop
+                // unparks us when it pushes a completion.
+                let drove = self
+                    .driver
+                    .as_ref()
+                    .and_then(|w| w.upgrade())
+                    .is_some_and(|d| d.idle(p));
+                if !drove {
+                    self.ring.park(p);
+                }
+                pause = (pause * 2).min(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Completions waiting to be polled.
+    pub fn len(&self) -> usize {
+        self.ring.ring.len()
+    }
+
+    /// No completion waiting.
+    pub fn is_empty(&self) -> bool {
+        self.ring.ring.is_empty()
+    }
+
+    /// Whether a completion was lost because the ring was full.
+    pub fn overrun(&self) -> bool {
+        self.ring.overrun.load(Ordering::Acquire)
+    }
+
+    /// The eventfd that becomes readable when a completion arrives on an
+    /// armed CQ (see [the type's docs](Self#waiting-from-an-event-loop));
+    /// created on first use, the same descriptor for every clone of this
+    /// CQ. It stays open as long as the CQ (any clone) lives.
+    pub fn notify_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>, Error> {
+        use std::os::fd::AsFd;
+        Ok(self.event_fd()?.as_fd())
+    }
+
+    fn event_fd(&self) -> Result<&Arc<EventFd>, Error> {
+        if let Some(e) = self.notify.get() {
+            return Ok(e);
+        }
+        let fresh = Arc::new(EventFd::new().map_err(Error::Io)?);
+        if self.notify.set(fresh.clone()).is_ok() {
+            // Only the winner of the race installs its notifier.
+            self.ring.set_notifier(Box::new(move || fresh.signal()));
+        }
+        self.notify.get().ok_or(Error::Stopped)
+    }
+
+    /// Arm the CQ: the next completion makes [`notify_fd`](Self::notify_fd)
+    /// readable (once). Creates the descriptor if needed. Poll once more
+    /// after arming.
+    pub fn req_notify(&self) -> Result<(), Error> {
+        self.event_fd()?;
+        self.ring.arm();
+        Ok(())
+    }
+
+    /// Acknowledge notifications: read the eventfd back to zero; returns
+    /// how many were pending (0 if none, or no descriptor yet).
+    pub fn ack_notify(&self) -> u64 {
+        self.notify.get().map_or(0, |e| e.drain())
+    }
+
+    /// Sleep until the descriptor is readable (a completion arrived on the
+    /// armed CQ) or `timeout` passes; true if readable. Does not
+    /// acknowledge. For a thread that waits on one CQ without an epoll set.
+    /// On an inline context it first runs a round, so that what the stack
+    /// owes (an ACK held for a reply, [`ACK_ROUND`]) leaves before it sleeps.
+    pub fn wait_notify(&self, timeout: Duration) -> Result<bool, Error> {
+        let fd = self.event_fd()?;
+        self.drive();
+        fd.wait(Some(timeout)).map_err(Error::Io)
+    }
+}
