@@ -268,7 +268,8 @@ fn receives_posted_on_an_sctp_request_complete_on_the_cq_of_a_refused_accept() {
 /// refusal made by a command of the Accept's round had not yet passed the
 /// record of requests when the Accept released it, and went to the
 /// outputs, where nobody looks: the receive never completed.
-fn over_the_depth_is_refused(stack: &mut Stack, sock: SockId, stag: STag, now: u64) -> u64 {
+fn over_the_depth_then_accept(stack: &mut Stack, sock: SockId, now: u64) -> (u64, Arc<CqRing>) {
+    let (_, _, stag) = memory();
     let last = 100 + 16 - RECVS.len() as u64;
     for wr_id in 100..=last {
         let sge = Sge {
@@ -281,7 +282,9 @@ fn over_the_depth_is_refused(stack: &mut Stack, sock: SockId, stag: STag, now: u
             now,
         );
     }
-    last
+    let ring = Arc::new(CqRing::new(64));
+    stack.handle_command(accept(sock, &ring), now);
+    (last, ring)
 }
 
 fn assert_only_refused(ring: &CqRing, sock: SockId, want: u64, outputs: &[Output]) {
@@ -313,11 +316,8 @@ fn assert_only_refused(ring: &CqRing, sock: SockId, want: u64, outputs: &[Output
 #[test]
 fn receives_posted_on_a_tcp_request_hold_the_receive_depth() {
     let (mut p, _, sock) = tcp_request();
-    let (_, _, stag) = memory();
     let now = p.now();
-    let last = over_the_depth_is_refused(&mut p.stack, sock, stag, now);
-    let ring = Arc::new(CqRing::new(64));
-    p.stack.handle_command(accept(sock, &ring), now);
+    let (last, ring) = over_the_depth_then_accept(&mut p.stack, sock, now);
     p.run(5);
     assert_only_refused(&ring, sock, last, &p.outputs);
 }
@@ -325,11 +325,8 @@ fn receives_posted_on_a_tcp_request_hold_the_receive_depth() {
 #[test]
 fn receives_posted_on_an_sctp_request_hold_the_receive_depth() {
     let (mut p, _, sock) = sctp_request();
-    let (_, _, stag) = memory();
     let now = p.now();
-    let last = over_the_depth_is_refused(&mut p.stack, sock, stag, now);
-    let ring = Arc::new(CqRing::new(64));
-    p.stack.handle_command(accept(sock, &ring), now);
+    let (last, ring) = over_the_depth_then_accept(&mut p.stack, sock, now);
     p.run(5);
     assert_only_refused(&ring, sock, last, &p.outputs);
 }

@@ -1829,24 +1829,8 @@ mod tests {
 
         fn connected(idle_sweep: u64) -> (Pair, SockId, SockId) {
             let (mut p, ulp_a, ulp_b) = Pair::new(idle_sweep);
-            p.b.handle_command(
-                Command::Listen {
-                    port: PORT,
-                    transport: Transport::Sctp,
-                    ulp: ulp_b,
-                },
-                0,
-            );
-            p.a.handle_command(
-                Command::Connect {
-                    token: 1,
-                    remote: Ipv4Address::new(10, 7, 0, 2),
-                    port: PORT,
-                    transport: Transport::Sctp,
-                    ulp: ulp_a,
-                },
-                0,
-            );
+            p.listen(ulp_b);
+            p.connect(1, Transport::Sctp, ulp_a);
             let mut req = None;
             assert!(p.run_until(1000, |p| {
                 req = p.out_b.iter().find_map(|o| match o {
@@ -1876,6 +1860,34 @@ mod tests {
                 up.is_some()
             }));
             (p, up.unwrap(), sb)
+        }
+
+        /// `b` listens on `PORT` over SCTP with `ulp`.
+        fn listen(&mut self, ulp: Ulp) {
+            let now = self.now;
+            self.b.handle_command(
+                Command::Listen {
+                    port: PORT,
+                    transport: Transport::Sctp,
+                    ulp,
+                },
+                now,
+            );
+        }
+
+        /// `a` connects to `b`'s `PORT` over `transport` with `ulp`.
+        fn connect(&mut self, token: u64, transport: Transport, ulp: Ulp) {
+            let now = self.now;
+            self.a.handle_command(
+                Command::Connect {
+                    token,
+                    remote: Ipv4Address::new(10, 7, 0, 2),
+                    port: PORT,
+                    transport,
+                    ulp,
+                },
+                now,
+            );
         }
 
         /// One round of each stack, `tick` ns after the last.
@@ -2093,24 +2105,8 @@ mod tests {
         *manual = false;
         mpa.private_data = b"from b".to_vec();
         (mpa.ird, mpa.ord) = (2, 3);
-        p.b.handle_command(
-            Command::Listen {
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: ulp_b,
-            },
-            0,
-        );
-        p.a.handle_command(
-            Command::Connect {
-                token: 1,
-                remote: Ipv4Address::new(10, 7, 0, 2),
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: ulp_a,
-            },
-            0,
-        );
+        p.listen(ulp_b);
+        p.connect(1, Transport::Sctp, ulp_a);
         let established = |out: &[Output]| {
             out.iter().find_map(|o| match o {
                 Output::Cm(_, CmEvent::Established(n)) => Some(n.clone()),
@@ -2143,38 +2139,13 @@ mod tests {
     #[test]
     fn what_sctp_cannot_carry_is_refused_locally() {
         let (mut p, mut ulp_a, _) = Pair::new(0);
-        p.b.handle_command(
-            Command::Listen {
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: Ulp::Stream,
-            },
-            0,
-        );
-        p.a.handle_command(
-            Command::Connect {
-                token: 1,
-                remote: Ipv4Address::new(10, 7, 0, 2),
-                port: PORT,
-                transport: Transport::SctpOverUdp,
-                ulp: Ulp::Stream,
-            },
-            0,
-        );
+        p.listen(Ulp::Stream);
+        p.connect(1, Transport::SctpOverUdp, Ulp::Stream);
         let Ulp::Iwarp { mpa, .. } = &mut ulp_a else {
             unreachable!()
         };
         mpa.private_data = vec![7; 509];
-        p.a.handle_command(
-            Command::Connect {
-                token: 2,
-                remote: Ipv4Address::new(10, 7, 0, 2),
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: ulp_a.clone(),
-            },
-            0,
-        );
+        p.connect(2, Transport::Sctp, ulp_a.clone());
         p.step(MS);
         assert!(p.out_b.iter().any(|o| matches!(
             o,
@@ -2198,16 +2169,7 @@ mod tests {
         if let Ulp::Iwarp { mpa, .. } = &mut ulp_a {
             mpa.private_data.truncate(508);
         }
-        p.a.handle_command(
-            Command::Connect {
-                token: 3,
-                remote: Ipv4Address::new(10, 7, 0, 2),
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: ulp_a,
-            },
-            p.now,
-        );
+        p.connect(3, Transport::Sctp, ulp_a);
         assert!(p.run_until(10, |p| p
             .out_a
             .iter()
@@ -2221,14 +2183,7 @@ mod tests {
     #[test]
     fn one_unlisten_closes_an_sctp_listener() {
         let (mut p, ulp_a, ulp_b) = Pair::new(0);
-        p.b.handle_command(
-            Command::Listen {
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: ulp_b.clone(),
-            },
-            0,
-        );
+        p.listen(ulp_b.clone());
         // The port listens over SCTP: not over TCP as well.
         p.b.handle_command(
             Command::Listen {
@@ -2261,16 +2216,7 @@ mod tests {
             answers,
             ["Ok(())", "Err(PortInUse)", "removed true", "Ok(())"]
         );
-        p.a.handle_command(
-            Command::Connect {
-                token: 1,
-                remote: Ipv4Address::new(10, 7, 0, 2),
-                port: PORT,
-                transport: Transport::Sctp,
-                ulp: ulp_a,
-            },
-            p.now,
-        );
+        p.connect(1, Transport::Sctp, ulp_a);
         assert!(p.run_until(100, |p| p.out_a.iter().any(|o| matches!(
             o,
             Output::Failed {
