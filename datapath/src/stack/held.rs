@@ -1,0 +1,84 @@
+//! What the stack's connections and listeners hold for peers, and the
+//! context's memory limit enforced over it ([`crate::budget`]).
+
+use super::*;
+
+impl Stack {
+    /// Octets listeners keep for handshakes not handed out yet.
+    pub(super) fn listeners_held(&self) -> usize {
+        let early = self.listeners.values().flat_map(|l| l.early.values());
+        early.map(Vec::capacity).sum()
+    }
+
+    /// Octets held in the context: TCP connections as of their last poll,
+    /// SCTP connections now, listeners' handshake payload. `each` sees
+    /// every connection's figure.
+    pub(super) fn held_total(&self, each: &mut dyn FnMut(Holder)) -> usize {
+        for (&id, s) in &self.socks {
+            each(Holder {
+                id,
+                held: s.held,
+                releasing: s.over_budget,
+            });
+        }
+        let mut total = self.tcp_held + self.listeners_held();
+        if let Some(sc) = self.sctp.as_deref() {
+            for h in sc.holders() {
+                total += h.held;
+                each(h);
+            }
+        }
+        total
+    }
+
+    /// Enforce the context limit: while the connections not already
+    /// being aborted hold more than it, abort the one holding the most
+    /// (one per round). Scans every connection only when over the limit.
+    /// `sctp_held`: what SCTP connections hold now.
+    pub(super) fn enforce_context_budget(&mut self, now: u64, sctp_held: usize) {
+        let quick = self.tcp_held + self.listeners_held() + sctp_held;
+        if quick <= self.budget.context {
+            return;
+        }
+        let mut all = Vec::new();
+        let total = self.held_total(&mut |h| all.push(h));
+        let Some(id) = self.budget.victim(total, all.into_iter()) else {
+            return;
+        };
+        self.abort_over_budget(id, now, "context");
+    }
+
+    /// Abort connection `id` for the memory budget (`which` limit).
+    pub(super) fn abort_over_budget(&mut self, id: SockId, now: u64, which: &'static str) {
+        let limit = if which == "context" {
+            self.budget.context
+        } else {
+            self.budget.per_conn
+        };
+        if let Some(sc) = self.sctp.as_deref_mut().filter(|sc| sc.owns(id)) {
+            if sc.abort_over_budget(id) {
+                self.budget.aborts += 1;
+                tracing::warn!(
+                    sock = id,
+                    limit,
+                    which,
+                    "SCTP association over the memory budget: ABORT"
+                );
+            }
+            return;
+        }
+        if let Some(sock) = self.socks.get_mut(&id).filter(|s| !s.over_budget) {
+            tracing::warn!(
+                sock = id,
+                remote = %sock.remote,
+                held = sock.held,
+                limit,
+                which,
+                "connection over the memory budget: aborted"
+            );
+            sock.abort_over_budget(now);
+            mark_ready(&mut self.ready, sock, id);
+            self.budget.aborts += 1;
+        }
+    }
+}
