@@ -1356,26 +1356,20 @@ impl SctpConns {
                             return;
                         }
                         // A listener that does not ask its application
-                        // accepts at once with its own settings (as a
-                        // non-manual listener over MPA answers the
-                        // Request with its Reply).
+                        // accepts at once with its own settings, the way
+                        // the application's Accept does (as a non-manual
+                        // listener over MPA answers the Request with its
+                        // Reply).
+                        c.phase = Phase::AwaitDecision(req);
                         let ulp = &c.ulp;
-                        let started = a.and_then(|a| {
-                            let (bytes, n) =
-                                session::accept(&req, ulp.ird, ulp.ord, &ulp.private_data).ok()?;
-                            a.accept(STREAM, &bytes).ok()?;
-                            Some((n, a.mulpdu()))
-                        });
-                        match started {
-                            Some((n, mulpdu)) => {
-                                c.start(n, mulpdu, self.max_held, mem);
-                                tracing::info!(sock = id, "SCTP connection request accepted");
+                        let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
+                        let listener = AcceptQp { cq: None, pd: None };
+                        if let Err(e) = self.accept(id, pd, ird, ord, listener, mem) {
+                            tracing::info!(sock = id, error = ?e, "SCTP Initiate not acceptable");
+                            if let Some(a) = self.host.assoc_mut(assoc) {
+                                let _ = a.reject(stream, b"");
                             }
-                            None => {
-                                tracing::info!(sock = id, "SCTP Initiate not acceptable");
-                                if let Some(a) = self.host.assoc_mut(assoc) {
-                                    let _ = a.reject(stream, b"");
-                                }
+                            if let Some(c) = self.conns.get_mut(&id) {
                                 c.phase = Phase::Over;
                                 c.closing = Some(Closing::Graceful);
                             }
