@@ -58,14 +58,15 @@ impl EarlyWork {
         self.posts.is_empty()
     }
 
-    /// Posts waiting.
-    pub fn len(&self) -> usize {
+    /// Posts waiting (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.posts.len()
     }
 
-    /// Receives waiting (they count against the receive queue's depth
-    /// wherever they wait).
-    pub fn recvs(&self) -> usize {
+    /// Receives waiting (tests).
+    #[cfg(test)]
+    fn recvs(&self) -> usize {
         self.recvs
     }
 
