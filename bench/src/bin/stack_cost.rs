@@ -13,7 +13,7 @@
 //!
 //! ```text
 //! stack-cost [--mtu N] [-s SIZE] [--window W] [--mib M] [--copy-tx] [--transport mpa|sctp]
-//!            [--pingpong] [--ack-at-once]
+//!            [--pingpong] [--ack-at-once] [--mpa-crc]
 //! ```
 //!
 //! `--transport sctp` runs the same Writes over DDP/SCTP (RFC 5043): the
@@ -25,6 +25,11 @@
 //! step for data going back, as every `iwarp` context does (`ACK_ROUND`);
 //! `--ack-at-once` ACKs every segment at once, as every context did
 //! before the delayed ACK (and inline contexts until 2026-11-28).
+//!
+//! `--mpa-crc` has both ends ask for MPA's CRC (RFC 5044 §4.3; off by
+//! default, as both ends may agree): MPA then checks every FPDU as SCTP
+//! checks every packet (RFC 9260 §6.8, always on), for a comparison
+//! where both transports pay for an integrity check.
 //!
 //! `--copy-tx` frames FPDUs into TCP's send buffer (`StackConfig::copy_tx`)
 //! instead of one-copy transmit: run both to see what the copy costs.
@@ -82,6 +87,10 @@ struct Args {
     /// thread does).
     #[arg(long)]
     ack_at_once: bool,
+    /// Both ends ask for MPA's CRC32c on every FPDU (`MpaConfig::crc`;
+    /// SCTP's CRC32c on every packet is always on).
+    #[arg(long)]
+    mpa_crc: bool,
 }
 
 /// One end: a stack with one region of `len` octets, remotely writable.
@@ -127,9 +136,12 @@ fn stack(
     (Stack::new(c, mem), pd, stag)
 }
 
-fn ulp(pd: PdId, mtu: usize) -> Ulp {
+fn ulp(pd: PdId, mtu: usize, crc: bool) -> Ulp {
     Ulp::Iwarp {
-        mpa: MpaConfig::default(),
+        mpa: MpaConfig {
+            crc,
+            ..MpaConfig::default()
+        },
         params: StreamParams {
             pd,
             emss: (mtu - 40) as u16,
@@ -160,7 +172,7 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
     } else {
         Transport::Tcp
     };
-    let (ulp_a, ulp_b) = (ulp(pd_a, a.mtu), ulp(pd_b, a.mtu));
+    let (ulp_a, ulp_b) = (ulp(pd_a, a.mtu, a.mpa_crc), ulp(pd_b, a.mtu, a.mpa_crc));
     link.command(
         Side::A,
         Command::Listen {
