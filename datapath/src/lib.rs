@@ -14,6 +14,7 @@
 pub mod budget;
 mod conn_error;
 pub mod early;
+pub mod endpoint;
 pub mod latency;
 pub mod link;
 pub mod over_sctp;

@@ -15,18 +15,10 @@ use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpStat
 use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
 use crate::early::EarlyWork;
+pub use crate::endpoint::{Role, State};
 use crate::latency::CompletionLatency;
 use crate::timers::{earliest, Timer, Timers};
 use crate::{Connection, StreamParams};
-
-/// Which side opens MPA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Sends the MPA Request.
-    Initiator,
-    /// Answers it.
-    Responder,
-}
 
 /// Connection-manager events of one iWARP connection (what rdma_cm
 /// reports), in the order they happen.
@@ -42,50 +34,6 @@ pub enum CmEvent {
     /// The stream is closed (either side, gracefully or not); posted work has
     /// completed as flushed and nothing is placed any more.
     Disconnected,
-}
-
-/// Where one iWARP-over-TCP connection is in its life: one state for the
-/// TCP handshake, the MPA exchange, full operation and teardown together.
-/// Each transition that an application sees emits a [`CmEvent`].
-///
-/// ```text
-/// Opening ─► AwaitingMpa ─┬──────────────────────► Operational ─► Closing ─┐
-///                         └─► AwaitingDecision ─┘       │  ▲        │       │
-///        (setup failure: SetupFailed, then Closing)     ▼  └ Aborting ◄┘    │
-///                                          any state ─► Closed ◄─────────────┘
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// TCP's three-way handshake.
-    Opening,
-    /// MPA: the initiator waits for the Reply, the responder for the
-    /// Request (`MpaConfig::reply_timeout` / `request_timeout`).
-    AwaitingMpa,
-    /// A manual responder holds the Request ([`CmEvent::ConnectRequest`]):
-    /// the application accepts or rejects it
-    /// (`MpaConfig::decision_timeout`).
-    AwaitingDecision,
-    /// Full operation ([`CmEvent::Established`]): FPDUs flow.
-    Operational,
-    /// A graceful close: outstanding work (and the answers to our Reads)
-    /// finishes, then TCP closes. Entered on [`IwarpOverTcp::disconnect`],
-    /// on the peer's FIN, and after a setup failure
-    /// ([`CmEvent::SetupFailed`], the rejecting Reply going out first).
-    Closing,
-    /// An abortive close: a Terminate, then RST once TCP has it
-    /// acknowledged (or 100 ms later).
-    Aborting,
-    /// The iWARP stream is over ([`CmEvent::Disconnected`]): the queue pair
-    /// is flushed and places nothing more. TCP may linger (TIME-WAIT,
-    /// LAST-ACK, FIN-WAIT-2 under its own timer).
-    Closed,
-}
-
-impl State {
-    /// A close has begun or is over: new work is refused.
-    pub fn is_closing(self) -> bool {
-        matches!(self, State::Closing | State::Aborting | State::Closed)
-    }
 }
 
 /// TCP's send-buffer room as the QP's transmit buffer.
@@ -335,7 +283,7 @@ impl IwarpOverTcp {
             return;
         }
         match self.state {
-            State::AwaitingMpa | State::AwaitingDecision => self.timers.clear(Timer::Setup),
+            State::AwaitingSetup | State::AwaitingDecision => self.timers.clear(Timer::Setup),
             State::Closing => self.timers.clear(Timer::CloseReads),
             State::Aborting => self.timers.clear(Timer::Abort),
             _ => {}
@@ -661,7 +609,7 @@ impl IwarpOverTcp {
         n
     }
 
-    /// The setup transitions (Opening → AwaitingMpa → AwaitingDecision →
+    /// The setup transitions (Opening → AwaitingSetup → AwaitingDecision →
     /// Operational, or a failure → Closing) and their timer.
     fn setup_progress(&mut self, now: u64) {
         let Some(c) = &mut self.iwarp else {
@@ -669,12 +617,12 @@ impl IwarpOverTcp {
         };
         if self.state == State::Opening {
             // TCP is established and the MPA exchange has begun.
-            self.state = State::AwaitingMpa;
+            self.state = State::AwaitingSetup;
             if let Some(t) = c.setup_timeout() {
                 self.timers.set(Timer::Setup, now.saturating_add(t));
             }
         }
-        if !matches!(self.state, State::AwaitingMpa | State::AwaitingDecision) {
+        if !matches!(self.state, State::AwaitingSetup | State::AwaitingDecision) {
             return;
         }
         if self.timers.due(Timer::Setup, now) {
@@ -694,7 +642,7 @@ impl IwarpOverTcp {
             if hold > 0 {
                 self.timers.set(Timer::Hold, now.saturating_add(hold));
             }
-        } else if self.state == State::AwaitingMpa {
+        } else if self.state == State::AwaitingSetup {
             if let Some(r) = c.pending_request() {
                 self.events.push_back(CmEvent::ConnectRequest(r.clone()));
                 // The timer restarts for our application's decision
@@ -1280,9 +1228,12 @@ mod tests {
             }
         }
         use State::*;
-        assert_eq!(seen_a, [Opening, AwaitingMpa, Operational, Closing, Closed]);
+        assert_eq!(
+            seen_a,
+            [Opening, AwaitingSetup, Operational, Closing, Closed]
+        );
         // B's handshake ends with A's Request in the same round: it passes
-        // AwaitingMpa inside one poll.
+        // AwaitingSetup inside one poll.
         assert_eq!(seen_b, [Opening, AwaitingDecision, Operational, Closed]);
         assert!(
             matches!(ev_a[..], [CmEvent::Established(_), CmEvent::Disconnected]),
@@ -1324,7 +1275,7 @@ mod tests {
         r.payload = &[];
         b.handle_segment(&r, now, &mut mem);
         take(&mut b, now, &mem, IP_B, IP_A);
-        assert_eq!(b.state(), State::AwaitingMpa);
+        assert_eq!(b.state(), State::AwaitingSetup);
         let deadline = now + 7_000_000;
         assert!(
             b.poll_timeout().is_some_and(|t| t <= deadline),
@@ -1332,7 +1283,7 @@ mod tests {
             b.poll_timeout()
         );
         take(&mut b, deadline - 1, &mem, IP_B, IP_A);
-        assert_eq!(b.state(), State::AwaitingMpa, "not before its deadline");
+        assert_eq!(b.state(), State::AwaitingSetup, "not before its deadline");
         take(&mut b, deadline, &mem, IP_B, IP_A);
         assert_eq!(b.state(), State::Closing);
         assert!(

@@ -613,7 +613,7 @@ impl Stack {
                 let st = i.state();
                 (!matches!(
                     st,
-                    State::Opening | State::AwaitingMpa | State::AwaitingDecision
+                    State::Opening | State::AwaitingSetup | State::AwaitingDecision
                 ))
                 .then_some(st == State::Operational)
             }

@@ -62,12 +62,13 @@ use iwarp_net::iface::{Interface, SctpIngress};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
 use iwarp_proto::wire::TermCode;
-use sctp_lite::assoc::{CloseReason, State};
+use sctp_lite::assoc::{CloseReason, State as AssocState};
 use tcp_lite::wire::Ipv4Address;
 
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::early::EarlyWork;
+use crate::endpoint::{Role, State};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{ReadySet, Slot};
 use crate::runtime::FrameSink;
@@ -212,30 +213,6 @@ impl Default for SetupTimeouts {
 }
 
 #[derive(Debug)]
-enum Phase {
-    /// Active: the SCTP handshake is under way.
-    Associating,
-    /// Active: Initiate sent, waiting for Accept or Reject.
-    Initiated,
-    /// Passive: the association is up, waiting for the peer's Initiate.
-    AwaitInitiate,
-    /// Passive: the Initiate is in; our application decides.
-    AwaitDecision(PeerRequest),
-    /// Full operation (or the queue pair in error).
-    Rdma,
-    /// Setup failed or the association ended.
-    Over,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Closing {
-    Graceful,
-    /// Its Terminate waits up to [`crate::ABORT_GRACE_NS`]
-    /// ([`Timer::Abort`]), then the association is aborted.
-    Abort,
-}
-
-#[derive(Debug)]
 struct Conn {
     assoc: AssocId,
     /// Local port of a passive connection (for `Output::Accepted`).
@@ -244,7 +221,21 @@ struct Conn {
     /// The `Connect` token until the association is up or failed.
     token: Option<u64>,
     ulp: SctpUlp,
-    phase: Phase,
+    /// Where it is in its life, as a connection over TCP
+    /// ([`crate::endpoint`]).
+    state: State,
+    /// The active side sends the Session Initiate; the passive side
+    /// answers it.
+    role: Role,
+    /// The peer's Initiate, held while the application decides
+    /// ([`State::AwaitingDecision`]).
+    request: Option<PeerRequest>,
+    /// A close began (the application's close or abort, an abort of
+    /// ours, a failed setup): the connection goes once its association
+    /// has ended and that is reported. One whose association ended first
+    /// stays, refusing posts, until the application closes it (a queue
+    /// pair it holds).
+    goes_when_closed: bool,
     qp: Option<SctpQp>,
     /// Posts made before full operation.
     pending: EarlyWork,
@@ -253,7 +244,7 @@ struct Conn {
     early_len: usize,
     events: VecDeque<CmEvent>,
     outputs: VecDeque<HostOutput>,
-    closing: Option<Closing>,
+    /// SHUTDOWN or ABORT was asked of the association.
     shutdown_sent: bool,
     /// Its deadlines: setup, a close waiting for our Reads' answers, a
     /// close's linger, an abort's grace (one table for both transports,
@@ -265,8 +256,6 @@ struct Conn {
     /// last armed (`SetupTimeouts::close` after it, the association is
     /// aborted if still there; see [`SctpConns::drive`]).
     linger_seen: Option<(u64, usize)>,
-    /// The association ended (it is gone from the host).
-    closed: bool,
     /// `CmEvent::Disconnected` was reported.
     reported_closed: bool,
     /// Aborted for the memory budget ([`crate::budget`]).
@@ -284,7 +273,7 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(assoc: AssocId, port: u16, remote: Ipv4Address, ulp: SctpUlp, phase: Phase) -> Self {
+    fn new(assoc: AssocId, port: u16, remote: Ipv4Address, ulp: SctpUlp, role: Role) -> Self {
         let pending = EarlyWork::new(ulp.params.sq_depth, ulp.params.rq_depth);
         Conn {
             assoc,
@@ -292,18 +281,19 @@ impl Conn {
             remote,
             token: None,
             ulp,
-            phase,
+            state: State::Opening,
+            role,
+            request: None,
+            goes_when_closed: false,
             qp: None,
             pending,
             early: Vec::new(),
             early_len: 0,
             events: VecDeque::new(),
             outputs: VecDeque::new(),
-            closing: None,
             shutdown_sent: false,
             timers: Timers::default(),
             linger_seen: None,
-            closed: false,
             reported_closed: false,
             close_reads_seen: None,
             over_budget: false,
@@ -323,7 +313,7 @@ impl Conn {
         if t.none_armed() {
             return None;
         }
-        let abort = (!self.closed && !self.shutdown_sent)
+        let abort = (!self.closed() && !self.shutdown_sent)
             .then(|| t.get(Timer::Abort))
             .flatten();
         // No first-FPDU hold over SCTP.
@@ -402,11 +392,38 @@ impl Conn {
         self.timers.arm(Timer::Setup, now, t);
     }
 
+    /// The association is gone.
+    #[inline]
+    fn closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Move to `s`. Nothing leaves [`State::Closed`]; asking for
+    /// [`State::Closing`] or [`State::Aborting`] records that a close
+    /// began (`goes_when_closed`), even once closed.
+    fn enter(&mut self, s: State) {
+        if matches!(s, State::Closing | State::Aborting) {
+            self.goes_when_closed = true;
+        }
+        if self.state != State::Closed {
+            self.state = s;
+        }
+    }
+
+    /// The setup exchange, on `role`'s side of it.
+    fn awaiting_setup(&self, role: Role) -> bool {
+        self.state == State::AwaitingSetup && self.role == role
+    }
+
+    /// Setup failed: the application learns why
+    /// ([`CmEvent::SetupFailed`]) and the connection closes.
     fn fail(&mut self, e: SetupError) {
         self.timers.clear(Timer::Setup);
-        self.phase = Phase::Over;
+        self.request = None;
         self.events.push_back(CmEvent::SetupFailed(e));
-        self.closing.get_or_insert(Closing::Graceful);
+        if !self.state.is_closing() {
+            self.enter(State::Closing);
+        }
     }
 
     /// Make the queue pair (session accepted), post what waited, and
@@ -438,7 +455,8 @@ impl Conn {
         }
         self.qp = Some(qp);
         self.timers.clear(Timer::Setup);
-        self.phase = Phase::Rdma;
+        self.request = None;
+        self.enter(State::Operational);
         self.events.push_back(CmEvent::Established(n));
     }
 }
@@ -647,6 +665,12 @@ impl SctpConns {
         &self.host
     }
 
+    /// Where connection `id` is in its life ([`crate::endpoint`]), if it
+    /// is still there.
+    pub fn state(&self, id: SockId) -> Option<State> {
+        self.conns.get(&id).map(|c| c.state)
+    }
+
     /// Whether connection `id` exists (not freed yet).
     pub fn has_connection(&self, id: SockId) -> bool {
         self.conns.contains_key(&id)
@@ -705,8 +729,7 @@ impl SctpConns {
             .values()
             .filter(|c| {
                 c.port == port
-                    && !c.closed
-                    && matches!(c.phase, Phase::AwaitInitiate | Phase::AwaitDecision(_))
+                    && (c.awaiting_setup(Role::Responder) || c.state == State::AwaitingDecision)
             })
             .count()
     }
@@ -773,13 +796,13 @@ impl SctpConns {
     /// closed.
     pub fn holders(&self) -> impl Iterator<Item = crate::budget::Holder> + '_ {
         self.conns.iter().map(|(&id, c)| {
-            let assoc = self.host.assoc(c.assoc).filter(|_| !c.closed);
+            let assoc = self.host.assoc(c.assoc).filter(|_| !c.closed());
             let assoc = assoc.map_or(0, |a| a.sctp().recv_buffered() + a.held());
             let qp = c.qp.as_ref().map_or(0, |q| q.qp_ref().segments_held().1);
             crate::budget::Holder {
                 id,
                 held: assoc + qp + c.early_len,
-                releasing: c.over_budget || c.closed,
+                releasing: c.over_budget || c.closed(),
             }
         })
     }
@@ -842,7 +865,7 @@ impl SctpConns {
                 return false;
             };
             match c.qp.as_mut() {
-                Some(qp) if !c.closed => qp.place_segment(stream, ssn, seg, mem),
+                Some(qp) if c.state != State::Closed => qp.place_segment(stream, ssn, seg, mem),
                 _ => false,
             }
         });
@@ -910,7 +933,7 @@ impl SctpConns {
             Ok(assoc) => {
                 let id = self.next_id;
                 self.next_id += 1;
-                let mut c = Conn::new(assoc, lport, remote, ulp, Phase::Associating);
+                let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.token = Some(token);
                 self.ready.mark(&mut c.slot, id);
                 self.conns.insert(id, c);
@@ -970,14 +993,14 @@ impl SctpConns {
         self.ready.mark(&mut c.slot, id);
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
-        if c.closing.is_some() || c.closed {
+        if c.state.is_closing() {
             refuse(c.refusal());
             return true;
         }
-        match (&c.phase, c.qp.as_mut()) {
+        match (c.state, c.qp.as_mut()) {
             // Straight to the queue pair (the common case: no list of
             // outputs in between).
-            (Phase::Rdma, Some(qp)) => {
+            (State::Operational, Some(qp)) => {
                 let r = match cmd {
                     HostCommand::PostSend(wr) => qp.qp().post_send(mem, wr),
                     HostCommand::PostRecv(wr_id, sgl) => qp.qp().post_recv(mem, wr_id, sgl),
@@ -986,7 +1009,6 @@ impl SctpConns {
                     refuse(e);
                 }
             }
-            (Phase::Over, _) => refuse(c.refusal()),
             _ => {
                 if let Err(e) = c.pending.push(cmd, 0) {
                     refuse(e);
@@ -1012,7 +1034,7 @@ impl SctpConns {
             return Err(crate::no_request());
         };
         self.ready.mark(&mut c.slot, id);
-        let Phase::AwaitDecision(req) = &c.phase else {
+        let (State::AwaitingDecision, Some(req)) = (c.state, &c.request) else {
             return Err(crate::no_request());
         };
         // The Accept's CQ from now on, even if the accept fails below:
@@ -1044,7 +1066,7 @@ impl SctpConns {
             return Err(crate::no_request());
         };
         self.ready.mark(&mut c.slot, id);
-        if !matches!(c.phase, Phase::AwaitDecision(_)) {
+        if c.state != State::AwaitingDecision {
             return Err(crate::no_request());
         }
         if let Some(a) = self.host.assoc_mut(c.assoc) {
@@ -1062,7 +1084,9 @@ impl SctpConns {
     pub fn close(&mut self, id: SockId) {
         if let Some(c) = self.conns.get_mut(&id) {
             self.ready.mark(&mut c.slot, id);
-            c.closing.get_or_insert(Closing::Graceful);
+            if !c.state.is_closing() {
+                c.enter(State::Closing);
+            }
             c.ended_by.get_or_insert(DisconnectCause::LocalClose);
             if c.reported_closed {
                 self.forget(id);
@@ -1079,10 +1103,11 @@ impl SctpConns {
             }
             self.ready.mark(&mut c.slot, id);
             c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
-            if matches!(c.closing, Some(Closing::Abort)) {
+            if c.state == State::Aborting {
                 return;
             }
-            c.closing = Some(Closing::Abort);
+            // (Over already: nothing to abort; `enter` leaves it.)
+            c.enter(State::Aborting);
             c.timers
                 .set(Timer::Abort, now.saturating_add(crate::ABORT_GRACE_NS));
             if let Some(qp) = c.qp.as_mut() {
@@ -1245,8 +1270,9 @@ impl SctpConns {
                     lport,
                     Ipv4Address(remote),
                     l.ulp.clone(),
-                    Phase::AwaitInitiate,
+                    Role::Responder,
                 );
+                c.enter(State::AwaitingSetup);
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.arm(now, c.ulp.timeouts.request);
@@ -1287,7 +1313,7 @@ impl SctpConns {
         if let Some(qp) = c.qp.as_mut() {
             if qp.handle_event(&ev, mem) {
                 if let DdpEvent::Closed(_) = ev {
-                    c.closed = true;
+                    c.enter(State::Closed);
                     self.by_assoc.remove(&assoc);
                 }
                 return;
@@ -1307,7 +1333,7 @@ impl SctpConns {
                     });
                     tracing::info!(sock = id, remote = %c.remote, "SCTP association up");
                 }
-                if matches!(c.phase, Phase::Associating) {
+                if c.state == State::Opening {
                     let r = session::initiate(c.ulp.ird, c.ulp.ord, &c.ulp.private_data);
                     match r {
                         Ok(bytes) => match self
@@ -1316,7 +1342,7 @@ impl SctpConns {
                             .map(|a| a.initiate(STREAM, &bytes))
                         {
                             Some(Ok(())) => {
-                                c.phase = Phase::Initiated;
+                                c.enter(State::AwaitingSetup);
                                 c.arm(now, c.ulp.timeouts.reply);
                             }
                             _ => c.fail(SetupError {
@@ -1334,7 +1360,7 @@ impl SctpConns {
                 private_data,
             } => {
                 let a = self.host.assoc_mut(assoc);
-                if stream != STREAM || !matches!(c.phase, Phase::AwaitInitiate) {
+                if stream != STREAM || !c.awaiting_setup(Role::Responder) {
                     // One session per association, on stream 0.
                     if let Some(a) = a {
                         let _ = a.reject(stream, b"");
@@ -1351,7 +1377,8 @@ impl SctpConns {
                         });
                         if c.ulp.manual {
                             c.events.push_back(CmEvent::ConnectRequest(req.clone()));
-                            c.phase = Phase::AwaitDecision(req);
+                            c.request = Some(req);
+                            c.enter(State::AwaitingDecision);
                             c.arm(now, c.ulp.timeouts.decision);
                             return;
                         }
@@ -1360,7 +1387,8 @@ impl SctpConns {
                         // the application's Accept does (as a non-manual
                         // listener over MPA answers the Request with its
                         // Reply).
-                        c.phase = Phase::AwaitDecision(req);
+                        c.request = Some(req);
+                        c.enter(State::AwaitingDecision);
                         let ulp = &c.ulp;
                         let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
                         let listener = AcceptQp { cq: None, pd: None };
@@ -1370,8 +1398,8 @@ impl SctpConns {
                                 let _ = a.reject(stream, b"");
                             }
                             if let Some(c) = self.conns.get_mut(&id) {
-                                c.phase = Phase::Over;
-                                c.closing = Some(Closing::Graceful);
+                                c.request = None;
+                                c.enter(State::Closing);
                             }
                         }
                     }
@@ -1381,15 +1409,14 @@ impl SctpConns {
                             let _ = a.reject(stream, b"");
                         }
                         // The application never saw it: just go.
-                        c.phase = Phase::Over;
-                        c.closing = Some(Closing::Graceful);
+                        c.enter(State::Closing);
                     }
                 }
             }
             DdpEvent::SessionAccepted {
                 stream,
                 private_data,
-            } if stream == STREAM && matches!(c.phase, Phase::Initiated) => {
+            } if stream == STREAM && c.awaiting_setup(Role::Initiator) => {
                 match session::parse_accept(&private_data, c.ulp.ird, c.ulp.ord) {
                     Ok(n) => {
                         let mulpdu = self.host.assoc(assoc).map(|a| a.mulpdu()).unwrap_or(0);
@@ -1408,27 +1435,26 @@ impl SctpConns {
                 stream,
                 why,
                 private_data,
-            } if stream == STREAM => match c.phase {
-                Phase::Initiated => c.fail(match why {
+            } if stream == STREAM => match (c.state, c.role) {
+                (State::AwaitingSetup, Role::Initiator) => c.fail(match why {
                     SessionEnd::Rejected => session::rejected(&private_data),
                     _ => crate::no_request(),
                 }),
-                Phase::AwaitDecision(_) | Phase::AwaitInitiate => {
+                (State::AwaitingDecision | State::AwaitingSetup, Role::Responder) => {
                     c.fail(SetupError {
                         code: TermCode::MPA_CONN_LOST,
                         reason: SetupFailure::WrongKind,
                         peer_private_data: Vec::new(),
                     });
                 }
-                _ => {
-                    c.closing.get_or_insert(Closing::Graceful);
-                }
+                (s, _) if !s.is_closing() => c.enter(State::Closing),
+                _ => {}
             },
             DdpEvent::Segment {
                 stream,
                 ddp_ssn,
                 segment,
-            } if stream == STREAM && matches!(c.phase, Phase::Initiated) => {
+            } if stream == STREAM && c.awaiting_setup(Role::Initiator) => {
                 c.early_len += segment.len();
                 if c.early_len > MAX_EARLY || c.early.len() >= 4096 {
                     if let Some(a) = self.host.assoc_mut(assoc) {
@@ -1445,7 +1471,6 @@ impl SctpConns {
                 }
             }
             DdpEvent::Closed(reason) => {
-                c.closed = true;
                 self.by_assoc.remove(&assoc);
                 if let Some(token) = c.token.take() {
                     self.by_token.remove(&token);
@@ -1453,17 +1478,14 @@ impl SctpConns {
                         token,
                         error: close_error(&reason),
                     });
-                    c.phase = Phase::Over;
-                    return;
-                }
-                match c.phase {
-                    Phase::Initiated | Phase::AwaitDecision(_) => c.fail(SetupError {
+                } else if c.awaiting_setup(Role::Initiator) || c.state == State::AwaitingDecision {
+                    c.fail(SetupError {
                         code: TermCode::MPA_CONN_LOST,
                         reason: SetupFailure::WrongKind,
                         peer_private_data: Vec::new(),
-                    }),
-                    _ => c.phase = Phase::Over,
+                    });
                 }
+                c.enter(State::Closed);
             }
             _ => {}
         }
@@ -1492,7 +1514,7 @@ impl SctpConns {
                 reason: SetupFailure::TimedOut,
                 peer_private_data: Vec::new(),
             };
-            match c.phase {
+            match c.state {
                 // The peer never asked (RFC 5043 §6.2: the active side
                 // sends the Session Initiate once the association is up):
                 // ABORT, not SHUTDOWN. We sent nothing on the association
@@ -1507,10 +1529,9 @@ impl SctpConns {
                 // nobody accepted holds its slot for at most
                 // `timeouts.request`, and a place in the backlog
                 // meanwhile.
-                Phase::AwaitInitiate => {
+                State::AwaitingSetup if c.role == Role::Responder => {
                     c.timers.clear(Timer::Setup);
-                    c.phase = Phase::Over;
-                    c.closing = Some(Closing::Graceful);
+                    c.enter(State::Closing);
                     if let Some(a) = self.host.assoc_mut(c.assoc) {
                         a.abort();
                     }
@@ -1518,13 +1539,13 @@ impl SctpConns {
                 }
                 // RFC 5043 §6.3: our application did not answer; the
                 // peer learns it from a Reject.
-                Phase::AwaitDecision(_) => {
+                State::AwaitingDecision => {
                     if let Some(a) = self.host.assoc_mut(c.assoc) {
                         let _ = a.reject(STREAM, b"");
                     }
                     c.fail(timed_out);
                 }
-                Phase::Initiated => {
+                State::AwaitingSetup => {
                     if let Some(a) = self.host.assoc_mut(c.assoc) {
                         let _ = a.terminate(now, STREAM);
                     }
@@ -1537,7 +1558,7 @@ impl SctpConns {
         // while the association is at hand (only received packets move it
         // into these states, so it holds for this whole call).
         let mut peer_closing = None;
-        if let (Some(qp), false) = (c.qp.as_mut(), c.closed) {
+        if let (Some(qp), false) = (c.qp.as_mut(), c.state == State::Closed) {
             // Offered without marking the association: most drives give
             // it nothing (a connection driven for its completions), and
             // an association visited drives its connection.
@@ -1547,7 +1568,7 @@ impl SctpConns {
                 busy |= sent > 0;
                 peer_closing = Some(matches!(
                     a.sctp().state(),
-                    State::ShutdownReceived | State::ShutdownAckSent
+                    AssocState::ShutdownReceived | AssocState::ShutdownAckSent
                 ));
                 // Segments, or the session's Terminate (RFC 5043 §6.2).
                 if sent > 0 || qp.session_over() != over {
@@ -1560,8 +1581,8 @@ impl SctpConns {
         // peer has sent no segment for `close` the close becomes abortive
         // (Terminate, then SHUTDOWN or ABORT) and the Reads complete
         // flushed.
-        let reads_wait = match (&c.closing, &c.qp) {
-            (Some(Closing::Graceful), Some(q)) if !c.closed && !c.shutdown_sent => {
+        let reads_wait = match (c.state, &c.qp) {
+            (State::Closing, Some(q)) if !c.shutdown_sent => {
                 let r = q.qp_ref();
                 (q.tx_idle()
                     && !q.session_over()
@@ -1593,17 +1614,17 @@ impl SctpConns {
             }
         }
         // Teardown.
-        if !c.closed && !c.shutdown_sent {
+        if !c.closed() && !c.shutdown_sent {
             let qp_done =
                 c.qp.as_ref()
                     .is_none_or(|q| q.session_over() || q.qp_ref().state() == QpState::Error);
-            let go = match c.closing {
-                Some(Closing::Graceful) => c.qp.as_ref().is_none_or(|q| {
+            let go = match c.state {
+                State::Closing => c.qp.as_ref().is_none_or(|q| {
                     q.session_over()
                         || q.qp_ref().state() == QpState::Error
                         || (q.tx_idle() && q.qp_ref().outstanding_reads() == 0)
                 }),
-                Some(Closing::Abort) => {
+                State::Aborting => {
                     if c.timers.due(Timer::Abort, now) {
                         c.timers.clear(Timer::Abort);
                         if let Some(a) = self.host.assoc_mut(c.assoc) {
@@ -1615,7 +1636,7 @@ impl SctpConns {
                 }
                 // The session ended (a Terminate either way): the
                 // association has nothing more to carry.
-                None => c.qp.as_ref().is_some_and(|q| q.session_over()),
+                _ => c.qp.as_ref().is_some_and(|q| q.session_over()),
             };
             if go && !c.shutdown_sent {
                 if let Some(a) = self.host.assoc_mut(c.assoc) {
@@ -1647,15 +1668,15 @@ impl SctpConns {
         // needs no session Terminate) counts as a close too: to a peer
         // silent after it, our last DATA and SHUTDOWN-ACK would be
         // retransmitted as long (§9.2).
-        let lingering = !c.closed
+        let lingering = !c.closed()
             && reads_wait.is_none()
-            && (c.closing.is_some()
+            && (matches!(c.state, State::Closing | State::Aborting)
                 || c.shutdown_sent
                 || peer_closing.unwrap_or_else(|| {
                     self.host.assoc(c.assoc).is_some_and(|a| {
                         matches!(
                             a.sctp().state(),
-                            State::ShutdownReceived | State::ShutdownAckSent
+                            AssocState::ShutdownReceived | AssocState::ShutdownAckSent
                         )
                     })
                 }));
@@ -1683,7 +1704,7 @@ impl SctpConns {
             }
         }
         // Work posted after a close or before a failure.
-        if c.closing.is_some() || c.closed || matches!(c.phase, Phase::Over) {
+        if c.state.is_closing() {
             let refusal = c.refusal();
             while let Some((cmd, _)) = c.pending.pop_front() {
                 c.outputs.push_back(HostOutput::refused(&cmd, refusal));
@@ -1708,7 +1729,7 @@ impl SctpConns {
             out(Output::Cm(id, e));
             busy = true;
         }
-        if c.closed && !c.reported_closed {
+        if c.closed() && !c.reported_closed {
             // Everything flushed and reported above.
             c.reported_closed = true;
             out(Output::Cm(id, CmEvent::Disconnected));
@@ -1719,7 +1740,7 @@ impl SctpConns {
         }
         // A queue pair the application holds stays (refusing posts) until
         // it closes it; one it never had goes now.
-        if c.closed && (c.qp.is_none() || c.closing.is_some()) {
+        if c.closed() && (c.qp.is_none() || c.goes_when_closed) {
             self.forget(id);
             return busy;
         }
@@ -1949,6 +1970,76 @@ mod tests {
             self.a
                 .handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), self.now);
         }
+    }
+
+    /// A close during the setup exchange ends the connection as over TCP
+    /// (`over_tcp`'s `Closing` takes no setup step): the peer's Accept
+    /// that comes after it does not bring the connection up (no
+    /// `Established`, no queue pair), the close completes with
+    /// `Disconnected`, and a post made after the close is refused.
+    /// Before both transports shared one state ([`crate::endpoint`]),
+    /// an SCTP connection closed while `Initiated` still started its
+    /// queue pair and reported `Established` when the Accept came.
+    #[test]
+    fn a_close_during_setup_ends_without_established() {
+        let (mut p, ulp_a, ulp_b) = Pair::new(60_000 * MS);
+        p.listen(ulp_b);
+        p.connect(1, Transport::Sctp, ulp_a);
+        // The association comes up; `a` sends its Initiate and `b`'s
+        // application holds the request.
+        let mut req = None;
+        assert!(p.run_until(1000, |p| {
+            req = p.out_b.iter().find_map(|o| match o {
+                Output::Cm(id, CmEvent::ConnectRequest(_)) => Some(*id),
+                _ => None,
+            });
+            req.is_some()
+        }));
+        let sa = p
+            .out_a
+            .iter()
+            .find_map(|o| match o {
+                Output::Connected { token: 1, sock, .. } => Some(*sock),
+                _ => None,
+            })
+            .expect("the association is up");
+        let sc = p.a.sctp().unwrap();
+        assert_eq!(sc.state(sa), Some(State::AwaitingSetup));
+        // `a` closes while it waits for the Accept; `b` accepts.
+        p.a.handle_command(Command::Close(sa), p.now);
+        assert_eq!(p.a.sctp().unwrap().state(sa), Some(State::Closing));
+        p.b.handle_command(
+            Command::Accept {
+                sock: req.unwrap(),
+                private_data: Vec::new(),
+                ird: 4,
+                ord: 4,
+                cq: None,
+                pd: None,
+            },
+            p.now,
+        );
+        p.write(sa, 9);
+        assert!(p
+            .run_until(3000, |p| p.out_a.iter().any(
+                |o| matches!(o, Output::Cm(id, CmEvent::Disconnected) if *id == sa)
+            )));
+        assert!(
+            !p.out_a
+                .iter()
+                .any(|o| matches!(o, Output::Cm(_, CmEvent::Established(_)))),
+            "{:?}",
+            p.out_a
+        );
+        assert!(
+            p.out_a.iter().any(|o| matches!(
+                o,
+                Output::Iwarp(id, HostOutput::Refused(9, _)) if *id == sa
+            )),
+            "the Write posted after the close is refused: {:?}",
+            p.out_a
+        );
+        assert!(!p.a.sctp().unwrap().has_connection(sa), "freed");
     }
 
     /// An idle connection is not driven, nor its association visited,
