@@ -208,21 +208,11 @@ pub struct ActiveOpen {
 
 /// Receive-side scaling over `queues` queues: a key and an indirection
 /// table (module docs).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rss {
     key: [u8; KEY_LEN],
     queues: u16,
     table: [u16; TABLE_LEN],
-}
-
-impl fmt::Debug for Rss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rss")
-            .field("key", &self.key)
-            .field("queues", &self.queues)
-            .field("table", &&self.table[..])
-            .finish()
-    }
 }
 
 impl Rss {

@@ -29,7 +29,7 @@ use crossbeam_queue::ArrayQueue;
 use iwarp_frame::{Doorbell, FrameDevice};
 
 /// A steering function: the receive queue of a frame, `None` for queue 0.
-pub type Steer = dyn Fn(&[u8]) -> Option<u16> + Send + Sync;
+type Steer = dyn Fn(&[u8]) -> Option<u16> + Send + Sync;
 
 /// One queue's doorbell: whether its device sleeps, and a rung flag under a
 /// mutex with a condition variable (as `MemDevice`'s).
@@ -54,7 +54,7 @@ impl Doorbell for Bell {
 struct End {
     rx: Vec<ArrayQueue<Vec<u8>>>,
     bells: Vec<Arc<Bell>>,
-    steer: Box<Steer>,
+    steer: Arc<Steer>,
 }
 
 impl std::fmt::Debug for End {
@@ -70,7 +70,7 @@ impl std::fmt::Debug for End {
 }
 
 impl End {
-    fn new(queues: u16, depth: usize, steer: Box<Steer>) -> End {
+    fn new(queues: u16, depth: usize, steer: Arc<Steer>) -> End {
         End {
             rx: (0..queues).map(|_| ArrayQueue::new(depth)).collect(),
             bells: (0..queues).map(|_| Arc::new(Bell::default())).collect(),
@@ -116,9 +116,10 @@ impl MultiQueuePair {
     pub fn new(
         queues: u16,
         depth: usize,
-        steer: impl Fn(&[u8]) -> Option<u16> + Send + Sync + Clone + 'static,
+        steer: impl Fn(&[u8]) -> Option<u16> + Send + Sync + 'static,
     ) -> MultiQueuePair {
-        MultiQueuePair::with_steering(queues, depth, steer.clone(), steer)
+        let steer: Arc<Steer> = Arc::new(steer);
+        MultiQueuePair::build(queues, depth, steer.clone(), steer)
     }
 
     /// As [`new`](Self::new), with a steering function per receiving end:
@@ -129,10 +130,14 @@ impl MultiQueuePair {
         into_a: impl Fn(&[u8]) -> Option<u16> + Send + Sync + 'static,
         into_b: impl Fn(&[u8]) -> Option<u16> + Send + Sync + 'static,
     ) -> MultiQueuePair {
+        MultiQueuePair::build(queues, depth, Arc::new(into_a), Arc::new(into_b))
+    }
+
+    fn build(queues: u16, depth: usize, into_a: Arc<Steer>, into_b: Arc<Steer>) -> MultiQueuePair {
         let queues = queues.max(1);
         let depth = depth.max(1);
-        let end_a = Arc::new(End::new(queues, depth, Box::new(into_a)));
-        let end_b = Arc::new(End::new(queues, depth, Box::new(into_b)));
+        let end_a = Arc::new(End::new(queues, depth, into_a));
+        let end_b = Arc::new(End::new(queues, depth, into_b));
         let devices = |own: &Arc<End>, peer: &Arc<End>| {
             (0..queues)
                 .map(|queue| QueueDevice {
