@@ -20,7 +20,10 @@
 //!   UDP, RFC 6951) handed up, and datagrams of any protocol sent, their
 //!   payload gathered or written in place in the device's buffer
 //!   ([`iface::FrameSink`]). `tcp-lite` checks and frames TCP segments
-//!   over it; it depends on neither transport.
+//!   over it; it depends on neither transport;
+//! * [`rss`]: receive-side scaling: the Toeplitz hash, the 128-entry
+//!   indirection table from flow to receive queue, and the local port
+//!   whose reply flow reaches a given queue.
 #![warn(missing_docs)]
 
 pub mod arp;
@@ -29,5 +32,6 @@ pub mod egress;
 pub mod fixtures;
 pub mod iface;
 pub mod ingress;
+pub mod rss;
 mod stats_fmt;
 pub mod wire;

@@ -1,15 +1,31 @@
 //! What the tests' simulated links share: one seeded generator ([`Rng`]),
 //! one description of link faults ([`Faults`], parts per million) and one
-//! datagram link between two endpoints in virtual time ([`DatagramLink`]).
+//! datagram link between two endpoints in virtual time ([`DatagramLink`]);
+//! and one frame link with several queues per end ([`multiqueue`]).
 //!
-//! Std only, no unsafe, no clock: a protocol crate can take it as a
-//! dev-dependency, and a run over it is a pure function of its seed and of
-//! what the test does. The frame-level links of the host stack (with
-//! Ethernet, poll loops and loss bursts) stay in `iwarp-datapath`'s `link`
-//! module; they draw from the same generator (`iwarp_frame::SplitMix64`,
-//! whose outputs [`Rng`] reproduces).
+//! No unsafe; beside std it depends only on the frame-device trait
+//! (`iwarp-frame`) and `crossbeam-queue`, so a protocol crate can take it
+//! as a dev-dependency. [`Rng`], [`Faults`] and [`DatagramLink`] read no
+//! clock: a run over them is a pure function of its seed and of what the
+//! test does. The frame-level links of the host stack (with Ethernet, poll
+//! loops and loss bursts) stay in `iwarp-datapath`'s `link` module; they
+//! draw from the same generator (`iwarp_frame::SplitMix64`, whose outputs
+//! [`Rng`] reproduces).
+//!
+//! [`MultiQueuePair`] is the exception to both: a frame link in memory
+//! whose ends have `n` queues each, every queue a
+//! [`FrameDevice`](iwarp_frame::FrameDevice) of its own that a thread can
+//! own, and a steering function (RSS's `Rss::queue_of_frame` from
+//! `iwarp-net`, or any closure) that picks the receiving queue of each
+//! frame; frames it does not steer (ARP) go to queue 0, as on RSS NICs.
+//! Its devices can sleep until a frame arrives, which waits on the wall
+//! clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod multiqueue;
+
+pub use multiqueue::{MultiQueuePair, QueueDevice};
 
 use std::collections::BTreeMap;
 
