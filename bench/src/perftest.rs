@@ -657,6 +657,9 @@ struct Test {
     /// send_bw's credit word: the peer's receive count, little-endian, at
     /// offset 4 (where our msg-7 dest points).
     credit: Mr,
+    /// The context's loop thread shares our one CPU
+    /// ([`iwarp::Context::shares_cpu`]).
+    shares_cpu: bool,
 }
 
 const CREDIT_OFF: u64 = 4;
@@ -838,6 +841,7 @@ pub fn run(ctx: &Context, o: &Options) -> Result<Outcome, String> {
             .map_err(err("register credit buffer"))?,
         half,
         qp: test_qp,
+        shares_cpu: ctx.shares_cpu(),
     };
     let local = Dest {
         out_reads: if o.kind.is_read() {
@@ -1105,7 +1109,9 @@ fn wait_octet(o: &Options, t: &Test, at: usize, want: u8) -> Result<(), String> 
                 o.step_timeout
             ));
         }
-        if !o.busy {
+        // Spinning is for a loop with a CPU of its own: a loop thread on
+        // this process's one CPU needs it to place the Write.
+        if !o.busy || t.shares_cpu {
             std::thread::yield_now();
         }
     }

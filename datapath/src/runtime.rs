@@ -202,6 +202,9 @@ pub struct LoopStats {
     /// Times an inline loop's keeper took over because no application
     /// thread had run a round for the grace period.
     pub keeper_takeovers: u64,
+    /// Idle rounds after which a busy loop yielded its CPU, which it
+    /// shares with the application ([`shares_cpu`]).
+    pub yields: u64,
 }
 
 /// Reads a device's counters on the loop thread (see [`spawn_probed`]).
@@ -696,9 +699,36 @@ pub struct LoopHandle<E: Engine> {
     bell: Option<Arc<dyn iwarp_frame::Doorbell>>,
     outputs_bell: Arc<OutputBell>,
     driver: Driver<E>,
+    /// The loop's own thread shares the one CPU the application may run
+    /// on ([`shares_cpu`]).
+    shares_cpu: bool,
+}
+
+/// Whether a loop thread started now from this thread, pinned to `core`
+/// if given, shares its CPU with this thread: this thread may run on one
+/// CPU only (a process confined with `taskset -c N`, a one-CPU container)
+/// and the loop runs there too (unpinned, it inherits the mask; pinned,
+/// to that CPU). A busy loop there yields after each idle round instead
+/// of spinning out its time slice, and an application that spins on an
+/// empty completion queue should yield too ([`LoopHandle::shares_cpu`]):
+/// spinning cannot make progress while the thread that would make it
+/// waits for the CPU.
+pub fn shares_cpu(core: Option<usize>) -> bool {
+    match core_affinity::get_core_ids().as_deref() {
+        Some([only]) => core.is_none_or(|c| c == only.id),
+        _ => false,
+    }
 }
 
 impl<E: Engine> LoopHandle<E> {
+    /// The loop has a thread of its own on the one CPU the application
+    /// thread that started it may use ([`shares_cpu`]): a thread that
+    /// spins waiting for the loop's work should yield the CPU between
+    /// looks (the `iwarp` crate's completion queues do).
+    pub fn shares_cpu(&self) -> bool {
+        self.shares_cpu
+    }
+
     /// Post a command; gives it back if the queue is full. A loop asleep
     /// in adaptive mode is woken (unparked), so a post does not wait out
     /// the loop's sleep.
@@ -928,6 +958,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         sleep: Duration::from_micros(1),
         last_now: 0,
     };
+    let shares_cpu = !matches!(mode, Mode::Inline { .. }) && shares_cpu(core);
     let pin = move |st: &mut LoopStats| {
         if let Some(id) = core {
             st.pinned = core_affinity::set_for_current(core_affinity::CoreId { id });
@@ -982,6 +1013,14 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
                         Mode::Adaptive { spins, max_sleep } => {
                             lp.idle_step(spins, max_sleep, &sl, &s)
                         }
+                        // A busy loop on the application's only CPU:
+                        // spinning out the time slice would starve the
+                        // application it serves (and the peer loop of a
+                        // pair in one process).
+                        _ if shares_cpu => {
+                            lp.st.yields += 1;
+                            std::thread::yield_now()
+                        }
                         _ => std::hint::spin_loop(),
                     }
                 }
@@ -998,6 +1037,7 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
         bell,
         outputs_bell,
         driver,
+        shares_cpu,
     }
 }
 

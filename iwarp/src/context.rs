@@ -301,6 +301,20 @@ impl Context {
         Ok(Self::launch(cfg, dev, host, reader))
     }
 
+    /// The context's poll loop has a thread of its own on the one CPU
+    /// the application that created the context may use (a process
+    /// confined with `taskset -c N`, a one-CPU container). A busy loop
+    /// there yields after each idle round instead of spinning out its
+    /// time slice, and [`Cq::poll_one`] and [`Cq::poll`] yield after an
+    /// empty look; an application that waits by spinning on memory (a
+    /// Write's last octet, as perftest's latency tests do) should yield
+    /// between looks too, or each message waits for its time slice to end.
+    /// Never true for [`Polling::Inline`]: the application's thread is
+    /// the loop.
+    pub fn shares_cpu(&self) -> bool {
+        self.inner.lp.shares_cpu()
+    }
+
     /// Our address.
     pub fn addr(&self) -> Ipv4Addr {
         self.inner.addr
@@ -369,6 +383,7 @@ impl Context {
             ring: Arc::new(CqRing::new(depth)),
             notify: Arc::new(OnceLock::new()),
             driver: self.inner.lp.driver(),
+            yields: self.inner.lp.shares_cpu(),
         }
     }
 

@@ -131,17 +131,39 @@ pub struct Cq {
     /// The loop to drive when the ring is empty, on an inline context
     /// ([`Polling::Inline`]).
     pub(crate) driver: Option<std::sync::Weak<dyn Drive>>,
+    /// The context's loop thread shares the one CPU this process may use
+    /// (`iwarp_datapath::runtime::shares_cpu`): an empty poll yields the
+    /// CPU to it.
+    pub(crate) yields: bool,
 }
 
 impl Cq {
     /// One completion, if any (no syscall, no lock). On an inline context
     /// ([`Polling::Inline`]) an empty ring makes this thread run one
-    /// round of the loop (receive, stack, transmit) and look again.
+    /// round of the loop (receive, stack, transmit) and look again. When
+    /// the context's loop thread shares the one CPU this process may use
+    /// (a process confined with `taskset -c N`), an empty poll yields the
+    /// CPU (`sched_yield`) so that a thread spinning here does not keep
+    /// the loop from making the completion.
     pub fn poll_one(&self) -> Option<Wc> {
         match self.ring.ring.pop() {
             Some(e) => Some(Self::wc(e)),
             None if self.drive() => self.ring.ring.pop().map(Self::wc),
-            None => None,
+            None => {
+                self.yield_if_shared();
+                None
+            }
+        }
+    }
+
+    /// After an empty poll: give the CPU up when the context's loop
+    /// thread shares this process's one CPU, where spinning on would keep
+    /// the thread that fills the ring waiting for its time slice (a loop
+    /// with a core of its own, or an inline context, costs nothing here).
+    #[inline]
+    fn yield_if_shared(&self) {
+        if self.yields {
+            std::thread::yield_now();
         }
     }
 
@@ -185,6 +207,9 @@ impl Cq {
         let mut n = self.drain(out, max);
         if n == 0 && max > 0 && self.drive() {
             n = self.drain(out, max);
+        }
+        if n == 0 {
+            self.yield_if_shared();
         }
         n
     }

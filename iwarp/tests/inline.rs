@@ -85,9 +85,9 @@ fn spin(cq: &iwarp::Cq) -> iwarp::Wc {
 }
 
 /// Send ping-pong, both ends on one thread, the process's threads (this
-/// one and both keepers, which inherit its CPU mask) on one CPU. With a
-/// loop thread that spins this starves; inline, the thread that polls is
-/// the one that moves the frames.
+/// one and both keepers, which inherit its CPU mask) on one CPU. Inline,
+/// the thread that polls is the one that moves the frames (with loop
+/// threads, each message needs the CPU handed over: `busy_one_cpu.rs`).
 #[test]
 fn one_thread_on_one_cpu_runs_both_ends() {
     // Pinned before the contexts exist: their keepers inherit the mask.
