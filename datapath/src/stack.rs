@@ -238,32 +238,7 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
-        // An answer to a request releases what was held for it: to the
-        // Accept's CQ, before anything the accept itself makes.
-        match &cmd {
-            Command::Accept { sock, cq, .. } => self.answered(*sock, cq.as_ref()),
-            Command::Reject { sock: id, .. } | Command::Close(id) | Command::Abort(id) => {
-                self.answered(*id, None)
-            }
-            _ => {}
-        }
-        // A command for a connection wakes it for the next round.
-        let target = match &cmd {
-            // Without an SCTP part a post is marked where it is posted
-            // (one lookup of the connection).
-            Command::Iwarp(..) if self.sctp.is_none() => None,
-            // One of the SCTP part's (posted there below): no TCP socket.
-            Command::Iwarp(id, _) if *id >= crate::over_sctp::conn::SCTP_SOCK_BASE => None,
-            Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
-            Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
-            Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
-            _ => None,
-        };
-        if let Some(id) = target {
-            if let Some(s) = self.socks.get_mut(&id) {
-                mark_ready(&mut self.ready, s, id);
-            }
-        }
+        self.command_arrived(&cmd);
         // Without an SCTP part only SCTP's own commands go there (every
         // other arm of `sctp_command` asks the part): no move of the
         // command through it.
@@ -303,25 +278,7 @@ impl crate::runtime::Engine for Stack {
             Command::Hook(h) => self.hooks.push(h),
             // Posts.
             Command::IwarpOpening(token, cmd) => self.cmd_iwarp_opening(token, cmd, now),
-            Command::Iwarp(id, cmd) => {
-                let sock = self.socks.get_mut(&id);
-                if let Some(sock) = sock {
-                    mark_ready(&mut self.ready, sock, id);
-                    if let Sock {
-                        kind: SockKind::Iwarp(i),
-                        cq,
-                        ..
-                    } = sock
-                    {
-                        let out = &mut self.pending_out;
-                        i.post(cmd, now, &self.mem, &mut |o| {
-                            route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
-                        });
-                        return;
-                    }
-                }
-                self.refuse_post(id, &cmd);
-            }
+            Command::Iwarp(id, cmd) => self.cmd_post(id, cmd, now),
             // Teardown.
             Command::Close(id) => self.cmd_close(id),
             Command::Abort(id) => self.cmd_abort(id, now),
