@@ -23,6 +23,35 @@
 //! encapsulation port) to the SCTP part; ARP is answered and learned once,
 //! in the one cache both parts send through. SCTP connections are reached
 //! by id through the same commands and CQ rings.
+//!
+//! # Layout
+//!
+//! This file holds the [`Stack`] itself, [`Stack::new`] and the
+//! [`Engine`](crate::runtime::Engine) glue; the rest is in `stack/`:
+//!
+//! - `messages.rs`: the [`Command`]s the stack takes and the [`Output`]s
+//!   it hands back;
+//! - `config.rs`: its settings ([`StackConfig`]);
+//! - `commands.rs`: each command taken apart by concern (what every
+//!   command does first, connection setup, posts, teardown);
+//! - `sock.rs`: the TCP socket types (a connection, byte stream or iWARP;
+//!   a listener);
+//! - `tcp_conns.rs`: TCP connections made (ISN, ephemeral port), found by
+//!   their 4-tuple for each segment, and handed over by listeners (passive
+//!   open, backlog);
+//! - `round.rs`: one round of the poll loop, and the reports of each
+//!   connection's state changes;
+//! - `stream.rs`: byte streams' rings shared with the application
+//!   ([`StreamShared`]);
+//! - `cq.rs`: the completion rings ([`CqRing`], [`QpCqs`]) and how
+//!   outputs reach them;
+//! - `requests.rs`: connection requests the application has not answered
+//!   yet, and what their posts produced meanwhile;
+//! - `held.rs`: what connections and listeners hold for peers, and the
+//!   context's memory limit;
+//! - `sctp.rs`: the SCTP part, and what reaches it;
+//! - `stats.rs`: counters ([`StackStats`]) and per-connection reports;
+//! - `tests.rs`: unit tests.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
