@@ -1,13 +1,48 @@
-//! The host's [`Command`]s other than posts, taken apart by concern for
+//! The host's [`Command`]s, taken apart by concern for
 //! [`Engine::handle_command`](crate::runtime::Engine::handle_command):
-//! connection setup (connect, listen, unlisten, accept, reject), posts to
-//! a connection still opening or already gone, and teardown (close,
-//! abort). The post itself stays in `handle_command`: it is the hot path.
+//! what every command does first (requests answered, connections woken),
+//! connection setup (connect, listen, unlisten, accept, reject), posts
+//! (to a connection, to one still opening, the refusal for one already
+//! gone) and teardown (close, abort). The post is the hot path: it and the
+//! first step are `#[inline]` (into `handle_command`).
 
 use super::*;
 use crate::runtime::Engine as _;
 
 impl Stack {
+    /// What every command does first: an answer to a request releases
+    /// what was held for it, and a command for a connection wakes it.
+    #[inline]
+    pub(super) fn command_arrived(&mut self, cmd: &Command) {
+        // An answer to a request releases what was held for it: to the
+        // Accept's CQ, before anything the accept itself makes.
+        match cmd {
+            Command::Accept { sock, cq, .. } => self.answered(*sock, cq.as_ref()),
+            Command::Reject { sock: id, .. } | Command::Close(id) | Command::Abort(id) => {
+                self.answered(*id, None)
+            }
+            _ => {}
+        }
+        // A command for a connection wakes it for the next round.
+        let target = match cmd {
+            // Without an SCTP part a post is marked where it is posted
+            // (one lookup of the connection).
+            Command::Iwarp(..) if self.sctp.is_none() => None,
+            // One of the SCTP part's (posted there by `handle_command`): no
+            // TCP socket.
+            Command::Iwarp(id, _) if *id >= crate::over_sctp::conn::SCTP_SOCK_BASE => None,
+            Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
+            Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
+            Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
+            _ => None,
+        };
+        if let Some(id) = target {
+            if let Some(s) = self.socks.get_mut(&id) {
+                mark_ready(&mut self.ready, s, id);
+            }
+        }
+    }
+
     /// [`Command::Connect`]: an active open, announced by `Opening`.
     pub(super) fn cmd_connect(
         &mut self,
@@ -86,6 +121,29 @@ impl Stack {
                 ));
             }
         }
+    }
+
+    /// [`Command::Iwarp`] on a TCP connection: the post (the data path's
+    /// hot path), or its refusal when the connection is not there.
+    #[inline]
+    pub(super) fn cmd_post(&mut self, id: SockId, cmd: HostCommand, now: u64) {
+        let sock = self.socks.get_mut(&id);
+        if let Some(sock) = sock {
+            mark_ready(&mut self.ready, sock, id);
+            if let Sock {
+                kind: SockKind::Iwarp(i),
+                cq,
+                ..
+            } = sock
+            {
+                let out = &mut self.pending_out;
+                i.post(cmd, now, &self.mem, &mut |o| {
+                    route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
+                });
+                return;
+            }
+        }
+        self.refuse_post(id, &cmd);
     }
 
     /// A post to a connection that is over and freed: the post is refused

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{route, Output, QpCqs, SockId, GONE_KEPT};
+use super::{route, Output, QpCqs, SockId, Stack, GONE_KEPT};
 use crate::over_tcp::{CmEvent, HostOutput};
 
 /// Connections handed to the application as a request
@@ -83,5 +83,25 @@ impl Requests {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+}
+
+impl Stack {
+    /// The application answered request `id` ([`Requests::answered`]):
+    /// first what this round's commands made for it and have not passed
+    /// the record yet (a receive posted to the request and refused in the
+    /// same round as the Accept) joins what is held, then all of it goes
+    /// to `cq`, else to the outputs.
+    #[cold]
+    pub(super) fn answered(&mut self, id: SockId, cq: Option<&QpCqs>) {
+        let requests = self.requests.get_or_insert_default();
+        if requests.holds(id) && !self.pending_out.is_empty() {
+            let out = &mut self.pending_out;
+            for o in std::mem::take(out) {
+                requests.pass(o, &mut |x| out.push_back(x));
+            }
+        }
+        let out = &mut self.pending_out;
+        requests.answered(id, cq, &mut |x| out.push_back(x));
     }
 }

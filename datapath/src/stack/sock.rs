@@ -1,0 +1,120 @@
+//! The stack's TCP sockets: a connection ([`Sock`], a byte stream or an
+//! iWARP stream on TCP) and a listener ([`Listening`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use tcp_lite::listen::Listener;
+use tcp_lite::tcp::Connection as Tcp;
+use tcp_lite::wire::Ipv4Address;
+
+use super::{QpCqs, SockId, StreamShared, Ulp};
+use crate::budget::MemBudget;
+use crate::over_tcp::IwarpOverTcp;
+use crate::ready::{ReadySet, Slot};
+
+#[derive(Debug)]
+pub(super) struct StreamSock {
+    pub(super) tcp: Tcp,
+    pub(super) shared: Arc<StreamShared>,
+    /// Received octets not yet in the ring.
+    pub(super) rx_backlog: VecDeque<Vec<u8>>,
+    pub(super) rx_backlog_len: usize,
+    /// A chunk partly moved into TCP's send buffer.
+    pub(super) tx_partial: Option<(Vec<u8>, usize)>,
+    pub(super) fin_sent: bool,
+}
+
+#[derive(Debug)]
+pub(super) enum SockKind {
+    Stream(Box<StreamSock>),
+    Iwarp(Box<IwarpOverTcp>),
+}
+
+#[derive(Debug)]
+pub(super) struct Sock {
+    pub(super) remote: Ipv4Address,
+    pub(super) cq: Option<QpCqs>,
+    pub(super) kind: SockKind,
+    /// `Connect` token until established.
+    pub(super) token: Option<u64>,
+    pub(super) reported_closed: bool,
+    /// RTO retransmissions already reported as `tracing` events.
+    pub(super) rto_seen: u64,
+    /// Its place in the ready set (polled next round: a segment or
+    /// command arrived, or the last poll left work for the next; see
+    /// `StackConfig::idle_sweep`) and in the deadline set (the earliest
+    /// deadline it had when it left the ready set; a later one only wakes
+    /// it early).
+    pub(super) slot: Slot,
+    /// The listener (port) whose backlog this connection counts against
+    /// until the application accepts it (`StackConfig::backlog`).
+    pub(super) backlog_of: Option<u16>,
+    /// Octets it held for its peer when last polled ([`crate::budget`]).
+    pub(super) held: usize,
+    /// Aborted for the memory budget.
+    pub(super) over_budget: bool,
+}
+
+/// Put `sock` (id `id`) in the ready set unless it is there already.
+#[inline]
+pub(super) fn mark_ready(ready: &mut ReadySet<SockId>, sock: &mut Sock, id: SockId) {
+    ready.mark(&mut sock.slot, id);
+}
+
+impl Sock {
+    pub(super) fn tcp(&self) -> &Tcp {
+        match &self.kind {
+            SockKind::Stream(s) => &s.tcp,
+            SockKind::Iwarp(i) => &i.tcp,
+        }
+    }
+
+    /// Octets its peer makes it hold now: out-of-order data, and what
+    /// waits for the application (a byte stream's backlog beyond its
+    /// ring; iWARP early data and CM events).
+    fn held_now(&self) -> usize {
+        match &self.kind {
+            SockKind::Stream(s) => s.tcp.ooo_held() + s.rx_backlog_len,
+            SockKind::Iwarp(i) => i.held_octets(),
+        }
+    }
+
+    /// Refresh [`held`](Self::held) and the running total; whether it is
+    /// now over the per-connection limit (and not aborted for it yet).
+    pub(super) fn account(&mut self, total: &mut usize, budget: &MemBudget) -> bool {
+        let h = self.held_now();
+        *total = total.saturating_sub(self.held).saturating_add(h);
+        self.held = h;
+        !self.over_budget && budget.over_conn(h)
+    }
+
+    /// End the connection for the memory budget: an iWARP connection
+    /// sends an RDMAP Terminate (catastrophic error localized to the
+    /// stream) and then RST; a byte stream RST at once, dropping what
+    /// waited for its application.
+    pub(super) fn abort_over_budget(&mut self, now: u64) {
+        self.over_budget = true;
+        match &mut self.kind {
+            SockKind::Iwarp(i) => {
+                i.abort_with(now, iwarp_proto::wire::TermCode::RDMAP_CATASTROPHIC_STREAM)
+            }
+            SockKind::Stream(s) => {
+                s.tcp.abort();
+                s.rx_backlog = VecDeque::new();
+                s.rx_backlog_len = 0;
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Listening {
+    pub(super) listener: Listener,
+    pub(super) ulp: Ulp,
+    /// Payload that arrived with the handshake's last ACK, per (peer, port).
+    pub(super) early: HashMap<(Ipv4Address, u16), Vec<u8>>,
+    /// Connections handed out that still count against the backlog
+    /// (`Sock::backlog_of`).
+    pub(super) unaccepted: usize,
+}
