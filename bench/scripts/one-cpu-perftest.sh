@@ -70,7 +70,9 @@ for link in memif veth; do
     ours "inline (waiting)" "$link"
     ours "loop thread (adaptive)" "$link" --loop-thread
 done
-ours "loop thread --busy" memif --busy --loop-thread
+for link in memif veth; do
+    ours "loop thread --busy" "$link" --busy --loop-thread
+done
 kern() { # label, sockperf flags
     # shellcheck disable=SC2086
     ip netns exec "$tag-ka" taskset -c "$cs" timeout 30 sockperf sr --tcp -i 10.92.0.1 -p 11111 $2 >/dev/null 2>&1 &
