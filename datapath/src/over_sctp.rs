@@ -595,15 +595,21 @@ impl SctpHost {
     /// request). Then the round can be left out ([`polled`](Self::polled)
     /// is emptied, as a poll that visited nothing would).
     pub fn idle_round(&mut self, now: u64) -> bool {
-        let arp_due = self
-            .own
-            .as_ref()
-            .is_some_and(|i| i.poll_timeout().is_some_and(|t| t <= now));
-        let idle = self.quiescent() && !self.ready.due(now) && !arp_due;
+        let idle = self.idle_at(now);
         if idle {
             self.polled.clear();
         }
         idle
+    }
+
+    /// [`idle_round`](Self::idle_round)'s test, leaving
+    /// [`polled`](Self::polled) as it is.
+    pub fn idle_at(&self, now: u64) -> bool {
+        let arp_due = self
+            .own
+            .as_ref()
+            .is_some_and(|i| i.poll_timeout().is_some_and(|t| t <= now));
+        self.quiescent() && !self.ready.due(now) && !arp_due
     }
 
     /// Live associations.

@@ -121,6 +121,9 @@ pub struct Stack {
     by_token: HashMap<u64, SockId>,
     /// Application code run after every round.
     hooks: Vec<LoopHook>,
+    /// A frame or a command came in since the last round ran
+    /// ([`Engine::poll`](crate::runtime::Engine::poll)'s idle check).
+    input: bool,
     next_id: SockId,
     /// The connections polled this round (scratch).
     ids: Vec<SockId>,
@@ -173,6 +176,7 @@ impl Stack {
             requests: Some(Box::default()),
             by_token: HashMap::new(),
             hooks: Vec::new(),
+            input: false,
             next_id: 0,
             ids: Vec::new(),
             ports: Vec::new(),
@@ -192,6 +196,36 @@ impl Stack {
             over: Vec::new(),
             cfg,
         }
+    }
+}
+
+impl Stack {
+    /// Nothing queued and nothing visited every round, beside the ready
+    /// sets: no hooks, no frame, output, reset or over-budget connection
+    /// waiting, no half-open or unaccepted connection at a listener (their
+    /// timers are not in the timer set).
+    fn quiet(&self) -> bool {
+        self.hooks.is_empty()
+            && self.pending_tx.is_empty()
+            && self.resets.is_empty()
+            && self.pending_out.is_empty()
+            && self.over.is_empty()
+            && self
+                .listeners
+                .values()
+                .all(|l| l.listener.half_open_len() == 0 && l.listener.ready_len() == 0)
+    }
+
+    /// A round at `now` would do nothing but ARP's look: [`quiet`](Self::quiet),
+    /// no connection ready, no deadline or sweep due, the SCTP part's round
+    /// skipped too. (The caller knows no frame or command came in since
+    /// the last round: those are what mark connections.)
+    #[inline]
+    fn idle_at(&self, now: u64) -> bool {
+        self.ready.is_empty()
+            && !self.ready.due(now)
+            && self.sctp.as_ref().is_none_or(|s| s.idle_at(now))
+            && self.quiet()
     }
 }
 
@@ -219,19 +253,11 @@ impl crate::runtime::Engine for Stack {
     /// timer set), no SCTP connection or association in its ready set,
     /// no frame or output waiting.
     fn quiescent(&self) -> bool {
-        self.ready.is_empty()
-            && self.hooks.is_empty()
-            && self.pending_tx.is_empty()
-            && self.resets.is_empty()
-            && self.pending_out.is_empty()
-            && self
-                .listeners
-                .values()
-                .all(|l| l.listener.half_open_len() == 0 && l.listener.ready_len() == 0)
-            && self.sctp.as_ref().is_none_or(|s| s.quiescent())
+        self.ready.is_empty() && self.sctp.as_ref().is_none_or(|s| s.quiescent()) && self.quiet()
     }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        self.input = true;
         // One parse, dispatched by IP protocol: SCTP (IPv4 protocol 132,
         // or UDP to its port) to the SCTP part once one exists, TCP here;
         // ARP and ICMP Echo answered by the interface.
@@ -267,6 +293,7 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
+        self.input = true;
         self.command_arrived(&cmd);
         // Without an SCTP part only SCTP's own commands go there (every
         // other arm of `sctp_command` asks the part): no move of the
@@ -340,6 +367,17 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(Output)) -> bool {
+        // A round with nothing to do (no frame or command since the last,
+        // nothing ready, nothing due) is left out after ARP's look, its
+        // own early return: a ping-pong's loop runs most rounds idle
+        // while the message is on the link.
+        if !std::mem::take(&mut self.input) && self.idle_at(now) {
+            self.iface.poll(now, &mut |f| {
+                tx.send_parts(&[f]);
+            });
+            self.stats.idle_rounds += 1;
+            return false;
+        }
         // Every output passes the requests' record ([`Requests`]).
         let mut requests = self.requests.take().unwrap_or_default();
         let busy = self.poll_round(now, tx, &mut |o| requests.pass(o, out));

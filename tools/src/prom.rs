@@ -403,6 +403,11 @@ impl Collector for Snapshot {
                 "Connections aborted for the memory budget",
                 s.budget_aborts,
             ),
+            (
+                "idle_rounds",
+                "Rounds left out: nothing came in, nothing ready or due",
+                s.idle_rounds,
+            ),
         ] {
             counter(e, &format!("stack_{k}"), help, None, v)?;
         }
@@ -509,6 +514,11 @@ impl Collector for Snapshot {
                 l.out_dropped,
             ),
             ("sleeps", "Times the loop slept", l.sleeps),
+            (
+                "yields",
+                "Idle rounds after which a busy loop yielded the CPU it shares with the application",
+                l.yields,
+            ),
         ] {
             counter(e, &format!("loop_{k}"), &format!("Loop: {help}"), None, v)?;
         }

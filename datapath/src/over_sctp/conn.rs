@@ -1141,6 +1141,13 @@ impl SctpConns {
         self.round(now, mem, iface, tx, out)
     }
 
+    /// Nothing marked or due at `now` on either level: [`poll`](Self::poll)
+    /// leaves its round out.
+    #[inline]
+    pub fn idle_at(&self, now: u64) -> bool {
+        self.ready.is_empty() && !self.ready.due(now) && self.host.idle_at(now)
+    }
+
     /// [`poll`](Self::poll)'s round, when it has something to do.
     #[inline(never)]
     fn round(

@@ -27,6 +27,9 @@ pub struct StackStats {
     pub held_max_conn: u64,
     /// Connections aborted for going over either limit.
     pub budget_aborts: u64,
+    /// Rounds left out: no frame or command since the last round, nothing
+    /// ready, nothing due (`Engine::poll` returned at once).
+    pub idle_rounds: u64,
     /// From the post of each successful send-queue request of an iWARP
     /// connection over TCP to its completion, as the loop saw them (the
     /// times of the rounds that took the post and produced the

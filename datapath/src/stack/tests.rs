@@ -385,3 +385,133 @@ fn a_push_unparks_the_waiting_thread() {
         Some((7, CqEntry::Refused { wr_id: 1, .. }))
     ));
 }
+
+/// A round with nothing to do is left out: once a connection is up and
+/// quiet, polls return at once (`StackStats::idle_rounds`) and send
+/// nothing; a command brings the next round back, and so does a
+/// deadline coming due (the idle sweep here), with no frame or command.
+#[test]
+fn an_idle_round_is_left_out_until_input_or_a_deadline() {
+    use crate::link::virtual_link::{LinkConfig, Side, VirtualLink};
+    use crate::runtime::Engine;
+    use iwarp_proto::mem::Access;
+    use iwarp_proto::qp::{Sge, WorkRequest};
+    let end = |last: u8| {
+        let iface = iwarp_net::iface::IfaceConfig::new(
+            tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, last]),
+            Ipv4Address::new(10, 5, 0, last),
+            24,
+        );
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
+        let stag = mem.register(pd, vec![last; 64], access, 0).unwrap();
+        let ulp = Ulp::Iwarp {
+            mpa: MpaConfig::default(),
+            params: crate::StreamParams {
+                pd,
+                emss: 1460,
+                sq_depth: 16,
+                rq_depth: 16,
+            },
+            manual: false,
+            cq: None,
+            srq: None,
+        };
+        (Stack::new(StackConfig::new(iface), mem), stag, ulp)
+    };
+    let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
+    let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
+    link.command(
+        Side::A,
+        Command::Listen {
+            transport: Transport::Tcp,
+            port: 7000,
+            ulp: ulp_a,
+        },
+    );
+    link.command(
+        Side::B,
+        Command::Connect {
+            transport: Transport::Tcp,
+            token: 1,
+            remote: Ipv4Address::new(10, 5, 0, 1),
+            port: 7000,
+            ulp: ulp_b,
+        },
+    );
+    let mut sock = None;
+    assert!(link.run_until(1_000_000, |l| {
+        l.outputs(Side::A).clear();
+        while let Some(o) = l.outputs(Side::B).pop_front() {
+            if let Output::Cm(id, CmEvent::Established(_)) = o {
+                sock = Some(id);
+            }
+        }
+        sock.is_some()
+    }));
+    // Let the setup's last segments and delayed ACKs settle.
+    for _ in 0..1000 {
+        link.step();
+    }
+    let now = link.now();
+    let b = link.engine(Side::B);
+    let next = b.poll_timeout().expect("the idle sweep at least");
+    assert!(next > now + 1_000, "nothing due yet: {next} at {now}");
+    let before = b.stats().idle_rounds;
+    let mut sent = 0;
+    for i in 0..100 {
+        let busy = b.poll(now + i, &mut |_: &[&[u8]]| sent += 1, &mut |_| {});
+        assert!(!busy);
+    }
+    assert_eq!(sent, 0);
+    assert_eq!(
+        b.stats().idle_rounds - before,
+        100,
+        "every quiet round left out"
+    );
+    // A post: the next round runs and sends the Write.
+    let wr = WorkRequest::Write {
+        wr_id: 7,
+        signaled: true,
+        local: Sge {
+            stag: stag_b,
+            to: 0,
+            len: 64,
+        }
+        .into(),
+        remote_stag: stag_a,
+        remote_to: 0,
+    };
+    b.handle_command(
+        Command::Iwarp(sock.unwrap(), HostCommand::PostSend(wr)),
+        now + 100,
+    );
+    let before = b.stats().idle_rounds;
+    let mut frames = Vec::new();
+    assert!(b.poll(
+        now + 100,
+        &mut |p: &[&[u8]]| frames.push(p.concat()),
+        &mut |_| {}
+    ));
+    assert_eq!(b.stats().idle_rounds, before, "the round after a post runs");
+    assert_eq!(frames.len(), 1, "the Write's segment");
+    // Deadlines with no frame or command: the Write's segment went
+    // nowhere (this test took it, not the link), so the connection's
+    // timers (a tail-loss probe, the retransmission timeout) come due
+    // until one sends it again. Before each deadline the round is left
+    // out; at it, the round runs.
+    let mut again = 0;
+    for _ in 0..20 {
+        let t = b.poll_timeout().expect("a timer is armed");
+        let before = b.stats().idle_rounds;
+        assert!(!b.poll(t - 1, &mut |_: &[&[u8]]| again += 1, &mut |_| {}));
+        assert_eq!((b.stats().idle_rounds - before, again), (1, 0));
+        b.poll(t, &mut |_: &[&[u8]]| again += 1, &mut |_| {});
+        assert_eq!(b.stats().idle_rounds - before, 1, "the round at {t} runs");
+        if again > 0 {
+            break;
+        }
+    }
+    assert_eq!(again, 1, "the Write's segment, sent again");
+}
