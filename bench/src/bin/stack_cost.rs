@@ -20,7 +20,8 @@
 //! stacks' SCTP part, one association, one DDP Stream Session.
 //!
 //! `--pingpong` answers each Write + doorbell with one (as `iwarp-perf
-//! write_lat`) and prints frames and link steps per round trip; under
+//! write_lat`) and prints frames, link steps and rounds left out
+//! (`StackStats::idle_rounds`) per round trip; under
 //! callgrind, instructions per round trip. By default an ACK waits one
 //! step for data going back, as every `iwarp` context does (`ACK_ROUND`);
 //! `--ack-at-once` ACKs every segment at once, as every context did
@@ -338,6 +339,10 @@ fn pingpong(
         post_recv(link, Side::B, sock_b, id, stag_b);
     }
     let before = link.stats();
+    let idle = |l: &mut VirtualLink<Stack>| {
+        l.engine(Side::A).stats().idle_rounds + l.engine(Side::B).stats().idle_rounds
+    };
+    let idle0 = idle(link);
     let cpu0 = iwarp_bench::cpu_time();
     let (mut done, mut steps) = (0u64, 0u64);
     // Receive completions of one end in one step (kept: the harness
@@ -386,9 +391,10 @@ fn pingpong(
     let after = link.stats();
     let rt = done as f64;
     println!(
-        "pingpong: {done} round trips of a {size}-octet Write + doorbell each way: {:.2} frames and {:.2} link steps per round trip, {:.3} us CPU per round trip",
+        "pingpong: {done} round trips of a {size}-octet Write + doorbell each way: {:.2} frames, {:.2} link steps and {:.2} rounds left out (both stacks) per round trip, {:.3} us CPU per round trip",
         (after.sent - before.sent) as f64 / rt,
         steps as f64 / rt,
+        (idle(link) - idle0) as f64 / rt,
         secs * 1e6 / rt
     );
     Ok((secs, total))
