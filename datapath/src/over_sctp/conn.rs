@@ -643,7 +643,7 @@ impl SctpConns {
     }
 
     /// Why connection `id` ended (or is ending), if it did: also for one
-    /// already freed (the newest [`GONE_KEPT`]).
+    /// already freed (the newest 1,024, `GONE_KEPT`).
     pub fn disconnect_cause(&self, id: SockId) -> Option<DisconnectCause> {
         match self.conns.get(&id) {
             Some(c) => c.cause(),

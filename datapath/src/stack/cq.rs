@@ -158,8 +158,8 @@ impl CqRing {
 ///
 /// A clone is the same queue pair's (see [`for_connection`](Self::for_connection)):
 /// whoever keeps one (the API's `Qp`) keeps the stack answering posts to
-/// the connection on these rings after it has freed the connection
-/// ([`Gone`]).
+/// the connection on these rings after it has freed the connection (the
+/// stack's record of freed connections, `Gone`).
 #[derive(Debug, Clone)]
 pub struct QpCqs {
     /// Send-queue completions and refused send posts.

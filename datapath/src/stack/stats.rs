@@ -95,7 +95,7 @@ impl Stack {
     }
 
     /// Why iWARP connection `sock` ended or is ending, over TCP or SCTP;
-    /// also for one already freed (the newest [`GONE_KEPT`] of each).
+    /// also for one already freed (the newest 1,024 of each, `GONE_KEPT`).
     /// `None` while it runs, or when nothing recorded why.
     pub fn disconnect_cause(&self, sock: SockId) -> Option<iwarp_proto::qp::DisconnectCause> {
         if let Some(sc) = self.sctp.as_deref().filter(|sc| sc.owns(sock)) {
