@@ -10,7 +10,9 @@
 #   --test   what scripts/test.sh's tests use besides: nftables, tcpdump,
 #            ping, pkg-config and libdpdk-dev (DPDK backend), the rdma-core
 #            headers (the siw suite's iwtest.c), libusrsctp-dev (the SCTP
-#            interop tests' usrsctp peer), docker.io and debootstrap (the
+#            interop tests' usrsctp peer), the tools the verbs tests run
+#            unmodified on our libraries (ibverbs-utils, perftest,
+#            rdmacm-utils, fio, qperf, libfabric-bin), docker.io and debootstrap (the
 #            container image test, deploy/test-image.sh); as root it also
 #            starts dockerd when no Docker engine answers
 #   --lab    the siw interop lab: Debian's 6.1.0-56 kernel image, then
@@ -29,7 +31,7 @@ for a in "$@"; do
         --lab) lab=1 ;;
         --fuzz) fuzz=1 ;;
         -h | --help)
-            sed -n '2,20s/^# \{0,1\}//p' "$0"
+            sed -n '2,22s/^# \{0,1\}//p' "$0"
             exit 0
             ;;
         *)
@@ -67,6 +69,10 @@ if ((test)); then
     command -v ib_write_lat >/dev/null 2>&1 || need_apt+=(perftest)
     command -v rping >/dev/null 2>&1 || need_apt+=(rdmacm-utils)
     command -v fio >/dev/null 2>&1 || need_apt+=(fio)
+    # qperf's RDMA tests and libfabric's verbs provider (fi_info), also
+    # unmodified on our libraries (verbs/tests/tools.rs).
+    command -v qperf >/dev/null 2>&1 || need_apt+=(qperf)
+    command -v fi_info >/dev/null 2>&1 || need_apt+=(libfabric-bin)
     # usrsctp, the independent SCTP peer of the DDP-over-SCTP interop tests
     # (tests/tests/usrsctp_interop.rs builds interop/sctp/*.c against it).
     [ -e /usr/include/usrsctp.h ] || need_apt+=(libusrsctp-dev)

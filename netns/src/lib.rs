@@ -616,6 +616,31 @@ impl VethPair {
             .map(drop)
     }
 
+    /// Wait until `end` is operationally up (`state UP` in `ip link`), at
+    /// most `limit`. A veth is up only once both ends are, and the kernel
+    /// reports the change through its link watch, which may batch it for
+    /// up to a second after `ip link set up` returns: a tool that reads
+    /// the state at once (perftest's `ibv_query_port`, through our
+    /// library's `operstate`) can see the port down.
+    pub fn wait_up(&self, end: End, limit: Duration) -> Result<(), Error> {
+        let since = Instant::now();
+        loop {
+            let out = self.ip(end, &["-o", "link", "show", "dev", self.name(end)])?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if text.contains("state UP") {
+                return Ok(());
+            }
+            if since.elapsed() >= limit {
+                return Err(Error::Timeout {
+                    cmd: format!("waiting for {} to be up", self.name(end)),
+                    after: limit,
+                    output: text,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Set the MTU of `end`.
     pub fn set_mtu(&self, end: End, mtu: u32) -> Result<(), Error> {
         let m = mtu.to_string();
@@ -690,7 +715,8 @@ impl Drop for VethPair {
 }
 
 /// Two namespaces joined by a veth pair, end A in `a` and end B in `b`,
-/// both up with IPv6 off: where most namespace tests start. The veth is
+/// both up (operationally: [`VethPair::wait_up`]) with IPv6 off: where
+/// most namespace tests start. The veth is
 /// deleted before the namespaces (field order).
 #[derive(Debug)]
 pub struct NsPair {
@@ -714,6 +740,9 @@ impl NsPair {
         for end in [End::A, End::B] {
             veth.disable_ipv6(end)?;
             veth.set_up(end)?;
+        }
+        for end in [End::A, End::B] {
+            veth.wait_up(end, Duration::from_secs(5))?;
         }
         Ok(NsPair { veth, a, b })
     }
