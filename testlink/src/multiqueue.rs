@@ -407,6 +407,23 @@ mod tests {
         assert_eq!(drain(&mut one.a[0]), [b"x".to_vec()]);
     }
 
+    /// A burst takes at most `max` frames, in order, and says how many
+    /// it took; what is left waits for the next.
+    #[test]
+    fn a_burst_takes_at_most_max_and_counts_them() {
+        let mut link = MultiQueuePair::new(1, 16, |_: &[u8]| Some(0));
+        for i in 0..5u8 {
+            assert!(link.a[0].tx(&[i]));
+        }
+        let mut got = Vec::new();
+        assert_eq!(link.b[0].rx_burst(2, &mut |f| got.push(f.to_vec())), 2);
+        assert_eq!(got, [vec![0], vec![1]]);
+        assert_eq!(link.b[0].rx_burst(0, &mut |f| got.push(f.to_vec())), 0);
+        assert_eq!(link.b[0].rx_burst(10, &mut |f| got.push(f.to_vec())), 3);
+        assert_eq!(got, [vec![0], vec![1], vec![2], vec![3], vec![4]]);
+        assert_eq!(link.b[0].rx_burst(10, &mut |_| panic!("empty")), 0);
+    }
+
     #[test]
     fn each_steering_function_serves_its_own_end() {
         let mut link = MultiQueuePair::with_steering(3, 8, |_: &[u8]| Some(2), |_: &[u8]| Some(1));
