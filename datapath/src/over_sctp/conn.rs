@@ -1853,15 +1853,7 @@ mod tests {
             let (mut p, ulp_a, ulp_b) = Pair::new(idle_sweep);
             p.listen(ulp_b);
             p.connect(1, Transport::Sctp, ulp_a);
-            let mut req = None;
-            assert!(p.run_until(1000, |p| {
-                req = p.out_b.iter().find_map(|o| match o {
-                    Output::Cm(id, CmEvent::ConnectRequest(_)) => Some(*id),
-                    _ => None,
-                });
-                req.is_some()
-            }));
-            let sb = req.unwrap();
+            let sb = p.request();
             p.b.handle_command(
                 Command::Accept {
                     sock: sb,
@@ -1882,6 +1874,19 @@ mod tests {
                 up.is_some()
             }));
             (p, up.unwrap(), sb)
+        }
+
+        /// Run until `b`'s application holds a connection request; its id.
+        fn request(&mut self) -> SockId {
+            let mut req = None;
+            assert!(self.run_until(1000, |p| {
+                req = p.out_b.iter().find_map(|o| match o {
+                    Output::Cm(id, CmEvent::ConnectRequest(_)) => Some(*id),
+                    _ => None,
+                });
+                req.is_some()
+            }));
+            req.unwrap()
         }
 
         /// `b` listens on `PORT` over SCTP with `ulp`.
@@ -1994,14 +1999,7 @@ mod tests {
         p.connect(1, Transport::Sctp, ulp_a);
         // The association comes up; `a` sends its Initiate and `b`'s
         // application holds the request.
-        let mut req = None;
-        assert!(p.run_until(1000, |p| {
-            req = p.out_b.iter().find_map(|o| match o {
-                Output::Cm(id, CmEvent::ConnectRequest(_)) => Some(*id),
-                _ => None,
-            });
-            req.is_some()
-        }));
+        let req = p.request();
         let sa = p
             .out_a
             .iter()
@@ -2017,7 +2015,7 @@ mod tests {
         assert_eq!(p.a.sctp().unwrap().state(sa), Some(State::Closing));
         p.b.handle_command(
             Command::Accept {
-                sock: req.unwrap(),
+                sock: req,
                 private_data: Vec::new(),
                 ird: 4,
                 ord: 4,

@@ -222,17 +222,21 @@ fn receive_completions_go_to_the_receive_ring() {
     assert!(recv.ring.is_empty());
 }
 
-/// On the virtual-time link (20 µs each way), each 64 KiB Write's
-/// latency counts once, from the round that took its post to the one
-/// that completed it after the ACK: at least a round trip (40 µs). The
-/// setup times count once per side; the active side's spans the TCP
-/// handshake and the MPA exchange, two round trips at least.
-#[test]
-fn completion_latency_and_setup_time_count_each_once() {
-    use crate::link::virtual_link::{LinkConfig, Side, VirtualLink};
+/// Two stacks on the virtual-time link with `cfg`, A listening on port
+/// 7000 and B connected to it over MPA/TCP; each has one region of `len`
+/// octets (A's remotely writable). The link, B's connection, and A's and
+/// B's regions.
+fn tcp_pair(
+    len: usize,
+    cfg: crate::link::virtual_link::LinkConfig,
+) -> (
+    crate::link::virtual_link::VirtualLink<Stack>,
+    SockId,
+    iwarp_proto::mem::STag,
+    iwarp_proto::mem::STag,
+) {
+    use crate::link::virtual_link::{Side, VirtualLink};
     use iwarp_proto::mem::Access;
-    use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
-    const LEN: usize = 64 << 10;
     let end = |last: u8| {
         let iface = iwarp_net::iface::IfaceConfig::new(
             tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, last]),
@@ -242,7 +246,7 @@ fn completion_latency_and_setup_time_count_each_once() {
         let mut mem = MemoryTable::new();
         let pd = mem.alloc_pd();
         let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
-        let stag = mem.register(pd, vec![last; LEN], access, 0).unwrap();
+        let stag = mem.register(pd, vec![last; len], access, 0).unwrap();
         let ulp = Ulp::Iwarp {
             mpa: MpaConfig::default(),
             params: crate::StreamParams {
@@ -258,8 +262,6 @@ fn completion_latency_and_setup_time_count_each_once() {
         (Stack::new(StackConfig::new(iface), mem), stag, ulp)
     };
     let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
-    let cfg = LinkConfig::default();
-    assert_eq!(cfg.latency_ns, 20_000);
     let mut link = VirtualLink::new(sa, sb, cfg);
     link.command(
         Side::A,
@@ -269,13 +271,12 @@ fn completion_latency_and_setup_time_count_each_once() {
             ulp: ulp_a,
         },
     );
-    let remote = Ipv4Address::new(10, 5, 0, 1);
     link.command(
         Side::B,
         Command::Connect {
             transport: Transport::Tcp,
             token: 1,
-            remote,
+            remote: Ipv4Address::new(10, 5, 0, 1),
             port: 7000,
             ulp: ulp_b,
         },
@@ -290,7 +291,22 @@ fn completion_latency_and_setup_time_count_each_once() {
         }
         sock.is_some()
     }));
-    let sock = sock.unwrap();
+    (link, sock.unwrap(), stag_a, stag_b)
+}
+
+/// On the virtual-time link (20 µs each way), each 64 KiB Write's
+/// latency counts once, from the round that took its post to the one
+/// that completed it after the ACK: at least a round trip (40 µs). The
+/// setup times count once per side; the active side's spans the TCP
+/// handshake and the MPA exchange, two round trips at least.
+#[test]
+fn completion_latency_and_setup_time_count_each_once() {
+    use crate::link::virtual_link::{LinkConfig, Side};
+    use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
+    const LEN: usize = 64 << 10;
+    let cfg = LinkConfig::default();
+    assert_eq!(cfg.latency_ns, 20_000);
+    let (mut link, sock, stag_a, stag_b) = tcp_pair(LEN, cfg);
     const N: u64 = 8;
     let mut done = 0;
     for wr_id in 0..N {
@@ -392,64 +408,10 @@ fn a_push_unparks_the_waiting_thread() {
 /// deadline coming due (the idle sweep here), with no frame or command.
 #[test]
 fn an_idle_round_is_left_out_until_input_or_a_deadline() {
-    use crate::link::virtual_link::{LinkConfig, Side, VirtualLink};
+    use crate::link::virtual_link::{LinkConfig, Side};
     use crate::runtime::Engine;
-    use iwarp_proto::mem::Access;
     use iwarp_proto::qp::{Sge, WorkRequest};
-    let end = |last: u8| {
-        let iface = iwarp_net::iface::IfaceConfig::new(
-            tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, last]),
-            Ipv4Address::new(10, 5, 0, last),
-            24,
-        );
-        let mut mem = MemoryTable::new();
-        let pd = mem.alloc_pd();
-        let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
-        let stag = mem.register(pd, vec![last; 64], access, 0).unwrap();
-        let ulp = Ulp::Iwarp {
-            mpa: MpaConfig::default(),
-            params: crate::StreamParams {
-                pd,
-                emss: 1460,
-                sq_depth: 16,
-                rq_depth: 16,
-            },
-            manual: false,
-            cq: None,
-            srq: None,
-        };
-        (Stack::new(StackConfig::new(iface), mem), stag, ulp)
-    };
-    let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
-    let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
-    link.command(
-        Side::A,
-        Command::Listen {
-            transport: Transport::Tcp,
-            port: 7000,
-            ulp: ulp_a,
-        },
-    );
-    link.command(
-        Side::B,
-        Command::Connect {
-            transport: Transport::Tcp,
-            token: 1,
-            remote: Ipv4Address::new(10, 5, 0, 1),
-            port: 7000,
-            ulp: ulp_b,
-        },
-    );
-    let mut sock = None;
-    assert!(link.run_until(1_000_000, |l| {
-        l.outputs(Side::A).clear();
-        while let Some(o) = l.outputs(Side::B).pop_front() {
-            if let Output::Cm(id, CmEvent::Established(_)) = o {
-                sock = Some(id);
-            }
-        }
-        sock.is_some()
-    }));
+    let (mut link, sock, stag_a, stag_b) = tcp_pair(64, LinkConfig::default());
     // Let the setup's last segments and delayed ACKs settle.
     for _ in 0..1000 {
         link.step();
@@ -483,10 +445,7 @@ fn an_idle_round_is_left_out_until_input_or_a_deadline() {
         remote_stag: stag_a,
         remote_to: 0,
     };
-    b.handle_command(
-        Command::Iwarp(sock.unwrap(), HostCommand::PostSend(wr)),
-        now + 100,
-    );
+    b.handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), now + 100);
     let before = b.stats().idle_rounds;
     let mut frames = Vec::new();
     assert!(b.poll(
