@@ -208,7 +208,7 @@ impl Cq {
         if n == 0 && max > 0 && self.drive() {
             n = self.drain(out, max);
         }
-        if n == 0 {
+        if n == 0 && max > 0 {
             self.yield_if_shared();
         }
         n
