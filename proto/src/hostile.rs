@@ -1300,13 +1300,15 @@ impl Driver {
                 // remote atomic access; else any region (aligned too, so a
                 // missing access check would show), misaligned, or cut.
                 let (stag, base, size, _) = self.target_for(input, Access::REMOTE_ATOMIC);
-                // The first 8-aligned TO in the target, then a multiple of 8 on.
-                let first = base.next_multiple_of(8);
+                // The first 8-aligned TO in the target, then a multiple of 8 on
+                // (none in a region that ends within 7 octets of 2^64).
+                let first = base.checked_next_multiple_of(8);
                 let end = base.saturating_add(size);
-                let to = if first.saturating_add(8) <= end && !self.evil(input, 4) {
-                    first + 8 * input.below(((end - first) / 8) as usize) as u64
-                } else {
-                    self.near_to(input, base, size)
+                let to = match first {
+                    Some(first) if first.saturating_add(8) <= end && !self.evil(input, 4) => {
+                        first + 8 * input.below(((end - first) / 8) as usize) as u64
+                    }
+                    _ => self.near_to(input, base, size),
                 };
                 let req = AtomicRequest {
                     op: AtomicOp::from_bits(if self.evil(input, 8) {
