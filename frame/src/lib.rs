@@ -28,9 +28,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bell;
 mod netns;
 pub mod notify;
 
+pub use bell::MemBell;
 pub use netns::in_netns;
 
 /// A frame device (AF_XDP rings, DPDK, or an in-memory link), batch-first.

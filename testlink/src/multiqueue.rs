@@ -21,39 +21,20 @@
 //! thread of its own; frames of one flow sent from one queue arrive in the
 //! order sent.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use iwarp_frame::{Doorbell, FrameDevice};
+use iwarp_frame::{Doorbell, FrameDevice, MemBell};
 
 /// A steering function: the receive queue of a frame, `None` for queue 0.
 type Steer = dyn Fn(&[u8]) -> Option<u16> + Send + Sync;
-
-/// One queue's doorbell: whether its device sleeps, and a rung flag under a
-/// mutex with a condition variable (as `MemDevice`'s).
-#[derive(Debug, Default)]
-struct Bell {
-    sleeping: AtomicBool,
-    rung: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Doorbell for Bell {
-    fn ring(&self) {
-        let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
-        *rung = true;
-        drop(rung);
-        self.cv.notify_one();
-    }
-}
 
 /// One end's receive queues, their doorbells, and the steering function
 /// that picks among them.
 struct End {
     rx: Vec<ArrayQueue<Vec<u8>>>,
-    bells: Vec<Arc<Bell>>,
+    bells: Vec<Arc<MemBell>>,
     steer: Arc<Steer>,
 }
 
@@ -73,7 +54,7 @@ impl End {
     fn new(queues: u16, depth: usize, steer: Arc<Steer>) -> End {
         End {
             rx: (0..queues).map(|_| ArrayQueue::new(depth)).collect(),
-            bells: (0..queues).map(|_| Arc::new(Bell::default())).collect(),
+            bells: (0..queues).map(|_| Arc::new(MemBell::default())).collect(),
             steer,
         }
     }
@@ -88,12 +69,7 @@ impl End {
         if rx.push(frame).is_err() {
             return false;
         }
-        // Pairs with the fence in `wait`: either the sleeper sees this
-        // frame before it sleeps, or we see it sleeping and ring.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if bell.sleeping.load(Ordering::Relaxed) {
-            bell.ring();
-        }
+        bell.ring_if_sleeping();
         true
     }
 }
@@ -185,7 +161,7 @@ impl QueueDevice {
         &self.own.rx[usize::from(self.queue)]
     }
 
-    fn bell(&self) -> &Arc<Bell> {
+    fn bell(&self) -> &Arc<MemBell> {
         &self.own.bells[usize::from(self.queue)]
     }
 }
@@ -216,24 +192,8 @@ impl FrameDevice for QueueDevice {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        let bell = self.bell().clone();
-        bell.sleeping.store(true, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let end = Instant::now() + timeout;
-        let mut rung = bell.rung.lock().unwrap_or_else(|p| p.into_inner());
-        while !*rung && self.rx().is_empty() {
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            rung = match bell.cv.wait_timeout(rung, left) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        *rung = false;
-        drop(rung);
-        bell.sleeping.store(false, Ordering::Relaxed);
+        let rx = self.rx();
+        self.bell().wait(timeout, || !rx.is_empty());
     }
 }
 
@@ -244,6 +204,8 @@ mod tests {
     use iwarp_net::rss::{ActiveOpen, Rss};
     use iwarp_net::wire::{IpProtocol, Ipv4Address};
     use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
 
     const A_IP: [u8; 4] = [10, 9, 0, 1];
     const B_IP: [u8; 4] = [10, 9, 0, 2];

@@ -2,12 +2,11 @@
 //! [`MemDevice`] (two connected ends) and [`FaultyDevice`] (one end with
 //! seeded faults).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use iwarp_frame::{FrameDevice, SplitMix64};
+use iwarp_frame::{FrameDevice, MemBell, SplitMix64};
 
 /// One end of an in-memory frame link (for tests and examples without
 /// privileges): frames cross in bounded lock-free queues. An end can sleep
@@ -19,24 +18,6 @@ pub struct MemDevice {
     tx: Arc<ArrayQueue<Vec<u8>>>,
     bell: Arc<MemBell>,
     peer_bell: Arc<MemBell>,
-}
-
-/// A [`MemDevice`] end's doorbell: whether its loop sleeps, and a rung
-/// flag under a mutex with a condition variable.
-#[derive(Debug, Default)]
-struct MemBell {
-    sleeping: AtomicBool,
-    rung: Mutex<bool>,
-    cv: std::sync::Condvar,
-}
-
-impl iwarp_frame::Doorbell for MemBell {
-    fn ring(&self) {
-        let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
-        *rung = true;
-        drop(rung);
-        self.cv.notify_one();
-    }
 }
 
 impl MemDevice {
@@ -66,12 +47,7 @@ impl MemDevice {
         if self.tx.push(frame).is_err() {
             return false;
         }
-        // Pairs with the fence in `wait`: either the sleeper sees this
-        // frame before it sleeps, or we see it sleeping and ring.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.peer_bell.sleeping.load(Ordering::Relaxed) {
-            iwarp_frame::Doorbell::ring(&*self.peer_bell);
-        }
+        self.peer_bell.ring_if_sleeping();
         true
     }
 }
@@ -120,24 +96,8 @@ impl FrameDevice for MemDevice {
         Some(self.bell.clone())
     }
     fn wait(&mut self, timeout: Duration) {
-        let bell = &*self.bell;
-        bell.sleeping.store(true, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let end = Instant::now() + timeout;
-        let mut rung = bell.rung.lock().unwrap_or_else(|p| p.into_inner());
-        while !*rung && self.rx.is_empty() {
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            rung = match bell.cv.wait_timeout(rung, left) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        *rung = false;
-        drop(rung);
-        bell.sleeping.store(false, Ordering::Relaxed);
+        let rx = &self.rx;
+        self.bell.wait(timeout, || !rx.is_empty());
     }
 }
 
