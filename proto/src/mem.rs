@@ -48,6 +48,20 @@
 //! have advertised would hide a bug, and failing keeps every window's memory
 //! alive for as long as the window can be used (RFC 5040 §8.1.1 item 6).
 //! Invalidate or deallocate the windows first.
+//!
+//! # Replicas: one table on several poll loops
+//!
+//! [`MemoryTable::replicas`] makes tables that act as one: a context with a
+//! poll loop per queue gives each loop one, applies every control
+//! operation to each of them in the same order (one operation at a time),
+//! and each loop checks and places on its own replica, lock-free. A remote
+//! invalidation on one loop is seen by the next check on every loop
+//! through a state word per slot that the replicas share (`shared.rs`
+//! says how, and how replicas keep deciding alike).
+
+mod shared;
+
+use shared::Words;
 
 /// A protection domain handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -188,6 +202,10 @@ pub enum MemError {
     OutOfRange,
     /// The region still has memory windows bound to it.
     RegionHasWindows,
+    /// A replica of a table ([`MemoryTable::replicas`]) was given a control
+    /// operation out of step with the others (one skipped, or one begun
+    /// before every replica ran the last).
+    OutOfStep,
 }
 
 impl core::fmt::Display for MemError {
@@ -209,6 +227,7 @@ impl core::fmt::Display for MemError {
             }
             MemError::OutOfRange => "window range is outside the memory region",
             MemError::RegionHasWindows => "memory region still has memory windows bound to it",
+            MemError::OutOfStep => "memory table replica out of step with the others",
         })
     }
 }
@@ -433,6 +452,8 @@ pub struct MemoryTable {
     map: IndexMap,
     /// SplitMix64 state for consumer keys.
     rng: u64,
+    /// The slots' state words, shared with the other replicas if any.
+    words: Words,
 }
 
 const MAX_INDEX: u32 = (1 << 24) - 1;
@@ -518,15 +539,87 @@ impl MemoryTable {
     /// (RFC 5040 §8.1.1 item 8). Pass a secret random value in production:
     /// this crate reads no clock and no entropy source itself.
     pub fn with_seed(seed: u64) -> Self {
+        Self::replica(seed, Words::single())
+    }
+
+    /// `n` (at least one) replicas of one table, all seeded with `seed`: a
+    /// context with a poll loop per queue gives each loop one. Apply every
+    /// control operation (`alloc_pd`, `register`, `deregister`,
+    /// `invalidate`, `revalidate`, `alloc_mw`, `bind_mw`, `dealloc_mw`,
+    /// `dealloc_pd`) to every replica, in the same order, the next only
+    /// once every replica has run the last; each then returns the same
+    /// result (the same STag, the same error). An operation run out of
+    /// step fails with [`MemError::OutOfStep`]. A remote invalidation
+    /// ([`invalidate_remote`](Self::invalidate_remote)) on any replica
+    /// refuses the STag on all of them from then on, and a control
+    /// operation refuses access to what it changes on every replica as
+    /// soon as one has run it (none grants early).
+    pub fn replicas(seed: u64, n: usize) -> Vec<Self> {
+        Words::group(n)
+            .into_iter()
+            .map(|w| Self::replica(seed, w))
+            .collect()
+    }
+
+    fn replica(seed: u64, mut words: Words) -> Self {
         let mut rng = seed;
         let map = IndexMap::new(&mut rng);
+        words.ensure(0);
         MemoryTable {
             pds: Vec::new(),
             slots: vec![Slot::default()],
             free: Vec::new(),
             map,
             rng,
+            words,
         }
+    }
+
+    /// Begin a control operation: fold in the remote invalidations the
+    /// operation's leader saw (see `shared.rs`), so that every replica
+    /// decides it on the same state.
+    fn begin(&mut self) -> Result<(), MemError> {
+        let slots = &self.slots;
+        let gen_of = |i: u32| slots.get(i as usize).map(|s| s.gen);
+        let folded = self.words.begin(gen_of).map_err(|()| MemError::OutOfStep)?;
+        for i in folded {
+            self.fold_kill(i);
+        }
+        Ok(())
+    }
+
+    /// What a remote invalidation of slot `index` does to this replica's
+    /// own state: a region becomes invalid, a window unbound (its region
+    /// counts one window less); either way a new generation.
+    fn fold_kill(&mut self, index: u32) {
+        match self.obj_at_mut(index) {
+            Some(Object::Region(r)) => {
+                r.valid = false;
+                self.bump(index);
+            }
+            Some(Object::Window(_)) => self.unbind(index),
+            None => {}
+        }
+    }
+
+    /// Move slot `index` on to a new generation (every range checked
+    /// under the old one dies), on every replica's checks at once.
+    fn bump(&mut self, index: u32) {
+        let Some(slot) = self.slots.get_mut(index as usize) else {
+            return;
+        };
+        slot.gen += 1;
+        let gen = slot.gen;
+        self.words.publish(index, gen);
+    }
+
+    /// Slot `index` is in force at this replica's generation (no replica
+    /// moved it on, no peer killed it).
+    #[inline]
+    fn alive(&self, index: u32) -> bool {
+        self.slots
+            .get(index as usize)
+            .is_some_and(|s| self.words.alive(index, s.gen))
     }
 
     /// Allocate a protection domain.
@@ -541,6 +634,7 @@ impl MemoryTable {
 
     /// Free a protection domain that has no regions and no windows.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), MemError> {
+        self.begin()?;
         if !self.pd_exists(pd) {
             return Err(MemError::NoSuchPd);
         }
@@ -575,6 +669,7 @@ impl MemoryTable {
         access: Access,
         base_to: u64,
     ) -> Result<STag, MemError> {
+        self.begin()?;
         if !self.pd_exists(pd) {
             return Err(MemError::NoSuchPd);
         }
@@ -596,6 +691,7 @@ impl MemoryTable {
     /// Deregister and hand the memory back. Refused while windows are bound
     /// to the region ([`MemError::RegionHasWindows`]).
     pub fn deregister(&mut self, stag: STag) -> Result<Box<dyn RegionMemory>, MemError> {
+        self.begin()?;
         let index = self.slot_of(stag);
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
         match &slot.obj {
@@ -607,7 +703,7 @@ impl MemoryTable {
         let Some(Object::Region(r)) = slot.obj.take() else {
             return Err(MemError::NoSuchStag);
         };
-        slot.gen += 1;
+        self.bump(index);
         self.free.push(index);
         Ok(r.buf)
     }
@@ -615,6 +711,7 @@ impl MemoryTable {
     /// Local invalidate: the STag stops working for remote and local access.
     /// A window is unbound (its memory stays registered).
     pub fn invalidate(&mut self, stag: STag) -> Result<(), MemError> {
+        self.begin()?;
         let index = self.slot_of(stag);
         let Some(slot) = self.slot_mut(stag) else {
             return Err(MemError::NoSuchStag);
@@ -622,7 +719,7 @@ impl MemoryTable {
         match slot.obj.as_mut() {
             Some(Object::Region(r)) => {
                 r.valid = false;
-                slot.gen += 1;
+                self.bump(index);
                 Ok(())
             }
             Some(Object::Window(_)) => {
@@ -645,12 +742,16 @@ impl MemoryTable {
     /// every stream of its PD).
     pub fn invalidate_remote(&mut self, stag: STag, pd: PdId) -> Result<(), AccessError> {
         let index = self.slot_of(stag);
-        let Some(slot) = self.slot_mut(stag) else {
+        let Some(slot) = self.slot_ref(stag) else {
             return Err(AccessError::InvalidStag);
         };
-        match slot.obj.as_mut() {
+        let gen = slot.gen;
+        // Nothing changes in this replica's own state: the slot's shared
+        // word takes the kill (every replica's next check refuses it), and
+        // the next control operation folds it in (`begin`).
+        match slot.obj.as_ref() {
             Some(Object::Region(r)) => {
-                if !r.valid {
+                if !r.valid || !self.words.alive(index, gen) {
                     return Err(AccessError::InvalidStag);
                 }
                 if r.pd != pd {
@@ -659,24 +760,29 @@ impl MemoryTable {
                 if !r.access.intersects(Access::ANY_REMOTE) {
                     return Err(AccessError::Access);
                 }
-                r.valid = false;
-                slot.gen += 1;
-                Ok(())
             }
             Some(Object::Window(w)) => {
                 let Some(b) = w.binding else {
                     return Err(AccessError::InvalidStag);
                 };
+                if !self.words.alive(index, gen) {
+                    return Err(AccessError::InvalidStag);
+                }
                 if w.pd != pd {
                     return Err(AccessError::PdMismatch);
                 }
                 if !b.access.intersects(Access::ANY_REMOTE) {
                     return Err(AccessError::Access);
                 }
-                self.unbind(index);
-                Ok(())
             }
-            None => Err(AccessError::InvalidStag),
+            None => return Err(AccessError::InvalidStag),
+        }
+        // Lost only to a control operation or another kill of the same
+        // generation since the look above.
+        if self.words.kill(index, gen) {
+            Ok(())
+        } else {
+            Err(AccessError::InvalidStag)
         }
     }
 
@@ -684,6 +790,7 @@ impl MemoryTable {
     /// (as a fast-register would); returns the new STag. Windows bound under
     /// the old key stay dead.
     pub fn revalidate(&mut self, stag: STag, key: u8) -> Result<STag, MemError> {
+        self.begin()?;
         let index = self.slot_of(stag);
         let slot = self.slot_mut(stag).ok_or(MemError::NoSuchStag)?;
         match slot.obj.as_mut() {
@@ -692,13 +799,14 @@ impl MemoryTable {
             None => return Err(MemError::NoSuchStag),
         }
         slot.key = key;
-        slot.gen += 1;
+        self.bump(index);
         Ok(self.stag_at(index, key))
     }
 
     /// Allocate a memory window in `pd`. Its STag is not valid until
     /// [`bind_mw`](Self::bind_mw).
     pub fn alloc_mw(&mut self, pd: PdId) -> Result<STag, MemError> {
+        self.begin()?;
         if !self.pd_exists(pd) {
             return Err(MemError::NoSuchPd);
         }
@@ -723,6 +831,7 @@ impl MemoryTable {
         len: u64,
         access: Access,
     ) -> Result<STag, MemError> {
+        self.begin()?;
         let wpd = match self.object(mw) {
             Some(Object::Window(w)) => w.pd,
             Some(Object::Region(_)) => return Err(MemError::NotAWindow),
@@ -772,13 +881,14 @@ impl MemoryTable {
         if let Some(Object::Window(w)) = slot.obj.as_mut() {
             w.binding = Some(binding);
         }
-        slot.gen += 1;
         slot.key = key;
+        self.bump(mw_index);
         Ok(self.stag_at(mw_index, key))
     }
 
     /// Free a window (bound or not).
     pub fn dealloc_mw(&mut self, mw: STag) -> Result<(), MemError> {
+        self.begin()?;
         match self.object(mw) {
             Some(Object::Window(_)) => {}
             Some(Object::Region(_)) => return Err(MemError::NotAWindow),
@@ -786,9 +896,8 @@ impl MemoryTable {
         }
         let index = self.slot_of(mw);
         self.unbind(index);
-        let slot = &mut self.slots[index as usize];
-        slot.obj = None;
-        slot.gen += 1;
+        self.slots[index as usize].obj = None;
+        self.bump(index);
         self.free.push(index);
         Ok(())
     }
@@ -796,8 +905,8 @@ impl MemoryTable {
     /// Whether `stag` names a valid region or a bound, usable window.
     pub fn is_valid(&self, stag: STag) -> bool {
         match self.object(stag) {
-            Some(Object::Region(r)) => r.valid,
-            Some(Object::Window(w)) => self.resolve(w).is_some(),
+            Some(Object::Region(r)) => r.valid && self.alive(self.slot_of(stag)),
+            Some(Object::Window(_)) => self.resolve(self.slot_of(stag)).is_some(),
             None => false,
         }
     }
@@ -812,7 +921,14 @@ impl MemoryTable {
     pub fn base_to(&self, stag: STag) -> Option<u64> {
         match self.object(stag)? {
             Object::Region(r) => Some(r.base_to),
-            Object::Window(w) => w.binding.map(|b| b.base_to),
+            Object::Window(_) => {
+                let index = self.slot_of(stag);
+                let b = self.slot_ref(stag)?.obj.as_ref().and_then(|o| match o {
+                    Object::Window(w) => w.binding,
+                    Object::Region(_) => None,
+                })?;
+                self.alive(index).then_some(b.base_to)
+            }
         }
     }
 
@@ -861,8 +977,8 @@ impl MemoryTable {
     fn span(&self, stag: STag) -> Option<(u32, usize, usize)> {
         match self.object(stag)? {
             Object::Region(r) => Some((self.slot_of(stag), 0, r.buf.len())),
-            Object::Window(w) => {
-                let (_, b) = self.resolve(w)?;
+            Object::Window(_) => {
+                let (_, b) = self.resolve(self.slot_of(stag))?;
                 Some((b.mr_index, b.offset as usize, (b.offset + b.len) as usize))
             }
         }
@@ -882,13 +998,21 @@ impl MemoryTable {
         to: u64,
         len: u64,
     ) -> Result<Range, AccessError> {
-        let (slot, obj_pd, access, base_to, size, first) = match self.object(stag) {
+        let via = self.slot_of(stag);
+        let Some(own) = self.slots.get(via as usize) else {
+            return Err(AccessError::InvalidStag);
+        };
+        if via == 0 || own.key != stag.key() {
+            return Err(AccessError::InvalidStag);
+        }
+        let (slot, gen, obj_pd, access, base_to, size, first) = match own.obj.as_ref() {
             Some(Object::Region(r)) => {
-                if !r.valid {
+                if !r.valid || !self.words.alive(via, own.gen) {
                     return Err(AccessError::InvalidStag);
                 }
                 (
-                    self.slot_of(stag),
+                    via,
+                    own.gen,
                     r.pd,
                     r.access | Access::LOCAL_READ,
                     r.base_to,
@@ -897,8 +1021,9 @@ impl MemoryTable {
                 )
             }
             Some(Object::Window(w)) => {
-                let (_, b) = self.resolve(w).ok_or(AccessError::InvalidStag)?;
-                (b.mr_index, w.pd, b.access, b.base_to, b.len, b.offset)
+                let (_, b) = self.resolve(via).ok_or(AccessError::InvalidStag)?;
+                let gen = self.slots[b.mr_index as usize].gen;
+                (b.mr_index, gen, w.pd, b.access, b.base_to, b.len, b.offset)
             }
             None => return Err(AccessError::InvalidStag),
         };
@@ -913,12 +1038,11 @@ impl MemoryTable {
         if to < base_to || end > limit {
             return Err(AccessError::Bounds);
         }
-        let via = self.slot_of(stag);
         Ok(Range {
             slot,
-            gen: self.slots[slot as usize].gen,
+            gen,
             via,
-            via_gen: self.slots[via as usize].gen,
+            via_gen: own.gen,
             offset: (first + (to - base_to)) as usize,
             len: len as usize,
         })
@@ -945,9 +1069,10 @@ impl MemoryTable {
         if index == 0 || slot.key != stag.key() {
             return Err(AccessError::InvalidStag);
         }
+        let gen = slot.gen;
         match slot.obj.as_mut() {
             Some(Object::Region(r)) => {
-                if !r.valid {
+                if !r.valid || !self.words.alive(index, gen) {
                     return Err(AccessError::InvalidStag);
                 }
                 if r.pd != pd {
@@ -986,10 +1111,9 @@ impl MemoryTable {
     /// window it came through has been deregistered, invalidated, unbound,
     /// rebound or replaced since.
     pub fn is_live(&self, range: &Range) -> bool {
-        let gen_of = |i: u32| self.slots.get(i as usize).map(|s| s.gen);
         range.slot != 0
-            && gen_of(range.slot) == Some(range.gen)
-            && gen_of(range.via) == Some(range.via_gen)
+            && self.words.alive(range.slot, range.gen)
+            && (range.via == range.slot || self.words.alive(range.via, range.via_gen))
     }
 
     /// Write `data` at `offset` within a range from [`check`](Self::check).
@@ -1048,6 +1172,7 @@ impl MemoryTable {
                     key,
                     ..Slot::default()
                 });
+                self.words.ensure(i);
                 i
             }
         };
@@ -1058,8 +1183,8 @@ impl MemoryTable {
         let key = self.next_key(self.slots[index as usize].key);
         let slot = &mut self.slots[index as usize];
         slot.key = key;
-        slot.gen += 1;
         slot.obj = Some(obj);
+        self.bump(index);
         Ok(self.stag_at(index, key))
     }
 
@@ -1069,21 +1194,36 @@ impl MemoryTable {
             return;
         };
         let Some(b) = w.binding.take() else { return };
-        self.slots[index as usize].gen += 1;
+        self.bump(index);
         // Deregistration waits for `windows` to reach 0, so the region is still there.
         if let Some(Object::Region(r)) = self.obj_at_mut(b.mr_index) {
             r.windows = r.windows.saturating_sub(1);
         }
     }
 
-    /// The region a window is bound to, while both are usable.
-    fn resolve(&self, w: &Window) -> Option<(&Region, Binding)> {
+    /// The region the window at slot `index` is bound to, while both are
+    /// usable.
+    fn resolve(&self, index: u32) -> Option<(&Region, Binding)> {
+        let Some(Object::Window(w)) = self.slots.get(index as usize)?.obj.as_ref() else {
+            return None;
+        };
         let b = w.binding?;
+        if !self.alive(index) {
+            return None;
+        }
         let slot = self.slots.get(b.mr_index as usize)?;
         match slot.obj.as_ref()? {
-            Object::Region(r) if r.valid && slot.key == b.mr_key => Some((r, b)),
+            Object::Region(r) if r.valid && slot.key == b.mr_key && self.alive(b.mr_index) => {
+                Some((r, b))
+            }
             _ => None,
         }
+    }
+
+    fn slot_ref(&self, stag: STag) -> Option<&Slot> {
+        let index = self.slot_of(stag);
+        let s = self.slots.get(index as usize)?;
+        (index != 0 && s.key == stag.key() && s.obj.is_some()).then_some(s)
     }
 
     fn slot_mut(&mut self, stag: STag) -> Option<&mut Slot> {
@@ -1703,5 +1843,200 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Run `op` on every replica in order; all must return the same.
+    fn on_all<T: PartialEq + core::fmt::Debug>(
+        reps: &mut [MemoryTable],
+        mut op: impl FnMut(&mut MemoryTable) -> T,
+    ) -> T {
+        let mut results: Vec<T> = reps.iter_mut().map(&mut op).collect();
+        let first = results.remove(0);
+        for r in &results {
+            assert_eq!(r, &first, "replicas disagree");
+        }
+        first
+    }
+
+    #[test]
+    fn replicas_agree_on_every_control_operation() {
+        let mut reps = MemoryTable::replicas(42, 3);
+        let rw = Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::MW_BIND;
+        let pd = on_all(&mut reps, |m| m.alloc_pd());
+        let mr = on_all(&mut reps, |m| m.register(pd, vec![0; 64], rw, 0));
+        let mr = mr.unwrap();
+        let mw = on_all(&mut reps, |m| m.alloc_mw(pd)).unwrap();
+        let w = on_all(&mut reps, |m| m.bind_mw(mw, mr, 8, 8, Access::REMOTE_WRITE)).unwrap();
+        for m in &reps {
+            assert!(m.check(w, pd, Access::REMOTE_WRITE, 8, 8).is_ok());
+            assert!(m.check(mr, pd, Access::REMOTE_WRITE, 0, 64).is_ok());
+        }
+        on_all(&mut reps, |m| m.invalidate(mr)).unwrap();
+        let mr2 = on_all(&mut reps, |m| m.revalidate(mr, 9)).unwrap();
+        assert_eq!(
+            on_all(&mut reps, |m| m.deregister(mr2).err()),
+            Some(MemError::RegionHasWindows)
+        );
+        on_all(&mut reps, |m| m.dealloc_mw(w)).unwrap();
+        on_all(&mut reps, |m| m.deregister(mr2).map(drop)).unwrap();
+        on_all(&mut reps, |m| m.dealloc_pd(pd)).unwrap();
+        // The same seed alone makes a table that agrees too.
+        let mut lone = MemoryTable::with_seed(42);
+        let pd = lone.alloc_pd();
+        assert_eq!(lone.register(pd, vec![0; 64], rw, 0), Ok(mr));
+    }
+
+    #[test]
+    fn a_remote_invalidation_on_one_replica_refuses_the_stag_on_every_one() {
+        let mut reps = MemoryTable::replicas(7, 2);
+        let rw = Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+        let pd = on_all(&mut reps, |m| m.alloc_pd());
+        let mr = on_all(&mut reps, |m| m.register(pd, vec![0; 64], rw, 0)).unwrap();
+        let (r0, r1) = reps.split_at_mut(1);
+        let (r0, r1) = (&mut r0[0], &mut r1[0]);
+        let range = r0.check(mr, pd, Access::REMOTE_WRITE, 0, 8).unwrap();
+        assert!(r0.is_live(&range));
+        assert_eq!(r1.invalidate_remote(mr, pd), Ok(()));
+        // Nothing ran on r0 since, and it refuses the STag everywhere.
+        assert!(!r0.is_live(&range));
+        assert!(!r0.write(&range, 0, &[1]));
+        assert_eq!(
+            r0.check(mr, pd, Access::REMOTE_WRITE, 0, 8),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(
+            r0.place(mr, pd, Access::REMOTE_WRITE, 0, &[1]),
+            Err(AccessError::InvalidStag)
+        );
+        assert!(!r0.is_valid(mr) && !r1.is_valid(mr));
+        // Killed once, on any replica.
+        assert_eq!(r0.invalidate_remote(mr, pd), Err(AccessError::InvalidStag));
+        assert_eq!(r1.invalidate_remote(mr, pd), Err(AccessError::InvalidStag));
+        // Made valid again under a new key, on both.
+        let mr2 = on_all(&mut reps, |m| m.revalidate(mr, 3)).unwrap();
+        for m in &reps {
+            assert!(m.check(mr2, pd, Access::REMOTE_WRITE, 0, 8).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_kill_between_the_leader_and_the_others_does_not_split_their_decision() {
+        let mut reps = MemoryTable::replicas(11, 2);
+        let bind = Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::MW_BIND;
+        let pd = on_all(&mut reps, |m| m.alloc_pd());
+        let mr = on_all(&mut reps, |m| m.register(pd, vec![0; 64], bind, 0)).unwrap();
+        let mut windows = Vec::new();
+        for at in [0, 16] {
+            let mw = on_all(&mut reps, |m| m.alloc_mw(pd)).unwrap();
+            let w = on_all(&mut reps, |m| {
+                m.bind_mw(mw, mr, at, 8, Access::REMOTE_WRITE)
+            });
+            windows.push(w.unwrap());
+        }
+        let [w1, w2] = windows[..] else {
+            unreachable!()
+        };
+        assert_eq!(reps[1].invalidate_remote(w1, pd), Ok(()));
+        // The leader folds in w1's kill: w2 is still bound.
+        assert_eq!(
+            reps[0].deregister(mr).err(),
+            Some(MemError::RegionHasWindows)
+        );
+        // w2 is killed before the other replica runs the same operation:
+        // it decides as the leader did (only w1 folded in), not on what it
+        // could see now.
+        assert_eq!(reps[1].invalidate_remote(w2, pd), Ok(()));
+        assert_eq!(
+            reps[1].deregister(mr).err(),
+            Some(MemError::RegionHasWindows)
+        );
+        // The next operation's leader folds w2's kill in, for both.
+        on_all(&mut reps, |m| m.deregister(mr).map(drop)).unwrap();
+        for m in &reps {
+            assert!(!m.is_valid(w1) && !m.is_valid(w2) && !m.is_valid(mr));
+        }
+    }
+
+    #[test]
+    fn an_operation_in_flight_grants_nothing_early_and_revokes_at_once() {
+        let mut reps = MemoryTable::replicas(5, 2);
+        let bind = Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::MW_BIND;
+        let pd = on_all(&mut reps, |m| m.alloc_pd());
+        let mr = on_all(&mut reps, |m| m.register(pd, vec![0; 64], bind, 0)).unwrap();
+        let mw = on_all(&mut reps, |m| m.alloc_mw(pd)).unwrap();
+        let w = on_all(&mut reps, |m| m.bind_mw(mw, mr, 0, 8, Access::REMOTE_WRITE)).unwrap();
+        // Replica 0 invalidates the region: replica 1, which has not run it
+        // yet, refuses the region and the window onto it already.
+        reps[0].invalidate(mr).unwrap();
+        assert_eq!(
+            reps[1].check(mr, pd, Access::REMOTE_WRITE, 0, 1),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(
+            reps[1].check(w, pd, Access::REMOTE_WRITE, 0, 1),
+            Err(AccessError::InvalidStag)
+        );
+        // Running an operation again before every replica ran it is out
+        // of step.
+        assert_eq!(reps[0].alloc_mw(pd), Err(MemError::OutOfStep));
+        reps[1].invalidate(mr).unwrap();
+        // Made valid on replica 0 only: replica 1 does not grant it yet.
+        let mr2 = reps[0].revalidate(mr, 1).unwrap();
+        assert!(reps[0].check(mr2, pd, Access::REMOTE_WRITE, 0, 1).is_ok());
+        assert_eq!(
+            reps[1].check(mr2, pd, Access::REMOTE_WRITE, 0, 1),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(reps[1].revalidate(mr, 1), Ok(mr2));
+        assert!(reps[1].check(mr2, pd, Access::REMOTE_WRITE, 0, 1).is_ok());
+        // Killed on replica 0 before replica 1 made it valid: replica 1
+        // catching up does not revive it.
+        on_all(&mut reps, |m| m.invalidate(mr2)).unwrap();
+        let mr3 = reps[0].revalidate(mr2, 2).unwrap();
+        assert_eq!(reps[0].invalidate_remote(mr3, pd), Ok(()));
+        assert_eq!(reps[1].revalidate(mr2, 2), Ok(mr3));
+        for m in &reps {
+            assert_eq!(
+                m.check(mr3, pd, Access::REMOTE_WRITE, 0, 1),
+                Err(AccessError::InvalidStag)
+            );
+        }
+    }
+
+    #[test]
+    fn a_kill_on_one_thread_stops_placement_on_another_once_seen() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let mut reps = MemoryTable::replicas(3, 2);
+        let rw = Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+        let pd = on_all(&mut reps, |m| m.alloc_pd());
+        let mr = on_all(&mut reps, |m| m.register(pd, vec![0; 64], rw, 0)).unwrap();
+        let mut r1 = reps.pop().unwrap();
+        let mut r0 = reps.pop().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let seen = done.clone();
+        let placer = std::thread::spawn(move || {
+            let mut placed = 0u64;
+            loop {
+                // Read the flag first: once it says the kill returned,
+                // the placement after it must be refused.
+                let after_kill = seen.load(Ordering::Acquire);
+                let ok = r0.place(mr, pd, Access::REMOTE_WRITE, 0, &[1]).is_ok();
+                if after_kill {
+                    return (placed, ok);
+                }
+                placed += u64::from(ok);
+            }
+        });
+        // Let the placer run a while (bounded).
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            std::thread::yield_now();
+        }
+        assert_eq!(r1.invalidate_remote(mr, pd), Ok(()));
+        done.store(true, Ordering::Release);
+        let (placed, after) = placer.join().unwrap();
+        assert!(!after, "placed after the kill was seen");
+        assert!(placed > 0, "the placer never ran before the kill");
     }
 }
