@@ -2004,6 +2004,28 @@ mod tests {
     }
 
     #[test]
+    fn state_words_grow_with_the_table_on_every_replica() {
+        // Past one chunk of words (1024 slots): the later slots' words are
+        // the same on every replica.
+        let mut reps = MemoryTable::replicas(9, 2);
+        let rw = Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+        let pd = on_all(&mut reps, |m| m.alloc_pd());
+        let stags: Vec<STag> = (0..2100)
+            .map(|_| on_all(&mut reps, |m| m.register(pd, vec![0; 8], rw, 0)).unwrap())
+            .collect();
+        for &s in &stags[2040..] {
+            assert_eq!(reps[1].invalidate_remote(s, pd), Ok(()));
+        }
+        for m in &reps {
+            for (i, &s) in stags.iter().enumerate() {
+                assert_eq!(m.check(s, pd, rw, 0, 8).is_ok(), i < 2040, "slot {i}");
+            }
+            // Words for 2101 slots (slot 0 included): three chunks, no more.
+            assert_eq!(m.words.chunks(), 3);
+        }
+    }
+
+    #[test]
     fn a_kill_on_one_thread_stops_placement_on_another_once_seen() {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;

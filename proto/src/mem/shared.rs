@@ -146,6 +146,12 @@ impl Words {
         self.chunks.get(i / CHUNK).map(|c| &c[i % CHUNK])
     }
 
+    /// Chunks of words this replica holds.
+    #[cfg(test)]
+    pub(super) fn chunks(&self) -> usize {
+        self.chunks.len()
+    }
+
     /// Make sure slot `index` has a word (the table grew to it).
     pub(super) fn ensure(&mut self, index: u32) {
         let need = index as usize / CHUNK + 1;
