@@ -65,12 +65,12 @@ pub mod sys;
 #[cfg(not(iwarp_dpdk_missing))]
 pub use eal::Eal;
 #[cfg(not(iwarp_dpdk_missing))]
-pub use port::{Port, DEFAULT_MTU, MAX_FRAME};
+pub use port::{Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
 
 #[cfg(iwarp_dpdk_missing)]
 mod stub;
 #[cfg(iwarp_dpdk_missing)]
-pub use stub::{Eal, Port, DEFAULT_MTU, MAX_FRAME};
+pub use stub::{Eal, Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
 
 /// Whether this build has DPDK (false: everything returns
 /// [`Error::Unavailable`]).
@@ -163,7 +163,8 @@ pub fn memif_devargs(index: u32, role: MemifRole, id: u32, socket: &std::path::P
     )
 }
 
-/// Descriptor ring sizes of the port's queue 0 (the driver may round them).
+/// Descriptor ring sizes of each of the port's RX and TX queues (the
+/// driver may round them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Queues {
     /// RX descriptors.
@@ -181,7 +182,24 @@ impl Default for Queues {
     }
 }
 
-/// What a [`Port`] counted itself.
+/// The length of the RSS hash key [`Port::open_queues`] takes: a Toeplitz
+/// key of 40 octets, as most NICs use.
+pub const RSS_KEY_LEN: usize = 40;
+
+/// A port's RSS hash configuration as its driver reports it
+/// ([`PortQueue::rss_conf`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RssConf {
+    /// The hash key (as long as the driver's `hash_key_size`).
+    pub key: Vec<u8>,
+    /// IPv4 addresses are hashed (`RTE_ETH_RSS_IPV4`).
+    pub ipv4: bool,
+    /// TCP over IPv4 is hashed, addresses and ports
+    /// (`RTE_ETH_RSS_NONFRAG_IPV4_TCP`).
+    pub ipv4_tcp: bool,
+}
+
+/// What a [`Port`] or one [`PortQueue`] counted itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Frames handed to the sink.
@@ -228,8 +246,26 @@ mod tests {
         fn send<T: Send>() {}
         fn frame_device<T: iwarp_frame::FrameDevice + 'static>() {}
         send::<Port>();
+        send::<PortQueue>();
         send::<Eal>();
         frame_device::<Port>();
+        frame_device::<PortQueue>();
+    }
+
+    /// Not Sync: one thread uses a queue at a time. (If PortQueue were
+    /// Sync, the blanket impl below would make `<PortQueue as
+    /// AmbiguousIfSync<_>>::some_item` ambiguous and this would not
+    /// compile.)
+    #[test]
+    fn a_queue_is_not_sync() {
+        trait AmbiguousIfSync<A> {
+            fn some_item() {}
+        }
+        impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+        struct Invalid;
+        impl<T: ?Sized + Sync> AmbiguousIfSync<Invalid> for T {}
+        <PortQueue as AmbiguousIfSync<_>>::some_item();
+        <Port as AmbiguousIfSync<_>>::some_item();
     }
 
     #[test]
