@@ -8,7 +8,7 @@
  * rte_pktmbuf_alloc, rte_pktmbuf_mtod, ...) are `static inline` in DPDK's
  * headers and have no symbol to link against, and port configuration takes
  * large, version-dependent structs (rte_eth_conf, rte_eth_dev_info). Here they
- * become 24 functions over integers, byte pointers and two opaque handles.
+ * become 28 functions over integers, byte pointers and two opaque handles.
  *
  * Conventions: functions returning int return 0 on success and a negative
  * errno value on failure (DPDK's own convention); pointers returned NULL
