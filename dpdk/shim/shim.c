@@ -71,34 +71,108 @@ int shim_port_driver(uint16_t port, char *buf, size_t len) {
     return 0;
 }
 
-int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd,
-                   uint16_t mtu) {
+/* The hash types this crate asks for: IPv4 and TCP over IPv4. */
+#define SHIM_RSS_HF (RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP)
+
+uint64_t shim_rss_hf_ipv4(void) { return RTE_ETH_RSS_IPV4; }
+
+uint64_t shim_rss_hf_ipv4_tcp(void) { return RTE_ETH_RSS_NONFRAG_IPV4_TCP; }
+
+int shim_port_queue_limits(uint16_t port, uint16_t *max_rx_queues, uint16_t *max_tx_queues,
+                           uint64_t *rss_hf, uint8_t *hash_key_size) {
+    struct rte_eth_dev_info info;
+    int rc = port_info(port, &info);
+
+    if (rc != 0)
+        return rc;
+    *max_rx_queues = info.max_rx_queues;
+    *max_tx_queues = info.max_tx_queues;
+    *rss_hf = info.flow_type_rss_offloads & SHIM_RSS_HF;
+    *hash_key_size = info.hash_key_size;
+    return 0;
+}
+
+int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_queues, uint16_t nb_rxd,
+                   uint16_t nb_txd, uint16_t mtu, uint64_t rss_hf, const uint8_t *rss_key,
+                   uint8_t rss_key_len) {
     struct rte_eth_conf conf;
     struct rte_eth_dev_info info;
     int rc = port_info(port, &info);
 
     if (rc != 0)
         return rc;
+    if (nb_queues == 0)
+        return -EINVAL;
     memset(&conf, 0, sizeof(conf));
     /* rte_eth_dev_configure checks it against the driver's min/max MTU. */
     conf.rxmode.mtu = mtu;
+    if (rss_hf != 0) {
+        conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+        /* ethdev copies the struct, pointer and all: the caller keeps the
+         * key alive until the port is closed. */
+        conf.rx_adv_conf.rss_conf.rss_key = (uint8_t *)(uintptr_t)rss_key;
+        conf.rx_adv_conf.rss_conf.rss_key_len = rss_key != NULL ? rss_key_len : 0;
+        conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+    }
     /* Fast free: every mbuf we send comes from one pool and has refcnt 1. */
     if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
         conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
-    rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    rc = rte_eth_dev_configure(port, nb_queues, nb_queues, &conf);
     if (rc != 0)
         return rc;
     rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rxd, &nb_txd);
     if (rc != 0)
         return rc;
-    rc = rte_eth_rx_queue_setup(port, 0, nb_rxd, (unsigned)rte_eth_dev_socket_id(port), NULL,
-                                pool);
+    for (uint16_t q = 0; q < nb_queues; q++) {
+        rc = rte_eth_rx_queue_setup(port, q, nb_rxd, (unsigned)rte_eth_dev_socket_id(port), NULL,
+                                    pool);
+        if (rc != 0)
+            return rc;
+        rc = rte_eth_tx_queue_setup(port, q, nb_txd, (unsigned)rte_eth_dev_socket_id(port),
+                                    NULL);
+        if (rc != 0)
+            return rc;
+    }
+    rc = rte_eth_dev_start(port);
     if (rc != 0)
         return rc;
-    rc = rte_eth_tx_queue_setup(port, 0, nb_txd, (unsigned)rte_eth_dev_socket_id(port), NULL);
+    if (rss_hf != 0 && rss_key != NULL) {
+        struct rte_eth_rss_conf rss;
+        memset(&rss, 0, sizeof(rss));
+        rss.rss_key = (uint8_t *)(uintptr_t)rss_key;
+        rss.rss_key_len = rss_key_len;
+        rss.rss_hf = rss_hf;
+        rc = rte_eth_dev_rss_hash_update(port, &rss);
+        if (rc != 0 && rc != -ENOTSUP)
+            return rc; /* the caller closes the port */
+    }
+    return 0;
+}
+
+int shim_port_rss_conf(uint16_t port, uint8_t *key, uint8_t cap, uint8_t *key_len,
+                       uint64_t *rss_hf) {
+    struct rte_eth_dev_info info;
+    uint8_t buf[256];
+    struct rte_eth_rss_conf rss;
+    int rc = port_info(port, &info);
+
     if (rc != 0)
         return rc;
-    return rte_eth_dev_start(port);
+    memset(&rss, 0, sizeof(rss));
+    memset(buf, 0, sizeof(buf));
+    /* The driver writes its key into buf (hash_key_size octets, at most
+     * 255); one that does not say how long its key is (hash_key_size 0,
+     * as net_null) writes the usual 40-octet Toeplitz key, unless it
+     * sets rss_key_len itself. */
+    rss.rss_key = buf;
+    rss.rss_key_len = info.hash_key_size != 0 ? info.hash_key_size : 40;
+    rc = rte_eth_dev_rss_hash_conf_get(port, &rss);
+    if (rc != 0)
+        return rc;
+    *key_len = rss.rss_key_len < cap ? rss.rss_key_len : cap;
+    memcpy(key, buf, *key_len);
+    *rss_hf = rss.rss_hf;
+    return 0;
 }
 
 int shim_port_mac(uint16_t port, uint8_t mac[6]) {
@@ -135,18 +209,25 @@ int shim_port_link_up(uint16_t port) {
     return link.link_status == RTE_ETH_LINK_UP ? 1 : 0;
 }
 
-int shim_port_close(uint16_t port) {
+int shim_port_close(uint16_t port, int remove) {
+    struct rte_eth_dev_info info;
+    struct rte_device *dev = NULL;
+
+    /* The device outlives the port's release by close (the bus owns it). */
+    if (remove && port_info(port, &info) == 0)
+        dev = info.device;
     int stop = rte_eth_dev_stop(port);
     int close = rte_eth_dev_close(port);
-    return stop != 0 ? stop : close;
+    int rm = dev != NULL ? rte_dev_remove(dev) : 0;
+    return stop != 0 ? stop : close != 0 ? close : rm;
 }
 
-uint16_t shim_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n) {
-    return rte_eth_rx_burst(port, 0, pkts, n);
+uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    return rte_eth_rx_burst(port, queue, pkts, n);
 }
 
-uint16_t shim_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n) {
-    return rte_eth_tx_burst(port, 0, pkts, n);
+uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    return rte_eth_tx_burst(port, queue, pkts, n);
 }
 
 const uint8_t *shim_mbuf_data(const struct rte_mbuf *m, uint16_t *seg_len, uint32_t *pkt_len) {

@@ -8,7 +8,7 @@
  * rte_pktmbuf_alloc, rte_pktmbuf_mtod, ...) are `static inline` in DPDK's
  * headers and have no symbol to link against, and port configuration takes
  * large, version-dependent structs (rte_eth_conf, rte_eth_dev_info). Here they
- * become 20 functions over integers, byte pointers and two opaque handles.
+ * become 28 functions over integers, byte pointers and two opaque handles.
  *
  * Conventions: functions returning int return 0 on success and a negative
  * errno value on failure (DPDK's own convention); pointers returned NULL
@@ -48,13 +48,38 @@ int shim_port_driver(uint16_t port, char *buf, size_t len);
 int shim_port_limits(uint16_t port, uint16_t *min_mtu, uint16_t *max_mtu,
                      uint32_t *max_rx_pktlen);
 /*
- * Configure the port with MTU mtu and one RX and one TX queue with
- * nb_rxd/nb_txd descriptors (RX buffers from pool, whose data room must
- * hold a whole frame: no RX scatter is asked for), start the port.
+ * The driver's queue limits and RSS: its max_rx_queues and max_tx_queues,
+ * which of the hash types RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP
+ * it offers (flow_type_rss_offloads masked with them; 0: no RSS for IPv4
+ * and TCP) and the length of its hash key (hash_key_size; 0 if it does
+ * not say).
+ */
+int shim_port_queue_limits(uint16_t port, uint16_t *max_rx_queues, uint16_t *max_tx_queues,
+                           uint64_t *rss_hf, uint8_t *hash_key_size);
+/*
+ * Configure the port with MTU mtu and nb_queues RX and nb_queues TX queues,
+ * each with nb_rxd/nb_txd descriptors (RX buffers from pool, whose data
+ * room must hold a whole frame: no RX scatter is asked for), start the
+ * port. rss_hf not 0: RX multi-queue mode RTE_ETH_MQ_RX_RSS hashing those
+ * types, with the rss_key_len octets at rss_key as the key (NULL: the
+ * driver's own); ethdev keeps the pointer in the port's configuration, so
+ * the key must stay valid until the port is closed. The key is also set
+ * with rte_eth_dev_rss_hash_update once started, for drivers that take it
+ * only that way (net_null); a driver without that operation (-ENOTSUP) is
+ * left with what it took from the configuration.
  * Returns 0 or -errno.
  */
-int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_rxd, uint16_t nb_txd,
-                   uint16_t mtu);
+int shim_port_init(uint16_t port, struct rte_mempool *pool, uint16_t nb_queues, uint16_t nb_rxd,
+                   uint16_t nb_txd, uint16_t mtu, uint64_t rss_hf, const uint8_t *rss_key,
+                   uint8_t rss_key_len);
+/*
+ * The RSS hash configuration the driver reports (rte_eth_dev_rss_hash_conf_get):
+ * up to cap octets of its key into key (*key_len: how many it has, 0 if it
+ * returned none) and the hash types in *rss_hf. 0 or -errno (-ENOTSUP: the
+ * driver cannot say).
+ */
+int shim_port_rss_conf(uint16_t port, uint8_t *key, uint8_t cap, uint8_t *key_len,
+                       uint64_t *rss_hf);
 int shim_port_mac(uint16_t port, uint8_t mac[6]);
 int shim_port_mtu(uint16_t port, uint16_t *mtu);
 /* rte_eth_stats_get, flattened. */
@@ -63,12 +88,17 @@ int shim_port_stats(uint16_t port, uint64_t *ipackets, uint64_t *opackets, uint6
 /* 1 if the port's link is up, 0 if down, negative errno on failure
  * (rte_eth_link_get_nowait). */
 int shim_port_link_up(uint16_t port);
-/* rte_eth_dev_stop then rte_eth_dev_close (which releases the port). */
-int shim_port_close(uint16_t port);
+/* rte_eth_dev_stop then rte_eth_dev_close (which releases the port); with
+ * remove not 0, then rte_dev_remove of its device (a hot-plugged one is
+ * unplugged, so that its devargs probe it again). */
+int shim_port_close(uint16_t port, int remove);
 
-/* rte_eth_rx_burst / rte_eth_tx_burst on queue 0. */
-uint16_t shim_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
-uint16_t shim_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
+/* rte_eth_rx_burst / rte_eth_tx_burst on queue `queue`. */
+uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+/* RTE_ETH_RSS_IPV4 and RTE_ETH_RSS_NONFRAG_IPV4_TCP, the hash types asked for. */
+uint64_t shim_rss_hf_ipv4(void);
+uint64_t shim_rss_hf_ipv4_tcp(void);
 
 /*
  * The first segment's data: pointer, its length, and the whole packet's

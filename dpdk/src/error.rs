@@ -61,6 +61,24 @@ pub enum Error {
         /// received frame allows).
         max: u16,
     },
+    /// The driver has fewer queues than asked for.
+    Queues {
+        /// The port's name.
+        name: String,
+        /// RX and TX queues asked for.
+        asked: u16,
+        /// Its `max_rx_queues`.
+        max_rx: u16,
+        /// Its `max_tx_queues`.
+        max_tx: u16,
+    },
+    /// An RSS key was given, but the driver's key has another length.
+    RssKey {
+        /// The port's name.
+        name: String,
+        /// The length of the driver's key (its `hash_key_size`).
+        len: u8,
+    },
     /// Another DPDK call failed.
     Dpdk {
         /// Which.
@@ -77,7 +95,9 @@ impl Error {
             Error::Unavailable
             | Error::AlreadyInitialised
             | Error::InvalidArgument { .. }
-            | Error::Mtu { .. } => None,
+            | Error::Mtu { .. }
+            | Error::Queues { .. }
+            | Error::RssKey { .. } => None,
             Error::NoSuchPort { .. } => Some(19), // ENODEV
             Error::Probe { code, .. } => (*code < -1).then_some(-*code),
             Error::EalInit { errno }
@@ -165,6 +185,23 @@ impl fmt::Display for Error {
                 f,
                 "DPDK port {name:?} does not take MTU {asked}: its driver takes {min}..={max} \
                  (ask for what the link carries, within that)"
+            ),
+            Error::Queues {
+                name,
+                asked,
+                max_rx,
+                max_tx,
+            } => write!(
+                f,
+                "DPDK port {name:?} has at most {max_rx} RX and {max_tx} TX queues, \
+                 {asked} asked for: ask for at most {}",
+                (*max_rx).min(*max_tx)
+            ),
+            Error::RssKey { name, len } => write!(
+                f,
+                "DPDK port {name:?} takes an RSS key of {len} octets, not {}: open it \
+                 without a key (its driver's own is used)",
+                crate::RSS_KEY_LEN
             ),
             Error::Dpdk { op, errno } => write!(f, "{op}: {}", Errno(*errno)),
         }

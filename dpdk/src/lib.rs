@@ -11,6 +11,39 @@
 //! and whatever the driver does not take is freed and counted in
 //! [`Counters::tx_dropped`].
 //!
+//! # Queues
+//!
+//! [`Port::open_queues`] opens a port with `n` RX and `n` TX queues and
+//! returns `n` [`PortQueue`]s: handle `i` owns RX queue `i` and TX queue `i`,
+//! with its own transmit batch and [`Counters`], and is a `FrameDevice` of
+//! its own, `Send` but not `Sync`, so that one poll loop per queue (and
+//! core) can own one. The port is started once; it is stopped and closed,
+//! and its one mbuf pool (sized for every queue, shared by them: DPDK's
+//! default mempool is multi-producer/multi-consumer) freed, when the last
+//! handle drops. [`Port`] is the one queue of a port opened with `n` = 1.
+//! A device that `open_queues` hot-plugged from devargs is removed again
+//! when its port closes, so the same devargs open it again. Opening and
+//! closing ports is serialised within the process (DPDK's control path is
+//! not thread-safe).
+//!
+//! Which queue a received frame lands on is the driver's business:
+//!
+//! - **RSS**, where the driver offers it for IPv4 or TCP over IPv4 and
+//!   `n` > 1: the port is configured with `RTE_ETH_MQ_RX_RSS` hashing IPv4
+//!   and TCP/IPv4, with the 40-octet Toeplitz key passed to `open_queues`
+//!   (the workspace's symmetric key, `iwarp_net::rss::SYMMETRIC_KEY`, makes
+//!   a flow and its reverse hash alike) or the driver's own without one;
+//!   the key is also set with `rte_eth_dev_rss_hash_update` after the start,
+//!   for drivers that take it only that way. [`PortQueue::rss`] says
+//!   whether RSS is on; [`PortQueue::rss_conf`] reads back the key and hash
+//!   types the driver reports. `net_null` has RSS (the tests use it);
+//!   `net_memif`, `net_af_packet` and `net_ring` do not, and are opened
+//!   without it.
+//! - **memif** has no RSS: its queues come in pairs across the link, so a
+//!   frame sent on TX queue `i` of one end arrives on RX queue `i` of the
+//!   other (both ends opened with the same `n`). A sender that puts each
+//!   connection's frames on that connection's queue steers them itself.
+//!
 //! # Why a C shim, not `dpdk-sys` or bindgen
 //!
 //! `dpdk-sys` 0.1.5 targets DPDK 16.07 and is unmaintained. bindgen against
@@ -19,7 +52,7 @@
 //! `rte_pktmbuf_mtod`, `rte_pktmbuf_append`) are `static inline` functions in
 //! DPDK's headers, with no symbol to link against, and port setup goes through
 //! large structs (`rte_eth_conf`, `rte_eth_dev_info`) whose layout changes
-//! between releases. `shim/shim.c` wraps exactly what this crate needs in 19
+//! between releases. `shim/shim.c` wraps exactly what this crate needs in 28
 //! small functions over integers, byte pointers and two opaque handles
 //! (`shim/shim.h` is the binding; [`sys`] mirrors it by hand), compiled by
 //! `build.rs` with the flags `pkg-config --cflags libdpdk` gives. The Rust
@@ -36,7 +69,8 @@
 //!
 //! When `pkg-config libdpdk` finds nothing at build time, `build.rs` sets
 //! `cfg(iwarp_dpdk_missing)`: the crate still compiles, [`AVAILABLE`] is
-//! false, and [`Eal::init`] and [`Port::open`] return [`Error::Unavailable`].
+//! false, and [`Eal::init`], [`Port::open`] and [`Port::open_queues`] return
+//! [`Error::Unavailable`].
 //!
 //! # Dependencies and tests
 //!
@@ -45,7 +79,9 @@
 //! check against a Linux host needs one, so it lives in `iwarp-tools`: the
 //! `iwarp-dpdk-check` binary (ARP and ICMP echo, tcp-lite's stack in a
 //! poll loop) and `tools/tests/dpdk_af_packet.rs`, which runs it in
-//! network namespaces. The API opens a context on a port with
+//! network namespaces. `tests/queues.rs` runs ports of several queues in
+//! one process, with no namespaces: a memif server and client, and
+//! `net_null` for RSS. The API opens a context on a port with
 //! `iwarp::Context::dpdk` (the `iwarp` crate's `dpdk` feature).
 //!
 //! Only this crate (with `iwarp-xdp` and `iwarp-memreg`, and the C ABI in
@@ -65,12 +101,12 @@ pub mod sys;
 #[cfg(not(iwarp_dpdk_missing))]
 pub use eal::Eal;
 #[cfg(not(iwarp_dpdk_missing))]
-pub use port::{Port, DEFAULT_MTU, MAX_FRAME};
+pub use port::{Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
 
 #[cfg(iwarp_dpdk_missing)]
 mod stub;
 #[cfg(iwarp_dpdk_missing)]
-pub use stub::{Eal, Port, DEFAULT_MTU, MAX_FRAME};
+pub use stub::{Eal, Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
 
 /// Whether this build has DPDK (false: everything returns
 /// [`Error::Unavailable`]).
@@ -163,7 +199,8 @@ pub fn memif_devargs(index: u32, role: MemifRole, id: u32, socket: &std::path::P
     )
 }
 
-/// Descriptor ring sizes of the port's queue 0 (the driver may round them).
+/// Descriptor ring sizes of each of the port's RX and TX queues (the
+/// driver may round them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Queues {
     /// RX descriptors.
@@ -181,7 +218,24 @@ impl Default for Queues {
     }
 }
 
-/// What a [`Port`] counted itself.
+/// The length of the RSS hash key [`Port::open_queues`] takes: a Toeplitz
+/// key of 40 octets, as most NICs use.
+pub const RSS_KEY_LEN: usize = 40;
+
+/// A port's RSS hash configuration as its driver reports it
+/// ([`PortQueue::rss_conf`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RssConf {
+    /// The hash key (as long as the driver's `hash_key_size`).
+    pub key: Vec<u8>,
+    /// IPv4 addresses are hashed (`RTE_ETH_RSS_IPV4`).
+    pub ipv4: bool,
+    /// TCP over IPv4 is hashed, addresses and ports
+    /// (`RTE_ETH_RSS_NONFRAG_IPV4_TCP`).
+    pub ipv4_tcp: bool,
+}
+
+/// What a [`Port`] or one [`PortQueue`] counted itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Frames handed to the sink.
@@ -228,8 +282,26 @@ mod tests {
         fn send<T: Send>() {}
         fn frame_device<T: iwarp_frame::FrameDevice + 'static>() {}
         send::<Port>();
+        send::<PortQueue>();
         send::<Eal>();
         frame_device::<Port>();
+        frame_device::<PortQueue>();
+    }
+
+    /// Not Sync: one thread uses a queue at a time. (If PortQueue were
+    /// Sync, the blanket impl below would make `<PortQueue as
+    /// AmbiguousIfSync<_>>::some_item` ambiguous and this would not
+    /// compile.)
+    #[test]
+    fn a_queue_is_not_sync() {
+        trait AmbiguousIfSync<A> {
+            fn some_item() {}
+        }
+        impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+        struct Invalid;
+        impl<T: ?Sized + Sync> AmbiguousIfSync<Invalid> for T {}
+        <PortQueue as AmbiguousIfSync<_>>::some_item();
+        <Port as AmbiguousIfSync<_>>::some_item();
     }
 
     #[test]
@@ -310,5 +382,26 @@ mod tests {
         };
         assert_eq!(e.errno(), None);
         assert!(e.to_string().contains("takes 576..=1504"), "{e}");
+        let e = Error::Queues {
+            name: "net_memif0".into(),
+            asked: 4,
+            max_rx: 2,
+            max_tx: 1,
+        };
+        assert_eq!(e.errno(), None);
+        assert!(
+            e.to_string()
+                .contains("at most 2 RX and 1 TX queues, 4 asked for: ask for at most 1"),
+            "{e}"
+        );
+        let e = Error::RssKey {
+            name: "net_x".into(),
+            len: 52,
+        };
+        assert!(
+            e.to_string()
+                .contains("RSS key of 52 octets, not 40: open it without a key"),
+            "{e}"
+        );
     }
 }

@@ -1,14 +1,17 @@
-//! One ethdev port with one RX and one TX queue, as a [`FrameDevice`].
+//! One ethdev port with `n` RX and `n` TX queues; each pair of queues is a
+//! [`PortQueue`], a [`FrameDevice`] of its own, and [`Port`] is the one
+//! queue of a port opened with one.
 
 use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use iwarp_frame::FrameDevice;
 
 use crate::eal::Eal;
 use crate::sys::{self, RteMbuf, RteMempool};
-use crate::{Counters, Error, PortStats, Queues};
+use crate::{Counters, Error, PortStats, Queues, RssConf, RSS_KEY_LEN};
 
 /// Mbufs handled per rx/tx burst call.
 const BURST: usize = 32;
@@ -64,12 +67,52 @@ const TX_TRIES: usize = 4;
 
 static POOLS: AtomicU32 = AtomicU32::new(0);
 
-/// An ethdev port opened by name (`net_af_packet0`) or hot-plugged from
-/// devargs (`net_af_packet0,iface=veth0`), started with queue 0 for RX and
-/// TX and an mbuf pool of its own. Dropping it stops and closes the port and
-/// frees the pool.
+/// Serialises opening (hot-plug, configuration, start) and closing (and
+/// removal) of ports in the process: DPDK's control path is not
+/// thread-safe. Two memif ends hot-plugged at once from two threads failed
+/// (`rte_dev_probe`: ENODEV, 1 run in 6 of `tests/queues.rs`): the driver
+/// sets up its process-wide socket table in its probe.
+static CONTROL: Mutex<()> = Mutex::new(());
+
+/// Holds [`CONTROL`] (a panic elsewhere while holding it left nothing half
+/// done that the next user must know about: every step is one DPDK call).
+fn control() -> std::sync::MutexGuard<'static, ()> {
+    CONTROL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What `Shared::open` undoes when it fails after finding the port: a
+/// port it hot-plugged or configured is closed (and a hot-plugged one
+/// removed again), then the pool it created is freed.
+struct Undo {
+    id: u16,
+    plugged: bool,
+    pool: Option<NonNull<RteMempool>>,
+    /// False once the port is handed over.
+    armed: bool,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.plugged || self.pool.is_some() {
+            // SAFETY: the port id is valid (looked up before Undo was made)
+            // and no handle of it exists yet; nothing else uses it.
+            unsafe { sys::shim_port_close(self.id, i32::from(self.plugged)) };
+        }
+        if let Some(pool) = self.pool {
+            // SAFETY: created by Shared::open and not handed over; the port
+            // was closed above, so no mbuf of the pool is in use.
+            unsafe { sys::shim_pool_free(pool.as_ptr()) };
+        }
+    }
+}
+
+/// The port itself, shared by its queue handles: opened and started once,
+/// stopped and closed (and its pool freed) when the last handle drops.
 #[derive(Debug)]
-pub struct Port {
+struct Shared {
     name: String,
     id: u16,
     pool: NonNull<RteMempool>,
@@ -77,26 +120,76 @@ pub struct Port {
     mtu: u16,
     /// The largest frame one mbuf holds (its data room).
     max_frame: usize,
+    /// RX and TX queues the port was configured with.
+    queues: u16,
+    /// Whether RX is spread over the queues by RSS.
+    rss: bool,
+    /// Whether `Port::open_queues` hot-plugged the device (from devargs):
+    /// it is removed again once the port is closed, so that the same
+    /// devargs open it again.
+    plugged: bool,
+    /// Serialises control-path calls (statistics, RSS read-back) made
+    /// from the handles' threads.
+    control: Mutex<()>,
+    /// The RSS key ethdev was configured with: it keeps a pointer to it in
+    /// the port's configuration, so it lives until the port is closed
+    /// (fields drop after `Drop::drop`, which closes the port).
+    _rss_key: Option<Box<[u8; RSS_KEY_LEN]>>,
+    /// Dropped last: the EAL outlives the port.
+    _eal: Eal,
+}
+
+// SAFETY: Shared holds the port id, immutable facts about the port and a
+// pointer to its mbuf pool, which lives in DPDK's shared memory, not in any
+// thread's state. Through a shared reference it is used only to allocate and
+// free mbufs (the pool is created with DPDK's default multi-producer/
+// multi-consumer ring and no per-lcore cache, so any thread may do so at any
+// time, EAL lcore or not), to count the pool's free mbufs (a read of the
+// ring's counters) and for control-path calls (statistics, RSS read-back)
+// that `control` serialises; DPDK lets such calls run beside the data path
+// on other threads. Each queue is used by the one handle that owns it (see
+// `PortQueue`). Closing the port happens in Drop, when no handle is left.
+unsafe impl Send for Shared {}
+// SAFETY: as for Send: every use through `&Shared` is one of those above.
+unsafe impl Sync for Shared {}
+
+/// One RX and one TX queue of a port opened with [`Port::open_queues`]:
+/// queue `i` of each, with its own transmit batch and [`Counters`]. A
+/// [`FrameDevice`] like [`Port`] (which is the one queue of a port opened
+/// with one). `Send`, not `Sync`: a poll loop owns it. Dropping it flushes
+/// its batch; the port is stopped and closed, and its pool freed, when the
+/// last handle of the port drops.
+#[derive(Debug)]
+pub struct PortQueue {
+    port: Arc<Shared>,
+    /// The RX and TX queue this handle owns.
+    queue: u16,
     /// Frames copied into mbufs, waiting for `flush` (≤ BURST).
     pending: Vec<*mut RteMbuf>,
     /// For frames spread over several mbuf segments.
     scratch: Vec<u8>,
     counters: Counters,
-    /// Dropped last: the EAL outlives the port.
-    _eal: Eal,
 }
 
-// SAFETY: a Port owns its port's queue 0 and its pool outright: nothing else
-// in the process holds the port id it was opened with (ports are opened by
-// this type only, and DPDK refuses a second hot-plug of the same name), and the
-// raw pointers are to DPDK's shared memory, not to thread-local state. DPDK's
-// rule is that one lcore/thread uses a queue at a time; moving the Port to
-// another thread (the poll loop) moves that single user with it, and Port is
-// not Sync, so two threads never use it at once. The pool is created with
-// DPDK's default multi-producer/multi-consumer ring, and threads that are not
-// EAL lcores (like the poll loop's) use it without a per-lcore cache, so
-// allocating and freeing from whichever thread owns the Port is sound.
-unsafe impl Send for Port {}
+// SAFETY: a PortQueue owns RX and TX queue `queue` of its port outright:
+// `Port::open_queues` makes one handle per queue index and no other handle
+// for the port (ports are opened by this crate only, and DPDK refuses a
+// second hot-plug of the same name), and its raw pointers are mbufs of the
+// pool it alone holds until they are sent or freed. DPDK's rule is that one
+// thread uses a queue at a time; moving the handle to another thread (the
+// poll loop) moves that single user with it, and PortQueue is not Sync, so
+// two threads never use one queue at once. Shared is Send + Sync (above).
+unsafe impl Send for PortQueue {}
+
+/// An ethdev port opened by name (`net_af_packet0`) or hot-plugged from
+/// devargs (`net_af_packet0,iface=veth0`), started with one RX and one TX
+/// queue and an mbuf pool of its own: the one [`PortQueue`] of
+/// [`Port::open_queues`] with `n` = 1. Dropping it stops and closes the port
+/// and frees the pool.
+#[derive(Debug)]
+pub struct Port {
+    queue: PortQueue,
+}
 
 impl Port {
     /// Open and start a port. `name_or_vdev` is either an existing port's
@@ -121,6 +214,118 @@ impl Port {
         queues: Queues,
         mtu: u16,
     ) -> Result<Port, Error> {
+        let mut v = Self::open_queues(eal, name_or_vdev, 1, queues, mtu, None)?;
+        match v.pop() {
+            Some(queue) => Ok(Port { queue }),
+            None => Err(Error::InvalidArgument {
+                reason: "no queue opened",
+            }),
+        }
+    }
+
+    /// [`open_mtu`](Self::open_mtu) with `n` RX and `n` TX queues: the
+    /// port is configured and started once, and the `n` handles returned,
+    /// in queue order, each own RX queue `i` and TX queue `i` (each with
+    /// `queues` descriptors). One mbuf pool serves them all, sized for
+    /// every queue.
+    ///
+    /// `n` above the driver's `max_rx_queues` or `max_tx_queues` is
+    /// [`Error::Queues`]; `n` = 0 is [`Error::InvalidArgument`]; both
+    /// before anything is allocated.
+    ///
+    /// RSS: when `n` > 1 and the driver offers RSS for IPv4 or TCP over
+    /// IPv4, RX is configured as `RTE_ETH_MQ_RX_RSS` hashing those types,
+    /// with `rss_key` as the Toeplitz key (`None`: the driver's own key; a
+    /// driver whose key is not 40 octets long refuses one with
+    /// [`Error::RssKey`]), so that the driver steers each flow to one
+    /// queue; [`PortQueue::rss`] says whether it is on. A driver without
+    /// RSS (memif, af_packet, ring) is configured without it: what arrives
+    /// on which queue is then the driver's own rule. memif has no RSS: a
+    /// frame sent on a memif end's TX queue `i` arrives on its peer's RX
+    /// queue `i`.
+    pub fn open_queues(
+        eal: &Eal,
+        name_or_vdev: &str,
+        n: u16,
+        queues: Queues,
+        mtu: u16,
+        rss_key: Option<[u8; RSS_KEY_LEN]>,
+    ) -> Result<Vec<PortQueue>, Error> {
+        let shared = Arc::new(Shared::open(eal, name_or_vdev, n, queues, mtu, rss_key)?);
+        Ok((0..n)
+            .map(|queue| PortQueue {
+                port: Arc::clone(&shared),
+                queue,
+                pending: Vec::with_capacity(BURST),
+                scratch: Vec::new(),
+                counters: Counters::default(),
+            })
+            .collect())
+    }
+
+    /// The port's name.
+    pub fn name(&self) -> &str {
+        self.queue.name()
+    }
+
+    /// DPDK's port id.
+    pub fn port_id(&self) -> u16 {
+        self.queue.port_id()
+    }
+
+    /// The port's MAC address.
+    pub fn mac_address(&self) -> [u8; 6] {
+        self.queue.mac_address()
+    }
+
+    /// The port's MTU (IP packet size).
+    pub fn mtu(&self) -> u16 {
+        self.queue.mtu()
+    }
+
+    /// The largest frame this port sends: one mbuf's data room.
+    pub fn max_frame(&self) -> usize {
+        self.queue.max_frame()
+    }
+
+    /// What this side counted.
+    pub fn counters(&self) -> Counters {
+        self.queue.counters()
+    }
+
+    /// Mbufs free in the port's pool.
+    pub fn pool_available(&self) -> u32 {
+        self.queue.pool_available()
+    }
+
+    /// The driver's counters (`rte_eth_stats_get`).
+    pub fn stats(&self) -> Result<PortStats, Error> {
+        self.queue.stats()
+    }
+}
+
+impl Shared {
+    /// Look the port up (hot-plugging devargs), check `n` and `mtu`
+    /// against the driver, create the pool, configure and start it.
+    fn open(
+        eal: &Eal,
+        name_or_vdev: &str,
+        n: u16,
+        queues: Queues,
+        mtu: u16,
+        rss_key: Option<[u8; RSS_KEY_LEN]>,
+    ) -> Result<Shared, Error> {
+        // Declared before `undo` (below), so dropped after it: ethdev keeps
+        // a pointer to the key until the port is closed.
+        let mut rss_key = rss_key.map(Box::new);
+        // Held to the end: `undo` (declared later, dropped earlier) closes
+        // under it too.
+        let _control = control();
+        if n == 0 {
+            return Err(Error::InvalidArgument {
+                reason: "a port needs at least one queue",
+            });
+        }
         if queues.rx_desc == 0 || queues.tx_desc == 0 {
             return Err(Error::InvalidArgument {
                 reason: "descriptor counts must be positive",
@@ -156,6 +361,7 @@ impl Port {
             name_or_vdev.to_owned()
         };
         let name_or_vdev = vdev.as_str();
+        let mut plugged = false;
         if rc != 0 && name_or_vdev.contains(',') {
             let dev = CString::new(name_or_vdev).map_err(|_| Error::InvalidArgument {
                 reason: "the devargs contain a NUL byte",
@@ -163,6 +369,7 @@ impl Port {
             // SAFETY: dev is a NUL-terminated string that outlives the call;
             // the EAL is initialised (we hold an Eal).
             let p = unsafe { sys::shim_dev_probe(dev.as_ptr()) };
+            plugged = p == 0;
             if p != 0 {
                 return Err(Error::Probe {
                     devargs: name_or_vdev.to_owned(),
@@ -175,6 +382,14 @@ impl Port {
         if rc != 0 {
             return Err(Error::NoSuchPort { name });
         }
+        // Until the port is handed over, a failure undoes what was done
+        // here (see `Undo`).
+        let mut undo = Undo {
+            id,
+            plugged,
+            pool: None,
+            armed: true,
+        };
         let (mut min_mtu, mut max_mtu, mut max_rx) = (0u16, 0u16, 0u32);
         // SAFETY: id is a valid port (looked up above); the three pointers
         // are to distinct locals the shim writes.
@@ -203,6 +418,44 @@ impl Port {
                 max,
             });
         }
+        let (mut max_rx_q, mut max_tx_q, mut rss_hf, mut key_size) = (0u16, 0u16, 0u64, 0u8);
+        // SAFETY: id is a valid port; the four pointers are to distinct
+        // locals the shim writes.
+        let rc = unsafe {
+            sys::shim_port_queue_limits(
+                id,
+                &mut max_rx_q,
+                &mut max_tx_q,
+                &mut rss_hf,
+                &mut key_size,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::Dpdk {
+                op: "rte_eth_dev_info_get",
+                errno: -rc,
+            });
+        }
+        if n > max_rx_q || n > max_tx_q {
+            return Err(Error::Queues {
+                name,
+                asked: n,
+                max_rx: max_rx_q,
+                max_tx: max_tx_q,
+            });
+        }
+        // RSS with more than one queue, where the driver hashes IPv4 or
+        // TCP over IPv4; the key only if it is the length the driver
+        // takes (0: the driver does not say, and ethdev does not check).
+        let rss = n > 1 && rss_hf != 0;
+        if !rss {
+            rss_key = None;
+        } else if rss_key.is_some() && key_size != 0 && usize::from(key_size) != RSS_KEY_LEN {
+            return Err(Error::RssKey {
+                name,
+                len: key_size,
+            });
+        }
         // What ethdev is told: the MTU itself, or for a jumbo memif end
         // asked for more than ethdev validates, that limit (frame + Ethernet
         // header and CRC within max_rx_pktlen, rte_eth_dev_configure).
@@ -224,11 +477,15 @@ impl Port {
         // arrives, one sent is freed once copied. One set of rings is
         // plenty there, and keeps a pool of jumbo mbufs within the EAL's
         // memory (16383 mbufs of 9.5 KiB would be 155 MiB per port).
+        // Each queue pair counts.
         let rings = if jumbo { 1 } else { 4 };
-        let want = rings * (u32::from(queues.rx_desc) + u32::from(queues.tx_desc))
-            + 4 * BURST as u32
+        let want = u64::from(n)
+            * (rings * (u64::from(queues.rx_desc) + u64::from(queues.tx_desc)) + 4 * BURST as u64)
             + 512;
-        let mbufs = want.next_power_of_two() - 1;
+        let mbufs =
+            u32::try_from(want.next_power_of_two() - 1).map_err(|_| Error::InvalidArgument {
+                reason: "too many queues and descriptors for one mbuf pool",
+            })?;
         let pool_name = CString::new(format!("iwd{}", POOLS.fetch_add(1, Ordering::Relaxed)))
             .map_err(|_| Error::InvalidArgument {
                 reason: "pool name",
@@ -243,32 +500,36 @@ impl Port {
             let errno = unsafe { sys::shim_errno() };
             return Err(Error::Mempool { mbufs, errno });
         };
-        // From here on, a failure must free the pool (and close the port).
-        let fail = |errno: i32, what: Option<&'static str>| {
-            // SAFETY: the port id is valid (looked up above) and nothing
-            // else uses it; the pool was created above and, the port being
-            // closed first, no mbuf of it is in use.
-            unsafe {
-                sys::shim_port_close(id);
-                sys::shim_pool_free(pool.as_ptr());
-            }
-            match what {
-                None => Error::PortInit {
-                    name: name.clone(),
-                    errno,
-                },
-                Some(op) => Error::Dpdk { op, errno },
-            }
+        // From here on, a failure closes the port and frees the pool.
+        undo.pool = Some(pool);
+        let fail = |errno: i32, what: Option<&'static str>| match what {
+            None => Error::PortInit {
+                name: name.clone(),
+                errno,
+            },
+            Some(op) => Error::Dpdk { op, errno },
+        };
+        let (hf, key_ptr) = match (&rss_key, rss) {
+            (_, false) => (0, std::ptr::null()),
+            (None, true) => (rss_hf, std::ptr::null()),
+            (Some(k), true) => (rss_hf, k.as_ptr()),
         };
         // SAFETY: id is a valid port, pool a live mbuf pool whose mbufs
-        // hold a whole frame of `mtu`; the port is not started yet.
+        // hold a whole frame of `mtu`, sized for n queues; the port is not
+        // started yet. key_ptr is null or points at RSS_KEY_LEN octets in a
+        // Box that Shared keeps until after the port is closed (or that
+        // outlives the close by `undo`).
         let rc = unsafe {
             sys::shim_port_init(
                 id,
                 pool.as_ptr(),
+                n,
                 queues.rx_desc,
                 queues.tx_desc,
                 configured,
+                hf,
+                key_ptr,
+                RSS_KEY_LEN as u8,
             )
         };
         if rc != 0 {
@@ -291,63 +552,131 @@ impl Port {
         if jumbo {
             mtu = mtu.max(link_mtu);
         }
-        Ok(Port {
+        undo.armed = false;
+        Ok(Shared {
+            plugged,
             name,
             id,
             pool,
             mac,
             mtu,
             max_frame,
-            pending: Vec::with_capacity(BURST),
-            scratch: Vec::new(),
-            counters: Counters::default(),
+            queues: n,
+            rss,
+            control: Mutex::new(()),
+            _rss_key: rss_key,
             _eal: eal.clone(),
         })
     }
+}
 
+impl PortQueue {
     /// The port's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.port.name
     }
 
     /// DPDK's port id.
     pub fn port_id(&self) -> u16 {
-        self.id
+        self.port.id
+    }
+
+    /// The RX and TX queue this handle owns.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// How many RX (and TX) queues the port has.
+    pub fn queue_count(&self) -> u16 {
+        self.port.queues
+    }
+
+    /// Whether the driver spreads received frames over the queues by RSS
+    /// (see [`Port::open_queues`]); false with one queue.
+    pub fn rss(&self) -> bool {
+        self.port.rss
+    }
+
+    /// The RSS hash configuration the driver reports
+    /// (`rte_eth_dev_rss_hash_conf_get`): its key and which of the hash
+    /// types asked for it hashes. An error from a driver that cannot say
+    /// (memif: `ENOTSUP`).
+    pub fn rss_conf(&self) -> Result<RssConf, Error> {
+        let mut key = [0u8; 255];
+        let (mut len, mut hf) = (0u8, 0u64);
+        let rc = {
+            let _g = self.port.control.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: key has 255 writable octets (the cap given); len and
+            // hf are distinct locals; the port is open (we hold it).
+            unsafe {
+                sys::shim_port_rss_conf(self.port.id, key.as_mut_ptr(), 255, &mut len, &mut hf)
+            }
+        };
+        if rc != 0 {
+            return Err(Error::Dpdk {
+                op: "rte_eth_dev_rss_hash_conf_get",
+                errno: -rc,
+            });
+        }
+        // SAFETY: two functions returning constants.
+        let (ipv4, tcp) = unsafe { (sys::shim_rss_hf_ipv4(), sys::shim_rss_hf_ipv4_tcp()) };
+        Ok(RssConf {
+            key: key[..usize::from(len)].to_vec(),
+            ipv4: hf & ipv4 != 0,
+            ipv4_tcp: hf & tcp != 0,
+        })
+    }
+
+    /// Whether the port's link is up (`rte_eth_link_get_nowait`): for
+    /// memif, whether its peer has connected.
+    pub fn link_up(&self) -> Result<bool, Error> {
+        let _g = self.port.control.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the port is open (we hold it); no pointers.
+        match unsafe { sys::shim_port_link_up(self.port.id) } {
+            1 => Ok(true),
+            0 => Ok(false),
+            rc => Err(Error::Dpdk {
+                op: "rte_eth_link_get_nowait",
+                errno: -rc,
+            }),
+        }
     }
 
     /// The port's MAC address.
     pub fn mac_address(&self) -> [u8; 6] {
-        self.mac
+        self.port.mac
     }
 
     /// The port's MTU (IP packet size).
     pub fn mtu(&self) -> u16 {
-        self.mtu.min((self.max_frame - 14) as u16)
+        self.port.mtu.min((self.port.max_frame - 14) as u16)
     }
 
-    /// The largest frame this port sends: one mbuf's data room.
+    /// The largest frame this queue sends: one mbuf's data room.
     pub fn max_frame(&self) -> usize {
-        self.max_frame
+        self.port.max_frame
     }
 
-    /// What this side counted.
+    /// What this queue counted.
     pub fn counters(&self) -> Counters {
         self.counters
     }
 
-    /// Mbufs free in the port's pool.
+    /// Mbufs free in the port's pool (shared by its queues).
     pub fn pool_available(&self) -> u32 {
-        // SAFETY: the pool lives as long as self.
-        unsafe { sys::shim_pool_avail(self.pool.as_ptr()) }
+        // SAFETY: the pool lives as long as self.port; counting its free
+        // mbufs reads the ring's counters.
+        unsafe { sys::shim_pool_avail(self.port.pool.as_ptr()) }
     }
 
-    /// The driver's counters (`rte_eth_stats_get`).
+    /// The driver's counters for the whole port (`rte_eth_stats_get`).
     pub fn stats(&self) -> Result<PortStats, Error> {
         let mut s = PortStats::default();
+        let _g = self.port.control.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every pointer is to a distinct u64 field of `s`.
         let rc = unsafe {
             sys::shim_port_stats(
-                self.id,
+                self.port.id,
                 &mut s.ipackets,
                 &mut s.opackets,
                 &mut s.imissed,
@@ -375,10 +704,12 @@ impl Port {
                 break;
             }
             // SAFETY: pending[sent..n] are mbufs we allocated and still own;
-            // tx_burst takes ownership of the first k it returns.
+            // tx_burst takes ownership of the first k it returns. TX queue
+            // `self.queue` is used by this handle only (see `impl Send`).
             let k = unsafe {
                 sys::shim_tx_burst(
-                    self.id,
+                    self.port.id,
+                    self.queue,
                     self.pending.as_mut_ptr().add(sent),
                     (n - sent) as u16,
                 )
@@ -414,7 +745,7 @@ impl Drop for RxBatch {
     }
 }
 
-impl FrameDevice for Port {
+impl FrameDevice for PortQueue {
     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
         let mut total = 0;
         while total < max {
@@ -423,10 +754,16 @@ impl FrameDevice for Port {
                 mbufs: [std::ptr::null_mut(); BURST],
                 n: 0,
             };
-            // SAFETY: the array has room for `want` ≤ BURST pointers; queue 0
-            // is used by this Port only (see `impl Send`).
+            // SAFETY: the array has room for `want` ≤ BURST pointers; RX
+            // queue `self.queue` is used by this handle only (see `impl
+            // Send`).
             batch.n = usize::from(unsafe {
-                sys::shim_rx_burst(self.id, batch.mbufs.as_mut_ptr(), want as u16)
+                sys::shim_rx_burst(
+                    self.port.id,
+                    self.queue,
+                    batch.mbufs.as_mut_ptr(),
+                    want as u16,
+                )
             });
             for &m in &batch.mbufs[..batch.n] {
                 let (mut seg, mut len) = (0u16, 0u32);
@@ -468,7 +805,7 @@ impl FrameDevice for Port {
 
     fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > self.max_frame {
+        if len > self.port.max_frame {
             self.counters.tx_too_big += 1;
             return false;
         }
@@ -491,9 +828,9 @@ impl FrameDevice for Port {
         }
         // SAFETY: each of the first parts.len() entries points at a live
         // slice readable for its length (≤ max_frame in all); the pool
-        // lives as long as self.
+        // lives as long as self.port and is multi-producer/consumer.
         let m = unsafe {
-            sys::shim_mbuf_from_parts(self.pool.as_ptr(), iov.as_ptr(), parts.len() as u32)
+            sys::shim_mbuf_from_parts(self.port.pool.as_ptr(), iov.as_ptr(), parts.len() as u32)
         };
         if m.is_null() {
             self.counters.tx_no_mbuf += 1;
@@ -507,7 +844,7 @@ impl FrameDevice for Port {
     }
 
     /// Built in place in a fresh mbuf's data room (one segment: frames up
-    /// to [`max_frame`](Port::max_frame)), freed again on cancel.
+    /// to [`max_frame`](PortQueue::max_frame)), freed again on cancel.
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
         self.tx_build_upto(len, &mut |b| build(b).then_some(len))
     }
@@ -520,14 +857,14 @@ impl FrameDevice for Port {
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> bool {
         let len = max;
-        if len > self.max_frame {
+        if len > self.port.max_frame {
             self.counters.tx_too_big += 1;
             return false;
         }
         let mut m: *mut RteMbuf = std::ptr::null_mut();
-        // SAFETY: the pool lives as long as self; `m` is a valid place for
-        // the shim to store the mbuf pointer; len ≤ max_frame fits u16.
-        let data = unsafe { sys::shim_mbuf_alloc_len(self.pool.as_ptr(), len as u16, &mut m) };
+        // SAFETY: the pool lives as long as self.port; `m` is a valid place
+        // for the shim to store the mbuf pointer; len ≤ max_frame fits u16.
+        let data = unsafe { sys::shim_mbuf_alloc_len(self.port.pool.as_ptr(), len as u16, &mut m) };
         if data.is_null() || m.is_null() {
             self.counters.tx_no_mbuf += 1;
             return false;
@@ -582,10 +919,47 @@ impl FrameDevice for Port {
     }
 }
 
-impl Drop for Port {
+/// The same device, queue 0 of a one-queue port.
+impl FrameDevice for Port {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.queue.rx_burst(max, sink)
+    }
+
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        self.queue.tx(frame)
+    }
+
+    fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
+        self.queue.tx_parts(parts)
+    }
+
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        self.queue.tx_build(len, build)
+    }
+
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        self.queue.tx_build_upto(max, build)
+    }
+
+    fn flush(&mut self) {
+        self.queue.flush()
+    }
+}
+
+impl Drop for PortQueue {
     fn drop(&mut self) {
-        // Queued frames go out (or are freed and counted), never leak.
+        // Queued frames go out (or are freed and counted), never leak; the
+        // port closes when the last handle's Arc goes.
         self.flush();
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
         // memif in DPDK 22.11 tears a link down on its interrupt thread:
         // when the peer port (in this process) closes, that thread runs the
         // disconnect of this port too, freeing its receive mbufs into this
@@ -604,11 +978,16 @@ impl Drop for Port {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         }
-        // SAFETY: the port is ours and no other handle uses it; closing it
-        // returns its RX/TX mbufs to the pool. The EAL (self._eal) is
-        // dropped after this.
-        unsafe {
-            sys::shim_port_close(self.id);
+        {
+            let _control = control();
+            // SAFETY: the port is ours and its last queue handle is gone
+            // (this is the Arc's last reference); closing it returns its
+            // RX/TX mbufs to the pool, and a device we hot-plugged is
+            // removed. The RSS key and the EAL (fields) are dropped after
+            // this.
+            unsafe {
+                sys::shim_port_close(self.id, i32::from(self.plugged));
+            }
         }
         if memif {
             // What the interrupt thread was doing for this port finishes

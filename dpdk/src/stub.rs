@@ -3,7 +3,7 @@
 
 use iwarp_frame::FrameDevice;
 
-use crate::{Counters, Error, PortStats, Queues};
+use crate::{Counters, Error, PortStats, Queues, RssConf, RSS_KEY_LEN};
 
 /// The largest frame a port sends at the default MTU.
 pub const MAX_FRAME: usize = 2048;
@@ -40,7 +40,7 @@ impl Eal {
 
 /// A port; cannot be opened in this build.
 #[derive(Debug)]
-pub struct Port(Never);
+pub struct Port(Never, std::marker::PhantomData<std::cell::Cell<()>>);
 
 /// As the real port's (which stops and closes it): code that drops a port
 /// explicitly reads the same against the stub.
@@ -62,6 +62,17 @@ impl Port {
         _queues: Queues,
         _mtu: u16,
     ) -> Result<Port, Error> {
+        Err(Error::Unavailable)
+    }
+    /// Always [`Error::Unavailable`]: built without DPDK.
+    pub fn open_queues(
+        _eal: &Eal,
+        _name_or_vdev: &str,
+        _n: u16,
+        _queues: Queues,
+        _mtu: u16,
+        _rss_key: Option<[u8; RSS_KEY_LEN]>,
+    ) -> Result<Vec<PortQueue>, Error> {
         Err(Error::Unavailable)
     }
     /// Unreachable: no `Port` exists.
@@ -99,6 +110,82 @@ impl Port {
 }
 
 impl FrameDevice for Port {
+    fn rx_burst(&mut self, _max: usize, _sink: &mut dyn FnMut(&[u8])) -> usize {
+        match self.0 {}
+    }
+    fn tx(&mut self, _frame: &[u8]) -> bool {
+        match self.0 {}
+    }
+}
+
+/// A queue of a port; cannot be opened in this build. Neither it nor
+/// [`Port`] is `Sync`, as in the real build.
+#[derive(Debug)]
+pub struct PortQueue(Never, std::marker::PhantomData<std::cell::Cell<()>>);
+
+/// As the real queue's (which flushes it).
+impl Drop for PortQueue {
+    fn drop(&mut self) {
+        match self.0 {}
+    }
+}
+
+impl PortQueue {
+    /// Unreachable: no `PortQueue` exists.
+    pub fn name(&self) -> &str {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn port_id(&self) -> u16 {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn queue(&self) -> u16 {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn queue_count(&self) -> u16 {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn link_up(&self) -> Result<bool, Error> {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn rss(&self) -> bool {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn rss_conf(&self) -> Result<RssConf, Error> {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn mac_address(&self) -> [u8; 6] {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn mtu(&self) -> u16 {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn max_frame(&self) -> usize {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn counters(&self) -> Counters {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn pool_available(&self) -> u32 {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
+    pub fn stats(&self) -> Result<PortStats, Error> {
+        match self.0 {}
+    }
+}
+
+impl FrameDevice for PortQueue {
     fn rx_burst(&mut self, _max: usize, _sink: &mut dyn FnMut(&[u8])) -> usize {
         match self.0 {}
     }

@@ -40,12 +40,31 @@ extern "C" {
         max_mtu: *mut u16,
         max_rx_pktlen: *mut u32,
     ) -> i32;
+    pub fn shim_port_queue_limits(
+        port: u16,
+        max_rx_queues: *mut u16,
+        max_tx_queues: *mut u16,
+        rss_hf: *mut u64,
+        hash_key_size: *mut u8,
+    ) -> i32;
+    #[allow(clippy::too_many_arguments)] // the C function's, one for one
     pub fn shim_port_init(
         port: u16,
         pool: *mut RteMempool,
+        nb_queues: u16,
         nb_rxd: u16,
         nb_txd: u16,
         mtu: u16,
+        rss_hf: u64,
+        rss_key: *const u8,
+        rss_key_len: u8,
+    ) -> i32;
+    pub fn shim_port_rss_conf(
+        port: u16,
+        key: *mut u8,
+        cap: u8,
+        key_len: *mut u8,
+        rss_hf: *mut u64,
     ) -> i32;
     pub fn shim_port_mac(port: u16, mac: *mut u8) -> i32;
     pub fn shim_port_mtu(port: u16, mtu: *mut u16) -> i32;
@@ -59,10 +78,12 @@ extern "C" {
         rx_nombuf: *mut u64,
     ) -> i32;
     pub fn shim_port_link_up(port: u16) -> i32;
-    pub fn shim_port_close(port: u16) -> i32;
+    pub fn shim_port_close(port: u16, remove: i32) -> i32;
 
-    pub fn shim_rx_burst(port: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
-    pub fn shim_tx_burst(port: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn shim_rx_burst(port: u16, queue: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn shim_tx_burst(port: u16, queue: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn shim_rss_hf_ipv4() -> u64;
+    pub fn shim_rss_hf_ipv4_tcp() -> u64;
     pub fn shim_mbuf_data(m: *const RteMbuf, seg_len: *mut u16, pkt_len: *mut u32) -> *const u8;
     pub fn shim_mbuf_copy(m: *const RteMbuf, buf: *mut u8, cap: u32) -> u32;
     pub fn shim_mbuf_from_parts(
