@@ -207,6 +207,39 @@ pub struct LoopStats {
     pub yields: u64,
 }
 
+impl LoopStats {
+    /// Add the counters of `o` (another loop of one context): sums, the
+    /// largest `out_held_max`, and `pinned` only if both were.
+    pub fn add(&mut self, o: &LoopStats) {
+        let LoopStats {
+            rounds,
+            rx_frames,
+            tx_frames,
+            tx_dropped,
+            out_dropped,
+            out_held_max,
+            sleeps,
+            device_waits,
+            pinned,
+            app_rounds,
+            keeper_takeovers,
+            yields,
+        } = *o;
+        self.rounds += rounds;
+        self.rx_frames += rx_frames;
+        self.tx_frames += tx_frames;
+        self.tx_dropped += tx_dropped;
+        self.out_dropped += out_dropped;
+        self.out_held_max = self.out_held_max.max(out_held_max);
+        self.sleeps += sleeps;
+        self.device_waits += device_waits;
+        self.pinned &= pinned;
+        self.app_rounds += app_rounds;
+        self.keeper_takeovers += keeper_takeovers;
+        self.yields += yields;
+    }
+}
+
 /// Reads a device's counters on the loop thread (see [`spawn_probed`]).
 pub type DeviceReader<D> = Box<dyn FnMut(&D) -> Box<dyn Any + Send> + Send>;
 

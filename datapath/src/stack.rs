@@ -93,7 +93,7 @@ pub use messages::{
 };
 use requests::Requests;
 use sock::{mark_ready, Listening, Sock, SockKind, StreamSock};
-use stats::add_tcp_stats;
+pub use stats::add_tcp_stats;
 pub use stats::StackStats;
 pub use stream::{flags, SendError, StreamShared, WaitError};
 

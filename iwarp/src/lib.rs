@@ -120,5 +120,6 @@ pub use stats::DpdkDeviceStats;
 #[cfg(feature = "xdp")]
 pub use stats::{AttachMode, XdpDeviceStats, XskMode};
 pub use stats::{
-    ContextStats, DeviceStats, IfaceStats, LoopStats, QpCounters, QpStats, StackStats, TcpStats,
+    ContextStats, DeviceStats, IfaceStats, LoopSplit, LoopStats, QpCounters, QpStats, StackStats,
+    TcpStats,
 };

@@ -1,10 +1,15 @@
-//! The application side of the poll loop: [`Inner`] posts commands and
-//! waits for answers, and the [`Router`] sorts the loop's
-//! connection-level outputs per connection or listener.
+//! The application side of the poll loops: [`Inner`] posts commands and
+//! waits for answers, and the [`Router`] sorts the loops'
+//! connection-level outputs per connection or listener. A context has one
+//! loop, or one per receive queue ([`Context::sim_pair_queues`]): a
+//! connection belongs to one loop, which its id names (ids are given out
+//! apart, loop `i` of `n` taking `i`, `i + n`, ...), and a command for a
+//! connection goes to that loop; the loops share one output bell, so a
+//! wait sleeps on all of them at once.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,8 +28,9 @@ use crate::{Error, QpEvent};
 #[derive(Debug, Default)]
 pub(crate) struct Router {
     pub(crate) opening: HashMap<u64, SockId>,
-    pub(crate) listening: HashMap<u16, Result<(), ListenError>>,
-    pub(crate) unlistened: HashSet<u16>,
+    /// Answers to `Listen` and `Unlisten`, by loop and port.
+    pub(crate) listening: HashMap<(usize, u16), Result<(), ListenError>>,
+    pub(crate) unlistened: HashSet<(usize, u16)>,
     /// Connections an application object (connect in progress, pending
     /// request, `Qp`) still stands for: events of others are dropped, so
     /// the per-connection queues below do not outlive their connection.
@@ -39,15 +45,28 @@ pub(crate) struct Router {
     pub(crate) finished: HashSet<SockId>,
 }
 
+/// One poll loop of a context.
+#[derive(Debug)]
+pub(crate) struct Loop {
+    pub(crate) lp: LoopHandle<Stack>,
+    /// The loop's thread: calls that wait on the loop refuse to run
+    /// there (a loop hook calling them would wait forever).
+    pub(crate) thread: Option<std::thread::ThreadId>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) lp: LoopHandle<Stack>,
+    /// The context's loops (at least one), loop `i` on receive queue `i`.
+    pub(crate) loops: Vec<Loop>,
     pub(crate) router: Mutex<Router>,
     pub(crate) addr: Ipv4Addr,
     pub(crate) tokens: AtomicU64,
-    /// The poll loop's thread: calls that wait on the loop refuse to run
-    /// there (a loop hook calling them would wait forever).
-    pub(crate) loop_thread: Option<std::thread::ThreadId>,
+    /// The loop the next active open goes to (round robin).
+    pub(crate) next_loop: AtomicUsize,
+    /// One memory operation at a time for the whole context: each is
+    /// applied to every loop's table in loop order
+    /// ([`memory`](Inner::memory)).
+    pub(crate) mem_lock: Mutex<()>,
     /// One [`Context::stats`] at a time (the loop publishes one snapshot
     /// per request).
     pub(crate) stats_lock: Mutex<()>,
@@ -58,13 +77,27 @@ impl Inner {
     /// threads waiting on it if any moved).
     pub(crate) fn pump(&self) {
         // An inline loop runs a round here (a no-op otherwise).
-        self.lp.drive();
+        for l in &self.loops {
+            l.lp.drive();
+        }
         let mut r = match self.router.lock() {
             Ok(r) => r,
             Err(p) => p.into_inner(),
         };
         let mut moved = false;
-        while let Some(o) = self.lp.poll() {
+        for (i, l) in self.loops.iter().enumerate() {
+            moved |= Self::pump_loop(&mut r, i, &l.lp);
+        }
+        drop(r);
+        if moved {
+            self.loops[0].lp.outputs_moved();
+        }
+    }
+
+    /// Move loop `i`'s outputs into the router; whether any moved.
+    fn pump_loop(r: &mut Router, i: usize, lp: &LoopHandle<Stack>) -> bool {
+        let mut moved = false;
+        while let Some(o) = lp.poll() {
             moved = true;
             match o {
                 Output::Opening { token, sock } => {
@@ -82,10 +115,10 @@ impl Inner {
                     r.connects.insert(token, Err(error));
                 }
                 Output::Listening { port, result } => {
-                    r.listening.insert(port, result);
+                    r.listening.insert((i, port), result);
                 }
                 Output::Unlistened { port, .. } => {
-                    r.unlistened.insert(port);
+                    r.unlistened.insert((i, port));
                 }
                 Output::Accepted {
                     port, sock, remote, ..
@@ -119,45 +152,108 @@ impl Inner {
                 _ => {}
             }
         }
-        drop(r);
-        if moved {
-            self.lp.outputs_moved();
+        moved
+    }
+
+    /// The loop that owns connection `sock`.
+    #[inline]
+    pub(crate) fn loop_of(&self, sock: SockId) -> usize {
+        match self.loops.len() {
+            1 => 0,
+            n => sock % n,
         }
     }
 
-    /// Post a command; an inline loop ([`Polling::Inline`]) runs a round
-    /// on this thread right away, so the work leaves now (a doorbell).
+    /// The loop a command goes to: its connection's, else loop 0.
+    #[inline]
+    fn target(&self, cmd: &Command) -> usize {
+        if self.loops.len() == 1 {
+            return 0;
+        }
+        match cmd {
+            Command::Iwarp(id, _)
+            | Command::Close(id)
+            | Command::Abort(id)
+            | Command::Accept { sock: id, .. }
+            | Command::Reject { sock: id, .. } => self.loop_of(*id),
+            _ => 0,
+        }
+    }
+
+    /// Post a command to the loop it concerns (its connection's, else
+    /// loop 0); an inline loop ([`Polling::Inline`]) runs a round on this
+    /// thread right away, so the work leaves now (a doorbell).
     pub(crate) fn post(&self, cmd: Command) -> Result<(), Error> {
-        self.post_quiet(cmd)?;
-        self.lp.drive();
+        self.post_to(self.target(&cmd), cmd)
+    }
+
+    /// [`post`](Self::post) to loop `i`.
+    #[inline]
+    pub(crate) fn post_to(&self, i: usize, cmd: Command) -> Result<(), Error> {
+        let lp = &self.loops[i].lp;
+        lp.post(cmd).map_err(|_| Error::QueueFull)?;
+        lp.drive();
         Ok(())
     }
 
-    /// Post a command without running a round: for work that sends
-    /// nothing by itself (a receive buffer). The next round handles it
-    /// before any frame, so a frame that needs it finds it in place.
-    pub(crate) fn post_quiet(&self, cmd: Command) -> Result<(), Error> {
-        self.lp.post(cmd).map_err(|_| Error::QueueFull)
+    /// Post a command to loop `i` without running a round: for work that
+    /// sends nothing by itself (a receive buffer). The next round handles
+    /// it before any frame, so a frame that needs it finds it in place.
+    #[inline]
+    pub(crate) fn post_quiet_to(&self, i: usize, cmd: Command) -> Result<(), Error> {
+        self.loops[i].lp.post(cmd).map_err(|_| Error::QueueFull)
     }
 
-    /// Post a command and wait for its answer through a channel.
-    pub(crate) fn memory<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut MemoryTable) -> T + Send + 'static,
-    ) -> Result<T, Error> {
+    /// Apply `f` to the memory table of every loop, in loop order, one
+    /// operation at a time for the whole context, and return its result,
+    /// which must be the same on every loop: the tables start alike (one
+    /// seed) and take the same operations in the same order. Results that
+    /// differ are an error ([`Error::LoopsDisagree`], logged), never one
+    /// of them picked.
+    pub(crate) fn memory<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + PartialEq + std::fmt::Debug + 'static,
+        F: FnOnce(&mut MemoryTable) -> T + Clone + Send + 'static,
+    {
         self.not_in_loop()?;
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.post(Command::Memory(MemoryOp(Box::new(move |m| {
-            let _ = tx.send(f(m));
-        }))))?;
-        self.answer(&rx)
+        let _one = match self.mem_lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut first: Option<T> = None;
+        for i in 0..self.loops.len() {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let f = f.clone();
+            self.post_to(
+                i,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(f(m));
+                }))),
+            )?;
+            let v = self.answer(i, &rx)?;
+            match &first {
+                None => first = Some(v),
+                Some(v0) if *v0 == v => {}
+                Some(v0) => {
+                    tracing::error!(
+                        loop_0 = ?v0,
+                        loop_index = i,
+                        this_loop = ?v,
+                        "a memory operation gave different results on the context's loops"
+                    );
+                    return Err(Error::LoopsDisagree);
+                }
+            }
+        }
+        first.ok_or(Error::Stopped)
     }
 
-    /// The loop's answer to a command, within 10 s (driving an inline
+    /// Loop `i`'s answer to a command, within 10 s (driving an inline
     /// loop meanwhile).
-    fn answer<T>(&self, rx: &mpsc::Receiver<T>) -> Result<T, Error> {
+    fn answer<T>(&self, i: usize, rx: &mpsc::Receiver<T>) -> Result<T, Error> {
         let limit = Duration::from_secs(10);
-        if !self.lp.is_inline() {
+        let lp = &self.loops[i].lp;
+        if !lp.is_inline() {
             return rx.recv_timeout(limit).map_err(|_| Error::Stopped);
         }
         let deadline = Instant::now() + limit;
@@ -169,7 +265,7 @@ impl Inner {
                     return Err(Error::Stopped)
                 }
                 Err(mpsc::TryRecvError::Empty) => {
-                    if !self.lp.idle(Duration::from_micros(200)) {
+                    if !lp.idle(Duration::from_micros(200)) {
                         std::thread::sleep(Duration::from_micros(20));
                     }
                 }
@@ -189,7 +285,9 @@ impl Inner {
         loop {
             // Registered before looking: an output the loop hands over
             // after this is either pumped below or ends the wait.
-            let waiter = self.lp.output_waiter();
+            // The loops share one bell: loop 0's waiter wakes for any.
+            let lp = &self.loops[0].lp;
+            let waiter = lp.output_waiter();
             self.pump();
             {
                 let mut r = match self.router.lock() {
@@ -207,15 +305,13 @@ impl Inner {
             // Woken by the loop's outputs (or another thread's pump); the
             // 100 ms bound is a safety net, not a poll. An inline loop is
             // driven here meanwhile.
-            self.lp
-                .wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
+            lp.wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
         }
     }
 
     fn not_in_loop(&self) -> Result<(), Error> {
-        if self.loop_thread == Some(std::thread::current().id())
-            || iwarp_datapath::runtime::in_round()
-        {
+        let me = std::thread::current().id();
+        if self.loops.iter().any(|l| l.thread == Some(me)) || iwarp_datapath::runtime::in_round() {
             Err(Error::InLoop)
         } else {
             Ok(())
@@ -229,17 +325,29 @@ impl Inner {
         }
     }
 
-    /// Run `f` on the stack in the loop thread and wait for its answer.
+    /// Run `f` on the stack in loop 0's thread and wait for its answer.
     pub(crate) fn inspect<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Stack) -> T + Send + 'static,
     ) -> Result<T, Error> {
+        self.inspect_on(0, f)
+    }
+
+    /// Run `f` on loop `i`'s stack in its thread and wait for its answer.
+    pub(crate) fn inspect_on<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&Stack) -> T + Send + 'static,
+    ) -> Result<T, Error> {
         self.not_in_loop()?;
         let (tx, rx) = mpsc::sync_channel(1);
-        self.post(Command::Inspect(InspectOp(Box::new(move |s| {
-            let _ = tx.send(f(s));
-        }))))?;
-        self.answer(&rx)
+        self.post_to(
+            i,
+            Command::Inspect(InspectOp(Box::new(move |s| {
+                let _ = tx.send(f(s));
+            }))),
+        )?;
+        self.answer(i, &rx)
     }
 
     pub(crate) fn next_cm(&self, sock: SockId, timeout: Duration) -> Result<CmEvent, Error> {

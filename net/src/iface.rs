@@ -151,6 +151,50 @@ pub struct IfaceStats {
 }
 
 impl IfaceStats {
+    /// Add the counters of `o` (another loop's interface of one context).
+    pub fn add(&mut self, o: &IfaceStats) {
+        let IfaceStats {
+            rx_frames,
+            rx_malformed,
+            rx_not_for_us_mac,
+            rx_not_for_us_ip,
+            rx_fragments,
+            rx_options,
+            rx_other_protocol,
+            rx_other_ethertype,
+            rx_tcp,
+            rx_sctp,
+            rx_udp_bad_checksum,
+            rx_bad_checksum,
+            rx_partial_checksum,
+            icmp_echo_replies,
+            tx_frames,
+            tx_queued,
+            tx_dropped,
+            tx_too_big,
+            tx_fill_failed,
+        } = *o;
+        self.rx_frames += rx_frames;
+        self.rx_malformed += rx_malformed;
+        self.rx_not_for_us_mac += rx_not_for_us_mac;
+        self.rx_not_for_us_ip += rx_not_for_us_ip;
+        self.rx_fragments += rx_fragments;
+        self.rx_options += rx_options;
+        self.rx_other_protocol += rx_other_protocol;
+        self.rx_other_ethertype += rx_other_ethertype;
+        self.rx_tcp += rx_tcp;
+        self.rx_sctp += rx_sctp;
+        self.rx_udp_bad_checksum += rx_udp_bad_checksum;
+        self.rx_bad_checksum += rx_bad_checksum;
+        self.rx_partial_checksum += rx_partial_checksum;
+        self.icmp_echo_replies += icmp_echo_replies;
+        self.tx_frames += tx_frames;
+        self.tx_queued += tx_queued;
+        self.tx_dropped += tx_dropped;
+        self.tx_too_big += tx_too_big;
+        self.tx_fill_failed += tx_fill_failed;
+    }
+
     /// When most TCP segments dropped for a bad checksum carried a partial
     /// one (and none was accepted), the likely cause and the fix; `None`
     /// otherwise.
