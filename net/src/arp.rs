@@ -462,6 +462,15 @@ impl<P> ArpCache<P> {
         now >= self.next_due
     }
 
+    /// Make [`request_due`](Self::request_due) true from `at` on (until
+    /// the next [`poll_request`](Self::poll_request), which recomputes it):
+    /// an interface that has its own work at `at` ([`SharedNeighbours`])
+    /// rides on the one check its poll makes every round.
+    #[inline]
+    pub fn wake_at(&mut self, at: u64) {
+        self.next_due = self.next_due.min(at);
+    }
+
     /// The next retransmitted request due at `now`, if any; also fails the
     /// addresses whose last request went unanswered. Loop until `None`.
     pub fn poll_request(&mut self, now: u64) -> Option<ArpRepr> {

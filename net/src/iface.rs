@@ -767,6 +767,7 @@ impl Interface {
             self.shared_check_at = self
                 .shared_check_at
                 .min(now.saturating_add(arp::SHARED_RECHECK));
+            self.arp.wake_at(self.shared_check_at);
         }
         Ok((hop, mac))
     }
@@ -1026,15 +1027,19 @@ impl Interface {
     /// Retransmit due ARP requests (and fail addresses that never answered).
     #[inline]
     pub fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
-        if now >= self.shared_check_at {
-            self.adopt_shared(now, tx);
-        }
-        // Every round of a host asks; ARP rarely has anything due.
+        // Every round of a host asks; ARP rarely has anything due. A look
+        // at the shared neighbours rides on the same check (`wake_at`).
         if !self.arp.request_due(now) {
             return;
         }
+        if now >= self.shared_check_at {
+            self.adopt_shared(now, tx);
+        }
         while let Some(r) = self.arp.poll_request(now) {
             self.emit_arp(&r, tx);
+        }
+        if self.shared_check_at != u64::MAX {
+            self.arp.wake_at(self.shared_check_at);
         }
     }
 
