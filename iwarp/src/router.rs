@@ -374,3 +374,85 @@ impl Router {
             .max(self.finished.len())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use iwarp_datapath::stack::{Command, MemoryOp};
+
+    use crate::{Context, Error, Polling};
+
+    /// Memory tables of a context's loops that no longer match: the
+    /// operation that finds it fails with `LoopsDisagree`, naming no
+    /// winner; tables that match again agree again.
+    #[test]
+    fn loops_whose_tables_differ_are_an_error() {
+        let (ctx, _peer) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        // A PD allocated on loop 1's table alone.
+        let (tx, rx) = mpsc::sync_channel(1);
+        ctx.inner
+            .post_to(
+                1,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(m.alloc_pd());
+                }))),
+            )
+            .unwrap();
+        let only_one = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_ne!(only_one, pd.id());
+        assert!(matches!(ctx.alloc_pd(), Err(Error::LoopsDisagree)));
+        // Loop 0 catches up (its table took the same allocation): the
+        // next one agrees.
+        let (tx, rx) = mpsc::sync_channel(1);
+        ctx.inner
+            .post_to(
+                0,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(m.alloc_pd());
+                }))),
+            )
+            .unwrap();
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let pd3 = ctx.alloc_pd().unwrap();
+        assert_ne!(pd3.id(), pd.id());
+    }
+
+    /// The first connection of a context from a loop other than 0: its
+    /// ARP request goes out from that loop, the reply reaches loop 0 only
+    /// (RSS puts ARP on queue 0), and the loop that asked takes the
+    /// answer from the neighbours the loops share. (It never sees a reply
+    /// of its own: without the shared table the connect would fail once
+    /// its three requests went unanswered.)
+    #[test]
+    fn a_loop_other_than_0_resolves_its_peer_through_loop_0() {
+        use std::net::SocketAddrV4;
+        use std::sync::atomic::Ordering;
+
+        use crate::{ConnectOptions, ListenOptions};
+
+        let (server, client) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+        client.inner.next_loop.store(1, Ordering::Relaxed);
+        let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+        let (scq, ccq) = (server.create_cq(8), client.create_cq(8));
+        let listener = server.listen(7400, &ListenOptions::new(&spd)).unwrap();
+        let to = SocketAddrV4::new(server.addr(), 7400);
+        let c = client.clone();
+        let o = ConnectOptions::new(&cpd, &ccq);
+        let t = std::thread::spawn(move || c.connect(to, &o));
+        let sqp = listener
+            .get_request(Duration::from_secs(10))
+            .unwrap()
+            .accept(&Default::default(), &scq)
+            .unwrap();
+        let cqp = t.join().unwrap().unwrap();
+        assert_eq!((cqp.loop_index(), sqp.loop_index()), (1, 1));
+        // Loop 1 sent the only ARP request of the client; loop 0 took
+        // the reply.
+        let s = client.stats().unwrap();
+        assert_eq!(s.loops[0].connections, 0);
+        assert_eq!(s.loops[1].connections, 1);
+    }
+}
