@@ -425,7 +425,8 @@ mod tests {
     /// (RSS puts ARP on queue 0), and the loop that asked takes the
     /// answer from the neighbours the loops share. (It never sees a reply
     /// of its own: without the shared table the connect would fail once
-    /// its three requests went unanswered.)
+    /// its three requests went unanswered; with it looked at only on a
+    /// miss, the SYN would wait for its retransmission.)
     #[test]
     fn a_loop_other_than_0_resolves_its_peer_through_loop_0() {
         use std::net::SocketAddrV4;
@@ -454,5 +455,8 @@ mod tests {
         let s = client.stats().unwrap();
         assert_eq!(s.loops[0].connections, 0);
         assert_eq!(s.loops[1].connections, 1);
+        // Taken while the SYN waited for the address: not when the SYN's
+        // retransmission (a second later) looked the address up again.
+        assert_eq!(s.tcp.rto_retransmits, 0, "{:?}", s.tcp);
     }
 }
