@@ -330,3 +330,65 @@ fn stats_prints_both_contexts_counters() {
         assert!(tail.contains(part), "{part:?} in\n{tail}");
     }
 }
+
+/// `--queues 2 --connections 4`: four connections over two loops per end,
+/// two on each (the client's in turn, the server's on the same loop
+/// number), every message done, each loop's share printed, and the Linux
+/// baseline with two flows over loopback in the same run.
+#[test]
+fn write_bw_over_two_queues_on_the_simulated_link() {
+    let out = out_dir("queues");
+    let stdout = run(
+        &[
+            "write_bw",
+            "--sim",
+            "--queues",
+            "2",
+            "--connections",
+            "4",
+            "-n",
+            "300",
+            "-s",
+            "16384",
+        ],
+        &out,
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with(" conn  client loop"))
+        .skip(1)
+        .take(4)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for (k, r) in rows.iter().enumerate() {
+        let loop_no = (k % 2).to_string();
+        assert_eq!(r[0], k.to_string(), "{stdout}");
+        assert_eq!(
+            (r[1], r[2]),
+            (loop_no.as_str(), loop_no.as_str()),
+            "{stdout}"
+        );
+        assert_eq!(r[3], "300", "{stdout}");
+    }
+    for who in ["client", "server"] {
+        for i in 0..2 {
+            let l = format!(" {who} loop {i}: connections 2 ");
+            assert!(stdout.contains(&l), "{l:?} in\n{stdout}");
+        }
+    }
+    assert!(stdout.contains("(1200 messages in"), "{stdout}");
+    assert!(
+        stdout.contains("Linux TCP over loopback, 2 flow(s)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("(600 messages in"), "{stdout}");
+    let json = std::fs::read_to_string(out.join("write_bw_queues2.json")).expect("json");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid json");
+    assert_eq!(v[0]["iwarp"]["messages"], 1200);
+    assert_eq!(v[0]["iwarp"]["client_loops"][1]["connections"], 2);
+    // Only write_bw, only the simulated link.
+    let (code, _, err) = run_raw(&["write_lat", "--sim", "--queues", "2"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("write_bw only"), "{err}");
+}

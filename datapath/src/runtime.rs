@@ -207,6 +207,39 @@ pub struct LoopStats {
     pub yields: u64,
 }
 
+impl LoopStats {
+    /// Add the counters of `o` (another loop of one context): sums, the
+    /// largest `out_held_max`, and `pinned` only if both were.
+    pub fn add(&mut self, o: &LoopStats) {
+        let LoopStats {
+            rounds,
+            rx_frames,
+            tx_frames,
+            tx_dropped,
+            out_dropped,
+            out_held_max,
+            sleeps,
+            device_waits,
+            pinned,
+            app_rounds,
+            keeper_takeovers,
+            yields,
+        } = *o;
+        self.rounds += rounds;
+        self.rx_frames += rx_frames;
+        self.tx_frames += tx_frames;
+        self.tx_dropped += tx_dropped;
+        self.out_dropped += out_dropped;
+        self.out_held_max = self.out_held_max.max(out_held_max);
+        self.sleeps += sleeps;
+        self.device_waits += device_waits;
+        self.pinned &= pinned;
+        self.app_rounds += app_rounds;
+        self.keeper_takeovers += keeper_takeovers;
+        self.yields += yields;
+    }
+}
+
 /// Reads a device's counters on the loop thread (see [`spawn_probed`]).
 pub type DeviceReader<D> = Box<dyn FnMut(&D) -> Box<dyn Any + Send> + Send>;
 
@@ -234,9 +267,11 @@ impl std::fmt::Debug for Probe {
 
 /// Threads waiting for the loop's outputs ([`LoopHandle::output_waiter`]):
 /// how many, and a generation the loop bumps (with a broadcast) after a
-/// round that handed over outputs while any waited.
+/// round that handed over outputs while any waited. Several loops may
+/// share one ([`spawn_with_bell`]): a thread waiting for the outputs of
+/// any of them then wakes for each.
 #[derive(Debug, Default)]
-struct OutputBell {
+pub struct OutputBell {
     waiters: std::sync::atomic::AtomicUsize,
     gen: Mutex<u64>,
     cv: std::sync::Condvar,
@@ -932,13 +967,27 @@ pub fn spawn_probed<E: Engine, D: FrameDevice + 'static>(
     queue_depth: usize,
     reader: Option<DeviceReader<D>>,
 ) -> LoopHandle<E> {
+    spawn_with_bell(engine, dev, core, mode, queue_depth, reader, Arc::default())
+}
+
+/// [`spawn_probed`], ringing `outputs_bell` after rounds that hand over
+/// outputs while someone waits: the loops of one multi-queue context
+/// share one, so a thread waiting for any of their outputs sleeps on it.
+pub fn spawn_with_bell<E: Engine, D: FrameDevice + 'static>(
+    engine: E,
+    dev: D,
+    core: Option<usize>,
+    mode: Mode,
+    queue_depth: usize,
+    reader: Option<DeviceReader<D>>,
+    outputs_bell: Arc<OutputBell>,
+) -> LoopHandle<E> {
     let commands = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
     let probe = Arc::new(Probe::default());
     let sleeping = Arc::new(AtomicBool::new(false));
     let bell = dev.doorbell();
-    let outputs_bell = Arc::new(OutputBell::default());
     let start = Instant::now();
     let mut lp = Core {
         engine,

@@ -85,7 +85,7 @@ mod stats;
 mod stream;
 mod tcp_conns;
 
-pub use config::{StackConfig, UNACCEPTED_WINDOW};
+pub use config::{StackConfig, Steering, UNACCEPTED_WINDOW};
 pub(crate) use cq::{route, Gone, GONE_KEPT};
 pub use cq::{CqEntry, CqRing, QpCqs};
 pub use messages::{
@@ -93,7 +93,7 @@ pub use messages::{
 };
 use requests::Requests;
 use sock::{mark_ready, Listening, Sock, SockKind, StreamSock};
-use stats::add_tcp_stats;
+pub use stats::add_tcp_stats;
 pub use stats::StackStats;
 pub use stream::{flags, SendError, StreamShared, WaitError};
 
@@ -167,8 +167,12 @@ impl Stack {
     pub fn new(mut cfg: StackConfig, mem: MemoryTable) -> Self {
         let mss = cfg.iface.mtu.saturating_sub(40).min(usize::from(u16::MAX)) as u16;
         cfg.tcp.mss = cfg.tcp.mss.min(mss);
+        let mut iface = Interface::new(cfg.iface);
+        if let Some(n) = &cfg.neighbours {
+            iface.share_neighbours(n.clone());
+        }
         Stack {
-            iface: Interface::new(cfg.iface),
+            iface,
             isn: IsnGenerator::new(cfg.isn_secret),
             mem,
             socks: std::collections::BTreeMap::new(),
@@ -177,7 +181,7 @@ impl Stack {
             by_token: HashMap::new(),
             hooks: Vec::new(),
             input: false,
-            next_id: 0,
+            next_id: cfg.sock_ids.0,
             ids: Vec::new(),
             ports: Vec::new(),
             ready: ReadySet::new(cfg.idle_sweep),

@@ -3,34 +3,58 @@
 //! protection domains, CQs, shared receive queues, listeners, connections.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use iwarp_datapath::link::MemDevice;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
-use iwarp_datapath::runtime::{spawn_probed, DeviceReader};
+use iwarp_datapath::runtime::{spawn_probed, spawn_with_bell, DeviceReader, OutputBell};
 use iwarp_datapath::stack::{
-    Command, CqRing, ListenError, LoopHook, QpCqs, SockId, Stack, StackConfig, Ulp,
+    add_tcp_stats, Command, CqRing, ListenError, LoopHook, QpCqs, SockId, Stack, StackConfig,
+    Steering, Ulp,
 };
+use iwarp_net::arp::SharedNeighbours;
+use iwarp_net::rss::Rss;
 use iwarp_proto::mem::MemoryTable;
+use iwarp_testlink::{MultiQueuePair, QueueDevice};
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
 #[cfg(any(feature = "xdp", feature = "dpdk"))]
 use crate::host::in_netns;
 use crate::host::{device_config, ACK_ROUND};
-use crate::router::{Inner, Router};
+use crate::router::{Inner, Loop, Router};
 #[cfg(feature = "dpdk")]
 use crate::{dpdk, DpdkDeviceStats, DpdkOptions};
 #[cfg(feature = "xdp")]
 use crate::{xdp, XdpDeviceStats, XdpOptions};
 use crate::{
     ConnectOptions, ContextStats, Cq, DeviceStats, Error, FrameDevice, HookStatus, HostOptions,
-    ListenOptions, Listener, Pd, Polling, Qp, SctpCounters, Srq, Transport,
+    ListenOptions, Listener, LoopSplit, Pd, Polling, Qp, SctpCounters, Srq, Transport,
 };
 
-/// One stack instance: an interface, an address, a poll loop.
+/// The memory tables of a context's loops, one per loop, alike: the same
+/// seed, so that the same operations in the same order give the same
+/// STags on every loop. Every table of a context is made here.
+fn loop_tables(seed: u64, loops: usize) -> Vec<MemoryTable> {
+    (0..loops).map(|_| MemoryTable::with_seed(seed)).collect()
+}
+
+/// The simulated link's stack settings for host 10.0.0.`last`.
+fn sim_config(last: u8) -> StackConfig {
+    let mut c = StackConfig::new(IfaceConfig::new(
+        EthernetAddress([0x02, 0, 0, 0, 0, last]),
+        Ipv4Address::new(10, 0, 0, last),
+        24,
+    ));
+    c.tcp.rto_min = 5_000_000;
+    c.tcp.time_wait = 10_000_000;
+    c
+}
+
+/// One stack instance: an interface, an address, a poll loop (or one per
+/// receive queue, [`Context::sim_pair_queues`]).
 #[derive(Debug, Clone)]
 pub struct Context {
     pub(crate) inner: Arc<Inner>,
@@ -38,11 +62,32 @@ pub struct Context {
 
 impl Context {
     fn start<D: FrameDevice + 'static>(
-        mut cfg: StackConfig,
+        cfg: StackConfig,
         dev: D,
         core: Option<usize>,
         polling: Polling,
         reader: Option<DeviceReader<D>>,
+    ) -> Context {
+        let cores = core.map(|c| vec![c]);
+        Self::start_queues(cfg, vec![(dev, reader)], None, cores.as_deref(), polling)
+    }
+
+    /// Start one poll loop per device: loop `i` on `devs[i]` (receive
+    /// queue `i` of the context's device, steered by `rss`; one device
+    /// needs none), pinned to `cores[i]` when given. With several loops
+    /// each stack takes its queue and `rss` (its active opens pick local
+    /// ports whose answers land on its queue), connection ids apart
+    /// (`i`, `i + n`, ...), the neighbours the other loops learn, and a
+    /// memory table like every other's ([`loop_tables`]); the loops
+    /// share one output bell. A backend with queues of its own passes its
+    /// queue devices here. Callers refuse `Polling::Inline` with several
+    /// devices.
+    pub(crate) fn start_queues<D: FrameDevice + 'static>(
+        mut cfg: StackConfig,
+        devs: Vec<(D, Option<DeviceReader<D>>)>,
+        rss: Option<Rss>,
+        cores: Option<&[usize]>,
+        polling: Polling,
     ) -> Context {
         let addr = Ipv4Addr::from(cfg.iface.ip.0);
         if cfg.tcp.delayed_ack.is_none() {
@@ -57,22 +102,64 @@ impl Context {
                 .build_hasher()
                 .finish()
         };
-        let lp = spawn_probed(
-            Stack::new(cfg, MemoryTable::with_seed(seed)),
-            dev,
-            core,
-            polling.mode(),
-            16_384,
-            reader,
-        );
-        let loop_thread = lp.thread_id();
+        let n = devs.len();
+        let tables = loop_tables(seed, n);
+        let core_of = |i: usize| cores.and_then(|c| c.get(i).copied());
+        let loops: Vec<Loop> = if n == 1 {
+            // One loop: exactly the single-queue stack (no steering, its
+            // own output bell).
+            devs.into_iter()
+                .zip(tables)
+                .map(|((dev, reader), mem)| {
+                    let lp = spawn_probed(
+                        Stack::new(cfg.clone(), mem),
+                        dev,
+                        core_of(0),
+                        polling.mode(),
+                        16_384,
+                        reader,
+                    );
+                    let thread = lp.thread_id();
+                    Loop { lp, thread }
+                })
+                .collect()
+        } else {
+            let bell = Arc::new(OutputBell::default());
+            let neighbours = Arc::new(SharedNeighbours::new());
+            devs.into_iter()
+                .zip(tables)
+                .enumerate()
+                .map(|(i, ((dev, reader), mem))| {
+                    let mut c = cfg.clone();
+                    // i < n <= u16::MAX (queues are numbered in u16).
+                    c.steering = rss.clone().map(|rss| Steering {
+                        rss,
+                        queue: i as u16,
+                    });
+                    c.sock_ids = (i, n);
+                    c.neighbours = Some(neighbours.clone());
+                    let lp = spawn_with_bell(
+                        Stack::new(c, mem),
+                        dev,
+                        core_of(i),
+                        polling.mode(),
+                        16_384,
+                        reader,
+                        bell.clone(),
+                    );
+                    let thread = lp.thread_id();
+                    Loop { lp, thread }
+                })
+                .collect()
+        };
         Context {
             inner: Arc::new(Inner {
-                lp,
+                loops,
                 router: Mutex::new(Router::default()),
                 addr,
                 tokens: AtomicU64::new(1),
-                loop_thread,
+                next_loop: AtomicUsize::new(0),
+                mem_lock: Mutex::new(()),
                 stats_lock: Mutex::new(()),
             }),
         }
@@ -87,8 +174,18 @@ impl Context {
     /// for the loop (connect, accept, register, ...) fail there with
     /// [`Error::InLoop`], and [`Cq::wait`] would stall the loop. With
     /// [`Polling::Busy`] the loop, and so `f`, runs without pause.
+    ///
+    /// On a context of several loops ([`sim_pair_queues`](Self::sim_pair_queues))
+    /// this is loop 0's; [`Qp::run_in_loop`] runs a hook on the loop that
+    /// owns a queue pair, where its posts and completions happen.
     pub fn run_in_loop(&self, f: impl FnMut() -> HookStatus + Send + 'static) -> Result<(), Error> {
-        self.inner.post(Command::Hook(LoopHook(Box::new(f))))
+        self.inner.post_to(0, Command::Hook(LoopHook(Box::new(f))))
+    }
+
+    /// The number of poll loops: 1, or one per receive queue
+    /// ([`sim_pair_queues`](Self::sim_pair_queues)).
+    pub fn loops(&self) -> usize {
+        self.inner.loops.len()
     }
 
     /// Two contexts joined by the simulated link (10.0.0.1 and 10.0.0.2, an
@@ -103,20 +200,105 @@ impl Context {
     /// in-memory link like a real one.
     pub fn sim_pair_with(polling: Polling, cores: Option<(usize, usize)>) -> (Context, Context) {
         let (da, db) = MemDevice::pair(8192);
-        let cfg = |last: u8| {
-            let mut c = StackConfig::new(IfaceConfig::new(
-                EthernetAddress([0x02, 0, 0, 0, 0, last]),
-                Ipv4Address::new(10, 0, 0, last),
-                24,
-            ));
-            c.tcp.rto_min = 5_000_000;
-            c.tcp.time_wait = 10_000_000;
-            c
-        };
         (
-            Context::start(cfg(1), da, cores.map(|c| c.0), polling, None),
-            Context::start(cfg(2), db, cores.map(|c| c.1), polling, None),
+            Context::start(sim_config(1), da, cores.map(|c| c.0), polling, None),
+            Context::start(sim_config(2), db, cores.map(|c| c.1), polling, None),
         )
+    }
+
+    /// Two contexts joined by an in-memory link of `queues` receive queues
+    /// per end (`iwarp_testlink::MultiQueuePair`, frames steered to a
+    /// queue by the Toeplitz hash of their flow with the symmetric key,
+    /// `iwarp_net::rss::Rss::symmetric`; ARP and anything else RSS does
+    /// not hash to queue 0), each context with one poll loop per queue
+    /// (loop `i` pinned to `cores[i]` when `cores` is given: the first
+    /// context's loops on `cores[..queues]`, the second's on
+    /// `cores[queues..2 * queues]`). Addresses as [`sim_pair`](Self::sim_pair).
+    ///
+    /// Each connection belongs to one loop: an active open goes to the
+    /// loops in turn and takes a local port whose answers the RSS brings
+    /// to its loop's queue; a passive one to the loop its SYN reached.
+    /// Listening ports listen on every loop and one [`Listener`] takes
+    /// the requests of all. A queue pair's posts, events and
+    /// [`Qp::run_in_loop`] hooks go to its loop; CQs and SRQs may be
+    /// shared by queue pairs of different loops. Memory (PDs, regions,
+    /// windows) is registered in every loop's table, one operation at a
+    /// time in loop order, and the results must agree
+    /// ([`Error::LoopsDisagree`] otherwise). Loops other than 0 learn
+    /// their neighbours from loop 0's ARP through a table the loops
+    /// share, looked at only when their own cache misses.
+    /// [`Context::stats`] sums the loops and lists each
+    /// ([`ContextStats::loops`]).
+    ///
+    /// Not available on such a context: iWARP over SCTP (listen and
+    /// connect refuse it with [`Error::Unsupported`]). Refused here:
+    /// `queues` 0 or above 128 ([`Error::InvalidArgument`]),
+    /// [`Polling::Inline`] with more than one queue, and fewer `cores`
+    /// than `2 * queues` ([`Error::Unsupported`],
+    /// [`Error::InvalidArgument`]). One queue is [`sim_pair_with`](Self::sim_pair_with).
+    ///
+    /// ```
+    /// use std::net::SocketAddrV4;
+    /// use std::time::Duration;
+    /// use iwarp::{ConnectOptions, Context, ListenOptions, Polling};
+    /// # fn main() -> Result<(), iwarp::Error> {
+    /// let (server, client) = Context::sim_pair_queues(2, Polling::Adaptive, None)?;
+    /// assert_eq!((server.loops(), client.loops()), (2, 2));
+    /// let (spd, cpd) = (server.alloc_pd()?, client.alloc_pd()?);
+    /// let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    /// let listener = server.listen(7000, &ListenOptions::new(&spd))?;
+    /// let to = SocketAddrV4::new(server.addr(), 7000);
+    /// let t = std::thread::spawn(move || {
+    ///     let a = client.connect(to, &ConnectOptions::new(&cpd, &ccq))?;
+    ///     let b = client.connect(to, &ConnectOptions::new(&cpd, &ccq))?;
+    ///     Ok::<_, iwarp::Error>((client, a, b))
+    /// });
+    /// let s1 = listener.get_request(Duration::from_secs(5))?.accept(&Default::default(), &scq)?;
+    /// let s2 = listener.get_request(Duration::from_secs(5))?.accept(&Default::default(), &scq)?;
+    /// let (client, a, b) = t.join().unwrap()?;
+    /// // The client's two connections went to its two loops.
+    /// assert_ne!(a.loop_index(), b.loop_index());
+    /// assert_ne!(s1.loop_index(), s2.loop_index());
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn sim_pair_queues(
+        queues: u16,
+        polling: Polling,
+        cores: Option<&[usize]>,
+    ) -> Result<(Context, Context), Error> {
+        if queues == 0 || queues > 128 {
+            return Err(Error::InvalidArgument("queues must be 1 to 128"));
+        }
+        let n = usize::from(queues);
+        if cores.is_some_and(|c| c.len() < 2 * n) {
+            return Err(Error::InvalidArgument(
+                "cores must name a core for every loop of both contexts (2 × queues)",
+            ));
+        }
+        if queues == 1 {
+            let cores = cores.map(|c| (c[0], c[1]));
+            return Ok(Self::sim_pair_with(polling, cores));
+        }
+        if polling == Polling::Inline {
+            return Err(Error::Unsupported(
+                "inline polling on a context of several poll loops",
+            ));
+        }
+        let rss = Rss::symmetric(queues)
+            .map_err(|_| Error::InvalidArgument("queues must be 1 to 128"))?;
+        let steer = rss.clone();
+        let link = MultiQueuePair::new(queues, 8192, move |f| steer.queue_of_frame(f));
+        let devs = |d: Vec<QueueDevice>| -> Vec<(QueueDevice, Option<DeviceReader<QueueDevice>>)> {
+            d.into_iter().map(|d| (d, None)).collect()
+        };
+        let (ca, cb) = match cores {
+            Some(c) => (Some(&c[..n]), Some(&c[n..2 * n])),
+            None => (None, None),
+        };
+        Ok((
+            Context::start_queues(sim_config(1), devs(link.a), Some(rss.clone()), ca, polling),
+            Context::start_queues(sim_config(2), devs(link.b), Some(rss), cb, polling),
+        ))
     }
 
     /// A context over `dev`, any frame device: one the application made
@@ -312,7 +494,7 @@ impl Context {
     /// Never true for [`Polling::Inline`]: the application's thread is
     /// the loop.
     pub fn shares_cpu(&self) -> bool {
-        self.inner.lp.shares_cpu()
+        self.inner.loops[0].lp.shares_cpu()
     }
 
     /// Our address.
@@ -330,39 +512,66 @@ impl Context {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let (stack, tcp, iface, connections, listeners) = self.inner.inspect(|s| {
-            (
-                s.stats(),
-                s.tcp_totals(),
-                *s.iface().stats(),
-                s.connections(),
-                s.listening_ports(),
-            )
-        })?;
-        let (poll_loop, device) = self
-            .inner
-            .lp
-            .snapshot(Duration::from_secs(10))
-            .ok_or(Error::Stopped)?;
-        let device = match device.downcast::<DeviceStats>() {
-            Ok(d) => *d,
-            Err(_) => DeviceStats::Sim,
-        };
-        Ok(ContextStats {
-            stack,
-            tcp,
-            iface,
-            connections,
-            listeners,
-            poll_loop,
-            device,
-        })
+        let mut sum: Option<ContextStats> = None;
+        let mut loops = Vec::with_capacity(self.inner.loops.len());
+        for (i, l) in self.inner.loops.iter().enumerate() {
+            let (stack, tcp, iface, connections, listeners) = self.inner.inspect_on(i, |s| {
+                (
+                    s.stats(),
+                    s.tcp_totals(),
+                    *s.iface().stats(),
+                    s.connections(),
+                    s.listening_ports(),
+                )
+            })?;
+            let (poll_loop, device) =
+                l.lp.snapshot(Duration::from_secs(10))
+                    .ok_or(Error::Stopped)?;
+            let device = match device.downcast::<DeviceStats>() {
+                Ok(d) => *d,
+                Err(_) => DeviceStats::Sim,
+            };
+            loops.push(LoopSplit {
+                connections,
+                rx_tcp: iface.rx_tcp,
+                tx_frames: iface.tx_frames,
+                tcp_delivered: tcp.delivered,
+                poll_loop,
+            });
+            match &mut sum {
+                None => {
+                    sum = Some(ContextStats {
+                        stack,
+                        tcp,
+                        iface,
+                        connections,
+                        listeners,
+                        poll_loop,
+                        device,
+                        loops: Vec::new(),
+                    })
+                }
+                Some(t) => {
+                    t.stack.add(&stack);
+                    add_tcp_stats(&mut t.tcp, &tcp);
+                    t.iface.add(&iface);
+                    t.connections += connections;
+                    // Every loop listens on every port.
+                    t.listeners = t.listeners.max(listeners);
+                    t.poll_loop.add(&poll_loop);
+                }
+            }
+        }
+        let mut s = sum.ok_or(Error::Stopped)?;
+        s.loops = loops;
+        Ok(s)
     }
 
     /// The counters of the stack's SCTP part (`None` until the first
     /// SCTP listen or connect): SCTP packets, retransmissions, T3
     /// expiries, discards, summed over live associations, and those of
     /// closed ones. Not from inside the loop ([`Error::InLoop`]).
+    /// On a context of several loops it is `None` (no SCTP there).
     pub fn sctp_stats(&self) -> Result<Option<SctpCounters>, Error> {
         self.inner.inspect(|s| s.sctp().map(|c| c.counters()))
     }
@@ -382,8 +591,8 @@ impl Context {
         Cq {
             ring: Arc::new(CqRing::new(depth)),
             notify: Arc::new(OnceLock::new()),
-            driver: self.inner.lp.driver(),
-            yields: self.inner.lp.shares_cpu(),
+            driver: self.inner.loops[0].lp.driver(),
+            yields: self.inner.loops[0].lp.shares_cpu(),
         }
     }
 
@@ -400,37 +609,88 @@ impl Context {
     /// [`Listener::get_request`]. The port listens once this returns (a
     /// connect made afterwards is not refused); dropping the [`Listener`]
     /// closes it. [`Error::AddrInUse`] if the port already listens.
+    ///
+    /// On a context of several loops the port listens on every loop
+    /// (all or none: a refusal by one closes it on the others); over
+    /// SCTP it is refused there ([`Error::Unsupported`]).
     pub fn listen(&self, port: u16, opts: &ListenOptions) -> Result<Listener, Error> {
+        self.refuse_sctp_on_loops(opts.transport)?;
         let srq = opts.srq.as_ref().map(|s| s.inner.clone());
-        self.inner.post(Command::Listen {
-            port,
-            transport: opts.transport.lower(),
-            ulp: Ulp::Iwarp {
-                mpa: opts.mpa.clone(),
-                params: opts.params(),
-                manual: true,
-                cq: None,
-                srq,
-            },
-        })?;
-        self.inner
-            .wait(Duration::from_secs(10), |r| r.listening.remove(&port))?
-            .map_err(|e| match e {
-                ListenError::PortInUse => Error::AddrInUse,
-                ListenError::Unsupported(why) => Error::LocalRefused(why),
-            })?;
+        let ulp = Ulp::Iwarp {
+            mpa: opts.mpa.clone(),
+            params: opts.params(),
+            manual: true,
+            cq: None,
+            srq,
+        };
+        let n = self.inner.loops.len();
+        let mut first_err = None;
+        let mut listening = Vec::with_capacity(n);
+        for i in 0..n {
+            let posted = self.inner.post_to(
+                i,
+                Command::Listen {
+                    port,
+                    transport: opts.transport.lower(),
+                    ulp: ulp.clone(),
+                },
+            );
+            let r = posted.and_then(|()| {
+                self.inner
+                    .wait(Duration::from_secs(10), |r| r.listening.remove(&(i, port)))?
+                    .map_err(|e| match e {
+                        ListenError::PortInUse => Error::AddrInUse,
+                        ListenError::Unsupported(why) => Error::LocalRefused(why),
+                    })
+            });
+            match r {
+                Ok(()) => listening.push(i),
+                Err(e) => {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            // Close it where it listens already.
+            for i in listening {
+                if self.inner.post_to(i, Command::Unlisten(port)).is_ok() {
+                    let _ = self.inner.wait(Duration::from_secs(5), |r| {
+                        r.unlistened.remove(&(i, port)).then_some(())
+                    });
+                }
+            }
+            return Err(e);
+        }
         Ok(Listener {
             ctx: self.clone(),
             port,
         })
     }
 
+    /// SCTP on a context of several loops: refused.
+    fn refuse_sctp_on_loops(&self, transport: Transport) -> Result<(), Error> {
+        if self.inner.loops.len() > 1 && transport != Transport::Mpa {
+            return Err(Error::Unsupported(
+                "iWARP over SCTP on a context of several poll loops",
+            ));
+        }
+        Ok(())
+    }
+
     /// Connect to `to` and run the MPA exchange; returns the connected
-    /// queue pair once in full operation (or why not).
+    /// queue pair once in full operation (or why not). On a context of
+    /// several loops the connection goes to the next loop in turn (over
+    /// SCTP it is refused there, [`Error::Unsupported`]).
     pub fn connect(&self, to: SocketAddrV4, opts: &ConnectOptions) -> Result<Qp, Error> {
         if opts.mpa.private_data.len() > 512 {
             return Err(Error::InvalidArgument("private data over 512 octets"));
         }
+        self.refuse_sctp_on_loops(opts.transport)?;
+        let lp = match self.inner.loops.len() {
+            1 => 0,
+            n => self.inner.next_loop.fetch_add(1, Ordering::Relaxed) % n,
+        };
         let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
         let remote = Ipv4Address(to.ip().octets());
         let cqs = opts.cqs();
@@ -441,24 +701,27 @@ impl Context {
                 "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
             ));
         }
-        self.inner.post(Command::Connect {
-            token,
-            remote,
-            port: to.port(),
-            transport: opts.transport.lower(),
-            ulp: Ulp::Iwarp {
-                mpa: opts.mpa.clone(),
-                params: opts.params(),
-                manual: false,
-                cq: Some(cqs.clone()),
-                srq: opts.srq.as_ref().map(|s| s.inner.clone()),
-            },
-        })?;
-        for (wr_id, sgl) in &opts.recvs {
-            self.inner.post(Command::IwarpOpening(
+        self.inner.post_to(
+            lp,
+            Command::Connect {
                 token,
-                HostCommand::PostRecv(*wr_id, *sgl),
-            ))?;
+                remote,
+                port: to.port(),
+                transport: opts.transport.lower(),
+                ulp: Ulp::Iwarp {
+                    mpa: opts.mpa.clone(),
+                    params: opts.params(),
+                    manual: false,
+                    cq: Some(cqs.clone()),
+                    srq: opts.srq.as_ref().map(|s| s.inner.clone()),
+                },
+            },
+        )?;
+        for (wr_id, sgl) in &opts.recvs {
+            self.inner.post_to(
+                lp,
+                Command::IwarpOpening(token, HostCommand::PostRecv(*wr_id, *sgl)),
+            )?;
         }
         let deadline = Instant::now() + opts.timeout;
         let sock = match self.inner.wait(opts.timeout, |r| r.connects.remove(&token)) {
@@ -517,6 +780,7 @@ impl Context {
                 CmEvent::Established(n) => {
                     return Ok(Qp {
                         ctx: self.clone(),
+                        lp: self.inner.loop_of(sock),
                         sock,
                         negotiated: n,
                         _cqs: cqs,

@@ -88,6 +88,14 @@ pub enum Error {
     /// A system call of the API's own failed (creating a CQ's
     /// notification eventfd, waiting on it).
     Io(std::io::Error),
+    /// Not available on this context: what (iWARP over SCTP on a context
+    /// of several poll loops, inline polling over several loops).
+    Unsupported(&'static str),
+    /// A memory operation (register, deregister, allocate, bind,
+    /// invalidate) gave different results on the loops of a context of
+    /// several poll loops, whose memory tables must agree: the tables no
+    /// longer match (logged as a `tracing` error).
+    LoopsDisagree,
 }
 
 impl core::fmt::Display for Error {
@@ -132,6 +140,10 @@ impl core::fmt::Display for Error {
             ),
             Error::InLoop => f.write_str("a call that waits for the poll loop, made inside it"),
             Error::Io(e) => write!(f, "CQ notification descriptor: {e}"),
+            Error::Unsupported(what) => write!(f, "not supported: {what}"),
+            Error::LoopsDisagree => {
+                f.write_str("a memory operation gave different results on the context's poll loops")
+            }
         }
     }
 }
@@ -160,7 +172,9 @@ impl std::error::Error for Error {
             | Error::Stopped
             | Error::InLoop
             | Error::InvalidArgument(_)
-            | Error::MtuAboveInterface { .. } => None,
+            | Error::MtuAboveInterface { .. }
+            | Error::Unsupported(_)
+            | Error::LoopsDisagree => None,
         }
     }
 }

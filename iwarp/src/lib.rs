@@ -6,7 +6,11 @@
 //! features, both on by default: `xdp` (AF_XDP, `Context::af_xdp`, its
 //! crate as `iwarp::xdp`) and `dpdk` (DPDK ports and memif,
 //! `Context::dpdk`, its crate as `iwarp::dpdk`); the
-//! simulated link ([`Context::sim_pair`]) needs neither, nor root. From it come protection domains ([`Pd`]), memory
+//! simulated link ([`Context::sim_pair`]) needs neither, nor root. A
+//! context may also run one poll loop per receive queue, each connection
+//! owned by one loop ([`Context::sim_pair_queues`], on an in-memory link
+//! whose frames RSS steers to a queue; iWARP over MPA/TCP only).
+//! From it come protection domains ([`Pd`]), memory
 //! regions ([`Mr`]), completion queues ([`Cq`]), and connections: the
 //! active side calls [`Context::connect`], the passive side
 //! [`Context::listen`] and takes [`ConnectRequest`]s it accepts or rejects,
@@ -120,5 +124,6 @@ pub use stats::DpdkDeviceStats;
 #[cfg(feature = "xdp")]
 pub use stats::{AttachMode, XdpDeviceStats, XskMode};
 pub use stats::{
-    ContextStats, DeviceStats, IfaceStats, LoopStats, QpCounters, QpStats, StackStats, TcpStats,
+    ContextStats, DeviceStats, IfaceStats, LoopSplit, LoopStats, QpCounters, QpStats, StackStats,
+    TcpStats,
 };

@@ -27,11 +27,13 @@ impl Drop for Listener {
     fn drop(&mut self) {
         let port = self.port;
         // Nothing to report from a destructor: a stopped loop listens no
-        // more, and the wait is bounded.
-        if self.ctx.inner.post(Command::Unlisten(port)).is_ok() {
-            let _ = self.ctx.inner.wait(Duration::from_secs(5), |r| {
-                r.unlistened.remove(&port).then_some(())
-            });
+        // more, and the wait is bounded. Every loop listens on the port.
+        for i in 0..self.ctx.inner.loops.len() {
+            if self.ctx.inner.post_to(i, Command::Unlisten(port)).is_ok() {
+                let _ = self.ctx.inner.wait(Duration::from_secs(5), |r| {
+                    r.unlistened.remove(&(i, port)).then_some(())
+                });
+            }
         }
         // Connections accepted by TCP that nobody asked for: abort them.
         self.ctx.inner.pump();
@@ -128,6 +130,13 @@ impl ConnectRequest {
     /// The peer's address.
     pub fn remote(&self) -> Ipv4Addr {
         self.remote
+    }
+
+    /// The poll loop that owns the connection (0, or on a context of
+    /// several loops the one its frames reach); the accepted [`Qp`]'s
+    /// [`Qp::loop_index`].
+    pub fn loop_index(&self) -> usize {
+        self.ctx.inner.loop_of(self.sock)
     }
 
     /// What the peer asks for: private data, IRD/ORD, CRC, markers, RTR.

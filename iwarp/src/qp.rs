@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
-use iwarp_datapath::stack::{Command, QpCqs, SockId};
+use iwarp_datapath::stack::{Command, LoopHook, QpCqs, SockId};
 
 #[cfg(doc)]
 use crate::{ConnectRequest, Polling, PostError, Status, Wc};
 use crate::{
-    Context, DisconnectCause, Error, Negotiated, QpCounters, QpEvent, SgList, Sge, WorkRequest,
+    Context, DisconnectCause, Error, HookStatus, Negotiated, QpCounters, QpEvent, SgList, Sge,
+    WorkRequest,
 };
 
 /// A connected queue pair. Dropping it closes the connection gracefully
@@ -73,6 +74,8 @@ use crate::{
 #[derive(Debug)]
 pub struct Qp {
     pub(crate) ctx: Context,
+    /// The loop that owns the connection.
+    pub(crate) lp: usize,
     pub(crate) sock: SockId,
     pub(crate) negotiated: Negotiated,
     /// A clone of the CQs the stack routes this queue pair's completions
@@ -84,7 +87,7 @@ pub struct Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.ctx.inner.post(Command::Close(self.sock));
+        let _ = self.ctx.inner.post_to(self.lp, Command::Close(self.sock));
         self.ctx.inner.forget(self.sock);
     }
 }
@@ -93,6 +96,23 @@ impl Qp {
     /// This queue pair's id (as in [`Wc::qp`]).
     pub fn id(&self) -> usize {
         self.sock
+    }
+
+    /// The poll loop that owns this queue pair: 0, or on a context of
+    /// several loops ([`Context::sim_pair_queues`]) the one its
+    /// connection's frames reach.
+    pub fn loop_index(&self) -> usize {
+        self.lp
+    }
+
+    /// Run `f` inside the poll loop that owns this queue pair after every
+    /// round until it returns [`HookStatus::Done`], as
+    /// [`Context::run_in_loop`] does on loop 0: on a context of several
+    /// loops, this queue pair's posts and completions happen there.
+    pub fn run_in_loop(&self, f: impl FnMut() -> HookStatus + Send + 'static) -> Result<(), Error> {
+        self.ctx
+            .inner
+            .post_to(self.lp, Command::Hook(LoopHook(Box::new(f))))
     }
 
     /// What the MPA exchange settled (CRC, markers, IRD/ORD, RTR, the
@@ -109,9 +129,10 @@ impl Qp {
     /// (reaping completions), and one posted past it completes as
     /// `Refused(QueueFull)`.
     pub fn post_send(&self, wr: WorkRequest) -> Result<(), Error> {
-        self.ctx
-            .inner
-            .post(Command::Iwarp(self.sock, HostCommand::PostSend(wr)))
+        self.ctx.inner.post_to(
+            self.lp,
+            Command::Iwarp(self.sock, HostCommand::PostSend(wr)),
+        )
     }
 
     /// Post several work requests to the send queue in order, as one
@@ -124,17 +145,16 @@ impl Qp {
     ) -> Result<usize, (usize, Error)> {
         let mut n = 0;
         for wr in wrs {
-            if let Err(e) = self
-                .ctx
-                .inner
-                .post_quiet(Command::Iwarp(self.sock, HostCommand::PostSend(wr)))
-            {
-                self.ctx.inner.lp.drive();
+            if let Err(e) = self.ctx.inner.post_quiet_to(
+                self.lp,
+                Command::Iwarp(self.sock, HostCommand::PostSend(wr)),
+            ) {
+                self.ctx.inner.loops[self.lp].lp.drive();
                 return Err((n, e));
             }
             n += 1;
         }
-        self.ctx.inner.lp.drive();
+        self.ctx.inner.loops[self.lp].lp.drive();
         Ok(n)
     }
 
@@ -142,17 +162,18 @@ impl Qp {
     /// Never runs a round on an inline context: a receive sends nothing;
     /// it is in place before the next frame is handled.
     pub fn post_recv_list(&self, wr_id: u64, sgl: SgList) -> Result<(), Error> {
-        self.ctx
-            .inner
-            .post_quiet(Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)))
+        self.ctx.inner.post_quiet_to(
+            self.lp,
+            Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sgl)),
+        )
     }
 
     /// Post a receive buffer (see [`post_recv_list`](Self::post_recv_list)).
     pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), Error> {
-        self.ctx.inner.post_quiet(Command::Iwarp(
-            self.sock,
-            HostCommand::PostRecv(wr_id, sge.into()),
-        ))
+        self.ctx.inner.post_quiet_to(
+            self.lp,
+            Command::Iwarp(self.sock, HostCommand::PostRecv(wr_id, sge.into())),
+        )
     }
 
     /// The next stream event (Terminate received or sent, local error).
@@ -172,7 +193,7 @@ impl Qp {
         let sock = self.sock;
         self.ctx
             .inner
-            .inspect(move |s| {
+            .inspect_on(self.lp, move |s| {
                 // Over SCTP there is no TCP connection: its counters read 0.
                 let tcp = s.tcp_stats(sock).or_else(|| {
                     s.sctp()
@@ -190,12 +211,12 @@ impl Qp {
     /// Graceful disconnect: outstanding work completes, TCP closes, what is
     /// still posted completes as flushed.
     pub fn disconnect(&self) -> Result<(), Error> {
-        self.ctx.inner.post(Command::Close(self.sock))
+        self.ctx.inner.post_to(self.lp, Command::Close(self.sock))
     }
 
     /// Abortive disconnect: Terminate, then RST; posted work is flushed.
     pub fn abort(&self) -> Result<(), Error> {
-        self.ctx.inner.post(Command::Abort(self.sock))
+        self.ctx.inner.post_to(self.lp, Command::Abort(self.sock))
     }
 
     /// Wait until the connection is closed (by either side); then why:
@@ -231,7 +252,7 @@ impl Qp {
         // the loop answers a command only at the start of a round: the
         // answer means the round that finished TCP (its last ACK, say)
         // is over, sent frames included.
-        self.ctx.inner.inspect(|_| ())
+        self.ctx.inner.inspect_on(self.lp, |_| ())
     }
 
     /// Why the connection ended or is ending (`None` while it runs): as
@@ -239,7 +260,9 @@ impl Qp {
     /// a post is refused with ([`PostError::Disconnected`]).
     pub fn disconnect_cause(&self) -> Result<Option<DisconnectCause>, Error> {
         let sock = self.sock;
-        self.ctx.inner.inspect(move |s| s.disconnect_cause(sock))
+        self.ctx
+            .inner
+            .inspect_on(self.lp, move |s| s.disconnect_cause(sock))
     }
 }
 

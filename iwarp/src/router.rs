@@ -1,10 +1,15 @@
-//! The application side of the poll loop: [`Inner`] posts commands and
-//! waits for answers, and the [`Router`] sorts the loop's
-//! connection-level outputs per connection or listener.
+//! The application side of the poll loops: [`Inner`] posts commands and
+//! waits for answers, and the [`Router`] sorts the loops'
+//! connection-level outputs per connection or listener. A context has one
+//! loop, or one per receive queue ([`Context::sim_pair_queues`]): a
+//! connection belongs to one loop, which its id names (ids are given out
+//! apart, loop `i` of `n` taking `i`, `i + n`, ...), and a command for a
+//! connection goes to that loop; the loops share one output bell, so a
+//! wait sleeps on all of them at once.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,8 +28,9 @@ use crate::{Error, QpEvent};
 #[derive(Debug, Default)]
 pub(crate) struct Router {
     pub(crate) opening: HashMap<u64, SockId>,
-    pub(crate) listening: HashMap<u16, Result<(), ListenError>>,
-    pub(crate) unlistened: HashSet<u16>,
+    /// Answers to `Listen` and `Unlisten`, by loop and port.
+    pub(crate) listening: HashMap<(usize, u16), Result<(), ListenError>>,
+    pub(crate) unlistened: HashSet<(usize, u16)>,
     /// Connections an application object (connect in progress, pending
     /// request, `Qp`) still stands for: events of others are dropped, so
     /// the per-connection queues below do not outlive their connection.
@@ -39,15 +45,28 @@ pub(crate) struct Router {
     pub(crate) finished: HashSet<SockId>,
 }
 
+/// One poll loop of a context.
+#[derive(Debug)]
+pub(crate) struct Loop {
+    pub(crate) lp: LoopHandle<Stack>,
+    /// The loop's thread: calls that wait on the loop refuse to run
+    /// there (a loop hook calling them would wait forever).
+    pub(crate) thread: Option<std::thread::ThreadId>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) lp: LoopHandle<Stack>,
+    /// The context's loops (at least one), loop `i` on receive queue `i`.
+    pub(crate) loops: Vec<Loop>,
     pub(crate) router: Mutex<Router>,
     pub(crate) addr: Ipv4Addr,
     pub(crate) tokens: AtomicU64,
-    /// The poll loop's thread: calls that wait on the loop refuse to run
-    /// there (a loop hook calling them would wait forever).
-    pub(crate) loop_thread: Option<std::thread::ThreadId>,
+    /// The loop the next active open goes to (round robin).
+    pub(crate) next_loop: AtomicUsize,
+    /// One memory operation at a time for the whole context: each is
+    /// applied to every loop's table in loop order
+    /// ([`memory`](Inner::memory)).
+    pub(crate) mem_lock: Mutex<()>,
     /// One [`Context::stats`] at a time (the loop publishes one snapshot
     /// per request).
     pub(crate) stats_lock: Mutex<()>,
@@ -58,13 +77,27 @@ impl Inner {
     /// threads waiting on it if any moved).
     pub(crate) fn pump(&self) {
         // An inline loop runs a round here (a no-op otherwise).
-        self.lp.drive();
+        for l in &self.loops {
+            l.lp.drive();
+        }
         let mut r = match self.router.lock() {
             Ok(r) => r,
             Err(p) => p.into_inner(),
         };
         let mut moved = false;
-        while let Some(o) = self.lp.poll() {
+        for (i, l) in self.loops.iter().enumerate() {
+            moved |= Self::pump_loop(&mut r, i, &l.lp);
+        }
+        drop(r);
+        if moved {
+            self.loops[0].lp.outputs_moved();
+        }
+    }
+
+    /// Move loop `i`'s outputs into the router; whether any moved.
+    fn pump_loop(r: &mut Router, i: usize, lp: &LoopHandle<Stack>) -> bool {
+        let mut moved = false;
+        while let Some(o) = lp.poll() {
             moved = true;
             match o {
                 Output::Opening { token, sock } => {
@@ -82,10 +115,10 @@ impl Inner {
                     r.connects.insert(token, Err(error));
                 }
                 Output::Listening { port, result } => {
-                    r.listening.insert(port, result);
+                    r.listening.insert((i, port), result);
                 }
                 Output::Unlistened { port, .. } => {
-                    r.unlistened.insert(port);
+                    r.unlistened.insert((i, port));
                 }
                 Output::Accepted {
                     port, sock, remote, ..
@@ -119,45 +152,108 @@ impl Inner {
                 _ => {}
             }
         }
-        drop(r);
-        if moved {
-            self.lp.outputs_moved();
+        moved
+    }
+
+    /// The loop that owns connection `sock`.
+    #[inline]
+    pub(crate) fn loop_of(&self, sock: SockId) -> usize {
+        match self.loops.len() {
+            1 => 0,
+            n => sock % n,
         }
     }
 
-    /// Post a command; an inline loop ([`Polling::Inline`]) runs a round
-    /// on this thread right away, so the work leaves now (a doorbell).
+    /// The loop a command goes to: its connection's, else loop 0.
+    #[inline]
+    fn target(&self, cmd: &Command) -> usize {
+        if self.loops.len() == 1 {
+            return 0;
+        }
+        match cmd {
+            Command::Iwarp(id, _)
+            | Command::Close(id)
+            | Command::Abort(id)
+            | Command::Accept { sock: id, .. }
+            | Command::Reject { sock: id, .. } => self.loop_of(*id),
+            _ => 0,
+        }
+    }
+
+    /// Post a command to the loop it concerns (its connection's, else
+    /// loop 0); an inline loop ([`Polling::Inline`]) runs a round on this
+    /// thread right away, so the work leaves now (a doorbell).
     pub(crate) fn post(&self, cmd: Command) -> Result<(), Error> {
-        self.post_quiet(cmd)?;
-        self.lp.drive();
+        self.post_to(self.target(&cmd), cmd)
+    }
+
+    /// [`post`](Self::post) to loop `i`.
+    #[inline]
+    pub(crate) fn post_to(&self, i: usize, cmd: Command) -> Result<(), Error> {
+        let lp = &self.loops[i].lp;
+        lp.post(cmd).map_err(|_| Error::QueueFull)?;
+        lp.drive();
         Ok(())
     }
 
-    /// Post a command without running a round: for work that sends
-    /// nothing by itself (a receive buffer). The next round handles it
-    /// before any frame, so a frame that needs it finds it in place.
-    pub(crate) fn post_quiet(&self, cmd: Command) -> Result<(), Error> {
-        self.lp.post(cmd).map_err(|_| Error::QueueFull)
+    /// Post a command to loop `i` without running a round: for work that
+    /// sends nothing by itself (a receive buffer). The next round handles
+    /// it before any frame, so a frame that needs it finds it in place.
+    #[inline]
+    pub(crate) fn post_quiet_to(&self, i: usize, cmd: Command) -> Result<(), Error> {
+        self.loops[i].lp.post(cmd).map_err(|_| Error::QueueFull)
     }
 
-    /// Post a command and wait for its answer through a channel.
-    pub(crate) fn memory<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut MemoryTable) -> T + Send + 'static,
-    ) -> Result<T, Error> {
+    /// Apply `f` to the memory table of every loop, in loop order, one
+    /// operation at a time for the whole context, and return its result,
+    /// which must be the same on every loop: the tables start alike (one
+    /// seed) and take the same operations in the same order. Results that
+    /// differ are an error ([`Error::LoopsDisagree`], logged), never one
+    /// of them picked.
+    pub(crate) fn memory<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + PartialEq + std::fmt::Debug + 'static,
+        F: FnOnce(&mut MemoryTable) -> T + Clone + Send + 'static,
+    {
         self.not_in_loop()?;
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.post(Command::Memory(MemoryOp(Box::new(move |m| {
-            let _ = tx.send(f(m));
-        }))))?;
-        self.answer(&rx)
+        let _one = match self.mem_lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut first: Option<T> = None;
+        for i in 0..self.loops.len() {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let f = f.clone();
+            self.post_to(
+                i,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(f(m));
+                }))),
+            )?;
+            let v = self.answer(i, &rx)?;
+            match &first {
+                None => first = Some(v),
+                Some(v0) if *v0 == v => {}
+                Some(v0) => {
+                    tracing::error!(
+                        loop_0 = ?v0,
+                        loop_index = i,
+                        this_loop = ?v,
+                        "a memory operation gave different results on the context's loops"
+                    );
+                    return Err(Error::LoopsDisagree);
+                }
+            }
+        }
+        first.ok_or(Error::Stopped)
     }
 
-    /// The loop's answer to a command, within 10 s (driving an inline
+    /// Loop `i`'s answer to a command, within 10 s (driving an inline
     /// loop meanwhile).
-    fn answer<T>(&self, rx: &mpsc::Receiver<T>) -> Result<T, Error> {
+    fn answer<T>(&self, i: usize, rx: &mpsc::Receiver<T>) -> Result<T, Error> {
         let limit = Duration::from_secs(10);
-        if !self.lp.is_inline() {
+        let lp = &self.loops[i].lp;
+        if !lp.is_inline() {
             return rx.recv_timeout(limit).map_err(|_| Error::Stopped);
         }
         let deadline = Instant::now() + limit;
@@ -169,7 +265,7 @@ impl Inner {
                     return Err(Error::Stopped)
                 }
                 Err(mpsc::TryRecvError::Empty) => {
-                    if !self.lp.idle(Duration::from_micros(200)) {
+                    if !lp.idle(Duration::from_micros(200)) {
                         std::thread::sleep(Duration::from_micros(20));
                     }
                 }
@@ -189,7 +285,9 @@ impl Inner {
         loop {
             // Registered before looking: an output the loop hands over
             // after this is either pumped below or ends the wait.
-            let waiter = self.lp.output_waiter();
+            // The loops share one bell: loop 0's waiter wakes for any.
+            let lp = &self.loops[0].lp;
+            let waiter = lp.output_waiter();
             self.pump();
             {
                 let mut r = match self.router.lock() {
@@ -207,15 +305,13 @@ impl Inner {
             // Woken by the loop's outputs (or another thread's pump); the
             // 100 ms bound is a safety net, not a poll. An inline loop is
             // driven here meanwhile.
-            self.lp
-                .wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
+            lp.wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
         }
     }
 
     fn not_in_loop(&self) -> Result<(), Error> {
-        if self.loop_thread == Some(std::thread::current().id())
-            || iwarp_datapath::runtime::in_round()
-        {
+        let me = std::thread::current().id();
+        if self.loops.iter().any(|l| l.thread == Some(me)) || iwarp_datapath::runtime::in_round() {
             Err(Error::InLoop)
         } else {
             Ok(())
@@ -229,17 +325,29 @@ impl Inner {
         }
     }
 
-    /// Run `f` on the stack in the loop thread and wait for its answer.
+    /// Run `f` on the stack in loop 0's thread and wait for its answer.
     pub(crate) fn inspect<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Stack) -> T + Send + 'static,
     ) -> Result<T, Error> {
+        self.inspect_on(0, f)
+    }
+
+    /// Run `f` on loop `i`'s stack in its thread and wait for its answer.
+    pub(crate) fn inspect_on<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&Stack) -> T + Send + 'static,
+    ) -> Result<T, Error> {
         self.not_in_loop()?;
         let (tx, rx) = mpsc::sync_channel(1);
-        self.post(Command::Inspect(InspectOp(Box::new(move |s| {
-            let _ = tx.send(f(s));
-        }))))?;
-        self.answer(&rx)
+        self.post_to(
+            i,
+            Command::Inspect(InspectOp(Box::new(move |s| {
+                let _ = tx.send(f(s));
+            }))),
+        )?;
+        self.answer(i, &rx)
     }
 
     pub(crate) fn next_cm(&self, sock: SockId, timeout: Duration) -> Result<CmEvent, Error> {
@@ -264,5 +372,91 @@ impl Router {
             .max(self.cm.len())
             .max(self.qp_events.len())
             .max(self.finished.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use iwarp_datapath::stack::{Command, MemoryOp};
+
+    use crate::{Context, Error, Polling};
+
+    /// Memory tables of a context's loops that no longer match: the
+    /// operation that finds it fails with `LoopsDisagree`, naming no
+    /// winner; tables that match again agree again.
+    #[test]
+    fn loops_whose_tables_differ_are_an_error() {
+        let (ctx, _peer) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        // A PD allocated on loop 1's table alone.
+        let (tx, rx) = mpsc::sync_channel(1);
+        ctx.inner
+            .post_to(
+                1,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(m.alloc_pd());
+                }))),
+            )
+            .unwrap();
+        let only_one = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_ne!(only_one, pd.id());
+        assert!(matches!(ctx.alloc_pd(), Err(Error::LoopsDisagree)));
+        // Loop 0 catches up (its table took the same allocation): the
+        // next one agrees.
+        let (tx, rx) = mpsc::sync_channel(1);
+        ctx.inner
+            .post_to(
+                0,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(m.alloc_pd());
+                }))),
+            )
+            .unwrap();
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let pd3 = ctx.alloc_pd().unwrap();
+        assert_ne!(pd3.id(), pd.id());
+    }
+
+    /// The first connection of a context from a loop other than 0: its
+    /// ARP request goes out from that loop, the reply reaches loop 0 only
+    /// (RSS puts ARP on queue 0), and the loop that asked takes the
+    /// answer from the neighbours the loops share. (It never sees a reply
+    /// of its own: without the shared table the connect would fail once
+    /// its three requests went unanswered; with it looked at only on a
+    /// miss, the SYN would wait for its retransmission.)
+    #[test]
+    fn a_loop_other_than_0_resolves_its_peer_through_loop_0() {
+        use std::net::SocketAddrV4;
+        use std::sync::atomic::Ordering;
+
+        use crate::{ConnectOptions, ListenOptions};
+
+        let (server, client) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+        client.inner.next_loop.store(1, Ordering::Relaxed);
+        let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+        let (scq, ccq) = (server.create_cq(8), client.create_cq(8));
+        let listener = server.listen(7400, &ListenOptions::new(&spd)).unwrap();
+        let to = SocketAddrV4::new(server.addr(), 7400);
+        let c = client.clone();
+        let o = ConnectOptions::new(&cpd, &ccq);
+        let t = std::thread::spawn(move || c.connect(to, &o));
+        let sqp = listener
+            .get_request(Duration::from_secs(10))
+            .unwrap()
+            .accept(&Default::default(), &scq)
+            .unwrap();
+        let cqp = t.join().unwrap().unwrap();
+        assert_eq!((cqp.loop_index(), sqp.loop_index()), (1, 1));
+        // Loop 1 sent the only ARP request of the client; loop 0 took
+        // the reply.
+        let s = client.stats().unwrap();
+        assert_eq!(s.loops[0].connections, 0);
+        assert_eq!(s.loops[1].connections, 1);
+        // Taken while the SYN waited for the address: not when the SYN's
+        // retransmission (a second later) looked the address up again.
+        assert_eq!(s.tcp.rto_retransmits, 0, "{:?}", s.tcp);
     }
 }

@@ -30,8 +30,29 @@ pub struct ContextStats {
     pub listeners: usize,
     /// The poll loop's counters (rounds, frames, sleeps, pinning).
     pub poll_loop: LoopStats,
-    /// The device's counters and how it is bound.
+    /// The device's counters and how it is bound (loop 0's device on a
+    /// context of several loops).
     pub device: DeviceStats,
+    /// Each loop's share, in loop order (one entry on a context of one
+    /// loop); the fields above sum them (the most any loop listens on
+    /// for `listeners`, since every loop listens on every port).
+    pub loops: Vec<LoopSplit>,
+}
+
+/// One poll loop's share of a context's work ([`ContextStats::loops`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LoopSplit {
+    /// Connections this loop holds now (in any TCP state).
+    pub connections: usize,
+    /// TCP segments this loop's interface took.
+    pub rx_tcp: u64,
+    /// Frames this loop's interface sent.
+    pub tx_frames: u64,
+    /// Octets TCP delivered in order on this loop's connections, open and
+    /// ended.
+    pub tcp_delivered: u64,
+    /// The loop's own counters (rounds, frames, sleeps, pinning).
+    pub poll_loop: LoopStats,
 }
 
 impl ContextStats {
@@ -156,6 +177,23 @@ impl fmt::Display for ContextStats {
             "loop: rounds {} rx_frames {} tx_frames {} tx_refused {} outputs_dropped {} sleeps {} pinned {}",
             l.rounds, l.rx_frames, l.tx_frames, l.tx_dropped, l.out_dropped, l.sleeps, l.pinned
         )?;
+        if self.loops.len() > 1 {
+            for (i, l) in self.loops.iter().enumerate() {
+                writeln!(
+                    f,
+                    "loop {i}: connections {} rx_tcp {} tx_frames {} tcp_delivered {} rounds {} \
+                     rx_frames {} sleeps {} pinned {}",
+                    l.connections,
+                    l.rx_tcp,
+                    l.tx_frames,
+                    l.tcp_delivered,
+                    l.poll_loop.rounds,
+                    l.poll_loop.rx_frames,
+                    l.poll_loop.sleeps,
+                    l.poll_loop.pinned
+                )?;
+            }
+        }
         match &self.device {
             DeviceStats::Sim => writeln!(f, "device: simulated link")?,
             DeviceStats::Other => writeln!(f, "device: the application's")?,

@@ -32,7 +32,9 @@
 //! failed, or because their entry was evicted, in
 //! [`Stats::unresolved_drops`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame, EthernetRepr,
@@ -244,6 +246,46 @@ impl<P> ArpCache<P> {
         self.learn(ip, mac, now);
     }
 
+    /// Insert or overwrite a resolved entry that expires at `expires_at`
+    /// (a neighbour another interface learned, [`SharedNeighbours`]).
+    /// Packets queued for `ip` become ready. Nothing if `expires_at` is
+    /// not after `now`.
+    pub fn insert_until(
+        &mut self,
+        ip: Ipv4Address,
+        mac: EthernetAddress,
+        expires_at: u64,
+        now: u64,
+    ) {
+        if expires_at <= now || ip == self.ip || mac.is_multicast() {
+            return;
+        }
+        self.learn(ip, mac, now);
+        if let Some(State::Resolved { expires_at: e, .. }) = self.entries.get_mut(&ip) {
+            *e = expires_at;
+        }
+    }
+
+    /// The addresses whose resolution is under way (a request out, no
+    /// answer yet), in address order.
+    pub fn pending(&self) -> impl Iterator<Item = Ipv4Address> + '_ {
+        self.entries.iter().filter_map(|(ip, s)| match s {
+            State::Pending { .. } => Some(*ip),
+            _ => None,
+        })
+    }
+
+    /// The resolved entry of `ip` with its expiry, if it has not expired
+    /// at `now` (what an interface publishes to [`SharedNeighbours`]).
+    pub fn resolved(&self, ip: Ipv4Address, now: u64) -> Option<(EthernetAddress, u64)> {
+        match self.entries.get(&ip) {
+            Some(&State::Resolved { mac, expires_at }) if now < expires_at => {
+                Some((mac, expires_at))
+            }
+            _ => None,
+        }
+    }
+
     /// The request that asks for `ip`: broadcast, with a zero target
     /// hardware address (what Linux sends; RFC 826 leaves it unspecified).
     pub fn request_for(&self, ip: Ipv4Address) -> ArpRepr {
@@ -420,6 +462,15 @@ impl<P> ArpCache<P> {
         now >= self.next_due
     }
 
+    /// Make [`request_due`](Self::request_due) true from `at` on (until
+    /// the next [`poll_request`](Self::poll_request), which recomputes it):
+    /// an interface that has its own work at `at` ([`SharedNeighbours`])
+    /// rides on the one check its poll makes every round.
+    #[inline]
+    pub fn wake_at(&mut self, at: u64) {
+        self.next_due = self.next_due.min(at);
+    }
+
     /// The next retransmitted request due at `now`, if any; also fails the
     /// addresses whose last request went unanswered. Loop until `None`.
     pub fn poll_request(&mut self, now: u64) -> Option<ArpRepr> {
@@ -519,6 +570,58 @@ impl<P> ArpCache<P> {
             }
             self.stats.evictions += 1;
         }
+    }
+}
+
+/// Neighbours learned by any of several interfaces that share one address
+/// and one link: the poll loops of one multi-queue context, where RSS
+/// delivers every ARP frame to queue 0 only. The interface that receives
+/// an ARP packet publishes what it learned from it here; the others look
+/// here only when their own cache misses (and, while a resolution of
+/// theirs is pending, every [`SHARED_RECHECK`] of their clock), so a
+/// frame sent to a known neighbour never touches the lock. Only entries
+/// learned from ARP packets are published, never copies, so an entry
+/// nobody refreshes expires everywhere.
+///
+/// Expiry times are in the publishing interface's clock; the loops of one
+/// context start their clocks within moments of each other, and an entry
+/// lives a minute ([`Config::entry_lifetime`]).
+#[derive(Debug, Default)]
+pub struct SharedNeighbours {
+    table: Mutex<HashMap<Ipv4Address, (EthernetAddress, u64)>>,
+    /// Bumped by every publication (interfaces waiting for an address
+    /// look again only when it moved).
+    version: AtomicU64,
+}
+
+/// How often (ns) an interface with a pending resolution looks at the
+/// [`SharedNeighbours`] for it: 200 µs.
+pub const SHARED_RECHECK: u64 = 200_000;
+
+impl SharedNeighbours {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Record that `ip` is at `mac` until `expires_at`.
+    pub fn publish(&self, ip: Ipv4Address, mac: EthernetAddress, expires_at: u64) {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if t.get(&ip) != Some(&(mac, expires_at)) {
+            t.insert(ip, (mac, expires_at));
+            self.version.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// The MAC of `ip` and its expiry, if published and not expired at `now`.
+    pub fn get(&self, ip: Ipv4Address, now: u64) -> Option<(EthernetAddress, u64)> {
+        let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.get(&ip).copied().filter(|&(_, e)| now < e)
+    }
+
+    /// Publications so far (it changes with every one).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 }
 

@@ -42,7 +42,9 @@
 //! live here so that one interface keeps one set of counters; `tcp-lite`
 //! counts into them ([`Interface::stats_mut`]).
 
-use crate::arp::{self, ArpCache, Enqueue, Resolve};
+use std::sync::Arc;
+
+use crate::arp::{self, ArpCache, Enqueue, Resolve, SharedNeighbours};
 use crate::egress::{self, Source};
 use crate::ingress::{self, Ingress, Refused};
 use crate::wire::{
@@ -149,6 +151,50 @@ pub struct IfaceStats {
 }
 
 impl IfaceStats {
+    /// Add the counters of `o` (another loop's interface of one context).
+    pub fn add(&mut self, o: &IfaceStats) {
+        let IfaceStats {
+            rx_frames,
+            rx_malformed,
+            rx_not_for_us_mac,
+            rx_not_for_us_ip,
+            rx_fragments,
+            rx_options,
+            rx_other_protocol,
+            rx_other_ethertype,
+            rx_tcp,
+            rx_sctp,
+            rx_udp_bad_checksum,
+            rx_bad_checksum,
+            rx_partial_checksum,
+            icmp_echo_replies,
+            tx_frames,
+            tx_queued,
+            tx_dropped,
+            tx_too_big,
+            tx_fill_failed,
+        } = *o;
+        self.rx_frames += rx_frames;
+        self.rx_malformed += rx_malformed;
+        self.rx_not_for_us_mac += rx_not_for_us_mac;
+        self.rx_not_for_us_ip += rx_not_for_us_ip;
+        self.rx_fragments += rx_fragments;
+        self.rx_options += rx_options;
+        self.rx_other_protocol += rx_other_protocol;
+        self.rx_other_ethertype += rx_other_ethertype;
+        self.rx_tcp += rx_tcp;
+        self.rx_sctp += rx_sctp;
+        self.rx_udp_bad_checksum += rx_udp_bad_checksum;
+        self.rx_bad_checksum += rx_bad_checksum;
+        self.rx_partial_checksum += rx_partial_checksum;
+        self.icmp_echo_replies += icmp_echo_replies;
+        self.tx_frames += tx_frames;
+        self.tx_queued += tx_queued;
+        self.tx_dropped += tx_dropped;
+        self.tx_too_big += tx_too_big;
+        self.tx_fill_failed += tx_fill_failed;
+    }
+
     /// When most TCP segments dropped for a bad checksum carried a partial
     /// one (and none was accepted), the likely cause and the fix; `None`
     /// otherwise.
@@ -361,6 +407,15 @@ pub struct Interface {
     stats: IfaceStats,
     ident: u16,
     scratch: Vec<u8>,
+    /// Neighbours shared with the other interfaces of a multi-queue
+    /// context ([`Interface::share_neighbours`]).
+    shared: Option<Arc<SharedNeighbours>>,
+    /// The shared table's version when last looked at for pending
+    /// resolutions.
+    shared_seen: u64,
+    /// When to look at the shared table next for a pending resolution
+    /// (`u64::MAX`: none pending, or no shared table).
+    shared_check_at: u64,
 }
 
 impl Interface {
@@ -372,7 +427,19 @@ impl Interface {
             stats: IfaceStats::default(),
             ident: 0,
             scratch: Vec::new(),
+            shared: None,
+            shared_seen: 0,
+            shared_check_at: u64::MAX,
         }
+    }
+
+    /// Share neighbours with the other interfaces of one address and link
+    /// ([`SharedNeighbours`]): publish what ARP packets received here
+    /// teach, and look there when the own cache misses, and while a
+    /// resolution is pending (ARP replies reach only one of the
+    /// interfaces of a multi-queue context).
+    pub fn share_neighbours(&mut self, shared: Arc<SharedNeighbours>) {
+        self.shared = Some(shared);
     }
 
     /// Settings.
@@ -495,7 +562,39 @@ impl Interface {
         if let Some(reply) = self.arp.process(repr, now) {
             self.emit_arp(&reply, tx);
         }
+        if let Some(sh) = &self.shared {
+            let ip = repr.source_protocol_addr;
+            if let Some((mac, expires_at)) = self.arp.resolved(ip, now) {
+                sh.publish(ip, mac, expires_at);
+            }
+        }
         self.flush_ready(tx);
+    }
+
+    /// Adopt what the shared table knows of addresses pending here, and
+    /// send the frames held for them.
+    #[inline(never)]
+    fn adopt_shared(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
+        let Some(sh) = self.shared.clone() else {
+            self.shared_check_at = u64::MAX;
+            return;
+        };
+        let version = sh.version();
+        if version != self.shared_seen {
+            self.shared_seen = version;
+            let pending: Vec<Ipv4Address> = self.arp.pending().collect();
+            for ip in pending {
+                if let Some((mac, expires_at)) = sh.get(ip, now) {
+                    self.arp.insert_until(ip, mac, expires_at, now);
+                }
+            }
+            self.flush_ready(tx);
+        }
+        self.shared_check_at = if self.arp.pending().next().is_some() {
+            now.saturating_add(arp::SHARED_RECHECK)
+        } else {
+            u64::MAX
+        };
     }
 
     fn receive_icmp(
@@ -639,6 +738,17 @@ impl Interface {
             self.stats.tx_dropped += 1;
             return Err(SendError::NoRoute);
         };
+        if let Some(sh) = &self.shared {
+            // A miss here: another interface of the context may know it.
+            if self.arp.lookup(hop, now).is_none() {
+                if let Some((mac, expires_at)) = sh.get(hop, now) {
+                    self.arp.insert_until(hop, mac, expires_at, now);
+                    self.flush_ready(&mut |f| {
+                        tx.send_parts(&[f]);
+                    });
+                }
+            }
+        }
         let (mac, request) = match self.arp.resolve(hop, now) {
             Resolve::Known(mac) => (Some(mac), None),
             Resolve::SendRequest(r) => (None, Some(r)),
@@ -652,6 +762,12 @@ impl Interface {
             self.emit_arp(&r, &mut |f| {
                 tx.send_parts(&[f]);
             });
+        }
+        if mac.is_none() && self.shared.is_some() {
+            self.shared_check_at = self
+                .shared_check_at
+                .min(now.saturating_add(arp::SHARED_RECHECK));
+            self.arp.wake_at(self.shared_check_at);
         }
         Ok((hop, mac))
     }
@@ -911,18 +1027,29 @@ impl Interface {
     /// Retransmit due ARP requests (and fail addresses that never answered).
     #[inline]
     pub fn poll(&mut self, now: u64, tx: &mut dyn FnMut(&[u8])) {
-        // Every round of a host asks; ARP rarely has anything due.
+        // Every round of a host asks; ARP rarely has anything due. A look
+        // at the shared neighbours rides on the same check (`wake_at`).
         if !self.arp.request_due(now) {
             return;
         }
+        if now >= self.shared_check_at {
+            self.adopt_shared(now, tx);
+        }
         while let Some(r) = self.arp.poll_request(now) {
             self.emit_arp(&r, tx);
+        }
+        if self.shared_check_at != u64::MAX {
+            self.arp.wake_at(self.shared_check_at);
         }
     }
 
     /// When [`poll`](Self::poll) next has work.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.arp.poll_timeout()
+        let shared = (self.shared_check_at != u64::MAX).then_some(self.shared_check_at);
+        match (self.arp.poll_timeout(), shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -1153,6 +1280,81 @@ mod tests {
         );
         assert_eq!(sent, Ok(()));
         assert_eq!(i.stats().tx_dropped, dropped + 1);
+    }
+
+    /// Two interfaces of one address sharing neighbours: the reply reaches
+    /// only the first (as RSS gives ARP to queue 0); the second, whose
+    /// request it answered, adopts the address at its next look and sends
+    /// what it held; a third, asking later, finds it at once (no request).
+    #[test]
+    fn shared_neighbours_resolve_for_the_interface_the_reply_missed() {
+        let shared = Arc::new(SharedNeighbours::new());
+        let (mut q0, mut q1, mut q2) = (iface(), iface(), iface());
+        for i in [&mut q0, &mut q1, &mut q2] {
+            i.share_neighbours(shared.clone());
+        }
+        let head = [0x13, 0x88, 0x13, 0x89, 0, 12, 0, 0];
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        send_parts(
+            &mut q1,
+            PEER,
+            IpProtocol::UDP,
+            &head,
+            b"held",
+            0,
+            &mut |f: &[&[u8]]| out.push(f.concat()),
+        )
+        .unwrap();
+        assert_eq!(out.len(), 1, "the ARP request only");
+        // Nothing published yet: q1 looks and still waits.
+        out.clear();
+        q1.poll(arp::SHARED_RECHECK, &mut |f| out.push(f.to_vec()));
+        assert!(out.is_empty());
+        assert_eq!(q1.poll_timeout(), Some(2 * arp::SHARED_RECHECK));
+        // The reply lands on q0, which learns and publishes.
+        let reply = arp_frame(ArpOperation::REPLY, MAC);
+        assert!(receive(&mut q0, &reply, 10, &mut |_| panic!("no output")).is_none());
+        assert_eq!(q0.arp().lookup(PEER, 10), Some(PEER_MAC));
+        // q1's next look sends the held datagram to the peer's MAC.
+        q1.poll(2 * arp::SHARED_RECHECK, &mut |f| out.push(f.to_vec()));
+        assert_eq!(out.len(), 1);
+        let (e, r, payload) = parse_out(&out[0]);
+        assert_eq!((e.dst_addr, r.dst_addr), (PEER_MAC, PEER));
+        assert_eq!(payload, [&head[..], b"held"].concat());
+        assert_eq!(q1.poll_timeout(), None, "nothing pending, no more looks");
+        // q2 misses its own cache and finds the address shared: sent now.
+        let mut sent = 0;
+        send_parts(
+            &mut q2,
+            PEER,
+            IpProtocol::UDP,
+            &head,
+            b"now",
+            20,
+            &mut |f: &[&[u8]]| {
+                let (e, _, _) = parse_out(&f.concat());
+                assert_eq!(e.dst_addr, PEER_MAC);
+                sent += 1;
+            },
+        )
+        .unwrap();
+        assert_eq!(sent, 1);
+        assert_eq!(q2.arp().stats().requests_sent, 0);
+        // An interface without the table keeps to its own cache.
+        let mut alone = iface();
+        let mut n = 0;
+        send_parts(
+            &mut alone,
+            PEER,
+            IpProtocol::UDP,
+            &head,
+            b"x",
+            30,
+            &mut |_: &[&[u8]]| n += 1,
+        )
+        .unwrap();
+        assert_eq!((n, alone.arp().stats().requests_sent), (1, 1));
+        assert_eq!(alone.poll_timeout(), Some(30 + arp::SECOND));
     }
 
     /// SCTP goes up only where served, raw or from inside UDP to the

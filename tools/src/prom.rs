@@ -782,6 +782,7 @@ mod tests {
                 ..Default::default()
             },
             device: DeviceStats::Sim,
+            loops: Vec::new(),
         };
         let conns = vec![ConnStats {
             qp: 5,

@@ -240,6 +240,8 @@ struct Args {
     /// segmentation offloads off; `None`: no loss rule, offloads as the
     /// veth has them.
     loss_permille: Option<u32>,
+    /// `--queues`: receive queues (poll loops) per end, and connections.
+    queues: Option<(u16, u32)>,
     /// AF_XDP and TCP settings of our contexts (`--netns`).
     tuning: Tuning,
 }
@@ -533,10 +535,163 @@ struct Cli {
     /// both veth ends, so that Linux sends and loses MTU-sized packets.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=500))]
     loss_permille: Option<u32>,
+    /// write_bw over the simulated link with N receive queues per end
+    /// (`Context::sim_pair_queues`: one poll loop per queue, frames
+    /// steered by RSS), the connections spread over the loops; the Linux
+    /// baseline runs N parallel TCP flows over loopback in the same run
+    /// (no root). Prints each connection's loop and each loop's share.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
+    queues: Option<u16>,
+    /// With --queues: connections, given to the client's loops in turn
+    /// (default: one per queue).
+    #[arg(long, value_name = "C", requires = "queues",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    connections: Option<u32>,
     #[command(flatten)]
     tuning: Tuning,
     #[command(flatten)]
     netns_args: iwarp_bench::netns_cli::NetnsArgs,
+}
+
+/// `--queues N`: write_bw over the simulated link with N poll loops per
+/// end and `conns` connections spread over them (each connection's
+/// client and server hooks in the loops that own its ends), after the
+/// Linux baseline with N parallel TCP flows over loopback. Each
+/// connection sends ITERS messages; the aggregate is all octets over the
+/// wall time from the first start to the last end.
+fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
+    let sizes = match &args.tests[..] {
+        [(Test::WriteBw, sizes)] if !args.demo => sizes.clone(),
+        _ => return Err("--queues runs write_bw only".into()),
+    };
+    if args.link != Link::Sim {
+        return Err("--queues: over the simulated link only (--sim)".into());
+    }
+    if args.threads || args.sctp || args.loss_permille.is_some() {
+        return Err(
+            "--queues runs in the poll loops over MPA/TCP (no --threads, --transport sctp, --loss-permille)"
+                .into(),
+        );
+    }
+    let iters = args.iters.unwrap_or(5000);
+    let wait = baseline_wait(args.busy, false);
+    let polling = if args.busy {
+        iwarp::Polling::Busy
+    } else {
+        iwarp::Polling::Adaptive
+    };
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "iwarp-perf --queues {queues}: write_bw over the simulated link, {queues} receive queue(s) and poll loop(s) per end (RSS, symmetric key), {conns} connection(s), {iters} messages each, window {}; {ncpu} CPUs, nothing pinned",
+        args.window
+    );
+    println!(
+        "Linux TCP baseline: {queues} parallel flow(s) over loopback ({}), {iters} messages each",
+        wait.label()
+    );
+    let mut json_out = Vec::new();
+    for size in sizes {
+        let mib = |msgs: u64, secs: f64| msgs as f64 * f64::from(size) / secs / MIB;
+        eprintln!("running linux loopback write_bw {size} B x{queues} ...");
+        let (lmsgs, lsecs) = linux::loopback_flows(usize::from(queues), size, iters, wait)?;
+        // Ours, fresh contexts per size.
+        let (server, client) = iwarp::Context::sim_pair_queues(queues, polling, None)
+            .map_err(|e| format!("sim_pair_queues: {e}"))?;
+        let plan = Plan {
+            iters,
+            duration: Duration::from_secs_f64(args.duration.unwrap_or(120.0)),
+            rate: None,
+            busy: args.busy,
+            threads: false,
+            window: args.window,
+            label: format!("write_bw {size} B"),
+        };
+        let pairs = (0..conns)
+            .map(|k| {
+                ours::connect(
+                    &server,
+                    &client,
+                    9100 + k as u16,
+                    Test::WriteBw,
+                    size,
+                    args.busy,
+                    false,
+                    None,
+                    iwarp::Transport::Mpa,
+                )
+                .map_err(|e| format!("connection {k}: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        eprintln!("running iwarp write_bw {size} B x{conns} ...");
+        let t0 = Instant::now();
+        let results: Vec<Result<BwResult, String>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = pairs
+                .iter()
+                .map(|p| sc.spawn(|| p.bandwidth(Test::WriteBw, size, &plan)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                .collect()
+        });
+        let wall = t0.elapsed().as_secs_f64();
+        let (cs, ss) = (
+            client.stats().map_err(|e| e.to_string())?,
+            server.stats().map_err(|e| e.to_string())?,
+        );
+        let mut total = 0u64;
+        println!("{RULE}\n write_bw {size} B, --queues {queues}\n{RULE}");
+        println!(" conn  client loop  server loop  #iterations  BW average[MB/sec]");
+        let mut per_conn = Vec::new();
+        for (k, (p, r)) in pairs.iter().zip(&results).enumerate() {
+            let r = r.as_ref().map_err(|e| format!("connection {k}: {e}"))?;
+            let (cl, sl) = p.loops();
+            total += r.iters;
+            println!(" {k:<5} {cl:<12} {sl:<12} {:<12} {:.2}", r.iters, r.avg_mbs);
+            per_conn.push(json!({ "client_loop": cl, "server_loop": sl, "iterations": r.iters, "bw_avg_mib_s": r.avg_mbs }));
+        }
+        for (who, st) in [("client", &cs), ("server", &ss)] {
+            for (i, l) in st.loops.iter().enumerate() {
+                println!(
+                    " {who} loop {i}: connections {} rx_tcp {} tx_frames {} tcp_delivered {} rounds {} rx_frames {}",
+                    l.connections, l.rx_tcp, l.tx_frames, l.tcp_delivered, l.poll_loop.rounds, l.poll_loop.rx_frames
+                );
+            }
+        }
+        let ours_mbs = mib(total, wall);
+        let linux_mbs = mib(lmsgs, lsecs);
+        println!(
+            " iWARP (ours), {queues} loop(s) per end, {conns} connection(s): {ours_mbs:.2} MB/sec aggregate ({total} messages in {wall:.3} s)"
+        );
+        println!(
+            " Linux TCP over loopback, {queues} flow(s):                {linux_mbs:.2} MB/sec aggregate ({lmsgs} messages in {lsecs:.3} s)"
+        );
+        println!(
+            " ours / Linux: {:.2}",
+            ours_mbs / linux_mbs.max(f64::MIN_POSITIVE)
+        );
+        json_out.push(json!({
+            "test": "write_bw", "bytes": size, "queues": queues, "connections": conns,
+            "iterations_per_connection": iters,
+            "iwarp": { "bw_avg_mib_s": ours_mbs, "seconds": wall, "messages": total, "per_connection": per_conn,
+                "client_loops": cs.loops.iter().map(|l| json!({"connections": l.connections, "rx_tcp": l.rx_tcp, "tcp_delivered": l.tcp_delivered})).collect::<Vec<_>>(),
+                "server_loops": ss.loops.iter().map(|l| json!({"connections": l.connections, "rx_tcp": l.rx_tcp, "tcp_delivered": l.tcp_delivered})).collect::<Vec<_>>() },
+            "linux_loopback": { "flows": queues, "bw_avg_mib_s": linux_mbs, "seconds": lsecs, "messages": lmsgs },
+        }));
+        if args.stats {
+            println!("client:\n{cs}server:\n{ss}");
+        }
+        for p in pairs {
+            p.close().map_err(|e| e.to_string())?;
+        }
+    }
+    let path = args.out.join(format!("write_bw_queues{queues}.json"));
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&json_out).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
 }
 
 /// Parse the command line; usage errors exit 2 with the reason, `--help`
@@ -602,6 +757,7 @@ fn parse_args() -> Args {
         stats: c.stats,
         sctp: c.transport == "sctp",
         loss_permille: c.loss_permille,
+        queues: c.queues.map(|q| (q, c.connections.unwrap_or(u32::from(q)))),
         tuning: c.tuning,
     }
 }
@@ -816,6 +972,9 @@ struct Job {
 fn run() -> Result<(), String> {
     let args = parse_args();
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    if let Some((queues, conns)) = args.queues {
+        return multi_queue(&args, queues, conns as usize);
+    }
     if args.link != Link::Veth && args.loss_permille.is_some() {
         return Err("--loss-permille needs --link veth (our loss is injected on AF_XDP)".into());
     }

@@ -52,7 +52,16 @@ impl Stack {
         ulp: Ulp,
         now: u64,
     ) {
-        let lport = self.ephemeral_port(remote, port);
+        let Some(lport) = self.ephemeral_port(remote, port) else {
+            tracing::warn!(%remote, port, "no free local port steers the answers to this loop's queue");
+            self.pending_out.push_back(Output::Failed {
+                token,
+                error: crate::ConnError::Local(
+                    "no free local port whose answers RSS steers to this loop's queue",
+                ),
+            });
+            return;
+        };
         let isn = self.isn_for(remote, port, lport, now);
         let tcp = Tcp::connect(self.cfg.tcp, lport, port, isn);
         let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator, now);

@@ -1,7 +1,13 @@
 //! The stack's settings ([`StackConfig`]).
 
+use std::sync::Arc;
+
+use iwarp_net::arp::SharedNeighbours;
 use iwarp_net::iface::IfaceConfig;
+use iwarp_net::rss::Rss;
 use tcp_lite::tcp;
+
+use super::SockId;
 
 #[cfg(doc)]
 use crate::over_tcp::IwarpOverTcp;
@@ -11,6 +17,17 @@ use tcp_lite::listen::Listener;
 /// [`StackConfig::unaccepted_window`]'s default: the longest MPA Request
 /// (532 octets) and `MpaConfig::max_early_data` (4096), rounded up.
 pub const UNACCEPTED_WINDOW: u32 = 8 << 10;
+
+/// Where a stack sits among the poll loops of one multi-queue context:
+/// the queue its loop receives, and the RSS that steers frames to queues
+/// (the same at both ends of the link when the key is symmetric).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steering {
+    /// The receive steering of the context's device.
+    pub rss: Rss,
+    /// This stack's queue.
+    pub queue: u16,
+}
 
 /// Stack settings.
 #[derive(Debug, Clone)]
@@ -74,6 +91,20 @@ pub struct StackConfig {
     /// handshake payload); beyond it the connection holding the most is
     /// aborted. Default [`crate::budget::MAX_HELD_TOTAL`] (256 MiB).
     pub max_held_total: usize,
+    /// This stack is the loop of one receive queue of several
+    /// ([`Steering`]): an active open takes a local port whose answers
+    /// the RSS steers to this queue (`Rss::port_for_queue`), or fails
+    /// (`ConnError::Local`) when no free port does. `None` (the default):
+    /// the next free port.
+    pub steering: Option<Steering>,
+    /// The first connection id this stack gives out and the step between
+    /// ids (default 0 and 1): the loops of one context take ids apart
+    /// (loop `i` of `n`: `i` and `n`), so an id names one connection in
+    /// the whole context (a shared CQ's completions, its router).
+    pub sock_ids: (SockId, SockId),
+    /// Neighbours shared with the context's other loops
+    /// (`Interface::share_neighbours`): ARP reaches one queue only.
+    pub neighbours: Option<Arc<SharedNeighbours>>,
 }
 
 impl StackConfig {
@@ -95,6 +126,9 @@ impl StackConfig {
             copy_tx: false,
             max_held_per_conn: crate::budget::MAX_HELD_PER_CONN,
             max_held_total: crate::budget::MAX_HELD_TOTAL,
+            steering: None,
+            sock_ids: (0, 1),
+            neighbours: None,
         }
     }
 }

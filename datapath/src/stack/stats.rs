@@ -46,7 +46,7 @@ pub struct StackStats {
 }
 
 /// Add the counters of `t` to `sum`.
-pub(super) fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
+pub fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.rto_retransmits += t.rto_retransmits;
     sum.rescue_retransmits += t.rescue_retransmits;
     sum.recovery_probes += t.recovery_probes;
@@ -75,6 +75,43 @@ pub(super) fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.rto_hole_resent += t.rto_hole_resent;
     sum.rto_after_probe += t.rto_after_probe;
     sum.rto_repeated += t.rto_repeated;
+}
+
+impl StackStats {
+    /// Add the counters of `o` (another loop of one context): sums, the
+    /// larger `held_max_conn`, histograms merged.
+    pub fn add(&mut self, o: &StackStats) {
+        let StackStats {
+            rx_no_socket,
+            rx_backpressure_drops,
+            tx_errors,
+            listen_overflows,
+            tcp_closed,
+            held_octets,
+            held_max_conn,
+            budget_aborts,
+            idle_rounds,
+            completion_latency,
+            setup_active,
+            setup_passive,
+        } = o;
+        self.rx_no_socket += rx_no_socket;
+        self.rx_backpressure_drops += rx_backpressure_drops;
+        self.tx_errors += tx_errors;
+        self.listen_overflows += listen_overflows;
+        add_tcp_stats(&mut self.tcp_closed, tcp_closed);
+        self.held_octets += held_octets;
+        self.held_max_conn = self.held_max_conn.max(*held_max_conn);
+        self.budget_aborts += budget_aborts;
+        self.idle_rounds += idle_rounds;
+        self.completion_latency.send.merge(&completion_latency.send);
+        self.completion_latency
+            .write
+            .merge(&completion_latency.write);
+        self.completion_latency.read.merge(&completion_latency.read);
+        self.setup_active.merge(setup_active);
+        self.setup_passive.merge(setup_passive);
+    }
 }
 
 impl Stack {

@@ -40,7 +40,7 @@ impl Stack {
             sock.tcp().local_port(),
         );
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id += self.cfg.sock_ids.1.max(1);
         mark_ready(&mut self.ready, &mut sock, id);
         self.socks.insert(id, sock);
         self.by_tuple.insert(key, id);
@@ -110,13 +110,32 @@ impl Stack {
         )
     }
 
-    pub(super) fn ephemeral_port(&mut self, remote: Ipv4Address, port: u16) -> u16 {
+    /// A local port for an active open to `remote:port`: the next free
+    /// one, or with [`StackConfig::steering`] the next free one whose
+    /// answers reach this stack's queue (`None` if no free port does).
+    pub(super) fn ephemeral_port(&mut self, remote: Ipv4Address, port: u16) -> Option<u16> {
         let base = self.cfg.ephemeral_base;
+        if let Some(st) = &self.cfg.steering {
+            let open = iwarp_net::rss::ActiveOpen {
+                local: self.cfg.iface.ip,
+                remote,
+                remote_port: port,
+                proto: iwarp_net::wire::IpProtocol::TCP,
+            };
+            let (by_tuple, listeners) = (&self.by_tuple, &self.listeners);
+            let p =
+                st.rss
+                    .port_for_queue(st.queue, &open, base..=u16::MAX, self.next_port, |p| {
+                        by_tuple.contains_key(&(remote, port, p)) || listeners.contains_key(&p)
+                    })?;
+            self.next_port = if p == u16::MAX { base } else { p + 1 };
+            return Some(p);
+        }
         loop {
             let p = self.next_port;
             self.next_port = if p == u16::MAX { base } else { p + 1 };
             if !self.by_tuple.contains_key(&(remote, port, p)) && !self.listeners.contains_key(&p) {
-                return p;
+                return Some(p);
             }
         }
     }

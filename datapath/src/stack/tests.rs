@@ -474,3 +474,98 @@ fn an_idle_round_is_left_out_until_input_or_a_deadline() {
     }
     assert_eq!(again, 1, "the Write's segment, sent again");
 }
+
+/// With [`StackConfig::steering`] an active open takes local ports whose
+/// answers (peer to us) the RSS steers to the stack's queue, each port
+/// once, and the stack's connection ids follow `sock_ids`; every port
+/// of the range in use for that peer fails the connect (`Local`), no
+/// hang.
+#[test]
+fn steered_ephemeral_ports_bring_the_answers_to_the_stacks_queue() {
+    use iwarp_net::rss::Rss;
+    let (local, remote) = (Ipv4Address::new(10, 9, 0, 1), Ipv4Address::new(10, 9, 0, 2));
+    let rss = Rss::symmetric(4).expect("4 queues");
+    for queue in 0..4u16 {
+        let mut cfg = StackConfig::new(iwarp_net::iface::IfaceConfig::new(
+            tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+            local,
+            24,
+        ));
+        cfg.steering = Some(Steering {
+            rss: rss.clone(),
+            queue,
+        });
+        cfg.sock_ids = (usize::from(queue), 4);
+        let mut st = Stack::new(cfg, MemoryTable::new());
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..64 {
+            let p = st.ephemeral_port(remote, 7000).expect("a port");
+            assert!(p >= 49152, "{p}");
+            let q = rss.queue_of(remote, local, 7000, p, iwarp_net::wire::IpProtocol::TCP);
+            assert_eq!(q, queue, "port {p}");
+            assert!(seen.insert(p), "port {p} twice");
+        }
+        for token in [1, 2, 3] {
+            st.handle_command(
+                Command::Connect {
+                    transport: Transport::Tcp,
+                    token,
+                    remote,
+                    port: 7000,
+                    ulp: Ulp::Stream,
+                },
+                0,
+            );
+        }
+        let mut ids: Vec<SockId> = st.by_tuple.values().copied().collect();
+        ids.sort_unstable();
+        let q = usize::from(queue);
+        assert_eq!(ids, vec![q, q + 4, q + 8]);
+        for (&(_, _, lport), _) in st.by_tuple.iter() {
+            let to = rss.queue_of(remote, local, 7000, lport, iwarp_net::wire::IpProtocol::TCP);
+            assert_eq!(to, queue);
+        }
+    }
+    // A one-port range whose port steers elsewhere: the connect fails.
+    let mut cfg = StackConfig::new(iwarp_net::iface::IfaceConfig::new(
+        tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+        local,
+        24,
+    ));
+    let other = (0..4u16)
+        .find(|&q| {
+            q != rss.queue_of(
+                remote,
+                local,
+                7000,
+                u16::MAX,
+                iwarp_net::wire::IpProtocol::TCP,
+            )
+        })
+        .expect("another queue");
+    cfg.ephemeral_base = u16::MAX;
+    cfg.steering = Some(Steering {
+        rss: rss.clone(),
+        queue: other,
+    });
+    let mut st = Stack::new(cfg, MemoryTable::new());
+    assert_eq!(st.ephemeral_port(remote, 7000), None);
+    st.handle_command(
+        Command::Connect {
+            transport: Transport::Tcp,
+            token: 9,
+            remote,
+            port: 7000,
+            ulp: Ulp::Stream,
+        },
+        0,
+    );
+    assert!(st.by_tuple.is_empty());
+    assert!(st.pending_out.iter().any(|o| matches!(
+        o,
+        Output::Failed {
+            token: 9,
+            error: crate::ConnError::Local(_)
+        }
+    )));
+}

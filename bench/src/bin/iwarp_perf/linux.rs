@@ -322,3 +322,60 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
     let done = stamps.len() as u64;
     Ok(BwResult::new(size, done, secs, &stamps, start, window, cpu))
 }
+
+/// Linux TCP over the loopback interface with `flows` parallel
+/// connections (the `--queues` baseline of the simulated link, which
+/// needs no root): each flow a server thread reading to the end and a
+/// client thread writing `iters` messages of `size` octets, then
+/// shutting down and waiting for the server's 1-octet "all received".
+/// Returns the messages written in all and the seconds from the first
+/// start to the last "all received". The kernel spreads the threads over
+/// the CPUs itself (nothing pinned).
+pub fn loopback_flows(flows: usize, size: u32, iters: u64, wait: Wait) -> Res<(u64, f64)> {
+    let len = size as usize;
+    let mut servers = Vec::with_capacity(flows);
+    let mut addrs = Vec::with_capacity(flows);
+    for _ in 0..flows {
+        let l = io(TcpListener::bind("127.0.0.1:0"), "bind")?;
+        addrs.push(io(l.local_addr(), "local address")?);
+        servers.push(std::thread::spawn(move || -> Res<()> {
+            let (s, _) = io(l.accept(), "accept")?;
+            let mut s = Sock::new(s, wait)?;
+            let mut buf = vec![0u8; len.max(1 << 16)];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => return Err(format!("sink: {e}")),
+                }
+            }
+            io(s.write_all(&[1]), "ack")
+        }));
+    }
+    let start = Instant::now();
+    let clients: Vec<_> = addrs
+        .into_iter()
+        .map(|a| {
+            std::thread::spawn(move || -> Res<u64> {
+                let mut s = Sock::new(io(TcpStream::connect(a), "connect")?, wait)?;
+                let buf = vec![0xa5u8; len];
+                for _ in 0..iters {
+                    io(s.write_all(&buf), "write")?;
+                }
+                io(s.shutdown(Shutdown::Write), "shutdown")?;
+                let mut a = [0u8; 1];
+                io(s.read_exact(&mut a), "ack")?;
+                Ok(iters)
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for c in clients {
+        done += c.join().map_err(|_| "client panicked".to_string())??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    for h in servers {
+        h.join().map_err(|_| "server panicked".to_string())??;
+    }
+    Ok((done, secs))
+}

@@ -2,7 +2,8 @@
 //! client context (same process).
 //!
 //! Latency tests run in-loop by default: the client's and the server's
-//! ping-pong logic are [`Context::run_in_loop`] hooks, so a round trip has
+//! ping-pong logic are [`Qp::run_in_loop`] hooks (on the poll loop that
+//! owns each end, loop 0 on a context of one loop), so a round trip has
 //! no thread hand-off between the application and the poll loop. The hooks
 //! only post and [`Cq::poll_one`]; the result comes back through a channel.
 //! With `--threads` (and always for bandwidth tests) the client posts from
@@ -135,7 +136,6 @@ fn read(qp: &Qp, wr_id: u64, mr: &Mr, len: u32, from: &Mr) -> Result<(), Error> 
 /// The server's end of one connection.
 #[derive(Clone)]
 struct Server {
-    ctx: Context,
     qp: Arc<Qp>,
     cq: Cq,
     /// Data region (target of Writes, source of Reads and of write_lat's
@@ -180,7 +180,6 @@ impl Server {
 
 /// Both ends of one test's connection.
 pub struct Pair {
-    ctx: Context,
     qp: Arc<Qp>,
     cq: Cq,
     /// Client buffers: data source/sink of SIZE, and small receive slots.
@@ -255,7 +254,6 @@ pub fn connect(
     }
     let sqp = accept.join().map_err(|_| Error::Stopped)??;
     let srv = Server {
-        ctx: server.clone(),
         qp: Arc::new(sqp),
         cq: scq,
         buf: sbuf,
@@ -297,7 +295,6 @@ pub fn connect(
         })
     });
     Ok(Pair {
-        ctx: client.clone(),
         qp: Arc::new(qp),
         cq: ccq,
         buf: cbuf,
@@ -674,6 +671,12 @@ impl ClientBw {
 }
 
 impl Pair {
+    /// The poll loops that own the client's and the server's end (0 and 0
+    /// on contexts of one loop).
+    pub fn loops(&self) -> (usize, usize) {
+        (self.qp.loop_index(), self.srv.qp.loop_index())
+    }
+
     fn repost(&self, wc: &Wc) -> Result<(), Error> {
         self.qp.post_recv(
             wc.wr_id,
@@ -720,7 +723,7 @@ impl Pair {
             tx,
         );
         self.srv
-            .ctx
+            .qp
             .run_in_loop(f)
             .map_err(|e| format!("server run_in_loop: {e}"))?;
         Ok(rx)
@@ -775,7 +778,7 @@ impl Pair {
             |c: &mut ClientLoop| std::mem::take(&mut c.run),
             tx,
         );
-        if let Err(e) = self.ctx.run_in_loop(f) {
+        if let Err(e) = self.qp.run_in_loop(f) {
             stop.store(true, Ordering::Release);
             return Err(format!("client run_in_loop: {e}"));
         }
@@ -892,7 +895,7 @@ impl Pair {
             cpu0: None,
         };
         let f = hook(cl, ClientBw::step, ClientBw::finish, tx);
-        if let Err(e) = self.ctx.run_in_loop(f) {
+        if let Err(e) = self.qp.run_in_loop(f) {
             stop.store(true, Ordering::Release);
             return Err(format!("client run_in_loop: {e}"));
         }
