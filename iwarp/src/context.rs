@@ -34,11 +34,13 @@ use crate::{
     ListenOptions, Listener, LoopSplit, Pd, Polling, Qp, SctpCounters, Srq, Transport,
 };
 
-/// The memory tables of a context's loops, one per loop, alike: the same
-/// seed, so that the same operations in the same order give the same
-/// STags on every loop. Every table of a context is made here.
+/// The memory tables of a context's loops: replicas of one table
+/// ([`MemoryTable::replicas`]), one per loop. The same seed and the same
+/// operations in the same order give the same STags on every loop, and a
+/// remote invalidation on one loop refuses the STag on all of them. Every
+/// table of a context is made here.
 fn loop_tables(seed: u64, loops: usize) -> Vec<MemoryTable> {
-    (0..loops).map(|_| MemoryTable::with_seed(seed)).collect()
+    MemoryTable::replicas(seed, loops)
 }
 
 /// The simulated link's stack settings for host 10.0.0.`last`.

@@ -392,3 +392,85 @@ fn graceful_close_and_hooks_on_the_owning_loop() {
     assert_eq!(server.tracked_connections(), 0);
     assert_eq!(client.tracked_connections(), 0);
 }
+
+/// A Send with Invalidate that one loop receives stops the region for
+/// the connections of the other loop too, before its receive completes
+/// (RFC 5040 §5.3, §7.2: the loops' tables are replicas sharing a state
+/// word per STag): a Write that worked through the other loop's
+/// connection a moment before is refused there afterwards.
+#[test]
+fn a_remote_invalidation_on_one_loop_stops_the_region_on_the_other() {
+    let (server, client) = Context::sim_pair_queues(2, Polling::Adaptive, None).expect("pair");
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let target = spd
+        .register(vec![0; PIECE], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
+    let listener = server.listen(7300, &ListenOptions::new(&spd)).unwrap();
+    let to = SocketAddrV4::new(server.addr(), 7300);
+    let (c, cpd2, ccq2) = (client.clone(), cpd.clone(), ccq.clone());
+    let t = std::thread::spawn(move || {
+        (0..2)
+            .map(|_| c.connect(to, &ConnectOptions::new(&cpd2, &ccq2)))
+            .collect::<Result<Vec<Qp>, Error>>()
+    });
+    let sqps: Vec<Qp> = (0..2)
+        .map(|_| {
+            let req = listener.get_request(T).expect("a request");
+            req.accept(&Default::default(), &scq).expect("accepted")
+        })
+        .collect();
+    let cqps = t.join().unwrap().expect("connected");
+    // One connection on each loop of the server.
+    let on = |l: usize| {
+        let k = sqps.iter().position(|q| q.loop_index() == l).expect("loop");
+        // The server's end of a connection and the client's share the loop
+        // number (the symmetric key), so the client's end is found alike.
+        let c = cqps.iter().position(|q| q.loop_index() == l).expect("loop");
+        (&sqps[k], &cqps[c])
+    };
+    let ((s0, c0), (_s1, c1)) = (on(0), on(1));
+    let src = cpd.register(vec![9; 64], Access::LOCAL_WRITE).unwrap();
+    let write = |q: &Qp, wr_id: u64| {
+        q.post_send(WorkRequest::Write {
+            wr_id,
+            signaled: true,
+            local: src.sge(0, 64).into(),
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    };
+    // Through loop 1's connection the region takes a Write.
+    write(c1, 1);
+    let w = take(&ccq, 1);
+    assert!(w[0].status.is_ok(), "{w:?}");
+    let deadline = Instant::now() + T;
+    while target.read(0, 64).unwrap() != [9; 64] {
+        assert!(Instant::now() < deadline, "the first Write never landed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A Send with Invalidate arrives on loop 0's connection.
+    s0.post_recv(7, inbox.sge(0, 64)).unwrap();
+    c0.post_send(WorkRequest::Send {
+        wr_id: 2,
+        signaled: true,
+        local: src.sge(0, 8).into(),
+        solicited: false,
+        invalidate: Some(target.stag()),
+    })
+    .unwrap();
+    let r = take(&scq, 1);
+    assert!(r[0].status.is_ok(), "{r:?}");
+    assert_eq!(r[0].invalidated, Some(target.stag()));
+    assert_eq!(r[0].qp, s0.id());
+    let _ = take(&ccq, 1);
+    // Loop 1 refuses the region now: the Write ends its connection with
+    // a Terminate, and the memory stays as it was.
+    target.write(0, &[0; 64]).unwrap();
+    write(c1, 3);
+    let _ = take(&ccq, 1);
+    wait_event(c1, |e| matches!(e, QpEvent::TerminateReceived(_)));
+    assert_eq!(target.read(0, 64).unwrap(), [0; 64]);
+}
