@@ -468,6 +468,9 @@ impl Context {
         let mtu = host
             .mtu
             .map_or(dpdk::DEFAULT_MTU, |m| u16::try_from(m).unwrap_or(u16::MAX));
+        if opts.queue_count > 1 {
+            return Self::dpdk_queues(eal, opts, mtu);
+        }
         let open = || dpdk::Port::open_mtu(eal, &opts.port, opts.queues, mtu);
         let dev = match &host.netns {
             Some(p) => in_netns(p, open)??,
@@ -483,6 +486,88 @@ impl Context {
             }))
         });
         Ok(Self::launch(cfg, dev, host, reader))
+    }
+
+    /// [`dpdk`](Self::dpdk) with [`DpdkOptions::queue_count`] above 1: a
+    /// poll loop per queue of the port.
+    #[cfg(feature = "dpdk")]
+    fn dpdk_queues(eal: &dpdk::Eal, opts: &DpdkOptions, mtu: u16) -> Result<Context, Error> {
+        let host = &opts.host;
+        let n = opts.queue_count;
+        if n > 128 {
+            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
+        }
+        if host.polling == Polling::Inline {
+            return Err(Error::Unsupported(
+                "inline polling on a context of several poll loops",
+            ));
+        }
+        if host.rx_drop_ppm != 0 {
+            return Err(Error::Unsupported(
+                "rx_drop_ppm on a context of several poll loops",
+            ));
+        }
+        let key = iwarp_net::rss::SYMMETRIC_KEY;
+        let open = || dpdk::Port::open_queues(eal, &opts.port, n, opts.queues, mtu, Some(key));
+        let devs = match &host.netns {
+            Some(p) => in_netns(p, open)??,
+            None => open()?,
+        };
+        let Some(first) = devs.first() else {
+            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
+        };
+        // Without RSS a flow's frames arrive on whatever queue the sender
+        // chose: only a memif peer of ours (loop i sending on queue i)
+        // keeps a connection's frames on the loop that owns it.
+        let rss = if first.rss() {
+            Some(
+                Rss::symmetric(n)
+                    .map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?,
+            )
+        } else if first.name().starts_with("net_memif") {
+            None
+        } else {
+            return Err(Error::Unsupported(
+                "several queues on a DPDK port without RSS (other than memif)",
+            ));
+        };
+        let cfg = device_config(
+            first.name(),
+            first.mac_address(),
+            usize::from(first.mtu()),
+            host,
+        )?;
+        tracing::info!(
+            port = first.name(),
+            queues = n,
+            rss = first.rss(),
+            mtu = cfg.iface.mtu,
+            ip = %host.ip,
+            "DPDK port open"
+        );
+        let cores: Option<Vec<usize>> = host
+            .core
+            .map(|c| (0..usize::from(n)).map(|i| c + i).collect());
+        let devs = devs
+            .into_iter()
+            .map(|d| {
+                let reader: DeviceReader<dpdk::PortQueue> = Box::new(|d| {
+                    Box::new(DeviceStats::Dpdk(DpdkDeviceStats {
+                        port: format!("{} queue {}", d.name(), d.queue()),
+                        counters: d.counters(),
+                        driver: d.stats().ok(),
+                    }))
+                });
+                (d, Some(reader))
+            })
+            .collect();
+        Ok(Self::start_queues(
+            cfg,
+            devs,
+            rss,
+            cores.as_deref(),
+            host.polling,
+        ))
     }
 
     /// The context's poll loop has a thread of its own on the one CPU

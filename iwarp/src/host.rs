@@ -326,8 +326,19 @@ pub struct DpdkOptions {
     /// (`net_af_packet0,iface=eth1`); with `host.netns`, hot-plugged inside
     /// that namespace, where `net_af_packet`/`net_af_xdp` find their interface.
     pub port: String,
-    /// Descriptor ring sizes of the port's queue 0.
+    /// Descriptor ring sizes of each of the port's queues.
     pub queues: dpdk::Queues,
+    /// Receive (and transmit) queues of the port, one poll loop each
+    /// (default 1): loop `i` owns queue `i` and the connections whose
+    /// frames arrive there, on core `host.core + i` when `host.core` is
+    /// set. Above 1 the port needs RSS (the driver's, configured with the
+    /// symmetric key of [`iwarp_net::rss::SYMMETRIC_KEY`], so a flow and
+    /// its answers share a queue), or must be a memif link between two
+    /// contexts of this stack with the same count: memif has no RSS, a
+    /// frame sent on queue `i` arrives on the peer's queue `i`, and each
+    /// end's loop `i` sends on its own queue. Other ports without RSS are
+    /// refused ([`Error::Unsupported`](crate::Error::Unsupported)).
+    pub queue_count: u16,
     /// Address, core, polling, namespace, MTU, TCP.
     pub host: HostOptions,
 }
@@ -339,6 +350,7 @@ impl DpdkOptions {
         DpdkOptions {
             port: port.to_owned(),
             queues: dpdk::Queues::default(),
+            queue_count: 1,
             host: HostOptions::new(ip, prefix_len),
         }
     }
