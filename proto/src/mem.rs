@@ -2004,6 +2004,26 @@ mod tests {
     }
 
     #[test]
+    fn a_locally_invalidated_region_takes_no_remote_invalidation() {
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let s = m.register(pd, vec![0; 16], Access::REMOTE_WRITE, 0).unwrap();
+        m.invalidate(s).unwrap();
+        assert_eq!(m.invalidate_remote(s, pd), Err(AccessError::InvalidStag));
+    }
+
+    #[test]
+    fn a_placement_may_end_on_the_last_octet_and_not_past_it() {
+        let mut m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let rw = Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+        let s = m.register(pd, vec![0; 16], rw, 100).unwrap();
+        assert_eq!(m.place(s, pd, rw, 108, &[1; 8]), Ok(()));
+        assert_eq!(m.place(s, pd, rw, 109, &[1; 8]), Err(AccessError::Bounds));
+        assert_eq!(m.snapshot(s).unwrap()[8..], [1; 8]);
+    }
+
+    #[test]
     fn state_words_grow_with_the_table_on_every_replica() {
         // Past one chunk of words (1024 slots): the later slots' words are
         // the same on every replica.
