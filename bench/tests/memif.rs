@@ -213,3 +213,50 @@ fn jumbo_frames_cross_memif_whole() {
         "{frames} frames for {delivered} octets: not jumbo\n{stdout}"
     );
 }
+
+/// `iwarp-perf write_bw --link memif --queues 2`: a poll loop per memif
+/// queue at each end, the connections spread over them (memif pairs
+/// queue i with the peer's queue i), every message delivered.
+#[test]
+fn iwarp_perf_write_bw_over_two_memif_queues() {
+    if !dpdk_or_skip() {
+        return;
+    }
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_queues");
+    let o = perf()
+        .args([
+            "write_bw",
+            "--link",
+            "memif",
+            "--queues",
+            "2",
+            "--connections",
+            "4",
+            "-n",
+            "300",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("run iwarp-perf");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "iwarp-perf --queues 2 --link memif failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("DPDK memif"), "{stdout}");
+    // Two connections on each loop of each end, all 4 x 300 messages.
+    for who in ["client", "server"] {
+        for l in 0..2 {
+            assert!(
+                stdout.contains(&format!("{who} loop {l}: connections 2 ")),
+                "{who} loop {l}\n{stdout}"
+            );
+        }
+    }
+    assert!(
+        stdout.contains("4 connection(s): ") && stdout.contains("(1200 messages in"),
+        "{stdout}"
+    );
+}

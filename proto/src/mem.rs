@@ -2007,7 +2007,9 @@ mod tests {
     fn a_locally_invalidated_region_takes_no_remote_invalidation() {
         let mut m = MemoryTable::new();
         let pd = m.alloc_pd();
-        let s = m.register(pd, vec![0; 16], Access::REMOTE_WRITE, 0).unwrap();
+        let s = m
+            .register(pd, vec![0; 16], Access::REMOTE_WRITE, 0)
+            .unwrap();
         m.invalidate(s).unwrap();
         assert_eq!(m.invalidate_remote(s, pd), Err(AccessError::InvalidStag));
     }

@@ -535,11 +535,13 @@ struct Cli {
     /// both veth ends, so that Linux sends and loses MTU-sized packets.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=500))]
     loss_permille: Option<u32>,
-    /// write_bw over the simulated link with N receive queues per end
-    /// (`Context::sim_pair_queues`: one poll loop per queue, frames
-    /// steered by RSS), the connections spread over the loops; the Linux
-    /// baseline runs N parallel TCP flows over loopback in the same run
-    /// (no root). Prints each connection's loop and each loop's share.
+    /// write_bw with N receive queues per end, one poll loop each, the
+    /// connections spread over the loops: over the simulated link
+    /// (`Context::sim_pair_queues`, frames steered by RSS) or over memif
+    /// (`--link memif`: `DpdkOptions::queue_count`, queue i to the
+    /// peer's queue i); the Linux baseline runs N parallel TCP flows over
+    /// loopback in the same run (no root). Prints each connection's loop
+    /// and each loop's share.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
     queues: Option<u16>,
     /// With --queues: connections, given to the client's loops in turn
@@ -564,8 +566,8 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         [(Test::WriteBw, sizes)] if !args.demo => sizes.clone(),
         _ => return Err("--queues runs write_bw only".into()),
     };
-    if args.link != Link::Sim {
-        return Err("--queues: over the simulated link only (--sim)".into());
+    if !matches!(args.link, Link::Sim | Link::Memif) {
+        return Err("--queues: over the simulated link or memif (--sim, --link memif)".into());
     }
     if args.threads || args.sctp || args.loss_permille.is_some() {
         return Err(
@@ -581,8 +583,12 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         iwarp::Polling::Adaptive
     };
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let over = match args.link {
+        Link::Memif => "DPDK memif (queue i to the peer's queue i)",
+        _ => "the simulated link (RSS, symmetric key)",
+    };
     println!(
-        "iwarp-perf --queues {queues}: write_bw over the simulated link, {queues} receive queue(s) and poll loop(s) per end (RSS, symmetric key), {conns} connection(s), {iters} messages each, window {}; {ncpu} CPUs, nothing pinned",
+        "iwarp-perf --queues {queues}: write_bw over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}; {ncpu} CPUs, nothing pinned",
         args.window
     );
     println!(
@@ -595,8 +601,11 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         eprintln!("running linux loopback write_bw {size} B x{queues} ...");
         let (lmsgs, lsecs) = linux::loopback_flows(usize::from(queues), size, iters, wait)?;
         // Ours, fresh contexts per size.
-        let (server, client) = iwarp::Context::sim_pair_queues(queues, polling, None)
-            .map_err(|e| format!("sim_pair_queues: {e}"))?;
+        let (server, client) = match args.link {
+            Link::Memif => memif_queue_contexts(args, queues, polling)?,
+            _ => iwarp::Context::sim_pair_queues(queues, polling, None)
+                .map_err(|e| format!("sim_pair_queues: {e}"))?,
+        };
         let plan = Plan {
             iters,
             duration: Duration::from_secs_f64(args.duration.unwrap_or(120.0)),
@@ -873,6 +882,48 @@ fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), Strin
     let s = iwarp::Context::dpdk(&eal, &opts(0, MemifRole::Server, 11, first))
         .map_err(|e| format!("memif server: {e}"))?;
     let c = iwarp::Context::dpdk(&eal, &opts(1, MemifRole::Client, 12, second))
+        .map_err(|e| format!("memif client: {e}"))?;
+    Ok((s, c))
+}
+
+/// Our two contexts on a memif link of `queues` queue pairs in this
+/// process, a poll loop per queue, not pinned (as `--queues` over the
+/// simulated link). Each size gets fresh contexts: the vdev names change
+/// with each call.
+fn memif_queue_contexts(
+    args: &Args,
+    queues: u16,
+    polling: iwarp::Polling,
+) -> Result<(iwarp::Context, iwarp::Context), String> {
+    use iwarp::dpdk::MemifRole;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static LINKS: AtomicU32 = AtomicU32::new(0);
+    let link = MEMIF_LINK + 10 + LINKS.fetch_add(1, Ordering::Relaxed);
+    let eal = iwarp_bench::floor::memif_eal()?;
+    let sock = iwarp_bench::floor::memif_socket(link);
+    let opts = |index: u32, role, last: u8| {
+        let mut o = iwarp::DpdkOptions::memif(
+            index,
+            role,
+            link,
+            &sock,
+            std::net::Ipv4Addr::new(10, 79, 4, last),
+            24,
+        );
+        o.queue_count = queues;
+        // Each queue's rings count in the port's mbuf pool, which must
+        // fit the EAL's memory with the other port's.
+        o.queues = iwarp::dpdk::Queues {
+            rx_desc: 256,
+            tx_desc: 256,
+        };
+        o.host.mtu = args.mtu.map(|m| m as usize);
+        o.host.polling = polling;
+        o
+    };
+    let s = iwarp::Context::dpdk(&eal, &opts(2 * link, MemifRole::Server, 11))
+        .map_err(|e| format!("memif server: {e}"))?;
+    let c = iwarp::Context::dpdk(&eal, &opts(2 * link + 1, MemifRole::Client, 12))
         .map_err(|e| format!("memif client: {e}"))?;
     Ok((s, c))
 }
