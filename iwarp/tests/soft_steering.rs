@@ -40,12 +40,8 @@ fn pattern(k: usize, salt: u8) -> Vec<u8> {
 /// `n` connections from `from` to `to:port` (a listener there), as
 /// (the active ends, the passive ends).
 fn connect(
-    from: &Context,
-    fpd: &iwarp::Pd,
-    fcq: &Cq,
-    to: &Context,
-    tpd: &iwarp::Pd,
-    tcq: &Cq,
+    (from, fpd, fcq): (&Context, &iwarp::Pd, &Cq),
+    (to, tpd, tcq): (&Context, &iwarp::Pd, &Cq),
     port: u16,
     n: usize,
 ) -> (Vec<Qp>, Vec<Qp>) {
@@ -92,8 +88,8 @@ fn six_connections_over_a_link_that_delivers_on_queue_0() {
         .unwrap();
     let c_region = cpd.register(vec![0; CONNS * PIECE], rw).unwrap();
 
-    let (c_act, s_pas) = connect(&client, &cpd, &ccq, &server, &spd, &scq, 7200, 4);
-    let (s_act, c_pas) = connect(&server, &spd, &scq, &client, &cpd, &ccq, 7300, 2);
+    let (c_act, s_pas) = connect((&client, &cpd, &ccq), (&server, &spd, &scq), 7200, 4);
+    let (s_act, c_pas) = connect((&server, &spd, &scq), (&client, &cpd, &ccq), 7300, 2);
     let sqps: Vec<Qp> = s_pas.into_iter().chain(s_act).collect();
     let cqps: Vec<Qp> = c_act.into_iter().chain(c_pas).collect();
     assert_eq!(loops_of(&sqps), [3, 3]);
