@@ -417,13 +417,16 @@ impl std::fmt::Debug for SoftSteering {
     }
 }
 
+/// A loop's sleep flag and its device's doorbell (`None`: it parks).
+type LoopWaker = (Arc<AtomicBool>, Option<Arc<dyn iwarp_frame::Doorbell>>);
+
 /// One loop's inbox and how to wake the loop.
 struct Inbox {
     frames: ArrayQueue<Vec<u8>>,
     /// A loop has taken this queue ([`SoftSteering::queue`]).
     taken: AtomicBool,
     /// The loop's sleep flag and device doorbell, set when it is spawned.
-    waker: std::sync::OnceLock<(Arc<AtomicBool>, Option<Arc<dyn iwarp_frame::Doorbell>>)>,
+    waker: std::sync::OnceLock<LoopWaker>,
     /// The thread that sleeps in the loop's rounds (its own thread, or an
     /// inline loop's keeper), set by that thread before its first round.
     thread: std::sync::OnceLock<std::thread::Thread>,

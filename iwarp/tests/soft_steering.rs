@@ -6,6 +6,8 @@
 //! gets its frames on the queue the RSS names, as in
 //! `Context::sim_pair_queues`.
 
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
