@@ -14,6 +14,12 @@
 //! and a frame waits out the pause. A post to a sleeping loop wakes it (one
 //! `futex` wake or doorbell ring, only when the loop sleeps), so a command
 //! does not wait out the pause.
+//!
+//! The loops of one context may share a [`SoftSteering`]: each received
+//! frame whose RSS queue ([`Rss::queue_of_frame`]; ARP and non-IPv4:
+//! queue 0) is another loop's is copied into that loop's inbox and the
+//! loop woken; each loop takes its inbox before its own receive burst.
+//! This serves links whose queue choice is the sender's (a veth).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+use iwarp_net::rss::Rss;
 
 pub use iwarp_frame::FrameDevice;
 pub use tcp_lite::iface::FrameSink;
@@ -205,6 +212,14 @@ pub struct LoopStats {
     /// Idle rounds after which a busy loop yielded its CPU, which it
     /// shares with the application ([`shares_cpu`]).
     pub yields: u64,
+    /// Received frames this loop copied to another loop's inbox
+    /// ([`SoftSteering`]: the frame's queue is the other loop's).
+    pub steered_out: u64,
+    /// Frames other loops copied into this loop's inbox that it handled.
+    pub steered_in: u64,
+    /// Frames this loop meant for another loop's inbox that found it full
+    /// (dropped; a retransmission recovers them).
+    pub steer_dropped: u64,
 }
 
 impl LoopStats {
@@ -224,6 +239,9 @@ impl LoopStats {
             app_rounds,
             keeper_takeovers,
             yields,
+            steered_out,
+            steered_in,
+            steer_dropped,
         } = *o;
         self.rounds += rounds;
         self.rx_frames += rx_frames;
@@ -237,6 +255,9 @@ impl LoopStats {
         self.app_rounds += app_rounds;
         self.keeper_takeovers += keeper_takeovers;
         self.yields += yields;
+        self.steered_out += steered_out;
+        self.steered_in += steered_in;
+        self.steer_dropped += steer_dropped;
     }
 }
 
@@ -357,6 +378,190 @@ impl std::fmt::Debug for dyn Drive {
     }
 }
 
+/// Software steering shared by the loops of one context: loop `i` owns
+/// the frames that RSS with the steering's [`Rss`] sends to queue `i`
+/// ([`Rss::queue_of_frame`]; ARP and frames RSS does not hash go to queue
+/// 0, the loop that answers ARP), whichever queue of the device they
+/// arrived on. A loop that receives a frame another loop owns copies it
+/// into that loop's inbox, a bounded lock-free queue (full: the frame is
+/// dropped and counted in [`LoopStats::steer_dropped`], never queued
+/// without bound), and wakes the owner when it sleeps (its device's
+/// doorbell and an unpark, as a post does). Every loop takes up to 64
+/// frames from its inbox at the start of each round, before its own
+/// receive burst. Copies are made into buffers that return to a shared
+/// spare list once handled, so a steady flow allocates nothing.
+///
+/// For links whose queue choice is not ours (a veth: the sender picks
+/// the queue). With the symmetric key a flow and its answers have one
+/// owner, and active opens pick ports whose answers the same RSS sends
+/// to their loop (the stack's `StackConfig::steering` with this `Rss`).
+pub struct SoftSteering {
+    rss: Rss,
+    inboxes: Box<[Inbox]>,
+    spare: ArrayQueue<Vec<u8>>,
+}
+
+impl std::fmt::Debug for SoftSteering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftSteering")
+            .field("queues", &self.inboxes.len())
+            .field(
+                "queued",
+                &self
+                    .inboxes
+                    .iter()
+                    .map(|i| i.frames.len())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// A loop's sleep flag and its device's doorbell (`None`: it parks).
+type LoopWaker = (Arc<AtomicBool>, Option<Arc<dyn iwarp_frame::Doorbell>>);
+
+/// One loop's inbox and how to wake the loop.
+struct Inbox {
+    frames: ArrayQueue<Vec<u8>>,
+    /// A loop has taken this queue ([`SoftSteering::queue`]).
+    taken: AtomicBool,
+    /// The loop's sleep flag and device doorbell, set when it is spawned.
+    waker: std::sync::OnceLock<LoopWaker>,
+    /// The thread that sleeps in the loop's rounds (its own thread, or an
+    /// inline loop's keeper), set by that thread before its first round.
+    thread: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl Inbox {
+    /// A frame was queued: wake the loop if it sleeps (pairs with the
+    /// fence in [`Core::sleep_once`], as [`LoopHandle::post`] does).
+    fn wake(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let Some((sleeping, bell)) = self.waker.get() else {
+            return;
+        };
+        if sleeping.load(Ordering::Relaxed) {
+            if let Some(b) = bell {
+                b.ring();
+            }
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+impl SoftSteering {
+    /// Steering by `rss` over `rss.queues()` loops, each inbox holding up
+    /// to `depth` frames (at least 1).
+    pub fn new(rss: Rss, depth: usize) -> Arc<SoftSteering> {
+        let depth = depth.max(1);
+        let queues = usize::from(rss.queues());
+        Arc::new(SoftSteering {
+            inboxes: (0..queues)
+                .map(|_| Inbox {
+                    frames: ArrayQueue::new(depth),
+                    taken: AtomicBool::new(false),
+                    waker: std::sync::OnceLock::new(),
+                    thread: std::sync::OnceLock::new(),
+                })
+                .collect(),
+            spare: ArrayQueue::new(depth.saturating_mul(queues).max(1)),
+            rss,
+        })
+    }
+
+    /// The RSS that names each frame's owner.
+    pub fn rss(&self) -> &Rss {
+        &self.rss
+    }
+
+    /// Queue `queue`'s place in the steering, for the loop that will own
+    /// it ([`spawn_steered`]); `None` when `queue` is not below the queue
+    /// count or another loop has it already.
+    pub fn queue(self: &Arc<Self>, queue: u16) -> Option<SteeredQueue> {
+        let inbox = self.inboxes.get(usize::from(queue))?;
+        if inbox.taken.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(SteeredQueue {
+            steering: self.clone(),
+            queue,
+        })
+    }
+
+    /// Frames waiting in `queue`'s inbox.
+    pub fn pending(&self, queue: u16) -> usize {
+        self.inboxes
+            .get(usize::from(queue))
+            .map_or(0, |i| i.frames.len())
+    }
+}
+
+/// One loop's place in a [`SoftSteering`] ([`SoftSteering::queue`]).
+#[derive(Debug)]
+pub struct SteeredQueue {
+    steering: Arc<SoftSteering>,
+    queue: u16,
+}
+
+impl SteeredQueue {
+    /// The queue this loop owns.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    fn inbox(&self) -> &Inbox {
+        // `queue` was checked against the inboxes when this was made.
+        &self.steering.inboxes[usize::from(self.queue)]
+    }
+
+    /// Pass a received frame on if another loop owns it: copied into that
+    /// loop's inbox (counted in `out`) or, the inbox full, dropped
+    /// (counted in `dropped`). False: the frame is this loop's.
+    fn forward(&self, frame: &[u8], out: &mut u64, dropped: &mut u64) -> bool {
+        let s = &*self.steering;
+        let owner = s.rss.queue_of_frame(frame).unwrap_or(0);
+        if owner == self.queue {
+            return false;
+        }
+        let Some(inbox) = s.inboxes.get(usize::from(owner)) else {
+            // Not reachable (the RSS table names queues below its count);
+            // handling the frame here is the safe answer.
+            return false;
+        };
+        let mut buf = s.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        match inbox.frames.push(buf) {
+            Ok(()) => {
+                *out += 1;
+                inbox.wake();
+            }
+            Err(buf) => {
+                *dropped += 1;
+                let _ = s.spare.push(buf);
+            }
+        }
+        true
+    }
+
+    /// Handle up to 64 frames of this loop's inbox (commands drained
+    /// before each, as before each frame of a receive burst); how many.
+    fn take<E: Engine>(&self, c: &ArrayQueue<E::Command>, engine: &mut E, now: u64) -> u64 {
+        let (inbox, spare) = (self.inbox(), &self.steering.spare);
+        let mut n = 0;
+        while n < 64 {
+            let Some(f) = inbox.frames.pop() else { break };
+            drain_commands(c, engine, now);
+            engine.handle_frame(&f, now);
+            let _ = spare.push(f);
+            n += 1;
+        }
+        n
+    }
+}
+
 /// One loop's state and its side of the queues: what a round needs.
 struct Core<E: Engine, D: FrameDevice> {
     engine: E,
@@ -379,9 +584,19 @@ struct Core<E: Engine, D: FrameDevice> {
     sleep: Duration,
     /// The clock reading of the last round's start (ns).
     last_now: u64,
+    /// This loop's place in a software steering ([`spawn_steered`]).
+    steer: Option<SteeredQueue>,
 }
 
 impl<E: Engine, D: FrameDevice> Core<E, D> {
+    /// Name the calling thread as the one that sleeps in this loop's
+    /// rounds, for loops that pass it frames ([`SoftSteering`]).
+    fn register_thread(&self) {
+        if let Some(q) = &self.steer {
+            let _ = q.inbox().thread.set(std::thread::current());
+        }
+    }
+
     fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
@@ -415,10 +630,29 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
         // application posts, then makes the peer send).
         busy |= drain_commands(c, engine, now);
         let mut late = false;
-        let n = self.dev.rx_burst(64, &mut |f| {
-            late |= drain_commands(c, engine, now);
-            engine.handle_frame(f, now)
-        });
+        let n = match &self.steer {
+            None => self.dev.rx_burst(64, &mut |f| {
+                late |= drain_commands(c, engine, now);
+                engine.handle_frame(f, now)
+            }),
+            Some(s) => {
+                // Frames other loops passed on first: they arrived
+                // before this burst's.
+                let taken = s.take(c, engine, now);
+                st.steered_in += taken;
+                busy |= taken > 0;
+                let (mut out, mut dropped) = (0, 0);
+                let n = self.dev.rx_burst(64, &mut |f| {
+                    late |= drain_commands(c, engine, now);
+                    if !s.forward(f, &mut out, &mut dropped) {
+                        engine.handle_frame(f, now)
+                    }
+                });
+                st.steered_out += out;
+                st.steer_dropped += dropped;
+                n
+            }
+        };
         busy |= late;
         st.rx_frames += n as u64;
         busy |= n > 0;
@@ -533,7 +767,14 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
         };
         sleeping.store(true, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::SeqCst);
-        if !pause.is_zero() && self.commands.is_empty() && !stop.load(Ordering::Acquire) {
+        if !pause.is_zero()
+            && self.commands.is_empty()
+            && self
+                .steer
+                .as_ref()
+                .is_none_or(|s| s.inbox().frames.is_empty())
+            && !stop.load(Ordering::Acquire)
+        {
             if self.waits {
                 self.dev.wait(pause);
                 self.st.device_waits += 1;
@@ -982,12 +1223,51 @@ pub fn spawn_with_bell<E: Engine, D: FrameDevice + 'static>(
     reader: Option<DeviceReader<D>>,
     outputs_bell: Arc<OutputBell>,
 ) -> LoopHandle<E> {
+    let group = Group {
+        outputs_bell,
+        steering: None,
+    };
+    spawn_steered(engine, dev, core, mode, queue_depth, reader, group)
+}
+
+/// What the loops of one context share ([`spawn_steered`]).
+#[derive(Debug)]
+pub struct Group {
+    /// Rung after rounds that hand over outputs while someone waits.
+    pub outputs_bell: Arc<OutputBell>,
+    /// This loop's place in the context's software steering, if any.
+    pub steering: Option<SteeredQueue>,
+}
+
+/// [`spawn_with_bell`], and with `group.steering` this loop takes part in
+/// a [`SoftSteering`]: it passes frames other loops own to their inboxes
+/// and handles its own inbox every round. Without it the round is
+/// [`spawn_with_bell`]'s (one branch more per round). An inline loop
+/// ([`Mode::Inline`]) is woken for a passed frame through its device's
+/// doorbell and its keeper; an application thread asleep driving it on a
+/// device without one sees the frame when its pause ends.
+pub fn spawn_steered<E: Engine, D: FrameDevice + 'static>(
+    engine: E,
+    dev: D,
+    core: Option<usize>,
+    mode: Mode,
+    queue_depth: usize,
+    reader: Option<DeviceReader<D>>,
+    group: Group,
+) -> LoopHandle<E> {
+    let Group {
+        outputs_bell,
+        steering,
+    } = group;
     let commands = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let outputs = Arc::new(ArrayQueue::new(queue_depth.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
     let probe = Arc::new(Probe::default());
     let sleeping = Arc::new(AtomicBool::new(false));
     let bell = dev.doorbell();
+    if let Some(q) = &steering {
+        let _ = q.inbox().waker.set((sleeping.clone(), bell.clone()));
+    }
     let start = Instant::now();
     let mut lp = Core {
         engine,
@@ -1006,6 +1286,7 @@ pub fn spawn_with_bell<E: Engine, D: FrameDevice + 'static>(
         idle: 0,
         sleep: Duration::from_micros(1),
         last_now: 0,
+        steer: steering,
     };
     let shares_cpu = !matches!(mode, Mode::Inline { .. }) && shares_cpu(core);
     let pin = move |st: &mut LoopStats| {
@@ -1041,6 +1322,7 @@ pub fn spawn_with_bell<E: Engine, D: FrameDevice + 'static>(
                     // they are.
                     if let Some(c) = k.lock().as_mut() {
                         pin(&mut c.st);
+                        c.register_thread();
                     }
                     k.keep(grace, spins, max_sleep)
                 })
@@ -1054,6 +1336,7 @@ pub fn spawn_with_bell<E: Engine, D: FrameDevice + 'static>(
             let (s, sl) = (stop.clone(), sleeping.clone());
             Driver::Thread(Some(std::thread::spawn(move || {
                 pin(&mut lp.st);
+                lp.register_thread();
                 while !s.load(Ordering::Acquire) {
                     if lp.round() {
                         continue;
@@ -1599,5 +1882,121 @@ mod tests {
         });
         let (_, st) = h.stop().expect("the engine back");
         assert!(st.device_waits >= 1 && st.rx_frames == 1, "{st:?}");
+    }
+
+    /// An Ethernet frame of an IPv4 TCP segment from 10.0.0.2:`sport` to
+    /// 10.0.0.1:`dport` (20 octets of TCP header, no payload).
+    fn tcp_frame(sport: u16, dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 54];
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&40u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&[10, 0, 0, 2]);
+        f[30..34].copy_from_slice(&[10, 0, 0, 1]);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    /// `count` frames of different flows that `rss` sends to `queue`.
+    fn frames_for(rss: &Rss, queue: u16, count: usize) -> Vec<Vec<u8>> {
+        (1000..u16::MAX)
+            .map(|p| tcp_frame(p, 7000))
+            .filter(|f| rss.queue_of_frame(f) == Some(queue))
+            .take(count)
+            .collect()
+    }
+
+    /// Frames arriving on loop 0's device that loop 1 owns are handled by
+    /// loop 1 (its echo comes out of its own device), and a loop asleep in
+    /// a long park is woken for them: loop 1 idles about 4.5 s, so it is
+    /// in a park that began near 4.2 s and lasts as long; without the
+    /// wake the echo would come about 3.9 s after the send, it must come
+    /// within 3 s. Loop 0's own frames stay with loop 0.
+    #[test]
+    fn software_steering_passes_frames_to_their_owner_and_wakes_it() {
+        let rss = Rss::symmetric(2).expect("two queues");
+        let steering = SoftSteering::new(rss.clone(), 64);
+        assert!(steering.queue(2).is_none());
+        let (q0, q1) = (steering.queue(0), steering.queue(1));
+        assert!(steering.queue(1).is_none(), "a queue is taken once");
+        let (dev0, mut peer0) = MemDevice::pair(64);
+        let (dev1, mut peer1) = MemDevice::pair(64);
+        let mode = Mode::Adaptive {
+            spins: 1,
+            max_sleep: Duration::from_secs(30),
+        };
+        let group = |q| Group {
+            outputs_bell: Arc::default(),
+            steering: q,
+        };
+        let echo = || Echo { got: Vec::new() };
+        let h0 = spawn_steered(echo(), dev0, None, Mode::BusyPoll, 16, None, group(q0));
+        let h1 = spawn_steered(echo(), NoWait(dev1), None, mode, 16, None, group(q1));
+        std::thread::sleep(Duration::from_millis(4500));
+        let (mine, theirs) = (frames_for(&rss, 0, 3), frames_for(&rss, 1, 5));
+        let sent = Instant::now();
+        for f in theirs.iter().chain(&mine) {
+            assert!(peer0.tx(f));
+        }
+        let (mut got0, mut got1) = (Vec::new(), Vec::new());
+        while got1.len() < theirs.len() || got0.len() < mine.len() {
+            assert!(sent.elapsed() < Duration::from_secs(3), "{got0:?} {got1:?}");
+            peer0.rx_burst(16, &mut |f| got0.push(f.to_vec()));
+            peer1.rx_burst(16, &mut |f| got1.push(f.to_vec()));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got1, theirs);
+        assert_eq!(got0, mine);
+        let (_, st0) = h0.stop().expect("loop 0's engine");
+        let (_, st1) = h1.stop().expect("loop 1's engine");
+        assert_eq!((st0.rx_frames, st0.steered_out, st0.steered_in), (8, 5, 0));
+        assert_eq!((st1.rx_frames, st1.steered_out, st1.steered_in), (0, 0, 5));
+        assert_eq!(st0.steer_dropped + st1.steer_dropped, 0);
+        assert!(st1.sleeps > 0, "{st1:?}");
+    }
+
+    /// An inbox at its bound drops what comes next and counts it, and does
+    /// not grow: loop 1's inbox (2 frames) is never drained (no loop runs
+    /// queue 1), 5 frames for it arrive on loop 0's device.
+    #[test]
+    fn a_full_inbox_drops_and_counts() {
+        let rss = Rss::symmetric(2).expect("two queues");
+        let steering = SoftSteering::new(rss.clone(), 2);
+        let _q1 = steering.queue(1).expect("queue 1");
+        let (dev0, mut peer0) = MemDevice::pair(64);
+        let group = Group {
+            outputs_bell: Arc::default(),
+            steering: steering.queue(0),
+        };
+        let h0 = spawn_steered(
+            Echo { got: Vec::new() },
+            dev0,
+            None,
+            Mode::BusyPoll,
+            16,
+            None,
+            group,
+        );
+        let (theirs, mine) = (frames_for(&rss, 1, 5), frames_for(&rss, 0, 1));
+        for f in theirs.iter().chain(&mine) {
+            assert!(peer0.tx(f));
+        }
+        // Loop 0 echoes its own frame once it has taken the burst.
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(10));
+            peer0.rx_burst(16, &mut |f| got.push(f.to_vec()));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, mine);
+        let (_, st) = h0.stop().expect("loop 0's engine");
+        assert_eq!((st.rx_frames, st.steered_out, st.steer_dropped), (6, 2, 3));
+        assert_eq!(steering.pending(1), 2);
     }
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use iwarp_datapath::link::MemDevice;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
-use iwarp_datapath::runtime::{spawn_probed, spawn_with_bell, DeviceReader, OutputBell};
+use iwarp_datapath::runtime::{
+    spawn_probed, spawn_steered, DeviceReader, Group, OutputBell, SoftSteering,
+};
 use iwarp_datapath::stack::{
     add_tcp_stats, Command, CqRing, ListenError, LoopHook, QpCqs, SockId, Stack, StackConfig,
     Steering, Ulp,
@@ -43,6 +45,26 @@ fn loop_tables(seed: u64, loops: usize) -> Vec<MemoryTable> {
     MemoryTable::replicas(seed, loops)
 }
 
+/// An AF_XDP device's counters for [`ContextStats::device`].
+#[cfg(feature = "xdp")]
+fn xdp_reader() -> DeviceReader<xdp::XdpDevice> {
+    Box::new(|d| {
+        let (socket, kernel) = match d.stats() {
+            Ok(s) => (s.ours, Some(s.kernel)),
+            Err(_) => (Default::default(), None),
+        };
+        Box::new(DeviceStats::Xdp(XdpDeviceStats {
+            iface: d.iface().to_owned(),
+            queue: d.queue(),
+            bind: d.xsk_mode(),
+            attach: d.attach_mode(),
+            multi_buffer: d.multi_buffer(),
+            socket,
+            kernel,
+        }))
+    })
+}
+
 /// The simulated link's stack settings for host 10.0.0.`last`.
 fn sim_config(last: u8) -> StackConfig {
     let mut c = StackConfig::new(IfaceConfig::new(
@@ -54,6 +76,24 @@ fn sim_config(last: u8) -> StackConfig {
     c.tcp.time_wait = 10_000_000;
     c
 }
+
+/// How each frame of a context of several loops reaches the loop that
+/// owns its connection.
+#[derive(Debug, Clone)]
+pub(crate) enum QueueSteering {
+    /// The device or link puts each flow on its owner's queue: by RSS
+    /// with this key (`Some`: active opens pick ports the RSS brings back
+    /// to their loop), or by pairing queues (memif: `None`).
+    Link(Option<Rss>),
+    /// The sender picks the queue (a veth, a one-queue peer): the loops
+    /// pass each frame to the loop this RSS names
+    /// ([`SoftSteering`]), and active opens pick ports by it.
+    Software(Rss),
+}
+
+/// Frames each loop's software steering inbox holds
+/// ([`QueueSteering::Software`]).
+const STEER_INBOX: usize = 1024;
 
 /// One stack instance: an interface, an address, a poll loop (or one per
 /// receive queue, [`Context::sim_pair_queues`]).
@@ -71,14 +111,23 @@ impl Context {
         reader: Option<DeviceReader<D>>,
     ) -> Context {
         let cores = core.map(|c| vec![c]);
-        Self::start_queues(cfg, vec![(dev, reader)], None, cores.as_deref(), polling)
+        let devs = vec![(dev, reader)];
+        Self::start_queues(
+            cfg,
+            devs,
+            QueueSteering::Link(None),
+            cores.as_deref(),
+            polling,
+        )
     }
 
     /// Start one poll loop per device: loop `i` on `devs[i]` (receive
-    /// queue `i` of the context's device, steered by `rss`; one device
-    /// needs none), pinned to `cores[i]` when given. With several loops
-    /// each stack takes its queue and `rss` (its active opens pick local
-    /// ports whose answers land on its queue), connection ids apart
+    /// queue `i` of the context's device, each frame brought to its
+    /// owner as `steering` says; one device needs none), pinned to
+    /// `cores[i]` when given. With several loops each stack takes its
+    /// queue and the RSS, if any (its active opens pick local ports whose
+    /// answers land on its queue; with [`QueueSteering::Software`] the
+    /// loops pass each frame to the loop the RSS names), connection ids apart
     /// (`i`, `i + n`, ...), the neighbours the other loops learn, and a
     /// memory table like every other's ([`loop_tables`]); the loops
     /// share one output bell. A backend with queues of its own passes its
@@ -87,7 +136,7 @@ impl Context {
     pub(crate) fn start_queues<D: FrameDevice + 'static>(
         mut cfg: StackConfig,
         devs: Vec<(D, Option<DeviceReader<D>>)>,
-        rss: Option<Rss>,
+        steering: QueueSteering,
         cores: Option<&[usize]>,
         polling: Polling,
     ) -> Context {
@@ -128,6 +177,12 @@ impl Context {
         } else {
             let bell = Arc::new(OutputBell::default());
             let neighbours = Arc::new(SharedNeighbours::new());
+            let (rss, soft) = match steering {
+                QueueSteering::Link(rss) => (rss, None),
+                QueueSteering::Software(rss) => {
+                    (Some(rss.clone()), Some(SoftSteering::new(rss, STEER_INBOX)))
+                }
+            };
             devs.into_iter()
                 .zip(tables)
                 .enumerate()
@@ -140,14 +195,18 @@ impl Context {
                     });
                     c.sock_ids = (i, n);
                     c.neighbours = Some(neighbours.clone());
-                    let lp = spawn_with_bell(
+                    let group = Group {
+                        outputs_bell: bell.clone(),
+                        steering: soft.as_ref().and_then(|s| s.queue(i as u16)),
+                    };
+                    let lp = spawn_steered(
                         Stack::new(c, mem),
                         dev,
                         core_of(i),
                         polling.mode(),
                         16_384,
                         reader,
-                        bell.clone(),
+                        group,
                     );
                     let thread = lp.thread_id();
                     Loop { lp, thread }
@@ -268,6 +327,33 @@ impl Context {
         polling: Polling,
         cores: Option<&[usize]>,
     ) -> Result<(Context, Context), Error> {
+        Self::sim_pair_queues_with(queues, polling, cores, false)
+    }
+
+    /// [`sim_pair_queues`](Self::sim_pair_queues) over a link that
+    /// delivers every frame for the first context to its queue 0, as a
+    /// peer that picks the receiving queue itself would (a veth's sender
+    /// does; a one-queue sender sends on one): the first context steers
+    /// in software, each loop passing the frames of connections another
+    /// loop owns to that loop (the RSS of `sim_pair_queues` names the
+    /// owner; [`LoopStats`](crate::LoopStats)'s `steered_out`,
+    /// `steered_in`, `steer_dropped`). The second context is as in
+    /// `sim_pair_queues`. For tests of software steering; refusals as
+    /// `sim_pair_queues`.
+    pub fn sim_pair_queues_soft(
+        queues: u16,
+        polling: Polling,
+        cores: Option<&[usize]>,
+    ) -> Result<(Context, Context), Error> {
+        Self::sim_pair_queues_with(queues, polling, cores, true)
+    }
+
+    fn sim_pair_queues_with(
+        queues: u16,
+        polling: Polling,
+        cores: Option<&[usize]>,
+        soft: bool,
+    ) -> Result<(Context, Context), Error> {
         if queues == 0 || queues > 128 {
             return Err(Error::InvalidArgument("queues must be 1 to 128"));
         }
@@ -289,7 +375,18 @@ impl Context {
         let rss = Rss::symmetric(queues)
             .map_err(|_| Error::InvalidArgument("queues must be 1 to 128"))?;
         let steer = rss.clone();
-        let link = MultiQueuePair::new(queues, 8192, move |f| steer.queue_of_frame(f));
+        let (link, first) = if soft {
+            let link = MultiQueuePair::with_steering(
+                queues,
+                8192,
+                |_| None,
+                move |f| steer.queue_of_frame(f),
+            );
+            (link, QueueSteering::Software(rss.clone()))
+        } else {
+            let link = MultiQueuePair::new(queues, 8192, move |f| steer.queue_of_frame(f));
+            (link, QueueSteering::Link(Some(rss.clone())))
+        };
         let devs = |d: Vec<QueueDevice>| -> Vec<(QueueDevice, Option<DeviceReader<QueueDevice>>)> {
             d.into_iter().map(|d| (d, None)).collect()
         };
@@ -298,8 +395,14 @@ impl Context {
             None => (None, None),
         };
         Ok((
-            Context::start_queues(sim_config(1), devs(link.a), Some(rss.clone()), ca, polling),
-            Context::start_queues(sim_config(2), devs(link.b), Some(rss), cb, polling),
+            Context::start_queues(sim_config(1), devs(link.a), first, ca, polling),
+            Context::start_queues(
+                sim_config(2),
+                devs(link.b),
+                QueueSteering::Link(Some(rss)),
+                cb,
+                polling,
+            ),
         ))
     }
 
@@ -401,6 +504,9 @@ impl Context {
     pub fn af_xdp(opts: &XdpOptions) -> Result<Context, Error> {
         let host = &opts.host;
         host.check()?;
+        if opts.queue_count > 1 {
+            return Self::af_xdp_queues(opts);
+        }
         let xcfg = opts.config();
         let dev = match &host.netns {
             Some(p) => in_netns(p, || xdp::XdpDevice::open(&xcfg))??,
@@ -426,22 +532,91 @@ impl Context {
         for w in dev.warnings() {
             tracing::warn!("AF_XDP: {w}");
         }
-        let reader: DeviceReader<xdp::XdpDevice> = Box::new(|d| {
-            let (socket, kernel) = match d.stats() {
-                Ok(s) => (s.ours, Some(s.kernel)),
-                Err(_) => (Default::default(), None),
-            };
-            Box::new(DeviceStats::Xdp(XdpDeviceStats {
-                iface: d.iface().to_owned(),
-                queue: d.queue(),
-                bind: d.xsk_mode(),
-                attach: d.attach_mode(),
-                multi_buffer: d.multi_buffer(),
-                socket,
-                kernel,
-            }))
-        });
-        Ok(Self::launch(cfg, dev, host, reader))
+        Ok(Self::launch(cfg, dev, host, xdp_reader()))
+    }
+
+    /// [`af_xdp`](Self::af_xdp) with [`XdpOptions::queue_count`] above 1:
+    /// a socket and a poll loop per queue, software steering between them.
+    #[cfg(feature = "xdp")]
+    fn af_xdp_queues(opts: &XdpOptions) -> Result<Context, Error> {
+        let host = &opts.host;
+        let n = opts.queue_count;
+        if n > 128 {
+            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
+        }
+        if host.polling == Polling::Inline {
+            return Err(Error::Unsupported(
+                "inline polling on a context of several poll loops",
+            ));
+        }
+        if host.rx_drop_ppm != 0 {
+            return Err(Error::Unsupported(
+                "rx_drop_ppm on a context of several poll loops",
+            ));
+        }
+        if opts.share_address.is_some() {
+            return Err(Error::Unsupported(
+                "share_address on an AF_XDP context of several poll loops",
+            ));
+        }
+        let rss = Rss::symmetric(n)
+            .map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?;
+        let xcfg = opts.config();
+        let open = || xdp::XdpDevice::open_queues(&xcfg, u32::from(n));
+        let opened = match &host.netns {
+            Some(p) => in_netns(p, open)?,
+            None => open(),
+        };
+        let devs = match opened {
+            // The first queues bound and a later one could not: the
+            // interface has fewer queues (the kernel refuses a queue at
+            // or past its count with EINVAL).
+            Err(xdp::Error::Bind { queue, errno, .. })
+                if queue > xcfg.queue
+                    && std::io::Error::from_raw_os_error(errno).kind()
+                        == std::io::ErrorKind::InvalidInput =>
+            {
+                return Err(Error::InvalidArgument(
+                    "queue_count is above the interface's receive queues \
+                     (an AF_XDP socket could not bind to a queue past them)",
+                ));
+            }
+            r => r?,
+        };
+        let Some(first) = devs.first() else {
+            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
+        };
+        let cfg = device_config(
+            first.iface(),
+            first.mac_address(),
+            first.mtu() as usize,
+            host,
+        )?;
+        tracing::info!(
+            iface = first.iface(),
+            queues = n,
+            first_queue = first.queue(),
+            bind = ?first.xsk_mode(),
+            attach = ?first.attach_mode(),
+            multi_buffer = first.multi_buffer(),
+            mtu = cfg.iface.mtu,
+            ip = %host.ip,
+            "AF_XDP device open, software steering between its queues' loops"
+        );
+        for w in devs.iter().flat_map(|d| d.warnings()) {
+            tracing::warn!("AF_XDP: {w}");
+        }
+        let cores: Option<Vec<usize>> = host
+            .core
+            .map(|c| (0..usize::from(n)).map(|i| c + i).collect());
+        let devs = devs.into_iter().map(|d| (d, Some(xdp_reader()))).collect();
+        Ok(Self::start_queues(
+            cfg,
+            devs,
+            QueueSteering::Software(rss),
+            cores.as_deref(),
+            host.polling,
+        ))
     }
 
     /// A context on a DPDK ethdev port (feature `dpdk`): a PCI device or
@@ -564,7 +739,7 @@ impl Context {
         Ok(Self::start_queues(
             cfg,
             devs,
-            rss,
+            QueueSteering::Link(rss),
             cores.as_deref(),
             host.polling,
         ))

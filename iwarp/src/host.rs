@@ -241,7 +241,20 @@ pub struct XdpOptions {
     pub iface: String,
     /// Its queue whose traffic the socket takes (default 0; steer the
     /// stack's flows there, e.g. with `ethtool -N` or a single queue).
+    /// With [`queue_count`](Self::queue_count) above 1, the first of the
+    /// queues.
     pub queue: u32,
+    /// Receive queues to take, one AF_XDP socket and one poll loop each
+    /// (default 1): queues `queue .. queue + queue_count`, loop `i` on
+    /// core `host.core + i` when `host.core` is set. The queue a frame
+    /// arrives on is the sender's or the NIC's choice, so above 1 the
+    /// loops steer in software: each frame goes to the loop that RSS with
+    /// the symmetric key ([`iwarp_net::rss::SYMMETRIC_KEY`]) names for its
+    /// flow (ARP and non-IPv4: loop 0), passed between loops when it
+    /// arrived elsewhere. Refused above 1: inline polling,
+    /// `host.rx_drop_ppm`, `share_address`, more than 128, and more queues
+    /// than the interface has (the socket's bind fails).
+    pub queue_count: u16,
     /// Bind mode to ask for: `Auto` (zero-copy where the driver can, the
     /// default), `Copy` or `ZeroCopy` (fails where the driver cannot).
     /// [`XdpDeviceStats::bind`] says what was obtained.
@@ -285,6 +298,7 @@ impl XdpOptions {
         XdpOptions {
             iface: iface.to_owned(),
             queue: d.queue,
+            queue_count: 1,
             bind: d.mode,
             attach: d.attach,
             need_wakeup: d.need_wakeup,
