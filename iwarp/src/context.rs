@@ -691,20 +691,18 @@ impl Context {
         let Some(first) = devs.first() else {
             return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
         };
-        // Without RSS a flow's frames arrive on whatever queue the sender
-        // chose: only a memif peer of ours (loop i sending on queue i)
-        // keeps a connection's frames on the loop that owns it.
-        let rss = if first.rss() {
-            Some(
-                Rss::symmetric(n)
-                    .map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?,
-            )
-        } else if first.name().starts_with("net_memif") {
-            None
+        // The driver's RSS brings each flow to its owner's queue. Without
+        // it a flow's frames arrive on whatever queue the sender chose
+        // (memif: the peer's queue of the same number; a one-queue peer:
+        // queue 0), so the loops pass each frame on to the loop the same
+        // hash names (software steering); a memif peer of ours with as
+        // many queues sends each flow on that queue already.
+        let rss = Rss::symmetric(n)
+            .map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?;
+        let steering = if first.rss() {
+            QueueSteering::Link(Some(rss))
         } else {
-            return Err(Error::Unsupported(
-                "several queues on a DPDK port without RSS (other than memif)",
-            ));
+            QueueSteering::Software(rss)
         };
         let cfg = device_config(
             first.name(),
@@ -739,7 +737,7 @@ impl Context {
         Ok(Self::start_queues(
             cfg,
             devs,
-            QueueSteering::Link(rss),
+            steering,
             cores.as_deref(),
             host.polling,
         ))

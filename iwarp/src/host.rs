@@ -343,15 +343,16 @@ pub struct DpdkOptions {
     /// Descriptor ring sizes of each of the port's queues.
     pub queues: dpdk::Queues,
     /// Receive (and transmit) queues of the port, one poll loop each
-    /// (default 1): loop `i` owns queue `i` and the connections whose
-    /// frames arrive there, on core `host.core + i` when `host.core` is
-    /// set. Above 1 the port needs RSS (the driver's, configured with the
-    /// symmetric key of [`iwarp_net::rss::SYMMETRIC_KEY`], so a flow and
-    /// its answers share a queue), or must be a memif link between two
-    /// contexts of this stack with the same count: memif has no RSS, a
-    /// frame sent on queue `i` arrives on the peer's queue `i`, and each
-    /// end's loop `i` sends on its own queue. Other ports without RSS are
-    /// refused ([`Error::Unsupported`](crate::Error::Unsupported)).
+    /// (default 1), loop `i` on queue `i` and on core `host.core + i` when
+    /// `host.core` is set; each connection is owned by one loop. A driver
+    /// with RSS is given the symmetric key
+    /// ([`iwarp_net::rss::SYMMETRIC_KEY`]), so a flow and its answers
+    /// reach one queue. On a port without RSS (memif, `net_af_packet`,
+    /// `net_ring`) the sender picks the queue, so the loops pass each
+    /// frame to the loop the same hash names (software steering): a memif
+    /// peer of ours with as many queues sends each flow on its owner's
+    /// queue already, and a peer that picks queues otherwise (one queue,
+    /// a hash of its own) works too.
     pub queue_count: u16,
     /// Address, core, polling, namespace, MTU, TCP.
     pub host: HostOptions,
