@@ -519,6 +519,21 @@ impl Collector for Snapshot {
                 "Idle rounds after which a busy loop yielded the CPU it shares with the application",
                 l.yields,
             ),
+            (
+                "steered_out",
+                "Frames passed to the loop that owns their connection (software steering)",
+                l.steered_out,
+            ),
+            (
+                "steered_in",
+                "Frames another loop passed to this one (software steering)",
+                l.steered_in,
+            ),
+            (
+                "steer_dropped",
+                "Frames dropped for a full inbox of the loop that owns them (software steering)",
+                l.steer_dropped,
+            ),
         ] {
             counter(e, &format!("loop_{k}"), &format!("Loop: {help}"), None, v)?;
         }
@@ -823,6 +838,9 @@ mod tests {
             "iwarp_stack_budget_aborts_total 2\n",
             "iwarp_iface_rx_frames_total 10\n",
             "iwarp_loop_rounds_total 77\n",
+            "# TYPE iwarp_loop_steered_out_total counter\niwarp_loop_steered_out_total 0\n",
+            "iwarp_loop_steered_in_total 0\n",
+            "iwarp_loop_steer_dropped_total 0\n",
             "iwarp_loop_pinned 1\n",
             "# TYPE iwarp_device_info gauge\niwarp_device_info{kind=\"sim\"} 1\n",
             "iwarp_qps 1\n",
