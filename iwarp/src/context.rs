@@ -91,6 +91,33 @@ pub(crate) enum QueueSteering {
     Software(Rss),
 }
 
+/// What a backend's context of `n` loops needs checked and made alike:
+/// refused with a clear error what several loops cannot do (more than
+/// 128 queues, inline polling, `rx_drop_ppm`), the RSS over the `n`
+/// queues with the symmetric key, and loop `i`'s core `host.core + i`.
+#[cfg(any(feature = "xdp", feature = "dpdk"))]
+fn several_loops(host: &HostOptions, n: u16) -> Result<(Rss, Option<Vec<usize>>), Error> {
+    if n > 128 {
+        return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
+    }
+    if host.polling == Polling::Inline {
+        return Err(Error::Unsupported(
+            "inline polling on a context of several poll loops",
+        ));
+    }
+    if host.rx_drop_ppm != 0 {
+        return Err(Error::Unsupported(
+            "rx_drop_ppm on a context of several poll loops",
+        ));
+    }
+    let rss =
+        Rss::symmetric(n).map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?;
+    let cores = host
+        .core
+        .map(|c| (0..usize::from(n)).map(|i| c + i).collect());
+    Ok((rss, cores))
+}
+
 /// Frames each loop's software steering inbox holds
 /// ([`QueueSteering::Software`]).
 const STEER_INBOX: usize = 1024;
@@ -541,26 +568,12 @@ impl Context {
     fn af_xdp_queues(opts: &XdpOptions) -> Result<Context, Error> {
         let host = &opts.host;
         let n = opts.queue_count;
-        if n > 128 {
-            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
-        }
-        if host.polling == Polling::Inline {
-            return Err(Error::Unsupported(
-                "inline polling on a context of several poll loops",
-            ));
-        }
-        if host.rx_drop_ppm != 0 {
-            return Err(Error::Unsupported(
-                "rx_drop_ppm on a context of several poll loops",
-            ));
-        }
+        let (rss, cores) = several_loops(host, n)?;
         if opts.share_address.is_some() {
             return Err(Error::Unsupported(
                 "share_address on an AF_XDP context of several poll loops",
             ));
         }
-        let rss = Rss::symmetric(n)
-            .map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?;
         let xcfg = opts.config();
         let open = || xdp::XdpDevice::open_queues(&xcfg, u32::from(n));
         let opened = match &host.netns {
@@ -606,9 +619,6 @@ impl Context {
         for w in devs.iter().flat_map(|d| d.warnings()) {
             tracing::warn!("AF_XDP: {w}");
         }
-        let cores: Option<Vec<usize>> = host
-            .core
-            .map(|c| (0..usize::from(n)).map(|i| c + i).collect());
         let devs = devs.into_iter().map(|d| (d, Some(xdp_reader()))).collect();
         Ok(Self::start_queues(
             cfg,
@@ -669,19 +679,7 @@ impl Context {
     fn dpdk_queues(eal: &dpdk::Eal, opts: &DpdkOptions, mtu: u16) -> Result<Context, Error> {
         let host = &opts.host;
         let n = opts.queue_count;
-        if n > 128 {
-            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
-        }
-        if host.polling == Polling::Inline {
-            return Err(Error::Unsupported(
-                "inline polling on a context of several poll loops",
-            ));
-        }
-        if host.rx_drop_ppm != 0 {
-            return Err(Error::Unsupported(
-                "rx_drop_ppm on a context of several poll loops",
-            ));
-        }
+        let (rss, cores) = several_loops(host, n)?;
         let key = iwarp_net::rss::SYMMETRIC_KEY;
         let open = || dpdk::Port::open_queues(eal, &opts.port, n, opts.queues, mtu, Some(key));
         let devs = match &host.netns {
@@ -697,8 +695,6 @@ impl Context {
         // queue 0), so the loops pass each frame on to the loop the same
         // hash names (software steering); a memif peer of ours with as
         // many queues sends each flow on that queue already.
-        let rss = Rss::symmetric(n)
-            .map_err(|_| Error::InvalidArgument("queue_count must be 1 to 128"))?;
         let steering = if first.rss() {
             QueueSteering::Link(Some(rss))
         } else {
@@ -718,9 +714,6 @@ impl Context {
             ip = %host.ip,
             "DPDK port open"
         );
-        let cores: Option<Vec<usize>> = host
-            .core
-            .map(|c| (0..usize::from(n)).map(|i| c + i).collect());
         let devs = devs
             .into_iter()
             .map(|d| {
