@@ -382,12 +382,27 @@ fn write_bw_over_two_queues_on_the_simulated_link() {
         stdout.contains("Linux TCP over loopback, 2 flow(s)"),
         "{stdout}"
     );
-    assert!(stdout.contains("(600 messages in"), "{stdout}");
+    // 300 messages per flow, doubled until a run lasts half a second
+    // (at most 16 times as many).
+    let linux = stdout
+        .lines()
+        .find(|l| l.contains("Linux TCP over loopback, 2 flow(s)"))
+        .expect("the Linux line");
+    let msgs: u64 = linux
+        .split("aggregate (")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no message count in {linux:?}"));
+    assert!(
+        [600, 1200, 2400, 4800, 9600].contains(&msgs),
+        "{msgs} in {linux:?}"
+    );
     let json = std::fs::read_to_string(out.join("write_bw_queues2.json")).expect("json");
     let v: serde_json::Value = serde_json::from_str(&json).expect("valid json");
     assert_eq!(v[0]["iwarp"]["messages"], 1200);
     assert_eq!(v[0]["iwarp"]["client_loops"][1]["connections"], 2);
-    // Only write_bw, only the simulated link.
+    // Only write_bw.
     let (code, _, err) = run_raw(&["write_lat", "--sim", "--queues", "2"]);
     assert_ne!(code, Some(0));
     assert!(err.contains("write_bw only"), "{err}");
