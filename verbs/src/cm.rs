@@ -64,6 +64,20 @@ impl Queue {
 struct Event {
     c: RdmaCmEvent,
     private: Vec<u8>,
+    /// The id this event was handed to the program for, until it is
+    /// acknowledged (`rdma_get_cm_event` sets it; `rdma_destroy_id` waits
+    /// for its count to fall to 0).
+    held: Option<Arc<IdShared>>,
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Some(s) = self.held.take() {
+            let mut n = lock(&s.unacked);
+            *n = n.saturating_sub(1);
+            s.acked.notify_all();
+        }
+    }
 }
 
 // SAFETY: an event's pointers (its ids, its private data, which it owns)
@@ -99,6 +113,10 @@ struct IdShared {
     /// Set by `rdma_destroy_id`: threads stop and queue nothing more.
     gone: AtomicBool,
     st: Mutex<IdState>,
+    /// Events of this id `rdma_get_cm_event` handed out and the program
+    /// has not acknowledged yet, and the wake-up of their acknowledgement.
+    unacked: Mutex<u64>,
+    acked: std::sync::Condvar,
 }
 
 #[derive(Default)]
@@ -233,6 +251,7 @@ impl CmId {
                 ud_tail: [0; 4],
             },
             private: Vec::new(),
+            held: None,
         })
     }
 
@@ -372,6 +391,8 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     unsafe {
         if let Some(i) = id((*e).c.id) {
             i.c.event = e.cast();
+            *lock(&i.s.unacked) += 1;
+            (*e).held = Some(i.s.clone());
         }
         *out = e.cast();
     }
@@ -489,6 +510,27 @@ pub unsafe extern "C" fn rdma_destroy_id(i: *mut RdmaCmId) -> c_int {
     // SAFETY: the allocation `new_id` made.
     let b = unsafe { Box::from_raw(i.cast::<CmId>()) };
     b.s.gone.store(true, Ordering::Release);
+    // As rdma-core's: wait until the program has acknowledged every event
+    // of the id it was handed (a program's CM thread acknowledges the
+    // DISCONNECTED event its main thread waits for, then goes back to
+    // `rdma_get_cm_event`; returning before the acknowledgement lets the
+    // main thread destroy the channel under it). Bounded, so a program
+    // that destroys an id with an event it never acknowledges is held up
+    // two seconds, not forever.
+    {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut n = lock(&b.s.unacked);
+        while *n > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            n = match b.s.acked.wait_timeout(n, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
     let (listener, threads, request, picked) = {
         let mut st = lock(&b.s.st);
         (
