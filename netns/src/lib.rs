@@ -505,6 +505,40 @@ pub enum End {
     B,
 }
 
+/// Join namespaces `a` and `b` through a bridge `br0` in `br`: end A of
+/// `va` goes to `a` and end A of `vb` to `b`, both ends B to `br` as the
+/// bridge's ports; IPv6 is off on every end (no router solicitations in
+/// captures), everything is up, and this returns once each veth reports
+/// `state UP` (at most 5 s each). The callers keep the veths and
+/// namespaces, so their drop order stays theirs.
+pub fn bridge(
+    a: &Netns,
+    b: &Netns,
+    br: &Netns,
+    va: &mut VethPair,
+    vb: &mut VethPair,
+) -> Result<(), Error> {
+    va.move_to(End::A, a)?;
+    va.move_to(End::B, br)?;
+    vb.move_to(End::A, b)?;
+    vb.move_to(End::B, br)?;
+    br.ip(&["link", "add", "br0", "type", "bridge"])?;
+    for v in [&*va, &*vb] {
+        for end in [End::A, End::B] {
+            v.disable_ipv6(end)?;
+            v.set_up(end)?;
+        }
+        br.ip(&["link", "set", v.name(End::B), "master", "br0"])?;
+    }
+    br.ip(&["link", "set", "br0", "up"])?;
+    for v in [&*va, &*vb] {
+        for end in [End::A, End::B] {
+            v.wait_up(end, Duration::from_secs(5))?;
+        }
+    }
+    Ok(())
+}
+
 /// A veth pair, created in the current (root) namespace; either end can be
 /// moved into a [`Netns`]. On drop both ends are deleted (deleting one
 /// deletes its peer; an end whose namespace is already gone went with it).

@@ -56,20 +56,7 @@ fn lab() -> Option<Lab> {
     let br = Netns::new("xbr").unwrap();
     let mut va = VethPair::new("xva").unwrap();
     let mut vb = VethPair::new("xvb").unwrap();
-    va.move_to(End::A, &a).unwrap();
-    va.move_to(End::B, &br).unwrap();
-    vb.move_to(End::A, &b).unwrap();
-    vb.move_to(End::B, &br).unwrap();
-    br.ip(&["link", "add", "br0", "type", "bridge"]).unwrap();
-    for v in [&va, &vb] {
-        for end in [End::A, End::B] {
-            v.disable_ipv6(end).unwrap();
-            v.set_up(end).unwrap();
-        }
-        br.ip(&["link", "set", v.name(End::B), "master", "br0"])
-            .unwrap();
-    }
-    br.ip(&["link", "set", "br0", "up"]).unwrap();
+    netns_harness::bridge(&a, &b, &br, &mut va, &mut vb).unwrap();
     let id = a.id();
     Some(Lab {
         ifa: va.name(End::A).to_owned(),

@@ -141,25 +141,7 @@ fn a_two_queue_context_and_a_one_queue_peer_across_a_bridge() {
     // Made after the namespaces, so dropped (deleted) before them.
     let mut va = VethPair::with_queues("xsva", 2).unwrap();
     let mut vb = VethPair::new("xsvb").unwrap();
-    va.move_to(End::A, &a).unwrap();
-    va.move_to(End::B, &br).unwrap();
-    vb.move_to(End::A, &b).unwrap();
-    vb.move_to(End::B, &br).unwrap();
-    br.ip(&["link", "add", "br0", "type", "bridge"]).unwrap();
-    for v in [&va, &vb] {
-        for end in [End::A, End::B] {
-            v.disable_ipv6(end).unwrap();
-            v.set_up(end).unwrap();
-        }
-        br.ip(&["link", "set", v.name(End::B), "master", "br0"])
-            .unwrap();
-    }
-    br.ip(&["link", "set", "br0", "up"]).unwrap();
-    for v in [&va, &vb] {
-        for end in [End::A, End::B] {
-            v.wait_up(end, Duration::from_secs(5)).unwrap();
-        }
-    }
+    netns_harness::bridge(&a, &b, &br, &mut va, &mut vb).unwrap();
     let id = a.id();
     let ip = |host| Ipv4Addr::new(10, (id >> 8) as u8, id as u8, host);
     let opts = |iface: &str, ns: &Netns, host: u8, queues: u16| {
