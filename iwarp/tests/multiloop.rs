@@ -3,6 +3,8 @@
 //! the loops, each owned by one; one listener takes the requests of all;
 //! memory registered on every loop; CQs shared.
 
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
@@ -523,6 +525,10 @@ fn per_loop(qps: &[Qp]) -> [usize; 2] {
     per
 }
 
+/// A constructor of two contexts of `queues` loops each
+/// (`Context::sim_pair_queues`, `Context::sim_pair_queues_soft`).
+type Link = fn(u16, Polling, Option<&[usize]>) -> Result<(Context, Context), Error>;
+
 /// Six SCTP connections between two 2-loop contexts, four opened by the
 /// client and two by the server, over `link` (`sim_pair_queues` or
 /// `sim_pair_queues_soft`): each end's loops own three (an active open
@@ -531,9 +537,7 @@ fn per_loop(qps: &[Qp]) -> [usize; 2] {
 /// Reads move the right octets through one region and CQs both loops
 /// complete into; `sctp_stats` sums both loops; a graceful close from
 /// either side ends every association.
-fn six_sctp_connections(
-    link: fn(u16, Polling, Option<&[usize]>) -> Result<(Context, Context), Error>,
-) {
+fn six_sctp_connections(link: Link) {
     const N: usize = 6;
     let (server, client) = link(2, Polling::Adaptive, None).expect("pair");
     assert_eq!((server.loops(), client.loops()), (2, 2));
