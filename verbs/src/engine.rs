@@ -21,7 +21,9 @@
 //! | `IWARP_DPDK_VDEV` | `dpdk`: the port's full devargs instead of `IWARP_MEMIF`, hot-plugged, e.g. `net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,socket-abstract=no`; its `mac=`, if any, is the device's MAC (node GUID, GID), else the one made from `IWARP_IP` is reported (the port keeps its driver's own; iWARP peers find each other by IP and ARP, not by GID) | see `IWARP_MEMIF` |
 //! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
-//! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`) | none |
+//! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`); with `IWARP_QUEUES` above 1, of the first loop (loop `i` on `IWARP_CORE + i`) | none |
+//! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: needs `IWARP_POLL=busy` or `adaptive`, not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); `dpdk` memif: both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
+//! | `IWARP_STATS` | `yes`: at exit, one line per poll loop on standard error: the QPs connected on it, frames received and sent, octets TCP delivered | `no` |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for its connections to finish closing, TCP included (what it sent before still arrives, and the peer gets our FIN): those the program closed with `rdma_disconnect`, and those it left open, which exit closes as a kernel closes an exiting process's QPs | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
 //! | `IWARP_SHARE_ADDRESS` | `xdp` only: `yes`: the kernel owns `IWARP_IP` too (a program such as qperf reaches its peer's kernel at the same address for its own TCP control connection); only TCP to the stack's ports reaches the stack: those in `IWARP_LISTEN_PORTS` and `IWARP_LOCAL_PORTS_FROM..=65535`. ARP stays with the kernel. `no`: the address is the stack's alone | `no` |
@@ -51,6 +53,9 @@ pub(crate) struct Engine {
     /// QP operation error (interop/PERFTEST.md): perftest then fails its
     /// last comm Send.
     pub fin_grace: std::time::Duration,
+    /// QPs connected on each poll loop in the life of the process
+    /// (`IWARP_STATS`).
+    pub qps_per_loop: Vec<std::sync::atomic::AtomicU64>,
 }
 
 /// What the environment asks for.
@@ -62,6 +67,10 @@ pub(crate) struct Config {
     pub mtu: Option<usize>,
     pub polling: iwarp::Polling,
     pub core: Option<usize>,
+    /// Poll loops (`IWARP_QUEUES`).
+    pub queues: u16,
+    /// Per-loop lines at exit (`IWARP_STATS=yes`).
+    pub stats: bool,
     pub mpa: iwarp::MpaConfig,
     pub connect_retry: std::time::Duration,
     pub linger: std::time::Duration,
@@ -71,6 +80,14 @@ pub(crate) struct Config {
 /// First port of the stack's ephemeral range on an address of its own
 /// (the datapath's default `ephemeral_base`, IANA's dynamic ports).
 pub(crate) const EPHEMERAL_FROM: u16 = 49152;
+
+/// Most poll loops a context runs (`IWARP_QUEUES`; the stack's limit).
+const MAX_QUEUES: u16 = 128;
+
+/// Descriptors of each RX and TX ring of a DPDK port of several queues:
+/// every queue's rings count in the port's one mbuf pool, which must fit
+/// in the EAL's 256 MiB (`floating_vdev_args`) with the rest.
+const MULTI_QUEUE_DESC: u16 = 256;
 
 impl Engine {
     /// Where `rdma_bind_addr` to port 0 picks a port: the range the
@@ -83,6 +100,14 @@ impl Engine {
     /// Whether TCP to `port` at our address reaches the stack.
     pub fn port_is_ours(&self, port: u16) -> bool {
         steered(self.share.as_ref(), port)
+    }
+
+    /// A connection was made on poll loop `lp` (counted for
+    /// `IWARP_STATS`).
+    pub fn count_qp(&self, lp: usize) {
+        if let Some(c) = self.qps_per_loop.get(lp) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -162,7 +187,39 @@ impl Config {
             }
             Some(other) => return Err(format!("IWARP_SHARE_ADDRESS={other}: expected yes or no")),
         };
+        let queues = match get("IWARP_QUEUES") {
+            None => 1,
+            Some(v) => v
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (1..=MAX_QUEUES).contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "IWARP_QUEUES={v}: expected the number of poll loops, 1 to {MAX_QUEUES}"
+                    )
+                })?,
+        };
+        if queues > 1 && polling == iwarp::Polling::Inline {
+            return Err(format!(
+                "IWARP_QUEUES={queues}: several poll loops run on threads of their own; set \
+                 IWARP_POLL=busy or IWARP_POLL=adaptive (inline polling, the default, runs the \
+                 one stack in the application's threads)"
+            ));
+        }
+        if queues > 1 && share.is_some() {
+            return Err(format!(
+                "IWARP_QUEUES={queues} with IWARP_SHARE_ADDRESS=yes: an address shared with \
+                 the kernel takes one poll loop; set IWARP_QUEUES=1 or unset IWARP_SHARE_ADDRESS"
+            ));
+        }
+        let stats = match get("IWARP_STATS").as_deref() {
+            None | Some("") | Some("no") => false,
+            Some("yes") => true,
+            Some(other) => return Err(format!("IWARP_STATS={other}: expected yes or no")),
+        };
         Ok(Config {
+            queues,
+            stats,
             share,
             linger,
             connect_retry,
@@ -376,6 +433,7 @@ fn open_xdp(cfg: &Config, iface: &str) -> Result<iwarp::Context, String> {
     opts.host.polling = cfg.polling;
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
+    opts.queue_count = cfg.queues;
     opts.share_address = cfg.share.clone();
     // The kernel lets go of the AF_XDP socket and XDP program of a process
     // that just exited a moment later: a program started right after
@@ -452,6 +510,13 @@ fn open_dpdk(cfg: &Config, devargs: &str) -> Result<iwarp::Context, String> {
     opts.host.polling = cfg.polling;
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
+    opts.queue_count = cfg.queues;
+    if cfg.queues > 1 {
+        opts.queues = dpdk::Queues {
+            rx_desc: MULTI_QUEUE_DESC,
+            tx_desc: MULTI_QUEUE_DESC,
+        };
+    }
     iwarp::Context::dpdk(&eal, &opts).map_err(|e| format!("DPDK port {devargs}: {e}"))
 }
 
@@ -486,9 +551,20 @@ fn start() -> Result<Engine, String> {
             open_dpdk(&cfg, devargs)?
         }
     };
+    if cfg.stats {
+        // Registered first, so run after the linger below (atexit runs
+        // its functions in reverse order): the counters then include the
+        // connections' closes.
+        // SAFETY: registers a plain `extern "C"` function, run once at exit.
+        unsafe { libc::atexit(report_at_exit) };
+    }
     // SAFETY: registers a plain `extern "C"` function, run once at exit.
     unsafe { libc::atexit(crate::objects::linger_at_exit) };
+    let qps_per_loop = (0..ctx.loops())
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
     Ok(Engine {
+        qps_per_loop,
         ctx,
         ip: cfg.ip,
         fin_grace: if cfg.mpa.first_fpdu_delay > 0 {
@@ -501,6 +577,39 @@ fn start() -> Result<Engine, String> {
         linger: cfg.linger,
         share: cfg.share,
     })
+}
+
+/// `IWARP_STATS=yes`: the per-loop lines, at exit.
+extern "C" fn report_at_exit() {
+    let Ok(e) = engine() else { return };
+    let qps: Vec<u64> = e
+        .qps_per_loop
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    match e.ctx.stats() {
+        Ok(s) => eprint!("{}", loop_lines(&qps, &s.loops)),
+        Err(err) => eprintln!("iwarp verbs: the poll loops' counters: {err}"),
+    }
+}
+
+/// One line per poll loop: QPs connected on it, its frames in and out,
+/// the octets TCP delivered on its connections.
+fn loop_lines(qps: &[u64], loops: &[iwarp::LoopSplit]) -> String {
+    loops
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            format!(
+                "iwarp verbs: loop {i}: {} QPs, {} frames in, {} frames out, {} octets \
+                 delivered\n",
+                qps.get(i).copied().unwrap_or(0),
+                l.poll_loop.rx_frames,
+                l.poll_loop.tx_frames,
+                l.tcp_delivered
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -642,6 +751,105 @@ mod tests {
             let e = cfg(&vars).unwrap_err();
             assert!(e.contains(k), "{k}={v}: {e}");
         }
+    }
+
+    #[test]
+    fn several_poll_loops_need_a_loop_thread_and_an_address_of_their_own() {
+        let xdp = [("IWARP_IFACE", "veth0"), ("IWARP_IP", "10.0.0.1/24")];
+        let memif = [
+            ("IWARP_BACKEND", "dpdk"),
+            ("IWARP_MEMIF", "server:/s"),
+            ("IWARP_IP", "10.80.0.1/24"),
+        ];
+        let with = |base: &[(&'static str, &'static str)],
+                    extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            cfg(&v)
+        };
+        // One loop unless asked, and no exit report.
+        let c = with(&xdp, &[]).unwrap();
+        assert_eq!((c.queues, c.stats), (1, false));
+        for base in [&xdp[..], &memif[..]] {
+            for poll in ["busy", "adaptive"] {
+                let c = with(
+                    base,
+                    &[
+                        ("IWARP_QUEUES", "4"),
+                        ("IWARP_POLL", poll),
+                        ("IWARP_CORE", "2"),
+                    ],
+                )
+                .unwrap();
+                assert_eq!((c.queues, c.core), (4, Some(2)), "{base:?} {poll}");
+            }
+            // One loop is any polling's.
+            let c = with(base, &[("IWARP_QUEUES", "1")]).unwrap();
+            assert_eq!((c.queues, c.polling), (1, iwarp::Polling::Inline));
+            // Several refuse inline polling, named or the default.
+            for extra in [
+                &[("IWARP_QUEUES", "2")][..],
+                &[("IWARP_QUEUES", "2"), ("IWARP_POLL", "inline")][..],
+            ] {
+                let e = with(base, extra).unwrap_err();
+                assert!(
+                    e.contains("IWARP_QUEUES=2")
+                        && e.contains("IWARP_POLL=busy")
+                        && e.contains("IWARP_POLL=adaptive"),
+                    "{extra:?}: {e}"
+                );
+            }
+        }
+        assert_eq!(
+            with(&xdp, &[("IWARP_QUEUES", "128"), ("IWARP_POLL", "busy")])
+                .unwrap()
+                .queues,
+            128
+        );
+        for v in ["0", "129", "two", "-1", ""] {
+            let e = with(&xdp, &[("IWARP_QUEUES", v), ("IWARP_POLL", "busy")]).unwrap_err();
+            assert!(
+                e.contains(&format!("IWARP_QUEUES={v}:")) && e.contains("1 to 128"),
+                "{v}: {e}"
+            );
+        }
+        // An address shared with the kernel: one loop only.
+        let shared = [
+            ("IWARP_SHARE_ADDRESS", "yes"),
+            ("IWARP_POLL", "adaptive"),
+            ("IWARP_QUEUES", "2"),
+        ];
+        let e = with(&xdp, &shared).unwrap_err();
+        assert!(
+            e.contains("IWARP_QUEUES=2") && e.contains("IWARP_SHARE_ADDRESS=yes"),
+            "{e}"
+        );
+        assert!(with(&xdp, &shared[..2]).unwrap().share.is_some());
+        // The exit report.
+        assert!(with(&xdp, &[("IWARP_STATS", "yes")]).unwrap().stats);
+        assert!(!with(&xdp, &[("IWARP_STATS", "no")]).unwrap().stats);
+        let e = with(&xdp, &[("IWARP_STATS", "1")]).unwrap_err();
+        assert!(e.contains("IWARP_STATS=1"), "{e}");
+    }
+
+    #[test]
+    fn the_exit_report_has_a_line_per_loop() {
+        let split = |rx, tx, delivered| iwarp::LoopSplit {
+            connections: 0,
+            rx_tcp: rx,
+            tx_frames: tx,
+            tcp_delivered: delivered,
+            poll_loop: iwarp::LoopStats {
+                rx_frames: rx,
+                tx_frames: tx,
+                ..Default::default()
+            },
+        };
+        assert_eq!(
+            loop_lines(&[3, 2], &[split(10, 20, 300), split(40, 50, 600)]),
+            "iwarp verbs: loop 0: 3 QPs, 10 frames in, 20 frames out, 300 octets delivered\n\
+             iwarp verbs: loop 1: 2 QPs, 40 frames in, 50 frames out, 600 octets delivered\n"
+        );
     }
 
     #[test]

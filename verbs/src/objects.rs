@@ -102,6 +102,9 @@ impl QpShared {
     /// it, in order, and later posts go straight to it.
     pub fn attach(self: &std::sync::Arc<Self>, conn: iwarp::Qp) -> Result<(), iwarp::Error> {
         write(qp_nums()).insert(conn.id(), self.qp_num);
+        if let Ok(e) = engine() {
+            e.count_qp(conn.loop_index());
+        }
         {
             let mut a = lock(attached());
             a.retain(|q| q.strong_count() > 0);

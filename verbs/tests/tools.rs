@@ -662,6 +662,17 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process
 /// 0.17's own retry after a refusal crashes it). Returns the client's and
 /// the server's output.
 fn perftest_memif(tool: &str, args: &[&str], sock: &Path) -> (String, String) {
+    perftest_memif_env(tool, args, sock, &[])
+}
+
+/// [`perftest_memif`] with the variables `env` set at both ends (and
+/// `IWARP_QUEUES`, `IWARP_POLL` and `IWARP_STATS` only as `env` sets them).
+fn perftest_memif_env(
+    tool: &str,
+    args: &[&str],
+    sock: &Path,
+    env: &[(&str, &str)],
+) -> (String, String) {
     use std::process::Stdio;
     let end = |role: &str, ip: &str| {
         let mut c = Command::new(tool);
@@ -672,6 +683,10 @@ fn perftest_memif(tool: &str, args: &[&str], sock: &Path) -> (String, String) {
             .env("IWARP_IP", format!("{ip}/24"))
             .env_remove("IWARP_IFACE")
             .env_remove("IWARP_DPDK_VDEV")
+            .env_remove("IWARP_QUEUES")
+            .env_remove("IWARP_POLL")
+            .env_remove("IWARP_STATS")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
@@ -788,4 +803,181 @@ fn ib_write_bw_runs_unmodified_on_both_ends_over_memif() {
         "ib_write_bw -R -s 65536 over memif (client): peak {} MB/s, average {} MB/s",
         row[2], row[3]
     );
+}
+
+/// Both ends of a memif link with two poll loops each (memif pairs the
+/// two ends' queues) and the library's per-loop lines at exit.
+const TWO_LOOPS: [(&str, &str); 3] = [
+    ("IWARP_QUEUES", "2"),
+    ("IWARP_POLL", "adaptive"),
+    ("IWARP_STATS", "yes"),
+];
+
+/// The library's exit lines (`IWARP_STATS=yes`), one per poll loop:
+/// QPs, frames in, frames out, octets TCP delivered.
+fn loop_report(out: &str) -> Vec<[u64; 4]> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("iwarp verbs: loop "))
+        .enumerate()
+        .map(|(i, l)| {
+            let (n, rest) = l.split_once(": ").unwrap();
+            assert_eq!(n.parse::<usize>().unwrap(), i, "{out}");
+            let w: Vec<u64> = rest
+                .split(", ")
+                .map(|f| f.split(' ').next().unwrap().parse().unwrap())
+                .collect();
+            [w[0], w[1], w[2], w[3]]
+        })
+        .collect()
+}
+
+#[test]
+fn ib_write_bw_spreads_four_qps_over_two_poll_loops_over_memif() {
+    if !memif_ready("ib_write_bw") {
+        return;
+    }
+    let dir = TempDir::new("memif-q-bw");
+    let (c, s) = perftest_memif_env(
+        "ib_write_bw",
+        &["-R", "-q", "4", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+        &TWO_LOOPS,
+    );
+    // 500 Writes on each of the four QPs.
+    let row = result_row(&c, "65536");
+    for (out, r) in [(&c, &row), (&s, &result_row(&s, "65536"))] {
+        assert!(r[1] == 2000.0 && r[3] > 0.0, "{out}");
+    }
+    let (cl, sl) = (loop_report(&c), loop_report(&s));
+    println!("ib_write_bw -R -q 4 on two loops: client {cl:?}, server {sl:?}");
+    assert_eq!((cl.len(), sl.len()), (2, 2), "{c}\n{s}");
+    for (out, loops) in [(&c, &cl), (&s, &sl)] {
+        for l in loops {
+            // Two of the four data QPs at least on each loop, and frames
+            // both ways.
+            assert!(l[0] >= 2 && l[1] > 0 && l[2] > 0, "{loops:?}\n{out}");
+        }
+    }
+    // The Writes' data reached the server on both loops: two QPs' worth
+    // each (500 Writes of 64 KiB per QP), headers aside.
+    for l in &sl {
+        assert!(l[3] >= 2 * 500 * 65536, "{sl:?}\n{s}");
+    }
+    println!(
+        "ib_write_bw -R -q 4 -s 65536, two poll loops a side over memif (client): peak {} MB/s, \
+         average {} MB/s",
+        row[2], row[3]
+    );
+}
+
+#[test]
+fn ib_send_lat_runs_on_two_poll_loops_a_side_over_memif() {
+    if !memif_ready("ib_send_lat") {
+        return;
+    }
+    let dir = TempDir::new("memif-q-lat");
+    let (c, s) = perftest_memif_env(
+        "ib_send_lat",
+        &lat_args(&[]),
+        &dir.0.join("memif.sock"),
+        &TWO_LOOPS,
+    );
+    let row = assert_lat(&c);
+    assert_lat(&s);
+    let (cl, sl) = (loop_report(&c), loop_report(&s));
+    println!("ib_send_lat -R on two loops: client {cl:?}, server {sl:?}");
+    assert_eq!((cl.len(), sl.len()), (2, 2), "{c}\n{s}");
+    for (out, loops) in [(&c, &cl), (&s, &sl)] {
+        // perftest's two connections (its comm QP and the test's), one
+        // on each loop: the client's in turn, the server's where memif
+        // brings them (the client's queue of the same number).
+        assert!(loops.iter().all(|l| l[0] == 1), "{loops:?}\n{out}");
+        // The 500 Sends and their answers crossed the test QP's loop.
+        assert!(
+            loops.iter().any(|l| l[1] >= 500 && l[2] >= 500),
+            "{loops:?}\n{out}"
+        );
+    }
+    println!(
+        "ib_send_lat -R -s 64, two poll loops a side over memif (client): t_min {} us, \
+         t_typical {} us, t_avg {} us, 99% {} us",
+        row[2], row[4], row[5], row[7]
+    );
+}
+
+#[test]
+fn ib_read_bw_with_completion_events_spreads_four_qps_over_two_poll_loops_over_memif() {
+    if !memif_ready("ib_read_bw") {
+        return;
+    }
+    let dir = TempDir::new("memif-q-read");
+    // `-e`: perftest sleeps in `ibv_get_cq_event` on the one CQ of its
+    // four QPs, whose completions come from both loops.
+    let (c, s) = perftest_memif_env(
+        "ib_read_bw",
+        &["-R", "-q", "4", "-e", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+        &TWO_LOOPS,
+    );
+    let row = result_row(&c, "65536");
+    for (out, r) in [(&c, &row), (&s, &result_row(&s, "65536"))] {
+        assert!(r[1] == 2000.0 && r[3] > 0.0, "{out}");
+    }
+    let (cl, sl) = (loop_report(&c), loop_report(&s));
+    println!("ib_read_bw -R -q 4 -e on two loops: client {cl:?}, server {sl:?}");
+    assert_eq!((cl.len(), sl.len()), (2, 2), "{c}\n{s}");
+    for (out, loops) in [(&c, &cl), (&s, &sl)] {
+        for l in loops {
+            assert!(l[0] >= 2 && l[1] > 0 && l[2] > 0, "{loops:?}\n{out}");
+        }
+    }
+    // The Read Responses reached the client on both loops: two QPs'
+    // worth each.
+    for l in &cl {
+        assert!(l[3] >= 2 * 500 * 65536, "{cl:?}\n{c}");
+    }
+    println!(
+        "ib_read_bw -R -q 4 -e -s 65536, two poll loops a side over memif (client): peak {} \
+         MB/s, average {} MB/s",
+        row[2], row[3]
+    );
+}
+
+#[test]
+fn memif_with_several_poll_loops_and_inline_polling_fails_with_the_fix() {
+    if !installed("ib_send_lat") {
+        return;
+    }
+    let dir = TempDir::new("memif-q-inline");
+    let sock = dir.0.join("memif.sock");
+    let out = wait_bounded(
+        Command::new("ib_send_lat")
+            .args(lat_args(&[]))
+            .env("LD_LIBRARY_PATH", libs())
+            .env("IWARP_BACKEND", "dpdk")
+            .env("IWARP_MEMIF", format!("server:{}", sock.display()))
+            .env("IWARP_IP", "10.81.0.1/24")
+            .env("IWARP_QUEUES", "2")
+            .env_remove("IWARP_POLL")
+            .env_remove("IWARP_IFACE")
+            .env_remove("IWARP_DPDK_VDEV")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(20),
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("iwarp verbs: cannot start the stack: IWARP_QUEUES=2:")
+            && text.contains("IWARP_POLL=busy or IWARP_POLL=adaptive"),
+        "{text}"
+    );
+    // Refused before the port was opened.
+    assert!(!sock.exists());
 }
