@@ -407,3 +407,60 @@ fn write_bw_over_two_queues_on_the_simulated_link() {
     assert_ne!(code, Some(0));
     assert!(err.contains("write_bw only"), "{err}");
 }
+
+/// `--queues 2 --connections 4 --transport sctp`: four iWARP-over-SCTP
+/// connections over two loops per end, two on each (the client's in
+/// turn, the server's on the same loop number), every message done, the
+/// SCTP counters of both loops summed.
+#[test]
+fn write_bw_over_sctp_on_two_queues_on_the_simulated_link() {
+    let out = out_dir("queues_sctp");
+    let stdout = run(
+        &[
+            "write_bw",
+            "--sim",
+            "--queues",
+            "2",
+            "--connections",
+            "4",
+            "--transport",
+            "sctp",
+            "-n",
+            "300",
+            "-s",
+            "16384",
+        ],
+        &out,
+    );
+    assert!(
+        stdout.contains("write_bw over SCTP over the simulated link"),
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with(" conn  client loop"))
+        .skip(1)
+        .take(4)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for (k, r) in rows.iter().enumerate() {
+        let loop_no = (k % 2).to_string();
+        assert_eq!(r[0], k.to_string(), "{stdout}");
+        assert_eq!(
+            (r[1], r[2]),
+            (loop_no.as_str(), loop_no.as_str()),
+            "{stdout}"
+        );
+        assert_eq!(r[3], "300", "{stdout}");
+    }
+    for who in ["client", "server"] {
+        let l = format!(" {who} SCTP, all loops: connections 4 ");
+        assert!(stdout.contains(&l), "{l:?} in\n{stdout}");
+    }
+    assert!(stdout.contains("(1200 messages in"), "{stdout}");
+    let json = std::fs::read_to_string(out.join("write_bw_queues2.json")).expect("json");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid json");
+    assert_eq!(v[0]["iwarp"]["messages"], 1200);
+    assert_eq!(v[0]["transport"], "SCTP");
+}

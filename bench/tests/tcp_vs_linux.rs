@@ -1,6 +1,7 @@
 //! `tcp-vs-linux`: clap's argument handling (help, version, unknown flags
-//! and bad values exit 2 before any namespace is made). Its runs need root
-//! and minutes; `netns_cleanup.rs` starts and stops it.
+//! and bad values exit 2 before any namespace is made), and one short run
+//! (root) for the order and labels of its baselines; `netns_cleanup.rs`
+//! starts and stops it.
 
 use std::process::Command;
 
@@ -50,5 +51,47 @@ fn bad_values_exit_2_with_the_reason() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
+
+/// The ping-pong's first baseline is the Linux client spinning on a
+/// non-blocking socket, as ours spins (like for like), and the ratio
+/// line names it; the blocking client is printed beside, labelled. A
+/// short run (root: it makes and removes its namespaces).
+#[test]
+fn the_ping_pong_compares_against_a_spinning_linux_client_first() {
+    if netns_harness::skip_test_without_root() {
+        return;
+    }
+    let o = tcp_vs_linux(&["--iters", "300", "--bulk-mib", "8"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("Linux -> Linux") || l.starts_with("tcp-lite/AF_XDP"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(rows[0].starts_with("Linux -> Linux, spin "), "{out}");
+    assert!(rows[1].starts_with("Linux -> Linux, block "), "{out}");
+    assert!(rows[1].contains("the other way of waiting"), "{out}");
+    let first_ratio = out
+        .lines()
+        .find(|l| l.starts_with("ratio ours/Linux"))
+        .unwrap_or_else(|| panic!("no ratio line in\n{out}"));
+    assert!(
+        first_ratio.starts_with("ratio ours/Linux spinning (like for like"),
+        "{out}"
+    );
+    // Every row has a positive p50 and bulk rate.
+    for r in rows {
+        let nums: Vec<f64> = r
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert!(nums.len() >= 5 && nums[0] > 0.0 && nums[4] > 0.0, "{r}");
     }
 }

@@ -87,12 +87,17 @@ int shim_port_driver(uint16_t port, char *buf, size_t len) {
     return 0;
 }
 
-/* The hash types this crate asks for: IPv4 and TCP over IPv4. */
-#define SHIM_RSS_HF (RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP)
+/* The hash types this crate asks for: IPv4, TCP over IPv4 and SCTP over
+ * IPv4 (whose ports sit where TCP's do); each only where the driver offers
+ * it (shim_port_queue_limits masks with its flow_type_rss_offloads). */
+#define SHIM_RSS_HF                                                                                \
+    (RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP | RTE_ETH_RSS_NONFRAG_IPV4_SCTP)
 
 uint64_t shim_rss_hf_ipv4(void) { return RTE_ETH_RSS_IPV4; }
 
 uint64_t shim_rss_hf_ipv4_tcp(void) { return RTE_ETH_RSS_NONFRAG_IPV4_TCP; }
+
+uint64_t shim_rss_hf_ipv4_sctp(void) { return RTE_ETH_RSS_NONFRAG_IPV4_SCTP; }
 
 int shim_port_queue_limits(uint16_t port, uint16_t *max_rx_queues, uint16_t *max_tx_queues,
                            uint64_t *rss_hf, uint8_t *hash_key_size) {

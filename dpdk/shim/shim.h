@@ -106,9 +106,11 @@ int shim_port_close(uint16_t port, int remove);
 /* rte_eth_rx_burst / rte_eth_tx_burst on queue `queue`. */
 uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
-/* RTE_ETH_RSS_IPV4 and RTE_ETH_RSS_NONFRAG_IPV4_TCP, the hash types asked for. */
+/* RTE_ETH_RSS_IPV4, RTE_ETH_RSS_NONFRAG_IPV4_TCP and
+ * RTE_ETH_RSS_NONFRAG_IPV4_SCTP, the hash types asked for. */
 uint64_t shim_rss_hf_ipv4(void);
 uint64_t shim_rss_hf_ipv4_tcp(void);
+uint64_t shim_rss_hf_ipv4_sctp(void);
 
 /*
  * The first segment's data: pointer, its length, and the whole packet's

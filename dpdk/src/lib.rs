@@ -34,9 +34,10 @@
 //!
 //! Which queue a received frame lands on is the driver's business:
 //!
-//! - **RSS**, where the driver offers it for IPv4 or TCP over IPv4 and
-//!   `n` > 1: the port is configured with `RTE_ETH_MQ_RX_RSS` hashing IPv4
-//!   and TCP/IPv4, with the 40-octet Toeplitz key passed to `open_queues`
+//! - **RSS**, where the driver offers it for IPv4, TCP over IPv4 or SCTP
+//!   over IPv4 and `n` > 1: the port is configured with `RTE_ETH_MQ_RX_RSS`
+//!   hashing those of IPv4, TCP/IPv4 and SCTP/IPv4 it offers
+//!   ([`PortQueue::rss_hashes_sctp`] says whether SCTP is among them), with the 40-octet Toeplitz key passed to `open_queues`
 //!   (the workspace's symmetric key, `iwarp_net::rss::SYMMETRIC_KEY`, makes
 //!   a flow and its reverse hash alike) or the driver's own without one;
 //!   the key is also set with `rte_eth_dev_rss_hash_update` after the start,
@@ -239,6 +240,9 @@ pub struct RssConf {
     /// TCP over IPv4 is hashed, addresses and ports
     /// (`RTE_ETH_RSS_NONFRAG_IPV4_TCP`).
     pub ipv4_tcp: bool,
+    /// SCTP over IPv4 is hashed, addresses and ports
+    /// (`RTE_ETH_RSS_NONFRAG_IPV4_SCTP`).
+    pub ipv4_sctp: bool,
 }
 
 /// What a [`Port`] or one [`PortQueue`] counted itself.

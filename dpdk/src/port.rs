@@ -185,6 +185,8 @@ struct Shared {
     queues: u16,
     /// Whether RX is spread over the queues by RSS.
     rss: bool,
+    /// Whether that RSS hashes SCTP over IPv4 by its ports.
+    rss_sctp: bool,
     /// Whether `Port::open_queues` hot-plugged the device (from devargs):
     /// it is removed again once the port is closed, so that the same
     /// devargs open it again.
@@ -295,8 +297,9 @@ impl Port {
     /// [`Error::Queues`]; `n` = 0 is [`Error::InvalidArgument`]; both
     /// before anything is allocated.
     ///
-    /// RSS: when `n` > 1 and the driver offers RSS for IPv4 or TCP over
-    /// IPv4, RX is configured as `RTE_ETH_MQ_RX_RSS` hashing those types,
+    /// RSS: when `n` > 1 and the driver offers RSS for IPv4, TCP over IPv4
+    /// or SCTP over IPv4, RX is configured as `RTE_ETH_MQ_RX_RSS` hashing
+    /// those of the three types it offers,
     /// with `rss_key` as the Toeplitz key (`None`: the driver's own key; a
     /// driver whose key is not 40 octets long refuses one with
     /// [`Error::RssKey`]), so that the driver steers each flow to one
@@ -506,10 +509,12 @@ impl Shared {
                 max_tx: max_tx_q,
             });
         }
-        // RSS with more than one queue, where the driver hashes IPv4 or
-        // TCP over IPv4; the key only if it is the length the driver
+        // RSS with more than one queue, where the driver hashes IPv4, TCP
+        // or SCTP over IPv4; the key only if it is the length the driver
         // takes (0: the driver does not say, and ethdev does not check).
         let rss = n > 1 && rss_hf != 0;
+        // SAFETY: a function returning a constant.
+        let rss_sctp = rss && rss_hf & unsafe { sys::shim_rss_hf_ipv4_sctp() } != 0;
         if !rss {
             rss_key = None;
         } else if rss_key.is_some() && key_size != 0 && usize::from(key_size) != RSS_KEY_LEN {
@@ -631,6 +636,7 @@ impl Shared {
             max_frame,
             queues: n,
             rss,
+            rss_sctp,
             control: Mutex::new(()),
             _rss_key: rss_key,
             _eal: eal.clone(),
@@ -665,6 +671,13 @@ impl PortQueue {
         self.port.rss
     }
 
+    /// Whether that RSS hashes SCTP over IPv4 by its ports
+    /// (`RTE_ETH_RSS_NONFRAG_IPV4_SCTP`, asked for where the driver offers
+    /// it), as TCP's: false without RSS.
+    pub fn rss_hashes_sctp(&self) -> bool {
+        self.port.rss_sctp
+    }
+
     /// The RSS hash configuration the driver reports
     /// (`rte_eth_dev_rss_hash_conf_get`): its key and which of the hash
     /// types asked for it hashes. An error from a driver that cannot say
@@ -686,12 +699,19 @@ impl PortQueue {
                 errno: -rc,
             });
         }
-        // SAFETY: two functions returning constants.
-        let (ipv4, tcp) = unsafe { (sys::shim_rss_hf_ipv4(), sys::shim_rss_hf_ipv4_tcp()) };
+        // SAFETY: three functions returning constants.
+        let (ipv4, tcp, sctp) = unsafe {
+            (
+                sys::shim_rss_hf_ipv4(),
+                sys::shim_rss_hf_ipv4_tcp(),
+                sys::shim_rss_hf_ipv4_sctp(),
+            )
+        };
         Ok(RssConf {
             key: key[..usize::from(len)].to_vec(),
             ipv4: hf & ipv4 != 0,
             ipv4_tcp: hf & tcp != 0,
+            ipv4_sctp: hf & sctp != 0,
         })
     }
 

@@ -161,6 +161,10 @@ impl PortQueue {
         match self.0 {}
     }
     /// Unreachable: no `PortQueue` exists.
+    pub fn rss_hashes_sctp(&self) -> bool {
+        match self.0 {}
+    }
+    /// Unreachable: no `PortQueue` exists.
     pub fn rss_conf(&self) -> Result<RssConf, Error> {
         match self.0 {}
     }

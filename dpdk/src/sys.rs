@@ -87,6 +87,7 @@ extern "C" {
     pub fn shim_tx_burst(port: u16, queue: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
     pub fn shim_rss_hf_ipv4() -> u64;
     pub fn shim_rss_hf_ipv4_tcp() -> u64;
+    pub fn shim_rss_hf_ipv4_sctp() -> u64;
     pub fn shim_mbuf_data(m: *const RteMbuf, seg_len: *mut u16, pkt_len: *mut u32) -> *const u8;
     pub fn shim_mbuf_copy(m: *const RteMbuf, buf: *mut u8, cap: u32) -> u32;
     pub fn shim_mbuf_from_parts(

@@ -318,7 +318,11 @@ fn rss_is_on_where_the_driver_has_it_with_the_key_given() {
     }
     let conf = qs[0].rss_conf().unwrap();
     assert_eq!(conf.key, SYMMETRIC_KEY.to_vec(), "the driver's key is ours");
-    assert!(conf.ipv4 && conf.ipv4_tcp, "{conf:?}");
+    assert!(conf.ipv4 && conf.ipv4_tcp && conf.ipv4_sctp, "{conf:?}");
+    assert!(
+        qs.iter().all(|q| q.rss_hashes_sctp()),
+        "net_null hashes SCTP"
+    );
     // Each queue is a device of its own.
     for q in &mut qs {
         let got = q.rx_burst(8, &mut |f| assert_eq!(f.len(), 64));

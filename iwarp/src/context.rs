@@ -143,6 +143,7 @@ impl Context {
             cfg,
             devs,
             QueueSteering::Link(None),
+            None,
             cores.as_deref(),
             polling,
         )
@@ -159,11 +160,13 @@ impl Context {
     /// memory table like every other's ([`loop_tables`]); the loops
     /// share one output bell. A backend with queues of its own passes its
     /// queue devices here. Callers refuse `Polling::Inline` with several
-    /// devices.
+    /// devices. `no_sctp`: why iWARP over SCTP is refused on these loops
+    /// (a device whose RSS does not hash SCTP's ports), if it is.
     pub(crate) fn start_queues<D: FrameDevice + 'static>(
         mut cfg: StackConfig,
         devs: Vec<(D, Option<DeviceReader<D>>)>,
         steering: QueueSteering,
+        no_sctp: Option<&'static str>,
         cores: Option<&[usize]>,
         polling: Polling,
     ) -> Context {
@@ -249,6 +252,7 @@ impl Context {
                 next_loop: AtomicUsize::new(0),
                 mem_lock: Mutex::new(()),
                 stats_lock: Mutex::new(()),
+                no_sctp: if n > 1 { no_sctp } else { None },
             }),
         }
     }
@@ -318,8 +322,11 @@ impl Context {
     /// [`Context::stats`] sums the loops and lists each
     /// ([`ContextStats::loops`]).
     ///
-    /// Not available on such a context: iWARP over SCTP (listen and
-    /// connect refuse it with [`Error::Unsupported`]). Refused here:
+    /// iWARP over SCTP ([`Transport::Sctp`]) works as over TCP: SCTP's
+    /// ports sit where TCP's do and the RSS hashes them alike. Not
+    /// available: active opens over [`Transport::SctpOverUdp`]
+    /// ([`connect`](Self::connect) refuses them, [`Error::Unsupported`]).
+    /// Refused here:
     /// `queues` 0 or above 128 ([`Error::InvalidArgument`]),
     /// [`Polling::Inline`] with more than one queue, and fewer `cores`
     /// than `2 * queues` ([`Error::Unsupported`],
@@ -422,11 +429,12 @@ impl Context {
             None => (None, None),
         };
         Ok((
-            Context::start_queues(sim_config(1), devs(link.a), first, ca, polling),
+            Context::start_queues(sim_config(1), devs(link.a), first, None, ca, polling),
             Context::start_queues(
                 sim_config(2),
                 devs(link.b),
                 QueueSteering::Link(Some(rss)),
+                None,
                 cb,
                 polling,
             ),
@@ -624,6 +632,7 @@ impl Context {
             cfg,
             devs,
             QueueSteering::Software(rss),
+            None,
             cores.as_deref(),
             host.polling,
         ))
@@ -700,6 +709,14 @@ impl Context {
         } else {
             QueueSteering::Software(rss)
         };
+        // A driver whose RSS hashes TCP but not SCTP over IPv4 puts an
+        // association's frames on a queue that its ports do not choose:
+        // SCTP is refused there (software steering would hash every
+        // frame again, TCP's too).
+        let no_sctp = (first.rss() && !first.rss_hashes_sctp()).then_some(
+            "iWARP over SCTP on a DPDK port of several queues whose driver's RSS \
+             does not hash SCTP over IPv4 (RTE_ETH_RSS_NONFRAG_IPV4_SCTP)",
+        );
         let cfg = device_config(
             first.name(),
             first.mac_address(),
@@ -731,6 +748,7 @@ impl Context {
             cfg,
             devs,
             steering,
+            no_sctp,
             cores.as_deref(),
             host.polling,
         ))
@@ -824,9 +842,24 @@ impl Context {
     /// SCTP listen or connect): SCTP packets, retransmissions, T3
     /// expiries, discards, summed over live associations, and those of
     /// closed ones. Not from inside the loop ([`Error::InLoop`]).
-    /// On a context of several loops it is `None` (no SCTP there).
+    /// On a context of several loops, summed over the loops that have an
+    /// SCTP part ([`SctpCounters::add`]: `qp_held_max` is the largest),
+    /// as [`stats`](Self::stats) sums them; `None` if none has.
     pub fn sctp_stats(&self) -> Result<Option<SctpCounters>, Error> {
-        self.inner.inspect(|s| s.sctp().map(|c| c.counters()))
+        let mut sum: Option<SctpCounters> = None;
+        for i in 0..self.inner.loops.len() {
+            let Some(c) = self
+                .inner
+                .inspect_on(i, |s| s.sctp().map(|c| c.counters()))?
+            else {
+                continue;
+            };
+            match &mut sum {
+                None => sum = Some(c),
+                Some(t) => t.add(&c),
+            }
+        }
+        Ok(sum)
     }
 
     /// A protection domain.
@@ -864,10 +897,13 @@ impl Context {
     /// closes it. [`Error::AddrInUse`] if the port already listens.
     ///
     /// On a context of several loops the port listens on every loop
-    /// (all or none: a refusal by one closes it on the others); over
-    /// SCTP it is refused there ([`Error::Unsupported`]).
+    /// (all or none: a refusal by one closes it on the others), over TCP
+    /// or SCTP: an SCTP INIT is answered by the loop it reaches, which owns
+    /// the association (all its packets hash there). Refused
+    /// ([`Error::Unsupported`]) over SCTP on a DPDK port whose driver's
+    /// RSS does not hash SCTP.
     pub fn listen(&self, port: u16, opts: &ListenOptions) -> Result<Listener, Error> {
-        self.refuse_sctp_on_loops(opts.transport)?;
+        self.refuse_sctp_on_loops(opts.transport, false)?;
         let srq = opts.srq.as_ref().map(|s| s.inner.clone());
         let ulp = Ulp::Iwarp {
             mpa: opts.mpa.clone(),
@@ -921,11 +957,26 @@ impl Context {
         })
     }
 
-    /// SCTP on a context of several loops: refused.
-    fn refuse_sctp_on_loops(&self, transport: Transport) -> Result<(), Error> {
-        if self.inner.loops.len() > 1 && transport != Transport::Mpa {
+    /// What a context of several loops refuses over SCTP: everything
+    /// where its device's RSS does not hash SCTP's ports (`Inner::no_sctp`),
+    /// and active opens over UDP (`connect`): their outer UDP ports, 9899
+    /// both ways, are what RSS hashes, the same for every association, so
+    /// no local port brings the answers to the loop that opens. (A
+    /// listener takes associations that arrive inside UDP: all of one
+    /// peer's packets hash alike, so the loop they reach owns it.)
+    fn refuse_sctp_on_loops(&self, transport: Transport, connect: bool) -> Result<(), Error> {
+        if self.inner.loops.len() == 1 || transport == Transport::Mpa {
+            return Ok(());
+        }
+        if let Some(why) = self.inner.no_sctp {
+            return Err(Error::Unsupported(why));
+        }
+        if connect && transport == Transport::SctpOverUdp {
             return Err(Error::Unsupported(
-                "iWARP over SCTP on a context of several poll loops",
+                "iWARP over SCTP over UDP from a context of several poll loops: the outer \
+                 UDP ports (9899 both ways) are what RSS hashes, the same for every \
+                 association, so no local port brings the answers to the opening loop \
+                 (Transport::Sctp works there)",
             ));
         }
         Ok(())
@@ -933,13 +984,17 @@ impl Context {
 
     /// Connect to `to` and run the MPA exchange; returns the connected
     /// queue pair once in full operation (or why not). On a context of
-    /// several loops the connection goes to the next loop in turn (over
-    /// SCTP it is refused there, [`Error::Unsupported`]).
+    /// several loops the connection goes to the next loop in turn, over
+    /// TCP or SCTP alike: its local port is one whose answers RSS brings
+    /// to that loop. Refused there ([`Error::Unsupported`]):
+    /// [`Transport::SctpOverUdp`] (RSS hashes its outer UDP ports, 9899
+    /// both ways, so no local port steers the answers), and SCTP on a
+    /// DPDK port whose driver's RSS does not hash SCTP.
     pub fn connect(&self, to: SocketAddrV4, opts: &ConnectOptions) -> Result<Qp, Error> {
         if opts.mpa.private_data.len() > 512 {
             return Err(Error::InvalidArgument("private data over 512 octets"));
         }
-        self.refuse_sctp_on_loops(opts.transport)?;
+        self.refuse_sctp_on_loops(opts.transport, true)?;
         let lp = match self.inner.loops.len() {
             1 => 0,
             n => self.inner.next_loop.fetch_add(1, Ordering::Relaxed) % n,

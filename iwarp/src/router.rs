@@ -3,7 +3,8 @@
 //! connection-level outputs per connection or listener. A context has one
 //! loop, or one per receive queue ([`Context::sim_pair_queues`]): a
 //! connection belongs to one loop, which its id names (ids are given out
-//! apart, loop `i` of `n` taking `i`, `i + n`, ...), and a command for a
+//! apart, loop `i` of `n` taking `i`, `i + n`, ..., over SCTP the same
+//! from `SCTP_SOCK_BASE`), and a command for a
 //! connection goes to that loop; the loops share one output bell, so a
 //! wait sleeps on all of them at once.
 
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
+use iwarp_datapath::over_sctp::conn::SCTP_SOCK_BASE;
 use iwarp_datapath::over_tcp::{CmEvent, HostOutput};
 use iwarp_datapath::runtime::LoopHandle;
 use iwarp_datapath::stack::{Command, InspectOp, ListenError, MemoryOp, Output, SockId, Stack};
@@ -70,6 +72,9 @@ pub(crate) struct Inner {
     /// One [`Context::stats`] at a time (the loop publishes one snapshot
     /// per request).
     pub(crate) stats_lock: Mutex<()>,
+    /// Why iWARP over SCTP is refused on this context of several loops
+    /// (its device's RSS does not hash SCTP's ports), if it is.
+    pub(crate) no_sctp: Option<&'static str>,
 }
 
 impl Inner {
@@ -155,11 +160,14 @@ impl Inner {
         moved
     }
 
-    /// The loop that owns connection `sock`.
+    /// The loop that owns connection `sock`: loop `i` of `n` gives out
+    /// TCP ids `i`, `i + n`, ... and SCTP ids `SCTP_SOCK_BASE + i`,
+    /// `SCTP_SOCK_BASE + i + n`, ... (`StackConfig::sock_ids`).
     #[inline]
     pub(crate) fn loop_of(&self, sock: SockId) -> usize {
         match self.loops.len() {
             1 => 0,
+            n if sock >= SCTP_SOCK_BASE => (sock - SCTP_SOCK_BASE) % n,
             n => sock % n,
         }
     }
@@ -323,14 +331,6 @@ impl Inner {
             Ok(mut r) => r.forget(sock),
             Err(p) => p.into_inner().forget(sock),
         }
-    }
-
-    /// Run `f` on the stack in loop 0's thread and wait for its answer.
-    pub(crate) fn inspect<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Stack) -> T + Send + 'static,
-    ) -> Result<T, Error> {
-        self.inspect_on(0, f)
     }
 
     /// Run `f` on loop `i`'s stack in its thread and wait for its answer.

@@ -3,6 +3,8 @@
 //! the loops, each owned by one; one listener takes the requests of all;
 //! memory registered on every loop; CQs shared.
 
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
@@ -303,16 +305,23 @@ fn refusals() {
         Context::sim_pair_queues(2, Polling::Adaptive, Some(&[0, 1, 0])),
         Err(Error::InvalidArgument(_))
     ));
+    // Over SCTP a context of several loops listens, and connects raw;
+    // an active open inside UDP is refused (RSS hashes the outer UDP
+    // ports, 9899 both ways, alike for every association).
     let (a, b) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
     let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let mut lo = ListenOptions::new(&apd);
-    lo.transport = Transport::Sctp;
-    assert!(matches!(a.listen(7200, &lo), Err(Error::Unsupported(_))));
+    lo.transport = Transport::SctpOverUdp;
+    let sctp_listener = a.listen(7200, &lo).expect("SCTP listens on every loop");
     let cq = b.create_cq(4);
     let mut co = ConnectOptions::new(&bpd, &cq);
-    co.transport = Transport::Sctp;
+    co.transport = Transport::SctpOverUdp;
     let to = SocketAddrV4::new(a.addr(), 7200);
-    assert!(matches!(b.connect(to, &co), Err(Error::Unsupported(_))));
+    match b.connect(to, &co) {
+        Err(Error::Unsupported(why)) => assert!(why.contains("9899"), "{why}"),
+        other => panic!("SCTP over UDP from several loops: {other:?}"),
+    }
+    drop(sctp_listener);
     // The port is free for TCP afterwards; one listener per port.
     let l = a.listen(7200, &ListenOptions::new(&apd)).unwrap();
     assert!(matches!(
@@ -431,6 +440,330 @@ fn a_remote_invalidation_on_one_loop_stops_the_region_on_the_other() {
         (&sqps[k], &cqps[c])
     };
     let ((s0, c0), (_s1, c1)) = (on(0), on(1));
+    let src = cpd.register(vec![9; 64], Access::LOCAL_WRITE).unwrap();
+    let write = |q: &Qp, wr_id: u64| {
+        q.post_send(WorkRequest::Write {
+            wr_id,
+            signaled: true,
+            local: src.sge(0, 64).into(),
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    };
+    // Through loop 1's connection the region takes a Write.
+    write(c1, 1);
+    let w = take(&ccq, 1);
+    assert!(w[0].status.is_ok(), "{w:?}");
+    let deadline = Instant::now() + T;
+    while target.read(0, 64).unwrap() != [9; 64] {
+        assert!(Instant::now() < deadline, "the first Write never landed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A Send with Invalidate arrives on loop 0's connection.
+    s0.post_recv(7, inbox.sge(0, 64)).unwrap();
+    c0.post_send(WorkRequest::Send {
+        wr_id: 2,
+        signaled: true,
+        local: src.sge(0, 8).into(),
+        solicited: false,
+        invalidate: Some(target.stag()),
+    })
+    .unwrap();
+    let r = take(&scq, 1);
+    assert!(r[0].status.is_ok(), "{r:?}");
+    assert_eq!(r[0].invalidated, Some(target.stag()));
+    assert_eq!(r[0].qp, s0.id());
+    let _ = take(&ccq, 1);
+    // Loop 1 refuses the region now: the Write ends its connection with
+    // a Terminate, and the memory stays as it was.
+    target.write(0, &[0; 64]).unwrap();
+    write(c1, 3);
+    let _ = take(&ccq, 1);
+    wait_event(c1, |e| matches!(e, QpEvent::TerminateReceived(_)));
+    assert_eq!(target.read(0, 64).unwrap(), [0; 64]);
+}
+
+/// `n` connections over SCTP from `from` to `to:port` (a listener
+/// there), as (the active ends, the passive ends).
+fn connect_sctp(
+    (from, fpd, fcq): (&Context, &iwarp::Pd, &Cq),
+    (to, tpd, tcq): (&Context, &iwarp::Pd, &Cq),
+    port: u16,
+    n: usize,
+) -> (Vec<Qp>, Vec<Qp>) {
+    let mut lo = ListenOptions::new(tpd);
+    lo.transport = Transport::Sctp;
+    let listener = to.listen(port, &lo).expect("SCTP listens on every loop");
+    let addr = SocketAddrV4::new(to.addr(), port);
+    let (c, pd, cq) = (from.clone(), fpd.clone(), fcq.clone());
+    let t = std::thread::spawn(move || {
+        let mut co = ConnectOptions::new(&pd, &cq);
+        co.transport = Transport::Sctp;
+        (0..n)
+            .map(|_| c.connect(addr, &co))
+            .collect::<Result<Vec<Qp>, Error>>()
+    });
+    let passive = (0..n)
+        .map(|_| {
+            let req = listener.get_request(T).expect("a request");
+            let lp = req.loop_index();
+            let qp = req.accept(&Default::default(), tcq).expect("accepted");
+            assert_eq!(qp.loop_index(), lp);
+            qp
+        })
+        .collect();
+    (t.join().unwrap().expect("connected"), passive)
+}
+
+/// Queue pairs per loop of a 2-loop context.
+fn per_loop(qps: &[Qp]) -> [usize; 2] {
+    let mut per = [0; 2];
+    for q in qps {
+        per[q.loop_index()] += 1;
+    }
+    per
+}
+
+/// A constructor of two contexts of `queues` loops each
+/// (`Context::sim_pair_queues`, `Context::sim_pair_queues_soft`).
+type Link = fn(u16, Polling, Option<&[usize]>) -> Result<(Context, Context), Error>;
+
+/// Six SCTP connections between two 2-loop contexts, four opened by the
+/// client and two by the server, over `link` (`sim_pair_queues` or
+/// `sim_pair_queues_soft`): each end's loops own three (an active open
+/// goes to the loops in turn on a port whose answers come back there, an
+/// INIT is answered by the loop it reaches); Writes both ways, Sends and
+/// Reads move the right octets through one region and CQs both loops
+/// complete into; `sctp_stats` sums both loops; a graceful close from
+/// either side ends every association.
+fn six_sctp_connections(link: Link) {
+    const N: usize = 6;
+    let (server, client) = link(2, Polling::Adaptive, None).expect("pair");
+    assert_eq!((server.loops(), client.loops()), (2, 2));
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(256), client.create_cq(256));
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let s_region = spd.register(vec![0; N * PIECE], rw).unwrap();
+    let c_region = cpd.register(vec![0; N * PIECE], rw).unwrap();
+    let s_inbox = spd
+        .register(vec![0; N * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+
+    let (c_act, s_pas) = connect_sctp((&client, &cpd, &ccq), (&server, &spd, &scq), 7400, 4);
+    let (s_act, c_pas) = connect_sctp((&server, &spd, &scq), (&client, &cpd, &ccq), 7500, 2);
+    // Active opens go to the loops in turn.
+    assert_eq!(
+        c_act.iter().map(Qp::loop_index).collect::<Vec<_>>(),
+        [0, 1, 0, 1]
+    );
+    assert_eq!(s_act.iter().map(Qp::loop_index).collect::<Vec<_>>(), [0, 1]);
+    // Connection k is `sqps[k]` at the server and `cqps[k]` at the client.
+    let sqps: Vec<Qp> = s_pas.into_iter().chain(s_act).collect();
+    let cqps: Vec<Qp> = c_act.into_iter().chain(c_pas).collect();
+    assert_eq!(per_loop(&sqps), [3, 3]);
+    assert_eq!(per_loop(&cqps), [3, 3]);
+    // The SCTP counters sum both loops' (three connections each).
+    for ctx in [&server, &client] {
+        let st = ctx.sctp_stats().unwrap().expect("an SCTP part");
+        assert_eq!(st.connections, N, "{st:?}");
+        assert!(st.host.rx_packets > 0 && st.host.tx_packets > 0, "{st:?}");
+    }
+
+    // RDMA Writes from every client connection into its piece of the
+    // server's region.
+    let csrc = cpd
+        .register(vec![0; N * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+    for (k, q) in cqps.iter().enumerate() {
+        csrc.write(k * PIECE, &pattern(k, 1)).unwrap();
+        q.post_send(WorkRequest::Write {
+            wr_id: k as u64,
+            signaled: true,
+            local: csrc.sge((k * PIECE) as u64, PIECE as u32).into(),
+            remote_stag: s_region.stag(),
+            remote_to: (k * PIECE) as u64,
+        })
+        .unwrap();
+    }
+    for w in take(&ccq, N) {
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Write),
+            "{w:?}"
+        );
+    }
+    // Sends into receives posted on every server connection; each
+    // completion names its queue pair.
+    for (k, q) in sqps.iter().enumerate() {
+        q.post_recv(
+            100 + k as u64,
+            s_inbox.sge((k * PIECE) as u64, PIECE as u32),
+        )
+        .unwrap();
+    }
+    for (k, q) in cqps.iter().enumerate() {
+        csrc.write(k * PIECE, &pattern(k, 2)).unwrap();
+        q.post_send(WorkRequest::Send {
+            wr_id: 200 + k as u64,
+            signaled: true,
+            local: csrc.sge((k * PIECE) as u64, PIECE as u32).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    }
+    for w in take(&scq, N) {
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Recv),
+            "{w:?}"
+        );
+        assert_eq!(w.byte_len as usize, PIECE);
+        assert_eq!(w.qp, sqps[(w.wr_id - 100) as usize].id(), "{w:?}");
+    }
+    for w in take(&ccq, N) {
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Send),
+            "{w:?}"
+        );
+    }
+    // Writes from every server connection into the client's region.
+    let ssrc = spd
+        .register(vec![0; N * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+    for (k, q) in sqps.iter().enumerate() {
+        ssrc.write(k * PIECE, &pattern(k, 3)).unwrap();
+        q.post_send(WorkRequest::Write {
+            wr_id: 300 + k as u64,
+            signaled: true,
+            local: ssrc.sge((k * PIECE) as u64, PIECE as u32).into(),
+            remote_stag: c_region.stag(),
+            remote_to: (k * PIECE) as u64,
+        })
+        .unwrap();
+    }
+    for w in take(&scq, N) {
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Write),
+            "{w:?}"
+        );
+    }
+    for k in 0..N {
+        // The client's Write k was placed before its Send k arrived.
+        assert!(
+            s_region.read(k * PIECE, PIECE).unwrap() == pattern(k, 1),
+            "write {k} to the server"
+        );
+        // Connection k's Send landed in receive k (the passive ends were
+        // paired with the active ones by their order above; the Send's
+        // octets say which connection carried it).
+        assert!(
+            s_inbox.read(k * PIECE, PIECE).unwrap() == pattern(k, 2),
+            "send {k}"
+        );
+        // A Write completes once SCTP holds it, not once placed: wait.
+        let since = Instant::now();
+        while c_region.read(k * PIECE, PIECE).unwrap() != pattern(k, 3) {
+            assert!(since.elapsed() < T, "write {k} to the client");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // RDMA Reads of every piece of the server's region.
+    let sink = cpd
+        .register(vec![0; N * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+    for (k, q) in cqps.iter().enumerate() {
+        q.post_send(WorkRequest::Read {
+            wr_id: 400 + k as u64,
+            signaled: true,
+            local: sink.sge((k * PIECE) as u64, PIECE as u32).into(),
+            remote_stag: s_region.stag(),
+            remote_to: (k * PIECE) as u64,
+        })
+        .unwrap();
+    }
+    for w in take(&ccq, N) {
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Read),
+            "{w:?}"
+        );
+    }
+    for k in 0..N {
+        assert!(
+            sink.read(k * PIECE, PIECE).unwrap() == pattern(k, 1),
+            "read {k}"
+        );
+    }
+
+    // Graceful close, half from each side: both ends of every connection
+    // see it, and every association ends on both loops of both contexts.
+    for (k, (c, s)) in cqps.iter().zip(&sqps).enumerate() {
+        if k % 2 == 0 {
+            c.disconnect().unwrap();
+        } else {
+            s.disconnect().unwrap();
+        }
+    }
+    for q in cqps.iter().chain(&sqps) {
+        q.wait_disconnected(T).unwrap();
+    }
+    drop((cqps, sqps));
+    assert_eq!(server.tracked_connections(), 0, "server");
+    assert_eq!(client.tracked_connections(), 0, "client");
+    let deadline = Instant::now() + T;
+    while [&server, &client]
+        .iter()
+        .any(|c| c.sctp_stats().unwrap().map(|s| s.connections) != Some(0))
+    {
+        assert!(Instant::now() < deadline, "SCTP connections left");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`six_sctp_connections`] over a link whose RSS steers every frame to
+/// its owner's queue.
+#[test]
+fn six_sctp_connections_over_two_loops() {
+    six_sctp_connections(Context::sim_pair_queues);
+}
+
+/// [`six_sctp_connections`] over a link that delivers every frame for the
+/// server on its queue 0: the server's loop 0 passes loop 1 the SCTP
+/// packets of its associations (software steering by SCTP's ports).
+#[test]
+fn six_sctp_connections_over_software_steering() {
+    six_sctp_connections(Context::sim_pair_queues_soft);
+    let (server, client) = Context::sim_pair_queues_soft(2, Polling::Adaptive, None).unwrap();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(16), client.create_cq(16));
+    let (cqps, sqps) = connect_sctp((&client, &cpd, &ccq), (&server, &spd, &scq), 7600, 2);
+    assert_eq!(per_loop(&sqps), [1, 1]);
+    assert_eq!(per_loop(&cqps), [1, 1]);
+    let ss = server.stats().unwrap();
+    let (l0, l1) = (&ss.loops[0], &ss.loops[1]);
+    assert_eq!(l1.poll_loop.rx_frames, 0, "{:?}", l1.poll_loop);
+    assert!(l0.poll_loop.steered_out > 0, "{:?}", l0.poll_loop);
+    assert!(l1.poll_loop.steered_in > 0, "{:?}", l1.poll_loop);
+}
+
+/// A Send with Invalidate that one loop receives over SCTP stops the
+/// region for the SCTP connections of the other loop too (as
+/// `a_remote_invalidation_on_one_loop_stops_the_region_on_the_other`
+/// over TCP).
+#[test]
+fn an_sctp_remote_invalidation_on_one_loop_stops_the_region_on_the_other() {
+    let (server, client) = Context::sim_pair_queues(2, Polling::Adaptive, None).expect("pair");
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let target = spd
+        .register(vec![0; PIECE], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
+    let (cqps, sqps) = connect_sctp((&client, &cpd, &ccq), (&server, &spd, &scq), 7300, 2);
+    // Connection k is cqps[k] and sqps[k]; the active opens went to loops
+    // 0 and 1, and each passive end shares its loop number.
+    assert_eq!(cqps.iter().map(Qp::loop_index).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(sqps.iter().map(Qp::loop_index).collect::<Vec<_>>(), [0, 1]);
+    let ((s0, c0), c1) = ((&sqps[0], &cqps[0]), &cqps[1]);
     let src = cpd.register(vec![9; 64], Access::LOCAL_WRITE).unwrap();
     let write = |q: &Qp, wr_id: u64| {
         q.post_send(WorkRequest::Write {

@@ -541,7 +541,8 @@ struct Cli {
     /// (`--link memif`: `DpdkOptions::queue_count`, queue i to the
     /// peer's queue i); the Linux baseline runs N parallel TCP flows over
     /// loopback in the same run (no root). Prints each connection's loop
-    /// and each loop's share.
+    /// and each loop's share. With `--transport sctp` the connections are
+    /// iWARP over SCTP (the baseline stays Linux TCP).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
     queues: Option<u16>,
     /// With --queues: connections, given to the client's loops in turn
@@ -569,12 +570,14 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
     if !matches!(args.link, Link::Sim | Link::Memif) {
         return Err("--queues: over the simulated link or memif (--sim, --link memif)".into());
     }
-    if args.threads || args.sctp || args.loss_permille.is_some() {
-        return Err(
-            "--queues runs in the poll loops over MPA/TCP (no --threads, --transport sctp, --loss-permille)"
-                .into(),
-        );
+    if args.threads || args.loss_permille.is_some() {
+        return Err("--queues runs in the poll loops (no --threads, --loss-permille)".into());
     }
+    let (transport, carrier) = if args.sctp {
+        (iwarp::Transport::Sctp, "SCTP")
+    } else {
+        (iwarp::Transport::Mpa, "MPA/TCP")
+    };
     let iters = args.iters.unwrap_or(5000);
     let wait = baseline_wait(args.busy, false);
     let polling = if args.busy {
@@ -588,7 +591,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         _ => "the simulated link (RSS, symmetric key)",
     };
     println!(
-        "iwarp-perf --queues {queues}: write_bw over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}; {ncpu} CPUs, nothing pinned",
+        "iwarp-perf --queues {queues}: write_bw over {carrier} over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}; {ncpu} CPUs, nothing pinned",
         args.window
     );
     println!(
@@ -634,7 +637,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
                     args.busy,
                     false,
                     None,
-                    iwarp::Transport::Mpa,
+                    transport,
                 )
                 .map_err(|e| format!("connection {k}: {e}"))
             })
@@ -666,11 +669,29 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
             println!(" {k:<5} {cl:<12} {sl:<12} {:<12} {:.2}", r.iters, r.avg_mbs);
             per_conn.push(json!({ "client_loop": cl, "server_loop": sl, "iterations": r.iters, "bw_avg_mib_s": r.avg_mbs }));
         }
-        for (who, st) in [("client", &cs), ("server", &ss)] {
+        for (who, st, ctx) in [("client", &cs, &client), ("server", &ss, &server)] {
             for (i, l) in st.loops.iter().enumerate() {
+                if args.sctp {
+                    // The loop's TCP counters say nothing of SCTP.
+                    println!(
+                        " {who} loop {i}: tx_frames {} rounds {} rx_frames {}",
+                        l.tx_frames, l.poll_loop.rounds, l.poll_loop.rx_frames
+                    );
+                } else {
+                    println!(
+                        " {who} loop {i}: connections {} rx_tcp {} tx_frames {} tcp_delivered {} rounds {} rx_frames {}",
+                        l.connections, l.rx_tcp, l.tx_frames, l.tcp_delivered, l.poll_loop.rounds, l.poll_loop.rx_frames
+                    );
+                }
+            }
+            if args.sctp {
+                let sc = ctx
+                    .sctp_stats()
+                    .map_err(|e| e.to_string())?
+                    .unwrap_or_default();
                 println!(
-                    " {who} loop {i}: connections {} rx_tcp {} tx_frames {} tcp_delivered {} rounds {} rx_frames {}",
-                    l.connections, l.rx_tcp, l.tx_frames, l.tcp_delivered, l.poll_loop.rounds, l.poll_loop.rx_frames
+                    " {who} SCTP, all loops: connections {} rx_packets {} tx_packets {} retransmits {}",
+                    sc.connections, sc.host.rx_packets, sc.host.tx_packets, sc.assoc.retransmits
                 );
             }
         }
@@ -687,7 +708,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
             ours_mbs / linux_mbs.max(f64::MIN_POSITIVE)
         );
         json_out.push(json!({
-            "test": "write_bw", "bytes": size, "queues": queues, "connections": conns,
+            "test": "write_bw", "bytes": size, "queues": queues, "connections": conns, "transport": carrier,
             "iterations_per_connection": iters,
             "iwarp": { "bw_avg_mib_s": ours_mbs, "seconds": wall, "messages": total, "per_connection": per_conn,
                 "client_loops": cs.loops.iter().map(|l| json!({"connections": l.connections, "rx_tcp": l.rx_tcp, "tcp_delivered": l.tcp_delivered})).collect::<Vec<_>>(),

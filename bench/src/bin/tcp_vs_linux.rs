@@ -1,8 +1,10 @@
 //! tcp-lite on AF_XDP against the Linux kernel's TCP, on the same veth pair
 //! and namespaces, in one run: 64-octet ping-pong round trips and one-way
-//! bulk throughput, first with Linux at both ends (the baseline), then with
-//! our stack as the client and Linux as the server. Prints both and the
-//! ratios ours/Linux. Needs root.
+//! bulk throughput, first with Linux at both ends (the baselines: the
+//! Linux client spinning on a non-blocking socket in the ping-pong, as our
+//! client thread spins on its ring, then blocking in `read`), then with
+//! our stack as the client and Linux as the server. Prints all three and
+//! the ratios ours/Linux, spinning first (like for like). Needs root.
 //!
 //! With `--loss`, it measures loss recovery instead: nftables in the Linux
 //! end's namespace (the listener's, for the two transfers to Linux)
@@ -185,7 +187,18 @@ fn linux_server(
     (ready_rx, h)
 }
 
-fn linux_client(ns: &Netns, addr: SocketAddrV4, iters: usize, bulk: usize) -> (Vec<u64>, f64) {
+/// The Linux client: `iters` ping-pong round trips, then `bulk` octets
+/// one way. `spin`: the ping-pong reads a non-blocking socket in a loop,
+/// as our client thread spins on its ring (like for like); else it
+/// blocks in `read` (the other way of waiting, printed beside). The bulk
+/// phase blocks in both, as our client's bulk sends do.
+fn linux_client(
+    ns: &Netns,
+    addr: SocketAddrV4,
+    iters: usize,
+    bulk: usize,
+    spin: bool,
+) -> (Vec<u64>, f64) {
     let path = ns.ns_path();
     iwarp_xdp::in_netns(&path, move || {
         let mut s = TcpStream::connect(addr).expect("connect");
@@ -193,14 +206,25 @@ fn linux_client(ns: &Netns, addr: SocketAddrV4, iters: usize, bulk: usize) -> (V
         let msg = [7u8; MSG];
         let mut buf = [0u8; MSG];
         let mut rtts = Vec::with_capacity(iters);
+        if spin {
+            s.set_nonblocking(true).expect("nonblocking");
+        }
+        // Bounded: a peer that stops answering fails the run.
+        let give_up = Instant::now() + Duration::from_secs(120);
         for _ in 0..iters {
             let t = Instant::now();
-            s.write_all(&msg).expect("write");
-            s.read_exact(&mut buf).expect("read");
+            if spin {
+                spin_write_all(&mut s, &msg, give_up);
+                spin_read_exact(&mut s, &mut buf, give_up);
+            } else {
+                s.write_all(&msg).expect("write");
+                s.read_exact(&mut buf).expect("read");
+            }
             rtts.push(t.elapsed().as_nanos() as u64);
         }
         drop(s);
         let mut s = TcpStream::connect(addr).expect("connect bulk");
+        s.set_nonblocking(false).expect("blocking");
         s.set_write_timeout(Some(Duration::from_secs(60)))
             .expect("write timeout");
         s.set_read_timeout(Some(Duration::from_secs(60)))
@@ -219,6 +243,38 @@ fn linux_client(ns: &Netns, addr: SocketAddrV4, iters: usize, bulk: usize) -> (V
         (rtts, bulk as f64 / t.elapsed().as_secs_f64() / 1e6)
     })
     .expect("enter namespace")
+}
+
+/// All of `b` out on a non-blocking socket, spinning while it would
+/// block (panics on an error, or after `give_up`).
+fn spin_write_all(s: &mut TcpStream, mut b: &[u8], give_up: Instant) {
+    while !b.is_empty() {
+        match s.write(b) {
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < give_up, "write: no room for 120 s");
+                std::hint::spin_loop();
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+}
+
+/// `b` filled from a non-blocking socket, spinning while it would block
+/// (panics on an error or EOF, or after `give_up`).
+fn spin_read_exact(s: &mut TcpStream, b: &mut [u8], give_up: Instant) {
+    let mut got = 0;
+    while got < b.len() {
+        match s.read(&mut b[got..]) {
+            Ok(0) => panic!("read: EOF"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < give_up, "read: nothing for 120 s");
+                std::hint::spin_loop();
+            }
+            Err(e) => panic!("read: {e}"),
+        }
+    }
 }
 
 fn connect_ours(
@@ -379,14 +435,22 @@ fn run(cli: &Cli) {
         return;
     }
 
-    // Baseline: the kernel at both ends, same veth, same namespaces.
+    // Baselines: the kernel at both ends, same veth, same namespaces; the
+    // client spinning on a non-blocking socket (as our client thread
+    // spins on its ring: like for like), then blocking in `read`.
     veth.add_addr(End::A, "10.211.0.3/24").expect("addr");
-    let addr = SocketAddrV4::new(server_ip, 5301);
-    let (ready, server) = linux_server(&linux_ns, addr, iters);
-    ready.recv().expect("server ready");
-    let (lin_rtt, lin_bw) = linux_client(&ours_ns, addr, iters, bulk);
-    let lin_rx = server.join().expect("server");
-    assert_eq!(lin_rx as usize, bulk);
+    let mut linux = Vec::new();
+    for (port, spin) in [(5301, true), (5303, false)] {
+        let addr = SocketAddrV4::new(server_ip, port);
+        let (ready, server) = linux_server(&linux_ns, addr, iters);
+        ready.recv().expect("server ready");
+        let (rtt, bw) = linux_client(&ours_ns, addr, iters, bulk, spin);
+        let rx = server.join().expect("server");
+        assert_eq!(rx as usize, bulk);
+        linux.push((rtt, bw));
+    }
+    let (blk_rtt, blk_bw) = linux.pop().expect("blocking run");
+    let (lin_rtt, lin_bw) = linux.pop().expect("spinning run");
     ours_ns
         .ip(&["addr", "del", "10.211.0.3/24", "dev", veth.name(End::A)])
         .expect("addr del");
@@ -408,6 +472,7 @@ fn run(cli: &Cli) {
     assert_eq!(our_rx as usize, bulk);
 
     let l = summarize(lin_rtt);
+    let b = summarize(blk_rtt);
     let o = summarize(our_rtt);
     println!("64-octet TCP ping-pong, {iters} round trips (full round trip, microseconds), and {} MiB one-way bulk", bulk >> 20);
     println!(
@@ -416,18 +481,29 @@ fn run(cli: &Cli) {
     );
     println!(
         "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.0}",
-        "Linux -> Linux", l.p50, l.p99, l.p999, l.mean, lin_bw
+        "Linux -> Linux, spin", l.p50, l.p99, l.p999, l.mean, lin_bw
+    );
+    println!(
+        "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.0}   <- the client blocking in read (the other way of waiting)",
+        "Linux -> Linux, block", b.p50, b.p99, b.p999, b.mean, blk_bw
     );
     println!(
         "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.0}",
         "tcp-lite/AF_XDP -> Linux", o.p50, o.p99, o.p999, o.mean, our_bw
     );
     println!(
-        "ratio ours/Linux: p50 {:.2}  p99 {:.2}  p99.9 {:.2}  bulk {:.2}",
+        "ratio ours/Linux spinning (like for like: our client spins): p50 {:.2}  p99 {:.2}  p99.9 {:.2}  bulk {:.2}",
         o.p50 / l.p50,
         o.p99 / l.p99,
         o.p999 / l.p999,
         our_bw / lin_bw
+    );
+    println!(
+        "ratio ours/Linux blocking: p50 {:.2}  p99 {:.2}  p99.9 {:.2}  bulk {:.2}",
+        o.p50 / b.p50,
+        o.p99 / b.p99,
+        o.p999 / b.p999,
+        our_bw / blk_bw
     );
     println!("our process CPU during bulk: {our_cpu:.2} ns/octet (poll loop busy-polls one core)");
 }
@@ -735,7 +811,7 @@ fn loss_table(
         ready.recv().expect("server ready");
         let before = tcp_segs(linux_ns);
         let rec0 = counters(ours_ns, "/proc/net/netstat", "TcpExt:", &LINUX_RECOVERY);
-        let (_, lin_bw) = linux_client(ours_ns, addr, 0, bulk);
+        let (_, lin_bw) = linux_client(ours_ns, addr, 0, bulk, false);
         let lin_rx = server.join().expect("server");
         let after = tcp_segs(linux_ns);
         let rec1 = counters(ours_ns, "/proc/net/netstat", "TcpExt:", &LINUX_RECOVERY);

@@ -112,6 +112,76 @@ pub struct SctpCounters {
     pub segments_by_reference: u64,
 }
 
+impl SctpCounters {
+    /// Add `other`'s counters to these (a context of several loops sums
+    /// its loops' SCTP parts): every count summed, `qp_held_max` the
+    /// larger.
+    pub fn add(&mut self, other: &SctpCounters) {
+        self.connections += other.connections;
+        // Destructured: a counter added later must be summed here too.
+        let super::SctpHostStats {
+            rx_packets,
+            tx_packets,
+            rx_dropped,
+            udp_bad_checksum,
+            rx_udp,
+            tx_udp,
+            ootb_replies,
+            ootb_limited,
+            arp_drops,
+            closed_retransmits,
+            closed_discarded,
+        } = other.host;
+        let h = &mut self.host;
+        h.rx_packets += rx_packets;
+        h.tx_packets += tx_packets;
+        h.rx_dropped += rx_dropped;
+        h.udp_bad_checksum += udp_bad_checksum;
+        h.rx_udp += rx_udp;
+        h.tx_udp += tx_udp;
+        h.ootb_replies += ootb_replies;
+        h.ootb_limited += ootb_limited;
+        h.arp_drops += arp_drops;
+        h.closed_retransmits += closed_retransmits;
+        h.closed_discarded += closed_discarded;
+        add_assoc_stats(&mut self.assoc, &other.assoc);
+        self.qp_held_octets += other.qp_held_octets;
+        self.qp_held_max = self.qp_held_max.max(other.qp_held_max);
+        self.segments_by_reference += other.segments_by_reference;
+    }
+}
+
+/// Add an association's counters to a sum (destructured: a counter
+/// added later must be summed here too).
+fn add_assoc_stats(sum: &mut sctp_lite::assoc::Stats, t: &sctp_lite::assoc::Stats) {
+    let sctp_lite::assoc::Stats {
+        data_chunks_sent,
+        retransmits,
+        fast_retransmits,
+        t3_expiries,
+        dup_data_received,
+        packets_discarded,
+        out_of_order_data,
+        heartbeats_sent,
+        heartbeat_acks,
+        pruned_chunks,
+        tag_verified_packets,
+        data_in_place,
+    } = *t;
+    sum.data_chunks_sent += data_chunks_sent;
+    sum.retransmits += retransmits;
+    sum.fast_retransmits += fast_retransmits;
+    sum.t3_expiries += t3_expiries;
+    sum.dup_data_received += dup_data_received;
+    sum.packets_discarded += packets_discarded;
+    sum.out_of_order_data += out_of_order_data;
+    sum.heartbeats_sent += heartbeats_sent;
+    sum.heartbeat_acks += heartbeat_acks;
+    sum.pruned_chunks += pruned_chunks;
+    sum.tag_verified_packets += tag_verified_packets;
+    sum.data_in_place += data_in_place;
+}
+
 /// What an SCTP connection or listener runs with.
 #[derive(Debug, Clone)]
 pub struct SctpUlp {
@@ -502,8 +572,14 @@ pub struct SctpConns {
     ids: Vec<SockId>,
     listeners: HashMap<u16, Listening>,
     next_id: SockId,
+    /// The step between connection ids (`set_ids`).
+    id_step: SockId,
     next_port: u16,
     ephemeral_base: u16,
+    /// Our address and, on a loop of several, the receive steering its
+    /// active opens pick local ports by (`set_steering`).
+    local: Ipv4Address,
+    steering: Option<crate::stack::Steering>,
     host_out: Vec<SctpOutput>,
     /// Graceful closes that ran out of `SetupTimeouts::close` waiting for
     /// the answers to our Reads and became abortive.
@@ -566,6 +642,7 @@ pub struct AcceptQp {
 impl SctpConns {
     /// The part for one interface; ephemeral ports from `ephemeral_base`.
     pub fn new(cfg: SctpHostConfig, ephemeral_base: u16) -> Result<Self, &'static str> {
+        let local = Ipv4Address(cfg.ip);
         Ok(SctpConns {
             host: SctpHost::new_shared(cfg)?,
             conns: BTreeMap::new(),
@@ -574,8 +651,11 @@ impl SctpConns {
             ids: Vec::new(),
             listeners: HashMap::new(),
             next_id: SCTP_SOCK_BASE,
+            id_step: 1,
             next_port: ephemeral_base,
             ephemeral_base,
+            local,
+            steering: None,
             host_out: Vec::new(),
             close_timeouts: 0,
             linger_aborts: 0,
@@ -717,6 +797,26 @@ impl SctpConns {
         self.max_held = octets;
     }
 
+    /// Connection ids from now on: `SCTP_SOCK_BASE + first`, then `step`
+    /// apart (`step` 0 counts as 1). The loops of one context take ids
+    /// apart as their TCP connections do (`StackConfig::sock_ids`: loop
+    /// `i` of `n` takes `first` `i` and `step` `n`), so an id names one
+    /// connection in the whole context. Set before the first connection.
+    pub fn set_ids(&mut self, first: SockId, step: SockId) {
+        self.next_id = SCTP_SOCK_BASE.saturating_add(first);
+        self.id_step = step.max(1);
+    }
+
+    /// This part is the loop of one receive queue of several
+    /// (`StackConfig::steering`): an active open takes a local port whose
+    /// answers the RSS brings to this queue (`Rss::port_for_queue`, SCTP's
+    /// ports hashed as TCP's), or fails (`ConnError::Local`) when no free
+    /// port does; and SCTP over UDP is refused (its outer ports, 9899 both
+    /// ways, are all RSS hashes, so no local port choice steers it).
+    pub fn set_steering(&mut self, steering: Option<crate::stack::Steering>) {
+        self.steering = steering;
+    }
+
     /// Associations aborted for a full backlog.
     pub fn backlog_aborts(&self) -> u64 {
         self.backlog_aborts
@@ -754,19 +854,7 @@ impl SctpConns {
         let mut assoc = sctp_lite::assoc::Stats::default();
         for id in self.by_assoc.keys() {
             if let Some(a) = self.host.assoc(*id) {
-                let t = a.sctp().stats();
-                assoc.data_chunks_sent += t.data_chunks_sent;
-                assoc.retransmits += t.retransmits;
-                assoc.fast_retransmits += t.fast_retransmits;
-                assoc.t3_expiries += t.t3_expiries;
-                assoc.dup_data_received += t.dup_data_received;
-                assoc.packets_discarded += t.packets_discarded;
-                assoc.out_of_order_data += t.out_of_order_data;
-                assoc.heartbeats_sent += t.heartbeats_sent;
-                assoc.heartbeat_acks += t.heartbeat_acks;
-                assoc.pruned_chunks += t.pruned_chunks;
-                assoc.tag_verified_packets += t.tag_verified_packets;
-                assoc.data_in_place += t.data_in_place;
+                add_assoc_stats(&mut assoc, &a.sctp().stats());
             }
         }
         let held = self.conns.values().filter_map(|c| c.qp.as_ref());
@@ -902,16 +990,36 @@ impl SctpConns {
         self.listeners.remove(&port).is_some()
     }
 
-    fn ephemeral_port(&mut self, remote: [u8; 4], port: u16) -> u16 {
+    /// A local port for an association to `remote:port`: the next one no
+    /// association with that peer and port and no listener holds, or with
+    /// [`set_steering`](Self::set_steering) the next such one whose
+    /// answers reach this loop's queue (`None` if no free port does).
+    fn ephemeral_port(&mut self, remote: [u8; 4], port: u16) -> Option<u16> {
         let base = self.ephemeral_base;
+        if let Some(st) = &self.steering {
+            let open = iwarp_net::rss::ActiveOpen {
+                local: self.local,
+                remote: Ipv4Address(remote),
+                remote_port: port,
+                proto: iwarp_net::wire::IpProtocol::SCTP,
+            };
+            let host = &self.host;
+            let p =
+                st.rss
+                    .port_for_queue(st.queue, &open, base..=u16::MAX, self.next_port, |p| {
+                        host.port_taken(remote, port, p)
+                    })?;
+            self.next_port = if p == u16::MAX { base } else { p + 1 };
+            return Some(p);
+        }
         for _ in 0..=u16::MAX {
             let p = self.next_port;
             self.next_port = if p == u16::MAX { base } else { p + 1 };
             if !self.host.port_taken(remote, port, p) {
-                return p;
+                return Some(p);
             }
         }
-        base
+        Some(base)
     }
 
     /// Open a connection: `Output::Opening`, then `Connected` (or `Failed`)
@@ -928,11 +1036,24 @@ impl SctpConns {
         now: u64,
         out: &mut VecDeque<Output>,
     ) {
-        let lport = self.ephemeral_port(remote.0, port);
-        match self.host.connect(remote.0, port, lport, udp, now) {
-            Ok(assoc) => {
+        let lport = if udp.is_some() && self.steering.is_some() {
+            Err(
+                "SCTP over UDP on a loop of several: its outer UDP ports (9899 both ways) \
+                 are what RSS hashes, the same for every association, so no local port \
+                 brings the answers to this loop's queue",
+            )
+        } else {
+            self.ephemeral_port(remote.0, port)
+                .ok_or("no free local port whose answers RSS steers to this loop's queue")
+        };
+        match lport.and_then(|lport| {
+            self.host
+                .connect(remote.0, port, lport, udp, now)
+                .map(|a| (a, lport))
+        }) {
+            Ok((assoc, lport)) => {
                 let id = self.next_id;
-                self.next_id += 1;
+                self.next_id += self.id_step;
                 let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.token = Some(token);
                 self.ready.mark(&mut c.slot, id);
@@ -1271,7 +1392,7 @@ impl SctpConns {
                     return;
                 };
                 let id = self.next_id;
-                self.next_id += 1;
+                self.next_id += self.id_step;
                 let mut c = Conn::new(
                     assoc,
                     lport,
@@ -2314,5 +2435,118 @@ mod tests {
                 error: ConnError::PeerAbort(_)
             }
         ))));
+    }
+
+    /// On the loop of queue `q` of 4 (`set_ids`, `set_steering`): SCTP
+    /// connection ids `SCTP_SOCK_BASE + q`, then 4 apart; local ports
+    /// whose answers (peer to us, SCTP's ports) the RSS brings to `q`;
+    /// SCTP over UDP refused (its outer ports are fixed); no fitting
+    /// free port: a local failure, nothing sent.
+    #[test]
+    fn a_loop_of_several_takes_its_ids_and_ports() {
+        use iwarp_net::rss::Rss;
+        use iwarp_net::wire::IpProtocol;
+        let (local, remote) = ([10, 7, 0, 1], Ipv4Address::new(10, 7, 0, 2));
+        let rss = Rss::symmetric(4).unwrap();
+        let (_, ulp, _) = end(1, 0);
+        let ulp = SctpUlp::from_ulp(&ulp).unwrap();
+        let part = |queue: u16, base: u16| {
+            let cfg = SctpHostConfig::new([0x02, 0, 0, 0, 0x5c, 1], local, [7; 16]);
+            let mut sc = SctpConns::new(cfg, base).unwrap();
+            sc.set_ids(usize::from(queue), 4);
+            sc.set_steering(Some(crate::stack::Steering {
+                rss: rss.clone(),
+                queue,
+            }));
+            sc
+        };
+        for queue in 0..4u16 {
+            let mut sc = part(queue, 49152);
+            let mut out = VecDeque::new();
+            for token in 1..=3 {
+                sc.connect(token, remote, PORT, None, ulp.clone(), 0, &mut out);
+            }
+            let ids: Vec<SockId> = out
+                .iter()
+                .map(|o| match o {
+                    Output::Opening { sock, .. } => *sock,
+                    o => panic!("{o:?}"),
+                })
+                .collect();
+            let q = usize::from(queue);
+            let base = SCTP_SOCK_BASE + q;
+            assert_eq!(ids, [base, base + 4, base + 8]);
+            let mut ports: Vec<u16> = ids.iter().map(|id| sc.conns[id].port).collect();
+            for &p in &ports {
+                assert!(p >= 49152, "{p}");
+                let to = rss.queue_of(remote, Ipv4Address(local), PORT, p, IpProtocol::SCTP);
+                assert_eq!(to, queue, "port {p}");
+            }
+            ports.dedup();
+            assert_eq!(ports.len(), 3, "three ports");
+            // Inside UDP: refused, naming why.
+            out.clear();
+            sc.connect(9, remote, PORT, Some(9899), ulp.clone(), 0, &mut out);
+            match out.pop_front() {
+                Some(Output::Failed {
+                    token: 9,
+                    error: ConnError::Local(why),
+                }) => assert!(why.contains("9899"), "{why}"),
+                o => panic!("{o:?}"),
+            }
+            assert_eq!(sc.connections(), 3);
+        }
+        // A one-port range whose port steers elsewhere.
+        let p = u16::MAX;
+        let own = rss.queue_of(remote, Ipv4Address(local), PORT, p, IpProtocol::SCTP);
+        let mut sc = part((own + 1) % 4, p);
+        let mut out = VecDeque::new();
+        sc.connect(1, remote, PORT, None, ulp.clone(), 0, &mut out);
+        assert!(
+            matches!(
+                out.pop_front(),
+                Some(Output::Failed {
+                    token: 1,
+                    error: ConnError::Local(_)
+                })
+            ),
+            "{out:?}"
+        );
+        assert_eq!(sc.connections(), 0);
+        // The loop it steers to takes it.
+        let mut sc = part(own, p);
+        sc.connect(1, remote, PORT, None, ulp, 0, &mut out);
+        assert!(matches!(out.pop_front(), Some(Output::Opening { .. })));
+        assert_eq!(sc.conns.values().map(|c| c.port).collect::<Vec<_>>(), [p]);
+    }
+
+    /// `SctpCounters::add`: every count summed, `qp_held_max` the larger.
+    #[test]
+    fn counters_add_up() {
+        let one = |k: u64| {
+            let mut c = SctpCounters {
+                connections: k as usize,
+                qp_held_octets: 10 * k as usize,
+                qp_held_max: 7 * k as usize,
+                segments_by_reference: 100 * k,
+                ..Default::default()
+            };
+            c.host.rx_packets = k;
+            c.host.closed_discarded = 2 * k;
+            c.assoc.retransmits = 3 * k;
+            c.assoc.data_in_place = 5 * k;
+            c
+        };
+        let mut sum = one(1);
+        sum.add(&one(2));
+        assert_eq!(sum.connections, 3);
+        assert_eq!(sum.qp_held_octets, 30);
+        assert_eq!(sum.qp_held_max, 14);
+        assert_eq!(sum.segments_by_reference, 300);
+        assert_eq!(sum.host.rx_packets, 3);
+        assert_eq!(sum.host.closed_discarded, 6);
+        assert_eq!(sum.assoc.retransmits, 9);
+        assert_eq!(sum.assoc.data_in_place, 15);
+        assert_eq!(sum.host.tx_packets, 0);
     }
 }

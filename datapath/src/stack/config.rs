@@ -92,15 +92,18 @@ pub struct StackConfig {
     /// aborted. Default [`crate::budget::MAX_HELD_TOTAL`] (256 MiB).
     pub max_held_total: usize,
     /// This stack is the loop of one receive queue of several
-    /// ([`Steering`]): an active open takes a local port whose answers
-    /// the RSS steers to this queue (`Rss::port_for_queue`), or fails
-    /// (`ConnError::Local`) when no free port does. `None` (the default):
-    /// the next free port.
+    /// ([`Steering`]): an active open, TCP or SCTP, takes a local port
+    /// whose answers the RSS steers to this queue (`Rss::port_for_queue`),
+    /// or fails (`ConnError::Local`) when no free port does; SCTP over UDP
+    /// is refused (`SctpConns::set_steering`). `None` (the default): the
+    /// next free port.
     pub steering: Option<Steering>,
     /// The first connection id this stack gives out and the step between
     /// ids (default 0 and 1): the loops of one context take ids apart
     /// (loop `i` of `n`: `i` and `n`), so an id names one connection in
-    /// the whole context (a shared CQ's completions, its router).
+    /// the whole context (a shared CQ's completions, its router). SCTP
+    /// connections count from `SCTP_SOCK_BASE` plus the first, by the
+    /// same step.
     pub sock_ids: (SockId, SockId),
     /// Neighbours shared with the context's other loops
     /// (`Interface::share_neighbours`): ARP reaches one queue only.

@@ -40,6 +40,10 @@ impl Stack {
                     p.set_backlog(self.cfg.backlog);
                     p.set_max_held(self.cfg.sctp_max_held);
                     p.set_idle_sweep(self.cfg.idle_sweep);
+                    // On a loop of several: ids apart from the other
+                    // loops', active opens on ports that come back here.
+                    p.set_ids(self.cfg.sock_ids.0, self.cfg.sock_ids.1);
+                    p.set_steering(self.cfg.steering.clone());
                     self.sctp = Some(Box::new(p))
                 }
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),
