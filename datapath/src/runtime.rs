@@ -552,7 +552,7 @@ impl SteeredQueue {
         let (inbox, spare) = (self.inbox(), &self.steering.spare);
         let mut n = 0;
         while n < 64 {
-            let Some(f) = inbox.frames.pop() else { break };
+            let Some(f) = pop(&inbox.frames) else { break };
             drain_commands(c, engine, now);
             engine.handle_frame(&f, now);
             let _ = spare.push(f);
@@ -1068,7 +1068,7 @@ impl<E: Engine> LoopHandle<E> {
     }
     /// Take one output, if any.
     pub fn poll(&self) -> Option<E::Output> {
-        self.outputs.pop()
+        pop(&self.outputs)
     }
     /// Register to wait for outputs: make the waiter, then [`poll`](Self::poll)
     /// (an output handed over after this call is either found there or
@@ -1173,7 +1173,7 @@ pub const HELD_OUTPUTS_PER_SLOT: usize = 16;
 fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u64) -> bool {
     let mut any = false;
     for _ in 0..64 {
-        match c.pop() {
+        match pop(c) {
             Some(cmd) => {
                 engine.handle_command(cmd, now);
                 any = true;
@@ -1182,6 +1182,23 @@ fn drain_commands<E: Engine>(c: &ArrayQueue<E::Command>, engine: &mut E, now: u6
         }
     }
     any
+}
+
+/// `q.pop()`, but an empty queue is found by [`ArrayQueue::is_empty`] (two
+/// loads): crossbeam's `pop` on an empty queue runs a sequentially
+/// consistent fence (an `mfence`, which also waits for the store buffer to
+/// drain: after a burst of frames copied out, hundreds of cycles) before
+/// it looks at the tail, and the loop looks at its empty command queue
+/// every round and before every frame received. A push that happened
+/// before this call is seen either way (the loads are `SeqCst`); one racing
+/// with it is found next time, as with `pop`.
+#[inline]
+pub(crate) fn pop<T>(q: &ArrayQueue<T>) -> Option<T> {
+    if q.is_empty() {
+        None
+    } else {
+        q.pop()
+    }
 }
 
 /// Start a loop on its own thread, pinned to `core` when given (an

@@ -33,6 +33,22 @@ uint32_t shim_pool_avail(const struct rte_mempool *pool) {
     return rte_mempool_avail_count(pool);
 }
 
+int shim_thread_lcore(int *registered) {
+    *registered = 0;
+    if (rte_lcore_id() != LCORE_ID_ANY)
+        return (int)rte_lcore_id();
+    if (rte_thread_register() != 0)
+        return -rte_errno;
+    if (rte_lcore_id() == LCORE_ID_ANY)
+        return -EBUSY;
+    *registered = 1;
+    return (int)rte_lcore_id();
+}
+
+void shim_thread_unregister(void) { rte_thread_unregister(); }
+
+int shim_lcore_id(void) { return rte_lcore_id() == LCORE_ID_ANY ? -1 : (int)rte_lcore_id(); }
+
 int shim_dev_probe(const char *devargs) { return rte_dev_probe(devargs); }
 
 int shim_port_by_name(const char *name, uint16_t *port) {

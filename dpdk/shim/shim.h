@@ -36,6 +36,16 @@ struct rte_mempool *shim_pool_create(const char *name, uint32_t n, uint32_t cach
 void shim_pool_free(struct rte_mempool *pool);
 /* Mbufs currently free in the pool (rte_mempool_avail_count). */
 uint32_t shim_pool_avail(const struct rte_mempool *pool);
+/* The calling thread's lcore id, registering it as a non-EAL lcore
+ * (rte_thread_register) if it has none, so that mempools with a cache
+ * give it a cache of its own (*registered is then 1, else 0); -errno if it
+ * has none and cannot get one (every lcore id taken, or a secondary
+ * process). */
+int shim_thread_lcore(int *registered);
+/* Release the calling thread's lcore id (rte_thread_unregister). */
+void shim_thread_unregister(void);
+/* The calling thread's lcore id (rte_lcore_id), -1 if it has none. */
+int shim_lcore_id(void);
 
 /* Hot-plug a device from a devargs string ("net_af_packet0,iface=veth0"). */
 int shim_dev_probe(const char *devargs);

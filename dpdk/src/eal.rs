@@ -11,6 +11,14 @@ use crate::Error;
 /// Set by the first `Eal::init`, never cleared: DPDK cannot initialise its
 /// EAL twice in a process, not even after `rte_eal_cleanup`.
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// Set before `rte_eal_cleanup` runs: a thread that exits afterwards no
+/// longer hands its lcore id back (see `port::thread_lcore`).
+static CLEANED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the EAL has been (or is being) cleaned up.
+pub(crate) fn cleaned_up() -> bool {
+    CLEANED.load(Ordering::Acquire)
+}
 
 /// A handle on the initialised EAL. Clones share it; `rte_eal_cleanup` runs
 /// when the last clone (ports hold one) is dropped.
@@ -100,9 +108,11 @@ fn nul() -> Error {
 
 impl Drop for EalInner {
     fn drop(&mut self) {
-        // SAFETY: the last handle is going away and every Port holds one, so
-        // no port, queue or pool of ours is in use any more; DPDK releases
-        // its devices and memory. The EAL is not used again (STARTED stays set).
+        // The last handle is going away and every Port holds one, so no
+        // port, queue or pool of ours is in use any more; DPDK releases its
+        // devices and memory. The EAL is not used again (STARTED stays set).
+        CLEANED.store(true, Ordering::Release);
+        // SAFETY: as above.
         let _ = unsafe { sys::shim_eal_cleanup() };
     }
 }

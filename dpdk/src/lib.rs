@@ -20,7 +20,13 @@
 //! core) can own one. The port is started once; it is stopped and closed,
 //! and its one mbuf pool (sized for every queue, shared by them: DPDK's
 //! default mempool is multi-producer/multi-consumer) freed, when the last
-//! handle drops. [`Port`] is the one queue of a port opened with `n` = 1.
+//! handle drops. The pool has a per-lcore cache of 64 mbufs, and a thread
+//! that runs a queue's data path is given an lcore id the first time
+//! (`rte_thread_register`, handed back when the thread exits;
+//! [`thread_lcore_id`]): our poll loops are not EAL lcores, and without an
+//! id every mbuf allocated or freed, by us or by the driver (memif frees
+//! each frame it sent and allocates each it receives), was a
+//! compare-and-swap on the pool's ring. [`Port`] is the one queue of a port opened with `n` = 1.
 //! A device that `open_queues` hot-plugged from devargs is removed again
 //! when its port closes, so the same devargs open it again. Opening and
 //! closing ports is serialised within the process (DPDK's control path is
@@ -102,12 +108,12 @@ pub mod sys;
 #[cfg(not(iwarp_dpdk_missing))]
 pub use eal::Eal;
 #[cfg(not(iwarp_dpdk_missing))]
-pub use port::{Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
+pub use port::{thread_lcore_id, Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
 
 #[cfg(iwarp_dpdk_missing)]
 mod stub;
 #[cfg(iwarp_dpdk_missing)]
-pub use stub::{Eal, Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
+pub use stub::{thread_lcore_id, Eal, Port, PortQueue, DEFAULT_MTU, MAX_FRAME};
 
 /// Whether this build has DPDK (false: everything returns
 /// [`Error::Unavailable`]).

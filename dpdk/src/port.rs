@@ -62,6 +62,67 @@ fn driver_name(id: u16) -> Option<String> {
     let end = buf.iter().position(|&b| b == 0)?;
     String::from_utf8(buf[..end].to_vec()).ok()
 }
+/// Mbufs in each lcore's cache of a pool (`rte_pktmbuf_pool_create`'s
+/// `cache_size`): twice a burst, so that a burst's allocations and frees
+/// (ours and the driver's, such as memif's one free per frame sent and one
+/// allocation per frame received) go to the calling thread's cache instead
+/// of the pool's multi-producer/multi-consumer ring (a compare-and-swap
+/// each). Only threads with an lcore id have such a cache:
+/// [`thread_lcore`] gives one to each thread that runs a queue's data path.
+const POOL_CACHE: u32 = 2 * BURST as u32;
+/// Lcores whose caches a pool's size allows for beyond its queues' own
+/// threads (application threads that drive an inline loop's rounds, or
+/// threads gone since, whose caches still hold mbufs): each may keep up to
+/// 1.5 × [`POOL_CACHE`] mbufs (DPDK's flush threshold).
+const POOL_CACHE_LCORES: u64 = 8;
+
+/// Gives the calling thread an lcore id (`rte_thread_register`), once per
+/// thread, released again when the thread exits: the threads of our poll
+/// loops are not EAL lcores, and without an id DPDK gives them no mempool
+/// cache. A thread that cannot get one (every id taken) goes on without a
+/// cache, as before: correct, only slower.
+fn thread_lcore() {
+    /// Releases the id at thread exit.
+    struct Registered;
+    impl Drop for Registered {
+        fn drop(&mut self) {
+            if crate::eal::cleaned_up() {
+                return; // no EAL to hand the id back to
+            }
+            // SAFETY: runs on the thread that registered, at its exit,
+            // while the EAL is up; releases its lcore id (mbufs in its
+            // caches stay there, for the next thread given the id).
+            unsafe { sys::shim_thread_unregister() };
+        }
+    }
+    thread_local! {
+        static LCORE: std::cell::OnceCell<Option<Registered>> =
+            const { std::cell::OnceCell::new() };
+    }
+    let _ = LCORE.try_with(|c| {
+        c.get_or_init(|| {
+            let mut registered = 0i32;
+            // SAFETY: the EAL is initialised (a port exists); registers the
+            // calling thread unless it has an id already (an EAL lcore,
+            // such as the thread that initialised the EAL); `registered`
+            // is a valid place for the answer.
+            let id = unsafe { sys::shim_thread_lcore(&mut registered) };
+            // Only a registration of ours is undone at exit.
+            (id >= 0 && registered == 1).then_some(Registered)
+        });
+    });
+}
+
+/// The calling thread's DPDK lcore id, if it has one: an EAL lcore's, or
+/// the one a thread is given when it first runs a queue's data path
+/// ([`FrameDevice::rx_burst`] and the transmit calls), which it hands back
+/// when it exits. A thread with an id allocates and frees mbufs through a
+/// cache of its own in each pool.
+pub fn thread_lcore_id() -> Option<u32> {
+    // SAFETY: reads the calling thread's lcore id (a thread-local).
+    u32::try_from(unsafe { sys::shim_lcore_id() }).ok()
+}
+
 /// tx_burst attempts per flush before the rest is dropped.
 const TX_TRIES: usize = 4;
 
@@ -145,8 +206,9 @@ struct Shared {
 // pointer to its mbuf pool, which lives in DPDK's shared memory, not in any
 // thread's state. Through a shared reference it is used only to allocate and
 // free mbufs (the pool is created with DPDK's default multi-producer/
-// multi-consumer ring and no per-lcore cache, so any thread may do so at any
-// time, EAL lcore or not), to count the pool's free mbufs (a read of the
+// multi-consumer ring, so any thread may do so at any time: a thread with an
+// lcore id through that id's cache, which DPDK gives one thread at a time,
+// any other straight on the ring), to count the pool's free mbufs (a read of the
 // ring's counters) and for control-path calls (statistics, RSS read-back)
 // that `control` serialises; DPDK lets such calls run beside the data path
 // on other threads. Each queue is used by the one handle that owns it (see
@@ -486,7 +548,8 @@ impl Shared {
         let rings = if jumbo { 1 } else { 4 };
         let want = u64::from(n)
             * (rings * (u64::from(queues.rx_desc) + u64::from(queues.tx_desc)) + 4 * BURST as u64)
-            + 512;
+            + 512
+            + (u64::from(n) + POOL_CACHE_LCORES) * u64::from(POOL_CACHE) * 3 / 2;
         let mbufs =
             u32::try_from(want.next_power_of_two() - 1).map_err(|_| Error::InvalidArgument {
                 reason: "too many queues and descriptors for one mbuf pool",
@@ -498,7 +561,12 @@ impl Shared {
         // SAFETY: pool_name is NUL-terminated and outlives the call (DPDK
         // copies it); the EAL is initialised.
         let pool = unsafe {
-            sys::shim_pool_create(pool_name.as_ptr(), mbufs, 0, max_frame as u16 + HEADROOM)
+            sys::shim_pool_create(
+                pool_name.as_ptr(),
+                mbufs,
+                POOL_CACHE,
+                max_frame as u16 + HEADROOM,
+            )
         };
         let Some(pool) = NonNull::new(pool) else {
             // SAFETY: reads the calling thread's rte_errno; no arguments.
@@ -767,6 +835,7 @@ impl Drop for RxBatch {
 
 impl FrameDevice for PortQueue {
     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        thread_lcore();
         let mut total = 0;
         while total < max {
             let want = (max - total).min(BURST);
@@ -829,6 +898,7 @@ impl FrameDevice for PortQueue {
             self.counters.tx_too_big += 1;
             return false;
         }
+        thread_lcore();
         // The parts go straight into the mbuf, in order (one copy).
         let mut iov = [sys::ShimPart {
             data: std::ptr::null(),
@@ -876,6 +946,7 @@ impl FrameDevice for PortQueue {
         max: usize,
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> bool {
+        thread_lcore();
         let len = max;
         if len > self.port.max_frame {
             self.counters.tx_too_big += 1;

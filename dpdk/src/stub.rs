@@ -10,6 +10,11 @@ pub const MAX_FRAME: usize = 2048;
 /// The MTU `Port::open` configures.
 pub const DEFAULT_MTU: u16 = 1500;
 
+/// Always `None`: built without DPDK.
+pub fn thread_lcore_id() -> Option<u32> {
+    None
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Never {}
 

@@ -30,6 +30,9 @@ extern "C" {
     ) -> *mut RteMempool;
     pub fn shim_pool_free(pool: *mut RteMempool);
     pub fn shim_pool_avail(pool: *const RteMempool) -> u32;
+    pub fn shim_thread_lcore(registered: *mut i32) -> i32;
+    pub fn shim_thread_unregister();
+    pub fn shim_lcore_id() -> i32;
 
     pub fn shim_dev_probe(devargs: *const c_char) -> i32;
     pub fn shim_port_by_name(name: *const c_char, port: *mut u16) -> i32;

@@ -209,6 +209,10 @@ fn memif_round(eal: &Eal, sock: &std::path::Path, round: u32) {
                     send_and_check(&mut c, &mut s, 0, b, end)?;
                     send_and_check(&mut s, &mut c, 1, b, end)?;
                 }
+                // The thread was given an lcore id (a mempool cache).
+                if iwarp_dpdk::thread_lcore_id().is_none() {
+                    return Err("the queue thread has no lcore id".to_owned());
+                }
                 Ok::<_, String>((c, s))
             })
         })
@@ -337,4 +341,37 @@ fn rss_is_on_where_the_driver_has_it_with_the_key_given() {
     let mut p = Port::open(&eal, "net_null62,size=64", RINGS).unwrap();
     assert_eq!(p.rx_burst(4, &mut |f| assert_eq!(f.len(), 64)), 4);
     assert_eq!(p.counters().rx_frames, 4);
+}
+
+#[test]
+fn a_queue_thread_gets_an_lcore_id_and_hands_it_back_when_it_exits() {
+    let Some(eal) = eal() else { return };
+    let port = std::sync::Arc::new(std::sync::Mutex::new(
+        Port::open(&eal, "net_null63,size=64", RINGS).unwrap(),
+    ));
+    let before = port.lock().unwrap().pool_available();
+    // More threads, one after another, than DPDK has lcore ids
+    // (RTE_MAX_LCORE, 128 in Debian's build): each gets one while it runs
+    // the queue and gives it back when it exits, or the later ones would
+    // find none left.
+    for i in 0..300 {
+        let port = std::sync::Arc::clone(&port);
+        let id = std::thread::spawn(move || {
+            assert_eq!(iwarp_dpdk::thread_lcore_id(), None, "a new thread has none");
+            let mut p = port.lock().unwrap();
+            assert_eq!(p.rx_burst(4, &mut |f| assert_eq!(f.len(), 64)), 4);
+            assert!(p.tx(&[0u8; 60]));
+            p.flush();
+            iwarp_dpdk::thread_lcore_id()
+        })
+        .join()
+        .unwrap();
+        assert!(id.is_some(), "thread {i} got no lcore id");
+    }
+    // Every mbuf is back: in the pool's ring or in the caches of the ids
+    // the threads had (DPDK's count includes both).
+    let p = port.lock().unwrap();
+    assert_eq!(p.pool_available(), before);
+    assert_eq!(p.counters().rx_frames, 1200);
+    assert_eq!(p.counters().tx_frames, 300);
 }

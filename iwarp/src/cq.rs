@@ -146,9 +146,9 @@ impl Cq {
     /// CPU (`sched_yield`) so that a thread spinning here does not keep
     /// the loop from making the completion.
     pub fn poll_one(&self) -> Option<Wc> {
-        match self.ring.ring.pop() {
+        match self.ring.pop() {
             Some(e) => Some(Self::wc(e)),
-            None if self.drive() => self.ring.ring.pop().map(Self::wc),
+            None if self.drive() => self.ring.pop().map(Self::wc),
             None => {
                 self.yield_if_shared();
                 None
@@ -217,7 +217,7 @@ impl Cq {
     fn drain(&self, out: &mut Vec<Wc>, max: usize) -> usize {
         let mut n = 0;
         while n < max {
-            match self.ring.ring.pop() {
+            match self.ring.pop() {
                 Some(e) => {
                     out.push(Self::wc(e));
                     n += 1;

@@ -390,6 +390,11 @@ pub struct Connection {
     /// Sequence numbers just past each record queued by `send_record`
     /// and not yet acknowledged (MPA-aware segmentation, RFC 5044 §8).
     records: VecDeque<u32>,
+    /// Where the last `record_cut` over more than a few records ended in
+    /// `records` (the index of the first record past the segment it cut):
+    /// the next segment usually starts there. A hint only, checked before
+    /// use (records dropped from the front since shift it).
+    cut_hint: usize,
     buf_seq: u32,
     fin_queued: bool,
     // Receive side.
@@ -574,6 +579,7 @@ impl Connection {
             snd_mss: mss,
             snd_buf: SendBuf::default(),
             records: VecDeque::new(),
+            cut_hint: 0,
             buf_seq: iss.wrapping_add(1),
             fin_queued: false,
             irs: 0,

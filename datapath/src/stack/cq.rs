@@ -116,6 +116,13 @@ impl CqRing {
     }
 
     /// Push one entry; a full ring records an overrun.
+    /// The oldest entry, if any: an empty ring costs two loads (see
+    /// `runtime::pop`), not crossbeam's fence.
+    #[inline]
+    pub fn pop(&self) -> Option<(SockId, CqEntry)> {
+        crate::runtime::pop(&self.ring)
+    }
+
     pub(super) fn push(&self, id: SockId, e: CqEntry) {
         if self.ring.push((id, e)).is_err() {
             if !self.overrun.swap(true, Ordering::AcqRel) {

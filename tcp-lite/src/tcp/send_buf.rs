@@ -286,10 +286,36 @@ impl Connection {
         let from = from_seq.wrapping_sub(una);
         let to = from.wrapping_add(len as u32);
         // Offsets from snd_una grow along the queue.
-        let first_after = self
-            .records
-            .partition_point(|&b| b.wrapping_sub(una) <= from);
-        let last_within = self.records.partition_point(|&b| b.wrapping_sub(una) <= to);
+        let records = &self.records;
+        let n = records.len();
+        let (first_after, last_within) = if n <= 8 {
+            // A few records: two binary searches cost less than the hint.
+            (
+                records.partition_point(|&b| b.wrapping_sub(una) <= from),
+                records.partition_point(|&b| b.wrapping_sub(una) <= to),
+            )
+        } else {
+            let off = |i: usize| records[i].wrapping_sub(una);
+            // A segment usually starts where the last cut ended: the hint
+            // is the first record past `from` if the records around it
+            // say so, else (a retransmission, or records acknowledged and
+            // dropped from the front since) a binary search finds it.
+            let h = self.cut_hint.min(n);
+            let first_after = if (h == 0 || off(h - 1) <= from) && (h == n || off(h) > from) {
+                h
+            } else {
+                records.partition_point(|&b| b.wrapping_sub(una) <= from)
+            };
+            // The records ending within the segment follow it, each at
+            // least one octet long: a walk of at most `len` steps (one or
+            // two for FPDUs of about a segment).
+            let mut last_within = first_after;
+            while last_within < n && off(last_within) <= to {
+                last_within += 1;
+            }
+            self.cut_hint = last_within;
+            (first_after, last_within)
+        };
         if last_within > first_after {
             let end = self.records[last_within - 1].wrapping_sub(una);
             return Some((end - from) as usize);

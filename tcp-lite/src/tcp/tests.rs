@@ -2753,3 +2753,86 @@ mod hostile_acks {
         }
     }
 }
+
+mod record_cut {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `record_cut` as two binary searches over the records (the
+    /// function before it kept a hint), after the same pops.
+    fn reference(
+        records: &[u32],
+        una: u32,
+        from_seq: u32,
+        len: usize,
+        seg_max: usize,
+    ) -> Option<usize> {
+        if records.is_empty() || len == 0 {
+            return Some(len);
+        }
+        let from = from_seq.wrapping_sub(una);
+        let to = from.wrapping_add(len as u32);
+        let first_after = records.partition_point(|&b| b.wrapping_sub(una) <= from);
+        let last_within = records.partition_point(|&b| b.wrapping_sub(una) <= to);
+        if last_within > first_after {
+            return Some((records[last_within - 1].wrapping_sub(una) - from) as usize);
+        }
+        match records.get(first_after) {
+            None => Some(len),
+            Some(&b) if (b.wrapping_sub(una) - from) as usize > seg_max => Some(len),
+            Some(_) => None,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Whatever the records' lengths, and wherever segments start
+        /// (in order, as a sender goes on, or anywhere, as a
+        /// retransmission does) while acknowledgements move `snd_una`
+        /// on, the cut is the one two binary searches give.
+        #[test]
+        fn the_hint_never_changes_the_cut(
+            lens in proptest::collection::vec(1usize..3000, 1..60),
+            steps in proptest::collection::vec((any::<bool>(), 0usize..1_000_000, 0usize..3000, 0usize..2000), 1..80),
+            iss in any::<u32>(),
+        ) {
+            let mut p = Pair::new(cfg(), iss, 9000, 5, Faults::default());
+            prop_assert!(p.run(100, |p| p.a.state() == State::Established
+                && p.b.state() == State::Established));
+            let seg = p.a.mss();
+            let mut queued = 0usize;
+            for (i, &l) in lens.iter().enumerate() {
+                if !p.a.send_record(&data(l, i as u8)) {
+                    break;
+                }
+                queued += l;
+            }
+            let start = p.a.snd_una;
+            let mut next = start; // where an in-order sender goes on
+            for (in_order, at, len, ack) in steps {
+                // Acknowledge up to `ack` more octets (at most what is queued).
+                let acked = p.a.snd_una.wrapping_sub(start) as usize;
+                let una = start.wrapping_add(acked.saturating_add(ack).min(queued) as u32);
+                p.a.snd_una = una;
+                let left = queued - una.wrapping_sub(start) as usize;
+                if left == 0 {
+                    break;
+                }
+                let from = if in_order && le(una, next) && lt(next, start.wrapping_add(queued as u32)) {
+                    next
+                } else {
+                    una.wrapping_add((at % left) as u32)
+                };
+                let avail = queued - from.wrapping_sub(start) as usize;
+                let len = len.min(seg).min(avail);
+                // The reference sees the records left after the same pops.
+                let kept: Vec<u32> = p.a.records.iter().copied().filter(|&b| lt(una, b)).collect();
+                let want = reference(&kept, una, from, len, seg);
+                let got = p.a.record_cut(from, len, seg);
+                prop_assert_eq!(got, want, "from {} len {}", from.wrapping_sub(start), len);
+                next = from.wrapping_add(got.unwrap_or(0) as u32);
+            }
+        }
+    }
+}
