@@ -991,6 +991,23 @@ impl Context {
     /// both ways, so no local port steers the answers), and SCTP on a
     /// DPDK port whose driver's RSS does not hash SCTP.
     pub fn connect(&self, to: SocketAddrV4, opts: &ConnectOptions) -> Result<Qp, Error> {
+        self.connect_start(to, opts)?.finish()
+    }
+
+    /// [`connect`](Self::connect) in two halves: this one hands the
+    /// connection to its poll loop (the SYN or INIT goes out in the order
+    /// of these calls, as a kernel RNIC sends its connection requests in
+    /// the order `rdma_connect` is called) and returns at once;
+    /// [`Connecting::finish`] waits for the outcome. Programs that open
+    /// several connections to one server and match them by order (perftest
+    /// with `-q N` matches its queue pairs by the order the server accepts
+    /// them) start them here one after the other and wait elsewhere.
+    /// Dropping the [`Connecting`] unfinished aborts the connection.
+    pub fn connect_start(
+        &self,
+        to: SocketAddrV4,
+        opts: &ConnectOptions,
+    ) -> Result<Connecting, Error> {
         if opts.mpa.private_data.len() > 512 {
             return Err(Error::InvalidArgument("private data over 512 octets"));
         }
@@ -1031,26 +1048,12 @@ impl Context {
                 Command::IwarpOpening(token, HostCommand::PostRecv(*wr_id, *sgl)),
             )?;
         }
-        let deadline = Instant::now() + opts.timeout;
-        let sock = match self.inner.wait(opts.timeout, |r| r.connects.remove(&token)) {
-            Ok(r) => r?,
-            Err(e) => {
-                // Give up on the half-open connection too, not just the wait.
-                self.cancel(token);
-                return Err(e);
-            }
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        match self.established(sock, left, cqs) {
-            Ok(qp) => Ok(qp),
-            Err(e) => {
-                if matches!(e, Error::TimedOut) {
-                    let _ = self.inner.post(Command::Abort(sock));
-                }
-                self.inner.forget(sock);
-                Err(e)
-            }
-        }
+        Ok(Connecting {
+            ctx: self.clone(),
+            token: Some(token),
+            deadline: Instant::now() + opts.timeout,
+            cqs,
+        })
     }
 
     /// How many connections the application side still keeps state for
@@ -1060,6 +1063,28 @@ impl Context {
         match self.inner.router.lock() {
             Ok(r) => r.tracked(),
             Err(p) => p.into_inner().tracked(),
+        }
+    }
+
+    /// Abort the connection opened under `token` whose outcome nobody will
+    /// wait for ([`Connecting`] dropped unfinished): once its loop has
+    /// named it (it may not have taken the command yet; at most a second),
+    /// and its answer is forgotten.
+    fn abandon(&self, token: u64) {
+        let sock = self.inner.wait(Duration::from_secs(1), |r| {
+            if let Some(s) = r.opening.remove(&token) {
+                return Some(Some(s));
+            }
+            r.connects.remove(&token).map(|c| c.ok())
+        });
+        match sock {
+            Ok(Some(sock)) => {
+                let _ = self.inner.post(Command::Abort(sock));
+                self.inner.forget(sock);
+            }
+            Ok(None) => {}
+            // Not from here (inside the loop) or not named in time.
+            Err(_) => self.cancel(token),
         }
     }
 
@@ -1098,6 +1123,67 @@ impl Context {
                 CmEvent::Disconnected => return Err(Error::ConnectionReset),
                 CmEvent::ConnectRequest(_) => {}
             }
+        }
+    }
+}
+
+/// A connection [`Context::connect_start`] handed to its poll loop, whose
+/// outcome [`finish`](Self::finish) waits for. Dropped unfinished, it
+/// aborts the connection.
+#[must_use = "a connection is aborted when its Connecting is dropped unfinished"]
+pub struct Connecting {
+    ctx: Context,
+    /// `None` once finished.
+    token: Option<u64>,
+    /// `ConnectOptions::timeout` from the start.
+    deadline: Instant,
+    cqs: QpCqs,
+}
+
+impl std::fmt::Debug for Connecting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connecting")
+            .field("token", &self.token)
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connecting {
+    /// Wait for the connection to be in full operation (or why not), until
+    /// `ConnectOptions::timeout` after [`Context::connect_start`].
+    pub fn finish(mut self) -> Result<Qp, Error> {
+        let Some(token) = self.token.take() else {
+            return Err(Error::InvalidArgument("connection already finished"));
+        };
+        let ctx = self.ctx.clone();
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let sock = match ctx.inner.wait(left, |r| r.connects.remove(&token)) {
+            Ok(r) => r?,
+            Err(e) => {
+                // Give up on the half-open connection too, not just the wait.
+                ctx.cancel(token);
+                return Err(e);
+            }
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match ctx.established(sock, left, self.cqs.clone()) {
+            Ok(qp) => Ok(qp),
+            Err(e) => {
+                if matches!(e, Error::TimedOut) {
+                    let _ = ctx.inner.post(Command::Abort(sock));
+                }
+                ctx.inner.forget(sock);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Connecting {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.ctx.abandon(token);
         }
     }
 }

@@ -76,7 +76,7 @@ mod qp;
 mod router;
 mod stats;
 
-pub use context::Context;
+pub use context::{Connecting, Context};
 pub use cq::{Cq, Status, Wc};
 pub use error::Error;
 #[cfg(feature = "dpdk")]

@@ -1072,22 +1072,27 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
         id.event(ev::DISCONNECTED, 0),
         id.event(ev::CONNECT_ERROR, 0),
     );
+    // The connection request goes out here, in the caller's thread, so
+    // that requests leave in the order of the calls, as a kernel RNIC's
+    // do: perftest's `-q N` matches its queue pairs to the server's by the
+    // order the server accepts them (its SEND tests write receive credits
+    // into the peer's slot of that index; out of order, a credit lands in
+    // another queue pair's slot and the test stalls). The wait for the
+    // outcome, and retries of a refused request, go to a thread.
+    opts.recvs = qp.take_early();
+    let first = ctx.connect_start(dst, &opts);
     let t = std::thread::Builder::new()
         .name("iwarp-cm-connect".into())
         .spawn(move || {
-            opts.recvs = qp.take_early();
             let deadline = std::time::Instant::now() + retry;
-            let r = loop {
-                match ctx.connect(dst, &opts) {
-                    Err(iwarp::Error::ConnectionRefused)
-                        if std::time::Instant::now() < deadline
-                            && !s.gone.load(Ordering::Acquire) =>
-                    {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    r => break r,
-                }
-            };
+            let mut r = first.and_then(iwarp::Connecting::finish);
+            while matches!(r, Err(iwarp::Error::ConnectionRefused))
+                && std::time::Instant::now() < deadline
+                && !s.gone.load(Ordering::Acquire)
+            {
+                std::thread::sleep(Duration::from_millis(100));
+                r = ctx.connect(dst, &opts);
+            }
             if s.gone.load(Ordering::Acquire) {
                 return;
             }

@@ -805,6 +805,39 @@ fn ib_write_bw_runs_unmodified_on_both_ends_over_memif() {
     );
 }
 
+/// `ib_send_bw -q 4`: perftest's SEND tests over librdmacm keep a
+/// receive credit per queue pair that the server writes into the client's
+/// slot of the same index, and it pairs the two ends' queue pairs by the
+/// order the server accepts the connections, so the client's connection
+/// requests must leave in the order of its `rdma_connect` calls. When they
+/// raced (each one sent from its own thread), one run in eight to twelve
+/// stalled: a credit landed in another queue pair's slot and that queue
+/// pair stopped sending. Four runs.
+#[test]
+fn ib_send_bw_with_four_qps_runs_unmodified_on_both_ends_over_memif() {
+    if !memif_ready("ib_send_bw") {
+        return;
+    }
+    for run in 0..4 {
+        let dir = TempDir::new(&format!("memif-sbw{run}"));
+        let (c, s) = perftest_memif(
+            "ib_send_bw",
+            &["-R", "-q", "4", "-s", "65536", "-n", "500"],
+            &dir.0.join("memif.sock"),
+        );
+        // perftest counts the iterations of all four queue pairs.
+        let row = result_row(&c, "65536");
+        assert_eq!(row[1], 2000.0, "{c}");
+        assert!(row[3] > 0.0, "{c}");
+        let srow = result_row(&s, "65536");
+        assert_eq!(srow[1], 2000.0, "{s}");
+        println!(
+            "ib_send_bw -R -q 4 -s 65536 over memif (client, run {run}): average {} MB/s",
+            row[3]
+        );
+    }
+}
+
 /// Both ends of a memif link with two poll loops each (memif pairs the
 /// two ends' queues) and the library's per-loop lines at exit.
 const TWO_LOOPS: [(&str, &str); 3] = [

@@ -1,0 +1,55 @@
+//! `Context::connect_start` hands each connection to its poll loop in the
+//! order of the calls, so a server accepts them in that order (perftest's
+//! `-q N` pairs queue pairs by it; the C library's `rdma_connect` starts
+//! its connections here); `Connecting::finish` waits for each; a
+//! `Connecting` dropped unfinished aborts its connection. Over the
+//! simulated link.
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use iwarp::{AcceptOptions, ConnectOptions, Context, ListenOptions};
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn connections_started_in_turn_reach_the_server_in_that_order() {
+    let (server, client) = Context::sim_pair();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let port = 7301;
+    let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
+    let addr = SocketAddrV4::new(server.addr(), port);
+    // Eight connections started one after the other, nobody waiting yet;
+    // each names its place in its private data.
+    let started: Vec<_> = (0..8u8)
+        .map(|i| {
+            let mut o = ConnectOptions::new(&cpd, &ccq);
+            o.mpa.private_data = vec![i];
+            o.timeout = T;
+            client.connect_start(addr, &o).unwrap()
+        })
+        .collect();
+    let mut sqps = Vec::new();
+    for i in 0..8u8 {
+        let req = listener.get_request(T).unwrap();
+        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
+        sqps.push(req.accept(&AcceptOptions::default(), &scq).unwrap());
+    }
+    let cqps: Vec<_> = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    assert_eq!(cqps.len(), 8);
+    assert_eq!(client.stats().unwrap().connections, 8);
+
+    // One more, dropped before anyone waits for it: aborted, it leaves
+    // the client's stack.
+    let o = ConnectOptions::new(&cpd, &ccq);
+    drop(client.connect_start(addr, &o).unwrap());
+    let since = Instant::now();
+    while client.stats().unwrap().connections != 8 {
+        assert!(since.elapsed() < T, "the dropped connection stayed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop((cqps, sqps));
+}
