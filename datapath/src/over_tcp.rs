@@ -210,6 +210,18 @@ impl IwarpOverTcp {
         }
     }
 
+    /// Make the queue pair the pending Request becomes take its receive
+    /// buffers from `srq` (before [`accept`](Self::accept); no effect once
+    /// it exists).
+    pub fn set_srq(&mut self, srq: iwarp_proto::qp::Srq) {
+        if let Some(c) = &mut self.iwarp {
+            if c.qp_ref().is_none() {
+                c.set_srq(srq.clone());
+            }
+        }
+        self.srq = Some(srq);
+    }
+
     /// Reject the pending Request with `private_data`; the TCP stream
     /// closes once the Reply is out.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {

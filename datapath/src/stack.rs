@@ -352,6 +352,7 @@ impl crate::runtime::Engine for Stack {
                 pd,
             } => self.cmd_accept(sock, private_data, ird, ord, cq, pd),
             Command::Reject { sock, private_data } => self.cmd_reject(sock, private_data),
+            Command::SetSrq { sock, srq } => self.cmd_set_srq(sock, srq),
             // Memory, and inspection of the stack.
             Command::ReadMem {
                 token,

@@ -165,6 +165,12 @@ impl ConnectRequest {
     /// completions to [`AcceptOptions::recv_cq`] if it is set).
     pub fn accept(mut self, opts: &AcceptOptions, cq: &Cq) -> Result<Qp, Error> {
         let cqs = qp_cqs(cq, opts.recv_cq.as_ref());
+        if let Some(srq) = &opts.srq {
+            self.ctx.inner.post(Command::SetSrq {
+                sock: self.sock,
+                srq: srq.inner.clone(),
+            })?;
+        }
         self.ctx.inner.post(Command::Accept {
             sock: self.sock,
             private_data: opts.private_data.clone(),

@@ -214,6 +214,11 @@ pub struct AcceptOptions {
     /// listener's ([`ListenOptions::pd`]). Verbs programs create the QP in
     /// a PD of their choosing after the request arrives.
     pub pd: Option<Pd>,
+    /// A shared receive queue the queue pair takes its receive buffers
+    /// from; `None` (the default): the listener's
+    /// ([`ListenOptions::srq`]). Verbs programs create the QP with an SRQ
+    /// after the request arrives.
+    pub srq: Option<Srq>,
 }
 
 impl Default for AcceptOptions {
@@ -225,6 +230,7 @@ impl Default for AcceptOptions {
             timeout: Duration::from_secs(15),
             recv_cq: None,
             pd: None,
+            srq: None,
         }
     }
 }

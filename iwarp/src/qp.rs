@@ -289,4 +289,9 @@ impl Srq {
     pub fn is_empty(&self) -> bool {
         self.inner.is_empty()
     }
+
+    /// Most buffers it holds (its depth).
+    pub fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
 }

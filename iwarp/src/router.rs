@@ -183,6 +183,7 @@ impl Inner {
             | Command::Close(id)
             | Command::Abort(id)
             | Command::Accept { sock: id, .. }
+            | Command::SetSrq { sock: id, .. }
             | Command::Reject { sock: id, .. } => self.loop_of(*id),
             _ => 0,
         }

@@ -160,6 +160,7 @@ fn every_operation(server: &Context, client: &Context, port: u16, transport: Tra
                 timeout: T,
                 recv_cq: None,
                 pd: None,
+                srq: None,
             },
             &scq,
         )

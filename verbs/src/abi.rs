@@ -297,6 +297,41 @@ pub struct IbvQpInitAttr {
     pub sq_sig_all: c_int,
 }
 
+/// `struct ibv_srq`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct IbvSrq {
+    pub context: *mut IbvContext,
+    pub srq_context: *mut c_void,
+    pub pd: *mut IbvPd,
+    pub handle: u32,
+    pub mutex: Mutex,
+    pub cond: Cond,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IbvSrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IbvSrqInitAttr {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+}
+
+/// `enum ibv_srq_attr_mask`: `IBV_SRQ_MAX_WR`.
+pub const SRQ_MAX_WR: c_int = 1 << 0;
+/// `enum ibv_srq_attr_mask`: `IBV_SRQ_LIMIT`.
+pub const SRQ_LIMIT: c_int = 1 << 1;
+
 /// `IBV_QPT_RC`.
 pub const QPT_RC: c_int = 2;
 

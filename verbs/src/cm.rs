@@ -907,6 +907,17 @@ pub unsafe extern "C" fn rdma_create_qp(
     } else {
         pd
     };
+    // The id's SRQ (`rdma_create_srq`) when the attributes name none, as
+    // rdma-core's `rdma_create_qp_ex`.
+    if a.srq.is_null() {
+        a.srq = id.c.srq;
+    }
+    // A receive CQ made for a QP on an SRQ takes the SRQ's depth.
+    // SAFETY: null or an SRQ from `ibv_create_srq` by the contract.
+    let recv_depth = match unsafe { a.srq.cast::<objects::Srq>().as_ref() } {
+        Some(s) => s.srq.capacity() as u32,
+        None => a.cap.max_recv_wr,
+    };
     // CQs of the id's own when the program gives none.
     for (want, depth, cq, ch) in [
         (
@@ -917,7 +928,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         ),
         (
             a.recv_cq.is_null(),
-            a.cap.max_recv_wr,
+            recv_depth,
             &mut id.c.recv_cq,
             &mut id.c.recv_cq_channel,
         ),
@@ -1055,6 +1066,7 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
     let mpa = mpa_of(&e.mpa, unsafe { param.as_ref() });
     let mut opts = iwarp::ConnectOptions::new(&qp.pd, &qp.send_cq);
     opts.recv_cq = Some(qp.recv_cq.clone());
+    opts.srq = qp.srq.clone();
     opts.mpa = mpa;
     // The stack queues an RDMA Write with Immediate as two send-queue
     // entries (the Write, then the Immediate Data message): room for
@@ -1177,6 +1189,7 @@ pub unsafe extern "C" fn rdma_accept(i: *mut RdmaCmId, param: *mut RdmaConnParam
         timeout: SETUP_TIMEOUT,
         recv_cq: Some(qp.recv_cq.clone()),
         pd: Some(qp.pd.clone()),
+        srq: qp.srq.clone(),
     };
     let conn = match req.accept(&opts, &qp.send_cq) {
         Ok(c) => c,
@@ -1308,7 +1321,70 @@ pub unsafe extern "C" fn rdma_destroy_ep(i: *mut RdmaCmId) {
     // SAFETY: by the contract.
     unsafe {
         rdma_destroy_qp(i);
+        rdma_destroy_srq(i);
         rdma_destroy_id(i);
+    }
+}
+
+/// `rdma_create_srq`: an SRQ for the id (`id->srq`), in `pd` or else the
+/// id's PD (one made for it, as `rdma_create_qp` makes, when it has
+/// none); `rdma_create_qp` on the id then uses it when its attributes
+/// name no SRQ. `attr` is written back as `ibv_create_srq` does.
+///
+/// # Safety
+/// `i` a live id with a context; `pd` null or from `ibv_alloc_pd`;
+/// `attr` readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq(
+    i: *mut RdmaCmId,
+    pd: *mut IbvPd,
+    attr: *mut abi::IbvSrqInitAttr,
+) -> c_int {
+    // SAFETY: by the contract.
+    let Some(id) = (unsafe { id(i) }) else {
+        return fail(libc::EINVAL);
+    };
+    if id.c.verbs.is_null() || attr.is_null() || !id.c.srq.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let pd = if pd.is_null() {
+        if id.c.pd.is_null() {
+            // SAFETY: our context.
+            id.c.pd = unsafe { objects::ibv_alloc_pd(id.c.verbs) };
+            if id.c.pd.is_null() {
+                return -1;
+            }
+            id.made.pd = true;
+        }
+        id.c.pd
+    } else {
+        pd
+    };
+    // SAFETY: by the contract.
+    let srq = unsafe { objects::ibv_create_srq(pd, attr) };
+    if srq.is_null() {
+        return -1;
+    }
+    id.c.srq = srq.cast();
+    id.c.pd = pd;
+    0
+}
+
+/// `rdma_destroy_srq`: the id's SRQ (`EBUSY` from `ibv_destroy_srq`
+/// while a QP uses it leaves it in place, as rdma-core's returns nothing).
+///
+/// # Safety
+/// `i` null or a live id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_srq(i: *mut RdmaCmId) {
+    // SAFETY: by the contract.
+    if let Some(id) = unsafe { id(i) } {
+        if !id.c.srq.is_null() {
+            // SAFETY: the SRQ `rdma_create_srq` made.
+            if unsafe { objects::ibv_destroy_srq(id.c.srq.cast()) } == 0 {
+                id.c.srq = null_mut();
+            }
+        }
     }
 }
 

@@ -11,13 +11,17 @@
 //! and CQs, RC queue pairs with Send (and Send with Invalidate), RDMA
 //! Write and RDMA Read, inline or from registered memory, RDMA Write with
 //! immediate and the Fetch-and-Add and Compare-and-Swap atomics (RFC 7306;
-//! `atomic_cap` `IBV_ATOMIC_HCA`, `IBV_ACCESS_REMOTE_ATOMIC`), through the
+//! `atomic_cap` `IBV_ATOMIC_HCA`, `IBV_ACCESS_REMOTE_ATOMIC`), shared
+//! receive queues (`ibv_create_srq`, `ibv_query_srq`, `ibv_modify_srq`
+//! without resizing or the limit event, `ibv_destroy_srq`, QPs created
+//! with `qp_init_attr.srq`, `rdma_create_srq`), through the
 //! context's operation table that the header's inline `ibv_post_send`,
-//! `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call; and
+//! `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and
+//! `ibv_req_notify_cq` call; and
 //! librdmacm's connection calls (`cm`), whose functions this library
 //! exports under librdmacm's version names. By default the program's own
 //! thread runs the stack when it polls a CQ or posts (run to completion).
-//! Send with immediate (RFC 7306 has no such message), SRQs, memory
+//! Send with immediate (RFC 7306 has no such message), memory
 //! windows, address handles and the extended (`_ex`) verbs fail with the errno
 //! rdma-core's providers give for what a device lacks (`stubs`).
 //!
@@ -43,6 +47,9 @@ use abi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr};
 
 /// The deepest send or receive queue a QP may ask for.
 pub(crate) const MAX_QP_WR: usize = 4096;
+
+/// The deepest shared receive queue (`max_srq_wr`).
+pub(crate) const MAX_SRQ_WR: usize = 1 << 14;
 
 /// Our device: the C `ibv_device` first (programs hold pointers to it),
 /// then what we know of the interface.
@@ -338,10 +345,10 @@ pub(crate) fn open_first_device() -> *mut IbvContext {
 /// The operation table the header's inline `ibv_post_send`,
 /// `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq` call through.
 fn ops_table() -> [abi::OpSlot; abi::CONTEXT_OPS] {
-    use abi::{IbvCq, IbvQp, IbvRecvWr, IbvSendWr, IbvWc};
+    use abi::{IbvCq, IbvQp, IbvRecvWr, IbvSendWr, IbvSrq, IbvWc};
     type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
     type PostRecv = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
-    type PostSrq = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int;
+    type PostSrq = unsafe extern "C" fn(*mut IbvSrq, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
     type Poll = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
     type Notify = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
     let mut ops: [abi::OpSlot; abi::CONTEXT_OPS] = [None; abi::CONTEXT_OPS];
@@ -534,7 +541,8 @@ pub unsafe extern "C" fn ibv_query_device(ctx: *mut IbvContext, attr: *mut IbvDe
         max_fmr: 0,
         max_map_per_fmr: 0,
         max_srq: 1 << 16,
-        max_srq_wr: 1 << 14,
+        max_srq_wr: MAX_SRQ_WR as c_int,
+        // `iwarp::MAX_SGE`.
         max_srq_sge: 4,
         max_pkeys: 0,
         local_ca_ack_delay: 0,

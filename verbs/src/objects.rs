@@ -22,7 +22,7 @@ use iwarp::{Access, STag, SgList, Sge, Status, WcOpcode, WcStatus, WorkRequest};
 
 use crate::abi::{
     self, IbvCompChannel, IbvContext, IbvCq, IbvMr, IbvPd, IbvQp, IbvQpAttr, IbvQpCap,
-    IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSge, IbvWc,
+    IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSge, IbvSrq, IbvSrqAttr, IbvSrqInitAttr, IbvWc,
 };
 use crate::engine::engine;
 use crate::set_errno;
@@ -57,6 +57,18 @@ pub(crate) struct Cq {
     pub cq: iwarp::Cq,
 }
 
+/// `struct ibv_srq` and its shared receive queue.
+#[repr(C)]
+pub(crate) struct Srq {
+    pub c: IbvSrq,
+    pub srq: iwarp::Srq,
+    /// The scatter entries a receive may have (`attr.max_sge`).
+    pub max_sge: u32,
+    /// QPs created with it and not destroyed (`ibv_destroy_srq` is
+    /// `EBUSY` meanwhile).
+    pub users: AtomicU32,
+}
+
 /// `struct ibv_qp` and what the connection needs.
 #[repr(C)]
 pub(crate) struct Qp {
@@ -72,6 +84,9 @@ pub(crate) struct QpShared {
     pub recv_cq: iwarp::Cq,
     pub cap: IbvQpCap,
     pub sig_all: bool,
+    /// The shared receive queue its Sends' buffers come from (then it has
+    /// no receive queue of its own).
+    pub srq: Option<iwarp::Srq>,
     /// The connection, once the CM made it.
     pub conn: OnceLock<iwarp::Qp>,
     /// Receives posted before the connection, in order (at most
@@ -736,10 +751,8 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    if !a.srq.is_null() {
-        set_errno(libc::EOPNOTSUPP);
-        return null_mut();
-    }
+    // SAFETY: null or an SRQ from `ibv_create_srq` by the contract.
+    let srq = unsafe { ours::<Srq, _>(a.srq.cast::<IbvSrq>()) };
     // SAFETY: CQs from `ibv_create_cq` by the contract.
     let (Some(scq), Some(rcq)) = (unsafe { ours::<Cq, _>(a.send_cq) }, unsafe {
         ours::<Cq, _>(a.recv_cq)
@@ -748,7 +761,13 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
         return null_mut();
     };
     let max_sge = iwarp::MAX_SGE as u32;
-    let cap = a.cap;
+    let mut cap = a.cap;
+    if srq.is_some() {
+        // Receives come from the SRQ: the QP's own receive queue is not
+        // used, whatever its attributes ask (verbs ignores them).
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
     // A send queue of 0 is allowed (a QP that only receives and answers
     // the peer's Reads, as qperf's rc_rdma_read_bw server makes).
     if cap.max_send_wr as usize > crate::MAX_QP_WR
@@ -769,7 +788,14 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
         ..a.cap
     };
     a.cap = cap;
+    if srq.is_some() {
+        a.cap.max_recv_wr = 0;
+        a.cap.max_recv_sge = 0;
+    }
     let qp_num = QP_NUMS.fetch_add(1, Ordering::Relaxed);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::AcqRel);
+    }
     let qp = Box::new(Qp {
         c: IbvQp {
             context: p.c.context,
@@ -777,7 +803,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
             pd,
             send_cq: a.send_cq,
             recv_cq: a.recv_cq,
-            srq: null_mut(),
+            srq: a.srq,
             handle: handle(),
             qp_num,
             state: abi::qps::INIT,
@@ -793,6 +819,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr)
             recv_cq: rcq.cq.clone(),
             cap,
             sig_all: a.sq_sig_all != 0,
+            srq: srq.map(|s| s.srq.clone()),
             conn: OnceLock::new(),
             early: Mutex::new(Vec::new()),
             state: AtomicI32::new(abi::qps::INIT),
@@ -820,6 +847,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     }
     // SAFETY: the allocation `ibv_create_qp` made.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+    // SAFETY: the QP's SRQ outlives it (`ibv_destroy_srq` is `EBUSY`
+    // while it has users).
+    if let Some(s) = unsafe { ours::<Srq, _>(q.c.srq.cast::<IbvSrq>()) } {
+        s.users.fetch_sub(1, Ordering::AcqRel);
+    }
     if let Some(c) = q.q.conn.get() {
         if q.q.closing.load(Ordering::Acquire) {
             let _ = c.wait_closed(linger_budget());
@@ -998,12 +1030,16 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.max_rd_atomic = ord.min(255) as u8;
         a.max_dest_rd_atomic = ird.min(255) as u8;
         a.port_num = 1;
+        if q.q.srq.is_some() {
+            a.cap.max_recv_wr = 0;
+            a.cap.max_recv_sge = 0;
+        }
         init.write(IbvQpInitAttr {
             qp_context: q.c.qp_context,
             send_cq: q.c.send_cq,
             recv_cq: q.c.recv_cq,
-            srq: null_mut(),
-            cap: q.q.cap,
+            srq: q.c.srq,
+            cap: a.cap,
             qp_type: abi::QPT_RC,
             sq_sig_all: c_int::from(q.q.sig_all),
         });
@@ -1227,6 +1263,10 @@ pub(crate) unsafe extern "C" fn post_recv(
     let Some(q) = (unsafe { qp(qp_) }) else {
         return fail(wr, libc::EINVAL);
     };
+    if q.q.srq.is_some() {
+        // Its receives come from its SRQ (`ibv_post_srq_recv`).
+        return fail(wr, libc::EINVAL);
+    }
     let mut cur = wr;
     // SAFETY: a NULL-terminated chain of readable requests.
     while let Some(w) = unsafe { cur.as_ref() } {
@@ -1256,16 +1296,189 @@ pub(crate) unsafe extern "C" fn post_recv(
     0
 }
 
-/// The `post_srq_recv` slot: no shared receive queues in this library
-/// yet (`ibv_create_srq` fails), so no SRQ can reach here.
+/// The `post_srq_recv` slot: each request's buffer joins the SRQ (its
+/// entries are checked against the memory table by the QP that takes it);
+/// the first one refused (too many entries: `EINVAL`; the SRQ full:
+/// `ENOMEM`) stops the list and is `bad_wr`.
 pub(crate) unsafe extern "C" fn post_srq_recv(
-    _srq: *mut c_void,
-    wr: *mut c_void,
-    bad: *mut *mut c_void,
+    srq: *mut IbvSrq,
+    wr: *mut IbvRecvWr,
+    bad: *mut *mut IbvRecvWr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: a writable `bad_wr` by verbs' contract.
-        unsafe { *bad = wr };
+    let fail = |at: *mut IbvRecvWr, e: c_int| {
+        if !bad.is_null() {
+            // SAFETY: a writable `bad_wr` by verbs' contract.
+            unsafe { *bad = at };
+        }
+        e
+    };
+    // SAFETY: by verbs' contract, a live SRQ of ours.
+    let Some(s) = (unsafe { ours::<Srq, _>(srq) }) else {
+        return fail(wr, libc::EINVAL);
+    };
+    let mut cur = wr;
+    // SAFETY: a NULL-terminated chain of readable requests.
+    while let Some(w) = unsafe { cur.as_ref() } {
+        if w.num_sge < 0 || w.num_sge as u32 > s.max_sge {
+            return fail(cur, libc::EINVAL);
+        }
+        let sgl = match sgl_of(w.sg_list, w.num_sge) {
+            Ok(l) => l,
+            Err(e) => return fail(cur, e),
+        };
+        if let Err(e) = s.srq.post_recv(w.wr_id, sgl) {
+            return fail(cur, errno_of(&e));
+        }
+        cur = w.next;
     }
-    libc::EOPNOTSUPP
+    0
+}
+
+// ---- shared receive queues ----
+
+/// `ibv_create_srq`: a shared receive queue of `attr.max_wr` buffers
+/// (1..=`max_srq_wr`) of up to `attr.max_sge` entries (at most
+/// `max_srq_sge`; 0 is taken as 1). The attributes are written back with
+/// what it has; `srq_limit` is not armed at creation (verbs arms it with
+/// `ibv_modify_srq`) and reads 0.
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `init` readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(pd: *mut IbvPd, init: *mut IbvSrqInitAttr) -> *mut IbvSrq {
+    // SAFETY: by the contract.
+    let (Some(p), Some(a)) = (unsafe { ours::<Pd, _>(pd) }, unsafe { init.as_mut() }) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    let max_wr = a.attr.max_wr as usize;
+    if !(1..=crate::MAX_SRQ_WR).contains(&max_wr) || a.attr.max_sge as usize > iwarp::MAX_SGE {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let e = match engine() {
+        Ok(e) => e,
+        Err(_) => {
+            set_errno(libc::ENODEV);
+            return null_mut();
+        }
+    };
+    let srq = e.ctx.create_srq(max_wr);
+    let max_sge = a.attr.max_sge.max(1);
+    a.attr = IbvSrqAttr {
+        max_wr: srq.capacity() as u32,
+        max_sge,
+        srq_limit: 0,
+    };
+    Box::into_raw(Box::new(Srq {
+        c: IbvSrq {
+            context: p.c.context,
+            srq_context: a.srq_context,
+            pd,
+            handle: handle(),
+            mutex: [0; 5],
+            cond: [0; 6],
+            events_completed: 0,
+        },
+        srq,
+        max_sge,
+        users: AtomicU32::new(0),
+    }))
+    .cast()
+}
+
+/// `ibv_modify_srq`: the depth is fixed (`IBV_SRQ_MAX_WR`: `EINVAL`, as
+/// for a device without `IBV_DEVICE_SRQ_RESIZE`); the limit event is not
+/// in this library (`IBV_SRQ_LIMIT` with a limit: `EOPNOTSUPP`; with 0,
+/// which disarms, accepted).
+///
+/// # Safety
+/// `srq` from `ibv_create_srq`; `attr` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut IbvSrq,
+    attr: *mut IbvSrqAttr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: by the contract.
+    let (Some(_), Some(a)) = (unsafe { ours::<Srq, _>(srq) }, unsafe { attr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    modify_srq_answer(a, mask)
+}
+
+/// What `ibv_modify_srq` answers for `attr` and `mask`.
+fn modify_srq_answer(a: &IbvSrqAttr, mask: c_int) -> c_int {
+    if mask & !(abi::SRQ_MAX_WR | abi::SRQ_LIMIT) != 0 || mask & abi::SRQ_MAX_WR != 0 {
+        return libc::EINVAL;
+    }
+    if mask & abi::SRQ_LIMIT != 0 && a.srq_limit != 0 {
+        return libc::EOPNOTSUPP;
+    }
+    0
+}
+
+/// `ibv_query_srq`.
+///
+/// # Safety
+/// `srq` from `ibv_create_srq`; `attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) -> c_int {
+    // SAFETY: by the contract.
+    let Some(s) = (unsafe { ours::<Srq, _>(srq) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: writable by the contract.
+    unsafe {
+        attr.write(IbvSrqAttr {
+            max_wr: s.srq.capacity() as u32,
+            max_sge: s.max_sge,
+            srq_limit: 0,
+        })
+    };
+    0
+}
+
+/// `ibv_destroy_srq`: `EBUSY` while a QP uses it; buffers still in it
+/// are dropped without completions.
+///
+/// # Safety
+/// `srq` is null or from `ibv_create_srq`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut IbvSrq) -> c_int {
+    // SAFETY: by the contract.
+    let Some(s) = (unsafe { ours::<Srq, _>(srq) }) else {
+        return libc::EINVAL;
+    };
+    if s.users.load(Ordering::Acquire) > 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: the allocation `ibv_create_srq` made.
+    drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modify_srq_refuses_resize_and_an_armed_limit() {
+        let a = |max_wr, srq_limit| IbvSrqAttr {
+            max_wr,
+            max_sge: 1,
+            srq_limit,
+        };
+        assert_eq!(modify_srq_answer(&a(8, 0), abi::SRQ_MAX_WR), libc::EINVAL);
+        assert_eq!(
+            modify_srq_answer(&a(0, 4), abi::SRQ_LIMIT),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(modify_srq_answer(&a(0, 0), abi::SRQ_LIMIT), 0);
+        assert_eq!(modify_srq_answer(&a(0, 0), 1 << 5), libc::EINVAL);
+        assert_eq!(modify_srq_answer(&a(0, 0), 0), 0);
+    }
 }

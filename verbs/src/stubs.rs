@@ -137,19 +137,6 @@ pub extern "C" fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: 
     libc::EOPNOTSUPP
 }
 
-/// `ibv_create_srq`: shared receive queues are not in this library yet.
-#[no_mangle]
-pub extern "C" fn ibv_create_srq(_pd: *mut c_void, _attr: *mut c_void) -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
-}
-
-/// `ibv_destroy_srq`: there is none to destroy.
-#[no_mangle]
-pub extern "C" fn ibv_destroy_srq(_srq: *mut c_void) -> c_int {
-    libc::EINVAL
-}
-
 /// `ibv_query_pkey`: one P_Key, the default 0xffff (as Linux siw).
 ///
 /// # Safety

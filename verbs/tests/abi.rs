@@ -93,6 +93,29 @@ fn layouts() -> Vec<Layout> {
             [qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all]
         ),
         layout!(
+            IbvSrqAttr,
+            "struct ibv_srq_attr",
+            [max_wr, max_sge, srq_limit]
+        ),
+        layout!(
+            IbvSrqInitAttr,
+            "struct ibv_srq_init_attr",
+            [srq_context, attr]
+        ),
+        layout!(
+            IbvSrq,
+            "struct ibv_srq",
+            [
+                context,
+                srq_context,
+                pd,
+                handle,
+                mutex,
+                cond,
+                events_completed
+            ]
+        ),
+        layout!(
             IbvQp,
             "struct ibv_qp",
             [

@@ -1014,3 +1014,44 @@ fn memif_with_several_poll_loops_and_inline_polling_fails_with_the_fix() {
     // Refused before the port was opened.
     assert!(!sock.exists());
 }
+
+#[test]
+fn two_qps_on_one_srq_from_c_over_memif() {
+    if !iwarp::dpdk::AVAILABLE {
+        netns_harness::skip_test("this build has no DPDK (apt-get install libdpdk-dev pkg-config)");
+        return;
+    }
+    // tests/c/srq.c: at each end two QPs on one SRQ (the server's from
+    // ibv_create_srq, the client's from rdma_create_srq) receive the other
+    // end's Sends; data, wr_id order and qp_num checked, and the SRQ verbs'
+    // answers.
+    let (bdir, exe) = build_c("srq");
+    let dir = TempDir::new("memif-srq");
+    let (c, s) = perftest_memif(&exe, &["7520"], &dir.0.join("memif.sock"));
+    let _ = std::fs::remove_dir_all(&bdir);
+    assert!(c.contains("client: ok"), "{c}");
+    assert!(s.contains("server: ok"), "{s}");
+}
+
+#[test]
+fn ib_send_bw_with_an_srq_runs_unmodified_over_memif() {
+    if !memif_ready("ib_send_bw") {
+        return;
+    }
+    // `--use-srq`: the server's receives come from an SRQ of `--rx-depth`
+    // (512) buffers. One QP: two QPs on one SRQ are
+    // `two_qps_on_one_srq_from_c_over_memif`'s.
+    let dir = TempDir::new("memif-srq-bw");
+    let (c, s) = perftest_memif(
+        "ib_send_bw",
+        &["-R", "--use-srq", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+    );
+    assert!(s.contains("Using SRQ      : ON"), "{s}");
+    let row = assert_bw(&c, "65536");
+    assert_bw(&s, "65536");
+    println!(
+        "ib_send_bw -R --use-srq -s 65536 over memif (client): peak {} MB/s, average {} MB/s",
+        row[2], row[3]
+    );
+}

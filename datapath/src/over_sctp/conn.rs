@@ -1181,6 +1181,16 @@ impl SctpConns {
         Ok(())
     }
 
+    /// Make a pending request's queue pair take its receive buffers from
+    /// `srq` (no effect once the queue pair exists).
+    pub fn set_srq(&mut self, id: SockId, srq: Srq) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            if c.state == State::AwaitingDecision {
+                c.ulp.srq = Some(srq);
+            }
+        }
+    }
+
     /// Reject a pending request with `private_data`.
     pub fn reject(&mut self, id: SockId, private_data: &[u8]) -> Result<(), SetupError> {
         let Some(c) = self.conns.get_mut(&id) else {

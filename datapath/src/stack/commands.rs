@@ -32,7 +32,9 @@ impl Stack {
             // TCP socket.
             Command::Iwarp(id, _) if *id >= crate::over_sctp::conn::SCTP_SOCK_BASE => None,
             Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
-            Command::Accept { sock, .. } | Command::Reject { sock, .. } => Some(*sock),
+            Command::Accept { sock, .. }
+            | Command::Reject { sock, .. }
+            | Command::SetSrq { sock, .. } => Some(*sock),
             Command::IwarpOpening(token, _) => self.by_token.get(token).copied(),
             _ => None,
         };
@@ -225,6 +227,17 @@ impl Stack {
                     self.pending_out.push_back(Output::CmRefused(sock, e));
                 }
             }
+        }
+    }
+
+    /// [`Command::SetSrq`].
+    pub(super) fn cmd_set_srq(&mut self, sock: SockId, srq: iwarp_proto::qp::Srq) {
+        if let Some(Sock {
+            kind: SockKind::Iwarp(i),
+            ..
+        }) = self.socks.get_mut(&sock)
+        {
+            i.set_srq(srq);
         }
     }
 

@@ -169,6 +169,16 @@ pub enum Command {
         /// as verbs creates the QP in its own PD before accepting.
         pd: Option<iwarp_proto::mem::PdId>,
     },
+    /// Make a pending connect request's queue pair take its receive
+    /// buffers from `srq` (verbs creates the QP, with its SRQ, after the
+    /// request arrived); posted before its [`Command::Accept`]. No effect
+    /// once the queue pair exists.
+    SetSrq {
+        /// The connection.
+        sock: SockId,
+        /// The shared receive queue.
+        srq: iwarp_proto::qp::Srq,
+    },
     /// Reject a pending connect request, explaining in `private_data`.
     Reject {
         /// The connection.

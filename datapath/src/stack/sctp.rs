@@ -157,6 +157,12 @@ impl Stack {
                 }
                 None
             }
+            Command::SetSrq { sock, srq } if ours(self, sock) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    sc.set_srq(sock, srq);
+                }
+                None
+            }
             Command::Accept {
                 sock,
                 private_data,
