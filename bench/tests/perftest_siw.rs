@@ -115,8 +115,11 @@ fn ours(who: Ours, tool: &str, sizing: &str, port: u16, server: Option<&str>) ->
                 // The guest's server re-listens for the test connection
                 // after the first; Debian's perftest 0.17 client crashes
                 // on its own retry after a refusal (it reuses the ids it
-                // destroyed), so the library retries instead.
-                .arg("IWARP_CONNECT_RETRY_MS=3000")
+                // destroyed), so the library retries instead, for up to
+                // 10 s: the emulated guest's server took longer than 3 s
+                // to listen again once under CI load (the guest's server
+                // then waited out its 150 s).
+                .arg("IWARP_CONNECT_RETRY_MS=10000")
                 // Line-buffered, so that the server's "Waiting for client"
                 // reaches the test before it exits.
                 .args(["stdbuf", "-oL"])

@@ -59,15 +59,7 @@ pub struct Config {
     /// How long a failed address answers `Failed` before a new resolution
     /// may start (rate limit against flooding, as above).
     pub failure_holdoff: u64,
-    /// Packets held per unresolved address (0: hold none). Default 64:
-    /// a burst of connections to a new neighbour sends one SYN each before
-    /// the first ARP answer, and a SYN dropped here waits a whole SYN
-    /// retransmission timeout and reaches the peer out of order (with 4,
-    /// the server's first of eight connections started together was the
-    /// fifth: `iwarp/tests/connect_order.rs`). Linux holds
-    /// up to 101 (`unres_qlen`). What it bounds is our own packets: data
-    /// goes only to resolved neighbours, a peer can make us queue at most
-    /// SYN-ACKs and RSTs.
+    /// Packets held per unresolved address (0: hold none).
     pub max_queued: usize,
     /// Entries in the table, resolved, pending and failed together (at
     /// least 1).
@@ -81,7 +73,7 @@ impl Default for Config {
             retry_interval: SECOND,
             max_requests: 3,
             failure_holdoff: 3 * SECOND,
-            max_queued: 64,
+            max_queued: 4,
             max_entries: 256,
         }
     }
