@@ -8,23 +8,51 @@
 //! [idle sweep](ReadySet::sweep_due) came round. So an idle connection
 //! costs a round nothing.
 //!
-//! Each connection keeps a [`Slot`] (whether it is marked, and its entry
-//! in the deadline set); the set holds the ids. The deadline set has one
-//! entry per connection: an earlier deadline replaces the entry, a later
-//! one leaves it (the connection is only visited early, and records its
-//! next deadline then), so no entry goes stale and none has to be
-//! skipped. The sweep bounds how late a deadline missing from the set
-//! could be noticed.
+//! Each connection keeps a [`Slot`] (whether it is marked, and its
+//! entries in the deadline set); the set holds the ids. The deadline set
+//! has at most two entries per connection: its earliest, and one later
+//! entry that an earlier deadline did not take out. A later deadline
+//! leaves the entries as they are (the connection is only visited early,
+//! and records its next deadline then); an earlier one gets an entry of
+//! its own, and the entry it goes before stays as the later one (the one
+//! that was later still goes). A received segment's ACK deadline, one
+//! round away, comes before the retransmission deadline and is due next
+//! round: so it costs one insertion and one removal, and the
+//! retransmission entry stays where it is, where replacing it cost two
+//! of each. When the earliest fires, the later entry becomes the
+//! connection's entry (a possibly early visit, as above); a popped entry
+//! that is neither (one [`forget`](ReadySet::forget) could not know
+//! about) is skipped. The sweep bounds how late a deadline missing from
+//! the set could be noticed.
 
 use std::collections::BTreeSet;
 
+/// No entry: a [`Slot`]'s deadline fields hold this when they have none
+/// (a deadline at `u64::MAX`, the end of the clock, is never recorded),
+/// which keeps a slot as small as with one `Option<u64>`.
+const NONE: u64 = u64::MAX;
+
 /// A connection's part of a [`ReadySet`]: kept beside the connection.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
     /// In the ready list: visited next round.
     ready: bool,
-    /// Its entry in the deadline set.
-    timer_at: Option<u64>,
+    /// Its entry in the deadline set (its earliest), or [`NONE`].
+    timer_at: u64,
+    /// A later entry of its own in the deadline set, one an earlier
+    /// deadline went before (see the module's documentation), or
+    /// [`NONE`].
+    later_at: u64,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            ready: false,
+            timer_at: NONE,
+            later_at: NONE,
+        }
+    }
 }
 
 impl Slot {
@@ -34,9 +62,9 @@ impl Slot {
         self.ready
     }
 
-    /// Its entry in the deadline set, if it has one.
+    /// Its (earliest) entry in the deadline set, if it has one.
     pub fn deadline(&self) -> Option<u64> {
-        self.timer_at
+        (self.timer_at != NONE).then_some(self.timer_at)
     }
 
     /// Its visit begins: it is no longer in the ready list (the list was
@@ -52,8 +80,9 @@ impl Slot {
 pub struct ReadySet<Id> {
     /// Ids to visit next round, each once (its [`Slot`]'s flag).
     ready: Vec<Id>,
-    /// Deadlines, earliest first: one entry per id ([`Slot::deadline`]).
-    /// A set rather than a heap: an earlier deadline replaces the entry.
+    /// Deadlines, earliest first: at most two entries per id
+    /// ([`Slot::deadline`] and a later one). A set rather than a heap:
+    /// an id's entries are found and taken out by value.
     timers: BTreeSet<(u64, Id)>,
     /// How often the idle sweep runs (ns).
     sweep_every: u64,
@@ -111,14 +140,19 @@ impl<Id: Ord + Copy> ReadySet<Id> {
         }
     }
 
-    /// Record that `id` has something due at `at`: its entry moves to
-    /// `at` if that is earlier than the one it has (or it had none).
+    /// Record that `id` has something due at `at`: it gets an entry at
+    /// `at` if that is earlier than the earliest it has (or it had none);
+    /// the entry it goes before stays, as the later one (a later one it
+    /// had already goes).
     #[inline]
     pub fn defer(&mut self, slot: &mut Slot, id: Id, at: u64) {
-        if slot.timer_at.is_none_or(|a| at < a) {
-            // The later entry it replaces goes: no stale entries to pop.
-            if let Some(a) = slot.timer_at.replace(at) {
-                self.timers.remove(&(a, id));
+        if at < slot.timer_at {
+            let a = std::mem::replace(&mut slot.timer_at, at);
+            if a != NONE {
+                let l = std::mem::replace(&mut slot.later_at, a);
+                if l != NONE {
+                    self.timers.remove(&(l, id));
+                }
             }
             self.timers.insert((at, id));
         }
@@ -137,21 +171,27 @@ impl<Id: Ord + Copy> ReadySet<Id> {
     }
 
     /// The entry `(at, id)` that [`pop_due`](Self::pop_due) gave: the id
-    /// is marked, and has no entry any more.
+    /// is marked, and its later entry (if any) becomes its entry. (The
+    /// earliest pops first, so the later entry never pops while the
+    /// earliest is in the set.)
     #[inline]
     pub fn fire(&mut self, slot: &mut Slot, id: Id, at: u64) {
-        if slot.timer_at == Some(at) {
-            slot.timer_at = None;
+        if slot.timer_at == at {
+            slot.timer_at = std::mem::replace(&mut slot.later_at, NONE);
             self.mark(slot, id);
         }
     }
 
-    /// `id` goes away: its entry leaves the deadline set (a stale id in
+    /// `id` goes away: its entries leave the deadline set (a stale id in
     /// the ready list is skipped by whoever visits it).
     pub fn forget(&mut self, slot: &mut Slot, id: Id) {
-        if let Some(a) = slot.timer_at.take() {
-            self.timers.remove(&(a, id));
+        for at in [slot.timer_at, slot.later_at] {
+            if at != NONE {
+                self.timers.remove(&(at, id));
+            }
         }
+        slot.timer_at = NONE;
+        slot.later_at = NONE;
     }
 
     /// Whether a deadline or the idle sweep is due at `now`.
@@ -214,27 +254,56 @@ mod tests {
     }
 
     #[test]
-    fn one_deadline_entry_per_id_the_earliest() {
+    fn earliest_entry_per_id_and_one_later_kept() {
         let mut set = ReadySet::new(100);
         let mut a = Slot::default();
         let mut b = Slot::default();
         set.defer(&mut a, 1u64, 50);
-        set.defer(&mut a, 1, 70); // later: the entry stays at 50
-        set.defer(&mut a, 1, 30); // earlier: replaces it
-        set.defer(&mut b, 2, 40);
+        set.defer(&mut a, 1, 70); // later: nothing changes
+        assert_eq!(set.deadlines(), 1);
+        set.defer(&mut a, 1, 30); // earlier: its own entry, 50 stays as the later one
+        assert_eq!(a.deadline(), Some(30));
         assert_eq!(set.deadlines(), 2);
-        assert!(!set.due(29) && set.due(30));
-        assert_eq!(set.next_deadline(), Some(30));
-        assert_eq!(set.pop_due(29), None);
+        set.defer(&mut a, 1, 20); // earlier again: 30 becomes the later one, 50 goes
+        assert_eq!(a.deadline(), Some(20));
+        assert_eq!(set.deadlines(), 2);
+        set.defer(&mut b, 2, 40);
+        assert_eq!(set.deadlines(), 3);
+        assert!(!set.due(19) && set.due(20));
+        assert_eq!(set.next_deadline(), Some(20));
+        assert_eq!(set.pop_due(19), None);
+        let (at, id) = set.pop_due(45).unwrap();
+        assert_eq!((at, id), (20, 1));
+        set.fire(&mut a, id, at);
+        // Marked, and the later entry is its entry now.
+        assert!(a.is_ready() && a.deadline() == Some(30));
         let (at, id) = set.pop_due(45).unwrap();
         assert_eq!((at, id), (30, 1));
         set.fire(&mut a, id, at);
-        assert!(a.is_ready() && a.deadline().is_none());
+        assert!(a.deadline().is_none());
         let (at, id) = set.pop_due(45).unwrap();
         assert_eq!((at, id), (40, 2));
         set.fire(&mut b, id, at);
         assert_eq!(set.pop_due(u64::MAX), None);
+        assert_eq!(set.deadlines(), 0);
         assert_eq!(set.marked(), &[1, 2]);
+    }
+
+    #[test]
+    fn an_entry_that_is_neither_is_skipped_and_the_end_of_the_clock_not_kept() {
+        let mut set = ReadySet::new(100);
+        let mut a = Slot::default();
+        set.defer(&mut a, 1u64, u64::MAX);
+        assert_eq!((a.deadline(), set.deadlines()), (None, 0));
+        set.defer(&mut a, 1, 10);
+        let (at, id) = set.pop_due(10).unwrap();
+        // A slot whose entry is not this one (it went away and came back,
+        // say): no mark, its own entry untouched.
+        let mut other = Slot::default();
+        set.defer(&mut other, 1, 40);
+        set.fire(&mut other, id, at);
+        assert!(!other.is_ready() && other.deadline() == Some(40));
+        assert!(set.is_empty());
     }
 
     #[test]
@@ -244,6 +313,12 @@ mod tests {
         set.defer(&mut a, 7u64, 10);
         set.forget(&mut a, 7);
         assert_eq!(set.next_deadline(), None);
+        // Both entries go.
+        set.defer(&mut a, 7, 20);
+        set.defer(&mut a, 7, 10);
+        assert_eq!(set.deadlines(), 2);
+        set.forget(&mut a, 7);
+        assert_eq!((set.deadlines(), a.deadline()), (0, None));
         assert!(!set.due(99) && set.due(100));
         assert!(!set.sweep_due(99));
         assert!(set.sweep_due(100));

@@ -132,9 +132,10 @@ pub struct Stack {
     ports: Vec<u16>,
     /// The ready set: connections to poll next round, each once (their
     /// `Sock::slot`; byte streams are always in it), and their deadlines,
-    /// one entry per connection, set when a polled connection leaves the
-    /// ready set (one in it looks at its deadlines when polled next
-    /// round); and when every connection was last swept into it.
+    /// at most two entries per connection (`crate::ready`), set when a
+    /// polled connection leaves the ready set (one in it looks at its
+    /// deadlines when polled next round); and when every connection was
+    /// last swept into it.
     ready: ReadySet<SockId>,
     by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
     /// The connection the last received segment went to, by its 4-tuple:

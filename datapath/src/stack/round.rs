@@ -305,9 +305,13 @@ impl Stack {
 
     /// Report state changes of connection `id`; frees it once closed.
     fn settle(&mut self, id: SockId) {
-        // Out of MPA setup (accepted, failed or closed): out of the backlog.
-        let setup_over = self.socks.get(&id).and_then(|s| match &s.kind {
-            SockKind::Iwarp(i) if s.backlog_of.is_some() => {
+        let Some(mut sock) = self.socks.get_mut(&id) else {
+            return;
+        };
+        // Out of MPA setup (accepted, failed or closed): out of the backlog
+        // (the connection looked up again only then).
+        let setup_over = match &sock.kind {
+            SockKind::Iwarp(i) if sock.backlog_of.is_some() => {
                 use crate::over_tcp::State;
                 let st = i.state();
                 (!matches!(
@@ -317,13 +321,14 @@ impl Stack {
                 .then_some(st == State::Operational)
             }
             _ => None,
-        });
+        };
         if let Some(accepted) = setup_over {
             self.leave_backlog(id, accepted);
+            sock = match self.socks.get_mut(&id) {
+                Some(s) => s,
+                None => return,
+            };
         }
-        let Some(sock) = self.socks.get_mut(&id) else {
-            return;
-        };
         let state = sock.tcp().state();
         let error = sock.tcp().error().map(ConnError::from);
         let rto = sock.tcp().stats().rto_retransmits;

@@ -44,8 +44,8 @@ pub(super) struct Sock {
     /// Its place in the ready set (polled next round: a segment or
     /// command arrived, or the last poll left work for the next; see
     /// `StackConfig::idle_sweep`) and in the deadline set (the earliest
-    /// deadline it had when it left the ready set; a later one only wakes
-    /// it early).
+    /// deadline it had when it left the ready set, and at most one later
+    /// entry, which only wakes it early: `crate::ready`).
     pub(super) slot: Slot,
     /// The listener (port) whose backlog this connection counts against
     /// until the application accepts it (`StackConfig::backlog`).
