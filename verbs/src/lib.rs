@@ -531,7 +531,9 @@ pub unsafe extern "C" fn ibv_query_device(ctx: *mut IbvContext, attr: *mut IbvDe
         atomic_cap: abi::ATOMIC_HCA,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 1 << 16,
+        // No memory windows in the C ABI (the `alloc_mw` slot is empty:
+        // `ibv_alloc_mw` fails with EOPNOTSUPP), so none are promised.
+        max_mw: 0,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -579,6 +579,10 @@ fn unmodified_ibv_devices_and_ibv_devinfo_see_our_device() {
         "fw_ver:\t\t\t\tiwarp-rs",
         "phys_port_cnt:\t\t\t1",
         "max_sge:\t\t\t4",
+        // What the C ABI has: SRQs, no memory windows (`ibv_alloc_mw`
+        // fails with EOPNOTSUPP, so none are promised).
+        "max_mw:\t\t\t\t0",
+        "max_srq:\t\t\t65536",
         "state:\t\t\tPORT_ACTIVE (4)",
         "link_layer:\t\tEthernet",
         // lo's MTU (65536) holds the largest RDMA MTU.
