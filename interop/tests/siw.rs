@@ -312,6 +312,45 @@ fn guest_output(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
+/// Our side of one iwtest exchange with the guest program `g`, then the
+/// guest's result. When our side fails, the panic carries what tells why:
+/// our QP's counters (TCP retransmissions among them), the guest program's
+/// own output (it is stopped first) and the end of the guest's console
+/// (siw's kernel messages).
+fn exchange(
+    lab: &Lab,
+    qp: &Qp,
+    cq: &Cq,
+    b: &iwtest::Buffers,
+    g: std::thread::ScopedJoinHandle<'_, Result<std::process::Output, String>>,
+    what: &str,
+) -> Result<std::process::Output, String> {
+    let started = Instant::now();
+    match iwtest::peer(qp, cq, b) {
+        Ok(()) => {
+            eprintln!("{what}: our side done in {:.1?}", started.elapsed());
+            qp.wait_disconnected(T).unwrap();
+            g.join().unwrap()
+        }
+        Err(e) => {
+            let after = started.elapsed();
+            let stats = qp.stats();
+            let _ = lab.exec("pkill iwtest", Duration::from_secs(20));
+            let guest = match g.join().unwrap() {
+                Ok(o) => guest_output(&o),
+                Err(e) => e,
+            };
+            let console = lab.console();
+            let tail: Vec<&str> = console.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "{what}: {e} (after {after:.1?})\nour QP: {stats:?}\nthe guest's iwtest: {guest}\nthe guest's console ends:\n{}",
+                tail.join("\n")
+            )
+        }
+    }
+}
+
 /// Write, Read and Send of 1 B, 64 KiB and 1 MiB both ways against the
 /// guest's iwtest, in both roles, with private data both ways: every octet
 /// checked at both ends.
@@ -347,9 +386,7 @@ fn iwtest_both_roles(lab: &Lab, ctx: &Context, v: Variant) {
             // our ORD stays 16, and its ORD 4 is within our IRD 16.
             let n = qp.negotiated();
             assert_eq!((n.ird, n.ord), (16, 16), "{v:?}: IRD/ORD");
-            iwtest::peer(&qp, &cq, &b).unwrap_or_else(|e| panic!("{v:?} iwtest {size}: {e}"));
-            qp.wait_disconnected(T).unwrap();
-            g.join().unwrap()
+            exchange(lab, &qp, &cq, &b, g, &format!("{v:?} iwtest server {size}"))
         })
         .unwrap();
         let out = guest_output(&guest);
@@ -393,9 +430,7 @@ fn iwtest_both_roles(lab: &Lab, ctx: &Context, v: Variant) {
             // iwtest asks IRD 4 / ORD 4: we cut ours (16/16) to match.
             let n = qp.negotiated();
             assert_eq!((n.ird, n.ord), (4, 4), "{v:?}: IRD/ORD");
-            iwtest::peer(&qp, &cq, &b).unwrap_or_else(|e| panic!("{v:?} iwtest {size}: {e}"));
-            qp.wait_disconnected(T).unwrap();
-            g.join().unwrap()
+            exchange(lab, &qp, &cq, &b, g, &format!("{v:?} iwtest client {size}"))
         })
         .unwrap();
         let out = guest_output(&guest);
