@@ -130,6 +130,42 @@ pub struct Lab {
 }
 
 /// Take the machine-wide lab lock, waiting up to `timeout`.
+/// Whether this process has a lab up (from [`Lab::up`] to its drop).
+static LAB_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Start, once per process, a thread that on SIGINT or SIGTERM takes the
+/// lab down (`lab.sh down`: the guest's qemu, the capture, the namespace)
+/// and exits with 128 + the signal's number, as a shell reports a process
+/// the signal killed: an interrupted suite leaves no guest running. A
+/// signal while this process has no lab up only exits (another process may
+/// hold the lab by then).
+fn teardown_on_signal() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+            eprintln!("lab: no signal handler: an interrupted run leaves the lab up (lab.sh down)");
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("lab-teardown".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    if LAB_UP.load(std::sync::atomic::Ordering::SeqCst)
+                        && std::env::var_os("IWARP_LAB_KEEP").is_none()
+                    {
+                        let _ = lab(&["down"], Duration::from_secs(30));
+                        eprintln!("lab: signal {sig}: lab taken down");
+                    }
+                    std::process::exit(128 + sig);
+                }
+            });
+        if spawned.is_err() {
+            eprintln!("lab: no signal thread: an interrupted run leaves the lab up (lab.sh down)");
+        }
+    });
+}
+
 fn lock(timeout: Duration) -> Result<std::fs::File, String> {
     let dir = state_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -169,6 +205,8 @@ impl Lab {
             variant,
             _lock: lock(Duration::from_secs(1200))?,
         };
+        teardown_on_signal();
+        LAB_UP.store(true, std::sync::atomic::Ordering::SeqCst);
         lab(&args, Duration::from_secs(180))?;
         lab(&["attach-veth", VETH], Duration::from_secs(30))?;
         // Our stack builds every frame and checks every checksum: keep the
@@ -258,5 +296,6 @@ impl Drop for Lab {
         if std::env::var_os("IWARP_LAB_KEEP").is_none() {
             let _ = lab(&["down"], Duration::from_secs(60));
         }
+        LAB_UP.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
