@@ -559,6 +559,13 @@ fn siw_crc_p2p() {
 /// channel loses nothing. Gone with the lab's namespace at the latest.
 struct Loss;
 
+/// `nft ARGS` in the lab's namespace.
+fn nft(args: &[&str]) -> Result<std::process::Output, netns_harness::Error> {
+    let mut a = vec!["ip", "netns", "exec", lab::NETNS, "nft"];
+    a.extend_from_slice(args);
+    netns_harness::run(&a, Duration::from_secs(10))
+}
+
 impl Loss {
     fn on(permille: u32) -> Loss {
         let rules = format!(
@@ -566,19 +573,7 @@ impl Loss {
         );
         let path = std::env::temp_dir().join(format!("iwloss-{}.nft", std::process::id()));
         std::fs::write(&path, rules).unwrap();
-        let o = netns_harness::run(
-            &[
-                "ip",
-                "netns",
-                "exec",
-                lab::NETNS,
-                "nft",
-                "-f",
-                path.to_str().unwrap(),
-            ],
-            Duration::from_secs(10),
-        )
-        .unwrap();
+        let o = nft(&["-f", path.to_str().unwrap()]).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(
             o.status.success(),
@@ -590,21 +585,7 @@ impl Loss {
 
     /// Frames dropped so far.
     fn dropped(&self) -> u64 {
-        let o = netns_harness::run(
-            &[
-                "ip",
-                "netns",
-                "exec",
-                lab::NETNS,
-                "nft",
-                "list",
-                "table",
-                "bridge",
-                "iwloss",
-            ],
-            Duration::from_secs(10),
-        )
-        .unwrap();
+        let o = nft(&["list", "table", "bridge", "iwloss"]).unwrap();
         let text = String::from_utf8_lossy(&o.stdout);
         text.split("counter packets ")
             .nth(1)
@@ -616,20 +597,7 @@ impl Loss {
 
 impl Drop for Loss {
     fn drop(&mut self) {
-        let _ = netns_harness::run(
-            &[
-                "ip",
-                "netns",
-                "exec",
-                lab::NETNS,
-                "nft",
-                "delete",
-                "table",
-                "bridge",
-                "iwloss",
-            ],
-            Duration::from_secs(10),
-        );
+        let _ = nft(&["delete", "table", "bridge", "iwloss"]);
     }
 }
 
