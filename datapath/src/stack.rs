@@ -60,7 +60,7 @@ use std::sync::Arc;
 use iwarp_net::iface::{FrameSink, Interface, IpIngress, SctpIngress, SctpServed};
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::iface::TcpInterface;
-use tcp_lite::listen::{IsnGenerator, Listener};
+use tcp_lite::listen::{CookieAck, IsnGenerator, Listener};
 use tcp_lite::tcp::{self, Connection as Tcp, State as TcpState};
 
 use crate::ConnError;

@@ -22,9 +22,9 @@ fn connections_started_in_turn_reach_the_server_in_that_order() {
     let port = 7301;
     let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
     let addr = SocketAddrV4::new(server.addr(), port);
-    // One connection first, so that the server's MAC is known: ARP holds
-    // only 4 packets per unresolved neighbour, and SYNs dropped there
-    // would follow a SYN timeout later, out of order.
+    // One connection first, so that the server's MAC is known: the eight
+    // below find their next hop resolved (the test after this one starts
+    // them to a neighbour ARP has not resolved yet).
     // It stays open to the end, so the client's connection count below
     // is this one plus what the test opens.
     let warm = {
@@ -68,4 +68,43 @@ fn connections_started_in_turn_reach_the_server_in_that_order() {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop((cqps, sqps, warm));
+}
+
+/// Eight connections started at once to a server whose MAC the client
+/// has not resolved: ARP holds every SYN until the reply comes and sends
+/// them in the order they came, so the server sees the connections in
+/// the order they were started (a SYN dropped there would follow a SYN
+/// retransmission timeout later, behind the others).
+#[test]
+fn connections_started_at_once_to_an_unresolved_neighbour_reach_the_server_in_order() {
+    let (server, client) = Context::sim_pair();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let port = 7302;
+    let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
+    let addr = SocketAddrV4::new(server.addr(), port);
+    assert_eq!(client.stats().unwrap().connections, 0, "nothing sent yet");
+    let started: Vec<_> = (0..8u8)
+        .map(|i| {
+            let mut o = ConnectOptions::new(&cpd, &ccq);
+            o.mpa.private_data = vec![i];
+            o.timeout = T;
+            client.connect_start(addr, &o).unwrap()
+        })
+        .collect();
+    let mut sqps = Vec::new();
+    for i in 0..8u8 {
+        let req = listener.get_request(T).unwrap();
+        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
+        sqps.push(req.accept(&AcceptOptions::default(), &scq).unwrap());
+    }
+    let cqps: Vec<_> = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    assert_eq!(cqps.len(), 8);
+    let stats = client.stats().unwrap();
+    assert_eq!(stats.connections, 8);
+    // The neighbour was unresolved when they started (at least the first
+    // SYN waited for ARP), and ARP dropped nothing.
+    assert!(stats.iface.tx_queued >= 1, "{:?}", stats.iface);
+    assert_eq!(stats.iface.tx_dropped, 0, "{:?}", stats.iface);
+    drop((cqps, sqps));
 }

@@ -22,15 +22,28 @@
 //!
 //! # Queue policy
 //!
-//! Each unresolved address holds at most [`Config::max_queued`] packets.
-//! When a new packet arrives at a full queue the **oldest** is dropped and
-//! handed back to the caller (to recycle its buffer): RFC 1122 §2.3.2.2 says
-//! the link layer SHOULD save "at least one (the latest) packet" of those
-//! sent to an unresolved address, and a TCP retransmission is newer and more
-//! useful than what it repeats. Drops are counted in
-//! [`Stats::queue_overflow_drops`]; packets dropped because resolution
-//! failed, or because their entry was evicted, in
-//! [`Stats::unresolved_drops`].
+//! Each unresolved address holds at most [`Config::max_queued`] packets
+//! and [`Config::max_queued_octets`] octets, and all of them together at
+//! most [`Config::max_queued_octets_total`] octets. A packet is charged
+//! the octets its caller names ([`ArpCache::enqueue`]: a frame's buffer)
+//! plus the slot it takes here. When a new packet would pass a bound, the
+//! **oldest** packets are dropped until it fits (of its own address for
+//! the per-address bounds, of any address for the total) and handed back
+//! to the caller (to recycle their buffers): RFC 1122 §2.3.2.2 says the
+//! link layer SHOULD save "at least one (the latest) packet" of those sent
+//! to an unresolved address, and a TCP retransmission is newer and more
+//! useful than what it repeats. A packet larger than a bound by itself is
+//! dropped. Drops are counted in [`Stats::queue_overflow_drops`]; packets
+//! dropped because resolution failed, or because their entry was evicted,
+//! in [`Stats::unresolved_drops`].
+//!
+//! The defaults hold a burst of connections to a new neighbour whole and
+//! in order: each sends a SYN before the first ARP reply, and a SYN
+//! dropped here would follow a SYN retransmission timeout later, behind
+//! the others (a server that pairs connections by accept order, as
+//! perftest's `-q N` does, then pairs them wrongly). What a peer can make
+//! us hold here (SYN-ACKs, RSTs and ICMP replies to addresses it names)
+//! is bounded by the total.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +74,12 @@ pub struct Config {
     pub failure_holdoff: u64,
     /// Packets held per unresolved address (0: hold none).
     pub max_queued: usize,
+    /// Octets held per unresolved address, each packet charged what the
+    /// caller names plus its slot ([`ArpCache::enqueue`]).
+    pub max_queued_octets: usize,
+    /// Octets held for all unresolved addresses together, charged as for
+    /// `max_queued_octets`.
+    pub max_queued_octets_total: usize,
     /// Entries in the table, resolved, pending and failed together (at
     /// least 1).
     pub max_entries: usize,
@@ -73,7 +92,13 @@ impl Default for Config {
             retry_interval: SECOND,
             max_requests: 3,
             failure_holdoff: 3 * SECOND,
-            max_queued: 4,
+            // Linux holds up to `unres_qlen_bytes` (212992) of buffer per
+            // neighbour, about 100 small packets. 128 SYN frames (74
+            // octets each, plus their buffers' and slots' bookkeeping) are
+            // some 17 KiB here; 64 KiB holds 40-odd full-sized frames.
+            max_queued: 128,
+            max_queued_octets: 64 << 10,
+            max_queued_octets_total: 256 << 10,
             max_entries: 256,
         }
     }
@@ -88,7 +113,8 @@ pub struct Stats {
     pub replies_sent: u64,
     /// Addresses whose resolution failed after `max_requests` requests.
     pub resolution_failures: u64,
-    /// Queued packets dropped to make room for a newer one.
+    /// Queued packets dropped to make room for a newer one, and packets
+    /// not held because they were larger than a bound by themselves.
     pub queue_overflow_drops: u64,
     /// Queued packets dropped because their address failed or was evicted.
     pub unresolved_drops: u64,
@@ -120,12 +146,28 @@ pub enum Resolve {
 pub enum Enqueue<P> {
     /// Held until the address resolves.
     Queued,
-    /// Held; the queue was full, so its oldest packet was dropped and is
-    /// handed back.
-    DroppedOldest(P),
+    /// Held; to make room, the oldest packets held (for this address, or
+    /// for any under the total bound) were dropped and are handed back,
+    /// oldest first.
+    DroppedOldest(Vec<P>),
+    /// Not held: larger by itself than `max_queued_octets` or
+    /// `max_queued_octets_total`; dropped and handed back (what was held
+    /// stays).
+    TooLarge(P),
     /// Not held (no resolution under way for the address, or
     /// `max_queued` is 0); the packet is handed back.
     Refused(P),
+}
+
+/// A packet held for an unresolved address.
+#[derive(Debug)]
+struct Held<P> {
+    /// Order of arrival over all addresses (the total bound drops the
+    /// oldest first).
+    seq: u64,
+    /// Octets charged: the caller's count plus this slot.
+    octets: usize,
+    packet: P,
 }
 
 #[derive(Debug)]
@@ -139,7 +181,9 @@ enum State<P> {
         sent: u32,
         /// When the next request (or, after the last, failure) is due.
         next_at: u64,
-        queue: VecDeque<P>,
+        queue: VecDeque<Held<P>>,
+        /// Octets charged for `queue`.
+        octets: usize,
     },
     Failed {
         until: u64,
@@ -167,9 +211,16 @@ pub struct ArpCache<P = Vec<u8>> {
     ///
     /// [`poll_request`]: Self::poll_request
     next_due: u64,
+    /// Octets charged for every queue together.
+    held_octets: usize,
+    /// Arrival number of the next packet held.
+    next_seq: u64,
 }
 
 impl<P> ArpCache<P> {
+    /// What a held packet's slot here costs on top of the caller's count.
+    const SLOT: usize = std::mem::size_of::<Held<P>>();
+
     /// An empty cache for the interface with `my_mac` and `my_ip`. A
     /// `max_requests` or `max_entries` of 0 is taken as 1.
     pub fn new(my_mac: EthernetAddress, my_ip: Ipv4Address, config: Config) -> Self {
@@ -187,6 +238,8 @@ impl<P> ArpCache<P> {
             ready: VecDeque::new(),
             stats: Stats::default(),
             last: None,
+            held_octets: 0,
+            next_seq: 0,
         }
     }
 
@@ -226,6 +279,19 @@ impl<P> ArpCache<P> {
             Some(State::Pending { queue, .. }) => queue.len(),
             _ => 0,
         }
+    }
+
+    /// Octets charged for the packets queued for `ip`.
+    pub fn queued_octets(&self, ip: Ipv4Address) -> usize {
+        match self.entries.get(&ip) {
+            Some(State::Pending { octets, .. }) => *octets,
+            _ => 0,
+        }
+    }
+
+    /// Octets charged for the packets queued for every address.
+    pub fn queued_octets_total(&self) -> usize {
+        self.held_octets
     }
 
     /// The MAC of `ip`, if resolved and not expired at `now`. Never sends
@@ -354,6 +420,7 @@ impl<P> ArpCache<P> {
                 sent: 1,
                 next_at: now.saturating_add(retry),
                 queue: VecDeque::new(),
+                octets: 0,
             },
         );
         self.next_due = self.next_due.min(now.saturating_add(retry));
@@ -362,28 +429,69 @@ impl<P> ArpCache<P> {
     }
 
     /// Hold `packet` until `ip` resolves (after `resolve` answered
-    /// `SendRequest` or `Pending`). See the [module docs](self) for the
-    /// queue policy.
-    pub fn enqueue(&mut self, ip: Ipv4Address, packet: P) -> Enqueue<P> {
-        let max = self.config.max_queued;
-        match self.entries.get_mut(&ip) {
-            Some(State::Pending { queue, .. }) if max > 0 => {
-                let dropped = if queue.len() >= max {
-                    queue.pop_front()
-                } else {
-                    None
-                };
-                queue.push_back(packet);
-                match dropped {
-                    Some(old) => {
-                        self.stats.queue_overflow_drops += 1;
-                        Enqueue::DroppedOldest(old)
-                    }
-                    None => Enqueue::Queued,
-                }
-            }
-            _ => Enqueue::Refused(packet),
+    /// `SendRequest` or `Pending`), charging it `octets` (what it holds:
+    /// a frame's buffer) plus its slot here. See the [module docs](self)
+    /// for the queue policy.
+    pub fn enqueue(&mut self, ip: Ipv4Address, packet: P, octets: usize) -> Enqueue<P> {
+        let cfg = self.config;
+        if cfg.max_queued == 0 || !matches!(self.entries.get(&ip), Some(State::Pending { .. })) {
+            return Enqueue::Refused(packet);
         }
+        let charge = octets.saturating_add(Self::SLOT);
+        if charge > cfg.max_queued_octets || charge > cfg.max_queued_octets_total {
+            self.stats.queue_overflow_drops += 1;
+            return Enqueue::TooLarge(packet);
+        }
+        let mut dropped = Vec::new();
+        // This address's bounds: its own oldest packets go.
+        if let Some(State::Pending { queue, octets, .. }) = self.entries.get_mut(&ip) {
+            while queue.len() >= cfg.max_queued || *octets + charge > cfg.max_queued_octets {
+                let Some(old) = queue.pop_front() else { break };
+                *octets -= old.octets;
+                self.held_octets -= old.octets;
+                dropped.push(old.packet);
+            }
+        }
+        // The total bound: the oldest packets of any address go.
+        while self.held_octets + charge > cfg.max_queued_octets_total {
+            let Some(old) = self.pop_oldest() else { break };
+            dropped.push(old);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if let Some(State::Pending { queue, octets, .. }) = self.entries.get_mut(&ip) {
+            queue.push_back(Held {
+                seq,
+                octets: charge,
+                packet,
+            });
+            *octets += charge;
+            self.held_octets += charge;
+        }
+        if dropped.is_empty() {
+            Enqueue::Queued
+        } else {
+            self.stats.queue_overflow_drops += dropped.len() as u64;
+            Enqueue::DroppedOldest(dropped)
+        }
+    }
+
+    /// Drop the packet held longest, of any address.
+    fn pop_oldest(&mut self) -> Option<P> {
+        let (_, queue, octets) = self
+            .entries
+            .values_mut()
+            .filter_map(|s| match s {
+                State::Pending { queue, octets, .. } => {
+                    queue.front().map(|h| h.seq).map(|seq| (seq, queue, octets))
+                }
+                _ => None,
+            })
+            .min_by_key(|(seq, _, _)| *seq)?;
+        let old = queue.pop_front()?;
+        *octets -= old.octets;
+        self.held_octets -= old.octets;
+        Some(old.packet)
     }
 
     /// The next packet whose address has resolved, with the MAC to send
@@ -531,8 +639,10 @@ impl<P> ArpCache<P> {
         if !self.entries.contains_key(&ip) {
             self.make_room(ip);
         }
-        if let Some(State::Pending { queue, .. }) = self.entries.insert(ip, state) {
-            self.ready.extend(queue.into_iter().map(|p| (mac, p)));
+        if let Some(State::Pending { queue, octets, .. }) = self.entries.insert(ip, state) {
+            self.held_octets -= octets;
+            self.ready
+                .extend(queue.into_iter().map(|h| (mac, h.packet)));
         }
     }
 
@@ -540,8 +650,10 @@ impl<P> ArpCache<P> {
     fn fail(&mut self, ip: Ipv4Address, now: u64) {
         self.last = None;
         let until = now.saturating_add(self.config.failure_holdoff);
-        if let Some(State::Pending { queue, .. }) = self.entries.insert(ip, State::Failed { until })
+        if let Some(State::Pending { queue, octets, .. }) =
+            self.entries.insert(ip, State::Failed { until })
         {
+            self.held_octets -= octets;
             self.stats.unresolved_drops += queue.len() as u64;
         }
         self.stats.resolution_failures += 1;
@@ -565,7 +677,8 @@ impl<P> ArpCache<P> {
             })
             .map(|(&ip, _)| ip);
         if let Some(victim) = victim {
-            if let Some(State::Pending { queue, .. }) = self.entries.remove(&victim) {
+            if let Some(State::Pending { queue, octets, .. }) = self.entries.remove(&victim) {
+                self.held_octets -= octets;
                 self.stats.unresolved_drops += queue.len() as u64;
             }
             self.stats.evictions += 1;
@@ -734,9 +847,9 @@ mod tests {
         let mut buf = [0u8; 64];
         let n = emit_frame(&req, MY_MAC, &mut buf).unwrap();
         assert_eq!(buf[..n], REQUEST_FRAME);
-        assert_eq!(c.enqueue(PEER_IP, 1), Enqueue::Queued);
+        assert_eq!(c.enqueue(PEER_IP, 1, 0), Enqueue::Queued);
         assert_eq!(c.resolve(PEER_IP, t0 + 1), Resolve::Pending);
-        assert_eq!(c.enqueue(PEER_IP, 2), Enqueue::Queued);
+        assert_eq!(c.enqueue(PEER_IP, 2, 0), Enqueue::Queued);
         assert_eq!(c.queued(PEER_IP), 2);
         assert_eq!(c.pop_ready(), None);
         assert_eq!(c.lookup(PEER_IP, t0 + 1), None);
@@ -748,7 +861,7 @@ mod tests {
         assert_eq!(c.pop_ready(), Some((PEER_MAC, 2)));
         assert_eq!(c.pop_ready(), None);
         assert_eq!(c.poll_timeout(), None);
-        assert_eq!(c.enqueue(PEER_IP, 3), Enqueue::Refused(3));
+        assert_eq!(c.enqueue(PEER_IP, 3, 0), Enqueue::Refused(3));
         assert_eq!(c.stats().requests_sent, 1);
     }
 
@@ -836,7 +949,7 @@ mod tests {
         // And it resolves a pending entry, releasing its queue.
         let mut c = cache(Config::default());
         assert!(matches!(c.resolve(PEER_IP, 0), Resolve::SendRequest(_)));
-        assert_eq!(c.enqueue(PEER_IP, 7), Enqueue::Queued);
+        assert_eq!(c.enqueue(PEER_IP, 7, 0), Enqueue::Queued);
         c.process(&request_from(PEER_MAC, PEER_IP, PEER_IP), 1);
         assert_eq!(c.pop_ready(), Some((PEER_MAC, 7)));
     }
@@ -870,7 +983,7 @@ mod tests {
         let mut c = cache(config);
         let req = c.request_for(PEER_IP);
         assert_eq!(c.resolve(PEER_IP, 0), Resolve::SendRequest(req));
-        assert_eq!(c.enqueue(PEER_IP, 1), Enqueue::Queued);
+        assert_eq!(c.enqueue(PEER_IP, 1, 0), Enqueue::Queued);
         // RFC 1122 §2.3.2.1: no more than one request per interval.
         assert_eq!(c.resolve(PEER_IP, S - 1), Resolve::Pending);
         assert_eq!(c.poll_request(S - 1), None);
@@ -886,7 +999,7 @@ mod tests {
         assert_eq!(c.stats().resolution_failures, 1);
         assert_eq!(c.stats().unresolved_drops, 1);
         assert_eq!(c.resolve(PEER_IP, 3 * S), Resolve::Failed);
-        assert_eq!(c.enqueue(PEER_IP, 2), Enqueue::Refused(2));
+        assert_eq!(c.enqueue(PEER_IP, 2, 0), Enqueue::Refused(2));
         assert_eq!(c.resolve(PEER_IP, 8 * S - 1), Resolve::Failed);
         // After the hold-off, a new round starts.
         assert_eq!(c.resolve(PEER_IP, 8 * S), Resolve::SendRequest(req));
@@ -908,12 +1021,12 @@ mod tests {
             ..Config::default()
         };
         let mut c = cache(config);
-        assert_eq!(c.enqueue(PEER_IP, 0), Enqueue::Refused(0), "not pending");
+        assert_eq!(c.enqueue(PEER_IP, 0, 0), Enqueue::Refused(0), "not pending");
         assert!(matches!(c.resolve(PEER_IP, 0), Resolve::SendRequest(_)));
-        assert_eq!(c.enqueue(PEER_IP, 1), Enqueue::Queued);
-        assert_eq!(c.enqueue(PEER_IP, 2), Enqueue::Queued);
-        assert_eq!(c.enqueue(PEER_IP, 3), Enqueue::DroppedOldest(1));
-        assert_eq!(c.enqueue(PEER_IP, 4), Enqueue::DroppedOldest(2));
+        assert_eq!(c.enqueue(PEER_IP, 1, 0), Enqueue::Queued);
+        assert_eq!(c.enqueue(PEER_IP, 2, 0), Enqueue::Queued);
+        assert_eq!(c.enqueue(PEER_IP, 3, 0), Enqueue::DroppedOldest(vec![1]));
+        assert_eq!(c.enqueue(PEER_IP, 4, 0), Enqueue::DroppedOldest(vec![2]));
         assert_eq!(c.queued(PEER_IP), 2);
         assert_eq!(c.stats().queue_overflow_drops, 2);
         c.process(&reply_from(PEER_MAC, PEER_IP), 1);
@@ -926,7 +1039,7 @@ mod tests {
             ..Config::default()
         });
         assert!(matches!(none.resolve(PEER_IP, 0), Resolve::SendRequest(_)));
-        assert_eq!(none.enqueue(PEER_IP, 9), Enqueue::Refused(9));
+        assert_eq!(none.enqueue(PEER_IP, 9, 0), Enqueue::Refused(9));
     }
 
     #[test]
@@ -986,5 +1099,263 @@ mod tests {
             Resolve::SendRequest(_)
         ));
         assert_eq!(c.poll_timeout(), Some(u64::MAX));
+    }
+
+    /// Frame 3 of the same capture: .3's SYN to .2, from port 45380 to
+    /// 7176 (74 octets: MSS, SACK-permitted, timestamps, window scale).
+    static SYN_FRAME: [u8; 74] = [
+        0x52, 0x54, 0x00, 0x17, 0x77, 0x02, 0x52, 0x54, 0x00, 0x17, 0x77, 0x03, 0x08, 0x00, 0x45,
+        0x00, 0x00, 0x3c, 0xfc, 0x59, 0x40, 0x00, 0x40, 0x06, 0x5b, 0x0b, 0xc0, 0xa8, 0xb1, 0x03,
+        0xc0, 0xa8, 0xb1, 0x02, 0xb1, 0x44, 0x1c, 0x08, 0x2c, 0xbf, 0xdc, 0x2f, 0x00, 0x00, 0x00,
+        0x00, 0xa0, 0x02, 0xfa, 0xf0, 0xe3, 0x85, 0x00, 0x00, 0x02, 0x04, 0x05, 0xb4, 0x04, 0x02,
+        0x08, 0x0a, 0x25, 0x77, 0xd9, 0xc2, 0x00, 0x00, 0x00, 0x00, 0x01, 0x03, 0x03, 0x06,
+    ];
+
+    /// The capture's SYN with source port 45380 + `i` (one connection of
+    /// a burst; its checksum is left as captured: the cache reads nothing
+    /// of a frame).
+    fn syn(i: u16) -> Vec<u8> {
+        let mut f = SYN_FRAME.to_vec();
+        f[34..36].copy_from_slice(&0xb144u16.wrapping_add(i).to_be_bytes());
+        f
+    }
+
+    /// A full-sized (1514-octet) frame: the SYN's headers, then octets
+    /// that name `i`.
+    fn full(i: u8) -> Vec<u8> {
+        let mut f = SYN_FRAME.to_vec();
+        f.resize(1514, i);
+        f
+    }
+
+    /// What the cache charges for holding `f` the way the interface holds
+    /// a frame (its buffer and the `Vec` that owns it).
+    fn charged(f: &[u8]) -> usize {
+        f.len() + std::mem::size_of::<Vec<u8>>() + ArpCache::<Vec<u8>>::SLOT
+    }
+
+    fn hold(c: &mut ArpCache<Vec<u8>>, ip: Ipv4Address, f: Vec<u8>) -> Enqueue<Vec<u8>> {
+        let n = f.capacity() + std::mem::size_of::<Vec<u8>>();
+        c.enqueue(ip, f, n)
+    }
+
+    fn frames(config: Config) -> ArpCache<Vec<u8>> {
+        let mut c = ArpCache::new(MY_MAC, MY_IP, config);
+        assert!(matches!(c.resolve(PEER_IP, 0), Resolve::SendRequest(_)));
+        c
+    }
+
+    fn drain(c: &mut ArpCache<Vec<u8>>) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| c.pop_ready().map(|(_, f)| f)).collect()
+    }
+
+    /// Connections started together to a new neighbour send one SYN each
+    /// before the ARP reply: with the defaults, 128 of them are held
+    /// whole and leave in the order they came.
+    #[test]
+    fn a_burst_of_syns_is_held_whole_and_in_order() {
+        let mut c = frames(Config::default());
+        for i in 0..128 {
+            assert_eq!(hold(&mut c, PEER_IP, syn(i)), Enqueue::Queued, "SYN {i}");
+        }
+        assert_eq!(c.queued(PEER_IP), 128);
+        assert_eq!(c.queued_octets(PEER_IP), 128 * charged(&SYN_FRAME));
+        assert!(c.queued_octets(PEER_IP) <= c.config().max_queued_octets);
+        assert_eq!(c.queued_octets_total(), c.queued_octets(PEER_IP));
+        c.process(&reply_from(PEER_MAC, PEER_IP), 1);
+        assert_eq!((c.queued(PEER_IP), c.queued_octets_total()), (0, 0));
+        assert_eq!(drain(&mut c), (0..128).map(syn).collect::<Vec<_>>());
+        assert_eq!(c.stats().queue_overflow_drops, 0);
+    }
+
+    /// At the count bound the oldest SYN goes, one per new one; the rest
+    /// keep their order.
+    #[test]
+    fn at_the_count_bound_the_oldest_is_dropped() {
+        let mut c = frames(Config::default());
+        for i in 0..128 {
+            assert_eq!(hold(&mut c, PEER_IP, syn(i)), Enqueue::Queued);
+        }
+        for i in 128..130 {
+            let old = syn(i - 128);
+            assert_eq!(
+                hold(&mut c, PEER_IP, syn(i)),
+                Enqueue::DroppedOldest(vec![old])
+            );
+            assert_eq!(c.queued(PEER_IP), 128);
+        }
+        assert_eq!(c.stats().queue_overflow_drops, 2);
+        c.process(&reply_from(PEER_MAC, PEER_IP), 1);
+        assert_eq!(drain(&mut c), (2..130).map(syn).collect::<Vec<_>>());
+    }
+
+    /// The octet bound: full-sized frames fill it long before the count
+    /// does; a frame that would pass it pushes out as many of the oldest
+    /// as it needs, and one larger than the bound by itself is dropped.
+    #[test]
+    fn at_the_octet_bound_the_oldest_are_dropped() {
+        let bound = Config::default().max_queued_octets;
+        let mut c = frames(Config::default());
+        let fit = bound / charged(&full(0));
+        assert!((8..128).contains(&fit), "{fit} full frames fit");
+        for i in 0..fit {
+            assert_eq!(hold(&mut c, PEER_IP, full(i as u8)), Enqueue::Queued);
+        }
+        let next = full(fit as u8);
+        assert_eq!(
+            hold(&mut c, PEER_IP, next),
+            Enqueue::DroppedOldest(vec![full(0)])
+        );
+        assert_eq!(c.queued(PEER_IP), fit);
+        assert!(c.queued_octets(PEER_IP) <= bound);
+
+        // SYNs, then full frames, under a bound of 4 full frames: the
+        // third full frame pushes out as many SYNs as it needs, oldest
+        // first.
+        let bound = 4 * charged(&full(0));
+        let mut c = frames(Config {
+            max_queued_octets: bound,
+            ..Config::default()
+        });
+        for i in 0..20 {
+            assert_eq!(hold(&mut c, PEER_IP, syn(i)), Enqueue::Queued);
+        }
+        for i in 0..2 {
+            assert_eq!(hold(&mut c, PEER_IP, full(i)), Enqueue::Queued);
+        }
+        let held = c.queued_octets(PEER_IP);
+        let need = held + charged(&full(2)) - bound;
+        let k = need.div_ceil(charged(&SYN_FRAME));
+        assert!(k > 1, "one frame pushes out several");
+        assert_eq!(
+            hold(&mut c, PEER_IP, full(2)),
+            Enqueue::DroppedOldest((0..k as u16).map(syn).collect())
+        );
+        assert!(c.queued_octets(PEER_IP) <= bound);
+        assert_eq!(c.stats().queue_overflow_drops, k as u64);
+
+        // Larger than the bound by itself: dropped, the queue untouched.
+        let mut c = frames(Config {
+            max_queued_octets: charged(&full(0)) - 1,
+            ..Config::default()
+        });
+        assert_eq!(hold(&mut c, PEER_IP, syn(0)), Enqueue::Queued);
+        assert_eq!(hold(&mut c, PEER_IP, full(1)), Enqueue::TooLarge(full(1)));
+        assert_eq!((c.queued(PEER_IP), c.stats().queue_overflow_drops), (1, 1));
+        c.process(&reply_from(PEER_MAC, PEER_IP), 1);
+        assert_eq!(drain(&mut c), [syn(0)]);
+    }
+
+    /// The total bound spans addresses: a packet for one pushes out the
+    /// oldest held for any; what resolves, fails or is evicted gives its
+    /// octets back.
+    #[test]
+    fn the_total_bound_drops_the_oldest_of_any_address() {
+        let per = charged(&SYN_FRAME);
+        let third = Ipv4Address::new(192, 168, 177, 10);
+        let mut c = frames(Config {
+            max_queued_octets_total: 10 * per,
+            max_entries: 2,
+            ..Config::default()
+        });
+        assert!(matches!(c.resolve(OTHER_IP, 0), Resolve::SendRequest(_)));
+        for i in 0..6 {
+            assert_eq!(hold(&mut c, PEER_IP, syn(i)), Enqueue::Queued);
+        }
+        for i in 100..104 {
+            assert_eq!(hold(&mut c, OTHER_IP, syn(i)), Enqueue::Queued);
+        }
+        assert_eq!(c.queued_octets_total(), 10 * per);
+        // Full: the peer's oldest go, whoever the new one is for.
+        assert_eq!(
+            hold(&mut c, OTHER_IP, syn(104)),
+            Enqueue::DroppedOldest(vec![syn(0)])
+        );
+        assert_eq!(
+            hold(&mut c, PEER_IP, syn(6)),
+            Enqueue::DroppedOldest(vec![syn(1)])
+        );
+        assert_eq!(
+            hold(&mut c, OTHER_IP, syn(105)),
+            Enqueue::DroppedOldest(vec![syn(2)])
+        );
+        assert_eq!((c.queued(PEER_IP), c.queued(OTHER_IP)), (4, 6));
+        assert_eq!(c.queued_octets_total(), 10 * per);
+        assert_eq!(
+            c.queued_octets(PEER_IP) + c.queued_octets(OTHER_IP),
+            c.queued_octets_total()
+        );
+        // A third address evicts the peer's pending entry (the table holds
+        // two): its octets are free.
+        assert!(matches!(c.resolve(third, 2), Resolve::SendRequest(_)));
+        assert_eq!(c.queued(PEER_IP), 0);
+        assert_eq!(c.queued_octets_total(), 6 * per);
+        assert_eq!(c.stats().unresolved_drops, 4);
+        // The other address resolves: its SYNs leave in order, its octets
+        // are free too.
+        c.process(&reply_from(OTHER_MAC, OTHER_IP), 2);
+        assert_eq!(drain(&mut c), (100..106).map(syn).collect::<Vec<_>>());
+        assert_eq!(c.queued_octets_total(), 0);
+        // And one that fails.
+        assert_eq!(hold(&mut c, third, syn(7)), Enqueue::Queued);
+        assert_eq!(c.queued_octets_total(), per);
+        let mut t = 2;
+        while c.queued(third) > 0 {
+            t += S;
+            while c.poll_request(t).is_some() {}
+        }
+        assert_eq!(c.queued_octets_total(), 0);
+        assert_eq!(c.stats().resolution_failures, 1);
+    }
+
+    proptest::proptest! {
+        /// Whatever is held, for whichever addresses, resolved, failed or
+        /// evicted in whatever order: the bounds hold after every step,
+        /// the totals add up, and each address's packets leave in the
+        /// order they came.
+        #[test]
+        fn the_bounds_hold_and_order_is_kept(
+            ops in proptest::collection::vec((0u8..4, 0u8..3, 0usize..3000), 1..300),
+        ) {
+            let config = Config {
+                max_queued: 16,
+                max_queued_octets: 8000,
+                max_queued_octets_total: 12000,
+                max_entries: 2,
+                ..Config::default()
+            };
+            let addrs = [PEER_IP, OTHER_IP, Ipv4Address::new(192, 168, 177, 10)];
+            let mut c: ArpCache<(u8, u32)> = ArpCache::new(MY_MAC, MY_IP, config);
+            let mut last_out = [None::<u32>; 3];
+            let mut t = 0;
+            for (n, (op, a, octets)) in ops.into_iter().enumerate() {
+                let ip = addrs[a as usize];
+                t += S / 4;
+                match op {
+                    0 | 1 => {
+                        if matches!(c.resolve(ip, t), Resolve::SendRequest(_) | Resolve::Pending) {
+                            let _ = c.enqueue(ip, (a, n as u32), octets);
+                        }
+                    }
+                    2 => {
+                        c.process(&reply_from(OTHER_MAC, ip), t);
+                    }
+                    _ => while c.poll_request(t).is_some() {},
+                }
+                while let Some((_, (a, n))) = c.pop_ready() {
+                    let last = &mut last_out[a as usize];
+                    proptest::prop_assert!(last.is_none_or(|l| l < n), "out of order");
+                    *last = Some(n);
+                }
+                let mut sum = 0;
+                for ip in addrs {
+                    proptest::prop_assert!(c.queued(ip) <= config.max_queued);
+                    proptest::prop_assert!(c.queued_octets(ip) <= config.max_queued_octets);
+                    sum += c.queued_octets(ip);
+                }
+                proptest::prop_assert_eq!(sum, c.queued_octets_total());
+                proptest::prop_assert!(sum <= config.max_queued_octets_total);
+            }
+        }
     }
 }

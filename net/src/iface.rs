@@ -772,12 +772,19 @@ impl Interface {
         Ok((hop, mac))
     }
 
-    /// Hold `frame` for `hop` until ARP resolves it.
-    fn hold(&mut self, hop: Ipv4Address, frame: Vec<u8>) -> Result<(), SendError> {
+    /// Hold `frame` for `hop` until ARP resolves it, charged its buffer
+    /// (trimmed to the frame) and the `Vec` that owns it.
+    fn hold(&mut self, hop: Ipv4Address, mut frame: Vec<u8>) -> Result<(), SendError> {
         self.stats.tx_queued += 1;
-        match self.arp.enqueue(hop, frame) {
+        frame.shrink_to_fit();
+        let octets = frame.capacity() + std::mem::size_of::<Vec<u8>>();
+        match self.arp.enqueue(hop, frame, octets) {
             Enqueue::Queued => Ok(()),
-            Enqueue::DroppedOldest(_) => {
+            Enqueue::DroppedOldest(old) => {
+                self.stats.tx_dropped += old.len() as u64;
+                Ok(())
+            }
+            Enqueue::TooLarge(_) => {
                 self.stats.tx_dropped += 1;
                 Ok(())
             }
@@ -1404,6 +1411,7 @@ mod tests {
             Some(12)
         });
         assert_eq!(sent, Ok(true));
+        let first = i.arp().queued_octets(PEER);
         send_parts(
             &mut i,
             PEER,
@@ -1416,6 +1424,11 @@ mod tests {
         .unwrap();
         assert_eq!(out.len(), 1, "one ARP request for both");
         assert_eq!(i.arp().queued(PEER), 2);
+        // Each frame is charged its length plus the same bookkeeping: the
+        // SCTP datagram's buffer was trimmed to its frame (34 + 12 octets),
+        // not charged the 34 + 100 it was built in.
+        let second = i.arp().queued_octets(PEER) - first;
+        assert_eq!(second - first, TCP_HEADER.len() + 4 - 12);
         out.clear();
         let reply = arp_frame(ArpOperation::REPLY, MAC);
         assert!(receive(&mut i, &reply, 1, &mut |f| out.push(f.to_vec())).is_none());

@@ -77,6 +77,28 @@ pub enum Refusal {
     NotSyn,
 }
 
+/// What [`Listener::on_cookie_ack`] made of an ACK for no half-open
+/// connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CookieAck {
+    /// It acknowledged a valid cookie: the connection is made and waits in
+    /// the accept queue.
+    Accepted,
+    /// It acknowledged a valid cookie, but the accept queue and the owner's
+    /// unaccepted connections fill the backlog: nothing is made. Linux
+    /// drops such a segment without an answer (`ListenOverflows`,
+    /// `tcp_abort_on_overflow` off), as it drops the ACK that would
+    /// complete a half-open handshake then ([`Listener::accept_queue_full`]):
+    /// the peer, established on its side, retransmits what it sends, and
+    /// gets in once there is room while the cookie is valid.
+    Overflow,
+    /// Not a valid cookie (cookies off, RST or SYN set, a wrong or old
+    /// cookie, a segment the rebuilt connection does not take): nothing is
+    /// made; the owner answers as for a segment to no connection (RST,
+    /// RFC 9293 §3.10.7.2).
+    Invalid,
+}
+
 /// One listening port.
 #[derive(Debug)]
 pub struct Listener {
@@ -313,22 +335,24 @@ impl Listener {
     /// An ACK from `src` for no half-open connection: if it acknowledges a
     /// SYN cookie made in this or the previous time step (RFC 4987 §3.6),
     /// the connection is created established, its payload passed to
-    /// `deliver`, and it waits in the accept queue; returns whether it was.
-    /// Anything else (cookies off, RST or SYN set, a wrong or old cookie, a
-    /// full accept queue) creates nothing.
+    /// `deliver`, and it waits in the accept queue
+    /// ([`CookieAck::Accepted`]). A valid cookie that finds the accept
+    /// queue full creates nothing ([`CookieAck::Overflow`]); anything else
+    /// (cookies off, RST or SYN set, a wrong or old cookie) creates
+    /// nothing either ([`CookieAck::Invalid`]).
     pub fn on_cookie_ack(
         &mut self,
         src: Ipv4Address,
         seg: &TcpRepr<'_>,
         now: u64,
         deliver: &mut dyn FnMut(&[u8]),
-    ) -> bool {
+    ) -> CookieAck {
         let Some(secret) = self.cookie_secret else {
-            return false;
+            return CookieAck::Invalid;
         };
         if !seg.flags.contains(TcpFlags::ACK) || seg.flags.intersects(TcpFlags::SYN | TcpFlags::RST)
         {
-            return false;
+            return CookieAck::Invalid;
         }
         let iss = seg.ack_number.wrapping_sub(1);
         let peer_isn = seg.seq_number.wrapping_sub(1);
@@ -337,9 +361,13 @@ impl Listener {
         let valid = [t, t.wrapping_sub(1)]
             .iter()
             .any(|&t| self.cookie(&secret, src, seg, peer_isn, t, idx) == iss);
-        if !valid || self.accept_queue_full() {
+        if !valid {
             self.syn_cookies_rejected += 1;
-            return false;
+            return CookieAck::Invalid;
+        }
+        if self.accept_queue_full() {
+            self.syn_cookies_rejected += 1;
+            return CookieAck::Overflow;
         }
         // The options the SYN-ACK's TSval kept, echoed in the TSecr. An
         // ACK without timestamps gets the MSS-only connection (its SYN had
@@ -356,11 +384,11 @@ impl Listener {
         c.handle_segment(seg, now, deliver);
         if c.state() == State::SynReceived || c.state() == State::Closed {
             self.syn_cookies_rejected += 1;
-            return false;
+            return CookieAck::Invalid;
         }
         self.syn_cookies_accepted += 1;
         self.ready.push_back((src, c));
-        true
+        CookieAck::Accepted
     }
 
     /// SYN-ACK retransmissions before a half-open connection is dropped,
@@ -715,7 +743,10 @@ mod tests {
         // The peer's ACK, with data, some time later.
         let mut got = Vec::new();
         let ack = ack_for(&sa, b"hello");
-        assert!(l.on_cookie_ack(PEER, &ack, 900 * MS, &mut |d| got.extend_from_slice(d)));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack, 900 * MS, &mut |d| got.extend_from_slice(d)),
+            CookieAck::Accepted
+        );
         assert_eq!(got, b"hello");
         let (a, c) = l.accept().unwrap();
         assert_eq!(
@@ -768,7 +799,10 @@ mod tests {
             tsecr: 0x3d7,
         });
         let mut got = Vec::new();
-        assert!(l.on_cookie_ack(PEER, &ack, 1100 * MS, &mut |d| got.extend_from_slice(d)));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack, 1100 * MS, &mut |d| got.extend_from_slice(d)),
+            CookieAck::Accepted
+        );
         assert_eq!(got, b"hello");
         let (_, mut c) = l.accept().unwrap();
         assert_eq!(c.state(), State::Established);
@@ -816,7 +850,10 @@ mod tests {
             tsval: 9,
             tsecr: 0x3cf,
         });
-        assert!(l.on_cookie_ack(PEER, &ack, 1100 * MS, &mut |_| {}));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack, 1100 * MS, &mut |_| {}),
+            CookieAck::Accepted
+        );
         let (_, mut c) = l.accept().unwrap();
         // No scaling: the window field is the buffer capped at 65535.
         let mut data = ack_for(&sa, b"x");
@@ -837,7 +874,10 @@ mod tests {
             (sa.window_scale, sa.sack_permitted, sa.timestamp),
             (None, false, None)
         );
-        assert!(l.on_cookie_ack(PEER, &ack_for(&sa, b""), 1100 * MS, &mut |_| {}));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack_for(&sa, b""), 1100 * MS, &mut |_| {}),
+            CookieAck::Accepted
+        );
         let (_, c) = l.accept().unwrap();
         assert_eq!(c.mss(), 1220);
     }
@@ -851,28 +891,37 @@ mod tests {
         for flip in [1u32 << 20, 1, 2] {
             let mut ack = ack_for(&sa, b"evil");
             ack.ack_number ^= flip;
-            assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+            assert_eq!(l.on_cookie_ack(PEER, &ack, 0, never), CookieAck::Invalid);
         }
         // The right cookie for another port, address or peer ISN.
         let mut ack = ack_for(&sa, b"evil");
         ack.src_port = 7001;
-        assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        assert_eq!(l.on_cookie_ack(PEER, &ack, 0, never), CookieAck::Invalid);
         let ack = ack_for(&sa, b"evil");
-        assert!(!l.on_cookie_ack(Ipv4Address([10, 0, 0, 8]), &ack, 0, never));
+        assert_eq!(
+            l.on_cookie_ack(Ipv4Address([10, 0, 0, 8]), &ack, 0, never),
+            CookieAck::Invalid
+        );
         let mut ack = ack_for(&sa, b"evil");
         ack.seq_number = 5001;
-        assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        assert_eq!(l.on_cookie_ack(PEER, &ack, 0, never), CookieAck::Invalid);
         // A RST carrying the right cookie creates nothing either.
         let mut ack = ack_for(&sa, b"");
         ack.flags = TcpFlags::RST | TcpFlags::ACK;
-        assert!(!l.on_cookie_ack(PEER, &ack, 0, never));
+        assert_eq!(l.on_cookie_ack(PEER, &ack, 0, never), CookieAck::Invalid);
         assert!(l.accept().is_none());
         assert_eq!((l.syn_cookies_accepted, l.syn_cookies_rejected), (0, 6));
         // Another listener's secret: no cookies at all without one.
         let mut other = Listener::new(Config::default(), 80, 8, 2);
-        assert!(!other.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, never));
+        assert_eq!(
+            other.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, never),
+            CookieAck::Invalid
+        );
         // The genuine ACK still works.
-        assert!(l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, never));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, never),
+            CookieAck::Accepted
+        );
     }
 
     #[test]
@@ -881,7 +930,9 @@ mod tests {
         // Made late in one time step: valid through the next step...
         let made = COOKIE_PERIOD - 1;
         let sa = cookie_syn_ack(&mut l, 7000, made);
-        let ok = |l: &mut Listener, at| l.on_cookie_ack(PEER, &ack_for(&sa, b""), at, &mut |_| {});
+        let ok = |l: &mut Listener, at| {
+            l.on_cookie_ack(PEER, &ack_for(&sa, b""), at, &mut |_| {}) == CookieAck::Accepted
+        };
         assert!(!ok(&mut l, 2 * COOKIE_PERIOD), "two steps later");
         assert!(!ok(&mut l, 100 * COOKIE_PERIOD));
         assert_eq!(l.syn_cookies_rejected, 2);
@@ -909,8 +960,20 @@ mod tests {
             .handle_segment(&ack, 0, &mut |_| {});
         l.settle();
         assert_eq!(l.on_syn_at(PEER, &syn(3), 1, 0), Err(Refusal::BacklogFull));
-        assert!(!l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, &mut |_| {}));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, &mut |_| {}),
+            CookieAck::Overflow
+        );
         assert_eq!(l.syn_cookies_sent, 1);
+        assert_eq!(l.ready_len(), 1, "nothing made");
+        // The owner takes the waiting connection: the same ACK,
+        // retransmitted, finds room and makes its connection.
+        assert_eq!(l.accept().map(|(_, c)| c.remote_port()), Some(1));
+        assert_eq!(
+            l.on_cookie_ack(PEER, &ack_for(&sa, b""), 0, &mut |_| {}),
+            CookieAck::Accepted
+        );
+        assert_eq!(l.accept().map(|(_, c)| c.remote_port()), Some(7000));
     }
 
     /// Connections the owner took but still counts fill the backlog as

@@ -235,16 +235,28 @@ impl Stack {
                 if let Ok(Some(syn_ack)) = l.listener.on_syn_at(src, seg, isn, now) {
                     self.resets.push((src, syn_ack));
                 }
-            } else if l.listener.on_cookie_ack(src, seg, now, &mut |d| {
-                l.early
-                    .entry((src, seg.src_port))
-                    .or_default()
-                    .extend_from_slice(d)
-            }) {
-                // An ACK for a SYN cookie: established, in the accept queue.
-            } else if let Some(rst) = tcp::reset_for(seg) {
-                self.stats.rx_no_socket += 1;
-                self.resets.push((src, rst));
+            } else {
+                let early = &mut l.early;
+                match l.listener.on_cookie_ack(src, seg, now, &mut |d| {
+                    early
+                        .entry((src, seg.src_port))
+                        .or_default()
+                        .extend_from_slice(d)
+                }) {
+                    // An ACK for a SYN cookie: established, in the accept
+                    // queue.
+                    CookieAck::Accepted => {}
+                    // A valid cookie with the backlog full: dropped
+                    // unanswered, as the ACK completing a half-open
+                    // handshake above (the peer retries what it sends).
+                    CookieAck::Overflow => self.stats.listen_overflows += 1,
+                    CookieAck::Invalid => {
+                        if let Some(rst) = tcp::reset_for(seg) {
+                            self.stats.rx_no_socket += 1;
+                            self.resets.push((src, rst));
+                        }
+                    }
+                }
             }
             self.accept_ready(seg.dst_port, now);
             return;
