@@ -278,6 +278,10 @@ fn perftest_against_siw_both_roles() {
     if !lab_or_skip() {
         return;
     }
+    iwarp_interop::lab::retry_if_guest_nic_wedged("perftest_siw", both_roles_once);
+}
+
+fn both_roles_once() {
     let lab = Lab::up(Variant::Std, "").unwrap();
     let have = lab
         .exec("command -v ib_write_lat", Duration::from_secs(20))

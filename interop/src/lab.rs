@@ -99,6 +99,30 @@ pub fn guest_nic_wedged(console: &str) -> bool {
     })
 }
 
+/// Run `body` (one lab's worth of a test: it brings its own [`Lab`] up);
+/// when it panics and the guest's console shows the guest's own NIC wedged
+/// ([`guest_nic_wedged`]: the emulator's fault, not a peer's), run it once
+/// more on a fresh guest, saying so on stderr. Any other failure, or a
+/// second one, fails as it came.
+pub fn retry_if_guest_nic_wedged(name: &str, body: impl Fn()) {
+    let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&body)) else {
+        return;
+    };
+    let console = last_console();
+    if !guest_nic_wedged(&console) {
+        std::panic::resume_unwind(panic);
+    }
+    let line = console
+        .lines()
+        .find(|l| guest_nic_wedged(l))
+        .unwrap_or_default();
+    eprintln!(
+        "{name}: the guest's lab NIC stopped sending ({}); once more on a fresh guest",
+        line.trim()
+    );
+    body();
+}
+
 /// Why the lab cannot run here, or `None` when it can.
 pub fn skip_reason() -> Option<String> {
     if let Some(r) = netns_harness::skip_reason() {

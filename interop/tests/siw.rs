@@ -486,32 +486,14 @@ fn tshark_crc(pcap: &std::path::Path) -> (usize, usize, usize, usize) {
     )
 }
 
-/// Run `body` (one lab's worth of a test) with the lab lock held; when it
-/// fails and the guest's console shows the guest's own NIC wedged
-/// ([`lab::guest_nic_wedged`]: the emulator's fault, not a peer's), run it
-/// once more on a fresh guest, saying so. Any other failure, or a second
-/// one, fails the test.
+/// Run `body` (one lab's worth of a test) with the lab lock held, once
+/// more if the guest's NIC wedged ([`lab::retry_if_guest_nic_wedged`]).
 fn on_lab(name: &str, body: impl Fn()) {
     if !lab_or_skip() {
         return;
     }
     let _one = LAB.lock().unwrap_or_else(|p| p.into_inner());
-    let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&body)) else {
-        return;
-    };
-    let console = lab::last_console();
-    if !lab::guest_nic_wedged(&console) {
-        std::panic::resume_unwind(panic);
-    }
-    let line = console
-        .lines()
-        .find(|l| lab::guest_nic_wedged(l))
-        .unwrap_or_default();
-    eprintln!(
-        "{name}: the guest's lab NIC stopped sending ({}); once more on a fresh guest",
-        line.trim()
-    );
-    body();
+    lab::retry_if_guest_nic_wedged(name, body);
 }
 
 fn suite(v: Variant) {
