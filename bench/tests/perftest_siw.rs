@@ -278,7 +278,7 @@ fn perftest_against_siw_both_roles() {
     if !lab_or_skip() {
         return;
     }
-    iwarp_interop::lab::retry_if_guest_nic_wedged("perftest_siw", both_roles_once);
+    lab::retry_if_guest_nic_wedged("perftest_siw", both_roles_once);
 }
 
 fn both_roles_once() {
