@@ -1055,3 +1055,66 @@ fn ib_send_bw_with_an_srq_runs_unmodified_over_memif() {
         row[2], row[3]
     );
 }
+
+/// `ib_send_bw -R --use-srq -q QPS` over memif, `runs` times: the
+/// server's QPS QPs take the client's Sends from one SRQ.
+///
+/// `-t` (the send queue) is as deep as `-n`: each client QP posts all its
+/// Sends at once. With a shallower send queue perftest itself can stall a
+/// QP for good on any iWARP device (docs/guide.md, "ib_send_bw with an
+/// SRQ and several QPs"): for iWARP it paces each QP by a credit the
+/// server writes into the client's slot of the same index, but with an
+/// SRQ it counts receives by their `wr_id` (the index of the QP whose
+/// buffer it was when posted), not by the QP they arrived on (`qp_num`).
+/// Buffers are taken in post order by whichever QP a Send arrives on, so
+/// a slot's credit can run ahead of that QP's own Sends, and perftest's
+/// window (`scnt + 1 - credit`, unsigned) then wraps and stops the QP.
+fn send_bw_srq(qps: usize, iters: usize, runs: usize) {
+    if !memif_ready("ib_send_bw") {
+        return;
+    }
+    let dir = TempDir::new(&format!("memif-srq-bw-q{qps}"));
+    let (q, n) = (qps.to_string(), iters.to_string());
+    for run in 0..runs {
+        let (c, s) = perftest_memif(
+            "ib_send_bw",
+            &[
+                "-R",
+                "--use-srq",
+                "-q",
+                &q,
+                "-s",
+                "65536",
+                "-n",
+                &n,
+                "-t",
+                &n,
+            ],
+            &dir.0.join("memif.sock"),
+        );
+        assert!(s.contains("Using SRQ      : ON"), "{s}");
+        assert!(s.contains(&format!("Number of qps   : {qps}")), "{s}");
+        // Both ends count every QP's messages: QPS times -n.
+        for out in [&c, &s] {
+            let row = result_row(out, "65536");
+            assert_eq!(row[1], (qps * iters) as f64, "{out}");
+            assert!(row[3] > 0.0, "{out}");
+        }
+        let row = result_row(&c, "65536");
+        println!(
+            "run {run}: ib_send_bw -R --use-srq -q {qps} -s 65536 over memif (client): \
+             peak {} MB/s, average {} MB/s",
+            row[2], row[3]
+        );
+    }
+}
+
+#[test]
+fn ib_send_bw_with_an_srq_and_two_qps_runs_unmodified_over_memif() {
+    send_bw_srq(2, 250, 4);
+}
+
+#[test]
+fn ib_send_bw_with_an_srq_and_four_qps_runs_unmodified_over_memif() {
+    send_bw_srq(4, 125, 4);
+}
