@@ -1023,8 +1023,9 @@ fn two_qps_on_one_srq_from_c_over_memif() {
     }
     // tests/c/srq.c: at each end two QPs on one SRQ (the server's from
     // ibv_create_srq, the client's from rdma_create_srq) receive the other
-    // end's Sends; data, wr_id order and qp_num checked, and the SRQ verbs'
-    // answers.
+    // end's Sends; data, wr_id order and qp_num checked, the SRQ verbs'
+    // answers, and one IBV_EVENT_SRQ_LIMIT_REACHED per armed limit at
+    // each end (ibv_get_async_event).
     let (bdir, exe) = build_c("srq");
     let dir = TempDir::new("memif-srq");
     let (c, s) = perftest_memif(&exe, &["7520"], &dir.0.join("memif.sock"));
