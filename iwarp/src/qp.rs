@@ -294,4 +294,26 @@ impl Srq {
     pub fn capacity(&self) -> usize {
         self.inner.capacity()
     }
+
+    /// Arm the limit (verbs' `srq_limit`; 0 disarms): the first time a
+    /// queue pair takes a buffer and fewer than `limit` remain, the limit
+    /// fires once and disarms. The queue pair reports
+    /// [`QpEvent::SrqLimitReached`] ([`Qp::poll_event`]) and the notifier
+    /// set with [`on_limit`](Self::on_limit) is called.
+    pub fn arm_limit(&self, limit: usize) {
+        self.inner.arm_limit(limit);
+    }
+
+    /// The armed limit (0: none, or it fired).
+    pub fn limit(&self) -> usize {
+        self.inner.limit()
+    }
+
+    /// Call `f` when the armed limit fires, in the thread that runs the
+    /// queue pair whose take fired it (a poll loop, or the application's
+    /// own on an inline context): `f` must be quick and must not block.
+    /// `None` removes it.
+    pub fn on_limit(&self, f: Option<std::sync::Arc<dyn Fn() + Send + Sync>>) {
+        self.inner.on_limit(f);
+    }
 }

@@ -18,19 +18,39 @@
 //!
 //! When a QP goes to error it completes (flushes) only the buffer it had
 //! taken; the others stay in the SRQ for the remaining QPs.
+//!
+//! The limit ([`Srq::arm_limit`]) fires once per arming, in the thread of
+//! the QP whose take left fewer buffers than the limit: that QP reports
+//! [`QpEvent::SrqLimitReached`](crate::qp::QpEvent::SrqLimitReached), and
+//! the SRQ's own notifier ([`Srq::on_limit`]), if set, is called then, so
+//! that an owner that does not read the QPs' events (verbs' asynchronous
+//! event queue) learns it at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
 
 use crate::qp::{PostError, RecvWr, SgList};
 
-#[derive(Debug)]
+/// What [`Srq::on_limit`] calls.
+type LimitNotify = Arc<dyn Fn() + Send + Sync>;
+
 struct Inner {
     queue: ArrayQueue<RecvWr>,
     /// Armed limit (0: disarmed).
     limit: AtomicUsize,
+    /// Called when the armed limit fires.
+    notify: Mutex<Option<LimitNotify>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("queue", &self.queue)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Shared receive queue handle. Clones share the same queue.
@@ -46,6 +66,7 @@ impl Srq {
             inner: Arc::new(Inner {
                 queue: ArrayQueue::new(depth.max(1)),
                 limit: AtomicUsize::new(0),
+                notify: Mutex::new(None),
             }),
         }
     }
@@ -90,6 +111,14 @@ impl Srq {
         self.inner.limit.load(Ordering::Acquire)
     }
 
+    /// Call `f` each time the armed limit fires (once per arming), in the
+    /// thread of the QP whose take fired it, after the take; `None` stops
+    /// calling the one set before. `f` must not block: that thread runs
+    /// the QPs.
+    pub fn on_limit(&self, f: Option<Arc<dyn Fn() + Send + Sync>>) {
+        *self.inner.notify.lock().unwrap_or_else(|p| p.into_inner()) = f;
+    }
+
     /// Take the oldest buffer; also says whether this take fired the limit.
     pub(crate) fn take(&self) -> (Option<RecvWr>, bool) {
         let wr = self.inner.queue.pop();
@@ -101,6 +130,57 @@ impl Srq {
                 .limit
                 .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok();
+        if fired {
+            let f = self
+                .inner
+                .notify
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(f) = f {
+                f();
+            }
+        }
         (wr, fired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qp::Sge;
+
+    #[test]
+    fn limit_notifier_is_called_once_per_arming() {
+        let srq = Srq::new(8);
+        for i in 0..6 {
+            srq.post_recv(i, Sge::EMPTY).unwrap();
+        }
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        srq.on_limit(Some(Arc::new(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        })));
+        srq.arm_limit(4);
+        // 5 left, then 4: not below the limit.
+        assert!(!srq.take().1);
+        assert!(!srq.take().1);
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        // 3 left: fires, once; the limit disarms.
+        assert!(srq.take().1);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(srq.limit(), 0);
+        assert!(!srq.take().1);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Armed again above what is left (2): the next take fires.
+        srq.arm_limit(3);
+        assert!(srq.take().1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // Without a notifier the limit still fires (the QP's event).
+        srq.on_limit(None);
+        srq.post_recv(9, Sge::EMPTY).unwrap();
+        srq.arm_limit(2);
+        assert!(srq.take().1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 }

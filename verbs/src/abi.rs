@@ -327,6 +327,18 @@ pub struct IbvSrqInitAttr {
     pub attr: IbvSrqAttr,
 }
 
+/// `struct ibv_async_event`: the element (a union of the CQ, QP, SRQ or
+/// WQ pointer and the port number) and `enum ibv_event_type`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IbvAsyncEvent {
+    pub element: *mut c_void,
+    pub event_type: c_int,
+}
+
+/// `enum ibv_event_type`: `IBV_EVENT_SRQ_LIMIT_REACHED`.
+pub const EVENT_SRQ_LIMIT_REACHED: c_int = 15;
+
 /// `enum ibv_srq_attr_mask`: `IBV_SRQ_MAX_WR`.
 pub const SRQ_MAX_WR: c_int = 1 << 0;
 /// `enum ibv_srq_attr_mask`: `IBV_SRQ_LIMIT`.

@@ -987,8 +987,45 @@ pub unsafe extern "C" fn rdma_destroy_qp(i: *mut RdmaCmId) {
     }
 }
 
+/// The line a connection that ended by a Terminate leaves on standard
+/// error (`None` for any other end): the program may not be listening
+/// for its CM events (perftest does not while it measures), and a peer
+/// whose Send found no receive buffer, which iWARP does not retry (RFC
+/// 5041 §7.1, §7.2), would otherwise only stop.
+fn terminate_note(qp_num: u32, uses_srq: bool, cause: iwarp::DisconnectCause) -> Option<String> {
+    use iwarp::{DisconnectCause as D, TermCode};
+    let why = match cause {
+        D::TerminateSent(c) if c == TermCode::DDP_U_NO_BUFFER => {
+            if uses_srq {
+                ": a Send arrived while its shared receive queue was empty"
+            } else {
+                ": a Send arrived while it had no receive posted"
+            }
+        }
+        D::TerminateReceived(c) if c == TermCode::DDP_U_NO_BUFFER => {
+            ": the peer had no receive buffer posted for a Send"
+        }
+        D::TerminateSent(_) | D::TerminateReceived(_) => "",
+        _ => return None,
+    };
+    let retry = if why.is_empty() {
+        ""
+    } else {
+        " (iWARP has no receiver-not-ready retry)"
+    };
+    Some(format!(
+        "iwarp verbs: QP {qp_num:#x} ended, {cause}{why}{retry}"
+    ))
+}
+
 /// Watch a connection until it ends, then queue `DISCONNECTED` (unless
-/// the id is gone).
+/// the id is gone). A Terminate, sent or received, ends the stream (RFC
+/// 5040 §5.4: nothing more may be sent after one), and §6.2.1 wants the
+/// LLP stream torn down, gracefully so that the Terminate arrives: the
+/// stack leaves that to its user, so the watch closes the connection
+/// then, as a kernel RNIC's connection manager does (both ends get
+/// `DISCONNECTED`; the QP's work completes or is flushed), and says why
+/// on standard error ([`terminate_note`]).
 fn watch(
     q: Arc<Queue>,
     s: Arc<IdShared>,
@@ -999,12 +1036,46 @@ fn watch(
         .name("iwarp-cm-conn".into())
         .spawn(move || {
             let Some(conn) = qp.conn.get() else { return };
+            let mut terminated = false;
             while !s.gone.load(Ordering::Acquire) {
                 // A slice without the end is `TimedOut`; the end is `Ok`
                 // (with its cause, or none recorded).
                 match conn.wait_disconnected(Duration::from_millis(100)) {
-                    Err(iwarp::Error::TimedOut) => continue,
-                    _ => {
+                    Err(iwarp::Error::TimedOut) => {
+                        // The stream's events (nothing else reads them).
+                        while let Some(e) = conn.poll_event() {
+                            let cause = match e {
+                                iwarp::QpEvent::TerminateSent(t) => {
+                                    Some(iwarp::DisconnectCause::TerminateSent(t.code))
+                                }
+                                iwarp::QpEvent::TerminateReceived(t) => {
+                                    Some(iwarp::DisconnectCause::TerminateReceived(t.code))
+                                }
+                                iwarp::QpEvent::MalformedTerminate(_) => None,
+                                _ => continue,
+                            };
+                            if terminated {
+                                continue;
+                            }
+                            terminated = true;
+                            match cause.and_then(|c| terminate_note(qp.qp_num, qp.srq.is_some(), c))
+                            {
+                                Some(note) => eprintln!("{note}"),
+                                None => eprintln!("iwarp verbs: QP {:#x} ended, {e}", qp.qp_num),
+                            }
+                            let _ = conn.disconnect();
+                        }
+                    }
+                    end => {
+                        if !terminated {
+                            if let Some(note) = end
+                                .ok()
+                                .flatten()
+                                .and_then(|c| terminate_note(qp.qp_num, qp.srq.is_some(), c))
+                            {
+                                eprintln!("{note}");
+                            }
+                        }
                         qp.state.store(abi::qps::ERR, Ordering::Release);
                         if !s.gone.load(Ordering::Acquire) {
                             q.push(ev);
@@ -1654,6 +1725,42 @@ not_here!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminate_is_named_and_no_buffer_explained() {
+        use iwarp::{DisconnectCause as D, TermCode};
+        let n = |uses_srq, c| terminate_note(0x101, uses_srq, c);
+        assert_eq!(
+            n(true, D::TerminateSent(TermCode::DDP_U_NO_BUFFER)).as_deref(),
+            Some(
+                "iwarp verbs: QP 0x101 ended, Terminate sent: DDP: untagged buffer error: \
+                 invalid MSN, no buffer available: a Send arrived while its shared receive \
+                 queue was empty (iWARP has no receiver-not-ready retry)"
+            )
+        );
+        assert!(n(false, D::TerminateSent(TermCode::DDP_U_NO_BUFFER))
+            .unwrap()
+            .contains("while it had no receive posted (iWARP has no"));
+        assert!(n(false, D::TerminateReceived(TermCode::DDP_U_NO_BUFFER))
+            .unwrap()
+            .contains("Terminate received: DDP: untagged buffer error: invalid MSN, no buffer available: the peer had no receive buffer posted for a Send (iWARP"));
+        assert_eq!(
+            n(false, D::TerminateReceived(TermCode::RDMAP_INVALID_STAG)).as_deref(),
+            Some(
+                "iwarp verbs: QP 0x101 ended, Terminate received: RDMAP: remote protection \
+                 error: invalid STag"
+            )
+        );
+        for quiet in [
+            D::LocalClose,
+            D::PeerClosed,
+            D::PeerReset,
+            D::TimedOut,
+            D::LocalAbort,
+        ] {
+            assert_eq!(n(true, quiet), None);
+        }
+    }
 
     fn addr_of(a: *const libc::sockaddr) -> SocketAddrV4 {
         // SAFETY: an IPv4 address `rdma_getaddrinfo` made or copied.

@@ -13,8 +13,10 @@
 //! immediate and the Fetch-and-Add and Compare-and-Swap atomics (RFC 7306;
 //! `atomic_cap` `IBV_ATOMIC_HCA`, `IBV_ACCESS_REMOTE_ATOMIC`), shared
 //! receive queues (`ibv_create_srq`, `ibv_query_srq`, `ibv_modify_srq`
-//! without resizing or the limit event, `ibv_destroy_srq`, QPs created
-//! with `qp_init_attr.srq`, `rdma_create_srq`), through the
+//! without resizing, `ibv_destroy_srq`, QPs created with
+//! `qp_init_attr.srq`, `rdma_create_srq`) and their limit event
+//! (`IBV_EVENT_SRQ_LIMIT_REACHED` through `ibv_get_async_event`, the only
+//! asynchronous event), through the
 //! context's operation table that the header's inline `ibv_post_send`,
 //! `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and
 //! `ibv_req_notify_cq` call; and
@@ -40,8 +42,10 @@ mod engine;
 mod objects;
 mod stubs;
 
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::OnceLock;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use abi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, IbvPortAttr};
 
@@ -89,6 +93,64 @@ struct Context {
     ext: abi::VerbsContextHead,
     c: IbvContext,
     dev: &'static Device,
+    /// Its asynchronous events (`c.async_fd` is their descriptor).
+    events: Arc<AsyncEvents>,
+}
+
+/// One asynchronous event: `enum ibv_event_type` and its element (the
+/// object's address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AsyncEvent {
+    pub event_type: c_int,
+    pub element: usize,
+}
+
+/// A context's asynchronous events, oldest first, and the descriptor
+/// programs wait on (`async_fd`): an eventfd in semaphore mode that
+/// counts them, so it is readable while one is queued, as rdma-core's is.
+/// Only the SRQ limit (`IBV_EVENT_SRQ_LIMIT_REACHED`) is reported: the
+/// stack reports QP and port trouble through completions and CM events.
+#[derive(Debug)]
+pub(crate) struct AsyncEvents {
+    fd: Option<OwnedFd>,
+    queue: Mutex<VecDeque<AsyncEvent>>,
+}
+
+impl AsyncEvents {
+    fn new() -> AsyncEvents {
+        // SAFETY: plain syscall; a descriptor it returns is ours alone.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        AsyncEvents {
+            // SAFETY: a new descriptor nothing else owns (when not -1).
+            fd: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn raw_fd(&self) -> c_int {
+        self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<AsyncEvent>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue `e` and count it on the descriptor. Called from the thread
+    /// that runs the stack: takes a lock held only briefly and writes an
+    /// eventfd (which never blocks below its maximum count).
+    pub(crate) fn push(&self, e: AsyncEvent) {
+        self.queue().push_back(e);
+        let one: u64 = 1;
+        // SAFETY: an 8-octet write from a u64 to our eventfd.
+        unsafe { libc::write(self.raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Drop the queued events of `element` (an object being destroyed):
+    /// their counts on the descriptor are read past by
+    /// `ibv_get_async_event`.
+    pub(crate) fn forget(&self, element: usize) {
+        self.queue().retain(|e| e.element != element);
+    }
 }
 
 impl Context {
@@ -309,23 +371,23 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
     };
+    let events = Arc::new(AsyncEvents::new());
     let c = Box::into_raw(Box::new(Context {
         ext: abi::VerbsContextHead::new(),
         c: IbvContext {
             device,
             ops: ops_table(),
             cmd_fd: -1,
-            // Asynchronous events: a descriptor that never fires (the
-            // stack reports QP and port trouble through completions and CM
-            // events), so `ibv_get_async_event` and a poll on it wait as on
-            // a quiet device.
-            // SAFETY: plain syscall; a failure leaves -1, as before.
-            async_fd: unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) },
+            // Asynchronous events (`AsyncEvents`): readable while one is
+            // queued, so `ibv_get_async_event` and a poll on it wait as on
+            // rdma-core's.
+            async_fd: events.raw_fd(),
             num_comp_vectors: 1,
             mutex: [0; 5],
             abi_compat: abi::VERBS_ABI_IS_EXTENDED as *mut c_void,
         },
         dev,
+        events,
     }));
     // SAFETY: just made; the program gets its `c` member, as rdma-core's
     // `&verbs_context->context`.
@@ -386,37 +448,82 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
     }
     // SAFETY: the allocation `ibv_open_device` made (the `Context` whose
     // `c` member the pointer points to), not freed before by the contract.
-    let c = unsafe { Box::from_raw(Context::of(ctx)) };
-    if c.c.async_fd >= 0 {
-        // SAFETY: the eventfd `ibv_open_device` opened.
-        unsafe { libc::close(c.c.async_fd) };
-    }
+    // Its event descriptor closes with the last holder of its events (an
+    // SRQ not destroyed yet holds them too).
+    drop(unsafe { Box::from_raw(Context::of(ctx)) });
     0
 }
 
-/// `ibv_get_async_event`: waits on the context's event descriptor, which
-/// nothing signals (no asynchronous events here); `EAGAIN` at once when
-/// the program made it non-blocking.
+/// The asynchronous events of the context `ctx` (null: none).
 ///
 /// # Safety
-/// `ctx` from `ibv_open_device`.
+/// As [`context`].
+pub(crate) unsafe fn context_events(ctx: *mut IbvContext) -> Option<Arc<AsyncEvents>> {
+    // SAFETY: by the caller's contract.
+    unsafe { context(ctx) }.map(|c| c.events.clone())
+}
+
+/// `ibv_get_async_event`: the context's oldest event, waiting for one on
+/// its descriptor (`EAGAIN` at once when the program made it
+/// non-blocking). The only event is `IBV_EVENT_SRQ_LIMIT_REACHED` (an
+/// armed SRQ limit, `ibv_modify_srq`), whose element is the SRQ.
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`; `event` writable.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, _event: *mut c_void) -> c_int {
+pub unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut IbvContext,
+    event: *mut abi::IbvAsyncEvent,
+) -> c_int {
     // SAFETY: by the contract.
     let Some(c) = (unsafe { context(ctx) }) else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    let mut n: u64 = 0;
-    // SAFETY: an 8-octet read into a u64 from our eventfd.
-    unsafe { libc::read(c.c.async_fd, (&mut n as *mut u64).cast(), 8) };
-    // Only an error (EAGAIN, EINTR, EBADF) returns: there is no event.
-    -1
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    loop {
+        let mut n: u64 = 0;
+        // SAFETY: an 8-octet read into a u64 from our eventfd (semaphore
+        // mode: it takes one count, waiting for one unless non-blocking).
+        if unsafe { libc::read(c.c.async_fd, (&mut n as *mut u64).cast(), 8) } != 8 {
+            // EAGAIN, EINTR, EBADF: errno says which.
+            return -1;
+        }
+        // A count whose event was dropped with its object has none.
+        if let Some(e) = c.events.queue().pop_front() {
+            // SAFETY: writable by the contract.
+            unsafe {
+                event.write(abi::IbvAsyncEvent {
+                    element: e.element as *mut c_void,
+                    event_type: e.event_type,
+                })
+            };
+            return 0;
+        }
+    }
 }
 
-/// `ibv_ack_async_event`: no event was handed out to acknowledge.
+/// `ibv_ack_async_event`: for an SRQ's event, counts it in the SRQ's
+/// `events_completed`, as rdma-core does.
+///
+/// # Safety
+/// `event` from `ibv_get_async_event`, its element not destroyed.
 #[no_mangle]
-pub extern "C" fn ibv_ack_async_event(_event: *mut c_void) {}
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut abi::IbvAsyncEvent) {
+    // SAFETY: by the contract.
+    let Some(e) = (unsafe { event.as_ref() }) else {
+        return;
+    };
+    if e.event_type == abi::EVENT_SRQ_LIMIT_REACHED {
+        // SAFETY: a live SRQ of ours by the contract.
+        if let Some(s) = unsafe { e.element.cast::<abi::IbvSrq>().as_mut() } {
+            s.events_completed = s.events_completed.wrapping_add(1);
+        }
+    }
+}
 
 /// `ibv_event_type_str`.
 #[no_mangle]

@@ -67,6 +67,8 @@ pub(crate) struct Srq {
     /// QPs created with it and not destroyed (`ibv_destroy_srq` is
     /// `EBUSY` meanwhile).
     pub users: AtomicU32,
+    /// Its context's asynchronous events, where its limit event goes.
+    pub events: Option<std::sync::Arc<crate::AsyncEvents>>,
 }
 
 /// `struct ibv_qp` and what the connection needs.
@@ -1340,7 +1342,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
 /// (1..=`max_srq_wr`) of up to `attr.max_sge` entries (at most
 /// `max_srq_sge`; 0 is taken as 1). The attributes are written back with
 /// what it has; `srq_limit` is not armed at creation (verbs arms it with
-/// `ibv_modify_srq`) and reads 0.
+/// `ibv_modify_srq`) and reads 0. Its limit event goes to the PD's
+/// context's asynchronous events.
 ///
 /// # Safety
 /// `pd` from `ibv_alloc_pd`; `init` readable and writable.
@@ -1370,7 +1373,9 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut IbvPd, init: *mut IbvSrqInitAtt
         max_sge,
         srq_limit: 0,
     };
-    Box::into_raw(Box::new(Srq {
+    // SAFETY: the PD's context, from `ibv_open_device` (a PD lives in one).
+    let events = unsafe { crate::context_events(p.c.context) };
+    let s = Box::into_raw(Box::new(Srq {
         c: IbvSrq {
             context: p.c.context,
             srq_context: a.srq_context,
@@ -1383,14 +1388,30 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut IbvPd, init: *mut IbvSrqInitAtt
         srq,
         max_sge,
         users: AtomicU32::new(0),
-    }))
-    .cast()
+        events: events.clone(),
+    }));
+    if let Some(ev) = events {
+        // The limit's event names the SRQ (its address, which
+        // `ibv_destroy_srq` stops this from using).
+        let element = s as usize;
+        // SAFETY: just made; read only here.
+        unsafe { &(*s).srq }.on_limit(Some(std::sync::Arc::new(move || {
+            ev.push(crate::AsyncEvent {
+                event_type: abi::EVENT_SRQ_LIMIT_REACHED,
+                element,
+            })
+        })));
+    }
+    s.cast()
 }
 
 /// `ibv_modify_srq`: the depth is fixed (`IBV_SRQ_MAX_WR`: `EINVAL`, as
-/// for a device without `IBV_DEVICE_SRQ_RESIZE`); the limit event is not
-/// in this library (`IBV_SRQ_LIMIT` with a limit: `EOPNOTSUPP`; with 0,
-/// which disarms, accepted).
+/// for a device without `IBV_DEVICE_SRQ_RESIZE`); `IBV_SRQ_LIMIT` arms
+/// the limit (up to the depth, else `EINVAL`; 0 disarms): the first time
+/// a QP takes a buffer and fewer than `srq_limit` remain, the context
+/// gets one `IBV_EVENT_SRQ_LIMIT_REACHED` (`ibv_get_async_event`) and the
+/// limit disarms (`ibv_query_srq` reads 0 again), as Linux siw does. One
+/// armed above what the SRQ holds fires at the next take.
 ///
 /// # Safety
 /// `srq` from `ibv_create_srq`; `attr` readable.
@@ -1401,21 +1422,33 @@ pub unsafe extern "C" fn ibv_modify_srq(
     mask: c_int,
 ) -> c_int {
     // SAFETY: by the contract.
-    let (Some(_), Some(a)) = (unsafe { ours::<Srq, _>(srq) }, unsafe { attr.as_ref() }) else {
+    let (Some(s), Some(a)) = (unsafe { ours::<Srq, _>(srq) }, unsafe { attr.as_ref() }) else {
         return libc::EINVAL;
     };
-    modify_srq_answer(a, mask)
+    match modify_srq_answer(a, mask, s.srq.capacity()) {
+        Ok(Some(limit)) => {
+            s.srq.arm_limit(limit);
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => e,
+    }
 }
 
-/// What `ibv_modify_srq` answers for `attr` and `mask`.
-fn modify_srq_answer(a: &IbvSrqAttr, mask: c_int) -> c_int {
+/// What `ibv_modify_srq` does for `attr` and `mask` on an SRQ of
+/// `depth`: the limit to arm (0: disarm), nothing, or the errno.
+fn modify_srq_answer(a: &IbvSrqAttr, mask: c_int, depth: usize) -> Result<Option<usize>, c_int> {
     if mask & !(abi::SRQ_MAX_WR | abi::SRQ_LIMIT) != 0 || mask & abi::SRQ_MAX_WR != 0 {
-        return libc::EINVAL;
+        return Err(libc::EINVAL);
     }
-    if mask & abi::SRQ_LIMIT != 0 && a.srq_limit != 0 {
-        return libc::EOPNOTSUPP;
+    if mask & abi::SRQ_LIMIT == 0 {
+        return Ok(None);
     }
-    0
+    let limit = a.srq_limit as usize;
+    if limit > depth {
+        return Err(libc::EINVAL);
+    }
+    Ok(Some(limit))
 }
 
 /// `ibv_query_srq`.
@@ -1436,14 +1469,15 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) 
         attr.write(IbvSrqAttr {
             max_wr: s.srq.capacity() as u32,
             max_sge: s.max_sge,
-            srq_limit: 0,
+            srq_limit: s.srq.limit() as u32,
         })
     };
     0
 }
 
 /// `ibv_destroy_srq`: `EBUSY` while a QP uses it; buffers still in it
-/// are dropped without completions.
+/// are dropped without completions, and its events not yet taken with
+/// `ibv_get_async_event` with it.
 ///
 /// # Safety
 /// `srq` is null or from `ibv_create_srq`, not freed.
@@ -1456,6 +1490,12 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut IbvSrq) -> c_int {
     if s.users.load(Ordering::Acquire) > 0 {
         return libc::EBUSY;
     }
+    // No QP takes from it any more: its limit cannot fire again.
+    s.srq.on_limit(None);
+    s.srq.arm_limit(0);
+    if let Some(ev) = &s.events {
+        ev.forget(srq as usize);
+    }
     // SAFETY: the allocation `ibv_create_srq` made.
     drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
     0
@@ -1466,19 +1506,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modify_srq_refuses_resize_and_an_armed_limit() {
+    fn modify_srq_refuses_resize_and_arms_a_limit_up_to_the_depth() {
         let a = |max_wr, srq_limit| IbvSrqAttr {
             max_wr,
             max_sge: 1,
             srq_limit,
         };
-        assert_eq!(modify_srq_answer(&a(8, 0), abi::SRQ_MAX_WR), libc::EINVAL);
+        let lim = abi::SRQ_LIMIT;
         assert_eq!(
-            modify_srq_answer(&a(0, 4), abi::SRQ_LIMIT),
-            libc::EOPNOTSUPP
+            modify_srq_answer(&a(8, 0), abi::SRQ_MAX_WR, 16),
+            Err(libc::EINVAL)
         );
-        assert_eq!(modify_srq_answer(&a(0, 0), abi::SRQ_LIMIT), 0);
-        assert_eq!(modify_srq_answer(&a(0, 0), 1 << 5), libc::EINVAL);
-        assert_eq!(modify_srq_answer(&a(0, 0), 0), 0);
+        assert_eq!(modify_srq_answer(&a(0, 4), lim, 16), Ok(Some(4)));
+        assert_eq!(modify_srq_answer(&a(0, 16), lim, 16), Ok(Some(16)));
+        assert_eq!(modify_srq_answer(&a(0, 17), lim, 16), Err(libc::EINVAL));
+        assert_eq!(modify_srq_answer(&a(0, 0), lim, 16), Ok(Some(0)));
+        assert_eq!(modify_srq_answer(&a(0, 0), 1 << 5, 16), Err(libc::EINVAL));
+        assert_eq!(modify_srq_answer(&a(0, 0), 0, 16), Ok(None));
+        // A resize with a limit changes nothing.
+        assert_eq!(
+            modify_srq_answer(&a(32, 4), abi::SRQ_MAX_WR | lim, 16),
+            Err(libc::EINVAL)
+        );
     }
 }

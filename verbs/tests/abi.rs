@@ -116,6 +116,11 @@ fn layouts() -> Vec<Layout> {
             ]
         ),
         layout!(
+            IbvAsyncEvent,
+            "struct ibv_async_event",
+            [element, event_type]
+        ),
+        layout!(
             IbvQp,
             "struct ibv_qp",
             [
@@ -381,6 +386,7 @@ fn probe() -> std::collections::HashMap<String, usize> {
         );
     }
     line("gid", "sizeof(union ibv_gid)");
+    line("IBV_EVENT_SRQ_LIMIT_REACHED", "IBV_EVENT_SRQ_LIMIT_REACHED");
     for (f, _) in send_wr_fields() {
         line(
             &format!("send_wr.{f}"),
@@ -523,6 +529,10 @@ fn structures_match_rdma_core_44() {
     assert_eq!(size_of::<IbvPortAttr>(), want("port_attr.port_cap_flags2"));
     assert_eq!(offset_of!(IbvPortAttr, flags) + 1, size_of::<IbvPortAttr>());
     assert_eq!(size_of::<IbvGid>(), want("gid"));
+    assert_eq!(
+        iwarp_verbs::abi::EVENT_SRQ_LIMIT_REACHED as usize,
+        want("IBV_EVENT_SRQ_LIMIT_REACHED")
+    );
     for (cty, size, fields) in layouts() {
         assert_eq!(size, want(&cty), "sizeof({cty})");
         for (f, off) in fields {

@@ -1023,14 +1023,49 @@ fn two_qps_on_one_srq_from_c_over_memif() {
     }
     // tests/c/srq.c: at each end two QPs on one SRQ (the server's from
     // ibv_create_srq, the client's from rdma_create_srq) receive the other
-    // end's Sends; data, wr_id order and qp_num checked, and the SRQ verbs'
-    // answers.
+    // end's Sends; data, wr_id order and qp_num checked, the SRQ verbs'
+    // answers, and one IBV_EVENT_SRQ_LIMIT_REACHED per armed limit at
+    // each end (ibv_get_async_event).
     let (bdir, exe) = build_c("srq");
     let dir = TempDir::new("memif-srq");
     let (c, s) = perftest_memif(&exe, &["7520"], &dir.0.join("memif.sock"));
     let _ = std::fs::remove_dir_all(&bdir);
     assert!(c.contains("client: ok"), "{c}");
     assert!(s.contains("server: ok"), "{s}");
+}
+
+#[test]
+fn a_send_that_finds_the_srq_empty_ends_both_ends_loudly_over_memif() {
+    if !iwarp::dpdk::AVAILABLE {
+        netns_harness::skip_test("this build has no DPDK (apt-get install libdpdk-dev pkg-config)");
+        return;
+    }
+    // tests/c/srq_empty.c: the server's SRQ holds one buffer, the client
+    // sends two messages. iWARP has no receiver-not-ready retry: the
+    // server's QP sends a Terminate (DDP no buffer), and both ends get
+    // DISCONNECTED (the program is not left waiting) and a line on
+    // standard error that says why.
+    let (bdir, exe) = build_c("srq_empty");
+    let dir = TempDir::new("memif-srq-empty");
+    let (c, s) = perftest_memif(&exe, &["7521"], &dir.0.join("memif.sock"));
+    let _ = std::fs::remove_dir_all(&bdir);
+    assert!(c.contains("client: ok"), "{c}");
+    assert!(s.contains("server: ok"), "{s}");
+    assert!(
+        s.contains(
+            "ended, Terminate sent: DDP: untagged buffer error: invalid MSN, no buffer \
+             available: a Send arrived while its shared receive queue was empty (iWARP has no \
+             receiver-not-ready retry)"
+        ),
+        "{s}"
+    );
+    assert!(
+        c.contains(
+            "ended, Terminate received: DDP: untagged buffer error: invalid MSN, no buffer \
+             available: the peer had no receive buffer posted for a Send"
+        ),
+        "{c}"
+    );
 }
 
 #[test]
@@ -1054,4 +1089,69 @@ fn ib_send_bw_with_an_srq_runs_unmodified_over_memif() {
         "ib_send_bw -R --use-srq -s 65536 over memif (client): peak {} MB/s, average {} MB/s",
         row[2], row[3]
     );
+}
+
+/// `ib_send_bw -R --use-srq -q QPS -s 1 MiB` over memif, `runs` times:
+/// the server's QPS QPs take the client's Sends from one SRQ. Two things
+/// in perftest itself, on any iWARP device (docs/guide.md, "ib_send_bw
+/// with an SRQ and several QPs"), set the arguments:
+///
+/// * `-t` (the send queue) is as deep as `-n`: each client QP posts all
+///   its Sends at once. With a shallower send queue perftest can stall a
+///   QP for good: for iWARP it paces each QP by a credit the server
+///   writes into the client's slot of the same index, but with an SRQ it
+///   counts receives by their `wr_id` (the index of the QP whose buffer
+///   it was when posted), not by the QP they arrived on (`qp_num`).
+///   Buffers are taken in post order by whichever QP a Send arrives on,
+///   so a slot's credit can run ahead of that QP's own Sends, and
+///   perftest's window (`scnt + 1 - credit`, unsigned) then wraps and
+///   stops the QP.
+/// * Messages of 1 MiB: the SRQ holds `--rx-depth` buffers (at most
+///   `-n`) for the QPS × `-n` Sends in flight, and nothing but the
+///   server's reposting keeps it from running empty (iWARP has no
+///   receiver-not-ready retry: a Send that finds it empty ends the
+///   connections with a Terminate, which
+///   `a_send_that_finds_the_srq_empty_ends_both_ends_loudly_over_memif`
+///   shows). With 64 KiB messages a server thread kept off the CPU for a
+///   few milliseconds by the other tests let it run empty (seen with
+///   four QPs); with 1 MiB it would have to be held off for the time the
+///   link takes to bring the SRQ's depth in MiB.
+fn send_bw_srq(qps: usize, iters: usize, runs: usize) {
+    if !memif_ready("ib_send_bw") {
+        return;
+    }
+    let dir = TempDir::new(&format!("memif-srq-bw-q{qps}"));
+    let (q, n) = (qps.to_string(), iters.to_string());
+    const SIZE: &str = "1048576";
+    for run in 0..runs {
+        let (c, s) = perftest_memif(
+            "ib_send_bw",
+            &["-R", "--use-srq", "-q", &q, "-s", SIZE, "-n", &n, "-t", &n],
+            &dir.0.join("memif.sock"),
+        );
+        assert!(s.contains("Using SRQ      : ON"), "{s}");
+        assert!(s.contains(&format!("Number of qps   : {qps}")), "{s}");
+        // Both ends count every QP's messages: QPS times -n.
+        for out in [&c, &s] {
+            let row = result_row(out, SIZE);
+            assert_eq!(row[1], (qps * iters) as f64, "{out}");
+            assert!(row[3] > 0.0, "{out}");
+        }
+        let row = result_row(&c, SIZE);
+        println!(
+            "run {run}: ib_send_bw -R --use-srq -q {qps} -s {SIZE} over memif (client): \
+             peak {} MB/s, average {} MB/s",
+            row[2], row[3]
+        );
+    }
+}
+
+#[test]
+fn ib_send_bw_with_an_srq_and_two_qps_runs_unmodified_over_memif() {
+    send_bw_srq(2, 250, 4);
+}
+
+#[test]
+fn ib_send_bw_with_an_srq_and_four_qps_runs_unmodified_over_memif() {
+    send_bw_srq(4, 125, 4);
 }

@@ -5,14 +5,21 @@
  * gets it from id->srq, the second from its attributes). Each end checks
  * every receive's data, wr_id (the SRQ's buffers are taken in post
  * order) and qp_num (the QP the message came in on), and the SRQ verbs'
- * answers: attributes written back and queried, a resize and an armed
- * limit refused, a list with a bad request stopped there (bad_wr),
- * ibv_post_recv on a QP with an SRQ refused, ibv_destroy_srq EBUSY while
- * a QP uses it and 0 after.
+ * answers: attributes written back and queried, a resize refused, a limit
+ * armed, read back and disarmed (one above the depth refused), a list with
+ * a bad request stopped there (bad_wr), ibv_post_recv on a QP with an SRQ
+ * refused, ibv_destroy_srq EBUSY while a QP uses it and 0 after. The
+ * limit event: the server arms 6 over its 8 buffers (the third receive
+ * leaves 5), the client 8 over its 8 (the first leaves 7); each end then
+ * gets one IBV_EVENT_SRQ_LIMIT_REACHED naming its SRQ from
+ * ibv_get_async_event (async_fd readable before, not after), the limit
+ * reads 0 again, and the later receives bring no second event.
  * Usage: srq PORT (server) | srq PORT SERVER_ADDR (client).
  * Exit 0: all checks held; 1: a check failed; 2: setup failed. */
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,10 +67,52 @@ static void check_srq_verbs(struct ibv_srq *srq)
 	CHECK(a.max_wr == 16 && a.max_sge == 1 && a.srq_limit == 0);
 	a.max_wr = 32;
 	CHECK(ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR) == EINVAL);
+	a.srq_limit = 17;
+	CHECK(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT) == EINVAL);
 	a.srq_limit = 4;
-	CHECK(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT) == EOPNOTSUPP);
+	CHECK(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT) == 0);
+	CHECK(ibv_query_srq(srq, &a) == 0);
+	CHECK(a.srq_limit == 4);
 	a.srq_limit = 0;
 	CHECK(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT) == 0);
+	CHECK(ibv_query_srq(srq, &a) == 0);
+	CHECK(a.srq_limit == 0);
+}
+
+/* Arm the SRQ's limit at `limit`; no event is pending yet. The context's
+ * event descriptor is made non-blocking, so a missing event fails the
+ * check instead of hanging. */
+static void arm_limit(struct ibv_context *ctx, struct ibv_srq *srq, uint32_t limit)
+{
+	struct ibv_srq_attr a = { .srq_limit = limit };
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+	int fl = fcntl(ctx->async_fd, F_GETFL);
+	SETUP(fl >= 0 && fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0);
+	CHECK(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT) == 0);
+	CHECK(ibv_query_srq(srq, &a) == 0);
+	CHECK(a.srq_limit == limit);
+	CHECK(poll(&p, 1, 0) == 0);
+}
+
+/* The limit fired once: one event naming the SRQ (async_fd readable
+ * until it is taken), counted by its ack; the limit disarmed; no other. */
+static void check_limit_event(struct ibv_context *ctx, struct ibv_srq *srq)
+{
+	struct ibv_async_event ev;
+	struct ibv_srq_attr a;
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+	memset(&ev, 0, sizeof(ev));
+	CHECK(poll(&p, 1, 5000) == 1);
+	CHECK(ibv_get_async_event(ctx, &ev) == 0);
+	CHECK(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED);
+	CHECK(ev.element.srq == srq);
+	ibv_ack_async_event(&ev);
+	CHECK(srq->events_completed == 1);
+	CHECK(ibv_query_srq(srq, &a) == 0);
+	CHECK(a.srq_limit == 0);
+	CHECK(poll(&p, 1, 0) == 0);
+	errno = 0;
+	CHECK(ibv_get_async_event(ctx, &ev) == -1 && errno == EAGAIN);
 }
 
 /* Post `n` buffers of `mem` to the SRQ, wr_id = slot; the first goes in
@@ -233,6 +282,7 @@ int main(int argc, char **argv)
 				CHECK(sa.attr.max_wr == 16 && sa.attr.max_sge == 1);
 				check_srq_verbs(srq);
 				post_bufs(srq, mr, rx, BUFS);
+				arm_limit(ctx, srq, BUFS - 2);
 			}
 			struct ibv_qp_init_attr qa = { .send_cq = scq, .recv_cq = cq, .srq = srq,
 						       .cap = { .max_send_wr = 8, .max_send_sge = 1 },
@@ -247,6 +297,7 @@ int main(int argc, char **argv)
 		CHECK(qpn[0] != qpn[1]);
 		CHECK(ibv_destroy_srq(srq) == EBUSY);
 		check_recvs(cq, rx, "client", qpn, CONNS * MSGS);
+		check_limit_event(pd->context, srq);
 		/* Answer on each connection; the client checks where they came. */
 		struct ibv_mr *tmr;
 		SETUP(tmr = ibv_reg_mr(pd, tx, BUFS * SLOT, IBV_ACCESS_LOCAL_WRITE));
@@ -283,6 +334,7 @@ int main(int argc, char **argv)
 		CHECK(sa.attr.max_wr == 16 && sa.attr.max_sge == 1);
 		check_srq_verbs(srq);
 		post_bufs(srq, mr, rx, BUFS);
+		arm_limit(ctx, srq, BUFS);
 		for (k = 0; k < CONNS; k++) {
 			struct ibv_qp_init_attr qa = { .send_cq = scq, .recv_cq = cq,
 						       .srq = k ? srq : NULL,
@@ -303,6 +355,7 @@ int main(int argc, char **argv)
 		for (k = 0; k < CONNS; k++)
 			send_msgs(ids[k]->qp, scq, tmr, tx + k * MSGS * SLOT, "client", k, MSGS);
 		check_recvs(cq, rx, "server", qpn, CONNS);
+		check_limit_event(ctx, srq);
 		for (k = 0; k < CONNS; k++) {
 			SETUP(rdma_disconnect(ids[k]) == 0);
 			rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_DISCONNECTED));
