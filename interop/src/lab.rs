@@ -181,6 +181,11 @@ pub struct Lab {
 /// Whether this process has a lab up (from [`Lab::up`] to its drop).
 static LAB_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether `lab.sh up` is running for this process: a `down` meanwhile
+/// would race it (the guest's qemu can start after `down` looked for its
+/// pid file, and outlive everything).
+static STARTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Start, once per process, a thread that on SIGINT or SIGTERM takes the
 /// lab down (`lab.sh down`: the guest's qemu, the capture, the namespace)
 /// and exits with 128 + the signal's number, as a shell reports a process
@@ -199,6 +204,14 @@ fn teardown_on_signal() {
             .name("lab-teardown".into())
             .spawn(move || {
                 if let Some(sig) = signals.forever().next() {
+                    // A lab coming up finishes first (`lab.sh up` is
+                    // bounded by 180 s), so that `down` finds its guest.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+                    while STARTING.load(std::sync::atomic::Ordering::SeqCst)
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
                     if LAB_UP.load(std::sync::atomic::Ordering::SeqCst)
                         && std::env::var_os("IWARP_LAB_KEEP").is_none()
                     {
@@ -255,7 +268,10 @@ impl Lab {
         };
         teardown_on_signal();
         LAB_UP.store(true, std::sync::atomic::Ordering::SeqCst);
-        lab(&args, Duration::from_secs(180))?;
+        STARTING.store(true, std::sync::atomic::Ordering::SeqCst);
+        let started = lab(&args, Duration::from_secs(180));
+        STARTING.store(false, std::sync::atomic::Ordering::SeqCst);
+        started?;
         lab(&["attach-veth", VETH], Duration::from_secs(30))?;
         // Our stack builds every frame and checks every checksum: keep the
         // kernel side of the veth from handing us unfinished checksums or
