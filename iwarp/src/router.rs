@@ -495,13 +495,13 @@ mod tests {
 
     /// A registration the loops do not agree on (a PD that only loop 1
     /// has: loop 0 refuses it, loop 1 registers) leaves no region behind
-    /// on loop 1, and the tables stay in step: the next registration
-    /// works, and so does a window's allocation that disagrees the same
-    /// way.
+    /// on loop 1, and a window's allocation that disagrees the same way no
+    /// window. (The tables differ, which is why the operations failed:
+    /// later STags need not agree, and are not checked here.)
     #[test]
     fn a_registration_the_loops_disagree_on_is_undone() {
         let (ctx, _peer) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
+        let _pd = ctx.alloc_pd().unwrap();
         let extra = on_loop(&ctx, 1, |m| m.alloc_pd());
         let ghost = Pd {
             ctx: ctx.clone(),
@@ -512,17 +512,13 @@ mod tests {
         let r = ghost.alloc_mw();
         assert!(matches!(r, Err(Error::LoopsDisagree)), "{r:?}");
         // Loop 1's PD holds nothing: it frees (PdBusy had a region or a
-        // window been left in it). Loop 0 takes the same control
-        // operation, so the replicas stay in step.
+        // window been left in it). Loop 0, which has no such PD, takes
+        // the same control operation, as every replica takes each.
         assert_eq!(
             on_loop(&ctx, 0, move |m| m.dealloc_pd(extra)),
             Err(MemError::NoSuchPd)
         );
         assert_eq!(on_loop(&ctx, 1, move |m| m.dealloc_pd(extra)), Ok(()));
-        // In step and alike again: registrations agree.
-        let mr = pd.register(vec![0; 4096], Access::LOCAL_WRITE).unwrap();
-        mr.deregister().unwrap();
-        pd.alloc_mw().unwrap().dealloc().unwrap();
     }
 
     /// The first connection of a context from a loop other than 0: its
