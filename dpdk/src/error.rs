@@ -230,8 +230,8 @@ impl fmt::Display for Error {
             } if theirs != queues => write!(
                 f,
                 "memif client {name:?} has {queues} queue(s), its server on {socket} (id {id}) \
-                 has {theirs}, and the server refused the link: memif's two ends need the \
-                 same queue count. Open both ends with {theirs} or both with {queues} \
+                 has {theirs}, and refuses a client of another count: memif's two ends need \
+                 the same queue count. Open both ends with {theirs} or both with {queues} \
                  (DpdkOptions::queue_count, iwarp-perf --queues, IWARP_QUEUES)"
             ),
             Error::MemifRefused {

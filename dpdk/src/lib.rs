@@ -52,9 +52,9 @@
 //!   connection's frames on that connection's queue steers them itself.
 //!   A memif end of `n` > 1 queues is hot-plugged with its count in
 //!   memif's secret, so that a server refuses a client of another count,
-//!   and a client's open waits for its link and fails with
-//!   [`Error::MemifRefused`], naming both counts, when it is refused
-//!   (`memif_queue_secret` says why).
+//!   and a client's open fails with [`Error::MemifRefused`], naming both
+//!   counts, when its server's count differs (`memif_queue_secret` says
+//!   why; [`Port::open_queues`] when it waits).
 //!
 //! # Why a C shim, not `dpdk-sys` or bindgen
 //!

@@ -336,11 +336,14 @@ impl Port {
     /// with `n` > 1 gets `secret=iwarp-queues-n` (devargs with a secret
     /// of their own are [`Error::InvalidArgument`], and so is a memif
     /// port of several queues given to the EAL as `--vdev`), so that its
-    /// server refuses a client of another count. A client waits up to
-    /// [`MEMIF_CONNECT_WAIT`] for its link and fails with
-    /// [`Error::MemifRefused`] if it does not come up; a server writes its
-    /// `n` to `SOCKET.queues-ID` beside a socket file (removed when the
-    /// port closes), so that the error names both counts.
+    /// server refuses a client of another count.
+    /// A server writes its `n` to `SOCKET.queues-ID` beside a socket file
+    /// (removed when the port closes): a client that finds another count
+    /// there fails at once with [`Error::MemifRefused`], naming both; one
+    /// that finds its own, or a client of several queues that finds none,
+    /// waits up to [`MEMIF_CONNECT_WAIT`] for its link and fails so if it
+    /// does not come up. A client of one queue that finds none does not
+    /// wait (it may start before its server).
     pub fn open_queues(
         eal: &Eal,
         name_or_vdev: &str,
@@ -685,19 +688,30 @@ impl Shared {
         if jumbo {
             mtu = mtu.max(link_mtu);
         }
-        // A memif client's link comes up once its server has taken it (on
-        // the EAL's interrupt thread, here or in the server's process);
-        // a server refuses a client whose queue count differs, so the
-        // open fails with both counts rather than leave a link that never
-        // comes up. A server writes its count beside its socket for that.
+        // A server refuses a client whose queue count differs (the count
+        // is in memif's secret), and the client's link would never come
+        // up: the open fails with both counts instead. A server of this
+        // crate writes its count beside its socket; a client that finds
+        // another count there fails at once, one that finds its own waits
+        // for its link (taken on the EAL's interrupt thread, here or in
+        // the server's process) up to `MEMIF_CONNECT_WAIT`. So does a
+        // client of several queues that finds no count (a server not up
+        // yet, or not ours); a client of one queue that finds none does
+        // not wait, so that it may still start before its server.
         let mut queues_file = None;
         if let Some(end) = memif.as_ref().filter(|_| plugged) {
             if end.client {
-                if !link_comes_up(id, MEMIF_CONNECT_WAIT) {
-                    let server_queues = end
-                        .queues_file()
-                        .and_then(|p| std::fs::read_to_string(p).ok())
-                        .and_then(|s| s.trim().parse().ok());
+                let server_queues: Option<u16> = end
+                    .queues_file()
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .and_then(|s| s.trim().parse().ok());
+                let refused = match server_queues {
+                    Some(theirs) if theirs != n => true,
+                    // The server is there: its link comes up at once.
+                    Some(_) => !link_comes_up(id, MEMIF_CONNECT_WAIT),
+                    None => n > 1 && !link_comes_up(id, MEMIF_CONNECT_WAIT),
+                };
+                if refused {
                     return Err(Error::MemifRefused {
                         name,
                         socket: end.socket.clone(),

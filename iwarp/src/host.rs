@@ -380,11 +380,13 @@ impl DpdkOptions {
     /// socket file `socket`. Both ends of a link — two contexts in one
     /// process, two processes, or two containers sharing the socket's
     /// directory as a volume — name the same socket and id and opposite
-    /// roles; the server creates the socket, and the client's
-    /// [`Context::dpdk`](crate::Context::dpdk) waits for the link to come
-    /// up. Both ends need the same [`queue_count`](Self::queue_count): the
-    /// server refuses a client of another count, and the client's open
-    /// fails with both counts ([`dpdk::Error::MemifRefused`]). Start the EAL with
+    /// roles; the server creates the socket. Both ends need the same
+    /// [`queue_count`](Self::queue_count): the server refuses a client of
+    /// another count, and the client's [`Context::dpdk`](crate::Context::dpdk)
+    /// fails with both counts ([`dpdk::Error::MemifRefused`]); a client
+    /// whose server is up, or of several queues, waits (5 s at most) for
+    /// its link there; a client of one queue may start before its server.
+    /// Start the EAL with
     /// [`dpdk::floating_vdev_args`] (no hugepages, no PCI, loops pinned by
     /// [`HostOptions::core`]).
     ///

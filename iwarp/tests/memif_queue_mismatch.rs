@@ -63,7 +63,7 @@ fn memif_contexts_of_different_queue_counts_fail_at_the_clients_open() {
         let m = e.to_string();
         assert!(
             m.contains(&format!("has {nc} queue(s)"))
-                && m.contains(&format!("has {ns}, and the server refused"))
+                && m.contains(&format!("has {ns}, and refuses a client of another count"))
                 && m.contains("same queue count"),
             "{m}"
         );
