@@ -79,6 +79,23 @@ pub enum Error {
         /// The length of the driver's key (its `hash_key_size`).
         len: u8,
     },
+    /// A memif client's link to its server did not come up while
+    /// [`Port::open_queues`](crate::Port::open_queues) waited: the server
+    /// refused it, most often because the two ends have different queue
+    /// counts (memif's two ends need the same).
+    MemifRefused {
+        /// The client port's name.
+        name: String,
+        /// The socket it connected to.
+        socket: String,
+        /// The link id.
+        id: u32,
+        /// The client's queue count.
+        queues: u16,
+        /// The server's, where it says (a server of this crate writes it
+        /// beside its socket, see `Port::open_queues`).
+        server_queues: Option<u16>,
+    },
     /// Another DPDK call failed.
     Dpdk {
         /// Which.
@@ -98,7 +115,8 @@ impl Error {
             | Error::Mtu { .. }
             | Error::Queues { .. }
             | Error::RssKey { .. } => None,
-            Error::NoSuchPort { .. } => Some(19), // ENODEV
+            Error::MemifRefused { .. } => Some(111), // ECONNREFUSED
+            Error::NoSuchPort { .. } => Some(19),    // ENODEV
             Error::Probe { code, .. } => (*code < -1).then_some(-*code),
             Error::EalInit { errno }
             | Error::Mempool { errno, .. }
@@ -202,6 +220,34 @@ impl fmt::Display for Error {
                 "DPDK port {name:?} takes an RSS key of {len} octets, not {}: open it \
                  without a key (its driver's own is used)",
                 crate::RSS_KEY_LEN
+            ),
+            Error::MemifRefused {
+                name,
+                socket,
+                id,
+                queues,
+                server_queues: Some(theirs),
+            } if theirs != queues => write!(
+                f,
+                "memif client {name:?} has {queues} queue(s), its server on {socket} (id {id}) \
+                 has {theirs}, and refuses a client of another count: memif's two ends need \
+                 the same queue count. Open both ends with {theirs} or both with {queues} \
+                 (DpdkOptions::queue_count, iwarp-perf --queues, IWARP_QUEUES)"
+            ),
+            Error::MemifRefused {
+                name,
+                socket,
+                id,
+                queues,
+                ..
+            } => write!(
+                f,
+                "memif client {name:?} ({queues} queue(s)): its link to the server on \
+                 {socket} (id {id}) did not come up within {} s: the server refused it or \
+                 did not answer. Check that the server has {queues} queue(s) too (memif's \
+                 two ends need the same queue count), that no other client holds link id \
+                 {id} of that socket, and that both ends give the same secret, if any",
+                crate::MEMIF_CONNECT_WAIT.as_secs()
             ),
             Error::Dpdk { op, errno } => write!(f, "{op}: {}", Errno(*errno)),
         }

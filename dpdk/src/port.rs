@@ -11,7 +11,10 @@ use iwarp_frame::FrameDevice;
 
 use crate::eal::Eal;
 use crate::sys::{self, RteMbuf, RteMempool};
-use crate::{Counters, Error, PortStats, Queues, RssConf, RSS_KEY_LEN};
+use crate::{
+    memif_queue_secret, Counters, Error, MemifEnd, PortStats, Queues, RssConf, MEMIF_CONNECT_WAIT,
+    RSS_KEY_LEN,
+};
 
 /// Mbufs handled per rx/tx burst call.
 const BURST: usize = 32;
@@ -50,6 +53,23 @@ const MEMIF_BUFFER: usize = 2048;
 /// frame's (a larger one would still fit the 16-bit data room of one
 /// mbuf, but no test runs it).
 const MAX_MEMIF_MTU: u16 = 9000;
+/// Whether port `id`'s link is up within `wait` (polled every
+/// millisecond).
+fn link_comes_up(id: u16, wait: std::time::Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        // SAFETY: id is a port this crate opened and started, not closed
+        // yet (the caller holds it); no pointers.
+        if unsafe { sys::shim_port_link_up(id) } == 1 {
+            return true;
+        }
+        if t0.elapsed() >= wait {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The driver's name (`net_memif`), if DPDK tells it.
 fn driver_name(id: u16) -> Option<String> {
     let mut buf = [0u8; 64];
@@ -187,6 +207,9 @@ struct Shared {
     rss: bool,
     /// Whether that RSS hashes SCTP over IPv4 by its ports.
     rss_sctp: bool,
+    /// The file in which a memif server wrote its queue count (removed
+    /// when the port closes).
+    queues_file: Option<std::path::PathBuf>,
     /// Whether `Port::open_queues` hot-plugged the device (from devargs):
     /// it is removed again once the port is closed, so that the same
     /// devargs open it again.
@@ -308,6 +331,19 @@ impl Port {
     /// on which queue is then the driver's own rule. memif has no RSS: a
     /// frame sent on a memif end's TX queue `i` arrives on its peer's RX
     /// queue `i`.
+    ///
+    /// memif: both ends need the same `n`. A memif end hot-plugged here
+    /// with `n` > 1 gets `secret=iwarp-queues-n` (devargs with a secret
+    /// of their own are [`Error::InvalidArgument`], and so is a memif
+    /// port of several queues given to the EAL as `--vdev`), so that its
+    /// server refuses a client of another count.
+    /// A server writes its `n` to `SOCKET.queues-ID` beside a socket file
+    /// (removed when the port closes): a client that finds another count
+    /// there fails at once with [`Error::MemifRefused`], naming both; one
+    /// that finds its own, or a client of several queues that finds none,
+    /// waits up to [`MEMIF_CONNECT_WAIT`] for its link and fails so if it
+    /// does not come up. A client of one queue that finds none does not
+    /// wait (it may start before its server).
     pub fn open_queues(
         eal: &Eal,
         name_or_vdev: &str,
@@ -420,11 +456,28 @@ impl Shared {
             && !name_or_vdev.contains("bsize=")
             && mtu > DEFAULT_MTU;
         let need = usize::from(mtu) + 14;
-        let vdev = if jumbo_memif && need > MEMIF_BUFFER {
+        let mut vdev = if jumbo_memif && need > MEMIF_BUFFER {
             format!("{name_or_vdev},bsize={}", need.next_multiple_of(128))
         } else {
             name_or_vdev.to_owned()
         };
+        // A memif end we hot-plug: with several queues, its queue count
+        // goes into memif's secret, so that it connects only to a peer
+        // with as many (see `memif_queue_secret`).
+        let memif = if rc != 0 && name_or_vdev.contains(',') {
+            MemifEnd::parse(name_or_vdev)
+        } else {
+            None
+        };
+        if let Some(end) = memif.as_ref().filter(|_| n > 1) {
+            if end.secret {
+                return Err(Error::InvalidArgument {
+                    reason: "a memif end of several queues carries its queue count in \
+                             memif's secret: leave secret= out of its devargs",
+                });
+            }
+            vdev = format!("{vdev},secret={}", memif_queue_secret(n));
+        }
         let name_or_vdev = vdev.as_str();
         let mut plugged = false;
         if rc != 0 && name_or_vdev.contains(',') {
@@ -455,6 +508,16 @@ impl Shared {
             pool: None,
             armed: true,
         };
+        // A memif port we did not hot-plug (an EAL --vdev) has no queue
+        // count in its secret: with several queues it could be connected
+        // to a peer with fewer (see `memif_queue_secret`).
+        if !plugged && n > 1 && driver_name(id).is_some_and(|d| d == "net_memif") {
+            return Err(Error::InvalidArgument {
+                reason: "a memif port of several queues is hot-plugged from its devargs \
+                         (Port::open_queues adds its queue count to them), not given to the \
+                         EAL with --vdev",
+            });
+        }
         let (mut min_mtu, mut max_mtu, mut max_rx) = (0u16, 0u16, 0u32);
         // SAFETY: id is a valid port (looked up above); the three pointers
         // are to distinct locals the shim writes.
@@ -625,6 +688,46 @@ impl Shared {
         if jumbo {
             mtu = mtu.max(link_mtu);
         }
+        // A server refuses a client whose queue count differs (the count
+        // is in memif's secret), and the client's link would never come
+        // up: the open fails with both counts instead. A server of this
+        // crate writes its count beside its socket; a client that finds
+        // another count there fails at once, one that finds its own waits
+        // for its link (taken on the EAL's interrupt thread, here or in
+        // the server's process) up to `MEMIF_CONNECT_WAIT`. So does a
+        // client of several queues that finds no count (a server not up
+        // yet, or not ours); a client of one queue that finds none does
+        // not wait, so that it may still start before its server.
+        let mut queues_file = None;
+        if let Some(end) = memif.as_ref().filter(|_| plugged) {
+            if end.client {
+                let server_queues: Option<u16> = end
+                    .queues_file()
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .and_then(|s| s.trim().parse().ok());
+                let refused = match server_queues {
+                    Some(theirs) if theirs != n => true,
+                    // The server is there: its link comes up at once.
+                    Some(_) => !link_comes_up(id, MEMIF_CONNECT_WAIT),
+                    None => n > 1 && !link_comes_up(id, MEMIF_CONNECT_WAIT),
+                };
+                if refused {
+                    return Err(Error::MemifRefused {
+                        name,
+                        socket: end.socket.clone(),
+                        id: end.id,
+                        queues: n,
+                        server_queues,
+                    });
+                }
+            } else if let Some(p) = end.queues_file() {
+                // Only for the message above: a server that cannot write
+                // it works all the same.
+                if std::fs::write(&p, format!("{n}\n")).is_ok() {
+                    queues_file = Some(p);
+                }
+            }
+        }
         undo.armed = false;
         Ok(Shared {
             plugged,
@@ -637,6 +740,7 @@ impl Shared {
             queues: n,
             rss,
             rss_sctp,
+            queues_file,
             control: Mutex::new(()),
             _rss_key: rss_key,
             _eal: eal.clone(),
@@ -793,7 +897,10 @@ impl PortQueue {
             }
             // SAFETY: pending[sent..n] are mbufs we allocated and still own;
             // tx_burst takes ownership of the first k it returns. TX queue
-            // `self.queue` is used by this handle only (see `impl Send`).
+            // `self.queue` is used by this handle only (see `impl Send`),
+            // and has a ring of its own in the driver (a memif port of
+            // several queues connects only to a peer with as many:
+            // `memif_queue_secret`).
             let k = unsafe {
                 sys::shim_tx_burst(
                     self.port.id,
@@ -845,7 +952,11 @@ impl FrameDevice for PortQueue {
             };
             // SAFETY: the array has room for `want` ≤ BURST pointers; RX
             // queue `self.queue` is used by this handle only (see `impl
-            // Send`).
+            // Send`), and the driver gave it a ring of its own: a memif
+            // port of several queues is connected only to a peer with as
+            // many (its queue count is in memif's secret, `memif_queue_secret`),
+            // so none of its queues is one DPDK 22.11's memif leaves
+            // without a ring, aliasing the peer's first.
             batch.n = usize::from(unsafe {
                 sys::shim_rx_burst(
                     self.port.id,
@@ -1089,6 +1200,9 @@ impl Drop for Shared {
         // which has no user left.
         unsafe {
             sys::shim_pool_free(self.pool.as_ptr());
+        }
+        if let Some(p) = &self.queues_file {
+            let _ = std::fs::remove_file(p);
         }
     }
 }

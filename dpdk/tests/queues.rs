@@ -375,3 +375,131 @@ fn a_queue_thread_gets_an_lcore_id_and_hands_it_back_when_it_exits() {
     assert_eq!(p.counters().rx_frames, 1200);
     assert_eq!(p.counters().tx_frames, 300);
 }
+
+/// Opens memif client `index` with `n` queues on `sock`, polls its RX
+/// queues until both links are up (its receive polling supplies the
+/// server's transmit buffers) and carries 100 frames each way on every
+/// queue pair.
+fn connect_and_carry(eal: &Eal, server: &mut [PortQueue], index: u32, sock: &std::path::Path) {
+    let n = server.len() as u16;
+    let mut client = Port::open_queues(
+        eal,
+        &memif_devargs(index, MemifRole::Client, 0, sock),
+        n,
+        RINGS,
+        DEFAULT_MTU,
+        None,
+    )
+    .unwrap_or_else(|e| panic!("a client of {n} queues: {e}"));
+    // The open waited for the client's link.
+    assert!(client[0].link_up().unwrap());
+    let t0 = Instant::now();
+    while !server[0].link_up().unwrap() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "server link down");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for _ in 0..10 {
+        for q in &mut client {
+            assert_eq!(q.rx_burst(32, &mut |_| {}), 0, "nothing was sent yet");
+        }
+    }
+    for (c, s) in client.iter_mut().zip(server.iter_mut()) {
+        send_and_check(c, s, 0, 0, 100).unwrap();
+        send_and_check(s, c, 1, 0, 100).unwrap();
+    }
+}
+
+/// memif ends of different queue counts, in every direction: the client's
+/// open fails at once with both counts (the server's count is in the file
+/// beside its socket; the server would refuse it: memif's secret carries
+/// the count), the server
+/// never connects (so its queues beyond the client's are never polled
+/// without a ring of their own), and a client of the server's count then
+/// connects and carries frames on every queue.
+#[test]
+fn memif_ends_of_different_queue_counts_are_refused_at_the_clients_open() {
+    let Some(eal) = eal() else { return };
+    for (k, (ns, nc)) in [(2u16, 1u16), (1, 2), (3, 2)].into_iter().enumerate() {
+        let index = 70 + 2 * k as u32;
+        let sock =
+            std::env::temp_dir().join(format!("iwarp-dpdk-mm{k}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let mut server = Port::open_queues(
+            &eal,
+            &memif_devargs(index, MemifRole::Server, 0, &sock),
+            ns,
+            RINGS,
+            DEFAULT_MTU,
+            None,
+        )
+        .unwrap();
+        // The server's count, beside its socket.
+        let file = format!("{}.queues-0", sock.display());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), format!("{ns}\n"));
+
+        let t0 = Instant::now();
+        let e = Port::open_queues(
+            &eal,
+            &memif_devargs(index + 1, MemifRole::Client, 0, &sock),
+            nc,
+            RINGS,
+            DEFAULT_MTU,
+            None,
+        )
+        .unwrap_err();
+        // At once: the server's file names its count, no wait for a link.
+        assert!(
+            t0.elapsed() < iwarp_dpdk::MEMIF_CONNECT_WAIT,
+            "{:?}",
+            t0.elapsed()
+        );
+        match &e {
+            Error::MemifRefused {
+                queues,
+                server_queues,
+                id,
+                ..
+            } => assert_eq!((*queues, *server_queues, *id), (nc, Some(ns), 0), "{e}"),
+            other => panic!("server {ns}, client {nc}: expected MemifRefused, got {other:?}"),
+        }
+        let m = e.to_string();
+        assert!(
+            m.contains(&format!("has {nc} queue(s)"))
+                && m.contains(&format!("has {ns}, and refuses a client of another count"))
+                && m.contains(&format!("Open both ends with {ns} or both with {nc}")),
+            "{m}"
+        );
+        assert!(!server[0].link_up().unwrap(), "server {ns}, client {nc}");
+        for q in &mut server {
+            assert_eq!(q.rx_burst(32, &mut |_| {}), 0);
+        }
+        // The refused client left nothing behind (its devargs hot-plug
+        // again), and the server takes a client of its own count.
+        connect_and_carry(&eal, &mut server, index + 1, &sock);
+        drop(server);
+        assert!(
+            !std::path::Path::new(&file).exists(),
+            "the server's count goes with it"
+        );
+        let _ = std::fs::remove_file(&sock);
+    }
+}
+
+#[test]
+fn a_memif_end_of_several_queues_takes_no_secret_of_its_own() {
+    let Some(eal) = eal() else { return };
+    let sock = std::env::temp_dir().join(format!("iwarp-dpdk-ms-{}.sock", std::process::id()));
+    let dev = format!(
+        "{},secret=mine",
+        memif_devargs(80, MemifRole::Server, 0, &sock)
+    );
+    let e = Port::open_queues(&eal, &dev, 2, RINGS, DEFAULT_MTU, None).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("secret"),
+        "{e:?}"
+    );
+    // One queue keeps the secret given.
+    let one = Port::open_queues(&eal, &dev, 1, RINGS, DEFAULT_MTU, None).unwrap();
+    drop(one);
+    let _ = std::fs::remove_file(&sock);
+}

@@ -316,7 +316,8 @@ impl Context {
     /// shared by queue pairs of different loops. Memory (PDs, regions,
     /// windows) is registered in every loop's table, one operation at a
     /// time in loop order, and the results must agree
-    /// ([`Error::LoopsDisagree`] otherwise). Loops other than 0 learn
+    /// ([`Error::LoopsDisagree`] otherwise, after what the operation
+    /// created on the loops is destroyed again). Loops other than 0 learn
     /// their neighbours from loop 0's ARP through a table the loops
     /// share, looked at only when their own cache misses.
     /// [`Context::stats`] sums the loops and lists each
@@ -864,7 +865,13 @@ impl Context {
 
     /// A protection domain.
     pub fn alloc_pd(&self) -> Result<Pd, Error> {
-        let id = self.inner.memory(|m| m.alloc_pd())?;
+        // A PD the loops do not agree on is freed again on each.
+        let id = self.inner.memory_or_undo(
+            |m| m.alloc_pd(),
+            |m, id| {
+                let _ = m.dealloc_pd(id);
+            },
+        )?;
         Ok(Pd {
             ctx: self.clone(),
             id,

@@ -94,7 +94,9 @@ pub enum Error {
     /// A memory operation (register, deregister, allocate, bind,
     /// invalidate) gave different results on the loops of a context of
     /// several poll loops, whose memory tables must agree: the tables no
-    /// longer match (logged as a `tracing` error).
+    /// longer match (logged as a `tracing` error). What an allocation or
+    /// registration created on the loops (a PD, a window, a region) is
+    /// destroyed again on each before this is returned.
     LoopsDisagree,
 }
 

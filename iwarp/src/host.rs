@@ -351,8 +351,13 @@ pub struct DpdkOptions {
     /// `net_ring`) the sender picks the queue, so the loops pass each
     /// frame to the loop the same hash names (software steering): a memif
     /// peer of ours with as many queues sends each flow on its owner's
-    /// queue already, and a peer that picks queues otherwise (one queue,
-    /// a hash of its own) works too.
+    /// queue already, and on the other drivers a peer that picks queues
+    /// otherwise (one queue, a hash of its own) works too. The two ends of
+    /// a memif link need the same count: a memif port of several queues
+    /// is hot-plugged with its count in memif's secret, so its server
+    /// refuses a client of another count and the client's open fails
+    /// naming both ([`dpdk::Error::MemifRefused`], see
+    /// [`memif`](Self::memif)).
     pub queue_count: u16,
     /// Address, core, polling, namespace, MTU, TCP.
     pub host: HostOptions,
@@ -375,7 +380,13 @@ impl DpdkOptions {
     /// socket file `socket`. Both ends of a link — two contexts in one
     /// process, two processes, or two containers sharing the socket's
     /// directory as a volume — name the same socket and id and opposite
-    /// roles; the server creates the socket. Start the EAL with
+    /// roles; the server creates the socket. Both ends need the same
+    /// [`queue_count`](Self::queue_count): the server refuses a client of
+    /// another count, and the client's [`Context::dpdk`](crate::Context::dpdk)
+    /// fails with both counts ([`dpdk::Error::MemifRefused`]); a client
+    /// whose server is up, or of several queues, waits (5 s at most) for
+    /// its link there; a client of one queue may start before its server.
+    /// Start the EAL with
     /// [`dpdk::floating_vdev_args`] (no hugepages, no PCI, loops pinned by
     /// [`HostOptions::core`]).
     ///

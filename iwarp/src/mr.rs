@@ -1,6 +1,7 @@
 //! Memory: protection domains ([`Pd`]), registered regions ([`Mr`]) and
 //! memory windows ([`Mw`]).
 
+use crate::router::keep_step;
 #[cfg(doc)]
 use crate::MemError;
 use crate::{Access, Context, Error, PdId, Region, STag, Sge};
@@ -41,7 +42,16 @@ impl Pd {
     /// A memory window in this domain (unbound until [`Mw::bind`]).
     pub fn alloc_mw(&self) -> Result<Mw, Error> {
         let pd = self.id;
-        let stag = self.ctx.inner.memory(move |m| m.alloc_mw(pd))??;
+        // A window the loops do not agree on is freed again on each.
+        let stag = self.ctx.inner.memory_or_undo(
+            move |m| m.alloc_mw(pd),
+            |m, r| match r {
+                Ok(stag) => {
+                    let _ = m.dealloc_mw(stag);
+                }
+                Err(_) => keep_step(m),
+            },
+        )??;
         Ok(Mw {
             ctx: self.ctx.clone(),
             stag,
@@ -109,10 +119,17 @@ impl Pd {
     ) -> Result<Mr, Error> {
         let pd = self.id;
         let shared = mem.clone();
-        let stag = self
-            .ctx
-            .inner
-            .memory(move |m| m.register(pd, shared, access, base_to))??;
+        let stag = self.ctx.inner.memory_or_undo(
+            move |m| m.register(pd, shared, access, base_to),
+            // A region the loops do not agree on is deregistered
+            // again on each.
+            |m, r| match r {
+                Ok(stag) => {
+                    let _ = m.deregister(stag);
+                }
+                Err(_) => keep_step(m),
+            },
+        )??;
         Ok(Mr {
             ctx: self.ctx.clone(),
             stag,

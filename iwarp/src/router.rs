@@ -218,43 +218,98 @@ impl Inner {
     /// which must be the same on every loop: the tables start alike (one
     /// seed) and take the same operations in the same order. Results that
     /// differ are an error ([`Error::LoopsDisagree`], logged), never one
-    /// of them picked.
+    /// of them picked. `f` runs on every loop even after a result that
+    /// differs, so that every replica takes the operation
+    /// ([`MemoryTable::replicas`] refuses one run out of step). For an
+    /// operation that creates something, [`memory_or_undo`](Self::memory_or_undo).
     pub(crate) fn memory<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + PartialEq + std::fmt::Debug + 'static,
         F: FnOnce(&mut MemoryTable) -> T + Clone + Send + 'static,
+    {
+        self.broadcast(f, None::<fn(&mut MemoryTable, T)>)
+    }
+
+    /// [`memory`](Self::memory) for an operation that creates something
+    /// (a PD, a region, a window): when the loops' results differ, or a
+    /// loop does not answer, `undo` runs on each loop that answered, with
+    /// that loop's own result, to destroy what the operation created
+    /// there; the error is returned after it. `undo` takes one control
+    /// operation on every loop whatever its result (see [`keep_step`]),
+    /// so that the replicas stay in step.
+    pub(crate) fn memory_or_undo<T, F, U>(&self, f: F, undo: U) -> Result<T, Error>
+    where
+        T: Send + PartialEq + std::fmt::Debug + 'static,
+        F: FnOnce(&mut MemoryTable) -> T + Clone + Send + 'static,
+        U: FnOnce(&mut MemoryTable, T) + Clone + Send + 'static,
+    {
+        self.broadcast(f, Some(undo))
+    }
+
+    fn broadcast<T, F, U>(&self, f: F, undo: Option<U>) -> Result<T, Error>
+    where
+        T: Send + PartialEq + std::fmt::Debug + 'static,
+        F: FnOnce(&mut MemoryTable) -> T + Clone + Send + 'static,
+        U: FnOnce(&mut MemoryTable, T) + Clone + Send + 'static,
     {
         self.not_in_loop()?;
         let _one = match self.mem_lock.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let mut first: Option<T> = None;
+        let mut results: Vec<T> = Vec::with_capacity(self.loops.len());
+        let mut failed = None;
         for i in 0..self.loops.len() {
-            let (tx, rx) = mpsc::sync_channel(1);
-            let f = f.clone();
-            self.post_to(
-                i,
-                Command::Memory(MemoryOp(Box::new(move |m| {
-                    let _ = tx.send(f(m));
-                }))),
-            )?;
-            let v = self.answer(i, &rx)?;
-            match &first {
-                None => first = Some(v),
-                Some(v0) if *v0 == v => {}
-                Some(v0) => {
-                    tracing::error!(
-                        loop_0 = ?v0,
-                        loop_index = i,
-                        this_loop = ?v,
-                        "a memory operation gave different results on the context's loops"
-                    );
-                    return Err(Error::LoopsDisagree);
+            match self.on_table(i, f.clone()) {
+                Ok(v) => results.push(v),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
                 }
             }
         }
-        first.ok_or(Error::Stopped)
+        let error = match failed {
+            Some(e) => e,
+            None if results.iter().all(|v| *v == results[0]) => {
+                return results.into_iter().next().ok_or(Error::Stopped);
+            }
+            None => {
+                tracing::error!(
+                    results = ?results,
+                    "a memory operation gave different results on the context's loops"
+                );
+                Error::LoopsDisagree
+            }
+        };
+        if let Some(undo) = undo {
+            for (i, v) in results.into_iter().enumerate() {
+                let undo = undo.clone();
+                if let Err(e) = self.on_table(i, move |m| undo(m, v)) {
+                    tracing::warn!(
+                        loop_index = i,
+                        error = %e,
+                        "could not undo a failed memory operation on a loop"
+                    );
+                }
+            }
+        }
+        Err(error)
+    }
+
+    /// Run `f` on loop `i`'s memory table and wait for its answer.
+    fn on_table<T, F>(&self, i: usize, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut MemoryTable) -> T + Send + 'static,
+    {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.post_to(
+            i,
+            Command::Memory(MemoryOp(Box::new(move |m| {
+                let _ = tx.send(f(m));
+            }))),
+        )?;
+        self.answer(i, &rx)
     }
 
     /// Loop `i`'s answer to a command, within 10 s (driving an inline
@@ -356,6 +411,16 @@ impl Inner {
     }
 }
 
+/// A control operation that changes nothing: freeing a PD no table has
+/// (ids are given out from 0, the lowest free first, so none reaches
+/// `u32::MAX`). An undo ([`Inner::memory_or_undo`]) runs it on a loop
+/// where the operation created nothing (it failed there), so that the
+/// loop takes one control operation as the others do in theirs and the
+/// replicas stay in step ([`MemoryTable::replicas`]).
+pub(crate) fn keep_step(m: &mut MemoryTable) {
+    let _ = m.dealloc_pd(iwarp_proto::mem::PdId(u32::MAX));
+}
+
 impl Router {
     /// Nothing stands for `sock` any more: drop its queues and its future
     /// events.
@@ -382,43 +447,78 @@ mod tests {
     use std::time::Duration;
 
     use iwarp_datapath::stack::{Command, MemoryOp};
+    use iwarp_proto::mem::MemoryTable;
 
-    use crate::{Context, Error, Polling};
+    use crate::{Access, Context, Error, MemError, Pd, PdId, Polling};
+
+    /// Run `f` on loop `i`'s memory table alone (the tests' way to make
+    /// the tables differ, or to look at one).
+    fn on_loop<T: Send + 'static>(
+        ctx: &Context,
+        i: usize,
+        f: impl FnOnce(&mut MemoryTable) -> T + Send + 'static,
+    ) -> T {
+        let (tx, rx) = mpsc::sync_channel(1);
+        ctx.inner
+            .post_to(
+                i,
+                Command::Memory(MemoryOp(Box::new(move |m| {
+                    let _ = tx.send(f(m));
+                }))),
+            )
+            .unwrap();
+        rx.recv_timeout(Duration::from_secs(10)).unwrap()
+    }
 
     /// Memory tables of a context's loops that no longer match: the
     /// operation that finds it fails with `LoopsDisagree`, naming no
-    /// winner; tables that match again agree again.
+    /// winner, and frees the PD it allocated on each loop; tables that
+    /// match again agree again.
     #[test]
     fn loops_whose_tables_differ_are_an_error() {
         let (ctx, _peer) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
         let pd = ctx.alloc_pd().unwrap();
+        assert_eq!(pd.id(), PdId(0));
         // A PD allocated on loop 1's table alone.
-        let (tx, rx) = mpsc::sync_channel(1);
-        ctx.inner
-            .post_to(
-                1,
-                Command::Memory(MemoryOp(Box::new(move |m| {
-                    let _ = tx.send(m.alloc_pd());
-                }))),
-            )
-            .unwrap();
-        let only_one = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_ne!(only_one, pd.id());
+        let only_one = on_loop(&ctx, 1, |m| m.alloc_pd());
+        assert_eq!(only_one, PdId(1));
+        // Loop 0 gives PD 1, loop 1 PD 2: no PD, and both freed again.
         assert!(matches!(ctx.alloc_pd(), Err(Error::LoopsDisagree)));
-        // Loop 0 catches up (its table took the same allocation): the
-        // next one agrees.
-        let (tx, rx) = mpsc::sync_channel(1);
-        ctx.inner
-            .post_to(
-                0,
-                Command::Memory(MemoryOp(Box::new(move |m| {
-                    let _ = tx.send(m.alloc_pd());
-                }))),
-            )
-            .unwrap();
-        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // Loop 0 catches up: it gets PD 1 again (left behind, it would
+        // have been 2) ...
+        assert_eq!(on_loop(&ctx, 0, |m| m.alloc_pd()), PdId(1));
+        // ... and the next PD is 2 on both loops (loop 1 kept the PD 2
+        // of the failed allocation, it would say 3 and disagree).
         let pd3 = ctx.alloc_pd().unwrap();
-        assert_ne!(pd3.id(), pd.id());
+        assert_eq!(pd3.id(), PdId(2));
+    }
+
+    /// A registration the loops do not agree on (a PD that only loop 1
+    /// has: loop 0 refuses it, loop 1 registers) leaves no region behind
+    /// on loop 1, and a window's allocation that disagrees the same way no
+    /// window. (The tables differ, which is why the operations failed:
+    /// later STags need not agree, and are not checked here.)
+    #[test]
+    fn a_registration_the_loops_disagree_on_is_undone() {
+        let (ctx, _peer) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+        let _pd = ctx.alloc_pd().unwrap();
+        let extra = on_loop(&ctx, 1, |m| m.alloc_pd());
+        let ghost = Pd {
+            ctx: ctx.clone(),
+            id: extra,
+        };
+        let r = ghost.register(vec![0; 4096], Access::LOCAL_WRITE);
+        assert!(matches!(r, Err(Error::LoopsDisagree)), "{r:?}");
+        let r = ghost.alloc_mw();
+        assert!(matches!(r, Err(Error::LoopsDisagree)), "{r:?}");
+        // Loop 1's PD holds nothing: it frees (PdBusy had a region or a
+        // window been left in it). Loop 0, which has no such PD, takes
+        // the same control operation, as every replica takes each.
+        assert_eq!(
+            on_loop(&ctx, 0, move |m| m.dealloc_pd(extra)),
+            Err(MemError::NoSuchPd)
+        );
+        assert_eq!(on_loop(&ctx, 1, move |m| m.dealloc_pd(extra)), Ok(()));
     }
 
     /// The first connection of a context from a loop other than 0: its
