@@ -274,6 +274,13 @@ impl MemifEnd {
     pub(crate) fn queues_file(&self) -> Option<std::path::PathBuf> {
         (!self.abstract_socket).then(|| format!("{}.queues-{}", self.socket, self.id).into())
     }
+
+    /// The queue count its server wrote there, if any.
+    pub(crate) fn server_queues(&self) -> Option<u16> {
+        self.queues_file()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|s| s.trim().parse().ok())
+    }
 }
 
 /// The memif secret (`secret=`) a memif end of `n` > 1 queues is

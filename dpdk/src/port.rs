@@ -478,6 +478,22 @@ impl Shared {
             }
             vdev = format!("{vdev},secret={}", memif_queue_secret(n));
         }
+        // A client whose server (one of ours) has another queue count would
+        // be refused: it fails before anything is plugged (a memif client
+        // unplugged at once, while DPDK's interrupt thread is still taking
+        // its connection, made that thread panic: "Error adding fd ...
+        // epoll_ctl, Bad file descriptor").
+        if let Some(end) = memif.as_ref().filter(|e| e.client) {
+            if let Some(theirs) = end.server_queues().filter(|&q| q != n) {
+                return Err(Error::MemifRefused {
+                    name,
+                    socket: end.socket.clone(),
+                    id: end.id,
+                    queues: n,
+                    server_queues: Some(theirs),
+                });
+            }
+        }
         let name_or_vdev = vdev.as_str();
         let mut plugged = false;
         if rc != 0 && name_or_vdev.contains(',') {
@@ -701,17 +717,10 @@ impl Shared {
         let mut queues_file = None;
         if let Some(end) = memif.as_ref().filter(|_| plugged) {
             if end.client {
-                let server_queues: Option<u16> = end
-                    .queues_file()
-                    .and_then(|p| std::fs::read_to_string(p).ok())
-                    .and_then(|s| s.trim().parse().ok());
-                let refused = match server_queues {
-                    Some(theirs) if theirs != n => true,
-                    // The server is there: its link comes up at once.
-                    Some(_) => !link_comes_up(id, MEMIF_CONNECT_WAIT),
-                    None => n > 1 && !link_comes_up(id, MEMIF_CONNECT_WAIT),
-                };
-                if refused {
+                // (Another count was refused before the plug.)
+                let server_queues = end.server_queues();
+                let wait = server_queues.is_some() || n > 1;
+                if wait && !link_comes_up(id, MEMIF_CONNECT_WAIT) {
                     return Err(Error::MemifRefused {
                         name,
                         socket: end.socket.clone(),
