@@ -322,7 +322,7 @@ impl Cq {
     /// armed CQ) or `timeout` passes; true if readable. Does not
     /// acknowledge. For a thread that waits on one CQ without an epoll set.
     /// On an inline context it first runs a round, so that what the stack
-    /// owes (an ACK held for a reply, [`ACK_ROUND`]) leaves before it sleeps.
+    /// owes (an ACK held for a reply for one round) leaves before it sleeps.
     pub fn wait_notify(&self, timeout: Duration) -> Result<bool, Error> {
         let fd = self.event_fd()?;
         self.drive();

@@ -508,7 +508,7 @@ pub enum WorkRequest {
 
 /// An RFC 7306 atomic operation with its masks, as the Atomic Request's
 /// Add-or-Swap Data/Mask and Compare Data/Mask fields carry them
-/// ([`AtomicRequest`](crate::wire::AtomicRequest); executed by
+/// ([`crate::wire::AtomicRequest`]; executed by
 /// [`AtomicRequest::apply`](crate::wire::AtomicRequest::apply)). `T` is
 /// the target's 64-bit value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
