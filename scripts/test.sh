@@ -17,6 +17,8 @@ cargo clippy --all-targets -- -D warnings
 for f in "" xdp dpdk; do
     cargo clippy -p iwarp --no-default-features --features "$f" --all-targets -- -D warnings
 done
+echo "== rustdoc (every intra-doc link resolves)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q
 echo "== tests"
 cargo test --workspace
 echo "== the API without backends (over the in-memory link and Context::with_device)"
