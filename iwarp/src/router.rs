@@ -422,9 +422,9 @@ impl Router {
     /// [`ACCEPT_HOLD`] for its predecessor by `now` (which then never
     /// comes in its turn); whether it did.
     fn release_overdue(&mut self, now: Instant) -> bool {
-        if !self
+        if self
             .held_since
-            .is_some_and(|t| now.saturating_duration_since(t) >= ACCEPT_HOLD)
+            .is_none_or(|t| now.saturating_duration_since(t) < ACCEPT_HOLD)
         {
             return false;
         }
