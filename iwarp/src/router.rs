@@ -48,8 +48,8 @@ pub(crate) struct Router {
     /// The `order` of the next accepted connection to queue.
     pub(crate) next_accept: u64,
     /// Accepted connections pumped before their predecessor, by `order`,
-    /// with their port; and since when the oldest waits. After
-    /// [`ACCEPT_HOLD`] they are queued anyway (a predecessor lost with
+    /// with their port; and since when the router has held any (without
+    /// a pause). After [`ACCEPT_HOLD`] they are queued anyway (a predecessor lost with
     /// outputs a full output queue dropped never comes).
     pub(crate) held: BTreeMap<u64, (u16, Accepted)>,
     pub(crate) held_since: Option<Instant>,
