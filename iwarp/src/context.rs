@@ -36,6 +36,13 @@ use crate::{
     ListenOptions, Listener, LoopSplit, Pd, Polling, Qp, SctpCounters, Srq, Transport,
 };
 
+/// How long [`Context::connect_start`] on a context of several loops waits
+/// for the peer's stack to accept a connection before it returns anyway
+/// (so that connections started in turn reach a server in that order): a
+/// peer of ours acknowledges the MPA Request within a round, a Linux peer
+/// within its delayed-ACK timer (40 ms) or with its MPA Reply; a silent
+/// peer costs each call this long at most, not the connection's timeout.
+pub const ORDER_WAIT: Duration = Duration::from_millis(200);
 /// The memory tables of a context's loops: replicas of one table
 /// ([`MemoryTable::replicas`]), one per loop. The same seed and the same
 /// operations in the same order give the same STags on every loop, and a
@@ -1016,8 +1023,9 @@ impl Context {
     /// returns only once the server's stack has accepted the connection
     /// (the TCP handshake done and the MPA Request acknowledged; over
     /// SCTP, the association up), one round trip, or once the connection
-    /// failed or `ConnectOptions::timeout` ran out (the outcome is
-    /// `finish`'s). A server of ours, one loop or several, then takes the
+    /// failed, or after [`ORDER_WAIT`] (a silent or slow peer: the order
+    /// is then not kept) or `ConnectOptions::timeout` if shorter (the
+    /// outcome is `finish`'s). A server of ours, one loop or several, then takes the
     /// requests ([`Listener::get_request`]) in the order of these calls.
     /// Called inside a loop, it does not wait.
     /// Dropping the [`Connecting`] unfinished aborts the connection.
@@ -1068,7 +1076,7 @@ impl Context {
         }
         let deadline = Instant::now() + opts.timeout;
         if self.inner.loops.len() > 1 {
-            self.until_accepted(lp, token, deadline);
+            self.until_accepted(lp, token, deadline.min(Instant::now() + ORDER_WAIT));
         }
         Ok(Connecting {
             ctx: self.clone(),
