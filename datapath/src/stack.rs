@@ -54,7 +54,7 @@
 //! - `tests.rs`: unit tests.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use iwarp_net::iface::{FrameSink, Interface, IpIngress, SctpIngress, SctpServed};
@@ -161,6 +161,9 @@ pub struct Stack {
     tcp_held: usize,
     /// Connections over their own limit this round (scratch).
     over: Vec<SockId>,
+    /// Numbers accepted connections (`StackConfig::accept_order`, or
+    /// this stack's own).
+    accept_order: Arc<AtomicU64>,
 }
 
 impl Stack {
@@ -199,6 +202,7 @@ impl Stack {
             budget: MemBudget::new(cfg.max_held_per_conn, cfg.max_held_total),
             tcp_held: 0,
             over: Vec::new(),
+            accept_order: cfg.accept_order.clone().unwrap_or_default(),
             cfg,
         }
     }

@@ -36,6 +36,13 @@ use crate::{
     ListenOptions, Listener, LoopSplit, Pd, Polling, Qp, SctpCounters, Srq, Transport,
 };
 
+/// How long [`Context::connect_start`] on a context of several loops waits
+/// for the peer's stack to accept a connection before it returns anyway
+/// (so that connections started in turn reach a server in that order): a
+/// peer of ours acknowledges the MPA Request within a round, a Linux peer
+/// within its delayed-ACK timer (40 ms) or with its MPA Reply; a silent
+/// peer costs each call this long at most, not the connection's timeout.
+pub const ORDER_WAIT: Duration = Duration::from_millis(200);
 /// The memory tables of a context's loops: replicas of one table
 /// ([`MemoryTable::replicas`]), one per loop. The same seed and the same
 /// operations in the same order give the same STags on every loop, and a
@@ -206,6 +213,10 @@ impl Context {
                 .collect()
         } else {
             let bell = Arc::new(OutputBell::default());
+            // The loops number their accepted connections together, so
+            // that the router hands requests out in the order the loops
+            // accepted them, not the order it pumps the loops in.
+            let accept_order = Arc::new(AtomicU64::new(0));
             let neighbours = Arc::new(SharedNeighbours::new());
             let (rss, soft) = match steering {
                 QueueSteering::Link(rss) => (rss, None),
@@ -225,6 +236,7 @@ impl Context {
                     });
                     c.sock_ids = (i, n);
                     c.neighbours = Some(neighbours.clone());
+                    c.accept_order = Some(accept_order.clone());
                     let group = Group {
                         outputs_bell: bell.clone(),
                         steering: soft.as_ref().and_then(|s| s.queue(i as u16)),
@@ -1002,13 +1014,27 @@ impl Context {
     }
 
     /// [`connect`](Self::connect) in two halves: this one hands the
-    /// connection to its poll loop (the SYN or INIT goes out in the order
-    /// of these calls, as a kernel RNIC sends its connection requests in
-    /// the order `rdma_connect` is called) and returns at once;
-    /// [`Connecting::finish`] waits for the outcome. Programs that open
-    /// several connections to one server and match them by order (perftest
-    /// with `-q N` matches its queue pairs by the order the server accepts
-    /// them) start them here one after the other and wait elsewhere.
+    /// connection to its poll loop, and [`Connecting::finish`] waits for
+    /// the outcome. Programs that open several connections to one server
+    /// and match them by order (perftest with `-q N` matches its queue
+    /// pairs by the order the server accepts them) start them here one
+    /// after the other and wait elsewhere: the SYNs (or INITs) go out in
+    /// the order of these calls, as a kernel RNIC sends its connection
+    /// requests in the order `rdma_connect` is called.
+    ///
+    /// On a context of one loop this returns at once: the loop sends the
+    /// SYNs in the order it takes the calls. On a context of several the
+    /// connections go to the loops in turn, each of which sends at its
+    /// own pace, and a server of several loops takes them on the queues
+    /// their flows hash to, each loop at its own pace too; so here this
+    /// returns only once the server's stack has accepted the connection
+    /// (the TCP handshake done and the MPA Request acknowledged; over
+    /// SCTP, the association up), one round trip, or once the connection
+    /// failed, or after [`ORDER_WAIT`] (a silent or slow peer: the order
+    /// is then not kept) or `ConnectOptions::timeout` if shorter (the
+    /// outcome is `finish`'s). A server of ours, one loop or several, then takes the
+    /// requests ([`Listener::get_request`]) in the order of these calls.
+    /// Called inside a loop, it does not wait.
     /// Dropping the [`Connecting`] unfinished aborts the connection.
     pub fn connect_start(
         &self,
@@ -1055,12 +1081,57 @@ impl Context {
                 Command::IwarpOpening(token, HostCommand::PostRecv(*wr_id, *sgl)),
             )?;
         }
+        let deadline = Instant::now() + opts.timeout;
+        if self.inner.loops.len() > 1 {
+            self.until_accepted(lp, token, deadline.min(Instant::now() + ORDER_WAIT));
+        }
         Ok(Connecting {
             ctx: self.clone(),
             token: Some(token),
-            deadline: Instant::now() + opts.timeout,
+            deadline,
             cqs,
         })
+    }
+
+    /// On a context of several loops, wait (until `deadline`) for the
+    /// connection opened under `token` on loop `lp` to be accepted by the
+    /// peer's stack: its TCP handshake done and the first octets it sent
+    /// (the MPA Request) acknowledged ([`Stack::tcp_acked`]).
+    ///
+    /// Why: the next connection goes out from another loop, and a server
+    /// of several loops takes each on the queue its flow hashes to, so
+    /// neither the order the SYNs leave in nor the order the server's
+    /// loops accept them follows the order of the calls by itself (a loop
+    /// slow to take the ACK that completes one handshake accepts it after
+    /// another loop has done the next one's). A peer that has
+    /// acknowledged the Request has accepted the connection: it numbers
+    /// it before anything the next connection brings.
+    ///
+    /// The outcome stays in the router for [`Connecting::finish`]. A
+    /// connection that fails, over SCTP (no TCP stream: the association
+    /// up is what this waits for), not acknowledged by `deadline`, or a
+    /// call inside a loop ([`Error::InLoop`]) returns as it is.
+    fn until_accepted(&self, lp: usize, token: u64, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Ok(sock)) = self.inner.wait(left, |r| {
+            r.connects
+                .get(&token)
+                .map(|c| c.as_ref().copied().map_err(|_| ()))
+        }) else {
+            return;
+        };
+        // A round trip to the loop each time: the loop answers in its
+        // next round.
+        let mut pause = Duration::from_micros(20);
+        while Instant::now() < deadline {
+            match self.inner.inspect_on(lp, move |s| s.tcp_acked(sock)) {
+                Ok(Some(0)) => {}
+                // Acknowledged, not TCP, gone, or no answer.
+                _ => return,
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
     }
 
     /// How many connections the application side still keeps state for

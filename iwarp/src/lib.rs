@@ -76,7 +76,7 @@ mod qp;
 mod router;
 mod stats;
 
-pub use context::{Connecting, Context};
+pub use context::{Connecting, Context, ORDER_WAIT};
 pub use cq::{Cq, Status, Wc};
 pub use error::Error;
 #[cfg(feature = "dpdk")]

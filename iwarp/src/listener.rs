@@ -8,7 +8,7 @@ use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
 use iwarp_datapath::stack::{Command, SockId};
 
 use crate::options::qp_cqs;
-use crate::router::Router;
+use crate::router::{Accepted, Router};
 use crate::{AcceptOptions, Context, Cq, Error, PeerRequest, Qp, SgList, Sge};
 #[cfg(doc)]
 use crate::{ListenOptions, MpaConfig};
@@ -41,7 +41,7 @@ impl Drop for Listener {
             Ok(mut r) => r.accepted.remove(&port),
             Err(p) => p.into_inner().accepted.remove(&port),
         };
-        for (sock, _) in pending.into_iter().flatten() {
+        for Accepted { sock, .. } in pending.into_iter().flatten() {
             let _ = self.ctx.inner.post(Command::Abort(sock));
             self.ctx.inner.forget(sock);
         }
@@ -53,15 +53,19 @@ impl Listener {
     /// Stream Session Initiate over SCTP), waiting up to `timeout`
     /// ([`Error::TimedOut`] then). A connection whose request has not
     /// come yet stays queued for a later call, and one that ends before
-    /// its request is dropped on the way.
+    /// its request is dropped on the way. Requests come in the order the
+    /// stack accepted their connections, on a context of several loops
+    /// too (the loops number them together; the router queues them in
+    /// that order).
     pub fn get_request(&self, timeout: Duration) -> Result<ConnectRequest, Error> {
         let port = self.port;
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            // The first connection whose Request (or end) has come: one
-            // whose peer has not sent its Request yet stays queued for a
-            // later call, behind none of the others. (Taking it and
+            // The first connection, in the order the loops accepted them,
+            // whose Request (or end) has come: one whose peer has not
+            // sent its Request yet stays queued for a later call, behind
+            // none of the others. (Taking it and
             // aborting it when this call's time ran out reset every peer
             // slower than the caller's wait: verbs waits 20 ms at a time.)
             let (sock, remote, event) = self.ctx.inner.wait(left, |r| {
@@ -69,8 +73,8 @@ impl Listener {
                 let q = accepted.get_mut(&port)?;
                 let i = q
                     .iter()
-                    .position(|(s, _)| cm.get(s).is_some_and(|e| !e.is_empty()))?;
-                let (sock, remote) = q.remove(i)?;
+                    .position(|a| cm.get(&a.sock).is_some_and(|e| !e.is_empty()))?;
+                let Accepted { sock, remote, .. } = q.remove(i)?;
                 let event = cm.get_mut(&sock)?.pop_front()?;
                 Some((sock, remote, event))
             })?;

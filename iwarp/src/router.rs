@@ -8,7 +8,7 @@
 //! connection goes to that loop; the loops share one output bell, so a
 //! wait sleeps on all of them at once.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Mutex};
@@ -38,13 +38,41 @@ pub(crate) struct Router {
     /// the per-connection queues below do not outlive their connection.
     pub(crate) live: HashSet<SockId>,
     pub(crate) connects: HashMap<u64, Result<SockId, ConnError>>,
-    pub(crate) accepted: HashMap<u16, VecDeque<(SockId, Ipv4Address)>>,
+    /// Connections accepted per listening port, in the order the loops
+    /// accepted them: `Output::Accepted`'s `order`, which the loops of a
+    /// context take from one counter (0, 1, 2, ...), whatever the order
+    /// their outputs are pumped in ([`Inner::pump`] takes each loop's in
+    /// turn, so an accept of loop 1 could be pumped before an earlier one
+    /// of loop 0): one whose predecessor has not come waits in `held`.
+    pub(crate) accepted: HashMap<u16, VecDeque<Accepted>>,
+    /// The `order` of the next accepted connection to queue.
+    pub(crate) next_accept: u64,
+    /// Accepted connections pumped before their predecessor, by `order`,
+    /// with their port; and since when the router has held any (without
+    /// a pause). After [`ACCEPT_HOLD`] they are queued anyway (a predecessor lost with
+    /// outputs a full output queue dropped never comes).
+    pub(crate) held: BTreeMap<u64, (u16, Accepted)>,
+    pub(crate) held_since: Option<Instant>,
     pub(crate) cm: HashMap<SockId, VecDeque<CmEvent>>,
     pub(crate) qp_events: HashMap<SockId, VecDeque<QpEvent>>,
     /// Connections whose TCP is finished (TIME-WAIT or CLOSED: our FIN
     /// acknowledged and the peer's received, or a reset):
     /// [`Qp::wait_closed`].
     pub(crate) finished: HashSet<SockId>,
+}
+
+/// How long an accepted connection pumped before its predecessor waits
+/// for it ([`Router::held`]).
+pub(crate) const ACCEPT_HOLD: Duration = Duration::from_millis(100);
+
+/// A connection a listener accepted, until its application takes its
+/// request.
+#[derive(Debug)]
+pub(crate) struct Accepted {
+    pub(crate) sock: SockId,
+    pub(crate) remote: Ipv4Address,
+    /// `Output::Accepted`'s `order`.
+    pub(crate) order: u64,
 }
 
 /// One poll loop of a context.
@@ -93,6 +121,9 @@ impl Inner {
         for (i, l) in self.loops.iter().enumerate() {
             moved |= Self::pump_loop(&mut r, i, &l.lp);
         }
+        if r.held_since.is_some() {
+            moved |= r.release_overdue(Instant::now());
+        }
         drop(r);
         if moved {
             self.loops[0].lp.outputs_moved();
@@ -126,13 +157,21 @@ impl Inner {
                     r.unlistened.insert((i, port));
                 }
                 Output::Accepted {
-                    port, sock, remote, ..
+                    port,
+                    sock,
+                    remote,
+                    order,
+                    ..
                 } => {
                     r.live.insert(sock);
-                    r.accepted
-                        .entry(port)
-                        .or_default()
-                        .push_back((sock, remote))
+                    r.accept(
+                        port,
+                        Accepted {
+                            sock,
+                            remote,
+                            order,
+                        },
+                    );
                 }
                 Output::Cm(sock, e) if r.live.contains(&sock) => {
                     r.cm.entry(sock).or_default().push_back(e)
@@ -422,6 +461,51 @@ pub(crate) fn keep_step(m: &mut MemoryTable) {
 }
 
 impl Router {
+    /// Queue an accepted connection behind those accepted before it, or
+    /// hold it until they have come (`held`).
+    fn accept(&mut self, port: u16, a: Accepted) {
+        if a.order > self.next_accept {
+            self.held_since.get_or_insert_with(Instant::now);
+            self.held.insert(a.order, (port, a));
+            return;
+        }
+        // Its turn (or a late one, after its successors were queued).
+        if a.order == self.next_accept {
+            self.next_accept += 1;
+        }
+        self.accepted.entry(port).or_default().push_back(a);
+        while let Some((port, a)) = self.held.remove(&self.next_accept) {
+            self.next_accept += 1;
+            self.accepted.entry(port).or_default().push_back(a);
+        }
+        if self.held.is_empty() {
+            self.held_since = None;
+        }
+    }
+
+    /// Queue every held connection, in order, if the oldest has waited
+    /// [`ACCEPT_HOLD`] for its predecessor by `now` (which then never
+    /// comes in its turn); whether it did.
+    fn release_overdue(&mut self, now: Instant) -> bool {
+        if self
+            .held_since
+            .is_none_or(|t| now.saturating_duration_since(t) < ACCEPT_HOLD)
+        {
+            return false;
+        }
+        tracing::warn!(
+            held = self.held.len(),
+            next = self.next_accept,
+            "accepted connections queued without their predecessor"
+        );
+        for (order, (port, a)) in std::mem::take(&mut self.held) {
+            self.next_accept = order + 1;
+            self.accepted.entry(port).or_default().push_back(a);
+        }
+        self.held_since = None;
+        true
+    }
+
     /// Nothing stands for `sock` any more: drop its queues and its future
     /// events.
     fn forget(&mut self, sock: SockId) {
@@ -449,6 +533,9 @@ mod tests {
     use iwarp_datapath::stack::{Command, MemoryOp};
     use iwarp_proto::mem::MemoryTable;
 
+    use tcp_lite::wire::Ipv4Address;
+
+    use super::{Accepted, Router, ACCEPT_HOLD};
     use crate::{Access, Context, Error, MemError, Pd, PdId, Polling};
 
     /// Run `f` on loop `i`'s memory table alone (the tests' way to make
@@ -468,6 +555,47 @@ mod tests {
             )
             .unwrap();
         rx.recv_timeout(Duration::from_secs(10)).unwrap()
+    }
+
+    /// Accepted connections pumped out of their order (an accept of loop
+    /// 1 before an earlier one of loop 0) queue in the order the loops
+    /// accepted them, each at its port; one whose predecessor does not
+    /// come within `ACCEPT_HOLD` is queued then, and a late predecessor
+    /// behind it.
+    #[test]
+    fn accepted_connections_queue_in_the_order_the_loops_accepted_them() {
+        let mut r = Router::default();
+        let a = |sock, order| Accepted {
+            sock,
+            remote: Ipv4Address::new(10, 0, 0, 2),
+            order,
+        };
+        let socks = |r: &Router, port| -> Vec<usize> {
+            r.accepted
+                .get(&port)
+                .map_or_else(Vec::new, |q| q.iter().map(|a| a.sock).collect())
+        };
+        r.accept(7, a(11, 1));
+        assert_eq!(socks(&r, 7), [], "1 waits for 0");
+        r.accept(7, a(10, 0));
+        assert_eq!(socks(&r, 7), [10, 11]);
+        r.accept(8, a(12, 2));
+        assert_eq!(socks(&r, 8), [12]);
+        assert!(r.held.is_empty() && r.held_since.is_none());
+        // 3 does not come: 4 and 5 wait for it, then are queued.
+        r.accept(7, a(14, 4));
+        r.accept(7, a(15, 5));
+        let since = r.held_since.unwrap();
+        assert!(!r.release_overdue(since));
+        assert_eq!(socks(&r, 7), [10, 11]);
+        assert!(r.release_overdue(since + ACCEPT_HOLD));
+        assert_eq!(socks(&r, 7), [10, 11, 14, 15]);
+        assert!(r.held.is_empty() && r.held_since.is_none());
+        // 3 comes late: behind them; 6 is next in turn.
+        r.accept(7, a(13, 3));
+        r.accept(7, a(16, 6));
+        assert_eq!(socks(&r, 7), [10, 11, 14, 15, 13, 16]);
+        assert!(r.held.is_empty());
     }
 
     /// Memory tables of a context's loops that no longer match: the

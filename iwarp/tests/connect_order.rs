@@ -3,14 +3,14 @@
 //! `-q N` pairs queue pairs by it; the C library's `rdma_connect` starts
 //! its connections here); `Connecting::finish` waits for each; a
 //! `Connecting` dropped unfinished aborts its connection. Over the
-//! simulated link.
+//! simulated link, with one poll loop at each end and with two.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use iwarp::{AcceptOptions, ConnectOptions, Context, ListenOptions};
+use iwarp::{AcceptOptions, ConnectOptions, Context, ListenOptions, Polling};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -106,5 +106,43 @@ fn connections_started_at_once_to_an_unresolved_neighbour_reach_the_server_in_or
     // SYN waited for ARP), and ARP dropped nothing.
     assert!(stats.iface.tx_queued >= 1, "{:?}", stats.iface);
     assert_eq!(stats.iface.tx_dropped, 0, "{:?}", stats.iface);
+    drop((cqps, sqps));
+}
+
+/// Both ends of two poll loops (`Context::sim_pair_queues`): the
+/// client's connections go out from its loops in turn and reach the
+/// server's loops on the queues their flows hash to, yet the server
+/// takes their requests in the order they were started. `connect_start`
+/// returns once the server's stack has accepted the connection (its MPA
+/// Request acknowledged), and the server's router hands its loops'
+/// accepted connections out in the order the loops accepted them, which
+/// they number together.
+#[test]
+fn connections_started_in_turn_over_two_loops_at_both_ends_reach_the_server_in_that_order() {
+    let (server, client) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let port = 7303;
+    let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
+    let addr = SocketAddrV4::new(server.addr(), port);
+    let started: Vec<_> = (0..8u8)
+        .map(|i| {
+            let mut o = ConnectOptions::new(&cpd, &ccq);
+            o.mpa.private_data = vec![i];
+            o.timeout = T;
+            client.connect_start(addr, &o).unwrap()
+        })
+        .collect();
+    let mut sqps = Vec::new();
+    for i in 0..8u8 {
+        let req = listener.get_request(T).unwrap();
+        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
+        sqps.push(req.accept(&AcceptOptions::default(), &scq).unwrap());
+    }
+    let cqps: Vec<_> = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    // Both loops of each end carried connections (in turn: 4 each).
+    let on = |qps: &[iwarp::Qp], l| qps.iter().filter(|q| q.loop_index() == l).count();
+    assert_eq!((on(&cqps, 0), on(&cqps, 1)), (4, 4));
+    assert_eq!((on(&sqps, 0), on(&sqps, 1)), (4, 4));
     drop((cqps, sqps));
 }

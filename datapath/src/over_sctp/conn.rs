@@ -55,6 +55,8 @@
 //! idle connection costs a round nothing.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
 use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupFailure};
@@ -598,6 +600,8 @@ pub struct SctpConns {
     /// connection was let go still completes, refused with the cause,
     /// instead of vanishing (as `Stack::gone` does over TCP).
     gone: Gone,
+    /// Numbers accepted associations (`set_accept_order`).
+    accept_order: Arc<AtomicU64>,
     /// Connections to drive next round, and their own deadlines
     /// ([`Conn::deadline`], one entry each).
     ready: ReadySet<SockId>,
@@ -663,6 +667,7 @@ impl SctpConns {
             backlog_aborts: 0,
             max_held: MAX_HELD,
             gone: Gone::default(),
+            accept_order: Arc::default(),
             ready: ReadySet::new(super::IDLE_SWEEP),
             active: false,
             held_total: 0,
@@ -795,6 +800,14 @@ impl SctpConns {
     /// with an RDMAP Terminate and its association is shut down.
     pub fn set_max_held(&mut self, octets: usize) {
         self.max_held = octets;
+    }
+
+    /// The counter that numbers accepted associations
+    /// (`Output::Accepted`'s `order`): the stack's, which its TCP
+    /// listeners count with too (`StackConfig::accept_order`). Until
+    /// set, this part counts alone.
+    pub fn set_accept_order(&mut self, counter: Arc<AtomicU64>) {
+        self.accept_order = counter;
     }
 
     /// Connection ids from now on: `SCTP_SOCK_BASE + first`, then `step`
@@ -1512,6 +1525,7 @@ impl SctpConns {
                             sock: id,
                             remote: c.remote,
                             stream: None,
+                            order: self.accept_order.fetch_add(1, Ordering::Relaxed),
                         });
                         if c.ulp.manual {
                             c.events.push_back(CmEvent::ConnectRequest(req.clone()));

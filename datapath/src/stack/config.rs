@@ -1,5 +1,6 @@
 //! The stack's settings ([`StackConfig`]).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use iwarp_net::arp::SharedNeighbours;
@@ -108,6 +109,14 @@ pub struct StackConfig {
     /// Neighbours shared with the context's other loops
     /// (`Interface::share_neighbours`): ARP reaches one queue only.
     pub neighbours: Option<Arc<SharedNeighbours>>,
+    /// The counter that numbers accepted connections
+    /// ([`Output::Accepted`]'s `order`), shared by the loops of one
+    /// context, so that the numbers give the order in which all of them
+    /// accepted (an application takes its requests in that order).
+    /// `None` (the default): the stack counts alone.
+    ///
+    /// [`Output::Accepted`]: super::Output::Accepted
+    pub accept_order: Option<Arc<AtomicU64>>,
 }
 
 impl StackConfig {
@@ -132,6 +141,7 @@ impl StackConfig {
             steering: None,
             sock_ids: (0, 1),
             neighbours: None,
+            accept_order: None,
         }
     }
 }

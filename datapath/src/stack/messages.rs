@@ -264,6 +264,12 @@ pub enum Output {
         remote: Ipv4Address,
         /// The byte-stream ends (for `Ulp::Stream`).
         stream: Option<Arc<StreamShared>>,
+        /// Its number in the order the stack's listeners accepted
+        /// connections, over TCP and SCTP, taken from
+        /// `StackConfig::accept_order` (shared by the loops of a
+        /// context) as the stack emits this output: a later accept has a
+        /// larger number.
+        order: u64,
     },
     /// A connection ended (after a clean close: `error` is `None`).
     Closed {

@@ -44,6 +44,7 @@ impl Stack {
                     // loops', active opens on ports that come back here.
                     p.set_ids(self.cfg.sock_ids.0, self.cfg.sock_ids.1);
                     p.set_steering(self.cfg.steering.clone());
+                    p.set_accept_order(self.accept_order.clone());
                     self.sctp = Some(Box::new(p))
                 }
                 Err(why) => tracing::warn!(why, "cannot start SCTP"),

@@ -148,6 +148,14 @@ impl Stack {
         }
     }
 
+    /// Octets at the start of a TCP connection's stream that its peer has
+    /// acknowledged (`None`: no such TCP connection). Over iWARP the
+    /// first are the active side's MPA Request: once any are, the peer's
+    /// stack has taken the connection past its handshake (accepted it).
+    pub fn tcp_acked(&self, sock: SockId) -> Option<u64> {
+        self.socks.get(&sock).map(|s| s.tcp().acked_offset())
+    }
+
     /// TCP counters of a connection.
     pub fn tcp_stats(&self, sock: SockId) -> Option<tcp::Stats> {
         self.socks.get(&sock).map(|s| s.tcp().stats())

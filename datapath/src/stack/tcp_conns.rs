@@ -307,6 +307,7 @@ impl Stack {
                 sock: sock_id,
                 remote,
                 stream,
+                order: self.accept_order.fetch_add(1, Ordering::Relaxed),
             });
         }
     }
