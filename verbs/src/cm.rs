@@ -161,6 +161,92 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long a refused connection request waits before it is made again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Refused connection requests of `rdma_connect` (`IWARP_CONNECT_RETRY_MS`)
+/// waiting to be made again. A round, [`RETRY_PAUSE`] after the first of
+/// them was refused, starts them one after the other in the order of their
+/// `rdma_connect` calls (their tickets), as the first requests went out:
+/// perftest's data connections, refused together while its server is not
+/// listening yet, must reach the server in the order of the calls when
+/// they are retried too (see `rdma_connect`), which threads retrying each
+/// on its own did not keep.
+struct Retries {
+    /// By ticket: where to say "your turn" (with where to say "started").
+    waiting: Mutex<
+        std::collections::BTreeMap<
+            u64,
+            std::sync::mpsc::SyncSender<std::sync::mpsc::SyncSender<()>>,
+        >,
+    >,
+    wake: std::sync::Condvar,
+}
+
+impl Retries {
+    fn new() -> Retries {
+        Retries {
+            waiting: Mutex::new(std::collections::BTreeMap::new()),
+            wake: std::sync::Condvar::new(),
+        }
+    }
+
+    /// The process's, its round thread started on first use (`None`: no
+    /// thread could be started).
+    fn get() -> Option<&'static Retries> {
+        static R: std::sync::OnceLock<Option<&'static Retries>> = std::sync::OnceLock::new();
+        *R.get_or_init(|| {
+            let r: &'static Retries = Box::leak(Box::new(Retries::new()));
+            r.start().then_some(r)
+        })
+    }
+
+    /// Start the round thread; whether it started.
+    fn start(&'static self) -> bool {
+        std::thread::Builder::new()
+            .name("iwarp-cm-retry".into())
+            .spawn(move || self.rounds())
+            .is_ok()
+    }
+
+    /// Wait for the turn of the request with `ticket` in the next round,
+    /// run `start` (which should only start the request: the round waits
+    /// for it, up to a second) and return what it gave; `None` if no turn
+    /// came within 10 s.
+    fn in_turn<T>(&self, ticket: u64, start: impl FnOnce() -> T) -> Option<T> {
+        let (go_tx, go_rx) = std::sync::mpsc::sync_channel(1);
+        lock(&self.waiting).insert(ticket, go_tx);
+        self.wake.notify_one();
+        let started = go_rx.recv_timeout(Duration::from_secs(10)).ok()?;
+        let r = start();
+        let _ = started.send(());
+        Some(r)
+    }
+
+    fn rounds(&self) {
+        loop {
+            {
+                let mut w = lock(&self.waiting);
+                while w.is_empty() {
+                    w = self.wake.wait(w).unwrap_or_else(|p| p.into_inner());
+                }
+            }
+            // The other requests refused with the first gather meanwhile.
+            std::thread::sleep(RETRY_PAUSE);
+            let round = std::mem::take(&mut *lock(&self.waiting));
+            for (_, go) in round {
+                let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+                if go.send(started_tx).is_ok() {
+                    let _ = started_rx.recv_timeout(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+/// Tickets of `rdma_connect` calls: the order [`Retries`] keeps.
+static CONNECT_TICKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// # Safety
 /// `id` is null or from `rdma_create_id` (or a CONNECT_REQUEST event),
 /// not destroyed.
@@ -1162,7 +1248,9 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
     // into the peer's slot of that index; out of order, a credit lands in
     // another queue pair's slot and the test stalls). The wait for the
     // outcome, and retries of a refused request, go to a thread.
+    // A refused request made again ([`Retries`]) keeps that order too.
     opts.recvs = qp.take_early();
+    let ticket = CONNECT_TICKETS.fetch_add(1, Ordering::Relaxed);
     let first = ctx.connect_start(dst, &opts);
     let t = std::thread::Builder::new()
         .name("iwarp-cm-connect".into())
@@ -1173,8 +1261,18 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
                 && std::time::Instant::now() < deadline
                 && !s.gone.load(Ordering::Acquire)
             {
-                std::thread::sleep(Duration::from_millis(100));
-                r = ctx.connect(dst, &opts);
+                r = match Retries::get() {
+                    Some(rounds) => {
+                        match rounds.in_turn(ticket, || ctx.connect_start(dst, &opts)) {
+                            Some(started) => started.and_then(iwarp::Connecting::finish),
+                            None => continue,
+                        }
+                    }
+                    None => {
+                        std::thread::sleep(RETRY_PAUSE);
+                        ctx.connect(dst, &opts)
+                    }
+                };
             }
             if s.gone.load(Ordering::Acquire) {
                 return;
@@ -1725,6 +1823,39 @@ not_here!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Requests refused together are made again in the order of their
+    /// tickets, whatever the order their threads came in.
+    #[test]
+    fn retried_requests_start_in_the_order_of_their_calls() {
+        let r: &'static Retries = Box::leak(Box::new(Retries::new()));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let threads: Vec<_> = [5u64, 3, 4, 1, 2]
+            .into_iter()
+            .map(|ticket| {
+                let order = order.clone();
+                std::thread::spawn(move || {
+                    r.in_turn(ticket, || lock(&order).push(ticket))
+                        .expect("a turn")
+                })
+            })
+            .collect();
+        // All five wait before the first round runs.
+        let t0 = std::time::Instant::now();
+        while lock(&r.waiting).len() < 5 {
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(lock(&order).is_empty());
+        assert!(r.start());
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*lock(&order), [1, 2, 3, 4, 5]);
+        // A later round serves a later refusal.
+        r.in_turn(9, || lock(&order).push(9)).expect("a turn");
+        assert_eq!(lock(&order).last(), Some(&9));
+    }
 
     #[test]
     fn a_terminate_is_named_and_no_buffer_explained() {
