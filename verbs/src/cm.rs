@@ -255,6 +255,21 @@ unsafe fn id<'a>(id: *mut RdmaCmId) -> Option<&'a mut CmId> {
     unsafe { id.cast::<CmId>().as_mut() }
 }
 
+/// The id's own PD, allocated on its context on first use (as rdma-core
+/// does for `rdma_create_qp` and `rdma_create_srq` given no PD); null (and
+/// errno set) if that fails. The id's destruction frees it.
+fn own_pd(id: &mut CmId) -> *mut IbvPd {
+    if id.c.pd.is_null() {
+        // SAFETY: our context (the callers checked `verbs`).
+        id.c.pd = unsafe { objects::ibv_alloc_pd(id.c.verbs) };
+        if id.c.pd.is_null() {
+            return std::ptr::null_mut();
+        }
+        id.made.pd = true;
+    }
+    id.c.pd
+}
+
 fn fail(e: c_int) -> c_int {
     set_errno(e);
     -1
@@ -980,19 +995,10 @@ pub unsafe extern "C" fn rdma_create_qp(
     if id.c.verbs.is_null() {
         return fail(libc::EINVAL);
     }
-    let pd = if pd.is_null() {
-        if id.c.pd.is_null() {
-            // SAFETY: our context.
-            id.c.pd = unsafe { objects::ibv_alloc_pd(id.c.verbs) };
-            if id.c.pd.is_null() {
-                return -1;
-            }
-            id.made.pd = true;
-        }
-        id.c.pd
-    } else {
-        pd
-    };
+    let pd = if pd.is_null() { own_pd(id) } else { pd };
+    if pd.is_null() {
+        return -1;
+    }
     // The id's SRQ (`rdma_create_srq`) when the attributes name none, as
     // rdma-core's `rdma_create_qp_ex`.
     if a.srq.is_null() {
@@ -1516,19 +1522,10 @@ pub unsafe extern "C" fn rdma_create_srq(
     if id.c.verbs.is_null() || attr.is_null() || !id.c.srq.is_null() {
         return fail(libc::EINVAL);
     }
-    let pd = if pd.is_null() {
-        if id.c.pd.is_null() {
-            // SAFETY: our context.
-            id.c.pd = unsafe { objects::ibv_alloc_pd(id.c.verbs) };
-            if id.c.pd.is_null() {
-                return -1;
-            }
-            id.made.pd = true;
-        }
-        id.c.pd
-    } else {
-        pd
-    };
+    let pd = if pd.is_null() { own_pd(id) } else { pd };
+    if pd.is_null() {
+        return -1;
+    }
     // SAFETY: by the contract.
     let srq = unsafe { objects::ibv_create_srq(pd, attr) };
     if srq.is_null() {
