@@ -325,7 +325,10 @@ mod tests {
 /// `rdma_get_cm_event`. If the channel's descriptor is closed first, that
 /// call fails with EBADF and the thread calls `exit(-1)`: status 255 after
 /// a run that verified every iteration (seen in about one loaded run in
-/// five, and once in CI). It is a race between two threads of the rping
+/// five, and once in CI). Where the number of the closed descriptor has
+/// been given to a non-blocking one meanwhile, the read fails with EAGAIN
+/// instead ("Resource temporarily unavailable": seen once on our library,
+/// 2026-11-29). It is a race between two threads of the rping
 /// process (siw's in a guest, or Debian's on our library), after every
 /// iteration was verified and the orderly disconnect seen (both asserted
 /// before this is asked). Only that
@@ -336,7 +339,13 @@ pub fn teardown_race(code: Option<i32>, out: &str) -> bool {
         && !out.contains("mismatch")
         && !out.contains("failed")
         && !out.contains("error")
-        && out.trim_end().lines().last() == Some("rdma_get_cm_event: Bad file descriptor")
+        && matches!(
+            out.trim_end().lines().last(),
+            Some(
+                "rdma_get_cm_event: Bad file descriptor"
+                    | "rdma_get_cm_event: Resource temporarily unavailable"
+            )
+        )
 }
 
 #[cfg(test)]
@@ -344,6 +353,14 @@ pub fn teardown_race(code: Option<i32>, out: &str) -> bool {
 fn only_rpings_teardown_race_is_excused() {
     let ok = "ping data: rdma-ping-0: AB\nping data: rdma-ping-1: BC\nrdma_get_cm_event: Bad file descriptor\n";
     assert!(teardown_race(Some(255), ok));
+    assert!(teardown_race(
+        Some(255),
+        "ping data: rdma-ping-0: AB\nrdma_get_cm_event: Resource temporarily unavailable\n"
+    ));
+    assert!(!teardown_race(
+        Some(255),
+        "ping data: rdma-ping-0: AB\nrdma_get_cm_event: No such device\n"
+    ));
     assert!(!teardown_race(Some(1), ok));
     assert!(!teardown_race(None, ok));
     assert!(!teardown_race(

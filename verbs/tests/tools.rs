@@ -63,6 +63,7 @@ fn installed(tool: &str) -> bool {
 /// either stands for the server's address); both must succeed. Returns
 /// the client's and the server's output.
 fn pair(server: &[&str], client: &[&str]) -> (String, String) {
+    let (server_args, client_args) = (server, client);
     let net = NsPair::new("vpt").unwrap();
     for end in [End::A, End::B] {
         net.veth.disable_tx_offload(end).unwrap();
@@ -115,8 +116,24 @@ fn pair(server: &[&str], client: &[&str]) -> (String, String) {
             )
         });
     let (ct, st) = (text(&client), text(&server));
+    // rping's own teardown race (it never joins its CM thread, which reads
+    // the event channel its main thread has destroyed): excused in exactly
+    // that ending, the caller checking every iteration
+    // (`iwarp_interop::rping::teardown_race`).
+    let ok = |args: &[&str], o: &std::process::Output, t: &str| {
+        o.status.success()
+            || (args.first() == Some(&"rping")
+                && iwarp_interop::rping::teardown_race(o.status.code(), t)
+                && {
+                    eprintln!(
+                        "rping's own teardown race after the run: {:?}",
+                        t.lines().last()
+                    );
+                    true
+                })
+    };
     assert!(
-        client.status.success() && server.status.success(),
+        ok(client_args, &client, &ct) && ok(server_args, &server, &st),
         "{client:?}\n--- client ({}):\n{ct}\n--- server ({}):\n{st}",
         client.status,
         server.status
