@@ -855,6 +855,17 @@ fn ib_send_bw_with_four_qps_runs_unmodified_on_both_ends_over_memif() {
     }
 }
 
+/// One test of two poll loops a side at a time: each runs two processes of
+/// two loops and their application threads, and four at once on this
+/// 2-CPU machine starved each other into refused connections (retried on
+/// the next loop, against the tests' spread checks) and a stall (2 runs in
+/// 8 of the four together, none alone in 8).
+static TWO_LOOP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn two_loop_turn() -> std::sync::MutexGuard<'static, ()> {
+    TWO_LOOP_TESTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Both ends of a memif link with two poll loops each (memif pairs the
 /// two ends' queues) and the library's per-loop lines at exit.
 const TWO_LOOPS: [(&str, &str); 3] = [
@@ -886,6 +897,7 @@ fn ib_write_bw_spreads_four_qps_over_two_poll_loops_over_memif() {
     if !memif_ready("ib_write_bw") {
         return;
     }
+    let _turn = two_loop_turn();
     let dir = TempDir::new("memif-q-bw");
     let (c, s) = perftest_memif_env(
         "ib_write_bw",
@@ -932,6 +944,7 @@ fn ib_send_bw_with_four_qps_runs_on_two_poll_loops_a_side_over_memif() {
     if !memif_ready("ib_send_bw") {
         return;
     }
+    let _turn = two_loop_turn();
     for run in 0..4 {
         let dir = TempDir::new(&format!("memif-q-sbw{run}"));
         let (c, s) = perftest_memif_env(
@@ -963,6 +976,7 @@ fn ib_send_lat_runs_on_two_poll_loops_a_side_over_memif() {
     if !memif_ready("ib_send_lat") {
         return;
     }
+    let _turn = two_loop_turn();
     let dir = TempDir::new("memif-q-lat");
     let (c, s) = perftest_memif_env(
         "ib_send_lat",
@@ -998,6 +1012,7 @@ fn ib_read_bw_with_completion_events_spreads_four_qps_over_two_poll_loops_over_m
     if !memif_ready("ib_read_bw") {
         return;
     }
+    let _turn = two_loop_turn();
     let dir = TempDir::new("memif-q-read");
     // `-e`: perftest sleeps in `ibv_get_cq_event` on the one CQ of its
     // four QPs, whose completions come from both loops.
