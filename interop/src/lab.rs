@@ -85,8 +85,8 @@ pub fn last_console() -> String {
 
 /// Whether the guest's kernel found the transmit queue of its lab link
 /// (`eth0`, an emulated virtio-net NIC) stuck: `eth0: NETDEV WATCHDOG: ...
-/// transmit queue 0 timed out`. Seen under TCG on a loaded host (about one
-/// suite run in 13 here): the guest's NIC stops sending for good, whatever
+/// transmit queue 0 timed out`. Seen under TCG on a loaded host (2 suite runs
+/// in 19 here): the guest's NIC stops sending for good, whatever
 /// the peer does (its frames reach us through the tap and the bridge, which
 /// never push back on the guest), so nothing the guest sends after it
 /// arrives and the exchange under way stalls.

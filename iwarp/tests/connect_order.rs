@@ -10,9 +10,38 @@
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use iwarp::{AcceptOptions, ConnectOptions, Context, ListenOptions, Polling};
+use iwarp::{AcceptOptions, ConnectOptions, Context, Cq, ListenOptions, Listener, Pd, Polling, Qp};
 
 const T: Duration = Duration::from_secs(10);
+
+/// Start eight connections to `addr` one after the other, nobody waiting
+/// yet, each naming its place in its private data; the server must take
+/// their requests in that order. Returns both ends' queue pairs.
+fn eight_in_order(
+    client: &Context,
+    cpd: &Pd,
+    ccq: &Cq,
+    addr: SocketAddrV4,
+    listener: &Listener,
+    scq: &Cq,
+) -> (Vec<Qp>, Vec<Qp>) {
+    let started: Vec<_> = (0..8u8)
+        .map(|i| {
+            let mut o = ConnectOptions::new(cpd, ccq);
+            o.mpa.private_data = vec![i];
+            o.timeout = T;
+            client.connect_start(addr, &o).unwrap()
+        })
+        .collect();
+    let mut sqps = Vec::new();
+    for i in 0..8u8 {
+        let req = listener.get_request(T).unwrap();
+        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
+        sqps.push(req.accept(&AcceptOptions::default(), scq).unwrap());
+    }
+    let cqps = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    (cqps, sqps)
+}
 
 #[test]
 fn connections_started_in_turn_reach_the_server_in_that_order() {
@@ -38,23 +67,7 @@ fn connections_started_in_turn_reach_the_server_in_that_order() {
     };
     let base = client.stats().unwrap().connections;
     assert_eq!(base, 1);
-    // Eight connections started one after the other, nobody waiting yet;
-    // each names its place in its private data.
-    let started: Vec<_> = (0..8u8)
-        .map(|i| {
-            let mut o = ConnectOptions::new(&cpd, &ccq);
-            o.mpa.private_data = vec![i];
-            o.timeout = T;
-            client.connect_start(addr, &o).unwrap()
-        })
-        .collect();
-    let mut sqps = Vec::new();
-    for i in 0..8u8 {
-        let req = listener.get_request(T).unwrap();
-        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
-        sqps.push(req.accept(&AcceptOptions::default(), &scq).unwrap());
-    }
-    let cqps: Vec<_> = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    let (cqps, sqps) = eight_in_order(&client, &cpd, &ccq, addr, &listener, &scq);
     assert_eq!(cqps.len(), 8);
     assert_eq!(client.stats().unwrap().connections, base + 8);
 
@@ -84,21 +97,7 @@ fn connections_started_at_once_to_an_unresolved_neighbour_reach_the_server_in_or
     let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
     let addr = SocketAddrV4::new(server.addr(), port);
     assert_eq!(client.stats().unwrap().connections, 0, "nothing sent yet");
-    let started: Vec<_> = (0..8u8)
-        .map(|i| {
-            let mut o = ConnectOptions::new(&cpd, &ccq);
-            o.mpa.private_data = vec![i];
-            o.timeout = T;
-            client.connect_start(addr, &o).unwrap()
-        })
-        .collect();
-    let mut sqps = Vec::new();
-    for i in 0..8u8 {
-        let req = listener.get_request(T).unwrap();
-        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
-        sqps.push(req.accept(&AcceptOptions::default(), &scq).unwrap());
-    }
-    let cqps: Vec<_> = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    let (cqps, sqps) = eight_in_order(&client, &cpd, &ccq, addr, &listener, &scq);
     assert_eq!(cqps.len(), 8);
     let stats = client.stats().unwrap();
     assert_eq!(stats.connections, 8);
@@ -125,23 +124,9 @@ fn connections_started_in_turn_over_two_loops_at_both_ends_reach_the_server_in_t
     let port = 7303;
     let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
     let addr = SocketAddrV4::new(server.addr(), port);
-    let started: Vec<_> = (0..8u8)
-        .map(|i| {
-            let mut o = ConnectOptions::new(&cpd, &ccq);
-            o.mpa.private_data = vec![i];
-            o.timeout = T;
-            client.connect_start(addr, &o).unwrap()
-        })
-        .collect();
-    let mut sqps = Vec::new();
-    for i in 0..8u8 {
-        let req = listener.get_request(T).unwrap();
-        assert_eq!(req.peer().private_data, [i], "request {i} out of order");
-        sqps.push(req.accept(&AcceptOptions::default(), &scq).unwrap());
-    }
-    let cqps: Vec<_> = started.into_iter().map(|c| c.finish().unwrap()).collect();
+    let (cqps, sqps) = eight_in_order(&client, &cpd, &ccq, addr, &listener, &scq);
     // Both loops of each end carried connections (in turn: 4 each).
-    let on = |qps: &[iwarp::Qp], l| qps.iter().filter(|q| q.loop_index() == l).count();
+    let on = |qps: &[Qp], l| qps.iter().filter(|q| q.loop_index() == l).count();
     assert_eq!((on(&cqps, 0), on(&cqps, 1)), (4, 4));
     assert_eq!((on(&sqps, 0), on(&sqps, 1)), (4, 4));
     drop((cqps, sqps));
