@@ -3,6 +3,8 @@
 //! The value is the standard CRC32c (initial all-ones, reflected, final
 //! complement). On the wire MPA writes it least-significant octet first, the
 //! same byte order iSCSI uses: [`Crc32c::to_wire`] / [`Crc32c::from_wire`].
+//! The octets are summed by [`iwarp_crc`], which picks the faster of two
+//! implementations for this CPU once per process.
 
 /// Streaming CRC32c state. Feed bytes with [`update`](Self::update) in any
 /// number of pieces; [`value`](Self::value) gives the CRC of everything fed so far.
@@ -27,7 +29,7 @@ impl Crc32c {
     /// Feed more bytes.
     #[inline]
     pub fn update(&mut self, data: &[u8]) {
-        self.crc = crc32c::crc32c_append(self.crc, data);
+        self.crc = iwarp_crc::append(self.crc, data);
     }
 
     /// The CRC32c of all bytes fed so far.

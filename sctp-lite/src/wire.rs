@@ -298,7 +298,7 @@ impl UnknownAction {
 /// for the usual CRC32c value means little-endian octet order).
 pub fn checksum(packet: &[u8]) -> u32 {
     let (Some(head), Some(rest)) = (packet.get(..8), packet.get(COMMON_HEADER_LEN..)) else {
-        return crc32c::crc32c(packet);
+        return iwarp_crc::crc32c(packet);
     };
     // The header (ports and tag, then the checksum field as four zero
     // octets) a table octet at a time, then the chunks in one call of the
@@ -311,7 +311,7 @@ pub fn checksum(packet: &[u8]) -> u32 {
     for _ in 0..4 {
         crc = CRC32C_TABLE[usize::from(crc as u8)] ^ (crc >> 8);
     }
-    crc32c::crc32c_append(!crc, rest)
+    iwarp_crc::append(!crc, rest)
 }
 
 /// CRC32c (Castagnoli, reflected polynomial 0x82F63B78: RFC 9260
@@ -438,7 +438,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> SctpPacket<T> {
     pub fn fill_checksum(&mut self) {
         // The field zeroed in place, then one pass over the whole packet.
         self.set_checksum(0);
-        let c = crc32c::crc32c(self.b());
+        let c = iwarp_crc::crc32c(self.b());
         self.set_checksum(c);
     }
 }

@@ -545,6 +545,12 @@ struct Cli {
     /// iWARP over SCTP (the baseline stays Linux TCP).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
     queues: Option<u16>,
+    /// Which implementation sums MPA's (and SCTP's) CRC32c in this
+    /// process: auto (default: crc-fast where the CPU has AVX-512 VL and
+    /// VPCLMULQDQ, else crc32c; `iwarp_crc::backend`), crc32c or crc-fast.
+    #[arg(long, value_name = "auto|crc32c|crc-fast", default_value = "auto",
+          value_parser = ["auto", "crc32c", "crc-fast"])]
+    crc_backend: String,
     /// With --queues: connections, given to the client's loops in turn
     /// (default: one per queue).
     #[arg(long, value_name = "C", requires = "queues",
@@ -748,6 +754,11 @@ fn parse_args() -> Args {
             eprintln!("iwarp-perf: --netns: {why}");
             std::process::exit(2);
         }
+    }
+    match c.crc_backend.as_str() {
+        "crc32c" => iwarp_crc::force(iwarp_crc::Backend::Crc32c),
+        "crc-fast" => iwarp_crc::force(iwarp_crc::Backend::CrcFast),
+        _ => {}
     }
     let demo = c.test == "demo";
     let tests = if demo {
@@ -1079,6 +1090,10 @@ fn run() -> Result<(), String> {
         Link::Sim => "the simulated link (in-memory Ethernet between two poll loops)",
     };
     println!("iwarp-perf over {transport}; server and client contexts in this one process");
+    println!(
+        "CRC32c (MPA's CRC, SCTP's checksum) by {:?} (--crc-backend)",
+        iwarp_crc::backend()
+    );
     let wait = baseline_wait(args.busy, args.threads);
     let other_wait = match wait {
         linux::Wait::Spin => linux::Wait::Block,

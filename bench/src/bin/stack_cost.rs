@@ -434,6 +434,8 @@ fn floor(a: &Args, payload: usize) -> f64 {
 
 fn main() {
     let a = <Args as clap::Parser>::parse();
+    // Under valgrind the CPU shows no AVX-512, so this is crc32c there.
+    println!("CRC32c by {:?}", iwarp_crc::backend());
     let (secs, writes) = match ours(&a) {
         Ok(r) => r,
         Err(e) => {
