@@ -1045,9 +1045,15 @@ impl Context {
             return Err(Error::InvalidArgument("private data over 512 octets"));
         }
         self.refuse_sctp_on_loops(opts.transport, true)?;
-        let lp = match self.inner.loops.len() {
-            1 => 0,
-            n => self.inner.next_loop.fetch_add(1, Ordering::Relaxed) % n,
+        let lp = match (opts.loop_index, self.inner.loops.len()) {
+            (Some(i), n) if i >= n => {
+                return Err(Error::InvalidArgument(
+                    "ConnectOptions::loop_index: no such poll loop",
+                ))
+            }
+            (Some(i), _) => i,
+            (None, 1) => 0,
+            (None, n) => self.inner.next_loop.fetch_add(1, Ordering::Relaxed) % n,
         };
         let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
         let remote = Ipv4Address(to.ip().octets());
@@ -1090,6 +1096,7 @@ impl Context {
             token: Some(token),
             deadline,
             cqs,
+            lp,
         })
     }
 
@@ -1216,6 +1223,8 @@ pub struct Connecting {
     /// `ConnectOptions::timeout` from the start.
     deadline: Instant,
     cqs: QpCqs,
+    /// The poll loop the connection was handed to.
+    lp: usize,
 }
 
 impl std::fmt::Debug for Connecting {
@@ -1228,6 +1237,13 @@ impl std::fmt::Debug for Connecting {
 }
 
 impl Connecting {
+    /// The poll loop the connection was handed to (0 on a context of one
+    /// loop): give it as `ConnectOptions::loop_index` to make a refused
+    /// attempt again on the same loop.
+    pub fn loop_index(&self) -> usize {
+        self.lp
+    }
+
     /// Wait for the connection to be in full operation (or why not), until
     /// `ConnectOptions::timeout` after [`Context::connect_start`].
     pub fn finish(mut self) -> Result<Qp, Error> {

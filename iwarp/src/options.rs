@@ -50,6 +50,18 @@ pub struct ConnectOptions {
     pub recvs: Vec<(u64, SgList)>,
     /// The lower layer: MPA over TCP (default) or SCTP (RFC 5043).
     pub transport: Transport,
+    /// On a context of several poll loops ([`Context::loops`]), the loop
+    /// that opens and owns the connection; `None` (the default): the loops
+    /// in turn. The local port is picked so that the peer's answers land
+    /// on that loop's receive queue either way. A loop the context does
+    /// not have is refused ([`Error::InvalidArgument`]). A refused attempt
+    /// made again on the loop of the first ([`Connecting::loop_index`])
+    /// keeps the queue pairs where they were.
+    ///
+    /// [`Context::loops`]: crate::Context::loops
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    /// [`Connecting::loop_index`]: crate::Connecting::loop_index
+    pub loop_index: Option<usize>,
 }
 
 /// What carries DDP.
@@ -140,6 +152,7 @@ impl ConnectOptions {
             timeout: Duration::from_secs(15),
             recvs: Vec::new(),
             transport: Transport::Mpa,
+            loop_index: None,
         }
     }
 

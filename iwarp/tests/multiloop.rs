@@ -807,3 +807,85 @@ fn an_sctp_remote_invalidation_on_one_loop_stops_the_region_on_the_other() {
     wait_event(c1, |e| matches!(e, QpEvent::TerminateReceived(_)));
     assert_eq!(target.read(0, 64).unwrap(), [0; 64]);
 }
+
+/// `ConnectOptions::loop_index` puts a connection on the loop it names:
+/// a refused attempt reports its loop (`Connecting::loop_index`), the
+/// attempt made again there lands there, the loops' turn is not used,
+/// and a loop the context lacks is refused.
+#[test]
+fn a_connection_on_the_loop_it_names() {
+    let (a, b) = Context::sim_pair_queues(2, Polling::Adaptive, None).unwrap();
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
+    let to = SocketAddrV4::new(a.addr(), 7300);
+    let mut co = ConnectOptions::new(&bpd, &bcq);
+    co.timeout = T;
+    co.loop_index = Some(2);
+    assert!(matches!(
+        b.connect_start(to, &co),
+        Err(Error::InvalidArgument(why)) if why.contains("loop_index")
+    ));
+    // Nobody listens yet: refused, on the loop named.
+    co.loop_index = Some(1);
+    let refused = b.connect_start(to, &co).unwrap();
+    assert_eq!(refused.loop_index(), 1);
+    assert!(matches!(refused.finish(), Err(Error::ConnectionRefused)));
+    let listener = a.listen(7300, &ListenOptions::new(&apd)).unwrap();
+    let mut got = Vec::new();
+    for want in [1, 1, 0, 1] {
+        co.loop_index = Some(want);
+        let started = b.connect_start(to, &co).unwrap();
+        assert_eq!(started.loop_index(), want);
+        let req = listener.get_request(T).unwrap();
+        let server = req.accept(&Default::default(), &acq).unwrap();
+        let client = started.finish().unwrap();
+        assert_eq!(client.loop_index(), want, "the client's end");
+        got.push((client, server));
+    }
+    assert_eq!(split(&b), vec![1, 3], "connections per client loop");
+    // Without a loop named, the loops' turn goes on as before.
+    co.loop_index = None;
+    let turn: Vec<usize> = (0..2)
+        .map(|_| {
+            let started = b.connect_start(to, &co).unwrap();
+            let i = started.loop_index();
+            let req = listener.get_request(T).unwrap();
+            let server = req.accept(&Default::default(), &acq).unwrap();
+            got.push((started.finish().unwrap(), server));
+            i
+        })
+        .collect();
+    assert_ne!(turn[0], turn[1], "in turn: {turn:?}");
+    // Every connection carries a Send on the loops it is on.
+    let src = bpd
+        .register(vec![0; got.len() * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+    let inbox = apd
+        .register(vec![0; got.len() * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+    for (k, (c, s)) in got.iter().enumerate() {
+        s.post_recv(k as u64, inbox.sge((k * PIECE) as u64, PIECE as u32))
+            .unwrap();
+        src.write(k * PIECE, &pattern(k, 3)).unwrap();
+        c.post_send(WorkRequest::Send {
+            wr_id: k as u64,
+            signaled: true,
+            local: src.sge((k * PIECE) as u64, PIECE as u32).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+        let w = &take(&acq, 1)[0];
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Recv),
+            "{w:?}"
+        );
+        assert_eq!(w.qp, s.id());
+        assert_eq!(inbox.read(k * PIECE, PIECE).unwrap(), pattern(k, 3));
+        let w = &take(&bcq, 1)[0];
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Send),
+            "{w:?}"
+        );
+    }
+}

@@ -1258,6 +1258,10 @@ pub unsafe extern "C" fn rdma_connect(i: *mut RdmaCmId, param: *mut RdmaConnPara
     opts.recvs = qp.take_early();
     let ticket = CONNECT_TICKETS.fetch_add(1, Ordering::Relaxed);
     let first = ctx.connect_start(dst, &opts);
+    // A refused request is made again on the loop of the first attempt,
+    // so that the queue pairs stay spread over the loops as their order
+    // placed them (perftest's `-q N` on a context of several loops).
+    opts.loop_index = first.as_ref().ok().map(iwarp::Connecting::loop_index);
     let t = std::thread::Builder::new()
         .name("iwarp-cm-connect".into())
         .spawn(move || {
