@@ -136,7 +136,7 @@ impl fmt::Display for ContextStats {
             f,
             "tcp: delivered {} rto_retransmits {} fast_retransmits {} spurious_rto_undone {} \
              ooo_segments {} ooo_dropped {} sack_skipped {} challenge_acks {} \
-             no_timestamp_drops {} persist_aborts {}",
+             no_timestamp_drops {} persist_aborts {} cwnd_limited_ns {} app_limited_ns {} rwnd_limited_ns {}",
             t.delivered,
             t.rto_retransmits,
             t.fast_retransmits,
@@ -146,7 +146,10 @@ impl fmt::Display for ContextStats {
             t.sack_skipped,
             t.challenge_acks,
             t.no_timestamp_drops,
-            t.persist_aborts
+            t.persist_aborts,
+            t.cwnd_limited_ns,
+            t.app_limited_ns,
+            t.rwnd_limited_ns
         )?;
         let i = &self.iface;
         writeln!(

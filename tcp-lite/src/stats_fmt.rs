@@ -42,6 +42,7 @@ impl fmt::Display for Stats {
             dsack_undos,
             cwnd_limited_ns,
             app_limited_ns,
+            rwnd_limited_ns,
             cwv_nvp_reductions,
             cwv_loss_reductions,
             rto_sacked_above,

@@ -289,6 +289,10 @@ pub struct Stats {
     /// send while cwnd had room for a segment, and the application had
     /// not closed (no FIN queued).
     pub app_limited_ns: u64,
+    /// Time the sender was limited by the peer's receive window: it had
+    /// data, and cwnd had room for it where the advertised window did not
+    /// (Linux's `tcpi_rwnd_limited`).
+    pub rwnd_limited_ns: u64,
     /// RFC 7661 §4.4.2 reductions after a long non-validated phase.
     pub cwv_nvp_reductions: u64,
     /// RFC 7661 §4.4.1 reductions: a loss in the non-validated phase.
@@ -322,6 +326,8 @@ enum Limit {
     Cwnd,
     /// Nothing to send, room in cwnd.
     App,
+    /// Data waiting, room in cwnd, none in the peer's window.
+    Rwnd,
 }
 
 /// RFC 7661 §4.2 pipeACK samples kept: the sampling period is this many

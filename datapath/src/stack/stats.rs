@@ -68,6 +68,7 @@ pub fn add_tcp_stats(sum: &mut tcp::Stats, t: &tcp::Stats) {
     sum.dsacks_received += t.dsacks_received;
     sum.dsack_undos += t.dsack_undos;
     sum.cwnd_limited_ns += t.cwnd_limited_ns;
+    sum.rwnd_limited_ns += t.rwnd_limited_ns;
     sum.app_limited_ns += t.app_limited_ns;
     sum.cwv_nvp_reductions += t.cwv_nvp_reductions;
     sum.cwv_loss_reductions += t.cwv_loss_reductions;

@@ -16,6 +16,7 @@ impl Connection {
         match self.limit {
             Limit::Cwnd => self.stats.cwnd_limited_ns += d,
             Limit::App => self.stats.app_limited_ns += d,
+            Limit::Rwnd => self.stats.rwnd_limited_ns += d,
             Limit::Other => {}
         }
         self.limit = limit;
@@ -30,7 +31,7 @@ impl Connection {
         match self.limit {
             Limit::Cwnd => cw += d,
             Limit::App => app += d,
-            Limit::Other => {}
+            Limit::Rwnd | Limit::Other => {}
         }
         (cw, app)
     }

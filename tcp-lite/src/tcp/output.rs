@@ -212,6 +212,8 @@ impl Connection {
                     }
                 } else if cc_room < want && wnd_room >= want {
                     Limit::Cwnd
+                } else if wnd_room < want && cc_room >= want {
+                    Limit::Rwnd
                 } else {
                     Limit::Other
                 };

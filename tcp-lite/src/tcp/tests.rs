@@ -1234,6 +1234,22 @@ fn zero_window_gets_persist_probes() {
     let mut probe = Vec::new();
     p.a.poll_transmit(deadline, 8, &mut |r| probe.push(r.payload.len()));
     assert_eq!(probe, vec![1], "one-octet window probe (RFC 9293 §3.8.6.1)");
+    // The window opens: the rest goes, and the time behind the shut
+    // window counts as the peer's window's, not cwnd's (it had room) nor
+    // the application's (data waited).
+    let before = p.a.stats();
+    let open = deadline + 1_000;
+    let mut ack = from_peer(&p.a, p.a.rcv_nxt, Flags::ACK, &[], open);
+    ack.ack_number = p.a.snd_nxt;
+    ack.window = 60_000;
+    p.a.handle_segment(&ack, open, &mut |_| {});
+    let mut rest = 0;
+    p.a.poll_transmit(open, 8, &mut |r| rest += r.payload.len());
+    assert_eq!(rest, b"blocked".len() - 1);
+    let st = p.a.stats();
+    assert_eq!(st.rwnd_limited_ns, open - now, "{st:?}");
+    assert_eq!(st.cwnd_limited_ns, 0, "{st:?}");
+    assert_eq!(st.app_limited_ns, before.app_limited_ns, "{st:?}");
 }
 
 /// How the zero-window peer of [`hold_zero_window`] answers each segment.
