@@ -69,6 +69,8 @@ mod context;
 mod cq;
 mod error;
 mod host;
+#[cfg(test)]
+mod inline_loops_tests;
 mod listener;
 mod mr;
 mod options;
