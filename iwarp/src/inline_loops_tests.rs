@@ -354,3 +354,46 @@ fn a_waiting_thread_drives_the_loop_nobody_polls() {
     driven_by_applications(&server);
     driven_by_applications(&client);
 }
+
+/// With software steering every frame for the first context arrives on
+/// its loop 0's queue: a thread busy-polling ([`Cq::poll_one`]) the CQ of
+/// a connection on loop 1 drives loop 0 too, which passes the frames on.
+#[test]
+fn with_software_steering_a_cq_drives_the_loop_its_frames_arrive_on() {
+    let (server, client) = Context::sim_pair_queues_keeperless(2, true).unwrap();
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(16), client.create_cq(16));
+    let (sreg, creg) = (
+        spd.register(vec![0; PIECE], Access::LOCAL_WRITE).unwrap(),
+        cpd.register(pattern(2, 9), Access::LOCAL_WRITE).unwrap(),
+    );
+    let listener = server.listen(7604, &ListenOptions::new(&spd)).unwrap();
+    let server_side = std::thread::spawn(move || {
+        let req = listener.get_request(T).unwrap();
+        let qp = req.accept(&AcceptOptions::default(), &scq).unwrap();
+        qp.post_recv(1, sreg.sge(0, 16)).unwrap();
+        // Only this CQ, whose one queue pair is on loop 1, from here on.
+        let wc = spin(&scq);
+        assert_eq!((wc.opcode, wc.qp), (Some(WcOpcode::Recv), qp.id()));
+        assert_eq!(sreg.read(0, 16).unwrap(), pattern(2, 9)[..16]);
+        qp
+    });
+    client.inner.next_loop.store(1, Ordering::Relaxed);
+    let to = SocketAddrV4::new(server.addr(), 7604);
+    let q = client
+        .connect(to, &ConnectOptions::new(&cpd, &ccq))
+        .unwrap();
+    assert_eq!(q.loop_index(), 1);
+    // Give the server's thread time to post its receive.
+    std::thread::sleep(Duration::from_millis(50));
+    send(&q, &creg, 0, 3);
+    assert_eq!(spin(&ccq).wr_id, 3);
+    let sqp = server_side.join().unwrap();
+    assert_eq!(sqp.loop_index(), 1);
+    let s = server.stats().unwrap();
+    // Loop 1 received nothing from its own queue: all through loop 0.
+    assert!(s.loops[1].poll_loop.steered_in > 0, "{:?}", s.loops[1]);
+    assert_eq!(s.loops[1].poll_loop.rx_frames, 0, "{:?}", s.loops[1]);
+    driven_by_applications(&server);
+    driven_by_applications(&client);
+}
