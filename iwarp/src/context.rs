@@ -101,7 +101,7 @@ pub(crate) enum QueueSteering {
 
 /// What a backend's context of `n` loops needs checked and made alike:
 /// refused with a clear error what several loops cannot do (more than
-/// 128 queues, inline polling, `rx_drop_ppm`), the RSS over the `n`
+/// 128 queues, `rx_drop_ppm`), the RSS over the `n`
 /// queues with the symmetric key, and loop `i`'s core `host.core + i`.
 #[cfg(any(feature = "xdp", feature = "dpdk"))]
 fn several_loops(host: &HostOptions, n: u16) -> Result<(Rss, Option<Vec<usize>>), Error> {
@@ -162,8 +162,10 @@ impl Context {
     /// (`i`, `i + n`, ...), the neighbours the other loops learn, and a
     /// memory table like every other's ([`loop_tables`]); the loops
     /// share one output bell. A backend with queues of its own passes its
-    /// queue devices here. Callers refuse `Polling::Inline` with several
-    /// devices. `no_sctp`: why iWARP over SCTP is refused on these loops
+    /// queue devices here. With [`Polling::Inline`] every loop is inline
+    /// (its keeper aside, no thread of its own): application threads
+    /// drive them, each CQ the loops of its queue pairs
+    /// ([`CqLoops`]). `no_sctp`: why iWARP over SCTP is refused on these loops
     /// (a device whose RSS does not hash SCTP's ports), if it is.
     pub(crate) fn start_queues<D: FrameDevice + 'static>(
         cfg: StackConfig,
@@ -351,11 +353,12 @@ impl Context {
     /// ports sit where TCP's do and the RSS hashes them alike. Not
     /// available: active opens over [`Transport::SctpOverUdp`]
     /// ([`connect`](Self::connect) refuses them, [`Error::Unsupported`]).
+    /// With [`Polling::Inline`] no loop has a thread that spins: the
+    /// application's threads drive them (which loops a poll, a wait or
+    /// a setup call drives: [`Polling::Inline`]).
     /// Refused here:
-    /// `queues` 0 or above 128 ([`Error::InvalidArgument`]),
-    /// [`Polling::Inline`] with more than one queue, and fewer `cores`
-    /// than `2 * queues` ([`Error::Unsupported`],
-    /// [`Error::InvalidArgument`]). One queue is [`sim_pair_with`](Self::sim_pair_with).
+    /// `queues` 0 or above 128, and fewer `cores` than `2 * queues`
+    /// ([`Error::InvalidArgument`]). One queue is [`sim_pair_with`](Self::sim_pair_with).
     ///
     /// ```
     /// use std::net::SocketAddrV4;
@@ -931,6 +934,8 @@ impl Context {
 
     /// A completion queue of `depth` entries (size it for every queue that
     /// completes on it: an overrun loses completions, see [`Cq::overrun`]).
+    /// On an inline context of several loops its polls drive the loops of
+    /// the queue pairs connected or accepted with it ([`Polling::Inline`]).
     pub fn create_cq(&self, depth: usize) -> Cq {
         Cq {
             ring: Arc::new(CqRing::new(depth)),

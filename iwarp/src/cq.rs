@@ -140,7 +140,10 @@ pub struct Cq {
 impl Cq {
     /// One completion, if any (no syscall, no lock). On an inline context
     /// ([`Polling::Inline`]) an empty ring makes this thread run one
-    /// round of the loop (receive, stack, transmit) and look again. When
+    /// round of the loop (receive, stack, transmit) and look again; of a
+    /// context of several loops, one round of each loop whose queue pairs
+    /// complete here that no other thread holds (every loop while none
+    /// does, and on a context that steers in software). When
     /// the context's loop thread shares the one CPU this process may use
     /// (a process confined with `taskset -c N`), an empty poll yields the
     /// CPU (`sched_yield`) so that a thread spinning here does not keep
@@ -240,7 +243,12 @@ impl Cq {
     /// park, if several wait on one CQ; the others wake at their timeout,
     /// at most 200 µs). On an inline context the waiting thread drives
     /// the loop, and sleeps in the device's wait (a frame or a post ends
-    /// it) rather than parking. `None` on timeout.
+    /// it) rather than parking. On an inline context of several loops it
+    /// drives this CQ's loops (as [`poll_one`](Self::poll_one)), a round
+    /// of one other loop per step when no thread holds it, and sleeps in
+    /// the device of one of this CQ's loops at a time (at most 50 µs when
+    /// there are several); it parks when other threads hold all of them.
+    /// `None` on timeout.
     pub fn wait(&self, timeout: Duration) -> Option<Wc> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
