@@ -105,7 +105,7 @@ fn two_threads_a_side_on_their_own_loops(soft: bool, port: u16) {
     let (server, client) = Context::sim_pair_queues_keeperless(2, soft).unwrap();
     let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
     let scqs = vec![server.create_cq(64), server.create_cq(64)];
-    let ccqs = vec![client.create_cq(64), client.create_cq(64)];
+    let ccqs = [client.create_cq(64), client.create_cq(64)];
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     // Pieces of each end's region: loop l's source at l, what the peer
     // Writes at 2 + l, its receive buffer at 4 + l.
