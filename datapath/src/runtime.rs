@@ -370,6 +370,16 @@ pub trait Drive: Send + Sync {
     /// another thread holds the loop (it does the work; the caller waits
     /// its own way for the outcome) or this thread is inside a round.
     fn idle(&self, pause: Duration) -> bool;
+    /// [`drive`](Self::drive), but a loop another thread holds (an
+    /// application thread, or the keeper) is left to it: false at once,
+    /// without asking for it back. For a thread that drives loops other
+    /// than its own in passing (an inline context of several loops): the
+    /// loop is being driven already, and a thread asleep holding it is
+    /// not woken.
+    fn help(&self) -> bool;
+    /// [`idle`](Self::idle), leaving a loop another thread holds to it
+    /// as [`help`](Self::help) does.
+    fn idle_if_free(&self, pause: Duration) -> bool;
 }
 
 impl std::fmt::Debug for dyn Drive {
@@ -883,13 +893,25 @@ impl<E: Engine, D: FrameDevice> InlineLoop<E, D> {
     }
 }
 
-impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
-    fn drive(&self) -> bool {
+impl<E: Engine, D: FrameDevice> InlineLoop<E, D> {
+    /// The loop for a round on this thread: `None` inside a round, when
+    /// stopped, or when another thread holds it (then, with `ask`, asked
+    /// back, [`ask`](Self::ask)).
+    fn take_round(&self, ask: bool) -> Option<std::sync::MutexGuard<'_, Option<Core<E, D>>>> {
         if in_round() {
-            return false;
+            return None;
         }
-        let Some(mut g) = self.try_lock() else {
-            self.ask();
+        let Some(g) = self.try_lock() else {
+            if ask {
+                self.ask();
+            }
+            return None;
+        };
+        g.is_some().then_some(g)
+    }
+
+    fn round_here(&self, ask: bool) -> bool {
+        let Some(mut g) = self.take_round(ask) else {
             return false;
         };
         let Some(core) = g.as_mut() else { return false };
@@ -900,17 +922,11 @@ impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
         true
     }
 
-    fn idle(&self, pause: Duration) -> bool {
-        if in_round() {
-            return false;
-        }
-        let Some(mut g) = self.try_lock() else {
-            self.ask();
+    fn idle_here(&self, pause: Duration, ask: bool) -> bool {
+        let Some(mut g) = self.take_round(ask) else {
             return false;
         };
-        let Some(core) = g.as_mut() else {
-            return false;
-        };
+        let Some(core) = g.as_mut() else { return false };
         core.st.app_rounds += 1;
         let busy = core.round();
         self.last_app.store(core.last_now, Ordering::Relaxed);
@@ -920,6 +936,24 @@ impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
             self.last_app.store(core.now(), Ordering::Relaxed);
         }
         true
+    }
+}
+
+impl<E: Engine, D: FrameDevice> Drive for InlineLoop<E, D> {
+    fn drive(&self) -> bool {
+        self.round_here(true)
+    }
+
+    fn idle(&self, pause: Duration) -> bool {
+        self.idle_here(pause, true)
+    }
+
+    fn help(&self) -> bool {
+        self.round_here(false)
+    }
+
+    fn idle_if_free(&self, pause: Duration) -> bool {
+        self.idle_here(pause, false)
     }
 }
 
@@ -1051,6 +1085,22 @@ impl<E: Engine> LoopHandle<E> {
         match &self.driver {
             Driver::Thread(_) => false,
             Driver::Inline { shared, .. } => shared.idle(pause),
+        }
+    }
+    /// [`drive`](Self::drive), but a loop another thread holds is left
+    /// to it, not asked back ([`Drive::help`]).
+    pub fn help(&self) -> bool {
+        match &self.driver {
+            Driver::Thread(_) => false,
+            Driver::Inline { shared, .. } => shared.help(),
+        }
+    }
+    /// [`idle`](Self::idle), but a loop another thread holds is left to
+    /// it, not asked back ([`Drive::idle_if_free`]).
+    pub fn idle_if_free(&self, pause: Duration) -> bool {
+        match &self.driver {
+            Driver::Thread(_) => false,
+            Driver::Inline { shared, .. } => shared.idle_if_free(pause),
         }
     }
     /// The inline loop's driver, for objects that drive it from

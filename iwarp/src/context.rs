@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use iwarp_datapath::link::MemDevice;
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand};
 use iwarp_datapath::runtime::{
-    spawn_probed, spawn_steered, DeviceReader, Group, OutputBell, SoftSteering,
+    spawn_probed, spawn_steered, DeviceReader, Group, Mode, OutputBell, SoftSteering,
 };
 use iwarp_datapath::stack::{
     add_tcp_stats, Command, CqRing, ListenError, LoopHook, QpCqs, SockId, Stack, StackConfig,
@@ -23,6 +23,7 @@ use iwarp_testlink::{MultiQueuePair, QueueDevice};
 use tcp_lite::iface::IfaceConfig;
 use tcp_lite::wire::{EthernetAddress, Ipv4Address};
 
+use crate::cq::CqLoops;
 #[cfg(any(feature = "xdp", feature = "dpdk"))]
 use crate::host::in_netns;
 use crate::host::{device_config, ACK_ROUND};
@@ -100,17 +101,12 @@ pub(crate) enum QueueSteering {
 
 /// What a backend's context of `n` loops needs checked and made alike:
 /// refused with a clear error what several loops cannot do (more than
-/// 128 queues, inline polling, `rx_drop_ppm`), the RSS over the `n`
+/// 128 queues, `rx_drop_ppm`), the RSS over the `n`
 /// queues with the symmetric key, and loop `i`'s core `host.core + i`.
 #[cfg(any(feature = "xdp", feature = "dpdk"))]
 fn several_loops(host: &HostOptions, n: u16) -> Result<(Rss, Option<Vec<usize>>), Error> {
     if n > 128 {
         return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
-    }
-    if host.polling == Polling::Inline {
-        return Err(Error::Unsupported(
-            "inline polling on a context of several poll loops",
-        ));
     }
     if host.rx_drop_ppm != 0 {
         return Err(Error::Unsupported(
@@ -166,16 +162,32 @@ impl Context {
     /// (`i`, `i + n`, ...), the neighbours the other loops learn, and a
     /// memory table like every other's ([`loop_tables`]); the loops
     /// share one output bell. A backend with queues of its own passes its
-    /// queue devices here. Callers refuse `Polling::Inline` with several
-    /// devices. `no_sctp`: why iWARP over SCTP is refused on these loops
+    /// queue devices here. With [`Polling::Inline`] every loop is inline
+    /// (its keeper aside, no thread of its own): application threads
+    /// drive them, each CQ the loops of its queue pairs
+    /// ([`CqLoops`]). `no_sctp`: why iWARP over SCTP is refused on these loops
     /// (a device whose RSS does not hash SCTP's ports), if it is.
     pub(crate) fn start_queues<D: FrameDevice + 'static>(
-        mut cfg: StackConfig,
+        cfg: StackConfig,
         devs: Vec<(D, Option<DeviceReader<D>>)>,
         steering: QueueSteering,
         no_sctp: Option<&'static str>,
         cores: Option<&[usize]>,
         polling: Polling,
+    ) -> Context {
+        Self::start_queues_mode(cfg, devs, steering, no_sctp, cores, polling.mode())
+    }
+
+    /// [`start_queues`](Self::start_queues) with the loops' mode given
+    /// as the runtime takes it (tests: an inline mode whose keepers never
+    /// take over).
+    fn start_queues_mode<D: FrameDevice + 'static>(
+        mut cfg: StackConfig,
+        devs: Vec<(D, Option<DeviceReader<D>>)>,
+        steering: QueueSteering,
+        no_sctp: Option<&'static str>,
+        cores: Option<&[usize]>,
+        mode: Mode,
     ) -> Context {
         let addr = Ipv4Addr::from(cfg.iface.ip.0);
         if cfg.tcp.delayed_ack.is_none() {
@@ -191,6 +203,7 @@ impl Context {
                 .finish()
         };
         let n = devs.len();
+        let soft_steering = n > 1 && matches!(steering, QueueSteering::Software(_));
         let tables = loop_tables(seed, n);
         let core_of = |i: usize| cores.and_then(|c| c.get(i).copied());
         let loops: Vec<Loop> = if n == 1 {
@@ -203,7 +216,7 @@ impl Context {
                         Stack::new(cfg.clone(), mem),
                         dev,
                         core_of(0),
-                        polling.mode(),
+                        mode,
                         16_384,
                         reader,
                     );
@@ -245,7 +258,7 @@ impl Context {
                         Stack::new(c, mem),
                         dev,
                         core_of(i),
-                        polling.mode(),
+                        mode,
                         16_384,
                         reader,
                         group,
@@ -265,6 +278,7 @@ impl Context {
                 mem_lock: Mutex::new(()),
                 stats_lock: Mutex::new(()),
                 no_sctp: if n > 1 { no_sctp } else { None },
+                soft_steering,
             }),
         }
     }
@@ -339,11 +353,12 @@ impl Context {
     /// ports sit where TCP's do and the RSS hashes them alike. Not
     /// available: active opens over [`Transport::SctpOverUdp`]
     /// ([`connect`](Self::connect) refuses them, [`Error::Unsupported`]).
+    /// With [`Polling::Inline`] no loop has a thread that spins: the
+    /// application's threads drive them (which loops a poll, a wait or
+    /// a setup call drives: [`Polling::Inline`]).
     /// Refused here:
-    /// `queues` 0 or above 128 ([`Error::InvalidArgument`]),
-    /// [`Polling::Inline`] with more than one queue, and fewer `cores`
-    /// than `2 * queues` ([`Error::Unsupported`],
-    /// [`Error::InvalidArgument`]). One queue is [`sim_pair_with`](Self::sim_pair_with).
+    /// `queues` 0 or above 128, and fewer `cores` than `2 * queues`
+    /// ([`Error::InvalidArgument`]). One queue is [`sim_pair_with`](Self::sim_pair_with).
     ///
     /// ```
     /// use std::net::SocketAddrV4;
@@ -414,11 +429,38 @@ impl Context {
             let cores = cores.map(|c| (c[0], c[1]));
             return Ok(Self::sim_pair_with(polling, cores));
         }
-        if polling == Polling::Inline {
-            return Err(Error::Unsupported(
-                "inline polling on a context of several poll loops",
-            ));
+        Self::sim_pair_queues_mode(queues, polling.mode(), cores, soft)
+    }
+
+    /// Inline contexts of `queues` loops (2 to 128) whose keepers never
+    /// take over (a grace of a day): whatever the loops do, application
+    /// threads drove them. For tests that fail when a loop is never
+    /// driven; with `soft`, [`sim_pair_queues_soft`](Self::sim_pair_queues_soft)'s link.
+    #[cfg(test)]
+    pub(crate) fn sim_pair_queues_keeperless(
+        queues: u16,
+        soft: bool,
+    ) -> Result<(Context, Context), Error> {
+        if queues < 2 {
+            return Err(Error::InvalidArgument("queues must be 2 to 128"));
         }
+        let mode = Mode::Inline {
+            grace: Duration::from_secs(86_400),
+            spins: 200,
+            max_sleep: Duration::from_micros(200),
+        };
+        Self::sim_pair_queues_mode(queues, mode, None, soft)
+    }
+
+    /// [`sim_pair_queues_with`](Self::sim_pair_queues_with) of 2 to 128
+    /// queues (checked by the caller), the loops in `mode`.
+    fn sim_pair_queues_mode(
+        queues: u16,
+        mode: Mode,
+        cores: Option<&[usize]>,
+        soft: bool,
+    ) -> Result<(Context, Context), Error> {
+        let n = usize::from(queues);
         let rss = Rss::symmetric(queues)
             .map_err(|_| Error::InvalidArgument("queues must be 1 to 128"))?;
         let steer = rss.clone();
@@ -442,14 +484,14 @@ impl Context {
             None => (None, None),
         };
         Ok((
-            Context::start_queues(sim_config(1), devs(link.a), first, None, ca, polling),
-            Context::start_queues(
+            Context::start_queues_mode(sim_config(1), devs(link.a), first, None, ca, mode),
+            Context::start_queues_mode(
                 sim_config(2),
                 devs(link.b),
                 QueueSteering::Link(Some(rss)),
                 None,
                 cb,
-                polling,
+                mode,
             ),
         ))
     }
@@ -892,13 +934,23 @@ impl Context {
 
     /// A completion queue of `depth` entries (size it for every queue that
     /// completes on it: an overrun loses completions, see [`Cq::overrun`]).
+    /// On an inline context of several loops its polls drive the loops of
+    /// the queue pairs connected or accepted with it ([`Polling::Inline`]).
     pub fn create_cq(&self, depth: usize) -> Cq {
         Cq {
             ring: Arc::new(CqRing::new(depth)),
             notify: Arc::new(OnceLock::new()),
-            driver: self.inner.loops[0].lp.driver(),
+            drive: self.cq_loops(),
             yields: self.inner.loops[0].lp.shares_cpu(),
         }
+    }
+
+    /// What a new CQ drives on an inline context (`None` with loop
+    /// threads): every loop's driver, all of them its owners when the
+    /// loops steer in software ([`CqLoops`]).
+    fn cq_loops(&self) -> Option<Arc<CqLoops>> {
+        let loops: Option<Vec<_>> = self.inner.loops.iter().map(|l| l.lp.driver()).collect();
+        Some(Arc::new(CqLoops::new(loops?, self.inner.soft_steering)))
     }
 
     /// A shared receive queue of `depth` buffers: queue pairs created with it
@@ -1058,6 +1110,11 @@ impl Context {
         let token = self.inner.tokens.fetch_add(1, Ordering::Relaxed);
         let remote = Ipv4Address(to.ip().octets());
         let cqs = opts.cqs();
+        // Inline: polls of its CQs drive its loop from now on.
+        opts.cq.serve_loop(lp);
+        if let Some(r) = &opts.recv_cq {
+            r.serve_loop(lp);
+        }
         if opts.transport != Transport::Mpa
             && opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA
         {
@@ -1136,7 +1193,8 @@ impl Context {
                 // Acknowledged, not TCP, gone, or no answer.
                 _ => return,
             }
-            std::thread::sleep(pause);
+            // Inline, this thread drives the loops meanwhile.
+            self.inner.pause(pause);
             pause = (pause * 2).min(Duration::from_millis(1));
         }
     }

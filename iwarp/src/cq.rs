@@ -1,7 +1,7 @@
 //! Completion queues ([`Cq`]) and their work completions ([`Wc`]).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use iwarp_datapath::runtime::Drive;
@@ -128,9 +128,9 @@ pub struct Cq {
     pub(crate) ring: Arc<CqRing>,
     /// The notification eventfd, created by the first `notify_fd`.
     pub(crate) notify: Arc<OnceLock<Arc<EventFd>>>,
-    /// The loop to drive when the ring is empty, on an inline context
-    /// ([`Polling::Inline`]).
-    pub(crate) driver: Option<std::sync::Weak<dyn Drive>>,
+    /// The loops to drive when the ring is empty, on an inline context
+    /// ([`Polling::Inline`]); `None` on a context with loop threads.
+    pub(crate) drive: Option<Arc<CqLoops>>,
     /// The context's loop thread shares the one CPU this process may use
     /// (`iwarp_datapath::runtime::shares_cpu`): an empty poll yields the
     /// CPU to it.
@@ -140,7 +140,10 @@ pub struct Cq {
 impl Cq {
     /// One completion, if any (no syscall, no lock). On an inline context
     /// ([`Polling::Inline`]) an empty ring makes this thread run one
-    /// round of the loop (receive, stack, transmit) and look again. When
+    /// round of the loop (receive, stack, transmit) and look again; of a
+    /// context of several loops, one round of each loop whose queue pairs
+    /// complete here that no other thread holds (every loop while none
+    /// does, and on a context that steers in software). When
     /// the context's loop thread shares the one CPU this process may use
     /// (a process confined with `taskset -c N`), an empty poll yields the
     /// CPU (`sched_yield`) so that a thread spinning here does not keep
@@ -167,12 +170,18 @@ impl Cq {
         }
     }
 
-    /// Run a round of an inline context's loop; false if none ran.
+    /// Run a round of each loop this CQ drives on an inline context
+    /// ([`CqLoops::drive`]); false if none ran.
     fn drive(&self) -> bool {
-        self.driver
-            .as_ref()
-            .and_then(|w| w.upgrade())
-            .is_some_and(|d| d.drive())
+        self.drive.as_ref().is_some_and(|d| d.drive())
+    }
+
+    /// Queue pairs of loop `i` complete here: an inline context's polls
+    /// and waits on this CQ drive loop `i` from now on.
+    pub(crate) fn serve_loop(&self, i: usize) {
+        if let Some(d) = &self.drive {
+            d.mark(i);
+        }
     }
 
     fn wc((qp, e): (usize, CqEntry)) -> Wc {
@@ -234,7 +243,12 @@ impl Cq {
     /// park, if several wait on one CQ; the others wake at their timeout,
     /// at most 200 µs). On an inline context the waiting thread drives
     /// the loop, and sleeps in the device's wait (a frame or a post ends
-    /// it) rather than parking. `None` on timeout.
+    /// it) rather than parking. On an inline context of several loops it
+    /// drives this CQ's loops (as [`poll_one`](Self::poll_one)), a round
+    /// of one other loop per step when no thread holds it, and sleeps in
+    /// the device of one of this CQ's loops at a time (at most 50 µs when
+    /// there are several); it parks when other threads hold all of them.
+    /// `None` on timeout.
     pub fn wait(&self, timeout: Duration) -> Option<Wc> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
@@ -254,11 +268,7 @@ impl Cq {
                 // Inline: this thread drives and sleeps in the device's
                 // wait; else (or when another thread drives) the loop
                 // unparks us when it pushes a completion.
-                let drove = self
-                    .driver
-                    .as_ref()
-                    .and_then(|w| w.upgrade())
-                    .is_some_and(|d| d.idle(p));
+                let drove = self.drive.as_ref().is_some_and(|d| d.idle(p));
                 if !drove {
                     self.ring.park(p);
                 }
@@ -327,5 +337,128 @@ impl Cq {
         let fd = self.event_fd()?;
         self.drive();
         fd.wait(Some(timeout)).map_err(Error::Io)
+    }
+}
+
+/// The longest a thread waiting on a CQ of several inline loops
+/// ([`CqLoops`]), or for a setup call on a context of several inline
+/// loops, sleeps in one loop's device before it drives the others again:
+/// a frame for another loop waits at most this long for a round.
+pub(crate) const SHARED_PAUSE: Duration = Duration::from_micros(50);
+
+/// Which loops of an inline context ([`Polling::Inline`]) a CQ's polls
+/// and waits drive, shared by the CQ's clones.
+///
+/// One loop: that loop. Several: the loops that own queue pairs
+/// completing on this CQ (marked when a queue pair is connected or
+/// accepted with it, [`Cq::serve_loop`]; every loop while there is none
+/// yet, and every loop on a context that steers in software, where a
+/// connection's frames may arrive on any loop's queue). A poll that finds
+/// the ring empty runs one round on each of them that no other thread
+/// holds (a held one is asked back from the keeper, as with one loop, and
+/// otherwise left to its holder: nobody waits for it). A wait also runs a
+/// round of one other loop per step when free (in turn, never asking for
+/// a held one), so that loops no application thread polls still answer
+/// ARP and handshakes while someone waits, and sleeps in the device of
+/// one of its loops (in turn) at most [`SHARED_PAUSE`] when it has
+/// several.
+pub(crate) struct CqLoops {
+    /// Every loop of the context, loop `i` at `i` (weak: a CQ does not
+    /// keep the loops alive).
+    loops: Box<[Weak<dyn Drive>]>,
+    /// Loops whose queue pairs complete here: bit `i % 64` of word
+    /// `i / 64` for loop `i` (at most 128 loops).
+    owners: [AtomicU64; 2],
+    /// Turns: the next other loop a wait helps, and the next owner it
+    /// sleeps on.
+    turn: AtomicUsize,
+}
+
+impl std::fmt::Debug for CqLoops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqLoops")
+            .field("loops", &self.loops.len())
+            .field("owners", &self.owner_list().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl CqLoops {
+    /// A CQ's view of an inline context's `loops`; with `all`, every
+    /// loop is an owner from the start (software steering).
+    pub(crate) fn new(loops: Vec<Weak<dyn Drive>>, all: bool) -> CqLoops {
+        let d = CqLoops {
+            loops: loops.into_boxed_slice(),
+            owners: [AtomicU64::new(0), AtomicU64::new(0)],
+            turn: AtomicUsize::new(0),
+        };
+        if all {
+            for i in 0..d.loops.len() {
+                d.mark(i);
+            }
+        }
+        d
+    }
+
+    fn mark(&self, i: usize) {
+        if let Some(w) = self.owners.get(i / 64) {
+            w.fetch_or(1 << (i % 64), Ordering::Relaxed);
+        }
+    }
+
+    fn is_owner(&self, i: usize) -> bool {
+        let words = [
+            self.owners[0].load(Ordering::Relaxed),
+            self.owners[1].load(Ordering::Relaxed),
+        ];
+        words == [0, 0] || words.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    /// The owners, in loop order (every loop while none is marked).
+    fn owner_list(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.loops.len()).filter(|&i| self.is_owner(i))
+    }
+
+    fn at(&self, i: usize) -> Option<Arc<dyn Drive>> {
+        self.loops.get(i).and_then(Weak::upgrade)
+    }
+
+    /// A round of each owner no other thread holds; whether any ran.
+    fn drive(&self) -> bool {
+        if let [only] = &*self.loops {
+            return only.upgrade().is_some_and(|d| d.drive());
+        }
+        let mut ran = false;
+        for i in self.owner_list() {
+            ran |= self.at(i).is_some_and(|d| d.drive());
+        }
+        ran
+    }
+
+    /// One step of a wait (after an empty poll drove the owners): a round
+    /// of the next other loop if free, then a sleep of at most `pause` in
+    /// an owner's device (the next in turn that this thread can hold).
+    /// False if it could hold none (the caller parks on the ring).
+    fn idle(&self, pause: Duration) -> bool {
+        if let [only] = &*self.loops {
+            return only.upgrade().is_some_and(|d| d.idle(pause));
+        }
+        let n = self.loops.len();
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        if let Some(other) = (0..n).map(|k| (turn + k) % n).find(|&i| !self.is_owner(i)) {
+            if let Some(d) = self.at(other) {
+                d.help();
+            }
+        }
+        let owners: usize = self.owner_list().count();
+        let pause = if owners > 1 {
+            pause.min(SHARED_PAUSE)
+        } else {
+            pause
+        };
+        (0..n)
+            .map(|k| (turn + k) % n)
+            .filter(|&i| self.is_owner(i))
+            .any(|i| self.at(i).is_some_and(|d| d.idle(pause)))
     }
 }

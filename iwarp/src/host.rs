@@ -44,6 +44,28 @@ pub enum Polling {
     /// [`Adaptive`](Polling::Adaptive) loop after 500 µs without one
     /// (timers, acknowledgements, a thread asleep on
     /// [`Cq::notify_fd`]), handing back at the next call.
+    ///
+    /// On a context of several loops (one per receive queue,
+    /// [`Context::sim_pair_queues`], `XdpOptions::queue_count`,
+    /// `DpdkOptions::queue_count`) each loop is inline, with a keeper of
+    /// its own, and never runs on two threads at once (each is behind a
+    /// try-lock: a thread that finds a loop held moves on, and never
+    /// spins on it). A post runs a round of its queue pair's loop. A poll
+    /// of an empty CQ runs a round of each loop whose queue pairs
+    /// complete on it (every loop while it has none, and on a context
+    /// that steers in software, where a connection's frames may arrive on
+    /// any loop's queue). A wait ([`Cq::wait`]) does the same, also runs
+    /// a round of one other loop per step when free (in turn), and
+    /// sleeps in one of its loops' devices, at most 50 µs at a time when
+    /// it has several. A setup call (connect, listen, `get_request`,
+    /// accept, registration, [`Context::stats`]) runs a round of every
+    /// loop while it waits and sleeps in their devices in turn (50 µs
+    /// at most each), so the loop that owns the connection, loop 0 (ARP)
+    /// and the loops that pass frames on all make progress. So two
+    /// application threads, each polling its own CQ whose queue pairs
+    /// are on its own loop, drive their loops apart, and a loop no
+    /// application thread polls is driven whenever someone waits, or by
+    /// its keeper after the grace.
     Inline,
 }
 
@@ -251,9 +273,10 @@ pub struct XdpOptions {
     /// loops steer in software: each frame goes to the loop that RSS with
     /// the symmetric key ([`iwarp_net::rss::SYMMETRIC_KEY`]) names for its
     /// flow (ARP and non-IPv4: loop 0), passed between loops when it
-    /// arrived elsewhere. Refused above 1: inline polling,
-    /// `host.rx_drop_ppm`, `share_address`, more than 128, and more queues
-    /// than the interface has (the socket's bind fails).
+    /// arrived elsewhere. Refused above 1: `host.rx_drop_ppm`,
+    /// `share_address`, more than 128, and more queues than the interface
+    /// has (the socket's bind fails). With inline polling
+    /// ([`Polling::Inline`]) the application's threads drive the loops.
     pub queue_count: u16,
     /// Bind mode to ask for: `Auto` (zero-copy where the driver can, the
     /// default), `Copy` or `ZeroCopy` (fails where the driver cannot).

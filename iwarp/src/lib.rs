@@ -23,7 +23,8 @@
 //! With [`Polling::Inline`] no loop thread spins: the application thread
 //! that posts or polls runs the loop's round itself (run to completion;
 //! the device's own calls, such as an AF_XDP transmit kick, then happen
-//! on that thread).
+//! on that thread). On a context of several poll loops each thread drives
+//! the loops its calls need (a CQ's, its queue pairs' loops).
 //!
 //! A running context shows what it does: [`Context::stats`] and
 //! [`Qp::stats`] read live counters (stack, TCP, interface, poll loop,
@@ -69,6 +70,8 @@ mod context;
 mod cq;
 mod error;
 mod host;
+#[cfg(test)]
+mod inline_loops_tests;
 mod listener;
 mod mr;
 mod options;

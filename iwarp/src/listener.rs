@@ -169,6 +169,12 @@ impl ConnectRequest {
     /// completions to [`AcceptOptions::recv_cq`] if it is set).
     pub fn accept(mut self, opts: &AcceptOptions, cq: &Cq) -> Result<Qp, Error> {
         let cqs = qp_cqs(cq, opts.recv_cq.as_ref());
+        // Inline: polls of its CQs drive its loop from now on.
+        let lp = self.ctx.inner.loop_of(self.sock);
+        cq.serve_loop(lp);
+        if let Some(r) = &opts.recv_cq {
+            r.serve_loop(lp);
+        }
         if let Some(srq) = &opts.srq {
             self.ctx.inner.post(Command::SetSrq {
                 sock: self.sock,

@@ -22,6 +22,7 @@ use iwarp_datapath::ConnError;
 use iwarp_proto::mem::MemoryTable;
 use tcp_lite::wire::Ipv4Address;
 
+use crate::cq::SHARED_PAUSE;
 #[cfg(doc)]
 use crate::{Context, Polling, Qp};
 use crate::{Error, QpEvent};
@@ -103,15 +104,26 @@ pub(crate) struct Inner {
     /// Why iWARP over SCTP is refused on this context of several loops
     /// (its device's RSS does not hash SCTP's ports), if it is.
     pub(crate) no_sctp: Option<&'static str>,
+    /// The loops pass frames between them (`QueueSteering::Software`):
+    /// a connection's frames may arrive on any loop's queue.
+    pub(crate) soft_steering: bool,
 }
 
 impl Inner {
     /// Move the loop's outputs into the router (and wake the other
     /// threads waiting on it if any moved).
     pub(crate) fn pump(&self) {
-        // An inline loop runs a round here (a no-op otherwise).
-        for l in &self.loops {
-            l.lp.drive();
+        // An inline loop runs a round here (a no-op otherwise). Of
+        // several, one another thread holds is left to it (it drives).
+        match &*self.loops {
+            [one] => {
+                one.lp.drive();
+            }
+            loops => {
+                for l in loops {
+                    l.lp.help();
+                }
+            }
         }
         let mut r = match self.router.lock() {
             Ok(r) => r,
@@ -360,6 +372,15 @@ impl Inner {
             return rx.recv_timeout(limit).map_err(|_| Error::Stopped);
         }
         let deadline = Instant::now() + limit;
+        // Of several inline loops, the others get a round too when free
+        // (a loop may need another's: ARP replies reach loop 0, and with
+        // software steering any loop's queue may bring its frames), and
+        // this thread sleeps less long in loop `i`'s device.
+        let pause = if self.loops.len() > 1 {
+            SHARED_PAUSE
+        } else {
+            Duration::from_micros(200)
+        };
         loop {
             match rx.try_recv() {
                 Ok(v) => return Ok(v),
@@ -368,10 +389,42 @@ impl Inner {
                     return Err(Error::Stopped)
                 }
                 Err(mpsc::TryRecvError::Empty) => {
-                    if !lp.idle(Duration::from_micros(200)) {
+                    for (j, l) in self.loops.iter().enumerate() {
+                        if j != i {
+                            l.lp.help();
+                        }
+                    }
+                    if !lp.idle(pause) {
                         std::thread::sleep(Duration::from_micros(20));
                     }
                 }
+            }
+        }
+    }
+
+    /// Sleep about `d` between looks at a loop: on a context of several
+    /// inline loops, drive them meanwhile (each when free, and a sleep
+    /// of at most [`SHARED_PAUSE`] in one device at a time, in turn),
+    /// since nobody else may.
+    pub(crate) fn pause(&self, d: Duration) {
+        if self.loops.len() == 1 || !self.loops[0].lp.is_inline() {
+            std::thread::sleep(d);
+            return;
+        }
+        let end = Instant::now() + d;
+        let mut turn = 0;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            for l in &self.loops {
+                l.lp.help();
+            }
+            let l = &self.loops[turn % self.loops.len()];
+            turn += 1;
+            if !l.lp.idle_if_free(left.min(SHARED_PAUSE)) {
+                std::thread::sleep(left.min(Duration::from_micros(20)));
             }
         }
     }
@@ -385,6 +438,8 @@ impl Inner {
     ) -> Result<T, Error> {
         self.not_in_loop()?;
         let deadline = Instant::now() + timeout;
+        let several_inline = self.loops.len() > 1 && self.loops[0].lp.is_inline();
+        let mut turn = 0;
         loop {
             // Registered before looking: an output the loop hands over
             // after this is either pumped below or ends the wait.
@@ -408,7 +463,21 @@ impl Inner {
             // Woken by the loop's outputs (or another thread's pump); the
             // 100 ms bound is a safety net, not a poll. An inline loop is
             // driven here meanwhile.
-            lp.wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
+            if several_inline {
+                // Every loop had a round in the pump above (those no other
+                // thread holds); now sleep in one loop's device, the next
+                // in turn, a short while: a frame for another waits
+                // at most SHARED_PAUSE. One held by another thread is left
+                // to it: wait for outputs instead.
+                let short = (deadline - now).min(SHARED_PAUSE);
+                let l = &self.loops[turn % self.loops.len()].lp;
+                turn += 1;
+                if !l.idle_if_free(short) {
+                    waiter.wait(short);
+                }
+            } else {
+                lp.wait_outputs(waiter, (deadline - now).min(Duration::from_millis(100)));
+            }
         }
     }
 

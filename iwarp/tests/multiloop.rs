@@ -298,10 +298,6 @@ fn refusals() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        Context::sim_pair_queues(2, Polling::Inline, None),
-        Err(Error::Unsupported(_))
-    ));
-    assert!(matches!(
         Context::sim_pair_queues(2, Polling::Adaptive, Some(&[0, 1, 0])),
         Err(Error::InvalidArgument(_))
     ));
