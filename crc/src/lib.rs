@@ -4,7 +4,7 @@
 //! every SCTP packet (RFC 9260 §6.8, Appendix A).
 //!
 //! One streaming state, [`Crc32c`], a 4-octet `Copy` value, fed in pieces
-//! of any length; [`crc32c`] for one buffer; [`append`] for a raw value.
+//! of any length; [`crc32c()`] for one buffer; [`append`] for a raw value.
 //! Two crates compute it, and the process picks one the first time a CRC
 //! is asked for ([`backend`]):
 //!
