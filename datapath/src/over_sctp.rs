@@ -23,10 +23,12 @@
 //!   resolved wait, as whole frames, in the interface's bounded ARP queue
 //!   beside TCP's (SCTP retransmits what is dropped).
 //!
-//! A [`SctpHost`] made by [`SctpHost::new`] has an interface of its own
-//! and is an [`Engine`]; in a [`Stack`](crate::stack::Stack)
-//! ([`SctpHost::new_shared`]) the stack's interface receives and is lent
-//! to each call.
+//! A [`SctpHost`] made by [`SctpHost::new`] has an interface and a ready
+//! set ([`crate::ready`]) of its own and is an [`Engine`]; in a
+//! [`Stack`](crate::stack::Stack) ([`SctpHost::new_shared`]) the stack's
+//! interface receives, and the interface and the stack's one ready set
+//! (which holds the associations beside the TCP and SCTP connections) are
+//! lent to each call.
 //!
 //! UDP encapsulation (RFC 6951): with [`SctpHostConfig::udp_port`] set,
 //! SCTP packets also arrive inside UDP datagrams to that port; an
@@ -60,7 +62,7 @@ use iwarp_net::wire::{
 };
 use sctp_lite::assoc::{out_of_the_blue, Addrs, Config as SctpConfig, ListenOutcome, Listener};
 
-use crate::ready::{ReadySet, Slot};
+use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::{Engine, FrameSink};
 
 /// Names one association of a [`SctpHost`].
@@ -95,7 +97,8 @@ pub const OOTB_BURST: u32 = 32;
 /// Out-of-the-blue answers per second, sustained (one every 10 ms).
 pub const OOTB_PER_SEC: u64 = 100;
 
-/// [`SctpHost::set_idle_sweep`]'s default, as `StackConfig::idle_sweep`'s.
+/// [`SctpHost::set_idle_sweep`]'s default (on its own interface), as
+/// `StackConfig::idle_sweep`'s.
 pub const IDLE_SWEEP: u64 = 100_000_000;
 
 /// The UDP port IANA registered for SCTP over UDP (sctp-tunneling, RFC 6951).
@@ -268,7 +271,7 @@ struct Entry {
     /// The peer's UDP encapsulation port when the association runs over UDP.
     udp: Option<u16>,
     ddp: DdpAssociation,
-    /// Its place in the host's ready and deadline sets.
+    /// Its place in the ready and deadline sets (`Ready::Assoc`).
     slot: Slot,
 }
 
@@ -438,15 +441,25 @@ impl Net {
     }
 }
 
+/// What a host that runs alone ([`SctpHost::new`]) has of its own, and a
+/// host in a stack is lent by the stack at each call: the interface, and
+/// the ready set its associations are in (`Ready::Assoc` keys alone).
+#[derive(Debug)]
+struct Own {
+    iface: Interface,
+    ready: ReadySet<Ready>,
+}
+
 /// DDP-over-SCTP associations on one Ethernet/IPv4 interface.
 #[derive(Debug)]
 pub struct SctpHost {
     cfg: SctpHostConfig,
     net: Net,
-    /// The interface of a host that runs alone (an [`Engine`]); `None`
-    /// when it shares a stack's ([`new_shared`](Self::new_shared)), which
-    /// the stack lends to each call.
-    own: Option<Box<Interface>>,
+    /// The interface and ready set of a host that runs alone (an
+    /// [`Engine`]); `None` when it shares a stack's
+    /// ([`new_shared`](Self::new_shared)), which the stack lends to each
+    /// call.
+    own: Option<Box<Own>>,
     listeners: HashMap<u16, Listener>,
     assocs: BTreeMap<AssocId, Entry>,
     /// (peer address, peer port, our port) → association.
@@ -462,16 +475,16 @@ pub struct SctpHost {
     pending_tx: Vec<Vec<u8>>,
     pending_out: VecDeque<SctpOutput>,
     buf: Vec<u8>,
-    /// Associations to visit next round (a packet for it arrived, a
-    /// command or [`assoc_mut`](Self::assoc_mut) reached it, its last
-    /// visit left work, its deadline came) and their deadlines
-    /// ([`DdpAssociation::poll_timeout`], one entry each).
-    ready: ReadySet<AssocId>,
-    /// The associations the last [`Engine::poll`] visited, in id order.
+    /// The associations the last [`poll_with`](Self::poll_with) visited,
+    /// in id order. An association is visited when it is marked in the
+    /// ready set (a packet for it arrived, a command or
+    /// [`assoc_mut`](Self::assoc_mut) reached it, its last visit left
+    /// work, its deadline came, the idle sweep); its deadlines
+    /// ([`DdpAssociation::poll_timeout`]) are in the deadline set.
     polled: Vec<AssocId>,
-    /// Those [`transmit_with`](Self::transmit_with) sends for (kept
-    /// between rounds: no allocation every round).
-    marked: Vec<AssocId>,
+    /// The marks `poll_with` and [`transmit_with`](Self::transmit_with)
+    /// take (kept between rounds: no allocation every round).
+    marked: Vec<Ready>,
     /// Association visits by [`Engine::poll`], in all.
     visits: u64,
     /// Token bucket of out-of-the-blue answers: tokens, and when the last
@@ -489,7 +502,10 @@ impl SctpHost {
         iface.arp = cfg.arp;
         iface.mtu = cfg.sctp.max_packet + IPV4_HEADER_LEN + UDP_HEADER_LEN;
         let mut h = Self::new_shared(cfg)?;
-        h.own = Some(Box::new(Interface::new(iface)));
+        h.own = Some(Box::new(Own {
+            iface: Interface::new(iface),
+            ready: ReadySet::new(IDLE_SWEEP),
+        }));
         Ok(h)
     }
 
@@ -498,7 +514,9 @@ impl SctpHost {
     /// [`handle_packet_with`](Self::handle_packet_with), and
     /// [`poll_with`](Self::poll_with) and
     /// [`transmit_with`](Self::transmit_with) send through the interface
-    /// they are lent. `cfg.arp` is not used (the interface's cache is).
+    /// they are lent; every call that marks or visits an association is
+    /// lent the stack's ready set too. `cfg.arp` is not used (the
+    /// interface's cache is).
     pub fn new_shared(cfg: SctpHostConfig) -> Result<Self, &'static str> {
         cfg.sctp.validate()?;
         Ok(SctpHost {
@@ -517,7 +535,6 @@ impl SctpHost {
             next_id: 1,
             pending_tx: Vec::new(),
             pending_out: VecDeque::new(),
-            ready: ReadySet::new(IDLE_SWEEP),
             polled: Vec::new(),
             marked: Vec::new(),
             visits: 0,
@@ -531,8 +548,8 @@ impl SctpHost {
     /// `udp_bad_checksum`); a shared interface counts them itself.
     pub fn stats(&self) -> SctpHostStats {
         let mut s = self.net.stats;
-        if let Some(i) = self.own.as_deref() {
-            let t = i.stats();
+        if let Some(o) = self.own.as_deref() {
+            let t = o.iface.stats();
             s.rx_dropped += t.rx_malformed
                 + t.rx_not_for_us_mac
                 + t.rx_not_for_us_ip
@@ -548,35 +565,46 @@ impl SctpHost {
 
     /// The interface of a host on its own (`None` when shared).
     pub fn iface(&self) -> Option<&Interface> {
-        self.own.as_deref()
+        self.own.as_deref().map(|o| &o.iface)
     }
 
-    /// Every association is visited at least this often (ns), whatever
-    /// the ready and deadline sets say: the bound on how late a deadline
-    /// missing from them would be noticed.
+    /// On its own interface: every association is visited at least this
+    /// often (ns), whatever the ready and deadline sets say, the bound on
+    /// how late a deadline missing from them would be noticed. In a stack
+    /// nothing: the stack's sweep (`StackConfig::idle_sweep`) does it.
     pub fn set_idle_sweep(&mut self, every: u64) {
-        self.ready.set_sweep(every.max(1));
+        if let Some(o) = self.own.as_deref_mut() {
+            o.ready.set_sweep(every.max(1));
+        }
     }
 
-    /// Association visits [`Engine::poll`] made, in all (an idle
-    /// association is not visited).
+    /// Association visits [`poll_with`](Self::poll_with) made, in all
+    /// (an idle association is not visited).
     pub fn visits(&self) -> u64 {
         self.visits
     }
 
-    /// The associations the last [`Engine::poll`] visited, in id order.
+    /// The associations the last [`poll_with`](Self::poll_with) visited,
+    /// in id order.
     pub fn polled(&self) -> &[AssocId] {
         &self.polled
     }
 
-    /// The earliest of the associations' deadlines, the idle sweep's and,
-    /// on an interface of its own, the interface's (ARP).
+    /// A round that leaves this host out: [`polled`](Self::polled) is
+    /// emptied, as a poll that visited nothing would.
+    pub fn skip_round(&mut self) {
+        self.polled.clear();
+    }
+
+    /// On its own interface, the earliest of the associations' deadlines,
+    /// the idle sweep's and the interface's (ARP); in a stack `None` (the
+    /// stack's deadline set holds the associations' deadlines).
     pub fn next_deadline(&self) -> Option<u64> {
-        let sweep = self.ready.next_sweep();
+        let o = self.own.as_deref()?;
         [
-            self.ready.next_deadline(),
-            self.own.as_ref().and_then(|i| i.poll_timeout()),
-            Some(sweep),
+            o.ready.next_deadline(),
+            o.iface.poll_timeout(),
+            Some(o.ready.next_sweep()),
         ]
         .into_iter()
         .flatten()
@@ -584,32 +612,17 @@ impl SctpHost {
     }
 
     /// Nothing to do until a frame, a command or
-    /// [`next_deadline`](Self::next_deadline): no association marked, no
-    /// frame or output waiting.
+    /// [`next_deadline`](Self::next_deadline): no frame or output waiting
+    /// ([`has_pending`](Self::has_pending)) and, on its own interface, no
+    /// association marked (in a stack, the stack's ready set says).
     pub fn quiescent(&self) -> bool {
-        self.ready.is_empty() && self.pending_tx.is_empty() && self.pending_out.is_empty()
+        !self.has_pending() && self.own.as_ref().is_none_or(|o| o.ready.is_empty())
     }
 
-    /// A round at `now` has nothing to do: [`quiescent`](Self::quiescent),
-    /// no deadline or sweep due (nor, on an interface of its own, an ARP
-    /// request). Then the round can be left out ([`polled`](Self::polled)
-    /// is emptied, as a poll that visited nothing would).
-    pub fn idle_round(&mut self, now: u64) -> bool {
-        let idle = self.idle_at(now);
-        if idle {
-            self.polled.clear();
-        }
-        idle
-    }
-
-    /// [`idle_round`](Self::idle_round)'s test, leaving
-    /// [`polled`](Self::polled) as it is.
-    pub fn idle_at(&self, now: u64) -> bool {
-        let arp_due = self
-            .own
-            .as_ref()
-            .is_some_and(|i| i.poll_timeout().is_some_and(|t| t <= now));
-        self.quiescent() && !self.ready.due(now) && !arp_due
+    /// Frames made while receiving, or outputs, wait for the next poll.
+    #[inline]
+    pub fn has_pending(&self) -> bool {
+        !self.pending_tx.is_empty() || !self.pending_out.is_empty()
     }
 
     /// Live associations.
@@ -655,6 +668,7 @@ impl SctpHost {
     /// its id at once.
     pub fn connect(
         &mut self,
+        ready: &mut ReadySet<Ready>,
         remote: [u8; 4],
         port: u16,
         local_port: u16,
@@ -679,7 +693,7 @@ impl SctpHost {
                     self.next_id += 1;
                     let mut slot = Slot::default();
                     // Its INIT goes at the next poll.
-                    self.ready.mark(&mut slot, id);
+                    ready.mark(&mut slot, Ready::Assoc(id));
                     self.assocs.insert(
                         id,
                         Entry {
@@ -697,11 +711,16 @@ impl SctpHost {
     }
 
     /// One association, to drive it (send segments, answer sessions): it
-    /// is visited at the next poll, and its packets go at the next
-    /// [`transmit`](Self::transmit) or poll.
-    pub fn assoc_mut(&mut self, id: AssocId) -> Option<&mut DdpAssociation> {
+    /// is marked in `ready`, so it is visited at the next poll, and its
+    /// packets go at the next [`transmit_with`](Self::transmit_with) or
+    /// poll.
+    pub fn assoc_mut(
+        &mut self,
+        ready: &mut ReadySet<Ready>,
+        id: AssocId,
+    ) -> Option<&mut DdpAssociation> {
         let e = self.assocs.get_mut(&id)?;
-        self.ready.mark(&mut e.slot, id);
+        ready.mark(&mut e.slot, Ready::Assoc(id));
         Some(&mut e.ddp)
     }
 
@@ -713,11 +732,29 @@ impl SctpHost {
         self.assocs.get_mut(&id).map(|e| &mut e.ddp)
     }
 
-    /// Association `id` is visited at the next poll (and its packets go at
-    /// the next [`transmit`](Self::transmit)).
-    pub fn mark(&mut self, id: AssocId) {
+    /// Association `id` is marked in `ready`: visited at the next poll
+    /// (and its packets go at the next
+    /// [`transmit_with`](Self::transmit_with)).
+    pub fn mark(&mut self, ready: &mut ReadySet<Ready>, id: AssocId) {
         if let Some(e) = self.assocs.get_mut(&id) {
-            self.ready.mark(&mut e.slot, id);
+            ready.mark(&mut e.slot, Ready::Assoc(id));
+        }
+    }
+
+    /// The deadline entry `(at, Ready::Assoc(id))` that the ready set's
+    /// owner popped ([`ReadySet::pop_due`]): the association, if it is
+    /// still here, is marked ([`ReadySet::fire`]).
+    #[inline]
+    pub fn fire(&mut self, ready: &mut ReadySet<Ready>, id: AssocId, at: u64) {
+        if let Some(e) = self.assocs.get_mut(&id) {
+            ready.fire(&mut e.slot, Ready::Assoc(id), at);
+        }
+    }
+
+    /// The idle sweep: every association is marked in `ready`.
+    pub fn mark_all(&mut self, ready: &mut ReadySet<Ready>) {
+        for (&id, e) in self.assocs.iter_mut() {
+            ready.mark(&mut e.slot, Ready::Assoc(id));
         }
     }
 
@@ -741,6 +778,7 @@ impl SctpHost {
     fn handle_sctp(
         &mut self,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         src_mac: EthernetAddress,
         src: Ipv4Address,
         udp: Option<u16>,
@@ -786,9 +824,9 @@ impl SctpHost {
                     || e.ddp.sctp().is_closed()
                     || deadline.is_some_and(|t| t <= now)
                 {
-                    self.ready.mark(&mut e.slot, id);
+                    ready.mark(&mut e.slot, Ready::Assoc(id));
                 } else if let Some(t) = deadline {
-                    self.ready.defer(&mut e.slot, id, t);
+                    ready.defer(&mut e.slot, Ready::Assoc(id), t);
                 }
                 // RFC 6951 §5.4: the remote encapsulation port follows the
                 // UDP source port of packets that passed the verification
@@ -828,7 +866,7 @@ impl SctpHost {
                     self.next_id += 1;
                     let ddp = DdpAssociation::wrap(*a, self.cfg.sctp.max_packet);
                     let mut slot = Slot::default();
-                    self.ready.mark(&mut slot, id);
+                    ready.mark(&mut slot, Ready::Assoc(id));
                     self.assocs.insert(
                         id,
                         Entry {
@@ -884,12 +922,13 @@ impl SctpHost {
 
     fn with_assoc(
         &mut self,
+        ready: &mut ReadySet<Ready>,
         id: AssocId,
         f: impl FnOnce(&mut DdpAssociation) -> Result<(), DdpError>,
     ) {
         match self.assocs.get_mut(&id) {
             Some(e) => {
-                self.ready.mark(&mut e.slot, id);
+                ready.mark(&mut e.slot, Ready::Assoc(id));
                 if let Err(err) = f(&mut e.ddp) {
                     self.pending_out.push_back(SctpOutput::Refused(id, err));
                 }
@@ -906,19 +945,30 @@ impl SctpHost {
     /// frame ([`DdpAssociation::handle_packet_with`]): true when it took
     /// it, false to have it come out as a [`DdpEvent::Segment`]. Answers
     /// made here go out at the next poll, their IPv4 identification the
-    /// interface's. Returns the live association the packet reached: it
+    /// interface's. The association is marked in `ready`, or its deadline
+    /// recorded there. Returns the live association the packet reached: it
     /// is visited at the next poll only if it has something to do then
     /// (events, a packet to send, a deadline due), so a caller with work
     /// of its own per association (a connection to drive) looks there.
     pub fn handle_packet_with(
         &mut self,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         pkt: &SctpIngress<'_>,
         now: u64,
         place: &mut Placer<'_>,
     ) -> Option<AssocId> {
         self.net.stats.rx_udp += u64::from(pkt.udp.is_some());
-        self.handle_sctp(iface, pkt.src_mac, pkt.src, pkt.udp, pkt.packet, now, place)
+        self.handle_sctp(
+            iface,
+            ready,
+            pkt.src_mac,
+            pkt.src,
+            pkt.udp,
+            pkt.packet,
+            now,
+            place,
+        )
     }
 
     /// [`Engine::handle_frame`] on the host's own interface, offering
@@ -926,7 +976,7 @@ impl SctpHost {
     /// [`handle_packet_with`](Self::handle_packet_with) does. Does
     /// nothing on a shared interface (the stack receives).
     pub fn handle_frame_with(&mut self, frame: &[u8], now: u64, place: &mut Placer<'_>) {
-        let Some(mut iface) = self.own.take() else {
+        let Some(mut own) = self.own.take() else {
             return;
         };
         let served = SctpServed {
@@ -934,23 +984,25 @@ impl SctpHost {
             udp_port: self.cfg.udp_port,
         };
         let pending = &mut self.pending_tx;
+        let Own { iface, ready } = &mut *own;
         match iface.receive_ip(frame, now, served, &mut |f| pending.push(f.to_vec())) {
             Some(IpIngress::Sctp(p)) => {
-                self.handle_packet_with(&mut iface, &p, now, place);
+                self.handle_packet_with(iface, ready, &p, now, place);
             }
             Some(IpIngress::Tcp(_)) => self.net.stats.rx_dropped += 1,
             None => {}
         }
-        self.own = Some(iface);
+        self.own = Some(own);
     }
 }
 
 impl SctpHost {
-    /// Sends what the associations marked for the next round have to
-    /// send now through `iface` (those [`assoc_mut`](Self::assoc_mut)
-    /// reached since the last poll, among them every one the queue pairs
-    /// gave segments), and nothing else: no timers or events. For the
-    /// second pass of a round. An association left with nothing for a
+    /// Sends what the associations marked in `ready` have to send now
+    /// through `iface` (those [`assoc_mut`](Self::assoc_mut) reached
+    /// since the last poll took its marks, among them every one the queue
+    /// pairs gave segments, and those the poll left marked), and nothing
+    /// else: no timers or events. For the second pass of a round: it
+    /// takes the associations' marks. An association left with nothing for a
     /// visit (no event to give, no deadline due, not closed, under the
     /// burst) leaves the ready set with its deadline recorded, as a
     /// visit by [`poll_with`](Self::poll_with) would leave it: the round
@@ -962,16 +1014,17 @@ impl SctpHost {
     pub fn transmit_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         now: u64,
         tx: &mut dyn FrameSink,
         fill: &mut F,
     ) -> bool {
-        // Nothing marked (a round that only took a packet's completions):
-        // not even the call.
-        if self.ready.is_empty() {
+        // No association marked (a round that only took a packet's
+        // completions): not even the call.
+        if !ready.holds(&Ready::ASSOC) {
             return false;
         }
-        self.transmit_marked(iface, now, tx, fill)
+        self.transmit_marked(iface, ready, now, tx, fill)
     }
 
     /// [`transmit_with`](Self::transmit_with) with associations marked.
@@ -979,6 +1032,7 @@ impl SctpHost {
     fn transmit_marked<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         now: u64,
         tx: &mut dyn FrameSink,
         fill: &mut F,
@@ -988,13 +1042,15 @@ impl SctpHost {
             assocs,
             net,
             buf,
-            ready,
             marked,
             ..
         } = self;
         marked.clear();
-        ready.drain_into(marked);
-        for &id in marked.iter() {
+        ready.take(&Ready::ASSOC, marked);
+        for &key in marked.iter() {
+            let Ready::Assoc(id) = key else {
+                continue;
+            };
             let Some(e) = assocs.get_mut(&id) else {
                 continue; // gone since it was marked
             };
@@ -1016,12 +1072,12 @@ impl SctpHost {
                 || e.ddp.sctp().is_closed()
                 || deadline.is_some_and(|t| t <= now)
             {
-                ready.mark(&mut e.slot, id);
+                ready.mark(&mut e.slot, key);
             } else if let Some(t) = deadline {
                 // T3-rtx started by the DATA just sent (RFC 9260 §6.3.2
                 // R1), T2 by a SHUTDOWN, the delayed SACK's (§6.2): the
                 // earliest, as `poll_with` records it.
-                ready.defer(&mut e.slot, id, t);
+                ready.defer(&mut e.slot, key, t);
             }
         }
         busy
@@ -1030,25 +1086,30 @@ impl SctpHost {
     /// [`transmit_with`](Self::transmit_with) on the host's own interface
     /// (nothing on a shared one).
     pub fn transmit(&mut self, now: u64, tx: &mut dyn FrameSink) -> bool {
-        let Some(mut iface) = self.own.take() else {
+        let Some(mut own) = self.own.take() else {
             return false;
         };
-        let busy = self.transmit_with(&mut iface, now, tx, &mut |_, _, _| false);
-        self.own = Some(iface);
+        let Own { iface, ready } = &mut *own;
+        let busy = self.transmit_with(iface, ready, now, tx, &mut |_, _, _| false);
+        self.own = Some(own);
         busy
     }
 
     /// One round on `iface`: the answers made while receiving go out,
-    /// outputs are reported, and each association in the ready set (a
+    /// outputs are reported, and each association marked in `ready` (a
     /// packet came, a command reached it, a deadline passed, or the idle
-    /// sweep) runs its timers, sends what it has and gives its events;
-    /// closed associations leave. ARP requests are the interface's poll's
-    /// (the stack's, or [`Engine::poll`]'s here). `fill(association, key,
-    /// dst)` writes the segments given by reference
+    /// sweep; its mark taken, [`ReadySet::take`]) runs its timers, sends
+    /// what it has and gives its events; closed associations leave. The
+    /// deadlines due and the idle sweep are marked first by the ready
+    /// set's owner ([`fire`](Self::fire), [`mark_all`](Self::mark_all):
+    /// the stack's round, or [`Engine::poll`]'s here), as are ARP
+    /// requests (the interface's poll). `fill(association, key, dst)`
+    /// writes the segments given by reference
     /// ([`DdpAssociation::send_segment_ext`]).
     pub fn poll_with<F: FnMut(AssocId, u64, &mut [u8]) -> bool>(
         &mut self,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         now: u64,
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(SctpOutput),
@@ -1077,34 +1138,27 @@ impl SctpHost {
             by_tuple,
             last_tuple,
             net,
-            ready,
             polled,
+            marked,
             visits,
             ..
         } = self;
-        // Associations whose deadline has passed join the ready set, and
-        // every one now and then (the idle sweep).
-        while let Some((at, id)) = ready.pop_due(now) {
-            if let Some(e) = assocs.get_mut(&id) {
-                ready.fire(&mut e.slot, id, at);
-            }
-        }
-        if ready.sweep_due(now) {
-            for (&id, e) in assocs.iter_mut() {
-                ready.mark(&mut e.slot, id);
-            }
-        }
-        // This round visits the ready set (in id order), which fills again
-        // for the next round as it goes.
+        // This round visits the associations marked (in id order); marks
+        // made from here on are for the transmit pass or the next round.
         polled.clear();
-        ready.drain_into(polled);
+        marked.clear();
+        ready.take(&Ready::ASSOC, marked);
         // Closed ones leave after the sweep (no allocation unless one did).
         let mut gone = Vec::new();
-        for &id in polled.iter() {
+        for &key in marked.iter() {
+            let Ready::Assoc(id) = key else {
+                continue;
+            };
             let Some(e) = assocs.get_mut(&id) else {
                 continue; // gone since it was marked
             };
             e.slot.visited();
+            polled.push(id);
             *visits += 1;
             if e.ddp.poll_timeout().is_some_and(|t| t <= now) {
                 e.ddp.handle_timeout(now);
@@ -1136,18 +1190,18 @@ impl SctpHost {
                 let st = e.ddp.sctp().stats();
                 net.stats.closed_retransmits += st.retransmits;
                 net.stats.closed_discarded += st.packets_discarded;
-                ready.forget(&mut e.slot, id);
+                ready.forget(&mut e.slot, key);
                 gone.push(id);
             } else if sent >= SEND_BURST || (events && !e.ddp.transmit_idle()) {
                 // More to send at once: the burst limit, or what taking
                 // its events made (a window update, RFC 9260 §6.2). What
                 // else it holds waits for a packet (a SACK), a command or
                 // a deadline, each of which marks it.
-                ready.mark(&mut e.slot, id);
+                ready.mark(&mut e.slot, key);
             } else if let Some(t) = e.ddp.poll_timeout() {
                 // T1, T2, T3-rtx, delayed SACK, heartbeat (RFC 9260 §5.1,
                 // §9.2, §6.3, §6.2, §8.3): the earliest.
-                ready.defer(&mut e.slot, id, t);
+                ready.defer(&mut e.slot, key, t);
             }
         }
         for id in gone {
@@ -1170,7 +1224,13 @@ impl Engine for SctpHost {
         self.handle_frame_with(frame, now, &mut |_, _, _, _| false);
     }
 
+    /// Commands reach a host on its own interface; one in a stack is
+    /// driven by the stack's SCTP part and takes none.
     fn handle_command(&mut self, cmd: SctpCommand, now: u64) {
+        let Some(mut own) = self.own.take() else {
+            return;
+        };
+        let ready = &mut own.ready;
         match cmd {
             SctpCommand::Listen { port } => {
                 let ok = self.listen(port);
@@ -1184,7 +1244,7 @@ impl Engine for SctpHost {
                 local_port,
                 udp_port,
             } => {
-                let result = self.connect(remote, port, local_port, udp_port, now);
+                let result = self.connect(ready, remote, port, local_port, udp_port, now);
                 self.pending_out
                     .push_back(SctpOutput::Opening { token, result });
             }
@@ -1192,47 +1252,61 @@ impl Engine for SctpHost {
                 assoc,
                 stream,
                 private_data,
-            } => self.with_assoc(assoc, |d| d.initiate(stream, &private_data)),
+            } => self.with_assoc(ready, assoc, |d| d.initiate(stream, &private_data)),
             SctpCommand::Accept {
                 assoc,
                 stream,
                 private_data,
-            } => self.with_assoc(assoc, |d| d.accept(stream, &private_data)),
+            } => self.with_assoc(ready, assoc, |d| d.accept(stream, &private_data)),
             SctpCommand::Reject {
                 assoc,
                 stream,
                 private_data,
-            } => self.with_assoc(assoc, |d| d.reject(stream, &private_data)),
+            } => self.with_assoc(ready, assoc, |d| d.reject(stream, &private_data)),
             SctpCommand::Segment {
                 assoc,
                 stream,
                 segment,
-            } => self.with_assoc(assoc, |d| d.send_segment(stream, &segment).map(|_| ())),
+            } => self.with_assoc(ready, assoc, |d| {
+                d.send_segment(stream, &segment).map(|_| ())
+            }),
             SctpCommand::Terminate { assoc, stream } => {
-                self.with_assoc(assoc, |d| d.terminate(now, stream))
+                self.with_assoc(ready, assoc, |d| d.terminate(now, stream))
             }
-            SctpCommand::Shutdown(assoc) => self.with_assoc(assoc, |d| {
+            SctpCommand::Shutdown(assoc) => self.with_assoc(ready, assoc, |d| {
                 d.shutdown(now);
                 Ok(())
             }),
-            SctpCommand::Abort(assoc) => self.with_assoc(assoc, |d| {
+            SctpCommand::Abort(assoc) => self.with_assoc(ready, assoc, |d| {
                 d.abort();
                 Ok(())
             }),
         }
+        self.own = Some(own);
     }
 
     fn poll(&mut self, now: u64, tx: &mut dyn FrameSink, out: &mut dyn FnMut(SctpOutput)) -> bool {
-        let Some(mut iface) = self.own.take() else {
+        let Some(mut own) = self.own.take() else {
             return false;
         };
+        let Own { iface, ready } = &mut *own;
         let mut arp = false;
         iface.poll(now, &mut |f| {
             tx.send_parts(&[f]);
             arp = true;
         });
-        let busy = self.poll_with(&mut iface, now, tx, out, &mut |_, _, _| false);
-        self.own = Some(iface);
+        // Associations whose deadline has passed join the ready set, and
+        // every one now and then (the idle sweep).
+        while let Some((at, key)) = ready.pop_due(now) {
+            if let Ready::Assoc(id) = key {
+                self.fire(ready, id, at);
+            }
+        }
+        if ready.sweep_due(now) {
+            self.mark_all(ready);
+        }
+        let busy = self.poll_with(iface, ready, now, tx, out, &mut |_, _, _| false);
+        self.own = Some(own);
         busy || arp
     }
 }

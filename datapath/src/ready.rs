@@ -1,12 +1,24 @@
-//! Which connections a round visits: a ready set and a deadline set,
-//! shared by the stack's TCP connections ([`crate::stack`]) and its SCTP
-//! connections and associations ([`crate::over_sctp`]).
+//! Which connections and associations a round visits: the stack's one
+//! ready set and deadline set, holding its TCP connections
+//! ([`crate::stack`]), its iWARP-over-SCTP connections
+//! ([`crate::over_sctp::conn`]) and their SCTP associations
+//! ([`crate::over_sctp`]), each by a [`Ready`] key.
 //!
 //! A connection is visited in a round only when something happened to
 //! it: it was [marked](ReadySet::mark) (a packet, a command, work its
 //! last visit left), its deadline [came due](ReadySet::pop_due), or the
 //! [idle sweep](ReadySet::sweep_due) came round. So an idle connection
-//! costs a round nothing.
+//! costs a round nothing. An association likewise.
+//!
+//! One ready list serves all three: a round takes each owner's marks at
+//! its turn ([`take`](ReadySet::take), a [`Ready`] range: the TCP
+//! connections, then the associations, then the SCTP connections, then
+//! the associations again for the packets their connections gave them),
+//! so a mark made earlier in the round (an association's visit marks its
+//! connection, a connection's segments mark its association) is taken
+//! later in the same round, and one made after its owner's turn waits for
+//! the next round. Within one owner's turn the ids come in id order. One
+//! deadline set, one sweep clock and one idle check serve all three too.
 //!
 //! Each connection keeps a [`Slot`] (whether it is marked, and its
 //! entries in the deadline set); the set holds the ids. The deadline set
@@ -26,6 +38,36 @@
 //! the set could be noticed.
 
 use std::collections::BTreeSet;
+use std::ops::RangeInclusive;
+
+use crate::over_sctp::AssocId;
+use crate::stack::SockId;
+
+/// A key of the stack's ready set: one of its TCP connections, one of
+/// its SCTP associations, or one of its iWARP-over-SCTP connections.
+/// Ordered in that order (then by id), which is the order a round takes
+/// them in ([`ReadySet::take`] with [`TCP`](Self::TCP),
+/// [`ASSOC`](Self::ASSOC), [`SCTP`](Self::SCTP)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ready {
+    /// A TCP connection (byte stream or MPA), by its `Stack` id.
+    Tcp(SockId),
+    /// An SCTP association, by its `SctpHost` id.
+    Assoc(AssocId),
+    /// An iWARP connection over SCTP, by its id (`SCTP_SOCK_BASE` up).
+    Sctp(SockId),
+}
+
+impl Ready {
+    /// Every TCP connection's key.
+    pub const TCP: RangeInclusive<Ready> = Ready::Tcp(0)..=Ready::Tcp(SockId::MAX);
+    /// Every association's key.
+    pub const ASSOC: RangeInclusive<Ready> = Ready::Assoc(0)..=Ready::Assoc(AssocId::MAX);
+    /// Every iWARP-over-SCTP connection's key.
+    pub const SCTP: RangeInclusive<Ready> = Ready::Sctp(0)..=Ready::Sctp(SockId::MAX);
+    /// The SCTP part's keys: its associations' and its connections'.
+    pub const SCTP_PART: RangeInclusive<Ready> = Ready::Assoc(0)..=Ready::Sctp(SockId::MAX);
+}
 
 /// No entry: a [`Slot`]'s deadline fields hold this when they have none
 /// (a deadline at `u64::MAX`, the end of the clock, is never recorded),
@@ -123,9 +165,33 @@ impl<Id: Ord + Copy> ReadySet<Id> {
         self.ready.is_empty()
     }
 
-    /// The ids marked now (in the order marked), without taking them.
+    /// The ids marked now (in the order marked, or sorted by a
+    /// [`take`](Self::take)), without taking them.
     pub fn marked(&self) -> &[Id] {
         &self.ready
+    }
+
+    /// Whether an id in `range` is marked.
+    #[inline]
+    pub fn holds(&self, range: &RangeInclusive<Id>) -> bool {
+        self.ready.iter().any(|id| range.contains(id))
+    }
+
+    /// The ids marked now within `range`, sorted by id, move onto the end
+    /// of `ids`; the others stay marked. Each visit begins with
+    /// [`Slot::visited`], as after [`drain_into`](Self::drain_into).
+    #[inline]
+    pub fn take(&mut self, range: &RangeInclusive<Id>, ids: &mut Vec<Id>) {
+        if self.ready.len() > 1 {
+            self.ready.sort_unstable();
+        }
+        let lo = self.ready.partition_point(|id| id < range.start());
+        let hi = self.ready.partition_point(|id| id <= range.end());
+        if lo == 0 && hi == self.ready.len() {
+            ids.append(&mut self.ready);
+        } else if lo < hi {
+            ids.extend(self.ready.drain(lo..hi));
+        }
     }
 
     /// This round's ids: the ready list moves into `ids` (empty, as a

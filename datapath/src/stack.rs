@@ -70,7 +70,7 @@ use crate::budget::{Holder, MemBudget};
 use crate::latency::{CompletionLatency, Histogram};
 use crate::over_sctp::conn::{SctpConns, SctpUlp};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
-use crate::ready::{ReadySet, Slot};
+use crate::ready::{Ready, ReadySet, Slot};
 
 mod commands;
 mod config;
@@ -125,18 +125,20 @@ pub struct Stack {
     /// ([`Engine::poll`](crate::runtime::Engine::poll)'s idle check).
     input: bool,
     next_id: SockId,
-    /// The connections polled this round (scratch).
-    ids: Vec<SockId>,
+    /// The TCP connections polled this round (scratch).
+    ids: Vec<Ready>,
     /// The listening ports visited this round (scratch: no allocation
     /// per round).
     ports: Vec<u16>,
-    /// The ready set: connections to poll next round, each once (their
-    /// `Sock::slot`; byte streams are always in it), and their deadlines,
-    /// at most two entries per connection (`crate::ready`), set when a
-    /// polled connection leaves the ready set (one in it looks at its
-    /// deadlines when polled next round); and when every connection was
-    /// last swept into it.
-    ready: ReadySet<SockId>,
+    /// The one ready set (`crate::ready`) of every TCP connection
+    /// (`Ready::Tcp`), SCTP connection (`Ready::Sctp`) and SCTP
+    /// association (`Ready::Assoc`): those to visit next round, each once
+    /// (their slots; byte streams are always in it), and their deadlines,
+    /// at most two entries each, set when a visited one leaves the ready
+    /// list (one in it looks at its deadlines when visited next round);
+    /// and when every one was last swept into it. The SCTP part is lent
+    /// it at each call.
+    ready: ReadySet<Ready>,
     by_tuple: HashMap<(Ipv4Address, u16, u16), SockId>,
     /// The connection the last received segment went to, by its 4-tuple:
     /// tried before `by_tuple`, whose SipHash of the tuple per segment was
@@ -210,7 +212,7 @@ impl Stack {
 
 impl Stack {
     /// Nothing queued and nothing visited every round, beside the ready
-    /// sets: no hooks, no frame, output, reset or over-budget connection
+    /// set: no hooks, no frame, output, reset or over-budget connection
     /// waiting, no half-open or unaccepted connection at a listener (their
     /// timers are not in the timer set).
     fn quiet(&self) -> bool {
@@ -226,14 +228,15 @@ impl Stack {
     }
 
     /// A round at `now` would do nothing but ARP's look: [`quiet`](Self::quiet),
-    /// no connection ready, no deadline or sweep due, the SCTP part's round
-    /// skipped too. (The caller knows no frame or command came in since
-    /// the last round: those are what mark connections.)
+    /// no connection or association ready, no deadline or sweep due (one
+    /// check of the one ready set), nothing waiting in the SCTP part.
+    /// (The caller knows no frame or command came in since the last
+    /// round: those are what mark connections.)
     #[inline]
     fn idle_at(&self, now: u64) -> bool {
         self.ready.is_empty()
             && !self.ready.due(now)
-            && self.sctp.as_ref().is_none_or(|s| s.idle_at(now))
+            && self.sctp.as_ref().is_none_or(|s| s.quiescent())
             && self.quiet()
     }
 }
@@ -242,25 +245,24 @@ impl crate::runtime::Engine for Stack {
     type Command = Command;
     type Output = Output;
 
-    /// The earliest of the connections' deadlines (the timer set; an
-    /// entry a connection's deadline moved past only wakes the loop
-    /// early), the interface's (ARP), the idle sweep's and the SCTP
-    /// part's (its connections', associations', ARP's and sweeps').
+    /// The earliest of the deadline set's entries (TCP and SCTP
+    /// connections' and associations'; an entry a deadline moved past
+    /// only wakes the loop early), the interface's (ARP) and the idle
+    /// sweep's.
     fn poll_timeout(&self) -> Option<u64> {
         let conns = self.ready.next_deadline();
         let sweep = self.ready.next_sweep();
-        let sctp = self.sctp.as_ref().and_then(|s| s.next_deadline());
-        [conns, self.iface.poll_timeout(), Some(sweep), sctp]
+        [conns, self.iface.poll_timeout(), Some(sweep)]
             .into_iter()
             .flatten()
             .min()
     }
 
-    /// Nothing queued, nothing visited every round: no connection in the
-    /// ready set (byte streams always are), no hooks, no half-open or
-    /// unaccepted connections at a listener (their timers are not in the
-    /// timer set), no SCTP connection or association in its ready set,
-    /// no frame or output waiting.
+    /// Nothing queued, nothing visited every round: no connection or
+    /// association in the ready set (byte streams always are), no hooks,
+    /// no half-open or unaccepted connections at a listener (their timers
+    /// are not in the timer set), no frame or output waiting (the SCTP
+    /// part's among them).
     fn quiescent(&self) -> bool {
         self.ready.is_empty() && self.sctp.as_ref().is_none_or(|s| s.quiescent()) && self.quiet()
     }

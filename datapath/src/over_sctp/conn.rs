@@ -47,12 +47,14 @@
 //! `CmEvent::Disconnected`.
 //!
 //! A connection is driven only when something happened to it, as the
-//! stack's TCP connections are polled ([`crate::ready`]): its
-//! association was visited (a packet for it arrived, one of its timers
-//! ran, it had events), a command or post reached it, one of its own
-//! deadlines came (setup, close, linger, abort), or the idle sweep came
-//! round. The associations likewise ([`SctpHost`]'s own ready set). So an
-//! idle connection costs a round nothing.
+//! stack's TCP connections are polled, and from the same ready set
+//! ([`crate::ready`]: the stack's one, lent to each call here that marks
+//! or visits, its key `Ready::Sctp`): its association was visited (a
+//! packet for it arrived, one of its timers ran, it had events), a
+//! command or post reached it, one of its own deadlines came (setup,
+//! close, linger, abort), or the idle sweep came round. The associations
+//! likewise, in the same set (`Ready::Assoc`). So an idle connection
+//! costs a round nothing.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,7 +74,7 @@ use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::early::EarlyWork;
 use crate::endpoint::{Role, State};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
-use crate::ready::{ReadySet, Slot};
+use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
 use crate::timers::{earliest, Timer, Timers};
@@ -570,8 +572,9 @@ pub struct SctpConns {
     /// stream's instructions).
     by_assoc: BTreeMap<AssocId, SockId>,
     by_token: HashMap<u64, SockId>,
-    /// `poll`'s list of connection ids, kept for its capacity.
-    ids: Vec<SockId>,
+    /// `poll`'s list of the connections it drives (their marks taken
+    /// from the stack's ready set), kept for its capacity.
+    ids: Vec<Ready>,
     listeners: HashMap<u16, Listening>,
     next_id: SockId,
     /// The step between connection ids (`set_ids`).
@@ -602,9 +605,6 @@ pub struct SctpConns {
     gone: Gone,
     /// Numbers accepted associations (`set_accept_order`).
     accept_order: Arc<AtomicU64>,
-    /// Connections to drive next round, and their own deadlines
-    /// ([`Conn::deadline`], one entry each).
-    ready: ReadySet<SockId>,
     /// Connections driven, in all.
     drives: u64,
     /// The last poll visited an association or drove a connection.
@@ -668,18 +668,10 @@ impl SctpConns {
             max_held: MAX_HELD,
             gone: Gone::default(),
             accept_order: Arc::default(),
-            ready: ReadySet::new(super::IDLE_SWEEP),
             active: false,
             held_total: 0,
             drives: 0,
         })
-    }
-
-    /// Every connection and association is visited at least this often
-    /// (ns; the stack sets its `StackConfig::idle_sweep`).
-    pub fn set_idle_sweep(&mut self, every: u64) {
-        self.ready.set_sweep(every.max(1));
-        self.host.set_idle_sweep(every);
     }
 
     /// Whether the last [`poll`](Self::poll) visited an association or
@@ -707,24 +699,36 @@ impl SctpConns {
         self.drives
     }
 
-    /// The earliest of the connections' and associations' deadlines and
-    /// the idle sweeps'.
-    pub fn next_deadline(&self) -> Option<u64> {
-        let sweep = self.ready.next_sweep();
-        [
-            self.ready.next_deadline(),
-            self.host.next_deadline(),
-            Some(sweep),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+    /// Nothing waits here for the next round (no frame or output of the
+    /// associations': [`SctpHost::has_pending`]). Whether a connection or
+    /// association is marked or has a deadline is the stack's ready set's
+    /// to say.
+    pub fn quiescent(&self) -> bool {
+        !self.host.has_pending()
     }
 
-    /// Nothing to do until a frame, a command or
-    /// [`next_deadline`](Self::next_deadline).
-    pub fn quiescent(&self) -> bool {
-        self.ready.is_empty() && self.host.quiescent()
+    /// The deadline entry `(at, key)` that the stack popped from its
+    /// deadline set ([`ReadySet::pop_due`]), a connection's or an
+    /// association's of this part: it is marked, if it is still here.
+    #[inline]
+    pub fn fire(&mut self, ready: &mut ReadySet<Ready>, key: Ready, at: u64) {
+        match key {
+            Ready::Sctp(id) => {
+                if let Some(c) = self.conns.get_mut(&id) {
+                    ready.fire(&mut c.slot, key, at);
+                }
+            }
+            Ready::Assoc(a) => self.host.fire(ready, a, at),
+            Ready::Tcp(_) => {}
+        }
+    }
+
+    /// The idle sweep: every connection and association is marked.
+    pub fn mark_all(&mut self, ready: &mut ReadySet<Ready>) {
+        self.host.mark_all(ready);
+        for (&id, c) in self.conns.iter_mut() {
+            ready.mark(&mut c.slot, Ready::Sctp(id));
+        }
     }
 
     /// Why connection `id` ended (or is ending), if it did: also for one
@@ -737,10 +741,10 @@ impl SctpConns {
     }
 
     /// Free connection `id`, keeping its CQ and cause for late posts.
-    fn forget(&mut self, id: SockId) {
+    fn forget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
         self.by_token.retain(|_, s| *s != id);
         if let Some(mut c) = self.conns.remove(&id) {
-            self.ready.forget(&mut c.slot, id);
+            ready.forget(&mut c.slot, Ready::Sctp(id));
             self.gone.insert(id, c.ulp.cq.clone(), c.cause());
         }
     }
@@ -912,13 +916,13 @@ impl SctpConns {
     /// error cause Out of Resource (RFC 9260 §3.3.10.4); the connection
     /// then reports `Disconnected` as for any ABORT. False if there is no
     /// such connection or it was already ended so.
-    pub fn abort_over_budget(&mut self, id: SockId) -> bool {
+    pub fn abort_over_budget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) -> bool {
         let Some(c) = self.conns.get_mut(&id).filter(|c| !c.over_budget) else {
             return false;
         };
         c.over_budget = true;
-        self.ready.mark(&mut c.slot, id);
-        if let Some(a) = self.host.assoc_mut(c.assoc) {
+        ready.mark(&mut c.slot, Ready::Sctp(id));
+        if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
             a.abort_with_cause(sctp_lite::wire::cause_code::OUT_OF_RESOURCE);
         }
         true
@@ -934,6 +938,7 @@ impl SctpConns {
     pub fn handle_packet(
         &mut self,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         pkt: &SctpIngress<'_>,
         now: u64,
         mem: &mut MemoryTable,
@@ -945,13 +950,12 @@ impl SctpConns {
             host,
             conns,
             by_assoc,
-            ready,
             ..
         } = self;
         // The association's connection, looked up once a packet (the
         // packet's segments all belong to one association).
         let mut seen: Option<(AssocId, SockId)> = None;
-        let reached = host.handle_packet_with(iface, pkt, now, &mut |assoc, stream, ssn, seg| {
+        let place = &mut |assoc, stream, ssn, seg: &[u8]| {
             let id = match seen {
                 Some((a, id)) if a == assoc => id,
                 _ => match by_assoc.get(&assoc) {
@@ -969,7 +973,8 @@ impl SctpConns {
                 Some(qp) if c.state != State::Closed => qp.place_segment(stream, ssn, seg, mem),
                 _ => false,
             }
-        });
+        };
+        let reached = host.handle_packet_with(iface, ready, pkt, now, place);
         // Its connection is driven next round (segments placed may have
         // completed a receive, a SACK may have made room for segments
         // waiting), whether or not the association itself is visited.
@@ -979,7 +984,7 @@ impl SctpConns {
             (None, _) => None,
         };
         if let Some(c) = id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
-            ready.mark(&mut c.1.slot, c.0);
+            ready.mark(&mut c.1.slot, Ready::Sctp(c.0));
         }
     }
 
@@ -1041,6 +1046,7 @@ impl SctpConns {
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
+        ready: &mut ReadySet<Ready>,
         token: u64,
         remote: Ipv4Address,
         port: u16,
@@ -1061,7 +1067,7 @@ impl SctpConns {
         };
         match lport.and_then(|lport| {
             self.host
-                .connect(remote.0, port, lport, udp, now)
+                .connect(ready, remote.0, port, lport, udp, now)
                 .map(|a| (a, lport))
         }) {
             Ok((assoc, lport)) => {
@@ -1069,7 +1075,7 @@ impl SctpConns {
                 self.next_id += self.id_step;
                 let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.token = Some(token);
-                self.ready.mark(&mut c.slot, id);
+                ready.mark(&mut c.slot, Ready::Sctp(id));
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 self.by_token.insert(token, id);
@@ -1089,12 +1095,13 @@ impl SctpConns {
     /// Work posted on connection `id`.
     pub fn post(
         &mut self,
+        ready: &mut ReadySet<Ready>,
         id: SockId,
         cmd: HostCommand,
         mem: &MemoryTable,
         out: &mut dyn FnMut(Output),
     ) {
-        if !self.try_post(id, cmd, mem, out) {
+        if !self.try_post(ready, id, cmd, mem, out) {
             route(
                 id,
                 HostOutput::refused(&cmd, PostError::NotReady(QpState::Error)),
@@ -1108,6 +1115,7 @@ impl SctpConns {
     /// else nothing (false): one lookup where asking first takes two.
     pub fn try_post(
         &mut self,
+        ready: &mut ReadySet<Ready>,
         id: SockId,
         cmd: HostCommand,
         mem: &MemoryTable,
@@ -1124,7 +1132,7 @@ impl SctpConns {
             route(id, HostOutput::refused(&cmd, e), cq, out);
             return true;
         };
-        self.ready.mark(&mut c.slot, id);
+        ready.mark(&mut c.slot, Ready::Sctp(id));
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.state.is_closing() {
@@ -1154,8 +1162,10 @@ impl SctpConns {
 
     /// Accept a pending request; `qp` says where the queue pair's
     /// completions go and its PD (each `None`: the listener's).
+    #[allow(clippy::too_many_arguments)]
     pub fn accept(
         &mut self,
+        ready: &mut ReadySet<Ready>,
         id: SockId,
         private_data: Vec<u8>,
         ird: u16,
@@ -1167,7 +1177,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
-        self.ready.mark(&mut c.slot, id);
+        ready.mark(&mut c.slot, Ready::Sctp(id));
         let (State::AwaitingDecision, Some(req)) = (c.state, &c.request) else {
             return Err(crate::no_request());
         };
@@ -1178,7 +1188,7 @@ impl SctpConns {
             c.ulp.cq = cq;
         }
         let (bytes, n) = session::accept(req, ird, ord, &private_data)?;
-        let Some(a) = self.host.assoc_mut(c.assoc) else {
+        let Some(a) = self.host.assoc_mut(ready, c.assoc) else {
             return Err(crate::no_request());
         };
         if let Err(e) = a.accept(STREAM, &bytes) {
@@ -1205,15 +1215,20 @@ impl SctpConns {
     }
 
     /// Reject a pending request with `private_data`.
-    pub fn reject(&mut self, id: SockId, private_data: &[u8]) -> Result<(), SetupError> {
+    pub fn reject(
+        &mut self,
+        ready: &mut ReadySet<Ready>,
+        id: SockId,
+        private_data: &[u8],
+    ) -> Result<(), SetupError> {
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
-        self.ready.mark(&mut c.slot, id);
+        ready.mark(&mut c.slot, Ready::Sctp(id));
         if c.state != State::AwaitingDecision {
             return Err(crate::no_request());
         }
-        if let Some(a) = self.host.assoc_mut(c.assoc) {
+        if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
             let _ = a.reject(STREAM, private_data);
         }
         c.fail(SetupError {
@@ -1225,27 +1240,27 @@ impl SctpConns {
     }
 
     /// Graceful close (of a connection already over: forget it).
-    pub fn close(&mut self, id: SockId) {
+    pub fn close(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
         if let Some(c) = self.conns.get_mut(&id) {
-            self.ready.mark(&mut c.slot, id);
+            ready.mark(&mut c.slot, Ready::Sctp(id));
             if !c.state.is_closing() {
                 c.enter(State::Closing);
             }
             c.ended_by.get_or_insert(DisconnectCause::LocalClose);
             if c.reported_closed {
-                self.forget(id);
+                self.forget(ready, id);
             }
         }
     }
 
     /// Abortive close: RDMAP Terminate, then shutdown (or SCTP ABORT).
-    pub fn abort(&mut self, id: SockId, now: u64) {
+    pub fn abort(&mut self, ready: &mut ReadySet<Ready>, id: SockId, now: u64) {
         if let Some(c) = self.conns.get_mut(&id) {
             if c.reported_closed {
-                self.forget(id);
+                self.forget(ready, id);
                 return;
             }
-            self.ready.mark(&mut c.slot, id);
+            ready.mark(&mut c.slot, Ready::Sctp(id));
             c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
             if c.state == State::Aborting {
                 return;
@@ -1262,34 +1277,34 @@ impl SctpConns {
         }
     }
 
-    /// One round: association events in (placement happens here),
-    /// segments out, completions to CQs, CM events and outputs to `out`.
-    /// Returns whether anything happened.
+    /// This part's turn in the stack's round, after the stack marked the
+    /// deadlines due and the idle sweep in `ready` (its
+    /// [`fire`](Self::fire), [`mark_all`](Self::mark_all)): association
+    /// events in (placement happens here), segments out, completions to
+    /// CQs, CM events and outputs to `out`. It takes its own marks from
+    /// `ready` ([`ReadySet::take`]): the associations', then the
+    /// connections' (those the associations' visits marked among them),
+    /// then the associations' again for the segments the connections gave
+    /// them. Returns whether anything happened.
     #[inline]
     pub fn poll(
         &mut self,
         now: u64,
         mem: &mut MemoryTable,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
-        // Nothing marked or due on either level: the round is left out
-        // (what the connections hold is as it was, `was_active`), before
-        // the call of the round itself (two rounds in three of a
-        // ping-pong: not even its prologue).
+        // Nothing of this part marked and nothing waiting: the round is
+        // left out (what the connections hold is as it was,
+        // `was_active`), before the call of the round itself.
         self.active = false;
-        if self.ready.is_empty() && !self.ready.due(now) && self.host.idle_round(now) {
+        if !self.host.has_pending() && !ready.holds(&Ready::SCTP_PART) {
+            self.host.skip_round();
             return false;
         }
-        self.round(now, mem, iface, tx, out)
-    }
-
-    /// Nothing marked or due at `now` on either level: [`poll`](Self::poll)
-    /// leaves its round out.
-    #[inline]
-    pub fn idle_at(&self, now: u64) -> bool {
-        self.ready.is_empty() && !self.ready.due(now) && self.host.idle_at(now)
+        self.round(now, mem, iface, ready, tx, out)
     }
 
     /// [`poll`](Self::poll)'s round, when it has something to do.
@@ -1299,6 +1314,7 @@ impl SctpConns {
         now: u64,
         mem: &mut MemoryTable,
         iface: &mut Interface,
+        ready: &mut ReadySet<Ready>,
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
@@ -1309,21 +1325,25 @@ impl SctpConns {
             host,
             conns,
             by_assoc,
-            ready,
             active,
             ..
         } = self;
         // The host's round only when it has something (a connection
         // alone was marked: a command, a packet that left its association
         // nothing to do, a deadline of its own).
-        let mut busy = !host.idle_round(now)
-            && host.poll_with(
+        let mut busy = if host.has_pending() || ready.holds(&Ready::ASSOC) {
+            host.poll_with(
                 iface,
+                ready,
                 now,
                 tx,
                 &mut |o| host_out.push(o),
                 &mut |a, key, dst| fill_segment(by_assoc, conns, mem, a, key, dst),
-            );
+            )
+        } else {
+            host.skip_round();
+            false
+        };
         *active = !host.polled().is_empty() || !host_out.is_empty();
         // The connections of the associations just visited: a packet
         // arrived (a SACK may have made room for segments waiting, a
@@ -1334,38 +1354,28 @@ impl SctpConns {
                 continue;
             };
             if let Some(c) = conns.get_mut(&id) {
-                ready.mark(&mut c.slot, id);
+                ready.mark(&mut c.slot, Ready::Sctp(id));
             }
         }
         if !host_out.is_empty() {
             busy = true;
             for o in host_out.drain(..) {
-                self.dispatch(o, now, mem, out);
+                self.dispatch(o, now, mem, ready, out);
             }
         }
-        // Connections whose own deadline has passed, and every one now and
-        // then (the idle sweep).
-        let SctpConns { conns, ready, .. } = self;
-        while let Some((at, id)) = ready.pop_due(now) {
-            if let Some(c) = conns.get_mut(&id) {
-                ready.fire(&mut c.slot, id, at);
-            }
-        }
-        if ready.sweep_due(now) {
-            for (&id, c) in conns.iter_mut() {
-                ready.mark(&mut c.slot, id);
-            }
-        }
-        // This round drives the ready set (in id order; `drive` may end a
-        // connection), in a list kept between rounds: no allocation every
-        // round. It fills again for the next round as it goes.
+        // This round drives the connections marked (in id order; `drive`
+        // may end a connection), in a list kept between rounds: no
+        // allocation every round. Marks made from here on are for the
+        // next round.
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
-        self.ready.drain_into(&mut ids);
+        ready.take(&Ready::SCTP, &mut ids);
         self.active |= !ids.is_empty();
-        for &id in &ids {
-            // (One gone since it was marked is skipped there.)
-            busy |= self.drive(id, now, mem, out);
+        for &key in &ids {
+            if let Ready::Sctp(id) = key {
+                // (One gone since it was marked is skipped there.)
+                busy |= self.drive(id, now, mem, ready, out);
+            }
         }
         self.ids = ids;
         // Send what the queue pairs just gave their associations this
@@ -1377,7 +1387,7 @@ impl SctpConns {
             by_assoc,
             ..
         } = self;
-        busy |= host.transmit_with(iface, now, tx, &mut |a, key, dst| {
+        busy |= host.transmit_with(iface, ready, now, tx, &mut |a, key, dst| {
             fill_segment(by_assoc, conns, mem, a, key, dst)
         });
         self.host_out = host_out;
@@ -1389,6 +1399,7 @@ impl SctpConns {
         o: SctpOutput,
         now: u64,
         mem: &mut MemoryTable,
+        ready: &mut ReadySet<Ready>,
         out: &mut dyn FnMut(Output),
     ) {
         match o {
@@ -1409,7 +1420,7 @@ impl SctpConns {
                         self.backlog_aborts += 1;
                         tracing::debug!(port = lport, "SCTP backlog full: association aborted");
                     }
-                    if let Some(a) = self.host.assoc_mut(assoc) {
+                    if let Some(a) = self.host.assoc_mut(ready, assoc) {
                         a.abort();
                     }
                     return;
@@ -1427,7 +1438,7 @@ impl SctpConns {
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.arm(now, c.ulp.timeouts.request);
-                self.ready.mark(&mut c.slot, id);
+                ready.mark(&mut c.slot, Ready::Sctp(id));
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, port = lport, "SCTP association accepted");
@@ -1436,7 +1447,7 @@ impl SctpConns {
                 let Some(&id) = self.by_assoc.get(&assoc) else {
                     return;
                 };
-                self.event(id, ev, now, mem, out);
+                self.event(id, ev, now, mem, ready, out);
             }
             SctpOutput::Refused(assoc, e) => {
                 tracing::debug!(assoc, error = ?e, "SCTP command refused");
@@ -1453,12 +1464,13 @@ impl SctpConns {
         ev: DdpEvent,
         now: u64,
         mem: &mut MemoryTable,
+        ready: &mut ReadySet<Ready>,
         out: &mut dyn FnMut(Output),
     ) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        self.ready.mark(&mut c.slot, id);
+        ready.mark(&mut c.slot, Ready::Sctp(id));
         let assoc = c.assoc;
         c.note_end(&ev);
         if let Some(qp) = c.qp.as_mut() {
@@ -1489,7 +1501,7 @@ impl SctpConns {
                     match r {
                         Ok(bytes) => match self
                             .host
-                            .assoc_mut(assoc)
+                            .assoc_mut(ready, assoc)
                             .map(|a| a.initiate(STREAM, &bytes))
                         {
                             Some(Ok(())) => {
@@ -1510,7 +1522,7 @@ impl SctpConns {
                 stream,
                 private_data,
             } => {
-                let a = self.host.assoc_mut(assoc);
+                let a = self.host.assoc_mut(ready, assoc);
                 if stream != STREAM || !c.awaiting_setup(Role::Responder) {
                     // One session per association, on stream 0.
                     if let Some(a) = a {
@@ -1544,9 +1556,9 @@ impl SctpConns {
                         let ulp = &c.ulp;
                         let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
                         let listener = AcceptQp { cq: None, pd: None };
-                        if let Err(e) = self.accept(id, pd, ird, ord, listener, mem) {
+                        if let Err(e) = self.accept(ready, id, pd, ird, ord, listener, mem) {
                             tracing::info!(sock = id, error = ?e, "SCTP Initiate not acceptable");
-                            if let Some(a) = self.host.assoc_mut(assoc) {
+                            if let Some(a) = self.host.assoc_mut(ready, assoc) {
                                 let _ = a.reject(stream, b"");
                             }
                             if let Some(c) = self.conns.get_mut(&id) {
@@ -1576,7 +1588,7 @@ impl SctpConns {
                         tracing::info!(sock = id, "SCTP session established");
                     }
                     Err(e) => {
-                        if let Some(a) = self.host.assoc_mut(assoc) {
+                        if let Some(a) = self.host.assoc_mut(ready, assoc) {
                             let _ = a.terminate(now, STREAM);
                         }
                         c.fail(e);
@@ -1609,7 +1621,7 @@ impl SctpConns {
             } if stream == STREAM && c.awaiting_setup(Role::Initiator) => {
                 c.early_len += segment.len();
                 if c.early_len > MAX_EARLY || c.early.len() >= 4096 {
-                    if let Some(a) = self.host.assoc_mut(assoc) {
+                    if let Some(a) = self.host.assoc_mut(ready, assoc) {
                         let _ = a.terminate(now, STREAM);
                     }
                     c.early.clear();
@@ -1651,6 +1663,7 @@ impl SctpConns {
         id: SockId,
         now: u64,
         mem: &mut MemoryTable,
+        ready: &mut ReadySet<Ready>,
         out: &mut dyn FnMut(Output),
     ) -> bool {
         let Some(c) = self.conns.get_mut(&id) else {
@@ -1684,7 +1697,7 @@ impl SctpConns {
                 State::AwaitingSetup if c.role == Role::Responder => {
                     c.timers.clear(Timer::Setup);
                     c.enter(State::Closing);
-                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                         a.abort();
                     }
                     c.shutdown_sent = true;
@@ -1692,13 +1705,13 @@ impl SctpConns {
                 // RFC 5043 §6.3: our application did not answer; the
                 // peer learns it from a Reject.
                 State::AwaitingDecision => {
-                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                         let _ = a.reject(STREAM, b"");
                     }
                     c.fail(timed_out);
                 }
                 State::AwaitingSetup => {
-                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                         let _ = a.terminate(now, STREAM);
                     }
                     c.fail(timed_out);
@@ -1724,7 +1737,7 @@ impl SctpConns {
                 ));
                 // Segments, or the session's Terminate (RFC 5043 §6.2).
                 if sent > 0 || qp.session_over() != over {
-                    self.host.mark(c.assoc);
+                    self.host.mark(ready, c.assoc);
                 }
             }
         }
@@ -1755,8 +1768,8 @@ impl SctpConns {
                     c.timers.clear(Timer::CloseReads);
                     self.close_timeouts += 1;
                     tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
-                    self.abort(id, now);
-                    self.drive(id, now, mem, out);
+                    self.abort(ready, id, now);
+                    self.drive(id, now, mem, ready, out);
                     return true;
                 }
             }
@@ -1779,7 +1792,7 @@ impl SctpConns {
                 State::Aborting => {
                     if c.timers.due(Timer::Abort, now) {
                         c.timers.clear(Timer::Abort);
-                        if let Some(a) = self.host.assoc_mut(c.assoc) {
+                        if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                             a.abort();
                         }
                         c.shutdown_sent = true;
@@ -1791,7 +1804,7 @@ impl SctpConns {
                 _ => c.qp.as_ref().is_some_and(|q| q.session_over()),
             };
             if go && !c.shutdown_sent {
-                if let Some(a) = self.host.assoc_mut(c.assoc) {
+                if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                     a.shutdown(now);
                 }
                 c.shutdown_sent = true;
@@ -1842,7 +1855,7 @@ impl SctpConns {
                 if c.timers.due(Timer::Linger, now) {
                     c.linger_seen = None;
                     c.timers.clear(Timer::Linger);
-                    if let Some(a) = self.host.assoc_mut(c.assoc) {
+                    if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                         tracing::info!(sock = id, "SCTP close timed out: ABORT");
                         self.linger_aborts += 1;
                         a.abort();
@@ -1893,14 +1906,14 @@ impl SctpConns {
         // A queue pair the application holds stays (refusing posts) until
         // it closes it; one it never had goes now.
         if c.closed() && (c.qp.is_none() || c.goes_when_closed) {
-            self.forget(id);
+            self.forget(ready, id);
             return busy;
         }
         // What it waits for now is a packet, a command (each marks it) or
         // its own deadline.
         if !c.slot.is_ready() {
             if let Some(t) = c.deadline() {
-                self.ready.defer(&mut c.slot, id, t);
+                ready.defer(&mut c.slot, Ready::Sctp(id), t);
             }
         }
         busy
@@ -2473,6 +2486,7 @@ mod tests {
         let (local, remote) = ([10, 7, 0, 1], Ipv4Address::new(10, 7, 0, 2));
         let rss = Rss::symmetric(4).unwrap();
         let (_, ulp, _) = end(1, 0);
+        let mut ready = ReadySet::new(1);
         let ulp = SctpUlp::from_ulp(&ulp).unwrap();
         let part = |queue: u16, base: u16| {
             let cfg = SctpHostConfig::new([0x02, 0, 0, 0, 0x5c, 1], local, [7; 16]);
@@ -2488,7 +2502,16 @@ mod tests {
             let mut sc = part(queue, 49152);
             let mut out = VecDeque::new();
             for token in 1..=3 {
-                sc.connect(token, remote, PORT, None, ulp.clone(), 0, &mut out);
+                sc.connect(
+                    &mut ready,
+                    token,
+                    remote,
+                    PORT,
+                    None,
+                    ulp.clone(),
+                    0,
+                    &mut out,
+                );
             }
             let ids: Vec<SockId> = out
                 .iter()
@@ -2510,7 +2533,16 @@ mod tests {
             assert_eq!(ports.len(), 3, "three ports");
             // Inside UDP: refused, naming why.
             out.clear();
-            sc.connect(9, remote, PORT, Some(9899), ulp.clone(), 0, &mut out);
+            sc.connect(
+                &mut ready,
+                9,
+                remote,
+                PORT,
+                Some(9899),
+                ulp.clone(),
+                0,
+                &mut out,
+            );
             match out.pop_front() {
                 Some(Output::Failed {
                     token: 9,
@@ -2525,7 +2557,7 @@ mod tests {
         let own = rss.queue_of(remote, Ipv4Address(local), PORT, p, IpProtocol::SCTP);
         let mut sc = part((own + 1) % 4, p);
         let mut out = VecDeque::new();
-        sc.connect(1, remote, PORT, None, ulp.clone(), 0, &mut out);
+        sc.connect(&mut ready, 1, remote, PORT, None, ulp.clone(), 0, &mut out);
         assert!(
             matches!(
                 out.pop_front(),
@@ -2539,7 +2571,7 @@ mod tests {
         assert_eq!(sc.connections(), 0);
         // The loop it steers to takes it.
         let mut sc = part(own, p);
-        sc.connect(1, remote, PORT, None, ulp, 0, &mut out);
+        sc.connect(&mut ready, 1, remote, PORT, None, ulp, 0, &mut out);
         assert!(matches!(out.pop_front(), Some(Output::Opening { .. })));
         assert_eq!(sc.conns.values().map(|c| c.port).collect::<Vec<_>>(), [p]);
     }

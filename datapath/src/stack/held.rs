@@ -56,7 +56,7 @@ impl Stack {
             self.budget.per_conn
         };
         if let Some(sc) = self.sctp.as_deref_mut().filter(|sc| sc.owns(id)) {
-            if sc.abort_over_budget(id) {
+            if sc.abort_over_budget(&mut self.ready, id) {
                 self.budget.aborts += 1;
                 tracing::warn!(
                     sock = id,

@@ -40,21 +40,36 @@ impl Stack {
             budget,
             tcp_held,
             over,
+            sctp,
             ..
         } = self;
-        // Connections whose deadline has passed join the ready set.
-        while let Some((at, id)) = ready.pop_due(now) {
-            if let Some(sock) = socks.get_mut(&id) {
-                ready.fire(&mut sock.slot, id, at);
+        // Connections and associations whose deadline has passed join the
+        // ready list, each marked in its owner's slot.
+        while let Some((at, key)) = ready.pop_due(now) {
+            match key {
+                Ready::Tcp(id) => {
+                    if let Some(sock) = socks.get_mut(&id) {
+                        ready.fire(&mut sock.slot, key, at);
+                    }
+                }
+                _ => {
+                    if let Some(sc) = sctp.as_deref_mut() {
+                        sc.fire(ready, key, at);
+                    }
+                }
             }
         }
-        // The safety net (`StackConfig::idle_sweep`).
+        // The safety net (`StackConfig::idle_sweep`): every connection
+        // and association, of both transports.
         if ready.sweep_due(now) {
             for (&id, sock) in socks.iter_mut() {
                 mark_ready(ready, sock, id);
                 if let SockKind::Iwarp(i) = &mut sock.kind {
                     i.trim();
                 }
+            }
+            if let Some(sc) = sctp.as_deref_mut() {
+                sc.mark_all(ready);
             }
         }
         if !resets.is_empty() {
@@ -85,11 +100,15 @@ impl Stack {
         }
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
-        // This round polls the ready set (in id order), which fills again
-        // for the next round as it goes.
-        ready.drain_into(&mut ids);
+        // This round polls the TCP connections marked (in id order); the
+        // ready list fills again for the next round as it goes. The SCTP
+        // part takes its own marks at its turn below.
+        ready.take(&Ready::TCP, &mut ids);
         // (Empty most rounds: a retain of nothing still costs its set-up.)
-        let poll_one = |&id: &SockId| {
+        let poll_one = |&key: &Ready| {
+            let Ready::Tcp(id) = key else {
+                return false;
+            };
             let Some(sock) = socks.get_mut(&id) else {
                 return false; // gone since it became ready
             };
@@ -153,7 +172,10 @@ impl Stack {
         }
         // The connections polled this round (in id order): their events,
         // completions and state changes.
-        for &id in &ids {
+        for &key in &ids {
+            let Ready::Tcp(id) = key else {
+                continue;
+            };
             if let Some(sock) = self.socks.get_mut(&id) {
                 if let SockKind::Iwarp(i) = &mut sock.kind {
                     let cq = &sock.cq;
@@ -177,7 +199,7 @@ impl Stack {
                     // (completions and events of the queue pair need no
                     // poll of their own).
                     if again {
-                        self.ready.mark(&mut sock.slot, id);
+                        self.ready.mark(&mut sock.slot, key);
                     }
                     busy |= did;
                     // A connection polled next round (in the ready set)
@@ -186,7 +208,7 @@ impl Stack {
                     // a busy connection touch it not at all).
                     if !sock.slot.is_ready() {
                         if let Some(t) = i.poll_timeout() {
-                            self.ready.defer(&mut sock.slot, id, t);
+                            self.ready.defer(&mut sock.slot, key, t);
                         }
                     }
                 }
@@ -200,7 +222,14 @@ impl Stack {
         }
         let mut sctp_held = 0;
         if let Some(sc) = self.sctp.as_deref_mut() {
-            busy |= sc.poll(now, &mut self.mem, &mut self.iface, tx, out);
+            busy |= sc.poll(
+                now,
+                &mut self.mem,
+                &mut self.iface,
+                &mut self.ready,
+                tx,
+                out,
+            );
             // What they hold changes only in a round that visited an
             // association or drove a connection (`SctpConns::was_active`).
             if sc.was_active() {
@@ -409,7 +438,7 @@ impl Stack {
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
-                self.ready.forget(&mut sock.slot, id);
+                self.ready.forget(&mut sock.slot, Ready::Tcp(id));
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }

@@ -39,7 +39,6 @@ impl Stack {
                 Ok(mut p) => {
                     p.set_backlog(self.cfg.backlog);
                     p.set_max_held(self.cfg.sctp_max_held);
-                    p.set_idle_sweep(self.cfg.idle_sweep);
                     // On a loop of several: ids apart from the other
                     // loops', active opens on ports that come back here.
                     p.set_ids(self.cfg.sock_ids.0, self.cfg.sock_ids.1);
@@ -68,9 +67,11 @@ impl Stack {
                 let mut outs = std::mem::take(&mut self.pending_out);
                 let udp = (transport == Transport::SctpOverUdp)
                     .then_some(crate::over_sctp::SCTP_UDP_PORT);
-                let why = match (SctpUlp::from_ulp(&ulp), self.sctp_part()) {
+                self.sctp_part();
+                let Stack { sctp, ready, .. } = self;
+                let why = match (SctpUlp::from_ulp(&ulp), sctp.as_deref_mut()) {
                     (Ok(ulp), Some(sc)) => {
-                        sc.connect(token, remote, port, udp, ulp, now, &mut outs);
+                        sc.connect(ready, token, remote, port, udp, ulp, now, &mut outs);
                         None
                     }
                     (Err(why), _) => Some(why),
@@ -139,22 +140,23 @@ impl Stack {
                     sctp,
                     mem,
                     pending_out,
+                    ready,
                     ..
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
-                    sc.post(id, c, mem, &mut |o| pending_out.push_back(o));
+                    sc.post(ready, id, c, mem, &mut |o| pending_out.push_back(o));
                 }
                 None
             }
             Command::Close(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.close(id);
+                    sc.close(&mut self.ready, id);
                 }
                 None
             }
             Command::Abort(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.abort(id, now);
+                    sc.abort(&mut self.ready, id, now);
                 }
                 None
             }
@@ -176,10 +178,12 @@ impl Stack {
                     sctp,
                     mem,
                     pending_out,
+                    ready,
                     ..
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
                     if let Err(e) = sc.accept(
+                        ready,
                         sock,
                         private_data,
                         ird,
@@ -194,7 +198,7 @@ impl Stack {
             }
             Command::Reject { sock, private_data } if ours(self, sock) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    if let Err(e) = sc.reject(sock, &private_data) {
+                    if let Err(e) = sc.reject(&mut self.ready, sock, &private_data) {
                         self.pending_out.push_back(Output::CmRefused(sock, e));
                     }
                 }
@@ -213,10 +217,11 @@ impl Stack {
             sctp,
             mem,
             pending_out,
+            ready,
             ..
         } = self;
         sctp.as_deref_mut()
-            .is_some_and(|sc| sc.try_post(id, c, mem, &mut |o| pending_out.push_back(o)))
+            .is_some_and(|sc| sc.try_post(ready, id, c, mem, &mut |o| pending_out.push_back(o)))
     }
 
     /// An SCTP packet the interface handed up, to the SCTP part (out of
@@ -224,7 +229,7 @@ impl Stack {
     #[inline(never)]
     pub(super) fn sctp_packet(&mut self, pkt: &SctpIngress<'_>, now: u64) {
         if let Some(sc) = self.sctp.as_deref_mut() {
-            sc.handle_packet(&mut self.iface, pkt, now, &mut self.mem);
+            sc.handle_packet(&mut self.iface, &mut self.ready, pkt, now, &mut self.mem);
         }
     }
 }

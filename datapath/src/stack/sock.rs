@@ -11,7 +11,7 @@ use tcp_lite::wire::Ipv4Address;
 use super::{QpCqs, SockId, StreamShared, Ulp};
 use crate::budget::MemBudget;
 use crate::over_tcp::IwarpOverTcp;
-use crate::ready::{ReadySet, Slot};
+use crate::ready::{Ready, ReadySet, Slot};
 
 #[derive(Debug)]
 pub(super) struct StreamSock {
@@ -58,8 +58,8 @@ pub(super) struct Sock {
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
 #[inline]
-pub(super) fn mark_ready(ready: &mut ReadySet<SockId>, sock: &mut Sock, id: SockId) {
-    ready.mark(&mut sock.slot, id);
+pub(super) fn mark_ready(ready: &mut ReadySet<Ready>, sock: &mut Sock, id: SockId) {
+    ready.mark(&mut sock.slot, Ready::Tcp(id));
 }
 
 impl Sock {
