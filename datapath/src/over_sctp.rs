@@ -271,7 +271,7 @@ struct Entry {
     /// The peer's UDP encapsulation port when the association runs over UDP.
     udp: Option<u16>,
     ddp: DdpAssociation,
-    /// Its place in the ready and deadline sets (`Ready::Assoc`).
+    /// Its place in the ready and deadline sets (`Ready::assoc`).
     slot: Slot,
 }
 
@@ -443,7 +443,7 @@ impl Net {
 
 /// What a host that runs alone ([`SctpHost::new`]) has of its own, and a
 /// host in a stack is lent by the stack at each call: the interface, and
-/// the ready set its associations are in (`Ready::Assoc` keys alone).
+/// the ready set its associations are in (`Ready::assoc` keys alone).
 #[derive(Debug)]
 struct Own {
     iface: Interface,
@@ -693,7 +693,7 @@ impl SctpHost {
                     self.next_id += 1;
                     let mut slot = Slot::default();
                     // Its INIT goes at the next poll.
-                    ready.mark(&mut slot, Ready::Assoc(id));
+                    ready.mark(&mut slot, Ready::assoc(id));
                     self.assocs.insert(
                         id,
                         Entry {
@@ -720,7 +720,7 @@ impl SctpHost {
         id: AssocId,
     ) -> Option<&mut DdpAssociation> {
         let e = self.assocs.get_mut(&id)?;
-        ready.mark(&mut e.slot, Ready::Assoc(id));
+        ready.mark(&mut e.slot, Ready::assoc(id));
         Some(&mut e.ddp)
     }
 
@@ -737,24 +737,24 @@ impl SctpHost {
     /// [`transmit_with`](Self::transmit_with)).
     pub fn mark(&mut self, ready: &mut ReadySet<Ready>, id: AssocId) {
         if let Some(e) = self.assocs.get_mut(&id) {
-            ready.mark(&mut e.slot, Ready::Assoc(id));
+            ready.mark(&mut e.slot, Ready::assoc(id));
         }
     }
 
-    /// The deadline entry `(at, Ready::Assoc(id))` that the ready set's
+    /// The deadline entry `(at, Ready::assoc(id))` that the ready set's
     /// owner popped ([`ReadySet::pop_due`]): the association, if it is
     /// still here, is marked ([`ReadySet::fire`]).
     #[inline]
     pub fn fire(&mut self, ready: &mut ReadySet<Ready>, id: AssocId, at: u64) {
         if let Some(e) = self.assocs.get_mut(&id) {
-            ready.fire(&mut e.slot, Ready::Assoc(id), at);
+            ready.fire(&mut e.slot, Ready::assoc(id), at);
         }
     }
 
     /// The idle sweep: every association is marked in `ready`.
     pub fn mark_all(&mut self, ready: &mut ReadySet<Ready>) {
         for (&id, e) in self.assocs.iter_mut() {
-            ready.mark(&mut e.slot, Ready::Assoc(id));
+            ready.mark(&mut e.slot, Ready::assoc(id));
         }
     }
 
@@ -824,9 +824,9 @@ impl SctpHost {
                     || e.ddp.sctp().is_closed()
                     || deadline.is_some_and(|t| t <= now)
                 {
-                    ready.mark(&mut e.slot, Ready::Assoc(id));
+                    ready.mark(&mut e.slot, Ready::assoc(id));
                 } else if let Some(t) = deadline {
-                    ready.defer(&mut e.slot, Ready::Assoc(id), t);
+                    ready.defer(&mut e.slot, Ready::assoc(id), t);
                 }
                 // RFC 6951 §5.4: the remote encapsulation port follows the
                 // UDP source port of packets that passed the verification
@@ -866,7 +866,7 @@ impl SctpHost {
                     self.next_id += 1;
                     let ddp = DdpAssociation::wrap(*a, self.cfg.sctp.max_packet);
                     let mut slot = Slot::default();
-                    ready.mark(&mut slot, Ready::Assoc(id));
+                    ready.mark(&mut slot, Ready::assoc(id));
                     self.assocs.insert(
                         id,
                         Entry {
@@ -928,7 +928,7 @@ impl SctpHost {
     ) {
         match self.assocs.get_mut(&id) {
             Some(e) => {
-                ready.mark(&mut e.slot, Ready::Assoc(id));
+                ready.mark(&mut e.slot, Ready::assoc(id));
                 if let Err(err) = f(&mut e.ddp) {
                     self.pending_out.push_back(SctpOutput::Refused(id, err));
                 }
@@ -1048,7 +1048,7 @@ impl SctpHost {
         marked.clear();
         ready.take(&Ready::ASSOC, marked);
         for &key in marked.iter() {
-            let Ready::Assoc(id) = key else {
+            let Some(id) = key.as_assoc() else {
                 continue;
             };
             let Some(e) = assocs.get_mut(&id) else {
@@ -1151,7 +1151,7 @@ impl SctpHost {
         // Closed ones leave after the sweep (no allocation unless one did).
         let mut gone = Vec::new();
         for &key in marked.iter() {
-            let Ready::Assoc(id) = key else {
+            let Some(id) = key.as_assoc() else {
                 continue;
             };
             let Some(e) = assocs.get_mut(&id) else {
@@ -1298,7 +1298,7 @@ impl Engine for SctpHost {
         // Associations whose deadline has passed join the ready set, and
         // every one now and then (the idle sweep).
         while let Some((at, key)) = ready.pop_due(now) {
-            if let Ready::Assoc(id) = key {
+            if let Some(id) = key.as_assoc() {
                 self.fire(ready, id, at);
             }
         }

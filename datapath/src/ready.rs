@@ -40,33 +40,98 @@
 use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
 
+use crate::over_sctp::conn::SCTP_SOCK_BASE;
 use crate::over_sctp::AssocId;
 use crate::stack::SockId;
 
-/// A key of the stack's ready set: one of its TCP connections, one of
-/// its SCTP associations, or one of its iWARP-over-SCTP connections.
-/// Ordered in that order (then by id), which is the order a round takes
-/// them in ([`ReadySet::take`] with [`TCP`](Self::TCP),
-/// [`ASSOC`](Self::ASSOC), [`SCTP`](Self::SCTP)).
+/// A key of the stack's ready set: one of its TCP connections
+/// ([`tcp`](Self::tcp)), one of its SCTP associations
+/// ([`assoc`](Self::assoc)), or one of its iWARP-over-SCTP connections
+/// ([`sctp`](Self::sctp)). Ordered in that order (then by id), which is
+/// the order a round takes them in ([`ReadySet::take`] with
+/// [`TCP`](Self::TCP), [`ASSOC`](Self::ASSOC), [`SCTP`](Self::SCTP)).
+///
+/// One word: the kind in its top two bits, the id (an SCTP connection's
+/// counted from `SCTP_SOCK_BASE`) in the other 62, so that a deadline
+/// set's entry is two words as it was with connection ids alone (an
+/// enum of two words made each B-tree insertion and removal dearer).
+/// Ids count up from 0 (1 for associations) by one connection at a
+/// time, so none reaches 2^62 (at a billion a second, in 146 years);
+/// one that did would share the key of its id less 2^62.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Ready {
-    /// A TCP connection (byte stream or MPA), by its `Stack` id.
-    Tcp(SockId),
-    /// An SCTP association, by its `SctpHost` id.
-    Assoc(AssocId),
-    /// An iWARP connection over SCTP, by its id (`SCTP_SOCK_BASE` up).
-    Sctp(SockId),
-}
+pub struct Ready(u64);
+
+/// The id's bits of a [`Ready`].
+const ID_BITS: u64 = (1 << 62) - 1;
+/// The kinds of [`Ready`], in its top two bits.
+const KIND_ASSOC: u64 = 1 << 62;
+const KIND_SCTP: u64 = 2 << 62;
 
 impl Ready {
     /// Every TCP connection's key.
-    pub const TCP: RangeInclusive<Ready> = Ready::Tcp(0)..=Ready::Tcp(SockId::MAX);
+    pub const TCP: RangeInclusive<Ready> = Ready(0)..=Ready(ID_BITS);
     /// Every association's key.
-    pub const ASSOC: RangeInclusive<Ready> = Ready::Assoc(0)..=Ready::Assoc(AssocId::MAX);
+    pub const ASSOC: RangeInclusive<Ready> = Ready(KIND_ASSOC)..=Ready(KIND_ASSOC | ID_BITS);
     /// Every iWARP-over-SCTP connection's key.
-    pub const SCTP: RangeInclusive<Ready> = Ready::Sctp(0)..=Ready::Sctp(SockId::MAX);
+    pub const SCTP: RangeInclusive<Ready> = Ready(KIND_SCTP)..=Ready(KIND_SCTP | ID_BITS);
     /// The SCTP part's keys: its associations' and its connections'.
-    pub const SCTP_PART: RangeInclusive<Ready> = Ready::Assoc(0)..=Ready::Sctp(SockId::MAX);
+    pub const SCTP_PART: RangeInclusive<Ready> = Ready(KIND_ASSOC)..=Ready(KIND_SCTP | ID_BITS);
+
+    /// TCP connection `id` (byte stream or MPA), by its `Stack` id.
+    #[inline]
+    pub const fn tcp(id: SockId) -> Ready {
+        Ready(id as u64 & ID_BITS)
+    }
+
+    /// SCTP association `id`, by its `SctpHost` id.
+    #[inline]
+    pub const fn assoc(id: AssocId) -> Ready {
+        Ready(KIND_ASSOC | (id & ID_BITS))
+    }
+
+    /// iWARP connection over SCTP `id` (`SCTP_SOCK_BASE` up).
+    #[inline]
+    pub const fn sctp(id: SockId) -> Ready {
+        Ready(KIND_SCTP | (id.wrapping_sub(SCTP_SOCK_BASE) as u64 & ID_BITS))
+    }
+
+    /// The id of a TCP connection's key; of another kind's key an id of
+    /// 2^62 or more, which no TCP connection has, so that a look-up by it
+    /// finds nothing. For a list taken with [`TCP`](Self::TCP): no test.
+    #[inline]
+    pub fn tcp_id(self) -> SockId {
+        SockId::try_from(self.0).unwrap_or(SockId::MAX)
+    }
+
+    /// The TCP connection's id, if it is one.
+    #[inline]
+    pub const fn as_tcp(self) -> Option<SockId> {
+        if self.0 <= ID_BITS {
+            Some(self.0 as SockId)
+        } else {
+            None
+        }
+    }
+
+    /// The association's id, if it is one.
+    #[inline]
+    pub const fn as_assoc(self) -> Option<AssocId> {
+        if self.0 & !ID_BITS == KIND_ASSOC {
+            Some(self.0 & ID_BITS)
+        } else {
+            None
+        }
+    }
+
+    /// The SCTP connection's id, if it is one.
+    #[inline]
+    pub const fn as_sctp(self) -> Option<SockId> {
+        if self.0 & !ID_BITS == KIND_SCTP {
+            Some(SCTP_SOCK_BASE.wrapping_add((self.0 & ID_BITS) as SockId))
+        } else {
+            None
+        }
+    }
 }
 
 /// No entry: a [`Slot`]'s deadline fields hold this when they have none
@@ -182,12 +247,27 @@ impl<Id: Ord + Copy> ReadySet<Id> {
     /// [`Slot::visited`], as after [`drain_into`](Self::drain_into).
     #[inline]
     pub fn take(&mut self, range: &RangeInclusive<Id>, ids: &mut Vec<Id>) {
-        if self.ready.len() > 1 {
+        let n = self.ready.len();
+        if n == 0 {
+            return;
+        }
+        if n > 1 {
             self.ready.sort_unstable();
         }
-        let lo = self.ready.partition_point(|id| id < range.start());
-        let hi = self.ready.partition_point(|id| id <= range.end());
-        if lo == 0 && hi == self.ready.len() {
+        // Searched for only where the range cuts the list: most rounds
+        // take all of it (one transport, or nothing but its turn's
+        // marks), and the lowest range's start cuts nothing.
+        let lo = if self.ready[0] >= *range.start() {
+            0
+        } else {
+            self.ready.partition_point(|id| id < range.start())
+        };
+        let hi = if self.ready[n - 1] <= *range.end() {
+            n
+        } else {
+            self.ready.partition_point(|id| id <= range.end())
+        };
+        if lo == 0 && hi == n {
             ids.append(&mut self.ready);
         } else if lo < hi {
             ids.extend(self.ready.drain(lo..hi));

@@ -131,8 +131,8 @@ pub struct Stack {
     /// per round).
     ports: Vec<u16>,
     /// The one ready set (`crate::ready`) of every TCP connection
-    /// (`Ready::Tcp`), SCTP connection (`Ready::Sctp`) and SCTP
-    /// association (`Ready::Assoc`): those to visit next round, each once
+    /// (`Ready::tcp`), SCTP connection (`Ready::sctp`) and SCTP
+    /// association (`Ready::assoc`): those to visit next round, each once
     /// (their slots; byte streams are always in it), and their deadlines,
     /// at most two entries each, set when a visited one leaves the ready
     /// list (one in it looks at its deadlines when visited next round);

@@ -49,11 +49,11 @@
 //! A connection is driven only when something happened to it, as the
 //! stack's TCP connections are polled, and from the same ready set
 //! ([`crate::ready`]: the stack's one, lent to each call here that marks
-//! or visits, its key `Ready::Sctp`): its association was visited (a
+//! or visits, its key `Ready::sctp`): its association was visited (a
 //! packet for it arrived, one of its timers ran, it had events), a
 //! command or post reached it, one of its own deadlines came (setup,
 //! close, linger, abort), or the idle sweep came round. The associations
-//! likewise, in the same set (`Ready::Assoc`). So an idle connection
+//! likewise, in the same set (`Ready::assoc`). So an idle connection
 //! costs a round nothing.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -712,14 +712,12 @@ impl SctpConns {
     /// association's of this part: it is marked, if it is still here.
     #[inline]
     pub fn fire(&mut self, ready: &mut ReadySet<Ready>, key: Ready, at: u64) {
-        match key {
-            Ready::Sctp(id) => {
-                if let Some(c) = self.conns.get_mut(&id) {
-                    ready.fire(&mut c.slot, key, at);
-                }
+        if let Some(id) = key.as_sctp() {
+            if let Some(c) = self.conns.get_mut(&id) {
+                ready.fire(&mut c.slot, key, at);
             }
-            Ready::Assoc(a) => self.host.fire(ready, a, at),
-            Ready::Tcp(_) => {}
+        } else if let Some(a) = key.as_assoc() {
+            self.host.fire(ready, a, at);
         }
     }
 
@@ -727,7 +725,7 @@ impl SctpConns {
     pub fn mark_all(&mut self, ready: &mut ReadySet<Ready>) {
         self.host.mark_all(ready);
         for (&id, c) in self.conns.iter_mut() {
-            ready.mark(&mut c.slot, Ready::Sctp(id));
+            ready.mark(&mut c.slot, Ready::sctp(id));
         }
     }
 
@@ -744,7 +742,7 @@ impl SctpConns {
     fn forget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
         self.by_token.retain(|_, s| *s != id);
         if let Some(mut c) = self.conns.remove(&id) {
-            ready.forget(&mut c.slot, Ready::Sctp(id));
+            ready.forget(&mut c.slot, Ready::sctp(id));
             self.gone.insert(id, c.ulp.cq.clone(), c.cause());
         }
     }
@@ -921,7 +919,7 @@ impl SctpConns {
             return false;
         };
         c.over_budget = true;
-        ready.mark(&mut c.slot, Ready::Sctp(id));
+        ready.mark(&mut c.slot, Ready::sctp(id));
         if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
             a.abort_with_cause(sctp_lite::wire::cause_code::OUT_OF_RESOURCE);
         }
@@ -984,7 +982,7 @@ impl SctpConns {
             (None, _) => None,
         };
         if let Some(c) = id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
-            ready.mark(&mut c.1.slot, Ready::Sctp(c.0));
+            ready.mark(&mut c.1.slot, Ready::sctp(c.0));
         }
     }
 
@@ -1075,7 +1073,7 @@ impl SctpConns {
                 self.next_id += self.id_step;
                 let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.token = Some(token);
-                ready.mark(&mut c.slot, Ready::Sctp(id));
+                ready.mark(&mut c.slot, Ready::sctp(id));
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 self.by_token.insert(token, id);
@@ -1132,7 +1130,7 @@ impl SctpConns {
             route(id, HostOutput::refused(&cmd, e), cq, out);
             return true;
         };
-        ready.mark(&mut c.slot, Ready::Sctp(id));
+        ready.mark(&mut c.slot, Ready::sctp(id));
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.state.is_closing() {
@@ -1177,7 +1175,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
-        ready.mark(&mut c.slot, Ready::Sctp(id));
+        ready.mark(&mut c.slot, Ready::sctp(id));
         let (State::AwaitingDecision, Some(req)) = (c.state, &c.request) else {
             return Err(crate::no_request());
         };
@@ -1224,7 +1222,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return Err(crate::no_request());
         };
-        ready.mark(&mut c.slot, Ready::Sctp(id));
+        ready.mark(&mut c.slot, Ready::sctp(id));
         if c.state != State::AwaitingDecision {
             return Err(crate::no_request());
         }
@@ -1242,7 +1240,7 @@ impl SctpConns {
     /// Graceful close (of a connection already over: forget it).
     pub fn close(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
         if let Some(c) = self.conns.get_mut(&id) {
-            ready.mark(&mut c.slot, Ready::Sctp(id));
+            ready.mark(&mut c.slot, Ready::sctp(id));
             if !c.state.is_closing() {
                 c.enter(State::Closing);
             }
@@ -1260,7 +1258,7 @@ impl SctpConns {
                 self.forget(ready, id);
                 return;
             }
-            ready.mark(&mut c.slot, Ready::Sctp(id));
+            ready.mark(&mut c.slot, Ready::sctp(id));
             c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
             if c.state == State::Aborting {
                 return;
@@ -1354,7 +1352,7 @@ impl SctpConns {
                 continue;
             };
             if let Some(c) = conns.get_mut(&id) {
-                ready.mark(&mut c.slot, Ready::Sctp(id));
+                ready.mark(&mut c.slot, Ready::sctp(id));
             }
         }
         if !host_out.is_empty() {
@@ -1372,7 +1370,7 @@ impl SctpConns {
         ready.take(&Ready::SCTP, &mut ids);
         self.active |= !ids.is_empty();
         for &key in &ids {
-            if let Ready::Sctp(id) = key {
+            if let Some(id) = key.as_sctp() {
                 // (One gone since it was marked is skipped there.)
                 busy |= self.drive(id, now, mem, ready, out);
             }
@@ -1438,7 +1436,7 @@ impl SctpConns {
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.arm(now, c.ulp.timeouts.request);
-                ready.mark(&mut c.slot, Ready::Sctp(id));
+                ready.mark(&mut c.slot, Ready::sctp(id));
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, port = lport, "SCTP association accepted");
@@ -1470,7 +1468,7 @@ impl SctpConns {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        ready.mark(&mut c.slot, Ready::Sctp(id));
+        ready.mark(&mut c.slot, Ready::sctp(id));
         let assoc = c.assoc;
         c.note_end(&ev);
         if let Some(qp) = c.qp.as_mut() {
@@ -1913,7 +1911,7 @@ impl SctpConns {
         // its own deadline.
         if !c.slot.is_ready() {
             if let Some(t) = c.deadline() {
-                ready.defer(&mut c.slot, Ready::Sctp(id), t);
+                ready.defer(&mut c.slot, Ready::sctp(id), t);
             }
         }
         busy

@@ -46,13 +46,13 @@ impl Stack {
         // Connections and associations whose deadline has passed join the
         // ready list, each marked in its owner's slot.
         while let Some((at, key)) = ready.pop_due(now) {
-            match key {
-                Ready::Tcp(id) => {
+            match key.as_tcp() {
+                Some(id) => {
                     if let Some(sock) = socks.get_mut(&id) {
                         ready.fire(&mut sock.slot, key, at);
                     }
                 }
-                _ => {
+                None => {
                     if let Some(sc) = sctp.as_deref_mut() {
                         sc.fire(ready, key, at);
                     }
@@ -106,9 +106,7 @@ impl Stack {
         ready.take(&Ready::TCP, &mut ids);
         // (Empty most rounds: a retain of nothing still costs its set-up.)
         let poll_one = |&key: &Ready| {
-            let Ready::Tcp(id) = key else {
-                return false;
-            };
+            let id = key.tcp_id();
             let Some(sock) = socks.get_mut(&id) else {
                 return false; // gone since it became ready
             };
@@ -173,9 +171,7 @@ impl Stack {
         // The connections polled this round (in id order): their events,
         // completions and state changes.
         for &key in &ids {
-            let Ready::Tcp(id) = key else {
-                continue;
-            };
+            let id = key.tcp_id();
             if let Some(sock) = self.socks.get_mut(&id) {
                 if let SockKind::Iwarp(i) = &mut sock.kind {
                     let cq = &sock.cq;
@@ -438,7 +434,7 @@ impl Stack {
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
-                self.ready.forget(&mut sock.slot, Ready::Tcp(id));
+                self.ready.forget(&mut sock.slot, Ready::tcp(id));
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }

@@ -59,7 +59,7 @@ pub(super) struct Sock {
 /// Put `sock` (id `id`) in the ready set unless it is there already.
 #[inline]
 pub(super) fn mark_ready(ready: &mut ReadySet<Ready>, sock: &mut Sock, id: SockId) {
-    ready.mark(&mut sock.slot, Ready::Tcp(id));
+    ready.mark(&mut sock.slot, Ready::tcp(id));
 }
 
 impl Sock {
