@@ -453,6 +453,81 @@ mod tests {
     }
 
     #[test]
+    fn keys_order_by_kind_then_id_and_give_their_ids_back() {
+        let base = SCTP_SOCK_BASE;
+        let keys = [
+            Ready::tcp(0),
+            Ready::tcp(7),
+            Ready::tcp((1 << 62) - 1),
+            Ready::assoc(1),
+            Ready::assoc(9),
+            Ready::sctp(base),
+            Ready::sctp(base + 3),
+        ];
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        assert_eq!(Ready::tcp(7).as_tcp(), Some(7));
+        assert_eq!(Ready::tcp(7).tcp_id(), 7);
+        assert_eq!(Ready::assoc(9).as_assoc(), Some(9));
+        assert_eq!(Ready::sctp(base + 3).as_sctp(), Some(base + 3));
+        for k in [Ready::assoc(9), Ready::sctp(base)] {
+            assert_eq!(k.as_tcp(), None);
+            assert!(k.tcp_id() >= 1 << 62, "no TCP connection's id");
+        }
+        assert_eq!(
+            (Ready::tcp(7).as_assoc(), Ready::tcp(7).as_sctp()),
+            (None, None)
+        );
+        assert_eq!(Ready::sctp(base).as_assoc(), None);
+        let kinds = [&Ready::TCP, &Ready::ASSOC, &Ready::SCTP];
+        for (i, k) in keys.iter().enumerate() {
+            let n = kinds.iter().filter(|r| r.contains(k)).count();
+            assert_eq!(n, 1, "{k:?} in one range");
+            assert_eq!(Ready::SCTP_PART.contains(k), i >= 3, "{k:?}");
+        }
+    }
+
+    #[test]
+    fn each_turn_takes_its_range_in_id_order_and_leaves_the_rest() {
+        let mut set = ReadySet::new(100);
+        let mut s = [Slot::default(); 6];
+        let base = SCTP_SOCK_BASE;
+        let keys = [
+            Ready::sctp(base + 1),
+            Ready::tcp(4),
+            Ready::assoc(2),
+            Ready::tcp(1),
+            Ready::sctp(base),
+            Ready::assoc(1),
+        ];
+        for (slot, &k) in s.iter_mut().zip(&keys) {
+            set.mark(slot, k);
+        }
+        let mut ids = Vec::new();
+        set.take(&Ready::TCP, &mut ids);
+        assert_eq!(ids, [Ready::tcp(1), Ready::tcp(4)]);
+        assert!(set.holds(&Ready::ASSOC) && set.holds(&Ready::SCTP));
+        assert!(!set.holds(&Ready::TCP));
+        // Marked after its owner's turn: the next round's.
+        set.mark(&mut s[3], Ready::tcp(1));
+        assert!(!set.holds(&Ready::TCP), "still flagged: no second entry");
+        s[3].visited();
+        set.mark(&mut s[3], Ready::tcp(1));
+        ids.clear();
+        set.take(&Ready::ASSOC, &mut ids);
+        assert_eq!(ids, [Ready::assoc(1), Ready::assoc(2)]);
+        ids.clear();
+        set.take(&Ready::SCTP, &mut ids);
+        assert_eq!(ids, [Ready::sctp(base), Ready::sctp(base + 1)]);
+        assert_eq!(set.marked(), &[Ready::tcp(1)]);
+        ids.clear();
+        set.take(&Ready::SCTP_PART, &mut ids);
+        assert!(ids.is_empty());
+        set.take(&Ready::TCP, &mut ids);
+        assert_eq!(ids, [Ready::tcp(1)]);
+        assert!(set.is_empty());
+    }
+
+    #[test]
     fn forget_and_sweep() {
         let mut set = ReadySet::new(100);
         let mut a = Slot::default();

@@ -569,3 +569,110 @@ fn steered_ephemeral_ports_bring_the_answers_to_the_stacks_queue() {
         }
     )));
 }
+
+/// A stack with an iWARP connection opening over TCP (id `.1`) and one
+/// over SCTP (id `.2`, its association beside it), both to 10.9.0.2,
+/// nothing answered; the idle sweep an hour apart, so that only marks
+/// and deadlines bring a visit.
+fn one_of_each_transport() -> (Stack, SockId, SockId) {
+    let iface = iwarp_net::iface::IfaceConfig::new(
+        tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+        Ipv4Address::new(10, 9, 0, 1),
+        24,
+    );
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let mut cfg = StackConfig::new(iface);
+    cfg.idle_sweep = 3_600_000_000_000;
+    let mut st = Stack::new(cfg, mem);
+    let ulp = Ulp::Iwarp {
+        mpa: MpaConfig::default(),
+        params: crate::StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 16,
+            rq_depth: 16,
+        },
+        manual: false,
+        cq: None,
+        srq: None,
+    };
+    for (token, transport) in [(1, Transport::Tcp), (2, Transport::Sctp)] {
+        let cmd = Command::Connect {
+            transport,
+            token,
+            remote: Ipv4Address::new(10, 9, 0, 2),
+            port: 7000,
+            ulp: ulp.clone(),
+        };
+        st.handle_command(cmd, 0);
+    }
+    let tcp = *st.by_tuple.values().next().expect("the TCP connection");
+    let sctp = st.sctp().and_then(|sc| sc.by_token(2));
+    (st, tcp, sctp.expect("the SCTP connection"))
+}
+
+/// The stack has one ready set: a TCP connection, an SCTP connection
+/// and its association, each marked by its connect, are in the one
+/// ready list, and one round visits all three (the TCP connection
+/// polled, the SCTP connection driven, the association visited) and
+/// leaves the list empty.
+#[test]
+fn one_ready_set_holds_both_transports_and_one_round_visits_them_all() {
+    let (mut st, tcp, sctp) = one_of_each_transport();
+    let marked = st.ready.marked().to_vec();
+    let assoc = marked.iter().find_map(|k| k.as_assoc());
+    let assoc = assoc.expect("the association is in the stack's ready list");
+    let mut want = vec![Ready::tcp(tcp), Ready::assoc(assoc), Ready::sctp(sctp)];
+    let mut got = marked.clone();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "one list, one entry each: {marked:?}");
+    let visits = st.sctp().map(|sc| (sc.drives(), sc.host().visits()));
+    assert_eq!(visits, Some((0, 0)));
+    st.poll(0, &mut |_: &[&[u8]]| {}, &mut |_| {});
+    let sc = st.sctp().expect("the SCTP part");
+    assert_eq!(sc.host().polled(), [assoc], "the association visited");
+    assert_eq!((sc.drives(), sc.host().visits()), (1, 1));
+    // The TCP connection was polled: its SYN's retransmission deadline
+    // went into the deadline set as it left the ready list.
+    let slot = st.socks[&tcp].slot;
+    assert!(!slot.is_ready() && slot.deadline().is_some(), "{slot:?}");
+    assert!(st.ready.is_empty(), "{:?}", st.ready.marked());
+}
+
+/// The stack has one deadline set: an association's deadline (T1-init,
+/// its INIT unanswered) and a TCP connection's (its SYN's
+/// retransmission) are both in it, and one round at the later of the
+/// two, with no frame, command or mark, fires both: the association is
+/// visited and the connection polled, each leaving a later deadline.
+#[test]
+fn an_association_s_and_a_tcp_connection_s_deadlines_fire_from_one_set() {
+    let (mut st, tcp, _) = one_of_each_transport();
+    let assoc = st.ready.marked().iter().find_map(|k| k.as_assoc()).unwrap();
+    st.poll(0, &mut |_: &[&[u8]]| {}, &mut |_| {});
+    assert!(st.ready.is_empty(), "{:?}", st.ready.marked());
+    let t_tcp = st.socks[&tcp].slot.deadline().expect("the SYN's deadline");
+    let host = st.sctp().expect("the SCTP part").host();
+    let t_assoc = host.assoc(assoc).and_then(|a| a.poll_timeout()).unwrap();
+    assert!(t_tcp > 0 && t_assoc > 0, "{t_tcp} {t_assoc}");
+    assert!(st.ready.deadlines() >= 2, "{}", st.ready.deadlines());
+    assert_eq!(st.ready.next_deadline(), Some(t_tcp.min(t_assoc)));
+    assert_eq!(st.poll_timeout(), Some(t_tcp.min(t_assoc)));
+    let visits = host.visits();
+    let t = t_tcp.max(t_assoc);
+    let idle = st.stats().idle_rounds;
+    st.poll(t, &mut |_: &[&[u8]]| {}, &mut |_| {});
+    assert_eq!(st.stats().idle_rounds, idle, "the round at {t} runs");
+    let host = st.sctp().expect("the SCTP part").host();
+    assert_eq!(host.polled(), [assoc], "the association's deadline fired");
+    assert_eq!(host.visits(), visits + 1);
+    let later = host.assoc(assoc).and_then(|a| a.poll_timeout()).unwrap();
+    assert!(later > t, "T1-init again, later: {later} at {t}");
+    let again = st.socks[&tcp]
+        .slot
+        .deadline()
+        .expect("the SYN's next deadline");
+    assert!(again > t, "the connection's deadline fired: {again} at {t}");
+    assert!(st.socks[&tcp].tcp().stats().rto_retransmits >= 1);
+}
