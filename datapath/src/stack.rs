@@ -24,6 +24,13 @@
 //! in the one cache both parts send through. SCTP connections are reached
 //! by id through the same commands and CQ rings.
 //!
+//! One ready set ([`crate::ready`]) holds the connections of both
+//! transports and the SCTP associations: one ready list, one deadline
+//! set, one idle sweep and one idle check. A round fires what is due and
+//! sweeps once, then each owner takes its marks at its turn: the TCP
+//! connections, then (lent the set) the SCTP part's associations and
+//! connections.
+//!
 //! # Layout
 //!
 //! This file holds the [`Stack`] itself, [`Stack::new`] and the

@@ -69,16 +69,18 @@ pub struct StackConfig {
     /// (`SctpConns::set_max_held`, 1 MiB by default); beyond it the
     /// stream ends with an RDMAP Terminate and the association closes.
     pub sctp_max_held: usize,
-    /// A safety net (ns): every iWARP connection is polled at least this
-    /// often. A round polls only the connections in the ready set (a
-    /// segment or a command arrived, or their last poll stopped at its
-    /// segment limit, reported a CM event or moved posts held until full
-    /// operation to the queue pair) and those whose next deadline
-    /// ([`IwarpOverTcp::poll_timeout`]: retransmission, probe, MPA, hold
-    /// and close timers) has passed, so an idle connection costs a round
-    /// nothing; the sweep only bounds how late a deadline missing from
-    /// `poll_timeout` could fire. Byte streams are polled every round
-    /// (their application side is a ring).
+    /// A safety net (ns): every iWARP connection, over TCP or SCTP, and
+    /// every SCTP association is visited at least this often (one sweep
+    /// of the stack's one ready set, `crate::ready`). A round polls only
+    /// the connections in the ready set (a segment or a command arrived,
+    /// or their last poll stopped at its segment limit, reported a CM
+    /// event or moved posts held until full operation to the queue pair)
+    /// and those whose next deadline ([`IwarpOverTcp::poll_timeout`]:
+    /// retransmission, probe, MPA, hold and close timers; an SCTP
+    /// connection's or association's own) has passed, so an idle
+    /// connection costs a round nothing; the sweep only bounds how late
+    /// a deadline missing from `poll_timeout` could fire. Byte streams
+    /// are polled every round (their application side is a ring).
     pub idle_sweep: u64,
     /// iWARP connections frame FPDUs into TCP's send buffer
     /// ([`IwarpOverTcp::copy_transmit`]) instead of one-copy transmit.
