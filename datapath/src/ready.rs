@@ -16,9 +16,12 @@
 //! the associations again for the packets their connections gave them),
 //! so a mark made earlier in the round (an association's visit marks its
 //! connection, a connection's segments mark its association) is taken
-//! later in the same round, and one made after its owner's turn waits for
-//! the next round. Within one owner's turn the ids come in id order. One
-//! deadline set, one sweep clock and one idle check serve all three too.
+//! later in the same round, and one made after its owner's last turn
+//! waits for the next round. Within one owner's turn the ids come in id
+//! order. One deadline set, one sweep clock and one idle check serve all
+//! three too. (An [`SctpHost`](crate::over_sctp::SctpHost) that runs
+//! alone, as an engine of its own, keeps a set of its own for its
+//! associations.)
 //!
 //! Each connection keeps a [`Slot`] (whether it is marked, and its
 //! entries in the deadline set); the set holds the ids. The deadline set
