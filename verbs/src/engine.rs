@@ -22,7 +22,7 @@
 //! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`); with `IWARP_QUEUES` above 1, of the first loop (loop `i` on `IWARP_CORE + i`) | none |
-//! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: needs `IWARP_POLL=busy` or `adaptive`, not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); `dpdk` memif: both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
+//! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: any `IWARP_POLL` (inline: the program's threads drive the loops of the QPs they poll), not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); `dpdk` memif: both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
 //! | `IWARP_STATS` | `yes`: at exit, one line per poll loop on standard error: the QPs connected on it, frames received and sent, octets TCP delivered | `no` |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for its connections to finish closing, TCP included (what it sent before still arrives, and the peer gets our FIN): those the program closed with `rdma_disconnect`, and those it left open, which exit closes as a kernel closes an exiting process's QPs | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
@@ -199,13 +199,6 @@ impl Config {
                     )
                 })?,
         };
-        if queues > 1 && polling == iwarp::Polling::Inline {
-            return Err(format!(
-                "IWARP_QUEUES={queues}: several poll loops run on threads of their own; set \
-                 IWARP_POLL=busy or IWARP_POLL=adaptive (inline polling, the default, runs the \
-                 one stack in the application's threads)"
-            ));
-        }
         if queues > 1 && share.is_some() {
             return Err(format!(
                 "IWARP_QUEUES={queues} with IWARP_SHARE_ADDRESS=yes: an address shared with \
@@ -786,17 +779,17 @@ mod tests {
             // One loop is any polling's.
             let c = with(base, &[("IWARP_QUEUES", "1")]).unwrap();
             assert_eq!((c.queues, c.polling), (1, iwarp::Polling::Inline));
-            // Several refuse inline polling, named or the default.
+            // Several too: inline polling, named or the default, drives
+            // each loop from the application's threads.
             for extra in [
                 &[("IWARP_QUEUES", "2")][..],
                 &[("IWARP_QUEUES", "2"), ("IWARP_POLL", "inline")][..],
             ] {
-                let e = with(base, extra).unwrap_err();
-                assert!(
-                    e.contains("IWARP_QUEUES=2")
-                        && e.contains("IWARP_POLL=busy")
-                        && e.contains("IWARP_POLL=adaptive"),
-                    "{extra:?}: {e}"
+                let c = with(base, extra).unwrap();
+                assert_eq!(
+                    (c.queues, c.polling),
+                    (2, iwarp::Polling::Inline),
+                    "{extra:?}"
                 );
             }
         }
