@@ -247,18 +247,7 @@ fn tcp_pair(
         let pd = mem.alloc_pd();
         let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
         let stag = mem.register(pd, vec![last; len], access, 0).unwrap();
-        let ulp = Ulp::Iwarp {
-            mpa: MpaConfig::default(),
-            params: crate::StreamParams {
-                pd,
-                emss: 1460,
-                sq_depth: 16,
-                rq_depth: 16,
-            },
-            manual: false,
-            cq: None,
-            srq: None,
-        };
+        let ulp = iwarp_ulp(pd);
         (Stack::new(StackConfig::new(iface), mem), stag, ulp)
     };
     let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
@@ -585,18 +574,7 @@ fn one_of_each_transport() -> (Stack, SockId, SockId) {
     let mut cfg = StackConfig::new(iface);
     cfg.idle_sweep = 3_600_000_000_000;
     let mut st = Stack::new(cfg, mem);
-    let ulp = Ulp::Iwarp {
-        mpa: MpaConfig::default(),
-        params: crate::StreamParams {
-            pd,
-            emss: 1460,
-            sq_depth: 16,
-            rq_depth: 16,
-        },
-        manual: false,
-        cq: None,
-        srq: None,
-    };
+    let ulp = iwarp_ulp(pd);
     for (token, transport) in [(1, Transport::Tcp), (2, Transport::Sctp)] {
         let cmd = Command::Connect {
             transport,
@@ -675,4 +653,21 @@ fn an_association_s_and_a_tcp_connection_s_deadlines_fire_from_one_set() {
         .expect("the SYN's next deadline");
     assert!(again > t, "the connection's deadline fired: {again} at {t}");
     assert!(st.socks[&tcp].tcp().stats().rto_retransmits >= 1);
+}
+
+/// An iWARP connection's setup with the defaults these tests use
+/// (MPA's defaults, queues of 16, no CQ or SRQ of the API's).
+fn iwarp_ulp(pd: crate::PdId) -> Ulp {
+    Ulp::Iwarp {
+        mpa: MpaConfig::default(),
+        params: crate::StreamParams {
+            pd,
+            emss: 1460,
+            sq_depth: 16,
+            rq_depth: 16,
+        },
+        manual: false,
+        cq: None,
+        srq: None,
+    }
 }
