@@ -37,8 +37,9 @@ impl NetnsArgs {
         self.netns_prefix.as_deref().unwrap_or(default)
     }
 
-    /// Install the signal cleanup and record the prefix; with `--cleanup`,
-    /// sweep and return the exit status (0: swept, 1: an `ip` command
+    /// Install the signal cleanup, record the prefix and remove what dead
+    /// runs of the prefix left (stale names, [`netns_harness::guard::is_stale`]);
+    /// with `--cleanup`, sweep and return the exit status (0: swept, 1: an `ip` command
     /// failed, 2: the cleanup handler could not be installed). `None`: go
     /// on with the run.
     pub fn start(&self, tool: &str, default: &str) -> Option<u8> {
@@ -49,6 +50,16 @@ impl NetnsArgs {
             return Some(2);
         }
         if !self.cleanup {
+            // What runs of this prefix left when they could not clean up
+            // (SIGKILL, an abort inside a C library) goes before this run
+            // makes its own; a live run's names are never stale.
+            if netns_harness::skip_reason().is_none() {
+                if let Ok(removed) = netns_harness::guard::sweep_stale(&prefix) {
+                    for r in removed {
+                        eprintln!("{tool}: removed {r}, left by a run that could not clean up");
+                    }
+                }
+            }
             return None;
         }
         if let Some(why) = netns_harness::skip_reason() {

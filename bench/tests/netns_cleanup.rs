@@ -208,3 +208,45 @@ fn cleanup_sweeps_what_a_killed_run_left() {
         .expect("iwarp-perf --cleanup");
     assert!(o.status.success(), "{o:?}");
 }
+
+/// A run removes what a killed run of its prefix left before it makes its
+/// own namespaces (no `--cleanup` needed), and names it on stderr.
+#[test]
+fn the_next_run_sweeps_what_a_killed_run_left() {
+    if let Some(why) = skip() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_xdp-floor");
+    let p = prefix('n');
+    let child = Command::new(bin)
+        .args(["--secs", "30", "--mtu", "1500", "--netns-prefix", &p])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start xdp-floor");
+    let mut tool = Tool(child);
+    assert!(
+        wait_for(60, || left(&p).len() >= 2),
+        "no namespaces appeared"
+    );
+    tool.0.kill().expect("SIGKILL");
+    tool.0.wait().expect("wait");
+    let had = left(&p);
+    assert!(!had.is_empty(), "SIGKILL cleaned up?");
+    let o = Command::new(bin)
+        .args(["--secs", "1", "--mtu", "1500", "--netns-prefix", &p])
+        .output()
+        .expect("xdp-floor");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        err.contains("left by a run that could not clean up"),
+        "{err}"
+    );
+    assert!(
+        wait_for(10, || left(&p).is_empty()),
+        "left after the next run: {:?} (had {had:?})",
+        left(&p)
+    );
+}
