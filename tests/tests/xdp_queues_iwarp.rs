@@ -6,7 +6,10 @@
 //! software: a loop passes the frames of connections the other loop owns
 //! to it. Connections both ways (A's active opens go to its loops in
 //! turn, so both own some), Writes both ways and Sends, every octet
-//! checked; A's counters show frames passed between its loops. Needs
+//! checked; A's counters show frames passed between its loops. And a
+//! two-queue context's `connect_start` against a Linux TCP listener: the
+//! kernel acknowledges the MPA Request at once, not after a delayed ACK.
+//! Needs
 //! root (prints `SKIP:` without it, fails under `CI`); the refusals need
 //! nothing.
 
@@ -252,4 +255,90 @@ fn a_two_queue_context_and_a_one_queue_peer_across_a_bridge() {
     assert!(st.loops.iter().all(|l| l.rx_tcp > 0), "{:?}", st.loops);
     drop((aqps, bqps));
     drop((actx, bctx));
+}
+
+/// On a context of several loops `connect_start` returns once the peer's
+/// stack has acknowledged the MPA Request (`ORDER_WAIT` at most). Against
+/// a Linux peer (here a plain TCP listener in namespace B, whose ACKs are
+/// the kernel's, as siw's are) that ACK comes at once: Linux acknowledges
+/// the first data segments of a connection without delay (quick ACK mode),
+/// so each start costs a round trip, not a delayed ACK's 40 ms or more.
+/// A peer that delayed it would put every sample at 40 ms or above (and
+/// one that never acknowledged, at `ORDER_WAIT`).
+#[test]
+fn a_linux_peer_acknowledges_the_mpa_request_at_once() {
+    if netns_harness::skip_test_without_root() {
+        return;
+    }
+    let a = Netns::new("xqa").unwrap();
+    let b = Netns::new("xqb").unwrap();
+    let mut v = VethPair::with_queues("xqv", 2).unwrap();
+    v.move_to(End::A, &a).unwrap();
+    v.move_to(End::B, &b).unwrap();
+    for end in [End::A, End::B] {
+        v.disable_ipv6(end).unwrap();
+        // Full checksums: what a NIC hands an AF_XDP socket.
+        v.disable_tx_offload(end).unwrap();
+    }
+    let id = a.id();
+    let ip = |host| Ipv4Addr::new(10, (id >> 8) as u8, id as u8, host);
+    v.add_addr(End::B, &format!("{}/24", ip(2))).unwrap();
+    v.set_up(End::A).unwrap();
+    v.set_up(End::B).unwrap();
+    let listener = iwarp_xdp::in_netns(&b.ns_path(), || {
+        std::net::TcpListener::bind(SocketAddrV4::new(ip(2), 7500))
+    })
+    .unwrap()
+    .unwrap();
+    // Linux accepts and holds every connection, reading nothing: its
+    // kernel still acknowledges what arrives.
+    listener.set_nonblocking(true).unwrap();
+    let held = std::thread::spawn(move || {
+        let (mut held, end) = (Vec::new(), std::time::Instant::now() + T);
+        while held.len() < 8 && std::time::Instant::now() < end {
+            match listener.accept() {
+                Ok((s, _)) => held.push(s),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+        held
+    });
+    let mut o = XdpOptions::new(v.name(End::A), ip(1), 24);
+    o.host.netns = Some(a.ns_path());
+    o.queue_count = 2;
+    let ctx = Context::af_xdp(&o).unwrap();
+    assert_eq!(ctx.loops(), 2);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64);
+    let mut co = ConnectOptions::new(&pd, &cq);
+    co.timeout = T;
+    let to = SocketAddrV4::new(ip(2), 7500);
+    let mut took = Vec::new();
+    let mut starts = Vec::new();
+    for _ in 0..8 {
+        let t0 = std::time::Instant::now();
+        let c = ctx.connect_start(to, &co).unwrap();
+        took.push(t0.elapsed());
+        starts.push(c);
+    }
+    eprintln!("connect_start to a Linux listener, two loops: {took:?}");
+    let loops: Vec<usize> = starts.iter().map(iwarp::Connecting::loop_index).collect();
+    assert_eq!(loops, [0, 1, 0, 1, 0, 1, 0, 1]);
+    assert_eq!(held.join().unwrap().len(), 8);
+    let mut sorted = took.clone();
+    sorted.sort();
+    assert!(
+        sorted[sorted.len() / 2] < Duration::from_millis(20),
+        "median start {:?}: the MPA Request's ACK waited (all: {took:?})",
+        sorted[sorted.len() / 2]
+    );
+    assert!(
+        sorted.iter().all(|d| *d < iwarp::ORDER_WAIT),
+        "a start waited ORDER_WAIT: no ACK seen ({took:?})"
+    );
+    drop(starts);
+    drop(ctx);
 }
