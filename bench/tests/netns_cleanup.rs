@@ -167,17 +167,7 @@ fn cleanup_sweeps_what_a_killed_run_left() {
     }
     let bin = env!("CARGO_BIN_EXE_xdp-floor");
     let p = prefix('k');
-    let child = Command::new(bin)
-        .args(["--secs", "30", "--mtu", "1500", "--netns-prefix", &p])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start xdp-floor");
-    let mut tool = Tool(child);
-    assert!(
-        wait_for(60, || left(&p).len() >= 2),
-        "no namespaces appeared"
-    );
+    let tool = floor_running(bin, &p);
     // While it runs, --cleanup leaves its namespaces alone.
     let o = Command::new(bin)
         .args(["--cleanup", "--netns-prefix", &p])
@@ -185,10 +175,7 @@ fn cleanup_sweeps_what_a_killed_run_left() {
         .expect("xdp-floor --cleanup");
     assert!(o.status.success(), "{o:?}");
     assert!(!left(&p).is_empty(), "--cleanup removed a running tool's");
-    tool.0.kill().expect("SIGKILL");
-    tool.0.wait().expect("wait");
-    let had = left(&p);
-    assert!(!had.is_empty(), "SIGKILL cleaned up?");
+    let had = sigkill(tool, &p);
     let o = Command::new(bin)
         .args(["--cleanup", "--netns-prefix", &p])
         .output()
@@ -219,21 +206,7 @@ fn the_next_run_sweeps_what_a_killed_run_left() {
     }
     let bin = env!("CARGO_BIN_EXE_xdp-floor");
     let p = prefix('n');
-    let child = Command::new(bin)
-        .args(["--secs", "30", "--mtu", "1500", "--netns-prefix", &p])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start xdp-floor");
-    let mut tool = Tool(child);
-    assert!(
-        wait_for(60, || left(&p).len() >= 2),
-        "no namespaces appeared"
-    );
-    tool.0.kill().expect("SIGKILL");
-    tool.0.wait().expect("wait");
-    let had = left(&p);
-    assert!(!had.is_empty(), "SIGKILL cleaned up?");
+    let had = sigkill(floor_running(bin, &p), &p);
     let o = Command::new(bin)
         .args(["--secs", "1", "--mtu", "1500", "--netns-prefix", &p])
         .output()
@@ -249,4 +222,29 @@ fn the_next_run_sweeps_what_a_killed_run_left() {
         "left after the next run: {:?} (had {had:?})",
         left(&p)
     );
+}
+
+/// `xdp-floor` (`bin`) running with prefix `p`, once its namespaces exist.
+fn floor_running(bin: &str, p: &str) -> Tool {
+    let child = Command::new(bin)
+        .args(["--secs", "30", "--mtu", "1500", "--netns-prefix", p])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start xdp-floor");
+    let tool = Tool(child);
+    assert!(
+        wait_for(60, || left(p).len() >= 2),
+        "no namespaces appeared"
+    );
+    tool
+}
+
+/// SIGKILL `tool` (prefix `p`): what it left, which is not nothing.
+fn sigkill(mut tool: Tool, p: &str) -> Vec<String> {
+    tool.0.kill().expect("SIGKILL");
+    tool.0.wait().expect("wait");
+    let had = left(p);
+    assert!(!had.is_empty(), "SIGKILL cleaned up?");
+    had
 }
