@@ -1050,10 +1050,11 @@ struct Job {
     qn: u32,
     msn: u32,
     inval: u32,
-    /// Inline body (Read Request, Terminate, or inline Send/Write data),
-    /// repeated in every FPDU of the job (so only one-FPDU jobs carry data
-    /// this way).
-    inline: [u8; INLINE_BODY],
+    /// Length of the inline body (Read Request, Terminate, Atomic
+    /// Response, or inline Send/Write data), repeated in every FPDU of the
+    /// job (so only one-FPDU jobs carry data this way). Its octets are
+    /// `Tx::job_inline`'s first: they stay out of the job, which is copied
+    /// as it is made, taken up and finished.
     inline_len: usize,
     /// Memory source (gathered in order) and the right it needs.
     src: Option<(SgList, Access)>,
@@ -1135,6 +1136,8 @@ struct Tx {
     next_atomic_id: u32,
     resp: VecDeque<ReadResp>,
     job: Option<Job>,
+    /// The inline body of `job` (its first `Job::inline_len` octets).
+    job_inline: [u8; INLINE_BODY],
     terminate: Option<TerminateRepr>,
 }
 
@@ -1228,6 +1231,7 @@ impl Qp {
                 next_atomic_id: 0,
                 resp: VecDeque::new(),
                 job: None,
+                job_inline: [0; INLINE_BODY],
                 terminate: None,
             },
             cfg,

@@ -180,7 +180,6 @@ impl Qp {
             qn: 0,
             msn: 0,
             inval: 0,
-            inline: [0; INLINE_BODY],
             inline_len: 0,
             src: None,
             len: 0,
@@ -189,14 +188,12 @@ impl Qp {
         };
         if let Some(t) = self.tx.terminate {
             let (body, n) = t.to_array();
-            let mut inline = [0; INLINE_BODY];
-            inline[..n].copy_from_slice(&body[..n]);
+            self.tx.job_inline[..n].copy_from_slice(&body[..n]);
             let msn = self.tx.msn[2];
             self.tx.msn[2] = msn.wrapping_add(1);
             return Some(Job {
                 qn: queue::TERMINATE,
                 msn,
-                inline,
                 inline_len: n,
                 ..blank
             });
@@ -210,14 +207,12 @@ impl Qp {
                 // RFC 7306 §4: Atomic Responses go on QN 3, one MSN each.
                 let msn = self.tx.msn[3];
                 self.tx.msn[3] = msn.wrapping_add(1);
-                let mut inline = [0; INLINE_BODY];
-                let _ = a.emit(&mut inline);
+                let _ = a.emit(&mut self.tx.job_inline);
                 return Some(Job {
                     origin: JobOrigin::ReadResp,
                     opcode: Opcode::AtomicResponse,
                     qn: queue::ATOMIC_RESPONSE,
                     msn,
-                    inline,
                     inline_len: ATOMIC_RESPONSE_LEN,
                     ..blank
                 });
@@ -281,15 +276,13 @@ impl Qp {
                 };
                 let msn = self.tx.msn[0];
                 self.tx.msn[0] = msn.wrapping_add(1);
-                let mut inline = [0; INLINE_BODY];
-                inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
+                self.tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
                 Job {
                     origin: JobOrigin::Sq(seq),
                     opcode,
                     qn: queue::SEND,
                     msn,
                     inval: invalidate.map_or(0, |s| s.0),
-                    inline,
                     inline_len: data.as_slice().len(),
                     ..blank
                 }
@@ -300,14 +293,12 @@ impl Qp {
                 remote_to,
                 ..
             }) => {
-                let mut inline = [0; INLINE_BODY];
-                inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
+                self.tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
                 Job {
                     origin: JobOrigin::Sq(seq),
                     opcode: Opcode::Write,
                     stag: remote_stag.0,
                     to: remote_to,
-                    inline,
                     inline_len: data.as_slice().len(),
                     ..blank
                 }
@@ -395,8 +386,7 @@ impl Qp {
                 // RDMA Write entry, if any, which went first).
                 let msn = self.tx.msn[0];
                 self.tx.msn[0] = msn.wrapping_add(1);
-                let mut inline = [0; INLINE_BODY];
-                let _ = ImmediateData::from_imm32(imm).emit(&mut inline);
+                let _ = ImmediateData::from_imm32(imm).emit(&mut self.tx.job_inline);
                 Job {
                     origin: JobOrigin::Sq(seq),
                     opcode: if solicited {
@@ -406,7 +396,6 @@ impl Qp {
                     },
                     qn: queue::SEND,
                     msn,
-                    inline,
                     inline_len: IMMEDIATE_DATA_LEN,
                     ..blank
                 }
@@ -508,8 +497,7 @@ impl Qp {
         let req = AtomicRequest { req_id, ..req };
         let msn = self.tx.msn[1];
         self.tx.msn[1] = msn.wrapping_add(1);
-        let mut inline = [0u8; INLINE_BODY];
-        let _ = req.emit(&mut inline);
+        let _ = req.emit(&mut self.tx.job_inline);
         self.tx
             .atomics
             .push_back(PendingAtomic { seq, req_id, local });
@@ -518,7 +506,6 @@ impl Qp {
             opcode: Opcode::AtomicRequest,
             qn: queue::READ_REQUEST,
             msn,
-            inline,
             inline_len: ATOMIC_REQUEST_LEN,
             ..blank
         }
@@ -542,8 +529,7 @@ impl Qp {
         };
         let msn = self.tx.msn[1];
         self.tx.msn[1] = msn.wrapping_add(1);
-        let mut inline = [0u8; INLINE_BODY];
-        let _ = req.emit(&mut inline);
+        let _ = req.emit(&mut self.tx.job_inline);
         // RFC 5040 §6.1: counted against ORD from the moment it is sent.
         self.tx.reads.push_back(PendingRead {
             seq,
@@ -559,7 +545,6 @@ impl Qp {
             opcode: Opcode::ReadRequest,
             qn: queue::READ_REQUEST,
             msn,
-            inline,
             inline_len: READ_REQUEST_LEN,
             ..blank
         }
@@ -619,7 +604,7 @@ impl Qp {
         let n = plan.src.n;
         let mut parts: [Part<'_>; 2 + MAX_SGE] = [Part::Bytes(&[]); 2 + MAX_SGE];
         parts[0] = Part::Bytes(&plan.hdr[..plan.hdr_len]);
-        parts[1] = Part::Bytes(&job.inline[..job.inline_len]);
+        parts[1] = Part::Bytes(&self.tx.job_inline[..job.inline_len]);
         parts[2..2 + n].copy_from_slice(&payload[..n]);
         // Cannot fail: ulpdu_len <= mulpdu <= u16::MAX.
         self.llp.emit_parts(&parts[..2 + n], out).ok()?;
@@ -721,7 +706,7 @@ impl Qp {
         let mpa = matches!(self.llp, Lower::Mpa { .. });
         let Some(wire) = txq.push_fpdu(
             &plan.hdr[..plan.hdr_len],
-            &job.inline[..job.inline_len],
+            &self.tx.job_inline[..job.inline_len],
             plan.src.as_slice(),
             crc_on,
             completes,
