@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 # without it) and cargo-fuzz.
 scripts/deps.sh --test --lab --fuzz
 
+# A clean build of everything below takes about 5 GB (target/ and fuzz/target/).
+echo "== disk free here: $(df -h --output=avail . | tail -1 | tr -d ' ')"
+
 echo "== rustfmt"
 cargo fmt --all -- --check
 echo "== clippy"
