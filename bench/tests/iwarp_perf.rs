@@ -408,6 +408,76 @@ fn write_bw_over_two_queues_on_the_simulated_link() {
     assert!(err.contains("write_bw only"), "{err}");
 }
 
+/// `--queues 2 --connections 4 --threads`: the same four connections over
+/// two inline loops per end, each end on an application thread of its own
+/// that drives the loop its QP is on: every message done, each connection
+/// on the loops `--queues` gives it, both loops of each end used.
+#[test]
+fn write_bw_over_two_queues_from_application_threads() {
+    let out = out_dir("queues_threads");
+    let stdout = run(
+        &[
+            "write_bw",
+            "--sim",
+            "--queues",
+            "2",
+            "--connections",
+            "4",
+            "--threads",
+            "-n",
+            "300",
+            "-s",
+            "16384",
+        ],
+        &out,
+    );
+    assert!(
+        stdout.contains("from application threads that drive the loops themselves (inline)"),
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with(" conn  client loop"))
+        .skip(1)
+        .take(4)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for (k, r) in rows.iter().enumerate() {
+        let loop_no = (k % 2).to_string();
+        assert_eq!(r[0], k.to_string(), "{stdout}");
+        assert_eq!(
+            (r[1], r[2]),
+            (loop_no.as_str(), loop_no.as_str()),
+            "{stdout}"
+        );
+        assert_eq!(r[3], "300", "{stdout}");
+    }
+    // Both loops of each end carried their two connections' frames.
+    for who in ["client", "server"] {
+        for i in 0..2 {
+            let prefix = format!(" {who} loop {i}: connections 2 ");
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("{prefix:?} in\n{stdout}"));
+            let rx: u64 = line
+                .split("rx_tcp ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("rx_tcp in {line:?}"));
+            assert!(rx > 0, "{line}");
+        }
+    }
+    assert!(stdout.contains("(1200 messages in"), "{stdout}");
+    let json = std::fs::read_to_string(out.join("write_bw_queues2.json")).expect("json");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid json");
+    assert_eq!(v[0]["iwarp"]["messages"], 1200);
+    assert_eq!(v[0]["path"], "threads");
+    assert_eq!(v[0]["polling"], "Inline");
+}
+
 /// `--queues 2 --connections 4 --transport sctp`: four iWARP-over-SCTP
 /// connections over two loops per end, two on each (the client's in
 /// turn, the server's on the same loop number), every message done, the

@@ -542,7 +542,10 @@ struct Cli {
     /// peer's queue i); the Linux baseline runs N parallel TCP flows over
     /// loopback in the same run (no root). Prints each connection's loop
     /// and each loop's share. With `--transport sctp` the connections are
-    /// iWARP over SCTP (the baseline stays Linux TCP).
+    /// iWARP over SCTP (the baseline stays Linux TCP). With `--threads`
+    /// each connection's client and server post and poll from application
+    /// threads of their own, which drive the loops they use (inline
+    /// contexts; `--loop-thread`: loop threads instead).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
     queues: Option<u16>,
     /// Which implementation sums MPA's (and SCTP's) CRC32c in this
@@ -576,8 +579,8 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
     if !matches!(args.link, Link::Sim | Link::Memif) {
         return Err("--queues: over the simulated link or memif (--sim, --link memif)".into());
     }
-    if args.threads || args.loss_permille.is_some() {
-        return Err("--queues runs in the poll loops (no --threads, --loss-permille)".into());
+    if args.loss_permille.is_some() {
+        return Err("--queues: no --loss-permille (the links of --queues drop nothing)".into());
     }
     let (transport, carrier) = if args.sctp {
         (iwarp::Transport::Sctp, "SCTP")
@@ -585,19 +588,23 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         (iwarp::Transport::Mpa, "MPA/TCP")
     };
     let iters = args.iters.unwrap_or(5000);
-    let wait = baseline_wait(args.busy, false);
-    let polling = if args.busy {
-        iwarp::Polling::Busy
-    } else {
-        iwarp::Polling::Adaptive
-    };
+    let wait = baseline_wait(args.busy, args.threads);
+    // --threads: each connection's two ends post and poll from application
+    // threads of their own, which drive the loops their CQs' QPs are on
+    // (inline contexts, unless --loop-thread).
+    let polling = polling(args);
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     let over = match args.link {
         Link::Memif => "DPDK memif (queue i to the peer's queue i)",
         _ => "the simulated link (RSS, symmetric key)",
     };
+    let path = match (args.threads, args.loop_thread) {
+        (false, _) => "in the poll loops",
+        (true, false) => "from application threads that drive the loops themselves (inline)",
+        (true, true) => "from application threads, handed to loop threads",
+    };
     println!(
-        "iwarp-perf --queues {queues}: write_bw over {carrier} over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}; {ncpu} CPUs, nothing pinned",
+        "iwarp-perf --queues {queues}: write_bw over {carrier} over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}, {path}; {ncpu} CPUs, nothing pinned",
         args.window
     );
     println!(
@@ -628,7 +635,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
             duration: Duration::from_secs_f64(args.duration.unwrap_or(120.0)),
             rate: None,
             busy: args.busy,
-            threads: false,
+            threads: args.threads,
             window: args.window,
             label: format!("write_bw {size} B"),
         };
@@ -641,7 +648,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
                     Test::WriteBw,
                     size,
                     args.busy,
-                    false,
+                    args.threads,
                     None,
                     transport,
                 )
@@ -715,6 +722,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         );
         json_out.push(json!({
             "test": "write_bw", "bytes": size, "queues": queues, "connections": conns, "transport": carrier,
+            "path": path_name(args.threads), "polling": format!("{polling:?}"),
             "iterations_per_connection": iters,
             "iwarp": { "bw_avg_mib_s": ours_mbs, "seconds": wall, "messages": total, "per_connection": per_conn,
                 "client_loops": cs.loops.iter().map(|l| json!({"connections": l.connections, "rx_tcp": l.rx_tcp, "tcp_delivered": l.tcp_delivered})).collect::<Vec<_>>(),
