@@ -160,7 +160,29 @@ fn write_and_read_lat_in_loop_on_the_simulated_link() {
         let doc = check_lat(&stdout, &out, test, 256, 150);
         assert_eq!(doc["latency_path"], "in_loop");
         assert!(title(&stdout, test).contains("in-loop"), "{stdout}");
+        if test == "write_lat" {
+            // As perftest's: each end watches the last octet of the
+            // peer's Write (the run fails unless the server answered
+            // every iteration).
+            assert_eq!(doc["results"][0]["write_lat"], "last_octet");
+            assert!(
+                title(&stdout, test).contains("watching the last octet"),
+                "{stdout}"
+            );
+        }
     }
+    // --doorbell: a 0-octet Send after each Write instead.
+    let out = out_dir("perf_write_lat_doorbell");
+    let stdout = run(
+        &["write_lat", "--sim", "-n", "150", "-s", "1", "--doorbell"],
+        &out,
+    );
+    let doc = check_lat(&stdout, &out, "write_lat", 1, 150);
+    assert_eq!(doc["results"][0]["write_lat"], "doorbell");
+    assert!(
+        title(&stdout, "write_lat").contains("0-octet-Send doorbell"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -174,6 +196,8 @@ fn write_lat_with_threads_on_the_simulated_link() {
     assert_eq!(doc["polling"], "Inline");
     let t = title(&stdout, "write_lat");
     assert!(t.contains("threads") && !t.contains("in-loop"), "{t}");
+    // Threads may sleep on the CQ: the Send doorbell tells them.
+    assert_eq!(doc["results"][0]["write_lat"], "doorbell");
     // --loop-thread: the threads hand work to loop threads instead.
     let out = out_dir("perf_write_lat_threads_loop");
     let stdout = run(

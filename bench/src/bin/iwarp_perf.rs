@@ -51,6 +51,10 @@ pub struct Plan {
     /// Latency tests from application threads (`--threads`) instead of
     /// in-loop hooks.
     pub threads: bool,
+    /// write_lat as a Write and a 0-octet Send doorbell each way
+    /// (`--doorbell`, and always with `--threads`), not a Write whose last
+    /// octet the receiver watches in its own memory.
+    pub doorbell: bool,
     pub window: u64,
     pub label: String,
 }
@@ -223,6 +227,8 @@ struct Args {
     threads: bool,
     /// `--threads --loop-thread`: loop threads, not inline contexts.
     loop_thread: bool,
+    /// write_lat with a Send doorbell after each Write (`--doorbell`).
+    doorbell: bool,
     core: Option<usize>,
     netns: bool,
     /// The link our two contexts use.
@@ -478,6 +484,13 @@ struct Cli {
     /// threads of their own instead of driving the stack.
     #[arg(long, requires = "threads")]
     loop_thread: bool,
+    /// write_lat: each end answers a Write and a 0-octet Send doorbell
+    /// (whose Recv completes once the Write is placed) instead of watching
+    /// the last octet of the peer's Write in its own memory, as perftest's
+    /// ib_write_lat does. Two FPDUs each way instead of one; always so
+    /// with --threads, whose threads may sleep on the CQ.
+    #[arg(long)]
+    doorbell: bool,
     /// Busy-poll (loops never sleep).
     #[arg(long)]
     busy: bool,
@@ -636,6 +649,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
             rate: None,
             busy: args.busy,
             threads: args.threads,
+            doorbell: args.doorbell,
             window: args.window,
             label: format!("write_bw {size} B"),
         };
@@ -789,6 +803,7 @@ fn parse_args() -> Args {
         busy: c.busy,
         copy_tx: c.copy_tx,
         threads: c.threads,
+        doorbell: c.doorbell,
         loop_thread: c.loop_thread,
         core: c.core,
         link: match (c.link, c.sim, c.netns) {
@@ -1041,7 +1056,7 @@ fn path_name(threads: bool) -> &'static str {
     }
 }
 
-fn lat_title(test: Test, rate: Option<f64>, threads: bool) -> String {
+fn lat_title(test: Test, rate: Option<f64>, threads: bool, doorbell: bool) -> String {
     let path = if threads {
         "threads (--threads): application threads post and wait on the CQ"
     } else {
@@ -1052,7 +1067,8 @@ fn lat_title(test: Test, rate: Option<f64>, threads: bool) -> String {
             "open loop at {r} msg/s: each value is the full response time from the message's scheduled send time (coordinated-omission corrected), not halved"
         ),
         (Test::ReadLat, None) => "values: full round trip of one RDMA Read (as perftest's read_lat)".into(),
-        (Test::WriteLat, None) => "values: half the round trip of Write+0-octet-Send doorbell each way (as perftest's write_lat reports RTT/2)".into(),
+        (Test::WriteLat, None) if doorbell => "values: half the round trip of Write+0-octet-Send doorbell each way (--doorbell; RTT/2 as perftest's write_lat reports)".into(),
+        (Test::WriteLat, None) => "values: half the round trip of a Write each way, each end watching the last octet of the peer's Write in its own memory (as perftest's write_lat; RTT/2)".into(),
         _ => "values: half the round trip of a Send ping-pong (as perftest's send_lat reports RTT/2)".into(),
     };
     format!("{path}; {values}")
@@ -1141,6 +1157,7 @@ fn run() -> Result<(), String> {
         rate: if t.is_lat() { args.rate } else { None },
         busy: args.busy,
         threads: args.threads,
+        doorbell: args.doorbell || args.threads,
         window: args.window,
         label: format!("{} {size} B", t.name()),
     };
@@ -1317,7 +1334,7 @@ fn run() -> Result<(), String> {
                 "{RULE}\n {} ({})",
                 job.test.name(),
                 if job.test.is_lat() {
-                    lat_title(job.test, plan.rate, plan.threads)
+                    lat_title(job.test, plan.rate, plan.threads, plan.doorbell)
                 } else {
                     format!("window {} outstanding, MB = 2^20 octets; the time includes a final Send round trip confirming arrival", plan.window)
                 }
@@ -1336,6 +1353,13 @@ fn run() -> Result<(), String> {
             json!({ "test": job.test.name(), "bytes": job.size, "transport": transport });
         if job.test.is_lat() {
             entry["path"] = json!(path_name(plan.threads));
+            if job.test == Test::WriteLat {
+                entry["write_lat"] = json!(if plan.doorbell {
+                    "doorbell"
+                } else {
+                    "last_octet"
+                });
+            }
             let r = pair
                 .latency(job.test, job.size, &plan)
                 .map_err(|m| format!("{}: {m}", plan.label))?;

@@ -15,11 +15,17 @@
 //! - `send_lat`: Send of SIZE, the server answers with a Send of SIZE from
 //!   its own buffer as soon as the Recv completes; RTT = post of our Send to
 //!   our Recv completion; recorded RTT/2.
-//! - `write_lat`: RDMA Write of SIZE into the server's region, then a
-//!   0-octet Send as doorbell (RFC 5040 §5.5: its Recv completes only after
-//!   the Write is placed); the server answers the same way (Write of SIZE into
-//!   our region + 0-octet Send). RTT = post of our Write to the Recv of the
-//!   server's doorbell; recorded RTT/2.
+//! - `write_lat` (in-loop): RDMA Write of SIZE into the server's region,
+//!   whose last octet is the iteration number (mod 256); the server's hook
+//!   watches that octet in its own memory ([`Mr::load`]) and answers with a
+//!   Write of SIZE into our region, whose last octet we watch, as perftest's
+//!   ib_write_lat does. RTT = post of our Write to the server's octet in our
+//!   memory; recorded RTT/2.
+//! - `write_lat` with `--doorbell` (and always with `--threads`, whose
+//!   threads may sleep on the CQ): the Write, then a 0-octet Send as
+//!   doorbell (RFC 5040 §5.5: its Recv completes only after the Write is
+//!   placed); the server answers the same way. RTT = post of our Write to
+//!   the Recv of the server's doorbell; recorded RTT/2.
 //! - `read_lat`: one RDMA Read of SIZE; post to Read completion, full RTT.
 //! - with `--rate`: message *i* is due at start + *i*/rate; the value is the
 //!   completion time minus the due time, not halved.
@@ -185,6 +191,9 @@ pub struct Pair {
     /// Client buffers: data source/sink of SIZE, and small receive slots.
     buf: Mr,
     small: Mr,
+    /// The source of write_lat's Writes when the ends watch memory (`buf`
+    /// is where the server's Writes land).
+    wsrc: Mr,
     slot_len: u32,
     /// The server's end; `srv.buf` is the remote region of Writes and Reads.
     srv: Server,
@@ -229,6 +238,7 @@ pub fn connect(
     let cpd = client.alloc_pd()?;
     let ccq = client.create_cq(8192);
     let cbuf = cpd.register(vec![0xa5; len as usize], rw)?;
+    let wsrc = cpd.register(vec![0; len as usize], Access::LOCAL_READ)?;
     let slot_len = len.max(64);
     let small = cpd.register(
         vec![0; slot_len as usize * CLIENT_RECVS as usize],
@@ -299,6 +309,7 @@ pub fn connect(
         cq: ccq,
         buf: cbuf,
         small,
+        wsrc,
         slot_len,
         srv,
         server: handle,
@@ -333,6 +344,8 @@ struct ClientLoop {
     cq: Cq,
     buf: Mr,
     small: Mr,
+    /// write_lat watching memory: the Writes' source (`buf` is watched).
+    wsrc: Mr,
     slot_len: u32,
     remote: Mr,
     test: Test,
@@ -359,6 +372,7 @@ impl ClientLoop {
         let now = Instant::now();
         let start = *self.start.get_or_insert(now);
         let mut busy = false;
+        let watch = self.test == Test::WriteLat && !self.plan.doorbell;
         if let Some((t0, posted)) = self.in_flight {
             let want = wanted(self.test);
             // Bounded: the CQ holds at most its depth.
@@ -376,14 +390,22 @@ impl ClientLoop {
                         .post_recv(wc.wr_id, self.small.sge(at, self.slot_len))
                         .map_err(|e| format!("client: re-post receive: {e}"))?;
                 }
-                if wc.opcode == Some(want) {
-                    let ns = t0.elapsed().as_nanos() as u64;
-                    let half = self.test != Test::ReadLat && self.plan.rate.is_none();
-                    self.run.record(if half { ns / 2 } else { ns });
-                    self.i += 1;
-                    crate::progress(self.i, &self.plan);
-                    self.in_flight = None;
+                if !watch && wc.opcode == Some(want) {
+                    self.done_one(t0);
                     break;
+                }
+            }
+            // The server's answer: its Write's last octet in our memory,
+            // checked after this round placed what arrived.
+            if watch {
+                let at = self.size as usize - 1;
+                let got = self
+                    .buf
+                    .load(at)
+                    .map_err(|e| format!("client: watch the answer: {e}"))?;
+                if got == tag(self.i) {
+                    busy = true;
+                    self.done_one(t0);
                 }
             }
             if self.in_flight.is_some() {
@@ -419,18 +441,47 @@ impl ClientLoop {
             }
             None => now,
         };
-        post_lat(
-            self.test,
-            &self.qp,
-            self.i,
-            &self.buf,
-            self.size,
-            &self.remote,
-        )
+        if watch {
+            watched_write(&self.qp, self.i, &self.wsrc, self.size, &self.remote)
+        } else {
+            post_lat(
+                self.test,
+                &self.qp,
+                self.i,
+                &self.buf,
+                self.size,
+                &self.remote,
+            )
+        }
         .map_err(|e| format!("client: post iteration {}: {e}", self.i))?;
         self.in_flight = Some((t0, Instant::now()));
         Ok(Some(HookStatus::Busy))
     }
+
+    /// Iteration `self.i`, started at `t0`, is over.
+    fn done_one(&mut self, t0: Instant) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        let half = self.test != Test::ReadLat && self.plan.rate.is_none();
+        self.run.record(if half { ns / 2 } else { ns });
+        self.i += 1;
+        crate::progress(self.i, &self.plan);
+        self.in_flight = None;
+    }
+}
+
+/// The last octet of write_lat's Write for iteration `i` (0-based) when
+/// the ends watch memory: `i + 1` mod 256, so the first differs from the
+/// buffers' initial octets and each from the one before.
+fn tag(i: u64) -> u8 {
+    (i + 1) as u8
+}
+
+/// write_lat watching memory: `len` octets of `src` into `to`, the last one
+/// set to [`tag`]`(i)` first. Signaled, as perftest's; a small Write
+/// completes once handed to TCP.
+fn watched_write(qp: &Qp, i: u64, src: &Mr, len: u32, to: &Mr) -> Result<(), Error> {
+    src.store(len as usize - 1, tag(i))?;
+    write(qp, i, src, len, to)
 }
 
 /// The server's answers as a poll-loop hook: stops when told to, after
@@ -440,6 +491,9 @@ struct ServerLoop {
     peer: Mr,
     test: Test,
     size: u32,
+    /// write_lat: watch the last octet of the client's Write in `srv.buf`
+    /// (not `--doorbell`).
+    watch: bool,
     limit: u64,
     /// Bandwidth runs: stop after answering the 0-octet end marker.
     until_marker: bool,
@@ -457,11 +511,41 @@ struct ServerLoop {
 const CLOCK_EVERY: u32 = 256;
 
 impl ServerLoop {
+    /// write_lat watching memory: answer the client's next Write once its
+    /// last octet is in `srv.buf`. Whether it answered.
+    fn watch_step(&mut self) -> Result<bool, String> {
+        let at = self.size as usize - 1;
+        let got = self
+            .srv
+            .buf
+            .load(at)
+            .map_err(|e| format!("server: watch the client's Write: {e}"))?;
+        if got != tag(self.got) {
+            return Ok(false);
+        }
+        watched_write(
+            &self.srv.qp,
+            self.got,
+            &self.srv.reply,
+            self.size,
+            &self.peer,
+        )
+        .map_err(|e| format!("server: answer {}: {e}", self.got + 1))?;
+        self.got += 1;
+        Ok(true)
+    }
+
     fn step(&mut self) -> Result<Option<HookStatus>, String> {
         if self.stop.load(Ordering::Acquire) {
             return Ok(None);
         }
         let mut busy = false;
+        if self.watch && self.watch_step()? {
+            if self.got >= self.limit {
+                return Ok(None);
+            }
+            busy = true;
+        }
         // Bounded: the CQ holds at most its depth.
         while let Some(wc) = self.srv.cq.poll_one() {
             busy = true;
@@ -721,12 +805,14 @@ impl Pair {
     /// [`ServerLoop`]); its answer count (or error) arrives on the returned
     /// channel. On an error it sets `stop`, so the client hook ends now,
     /// not at its timeout.
+    #[allow(clippy::too_many_arguments)] // the settings of one hook, two call sites
     fn server_hook(
         &self,
         test: Test,
         size: u32,
         limit: u64,
         until_marker: bool,
+        watch: bool,
         deadline: Instant,
         stop: &Arc<AtomicBool>,
     ) -> Result<mpsc::Receiver<Result<u64, String>>, String> {
@@ -736,6 +822,7 @@ impl Pair {
             peer: self.buf.clone(),
             test,
             size,
+            watch,
             limit,
             until_marker,
             deadline,
@@ -782,11 +869,12 @@ impl Pair {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (bound, deadline) = run_bound(plan);
+        let watch = test == Test::WriteLat && !plan.doorbell;
         // Read is answered by the server's stack: no server hook.
         let srx = if test == Test::ReadLat {
             None
         } else {
-            Some(self.server_hook(test, size, plan.iters, false, deadline, &stop)?)
+            Some(self.server_hook(test, size, plan.iters, false, watch, deadline, &stop)?)
         };
         let (tx, crx) = mpsc::channel();
         let cl = ClientLoop {
@@ -794,6 +882,7 @@ impl Pair {
             cq: self.cq.clone(),
             buf: self.buf.clone(),
             small: self.small.clone(),
+            wsrc: self.wsrc.clone(),
             slot_len: self.slot_len,
             remote: self.srv.buf.clone(),
             test,
@@ -826,6 +915,11 @@ impl Pair {
         };
         match (client, server) {
             (_, Err(s)) => Err(format!("in-loop {s}")),
+            // Each iteration ended on the server's answer to it.
+            (Ok(Ok(run)), Ok(answered)) if watch && answered != run.hist.len() => Err(format!(
+                "in-loop: the server answered {answered} Writes, the client counted {}",
+                run.hist.len()
+            )),
             (Ok(Ok(run)), Ok(_)) => Ok(run),
             (Ok(Err(c)), Ok(_)) => Err(format!("in-loop client: {c}")),
             (Err(_), Ok(_)) => Err(format!(
@@ -898,7 +992,7 @@ impl Pair {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (bound, deadline) = run_bound(plan);
-        let srx = self.server_hook(test, size, u64::MAX, true, deadline, &stop)?;
+        let srx = self.server_hook(test, size, u64::MAX, true, false, deadline, &stop)?;
         let cpu0 = crate::cpu_time();
         let (tx, crx) = mpsc::channel();
         let cl = ClientBw {
