@@ -238,12 +238,12 @@ pub fn connect(
     let cpd = client.alloc_pd()?;
     let ccq = client.create_cq(8192);
     let cbuf = cpd.register(vec![0xa5; len as usize], rw)?;
-    let wsrc = cpd.register(vec![0; len as usize], Access::LOCAL_READ)?;
     let slot_len = len.max(64);
     let small = cpd.register(
         vec![0; slot_len as usize * CLIENT_RECVS as usize],
         Access::LOCAL_WRITE | Access::LOCAL_READ,
     )?;
+    let wsrc = cpd.register(vec![0; len as usize], Access::LOCAL_READ)?;
 
     // The server accepts on a thread while this one connects.
     let (acq, aslots) = (scq.clone(), slots.clone());
