@@ -71,6 +71,38 @@ fn a_ping_pong_carries_its_acks_unless_told_to_ack_at_once() {
     }
 }
 
+/// `--pingpong --watch`: a Write alone each way, each end answering once
+/// the peer's last octet is in its region: every round trip completes (the
+/// harness counts one only when the octet it waits for is there), in the
+/// same two frames per round trip as the doorbell's, whose Write and Send
+/// share one segment.
+#[test]
+fn a_watched_ping_pong_completes_each_round_trip_on_the_peers_octet() {
+    let o = stack_cost(&[
+        "-s",
+        "64",
+        "--mib",
+        "1",
+        "--mtu",
+        "1500",
+        "--pingpong",
+        "--watch",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("pingpong: 16384 round trips of a 64-octet Write each way, the last octet watched: 2.00 frames"),
+        "{out}"
+    );
+    // --watch only with --pingpong.
+    let o = stack_cost(&["--watch"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}
+
 /// clap's convention: `--help` and `--version` exit 0 on stdout; an unknown
 /// flag exits 2 naming it.
 #[test]

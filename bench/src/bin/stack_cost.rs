@@ -13,7 +13,7 @@
 //!
 //! ```text
 //! stack-cost [--mtu N] [-s SIZE] [--window W] [--mib M] [--copy-tx] [--transport mpa|sctp]
-//!            [--pingpong] [--ack-at-once] [--mpa-crc]
+//!            [--pingpong [--watch]] [--ack-at-once] [--mpa-crc]
 //! ```
 //!
 //! `--transport sctp` runs the same Writes over DDP/SCTP (RFC 5043): the
@@ -26,6 +26,9 @@
 //! step for data going back, as every `iwarp` context does (`ACK_ROUND`);
 //! `--ack-at-once` ACKs every segment at once, as every context did
 //! before the delayed ACK (and inline contexts until 2026-11-28).
+//! `--pingpong --watch` sends a Write alone each way, each end watching
+//! the last octet of the peer's Write in its own region, as `iwarp-perf
+//! write_lat` does (its `--doorbell` is the plain `--pingpong`).
 //!
 //! `--mpa-crc` has both ends ask for MPA's CRC (RFC 5044 §4.3; off by
 //! default, as both ends may agree): MPA then checks every FPDU as SCTP
@@ -41,6 +44,7 @@ use iwarp_datapath::link::virtual_link::{LinkConfig, Side, VirtualLink};
 use iwarp_datapath::over_tcp::{CmEvent, HostCommand, HostOutput};
 use iwarp_datapath::stack::{Command, Output, Stack, StackConfig, Transport, Ulp};
 use iwarp_datapath::StreamParams;
+use iwarp_memreg::Region;
 use iwarp_proto::mem::{Access, MemoryTable, PdId, STag};
 use iwarp_proto::qp::{Sge, WorkRequest};
 use tcp_lite::iface::IfaceConfig;
@@ -83,6 +87,11 @@ struct Args {
     /// path's software cost (both ends, no clock, no threads).
     #[arg(long)]
     pingpong: bool,
+    /// With --pingpong: a Write alone each way, each end watching the last
+    /// octet of the peer's Write in its own region (`iwarp-perf
+    /// write_lat`; without it, `write_lat --doorbell`).
+    #[arg(long, requires = "pingpong")]
+    watch: bool,
     /// ACK every segment at once, as an inline context does (default: one
     /// round later unless data goes back first, as a context with a loop
     /// thread does).
@@ -94,14 +103,17 @@ struct Args {
     mpa_crc: bool,
 }
 
-/// One end: a stack with one region of `len` octets, remotely writable.
+/// One end: a stack with one region of `len` octets, remotely writable;
+/// with `shared`, the region is an `iwarp_memreg::Region` whose clone
+/// comes back (the harness watches it), else a `Vec` as before.
 fn stack(
     last: u8,
     mtu: usize,
     len: usize,
     copy_tx: bool,
     ack_at_once: bool,
-) -> (Stack, PdId, STag) {
+    shared: bool,
+) -> (Stack, PdId, STag, Option<Region>) {
     let mut iface = IfaceConfig::new(
         EthernetAddress([0x02, 0, 0, 0, 0, last]),
         Ipv4Address::new(10, 5, 0, last),
@@ -126,15 +138,15 @@ fn stack(
     let data: Vec<u8> = (0..len)
         .map(|i| (i * 7 + usize::from(last)) as u8)
         .collect();
-    let stag = mem
-        .register(
-            pd,
-            data,
-            Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            0,
-        )
-        .expect("register");
-    (Stack::new(c, mem), pd, stag)
+    let access = Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let (stag, region) = if shared {
+        let r = Region::from_vec(data);
+        let stag = mem.register(pd, r.clone(), access, 0).expect("register");
+        (stag, Some(r))
+    } else {
+        (mem.register(pd, data, access, 0).expect("register"), None)
+    };
+    (Stack::new(c, mem), pd, stag, region)
 }
 
 fn ulp(pd: PdId, mtu: usize, crc: bool) -> Ulp {
@@ -160,8 +172,8 @@ fn ulp(pd: PdId, mtu: usize, crc: bool) -> Ulp {
 /// --toggle-collect='stack_cost::ours'` counts this part alone.
 #[inline(never)]
 fn ours(a: &Args) -> Result<(f64, u64), String> {
-    let (sa, pd_a, stag_a) = stack(1, a.mtu, a.size, a.copy_tx, a.ack_at_once);
-    let (sb, pd_b, stag_b) = stack(2, a.mtu, a.size, a.copy_tx, a.ack_at_once);
+    let (sa, pd_a, stag_a, region_a) = stack(1, a.mtu, a.size, a.copy_tx, a.ack_at_once, a.watch);
+    let (sb, pd_b, stag_b, region_b) = stack(2, a.mtu, a.size, a.copy_tx, a.ack_at_once, a.watch);
     let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
     let sctp = a.transport == "sctp";
     let remote = Ipv4Address::new(10, 5, 0, 1);
@@ -216,6 +228,16 @@ fn ours(a: &Args) -> Result<(f64, u64), String> {
     let total = (a.mib << 20) / a.size as u64;
     if a.pingpong {
         let sock_a = accepted.ok_or("no accepted connection")?;
+        if let (Some(ra), Some(rb)) = (region_a, region_b) {
+            return pingpong_watch(
+                &mut link,
+                (sock_a, sock),
+                (stag_a, stag_b),
+                (&ra, &rb),
+                a.size,
+                total,
+            );
+        }
         return pingpong(&mut link, (sock_a, sock), (stag_a, stag_b), a.size, total);
     }
     let (mut posted, mut done) = (0u64, 0u64);
@@ -392,6 +414,104 @@ fn pingpong(
     let rt = done as f64;
     println!(
         "pingpong: {done} round trips of a {size}-octet Write + doorbell each way: {:.2} frames, {:.2} link steps and {:.2} rounds left out (both stacks) per round trip, {:.3} us CPU per round trip",
+        (after.sent - before.sent) as f64 / rt,
+        steps as f64 / rt,
+        (idle(link) - idle0) as f64 / rt,
+        secs * 1e6 / rt
+    );
+    Ok((secs, total))
+}
+
+/// `--pingpong --watch`: `total` round trips of a Write alone each way; B
+/// starts each, A answers once the last octet of B's Write is in its
+/// region. B's Writes end in odd octets (2k + 1 mod 256), A's in even ones
+/// (2k + 2), so neither end ever takes its own octet for the peer's. The
+/// Writes are signaled (as `iwarp-perf write_lat`'s); their completions
+/// are drained each step.
+fn pingpong_watch(
+    link: &mut VirtualLink<Stack>,
+    (sock_a, sock_b): (usize, usize),
+    (stag_a, stag_b): (STag, STag),
+    (region_a, region_b): (&Region, &Region),
+    size: usize,
+    total: u64,
+) -> Result<(f64, u64), String> {
+    let last = size - 1;
+    let write = |link: &mut VirtualLink<Stack>, side, sock, (from, to): (STag, STag)| {
+        link.command(
+            side,
+            Command::Iwarp(
+                sock,
+                HostCommand::PostSend(WorkRequest::Write {
+                    wr_id: 1,
+                    signaled: true,
+                    local: Sge {
+                        stag: from,
+                        to: 0,
+                        len: size as u32,
+                    }
+                    .into(),
+                    remote_stag: to,
+                    remote_to: 0,
+                }),
+            ),
+        );
+    };
+    let store = |r: &Region, v: u8| r.store(last, v).map_err(|e| format!("store: {e:?}"));
+    let load = |r: &Region| r.load(last).map_err(|e| format!("load: {e:?}"));
+    let before = link.stats();
+    let idle = |l: &mut VirtualLink<Stack>| {
+        l.engine(Side::A).stats().idle_rounds + l.engine(Side::B).stats().idle_rounds
+    };
+    let idle0 = idle(link);
+    let cpu0 = iwarp_bench::cpu_time();
+    let (mut done, mut steps) = (0u64, 0u64);
+    // B's octet for round trip `k`, and A's answer.
+    let b_tag = |k: u64| (2 * k + 1) as u8;
+    let a_tag = |k: u64| (2 * k + 2) as u8;
+    store(region_b, b_tag(0))?;
+    write(link, Side::B, sock_b, (stag_b, stag_a));
+    // Whether A has answered round trip `done` yet.
+    let mut answered = false;
+    while done < total {
+        link.step();
+        steps += 1;
+        for side in [Side::A, Side::B] {
+            while let Some(o) = link.outputs(side).pop_front() {
+                match o {
+                    Output::Iwarp(_, HostOutput::Completion(c))
+                        if c.status != iwarp_proto::qp::WcStatus::Success =>
+                    {
+                        return Err(format!("{side:?}: {c:?}"));
+                    }
+                    Output::Iwarp(_, HostOutput::Completion(_)) => {}
+                    Output::Iwarp(_, other) => return Err(format!("{side:?}: {other:?}")),
+                    _ => {}
+                }
+            }
+        }
+        if !answered && load(region_a)? == b_tag(done) {
+            store(region_a, a_tag(done))?;
+            write(link, Side::A, sock_a, (stag_a, stag_b));
+            answered = true;
+        }
+        if answered && load(region_b)? == a_tag(done) {
+            done += 1;
+            answered = false;
+            if done < total {
+                store(region_b, b_tag(done))?;
+                write(link, Side::B, sock_b, (stag_b, stag_a));
+            }
+        }
+        if steps > 1_000_000_000 {
+            return Err(format!("stuck after {done} of {total} round trips"));
+        }
+    }
+    let secs = iwarp_bench::cpu_time() - cpu0;
+    let after = link.stats();
+    let rt = done as f64;
+    println!(
+        "pingpong: {done} round trips of a {size}-octet Write each way, the last octet watched: {:.2} frames, {:.2} link steps and {:.2} rounds left out (both stacks) per round trip, {:.3} us CPU per round trip",
         (after.sent - before.sent) as f64 / rt,
         steps as f64 / rt,
         (idle(link) - idle0) as f64 / rt,
