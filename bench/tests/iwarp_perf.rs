@@ -198,6 +198,15 @@ fn write_lat_with_threads_on_the_simulated_link() {
     assert!(t.contains("threads") && !t.contains("in-loop"), "{t}");
     // Threads may sleep on the CQ: the Send doorbell tells them.
     assert_eq!(doc["results"][0]["write_lat"], "doorbell");
+    // Spinning threads (--busy) watch the last octet, as the loops do.
+    let out = out_dir("perf_write_lat_threads_busy");
+    let stdout = run(
+        &["write_lat", "--sim", "-n", "150", "--threads", "--busy"],
+        &out,
+    );
+    let doc = check_lat(&stdout, &out, "write_lat", 2, 150);
+    assert_eq!(doc["results"][0]["write_lat"], "last_octet");
+    assert_eq!(doc["results"][0]["path"], "threads");
     // --loop-thread: the threads hand work to loop threads instead.
     let out = out_dir("perf_write_lat_threads_loop");
     let stdout = run(

@@ -52,8 +52,8 @@ pub struct Plan {
     /// in-loop hooks.
     pub threads: bool,
     /// write_lat as a Write and a 0-octet Send doorbell each way
-    /// (`--doorbell`, and always with `--threads`), not a Write whose last
-    /// octet the receiver watches in its own memory.
+    /// (`--doorbell`, and with `--threads` unless `--busy`), not a Write
+    /// whose last octet the receiver watches in its own memory.
     pub doorbell: bool,
     pub window: u64,
     pub label: String,
@@ -488,7 +488,7 @@ struct Cli {
     /// (whose Recv completes once the Write is placed) instead of watching
     /// the last octet of the peer's Write in its own memory, as perftest's
     /// ib_write_lat does. Two FPDUs each way instead of one; always so
-    /// with --threads, whose threads may sleep on the CQ.
+    /// with --threads unless --busy (threads that sleep on the CQ).
     #[arg(long)]
     doorbell: bool,
     /// Busy-poll (loops never sleep).
@@ -665,6 +665,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
                     args.threads,
                     None,
                     transport,
+                    false,
                 )
                 .map_err(|e| format!("connection {k}: {e}"))
             })
@@ -1157,7 +1158,8 @@ fn run() -> Result<(), String> {
         rate: if t.is_lat() { args.rate } else { None },
         busy: args.busy,
         threads: args.threads,
-        doorbell: args.doorbell || args.threads,
+        // Threads that sleep on the CQ need a completion to wake them.
+        doorbell: args.doorbell || (args.threads && !args.busy),
         window: args.window,
         label: format!("{} {size} B", t.name()),
     };
@@ -1309,6 +1311,7 @@ fn run() -> Result<(), String> {
             args.threads,
             server_pin,
             iwarp::Transport::Mpa,
+            job.test == Test::WriteLat && !plan.doorbell,
         )
         .map_err(e)?;
         // With --transport sctp: the same test over SCTP once the MPA/TCP
@@ -1324,6 +1327,7 @@ fn run() -> Result<(), String> {
                 args.threads,
                 server_pin,
                 iwarp::Transport::Sctp,
+                job.test == Test::WriteLat && !plan.doorbell,
             )
             .map_err(|x| format!("{} over SCTP: {x}", plan.label))
         };

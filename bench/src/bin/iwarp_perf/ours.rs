@@ -15,16 +15,17 @@
 //! - `send_lat`: Send of SIZE, the server answers with a Send of SIZE from
 //!   its own buffer as soon as the Recv completes; RTT = post of our Send to
 //!   our Recv completion; recorded RTT/2.
-//! - `write_lat` (in-loop): RDMA Write of SIZE into the server's region,
-//!   whose last octet is the iteration number (mod 256); the server's hook
-//!   watches that octet in its own memory ([`Mr::load`]) and answers with a
-//!   Write of SIZE into our region, whose last octet we watch, as perftest's
-//!   ib_write_lat does. RTT = post of our Write to the server's octet in our
-//!   memory; recorded RTT/2.
-//! - `write_lat` with `--doorbell` (and always with `--threads`, whose
-//!   threads may sleep on the CQ): the Write, then a 0-octet Send as
-//!   doorbell (RFC 5040 §5.5: its Recv completes only after the Write is
-//!   placed); the server answers the same way. RTT = post of our Write to
+//! - `write_lat` (in-loop, and `--threads --busy`): RDMA Write of SIZE
+//!   into the server's region, whose last octet is the iteration number
+//!   (mod 256); the server's hook (or thread) watches that octet in its
+//!   own memory ([`Mr::load`]) and answers with a Write of SIZE into our
+//!   region, whose last octet we watch, as perftest's ib_write_lat does.
+//!   RTT = post of our Write to the server's octet in our memory;
+//!   recorded RTT/2.
+//! - `write_lat` with `--doorbell` (and with `--threads` unless `--busy`:
+//!   threads that sleep on the CQ need a completion): the Write, then a
+//!   0-octet Send as doorbell (RFC 5040 §5.5: its Recv completes only
+//!   after the Write is placed); the server answers the same way. RTT = post of our Write to
 //!   the Recv of the server's doorbell; recorded RTT/2.
 //! - `read_lat`: one RDMA Read of SIZE; post to Read completion, full RTT.
 //! - with `--rate`: message *i* is due at start + *i*/rate; the value is the
@@ -206,6 +207,8 @@ pub struct Pair {
 /// With `answer_thread` the server answers on a thread of its own (the
 /// `--threads` path and bandwidth tests), pinned to `answer_core` when
 /// given; without, [`Pair::latency`] runs both ends in their poll loops.
+/// `watch` (write_lat, answer thread): the thread spins on the last octet
+/// of the client's Write in its region instead of waiting for a doorbell.
 #[allow(clippy::too_many_arguments)] // one call site; the settings of one run
 pub fn connect(
     server: &Context,
@@ -217,6 +220,7 @@ pub fn connect(
     answer_thread: bool,
     answer_core: Option<usize>,
     transport: iwarp::Transport,
+    watch: bool,
 ) -> Result<Pair, Error> {
     let len = size.max(1);
     let spd = server.alloc_pd()?;
@@ -279,6 +283,9 @@ pub fn connect(
             if let Some(id) = answer_core {
                 core_affinity::set_for_current(core_affinity::CoreId { id });
             }
+            if watch {
+                return watch_and_answer(&s, &sdone, &peer);
+            }
             let mut got = 0u64;
             while !sdone.load(Ordering::Acquire) {
                 let wc = match if busy {
@@ -315,6 +322,38 @@ pub fn connect(
         server: handle,
         done,
     })
+}
+
+/// The answer thread of a write_lat that watches memory: spin on the last
+/// octet of the client's next Write in `s.buf` (driving the loops through
+/// the CQ on an inline context) and answer each with a Write into `peer`,
+/// until told to stop.
+fn watch_and_answer(s: &Server, done: &AtomicBool, peer: &Mr) -> Result<(), Error> {
+    let at = s.len as usize - 1;
+    let mut got = 0u64;
+    let mut n = 0u32;
+    while !done.load(Ordering::Acquire) {
+        while let Some(wc) = s.cq.poll_one() {
+            if !wc.status.is_ok() {
+                if done.load(Ordering::Acquire) {
+                    break;
+                }
+                return Err(fail("server", &wc));
+            }
+        }
+        if s.buf.load(at)? == tag(got) {
+            watched_write(&s.qp, got, &s.reply, s.len, peer)?;
+            got += 1;
+            continue;
+        }
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(64) {
+            // Let a loop thread on this CPU (or the closing thread) in.
+            std::thread::yield_now();
+        }
+        std::hint::spin_loop();
+    }
+    s.qp.wait_disconnected(T).map(|_| ())
 }
 
 /// The completion that ends an iteration of a latency test.
@@ -950,18 +989,23 @@ impl Pair {
                 }
                 None => Instant::now(),
             };
-            post_lat(test, &self.qp, i, &self.buf, size, &self.srv.buf)?;
-            let want = wanted(test);
-            loop {
-                let wc = poll(&self.cq, plan.busy)?;
-                if !wc.status.is_ok() {
-                    return Err(fail("client", &wc));
-                }
-                if wc.opcode == Some(WcOpcode::Recv) {
-                    self.repost(&wc)?;
-                }
-                if wc.opcode == Some(want) {
-                    break;
+            if test == Test::WriteLat && !plan.doorbell {
+                watched_write(&self.qp, i, &self.wsrc, size, &self.srv.buf)?;
+                self.wait_answer(i)?;
+            } else {
+                post_lat(test, &self.qp, i, &self.buf, size, &self.srv.buf)?;
+                let want = wanted(test);
+                loop {
+                    let wc = poll(&self.cq, plan.busy)?;
+                    if !wc.status.is_ok() {
+                        return Err(fail("client", &wc));
+                    }
+                    if wc.opcode == Some(WcOpcode::Recv) {
+                        self.repost(&wc)?;
+                    }
+                    if wc.opcode == Some(want) {
+                        break;
+                    }
                 }
             }
             let ns = t0.elapsed().as_nanos() as u64;
@@ -971,6 +1015,30 @@ impl Pair {
             crate::progress(i, plan);
         }
         Ok(run)
+    }
+
+    /// write_lat watching memory from this thread: spin on the last octet
+    /// of the server's answer to iteration `i` in our region, draining our
+    /// Write completions (and driving the loops on an inline context).
+    fn wait_answer(&self, i: u64) -> Result<(), Error> {
+        let at = self.buf.len() - 1;
+        let deadline = Instant::now() + T;
+        let mut n = 0u32;
+        loop {
+            while let Some(wc) = self.cq.poll_one() {
+                if !wc.status.is_ok() {
+                    return Err(fail("client", &wc));
+                }
+            }
+            if self.buf.load(at)? == tag(i) {
+                return Ok(());
+            }
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(4096) && Instant::now() >= deadline {
+                return Err(Error::TimedOut);
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Keep `window` operations outstanding; see the module comment.
