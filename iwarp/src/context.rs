@@ -1096,6 +1096,13 @@ impl Context {
         if opts.mpa.private_data.len() > 512 {
             return Err(Error::InvalidArgument("private data over 512 octets"));
         }
+        if opts.transport != Transport::Mpa
+            && opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA
+        {
+            return Err(Error::InvalidArgument(
+                "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
+            ));
+        }
         self.refuse_sctp_on_loops(opts.transport, true)?;
         let lp = match (opts.loop_index, self.inner.loops.len()) {
             (Some(i), n) if i >= n => {
@@ -1114,13 +1121,6 @@ impl Context {
         opts.cq.serve_loop(lp);
         if let Some(r) = &opts.recv_cq {
             r.serve_loop(lp);
-        }
-        if opts.transport != Transport::Mpa
-            && opts.mpa.private_data.len() > iwarp_control::sctp::MAX_ULP_PRIVATE_DATA
-        {
-            return Err(Error::InvalidArgument(
-                "private data over 508 octets (SCTP: the IRD/ORD word takes 4)",
-            ));
         }
         self.inner.post_to(
             lp,

@@ -400,6 +400,15 @@ impl CqLoops {
         d
     }
 
+    /// The loops marked so far, as bits (tests).
+    #[cfg(test)]
+    pub(crate) fn marked(&self) -> [u64; 2] {
+        [
+            self.owners[0].load(Ordering::Relaxed),
+            self.owners[1].load(Ordering::Relaxed),
+        ]
+    }
+
     fn mark(&self, i: usize) {
         if let Some(w) = self.owners.get(i / 64) {
             w.fetch_or(1 << (i % 64), Ordering::Relaxed);

@@ -397,3 +397,25 @@ fn with_software_steering_a_cq_drives_the_loop_its_frames_arrive_on() {
     driven_by_applications(&server);
     driven_by_applications(&client);
 }
+
+/// A connect refused for its arguments (here private data too long for
+/// SCTP) takes no loop: the CQ it named drives no loop for it, and the
+/// next connection still goes to loop 0.
+#[test]
+fn a_refused_connect_leaves_its_cq_and_the_loop_turn_alone() {
+    let (server, client) = Context::sim_pair_queues_keeperless(2, false).unwrap();
+    let cpd = client.alloc_pd().unwrap();
+    let ccq = client.create_cq(16);
+    let mut opts = ConnectOptions::new(&cpd, &ccq);
+    opts.transport = crate::Transport::Sctp;
+    opts.mpa.private_data = vec![0; 510];
+    let to = SocketAddrV4::new(server.addr(), 7605);
+    let err = client.connect_start(to, &opts).unwrap_err();
+    assert!(err.to_string().contains("508"), "{err}");
+    let drive = ccq
+        .drive
+        .as_ref()
+        .expect("an inline context's CQ drives loops");
+    assert_eq!(drive.marked(), [0, 0], "{drive:?}");
+    assert_eq!(client.inner.next_loop.load(Ordering::Relaxed), 0);
+}
