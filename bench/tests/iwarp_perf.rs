@@ -364,28 +364,29 @@ fn stats_prints_both_contexts_counters() {
     }
 }
 
-/// `--queues 2 --connections 4`: four connections over two loops per end,
-/// two on each (the client's in turn, the server's on the same loop
-/// number), every message done, each loop's share printed, and the Linux
-/// baseline with two flows over loopback in the same run.
-#[test]
-fn write_bw_over_two_queues_on_the_simulated_link() {
-    let out = out_dir("queues");
-    let stdout = run(
-        &[
-            "write_bw",
-            "--sim",
-            "--queues",
-            "2",
-            "--connections",
-            "4",
-            "-n",
-            "300",
-            "-s",
-            "16384",
-        ],
-        &out,
-    );
+/// `write_bw --sim --queues 2 --connections 4 -n 300 -s 16384`, then `extra`.
+fn queues_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "write_bw",
+        "--sim",
+        "--queues",
+        "2",
+        "--connections",
+        "4",
+        "-n",
+        "300",
+        "-s",
+        "16384",
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// The per-connection table of a `--queues 2 --connections 4` run: each
+/// connection on the loop `--queues` gives it at both ends (the client's
+/// in turn, the server's on the same number), every one of its 300
+/// messages done.
+fn four_connections_on_two_loops(stdout: &str) {
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .skip_while(|l| !l.starts_with(" conn  client loop"))
@@ -404,6 +405,17 @@ fn write_bw_over_two_queues_on_the_simulated_link() {
         );
         assert_eq!(r[3], "300", "{stdout}");
     }
+}
+
+/// `--queues 2 --connections 4`: four connections over two loops per end,
+/// two on each (the client's in turn, the server's on the same loop
+/// number), every message done, each loop's share printed, and the Linux
+/// baseline with two flows over loopback in the same run.
+#[test]
+fn write_bw_over_two_queues_on_the_simulated_link() {
+    let out = out_dir("queues");
+    let stdout = run(&queues_args(&[]), &out);
+    four_connections_on_two_loops(&stdout);
     for who in ["client", "server"] {
         for i in 0..2 {
             let l = format!(" {who} loop {i}: connections 2 ");
@@ -448,44 +460,12 @@ fn write_bw_over_two_queues_on_the_simulated_link() {
 #[test]
 fn write_bw_over_two_queues_from_application_threads() {
     let out = out_dir("queues_threads");
-    let stdout = run(
-        &[
-            "write_bw",
-            "--sim",
-            "--queues",
-            "2",
-            "--connections",
-            "4",
-            "--threads",
-            "-n",
-            "300",
-            "-s",
-            "16384",
-        ],
-        &out,
-    );
+    let stdout = run(&queues_args(&["--threads"]), &out);
     assert!(
         stdout.contains("from application threads that drive the loops themselves (inline)"),
         "{stdout}"
     );
-    let rows: Vec<Vec<&str>> = stdout
-        .lines()
-        .skip_while(|l| !l.starts_with(" conn  client loop"))
-        .skip(1)
-        .take(4)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 4, "{stdout}");
-    for (k, r) in rows.iter().enumerate() {
-        let loop_no = (k % 2).to_string();
-        assert_eq!(r[0], k.to_string(), "{stdout}");
-        assert_eq!(
-            (r[1], r[2]),
-            (loop_no.as_str(), loop_no.as_str()),
-            "{stdout}"
-        );
-        assert_eq!(r[3], "300", "{stdout}");
-    }
+    four_connections_on_two_loops(&stdout);
     // Both loops of each end carried their two connections' frames.
     for who in ["client", "server"] {
         for i in 0..2 {
@@ -518,45 +498,12 @@ fn write_bw_over_two_queues_from_application_threads() {
 #[test]
 fn write_bw_over_sctp_on_two_queues_on_the_simulated_link() {
     let out = out_dir("queues_sctp");
-    let stdout = run(
-        &[
-            "write_bw",
-            "--sim",
-            "--queues",
-            "2",
-            "--connections",
-            "4",
-            "--transport",
-            "sctp",
-            "-n",
-            "300",
-            "-s",
-            "16384",
-        ],
-        &out,
-    );
+    let stdout = run(&queues_args(&["--transport", "sctp"]), &out);
     assert!(
         stdout.contains("write_bw over SCTP over the simulated link"),
         "{stdout}"
     );
-    let rows: Vec<Vec<&str>> = stdout
-        .lines()
-        .skip_while(|l| !l.starts_with(" conn  client loop"))
-        .skip(1)
-        .take(4)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 4, "{stdout}");
-    for (k, r) in rows.iter().enumerate() {
-        let loop_no = (k % 2).to_string();
-        assert_eq!(r[0], k.to_string(), "{stdout}");
-        assert_eq!(
-            (r[1], r[2]),
-            (loop_no.as_str(), loop_no.as_str()),
-            "{stdout}"
-        );
-        assert_eq!(r[3], "300", "{stdout}");
-    }
+    four_connections_on_two_loops(&stdout);
     for who in ["client", "server"] {
         let l = format!(" {who} SCTP, all loops: connections 4 ");
         assert!(stdout.contains(&l), "{l:?} in\n{stdout}");

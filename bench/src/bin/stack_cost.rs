@@ -323,25 +323,9 @@ fn pingpong(
         );
     };
     // Write from our region into the peer's, then the doorbell.
-    let ping = |link: &mut VirtualLink<Stack>, side, sock, (from, to): (STag, STag)| {
-        link.command(
-            side,
-            Command::Iwarp(
-                sock,
-                HostCommand::PostSend(WorkRequest::Write {
-                    wr_id: 1,
-                    signaled: true,
-                    local: Sge {
-                        stag: from,
-                        to: 0,
-                        len: size as u32,
-                    }
-                    .into(),
-                    remote_stag: to,
-                    remote_to: 0,
-                }),
-            ),
-        );
+    let ping = |link: &mut VirtualLink<Stack>, side, sock, stags: (STag, STag)| {
+        post_write(link, side, sock, stags, size);
+        let from = stags.0;
         link.command(
             side,
             Command::Iwarp(
@@ -360,12 +344,7 @@ fn pingpong(
         post_recv(link, Side::A, sock_a, id, stag_a);
         post_recv(link, Side::B, sock_b, id, stag_b);
     }
-    let before = link.stats();
-    let idle = |l: &mut VirtualLink<Stack>| {
-        l.engine(Side::A).stats().idle_rounds + l.engine(Side::B).stats().idle_rounds
-    };
-    let idle0 = idle(link);
-    let cpu0 = iwarp_bench::cpu_time();
+    let meter = Meter::start(link);
     let (mut done, mut steps) = (0u64, 0u64);
     // Receive completions of one end in one step (kept: the harness
     // allocates nothing per round trip, so callgrind counts the stacks).
@@ -409,17 +388,79 @@ fn pingpong(
             return Err(format!("stuck after {done} of {total} round trips"));
         }
     }
-    let secs = iwarp_bench::cpu_time() - cpu0;
-    let after = link.stats();
-    let rt = done as f64;
-    println!(
-        "pingpong: {done} round trips of a {size}-octet Write + doorbell each way: {:.2} frames, {:.2} link steps and {:.2} rounds left out (both stacks) per round trip, {:.3} us CPU per round trip",
-        (after.sent - before.sent) as f64 / rt,
-        steps as f64 / rt,
-        (idle(link) - idle0) as f64 / rt,
-        secs * 1e6 / rt
+    let secs = meter.report(
+        link,
+        done,
+        steps,
+        &format!("{size}-octet Write + doorbell each way"),
     );
     Ok((secs, total))
+}
+
+/// What a ping-pong run reports per round trip: frames, link steps,
+/// rounds left out (both stacks) and CPU time, from its start.
+struct Meter {
+    sent: u64,
+    idle: u64,
+    cpu: f64,
+}
+
+impl Meter {
+    fn idle_rounds(l: &mut VirtualLink<Stack>) -> u64 {
+        l.engine(Side::A).stats().idle_rounds + l.engine(Side::B).stats().idle_rounds
+    }
+
+    fn start(link: &mut VirtualLink<Stack>) -> Meter {
+        Meter {
+            sent: link.stats().sent,
+            idle: Self::idle_rounds(link),
+            cpu: iwarp_bench::cpu_time(),
+        }
+    }
+
+    /// Print the line for `done` round trips of `what` each way in
+    /// `steps` link steps; CPU seconds since the start.
+    fn report(&self, link: &mut VirtualLink<Stack>, done: u64, steps: u64, what: &str) -> f64 {
+        let secs = iwarp_bench::cpu_time() - self.cpu;
+        let rt = done as f64;
+        println!(
+            "pingpong: {done} round trips of a {what}: {:.2} frames, {:.2} link steps and {:.2} rounds left out (both stacks) per round trip, {:.3} us CPU per round trip",
+            (link.stats().sent - self.sent) as f64 / rt,
+            steps as f64 / rt,
+            (Self::idle_rounds(link) - self.idle) as f64 / rt,
+            secs * 1e6 / rt
+        );
+        secs
+    }
+}
+
+/// A signaled Write of `size` octets from region `from` into the peer's
+/// region `to`, on socket `sock` of `side`.
+fn post_write(
+    link: &mut VirtualLink<Stack>,
+    side: Side,
+    sock: usize,
+    (from, to): (STag, STag),
+    size: usize,
+) {
+    link.command(
+        side,
+        Command::Iwarp(
+            sock,
+            HostCommand::PostSend(WorkRequest::Write {
+                wr_id: 1,
+                signaled: true,
+                local: Sge {
+                    stag: from,
+                    to: 0,
+                    len: size as u32,
+                }
+                .into(),
+                remote_stag: to,
+                remote_to: 0,
+            }),
+        ),
+    );
 }
 
 /// `--pingpong --watch`: `total` round trips of a Write alone each way; B
@@ -437,34 +478,12 @@ fn pingpong_watch(
     total: u64,
 ) -> Result<(f64, u64), String> {
     let last = size - 1;
-    let write = |link: &mut VirtualLink<Stack>, side, sock, (from, to): (STag, STag)| {
-        link.command(
-            side,
-            Command::Iwarp(
-                sock,
-                HostCommand::PostSend(WorkRequest::Write {
-                    wr_id: 1,
-                    signaled: true,
-                    local: Sge {
-                        stag: from,
-                        to: 0,
-                        len: size as u32,
-                    }
-                    .into(),
-                    remote_stag: to,
-                    remote_to: 0,
-                }),
-            ),
-        );
+    let write = |link: &mut VirtualLink<Stack>, side, sock, stags| {
+        post_write(link, side, sock, stags, size);
     };
     let store = |r: &Region, v: u8| r.store(last, v).map_err(|e| format!("store: {e:?}"));
     let load = |r: &Region| r.load(last).map_err(|e| format!("load: {e:?}"));
-    let before = link.stats();
-    let idle = |l: &mut VirtualLink<Stack>| {
-        l.engine(Side::A).stats().idle_rounds + l.engine(Side::B).stats().idle_rounds
-    };
-    let idle0 = idle(link);
-    let cpu0 = iwarp_bench::cpu_time();
+    let meter = Meter::start(link);
     let (mut done, mut steps) = (0u64, 0u64);
     // B's octet for round trip `k`, and A's answer.
     let b_tag = |k: u64| (2 * k + 1) as u8;
@@ -507,15 +526,11 @@ fn pingpong_watch(
             return Err(format!("stuck after {done} of {total} round trips"));
         }
     }
-    let secs = iwarp_bench::cpu_time() - cpu0;
-    let after = link.stats();
-    let rt = done as f64;
-    println!(
-        "pingpong: {done} round trips of a {size}-octet Write each way, the last octet watched: {:.2} frames, {:.2} link steps and {:.2} rounds left out (both stacks) per round trip, {:.3} us CPU per round trip",
-        (after.sent - before.sent) as f64 / rt,
-        steps as f64 / rt,
-        (idle(link) - idle0) as f64 / rt,
-        secs * 1e6 / rt
+    let secs = meter.report(
+        link,
+        done,
+        steps,
+        &format!("{size}-octet Write each way, the last octet watched"),
     );
     Ok((secs, total))
 }
