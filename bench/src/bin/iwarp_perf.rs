@@ -1068,7 +1068,7 @@ fn lat_title(test: Test, rate: Option<f64>, threads: bool, doorbell: bool) -> St
             "open loop at {r} msg/s: each value is the full response time from the message's scheduled send time (coordinated-omission corrected), not halved"
         ),
         (Test::ReadLat, None) => "values: full round trip of one RDMA Read (as perftest's read_lat)".into(),
-        (Test::WriteLat, None) if doorbell => "values: half the round trip of Write+0-octet-Send doorbell each way (--doorbell; RTT/2 as perftest's write_lat reports)".into(),
+        (Test::WriteLat, None) if doorbell => "values: half the round trip of Write+0-octet-Send doorbell each way (--doorbell, or --threads without --busy; RTT/2 as perftest's write_lat reports)".into(),
         (Test::WriteLat, None) => "values: half the round trip of a Write each way, each end watching the last octet of the peer's Write in its own memory (as perftest's write_lat; RTT/2)".into(),
         _ => "values: half the round trip of a Send ping-pong (as perftest's send_lat reports RTT/2)".into(),
     };

@@ -25,8 +25,9 @@
 //! - `write_lat` with `--doorbell` (and with `--threads` unless `--busy`:
 //!   threads that sleep on the CQ need a completion): the Write, then a
 //!   0-octet Send as doorbell (RFC 5040 §5.5: its Recv completes only
-//!   after the Write is placed); the server answers the same way. RTT = post of our Write to
-//!   the Recv of the server's doorbell; recorded RTT/2.
+//!   after the Write is placed); the server answers the same way. RTT =
+//!   post of our Write to the Recv of the server's doorbell; recorded
+//!   RTT/2.
 //! - `read_lat`: one RDMA Read of SIZE; post to Read completion, full RTT.
 //! - with `--rate`: message *i* is due at start + *i*/rate; the value is the
 //!   completion time minus the due time, not halved.
