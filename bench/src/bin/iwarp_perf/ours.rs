@@ -833,6 +833,19 @@ impl Pair {
         (self.qp.loop_index(), self.srv.qp.loop_index())
     }
 
+    /// The client's next completion on the thread path: an error ends the
+    /// test; a Recv's slot is posted again.
+    fn next_wc(&self, busy: bool) -> Result<Wc, Error> {
+        let wc = poll(&self.cq, busy)?;
+        if !wc.status.is_ok() {
+            return Err(fail("client", &wc));
+        }
+        if wc.opcode == Some(WcOpcode::Recv) {
+            self.repost(&wc)?;
+        }
+        Ok(wc)
+    }
+
     fn repost(&self, wc: &Wc) -> Result<(), Error> {
         self.qp.post_recv(
             wc.wr_id,
@@ -996,18 +1009,7 @@ impl Pair {
             } else {
                 post_lat(test, &self.qp, i, &self.buf, size, &self.srv.buf)?;
                 let want = wanted(test);
-                loop {
-                    let wc = poll(&self.cq, plan.busy)?;
-                    if !wc.status.is_ok() {
-                        return Err(fail("client", &wc));
-                    }
-                    if wc.opcode == Some(WcOpcode::Recv) {
-                        self.repost(&wc)?;
-                    }
-                    if wc.opcode == Some(want) {
-                        break;
-                    }
-                }
+                while self.next_wc(plan.busy)?.opcode != Some(want) {}
             }
             let ns = t0.elapsed().as_nanos() as u64;
             let half = test != Test::ReadLat && interval.is_none();
@@ -1147,13 +1149,8 @@ impl Pair {
                 outstanding += 1;
                 credits = credits.saturating_sub(u64::from(test == Test::SendBw));
             }
-            let wc = poll(&self.cq, plan.busy)?;
-            if !wc.status.is_ok() {
-                return Err(fail("client", &wc));
-            }
-            if wc.opcode == Some(WcOpcode::Recv) {
+            if self.next_wc(plan.busy)?.opcode == Some(WcOpcode::Recv) {
                 credits += CREDIT_BATCH;
-                self.repost(&wc)?;
                 continue;
             }
             outstanding -= 1;
@@ -1167,15 +1164,9 @@ impl Pair {
         // End marker: a 0-octet Send the server answers with a 0-octet Send.
         send(&self.qp, u64::MAX, &self.buf, 0)?;
         loop {
-            let wc = poll(&self.cq, plan.busy)?;
-            if !wc.status.is_ok() {
-                return Err(fail("client", &wc));
-            }
-            if wc.opcode == Some(WcOpcode::Recv) {
-                self.repost(&wc)?;
-                if wc.byte_len == 0 {
-                    break;
-                }
+            let wc = self.next_wc(plan.busy)?;
+            if wc.opcode == Some(WcOpcode::Recv) && wc.byte_len == 0 {
+                break;
             }
         }
         let secs = start.elapsed().as_secs_f64();
