@@ -1356,7 +1356,8 @@ fn send_bw_server(
 /// `-u`, `-S`, `--cpu_util`, `-V`... accepted and ignored where they make no
 /// sense for us), the server address as the last argument, plus our
 /// `--iface`, `--ip ADDR[/PREFIX]`, `--gateway`, `--core`, `--busy`,
-/// `--loop-thread`, `--no-crc`, `--in-netns`, `--memif-socket`.
+/// `--loop-thread`, `--no-crc`, `--in-netns`, `--memif-socket`,
+/// `--trusted-link`.
 pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String> {
     let mut o = Options::new(kind);
     let mut s = StackArgs::default();
@@ -1419,6 +1420,7 @@ pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String
             "--gateway" => s.gateway = Some(value(&mut i)?),
             "--in-netns" => s.netns = Some(value(&mut i)?),
             "--memif-socket" => s.memif_socket = Some(value(&mut i)?.into()),
+            "--trusted-link" => s.trusted_link = true,
             "--core" => s.core = Some(num(&value(&mut i)?)? as usize),
             "--busy" => {
                 s.busy = true;
@@ -1486,6 +1488,10 @@ pub struct StackArgs {
     /// instead of AF_XDP (the server end creates it, the client end
     /// connects; both name the same path).
     pub memif_socket: Option<std::path::PathBuf>,
+    /// `--trusted-link` (with `--memif-socket`, on both sides): TCP
+    /// checksums neither computed nor checked
+    /// ([`iwarp::HostOptions::trusted_link`]).
+    pub trusted_link: bool,
 }
 
 impl StackArgs {
@@ -1493,6 +1499,9 @@ impl StackArgs {
     /// when `server`), AF_XDP on `--iface` otherwise.
     pub fn open(&self, server: bool, wait: Duration) -> Result<Context, String> {
         let Some(sock) = &self.memif_socket else {
+            if self.trusted_link {
+                return Err("--trusted-link is for --memif-socket (shared memory between two of our ends); AF_XDP computes TCP checksums".into());
+            }
             return open_context(&self.xdp()?, wait);
         };
         if self.iface.is_some() || self.netns.is_some() {
@@ -1507,6 +1516,7 @@ impl StackArgs {
         let mut o = iwarp::DpdkOptions::memif(0, role, 0, sock, addr, prefix);
         o.host.core = self.core;
         o.host.polling = self.polling();
+        o.host.trusted_link = self.trusted_link;
         if let Some(g) = &self.gateway {
             o.host.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
         }

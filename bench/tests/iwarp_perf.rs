@@ -328,6 +328,10 @@ fn help_and_version_exit_0_and_usage_errors_exit_2_with_the_reason() {
         (&["send_lat", "--sim", "--rate=0"][..], "--rate"),
         (&["write_bw", "--sim", "--window", "0"][..], "--window"),
         (&["write_lat", "--sim", "--netns"][..], "--netns"),
+        (
+            &["write_lat", "--sim", "--verify-checksums"][..],
+            "--verify-checksums is for --link memif",
+        ),
         (&["write_lat", "--queue", "64"][..], "--queue"),
         (
             &["write_lat", "--busy-poll-budget", "8"][..],

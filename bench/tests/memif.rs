@@ -58,6 +58,8 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
             String::from_utf8_lossy(&o.stderr)
         );
         assert!(stdout.contains("DPDK memif"), "{stdout}");
+        // Both ends are ours on shared memory: the link is trusted.
+        assert!(stdout.contains("TCP checksums: not computed"), "{stdout}");
         let row = first_row(&stdout);
         assert_eq!(row.len(), cols, "{stdout}");
         assert_eq!(row[1], 2000.0, "every iteration done: {stdout}");
@@ -70,6 +72,7 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
             )
             .expect("valid JSON");
             assert_eq!(json["link"], "memif");
+            assert_eq!(json["tcp_checksums"], "trusted");
             let r = &json["results"][0];
             assert!(
                 r["floor"]["p50_us"].as_f64().expect("floor p50") > 0.0,
@@ -81,7 +84,8 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
 }
 
 /// perftest mode's server and client in two processes on one memif socket:
-/// both finish every iteration and print their row.
+/// both finish every iteration and print their row, with TCP checksums
+/// (write_lat) and on a trusted link (write_bw, `--trusted-link`).
 #[test]
 fn perftest_mode_across_two_processes_over_memif() {
     if !dpdk_or_skip() {
@@ -99,6 +103,9 @@ fn perftest_mode_across_two_processes_over_memif() {
             ])
             .arg("--memif-socket")
             .arg(&sock)
+            // write_bw with checksums neither computed nor checked
+            // (`--trusted-link`, both sides), write_lat with them.
+            .args((test == "write_bw").then_some("--trusted-link"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
             c
@@ -164,7 +171,17 @@ fn jumbo_frames_cross_memif_whole() {
     }
     let o = perf()
         .args([
-            "write_bw", "--link", "memif", "--mtu", "9000", "-n", "300", "--stats",
+            "write_bw",
+            "--link",
+            "memif",
+            "--mtu",
+            "9000",
+            "-n",
+            "300",
+            "--stats",
+            // The checksums computed over each jumbo frame, built in
+            // pieces, and checked at the other end.
+            "--verify-checksums",
         ])
         .output()
         .expect("run iwarp-perf");
@@ -174,8 +191,16 @@ fn jumbo_frames_cross_memif_whole() {
         "iwarp-perf write_bw --link memif --mtu 9000 failed\n{stdout}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    assert!(
+        stdout.contains("TCP checksums: computed and checked"),
+        "{stdout}"
+    );
     let row = first_row(&stdout);
     assert_eq!(row[1], 300.0, "every iteration done: {stdout}");
+    for l in stdout.lines().filter(|l| l.starts_with("iface: ")) {
+        assert_eq!(field(l, "rx_bad_checksum"), 0, "{stdout}");
+        assert!(field(l, "rx_tcp") > 0, "{stdout}");
+    }
     // Counters: the server context's device first, then the client's.
     let devices: Vec<&str> = stdout
         .lines()

@@ -140,6 +140,17 @@ pub struct HostOptions {
     /// fix is `ethtool -K <peer> tx off`). [`ContextStats::iface`] counts
     /// them either way.
     pub accept_partial_checksum: bool,
+    /// The link cannot alter a frame and the peer is ours, set the same
+    /// way: DPDK memif between two processes on this host (shared memory,
+    /// as Linux's veth, whose two ends skip TCP checksums). Sent segments
+    /// carry only the pseudo-header sum in their TCP Checksum field, as a
+    /// sender with TX checksum offload leaves it, and received ones are
+    /// taken without being summed: no octet is summed at either end
+    /// (`IfaceConfig::trusted_link`). A peer that verifies drops such
+    /// segments and counts them ([`ContextStats::iface`]'s
+    /// `rx_partial_checksum`). Default false: a wire, or a peer that is
+    /// not ours (VPP, a NIC), needs the checksum (RFC 9293 §3.1).
+    pub trusted_link: bool,
     /// Testing: drop this many received frames per million at random
     /// (seeded), before the stack sees them: loss for benchmarks and tests
     /// of loss recovery on AF_XDP, where netfilter cannot drop what the
@@ -178,6 +189,7 @@ impl HostOptions {
             mtu: None,
             tcp: TcpOptions::default(),
             accept_partial_checksum: false,
+            trusted_link: false,
             rx_drop_ppm: 0,
             copy_tx: false,
             max_held_per_conn: iwarp_datapath::budget::MAX_HELD_PER_CONN,
@@ -468,6 +480,7 @@ pub(crate) fn device_config(
     icfg.mtu = mtu;
     icfg.gateway = host.gateway.map(|g| Ipv4Address(g.octets()));
     icfg.accept_partial_checksum = host.accept_partial_checksum;
+    icfg.trusted_link = host.trusted_link;
     let mut cfg = StackConfig::new(icfg);
     cfg.copy_tx = host.copy_tx;
     cfg.max_held_per_conn = host.max_held_per_conn;

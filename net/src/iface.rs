@@ -81,6 +81,19 @@ pub struct IfaceConfig {
     /// segment reads it. Off by default: on a wire, such a segment is as
     /// corrupt as any other.
     pub accept_partial_checksum: bool,
+    /// The link cannot alter a frame, and the peer is set the same way:
+    /// shared memory between two stacks on one host (DPDK memif, an
+    /// in-memory link), as a Linux veth is, whose two ends skip TCP
+    /// checksums (`CHECKSUM_PARTIAL` in, taken as verified out). Sent TCP
+    /// segments then carry only the pseudo-header sum in their Checksum
+    /// field, as a sender with TX checksum offload leaves it for the NIC,
+    /// and received ones are taken without being summed. A peer that
+    /// verifies counts such segments in
+    /// [`IfaceStats::rx_partial_checksum`] and drops them unless it
+    /// accepts partial checksums. Off by default: on a wire, or with a
+    /// peer that is not ours, RFC 9293 §3.1 MUST-2 and MUST-3 (generate
+    /// and check the checksum) hold.
+    pub trusted_link: bool,
 }
 
 impl IfaceConfig {
@@ -95,6 +108,7 @@ impl IfaceConfig {
             ttl: 64,
             arp: arp::Config::default(),
             accept_partial_checksum: false,
+            trusted_link: false,
         }
     }
 }
@@ -208,8 +222,10 @@ impl IfaceStats {
             "{partial} of {bad} TCP segments dropped for a bad checksum carried only the \
              pseudo-header sum: the sender has TX checksum offload on and the frames never \
              reached a NIC that would finish the checksum (typically the peer end of a veth \
-             pair). Fix: turn it off on the sending interface (`ethtool -K <peer> tx off`), \
-             or accept such segments (IfaceConfig::accept_partial_checksum)"
+             pair), or the sender trusts the link and this end does not. Fix: turn the \
+             offload off on the sending interface (`ethtool -K <peer> tx off`), accept such \
+             segments (IfaceConfig::accept_partial_checksum), or, on shared memory between \
+             two of our stacks, trust the link at both ends (IfaceConfig::trusted_link)"
         ))
     }
 }

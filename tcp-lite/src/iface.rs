@@ -28,6 +28,12 @@
 //! trusts them too: they never left the host); otherwise
 //! [`IfaceStats::checksum_diagnosis`] names the cause and the fix.
 //!
+//! On a link that cannot alter a frame, between two stacks that both set
+//! [`IfaceConfig::trusted_link`] (shared memory: DPDK memif, an in-memory
+//! link), neither end sums a TCP segment: sent ones carry that partial
+//! pseudo-header sum, received ones are parsed without being summed, as
+//! Linux skips the sum between the two ends of a veth.
+//!
 //! The interface's own types are re-exported here, so that code which
 //! names them through `tcp_lite::iface` (tests, tools, benchmarks) keeps
 //! compiling; the datapath names [`iwarp_net::iface`].
@@ -143,16 +149,18 @@ enum Built {
 /// `write`, into its place after the header, piece by piece, then the
 /// header, with a TCP checksum over the payload where it now lies (RFC 9293
 /// §3.1; the pieces' sums combine as RFC 1071 §2 (C) allows, one that
-/// starts at an odd payload offset byte-swapped, §2 (B)).
+/// starts at an odd payload offset byte-swapped, §2 (B)), or with
+/// `partial` (a trusted link) the pseudo-header's sum alone and nothing
+/// summed.
 #[inline]
 fn build_filled(
     first: &mut [u8],
     rest: &mut [&mut [u8]],
-    src: &Ipv4Address,
-    dst: &Ipv4Address,
+    (src, dst): (&Ipv4Address, &Ipv4Address),
     seg: &TcpRepr<'_>,
     write: &mut dyn FnMut(usize, &mut [u8]) -> bool,
     fill_len: usize,
+    partial: bool,
 ) -> Built {
     let Some((head, p0)) = first.split_at_mut_checked(seg.header_len()) else {
         return Built::HeaderFailed;
@@ -166,11 +174,18 @@ fn build_filled(
         if !write(at, piece) {
             return Built::FillFailed;
         }
-        let s = checksum::data(piece);
-        sum = checksum::combine(&[sum, if at % 2 == 1 { s.swap_bytes() } else { s }]);
+        if !partial {
+            let s = checksum::data(piece);
+            sum = checksum::combine(&[sum, if at % 2 == 1 { s.swap_bytes() } else { s }]);
+        }
         at += piece.len();
     }
-    match seg.emit_header_sum(head, fill_len, sum, src, dst) {
+    let header = if partial {
+        seg.emit_header_partial(head, fill_len, src, dst)
+    } else {
+        seg.emit_header_sum(head, fill_len, sum, src, dst)
+    };
+    match header {
         Ok(()) => Built::Done,
         Err(_) => Built::HeaderFailed,
     }
@@ -203,8 +218,15 @@ impl TcpInterface for Interface {
             self.stats_mut().rx_malformed += 1;
             return None;
         };
-        // Checks the checksum over the pseudo-header.
-        let seg = match TcpRepr::parse(&tcp, &src, &dst) {
+        // Checks the checksum over the pseudo-header, unless the link is
+        // trusted (`IfaceConfig::trusted_link`: nothing on it can alter
+        // the segment, and its sender left the sum to the link).
+        let parsed = if self.config().trusted_link {
+            TcpRepr::parse_unverified(&tcp)
+        } else {
+            TcpRepr::parse(&tcp, &src, &dst)
+        };
+        let seg = match parsed {
             Ok(seg) => seg,
             Err(crate::wire::Error::BadChecksum { found, .. }) => {
                 self.stats_mut().rx_bad_checksum += 1;
@@ -249,6 +271,7 @@ impl TcpInterface for Interface {
         tx: &mut dyn FrameSink,
     ) -> Result<(), SendError> {
         let src = self.config().ip;
+        let partial = self.config().trusted_link;
         self.send_ipv4_parts(
             dst,
             IpProtocol::TCP,
@@ -256,7 +279,14 @@ impl TcpInterface for Interface {
             seg.payload,
             now,
             tx,
-            |head| seg.emit_header(head, &src, &dst).is_ok(),
+            |head| {
+                if partial {
+                    seg.emit_header_partial(head, seg.payload.len(), &src, &dst)
+                        .is_ok()
+                } else {
+                    seg.emit_header(head, &src, &dst).is_ok()
+                }
+            },
         )
     }
 
@@ -277,6 +307,7 @@ impl TcpInterface for Interface {
             write,
         } = fill;
         let src = self.config().ip;
+        let partial = self.config().trusted_link;
         let mut built = Built::NotCalled;
         self.send_ipv4_sg(
             dst,
@@ -285,7 +316,7 @@ impl TcpInterface for Interface {
             now,
             tx,
             |first, rest| {
-                built = build_filled(first, rest, &src, &dst, seg, write, fill_len);
+                built = build_filled(first, rest, (&src, &dst), seg, write, fill_len, partial);
                 built == Built::Done
             },
         )?;
@@ -457,7 +488,11 @@ mod tests {
 
     /// An interface that knows the peer's MAC (learnt from its ARP request).
     fn iface_knowing_peer() -> Interface {
-        let mut i = iface();
+        knowing_peer(iface())
+    }
+
+    /// `i`, once it has learnt the peer's MAC from its ARP request.
+    fn knowing_peer(mut i: Interface) -> Interface {
         let req = arp_frame(ArpOperation::REQUEST, EthernetAddress([0; 6]));
         assert!(i.receive(&req, 0, &mut |_| ()).is_none());
         assert_eq!(i.arp().lookup(PEER, 0), Some(PEER_MAC));
@@ -824,5 +859,73 @@ mod tests {
             f[50..52].copy_from_slice(&[0x5f, 0x4e]);
             assert!(i.receive(&f, 0, &mut |_| {}).is_some());
         }
+    }
+
+    /// An interface on a trusted link (`IfaceConfig::trusted_link`).
+    fn trusted(ip: Ipv4Address) -> Interface {
+        let mut cfg = IfaceConfig::new(MAC, ip, 24);
+        cfg.trusted_link = true;
+        Interface::new(cfg)
+    }
+
+    /// On a trusted link the segment is [`FILLED_FRAME`] octet for octet
+    /// but for its TCP Checksum, which holds the folded pseudo-header sum
+    /// alone (10.9.0.1 + 10.9.0.2 + 6 + 27 octets = 0x1436, the form of
+    /// [`PARTIAL_CSUM_FRAME`]'s), filled in place or given as octets.
+    #[test]
+    fn a_trusted_link_sends_the_pseudo_header_sum_alone() {
+        let mut want = FILLED_FRAME;
+        want[50..52].copy_from_slice(&[0x14, 0x36]);
+        let mut i = knowing_peer(trusted(IP));
+        let mut dev = Recorder::default();
+        let mut write = |_at: usize, b: &mut [u8]| {
+            b.copy_from_slice(b"filled!");
+            true
+        };
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
+            .unwrap();
+        assert_eq!(dev.built, [want.to_vec()]);
+        let mut j = knowing_peer(trusted(IP));
+        let mut seg = filled_seg();
+        seg.payload = b"filled!";
+        let mut out = Vec::new();
+        j.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
+            .unwrap();
+        assert_eq!(out, [want.to_vec()]);
+        // A peer that verifies sees what a Linux sender with TX checksum
+        // offload leaves, and says so.
+        let mut cfg = IfaceConfig::new(PEER_MAC, PEER, 24);
+        cfg.accept_partial_checksum = false;
+        let mut peer = Interface::new(cfg);
+        assert!(peer.receive(&want, 0, &mut |_| {}).is_none());
+        let st = *peer.stats();
+        assert_eq!((st.rx_partial_checksum, st.rx_tcp), (1, 0));
+        assert!(st.checksum_diagnosis().is_some());
+    }
+
+    /// A trusted link's receiver does not sum: the partial checksum, a
+    /// full one and a wrong one are all taken, and nothing is counted as a
+    /// bad or partial checksum; a header too short is still malformed.
+    #[test]
+    fn a_trusted_link_takes_segments_without_summing_them() {
+        let mut i = trusted(IP);
+        for sum in [[0x14, 0x31], [0x5f, 0x4e], [0x14, 0x32]] {
+            let mut f = PARTIAL_CSUM_FRAME;
+            f[50..52].copy_from_slice(&sum);
+            let ing = i.receive(&f, 0, &mut |_| {}).expect("the segment");
+            assert_eq!(ing.seg.payload, b"hi");
+            assert_eq!((ing.seg.seq_number, ing.seg.ack_number), (1000, 77));
+        }
+        let st = *i.stats();
+        assert_eq!(st.rx_tcp, 3);
+        assert_eq!((st.rx_bad_checksum, st.rx_partial_checksum), (0, 0));
+        let mut f = PARTIAL_CSUM_FRAME;
+        f[46] = 0x40; // Data Offset 4: shorter than a TCP header
+        assert!(i.receive(&f, 0, &mut |_| {}).is_none());
+        assert_eq!(i.stats().rx_malformed, 1);
     }
 }

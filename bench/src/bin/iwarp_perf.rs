@@ -224,6 +224,8 @@ struct Args {
     rate: Option<f64>,
     busy: bool,
     copy_tx: bool,
+    /// Over memif: TCP checksums computed and checked (`--verify-checksums`).
+    verify_checksums: bool,
     threads: bool,
     /// `--threads --loop-thread`: loop threads, not inline contexts.
     loop_thread: bool,
@@ -500,6 +502,13 @@ struct Cli {
     /// transmit is measured against (`HostOptions::copy_tx`).
     #[arg(long)]
     copy_tx: bool,
+    /// Over memif, compute and check TCP checksums at both ends. By
+    /// default our two memif ends, both ours on shared memory, trust the
+    /// link and sum nothing (`HostOptions::trusted_link`), as Linux's
+    /// baseline skips the sum between the two ends of its veth; the
+    /// simulated link is always trusted, AF_XDP never.
+    #[arg(long)]
+    verify_checksums: bool,
     /// First CPU of the placement (server end; the client end takes the next).
     #[arg(long, value_name = "N")]
     core: Option<usize>,
@@ -778,6 +787,12 @@ fn parse_args() -> Args {
             std::process::exit(2);
         }
     }
+    if c.verify_checksums && c.link != Some(Link::Memif) {
+        eprintln!(
+            "iwarp-perf: --verify-checksums is for --link memif (the simulated link is always trusted, AF_XDP always computes them)"
+        );
+        std::process::exit(2);
+    }
     match c.crc_backend.as_str() {
         "crc32c" => iwarp_crc::force(iwarp_crc::Backend::Crc32c),
         "crc-fast" => iwarp_crc::force(iwarp_crc::Backend::CrcFast),
@@ -803,6 +818,7 @@ fn parse_args() -> Args {
         rate: c.rate,
         busy: c.busy,
         copy_tx: c.copy_tx,
+        verify_checksums: c.verify_checksums,
         threads: c.threads,
         doorbell: c.doorbell,
         loop_thread: c.loop_thread,
@@ -883,6 +899,23 @@ fn placement(args: &Args) -> (usize, usize) {
     (first, (first + 1) % ncpu)
 }
 
+/// Whether our two ends sum TCP segments: "computed" or "trusted".
+fn checksums_word(args: &Args) -> &'static str {
+    match args.link {
+        Link::Sim => "trusted",
+        Link::Memif if !args.verify_checksums => "trusted",
+        _ => "computed",
+    }
+}
+
+/// [`checksums_word`], as a line for the run's header.
+fn checksums_line(args: &Args) -> &'static str {
+    match checksums_word(args) {
+        "trusted" => "not computed (a trusted link: shared memory between our two ends, as Linux skips the sum on its veth; --verify-checksums computes them over memif)",
+        _ => "computed and checked at both ends",
+    }
+}
+
 /// The memif link our contexts use (link 0 of this process's sockets).
 const MEMIF_LINK: u32 = 0;
 
@@ -941,6 +974,7 @@ fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), Strin
         o.host.mtu = args.mtu.map(|m| m as usize);
         o.host.copy_tx = args.copy_tx;
         o.host.polling = polling(args);
+        o.host.trusted_link = !args.verify_checksums;
         o
     };
     let s = iwarp::Context::dpdk(&eal, &opts(0, MemifRole::Server, 11, first))
@@ -983,6 +1017,7 @@ fn memif_queue_contexts(
         };
         o.host.mtu = args.mtu.map(|m| m as usize);
         o.host.polling = polling;
+        o.host.trusted_link = !args.verify_checksums;
         o
     };
     let s = iwarp::Context::dpdk(&eal, &opts(2 * link, MemifRole::Server, 11))
@@ -1146,6 +1181,7 @@ fn run() -> Result<(), String> {
             "no Linux baseline: it runs across a veth between two namespaces, which needs root"
         );
     }
+    println!("TCP checksums: {}", checksums_line(&args));
     let plan_for = |t: Test, size: u32| Plan {
         iters: args.iters.unwrap_or(match (args.duration, t.is_lat()) {
             (Some(_), _) => u64::MAX,
@@ -1713,6 +1749,7 @@ fn run() -> Result<(), String> {
         "busy_polling": args.busy,
         "polling": format!("{:?}", polling(&args)),
         "link": args.link.name(),
+        "tcp_checksums": checksums_word(&args),
         "linux_wait": wait.word(),
         "latency_path": path_name(args.threads),
         "latency_path_note": if args.threads { "latency tests from application threads that post and wait on the CQ (--threads)" } else { "latency tests with both ends inside their poll loops (run_in_loop hooks)" },
@@ -1768,11 +1805,12 @@ fn perftest_mode() -> Option<Result<(), String>> {
 }
 
 const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SIZE | -a] [-n ITERS] [-t TX] [-r RX] [-o READS]
-                  [--report_gbits] (--iface IFACE [--in-netns NS] | --memif-socket PATH)
+                  [--report_gbits] (--iface IFACE [--in-netns NS] | --memif-socket PATH [--trusted-link])
                   --ip ADDR[/PREFIX] [--gateway GW] [--core N] [--busy] [--loop-thread] [--no-crc] [SERVER]
   Client or server of rdma-core's ib_TEST -R (perftest's other flags, such as -d or -F, are accepted and
   ignored). Without SERVER it waits for a perftest client. --memif-socket: a DPDK memif link on that
-  socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects).
+  socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects);
+  --trusted-link, on both sides: TCP checksums neither computed nor checked on that shared memory.
   The test's thread drives the stack (run to completion, one thread on one core works); --loop-thread
   runs it on a poll loop thread instead (--core N pins that loop; --busy: the loop and the CQ spin).";
 

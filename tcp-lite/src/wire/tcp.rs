@@ -829,6 +829,24 @@ impl<'a> Repr<'a> {
                 computed,
             });
         }
+        Self::parse_fields(packet)
+    }
+
+    /// [`parse`](Self::parse) without summing the segment: lengths and
+    /// options are checked, the Checksum is not read. Only for a link that
+    /// cannot alter a frame and whose sender leaves the sum to it (the
+    /// interface's `trusted_link`: shared memory between two stacks on one
+    /// host, where Linux trusts a veth peer's `CHECKSUM_PARTIAL` segments
+    /// the same way); on a wire RFC 9293 §3.1 MUST-3 needs
+    /// [`parse`](Self::parse).
+    pub fn parse_unverified<T: AsRef<[u8]> + ?Sized>(
+        packet: &Packet<&'a T>,
+    ) -> Result<Repr<'a>, Error> {
+        packet.check_len()?;
+        Self::parse_fields(packet)
+    }
+
+    fn parse_fields<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&'a T>) -> Result<Repr<'a>, Error> {
         let mut repr = Repr {
             src_port: packet.src_port(),
             dst_port: packet.dst_port(),
@@ -993,6 +1011,24 @@ impl<'a> Repr<'a> {
         )
     }
 
+    /// [`emit_header_sum`](Self::emit_header_sum) for a link that
+    /// finishes the checksum itself, or needs none (the interface's
+    /// `trusted_link`): the Checksum field holds only the folded sum of the
+    /// IPv4 pseudo-header for a segment of `header_len() + payload_len`
+    /// octets, not complemented, as a Linux sender with TX checksum
+    /// offload leaves it for the NIC (`CHECKSUM_PARTIAL`). Neither the
+    /// header nor the payload is summed. Fails, writing nothing, as
+    /// [`emit`](Self::emit) does.
+    pub fn emit_header_partial(
+        &self,
+        buffer: &mut [u8],
+        payload_len: usize,
+        src_addr: &Address,
+        dst_addr: &Address,
+    ) -> Result<(), Error> {
+        self.emit_header_with(buffer, payload_len, src_addr, dst_addr, None)
+    }
+
     /// [`emit_header_over`](Self::emit_header_over) for a payload of
     /// `payload_len` octets given by its one's complement sum (RFC 1071,
     /// [`checksum::data`] over it, or partial sums combined): for a payload
@@ -1004,6 +1040,19 @@ impl<'a> Repr<'a> {
         payload_sum: u16,
         src_addr: &Address,
         dst_addr: &Address,
+    ) -> Result<(), Error> {
+        self.emit_header_with(buffer, payload_len, src_addr, dst_addr, Some(payload_sum))
+    }
+
+    /// The header, with a full Checksum over the payload whose sum is
+    /// `payload_sum`, or (`None`) the pseudo-header's sum alone.
+    fn emit_header_with(
+        &self,
+        buffer: &mut [u8],
+        payload_len: usize,
+        src_addr: &Address,
+        dst_addr: &Address,
+        payload_sum: Option<u16>,
     ) -> Result<(), Error> {
         let header_len = self.header_len();
         let len = header_len + payload_len;
@@ -1049,12 +1098,13 @@ impl<'a> Repr<'a> {
         // and the data, with the checksum field itself taken as zero. The
         // header is a whole number of 32-bit words, so the data's sum adds
         // in as it stands (RFC 1071 §2 (C)).
+        let pseudo = checksum::pseudo_header(src_addr, dst_addr, Protocol::TCP, seg_len);
+        let Some(payload_sum) = payload_sum else {
+            packet.set_checksum(pseudo);
+            return Ok(());
+        };
         packet.set_checksum(0);
-        let sum = checksum::combine(&[
-            checksum::pseudo_header(src_addr, dst_addr, Protocol::TCP, seg_len),
-            checksum::data(packet.buffer),
-            payload_sum,
-        ]);
+        let sum = checksum::combine(&[pseudo, checksum::data(packet.buffer), payload_sum]);
         packet.set_checksum(!sum);
         Ok(())
     }
