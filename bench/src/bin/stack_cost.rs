@@ -101,6 +101,11 @@ struct Args {
     /// SCTP's CRC32c on every packet is always on).
     #[arg(long)]
     mpa_crc: bool,
+    /// Both ends trust the link (`IfaceConfig::trusted_link`, as an
+    /// `iwarp` simulated pair and `iwarp-perf`'s memif pair): no TCP
+    /// checksum computed or checked.
+    #[arg(long)]
+    trusted_link: bool,
 }
 
 /// One end: a stack with one region of `len` octets, remotely writable;
@@ -113,6 +118,7 @@ fn stack(
     copy_tx: bool,
     ack_at_once: bool,
     shared: bool,
+    trusted: bool,
 ) -> (Stack, PdId, STag, Option<Region>) {
     let mut iface = IfaceConfig::new(
         EthernetAddress([0x02, 0, 0, 0, 0, last]),
@@ -120,6 +126,7 @@ fn stack(
         24,
     );
     iface.mtu = mtu;
+    iface.trusted_link = trusted;
     let mut c = StackConfig::new(iface);
     c.tcp.rto_min = 5_000_000;
     c.tcp.rto_initial = 50_000_000;
@@ -172,8 +179,19 @@ fn ulp(pd: PdId, mtu: usize, crc: bool) -> Ulp {
 /// --toggle-collect='stack_cost::ours'` counts this part alone.
 #[inline(never)]
 fn ours(a: &Args) -> Result<(f64, u64), String> {
-    let (sa, pd_a, stag_a, region_a) = stack(1, a.mtu, a.size, a.copy_tx, a.ack_at_once, a.watch);
-    let (sb, pd_b, stag_b, region_b) = stack(2, a.mtu, a.size, a.copy_tx, a.ack_at_once, a.watch);
+    let end = |last| {
+        stack(
+            last,
+            a.mtu,
+            a.size,
+            a.copy_tx,
+            a.ack_at_once,
+            a.watch,
+            a.trusted_link,
+        )
+    };
+    let (sa, pd_a, stag_a, region_a) = end(1);
+    let (sb, pd_b, stag_b, region_b) = end(2);
     let mut link = VirtualLink::new(sa, sb, LinkConfig::default());
     let sctp = a.transport == "sctp";
     let remote = Ipv4Address::new(10, 5, 0, 1);
