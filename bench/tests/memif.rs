@@ -59,7 +59,10 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
         );
         assert!(stdout.contains("DPDK memif"), "{stdout}");
         // Both ends are ours on shared memory: the link is trusted.
-        assert!(stdout.contains("TCP checksums: not computed"), "{stdout}");
+        assert!(
+            stdout.contains("link checksums (TCP, SCTP CRC32c): not computed"),
+            "{stdout}"
+        );
         let row = first_row(&stdout);
         assert_eq!(row.len(), cols, "{stdout}");
         assert_eq!(row[1], 2000.0, "every iteration done: {stdout}");
@@ -192,7 +195,7 @@ fn jumbo_frames_cross_memif_whole() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        stdout.contains("TCP checksums: computed and checked"),
+        stdout.contains("link checksums (TCP, SCTP CRC32c): computed and checked"),
         "{stdout}"
     );
     let row = first_row(&stdout);

@@ -885,7 +885,7 @@ impl SctpHost {
                 }
                 ListenOutcome::Accept(_) | ListenOutcome::Drop => {}
             }
-        } else if let Some(n) = out_of_the_blue(pkt, &mut out) {
+        } else if let Some(n) = out_of_the_blue(pkt, self.cfg.sctp.trusted_link, &mut out) {
             // §8.4: an INIT to a port nobody listens on gets an ABORT
             // (item 3), a COOKIE-ECHO no answer; the rest as
             // `out_of_the_blue` says, within the rate limit (§8.4 allows

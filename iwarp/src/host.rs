@@ -142,14 +142,17 @@ pub struct HostOptions {
     pub accept_partial_checksum: bool,
     /// The link cannot alter a frame and the peer is ours, set the same
     /// way: DPDK memif between two processes on this host (shared memory,
-    /// as Linux's veth, whose two ends skip TCP checksums). Sent segments
-    /// carry only the pseudo-header sum in their TCP Checksum field, as a
-    /// sender with TX checksum offload leaves it, and received ones are
-    /// taken without being summed: no octet is summed at either end
-    /// (`IfaceConfig::trusted_link`). A peer that verifies drops such
-    /// segments and counts them ([`ContextStats::iface`]'s
-    /// `rx_partial_checksum`). Default false: a wire, or a peer that is
-    /// not ours (VPP, a NIC), needs the checksum (RFC 9293 §3.1).
+    /// as Linux's veth, whose two ends skip TCP checksums and SCTP's
+    /// CRC32c). Sent TCP segments carry only the pseudo-header sum in
+    /// their Checksum field, as a sender with TX checksum offload leaves
+    /// it, SCTP packets a zero Checksum field, and received ones are taken
+    /// without being summed: no octet is summed at either end
+    /// (`IfaceConfig::trusted_link`, `sctp_lite::assoc::Config::trusted_link`).
+    /// A peer that verifies drops such segments and counts TCP's
+    /// ([`ContextStats::iface`]'s `rx_partial_checksum`). Default false: a
+    /// wire, or a peer that is not ours (VPP, a NIC), needs the checksums
+    /// (RFC 9293 §3.1, RFC 9260 §6.8). MPA's own CRC is negotiated per
+    /// connection, apart from this.
     pub trusted_link: bool,
     /// Testing: drop this many received frames per million at random
     /// (seeded), before the stack sees them: loss for benchmarks and tests

@@ -87,8 +87,9 @@ pub struct IfaceConfig {
     /// checksums (`CHECKSUM_PARTIAL` in, taken as verified out). Sent TCP
     /// segments then carry only the pseudo-header sum in their Checksum
     /// field, as a sender with TX checksum offload leaves it for the NIC,
-    /// and received ones are taken without being summed. A peer that
-    /// verifies counts such segments in
+    /// and received ones are taken without being summed (the SCTP part
+    /// of a stack skips its CRC32c the same way). A peer that verifies
+    /// counts such segments in
     /// [`IfaceStats::rx_partial_checksum`] and drops them unless it
     /// accepts partial checksums. Off by default: on a wire, or with a
     /// peer that is not ours, RFC 9293 §3.1 MUST-2 and MUST-3 (generate

@@ -223,7 +223,7 @@ impl Sim {
                 if dir == Dir::AtoB {
                     match self.b.assoc.as_mut() {
                         Some(a) if a.is_closed() => {
-                            if let Some(n) = out_of_the_blue(&p, &mut buf) {
+                            if let Some(n) = out_of_the_blue(&p, false, &mut buf) {
                                 let r = buf[..n].to_vec();
                                 self.link.send(self.now, Dir::BtoA, r);
                             }
@@ -245,7 +245,7 @@ impl Sim {
                     if a.is_closed() {
                         // A real endpoint hands packets of no (live)
                         // association to the §8.4 rules.
-                        if let Some(n) = out_of_the_blue(&p, &mut buf) {
+                        if let Some(n) = out_of_the_blue(&p, false, &mut buf) {
                             let r = buf[..n].to_vec();
                             self.link.send(self.now, Dir::AtoB, r);
                         }

@@ -502,11 +502,11 @@ struct Cli {
     /// transmit is measured against (`HostOptions::copy_tx`).
     #[arg(long)]
     copy_tx: bool,
-    /// Over memif, compute and check TCP checksums at both ends. By
-    /// default our two memif ends, both ours on shared memory, trust the
-    /// link and sum nothing (`HostOptions::trusted_link`), as Linux's
-    /// baseline skips the sum between the two ends of its veth; the
-    /// simulated link is always trusted, AF_XDP never.
+    /// Over memif, compute and check TCP checksums (and SCTP's CRC32c) at
+    /// both ends. By default our two memif ends, both ours on shared
+    /// memory, trust the link and sum nothing (`HostOptions::trusted_link`),
+    /// as Linux's baseline skips the sum between the two ends of its veth;
+    /// the simulated link is always trusted, AF_XDP never.
     #[arg(long)]
     verify_checksums: bool,
     /// First CPU of the placement (server end; the client end takes the next).
@@ -1181,7 +1181,10 @@ fn run() -> Result<(), String> {
             "no Linux baseline: it runs across a veth between two namespaces, which needs root"
         );
     }
-    println!("TCP checksums: {}", checksums_line(&args));
+    println!(
+        "link checksums (TCP, SCTP CRC32c): {}",
+        checksums_line(&args)
+    );
     let plan_for = |t: Test, size: u32| Plan {
         iters: args.iters.unwrap_or(match (args.duration, t.is_lat()) {
             (Some(_), _) => u64::MAX,

@@ -103,7 +103,7 @@ struct Args {
     mpa_crc: bool,
     /// Both ends trust the link (`IfaceConfig::trusted_link`, as an
     /// `iwarp` simulated pair and `iwarp-perf`'s memif pair): no TCP
-    /// checksum computed or checked.
+    /// checksum or SCTP CRC32c computed or checked.
     #[arg(long)]
     trusted_link: bool,
 }

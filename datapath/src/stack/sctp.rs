@@ -26,6 +26,9 @@ impl Stack {
             // takes 8 octets of every packet's room, raw or not.
             c.udp_port = Some(crate::over_sctp::SCTP_UDP_PORT);
             c.sctp.max_packet = i.mtu.saturating_sub(28).min(65_535);
+            // A link that cannot alter a packet: no CRC32c either way,
+            // as no TCP checksum.
+            c.sctp.trusted_link = i.trusted_link;
             // The retransmission timer follows the stack's TCP settings
             // (RFC 9260 §6.3.1 suggests RTO.Min 1 s, as RFC 6298 does for
             // TCP), but never below the peer's delayed SACK: TCP's LAN

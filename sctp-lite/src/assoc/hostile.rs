@@ -286,7 +286,7 @@ fn init_ack_to(s: &mut Association, init: &[u8]) -> (u32, u32, Vec<u8>) {
     s.handle_packet(0, init);
     let mut b = vec![0u8; 2048];
     let n = s.poll_transmit(0, &mut b).expect("INIT-ACK");
-    let (h, chunks) = parse_all(&b[..n]).unwrap();
+    let (h, chunks) = parse_all(&b[..n], false).unwrap();
     let ChunkRepr::InitAck(ia) = &chunks[0] else {
         panic!("not INIT-ACK: {chunks:?}")
     };

@@ -61,7 +61,7 @@ impl Association {
             return;
         }
         let mut chunks = Chunks::new();
-        let Some(h) = parse_into(bytes, &mut chunks) else {
+        let Some(h) = parse_into(bytes, &mut chunks, self.cfg.trusted_link) else {
             self.stats.packets_discarded += 1;
             return;
         };

@@ -76,7 +76,7 @@ impl Listener {
         bytes: &[u8],
         out: &mut [u8],
     ) -> ListenOutcome {
-        let Some((h, chunks)) = parse_all(bytes) else {
+        let Some((h, chunks)) = parse_all(bytes, self.cfg.trusted_link) else {
             return ListenOutcome::Drop;
         };
         let Some(first) = chunks.first() else {
@@ -141,7 +141,7 @@ impl Listener {
                 a.handle_packet(now, bytes);
                 ListenOutcome::Accept(Box::new(a))
             }
-            _ => match out_of_the_blue(bytes, out) {
+            _ => match out_of_the_blue(bytes, self.cfg.trusted_link, out) {
                 Some(n) => ListenOutcome::Reply(n),
                 None => ListenOutcome::Drop,
             },
@@ -159,10 +159,11 @@ impl Listener {
 /// an ABORT whose Verification Tag is the INIT's Initiate Tag, T bit clear
 /// (item 3, §5.1), and the initiator learns at once that nobody listens
 /// (as from Linux) instead of retrying its INIT until Max.Init.Retransmits.
-/// An INIT whose own tag is not 0 is discarded (§8.5.1 A). Returns the
-/// reply's length in `out`.
-pub fn out_of_the_blue(bytes: &[u8], out: &mut [u8]) -> Option<usize> {
-    let (h, chunks) = parse_all(bytes)?;
+/// An INIT whose own tag is not 0 is discarded (§8.5.1 A). On a `trusted`
+/// link ([`Config::trusted_link`]) the packet's CRC32c is not checked; the
+/// reply's is always computed. Returns the reply's length in `out`.
+pub fn out_of_the_blue(bytes: &[u8], trusted: bool, out: &mut [u8]) -> Option<usize> {
+    let (h, chunks) = parse_all(bytes, trusted)?;
     if let Some(ChunkRepr::Init(init)) = chunks.first() {
         // §6.10: an INIT is bundled with nothing; a packet that bundles
         // one is not answered.

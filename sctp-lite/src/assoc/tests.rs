@@ -856,3 +856,65 @@ fn tsn_serial_arithmetic_wraps() {
     assert!(tsn_le(7, 7));
     assert!(tsn_lt(0x7fff_ffff, 0x8000_0000));
 }
+
+/// On a trusted link (`Config::trusted_link`) an association sends its
+/// packets with a zero Checksum field and takes a packet whatever its
+/// CRC32c says; an association that does not trust the link discards the
+/// same packet. Out of the blue, a trusted end answers an INIT whose
+/// CRC32c is zero, an untrusting one does not.
+#[test]
+fn a_trusted_link_neither_computes_nor_checks_the_crc32c() {
+    // Received: a DATA packet whose Checksum field is zero.
+    for trusted in [false, true] {
+        let (_c, mut s) = pair();
+        s.cfg.trusted_link = trusted;
+        // Nothing waiting ahead: a whole chunk is handed over in place.
+        assert_eq!(s.poll_event(), Some(Event::Connected));
+        let tsn = (s.rx_cum as u32).wrapping_add(1);
+        let mut p = data_packet(&s, 0x07, tsn, 0, 0, b"abc");
+        p[8..12].copy_from_slice(&[0; 4]);
+        let mut took = Vec::new();
+        s.handle_packet_with(0, &p, &mut |m: MessageRef<'_>| {
+            took.push(m.data.to_vec());
+            true
+        });
+        if trusted {
+            assert_eq!(took, [b"abc".to_vec()]);
+            assert_eq!(s.stats().packets_discarded, 0);
+        } else {
+            assert!(took.is_empty());
+            assert_eq!(s.stats().packets_discarded, 1);
+        }
+    }
+    // Sent: the field is zero where trusted, the CRC32c elsewhere.
+    for trusted in [false, true] {
+        let (mut c, _s) = pair();
+        c.cfg.trusted_link = trusted;
+        c.send(0, 0, false, b"hello").unwrap();
+        let mut b = vec![0u8; 2048];
+        let n = c.poll_transmit(0, &mut b).expect("a DATA packet");
+        let p = SctpPacket::new_checked(&b[..n]).unwrap();
+        assert!(p.chunks().any(|k| k.unwrap().ty == 0), "DATA");
+        if trusted {
+            assert_eq!(p.checksum(), 0);
+        } else {
+            assert_ne!(p.checksum(), 0);
+            p.verify_checksum().unwrap();
+        }
+    }
+    // Out of the blue: an INIT whose Checksum field is zero, as a
+    // trusting peer may send.
+    let mut c = Association::connect(cfg(1), 1000, 2000, 0, 0).unwrap();
+    let mut init = vec![0u8; 2048];
+    let n = c.poll_transmit(0, &mut init).unwrap();
+    init.truncate(n);
+    init[8..12].copy_from_slice(&[0; 4]);
+    let mut out = vec![0u8; 2048];
+    assert_eq!(out_of_the_blue(&init, false, &mut out), None);
+    let m = out_of_the_blue(&init, true, &mut out).expect("an ABORT");
+    let reply = SctpPacket::new_checked(&out[..m]).unwrap();
+    reply
+        .verify_checksum()
+        .expect("the reply's CRC32c computed");
+    assert_eq!(reply.chunks().next().unwrap().unwrap().ty, 6, "ABORT");
+}
