@@ -23,6 +23,7 @@
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`); with `IWARP_QUEUES` above 1, of the first loop (loop `i` on `IWARP_CORE + i`) | none |
 //! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: any `IWARP_POLL` (inline: the program's threads drive the loops of the QPs they poll), not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); `dpdk` memif: both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
+//! | `IWARP_TRUSTED_LINK` | `dpdk` only: `yes`: the link is shared memory between two processes of ours (memif) that both set it: TCP checksums and SCTP's CRC32c are neither computed nor checked ([`iwarp::HostOptions::trusted_link`], as Linux skips them between the two ends of a veth); an end that does not set it drops the other's segments and counts them as partial checksums. `no`: computed and checked | `no` |
 //! | `IWARP_STATS` | `yes`: at exit, one line per poll loop on standard error: the QPs connected on it, frames received and sent, octets TCP delivered | `no` |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for its connections to finish closing, TCP included (what it sent before still arrives, and the peer gets our FIN): those the program closed with `rdma_disconnect`, and those it left open, which exit closes as a kernel closes an exiting process's QPs | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
@@ -71,6 +72,8 @@ pub(crate) struct Config {
     pub queues: u16,
     /// Per-loop lines at exit (`IWARP_STATS=yes`).
     pub stats: bool,
+    /// No checksums on a DPDK link of ours (`IWARP_TRUSTED_LINK=yes`).
+    pub trusted_link: bool,
     pub mpa: iwarp::MpaConfig,
     pub connect_retry: std::time::Duration,
     pub linger: std::time::Duration,
@@ -210,9 +213,23 @@ impl Config {
             Some("yes") => true,
             Some(other) => return Err(format!("IWARP_STATS={other}: expected yes or no")),
         };
+        let trusted_link = match get("IWARP_TRUSTED_LINK").as_deref() {
+            None | Some("") | Some("no") => false,
+            Some("yes") if !matches!(link, Link::Dpdk { .. }) => {
+                return Err(
+                    "IWARP_TRUSTED_LINK=yes: only with IWARP_BACKEND=dpdk (shared \
+                            memory between two of our processes; AF_XDP reaches a wire); \
+                            unset it"
+                        .into(),
+                )
+            }
+            Some("yes") => true,
+            Some(other) => return Err(format!("IWARP_TRUSTED_LINK={other}: expected yes or no")),
+        };
         Ok(Config {
             queues,
             stats,
+            trusted_link,
             share,
             linger,
             connect_retry,
@@ -503,6 +520,7 @@ fn open_dpdk(cfg: &Config, devargs: &str) -> Result<iwarp::Context, String> {
     opts.host.polling = cfg.polling;
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
+    opts.host.trusted_link = cfg.trusted_link;
     opts.queue_count = cfg.queues;
     if cfg.queues > 1 {
         opts.queues = dpdk::Queues {
@@ -823,6 +841,17 @@ mod tests {
         assert!(!with(&xdp, &[("IWARP_STATS", "no")]).unwrap().stats);
         let e = with(&xdp, &[("IWARP_STATS", "1")]).unwrap_err();
         assert!(e.contains("IWARP_STATS=1"), "{e}");
+        // A trusted link: DPDK only, and off unless asked.
+        assert!(!with(&memif, &[]).unwrap().trusted_link);
+        assert!(
+            with(&memif, &[("IWARP_TRUSTED_LINK", "yes")])
+                .unwrap()
+                .trusted_link
+        );
+        let e = with(&xdp, &[("IWARP_TRUSTED_LINK", "yes")]).unwrap_err();
+        assert!(e.contains("only with IWARP_BACKEND=dpdk"), "{e}");
+        let e = with(&memif, &[("IWARP_TRUSTED_LINK", "on")]).unwrap_err();
+        assert!(e.contains("IWARP_TRUSTED_LINK=on"), "{e}");
     }
 
     #[test]

@@ -822,6 +822,24 @@ fn ib_write_bw_runs_unmodified_on_both_ends_over_memif() {
     );
 }
 
+/// `ib_write_bw` over memif with `IWARP_TRUSTED_LINK=yes` at both ends
+/// (no TCP checksum computed or checked): every Write arrives.
+#[test]
+fn ib_write_bw_runs_unmodified_over_a_trusted_memif_link() {
+    if !memif_ready("ib_write_bw") {
+        return;
+    }
+    let dir = TempDir::new("memif-bw-trusted");
+    let (c, s) = perftest_memif_env(
+        "ib_write_bw",
+        &["-R", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+        &[("IWARP_TRUSTED_LINK", "yes")],
+    );
+    assert_bw(&c, "65536");
+    assert_bw(&s, "65536");
+}
+
 /// `ib_send_bw -q 4`: perftest's SEND tests over librdmacm keep a
 /// receive credit per queue pair that the server writes into the client's
 /// slot of the same index, and it pairs the two ends' queue pairs by the
