@@ -11,35 +11,64 @@ use iwarp_frame::{FrameDevice, MemBell, SplitMix64};
 /// One end of an in-memory frame link (for tests and examples without
 /// privileges): frames cross in bounded lock-free queues. An end can sleep
 /// until a frame arrives ([`FrameDevice::wait`]): a transmission rings the
-/// other end's doorbell while that end sleeps.
+/// other end's doorbell while that end sleeps. A received frame's buffer
+/// goes back to the sender for a later frame (up to 256 of them, each of
+/// at most 16 KiB), as a NIC's ring buffers do: no allocation and no free
+/// per frame in the steady state.
 #[derive(Debug)]
 pub struct MemDevice {
     rx: Arc<ArrayQueue<Vec<u8>>>,
     tx: Arc<ArrayQueue<Vec<u8>>>,
+    /// Buffers for this end's transmissions (the peer's received ones).
+    spare_tx: Arc<ArrayQueue<Vec<u8>>>,
+    /// Where this end's received buffers go: the peer's `spare_tx`.
+    spare_rx: Arc<ArrayQueue<Vec<u8>>>,
     bell: Arc<MemBell>,
     peer_bell: Arc<MemBell>,
 }
+
+/// Buffers kept for reuse in each direction of a [`MemDevice`] link.
+const RECYCLED: usize = 256;
+
+/// The largest buffer a [`MemDevice`] keeps for reuse (a jumbo frame's;
+/// larger ones are freed): at most `RECYCLED * RECYCLED_MAX` octets held
+/// each way.
+const RECYCLED_MAX: usize = 16 * 1024;
 
 impl MemDevice {
     /// Two connected ends, each direction holding up to `depth` frames.
     pub fn pair(depth: usize) -> (MemDevice, MemDevice) {
         let ab = Arc::new(ArrayQueue::new(depth.max(1)));
         let ba = Arc::new(ArrayQueue::new(depth.max(1)));
+        let spare_a = Arc::new(ArrayQueue::new(RECYCLED));
+        let spare_b = Arc::new(ArrayQueue::new(RECYCLED));
         let (bell_a, bell_b) = (Arc::new(MemBell::default()), Arc::new(MemBell::default()));
         (
             MemDevice {
                 rx: ba.clone(),
                 tx: ab.clone(),
+                spare_tx: spare_a.clone(),
+                spare_rx: spare_b.clone(),
                 bell: bell_a.clone(),
                 peer_bell: bell_b.clone(),
             },
             MemDevice {
                 rx: ab,
                 tx: ba,
+                spare_tx: spare_b,
+                spare_rx: spare_a,
                 bell: bell_b,
                 peer_bell: bell_a,
             },
         )
+    }
+
+    /// A buffer of `len` zeroed octets for a frame: a recycled one if any.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.spare_tx.pop().unwrap_or_default();
+        b.clear();
+        b.resize(len, 0);
+        b
     }
 
     /// Queue `frame` to the other end, waking it if it sleeps.
@@ -60,6 +89,10 @@ impl FrameDevice for MemDevice {
                 Some(f) => {
                     sink(&f);
                     n += 1;
+                    if f.capacity() <= RECYCLED_MAX {
+                        // Full: this one is freed.
+                        let _ = self.spare_rx.push(f);
+                    }
                 }
                 None => break,
             }
@@ -67,7 +100,13 @@ impl FrameDevice for MemDevice {
         n
     }
     fn tx(&mut self, frame: &[u8]) -> bool {
-        self.send(frame.to_vec())
+        if self.tx.is_full() {
+            return false;
+        }
+        let mut b = self.spare_tx.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(frame);
+        self.send(b)
     }
     /// Builds straight into the `Vec` that crosses the link (no second
     /// copy); refused unbuilt while the link is full.
@@ -83,7 +122,7 @@ impl FrameDevice for MemDevice {
         if self.tx.is_full() {
             return false;
         }
-        let mut frame = vec![0u8; max];
+        let mut frame = self.buffer(max);
         match build(&mut frame) {
             Some(n) if n <= max => {
                 frame.truncate(n);
@@ -198,5 +237,48 @@ impl FrameDevice for FaultyDevice {
 
     fn flush(&mut self) {
         self.release_due();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What one `rx_burst` of `dev` hands over: each frame's octets and
+    /// where its buffer lies.
+    fn take(dev: &mut MemDevice) -> Vec<(Vec<u8>, usize)> {
+        let mut got = Vec::new();
+        dev.rx_burst(8, &mut |f| got.push((f.to_vec(), f.as_ptr() as usize)));
+        got
+    }
+
+    /// A received frame's buffer carries the sender's next frame (sent
+    /// whole or built in place), with exactly that frame's octets; a
+    /// buffer above `RECYCLED_MAX` is not kept.
+    #[test]
+    fn received_buffers_go_back_to_the_sender() {
+        let (mut a, mut b) = MemDevice::pair(4);
+        assert!(a.tx(&[7; 100]));
+        let first = take(&mut b);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0, vec![7; 100]);
+        // Shorter, built in place: the same buffer, no stale tail.
+        assert!(a.tx_build(60, &mut |f| {
+            f.copy_from_slice(&[9; 60]);
+            true
+        }));
+        let second = take(&mut b);
+        assert_eq!(second[0].0, vec![9; 60]);
+        assert_eq!(second[0].1, first[0].1, "the buffer came back");
+        // The other way is apart: b's frames travel in buffers of its own.
+        assert!(b.tx(&[1; 10]));
+        assert_eq!(take(&mut a)[0].0, vec![1; 10]);
+        // A buffer too large to keep.
+        assert!(a.tx(&vec![3; RECYCLED_MAX + 1]));
+        assert_eq!(take(&mut b)[0].0.len(), RECYCLED_MAX + 1);
+        assert!(a.spare_tx.is_empty(), "{}", a.spare_tx.len());
+        // A refused build leaves its buffer unsent.
+        assert!(!a.tx_build(20, &mut |_| false));
+        assert!(take(&mut b).is_empty());
     }
 }
