@@ -676,7 +676,7 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
             refused: 0,
         };
         let (o, held, held_limit) = (&*self.outputs, &mut self.held, self.held_limit);
-        busy |= engine.poll(now, &mut sink, &mut |out| {
+        let mut output = |out| {
             // In order: nothing passes what is already held; past the
             // bound the newest is dropped (counted), as a full completion
             // queue overruns.
@@ -696,7 +696,17 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
             } else {
                 lost += 1;
             }
-        });
+        };
+        busy |= engine.poll(now, &mut sink, &mut output);
+        // What was posted during the poll (a run-to-completion hook's
+        // answer to what this round received, an application thread's
+        // post) goes out in this round: its commands, then one more poll,
+        // instead of waiting for the end of this round and the start of
+        // the next.
+        if drain_commands(c, engine, now) {
+            busy = true;
+            engine.poll(now, &mut sink, &mut output);
+        }
         st.out_held_max = st.out_held_max.max(held.len() as u64);
         // Hand over what was held as room appears.
         while let Some(out) = held.pop_front() {

@@ -293,7 +293,9 @@ impl Context {
     /// no thread hand-off between the application and the stack. `f` may
     /// post ([`Qp::post_send`], [`Qp::post_recv`]) and poll
     /// ([`Cq::poll_one`]), which are queue operations; a post is handled
-    /// at the start of the next round. It must not block: calls that wait
+    /// before the round ends (the loop takes what was posted during its
+    /// poll and polls once more), so an answer leaves in the round that
+    /// received what it answers. It must not block: calls that wait
     /// for the loop (connect, accept, register, ...) fail there with
     /// [`Error::InLoop`], and [`Cq::wait`] would stall the loop. With
     /// [`Polling::Busy`] the loop, and so `f`, runs without pause.

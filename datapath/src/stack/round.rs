@@ -254,8 +254,8 @@ impl Stack {
         self.enforce_context_budget(now, sctp_held);
         busy |= self.budget.aborts != before;
         // Run-to-completion application code, after this round's
-        // completions reached their CQs; what it posts is handled at the
-        // start of the next round.
+        // completions reached their CQs; what it posts the loop handles
+        // before this round ends (its commands, then a second poll).
         if !self.hooks.is_empty() {
             self.hooks.retain_mut(|h| match (h.0)() {
                 HookStatus::Busy => {
