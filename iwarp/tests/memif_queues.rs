@@ -8,34 +8,24 @@
 //! installs it).
 #![cfg(feature = "dpdk")]
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Duration;
+mod memif_common;
 
-use iwarp::dpdk::{Eal, MemifRole};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use iwarp::dpdk::MemifRole;
 use iwarp::{
     Access, ConnectOptions, Context, DpdkOptions, Error, ListenOptions, Polling, Qp, WcOpcode,
     WorkRequest,
 };
-
-const T: Duration = Duration::from_secs(10);
+use memif_common::{eal_or_skip, T};
 const CONNS: usize = 6;
 const PIECE: usize = 8192;
 
 #[test]
 fn connections_over_two_memif_queues_land_on_both_loops() {
-    if !iwarp::dpdk::AVAILABLE {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI without DPDK: scripts/deps.sh --test installs libdpdk-dev"
-        );
-        eprintln!("SKIP: built without DPDK (install libdpdk-dev)");
+    let Some(eal) = eal_or_skip() else {
         return;
-    }
-    let eal = Eal::init(iwarp::dpdk::floating_vdev_args(
-        &[],
-        &iwarp::dpdk::allowed_cpus(),
-    ))
-    .expect("EAL");
+    };
     let sock = std::env::temp_dir().join(format!("iwarp-mq-{}.sock", std::process::id()));
     let opts = |index: u32, role, last: u8| {
         let ip = Ipv4Addr::new(10, 77, 9, last);

@@ -861,6 +861,33 @@ mod tests {
         }
     }
 
+    /// The frames a fresh `i` sends for [`filled_seg`] with payload
+    /// "filled!" (once it knows the peer): filled in place, then given as
+    /// octets.
+    fn both_ways(i: Interface) -> [Vec<u8>; 2] {
+        let mut dev = Recorder::default();
+        let mut write = |_at: usize, b: &mut [u8]| {
+            b.copy_from_slice(b"filled!");
+            true
+        };
+        let fill = PayloadFill {
+            len: 7,
+            write: &mut write,
+        };
+        let mut i = knowing_peer(i);
+        let cfg = *i.config();
+        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
+            .unwrap();
+        let mut j = knowing_peer(Interface::new(cfg));
+        let mut seg = filled_seg();
+        seg.payload = b"filled!";
+        let mut out = Vec::new();
+        j.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
+            .unwrap();
+        assert_eq!((dev.built.len(), out.len()), (1, 1));
+        [dev.built.remove(0), out.remove(0)]
+    }
+
     /// An interface on a trusted link (`IfaceConfig::trusted_link`).
     fn trusted(ip: Ipv4Address) -> Interface {
         let mut cfg = IfaceConfig::new(MAC, ip, 24);
@@ -876,26 +903,7 @@ mod tests {
     fn a_trusted_link_sends_the_pseudo_header_sum_alone() {
         let mut want = FILLED_FRAME;
         want[50..52].copy_from_slice(&[0x14, 0x36]);
-        let mut i = knowing_peer(trusted(IP));
-        let mut dev = Recorder::default();
-        let mut write = |_at: usize, b: &mut [u8]| {
-            b.copy_from_slice(b"filled!");
-            true
-        };
-        let fill = PayloadFill {
-            len: 7,
-            write: &mut write,
-        };
-        i.send_tcp_filled(PEER, &filled_seg(), fill, 0, &mut dev)
-            .unwrap();
-        assert_eq!(dev.built, [want.to_vec()]);
-        let mut j = knowing_peer(trusted(IP));
-        let mut seg = filled_seg();
-        seg.payload = b"filled!";
-        let mut out = Vec::new();
-        j.send_tcp(PEER, &seg, 0, &mut |f: &[&[u8]]| out.push(f.concat()))
-            .unwrap();
-        assert_eq!(out, [want.to_vec()]);
+        assert_eq!(both_ways(trusted(IP)), [want.to_vec(), want.to_vec()]);
         // A peer that verifies sees what a Linux sender with TX checksum
         // offload leaves, and says so.
         let mut cfg = IfaceConfig::new(PEER_MAC, PEER, 24);
