@@ -5,13 +5,18 @@
 # 2. `iwarp-perf demo`: 64-octet RDMA Write latency and 64 KiB Write bandwidth
 #    between two of our stacks, beside Linux TCP on the same link, with
 #    ratios, .hgrm, JSON and a PNG plot (AF_XDP across two network namespaces
-#    as root; over the simulated link otherwise, and it says so).
+#    as root; over the simulated link otherwise, and it says so); then the
+#    same over DPDK memif, shared memory with no kernel in the path (our two
+#    ends in one process), beside the same Linux baseline.
 set -euo pipefail
 cd "$(dirname "$0")"
-# Only what the demo uses (gcc, tshark, iproute2, ethtool); never the siw lab.
+# Only what the demo uses (gcc, tshark, iproute2, ethtool, pkg-config and
+# libdpdk-dev); never the siw lab.
 scripts/deps.sh --demo
 out="${1:-$PWD/target/iwarp-sim-demo.pcap}"
 mkdir -p "$(dirname "$out")"
 cargo run --quiet --release -p iwarp-sim -- demo --out "$out"
 echo
 cargo run --quiet --release -p iwarp-bench --bin iwarp-perf -- demo --out "$PWD/target/iwarp-perf"
+echo
+cargo run --quiet --release -p iwarp-bench --bin iwarp-perf -- demo --link memif --out "$PWD/target/iwarp-perf/memif"

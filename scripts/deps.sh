@@ -6,9 +6,10 @@
 #
 #   --demo   what ./demo.sh uses (the default when no option is given):
 #            gcc (the linker), tshark (decodes the simulator's capture),
-#            iproute2 and ethtool (iwarp-perf demo's namespaces and veths)
+#            iproute2 and ethtool (iwarp-perf demo's namespaces and veths),
+#            pkg-config and libdpdk-dev (the DPDK backend: its memif part)
 #   --test   what scripts/test.sh's tests use besides: nftables, tcpdump,
-#            ping, pkg-config and libdpdk-dev (DPDK backend), the rdma-core
+#            ping, the rdma-core
 #            headers (the siw suite's iwtest.c), libusrsctp-dev (the SCTP
 #            interop tests' usrsctp peer), the tools the verbs tests run
 #            unmodified on our libraries (ibverbs-utils, perftest,
@@ -50,6 +51,11 @@ if ((demo || test)); then
     # ethtool turns veth checksum offload off.
     command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
     command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
+    # The DPDK backend (dpdk/): Debian's DPDK 22.11, found by build.rs
+    # through pkg-config (without it the crate builds as a stub). The demo's
+    # memif part and the DPDK tests use it.
+    command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+    pkg-config --exists libdpdk 2>/dev/null || need_apt+=(libdpdk-dev)
 fi
 if ((test)); then
     # nftables for random loss, tcpdump for captures, ping for the XDP checks.
@@ -76,10 +82,6 @@ if ((test)); then
     # usrsctp, the independent SCTP peer of the DDP-over-SCTP interop tests
     # (tests/tests/usrsctp_interop.rs builds interop/sctp/*.c against it).
     [ -e /usr/include/usrsctp.h ] || need_apt+=(libusrsctp-dev)
-    # The DPDK backend (dpdk/): Debian's DPDK 22.11, found by build.rs through
-    # pkg-config (without it the crate builds as a stub, which the demo uses).
-    command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-    pkg-config --exists libdpdk 2>/dev/null || need_apt+=(libdpdk-dev)
     # The image test (deploy/test-image.sh): a Docker engine, and debootstrap
     # for a base image where no registry answers.
     command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)

@@ -86,6 +86,44 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
     }
 }
 
+/// The demo's memif part (`./demo.sh` runs `iwarp-perf demo --link
+/// memif`): both tests, their summaries, and the JSON naming the link.
+#[test]
+fn the_demo_runs_over_memif() {
+    if !dpdk_or_skip() {
+        return;
+    }
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_demo");
+    let o = perf()
+        .args(["demo", "--link", "memif", "-n", "300", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run iwarp-perf");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "iwarp-perf demo --link memif failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for line in [
+        "summary: write_lat 64 B over memif: ",
+        "summary: write_bw 65536 B over memif: ",
+    ] {
+        assert!(stdout.contains(line), "{line} in\n{stdout}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("demo.json")).expect("demo.json"))
+            .expect("valid JSON");
+    assert_eq!(json["link"], "memif");
+    let tests: Vec<&str> = json["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["test"].as_str())
+        .collect();
+    assert_eq!(tests, ["write_lat", "write_bw"]);
+}
+
 /// perftest mode's server and client in two processes on one memif socket:
 /// both finish every iteration and print their row, with TCP checksums
 /// (write_lat) and on a trusted link (write_bw, `--trusted-link`).
