@@ -23,6 +23,24 @@ fn perf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_iwarp-perf"))
 }
 
+/// `iwarp-perf ARGS [--out OUT]`, which must succeed: its standard output.
+fn run_ok(args: &[&str], out: Option<&std::path::Path>) -> String {
+    let mut c = perf();
+    c.args(args);
+    if let Some(dir) = out {
+        c.arg("--out").arg(dir);
+    }
+    let o = c.output().expect("run iwarp-perf");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "iwarp-perf {} failed\n{stdout}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
 /// The numbers of the first row after the perftest-style header.
 fn first_row(stdout: &str) -> Vec<f64> {
     let mut lines = stdout
@@ -46,17 +64,7 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
     }
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_perf");
     for (test, cols) in [("write_lat", 9), ("write_bw", 6)] {
-        let o = perf()
-            .args([test, "--link", "memif", "-n", "2000", "--out"])
-            .arg(&out)
-            .output()
-            .expect("run iwarp-perf");
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "iwarp-perf {test} --link memif failed\n{stdout}\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let stdout = run_ok(&[test, "--link", "memif", "-n", "2000"], Some(&out));
         assert!(stdout.contains("DPDK memif"), "{stdout}");
         // Both ends are ours on shared memory: the link is trusted.
         assert!(
@@ -94,17 +102,7 @@ fn the_demo_runs_over_memif() {
         return;
     }
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_demo");
-    let o = perf()
-        .args(["demo", "--link", "memif", "-n", "300", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run iwarp-perf");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "iwarp-perf demo --link memif failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stdout = run_ok(&["demo", "--link", "memif", "-n", "300"], Some(&out));
     for line in [
         "summary: write_lat 64 B over memif: ",
         "summary: write_bw 65536 B over memif: ",
@@ -210,8 +208,8 @@ fn jumbo_frames_cross_memif_whole() {
     if !dpdk_or_skip() {
         return;
     }
-    let o = perf()
-        .args([
+    let stdout = run_ok(
+        &[
             "write_bw",
             "--link",
             "memif",
@@ -223,14 +221,8 @@ fn jumbo_frames_cross_memif_whole() {
             // The checksums computed over each jumbo frame, built in
             // pieces, and checked at the other end.
             "--verify-checksums",
-        ])
-        .output()
-        .expect("run iwarp-perf");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "iwarp-perf write_bw --link memif --mtu 9000 failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+        ],
+        None,
     );
     assert!(
         stdout.contains("link checksums (TCP, SCTP CRC32c): computed and checked"),
@@ -289,8 +281,8 @@ fn iwarp_perf_write_bw_over_two_memif_queues() {
         return;
     }
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_queues");
-    let o = perf()
-        .args([
+    let stdout = run_ok(
+        &[
             "write_bw",
             "--link",
             "memif",
@@ -300,16 +292,8 @@ fn iwarp_perf_write_bw_over_two_memif_queues() {
             "4",
             "-n",
             "300",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .expect("run iwarp-perf");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "iwarp-perf --queues 2 --link memif failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+        ],
+        Some(&out),
     );
     assert!(stdout.contains("DPDK memif"), "{stdout}");
     // Two connections on each loop of each end, all 4 x 300 messages.
