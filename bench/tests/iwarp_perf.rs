@@ -261,6 +261,10 @@ fn write_bw_on_the_simulated_link() {
     assert_eq!(r["iwarp"]["iterations"], 2000);
     assert!(r["iwarp"]["bw_avg_mib_s"].as_f64().expect("number") > 0.0);
     assert_eq!(r["path"], "in_loop", "bandwidth runs in-loop by default");
+    // MPA's CRC: asked for by both ends, and in force.
+    assert_eq!(doc["mpa_crc"], true);
+    assert_eq!(r["mpa_crc_negotiated"], true);
+    assert!(stdout.contains("MPA CRC32c on each FPDU: on"), "{stdout}");
     // A bar chart of what ran (ours only here), compressed.
     let png = std::fs::read(out.join("write_bw_16384.png")).expect("png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
@@ -270,6 +274,24 @@ fn write_bw_on_the_simulated_link() {
         stdout.contains("summary: write_bw 16384 B over sim: "),
         "{stdout}"
     );
+}
+
+/// `--no-crc`: neither end asks for MPA's CRC, and the MPA exchange
+/// settles without it.
+#[test]
+fn no_crc_connects_without_mpa_crc() {
+    let out = out_dir("perf_no_crc");
+    let stdout = run(
+        &["write_bw", "--sim", "-n", "100", "-s", "8192", "--no-crc"],
+        &out,
+    );
+    assert!(stdout.contains("MPA CRC32c on each FPDU: off"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
+            .expect("json file");
+    assert_eq!(doc["mpa_crc"], false);
+    assert_eq!(doc["results"][0]["mpa_crc_negotiated"], false);
+    assert_eq!(doc["results"][0]["iwarp"]["iterations"], 100);
 }
 
 #[test]

@@ -226,6 +226,8 @@ struct Args {
     copy_tx: bool,
     /// Over memif: TCP checksums computed and checked (`--verify-checksums`).
     verify_checksums: bool,
+    /// MPA's CRC asked for by neither end (`--no-crc`).
+    no_crc: bool,
     threads: bool,
     /// `--threads --loop-thread`: loop threads, not inline contexts.
     loop_thread: bool,
@@ -509,6 +511,12 @@ struct Cli {
     /// the simulated link is always trusted, AF_XDP never.
     #[arg(long)]
     verify_checksums: bool,
+    /// Neither end asks for MPA's CRC32c on its FPDUs (RFC 5044 §4.3:
+    /// used when either end asks; our default, as siw's, asks). What the
+    /// CRC costs; over SCTP, SCTP's own CRC32c is the link's (see
+    /// --verify-checksums).
+    #[arg(long)]
+    no_crc: bool,
     /// First CPU of the placement (server end; the client end takes the next).
     #[arg(long, value_name = "N")]
     core: Option<usize>,
@@ -673,7 +681,10 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
                     args.busy,
                     args.threads,
                     None,
-                    transport,
+                    ours::Lower {
+                        transport,
+                        mpa_crc: !args.no_crc,
+                    },
                     false,
                 )
                 .map_err(|e| format!("connection {k}: {e}"))
@@ -819,6 +830,7 @@ fn parse_args() -> Args {
         busy: c.busy,
         copy_tx: c.copy_tx,
         verify_checksums: c.verify_checksums,
+        no_crc: c.no_crc,
         threads: c.threads,
         doorbell: c.doorbell,
         loop_thread: c.loop_thread,
@@ -1185,6 +1197,14 @@ fn run() -> Result<(), String> {
         "link checksums (TCP, SCTP CRC32c): {}",
         checksums_line(&args)
     );
+    println!(
+        "MPA CRC32c on each FPDU: {}",
+        if args.no_crc {
+            "off (--no-crc: neither end asks for it)"
+        } else {
+            "on (both ends ask, as siw does; --no-crc turns it off)"
+        }
+    );
     let plan_for = |t: Test, size: u32| Plan {
         iters: args.iters.unwrap_or(match (args.duration, t.is_lat()) {
             (Some(_), _) => u64::MAX,
@@ -1349,7 +1369,10 @@ fn run() -> Result<(), String> {
             // both ends run in their poll loops.
             args.threads,
             server_pin,
-            iwarp::Transport::Mpa,
+            ours::Lower {
+                transport: iwarp::Transport::Mpa,
+                mpa_crc: !args.no_crc,
+            },
             job.test == Test::WriteLat && !plan.doorbell,
         )
         .map_err(e)?;
@@ -1365,7 +1388,10 @@ fn run() -> Result<(), String> {
                 args.busy,
                 args.threads,
                 server_pin,
-                iwarp::Transport::Sctp,
+                ours::Lower {
+                    transport: iwarp::Transport::Sctp,
+                    mpa_crc: !args.no_crc,
+                },
                 job.test == Test::WriteLat && !plan.doorbell,
             )
             .map_err(|x| format!("{} over SCTP: {x}", plan.label))
@@ -1392,8 +1418,13 @@ fn run() -> Result<(), String> {
             );
             last_test = Some(job.test);
         }
-        let mut entry =
-            json!({ "test": job.test.name(), "bytes": job.size, "transport": transport });
+        let mut entry = json!({
+            "test": job.test.name(),
+            "bytes": job.size,
+            "transport": transport,
+            // What the MPA exchange of our MPA/TCP connection settled.
+            "mpa_crc_negotiated": pair.mpa_crc(),
+        });
         if job.test.is_lat() {
             entry["path"] = json!(path_name(plan.threads));
             if job.test == Test::WriteLat {
@@ -1753,6 +1784,7 @@ fn run() -> Result<(), String> {
         "polling": format!("{:?}", polling(&args)),
         "link": args.link.name(),
         "tcp_checksums": checksums_word(&args),
+        "mpa_crc": !args.no_crc,
         "linux_wait": wait.word(),
         "latency_path": path_name(args.threads),
         "latency_path_note": if args.threads { "latency tests from application threads that post and wait on the CQ (--threads)" } else { "latency tests with both ends inside their poll loops (run_in_loop hooks)" },

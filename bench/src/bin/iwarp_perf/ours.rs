@@ -210,6 +210,14 @@ pub struct Pair {
 /// given; without, [`Pair::latency`] runs both ends in their poll loops.
 /// `watch` (write_lat, answer thread): the thread spins on the last octet
 /// of the client's Write in its region instead of waiting for a doorbell.
+/// What a connection runs over: the transport, and whether this end asks
+/// for MPA's CRC (over MPA/TCP; RFC 5044 uses it when either end asks).
+#[derive(Debug, Clone, Copy)]
+pub struct Lower {
+    pub transport: iwarp::Transport,
+    pub mpa_crc: bool,
+}
+
 #[allow(clippy::too_many_arguments)] // one call site; the settings of one run
 pub fn connect(
     server: &Context,
@@ -220,7 +228,7 @@ pub fn connect(
     busy: bool,
     answer_thread: bool,
     answer_core: Option<usize>,
-    transport: iwarp::Transport,
+    lower: Lower,
     watch: bool,
 ) -> Result<Pair, Error> {
     let len = size.max(1);
@@ -236,7 +244,8 @@ pub fn connect(
     let mut lopts = ListenOptions::new(&spd);
     lopts.rq_depth = 1024;
     lopts.sq_depth = 1024;
-    lopts.transport = transport;
+    lopts.transport = lower.transport;
+    lopts.mpa.crc = lower.mpa_crc;
     let listener = server.listen(port, &lopts)?;
     let addr = SocketAddrV4::new(server.addr(), port);
 
@@ -262,7 +271,8 @@ pub fn connect(
     let mut copts = ConnectOptions::new(&cpd, &ccq);
     copts.rq_depth = 1024;
     copts.sq_depth = 1024;
-    copts.transport = transport;
+    copts.transport = lower.transport;
+    copts.mpa.crc = lower.mpa_crc;
     let qp = client.connect(addr, &copts)?;
     for i in 0..CLIENT_RECVS {
         qp.post_recv(i, small.sge(i * u64::from(slot_len), slot_len))?;
@@ -840,6 +850,12 @@ impl ClientBw {
 }
 
 impl Pair {
+    /// Whether the connection's FPDUs carry MPA's CRC (what its MPA
+    /// exchange settled).
+    pub fn mpa_crc(&self) -> bool {
+        self.qp.negotiated().crc
+    }
+
     /// The poll loops that own the client's and the server's end (0 and 0
     /// on contexts of one loop).
     pub fn loops(&self) -> (usize, usize) {
