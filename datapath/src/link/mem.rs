@@ -63,11 +63,10 @@ impl MemDevice {
         )
     }
 
-    /// A buffer of `len` zeroed octets for a frame: a recycled one if any.
-    fn buffer(&mut self, len: usize) -> Vec<u8> {
+    /// An empty buffer for a frame: a recycled one if any.
+    fn spare(&mut self) -> Vec<u8> {
         let mut b = self.spare_tx.pop().unwrap_or_default();
         b.clear();
-        b.resize(len, 0);
         b
     }
 
@@ -103,8 +102,7 @@ impl FrameDevice for MemDevice {
         if self.tx.is_full() {
             return false;
         }
-        let mut b = self.spare_tx.pop().unwrap_or_default();
-        b.clear();
+        let mut b = self.spare();
         b.extend_from_slice(frame);
         self.send(b)
     }
@@ -122,7 +120,8 @@ impl FrameDevice for MemDevice {
         if self.tx.is_full() {
             return false;
         }
-        let mut frame = self.buffer(max);
+        let mut frame = self.spare();
+        frame.resize(max, 0);
         match build(&mut frame) {
             Some(n) if n <= max => {
                 frame.truncate(n);
