@@ -88,9 +88,7 @@ fn send_lat_on_the_simulated_link() {
     check_hgrm(&out.join("send_lat_2_iwarp.hgrm"), 200);
     let png = std::fs::read(out.join("send_lat_2.png")).expect("png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("send_lat.json")).expect("json"))
-            .expect("json file");
+    let doc = json_file(&out.join("send_lat.json"));
     let r = &doc["results"][0];
     assert_eq!(r["test"], "send_lat");
     assert_eq!(r["iwarp"]["iterations"], 200);
@@ -143,10 +141,7 @@ fn check_lat(stdout: &str, out: &Path, test: &str, size: u32, iters: u64) -> ser
     check_hgrm(&out.join(format!("{test}_{size}_iwarp.hgrm")), iters);
     let png = std::fs::read(out.join(format!("{test}_{size}.png"))).expect("png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    let doc: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join(format!("{test}.json"))).expect("json"),
-    )
-    .expect("json file");
+    let doc = json_file(&out.join(format!("{test}.json")));
     assert_eq!(doc["results"][0]["test"], test);
     assert_eq!(doc["results"][0]["iwarp"]["iterations"], iters);
     doc
@@ -253,9 +248,7 @@ fn write_bw_on_the_simulated_link() {
     );
     assert!(row[5] > 0.0, "Gb/s per core: {row:?}");
     check_hgrm(&out.join("write_bw_16384_iwarp.hgrm"), 2000);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
-            .expect("json file");
+    let doc = json_file(&out.join("write_bw.json"));
     let r = &doc["results"][0];
     assert_eq!(r["bytes"], 16384);
     assert_eq!(r["iwarp"]["iterations"], 2000);
@@ -286,9 +279,7 @@ fn no_crc_connects_without_mpa_crc() {
         &out,
     );
     assert!(stdout.contains("MPA CRC32c on each FPDU: off"), "{stdout}");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
-            .expect("json file");
+    let doc = json_file(&out.join("write_bw.json"));
     assert_eq!(doc["mpa_crc"], false);
     assert_eq!(doc["results"][0]["mpa_crc_negotiated"], false);
     assert_eq!(doc["results"][0]["iwarp"]["iterations"], 100);
@@ -304,10 +295,13 @@ fn write_bw_with_threads_on_the_simulated_link() {
     let header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   Gb/s per core";
     let row = row_after(&stdout, header, 6, 8192.0);
     assert_eq!(row[1], 100.0);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("write_bw.json")).expect("json"))
-            .expect("json file");
+    let doc = json_file(&out.join("write_bw.json"));
     assert_eq!(doc["results"][0]["path"], "threads");
+}
+
+/// The JSON document `iwarp-perf` wrote at `path`.
+fn json_file(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("json")).expect("json file")
 }
 
 /// Run with `args` only (no `--out`); (exit code, stdout, stderr).
