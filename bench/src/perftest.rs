@@ -1489,7 +1489,7 @@ pub struct StackArgs {
     /// connects; both name the same path).
     pub memif_socket: Option<std::path::PathBuf>,
     /// `--trusted-link` (with `--memif-socket`, on both sides): TCP
-    /// checksums neither computed nor checked
+    /// checksums and SCTP's CRC32c neither computed nor checked
     /// ([`iwarp::HostOptions::trusted_link`]).
     pub trusted_link: bool,
 }

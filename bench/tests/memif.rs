@@ -83,7 +83,7 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
             )
             .expect("valid JSON");
             assert_eq!(json["link"], "memif");
-            assert_eq!(json["tcp_checksums"], "trusted");
+            assert_eq!(json["link_checksums"], "trusted");
             let r = &json["results"][0];
             assert!(
                 r["floor"]["p50_us"].as_f64().expect("floor p50") > 0.0,

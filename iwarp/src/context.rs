@@ -75,8 +75,9 @@ fn xdp_reader() -> DeviceReader<xdp::XdpDevice> {
 
 /// The simulated link's stack settings for host 10.0.0.`last`. The link
 /// is memory between two contexts of this process, which nothing can
-/// alter: TCP checksums are neither computed nor checked
-/// (`IfaceConfig::trusted_link`, as between the two ends of a veth).
+/// alter: TCP checksums and SCTP's CRC32c are neither computed nor
+/// checked (`IfaceConfig::trusted_link`, as between the two ends of a
+/// veth).
 fn sim_config(last: u8) -> StackConfig {
     let mut icfg = IfaceConfig::new(
         EthernetAddress([0x02, 0, 0, 0, 0, last]),
@@ -315,8 +316,8 @@ impl Context {
 
     /// Two contexts joined by the simulated link (10.0.0.1 and 10.0.0.2, an
     /// in-memory Ethernet link between two poll loops). Needs no privileges.
-    /// Nothing can alter a frame on it, so TCP checksums are neither
-    /// computed nor checked, as on a trusted DPDK link
+    /// Nothing can alter a frame on it, so TCP checksums and SCTP's CRC32c
+    /// are neither computed nor checked, as on a trusted DPDK link
     /// ([`HostOptions::trusted_link`](crate::HostOptions::trusted_link)).
     pub fn sim_pair() -> (Context, Context) {
         Self::sim_pair_with(Polling::Adaptive, None)

@@ -911,20 +911,14 @@ fn placement(args: &Args) -> (usize, usize) {
     (first, (first + 1) % ncpu)
 }
 
-/// Whether our two ends sum TCP segments: "computed" or "trusted".
-fn checksums_word(args: &Args) -> &'static str {
+/// Whether our two ends trust the link (`HostOptions::trusted_link`):
+/// the simulated link always, memif unless `--verify-checksums`, AF_XDP
+/// never.
+fn link_trusted(args: &Args) -> bool {
     match args.link {
-        Link::Sim => "trusted",
-        Link::Memif if !args.verify_checksums => "trusted",
-        _ => "computed",
-    }
-}
-
-/// [`checksums_word`], as a line for the run's header.
-fn checksums_line(args: &Args) -> &'static str {
-    match checksums_word(args) {
-        "trusted" => "not computed (a trusted link: shared memory between our two ends, as Linux skips the sum on its veth; --verify-checksums computes them over memif)",
-        _ => "computed and checked at both ends",
+        Link::Sim => true,
+        Link::Memif => !args.verify_checksums,
+        Link::Veth => false,
     }
 }
 
@@ -986,7 +980,7 @@ fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), Strin
         o.host.mtu = args.mtu.map(|m| m as usize);
         o.host.copy_tx = args.copy_tx;
         o.host.polling = polling(args);
-        o.host.trusted_link = !args.verify_checksums;
+        o.host.trusted_link = link_trusted(args);
         o
     };
     let s = iwarp::Context::dpdk(&eal, &opts(0, MemifRole::Server, 11, first))
@@ -1029,7 +1023,7 @@ fn memif_queue_contexts(
         };
         o.host.mtu = args.mtu.map(|m| m as usize);
         o.host.polling = polling;
-        o.host.trusted_link = !args.verify_checksums;
+        o.host.trusted_link = link_trusted(args);
         o
     };
     let s = iwarp::Context::dpdk(&eal, &opts(2 * link, MemifRole::Server, 11))
@@ -1195,7 +1189,11 @@ fn run() -> Result<(), String> {
     }
     println!(
         "link checksums (TCP, SCTP CRC32c): {}",
-        checksums_line(&args)
+        if link_trusted(&args) {
+            "not computed (a trusted link: shared memory between our two ends, as Linux skips the sum on its veth; --verify-checksums computes them over memif)"
+        } else {
+            "computed and checked at both ends"
+        }
     );
     println!(
         "MPA CRC32c on each FPDU: {}",
@@ -1783,7 +1781,7 @@ fn run() -> Result<(), String> {
         "busy_polling": args.busy,
         "polling": format!("{:?}", polling(&args)),
         "link": args.link.name(),
-        "tcp_checksums": checksums_word(&args),
+        "link_checksums": if link_trusted(&args) { "trusted" } else { "computed" },
         "mpa_crc": !args.no_crc,
         "linux_wait": wait.word(),
         "latency_path": path_name(args.threads),
@@ -1845,7 +1843,7 @@ const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SI
   Client or server of rdma-core's ib_TEST -R (perftest's other flags, such as -d or -F, are accepted and
   ignored). Without SERVER it waits for a perftest client. --memif-socket: a DPDK memif link on that
   socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects);
-  --trusted-link, on both sides: TCP checksums neither computed nor checked on that shared memory.
+  --trusted-link, on both sides: TCP checksums and SCTP's CRC32c neither computed nor checked there.
   The test's thread drives the stack (run to completion, one thread on one core works); --loop-thread
   runs it on a poll loop thread instead (--core N pins that loop; --busy: the loop and the CQ spin).";
 

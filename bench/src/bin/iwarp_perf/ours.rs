@@ -204,12 +204,6 @@ pub struct Pair {
     done: Arc<AtomicBool>,
 }
 
-/// Connect a client to a fresh server on `port` for `test` with SIZE `size`.
-/// With `answer_thread` the server answers on a thread of its own (the
-/// `--threads` path and bandwidth tests), pinned to `answer_core` when
-/// given; without, [`Pair::latency`] runs both ends in their poll loops.
-/// `watch` (write_lat, answer thread): the thread spins on the last octet
-/// of the client's Write in its region instead of waiting for a doorbell.
 /// What a connection runs over: the transport, and whether this end asks
 /// for MPA's CRC (over MPA/TCP; RFC 5044 uses it when either end asks).
 #[derive(Debug, Clone, Copy)]
@@ -218,6 +212,12 @@ pub struct Lower {
     pub mpa_crc: bool,
 }
 
+/// Connect a client to a fresh server on `port` for `test` with SIZE `size`.
+/// With `answer_thread` the server answers on a thread of its own (the
+/// `--threads` path and bandwidth tests), pinned to `answer_core` when
+/// given; without, [`Pair::latency`] runs both ends in their poll loops.
+/// `watch` (write_lat, answer thread): the thread spins on the last octet
+/// of the client's Write in its region instead of waiting for a doorbell.
 #[allow(clippy::too_many_arguments)] // one call site; the settings of one run
 pub fn connect(
     server: &Context,
