@@ -1,0 +1,229 @@
+//! Two ends of our own memif in one process (a thread each side of the
+//! handshake): frames both ways, frames longer than the client's buffers,
+//! a full ring, refusals, a peer that leaves, and a sleeping receiver.
+
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use iwarp_frame::FrameDevice;
+use iwarp_memif::{Config, Listener, Memif, Role};
+
+fn sock(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("iwarp-memif-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn pair(server: Config, client: Config) -> (Memif, Memif) {
+    let l = Listener::bind(server).unwrap();
+    let c = std::thread::spawn(move || Memif::connect(&client));
+    let s = l.accept().unwrap();
+    (s, c.join().unwrap().unwrap())
+}
+
+fn recv_all(d: &mut dyn FrameDevice, want: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while got.len() < want && Instant::now() < end {
+        d.rx_burst(64, &mut |f| got.push(f.to_vec()));
+    }
+    got
+}
+
+fn frame(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (k * 7 + i) as u8).collect()
+}
+
+#[test]
+fn frames_cross_both_ways_in_order() {
+    let p = sock("both");
+    let (mut s, mut c) = pair(Config::new(&p, 3), Config::new(&p, 3));
+    assert_eq!((s.role(), c.role()), (Role::Server, Role::Client));
+    assert_eq!(c.peer_name(), "iwarp-memif");
+    for i in 0..300 {
+        assert!(c.tx(&frame(i, 60 + i)), "client frame {i}");
+        if i % 7 == 0 {
+            c.flush();
+        }
+    }
+    c.flush();
+    let got = recv_all(&mut s, 300);
+    assert_eq!(got.len(), 300);
+    for (i, f) in got.iter().enumerate() {
+        assert_eq!(f, &frame(i, 60 + i));
+    }
+    // Server to client, built in place, through more than a ring's worth.
+    for round in 0..3 {
+        for i in 0..1000 {
+            let f = frame(i + round, 1514);
+            assert!(s.tx_build(f.len(), &mut |b| {
+                b.copy_from_slice(&f);
+                true
+            }));
+            if i % 50 == 49 {
+                s.flush();
+                assert_eq!(recv_all(&mut c, 50).len(), 50);
+            }
+        }
+        s.flush();
+    }
+    assert_eq!(s.stats().tx_frames, 3000);
+    assert_eq!(c.stats().rx_frames, 3000);
+    assert_eq!(s.stats().kicks, 0, "the client polls: no eventfd writes");
+}
+
+#[test]
+fn a_full_ring_refuses_until_the_receiver_reads() {
+    let p = sock("full");
+    let mut cfg = Config::new(&p, 0);
+    cfg.log2_ring_size = 4;
+    let (mut s, mut c) = pair(Config::new(&p, 0), cfg);
+    assert_eq!(c.ring_size(), 16);
+    for i in 0..16 {
+        assert!(c.tx(&frame(i, 64)));
+    }
+    assert!(!c.tx(&frame(16, 64)), "17th frame on a ring of 16");
+    c.flush();
+    assert_eq!(recv_all(&mut s, 16).len(), 16);
+    assert!(c.tx(&frame(17, 64)), "room again once read");
+    // A cancelled build takes no slot.
+    assert!(!c.tx_build(64, &mut |_| false));
+    c.flush();
+    assert_eq!(recv_all(&mut s, 1), vec![frame(17, 64)]);
+    assert_eq!(c.stats().tx_refused, 1);
+}
+
+#[test]
+fn frames_longer_than_the_clients_buffers_are_chained() {
+    let p = sock("chain");
+    // The client lends 2048-octet buffers; the server sends 9014-octet
+    // frames over 5 slots each, and its client gathers them.
+    let server = Config::new(&p, 1).with_mtu(9000);
+    let mut client = Config::new(&p, 1);
+    client.max_frame = 9014;
+    client.buffer_size = 2048;
+    let (mut s, mut c) = pair(server, client);
+    for i in 0..40 {
+        assert!(s.tx(&frame(i, 9014)), "frame {i}");
+        assert!(s.tx_build_upto(9014, &mut |b| {
+            b[..100].copy_from_slice(&frame(i, 100));
+            Some(100)
+        }));
+    }
+    s.flush();
+    let got = recv_all(&mut c, 80);
+    assert_eq!(got.len(), 80);
+    for i in 0..40 {
+        assert_eq!(got[2 * i], frame(i, 9014));
+        assert_eq!(got[2 * i + 1], frame(i, 100));
+    }
+    // A frame over max_frame is refused at the sender.
+    assert!(!c.tx(&vec![0; 9015]));
+}
+
+#[test]
+fn a_client_of_another_id_or_secret_is_refused_with_the_reason() {
+    let p = sock("refuse");
+    let mut scfg = Config::new(&p, 5);
+    scfg.secret = b"right".to_vec();
+    scfg.timeout = Duration::from_secs(5);
+    let l = Listener::bind(scfg).unwrap();
+    for (id, secret, why) in [
+        (6, &b"right"[..], "interface id 6"),
+        (5, b"wrong", "secret"),
+    ] {
+        let mut cfg = Config::new(&p, id);
+        cfg.secret = secret.to_vec();
+        let c = std::thread::spawn(move || Memif::connect(&cfg));
+        let e = l.accept().unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+        let ce = c.join().unwrap().unwrap_err();
+        assert!(ce.to_string().contains(why), "client sees: {ce}");
+    }
+    // The listener still serves a right client.
+    let mut cfg = Config::new(&p, 5);
+    cfg.secret = b"right".to_vec();
+    let c = std::thread::spawn(move || Memif::connect(&cfg));
+    assert!(l.accept().is_ok());
+    assert!(c.join().unwrap().is_ok());
+}
+
+#[test]
+fn a_live_server_keeps_its_socket_and_a_stale_one_is_replaced() {
+    let p = sock("stale");
+    let l = Listener::bind(Config::new(&p, 0)).unwrap();
+    let e = Listener::bind(Config::new(&p, 0)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+    drop(l);
+    assert!(!p.exists(), "a listener removes its socket file");
+    let p2 = sock("stale2");
+    {
+        let _l = Listener::bind(Config::new(&p2, 0)).unwrap();
+    }
+    // A socket file nobody listens on: left by a process that died.
+    let fd = rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        None,
+    )
+    .unwrap();
+    rustix::net::bind(
+        &fd,
+        &rustix::net::SocketAddrUnix::new(p2.as_path()).unwrap(),
+    )
+    .unwrap();
+    drop(fd);
+    assert!(p2.exists());
+    assert!(Listener::bind(Config::new(&p2, 0)).is_ok());
+}
+
+#[test]
+fn a_peer_that_leaves_breaks_the_link() {
+    let p = sock("leave");
+    let (mut s, c) = pair(Config::new(&p, 0), Config::new(&p, 0));
+    assert!(s.check_link());
+    drop(c);
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.check_link() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        s.broken().unwrap_or("").contains("disconnected"),
+        "{:?}",
+        s.broken()
+    );
+    assert!(!s.tx(&frame(0, 64)));
+}
+
+#[test]
+fn a_sleeping_receiver_is_woken_by_a_frame_or_its_doorbell() {
+    let p = sock("sleep");
+    let (mut s, mut c) = pair(Config::new(&p, 0), Config::new(&p, 0));
+    let t = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        s.wait(Duration::from_secs(5));
+        let woke = t0.elapsed();
+        let got = recv_all(&mut s, 1);
+        (woke, got, s)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(c.tx(&frame(1, 64)));
+    c.flush();
+    let (woke, got, mut s) = t.join().unwrap();
+    assert!(woke < Duration::from_secs(4), "woke after {woke:?}");
+    assert_eq!(got, vec![frame(1, 64)]);
+    assert_eq!(c.stats().kicks, 1, "the sleeping server was signalled");
+    // The doorbell wakes it with nothing to read.
+    let bell = s.doorbell().unwrap();
+    bell.ring();
+    let t0 = Instant::now();
+    s.wait(Duration::from_secs(5));
+    assert!(t0.elapsed() < Duration::from_secs(4));
+    // Polling again: no more kicks.
+    assert!(c.tx(&frame(2, 64)));
+    c.flush();
+    assert_eq!(c.stats().kicks, 1);
+    assert_eq!(recv_all(&mut s, 1), vec![frame(2, 64)]);
+}
