@@ -273,6 +273,36 @@ pub fn memif_pingpong(
     r
 }
 
+/// The ping-pong floor of our own memif link (`iwarp-memif`) between two
+/// ends of this process, on socket `memif_socket(id)`: the frame written
+/// into and read from the ring buffers in place, as our stack does.
+pub fn native_memif_pingpong(
+    id: u32,
+    frame_len: usize,
+    cores: (usize, usize),
+    iters: u64,
+) -> Result<PingPong, String> {
+    use iwarp::memif::{Config, Listener, Memif};
+    let sock = memif_socket(id);
+    let listener =
+        Listener::bind(Config::new(&sock, id)).map_err(|e| format!("memif server: {e}"))?;
+    let cfg = Config::new(&sock, id);
+    let t = std::thread::spawn(move || Memif::connect(&cfg));
+    let mut server = listener
+        .accept()
+        .map_err(|e| format!("memif server: {e}"))?;
+    let mut client = t
+        .join()
+        .map_err(|_| "memif client: the thread panicked".to_owned())?
+        .map_err(|e| format!("memif client: {e}"))?;
+    let (smac, cmac) = ([2, 0x6d, 0, 0, 0, 1], [2, 0x6d, 0, 0, 0, 2]);
+    let f = frame(frame_len, cmac, [10, 79, 1, 2], smac, [10, 79, 1, 1]);
+    let g = frame(frame_len, smac, [10, 79, 1, 1], cmac, [10, 79, 1, 2]);
+    let r = pingpong(&mut client, &mut server, &Bounce::new(&f, &g, cores, iters));
+    drop((client, server, listener));
+    r
+}
+
 /// The ping-pong floor of copy-mode AF_XDP across a veth between two
 /// namespaces (created here, removed on return; named after
 /// `netns_cli::prefix`, `xp` by default).

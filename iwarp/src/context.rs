@@ -748,6 +748,49 @@ impl Context {
         Ok(Self::launch(cfg, dev, host, reader))
     }
 
+    /// A context on one end of our own memif link (feature `memif`; no
+    /// DPDK, no kernel in the path): see [`MemifOptions`]. A server
+    /// returns once its client has connected; a client connects at once.
+    /// The MTU is `host.mtu` (1500 if `None`) and both ends need the same.
+    #[cfg(feature = "memif")]
+    pub fn memif(opts: &crate::MemifOptions) -> Result<Context, Error> {
+        use iwarp_memif::{Listener, Memif, Role};
+        let host = &opts.host;
+        host.check()?;
+        let mtu = host.mtu.unwrap_or(1500);
+        if !(576..=65_000).contains(&mtu) {
+            return Err(Error::InvalidArgument("memif MTU outside 576..=65000"));
+        }
+        let link = opts.link.clone().with_mtu(mtu);
+        let dev = match opts.role {
+            Role::Server => Listener::bind(link)
+                .and_then(|l| l.accept())
+                .map_err(Error::Memif)?,
+            Role::Client => Memif::connect(&link).map_err(Error::Memif)?,
+        };
+        let name = format!("memif:{}", opts.link.socket.display());
+        let cfg = device_config(&name, opts.mac(), mtu, host)?;
+        tracing::info!(
+            socket = %opts.link.socket.display(),
+            role = ?opts.role,
+            peer = dev.peer_name(),
+            ring = dev.ring_size(),
+            mtu,
+            ip = %host.ip,
+            "memif link up"
+        );
+        let reader: DeviceReader<Memif> = Box::new(|d| {
+            Box::new(DeviceStats::Memif(crate::stats::MemifDeviceStats {
+                role: d.role(),
+                peer: d.peer_name().to_owned(),
+                ring_size: d.ring_size(),
+                broken: d.broken().map(str::to_owned),
+                counters: d.stats(),
+            }))
+        });
+        Ok(Self::launch(cfg, dev, host, reader))
+    }
+
     /// [`dpdk`](Self::dpdk) with [`DpdkOptions::queue_count`] above 1: a
     /// poll loop per queue of the port.
     #[cfg(feature = "dpdk")]

@@ -26,6 +26,10 @@ pub enum Error {
     /// DPDK): its own error says which. Feature `dpdk`.
     #[cfg(feature = "dpdk")]
     Dpdk(iwarp_dpdk::Error),
+    /// Our memif link failed to connect (no server, refused, a broken
+    /// handshake, shared memory). Feature `memif`.
+    #[cfg(feature = "memif")]
+    Memif(std::io::Error),
     /// Entering the network namespace to open a device in
     /// (`HostOptions::netns`) failed.
     Netns {
@@ -107,6 +111,8 @@ impl core::fmt::Display for Error {
             Error::Backend(e) => write!(f, "backend: {e}"),
             #[cfg(feature = "dpdk")]
             Error::Dpdk(e) => write!(f, "DPDK: {e}"),
+            #[cfg(feature = "memif")]
+            Error::Memif(e) => write!(f, "memif: {e}"),
             Error::Netns { path, error } => {
                 write!(f, "entering network namespace {}: {error}", path.display())
             }
@@ -157,6 +163,8 @@ impl std::error::Error for Error {
             Error::Backend(e) => Some(e),
             #[cfg(feature = "dpdk")]
             Error::Dpdk(e) => Some(e),
+            #[cfg(feature = "memif")]
+            Error::Memif(e) => Some(e),
             Error::Netns { error, .. } => Some(error),
             Error::Memory(e) => Some(e),
             Error::OutOfBounds(e) => Some(e),

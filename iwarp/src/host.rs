@@ -454,6 +454,78 @@ impl DpdkOptions {
     }
 }
 
+/// One end of our own memif link (feature `memif`, no DPDK): the
+/// shared-memory packet interface of VPP, libmemif and DPDK's
+/// `net_memif`, whose ring buffers the stack writes frames into and reads
+/// them from in place ([`iwarp_memif`]). Both ends — two contexts in one
+/// process, two processes, or two containers sharing the socket's
+/// directory as a volume — name the same socket and id and opposite
+/// roles; either end may be DPDK's `net_memif` or VPP's memif instead of
+/// ours. One queue pair.
+///
+/// [`Context::memif`](crate::Context::memif) connects a client at once
+/// (retrying while no server listens, up to `link.timeout`); a server
+/// listens and returns once its client has connected.
+///
+/// ```no_run
+/// use iwarp::{memif::Role, Context, MemifOptions};
+/// # fn main() -> Result<(), iwarp::Error> {
+/// let sock = std::path::Path::new("/run/iwarp/memif.sock");
+/// let s = MemifOptions::new(Role::Server, sock, 0, "10.0.0.1".parse().unwrap(), 24);
+/// let c = MemifOptions::new(Role::Client, sock, 0, "10.0.0.2".parse().unwrap(), 24);
+/// let server = std::thread::spawn(move || Context::memif(&s));
+/// let client = Context::memif(&c)?;
+/// let server = server.join().expect("server thread")?;
+/// # let _ = (server, client); Ok(()) }
+/// ```
+#[cfg(feature = "memif")]
+#[derive(Debug, Clone)]
+pub struct MemifOptions {
+    /// Which end.
+    pub role: iwarp_memif::Role,
+    /// The link: socket, interface id, secret, ring size, timeout (its
+    /// `max_frame` and buffer size follow `host.mtu`, 1500 by default).
+    pub link: iwarp_memif::Config,
+    /// Our MAC address (`None`: locally administered, from the role and
+    /// the id: `02:6d:IDhi:IDlo:00:01` for the server, `...:02` for the
+    /// client).
+    pub mac: Option<[u8; 6]>,
+    /// Address, polling, core, TCP; `netns` does not apply (the socket
+    /// is a file).
+    pub host: HostOptions,
+}
+
+#[cfg(feature = "memif")]
+impl MemifOptions {
+    /// `role` on socket file `socket`, interface `id`, with `ip/prefix_len`,
+    /// adaptive polling, no pinning, MTU 1500.
+    pub fn new(
+        role: iwarp_memif::Role,
+        socket: &std::path::Path,
+        id: u32,
+        ip: Ipv4Addr,
+        prefix_len: u8,
+    ) -> Self {
+        MemifOptions {
+            role,
+            link: iwarp_memif::Config::new(socket, id),
+            mac: None,
+            host: HostOptions::new(ip, prefix_len),
+        }
+    }
+
+    pub(crate) fn mac(&self) -> [u8; 6] {
+        self.mac.unwrap_or({
+            let id = self.link.id.to_be_bytes();
+            let end = match self.role {
+                iwarp_memif::Role::Server => 1,
+                iwarp_memif::Role::Client => 2,
+            };
+            [0x02, 0x6d, id[2], id[3], 0, end]
+        })
+    }
+}
+
 /// The stack's configuration on a real interface.
 pub(crate) fn device_config(
     iface: &str,

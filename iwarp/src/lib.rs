@@ -84,6 +84,8 @@ pub use cq::{Cq, Status, Wc};
 pub use error::Error;
 #[cfg(feature = "dpdk")]
 pub use host::DpdkOptions;
+#[cfg(feature = "memif")]
+pub use host::MemifOptions;
 #[cfg(feature = "xdp")]
 pub use host::XdpOptions;
 pub use host::{HostOptions, Polling, TcpOptions, INLINE_GRACE};
@@ -100,6 +102,10 @@ pub use iwarp_dpdk as dpdk;
 pub use iwarp_frame::notify::{Epoll, EventFd};
 /// The frame-device interface a context runs over ([`Context::with_device`]).
 pub use iwarp_frame::{Doorbell, FrameDevice};
+/// Our own memif link (`iwarp-memif`, feature `memif`): its
+/// [`memif::Config`], [`memif::Role`] and counters.
+#[cfg(feature = "memif")]
+pub use iwarp_memif as memif;
 pub use iwarp_memreg::{OutOfBounds, Region};
 pub use iwarp_proto::mem::{Access, AccessError, MemError, PdId, STag};
 pub use iwarp_proto::qp::{
@@ -124,6 +130,8 @@ pub use options::{
 pub use qp::{Qp, Srq};
 #[cfg(feature = "dpdk")]
 pub use stats::DpdkDeviceStats;
+#[cfg(feature = "memif")]
+pub use stats::MemifDeviceStats;
 #[cfg(feature = "xdp")]
 pub use stats::{AttachMode, XdpDeviceStats, XskMode};
 pub use stats::{

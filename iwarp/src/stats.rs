@@ -79,6 +79,25 @@ pub enum DeviceStats {
     /// A DPDK port (feature `dpdk`).
     #[cfg(feature = "dpdk")]
     Dpdk(DpdkDeviceStats),
+    /// Our memif link (feature `memif`).
+    #[cfg(feature = "memif")]
+    Memif(MemifDeviceStats),
+}
+
+/// One end of our memif link: its role, its peer and its counters.
+#[cfg(feature = "memif")]
+#[derive(Debug, Clone)]
+pub struct MemifDeviceStats {
+    /// Server or client.
+    pub role: iwarp_memif::Role,
+    /// The peer's name, from the handshake.
+    pub peer: String,
+    /// Slots in each ring.
+    pub ring_size: u16,
+    /// Why the link broke, if it did.
+    pub broken: Option<String>,
+    /// Frames, drops, chains, refusals, kicks.
+    pub counters: iwarp_memif::Stats,
 }
 
 /// An AF_XDP device: what it obtained when it opened, and its counters.
@@ -238,6 +257,27 @@ impl fmt::Display for ContextStats {
                         k.tx_ring_empty_descs
                     )?;
                 }
+            }
+            #[cfg(feature = "memif")]
+            DeviceStats::Memif(m) => {
+                let c = &m.counters;
+                writeln!(
+                    f,
+                    "device: memif {:?} peer {:?} ring {} rx_frames {} rx_chained {} rx_bad_desc {} \
+                     rx_too_long {} tx_frames {} tx_chained {} tx_refused {} kicks {}{}",
+                    m.role,
+                    m.peer,
+                    m.ring_size,
+                    c.rx_frames,
+                    c.rx_chained,
+                    c.rx_bad_desc,
+                    c.rx_too_long,
+                    c.tx_frames,
+                    c.tx_chained,
+                    c.tx_refused,
+                    c.kicks,
+                    m.broken.as_ref().map(|b| format!(" broken: {b}")).unwrap_or_default()
+                )?;
             }
             #[cfg(feature = "dpdk")]
             DeviceStats::Dpdk(d) => {

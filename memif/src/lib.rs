@@ -388,6 +388,10 @@ pub struct Memif {
     rx_buf_off: usize,
     /// Next slot to fill (free-running), and the last published.
     tx_next: u16,
+    /// Slots known free from `tx_next` on, as of the last read of the
+    /// consumer's index (which is read again only when this runs out:
+    /// that index's cache line is the receiver's).
+    tx_free: u16,
     tx_published: u16,
     /// Next slot to read.
     rx_next: u16,
@@ -594,6 +598,7 @@ impl Memif {
             tx_buf_off,
             rx_buf_off,
             tx_next: 0,
+            tx_free: 0,
             tx_published: 0,
             rx_next: 0,
             rx_head: 0,
@@ -618,6 +623,7 @@ impl Memif {
             control,
             rx_next: s2m.tail().load(Ordering::Acquire),
             tx_next: m2s.tail().load(Ordering::Acquire),
+            tx_free: 0,
             tx_published: m2s.tail().load(Ordering::Acquire),
             regions: s.regions,
             tx: m2s,
@@ -704,9 +710,18 @@ impl Memif {
         }
     }
 
+    /// Free slots on the transmit ring from `tx_next` on: the cached count
+    /// while it lasts, else the consumer's index read again.
+    fn tx_free(&mut self) -> u16 {
+        if self.tx_free == 0 {
+            self.tx_free = self.tx_free_now();
+        }
+        self.tx_free
+    }
+
     /// Free slots on the transmit ring, counting those filled but not yet
-    /// published.
-    fn tx_free(&self) -> u16 {
+    /// published, from the consumer's index.
+    fn tx_free_now(&self) -> u16 {
         match self.role {
             Role::Client => {
                 let tail = self.tx.tail().load(Ordering::Acquire);
@@ -770,7 +785,9 @@ impl Memif {
     /// Queue `len` octets from `self.scratch` over as many slots as they
     /// need.
     fn tx_scatter(&mut self, len: usize) -> bool {
-        let free = self.tx_free();
+        // A chained frame (rare): the consumer's index read afresh.
+        self.tx_free = self.tx_free_now();
+        let free = self.tx_free;
         let start = self.tx_next;
         let mut i = start;
         let mut done = 0;
@@ -800,6 +817,7 @@ impl Memif {
             used += 1;
         }
         self.tx_next = i;
+        self.tx_free -= used;
         self.stats.tx_chained += u64::from(used > 1);
         true
     }
@@ -958,6 +976,7 @@ impl FrameDevice for Memif {
                 Some(n) if n > 0 && n <= max => {
                     self.tx_fill(i, n, false);
                     self.tx_next = i.wrapping_add(1);
+                    self.tx_free -= 1;
                     true
                 }
                 _ => false,

@@ -226,6 +226,8 @@ struct Args {
     copy_tx: bool,
     /// Over memif: TCP checksums computed and checked (`--verify-checksums`).
     verify_checksums: bool,
+    /// Whose memif (`--memif-driver`).
+    memif_driver: MemifDriver,
     /// MPA's CRC asked for by neither end (`--no-crc`).
     no_crc: bool,
     threads: bool,
@@ -266,6 +268,24 @@ enum Link {
     /// DPDK memif: two ports on one socket in this process (shared-memory
     /// rings, no kernel); the Linux baseline runs across a veth (root).
     Memif,
+}
+
+/// Whose memif implementation `--link memif` runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MemifDriver {
+    /// Ours (`iwarp-memif`): frames built and read in the ring buffers.
+    Ours,
+    /// DPDK's `net_memif` PMD (copies through mbufs).
+    Dpdk,
+}
+
+impl MemifDriver {
+    fn name(self) -> &'static str {
+        match self {
+            MemifDriver::Ours => "ours",
+            MemifDriver::Dpdk => "dpdk",
+        }
+    }
 }
 
 impl Link {
@@ -511,6 +531,14 @@ struct Cli {
     /// the simulated link is always trusted, AF_XDP never.
     #[arg(long)]
     verify_checksums: bool,
+    /// With --link memif: whose memif carries the frames. `ours`
+    /// (`Context::memif`): the stack builds and reads frames in the ring
+    /// buffers themselves. `dpdk`: DPDK's net_memif PMD
+    /// (`Context::dpdk`), which copies each frame between its mbufs and
+    /// the rings at both ends. The floor is measured on the same one.
+    /// `--queues` needs dpdk (ours has one queue pair).
+    #[arg(long, value_enum, default_value_t = MemifDriver::Ours)]
+    memif_driver: MemifDriver,
     /// Neither end asks for MPA's CRC32c on its FPDUs (RFC 5044 §4.3:
     /// used when either end asks; our default, as siw's, asks). What the
     /// CRC costs; over SCTP, SCTP's own CRC32c is the link's (see
@@ -608,6 +636,11 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
     };
     if !matches!(args.link, Link::Sim | Link::Memif) {
         return Err("--queues: over the simulated link or memif (--sim, --link memif)".into());
+    }
+    if args.link == Link::Memif && args.memif_driver != MemifDriver::Dpdk {
+        return Err(
+            "--queues over memif: --memif-driver dpdk (our memif has one queue pair)".into(),
+        );
     }
     if args.loss_permille.is_some() {
         return Err("--queues: no --loss-permille (the links of --queues drop nothing)".into());
@@ -830,6 +863,7 @@ fn parse_args() -> Args {
         busy: c.busy,
         copy_tx: c.copy_tx,
         verify_checksums: c.verify_checksums,
+        memif_driver: c.memif_driver,
         no_crc: c.no_crc,
         threads: c.threads,
         doorbell: c.doorbell,
@@ -927,7 +961,10 @@ const MEMIF_LINK: u32 = 0;
 
 fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
     if args.link == Link::Memif {
-        return memif_contexts(args);
+        return match args.memif_driver {
+            MemifDriver::Ours => native_memif_contexts(args),
+            MemifDriver::Dpdk => memif_contexts(args),
+        };
     }
     let Some(lab) = lab.filter(|_| args.link == Link::Veth) else {
         // The in-memory link, pinned and polled as the real ones are.
@@ -956,6 +993,39 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
         .map_err(|e| format!("AF_XDP server: {e}"))?;
     let c = iwarp::Context::af_xdp(&opts(End::B, &lab.b, 12, second)?)
         .map_err(|e| format!("AF_XDP client: {e}"))?;
+    Ok((s, c))
+}
+
+/// Our two contexts on our own memif link in this process (one socket,
+/// the server's context opened on a thread while the client connects),
+/// pinned and polled as on AF_XDP.
+fn native_memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
+    use iwarp::memif::Role;
+    let sock = iwarp_bench::floor::memif_socket(MEMIF_LINK);
+    let (first, second) = placement(args);
+    let opts = |role, last: u8, core: usize| {
+        let mut o = iwarp::MemifOptions::new(
+            role,
+            &sock,
+            MEMIF_LINK,
+            std::net::Ipv4Addr::new(10, 79, 3, last),
+            24,
+        );
+        o.host.core = Some(core);
+        o.host.mtu = args.mtu.map(|m| m as usize);
+        o.host.copy_tx = args.copy_tx;
+        o.host.polling = polling(args);
+        o.host.trusted_link = link_trusted(args);
+        o
+    };
+    let s = opts(Role::Server, 11, first);
+    let t = std::thread::spawn(move || iwarp::Context::memif(&s));
+    let c = iwarp::Context::memif(&opts(Role::Client, 12, second))
+        .map_err(|e| format!("memif client: {e}"))?;
+    let s = t
+        .join()
+        .map_err(|_| "memif server: the opening thread panicked".to_owned())?
+        .map_err(|e| format!("memif server: {e}"))?;
     Ok((s, c))
 }
 
@@ -1041,6 +1111,9 @@ fn link_floor(link: Link, args: &Args, iters: u64) -> Result<iwarp_bench::floor:
     let iters = iters.clamp(1000, 100_000);
     match link {
         Link::Veth => floor::xdp_pingpong(64, cores, iters),
+        Link::Memif if args.memif_driver == MemifDriver::Ours => {
+            floor::native_memif_pingpong(MEMIF_LINK + 1, 64, cores, iters)
+        }
         Link::Memif => {
             let eal = floor::memif_eal()?;
             floor::memif_pingpong(&eal, MEMIF_LINK + 1, 64, cores, iters)
@@ -1135,7 +1208,8 @@ fn run() -> Result<(), String> {
     if args.link != Link::Veth && args.loss_permille.is_some() {
         return Err("--loss-permille needs --link veth (our loss is injected on AF_XDP)".into());
     }
-    if args.link == Link::Memif && !iwarp::dpdk::AVAILABLE {
+    if args.link == Link::Memif && args.memif_driver == MemifDriver::Dpdk && !iwarp::dpdk::AVAILABLE
+    {
         return Err(
             "--link memif: this build has no DPDK (install libdpdk-dev and rebuild)".into(),
         );
@@ -1150,8 +1224,11 @@ fn run() -> Result<(), String> {
     };
     let transport = match args.link {
         Link::Veth => "AF_XDP across two network namespaces over a veth pair",
+        Link::Memif if args.memif_driver == MemifDriver::Ours => {
+            "our memif (two ends on one socket in this process: shared-memory rings, frames built and read in the ring buffers, no kernel, no DPDK; --memif-driver dpdk for DPDK's net_memif)"
+        }
         Link::Memif => {
-            "DPDK memif (two ports on one socket in this process: shared-memory rings, no kernel)"
+            "DPDK memif (net_memif: two ports on one socket in this process: shared-memory rings, no kernel; --memif-driver ours for our own)"
         }
         Link::Sim => "the simulated link (in-memory Ethernet between two poll loops)",
     };
@@ -1781,6 +1858,7 @@ fn run() -> Result<(), String> {
         "busy_polling": args.busy,
         "polling": format!("{:?}", polling(&args)),
         "link": args.link.name(),
+        "memif_driver": (args.link == Link::Memif).then(|| args.memif_driver.name()),
         "link_checksums": if link_trusted(&args) { "trusted" } else { "computed" },
         "mpa_crc": !args.no_crc,
         "linux_wait": wait.word(),
