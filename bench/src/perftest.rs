@@ -1357,7 +1357,7 @@ fn send_bw_server(
 /// sense for us), the server address as the last argument, plus our
 /// `--iface`, `--ip ADDR[/PREFIX]`, `--gateway`, `--core`, `--busy`,
 /// `--loop-thread`, `--no-crc`, `--in-netns`, `--memif-socket`,
-/// `--trusted-link`.
+/// `--memif-driver`, `--trusted-link`.
 pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String> {
     let mut o = Options::new(kind);
     let mut s = StackArgs::default();
@@ -1420,6 +1420,13 @@ pub fn parse(kind: Kind, args: &[String]) -> Result<(Options, StackArgs), String
             "--gateway" => s.gateway = Some(value(&mut i)?),
             "--in-netns" => s.netns = Some(value(&mut i)?),
             "--memif-socket" => s.memif_socket = Some(value(&mut i)?.into()),
+            "--memif-driver" => {
+                s.dpdk_memif = match value(&mut i)?.as_str() {
+                    "ours" => false,
+                    "dpdk" => true,
+                    v => return Err(format!("--memif-driver {v}: ours or dpdk")),
+                }
+            }
             "--trusted-link" => s.trusted_link = true,
             "--core" => s.core = Some(num(&value(&mut i)?)? as usize),
             "--busy" => {
@@ -1484,10 +1491,14 @@ pub struct StackArgs {
     /// thread, which posts and polls, drives it, as a verbs program's
     /// thread does with a hardware queue.
     pub loop_thread: bool,
-    /// `--memif-socket PATH`: a DPDK memif link on that socket file
-    /// instead of AF_XDP (the server end creates it, the client end
-    /// connects; both name the same path).
+    /// `--memif-socket PATH`: a memif link on that socket file instead
+    /// of AF_XDP (the server end creates it, the client end connects;
+    /// both name the same path).
     pub memif_socket: Option<std::path::PathBuf>,
+    /// `--memif-driver dpdk`: DPDK's `net_memif` for `--memif-socket`
+    /// instead of our own memif (`--memif-driver ours`, the default).
+    /// Either end may use either: they speak the same protocol.
+    pub dpdk_memif: bool,
     /// `--trusted-link` (with `--memif-socket`, on both sides): TCP
     /// checksums and SCTP's CRC32c neither computed nor checked
     /// ([`iwarp::HostOptions::trusted_link`]).
@@ -1495,8 +1506,10 @@ pub struct StackArgs {
 }
 
 impl StackArgs {
-    /// Open our context: DPDK memif with `--memif-socket` (role server
-    /// when `server`), AF_XDP on `--iface` otherwise.
+    /// Open our context: memif with `--memif-socket` (role server when
+    /// `server`; ours, or DPDK's with `--memif-driver dpdk`), AF_XDP on
+    /// `--iface` otherwise. Our memif server waits up to 10 minutes for
+    /// its client, our client up to a minute for its server.
     pub fn open(&self, server: bool, wait: Duration) -> Result<Context, String> {
         let Some(sock) = &self.memif_socket else {
             if self.trusted_link {
@@ -1508,6 +1521,24 @@ impl StackArgs {
             return Err("--memif-socket excludes --iface and --in-netns".into());
         }
         let (addr, prefix) = self.addr()?;
+        let gateway = match &self.gateway {
+            Some(g) => Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?),
+            None => None,
+        };
+        if !self.dpdk_memif {
+            let role = if server {
+                iwarp::memif::Role::Server
+            } else {
+                iwarp::memif::Role::Client
+            };
+            let mut o = iwarp::MemifOptions::new(role, sock, 0, addr, prefix);
+            o.link.timeout = Duration::from_secs(if server { 600 } else { 60 });
+            o.host.core = self.core;
+            o.host.polling = self.polling();
+            o.host.trusted_link = self.trusted_link;
+            o.host.gateway = gateway;
+            return Context::memif(&o).map_err(|e| format!("memif on {}: {e}", sock.display()));
+        }
         let role = if server {
             iwarp::dpdk::MemifRole::Server
         } else {
@@ -1517,9 +1548,7 @@ impl StackArgs {
         o.host.core = self.core;
         o.host.polling = self.polling();
         o.host.trusted_link = self.trusted_link;
-        if let Some(g) = &self.gateway {
-            o.host.gateway = Some(g.parse().map_err(|_| format!("--gateway {g}: not IPv4"))?);
-        }
+        o.host.gateway = gateway;
         let eal = crate::floor::memif_eal()?;
         Context::dpdk(&eal, &o).map_err(|e| format!("memif on {}: {e}", sock.display()))
     }

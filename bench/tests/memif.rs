@@ -1,7 +1,8 @@
-//! DPDK memif, the kernel-free link: `iwarp-perf --link memif` (both
-//! contexts in one process, with the link's ping-pong floor printed beside
-//! ours) and perftest mode across two processes sharing one memif socket.
-//! No timing thresholds. Without DPDK in the build the tests say so and
+//! memif, the kernel-free link: `iwarp-perf --link memif` (both contexts
+//! in one process, with the link's ping-pong floor printed beside ours) on
+//! our own memif and on DPDK's `net_memif` (`--memif-driver dpdk`), and
+//! perftest mode across two processes sharing one memif socket. No timing
+//! thresholds. Where the build has no DPDK, the DPDK cases say so and
 //! pass, except under CI, where `scripts/deps.sh --test` installs it.
 
 use std::process::{Command, Stdio};
@@ -57,15 +58,43 @@ fn first_row(stdout: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The drivers this build can run: ours always, DPDK's where it is in.
+fn drivers() -> Vec<&'static str> {
+    let mut v = vec!["ours"];
+    if dpdk_or_skip() {
+        v.push("dpdk");
+    }
+    v
+}
+
 #[test]
 fn iwarp_perf_write_lat_and_write_bw_over_memif() {
-    if !dpdk_or_skip() {
-        return;
+    for driver in drivers() {
+        write_lat_and_write_bw_over_memif(driver);
     }
+}
+
+fn write_lat_and_write_bw_over_memif(driver: &str) {
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_perf");
     for (test, cols) in [("write_lat", 9), ("write_bw", 6)] {
-        let stdout = run_ok(&[test, "--link", "memif", "-n", "2000"], Some(&out));
-        assert!(stdout.contains("DPDK memif"), "{stdout}");
+        let stdout = run_ok(
+            &[
+                test,
+                "--link",
+                "memif",
+                "--memif-driver",
+                driver,
+                "-n",
+                "2000",
+            ],
+            Some(&out),
+        );
+        let over = if driver == "ours" {
+            "over our memif"
+        } else {
+            "over DPDK memif"
+        };
+        assert!(stdout.contains(over), "{stdout}");
         // Both ends are ours on shared memory: the link is trusted.
         assert!(
             stdout.contains("link checksums (TCP, SCTP CRC32c): not computed"),
@@ -83,6 +112,7 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
             )
             .expect("valid JSON");
             assert_eq!(json["link"], "memif");
+            assert_eq!(json["memif_driver"], driver);
             assert_eq!(json["link_checksums"], "trusted");
             let r = &json["results"][0];
             assert!(
@@ -98,9 +128,7 @@ fn iwarp_perf_write_lat_and_write_bw_over_memif() {
 /// memif`): both tests, their summaries, and the JSON naming the link.
 #[test]
 fn the_demo_runs_over_memif() {
-    if !dpdk_or_skip() {
-        return;
-    }
+    // Our memif: no DPDK needed.
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_demo");
     let stdout = run_ok(&["demo", "--link", "memif", "-n", "300"], Some(&out));
     for line in [
@@ -113,6 +141,7 @@ fn the_demo_runs_over_memif() {
         serde_json::from_str(&std::fs::read_to_string(out.join("demo.json")).expect("demo.json"))
             .expect("valid JSON");
     assert_eq!(json["link"], "memif");
+    assert_eq!(json["memif_driver"], "ours");
     let tests: Vec<&str> = json["results"]
         .as_array()
         .expect("results")
@@ -124,24 +153,33 @@ fn the_demo_runs_over_memif() {
 
 /// perftest mode's server and client in two processes on one memif socket:
 /// both finish every iteration and print their row, with TCP checksums
-/// (write_lat) and on a trusted link (write_bw, `--trusted-link`).
+/// (write_lat) and on a trusted link (write_bw, `--trusted-link`). Both
+/// on our memif, then a server on DPDK's with a client on ours.
 #[test]
 fn perftest_mode_across_two_processes_over_memif() {
-    if !dpdk_or_skip() {
-        return;
+    let mut pairs = vec![("ours", "ours")];
+    if dpdk_or_skip() {
+        pairs.push(("dpdk", "ours"));
     }
+    for (server, client) in pairs {
+        perftest_mode_across_two_processes(server, client);
+    }
+}
+
+fn perftest_mode_across_two_processes(server_driver: &str, client_driver: &str) {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memif_two");
     let _ = std::fs::create_dir_all(&dir);
     let sock = dir.join("link.sock");
     let _ = std::fs::remove_file(&sock);
     for (test, size) in [("write_lat", "64"), ("write_bw", "65536")] {
-        let common = |ip: &str| {
+        let common = |ip: &str, driver: &str| {
             let mut c = perf();
             c.args([
                 test, "-R", "-n", "500", "-s", size, "-p", "18515", "--ip", ip,
             ])
             .arg("--memif-socket")
             .arg(&sock)
+            .args(["--memif-driver", driver])
             // write_bw with checksums neither computed nor checked
             // (`--trusted-link`, both sides), write_lat with them.
             .args((test == "write_bw").then_some("--trusted-link"))
@@ -149,13 +187,15 @@ fn perftest_mode_across_two_processes_over_memif() {
             .stderr(Stdio::piped());
             c
         };
-        let server = common("10.80.0.1/24").spawn().expect("server");
+        let server = common("10.80.0.1/24", server_driver)
+            .spawn()
+            .expect("server");
         // The server creates the socket; the client connects to it.
         let t0 = Instant::now();
         while !sock.exists() && t0.elapsed() < Duration::from_secs(20) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let client = common("10.80.0.2/24")
+        let client = common("10.80.0.2/24", client_driver)
             .arg("10.80.0.1")
             .spawn()
             .expect("client");
@@ -164,7 +204,7 @@ fn perftest_mode_across_two_processes_over_memif() {
             let stdout = String::from_utf8_lossy(&o.stdout);
             assert!(
                 o.status.success(),
-                "{test} {who} failed\n{stdout}\n{}",
+                "{test} {who} ({server_driver} server, {client_driver} client) failed\n{stdout}\n{}",
                 String::from_utf8_lossy(&o.stderr)
             );
             let row = first_row(&stdout);
@@ -205,14 +245,19 @@ fn field(line: &str, key: &str) -> u64 {
 /// longer than memif's default 2048-octet buffers.
 #[test]
 fn jumbo_frames_cross_memif_whole() {
-    if !dpdk_or_skip() {
-        return;
+    for driver in drivers() {
+        jumbo_frames_cross_whole(driver);
     }
+}
+
+fn jumbo_frames_cross_whole(driver: &str) {
     let stdout = run_ok(
         &[
             "write_bw",
             "--link",
             "memif",
+            "--memif-driver",
+            driver,
             "--mtu",
             "9000",
             "-n",
@@ -235,13 +280,20 @@ fn jumbo_frames_cross_memif_whole() {
         assert!(field(l, "rx_tcp") > 0, "{stdout}");
     }
     // Counters: the server context's device first, then the client's.
-    let devices: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("device: DPDK net_memif"))
-        .collect();
+    let prefix = if driver == "ours" {
+        "device: memif "
+    } else {
+        "device: DPDK net_memif"
+    };
+    let devices: Vec<&str> = stdout.lines().filter(|l| l.starts_with(prefix)).collect();
     assert_eq!(devices.len(), 2, "{stdout}");
     let (server, client) = (devices[0], devices[1]);
-    assert!(server.contains("net_memif0"), "{stdout}");
+    let first = if driver == "ours" {
+        "memif Server"
+    } else {
+        "net_memif0"
+    };
+    assert!(server.contains(first), "{stdout}");
     // Each way, what one end sent is what the other received, frame for
     // frame (2048-octet ring buffers chained per frame once arrived as
     // 2.5 to 27 times as many).
@@ -255,7 +307,16 @@ fn jumbo_frames_cross_memif_whole() {
         field(server, "tx_frames"),
         "{stdout}"
     );
-    assert_eq!(field(server, "rx_dropped"), 0, "{stdout}");
+    if driver == "ours" {
+        // Our client lends buffers that hold a whole 9014-octet frame.
+        for d in [server, client] {
+            assert_eq!(field(d, "rx_bad_desc"), 0, "{stdout}");
+            assert_eq!(field(d, "rx_chained"), 0, "{stdout}");
+            assert_eq!(field(d, "tx_chained"), 0, "{stdout}");
+        }
+    } else {
+        assert_eq!(field(server, "rx_dropped"), 0, "{stdout}");
+    }
     // 300 Writes of 64 KiB: about 2400 frames of 8960-octet segments,
     // where 1500-octet frames would take about 13,500 and 2048-octet ones
     // about 9,900.
@@ -286,6 +347,8 @@ fn iwarp_perf_write_bw_over_two_memif_queues() {
             "write_bw",
             "--link",
             "memif",
+            "--memif-driver",
+            "dpdk",
             "--queues",
             "2",
             "--connections",
@@ -310,4 +373,16 @@ fn iwarp_perf_write_bw_over_two_memif_queues() {
         .find(|l| l.contains("iWARP (ours), 2 loop(s) per end, 4 connection(s): "))
         .unwrap_or_else(|| panic!("no line of ours in\n{stdout}"));
     assert!(ours.contains("(1200 messages in"), "{ours}");
+}
+
+/// `--queues` over our memif (one queue pair) is refused, naming the fix.
+#[test]
+fn several_queues_over_our_memif_are_refused_with_the_fix() {
+    let o = perf()
+        .args(["write_bw", "--link", "memif", "--queues", "2", "-n", "10"])
+        .output()
+        .expect("run iwarp-perf");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--memif-driver dpdk"), "{err}");
 }

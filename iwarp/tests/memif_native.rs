@@ -21,7 +21,7 @@ fn socket(name: &str) -> PathBuf {
     sock
 }
 
-fn opts(sock: &PathBuf, role: Role, last: u8, mtu: usize, trusted: bool) -> MemifOptions {
+fn opts(sock: &std::path::Path, role: Role, last: u8, mtu: usize, trusted: bool) -> MemifOptions {
     let mut o = MemifOptions::new(role, sock, 3, Ipv4Addr::new(10, 77, 14, last), 24);
     o.host.polling = Polling::Adaptive;
     o.host.mtu = Some(mtu);

@@ -423,6 +423,19 @@ impl Memif {
             ));
         }
         let deadline = Instant::now() + cfg.timeout;
+        loop {
+            match Self::try_connect(cfg, deadline) {
+                // DPDK's server refuses an id it has not registered yet
+                // (its socket is up before its port): try again.
+                Err(e) if e.to_string().ends_with("ID not found") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn try_connect(cfg: &Config, deadline: Instant) -> io::Result<Memif> {
         let addr = SocketAddrUnix::new(cfg.socket.as_path())?;
         let fd = loop {
             let fd = seqpacket()?;

@@ -1916,11 +1916,13 @@ fn perftest_mode() -> Option<Result<(), String>> {
 }
 
 const PERFTEST_USAGE: &str = "perftest mode: iwarp-perf TEST -R [-p PORT] [-s SIZE | -a] [-n ITERS] [-t TX] [-r RX] [-o READS]
-                  [--report_gbits] (--iface IFACE [--in-netns NS] | --memif-socket PATH [--trusted-link])
+                  [--report_gbits] (--iface IFACE [--in-netns NS] |
+                   --memif-socket PATH [--memif-driver ours|dpdk] [--trusted-link])
                   --ip ADDR[/PREFIX] [--gateway GW] [--core N] [--busy] [--loop-thread] [--no-crc] [SERVER]
   Client or server of rdma-core's ib_TEST -R (perftest's other flags, such as -d or -F, are accepted and
-  ignored). Without SERVER it waits for a perftest client. --memif-socket: a DPDK memif link on that
-  socket file instead of AF_XDP (no kernel; the server end creates the socket, the client connects);
+  ignored). Without SERVER it waits for a perftest client. --memif-socket: a memif link on that socket
+  file instead of AF_XDP (no kernel; the server end creates the socket, the client connects), on our
+  own memif or (--memif-driver dpdk) DPDK's net_memif; either end may use either;
   --trusted-link, on both sides: TCP checksums and SCTP's CRC32c neither computed nor checked there.
   The test's thread drives the stack (run to completion, one thread on one core works); --loop-thread
   runs it on a poll loop thread instead (--core N pins that loop; --busy: the loop and the CQ spin).";
