@@ -6,8 +6,8 @@
 #    between two of our stacks, beside Linux TCP on the same link, with
 #    ratios, .hgrm, JSON and a PNG plot (AF_XDP across two network namespaces
 #    as root; over the simulated link otherwise, and it says so); then the
-#    same over DPDK memif, shared memory with no kernel in the path (our two
-#    ends in one process), beside the same Linux baseline.
+#    same over memif (our own), shared memory with no kernel in the path
+#    (our two ends in one process), beside the same Linux baseline.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Only what the demo uses (gcc, tshark, iproute2, ethtool, pkg-config and

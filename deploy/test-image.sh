@@ -18,7 +18,8 @@
 #      (the region from the MPA Reply's private data; 256 blocks written,
 #      read back and compared), /metrics scraped over the kernel's TCP,
 #      then SIGTERM: the server closes its connections and exits 0;
-#   6. perftest mode over DPDK memif, no kernel in the path: write_lat -R
+#   6. perftest mode over memif (ours; then DPDK's serving ours), no kernel
+#      in the path: write_lat -R
 #      and write_bw -R, the two containers sharing the memif socket through
 #      a host directory mounted in both.
 #
@@ -224,34 +225,43 @@ grep -q "^iwarp-serve: final stats: 2 clients accepted" "$work/sb.log" || { cat 
 wait "$client" || true # it ends because the server closed; how is its own business
 grep "iwarp-serve: " "$work/sb.log" | tail -3 | cut -c1-160
 
-echo "== 6. perftest mode over DPDK memif: $b serves, $a connects, one socket in a shared volume"
-# The whole output first, then grep: `docker exec … | grep -q` under pipefail
-# is false when grep's early exit gives docker exec a SIGPIPE (CI failed so).
-if grep -q librte_eal <<<"$(docker exec "$a" ldd /usr/local/bin/iwarp-perf)"; then
-    for t in "write_lat -s 64 -n 5000" "write_bw -s 65536 -n 2000"; do
-        rm -f "$work/memif/link.sock"
-        # shellcheck disable=SC2086 # $t is the test and its flags
-        timeout 90 docker exec "$b" iwarp-perf $t -R --memif-socket /run/memif/link.sock \
-            --ip 10.81.0.2/24 >"$work/mb.log" 2>&1 &
-        server=$!
-        for _ in $(seq 100); do
-            [ -S "$work/memif/link.sock" ] && break
-            sleep 0.1
-        done
-        [ -S "$work/memif/link.sock" ] || { cat "$work/mb.log" >&2; fail "the memif server made no socket"; }
-        # shellcheck disable=SC2086
-        timeout 90 docker exec "$a" iwarp-perf $t -R --memif-socket /run/memif/link.sock \
-            --ip 10.81.0.1/24 10.81.0.2 >"$work/ma.log" 2>&1 \
-            || { cat "$work/ma.log" "$work/mb.log" >&2; fail "iwarp-perf $t client over memif"; }
-        wait "$server" || { cat "$work/mb.log" >&2; fail "iwarp-perf $t server over memif"; }
-        grep -q "#bytes" "$work/ma.log" || { cat "$work/ma.log" >&2; fail "iwarp-perf $t over memif printed no result"; }
-        echo "iwarp-perf $t over memif:"
-        grep -A1 "#bytes" "$work/ma.log"
+echo "== 6. perftest mode over memif: $b serves, $a connects, one socket in a shared volume"
+# memif_run TEST SERVER_DRIVER CLIENT_DRIVER: one perftest-mode run across
+# the two containers. The whole output first, then grep: `docker exec … |
+# grep -q` under pipefail is false when grep's early exit gives docker exec
+# a SIGPIPE (CI failed so).
+memif_run() {
+    local t=$1 sd=$2 cd=$3
+    rm -f "$work/memif/link.sock"
+    # shellcheck disable=SC2086 # $t is the test and its flags
+    timeout 90 docker exec "$b" iwarp-perf $t -R --memif-socket /run/memif/link.sock \
+        --memif-driver "$sd" --ip 10.81.0.2/24 >"$work/mb.log" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do
+        [ -S "$work/memif/link.sock" ] && break
+        sleep 0.1
     done
+    [ -S "$work/memif/link.sock" ] || { cat "$work/mb.log" >&2; fail "the memif server made no socket"; }
+    # shellcheck disable=SC2086
+    timeout 90 docker exec "$a" iwarp-perf $t -R --memif-socket /run/memif/link.sock \
+        --memif-driver "$cd" --ip 10.81.0.1/24 10.81.0.2 >"$work/ma.log" 2>&1 \
+        || { cat "$work/ma.log" "$work/mb.log" >&2; fail "iwarp-perf $t client over memif ($sd server, $cd client)"; }
+    wait "$server" || { cat "$work/mb.log" >&2; fail "iwarp-perf $t server over memif ($sd server, $cd client)"; }
+    grep -q "#bytes" "$work/ma.log" || { cat "$work/ma.log" >&2; fail "iwarp-perf $t over memif printed no result"; }
+    echo "iwarp-perf $t over memif ($sd server, $cd client):"
+    grep -A1 "#bytes" "$work/ma.log"
+}
+# Our memif on both ends: no DPDK needed.
+for t in "write_lat -s 64 -n 5000" "write_bw -s 65536 -n 2000"; do
+    memif_run "$t" ours ours
+done
+# DPDK's net_memif serving our memif client, where the image has DPDK.
+if grep -q librte_eal <<<"$(docker exec "$a" ldd /usr/local/bin/iwarp-perf)"; then
+    memif_run "write_lat -s 64 -n 5000" dpdk ours
 elif [ -n "${CI:-}" ]; then
     fail "the image's iwarp-perf has no DPDK: build-image.sh needs libdpdk-dev on the host (scripts/deps.sh --test)"
 else
-    echo "SKIP: the image was built without DPDK (install libdpdk-dev on the host)"
+    echo "SKIP: DPDK's memif: the image was built without DPDK (install libdpdk-dev on the host)"
 fi
 
 echo "== test-image: all passed in $(($(date +%s) - t0)) s"

@@ -141,7 +141,7 @@ pub struct HostOptions {
     /// them either way.
     pub accept_partial_checksum: bool,
     /// The link cannot alter a frame and the peer is ours, set the same
-    /// way: DPDK memif between two processes on this host (shared memory,
+    /// way: memif between two processes on this host (ours or DPDK's; shared memory,
     /// as Linux's veth, whose two ends skip TCP checksums and SCTP's
     /// CRC32c). Sent TCP segments carry only the pseudo-header sum in
     /// their Checksum field, as a sender with TX checksum offload leaves
