@@ -199,8 +199,11 @@ fn perftest_mode_across_two_processes(server_driver: &str, client_driver: &str) 
             .arg("10.80.0.1")
             .spawn()
             .expect("client");
-        for (who, child) in [("client", client), ("server", server)] {
-            let o = wait_bounded(child, Duration::from_secs(120));
+        // Both reaped (bounded) before any assertion: a failed client
+        // must not leave its server waiting.
+        let outputs = [("client", client), ("server", server)]
+            .map(|(who, child)| (who, wait_bounded(child, Duration::from_secs(120))));
+        for (who, o) in outputs {
             let stdout = String::from_utf8_lossy(&o.stdout);
             assert!(
                 o.status.success(),

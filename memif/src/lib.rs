@@ -381,11 +381,16 @@ pub struct Memif {
     tx_evt: OwnedFd,
     rx_evt: OwnedFd,
     bell: Arc<EventFd>,
-    /// Client: buffer octets, and where each ring's fixed buffers start
-    /// in region 0 (slot i at `off + i * buf`).
+    /// Client: buffer octets, and each direction's buffers, handed out
+    /// last freed first.
     buf: u32,
-    tx_buf_off: usize,
-    rx_buf_off: usize,
+    tx_pool: Pool,
+    rx_pool: Pool,
+    /// Client: the transmit ring's `tail` as last read, and frames queued
+    /// since (the buffers of slots the server has returned go back to
+    /// the pool at each read).
+    tx_seen_tail: u16,
+    tx_since_read: u16,
     /// Next slot to fill (free-running), and the last published.
     tx_next: u16,
     /// Slots known free from `tx_next` on, as of the last read of the
@@ -608,8 +613,10 @@ impl Memif {
             rx_evt: m2s_evt,
             bell: Arc::new(EventFd::new()?),
             buf: buf as u32,
-            tx_buf_off,
-            rx_buf_off,
+            tx_pool: Pool::new(tx_buf_off, slots),
+            rx_pool: Pool::new(rx_buf_off, slots),
+            tx_seen_tail: 0,
+            tx_since_read: 0,
             tx_next: 0,
             tx_free: 0,
             tx_published: 0,
@@ -621,7 +628,7 @@ impl Memif {
             peer,
             stats: Stats::default(),
         };
-        // Lend the server every M2S buffer.
+        // Lend the server its first M2S buffers.
         m.refill();
         Ok(m)
     }
@@ -645,8 +652,10 @@ impl Memif {
             rx_evt: s2m_evt,
             bell: Arc::new(EventFd::new()?),
             buf: 0,
-            tx_buf_off: 0,
-            rx_buf_off: 0,
+            tx_pool: Pool::default(),
+            rx_pool: Pool::default(),
+            tx_seen_tail: 0,
+            tx_since_read: 0,
             rx_head: 0,
             max_frame: cfg.max_frame,
             scratch: Vec::new(),
@@ -701,18 +710,22 @@ impl Memif {
         self.broken.is_none()
     }
 
-    /// Client: lend the server every M2S slot we have read.
+    /// Client: lend the server every M2S slot up to a ring ahead of the
+    /// next to read (as DPDK's client does: a DPDK server drops what finds
+    /// no lent slot), each with the buffer freed last.
     fn refill(&mut self) {
-        let end = self.rx_next.wrapping_add(self.rx.size());
         let mut h = self.rx_head;
-        while h != end {
+        while h.wrapping_sub(self.rx_next) < self.rx.size() {
+            let Some(b) = self.rx_pool.take(self.rx.slot(h)) else {
+                break;
+            };
             self.rx.set_desc(
                 h,
                 Desc {
                     flags: 0,
                     region: 0,
                     length: self.buf,
-                    offset: (self.rx_buf_off + self.rx.slot(h) * self.buf as usize) as u32,
+                    offset: self.rx_pool.offset(b, self.buf),
                 },
             );
             h = h.wrapping_add(1);
@@ -724,20 +737,36 @@ impl Memif {
     }
 
     /// Free slots on the transmit ring from `tx_next` on: the cached count
-    /// while it lasts, else the consumer's index read again.
+    /// while it lasts (a client reads again every `TX_READ_EVERY` frames,
+    /// to take back the buffers the server has returned while they are
+    /// still warm), else the consumer's index read again.
     fn tx_free(&mut self) -> u16 {
-        if self.tx_free == 0 {
+        if self.tx_free == 0 || self.tx_since_read >= TX_READ_EVERY {
             self.tx_free = self.tx_free_now();
         }
         self.tx_free
     }
 
     /// Free slots on the transmit ring, counting those filled but not yet
-    /// published, from the consumer's index.
-    fn tx_free_now(&self) -> u16 {
+    /// published, from the consumer's index. A client takes back the
+    /// buffers of the slots returned since its last read.
+    fn tx_free_now(&mut self) -> u16 {
         match self.role {
             Role::Client => {
+                self.tx_since_read = 0;
                 let tail = self.tx.tail().load(Ordering::Acquire);
+                let back = tail.wrapping_sub(self.tx_seen_tail);
+                if back > self.tx_published.wrapping_sub(self.tx_seen_tail) {
+                    self.broken = Some(format!(
+                        "the server returned {back} transmit slots, more than were sent"
+                    ));
+                    return 0;
+                }
+                for k in 0..back {
+                    let s = self.tx.slot(self.tx_seen_tail.wrapping_add(k));
+                    self.tx_pool.give_back(s);
+                }
+                self.tx_seen_tail = tail;
                 let used = self.tx_next.wrapping_sub(tail);
                 self.tx.size().saturating_sub(used)
             }
@@ -753,11 +782,14 @@ impl Memif {
         }
     }
 
-    /// The buffer of transmit slot `i`: where, and its room.
+    /// The buffer of transmit slot `i`: where, and its room. A client
+    /// gives the slot the buffer freed last (`tx_unslot` takes it back if
+    /// the frame is cancelled).
     fn tx_slot(&mut self, i: u16) -> Option<(std::ptr::NonNull<u8>, usize)> {
         match self.role {
             Role::Client => {
-                let off = self.tx_buf_off + self.tx.slot(i) * self.buf as usize;
+                let b = self.tx_pool.take(self.tx.slot(i))?;
+                let off = self.tx_pool.offset(b, self.buf) as usize;
                 Some((
                     self.regions[0].range(off, self.buf as usize)?,
                     self.buf as usize,
@@ -777,6 +809,13 @@ impl Memif {
         }
     }
 
+    /// A cancelled frame's slot `i` gives its buffer back (client).
+    fn tx_unslot(&mut self, i: u16) {
+        if self.role == Role::Client {
+            self.tx_pool.give_back(self.tx.slot(i));
+        }
+    }
+
     /// Mark slot `i` as holding `len` octets (`more`: the frame goes on in
     /// the next slot).
     fn tx_fill(&mut self, i: u16, len: usize, more: bool) {
@@ -788,7 +827,9 @@ impl Memif {
                     flags,
                     region: 0,
                     length: len as u32,
-                    offset: (self.tx_buf_off + self.tx.slot(i) * self.buf as usize) as u32,
+                    offset: self
+                        .tx_pool
+                        .offset(self.tx_pool.of_slot[self.tx.slot(i)], self.buf),
                 },
             ),
             Role::Server => self.tx.set_len(i, len as u32, flags),
@@ -801,6 +842,9 @@ impl Memif {
         // A chained frame (rare): the consumer's index read afresh.
         self.tx_free = self.tx_free_now();
         let free = self.tx_free;
+        if self.role == Role::Client && len.div_ceil(self.buf as usize) > usize::from(free) {
+            return false;
+        }
         let start = self.tx_next;
         let mut i = start;
         let mut done = 0;
@@ -831,6 +875,7 @@ impl Memif {
         }
         self.tx_next = i;
         self.tx_free -= used;
+        self.tx_since_read = self.tx_since_read.saturating_add(used);
         self.stats.tx_chained += u64::from(used > 1);
         true
     }
@@ -853,6 +898,51 @@ impl Memif {
     }
 }
 
+/// A client reads its transmit ring's `tail` at least every this many
+/// frames, to take back the buffers the server returned.
+const TX_READ_EVERY: u16 = 32;
+
+/// A client's buffers of one direction, handed out last freed first (as
+/// a mempool cache: the buffers in use stay few and warm in the cache and
+/// the TLB).
+#[derive(Debug, Default)]
+struct Pool {
+    /// Where buffer 0 starts in region 0.
+    off: usize,
+    /// The buffer each slot holds.
+    of_slot: Vec<u16>,
+    /// Free buffers, the one freed last at the end.
+    free: Vec<u16>,
+}
+
+impl Pool {
+    fn new(off: usize, n: usize) -> Pool {
+        Pool {
+            off,
+            of_slot: vec![0; n],
+            // Buffer 0 on top.
+            free: (0..n as u16).rev().collect(),
+        }
+    }
+
+    /// Give slot `slot` the buffer freed last.
+    fn take(&mut self, slot: usize) -> Option<u16> {
+        let b = self.free.pop()?;
+        self.of_slot[slot] = b;
+        Some(b)
+    }
+
+    /// Slot `slot`'s buffer is free again.
+    fn give_back(&mut self, slot: usize) {
+        self.free.push(self.of_slot[slot]);
+    }
+
+    /// Buffer `b`'s offset in region 0.
+    fn offset(&self, b: u16, buf: u32) -> u32 {
+        (self.off + usize::from(b) * buf as usize) as u32
+    }
+}
+
 impl FrameDevice for Memif {
     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
         if self.broken.is_some() {
@@ -862,6 +952,7 @@ impl FrameDevice for Memif {
         if avail == 0 {
             return 0;
         }
+        let start = self.rx_next;
         let end = self.rx_next.wrapping_add(avail);
         let mut i = self.rx_next;
         let mut n = 0;
@@ -937,7 +1028,14 @@ impl FrameDevice for Memif {
         self.rx_next = i;
         match self.role {
             Role::Server => self.rx.tail().store(i, Ordering::Release),
-            Role::Client => self.refill(),
+            Role::Client => {
+                let mut k = start;
+                while k != i {
+                    self.rx_pool.give_back(self.rx.slot(k));
+                    k = k.wrapping_add(1);
+                }
+                self.refill();
+            }
         }
         n
     }
@@ -990,13 +1088,18 @@ impl FrameDevice for Memif {
                     self.tx_fill(i, n, false);
                     self.tx_next = i.wrapping_add(1);
                     self.tx_free -= 1;
+                    self.tx_since_read = self.tx_since_read.saturating_add(1);
                     true
                 }
-                _ => false,
+                _ => {
+                    self.tx_unslot(i);
+                    false
+                }
             };
         }
         // Longer than one buffer (a server whose client lends small ones):
         // build aside, then spread over several slots.
+        self.tx_unslot(i);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.resize(max, 0);
