@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # perftest mode with each process confined to one CPU (taskset), as a verbs
 # program pinned with one thread runs: write_lat 64 B over AF_XDP on a veth
-# and over DPDK memif, inline (the test's thread drives the stack) and with
+# and over memif (ours; --memif-driver dpdk for DPDK's), inline (the test's thread drives the stack) and with
 # a poll loop thread (--loop-thread), busy and waiting; then sockperf's TCP
 # ping-pong over a veth on the same two CPUs, spinning and blocking.
 # Root; namespaces and the memif socket are removed on exit and on signals.

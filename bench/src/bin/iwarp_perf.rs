@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! iwarp-perf TEST [-s SIZE | -a] [-n ITERS | --duration SECS] [--rate MSGS_PER_SEC]
-//!                 [--threads] [--busy] [--core N] [--link sim|veth|memif] [--window W]
+//!                 [--threads] [--busy] [--core N] [--link sim|veth|memif]
+//!                 [--memif-driver ours|dpdk] [--window W]
 //!                 [--mtu N] [--out DIR] [--stats] [--transport mpa|sctp]
 //!                 [AF_XDP and TCP tuning flags]
 //! TEST: write_lat read_lat send_lat write_bw read_bw send_bw demo
@@ -13,8 +14,9 @@
 //! `iwarp-perf --help` lists every flag.
 //!
 //! Server and client run in this one process: two contexts (the simulated
-//! link, AF_XDP on the two ends of a veth pair in two namespaces, or DPDK
-//! memif: two ports on one socket, shared-memory rings and no kernel).
+//! link, AF_XDP on the two ends of a veth pair in two namespaces, or
+//! memif, ours or DPDK's: two ends on one socket, shared-memory rings and
+//! no kernel).
 //!
 //! Every latency figure is printed beside the floor of its link (one frame
 //! bounced between two pinned, spinning threads with no protocol,
@@ -265,8 +267,9 @@ enum Link {
     Sim,
     /// AF_XDP on a veth pair across two namespaces (root).
     Veth,
-    /// DPDK memif: two ports on one socket in this process (shared-memory
-    /// rings, no kernel); the Linux baseline runs across a veth (root).
+    /// memif: two ends on one socket in this process (shared-memory
+    /// rings, no kernel; ours, or DPDK's with `--memif-driver dpdk`); the
+    /// Linux baseline runs across a veth (root).
     Memif,
 }
 
@@ -556,7 +559,7 @@ struct Cli {
     #[arg(long, conflicts_with = "link")]
     netns: bool,
     /// Our link: sim (in-memory), veth (AF_XDP across two namespaces) or
-    /// memif (DPDK memif in this process, no kernel). The Linux baseline
+    /// memif (two ends in this process, no kernel). The Linux baseline
     /// always runs across a veth between two namespaces (root). Default:
     /// veth as root, sim otherwise.
     #[arg(long, value_enum)]
