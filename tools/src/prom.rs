@@ -619,6 +619,49 @@ impl Collector for Snapshot {
                     ],
                 )?;
             }
+            DeviceStats::Memif(m) => {
+                info(
+                    e,
+                    "device",
+                    device_help,
+                    &[
+                        ("kind", "memif".into()),
+                        (
+                            "role",
+                            match m.role {
+                                iwarp::memif::Role::Server => "server",
+                                iwarp::memif::Role::Client => "client",
+                            }
+                            .into(),
+                        ),
+                        ("peer", m.peer.clone()),
+                        ("ring", m.ring_size.to_string()),
+                    ],
+                )?;
+                let c = &m.counters;
+                counters(
+                    e,
+                    "memif_",
+                    "memif link",
+                    &[
+                        ("rx_frames", c.rx_frames),
+                        ("rx_chained", c.rx_chained),
+                        ("rx_bad_desc", c.rx_bad_desc),
+                        ("rx_too_long", c.rx_too_long),
+                        ("tx_frames", c.tx_frames),
+                        ("tx_chained", c.tx_chained),
+                        ("tx_refused", c.tx_refused),
+                        ("kicks", c.kicks),
+                    ],
+                )?;
+                gauge(
+                    e,
+                    "memif_broken",
+                    "1 if the memif link broke (a peer that left, a corrupt ring)",
+                    None,
+                    u64::from(m.broken.is_some()),
+                )?;
+            }
             // A device kind this exporter does not know yet: no device metrics.
             _ => {}
         }
@@ -889,6 +932,33 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("iwarp_xsk_tx_kicks_total 0\n"), "{text}");
+    }
+
+    #[test]
+    fn memif_device_has_its_role_peer_and_counters() {
+        let mut snap = literal();
+        snap.stats.device = DeviceStats::Memif(iwarp::MemifDeviceStats {
+            role: iwarp::memif::Role::Client,
+            peer: "net_memif0".into(),
+            ring_size: 1024,
+            broken: None,
+            counters: iwarp::memif::Stats {
+                rx_frames: 5,
+                rx_bad_desc: 2,
+                kicks: 1,
+                ..Default::default()
+            },
+        });
+        let text = render(snap, &ServeMetrics::default(), Format::Text);
+        for line in [
+            "iwarp_device_info{kind=\"memif\",role=\"client\",peer=\"net_memif0\",ring=\"1024\"} 1\n",
+            "iwarp_memif_rx_frames_total 5\n",
+            "iwarp_memif_rx_bad_desc_total 2\n",
+            "iwarp_memif_kicks_total 1\n",
+            "iwarp_memif_broken 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
     }
 
     #[test]
