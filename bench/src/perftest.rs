@@ -1508,8 +1508,8 @@ pub struct StackArgs {
 impl StackArgs {
     /// Open our context: memif with `--memif-socket` (role server when
     /// `server`; ours, or DPDK's with `--memif-driver dpdk`), AF_XDP on
-    /// `--iface` otherwise. Our memif server waits up to 10 minutes for
-    /// its client, our client up to a minute for its server.
+    /// `--iface` otherwise. Our memif client waits up to a minute for its
+    /// server.
     pub fn open(&self, server: bool, wait: Duration) -> Result<Context, String> {
         let Some(sock) = &self.memif_socket else {
             if self.trusted_link {
@@ -1532,7 +1532,7 @@ impl StackArgs {
                 iwarp::memif::Role::Client
             };
             let mut o = iwarp::MemifOptions::new(role, sock, 0, addr, prefix);
-            o.link.timeout = Duration::from_secs(if server { 600 } else { 60 });
+            o.link.timeout = Duration::from_secs(60);
             o.host.core = self.core;
             o.host.polling = self.polling();
             o.host.trusted_link = self.trusted_link;

@@ -750,11 +750,13 @@ impl Context {
 
     /// A context on one end of our own memif link (feature `memif`; no
     /// DPDK, no kernel in the path): see [`MemifOptions`]. A server
-    /// returns once its client has connected; a client connects at once.
-    /// The MTU is `host.mtu` (1500 if `None`) and both ends need the same.
+    /// listens and returns at once, its link up once a client connects
+    /// (and again when another connects after it left); a client connects
+    /// before it returns. The MTU is `host.mtu` (1500 if `None`) and both
+    /// ends need the same.
     #[cfg(feature = "memif")]
     pub fn memif(opts: &crate::MemifOptions) -> Result<Context, Error> {
-        use iwarp_memif::{Listener, Memif, Role};
+        use iwarp_memif::{Memif, MemifServer, Role};
         let host = &opts.host;
         host.check()?;
         let mtu = host.mtu.unwrap_or(1500);
@@ -762,26 +764,35 @@ impl Context {
             return Err(Error::InvalidArgument("memif MTU outside 576..=65000"));
         }
         let link = opts.link.clone().with_mtu(mtu);
-        let dev = match opts.role {
-            Role::Server => Listener::bind(link)
-                .and_then(|l| l.accept())
-                .map_err(Error::Memif)?,
-            Role::Client => Memif::connect(&link).map_err(Error::Memif)?,
-        };
         let name = format!("memif:{}", opts.link.socket.display());
         let cfg = device_config(&name, opts.mac(), mtu, host)?;
+        if opts.role == Role::Server {
+            let dev = MemifServer::bind(link).map_err(Error::Memif)?;
+            tracing::info!(socket = %opts.link.socket.display(), mtu, ip = %host.ip, "memif server listening");
+            let reader: DeviceReader<MemifServer> = Box::new(|d| {
+                let c = d.connection();
+                Box::new(DeviceStats::Memif(crate::stats::MemifDeviceStats {
+                    role: Role::Server,
+                    peer: c.map(|c| c.peer_name().to_owned()).unwrap_or_default(),
+                    ring_size: c.map_or(0, |c| c.ring_size()),
+                    broken: d.status(),
+                    counters: d.stats(),
+                }))
+            });
+            return Ok(Self::launch(cfg, dev, host, reader));
+        }
+        let dev = Memif::connect(&link).map_err(Error::Memif)?;
         tracing::info!(
             socket = %opts.link.socket.display(),
-            role = ?opts.role,
             peer = dev.peer_name(),
             ring = dev.ring_size(),
             mtu,
             ip = %host.ip,
-            "memif link up"
+            "memif client connected"
         );
         let reader: DeviceReader<Memif> = Box::new(|d| {
             Box::new(DeviceStats::Memif(crate::stats::MemifDeviceStats {
-                role: d.role(),
+                role: Role::Client,
                 peer: d.peer_name().to_owned(),
                 ring_size: d.ring_size(),
                 broken: d.broken().map(str::to_owned),

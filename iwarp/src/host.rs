@@ -465,7 +465,8 @@ impl DpdkOptions {
 ///
 /// [`Context::memif`](crate::Context::memif) connects a client at once
 /// (retrying while no server listens, up to `link.timeout`); a server
-/// listens and returns once its client has connected.
+/// listens and returns at once, its link up when a client connects (the
+/// next one, after a client leaves).
 ///
 /// ```no_run
 /// use iwarp::{memif::Role, Context, MemifOptions};
@@ -473,9 +474,8 @@ impl DpdkOptions {
 /// let sock = std::path::Path::new("/run/iwarp/memif.sock");
 /// let s = MemifOptions::new(Role::Server, sock, 0, "10.0.0.1".parse().unwrap(), 24);
 /// let c = MemifOptions::new(Role::Client, sock, 0, "10.0.0.2".parse().unwrap(), 24);
-/// let server = std::thread::spawn(move || Context::memif(&s));
+/// let server = Context::memif(&s)?;
 /// let client = Context::memif(&c)?;
-/// let server = server.join().expect("server thread")?;
 /// # let _ = (server, client); Ok(()) }
 /// ```
 #[cfg(feature = "memif")]

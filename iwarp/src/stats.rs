@@ -94,7 +94,8 @@ pub struct MemifDeviceStats {
     pub peer: String,
     /// Slots in each ring.
     pub ring_size: u16,
-    /// Why the link broke, if it did.
+    /// Why the link is down, if it is (a server waiting for its client,
+    /// and why the last one went; a link that broke).
     pub broken: Option<String>,
     /// Frames, drops, chains, refusals, kicks.
     pub counters: iwarp_memif::Stats,

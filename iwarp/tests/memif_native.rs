@@ -33,9 +33,9 @@ fn pair(name: &str, mtu: usize, trusted: bool) -> (Context, Context) {
     let sock = socket(name);
     let s = opts(&sock, Role::Server, 1, mtu, trusted);
     let c = opts(&sock, Role::Client, 2, mtu, trusted);
-    let t = std::thread::spawn(move || Context::memif(&s));
+    // The server listens at once; the client connects.
+    let server = Context::memif(&s).expect("memif server");
     let client = Context::memif(&c).expect("memif client");
-    let server = t.join().expect("server thread").expect("memif server");
     (server, client)
 }
 
@@ -102,5 +102,37 @@ fn a_context_on_our_memif_talks_to_one_on_dpdks_memif() {
             "CONNECTED names the server's interface"
         ),
         d => panic!("{d:?}"),
+    }
+}
+
+#[test]
+fn a_server_context_is_up_before_its_client_and_serves_the_next_after_one_leaves() {
+    let sock = socket("next");
+    let server = Context::memif(&opts(&sock, Role::Server, 1, 1500, true)).expect("server");
+    match server.stats().expect("stats").device {
+        DeviceStats::Memif(m) => {
+            let why = m.broken.unwrap_or_default();
+            assert!(why.starts_with("waiting for a client"), "{why}");
+        }
+        d => panic!("{d:?}"),
+    }
+    for (round, port) in [(0u8, 7710), (1, 7711)] {
+        let client = Context::memif(&opts(&sock, Role::Client, 2, 1500, true)).expect("client");
+        let p = connect(&server, &client, port, 4096);
+        p.write_lands(vec![round + 1; 4096]);
+        drop(p);
+        drop(client);
+        // The server's link notices its client left.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let DeviceStats::Memif(m) = server.stats().expect("stats").device else {
+                panic!("not memif");
+            };
+            if m.broken.is_some_and(|b| b.contains("broke")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < end, "the server did not notice");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }

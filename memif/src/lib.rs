@@ -39,7 +39,10 @@
 
 mod control;
 pub mod msg;
+mod server;
 mod shm;
+
+pub use server::MemifServer;
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -173,13 +176,19 @@ impl Listener {
     /// protocol, is sent DISCONNECT with the reason and is this call's
     /// error; the listener stays open for the next.
     pub fn accept(&self) -> io::Result<Memif> {
-        let deadline = Instant::now() + self.cfg.timeout;
-        if !wait_readable(&[self.fd.as_fd()], self.cfg.timeout)? {
+        self.accept_within(self.cfg.timeout)
+    }
+
+    /// [`accept`](Self::accept), waiting `wait` for a client to come (its
+    /// handshake then has `cfg.timeout`).
+    pub fn accept_within(&self, wait: Duration) -> io::Result<Memif> {
+        if !wait_readable(&[self.fd.as_fd()], wait)? {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no memif client on {} in time", self.cfg.socket.display()),
             ));
         }
+        let deadline = Instant::now() + self.cfg.timeout;
         let c = rustix::net::accept_with(&self.fd, SocketFlags::CLOEXEC)?;
         let control = Control::new(c);
         match serve(&control, &self.cfg, deadline) {
@@ -407,6 +416,8 @@ pub struct Memif {
     broken: Option<String>,
     peer: String,
     stats: Stats,
+    /// Empty receive polls since the control socket was last looked at.
+    empty_polls: u32,
 }
 
 impl Memif {
@@ -627,6 +638,7 @@ impl Memif {
             broken: None,
             peer,
             stats: Stats::default(),
+            empty_polls: 0,
         };
         // Lend the server its first M2S buffers.
         m.refill();
@@ -662,6 +674,7 @@ impl Memif {
             broken: None,
             peer: s.peer,
             stats: Stats::default(),
+            empty_polls: 0,
         })
     }
 
@@ -898,6 +911,9 @@ impl Memif {
     }
 }
 
+/// Empty receive polls between two looks at the control socket.
+const CHECK_EVERY: u32 = 1 << 16;
+
 /// A client reads its transmit ring's `tail` at least every this many
 /// frames, to take back the buffers the server returned.
 const TX_READ_EVERY: u16 = 32;
@@ -950,6 +966,14 @@ impl FrameDevice for Memif {
         }
         let avail = self.rx_avail();
         if avail == 0 {
+            // A busy loop never sleeps in `wait`: look at the control
+            // socket every so many empty polls (a few milliseconds), so
+            // that a peer that left is noticed.
+            self.empty_polls += 1;
+            if self.empty_polls >= CHECK_EVERY {
+                self.empty_polls = 0;
+                self.check_link();
+            }
             return 0;
         }
         let start = self.rx_next;
@@ -1161,6 +1185,12 @@ impl FrameDevice for Memif {
 }
 
 impl Memif {
+    /// Ring `bell` instead of the device's own doorbell from now on (a
+    /// [`MemifServer`] gives each connection its one bell).
+    pub(crate) fn set_bell(&mut self, bell: Arc<EventFd>) {
+        self.bell = bell;
+    }
+
     fn bell_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.bell.as_fd()
     }

@@ -253,3 +253,34 @@ fn a_client_reuses_few_buffers_while_few_frames_are_in_flight() {
     assert!(seen.len() <= 33, "{} buffers for 3000 frames", seen.len());
     assert!(seen.len() > 1);
 }
+
+#[test]
+fn a_background_server_is_up_at_once_and_takes_a_new_client_after_one_leaves() {
+    use iwarp_memif::MemifServer;
+    let p = sock("bg");
+    let mut s = MemifServer::bind(Config::new(&p, 4)).unwrap();
+    assert!(s.status().unwrap().starts_with("waiting for a client"));
+    assert!(!s.tx(&frame(0, 64)), "no client: the link is down");
+    assert_eq!(s.rx_burst(8, &mut |_| {}), 0);
+    for round in 0..2 {
+        let mut c = Memif::connect(&Config::new(&p, 4)).unwrap();
+        assert!(c.tx(&frame(round, 80)));
+        c.flush();
+        assert_eq!(recv_all(&mut s, 1), vec![frame(round, 80)], "round {round}");
+        assert!(s.status().is_none());
+        assert!(s.tx(&frame(round + 10, 90)));
+        s.flush();
+        assert_eq!(recv_all(&mut c, 1), vec![frame(round + 10, 90)]);
+        drop(c);
+        // Polling (as a busy loop does) notices the client left.
+        let end = Instant::now() + Duration::from_secs(5);
+        while s.status().is_none() && Instant::now() < end {
+            s.rx_burst(8, &mut |_| {});
+        }
+        let why = s.status().unwrap_or_default();
+        assert!(why.contains("broke"), "{why}");
+    }
+    assert_eq!(s.clients(), 2);
+    let st = s.stats();
+    assert_eq!((st.rx_frames, st.tx_frames), (2, 2));
+}

@@ -999,9 +999,9 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
     Ok((s, c))
 }
 
-/// Our two contexts on our own memif link in this process (one socket,
-/// the server's context opened on a thread while the client connects),
-/// pinned and polled as on AF_XDP.
+/// Our two contexts on our own memif link in this process (one socket:
+/// the server listens, the client connects), pinned and polled as on
+/// AF_XDP.
 fn native_memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), String> {
     use iwarp::memif::Role;
     let sock = iwarp_bench::floor::memif_socket(MEMIF_LINK);
@@ -1021,14 +1021,10 @@ fn native_memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context)
         o.host.trusted_link = link_trusted(args);
         o
     };
-    let s = opts(Role::Server, 11, first);
-    let t = std::thread::spawn(move || iwarp::Context::memif(&s));
+    let s = iwarp::Context::memif(&opts(Role::Server, 11, first))
+        .map_err(|e| format!("memif server: {e}"))?;
     let c = iwarp::Context::memif(&opts(Role::Client, 12, second))
         .map_err(|e| format!("memif client: {e}"))?;
-    let s = t
-        .join()
-        .map_err(|_| "memif server: the opening thread panicked".to_owned())?
-        .map_err(|e| format!("memif server: {e}"))?;
     Ok((s, c))
 }
 
