@@ -13,17 +13,18 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `IWARP_BACKEND` | `xdp` (AF_XDP on a kernel interface) or `dpdk` (a DPDK port, such as one end of a kernel-free memif link) | `xdp` |
+//! | `IWARP_BACKEND` | `xdp` (AF_XDP on a kernel interface), `memif` (one end of a kernel-free memif link, our own memif: no DPDK; `IWARP_MEMIF` names it) or `dpdk` (a DPDK port, such as DPDK's memif) | `xdp` |
 //! | `IWARP_IFACE` | `xdp`: interface the stack takes over | required with `xdp`; not used with `dpdk` |
 //! | `IWARP_IP` | our address/prefix, e.g. `10.0.0.1/24` (not the kernel's) | required |
+//! | `IWARP_MEMIF` | `memif`: one end of our memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file; the server listens at once (a stale socket file is replaced, a live server's refused) and its link comes up when a client connects; a client waits up to 60 s for its server. The other end may be DPDK's or VPP's memif. MAC `02:00:A:B:C:D` from `IWARP_IP`'s octets. One queue pair (`IWARP_QUEUES=1`) | required with `memif` |
 //! | `IWARP_MEMIF` | `dpdk`: one end of a memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file, the server creates it (start the server first; a socket file an ended server left is removed, one a live server listens on is refused). Made into the devargs `net_memif0,role=…,id=…,socket=PATH,socket-abstract=no,mac=02:00:A:B:C:D` (`iwarp::dpdk::memif_devargs`, and a MAC from `IWARP_IP`'s octets) | `IWARP_MEMIF` or `IWARP_DPDK_VDEV` required with `dpdk` |
-//! | `IWARP_MEMIF_ID` | `dpdk` with `IWARP_MEMIF`: the link id, the same at both ends (several links may share one socket) | `0` |
+//! | `IWARP_MEMIF_ID` | `memif`, or `dpdk` with `IWARP_MEMIF`: the link id, the same at both ends (several links may share one socket) | `0` |
 //! | `IWARP_DPDK_VDEV` | `dpdk`: the port's full devargs instead of `IWARP_MEMIF`, hot-plugged, e.g. `net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,socket-abstract=no`; its `mac=`, if any, is the device's MAC (node GUID, GID), else the one made from `IWARP_IP` is reported (the port keeps its driver's own; iWARP peers find each other by IP and ARP, not by GID) | see `IWARP_MEMIF` |
 //! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`); with `IWARP_QUEUES` above 1, of the first loop (loop `i` on `IWARP_CORE + i`) | none |
 //! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: any `IWARP_POLL` (inline: the program's threads drive the loops of the QPs they poll), not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); `dpdk` memif: both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
-//! | `IWARP_TRUSTED_LINK` | `dpdk` only: `yes`: the link is shared memory between two processes of ours (memif) that both set it: TCP checksums and SCTP's CRC32c are neither computed nor checked ([`iwarp::HostOptions::trusted_link`], as Linux skips them between the two ends of a veth); an end that does not set it drops the other's segments and counts them as partial checksums. `no`: computed and checked | `no` |
+//! | `IWARP_TRUSTED_LINK` | `memif` and `dpdk` only: `yes`: the link is shared memory between two processes of ours (memif) that both set it: TCP checksums and SCTP's CRC32c are neither computed nor checked ([`iwarp::HostOptions::trusted_link`], as Linux skips them between the two ends of a veth); an end that does not set it drops the other's segments and counts them as partial checksums. `no`: computed and checked | `no` |
 //! | `IWARP_STATS` | `yes`: at exit, one line per poll loop on standard error: the QPs connected on it, frames received and sent, octets TCP delivered | `no` |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for its connections to finish closing, TCP included (what it sent before still arrives, and the peer gets our FIN): those the program closed with `rdma_disconnect`, and those it left open, which exit closes as a kernel closes an exiting process's QPs | `2000` |
 //! | `IWARP_CONNECT_RETRY_MS` | how long `rdma_connect` retries a connection the peer refused (no listener yet) before `REJECTED`: for clients that race their server's re-listen, such as Debian's perftest 0.17, whose own retry after a refusal reuses the ids it destroyed | `0` |
@@ -202,6 +203,12 @@ impl Config {
                     )
                 })?,
         };
+        if queues > 1 && matches!(link, Link::Memif { .. }) {
+            return Err(format!(
+                "IWARP_QUEUES={queues} with IWARP_BACKEND=memif: our memif has one queue pair; \
+                 set IWARP_QUEUES=1, or use DPDK's memif (IWARP_BACKEND=dpdk)"
+            ));
+        }
         if queues > 1 && share.is_some() {
             return Err(format!(
                 "IWARP_QUEUES={queues} with IWARP_SHARE_ADDRESS=yes: an address shared with \
@@ -215,9 +222,9 @@ impl Config {
         };
         let trusted_link = match get("IWARP_TRUSTED_LINK").as_deref() {
             None | Some("") | Some("no") => false,
-            Some("yes") if !matches!(link, Link::Dpdk { .. }) => {
+            Some("yes") if matches!(link, Link::Xdp { .. }) => {
                 return Err(
-                    "IWARP_TRUSTED_LINK=yes: only with IWARP_BACKEND=dpdk (shared \
+                    "IWARP_TRUSTED_LINK=yes: only with IWARP_BACKEND=memif or dpdk (shared \
                             memory between two of our processes; AF_XDP reaches a wire); \
                             unset it"
                         .into(),
@@ -256,6 +263,19 @@ fn steered(share: Option<&iwarp::SharedPorts>, port: u16) -> bool {
 pub(crate) enum Link {
     /// `IWARP_BACKEND=xdp`: AF_XDP on the kernel interface `IWARP_IFACE`.
     Xdp { iface: String },
+    /// `IWARP_BACKEND=memif`: one end of our own memif link.
+    Memif {
+        /// `IWARP_MEMIF=server:PATH` (else `client:PATH`).
+        server: bool,
+        /// The socket file both ends name.
+        socket: std::path::PathBuf,
+        /// `IWARP_MEMIF_ID`.
+        id: u32,
+        /// [`dpdk_mac`] of `IWARP_IP`.
+        mac: [u8; 6],
+        /// `IWARP_MTU`, or 1500.
+        mtu: usize,
+    },
     /// `IWARP_BACKEND=dpdk`: the DPDK port these devargs name
     /// (`IWARP_DPDK_VDEV`, or `IWARP_MEMIF` made into memif devargs),
     /// hot-plugged into the process's one EAL.
@@ -289,8 +309,51 @@ impl Link {
                 Ok(Link::Xdp { iface })
             }
             Some("dpdk") => Self::dpdk_from_vars(get),
-            Some(other) => Err(format!("IWARP_BACKEND={other}: expected xdp or dpdk")),
+            Some("memif") => Self::memif_from_vars(get),
+            Some(other) => Err(format!(
+                "IWARP_BACKEND={other}: expected xdp, memif or dpdk"
+            )),
         }
+    }
+
+    fn memif_from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Link, String> {
+        let (ip, _) = ip_from_vars(get)?;
+        let mtu = mtu_from_vars(get)?.unwrap_or(1500);
+        if get("IWARP_DPDK_VDEV").is_some_and(|v| !v.is_empty()) {
+            return Err(
+                "IWARP_DPDK_VDEV: only with IWARP_BACKEND=dpdk (our memif takes IWARP_MEMIF)"
+                    .into(),
+            );
+        }
+        let m = get("IWARP_MEMIF").filter(|s| !s.is_empty()).ok_or(
+            "IWARP_BACKEND=memif: set IWARP_MEMIF=server:/path/to/socket (or \
+             client:/path/to/socket; both ends name the same socket file)",
+        )?;
+        let (server, path) = match m.split_once(':') {
+            Some(("server", p)) if !p.is_empty() => (true, p),
+            Some(("client", p)) if !p.is_empty() => (false, p),
+            _ => {
+                return Err(format!(
+                    "IWARP_MEMIF={m}: expected server:/path/to/socket or client:/path/to/socket \
+                     (both ends name the same socket file)"
+                ))
+            }
+        };
+        let id = match get("IWARP_MEMIF_ID") {
+            None => 0,
+            Some(i) => i.parse::<u32>().map_err(|_| {
+                format!(
+                    "IWARP_MEMIF_ID={i}: expected the link id (a number, the same at both ends)"
+                )
+            })?,
+        };
+        Ok(Link::Memif {
+            server,
+            socket: path.into(),
+            id,
+            mac: dpdk_mac(ip),
+            mtu,
+        })
     }
 
     fn dpdk_from_vars(get: &impl Fn(&str) -> Option<String>) -> Result<Link, String> {
@@ -531,6 +594,31 @@ fn open_dpdk(cfg: &Config, devargs: &str) -> Result<iwarp::Context, String> {
     iwarp::Context::dpdk(&eal, &opts).map_err(|e| format!("DPDK port {devargs}: {e}"))
 }
 
+/// One end of our memif link.
+fn open_memif(
+    cfg: &Config,
+    server: bool,
+    socket: &std::path::Path,
+    id: u32,
+    mac: [u8; 6],
+) -> Result<iwarp::Context, String> {
+    let role = if server {
+        iwarp::memif::Role::Server
+    } else {
+        iwarp::memif::Role::Client
+    };
+    let mut opts = iwarp::MemifOptions::new(role, socket, id, cfg.ip, cfg.prefix_len);
+    opts.mac = Some(mac);
+    opts.link.timeout = std::time::Duration::from_secs(60);
+    opts.host.polling = cfg.polling;
+    opts.host.mtu = cfg.mtu;
+    opts.host.core = cfg.core;
+    opts.host.trusted_link = cfg.trusted_link;
+    let side = if server { "server" } else { "client" };
+    iwarp::Context::memif(&opts)
+        .map_err(|e| format!("IWARP_MEMIF={side}:{}: {e}", socket.display()))
+}
+
 /// The stack, started on first use; the error (also printed once on
 /// standard error) says what is missing.
 pub(crate) fn engine() -> Result<&'static Engine, &'static str> {
@@ -551,6 +639,13 @@ fn start() -> Result<Engine, String> {
     let cfg = Config::from_vars(|k| std::env::var(k).ok())?;
     let ctx = match &cfg.link {
         Link::Xdp { iface } => open_xdp(&cfg, iface)?,
+        Link::Memif {
+            server,
+            socket,
+            id,
+            mac,
+            ..
+        } => open_memif(&cfg, *server, socket, *id, *mac)?,
         Link::Dpdk {
             devargs,
             server_socket,
@@ -841,7 +936,7 @@ mod tests {
         assert!(!with(&xdp, &[("IWARP_STATS", "no")]).unwrap().stats);
         let e = with(&xdp, &[("IWARP_STATS", "1")]).unwrap_err();
         assert!(e.contains("IWARP_STATS=1"), "{e}");
-        // A trusted link: DPDK only, and off unless asked.
+        // A trusted link: memif (ours or DPDK's) only, and off unless asked.
         assert!(!with(&memif, &[]).unwrap().trusted_link);
         assert!(
             with(&memif, &[("IWARP_TRUSTED_LINK", "yes")])
@@ -849,7 +944,7 @@ mod tests {
                 .trusted_link
         );
         let e = with(&xdp, &[("IWARP_TRUSTED_LINK", "yes")]).unwrap_err();
-        assert!(e.contains("only with IWARP_BACKEND=dpdk"), "{e}");
+        assert!(e.contains("only with IWARP_BACKEND=memif or dpdk"), "{e}");
         let e = with(&memif, &[("IWARP_TRUSTED_LINK", "on")]).unwrap_err();
         assert!(e.contains("IWARP_TRUSTED_LINK=on"), "{e}");
     }
@@ -981,6 +1076,70 @@ mod tests {
             ("IWARP_IFACE", "nonexistent0"),
         ])
         .is_ok());
+    }
+
+    #[test]
+    fn our_memif_is_named_by_iwarp_memif_and_refuses_what_it_cannot_do() {
+        let c = cfg(&[
+            ("IWARP_BACKEND", "memif"),
+            ("IWARP_MEMIF", "server:/run/iwarp/m.sock"),
+            ("IWARP_MEMIF_ID", "3"),
+            ("IWARP_IP", "10.80.0.1/24"),
+            ("IWARP_TRUSTED_LINK", "yes"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.link,
+            Link::Memif {
+                server: true,
+                socket: "/run/iwarp/m.sock".into(),
+                id: 3,
+                mac: [2, 0, 10, 80, 0, 1],
+                mtu: 1500,
+            }
+        );
+        assert!(c.trusted_link);
+        let c = cfg(&[
+            ("IWARP_BACKEND", "memif"),
+            ("IWARP_MEMIF", "client:/tmp/x.sock"),
+            ("IWARP_IP", "10.80.0.2/24"),
+            ("IWARP_MTU", "9000"),
+        ])
+        .unwrap();
+        assert!(
+            matches!(
+                &c.link,
+                Link::Memif {
+                    server: false,
+                    id: 0,
+                    mtu: 9000,
+                    ..
+                }
+            ),
+            "{c:?}"
+        );
+        let err = |extra: &[(&'static str, &'static str)]| {
+            let mut v = vec![("IWARP_BACKEND", "memif"), ("IWARP_IP", "10.80.0.1/24")];
+            v.extend_from_slice(extra);
+            cfg(&v).unwrap_err()
+        };
+        assert!(err(&[]).contains("IWARP_MEMIF=server:"), "{}", err(&[]));
+        let e = err(&[("IWARP_MEMIF", "both:/x")]);
+        assert!(e.contains("expected server:"), "{e}");
+        let e = err(&[("IWARP_MEMIF", "server:/x"), ("IWARP_QUEUES", "2")]);
+        assert!(
+            e.contains("one queue pair") && e.contains("IWARP_BACKEND=dpdk"),
+            "{e}"
+        );
+        let e = err(&[
+            ("IWARP_MEMIF", "server:/x"),
+            ("IWARP_DPDK_VDEV", "net_memif0"),
+        ]);
+        assert!(e.contains("only with IWARP_BACKEND=dpdk"), "{e}");
+        let e = err(&[("IWARP_MEMIF", "server:/x"), ("IWARP_MEMIF_ID", "x")]);
+        assert!(e.contains("IWARP_MEMIF_ID=x"), "{e}");
+        let e = cfg(&[("IWARP_BACKEND", "nope"), ("IWARP_IP", "10.80.0.1/24")]).unwrap_err();
+        assert!(e.contains("expected xdp, memif or dpdk"), "{e}");
     }
 
     #[test]

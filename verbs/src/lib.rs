@@ -205,6 +205,11 @@ impl Device {
                 *mac,
                 "/sys/class/infiniband/iwarp0-dpdk".to_owned(),
             ),
+            engine::Link::Memif { mac, mtu, .. } => (
+                Port::Dpdk { mtu: *mtu },
+                *mac,
+                "/sys/class/infiniband/iwarp0-memif".to_owned(),
+            ),
         };
         let mut c = IbvDevice {
             ops: abi::DeviceOps {

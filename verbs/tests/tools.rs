@@ -840,6 +840,40 @@ fn ib_write_bw_runs_unmodified_over_a_trusted_memif_link() {
     assert_bw(&s, "65536");
 }
 
+/// `ib_write_lat` and `ib_write_bw` on both ends over our own memif
+/// (`IWARP_BACKEND=memif`, no DPDK in the path), the link trusted.
+#[test]
+fn perftest_runs_unmodified_over_our_memif() {
+    if !memif_ready("ib_write_bw") || !memif_ready("ib_write_lat") {
+        return;
+    }
+    let env = [("IWARP_BACKEND", "memif"), ("IWARP_TRUSTED_LINK", "yes")];
+    let dir = TempDir::new("ours-lat");
+    let (c, s) = perftest_memif_env(
+        "ib_write_lat",
+        &lat_args(&[]),
+        &dir.0.join("memif.sock"),
+        &env,
+    );
+    let row = assert_lat(&c);
+    assert_lat(&s);
+    assert!(c.contains("Device         : iwarp0"), "{c}");
+    println!(
+        "ib_write_lat -R -s 64 over our memif (client): t_min {} us, t_typical {} us, t_avg {} us, \
+         99% {} us",
+        row[2], row[4], row[5], row[7]
+    );
+    let dir = TempDir::new("ours-bw");
+    let (c, s) = perftest_memif_env(
+        "ib_write_bw",
+        &["-R", "-s", "65536", "-n", "500"],
+        &dir.0.join("memif.sock"),
+        &env,
+    );
+    assert_bw(&c, "65536");
+    assert_bw(&s, "65536");
+}
+
 /// `ib_send_bw -q 4`: perftest's SEND tests over librdmacm keep a
 /// receive credit per queue pair that the server writes into the client's
 /// slot of the same index, and it pairs the two ends' queue pairs by the
