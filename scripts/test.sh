@@ -15,9 +15,9 @@ echo "== rustfmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets -- -D warnings
-# The API's backend features (iwarp: xdp, dpdk; both default): each alone
+# The API's backend features (iwarp: xdp, dpdk, memif; all default): each alone
 # and neither must build clean.
-for f in "" xdp dpdk; do
+for f in "" xdp dpdk memif; do
     cargo clippy -p iwarp --no-default-features --features "$f" --all-targets -- -D warnings
 done
 echo "== rustdoc (every intra-doc link resolves)"

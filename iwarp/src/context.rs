@@ -749,7 +749,7 @@ impl Context {
     }
 
     /// A context on one end of our own memif link (feature `memif`; no
-    /// DPDK, no kernel in the path): see [`MemifOptions`]. A server
+    /// DPDK, no kernel in the path): see [`MemifOptions`](crate::MemifOptions). A server
     /// listens and returns at once, its link up once a client connects
     /// (and again when another connects after it left); a client connects
     /// before it returns. The MTU is `host.mtu` (1500 if `None`) and both

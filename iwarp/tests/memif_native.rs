@@ -72,6 +72,7 @@ fn writes_land_over_our_memif_at_mtu_1500_and_9000_trusted_or_not() {
     }
 }
 
+#[cfg(feature = "dpdk")]
 #[test]
 fn a_context_on_our_memif_talks_to_one_on_dpdks_memif() {
     let Some(eal) = memif_common::eal_or_skip() else {

@@ -5,6 +5,7 @@
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
+#[cfg(feature = "dpdk")]
 use iwarp::dpdk::Eal;
 use iwarp::{Access, ConnectOptions, Context, Cq, ListenOptions, Mr, Pd, Qp, WorkRequest};
 
@@ -13,6 +14,7 @@ pub const T: Duration = Duration::from_secs(10);
 
 /// The EAL for memif ports in this process; `None` (the test passes,
 /// saying so) where the build has no DPDK, except under CI.
+#[cfg(feature = "dpdk")]
 pub fn eal_or_skip() -> Option<Eal> {
     if !iwarp::dpdk::AVAILABLE {
         assert!(
