@@ -39,14 +39,14 @@ struct Evil {
 }
 
 impl Evil {
-    fn connect(p: &PathBuf) -> Evil {
+    fn connect(p: &std::path::Path) -> Evil {
         let fd = rustix::net::socket(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
             None,
         )
         .unwrap();
-        let addr = rustix::net::SocketAddrUnix::new(p.as_path()).unwrap();
+        let addr = rustix::net::SocketAddrUnix::new(p).unwrap();
         rustix::net::connect(&fd, &addr).unwrap();
         Evil { fd }
     }
