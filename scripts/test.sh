@@ -26,14 +26,15 @@ echo "== tests"
 cargo test --workspace
 echo "== the API without backends (over the in-memory link and Context::with_device)"
 cargo test -p iwarp --no-default-features
-echo "== examples (simulated link; then AF_XDP and DPDK across two namespaces, and DPDK memif, when root)"
+echo "== examples (simulated link, our memif; then AF_XDP and DPDK across two namespaces, and DPDK memif, when root)"
 for ex in pingpong pingpong_in_loop remote_read fanout; do
     cargo run --release -q -p iwarp --example "$ex"
+    cargo run --release -q -p iwarp --example "$ex" -- --memif
     if [ "$(id -u)" = 0 ]; then
         cargo run --release -q -p iwarp --example "$ex" -- --netns
         if pkg-config --exists libdpdk; then
             cargo run --release -q -p iwarp --example "$ex" -- --dpdk
-            cargo run --release -q -p iwarp --example "$ex" -- --memif
+            cargo run --release -q -p iwarp --example "$ex" -- --dpdk-memif
         elif [ -n "${CI:-}" ]; then
             echo "CI without libdpdk: scripts/deps.sh should have installed it" >&2
             exit 1

@@ -2,10 +2,12 @@
 //! arguments), over AF_XDP across two network namespaces (`--netns`, needs
 //! root), or over DPDK (`--dpdk`: DPDK's `net_af_packet` driver on the same
 //! two namespaces' veth ends, one EAL for both ports; needs root and
-//! libdpdk), or over DPDK memif (`--memif`: two memif ports on one socket
-//! in this process, shared-memory rings and no kernel; needs libdpdk, not
-//! namespaces). `--netns` needs the `xdp` feature, `--dpdk` and `--memif`
-//! the `dpdk` feature (both are default features of `iwarp`).
+//! libdpdk), or over memif, two ends on one socket in this process,
+//! shared-memory rings and no kernel, no root: our own (`--memif`,
+//! `Context::memif`, feature `memif`) or DPDK's (`--dpdk-memif`, needs
+//! libdpdk). `--netns` needs the `xdp` feature, `--dpdk` and
+//! `--dpdk-memif` the `dpdk` feature (all three are default features of
+//! `iwarp`).
 
 use iwarp::{Context, Polling};
 use netns_harness::{End, Netns, VethPair};
@@ -27,6 +29,15 @@ pub fn contexts() -> (Context, Context, Option<Lab>, &'static str) {
         Polling::Adaptive
     };
     if arg("--memif") {
+        #[cfg(not(feature = "memif"))]
+        without("memif", "--memif");
+        #[cfg(feature = "memif")]
+        {
+            let (s, c) = our_memif(polling);
+            return (s, c, None, "our memif (two ends on one socket, no kernel)");
+        }
+    }
+    if arg("--dpdk-memif") {
         let (s, c) = memif(polling);
         return (
             s,
@@ -72,7 +83,26 @@ fn ip(last: u8) -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::new(10, 77, 7, last)
 }
 
-/// Two memif ports on one socket in this process.
+/// Our memif: a server and a client on one socket in this process.
+#[cfg(feature = "memif")]
+fn our_memif(polling: Polling) -> (Context, Context) {
+    use iwarp::memif::Role;
+    use iwarp::MemifOptions;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sock = std::env::temp_dir().join(format!("iwarp-example-ours-{}.sock", std::process::id()));
+    let opts = |role, last: u8, core: usize| {
+        let ip = std::net::Ipv4Addr::new(10, 77, 9, last);
+        let mut o = MemifOptions::new(role, &sock, 0, ip, 24);
+        o.host.core = Some(core % cores);
+        o.host.polling = polling;
+        o
+    };
+    let s = Context::memif(&opts(Role::Server, 1, 0)).expect("memif server");
+    let c = Context::memif(&opts(Role::Client, 2, 1)).expect("memif client");
+    (s, c)
+}
+
+/// Two DPDK memif ports on one socket in this process.
 #[cfg(feature = "dpdk")]
 fn memif(polling: Polling) -> (Context, Context) {
     use iwarp::dpdk::{Eal, MemifRole};
@@ -147,7 +177,7 @@ fn af_xdp(veth: &VethPair, ns: [&Netns; 2], polling: Polling) -> (Context, Conte
 
 #[cfg(not(feature = "dpdk"))]
 fn memif(_: Polling) -> (Context, Context) {
-    without("dpdk", "--memif")
+    without("dpdk", "--dpdk-memif")
 }
 
 #[cfg(not(feature = "dpdk"))]
