@@ -77,6 +77,40 @@ impl Evil {
         Msg::decode(&b[..r.bytes]).unwrap()
     }
 
+    /// ADD_REGION (`fd`, LEN octets), the S2M ring at 0 and the M2S ring
+    /// after it, each ACKed, then CONNECT (its answer left to the caller).
+    fn announce(&self, fd: &OwnedFd) {
+        self.send(
+            &Msg::AddRegion {
+                index: 0,
+                size: LEN as u64,
+            },
+            Some(fd.as_fd()),
+        );
+        assert_eq!(self.recv(), Msg::Ack);
+        for (flags, off) in [(RING_S2M, 0), (0, RING)] {
+            let ev = eventfd();
+            self.send(
+                &Msg::AddRing {
+                    flags,
+                    index: 0,
+                    region: 0,
+                    offset: off as u32,
+                    log2_ring_size: LOG2,
+                    private_hdr_size: 0,
+                },
+                Some(ev.as_fd()),
+            );
+            assert_eq!(self.recv(), Msg::Ack);
+        }
+        self.send(
+            &Msg::Connect {
+                if_name: b"evil".to_vec(),
+            },
+            None,
+        );
+    }
+
     /// HELLO in, INIT out, ACK in.
     fn init(&self, id: u32) {
         assert!(matches!(self.recv(), Msg::Hello { .. }));
@@ -250,35 +284,7 @@ fn a_ring_outside_its_region_or_without_its_cookie_is_refused() {
         let c = Evil::connect(p);
         c.init(1);
         let fd = memfd(LEN, true);
-        c.send(
-            &Msg::AddRegion {
-                index: 0,
-                size: LEN as u64,
-            },
-            Some(fd.as_fd()),
-        );
-        assert_eq!(c.recv(), Msg::Ack);
-        for (flags, off) in [(RING_S2M, 0), (0, RING)] {
-            let ev = eventfd();
-            c.send(
-                &Msg::AddRing {
-                    flags,
-                    index: 0,
-                    region: 0,
-                    offset: off as u32,
-                    log2_ring_size: LOG2,
-                    private_hdr_size: 0,
-                },
-                Some(ev.as_fd()),
-            );
-            assert_eq!(c.recv(), Msg::Ack);
-        }
-        c.send(
-            &Msg::Connect {
-                if_name: b"evil".to_vec(),
-            },
-            None,
-        );
+        c.announce(&fd);
         assert!(matches!(c.recv(), Msg::Disconnect { .. }));
     })
     .unwrap_err();
@@ -296,35 +302,7 @@ fn descriptors_outside_the_region_are_dropped_and_a_ring_index_past_the_ring_bre
         let m = Shared::map(&fd);
         m.ring_init(0);
         m.ring_init(RING);
-        c.send(
-            &Msg::AddRegion {
-                index: 0,
-                size: LEN as u64,
-            },
-            Some(fd.as_fd()),
-        );
-        assert_eq!(c.recv(), Msg::Ack);
-        for (flags, off) in [(RING_S2M, 0), (0, RING)] {
-            let ev = eventfd();
-            c.send(
-                &Msg::AddRing {
-                    flags,
-                    index: 0,
-                    region: 0,
-                    offset: off as u32,
-                    log2_ring_size: LOG2,
-                    private_hdr_size: 0,
-                },
-                Some(ev.as_fd()),
-            );
-            assert_eq!(c.recv(), Msg::Ack);
-        }
-        c.send(
-            &Msg::Connect {
-                if_name: b"evil".to_vec(),
-            },
-            None,
-        );
+        c.announce(&fd);
         assert!(matches!(c.recv(), Msg::Connected { .. }));
         // Frames: outside the region, in a region that does not exist,
         // overflowing u32, a chain whose second part is outside, then one

@@ -999,6 +999,16 @@ fn contexts(lab: Option<&Lab>, args: &Args) -> Result<(iwarp::Context, iwarp::Co
     Ok((s, c))
 }
 
+/// What our two memif contexts (ours or DPDK's) take from the arguments:
+/// core, MTU, copying transmit, polling, trust in the link.
+fn memif_host(args: &Args, host: &mut iwarp::HostOptions, core: usize) {
+    host.core = Some(core);
+    host.mtu = args.mtu.map(|m| m as usize);
+    host.copy_tx = args.copy_tx;
+    host.polling = polling(args);
+    host.trusted_link = link_trusted(args);
+}
+
 /// Our two contexts on our own memif link in this process (one socket:
 /// the server listens, the client connects), pinned and polled as on
 /// AF_XDP.
@@ -1014,11 +1024,7 @@ fn native_memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context)
             std::net::Ipv4Addr::new(10, 79, 3, last),
             24,
         );
-        o.host.core = Some(core);
-        o.host.mtu = args.mtu.map(|m| m as usize);
-        o.host.copy_tx = args.copy_tx;
-        o.host.polling = polling(args);
-        o.host.trusted_link = link_trusted(args);
+        memif_host(args, &mut o.host, core);
         o
     };
     let s = iwarp::Context::memif(&opts(Role::Server, 11, first))
@@ -1045,11 +1051,7 @@ fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), Strin
             std::net::Ipv4Addr::new(10, 79, 3, last),
             24,
         );
-        o.host.core = Some(core);
-        o.host.mtu = args.mtu.map(|m| m as usize);
-        o.host.copy_tx = args.copy_tx;
-        o.host.polling = polling(args);
-        o.host.trusted_link = link_trusted(args);
+        memif_host(args, &mut o.host, core);
         o
     };
     let s = iwarp::Context::dpdk(&eal, &opts(0, MemifRole::Server, 11, first))
