@@ -80,13 +80,7 @@ impl Evil {
     /// ADD_REGION (`fd`, LEN octets), the S2M ring at 0 and the M2S ring
     /// after it, each ACKed, then CONNECT (its answer left to the caller).
     fn announce(&self, fd: &OwnedFd) {
-        self.send(
-            &Msg::AddRegion {
-                index: 0,
-                size: LEN as u64,
-            },
-            Some(fd.as_fd()),
-        );
+        self.region(fd, LEN);
         assert_eq!(self.recv(), Msg::Ack);
         for (flags, off) in [(RING_S2M, 0), (0, RING)] {
             let ev = eventfd();
@@ -108,6 +102,18 @@ impl Evil {
                 if_name: b"evil".to_vec(),
             },
             None,
+        );
+    }
+
+    /// ADD_REGION 0 of `size` octets with `fd` (its answer left to the
+    /// caller).
+    fn region(&self, fd: &OwnedFd, size: usize) {
+        self.send(
+            &Msg::AddRegion {
+                index: 0,
+                size: size as u64,
+            },
+            Some(fd.as_fd()),
         );
     }
 
@@ -237,13 +243,7 @@ fn a_region_the_client_could_shrink_or_shorter_than_announced_is_refused() {
         let c = Evil::connect(p);
         c.init(1);
         let fd = memfd(LEN, true);
-        c.send(
-            &Msg::AddRegion {
-                index: 0,
-                size: 2 * LEN as u64,
-            },
-            Some(fd.as_fd()),
-        );
+        c.region(&fd, 2 * LEN);
         assert!(matches!(c.recv(), Msg::Disconnect { .. }));
     })
     .unwrap_err();
@@ -256,13 +256,7 @@ fn a_ring_outside_its_region_or_without_its_cookie_is_refused() {
         let c = Evil::connect(p);
         c.init(1);
         let fd = memfd(LEN, true);
-        c.send(
-            &Msg::AddRegion {
-                index: 0,
-                size: LEN as u64,
-            },
-            Some(fd.as_fd()),
-        );
+        c.region(&fd, LEN);
         assert_eq!(c.recv(), Msg::Ack);
         let ev = eventfd();
         c.send(
