@@ -863,18 +863,24 @@ impl Memif {
         let mut done = 0;
         let mut used = 0u16;
         while done < len {
-            if used == free {
-                self.tx_next = start;
-                return false;
-            }
-            let Some((p, room)) = self.tx_slot(i) else {
+            let slot = if used == free { None } else { self.tx_slot(i) };
+            let Some((p, room)) = slot.filter(|&(_, room)| room > 0) else {
+                if slot.is_some() {
+                    self.broken = Some("the client lent an empty buffer".to_owned());
+                }
+                // Nothing queued: the slots taken so far give their
+                // buffers back.
+                let mut k = start;
+                while k != i {
+                    self.tx_unslot(k);
+                    k = k.wrapping_add(1);
+                }
+                if slot.is_some() {
+                    self.tx_unslot(i);
+                }
                 return false;
             };
             let n = room.min(len - done);
-            if n == 0 {
-                self.broken = Some("the client lent an empty buffer".to_owned());
-                return false;
-            }
             // SAFETY: p..p+room lies in a mapped region (checked by
             // tx_slot), n <= room; the slot is ours (between the consumer's
             // index and ours); scratch holds len octets.
