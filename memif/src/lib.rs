@@ -26,6 +26,21 @@
 //! One queue pair per link. Interoperates with DPDK's `net_memif` in either
 //! role (`tests/dpdk.rs`).
 //!
+//! **Ends.** [`Memif::connect`] is a client (it retries while no server
+//! listens); [`MemifServer::bind`] a server that is a device at once and
+//! accepts its client on a thread of its own (the next one after a client
+//! leaves); [`Listener::accept`] takes one client, blocking. A busy end
+//! looks at the control socket every 65,536 empty polls, so a peer that
+//! left is noticed.
+//!
+//! **Per frame.** The sender reads the consumer's index once per 32
+//! frames (its cache line is the receiver's), a client hands its transmit
+//! slots the buffers freed last (few buffers in use while few frames are
+//! in flight), and both ends map the regions populated, so no frame pays a
+//! page fault on its buffer's first use (ARCHITECTURE.md, "Our own
+//! memif"). `tests/hostile.rs` is a hand-made client that writes what it
+//! likes into the shared memory.
+//!
 //! **Trust and bounds.** The two ends share memory, so each can corrupt
 //! what the other reads there, as with any memif peer; but a peer cannot
 //! make us touch memory outside what was shared: a region must be a
