@@ -40,13 +40,13 @@ fn bad_arguments_exit_2_with_the_reason() {
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("xdp-floor "));
 }
 
-/// `--pingpong` over memif (DPDK, no root needed) and AF_XDP (root): a
-/// numeric row per link, every round trip back.
+/// `--pingpong` over our memif and DPDK's (no root needed) and AF_XDP
+/// (root): a numeric row per link, every round trip back.
 #[test]
 fn pingpong_prints_a_row_per_link() {
-    let mut links = Vec::new();
+    let mut links = vec![("memif", "our memif")];
     if iwarp::dpdk::AVAILABLE {
-        links.push(("memif", "DPDK memif"));
+        links.push(("dpdk-memif", "DPDK memif"));
     } else {
         assert!(std::env::var_os("CI").is_none(), "CI without DPDK");
     }

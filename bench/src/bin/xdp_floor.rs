@@ -28,12 +28,12 @@
 //!
 //! ```text
 //! xdp-floor [--mtu N[,N...]] [--secs S] [--core C] [--window W]
-//! xdp-floor --pingpong [--link xdp,memif] [-n ITERS] [--frame OCTETS] [--core C]
+//! xdp-floor --pingpong [--link xdp,memif,dpdk-memif] [-n ITERS] [--frame OCTETS] [--core C]
 //! ```
 //!
 //! `--pingpong` measures the latency floor instead: one frame bounced
-//! between two pinned, spinning threads over AF_XDP on a veth and over a
-//! DPDK memif link, RTT/2 percentiles (`iwarp_bench::floor`).
+//! between two pinned, spinning threads over AF_XDP on a veth, over our
+//! memif and over DPDK's memif, RTT/2 percentiles (`iwarp_bench::floor`).
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,7 +45,7 @@ use iwarp_xdp::{in_netns, Config, XdpDevice};
 use netns_harness::{End, Netns, VethPair};
 
 /// The frame floor of copy-mode AF_XDP on a veth (bandwidth), and the
-/// ping-pong latency floor of AF_XDP and DPDK memif (`--pingpong`).
+/// ping-pong latency floor of AF_XDP and memif, ours and DPDK's (`--pingpong`).
 #[derive(Debug, clap::Parser)]
 #[command(name = "xdp-floor", version)]
 struct Cli {
@@ -74,9 +74,10 @@ struct Cli {
     /// Ping-pong frame length in octets, Ethernet header included.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(34..=1514))]
     frame: u32,
-    /// Ping-pong links: xdp (AF_XDP on a veth, root), memif (DPDK memif,
-    /// two ports in this process), or both.
-    #[arg(long, value_delimiter = ',', default_value = "xdp,memif")]
+    /// Ping-pong links: xdp (AF_XDP on a veth, root), memif (our memif,
+    /// two ends in this process), dpdk-memif (DPDK's, two ports in this
+    /// process), or several.
+    #[arg(long, value_delimiter = ',', default_value = "xdp,memif,dpdk-memif")]
     link: Vec<FloorLink>,
     #[command(flatten)]
     netns: iwarp_bench::netns_cli::NetnsArgs,
@@ -86,6 +87,7 @@ struct Cli {
 enum FloorLink {
     Xdp,
     Memif,
+    DpdkMemif,
 }
 
 struct Args {
@@ -358,6 +360,9 @@ fn pingpong_main(cli: &Cli, args: &Args) -> i32 {
                 iwarp_bench::floor::xdp_pingpong(cli.frame as usize, cores, cli.iters)
             }
             FloorLink::Memif => {
+                iwarp_bench::floor::native_memif_pingpong(9, cli.frame as usize, cores, cli.iters)
+            }
+            FloorLink::DpdkMemif => {
                 let eal = match iwarp_bench::floor::memif_eal() {
                     Ok(e) => e,
                     Err(e) => {
@@ -374,7 +379,8 @@ fn pingpong_main(cli: &Cli, args: &Args) -> i32 {
                 "{}",
                 p.row(match link {
                     FloorLink::Xdp => "AF_XDP (copy mode) veth",
-                    FloorLink::Memif => "DPDK memif",
+                    FloorLink::Memif => "our memif",
+                    FloorLink::DpdkMemif => "DPDK memif",
                 })
             ),
             Err(e) => {
