@@ -158,6 +158,30 @@ pub struct Stats {
     pub kicks: u64,
 }
 
+impl std::ops::AddAssign for Stats {
+    /// Counters of two connections, summed (a [`MemifServer`]'s clients).
+    fn add_assign(&mut self, o: Stats) {
+        let Stats {
+            rx_frames,
+            tx_frames,
+            rx_bad_desc,
+            rx_too_long,
+            rx_chained,
+            tx_chained,
+            tx_refused,
+            kicks,
+        } = o;
+        self.rx_frames += rx_frames;
+        self.tx_frames += tx_frames;
+        self.rx_bad_desc += rx_bad_desc;
+        self.rx_too_long += rx_too_long;
+        self.rx_chained += rx_chained;
+        self.tx_chained += tx_chained;
+        self.tx_refused += tx_refused;
+        self.kicks += kicks;
+    }
+}
+
 /// A memif server socket, waiting for clients.
 #[derive(Debug)]
 pub struct Listener {
@@ -418,8 +442,9 @@ pub struct Memif {
     /// Next slot to fill (free-running), and the last published.
     tx_next: u16,
     /// Slots known free from `tx_next` on, as of the last read of the
-    /// consumer's index (which is read again only when this runs out:
-    /// that index's cache line is the receiver's).
+    /// consumer's index (read again when this runs out, and by a client
+    /// every `TX_READ_EVERY` frames: that index's cache line is the
+    /// receiver's).
     tx_free: u16,
     tx_published: u16,
     /// Next slot to read.

@@ -113,15 +113,7 @@ impl MemifServer {
     pub fn stats(&self) -> Stats {
         let mut s = self.past;
         if let Some(c) = &self.conn {
-            let n = c.stats();
-            s.rx_frames += n.rx_frames;
-            s.tx_frames += n.tx_frames;
-            s.rx_bad_desc += n.rx_bad_desc;
-            s.rx_too_long += n.rx_too_long;
-            s.rx_chained += n.rx_chained;
-            s.tx_chained += n.tx_chained;
-            s.tx_refused += n.tx_refused;
-            s.kicks += n.kicks;
+            s += c.stats();
         }
         s
     }
