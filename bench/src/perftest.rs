@@ -1093,8 +1093,14 @@ fn write_lat(
     Ok(posts)
 }
 
+/// Checks of the octet a waiting (not `--busy`) test makes before it
+/// starts yielding its CPU between them: as long as an adaptive loop spins
+/// before it yields (`Polling::Adaptive`, 200 rounds).
+const WAIT_SPINS: u32 = 200;
+
 fn wait_octet(o: &Options, t: &Test, at: usize, want: u8) -> Result<(), String> {
     let deadline = Instant::now() + o.step_timeout;
+    let mut spins = 0u32;
     loop {
         // In place: an acquiring load of the octet, no trip to the loop.
         if t.buf.load(at).map_err(err("test buffer"))? == want {
@@ -1109,10 +1115,19 @@ fn wait_octet(o: &Options, t: &Test, at: usize, want: u8) -> Result<(), String> 
                 o.step_timeout
             ));
         }
-        // Spinning is for a loop with a CPU of its own: a loop thread on
-        // this process's one CPU needs it to place the Write.
-        if !o.busy || t.shares_cpu {
+        // A loop thread on this process's one CPU needs it to place the
+        // Write: yield at once. Else spin (each check runs a round of an
+        // inline context), as `--busy` does for good and a waiting test
+        // for as long as an adaptive loop would, then yield.
+        if t.shares_cpu {
             std::thread::yield_now();
+        } else if !o.busy {
+            if spins < WAIT_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }

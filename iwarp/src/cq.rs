@@ -237,7 +237,9 @@ impl Cq {
         n
     }
 
-    /// Wait for one completion: spin briefly, then park with a growing
+    /// Wait for one completion: poll a few times (20; on an inline context,
+    /// where each poll is a round this thread runs, as many as an adaptive
+    /// loop spins idle rounds before it yields, 200), then park with a growing
     /// timeout (for callers that do not busy-poll); the poll loop unparks
     /// the waiting thread when it pushes a completion (the last thread to
     /// park, if several wait on one CQ; the others wake at their timeout,
@@ -252,6 +254,15 @@ impl Cq {
     pub fn wait(&self, timeout: Duration) -> Option<Wc> {
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
+        // A loop thread fills the ring: spin short, since on a shared core
+        // a spinning waiter holds the core from the thread it waits for
+        // (ARCHITECTURE.md, "Short spins on shared cores"). Inline, this
+        // thread is the loop: it spins as an adaptive loop does.
+        let spin_limit = if self.drive.is_some() {
+            crate::host::IDLE_SPINS
+        } else {
+            WAIT_SPINS
+        };
         let mut pause = Duration::from_micros(1);
         loop {
             if let Some(wc) = self.poll_one() {
@@ -260,7 +271,7 @@ impl Cq {
             if Instant::now() >= deadline {
                 return None;
             }
-            if spins < 20 {
+            if spins < spin_limit {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
@@ -339,6 +350,13 @@ impl Cq {
         fd.wait(Some(timeout)).map_err(Error::Io)
     }
 }
+
+/// Polls [`Cq::wait`] makes before it parks on a context with loop
+/// threads (inline, [`IDLE_SPINS`](crate::host::IDLE_SPINS)): 20 measured
+/// better than 200 and than 2000 with application threads and loops
+/// sharing cores, and like none at all (bench/README.md, "Short spins on
+/// shared cores").
+const WAIT_SPINS: u32 = 20;
 
 /// The longest a thread waiting on a CQ of several inline loops
 /// ([`CqLoops`]), or for a setup call on a context of several inline

@@ -91,17 +91,21 @@ pub const INLINE_GRACE: Duration = Duration::from_micros(500);
 /// [`INLINE_GRACE`] later (TCP allows 500 ms).
 pub(crate) const ACK_ROUND: u64 = 1;
 
+/// Idle rounds an adaptive or inline loop spins before it yields, and
+/// polls [`Cq::wait`](crate::Cq::wait) makes before it sleeps.
+pub(crate) const IDLE_SPINS: u32 = 200;
+
 impl Polling {
     pub(crate) fn mode(self) -> Mode {
         match self {
             Polling::Busy => Mode::BusyPoll,
             Polling::Adaptive => Mode::Adaptive {
-                spins: 200,
+                spins: IDLE_SPINS,
                 max_sleep: Duration::from_micros(200),
             },
             Polling::Inline => Mode::Inline {
                 grace: INLINE_GRACE,
-                spins: 200,
+                spins: IDLE_SPINS,
                 max_sleep: Duration::from_micros(200),
             },
         }

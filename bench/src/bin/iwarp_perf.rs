@@ -306,10 +306,13 @@ impl Link {
 /// between messages too (an adaptive loop yields only after 200 idle
 /// rounds and parks after 400, some tens of microseconds, longer than a
 /// ping-pong's gap on an idle machine), and so does an application thread
-/// with `--busy`; only application threads of adaptive loops (`--threads`
-/// without `--busy`) sleep on the CQ, and the kernel then blocks too.
-fn baseline_wait(busy: bool, threads: bool) -> linux::Wait {
-    if threads && !busy {
+/// with `--busy`, and one that drives its context itself (`--threads`,
+/// inline: `Cq::wait` runs 200 rounds before it sleeps, as an adaptive
+/// loop spins); only application threads of adaptive loop threads
+/// (`--threads --loop-thread` without `--busy`) sleep on the CQ after a
+/// short spin, and the kernel then blocks too.
+fn baseline_wait(busy: bool, threads: bool, loop_thread: bool) -> linux::Wait {
+    if threads && loop_thread && !busy {
         linux::Wait::Block
     } else {
         linux::Wait::Spin
@@ -654,7 +657,7 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         (iwarp::Transport::Mpa, "MPA/TCP")
     };
     let iters = args.iters.unwrap_or(5000);
-    let wait = baseline_wait(args.busy, args.threads);
+    let wait = baseline_wait(args.busy, args.threads, args.loop_thread);
     // --threads: each connection's two ends post and poll from application
     // threads of their own, which drive the loops their CQs' QPs are on
     // (inline contexts, unless --loop-thread).
@@ -1238,7 +1241,7 @@ fn run() -> Result<(), String> {
         "CRC32c (MPA's CRC, SCTP's checksum) by {:?} (--crc-backend)",
         iwarp_crc::backend()
     );
-    let wait = baseline_wait(args.busy, args.threads);
+    let wait = baseline_wait(args.busy, args.threads, args.loop_thread);
     let other_wait = match wait {
         linux::Wait::Spin => linux::Wait::Block,
         linux::Wait::Block => linux::Wait::Spin,
@@ -1247,10 +1250,11 @@ fn run() -> Result<(), String> {
         println!(
             "Linux TCP baseline across the veth: {} — like for like with ours ({}); the other way ({}) follows it as a labelled second line",
             wait.label(),
-            match (args.threads, args.busy) {
-                (false, _) => "tests run inside our poll loops, which spin between messages",
-                (true, true) => "--busy: our loops and application threads spin",
-                (true, false) => "--threads: our application threads sleep on the CQ",
+            match (args.threads, args.busy, args.loop_thread) {
+                (false, _, _) => "tests run inside our poll loops, which spin between messages",
+                (true, true, _) => "--busy: our loops and application threads spin",
+                (true, false, false) => "--threads: our application threads drive their contexts and spin 200 rounds before they sleep, longer than a message's gap",
+                (true, false, true) => "--threads --loop-thread: our application threads sleep on the CQ",
             },
             other_wait.word()
         );
@@ -1973,13 +1977,18 @@ mod tests {
     use super::*;
 
     /// The default latency comparison (in-loop, adaptive loops) is against
-    /// a spinning kernel, and so is every busy one; only sleeping
-    /// application threads are compared with blocking sockets.
+    /// a spinning kernel, and so is every busy one and every one whose
+    /// application threads drive their contexts; only application threads
+    /// that sleep on the CQ of a loop thread are compared with blocking
+    /// sockets.
     #[test]
     fn default_latency_baseline_spins() {
-        assert_eq!(baseline_wait(false, false), linux::Wait::Spin);
-        assert_eq!(baseline_wait(true, false), linux::Wait::Spin);
-        assert_eq!(baseline_wait(true, true), linux::Wait::Spin);
-        assert_eq!(baseline_wait(false, true), linux::Wait::Block);
+        for loop_thread in [false, true] {
+            assert_eq!(baseline_wait(false, false, loop_thread), linux::Wait::Spin);
+            assert_eq!(baseline_wait(true, false, loop_thread), linux::Wait::Spin);
+            assert_eq!(baseline_wait(true, true, loop_thread), linux::Wait::Spin);
+        }
+        assert_eq!(baseline_wait(false, true, false), linux::Wait::Spin);
+        assert_eq!(baseline_wait(false, true, true), linux::Wait::Block);
     }
 }
