@@ -12,8 +12,11 @@
 //! on every retransmission alike.
 //!
 //! **The CRC** (RFC 5044 §4.4: over the whole FPDU, length field to PAD) is
-//! computed over the frame's copy when one fill covers the whole FPDU, the
-//! usual case (a sender puts whole FPDUs in segments, RFC 5044 §8), and
+//! computed as a fill that covers the whole FPDU writes it, the usual case
+//! (a sender puts whole FPDUs in segments, RFC 5044 §8), from our own
+//! copies of the octets: the head, the payload on its way through the loop
+//! thread's bounce buffer, the PAD. Reading the frame back instead stalled
+//! on lines another core read last (a memif ring's buffer). It is
 //! remembered; a fill of part of an FPDU that reaches its CRC and has none
 //! remembered reads the FPDU once more, from registered memory, to compute
 //! it (a read, not a copy).
@@ -37,7 +40,7 @@
 use std::collections::VecDeque;
 
 use crate::crc::Crc32c;
-use crate::mem::{MemoryTable, Range};
+use crate::mem::{MemoryTable, Range, RegionSlice};
 use crate::qp::MAX_SGE;
 
 /// Octets before an FPDU's payload a descriptor holds: MPA length (2),
@@ -188,25 +191,46 @@ impl FpduDesc {
         if at == 0 {
             self.run = Some((0, Crc32c::new()));
         }
+        // The running CRC goes on over what this fill writes, if it starts
+        // where the last one ended. It reads our own copies of the octets
+        // (the head, the payload on its way through a bounce buffer, the
+        // PAD), never `dst`: a frame buffer is often memory another core
+        // read last (a memif ring's), whose lines the stores are still
+        // waiting for when the CRC would read them back.
+        let mut run = match self.run {
+            Some((p, c)) if self.crc_on && p == at => Some(c),
+            _ => None,
+        };
         // Head octets.
         let mut pos = at;
         let mut d = 0;
         if pos < head {
             let n = (head - pos).min(dst.len());
-            dst[..n].copy_from_slice(&self.head[pos..pos + n]);
+            let h = &self.head[pos..pos + n];
+            dst[..n].copy_from_slice(h);
+            if let Some(c) = run.as_mut() {
+                c.update(h);
+            }
             pos += n;
             d += n;
         }
-        // Payload, range by range: the one copy.
+        // Payload, range by range: the one copy (through the bounce
+        // buffer when the CRC runs over it).
         let mut base = head;
         for r in self.src.as_slice() {
             let r_end = base + r.len;
             if pos < r_end && d < dst.len() {
                 let off = pos - base;
                 let n = (r_end - pos).min(dst.len() - d);
-                match mem.read(r, off, n) {
-                    Some(s) if s.copy_to(0, &mut dst[d..d + n]) => {}
-                    _ => return false,
+                let Some(s) = mem.read(r, off, n) else {
+                    return false;
+                };
+                let ok = match run.as_mut() {
+                    Some(c) => copy_summed(&s, &mut dst[d..d + n], c),
+                    None => s.copy_to(0, &mut dst[d..d + n]),
+                };
+                if !ok {
+                    return false;
                 }
                 pos += n;
                 d += n;
@@ -217,20 +241,14 @@ impl FpduDesc {
         if pos < crc_at && d < dst.len() {
             let n = (crc_at - pos).min(dst.len() - d);
             dst[d..d + n].fill(0);
+            if let Some(c) = run.as_mut() {
+                c.update(&[0u8; 3][..n.min(3)]);
+            }
             pos += n;
             d += n;
         }
-        // The running CRC goes on over what this fill wrote before the CRC
-        // field, if it starts where the last one ended.
-        if self.crc_on {
-            self.run = match self.run {
-                Some((p, mut c)) if p == at && d > 0 => {
-                    c.update(&dst[..d]);
-                    Some((p + d, c))
-                }
-                Some(r) if d == 0 => Some(r),
-                _ => None,
-            };
+        if self.crc_on && d > 0 {
+            self.run = run.map(|c| (at + d, c));
         }
         if d == dst.len() {
             return true;
@@ -284,6 +302,47 @@ impl FpduDesc {
         c.update(&[0u8; 3][..usize::from(self.pad)]);
         Some(c.value())
     }
+}
+
+/// Octets a loop thread's bounce buffer holds ([`copy_summed`]): a whole
+/// FPDU's payload at MTU 9000 in one piece, a 64 KiB one in four.
+const BOUNCE: usize = 16 * 1024;
+
+std::thread_local! {
+    /// Each loop thread's bounce buffer: one per thread, not one per
+    /// connection.
+    static BOUNCE_BUF: core::cell::RefCell<Vec<u8>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// Copy `src` into `dst` (the same length) through this thread's bounce
+/// buffer, feeding the CRC from the bounce buffer, where the octets are
+/// our own and in the cache, rather than from `dst`.
+fn copy_summed(src: &RegionSlice<'_>, dst: &mut [u8], crc: &mut Crc32c) -> bool {
+    BOUNCE_BUF.with(|b| {
+        let Ok(mut b) = b.try_borrow_mut() else {
+            // Cannot happen (nothing here re-enters); copy and sum `dst`.
+            if !src.copy_to(0, dst) {
+                return false;
+            }
+            crc.update(dst);
+            return true;
+        };
+        if b.len() < BOUNCE {
+            b.resize(BOUNCE, 0);
+        }
+        let mut k = 0;
+        while k < dst.len() {
+            let m = (dst.len() - k).min(BOUNCE);
+            let piece = &mut b[..m];
+            if !src.copy_to(k, piece) {
+                return false;
+            }
+            crc.update(piece);
+            dst[k..k + m].copy_from_slice(piece);
+            k += m;
+        }
+        true
+    })
 }
 
 /// What a connection queued on its transport: octets (MPA Request or
@@ -648,6 +707,40 @@ mod tests {
             }
             assert!(got == want, "crc {crc}: whole fills differ from the framer");
         }
+    }
+
+    /// A payload longer than the bounce buffer goes through it in pieces:
+    /// the octets are the payload's, the CRC field the CRC of everything
+    /// before it, whole or filled in two parts.
+    #[test]
+    fn a_payload_past_the_bounce_buffer_is_copied_and_summed_whole() {
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let len = 2 * BOUNCE + 1000;
+        let data = pattern(len, 9);
+        let stag = mem
+            .register(pd, data.clone(), Access::LOCAL_READ, 0)
+            .unwrap();
+        let range = mem
+            .check(stag, pd, Access::LOCAL_READ, 0, len as u64)
+            .unwrap();
+        let mut d = FpduDesc::new(&[0xAB; 14], &[], &[range], true, None, true).unwrap();
+        let wire = d.wire_len();
+        let crc_at = wire - CRC_LEN;
+        let mut whole = vec![0xEE; wire];
+        assert!(d.fill(&mem, 0, &mut whole));
+        assert_eq!(&whole[16..16 + len], &data[..]);
+        let want = crate::crc::crc32c(&whole[..crc_at]);
+        assert_eq!(whole[crc_at..], Crc32c::to_wire(want));
+        // Two fills, the first ending inside the payload, in a fresh
+        // descriptor (nothing remembered).
+        let mut d = FpduDesc::new(&[0xAB; 14], &[], &[range], true, None, true).unwrap();
+        let mut parts = vec![0xEE; wire];
+        let cut = BOUNCE + 17;
+        let (a, b) = parts.split_at_mut(cut);
+        assert!(d.fill(&mem, 0, a));
+        assert!(d.fill(&mem, cut, b));
+        assert!(parts == whole);
     }
 
     #[test]
