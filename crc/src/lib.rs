@@ -150,6 +150,87 @@ pub fn crc32c(data: &[u8]) -> u32 {
     append(0, data)
 }
 
+/// How many zero octets to put before `n` octets of data for
+/// [`crc32c_after_zeros`]: enough to make a whole number of `crc-fast`'s
+/// 384-octet blocks.
+#[inline]
+pub fn zero_lead(n: usize) -> usize {
+    (ZERO_LEAD_BLOCK - n % ZERO_LEAD_BLOCK) % ZERO_LEAD_BLOCK
+}
+
+/// The block [`zero_lead`] rounds to: `crc-fast`'s AVX-512 loop takes 384
+/// octets a turn and sums what is left after its last turn 8 octets at a
+/// time, one `crc32` instruction after the other.
+pub const ZERO_LEAD_BLOCK: usize = 384;
+
+/// Where the buffer given to [`crc32c_after_zeros`] should start: `crc-fast`
+/// sums octets before a 64-octet boundary one at a time, then 8 at a time.
+pub const ZERO_LEAD_ALIGN: usize = 64;
+
+/// The CRC32c of `buf[lead..]`, where the caller put `lead` zero octets in
+/// front of the data (`buf[..lead]` must be zero): with `crc-fast`, a
+/// buffer that starts on a 64-octet boundary ([`ZERO_LEAD_ALIGN`]) and is
+/// a whole number of 384-octet blocks ([`zero_lead`]) is summed by its
+/// vector loop alone. On this machine's Zen 4 a 1444-octet FPDU took 49–54
+/// ns in one call, 1536 aligned octets 30 ns (bench/README.md).
+///
+/// Why it is the same value: a CRC register that starts at zero stays zero
+/// through zero octets, so summing from a zero register gives
+/// `raw(0, buf) = raw(0, data)`; and the register is linear in its start,
+/// so the standard CRC (start all ones, complement at the end) is
+/// `!(raw(!0, 0ⁿ) ^ raw(0, data)) = crc32c(0ⁿ) ^ raw(0, data)` for `n`
+/// octets of data, where `crc32c(0ⁿ)` depends on `n` alone (kept per
+/// thread for the last few lengths seen).
+#[inline]
+pub fn crc32c_after_zeros(buf: &[u8], lead: usize) -> u32 {
+    crc32c_after_zeros_with(backend(), buf, lead)
+}
+
+/// [`crc32c_after_zeros`] by the named implementation.
+pub fn crc32c_after_zeros_with(backend: Backend, buf: &[u8], lead: usize) -> u32 {
+    let Some(data) = buf.get(lead..) else {
+        return crc32c(&[]);
+    };
+    debug_assert!(buf[..lead].iter().all(|&b| b == 0), "the lead is not zero");
+    match backend {
+        Backend::Crc32c => append_with(Backend::Crc32c, 0, data),
+        Backend::CrcFast => {
+            let mut d =
+                crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, 0);
+            d.update(buf);
+            (d.get_state() as u32) ^ zeros_crc(data.len())
+        }
+    }
+}
+
+/// `crc32c` of `n` zero octets, remembered per thread for a few lengths
+/// (a stream's FPDUs mostly have one or two).
+fn zeros_crc(n: usize) -> u32 {
+    const SLOTS: usize = 16;
+    thread_local! {
+        static SEEN: std::cell::Cell<[(usize, u32); SLOTS]> =
+            const { std::cell::Cell::new([(usize::MAX, 0); SLOTS]) };
+    }
+    SEEN.with(|seen| {
+        let mut all = seen.get();
+        let slot = n % SLOTS;
+        if all[slot].0 == n {
+            return all[slot].1;
+        }
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let mut crc = 0;
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(ZEROS.len());
+            crc = append(crc, &ZEROS[..k]);
+            left -= k;
+        }
+        all[slot] = (n, crc);
+        seen.set(all);
+        crc
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +275,31 @@ mod tests {
                 assert_eq!(a, b, "length {len} offset {off}");
             }
         }
+    }
+
+    /// Data behind zeros of any lead, at any length, by both backends:
+    /// the value of the data alone.
+    #[test]
+    fn the_zero_lead_changes_nothing() {
+        let data: Vec<u8> = (0..20_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        for b in BOTH {
+            for n in (0..=800).chain([1444, 1448, 8948, 8960, 17_000]) {
+                let want = append_with(Backend::Crc32c, 0, &data[..n]);
+                for lead in [0, 1, 7, 64, zero_lead(n), 383] {
+                    let mut buf = vec![0u8; lead + n];
+                    buf[lead..].copy_from_slice(&data[..n]);
+                    let got = crc32c_after_zeros_with(b, &buf, lead);
+                    assert_eq!(got, want, "{b:?} n {n} lead {lead}");
+                    // Twice: the second from the remembered zeros' CRC.
+                    assert_eq!(crc32c_after_zeros_with(b, &buf, lead), want);
+                }
+                assert_eq!((zero_lead(n) + n) % ZERO_LEAD_BLOCK, 0);
+            }
+        }
+        assert_eq!(crc32c_after_zeros(&[0, 0, 0], 3), 0);
+        assert_eq!(crc32c_after_zeros(b"\x00123456789", 1), 0xE306_9283);
     }
 
     /// The state the stack uses fed in pieces equals one call.

@@ -190,6 +190,27 @@ impl FpduDesc {
         let crc_at = body_end + usize::from(self.pad);
         if at == 0 {
             self.run = Some((0, Crc32c::new()));
+            // The whole FPDU before its CRC field in this fill: framed in
+            // the bounce buffer behind zeros, summed in one call, copied
+            // out.
+            if self.crc_on
+                && self.crc.is_none()
+                && dst.len() >= crc_at
+                && crc_at >= iwarp_crc::ZERO_LEAD_BLOCK
+            {
+                match self.frame_summed(mem, crc_at, &mut dst[..crc_at]) {
+                    Some(Some(v)) => {
+                        self.crc = Some(v);
+                        self.run = None;
+                        let n = dst.len() - crc_at;
+                        dst[crc_at..].copy_from_slice(&Crc32c::to_wire(v)[..n]);
+                        return true;
+                    }
+                    Some(None) => return false,
+                    // Too long for the bounce buffer: piece by piece below.
+                    None => {}
+                }
+            }
         }
         // The running CRC goes on over what this fill writes, if it starts
         // where the last one ended. It reads our own copies of the octets
@@ -280,6 +301,46 @@ impl FpduDesc {
         let n = dst.len() - d;
         dst[d..].copy_from_slice(&wire_crc[from..from + n]);
         true
+    }
+
+    /// Write the FPDU's first `crc_at` octets (all but the CRC field) into
+    /// `dst` through this thread's bounce buffer, framed there behind the
+    /// zeros [`iwarp_crc::crc32c_after_zeros`] wants, and return their
+    /// CRC: `None` if the FPDU does not fit in the bounce buffer, `Some(None)`
+    /// if a source range is no longer live.
+    fn frame_summed(
+        &self,
+        mem: &MemoryTable,
+        crc_at: usize,
+        dst: &mut [u8],
+    ) -> Option<Option<u32>> {
+        let lead = iwarp_crc::zero_lead(crc_at);
+        BOUNCE_BUF.with(|b| {
+            let mut b = b.try_borrow_mut().ok()?;
+            if b.len() < BOUNCE {
+                b.resize(BOUNCE, 0);
+            }
+            let start = b.as_ptr().align_offset(iwarp_crc::ZERO_LEAD_ALIGN);
+            let end = start.checked_add(lead + crc_at)?;
+            let buf = b.get_mut(start..end)?;
+            let (zeros, fpdu) = buf.split_at_mut(lead);
+            zeros.fill(0);
+            let head = usize::from(self.head_len);
+            fpdu[..head].copy_from_slice(&self.head[..head]);
+            let mut at = head;
+            for r in self.src.as_slice() {
+                let ok = mem
+                    .read(r, 0, r.len)
+                    .is_some_and(|s| s.copy_to(0, &mut fpdu[at..at + r.len]));
+                if !ok {
+                    return Some(None);
+                }
+                at += r.len;
+            }
+            fpdu[at..].fill(0);
+            dst.copy_from_slice(fpdu);
+            Some(Some(iwarp_crc::crc32c_after_zeros(buf, lead)))
+        })
     }
 
     /// The CRC over the FPDU as registered memory holds it now.
