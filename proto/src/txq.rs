@@ -7,9 +7,10 @@
 //! body (a Read Request, a Terminate) as octets, at most 64, and the
 //! payload as checked
 //! [`Range`]s of registered memory. [`FpduDesc::fill`] writes any span of
-//! the FPDU's wire octets straight from those ranges into the frame: the
-//! one copy of a payload octet in our code, on the first transmission and
-//! on every retransmission alike.
+//! the FPDU's wire octets straight from those ranges into the frame
+//! (through the loop thread's bounce buffer when MPA's CRC is on, below):
+//! the one read of a payload octet out of registered memory, on the first
+//! transmission and on every retransmission alike.
 //!
 //! **The CRC** (RFC 5044 §4.4: over the whole FPDU, length field to PAD) is
 //! computed as a fill that covers the whole FPDU writes it, the usual case
@@ -317,9 +318,7 @@ impl FpduDesc {
         let lead = iwarp_crc::zero_lead(crc_at);
         BOUNCE_BUF.with(|b| {
             let mut b = b.try_borrow_mut().ok()?;
-            if b.len() < BOUNCE {
-                b.resize(BOUNCE, 0);
-            }
+            bounce_ready(&mut b);
             let start = b.as_ptr().align_offset(iwarp_crc::ZERO_LEAD_ALIGN);
             let end = start.checked_add(lead + crc_at)?;
             let buf = b.get_mut(start..end)?;
@@ -365,14 +364,34 @@ impl FpduDesc {
     }
 }
 
-/// Octets a loop thread's bounce buffer holds ([`copy_summed`]): a whole
+/// Octets a loop thread's bounce buffer holds ([`bounce_span`]): a whole
 /// FPDU's payload at MTU 9000 in one piece, a 64 KiB one in four.
-const BOUNCE: usize = 16 * 1024;
+pub const BOUNCE: usize = 16 * 1024;
 
 std::thread_local! {
     /// Each loop thread's bounce buffer: one per thread, not one per
     /// connection.
     static BOUNCE_BUF: core::cell::RefCell<Vec<u8>> = const { core::cell::RefCell::new(Vec::new()) };
+    /// Where it lies ([`bounce_span`]).
+    static BOUNCE_AT: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// The addresses of this thread's bounce buffer (empty before its first
+/// use): the transmit path reads registered memory into it, and only into
+/// it, when it is not reading straight into a frame (`tests/one_copy.rs`
+/// follows every octet).
+pub fn bounce_span() -> core::ops::Range<usize> {
+    let (a, b) = BOUNCE_AT.with(|c| c.get());
+    a..b
+}
+
+/// This thread's bounce buffer, at least [`BOUNCE`] octets long.
+fn bounce_ready(b: &mut Vec<u8>) {
+    if b.len() < BOUNCE {
+        b.resize(BOUNCE, 0);
+        let at = b.as_ptr() as usize;
+        BOUNCE_AT.with(|c| c.set((at, at + b.len())));
+    }
 }
 
 /// Copy `src` into `dst` (the same length) through this thread's bounce
@@ -388,9 +407,7 @@ fn copy_summed(src: &RegionSlice<'_>, dst: &mut [u8], crc: &mut Crc32c) -> bool 
             crc.update(dst);
             return true;
         };
-        if b.len() < BOUNCE {
-            b.resize(BOUNCE, 0);
-        }
+        bounce_ready(&mut b);
         let mut k = 0;
         while k < dst.len() {
             let m = (dst.len() - k).min(BOUNCE);

@@ -1,9 +1,12 @@
 //! One-copy transmit, shown: every octet the sender reads out of a
-//! registered region for a large RDMA Write is read straight into a frame
-//! buffer the device lent (`FrameSink::send_built`), and none anywhere
-//! else (no send buffer, no scratch frame). The same transfer with
-//! `StackConfig::copy_tx` (FPDUs framed into TCP's send buffer) reads
-//! every octet into TCP's ring instead: the check can fail.
+//! registered region for a large RDMA Write is read once, straight into a
+//! frame buffer the device lent (`FrameSink::send_built`) when MPA's CRC
+//! is off, and into the loop thread's bounce buffer when it is on (where
+//! the CRC is taken, and whence the frame gets the octets: a copy in the
+//! cache, `iwarp_proto::txq::bounce_span`); none anywhere else (no send
+//! buffer, no scratch frame). The same transfer with `StackConfig::copy_tx`
+//! (FPDUs framed into TCP's send buffer) reads every octet into TCP's ring
+//! instead: the check can fail.
 //!
 //! Two stacks driven by hand on one thread (no poll loop), frames handed
 //! across as the sink gets them.
@@ -35,6 +38,8 @@ struct Reads {
     /// frame's chunks).
     lent: Vec<(usize, usize)>,
     into_lent: u64,
+    /// Into this thread's bounce buffer (MPA's CRC on).
+    into_bounce: u64,
     elsewhere: u64,
 }
 
@@ -55,8 +60,11 @@ impl RegionMemory for Watched {
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
         let (lo, hi) = (dst.as_ptr() as usize, dst.as_ptr() as usize + dst.len());
         let mut r = self.reads.lock().unwrap();
+        let bounce = iwarp_proto::txq::bounce_span();
         if r.lent.iter().any(|&(a, b)| a <= lo && hi <= b) {
             r.into_lent += dst.len() as u64;
+        } else if bounce.start <= lo && hi <= bounce.end && lo < hi {
+            r.into_bounce += dst.len() as u64;
         } else {
             r.elsewhere += dst.len() as u64;
         }
@@ -126,11 +134,11 @@ fn stack(ip: Ipv4Address, last: u8, copy_tx: bool, mtu: usize, mem: MemoryTable)
     Stack::new(c, mem)
 }
 
-fn ulp(pd: PdId) -> Ulp {
+fn ulp(pd: PdId, crc: bool) -> Ulp {
     Ulp::Iwarp {
-        // With the MPA CRC, so a jumbo FPDU's CRC runs across its chunks.
+        // With the MPA CRC, a jumbo FPDU's CRC runs across its chunks.
         mpa: MpaConfig {
-            crc: true,
+            crc,
             ..MpaConfig::default()
         },
         params: StreamParams {
@@ -148,7 +156,7 @@ fn ulp(pd: PdId) -> Ulp {
 /// Move `WRITES` Writes of `MSG` octets from B's watched region into A's
 /// at `mtu` (frames longer than 4096 octets lent as 4096-octet chunks);
 /// returns what the watch saw and the segments B retransmitted.
-fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
+fn transfer(copy_tx: bool, mtu: usize, crc: bool) -> (Reads, u64) {
     let reads = Arc::new(Mutex::new(Reads::default()));
     let mut mem_a = MemoryTable::new();
     let pd_a = mem_a.alloc_pd();
@@ -175,7 +183,7 @@ fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
         Command::Listen {
             transport: Transport::Tcp,
             port: 7000,
-            ulp: ulp(pd_a),
+            ulp: ulp(pd_a, crc),
         },
         0,
     );
@@ -185,7 +193,7 @@ fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
             token: 1,
             remote: IP_A,
             port: 7000,
-            ulp: ulp(pd_b),
+            ulp: ulp(pd_b, crc),
         },
         0,
     );
@@ -261,27 +269,32 @@ fn transfer(copy_tx: bool, mtu: usize) -> (Reads, u64) {
 #[test]
 fn a_written_octet_is_read_once_straight_into_the_lent_frame() {
     // MTU 1500: one buffer per frame; MTU 9000: a frame over three chunks,
-    // its FPDU's CRC running across them.
-    for mtu in [1500, 9000] {
-        let (r, resent) = transfer(false, mtu);
-        let total = WRITES * MSG as u64;
-        assert_eq!(
-            r.elsewhere, 0,
-            "MTU {mtu}: octets read into anything but a lent frame: {r:?}"
-        );
-        assert_eq!(resent, 0, "a lossless link: nothing sent twice");
-        assert_eq!(
-            r.into_lent, total,
-            "MTU {mtu}: each octet read once, into its frame: {r:?}"
-        );
+    // its FPDU's CRC running across them. Without MPA's CRC each octet
+    // goes straight into its frame; with it, through the bounce buffer.
+    for crc in [false, true] {
+        for mtu in [1500, 9000] {
+            let (r, resent) = transfer(false, mtu, crc);
+            let total = WRITES * MSG as u64;
+            assert_eq!(
+                r.elsewhere, 0,
+                "MTU {mtu}, CRC {crc}: octets read into anything but a lent frame or the bounce buffer: {r:?}"
+            );
+            assert_eq!(resent, 0, "a lossless link: nothing sent twice");
+            let (lent, bounce) = if crc { (0, total) } else { (total, 0) };
+            assert_eq!(
+                (r.into_lent, r.into_bounce),
+                (lent, bounce),
+                "MTU {mtu}, CRC {crc}: each octet read once: {r:?}"
+            );
+        }
     }
 }
 
 #[test]
 fn the_copy_transmit_baseline_reads_into_the_send_buffer() {
     for mtu in [1500, 9000] {
-        let (r, _) = transfer(true, mtu);
-        assert_eq!(r.into_lent, 0, "{r:?}");
+        let (r, _) = transfer(true, mtu, true);
+        assert_eq!((r.into_lent, r.into_bounce), (0, 0), "{r:?}");
         assert_eq!(r.elsewhere, WRITES * MSG as u64, "{r:?}");
     }
 }
