@@ -208,14 +208,14 @@ pub fn crc32c_after_zeros_with(backend: Backend, buf: &[u8], lead: usize) -> u32
 fn zeros_crc(n: usize) -> u32 {
     const SLOTS: usize = 16;
     thread_local! {
-        static SEEN: std::cell::Cell<[(usize, u32); SLOTS]> =
-            const { std::cell::Cell::new([(usize::MAX, 0); SLOTS]) };
+        static SEEN: [std::cell::Cell<(usize, u32)>; SLOTS] =
+            const { [const { std::cell::Cell::new((usize::MAX, 0)) }; SLOTS] };
     }
     SEEN.with(|seen| {
-        let mut all = seen.get();
-        let slot = n % SLOTS;
-        if all[slot].0 == n {
-            return all[slot].1;
+        let slot = &seen[n % SLOTS];
+        let (m, crc) = slot.get();
+        if m == n {
+            return crc;
         }
         const ZEROS: [u8; 4096] = [0; 4096];
         let mut crc = 0;
@@ -225,8 +225,7 @@ fn zeros_crc(n: usize) -> u32 {
             crc = append(crc, &ZEROS[..k]);
             left -= k;
         }
-        all[slot] = (n, crc);
-        seen.set(all);
+        slot.set((n, crc));
         crc
     })
 }

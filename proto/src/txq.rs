@@ -364,9 +364,10 @@ impl FpduDesc {
     }
 }
 
-/// Octets a loop thread's bounce buffer holds ([`bounce_span`]): a whole
-/// FPDU's payload at MTU 9000 in one piece, a 64 KiB one in four.
-pub const BOUNCE: usize = 16 * 1024;
+/// Octets a loop thread's bounce buffer holds ([`copy_summed`],
+/// [`FpduDesc::frame_summed`]): a whole FPDU at MTU 9000 in one piece, a
+/// 64 KiB one in four.
+const BOUNCE: usize = 16 * 1024;
 
 std::thread_local! {
     /// Each loop thread's bounce buffer: one per thread, not one per
