@@ -171,8 +171,9 @@ pub const ZERO_LEAD_ALIGN: usize = 64;
 /// front of the data (`buf[..lead]` must be zero): with `crc-fast`, a
 /// buffer that starts on a 64-octet boundary ([`ZERO_LEAD_ALIGN`]) and is
 /// a whole number of 384-octet blocks ([`zero_lead`]) is summed by its
-/// vector loop alone. On this machine's Zen 4 a 1444-octet FPDU took 49–54
-/// ns in one call, 1536 aligned octets 30 ns (bench/README.md).
+/// vector loop alone. On a Zen 4 the sum of a 1444-octet FPDU took about
+/// 22 ns so, against 31 where a frame holds it (bench/README.md,
+/// "`crc_zero_lead`").
 ///
 /// Why it is the same value: a CRC register that starts at zero stays zero
 /// through zero octets, so summing from a zero register gives

@@ -490,14 +490,19 @@ mod bulk {
     /// returns how many words it stored (the caller stores the rest).
     pub(super) fn copy_in(words: &[AtomicU64], src: &[u8]) -> usize {
         let n = words.len().min(src.len() / WORD);
-        imp::copy(words.as_ptr().cast::<u8>().cast_mut(), src.as_ptr(), n)
+        // SAFETY: `n` words fit in both `words` and `src`; the words are
+        // atomics (writable through a shared reference) and the region's
+        // memory is never one of the caller's slices (`Region::slice` is
+        // unsafe for that reason), so the two do not overlap.
+        unsafe { imp::copy(words.as_ptr().cast::<u8>().cast_mut(), src.as_ptr(), n) }
     }
 
     /// Load a prefix of `words` into `dst`'s first octets, in blocks;
     /// returns how many words it loaded.
     pub(super) fn copy_out(words: &[AtomicU64], dst: &mut [u8]) -> usize {
         let n = words.len().min(dst.len() / WORD);
-        imp::copy(dst.as_mut_ptr(), words.as_ptr().cast::<u8>(), n)
+        // SAFETY: as in `copy_in`, the other way round.
+        unsafe { imp::copy(dst.as_mut_ptr(), words.as_ptr().cast::<u8>(), n) }
     }
 
     #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -506,17 +511,18 @@ mod bulk {
 
         /// Copy the largest whole number of blocks within `words` 8-octet
         /// words from `src` to `dst`; returns the words copied. One side
-        /// is the region's words (8-aligned), the other an ordinary slice;
-        /// both spans are `words * 8` octets long (the callers' lengths).
-        pub(super) fn copy(dst: *mut u8, src: *const u8, words: usize) -> usize {
+        /// is the region's words (8-aligned), the other an ordinary slice.
+        ///
+        /// # Safety
+        /// `src` and `dst` are valid for `words * 8` octets (read and
+        /// written) and do not overlap.
+        pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, words: usize) -> usize {
             if std::arch::is_x86_feature_detected!("avx") {
                 let blocks = words / 4;
                 if blocks > 0 {
-                    // SAFETY: AVX is present (checked above); `src` and
-                    // `dst` are valid for `blocks * 32 <= words * 8`
-                    // octets (the callers' spans), and do not overlap (a
-                    // region's memory is never one of the caller's
-                    // slices: `Region::slice` is unsafe for that reason).
+                    // SAFETY: AVX is present (checked above); the spans
+                    // hold `blocks * 32 <= words * 8` octets and do not
+                    // overlap (this function's contract).
                     unsafe { avx(dst, src, blocks) };
                 }
                 blocks * 4
@@ -616,7 +622,11 @@ mod bulk {
     /// word as an atomic.
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     mod imp {
-        pub(super) fn copy(_dst: *mut u8, _src: *const u8, _words: usize) -> usize {
+        /// Copies nothing.
+        ///
+        /// # Safety
+        /// None needed; the same signature as the x86-64 one.
+        pub(super) unsafe fn copy(_dst: *mut u8, _src: *const u8, _words: usize) -> usize {
             0
         }
     }
