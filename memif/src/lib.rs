@@ -23,8 +23,18 @@
 //! `tail`. A receiver that polls sets `MEMIF_RING_FLAG_MASK_INT` on its
 //! ring; while it is clear a sender signals the ring's eventfd.
 //!
-//! One queue pair per link. Interoperates with DPDK's `net_memif` in either
-//! role (`tests/dpdk.rs`).
+//! **Queue pairs.** A link has one queue pair, or several
+//! ([`Memif::connect_queues`], [`Listener::bind_queues`],
+//! [`MemifServer::bind_queues`]): ring `i` of each direction is queue pair
+//! `i`, a device of its own for a poll loop of its own, with its own
+//! mapping of the shared region (so each moves to its thread alone). The
+//! two ends need the same count: a server refuses a client that brings
+//! another, and a client one that takes fewer, naming both counts. The
+//! queue pairs share the control socket: a peer that leaves, or a ring a
+//! peer corrupts, takes the whole link down, each queue pair at its next
+//! look, and DISCONNECT goes out when the last of one end's queue pairs
+//! drops. Interoperates with DPDK's `net_memif` in either role
+//! (`tests/dpdk.rs`).
 //!
 //! **Ends.** [`Memif::connect`] is a client (it retries while no server
 //! listens); [`MemifServer::bind`] a server that is a device at once and
@@ -187,12 +197,23 @@ impl std::ops::AddAssign for Stats {
 pub struct Listener {
     fd: OwnedFd,
     cfg: Config,
+    /// Queue pairs each client must bring.
+    queues: u16,
 }
 
 impl Listener {
     /// Listen on `cfg.socket`. A stale socket file (nobody accepting) is
     /// replaced; a live one is `AddrInUse`.
     pub fn bind(cfg: Config) -> io::Result<Listener> {
+        Self::bind_queues(cfg, 1)
+    }
+
+    /// [`bind`](Self::bind) for links of `queues` queue pairs (1 to
+    /// [`MAX_QUEUES`]): a client must bring exactly that many (its rings
+    /// 0 to `queues` - 1 each way), and is refused otherwise, naming both
+    /// counts.
+    pub fn bind_queues(cfg: Config, queues: u16) -> io::Result<Listener> {
+        check_queues(queues)?;
         let addr = SocketAddrUnix::new(cfg.socket.as_path())?;
         if cfg.socket.exists() {
             let probe = seqpacket()?;
@@ -207,7 +228,7 @@ impl Listener {
         let fd = seqpacket()?;
         rustix::net::bind(&fd, &addr)?;
         rustix::net::listen(&fd, 4)?;
-        Ok(Listener { fd, cfg })
+        Ok(Listener { fd, cfg, queues })
     }
 
     /// Wait (up to `cfg.timeout`) for a client and connect it. A client
@@ -221,6 +242,26 @@ impl Listener {
     /// [`accept`](Self::accept), waiting `wait` for a client to come (its
     /// handshake then has `cfg.timeout`).
     pub fn accept_within(&self, wait: Duration) -> io::Result<Memif> {
+        if self.queues != 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a listener of several queue pairs: accept_queues",
+            ));
+        }
+        let mut q = self.accept_queues_within(wait)?;
+        q.pop().ok_or_else(|| proto("a link of no queue pair"))
+    }
+
+    /// [`accept`](Self::accept) on a listener of several queue pairs
+    /// ([`bind_queues`](Self::bind_queues)): the link's queue pairs, one
+    /// device each, in order.
+    pub fn accept_queues(&self) -> io::Result<Vec<Memif>> {
+        self.accept_queues_within(self.cfg.timeout)
+    }
+
+    /// [`accept_queues`](Self::accept_queues), waiting `wait` for a
+    /// client to come.
+    pub fn accept_queues_within(&self, wait: Duration) -> io::Result<Vec<Memif>> {
         if !wait_readable(&[self.fd.as_fd()], wait)? {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -230,7 +271,7 @@ impl Listener {
         let deadline = Instant::now() + self.cfg.timeout;
         let c = rustix::net::accept_with(&self.fd, SocketFlags::CLOEXEC)?;
         let control = Control::new(c);
-        match serve(&control, &self.cfg, deadline) {
+        match serve(&control, &self.cfg, self.queues, deadline) {
             Ok(parts) => Memif::server(control, parts, &self.cfg),
             Err(e) => {
                 let _ = control.send(&disconnect(&e.to_string()), None);
@@ -283,16 +324,49 @@ fn proto(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
 }
 
+/// The most queue pairs a link may have (memif numbers rings in 16 bits;
+/// a poll loop per queue makes more than this pointless).
+pub const MAX_QUEUES: u16 = 128;
+
+fn check_queues(queues: u16) -> io::Result<()> {
+    if (1..=MAX_QUEUES).contains(&queues) {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("memif queue pairs: 1 to {MAX_QUEUES}, not {queues}"),
+        ))
+    }
+}
+
+/// Where a client put one ring (checked inside its region when
+/// announced, mapped per queue pair once the link connects).
+#[derive(Debug, Clone, Copy)]
+struct RingAt {
+    region: u16,
+    offset: usize,
+    log2: u8,
+}
+
+impl RingAt {
+    fn view(&self, regions: &[Region]) -> io::Result<Ring> {
+        let r = regions
+            .get(usize::from(self.region))
+            .ok_or_else(|| proto(format!("a ring in region {}, not announced", self.region)))?;
+        Ring::at(r, self.offset, self.log2)
+    }
+}
+
 /// What the server learnt from its client.
 struct Served {
     regions: Vec<Region>,
-    s2m: (Ring, OwnedFd),
-    m2s: (Ring, OwnedFd),
+    /// Per queue pair: the S2M ring and its eventfd, the M2S ring and its.
+    rings: Vec<((RingAt, OwnedFd), (RingAt, OwnedFd))>,
     peer: String,
 }
 
-/// The server's side of the handshake.
-fn serve(c: &Control, cfg: &Config, deadline: Instant) -> io::Result<Served> {
+/// The server's side of the handshake, for a link of `queues` queue pairs.
+fn serve(c: &Control, cfg: &Config, queues: u16, deadline: Instant) -> io::Result<Served> {
     /// Regions a client may announce (DPDK's zero-copy client uses
     /// several).
     const MAX_REGIONS: u16 = 16;
@@ -303,15 +377,16 @@ fn serve(c: &Control, cfg: &Config, deadline: Instant) -> io::Result<Served> {
             min_version: VERSION,
             max_version: VERSION,
             max_region: MAX_REGIONS - 1,
-            max_m2s_ring: 0,
-            max_s2m_ring: 0,
+            max_m2s_ring: queues - 1,
+            max_s2m_ring: queues - 1,
             max_log2_ring_size: MAX_LOG2,
         },
         None,
     )?;
     let mut regions: Vec<Region> = Vec::new();
-    let mut s2m = None;
-    let mut m2s = None;
+    let n = usize::from(queues);
+    let mut s2m: Vec<Option<(RingAt, OwnedFd)>> = (0..n).map(|_| None).collect();
+    let mut m2s: Vec<Option<(RingAt, OwnedFd)>> = (0..n).map(|_| None).collect();
     let mut peer = String::new();
     let mut init = false;
     loop {
@@ -362,32 +437,56 @@ fn serve(c: &Control, cfg: &Config, deadline: Instant) -> io::Result<Served> {
                 private_hdr_size,
             } => {
                 let fd = fd.ok_or_else(|| proto("ADD_RING without its eventfd"))?;
-                if index != 0 {
-                    return Err(refused(format!("ring {index}: one queue pair only")));
+                if index >= queues {
+                    return Err(refused(format!(
+                        "ring {index}: this end has {queues} queue pair{}",
+                        if queues == 1 { "" } else { "s" }
+                    )));
                 }
                 if private_hdr_size != 0 || log2_ring_size > MAX_LOG2 {
                     return Err(proto("a ring with a private header or over 2^14 slots"));
                 }
-                let r = regions
-                    .get(usize::from(region))
-                    .ok_or_else(|| proto(format!("a ring in region {region}, not announced")))?;
-                let ring = Ring::at(r, offset as usize, log2_ring_size)?;
+                let at = RingAt {
+                    region,
+                    offset: offset as usize,
+                    log2: log2_ring_size,
+                };
+                // Checked now (inside an announced region), viewed per
+                // queue pair at CONNECT.
+                at.view(&regions)?;
                 let slot = if flags & RING_S2M != 0 {
-                    &mut s2m
+                    &mut s2m[usize::from(index)]
                 } else {
-                    &mut m2s
+                    &mut m2s[usize::from(index)]
                 };
                 if slot.is_some() {
                     return Err(proto("a ring announced twice"));
                 }
-                *slot = Some((ring, fd));
+                *slot = Some((at, fd));
             }
             Msg::Connect { .. } => {
-                let (Some(s2m), Some(m2s)) = (s2m, m2s) else {
-                    return Err(proto("CONNECT before both rings"));
-                };
-                if s2m.0.cookie() != shm::COOKIE || m2s.0.cookie() != shm::COOKIE {
-                    return Err(proto("a ring without memif's cookie"));
+                let pairs = s2m
+                    .iter()
+                    .zip(&m2s)
+                    .filter(|(a, b)| a.is_some() && b.is_some())
+                    .count();
+                if pairs != n {
+                    return Err(refused(format!(
+                        "the client brought {pairs} whole queue pair{} (both rings), this end has {queues}",
+                        if pairs == 1 { "" } else { "s" }
+                    )));
+                }
+                let mut rings = Vec::with_capacity(n);
+                for (a, b) in s2m.into_iter().zip(m2s) {
+                    let (Some(a), Some(b)) = (a, b) else {
+                        return Err(proto("CONNECT before both rings"));
+                    };
+                    if a.0.view(&regions)?.cookie() != shm::COOKIE
+                        || b.0.view(&regions)?.cookie() != shm::COOKIE
+                    {
+                        return Err(proto("a ring without memif's cookie"));
+                    }
+                    rings.push((a, b));
                 }
                 c.send(
                     &Msg::Connected {
@@ -397,8 +496,7 @@ fn serve(c: &Control, cfg: &Config, deadline: Instant) -> io::Result<Served> {
                 )?;
                 return Ok(Served {
                     regions,
-                    s2m,
-                    m2s,
+                    rings,
                     peer,
                 });
             }
@@ -420,9 +518,14 @@ fn serve(c: &Control, cfg: &Config, deadline: Instant) -> io::Result<Served> {
 #[derive(Debug)]
 pub struct Memif {
     role: Role,
-    control: Control,
-    /// The mapped regions; the ring views and lent buffers point into
-    /// them (nothing reads a ring once the device drops).
+    /// What the link's queue pairs share: the control socket, and whether
+    /// the link is down.
+    link: Arc<Shared>,
+    /// This queue pair's index on the link.
+    queue: u16,
+    /// The mapped regions (this queue pair's own mappings); the ring
+    /// views and lent buffers point into them (nothing reads a ring once
+    /// the device drops).
     regions: Vec<Region>,
     tx: Ring,
     rx: Ring,
@@ -464,6 +567,18 @@ impl Memif {
     /// Connect to the server on `cfg.socket` as a client, retrying while
     /// no server listens there, up to `cfg.timeout`.
     pub fn connect(cfg: &Config) -> io::Result<Memif> {
+        let mut q = Self::connect_queues(cfg, 1)?;
+        q.pop().ok_or_else(|| proto("a link of no queue pair"))
+    }
+
+    /// [`connect`](Self::connect) with `queues` queue pairs (1 to
+    /// [`MAX_QUEUES`]): one region holds every ring and buffer, and each
+    /// queue pair is a device of its own (its own mapping of the region,
+    /// so each can move to a thread of its own), in order. The server must
+    /// take that many ([`Listener::bind_queues`]); one that takes fewer is
+    /// refused here, naming both counts.
+    pub fn connect_queues(cfg: &Config, queues: u16) -> io::Result<Vec<Memif>> {
+        check_queues(queues)?;
         if cfg.secret.len() > msg::SECRET_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -480,7 +595,7 @@ impl Memif {
         }
         let deadline = Instant::now() + cfg.timeout;
         loop {
-            match Self::try_connect(cfg, deadline) {
+            match Self::try_connect(cfg, queues, deadline) {
                 // DPDK's server refuses an id it has not registered yet
                 // (its socket is up before its port): try again.
                 Err(e) if e.to_string().ends_with("ID not found") && Instant::now() < deadline => {
@@ -491,7 +606,7 @@ impl Memif {
         }
     }
 
-    fn try_connect(cfg: &Config, deadline: Instant) -> io::Result<Memif> {
+    fn try_connect(cfg: &Config, queues: u16, deadline: Instant) -> io::Result<Vec<Memif>> {
         let addr = SocketAddrUnix::new(cfg.socket.as_path())?;
         let fd = loop {
             let fd = seqpacket()?;
@@ -512,24 +627,35 @@ impl Memif {
                 }
             }
         };
-        Self::client(Control::new(fd), cfg, deadline)
+        Self::client(Control::new(fd), cfg, queues, deadline)
     }
 
-    fn client(c: Control, cfg: &Config, deadline: Instant) -> io::Result<Memif> {
+    fn client(c: Control, cfg: &Config, queues: u16, deadline: Instant) -> io::Result<Vec<Memif>> {
         let log2 = match c.recv(deadline)? {
             (
                 Msg::Hello {
                     min_version,
                     max_version,
                     max_log2_ring_size,
+                    max_m2s_ring,
+                    max_s2m_ring,
                     ..
                 },
                 _,
             ) => {
-                if !(min_version..=max_version).contains(&VERSION) {
-                    let e = refused(format!(
+                let e = if !(min_version..=max_version).contains(&VERSION) {
+                    Some(refused(format!(
                         "the server speaks memif {min_version:#x}..{max_version:#x}, not 2.0"
-                    ));
+                    )))
+                } else if u32::from(max_m2s_ring.min(max_s2m_ring)) + 1 < u32::from(queues) {
+                    Some(refused(format!(
+                        "the server takes {} queue pair(s), this end has {queues}",
+                        u32::from(max_m2s_ring.min(max_s2m_ring)) + 1
+                    )))
+                } else {
+                    None
+                };
+                if let Some(e) = e {
                     let _ = c.send(&disconnect(&e.to_string()), None);
                     return Err(e);
                 }
@@ -543,12 +669,16 @@ impl Memif {
             }
             (m, _) => return Err(proto(format!("{m:?} instead of HELLO"))),
         };
+        let n = usize::from(queues);
         let slots = 1usize << log2;
         let rb = ring_bytes(log2);
         let buf = cfg.buffer_size as usize;
-        let tx_buf_off = (2 * rb).next_multiple_of(4096);
-        let rx_buf_off = tx_buf_off + slots * buf;
-        let len = rx_buf_off + slots * buf;
+        // Rings first (S2M 0..n, then M2S 0..n), then each queue pair's
+        // transmit and receive buffers.
+        let bufs_off = (2 * n * rb).next_multiple_of(4096);
+        let tx_buf_off = |q: usize| bufs_off + 2 * q * slots * buf;
+        let rx_buf_off = |q: usize| bufs_off + (2 * q + 1) * slots * buf;
+        let len = bufs_off + 2 * n * slots * buf;
         if u32::try_from(len).is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -556,35 +686,37 @@ impl Memif {
             ));
         }
         let region = Region::create("iwarp-memif", len)?;
-        let s2m = Ring::at(&region, 0, log2)?;
-        let m2s = Ring::at(&region, rb, log2)?;
-        // The receiver of each ring owns its flags: the server sets its
-        // own; we poll ours.
-        s2m.init(0);
-        m2s.init(RING_MASK_INT);
-        for i in 0..slots as u16 {
-            s2m.set_desc(
-                i,
-                Desc {
-                    flags: 0,
-                    region: 0,
-                    length: buf as u32,
-                    offset: (tx_buf_off + usize::from(i) * buf) as u32,
-                },
-            );
-            m2s.set_desc(
-                i,
-                Desc {
-                    flags: 0,
-                    region: 0,
-                    length: buf as u32,
-                    offset: (rx_buf_off + usize::from(i) * buf) as u32,
-                },
-            );
+        let mut evts = Vec::with_capacity(n);
+        for q in 0..n {
+            let s2m = Ring::at(&region, q * rb, log2)?;
+            let m2s = Ring::at(&region, (n + q) * rb, log2)?;
+            // The receiver of each ring owns its flags: the server sets its
+            // own; we poll ours.
+            s2m.init(0);
+            m2s.init(RING_MASK_INT);
+            for i in 0..slots as u16 {
+                s2m.set_desc(
+                    i,
+                    Desc {
+                        flags: 0,
+                        region: 0,
+                        length: buf as u32,
+                        offset: (tx_buf_off(q) + usize::from(i) * buf) as u32,
+                    },
+                );
+                m2s.set_desc(
+                    i,
+                    Desc {
+                        flags: 0,
+                        region: 0,
+                        length: buf as u32,
+                        offset: (rx_buf_off(q) + usize::from(i) * buf) as u32,
+                    },
+                );
+            }
+            evts.push((eventfd()?, eventfd()?));
         }
-        let s2m_evt = eventfd()?;
-        let m2s_evt = eventfd()?;
-        let steps: [(Msg, Option<std::os::fd::BorrowedFd<'_>>); 4] = [
+        let mut steps: Vec<(Msg, Option<std::os::fd::BorrowedFd<'_>>)> = vec![
             (
                 Msg::Init {
                     version: VERSION,
@@ -602,29 +734,33 @@ impl Memif {
                 },
                 Some(region.fd().as_fd()),
             ),
-            (
+        ];
+        for (q, (s2m_evt, m2s_evt)) in evts.iter().enumerate() {
+            // q < n <= MAX_QUEUES, and every offset < len < 4 GiB.
+            let index = q as u16;
+            steps.push((
                 Msg::AddRing {
                     flags: RING_S2M,
-                    index: 0,
+                    index,
                     region: 0,
-                    offset: 0,
+                    offset: (q * rb) as u32,
                     log2_ring_size: log2,
                     private_hdr_size: 0,
                 },
                 Some(s2m_evt.as_fd()),
-            ),
-            (
+            ));
+            steps.push((
                 Msg::AddRing {
                     flags: 0,
-                    index: 0,
+                    index,
                     region: 0,
-                    offset: rb as u32,
+                    offset: ((n + q) * rb) as u32,
                     log2_ring_size: log2,
                     private_hdr_size: 0,
                 },
                 Some(m2s_evt.as_fd()),
-            ),
-        ];
+            ));
+        }
         for (m, fd) in &steps {
             c.send(m, *fd)?;
             match c.recv(deadline)?.0 {
@@ -638,6 +774,7 @@ impl Memif {
                 m => return Err(proto(format!("{m:?} instead of ACK"))),
             }
         }
+        drop(steps);
         c.send(
             &Msg::Connect {
                 if_name: cfg.name.as_bytes().to_vec(),
@@ -654,68 +791,106 @@ impl Memif {
             }
             m => return Err(proto(format!("{m:?} instead of CONNECTED"))),
         };
-        let mut m = Memif {
-            role: Role::Client,
-            control: c,
-            regions: vec![region],
-            tx: s2m,
-            rx: m2s,
-            tx_evt: s2m_evt,
-            rx_evt: m2s_evt,
-            bell: Arc::new(EventFd::new()?),
-            buf: buf as u32,
-            tx_pool: Pool::new(tx_buf_off, slots),
-            rx_pool: Pool::new(rx_buf_off, slots),
-            tx_seen_tail: 0,
-            tx_since_read: 0,
-            tx_next: 0,
-            tx_free: 0,
-            tx_published: 0,
-            rx_next: 0,
-            rx_head: 0,
-            max_frame: cfg.max_frame,
-            scratch: Vec::new(),
-            broken: None,
-            peer,
-            stats: Stats::default(),
-            empty_polls: 0,
-        };
-        // Lend the server its first M2S buffers.
-        m.refill();
-        Ok(m)
+        let link = Shared::new(c);
+        let mut out = Vec::with_capacity(n);
+        let mut first = Some(region);
+        for (q, (s2m_evt, m2s_evt)) in evts.into_iter().enumerate() {
+            // Queue pair 0 keeps the region made; each other maps it anew.
+            let region = match first.take() {
+                Some(r) => r,
+                None => out
+                    .first()
+                    .map(|m: &Memif| m.regions[0].remap())
+                    .ok_or_else(|| proto("no first queue pair"))??,
+            };
+            let s2m = Ring::at(&region, q * rb, log2)?;
+            let m2s = Ring::at(&region, (n + q) * rb, log2)?;
+            let mut m = Memif {
+                role: Role::Client,
+                link: link.clone(),
+                queue: q as u16,
+                regions: vec![region],
+                tx: s2m,
+                rx: m2s,
+                tx_evt: s2m_evt,
+                rx_evt: m2s_evt,
+                bell: Arc::new(EventFd::new()?),
+                buf: buf as u32,
+                tx_pool: Pool::new(tx_buf_off(q), slots),
+                rx_pool: Pool::new(rx_buf_off(q), slots),
+                tx_seen_tail: 0,
+                tx_since_read: 0,
+                tx_next: 0,
+                tx_free: 0,
+                tx_published: 0,
+                rx_next: 0,
+                rx_head: 0,
+                max_frame: cfg.max_frame,
+                scratch: Vec::new(),
+                broken: None,
+                peer: peer.clone(),
+                stats: Stats::default(),
+                empty_polls: 0,
+            };
+            // Lend the server its first M2S buffers.
+            m.refill();
+            out.push(m);
+        }
+        Ok(out)
     }
 
-    fn server(control: Control, s: Served, cfg: &Config) -> io::Result<Memif> {
-        let (s2m, s2m_evt) = s.s2m;
-        let (m2s, m2s_evt) = s.m2s;
-        // We poll our receive ring.
-        s2m.flags().fetch_or(RING_MASK_INT, Ordering::Relaxed);
-        Ok(Memif {
-            role: Role::Server,
-            control,
-            rx_next: s2m.tail().load(Ordering::Acquire),
-            tx_next: m2s.tail().load(Ordering::Acquire),
-            tx_free: 0,
-            tx_published: m2s.tail().load(Ordering::Acquire),
-            regions: s.regions,
-            tx: m2s,
-            rx: s2m,
-            tx_evt: m2s_evt,
-            rx_evt: s2m_evt,
-            bell: Arc::new(EventFd::new()?),
-            buf: 0,
-            tx_pool: Pool::default(),
-            rx_pool: Pool::default(),
-            tx_seen_tail: 0,
-            tx_since_read: 0,
-            rx_head: 0,
-            max_frame: cfg.max_frame,
-            scratch: Vec::new(),
-            broken: None,
-            peer: s.peer,
-            stats: Stats::default(),
-            empty_polls: 0,
-        })
+    fn server(control: Control, s: Served, cfg: &Config) -> io::Result<Vec<Memif>> {
+        let link = Shared::new(control);
+        let mut out = Vec::with_capacity(s.rings.len());
+        let mut first = Some(s.regions);
+        for (q, ((s2m_at, s2m_evt), (m2s_at, m2s_evt))) in s.rings.into_iter().enumerate() {
+            // Queue pair 0 keeps the regions mapped; each other maps them anew.
+            let regions = match first.take() {
+                Some(r) => r,
+                None => match out.first() {
+                    Some(m0) => {
+                        let m0: &Memif = m0;
+                        m0.regions
+                            .iter()
+                            .map(Region::remap)
+                            .collect::<io::Result<Vec<_>>>()?
+                    }
+                    None => return Err(proto("no first queue pair")),
+                },
+            };
+            let s2m = s2m_at.view(&regions)?;
+            let m2s = m2s_at.view(&regions)?;
+            // We poll our receive ring.
+            s2m.flags().fetch_or(RING_MASK_INT, Ordering::Relaxed);
+            out.push(Memif {
+                role: Role::Server,
+                link: link.clone(),
+                queue: q as u16,
+                rx_next: s2m.tail().load(Ordering::Acquire),
+                tx_next: m2s.tail().load(Ordering::Acquire),
+                tx_free: 0,
+                tx_published: m2s.tail().load(Ordering::Acquire),
+                regions,
+                tx: m2s,
+                rx: s2m,
+                tx_evt: m2s_evt,
+                rx_evt: s2m_evt,
+                bell: Arc::new(EventFd::new()?),
+                buf: 0,
+                tx_pool: Pool::default(),
+                rx_pool: Pool::default(),
+                tx_seen_tail: 0,
+                tx_since_read: 0,
+                rx_head: 0,
+                max_frame: cfg.max_frame,
+                scratch: Vec::new(),
+                broken: None,
+                peer: s.peer.clone(),
+                stats: Stats::default(),
+                empty_polls: 0,
+            });
+        }
+        Ok(out)
     }
 
     /// Which end this is.
@@ -748,19 +923,39 @@ impl Memif {
     /// DISCONNECT or closed it breaks the link. Whether it is up.
     pub fn check_link(&mut self) -> bool {
         if self.broken.is_none() {
-            match self.control.try_recv() {
+            if let Some(why) = self.link.down() {
+                self.broken = Some(why);
+                return false;
+            }
+            let got = self
+                .link
+                .control
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_recv();
+            match got {
                 Ok(None) => {}
-                Ok(Some((Msg::Disconnect { reason, .. }, _))) => {
-                    self.broken = Some(format!(
-                        "the peer disconnected: {}",
-                        String::from_utf8_lossy(&reason)
-                    ))
-                }
-                Ok(Some((m, _))) => self.broken = Some(format!("unexpected {m:?} once connected")),
-                Err(e) => self.broken = Some(e.to_string()),
+                Ok(Some((Msg::Disconnect { reason, .. }, _))) => self.fail(format!(
+                    "the peer disconnected: {}",
+                    String::from_utf8_lossy(&reason)
+                )),
+                Ok(Some((m, _))) => self.fail(format!("unexpected {m:?} once connected")),
+                Err(e) => self.fail(e.to_string()),
             }
         }
         self.broken.is_none()
+    }
+
+    /// The link is broken (`why`): this queue pair stops, and so does
+    /// every other of the link at its next look ([`check_link`](Self::check_link)).
+    fn fail(&mut self, why: String) {
+        self.link.set_down(&why);
+        self.broken = Some(why);
+    }
+
+    /// This queue pair's index on its link (0 for a link of one).
+    pub fn queue(&self) -> u16 {
+        self.queue
     }
 
     /// Client: lend the server every M2S slot up to a ring ahead of the
@@ -810,7 +1005,7 @@ impl Memif {
                 let tail = self.tx.tail().load(Ordering::Acquire);
                 let back = tail.wrapping_sub(self.tx_seen_tail);
                 if back > self.tx_published.wrapping_sub(self.tx_seen_tail) {
-                    self.broken = Some(format!(
+                    self.fail(format!(
                         "the server returned {back} transmit slots, more than were sent"
                     ));
                     return 0;
@@ -853,8 +1048,7 @@ impl Memif {
                 match buffer(&self.regions, d.region, d.offset, d.length) {
                     Some(p) => Some((p, d.length as usize)),
                     None => {
-                        self.broken =
-                            Some("the client lent a buffer outside its regions".to_owned());
+                        self.fail("the client lent a buffer outside its regions".to_owned());
                         None
                     }
                 }
@@ -906,7 +1100,7 @@ impl Memif {
             let slot = if used == free { None } else { self.tx_slot(i) };
             let Some((p, room)) = slot.filter(|&(_, room)| room > 0) else {
                 if slot.is_some() {
-                    self.broken = Some("the client lent an empty buffer".to_owned());
+                    self.fail("the client lent an empty buffer".to_owned());
                 }
                 // Nothing queued: the slots taken so far give their
                 // buffers back.
@@ -946,7 +1140,7 @@ impl Memif {
         };
         let n = prod.wrapping_sub(self.rx_next);
         if n > self.rx.size() {
-            self.broken = Some(format!(
+            self.fail(format!(
                 "the peer moved its receive ring's index {} slots past ours (ring of {})",
                 n,
                 self.rx.size()
@@ -1242,10 +1436,50 @@ impl Memif {
     }
 }
 
-impl Drop for Memif {
+/// What the queue pairs of one link share: the control socket (the
+/// link's DISCONNECT goes out when the last of them drops, unless the
+/// link is down already) and the link's state.
+#[derive(Debug)]
+struct Shared {
+    control: std::sync::Mutex<Control>,
+    /// Why the link is down, once it is.
+    down: std::sync::Mutex<Option<String>>,
+    /// Whether `down` is set (read on the idle path without the lock).
+    is_down: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn new(control: Control) -> Arc<Shared> {
+        Arc::new(Shared {
+            control: std::sync::Mutex::new(control),
+            down: std::sync::Mutex::new(None),
+            is_down: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Why the link is down, if it is.
+    fn down(&self) -> Option<String> {
+        if !self.is_down.load(Ordering::Acquire) {
+            return None;
+        }
+        self.down.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The link is down (the first reason stays).
+    fn set_down(&self, why: &str) {
+        let mut d = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        if d.is_none() {
+            *d = Some(why.to_owned());
+        }
+        self.is_down.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Shared {
     fn drop(&mut self) {
-        if self.broken.is_none() {
-            let _ = self.control.send(&disconnect("closed"), None);
+        if !*self.is_down.get_mut() {
+            let c = self.control.get_mut().unwrap_or_else(|p| p.into_inner());
+            let _ = c.send(&disconnect("closed"), None);
         }
     }
 }

@@ -2,11 +2,17 @@
 //! and accepts its client in the background, as DPDK's memif server port
 //! opens at once and its link comes up when a client connects. A client
 //! that leaves is replaced by the next one to connect.
+//!
+//! A server of several queue pairs ([`MemifServer::bind_queues`]) is one
+//! device per queue pair, each for a poll loop of its own; the accepting
+//! thread hands each the queue pair of its number of every client it
+//! connects, and queue 0's device asks for the next client once its
+//! link broke (each device lets go of the old link at its next look).
 
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +31,15 @@ const ACCEPT_SLICE: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct MemifServer {
     conn: Option<Memif>,
-    incoming: Receiver<Memif>,
-    want: Sender<()>,
-    stop: Arc<AtomicBool>,
+    /// This device's queue pair.
+    queue: u16,
+    /// Each client's queue pairs as the accepting thread connects it, for
+    /// each device to take its own.
+    incoming: Arc<Mutex<Incoming>>,
+    /// Queue 0's device: asks the accepting thread for the next client.
+    want: Option<Sender<()>>,
+    /// Stops the accepting thread once every device of the server is gone.
+    _stop: Arc<StopOnDrop>,
     /// The last refused client or broken link, for [`status`](Self::status).
     last: Arc<Mutex<Option<String>>>,
     /// One doorbell for the device's life, given to each connection.
@@ -37,16 +49,45 @@ pub struct MemifServer {
     clients: u64,
 }
 
+/// The queue pairs of the client connected last, each until its device
+/// takes it.
+#[derive(Debug, Default)]
+struct Incoming {
+    queues: Vec<Option<Memif>>,
+}
+
+/// Raises the accepting thread's stop flag when dropped (by the last
+/// device of its server).
+#[derive(Debug)]
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 impl MemifServer {
     /// Listen on `cfg.socket` (a stale socket file is replaced, a live
     /// server's is `AddrInUse`) and accept clients on a thread of its own.
     pub fn bind(cfg: Config) -> io::Result<MemifServer> {
-        let listener = Listener::bind(cfg)?;
-        let (tx, incoming) = mpsc::channel();
+        let mut v = Self::bind_queues(cfg, 1)?;
+        v.pop()
+            .ok_or_else(|| io::Error::other("a memif server of no queue pair"))
+    }
+
+    /// [`bind`](Self::bind) for links of `queues` queue pairs (1 to
+    /// [`MAX_QUEUES`](crate::MAX_QUEUES)): one device per queue pair, in
+    /// order. Each client must bring exactly that many
+    /// ([`Memif::connect_queues`]); one that brings another count is
+    /// refused ([`status`](Self::status) says so).
+    pub fn bind_queues(cfg: Config, queues: u16) -> io::Result<Vec<MemifServer>> {
+        let listener = Listener::bind_queues(cfg, queues)?;
+        let incoming = Arc::new(Mutex::new(Incoming::default()));
         let (want, want_rx) = mpsc::channel::<()>();
         let stop = Arc::new(AtomicBool::new(false));
         let last = Arc::new(Mutex::new(None));
-        let (stop2, last2) = (stop.clone(), last.clone());
+        let (stop2, last2, tx) = (stop.clone(), last.clone(), incoming.clone());
         std::thread::Builder::new()
             .name("memif-accept".into())
             .spawn(move || {
@@ -57,11 +98,10 @@ impl MemifServer {
                         if stop2.load(Ordering::Relaxed) {
                             return;
                         }
-                        match listener.accept_within(ACCEPT_SLICE) {
+                        match listener.accept_queues_within(ACCEPT_SLICE) {
                             Ok(m) => {
-                                if tx.send(m).is_err() {
-                                    return;
-                                }
+                                tx.lock().unwrap_or_else(|p| p.into_inner()).queues =
+                                    m.into_iter().map(Some).collect();
                                 break;
                             }
                             Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
@@ -74,16 +114,28 @@ impl MemifServer {
                 }
             })?;
         let _ = want.send(());
-        Ok(MemifServer {
-            conn: None,
-            incoming,
-            want,
-            stop,
-            last,
-            bell: Arc::new(EventFd::new()?),
-            past: Stats::default(),
-            clients: 0,
-        })
+        let stop = Arc::new(StopOnDrop(stop));
+        let mut want = Some(want);
+        (0..queues)
+            .map(|queue| {
+                Ok(MemifServer {
+                    conn: None,
+                    queue,
+                    incoming: incoming.clone(),
+                    want: want.take(),
+                    _stop: stop.clone(),
+                    last: last.clone(),
+                    bell: Arc::new(EventFd::new()?),
+                    past: Stats::default(),
+                    clients: 0,
+                })
+            })
+            .collect()
+    }
+
+    /// This device's queue pair on its link (0 for a server of one).
+    pub fn queue(&self) -> u16 {
+        self.queue
     }
 
     /// The connected client's end, if one is connected.
@@ -127,26 +179,25 @@ impl MemifServer {
                     Some(format!("the last client's link broke: {why}"));
                 self.past = self.stats();
                 self.conn = None;
-                let _ = self.want.send(());
+                if let Some(w) = &self.want {
+                    let _ = w.send(());
+                }
             }
         }
         if self.conn.is_none() {
-            match self.incoming.try_recv() {
-                Ok(mut m) => {
-                    m.set_bell(self.bell.clone());
-                    self.conn = Some(m);
-                    self.clients += 1;
-                }
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return None,
-            }
+            // Not contended: the accepting thread holds it only to hand
+            // a client over.
+            let taken = self
+                .incoming
+                .try_lock()
+                .ok()
+                .and_then(|mut g| g.queues.get_mut(usize::from(self.queue))?.take());
+            let mut m = taken?;
+            m.set_bell(self.bell.clone());
+            self.conn = Some(m);
+            self.clients += 1;
         }
         self.conn.as_mut()
-    }
-}
-
-impl Drop for MemifServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

@@ -110,6 +110,15 @@ impl Region {
         Ok(Region { ptr, len, fd })
     }
 
+    /// A second mapping of the same memory, of its own (a duplicate of
+    /// the memfd, mapped anew): each queue pair of a link maps the regions
+    /// itself, so that each queue's device owns everything it points
+    /// into and moves to its own thread alone.
+    pub fn remap(&self) -> io::Result<Region> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)?;
+        Self::map_fd(fd, self.len)
+    }
+
     /// Its memfd (sent to the peer with ADD_REGION).
     pub fn fd(&self) -> &OwnedFd {
         &self.fd

@@ -1,7 +1,8 @@
 //! Interop with DPDK's own `net_memif` (Debian's DPDK 22.11): our server
 //! with DPDK's client, and DPDK's server with our client, in one process;
 //! frames of every length each way, and jumbo frames that DPDK chains
-//! over its 2048-octet buffers. Without DPDK in the build the tests print
+//! over its 2048-octet buffers; links of two queue pairs each way round
+//! (queue i to queue i). Without DPDK in the build the tests print
 //! `SKIP:` and pass, except under `CI`, where they fail.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
@@ -155,4 +156,59 @@ fn jumbo_frames_chain_over_small_buffers_between_our_client_and_dpdks_server() {
         "{:?}",
         ours.stats()
     );
+}
+
+/// The secret a DPDK memif port of ours with `n` > 1 queues is plugged
+/// with (`Port::open_queues`): our end of the same count gives it too.
+fn queue_secret(n: u16) -> Vec<u8> {
+    format!("iwarp-queues-{n}").into_bytes()
+}
+
+/// Each queue pair of a two-queue link carries its own frames, both
+/// ways, between `ours` and `dpdk` (queue i to queue i).
+fn cross_queues(ours: &mut [Memif], dpdk: &mut [iwarp_dpdk::PortQueue]) {
+    assert_eq!((ours.len(), dpdk.len()), (2, 2));
+    for (q, (o, d)) in ours.iter_mut().zip(dpdk.iter_mut()).enumerate() {
+        let q = q as u8;
+        cross(d, o, &frames(10 + q, 500, 1514));
+        cross(o, d, &frames(20 + q, 500, 1514));
+    }
+    for o in ours.iter() {
+        let st = o.stats();
+        assert_eq!(
+            (st.rx_frames, st.tx_frames, st.rx_bad_desc),
+            (500, 500, 0),
+            "queue {}",
+            o.queue()
+        );
+    }
+}
+
+#[test]
+fn two_queue_pairs_carry_frames_with_dpdks_client_and_server() {
+    let Some(eal) = eal() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Our server of two with DPDK's client of two.
+    let p = sock("ours-serve-q2");
+    let mut cfg = Config::new(&p, 6);
+    cfg.secret = queue_secret(2);
+    let l = Listener::bind_queues(cfg, 2).unwrap();
+    let t = std::thread::spawn(move || l.accept_queues().map(|m| (m, l)));
+    let dev = memif_devargs(22, MemifRole::Client, 6, &p);
+    let mut dpdk = Port::open_queues(&eal, &dev, 2, RINGS, 1500, None).unwrap();
+    let (mut ours, _l) = t.join().unwrap().unwrap();
+    cross_queues(&mut ours, &mut dpdk);
+    drop((ours, dpdk));
+    // DPDK's server of two with our client of two.
+    let p = sock("dpdk-serve-q2");
+    let dev = memif_devargs(23, MemifRole::Server, 8, &p);
+    let mut dpdk = Port::open_queues(&eal, &dev, 2, RINGS, 1500, None).unwrap();
+    let mut cfg = Config::new(&p, 8);
+    cfg.secret = queue_secret(2);
+    let mut ours = Memif::connect_queues(&cfg, 2).unwrap();
+    cross_queues(&mut ours, &mut dpdk);
+    // A client of ours with one queue pair is refused by it (the secret).
+    drop(ours);
+    let e = Memif::connect(&Config::new(&p, 8)).unwrap_err().to_string();
+    assert!(e.contains("Secret required"), "{e}");
 }

@@ -284,3 +284,205 @@ fn a_background_server_is_up_at_once_and_takes_a_new_client_after_one_leaves() {
     let st = s.stats();
     assert_eq!((st.rx_frames, st.tx_frames), (2, 2));
 }
+
+/// A link of `n` queue pairs: the server's devices and the client's, in
+/// queue order.
+fn pairs(p: &std::path::Path, n: u16) -> (Vec<Memif>, Vec<Memif>) {
+    let l = Listener::bind_queues(Config::new(p, 7), n).unwrap();
+    let cfg = Config::new(p, 7);
+    let c = std::thread::spawn(move || Memif::connect_queues(&cfg, n));
+    let s = l.accept_queues().unwrap();
+    (s, c.join().unwrap().unwrap())
+}
+
+#[test]
+fn each_queue_pair_carries_its_own_frames_from_threads_of_their_own() {
+    let p = sock("queues");
+    let (s, c) = pairs(&p, 3);
+    assert_eq!((s.len(), c.len()), (3, 3));
+    for (q, (a, b)) in s.iter().zip(&c).enumerate() {
+        assert_eq!((a.queue(), b.queue()), (q as u16, q as u16));
+    }
+    // Each client queue on a thread of its own sends frames tagged with
+    // its number; each server queue, on its own thread, receives exactly
+    // its own and answers them on the same queue pair.
+    let per = 2000usize;
+    let servers: Vec<_> = s
+        .into_iter()
+        .map(|mut d| {
+            std::thread::spawn(move || {
+                let q = d.queue() as u8;
+                let got = recv_all(&mut d, per);
+                assert_eq!(got.len(), per, "server queue {q}");
+                for (i, f) in got.iter().enumerate() {
+                    assert_eq!(f[0], q, "server queue {q} frame {i}: another queue's");
+                    assert_eq!(&f[1..], &frame(i, 99)[1..], "server queue {q} frame {i}");
+                    let mut back = f.clone();
+                    back[1] = back[1].wrapping_add(1);
+                    while !d.tx(&back) {
+                        d.flush();
+                    }
+                }
+                d.flush();
+                d
+            })
+        })
+        .collect();
+    let clients: Vec<_> = c
+        .into_iter()
+        .map(|mut d| {
+            std::thread::spawn(move || {
+                let q = d.queue() as u8;
+                for i in 0..per {
+                    let mut f = frame(i, 99);
+                    f[0] = q;
+                    while !d.tx(&f) {
+                        d.flush();
+                        std::thread::yield_now();
+                    }
+                }
+                d.flush();
+                let got = recv_all(&mut d, per);
+                assert_eq!(got.len(), per, "client queue {q}");
+                for (i, f) in got.iter().enumerate() {
+                    assert_eq!(f[0], q, "client queue {q} answer {i}");
+                    assert_eq!(f[1], frame(i, 99)[1].wrapping_add(1));
+                }
+                d
+            })
+        })
+        .collect();
+    let s: Vec<Memif> = servers.into_iter().map(|h| h.join().unwrap()).collect();
+    let c: Vec<Memif> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    for d in s.iter().chain(&c) {
+        let st = d.stats();
+        assert_eq!(
+            (st.rx_frames, st.tx_frames),
+            (per as u64, per as u64),
+            "queue {}",
+            d.queue()
+        );
+    }
+}
+
+#[test]
+fn a_client_of_another_queue_count_is_refused_naming_both() {
+    // Fewer than the server's: the server refuses at CONNECT.
+    let p = sock("fewer");
+    let l = Listener::bind_queues(Config::new(&p, 2), 2).unwrap();
+    let cfg = Config::new(&p, 2);
+    let c = std::thread::spawn(move || Memif::connect_queues(&cfg, 1));
+    let e = l.accept_queues().unwrap_err().to_string();
+    assert!(
+        e.contains("1 whole queue pair") && e.contains("this end has 2"),
+        "{e}"
+    );
+    let e = c.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("this end has 2"), "{e}");
+    // More than the server takes: the client refuses after HELLO.
+    let p = sock("more");
+    let l = Listener::bind_queues(Config::new(&p, 2), 2).unwrap();
+    let cfg = Config::new(&p, 2);
+    let c = std::thread::spawn(move || Memif::connect_queues(&cfg, 4));
+    assert!(l.accept_queues().is_err());
+    let e = c.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("takes 2 queue pair(s), this end has 4"), "{e}");
+    // Out of range, before any socket.
+    assert!(Memif::connect_queues(&Config::new(&p, 2), 0).is_err());
+    assert!(Listener::bind_queues(Config::new(sock("none"), 2), 129).is_err());
+    // One listener of two: `accept` (one queue pair) is refused.
+    let l = Listener::bind_queues(Config::new(sock("acc1"), 2), 2).unwrap();
+    assert!(l.accept_within(Duration::from_millis(1)).is_err());
+}
+
+#[test]
+fn a_peer_that_leaves_breaks_every_queue_pair_and_the_last_to_go_says_disconnect() {
+    let p = sock("qleave");
+    let (mut s, c) = pairs(&p, 2);
+    drop(c);
+    for d in s.iter_mut() {
+        let end = Instant::now() + Duration::from_secs(5);
+        while d.check_link() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            d.broken().unwrap_or("").contains("disconnected"),
+            "queue {}: {:?}",
+            d.queue(),
+            d.broken()
+        );
+    }
+    // One end's queue pairs leave together: DISCONNECT goes out when the
+    // last of them drops, not before.
+    let p = sock("qleave2");
+    let (mut s, mut c) = pairs(&p, 2);
+    let s1 = s.pop().unwrap();
+    drop(s);
+    let mut c0 = c.remove(0);
+    let end = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < end {
+        assert!(
+            c0.check_link(),
+            "a server queue pair still lives: {:?}",
+            c0.broken()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(s1);
+    let end = Instant::now() + Duration::from_secs(5);
+    while c0.check_link() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        c0.broken().unwrap_or("").contains("disconnected"),
+        "{:?}",
+        c0.broken()
+    );
+    // Its other queue pair learns it from the link, not its own socket.
+    let c1 = &mut c[0];
+    assert!(!c1.check_link());
+    assert!(
+        c1.broken().unwrap_or("").contains("disconnected"),
+        "{:?}",
+        c1.broken()
+    );
+}
+
+#[test]
+fn a_background_server_of_two_queue_pairs_takes_each_client_on_both() {
+    use iwarp_memif::MemifServer;
+    let p = sock("bgq");
+    let mut s = MemifServer::bind_queues(Config::new(&p, 5), 2).unwrap();
+    assert_eq!(s.iter().map(|d| d.queue()).collect::<Vec<_>>(), vec![0, 1]);
+    for round in 0..2usize {
+        let mut c = Memif::connect_queues(&Config::new(&p, 5), 2).unwrap();
+        for (q, (sd, cd)) in s.iter_mut().zip(c.iter_mut()).enumerate() {
+            let f = frame(round * 10 + q, 70 + q);
+            assert!(cd.tx(&f));
+            cd.flush();
+            assert_eq!(recv_all(sd, 1), vec![f], "round {round} queue {q}");
+            let b = frame(round * 10 + q + 100, 80);
+            assert!(sd.tx(&b));
+            sd.flush();
+            assert_eq!(recv_all(cd, 1), vec![b], "round {round} queue {q} back");
+        }
+        drop(c);
+        // Every queue's device notices (queue 0's asks for the next client).
+        for d in s.iter_mut() {
+            let end = Instant::now() + Duration::from_secs(5);
+            while d.status().is_none() && Instant::now() < end {
+                d.rx_burst(8, &mut |_| {});
+            }
+            assert!(
+                d.status().unwrap_or_default().contains("broke"),
+                "queue {}",
+                d.queue()
+            );
+        }
+    }
+    for d in &s {
+        assert_eq!(d.clients(), 2, "queue {}", d.queue());
+        let st = d.stats();
+        assert_eq!((st.rx_frames, st.tx_frames), (2, 2), "queue {}", d.queue());
+    }
+}
