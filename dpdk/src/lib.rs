@@ -307,8 +307,7 @@ impl MemifEnd {
 /// does not come up. (A peer that gives the secret of another count
 /// defeats this, as any memif peer can corrupt the rings it shares: the
 /// two ends of a memif link trust each other.)
-#[cfg_attr(iwarp_dpdk_missing, allow(dead_code))]
-pub(crate) fn memif_queue_secret(n: u16) -> String {
+pub fn memif_queue_secret(n: u16) -> String {
     format!("iwarp-queues-{n}")
 }
 

@@ -109,7 +109,7 @@ pub(crate) enum QueueSteering {
 /// refused with a clear error what several loops cannot do (more than
 /// 128 queues, `rx_drop_ppm`), the RSS over the `n`
 /// queues with the symmetric key, and loop `i`'s core `host.core + i`.
-#[cfg(any(feature = "xdp", feature = "dpdk"))]
+#[cfg(any(feature = "xdp", feature = "dpdk", feature = "memif"))]
 fn several_loops(host: &HostOptions, n: u16) -> Result<(Rss, Option<Vec<usize>>), Error> {
     if n > 128 {
         return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
@@ -125,6 +125,105 @@ fn several_loops(host: &HostOptions, n: u16) -> Result<(Rss, Option<Vec<usize>>)
         .core
         .map(|c| (0..usize::from(n)).map(|i| c + i).collect());
     Ok((rss, cores))
+}
+
+/// The memif secret of a link of `n` > 1 queue pairs, as DPDK's memif
+/// ports of ours are plugged with ([`iwarp_dpdk::memif_queue_secret`]; a
+/// test pins that the two agree where both are built).
+#[cfg(feature = "memif")]
+pub(crate) fn memif_queue_secret(n: u16) -> Vec<u8> {
+    format!("iwarp-queues-{n}").into_bytes()
+}
+
+#[cfg(all(test, feature = "memif", feature = "dpdk"))]
+#[test]
+fn our_memif_queue_secret_is_dpdks() {
+    for n in [2, 3, 128] {
+        assert_eq!(
+            memif_queue_secret(n),
+            iwarp_dpdk::memif_queue_secret(n).into_bytes()
+        );
+    }
+}
+
+/// One queue pair of our memif link, as one loop's device: a client's, or
+/// a server's (up when a client connects).
+#[cfg(feature = "memif")]
+#[derive(Debug)]
+pub(crate) enum MemifQueue {
+    Server(iwarp_memif::MemifServer),
+    Client(iwarp_memif::Memif),
+}
+
+#[cfg(feature = "memif")]
+impl MemifQueue {
+    fn dev(&mut self) -> &mut dyn FrameDevice {
+        match self {
+            MemifQueue::Server(d) => d,
+            MemifQueue::Client(d) => d,
+        }
+    }
+
+    fn device_stats(&self) -> DeviceStats {
+        use iwarp_memif::Role;
+        DeviceStats::Memif(match self {
+            MemifQueue::Server(d) => {
+                let c = d.connection();
+                crate::stats::MemifDeviceStats {
+                    role: Role::Server,
+                    peer: c.map(|c| c.peer_name().to_owned()).unwrap_or_default(),
+                    ring_size: c.map_or(0, |c| c.ring_size()),
+                    broken: d.status(),
+                    counters: d.stats(),
+                }
+            }
+            MemifQueue::Client(d) => crate::stats::MemifDeviceStats {
+                role: Role::Client,
+                peer: d.peer_name().to_owned(),
+                ring_size: d.ring_size(),
+                broken: d.broken().map(str::to_owned),
+                counters: d.stats(),
+            },
+        })
+    }
+}
+
+#[cfg(feature = "memif")]
+impl FrameDevice for MemifQueue {
+    fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.dev().rx_burst(max, sink)
+    }
+    fn tx(&mut self, frame: &[u8]) -> bool {
+        self.dev().tx(frame)
+    }
+    fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
+        self.dev().tx_parts(parts)
+    }
+    fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        self.dev().tx_build(len, build)
+    }
+    fn tx_build_upto(
+        &mut self,
+        max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        self.dev().tx_build_upto(max, build)
+    }
+    fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
+        self.dev().tx_build_sg(len, build)
+    }
+    fn flush(&mut self) {
+        self.dev().flush()
+    }
+    fn doorbell(&self) -> Option<std::sync::Arc<dyn iwarp_frame::Doorbell>> {
+        match self {
+            MemifQueue::Server(d) => d.doorbell(),
+            MemifQueue::Client(d) => d.doorbell(),
+        }
+    }
+    fn wait(&mut self, timeout: std::time::Duration) {
+        self.dev().wait(timeout)
+    }
 }
 
 /// Frames each loop's software steering inbox holds
@@ -763,9 +862,15 @@ impl Context {
         if !(576..=65_000).contains(&mtu) {
             return Err(Error::InvalidArgument("memif MTU outside 576..=65000"));
         }
-        let link = opts.link.clone().with_mtu(mtu);
+        let mut link = opts.link.clone().with_mtu(mtu);
         let name = format!("memif:{}", opts.link.socket.display());
         let cfg = device_config(&name, opts.mac(), mtu, host)?;
+        if opts.queue_count != 1 {
+            if link.secret.is_empty() {
+                link.secret = memif_queue_secret(opts.queue_count);
+            }
+            return Self::memif_queues(opts, link, cfg);
+        }
         if opts.role == Role::Server {
             let dev = MemifServer::bind(link).map_err(Error::Memif)?;
             tracing::info!(socket = %opts.link.socket.display(), mtu, ip = %host.ip, "memif server listening");
@@ -800,6 +905,53 @@ impl Context {
             }))
         });
         Ok(Self::launch(cfg, dev, host, reader))
+    }
+
+    /// [`memif`](Self::memif) with [`MemifOptions::queue_count`](crate::MemifOptions::queue_count)
+    /// other than 1: a poll loop per queue pair, frames steered in
+    /// software (memif has no RSS).
+    #[cfg(feature = "memif")]
+    fn memif_queues(
+        opts: &crate::MemifOptions,
+        link: iwarp_memif::Config,
+        cfg: StackConfig,
+    ) -> Result<Context, Error> {
+        use iwarp_memif::{Memif, MemifServer, Role};
+        let host = &opts.host;
+        let n = opts.queue_count;
+        if n == 0 {
+            return Err(Error::InvalidArgument("queue_count must be 1 to 128"));
+        }
+        let (rss, cores) = several_loops(host, n)?;
+        let socket = link.socket.display().to_string();
+        let devs: Vec<(MemifQueue, Option<DeviceReader<MemifQueue>>)> = match opts.role {
+            Role::Server => MemifServer::bind_queues(link, n)
+                .map_err(Error::Memif)?
+                .into_iter()
+                .map(|d| (MemifQueue::Server(d), None))
+                .collect(),
+            Role::Client => Memif::connect_queues(&link, n)
+                .map_err(Error::Memif)?
+                .into_iter()
+                .map(|d| (MemifQueue::Client(d), None))
+                .collect(),
+        };
+        let devs = devs
+            .into_iter()
+            .map(|(d, _)| {
+                let reader: DeviceReader<MemifQueue> = Box::new(|d| Box::new(d.device_stats()));
+                (d, Some(reader))
+            })
+            .collect();
+        tracing::info!(%socket, queues = n, role = ?opts.role, mtu = cfg.iface.mtu, ip = %host.ip, "memif link of several queue pairs");
+        Ok(Self::start_queues(
+            cfg,
+            devs,
+            QueueSteering::Software(rss),
+            None,
+            cores.as_deref(),
+            host.polling,
+        ))
     }
 
     /// [`dpdk`](Self::dpdk) with [`DpdkOptions::queue_count`] above 1: a

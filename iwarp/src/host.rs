@@ -465,7 +465,8 @@ impl DpdkOptions {
 /// process, two processes, or two containers sharing the socket's
 /// directory as a volume — name the same socket and id and opposite
 /// roles; either end may be DPDK's `net_memif` or VPP's memif instead of
-/// ours. One queue pair.
+/// ours. One queue pair, or several with one poll loop each
+/// ([`queue_count`](Self::queue_count)).
 ///
 /// [`Context::memif`](crate::Context::memif) connects a client at once
 /// (retrying while no server listens, up to `link.timeout`); a server
@@ -494,6 +495,20 @@ pub struct MemifOptions {
     /// the id: `02:6d:IDhi:IDlo:00:01` for the server, `...:02` for the
     /// client).
     pub mac: Option<[u8; 6]>,
+    /// Queue pairs of the link, one poll loop each (default 1): loop `i`
+    /// on queue pair `i` and on core `host.core + i` when `host.core` is
+    /// set; each connection is owned by one loop. memif has no RSS (a
+    /// frame sent on queue `i` arrives on the peer's queue `i`), so the
+    /// loops pass each frame to the loop the symmetric RSS hash names
+    /// (software steering), as over DPDK's memif: a peer of ours with as
+    /// many queues sends each flow on its owner's queue already. Both
+    /// ends need the same count: with more than one, the link's secret
+    /// (when `link.secret` is empty) is the one DPDK's memif ports of
+    /// ours are plugged with for that count (`iwarp-queues-N`), so a
+    /// DPDK `net_memif` end of ours with as many queues connects, and an
+    /// end of another count is refused, naming both counts where the
+    /// server is ours.
+    pub queue_count: u16,
     /// Address, polling, core, TCP; `netns` does not apply (the socket
     /// is a file).
     pub host: HostOptions,
@@ -514,6 +529,7 @@ impl MemifOptions {
             role,
             link: iwarp_memif::Config::new(socket, id),
             mac: None,
+            queue_count: 1,
             host: HostOptions::new(ip, prefix_len),
         }
     }

@@ -328,6 +328,11 @@ fn proto(what: impl Into<String>) -> io::Error {
 /// a poll loop per queue makes more than this pointless).
 pub const MAX_QUEUES: u16 = 128;
 
+/// "1 queue pair", "2 queue pairs".
+fn pairs(n: u32) -> String {
+    format!("{n} queue pair{}", if n == 1 { "" } else { "s" })
+}
+
 fn check_queues(queues: u16) -> io::Result<()> {
     if (1..=MAX_QUEUES).contains(&queues) {
         Ok(())
@@ -413,7 +418,13 @@ fn serve(c: &Control, cfg: &Config, queues: u16, deadline: Instant) -> io::Resul
                     return Err(refused(format!("mode {mode}, not Ethernet")));
                 }
                 if secret != cfg.secret {
-                    return Err(refused("a wrong secret".to_owned()));
+                    // The count in the reason: two ends of ours whose
+                    // counts differ differ in their secret (see
+                    // `iwarp::MemifOptions::queue_count`).
+                    return Err(refused(format!(
+                        "a wrong secret (the server's link has {})",
+                        pairs(queues.into())
+                    )));
                 }
                 peer = String::from_utf8_lossy(&name).into_owned();
                 init = true;
@@ -439,8 +450,8 @@ fn serve(c: &Control, cfg: &Config, queues: u16, deadline: Instant) -> io::Resul
                 let fd = fd.ok_or_else(|| proto("ADD_RING without its eventfd"))?;
                 if index >= queues {
                     return Err(refused(format!(
-                        "ring {index}: this end has {queues} queue pair{}",
-                        if queues == 1 { "" } else { "s" }
+                        "ring {index}: the server's link has {}",
+                        pairs(queues.into())
                     )));
                 }
                 if private_hdr_size != 0 || log2_ring_size > MAX_LOG2 {
@@ -465,15 +476,16 @@ fn serve(c: &Control, cfg: &Config, queues: u16, deadline: Instant) -> io::Resul
                 *slot = Some((at, fd));
             }
             Msg::Connect { .. } => {
-                let pairs = s2m
+                let whole = s2m
                     .iter()
                     .zip(&m2s)
                     .filter(|(a, b)| a.is_some() && b.is_some())
                     .count();
-                if pairs != n {
+                if whole != n {
                     return Err(refused(format!(
-                        "the client brought {pairs} whole queue pair{} (both rings), this end has {queues}",
-                        if pairs == 1 { "" } else { "s" }
+                        "the client brought {} (both rings), the server's link has {}",
+                        pairs(whole as u32),
+                        pairs(queues.into())
                     )));
                 }
                 let mut rings = Vec::with_capacity(n);
@@ -649,8 +661,9 @@ impl Memif {
                     )))
                 } else if u32::from(max_m2s_ring.min(max_s2m_ring)) + 1 < u32::from(queues) {
                     Some(refused(format!(
-                        "the server takes {} queue pair(s), this end has {queues}",
-                        u32::from(max_m2s_ring.min(max_s2m_ring)) + 1
+                        "the server takes {}, this client has {}",
+                        pairs(u32::from(max_m2s_ring.min(max_s2m_ring)) + 1),
+                        pairs(queues.into())
                     )))
                 } else {
                     None
@@ -767,8 +780,9 @@ impl Memif {
                 Msg::Ack => {}
                 Msg::Disconnect { reason, .. } => {
                     return Err(refused(format!(
-                        "the server refused: {}",
-                        String::from_utf8_lossy(&reason)
+                        "the server refused: {}; this client has {}",
+                        String::from_utf8_lossy(&reason),
+                        pairs(queues.into())
                     )))
                 }
                 m => return Err(proto(format!("{m:?} instead of ACK"))),
@@ -785,8 +799,9 @@ impl Memif {
             Msg::Connected { if_name } => String::from_utf8_lossy(&if_name).into_owned(),
             Msg::Disconnect { reason, .. } => {
                 return Err(refused(format!(
-                    "the server refused: {}",
-                    String::from_utf8_lossy(&reason)
+                    "the server refused: {}; this client has {}",
+                    String::from_utf8_lossy(&reason),
+                    pairs(queues.into())
                 )))
             }
             m => return Err(proto(format!("{m:?} instead of CONNECTED"))),

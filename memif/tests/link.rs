@@ -374,11 +374,14 @@ fn a_client_of_another_queue_count_is_refused_naming_both() {
     let c = std::thread::spawn(move || Memif::connect_queues(&cfg, 1));
     let e = l.accept_queues().unwrap_err().to_string();
     assert!(
-        e.contains("1 whole queue pair") && e.contains("this end has 2"),
+        e.contains("brought 1 queue pair (both rings), the server's link has 2 queue pairs"),
         "{e}"
     );
     let e = c.join().unwrap().unwrap_err().to_string();
-    assert!(e.contains("this end has 2"), "{e}");
+    assert!(
+        e.contains("has 2 queue pairs") && e.contains("this client has 1 queue pair"),
+        "{e}"
+    );
     // More than the server takes: the client refuses after HELLO.
     let p = sock("more");
     let l = Listener::bind_queues(Config::new(&p, 2), 2).unwrap();
@@ -386,7 +389,10 @@ fn a_client_of_another_queue_count_is_refused_naming_both() {
     let c = std::thread::spawn(move || Memif::connect_queues(&cfg, 4));
     assert!(l.accept_queues().is_err());
     let e = c.join().unwrap().unwrap_err().to_string();
-    assert!(e.contains("takes 2 queue pair(s), this end has 4"), "{e}");
+    assert!(
+        e.contains("takes 2 queue pairs, this client has 4 queue pairs"),
+        "{e}"
+    );
     // Out of range, before any socket.
     assert!(Memif::connect_queues(&Config::new(&p, 2), 0).is_err());
     assert!(Listener::bind_queues(Config::new(sock("none"), 2), 129).is_err());

@@ -1,6 +1,8 @@
 //! What the memif tests share: the process's EAL (or a skip where DPDK is
-//! not in the build, refused under CI), and a Write that must land.
+//! not in the build, refused under CI), a Write that must land, and
+//! connections over a memif link of two queue pairs (ours or DPDK's).
 #![allow(dead_code)] // each test file uses what it needs
+#![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -130,5 +132,107 @@ impl Pair {
             &self.target,
             data,
         );
+    }
+}
+
+/// Connections between two contexts of two loops each on a memif link
+/// of two queue pairs (ours or DPDK's): the client's go to its loops in
+/// turn and each arrives on the server's loop of the same number (memif
+/// pairs the queues); a Write from each lands whole, and both loops of
+/// each end carried frames with nothing steered between them.
+pub fn connections_land_on_both_loops(server: &Context, client: &Context, port: u16) {
+    use iwarp::{Error, WcOpcode};
+    const CONNS: usize = 6;
+    const PIECE: usize = 8192;
+    assert_eq!((server.loops(), client.loops()), (2, 2));
+    let (spd, cpd) = (server.alloc_pd().unwrap(), client.alloc_pd().unwrap());
+    let (scq, ccq) = (server.create_cq(64), client.create_cq(64));
+    let target = spd
+        .register(
+            vec![0; CONNS * PIECE],
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let listener = server.listen(port, &ListenOptions::new(&spd)).unwrap();
+    let to = SocketAddrV4::new(server.addr(), port);
+    let (c, cpd2, ccq2) = (client.clone(), cpd.clone(), ccq.clone());
+    let t = std::thread::spawn(move || {
+        (0..CONNS)
+            .map(|_| c.connect(to, &ConnectOptions::new(&cpd2, &ccq2)))
+            .collect::<Result<Vec<Qp>, Error>>()
+    });
+    let sqps: Vec<Qp> = (0..CONNS)
+        .map(|_| {
+            let req = listener.get_request(T).expect("a request");
+            req.accept(&Default::default(), &scq).expect("accepted")
+        })
+        .collect();
+    let cqps = t.join().unwrap().expect("connected");
+    // The client's connections went to its loops in turn, and each
+    // arrived on the server's loop of the same number (memif pairs the
+    // queues).
+    let cl: Vec<usize> = cqps.iter().map(Qp::loop_index).collect();
+    assert_eq!(cl, [0, 1, 0, 1, 0, 1]);
+    let mut sl: Vec<usize> = sqps.iter().map(Qp::loop_index).collect();
+    sl.sort_unstable();
+    assert_eq!(sl, [0, 0, 0, 1, 1, 1]);
+
+    // A Write from every connection into its piece of one region.
+    let src = cpd
+        .register(vec![0; CONNS * PIECE], Access::LOCAL_WRITE)
+        .unwrap();
+    for (k, q) in cqps.iter().enumerate() {
+        let piece: Vec<u8> = (0..PIECE).map(|i| (i as u8) ^ (k as u8 * 31)).collect();
+        src.write(k * PIECE, &piece).unwrap();
+        q.post_send(WorkRequest::Write {
+            wr_id: k as u64,
+            signaled: true,
+            local: src.sge((k * PIECE) as u64, PIECE as u32).into(),
+            remote_stag: target.stag(),
+            remote_to: (k * PIECE) as u64,
+        })
+        .unwrap();
+    }
+    for _ in 0..CONNS {
+        let w = ccq.wait(T).expect("a Write completion");
+        assert!(
+            w.status.is_ok() && w.opcode == Some(WcOpcode::Write),
+            "{w:?}"
+        );
+    }
+    // Placed once a Send behind each Write has arrived (RFC 5040 §5.5).
+    let inbox = spd.register(vec![0; 64], Access::LOCAL_WRITE).unwrap();
+    for q in &sqps {
+        q.post_recv(9, inbox.sge(0, 0)).unwrap();
+    }
+    for q in &cqps {
+        q.post_send(WorkRequest::Send {
+            wr_id: 100,
+            signaled: false,
+            local: src.sge(0, 0).into(),
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    }
+    for _ in 0..CONNS {
+        let w = scq.wait(T).expect("a Recv completion");
+        assert!(w.status.is_ok(), "{w:?}");
+    }
+    assert_eq!(
+        target.read(0, CONNS * PIECE).unwrap(),
+        src.read(0, CONNS * PIECE).unwrap()
+    );
+    // Both loops of each end carried frames.
+    for ctx in [&server, &client] {
+        let s = ctx.stats().unwrap();
+        assert_eq!(s.loops.len(), 2);
+        for l in &s.loops {
+            assert_eq!(l.connections, CONNS / 2, "{:?}", s.loops);
+            assert!(l.poll_loop.rx_frames > 0 && l.poll_loop.tx_frames > 0);
+            // Each end sends a flow on its owner's queue: software
+            // steering (memif has no RSS) had nothing to pass on.
+            assert_eq!(l.poll_loop.steered_out, 0, "{:?}", l.poll_loop);
+        }
     }
 }
