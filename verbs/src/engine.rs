@@ -16,14 +16,14 @@
 //! | `IWARP_BACKEND` | `xdp` (AF_XDP on a kernel interface), `memif` (one end of a kernel-free memif link, our own memif: no DPDK; `IWARP_MEMIF` names it) or `dpdk` (a DPDK port, such as DPDK's memif) | `xdp` |
 //! | `IWARP_IFACE` | `xdp`: interface the stack takes over | required with `xdp`; not used with `dpdk` |
 //! | `IWARP_IP` | our address/prefix, e.g. `10.0.0.1/24` (not the kernel's) | required |
-//! | `IWARP_MEMIF` | `memif`: one end of our memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file; the server listens at once (a stale socket file is replaced, a live server's refused) and its link comes up when a client connects; a client waits up to 60 s for its server. The other end may be DPDK's or VPP's memif. MAC `02:00:A:B:C:D` from `IWARP_IP`'s octets. One queue pair (`IWARP_QUEUES=1`) | required with `memif` |
+//! | `IWARP_MEMIF` | `memif`: one end of our memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file; the server listens at once (a stale socket file is replaced, a live server's refused) and its link comes up when a client connects; a client waits up to 60 s for its server. The other end may be DPDK's or VPP's memif. MAC `02:00:A:B:C:D` from `IWARP_IP`'s octets. A queue pair per poll loop (`IWARP_QUEUES`) | required with `memif` |
 //! | `IWARP_MEMIF` | `dpdk`: one end of a memif link, `server:/path/to/socket` or `client:/path/to/socket`; both ends name the same socket file, the server creates it (start the server first; a socket file an ended server left is removed, one a live server listens on is refused). Made into the devargs `net_memif0,role=…,id=…,socket=PATH,socket-abstract=no,mac=02:00:A:B:C:D` (`iwarp::dpdk::memif_devargs`, and a MAC from `IWARP_IP`'s octets) | `IWARP_MEMIF` or `IWARP_DPDK_VDEV` required with `dpdk` |
 //! | `IWARP_MEMIF_ID` | `memif`, or `dpdk` with `IWARP_MEMIF`: the link id, the same at both ends (several links may share one socket) | `0` |
 //! | `IWARP_DPDK_VDEV` | `dpdk`: the port's full devargs instead of `IWARP_MEMIF`, hot-plugged, e.g. `net_memif0,role=server,id=0,socket=/run/iwarp/memif.sock,socket-abstract=no`; its `mac=`, if any, is the device's MAC (node GUID, GID), else the one made from `IWARP_IP` is reported (the port keeps its driver's own; iWARP peers find each other by IP and ARP, not by GID) | see `IWARP_MEMIF` |
 //! | `IWARP_MTU` | IP MTU the stack uses | `xdp`: the interface's; `dpdk`: 1500 (the port is opened with it) |
 //! | `IWARP_POLL` | `inline` (the application's thread runs the stack when it polls a CQ or posts), `busy` or `adaptive` (a poll-loop thread) | `inline` |
 //! | `IWARP_CORE` | CPU of the poll-loop thread (`busy`, `adaptive`); with `IWARP_QUEUES` above 1, of the first loop (loop `i` on `IWARP_CORE + i`) | none |
-//! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: any `IWARP_POLL` (inline: the program's threads drive the loops of the QPs they poll), not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); `dpdk` memif: both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
+//! | `IWARP_QUEUES` | poll loops of the device, one per receive queue (1 to 128): each connection is owned by one loop, new connections go to the loops in turn, and an accepted one to the loop its frames reach. Above 1: any `IWARP_POLL` (inline: the program's threads drive the loops of the QPs they poll), not with `IWARP_SHARE_ADDRESS=yes`; `xdp`: the interface needs that many queues (from queue 0); memif (ours or DPDK's): both ends give the same number. A DPDK port of several queues has rings of 256 descriptors per queue | `1` |
 //! | `IWARP_TRUSTED_LINK` | `memif` and `dpdk` only: `yes`: the link is shared memory between two processes of ours (memif) that both set it: TCP checksums and SCTP's CRC32c are neither computed nor checked ([`iwarp::HostOptions::trusted_link`], as Linux skips them between the two ends of a veth); an end that does not set it drops the other's segments and counts them as partial checksums. `no`: computed and checked | `no` |
 //! | `IWARP_STATS` | `yes`: at exit, one line per poll loop on standard error: the QPs connected on it, frames received and sent, octets TCP delivered | `no` |
 //! | `IWARP_LINGER_MS` | how long, at exit, the process waits in all for its connections to finish closing, TCP included (what it sent before still arrives, and the peer gets our FIN): those the program closed with `rdma_disconnect`, and those it left open, which exit closes as a kernel closes an exiting process's QPs | `2000` |
@@ -203,12 +203,6 @@ impl Config {
                     )
                 })?,
         };
-        if queues > 1 && matches!(link, Link::Memif { .. }) {
-            return Err(format!(
-                "IWARP_QUEUES={queues} with IWARP_BACKEND=memif: our memif has one queue pair; \
-                 set IWARP_QUEUES=1, or use DPDK's memif (IWARP_BACKEND=dpdk)"
-            ));
-        }
         if queues > 1 && share.is_some() {
             return Err(format!(
                 "IWARP_QUEUES={queues} with IWARP_SHARE_ADDRESS=yes: an address shared with \
@@ -614,6 +608,7 @@ fn open_memif(
     opts.host.mtu = cfg.mtu;
     opts.host.core = cfg.core;
     opts.host.trusted_link = cfg.trusted_link;
+    opts.queue_count = cfg.queues;
     let side = if server { "server" } else { "client" };
     iwarp::Context::memif(&opts)
         .map_err(|e| format!("IWARP_MEMIF={side}:{}: {e}", socket.display()))
@@ -1126,11 +1121,10 @@ mod tests {
         assert!(err(&[]).contains("IWARP_MEMIF=server:"), "{}", err(&[]));
         let e = err(&[("IWARP_MEMIF", "both:/x")]);
         assert!(e.contains("expected server:"), "{e}");
-        let e = err(&[("IWARP_MEMIF", "server:/x"), ("IWARP_QUEUES", "2")]);
-        assert!(
-            e.contains("one queue pair") && e.contains("IWARP_BACKEND=dpdk"),
-            "{e}"
-        );
+        // Our memif of several queue pairs, one poll loop each.
+        let mut v = vec![("IWARP_BACKEND", "memif"), ("IWARP_IP", "10.80.0.1/24")];
+        v.extend_from_slice(&[("IWARP_MEMIF", "server:/x"), ("IWARP_QUEUES", "2")]);
+        assert_eq!(cfg(&v).unwrap().queues, 2);
         let e = err(&[
             ("IWARP_MEMIF", "server:/x"),
             ("IWARP_DPDK_VDEV", "net_memif0"),

@@ -960,6 +960,21 @@ fn ib_write_bw_spreads_four_qps_over_two_inline_poll_loops_over_memif() {
     );
 }
 
+/// The same over our own memif (`IWARP_BACKEND=memif`, no DPDK in the
+/// path): a queue pair of the link per poll loop.
+#[test]
+fn ib_write_bw_spreads_four_qps_over_two_queue_pairs_of_our_memif() {
+    write_bw_four_qps_on_two_loops(
+        "memif-q-bw-ours",
+        &[
+            ("IWARP_BACKEND", "memif"),
+            ("IWARP_QUEUES", "2"),
+            ("IWARP_POLL", "adaptive"),
+            ("IWARP_STATS", "yes"),
+        ],
+    );
+}
+
 /// `ib_write_bw -q 4` over memif with `env` (two poll loops a side): every
 /// Write arrives, and each end's two loops carry two QPs each, with
 /// frames both ways.

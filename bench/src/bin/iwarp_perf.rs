@@ -542,7 +542,7 @@ struct Cli {
     /// buffers themselves. `dpdk`: DPDK's net_memif PMD
     /// (`Context::dpdk`), which copies each frame between its mbufs and
     /// the rings at both ends. The floor is measured on the same one.
-    /// `--queues` needs dpdk (ours has one queue pair).
+    /// `--queues` runs over either.
     #[arg(long, value_enum, default_value_t = MemifDriver::Ours)]
     memif_driver: MemifDriver,
     /// Neither end asks for MPA's CRC32c on its FPDUs (RFC 5044 §4.3:
@@ -602,8 +602,9 @@ struct Cli {
     /// write_bw with N receive queues per end, one poll loop each, the
     /// connections spread over the loops: over the simulated link
     /// (`Context::sim_pair_queues`, frames steered by RSS) or over memif
-    /// (`--link memif`: `DpdkOptions::queue_count`, queue i to the
-    /// peer's queue i); the Linux baseline runs N parallel TCP flows over
+    /// (`--link memif`: `MemifOptions::queue_count` over ours,
+    /// `DpdkOptions::queue_count` over DPDK's; queue i to the peer's queue
+    /// i); the Linux baseline runs N parallel TCP flows over
     /// loopback in the same run (no root). Prints each connection's loop
     /// and each loop's share. With `--transport sctp` the connections are
     /// iWARP over SCTP (the baseline stays Linux TCP). With `--threads`
@@ -643,11 +644,6 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
     if !matches!(args.link, Link::Sim | Link::Memif) {
         return Err("--queues: over the simulated link or memif (--sim, --link memif)".into());
     }
-    if args.link == Link::Memif && args.memif_driver != MemifDriver::Dpdk {
-        return Err(
-            "--queues over memif: --memif-driver dpdk (our memif has one queue pair)".into(),
-        );
-    }
     if args.loss_permille.is_some() {
         return Err("--queues: no --loss-permille (the links of --queues drop nothing)".into());
     }
@@ -663,8 +659,9 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
     // (inline contexts, unless --loop-thread).
     let polling = polling(args);
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let over = match args.link {
-        Link::Memif => "DPDK memif (queue i to the peer's queue i)",
+    let over = match (args.link, args.memif_driver) {
+        (Link::Memif, MemifDriver::Ours) => "our memif (queue pair i to the peer's queue pair i)",
+        (Link::Memif, MemifDriver::Dpdk) => "DPDK memif (queue i to the peer's queue i)",
         _ => "the simulated link (RSS, symmetric key)",
     };
     let path = match (args.threads, args.loop_thread) {
@@ -1065,9 +1062,9 @@ fn memif_contexts(args: &Args) -> Result<(iwarp::Context, iwarp::Context), Strin
 }
 
 /// Our two contexts on a memif link of `queues` queue pairs in this
-/// process, a poll loop per queue, not pinned (as `--queues` over the
-/// simulated link). Each size gets fresh contexts: the vdev names change
-/// with each call.
+/// process (ours, or DPDK's with `--memif-driver dpdk`), a poll loop per
+/// queue, not pinned (as `--queues` over the simulated link). Each size
+/// gets fresh contexts on a link of its own.
 fn memif_queue_contexts(
     args: &Args,
     queues: u16,
@@ -1077,6 +1074,24 @@ fn memif_queue_contexts(
     use std::sync::atomic::{AtomicU32, Ordering};
     static LINKS: AtomicU32 = AtomicU32::new(0);
     let link = MEMIF_LINK + 10 + LINKS.fetch_add(1, Ordering::Relaxed);
+    if args.memif_driver == MemifDriver::Ours {
+        use iwarp::memif::Role;
+        let sock = iwarp_bench::floor::memif_socket(link);
+        let opts = |role, last: u8| {
+            let ip = std::net::Ipv4Addr::new(10, 79, 4, last);
+            let mut o = iwarp::MemifOptions::new(role, &sock, link, ip, 24);
+            o.queue_count = queues;
+            o.host.mtu = args.mtu.map(|m| m as usize);
+            o.host.polling = polling;
+            o.host.trusted_link = link_trusted(args);
+            o
+        };
+        let s = iwarp::Context::memif(&opts(Role::Server, 11))
+            .map_err(|e| format!("memif server: {e}"))?;
+        let c = iwarp::Context::memif(&opts(Role::Client, 12))
+            .map_err(|e| format!("memif client: {e}"))?;
+        return Ok((s, c));
+    }
     let eal = iwarp_bench::floor::memif_eal()?;
     let sock = iwarp_bench::floor::memif_socket(link);
     let opts = |index: u32, role, last: u8| {
