@@ -609,8 +609,12 @@ impl Memif {
         loop {
             match Self::try_connect(cfg, queues, deadline) {
                 // DPDK's server refuses an id it has not registered yet
-                // (its socket is up before its port): try again.
-                Err(e) if e.to_string().ends_with("ID not found") && Instant::now() < deadline => {
+                // (its socket is up before its port): try again. (The
+                // reason as `client` words a refusal, our count after it.)
+                Err(e)
+                    if e.to_string().contains("the server refused: ID not found;")
+                        && Instant::now() < deadline =>
+                {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 r => return r,
