@@ -3,7 +3,9 @@
 //! the shared memory. The server refuses regions it could fault on and
 //! rings outside their region, drops frames whose descriptors point
 //! outside the shared memory (counted), and breaks the link when the ring
-//! index jumps past the ring; it never reads outside what was shared.
+//! index jumps past the ring (on a link of two queue pairs, for both); it
+//! refuses a ring beyond its queue pairs and a pair without both rings;
+//! it never reads outside what was shared.
 
 #![allow(clippy::unwrap_used)] // test harness: a failed unwrap is a failed test
 
@@ -337,6 +339,141 @@ fn descriptors_outside_the_region_are_dropped_and_a_ring_index_past_the_ring_bre
     let why = s.broken().unwrap_or_default().to_owned();
     assert!(why.contains("past ours"), "{why}");
     assert!(!s.tx(&[0; 64]), "a broken link sends nothing");
+    done_tx.send(()).unwrap();
+    evil.join().unwrap();
+}
+
+/// A server of `queues` queue pairs accepting while `evil` runs; its
+/// result, the thread joined.
+fn against_queues(
+    name: &str,
+    queues: u16,
+    evil: impl FnOnce(&PathBuf) + Send + 'static,
+) -> std::io::Result<Vec<iwarp_memif::Memif>> {
+    let p = sock(name);
+    let mut cfg = Config::new(&p, 1);
+    cfg.timeout = Duration::from_secs(5);
+    let l = Listener::bind_queues(cfg, queues).unwrap();
+    let p2 = p.clone();
+    let t = std::thread::spawn(move || evil(&p2));
+    let r = l.accept_queues();
+    t.join().unwrap();
+    r
+}
+
+/// ADD_RING `index` (`flags`: S2M or not) at `offset` of region 0.
+fn add_ring(c: &Evil, flags: u16, index: u16, offset: usize) -> Msg {
+    let ev = eventfd();
+    c.send(
+        &Msg::AddRing {
+            flags,
+            index,
+            region: 0,
+            offset: offset as u32,
+            log2_ring_size: LOG2,
+            private_hdr_size: 0,
+        },
+        Some(ev.as_fd()),
+    );
+    c.recv()
+}
+
+#[test]
+fn a_ring_beyond_the_queue_pairs_or_a_pair_without_both_rings_is_refused() {
+    // Ring 1 of a one-pair server.
+    let e = against_queues("ring-index", 1, |p| {
+        let c = Evil::connect(p);
+        c.init(1);
+        let fd = memfd(LEN, true);
+        c.region(&fd, LEN);
+        assert_eq!(c.recv(), Msg::Ack);
+        let m = add_ring(&c, RING_S2M, 1, 0);
+        assert!(matches!(m, Msg::Disconnect { .. }), "{m:?}");
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("ring 1: the server's link has 1 queue pair"),
+        "{e}"
+    );
+    // A two-pair server, pair 1 with its S2M ring only, then CONNECT.
+    let e = against_queues("half-pair", 2, |p| {
+        let c = Evil::connect(p);
+        c.init(1);
+        let fd = memfd(LEN, true);
+        c.region(&fd, LEN);
+        assert_eq!(c.recv(), Msg::Ack);
+        for (flags, index, off) in [(RING_S2M, 0, 0), (0, 0, RING), (RING_S2M, 1, 2 * RING)] {
+            assert_eq!(add_ring(&c, flags, index, off), Msg::Ack);
+        }
+        c.send(
+            &Msg::Connect {
+                if_name: b"evil".to_vec(),
+            },
+            None,
+        );
+        assert!(matches!(c.recv(), Msg::Disconnect { .. }));
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("brought 1 queue pair (both rings)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_ring_index_past_the_ring_on_one_queue_pair_takes_the_whole_link_down() {
+    let p = sock("qcorrupt");
+    let mut cfg = Config::new(&p, 1);
+    cfg.timeout = Duration::from_secs(5);
+    let l = Listener::bind_queues(cfg, 2).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let p2 = p.clone();
+    let evil = std::thread::spawn(move || {
+        let c = Evil::connect(&p2);
+        c.init(1);
+        let fd = memfd(LEN, true);
+        let m = Shared::map(&fd);
+        c.region(&fd, LEN);
+        assert_eq!(c.recv(), Msg::Ack);
+        // Pair 0: S2M at 0, M2S at RING; pair 1: S2M at 2 RING, M2S at 3.
+        for (flags, index, at) in [
+            (RING_S2M, 0, 0),
+            (0, 0, RING),
+            (RING_S2M, 1, 2 * RING),
+            (0, 1, 3 * RING),
+        ] {
+            m.ring_init(at);
+            assert_eq!(add_ring(&c, flags, index, at), Msg::Ack);
+        }
+        c.send(
+            &Msg::Connect {
+                if_name: b"evil".to_vec(),
+            },
+            None,
+        );
+        assert!(matches!(c.recv(), Msg::Connected { .. }));
+        // Pair 1's S2M head far past its ring of 16 slots.
+        m.head(2 * RING, 1000);
+        tx.send(()).unwrap();
+        // The control socket stays open until the server has looked.
+        done_rx.recv().unwrap();
+        drop(c);
+    });
+    let mut q = l.accept_queues().unwrap();
+    rx.recv().unwrap();
+    assert_eq!(
+        q[1].rx_burst(16, &mut |_| panic!("no frame from a corrupt ring")),
+        0
+    );
+    let why = q[1].broken().unwrap_or_default().to_owned();
+    assert!(why.contains("past ours"), "{why}");
+    // Pair 0's own rings are sound; the link is down for it all the same,
+    // for the same reason, at its next look.
+    assert!(!q[0].check_link());
+    assert_eq!(q[0].broken(), Some(why.as_str()));
+    assert!(!q[0].tx(&[0; 64]), "a broken link sends nothing");
     done_tx.send(()).unwrap();
     evil.join().unwrap();
 }
