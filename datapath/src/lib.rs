@@ -182,6 +182,17 @@ impl Connection {
         std::mem::take(&mut self.pre_posted)
     }
 
+    /// In full operation with nothing for its host to take or send: no
+    /// refused receive, no early data, and a queue pair with no
+    /// completion or event waiting and nothing queued to transmit.
+    pub fn idle(&self) -> bool {
+        self.refused.is_empty()
+            && self.early_len() == 0
+            && self
+                .qp_ref()
+                .is_some_and(|q| !q.has_output() && q.tx_idle())
+    }
+
     /// Pre-posted receives that the queue pair refused, with why.
     pub fn take_refused(&mut self) -> Vec<(u64, iwarp_proto::qp::PostError)> {
         std::mem::take(&mut self.refused)

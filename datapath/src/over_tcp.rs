@@ -283,6 +283,32 @@ impl IwarpOverTcp {
         self.tcp.ooo_held() + early + self.events.len() * core::mem::size_of::<CmEvent>()
     }
 
+    /// After a segment: whether a poll now would do nothing that the poll
+    /// at [`poll_timeout`](Self::poll_timeout) (or the one a post brings)
+    /// would not do as well; if so, `Some` of that deadline (`Some(None)`:
+    /// no deadline at all). So in full operation with TCP established
+    /// and idle ([`Tcp::transmit_idle`]: nothing to send or owed at once),
+    /// nothing out of order held, no CM event or held post, a connection
+    /// with nothing to hand up or send ([`Connection::idle`]) and no
+    /// deadline passed. A segment that carried only in-order data to
+    /// place (a Write) and acknowledged what we sent is such: the host
+    /// leaves the connection to its deadline (the delayed ACK's, next
+    /// round) instead of polling it this round, and the reply the
+    /// application posts from the same round carries the ACK.
+    pub fn idle_after_input(&self, now: u64) -> Option<Option<u64>> {
+        let idle = self.tcp.transmit_idle()
+            && self.state == State::Operational
+            && self.pending.is_empty()
+            && self.events.is_empty()
+            && self.iwarp.as_ref().is_some_and(|c| c.idle())
+            && self.tcp.ooo_held() == 0;
+        if !idle {
+            return None;
+        }
+        let t = self.poll_timeout();
+        t.is_none_or(|t| t > now).then_some(t)
+    }
+
     /// Next connection-manager event.
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()
@@ -1121,7 +1147,16 @@ mod tests {
         mpa_b: MpaConfig,
         manual_b: bool,
     ) -> (IwarpOverTcp, IwarpOverTcp, MemoryTable) {
-        let cfg = Config::default();
+        fresh_pair_tcp(Config::default(), mpa_a, mpa_b, manual_b)
+    }
+
+    /// [`fresh_pair`] with TCP's configuration `cfg` at both ends.
+    fn fresh_pair_tcp(
+        cfg: Config,
+        mpa_a: MpaConfig,
+        mpa_b: MpaConfig,
+        manual_b: bool,
+    ) -> (IwarpOverTcp, IwarpOverTcp, MemoryTable) {
         let tcp_a = Tcp::connect(cfg, 40000, 7174, 1234);
         let mut a = IwarpOverTcp::new(
             tcp_a,
@@ -1665,6 +1700,139 @@ mod tests {
             w.mem_b.snapshot(w.sink),
             Some(vec![0; BIG]),
             "nothing placed"
+        );
+    }
+
+    /// After a segment, `idle_after_input` says whether a poll now could
+    /// do anything: a Write placed leaves the target idle until its
+    /// delayed ACK's deadline (and a poll then sends nothing), while a
+    /// Send (its receive completes), queued data of our own and a
+    /// duplicate segment (an ACK owed at once) do not.
+    #[test]
+    fn a_placed_write_leaves_the_target_idle_until_its_ack_deadline() {
+        // ACKs wait one nanosecond of the loop's clock, as every `iwarp`
+        // context's (its `ACK_ROUND`: the next round).
+        let cfg = Config {
+            delayed_ack: Some(1),
+            ..Config::default()
+        };
+        let (mut a, mut b, mut mem) =
+            fresh_pair_tcp(cfg, MpaConfig::default(), MpaConfig::default(), false);
+        let mut now = 1_000;
+        for _ in 0..50 {
+            round(&mut a, &mut b, &mut mem, now);
+            now += 1_000_000;
+        }
+        assert_eq!(
+            (a.state(), b.state()),
+            (State::Operational, State::Operational)
+        );
+        let _ = (events(&mut a), events(&mut b));
+        let pd = a.params.pd;
+        let src = mem
+            .register(pd, vec![5; 64], Access::LOCAL_READ, 0)
+            .unwrap();
+        let dst = mem
+            .register(
+                pd,
+                vec![0; 64],
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                0,
+            )
+            .unwrap();
+        let write = |wr_id| {
+            HostCommand::PostSend(WorkRequest::Write {
+                wr_id,
+                signaled: false,
+                local: Sge {
+                    stag: src,
+                    to: 0,
+                    len: 64,
+                }
+                .into(),
+                remote_stag: dst,
+                remote_to: 0,
+            })
+        };
+        let mut outs = Vec::new();
+        // One Write: placed at B, nothing for B to hand up or send now.
+        a.post(write(1), now, &mem, &mut |o| outs.push(o));
+        let fa = take(&mut a, now, &mem, IP_A, IP_B);
+        assert_eq!(fa.len(), 1);
+        assert!(
+            b.idle_after_input(now).is_some(),
+            "idle before the segment too"
+        );
+        give(&mut b, &fa[0], now, &mut mem, IP_A, IP_B);
+        assert_eq!(mem.snapshot(dst), Some(vec![5; 64]));
+        let ack_at = b
+            .idle_after_input(now)
+            .expect("idle after a Write placed")
+            .expect("the delayed ACK's deadline");
+        assert!(ack_at > now);
+        assert!(
+            take(&mut b, now, &mem, IP_B, IP_A).is_empty(),
+            "a poll now sends nothing"
+        );
+        // At the deadline it is not idle, and the ACK goes.
+        assert!(b.idle_after_input(ack_at).is_none());
+        assert_eq!(take(&mut b, ack_at, &mem, IP_B, IP_A).len(), 1);
+        now = ack_at + 1;
+        // A segment again (as if our ACK were lost): an ACK owed at once.
+        a.post(write(2), now, &mem, &mut |o| outs.push(o));
+        let fa = take(&mut a, now, &mem, IP_A, IP_B);
+        assert_eq!(fa.len(), 1);
+        give(&mut b, &fa[0], now, &mut mem, IP_A, IP_B);
+        assert!(b.idle_after_input(now).is_some());
+        give(&mut b, &fa[0], now, &mut mem, IP_A, IP_B);
+        assert!(b.idle_after_input(now).is_none(), "an ACK owed at once");
+        assert_eq!(take(&mut b, now, &mem, IP_B, IP_A).len(), 1);
+        assert!(b.idle_after_input(now).is_some());
+        // B's own data queued: not idle until it is sent.
+        b.post(write(4), now, &mem, &mut |o| outs.push(o));
+        assert!(b.idle_after_input(now).is_none());
+        let fb = take(&mut b, now, &mem, IP_B, IP_A);
+        assert_eq!(fb.len(), 1);
+        give(&mut a, &fb[0], now, &mut mem, IP_B, IP_A);
+        // A Send: its receive completes at B, to be handed up.
+        let inbox = mem
+            .register(pd, vec![0; 64], Access::LOCAL_WRITE, 0)
+            .unwrap();
+        let recv = Sge {
+            stag: inbox,
+            to: 0,
+            len: 64,
+        };
+        b.post(HostCommand::PostRecv(7, recv.into()), now, &mem, &mut |o| {
+            outs.push(o)
+        });
+        let send = WorkRequest::Send {
+            wr_id: 8,
+            signaled: false,
+            local: Sge {
+                stag: src,
+                to: 0,
+                len: 8,
+            }
+            .into(),
+            solicited: false,
+            invalidate: None,
+        };
+        a.post(HostCommand::PostSend(send), now, &mem, &mut |o| {
+            outs.push(o)
+        });
+        now += 1;
+        let fa = take(&mut a, now, &mem, IP_A, IP_B);
+        assert_eq!(fa.len(), 1);
+        give(&mut b, &fa[0], now, &mut mem, IP_A, IP_B);
+        assert!(
+            b.idle_after_input(now).is_none(),
+            "a receive completion to hand up"
+        );
+        assert!(
+            outs.iter()
+                .all(|o| !matches!(o, HostOutput::Refused { .. })),
+            "{outs:?}"
         );
     }
 }

@@ -1275,6 +1275,13 @@ impl Qp {
         self.srq.as_ref()
     }
 
+    /// Whether completions or stream events wait to be taken
+    /// ([`poll_completion_tagged`](Self::poll_completion_tagged),
+    /// [`poll_event`](Self::poll_event)).
+    pub fn has_output(&self) -> bool {
+        !self.completions.is_empty() || !self.events.is_empty()
+    }
+
     /// True when nothing is queued to transmit.
     pub fn tx_idle(&self) -> bool {
         self.tx.job.is_none()

@@ -161,11 +161,14 @@ impl Stack {
             let Some(sock) = self.socks.get_mut(&id) else {
                 return;
             };
-            mark_ready(&mut self.ready, sock, id);
             if sock.over_budget && !seg.payload.is_empty() {
+                mark_ready(&mut self.ready, sock, id);
                 // Aborted for the memory budget: it holds nothing more
                 // while its Terminate waits for an ACK.
                 return;
+            }
+            if matches!(sock.kind, SockKind::Stream(_)) {
+                mark_ready(&mut self.ready, sock, id);
             }
             match &mut sock.kind {
                 SockKind::Stream(s) => {
@@ -194,7 +197,20 @@ impl Stack {
                         }
                     });
                 }
-                SockKind::Iwarp(i) => i.handle_segment(seg, now, &mut self.mem),
+                SockKind::Iwarp(i) => {
+                    i.handle_segment(seg, now, &mut self.mem);
+                    // A segment that leaves nothing for a poll to do now
+                    // (a Write placed, ours acknowledged) leaves the
+                    // connection to its deadline, the delayed ACK's next
+                    // round, or to the post of a reply this round, which
+                    // carries that ACK: one poll of it per message instead
+                    // of two (`IwarpOverTcp::idle_after_input`).
+                    match i.idle_after_input(now) {
+                        Some(Some(t)) => self.ready.defer(&mut sock.slot, Ready::tcp(id), t),
+                        Some(None) => {}
+                        None => self.ready.mark(&mut sock.slot, Ready::tcp(id)),
+                    }
+                }
             }
             return;
         }

@@ -363,15 +363,48 @@ impl Connection {
     /// few octets); a sender facing a closed window learns of it
     /// without waiting to probe.
     fn ack_if_window_reopened(&mut self) {
-        if self.rcv_adv.is_some() {
-            let half = self.cfg.rcv_buf / 2;
-            let step = (self.cfg.rcv_buf / 16).max(1 << self.rcv_shift);
-            if self.wnd_sent < half
-                && self.rcv_wnd() >= self.wnd_sent.saturating_add(step).min(half)
-            {
-                self.ack_now = true;
-            }
+        if self.window_reopened() {
+            self.ack_now = true;
         }
+    }
+
+    /// Whether the window we advertised last has grown enough to be
+    /// announced at once (see [`ack_if_window_reopened`](Self::ack_if_window_reopened)).
+    fn window_reopened(&self) -> bool {
+        if self.rcv_adv.is_none() {
+            return false;
+        }
+        let half = self.cfg.rcv_buf / 2;
+        let step = (self.cfg.rcv_buf / 16).max(1 << self.rcv_shift);
+        self.wnd_sent < half && self.rcv_wnd() >= self.wnd_sent.saturating_add(step).min(half)
+    }
+
+    /// Whether [`poll_transmit`](Self::poll_transmit) would send nothing
+    /// now: established, no reset or SYN to send, no ACK owed at once
+    /// (nor an `ack_every` point, a D-SACK block or a window update),
+    /// nothing unsent, lost, to probe or to recover, no FIN queued. Timers
+    /// are not looked at: [`poll_timeout`](Self::poll_timeout) says when
+    /// they want a poll (a delayed ACK's among them). A host may leave
+    /// such a connection unpolled after a segment until that deadline or
+    /// until data is queued.
+    pub fn transmit_idle(&self) -> bool {
+        // What is false most often first: an ACK owed (every second
+        // segment of a stream), data unsent (a sender's ACKs).
+        !self.ack_now
+            && self.snd_max == self.snd_una.wrapping_add(self.snd_buf.len() as u32)
+            && self.snd_nxt == self.snd_max
+            && self.state == State::Established
+            && self.error.is_none()
+            && self.rst.is_none()
+            && !self.syn_unsent
+            && self.ack_points.is_empty()
+            && self.dsack.is_none()
+            && !self.tlp_due
+            && !self.persist_probe
+            && !self.fin_queued
+            && !self.in_recovery
+            && !lt(self.snd_una, self.lost_end)
+            && !self.window_reopened()
     }
 
     /// The ACKs owed, at most `max`: `Config::ack_every`'s points first, in

@@ -1433,6 +1433,40 @@ fn delayed_ack_waits_then_acks() {
     assert_eq!(acks, vec![seq.wrapping_add(1)]);
 }
 
+/// `transmit_idle` agrees with what a poll sends: idle with only a
+/// delayed ACK's timer pending, not with data of our own queued or a FIN
+/// received (the state moves on).
+#[test]
+fn transmit_idle_agrees_with_what_a_poll_sends() {
+    let c = Config {
+        delayed_ack: Some(40_000_000),
+        ..cfg()
+    };
+    let mut p = Pair::new(c, 1000, 9000, 6, Faults::default());
+    assert!(p.run(100, |p| p.a.state() == State::Established
+        && p.b.state() == State::Established));
+    let now = p.now;
+    p.b.poll_transmit(now, 4, &mut |_| {});
+    assert!(p.b.transmit_idle());
+    let mut seg = from_peer(&p.b, p.b.rcv_nxt, Flags::ACK | Flags::PSH, b"x", now);
+    seg.window = 1000;
+    p.b.handle_segment(&seg, now, &mut |_| {});
+    assert!(p.b.transmit_idle(), "only the delayed ACK's timer");
+    let mut n = 0;
+    p.b.poll_transmit(now, 4, &mut |_| n += 1);
+    assert_eq!(n, 0);
+    assert_eq!(p.b.send(b"yz"), 2);
+    assert!(!p.b.transmit_idle(), "data queued");
+    p.b.poll_transmit(now, 4, &mut |_| n += 1);
+    assert_eq!(n, 1);
+    assert!(p.b.transmit_idle(), "sent, waiting for its ACK");
+    let mut fin = from_peer(&p.b, p.b.rcv_nxt, Flags::FIN | Flags::ACK, &[], now);
+    fin.window = 1000;
+    p.b.handle_segment(&fin, now, &mut |_| {});
+    assert_eq!(p.b.state(), State::CloseWait);
+    assert!(!p.b.transmit_idle());
+}
+
 #[test]
 fn time_wait_reacknowledges_a_retransmitted_fin() {
     let mut p = Pair::new(cfg(), 1000, 9000, 7, Faults::default());
