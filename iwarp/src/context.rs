@@ -157,72 +157,83 @@ pub(crate) enum MemifQueue {
 
 #[cfg(feature = "memif")]
 impl MemifQueue {
-    fn dev(&mut self) -> &mut dyn FrameDevice {
+    fn device_stats(&self) -> DeviceStats {
         match self {
-            MemifQueue::Server(d) => d,
-            MemifQueue::Client(d) => d,
+            MemifQueue::Server(d) => memif_server_stats(d),
+            MemifQueue::Client(d) => memif_client_stats(d),
         }
     }
+}
 
-    fn device_stats(&self) -> DeviceStats {
-        use iwarp_memif::Role;
-        DeviceStats::Memif(match self {
-            MemifQueue::Server(d) => {
-                let c = d.connection();
-                crate::stats::MemifDeviceStats {
-                    role: Role::Server,
-                    peer: c.map(|c| c.peer_name().to_owned()).unwrap_or_default(),
-                    ring_size: c.map_or(0, |c| c.ring_size()),
-                    broken: d.status(),
-                    counters: d.stats(),
-                }
-            }
-            MemifQueue::Client(d) => crate::stats::MemifDeviceStats {
-                role: Role::Client,
-                peer: d.peer_name().to_owned(),
-                ring_size: d.ring_size(),
-                broken: d.broken().map(str::to_owned),
-                counters: d.stats(),
-            },
-        })
-    }
+/// A memif server end's counters, as [`Context::stats`] reports them.
+#[cfg(feature = "memif")]
+fn memif_server_stats(d: &iwarp_memif::MemifServer) -> DeviceStats {
+    let c = d.connection();
+    DeviceStats::Memif(crate::stats::MemifDeviceStats {
+        role: iwarp_memif::Role::Server,
+        peer: c.map(|c| c.peer_name().to_owned()).unwrap_or_default(),
+        ring_size: c.map_or(0, |c| c.ring_size()),
+        broken: d.status(),
+        counters: d.stats(),
+    })
+}
+
+/// A memif client end's counters, as [`Context::stats`] reports them.
+#[cfg(feature = "memif")]
+fn memif_client_stats(d: &iwarp_memif::Memif) -> DeviceStats {
+    DeviceStats::Memif(crate::stats::MemifDeviceStats {
+        role: iwarp_memif::Role::Client,
+        peer: d.peer_name().to_owned(),
+        ring_size: d.ring_size(),
+        broken: d.broken().map(str::to_owned),
+        counters: d.stats(),
+    })
+}
+
+/// Each call to the queue pair's own device (static dispatch: the loop
+/// makes these per frame).
+#[cfg(feature = "memif")]
+macro_rules! each_end {
+    ($q:expr, $d:ident => $e:expr) => {
+        match $q {
+            MemifQueue::Server($d) => $e,
+            MemifQueue::Client($d) => $e,
+        }
+    };
 }
 
 #[cfg(feature = "memif")]
 impl FrameDevice for MemifQueue {
     fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        self.dev().rx_burst(max, sink)
+        each_end!(self, d => d.rx_burst(max, sink))
     }
     fn tx(&mut self, frame: &[u8]) -> bool {
-        self.dev().tx(frame)
+        each_end!(self, d => d.tx(frame))
     }
     fn tx_parts(&mut self, parts: &[&[u8]]) -> bool {
-        self.dev().tx_parts(parts)
+        each_end!(self, d => d.tx_parts(parts))
     }
     fn tx_build(&mut self, len: usize, build: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        self.dev().tx_build(len, build)
+        each_end!(self, d => d.tx_build(len, build))
+    }
+    fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
+        each_end!(self, d => d.tx_build_sg(len, build))
     }
     fn tx_build_upto(
         &mut self,
         max: usize,
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> bool {
-        self.dev().tx_build_upto(max, build)
-    }
-    fn tx_build_sg(&mut self, len: usize, build: &mut dyn FnMut(&mut [&mut [u8]]) -> bool) -> bool {
-        self.dev().tx_build_sg(len, build)
+        each_end!(self, d => d.tx_build_upto(max, build))
     }
     fn flush(&mut self) {
-        self.dev().flush()
+        each_end!(self, d => d.flush())
     }
     fn doorbell(&self) -> Option<std::sync::Arc<dyn iwarp_frame::Doorbell>> {
-        match self {
-            MemifQueue::Server(d) => d.doorbell(),
-            MemifQueue::Client(d) => d.doorbell(),
-        }
+        each_end!(self, d => d.doorbell())
     }
     fn wait(&mut self, timeout: std::time::Duration) {
-        self.dev().wait(timeout)
+        each_end!(self, d => d.wait(timeout))
     }
 }
 
@@ -874,16 +885,7 @@ impl Context {
         if opts.role == Role::Server {
             let dev = MemifServer::bind(link).map_err(Error::Memif)?;
             tracing::info!(socket = %opts.link.socket.display(), mtu, ip = %host.ip, "memif server listening");
-            let reader: DeviceReader<MemifServer> = Box::new(|d| {
-                let c = d.connection();
-                Box::new(DeviceStats::Memif(crate::stats::MemifDeviceStats {
-                    role: Role::Server,
-                    peer: c.map(|c| c.peer_name().to_owned()).unwrap_or_default(),
-                    ring_size: c.map_or(0, |c| c.ring_size()),
-                    broken: d.status(),
-                    counters: d.stats(),
-                }))
-            });
+            let reader: DeviceReader<MemifServer> = Box::new(|d| Box::new(memif_server_stats(d)));
             return Ok(Self::launch(cfg, dev, host, reader));
         }
         let dev = Memif::connect(&link).map_err(Error::Memif)?;
@@ -895,15 +897,7 @@ impl Context {
             ip = %host.ip,
             "memif client connected"
         );
-        let reader: DeviceReader<Memif> = Box::new(|d| {
-            Box::new(DeviceStats::Memif(crate::stats::MemifDeviceStats {
-                role: Role::Client,
-                peer: d.peer_name().to_owned(),
-                ring_size: d.ring_size(),
-                broken: d.broken().map(str::to_owned),
-                counters: d.stats(),
-            }))
-        });
+        let reader: DeviceReader<Memif> = Box::new(|d| Box::new(memif_client_stats(d)));
         Ok(Self::launch(cfg, dev, host, reader))
     }
 

@@ -1409,8 +1409,8 @@ fn close_wait_still_sends_queued_data() {
         && p.b.state() == State::TimeWait));
 }
 
-#[test]
-fn delayed_ack_waits_then_acks() {
+/// Two ends established whose ACKs wait 40 ms.
+fn established_with_delayed_acks() -> Pair {
     let c = Config {
         delayed_ack: Some(40_000_000),
         ..cfg()
@@ -1418,6 +1418,12 @@ fn delayed_ack_waits_then_acks() {
     let mut p = Pair::new(c, 1000, 9000, 6, Faults::default());
     assert!(p.run(100, |p| p.a.state() == State::Established
         && p.b.state() == State::Established));
+    p
+}
+
+#[test]
+fn delayed_ack_waits_then_acks() {
+    let mut p = established_with_delayed_acks();
     let seq = p.b.rcv_nxt;
     let now = p.now;
     let mut seg = from_peer(&p.b, seq, Flags::ACK | Flags::PSH, b"x", now);
@@ -1438,13 +1444,7 @@ fn delayed_ack_waits_then_acks() {
 /// received (the state moves on).
 #[test]
 fn transmit_idle_agrees_with_what_a_poll_sends() {
-    let c = Config {
-        delayed_ack: Some(40_000_000),
-        ..cfg()
-    };
-    let mut p = Pair::new(c, 1000, 9000, 6, Faults::default());
-    assert!(p.run(100, |p| p.a.state() == State::Established
-        && p.b.state() == State::Established));
+    let mut p = established_with_delayed_acks();
     let now = p.now;
     p.b.poll_transmit(now, 4, &mut |_| {});
     assert!(p.b.transmit_idle());
