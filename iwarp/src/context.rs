@@ -918,21 +918,21 @@ impl Context {
         }
         let (rss, cores) = several_loops(host, n)?;
         let socket = link.socket.display().to_string();
-        let devs: Vec<(MemifQueue, Option<DeviceReader<MemifQueue>>)> = match opts.role {
+        let queues: Vec<MemifQueue> = match opts.role {
             Role::Server => MemifServer::bind_queues(link, n)
                 .map_err(Error::Memif)?
                 .into_iter()
-                .map(|d| (MemifQueue::Server(d), None))
+                .map(MemifQueue::Server)
                 .collect(),
             Role::Client => Memif::connect_queues(&link, n)
                 .map_err(Error::Memif)?
                 .into_iter()
-                .map(|d| (MemifQueue::Client(d), None))
+                .map(MemifQueue::Client)
                 .collect(),
         };
-        let devs = devs
+        let devs = queues
             .into_iter()
-            .map(|(d, _)| {
+            .map(|d| {
                 let reader: DeviceReader<MemifQueue> = Box::new(|d| Box::new(d.device_stats()));
                 (d, Some(reader))
             })
