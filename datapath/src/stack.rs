@@ -223,8 +223,13 @@ impl Stack {
     /// waiting, no half-open or unaccepted connection at a listener (their
     /// timers are not in the timer set).
     fn quiet(&self) -> bool {
-        self.hooks.is_empty()
-            && self.pending_tx.is_empty()
+        self.hooks.is_empty() && self.quiet_but_hooks()
+    }
+
+    /// [`quiet`](Self::quiet) but for the hooks, which an idle round runs
+    /// too.
+    fn quiet_but_hooks(&self) -> bool {
+        self.pending_tx.is_empty()
             && self.resets.is_empty()
             && self.pending_out.is_empty()
             && self.over.is_empty()
@@ -244,7 +249,22 @@ impl Stack {
         self.ready.is_empty()
             && !self.ready.due(now)
             && self.sctp.as_ref().is_none_or(|s| s.quiescent())
-            && self.quiet()
+            && self.quiet_but_hooks()
+    }
+
+    /// Run-to-completion application code, after a round: each hook once;
+    /// one that is done is dropped. True if one was busy.
+    fn run_hooks(&mut self) -> bool {
+        let mut busy = false;
+        self.hooks.retain_mut(|h| match (h.0)() {
+            HookStatus::Busy => {
+                busy = true;
+                true
+            }
+            HookStatus::Idle => true,
+            HookStatus::Done => false,
+        });
+        busy
     }
 }
 
@@ -275,7 +295,9 @@ impl crate::runtime::Engine for Stack {
     }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64) {
-        self.input = true;
+        // A frame brings the next round back, unless it was a segment that
+        // left nothing to do (below).
+        let input_before = std::mem::replace(&mut self.input, true);
         // One parse, dispatched by IP protocol: SCTP (IPv4 protocol 132,
         // or UDP to its port) to the SCTP part once one exists, TCP here;
         // ARP and ICMP Echo answered by the interface.
@@ -307,7 +329,9 @@ impl crate::runtime::Engine for Stack {
             }
             return;
         };
-        self.segment(ing.src, &ing.seg, now);
+        if self.segment(ing.src, &ing.seg, now) {
+            self.input = input_before;
+        }
     }
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
@@ -395,7 +419,10 @@ impl crate::runtime::Engine for Stack {
                 tx.send_parts(&[f]);
             });
             self.stats.idle_rounds += 1;
-            return false;
+            // A run-to-completion hook still looks every round (a
+            // ping-pong's watches its memory): what it posts brings the
+            // next round back.
+            return !self.hooks.is_empty() && self.run_hooks();
         }
         // Every output passes the requests' record ([`Requests`]).
         let mut requests = self.requests.take().unwrap_or_default();

@@ -257,14 +257,7 @@ impl Stack {
         // completions reached their CQs; what it posts the loop handles
         // before this round ends (its commands, then a second poll).
         if !self.hooks.is_empty() {
-            self.hooks.retain_mut(|h| match (h.0)() {
-                HookStatus::Busy => {
-                    busy = true;
-                    true
-                }
-                HookStatus::Idle => true,
-                HookStatus::Done => false,
-            });
+            busy |= self.run_hooks();
         }
         busy
     }

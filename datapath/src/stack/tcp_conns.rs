@@ -155,17 +155,21 @@ impl Stack {
         id
     }
 
-    pub(super) fn segment(&mut self, src: Ipv4Address, seg: &TcpRepr<'_>, now: u64) {
+    /// Hand a segment to its connection, listener or a reset. True when
+    /// it left nothing for the next round to do: it went to an iWARP
+    /// connection that is idle after it (`IwarpOverTcp::idle_after_input`),
+    /// whose deadline is in the ready set.
+    pub(super) fn segment(&mut self, src: Ipv4Address, seg: &TcpRepr<'_>, now: u64) -> bool {
         let key = (src, seg.src_port, seg.dst_port);
         if let Some(id) = self.lookup(key) {
             let Some(sock) = self.socks.get_mut(&id) else {
-                return;
+                return false;
             };
             if sock.over_budget && !seg.payload.is_empty() {
                 mark_ready(&mut self.ready, sock, id);
                 // Aborted for the memory budget: it holds nothing more
                 // while its Terminate waits for an ACK.
-                return;
+                return false;
             }
             if matches!(sock.kind, SockKind::Stream(_)) {
                 mark_ready(&mut self.ready, sock, id);
@@ -174,7 +178,7 @@ impl Stack {
                 SockKind::Stream(s) => {
                     if !seg.payload.is_empty() && s.rx_backlog_len >= self.cfg.rx_backlog_limit {
                         self.stats.rx_backpressure_drops += 1;
-                        return;
+                        return false;
                     }
                     let StreamSock {
                         tcp,
@@ -205,14 +209,25 @@ impl Stack {
                     // round, or to the post of a reply this round, which
                     // carries that ACK: one poll of it per message instead
                     // of two (`IwarpOverTcp::idle_after_input`).
-                    match i.idle_after_input(now) {
-                        Some(Some(t)) => self.ready.defer(&mut sock.slot, Ready::tcp(id), t),
-                        Some(None) => {}
-                        None => self.ready.mark(&mut sock.slot, Ready::tcp(id)),
-                    }
+                    //
+                    // Then the round after it has nothing to do either:
+                    // it is left out as an idle one (`Stack::poll`), and a
+                    // ping-pong's answer, posted by a hook or a thread that
+                    // saw the Write placed, is the next round's work.
+                    return match i.idle_after_input(now) {
+                        Some(Some(t)) => {
+                            self.ready.defer(&mut sock.slot, Ready::tcp(id), t);
+                            true
+                        }
+                        Some(None) => true,
+                        None => {
+                            self.ready.mark(&mut sock.slot, Ready::tcp(id));
+                            false
+                        }
+                    };
                 }
             }
-            return;
+            return false;
         }
         let is_syn = seg.flags.contains(tcp_lite::wire::TcpFlags::SYN)
             && !seg.flags.contains(tcp_lite::wire::TcpFlags::ACK);
@@ -234,7 +249,7 @@ impl Stack {
                     // (its SYN-ACK retransmitted, the peer's ACK retried),
                     // as Linux leaves it with a full accept queue.
                     self.stats.listen_overflows += 1;
-                    return;
+                    return false;
                 }
                 let mut early = Vec::new();
                 c.handle_segment(seg, now, &mut |d| early.extend_from_slice(d));
@@ -275,12 +290,13 @@ impl Stack {
                 }
             }
             self.accept_ready(seg.dst_port, now);
-            return;
+            return false;
         }
         self.stats.rx_no_socket += 1;
         if let Some(rst) = tcp::reset_for(seg) {
             self.resets.push((src, rst));
         }
+        false
     }
 
     pub(super) fn accept_ready(&mut self, port: u16, now: u64) {

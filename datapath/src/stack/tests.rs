@@ -235,6 +235,20 @@ fn tcp_pair(
     iwarp_proto::mem::STag,
     iwarp_proto::mem::STag,
 ) {
+    tcp_pair_with(len, cfg, tcp::Config::default())
+}
+
+/// [`tcp_pair`] with both stacks' TCP configured as `tcp_cfg`.
+fn tcp_pair_with(
+    len: usize,
+    cfg: crate::link::virtual_link::LinkConfig,
+    tcp_cfg: tcp::Config,
+) -> (
+    crate::link::virtual_link::VirtualLink<Stack>,
+    SockId,
+    iwarp_proto::mem::STag,
+    iwarp_proto::mem::STag,
+) {
     use crate::link::virtual_link::{Side, VirtualLink};
     use iwarp_proto::mem::Access;
     let end = |last: u8| {
@@ -248,7 +262,9 @@ fn tcp_pair(
         let access = Access::LOCAL_READ | Access::REMOTE_WRITE;
         let stag = mem.register(pd, vec![last; len], access, 0).unwrap();
         let ulp = iwarp_ulp(pd);
-        (Stack::new(StackConfig::new(iface), mem), stag, ulp)
+        let mut cfg = StackConfig::new(iface);
+        cfg.tcp = tcp_cfg;
+        (Stack::new(cfg, mem), stag, ulp)
     };
     let ((sa, stag_a, ulp_a), (sb, stag_b, ulp_b)) = (end(1), end(2));
     let mut link = VirtualLink::new(sa, sb, cfg);
@@ -462,6 +478,94 @@ fn an_idle_round_is_left_out_until_input_or_a_deadline() {
         }
     }
     assert_eq!(again, 1, "the Write's segment, sent again");
+}
+
+/// A segment that leaves nothing to do (a Write placed, nothing of ours
+/// unacknowledged to answer at once) does not bring the next round back:
+/// that round is left out as an idle one, sends nothing, and still runs
+/// the hooks (a run-to-completion ping-pong watches its memory in one);
+/// what a hook posts there brings the round after it back, which sends
+/// the answer carrying the ACK. A segment that does leave work (the
+/// Write's retransmission, a duplicate to acknowledge at once) runs the
+/// next round.
+#[test]
+fn a_placed_write_leaves_the_next_round_idle_but_for_the_hooks() {
+    use crate::link::virtual_link::{LinkConfig, Side};
+    use crate::runtime::Engine;
+    use iwarp_proto::qp::{Sge, WorkRequest};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    // ACKs wait one nanosecond of the loop's clock, as every `iwarp`
+    // context's (its `ACK_ROUND`: the next round).
+    let tcp_cfg = tcp::Config {
+        delayed_ack: Some(1),
+        ..tcp::Config::default()
+    };
+    let (mut link, sock, stag_a, stag_b) = tcp_pair_with(64, LinkConfig::default(), tcp_cfg);
+    for _ in 0..1000 {
+        link.step();
+    }
+    let now = link.now();
+    let write = |wr_id| WorkRequest::Write {
+        wr_id,
+        signaled: true,
+        local: Sge {
+            stag: stag_b,
+            to: 0,
+            len: 64,
+        }
+        .into(),
+        remote_stag: stag_a,
+        remote_to: 0,
+    };
+    // B's Write, taken off the link by the test.
+    let b = link.engine(Side::B);
+    b.handle_command(Command::Iwarp(sock, HostCommand::PostSend(write(1))), now);
+    let mut frames = Vec::new();
+    b.poll(now, &mut |p: &[&[u8]]| frames.push(p.concat()), &mut |_| {});
+    assert_eq!(frames.len(), 1, "the Write's segment");
+    // A, with a hook that counts its runs.
+    let runs = Arc::new(AtomicU64::new(0));
+    let seen = runs.clone();
+    let a = link.engine(Side::A);
+    a.handle_command(
+        Command::Hook(LoopHook(Box::new(move || {
+            seen.fetch_add(1, Ordering::Relaxed);
+            HookStatus::Idle
+        }))),
+        now,
+    );
+    let mut sent = 0;
+    a.poll(now, &mut |_: &[&[u8]]| sent += 1, &mut |_| {});
+    assert_eq!((sent, runs.load(Ordering::Relaxed)), (0, 1));
+    // The Write arrives and is placed: the round after it is idle, sends
+    // nothing (the ACK waits for its deadline), and runs the hook.
+    let before = a.stats().idle_rounds;
+    a.handle_frame(&frames[0], now + 10);
+    assert!(!a.poll(now + 10, &mut |_: &[&[u8]]| sent += 1, &mut |_| {}));
+    assert_eq!(
+        a.stats().idle_rounds - before,
+        1,
+        "the round after the Write is idle"
+    );
+    assert_eq!(
+        (sent, runs.load(Ordering::Relaxed)),
+        (0, 2),
+        "no frame, the hook ran"
+    );
+    // The same segment again (a retransmission): a duplicate is answered
+    // at once (RFC 9293 §3.10.7.4), so the round after it runs and sends
+    // that ACK.
+    let before = a.stats().idle_rounds;
+    a.handle_frame(&frames[0], now + 20);
+    a.poll(now + 20, &mut |_: &[&[u8]]| sent += 1, &mut |_| {});
+    assert_eq!(
+        a.stats().idle_rounds,
+        before,
+        "the round after a duplicate runs"
+    );
+    assert_eq!(sent, 1, "the duplicate's ACK");
+    assert_eq!(runs.load(Ordering::Relaxed), 3);
 }
 
 /// With [`StackConfig::steering`] an active open takes local ports whose
