@@ -315,7 +315,11 @@ impl crate::runtime::Engine for Stack {
         {
             Some(IpIngress::Tcp(d)) => self.iface.receive_tcp(&d),
             Some(IpIngress::Sctp(pkt)) => {
-                self.sctp_packet(&pkt, now);
+                // As a TCP segment (below): what the packet left to do,
+                // if anything, is its association's, in the ready set.
+                if self.sctp_packet(&pkt, now) {
+                    self.input = input_before;
+                }
                 return;
             }
             None => None,

@@ -376,6 +376,25 @@ impl Conn {
         }
     }
 
+    /// A drive now would do nothing: in full operation, nothing queued to
+    /// send or hand up (work held before full operation, outputs, events,
+    /// the queue pair's segments, completions and events), the session
+    /// not over, none of its own deadlines due. A packet that leaves it so
+    /// (a Write placed, our segments acknowledged) need not mark it: what
+    /// the packet left its association to do marks the association, and a
+    /// visit to the association drives the connection.
+    fn idle_after_packet(&self, now: u64) -> bool {
+        self.state == State::Operational
+            && self.pending.is_empty()
+            && self.outputs.is_empty()
+            && self.events.is_empty()
+            && self
+                .qp
+                .as_ref()
+                .is_some_and(|q| q.tx_idle() && !q.session_over() && !q.qp_ref().has_output())
+            && self.deadline().is_none_or(|t| t > now)
+    }
+
     /// The earliest of its own deadlines, as [`SctpConns::drive`] reads
     /// them: setup, a close waiting for Read answers, a close's linger,
     /// an abort's wait for its Terminate (until the association is
@@ -940,7 +959,7 @@ impl SctpConns {
         pkt: &SctpIngress<'_>,
         now: u64,
         mem: &mut MemoryTable,
-    ) {
+    ) -> bool {
         // Segments of a running queue pair are placed from the frame
         // (no copy but the placement); the rest come out as events and
         // are dispatched at the next poll, as before.
@@ -975,14 +994,25 @@ impl SctpConns {
         let reached = host.handle_packet_with(iface, ready, pkt, now, place);
         // Its connection is driven next round (segments placed may have
         // completed a receive, a SACK may have made room for segments
-        // waiting), whether or not the association itself is visited.
+        // waiting), whether or not the association itself is visited,
+        // unless the packet left it nothing to do
+        // ([`Conn::idle_after_packet`]): then what is left to do, if
+        // anything, is the association's (marked by the host, its visit
+        // drives the connection), and the caller learns it (true).
         let id = match (reached, seen) {
             (Some(a), Some((b, id))) if a == b => Some(id),
             (Some(a), _) => by_assoc.get(&a).copied(),
             (None, _) => None,
         };
-        if let Some(c) = id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
-            ready.mark(&mut c.1.slot, Ready::sctp(c.0));
+        match id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
+            Some((id, c)) => {
+                if c.idle_after_packet(now) {
+                    return true;
+                }
+                ready.mark(&mut c.slot, Ready::sctp(id));
+                false
+            }
+            None => false,
         }
     }
 
@@ -2265,8 +2295,11 @@ mod tests {
     /// the next round neither visits it nor drives its connection, where
     /// each used to come once more for nothing (a visit left marked by
     /// the send, then the drive of its connection). At the receiver the
-    /// packet drives the connection, and the association, with only its
-    /// delayed SACK's deadline (§6.2) to record, is not visited.
+    /// packet leaves the connection nothing to do (the Write placed from
+    /// the frame: `Conn::idle_after_packet`) and the association only its
+    /// delayed SACK's deadline (§6.2) to record: neither is driven nor
+    /// visited, and the round after the packet is left out as an idle
+    /// one.
     #[test]
     fn a_sent_packet_leaves_no_visit_for_the_next_round() {
         let (mut p, sa, _) = Pair::connected(3_600_000 * MS);
@@ -2274,15 +2307,20 @@ mod tests {
             p.step(MS);
         }
         let [before, before_b] = p.work();
+        let idle_b = p.b.stats().idle_rounds;
         p.write(sa, 1);
         p.step(MS);
         // The command's drive gave the association its segment, and the
         // same round sent it.
         assert_eq!(p.work()[0], (before.0 + 1, before.1));
-        // `b` placed the Write from the frame and drove its connection;
-        // its association, with only the delayed SACK's deadline to
-        // record, was not visited.
-        assert_eq!(p.work()[1], (before_b.0 + 1, before_b.1));
+        // `b` placed the Write from the frame; the round after it neither
+        // drove its connection nor visited its association.
+        assert_eq!(p.work()[1], before_b);
+        assert_eq!(
+            p.b.stats().idle_rounds,
+            idle_b + 1,
+            "b's round after the packet is idle"
+        );
         // `b` delays its SACK (one packet, RFC 9260 §6.2): nothing comes
         // back yet, so `a` has nothing to do.
         assert!(p.to_a.is_empty(), "b answered at once");

@@ -230,9 +230,11 @@ impl Stack {
     /// An SCTP packet the interface handed up, to the SCTP part (out of
     /// `handle_frame`, which TCP's segments inline).
     #[inline(never)]
-    pub(super) fn sctp_packet(&mut self, pkt: &SctpIngress<'_>, now: u64) {
-        if let Some(sc) = self.sctp.as_deref_mut() {
-            sc.handle_packet(&mut self.iface, &mut self.ready, pkt, now, &mut self.mem);
-        }
+    /// True when the packet left its connection nothing to do
+    /// (`SctpConns::handle_packet`).
+    pub(super) fn sctp_packet(&mut self, pkt: &SctpIngress<'_>, now: u64) -> bool {
+        self.sctp.as_deref_mut().is_some_and(|sc| {
+            sc.handle_packet(&mut self.iface, &mut self.ready, pkt, now, &mut self.mem)
+        })
     }
 }
