@@ -407,6 +407,26 @@ fn a_push_unparks_the_waiting_thread() {
     ));
 }
 
+/// A signaled Write of the first 64 octets of `from` to the start of `to`.
+fn write_64(
+    wr_id: u64,
+    from: iwarp_proto::mem::STag,
+    to: iwarp_proto::mem::STag,
+) -> iwarp_proto::qp::WorkRequest {
+    iwarp_proto::qp::WorkRequest::Write {
+        wr_id,
+        signaled: true,
+        local: iwarp_proto::qp::Sge {
+            stag: from,
+            to: 0,
+            len: 64,
+        }
+        .into(),
+        remote_stag: to,
+        remote_to: 0,
+    }
+}
+
 /// A round with nothing to do is left out: once a connection is up and
 /// quiet, polls return at once (`StackStats::idle_rounds`) and send
 /// nothing; a command brings the next round back, and so does a
@@ -415,7 +435,6 @@ fn a_push_unparks_the_waiting_thread() {
 fn an_idle_round_is_left_out_until_input_or_a_deadline() {
     use crate::link::virtual_link::{LinkConfig, Side};
     use crate::runtime::Engine;
-    use iwarp_proto::qp::{Sge, WorkRequest};
     let (mut link, sock, stag_a, stag_b) = tcp_pair(64, LinkConfig::default());
     // Let the setup's last segments and delayed ACKs settle.
     for _ in 0..1000 {
@@ -438,18 +457,7 @@ fn an_idle_round_is_left_out_until_input_or_a_deadline() {
         "every quiet round left out"
     );
     // A post: the next round runs and sends the Write.
-    let wr = WorkRequest::Write {
-        wr_id: 7,
-        signaled: true,
-        local: Sge {
-            stag: stag_b,
-            to: 0,
-            len: 64,
-        }
-        .into(),
-        remote_stag: stag_a,
-        remote_to: 0,
-    };
+    let wr = write_64(7, stag_b, stag_a);
     b.handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), now + 100);
     let before = b.stats().idle_rounds;
     let mut frames = Vec::new();
@@ -492,7 +500,6 @@ fn an_idle_round_is_left_out_until_input_or_a_deadline() {
 fn a_placed_write_leaves_the_next_round_idle_but_for_the_hooks() {
     use crate::link::virtual_link::{LinkConfig, Side};
     use crate::runtime::Engine;
-    use iwarp_proto::qp::{Sge, WorkRequest};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
     // ACKs wait one nanosecond of the loop's clock, as every `iwarp`
@@ -506,21 +513,10 @@ fn a_placed_write_leaves_the_next_round_idle_but_for_the_hooks() {
         link.step();
     }
     let now = link.now();
-    let write = |wr_id| WorkRequest::Write {
-        wr_id,
-        signaled: true,
-        local: Sge {
-            stag: stag_b,
-            to: 0,
-            len: 64,
-        }
-        .into(),
-        remote_stag: stag_a,
-        remote_to: 0,
-    };
     // B's Write, taken off the link by the test.
     let b = link.engine(Side::B);
-    b.handle_command(Command::Iwarp(sock, HostCommand::PostSend(write(1))), now);
+    let wr = write_64(1, stag_b, stag_a);
+    b.handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), now);
     let mut frames = Vec::new();
     b.poll(now, &mut |p: &[&[u8]]| frames.push(p.concat()), &mut |_| {});
     assert_eq!(frames.len(), 1, "the Write's segment");
