@@ -45,8 +45,30 @@ fn main() {
         query(&["--libs"]),
         query(&["--modversion"]),
     ) {
-        (Ok(c), Ok(l), Ok(v)) => (c, l, v),
+        (Ok(c), Ok(l), Ok(v)) => {
+            // Built again when DPDK's development files change or go.
+            if let Ok(dir) = query(&["--variable=pcfiledir"]) {
+                println!("cargo:rerun-if-changed={}/libdpdk.pc", dir.trim());
+            }
+            (c, l, v)
+        }
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            // Built again when libdpdk-dev is installed later: cargo
+            // watches the directories pkg-config searches (those that
+            // exist: a missing path would rebuild the stub every time), so
+            // a first build before `scripts/deps.sh` does not stay a stub.
+            let searched = Command::new(&pkg_config)
+                .args(["--variable", "pc_path", "pkg-config"])
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let extra = std::env::var("PKG_CONFIG_PATH").unwrap_or_default();
+            for dir in extra.split(':').chain(searched.trim().split(':')) {
+                if !dir.is_empty() && std::path::Path::new(dir).is_dir() {
+                    println!("cargo:rerun-if-changed={dir}");
+                }
+            }
             println!(
                 "cargo:warning=iwarp-dpdk: libdpdk not found ({}); building the stub \
                      (install libdpdk-dev and pkg-config for the DPDK backend)",
