@@ -1,11 +1,15 @@
-//! What an iWARP connection is, whatever carries it: one vocabulary of
-//! states and roles for both lower layers. An iWARP connection over TCP
+//! What an iWARP connection is, whatever carries it: one state machine
+//! for both lower layers. An iWARP connection over TCP
 //! ([`crate::over_tcp::IwarpOverTcp`]) and one over SCTP
-//! ([`crate::over_sctp`]'s connections) go through the same states, with
-//! the same timer table (`timers`), the same queue for work posted
-//! before full operation ([`crate::early::EarlyWork`]) and the same
-//! [`CmEvent`](crate::over_tcp::CmEvent)s; only what drives each step is
-//! the lower layer's.
+//! ([`crate::over_sctp`]'s connections) each hold one `Lifecycle`: the
+//! same states and transitions, the same timer table (`timers`), the
+//! same [`CmEvent`]s and the same bounds on a
+//! close (a close waiting for our Reads' answers, a close left to the
+//! lower layer, an abort's Terminate), and both queue work posted before
+//! full operation in one [`crate::early::EarlyWork`]. What is the lower
+//! layer's: the facts each step reads (handshake done, the peer's FIN or
+//! SHUTDOWN, progress) and what each verdict does to it (FIN or SHUTDOWN,
+//! RST or ABORT).
 //!
 //! | state | over MPA/TCP (RFC 5044) | over SCTP (RFC 5043) |
 //! |---|---|---|
@@ -16,6 +20,15 @@
 //! | [`State::Closing`] | outstanding work finishes, then FIN | outstanding work finishes, then SHUTDOWN |
 //! | [`State::Aborting`] | a Terminate, then RST | a Terminate, then SHUTDOWN or ABORT |
 //! | [`State::Closed`] | the stream is over (TCP may linger) | the association is gone |
+
+use std::collections::VecDeque;
+
+use iwarp_control::{Negotiated, PeerRequest, SetupError};
+use iwarp_proto::qp::{DisconnectCause, Qp, QpState};
+use iwarp_proto::wire::TermCode;
+
+use crate::over_tcp::CmEvent;
+use crate::timers::{Timer, Timers};
 
 /// Which side opens the iWARP session: it sends the MPA Request (over
 /// TCP) or the DDP Stream Session Initiate (over SCTP).
@@ -31,7 +44,7 @@ pub enum Role {
 /// layer's handshake, the session setup exchange, full operation and
 /// teardown together, over either transport (the table in
 /// [this module](self)). Each transition that an application sees emits a
-/// [`CmEvent`](crate::over_tcp::CmEvent).
+/// [`CmEvent`].
 ///
 /// ```text
 /// Opening ─► AwaitingSetup ─┬──────────────────────► Operational ─► Closing ─┐
@@ -48,26 +61,26 @@ pub enum State {
     /// Initiate (`MpaConfig::reply_timeout` / `request_timeout`).
     AwaitingSetup,
     /// A manual responder holds the request
-    /// ([`CmEvent::ConnectRequest`](crate::over_tcp::CmEvent::ConnectRequest)):
+    /// ([`CmEvent::ConnectRequest`]):
     /// the application accepts or rejects it
     /// (`MpaConfig::decision_timeout`).
     AwaitingDecision,
     /// Full operation
-    /// ([`CmEvent::Established`](crate::over_tcp::CmEvent::Established)):
+    /// ([`CmEvent::Established`]):
     /// DDP segments flow.
     Operational,
     /// A graceful close: outstanding work (and the answers to our Reads)
     /// finishes, then the lower layer closes (TCP's FIN, SCTP's
     /// SHUTDOWN). Entered on the application's close, on the peer's close,
     /// and after a setup failure
-    /// ([`CmEvent::SetupFailed`](crate::over_tcp::CmEvent::SetupFailed),
+    /// ([`CmEvent::SetupFailed`],
     /// the rejection going out first).
     Closing,
     /// An abortive close: a Terminate, then RST (TCP) or SHUTDOWN/ABORT
     /// (SCTP) once it is sent (or [`crate::ABORT_GRACE_NS`] later).
     Aborting,
     /// The iWARP stream is over
-    /// ([`CmEvent::Disconnected`](crate::over_tcp::CmEvent::Disconnected)):
+    /// ([`CmEvent::Disconnected`]):
     /// the queue pair is flushed and places nothing more. TCP may linger
     /// (TIME-WAIT, LAST-ACK, FIN-WAIT-2 under its own timer); an SCTP
     /// association is gone.
@@ -90,9 +103,441 @@ impl State {
     }
 }
 
+/// One iWARP connection's life, whatever carries it: the one state
+/// machine both transports drive ([`crate::over_tcp::IwarpOverTcp`] over
+/// TCP, `over_sctp::conn`'s connections over SCTP). It owns the
+/// [`State`], the connection's timer table ([`crate::timers`]), the
+/// [`CmEvent`]s not yet taken, the first reason the connection ended for,
+/// and the rules every close follows whatever the lower layer: a close
+/// waiting for our Reads' answers and a close left to linger are bounded
+/// by time since the peer's last progress
+/// ([`watch_reads`](Self::watch_reads), [`watch_linger`](Self::watch_linger)),
+/// an abort's Terminate by [`crate::ABORT_GRACE_NS`]
+/// ([`begin_abort`](Self::begin_abort)). The transport supplies the facts
+/// only it knows (is the lower layer open, has the peer made progress, are
+/// our Reads answered) and does what each verdict asks of its lower layer
+/// (FIN or SHUTDOWN, RST or ABORT).
+#[derive(Debug)]
+pub(crate) struct Lifecycle {
+    state: State,
+    role: Role,
+    /// The connection's own deadlines.
+    pub(crate) timers: Timers,
+    events: VecDeque<CmEvent>,
+    /// Why the connection ended or is ending, the first reason noted
+    /// ([`note_cause`](Self::note_cause)).
+    cause: Option<DisconnectCause>,
+    /// While [`Timer::CloseReads`] is armed: the FPDUs received when it
+    /// was last armed.
+    reads_seen: Option<u64>,
+    /// While [`Timer::Linger`] is armed: the peer's progress when it was
+    /// last armed.
+    linger_seen: Option<(u64, usize)>,
+}
+
+impl Lifecycle {
+    /// A connection in [`State::Opening`] on `role`'s side.
+    pub(crate) fn new(role: Role) -> Self {
+        Lifecycle {
+            state: State::Opening,
+            role,
+            timers: Timers::default(),
+            events: VecDeque::new(),
+            cause: None,
+            reads_seen: None,
+            linger_seen: None,
+        }
+    }
+
+    /// Where the connection is.
+    #[inline]
+    pub(crate) fn state(&self) -> State {
+        self.state
+    }
+
+    /// Which side of the setup exchange it is.
+    #[inline]
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The setup exchange, on `role`'s side of it.
+    pub(crate) fn awaiting_setup(&self, role: Role) -> bool {
+        self.state == State::AwaitingSetup && self.role == role
+    }
+
+    /// Move to `next`: the old state's timers go (a state takes its
+    /// deadlines with it), [`State::Closed`] is final and reported once
+    /// ([`CmEvent::Disconnected`]), and nothing else is armed in it but
+    /// [`Timer::Linger`] (the lower layer's leftovers). Returns true when
+    /// this call closed the connection (the caller flushes its queue
+    /// pair).
+    pub(crate) fn enter(&mut self, next: State) -> bool {
+        if next == self.state || self.state == State::Closed {
+            return false;
+        }
+        match self.state {
+            State::AwaitingSetup | State::AwaitingDecision => self.timers.clear(Timer::Setup),
+            State::Closing => self.clear_reads(),
+            State::Aborting => self.timers.clear(Timer::Abort),
+            _ => {}
+        }
+        self.state = next;
+        if next == State::Closed {
+            for t in [Timer::Setup, Timer::Hold, Timer::CloseReads, Timer::Abort] {
+                self.timers.clear(t);
+            }
+            self.reads_seen = None;
+            self.events.push_back(CmEvent::Disconnected);
+            return true;
+        }
+        false
+    }
+
+    /// Remember `why` the connection ends, unless a reason is known
+    /// already (the first one stays).
+    #[inline]
+    pub(crate) fn note_cause(&mut self, why: DisconnectCause) {
+        self.cause.get_or_insert(why);
+    }
+
+    /// The first reason noted.
+    #[inline]
+    pub(crate) fn cause(&self) -> Option<DisconnectCause> {
+        self.cause
+    }
+
+    /// The lower layer's handshake is done and the setup exchange begins:
+    /// [`State::AwaitingSetup`], [`Timer::Setup`] armed for `timeout` ns
+    /// (0: none; the Reply or Accept wait on the initiator's side, the
+    /// Request or Initiate wait on the responder's).
+    pub(crate) fn setup_begins(&mut self, now: u64, timeout: u64) {
+        if self.state == State::Opening {
+            self.enter(State::AwaitingSetup);
+            self.timers.arm(Timer::Setup, now, timeout);
+        }
+    }
+
+    /// A manual responder holds the peer's request: the application is
+    /// asked ([`CmEvent::ConnectRequest`]) and [`Timer::Setup`] restarts
+    /// for its decision (`timeout` ns, 0: none).
+    pub(crate) fn decision_awaited(&mut self, now: u64, request: PeerRequest, timeout: u64) {
+        self.events.push_back(CmEvent::ConnectRequest(request));
+        self.enter(State::AwaitingDecision);
+        self.timers.arm(Timer::Setup, now, timeout);
+    }
+
+    /// The setup exchange finished: full operation
+    /// ([`CmEvent::Established`]).
+    pub(crate) fn established(&mut self, n: Negotiated) {
+        self.events.push_back(CmEvent::Established(n));
+        self.enter(State::Operational);
+    }
+
+    /// Setup failed: the application learns why ([`CmEvent::SetupFailed`])
+    /// and the connection closes (what the failure sends, a rejection or a
+    /// Terminate, goes out first).
+    pub(crate) fn setup_failed(&mut self, e: SetupError) {
+        self.timers.clear(Timer::Setup);
+        self.events.push_back(CmEvent::SetupFailed(e));
+        self.begin_close();
+    }
+
+    /// A graceful close begins (ours, the peer's, or after a failure):
+    /// [`State::Closing`] unless a close is already under way.
+    pub(crate) fn begin_close(&mut self) {
+        if !self.state.is_closing() {
+            self.enter(State::Closing);
+        }
+    }
+
+    /// An abortive close begins: [`State::Aborting`], its Terminate
+    /// (`code`, when the queue pair is in full operation) and
+    /// [`crate::ABORT_GRACE_NS`] for it before the lower layer is reset
+    /// or aborted anyway. Returns false, doing nothing, when the
+    /// connection is aborting already or closed.
+    pub(crate) fn begin_abort(&mut self, now: u64, code: TermCode, qp: Option<&mut Qp>) -> bool {
+        if matches!(self.state, State::Aborting | State::Closed) {
+            return false;
+        }
+        self.note_cause(DisconnectCause::LocalAbort);
+        self.enter(State::Aborting);
+        self.timers
+            .set(Timer::Abort, now.saturating_add(crate::ABORT_GRACE_NS));
+        if let Some(qp) = qp {
+            if qp.state() == QpState::Rts {
+                qp.terminate(code);
+            }
+        }
+        true
+    }
+
+    /// The bound on a graceful close that waits only for the answers to
+    /// our Reads, over either transport: `seen` is the FPDUs received so
+    /// far while the close waits so (None: it waits for nothing of the
+    /// peer's), `timeout` the close timeout (0: unbounded). The wait may
+    /// last `timeout` after the last FPDU; true when it ran out (the
+    /// caller makes the close abortive and the Reads complete flushed).
+    pub(crate) fn watch_reads(&mut self, now: u64, seen: Option<u64>, timeout: u64) -> bool {
+        match (seen, timeout) {
+            (Some(seen), 1..) => {
+                if self.reads_seen != Some(seen) || self.timers.get(Timer::CloseReads).is_none() {
+                    self.reads_seen = Some(seen);
+                    self.timers.arm(Timer::CloseReads, now, timeout);
+                }
+                if self.timers.due(Timer::CloseReads, now) {
+                    self.clear_reads();
+                    return true;
+                }
+            }
+            _ => self.clear_reads(),
+        }
+        false
+    }
+
+    fn clear_reads(&mut self) {
+        self.reads_seen = None;
+        self.timers.clear(Timer::CloseReads);
+    }
+
+    /// The bound on a close left to the lower layer (our side done, the
+    /// peer's answer outstanding), over either transport: `progress` is
+    /// what shows the peer is still there while the close lingers so
+    /// (None: it does not linger), `timeout` the close timeout (0:
+    /// unbounded). The close may last `timeout` after the progress last
+    /// changed; true when it ran out (the caller resets or aborts the
+    /// lower layer).
+    pub(crate) fn watch_linger(
+        &mut self,
+        now: u64,
+        progress: Option<(u64, usize)>,
+        timeout: u64,
+    ) -> bool {
+        match (progress, timeout) {
+            (Some(p), 1..) => {
+                if self.linger_seen != Some(p) || self.timers.get(Timer::Linger).is_none() {
+                    self.linger_seen = Some(p);
+                    self.timers.arm(Timer::Linger, now, timeout);
+                }
+                if self.timers.due(Timer::Linger, now) {
+                    self.clear_linger();
+                    return true;
+                }
+            }
+            _ => self.clear_linger(),
+        }
+        false
+    }
+
+    /// Disarm [`Timer::Linger`].
+    #[inline]
+    pub(crate) fn clear_linger(&mut self) {
+        self.linger_seen = None;
+        self.timers.clear(Timer::Linger);
+    }
+
+    /// Next event for the application.
+    #[inline]
+    pub(crate) fn poll_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
+    }
+
+    /// Events not taken yet.
+    #[inline]
+    pub(crate) fn events_len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The event queue's capacity (what [`trim`](Self::trim) gives back).
+    #[cfg(test)]
+    pub(crate) fn events_capacity(&self) -> usize {
+        self.events.capacity()
+    }
+
+    /// Give back the event queue's memory when it is empty.
+    pub(crate) fn trim(&mut self) {
+        if self.events.is_empty() {
+            self.events = VecDeque::new();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn request() -> PeerRequest {
+        PeerRequest {
+            rev: 2,
+            crc: true,
+            markers: false,
+            ird: Some(4),
+            ord: Some(4),
+            peer_to_peer: false,
+            rtr: Default::default(),
+            private_data: b"hello".to_vec(),
+        }
+    }
+
+    fn negotiated() -> Negotiated {
+        Negotiated {
+            rev: 2,
+            crc: true,
+            markers_tx: false,
+            markers_rx: false,
+            ird: 4,
+            ord: 4,
+            rtr: None,
+            peer_private_data: Vec::new(),
+        }
+    }
+
+    fn events(l: &mut Lifecycle) -> Vec<CmEvent> {
+        std::iter::from_fn(|| l.poll_event()).collect()
+    }
+
+    #[test]
+    fn setup_arms_and_leaves_the_setup_timer_with_an_event_per_step() {
+        let mut l = Lifecycle::new(Role::Responder);
+        l.setup_begins(10, 5 * MS);
+        assert_eq!(l.state(), State::AwaitingSetup);
+        assert_eq!(l.timers.get(Timer::Setup), Some(10 + 5 * MS));
+        // Only from Opening.
+        l.setup_begins(20, 7 * MS);
+        assert_eq!(l.timers.get(Timer::Setup), Some(10 + 5 * MS));
+        let req = request();
+        l.decision_awaited(30, req.clone(), 2 * MS);
+        assert_eq!(l.state(), State::AwaitingDecision);
+        assert_eq!(
+            l.timers.get(Timer::Setup),
+            Some(30 + 2 * MS),
+            "restarted for the decision"
+        );
+        l.established(negotiated());
+        assert_eq!(l.state(), State::Operational);
+        assert!(
+            l.timers.none_armed(),
+            "full operation has no setup deadline"
+        );
+        assert_eq!(
+            events(&mut l),
+            [
+                CmEvent::ConnectRequest(req),
+                CmEvent::Established(negotiated())
+            ]
+        );
+        // A setup timeout of 0 arms nothing.
+        let mut l = Lifecycle::new(Role::Initiator);
+        l.setup_begins(10, 0);
+        assert!(l.timers.none_armed());
+    }
+
+    #[test]
+    fn a_failed_setup_reports_it_and_closes() {
+        let mut l = Lifecycle::new(Role::Initiator);
+        l.setup_begins(0, MS);
+        let e = crate::no_request();
+        l.setup_failed(e.clone());
+        assert_eq!(l.state(), State::Closing);
+        assert!(l.timers.none_armed());
+        assert_eq!(events(&mut l), [CmEvent::SetupFailed(e)]);
+    }
+
+    #[test]
+    fn closed_is_final_reported_once_and_takes_the_deadlines_with_it() {
+        let mut l = Lifecycle::new(Role::Initiator);
+        l.setup_begins(0, MS);
+        l.established(negotiated());
+        l.timers.set(Timer::Hold, 5);
+        assert!(l.begin_abort(100, TermCode::RDMAP_LOCAL_CATASTROPHIC, None));
+        assert_eq!(l.state(), State::Aborting);
+        assert_eq!(l.cause(), Some(DisconnectCause::LocalAbort));
+        assert_eq!(
+            l.timers.get(Timer::Abort),
+            Some(100 + crate::ABORT_GRACE_NS)
+        );
+        assert!(
+            !l.begin_abort(200, TermCode::RDMAP_LOCAL_CATASTROPHIC, None),
+            "once"
+        );
+        assert!(!l.watch_linger(0, Some((1, 1)), MS));
+        assert_eq!(l.timers.get(Timer::Linger), Some(MS));
+        assert!(l.enter(State::Closed), "this call closed it");
+        assert!(!l.enter(State::Closed));
+        assert!(!l.enter(State::Closing), "nothing leaves Closed");
+        assert_eq!(l.state(), State::Closed);
+        for t in [Timer::Setup, Timer::Hold, Timer::CloseReads, Timer::Abort] {
+            assert_eq!(l.timers.get(t), None, "{t:?}");
+        }
+        assert_eq!(
+            l.timers.get(Timer::Linger),
+            Some(MS),
+            "the lower layer's leftovers keep their bound"
+        );
+        assert!(!l.begin_abort(300, TermCode::RDMAP_LOCAL_CATASTROPHIC, None));
+        let ev = events(&mut l);
+        assert_eq!(ev.last(), Some(&CmEvent::Disconnected));
+        assert_eq!(
+            ev.iter().filter(|e| **e == CmEvent::Disconnected).count(),
+            1
+        );
+        // The first cause noted stays.
+        l.note_cause(DisconnectCause::PeerClosed);
+        assert_eq!(l.cause(), Some(DisconnectCause::LocalAbort));
+    }
+
+    #[test]
+    fn a_close_waiting_for_reads_is_bounded_from_the_last_fpdu() {
+        let mut l = Lifecycle::new(Role::Initiator);
+        l.established(negotiated());
+        l.begin_close();
+        // No wait for Reads, or no timeout: nothing armed.
+        assert!(!l.watch_reads(0, None, MS));
+        assert!(!l.watch_reads(0, Some(3), 0));
+        assert_eq!(l.timers.get(Timer::CloseReads), None);
+        assert!(!l.watch_reads(10, Some(3), MS));
+        assert_eq!(l.timers.get(Timer::CloseReads), Some(10 + MS));
+        // An FPDU received: the bound runs from now.
+        assert!(!l.watch_reads(500, Some(4), MS));
+        assert_eq!(l.timers.get(Timer::CloseReads), Some(500 + MS));
+        // No progress: the deadline stays.
+        assert!(!l.watch_reads(600, Some(4), MS));
+        assert!(
+            !l.watch_reads(500 + MS - 1, Some(4), MS),
+            "not a nanosecond early"
+        );
+        assert!(l.watch_reads(500 + MS, Some(4), MS));
+        assert_eq!(l.timers.get(Timer::CloseReads), None);
+        // The answers came: disarmed.
+        assert!(!l.watch_reads(600, Some(5), MS));
+        assert!(!l.watch_reads(700, None, MS));
+        assert_eq!(l.timers.get(Timer::CloseReads), None);
+        // Leaving Closing disarms it too.
+        assert!(!l.watch_reads(800, Some(5), MS));
+        assert!(l.begin_abort(900, TermCode::RDMAP_LOCAL_CATASTROPHIC, None));
+        assert_eq!(l.timers.get(Timer::CloseReads), None);
+    }
+
+    #[test]
+    fn a_lingering_close_is_bounded_from_the_peers_last_progress() {
+        let mut l = Lifecycle::new(Role::Responder);
+        l.begin_close();
+        assert!(!l.watch_linger(0, Some((0, 100)), MS));
+        assert_eq!(l.timers.get(Timer::Linger), Some(MS));
+        // The peer acknowledged some: the bound runs from now.
+        assert!(!l.watch_linger(MS - 1, Some((0, 40)), MS));
+        assert!(!l.watch_linger(2 * MS - 2, Some((0, 40)), MS));
+        assert!(l.watch_linger(2 * MS - 1, Some((0, 40)), MS));
+        assert_eq!(l.timers.get(Timer::Linger), None);
+        // Not lingering (or no timeout): disarmed.
+        assert!(!l.watch_linger(3 * MS, Some((0, 40)), MS));
+        assert!(!l.watch_linger(3 * MS, None, MS));
+        assert_eq!(l.timers.get(Timer::Linger), None);
+        assert!(!l.watch_linger(3 * MS, Some((0, 40)), 0));
+        assert_eq!(l.timers.get(Timer::Linger), None);
+    }
 
     #[test]
     fn closing_and_setting_up_split_the_states() {

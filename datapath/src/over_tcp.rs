@@ -3,8 +3,6 @@
 //! placement) without a stream buffer; the send side moves whole FPDUs into
 //! TCP's send buffer, never more than it has room for.
 
-use std::collections::VecDeque;
-
 use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::mpa::TxBuf;
@@ -15,9 +13,10 @@ use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpStat
 use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
 use crate::early::EarlyWork;
+use crate::endpoint::Lifecycle;
 pub use crate::endpoint::{Role, State};
 use crate::latency::CompletionLatency;
-use crate::timers::{earliest, Timer, Timers};
+use crate::timers::{earliest, Timer};
 use crate::{Connection, StreamParams};
 
 /// Connection-manager events of one iWARP connection (what rdma_cm
@@ -59,13 +58,9 @@ pub struct IwarpOverTcp {
     pub tcp: Tcp,
     /// The iWARP connection, created once TCP is established.
     pub iwarp: Option<Connection>,
-    state: State,
-    timers: Timers,
-    /// While a graceful close waits for the answers to our Reads: the
-    /// FPDUs received when [`Timer::CloseReads`] was last armed (progress
-    /// re-arms it).
-    close_reads_seen: u64,
-    role: Role,
+    /// Its state, timers, CM events and the rules of its close: the one
+    /// state machine both transports drive ([`Lifecycle`]).
+    life: Lifecycle,
     mpa: MpaConfig,
     params: StreamParams,
     /// Work posted before the MPA exchange finished waits here, with the
@@ -73,7 +68,6 @@ pub struct IwarpOverTcp {
     /// exists, and count against the receive queue's depth there).
     pub(crate) pending: EarlyWork,
     manual: bool,
-    events: VecDeque<CmEvent>,
     srq: Option<iwarp_proto::qp::Srq>,
     /// Closes that ran out of `MpaConfig::close_timeout` and reset the
     /// connection: waiting for Read responses, or in FIN-WAIT-2 for the
@@ -93,9 +87,6 @@ pub struct IwarpOverTcp {
     /// deregistered or invalidated while TCP still needed its octets): the
     /// connection was reset (0 or 1).
     pub tx_source_lost: u64,
-    /// Who began the close, once one began: our disconnect or abort, or
-    /// the peer's FIN (a reset or a Terminate is read where it is kept).
-    closed_by: Option<DisconnectCause>,
     /// When the connection began (the `Connect`, or the listener handing
     /// over the accepted TCP connection), on the loop's clock.
     opened_at: u64,
@@ -109,22 +100,17 @@ impl IwarpOverTcp {
         IwarpOverTcp {
             tcp,
             iwarp: None,
-            state: State::Opening,
-            timers: Timers::default(),
-            close_reads_seen: 0,
-            role,
+            life: Lifecycle::new(role),
             mpa,
             params,
             pending: EarlyWork::new(params.sq_depth, params.rq_depth),
             manual: false,
-            events: VecDeque::new(),
             srq: None,
             close_timeouts: 0,
             one_copy: true,
             copy_below: COPY_BELOW,
             txq: TxQueue::new(0),
             tx_source_lost: 0,
-            closed_by: None,
             opened_at: 0,
             setup_ns: None,
         }
@@ -145,7 +131,7 @@ impl IwarpOverTcp {
 
     /// Which side opens MPA.
     pub fn role(&self) -> Role {
-        self.role
+        self.life.role()
     }
 
     /// Frame FPDUs into TCP's send buffer (one more copy per octet, and a
@@ -171,7 +157,7 @@ impl IwarpOverTcp {
 
     /// Where the connection is.
     pub fn state(&self) -> State {
-        self.state
+        self.life.state()
     }
 
     /// Receive into buffers from a shared receive queue.
@@ -234,9 +220,9 @@ impl IwarpOverTcp {
     /// Graceful disconnect: outstanding work completes, then TCP closes;
     /// what is still posted then completes as flushed.
     pub fn disconnect(&mut self) {
-        if !self.state.is_closing() {
-            self.closed_by.get_or_insert(DisconnectCause::LocalClose);
-            self.enter(State::Closing);
+        if !self.life.state().is_closing() {
+            self.life.note_cause(DisconnectCause::LocalClose);
+            self.life.begin_close();
         }
     }
 
@@ -253,26 +239,15 @@ impl IwarpOverTcp {
     /// stack's memory budget uses RDMAP catastrophic error localized to
     /// the stream, [`TermCode::RDMAP_CATASTROPHIC_STREAM`]).
     pub fn abort_with(&mut self, now: u64, code: TermCode) {
-        match self.state {
-            State::Aborting => {}
-            State::Closed => {
-                if self.tcp.state() != TcpState::Closed {
-                    self.tcp.abort();
-                }
-                self.timers.clear(Timer::Linger);
+        if self.life.state() == State::Closed {
+            if self.tcp.state() != TcpState::Closed {
+                self.tcp.abort();
             }
-            _ => {
-                self.closed_by.get_or_insert(DisconnectCause::LocalAbort);
-                self.enter(State::Aborting);
-                self.timers
-                    .set(Timer::Abort, now.saturating_add(crate::ABORT_GRACE_NS));
-                if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
-                    if qp.state() == QpState::Rts {
-                        qp.terminate(code);
-                    }
-                }
-            }
+            self.life.clear_linger();
+            return;
         }
+        let qp = self.iwarp.as_mut().and_then(|c| c.qp());
+        self.life.begin_abort(now, code, qp);
     }
 
     /// Octets a peer makes this connection hold now: TCP's out-of-order
@@ -280,7 +255,7 @@ impl IwarpOverTcp {
     /// CM events not taken yet (see [`crate::budget`]).
     pub fn held_octets(&self) -> usize {
         let early = self.iwarp.as_ref().map_or(0, |c| c.early_len());
-        self.tcp.ooo_held() + early + self.events.len() * core::mem::size_of::<CmEvent>()
+        self.tcp.ooo_held() + early + self.life.events_len() * core::mem::size_of::<CmEvent>()
     }
 
     /// After a segment: whether a poll now would do nothing that the poll
@@ -297,9 +272,9 @@ impl IwarpOverTcp {
     /// application posts from the same round carries the ACK.
     pub fn idle_after_input(&self, now: u64) -> Option<Option<u64>> {
         let idle = self.tcp.transmit_idle()
-            && self.state == State::Operational
+            && self.life.state() == State::Operational
             && self.pending.is_empty()
-            && self.events.is_empty()
+            && self.life.events_len() == 0
             && self.iwarp.as_ref().is_some_and(|c| c.idle())
             && self.tcp.ooo_held() == 0;
         if !idle {
@@ -311,30 +286,17 @@ impl IwarpOverTcp {
 
     /// Next connection-manager event.
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
-        self.events.pop_front()
+        self.life.poll_event()
     }
 
-    /// Move to `next`: leave the old state's timers behind and report what
-    /// the application sees.
-    fn enter(&mut self, next: State) {
-        if next == self.state {
-            return;
-        }
-        match self.state {
-            State::AwaitingSetup | State::AwaitingDecision => self.timers.clear(Timer::Setup),
-            State::Closing => self.timers.clear(Timer::CloseReads),
-            State::Aborting => self.timers.clear(Timer::Abort),
-            _ => {}
-        }
-        if next == State::Closed {
-            // Nothing is sent from a closed stream: no hold to end.
-            self.timers.clear(Timer::Hold);
+    /// The stream is over ([`Lifecycle::enter`]): the queue pair is
+    /// flushed.
+    fn enter_closed(&mut self) {
+        if self.life.enter(State::Closed) {
             if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
                 qp.llp_lost();
             }
-            self.events.push_back(CmEvent::Disconnected);
         }
-        self.state = next;
     }
 
     #[inline]
@@ -364,7 +326,7 @@ impl IwarpOverTcp {
         if self.one_copy && self.tcp.set_external_send() {
             self.txq = TxQueue::new(self.tcp.queued_offset());
         }
-        self.iwarp = match self.role {
+        self.iwarp = match self.life.role() {
             Role::Initiator => Connection::initiator(self.mpa.clone(), params).ok(),
             Role::Responder if self.manual => {
                 Some(Connection::responder_manual(self.mpa.clone(), params))
@@ -443,7 +405,7 @@ impl IwarpOverTcp {
             TcpError::Refused | TcpError::Reset => DisconnectCause::PeerReset,
             TcpError::TimedOut => DisconnectCause::TimedOut,
         });
-        match self.closed_by {
+        match self.life.cause() {
             Some(c @ (DisconnectCause::LocalClose | DisconnectCause::LocalAbort)) => Some(c),
             peer => terminate.or(peer).or(tcp),
         }
@@ -466,7 +428,7 @@ impl IwarpOverTcp {
         mem: &MemoryTable,
         out: &mut dyn FnMut(HostOutput),
     ) {
-        if self.state.is_closing() {
+        if self.life.state().is_closing() {
             out(HostOutput::refused(&cmd, self.closed_refusal()));
             return;
         }
@@ -515,7 +477,7 @@ impl IwarpOverTcp {
         out: &mut dyn FnMut(HostOutput),
     ) -> bool {
         let mut busy = false;
-        if self.state.is_closing() {
+        if self.life.state().is_closing() {
             // After a disconnect request nothing new goes on the wire.
             let refusal = self.closed_refusal();
             while let Some((cmd, _)) = self.pending.pop_front() {
@@ -571,8 +533,8 @@ impl IwarpOverTcp {
         self.ensure_iwarp();
         self.setup_progress(now);
         if let Some(c) = &mut self.iwarp {
-            if self.timers.due(Timer::Hold, now) {
-                self.timers.clear(Timer::Hold);
+            if self.life.timers.due(Timer::Hold, now) {
+                self.life.timers.clear(Timer::Hold);
                 c.release_tx_hold();
             }
             // One FPDU (or the MPA Request/Reply) per record, so TCP puts
@@ -653,43 +615,31 @@ impl IwarpOverTcp {
         let Some(c) = &mut self.iwarp else {
             return;
         };
-        if self.state == State::Opening {
+        let life = &mut self.life;
+        if life.state() == State::Opening {
             // TCP is established and the MPA exchange has begun.
-            self.state = State::AwaitingSetup;
-            if let Some(t) = c.setup_timeout() {
-                self.timers.set(Timer::Setup, now.saturating_add(t));
-            }
+            life.setup_begins(now, c.setup_timeout().unwrap_or(0));
         }
-        if !matches!(self.state, State::AwaitingSetup | State::AwaitingDecision) {
+        if !matches!(life.state(), State::AwaitingSetup | State::AwaitingDecision) {
             return;
         }
-        if self.timers.due(Timer::Setup, now) {
+        if life.timers.due(Timer::Setup, now) {
             // An undecided Request is rejected on the wire.
-            self.timers.clear(Timer::Setup);
+            life.timers.clear(Timer::Setup);
             c.setup_timed_out();
         }
         if let Some(e) = c.setup_error() {
-            self.events.push_back(CmEvent::SetupFailed(e.clone()));
             // The rejecting Reply (if any) goes out before the FIN.
-            self.enter(State::Closing);
+            life.setup_failed(e.clone());
         } else if let Some(n) = c.negotiated() {
-            self.events.push_back(CmEvent::Established(n.clone()));
+            life.established(n.clone());
             self.setup_ns = Some(now.saturating_sub(self.opened_at));
-            let hold = c.tx_hold();
-            self.enter(State::Operational);
-            if hold > 0 {
-                self.timers.set(Timer::Hold, now.saturating_add(hold));
-            }
-        } else if self.state == State::AwaitingSetup {
+            life.timers.arm(Timer::Hold, now, c.tx_hold());
+        } else if life.state() == State::AwaitingSetup {
             if let Some(r) = c.pending_request() {
-                self.events.push_back(CmEvent::ConnectRequest(r.clone()));
                 // The timer restarts for our application's decision
                 // (MpaConfig::decision_timeout).
-                let t = c.setup_timeout();
-                self.enter(State::AwaitingDecision);
-                if let Some(t) = t {
-                    self.timers.set(Timer::Setup, now.saturating_add(t));
-                }
+                life.decision_awaited(now, r.clone(), c.setup_timeout().unwrap_or(0));
             }
         }
     }
@@ -701,18 +651,15 @@ impl IwarpOverTcp {
     pub fn trim(&mut self) {
         self.txq.trim();
         self.tcp.trim();
-        if self.events.is_empty() {
-            self.events = VecDeque::new();
-        }
+        self.life.trim();
     }
 
     /// Close and abort sequencing, and the flush once TCP is done.
     #[inline]
     fn teardown_progress(&mut self, now: u64) {
-        if self.tcp.state() == TcpState::Established && self.state == State::Operational {
+        if self.tcp.state() == TcpState::Established && self.life.state() == State::Operational {
             // Every poll of a connection in full operation: nothing to
             // sequence (FIN-WAIT-2's timer is armed only once Closed).
-            self.timers.clear(Timer::Linger);
             return;
         }
         self.teardown_sequence(now);
@@ -723,11 +670,11 @@ impl IwarpOverTcp {
     fn teardown_sequence(&mut self, now: u64) {
         let state = self.tcp.state();
         // The peer closed (FIN) or the stream died: close our side too.
-        if state == TcpState::CloseWait && !self.state.is_closing() {
-            self.closed_by.get_or_insert(DisconnectCause::PeerClosed);
-            self.enter(State::Closing);
+        if state == TcpState::CloseWait && !self.life.state().is_closing() {
+            self.life.note_cause(DisconnectCause::PeerClosed);
+            self.life.begin_close();
         }
-        match self.state {
+        match self.life.state() {
             State::Closing => {
                 // A graceful close waits for the responses to our RDMA
                 // Reads, but not once the peer's FIN arrived: every octet
@@ -757,32 +704,22 @@ impl IwarpOverTcp {
                 };
                 if quiet && open {
                     self.tcp.close();
-                } else if let (true, Some(seen), t @ 1..) =
-                    (open, reads_wait, self.mpa.close_timeout)
-                {
-                    // A peer that neither answers our Reads nor sends its
-                    // FIN would hold the close for ever: once it has sent
-                    // no FPDU for MpaConfig::close_timeout the close
-                    // becomes abortive (Terminate, RST) and the Reads
-                    // complete flushed.
-                    if self.timers.get(Timer::CloseReads).is_none() || self.close_reads_seen != seen
-                    {
-                        self.close_reads_seen = seen;
-                        self.timers.set(Timer::CloseReads, now.saturating_add(t));
-                    }
-                    if self.timers.due(Timer::CloseReads, now) {
-                        self.close_timeouts += 1;
-                        self.abort(now);
-                        return self.teardown_progress(now);
-                    }
-                } else {
-                    self.timers.clear(Timer::CloseReads);
+                }
+                // A peer that neither answers our Reads nor sends its FIN
+                // would hold the close for ever: once it has sent no FPDU
+                // for MpaConfig::close_timeout the close becomes abortive
+                // (Terminate, RST) and the Reads complete flushed.
+                let seen = reads_wait.filter(|_| open);
+                if self.life.watch_reads(now, seen, self.mpa.close_timeout) {
+                    self.close_timeouts += 1;
+                    self.abort(now);
+                    return self.teardown_progress(now);
                 }
             }
             State::Aborting => {
                 let sent =
                     self.iwarp.as_ref().is_none_or(|c| c.tx_idle()) && self.tcp.unacked() == 0;
-                if (sent || self.timers.due(Timer::Abort, now)) && state != TcpState::Closed {
+                if (sent || self.life.timers.due(Timer::Abort, now)) && state != TcpState::Closed {
                     self.tcp.abort();
                 }
             }
@@ -798,29 +735,24 @@ impl IwarpOverTcp {
             TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
         ) && !(unacked
             && matches!(tcp_state, TcpState::LastAck | TcpState::Closing))
-            || (self.state.is_closing() && tcp_state == TcpState::FinWait2);
+            || (self.life.state().is_closing() && tcp_state == TcpState::FinWait2);
         if llp_over {
-            self.enter(State::Closed);
+            self.enter_closed();
         }
         // RFC 9293 puts no limit on FIN-WAIT-2: a peer that acknowledges
         // our FIN but never sends its own would hold the connection for
         // ever (Linux bounds it with tcp_fin_timeout). The iWARP stream is
         // over once our FIN is out, so after close_timeout more, RST.
-        if self.state == State::Closed
-            && tcp_state == TcpState::FinWait2
-            && self.mpa.close_timeout > 0
+        // (FIN-WAIT-2 shows no progress of the peer's: its FIN is all
+        // it still owes, so the bound runs from our FIN's ACK.)
+        let lingering = self.life.state() == State::Closed && tcp_state == TcpState::FinWait2;
+        let progress = lingering.then_some((0, 0));
+        if self
+            .life
+            .watch_linger(now, progress, self.mpa.close_timeout)
         {
-            if self.timers.get(Timer::Linger).is_none() {
-                self.timers
-                    .set(Timer::Linger, now.saturating_add(self.mpa.close_timeout));
-            }
-            if self.timers.due(Timer::Linger, now) {
-                self.timers.clear(Timer::Linger);
-                self.close_timeouts += 1;
-                self.tcp.abort();
-            }
-        } else {
-            self.timers.clear(Timer::Linger);
+            self.close_timeouts += 1;
+            self.tcp.abort();
         }
     }
 
@@ -831,7 +763,7 @@ impl IwarpOverTcp {
     /// first set inside [`poll`](Self::poll) is in this once that poll
     /// returns).
     pub fn poll_timeout(&self) -> Option<u64> {
-        earliest(self.tcp.poll_timeout(), self.timers.next())
+        earliest(self.tcp.poll_timeout(), self.life.timers.next())
     }
 }
 
@@ -1238,11 +1170,11 @@ mod tests {
         for c in [&mut a, &mut b] {
             assert!(c.txq.is_empty());
             assert!(
-                c.txq.capacity() + c.events.capacity() > 0,
+                c.txq.capacity() + c.life.events_capacity() > 0,
                 "set-up left capacity"
             );
             c.trim();
-            assert_eq!((c.txq.capacity(), c.events.capacity()), (0, 0));
+            assert_eq!((c.txq.capacity(), c.life.events_capacity()), (0, 0));
         }
         a.disconnect();
         for _ in 0..50 {

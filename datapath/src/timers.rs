@@ -1,8 +1,9 @@
 //! One timer table for an iWARP connection over either transport (issue
 //! 26 item 2): the deadlines of the connection itself, above its
 //! transport's own (TCP's retransmission and delayed-ACK timers live in
-//! tcp-lite, SCTP's T1/T2/T3 in sctp-lite). Both `IwarpOverTcp` and the
-//! SCTP connections arm the same kinds from the same settings
+//! tcp-lite, SCTP's T1/T2/T3 in sctp-lite). It lives in the one state
+//! machine of both transports (`endpoint::Lifecycle`), which arms the
+//! same kinds from the same settings
 //! (`MpaConfig`'s `reply_timeout`, `request_timeout`, `decision_timeout`,
 //! `close_timeout`, and [`crate::ABORT_GRACE_NS`]), so every bound
 //! applies to both transports by construction.

@@ -72,12 +72,12 @@ use tcp_lite::wire::Ipv4Address;
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::early::EarlyWork;
-use crate::endpoint::{Role, State};
-use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
+use crate::endpoint::{Lifecycle, Role, State};
+use crate::over_tcp::{HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
-use crate::timers::{earliest, Timer, Timers};
+use crate::timers::{earliest, Timer};
 use crate::ConnError;
 use crate::StreamParams;
 
@@ -211,7 +211,7 @@ pub struct SctpUlp {
     /// (`decision_timeout`; the request is then rejected on the wire).
     pub timeouts: SetupTimeouts,
     /// Listeners: hand each Initiate to the application
-    /// ([`CmEvent::ConnectRequest`]) instead of accepting it at once with
+    /// ([`CmEvent::ConnectRequest`](crate::over_tcp::CmEvent::ConnectRequest)) instead of accepting it at once with
     /// `private_data`, `ird` and `ord` (as `Ulp::Iwarp`'s `manual`).
     pub manual: bool,
 }
@@ -295,12 +295,11 @@ struct Conn {
     /// The `Connect` token until the association is up or failed.
     token: Option<u64>,
     ulp: SctpUlp,
-    /// Where it is in its life, as a connection over TCP
-    /// ([`crate::endpoint`]).
-    state: State,
-    /// The active side sends the Session Initiate; the passive side
-    /// answers it.
-    role: Role,
+    /// Its state (the active side sends the Session Initiate, the
+    /// passive side answers it), timers, CM events and the rules of its
+    /// close: the one state machine both transports drive
+    /// ([`Lifecycle`]).
+    life: Lifecycle,
     /// The peer's Initiate, held while the application decides
     /// ([`State::AwaitingDecision`]).
     request: Option<PeerRequest>,
@@ -316,32 +315,13 @@ struct Conn {
     /// Segments that overtook the Accept (active side), and their octets.
     early: Vec<(u16, Vec<u8>)>,
     early_len: usize,
-    events: VecDeque<CmEvent>,
     outputs: VecDeque<HostOutput>,
     /// SHUTDOWN or ABORT was asked of the association.
     shutdown_sent: bool,
-    /// Its deadlines: setup, a close waiting for our Reads' answers, a
-    /// close's linger, an abort's grace (one table for both transports,
-    /// [`crate::timers`]).
-    timers: Timers,
-    /// A close under way (graceful or abortive, ours or the session's
-    /// end) that waits for nothing of the application's any more: the
-    /// peer's progress ([`Conn::progress`]) when [`Timer::Linger`] was
-    /// last armed (`SetupTimeouts::close` after it, the association is
-    /// aborted if still there; see [`SctpConns::drive`]).
-    linger_seen: Option<(u64, usize)>,
     /// `CmEvent::Disconnected` was reported.
     reported_closed: bool,
     /// Aborted for the memory budget ([`crate::budget`]).
     over_budget: bool,
-    /// A graceful close waiting only for the answers to our Reads: the
-    /// segments received when [`Timer::CloseReads`] was last armed
-    /// (progress arms it again; when it is due the close becomes
-    /// abortive).
-    close_reads_seen: Option<u64>,
-    /// Why the connection ended, the first reason seen (a Terminate the
-    /// queue pair saw takes precedence, [`Conn::cause`]).
-    ended_by: Option<DisconnectCause>,
     /// Its place in the ready and deadline sets ([`SctpConns::poll`]).
     slot: Slot,
 }
@@ -355,23 +335,17 @@ impl Conn {
             remote,
             token: None,
             ulp,
-            state: State::Opening,
-            role,
+            life: Lifecycle::new(role),
             request: None,
             goes_when_closed: false,
             qp: None,
             pending,
             early: Vec::new(),
             early_len: 0,
-            events: VecDeque::new(),
             outputs: VecDeque::new(),
             shutdown_sent: false,
-            timers: Timers::default(),
-            linger_seen: None,
             reported_closed: false,
-            close_reads_seen: None,
             over_budget: false,
-            ended_by: None,
             slot: Slot::default(),
         }
     }
@@ -384,10 +358,10 @@ impl Conn {
     /// the packet left its association to do marks the association, and a
     /// visit to the association drives the connection.
     fn idle_after_packet(&self, now: u64) -> bool {
-        self.state == State::Operational
+        self.life.state() == State::Operational
             && self.pending.is_empty()
             && self.outputs.is_empty()
-            && self.events.is_empty()
+            && self.life.events_len() == 0
             && self
                 .qp
                 .as_ref()
@@ -401,7 +375,7 @@ impl Conn {
     /// aborted or closing).
     #[inline]
     fn deadline(&self) -> Option<u64> {
-        let t = &self.timers;
+        let t = &self.life.timers;
         // None of them, in full operation (asked after every drive).
         if t.none_armed() {
             return None;
@@ -425,7 +399,7 @@ impl Conn {
             Some(
                 c @ (DisconnectCause::TerminateReceived(_) | DisconnectCause::TerminateSent(_)),
             ) => Some(c),
-            _ => self.ended_by.or(qp),
+            _ => self.life.cause().or(qp),
         }
     }
 
@@ -459,7 +433,7 @@ impl Conn {
             },
             _ => return,
         };
-        self.ended_by.get_or_insert(why);
+        self.life.note_cause(why);
     }
 
     /// What shows a closing connection's peer is still there: FPDUs
@@ -480,43 +454,34 @@ impl Conn {
             .map_or(PostError::NotReady(QpState::Error), PostError::Disconnected)
     }
 
-    /// Arm the setup timer for `t` ns from `now` (0: none).
-    fn arm(&mut self, now: u64, t: u64) {
-        self.timers.arm(Timer::Setup, now, t);
-    }
-
     /// The association is gone.
     #[inline]
     fn closed(&self) -> bool {
-        self.state == State::Closed
+        self.life.state() == State::Closed
     }
 
-    /// Move to `s`. Nothing leaves [`State::Closed`]; asking for
-    /// [`State::Closing`] or [`State::Aborting`] records that a close
-    /// began (`goes_when_closed`), even once closed.
-    fn enter(&mut self, s: State) {
-        if matches!(s, State::Closing | State::Aborting) {
+    /// A graceful close begins ([`Lifecycle::begin_close`]), and the
+    /// connection goes once it is over (`goes_when_closed`).
+    fn begin_close(&mut self) {
+        if !self.life.state().is_closing() {
             self.goes_when_closed = true;
-        }
-        if self.state != State::Closed {
-            self.state = s;
+            self.life.begin_close();
         }
     }
 
     /// The setup exchange, on `role`'s side of it.
     fn awaiting_setup(&self, role: Role) -> bool {
-        self.state == State::AwaitingSetup && self.role == role
+        self.life.awaiting_setup(role)
     }
 
     /// Setup failed: the application learns why
     /// ([`CmEvent::SetupFailed`]) and the connection closes.
     fn fail(&mut self, e: SetupError) {
-        self.timers.clear(Timer::Setup);
         self.request = None;
-        self.events.push_back(CmEvent::SetupFailed(e));
-        if !self.state.is_closing() {
-            self.enter(State::Closing);
+        if !self.life.state().is_closing() {
+            self.goes_when_closed = true;
         }
+        self.life.setup_failed(e);
     }
 
     /// Make the queue pair (session accepted), post what waited, and
@@ -547,10 +512,8 @@ impl Conn {
             post_to(&cmd, qp.qp(), mem, &mut self.outputs);
         }
         self.qp = Some(qp);
-        self.timers.clear(Timer::Setup);
         self.request = None;
-        self.enter(State::Operational);
-        self.events.push_back(CmEvent::Established(n));
+        self.life.established(n);
     }
 }
 
@@ -774,7 +737,7 @@ impl SctpConns {
     /// Where connection `id` is in its life ([`crate::endpoint`]), if it
     /// is still there.
     pub fn state(&self, id: SockId) -> Option<State> {
-        self.conns.get(&id).map(|c| c.state)
+        self.conns.get(&id).map(|c| c.life.state())
     }
 
     /// Whether connection `id` exists (not freed yet).
@@ -863,7 +826,8 @@ impl SctpConns {
             .values()
             .filter(|c| {
                 c.port == port
-                    && (c.awaiting_setup(Role::Responder) || c.state == State::AwaitingDecision)
+                    && (c.awaiting_setup(Role::Responder)
+                        || c.life.state() == State::AwaitingDecision)
             })
             .count()
     }
@@ -986,8 +950,9 @@ impl SctpConns {
             let Some(c) = conns.get_mut(&id) else {
                 return false;
             };
+            let closed = c.closed();
             match c.qp.as_mut() {
-                Some(qp) if c.state != State::Closed => qp.place_segment(stream, ssn, seg, mem),
+                Some(qp) if !closed => qp.place_segment(stream, ssn, seg, mem),
                 _ => false,
             }
         };
@@ -1163,11 +1128,11 @@ impl SctpConns {
         ready.mark(&mut c.slot, Ready::sctp(id));
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
-        if c.state.is_closing() {
+        if c.life.state().is_closing() {
             refuse(c.refusal());
             return true;
         }
-        match (c.state, c.qp.as_mut()) {
+        match (c.life.state(), c.qp.as_mut()) {
             // Straight to the queue pair (the common case: no list of
             // outputs in between).
             (State::Operational, Some(qp)) => {
@@ -1206,7 +1171,7 @@ impl SctpConns {
             return Err(crate::no_request());
         };
         ready.mark(&mut c.slot, Ready::sctp(id));
-        let (State::AwaitingDecision, Some(req)) = (c.state, &c.request) else {
+        let (State::AwaitingDecision, Some(req)) = (c.life.state(), &c.request) else {
             return Err(crate::no_request());
         };
         // The Accept's CQ from now on, even if the accept fails below:
@@ -1236,7 +1201,7 @@ impl SctpConns {
     /// `srq` (no effect once the queue pair exists).
     pub fn set_srq(&mut self, id: SockId, srq: Srq) {
         if let Some(c) = self.conns.get_mut(&id) {
-            if c.state == State::AwaitingDecision {
+            if c.life.state() == State::AwaitingDecision {
                 c.ulp.srq = Some(srq);
             }
         }
@@ -1253,7 +1218,7 @@ impl SctpConns {
             return Err(crate::no_request());
         };
         ready.mark(&mut c.slot, Ready::sctp(id));
-        if c.state != State::AwaitingDecision {
+        if c.life.state() != State::AwaitingDecision {
             return Err(crate::no_request());
         }
         if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
@@ -1271,10 +1236,8 @@ impl SctpConns {
     pub fn close(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
         if let Some(c) = self.conns.get_mut(&id) {
             ready.mark(&mut c.slot, Ready::sctp(id));
-            if !c.state.is_closing() {
-                c.enter(State::Closing);
-            }
-            c.ended_by.get_or_insert(DisconnectCause::LocalClose);
+            c.begin_close();
+            c.life.note_cause(DisconnectCause::LocalClose);
             if c.reported_closed {
                 self.forget(ready, id);
             }
@@ -1289,19 +1252,12 @@ impl SctpConns {
                 return;
             }
             ready.mark(&mut c.slot, Ready::sctp(id));
-            c.ended_by.get_or_insert(DisconnectCause::LocalAbort);
-            if c.state == State::Aborting {
-                return;
-            }
-            // (Over already: nothing to abort; `enter` leaves it.)
-            c.enter(State::Aborting);
-            c.timers
-                .set(Timer::Abort, now.saturating_add(crate::ABORT_GRACE_NS));
-            if let Some(qp) = c.qp.as_mut() {
-                if qp.qp_ref().state() == QpState::Rts {
-                    qp.qp().terminate(TermCode::RDMAP_LOCAL_CATASTROPHIC);
-                }
-            }
+            c.life.note_cause(DisconnectCause::LocalAbort);
+            // (Over already: nothing to abort, but it goes.)
+            c.goes_when_closed = true;
+            let qp = c.qp.as_mut().map(|q| q.qp());
+            c.life
+                .begin_abort(now, TermCode::RDMAP_LOCAL_CATASTROPHIC, qp);
         }
     }
 
@@ -1462,10 +1418,9 @@ impl SctpConns {
                     l.ulp.clone(),
                     Role::Responder,
                 );
-                c.enter(State::AwaitingSetup);
+                c.life.setup_begins(now, c.ulp.timeouts.request);
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
-                c.arm(now, c.ulp.timeouts.request);
                 ready.mark(&mut c.slot, Ready::sctp(id));
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
@@ -1504,7 +1459,7 @@ impl SctpConns {
         if let Some(qp) = c.qp.as_mut() {
             if qp.handle_event(&ev, mem) {
                 if let DdpEvent::Closed(_) = ev {
-                    c.enter(State::Closed);
+                    c.life.enter(State::Closed);
                     self.by_assoc.remove(&assoc);
                 }
                 return;
@@ -1524,7 +1479,7 @@ impl SctpConns {
                     });
                     tracing::info!(sock = id, remote = %c.remote, "SCTP association up");
                 }
-                if c.state == State::Opening {
+                if c.life.state() == State::Opening {
                     let r = session::initiate(c.ulp.ird, c.ulp.ord, &c.ulp.private_data);
                     match r {
                         Ok(bytes) => match self
@@ -1532,10 +1487,7 @@ impl SctpConns {
                             .assoc_mut(ready, assoc)
                             .map(|a| a.initiate(STREAM, &bytes))
                         {
-                            Some(Ok(())) => {
-                                c.enter(State::AwaitingSetup);
-                                c.arm(now, c.ulp.timeouts.reply);
-                            }
+                            Some(Ok(())) => c.life.setup_begins(now, c.ulp.timeouts.reply),
                             _ => c.fail(SetupError {
                                 code: TermCode::MPA_LOCAL_CATASTROPHIC,
                                 reason: SetupFailure::BadConfig,
@@ -1568,10 +1520,9 @@ impl SctpConns {
                             order: self.accept_order.fetch_add(1, Ordering::Relaxed),
                         });
                         if c.ulp.manual {
-                            c.events.push_back(CmEvent::ConnectRequest(req.clone()));
+                            let decision = c.ulp.timeouts.decision;
+                            c.life.decision_awaited(now, req.clone(), decision);
                             c.request = Some(req);
-                            c.enter(State::AwaitingDecision);
-                            c.arm(now, c.ulp.timeouts.decision);
                             return;
                         }
                         // A listener that does not ask its application
@@ -1580,7 +1531,7 @@ impl SctpConns {
                         // listener over MPA answers the Request with its
                         // Reply).
                         c.request = Some(req);
-                        c.enter(State::AwaitingDecision);
+                        c.life.enter(State::AwaitingDecision);
                         let ulp = &c.ulp;
                         let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
                         let listener = AcceptQp { cq: None, pd: None };
@@ -1591,7 +1542,7 @@ impl SctpConns {
                             }
                             if let Some(c) = self.conns.get_mut(&id) {
                                 c.request = None;
-                                c.enter(State::Closing);
+                                c.begin_close();
                             }
                         }
                     }
@@ -1601,7 +1552,7 @@ impl SctpConns {
                             let _ = a.reject(stream, b"");
                         }
                         // The application never saw it: just go.
-                        c.enter(State::Closing);
+                        c.begin_close();
                     }
                 }
             }
@@ -1627,7 +1578,7 @@ impl SctpConns {
                 stream,
                 why,
                 private_data,
-            } if stream == STREAM => match (c.state, c.role) {
+            } if stream == STREAM => match (c.life.state(), c.life.role()) {
                 (State::AwaitingSetup, Role::Initiator) => c.fail(match why {
                     SessionEnd::Rejected => session::rejected(&private_data),
                     _ => crate::no_request(),
@@ -1639,7 +1590,7 @@ impl SctpConns {
                         peer_private_data: Vec::new(),
                     });
                 }
-                (s, _) if !s.is_closing() => c.enter(State::Closing),
+                (s, _) if !s.is_closing() => c.begin_close(),
                 _ => {}
             },
             DdpEvent::Segment {
@@ -1670,14 +1621,16 @@ impl SctpConns {
                         token,
                         error: close_error(&reason),
                     });
-                } else if c.awaiting_setup(Role::Initiator) || c.state == State::AwaitingDecision {
+                } else if c.awaiting_setup(Role::Initiator)
+                    || c.life.state() == State::AwaitingDecision
+                {
                     c.fail(SetupError {
                         code: TermCode::MPA_CONN_LOST,
                         reason: SetupFailure::WrongKind,
                         peer_private_data: Vec::new(),
                     });
                 }
-                c.enter(State::Closed);
+                c.life.enter(State::Closed);
             }
             _ => {}
         }
@@ -1700,14 +1653,14 @@ impl SctpConns {
         c.slot.visited();
         self.drives += 1;
         let mut busy = false;
-        if c.timers.due(Timer::Setup, now) {
+        if c.life.timers.due(Timer::Setup, now) {
             busy = true;
             let timed_out = SetupError {
                 code: TermCode::MPA_BAD_REQ_REP,
                 reason: SetupFailure::TimedOut,
                 peer_private_data: Vec::new(),
             };
-            match c.state {
+            match c.life.state() {
                 // The peer never asked (RFC 5043 §6.2: the active side
                 // sends the Session Initiate once the association is up):
                 // ABORT, not SHUTDOWN. We sent nothing on the association
@@ -1722,9 +1675,8 @@ impl SctpConns {
                 // nobody accepted holds its slot for at most
                 // `timeouts.request`, and a place in the backlog
                 // meanwhile.
-                State::AwaitingSetup if c.role == Role::Responder => {
-                    c.timers.clear(Timer::Setup);
-                    c.enter(State::Closing);
+                State::AwaitingSetup if c.life.role() == Role::Responder => {
+                    c.begin_close();
                     if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                         a.abort();
                     }
@@ -1744,14 +1696,15 @@ impl SctpConns {
                     }
                     c.fail(timed_out);
                 }
-                _ => c.timers.clear(Timer::Setup),
+                _ => c.life.timers.clear(Timer::Setup),
             }
         }
         // Whether the peer has begun an association-level close, read
         // while the association is at hand (only received packets move it
         // into these states, so it holds for this whole call).
         let mut peer_closing = None;
-        if let (Some(qp), false) = (c.qp.as_mut(), c.state == State::Closed) {
+        let closed = c.closed();
+        if let (Some(qp), false) = (c.qp.as_mut(), closed) {
             // Offered without marking the association: most drives give
             // it nothing (a connection driven for its completions), and
             // an association visited drives its connection.
@@ -1774,7 +1727,7 @@ impl SctpConns {
         // peer has sent no segment for `close` the close becomes abortive
         // (Terminate, then SHUTDOWN or ABORT) and the Reads complete
         // flushed.
-        let reads_wait = match (c.state, &c.qp) {
+        let reads_wait = match (c.life.state(), &c.qp) {
             (State::Closing, Some(q)) if !c.shutdown_sent => {
                 let r = q.qp_ref();
                 (q.tx_idle()
@@ -1785,41 +1738,27 @@ impl SctpConns {
             }
             _ => None,
         };
-        match (reads_wait, c.ulp.timeouts.close) {
-            (Some(seen), t @ 1..) => {
-                if c.close_reads_seen != Some(seen) {
-                    c.close_reads_seen = Some(seen);
-                    c.timers.arm(Timer::CloseReads, now, t);
-                }
-                if c.timers.due(Timer::CloseReads, now) {
-                    c.close_reads_seen = None;
-                    c.timers.clear(Timer::CloseReads);
-                    self.close_timeouts += 1;
-                    tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
-                    self.abort(ready, id, now);
-                    self.drive(id, now, mem, ready, out);
-                    return true;
-                }
-            }
-            _ => {
-                c.close_reads_seen = None;
-                c.timers.clear(Timer::CloseReads);
-            }
+        if c.life.watch_reads(now, reads_wait, c.ulp.timeouts.close) {
+            self.close_timeouts += 1;
+            tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
+            self.abort(ready, id, now);
+            self.drive(id, now, mem, ready, out);
+            return true;
         }
         // Teardown.
         if !c.closed() && !c.shutdown_sent {
             let qp_done =
                 c.qp.as_ref()
                     .is_none_or(|q| q.session_over() || q.qp_ref().state() == QpState::Error);
-            let go = match c.state {
+            let go = match c.life.state() {
                 State::Closing => c.qp.as_ref().is_none_or(|q| {
                     q.session_over()
                         || q.qp_ref().state() == QpState::Error
                         || (q.tx_idle() && q.qp_ref().outstanding_reads() == 0)
                 }),
                 State::Aborting => {
-                    if c.timers.due(Timer::Abort, now) {
-                        c.timers.clear(Timer::Abort);
+                    if c.life.timers.due(Timer::Abort, now) {
+                        c.life.timers.clear(Timer::Abort);
                         if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
                             a.abort();
                         }
@@ -1863,7 +1802,7 @@ impl SctpConns {
         // retransmitted as long (§9.2).
         let lingering = !c.closed()
             && reads_wait.is_none()
-            && (matches!(c.state, State::Closing | State::Aborting)
+            && (matches!(c.life.state(), State::Closing | State::Aborting)
                 || c.shutdown_sent
                 || peer_closing.unwrap_or_else(|| {
                     self.host.assoc(c.assoc).is_some_and(|a| {
@@ -1873,31 +1812,17 @@ impl SctpConns {
                         )
                     })
                 }));
-        match (lingering, c.ulp.timeouts.close) {
-            (true, t @ 1..) => {
-                let seen = Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc));
-                if c.linger_seen != Some(seen) {
-                    c.linger_seen = Some(seen);
-                    c.timers.arm(Timer::Linger, now, t);
-                }
-                if c.timers.due(Timer::Linger, now) {
-                    c.linger_seen = None;
-                    c.timers.clear(Timer::Linger);
-                    if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
-                        tracing::info!(sock = id, "SCTP close timed out: ABORT");
-                        self.linger_aborts += 1;
-                        a.abort();
-                    }
-                    busy = true;
-                }
+        let progress = lingering.then(|| Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc)));
+        if c.life.watch_linger(now, progress, c.ulp.timeouts.close) {
+            if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
+                tracing::info!(sock = id, "SCTP close timed out: ABORT");
+                self.linger_aborts += 1;
+                a.abort();
             }
-            _ => {
-                c.linger_seen = None;
-                c.timers.clear(Timer::Linger);
-            }
+            busy = true;
         }
         // Work posted after a close or before a failure.
-        if c.state.is_closing() {
+        if c.life.state().is_closing() {
             let refusal = c.refusal();
             while let Some((cmd, _)) = c.pending.pop_front() {
                 c.outputs.push_back(HostOutput::refused(&cmd, refusal));
@@ -1918,14 +1843,14 @@ impl SctpConns {
                 busy = true;
             }
         }
-        while let Some(e) = c.events.pop_front() {
+        // (`CmEvent::Disconnected` last, once the association is gone:
+        // everything flushed and reported above.)
+        while let Some(e) = c.life.poll_event() {
             out(Output::Cm(id, e));
             busy = true;
         }
         if c.closed() && !c.reported_closed {
-            // Everything flushed and reported above.
             c.reported_closed = true;
-            out(Output::Cm(id, CmEvent::Disconnected));
             if let Some(t) = c.token.take() {
                 self.by_token.remove(&t);
             }
@@ -1951,6 +1876,7 @@ impl SctpConns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::over_tcp::CmEvent;
     use crate::runtime::Engine;
     use crate::stack::{Command, Stack, StackConfig, Transport, Ulp};
     use iwarp_net::iface::IfaceConfig;
