@@ -279,20 +279,15 @@ impl Lifecycle {
     /// last `timeout` after the last FPDU; true when it ran out (the
     /// caller makes the close abortive and the Reads complete flushed).
     pub(crate) fn watch_reads(&mut self, now: u64, seen: Option<u64>, timeout: u64) -> bool {
-        match (seen, timeout) {
-            (Some(seen), 1..) => {
-                if self.reads_seen != Some(seen) || self.timers.get(Timer::CloseReads).is_none() {
-                    self.reads_seen = Some(seen);
-                    self.timers.arm(Timer::CloseReads, now, timeout);
-                }
-                if self.timers.due(Timer::CloseReads, now) {
-                    self.clear_reads();
-                    return true;
-                }
-            }
-            _ => self.clear_reads(),
-        }
-        false
+        let t = &mut self.timers;
+        watch(
+            t,
+            Timer::CloseReads,
+            &mut self.reads_seen,
+            now,
+            seen,
+            timeout,
+        )
     }
 
     fn clear_reads(&mut self) {
@@ -313,20 +308,15 @@ impl Lifecycle {
         progress: Option<(u64, usize)>,
         timeout: u64,
     ) -> bool {
-        match (progress, timeout) {
-            (Some(p), 1..) => {
-                if self.linger_seen != Some(p) || self.timers.get(Timer::Linger).is_none() {
-                    self.linger_seen = Some(p);
-                    self.timers.arm(Timer::Linger, now, timeout);
-                }
-                if self.timers.due(Timer::Linger, now) {
-                    self.clear_linger();
-                    return true;
-                }
-            }
-            _ => self.clear_linger(),
-        }
-        false
+        let t = &mut self.timers;
+        watch(
+            t,
+            Timer::Linger,
+            &mut self.linger_seen,
+            now,
+            progress,
+            timeout,
+        )
     }
 
     /// Disarm [`Timer::Linger`].
@@ -360,6 +350,35 @@ impl Lifecycle {
             self.events = VecDeque::new();
         }
     }
+}
+
+/// A wait bounded by time since the peer's last progress: `timer` is
+/// armed for `timeout` after `progress` last changed (`seen` keeps what
+/// it was when armed); a `progress` of None, or a `timeout` of 0, disarms
+/// it. True, disarming it, when it is due.
+fn watch<P: Copy + PartialEq>(
+    timers: &mut Timers,
+    timer: Timer,
+    seen: &mut Option<P>,
+    now: u64,
+    progress: Option<P>,
+    timeout: u64,
+) -> bool {
+    let expired = match (progress, timeout) {
+        (Some(p), 1..) => {
+            if *seen != Some(p) || timers.get(timer).is_none() {
+                *seen = Some(p);
+                timers.arm(timer, now, timeout);
+            }
+            timers.due(timer, now)
+        }
+        _ => false,
+    };
+    if expired || progress.is_none() || timeout == 0 {
+        *seen = None;
+        timers.clear(timer);
+    }
+    expired
 }
 
 #[cfg(test)]
