@@ -251,6 +251,19 @@ impl Lifecycle {
         }
     }
 
+    /// The RDMAP stream ended with a Terminate, sent or received (the
+    /// queue pair is in error): RFC 5040 §7 tears the LLP stream down
+    /// with it, and §6.2.1 asks for a graceful teardown so that the
+    /// Terminate is delivered. So a connection in full operation begins a
+    /// graceful close (the lower layer closes once the Terminate is
+    /// handed to it); the Terminate stays the cause the application is
+    /// told.
+    pub(crate) fn stream_ended(&mut self) {
+        if self.state == State::Operational {
+            self.enter(State::Closing);
+        }
+    }
+
     /// An abortive close begins: [`State::Aborting`], its Terminate
     /// (`code`, when the queue pair is in full operation) and
     /// [`crate::ABORT_GRACE_NS`] for it before the lower layer is reset

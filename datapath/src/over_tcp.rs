@@ -657,7 +657,10 @@ impl IwarpOverTcp {
     /// Close and abort sequencing, and the flush once TCP is done.
     #[inline]
     fn teardown_progress(&mut self, now: u64) {
-        if self.tcp.state() == TcpState::Established && self.life.state() == State::Operational {
+        if self.tcp.state() == TcpState::Established
+            && self.life.state() == State::Operational
+            && !self.stream_ended()
+        {
             // Every poll of a connection in full operation: nothing to
             // sequence (FIN-WAIT-2's timer is armed only once Closed).
             return;
@@ -665,9 +668,22 @@ impl IwarpOverTcp {
         self.teardown_sequence(now);
     }
 
+    /// The queue pair's stream ended with a Terminate, sent or received
+    /// ([`Lifecycle::stream_ended`]).
+    #[inline]
+    fn stream_ended(&self) -> bool {
+        self.iwarp
+            .as_ref()
+            .and_then(|c| c.qp_ref())
+            .is_some_and(|q| q.state() == QpState::Error)
+    }
+
     /// [`teardown_progress`](Self::teardown_progress) outside full
     /// operation.
     fn teardown_sequence(&mut self, now: u64) {
+        if self.stream_ended() {
+            self.life.stream_ended();
+        }
         let state = self.tcp.state();
         // The peer closed (FIN) or the stream died: close our side too.
         if state == TcpState::CloseWait && !self.life.state().is_closing() {
@@ -684,10 +700,14 @@ impl IwarpOverTcp {
                 let peer_done = state == TcpState::CloseWait;
                 let quiet = match &self.iwarp {
                     None => true,
+                    // (A queue pair in error waits only for its
+                    // Terminate to be handed to TCP: our FIN follows it.)
                     Some(c) => {
                         c.tx_idle()
-                            && (peer_done || c.qp_ref().is_none_or(|q| q.outstanding_reads() == 0))
-                            || c.qp_ref().is_some_and(|q| q.state() == QpState::Error)
+                            && (peer_done
+                                || c.qp_ref().is_none_or(|q| {
+                                    q.outstanding_reads() == 0 || q.state() == QpState::Error
+                                }))
                             || c.setup_error().is_some()
                     }
                 };
@@ -1576,6 +1596,49 @@ mod tests {
             HostOutput::Completion(c) if c.wr_id == 9 => Some(c.status),
             _ => None,
         })
+    }
+
+    /// RFC 5040 §7 and §6.2.1: a stream that ends with a Terminate takes
+    /// its LLP stream with it, the Terminate delivered first. A writes to
+    /// an STag B does not have: B sends the Terminate (DDP, invalid
+    /// STag), then closes TCP; A takes it and closes too. Neither
+    /// application asks, both end Closed with the Terminate as the cause,
+    /// as over SCTP (its session's end shuts the association down).
+    #[test]
+    fn a_terminate_either_way_closes_the_tcp_stream() {
+        let mut w = wired();
+        let mut out = Vec::new();
+        let _ = (events(&mut w.a), events(&mut w.b));
+        w.sink = iwarp_proto::mem::STag(w.sink.0 ^ 0x100);
+        w.post_write(&mut out);
+        let mut ev_a = Vec::new();
+        let mut ev_b = Vec::new();
+        for _ in 0..50 {
+            w.step(true, &mut out);
+            ev_a.extend(events(&mut w.a));
+            ev_b.extend(events(&mut w.b));
+        }
+        assert!(
+            matches!(
+                w.b.disconnect_cause(),
+                Some(DisconnectCause::TerminateSent(_))
+            ),
+            "B: {:?}",
+            w.b.disconnect_cause()
+        );
+        assert!(
+            matches!(
+                w.a.disconnect_cause(),
+                Some(DisconnectCause::TerminateReceived(_))
+            ),
+            "A: {:?}",
+            w.a.disconnect_cause()
+        );
+        assert_eq!((w.a.state(), w.b.state()), (State::Closed, State::Closed));
+        assert_eq!(ev_a, [CmEvent::Disconnected]);
+        assert_eq!(ev_b, [CmEvent::Disconnected]);
+        // Gracefully: FINs both ways, no reset.
+        assert_eq!((w.a.tcp.error(), w.b.tcp.error()), (None, None));
     }
 
     /// One-copy transmit: a 64 KiB Write goes out as descriptors of A's

@@ -1767,8 +1767,16 @@ impl SctpConns {
                     qp_done
                 }
                 // The session ended (a Terminate either way): the
-                // association has nothing more to carry.
-                _ => c.qp.as_ref().is_some_and(|q| q.session_over()),
+                // association has nothing more to carry, and the
+                // connection closes, as over TCP
+                // ([`Lifecycle::stream_ended`]).
+                _ => {
+                    let over = c.qp.as_ref().is_some_and(|q| q.session_over());
+                    if over {
+                        c.life.stream_ended();
+                    }
+                    over
+                }
             };
             if go && !c.shutdown_sent {
                 if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
@@ -2094,6 +2102,41 @@ mod tests {
             self.a
                 .handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), self.now);
         }
+    }
+
+    /// A Terminate either way ends the connection as over TCP
+    /// ([`Lifecycle::stream_ended`], `over_tcp`'s
+    /// `a_terminate_either_way_closes_the_tcp_stream`): `a` writes to an
+    /// STag `b` does not have; `b` sends the Terminate, and both
+    /// connections close by themselves (`Closing`, then `Disconnected`)
+    /// with the Terminate as the cause.
+    #[test]
+    fn a_terminate_either_way_closes_the_connection() {
+        let (mut p, sa, sb) = Pair::connected(60_000 * MS);
+        p.target = STag(p.target.0 ^ 0x100);
+        p.write(sa, 7);
+        let over = |_: &Pair, s: &Stack, id| s.sctp().unwrap().state(id);
+        let mut closing = [false; 2];
+        assert!(p.run_until(1000, |p| {
+            closing[0] |= over(p, &p.a, sa) == Some(State::Closing);
+            closing[1] |= over(p, &p.b, sb) == Some(State::Closing);
+            [(&p.out_a, sa), (&p.out_b, sb)].iter().all(|(out, id)| {
+                out.iter()
+                    .any(|o| matches!(o, Output::Cm(i, CmEvent::Disconnected) if i == id))
+            })
+        }));
+        assert_eq!(closing, [true, true], "each end closed by itself");
+        let cause = |s: &Stack, id| s.sctp().unwrap().disconnect_cause(id);
+        assert!(
+            matches!(cause(&p.b, sb), Some(DisconnectCause::TerminateSent(_))),
+            "b: {:?}",
+            cause(&p.b, sb)
+        );
+        assert!(
+            matches!(cause(&p.a, sa), Some(DisconnectCause::TerminateReceived(_))),
+            "a: {:?}",
+            cause(&p.a, sa)
+        );
     }
 
     /// A close during the setup exchange ends the connection as over TCP
