@@ -133,6 +133,11 @@ pub(crate) struct Lifecycle {
     /// While [`Timer::Linger`] is armed: the peer's progress when it was
     /// last armed.
     linger_seen: Option<(u64, usize)>,
+    /// When the connection began, on the loop's clock (the `Connect`, or
+    /// the lower layer's handshake done on the passive side).
+    opened_at: u64,
+    /// Nanoseconds from `opened_at` to full operation, once there.
+    setup_ns: Option<u64>,
 }
 
 impl Lifecycle {
@@ -146,7 +151,22 @@ impl Lifecycle {
             cause: None,
             reads_seen: None,
             linger_seen: None,
+            opened_at: 0,
+            setup_ns: None,
         }
+    }
+
+    /// The connection began at `now` (the loop's clock): what
+    /// [`setup_time`](Self::setup_time) counts from (0 if never set).
+    pub(crate) fn opened(&mut self, now: u64) {
+        self.opened_at = now;
+    }
+
+    /// Nanoseconds from [`opened`](Self::opened) to full operation, once
+    /// it was reached (what the stack's `setup_active` and
+    /// `setup_passive` histograms count, over either transport).
+    pub(crate) fn setup_time(&self) -> Option<u64> {
+        self.setup_ns
     }
 
     /// Where the connection is.
@@ -227,9 +247,10 @@ impl Lifecycle {
         self.timers.arm(Timer::Setup, now, timeout);
     }
 
-    /// The setup exchange finished: full operation
-    /// ([`CmEvent::Established`]).
-    pub(crate) fn established(&mut self, n: Negotiated) {
+    /// The setup exchange finished at `now`: full operation
+    /// ([`CmEvent::Established`]), and the setup time is known.
+    pub(crate) fn established(&mut self, now: u64, n: Negotiated) {
+        self.setup_ns = Some(now.saturating_sub(self.opened_at));
         self.events.push_back(CmEvent::Established(n));
         self.enter(State::Operational);
     }
@@ -433,6 +454,7 @@ mod tests {
     #[test]
     fn setup_arms_and_leaves_the_setup_timer_with_an_event_per_step() {
         let mut l = Lifecycle::new(Role::Responder);
+        l.opened(4);
         l.setup_begins(10, 5 * MS);
         assert_eq!(l.state(), State::AwaitingSetup);
         assert_eq!(l.timers.get(Timer::Setup), Some(10 + 5 * MS));
@@ -447,12 +469,13 @@ mod tests {
             Some(30 + 2 * MS),
             "restarted for the decision"
         );
-        l.established(negotiated());
+        l.established(40, negotiated());
         assert_eq!(l.state(), State::Operational);
         assert!(
             l.timers.none_armed(),
             "full operation has no setup deadline"
         );
+        assert_eq!(l.setup_time(), Some(36), "from the open to full operation");
         assert_eq!(
             events(&mut l),
             [
@@ -481,7 +504,7 @@ mod tests {
     fn closed_is_final_reported_once_and_takes_the_deadlines_with_it() {
         let mut l = Lifecycle::new(Role::Initiator);
         l.setup_begins(0, MS);
-        l.established(negotiated());
+        l.established(40, negotiated());
         l.timers.set(Timer::Hold, 5);
         assert!(l.begin_abort(100, TermCode::RDMAP_LOCAL_CATASTROPHIC, None));
         assert_eq!(l.state(), State::Aborting);
@@ -523,7 +546,7 @@ mod tests {
     #[test]
     fn a_close_waiting_for_reads_is_bounded_from_the_last_fpdu() {
         let mut l = Lifecycle::new(Role::Initiator);
-        l.established(negotiated());
+        l.established(40, negotiated());
         l.begin_close();
         // No wait for Reads, or no timeout: nothing armed.
         assert!(!l.watch_reads(0, None, MS));

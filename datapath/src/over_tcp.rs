@@ -87,11 +87,6 @@ pub struct IwarpOverTcp {
     /// deregistered or invalidated while TCP still needed its octets): the
     /// connection was reset (0 or 1).
     pub tx_source_lost: u64,
-    /// When the connection began (the `Connect`, or the listener handing
-    /// over the accepted TCP connection), on the loop's clock.
-    opened_at: u64,
-    /// Nanoseconds from `opened_at` to full operation, once there.
-    setup_ns: Option<u64>,
 }
 
 impl IwarpOverTcp {
@@ -111,22 +106,20 @@ impl IwarpOverTcp {
             copy_below: COPY_BELOW,
             txq: TxQueue::new(0),
             tx_source_lost: 0,
-            opened_at: 0,
-            setup_ns: None,
         }
     }
 
     /// The connection began at `now` (the loop's clock): what
     /// [`setup_time`](Self::setup_time) counts from (0 if never set).
     pub fn opened_at(mut self, now: u64) -> Self {
-        self.opened_at = now;
+        self.life.opened(now);
         self
     }
 
     /// Nanoseconds from [`opened_at`](Self::opened_at) to full operation
     /// ([`CmEvent::Established`]), once it was reached.
     pub fn setup_time(&self) -> Option<u64> {
-        self.setup_ns
+        self.life.setup_time()
     }
 
     /// Which side opens MPA.
@@ -632,8 +625,7 @@ impl IwarpOverTcp {
             // The rejecting Reply (if any) goes out before the FIN.
             life.setup_failed(e.clone());
         } else if let Some(n) = c.negotiated() {
-            life.established(n.clone());
-            self.setup_ns = Some(now.saturating_sub(self.opened_at));
+            life.established(now, n.clone());
             life.timers.arm(Timer::Hold, now, c.tx_hold());
         } else if life.state() == State::AwaitingSetup {
             if let Some(r) = c.pending_request() {
@@ -845,7 +837,7 @@ impl HostCommand {
     }
 
     /// Post to `qp`, a send-queue request tagged with `at`, its post's time.
-    fn post_to(
+    pub(crate) fn post_to(
         &self,
         qp: &mut iwarp_proto::qp::Qp,
         mem: &MemoryTable,

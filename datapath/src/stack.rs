@@ -355,7 +355,7 @@ impl crate::runtime::Engine for Stack {
             // straight to the SCTP part, the command not moved into
             // `sctp_command` and back.
             if let Command::Iwarp(id, c) = &cmd {
-                if self.sctp_post(*id, *c) {
+                if self.sctp_post(*id, *c, now) {
                     return;
                 }
             }

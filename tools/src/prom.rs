@@ -383,7 +383,7 @@ impl Collector for Snapshot {
         }
         let mut m = e.encode_descriptor(
             "connection_setup_duration",
-            "Time to full operation (MPA exchange done) of connections over TCP: active from the connect, passive from the TCP handshake done",
+            "Time to full operation (MPA exchange, or DDP Stream Session Initiate and Accept, done) of connections over TCP and SCTP: active from the connect, passive from the TCP or SCTP handshake done",
             Some(&Unit::Seconds),
             MetricType::Histogram,
         )?;

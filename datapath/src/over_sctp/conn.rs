@@ -73,7 +73,8 @@ use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::early::EarlyWork;
 use crate::endpoint::{Lifecycle, Role, State};
-use crate::over_tcp::{HostCommand, HostOutput};
+use crate::latency::{CompletionLatency, Histogram};
+use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
 use crate::stack::{route, Gone, Output, QpCqs, SockId};
@@ -486,7 +487,14 @@ impl Conn {
 
     /// Make the queue pair (session accepted), post what waited, and
     /// report full operation.
-    fn start(&mut self, n: Negotiated, mulpdu: usize, max_held: usize, mem: &mut MemoryTable) {
+    fn start(
+        &mut self,
+        now: u64,
+        n: Negotiated,
+        mulpdu: usize,
+        max_held: usize,
+        mem: &mut MemoryTable,
+    ) {
         let cfg = QpConfig {
             pd: self.ulp.params.pd,
             ird: n.ird,
@@ -501,33 +509,32 @@ impl Conn {
         let mut qp = SctpQp::bounded(cfg, self.ulp.srq.clone(), STREAM, mulpdu, true, max_held);
         // Receives first, so the segments held and those behind them find
         // their buffers; sends after.
-        for (cmd, _) in self.pending.take_recvs() {
-            post_to(&cmd, qp.qp(), mem, &mut self.outputs);
+        for (cmd, at) in self.pending.take_recvs() {
+            post_to(&cmd, at, qp.qp(), mem, &mut self.outputs);
         }
         for (ssn, seg) in std::mem::take(&mut self.early) {
             qp.qp().receive_segment(ssn, &seg, mem);
         }
         self.early_len = 0;
-        while let Some((cmd, _)) = self.pending.pop_front() {
-            post_to(&cmd, qp.qp(), mem, &mut self.outputs);
+        while let Some((cmd, at)) = self.pending.pop_front() {
+            post_to(&cmd, at, qp.qp(), mem, &mut self.outputs);
         }
         self.qp = Some(qp);
         self.request = None;
-        self.life.established(n);
+        self.life.established(now, n);
     }
 }
 
+/// Post `cmd`, made at `at` (its completion's latency counts from
+/// there), to `qp`; a refusal goes to `out`.
 fn post_to(
     cmd: &HostCommand,
+    at: u64,
     qp: &mut iwarp_proto::qp::Qp,
     mem: &MemoryTable,
     out: &mut VecDeque<HostOutput>,
 ) {
-    let r = match *cmd {
-        HostCommand::PostSend(wr) => qp.post_send(mem, wr),
-        HostCommand::PostRecv(id, sgl) => qp.post_recv(mem, id, sgl),
-    };
-    if let Err(e) = r {
+    if let Err(e) = cmd.post_to(qp, mem, at) {
         out.push_back(HostOutput::refused(cmd, e));
     }
 }
@@ -594,6 +601,14 @@ pub struct SctpConns {
     /// What the connections held after the last active poll
     /// ([`set_held_total`](Self::set_held_total)).
     held_total: usize,
+    /// From the post of each successful send-queue request to its
+    /// completion, as over TCP (`StackStats::completion_latency`).
+    completion_latency: CompletionLatency,
+    /// From the `Connect` to full operation (the Session Accept in).
+    setup_active: Histogram,
+    /// From the association accepted to full operation (the Session
+    /// Accept out), the application's decision included.
+    setup_passive: Histogram,
 }
 
 /// Write record `key` of the queue pair of association `assoc` into
@@ -652,6 +667,9 @@ impl SctpConns {
             accept_order: Arc::default(),
             active: false,
             held_total: 0,
+            completion_latency: CompletionLatency::default(),
+            setup_active: Histogram::default(),
+            setup_passive: Histogram::default(),
             drives: 0,
         })
     }
@@ -766,6 +784,18 @@ impl SctpConns {
     /// association.
     pub fn linger_aborts(&self) -> u64 {
         self.linger_aborts
+    }
+
+    /// Add this part's latencies to the stack's counters `s`: the post to
+    /// completion of each successful send-queue request, and each
+    /// connection's setup time, as over TCP.
+    pub fn add_latencies(&self, s: &mut crate::stack::StackStats) {
+        let c = &self.completion_latency;
+        s.completion_latency.send.merge(&c.send);
+        s.completion_latency.write.merge(&c.write);
+        s.completion_latency.read.merge(&c.read);
+        s.setup_active.merge(&self.setup_active);
+        s.setup_passive.merge(&self.setup_passive);
     }
 
     /// A listening port holds at most `n` connections its application
@@ -1067,6 +1097,7 @@ impl SctpConns {
                 let id = self.next_id;
                 self.next_id += self.id_step;
                 let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
+                c.life.opened(now);
                 c.token = Some(token);
                 ready.mark(&mut c.slot, Ready::sctp(id));
                 self.conns.insert(id, c);
@@ -1085,16 +1116,18 @@ impl SctpConns {
         }
     }
 
-    /// Work posted on connection `id`.
+    /// Work posted on connection `id` at `now` (a send-queue request's
+    /// completion latency counts from there).
     pub fn post(
         &mut self,
         ready: &mut ReadySet<Ready>,
         id: SockId,
         cmd: HostCommand,
         mem: &MemoryTable,
+        now: u64,
         out: &mut dyn FnMut(Output),
     ) {
-        if !self.try_post(ready, id, cmd, mem, out) {
+        if !self.try_post(ready, id, cmd, mem, now, out) {
             route(
                 id,
                 HostOutput::refused(&cmd, PostError::NotReady(QpState::Error)),
@@ -1112,6 +1145,7 @@ impl SctpConns {
         id: SockId,
         cmd: HostCommand,
         mem: &MemoryTable,
+        now: u64,
         out: &mut dyn FnMut(Output),
     ) -> bool {
         let Some(c) = self.conns.get_mut(&id) else {
@@ -1137,7 +1171,7 @@ impl SctpConns {
             // outputs in between).
             (State::Operational, Some(qp)) => {
                 let r = match cmd {
-                    HostCommand::PostSend(wr) => qp.qp().post_send(mem, wr),
+                    HostCommand::PostSend(wr) => qp.qp().post_send_tagged(mem, wr, now),
                     HostCommand::PostRecv(wr_id, sgl) => qp.qp().post_recv(mem, wr_id, sgl),
                 };
                 if let Err(e) = r {
@@ -1145,7 +1179,7 @@ impl SctpConns {
                 }
             }
             _ => {
-                if let Err(e) = c.pending.push(cmd, 0) {
+                if let Err(e) = c.pending.push(cmd, now) {
                     refuse(e);
                 }
             }
@@ -1165,6 +1199,7 @@ impl SctpConns {
         ord: u16,
         qp: AcceptQp,
         mem: &mut MemoryTable,
+        now: u64,
     ) -> Result<(), SetupError> {
         let AcceptQp { cq, pd } = qp;
         let Some(c) = self.conns.get_mut(&id) else {
@@ -1192,7 +1227,7 @@ impl SctpConns {
         if let Some(pd) = pd {
             c.ulp.params.pd = pd;
         }
-        c.start(n, mulpdu, self.max_held, mem);
+        c.start(now, n, mulpdu, self.max_held, mem);
         tracing::info!(sock = id, ird, ord, "SCTP connection request accepted");
         Ok(())
     }
@@ -1418,6 +1453,9 @@ impl SctpConns {
                     l.ulp.clone(),
                     Role::Responder,
                 );
+                // Opened when SCTP's handshake is done, as a TCP
+                // listener hands over its connection.
+                c.life.opened(now);
                 c.life.setup_begins(now, c.ulp.timeouts.request);
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
@@ -1535,7 +1573,7 @@ impl SctpConns {
                         let ulp = &c.ulp;
                         let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
                         let listener = AcceptQp { cq: None, pd: None };
-                        if let Err(e) = self.accept(ready, id, pd, ird, ord, listener, mem) {
+                        if let Err(e) = self.accept(ready, id, pd, ird, ord, listener, mem, now) {
                             tracing::info!(sock = id, error = ?e, "SCTP Initiate not acceptable");
                             if let Some(a) = self.host.assoc_mut(ready, assoc) {
                                 let _ = a.reject(stream, b"");
@@ -1563,7 +1601,7 @@ impl SctpConns {
                 match session::parse_accept(&private_data, c.ulp.ird, c.ulp.ord) {
                     Ok(n) => {
                         let mulpdu = self.host.assoc(assoc).map(|a| a.mulpdu()).unwrap_or(0);
-                        c.start(n, mulpdu, self.max_held, mem);
+                        c.start(now, n, mulpdu, self.max_held, mem);
                         tracing::info!(sock = id, "SCTP session established");
                     }
                     Err(e) => {
@@ -1842,7 +1880,12 @@ impl SctpConns {
             busy = true;
         }
         if let Some(qp) = c.qp.as_mut() {
-            while let Some(x) = qp.qp().poll_completion() {
+            while let Some((x, posted)) = qp.qp().poll_completion_tagged() {
+                if x.status == iwarp_proto::qp::WcStatus::Success {
+                    if let Some(h) = self.completion_latency.of(x.opcode) {
+                        h.record(now.saturating_sub(posted));
+                    }
+                }
                 route(id, HostOutput::Completion(x), cq, out);
                 busy = true;
             }
@@ -1854,6 +1897,12 @@ impl SctpConns {
         // (`CmEvent::Disconnected` last, once the association is gone:
         // everything flushed and reported above.)
         while let Some(e) = c.life.poll_event() {
+            if let (CmEvent::Established(_), Some(ns)) = (&e, c.life.setup_time()) {
+                match c.life.role() {
+                    Role::Initiator => self.setup_active.record(ns),
+                    Role::Responder => self.setup_passive.record(ns),
+                }
+            }
             out(Output::Cm(id, e));
             busy = true;
         }
@@ -2102,6 +2151,44 @@ mod tests {
             self.a
                 .handle_command(Command::Iwarp(sock, HostCommand::PostSend(wr)), self.now);
         }
+    }
+
+    /// The stack's latency counters cover SCTP connections as TCP ones
+    /// (`StackStats::{setup_active, setup_passive, completion_latency}`):
+    /// each end counts its connection's setup once, by its role, from its
+    /// open (the `Connect`; the association accepted) to full operation,
+    /// and a Write's post to its completion once.
+    #[test]
+    fn setup_and_completion_latency_count_over_sctp() {
+        let (mut p, sa, _) = Pair::connected(60_000 * MS);
+        let (a, b) = (p.a.stats(), p.b.stats());
+        assert_eq!((a.setup_active.count(), a.setup_passive.count()), (1, 0));
+        assert_eq!((b.setup_active.count(), b.setup_passive.count()), (0, 1));
+        // `b`'s application accepted after its request came up; `a`
+        // waited for that and the Accept's way back: a few 1 ms steps.
+        assert!(
+            a.setup_active.sum_ns() >= 2 * MS,
+            "{}",
+            a.setup_active.sum_ns()
+        );
+        assert!(
+            b.setup_passive.sum_ns() < a.setup_active.sum_ns(),
+            "{} {}",
+            b.setup_passive.sum_ns(),
+            a.setup_active.sum_ns()
+        );
+        assert_eq!(a.completion_latency.write.count(), 0);
+        p.write(sa, 7);
+        assert!(p.run_until(100, |p| p.out_a.iter().any(|o| matches!(
+            o,
+            Output::Iwarp(_, HostOutput::Completion(c)) if c.wr_id == 7
+        ))));
+        let w = p.a.stats().completion_latency;
+        assert_eq!((w.write.count(), w.send.count(), w.read.count()), (1, 0, 0));
+        // Posted between steps 1 ms apart, completed on the SACK a step
+        // or more later.
+        assert!(w.write.sum_ns() >= MS, "{}", w.write.sum_ns());
+        assert_eq!(p.b.stats().completion_latency, Default::default());
     }
 
     /// A Terminate either way ends the connection as over TCP

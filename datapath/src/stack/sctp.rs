@@ -147,7 +147,7 @@ impl Stack {
                     ..
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
-                    sc.post(ready, id, c, mem, &mut |o| pending_out.push_back(o));
+                    sc.post(ready, id, c, mem, now, &mut |o| pending_out.push_back(o));
                 }
                 None
             }
@@ -193,6 +193,7 @@ impl Stack {
                         ord,
                         crate::over_sctp::conn::AcceptQp { cq, pd },
                         mem,
+                        now,
                     ) {
                         pending_out.push_back(Output::CmRefused(sock, e));
                     }
@@ -215,7 +216,7 @@ impl Stack {
     /// there (true). Out of `handle_command`, whose path over TCP alone
     /// stays as it was.
     #[inline(never)]
-    pub(super) fn sctp_post(&mut self, id: SockId, c: HostCommand) -> bool {
+    pub(super) fn sctp_post(&mut self, id: SockId, c: HostCommand, now: u64) -> bool {
         let Stack {
             sctp,
             mem,
@@ -223,8 +224,9 @@ impl Stack {
             ready,
             ..
         } = self;
-        sctp.as_deref_mut()
-            .is_some_and(|sc| sc.try_post(ready, id, c, mem, &mut |o| pending_out.push_back(o)))
+        sctp.as_deref_mut().is_some_and(|sc| {
+            sc.try_post(ready, id, c, mem, now, &mut |o| pending_out.push_back(o))
+        })
     }
 
     /// An SCTP packet the interface handed up, to the SCTP part (out of

@@ -31,17 +31,18 @@ pub struct StackStats {
     /// ready, nothing due (`Engine::poll` returned at once).
     pub idle_rounds: u64,
     /// From the post of each successful send-queue request of an iWARP
-    /// connection over TCP to its completion, as the loop saw them (the
+    /// connection (over TCP or SCTP) to its completion, as the loop saw them (the
     /// times of the rounds that took the post and produced the
     /// completion: one that completes in the round that took it, a short
     /// Write copied into TCP's buffer, counts 0), per kind of request.
     pub completion_latency: CompletionLatency,
-    /// From a `Connect` to full operation (the MPA exchange done), per
-    /// connection over TCP that got there.
+    /// From a `Connect` to full operation (the MPA exchange, or the DDP
+    /// Stream Session Initiate and Accept, done), per connection over TCP
+    /// or SCTP that got there.
     pub setup_active: Histogram,
-    /// From the listener handing over the accepted TCP connection (the
-    /// handshake done) to full operation, the application's decision
-    /// included.
+    /// From the listener handing over the accepted connection (TCP's or
+    /// SCTP's handshake done) to full operation, the application's
+    /// decision included.
     pub setup_passive: Histogram,
 }
 
@@ -124,6 +125,9 @@ impl Stack {
         s.held_octets = total as u64;
         s.held_max_conn = max as u64;
         s.budget_aborts = self.budget.aborts;
+        if let Some(sc) = self.sctp.as_deref() {
+            sc.add_latencies(&mut s);
+        }
         s
     }
 
