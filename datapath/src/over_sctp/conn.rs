@@ -212,7 +212,7 @@ pub struct SctpUlp {
     /// (`decision_timeout`; the request is then rejected on the wire).
     pub timeouts: SetupTimeouts,
     /// Listeners: hand each Initiate to the application
-    /// ([`CmEvent::ConnectRequest`](crate::over_tcp::CmEvent::ConnectRequest)) instead of accepting it at once with
+    /// ([`CmEvent::ConnectRequest`]) instead of accepting it at once with
     /// `private_data`, `ird` and `ord` (as `Ulp::Iwarp`'s `manual`).
     pub manual: bool,
 }
