@@ -1488,6 +1488,8 @@ mod tests {
         src: iwarp_proto::mem::STag,
         sink: iwarp_proto::mem::STag,
         now: u64,
+        /// Every segment B sent, in order.
+        from_b: Vec<Vec<u8>>,
     }
 
     const BIG: usize = 64 * 1024;
@@ -1526,6 +1528,7 @@ mod tests {
             src,
             sink,
             now: 1_000_000,
+            from_b: Vec::new(),
         };
         for _ in 0..100 {
             w.step(true, &mut Vec::new());
@@ -1547,6 +1550,7 @@ mod tests {
             }
             for f in take(&mut self.b, self.now, &self.mem_b, IP_B, IP_A) {
                 give(&mut self.a, &f, self.now, &mut self.mem_a, IP_B, IP_A);
+                self.from_b.push(f);
             }
             let now = self.now;
             self.a.drain(
@@ -1601,6 +1605,7 @@ mod tests {
         let mut w = wired();
         let mut out = Vec::new();
         let _ = (events(&mut w.a), events(&mut w.b));
+        w.from_b.clear();
         w.sink = iwarp_proto::mem::STag(w.sink.0 ^ 0x100);
         w.post_write(&mut out);
         let mut ev_a = Vec::new();
@@ -1631,6 +1636,33 @@ mod tests {
         assert_eq!(ev_b, [CmEvent::Disconnected]);
         // Gracefully: FINs both ways, no reset.
         assert_eq!((w.a.tcp.error(), w.b.tcp.error()), (None, None));
+        // B's only payload after the bad Write is its Terminate (an
+        // untagged FPDU to queue 2, RDMAP opcode 0x7: RFC 5040 §4.8),
+        // and its FIN comes with it or after it, never before.
+        let fin = |f: &[u8]| f[13] & 0x01 != 0;
+        let data: Vec<usize> = (0..w.from_b.len())
+            .filter(|&i| payload_len(&w.from_b[i]) > 0)
+            .collect();
+        assert_eq!(data.len(), 1, "one segment of data from B: {data:?}");
+        let t = &w.from_b[data[0]];
+        let fpdu = &t[t.len() - payload_len(t)..];
+        // MPA length (2), DDP control, RDMAP control, 4 reserved, QN.
+        let qn = u32::from_be_bytes(fpdu[8..12].try_into().unwrap());
+        assert_eq!(
+            (fpdu[2] & 0x80, fpdu[3] & 0x0f, qn),
+            (0, 0x7, 2),
+            "untagged, Terminate, QN 2"
+        );
+        let first_fin = w
+            .from_b
+            .iter()
+            .position(|f| fin(f))
+            .expect("B sent its FIN");
+        assert!(
+            first_fin >= data[0],
+            "FIN at {first_fin}, Terminate at {}",
+            data[0]
+        );
     }
 
     /// One-copy transmit: a 64 KiB Write goes out as descriptors of A's
