@@ -204,10 +204,10 @@ impl Lifecycle {
         }
         self.state = next;
         if next == State::Closed {
-            for t in [Timer::Setup, Timer::Hold, Timer::CloseReads, Timer::Abort] {
+            for t in [Timer::Setup, Timer::Hold, Timer::Abort] {
                 self.timers.clear(t);
             }
-            self.reads_seen = None;
+            self.clear_reads();
             self.events.push_back(CmEvent::Disconnected);
             return true;
         }
@@ -259,7 +259,6 @@ impl Lifecycle {
     /// and the connection closes (what the failure sends, a rejection or a
     /// Terminate, goes out first).
     pub(crate) fn setup_failed(&mut self, e: SetupError) {
-        self.timers.clear(Timer::Setup);
         self.events.push_back(CmEvent::SetupFailed(e));
         self.begin_close();
     }

@@ -107,6 +107,25 @@ impl CompletionLatency {
             _ => None,
         }
     }
+
+    /// Count completion `c` of a request posted at `posted`, taken at
+    /// `now` (the loop's clock): successful send-queue completions only.
+    #[inline]
+    pub fn record(&mut self, c: &iwarp_proto::qp::Completion, posted: u64, now: u64) {
+        if c.status == iwarp_proto::qp::WcStatus::Success {
+            if let Some(h) = self.of(c.opcode) {
+                h.record(now.saturating_sub(posted));
+            }
+        }
+    }
+
+    /// Add `other`'s samples to these (another loop's, or the SCTP
+    /// part's).
+    pub fn merge(&mut self, other: &CompletionLatency) {
+        self.send.merge(&other.send);
+        self.write.merge(&other.write);
+        self.read.merge(&other.read);
+    }
 }
 
 #[cfg(test)]

@@ -498,11 +498,7 @@ impl IwarpOverTcp {
                 busy = true;
             }
             while let Some((c, posted)) = qp.poll_completion_tagged() {
-                if c.status == iwarp_proto::qp::WcStatus::Success {
-                    if let Some(h) = latency.of(c.opcode) {
-                        h.record(now.saturating_sub(posted));
-                    }
-                }
+                latency.record(&c, posted, now);
                 out(HostOutput::Completion(c));
                 busy = true;
             }

@@ -790,10 +790,7 @@ impl SctpConns {
     /// completion of each successful send-queue request, and each
     /// connection's setup time, as over TCP.
     pub fn add_latencies(&self, s: &mut crate::stack::StackStats) {
-        let c = &self.completion_latency;
-        s.completion_latency.send.merge(&c.send);
-        s.completion_latency.write.merge(&c.write);
-        s.completion_latency.read.merge(&c.read);
+        s.completion_latency.merge(&self.completion_latency);
         s.setup_active.merge(&self.setup_active);
         s.setup_passive.merge(&self.setup_passive);
     }
@@ -1881,11 +1878,7 @@ impl SctpConns {
         }
         if let Some(qp) = c.qp.as_mut() {
             while let Some((x, posted)) = qp.qp().poll_completion_tagged() {
-                if x.status == iwarp_proto::qp::WcStatus::Success {
-                    if let Some(h) = self.completion_latency.of(x.opcode) {
-                        h.record(now.saturating_sub(posted));
-                    }
-                }
+                self.completion_latency.record(&x, posted, now);
                 route(id, HostOutput::Completion(x), cq, out);
                 busy = true;
             }

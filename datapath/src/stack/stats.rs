@@ -106,11 +106,7 @@ impl StackStats {
         self.held_max_conn = self.held_max_conn.max(*held_max_conn);
         self.budget_aborts += budget_aborts;
         self.idle_rounds += idle_rounds;
-        self.completion_latency.send.merge(&completion_latency.send);
-        self.completion_latency
-            .write
-            .merge(&completion_latency.write);
-        self.completion_latency.read.merge(&completion_latency.read);
+        self.completion_latency.merge(completion_latency);
         self.setup_active.merge(setup_active);
         self.setup_passive.merge(setup_passive);
     }
