@@ -6,10 +6,11 @@
 //! same [`CmEvent`]s and the same bounds on a
 //! close (a close waiting for our Reads' answers, a close left to the
 //! lower layer, an abort's Terminate), and both queue work posted before
-//! full operation in one [`crate::early::EarlyWork`]. What is the lower
-//! layer's: the facts each step reads (handshake done, the peer's FIN or
-//! SHUTDOWN, progress) and what each verdict does to it (FIN or SHUTDOWN,
-//! RST or ABORT).
+//! full operation in one [`crate::early::EarlyWork`]. Teardown is one
+//! sequence ([`Lifecycle::teardown`]) over a [`LowerLayer`]: what is the
+//! lower layer's are the facts each step reads (the peer's FIN or
+//! SHUTDOWN, a Terminate delivered, the stream over, progress) and what
+//! each verdict does to it (FIN or SHUTDOWN, RST or ABORT).
 //!
 //! | state | over MPA/TCP (RFC 5044) | over SCTP (RFC 5043) |
 //! |---|---|---|
@@ -385,6 +386,192 @@ impl Lifecycle {
     }
 }
 
+/// What a close needs to know of the queue pair, whatever carries it
+/// (each transport reads it from its own: [`Lifecycle::teardown`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QpFacts {
+    /// There is a queue pair (the connection reached full operation).
+    pub(crate) exists: bool,
+    /// The RDMAP stream ended with a Terminate, sent or received (the
+    /// queue pair is in error; over SCTP, or the DDP session is over).
+    pub(crate) ended: bool,
+    /// Everything the queue pair has to send is handed to the lower
+    /// layer (over SCTP a session that is over sends nothing more, so it
+    /// counts as idle).
+    pub(crate) tx_idle: bool,
+    /// Our RDMA Reads not answered yet.
+    pub(crate) reads_outstanding: bool,
+    /// FPDUs (DDP segments) received so far: the peer's progress while a
+    /// close waits for those answers.
+    pub(crate) fpdus_rx: u64,
+    /// The setup exchange failed: what the failure sends (a rejecting
+    /// Reply) is queued before anything else, so the close need not wait.
+    pub(crate) setup_failed: bool,
+}
+
+impl QpFacts {
+    /// No queue pair (yet, or any more): nothing to wait for.
+    pub(crate) const NONE: QpFacts = QpFacts {
+        exists: false,
+        ended: false,
+        tx_idle: true,
+        reads_outstanding: false,
+        fpdus_rx: 0,
+        setup_failed: false,
+    };
+
+    /// A graceful close waits for nothing more of the queue pair's: its
+    /// work is handed to the lower layer and our Reads are answered (or
+    /// never will be: the stream ended, or the peer closed its direction,
+    /// every octet it sent coming before its FIN or SHUTDOWN — RFC 9293
+    /// §3.10.7.4, RFC 9260 §9.2), or setup failed.
+    fn quiet(&self, peer_closed: bool) -> bool {
+        self.setup_failed || self.tx_idle && (peer_closed || !self.reads_outstanding || self.ended)
+    }
+}
+
+/// The lower layer under one iWARP connection, as a close sees it: TCP
+/// (`over_tcp`) or an SCTP association (`over_sctp::conn`). It answers
+/// the questions [`Lifecycle::teardown`] asks and carries out its
+/// verdicts; the sequencing (when to close, when to reset, the bounds in
+/// time) is the endpoint's, the same for both.
+pub(crate) trait LowerLayer {
+    /// Both directions open, nobody closing (TCP ESTABLISHED, an
+    /// association ESTABLISHED): a connection in full operation whose
+    /// stream goes on has nothing to sequence.
+    fn steady(&self) -> bool;
+    /// The peer closed its direction: TCP's FIN arrived (CLOSE-WAIT), the
+    /// peer's SHUTDOWN did (SHUTDOWN-RECEIVED, SHUTDOWN-ACK-SENT).
+    fn peer_closed(&self) -> bool;
+    /// Our direction is still open: a graceful close (FIN, SHUTDOWN) can
+    /// be sent and was not.
+    fn can_close(&self) -> bool;
+    /// Still there to reset: not closed by TCP, not yet aborted or shut
+    /// down over SCTP.
+    fn can_reset(&self) -> bool;
+    /// An abortive close's Terminate is delivered (`qp` as it is now): TCP
+    /// has it acknowledged, the SCTP session is over.
+    fn terminate_delivered(&self, qp: &QpFacts) -> bool;
+    /// Close our direction gracefully: FIN, SHUTDOWN.
+    fn close(&mut self);
+    /// End an abortive close once its Terminate is delivered: RST over
+    /// TCP, SHUTDOWN over SCTP (the association may close gracefully: the
+    /// session is over, RFC 5043 §6.2).
+    fn end_abort(&mut self);
+    /// Reset: RST, ABORT.
+    fn reset(&mut self);
+    /// The iWARP stream is over on the lower layer: TCP's FIN exchange is
+    /// past the point where the stream can carry more (LAST-ACK, CLOSING,
+    /// TIME-WAIT, CLOSED; FIN-WAIT-2 once closing), the association is
+    /// gone.
+    fn over(&self, state: State) -> bool;
+    /// While the close is left to the lower layer (our side done, the
+    /// peer's answer outstanding), in `state`: what shows the peer is
+    /// still there (None: it does not linger).
+    fn lingering(&self, state: State, qp: &QpFacts) -> Option<(u64, usize)>;
+}
+
+/// What one [`Lifecycle::teardown`] step did that its caller carries on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Teardown {
+    /// The connection entered [`State::Closed`] in this step: the caller
+    /// flushes its queue pair.
+    pub(crate) closed: bool,
+    /// A graceful close waited the close timeout for the answers to our
+    /// Reads in vain: the caller makes it abortive (a Terminate, its
+    /// Reads flushed) and steps again.
+    pub(crate) reads_timed_out: bool,
+    /// A close left to the lower layer saw no progress of the peer's for
+    /// the close timeout: the lower layer was reset.
+    pub(crate) linger_timed_out: bool,
+}
+
+impl Lifecycle {
+    /// One step of a connection's teardown, the same over either lower
+    /// layer: `qp` is what the queue pair says now, `lower` the lower
+    /// layer, `close_timeout` the bound on each wait (0: none).
+    ///
+    /// 1. A Terminate either way ends full operation
+    ///    ([`stream_ended`](Self::stream_ended)); the peer's FIN or
+    ///    SHUTDOWN begins our close.
+    /// 2. A graceful close ([`State::Closing`]) closes the lower layer once
+    ///    the queue pair is quiet ([`QpFacts`]); while it waits only for
+    ///    our Reads' answers, for at most `close_timeout` after the peer's
+    ///    last FPDU ([`watch_reads`](Self::watch_reads)).
+    /// 3. An abortive close ([`State::Aborting`]) ends once its Terminate
+    ///    is delivered, or resets the lower layer after
+    ///    [`crate::ABORT_GRACE_NS`].
+    /// 4. The lower layer's end ends the stream ([`State::Closed`]); what
+    ///    the lower layer still does after ours is done lasts at most
+    ///    `close_timeout` after the peer's last progress
+    ///    ([`watch_linger`](Self::watch_linger)), then it is reset.
+    #[inline]
+    pub(crate) fn teardown<L: LowerLayer>(
+        &mut self,
+        now: u64,
+        qp: &QpFacts,
+        lower: &mut L,
+        close_timeout: u64,
+    ) -> Teardown {
+        let mut done = Teardown::default();
+        if self.state == State::Operational && !qp.ended && lower.steady() {
+            // Every step of a connection in full operation: nothing to
+            // sequence.
+            return done;
+        }
+        if qp.ended {
+            self.stream_ended();
+        }
+        let peer_closed = lower.peer_closed();
+        if peer_closed && !self.state.is_closing() {
+            self.note_cause(DisconnectCause::PeerClosed);
+            self.begin_close();
+        }
+        let mut reads_wait = false;
+        match self.state {
+            State::Closing => {
+                let quiet = qp.quiet(peer_closed);
+                let open = lower.can_close();
+                if quiet && open {
+                    lower.close();
+                }
+                // What the close still waits for is only the peer's
+                // answers to our Reads (our own segments drain under the
+                // lower layer's timers): the FPDUs received, to see
+                // progress.
+                let seen = (!quiet && qp.tx_idle && open).then_some(qp.fpdus_rx);
+                reads_wait = seen.is_some();
+                if self.watch_reads(now, seen, close_timeout) {
+                    done.reads_timed_out = true;
+                    return done;
+                }
+            }
+            State::Aborting if lower.can_reset() => {
+                if self.timers.due(Timer::Abort, now) {
+                    self.timers.clear(Timer::Abort);
+                    lower.reset();
+                } else if lower.terminate_delivered(qp) {
+                    lower.end_abort();
+                }
+            }
+            _ => {}
+        }
+        if lower.over(self.state) {
+            done.closed = self.enter(State::Closed);
+        }
+        let progress = if reads_wait {
+            None
+        } else {
+            lower.lingering(self.state, qp)
+        };
+        if self.watch_linger(now, progress, close_timeout) {
+            lower.reset();
+            done.linger_timed_out = true;
+        }
+        done
+    }
+}
+
 /// A wait bounded by time since the peer's last progress: `timer` is
 /// armed for `timeout` after `progress` last changed (`seen` keeps what
 /// it was when armed); a `progress` of None, or a `timeout` of 0, disarms
@@ -615,5 +802,231 @@ mod tests {
                 "{s:?}"
             );
         }
+    }
+
+    /// A lower layer for [`Lifecycle::teardown`] alone: its facts set by
+    /// the test, its verdicts counted.
+    #[derive(Debug, Default)]
+    struct Fake {
+        steady: bool,
+        peer_closed: bool,
+        closed_ours: bool,
+        reset: bool,
+        acked: bool,
+        over: bool,
+        progress: Option<(u64, usize)>,
+        closes: u32,
+        end_aborts: u32,
+        resets: u32,
+    }
+
+    impl LowerLayer for Fake {
+        fn steady(&self) -> bool {
+            self.steady
+        }
+        fn peer_closed(&self) -> bool {
+            self.peer_closed
+        }
+        fn can_close(&self) -> bool {
+            !self.closed_ours && !self.reset
+        }
+        fn can_reset(&self) -> bool {
+            !self.reset
+        }
+        fn terminate_delivered(&self, qp: &QpFacts) -> bool {
+            qp.tx_idle && self.acked
+        }
+        fn close(&mut self) {
+            self.closes += 1;
+            self.closed_ours = true;
+        }
+        fn end_abort(&mut self) {
+            self.end_aborts += 1;
+            self.reset = true;
+        }
+        fn reset(&mut self) {
+            self.resets += 1;
+            self.reset = true;
+        }
+        fn over(&self, _: State) -> bool {
+            self.over
+        }
+        fn lingering(&self, _: State, _: &QpFacts) -> Option<(u64, usize)> {
+            self.progress
+        }
+    }
+
+    fn operational() -> Lifecycle {
+        let mut l = Lifecycle::new(Role::Initiator);
+        l.setup_begins(0, 0);
+        l.established(0, negotiated());
+        let _ = events(&mut l);
+        l
+    }
+
+    fn busy_qp() -> QpFacts {
+        QpFacts {
+            exists: true,
+            tx_idle: false,
+            ..QpFacts::NONE
+        }
+    }
+
+    #[test]
+    fn full_operation_goes_on_until_a_terminate_or_the_peers_close() {
+        let mut l = operational();
+        let mut f = Fake {
+            steady: true,
+            ..Fake::default()
+        };
+        let qp = QpFacts {
+            exists: true,
+            ..QpFacts::NONE
+        };
+        assert_eq!(l.teardown(1, &qp, &mut f, MS), Teardown::default());
+        assert_eq!(l.state(), State::Operational);
+        // A Terminate either way: a graceful close, the lower layer
+        // closed once the Terminate is handed to it.
+        let ended = QpFacts {
+            ended: true,
+            ..busy_qp()
+        };
+        l.teardown(2, &ended, &mut f, MS);
+        assert_eq!((l.state(), f.closes), (State::Closing, 0));
+        l.teardown(
+            3,
+            &QpFacts {
+                tx_idle: true,
+                ..ended
+            },
+            &mut f,
+            MS,
+        );
+        assert_eq!(f.closes, 1);
+        assert_eq!(l.cause(), None, "the queue pair knows the Terminate");
+        // The peer's FIN or SHUTDOWN: our close, its cause the peer's.
+        let mut l = operational();
+        let mut f = Fake {
+            peer_closed: true,
+            ..Fake::default()
+        };
+        l.teardown(4, &qp, &mut f, MS);
+        assert_eq!((l.state(), f.closes), (State::Closing, 1));
+        assert_eq!(l.cause(), Some(DisconnectCause::PeerClosed));
+    }
+
+    #[test]
+    fn a_graceful_close_waits_for_its_work_and_its_reads_answers_within_the_timeout() {
+        let mut l = operational();
+        l.begin_close();
+        let mut f = Fake::default();
+        // Our own work not handed over yet: nothing to watch either.
+        l.teardown(0, &busy_qp(), &mut f, MS);
+        assert_eq!(f.closes, 0);
+        assert_eq!(l.timers.get(Timer::CloseReads), None);
+        // Handed over, a Read unanswered: the close waits, bounded from
+        // the peer's last FPDU.
+        let reads = QpFacts {
+            tx_idle: true,
+            reads_outstanding: true,
+            fpdus_rx: 3,
+            ..busy_qp()
+        };
+        assert_eq!(l.teardown(10, &reads, &mut f, MS), Teardown::default());
+        assert_eq!(f.closes, 0);
+        assert_eq!(l.timers.get(Timer::CloseReads), Some(10 + MS));
+        let more = QpFacts {
+            fpdus_rx: 4,
+            ..reads
+        };
+        l.teardown(20, &more, &mut f, MS);
+        assert_eq!(l.timers.get(Timer::CloseReads), Some(20 + MS));
+        assert!(!l.teardown(20 + MS - 1, &more, &mut f, MS).reads_timed_out);
+        let done = l.teardown(20 + MS, &more, &mut f, MS);
+        assert!(done.reads_timed_out && !done.closed);
+        assert_eq!((f.closes, f.resets), (0, 0), "the caller aborts");
+        // The peer closed its direction: no answer can come; close now.
+        let mut l = operational();
+        l.begin_close();
+        let mut f = Fake::default();
+        l.teardown(0, &reads, &mut f, MS);
+        f.peer_closed = true;
+        l.teardown(1, &reads, &mut f, MS);
+        assert_eq!(f.closes, 1);
+        assert_eq!(l.timers.get(Timer::CloseReads), None);
+        // A setup failure closes at once (its rejection is queued first).
+        let mut l = Lifecycle::new(Role::Responder);
+        l.setup_begins(0, 0);
+        l.begin_close();
+        let mut f = Fake::default();
+        let failed = QpFacts {
+            setup_failed: true,
+            ..busy_qp()
+        };
+        l.teardown(0, &failed, &mut f, MS);
+        assert_eq!(f.closes, 1);
+    }
+
+    #[test]
+    fn an_abort_ends_once_its_terminate_is_delivered_or_after_the_grace() {
+        let mut l = operational();
+        assert!(l.begin_abort(100, TermCode::RDMAP_LOCAL_CATASTROPHIC, None));
+        let mut f = Fake::default();
+        l.teardown(200, &busy_qp(), &mut f, MS);
+        assert_eq!((f.end_aborts, f.resets), (0, 0));
+        let idle = QpFacts {
+            tx_idle: true,
+            ..busy_qp()
+        };
+        f.acked = true;
+        l.teardown(300, &idle, &mut f, MS);
+        assert_eq!((f.end_aborts, f.resets), (1, 0));
+        // Never delivered: reset at the grace's end, not a nanosecond
+        // before, and once.
+        let mut l = operational();
+        l.begin_abort(100, TermCode::RDMAP_LOCAL_CATASTROPHIC, None);
+        let mut f = Fake::default();
+        l.teardown(100 + crate::ABORT_GRACE_NS - 1, &busy_qp(), &mut f, MS);
+        assert_eq!(f.resets, 0);
+        l.teardown(100 + crate::ABORT_GRACE_NS, &busy_qp(), &mut f, MS);
+        l.teardown(200 + crate::ABORT_GRACE_NS, &busy_qp(), &mut f, MS);
+        assert_eq!((f.end_aborts, f.resets), (0, 1));
+    }
+
+    #[test]
+    fn the_lower_layers_end_closes_once_and_its_linger_is_bounded() {
+        let mut l = operational();
+        l.begin_close();
+        let mut f = Fake {
+            over: true,
+            progress: Some((0, 0)),
+            ..Fake::default()
+        };
+        let done = l.teardown(0, &QpFacts::NONE, &mut f, MS);
+        assert!(done.closed);
+        assert_eq!(l.state(), State::Closed);
+        assert_eq!(events(&mut l), vec![CmEvent::Disconnected]);
+        assert!(!l.teardown(1, &QpFacts::NONE, &mut f, MS).closed, "once");
+        // Lingering: reset once the peer made no progress for the timeout.
+        assert!(
+            !l.teardown(MS - 1, &QpFacts::NONE, &mut f, MS)
+                .linger_timed_out
+        );
+        let done = l.teardown(MS, &QpFacts::NONE, &mut f, MS);
+        assert!(done.linger_timed_out);
+        assert_eq!(f.resets, 1);
+        // No timeout: unbounded.
+        let mut l = operational();
+        l.begin_close();
+        let mut f = Fake {
+            over: true,
+            progress: Some((0, 0)),
+            ..Fake::default()
+        };
+        l.teardown(0, &QpFacts::NONE, &mut f, 0);
+        assert!(
+            !l.teardown(u64::MAX / 2, &QpFacts::NONE, &mut f, 0)
+                .linger_timed_out
+        );
     }
 }

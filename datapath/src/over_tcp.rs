@@ -13,7 +13,7 @@ use tcp_lite::tcp::{Connection as Tcp, PayloadFill, RecordRoom, State as TcpStat
 use tcp_lite::wire::{Ipv4Address, TcpPacket, TcpRepr};
 
 use crate::early::EarlyWork;
-use crate::endpoint::Lifecycle;
+use crate::endpoint::{Lifecycle, LowerLayer, QpFacts};
 pub use crate::endpoint::{Role, State};
 use crate::latency::CompletionLatency;
 use crate::timers::{earliest, Timer};
@@ -280,16 +280,6 @@ impl IwarpOverTcp {
     /// Next connection-manager event.
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
         self.life.poll_event()
-    }
-
-    /// The stream is over ([`Lifecycle::enter`]): the queue pair is
-    /// flushed.
-    fn enter_closed(&mut self) {
-        if self.life.enter(State::Closed) {
-            if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
-                qp.llp_lost();
-            }
-        }
     }
 
     #[inline]
@@ -667,100 +657,48 @@ impl IwarpOverTcp {
     }
 
     /// [`teardown_progress`](Self::teardown_progress) outside full
-    /// operation.
+    /// operation: the endpoint's one teardown ([`Lifecycle::teardown`])
+    /// over TCP ([`TcpLower`]).
     fn teardown_sequence(&mut self, now: u64) {
-        if self.stream_ended() {
-            self.life.stream_ended();
-        }
-        let state = self.tcp.state();
-        // The peer closed (FIN) or the stream died: close our side too.
-        if state == TcpState::CloseWait && !self.life.state().is_closing() {
-            self.life.note_cause(DisconnectCause::PeerClosed);
-            self.life.begin_close();
-        }
-        match self.life.state() {
-            State::Closing => {
-                // A graceful close waits for the responses to our RDMA
-                // Reads, but not once the peer's FIN arrived: every octet
-                // it sent is before the FIN (RFC 9293 §3.10.7.4), so an
-                // answer still missing never comes, and waiting would hold
-                // the connection forever (the Read completes flushed).
-                let peer_done = state == TcpState::CloseWait;
-                let quiet = match &self.iwarp {
-                    None => true,
-                    // (A queue pair in error waits only for its
-                    // Terminate to be handed to TCP: our FIN follows it.)
-                    Some(c) => {
-                        c.tx_idle()
-                            && (peer_done
-                                || c.qp_ref().is_none_or(|q| {
-                                    q.outstanding_reads() == 0 || q.state() == QpState::Error
-                                }))
-                            || c.setup_error().is_some()
-                    }
-                };
-                let open = matches!(
-                    state,
-                    TcpState::SynReceived | TcpState::Established | TcpState::CloseWait
-                );
-                // What the close still waits for is only the peer's
-                // answers to our Reads (our own FPDUs drain under TCP's
-                // timers): FPDUs received so far, to see progress.
-                let reads_wait = match &self.iwarp {
-                    Some(c) if !quiet && c.tx_idle() => c.qp_ref().map(|q| q.stats().fpdus_rx),
-                    _ => None,
-                };
-                if quiet && open {
-                    self.tcp.close();
-                }
-                // A peer that neither answers our Reads nor sends its FIN
-                // would hold the close for ever: once it has sent no FPDU
-                // for MpaConfig::close_timeout the close becomes abortive
-                // (Terminate, RST) and the Reads complete flushed.
-                let seen = reads_wait.filter(|_| open);
-                if self.life.watch_reads(now, seen, self.mpa.close_timeout) {
-                    self.close_timeouts += 1;
-                    self.abort(now);
-                    return self.teardown_progress(now);
-                }
-            }
-            State::Aborting => {
-                let sent =
-                    self.iwarp.as_ref().is_none_or(|c| c.tx_idle()) && self.tcp.unacked() == 0;
-                if (sent || self.life.timers.due(Timer::Abort, now)) && state != TcpState::Closed {
-                    self.tcp.abort();
-                }
-            }
-            _ => {}
-        }
-        let tcp_state = self.tcp.state();
-        // In one-copy transmit, FPDUs still unacknowledged in LAST-ACK or
-        // CLOSING complete when TCP has them acknowledged (or flushed if
-        // it gives up), not flushed while TCP still delivers them.
-        let unacked = !self.txq.is_empty() && tcp_state != TcpState::Closed;
-        let llp_over = matches!(
-            tcp_state,
-            TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
-        ) && !(unacked
-            && matches!(tcp_state, TcpState::LastAck | TcpState::Closing))
-            || (self.life.state().is_closing() && tcp_state == TcpState::FinWait2);
-        if llp_over {
-            self.enter_closed();
-        }
-        // RFC 9293 puts no limit on FIN-WAIT-2: a peer that acknowledges
-        // our FIN but never sends its own would hold the connection for
-        // ever (Linux bounds it with tcp_fin_timeout). The iWARP stream is
-        // over once our FIN is out, so after close_timeout more, RST.
-        // (FIN-WAIT-2 shows no progress of the peer's: its FIN is all
-        // it still owes, so the bound runs from our FIN's ACK.)
-        let lingering = self.life.state() == State::Closed && tcp_state == TcpState::FinWait2;
-        let progress = lingering.then_some((0, 0));
-        if self
+        let qp = self.qp_facts();
+        let mut lower = TcpLower {
+            tcp: &mut self.tcp,
+            records: !self.txq.is_empty(),
+        };
+        let done = self
             .life
-            .watch_linger(now, progress, self.mpa.close_timeout)
-        {
+            .teardown(now, &qp, &mut lower, self.mpa.close_timeout);
+        if done.closed {
+            // The stream is over: the queue pair is flushed.
+            if let Some(qp) = self.iwarp.as_mut().and_then(|c| c.qp()) {
+                qp.llp_lost();
+            }
+        }
+        if done.reads_timed_out || done.linger_timed_out {
             self.close_timeouts += 1;
-            self.tcp.abort();
+        }
+        if done.reads_timed_out {
+            // The close becomes abortive (Terminate, RST) and the Reads
+            // complete flushed.
+            self.abort(now);
+            self.teardown_progress(now);
+        }
+    }
+
+    /// What a close needs to know of the MPA connection and its queue
+    /// pair.
+    fn qp_facts(&self) -> QpFacts {
+        let Some(c) = &self.iwarp else {
+            return QpFacts::NONE;
+        };
+        let qp = c.qp_ref();
+        QpFacts {
+            exists: qp.is_some(),
+            ended: qp.is_some_and(|q| q.state() == QpState::Error),
+            tx_idle: c.tx_idle(),
+            reads_outstanding: qp.is_some_and(|q| q.outstanding_reads() > 0),
+            fpdus_rx: qp.map_or(0, |q| q.stats().fpdus_rx),
+            setup_failed: c.setup_error().is_some(),
         }
     }
 
@@ -772,6 +710,76 @@ impl IwarpOverTcp {
     /// returns).
     pub fn poll_timeout(&self) -> Option<u64> {
         earliest(self.tcp.poll_timeout(), self.life.timers.next())
+    }
+}
+
+/// TCP under an iWARP connection, as its teardown sees it
+/// ([`LowerLayer`]): a close is a FIN, a reset an RST.
+struct TcpLower<'a> {
+    tcp: &'a mut Tcp,
+    /// One-copy transmit still has FPDUs TCP has not had acknowledged.
+    records: bool,
+}
+
+impl LowerLayer for TcpLower<'_> {
+    #[inline]
+    fn steady(&self) -> bool {
+        self.tcp.state() == TcpState::Established
+    }
+
+    #[inline]
+    fn peer_closed(&self) -> bool {
+        self.tcp.state() == TcpState::CloseWait
+    }
+
+    fn can_close(&self) -> bool {
+        matches!(
+            self.tcp.state(),
+            TcpState::SynReceived | TcpState::Established | TcpState::CloseWait
+        )
+    }
+
+    fn can_reset(&self) -> bool {
+        self.tcp.state() != TcpState::Closed
+    }
+
+    fn terminate_delivered(&self, qp: &QpFacts) -> bool {
+        qp.tx_idle && self.tcp.unacked() == 0
+    }
+
+    fn close(&mut self) {
+        self.tcp.close();
+    }
+
+    fn end_abort(&mut self) {
+        self.tcp.abort();
+    }
+
+    fn reset(&mut self) {
+        self.tcp.abort();
+    }
+
+    fn over(&self, state: State) -> bool {
+        let tcp = self.tcp.state();
+        // In one-copy transmit, FPDUs still unacknowledged in LAST-ACK or
+        // CLOSING complete when TCP has them acknowledged (or flushed if
+        // it gives up), not flushed while TCP still delivers them.
+        let draining = self.records && matches!(tcp, TcpState::LastAck | TcpState::Closing);
+        matches!(
+            tcp,
+            TcpState::LastAck | TcpState::Closing | TcpState::TimeWait | TcpState::Closed
+        ) && !draining
+            || (state.is_closing() && tcp == TcpState::FinWait2)
+    }
+
+    /// RFC 9293 puts no limit on FIN-WAIT-2: a peer that acknowledges our
+    /// FIN but never sends its own would hold the connection for ever
+    /// (Linux bounds it with `tcp_fin_timeout`). The iWARP stream is over
+    /// once our FIN is out, so the close timeout bounds it. FIN-WAIT-2
+    /// shows no progress of the peer's (its FIN is all it still owes), so
+    /// the bound runs from our FIN's ACK.
+    fn lingering(&self, state: State, _: &QpFacts) -> Option<(u64, usize)> {
+        (state == State::Closed && self.tcp.state() == TcpState::FinWait2).then_some((0, 0))
     }
 }
 

@@ -72,7 +72,7 @@ use tcp_lite::wire::Ipv4Address;
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
 use crate::early::EarlyWork;
-use crate::endpoint::{Lifecycle, Role, State};
+use crate::endpoint::{Lifecycle, LowerLayer, QpFacts, Role, State};
 use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
@@ -437,17 +437,6 @@ impl Conn {
         self.life.note_cause(why);
     }
 
-    /// What shows a closing connection's peer is still there: FPDUs
-    /// received, and the octets our association holds to send (they
-    /// change as the peer acknowledges them; during a close nothing new
-    /// is posted).
-    fn progress(qp: Option<&SctpQp>, a: Option<&ddp_sctp::DdpAssociation>) -> (u64, usize) {
-        (
-            qp.map_or(0, |q| q.qp_ref().stats().fpdus_rx),
-            a.map_or(0, |a| a.sctp().send_buffered()),
-        )
-    }
-
     /// A post this connection cannot take any more: refused with why it
     /// ended when that is known (as over TCP).
     fn refusal(&self) -> PostError {
@@ -628,6 +617,101 @@ fn fill_segment(
         .and_then(|id| conns.get_mut(id))
         .and_then(|c| c.qp.as_mut())
         .is_some_and(|qp| qp.fill(mem, key, dst))
+}
+
+/// An association under one iWARP connection, as its teardown sees it
+/// ([`LowerLayer`]): a close is a SHUTDOWN, a reset an ABORT; the
+/// association's `Closed` event ends the stream ([`SctpConns::event`]).
+struct AssocLower<'a> {
+    host: &'a mut SctpHost,
+    ready: &'a mut ReadySet<Ready>,
+    assoc: AssocId,
+    /// Its state when the step began (None: gone).
+    state: Option<AssocState>,
+    /// SHUTDOWN or ABORT was asked of it.
+    shutdown_sent: &'a mut bool,
+    now: u64,
+    /// A verdict was carried out.
+    acted: bool,
+}
+
+impl LowerLayer for AssocLower<'_> {
+    #[inline]
+    fn steady(&self) -> bool {
+        self.state == Some(AssocState::Established)
+    }
+
+    /// The peer's SHUTDOWN arrived: it sends nothing new (RFC 9260 §9.2),
+    /// and had every DATA of its own acknowledged first.
+    #[inline]
+    fn peer_closed(&self) -> bool {
+        matches!(
+            self.state,
+            Some(AssocState::ShutdownReceived | AssocState::ShutdownAckSent)
+        )
+    }
+
+    fn can_close(&self) -> bool {
+        !*self.shutdown_sent
+    }
+
+    fn can_reset(&self) -> bool {
+        !*self.shutdown_sent
+    }
+
+    /// The session is over: its Terminate went to the association (no
+    /// queue pair: there was none to send).
+    fn terminate_delivered(&self, qp: &QpFacts) -> bool {
+        !qp.exists || qp.ended
+    }
+
+    fn close(&mut self) {
+        if let Some(a) = self.host.assoc_mut(self.ready, self.assoc) {
+            a.shutdown(self.now);
+        }
+        *self.shutdown_sent = true;
+        self.acted = true;
+    }
+
+    fn end_abort(&mut self) {
+        self.close();
+    }
+
+    fn reset(&mut self) {
+        if let Some(a) = self.host.assoc_mut(self.ready, self.assoc) {
+            a.abort();
+        }
+        *self.shutdown_sent = true;
+        self.acted = true;
+    }
+
+    /// Its `Closed` event, not a step, ends the stream: it reports why
+    /// (`SctpConns::event`).
+    fn over(&self, _: State) -> bool {
+        false
+    }
+
+    /// A close (graceful or abortive, ours or the peer's SHUTDOWN) sends
+    /// what is queued — our last segments, a Terminate, a Reject — then
+    /// SHUTDOWN or SHUTDOWN-ACK. To a peer gone silent SCTP would
+    /// retransmit them with back-off up to Association.Max.Retrans times
+    /// (RFC 9260 §6.3.3, §9.2, §8.1: about six minutes at RTO.Max 60 s),
+    /// the association keeping its `max_assocs` slot and what it holds all
+    /// that time. Progress: FPDUs received, and the octets our association
+    /// holds to send (they change as the peer acknowledges them; during a
+    /// close nothing new is posted), so a slow peer that keeps
+    /// acknowledging is not cut short. The ABORT carries User-Initiated
+    /// Abort (§9.1, §3.3.10.12) and flushes the queue pair.
+    fn lingering(&self, state: State, qp: &QpFacts) -> Option<(u64, usize)> {
+        let lingering = state != State::Closed
+            && (matches!(state, State::Closing | State::Aborting)
+                || *self.shutdown_sent
+                || self.peer_closed());
+        lingering.then(|| {
+            let sent = self.host.assoc(self.assoc);
+            (qp.fpdus_rx, sent.map_or(0, |a| a.sctp().send_buffered()))
+        })
+    }
 }
 
 /// What an accepted queue pair takes from the application rather than
@@ -1734,10 +1818,10 @@ impl SctpConns {
                 _ => c.life.timers.clear(Timer::Setup),
             }
         }
-        // Whether the peer has begun an association-level close, read
-        // while the association is at hand (only received packets move it
-        // into these states, so it holds for this whole call).
-        let mut peer_closing = None;
+        // The association's state, read while it is at hand (only
+        // received packets move it, so it holds for this whole call;
+        // `Some(None)`: it is gone).
+        let mut assoc_state = None;
         let closed = c.closed();
         if let (Some(qp), false) = (c.qp.as_mut(), closed) {
             // Offered without marking the association: most drives give
@@ -1747,122 +1831,59 @@ impl SctpConns {
                 let over = qp.session_over();
                 let sent = qp.transmit(mem, &mut AssocRefSink(AssocSink { assoc: a, now }));
                 busy |= sent > 0;
-                peer_closing = Some(matches!(
-                    a.sctp().state(),
-                    AssocState::ShutdownReceived | AssocState::ShutdownAckSent
-                ));
+                assoc_state = Some(Some(a.sctp().state()));
                 // Segments, or the session's Terminate (RFC 5043 §6.2).
                 if sent > 0 || qp.session_over() != over {
                     self.host.mark(ready, c.assoc);
                 }
             }
         }
-        // A graceful close that waits only for the answers to our Reads
-        // ends as over MPA (`over_tcp`, `Timer::CloseReads`): once the
-        // peer has sent no segment for `close` the close becomes abortive
-        // (Terminate, then SHUTDOWN or ABORT) and the Reads complete
-        // flushed.
-        let reads_wait = match (c.life.state(), &c.qp) {
-            (State::Closing, Some(q)) if !c.shutdown_sent => {
+        // Teardown: the endpoint's one sequence ([`Lifecycle::teardown`])
+        // over the association ([`AssocLower`]). A close ends as over MPA:
+        // once it waits only for the answers to our Reads, for at most
+        // `close` after the peer's last segment (then abortive: a
+        // Terminate, then SHUTDOWN or ABORT, the Reads flushed); once it
+        // is left to the association, for at most `close` after the
+        // peer's last progress (then ABORT).
+        let qp = match &c.qp {
+            None => QpFacts::NONE,
+            Some(q) => {
                 let r = q.qp_ref();
-                (q.tx_idle()
-                    && !q.session_over()
-                    && r.state() != QpState::Error
-                    && r.outstanding_reads() > 0)
-                    .then(|| r.stats().fpdus_rx)
+                let ended = q.session_over() || r.state() == QpState::Error;
+                QpFacts {
+                    exists: true,
+                    ended,
+                    // A session that is over sends nothing more.
+                    tx_idle: q.tx_idle() || ended,
+                    reads_outstanding: r.outstanding_reads() > 0,
+                    fpdus_rx: r.stats().fpdus_rx,
+                    setup_failed: false,
+                }
             }
-            _ => None,
         };
-        if c.life.watch_reads(now, reads_wait, c.ulp.timeouts.close) {
+        let state =
+            assoc_state.unwrap_or_else(|| self.host.assoc(c.assoc).map(|a| a.sctp().state()));
+        let mut lower = AssocLower {
+            host: &mut self.host,
+            ready,
+            assoc: c.assoc,
+            state,
+            shutdown_sent: &mut c.shutdown_sent,
+            now,
+            acted: false,
+        };
+        let done = c.life.teardown(now, &qp, &mut lower, c.ulp.timeouts.close);
+        busy |= lower.acted;
+        if done.reads_timed_out {
             self.close_timeouts += 1;
             tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
             self.abort(ready, id, now);
             self.drive(id, now, mem, ready, out);
             return true;
         }
-        // Teardown.
-        if !c.closed() && !c.shutdown_sent {
-            let qp_done =
-                c.qp.as_ref()
-                    .is_none_or(|q| q.session_over() || q.qp_ref().state() == QpState::Error);
-            let go = match c.life.state() {
-                State::Closing => c.qp.as_ref().is_none_or(|q| {
-                    q.session_over()
-                        || q.qp_ref().state() == QpState::Error
-                        || (q.tx_idle() && q.qp_ref().outstanding_reads() == 0)
-                }),
-                State::Aborting => {
-                    if c.life.timers.due(Timer::Abort, now) {
-                        c.life.timers.clear(Timer::Abort);
-                        if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
-                            a.abort();
-                        }
-                        c.shutdown_sent = true;
-                    }
-                    qp_done
-                }
-                // The session ended (a Terminate either way): the
-                // association has nothing more to carry, and the
-                // connection closes, as over TCP
-                // ([`Lifecycle::stream_ended`]).
-                _ => {
-                    let over = c.qp.as_ref().is_some_and(|q| q.session_over());
-                    if over {
-                        c.life.stream_ended();
-                    }
-                    over
-                }
-            };
-            if go && !c.shutdown_sent {
-                if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
-                    a.shutdown(now);
-                }
-                c.shutdown_sent = true;
-                busy = true;
-            }
-        }
-        // Every close ends within the close timeout of the peer's last
-        // progress. A close (graceful or abortive, of a connection in
-        // full operation or one that never got there) sends what is
-        // queued — our last segments, a Terminate, a Reject — then
-        // SHUTDOWN. To a peer gone silent, SCTP would retransmit the
-        // unacknowledged DATA and then the SHUTDOWN with back-off up to
-        // Association.Max.Retrans times (RFC 9260 §6.3.3, §9.2, §8.1:
-        // about six minutes at RTO.Max 60 s), the association keeping its
-        // `max_assocs` slot and what it holds all that time. So once the
-        // close waits for nothing of the application's (the Reads rule
-        // above governs while our Reads are unanswered), it may last
-        // `close` after the peer last made progress — an FPDU received,
-        // or our send buffer changing as the peer acknowledges — and then
-        // the association is aborted (§9.1: ABORT with the cause
-        // User-Initiated Abort, §3.3.10.12), which flushes the queue
-        // pair. As over TCP a close whose FIN goes unanswered ends in RST
-        // after `close_timeout`; a slow peer that keeps acknowledging is
-        // not cut short.
-        // The peer's SHUTDOWN (RFC 5043 §11.3: an association-level close
-        // needs no session Terminate) counts as a close too: to a peer
-        // silent after it, our last DATA and SHUTDOWN-ACK would be
-        // retransmitted as long (§9.2).
-        let lingering = !c.closed()
-            && reads_wait.is_none()
-            && (matches!(c.life.state(), State::Closing | State::Aborting)
-                || c.shutdown_sent
-                || peer_closing.unwrap_or_else(|| {
-                    self.host.assoc(c.assoc).is_some_and(|a| {
-                        matches!(
-                            a.sctp().state(),
-                            AssocState::ShutdownReceived | AssocState::ShutdownAckSent
-                        )
-                    })
-                }));
-        let progress = lingering.then(|| Conn::progress(c.qp.as_ref(), self.host.assoc(c.assoc)));
-        if c.life.watch_linger(now, progress, c.ulp.timeouts.close) {
-            if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
-                tracing::info!(sock = id, "SCTP close timed out: ABORT");
-                self.linger_aborts += 1;
-                a.abort();
-            }
-            busy = true;
+        if done.linger_timed_out {
+            tracing::info!(sock = id, "SCTP close timed out: ABORT");
+            self.linger_aborts += 1;
         }
         // Work posted after a close or before a failure.
         if c.life.state().is_closing() {
@@ -2216,6 +2237,44 @@ mod tests {
             matches!(cause(&p.a, sa), Some(DisconnectCause::TerminateReceived(_))),
             "a: {:?}",
             cause(&p.a, sa)
+        );
+    }
+
+    /// The peer's SHUTDOWN begins our close, as its FIN does over TCP
+    /// (one teardown, [`Lifecycle::teardown`]): `a`'s connection goes
+    /// through `Closing` while its association finishes the SHUTDOWN
+    /// exchange, the cause is the peer's close, and a Write posted then is
+    /// refused with it instead of being handed to an association that
+    /// takes no new data (RFC 9260 §9.2). Before, over SCTP the connection
+    /// stayed in full operation until the association was gone.
+    #[test]
+    fn the_peers_shutdown_begins_our_close() {
+        let (mut p, sa, sb) = Pair::connected(60_000 * MS);
+        let now = p.now;
+        p.b.handle_command(Command::Close(sb), now);
+        let state = |s: &Stack, id| s.sctp().unwrap().state(id);
+        let mut posted = false;
+        assert!(p.run_until(1000, |p| {
+            if !posted && state(&p.a, sa) == Some(State::Closing) {
+                posted = true;
+                p.write(sa, 9);
+            }
+            p.out_a
+                .iter()
+                .any(|o| matches!(o, Output::Cm(i, CmEvent::Disconnected) if *i == sa))
+        }));
+        assert!(posted, "a went from full operation to Closed directly");
+        let refused = p.out_a.iter().find_map(|o| match o {
+            Output::Iwarp(i, HostOutput::Refused(9, e)) if *i == sa => Some(*e),
+            _ => None,
+        });
+        assert_eq!(
+            refused,
+            Some(PostError::Disconnected(DisconnectCause::PeerClosed))
+        );
+        assert_eq!(
+            p.a.sctp().unwrap().disconnect_cause(sa),
+            Some(DisconnectCause::PeerClosed)
         );
     }
 
