@@ -40,8 +40,10 @@
 //! about) is skipped. The sweep bounds how late a deadline missing from
 //! the set could be noticed.
 
-use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
+
+mod deadlines;
+use deadlines::Deadlines;
 
 use crate::over_sctp::conn::SCTP_SOCK_BASE;
 use crate::over_sctp::AssocId;
@@ -192,8 +194,9 @@ pub struct ReadySet<Id> {
     ready: Vec<Id>,
     /// Deadlines, earliest first: at most two entries per id
     /// ([`Slot::deadline`] and a later one). A set rather than a heap:
-    /// an id's entries are found and taken out by value.
-    timers: BTreeSet<(u64, Id)>,
+    /// an id's entries are found and taken out by value (a sorted vector
+    /// while few, a B-tree beyond: `deadlines.rs`).
+    timers: Deadlines<Id>,
     /// How often the idle sweep runs (ns).
     sweep_every: u64,
     /// When it runs next: `sweep_every` after it last ran (at 0 first).
@@ -205,7 +208,7 @@ impl<Id: Ord + Copy> ReadySet<Id> {
     pub fn new(sweep_every: u64) -> Self {
         ReadySet {
             ready: Vec::new(),
-            timers: BTreeSet::new(),
+            timers: Deadlines::default(),
             sweep_every,
             next_sweep: sweep_every,
         }
