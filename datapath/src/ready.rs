@@ -45,7 +45,6 @@ use std::ops::RangeInclusive;
 mod deadlines;
 use deadlines::Deadlines;
 
-use crate::over_sctp::conn::SCTP_SOCK_BASE;
 use crate::over_sctp::AssocId;
 use crate::stack::SockId;
 
@@ -56,8 +55,7 @@ use crate::stack::SockId;
 /// the order a round takes them in ([`ReadySet::take`] with
 /// [`TCP`](Self::TCP), [`ASSOC`](Self::ASSOC), [`SCTP`](Self::SCTP)).
 ///
-/// One word: the kind in its top two bits, the id (an SCTP connection's
-/// counted from `SCTP_SOCK_BASE`) in the other 62, so that a deadline
+/// One word: the kind in its top two bits, the id in the other 62, so that a deadline
 /// set's entry is two words as it was with connection ids alone (an
 /// enum of two words made each B-tree insertion and removal dearer).
 /// Ids count up from 0 (1 for associations) by one connection at a
@@ -94,10 +92,10 @@ impl Ready {
         Ready(KIND_ASSOC | (id & ID_BITS))
     }
 
-    /// iWARP connection over SCTP `id` (`SCTP_SOCK_BASE` up).
+    /// iWARP connection over SCTP `id`.
     #[inline]
     pub const fn sctp(id: SockId) -> Ready {
-        Ready(KIND_SCTP | (id.wrapping_sub(SCTP_SOCK_BASE) as u64 & ID_BITS))
+        Ready(KIND_SCTP | (id as u64 & ID_BITS))
     }
 
     /// The id of a TCP connection's key; of another kind's key an id of
@@ -132,7 +130,7 @@ impl Ready {
     #[inline]
     pub const fn as_sctp(self) -> Option<SockId> {
         if self.0 & !ID_BITS == KIND_SCTP {
-            Some(SCTP_SOCK_BASE.wrapping_add((self.0 & ID_BITS) as SockId))
+            Some((self.0 & ID_BITS) as SockId)
         } else {
             None
         }
@@ -460,7 +458,9 @@ mod tests {
 
     #[test]
     fn keys_order_by_kind_then_id_and_give_their_ids_back() {
-        let base = SCTP_SOCK_BASE;
+        // SCTP connections take ids from the stack's one counter, as
+        // TCP's do: the kind, not the id, tells them apart.
+        let base = 5;
         let keys = [
             Ready::tcp(0),
             Ready::tcp(7),
@@ -496,7 +496,9 @@ mod tests {
     fn each_turn_takes_its_range_in_id_order_and_leaves_the_rest() {
         let mut set = ReadySet::new(100);
         let mut s = [Slot::default(); 6];
-        let base = SCTP_SOCK_BASE;
+        // SCTP connections take ids from the stack's one counter, as
+        // TCP's do: the kind, not the id, tells them apart.
+        let base = 5;
         let keys = [
             Ready::sctp(base + 1),
             Ready::tcp(4),

@@ -61,7 +61,7 @@
 //! - `tests.rs`: unit tests.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use iwarp_net::iface::{FrameSink, Interface, IpIngress, SctpIngress, SctpServed};
@@ -104,8 +104,34 @@ pub use stats::add_tcp_stats;
 pub use stats::StackStats;
 pub use stream::{flags, SendError, StreamShared, WaitError};
 
-/// Identifies a connection inside one [`Stack`].
+/// Identifies a connection inside one [`Stack`], over either transport.
 pub type SockId = usize;
+
+/// The connection ids a stack gives out, over both transports from one
+/// counter: `first`, then `step` apart (`StackConfig::sock_ids`), never
+/// reused, so a stale id finds nothing. Shared between the stack's TCP
+/// connections and its SCTP part (an atomic: a connection made costs one
+/// uncontended add).
+#[derive(Debug)]
+pub struct SockIds {
+    next: AtomicUsize,
+    step: SockId,
+}
+
+impl SockIds {
+    /// Ids `first`, `first + step`, ... (`step` 0 counts as 1).
+    pub fn new(first: SockId, step: SockId) -> Self {
+        SockIds {
+            next: AtomicUsize::new(first),
+            step: step.max(1),
+        }
+    }
+
+    /// The next id.
+    pub fn take(&self) -> SockId {
+        self.next.fetch_add(self.step, Ordering::Relaxed)
+    }
+}
 
 /// The host stack. See the [module docs](self).
 #[derive(Debug)]
@@ -131,7 +157,8 @@ pub struct Stack {
     /// A frame or a command came in since the last round ran
     /// ([`Engine::poll`](crate::runtime::Engine::poll)'s idle check).
     input: bool,
-    next_id: SockId,
+    /// Connection ids, TCP's and SCTP's ([`SockIds`]).
+    ids_given: Arc<SockIds>,
     /// The TCP connections polled this round (scratch).
     ids: Vec<Ready>,
     /// The listening ports visited this round (scratch: no allocation
@@ -194,7 +221,7 @@ impl Stack {
             by_token: HashMap::new(),
             hooks: Vec::new(),
             input: false,
-            next_id: cfg.sock_ids.0,
+            ids_given: Arc::new(SockIds::new(cfg.sock_ids.0, cfg.sock_ids.1)),
             ids: Vec::new(),
             ports: Vec::new(),
             ready: ReadySet::new(cfg.idle_sweep),

@@ -3,8 +3,8 @@
 //! connection-level outputs per connection or listener. A context has one
 //! loop, or one per receive queue ([`Context::sim_pair_queues`]): a
 //! connection belongs to one loop, which its id names (ids are given out
-//! apart, loop `i` of `n` taking `i`, `i + n`, ..., over SCTP the same
-//! from `SCTP_SOCK_BASE`), and a command for a
+//! apart, loop `i` of `n` taking `i`, `i + n`, ..., over either
+//! transport), and a command for a
 //! connection goes to that loop; the loops share one output bell, so a
 //! wait sleeps on all of them at once.
 
@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use iwarp_datapath::over_sctp::conn::SCTP_SOCK_BASE;
 use iwarp_datapath::over_tcp::{CmEvent, HostOutput};
 use iwarp_datapath::runtime::LoopHandle;
 use iwarp_datapath::stack::{Command, InspectOp, ListenError, MemoryOp, Output, SockId, Stack};
@@ -212,13 +211,12 @@ impl Inner {
     }
 
     /// The loop that owns connection `sock`: loop `i` of `n` gives out
-    /// TCP ids `i`, `i + n`, ... and SCTP ids `SCTP_SOCK_BASE + i`,
-    /// `SCTP_SOCK_BASE + i + n`, ... (`StackConfig::sock_ids`).
+    /// ids `i`, `i + n`, ..., TCP's and SCTP's from one counter
+    /// (`StackConfig::sock_ids`).
     #[inline]
     pub(crate) fn loop_of(&self, sock: SockId) -> usize {
         match self.loops.len() {
             1 => 0,
-            n if sock >= SCTP_SOCK_BASE => (sock - SCTP_SOCK_BASE) % n,
             n => sock % n,
         }
     }

@@ -6,8 +6,8 @@
 //! ([`SctpQp`]) on it. The stack's interface parses each frame once and
 //! hands this part the SCTP packets (IPv4 protocol 132, or UDP to the
 //! encapsulation port: [`Interface::receive_ip`]); it answers ARP for both
-//! parts, and SCTP sends through it (one ARP cache, one hold queue). Connections get ids from a range of their own
-//! ([`SCTP_SOCK_BASE`] up), so the stack's commands (`Iwarp`, `Close`,
+//! parts, and SCTP sends through it (one ARP cache, one hold queue). Connections take their ids
+//! from the stack's one counter ([`SockIds`]), so the stack's commands (`Iwarp`, `Close`,
 //! `Abort`, `Accept`, `Reject`) reach them by id like TCP connections,
 //! and completions go to the same CQ rings.
 //!
@@ -77,13 +77,10 @@ use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
-use crate::stack::{route, Gone, Output, QpCqs, SockId};
+use crate::stack::{route, Gone, Output, QpCqs, SockId, SockIds};
 use crate::timers::{earliest, Timer};
 use crate::ConnError;
 use crate::StreamParams;
-
-/// The first id of an SCTP connection (TCP connections count up from 0).
-pub const SCTP_SOCK_BASE: SockId = (SockId::MAX >> 1) + 1;
 
 /// Octets of segments an initiator holds that arrived before the Accept.
 pub const MAX_EARLY: usize = 1 << 20;
@@ -554,9 +551,9 @@ pub struct SctpConns {
     /// from the stack's ready set), kept for its capacity.
     ids: Vec<Ready>,
     listeners: HashMap<u16, Listening>,
-    next_id: SockId,
-    /// The step between connection ids (`set_ids`).
-    id_step: SockId,
+    /// Where connection ids come from: the stack's one counter
+    /// (`set_ids`).
+    id_source: Arc<SockIds>,
     next_port: u16,
     ephemeral_base: u16,
     /// Our address and, on a loop of several, the receive steering its
@@ -735,8 +732,7 @@ impl SctpConns {
             by_token: HashMap::new(),
             ids: Vec::new(),
             listeners: HashMap::new(),
-            next_id: SCTP_SOCK_BASE,
-            id_step: 1,
+            id_source: Arc::new(SockIds::new(0, 1)),
             next_port: ephemeral_base,
             ephemeral_base,
             local,
@@ -905,14 +901,13 @@ impl SctpConns {
         self.accept_order = counter;
     }
 
-    /// Connection ids from now on: `SCTP_SOCK_BASE + first`, then `step`
-    /// apart (`step` 0 counts as 1). The loops of one context take ids
-    /// apart as their TCP connections do (`StackConfig::sock_ids`: loop
-    /// `i` of `n` takes `first` `i` and `step` `n`), so an id names one
-    /// connection in the whole context. Set before the first connection.
-    pub fn set_ids(&mut self, first: SockId, step: SockId) {
-        self.next_id = SCTP_SOCK_BASE.saturating_add(first);
-        self.id_step = step.max(1);
+    /// Take connection ids from `ids` (the stack's counter, which its
+    /// TCP connections take from too: one id names one connection over
+    /// either transport, and the loops of one context count apart,
+    /// `StackConfig::sock_ids`). Until set, this part counts alone from 0.
+    /// Set before the first connection.
+    pub fn set_ids(&mut self, ids: Arc<SockIds>) {
+        self.id_source = ids;
     }
 
     /// This part is the loop of one receive queue of several
@@ -1175,8 +1170,7 @@ impl SctpConns {
                 .map(|a| (a, lport))
         }) {
             Ok((assoc, lport)) => {
-                let id = self.next_id;
-                self.next_id += self.id_step;
+                let id = self.id_source.take();
                 let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.life.opened(now);
                 c.token = Some(token);
@@ -1525,8 +1519,7 @@ impl SctpConns {
                     }
                     return;
                 };
-                let id = self.next_id;
-                self.next_id += self.id_step;
+                let id = self.id_source.take();
                 let mut c = Conn::new(
                     assoc,
                     lport,
@@ -2619,7 +2612,8 @@ mod tests {
     }
 
     /// On the loop of queue `q` of 4 (`set_ids`, `set_steering`): SCTP
-    /// connection ids `SCTP_SOCK_BASE + q`, then 4 apart; local ports
+    /// connection ids from the loop's counter (`q`, then 4 apart, after
+    /// the one TCP connection the loop made first); local ports
     /// whose answers (peer to us, SCTP's ports) the RSS brings to `q`;
     /// SCTP over UDP refused (its outer ports are fixed); no fitting
     /// free port: a local failure, nothing sent.
@@ -2635,7 +2629,10 @@ mod tests {
         let part = |queue: u16, base: u16| {
             let cfg = SctpHostConfig::new([0x02, 0, 0, 0, 0x5c, 1], local, [7; 16]);
             let mut sc = SctpConns::new(cfg, base).unwrap();
-            sc.set_ids(usize::from(queue), 4);
+            let ids = Arc::new(SockIds::new(usize::from(queue), 4));
+            // The stack's TCP connections take from the same counter.
+            assert_eq!(ids.take(), usize::from(queue));
+            sc.set_ids(ids);
             sc.set_steering(Some(crate::stack::Steering {
                 rss: rss.clone(),
                 queue,
@@ -2665,7 +2662,7 @@ mod tests {
                 })
                 .collect();
             let q = usize::from(queue);
-            let base = SCTP_SOCK_BASE + q;
+            let base = q + 4;
             assert_eq!(ids, [base, base + 4, base + 8]);
             let mut ports: Vec<u16> = ids.iter().map(|id| sc.conns[id].port).collect();
             for &p in &ports {

@@ -28,9 +28,6 @@ impl Stack {
             // Without an SCTP part a post is marked where it is posted
             // (one lookup of the connection).
             Command::Iwarp(..) if self.sctp.is_none() => None,
-            // One of the SCTP part's (posted there by `handle_command`): no
-            // TCP socket.
-            Command::Iwarp(id, _) if *id >= crate::over_sctp::conn::SCTP_SOCK_BASE => None,
             Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
             Command::Accept { sock, .. }
             | Command::Reject { sock, .. }

@@ -104,9 +104,9 @@ pub struct StackConfig {
     /// The first connection id this stack gives out and the step between
     /// ids (default 0 and 1): the loops of one context take ids apart
     /// (loop `i` of `n`: `i` and `n`), so an id names one connection in
-    /// the whole context (a shared CQ's completions, its router). SCTP
-    /// connections count from `SCTP_SOCK_BASE` plus the first, by the
-    /// same step.
+    /// the whole context (a shared CQ's completions, its router). TCP and
+    /// SCTP connections take ids from this one sequence
+    /// ([`SockIds`](super::SockIds)).
     pub sock_ids: (SockId, SockId),
     /// Neighbours shared with the context's other loops
     /// (`Interface::share_neighbours`): ARP reaches one queue only.

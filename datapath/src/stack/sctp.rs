@@ -42,9 +42,10 @@ impl Stack {
                 Ok(mut p) => {
                     p.set_backlog(self.cfg.backlog);
                     p.set_max_held(self.cfg.sctp_max_held);
-                    // On a loop of several: ids apart from the other
-                    // loops', active opens on ports that come back here.
-                    p.set_ids(self.cfg.sock_ids.0, self.cfg.sock_ids.1);
+                    // Ids from the stack's one counter (on a loop of
+                    // several, apart from the other loops'); active opens
+                    // on ports that come back here.
+                    p.set_ids(self.ids_given.clone());
                     p.set_steering(self.cfg.steering.clone());
                     p.set_accept_order(self.accept_order.clone());
                     self.sctp = Some(Box::new(p))

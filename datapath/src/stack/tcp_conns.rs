@@ -39,8 +39,7 @@ impl Stack {
             sock.tcp().remote_port(),
             sock.tcp().local_port(),
         );
-        let id = self.next_id;
-        self.next_id += self.cfg.sock_ids.1.max(1);
+        let id = self.ids_given.take();
         mark_ready(&mut self.ready, &mut sock, id);
         self.socks.insert(id, sock);
         self.by_tuple.insert(key, id);

@@ -102,15 +102,28 @@ fn unanswered_requests_are_pruned_but_what_they_hold_is_kept() {
 }
 
 /// A post to a connection the stack knows nothing of (never was, or
-/// freed and forgotten) is refused to the outputs, not dropped: over
-/// TCP's ids and SCTP's.
+/// freed and forgotten) is refused to the outputs, not dropped, whether
+/// the stack has an SCTP part or not (one id space: the id cannot say
+/// which transport it was).
 #[test]
 fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
-    use crate::over_sctp::conn::SCTP_SOCK_BASE;
     use iwarp_proto::qp::{PostError, QpState};
     let (mut st, _) = two_connections();
     st.pending_out.clear();
-    for id in [999, SCTP_SOCK_BASE + 999] {
+    for (i, id) in [999, 1999].into_iter().enumerate() {
+        if i == 1 {
+            // An SCTP part now: the post is offered there first.
+            st.handle_command(
+                Command::Listen {
+                    port: 7000,
+                    transport: Transport::Sctp,
+                    ulp: iwarp_ulp(crate::PdId(1)),
+                },
+                0,
+            );
+            st.pending_out.clear();
+            assert!(st.sctp().is_some_and(|sc| sc.listening(7000)));
+        }
         let sgl = iwarp_proto::qp::SgList::default();
         st.handle_command(Command::Iwarp(id, HostCommand::PostRecv(7, sgl)), 0);
         let got: Vec<_> = st.pending_out.drain(..).collect();
@@ -688,6 +701,48 @@ fn one_of_each_transport() -> (Stack, SockId, SockId) {
     let tcp = *st.by_tuple.values().next().expect("the TCP connection");
     let sctp = st.sctp().and_then(|sc| sc.by_token(2));
     (st, tcp, sctp.expect("the SCTP connection"))
+}
+
+/// One id space over both transports (`SockIds`): the TCP connection
+/// and the SCTP connection a stack opens one after the other take the
+/// next ids of one counter, and a loop of several (`sock_ids` (1, 2))
+/// gives both its own residue, so the router finds either by `id % n`.
+#[test]
+fn both_transports_take_ids_from_one_counter() {
+    let (_, tcp, sctp) = one_of_each_transport();
+    assert_eq!((tcp, sctp), (0, 1));
+    let mut mem = MemoryTable::new();
+    let pd = mem.alloc_pd();
+    let iface = iwarp_net::iface::IfaceConfig::new(
+        tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+        Ipv4Address::new(10, 9, 0, 1),
+        24,
+    );
+    let mut cfg = StackConfig::new(iface);
+    cfg.sock_ids = (1, 2);
+    let mut st = Stack::new(cfg, mem);
+    let mut ids = Vec::new();
+    for (token, transport) in [
+        (1, Transport::Sctp),
+        (2, Transport::Tcp),
+        (3, Transport::Sctp),
+    ] {
+        st.handle_command(
+            Command::Connect {
+                transport,
+                token,
+                remote: Ipv4Address::new(10, 9, 0, 2),
+                port: 7000,
+                ulp: iwarp_ulp(pd),
+            },
+            0,
+        );
+        ids.extend(st.pending_out.drain(..).filter_map(|o| match o {
+            Output::Opening { sock, .. } => Some(sock),
+            _ => None,
+        }));
+    }
+    assert_eq!(ids, [1, 3, 5]);
 }
 
 /// The stack has one ready set: a TCP connection, an SCTP connection
