@@ -551,6 +551,9 @@ pub struct SctpConns {
     /// from the stack's ready set), kept for its capacity.
     ids: Vec<Ready>,
     listeners: HashMap<u16, Listening>,
+    /// Connections freed, their CQs and causes, not yet handed to the
+    /// stack's record ([`take_freed`](Self::take_freed)).
+    freed: Vec<(SockId, Option<QpCqs>, Option<DisconnectCause>)>,
     /// Where connection ids come from: the stack's one counter
     /// (`set_ids`).
     id_source: Arc<SockIds>,
@@ -574,10 +577,6 @@ pub struct SctpConns {
     backlog_aborts: u64,
     /// Octets a queue pair holds out of DDP-SSN order (`set_max_held`).
     max_held: usize,
-    /// Connections already freed, so that a post made after the
-    /// connection was let go still completes, refused with the cause,
-    /// instead of vanishing (as `Stack::gone` does over TCP).
-    gone: Gone,
     /// Numbers accepted associations (`set_accept_order`).
     accept_order: Arc<AtomicU64>,
     /// Connections driven, in all.
@@ -733,6 +732,7 @@ impl SctpConns {
             ids: Vec::new(),
             listeners: HashMap::new(),
             id_source: Arc::new(SockIds::new(0, 1)),
+            freed: Vec::new(),
             next_port: ephemeral_base,
             ephemeral_base,
             local,
@@ -743,7 +743,6 @@ impl SctpConns {
             backlog: usize::MAX,
             backlog_aborts: 0,
             max_held: MAX_HELD,
-            gone: Gone::default(),
             accept_order: Arc::default(),
             active: false,
             held_total: 0,
@@ -809,21 +808,32 @@ impl SctpConns {
         }
     }
 
-    /// Why connection `id` ended (or is ending), if it did: also for one
-    /// already freed (the newest 1,024, `GONE_KEPT`).
+    /// Why connection `id` ended (or is ending), if it did and it is
+    /// still here (once freed, the stack's record of freed connections
+    /// knows: `Stack::disconnect_cause`).
     pub fn disconnect_cause(&self, id: SockId) -> Option<DisconnectCause> {
-        match self.conns.get(&id) {
-            Some(c) => c.cause(),
-            None => self.gone.get(id).and_then(|g| g.1),
-        }
+        self.conns.get(&id).and_then(|c| c.cause())
     }
 
-    /// Free connection `id`, keeping its CQ and cause for late posts.
+    /// Free connection `id`: its CQ and cause go to the stack's one
+    /// record of freed connections, over both transports, when the stack
+    /// next takes them ([`take_freed`](Self::take_freed)), so that a
+    /// post to the id is refused there with why it ended.
     fn forget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
         self.by_token.retain(|_, s| *s != id);
         if let Some(mut c) = self.conns.remove(&id) {
             ready.forget(&mut c.slot, Ready::sctp(id));
-            self.gone.insert(id, c.ulp.cq.clone(), c.cause());
+            self.freed.push((id, c.ulp.cq.clone(), c.cause()));
+        }
+    }
+
+    /// Hand the connections freed since the last call to the stack's
+    /// record of freed connections (`Stack::gone`). The stack calls it
+    /// after every call that may free one (a round, a close, an abort),
+    /// before it takes its next command.
+    pub(crate) fn take_freed(&mut self, gone: &mut Gone) {
+        for (id, cq, cause) in self.freed.drain(..) {
+            gone.insert(id, cq, cause);
         }
     }
 
@@ -843,9 +853,9 @@ impl SctpConns {
         self.conns.contains_key(&id)
     }
 
-    /// Whether `id` names one of our connections.
+    /// Whether `id` names one of our connections (not freed yet).
     pub fn owns(&self, id: SockId) -> bool {
-        self.conns.contains_key(&id) || self.gone.get(id).is_some()
+        self.conns.contains_key(&id)
     }
 
     /// The connection opened under `token`, while it exists.
@@ -1223,16 +1233,10 @@ impl SctpConns {
         now: u64,
         out: &mut dyn FnMut(Output),
     ) -> bool {
+        // Freed (or never ours): the stack refuses it, with why it ended
+        // when its record of freed connections knows.
         let Some(c) = self.conns.get_mut(&id) else {
-            // Freed: refused with why it ended, on its CQ (kept while a
-            // handle holds it, `Gone`), else to the outputs.
-            let Some(g) = self.gone.get(id) else {
-                return false;
-            };
-            let (cq, cause) = (g.0.as_ref(), g.1);
-            let e = cause.map_or(PostError::NotReady(QpState::Error), PostError::Disconnected);
-            route(id, HostOutput::refused(&cmd, e), cq, out);
-            return true;
+            return false;
         };
         ready.mark(&mut c.slot, Ready::sctp(id));
         let cq = c.ulp.cq.as_ref();

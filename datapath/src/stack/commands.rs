@@ -224,6 +224,11 @@ impl Stack {
                     self.pending_out.push_back(Output::CmRefused(sock, e));
                 }
             }
+        } else {
+            // No iWARP connection by that id (never, or freed): refused,
+            // as a request not held, over either transport.
+            self.pending_out
+                .push_back(Output::CmRefused(sock, crate::no_request()));
         }
     }
 
@@ -256,6 +261,9 @@ impl Stack {
                     self.pending_out.push_back(Output::CmRefused(sock, e));
                 }
             }
+        } else {
+            self.pending_out
+                .push_back(Output::CmRefused(sock, crate::no_request()));
         }
     }
 }

@@ -226,6 +226,7 @@ impl Stack {
                 tx,
                 out,
             );
+            sc.take_freed(&mut self.gone);
             // What they hold changes only in a round that visited an
             // association or drove a connection (`SctpConns::was_active`).
             if sc.was_active() {

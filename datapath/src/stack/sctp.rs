@@ -155,12 +155,14 @@ impl Stack {
             Command::Close(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
                     sc.close(&mut self.ready, id);
+                    sc.take_freed(&mut self.gone);
                 }
                 None
             }
             Command::Abort(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
                     sc.abort(&mut self.ready, id, now);
+                    sc.take_freed(&mut self.gone);
                 }
                 None
             }

@@ -140,6 +140,44 @@ fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
     }
 }
 
+/// An Accept or a Reject naming no connection request (an id never given
+/// out, or a connection already freed) is answered `CmRefused` over both
+/// transports alike; before one id space, an SCTP id freed was refused
+/// and a TCP one ignored.
+#[test]
+fn an_answer_to_no_request_is_refused_over_both_transports() {
+    let (mut st, tcp, sctp) = one_of_each_transport();
+    st.pending_out.clear();
+    for id in [999, tcp, sctp] {
+        st.handle_command(
+            Command::Accept {
+                sock: id,
+                private_data: Vec::new(),
+                ird: 1,
+                ord: 1,
+                cq: None,
+                pd: None,
+            },
+            0,
+        );
+        st.handle_command(
+            Command::Reject {
+                sock: id,
+                private_data: Vec::new(),
+            },
+            0,
+        );
+        let got: Vec<_> = st.pending_out.drain(..).collect();
+        assert!(
+            matches!(
+                got.as_slice(),
+                [Output::CmRefused(a, _), Output::CmRefused(b, _)] if *a == id && *b == id
+            ),
+            "{id}: {got:?}"
+        );
+    }
+}
+
 /// The last segment's connection is found again without the map, and
 /// never once its socket is gone or the tuple belongs to another.
 #[test]
