@@ -7,7 +7,7 @@
 //! close (a close waiting for our Reads' answers, a close left to the
 //! lower layer, an abort's Terminate), and both queue work posted before
 //! full operation in one [`crate::early::EarlyWork`]. Teardown is one
-//! sequence ([`Lifecycle::teardown`]) over a [`LowerLayer`]: what is the
+//! sequence (`Lifecycle::teardown`) over a `LowerLayer`: what is the
 //! lower layer's are the facts each step reads (the peer's FIN or
 //! SHUTDOWN, a Terminate delivered, the stream over, progress) and what
 //! each verdict does to it (FIN or SHUTDOWN, RST or ABORT).
