@@ -77,7 +77,7 @@ use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
-use crate::stack::{route, Gone, Output, QpCqs, SockId, SockIds};
+use crate::stack::{route, Output, QpCqs, SockId, SockIds};
 use crate::timers::{earliest, Timer};
 use crate::ConnError;
 use crate::StreamParams;
@@ -546,7 +546,6 @@ pub struct SctpConns {
     /// a B-tree: no SipHash per received segment (1.5 % of an SCTP Write
     /// stream's instructions).
     by_assoc: BTreeMap<AssocId, SockId>,
-    by_token: HashMap<u64, SockId>,
     /// `poll`'s list of the connections it drives (their marks taken
     /// from the stack's ready set), kept for its capacity.
     ids: Vec<Ready>,
@@ -728,7 +727,6 @@ impl SctpConns {
             host: SctpHost::new_shared(cfg)?,
             conns: BTreeMap::new(),
             by_assoc: BTreeMap::new(),
-            by_token: HashMap::new(),
             ids: Vec::new(),
             listeners: HashMap::new(),
             id_source: Arc::new(SockIds::new(0, 1)),
@@ -818,23 +816,23 @@ impl SctpConns {
     /// Free connection `id`: its CQ and cause go to the stack's one
     /// record of freed connections, over both transports, when the stack
     /// next takes them ([`take_freed`](Self::take_freed)), so that a
-    /// post to the id is refused there with why it ended.
+    /// post to the id is refused there with why it ended; its token no
+    /// longer names it then.
     fn forget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
-        self.by_token.retain(|_, s| *s != id);
         if let Some(mut c) = self.conns.remove(&id) {
             ready.forget(&mut c.slot, Ready::sctp(id));
             self.freed.push((id, c.ulp.cq.clone(), c.cause()));
         }
     }
 
-    /// Hand the connections freed since the last call to the stack's
-    /// record of freed connections (`Stack::gone`). The stack calls it
-    /// after every call that may free one (a round, a close, an abort),
-    /// before it takes its next command.
-    pub(crate) fn take_freed(&mut self, gone: &mut Gone) {
-        for (id, cq, cause) in self.freed.drain(..) {
-            gone.insert(id, cq, cause);
-        }
+    /// The connections freed since the last call, for the stack's
+    /// record of freed connections (`Stack::gone`) and its map of
+    /// tokens. The stack takes them after every call that may free one
+    /// (a round, a close, an abort), before it takes its next command.
+    pub(crate) fn take_freed(
+        &mut self,
+    ) -> std::vec::Drain<'_, (SockId, Option<QpCqs>, Option<DisconnectCause>)> {
+        self.freed.drain(..)
     }
 
     /// The engine underneath (counters, associations).
@@ -856,11 +854,6 @@ impl SctpConns {
     /// Whether `id` names one of our connections (not freed yet).
     pub fn owns(&self, id: SockId) -> bool {
         self.conns.contains_key(&id)
-    }
-
-    /// The connection opened under `token`, while it exists.
-    pub fn by_token(&self, token: u64) -> Option<SockId> {
-        self.by_token.get(&token).copied()
     }
 
     /// Graceful closes that waited `SetupTimeouts::close` for the answers
@@ -1151,7 +1144,9 @@ impl SctpConns {
 
     /// Open a connection: `Output::Opening`, then `Connected` (or `Failed`)
     /// and CM events, through `out`. `udp`: the peer's UDP encapsulation
-    /// port (RFC 6951), or `None` for raw IPv4.
+    /// port (RFC 6951), or `None` for raw IPv4. Returns the connection's
+    /// id, which its `token` names in the stack's one map from tokens to
+    /// connections until it is freed (None: refused locally, `Failed`).
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
@@ -1163,7 +1158,7 @@ impl SctpConns {
         ulp: SctpUlp,
         now: u64,
         out: &mut VecDeque<Output>,
-    ) {
+    ) -> Option<SockId> {
         let lport = if udp.is_some() && self.steering.is_some() {
             Err(
                 "SCTP over UDP on a loop of several: its outer UDP ports (9899 both ways) \
@@ -1187,9 +1182,9 @@ impl SctpConns {
                 ready.mark(&mut c.slot, Ready::sctp(id));
                 self.conns.insert(id, c);
                 self.by_assoc.insert(assoc, id);
-                self.by_token.insert(token, id);
                 tracing::debug!(sock = id, %remote, port, local_port = lport, "SCTP connecting");
                 out.push_back(Output::Opening { token, sock: id });
+                Some(id)
             }
             Err(why) => {
                 tracing::info!(%remote, port, why, "SCTP connect refused locally");
@@ -1197,6 +1192,7 @@ impl SctpConns {
                     token,
                     error: ConnError::Local(why),
                 });
+                None
             }
         }
     }
@@ -1583,7 +1579,7 @@ impl SctpConns {
         }
         match ev {
             DdpEvent::Connected => {
-                // The token keeps naming the connection (`by_token`) until
+                // The token keeps naming the connection (the stack's `by_token`) until
                 // it is freed: receives the application posts with its
                 // connect (`Command::IwarpOpening`) may come in after the
                 // association is up, and must find it (as over TCP).
@@ -1732,7 +1728,6 @@ impl SctpConns {
             DdpEvent::Closed(reason) => {
                 self.by_assoc.remove(&assoc);
                 if let Some(token) = c.token.take() {
-                    self.by_token.remove(&token);
                     out(Output::Failed {
                         token,
                         error: close_error(&reason),
@@ -1919,9 +1914,6 @@ impl SctpConns {
         }
         if c.closed() && !c.reported_closed {
             c.reported_closed = true;
-            if let Some(t) = c.token.take() {
-                self.by_token.remove(&t);
-            }
             busy = true;
         }
         // A queue pair the application holds stays (refusing posts) until

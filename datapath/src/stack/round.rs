@@ -226,7 +226,9 @@ impl Stack {
                 tx,
                 out,
             );
-            sc.take_freed(&mut self.gone);
+        }
+        self.sctp_freed();
+        if let Some(sc) = self.sctp.as_deref_mut() {
             // What they hold changes only in a round that visited an
             // association or drove a connection (`SctpConns::was_active`).
             if sc.was_active() {

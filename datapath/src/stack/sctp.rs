@@ -72,10 +72,21 @@ impl Stack {
                 let udp = (transport == Transport::SctpOverUdp)
                     .then_some(crate::over_sctp::SCTP_UDP_PORT);
                 self.sctp_part();
-                let Stack { sctp, ready, .. } = self;
+                let Stack {
+                    sctp,
+                    ready,
+                    by_token,
+                    ..
+                } = self;
                 let why = match (SctpUlp::from_ulp(&ulp), sctp.as_deref_mut()) {
                     (Ok(ulp), Some(sc)) => {
-                        sc.connect(ready, token, remote, port, udp, ulp, now, &mut outs);
+                        // One map from tokens to connections over both
+                        // transports (`Command::IwarpOpening`).
+                        if let Some(id) =
+                            sc.connect(ready, token, remote, port, udp, ulp, now, &mut outs)
+                        {
+                            by_token.insert(token, id);
+                        }
                         None
                     }
                     (Err(why), _) => Some(why),
@@ -133,12 +144,6 @@ impl Stack {
                 });
                 None
             }
-            Command::IwarpOpening(token, c) => {
-                match self.sctp.as_ref().and_then(|sc| sc.by_token(token)) {
-                    Some(id) => self.sctp_command(Command::Iwarp(id, c), now),
-                    None => Some(Command::IwarpOpening(token, c)),
-                }
-            }
             Command::Iwarp(id, c) if ours(self, id) => {
                 let Stack {
                     sctp,
@@ -155,14 +160,14 @@ impl Stack {
             Command::Close(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
                     sc.close(&mut self.ready, id);
-                    sc.take_freed(&mut self.gone);
+                    self.sctp_freed();
                 }
                 None
             }
             Command::Abort(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
                     sc.abort(&mut self.ready, id, now);
-                    sc.take_freed(&mut self.gone);
+                    self.sctp_freed();
                 }
                 None
             }
@@ -212,6 +217,25 @@ impl Stack {
                 None
             }
             other => Some(other),
+        }
+    }
+
+    /// The SCTP part's connections freed by its last call go into the
+    /// stack's record of freed connections ([`Gone`]: a later post is
+    /// refused there with why it ended), and their tokens stop naming
+    /// them, as a TCP connection's when it is removed.
+    pub(super) fn sctp_freed(&mut self) {
+        let Stack {
+            sctp,
+            gone,
+            by_token,
+            ..
+        } = self;
+        if let Some(sc) = sctp.as_deref_mut() {
+            for (id, cq, cause) in sc.take_freed() {
+                gone.insert(id, cq, cause);
+                by_token.retain(|_, s| *s != id);
+            }
         }
     }
 

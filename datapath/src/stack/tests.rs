@@ -140,6 +140,49 @@ fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
     }
 }
 
+/// One map from `Connect` tokens to connections over both transports: the
+/// SCTP connection's token names it as the TCP one's does, a receive
+/// posted under it (`IwarpOpening`) waits in its connection's early work
+/// (no refusal), and once the connection is freed (aborted, its
+/// association gone) the token names nothing and the receive came back
+/// flushed under the connection's id.
+#[test]
+fn one_token_map_names_connections_over_both_transports() {
+    let (mut st, tcp, sctp) = one_of_each_transport();
+    assert_eq!(
+        (st.by_token.get(&1), st.by_token.get(&2)),
+        (Some(&tcp), Some(&sctp))
+    );
+    st.pending_out.clear();
+    let recv = |st: &mut Stack, wr_id| {
+        let sgl = iwarp_proto::qp::SgList::default();
+        st.handle_command(
+            Command::IwarpOpening(2, HostCommand::PostRecv(wr_id, sgl)),
+            0,
+        );
+    };
+    recv(&mut st, 7);
+    assert!(st.pending_out.is_empty(), "{:?}", st.pending_out);
+    st.handle_command(Command::Abort(sctp), 0);
+    let mut outs = Vec::new();
+    let mut now = 0;
+    while st.by_token.contains_key(&2) && now < 10 * crate::ABORT_GRACE_NS {
+        st.poll(now, &mut |_: &[&[u8]]| {}, &mut |o| outs.push(o));
+        now += 1_000_000;
+    }
+    assert!(
+        !st.by_token.contains_key(&2),
+        "the token outlived its connection"
+    );
+    assert_eq!(st.by_token.get(&1), Some(&tcp));
+    assert!(st.sctp().is_some_and(|sc| !sc.has_connection(sctp)));
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::Iwarp(i, HostOutput::RefusedRecv(7, _)) if *i == sctp)),
+        "{outs:?}"
+    );
+}
+
 /// An Accept or a Reject naming no connection request (an id never given
 /// out, or a connection already freed) is answered `CmRefused` over both
 /// transports alike; before one id space, an SCTP id freed was refused
@@ -737,7 +780,7 @@ fn one_of_each_transport() -> (Stack, SockId, SockId) {
         st.handle_command(cmd, 0);
     }
     let tcp = *st.by_tuple.values().next().expect("the TCP connection");
-    let sctp = st.sctp().and_then(|sc| sc.by_token(2));
+    let sctp = st.by_token.get(&2).copied();
     (st, tcp, sctp.expect("the SCTP connection"))
 }
 
