@@ -825,10 +825,18 @@ impl SctpConns {
         }
     }
 
-    /// The connections freed since the last call, for the stack's
-    /// record of freed connections (`Stack::gone`) and its map of
-    /// tokens. The stack takes them after every call that may free one
-    /// (a round, a close, an abort), before it takes its next command.
+    /// Whether connections were freed since the last
+    /// [`take_freed`](Self::take_freed), which hands them over for the
+    /// stack's record of freed connections (`Stack::gone`) and its map
+    /// of tokens. The stack takes them after every call that may free
+    /// one (a round, a close, an abort), before it takes its next
+    /// command.
+    #[inline]
+    pub(crate) fn has_freed(&self) -> bool {
+        !self.freed.is_empty()
+    }
+
+    /// (See [`has_freed`](Self::has_freed).)
     pub(crate) fn take_freed(
         &mut self,
     ) -> std::vec::Drain<'_, (SockId, Option<QpCqs>, Option<DisconnectCause>)> {
