@@ -993,15 +993,22 @@ mod tests {
         assert_eq!((f.end_aborts, f.resets), (0, 1));
     }
 
-    #[test]
-    fn the_lower_layers_end_closes_once_and_its_linger_is_bounded() {
+    /// A connection closing over a lower layer that is over and lingers
+    /// (FIN-WAIT-2, say).
+    fn closing_over_a_lingering_layer() -> (Lifecycle, Fake) {
         let mut l = operational();
         l.begin_close();
-        let mut f = Fake {
+        let f = Fake {
             over: true,
             progress: Some((0, 0)),
             ..Fake::default()
         };
+        (l, f)
+    }
+
+    #[test]
+    fn the_lower_layers_end_closes_once_and_its_linger_is_bounded() {
+        let (mut l, mut f) = closing_over_a_lingering_layer();
         let done = l.teardown(0, &QpFacts::NONE, &mut f, MS);
         assert!(done.closed);
         assert_eq!(l.state(), State::Closed);
@@ -1016,13 +1023,7 @@ mod tests {
         assert!(done.linger_timed_out);
         assert_eq!(f.resets, 1);
         // No timeout: unbounded.
-        let mut l = operational();
-        l.begin_close();
-        let mut f = Fake {
-            over: true,
-            progress: Some((0, 0)),
-            ..Fake::default()
-        };
+        let (mut l, mut f) = closing_over_a_lingering_layer();
         l.teardown(0, &QpFacts::NONE, &mut f, 0);
         assert!(
             !l.teardown(u64::MAX / 2, &QpFacts::NONE, &mut f, 0)
