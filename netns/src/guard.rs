@@ -8,7 +8,11 @@
 //! SIGTERM, removes what the registry holds and exits 130 or 143 (128 plus
 //! the signal's number, as a shell reports a process the signal killed).
 //! Call it first thing in `main`, before any thread enters a namespace: the
-//! `ip` commands it runs must start in the root namespace.
+//! `ip` commands it runs must start in the root namespace. The first
+//! [`Netns::new`](crate::Netns::new) or [`VethPair::new`](crate::VethPair::new)
+//! of a prefix in a process installs it too and sweeps what dead runs of
+//! that prefix left, so test binaries, which have no `main` of their own,
+//! leave nothing behind on SIGINT or SIGTERM either.
 //!
 //! Names carry the creating process's id (`<prefix><pid in base 36>-<n>`,
 //! see [`Netns::new`](crate::Netns::new)), so [`sweep_stale`] can tell a
@@ -146,16 +150,57 @@ pub fn install_signal_cleanup(tool: &str) -> std::io::Result<()> {
             if let Some(sig) = signals.forever().next() {
                 let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
                 let removed = remove_registered(SIGNAL_TIMEOUT);
-                if removed.is_empty() {
-                    eprintln!("{tool}: {name}");
+                // Straight to stderr, not `eprintln!`: a test harness
+                // captures that in threads its tests spawn, and drops it
+                // on exit.
+                use std::io::Write as _;
+                let _ = if removed.is_empty() {
+                    writeln!(std::io::stderr(), "{tool}: {name}")
                 } else {
-                    eprintln!("{tool}: {name}: removed {}", removed.join(", "));
-                }
+                    writeln!(
+                        std::io::stderr(),
+                        "{tool}: {name}: removed {}",
+                        removed.join(", ")
+                    )
+                };
                 std::process::exit(128 + sig);
             }
         })?;
     let _ = INSTALLED.set(());
     Ok(())
+}
+
+/// Before the first namespace or veth of `prefix` in this process: sweep
+/// what dead runs of the same prefix left ([`sweep_stale`]: a test binary
+/// or tool killed with SIGKILL, or whose parent was killed under it), and
+/// install the SIGINT/SIGTERM cleanup ([`install_signal_cleanup`], named
+/// after this executable), so that a test binary cleans up on signals as
+/// the tools do. Once per prefix per process; failures are left to the
+/// creation that follows, which reports its own.
+pub(crate) fn prepare(prefix: &str) {
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    // As the names carry it (`unique_base`: five letters and digits).
+    let prefix: String = prefix
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(5)
+        .collect();
+    let prefix = prefix.as_str();
+    {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.iter().any(|p| p == prefix) {
+            return;
+        }
+        seen.push(prefix.to_owned());
+    }
+    let exe = std::env::current_exe().ok();
+    let tool = exe
+        .as_deref()
+        .and_then(|p| p.file_stem())
+        .and_then(|s| s.to_str())
+        .unwrap_or("netns");
+    let _ = install_signal_cleanup(tool);
+    let _ = sweep_stale(prefix);
 }
 
 /// Whether `prefix` is one the tools accept for `--netns-prefix`: 1 to
@@ -302,6 +347,33 @@ mod tests {
         assert!(creator_pids(&base, "tst").contains(&std::process::id()));
         assert!(!is_stale(&base, "tst"));
         assert!(!is_stale(&format!("{base}a"), "tst"));
+    }
+
+    /// A namespace a dead process of the prefix left is gone once this
+    /// process makes its first namespace of that prefix (root only).
+    #[test]
+    fn the_first_namespace_of_a_prefix_sweeps_what_dead_runs_left() {
+        if crate::skip_test_without_root() {
+            return;
+        }
+        let mut c = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = c.id();
+        c.wait().expect("wait");
+        if alive(pid) {
+            return; // reused already: nothing to show
+        }
+        let left = format!("tswp{}-0", crate::base36(pid));
+        run_ok(&["ip", "netns", "add", &left], IP_TIMEOUT).expect("ip netns add");
+        let ns = crate::Netns::new("tswp").expect("a namespace");
+        let now = list_netns().expect("ip netns list");
+        let swept = !now.contains(&left);
+        if !swept {
+            let _ = run(&["ip", "netns", "delete", &left], IP_TIMEOUT);
+        }
+        assert!(swept, "{left} still there: {now:?}");
+        assert!(now.iter().any(|n| n == ns.name()), "ours stays");
     }
 
     #[test]

@@ -402,6 +402,7 @@ impl Netns {
     /// Create a namespace named `<prefix><pid>-<n>` with its loopback up
     /// (the prefix's first 5 letters and digits, the pid in base 36).
     pub fn new(prefix: &str) -> Result<Netns, Error> {
+        guard::prepare(prefix);
         let mut last = None;
         for _ in 0..8 {
             let (name, id) = unique_base(prefix);
@@ -567,6 +568,7 @@ impl VethPair {
     /// queue mapping), so a sender steers its flows across the peer's
     /// queues.
     pub fn with_queues(prefix: &str, queues: u32) -> Result<VethPair, Error> {
+        guard::prepare(prefix);
         let mut last = None;
         let q = queues.max(1).to_string();
         for _ in 0..8 {
