@@ -5,14 +5,15 @@
 //! every insertion and removal however few entries it holds; a loop
 //! serving a few connections (a latency benchmark, a trading session)
 //! holds two to four, and each round trip inserts and removes about two
-//! of them: `stack-cost --pingpong --watch` counted some 450 instructions
-//! per round trip in `BTreeSet` (2.5 %). So up to [`SMALL`] entries live in
+//! of them. So up to [`SMALL`] entries live in
 //! a vector sorted latest first (the earliest is the last: found and
 //! popped at once, and a near deadline, the common insertion, goes in at
 //! the end), and beyond that in a B-tree, whose insertions and removals
 //! stay logarithmic with thousands of connections. The set moves to the
 //! tree when the vector would pass [`SMALL`] and back when the tree holds
 //! [`SMALL`] / 4 or fewer, so it does not go back and forth at the edge.
+//! Against the B-tree alone, `stack-cost --pingpong --watch` (MPA/TCP)
+//! counted 17,944 instructions per round trip where it had 18,192.
 
 use std::collections::BTreeSet;
 
