@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct NetnsArgs {
     /// Start the names of the namespaces and veths this run creates with
-    /// PREFIX (1 to 4 of a-z, 0-9; then a role letter, the process id in
-    /// base 36 and a counter). Default: the tool's own.
+    /// PREFIX (1 to 4 of a-z, 0-9; then a role letter, the process id as
+    /// 5 base-36 digits and a counter). Default: the tool's own.
     #[arg(long, value_name = "PREFIX", value_parser = netns_harness::guard::check_prefix)]
     pub netns_prefix: Option<String>,
     /// Remove the namespaces and veths that runs now dead left behind

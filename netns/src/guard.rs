@@ -14,7 +14,7 @@
 //! that prefix left, so test binaries, which have no `main` of their own,
 //! leave nothing behind on SIGINT or SIGTERM either.
 //!
-//! Names carry the creating process's id (`<prefix><pid in base 36>-<n>`,
+//! Names carry the creating process's id (`<prefix><pid in 5 base-36 digits>-<n>`,
 //! see [`Netns::new`](crate::Netns::new)), so [`sweep_stale`] can tell a
 //! dead run's leftovers from a running one's without any file on disk.
 
@@ -225,43 +225,34 @@ pub fn check_prefix(prefix: &str) -> Result<String, String> {
     Ok(prefix.to_owned())
 }
 
-/// The possible creators of `name` if it looks like one of ours under
-/// `prefix`: `<prefix>[role]<pid, base 36>-<counter>[a|b]` with a role of
-/// at most one character. Empty when it is not ours.
-pub fn creator_pids(name: &str, prefix: &str) -> Vec<u32> {
-    let Some(rest) = name.strip_prefix(prefix) else {
-        return Vec::new();
+/// The creator of `name` if it looks like one of ours under `prefix`:
+/// `<prefix>[role]<pid: 5 base-36 digits>-<counter>[a|b]` with a role of at
+/// most one character. The pid's fixed width makes the reading unique
+/// whatever the role. `None` when it is not ours.
+pub fn creator_pid(name: &str, prefix: &str) -> Option<u32> {
+    let rest = name.strip_prefix(prefix)?;
+    let (head, tail) = rest.split_once('-')?;
+    let base36 = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
     };
-    let mut pids = Vec::new();
-    for skip in 0..=1 {
-        let Some(r) = rest.get(skip..) else { continue };
-        let Some((pid, tail)) = r.split_once('-') else {
-            continue;
-        };
-        let base36 = |s: &str| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
-        };
-        if !base36(pid) || !base36(tail) || pid.len() > 7 {
-            continue;
-        }
-        if let Ok(p) = u32::from_str_radix(pid, 36) {
-            pids.push(p);
-        }
+    let digits = crate::PID_DIGITS;
+    if !(digits..=digits + 1).contains(&head.len()) || !base36(head) || !base36(tail) {
+        return None;
     }
-    pids
+    let pid = head.get(head.len() - digits..)?;
+    u32::from_str_radix(pid, 36).ok()
 }
 
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Whether `name` is ours under `prefix` and every process that could have
-/// created it is gone.
+/// Whether `name` is ours under `prefix` and the process that created it
+/// is gone.
 pub fn is_stale(name: &str, prefix: &str) -> bool {
-    let pids = creator_pids(name, prefix);
-    !pids.is_empty() && !pids.iter().any(|&p| alive(p))
+    creator_pid(name, prefix).is_some_and(|p| !alive(p))
 }
 
 /// The interfaces of the current namespace, by name (without `@peer`).
@@ -329,22 +320,25 @@ mod tests {
 
     #[test]
     fn creators_from_names() {
-        // `ipf` + role `a` + pid 1234 (base 36 "ya") + counter.
-        assert_eq!(
-            creator_pids("ipfaya-0", "ipf"),
-            vec![u32::from_str_radix("aya", 36).unwrap(), 1234]
-        );
-        assert_eq!(
-            creator_pids("ipfvya-1za", "ipf"),
-            vec![u32::from_str_radix("vya", 36).unwrap(), 1234]
-        );
-        assert!(creator_pids("ipfoo", "ipf").is_empty());
-        assert!(creator_pids("eth0", "ipf").is_empty());
-        assert!(creator_pids("ipfa-", "ipf").is_empty());
-        assert!(creator_pids("ipfaYA-0", "ipf").is_empty());
+        // `ipf` + role `a` + pid 1234 (base 36 "000ya") + counter.
+        assert_eq!(creator_pid("ipfa000ya-0", "ipf"), Some(1234));
+        assert_eq!(creator_pid("ipfv000ya-1za", "ipf"), Some(1234));
+        // No role: the same pid.
+        assert_eq!(creator_pid("ipf000ya-0", "ipf"), Some(1234));
+        // A role that reads as a digit does not change the pid (the
+        // reading that once made "ipfaya-0" also pid 1234 or 13,870).
+        assert_eq!(creator_pid("ipf1000ya-0", "ipf"), Some(1234));
+        assert_eq!(creator_pid("ipfoo", "ipf"), None);
+        assert_eq!(creator_pid("eth0", "ipf"), None);
+        assert_eq!(creator_pid("ipfa-", "ipf"), None);
+        assert_eq!(creator_pid("ipfaya-0", "ipf"), None, "too few digits");
+        assert_eq!(creator_pid("ipfab000ya-0", "ipf"), None, "two roles");
+        assert_eq!(creator_pid("ipfa000YA-0", "ipf"), None);
+        assert_eq!(creator_pid("ipfa000ya-", "ipf"), None);
         // Our own names: this process is alive, so never stale.
         let (base, _) = crate::unique_base("tsta");
-        assert!(creator_pids(&base, "tst").contains(&std::process::id()));
+        assert_eq!(creator_pid(&base, "tst"), Some(std::process::id()));
+        assert_eq!(creator_pid(&base, "tsta"), Some(std::process::id()));
         assert!(!is_stale(&base, "tst"));
         assert!(!is_stale(&format!("{base}a"), "tst"));
     }
@@ -364,7 +358,7 @@ mod tests {
         if alive(pid) {
             return; // reused already: nothing to show
         }
-        let left = format!("tswp{}-0", crate::base36(pid));
+        let left = format!("tswp{}-0", crate::pid_digits(pid));
         run_ok(&["ip", "netns", "add", &left], IP_TIMEOUT).expect("ip netns add");
         let ns = crate::Netns::new("tswp").expect("a namespace");
         let now = list_netns().expect("ip netns list");
@@ -385,7 +379,7 @@ mod tests {
             .expect("spawn true");
         let pid = c.id();
         c.wait().expect("wait");
-        let name = format!("tsta{}-0", crate::base36(pid));
+        let name = format!("tsta{}-0", crate::pid_digits(pid));
         if !alive(pid) {
             assert!(is_stale(&name, "tst"));
         }

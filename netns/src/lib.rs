@@ -201,11 +201,21 @@ fn unique_base(prefix: &str) -> (String, u32) {
         .filter(|c| c.is_ascii_alphanumeric())
         .take(5)
         .collect();
-    // prefix ≤ 5, pid ≤ 5 base-36 digits (pid_max ≤ 2^22), '-', counter
-    // (≤ 3 digits) and one suffix character: ≤ 15. `guard::creator_pids`
-    // reads the pid back.
-    let base = format!("{p}{}-{}", base36(pid), base36(n % 46_656));
+    // prefix ≤ 5, pid as exactly 5 base-36 digits (pid_max ≤ 2^22 < 36^5),
+    // '-', counter (≤ 3 digits) and one suffix character: ≤ 15. The pid's
+    // fixed width lets `guard::creator_pids` read it back unambiguously
+    // whatever role character the prefix ends with.
+    let base = format!("{p}{}-{}", pid_digits(pid), base36(n % 46_656));
     (base, pid.wrapping_mul(0x9e37_79b9) ^ n)
+}
+
+/// How many base-36 digits a process id takes in a name.
+pub(crate) const PID_DIGITS: usize = 5;
+
+/// `pid` in base 36, zero-padded to [`PID_DIGITS`] (wider only past
+/// 36^5, which `pid_max`, at most 2^22, never reaches).
+fn pid_digits(pid: u32) -> String {
+    format!("{:0>width$}", base36(pid), width = PID_DIGITS)
 }
 
 fn base36(mut v: u32) -> String {
@@ -400,7 +410,7 @@ pub struct Netns {
 
 impl Netns {
     /// Create a namespace named `<prefix><pid>-<n>` with its loopback up
-    /// (the prefix's first 5 letters and digits, the pid in base 36).
+    /// (the prefix's first 5 letters and digits, the pid as 5 base-36 digits).
     pub fn new(prefix: &str) -> Result<Netns, Error> {
         guard::prepare(prefix);
         let mut last = None;
@@ -803,6 +813,8 @@ mod tests {
         assert!(base36(u32::MAX).len() <= 7);
         assert_eq!(base36(0), "0");
         assert_eq!(base36(36), "10");
+        assert_eq!(pid_digits(0), "00000");
+        assert_eq!(pid_digits(4_194_304), "2hwcg");
         let (b1, _) = unique_base("x");
         let (b2, _) = unique_base("x");
         assert_ne!(b1, b2);
