@@ -650,6 +650,11 @@ impl SctpHost {
         }
     }
 
+    /// Whether `port` accepts associations.
+    pub fn listening(&self, port: u16) -> bool {
+        self.listeners.contains_key(&port)
+    }
+
     /// Stop accepting associations on `port` (live ones stay); false if
     /// it did not listen.
     pub fn unlisten(&mut self, port: u16) -> bool {

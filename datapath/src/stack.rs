@@ -99,10 +99,15 @@ pub use messages::{
     Command, HookStatus, InspectOp, ListenError, LoopHook, MemoryOp, Output, Transport, Ulp,
 };
 use requests::Requests;
-use sock::{mark_ready, Listening, Sock, SockKind, StreamSock};
+use sock::{mark_ready, Sock, SockKind, StreamSock, TcpListening};
+pub(crate) use sock::{ListenOn, Listening};
 pub use stats::add_tcp_stats;
 pub use stats::StackStats;
 pub use stream::{flags, SendError, StreamShared, WaitError};
+
+/// The stack's listening ports over both transports, one per port number
+/// (the SCTP part is lent it for its rounds).
+pub(crate) type Listeners = HashMap<u16, Listening>;
 
 /// Identifies a connection inside one [`Stack`], over either transport.
 pub type SockId = usize;
@@ -164,6 +169,12 @@ pub struct Stack {
     /// The listening ports visited this round (scratch: no allocation
     /// per round).
     ports: Vec<u16>,
+    /// A TCP listener may hold half-open handshakes (their timers) or
+    /// connections to hand over: set when a segment reaches one, cleared
+    /// by a round's pass over the listeners that finds none. Without it
+    /// every round, and every idle check, walked the map of listening
+    /// ports (over SCTP too, whose handshakes are the SCTP part's).
+    listeners_pending: bool,
     /// The one ready set (`crate::ready`) of every TCP connection
     /// (`Ready::tcp`), SCTP connection (`Ready::sctp`) and SCTP
     /// association (`Ready::assoc`): those to visit next round, each once
@@ -180,7 +191,7 @@ pub struct Stack {
     /// against the socket's own tuple at every use, so it is never
     /// trusted stale (a socket removed, an id reused).
     last_rx: Option<((Ipv4Address, u16, u16), SockId)>,
-    listeners: HashMap<u16, Listening>,
+    listeners: Listeners,
     next_port: u16,
     pending_tx: Vec<Vec<u8>>,
     pending_out: VecDeque<Output>,
@@ -224,6 +235,7 @@ impl Stack {
             ids_given: Arc::new(SockIds::new(cfg.sock_ids.0, cfg.sock_ids.1)),
             ids: Vec::new(),
             ports: Vec::new(),
+            listeners_pending: false,
             ready: ReadySet::new(cfg.idle_sweep),
             by_tuple: HashMap::new(),
             last_rx: None,
@@ -260,10 +272,7 @@ impl Stack {
             && self.resets.is_empty()
             && self.pending_out.is_empty()
             && self.over.is_empty()
-            && self
-                .listeners
-                .values()
-                .all(|l| l.listener.half_open_len() == 0 && l.listener.ready_len() == 0)
+            && !self.listeners_pending
     }
 
     /// A round at `now` would do nothing but ARP's look: [`quiet`](Self::quiet),

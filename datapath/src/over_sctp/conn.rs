@@ -56,7 +56,7 @@
 //! likewise, in the same set (`Ready::assoc`). So an idle connection
 //! costs a round nothing.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -77,7 +77,7 @@ use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
-use crate::stack::{route, Output, QpCqs, SockId, SockIds};
+use crate::stack::{route, ListenOn, Listeners, Listening, Output, QpCqs, SockId, SockIds};
 use crate::timers::{earliest, Timer};
 use crate::ConnError;
 use crate::StreamParams;
@@ -322,6 +322,10 @@ struct Conn {
     over_budget: bool,
     /// Its place in the ready and deadline sets ([`SctpConns::poll`]).
     slot: Slot,
+    /// The listening port whose backlog it counts against until the
+    /// application accepts it (`StackConfig::backlog`), as a TCP
+    /// connection's `backlog_of`.
+    backlog_of: Option<u16>,
 }
 
 impl Conn {
@@ -345,6 +349,7 @@ impl Conn {
             reported_closed: false,
             over_budget: false,
             slot: Slot::default(),
+            backlog_of: None,
         }
     }
 
@@ -531,12 +536,6 @@ fn close_error(r: &CloseReason) -> ConnError {
     ConnError::from_sctp(r).unwrap_or(ConnError::Reset)
 }
 
-/// Listening port parameters.
-#[derive(Debug)]
-struct Listening {
-    ulp: SctpUlp,
-}
-
 /// The SCTP part of a stack. See the [module docs](self).
 #[derive(Debug)]
 pub struct SctpConns {
@@ -549,7 +548,11 @@ pub struct SctpConns {
     /// `poll`'s list of the connections it drives (their marks taken
     /// from the stack's ready set), kept for its capacity.
     ids: Vec<Ready>,
-    listeners: HashMap<u16, Listening>,
+    /// Listening ports whose backlog count a connection left since the
+    /// stack last took them ([`take_left_backlog`](Self::take_left_backlog)):
+    /// accepted, failed or freed. The count itself is the stack's, in its
+    /// one map of listening ports over both transports.
+    left_backlog: Vec<u16>,
     /// Connections freed, their CQs and causes, not yet handed to the
     /// stack's record ([`take_freed`](Self::take_freed)).
     freed: Vec<(SockId, Option<QpCqs>, Option<DisconnectCause>)>,
@@ -728,7 +731,7 @@ impl SctpConns {
             conns: BTreeMap::new(),
             by_assoc: BTreeMap::new(),
             ids: Vec::new(),
-            listeners: HashMap::new(),
+            left_backlog: Vec::new(),
             id_source: Arc::new(SockIds::new(0, 1)),
             freed: Vec::new(),
             next_port: ephemeral_base,
@@ -822,6 +825,7 @@ impl SctpConns {
         if let Some(mut c) = self.conns.remove(&id) {
             ready.forget(&mut c.slot, Ready::sctp(id));
             self.freed.push((id, c.ulp.cq.clone(), c.cause()));
+            self.left_backlog.extend(c.backlog_of);
         }
     }
 
@@ -833,7 +837,7 @@ impl SctpConns {
     /// command.
     #[inline]
     pub(crate) fn has_freed(&self) -> bool {
-        !self.freed.is_empty()
+        !self.freed.is_empty() || !self.left_backlog.is_empty()
     }
 
     /// (See [`has_freed`](Self::has_freed).)
@@ -841,6 +845,13 @@ impl SctpConns {
         &mut self,
     ) -> std::vec::Drain<'_, (SockId, Option<QpCqs>, Option<DisconnectCause>)> {
         self.freed.drain(..)
+    }
+
+    /// The listening ports whose backlog a connection left (one entry
+    /// each time), since the last call: the stack lowers their counts.
+    /// Taken with [`take_freed`](Self::take_freed), after the same calls.
+    pub(crate) fn take_left_backlog(&mut self) -> std::vec::Drain<'_, u16> {
+        self.left_backlog.drain(..)
     }
 
     /// The engine underneath (counters, associations).
@@ -934,19 +945,6 @@ impl SctpConns {
     /// Associations aborted for a full backlog.
     pub fn backlog_aborts(&self) -> u64 {
         self.backlog_aborts
-    }
-
-    /// Connections at listening port `port` the application has not
-    /// accepted yet.
-    pub fn unaccepted(&self, port: u16) -> usize {
-        self.conns
-            .values()
-            .filter(|c| {
-                c.port == port
-                    && (c.awaiting_setup(Role::Responder)
-                        || c.life.state() == State::AwaitingDecision)
-            })
-            .count()
     }
 
     /// Live connections.
@@ -1098,24 +1096,29 @@ impl SctpConns {
         }
     }
 
-    /// Listen on `port`; false if it listens already.
-    pub fn listen(&mut self, port: u16, ulp: SctpUlp) -> bool {
-        if self.listeners.contains_key(&port) || !self.host.listen(port) {
-            return false;
-        }
-        self.listeners.insert(port, Listening { ulp });
-        true
+    /// Accept associations on `port` (their handshakes here, in the
+    /// association host); false if it listens already. The port's record
+    /// (its ULP, its backlog count) is the stack's, in its one map of
+    /// listening ports, which [`poll`](Self::poll) is lent.
+    pub(crate) fn listen(&mut self, port: u16) -> bool {
+        self.host.listen(port)
     }
 
-    /// Whether `port` listens.
+    /// Whether `port` accepts associations.
     pub fn listening(&self, port: u16) -> bool {
-        self.listeners.contains_key(&port)
+        self.host.listening(port)
     }
 
-    /// Stop listening on `port`.
-    pub fn unlisten(&mut self, port: u16) -> bool {
-        self.host.unlisten(port);
-        self.listeners.remove(&port).is_some()
+    /// Stop accepting associations on `port`: false if it did not. Its
+    /// connections not accepted yet stop counting against it (a later
+    /// listener on the port starts with its own count).
+    pub(crate) fn unlisten(&mut self, port: u16) -> bool {
+        for c in self.conns.values_mut() {
+            if c.backlog_of == Some(port) {
+                c.backlog_of = None;
+            }
+        }
+        self.host.unlisten(port)
     }
 
     /// A local port for an association to `remote:port`: the next one no
@@ -1387,14 +1390,19 @@ impl SctpConns {
     /// `ready` ([`ReadySet::take`]): the associations', then the
     /// connections' (those the associations' visits marked among them),
     /// then the associations' again for the segments the connections gave
-    /// them. Returns whether anything happened.
+    /// them. Returns whether anything happened. An association a listener
+    /// handed over becomes a connection of the port's record in
+    /// `listeners` (the stack's one map over both transports: its ULP,
+    /// its backlog count).
     #[inline]
-    pub fn poll(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn poll(
         &mut self,
         now: u64,
         mem: &mut MemoryTable,
         iface: &mut Interface,
         ready: &mut ReadySet<Ready>,
+        listeners: &mut Listeners,
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
@@ -1406,17 +1414,19 @@ impl SctpConns {
             self.host.skip_round();
             return false;
         }
-        self.round(now, mem, iface, ready, tx, out)
+        self.round(now, mem, iface, ready, listeners, tx, out)
     }
 
     /// [`poll`](Self::poll)'s round, when it has something to do.
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn round(
         &mut self,
         now: u64,
         mem: &mut MemoryTable,
         iface: &mut Interface,
         ready: &mut ReadySet<Ready>,
+        listeners: &mut Listeners,
         tx: &mut dyn FrameSink,
         out: &mut dyn FnMut(Output),
     ) -> bool {
@@ -1462,7 +1472,7 @@ impl SctpConns {
         if !host_out.is_empty() {
             busy = true;
             for o in host_out.drain(..) {
-                self.dispatch(o, now, mem, ready, out);
+                self.dispatch(o, now, mem, ready, listeners, out);
             }
         }
         // This round drives the connections marked (in id order; `drive`
@@ -1502,6 +1512,7 @@ impl SctpConns {
         now: u64,
         mem: &mut MemoryTable,
         ready: &mut ReadySet<Ready>,
+        listeners: &mut Listeners,
         out: &mut dyn FnMut(Output),
     ) {
         match o {
@@ -1516,25 +1527,34 @@ impl SctpConns {
                     .assoc(assoc)
                     .map(|a| a.sctp().local_port())
                     .unwrap_or(0);
-                let full = self.unaccepted(lport) >= self.backlog;
-                let Some(l) = self.listeners.get(&lport).filter(|_| !full) else {
-                    if full {
+                let ulp = match listeners.get_mut(&lport) {
+                    Some(Listening {
+                        unaccepted,
+                        on: ListenOn::Sctp(ulp),
+                    }) if *unaccepted < self.backlog => {
+                        *unaccepted += 1;
+                        Some(ulp.clone())
+                    }
+                    Some(Listening {
+                        on: ListenOn::Sctp(_),
+                        ..
+                    }) => {
                         self.backlog_aborts += 1;
                         tracing::debug!(port = lport, "SCTP backlog full: association aborted");
+                        None
                     }
+                    // (The port stopped listening since the host accepted.)
+                    _ => None,
+                };
+                let Some(ulp) = ulp else {
                     if let Some(a) = self.host.assoc_mut(ready, assoc) {
                         a.abort();
                     }
                     return;
                 };
                 let id = self.id_source.take();
-                let mut c = Conn::new(
-                    assoc,
-                    lport,
-                    Ipv4Address(remote),
-                    l.ulp.clone(),
-                    Role::Responder,
-                );
+                let mut c = Conn::new(assoc, lport, Ipv4Address(remote), ulp, Role::Responder);
+                c.backlog_of = Some(lport);
                 // Opened when SCTP's handshake is done, as a TCP
                 // listener hands over its connection.
                 c.life.opened(now);
@@ -1920,6 +1940,13 @@ impl SctpConns {
             out(Output::Cm(id, e));
             busy = true;
         }
+        // Out of the setup exchange (accepted, failed or closing): out of
+        // its listener's backlog.
+        if c.backlog_of.is_some()
+            && !(c.awaiting_setup(Role::Responder) || c.life.state() == State::AwaitingDecision)
+        {
+            self.left_backlog.extend(c.backlog_of.take());
+        }
         if c.closed() && !c.reported_closed {
             c.reported_closed = true;
             busy = true;
@@ -1976,6 +2003,15 @@ mod tests {
     }
 
     fn end(last: u8, idle_sweep: u64) -> (Stack, Ulp, STag) {
+        end_with(last, idle_sweep, |_| {})
+    }
+
+    /// As [`end`], its settings changed by `set` first.
+    fn end_with(
+        last: u8,
+        idle_sweep: u64,
+        set: impl FnOnce(&mut StackConfig),
+    ) -> (Stack, Ulp, STag) {
         let iface = IfaceConfig::new(
             EthernetAddress([0x02, 0, 0, 0, 0x5c, last]),
             Ipv4Address::new(10, 7, 0, last),
@@ -2003,6 +2039,7 @@ mod tests {
         };
         let mut cfg = StackConfig::new(iface);
         cfg.idle_sweep = idle_sweep;
+        set(&mut cfg);
         (Stack::new(cfg, mem), ulp, stag)
     }
 
@@ -2481,6 +2518,84 @@ mod tests {
         );
     }
 
+    /// The stack's one map of listening ports holds those over SCTP too
+    /// (issue 26): an SCTP listener is one of the stack's listening
+    /// ports, and a connection it hands over counts against the port's
+    /// backlog in the stack's figures until the application accepts it,
+    /// as over TCP; `Unlisten` removes it from the one map.
+    #[test]
+    fn an_sctp_listener_is_one_of_the_stacks_listening_ports() {
+        let (mut p, ulp_a, ulp_b) = Pair::new(60_000 * MS);
+        assert_eq!(p.b.listening_ports(), 0);
+        p.listen(ulp_b);
+        assert_eq!(p.b.listening_ports(), 1);
+        assert_eq!(p.b.unaccepted(), 0);
+        p.connect(1, Transport::Sctp, ulp_a);
+        let sb = p.request();
+        assert_eq!(p.b.unaccepted(), 1, "the request counts");
+        p.b.handle_command(
+            Command::Accept {
+                sock: sb,
+                private_data: Vec::new(),
+                ird: 4,
+                ord: 4,
+                cq: None,
+                pd: None,
+            },
+            p.now,
+        );
+        assert!(p.run_until(1000, |p| p.b.unaccepted() == 0));
+        assert_eq!(p.b.sctp().unwrap().state(sb), Some(State::Operational));
+        p.b.handle_command(Command::Unlisten(PORT), p.now);
+        assert_eq!(p.b.listening_ports(), 0);
+        assert!(!p.b.sctp().unwrap().listening(PORT));
+        p.step(MS);
+        assert!(p
+            .out_b
+            .iter()
+            .any(|o| matches!(o, Output::Unlistened { removed: true, .. })));
+    }
+
+    /// A full SCTP backlog aborts the next association as it comes up;
+    /// a request the application answers (here, rejects) leaves the
+    /// port's count, so the next association is handed over again.
+    #[test]
+    fn an_answered_sctp_request_makes_room_in_the_backlog() {
+        let (mut p, ulp_a, ulp_b) = Pair::new(60_000 * MS);
+        (p.b, _, p.target) = end_with(2, 60_000 * MS, |c| c.backlog = 1);
+        p.listen(ulp_b);
+        p.connect(1, Transport::Sctp, ulp_a.clone());
+        let first = p.request();
+        assert_eq!(p.b.unaccepted(), 1);
+        // A second association while the first waits: aborted.
+        p.connect(2, Transport::Sctp, ulp_a.clone());
+        // (Its association aborted as it came up: the Initiate gets no
+        // answer, the setup fails on `a`.)
+        let failed = |p: &mut Pair| {
+            p.out_a
+                .iter()
+                .any(|o| matches!(o, Output::Cm(1, CmEvent::SetupFailed(_))))
+        };
+        assert!(p.run_until(1000, failed), "{:?}", p.out_a);
+        assert_eq!(p.b.sctp().unwrap().backlog_aborts(), 1);
+        assert_eq!(p.b.unaccepted(), 1);
+        p.b.handle_command(
+            Command::Reject {
+                sock: first,
+                private_data: Vec::new(),
+            },
+            p.now,
+        );
+        assert!(p.run_until(1000, |p| p.b.unaccepted() == 0));
+        // Room again: the third is the application's to answer.
+        p.out_b.clear();
+        p.connect(3, Transport::Sctp, ulp_a);
+        let third = p.request();
+        assert_ne!(third, first);
+        assert_eq!(p.b.unaccepted(), 1);
+        assert_eq!(p.b.sctp().unwrap().backlog_aborts(), 1);
+    }
+
     /// `Connect`/`Listen` name the transport beside one ULP (issue 26
     /// item 2): a listener over SCTP that does not ask its application
     /// accepts each Initiate at once with its own private data and
@@ -2613,6 +2728,26 @@ mod tests {
                 error: ConnError::PeerAbort(_)
             }
         ))));
+    }
+
+    /// A port that listens over SCTP has no TCP listener in the one map:
+    /// a SYN to it is answered with RST, and the connect fails as
+    /// refused, as to a port nobody listens on.
+    #[test]
+    fn a_syn_to_a_port_listening_over_sctp_is_reset() {
+        let (mut p, ulp_a, ulp_b) = Pair::new(0);
+        p.listen(ulp_b);
+        p.connect(1, Transport::Tcp, ulp_a);
+        let failed = |p: &mut Pair| {
+            p.out_a.iter().find_map(|o| match o {
+                Output::Failed { token: 1, error } => Some(*error),
+                _ => None,
+            })
+        };
+        assert!(p.run_until(100, |p| failed(p).is_some()), "{:?}", p.out_a);
+        assert_eq!(failed(&mut p), Some(ConnError::Refused));
+        assert_eq!(p.b.stats().rx_no_socket, 1);
+        assert_eq!(p.b.sctp().unwrap().connections(), 0);
     }
 
     /// On the loop of queue `q` of 4 (`set_ids`, `set_steering`): SCTP

@@ -85,15 +85,12 @@ impl Stack {
             if matches!(ulp, Ulp::Iwarp { .. }) {
                 listener.set_rcv_cap(Some(self.cfg.unaccepted_window));
             }
-            self.listeners.insert(
-                port,
-                Listening {
-                    listener,
-                    ulp,
-                    early: HashMap::new(),
-                    unaccepted: 0,
-                },
-            );
+            let on = ListenOn::Tcp(Box::new(TcpListening {
+                listener,
+                ulp,
+                early: HashMap::new(),
+            }));
+            self.listeners.insert(port, Listening { unaccepted: 0, on });
             Ok(())
         };
         self.pending_out
@@ -102,13 +99,24 @@ impl Stack {
 
     /// [`Command::Unlisten`], answered by `Unlistened`.
     pub(super) fn cmd_unlisten(&mut self, port: u16) {
-        let removed = self.listeners.remove(&port).is_some();
+        let removed = self.listeners.remove(&port);
         // A later listener on the port starts with its own count.
-        for s in self.socks.values_mut() {
-            if s.backlog_of == Some(port) {
-                s.backlog_of = None;
+        match removed.as_ref().map(|l| &l.on) {
+            Some(ListenOn::Tcp(_)) => {
+                for s in self.socks.values_mut() {
+                    if s.backlog_of == Some(port) {
+                        s.backlog_of = None;
+                    }
+                }
             }
+            Some(ListenOn::Sctp(_)) => {
+                if let Some(sc) = self.sctp.as_deref_mut() {
+                    sc.unlisten(port);
+                }
+            }
+            None => {}
         }
+        let removed = removed.is_some();
         self.pending_out
             .push_back(Output::Unlistened { port, removed });
     }

@@ -6,7 +6,8 @@ use super::*;
 impl Stack {
     /// Octets listeners keep for handshakes not handed out yet.
     pub(super) fn listeners_held(&self) -> usize {
-        let early = self.listeners.values().flat_map(|l| l.early.values());
+        let tcp = self.listeners.values().filter_map(Listening::tcp);
+        let early = tcp.flat_map(|l| l.early.values());
         early.map(Vec::capacity).sum()
     }
 

@@ -34,6 +34,7 @@ impl Stack {
             stats,
             resets,
             listeners,
+            listeners_pending,
             socks,
             mem,
             ready,
@@ -83,20 +84,29 @@ impl Stack {
         // connections' polls, which leave listeners alone), in one pass.
         let mut ports = std::mem::take(&mut self.ports);
         ports.clear();
-        for (&port, l) in listeners.iter_mut() {
-            if l.listener.half_open_len() > 0 {
-                for (remote, c) in l.listener.half_open_iter_mut() {
-                    c.handle_timeout(now);
-                    let dst = *remote;
-                    busy |= c.poll_transmit(now, 16, &mut |seg| {
-                        Self::emit(iface, stats, dst, seg, now, tx)
-                    }) > 0;
+        // (Only while one may have something: `listeners_pending`.)
+        if *listeners_pending {
+            let mut pending = false;
+            for (&port, l) in listeners.iter_mut() {
+                let ListenOn::Tcp(l) = &mut l.on else {
+                    continue;
+                };
+                if l.listener.half_open_len() > 0 {
+                    for (remote, c) in l.listener.half_open_iter_mut() {
+                        c.handle_timeout(now);
+                        let dst = *remote;
+                        busy |= c.poll_transmit(now, 16, &mut |seg| {
+                            Self::emit(iface, stats, dst, seg, now, tx)
+                        }) > 0;
+                    }
+                    l.listener.settle();
                 }
-                l.listener.settle();
+                if l.listener.ready_len() > 0 {
+                    ports.push(port);
+                }
+                pending |= l.listener.half_open_len() > 0 || l.listener.ready_len() > 0;
             }
-            if l.listener.ready_len() > 0 {
-                ports.push(port);
-            }
+            *listeners_pending = pending;
         }
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
@@ -223,6 +233,7 @@ impl Stack {
                 &mut self.mem,
                 &mut self.iface,
                 &mut self.ready,
+                &mut self.listeners,
                 tx,
                 out,
             );

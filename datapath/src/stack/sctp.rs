@@ -101,8 +101,10 @@ impl Stack {
                 self.pending_out = outs;
                 None
             }
-            // One listener per port number over both transports: the
+            // One map of listening ports over both transports
+            // (`Stack::listeners`), one listener per port number: the
             // answers (`Listening`, `Accepted`) name the port alone.
+            // (`Unlisten` is the stack's, for both.)
             Command::Listen {
                 port,
                 transport,
@@ -117,7 +119,14 @@ impl Stack {
                             Err(ListenError::Unsupported("this stack has no SCTP part"))
                         }
                         (Ok(ulp), Some(sc)) => {
-                            if sc.listen(port, ulp) {
+                            if sc.listen(port) {
+                                self.listeners.insert(
+                                    port,
+                                    Listening {
+                                        unaccepted: 0,
+                                        on: ListenOn::Sctp(ulp),
+                                    },
+                                );
                                 Ok(())
                             } else {
                                 Err(ListenError::PortInUse)
@@ -127,21 +136,6 @@ impl Stack {
                 };
                 self.pending_out
                     .push_back(Output::Listening { port, result });
-                None
-            }
-            Command::Unlisten(port) if self.sctp.as_ref().is_some_and(|sc| sc.listening(port)) => {
-                let removed = self.sctp.as_deref_mut().is_some_and(|sc| sc.unlisten(port));
-                self.pending_out
-                    .push_back(Output::Unlistened { port, removed });
-                None
-            }
-            Command::Listen { port, .. }
-                if self.sctp.as_ref().is_some_and(|sc| sc.listening(port)) =>
-            {
-                self.pending_out.push_back(Output::Listening {
-                    port,
-                    result: Err(ListenError::PortInUse),
-                });
                 None
             }
             Command::Iwarp(id, c) if ours(self, id) => {
@@ -238,12 +232,20 @@ impl Stack {
             sctp,
             gone,
             by_token,
+            listeners,
             ..
         } = self;
         if let Some(sc) = sctp.as_deref_mut() {
             for (id, cq, cause) in sc.take_freed() {
                 gone.insert(id, cq, cause);
                 by_token.retain(|_, s| *s != id);
+            }
+            // Out of their listeners' backlogs (the one count per port,
+            // as over TCP: `Stack::leave_backlog`).
+            for port in sc.take_left_backlog() {
+                if let Some(l) = listeners.get_mut(&port) {
+                    l.unaccepted = l.unaccepted.saturating_sub(1);
+                }
             }
         }
     }

@@ -1,5 +1,6 @@
 //! The stack's TCP sockets: a connection ([`Sock`], a byte stream or an
-//! iWARP stream on TCP) and a listener ([`Listening`]).
+//! iWARP stream on TCP) and a listening port over either transport
+//! ([`Listening`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use tcp_lite::wire::Ipv4Address;
 
 use super::{QpCqs, SockId, StreamShared, Ulp};
 use crate::budget::MemBudget;
+use crate::over_sctp::conn::SctpUlp;
 use crate::over_tcp::IwarpOverTcp;
 use crate::ready::{Ready, ReadySet, Slot};
 
@@ -108,13 +110,43 @@ impl Sock {
     }
 }
 
+/// A listening port, over either transport: the stack's one map of them
+/// (`Stack::listeners`) holds one per port number, so the answers
+/// (`Output::Listening`, `Accepted`) name the port alone and a port
+/// listens over one transport at a time.
 #[derive(Debug)]
-pub(super) struct Listening {
+pub(crate) struct Listening {
+    /// Connections handed out that still count against the backlog
+    /// (`StackConfig::backlog`) until the application accepts them:
+    /// `Sock::backlog_of` over TCP, the connection's own over SCTP.
+    pub(crate) unaccepted: usize,
+    pub(crate) on: ListenOn,
+}
+
+/// What a listening port runs over.
+#[derive(Debug)]
+pub(crate) enum ListenOn {
+    /// TCP: the handshakes live here, in the stack's [`Listener`].
+    Tcp(Box<TcpListening>),
+    /// SCTP: the handshakes live in the SCTP part's association host
+    /// (`SctpHost::listen`); the connections it hands over run `SctpUlp`.
+    Sctp(SctpUlp),
+}
+
+#[derive(Debug)]
+pub(crate) struct TcpListening {
     pub(super) listener: Listener,
     pub(super) ulp: Ulp,
     /// Payload that arrived with the handshake's last ACK, per (peer, port).
     pub(super) early: HashMap<(Ipv4Address, u16), Vec<u8>>,
-    /// Connections handed out that still count against the backlog
-    /// (`Sock::backlog_of`).
-    pub(super) unaccepted: usize,
+}
+
+impl Listening {
+    /// Its TCP listener, if it listens over TCP.
+    pub(super) fn tcp(&self) -> Option<&TcpListening> {
+        match &self.on {
+            ListenOn::Tcp(t) => Some(t),
+            ListenOn::Sctp(_) => None,
+        }
+    }
 }

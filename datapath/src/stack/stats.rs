@@ -186,7 +186,7 @@ impl Stack {
     /// handshakes, and established connections in their accept queues
     /// plus the payload kept for them (entries), summed over listeners.
     pub fn listener_holds(&self) -> (usize, usize) {
-        let l = self.listeners.values();
+        let l = self.listeners.values().filter_map(Listening::tcp);
         let half_open = l.clone().map(|l| l.listener.half_open_len()).sum();
         let ready = l.map(|l| l.listener.ready_len() + l.early.len()).sum();
         (half_open, ready)

@@ -20,9 +20,13 @@ impl Stack {
                 i.tcp.set_rcv_cap(None);
             }
         }
-        if let Some(l) = self.listeners.get_mut(&port) {
-            l.unaccepted = l.unaccepted.saturating_sub(1);
-            l.listener.set_unaccepted(l.unaccepted);
+        if let Some(Listening {
+            unaccepted,
+            on: ListenOn::Tcp(l),
+        }) = self.listeners.get_mut(&port)
+        {
+            *unaccepted = unaccepted.saturating_sub(1);
+            l.listener.set_unaccepted(*unaccepted);
         }
     }
 
@@ -231,12 +235,19 @@ impl Stack {
         let is_syn = seg.flags.contains(tcp_lite::wire::TcpFlags::SYN)
             && !seg.flags.contains(tcp_lite::wire::TcpFlags::ACK);
         // The ISN hash only for a SYN that may open a connection.
-        let isn = if is_syn && self.listeners.contains_key(&seg.dst_port) {
+        let listens = |l: &Listening| l.tcp().is_some();
+        let isn = if is_syn && self.listeners.get(&seg.dst_port).is_some_and(listens) {
             self.isn_for(src, seg.src_port, seg.dst_port, now)
         } else {
             0
         };
-        if let Some(l) = self.listeners.get_mut(&seg.dst_port) {
+        // (A port that listens over SCTP has no TCP listener: a SYN to it
+        // is answered with RST, as to a port nobody listens on.)
+        if let Some(Listening {
+            on: ListenOn::Tcp(l),
+            ..
+        }) = self.listeners.get_mut(&seg.dst_port)
+        {
             let full = l.listener.accept_queue_full();
             if let Some(c) = l.listener.half_open_mut(src, seg.src_port) {
                 use tcp_lite::wire::TcpFlags;
@@ -288,6 +299,8 @@ impl Stack {
                     }
                 }
             }
+            // Its half-open handshakes' timers run from the next round on.
+            self.listeners_pending = true;
             self.accept_ready(seg.dst_port, now);
             return false;
         }
@@ -300,7 +313,11 @@ impl Stack {
 
     pub(super) fn accept_ready(&mut self, port: u16, now: u64) {
         loop {
-            let Some(l) = self.listeners.get_mut(&port) else {
+            let Some(Listening {
+                unaccepted,
+                on: ListenOn::Tcp(l),
+            }) = self.listeners.get_mut(&port)
+            else {
                 return;
             };
             let Some((remote, tcp)) = l.listener.accept() else {
@@ -311,8 +328,8 @@ impl Stack {
             // An iWARP connection is the application's once it accepts
             // the Request; a byte stream once handed out.
             if matches!(ulp, Ulp::Iwarp { .. }) {
-                l.unaccepted += 1;
-                l.listener.set_unaccepted(l.unaccepted);
+                *unaccepted += 1;
+                l.listener.set_unaccepted(*unaccepted);
             }
             let (mut sock, stream) = self.make_sock(tcp, remote, &ulp, Role::Responder, now);
             // The listener's rings, this connection's own clone (`Gone`).

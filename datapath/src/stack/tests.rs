@@ -907,3 +907,69 @@ fn iwarp_ulp(pd: crate::PdId) -> Ulp {
         srq: None,
     }
 }
+
+/// A listener's half-open handshake keeps the rounds running (the
+/// SYN-ACK's timer is the listener's, not in the deadline set): with the
+/// SYN-ACK lost and nothing else arriving, it is sent again at its
+/// timeout; once the handshake's retries are spent and it is gone, quiet
+/// rounds are left out again.
+#[test]
+fn a_half_open_handshake_keeps_the_listeners_rounds_running() {
+    const MS: u64 = 1_000_000;
+    let end = |last: u8| {
+        let iface = iwarp_net::iface::IfaceConfig::new(
+            tcp_lite::wire::EthernetAddress([0x02, 0, 0, 0, 0x0b, last]),
+            Ipv4Address::new(10, 6, 0, last),
+            24,
+        );
+        Stack::new(StackConfig::new(iface), MemoryTable::new())
+    };
+    let (mut a, mut b) = (end(1), end(2));
+    a.handle_command(
+        Command::Listen {
+            port: 7000,
+            transport: Transport::Tcp,
+            ulp: Ulp::Stream,
+        },
+        0,
+    );
+    b.handle_command(
+        Command::Connect {
+            token: 1,
+            remote: Ipv4Address::new(10, 6, 0, 1),
+            port: 7000,
+            transport: Transport::Tcp,
+            ulp: Ulp::Stream,
+        },
+        0,
+    );
+    // ARP, then the SYN reaches `a`: half-open there.
+    let (mut to_a, mut to_b): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+    let mut t = 0;
+    while a.listener_holds().0 == 0 {
+        assert!(t < 100 * MS, "no SYN reached the listener");
+        t += MS;
+        for f in std::mem::take(&mut to_b) {
+            b.handle_frame(&f, t);
+        }
+        b.poll(t, &mut |p: &[&[u8]]| to_a.push(p.concat()), &mut |_| {});
+        for f in std::mem::take(&mut to_a) {
+            a.handle_frame(&f, t);
+        }
+        a.poll(t, &mut |p: &[&[u8]]| to_b.push(p.concat()), &mut |_| {});
+    }
+    // From here on `a` hears nothing: its SYN-ACK (if sent yet) is lost.
+    let mut sent = 0;
+    let start = t;
+    while a.listener_holds().0 == 1 {
+        assert!(t - start < 600_000 * MS, "the handshake never ended");
+        t += 10 * MS;
+        a.poll(t, &mut |_: &[&[u8]]| sent += 1, &mut |_| {});
+    }
+    assert!(sent >= 2, "{sent} SYN-ACKs sent: none again");
+    let before = a.stats().idle_rounds;
+    for i in 1..=100 {
+        assert!(!a.poll(t + i, &mut |_: &[&[u8]]| sent += 1, &mut |_| {}));
+    }
+    assert_eq!(a.stats().idle_rounds - before, 100, "quiet again");
+}
