@@ -48,7 +48,18 @@ fn a_trusted_memif_link_carries_writes_and_a_verifying_peer_names_the_mismatch()
     // Several segments' worth, each octet telling its place.
     pair.write_lands((0..8192u32).map(|i| (i * 7 + i / 256) as u8).collect());
     for (who, ctx) in [("server", &server), ("client", &client)] {
-        let i = ctx.stats().expect("stats").iface;
+        // The client's third segment in is the server's ACK of the Write
+        // or the Send, which may still be on its way when the Send
+        // completes (the server's ACK waits a round for a reply to carry
+        // it): wait for it, within a bound.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let i = loop {
+            let i = ctx.stats().expect("stats").iface;
+            if i.rx_tcp >= 3 || std::time::Instant::now() > deadline {
+                break i;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
         assert!(i.rx_tcp >= 3, "{who}: {i:?}");
         assert_eq!((i.rx_bad_checksum, i.rx_partial_checksum), (0, 0), "{who}");
     }
