@@ -24,9 +24,10 @@ pub struct ContextStats {
     /// The Ethernet/IPv4 interface's counters (parse drops, bad and partial
     /// TCP checksums, ARP, ICMP).
     pub iface: IfaceStats,
-    /// Connections the stack holds now (in any TCP state, TIME-WAIT included).
+    /// Connections the stack holds now over either transport (over TCP in
+    /// any state, TIME-WAIT included; over SCTP in any phase, until freed).
     pub connections: usize,
-    /// Ports listening now.
+    /// Ports listening now, over either transport.
     pub listeners: usize,
     /// The poll loop's counters (rounds, frames, sleeps, pinning).
     pub poll_loop: LoopStats,
@@ -42,7 +43,7 @@ pub struct ContextStats {
 /// One poll loop's share of a context's work ([`ContextStats::loops`]).
 #[derive(Debug, Clone, Copy)]
 pub struct LoopSplit {
-    /// Connections this loop holds now (in any TCP state).
+    /// Connections this loop holds now (either transport, any state).
     pub connections: usize,
     /// TCP segments this loop's interface took.
     pub rx_tcp: u64,

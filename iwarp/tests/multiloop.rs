@@ -559,11 +559,18 @@ fn six_sctp_connections(link: Link) {
     let cqps: Vec<Qp> = c_act.into_iter().chain(c_pas).collect();
     assert_eq!(per_loop(&sqps), [3, 3]);
     assert_eq!(per_loop(&cqps), [3, 3]);
-    // The SCTP counters sum both loops' (three connections each).
+    // The SCTP counters sum both loops' (three connections each), and
+    // the context's count of connections has them too, per loop.
     for ctx in [&server, &client] {
         let st = ctx.sctp_stats().unwrap().expect("an SCTP part");
         assert_eq!(st.connections, N, "{st:?}");
         assert!(st.host.rx_packets > 0 && st.host.tx_packets > 0, "{st:?}");
+        let s = ctx.stats().unwrap();
+        assert_eq!(s.connections, N);
+        assert_eq!(
+            s.loops.iter().map(|l| l.connections).collect::<Vec<_>>(),
+            [3, 3]
+        );
     }
 
     // RDMA Writes from every client connection into its piece of the

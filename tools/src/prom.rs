@@ -359,7 +359,7 @@ impl Collector for Snapshot {
         gauge(
             e,
             "connections",
-            "TCP connections the stack holds (any state)",
+            "Connections the stack holds, over TCP (any state) and SCTP (any phase)",
             None,
             stats.connections as u64,
         )?;
@@ -866,7 +866,7 @@ mod tests {
         serve.accept_seconds.observe(0.003);
         let text = render(literal(), &serve, Format::Text);
         for block in [
-            "# HELP iwarp_connections TCP connections the stack holds (any state)\n\
+            "# HELP iwarp_connections Connections the stack holds, over TCP (any state) and SCTP (any phase)\n\
              # TYPE iwarp_connections gauge\n\
              iwarp_connections 1\n",
             "# HELP iwarp_stack_rx_no_socket_total Segments for no socket\n\

@@ -172,12 +172,14 @@ impl Stack {
         sum
     }
 
-    /// Connections the stack holds (opening, open, closing, in TIME-WAIT).
+    /// Connections the stack holds over either transport: TCP connections
+    /// opening, open, closing or in TIME-WAIT, and SCTP connections in any
+    /// phase (until freed, as `SctpCounters::connections` counts them).
     pub fn connections(&self) -> usize {
-        self.socks.len()
+        self.socks.len() + self.sctp.as_deref().map_or(0, |sc| sc.connections())
     }
 
-    /// Ports with a listener.
+    /// Ports with a listener, over either transport (one per port).
     pub fn listening_ports(&self) -> usize {
         self.listeners.len()
     }
