@@ -829,12 +829,13 @@ impl SctpConns {
         }
     }
 
-    /// Whether connections were freed since the last
-    /// [`take_freed`](Self::take_freed), which hands them over for the
-    /// stack's record of freed connections (`Stack::gone`) and its map
-    /// of tokens. The stack takes them after every call that may free
-    /// one (a round, a close, an abort), before it takes its next
-    /// command.
+    /// Whether connections were freed, or left a listener's backlog,
+    /// since the last [`take_freed`](Self::take_freed) and
+    /// [`take_left_backlog`](Self::take_left_backlog), which hand them
+    /// over for the stack's record of freed connections (`Stack::gone`),
+    /// its map of tokens and its listeners' counts. The stack takes them
+    /// after every call that may free one (a round, a close, an abort),
+    /// before it takes its next command.
     #[inline]
     pub(crate) fn has_freed(&self) -> bool {
         !self.freed.is_empty() || !self.left_backlog.is_empty()
