@@ -100,7 +100,7 @@ pub use messages::{
 };
 use requests::Requests;
 use sock::{mark_ready, Sock, SockKind, StreamSock, TcpListening};
-pub(crate) use sock::{ListenOn, Listening};
+pub(crate) use sock::{Connection, Connections, ListenOn, Listening};
 pub use stats::add_tcp_stats;
 pub use stats::StackStats;
 pub use stream::{flags, SendError, StreamShared, WaitError};
@@ -146,8 +146,9 @@ pub struct Stack {
     isn: IsnGenerator,
     /// Registered memory of every iWARP connection on this stack.
     pub mem: MemoryTable,
-    /// Connections by id; ids are never reused, so a stale id finds nothing.
-    socks: std::collections::BTreeMap<SockId, Sock>,
+    /// Connections by id over both transports ([`Connections`]); ids are
+    /// never reused, so a stale id finds nothing. The SCTP part is lent it.
+    conns: Connections,
     /// iWARP connections already freed ([`Gone`]).
     gone: Gone,
     /// Requests the application has not answered ([`Requests`]).
@@ -226,7 +227,7 @@ impl Stack {
             iface,
             isn: IsnGenerator::new(cfg.isn_secret),
             mem,
-            socks: std::collections::BTreeMap::new(),
+            conns: Connections::new(),
             gone: Gone::default(),
             requests: Some(Box::default()),
             by_token: HashMap::new(),
@@ -467,10 +468,7 @@ impl crate::runtime::Engine for Stack {
         // Every output passes the requests' record ([`Requests`]).
         let mut requests = self.requests.take().unwrap_or_default();
         let busy = self.poll_round(now, tx, &mut |o| requests.pass(o, out));
-        let sctp = self.sctp.as_deref();
-        requests.prune(&|id| {
-            self.socks.contains_key(&id) || sctp.is_some_and(|sc| sc.has_connection(id))
-        });
+        requests.prune(&|id| self.conns.contains_key(&id));
         self.requests = Some(requests);
         busy
     }

@@ -1114,10 +1114,7 @@ impl Context {
     pub fn sctp_stats(&self) -> Result<Option<SctpCounters>, Error> {
         let mut sum: Option<SctpCounters> = None;
         for i in 0..self.inner.loops.len() {
-            let Some(c) = self
-                .inner
-                .inspect_on(i, |s| s.sctp().map(|c| c.counters()))?
-            else {
+            let Some(c) = self.inner.inspect_on(i, |s| s.sctp_counters())? else {
                 continue;
             };
             match &mut sum {

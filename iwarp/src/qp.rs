@@ -195,11 +195,9 @@ impl Qp {
             .inner
             .inspect_on(self.lp, move |s| {
                 // Over SCTP there is no TCP connection: its counters read 0.
-                let tcp = s.tcp_stats(sock).or_else(|| {
-                    s.sctp()
-                        .filter(|c| c.owns(sock))
-                        .map(|_| Default::default())
-                });
+                let tcp = s
+                    .tcp_stats(sock)
+                    .or_else(|| s.is_sctp(sock).then(Default::default));
                 tcp.map(|tcp| QpCounters {
                     qp: s.qp_stats(sock),
                     tcp,

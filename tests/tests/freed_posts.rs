@@ -93,7 +93,7 @@ fn a_post_to_a_long_freed_sctp_connection_is_refused_on_its_cq() {
     let now = p.now();
     p.stack.handle_command(Command::Close(sock), now);
     assert!(
-        p.run_until(10_000, |p| p.stack.sctp().unwrap().connections() == 0),
+        p.run_until(10_000, |p| p.stack.sctp_connections() == 0),
         "ours closed and freed"
     );
     assert!(p
@@ -119,7 +119,7 @@ fn a_post_to_a_long_freed_sctp_connection_is_refused_on_its_cq() {
         );
         p.run(5);
     }
-    assert_eq!(p.stack.sctp().unwrap().connections(), 0);
+    assert_eq!(p.stack.sctp_connections(), 0);
 
     // A receive posted with our old handle: refused on our ring, with
     // why the connection ended.

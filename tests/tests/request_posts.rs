@@ -219,7 +219,7 @@ fn receives_posted_on_an_sctp_request_complete_on_the_cq_of_the_failed_accept() 
     // The application lets the connection go: it is freed.
     let now = p.now();
     p.stack.handle_command(Command::Abort(sock), now);
-    assert!(p.run_until(100, |p| p.stack.sctp().unwrap().connections() == 0));
+    assert!(p.run_until(100, |p| p.stack.sctp_connections() == 0));
 }
 
 /// The application's Accept is refused for its own arguments (private

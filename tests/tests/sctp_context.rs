@@ -858,7 +858,7 @@ fn a_raw_peer_gets_clear_answers() {
     stack
         .post(Command::Inspect(iwarp_datapath::stack::InspectOp(
             Box::new(move |s| {
-                let _ = tx.send(s.sctp().map(|c| c.counters().connections));
+                let _ = tx.send(s.sctp_counters().map(|c| c.connections));
             }),
         )))
         .unwrap();
@@ -1209,7 +1209,7 @@ fn sctp_associations_nobody_accepted_hold_at_most_the_backlog() {
     stack
         .post(Command::Inspect(iwarp_datapath::stack::InspectOp(
             Box::new(move |s| {
-                let _ = tx.send(s.sctp().map(|c| (c.connections(), c.backlog_aborts())));
+                let _ = tx.send(s.sctp().map(|c| (s.sctp_connections(), c.backlog_aborts())));
             }),
         )))
         .unwrap();

@@ -77,7 +77,9 @@ use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
 use crate::ready::{Ready, ReadySet, Slot};
 use crate::runtime::FrameSink;
-use crate::stack::{route, ListenOn, Listeners, Listening, Output, QpCqs, SockId, SockIds};
+use crate::stack::{
+    route, Connection, Connections, ListenOn, Listeners, Listening, Output, QpCqs, SockId, SockIds,
+};
 use crate::timers::{earliest, Timer};
 use crate::ConnError;
 use crate::StreamParams;
@@ -284,8 +286,11 @@ impl Default for SetupTimeouts {
     }
 }
 
+/// An iWARP connection over SCTP, as the stack's one table of
+/// connections holds it ([`Connection::Sctp`]): its association, its
+/// state machine, its queue pair.
 #[derive(Debug)]
-struct Conn {
+pub(crate) struct SctpConn {
     assoc: AssocId,
     /// Local port of a passive connection (for `Output::Accepted`).
     port: u16,
@@ -328,10 +333,10 @@ struct Conn {
     backlog_of: Option<u16>,
 }
 
-impl Conn {
+impl SctpConn {
     fn new(assoc: AssocId, port: u16, remote: Ipv4Address, ulp: SctpUlp, role: Role) -> Self {
         let pending = EarlyWork::new(ulp.params.sq_depth, ulp.params.rq_depth);
-        Conn {
+        SctpConn {
             assoc,
             port,
             remote,
@@ -350,6 +355,36 @@ impl Conn {
             over_budget: false,
             slot: Slot::default(),
             backlog_of: None,
+        }
+    }
+
+    /// Its place in the ready and deadline sets.
+    #[inline]
+    pub(crate) fn slot_mut(&mut self) -> &mut Slot {
+        &mut self.slot
+    }
+
+    /// Put it (id `id`) in the ready set unless it is there already.
+    #[inline]
+    pub(crate) fn mark(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
+        ready.mark(&mut self.slot, Ready::sctp(id));
+    }
+
+    /// Where it is in its life.
+    pub(crate) fn state(&self) -> State {
+        self.life.state()
+    }
+
+    /// Its queue pair's counters, once in full operation.
+    pub(crate) fn qp_stats(&self) -> Option<iwarp_proto::qp::QpStats> {
+        self.qp.as_ref().map(|q| q.qp_ref().stats())
+    }
+
+    /// Make a pending request's queue pair take its receive buffers from
+    /// `srq` (no effect once the queue pair exists).
+    pub(crate) fn set_srq(&mut self, srq: Srq) {
+        if self.life.state() == State::AwaitingDecision {
+            self.ulp.srq = Some(srq);
         }
     }
 
@@ -396,7 +431,7 @@ impl Conn {
     /// Why the connection ended or is ending: a Terminate sent or received
     /// (the queue pair's record) before anything else, then the first of
     /// our close or abort and the association's end.
-    fn cause(&self) -> Option<DisconnectCause> {
+    pub(crate) fn cause(&self) -> Option<DisconnectCause> {
         let qp = self.qp.as_ref().and_then(|q| q.qp_ref().disconnect_cause());
         match qp {
             Some(
@@ -540,7 +575,9 @@ fn close_error(r: &CloseReason) -> ConnError {
 #[derive(Debug)]
 pub struct SctpConns {
     host: SctpHost,
-    conns: BTreeMap<SockId, Conn>,
+    // (Its connections are in the stack's one table of connections over
+    // both transports, `Connections`, lent to each call that reaches
+    // them.)
     /// Association → connection. Our own ids (never a peer's choice), so
     /// a B-tree: no SipHash per received segment (1.5 % of an SCTP Write
     /// stream's instructions).
@@ -604,7 +641,7 @@ pub struct SctpConns {
 #[inline]
 fn fill_segment(
     by_assoc: &BTreeMap<AssocId, SockId>,
-    conns: &mut BTreeMap<SockId, Conn>,
+    conns: &mut Connections,
     mem: &MemoryTable,
     assoc: AssocId,
     key: u64,
@@ -612,9 +649,15 @@ fn fill_segment(
 ) -> bool {
     by_assoc
         .get(&assoc)
-        .and_then(|id| conns.get_mut(id))
+        .and_then(|&id| conn_mut(conns, id))
         .and_then(|c| c.qp.as_mut())
         .is_some_and(|qp| qp.fill(mem, key, dst))
+}
+
+/// Connection `id` of the stack's table, if it runs over SCTP.
+#[inline]
+fn conn_mut(conns: &mut Connections, id: SockId) -> Option<&mut SctpConn> {
+    conns.get_mut(&id).and_then(Connection::sctp_mut)
 }
 
 /// An association under one iWARP connection, as its teardown sees it
@@ -728,7 +771,6 @@ impl SctpConns {
         let local = Ipv4Address(cfg.ip);
         Ok(SctpConns {
             host: SctpHost::new_shared(cfg)?,
-            conns: BTreeMap::new(),
             by_assoc: BTreeMap::new(),
             ids: Vec::new(),
             left_backlog: Vec::new(),
@@ -756,7 +798,7 @@ impl SctpConns {
 
     /// Whether the last `poll` visited an association or
     /// drove a connection. If not, what the connections hold
-    /// ([`holders`](Self::holders)) has not changed since: segments are
+    /// (`holders`) has not changed since: segments are
     /// placed from frames whose association is then visited, and posts
     /// and events drive their connection.
     pub fn was_active(&self) -> bool {
@@ -769,7 +811,7 @@ impl SctpConns {
         self.held_total
     }
 
-    /// Note what [`holders`](Self::holders) summed to after an active poll.
+    /// Note what `holders` summed to after an active poll.
     pub fn set_held_total(&mut self, octets: usize) {
         self.held_total = octets;
     }
@@ -788,32 +830,20 @@ impl SctpConns {
     }
 
     /// The deadline entry `(at, key)` that the stack popped from its
-    /// deadline set ([`ReadySet::pop_due`]), a connection's or an
-    /// association's of this part: it is marked, if it is still here.
+    /// deadline set ([`ReadySet::pop_due`]), an association's: it is
+    /// marked, if it is still here. (A connection's is the stack's to
+    /// fire, in its table.)
     #[inline]
     pub fn fire(&mut self, ready: &mut ReadySet<Ready>, key: Ready, at: u64) {
-        if let Some(id) = key.as_sctp() {
-            if let Some(c) = self.conns.get_mut(&id) {
-                ready.fire(&mut c.slot, key, at);
-            }
-        } else if let Some(a) = key.as_assoc() {
+        if let Some(a) = key.as_assoc() {
             self.host.fire(ready, a, at);
         }
     }
 
-    /// The idle sweep: every connection and association is marked.
+    /// The idle sweep: every association is marked (the connections, by
+    /// the stack's sweep of its table).
     pub fn mark_all(&mut self, ready: &mut ReadySet<Ready>) {
         self.host.mark_all(ready);
-        for (&id, c) in self.conns.iter_mut() {
-            ready.mark(&mut c.slot, Ready::sctp(id));
-        }
-    }
-
-    /// Why connection `id` ended (or is ending), if it did and it is
-    /// still here (once freed, the stack's record of freed connections
-    /// knows: `Stack::disconnect_cause`).
-    pub fn disconnect_cause(&self, id: SockId) -> Option<DisconnectCause> {
-        self.conns.get(&id).and_then(|c| c.cause())
     }
 
     /// Free connection `id`: its CQ and cause go to the stack's one
@@ -821,8 +851,11 @@ impl SctpConns {
     /// next takes them ([`take_freed`](Self::take_freed)), so that a
     /// post to the id is refused there with why it ended; its token no
     /// longer names it then.
-    fn forget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
-        if let Some(mut c) = self.conns.remove(&id) {
+    fn forget(&mut self, conns: &mut Connections, ready: &mut ReadySet<Ready>, id: SockId) {
+        if conn_mut(conns, id).is_none() {
+            return;
+        }
+        if let Some(Connection::Sctp(mut c)) = conns.remove(&id) {
             ready.forget(&mut c.slot, Ready::sctp(id));
             self.freed.push((id, c.ulp.cq.clone(), c.cause()));
             self.left_backlog.extend(c.backlog_of);
@@ -858,22 +891,6 @@ impl SctpConns {
     /// The engine underneath (counters, associations).
     pub fn host(&self) -> &SctpHost {
         &self.host
-    }
-
-    /// Where connection `id` is in its life ([`crate::endpoint`]), if it
-    /// is still there.
-    pub fn state(&self, id: SockId) -> Option<State> {
-        self.conns.get(&id).map(|c| c.life.state())
-    }
-
-    /// Whether connection `id` exists (not freed yet).
-    pub fn has_connection(&self, id: SockId) -> bool {
-        self.conns.contains_key(&id)
-    }
-
-    /// Whether `id` names one of our connections (not freed yet).
-    pub fn owns(&self, id: SockId) -> bool {
-        self.conns.contains_key(&id)
     }
 
     /// Graceful closes that waited `SetupTimeouts::close` for the answers
@@ -948,11 +965,6 @@ impl SctpConns {
         self.backlog_aborts
     }
 
-    /// Live connections.
-    pub fn connections(&self) -> usize {
-        self.conns.len()
-    }
-
     /// Octets queued in the associations' send buffers, not yet
     /// acknowledged by their peers, summed.
     pub fn send_buffered(&self) -> usize {
@@ -963,25 +975,25 @@ impl SctpConns {
             .sum()
     }
 
-    /// Counters: the host's, and the live associations' summed.
-    pub fn counters(&self) -> SctpCounters {
+    /// Counters: the host's, the live associations' summed, and those of
+    /// the connections over SCTP in the stack's table `conns`.
+    pub(crate) fn counters(&self, conns: &Connections) -> SctpCounters {
+        let sctp = || conns.values().filter_map(Connection::sctp);
         let mut assoc = sctp_lite::assoc::Stats::default();
         for id in self.by_assoc.keys() {
             if let Some(a) = self.host.assoc(*id) {
                 add_assoc_stats(&mut assoc, &a.sctp().stats());
             }
         }
-        let held = self.conns.values().filter_map(|c| c.qp.as_ref());
+        let held = sctp().filter_map(|c| c.qp.as_ref());
         let held = held.map(|q| q.qp_ref().segments_held().1);
         let (qp_held_octets, qp_held_max) = held.fold((0, 0), |(s, m), h| (s + h, m.max(h)));
-        let segments_by_reference = self
-            .conns
-            .values()
+        let segments_by_reference = sctp()
             .filter_map(|c| c.qp.as_ref())
             .map(|q| q.segments_by_reference())
             .sum();
         SctpCounters {
-            connections: self.conns.len(),
+            connections: sctp().count(),
             host: self.host.stats(),
             assoc,
             qp_held_octets,
@@ -996,44 +1008,54 @@ impl SctpConns {
     /// queue pair, the queue pair's out-of-order hold, and segments that
     /// overtook the Accept; `releasing` once aborted for the budget or
     /// closed.
-    pub fn holders(&self) -> impl Iterator<Item = crate::budget::Holder> + '_ {
-        self.conns.iter().map(|(&id, c)| {
-            let assoc = self.host.assoc(c.assoc).filter(|_| !c.closed());
-            let assoc = assoc.map_or(0, |a| a.sctp().recv_buffered() + a.held());
-            let qp = c.qp.as_ref().map_or(0, |q| q.qp_ref().segments_held().1);
-            crate::budget::Holder {
-                id,
-                held: assoc + qp + c.early_len,
-                releasing: c.over_budget || c.closed(),
-            }
-        })
+    /// (Those over SCTP in the stack's table `conns`.)
+    pub(crate) fn holders<'a>(
+        &'a self,
+        conns: &'a Connections,
+    ) -> impl Iterator<Item = crate::budget::Holder> + 'a {
+        conns
+            .iter()
+            .filter_map(|(&id, c)| Some(self.holder(id, c.sctp()?)))
+    }
+
+    /// (One of [`holders`](Self::holders): connection `id`, `c`.)
+    pub(crate) fn holder(&self, id: SockId, c: &SctpConn) -> crate::budget::Holder {
+        let assoc = self.host.assoc(c.assoc).filter(|_| !c.closed());
+        let assoc = assoc.map_or(0, |a| a.sctp().recv_buffered() + a.held());
+        let qp = c.qp.as_ref().map_or(0, |q| q.qp_ref().segments_held().1);
+        crate::budget::Holder {
+            id,
+            held: assoc + qp + c.early_len,
+            releasing: c.over_budget || c.closed(),
+        }
     }
 
     /// End connection `id` for the memory budget: SCTP ABORT with the
     /// error cause Out of Resource (RFC 9260 §3.3.10.4); the connection
     /// then reports `Disconnected` as for any ABORT. False if there is no
     /// such connection or it was already ended so.
-    pub fn abort_over_budget(&mut self, ready: &mut ReadySet<Ready>, id: SockId) -> bool {
-        let Some(c) = self.conns.get_mut(&id).filter(|c| !c.over_budget) else {
+    pub(crate) fn abort_over_budget(
+        &mut self,
+        conns: &mut Connections,
+        ready: &mut ReadySet<Ready>,
+        id: SockId,
+    ) -> bool {
+        let Some(c) = conn_mut(conns, id).filter(|c| !c.over_budget) else {
             return false;
         };
         c.over_budget = true;
-        ready.mark(&mut c.slot, Ready::sctp(id));
+        c.mark(ready, id);
         if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
             a.abort_with_cause(sctp_lite::wire::cause_code::OUT_OF_RESOURCE);
         }
         true
     }
 
-    /// Queue pair counters of a connection in full operation.
-    pub fn qp_stats(&self, id: SockId) -> Option<iwarp_proto::qp::QpStats> {
-        self.conns.get(&id)?.qp.as_ref().map(|q| q.qp_ref().stats())
-    }
-
     /// An SCTP packet the stack's interface received
     /// ([`Interface::receive_ip`]).
-    pub fn handle_packet(
+    pub(crate) fn handle_packet(
         &mut self,
+        conns: &mut Connections,
         iface: &mut Interface,
         ready: &mut ReadySet<Ready>,
         pkt: &SctpIngress<'_>,
@@ -1043,12 +1065,7 @@ impl SctpConns {
         // Segments of a running queue pair are placed from the frame
         // (no copy but the placement); the rest come out as events and
         // are dispatched at the next poll, as before.
-        let SctpConns {
-            host,
-            conns,
-            by_assoc,
-            ..
-        } = self;
+        let SctpConns { host, by_assoc, .. } = self;
         // The association's connection, looked up once a packet (the
         // packet's segments all belong to one association).
         let mut seen: Option<(AssocId, SockId)> = None;
@@ -1063,7 +1080,7 @@ impl SctpConns {
                     None => return false,
                 },
             };
-            let Some(c) = conns.get_mut(&id) else {
+            let Some(c) = conn_mut(conns, id) else {
                 return false;
             };
             let closed = c.closed();
@@ -1077,7 +1094,7 @@ impl SctpConns {
         // completed a receive, a SACK may have made room for segments
         // waiting), whether or not the association itself is visited,
         // unless the packet left it nothing to do
-        // ([`Conn::idle_after_packet`]): then what is left to do, if
+        // ([`SctpConn::idle_after_packet`]): then what is left to do, if
         // anything, is the association's (marked by the host, its visit
         // drives the connection), and the caller learns it (true).
         let id = match (reached, seen) {
@@ -1085,12 +1102,12 @@ impl SctpConns {
             (Some(a), _) => by_assoc.get(&a).copied(),
             (None, _) => None,
         };
-        match id.and_then(|id| conns.get_mut(&id).map(|c| (id, c))) {
+        match id.and_then(|id| conn_mut(conns, id).map(|c| (id, c))) {
             Some((id, c)) => {
                 if c.idle_after_packet(now) {
                     return true;
                 }
-                ready.mark(&mut c.slot, Ready::sctp(id));
+                c.mark(ready, id);
                 false
             }
             None => false,
@@ -1113,8 +1130,8 @@ impl SctpConns {
     /// Stop accepting associations on `port`: false if it did not. Its
     /// connections not accepted yet stop counting against it (a later
     /// listener on the port starts with its own count).
-    pub(crate) fn unlisten(&mut self, port: u16) -> bool {
-        for c in self.conns.values_mut() {
+    pub(crate) fn unlisten(&mut self, conns: &mut Connections, port: u16) -> bool {
+        for c in conns.values_mut().filter_map(Connection::sctp_mut) {
             if c.backlog_of == Some(port) {
                 c.backlog_of = None;
             }
@@ -1154,19 +1171,19 @@ impl SctpConns {
         Some(base)
     }
 
-    /// Open a connection: `Output::Opening`, then `Connected` (or `Failed`)
-    /// and CM events, through `out`. `udp`: the peer's UDP encapsulation
-    /// port (RFC 6951), or `None` for raw IPv4. Returns the connection's
+    /// Open a connection to `(remote, port, udp)`, into the stack's table
+    /// `conns`: `Output::Opening`, then `Connected` (or `Failed`) and CM
+    /// events, through `out`. `udp`: the peer's UDP encapsulation port
+    /// (RFC 6951), or `None` for raw IPv4. Returns the connection's
     /// id, which its `token` names in the stack's one map from tokens to
     /// connections until it is freed (None: refused locally, `Failed`).
     #[allow(clippy::too_many_arguments)]
-    pub fn connect(
+    pub(crate) fn connect(
         &mut self,
+        conns: &mut Connections,
         ready: &mut ReadySet<Ready>,
         token: u64,
-        remote: Ipv4Address,
-        port: u16,
-        udp: Option<u16>,
+        (remote, port, udp): (Ipv4Address, u16, Option<u16>),
         ulp: SctpUlp,
         now: u64,
         out: &mut VecDeque<Output>,
@@ -1188,11 +1205,11 @@ impl SctpConns {
         }) {
             Ok((assoc, lport)) => {
                 let id = self.id_source.take();
-                let mut c = Conn::new(assoc, lport, remote, ulp, Role::Initiator);
+                let mut c = SctpConn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.life.opened(now);
                 c.token = Some(token);
-                ready.mark(&mut c.slot, Ready::sctp(id));
-                self.conns.insert(id, c);
+                c.mark(ready, id);
+                conns.insert(id, Connection::Sctp(Box::new(c)));
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, %remote, port, local_port = lport, "SCTP connecting");
                 out.push_back(Output::Opening { token, sock: id });
@@ -1211,8 +1228,10 @@ impl SctpConns {
 
     /// Work posted on connection `id` at `now` (a send-queue request's
     /// completion latency counts from there).
-    pub fn post(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post(
         &mut self,
+        conns: &mut Connections,
         ready: &mut ReadySet<Ready>,
         id: SockId,
         cmd: HostCommand,
@@ -1220,7 +1239,7 @@ impl SctpConns {
         now: u64,
         out: &mut dyn FnMut(Output),
     ) {
-        if !self.try_post(ready, id, cmd, mem, now, out) {
+        if !self.try_post(conns, ready, id, cmd, mem, now, out) {
             route(
                 id,
                 HostOutput::refused(&cmd, PostError::NotReady(QpState::Error)),
@@ -1230,10 +1249,13 @@ impl SctpConns {
         }
     }
 
-    /// [`post`](Self::post) if `id` is [one of ours](Self::owns) (true),
-    /// else nothing (false): one lookup where asking first takes two.
-    pub fn try_post(
+    /// [`post`](Self::post) if `id` is one of ours (over SCTP in the
+    /// table: true), else nothing (false): one lookup where asking first
+    /// takes two.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn try_post(
         &mut self,
+        conns: &mut Connections,
         ready: &mut ReadySet<Ready>,
         id: SockId,
         cmd: HostCommand,
@@ -1243,10 +1265,10 @@ impl SctpConns {
     ) -> bool {
         // Freed (or never ours): the stack refuses it, with why it ended
         // when its record of freed connections knows.
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut(conns, id) else {
             return false;
         };
-        ready.mark(&mut c.slot, Ready::sctp(id));
+        c.mark(ready, id);
         let cq = c.ulp.cq.as_ref();
         let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
         if c.life.state().is_closing() {
@@ -1277,8 +1299,9 @@ impl SctpConns {
     /// Accept a pending request; `qp` says where the queue pair's
     /// completions go and its PD (each `None`: the listener's).
     #[allow(clippy::too_many_arguments)]
-    pub fn accept(
+    pub(crate) fn accept(
         &mut self,
+        conns: &mut Connections,
         ready: &mut ReadySet<Ready>,
         id: SockId,
         private_data: Vec<u8>,
@@ -1289,10 +1312,10 @@ impl SctpConns {
         now: u64,
     ) -> Result<(), SetupError> {
         let AcceptQp { cq, pd } = qp;
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut(conns, id) else {
             return Err(crate::no_request());
         };
-        ready.mark(&mut c.slot, Ready::sctp(id));
+        c.mark(ready, id);
         let (State::AwaitingDecision, Some(req)) = (c.life.state(), &c.request) else {
             return Err(crate::no_request());
         };
@@ -1319,27 +1342,18 @@ impl SctpConns {
         Ok(())
     }
 
-    /// Make a pending request's queue pair take its receive buffers from
-    /// `srq` (no effect once the queue pair exists).
-    pub fn set_srq(&mut self, id: SockId, srq: Srq) {
-        if let Some(c) = self.conns.get_mut(&id) {
-            if c.life.state() == State::AwaitingDecision {
-                c.ulp.srq = Some(srq);
-            }
-        }
-    }
-
     /// Reject a pending request with `private_data`.
-    pub fn reject(
+    pub(crate) fn reject(
         &mut self,
+        conns: &mut Connections,
         ready: &mut ReadySet<Ready>,
         id: SockId,
         private_data: &[u8],
     ) -> Result<(), SetupError> {
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut(conns, id) else {
             return Err(crate::no_request());
         };
-        ready.mark(&mut c.slot, Ready::sctp(id));
+        c.mark(ready, id);
         if c.life.state() != State::AwaitingDecision {
             return Err(crate::no_request());
         }
@@ -1355,25 +1369,36 @@ impl SctpConns {
     }
 
     /// Graceful close (of a connection already over: forget it).
-    pub fn close(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
-        if let Some(c) = self.conns.get_mut(&id) {
-            ready.mark(&mut c.slot, Ready::sctp(id));
+    pub(crate) fn close(
+        &mut self,
+        conns: &mut Connections,
+        ready: &mut ReadySet<Ready>,
+        id: SockId,
+    ) {
+        if let Some(c) = conn_mut(conns, id) {
+            c.mark(ready, id);
             c.begin_close();
             c.life.note_cause(DisconnectCause::LocalClose);
             if c.reported_closed {
-                self.forget(ready, id);
+                self.forget(conns, ready, id);
             }
         }
     }
 
     /// Abortive close: RDMAP Terminate, then shutdown (or SCTP ABORT).
-    pub fn abort(&mut self, ready: &mut ReadySet<Ready>, id: SockId, now: u64) {
-        if let Some(c) = self.conns.get_mut(&id) {
+    pub(crate) fn abort(
+        &mut self,
+        conns: &mut Connections,
+        ready: &mut ReadySet<Ready>,
+        id: SockId,
+        now: u64,
+    ) {
+        if let Some(c) = conn_mut(conns, id) {
             if c.reported_closed {
-                self.forget(ready, id);
+                self.forget(conns, ready, id);
                 return;
             }
-            ready.mark(&mut c.slot, Ready::sctp(id));
+            c.mark(ready, id);
             c.life.note_cause(DisconnectCause::LocalAbort);
             // (Over already: nothing to abort, but it goes.)
             c.goes_when_closed = true;

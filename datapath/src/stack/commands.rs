@@ -36,7 +36,7 @@ impl Stack {
             _ => None,
         };
         if let Some(id) = target {
-            if let Some(s) = self.socks.get_mut(&id) {
+            if let Some(s) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) {
                 mark_ready(&mut self.ready, s, id);
             }
         }
@@ -103,7 +103,7 @@ impl Stack {
         // A later listener on the port starts with its own count.
         match removed.as_ref().map(|l| &l.on) {
             Some(ListenOn::Tcp(_)) => {
-                for s in self.socks.values_mut() {
+                for s in self.conns.values_mut().filter_map(Connection::tcp_mut) {
                     if s.backlog_of == Some(port) {
                         s.backlog_of = None;
                     }
@@ -111,7 +111,7 @@ impl Stack {
             }
             Some(ListenOn::Sctp(_)) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.unlisten(port);
+                    sc.unlisten(&mut self.conns, port);
                 }
             }
             None => {}
@@ -143,7 +143,7 @@ impl Stack {
     /// hot path), or its refusal when the connection is not there.
     #[inline]
     pub(super) fn cmd_post(&mut self, id: SockId, cmd: HostCommand, now: u64) {
-        let sock = self.socks.get_mut(&id);
+        let sock = self.conns.get_mut(&id).and_then(Connection::tcp_mut);
         if let Some(sock) = sock {
             mark_ready(&mut self.ready, sock, id);
             if let Sock {
@@ -182,7 +182,7 @@ impl Stack {
 
     /// [`Command::Close`].
     pub(super) fn cmd_close(&mut self, id: SockId) {
-        if let Some(s) = self.socks.get_mut(&id) {
+        if let Some(s) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) {
             match &mut s.kind {
                 SockKind::Iwarp(i) => i.disconnect(),
                 SockKind::Stream(st) => st.shared.close.store(true, Ordering::Release),
@@ -192,7 +192,7 @@ impl Stack {
 
     /// [`Command::Abort`].
     pub(super) fn cmd_abort(&mut self, id: SockId, now: u64) {
-        if let Some(s) = self.socks.get_mut(&id) {
+        if let Some(s) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) {
             match &mut s.kind {
                 SockKind::Iwarp(i) => i.abort(now),
                 SockKind::Stream(st) => st.shared.abort.store(true, Ordering::Release),
@@ -214,7 +214,7 @@ impl Stack {
             kind: SockKind::Iwarp(i),
             cq: sock_cq,
             ..
-        }) = self.socks.get_mut(&sock)
+        }) = self.conns.get_mut(&sock).and_then(Connection::tcp_mut)
         {
             if cq.is_some() {
                 *sock_cq = cq;
@@ -245,7 +245,7 @@ impl Stack {
         if let Some(Sock {
             kind: SockKind::Iwarp(i),
             ..
-        }) = self.socks.get_mut(&sock)
+        }) = self.conns.get_mut(&sock).and_then(Connection::tcp_mut)
         {
             i.set_srq(srq);
         }
@@ -256,7 +256,7 @@ impl Stack {
         if let Some(Sock {
             kind: SockKind::Iwarp(i),
             ..
-        }) = self.socks.get_mut(&sock)
+        }) = self.conns.get_mut(&sock).and_then(Connection::tcp_mut)
         {
             match i.reject(&private_data) {
                 Ok(()) => tracing::info!(

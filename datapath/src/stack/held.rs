@@ -15,18 +15,21 @@ impl Stack {
     /// SCTP connections now, listeners' handshake payload. `each` sees
     /// every connection's figure.
     pub(super) fn held_total(&self, each: &mut dyn FnMut(Holder)) -> usize {
-        for (&id, s) in &self.socks {
-            each(Holder {
-                id,
-                held: s.held,
-                releasing: s.over_budget,
-            });
-        }
         let mut total = self.tcp_held + self.listeners_held();
-        if let Some(sc) = self.sctp.as_deref() {
-            for h in sc.holders() {
-                total += h.held;
-                each(h);
+        let sctp = self.sctp.as_deref();
+        for (&id, c) in &self.conns {
+            match c {
+                Connection::Tcp(s) => each(Holder {
+                    id,
+                    held: s.held,
+                    releasing: s.over_budget,
+                }),
+                Connection::Sctp(c) => {
+                    if let Some(h) = sctp.map(|sc| sc.holder(id, c)) {
+                        total += h.held;
+                        each(h);
+                    }
+                }
             }
         }
         total
@@ -56,8 +59,9 @@ impl Stack {
         } else {
             self.budget.per_conn
         };
-        if let Some(sc) = self.sctp.as_deref_mut().filter(|sc| sc.owns(id)) {
-            if sc.abort_over_budget(&mut self.ready, id) {
+        let over_sctp = matches!(self.conns.get(&id), Some(Connection::Sctp(_)));
+        if let Some(sc) = self.sctp.as_deref_mut().filter(|_| over_sctp) {
+            if sc.abort_over_budget(&mut self.conns, &mut self.ready, id) {
                 self.budget.aborts += 1;
                 tracing::warn!(
                     sock = id,
@@ -68,7 +72,12 @@ impl Stack {
             }
             return;
         }
-        if let Some(sock) = self.socks.get_mut(&id).filter(|s| !s.over_budget) {
+        if let Some(sock) = self
+            .conns
+            .get_mut(&id)
+            .and_then(Connection::tcp_mut)
+            .filter(|s| !s.over_budget)
+        {
             tracing::warn!(
                 sock = id,
                 remote = %sock.remote,

@@ -35,7 +35,7 @@ impl Stack {
             resets,
             listeners,
             listeners_pending,
-            socks,
+            conns,
             mem,
             ready,
             budget,
@@ -47,10 +47,11 @@ impl Stack {
         // Connections and associations whose deadline has passed join the
         // ready list, each marked in its owner's slot.
         while let Some((at, key)) = ready.pop_due(now) {
-            match key.as_tcp() {
+            // A connection's, over either transport, or an association's.
+            match key.as_tcp().or_else(|| key.as_sctp()) {
                 Some(id) => {
-                    if let Some(sock) = socks.get_mut(&id) {
-                        ready.fire(&mut sock.slot, key, at);
+                    if let Some(c) = conns.get_mut(&id) {
+                        ready.fire(c.slot_mut(), key, at);
                     }
                 }
                 None => {
@@ -63,10 +64,15 @@ impl Stack {
         // The safety net (`StackConfig::idle_sweep`): every connection
         // and association, of both transports.
         if ready.sweep_due(now) {
-            for (&id, sock) in socks.iter_mut() {
-                mark_ready(ready, sock, id);
-                if let SockKind::Iwarp(i) = &mut sock.kind {
-                    i.trim();
+            for (&id, c) in conns.iter_mut() {
+                match c {
+                    Connection::Tcp(sock) => {
+                        mark_ready(ready, sock, id);
+                        if let SockKind::Iwarp(i) = &mut sock.kind {
+                            i.trim();
+                        }
+                    }
+                    Connection::Sctp(c) => c.mark(ready, id),
                 }
             }
             if let Some(sc) = sctp.as_deref_mut() {
@@ -117,7 +123,7 @@ impl Stack {
         // (Empty most rounds: a retain of nothing still costs its set-up.)
         let poll_one = |&key: &Ready| {
             let id = key.tcp_id();
-            let Some(sock) = socks.get_mut(&id) else {
+            let Some(sock) = conns.get_mut(&id).and_then(Connection::tcp_mut) else {
                 return false; // gone since it became ready
             };
             sock.slot.visited();
@@ -182,7 +188,7 @@ impl Stack {
         // completions and state changes.
         for &key in &ids {
             let id = key.tcp_id();
-            if let Some(sock) = self.socks.get_mut(&id) {
+            if let Some(sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) {
                 if let SockKind::Iwarp(i) = &mut sock.kind {
                     let cq = &sock.cq;
                     let mut did = false;
@@ -230,6 +236,7 @@ impl Stack {
         if let Some(sc) = self.sctp.as_deref_mut() {
             busy |= sc.poll(
                 now,
+                &mut self.conns,
                 &mut self.mem,
                 &mut self.iface,
                 &mut self.ready,
@@ -243,7 +250,7 @@ impl Stack {
             // What they hold changes only in a round that visited an
             // association or drove a connection (`SctpConns::was_active`).
             if sc.was_active() {
-                for h in sc.holders() {
+                for h in sc.holders(&self.conns) {
                     sctp_held += h.held;
                     if !h.releasing && self.budget.over_conn(h.held) {
                         self.over.push(h.id);
@@ -337,7 +344,7 @@ impl Stack {
 
     /// Report state changes of connection `id`; frees it once closed.
     fn settle(&mut self, id: SockId) {
-        let Some(mut sock) = self.socks.get_mut(&id) else {
+        let Some(mut sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) else {
             return;
         };
         // Out of MPA setup (accepted, failed or closed): out of the backlog
@@ -356,7 +363,7 @@ impl Stack {
         };
         if let Some(accepted) = setup_over {
             self.leave_backlog(id, accepted);
-            sock = match self.socks.get_mut(&id) {
+            sock = match self.conns.get_mut(&id).and_then(Connection::tcp_mut) {
                 Some(s) => s,
                 None => return,
             };
@@ -445,7 +452,7 @@ impl Stack {
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }
-                self.socks.remove(&id);
+                self.conns.remove(&id);
             }
         }
     }

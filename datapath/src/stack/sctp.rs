@@ -59,7 +59,9 @@ impl Stack {
     /// Take the commands that are SCTP's (the SCTP ones, and those naming
     /// an SCTP connection); give the others back.
     pub(super) fn sctp_command(&mut self, cmd: Command, now: u64) -> Option<Command> {
-        let ours = |s: &Self, id: SockId| s.sctp.as_ref().is_some_and(|sc| sc.owns(id));
+        // Connections over SCTP are the SCTP part's (one table: the
+        // kind of its entry says).
+        let ours = |s: &Self, id: SockId| s.is_sctp(id);
         match cmd {
             Command::Connect {
                 token,
@@ -74,6 +76,7 @@ impl Stack {
                 self.sctp_part();
                 let Stack {
                     sctp,
+                    conns,
                     ready,
                     by_token,
                     ..
@@ -82,9 +85,8 @@ impl Stack {
                     (Ok(ulp), Some(sc)) => {
                         // One map from tokens to connections over both
                         // transports (`Command::IwarpOpening`).
-                        if let Some(id) =
-                            sc.connect(ready, token, remote, port, udp, ulp, now, &mut outs)
-                        {
+                        let to = (remote, port, udp);
+                        if let Some(id) = sc.connect(conns, ready, token, to, ulp, now, &mut outs) {
                             by_token.insert(token, id);
                         }
                         None
@@ -141,33 +143,36 @@ impl Stack {
             Command::Iwarp(id, c) if ours(self, id) => {
                 let Stack {
                     sctp,
+                    conns,
                     mem,
                     pending_out,
                     ready,
                     ..
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
-                    sc.post(ready, id, c, mem, now, &mut |o| pending_out.push_back(o));
+                    sc.post(conns, ready, id, c, mem, now, &mut |o| {
+                        pending_out.push_back(o)
+                    });
                 }
                 None
             }
             Command::Close(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.close(&mut self.ready, id);
+                    sc.close(&mut self.conns, &mut self.ready, id);
                     self.sctp_freed();
                 }
                 None
             }
             Command::Abort(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.abort(&mut self.ready, id, now);
+                    sc.abort(&mut self.conns, &mut self.ready, id, now);
                     self.sctp_freed();
                 }
                 None
             }
             Command::SetSrq { sock, srq } if ours(self, sock) => {
-                if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.set_srq(sock, srq);
+                if let Some(c) = self.conns.get_mut(&sock).and_then(Connection::sctp_mut) {
+                    c.set_srq(srq);
                 }
                 None
             }
@@ -181,6 +186,7 @@ impl Stack {
             } if ours(self, sock) => {
                 let Stack {
                     sctp,
+                    conns,
                     mem,
                     pending_out,
                     ready,
@@ -188,6 +194,7 @@ impl Stack {
                 } = self;
                 if let Some(sc) = sctp.as_deref_mut() {
                     if let Err(e) = sc.accept(
+                        conns,
                         ready,
                         sock,
                         private_data,
@@ -204,7 +211,8 @@ impl Stack {
             }
             Command::Reject { sock, private_data } if ours(self, sock) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
-                    if let Err(e) = sc.reject(&mut self.ready, sock, &private_data) {
+                    if let Err(e) = sc.reject(&mut self.conns, &mut self.ready, sock, &private_data)
+                    {
                         self.pending_out.push_back(Output::CmRefused(sock, e));
                     }
                 }
@@ -257,13 +265,16 @@ impl Stack {
     pub(super) fn sctp_post(&mut self, id: SockId, c: HostCommand, now: u64) -> bool {
         let Stack {
             sctp,
+            conns,
             mem,
             pending_out,
             ready,
             ..
         } = self;
         sctp.as_deref_mut().is_some_and(|sc| {
-            sc.try_post(ready, id, c, mem, now, &mut |o| pending_out.push_back(o))
+            sc.try_post(conns, ready, id, c, mem, now, &mut |o| {
+                pending_out.push_back(o)
+            })
         })
     }
 
@@ -274,7 +285,8 @@ impl Stack {
     /// (`SctpConns::handle_packet`).
     pub(super) fn sctp_packet(&mut self, pkt: &SctpIngress<'_>, now: u64) -> bool {
         self.sctp.as_deref_mut().is_some_and(|sc| {
-            sc.handle_packet(&mut self.iface, &mut self.ready, pkt, now, &mut self.mem)
+            let (iface, ready, mem) = (&mut self.iface, &mut self.ready, &mut self.mem);
+            sc.handle_packet(&mut self.conns, iface, ready, pkt, now, mem)
         })
     }
 }

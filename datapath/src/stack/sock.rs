@@ -1,8 +1,10 @@
-//! The stack's TCP sockets: a connection ([`Sock`], a byte stream or an
-//! iWARP stream on TCP) and a listening port over either transport
-//! ([`Listening`]).
+//! The stack's connections and listening ports, over either transport:
+//! its one table of connections ([`Connections`]: a TCP connection,
+//! [`Sock`], a byte stream or an iWARP stream on TCP; or an iWARP
+//! connection over SCTP, the SCTP part's `SctpConn`) and its one map of
+//! listening ports ([`Listening`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use tcp_lite::listen::Listener;
@@ -11,7 +13,7 @@ use tcp_lite::wire::Ipv4Address;
 
 use super::{QpCqs, SockId, StreamShared, Ulp};
 use crate::budget::MemBudget;
-use crate::over_sctp::conn::SctpUlp;
+use crate::over_sctp::conn::{SctpConn, SctpUlp};
 use crate::over_tcp::IwarpOverTcp;
 use crate::ready::{Ready, ReadySet, Slot};
 
@@ -33,8 +35,71 @@ pub(super) enum SockKind {
     Iwarp(Box<IwarpOverTcp>),
 }
 
+/// The stack's one table of connections over both transports, by id
+/// (ids are never reused, so a stale id finds nothing): the SCTP part is
+/// lent it at each call that reaches its connections, as it is lent the
+/// map of listening ports.
+pub(crate) type Connections = BTreeMap<SockId, Connection>;
+
+/// One connection of the stack: over TCP (its socket here) or over SCTP
+/// (the SCTP part's record of it; its association lives in the SCTP
+/// part's association host).
 #[derive(Debug)]
-pub(super) struct Sock {
+pub(crate) enum Connection {
+    Tcp(Sock),
+    Sctp(Box<SctpConn>),
+}
+
+impl Connection {
+    /// Its TCP socket, if it runs over TCP.
+    #[inline]
+    pub(crate) fn tcp(&self) -> Option<&Sock> {
+        match self {
+            Connection::Tcp(s) => Some(s),
+            Connection::Sctp(_) => None,
+        }
+    }
+
+    /// (See [`tcp`](Self::tcp).)
+    #[inline]
+    pub(crate) fn tcp_mut(&mut self) -> Option<&mut Sock> {
+        match self {
+            Connection::Tcp(s) => Some(s),
+            Connection::Sctp(_) => None,
+        }
+    }
+
+    /// Its place in the ready and deadline sets.
+    #[inline]
+    pub(crate) fn slot_mut(&mut self) -> &mut Slot {
+        match self {
+            Connection::Tcp(s) => &mut s.slot,
+            Connection::Sctp(c) => c.slot_mut(),
+        }
+    }
+
+    /// The SCTP part's record of it, if it runs over SCTP.
+    #[inline]
+    pub(crate) fn sctp(&self) -> Option<&SctpConn> {
+        match self {
+            Connection::Sctp(c) => Some(c),
+            Connection::Tcp(_) => None,
+        }
+    }
+
+    /// (See [`sctp`](Self::sctp).)
+    #[inline]
+    pub(crate) fn sctp_mut(&mut self) -> Option<&mut SctpConn> {
+        match self {
+            Connection::Sctp(c) => Some(c),
+            Connection::Tcp(_) => None,
+        }
+    }
+}
+
+/// A TCP connection: a byte stream or an iWARP stream.
+#[derive(Debug)]
+pub(crate) struct Sock {
     pub(super) remote: Ipv4Address,
     pub(super) cq: Option<QpCqs>,
     pub(super) kind: SockKind,

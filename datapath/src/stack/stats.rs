@@ -136,15 +136,13 @@ impl Stack {
     /// also for one already freed (the newest 1,024 of each, `GONE_KEPT`).
     /// `None` while it runs, or when nothing recorded why.
     pub fn disconnect_cause(&self, sock: SockId) -> Option<iwarp_proto::qp::DisconnectCause> {
-        if let Some(sc) = self.sctp.as_deref().filter(|sc| sc.owns(sock)) {
-            return sc.disconnect_cause(sock);
-        }
-        match self.socks.get(&sock) {
-            Some(Sock {
+        match self.conns.get(&sock) {
+            Some(Connection::Tcp(Sock {
                 kind: SockKind::Iwarp(i),
                 ..
-            }) => i.disconnect_cause(),
-            Some(_) => None,
+            })) => i.disconnect_cause(),
+            Some(Connection::Sctp(c)) => c.cause(),
+            Some(Connection::Tcp(_)) => None,
             None => self.gone.get(sock).and_then(|g| g.1),
         }
     }
@@ -154,19 +152,25 @@ impl Stack {
     /// first are the active side's MPA Request: once any are, the peer's
     /// stack has taken the connection past its handshake (accepted it).
     pub fn tcp_acked(&self, sock: SockId) -> Option<u64> {
-        self.socks.get(&sock).map(|s| s.tcp().acked_offset())
+        self.conns
+            .get(&sock)
+            .and_then(Connection::tcp)
+            .map(|s| s.tcp().acked_offset())
     }
 
     /// TCP counters of a connection.
     pub fn tcp_stats(&self, sock: SockId) -> Option<tcp::Stats> {
-        self.socks.get(&sock).map(|s| s.tcp().stats())
+        self.conns
+            .get(&sock)
+            .and_then(Connection::tcp)
+            .map(|s| s.tcp().stats())
     }
 
     /// TCP counters summed over every connection: those still open and
     /// those that have ended ([`StackStats::tcp_closed`]).
     pub fn tcp_totals(&self) -> tcp::Stats {
         let mut sum = self.stats.tcp_closed;
-        for s in self.socks.values() {
+        for s in self.conns.values().filter_map(Connection::tcp) {
             add_tcp_stats(&mut sum, &s.tcp().stats());
         }
         sum
@@ -176,7 +180,30 @@ impl Stack {
     /// opening, open, closing or in TIME-WAIT, and SCTP connections in any
     /// phase (until freed, as `SctpCounters::connections` counts them).
     pub fn connections(&self) -> usize {
-        self.socks.len() + self.sctp.as_deref().map_or(0, |sc| sc.connections())
+        self.conns.len()
+    }
+
+    /// Of [`connections`](Self::connections), those over SCTP.
+    pub fn sctp_connections(&self) -> usize {
+        self.conns.values().filter(|c| c.sctp().is_some()).count()
+    }
+
+    /// Where SCTP connection `sock` is in its life ([`crate::endpoint`]),
+    /// if it is still there.
+    pub fn sctp_state(&self, sock: SockId) -> Option<crate::endpoint::State> {
+        self.conns.get(&sock)?.sctp().map(|c| c.state())
+    }
+
+    /// Whether `sock` names a connection over SCTP (not freed yet).
+    pub fn is_sctp(&self, sock: SockId) -> bool {
+        matches!(self.conns.get(&sock), Some(Connection::Sctp(_)))
+    }
+
+    /// The SCTP part's counters (`None` before an SCTP command made it):
+    /// its host's, its associations' summed, and its connections'.
+    pub fn sctp_counters(&self) -> Option<crate::over_sctp::conn::SctpCounters> {
+        let sc = self.sctp.as_deref()?;
+        Some(sc.counters(&self.conns))
     }
 
     /// Ports with a listener, over either transport (one per port).
@@ -204,12 +231,13 @@ impl Stack {
     /// Counters of an iWARP connection's queue pair (`None`: no such
     /// connection, a byte stream, or the MPA exchange has not finished).
     pub fn qp_stats(&self, sock: SockId) -> Option<iwarp_proto::qp::QpStats> {
-        if let Some(sc) = self.sctp.as_ref().filter(|sc| sc.owns(sock)) {
-            return sc.qp_stats(sock);
-        }
-        match &self.socks.get(&sock)?.kind {
-            SockKind::Iwarp(i) => i.iwarp.as_ref()?.qp_ref().map(|q| q.stats()),
-            SockKind::Stream(_) => None,
+        match self.conns.get(&sock)? {
+            Connection::Tcp(Sock {
+                kind: SockKind::Iwarp(i),
+                ..
+            }) => i.iwarp.as_ref()?.qp_ref().map(|q| q.stats()),
+            Connection::Tcp(_) => None,
+            Connection::Sctp(c) => c.qp_stats(),
         }
     }
 }

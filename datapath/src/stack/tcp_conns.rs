@@ -9,7 +9,7 @@ impl Stack {
     /// Connection `id` stops counting against its listener's backlog:
     /// accepted (its window opens to `rcv_buf`), failed or gone.
     pub(super) fn leave_backlog(&mut self, id: SockId, accepted: bool) {
-        let Some(sock) = self.socks.get_mut(&id) else {
+        let Some(sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) else {
             return;
         };
         let Some(port) = sock.backlog_of.take() else {
@@ -45,7 +45,7 @@ impl Stack {
         );
         let id = self.ids_given.take();
         mark_ready(&mut self.ready, &mut sock, id);
-        self.socks.insert(id, sock);
+        self.conns.insert(id, Connection::Tcp(sock));
         self.by_tuple.insert(key, id);
         id
     }
@@ -149,7 +149,13 @@ impl Stack {
     pub(super) fn lookup(&mut self, key: (Ipv4Address, u16, u16)) -> Option<SockId> {
         if let Some((k, id)) = self.last_rx {
             let same = |s: &Sock| (s.remote, s.tcp().remote_port(), s.tcp().local_port()) == key;
-            if k == key && self.socks.get(&id).is_some_and(same) {
+            if k == key
+                && self
+                    .conns
+                    .get(&id)
+                    .and_then(Connection::tcp)
+                    .is_some_and(same)
+            {
                 return Some(id);
             }
         }
@@ -165,7 +171,7 @@ impl Stack {
     pub(super) fn segment(&mut self, src: Ipv4Address, seg: &TcpRepr<'_>, now: u64) -> bool {
         let key = (src, seg.src_port, seg.dst_port);
         if let Some(id) = self.lookup(key) {
-            let Some(sock) = self.socks.get_mut(&id) else {
+            let Some(sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) else {
                 return false;
             };
             if sock.over_budget && !seg.payload.is_empty() {

@@ -175,7 +175,7 @@ fn one_token_map_names_connections_over_both_transports() {
         "the token outlived its connection"
     );
     assert_eq!(st.by_token.get(&1), Some(&tcp));
-    assert!(st.sctp().is_some_and(|sc| !sc.has_connection(sctp)));
+    assert!(!st.is_sctp(sctp) && !st.conns.contains_key(&sctp));
     assert!(
         outs.iter()
             .any(|o| matches!(o, Output::Iwarp(i, HostOutput::RefusedRecv(7, _)) if *i == sctp)),
@@ -239,7 +239,7 @@ fn the_last_connection_is_found_again_and_never_stale() {
     // The socket of the last tuple removed behind the cache's back
     // (as `settle` removes a closed one): not found any more.
     assert_eq!(st.lookup(ka), Some(a));
-    st.socks.remove(&a);
+    st.conns.remove(&a);
     st.by_tuple.remove(&ka);
     assert_eq!(st.lookup(ka), None);
     // The remembered id now holds another connection (an id reused):
@@ -784,6 +784,28 @@ fn one_of_each_transport() -> (Stack, SockId, SockId) {
     (st, tcp, sctp.expect("the SCTP connection"))
 }
 
+/// One table of connections over both transports (`Connections`): a TCP
+/// connection and an SCTP connection are entries of it under their own
+/// kind, counted together; a command naming the SCTP one reaches it
+/// through the table and leaves the TCP one as it was.
+#[test]
+fn one_table_holds_the_connections_of_both_transports() {
+    let (mut st, tcp, sctp) = one_of_each_transport();
+    assert!(matches!(st.conns.get(&tcp), Some(Connection::Tcp(_))));
+    assert!(matches!(st.conns.get(&sctp), Some(Connection::Sctp(_))));
+    assert_eq!(st.conns.len(), 2);
+    assert_eq!((st.connections(), st.sctp_connections()), (2, 1));
+    assert!(st.is_sctp(sctp) && !st.is_sctp(tcp));
+    assert_eq!(st.sctp_state(tcp), None);
+    assert_eq!(st.sctp_state(sctp), Some(crate::endpoint::State::Opening));
+    let syn_sent = |st: &Stack| st.conns[&tcp].tcp().map(|s| s.tcp().state());
+    assert_eq!(syn_sent(&st), Some(TcpState::SynSent));
+    st.handle_command(Command::Abort(sctp), 0);
+    assert_eq!(st.sctp_state(sctp), Some(crate::endpoint::State::Aborting));
+    assert_eq!(syn_sent(&st), Some(TcpState::SynSent));
+    assert_eq!(st.sctp_counters().map(|c| c.connections), Some(1));
+}
+
 /// One id space over both transports (`SockIds`): the TCP connection
 /// and the SCTP connection a stack opens one after the other take the
 /// next ids of one counter, and a loop of several (`sock_ids` (1, 2))
@@ -850,7 +872,7 @@ fn one_ready_set_holds_both_transports_and_one_round_visits_them_all() {
     assert_eq!((sc.drives(), sc.host().visits()), (1, 1));
     // The TCP connection was polled: its SYN's retransmission deadline
     // went into the deadline set as it left the ready list.
-    let slot = st.socks[&tcp].slot;
+    let slot = st.conns[&tcp].tcp().unwrap().slot;
     assert!(!slot.is_ready() && slot.deadline().is_some(), "{slot:?}");
     assert!(st.ready.is_empty(), "{:?}", st.ready.marked());
 }
@@ -866,7 +888,12 @@ fn an_association_s_and_a_tcp_connection_s_deadlines_fire_from_one_set() {
     let assoc = st.ready.marked().iter().find_map(|k| k.as_assoc()).unwrap();
     st.poll(0, &mut |_: &[&[u8]]| {}, &mut |_| {});
     assert!(st.ready.is_empty(), "{:?}", st.ready.marked());
-    let t_tcp = st.socks[&tcp].slot.deadline().expect("the SYN's deadline");
+    let t_tcp = st.conns[&tcp]
+        .tcp()
+        .unwrap()
+        .slot
+        .deadline()
+        .expect("the SYN's deadline");
     let host = st.sctp().expect("the SCTP part").host();
     let t_assoc = host.assoc(assoc).and_then(|a| a.poll_timeout()).unwrap();
     assert!(t_tcp > 0 && t_assoc > 0, "{t_tcp} {t_assoc}");
@@ -883,12 +910,14 @@ fn an_association_s_and_a_tcp_connection_s_deadlines_fire_from_one_set() {
     assert_eq!(host.visits(), visits + 1);
     let later = host.assoc(assoc).and_then(|a| a.poll_timeout()).unwrap();
     assert!(later > t, "T1-init again, later: {later} at {t}");
-    let again = st.socks[&tcp]
+    let again = st.conns[&tcp]
+        .tcp()
+        .unwrap()
         .slot
         .deadline()
         .expect("the SYN's next deadline");
     assert!(again > t, "the connection's deadline fired: {again} at {t}");
-    assert!(st.socks[&tcp].tcp().stats().rto_retransmits >= 1);
+    assert!(st.conns[&tcp].tcp().unwrap().tcp().stats().rto_retransmits >= 1);
 }
 
 /// An iWARP connection's setup with the defaults these tests use

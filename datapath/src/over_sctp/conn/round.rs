@@ -23,6 +23,7 @@ impl SctpConns {
     pub(crate) fn poll(
         &mut self,
         now: u64,
+        conns: &mut Connections,
         mem: &mut MemoryTable,
         iface: &mut Interface,
         ready: &mut ReadySet<Ready>,
@@ -38,7 +39,7 @@ impl SctpConns {
             self.host.skip_round();
             return false;
         }
-        self.round(now, mem, iface, ready, listeners, tx, out)
+        self.round(now, conns, mem, iface, ready, listeners, tx, out)
     }
 
     /// [`poll`](Self::poll)'s round, when it has something to do.
@@ -47,6 +48,7 @@ impl SctpConns {
     fn round(
         &mut self,
         now: u64,
+        conns: &mut Connections,
         mem: &mut MemoryTable,
         iface: &mut Interface,
         ready: &mut ReadySet<Ready>,
@@ -59,7 +61,6 @@ impl SctpConns {
         // their queue pair's records (`SctpQp::fill`).
         let SctpConns {
             host,
-            conns,
             by_assoc,
             active,
             ..
@@ -89,14 +90,14 @@ impl SctpConns {
             let Some(&id) = by_assoc.get(a) else {
                 continue;
             };
-            if let Some(c) = conns.get_mut(&id) {
-                ready.mark(&mut c.slot, Ready::sctp(id));
+            if let Some(c) = conn_mut(conns, id) {
+                c.mark(ready, id);
             }
         }
         if !host_out.is_empty() {
             busy = true;
             for o in host_out.drain(..) {
-                self.dispatch(o, now, mem, ready, listeners, out);
+                self.dispatch(o, now, conns, mem, ready, listeners, out);
             }
         }
         // This round drives the connections marked (in id order; `drive`
@@ -110,19 +111,14 @@ impl SctpConns {
         for &key in &ids {
             if let Some(id) = key.as_sctp() {
                 // (One gone since it was marked is skipped there.)
-                busy |= self.drive(id, now, mem, ready, out);
+                busy |= self.drive(id, now, conns, mem, ready, out);
             }
         }
         self.ids = ids;
         // Send what the queue pairs just gave their associations this
         // round rather than the next (packets only: timers, ARP and events
         // wait for the next round).
-        let SctpConns {
-            host,
-            conns,
-            by_assoc,
-            ..
-        } = self;
+        let SctpConns { host, by_assoc, .. } = self;
         busy |= host.transmit_with(iface, ready, now, tx, &mut |a, key, dst| {
             fill_segment(by_assoc, conns, mem, a, key, dst)
         });
@@ -130,10 +126,12 @@ impl SctpConns {
         busy
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &mut self,
         o: SctpOutput,
         now: u64,
+        conns: &mut Connections,
         mem: &mut MemoryTable,
         ready: &mut ReadySet<Ready>,
         listeners: &mut Listeners,
@@ -177,7 +175,7 @@ impl SctpConns {
                     return;
                 };
                 let id = self.id_source.take();
-                let mut c = Conn::new(assoc, lport, Ipv4Address(remote), ulp, Role::Responder);
+                let mut c = SctpConn::new(assoc, lport, Ipv4Address(remote), ulp, Role::Responder);
                 c.backlog_of = Some(lport);
                 // Opened when SCTP's handshake is done, as a TCP
                 // listener hands over its connection.
@@ -185,8 +183,8 @@ impl SctpConns {
                 c.life.setup_begins(now, c.ulp.timeouts.request);
                 // The listener's rings, this connection's own clone (`Gone`).
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
-                ready.mark(&mut c.slot, Ready::sctp(id));
-                self.conns.insert(id, c);
+                c.mark(ready, id);
+                conns.insert(id, Connection::Sctp(Box::new(c)));
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, port = lport, "SCTP association accepted");
             }
@@ -194,7 +192,7 @@ impl SctpConns {
                 let Some(&id) = self.by_assoc.get(&assoc) else {
                     return;
                 };
-                self.event(id, ev, now, mem, ready, out);
+                self.event(id, ev, now, conns, mem, ready, out);
             }
             SctpOutput::Refused(assoc, e) => {
                 tracing::debug!(assoc, error = ?e, "SCTP command refused");
@@ -205,19 +203,21 @@ impl SctpConns {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn event(
         &mut self,
         id: SockId,
         ev: DdpEvent,
         now: u64,
+        conns: &mut Connections,
         mem: &mut MemoryTable,
         ready: &mut ReadySet<Ready>,
         out: &mut dyn FnMut(Output),
     ) {
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut(conns, id) else {
             return;
         };
-        ready.mark(&mut c.slot, Ready::sctp(id));
+        c.mark(ready, id);
         let assoc = c.assoc;
         c.note_end(&ev);
         if let Some(qp) = c.qp.as_mut() {
@@ -299,12 +299,14 @@ impl SctpConns {
                         let ulp = &c.ulp;
                         let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
                         let listener = AcceptQp { cq: None, pd: None };
-                        if let Err(e) = self.accept(ready, id, pd, ird, ord, listener, mem, now) {
+                        let accepted =
+                            self.accept(conns, ready, id, pd, ird, ord, listener, mem, now);
+                        if let Err(e) = accepted {
                             tracing::info!(sock = id, error = ?e, "SCTP Initiate not acceptable");
                             if let Some(a) = self.host.assoc_mut(ready, assoc) {
                                 let _ = a.reject(stream, b"");
                             }
-                            if let Some(c) = self.conns.get_mut(&id) {
+                            if let Some(c) = conn_mut(conns, id) {
                                 c.request = None;
                                 c.begin_close();
                             }
@@ -406,11 +408,12 @@ impl SctpConns {
         &mut self,
         id: SockId,
         now: u64,
+        conns: &mut Connections,
         mem: &mut MemoryTable,
         ready: &mut ReadySet<Ready>,
         out: &mut dyn FnMut(Output),
     ) -> bool {
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut(conns, id) else {
             return false;
         };
         c.slot.visited();
@@ -521,8 +524,8 @@ impl SctpConns {
         if done.reads_timed_out {
             self.close_timeouts += 1;
             tracing::info!(sock = id, "SCTP close timed out waiting for Read responses");
-            self.abort(ready, id, now);
-            self.drive(id, now, mem, ready, out);
+            self.abort(conns, ready, id, now);
+            self.drive(id, now, conns, mem, ready, out);
             return true;
         }
         if done.linger_timed_out {
@@ -578,7 +581,7 @@ impl SctpConns {
         // A queue pair the application holds stays (refusing posts) until
         // it closes it; one it never had goes now.
         if c.closed() && (c.qp.is_none() || c.goes_when_closed) {
-            self.forget(ready, id);
+            self.forget(conns, ready, id);
             return busy;
         }
         // What it waits for now is a packet, a command (each marks it) or

@@ -274,7 +274,7 @@ fn a_terminate_either_way_closes_the_connection() {
     let (mut p, sa, sb) = Pair::connected(60_000 * MS);
     p.target = STag(p.target.0 ^ 0x100);
     p.write(sa, 7);
-    let over = |_: &Pair, s: &Stack, id| s.sctp().unwrap().state(id);
+    let over = |_: &Pair, s: &Stack, id| s.sctp_state(id);
     let mut closing = [false; 2];
     assert!(p.run_until(1000, |p| {
         closing[0] |= over(p, &p.a, sa) == Some(State::Closing);
@@ -285,7 +285,7 @@ fn a_terminate_either_way_closes_the_connection() {
         })
     }));
     assert_eq!(closing, [true, true], "each end closed by itself");
-    let cause = |s: &Stack, id| s.sctp().unwrap().disconnect_cause(id);
+    let cause = |s: &Stack, id| s.disconnect_cause(id);
     assert!(
         matches!(cause(&p.b, sb), Some(DisconnectCause::TerminateSent(_))),
         "b: {:?}",
@@ -310,7 +310,7 @@ fn the_peers_shutdown_begins_our_close() {
     let (mut p, sa, sb) = Pair::connected(60_000 * MS);
     let now = p.now;
     p.b.handle_command(Command::Close(sb), now);
-    let state = |s: &Stack, id| s.sctp().unwrap().state(id);
+    let state = |s: &Stack, id| s.sctp_state(id);
     let mut posted = false;
     assert!(p.run_until(1000, |p| {
         if !posted && state(&p.a, sa) == Some(State::Closing) {
@@ -330,10 +330,7 @@ fn the_peers_shutdown_begins_our_close() {
         refused,
         Some(PostError::Disconnected(DisconnectCause::PeerClosed))
     );
-    assert_eq!(
-        p.a.sctp().unwrap().disconnect_cause(sa),
-        Some(DisconnectCause::PeerClosed)
-    );
+    assert_eq!(p.a.disconnect_cause(sa), Some(DisconnectCause::PeerClosed));
 }
 
 /// A close during the setup exchange ends the connection as over TCP
@@ -360,11 +357,10 @@ fn a_close_during_setup_ends_without_established() {
             _ => None,
         })
         .expect("the association is up");
-    let sc = p.a.sctp().unwrap();
-    assert_eq!(sc.state(sa), Some(State::AwaitingSetup));
+    assert_eq!(p.a.sctp_state(sa), Some(State::AwaitingSetup));
     // `a` closes while it waits for the Accept; `b` accepts.
     p.a.handle_command(Command::Close(sa), p.now);
-    assert_eq!(p.a.sctp().unwrap().state(sa), Some(State::Closing));
+    assert_eq!(p.a.sctp_state(sa), Some(State::Closing));
     p.b.handle_command(
         Command::Accept {
             sock: req,
@@ -396,7 +392,7 @@ fn a_close_during_setup_ends_without_established() {
         "the Write posted after the close is refused: {:?}",
         p.out_a
     );
-    assert!(!p.a.sctp().unwrap().has_connection(sa), "freed");
+    assert!(!p.a.is_sctp(sa), "freed");
 }
 
 /// An idle connection is not driven, nor its association visited,
@@ -413,7 +409,7 @@ fn an_idle_connection_is_not_driven_every_round() {
     for _ in 0..1200 {
         p.step(10 * MS);
     }
-    assert!(p.a.sctp().unwrap().has_connection(sa));
+    assert!(p.a.is_sctp(sa));
     let before = p.work();
     for _ in 0..1000 {
         p.step(MS);
@@ -462,7 +458,7 @@ fn an_idle_connection_is_not_driven_every_round() {
 /// each used to come once more for nothing (a visit left marked by
 /// the send, then the drive of its connection). At the receiver the
 /// packet leaves the connection nothing to do (the Write placed from
-/// the frame: `Conn::idle_after_packet`) and the association only its
+/// the frame: `SctpConn::idle_after_packet`) and the association only its
 /// delayed SACK's deadline (§6.2) to record: neither is driven nor
 /// visited, and the round after the packet is left out as an idle
 /// one.
@@ -514,7 +510,7 @@ fn a_retransmission_fires_from_the_deadline_set() {
     for _ in 0..500 {
         p.step(MS);
     }
-    let fpdus = |p: &Pair| p.b.sctp().unwrap().qp_stats(sb).unwrap().fpdus_rx;
+    let fpdus = |p: &Pair| p.b.qp_stats(sb).unwrap().fpdus_rx;
     let got = fpdus(&p);
     p.drop_from_a = true;
     p.write(sa, 1);
@@ -527,7 +523,7 @@ fn a_retransmission_fires_from_the_deadline_set() {
         p.run_until(10_000, |p| fpdus(p) > got),
         "never retransmitted"
     );
-    let t3 = p.a.sctp().unwrap().counters().assoc.t3_expiries;
+    let t3 = p.a.sctp_counters().unwrap().assoc.t3_expiries;
     assert!(t3 >= 1, "{t3}");
     // Waiting for T3 (the RTO: a second at first, RFC 9260 §6.3.1)
     // cost a handful of visits, not one a round.
@@ -569,7 +565,7 @@ fn an_sctp_listener_is_one_of_the_stacks_listening_ports() {
         p.now,
     );
     assert!(p.run_until(1000, |p| p.b.unaccepted() == 0));
-    assert_eq!(p.b.sctp().unwrap().state(sb), Some(State::Operational));
+    assert_eq!(p.b.sctp_state(sb), Some(State::Operational));
     p.b.handle_command(Command::Unlisten(PORT), p.now);
     assert_eq!(p.b.listening_ports(), 0);
     assert!(!p.b.sctp().unwrap().listening(PORT));
@@ -771,7 +767,7 @@ fn a_syn_to_a_port_listening_over_sctp_is_reset() {
     assert!(p.run_until(100, |p| failed(p).is_some()), "{:?}", p.out_a);
     assert_eq!(failed(&mut p), Some(ConnError::Refused));
     assert_eq!(p.b.stats().rx_no_socket, 1);
-    assert_eq!(p.b.sctp().unwrap().connections(), 0);
+    assert_eq!(p.b.sctp_connections(), 0);
 }
 
 /// On the loop of queue `q` of 4 (`set_ids`, `set_steering`): SCTP
@@ -804,18 +800,11 @@ fn a_loop_of_several_takes_its_ids_and_ports() {
     };
     for queue in 0..4u16 {
         let mut sc = part(queue, 49152);
+        let mut conns = Connections::new();
         let mut out = VecDeque::new();
         for token in 1..=3 {
-            sc.connect(
-                &mut ready,
-                token,
-                remote,
-                PORT,
-                None,
-                ulp.clone(),
-                0,
-                &mut out,
-            );
+            let to = (remote, PORT, None);
+            sc.connect(&mut conns, &mut ready, token, to, ulp.clone(), 0, &mut out);
         }
         let ids: Vec<SockId> = out
             .iter()
@@ -827,7 +816,8 @@ fn a_loop_of_several_takes_its_ids_and_ports() {
         let q = usize::from(queue);
         let base = q + 4;
         assert_eq!(ids, [base, base + 4, base + 8]);
-        let mut ports: Vec<u16> = ids.iter().map(|id| sc.conns[id].port).collect();
+        let ports = ids.iter().map(|id| conns[id].sctp().map(|c| c.port));
+        let mut ports: Vec<u16> = ports.collect::<Option<_>>().expect("over SCTP");
         for &p in &ports {
             assert!(p >= 49152, "{p}");
             let to = rss.queue_of(remote, Ipv4Address(local), PORT, p, IpProtocol::SCTP);
@@ -837,16 +827,8 @@ fn a_loop_of_several_takes_its_ids_and_ports() {
         assert_eq!(ports.len(), 3, "three ports");
         // Inside UDP: refused, naming why.
         out.clear();
-        sc.connect(
-            &mut ready,
-            9,
-            remote,
-            PORT,
-            Some(9899),
-            ulp.clone(),
-            0,
-            &mut out,
-        );
+        let to = (remote, PORT, Some(9899));
+        sc.connect(&mut conns, &mut ready, 9, to, ulp.clone(), 0, &mut out);
         match out.pop_front() {
             Some(Output::Failed {
                 token: 9,
@@ -854,14 +836,16 @@ fn a_loop_of_several_takes_its_ids_and_ports() {
             }) => assert!(why.contains("9899"), "{why}"),
             o => panic!("{o:?}"),
         }
-        assert_eq!(sc.connections(), 3);
+        assert_eq!(conns.len(), 3);
     }
     // A one-port range whose port steers elsewhere.
     let p = u16::MAX;
     let own = rss.queue_of(remote, Ipv4Address(local), PORT, p, IpProtocol::SCTP);
     let mut sc = part((own + 1) % 4, p);
+    let mut conns = Connections::new();
     let mut out = VecDeque::new();
-    sc.connect(&mut ready, 1, remote, PORT, None, ulp.clone(), 0, &mut out);
+    let to = (remote, PORT, None);
+    sc.connect(&mut conns, &mut ready, 1, to, ulp.clone(), 0, &mut out);
     assert!(
         matches!(
             out.pop_front(),
@@ -872,12 +856,13 @@ fn a_loop_of_several_takes_its_ids_and_ports() {
         ),
         "{out:?}"
     );
-    assert_eq!(sc.connections(), 0);
+    assert_eq!(conns.len(), 0);
     // The loop it steers to takes it.
     let mut sc = part(own, p);
-    sc.connect(&mut ready, 1, remote, PORT, None, ulp, 0, &mut out);
+    sc.connect(&mut conns, &mut ready, 1, to, ulp, 0, &mut out);
     assert!(matches!(out.pop_front(), Some(Output::Opening { .. })));
-    assert_eq!(sc.conns.values().map(|c| c.port).collect::<Vec<_>>(), [p]);
+    let ports = conns.values().filter_map(Connection::sctp).map(|c| c.port);
+    assert_eq!(ports.collect::<Vec<_>>(), [p]);
 }
 
 /// `SctpCounters::add`: every count summed, `qp_held_max` the larger.
