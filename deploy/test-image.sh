@@ -18,6 +18,8 @@
 #      (the region from the MPA Reply's private data; 256 blocks written,
 #      read back and compared), /metrics scraped over the kernel's TCP,
 #      then SIGTERM: the server closes its connections and exits 0;
+#   5b. the same over DDP over SCTP (`--transport sctp`, raw IPv4; 64
+#      blocks), its `iwarp_sctp_*` metrics scraped, then SIGTERM;
 #   6. perftest mode over memif (ours; then DPDK's serving ours), no kernel
 #      in the path: write_lat -R
 #      and write_bw -R, the two containers sharing the memif socket through
@@ -224,6 +226,38 @@ grep -q "^iwarp-serve: closed 1 of 1 client connections" "$work/sb.log" || { cat
 grep -q "^iwarp-serve: final stats: 2 clients accepted" "$work/sb.log" || { cat "$work/sb.log" >&2; fail "no final stats"; }
 wait "$client" || true # it ends because the server closed; how is its own business
 grep "iwarp-serve: " "$work/sb.log" | tail -3 | cut -c1-160
+
+echo "== 5b. the same over DDP over SCTP (RFC 5043): iwarp-serve --transport sctp in $b, --connect in $a"
+timeout 70 docker exec "$b" sh -c 'echo $$ >/tmp/serve.pid; exec iwarp-serve --seconds 60 --transport sctp \
+    --iface eth0 --ip '"$stack_b"'/24 --region-mib 1 --stats-addr 0.0.0.0:9465' >"$work/ssb.log" 2>&1 &
+server=$!
+# SCTP's INIT is retransmitted until the server's program is attached:
+# one try, given time, with a retry only for a queue not yet released.
+ok=0
+for _ in $(seq 10); do
+    if timeout 60 docker exec "$a" iwarp-serve --connect "$stack_b" --transport sctp --iface eth0 \
+        --ip "$stack_a/24" --blocks 64 >"$work/ssa.log" 2>&1; then
+        ok=1
+        break
+    fi
+    grep -q -i "busy" "$work/ssa.log" || break
+    sleep 0.5
+done
+[ "$ok" = 1 ] || { cat "$work/ssa.log" "$work/ssb.log" >&2; fail "iwarp-serve --connect --transport sctp in $a"; }
+grep -q "^client: 64 blocks written and read back" "$work/ssa.log" || fail "the SCTP client did not check 64 blocks"
+timeout 20 docker exec "$a" bash -c \
+    "exec 3<>/dev/tcp/$ip_b/9465 && printf 'GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n' >&3 && cat <&3" \
+    >"$work/smetrics" || fail "GET /metrics from $ip_b:9465"
+sctp_rx=$(awk '$1 == "iwarp_sctp_rx_packets_total" { print $2 }' "$work/smetrics")
+# 64 Writes of 16 KiB and 64 Reads: well over 64 SCTP packets in.
+[ "${sctp_rx:-0}" -gt 64 ] || fail "iwarp_sctp_rx_packets_total is ${sctp_rx:-missing}, not above 64"
+echo "/metrics: iwarp_sctp_rx_packets_total $sctp_rx"
+docker exec "$b" sh -c 'kill -TERM "$(cat /tmp/serve.pid)"'
+rc=0
+wait "$server" || rc=$?
+[ "$rc" = 0 ] || { cat "$work/ssb.log" >&2; fail "iwarp-serve over SCTP exited $rc after SIGTERM"; }
+grep -q "^iwarp-serve: final stats: 1 clients accepted" "$work/ssb.log" || { cat "$work/ssb.log" >&2; fail "no final stats over SCTP"; }
+grep "iwarp-serve: SCTP" "$work/ssb.log" | cut -c1-160
 
 echo "== 6. perftest mode over memif: $b serves, $a connects, one socket in a shared volume"
 # memif_run TEST SERVER_DRIVER CLIENT_DRIVER: one perftest-mode run across

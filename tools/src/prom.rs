@@ -2,7 +2,9 @@
 //! `prometheus-client` crate: a context's counters ([`iwarp::ContextStats`]),
 //! among them the stack's latency histograms (send-queue completions by
 //! opcode, connection setup by role; [`iwarp_datapath::latency`]),
-//! and its queue pairs' ([`iwarp::QpCounters`]), what the server itself
+//! and its queue pairs' ([`iwarp::QpCounters`]), the SCTP part's
+//! (`iwarp_sctp_*`, once the context has one: [`iwarp::SctpCounters`]),
+//! what the server itself
 //! observes ([`ServeMetrics`]: accept times, scrape times, the HTTP
 //! endpoint's connections), `iwarp_build_info` and the `process_*`
 //! metrics (read from `/proc/self`).
@@ -20,7 +22,7 @@
 
 use std::net::Ipv4Addr;
 
-use iwarp::{ContextStats, DeviceStats, QpCounters, TcpStats};
+use iwarp::{ContextStats, DeviceStats, QpCounters, SctpCounters, TcpStats};
 use iwarp_datapath::latency::{Histogram as Latency, BOUNDS_NS};
 use iwarp_xdp::{AttachMode, XskMode};
 use prometheus_client::collector::Collector;
@@ -79,6 +81,9 @@ pub struct Snapshot {
     pub stats: ContextStats,
     /// The connections'.
     pub conns: Vec<ConnStats>,
+    /// The SCTP part's (`None` until an SCTP listen or connect made one:
+    /// [`iwarp::Context::sctp_stats`]).
+    pub sctp: Option<SctpCounters>,
 }
 
 /// What `iwarp-serve` observes itself, kept across scrapes (the handles
@@ -339,6 +344,116 @@ fn tcp_fields(t: &TcpStats) -> [(&'static str, Option<Unit>, &'static str, u64);
     ]
 }
 
+/// The SCTP part's families (`iwarp_sctp_*`): counters over its life
+/// (those of associations that have closed included), and gauges of what
+/// its live connections and associations hold and have done.
+fn sctp(e: &mut DescriptorEncoder, c: &SctpCounters) -> Fmt {
+    let (h, a) = (&c.host, &c.assoc);
+    for (k, help, v) in [
+        (
+            "rx_packets",
+            "SCTP packets handed to an association or listener",
+            h.rx_packets,
+        ),
+        ("tx_packets", "SCTP packets sent", h.tx_packets),
+        (
+            "rx_udp",
+            "SCTP packets received inside UDP (RFC 6951)",
+            h.rx_udp,
+        ),
+        ("tx_udp", "SCTP packets sent inside UDP (RFC 6951)", h.tx_udp),
+        (
+            "ootb_replies",
+            "Out-of-the-blue answers sent (RFC 9260 section 8.4)",
+            h.ootb_replies,
+        ),
+        (
+            "ootb_limited",
+            "Out-of-the-blue packets left unanswered by the rate limit",
+            h.ootb_limited,
+        ),
+        (
+            "arp_drops",
+            "SCTP packets dropped for want of a route or ARP resolution",
+            h.arp_drops,
+        ),
+        (
+            "retransmits",
+            "DATA chunks retransmitted (T3 or fast retransmit), live and closed associations",
+            a.retransmits + h.closed_retransmits,
+        ),
+        (
+            "packets_discarded",
+            "Received packets discarded (checksum, malformed, wrong tag or ports), live and closed associations",
+            a.packets_discarded + h.closed_discarded,
+        ),
+    ] {
+        counter(e, &format!("sctp_{k}"), &format!("SCTP: {help}"), None, v)?;
+    }
+    gauge(
+        e,
+        "sctp_connections",
+        "SCTP: iWARP connections over SCTP (any phase)",
+        None,
+        c.connections as u64,
+    )?;
+    for (k, help, v) in [
+        (
+            "data_chunks_sent",
+            "DATA chunks sent for the first time",
+            a.data_chunks_sent,
+        ),
+        (
+            "fast_retransmits",
+            "Times fast retransmit marked chunks",
+            a.fast_retransmits,
+        ),
+        ("t3_expiries", "T3-rtx expiries", a.t3_expiries),
+        (
+            "dup_data_received",
+            "Duplicate DATA chunks received",
+            a.dup_data_received,
+        ),
+        (
+            "heartbeats_sent",
+            "HEARTBEATs sent",
+            a.heartbeats_sent,
+        ),
+        (
+            "data_in_place",
+            "DATA chunks placed from the packet (no copy into the association)",
+            a.data_in_place,
+        ),
+        (
+            "segments_by_reference",
+            "DDP Segments given to SCTP by reference (written into each packet from registered memory)",
+            c.segments_by_reference,
+        ),
+    ] {
+        gauge(
+            e,
+            &format!("sctp_live_{k}"),
+            &format!("SCTP: {help}, summed over the live associations (leaves the sum when one closes)"),
+            None,
+            v,
+        )?;
+    }
+    gauge(
+        e,
+        "sctp_qp_held",
+        "SCTP: Octets the queue pairs hold out of DDP-SSN order, summed",
+        Some(Unit::Bytes),
+        c.qp_held_octets as u64,
+    )?;
+    gauge(
+        e,
+        "sctp_qp_held_max_conn",
+        "SCTP: Octets out of DDP-SSN order held by the queue pair holding the most",
+        Some(Unit::Bytes),
+        c.qp_held_max as u64,
+    )
+}
+
 /// One latency histogram (nanoseconds in, seconds out), its buckets and
 /// their bounds as the stack counted them.
 fn latency(mut m: MetricEncoder, h: &Latency) -> Fmt {
@@ -544,6 +659,9 @@ impl Collector for Snapshot {
             None,
             u64::from(l.pinned),
         )?;
+        if let Some(c) = &self.sctp {
+            sctp(e, c)?;
+        }
         let device_help = "The device (kind, and for AF_XDP the bind and attach modes obtained)";
         match &stats.device {
             DeviceStats::Sim => info(e, "device", device_help, &[("kind", "sim".into())])?,
@@ -857,7 +975,11 @@ mod tests {
                 },
             },
         }];
-        Snapshot { stats, conns }
+        Snapshot {
+            stats,
+            conns,
+            sctp: None,
+        }
     }
 
     #[test]
@@ -956,6 +1078,47 @@ mod tests {
             "iwarp_memif_rx_bad_desc_total 2\n",
             "iwarp_memif_kicks_total 1\n",
             "iwarp_memif_broken 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
+    }
+
+    /// No SCTP part, no `iwarp_sctp_*` family; with one, its counters sum
+    /// live and closed associations' retransmissions and discards, and
+    /// its gauges say what the live ones hold and did.
+    #[test]
+    fn sctp_families_appear_with_an_sctp_part() {
+        let text = render(literal(), &ServeMetrics::default(), Format::Text);
+        assert!(!text.contains("iwarp_sctp_"), "{text}");
+        let mut snap = literal();
+        let mut c = SctpCounters {
+            connections: 2,
+            qp_held_octets: 4096,
+            qp_held_max: 3000,
+            segments_by_reference: 11,
+            ..Default::default()
+        };
+        c.host.rx_packets = 40;
+        c.host.tx_packets = 41;
+        c.host.closed_retransmits = 3;
+        c.host.closed_discarded = 1;
+        c.assoc.retransmits = 4;
+        c.assoc.packets_discarded = 2;
+        c.assoc.t3_expiries = 5;
+        snap.sctp = Some(c);
+        let text = render(snap, &ServeMetrics::default(), Format::Text);
+        for line in [
+            "# TYPE iwarp_sctp_rx_packets_total counter\n",
+            "iwarp_sctp_rx_packets_total 40\n",
+            "iwarp_sctp_tx_packets_total 41\n",
+            "iwarp_sctp_retransmits_total 7\n",
+            "iwarp_sctp_packets_discarded_total 3\n",
+            "# TYPE iwarp_sctp_connections gauge\n",
+            "iwarp_sctp_connections 2\n",
+            "iwarp_sctp_live_t3_expiries 5\n",
+            "iwarp_sctp_live_segments_by_reference 11\n",
+            "iwarp_sctp_qp_held_bytes 4096\n",
+            "iwarp_sctp_qp_held_max_conn_bytes 3000\n",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }

@@ -29,6 +29,7 @@ fn histograms(ctx: &Context, family: &str, label: &str) -> Vec<(String, u64, f64
     let snap = Snapshot {
         stats: ctx.stats().unwrap(),
         conns: Vec::new(),
+        sctp: None,
     };
     let text = prom::render(snap, &ServeMetrics::default(), Format::Text);
     let parsed = openmetrics_parser::prometheus::parse_prometheus(&text)

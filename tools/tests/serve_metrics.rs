@@ -402,4 +402,74 @@ fn usage_errors_exit_2_and_help_exits_0() {
     assert_eq!(code(&["--sim", "--region-mib", "0"]), Some(2));
     assert_eq!(code(&["--sim", "--iface", "eth0"]), Some(2));
     assert_eq!(code(&["--iface", "eth0"]), Some(2));
+    assert_eq!(code(&["--sim", "--transport", "udp"]), Some(2));
+    // The kernel-shared address steers TCP alone: refused before the
+    // interface is opened (so no such interface is needed).
+    let shared = [
+        "--iface",
+        "no-such-if0",
+        "--ip",
+        "10.0.0.1/24",
+        "--share-address",
+        "--transport",
+        "sctp",
+    ];
+    let out = Command::new(bin)
+        .args(shared)
+        .output()
+        .expect("run iwarp-serve");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--share-address steers TCP only"),
+        "{stderr}"
+    );
+}
+
+/// `--transport sctp`: the built-in client Writes and Reads over DDP over
+/// SCTP (RFC 5043), and `/metrics` carries the SCTP part's families, whose
+/// packet counters move, beside the queue pair's.
+#[test]
+fn an_sctp_server_serves_its_sctp_metrics() {
+    let (_server, addr) = start(&["--transport", "sctp"]);
+    let (_, first) = get(&addr, "/metrics");
+    assert_eq!(value(&first, "iwarp_qps "), 1);
+    assert_eq!(value(&first, "iwarp_sctp_connections "), 1);
+    assert_eq!(value(&first, "iwarp_connections "), 1);
+    let parsed = openmetrics_parser::prometheus::parse_prometheus(&first)
+        .unwrap_or_else(|e| panic!("{e:?} in:\n{first}"));
+    for (name, kind) in [
+        ("iwarp_sctp_rx_packets_total", PrometheusType::Counter),
+        ("iwarp_sctp_tx_packets_total", PrometheusType::Counter),
+        ("iwarp_sctp_retransmits_total", PrometheusType::Counter),
+        ("iwarp_sctp_connections", PrometheusType::Gauge),
+        ("iwarp_sctp_live_data_chunks_sent", PrometheusType::Gauge),
+        ("iwarp_sctp_qp_held_bytes", PrometheusType::Gauge),
+    ] {
+        let f = parsed.families.get(name);
+        assert_eq!(
+            f.map(|f| &f.family_type),
+            Some(&kind),
+            "{name} in:\n{first}"
+        );
+    }
+    let rx = "iwarp_sctp_rx_packets_total ";
+    let placed = "iwarp_qp_placed_bytes_total{qp=";
+    let mut moved = false;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let (_, now) = get(&addr, "/metrics");
+        if value(&now, rx) > value(&first, rx) && value(&now, placed) > value(&first, placed) {
+            moved = true;
+            break;
+        }
+    }
+    assert!(
+        moved,
+        "SCTP packets and placed bytes did not move in 50 scrapes"
+    );
+    // Over MPA/TCP no SCTP part is made: no family of it.
+    let (_mpa, addr) = start(&[]);
+    let (_, text) = get(&addr, "/metrics");
+    assert!(!text.contains("iwarp_sctp_"), "{text}");
 }

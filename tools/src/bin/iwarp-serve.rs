@@ -3,10 +3,15 @@
 //!
 //! ```text
 //! iwarp-serve (--sim | --iface IF --ip ADDR/PREFIX [--netns PATH])
-//!             [--port PORT] [--region-mib N] [--stats-addr ADDR:PORT] [--seconds N]
+//!             [--transport mpa|sctp|sctp-udp] [--port PORT] [--region-mib N]
+//!             [--stats-addr ADDR:PORT] [--seconds N]
 //! iwarp-serve --connect SERVER --iface IF --ip ADDR/PREFIX [--netns PATH]
-//!             [--port PORT] [--blocks N]
+//!             [--transport mpa|sctp|sctp-udp] [--port PORT] [--blocks N]
 //! ```
+//!
+//! `--transport` picks what carries iWARP: MPA over TCP (the default), DDP
+//! over SCTP (RFC 5043, raw IPv4), or SCTP inside UDP (RFC 6951; a server
+//! listening over either SCTP answers both). Server and client must agree.
 //!
 //! Listens for iWARP connections on `--port`, registers one memory region
 //! of `--region-mib` MiB that every connected client may RDMA Read and
@@ -16,14 +21,15 @@
 //! to 5 s in all for the closes to finish), prints its final statistics
 //! and exits 0.
 //!
-//! The client learns the region from the MPA Reply's private data, 16
-//! octets: `IWSV`, the STag (u32, big endian) and the length (u64, big
+//! The client learns the region from the private data of the MPA Reply
+//! (or, over SCTP, of the DDP Stream Session Accept), 16 octets: `IWSV`, the STag (u32, big endian) and the length (u64, big
 //! endian). Tagged offsets are zero-based: offset 0 is the region's first
 //! octet.
 //!
 //! With `--stats-addr`, an HTTP/1.1 server (hyper, on a kernel TCP socket
 //! and a thread of its own) serves `GET /metrics`: the context's counters,
 //! each connection's queue pair counters, accept and scrape times,
+//! the SCTP part's (`iwarp_sctp_*`, over SCTP),
 //! `iwarp_build_info` and the `process_*` metrics, in the Prometheus text
 //! format (0.0.4) or OpenMetrics 1.0 as the `Accept` header asks; other
 //! paths get 404. Clients are served concurrently; each connection has 5 s
@@ -40,7 +46,7 @@
 //!
 //! `--connect SERVER` is the client of a server elsewhere (another host,
 //! container or namespace): it connects to SERVER:`--port`, takes the
-//! region from the MPA Reply's private data, writes `--blocks` blocks of
+//! region from the Reply's (or Accept's) private data, writes `--blocks` blocks of
 //! 16 KiB into it, Reads each back into another buffer and compares, then
 //! disconnects and exits (0 when every block came back equal).
 //!
@@ -57,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use iwarp::{
-    AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, Mr, Qp, STag,
+    AcceptOptions, Access, ConnectOptions, Context, Error, ListenOptions, Mr, Qp, STag, Transport,
     WorkRequest, XdpOptions,
 };
 use iwarp_tools::http;
@@ -67,8 +73,9 @@ use iwarp_tools::Cidr;
 /// An RDMA Read/Write target: serves one registered memory region to any
 /// number of iWARP clients, with a Prometheus endpoint.
 ///
-/// The MPA Reply's private data tells the client the region: "IWSV", STag
-/// (u32 BE), length (u64 BE); tagged offsets start at 0.
+/// The private data of the MPA Reply (over SCTP, the Session Accept) tells
+/// the client the region: "IWSV", STag (u32 BE), length (u64 BE); tagged
+/// offsets start at 0.
 ///
 /// With --connect SERVER it is a client instead: it writes --blocks blocks
 /// of 16 KiB into the server's region, Reads each back and compares.
@@ -101,6 +108,11 @@ struct Args {
     /// /var/run/netns/NAME).
     #[arg(long, value_name = "PATH")]
     netns: Option<std::path::PathBuf>,
+    /// What carries iWARP: MPA over TCP, DDP over SCTP (RFC 5043), or SCTP
+    /// inside UDP (RFC 6951). Server and client must agree (a server over
+    /// either SCTP takes both).
+    #[arg(long, value_enum, default_value_t = Carrier::Mpa)]
+    transport: Carrier,
     /// Port to listen on (1-65535).
     #[arg(long, default_value_t = 7471, value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
@@ -129,6 +141,35 @@ struct Args {
     /// Stop after N seconds (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     seconds: Option<u64>,
+}
+
+/// `--transport`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Carrier {
+    /// MPA over TCP (RFC 5044).
+    Mpa,
+    /// DDP over SCTP in raw IPv4 (RFC 5043).
+    Sctp,
+    /// DDP over SCTP inside UDP to port 9899 (RFC 6951).
+    SctpUdp,
+}
+
+impl Carrier {
+    fn transport(self) -> Transport {
+        match self {
+            Carrier::Mpa => Transport::Mpa,
+            Carrier::Sctp => Transport::Sctp,
+            Carrier::SctpUdp => Transport::SctpOverUdp,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Carrier::Mpa => "MPA/TCP",
+            Carrier::Sctp => "SCTP",
+            Carrier::SctpUdp => "SCTP over UDP",
+        }
+    }
 }
 
 fn parse_ip(s: &str) -> Result<Cidr, String> {
@@ -220,6 +261,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
         None => None,
     };
+    // The kernel-shared address steers TCP to our ports, nothing else.
+    if args.share_address && args.transport != Carrier::Mpa {
+        return Err(format!(
+            "--share-address steers TCP only; --transport {} needs an address of its own",
+            args.transport.name()
+        ));
+    }
+    let transport = args.transport.transport();
     let (ctx, client_ctx) = if args.sim {
         let (a, b) = Context::sim_pair();
         (a, Some(b))
@@ -247,7 +296,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     };
     if let Some(server) = args.connect {
         let to = SocketAddrV4::new(server, args.port);
-        return match client(&ctx, to, &signalled, Some(args.blocks)) {
+        return match client(&ctx, to, transport, &signalled, Some(args.blocks)) {
             Ok(n) if n < args.blocks => {
                 eprintln!("client: interrupted after {n} blocks");
                 Ok(ExitCode::from(1))
@@ -270,8 +319,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE,
         )
         .map_err(|e| format!("registering {} MiB: {e}", args.region_mib))?;
+    let mut listen = ListenOptions::new(&pd);
+    listen.transport = transport;
     let listener = ctx
-        .listen(args.port, &ListenOptions::new(&pd))
+        .listen(args.port, &listen)
         .map_err(|e| format!("listening on port {}: {e}", args.port))?;
     let cq = ctx.create_cq(1024);
     let conns: Conns = Arc::new(Mutex::new(Vec::new()));
@@ -293,9 +344,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         None => None,
     };
     println!(
-        "iwarp-serve: listening on {}:{}, region {} MiB stag {:#010x}",
+        "iwarp-serve: listening on {}:{} over {}, region {} MiB stag {:#010x}",
         ctx.addr(),
         args.port,
+        args.transport.name(),
         args.region_mib,
         mr.stag().0
     );
@@ -307,7 +359,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let stop = Arc::new(AtomicUsize::new(0));
     let client = client_ctx.map(|c| {
         let (stop, to) = (stop.clone(), SocketAddrV4::new(ctx.addr(), args.port));
-        std::thread::spawn(move || client(&c, to, &stop, None))
+        std::thread::spawn(move || client(&c, to, transport, &stop, None))
     });
 
     let deadline = args
@@ -413,6 +465,17 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
         Err(e) => eprintln!("iwarp-serve: final stats: {e}"),
     }
+    if let Ok(Some(c)) = ctx.sctp_stats() {
+        println!(
+            "iwarp-serve: SCTP: {} packets in, {} out, {} DATA chunks retransmitted, \
+             {} connection{} still held",
+            c.host.rx_packets,
+            c.host.tx_packets,
+            c.assoc.retransmits + c.host.closed_retransmits,
+            c.connections,
+            if c.connections == 1 { "" } else { "s" },
+        );
+    }
     drop(conns);
     drop(mr);
     let _ = std::io::stdout().flush();
@@ -425,6 +488,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 fn client(
     ctx: &Context,
     to: SocketAddrV4,
+    transport: Transport,
     stop: &AtomicUsize,
     max: Option<u64>,
 ) -> Result<u64, String> {
@@ -437,8 +501,10 @@ fn client(
             Access::LOCAL_READ | Access::LOCAL_WRITE,
         )
         .map_err(|e| e.to_string())?;
+    let mut opts = ConnectOptions::new(&pd, &cq);
+    opts.transport = transport;
     let qp = ctx
-        .connect(to, &ConnectOptions::new(&pd, &cq))
+        .connect(to, &opts)
         .map_err(|e| format!("connect {to}: {e}"))?;
     let (stag, len) = parse_advert(&qp.negotiated().peer_private_data)
         .ok_or("the server's private data is not an IWSV advert")?;
@@ -509,5 +575,6 @@ fn snapshot(ctx: &Context, conns: &Conns) -> Result<Snapshot, String> {
             })
         })
         .collect();
-    Ok(Snapshot { stats, conns })
+    let sctp = ctx.sctp_stats().map_err(|e| e.to_string())?;
+    Ok(Snapshot { stats, conns, sctp })
 }
