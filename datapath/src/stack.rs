@@ -377,6 +377,11 @@ impl crate::runtime::Engine for Stack {
 
     fn handle_command(&mut self, cmd: Command, now: u64) {
         self.input = true;
+        // A post (the data path's command) reaches its connection through
+        // one lookup of the one table, whichever transport carries it.
+        if let Command::Iwarp(id, c) = cmd {
+            return self.cmd_post(id, c, now);
+        }
         self.command_arrived(&cmd);
         // Without an SCTP part only SCTP's own commands go there (every
         // other arm of `sctp_command` asks the part): no move of the
@@ -388,14 +393,6 @@ impl crate::runtime::Engine for Stack {
                     if transport.is_sctp()
             );
         let cmd = if sctp {
-            // A post on one of its connections (the data path's commands)
-            // straight to the SCTP part, the command not moved into
-            // `sctp_command` and back.
-            if let Command::Iwarp(id, c) = &cmd {
-                if self.sctp_post(*id, *c, now) {
-                    return;
-                }
-            }
             match self.sctp_command(cmd, now) {
                 Some(c) => c,
                 None => return,
@@ -417,7 +414,7 @@ impl crate::runtime::Engine for Stack {
             Command::Hook(h) => self.hooks.push(h),
             // Posts.
             Command::IwarpOpening(token, cmd) => self.cmd_iwarp_opening(token, cmd, now),
-            Command::Iwarp(id, cmd) => self.cmd_post(id, cmd, now),
+            Command::Iwarp(id, cmd) => self.cmd_post(id, cmd, now), // (taken above)
             // Teardown.
             Command::Close(id) => self.cmd_close(id),
             Command::Abort(id) => self.cmd_abort(id, now),

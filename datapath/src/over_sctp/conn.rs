@@ -375,6 +375,51 @@ impl SctpConn {
         self.life.state()
     }
 
+    /// Work posted on it (id `id`) at `now` (a send-queue request's
+    /// completion latency counts from there): to the queue pair in full
+    /// operation, held until then, refused with why once it is closing.
+    /// It is marked for the next round.
+    pub(crate) fn post(
+        &mut self,
+        id: SockId,
+        ready: &mut ReadySet<Ready>,
+        cmd: HostCommand,
+        mem: &MemoryTable,
+        now: u64,
+        out: &mut dyn FnMut(Output),
+    ) {
+        self.mark(ready, id);
+        let cq = self.ulp.cq.as_ref();
+        let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
+        if self.life.state().is_closing() {
+            refuse(self.refusal());
+            return;
+        }
+        match (self.life.state(), self.qp.as_mut()) {
+            // Straight to the queue pair (the common case: no list of
+            // outputs in between).
+            (State::Operational, Some(qp)) => {
+                let r = match cmd {
+                    HostCommand::PostSend(wr) => qp.qp().post_send_tagged(mem, wr, now),
+                    HostCommand::PostRecv(wr_id, sgl) => qp.qp().post_recv(mem, wr_id, sgl),
+                };
+                if let Err(e) = r {
+                    refuse(e);
+                }
+            }
+            _ => {
+                if let Err(e) = self.pending.push(cmd, now) {
+                    refuse(e);
+                }
+            }
+        }
+    }
+
+    /// Whether posts wait here for full operation.
+    pub(crate) fn holds_posts(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Its queue pair's counters, once in full operation.
     pub(crate) fn qp_stats(&self) -> Option<iwarp_proto::qp::QpStats> {
         self.qp.as_ref().map(|q| q.qp_ref().stats())
@@ -397,7 +442,7 @@ impl SctpConn {
     /// visit to the association drives the connection.
     fn idle_after_packet(&self, now: u64) -> bool {
         self.life.state() == State::Operational
-            && self.pending.is_empty()
+            && !self.holds_posts()
             && self.outputs.is_empty()
             && self.life.events_len() == 0
             && self
@@ -1224,76 +1269,6 @@ impl SctpConns {
                 None
             }
         }
-    }
-
-    /// Work posted on connection `id` at `now` (a send-queue request's
-    /// completion latency counts from there).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn post(
-        &mut self,
-        conns: &mut Connections,
-        ready: &mut ReadySet<Ready>,
-        id: SockId,
-        cmd: HostCommand,
-        mem: &MemoryTable,
-        now: u64,
-        out: &mut dyn FnMut(Output),
-    ) {
-        if !self.try_post(conns, ready, id, cmd, mem, now, out) {
-            route(
-                id,
-                HostOutput::refused(&cmd, PostError::NotReady(QpState::Error)),
-                None,
-                out,
-            );
-        }
-    }
-
-    /// [`post`](Self::post) if `id` is one of ours (over SCTP in the
-    /// table: true), else nothing (false): one lookup where asking first
-    /// takes two.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn try_post(
-        &mut self,
-        conns: &mut Connections,
-        ready: &mut ReadySet<Ready>,
-        id: SockId,
-        cmd: HostCommand,
-        mem: &MemoryTable,
-        now: u64,
-        out: &mut dyn FnMut(Output),
-    ) -> bool {
-        // Freed (or never ours): the stack refuses it, with why it ended
-        // when its record of freed connections knows.
-        let Some(c) = conn_mut(conns, id) else {
-            return false;
-        };
-        c.mark(ready, id);
-        let cq = c.ulp.cq.as_ref();
-        let mut refuse = |e: PostError| route(id, HostOutput::refused(&cmd, e), cq, out);
-        if c.life.state().is_closing() {
-            refuse(c.refusal());
-            return true;
-        }
-        match (c.life.state(), c.qp.as_mut()) {
-            // Straight to the queue pair (the common case: no list of
-            // outputs in between).
-            (State::Operational, Some(qp)) => {
-                let r = match cmd {
-                    HostCommand::PostSend(wr) => qp.qp().post_send_tagged(mem, wr, now),
-                    HostCommand::PostRecv(wr_id, sgl) => qp.qp().post_recv(mem, wr_id, sgl),
-                };
-                if let Err(e) = r {
-                    refuse(e);
-                }
-            }
-            _ => {
-                if let Err(e) = c.pending.push(cmd, now) {
-                    refuse(e);
-                }
-            }
-        }
-        true
     }
 
     /// Accept a pending request; `qp` says where the queue pair's

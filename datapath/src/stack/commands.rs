@@ -3,8 +3,11 @@
 //! what every command does first (requests answered, connections woken),
 //! connection setup (connect, listen, unlisten, accept, reject), posts
 //! (to a connection, to one still opening, the refusal for one already
-//! gone) and teardown (close, abort). The post is the hot path: it and the
-//! first step are `#[inline]` (into `handle_command`).
+//! gone) and teardown (close, abort). The post is the hot path:
+//! `handle_command` hands it to `cmd_post` before anything else, which
+//! finds its connection, over either transport, by one lookup of the one
+//! table; it and the first step of the other commands are `#[inline]`
+//! (into `handle_command`).
 
 use super::*;
 use crate::runtime::Engine as _;
@@ -25,10 +28,8 @@ impl Stack {
         }
         // A command for a connection wakes it for the next round.
         let target = match cmd {
-            // Without an SCTP part a post is marked where it is posted
-            // (one lookup of the connection).
-            Command::Iwarp(..) if self.sctp.is_none() => None,
-            Command::Iwarp(id, _) | Command::Close(id) | Command::Abort(id) => Some(*id),
+            // (A post is marked where it is posted: `cmd_post`.)
+            Command::Close(id) | Command::Abort(id) => Some(*id),
             Command::Accept { sock, .. }
             | Command::Reject { sock, .. }
             | Command::SetSrq { sock, .. } => Some(*sock),
@@ -139,25 +140,34 @@ impl Stack {
         }
     }
 
-    /// [`Command::Iwarp`] on a TCP connection: the post (the data path's
-    /// hot path), or its refusal when the connection is not there.
+    /// [`Command::Iwarp`]: the post (the data path's hot path), on a
+    /// connection over either transport found by one lookup, or its
+    /// refusal when the connection is not there (or is a byte stream).
     #[inline]
     pub(super) fn cmd_post(&mut self, id: SockId, cmd: HostCommand, now: u64) {
-        let sock = self.conns.get_mut(&id).and_then(Connection::tcp_mut);
-        if let Some(sock) = sock {
-            mark_ready(&mut self.ready, sock, id);
-            if let Sock {
-                kind: SockKind::Iwarp(i),
-                cq,
-                ..
-            } = sock
-            {
-                let out = &mut self.pending_out;
-                i.post(cmd, now, &self.mem, &mut |o| {
-                    route(id, o, cq.as_ref(), &mut |x| out.push_back(x))
-                });
-                return;
+        let Stack {
+            conns,
+            ready,
+            mem,
+            pending_out,
+            ..
+        } = self;
+        let out = &mut |x| pending_out.push_back(x);
+        match conns.get_mut(&id) {
+            Some(Connection::Tcp(sock)) => {
+                mark_ready(ready, sock, id);
+                if let Sock {
+                    kind: SockKind::Iwarp(i),
+                    cq,
+                    ..
+                } = sock
+                {
+                    i.post(cmd, now, mem, &mut |o| route(id, o, cq.as_ref(), out));
+                    return;
+                }
             }
+            Some(Connection::Sctp(c)) => return c.post(id, ready, cmd, mem, now, out),
+            None => {}
         }
         self.refuse_post(id, &cmd);
     }

@@ -140,22 +140,6 @@ impl Stack {
                     .push_back(Output::Listening { port, result });
                 None
             }
-            Command::Iwarp(id, c) if ours(self, id) => {
-                let Stack {
-                    sctp,
-                    conns,
-                    mem,
-                    pending_out,
-                    ready,
-                    ..
-                } = self;
-                if let Some(sc) = sctp.as_deref_mut() {
-                    sc.post(conns, ready, id, c, mem, now, &mut |o| {
-                        pending_out.push_back(o)
-                    });
-                }
-                None
-            }
             Command::Close(id) if ours(self, id) => {
                 if let Some(sc) = self.sctp.as_deref_mut() {
                     sc.close(&mut self.conns, &mut self.ready, id);
@@ -256,26 +240,6 @@ impl Stack {
                 }
             }
         }
-    }
-
-    /// A post on connection `id`, if it is the SCTP part's: posted
-    /// there (true). Out of `handle_command`, whose path over TCP alone
-    /// stays as it was.
-    #[inline(never)]
-    pub(super) fn sctp_post(&mut self, id: SockId, c: HostCommand, now: u64) -> bool {
-        let Stack {
-            sctp,
-            conns,
-            mem,
-            pending_out,
-            ready,
-            ..
-        } = self;
-        sctp.as_deref_mut().is_some_and(|sc| {
-            sc.try_post(conns, ready, id, c, mem, now, &mut |o| {
-                pending_out.push_back(o)
-            })
-        })
     }
 
     /// An SCTP packet the interface handed up, to the SCTP part (out of

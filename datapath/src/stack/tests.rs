@@ -112,7 +112,8 @@ fn a_post_to_an_unknown_connection_is_refused_not_dropped() {
     st.pending_out.clear();
     for (i, id) in [999, 1999].into_iter().enumerate() {
         if i == 1 {
-            // An SCTP part now: the post is offered there first.
+            // An SCTP part now (the post still finds no connection in
+            // the one table).
             st.handle_command(
                 Command::Listen {
                     port: 7000,
@@ -804,6 +805,37 @@ fn one_table_holds_the_connections_of_both_transports() {
     assert_eq!(st.sctp_state(sctp), Some(crate::endpoint::State::Aborting));
     assert_eq!(syn_sent(&st), Some(TcpState::SynSent));
     assert_eq!(st.sctp_counters().map(|c| c.connections), Some(1));
+}
+
+/// A post reaches its connection through the one table, whichever
+/// transport carries it (`Stack::cmd_post`): a receive posted on the TCP
+/// connection and one on the SCTP connection, both still opening, wait
+/// in each one's queue of early work; nothing is refused, and each is
+/// marked for the next round.
+#[test]
+fn a_post_reaches_the_connection_of_either_transport() {
+    let (mut st, tcp, sctp) = one_of_each_transport();
+    st.poll(0, &mut |_: &[&[u8]]| {}, &mut |_| {});
+    st.pending_out.clear();
+    assert!(st.ready.is_empty(), "{:?}", st.ready.marked());
+    for id in [tcp, sctp] {
+        let sgl = iwarp_proto::qp::SgList::default();
+        st.handle_command(Command::Iwarp(id, HostCommand::PostRecv(7, sgl)), 0);
+    }
+    assert!(st.pending_out.is_empty(), "{:?}", st.pending_out);
+    let tcp_holds = match st.conns.get(&tcp).and_then(Connection::tcp) {
+        Some(Sock {
+            kind: SockKind::Iwarp(i),
+            ..
+        }) => i.holds_posts(),
+        _ => false,
+    };
+    assert!(tcp_holds, "the TCP connection holds the post");
+    let sctp_holds = st.conns[&sctp].sctp().is_some_and(|c| c.holds_posts());
+    assert!(sctp_holds, "the SCTP connection holds the post");
+    let mut marked = st.ready.marked().to_vec();
+    marked.sort_unstable();
+    assert_eq!(marked, [Ready::tcp(tcp), Ready::sctp(sctp)]);
 }
 
 /// One id space over both transports (`SockIds`): the TCP connection
