@@ -56,7 +56,7 @@
 //! likewise, in the same set (`Ready::assoc`). So an idle connection
 //! costs a round nothing.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -627,6 +627,11 @@ pub struct SctpConns {
     /// a B-tree: no SipHash per received segment (1.5 % of an SCTP Write
     /// stream's instructions).
     by_assoc: BTreeMap<AssocId, SockId>,
+    /// The ids of this part's connections in the stack's table (an index
+    /// into it, kept as they are inserted and freed): the walk over what
+    /// they hold, after each active round, visits them alone, not every
+    /// TCP connection of the table too.
+    members: BTreeSet<SockId>,
     /// `poll`'s list of the connections it drives (their marks taken
     /// from the stack's ready set), kept for its capacity.
     ids: Vec<Ready>,
@@ -817,6 +822,7 @@ impl SctpConns {
         Ok(SctpConns {
             host: SctpHost::new_shared(cfg)?,
             by_assoc: BTreeMap::new(),
+            members: BTreeSet::new(),
             ids: Vec::new(),
             left_backlog: Vec::new(),
             id_source: Arc::new(SockIds::new(0, 1)),
@@ -904,6 +910,7 @@ impl SctpConns {
             ready.forget(&mut c.slot, Ready::sctp(id));
             self.freed.push((id, c.ulp.cq.clone(), c.cause()));
             self.left_backlog.extend(c.backlog_of);
+            self.members.remove(&id);
         }
     }
 
@@ -1038,7 +1045,7 @@ impl SctpConns {
             .map(|q| q.segments_by_reference())
             .sum();
         SctpCounters {
-            connections: sctp().count(),
+            connections: self.members.len(),
             host: self.host.stats(),
             assoc,
             qp_held_octets,
@@ -1058,9 +1065,16 @@ impl SctpConns {
         &'a self,
         conns: &'a Connections,
     ) -> impl Iterator<Item = crate::budget::Holder> + 'a {
-        conns
+        let conn = |id: &SockId| conns.get(id).and_then(Connection::sctp);
+        self.members
             .iter()
-            .filter_map(|(&id, c)| Some(self.holder(id, c.sctp()?)))
+            .filter_map(move |&id| Some(self.holder(id, conn(&id)?)))
+    }
+
+    /// The connections this part has in the stack's table (its index of
+    /// them).
+    pub(crate) fn members(&self) -> usize {
+        self.members.len()
     }
 
     /// (One of [`holders`](Self::holders): connection `id`, `c`.)
@@ -1255,6 +1269,7 @@ impl SctpConns {
                 c.token = Some(token);
                 c.mark(ready, id);
                 conns.insert(id, Connection::Sctp(Box::new(c)));
+                self.members.insert(id);
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, %remote, port, local_port = lport, "SCTP connecting");
                 out.push_back(Output::Opening { token, sock: id });

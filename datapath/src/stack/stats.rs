@@ -185,7 +185,7 @@ impl Stack {
 
     /// Of [`connections`](Self::connections), those over SCTP.
     pub fn sctp_connections(&self) -> usize {
-        self.conns.values().filter(|c| c.sctp().is_some()).count()
+        self.sctp.as_deref().map_or(0, SctpConns::members)
     }
 
     /// Where SCTP connection `sock` is in its life ([`crate::endpoint`]),

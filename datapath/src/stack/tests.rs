@@ -177,6 +177,11 @@ fn one_token_map_names_connections_over_both_transports() {
     );
     assert_eq!(st.by_token.get(&1), Some(&tcp));
     assert!(!st.is_sctp(sctp) && !st.conns.contains_key(&sctp));
+    // The SCTP part's index of its connections let it go too, and its walk
+    // over what they hold finds none.
+    let sc = st.sctp().expect("the SCTP part");
+    assert_eq!(sc.members(), 0);
+    assert_eq!(sc.holders(&st.conns).count(), 0);
     assert!(
         outs.iter()
             .any(|o| matches!(o, Output::Iwarp(i, HostOutput::RefusedRecv(7, _)) if *i == sctp)),
@@ -796,6 +801,12 @@ fn one_table_holds_the_connections_of_both_transports() {
     assert!(matches!(st.conns.get(&sctp), Some(Connection::Sctp(_))));
     assert_eq!(st.conns.len(), 2);
     assert_eq!((st.connections(), st.sctp_connections()), (2, 1));
+    // The SCTP part's index holds its one connection, and its walk over
+    // what connections hold visits that one alone.
+    let sc = st.sctp().expect("the SCTP part");
+    assert_eq!(sc.members(), 1);
+    let walked: Vec<_> = sc.holders(&st.conns).map(|h| h.id).collect();
+    assert_eq!(walked, [sctp]);
     assert!(st.is_sctp(sctp) && !st.is_sctp(tcp));
     assert_eq!(st.sctp_state(tcp), None);
     assert_eq!(st.sctp_state(sctp), Some(crate::endpoint::State::Opening));

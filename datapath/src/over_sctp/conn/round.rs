@@ -185,6 +185,7 @@ impl SctpConns {
                 c.ulp.cq = c.ulp.cq.as_ref().map(QpCqs::for_connection);
                 c.mark(ready, id);
                 conns.insert(id, Connection::Sctp(Box::new(c)));
+                self.members.insert(id);
                 self.by_assoc.insert(assoc, id);
                 tracing::debug!(sock = id, port = lport, "SCTP association accepted");
             }
