@@ -427,6 +427,63 @@ fn four_connections_on_two_loops(stdout: &str) {
     }
 }
 
+/// `--queues N --core B`: the server's loops on CPUs B .. B+N-1, the
+/// client's on B+N .. B+2N-1, the Linux flows on the same CPUs, and the
+/// placement in the JSON; a placement the machine has too few CPUs for is
+/// refused with the CPUs it needs. Each aggregate line carries its
+/// message rate.
+#[test]
+fn queues_pinned_from_a_first_core() {
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (code, _, err) = run_raw(&["write_bw", "--sim", "--queues", "100", "--core", "0"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("--queues 100 --core 0: the two ends' 200 loops need CPUs 0 to 199"),
+        "{err}"
+    );
+    if ncpu < 2 {
+        return;
+    }
+    let out = out_dir("queues_core");
+    let stdout = run(
+        &[
+            "write_bw",
+            "--sim",
+            "--queues",
+            "1",
+            "--connections",
+            "2",
+            "--core",
+            "0",
+            "-n",
+            "200",
+            "-s",
+            "16384",
+        ],
+        &out,
+    );
+    assert!(
+        stdout.contains("server loops on CPUs 0..=0, client loops on 1..=1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("flow i's two threads on the CPUs of loop i"),
+        "{stdout}"
+    );
+    let ours = stdout
+        .lines()
+        .find(|l| l.contains("iWARP (ours)"))
+        .expect("our aggregate line");
+    assert!(ours.contains("(400 messages in"), "{ours}");
+    assert!(ours.contains(" M messages/s"), "{ours}");
+    let json = std::fs::read_to_string(out.join("write_bw_queues1.json")).expect("json");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid json");
+    assert_eq!(v[0]["cores"], serde_json::json!([0, 1]));
+    assert!(v[0]["iwarp"]["msgs_per_s"]
+        .as_f64()
+        .is_some_and(|r| r > 0.0));
+}
+
 /// `--queues 2 --connections 4`: four connections over two loops per end,
 /// two on each (the client's in turn, the server's on the same loop
 /// number), every message done, each loop's share printed, and the Linux

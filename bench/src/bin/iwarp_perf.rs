@@ -551,8 +551,11 @@ struct Cli {
     /// --verify-checksums).
     #[arg(long)]
     no_crc: bool,
-    /// First CPU of the placement (server end; the client end takes the next).
-    #[arg(long, value_name = "N")]
+    /// First CPU of the placement (server end; the client end takes the
+    /// next). With --queues N: the server's loops on CPUs B .. B+N-1, the
+    /// client's on B+N .. B+2N-1, and the Linux baseline's flow i on the
+    /// CPUs of loop i mod N alike (without it nothing is pinned).
+    #[arg(long, value_name = "B")]
     core: Option<usize>,
     /// The simulated link (no root, no baseline); same as --link sim.
     #[arg(long, conflicts_with_all = ["netns", "link"])]
@@ -659,6 +662,29 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
     // (inline contexts, unless --loop-thread).
     let polling = polling(args);
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // --core B: the server's loop i on CPU B + i, the client's on
+    // B + N + i; the Linux baseline's flow i on the CPUs of loop i mod N.
+    let cores: Option<Vec<usize>> = match args.core {
+        Some(b) if b + 2 * usize::from(queues) > ncpu => {
+            return Err(format!(
+                "--queues {queues} --core {b}: the two ends' {} loops need CPUs {b} to {}, this machine has {ncpu}",
+                2 * queues,
+                b + 2 * usize::from(queues) - 1
+            ))
+        }
+        Some(b) => Some((b..b + 2 * usize::from(queues)).collect()),
+        None => None,
+    };
+    let pinned = match &cores {
+        Some(c) => format!(
+            "server loops on CPUs {}..={}, client loops on {}..={}",
+            c[0],
+            c[usize::from(queues) - 1],
+            c[usize::from(queues)],
+            c[c.len() - 1]
+        ),
+        None => "nothing pinned".to_string(),
+    };
     let over = match (args.link, args.memif_driver) {
         (Link::Memif, MemifDriver::Ours) => "our memif (queue pair i to the peer's queue pair i)",
         (Link::Memif, MemifDriver::Dpdk) => "DPDK memif (queue i to the peer's queue i)",
@@ -670,30 +696,33 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         (true, true) => "from application threads, handed to loop threads",
     };
     println!(
-        "iwarp-perf --queues {queues}: write_bw over {carrier} over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}, {path}; {ncpu} CPUs, nothing pinned",
+        "iwarp-perf --queues {queues}: write_bw over {carrier} over {over}, {queues} receive queue(s) and poll loop(s) per end, {conns} connection(s), {iters} messages each, window {}, {path}; {ncpu} CPUs, {pinned}",
         args.window
     );
     println!(
-        "Linux TCP baseline: {queues} parallel flow(s) over loopback ({}), {iters} messages each (doubled, up to 16x, until a run lasts 0.5 s)",
-        wait.label()
+        "Linux TCP baseline: {queues} parallel flow(s) over loopback ({}), {iters} messages each (doubled, up to 16x, until a run lasts 0.5 s), {}",
+        wait.label(),
+        if cores.is_some() { "flow i's two threads on the CPUs of loop i" } else { "nothing pinned" }
     );
     let mut json_out = Vec::new();
     for size in sizes {
         let mib = |msgs: u64, secs: f64| msgs as f64 * f64::from(size) / secs / MIB;
         eprintln!("running linux loopback write_bw {size} B x{queues} ...");
-        let (mut lmsgs, mut lsecs) = linux::loopback_flows(usize::from(queues), size, iters, wait)?;
+        let (mut lmsgs, mut lsecs) =
+            linux::loopback_flows(usize::from(queues), size, iters, wait, cores.as_deref())?;
         // A run under half a second gives no steady rate (it swung 3x
         // between two runs a minute apart): run it again with twice the
         // messages, up to 16 x ITERS.
         let mut n = iters;
         while lsecs < 0.5 && n < iters.saturating_mul(16) {
             n = n.saturating_mul(2);
-            (lmsgs, lsecs) = linux::loopback_flows(usize::from(queues), size, n, wait)?;
+            (lmsgs, lsecs) =
+                linux::loopback_flows(usize::from(queues), size, n, wait, cores.as_deref())?;
         }
         // Ours, fresh contexts per size.
         let (server, client) = match args.link {
-            Link::Memif => memif_queue_contexts(args, queues, polling)?,
-            _ => iwarp::Context::sim_pair_queues(queues, polling, None)
+            Link::Memif => memif_queue_contexts(args, queues, polling, cores.as_deref())?,
+            _ => iwarp::Context::sim_pair_queues(queues, polling, cores.as_deref())
                 .map_err(|e| format!("sim_pair_queues: {e}"))?,
         };
         let plan = Plan {
@@ -782,10 +811,12 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         let ours_mbs = mib(total, wall);
         let linux_mbs = mib(lmsgs, lsecs);
         println!(
-            " iWARP (ours), {queues} loop(s) per end, {conns} connection(s): {ours_mbs:.2} MB/sec aggregate ({total} messages in {wall:.3} s)"
+            " iWARP (ours), {queues} loop(s) per end, {conns} connection(s): {ours_mbs:.2} MB/sec aggregate ({total} messages in {wall:.3} s), {:.3} M messages/s",
+            total as f64 / wall / 1e6
         );
         println!(
-            " Linux TCP over loopback, {queues} flow(s):                {linux_mbs:.2} MB/sec aggregate ({lmsgs} messages in {lsecs:.3} s)"
+            " Linux TCP over loopback, {queues} flow(s):                {linux_mbs:.2} MB/sec aggregate ({lmsgs} messages in {lsecs:.3} s), {:.3} M messages/s",
+            lmsgs as f64 / lsecs / 1e6
         );
         println!(
             " ours / Linux: {:.2}",
@@ -793,12 +824,12 @@ fn multi_queue(args: &Args, queues: u16, conns: usize) -> Result<(), String> {
         );
         json_out.push(json!({
             "test": "write_bw", "bytes": size, "queues": queues, "connections": conns, "transport": carrier,
-            "path": path_name(args.threads), "polling": format!("{polling:?}"),
+            "path": path_name(args.threads), "polling": format!("{polling:?}"), "cores": cores,
             "iterations_per_connection": iters,
-            "iwarp": { "bw_avg_mib_s": ours_mbs, "seconds": wall, "messages": total, "per_connection": per_conn,
+            "iwarp": { "bw_avg_mib_s": ours_mbs, "msgs_per_s": total as f64 / wall, "seconds": wall, "messages": total, "per_connection": per_conn,
                 "client_loops": cs.loops.iter().map(|l| json!({"connections": l.connections, "rx_tcp": l.rx_tcp, "tcp_delivered": l.tcp_delivered})).collect::<Vec<_>>(),
                 "server_loops": ss.loops.iter().map(|l| json!({"connections": l.connections, "rx_tcp": l.rx_tcp, "tcp_delivered": l.tcp_delivered})).collect::<Vec<_>>() },
-            "linux_loopback": { "flows": queues, "bw_avg_mib_s": linux_mbs, "seconds": lsecs, "messages": lmsgs },
+            "linux_loopback": { "flows": queues, "bw_avg_mib_s": linux_mbs, "msgs_per_s": lmsgs as f64 / lsecs, "seconds": lsecs, "messages": lmsgs },
         }));
         if args.stats {
             println!("client:\n{cs}server:\n{ss}");
@@ -1069,7 +1100,10 @@ fn memif_queue_contexts(
     args: &Args,
     queues: u16,
     polling: iwarp::Polling,
+    cores: Option<&[usize]>,
 ) -> Result<(iwarp::Context, iwarp::Context), String> {
+    // Loop i of a context runs on its `host.core` + i.
+    let first_core = |server: bool| cores.map(|c| c[if server { 0 } else { usize::from(queues) }]);
     use iwarp::dpdk::MemifRole;
     use std::sync::atomic::{AtomicU32, Ordering};
     static LINKS: AtomicU32 = AtomicU32::new(0);
@@ -1081,6 +1115,7 @@ fn memif_queue_contexts(
             let ip = std::net::Ipv4Addr::new(10, 79, 4, last);
             let mut o = iwarp::MemifOptions::new(role, &sock, link, ip, 24);
             o.queue_count = queues;
+            o.host.core = first_core(role == Role::Server);
             o.host.mtu = args.mtu.map(|m| m as usize);
             o.host.polling = polling;
             o.host.trusted_link = link_trusted(args);
@@ -1110,6 +1145,7 @@ fn memif_queue_contexts(
             rx_desc: 256,
             tx_desc: 256,
         };
+        o.host.core = first_core(role == MemifRole::Server);
         o.host.mtu = args.mtu.map(|m| m as usize);
         o.host.polling = polling;
         o.host.trusted_link = link_trusted(args);

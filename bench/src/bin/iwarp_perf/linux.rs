@@ -331,14 +331,33 @@ pub fn bandwidth(w: &Where, test: Test, size: u32, plan: &Plan, iters: u64) -> R
 /// Returns the messages written in all and the seconds from the first
 /// start to the last "all received". The kernel spreads the threads over
 /// the CPUs itself (nothing pinned).
-pub fn loopback_flows(flows: usize, size: u32, iters: u64, wait: Wait) -> Res<(u64, f64)> {
+pub fn loopback_flows(
+    flows: usize,
+    size: u32,
+    iters: u64,
+    wait: Wait,
+    cores: Option<&[usize]>,
+) -> Res<(u64, f64)> {
     let len = size as usize;
     let mut servers = Vec::with_capacity(flows);
     let mut addrs = Vec::with_capacity(flows);
-    for _ in 0..flows {
+    // With `cores` (the server's loops' CPUs, then the client's, as many
+    // of each), flow i's server thread runs on the CPU of the server's
+    // loop i mod N, its client thread on the client's.
+    let core_of = |i: usize, server: bool| {
+        cores.map(|c| {
+            let n = c.len() / 2;
+            c[if server { i % n } else { n + i % n }]
+        })
+    };
+    for i in 0..flows {
         let l = io(TcpListener::bind("127.0.0.1:0"), "bind")?;
         addrs.push(io(l.local_addr(), "local address")?);
+        let core = core_of(i, true);
         servers.push(std::thread::spawn(move || -> Res<()> {
+            if let Some(c) = core {
+                pin(c)?;
+            }
             let (s, _) = io(l.accept(), "accept")?;
             let mut s = Sock::new(s, wait)?;
             let mut buf = vec![0u8; len.max(1 << 16)];
@@ -355,8 +374,13 @@ pub fn loopback_flows(flows: usize, size: u32, iters: u64, wait: Wait) -> Res<(u
     let start = Instant::now();
     let clients: Vec<_> = addrs
         .into_iter()
-        .map(|a| {
+        .enumerate()
+        .map(|(i, a)| {
+            let core = core_of(i, false);
             std::thread::spawn(move || -> Res<u64> {
+                if let Some(c) = core {
+                    pin(c)?;
+                }
                 let mut s = Sock::new(io(TcpStream::connect(a), "connect")?, wait)?;
                 let buf = vec![0xa5u8; len];
                 for _ in 0..iters {
