@@ -9,6 +9,7 @@
 #
 #   bench/scripts/queue-scaling.sh            # needs 2 x max(QUEUES) CPUs
 #   QUEUES="1 2" CONNS="2 8 64" SIZES="65536 64" ROUNDS=2 bench/scripts/queue-scaling.sh
+#   EXTRA="--transport sctp" CONNS=8 SIZES=65536 bench/scripts/queue-scaling.sh
 #
 # Messages per connection: TOTAL_BIG (64 KiB) or TOTAL_SMALL (other sizes)
 # divided by the connections, so every run moves about the same.
@@ -22,6 +23,7 @@ TOTAL_BIG=${TOTAL_BIG:-48000}
 TOTAL_SMALL=${TOTAL_SMALL:-960000}
 OUT_DIR=${OUT_DIR:-target/queue-scaling}
 PER_RUN_S=${PER_RUN_S:-90}
+EXTRA=${EXTRA:-}   # more iwarp-perf arguments, e.g. "--transport sctp" or "--mtu 9000"
 mkdir -p "$OUT_DIR"
 ncpu=$(nproc)
 echo "# $(uname -r), $ncpu CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
@@ -39,7 +41,7 @@ for size in $SIZES; do
         d="$OUT_DIR/s${size}-c${c}-q${q}-r${r}"
         mkdir -p "$d"
         if ! log=$(timeout "$PER_RUN_S" "$BIN" write_bw --link memif --busy --queues "$q" \
-            --connections "$c" -s "$size" -n "$n" --core 0 --out "$d" 2>&1); then
+            --connections "$c" -s "$size" -n "$n" --core 0 --out "$d" $EXTRA 2>&1); then
           echo "$size $c $q $r | FAILED: $(echo "$log" | tail -3 | tr '\n' ' ')"; continue
         fi
         ours=$(echo "$log" | grep -m1 'iWARP (ours)' | sed -E 's/.*: ([0-9.]+) MB\/sec.*, ([0-9.]+) M messages.*/\1 \2/')
