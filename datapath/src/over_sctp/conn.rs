@@ -903,10 +903,14 @@ impl SctpConns {
     /// post to the id is refused there with why it ended; its token no
     /// longer names it then.
     fn forget(&mut self, conns: &mut Connections, ready: &mut ReadySet<Ready>, id: SockId) {
-        if conn_mut(conns, id).is_none() {
+        // One lookup: an entry of the other transport stays where it is.
+        let std::collections::btree_map::Entry::Occupied(e) = conns.entry(id) else {
+            return;
+        };
+        if !matches!(e.get(), Connection::Sctp(_)) {
             return;
         }
-        if let Some(Connection::Sctp(mut c)) = conns.remove(&id) {
+        if let Connection::Sctp(mut c) = e.remove() {
             ready.forget(&mut c.slot, Ready::sctp(id));
             self.freed.push((id, c.ulp.cq.clone(), c.cause()));
             self.left_backlog.extend(c.backlog_of);
