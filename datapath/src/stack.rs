@@ -77,7 +77,7 @@ use crate::budget::{Holder, MemBudget};
 use crate::latency::{CompletionLatency, Histogram};
 use crate::over_sctp::conn::{SctpConns, SctpUlp};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput, IwarpOverTcp, Role};
-use crate::ready::{Ready, ReadySet, Slot};
+use crate::ready::{Ready, ReadySet};
 
 mod commands;
 mod config;
@@ -100,7 +100,7 @@ pub use messages::{
 };
 use requests::Requests;
 use sock::{mark_ready, Sock, SockKind, StreamSock, TcpListening};
-pub(crate) use sock::{Connection, Connections, ListenOn, Listening};
+pub(crate) use sock::{ConnHead, Connection, Connections, ListenOn, Listening};
 pub use stats::add_tcp_stats;
 pub use stats::StackStats;
 pub use stream::{flags, SendError, StreamShared, WaitError};

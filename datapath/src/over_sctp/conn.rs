@@ -75,10 +75,11 @@ use crate::early::EarlyWork;
 use crate::endpoint::{Lifecycle, LowerLayer, QpFacts, Role, State};
 use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
-use crate::ready::{Ready, ReadySet, Slot};
+use crate::ready::{Ready, ReadySet};
 use crate::runtime::FrameSink;
 use crate::stack::{
-    route, Connection, Connections, ListenOn, Listeners, Listening, Output, QpCqs, SockId, SockIds,
+    route, ConnHead, Connection, Connections, ListenOn, Listeners, Listening, Output, QpCqs,
+    SockId, SockIds,
 };
 use crate::timers::{earliest, Timer};
 use crate::ConnError;
@@ -294,9 +295,13 @@ pub(crate) struct SctpConn {
     assoc: AssocId,
     /// Local port of a passive connection (for `Output::Accepted`).
     port: u16,
-    remote: Ipv4Address,
-    /// The `Connect` token until the association is up or failed.
-    token: Option<u64>,
+    /// What every connection of the stack has ([`ConnHead`]: the peer,
+    /// the `Connect` token until the association is up or failed, its
+    /// place in the ready and deadline sets, the listening port whose
+    /// backlog it counts against until the application accepts it, and
+    /// whether its end was reported or it was aborted for the memory
+    /// budget).
+    head: ConnHead,
     ulp: SctpUlp,
     /// Its state (the active side sends the Session Initiate, the
     /// passive side answers it), timers, CM events and the rules of its
@@ -321,16 +326,6 @@ pub(crate) struct SctpConn {
     outputs: VecDeque<HostOutput>,
     /// SHUTDOWN or ABORT was asked of the association.
     shutdown_sent: bool,
-    /// `CmEvent::Disconnected` was reported.
-    reported_closed: bool,
-    /// Aborted for the memory budget ([`crate::budget`]).
-    over_budget: bool,
-    /// Its place in the ready and deadline sets ([`SctpConns::poll`]).
-    slot: Slot,
-    /// The listening port whose backlog it counts against until the
-    /// application accepts it (`StackConfig::backlog`), as a TCP
-    /// connection's `backlog_of`.
-    backlog_of: Option<u16>,
 }
 
 impl SctpConn {
@@ -339,8 +334,7 @@ impl SctpConn {
         SctpConn {
             assoc,
             port,
-            remote,
-            token: None,
+            head: ConnHead::new(remote),
             ulp,
             life: Lifecycle::new(role),
             request: None,
@@ -351,23 +345,25 @@ impl SctpConn {
             early_len: 0,
             outputs: VecDeque::new(),
             shutdown_sent: false,
-            reported_closed: false,
-            over_budget: false,
-            slot: Slot::default(),
-            backlog_of: None,
         }
     }
 
-    /// Its place in the ready and deadline sets.
+    /// What every connection of the stack has.
     #[inline]
-    pub(crate) fn slot_mut(&mut self) -> &mut Slot {
-        &mut self.slot
+    pub(crate) fn head(&self) -> &ConnHead {
+        &self.head
+    }
+
+    /// (See [`head`](Self::head).)
+    #[inline]
+    pub(crate) fn head_mut(&mut self) -> &mut ConnHead {
+        &mut self.head
     }
 
     /// Put it (id `id`) in the ready set unless it is there already.
     #[inline]
     pub(crate) fn mark(&mut self, ready: &mut ReadySet<Ready>, id: SockId) {
-        ready.mark(&mut self.slot, Ready::sctp(id));
+        ready.mark(&mut self.head.slot, Ready::sctp(id));
     }
 
     /// Where it is in its life.
@@ -911,9 +907,9 @@ impl SctpConns {
             return;
         }
         if let Connection::Sctp(mut c) = e.remove() {
-            ready.forget(&mut c.slot, Ready::sctp(id));
+            ready.forget(&mut c.head.slot, Ready::sctp(id));
             self.freed.push((id, c.ulp.cq.clone(), c.cause()));
-            self.left_backlog.extend(c.backlog_of);
+            self.left_backlog.extend(c.head.backlog_of);
             self.members.remove(&id);
         }
     }
@@ -1089,7 +1085,7 @@ impl SctpConns {
         crate::budget::Holder {
             id,
             held: assoc + qp + c.early_len,
-            releasing: c.over_budget || c.closed(),
+            releasing: c.head.over_budget || c.closed(),
         }
     }
 
@@ -1103,10 +1099,10 @@ impl SctpConns {
         ready: &mut ReadySet<Ready>,
         id: SockId,
     ) -> bool {
-        let Some(c) = conn_mut(conns, id).filter(|c| !c.over_budget) else {
+        let Some(c) = conn_mut(conns, id).filter(|c| !c.head.over_budget) else {
             return false;
         };
-        c.over_budget = true;
+        c.head.over_budget = true;
         c.mark(ready, id);
         if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
             a.abort_with_cause(sctp_lite::wire::cause_code::OUT_OF_RESOURCE);
@@ -1190,15 +1186,10 @@ impl SctpConns {
         self.host.listening(port)
     }
 
-    /// Stop accepting associations on `port`: false if it did not. Its
-    /// connections not accepted yet stop counting against it (a later
-    /// listener on the port starts with its own count).
-    pub(crate) fn unlisten(&mut self, conns: &mut Connections, port: u16) -> bool {
-        for c in conns.values_mut().filter_map(Connection::sctp_mut) {
-            if c.backlog_of == Some(port) {
-                c.backlog_of = None;
-            }
-        }
+    /// Stop accepting associations on `port`: false if it did not. (The
+    /// stack lets its connections not accepted yet stop counting against
+    /// it, over both transports: `ConnHead::backlog_of`.)
+    pub(crate) fn unlisten(&mut self, port: u16) -> bool {
         self.host.unlisten(port)
     }
 
@@ -1270,7 +1261,7 @@ impl SctpConns {
                 let id = self.id_source.take();
                 let mut c = SctpConn::new(assoc, lport, remote, ulp, Role::Initiator);
                 c.life.opened(now);
-                c.token = Some(token);
+                c.head.token = Some(token);
                 c.mark(ready, id);
                 conns.insert(id, Connection::Sctp(Box::new(c)));
                 self.members.insert(id);
@@ -1373,7 +1364,7 @@ impl SctpConns {
             c.mark(ready, id);
             c.begin_close();
             c.life.note_cause(DisconnectCause::LocalClose);
-            if c.reported_closed {
+            if c.head.reported_closed {
                 self.forget(conns, ready, id);
             }
         }
@@ -1388,7 +1379,7 @@ impl SctpConns {
         now: u64,
     ) {
         if let Some(c) = conn_mut(conns, id) {
-            if c.reported_closed {
+            if c.head.reported_closed {
                 self.forget(conns, ready, id);
                 return;
             }

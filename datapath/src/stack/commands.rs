@@ -65,7 +65,7 @@ impl Stack {
         let isn = self.isn_for(remote, port, lport, now);
         let tcp = Tcp::connect(self.cfg.tcp, lport, port, isn);
         let (mut sock, _) = self.make_sock(tcp, remote, &ulp, Role::Initiator, now);
-        sock.token = Some(token);
+        sock.head.token = Some(token);
         let id = self.insert(sock);
         self.by_token.insert(token, id);
         tracing::debug!(sock = id, %remote, port, local_port = lport, "connecting");
@@ -101,21 +101,20 @@ impl Stack {
     /// [`Command::Unlisten`], answered by `Unlistened`.
     pub(super) fn cmd_unlisten(&mut self, port: u16) {
         let removed = self.listeners.remove(&port);
-        // A later listener on the port starts with its own count.
-        match removed.as_ref().map(|l| &l.on) {
-            Some(ListenOn::Tcp(_)) => {
-                for s in self.conns.values_mut().filter_map(Connection::tcp_mut) {
-                    if s.backlog_of == Some(port) {
-                        s.backlog_of = None;
-                    }
+        if removed.is_some() {
+            // A later listener on the port starts with its own count: no
+            // connection, over either transport, counts against it now.
+            for c in self.conns.values_mut() {
+                let head = c.head_mut();
+                if head.backlog_of == Some(port) {
+                    head.backlog_of = None;
                 }
             }
-            Some(ListenOn::Sctp(_)) => {
-                if let Some(sc) = self.sctp.as_deref_mut() {
-                    sc.unlisten(&mut self.conns, port);
-                }
+        }
+        if let Some(ListenOn::Sctp(_)) = removed.as_ref().map(|l| &l.on) {
+            if let Some(sc) = self.sctp.as_deref_mut() {
+                sc.unlisten(port);
             }
-            None => {}
         }
         let removed = removed.is_some();
         self.pending_out

@@ -22,7 +22,7 @@ impl Stack {
                 Connection::Tcp(s) => each(Holder {
                     id,
                     held: s.held,
-                    releasing: s.over_budget,
+                    releasing: s.head.over_budget,
                 }),
                 Connection::Sctp(c) => {
                     if let Some(h) = sctp.map(|sc| sc.holder(id, c)) {
@@ -59,12 +59,20 @@ impl Stack {
         } else {
             self.budget.per_conn
         };
-        let over_sctp = matches!(self.conns.get(&id), Some(Connection::Sctp(_)));
-        if let Some(sc) = self.sctp.as_deref_mut().filter(|_| over_sctp) {
+        // Once per connection, over either transport (`ConnHead`).
+        let Some(c) = self.conns.get(&id).filter(|c| !c.head().over_budget) else {
+            return;
+        };
+        let remote = c.head().remote;
+        if let Connection::Sctp(_) = c {
+            let Some(sc) = self.sctp.as_deref_mut() else {
+                return;
+            };
             if sc.abort_over_budget(&mut self.conns, &mut self.ready, id) {
                 self.budget.aborts += 1;
                 tracing::warn!(
                     sock = id,
+                    remote = %remote,
                     limit,
                     which,
                     "SCTP association over the memory budget: ABORT"
@@ -72,15 +80,10 @@ impl Stack {
             }
             return;
         }
-        if let Some(sock) = self
-            .conns
-            .get_mut(&id)
-            .and_then(Connection::tcp_mut)
-            .filter(|s| !s.over_budget)
-        {
+        if let Some(sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) {
             tracing::warn!(
                 sock = id,
-                remote = %sock.remote,
+                remote = %remote,
                 held = sock.held,
                 limit,
                 which,

@@ -126,8 +126,8 @@ impl Stack {
             let Some(sock) = conns.get_mut(&id).and_then(Connection::tcp_mut) else {
                 return false; // gone since it became ready
             };
-            sock.slot.visited();
-            let dst = sock.remote;
+            sock.head.slot.visited();
+            let dst = sock.head.remote;
             match &mut sock.kind {
                 SockKind::Stream(s) => {
                     Self::poll_stream(s, now);
@@ -211,16 +211,16 @@ impl Stack {
                     // (completions and events of the queue pair need no
                     // poll of their own).
                     if again {
-                        self.ready.mark(&mut sock.slot, key);
+                        self.ready.mark(&mut sock.head.slot, key);
                     }
                     busy |= did;
                     // A connection polled next round (in the ready set)
                     // looks at its deadlines then: only one that waits
                     // needs its deadline in the timer set (most rounds of
                     // a busy connection touch it not at all).
-                    if !sock.slot.is_ready() {
+                    if !sock.head.slot.is_ready() {
                         if let Some(t) = i.poll_timeout() {
-                            self.ready.defer(&mut sock.slot, key, t);
+                            self.ready.defer(&mut sock.head.slot, key, t);
                         }
                     }
                 }
@@ -350,7 +350,7 @@ impl Stack {
         // Out of MPA setup (accepted, failed or closed): out of the backlog
         // (the connection looked up again only then).
         let setup_over = match &sock.kind {
-            SockKind::Iwarp(i) if sock.backlog_of.is_some() => {
+            SockKind::Iwarp(i) if sock.head.backlog_of.is_some() => {
                 use crate::over_tcp::State;
                 let st = i.state();
                 (!matches!(
@@ -374,26 +374,26 @@ impl Stack {
         if rto > sock.rto_seen {
             tracing::info!(
                 sock = id,
-                remote = %sock.remote,
+                remote = %sock.head.remote,
                 new = rto - sock.rto_seen,
                 total = rto,
                 "TCP retransmission timeout"
             );
             sock.rto_seen = rto;
         }
-        if let Some(token) = sock.token {
+        if let Some(token) = sock.head.token {
             if let Some(e) = error {
-                tracing::info!(sock = id, remote = %sock.remote, error = %e, "connect failed");
+                tracing::info!(sock = id, remote = %sock.head.remote, error = %e, "connect failed");
                 self.pending_out
                     .push_back(Output::Failed { token, error: e });
-                sock.token = None;
-                sock.reported_closed = true;
+                sock.head.token = None;
+                sock.head.reported_closed = true;
             } else if !matches!(
                 state,
                 TcpState::SynSent | TcpState::SynReceived | TcpState::Closed
             ) {
-                sock.token = None;
-                tracing::info!(sock = id, remote = %sock.remote, "connected (TCP established)");
+                sock.head.token = None;
+                tracing::info!(sock = id, remote = %sock.head.remote, "connected (TCP established)");
                 let stream = match &sock.kind {
                     SockKind::Stream(s) => Some(s.shared.clone()),
                     SockKind::Iwarp(_) => None,
@@ -426,8 +426,8 @@ impl Stack {
             s.shared.wake();
         }
         let finished = matches!(state, TcpState::TimeWait | TcpState::Closed);
-        if finished && !sock.reported_closed {
-            sock.reported_closed = true;
+        if finished && !sock.head.reported_closed {
+            sock.head.reported_closed = true;
             match error {
                 Some(e) => tracing::info!(sock = id, error = %e, "connection failed"),
                 None => tracing::debug!(sock = id, "connection closed"),
@@ -441,14 +441,14 @@ impl Stack {
                 let t = sock.tcp().stats();
                 add_tcp_stats(&mut self.stats.tcp_closed, &t);
                 let key = (
-                    sock.remote,
+                    sock.head.remote,
                     sock.tcp().remote_port(),
                     sock.tcp().local_port(),
                 );
                 self.by_tuple.remove(&key);
                 self.by_token.retain(|_, s| *s != id);
                 self.tcp_held = self.tcp_held.saturating_sub(sock.held);
-                self.ready.forget(&mut sock.slot, Ready::tcp(id));
+                self.ready.forget(&mut sock.head.slot, Ready::tcp(id));
                 if let SockKind::Iwarp(i) = &sock.kind {
                     self.gone.insert(id, sock.cq.clone(), i.disconnect_cause());
                 }

@@ -69,13 +69,28 @@ impl Connection {
         }
     }
 
+    /// What every connection has, whichever transport carries it.
+    #[inline]
+    pub(crate) fn head(&self) -> &ConnHead {
+        match self {
+            Connection::Tcp(s) => &s.head,
+            Connection::Sctp(c) => c.head(),
+        }
+    }
+
+    /// (See [`head`](Self::head).)
+    #[inline]
+    pub(crate) fn head_mut(&mut self) -> &mut ConnHead {
+        match self {
+            Connection::Tcp(s) => &mut s.head,
+            Connection::Sctp(c) => c.head_mut(),
+        }
+    }
+
     /// Its place in the ready and deadline sets.
     #[inline]
     pub(crate) fn slot_mut(&mut self) -> &mut Slot {
-        match self {
-            Connection::Tcp(s) => &mut s.slot,
-            Connection::Sctp(c) => c.slot_mut(),
-        }
+        &mut self.head_mut().slot
     }
 
     /// The SCTP part's record of it, if it runs over SCTP.
@@ -97,36 +112,64 @@ impl Connection {
     }
 }
 
-/// A TCP connection: a byte stream or an iWARP stream.
+/// What the stack keeps of every connection, whichever transport
+/// carries it (the head of both records: [`Sock`] over TCP, `SctpConn`
+/// over SCTP): the peer, the `Connect` token, its place in the ready and
+/// deadline sets, the listener whose backlog it counts against, and the
+/// two flags of its end.
 #[derive(Debug)]
-pub(crate) struct Sock {
-    pub(super) remote: Ipv4Address,
-    pub(super) cq: Option<QpCqs>,
-    pub(super) kind: SockKind,
-    /// `Connect` token until established.
-    pub(super) token: Option<u64>,
-    pub(super) reported_closed: bool,
-    /// RTO retransmissions already reported as `tracing` events.
-    pub(super) rto_seen: u64,
-    /// Its place in the ready set (polled next round: a segment or
+pub(crate) struct ConnHead {
+    /// The peer's address.
+    pub(crate) remote: Ipv4Address,
+    /// The `Connect` token until the connection is up or failed.
+    pub(crate) token: Option<u64>,
+    /// Its place in the ready set (polled next round: a packet or
     /// command arrived, or the last poll left work for the next; see
     /// `StackConfig::idle_sweep`) and in the deadline set (the earliest
     /// deadline it had when it left the ready set, and at most one later
     /// entry, which only wakes it early: `crate::ready`).
-    pub(super) slot: Slot,
+    pub(crate) slot: Slot,
     /// The listener (port) whose backlog this connection counts against
     /// until the application accepts it (`StackConfig::backlog`).
-    pub(super) backlog_of: Option<u16>,
+    pub(crate) backlog_of: Option<u16>,
+    /// Its end was reported (`CmEvent::Disconnected`, or a byte
+    /// stream's close).
+    pub(crate) reported_closed: bool,
+    /// Aborted for the memory budget ([`crate::budget`]).
+    pub(crate) over_budget: bool,
+}
+
+impl ConnHead {
+    /// The head of a new connection with `remote`.
+    pub(crate) fn new(remote: Ipv4Address) -> Self {
+        ConnHead {
+            remote,
+            token: None,
+            slot: Slot::default(),
+            backlog_of: None,
+            reported_closed: false,
+            over_budget: false,
+        }
+    }
+}
+
+/// A TCP connection: a byte stream or an iWARP stream.
+#[derive(Debug)]
+pub(crate) struct Sock {
+    /// What every connection has ([`ConnHead`]).
+    pub(super) head: ConnHead,
+    pub(super) cq: Option<QpCqs>,
+    pub(super) kind: SockKind,
+    /// RTO retransmissions already reported as `tracing` events.
+    pub(super) rto_seen: u64,
     /// Octets it held for its peer when last polled ([`crate::budget`]).
     pub(super) held: usize,
-    /// Aborted for the memory budget.
-    pub(super) over_budget: bool,
 }
 
 /// Put `sock` (id `id`) in the ready set unless it is there already.
 #[inline]
 pub(super) fn mark_ready(ready: &mut ReadySet<Ready>, sock: &mut Sock, id: SockId) {
-    ready.mark(&mut sock.slot, Ready::tcp(id));
+    ready.mark(&mut sock.head.slot, Ready::tcp(id));
 }
 
 impl Sock {
@@ -153,7 +196,7 @@ impl Sock {
         let h = self.held_now();
         *total = total.saturating_sub(self.held).saturating_add(h);
         self.held = h;
-        !self.over_budget && budget.over_conn(h)
+        !self.head.over_budget && budget.over_conn(h)
     }
 
     /// End the connection for the memory budget: an iWARP connection
@@ -161,7 +204,7 @@ impl Sock {
     /// stream) and then RST; a byte stream RST at once, dropping what
     /// waited for its application.
     pub(super) fn abort_over_budget(&mut self, now: u64) {
-        self.over_budget = true;
+        self.head.over_budget = true;
         match &mut self.kind {
             SockKind::Iwarp(i) => {
                 i.abort_with(now, iwarp_proto::wire::TermCode::RDMAP_CATASTROPHIC_STREAM)

@@ -12,7 +12,7 @@ impl Stack {
         let Some(sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) else {
             return;
         };
-        let Some(port) = sock.backlog_of.take() else {
+        let Some(port) = sock.head.backlog_of.take() else {
             return;
         };
         if accepted {
@@ -39,7 +39,7 @@ impl Stack {
 
     pub(super) fn insert(&mut self, mut sock: Sock) -> SockId {
         let key = (
-            sock.remote,
+            sock.head.remote,
             sock.tcp().remote_port(),
             sock.tcp().local_port(),
         );
@@ -95,19 +95,14 @@ impl Stack {
         };
         (
             Sock {
-                remote,
+                head: ConnHead::new(remote),
                 cq: match ulp {
                     Ulp::Iwarp { cq, .. } => cq.clone(),
                     Ulp::Stream => None,
                 },
                 kind,
-                token: None,
-                reported_closed: false,
                 rto_seen: 0,
-                slot: Slot::default(),
-                backlog_of: None,
                 held: 0,
-                over_budget: false,
             },
             shared,
         )
@@ -148,7 +143,8 @@ impl Stack {
     /// from `by_tuple`.
     pub(super) fn lookup(&mut self, key: (Ipv4Address, u16, u16)) -> Option<SockId> {
         if let Some((k, id)) = self.last_rx {
-            let same = |s: &Sock| (s.remote, s.tcp().remote_port(), s.tcp().local_port()) == key;
+            let same =
+                |s: &Sock| (s.head.remote, s.tcp().remote_port(), s.tcp().local_port()) == key;
             if k == key
                 && self
                     .conns
@@ -174,7 +170,7 @@ impl Stack {
             let Some(sock) = self.conns.get_mut(&id).and_then(Connection::tcp_mut) else {
                 return false;
             };
-            if sock.over_budget && !seg.payload.is_empty() {
+            if sock.head.over_budget && !seg.payload.is_empty() {
                 mark_ready(&mut self.ready, sock, id);
                 // Aborted for the memory budget: it holds nothing more
                 // while its Terminate waits for an ACK.
@@ -225,12 +221,12 @@ impl Stack {
                     // saw the Write placed, is the next round's work.
                     return match i.idle_after_input(now) {
                         Some(Some(t)) => {
-                            self.ready.defer(&mut sock.slot, Ready::tcp(id), t);
+                            self.ready.defer(&mut sock.head.slot, Ready::tcp(id), t);
                             true
                         }
                         Some(None) => true,
                         None => {
-                            self.ready.mark(&mut sock.slot, Ready::tcp(id));
+                            self.ready.mark(&mut sock.head.slot, Ready::tcp(id));
                             false
                         }
                     };
@@ -341,7 +337,7 @@ impl Stack {
             // The listener's rings, this connection's own clone (`Gone`).
             sock.cq = sock.cq.as_ref().map(QpCqs::for_connection);
             if matches!(ulp, Ulp::Iwarp { .. }) {
-                sock.backlog_of = Some(port);
+                sock.head.backlog_of = Some(port);
             }
             if let Some(early) = early {
                 match &mut sock.kind {

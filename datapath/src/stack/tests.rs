@@ -915,7 +915,7 @@ fn one_ready_set_holds_both_transports_and_one_round_visits_them_all() {
     assert_eq!((sc.drives(), sc.host().visits()), (1, 1));
     // The TCP connection was polled: its SYN's retransmission deadline
     // went into the deadline set as it left the ready list.
-    let slot = st.conns[&tcp].tcp().unwrap().slot;
+    let slot = st.conns[&tcp].tcp().unwrap().head.slot;
     assert!(!slot.is_ready() && slot.deadline().is_some(), "{slot:?}");
     assert!(st.ready.is_empty(), "{:?}", st.ready.marked());
 }
@@ -934,6 +934,7 @@ fn an_association_s_and_a_tcp_connection_s_deadlines_fire_from_one_set() {
     let t_tcp = st.conns[&tcp]
         .tcp()
         .unwrap()
+        .head
         .slot
         .deadline()
         .expect("the SYN's deadline");
@@ -956,6 +957,7 @@ fn an_association_s_and_a_tcp_connection_s_deadlines_fire_from_one_set() {
     let again = st.conns[&tcp]
         .tcp()
         .unwrap()
+        .head
         .slot
         .deadline()
         .expect("the SYN's next deadline");

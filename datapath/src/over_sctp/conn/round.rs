@@ -176,7 +176,7 @@ impl SctpConns {
                 };
                 let id = self.id_source.take();
                 let mut c = SctpConn::new(assoc, lport, Ipv4Address(remote), ulp, Role::Responder);
-                c.backlog_of = Some(lport);
+                c.head.backlog_of = Some(lport);
                 // Opened when SCTP's handshake is done, as a TCP
                 // listener hands over its connection.
                 c.life.opened(now);
@@ -236,13 +236,13 @@ impl SctpConns {
                 // it is freed: receives the application posts with its
                 // connect (`Command::IwarpOpening`) may come in after the
                 // association is up, and must find it (as over TCP).
-                if let Some(token) = c.token.take() {
+                if let Some(token) = c.head.token.take() {
                     out(Output::Connected {
                         token,
                         sock: id,
                         stream: None,
                     });
-                    tracing::info!(sock = id, remote = %c.remote, "SCTP association up");
+                    tracing::info!(sock = id, remote = %c.head.remote, "SCTP association up");
                 }
                 if c.life.state() == State::Opening {
                     let r = session::initiate(c.ulp.ird, c.ulp.ord, &c.ulp.private_data);
@@ -280,7 +280,7 @@ impl SctpConns {
                         out(Output::Accepted {
                             port: c.port,
                             sock: id,
-                            remote: c.remote,
+                            remote: c.head.remote,
                             stream: None,
                             order: self.accept_order.fetch_add(1, Ordering::Relaxed),
                         });
@@ -382,7 +382,7 @@ impl SctpConns {
             }
             DdpEvent::Closed(reason) => {
                 self.by_assoc.remove(&assoc);
-                if let Some(token) = c.token.take() {
+                if let Some(token) = c.head.token.take() {
                     out(Output::Failed {
                         token,
                         error: close_error(&reason),
@@ -417,7 +417,7 @@ impl SctpConns {
         let Some(c) = conn_mut(conns, id) else {
             return false;
         };
-        c.slot.visited();
+        c.head.slot.visited();
         self.drives += 1;
         let mut busy = false;
         if c.life.timers.due(Timer::Setup, now) {
@@ -570,13 +570,13 @@ impl SctpConns {
         }
         // Out of the setup exchange (accepted, failed or closing): out of
         // its listener's backlog.
-        if c.backlog_of.is_some()
+        if c.head.backlog_of.is_some()
             && !(c.awaiting_setup(Role::Responder) || c.life.state() == State::AwaitingDecision)
         {
-            self.left_backlog.extend(c.backlog_of.take());
+            self.left_backlog.extend(c.head.backlog_of.take());
         }
-        if c.closed() && !c.reported_closed {
-            c.reported_closed = true;
+        if c.closed() && !c.head.reported_closed {
+            c.head.reported_closed = true;
             busy = true;
         }
         // A queue pair the application holds stays (refusing posts) until
@@ -587,9 +587,9 @@ impl SctpConns {
         }
         // What it waits for now is a packet, a command (each marks it) or
         // its own deadline.
-        if !c.slot.is_ready() {
+        if !c.head.slot.is_ready() {
             if let Some(t) = c.deadline() {
-                ready.defer(&mut c.slot, Ready::sctp(id), t);
+                ready.defer(&mut c.head.slot, Ready::sctp(id), t);
             }
         }
         busy

@@ -576,6 +576,42 @@ fn an_sctp_listener_is_one_of_the_stacks_listening_ports() {
         .any(|o| matches!(o, Output::Unlistened { removed: true, .. })));
 }
 
+/// `Unlisten` frees the connections not accepted yet from the port's
+/// backlog, over SCTP as over TCP (the stack clears each connection's
+/// `ConnHead::backlog_of`, whichever transport): a listener opened on the
+/// port again counts only its own, and answering a request of the old
+/// one takes nothing from it.
+#[test]
+fn an_unlisten_frees_its_sctp_requests_from_the_backlog() {
+    let (mut p, ulp_a, ulp_b) = Pair::new(60_000 * MS);
+    p.listen(ulp_b.clone());
+    p.connect(1, Transport::Sctp, ulp_a.clone());
+    let first = p.request();
+    assert_eq!(p.b.unaccepted(), 1);
+    p.b.handle_command(Command::Unlisten(PORT), p.now);
+    assert_eq!(p.b.unaccepted(), 0);
+    p.listen(ulp_b);
+    assert_eq!(p.b.listening_ports(), 1);
+    p.out_b.clear();
+    p.connect(2, Transport::Sctp, ulp_a);
+    let second = p.request();
+    assert_ne!(second, first);
+    assert_eq!(p.b.unaccepted(), 1, "the new listener's own request");
+    p.b.handle_command(
+        Command::Reject {
+            sock: first,
+            private_data: Vec::new(),
+        },
+        p.now,
+    );
+    p.step(MS);
+    assert_eq!(
+        p.b.unaccepted(),
+        1,
+        "the old listener's request, answered, takes nothing from the new one"
+    );
+}
+
 /// A full SCTP backlog aborts the next association as it comes up;
 /// a request the application answers (here, rejects) leaves the
 /// port's count, so the next association is handed over again.
