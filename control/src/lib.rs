@@ -8,11 +8,17 @@
 //! result, [`Negotiated`], says what full operation uses in each direction:
 //! CRC, markers, IRD/ORD and the peer-to-peer RTR.
 //!
+//! [`setup::Exchange`] is one setup exchange over either lower layer: it
+//! steps these MPA frames over TCP, or the DDP Stream Session messages of
+//! [`sctp`] over SCTP, to the same [`PeerRequest`], [`Negotiated`] and
+//! [`SetupError`].
+//!
 //! TCP connection handling, timers and teardown live with the transport.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod sctp;
+pub mod setup;
 
 use iwarp_proto::qp::RtrKind;
 use iwarp_proto::wire::mpa_frame::{HEADER_LEN, MAX_PRIVATE_DATA};
@@ -426,6 +432,11 @@ impl Responder {
             cfg,
             frame: FrameBuf::default(),
         }
+    }
+
+    /// Its own settings (what [`receive`](Self::receive) accepts with).
+    pub fn config(&self) -> &MpaConfig {
+        &self.cfg
     }
 
     /// Feed octets. `Ok(None)` while the Request is incomplete. A malformed

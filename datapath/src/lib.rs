@@ -34,10 +34,8 @@ pub use conn_error::ConnError;
 /// send more Messages on the stream, so it is the last one the peer gets).
 pub const ABORT_GRACE_NS: u64 = 100_000_000;
 
-use iwarp_control::{
-    Initiator, MpaConfig, Negotiated, PeerRequest, Responder, ResponderOutcome, SetupError,
-    SetupFailure,
-};
+use iwarp_control::setup::{Answer, Exchange, Incoming, Progress};
+use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError, SetupFailure};
 use iwarp_proto::mem::{MemoryTable, PdId};
 use iwarp_proto::mpa::{mulpdu, put_all, TxBuf};
 use iwarp_proto::qp::{Qp, QpConfig, QpState};
@@ -58,10 +56,10 @@ pub struct StreamParams {
 
 #[derive(Debug)]
 enum Phase {
-    AwaitReply(Initiator),
-    AwaitRequest(Responder),
-    /// The Request is in; the application decides.
-    AwaitDecision(Responder, PeerRequest),
+    /// The MPA Request/Reply exchange (`iwarp_control::setup`, the one
+    /// exchange both lower layers step): the initiator awaits the Reply,
+    /// the responder the Request, or the application decides on it.
+    Setup(Exchange),
     /// Full operation, with what the exchange settled.
     Rdma(Box<Qp>, Negotiated),
     /// Setup failed, and why.
@@ -124,9 +122,9 @@ impl Connection {
     pub fn initiator(cfg: MpaConfig, params: StreamParams) -> Result<Self, SetupError> {
         let timeout = cfg.reply_timeout;
         let first_fpdu_delay = cfg.first_fpdu_delay;
-        let (ini, req) = Initiator::new(cfg)?;
+        let (ex, req) = Exchange::mpa_initiator(cfg)?;
         Ok(Connection {
-            phase: Phase::AwaitReply(ini),
+            phase: Phase::Setup(ex),
             params,
             out: req,
             hold_until_rx: false,
@@ -148,7 +146,7 @@ impl Connection {
         let timeout = cfg.request_timeout;
         let (max_early, decision_timeout) = (cfg.max_early_data, cfg.decision_timeout);
         Connection {
-            phase: Phase::AwaitRequest(Responder::new(cfg)),
+            phase: Phase::Setup(Exchange::mpa_responder(cfg)),
             params,
             out: Vec::new(),
             hold_until_rx: false,
@@ -216,8 +214,8 @@ impl Connection {
 
     /// The peer's Request, while the application has not answered it.
     pub fn pending_request(&self) -> Option<&PeerRequest> {
-        match self.phase {
-            Phase::AwaitDecision(_, ref r) => Some(r),
+        match &self.phase {
+            Phase::Setup(ex) => ex.pending_request(),
             _ => None,
         }
     }
@@ -231,7 +229,9 @@ impl Connection {
     }
 
     /// Accept the pending Request with our private data and IRD/ORD.
-    /// Octets that followed the Request are processed at once.
+    /// Octets that followed the Request are processed at once. Settings
+    /// that cannot be sent (too much private data) are refused and leave
+    /// the Request held.
     pub fn accept(
         &mut self,
         private_data: Vec<u8>,
@@ -239,14 +239,18 @@ impl Connection {
         ord: u16,
         mem: &mut MemoryTable,
     ) -> Result<(), SetupError> {
-        let Phase::AwaitDecision(resp, _) = &self.phase else {
+        let Phase::Setup(ex) = &mut self.phase else {
             return Err(no_request());
         };
-        match resp.accept(private_data, ird, ord) {
-            Ok(ResponderOutcome::Accepted {
-                negotiated, reply, ..
+        if ex.pending_request().is_none() {
+            return Err(no_request());
+        }
+        match ex.accept(private_data, ird, ord) {
+            Ok(Answer::Accepted {
+                negotiated,
+                message,
             }) => {
-                self.out.extend_from_slice(&reply);
+                self.out.extend_from_slice(&message);
                 self.enter_rdma(negotiated, false, mem);
                 let early = std::mem::take(&mut self.early);
                 if !early.is_empty() {
@@ -254,25 +258,27 @@ impl Connection {
                 }
                 Ok(())
             }
-            Ok(ResponderOutcome::Rejected { error, reply }) => {
-                self.out.extend_from_slice(&reply);
+            Ok(Answer::Rejected { error, message }) => {
+                self.out.extend_from_slice(&message);
                 self.phase = Phase::Failed(error.clone());
                 Err(error)
             }
-            Err(e) => {
-                self.phase = Phase::Failed(e.clone());
-                Err(e)
-            }
+            // Nothing was answered (settings that cannot be sent): the
+            // Request stays held for another answer, as over SCTP.
+            Err(e) => Err(e),
         }
     }
 
     /// Reject the pending Request; the rejecting Reply carries
     /// `private_data` (at most 512 octets). Close the transport once it is sent.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
-        let Phase::AwaitDecision(resp, _) = &self.phase else {
+        let Phase::Setup(ex) = &mut self.phase else {
             return Err(no_request());
         };
-        let reply = resp.reject(private_data)?;
+        if ex.pending_request().is_none() {
+            return Err(no_request());
+        }
+        let reply = ex.reject(private_data)?;
         self.out.extend_from_slice(&reply);
         self.phase = Phase::Failed(SetupError {
             code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
@@ -289,9 +295,9 @@ impl Connection {
     /// for (running or failed). A caller re-arms its timer when
     /// [`pending_request`](Self::pending_request) appears.
     pub fn setup_timeout(&self) -> Option<u64> {
-        match self.phase {
-            Phase::AwaitReply(_) | Phase::AwaitRequest(_) => Some(self.timeout),
-            Phase::AwaitDecision(..) => Some(self.decision_timeout),
+        match &self.phase {
+            Phase::Setup(ex) if ex.pending_request().is_some() => Some(self.decision_timeout),
+            Phase::Setup(_) => Some(self.timeout),
             _ => None,
         }
     }
@@ -300,9 +306,11 @@ impl Connection {
     /// Request our application never answered is rejected on the wire (a
     /// Reply with R = 1, RFC 5044 §7.1.2), so the peer learns why.
     pub fn setup_timed_out(&mut self) {
-        match self.phase {
-            Phase::AwaitDecision(..) => self.fail_undecided(SetupFailure::TimedOut),
-            Phase::AwaitReply(_) | Phase::AwaitRequest(_) => {
+        match &self.phase {
+            Phase::Setup(ex) if ex.pending_request().is_some() => {
+                self.fail_undecided(SetupFailure::TimedOut)
+            }
+            Phase::Setup(_) => {
                 self.phase = Phase::Failed(SetupError {
                     code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
                     reason: SetupFailure::TimedOut,
@@ -316,8 +324,11 @@ impl Connection {
     /// While a Request waits for our application: queue a rejecting Reply,
     /// drop the held octets and record `why`.
     fn fail_undecided(&mut self, why: SetupFailure) {
-        if let Phase::AwaitDecision(resp, _) = &self.phase {
-            if let Ok(reply) = resp.reject(&[]) {
+        if let Phase::Setup(ex) = &mut self.phase {
+            if ex.pending_request().is_none() {
+                return;
+            }
+            if let Some(reply) = ex.give_up() {
                 self.out.extend_from_slice(&reply);
             }
             self.early = Vec::new();
@@ -351,9 +362,7 @@ impl Connection {
     /// Phase.
     pub fn state(&self) -> ConnState {
         match &self.phase {
-            Phase::AwaitReply(_) | Phase::AwaitRequest(_) | Phase::AwaitDecision(..) => {
-                ConnState::Connecting
-            }
+            Phase::Setup(_) => ConnState::Connecting,
             Phase::Rdma(q, _) => ConnState::Rdma(q.state()),
             Phase::Failed(_) => ConnState::Failed,
         }
@@ -428,61 +437,49 @@ impl Connection {
     /// Feed octets received from the transport.
     pub fn receive(&mut self, data: &[u8], mem: &mut MemoryTable) {
         let mut rest = data;
-        match &mut self.phase {
-            Phase::AwaitReply(ini) => match ini.receive(rest) {
-                Ok(None) => return,
-                Ok(Some((n, used))) => {
-                    rest = &rest[used..];
-                    self.enter_rdma(n, true, mem);
-                }
-                Err(e) => {
-                    self.phase = Phase::Failed(e);
-                    return;
-                }
-            },
-            Phase::AwaitRequest(resp) if self.manual => match resp.receive_request(rest) {
-                Ok(None) => return,
-                Ok(Some((req, used))) => {
-                    let Phase::AwaitRequest(r) =
-                        std::mem::replace(&mut self.phase, Phase::Failed(no_request()))
-                    else {
-                        return;
-                    };
-                    self.phase = Phase::AwaitDecision(r, req);
-                    self.hold_early(&rest[used..]);
-                    return;
-                }
-                Err(e) => {
-                    self.phase = Phase::Failed(e);
-                    return;
-                }
-            },
-            Phase::AwaitDecision(..) => {
+        if let Phase::Setup(ex) = &mut self.phase {
+            if ex.pending_request().is_some() {
                 self.hold_early(rest);
                 return;
             }
-            Phase::AwaitRequest(resp) => match resp.receive(rest) {
-                Ok(None) => return,
-                Ok(Some(ResponderOutcome::Accepted {
-                    negotiated,
-                    reply,
-                    consumed,
-                })) => {
-                    rest = &rest[consumed..];
-                    self.out.extend_from_slice(&reply);
-                    self.enter_rdma(negotiated, false, mem);
+            match ex.receive(Incoming::Stream(rest)) {
+                Ok(Progress::Pending) => return,
+                Ok(Progress::Established(n, used)) => {
+                    rest = &rest[used..];
+                    self.enter_rdma(n, true, mem);
                 }
-                Ok(Some(ResponderOutcome::Rejected { error, reply })) => {
-                    self.out.extend_from_slice(&reply);
-                    self.phase = Phase::Failed(error);
+                Ok(Progress::Request(used)) if self.manual => {
+                    self.hold_early(&rest[used..]);
                     return;
+                }
+                // A listener that does not ask its application accepts
+                // with its own settings, as one over SCTP does.
+                Ok(Progress::Request(used)) => {
+                    rest = &rest[used..];
+                    match ex.accept_own() {
+                        Ok(Answer::Accepted {
+                            negotiated,
+                            message,
+                        }) => {
+                            self.out.extend_from_slice(&message);
+                            self.enter_rdma(negotiated, false, mem);
+                        }
+                        Ok(Answer::Rejected { error, message }) => {
+                            self.out.extend_from_slice(&message);
+                            self.phase = Phase::Failed(error);
+                            return;
+                        }
+                        Err(e) => {
+                            self.phase = Phase::Failed(e);
+                            return;
+                        }
+                    }
                 }
                 Err(e) => {
                     self.phase = Phase::Failed(e);
                     return;
                 }
-            },
-            Phase::Rdma(..) | Phase::Failed(_) => {}
+            }
         }
         if let Phase::Rdma(qp, _) = &mut self.phase {
             if !rest.is_empty() {

@@ -1200,6 +1200,43 @@ mod tests {
         assert_eq!((a.state(), b.state()), (State::Closed, State::Closed));
     }
 
+    /// An Accept whose settings cannot be sent (private data over MPA's
+    /// 512 octets, RFC 5044 §7.1) is refused and answers nothing: the
+    /// Request stays held for another answer (`iwarp_control::setup`,
+    /// as over SCTP), which then brings both ends up.
+    #[test]
+    fn a_refused_accept_leaves_the_request_held() {
+        let (mut a, mut b, mut mem) = fresh_pair(MpaConfig::default(), MpaConfig::default(), true);
+        let mut now = 1_000;
+        for _ in 0..20 {
+            now += 1_000;
+            round(&mut a, &mut b, &mut mem, now);
+            if b.state() == State::AwaitingDecision {
+                break;
+            }
+        }
+        assert_eq!(b.state(), State::AwaitingDecision);
+        let e = b
+            .accept(vec![0; 600], 1, 1, &mut mem)
+            .expect_err("too much private data");
+        assert_eq!(e.reason, iwarp_control::SetupFailure::BadConfig);
+        assert_eq!(b.state(), State::AwaitingDecision, "still held");
+        b.accept(b"ok".to_vec(), 1, 1, &mut mem).expect("accepted");
+        for _ in 0..20 {
+            now += 1_000;
+            round(&mut a, &mut b, &mut mem, now);
+        }
+        assert_eq!(
+            (a.state(), b.state()),
+            (State::Operational, State::Operational)
+        );
+        let est = events(&mut a).into_iter().find_map(|e| match e {
+            CmEvent::Established(n) => Some(n),
+            _ => None,
+        });
+        assert_eq!(est.map(|n| n.peer_private_data), Some(b"ok".to_vec()));
+    }
+
     #[test]
     fn one_state_walks_setup_operation_and_close_with_an_event_per_transition() {
         let (mut a, mut b, mut mem) = fresh_pair(MpaConfig::default(), MpaConfig::default(), true);

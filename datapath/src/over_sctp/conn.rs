@@ -61,7 +61,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ddp_sctp::{DdpEvent, SessionEnd};
-use iwarp_control::{sctp as session, Negotiated, PeerRequest, SetupError, SetupFailure};
+use iwarp_control::setup::{Answer, Exchange, Incoming, Progress};
+use iwarp_control::{Negotiated, SetupError, SetupFailure};
 use iwarp_net::iface::{Interface, SctpIngress};
 use iwarp_proto::mem::MemoryTable;
 use iwarp_proto::qp::{DisconnectCause, PostError, QpConfig, QpState, Srq};
@@ -308,9 +309,11 @@ pub(crate) struct SctpConn {
     /// close: the one state machine both transports drive
     /// ([`Lifecycle`]).
     life: Lifecycle,
-    /// The peer's Initiate, held while the application decides
-    /// ([`State::AwaitingDecision`]).
-    request: Option<PeerRequest>,
+    /// The Session Initiate/Accept exchange (`iwarp_control::setup`, the
+    /// one exchange both lower layers step): ours from the Initiate we
+    /// sent until the Accept, or the peer's Initiate held while the
+    /// application decides ([`State::AwaitingDecision`]).
+    setup: Option<Exchange>,
     /// A close began (the application's close or abort, an abort of
     /// ours, a failed setup): the connection goes once its association
     /// has ended and that is reported. One whose association ended first
@@ -337,7 +340,7 @@ impl SctpConn {
             head: ConnHead::new(remote),
             ulp,
             life: Lifecycle::new(role),
-            request: None,
+            setup: None,
             goes_when_closed: false,
             qp: None,
             pending,
@@ -545,7 +548,7 @@ impl SctpConn {
     /// Setup failed: the application learns why
     /// ([`CmEvent::SetupFailed`]) and the connection closes.
     fn fail(&mut self, e: SetupError) {
-        self.request = None;
+        self.setup = None;
         if !self.life.state().is_closing() {
             self.goes_when_closed = true;
         }
@@ -587,7 +590,7 @@ impl SctpConn {
             post_to(&cmd, at, qp.qp(), mem, &mut self.outputs);
         }
         self.qp = Some(qp);
-        self.request = None;
+        self.setup = None;
         self.life.established(now, n);
     }
 }
@@ -1301,16 +1304,26 @@ impl SctpConns {
             return Err(crate::no_request());
         };
         c.mark(ready, id);
-        let (State::AwaitingDecision, Some(req)) = (c.life.state(), &c.request) else {
+        let (State::AwaitingDecision, Some(ex)) = (c.life.state(), c.setup.as_mut()) else {
             return Err(crate::no_request());
         };
+        if ex.pending_request().is_none() {
+            return Err(crate::no_request());
+        }
         // The Accept's CQ from now on, even if the accept fails below:
         // what the application posted completes there when the
         // connection goes (as over TCP, `Stack`'s Accept).
         if cq.is_some() {
             c.ulp.cq = cq;
         }
-        let (bytes, n) = session::accept(req, ird, ord, &private_data)?;
+        // (A Session Accept is never refused by the exchange itself.)
+        let Answer::Accepted {
+            message: bytes,
+            negotiated: n,
+        } = ex.accept(private_data, ird, ord)?
+        else {
+            return Err(crate::no_request());
+        };
         let Some(a) = self.host.assoc_mut(ready, c.assoc) else {
             return Err(crate::no_request());
         };
@@ -1339,11 +1352,12 @@ impl SctpConns {
             return Err(crate::no_request());
         };
         c.mark(ready, id);
-        if c.life.state() != State::AwaitingDecision {
+        let (State::AwaitingDecision, Some(ex)) = (c.life.state(), c.setup.as_mut()) else {
             return Err(crate::no_request());
-        }
+        };
+        let message = ex.reject(private_data)?;
         if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
-            let _ = a.reject(STREAM, private_data);
+            let _ = a.reject(STREAM, &message);
         }
         c.fail(SetupError {
             code: TermCode::MPA_BAD_REQ_REP,

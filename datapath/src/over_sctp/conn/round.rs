@@ -245,14 +245,17 @@ impl SctpConns {
                     tracing::info!(sock = id, remote = %c.head.remote, "SCTP association up");
                 }
                 if c.life.state() == State::Opening {
-                    let r = session::initiate(c.ulp.ird, c.ulp.ord, &c.ulp.private_data);
+                    let r = Exchange::session_initiator(c.ulp.ird, c.ulp.ord, &c.ulp.private_data);
                     match r {
-                        Ok(bytes) => match self
+                        Ok((ex, bytes)) => match self
                             .host
                             .assoc_mut(ready, assoc)
                             .map(|a| a.initiate(STREAM, &bytes))
                         {
-                            Some(Ok(())) => c.life.setup_begins(now, c.ulp.timeouts.reply),
+                            Some(Ok(())) => {
+                                c.setup = Some(ex);
+                                c.life.setup_begins(now, c.ulp.timeouts.reply);
+                            }
                             _ => c.fail(SetupError {
                                 code: TermCode::MPA_LOCAL_CATASTROPHIC,
                                 reason: SetupFailure::BadConfig,
@@ -275,8 +278,16 @@ impl SctpConns {
                     }
                     return;
                 }
-                match session::parse_initiate(&private_data) {
+                let ulp = &c.ulp;
+                let mut ex =
+                    Exchange::session_responder(ulp.ird, ulp.ord, ulp.private_data.clone());
+                // (An Initiate taken is held: `pending_request`.)
+                let req = ex
+                    .receive(Incoming::Initiate(&private_data))
+                    .and_then(|_| ex.pending_request().cloned().ok_or_else(crate::no_request));
+                match req {
                     Ok(req) => {
+                        c.setup = Some(ex);
                         out(Output::Accepted {
                             port: c.port,
                             sock: id,
@@ -286,8 +297,7 @@ impl SctpConns {
                         });
                         if c.ulp.manual {
                             let decision = c.ulp.timeouts.decision;
-                            c.life.decision_awaited(now, req.clone(), decision);
-                            c.request = Some(req);
+                            c.life.decision_awaited(now, req, decision);
                             return;
                         }
                         // A listener that does not ask its application
@@ -295,7 +305,6 @@ impl SctpConns {
                         // the application's Accept does (as a non-manual
                         // listener over MPA answers the Request with its
                         // Reply).
-                        c.request = Some(req);
                         c.life.enter(State::AwaitingDecision);
                         let ulp = &c.ulp;
                         let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
@@ -308,7 +317,7 @@ impl SctpConns {
                                 let _ = a.reject(stream, b"");
                             }
                             if let Some(c) = conn_mut(conns, id) {
-                                c.request = None;
+                                c.setup = None;
                                 c.begin_close();
                             }
                         }
@@ -327,12 +336,18 @@ impl SctpConns {
                 stream,
                 private_data,
             } if stream == STREAM && c.awaiting_setup(Role::Initiator) => {
-                match session::parse_accept(&private_data, c.ulp.ird, c.ulp.ord) {
-                    Ok(n) => {
+                let r = match c.setup.as_mut() {
+                    Some(ex) => ex.receive(Incoming::Accept(&private_data)),
+                    None => Err(crate::no_request()),
+                };
+                match r {
+                    Ok(Progress::Established(n, _)) => {
                         let mulpdu = self.host.assoc(assoc).map(|a| a.mulpdu()).unwrap_or(0);
                         c.start(now, n, mulpdu, self.max_held, mem);
                         tracing::info!(sock = id, "SCTP session established");
                     }
+                    // (An Accept settles the initiator's exchange or fails it.)
+                    Ok(_) => c.fail(crate::no_request()),
                     Err(e) => {
                         if let Some(a) = self.host.assoc_mut(ready, assoc) {
                             let _ = a.terminate(now, STREAM);
@@ -346,10 +361,15 @@ impl SctpConns {
                 why,
                 private_data,
             } if stream == STREAM => match (c.life.state(), c.life.role()) {
-                (State::AwaitingSetup, Role::Initiator) => c.fail(match why {
-                    SessionEnd::Rejected => session::rejected(&private_data),
-                    _ => crate::no_request(),
-                }),
+                (State::AwaitingSetup, Role::Initiator) => {
+                    let e = match (why, c.setup.as_mut()) {
+                        (SessionEnd::Rejected, Some(ex)) => {
+                            ex.receive(Incoming::Reject(&private_data)).err()
+                        }
+                        _ => None,
+                    };
+                    c.fail(e.unwrap_or_else(crate::no_request));
+                }
                 (State::AwaitingDecision | State::AwaitingSetup, Role::Responder) => {
                     c.fail(SetupError {
                         code: TermCode::MPA_CONN_LOST,
@@ -452,8 +472,9 @@ impl SctpConns {
                 // RFC 5043 §6.3: our application did not answer; the
                 // peer learns it from a Reject.
                 State::AwaitingDecision => {
+                    let reject = c.setup.as_mut().and_then(Exchange::give_up);
                     if let Some(a) = self.host.assoc_mut(ready, c.assoc) {
-                        let _ = a.reject(STREAM, b"");
+                        let _ = a.reject(STREAM, reject.as_deref().unwrap_or_default());
                     }
                     c.fail(timed_out);
                 }

@@ -612,6 +612,46 @@ fn an_unlisten_frees_its_sctp_requests_from_the_backlog() {
     );
 }
 
+/// An Accept whose settings cannot be sent (private data beyond the
+/// Session Accept's 508 octets after the IRD/ORD word) is refused
+/// (`CmRefused`) and answers nothing: the Initiate stays held for
+/// another answer (`iwarp_control::setup`, as over MPA), which then
+/// brings the connection up.
+#[test]
+fn a_refused_sctp_accept_leaves_the_request_held() {
+    let (mut p, ulp_a, ulp_b) = Pair::new(60_000 * MS);
+    p.listen(ulp_b);
+    p.connect(1, Transport::Sctp, ulp_a);
+    let sb = p.request();
+    let accept = |private_data: Vec<u8>| Command::Accept {
+        sock: sb,
+        private_data,
+        ird: 4,
+        ord: 4,
+        cq: None,
+        pd: None,
+    };
+    p.b.handle_command(accept(vec![0; 600]), p.now);
+    p.step(MS);
+    assert!(p.out_b.iter().any(|o| matches!(
+        o,
+        Output::CmRefused(id, e) if *id == sb && e.reason == SetupFailure::BadConfig
+    )));
+    assert_eq!(
+        p.b.sctp_state(sb),
+        Some(State::AwaitingDecision),
+        "still held"
+    );
+    p.b.handle_command(accept(b"ok".to_vec()), p.now);
+    assert!(p.run_until(1000, |p| p.b.sctp_state(sb) == Some(State::Operational)));
+    let est = |p: &mut Pair| {
+        p.out_a.iter().any(
+            |o| matches!(o, Output::Cm(_, CmEvent::Established(n)) if n.peer_private_data == b"ok"),
+        )
+    };
+    assert!(p.run_until(1000, est), "{:?}", p.out_a);
+}
+
 /// A full SCTP backlog aborts the next association as it comes up;
 /// a request the application answers (here, rejects) leaves the
 /// port's count, so the next association is handed over again.
