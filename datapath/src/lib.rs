@@ -245,27 +245,35 @@ impl Connection {
         if ex.pending_request().is_none() {
             return Err(no_request());
         }
-        match ex.accept(private_data, ird, ord) {
-            Ok(Answer::Accepted {
+        // An error here answered nothing (settings that cannot be sent):
+        // the Request stays held for another answer, as over SCTP.
+        let answer = ex.accept(private_data, ird, ord)?;
+        self.answered(answer, mem)?;
+        let early = std::mem::take(&mut self.early);
+        if !early.is_empty() {
+            self.receive(&early, mem);
+        }
+        Ok(())
+    }
+
+    /// The responder's answer to the Request, by the application's
+    /// Accept or the listener's own settings: the Reply goes out first;
+    /// then full operation, or the failure a rejecting Reply reports.
+    fn answered(&mut self, answer: Answer, mem: &mut MemoryTable) -> Result<(), SetupError> {
+        match answer {
+            Answer::Accepted {
                 negotiated,
                 message,
-            }) => {
+            } => {
                 self.out.extend_from_slice(&message);
                 self.enter_rdma(negotiated, false, mem);
-                let early = std::mem::take(&mut self.early);
-                if !early.is_empty() {
-                    self.receive(&early, mem);
-                }
                 Ok(())
             }
-            Ok(Answer::Rejected { error, message }) => {
+            Answer::Rejected { error, message } => {
                 self.out.extend_from_slice(&message);
                 self.phase = Phase::Failed(error.clone());
                 Err(error)
             }
-            // Nothing was answered (settings that cannot be sent): the
-            // Request stays held for another answer, as over SCTP.
-            Err(e) => Err(e),
         }
     }
 
@@ -456,23 +464,17 @@ impl Connection {
                 // with its own settings, as one over SCTP does.
                 Ok(Progress::Request(used)) => {
                     rest = &rest[used..];
-                    match ex.accept_own() {
-                        Ok(Answer::Accepted {
-                            negotiated,
-                            message,
-                        }) => {
-                            self.out.extend_from_slice(&message);
-                            self.enter_rdma(negotiated, false, mem);
-                        }
-                        Ok(Answer::Rejected { error, message }) => {
-                            self.out.extend_from_slice(&message);
-                            self.phase = Phase::Failed(error);
-                            return;
-                        }
+                    // (No application would answer again: an answer our
+                    // own settings cannot give fails the connection.)
+                    let answered = match ex.accept_own() {
+                        Ok(answer) => self.answered(answer, mem),
                         Err(e) => {
-                            self.phase = Phase::Failed(e);
-                            return;
+                            self.phase = Phase::Failed(e.clone());
+                            Err(e)
                         }
+                    };
+                    if answered.is_err() {
+                        return;
                     }
                 }
                 Err(e) => {
