@@ -1,15 +1,25 @@
-//! Work an application posts before its connection's queue pair exists
-//! (over TCP until the MPA exchange ends, over SCTP until the DDP Stream
-//! Session is accepted): one queue type for both transports, bounded as
-//! the queue pair will be. A real queue pair in its INIT state takes
-//! receives and holds them; here sends wait too and go out, in posting
-//! order, once the queue pair is in full operation.
+//! What waits before a connection's queue pair exists, over either
+//! transport: the application's posts ([`EarlyWork`]) and the peer's
+//! data ([`EarlyData`]).
 //!
+//! **Posts** wait over TCP until the MPA exchange ends, over SCTP until
+//! the DDP Stream Session is accepted: one queue type for both
+//! transports, bounded as the queue pair will be. A real queue pair in
+//! its INIT state takes receives and holds them; here sends wait too and
+//! go out, in posting order, once the queue pair is in full operation.
 //! Each kind holds at most its queue's depth (`StreamParams::sq_depth`,
 //! `rq_depth`): one more is refused with [`PostError::QueueFull`] at once,
 //! as the queue pair would refuse it, so an application that posts in a
 //! loop before the connection is up cannot make the loop hold without
 //! bound.
+//!
+//! **Data** a peer sent ahead of full operation is held in one bounded
+//! type whichever transport brought it: over MPA the octets behind a
+//! Request while our application decides (RFC 5044 §7.1: the initiator
+//! sends nothing more before the Reply, so a little is tolerated), over
+//! SCTP the DDP segments that overtook the Session Accept (every chunk is
+//! unordered, RFC 5043 §10). Past its bound the holder drops everything
+//! and the caller fails the setup with `SetupFailure::EarlyData`.
 
 use std::collections::VecDeque;
 
@@ -93,6 +103,90 @@ impl EarlyWork {
     }
 }
 
+/// Pieces of data held per connection at most, whatever their octets: a
+/// peer sending many tiny segments ahead of the Accept cannot make us
+/// keep a header per octet.
+pub const MAX_EARLY_PIECES: usize = 4096;
+
+/// The peer's data held until the queue pair exists: pieces in arrival
+/// order, each with the DDP stream sequence number it came with (SCTP) or
+/// 0 (a byte stream, kept as one growing piece).
+#[derive(Debug, Default)]
+pub struct EarlyData {
+    pieces: Vec<(u16, Vec<u8>)>,
+    octets: usize,
+    max_octets: usize,
+}
+
+/// More was offered than an [`EarlyData`] holds; what it held is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlyOverflow;
+
+impl EarlyData {
+    /// Holds up to `max_octets` octets.
+    pub fn new(max_octets: usize) -> Self {
+        EarlyData {
+            max_octets,
+            ..Self::default()
+        }
+    }
+
+    /// Octets held now (they count against the connection's memory
+    /// budget).
+    pub fn octets(&self) -> usize {
+        self.octets
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// Room for `n` more octets in one more piece (or, `joined`, in the
+    /// last); if not, drop everything held.
+    fn admit(&mut self, n: usize, joined: bool) -> Result<(), EarlyOverflow> {
+        let pieces = self.pieces.len() + usize::from(!joined);
+        if self.octets.saturating_add(n) > self.max_octets || pieces > MAX_EARLY_PIECES {
+            self.clear();
+            return Err(EarlyOverflow);
+        }
+        self.octets += n;
+        Ok(())
+    }
+
+    /// Append byte-stream octets (MPA), joined to what is held.
+    pub fn hold_stream(&mut self, data: &[u8]) -> Result<(), EarlyOverflow> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.admit(data.len(), !self.pieces.is_empty())?;
+        match self.pieces.last_mut() {
+            Some((_, held)) => held.extend_from_slice(data),
+            None => self.pieces.push((0, data.to_vec())),
+        }
+        Ok(())
+    }
+
+    /// Hold one DDP segment (SCTP) that came with sequence number `ssn`.
+    pub fn hold_segment(&mut self, ssn: u16, segment: Vec<u8>) -> Result<(), EarlyOverflow> {
+        self.admit(segment.len(), false)?;
+        self.pieces.push((ssn, segment));
+        Ok(())
+    }
+
+    /// Everything held, in arrival order, leaving nothing.
+    pub fn take(&mut self) -> Vec<(u16, Vec<u8>)> {
+        self.octets = 0;
+        std::mem::take(&mut self.pieces)
+    }
+
+    /// Drop everything held.
+    pub fn clear(&mut self) {
+        self.octets = 0;
+        self.pieces = Vec::new();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +261,52 @@ mod tests {
         for i in 0..4 {
             assert_eq!(q.push(recv(i), 9), Ok(()));
         }
+    }
+
+    /// A byte stream grows one piece up to its bound; one octet more
+    /// drops it all.
+    #[test]
+    fn stream_octets_join_up_to_the_bound() {
+        let mut d = EarlyData::new(10);
+        assert_eq!(d.hold_stream(b"abcd"), Ok(()));
+        assert_eq!(d.hold_stream(b""), Ok(()));
+        assert_eq!(d.hold_stream(b"efghij"), Ok(()));
+        assert_eq!(d.octets(), 10);
+        assert_eq!(d.hold_stream(b"k"), Err(EarlyOverflow));
+        assert!(d.is_empty());
+        assert_eq!(d.octets(), 0);
+        let mut d = EarlyData::new(10);
+        d.hold_stream(b"ab").unwrap();
+        d.hold_stream(b"cd").unwrap();
+        assert_eq!(d.take(), vec![(0, b"abcd".to_vec())]);
+        assert_eq!(d.octets(), 0);
+    }
+
+    /// Segments keep their sequence numbers and order; the octet bound and
+    /// the piece bound each drop everything held when passed, and a
+    /// trickle of one-octet stream pieces never meets the piece bound.
+    #[test]
+    fn segments_keep_order_within_both_bounds() {
+        let mut d = EarlyData::new(8);
+        d.hold_segment(7, b"abc".to_vec()).unwrap();
+        d.hold_segment(5, b"de".to_vec()).unwrap();
+        assert_eq!(d.take(), vec![(7, b"abc".to_vec()), (5, b"de".to_vec())]);
+        d.hold_segment(1, b"abcdefgh".to_vec()).unwrap();
+        assert_eq!(d.hold_segment(2, b"i".to_vec()), Err(EarlyOverflow));
+        assert!(d.is_empty());
+
+        let mut d = EarlyData::new(usize::MAX);
+        for i in 0..MAX_EARLY_PIECES {
+            d.hold_segment(i as u16, Vec::new()).unwrap();
+        }
+        assert_eq!(d.hold_segment(0, Vec::new()), Err(EarlyOverflow));
+        assert!(d.is_empty());
+
+        let mut d = EarlyData::new(usize::MAX);
+        for _ in 0..=MAX_EARLY_PIECES {
+            d.hold_stream(b"x").unwrap();
+        }
+        assert_eq!(d.octets(), MAX_EARLY_PIECES + 1);
+        assert_eq!(d.take().len(), 1);
     }
 }

@@ -34,6 +34,7 @@ pub use conn_error::ConnError;
 /// send more Messages on the stream, so it is the last one the peer gets).
 pub const ABORT_GRACE_NS: u64 = 100_000_000;
 
+use early::EarlyData;
 use iwarp_control::setup::{Answer, Exchange, Incoming, Progress};
 use iwarp_control::{MpaConfig, Negotiated, PeerRequest, SetupError, SetupFailure};
 use iwarp_proto::mem::{MemoryTable, PdId};
@@ -98,9 +99,8 @@ pub struct Connection {
     /// Let the application accept or reject the Request.
     manual: bool,
     /// Octets that followed the Request while the application decides
-    /// (at most `max_early`).
-    early: Vec<u8>,
-    max_early: usize,
+    /// (at most `MpaConfig::max_early_data`).
+    early: EarlyData,
     timeout: u64,
     /// How long the application may take to answer a Request.
     decision_timeout: u64,
@@ -129,8 +129,7 @@ impl Connection {
             out: req,
             hold_until_rx: false,
             manual: false,
-            early: Vec::new(),
-            max_early: 0,
+            early: EarlyData::new(0),
             timeout,
             decision_timeout: 0,
             srq: None,
@@ -144,15 +143,14 @@ impl Connection {
     /// Passive side: waits for the Request and accepts it with `cfg`.
     pub fn responder(cfg: MpaConfig, params: StreamParams) -> Self {
         let timeout = cfg.request_timeout;
-        let (max_early, decision_timeout) = (cfg.max_early_data, cfg.decision_timeout);
+        let (early, decision_timeout) = (EarlyData::new(cfg.max_early_data), cfg.decision_timeout);
         Connection {
             phase: Phase::Setup(Exchange::mpa_responder(cfg)),
             params,
             out: Vec::new(),
             hold_until_rx: false,
             manual: false,
-            early: Vec::new(),
-            max_early,
+            early,
             timeout,
             decision_timeout,
             srq: None,
@@ -249,9 +247,8 @@ impl Connection {
         // the Request stays held for another answer, as over SCTP.
         let answer = ex.accept(private_data, ird, ord)?;
         self.answered(answer, mem)?;
-        let early = std::mem::take(&mut self.early);
-        if !early.is_empty() {
-            self.receive(&early, mem);
+        for (_, octets) in self.early.take() {
+            self.receive(&octets, mem);
         }
         Ok(())
     }
@@ -339,7 +336,7 @@ impl Connection {
             if let Some(reply) = ex.give_up() {
                 self.out.extend_from_slice(&reply);
             }
-            self.early = Vec::new();
+            self.early.clear();
             self.phase = Phase::Failed(SetupError {
                 code: iwarp_proto::wire::TermCode::MPA_BAD_REQ_REP,
                 reason: why,
@@ -352,19 +349,14 @@ impl Connection {
     /// decides; past `max_early` octets reject the Request instead
     /// (RFC 5044 §7.1: the initiator sends no FPDU before the Reply).
     fn hold_early(&mut self, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
-        if self.early.len().saturating_add(data.len()) > self.max_early {
+        if self.early.hold_stream(data).is_err() {
             self.fail_undecided(SetupFailure::EarlyData);
-        } else {
-            self.early.extend_from_slice(data);
         }
     }
 
     /// Octets held after a Request while the application decides.
     pub fn early_len(&self) -> usize {
-        self.early.len()
+        self.early.octets()
     }
 
     /// Phase.

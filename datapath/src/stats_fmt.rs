@@ -61,7 +61,8 @@ impl fmt::Display for crate::over_sctp::conn::SctpCounters {
             connections,
             qp_held_octets,
             qp_held_max,
-            segments_by_reference
+            segments_by_reference,
+            early_segments
         )?;
         writeln!(f, "engine:")?;
         for line in self.host.to_string().lines() {

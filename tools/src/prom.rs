@@ -387,6 +387,11 @@ fn sctp(e: &mut DescriptorEncoder, c: &SctpCounters) -> Fmt {
             "Received packets discarded (checksum, malformed, wrong tag or ports), live and closed associations",
             a.packets_discarded + h.closed_discarded,
         ),
+        (
+            "early_segments",
+            "DDP Segments that overtook their Session Accept and were held until it came",
+            c.early_segments,
+        ),
     ] {
         counter(e, &format!("sctp_{k}"), &format!("SCTP: {help}"), None, v)?;
     }
@@ -1096,6 +1101,7 @@ mod tests {
             qp_held_octets: 4096,
             qp_held_max: 3000,
             segments_by_reference: 11,
+            early_segments: 6,
             ..Default::default()
         };
         c.host.rx_packets = 40;
@@ -1117,6 +1123,7 @@ mod tests {
             "iwarp_sctp_connections 2\n",
             "iwarp_sctp_live_t3_expiries 5\n",
             "iwarp_sctp_live_segments_by_reference 11\n",
+            "iwarp_sctp_early_segments_total 6\n",
             "iwarp_sctp_qp_held_bytes 4096\n",
             "iwarp_sctp_qp_held_max_conn_bytes 3000\n",
         ] {

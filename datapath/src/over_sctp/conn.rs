@@ -72,7 +72,7 @@ use tcp_lite::wire::Ipv4Address;
 
 use super::qp::{AssocRefSink, AssocSink, SctpQp};
 use super::{AssocId, SctpHost, SctpHostConfig, SctpOutput};
-use crate::early::EarlyWork;
+use crate::early::{EarlyData, EarlyWork};
 use crate::endpoint::{Lifecycle, LowerLayer, QpFacts, Role, State};
 use crate::latency::{CompletionLatency, Histogram};
 use crate::over_tcp::{CmEvent, HostCommand, HostOutput};
@@ -116,6 +116,9 @@ pub struct SctpCounters {
     /// DDP Segments the live queue pairs gave SCTP by reference
     /// (written into each packet from registered memory), summed.
     pub segments_by_reference: u64,
+    /// DDP Segments that overtook their Session Accept and were held
+    /// until it came (active side), since the part started.
+    pub early_segments: u64,
 }
 
 impl SctpCounters {
@@ -154,6 +157,7 @@ impl SctpCounters {
         self.qp_held_octets += other.qp_held_octets;
         self.qp_held_max = self.qp_held_max.max(other.qp_held_max);
         self.segments_by_reference += other.segments_by_reference;
+        self.early_segments += other.early_segments;
     }
 }
 
@@ -323,9 +327,8 @@ pub(crate) struct SctpConn {
     qp: Option<SctpQp>,
     /// Posts made before full operation.
     pending: EarlyWork,
-    /// Segments that overtook the Accept (active side), and their octets.
-    early: Vec<(u16, Vec<u8>)>,
-    early_len: usize,
+    /// Segments that overtook the Accept (active side).
+    early: EarlyData,
     outputs: VecDeque<HostOutput>,
     /// SHUTDOWN or ABORT was asked of the association.
     shutdown_sent: bool,
@@ -344,8 +347,7 @@ impl SctpConn {
             goes_when_closed: false,
             qp: None,
             pending,
-            early: Vec::new(),
-            early_len: 0,
+            early: EarlyData::new(MAX_EARLY),
             outputs: VecDeque::new(),
             shutdown_sent: false,
         }
@@ -582,10 +584,9 @@ impl SctpConn {
         for (cmd, at) in self.pending.take_recvs() {
             post_to(&cmd, at, qp.qp(), mem, &mut self.outputs);
         }
-        for (ssn, seg) in std::mem::take(&mut self.early) {
+        for (ssn, seg) in self.early.take() {
             qp.qp().receive_segment(ssn, &seg, mem);
         }
-        self.early_len = 0;
         while let Some((cmd, at)) = self.pending.pop_front() {
             post_to(&cmd, at, qp.qp(), mem, &mut self.outputs);
         }
@@ -655,6 +656,8 @@ pub struct SctpConns {
     /// Graceful closes that ran out of `SetupTimeouts::close` waiting for
     /// the answers to our Reads and became abortive.
     close_timeouts: u64,
+    /// DDP Segments held ahead of their Accept ([`SctpCounters::early_segments`]).
+    early_segments: u64,
     /// Closes whose peer made no progress for `SetupTimeouts::close`:
     /// their associations were aborted.
     linger_aborts: u64,
@@ -832,6 +835,7 @@ impl SctpConns {
             steering: None,
             host_out: Vec::new(),
             close_timeouts: 0,
+            early_segments: 0,
             linger_aborts: 0,
             backlog: usize::MAX,
             backlog_aborts: 0,
@@ -1054,6 +1058,7 @@ impl SctpConns {
             qp_held_octets,
             qp_held_max,
             segments_by_reference,
+            early_segments: self.early_segments,
         }
     }
 
@@ -1087,7 +1092,7 @@ impl SctpConns {
         let qp = c.qp.as_ref().map_or(0, |q| q.qp_ref().segments_held().1);
         crate::budget::Holder {
             id,
-            held: assoc + qp + c.early_len,
+            held: assoc + qp + c.early.octets(),
             releasing: c.head.over_budget || c.closed(),
         }
     }

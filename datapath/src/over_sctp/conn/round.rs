@@ -385,19 +385,17 @@ impl SctpConns {
                 ddp_ssn,
                 segment,
             } if stream == STREAM && c.awaiting_setup(Role::Initiator) => {
-                c.early_len += segment.len();
-                if c.early_len > MAX_EARLY || c.early.len() >= 4096 {
+                if c.early.hold_segment(ddp_ssn, segment).is_err() {
                     if let Some(a) = self.host.assoc_mut(ready, assoc) {
                         let _ = a.terminate(now, STREAM);
                     }
-                    c.early.clear();
                     c.fail(SetupError {
                         code: TermCode::MPA_BAD_REQ_REP,
                         reason: SetupFailure::EarlyData,
                         peer_private_data: Vec::new(),
                     });
                 } else {
-                    c.early.push((ddp_ssn, segment));
+                    self.early_segments += 1;
                 }
             }
             DdpEvent::Closed(reason) => {

@@ -4,7 +4,7 @@ use crate::runtime::Engine;
 use crate::stack::{Command, Stack, StackConfig, Transport, Ulp};
 use iwarp_net::iface::IfaceConfig;
 use iwarp_proto::mem::{Access, STag};
-use iwarp_proto::qp::{Sge, WorkRequest};
+use iwarp_proto::qp::{Sge, WcStatus, WorkRequest};
 use tcp_lite::wire::EthernetAddress;
 
 const MS: u64 = 1_000_000;
@@ -950,6 +950,7 @@ fn counters_add_up() {
             qp_held_octets: 10 * k as usize,
             qp_held_max: 7 * k as usize,
             segments_by_reference: 100 * k,
+            early_segments: 1000 * k,
             ..Default::default()
         };
         c.host.rx_packets = k;
@@ -964,9 +965,80 @@ fn counters_add_up() {
     assert_eq!(sum.qp_held_octets, 30);
     assert_eq!(sum.qp_held_max, 14);
     assert_eq!(sum.segments_by_reference, 300);
+    assert_eq!(sum.early_segments, 3000);
     assert_eq!(sum.host.rx_packets, 3);
     assert_eq!(sum.host.closed_discarded, 6);
     assert_eq!(sum.assoc.retransmits, 9);
     assert_eq!(sum.assoc.data_in_place, 15);
     assert_eq!(sum.host.tx_packets, 0);
+}
+
+/// Segments the responder sent behind its Accept can arrive first (every
+/// chunk is unordered, RFC 5043 §10): the initiator holds them
+/// (`early::EarlyData`, counted in `SctpCounters::early_segments`) and
+/// gives them to its queue pair once the Accept makes it, so the Write
+/// `b` posted right behind its Accept lands in `a`'s region.
+#[test]
+fn segments_that_overtake_the_accept_are_held_then_placed() {
+    let (mut p, ulp_a, ulp_b) = Pair::new(60_000 * MS);
+    p.listen(ulp_b);
+    p.connect(1, Transport::Sctp, ulp_a);
+    let sb = p.request();
+    p.b.handle_command(
+        Command::Accept {
+            sock: sb,
+            private_data: Vec::new(),
+            ird: 4,
+            ord: 4,
+            cq: None,
+            pd: None,
+        },
+        p.now,
+    );
+    let poll_b = |p: &mut Pair| {
+        let (to_a, out_b) = (&mut p.to_a, &mut p.out_b);
+        p.b.poll(p.now, &mut |f: &[&[u8]]| to_a.push(f.concat()), &mut |o| {
+            out_b.push(o)
+        });
+    };
+    poll_b(&mut p);
+    let accept = std::mem::take(&mut p.to_a);
+    assert!(!accept.is_empty(), "the Accept went out");
+    // `b` writes 64 octets of its region (2s) into `a`'s (1s).
+    let wr = WorkRequest::Write {
+        wr_id: 9,
+        signaled: true,
+        local: Sge {
+            stag: p.target,
+            to: 0,
+            len: 64,
+        }
+        .into(),
+        remote_stag: p.source,
+        remote_to: 0,
+    };
+    p.b.handle_command(Command::Iwarp(sb, HostCommand::PostSend(wr)), p.now);
+    poll_b(&mut p);
+    assert!(!p.to_a.is_empty(), "the Write went out");
+    let early = |p: &Pair| p.a.sctp_counters().unwrap().early_segments;
+    // The Write's packet reaches `a` first: held, nothing placed.
+    p.step(MS);
+    assert_eq!(early(&p), 1);
+    assert_eq!(p.a.mem.snapshot(p.source).unwrap()[..64], [1; 64]);
+    assert!(!p
+        .out_a
+        .iter()
+        .any(|o| matches!(o, Output::Cm(_, CmEvent::Established(_)))));
+    // Then the Accept: the queue pair is made and takes what was held.
+    p.to_a.splice(0..0, accept);
+    assert!(p.run_until(100, |p| p
+        .out_a
+        .iter()
+        .any(|o| matches!(o, Output::Cm(_, CmEvent::Established(_))))));
+    assert_eq!(p.a.mem.snapshot(p.source).unwrap()[..64], [2; 64]);
+    assert_eq!(p.a.mem.snapshot(p.source).unwrap()[64..], [1; 4032]);
+    assert!(p.run_until(100, |p| p.out_b.iter().any(|o| matches!(
+        o,
+        Output::Iwarp(_, HostOutput::Completion(c)) if c.wr_id == 9 && c.status == WcStatus::Success
+    ))));
 }
