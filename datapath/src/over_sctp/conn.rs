@@ -817,6 +817,18 @@ pub struct AcceptQp {
     pub pd: Option<iwarp_proto::mem::PdId>,
 }
 
+/// The application's answer to a connection request: its private data
+/// and IRD/ORD (each capped by the peer's, RFC 6581 §3).
+#[derive(Debug, Clone, Default)]
+pub struct AppAnswer {
+    /// Private data for the Session Accept.
+    pub private_data: Vec<u8>,
+    /// Its inbound RDMA Read queue depth.
+    pub ird: u16,
+    /// Its outbound RDMA Read queue depth.
+    pub ord: u16,
+}
+
 impl SctpConns {
     /// The part for one interface; ephemeral ports from `ephemeral_base`.
     pub fn new(cfg: SctpHostConfig, ephemeral_base: u16) -> Result<Self, &'static str> {
@@ -1289,7 +1301,10 @@ impl SctpConns {
         }
     }
 
-    /// Accept a pending request; `qp` says where the queue pair's
+    /// Accept a pending request with the application's `answer`, or
+    /// (`None`) with the listener's own settings, as a listener that does
+    /// not ask its application does (`Exchange::accept_own`, the same
+    /// step an MPA listener takes); `qp` says where the queue pair's
     /// completions go and its PD (each `None`: the listener's).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn accept(
@@ -1297,9 +1312,7 @@ impl SctpConns {
         conns: &mut Connections,
         ready: &mut ReadySet<Ready>,
         id: SockId,
-        private_data: Vec<u8>,
-        ird: u16,
-        ord: u16,
+        answer: Option<AppAnswer>,
         qp: AcceptQp,
         mem: &mut MemoryTable,
         now: u64,
@@ -1322,10 +1335,18 @@ impl SctpConns {
             c.ulp.cq = cq;
         }
         // (A Session Accept is never refused by the exchange itself.)
+        let answer = match answer {
+            Some(AppAnswer {
+                private_data,
+                ird,
+                ord,
+            }) => ex.accept(private_data, ird, ord)?,
+            None => ex.accept_own()?,
+        };
         let Answer::Accepted {
             message: bytes,
             negotiated: n,
-        } = ex.accept(private_data, ird, ord)?
+        } = answer
         else {
             return Err(crate::no_request());
         };
@@ -1340,8 +1361,13 @@ impl SctpConns {
         if let Some(pd) = pd {
             c.ulp.params.pd = pd;
         }
+        tracing::info!(
+            sock = id,
+            ird = n.ird,
+            ord = n.ord,
+            "SCTP connection request accepted"
+        );
         c.start(now, n, mulpdu, self.max_held, mem);
-        tracing::info!(sock = id, ird, ord, "SCTP connection request accepted");
         Ok(())
     }
 

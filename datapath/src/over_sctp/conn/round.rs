@@ -306,11 +306,8 @@ impl SctpConns {
                         // listener over MPA answers the Request with its
                         // Reply).
                         c.life.enter(State::AwaitingDecision);
-                        let ulp = &c.ulp;
-                        let (pd, ird, ord) = (ulp.private_data.clone(), ulp.ird, ulp.ord);
                         let listener = AcceptQp { cq: None, pd: None };
-                        let accepted =
-                            self.accept(conns, ready, id, pd, ird, ord, listener, mem, now);
+                        let accepted = self.accept(conns, ready, id, None, listener, mem, now);
                         if let Err(e) = accepted {
                             tracing::info!(sock = id, error = ?e, "SCTP Initiate not acceptable");
                             if let Some(a) = self.host.assoc_mut(ready, assoc) {
