@@ -256,7 +256,7 @@ impl Cq {
         let mut spins = 0u32;
         // A loop thread fills the ring: spin short, since on a shared core
         // a spinning waiter holds the core from the thread it waits for
-        // (ARCHITECTURE.md, "Short spins on shared cores"). Inline, this
+        // (docs/api.md, "Short spins on shared cores"). Inline, this
         // thread is the loop: it spins as an adaptive loop does.
         let spin_limit = if self.drive.is_some() {
             crate::host::IDLE_SPINS

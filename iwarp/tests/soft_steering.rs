@@ -164,7 +164,7 @@ fn six_connections_over_a_link_that_delivers_on_queue_0() {
             "write {k} to the server"
         );
         // A Write this short completes when it is handed to TCP, not
-        // when it is placed (ARCHITECTURE.md, "Completion semantics"):
+        // when it is placed (docs/api.md, "Completion semantics"):
         // wait for the octets.
         let since = std::time::Instant::now();
         while c_region.read(k * PIECE, PIECE).unwrap() != pattern(k, 3) {

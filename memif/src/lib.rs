@@ -47,7 +47,7 @@
 //! frames (its cache line is the receiver's), a client hands its transmit
 //! slots the buffers freed last (few buffers in use while few frames are
 //! in flight), and both ends map the regions populated, so no frame pays a
-//! page fault on its buffer's first use (ARCHITECTURE.md, "Our own
+//! page fault on its buffer's first use (docs/backends.md, "Our own
 //! memif"). `tests/hostile.rs` is a hand-made client that writes what it
 //! likes into the shared memory.
 //!

@@ -114,8 +114,8 @@ pub struct Config {
     /// Acknowledge every this many full-sized in-order segments (RFC 5681
     /// §4.2: at least every second one, SHOULD), each with its own ACK
     /// even when they arrive in one poll round; 0: one ACK per poll
-    /// round, covering all that arrived (see ARCHITECTURE.md, "TCP loss
-    /// recovery", for the measurements behind the default).
+    /// round, covering all that arrived (see bench/README.md, "Receiver
+    /// ACKs", for the measurements behind the default).
     pub ack_every: u32,
     /// RFC 7661 congestion window validation: while the sender does not
     /// use half its window (pipeACK < cwnd/2, the non-validated phase,

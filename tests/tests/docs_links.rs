@@ -1,5 +1,5 @@
 //! The docs a newcomer reads (README.md, ARCHITECTURE.md, bench/README.md,
-//! docs/guide.md) point only at things that exist: every relative link,
+//! docs/*.md) point only at things that exist: every relative link,
 //! every file path written in backticks, and every section named in
 //! quotes after a doc's name (`bench/README.md, "Current figures"`) is a
 //! heading or a bold lead-in of that doc.
@@ -13,6 +13,19 @@ const DOCS: &[&str] = &[
     "ARCHITECTURE.md",
     "bench/README.md",
     "docs/guide.md",
+    "docs/api.md",
+    "docs/backends.md",
+    "docs/budgets.md",
+    "docs/connections.md",
+    "docs/datapath.md",
+    "docs/decisions.md",
+    "docs/memory.md",
+    "docs/rfc7306.md",
+    "docs/sctp.md",
+    "docs/several-loops.md",
+    "docs/tcp-lite.md",
+    "docs/testing.md",
+    "docs/verbs-abi.md",
 ];
 
 /// Docs whose sections the others name.
@@ -21,6 +34,19 @@ const TARGETS: &[&str] = &[
     "ARCHITECTURE.md",
     "bench/README.md",
     "docs/guide.md",
+    "docs/api.md",
+    "docs/backends.md",
+    "docs/budgets.md",
+    "docs/connections.md",
+    "docs/datapath.md",
+    "docs/decisions.md",
+    "docs/memory.md",
+    "docs/rfc7306.md",
+    "docs/sctp.md",
+    "docs/several-loops.md",
+    "docs/tcp-lite.md",
+    "docs/testing.md",
+    "docs/verbs-abi.md",
     "deploy/README.md",
 ];
 
@@ -208,6 +234,22 @@ fn docs_point_only_at_what_exists() {
         bad.len(),
         bad.join("\n")
     );
+}
+
+#[test]
+fn every_page_under_docs_is_checked_and_named() {
+    let mut pages: Vec<String> = fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    pages.sort();
+    for p in &pages {
+        assert!(DOCS.contains(&p.as_str()), "{p} is missing from DOCS");
+        assert!(TARGETS.contains(&p.as_str()), "{p} is missing from TARGETS");
+    }
 }
 
 #[test]

@@ -1184,7 +1184,7 @@ fn work_request(w: &IbvSendWr, sig_all: bool) -> Result<WorkRequest, c_int> {
         }
         // Send with Immediate: the wire has no Send carrying an immediate
         // (RFC 7306's Immediate Data is a message of its own that consumes
-        // a receive buffer of its own; ARCHITECTURE.md, "RFC 7306"), so
+        // a receive buffer of its own; docs/rfc7306.md, "Send with Immediate: not supported"), so
         // EINVAL, as iw_cxgb4 and irdma answer on iWARP. Memory windows and
         // local invalidation are not in this library yet; as siw does for
         // an opcode it lacks.

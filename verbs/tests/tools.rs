@@ -604,7 +604,7 @@ fn libfabric_fi_info_finds_our_device_through_its_verbs_provider() {
     // it is an EFA device (through the extended context), makes a PD, CQ
     // and QP to learn the inline size, and lists a device for FI_EP_MSG
     // only where a kernel interface has an address for it (hence the
-    // shared address). fi_pingpong cannot run on it: ARCHITECTURE.md.
+    // shared address). fi_pingpong cannot run on it: docs/verbs-abi.md.
     let (net, ip, _) = shared_pair("vfi");
     let mut cmd = shared_env(&net, End::A, ip, "fi_info");
     cmd.extend(["-p", "verbs"].map(str::to_owned));

@@ -2188,7 +2188,7 @@ fn atomic(wr_id: u64, local: Sge, stag: STag, to: u64, op: Atomic) -> WorkReques
 /// The masked forms and Swap: the Atomic Request's bytes as Wireshark's
 /// `dissect_iwarp_atomic` reads them (AtomicOp in the low 4 bits of the
 /// first word, then Request Identifier, Remote STag, Remote TO, Add-or-Swap
-/// Data and Mask, Compare Data and Mask; ARCHITECTURE.md, "RFC 7306"), and
+/// Data and Mask, Compare Data and Mask; docs/rfc7306.md, "RFC 7306"), and
 /// the responder's execution.
 #[test]
 fn masked_atomics_and_swap_literal_bytes_and_semantics() {

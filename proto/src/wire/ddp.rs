@@ -500,7 +500,7 @@ mod tests {
         // `ddp_queue_read_request` 1, responses on
         // `ddp_queue_atomic_response` 3); Chelsio's `FW_RI_SEND_IMMEDIATE`
         // 0x8 .. `FW_RI_ATOMIC_RESPONSE` 0xb; Wireshark's 0x0A/0x0B
-        // (ARCHITECTURE.md, "RFC 7306").
+        // (docs/rfc7306.md, "RFC 7306").
         for (bits, op, qn) in [
             (8, Opcode::ImmediateData, 0),
             (9, Opcode::ImmediateDataSe, 0),

@@ -10,7 +10,7 @@
 //! Immediate Data  (QN 0): Immediate Data(8)
 //! ```
 //!
-//! Sources of these layouts are recorded in ARCHITECTURE.md, "RFC 7306":
+//! Sources of these layouts are recorded in docs/rfc7306.md, "RFC 7306":
 //! the atomic bodies and sub-opcodes are the ones Wireshark's
 //! `packet-iwarp-ddp-rdmap.c` decodes (`iwarp_rdma.atomic.*`), with the
 //! same offsets as urdma's `rdmap_atomicreq_packet`; the queue numbers
@@ -289,7 +289,7 @@ impl AtomicResponse {
 /// with Immediate work request and receive CQE hold the 64-bit field as
 /// `union { struct { __be32 imm_data32; u32 reserved; } ib_imm_data;
 /// __be64 imm_data64; }` ("iWARP protocol supports 64 bit immediate data
-/// but rdma api limits it to 32bit"; ARCHITECTURE.md, "RFC 7306").
+/// but rdma api limits it to 32bit"; docs/rfc7306.md, "RFC 7306").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ImmediateData(pub [u8; IMMEDIATE_DATA_LEN]);
 

@@ -199,7 +199,7 @@ int main(int argc, char **argv)
 		CHECK(mem[7] == 7);
 
 		/* Send with immediate: the iWARP wire has no Send carrying an
-		 * immediate (ARCHITECTURE.md, "RFC 7306"); refused with EINVAL,
+		 * immediate (docs/rfc7306.md, "Send with Immediate: not supported"); refused with EINVAL,
 		 * as iw_cxgb4 and irdma refuse it, and nothing is sent. */
 		struct ibv_send_wr si = { .wr_id = 5, .sg_list = &s, .num_sge = 1,
 					  .opcode = IBV_WR_SEND_WITH_IMM, .imm_data = htonl(1) }, *bad = NULL;
