@@ -2,6 +2,8 @@
 # Build the container image `iwarp-rs` (deploy/Dockerfile). Idempotent.
 #
 #   deploy/build-image.sh            # image iwarp-rs:latest
+#   IWARP_PGO=1 deploy/build-image.sh   # its binaries built profile-guided
+#                                       # (scripts/pgo-build.sh: ~7 more minutes)
 #
 # 1. Base image: $IWARP_BASE (default iwarp-base:bookworm) if present; else
 #    debian:bookworm-slim from a registry if one answers within 30 s; else a
@@ -51,7 +53,14 @@ export CARGO_TARGET_DIR="$PWD/target/image"
 # No debug info: it is stripped from the image anyway, and generating it
 # is a good part of the build's time on a small machine.
 export CARGO_PROFILE_RELEASE_DEBUG=0
-cargo build --release --locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc --bin iwarp-serve -p iwarp-sim --bin iwarp-sim
+build=(--locked -p iwarp-bench --bin iwarp-perf -p iwarp-tools --bin tlnc --bin iwarp-serve -p iwarp-sim --bin iwarp-sim)
+if [ "${IWARP_PGO:-0}" = 1 ]; then
+    export PGO_TARGET_DIR="$PWD/target/image-pgo"
+    scripts/pgo-build.sh "${build[@]}"
+    export CARGO_TARGET_DIR="$PGO_TARGET_DIR"
+else
+    cargo build --release "${build[@]}"
+fi
 
 ctx="$PWD/target/image-context"
 rm -rf "$ctx"

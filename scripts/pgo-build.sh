@@ -13,7 +13,8 @@
 #
 # The arguments after the script's name go to the final `cargo build
 # --release` (default: `-p iwarp-bench --bin iwarp-perf --bin stack-cost`);
-# its output is in target/pgo-release/release/. Needs rustup's llvm-tools
+# its output is in target/pgo-release/release/ ($PGO_TARGET_DIR/release/
+# where that is set: deploy/build-image.sh with IWARP_PGO=1). Needs rustup's llvm-tools
 # component for llvm-profdata (installed here if missing) and, for the
 # memif training runs, root (they are left out without it).
 set -euo pipefail
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=$root/target/pgo
 gen=$root/target/pgo-gen
-use=$root/target/pgo-release
+use=${PGO_TARGET_DIR:-$root/target/pgo-release}
 build=("$@")
 if [ ${#build[@]} -eq 0 ]; then
     build=(-p iwarp-bench --bin iwarp-perf --bin stack-cost)
@@ -37,7 +38,7 @@ fi
 
 rm -rf "$work"
 mkdir -p "$work/raw"
-echo "== instrumented build (target/pgo-gen)"
+echo "== instrumented build ($gen)"
 RUSTFLAGS="-Cprofile-generate=$work/raw" CARGO_TARGET_DIR=$gen \
     cargo build --release -p iwarp-bench --bin iwarp-perf --bin stack-cost
 
@@ -64,7 +65,7 @@ fi
 echo "== merge"
 "$profdata" merge -o "$work/merged.profdata" "$work"/raw/*.profraw
 
-echo "== build with the profile (target/pgo-release): cargo build --release ${build[*]}"
+echo "== build with the profile ($use): cargo build --release ${build[*]}"
 RUSTFLAGS="-Cprofile-use=$work/merged.profdata -Cllvm-args=-pgo-warn-missing-function=false" \
     CARGO_TARGET_DIR=$use cargo build --release "${build[@]}"
 echo "done: $use/release/"
