@@ -123,8 +123,8 @@ pub struct Config {
     /// was used (§4.4.1), and a non-validated phase longer than
     /// [`nvp_duration`](Self::nvp_duration) halves it (§4.4.2). Off by
     /// default: `tcp-vs-linux --loss` showed no gain, and medians at 0.1%
-    /// and 2% loss leaning the wrong way (bench/README.md "Loss
-    /// recovery", round 4).
+    /// and 2% loss leaning the wrong way (bench/README.md, "Window
+    /// validation").
     pub cwv: bool,
     /// RFC 7661 §4.4.2: the non-validated period (NVP) after which an
     /// unused window is reduced (ns; the RFC's 5 minutes by default).

@@ -265,7 +265,7 @@ impl Connection {
         // flight to clock the sender, a Linux receiver's capture showed
         // our sender waiting out the 2 ms for 43% of a 5% transfer. With
         // 200 µs: +10% at 1%, +22% at 2%, +60% at 5% (bench/README.md,
-        // "Loss recovery", round 6), no more probes at 0%. The probe storm
+        // "The probe timeout"), no more probes at 0%. The probe storm
         // the 2 ms once stopped (each early probe's ACK cut the window) is
         // handled where it arose: an ACK for the original is no loss.
         let mut pto = 2 * srtt;
