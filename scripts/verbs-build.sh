@@ -8,10 +8,17 @@
 # holds them (for LD_LIBRARY_PATH).
 #
 #   scripts/verbs-build.sh            # release build
+#   IWARP_PGO=1 scripts/verbs-build.sh   # profile-guided (scripts/pgo-build.sh,
+#                                        # into target/pgo-verbs; ~7 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build --release -q -p iwarp-verbs
+if [ "${IWARP_PGO:-0}" = 1 ]; then
+    target="$PWD/target/pgo-verbs"
+    PGO_TARGET_DIR="$target" scripts/pgo-build.sh -q -p iwarp-verbs >&2
+else
+    cargo build --release -q -p iwarp-verbs
+fi
 out="$target/verbs"
 mkdir -p "$out"
 # One link at a time: tests (and programs) run this script concurrently,
