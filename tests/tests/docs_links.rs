@@ -28,27 +28,12 @@ const DOCS: &[&str] = &[
     "docs/verbs-abi.md",
 ];
 
-/// Docs whose sections the others name.
-const TARGETS: &[&str] = &[
-    "README.md",
-    "ARCHITECTURE.md",
-    "bench/README.md",
-    "docs/guide.md",
-    "docs/api.md",
-    "docs/backends.md",
-    "docs/budgets.md",
-    "docs/connections.md",
-    "docs/datapath.md",
-    "docs/decisions.md",
-    "docs/memory.md",
-    "docs/rfc7306.md",
-    "docs/sctp.md",
-    "docs/several-loops.md",
-    "docs/tcp-lite.md",
-    "docs/testing.md",
-    "docs/verbs-abi.md",
-    "deploy/README.md",
-];
+/// Docs whose sections the others name: every doc above, and these.
+const MORE_TARGETS: &[&str] = &["deploy/README.md"];
+
+fn targets() -> impl Iterator<Item = &'static str> {
+    DOCS.iter().chain(MORE_TARGETS).copied()
+}
 
 /// Files of other projects the docs cite as sources.
 const EXTERNAL: &[&str] = &[
@@ -166,11 +151,10 @@ fn check() -> Vec<String> {
     let root = root();
     let all = files(&root);
     let mut bad = Vec::new();
-    let targets: Vec<(&str, Vec<String>)> = TARGETS
-        .iter()
+    let targets: Vec<(&str, Vec<String>)> = targets()
         .map(|t| {
             (
-                *t,
+                t,
                 section_names(&fs::read_to_string(root.join(t)).expect("target doc")),
             )
         })
@@ -248,7 +232,7 @@ fn every_page_under_docs_is_checked_and_named() {
     pages.sort();
     for p in &pages {
         assert!(DOCS.contains(&p.as_str()), "{p} is missing from DOCS");
-        assert!(TARGETS.contains(&p.as_str()), "{p} is missing from TARGETS");
+        assert!(targets().any(|t| t == p), "{p} is not a target");
     }
 }
 

@@ -95,17 +95,7 @@ impl Pair {
         p.listen(ulp_b);
         p.connect(1, Transport::Sctp, ulp_a);
         let sb = p.request();
-        p.b.handle_command(
-            Command::Accept {
-                sock: sb,
-                private_data: Vec::new(),
-                ird: 4,
-                ord: 4,
-                cq: None,
-                pd: None,
-            },
-            p.now,
-        );
+        p.accept(sb);
         let mut up = None;
         assert!(p.run_until(1000, |p| {
             up = p.out_a.iter().find_map(|o| match o {
@@ -115,6 +105,23 @@ impl Pair {
             up.is_some()
         }));
         (p, up.unwrap(), sb)
+    }
+
+    /// `b`'s application accepts request `sock` (IRD/ORD 4, no private
+    /// data).
+    fn accept(&mut self, sock: SockId) {
+        let now = self.now;
+        self.b.handle_command(
+            Command::Accept {
+                sock,
+                private_data: Vec::new(),
+                ird: 4,
+                ord: 4,
+                cq: None,
+                pd: None,
+            },
+            now,
+        );
     }
 
     /// Run until `b`'s application holds a connection request; its id.
@@ -361,17 +368,7 @@ fn a_close_during_setup_ends_without_established() {
     // `a` closes while it waits for the Accept; `b` accepts.
     p.a.handle_command(Command::Close(sa), p.now);
     assert_eq!(p.a.sctp_state(sa), Some(State::Closing));
-    p.b.handle_command(
-        Command::Accept {
-            sock: req,
-            private_data: Vec::new(),
-            ird: 4,
-            ord: 4,
-            cq: None,
-            pd: None,
-        },
-        p.now,
-    );
+    p.accept(req);
     p.write(sa, 9);
     assert!(p
         .run_until(3000, |p| p.out_a.iter().any(
@@ -553,17 +550,7 @@ fn an_sctp_listener_is_one_of_the_stacks_listening_ports() {
     p.connect(1, Transport::Sctp, ulp_a);
     let sb = p.request();
     assert_eq!(p.b.unaccepted(), 1, "the request counts");
-    p.b.handle_command(
-        Command::Accept {
-            sock: sb,
-            private_data: Vec::new(),
-            ird: 4,
-            ord: 4,
-            cq: None,
-            pd: None,
-        },
-        p.now,
-    );
+    p.accept(sb);
     assert!(p.run_until(1000, |p| p.b.unaccepted() == 0));
     assert_eq!(p.b.sctp_state(sb), Some(State::Operational));
     p.b.handle_command(Command::Unlisten(PORT), p.now);
@@ -984,17 +971,7 @@ fn segments_that_overtake_the_accept_are_held_then_placed() {
     p.listen(ulp_b);
     p.connect(1, Transport::Sctp, ulp_a);
     let sb = p.request();
-    p.b.handle_command(
-        Command::Accept {
-            sock: sb,
-            private_data: Vec::new(),
-            ird: 4,
-            ord: 4,
-            cq: None,
-            pd: None,
-        },
-        p.now,
-    );
+    p.accept(sb);
     let poll_b = |p: &mut Pair| {
         let (to_a, out_b) = (&mut p.to_a, &mut p.out_b);
         p.b.poll(p.now, &mut |f: &[&[u8]]| to_a.push(f.concat()), &mut |o| {
