@@ -1261,7 +1261,10 @@ fn every_rdmap_operation_over_sctp_with_jumbo_frames_by_reference() {
     let spd = server.alloc_pd().unwrap();
     let cpd = client.alloc_pd().unwrap();
     let (scq, ccq) = (server.create_cq(16), client.create_cq(16));
-    const LEN: usize = 4 << 20;
+    // Long enough that the Write is still unacknowledged when the source
+    // goes (about 13 ms at 5 GB/s): at 4 MiB a fast run finished it
+    // between the look below and the deregistration (CI saw it once).
+    const LEN: usize = 64 << 20;
     let target = spd.register(vec![0; LEN], Access::REMOTE_WRITE).unwrap();
     let src = cpd.register(pattern(3, LEN), Access::LOCAL_READ).unwrap();
     let mut lo = ListenOptions::new(&spd);
@@ -1287,7 +1290,7 @@ fn every_rdmap_operation_over_sctp_with_jumbo_frames_by_reference() {
     let deadline = Instant::now() + T;
     while by_ref(&client) == 0 {
         assert!(Instant::now() < deadline, "no segment went by reference");
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::yield_now();
     }
     let freed = src.deregister().unwrap();
     let wc = wait_or_tell(&ccq, "the Write from the freed region", [&server, &client]);
