@@ -4,7 +4,7 @@
 # and SCTP, the simulated link and our memif, loops and inline polling),
 # merge the profile, then build again with it. LLVM then lays the hot
 # path out together and keeps the cold branches out of it: on the 2-vCPU
-# VM a 64-octet round trip takes 0.85-0.88x the instructions and 0.41x
+# VM a 64-octet round trip takes 0.85-0.88x the instructions and 0.45-0.53x
 # the first-level instruction-cache misses (bench/README.md, "A
 # profile-guided build").
 #
