@@ -251,13 +251,25 @@ impl<Id: Ord + Copy> ReadySet<Id> {
     /// [`Slot::visited`], as after [`drain_into`](Self::drain_into).
     #[inline]
     pub fn take(&mut self, range: &RangeInclusive<Id>, ids: &mut Vec<Id>) {
+        match self.ready.as_slice() {
+            [] => {}
+            // One connection marked, as in a loop serving one peer: no
+            // sort and no search inlined here (docs/datapath.md, "Cold
+            // paths out of line").
+            [id] => {
+                if range.contains(id) {
+                    ids.append(&mut self.ready);
+                }
+            }
+            _ => self.take_sorted(range, ids),
+        }
+    }
+
+    /// [`take`](Self::take) with more than one id marked.
+    #[inline(never)]
+    fn take_sorted(&mut self, range: &RangeInclusive<Id>, ids: &mut Vec<Id>) {
         let n = self.ready.len();
-        if n == 0 {
-            return;
-        }
-        if n > 1 {
-            self.ready.sort_unstable();
-        }
+        self.ready.sort_unstable();
         // Searched for only where the range cuts the list: most rounds
         // take all of it (one transport, or nothing but its turn's
         // marks), and the lowest range's start cuts nothing.

@@ -48,15 +48,57 @@ impl<Id: Ord + Copy> Deadlines<Id> {
                 if v.len() < SMALL {
                     v.insert(i, e);
                 } else {
-                    let mut t: BTreeSet<_> = v.drain(..).collect();
-                    t.insert(e);
-                    *self = Deadlines::Large(t);
+                    self.grow(e);
                 }
             }
-            Deadlines::Large(t) => {
-                t.insert(e);
-            }
+            Deadlines::Large(t) => Self::insert_large(t, e),
         }
+    }
+
+    /// The vector is full: every entry and `e` move to the tree. Out of
+    /// line, as every `Large` path: a loop with few connections never
+    /// runs it, and inlined it would sit in the instruction cache lines
+    /// of the small path (docs/datapath.md, "Cold paths out of line").
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, e: (u64, Id)) {
+        if let Deadlines::Small(v) = self {
+            let mut t: BTreeSet<_> = v.drain(..).collect();
+            t.insert(e);
+            *self = Deadlines::Large(t);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn insert_large(t: &mut BTreeSet<(u64, Id)>, e: (u64, Id)) {
+        t.insert(e);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn remove_large(&mut self, e: &(u64, Id)) {
+        if let Deadlines::Large(t) = self {
+            t.remove(e);
+            self.shrink();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn first_large(t: &BTreeSet<(u64, Id)>) -> Option<&(u64, Id)> {
+        t.first()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pop_first_large(&mut self) -> Option<(u64, Id)> {
+        let Deadlines::Large(t) = self else {
+            return None; // (called for the tree form only)
+        };
+        let e = t.pop_first();
+        self.shrink();
+        e
     }
 
     /// Take `e` out, if it is there.
@@ -69,10 +111,7 @@ impl<Id: Ord + Copy> Deadlines<Id> {
                     v.remove(i);
                 }
             }
-            Deadlines::Large(t) => {
-                t.remove(e);
-                self.shrink();
-            }
+            Deadlines::Large(_) => self.remove_large(e),
         }
     }
 
@@ -81,7 +120,7 @@ impl<Id: Ord + Copy> Deadlines<Id> {
     pub(super) fn first(&self) -> Option<&(u64, Id)> {
         match self {
             Deadlines::Small(v) => v.last(),
-            Deadlines::Large(t) => t.first(),
+            Deadlines::Large(t) => Self::first_large(t),
         }
     }
 
@@ -90,11 +129,7 @@ impl<Id: Ord + Copy> Deadlines<Id> {
     pub(super) fn pop_first(&mut self) -> Option<(u64, Id)> {
         match self {
             Deadlines::Small(v) => v.pop(),
-            Deadlines::Large(t) => {
-                let e = t.pop_first();
-                self.shrink();
-                e
-            }
+            Deadlines::Large(_) => self.pop_first_large(),
         }
     }
 

@@ -4,7 +4,9 @@
 use super::*;
 
 impl Stack {
-    /// Octets listeners keep for handshakes not handed out yet.
+    /// Octets listeners keep for handshakes not handed out yet. (Out of
+    /// line: a loop that only connects has no listener.)
+    #[inline(never)]
     pub(super) fn listeners_held(&self) -> usize {
         let tcp = self.listeners.values().filter_map(Listening::tcp);
         let early = tcp.flat_map(|l| l.early.values());
@@ -41,9 +43,15 @@ impl Stack {
     /// `sctp_held`: what SCTP connections hold now.
     pub(super) fn enforce_context_budget(&mut self, now: u64, sctp_held: usize) {
         let quick = self.tcp_held + self.listeners_held() + sctp_held;
-        if quick <= self.budget.context {
-            return;
+        if quick > self.budget.context {
+            self.abort_most_held(now);
         }
+    }
+
+    /// Over the context's limit: abort the connection holding the most.
+    #[cold]
+    #[inline(never)]
+    fn abort_most_held(&mut self, now: u64) {
         let mut all = Vec::new();
         let total = self.held_total(&mut |h| all.push(h));
         let Some(id) = self.budget.victim(total, all.into_iter()) else {

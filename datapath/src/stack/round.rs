@@ -64,26 +64,11 @@ impl Stack {
         // The safety net (`StackConfig::idle_sweep`): every connection
         // and association, of both transports.
         if ready.sweep_due(now) {
-            for (&id, c) in conns.iter_mut() {
-                match c {
-                    Connection::Tcp(sock) => {
-                        mark_ready(ready, sock, id);
-                        if let SockKind::Iwarp(i) = &mut sock.kind {
-                            i.trim();
-                        }
-                    }
-                    Connection::Sctp(c) => c.mark(ready, id),
-                }
-            }
-            if let Some(sc) = sctp.as_deref_mut() {
-                sc.mark_all(ready);
-            }
+            Self::sweep(conns, ready, sctp.as_deref_mut());
         }
         if !resets.is_empty() {
-            for (dst, rst) in resets.drain(..) {
-                Self::emit(iface, stats, dst, &rst, now, tx);
-                busy = true;
-            }
+            Self::emit_resets(iface, stats, resets, now, tx);
+            busy = true;
         }
         // Listeners: half-open connections' timers and segments, then
         // those with an established connection to hand over (after the
@@ -92,27 +77,10 @@ impl Stack {
         ports.clear();
         // (Only while one may have something: `listeners_pending`.)
         if *listeners_pending {
-            let mut pending = false;
-            for (&port, l) in listeners.iter_mut() {
-                let ListenOn::Tcp(l) = &mut l.on else {
-                    continue;
-                };
-                if l.listener.half_open_len() > 0 {
-                    for (remote, c) in l.listener.half_open_iter_mut() {
-                        c.handle_timeout(now);
-                        let dst = *remote;
-                        busy |= c.poll_transmit(now, 16, &mut |seg| {
-                            Self::emit(iface, stats, dst, seg, now, tx)
-                        }) > 0;
-                    }
-                    l.listener.settle();
-                }
-                if l.listener.ready_len() > 0 {
-                    ports.push(port);
-                }
-                pending |= l.listener.half_open_len() > 0 || l.listener.ready_len() > 0;
-            }
+            let (pending, sent) =
+                Self::poll_listeners(listeners, iface, stats, &mut ports, now, tx);
             *listeners_pending = pending;
+            busy |= sent;
         }
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
@@ -264,12 +232,8 @@ impl Stack {
         // The memory budget: connections over their own limit, then the
         // context's (`crate::budget`).
         if !self.over.is_empty() {
-            let mut over = std::mem::take(&mut self.over);
-            for id in over.drain(..) {
-                self.abort_over_budget(id, now, "connection");
-                busy = true;
-            }
-            self.over = over;
+            self.abort_over(now);
+            busy = true;
         }
         let before = self.budget.aborts;
         self.enforce_context_budget(now, sctp_held);
@@ -281,6 +245,92 @@ impl Stack {
             busy |= self.run_hooks();
         }
         busy
+    }
+
+    /// Abort the connections found over their own memory limit.
+    #[cold]
+    #[inline(never)]
+    fn abort_over(&mut self, now: u64) {
+        let mut over = std::mem::take(&mut self.over);
+        for id in over.drain(..) {
+            self.abort_over_budget(id, now, "connection");
+        }
+        self.over = over;
+    }
+
+    /// The idle sweep (`StackConfig::idle_sweep`): every connection and
+    /// association of both transports marked. Out of line, as the other
+    /// parts of a round that most rounds skip, so that their code stays
+    /// out of the instruction cache lines of the rounds that pass them by
+    /// (docs/datapath.md, "Cold paths out of line").
+    #[cold]
+    #[inline(never)]
+    fn sweep(conns: &mut Connections, ready: &mut ReadySet<Ready>, sctp: Option<&mut SctpConns>) {
+        for (&id, c) in conns.iter_mut() {
+            match c {
+                Connection::Tcp(sock) => {
+                    mark_ready(ready, sock, id);
+                    if let SockKind::Iwarp(i) = &mut sock.kind {
+                        i.trim();
+                    }
+                }
+                Connection::Sctp(c) => c.mark(ready, id),
+            }
+        }
+        if let Some(sc) = sctp {
+            sc.mark_all(ready);
+        }
+    }
+
+    /// Resets owed to segments of no connection.
+    #[cold]
+    #[inline(never)]
+    fn emit_resets(
+        iface: &mut Interface,
+        stats: &mut StackStats,
+        resets: &mut Vec<(Ipv4Address, TcpRepr<'static>)>,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) {
+        for (dst, rst) in resets.drain(..) {
+            Self::emit(iface, stats, dst, &rst, now, tx);
+        }
+    }
+
+    /// TCP listeners: half-open connections' timers and segments, and
+    /// the ports with an established connection to hand over (into
+    /// `ports`). Whether one still has either, and whether a segment
+    /// went out.
+    #[inline(never)]
+    fn poll_listeners(
+        listeners: &mut Listeners,
+        iface: &mut Interface,
+        stats: &mut StackStats,
+        ports: &mut Vec<u16>,
+        now: u64,
+        tx: &mut dyn FrameSink,
+    ) -> (bool, bool) {
+        let (mut pending, mut sent) = (false, false);
+        for (&port, l) in listeners.iter_mut() {
+            let ListenOn::Tcp(l) = &mut l.on else {
+                continue;
+            };
+            if l.listener.half_open_len() > 0 {
+                for (remote, c) in l.listener.half_open_iter_mut() {
+                    c.handle_timeout(now);
+                    let dst = *remote;
+                    sent |= c.poll_transmit(now, 16, &mut |seg| {
+                        Self::emit(iface, stats, dst, seg, now, tx)
+                    }) > 0;
+                }
+                l.listener.settle();
+            }
+            if l.listener.ready_len() > 0 {
+                ports.push(port);
+            }
+            pending |= l.listener.half_open_len() > 0 || l.listener.ready_len() > 0;
+        }
+        (pending, sent)
     }
 
     fn emit(
