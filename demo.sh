@@ -8,6 +8,10 @@
 #    as root; over the simulated link otherwise, and it says so); then the
 #    same over memif (our own), shared memory with no kernel in the path
 #    (our two ends in one process), beside the same Linux baseline.
+#
+#   ./demo.sh [PCAP]             # the plain release build
+#   IWARP_PGO=1 ./demo.sh        # part 2 on a profile-guided build
+#                                # (scripts/pgo-build.sh: ~7 minutes more)
 set -euo pipefail
 cd "$(dirname "$0")"
 # Only what the demo uses (gcc, tshark, iproute2, ethtool, pkg-config and
@@ -17,6 +21,14 @@ out="${1:-$PWD/target/iwarp-sim-demo.pcap}"
 mkdir -p "$(dirname "$out")"
 cargo run --quiet --release -p iwarp-sim -- demo --out "$out"
 echo
-cargo run --quiet --release -p iwarp-bench --bin iwarp-perf -- demo --out "$PWD/target/iwarp-perf"
+if [ "${IWARP_PGO:-0}" = 1 ]; then
+    scripts/pgo-build.sh -q -p iwarp-bench --bin iwarp-perf
+    perf=(target/pgo-release/release/iwarp-perf)
+    echo "(iwarp-perf built profile-guided: target/pgo-release/release/iwarp-perf)"
+else
+    cargo build --quiet --release -p iwarp-bench --bin iwarp-perf
+    perf=(target/release/iwarp-perf)
+fi
+"${perf[@]}" demo --out "$PWD/target/iwarp-perf"
 echo
-cargo run --quiet --release -p iwarp-bench --bin iwarp-perf -- demo --link memif --out "$PWD/target/iwarp-perf/memif"
+"${perf[@]}" demo --link memif --out "$PWD/target/iwarp-perf/memif"
