@@ -76,7 +76,15 @@ impl Timers {
     /// The earliest armed deadline.
     #[inline]
     pub(crate) fn next(&self) -> Option<u64> {
-        self.0.iter().fold(None, |m, &t| earliest(m, t))
+        // Unarmed as `u64::MAX`, then a plain minimum: no branch per
+        // timer (a deadline at `u64::MAX` ns never comes, so it counts as
+        // none).
+        let m = self
+            .0
+            .iter()
+            .map(|t| t.unwrap_or(u64::MAX))
+            .fold(u64::MAX, u64::min);
+        (m != u64::MAX).then_some(m)
     }
 }
 
@@ -111,5 +119,9 @@ mod tests {
         assert_eq!(t.next(), Some(150));
         t.arm(Timer::Hold, u64::MAX - 1, 10);
         assert_eq!(t.get(Timer::Hold), Some(u64::MAX), "saturates");
+        assert_eq!(t.next(), Some(150));
+        t.clear(Timer::Setup);
+        assert_eq!(t.next(), None, "a deadline at u64::MAX never comes");
+        assert!(!t.none_armed(), "though it is armed");
     }
 }

