@@ -21,9 +21,15 @@ impl Connection {
     /// the offer is `rcv_buf`.
     fn rcv_offer(&self) -> u32 {
         let buf = self.cfg.rcv_buf;
-        let step = (buf / 16).max(1 << self.rcv_shift).max(1);
         let held = self.rcv_held.min(buf);
-        let offer = buf - (held.div_ceil(step).saturating_mul(step)).min(buf);
+        // Nothing held (in order, taken at once): the whole buffer,
+        // without the division by a step that is not a constant.
+        let offer = if held == 0 {
+            buf
+        } else {
+            let step = (buf / 16).max(1 << self.rcv_shift).max(1);
+            buf - (held.div_ceil(step).saturating_mul(step)).min(buf)
+        };
         self.rcv_cap.map_or(offer, |cap| offer.min(cap))
     }
 
