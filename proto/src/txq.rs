@@ -591,6 +591,18 @@ impl TxQueue {
                 i => i - 1,
             }
         };
+        // One record holds the whole range (a segment of one FPDU, the
+        // common case): no iterator over the deque's two halves.
+        if let Some((start, rec)) = self.recs.get_mut(first) {
+            let at = offset - *start;
+            if !dst.is_empty() && at + dst.len() as u64 <= rec.wire_len() as u64 {
+                if !rec.fill(mem, at as usize, dst) {
+                    return false;
+                }
+                self.hint = self.released + first as u64;
+                return true;
+            }
+        }
         let mut pos = offset;
         let mut d = 0;
         let mut last = first;
@@ -889,6 +901,44 @@ mod tests {
             .map(|c| c.wr_id)
             .collect();
         assert_eq!(ids, [7, 8]);
+    }
+
+    /// Segments of any size, in order or not, inside one record or across
+    /// several, fill the framer's octets.
+    #[test]
+    fn fills_inside_one_record_or_across_match_the_framer() {
+        let want = framed(true);
+        let mut mem = MemoryTable::new();
+        let pd = mem.alloc_pd();
+        let mut q = qp(pd, true);
+        setup(&mut q, &mut mem, pd);
+        let mut txq = TxQueue::new(0);
+        while q.poll_record(&mem, 1500, 1000, &mut txq) {}
+        for seg in [1, 7, 100, 1460, want.len()] {
+            let mut got = vec![0u8; want.len()];
+            for at in (0..want.len()).step_by(seg) {
+                let end = (at + seg).min(want.len());
+                assert!(
+                    txq.fill(&mem, at as u64, &mut got[at..end]),
+                    "{seg} at {at}"
+                );
+            }
+            assert!(got == want, "segments of {seg} in order");
+            let mut got = vec![0u8; want.len()];
+            for at in (0..want.len()).step_by(seg).rev() {
+                let end = (at + seg).min(want.len());
+                assert!(
+                    txq.fill(&mem, at as u64, &mut got[at..end]),
+                    "{seg} at {at}"
+                );
+            }
+            assert!(got == want, "segments of {seg} last first");
+        }
+        assert!(txq.fill(&mem, 5, &mut []), "nothing to fill");
+        assert!(
+            !txq.fill(&mem, want.len() as u64 - 1, &mut [0; 2]),
+            "past the end"
+        );
     }
 
     /// A fill that starts past the FPDU's first octet and reaches its CRC
