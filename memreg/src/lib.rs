@@ -317,7 +317,7 @@ impl Region {
     #[inline]
     fn small_words(&self, offset: usize, len: usize) -> Option<&[AtomicU64]> {
         let rel = offset.checked_sub(self.inner.head)?;
-        if rel % WORD != 0 || len % WORD != 0 || len > SMALL_WORDS * WORD {
+        if !rel.is_multiple_of(WORD) || !len.is_multiple_of(WORD) || len > SMALL_WORDS * WORD {
             return None;
         }
         let w = rel / WORD;
