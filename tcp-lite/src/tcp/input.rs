@@ -37,7 +37,13 @@ impl Connection {
     /// the edge already advertised (RFC 9293 §3.8.6.2.2: the window SHOULD
     /// NOT shrink), so a growing backlog closes it as data arrives.
     pub(super) fn window_field(&self) -> u16 {
-        let w = self.rcv_edge().wrapping_sub(self.rcv_nxt);
+        self.window_field_to(self.rcv_edge())
+    }
+
+    /// [`window_field`](Self::window_field) for an `edge` the caller has
+    /// from [`rcv_edge`](Self::rcv_edge).
+    pub(super) fn window_field_to(&self, edge: u32) -> u16 {
+        let w = edge.wrapping_sub(self.rcv_nxt);
         // Rounded up to the scale: rounding down would pull the edge left.
         w.div_ceil(1 << self.rcv_shift).min(65535) as u16
     }

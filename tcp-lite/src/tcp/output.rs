@@ -290,9 +290,11 @@ impl Connection {
         }
         self.dupacks_owed = 0;
         if n > 0 {
-            // What every segment of this call advertised.
-            self.wnd_sent = self.rcv_wnd();
-            self.rcv_adv = Some(self.rcv_edge());
+            // What every segment of this call advertised (one edge for
+            // both: the window is the edge's, rounded to the scale).
+            let edge = self.rcv_edge();
+            self.wnd_sent = u32::from(self.window_field_to(edge)) << self.rcv_shift;
+            self.rcv_adv = Some(edge);
         }
         n
     }
