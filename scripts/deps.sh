@@ -21,18 +21,24 @@
 #            builds under /var/tmp/iwarp-lab). Only scripts/test.sh asks
 #            for it; the demo never does.
 #   --fuzz   cargo-fuzz from crates.io
+#   --bench  the demo's and what bench/README.md's commands use besides:
+#            sockperf (the kernel's TCP ping-pong beside ours,
+#            bench/scripts/one-cpu-perftest.sh), valgrind (stack-cost's
+#            instruction counts, bench/scripts/hot-code.py), linux-perf
+#            (profiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-demo=0 test=0 lab=0 fuzz=0
+demo=0 test=0 lab=0 fuzz=0 bench=0
 for a in "$@"; do
     case "$a" in
         --demo) demo=1 ;;
         --test) test=1 ;;
         --lab) lab=1 ;;
         --fuzz) fuzz=1 ;;
+        --bench) bench=1 demo=1 ;;
         -h | --help)
-            sed -n '2,22s/^# \{0,1\}//p' "$0"
+            sed -n '2,28s/^# \{0,1\}//p' "$0"
             exit 0
             ;;
         *)
@@ -86,6 +92,12 @@ if ((test)); then
     # for a base image where no registry answers.
     command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
     command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+fi
+if ((bench)); then
+    command -v sockperf >/dev/null 2>&1 || need_apt+=(sockperf)
+    command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+    command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
+    command -v objdump >/dev/null 2>&1 || need_apt+=(binutils)
 fi
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" = 0 ]; then

@@ -88,5 +88,5 @@ if command -v sockperf >/dev/null; then
     kern "sockperf TCP spinning (--nonblocked)" "--nonblocked"
     kern "sockperf TCP blocking" ""
 else
-    echo "sockperf not installed (apt-get install sockperf): no kernel baseline"
+    echo "sockperf not installed (scripts/deps.sh --bench): no kernel baseline"
 fi
