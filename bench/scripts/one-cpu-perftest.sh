@@ -80,7 +80,7 @@ kern() { # label, sockperf flags
     sleep 1
     # shellcheck disable=SC2086
     ip netns exec "$tag-kb" taskset -c "$cc" timeout 20 sockperf pp --tcp -i 10.92.0.1 -p 11111 -m 64 -t 4 $2 2>&1 \
-        | grep -E "percentile (50\.000|99\.000|99\.900)" | tr -s ' ' | sed "s/^/$1 /"
+        | grep -E "percentile (50\.000|99\.000|99\.900)|<MAX>|Total [0-9]+ observations" | sed 's/\x1b\[[0-9;]*m//g' | tr -s ' ' | sed "s/^/$1 /"
     kill "$sp" 2>/dev/null
     wait "$sp" 2>/dev/null
 }
