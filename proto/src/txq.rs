@@ -868,19 +868,27 @@ mod tests {
         }
     }
 
-    /// Below `copy_below` a Send or Write is framed as octets (the
-    /// framer's, exactly) and completes once handed over; at or above it,
-    /// only once acknowledged.
-    #[test]
-    fn small_messages_are_copied_and_complete_at_once() {
+    /// The framer's octets of `setup`'s Write and Send (CRC on), and
+    /// the queue their records went to: FPDUs of at most 1500 octets,
+    /// messages below 1000 copied.
+    fn queued() -> (Vec<u8>, MemoryTable, Qp, TxQueue) {
         let want = framed(true);
         let mut mem = MemoryTable::new();
         let pd = mem.alloc_pd();
         let mut q = qp(pd, true);
         setup(&mut q, &mut mem, pd);
-        // The Write (3200 octets) by reference, the Send (600) copied.
         let mut txq = TxQueue::new(0);
         while q.poll_record(&mem, 1500, 1000, &mut txq) {}
+        (want, mem, q, txq)
+    }
+
+    /// Below `copy_below` a Send or Write is framed as octets (the
+    /// framer's, exactly) and completes once handed over; at or above it,
+    /// only once acknowledged.
+    #[test]
+    fn small_messages_are_copied_and_complete_at_once() {
+        // The Write (3200 octets) by reference, the Send (600) copied.
+        let (want, mem, mut q, mut txq) = queued();
         let kinds: Vec<bool> = txq
             .recs
             .iter()
@@ -907,13 +915,7 @@ mod tests {
     /// several, fill the framer's octets.
     #[test]
     fn fills_inside_one_record_or_across_match_the_framer() {
-        let want = framed(true);
-        let mut mem = MemoryTable::new();
-        let pd = mem.alloc_pd();
-        let mut q = qp(pd, true);
-        setup(&mut q, &mut mem, pd);
-        let mut txq = TxQueue::new(0);
-        while q.poll_record(&mem, 1500, 1000, &mut txq) {}
+        let (want, mem, _, mut txq) = queued();
         for seg in [1, 7, 100, 1460, want.len()] {
             let mut got = vec![0u8; want.len()];
             for at in (0..want.len()).step_by(seg) {
