@@ -75,6 +75,8 @@ struct DeviceSink<'a, D: FrameDevice> {
     dev: &'a mut D,
     sent: u64,
     refused: u64,
+    /// `sent` at the last [`FrameSink::publish`] that flushed.
+    published: u64,
 }
 
 impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
@@ -116,6 +118,16 @@ impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> bool {
         self.send_upto(max, build)
+    }
+
+    /// Flushes the device when a frame went out since the last publish
+    /// (the round's own flush still follows, for completions and kicks
+    /// owed).
+    fn publish(&mut self) {
+        if self.sent != self.published {
+            self.published = self.sent;
+            self.dev.flush();
+        }
     }
 }
 
@@ -674,6 +686,7 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
             dev: &mut self.dev,
             sent: 0,
             refused: 0,
+            published: 0,
         };
         let (o, held, held_limit) = (&*self.outputs, &mut self.held, self.held_limit);
         let mut output = |out| {
@@ -1462,6 +1475,7 @@ mod tests {
             dev: &mut dev,
             sent: 0,
             refused: 0,
+            published: 0,
         };
         let mut lent = 0;
         assert!(sink.send_built(5, &mut |b| {
@@ -1485,6 +1499,43 @@ mod tests {
         let mut got = Vec::new();
         peer.rx_burst(8, &mut |f| got.push(f.to_vec()));
         assert_eq!(got, [&b"built"[..], b"parts"]);
+    }
+
+    /// A device that counts its flushes.
+    struct Flushes(MemDevice, u32);
+
+    impl FrameDevice for Flushes {
+        fn rx_burst(&mut self, max: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+            self.0.rx_burst(max, sink)
+        }
+        fn tx(&mut self, frame: &[u8]) -> bool {
+            self.0.tx(frame)
+        }
+        fn flush(&mut self) {
+            self.1 += 1;
+        }
+    }
+
+    /// `publish` flushes the device once per batch of frames sent since
+    /// the last one, never for nothing.
+    #[test]
+    fn the_device_sink_publishes_only_what_is_new() {
+        let (dev, _peer) = MemDevice::pair(8);
+        let mut dev = Flushes(dev, 0);
+        let mut sink = DeviceSink {
+            dev: &mut dev,
+            sent: 0,
+            refused: 0,
+            published: 0,
+        };
+        sink.publish();
+        assert!(sink.send_parts(&[b"one"]));
+        assert!(sink.send_parts(&[b"two"]));
+        sink.publish();
+        sink.publish();
+        assert!(sink.send_parts(&[b"three"]));
+        sink.publish();
+        assert_eq!(dev.1, 2);
     }
 
     /// Emits `n` numbered outputs in one poll when told to.

@@ -313,6 +313,13 @@ pub trait FrameSink {
             _ => false,
         }
     }
+    /// Make the frames sent so far visible to the peer now, where the
+    /// device holds them until its flush (memif publishes its ring's head,
+    /// AF_XDP kicks the kernel). The loop flushes at the end of each round
+    /// anyway; the engine calls this where a round's remaining work would
+    /// otherwise hold back a reply it already sent. The default does
+    /// nothing (a sink whose frames leave as they are sent).
+    fn publish(&mut self) {}
 }
 
 impl<F: FnMut(&[&[u8]]) + ?Sized> FrameSink for F {

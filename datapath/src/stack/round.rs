@@ -138,6 +138,13 @@ impl Stack {
         };
         if !ids.is_empty() {
             ids.retain(poll_one);
+            // What they sent reaches the peer now, not after the rest of
+            // the round (events, completions, timers, budget, hooks): a
+            // reply leaves before the bookkeeping of the round that sent
+            // it, where the device holds frames until its flush (memif).
+            if busy {
+                tx.publish();
+            }
         }
         // Listeners with an established connection to hand over (settled
         // above, each round).
@@ -202,7 +209,7 @@ impl Stack {
         }
         let mut sctp_held = 0;
         if let Some(sc) = self.sctp.as_deref_mut() {
-            busy |= sc.poll(
+            if sc.poll(
                 now,
                 &mut self.conns,
                 &mut self.mem,
@@ -211,7 +218,11 @@ impl Stack {
                 &mut self.listeners,
                 tx,
                 out,
-            );
+            ) {
+                busy = true;
+                // As the TCP connections' frames above.
+                tx.publish();
+            }
         }
         self.sctp_freed();
         if let Some(sc) = self.sctp.as_deref_mut() {
