@@ -170,8 +170,11 @@ impl Qp {
 
     /// Pick the next message: Terminate first, then Read Responses (in request
     /// order, RFC 5040 §5.2.2), then the send queue in order (rule 13), holding
-    /// Read Requests back while ORD are outstanding (RFC 5040 §6.1).
-    fn next_job(&mut self) -> Option<Job> {
+    /// Read Requests back while ORD are outstanding (RFC 5040 §6.1). The
+    /// job is built where it is kept (`tx.job`; `None`: none is ready): a
+    /// job returned by value was copied twice more on its way there, 160
+    /// octets each time.
+    fn next_job(&mut self) -> Option<()> {
         let blank = Job {
             origin: JobOrigin::Terminate,
             opcode: Opcode::Terminate,
@@ -191,12 +194,13 @@ impl Qp {
             self.tx.job_inline[..n].copy_from_slice(&body[..n]);
             let msn = self.tx.msn[2];
             self.tx.msn[2] = msn.wrapping_add(1);
-            return Some(Job {
+            self.tx.job = Some(Job {
                 qn: queue::TERMINATE,
                 msn,
                 inline_len: n,
                 ..blank
             });
+            return Some(());
         }
         if self.state != QpState::Rts {
             return None;
@@ -208,7 +212,7 @@ impl Qp {
                 let msn = self.tx.msn[3];
                 self.tx.msn[3] = msn.wrapping_add(1);
                 let _ = a.emit(&mut self.tx.job_inline);
-                return Some(Job {
+                self.tx.job = Some(Job {
                     origin: JobOrigin::ReadResp,
                     opcode: Opcode::AtomicResponse,
                     qn: queue::ATOMIC_RESPONSE,
@@ -216,8 +220,9 @@ impl Qp {
                     inline_len: ATOMIC_RESPONSE_LEN,
                     ..blank
                 });
+                return Some(());
             }
-            return Some(Job {
+            self.tx.job = Some(Job {
                 origin: JobOrigin::ReadResp,
                 opcode: Opcode::ReadResponse,
                 stag: req.sink_stag,
@@ -233,10 +238,15 @@ impl Qp {
                 len: req.size as u64,
                 ..blank
             });
+            return Some(());
         }
         let seq = self.tx.next_seq;
-        let entry = *self.sq_entry(seq)?;
-        let job = match entry.work {
+        // The entry is read where it lies (it is 176 octets: a copy of it
+        // cost more than the fields a job takes from it); the queues'
+        // fields it does not touch stay free to change.
+        let idx = usize::try_from(seq.checked_sub(self.tx.head_seq)?).ok()?;
+        let tx = &mut self.tx;
+        let job = match &tx.sq.get(idx)?.work {
             SqWork::Wr(WorkRequest::Send {
                 local,
                 solicited,
@@ -249,15 +259,15 @@ impl Qp {
                     (false, true) => Opcode::SendInvalidate,
                     (true, true) => Opcode::SendSeInvalidate,
                 };
-                let msn = self.tx.msn[0];
-                self.tx.msn[0] = msn.wrapping_add(1);
+                let msn = tx.msn[0];
+                tx.msn[0] = msn.wrapping_add(1);
                 Job {
                     origin: JobOrigin::Sq(seq),
                     opcode,
                     qn: queue::SEND,
                     msn,
                     inval: invalidate.map_or(0, |s| s.0),
-                    src: Some((local, Access::LOCAL_READ)),
+                    src: Some((*local, Access::LOCAL_READ)),
                     len: local.total_len() as u64,
                     ..blank
                 }
@@ -274,9 +284,9 @@ impl Qp {
                     (false, true) => Opcode::SendInvalidate,
                     (true, true) => Opcode::SendSeInvalidate,
                 };
-                let msn = self.tx.msn[0];
-                self.tx.msn[0] = msn.wrapping_add(1);
-                self.tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
+                let msn = tx.msn[0];
+                tx.msn[0] = msn.wrapping_add(1);
+                tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
                 Job {
                     origin: JobOrigin::Sq(seq),
                     opcode,
@@ -293,12 +303,12 @@ impl Qp {
                 remote_to,
                 ..
             }) => {
-                self.tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
+                tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
                 Job {
                     origin: JobOrigin::Sq(seq),
                     opcode: Opcode::Write,
                     stag: remote_stag.0,
-                    to: remote_to,
+                    to: *remote_to,
                     inline_len: data.as_slice().len(),
                     ..blank
                 }
@@ -312,8 +322,8 @@ impl Qp {
                 origin: JobOrigin::Sq(seq),
                 opcode: Opcode::Write,
                 stag: remote_stag.0,
-                to: remote_to,
-                src: Some((local, Access::LOCAL_READ)),
+                to: *remote_to,
+                src: Some((*local, Access::LOCAL_READ)),
                 len: local.total_len() as u64,
                 ..blank
             },
@@ -323,6 +333,7 @@ impl Qp {
                 remote_to,
                 ..
             }) => {
+                let (local, remote_stag, remote_to) = (*local, *remote_stag, *remote_to);
                 if self.ord_full() {
                     return None;
                 }
@@ -333,7 +344,10 @@ impl Qp {
                 | WorkRequest::FetchAdd { .. }
                 | WorkRequest::CmpSwap { .. }
                 | WorkRequest::Atomic { .. }),
-            ) => self.rfc7306_job(seq, wr, blank)?,
+            ) => {
+                let wr = *wr;
+                self.rfc7306_job(seq, wr, blank)?
+            }
             SqWork::Rtr(RtrKind::ZeroLengthFpdu) => Job {
                 origin: JobOrigin::Sq(seq),
                 zero_fpdu: true,
@@ -349,7 +363,7 @@ impl Qp {
                 }
             }
             SqWork::Rtr(RtrKind::Read) => {
-                if self.tx.reads.len() >= self.cfg.ord.max(1) as usize {
+                if tx.reads.len() >= self.cfg.ord.max(1) as usize {
                     return None;
                 }
                 self.read_request_job(
@@ -372,7 +386,8 @@ impl Qp {
                 e.untagged = Some((job.qn, job.msn));
             }
         }
-        Some(job)
+        self.tx.job = Some(job);
+        Some(())
     }
 
     /// [`next_job`](Self::next_job) for the RFC 7306 requests, out of
@@ -742,7 +757,7 @@ impl Qp {
     fn plan_fpdu(&mut self, mem: &MemoryTable, room_left: usize, plan: &mut Plan) -> bool {
         loop {
             if self.tx.job.is_none() {
-                self.tx.job = self.next_job();
+                self.next_job();
             }
             let Some(job) = self.tx.job.as_ref() else {
                 return false;
