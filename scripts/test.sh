@@ -20,10 +20,16 @@ cargo clippy --all-targets -- -D warnings
 for f in "" xdp dpdk memif; do
     cargo clippy -p iwarp --no-default-features --features "$f" --all-targets -- -D warnings
 done
+# The timing marks of iwarp-perf --stages (iwarp-datapath's `stages`, off by
+# default) must build clean too.
+cargo clippy -p iwarp-bench --features stages --all-targets -- -D warnings
 echo "== rustdoc (every intra-doc link resolves)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q
 echo "== tests"
 cargo test --workspace
+echo "== the stages' record (iwarp-datapath --features stages)"
+cargo test -p iwarp-datapath --features stages --lib stages
+cargo test -p iwarp-bench --features stages --test iwarp_perf stages
 echo "== the API without backends (over the in-memory link and Context::with_device)"
 cargo test -p iwarp --no-default-features
 echo "== examples (simulated link, our memif; then AF_XDP and DPDK across two namespaces, and DPDK memif, when root)"

@@ -591,3 +591,93 @@ fn write_bw_over_sctp_on_two_queues_on_the_simulated_link() {
     assert_eq!(v[0]["iwarp"]["messages"], 1200);
     assert_eq!(v[0]["transport"], "SCTP");
 }
+
+/// `--stages` in a build without the `stages` feature: refused with the
+/// way to build one (exit 2), before any test runs.
+#[cfg(not(feature = "stages"))]
+#[test]
+fn stages_without_the_feature_is_refused() {
+    let (code, out, err) = run_raw(&["write_lat", "--sim", "-n", "100", "--stages"]);
+    assert_eq!(code, Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains("--features stages"), "{err}");
+    assert!(!out.contains("running"), "ran a test:\n{out}");
+}
+
+/// `--stages` (`cargo test -p iwarp-bench --features stages`): each of the
+/// two loops times nearly every hop of a write_lat run (its first Write
+/// and the setup's rounds aside), stage by stage in order, each stage's
+/// median at most its 90th percentile and the hop's median above zero.
+#[cfg(feature = "stages")]
+#[test]
+fn stages_times_each_loops_hops() {
+    let out = out_dir("stages");
+    let stdout = run(
+        &[
+            "write_lat",
+            "-s",
+            "64",
+            "-n",
+            "2000",
+            "--sim",
+            "--busy",
+            "--stages",
+        ],
+        &out,
+    );
+    let report: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("where a hop's time goes"))
+        .collect();
+    let loops: Vec<usize> = report
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("loop thread"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(loops.len(), 2, "two loops in\n{stdout}");
+    for &i in &loops {
+        let hops: u64 = report[i]
+            .split(" (")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no hop count in {:?}", report[i]));
+        assert!(
+            (1990..=2001).contains(&hops),
+            "{hops} hops in {:?}",
+            report[i]
+        );
+        let names: Vec<&str> = report[i + 1..i + 9]
+            .iter()
+            .map(|l| l.split("  ").find(|s| !s.is_empty()).unwrap_or("").trim())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "round start to frame",
+                "receive",
+                "first poll",
+                "posts taken",
+                "to transmit",
+                "transmit",
+                "publish",
+                "hop"
+            ],
+            "{stdout}"
+        );
+        for (k, l) in report[i + 1..i + 9].iter().enumerate() {
+            let nums: Vec<u64> = l
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().unwrap())
+                .collect();
+            let [p50, p90] = nums[..] else {
+                panic!("not p50 / p90: {l:?}")
+            };
+            assert!(p50 <= p90, "{l:?}");
+            if k == 7 {
+                assert!(p50 > 0, "a hop of no time: {l:?}");
+            }
+        }
+    }
+}

@@ -22,6 +22,7 @@ pub mod over_tcp;
 pub mod ready;
 pub mod runtime;
 pub mod stack;
+pub mod stages;
 mod stats_fmt;
 mod timers;
 

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::stages::Mark;
 use crossbeam_queue::ArrayQueue;
 use iwarp_net::rss::Rss;
 
@@ -127,6 +128,7 @@ impl<D: FrameDevice> FrameSink for DeviceSink<'_, D> {
         if self.sent != self.published {
             self.published = self.sent;
             self.dev.flush();
+            crate::stages::mark(Mark::Published);
         }
     }
 }
@@ -638,6 +640,7 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
     }
 
     fn round_inner(&mut self) -> bool {
+        crate::stages::round_start();
         let st = &mut self.st;
         st.rounds += 1;
         let now = self.start.elapsed().as_nanos() as u64;
@@ -655,7 +658,9 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
         let n = match &self.steer {
             None => self.dev.rx_burst(64, &mut |f| {
                 late |= drain_commands(c, engine, now);
-                engine.handle_frame(f, now)
+                crate::stages::mark_first(Mark::FrameIn);
+                engine.handle_frame(f, now);
+                crate::stages::mark(Mark::FramesHandled);
             }),
             Some(s) => {
                 // Frames other loops passed on first: they arrived
@@ -667,7 +672,9 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
                 let n = self.dev.rx_burst(64, &mut |f| {
                     late |= drain_commands(c, engine, now);
                     if !s.forward(f, &mut out, &mut dropped) {
-                        engine.handle_frame(f, now)
+                        crate::stages::mark_first(Mark::FrameIn);
+                        engine.handle_frame(f, now);
+                        crate::stages::mark(Mark::FramesHandled);
                     }
                 });
                 st.steered_out += out;
@@ -711,12 +718,14 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
             }
         };
         busy |= engine.poll(now, &mut sink, &mut output);
+        crate::stages::mark(Mark::FirstPoll);
         // What was posted during the poll (a run-to-completion hook's
         // answer to what this round received, an application thread's
         // post) goes out in this round: its commands, then one more poll,
         // instead of waiting for the end of this round and the start of
         // the next.
         if drain_commands(c, engine, now) {
+            crate::stages::mark(Mark::PostsTaken);
             busy = true;
             engine.poll(now, &mut sink, &mut output);
         }
@@ -739,6 +748,7 @@ impl<E: Engine, D: FrameDevice> Core<E, D> {
         st.out_dropped += lost;
         busy |= sent + refused > 0;
         self.dev.flush();
+        crate::stages::round_end();
         let asked = self.probe.requested.load(Ordering::Acquire);
         if asked != self.served {
             let d: Box<dyn Any + Send> = match self.reader.as_mut() {
@@ -1424,30 +1434,41 @@ pub fn spawn_steered<E: Engine, D: FrameDevice + 'static>(
         }
         mode => {
             let (s, sl) = (stop.clone(), sleeping.clone());
-            Driver::Thread(Some(std::thread::spawn(move || {
-                pin(&mut lp.st);
-                lp.register_thread();
-                while !s.load(Ordering::Acquire) {
-                    if lp.round() {
-                        continue;
-                    }
-                    match mode {
-                        Mode::Adaptive { spins, max_sleep } => {
-                            lp.idle_step(spins, max_sleep, &sl, &s)
+            // Named for `top -H`, `perf` and the stages' report: the CPU
+            // it is pinned to, if any.
+            let name = match core {
+                Some(c) => format!("iwarp-loop-cpu{c}"),
+                None => "iwarp-loop".to_string(),
+            };
+            let spawn = std::thread::Builder::new().name(name);
+            Driver::Thread(Some(
+                spawn
+                    .spawn(move || {
+                        pin(&mut lp.st);
+                        lp.register_thread();
+                        while !s.load(Ordering::Acquire) {
+                            if lp.round() {
+                                continue;
+                            }
+                            match mode {
+                                Mode::Adaptive { spins, max_sleep } => {
+                                    lp.idle_step(spins, max_sleep, &sl, &s)
+                                }
+                                // A busy loop on the application's only CPU:
+                                // spinning out the time slice would starve the
+                                // application it serves (and the peer loop of a
+                                // pair in one process).
+                                _ if shares_cpu => {
+                                    lp.st.yields += 1;
+                                    std::thread::yield_now()
+                                }
+                                _ => std::hint::spin_loop(),
+                            }
                         }
-                        // A busy loop on the application's only CPU:
-                        // spinning out the time slice would starve the
-                        // application it serves (and the peer loop of a
-                        // pair in one process).
-                        _ if shares_cpu => {
-                            lp.st.yields += 1;
-                            std::thread::yield_now()
-                        }
-                        _ => std::hint::spin_loop(),
-                    }
-                }
-                (lp.engine, lp.st)
-            })))
+                        (lp.engine, lp.st)
+                    })
+                    .expect("failed to spawn a poll loop's thread"),
+            ))
         }
     };
     LoopHandle {

@@ -248,6 +248,8 @@ struct Args {
     demo: bool,
     /// Print both contexts' counters at the end.
     stats: bool,
+    /// Print where each loop's hops spent their time (`stages` builds).
+    stages: bool,
     /// Also run each test over SCTP (RFC 5043), right after MPA/TCP.
     sctp: bool,
     /// Packets per thousand dropped at random both ways (`--netns`), with
@@ -586,6 +588,13 @@ struct Cli {
     /// device and bind mode) at the end.
     #[arg(long)]
     stats: bool,
+    /// Print, per poll loop, where a ping-pong's hop spends its time:
+    /// frame in, receive, the hooks' poll, the post taken, the transmit
+    /// pass, the publish (median and 90th percentile, ns; latency tests
+    /// in the loops). Needs a build with the `stages` feature: `cargo
+    /// build --release -p iwarp-bench --features stages --bin iwarp-perf`.
+    #[arg(long)]
+    stages: bool,
     /// sctp: after each test over MPA/TCP, run it over SCTP (RFC 5043) on
     /// the same contexts and print both, with the ratio SCTP/MPA (write_lat,
     /// write_bw and the others alike). mpa (default): MPA/TCP only.
@@ -871,6 +880,12 @@ fn parse_args() -> Args {
         );
         std::process::exit(2);
     }
+    if c.stages && !iwarp_datapath::stages::ENABLED {
+        eprintln!(
+            "iwarp-perf: --stages needs a build with the stages feature: cargo build --release -p iwarp-bench --features stages --bin iwarp-perf"
+        );
+        std::process::exit(2);
+    }
     match c.crc_backend.as_str() {
         "crc32c" => iwarp_crc::force(iwarp_crc::Backend::Crc32c),
         "crc-fast" => iwarp_crc::force(iwarp_crc::Backend::CrcFast),
@@ -924,6 +939,7 @@ fn parse_args() -> Args {
         out: c.out,
         demo,
         stats: c.stats,
+        stages: c.stages,
         sctp: c.transport == "sctp",
         loss_permille: c.loss_permille,
         queues: c.queues.map(|q| (q, c.connections.unwrap_or(u32::from(q)))),
@@ -1903,6 +1919,9 @@ fn run() -> Result<(), String> {
         }
     }
     drop((server, client));
+    if args.stages {
+        print_stages();
+    }
     let json_path = args.out.join(if args.demo {
         "demo.json".to_string()
     } else {
@@ -1939,6 +1958,23 @@ fn run() -> Result<(), String> {
     }
     drop(lab);
     Ok(())
+}
+
+/// `--stages`: each ended loop's hops by stage (`iwarp_datapath::stages`).
+fn print_stages() {
+    println!("{RULE}\nwhere a hop's time goes, per poll loop (--stages; ns, p50 / p90): a hop is a round that took a frame and published the answer its hook posted");
+    for l in iwarp_datapath::stages::take() {
+        if l.hops == 0 {
+            continue;
+        }
+        println!(
+            "loop thread {} ({} hops timed, {} other rounds that received and published):",
+            l.thread, l.hops, l.other
+        );
+        for (name, p50, p90) in &l.stages {
+            println!("  {name:<22} {p50:>6} / {p90:>6}");
+        }
+    }
 }
 
 /// perftest mode: `iwarp-perf TEST -R [perftest flags] --iface IF --ip ADDR

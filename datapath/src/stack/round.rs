@@ -111,6 +111,7 @@ impl Stack {
                 SockKind::Iwarp(i) => {
                     // A segment with a payload fill is built in place in
                     // the device's buffer, its payload written there once.
+                    crate::stages::mark(crate::stages::Mark::TxPass);
                     let sent = i.poll(now, mem, POLL_SEGMENTS, &mut |seg, fill| match fill {
                         Some(fill) => {
                             if iface.send_tcp_filled(dst, seg, fill, now, tx).is_err() {
@@ -119,6 +120,7 @@ impl Stack {
                         }
                         None => Self::emit(iface, stats, dst, seg, now, tx),
                     });
+                    crate::stages::mark(crate::stages::Mark::TxPassEnd);
                     busy |= sent > 0;
                     // What it did not send now waits for an ACK (a
                     // segment), a deadline or a post, each of which wakes
