@@ -15,18 +15,18 @@
 //! | `receive` | | the round's last frame handled (parse, TCP, placement) |
 //! | `first poll` | | the stack's first poll of the round ends (the hooks ran, one posted) |
 //! | `posts taken` | | the round's posts handed to the stack (command queue, `post_send`) |
-//! | `to transmit` | | the last transmit pass of a TCP connection begins (the round's set-up) |
+//! | `to transmit` | | the last transmit pass begins (a TCP connection's, or the SCTP associations' packets; the round's set-up before it) |
 //! | `transmit` | | that pass ends (queue pair, FPDU, TCP segment, frame built in the device) |
 //! | `publish` | | the device made it visible (memif's ring head, AF_XDP's kick) |
 //!
-//! and `hop` is the sum of all but the first: frame in to reply visible. A round that
-//! received and published in another order (a reply sent from the
-//! first poll, SCTP's association pass) is counted apart, not timed.
-//! Each loop thread keeps up to 2^18 hops (the rest are counted); a
-//! thread's record joins [`take`]'s list when the thread ends (a loop
-//! stopped). Each mark reads the counter once (under 10 ns on the 2-vCPU
-//! VM: its shortest stage, `publish`, measures 10 ns with its read), so
-//! a stage's figure carries one read and a hop about seven.
+//! and `hop` is the sum of all but the first: frame in to reply visible.
+//! A round that received and published in another order (a reply sent
+//! from the first poll) is counted apart, not timed. Each loop thread
+//! keeps up to 2^18 hops (the rest are counted); a thread's record joins
+//! [`take`]'s list when the thread ends (a loop stopped). Each mark reads
+//! the counter once (under 10 ns on the 2-vCPU VM: its shortest stage,
+//! `publish`, measures 10 ns with its read), so a stage's figure carries
+//! one read and a hop about seven.
 
 #[cfg(feature = "stages")]
 mod imp {

@@ -591,8 +591,10 @@ struct Cli {
     /// Print, per poll loop, where a ping-pong's hop spends its time:
     /// frame in, receive, the hooks' poll, the post taken, the transmit
     /// pass, the publish (median and 90th percentile, ns; latency tests
-    /// in the loops). Needs a build with the `stages` feature: `cargo
-    /// build --release -p iwarp-bench --features stages --bin iwarp-perf`.
+    /// in the loops). One report per loop for the whole run: with
+    /// `--transport sctp` its hops over both transports together. Needs a
+    /// build with the `stages` feature: `cargo build --release -p
+    /// iwarp-bench --features stages --bin iwarp-perf`.
     #[arg(long)]
     stages: bool,
     /// sctp: after each test over MPA/TCP, run it over SCTP (RFC 5043) on

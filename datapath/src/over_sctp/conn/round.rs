@@ -119,9 +119,11 @@ impl SctpConns {
         // round rather than the next (packets only: timers, ARP and events
         // wait for the next round).
         let SctpConns { host, by_assoc, .. } = self;
+        crate::stages::mark(crate::stages::Mark::TxPass);
         busy |= host.transmit_with(iface, ready, now, tx, &mut |a, key, dst| {
             fill_segment(by_assoc, conns, mem, a, key, dst)
         });
+        crate::stages::mark(crate::stages::Mark::TxPassEnd);
         self.host_out = host_out;
         busy
     }
