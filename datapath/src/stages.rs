@@ -48,6 +48,10 @@ mod imp {
 
     #[derive(Default)]
     struct Log {
+        /// The thread's name, taken while the thread runs: in the record's
+        /// destructor (thread-local storage being torn down) the thread's
+        /// own handle may be gone already.
+        thread: Option<String>,
         hops: Vec<[u32; MARKS - 1]>,
         dropped: u64,
         other: u64,
@@ -84,10 +88,7 @@ mod imp {
         }
         col("hop", &|h| h[1..].iter().map(|&d| u64::from(d)).sum());
         super::LoopStages {
-            thread: std::thread::current()
-                .name()
-                .unwrap_or("unnamed")
-                .to_string(),
+            thread: log.thread.clone().unwrap_or_else(|| "unnamed".into()),
             hops: log.hops.len() as u64 + log.dropped,
             other: log.other,
             stages,
@@ -121,6 +122,10 @@ mod imp {
         }
         LOG.with(|l| {
             let mut l = l.borrow_mut();
+            if l.thread.is_none() {
+                let me = std::thread::current();
+                l.thread = Some(me.name().unwrap_or("unnamed").to_string());
+            }
             if t.contains(&0) || t.windows(2).any(|w| w[1] < w[0]) {
                 l.other += 1;
                 return;
