@@ -1404,36 +1404,43 @@ impl Qp {
             let SqState::Done(status) = e.state else {
                 break;
             };
-            let e = *e;
+            // The completion is read from the entry where it lies (an
+            // entry is large; most of it is not needed here).
+            let done = match &e.work {
+                // Unsignaled: done, in order, silently.
+                SqWork::Wr(wr) if status == WcStatus::Success && !wr.signaled() => None,
+                SqWork::Wr(wr) => {
+                    let opcode = match wr {
+                        WorkRequest::Send { .. } | WorkRequest::SendInline { .. } => WcOpcode::Send,
+                        WorkRequest::Write { .. } | WorkRequest::WriteInline { .. } => {
+                            WcOpcode::Write
+                        }
+                        WorkRequest::Read { .. } => WcOpcode::Read,
+                        WorkRequest::WriteImm { .. } => WcOpcode::WriteImm,
+                        WorkRequest::FetchAdd { .. } => WcOpcode::FetchAdd,
+                        WorkRequest::CmpSwap { .. } => WcOpcode::CmpSwap,
+                        WorkRequest::Atomic { op, .. } => op.wc_opcode(),
+                    };
+                    let len = wr.len();
+                    Some((
+                        Completion {
+                            wr_id: wr.wr_id(),
+                            opcode,
+                            status,
+                            byte_len: if status == WcStatus::Success { len } else { 0 },
+                            solicited: false,
+                            invalidated: None,
+                            imm: None,
+                        },
+                        e.tag,
+                    ))
+                }
+                _ => None,
+            };
             self.tx.sq.pop_front();
             self.tx.head_seq += 1;
-            if let SqWork::Wr(wr) = e.work {
-                if status == WcStatus::Success && !wr.signaled() {
-                    // Unsignaled: done, in order, silently.
-                    continue;
-                }
-                let opcode = match wr {
-                    WorkRequest::Send { .. } | WorkRequest::SendInline { .. } => WcOpcode::Send,
-                    WorkRequest::Write { .. } | WorkRequest::WriteInline { .. } => WcOpcode::Write,
-                    WorkRequest::Read { .. } => WcOpcode::Read,
-                    WorkRequest::WriteImm { .. } => WcOpcode::WriteImm,
-                    WorkRequest::FetchAdd { .. } => WcOpcode::FetchAdd,
-                    WorkRequest::CmpSwap { .. } => WcOpcode::CmpSwap,
-                    WorkRequest::Atomic { op, .. } => op.wc_opcode(),
-                };
-                let len = wr.len();
-                self.completions.push_back((
-                    Completion {
-                        wr_id: wr.wr_id(),
-                        opcode,
-                        status,
-                        byte_len: if status == WcStatus::Success { len } else { 0 },
-                        solicited: false,
-                        invalidated: None,
-                        imm: None,
-                    },
-                    e.tag,
-                ));
+            if let Some(c) = done {
+                self.completions.push_back(c);
             }
         }
         if self.tx.next_seq < self.tx.head_seq {

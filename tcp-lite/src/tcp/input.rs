@@ -400,7 +400,9 @@ impl Connection {
             let filled_gap = !self.ooo.is_empty();
             deliver(payload);
             self.advance(payload.len());
-            loop {
+            // Only a store that held something can have more to deliver
+            // (most in-order segments find it empty and skip its sync).
+            while filled_gap {
                 let n = self.ooo.pop(self.rcv_off, deliver);
                 if n == 0 {
                     break;

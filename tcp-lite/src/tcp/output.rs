@@ -183,7 +183,14 @@ impl Connection {
                 // runts that SACK and loss detection count as segments.
                 len = 0;
             }
-            match self.record_cut(self.snd_nxt, len, seg_max) {
+            // (Nothing to cut when nothing goes: the pass that finds the
+            // queue empty skips the walk; acknowledged records leave at
+            // the next cut.)
+            match if len == 0 {
+                Some(0)
+            } else {
+                self.record_cut(self.snd_nxt, len, seg_max)
+            } {
                 Some(cut) => len = cut,
                 // The window, not the segment size, cuts a record: wait for
                 // ACKs to open it rather than split the record, unless
