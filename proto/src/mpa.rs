@@ -176,7 +176,7 @@ impl Framer {
                 0
             };
             buf[body..wire].copy_from_slice(&Crc32c::to_wire(value));
-            put_all(out, &buf[..wire]);
+            out.put(&buf[..wire]);
             self.pos += wire as u64;
             return Ok(wire);
         }
@@ -285,6 +285,11 @@ pub trait TxBuf {
     /// caller fills all of it. Empty only when `max` is 0 or the buffer
     /// has no room left.
     fn append(&mut self, max: usize) -> &mut [u8];
+    /// Write all of `data` (as many pieces as it takes); a buffer that can
+    /// take it whole without filling a piece first says so here.
+    fn put(&mut self, data: &[u8]) {
+        put_pieces(self, data);
+    }
 }
 
 impl TxBuf for Vec<u8> {
@@ -296,10 +301,19 @@ impl TxBuf for Vec<u8> {
         self.resize(at + max, 0);
         &mut self[at..]
     }
+    /// Appended in one copy (no zero fill of the piece first).
+    fn put(&mut self, data: &[u8]) {
+        self.extend_from_slice(data);
+    }
 }
 
 /// Write all of `data` to `out` (as many pieces as it takes).
-pub fn put_all(out: &mut dyn TxBuf, mut data: &[u8]) {
+pub fn put_all(out: &mut dyn TxBuf, data: &[u8]) {
+    put_pieces(out, data);
+}
+
+/// [`put_all`] and [`TxBuf::put`]'s default: piece by piece.
+fn put_pieces<B: TxBuf + ?Sized>(out: &mut B, mut data: &[u8]) {
     while !data.is_empty() {
         let dst = out.append(data.len());
         if dst.is_empty() {

@@ -570,6 +570,7 @@ impl Qp {
     /// FPDU fits in one EMSS by construction of MULPDU). Returns the octets added.
     /// Over [`LowerLayer::Segments`] it appends bare DDP Segments whose
     /// boundaries the caller cannot see: use [`poll_segment`](Self::poll_segment).
+    #[inline]
     pub fn poll_transmit(
         &mut self,
         mem: &MemoryTable,

@@ -235,7 +235,10 @@ impl Connection {
             };
             self.dsack = Some((seq, end));
         }
-        let (seq, payload, fin) = self.trim_to_window(seq, seg.payload, f.contains(Flags::FIN));
+        // (The window is the one the acceptability check used: nothing
+        // since moved RCV.NXT or what the buffer holds.)
+        let (seq, payload, fin) =
+            self.trim_to_window(seq, seg.payload, f.contains(Flags::FIN), wnd);
         if !payload.is_empty()
             && matches!(
                 self.state,
@@ -259,7 +262,13 @@ impl Connection {
     /// starts at or after RCV.NXT, so [`off_of`](Self::off_of) never goes
     /// below the stream start: a segment starting at the SYN's sequence
     /// number (RCV.NXT - 1 before any data) loses its first octet here.
-    fn trim_to_window<'p>(&self, seq: u32, payload: &'p [u8], fin: bool) -> (u32, &'p [u8], bool) {
+    fn trim_to_window<'p>(
+        &self,
+        seq: u32,
+        payload: &'p [u8],
+        fin: bool,
+        wnd: u32,
+    ) -> (u32, &'p [u8], bool) {
         let (mut seq, mut payload, mut fin) = (seq, payload, fin);
         if lt(seq, self.rcv_nxt) {
             let old = self.rcv_nxt.wrapping_sub(seq) as usize;
@@ -270,7 +279,7 @@ impl Connection {
             payload = &payload[old..];
             seq = self.rcv_nxt;
         }
-        let wnd_end = self.rcv_nxt.wrapping_add(self.rcv_wnd());
+        let wnd_end = self.rcv_nxt.wrapping_add(wnd);
         let room = if lt(seq, wnd_end) {
             wnd_end.wrapping_sub(seq) as usize
         } else {
