@@ -411,12 +411,14 @@ impl Connection {
             self.advance(payload.len());
             // Only a store that held something can have more to deliver
             // (most in-order segments find it empty and skip its sync).
-            while filled_gap {
-                let n = self.ooo.pop(self.rcv_off, deliver);
-                if n == 0 {
-                    break;
+            if filled_gap {
+                loop {
+                    let n = self.ooo.pop(self.rcv_off, deliver);
+                    if n == 0 {
+                        break;
+                    }
+                    self.advance(n);
                 }
-                self.advance(n);
             }
             self.count_for_ack(payload.len());
             self.schedule_ack(now, filled_gap);
