@@ -1039,6 +1039,23 @@ impl Plan {
     };
 }
 
+/// A whole small Send or Write planned as one FPDU
+/// ([`Qp::small_next`]): where its entry lies, its header and lengths.
+#[derive(Debug, Clone, Copy)]
+struct Small {
+    idx: usize,
+    hdr: [u8; UNTAGGED_HEADER_LEN],
+    hdr_len: usize,
+    inline_len: usize,
+    ulpdu_len: usize,
+    wire: usize,
+    /// A Send (untagged, on QN 0 with `msn`); else a Write.
+    send: bool,
+    msn: u32,
+    /// Its payload in registered memory, checked (length 0: none).
+    src: Range,
+}
+
 /// A message being segmented onto the wire.
 #[derive(Debug, Clone, Copy)]
 struct Job {

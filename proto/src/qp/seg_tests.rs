@@ -621,3 +621,77 @@ fn described_segments_are_the_built_ones_and_complete_on_acknowledgement() {
     assert_eq!(c.len(), 1);
     assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::Success));
 }
+
+/// Over DDP/SCTP, `poll_segment` writes a small Send or Write straight
+/// into `out` (`Qp::small_next`): octet for octet the bare DDP Segment
+/// the general path describes and fills for it (RFC 5043 §5.2.2), MSNs
+/// in order, each request complete once handed over.
+#[test]
+fn a_small_segment_is_the_one_the_general_path_builds() {
+    let post = |e: &mut End| {
+        let a = e.reg(pattern(100, 5), Access::LOCAL_READ);
+        let wrs = [
+            WorkRequest::Write {
+                wr_id: 1,
+                signaled: true,
+                local: sge(a, 64).into(),
+                remote_stag: STag(0x0a0b_0c0d),
+                remote_to: 7,
+            },
+            WorkRequest::SendInline {
+                wr_id: 2,
+                signaled: true,
+                data: InlineData::new(b"xyz").unwrap(),
+                solicited: true,
+                invalidate: None,
+            },
+            WorkRequest::Send {
+                wr_id: 3,
+                signaled: true,
+                local: sge(a, 10).into(),
+                solicited: false,
+                invalidate: Some(STag(0x0500)),
+            },
+            WorkRequest::WriteInline {
+                wr_id: 4,
+                signaled: true,
+                data: InlineData::new(b"12345").unwrap(),
+                remote_stag: STag(0x0a0b_0c0d),
+                remote_to: 70,
+            },
+        ];
+        for wr in wrs {
+            e.qp.post_send(&e.mem, wr).unwrap();
+        }
+    };
+    let mut built = End::new(1000);
+    post(&mut built);
+    let got: Vec<Vec<u8>> = built.segments().into_iter().map(|(_, s)| s).collect();
+    assert_eq!(
+        comps(&mut built.qp)
+            .iter()
+            .map(|c| c.wr_id)
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    let mut described = End::new(1000);
+    post(&mut described);
+    let mut txq = crate::txq::TxQueue::new(0);
+    let mut want = Vec::new();
+    let mut start = 0;
+    while described
+        .qp
+        .poll_record(&described.mem, usize::MAX, 0, &mut txq)
+    {
+        let mut w = vec![0u8; (txq.end() - start) as usize];
+        assert!(txq.fill(&described.mem, start, &mut w));
+        want.push(w);
+        start = txq.end();
+    }
+    assert_eq!(got, want);
+    // The Write, by the octet: tagged, last; RDMA Write; STag; TO; payload.
+    assert_eq!(&got[0][..2], &[0xc1, 0x40]);
+    assert_eq!(&got[0][2..6], &[0x0a, 0x0b, 0x0c, 0x0d]);
+    assert_eq!(&got[0][6..14], &7u64.to_be_bytes());
+    assert_eq!(&got[0][14..], &pattern(100, 5)[..64]);
+}

@@ -2528,3 +2528,145 @@ fn malformed_rfc7306_messages_terminate() {
         assert_eq!(t.ddp_header, Some(hdr), "case {i}");
     }
 }
+
+// ------------------------------------------------ the small-message path
+
+/// Small Sends and Writes, one FPDU each, in every form the small path
+/// (`Qp::small_next`) takes, and two it leaves to the general path (a
+/// gather of two pieces, a Write past `copy_below`).
+fn small_mix(e: &mut End, peer_stag: STag) -> Vec<WorkRequest> {
+    let a = e.reg(pattern(300, 7), Access::LOCAL_READ);
+    let b = e.reg(pattern(40, 9), Access::LOCAL_READ);
+    vec![
+        write(1, sge(a, 3, 64), peer_stag, 0x10),
+        WorkRequest::WriteInline {
+            wr_id: 2,
+            signaled: true,
+            data: InlineData::new(b"inline!!").unwrap(),
+            remote_stag: peer_stag,
+            remote_to: 0x99,
+        },
+        WorkRequest::Send {
+            wr_id: 3,
+            signaled: true,
+            local: sge(b, 1, 21).into(),
+            solicited: true,
+            invalidate: Some(STag(0x0102_0304)),
+        },
+        WorkRequest::SendInline {
+            wr_id: 4,
+            signaled: true,
+            data: InlineData::new(b"abc").unwrap(),
+            solicited: false,
+            invalidate: None,
+        },
+        send(5, SgList::EMPTY, None),
+        write(
+            6,
+            SgList::new(&[sge(a, 0, 5), sge(b, 0, 6)]).unwrap(),
+            peer_stag,
+            0,
+        ),
+        write(7, sge(a, 0, 299), peer_stag, 0x20),
+        send(8, sge(b, 39, 1), None),
+    ]
+}
+
+/// `poll_record`'s small path writes each small message's FPDU straight
+/// into its record: octet for octet what the general path frames
+/// (`poll_transmit`: MPA length, DDP/RDMAP header, payload, PAD, CRC —
+/// RFC 5044 §4.1, RFC 5041 §4, RFC 5040 §4), MSNs in order, and each
+/// request complete once handed over (RFC 5040 §5.5 rule 14), with and
+/// without the CRC.
+#[test]
+fn a_small_message_is_written_into_its_record_as_the_general_path_frames_it() {
+    for crc in [true, false] {
+        let mk = || {
+            let mut e = End::new(1024);
+            e.qp = Qp::new(QpConfig {
+                crc,
+                ..cfg(e.pd, 1024)
+            });
+            e
+        };
+        let (mut small, mut general) = (mk(), mk());
+        for e in [&mut small, &mut general] {
+            for wr in small_mix(e, STag(0x1122_3344)) {
+                e.qp.post_send(&e.mem, wr).unwrap();
+            }
+        }
+        let mut want = Vec::new();
+        general
+            .qp
+            .poll_transmit(&general.mem, &mut want, usize::MAX, usize::MAX);
+        let mut txq = crate::txq::TxQueue::new(0);
+        let mut records = 0;
+        while small.qp.poll_record(&small.mem, usize::MAX, 200, &mut txq) {
+            records += 1;
+        }
+        assert_eq!(records, 8, "crc {crc}");
+        let mut got = vec![0u8; txq.end() as usize];
+        assert!(txq.fill(&small.mem, 0, &mut got));
+        assert_eq!(got, want, "crc {crc}");
+        // The first FPDU, by the octet: 2 + 14 + 64 + PAD 0 + CRC 4.
+        assert_eq!(&got[..2], &[0, 78]);
+        assert_eq!(
+            &got[2..4],
+            &[0xc1, 0x40],
+            "tagged, last, DDP v1; RDMA Write, RDMAP v1"
+        );
+        assert_eq!(&got[4..8], &[0x11, 0x22, 0x33, 0x44]);
+        assert_eq!(&got[8..16], &0x10u64.to_be_bytes());
+        assert_eq!(&got[16..80], &pattern(300, 7)[3..67]);
+        let want_crc = if crc {
+            let mut c = crate::crc::Crc32c::new();
+            c.update(&got[..80]);
+            crate::crc::Crc32c::to_wire(c.value())
+        } else {
+            [0; 4]
+        };
+        assert_eq!(&got[80..84], &want_crc);
+        // Every one completed (copied: none waits for an acknowledgement),
+        // the one past `copy_below` by reference, when acknowledged.
+        let done: Vec<u64> = comps(&mut small.qp).iter().map(|c| c.wr_id).collect();
+        assert_eq!(done, vec![1, 2, 3, 4, 5, 6], "crc {crc}");
+        let qp = &mut small.qp;
+        txq.release(txq.end(), &mut |seq| qp.fpdu_acked(seq));
+        assert_eq!(
+            statuses(&comps(&mut small.qp)),
+            vec![(7, WcStatus::Success), (8, WcStatus::Success)]
+        );
+    }
+}
+
+/// The small path leaves a source that fails its checks to the general
+/// path: the request completes in error and a Terminate follows (RFC
+/// 5040 §7.1 case 1), as it would have without the small path.
+#[test]
+fn a_small_message_whose_source_went_away_fails_as_before() {
+    let mut a = End::new(1024);
+    let mut b = End::new(1024);
+    let src = a.reg(pattern(64, 1), Access::LOCAL_READ);
+    let dst = b.reg(vec![0; 64], Access::REMOTE_WRITE);
+    a.qp.post_send(&a.mem, write(1, sge(src, 0, 64), dst, 0))
+        .unwrap();
+    a.mem.deregister(src).unwrap();
+    let mut txq = crate::txq::TxQueue::new(0);
+    assert!(a.qp.poll_record(&a.mem, usize::MAX, 200, &mut txq));
+    assert_eq!(
+        statuses(&comps(&mut a.qp)),
+        vec![(1, WcStatus::LocalProtection(AccessError::InvalidStag))]
+    );
+    let mut out = vec![0u8; txq.end() as usize];
+    assert!(txq.fill(&a.mem, 0, &mut out));
+    b.qp.receive(&out, &mut b.mem);
+    let t = events(&mut b.qp)
+        .into_iter()
+        .find_map(|e| match e {
+            QpEvent::TerminateReceived(t) => Some(t),
+            _ => None,
+        })
+        .expect("a Terminate");
+    assert_eq!(t, TerminateRepr::bare(TermCode::RDMAP_LOCAL_CATASTROPHIC));
+    assert!(b.mem.snapshot(dst).unwrap().iter().all(|x| *x == 0));
+}

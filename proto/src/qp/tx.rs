@@ -157,6 +157,17 @@ impl Qp {
             self.drain_sq();
             return None;
         }
+        // The common small message: written straight into `out`.
+        if let Some(small) = self.small_next(mem, usize::MAX, u64::MAX) {
+            let dst = out.append(small.wire);
+            if dst.len() == small.wire {
+                dst.fill(0);
+                self.small_emit(mem, &small, dst);
+                return Some(small.wire);
+            }
+            debug_assert!(false, "TxBuf ran out inside a segment");
+            return None;
+        }
         match self.poll_transmit(mem, out, usize::MAX, 1) {
             0 => None,
             n => Some(n),
@@ -668,6 +679,9 @@ impl Qp {
         if !self.can_describe() || self.tx_idle() {
             return false;
         }
+        if let Some(sent) = self.poll_small(mem, max_bytes, copy_below, txq) {
+            return sent;
+        }
         let crc_on = match &self.llp {
             Lower::Mpa { framer, .. } => framer.crc(),
             Lower::Segments(_) => false,
@@ -737,6 +751,210 @@ impl Qp {
         self.finish_fpdu(&plan, true);
         self.drain_sq();
         true
+    }
+
+    /// [`poll_record`](Self::poll_record)'s path for the common small
+    /// message (see [`small_next`](Self::small_next)): its FPDU written
+    /// straight into one record's buffer. `None`: the general path runs.
+    #[inline]
+    fn poll_small(
+        &mut self,
+        mem: &MemoryTable,
+        max_bytes: usize,
+        copy_below: u64,
+        txq: &mut TxQueue,
+    ) -> Option<bool> {
+        let small = self.small_next(mem, max_bytes, copy_below)?;
+        let mut v = txq.buffer(small.wire);
+        v.resize(small.wire, 0);
+        self.small_emit(mem, &small, &mut v);
+        txq.push(TxRecord::Bytes(v));
+        Some(true)
+    }
+
+    /// The next send queue entry, if it is the common small message: a
+    /// Send or Write (inline or from registered memory) of fewer than
+    /// `copy_below` octets from at most one piece of memory that fits one
+    /// FPDU within `max_bytes`, with nothing else (a Terminate, a Read Response, a
+    /// message under way) to go first and its source passing its checks.
+    /// Its header is built and its source checked, as the general path's
+    /// plan would; `None` leaves everything else, and every
+    /// error, to that path, which decides alike.
+    #[inline]
+    fn small_next(&self, mem: &MemoryTable, max_bytes: usize, copy_below: u64) -> Option<Small> {
+        if self.tx.job.is_some()
+            || self.tx.terminate.is_some()
+            || !self.tx.resp.is_empty()
+            || self.state != QpState::Rts
+        {
+            return None;
+        }
+        let idx = usize::try_from(self.tx.next_seq.checked_sub(self.tx.head_seq)?).ok()?;
+        let msn = self.tx.msn[0];
+        let untagged = |solicited: bool, inval: Option<STag>| {
+            let opcode = match (solicited, inval.is_some()) {
+                (false, false) => Opcode::Send,
+                (true, false) => Opcode::SendSe,
+                (false, true) => Opcode::SendInvalidate,
+                (true, true) => Opcode::SendSeInvalidate,
+            };
+            DdpHeader::Untagged(UntaggedHeader {
+                ddp: DdpControl::new(false, true),
+                rdmap: RdmapControl::new(opcode),
+                inval_stag: inval.map_or(0, |s| s.0),
+                qn: queue::SEND,
+                msn,
+                mo: 0,
+            })
+        };
+        let tagged = |stag: STag, to: u64| {
+            DdpHeader::Tagged(TaggedHeader {
+                ddp: DdpControl::new(true, true),
+                rdmap: RdmapControl::new(Opcode::Write),
+                stag: stag.0,
+                to,
+            })
+        };
+        let (h, inline_len, local) = match &self.tx.sq.get(idx)?.work {
+            SqWork::Wr(WorkRequest::Write {
+                local,
+                remote_stag,
+                remote_to,
+                ..
+            }) => (tagged(*remote_stag, *remote_to), 0, Some(local)),
+            SqWork::Wr(WorkRequest::WriteInline {
+                data,
+                remote_stag,
+                remote_to,
+                ..
+            }) => (
+                tagged(*remote_stag, *remote_to),
+                data.as_slice().len(),
+                None,
+            ),
+            SqWork::Wr(WorkRequest::Send {
+                local,
+                solicited,
+                invalidate,
+                ..
+            }) => (untagged(*solicited, *invalidate), 0, Some(local)),
+            SqWork::Wr(WorkRequest::SendInline {
+                data,
+                solicited,
+                invalidate,
+                ..
+            }) => (
+                untagged(*solicited, *invalidate),
+                data.as_slice().len(),
+                None,
+            ),
+            _ => return None,
+        };
+        let mut hdr = [0u8; UNTAGGED_HEADER_LEN];
+        let hdr_len = h.emit(&mut hdr).ok()?;
+        let from_mem = local.map_or(0, |l| l.total_len() as u64);
+        let ulpdu_len = hdr_len + inline_len + from_mem as usize;
+        if from_mem >= copy_below || ulpdu_len > usize::from(self.cfg.mulpdu) {
+            return None;
+        }
+        let wire = self.llp.wire_len(ulpdu_len);
+        if wire > max_bytes {
+            return None;
+        }
+        // One piece at most (a gather of several goes the general way).
+        let mut src = Range::EMPTY;
+        for sge in local.map_or(&[][..], |l| l.as_slice()) {
+            if sge.len == 0 {
+                continue;
+            }
+            if src.len > 0 {
+                return None;
+            }
+            src = mem
+                .check(
+                    sge.stag,
+                    self.cfg.pd,
+                    Access::LOCAL_READ,
+                    sge.to,
+                    sge.len as u64,
+                )
+                .ok()?;
+        }
+        Some(Small {
+            idx,
+            hdr,
+            hdr_len,
+            inline_len,
+            ulpdu_len,
+            wire,
+            send: matches!(h, DdpHeader::Untagged(_)),
+            msn,
+            src,
+        })
+    }
+
+    /// Write the FPDU (MPA) or bare DDP Segment [`small_next`](Self::small_next)
+    /// planned into `dst` (`small.wire` octets, zeroed), and complete its
+    /// request: handed to the LLP (RFC 5040 §5.5 rule 14).
+    fn small_emit(&mut self, mem: &MemoryTable, small: &Small, dst: &mut [u8]) {
+        let mut at = 0;
+        let mpa = matches!(self.llp, Lower::Mpa { .. });
+        if mpa {
+            // Cannot truncate: within MULPDU, a u16.
+            dst[..2].copy_from_slice(&(small.ulpdu_len as u16).to_be_bytes());
+            at = 2;
+        }
+        dst[at..at + small.hdr_len].copy_from_slice(&small.hdr[..small.hdr_len]);
+        at += small.hdr_len;
+        if small.inline_len > 0 {
+            if let Some(SqEntry {
+                work:
+                    SqWork::Wr(
+                        WorkRequest::WriteInline { data, .. }
+                        | WorkRequest::SendInline { data, .. },
+                    ),
+                ..
+            }) = self.tx.sq.get(small.idx)
+            {
+                dst[at..at + small.inline_len].copy_from_slice(data.as_slice());
+            }
+            at += small.inline_len;
+        }
+        let r = &small.src;
+        if r.len > 0 {
+            // Cannot fail: checked by `small_next`, nothing ran between.
+            let ok = mem
+                .read(r, 0, r.len)
+                .is_some_and(|s| s.copy_to(0, &mut dst[at..at + r.len]));
+            debug_assert!(ok, "a checked source is readable");
+        }
+        if let Lower::Mpa { framer, .. } = &mut self.llp {
+            // PAD is already zero (RFC 5044 §4.1); the CRC covers all
+            // before it, and is 0 when not in use (§4.1, §7.1).
+            let body = small.wire - crate::wire::fpdu::CRC_LEN;
+            let value = if framer.crc() {
+                let mut crc = crate::crc::Crc32c::new();
+                crc.update(&dst[..body]);
+                crc.value()
+            } else {
+                0
+            };
+            dst[body..small.wire].copy_from_slice(&crate::crc::Crc32c::to_wire(value));
+            framer.skip(small.wire);
+        }
+        if small.send {
+            self.tx.msn[0] = small.msn.wrapping_add(1);
+        }
+        if let Some(e) = self.tx.sq.get_mut(small.idx) {
+            e.state = SqState::Done(WcStatus::Success);
+            if small.send {
+                e.untagged = Some((queue::SEND, small.msn));
+            }
+        }
+        self.tx.next_seq += 1;
+        self.stats.stream_tx += small.wire as u64;
+        self.stats.fpdus_tx += 1;
+        self.drain_sq();
     }
 
     /// The FPDU that ended send queue entry `seq` ([`FpduDesc::completes`](crate::txq::FpduDesc::completes))
