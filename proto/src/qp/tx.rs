@@ -264,12 +264,7 @@ impl Qp {
                 invalidate,
                 ..
             }) => {
-                let opcode = match (solicited, invalidate.is_some()) {
-                    (false, false) => Opcode::Send,
-                    (true, false) => Opcode::SendSe,
-                    (false, true) => Opcode::SendInvalidate,
-                    (true, true) => Opcode::SendSeInvalidate,
-                };
+                let opcode = send_opcode(*solicited, invalidate.is_some());
                 let msn = tx.msn[0];
                 tx.msn[0] = msn.wrapping_add(1);
                 Job {
@@ -289,12 +284,7 @@ impl Qp {
                 invalidate,
                 ..
             }) => {
-                let opcode = match (solicited, invalidate.is_some()) {
-                    (false, false) => Opcode::Send,
-                    (true, false) => Opcode::SendSe,
-                    (false, true) => Opcode::SendInvalidate,
-                    (true, true) => Opcode::SendSeInvalidate,
-                };
+                let opcode = send_opcode(*solicited, invalidate.is_some());
                 let msn = tx.msn[0];
                 tx.msn[0] = msn.wrapping_add(1);
                 tx.job_inline[..data.as_slice().len()].copy_from_slice(data.as_slice());
@@ -792,15 +782,9 @@ impl Qp {
         let idx = usize::try_from(self.tx.next_seq.checked_sub(self.tx.head_seq)?).ok()?;
         let msn = self.tx.msn[0];
         let untagged = |solicited: bool, inval: Option<STag>| {
-            let opcode = match (solicited, inval.is_some()) {
-                (false, false) => Opcode::Send,
-                (true, false) => Opcode::SendSe,
-                (false, true) => Opcode::SendInvalidate,
-                (true, true) => Opcode::SendSeInvalidate,
-            };
             DdpHeader::Untagged(UntaggedHeader {
                 ddp: DdpControl::new(false, true),
-                rdmap: RdmapControl::new(opcode),
+                rdmap: RdmapControl::new(send_opcode(solicited, inval.is_some())),
                 inval_stag: inval.map_or(0, |s| s.0),
                 qn: queue::SEND,
                 msn,
@@ -1123,5 +1107,16 @@ impl Qp {
             }
             JobOrigin::Terminate => {}
         }
+    }
+}
+
+/// The opcode of a Send: solicited or not, invalidating or not (RFC 5040
+/// §4.3).
+fn send_opcode(solicited: bool, invalidate: bool) -> Opcode {
+    match (solicited, invalidate) {
+        (false, false) => Opcode::Send,
+        (true, false) => Opcode::SendSe,
+        (false, true) => Opcode::SendInvalidate,
+        (true, true) => Opcode::SendSeInvalidate,
     }
 }
