@@ -152,7 +152,6 @@ impl Framer {
         let wire = LEN_FIELD + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN;
         if !self.markers && wire <= SMALL_FPDU {
             let mut buf = [0u8; SMALL_FPDU];
-            buf[..LEN_FIELD].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
             let mut at = LEN_FIELD;
             for p in parts {
                 let dst = &mut buf[at..at + p.len()];
@@ -166,18 +165,8 @@ impl Framer {
                 }
                 at += p.len();
             }
-            // PAD is already zero.
-            let body = wire - CRC_LEN;
-            let value = if self.crc {
-                let mut crc = Crc32c::new();
-                crc.update(&buf[..body]);
-                crc.value()
-            } else {
-                0
-            };
-            buf[body..wire].copy_from_slice(&Crc32c::to_wire(value));
+            self.seal(&mut buf[..wire], ulpdu_len);
             out.put(&buf[..wire]);
-            self.pos += wire as u64;
             return Ok(wire);
         }
         let start = out.len();
@@ -209,6 +198,27 @@ impl Framer {
         put_all(out, &Crc32c::to_wire(value));
         self.pos += CRC_LEN as u64;
         Ok(out.len() - start)
+    }
+
+    /// Frame in place an FPDU laid out whole in `fpdu` (no markers): room
+    /// for the length field, the ULPDU of `ulpdu_len` octets, PAD (zero)
+    /// and room for the CRC. Writes ULPDU_LENGTH and the CRC over all
+    /// before it (RFC 5044 §4.1; 0 when not in use) and counts the FPDU
+    /// as sent.
+    pub(crate) fn seal(&mut self, fpdu: &mut [u8], ulpdu_len: usize) {
+        debug_assert!(!self.markers);
+        // Cannot truncate: callers keep the ULPDU within MULPDU, a u16.
+        fpdu[..LEN_FIELD].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
+        let body = fpdu.len() - CRC_LEN;
+        let value = if self.crc {
+            let mut crc = Crc32c::new();
+            crc.update(&fpdu[..body]);
+            crc.value()
+        } else {
+            0
+        };
+        fpdu[body..].copy_from_slice(&Crc32c::to_wire(value));
+        self.pos += fpdu.len() as u64;
     }
 
     fn put(&mut self, out: &mut dyn TxBuf, crc: &mut Crc32c, data: Part<'_>, len_pos: u64) {

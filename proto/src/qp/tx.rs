@@ -881,13 +881,12 @@ impl Qp {
     /// planned into `dst` (`small.wire` octets, zeroed), and complete its
     /// request: handed to the LLP (RFC 5040 §5.5 rule 14).
     fn small_emit(&mut self, mem: &MemoryTable, small: &Small, dst: &mut [u8]) {
-        let mut at = 0;
-        let mpa = matches!(self.llp, Lower::Mpa { .. });
-        if mpa {
-            // Cannot truncate: within MULPDU, a u16.
-            dst[..2].copy_from_slice(&(small.ulpdu_len as u16).to_be_bytes());
-            at = 2;
-        }
+        // MPA's length field is written by `Framer::seal` below.
+        let mut at = if matches!(self.llp, Lower::Mpa { .. }) {
+            crate::wire::fpdu::LEN_FIELD
+        } else {
+            0
+        };
         dst[at..at + small.hdr_len].copy_from_slice(&small.hdr[..small.hdr_len]);
         at += small.hdr_len;
         if small.inline_len > 0 {
@@ -913,18 +912,8 @@ impl Qp {
             debug_assert!(ok, "a checked source is readable");
         }
         if let Lower::Mpa { framer, .. } = &mut self.llp {
-            // PAD is already zero (RFC 5044 §4.1); the CRC covers all
-            // before it, and is 0 when not in use (§4.1, §7.1).
-            let body = small.wire - crate::wire::fpdu::CRC_LEN;
-            let value = if framer.crc() {
-                let mut crc = crate::crc::Crc32c::new();
-                crc.update(&dst[..body]);
-                crc.value()
-            } else {
-                0
-            };
-            dst[body..small.wire].copy_from_slice(&crate::crc::Crc32c::to_wire(value));
-            framer.skip(small.wire);
+            // PAD is already zero (`dst` came zeroed).
+            framer.seal(&mut dst[..small.wire], small.ulpdu_len);
         }
         if small.send {
             self.tx.msn[0] = small.msn.wrapping_add(1);
